@@ -1,0 +1,319 @@
+//! The closed vocabularies: error codes, retry categories, pipeline phases and failure layers.
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The sixteen agent-facing error codes.
+///
+/// This enum is **closed on purpose** and is therefore not `#[non_exhaustive]`: agent loops and
+/// adapters match on it exhaustively, and adding a code is a change to the specification
+/// (`spec/error-model.md`) and to the matrix, never a local decision. New situations are expressed
+/// as a `details.reason` of an existing code.
+///
+/// Serialized as the SCREAMING_SNAKE_CASE names of the specification:
+///
+/// ```
+/// use agent_surface_core::ErrorCode;
+///
+/// let json = serde_json::to_string(&ErrorCode::StaleCapability).unwrap();
+/// assert_eq!(json, r#""STALE_CAPABILITY""#);
+/// assert_eq!(ErrorCode::StaleCapability.as_str(), "STALE_CAPABILITY");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// The capability does not exist in this consumer's surface (or is hidden from it).
+    CapabilityNotFound,
+    /// The capability exists and is visible but is currently disabled.
+    CapabilityNotAvailable,
+    /// More than one live instance matches and none was named.
+    AmbiguousInstance,
+    /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
+    ComponentUnmounted,
+    /// The call references a superseded registration, surface or surface version.
+    StaleCapability,
+    /// The invocation id was already used by this consumer for a different request.
+    InvocationConflict,
+    /// The input does not satisfy the schema, or a bound field was supplied.
+    InvalidInput,
+    /// No authenticated identity where one is required.
+    NotAuthenticated,
+    /// Authenticated but not permitted.
+    NotAuthorized,
+    /// Schema-valid input that the current state rejects, or a binding that failed to evaluate.
+    PreconditionFailed,
+    /// A user approval gate is active; not a failure.
+    ConfirmationRequired,
+    /// The confirmation evidence was rejected.
+    ConfirmationInvalid,
+    /// An advisory rate limit was hit or the action queue is full.
+    RateLimited,
+    /// The handler exceeded its time budget; side effects may or may not have happened.
+    Timeout,
+    /// The host cancelled the call or the registry was disposed.
+    Cancelled,
+    /// The handler failed, its output was rejected, or a downstream failure could not be mapped.
+    ExecutionFailed,
+}
+
+impl ErrorCode {
+    /// Every code, in specification order.
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::CapabilityNotFound,
+        ErrorCode::CapabilityNotAvailable,
+        ErrorCode::AmbiguousInstance,
+        ErrorCode::ComponentUnmounted,
+        ErrorCode::StaleCapability,
+        ErrorCode::InvocationConflict,
+        ErrorCode::InvalidInput,
+        ErrorCode::NotAuthenticated,
+        ErrorCode::NotAuthorized,
+        ErrorCode::PreconditionFailed,
+        ErrorCode::ConfirmationRequired,
+        ErrorCode::ConfirmationInvalid,
+        ErrorCode::RateLimited,
+        ErrorCode::Timeout,
+        ErrorCode::Cancelled,
+        ErrorCode::ExecutionFailed,
+    ];
+
+    /// The wire name of the code.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+            ErrorCode::CapabilityNotAvailable => "CAPABILITY_NOT_AVAILABLE",
+            ErrorCode::AmbiguousInstance => "AMBIGUOUS_INSTANCE",
+            ErrorCode::ComponentUnmounted => "COMPONENT_UNMOUNTED",
+            ErrorCode::StaleCapability => "STALE_CAPABILITY",
+            ErrorCode::InvocationConflict => "INVOCATION_CONFLICT",
+            ErrorCode::InvalidInput => "INVALID_INPUT",
+            ErrorCode::NotAuthenticated => "NOT_AUTHENTICATED",
+            ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
+            ErrorCode::PreconditionFailed => "PRECONDITION_FAILED",
+            ErrorCode::ConfirmationRequired => "CONFIRMATION_REQUIRED",
+            ErrorCode::ConfirmationInvalid => "CONFIRMATION_INVALID",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::Cancelled => "CANCELLED",
+            ErrorCode::ExecutionFailed => "EXECUTION_FAILED",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything outside the closed set.
+    ///
+    /// ```
+    /// use agent_surface_core::ErrorCode;
+    /// assert_eq!(ErrorCode::from_wire("TIMEOUT"), Some(ErrorCode::Timeout));
+    /// assert_eq!(ErrorCode::from_wire("timeout"), None);
+    /// ```
+    pub fn from_wire(name: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// Whether a terminal result with this code may be stored for the idempotency window.
+    ///
+    /// ```
+    /// use agent_surface_core::ErrorCode;
+    /// assert!(!ErrorCode::RateLimited.is_cacheable());
+    /// assert!(ErrorCode::Timeout.is_cacheable());
+    /// ```
+    pub fn is_cacheable(self) -> bool {
+        crate::matrix::spec(self).cacheable
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an agent loop may do next, mechanically. Six categories, closed.
+///
+/// ```
+/// use agent_surface_core::Retry;
+/// assert_eq!(serde_json::to_string(&Retry::AfterRefresh).unwrap(), r#""after-refresh""#);
+/// assert!(Retry::AfterDelay.permits_retry());
+/// assert!(!Retry::No.permits_retry());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Retry {
+    /// Do not retry this request as it is.
+    No,
+    /// Safe to retry unchanged (the idempotency window applies; a fresh invocation id where the
+    /// matrix says so).
+    Yes,
+    /// Re-snapshot the surface, re-resolve the target, then retry.
+    AfterRefresh,
+    /// Retry after `details.retryAfterMs`.
+    AfterDelay,
+    /// Retry with the `confirmationId` once the confirmation is approved.
+    WithConfirmation,
+    /// Fix the input according to `details`, then retry.
+    WithChanges,
+}
+
+impl Retry {
+    /// Every category, in specification order.
+    pub const ALL: [Retry; 6] =
+        [Retry::No, Retry::Yes, Retry::AfterRefresh, Retry::AfterDelay, Retry::WithConfirmation, Retry::WithChanges];
+
+    /// The wire name of the category.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Retry::No => "no",
+            Retry::Yes => "yes",
+            Retry::AfterRefresh => "after-refresh",
+            Retry::AfterDelay => "after-delay",
+            Retry::WithConfirmation => "with-confirmation",
+            Retry::WithChanges => "with-changes",
+        }
+    }
+
+    /// Whether some retry is allowed at all (possibly after a refresh, a delay, a confirmation or
+    /// a change of input). Only [`Retry::No`] forbids it.
+    pub const fn permits_retry(self) -> bool {
+        !matches!(self, Retry::No)
+    }
+
+    /// Whether the caller may retry the *same* request without changing anything first
+    /// ([`Retry::Yes`] or [`Retry::AfterDelay`]).
+    pub const fn permits_unchanged_retry(self) -> bool {
+        matches!(self, Retry::Yes | Retry::AfterDelay)
+    }
+}
+
+impl fmt::Display for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The phases of the invocation pipeline, in the order they run.
+///
+/// Every code's producing phase(s) are recorded in the matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// 1. Admission and idempotency (fingerprint, join or replay, conflict).
+    Admission,
+    /// 2. Resolution of the capability and its target registration.
+    Resolve,
+    /// 3. Availability (enabled / disabled with a reason).
+    Availability,
+    /// 4. Authority (authentication and authorization policies).
+    Authority,
+    /// 5. Input validation, bound fields and preconditions.
+    Input,
+    /// 6. Rate limits and the action queue.
+    Rate,
+    /// 7. Confirmation gates.
+    Confirmation,
+    /// 8. Execution of the handler under its time budget and cancellation.
+    Execute,
+    /// 9. Output validation and size caps.
+    Output,
+}
+
+impl Phase {
+    /// Every phase, in pipeline order.
+    pub const ALL: [Phase; 9] = [
+        Phase::Admission,
+        Phase::Resolve,
+        Phase::Availability,
+        Phase::Authority,
+        Phase::Input,
+        Phase::Rate,
+        Phase::Confirmation,
+        Phase::Execute,
+        Phase::Output,
+    ];
+
+    /// The wire name of the phase.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Phase::Admission => "admission",
+            Phase::Resolve => "resolve",
+            Phase::Availability => "availability",
+            Phase::Authority => "authority",
+            Phase::Input => "input",
+            Phase::Rate => "rate",
+            Phase::Confirmation => "confirmation",
+            Phase::Execute => "execute",
+            Phase::Output => "output",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The failure layer: who has to act to get past the failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    /// The deployment or the code is wrong (definition errors); no request can succeed.
+    Configuration,
+    /// Caller and surface disagree about the exchange itself (stale tokens, reused ids).
+    Protocol,
+    /// The request reached the capability and was rejected or failed there.
+    Execution,
+    /// The channel to a downstream system failed.
+    Transport,
+}
+
+impl Layer {
+    /// The wire name of the layer.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Layer::Configuration => "configuration",
+            Layer::Protocol => "protocol",
+            Layer::Execution => "execution",
+            Layer::Transport => "transport",
+        }
+    }
+}
+
+/// The declared side effect of a capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Effect {
+    /// Reads state; no side effects.
+    Read,
+    /// Changes state in a way that can be undone or repeated safely by the application.
+    Write,
+    /// Changes state irreversibly (delete, cancel, refund).
+    Destructive,
+    /// Causes an effect outside the system (sends mail, charges a card, calls a third party).
+    External,
+}
+
+impl Effect {
+    /// The wire name of the effect.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+            Effect::Destructive => "destructive",
+            Effect::External => "external",
+        }
+    }
+
+    /// Whether calls with this effect must carry the surface version they were planned against
+    /// when they carry one at all (destructive and external effects).
+    pub const fn requires_fresh_surface(self) -> bool {
+        matches!(self, Effect::Destructive | Effect::External)
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

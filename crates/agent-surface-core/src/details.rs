@@ -1,0 +1,259 @@
+//! Typed `details` for each code, serialized in the specification's camelCase.
+//!
+//! These structs are the wire contract: the matrix derives each code's details JSON Schema from
+//! them (through `schemars`), and [`crate::ErrorPayload::details_as`] parses them back.
+//! Codes without details (`CAPABILITY_NOT_FOUND`, `NOT_AUTHENTICATED`, `CANCELLED`) have no struct:
+//! their payload carries no `details` member at all.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::code::Effect;
+
+/// Where a rejected request was judged: by the client-side runtime or by a server it called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// Decided by this runtime's own policies.
+    Client,
+    /// Decided by a server behind an executor and mapped to the code.
+    Server,
+}
+
+/// `CAPABILITY_NOT_AVAILABLE` details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotAvailableDetails {
+    /// Why the capability is disabled; the same string as the descriptor's `unavailableReason`.
+    pub reason: String,
+}
+
+/// One candidate listed by `AMBIGUOUS_INSTANCE`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceRef {
+    /// The instance id to name in the next call's target.
+    pub instance_id: String,
+    /// The live registration id of that instance.
+    pub registration_id: String,
+    /// A short author-provided description of the instance (view instances).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A short author-provided context line (procedure references).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// `AMBIGUOUS_INSTANCE` details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AmbiguousDetails {
+    /// The live instances that match.
+    pub instances: Vec<InstanceRef>,
+}
+
+/// When a `COMPONENT_UNMOUNTED` was detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnmountPhase {
+    /// At resolution: the target matched a tombstone.
+    Resolve,
+    /// While the handler ran: side effects may have happened.
+    MidFlight,
+}
+
+/// `COMPONENT_UNMOUNTED` details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnmountedDetails {
+    /// When the unmount was detected.
+    pub phase: UnmountPhase,
+}
+
+/// Why a call is `STALE_CAPABILITY`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StaleReason {
+    /// The named registration was replaced by a live one.
+    RegistrationReplaced,
+    /// The `surfaceId` belongs to another process or page load.
+    SurfaceReloaded,
+    /// The surface version changed since the call was planned (destructive / external effects).
+    SurfaceVersionMismatch,
+}
+
+/// `STALE_CAPABILITY` details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaleDetails {
+    /// Which staleness token did not match.
+    pub reason: StaleReason,
+    /// The registration that replaced the named one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_registration_id: Option<String>,
+}
+
+/// The only reason `INVOCATION_CONFLICT` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConflictReason {
+    /// The invocation id was used for a different request within the idempotency window.
+    IdReusedWithDifferentRequest,
+}
+
+/// `INVOCATION_CONFLICT` details. Never anything about the earlier request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConflictDetails {
+    /// Always `id-reused-with-different-request`.
+    pub reason: ConflictReason,
+}
+
+/// One input problem reported by `INVALID_INPUT`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InputIssue {
+    /// A JSON Pointer (RFC 6901) to the offending location; `""` is the whole input.
+    pub path: String,
+    /// What is wrong there, from the schema layer; never echoes values of sensitive fields.
+    pub message: String,
+}
+
+/// `INVALID_INPUT` details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvalidInputDetails {
+    /// The problems found, in a stable order.
+    pub issues: Vec<InputIssue>,
+    /// Bound fields that the caller supplied although the runtime fills them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_fields: Option<Vec<String>>,
+}
+
+/// `NOT_AUTHORIZED` details: the origin only, never permission names or policy internals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotAuthorizedDetails {
+    /// Who denied the call.
+    pub origin: Origin,
+}
+
+/// `PRECONDITION_FAILED` details: author-provided, agent-safe values.
+///
+/// `reason: "binding-failed"` is reserved for bindings that failed to evaluate and switches the
+/// retry category to `after-refresh`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreconditionDetails {
+    /// A machine-readable reason chosen by the author (kebab-case), or `binding-failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Further author-provided, agent-safe values.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The reserved `PRECONDITION_FAILED` reason for bindings that failed to evaluate.
+pub const BINDING_FAILED: &str = "binding-failed";
+
+/// `CONFIRMATION_REQUIRED` details.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfirmationRequiredDetails {
+    /// The id to send back as `confirmationId` once approved.
+    pub confirmation_id: String,
+    /// What will happen, in one author-provided sentence, for the person who approves.
+    pub summary: String,
+    /// When the pending confirmation expires (RFC 3339, UTC).
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    /// The declared effect of the gated capability.
+    pub effect: Effect,
+    /// Who requires the confirmation.
+    pub origin: Origin,
+}
+
+/// Why confirmation evidence was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfirmationInvalidReason {
+    /// The confirmation expired; a fresh confirmation cycle may succeed.
+    Expired,
+    /// A person denied it. A decision to respect, never to retry around.
+    Denied,
+    /// The evidence was already used once.
+    Consumed,
+    /// The evidence belongs to another consumer, capability, target or input.
+    Mismatch,
+}
+
+/// `CONFIRMATION_INVALID` details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfirmationInvalidDetails {
+    /// Why the evidence was rejected.
+    pub reason: ConfirmationInvalidReason,
+}
+
+/// Why a call was `RATE_LIMITED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitReason {
+    /// A rate limit is exhausted.
+    Rate,
+    /// The action queue is full.
+    QueueFull,
+}
+
+/// `RATE_LIMITED` details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitedDetails {
+    /// Which limit was hit.
+    pub reason: RateLimitReason,
+    /// How long to wait before retrying, in milliseconds.
+    pub retry_after_ms: u64,
+}
+
+/// `TIMEOUT` details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimeoutDetails {
+    /// The budget that was exceeded, in milliseconds.
+    pub timeout_ms: u64,
+    /// Whether the capability is declared idempotent (decides the retry category).
+    pub idempotent: bool,
+}
+
+/// What kind of `EXECUTION_FAILED` this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecutionFailedReason {
+    /// The handler returned an error or panicked.
+    HandlerError,
+    /// The handler's output violated the output schema or could not be serialized; withheld.
+    OutputInvalid,
+    /// The handler's output exceeded the size cap; withheld.
+    OutputTooLarge,
+    /// A downstream transport or server failed in a way no more precise code describes.
+    Transport,
+    /// The post-condition check reported that the intended result is not there.
+    VerificationFailed,
+    /// The operation may have committed, but neither success nor non-execution can be proven.
+    OutcomeUnknown,
+}
+
+/// `EXECUTION_FAILED` details.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutionFailedDetails {
+    /// What failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ExecutionFailedReason>,
+    /// `true` marks a network-ish failure worth retrying after a delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transient: Option<bool>,
+    /// How long to wait before retrying a transient failure, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}

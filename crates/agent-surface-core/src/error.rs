@@ -1,0 +1,397 @@
+//! [`AgentSurfaceError`]: the thrown form used inside handlers and policies.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::code::{Effect, ErrorCode};
+use crate::details::*;
+use crate::message::{self, Template, is_quotable, render};
+use crate::payload::ErrorPayload;
+use crate::text::SafeText;
+use crate::time::Timestamp;
+
+/// A boxed private cause.
+pub type Cause = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The error a handler or a policy returns: an agent-safe [`ErrorPayload`] plus a private cause.
+///
+/// There is one constructor per code; each derives `retry` from the matrix and renders the message
+/// from a template, so a handler cannot produce a payload that contradicts the specification.
+///
+/// The cause is for the operator channel only: neither the payload's serialization nor this type's
+/// `Display` or `Debug` show it. Read it with [`AgentSurfaceError::cause`].
+///
+/// Like `anyhow::Error`, this type does not implement [`std::error::Error`]; that is what lets
+/// `?` turn *any* error into it. Such a conversion produces a sanitized
+/// `EXECUTION_FAILED {reason: handler-error}` whose message is a fixed template, never the
+/// cause's text:
+///
+/// ```
+/// use agent_surface_core::{AgentSurfaceError, ErrorCode};
+///
+/// fn load() -> Result<u32, AgentSurfaceError> {
+///     let n: u32 = "SELECT secret FROM users".parse()?; // a std error with a hostile text
+///     Ok(n)
+/// }
+///
+/// let err = load().unwrap_err();
+/// assert_eq!(err.code(), ErrorCode::ExecutionFailed);
+/// assert!(!serde_json::to_string(err.payload()).unwrap().contains("SELECT"));
+/// assert!(!format!("{err} {err:?}").contains("SELECT"));
+/// assert!(err.cause().is_some()); // kept for the operator channel
+/// ```
+pub struct AgentSurfaceError {
+    payload: ErrorPayload,
+    cause: Option<Cause>,
+}
+
+fn to_map<T: Serialize>(details: &T) -> Map<String, Value> {
+    match serde_json::to_value(details) {
+        Ok(Value::Object(map)) => map,
+        // Every details type is a struct of plain values, so it always serializes to an object.
+        _ => Map::new(),
+    }
+}
+
+impl AgentSurfaceError {
+    fn build(code: ErrorCode, template: Template, slots: &[(&str, &str)], details: Option<Map<String, Value>>) -> Self {
+        AgentSurfaceError { payload: ErrorPayload::from_parts(code, render(template, slots), details), cause: None }
+    }
+
+    fn with_details<T: Serialize>(code: ErrorCode, template: Template, slots: &[(&str, &str)], details: &T) -> Self {
+        Self::build(code, template, slots, Some(to_map(details)))
+    }
+
+    /// `CAPABILITY_NOT_FOUND` (no details, so hidden and missing look the same).
+    pub fn capability_not_found() -> Self {
+        Self::build(ErrorCode::CapabilityNotFound, message::NOT_FOUND, &[], None)
+    }
+
+    /// `CAPABILITY_NOT_AVAILABLE {reason}`; the reason is the descriptor's `unavailableReason`.
+    pub fn capability_not_available(reason: impl Into<SafeText>) -> Self {
+        let reason = reason.into();
+        let mut shown = reason.as_str().to_string();
+        if !shown.ends_with(['.', '!', '?']) {
+            shown.push('.');
+        }
+        Self::with_details(
+            ErrorCode::CapabilityNotAvailable,
+            message::NOT_AVAILABLE,
+            &[("reason", &shown)],
+            &NotAvailableDetails { reason: reason.as_str().to_string() },
+        )
+    }
+
+    /// `AMBIGUOUS_INSTANCE {instances}`.
+    pub fn ambiguous_instance(instances: Vec<InstanceRef>) -> Self {
+        Self::with_details(ErrorCode::AmbiguousInstance, message::AMBIGUOUS, &[], &AmbiguousDetails { instances })
+    }
+
+    /// `COMPONENT_UNMOUNTED {phase}`.
+    pub fn component_unmounted(phase: UnmountPhase) -> Self {
+        let template = match phase {
+            UnmountPhase::Resolve => message::UNMOUNTED_RESOLVE,
+            UnmountPhase::MidFlight => message::UNMOUNTED_MID_FLIGHT,
+        };
+        Self::with_details(ErrorCode::ComponentUnmounted, template, &[], &UnmountedDetails { phase })
+    }
+
+    /// `STALE_CAPABILITY {reason, liveRegistrationId?}`.
+    pub fn stale_capability(reason: StaleReason, live_registration_id: Option<String>) -> Self {
+        Self::with_details(
+            ErrorCode::StaleCapability,
+            message::STALE,
+            &[],
+            &StaleDetails { reason, live_registration_id },
+        )
+    }
+
+    /// `INVOCATION_CONFLICT {reason: id-reused-with-different-request}`; never anything about the
+    /// earlier request.
+    pub fn invocation_conflict() -> Self {
+        Self::with_details(
+            ErrorCode::InvocationConflict,
+            message::CONFLICT,
+            &[],
+            &ConflictDetails { reason: ConflictReason::IdReusedWithDifferentRequest },
+        )
+    }
+
+    /// `INVALID_INPUT {issues, lockedFields?}`.
+    ///
+    /// The message names up to three offending paths when they are plain JSON Pointers, so a
+    /// boundary that keeps only the message still tells the model what to fix.
+    pub fn invalid_input(issues: Vec<InputIssue>, locked_fields: Option<Vec<String>>) -> Self {
+        let quoted: Vec<&str> = issues.iter().map(|i| i.path.as_str()).filter(|p| is_quotable(p)).take(3).collect();
+        let paths = if quoted.is_empty() { String::new() } else { format!(" at {}", quoted.join(", ")) };
+        let locked = locked_fields.as_ref().filter(|l| !l.is_empty());
+        let details = InvalidInputDetails { issues, locked_fields: locked.cloned() };
+        match locked {
+            Some(fields) => {
+                let names: Vec<&str> = fields.iter().map(String::as_str).filter(|f| is_quotable(f)).take(5).collect();
+                let fields = if names.is_empty() { "see details.lockedFields".to_string() } else { names.join(", ") };
+                Self::with_details(
+                    ErrorCode::InvalidInput,
+                    message::INVALID_INPUT_LOCKED,
+                    &[("paths", &paths), ("fields", &fields)],
+                    &details,
+                )
+            }
+            None => Self::with_details(ErrorCode::InvalidInput, message::INVALID_INPUT, &[("paths", &paths)], &details),
+        }
+    }
+
+    /// `NOT_AUTHENTICATED` (no details).
+    pub fn not_authenticated() -> Self {
+        Self::build(ErrorCode::NotAuthenticated, message::NOT_AUTHENTICATED, &[], None)
+    }
+
+    /// `NOT_AUTHORIZED {origin}`; never permission names or policy internals.
+    pub fn not_authorized(origin: Origin) -> Self {
+        Self::with_details(ErrorCode::NotAuthorized, message::NOT_AUTHORIZED, &[], &NotAuthorizedDetails { origin })
+    }
+
+    /// `PRECONDITION_FAILED` with the author's explanation (retry `with-changes`).
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Retry};
+    /// let e = AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled.");
+    /// assert_eq!(e.payload().retry(), Retry::WithChanges);
+    /// assert!(e.payload().message().starts_with("Shipped orders cannot be cancelled."));
+    /// ```
+    pub fn precondition_failed(explanation: impl Into<SafeText>) -> Self {
+        Self::precondition_failed_with(explanation, PreconditionDetails::default())
+    }
+
+    /// `PRECONDITION_FAILED` with author details. A `reason` of `binding-failed` is reserved for the
+    /// runtime and switches retry to `after-refresh` (see [`AgentSurfaceError::binding_failed`]).
+    pub fn precondition_failed_with(explanation: impl Into<SafeText>, details: PreconditionDetails) -> Self {
+        let explanation = explanation.into();
+        let mut shown = explanation.as_str().to_string();
+        if shown.is_empty() {
+            shown.push_str("The current state does not allow this call.");
+        } else if !shown.ends_with(['.', '!', '?']) {
+            shown.push('.');
+        }
+        Self::with_details(ErrorCode::PreconditionFailed, message::PRECONDITION, &[("explanation", &shown)], &details)
+    }
+
+    /// `PRECONDITION_FAILED {reason: binding-failed}` (retry `after-refresh`).
+    pub fn binding_failed() -> Self {
+        let details = PreconditionDetails { reason: Some(BINDING_FAILED.to_string()), extra: Map::new() };
+        Self::with_details(ErrorCode::PreconditionFailed, message::BINDING_FAILED, &[], &details)
+    }
+
+    /// `CONFIRMATION_REQUIRED {confirmationId, summary, expiresAt, effect, origin}`.
+    pub fn confirmation_required(
+        confirmation_id: impl Into<String>,
+        summary: SafeText,
+        expires_at: Timestamp,
+        effect: Effect,
+        origin: Origin,
+    ) -> Self {
+        let mut shown = summary.as_str().to_string();
+        if !shown.ends_with(['.', '!', '?']) {
+            shown.push('.');
+        }
+        let details = ConfirmationRequiredDetails {
+            confirmation_id: confirmation_id.into(),
+            summary: summary.as_str().to_string(),
+            expires_at: expires_at.to_rfc3339(),
+            effect,
+            origin,
+        };
+        Self::with_details(
+            ErrorCode::ConfirmationRequired,
+            message::CONFIRMATION_REQUIRED,
+            &[("summary", &shown)],
+            &details,
+        )
+    }
+
+    /// `CONFIRMATION_INVALID {reason}`; retry `with-confirmation` only for `expired`.
+    pub fn confirmation_invalid(reason: ConfirmationInvalidReason) -> Self {
+        let template = match reason {
+            ConfirmationInvalidReason::Expired => message::CONFIRMATION_EXPIRED,
+            ConfirmationInvalidReason::Denied => message::CONFIRMATION_DENIED,
+            ConfirmationInvalidReason::Consumed => message::CONFIRMATION_CONSUMED,
+            ConfirmationInvalidReason::Mismatch => message::CONFIRMATION_MISMATCH,
+        };
+        Self::with_details(ErrorCode::ConfirmationInvalid, template, &[], &ConfirmationInvalidDetails { reason })
+    }
+
+    /// `RATE_LIMITED {reason, retryAfterMs}`.
+    pub fn rate_limited(reason: RateLimitReason, retry_after: Duration) -> Self {
+        let ms = millis(retry_after);
+        let template = match reason {
+            RateLimitReason::Rate => message::RATE_LIMITED,
+            RateLimitReason::QueueFull => message::QUEUE_FULL,
+        };
+        Self::with_details(
+            ErrorCode::RateLimited,
+            template,
+            &[("ms", &ms.to_string())],
+            &RateLimitedDetails { reason, retry_after_ms: ms },
+        )
+    }
+
+    /// `TIMEOUT {timeoutMs, idempotent}`; retry `yes` only when the capability is idempotent.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Retry};
+    /// use std::time::Duration;
+    /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), true).payload().retry(), Retry::Yes);
+    /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), false).payload().retry(), Retry::No);
+    /// ```
+    pub fn timeout(budget: Duration, idempotent: bool) -> Self {
+        let ms = millis(budget);
+        let template = if idempotent { message::TIMEOUT_IDEMPOTENT } else { message::TIMEOUT_NOT_IDEMPOTENT };
+        Self::with_details(
+            ErrorCode::Timeout,
+            template,
+            &[("ms", &ms.to_string())],
+            &TimeoutDetails { timeout_ms: ms, idempotent },
+        )
+    }
+
+    /// `CANCELLED` (no details).
+    pub fn cancelled() -> Self {
+        Self::build(ErrorCode::Cancelled, message::CANCELLED, &[], None)
+    }
+
+    /// `EXECUTION_FAILED {reason}` with the template for that reason (retry `no`).
+    pub fn execution_failed(reason: ExecutionFailedReason) -> Self {
+        use ExecutionFailedReason as R;
+        let template = match reason {
+            R::HandlerError => message::HANDLER_ERROR,
+            R::OutputInvalid => message::OUTPUT_INVALID,
+            R::OutputTooLarge => message::OUTPUT_TOO_LARGE,
+            R::Transport => message::TRANSPORT,
+            R::VerificationFailed => message::VERIFICATION_FAILED,
+            R::OutcomeUnknown => message::OUTCOME_UNKNOWN,
+        };
+        let details = ExecutionFailedDetails { reason: Some(reason), transient: None, retry_after_ms: None };
+        Self::with_details(ErrorCode::ExecutionFailed, template, &[], &details)
+    }
+
+    /// `EXECUTION_FAILED {reason: handler-error}` keeping `cause` for the operator channel only.
+    pub fn internal(cause: impl Into<Cause>) -> Self {
+        Self::execution_failed(ExecutionFailedReason::HandlerError).with_cause(cause)
+    }
+
+    /// `EXECUTION_FAILED {reason: handler-error}` whose message is an explanation the application
+    /// chose to show (an application error that opts in to being agent-visible).
+    pub fn handler_failed(explanation: impl Into<SafeText>) -> Self {
+        let explanation = explanation.into();
+        let mut shown = explanation.as_str().to_string();
+        if !shown.ends_with(['.', '!', '?']) {
+            shown.push('.');
+        }
+        let details = ExecutionFailedDetails {
+            reason: Some(ExecutionFailedReason::HandlerError),
+            transient: None,
+            retry_after_ms: None,
+        };
+        Self::with_details(
+            ErrorCode::ExecutionFailed,
+            message::HANDLER_ERROR_EXPLAINED,
+            &[("explanation", &shown)],
+            &details,
+        )
+    }
+
+    /// `EXECUTION_FAILED {reason: transport, transient: true, retryAfterMs}` (retry `after-delay`).
+    pub fn transient(retry_after: Duration) -> Self {
+        let ms = millis(retry_after);
+        let details = ExecutionFailedDetails {
+            reason: Some(ExecutionFailedReason::Transport),
+            transient: Some(true),
+            retry_after_ms: Some(ms),
+        };
+        Self::with_details(
+            ErrorCode::ExecutionFailed,
+            message::TRANSPORT_TRANSIENT,
+            &[("ms", &ms.to_string())],
+            &details,
+        )
+    }
+
+    /// Attaches a private cause (operator channel only).
+    pub fn with_cause(mut self, cause: impl Into<Cause>) -> Self {
+        self.cause = Some(cause.into());
+        self
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.payload.code()
+    }
+
+    /// The agent-safe payload.
+    pub fn payload(&self) -> &ErrorPayload {
+        &self.payload
+    }
+
+    /// The agent-safe payload, by value.
+    pub fn into_payload(self) -> ErrorPayload {
+        self.payload
+    }
+
+    /// The payload and the private cause.
+    pub fn into_parts(self) -> (ErrorPayload, Option<Cause>) {
+        (self.payload, self.cause)
+    }
+
+    /// The private cause, for the operator channel.
+    pub fn cause(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        self.cause.as_deref()
+    }
+
+    /// The cause chain as text, outermost first, for the operator channel.
+    pub fn cause_chain(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut next: Option<&(dyn StdError + 'static)> = self.cause.as_deref().map(|c| c as &(dyn StdError + 'static));
+        while let Some(e) = next {
+            out.push(e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
+impl From<ErrorPayload> for AgentSurfaceError {
+    fn from(payload: ErrorPayload) -> Self {
+        AgentSurfaceError { payload, cause: None }
+    }
+}
+
+/// Any error becomes a sanitized `EXECUTION_FAILED {reason: handler-error}`; the error is kept
+/// as the private cause.
+impl<E: StdError + Send + Sync + 'static> From<E> for AgentSurfaceError {
+    fn from(cause: E) -> Self {
+        AgentSurfaceError::internal(cause)
+    }
+}
+
+impl fmt::Display for AgentSurfaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.payload, f)
+    }
+}
+
+impl fmt::Debug for AgentSurfaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentSurfaceError")
+            .field("payload", &self.payload)
+            .field("has_cause", &self.cause.is_some())
+            .finish()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

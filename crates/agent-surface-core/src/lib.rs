@@ -1,0 +1,64 @@
+//! The error model of agent-surface: the closed set of codes an agent sees, their retry
+//! categories, the agent-safe payload, the thrown form with its private cause, and the matrix
+//! from which `spec/error-matrix.json` is generated.
+//!
+//! # Overview
+//!
+//! An agent loop must be able to act on every failure mechanically. So every failure that crosses
+//! to an agent is an [`ErrorPayload`] `{code, message, retry, details?}`:
+//!
+//! - [`ErrorCode`] — sixteen codes, closed;
+//! - [`Retry`] — six categories telling the loop what to do next;
+//! - `details` — a typed, agent-safe object per code (see [`details`]);
+//! - `message` — an imperative sentence from a template ([`message`]), never an error's text.
+//!
+//! Inside handlers and policies the thrown form is [`AgentSurfaceError`]: the payload plus a
+//! private cause for the operator channel. The [`matrix`] is the single source of truth for each
+//! code's phase, layer, retry rule, cacheability, details schema and adapter mappings; the
+//! constructors derive `retry` from it.
+//!
+//! This crate has no async runtime and does no I/O.
+//!
+//! # Examples
+//!
+//! ```
+//! use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Retry};
+//!
+//! // A handler rejects a call for a business reason.
+//! let err = AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled.");
+//! let result = InvokeResult::error(err.into_payload(), Some("inv-42".into()));
+//!
+//! // The agent loop branches on code and retry, never on the text.
+//! let payload = result.error_payload().unwrap();
+//! assert_eq!(payload.code(), ErrorCode::PreconditionFailed);
+//! assert_eq!(payload.retry(), Retry::WithChanges);
+//!
+//! // On the wire:
+//! let json = serde_json::to_value(&result).unwrap();
+//! assert_eq!(json["error"]["code"], "PRECONDITION_FAILED");
+//! assert_eq!(json["error"]["retry"], "with-changes");
+//! ```
+
+mod code;
+mod definition;
+pub mod details;
+mod error;
+pub mod matrix;
+pub mod message;
+mod payload;
+mod result;
+mod text;
+mod time;
+
+pub use code::{Effect, ErrorCode, Layer, Phase, Retry};
+pub use definition::{DefinitionError, DefinitionErrorCode};
+pub use error::{AgentSurfaceError, Cause};
+pub use payload::{ErrorPayload, PayloadError};
+pub use result::InvokeResult;
+pub use text::{MAX_FRAGMENT_CHARS, SafeText};
+pub use time::Timestamp;
+
+/// The examples of the user guide's error chapter, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/errors.md")]
+struct UserGuideErrors;

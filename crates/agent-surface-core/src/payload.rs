@@ -1,0 +1,201 @@
+//! The agent-safe projection of an error: `{code, message, retry, details?}`.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::code::{ErrorCode, Retry};
+use crate::matrix;
+use crate::message::MAX_MESSAGE_CHARS;
+
+/// The agent-facing error payload.
+///
+/// Its fields are private: a payload is built through the constructors of
+/// [`AgentSurfaceError`](crate::AgentSurfaceError), which derive `retry` from the matrix and the
+/// message from a template, or parsed from JSON, which checks the same rules. A payload that
+/// exists is therefore always consistent with the matrix.
+///
+/// ```
+/// use agent_surface_core::{AgentSurfaceError, ErrorCode, ErrorPayload, Retry};
+/// use std::time::Duration;
+///
+/// let payload = AgentSurfaceError::timeout(Duration::from_secs(5), false).into_payload();
+/// assert_eq!(payload.code(), ErrorCode::Timeout);
+/// assert_eq!(payload.retry(), Retry::No);
+///
+/// let json = serde_json::to_value(&payload).unwrap();
+/// assert_eq!(json["details"], serde_json::json!({"timeoutMs": 5000, "idempotent": false}));
+///
+/// // Parsing enforces the matrix: TIMEOUT of a non-idempotent capability cannot say "yes".
+/// let mut forged = json.clone();
+/// forged["retry"] = "yes".into();
+/// assert!(serde_json::from_value::<ErrorPayload>(forged).is_err());
+/// ```
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawPayload")]
+pub struct ErrorPayload {
+    code: ErrorCode,
+    message: String,
+    retry: Retry,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<Map<String, Value>>,
+}
+
+impl ErrorPayload {
+    /// Builds a payload whose retry is derived from the matrix. Only for this crate's
+    /// constructors, which guarantee the message came from a template.
+    pub(crate) fn from_parts(code: ErrorCode, message: String, details: Option<Map<String, Value>>) -> ErrorPayload {
+        let retry = matrix::derive_retry(code, details.as_ref());
+        ErrorPayload { code, message, retry, details }
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The agent-facing message (imperative, at most 300 characters).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The retry category.
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    /// The details object, if the code has one.
+    pub fn details(&self) -> Option<&Map<String, Value>> {
+        self.details.as_ref()
+    }
+
+    /// One details member.
+    pub fn detail(&self, key: &str) -> Option<&Value> {
+        self.details.as_ref()?.get(key)
+    }
+
+    /// The details parsed into their typed form (e.g. [`crate::details::TimeoutDetails`]).
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, details::{RateLimitedDetails, RateLimitReason}};
+    /// use std::time::Duration;
+    ///
+    /// let p = AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(250)).into_payload();
+    /// let d: RateLimitedDetails = p.details_as().unwrap();
+    /// assert_eq!(d.retry_after_ms, 250);
+    /// ```
+    pub fn details_as<T: DeserializeOwned>(&self) -> Option<T> {
+        let map = self.details.as_ref()?;
+        T::deserialize(&Value::Object(map.clone())).ok()
+    }
+
+    /// Whether the agent should re-snapshot the surface before its next step.
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// assert!(AgentSurfaceError::capability_not_found().payload().is_retryable_after_refresh());
+    /// ```
+    pub fn is_retryable_after_refresh(&self) -> bool {
+        self.retry == Retry::AfterRefresh
+    }
+
+    /// How long to wait before retrying, for `after-delay` payloads.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        if self.retry != Retry::AfterDelay {
+            return None;
+        }
+        self.detail("retryAfterMs").and_then(Value::as_u64).map(std::time::Duration::from_millis)
+    }
+
+    /// Whether a terminal result with this payload may be stored for the idempotency window.
+    pub fn is_cacheable(&self) -> bool {
+        self.code.is_cacheable()
+    }
+
+    /// The payload as a JSON value.
+    pub fn to_json(&self) -> Value {
+        // Serializing plain strings, enums and a JSON map cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl fmt::Debug for ErrorPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ErrorPayload")
+            .field("code", &self.code)
+            .field("retry", &self.retry)
+            .field("message", &self.message)
+            .field("details", &self.details)
+            .finish()
+    }
+}
+
+impl fmt::Display for ErrorPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (retry: {}): {}", self.code, self.retry, self.message)
+    }
+}
+
+/// Why a JSON document is not a valid [`ErrorPayload`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The message is empty or longer than 300 characters.
+    #[error("message of {code} must have 1..=300 characters, has {chars}")]
+    MessageLength {
+        /// The payload's code.
+        code: ErrorCode,
+        /// The message's length in characters.
+        chars: usize,
+    },
+    /// The retry category contradicts the matrix.
+    #[error("retry of {code} must be {expected} for these details, is {found}")]
+    RetryMismatch {
+        /// The payload's code.
+        code: ErrorCode,
+        /// What the matrix derives.
+        expected: Retry,
+        /// What the payload says.
+        found: Retry,
+    },
+    /// The details do not have the shape the matrix declares for the code.
+    #[error("details of {code} do not match its schema: {problem}")]
+    Details {
+        /// The payload's code.
+        code: ErrorCode,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPayload {
+    code: ErrorCode,
+    message: String,
+    retry: Retry,
+    #[serde(default)]
+    details: Option<Map<String, Value>>,
+}
+
+impl TryFrom<RawPayload> for ErrorPayload {
+    type Error = PayloadError;
+
+    fn try_from(raw: RawPayload) -> Result<ErrorPayload, PayloadError> {
+        let chars = raw.message.chars().count();
+        if chars == 0 || chars > MAX_MESSAGE_CHARS {
+            return Err(PayloadError::MessageLength { code: raw.code, chars });
+        }
+        matrix::spec(raw.code)
+            .details
+            .check(raw.details.as_ref())
+            .map_err(|problem| PayloadError::Details { code: raw.code, problem })?;
+        let expected = matrix::derive_retry(raw.code, raw.details.as_ref());
+        if expected != raw.retry {
+            return Err(PayloadError::RetryMismatch { code: raw.code, expected, found: raw.retry });
+        }
+        Ok(ErrorPayload { code: raw.code, message: raw.message, retry: raw.retry, details: raw.details })
+    }
+}

@@ -1,0 +1,95 @@
+//! Wall-clock instants as the agent channel shows them.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A wall-clock instant with millisecond precision, as milliseconds since the Unix epoch.
+///
+/// Rendered in RFC 3339 UTC (`2026-11-29T13:05:00.000Z`) on the agent channel.
+///
+/// ```
+/// use agent_surface_core::Timestamp;
+/// let t = Timestamp::from_unix_millis(1_795_957_500_123);
+/// assert_eq!(t.to_rfc3339(), "2026-11-29T13:05:00.123Z");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The instant `millis` milliseconds after the Unix epoch.
+    pub const fn from_unix_millis(millis: u64) -> Timestamp {
+        Timestamp(millis)
+    }
+
+    /// The current system time (clamped to the epoch if the clock is before it).
+    pub fn now() -> Timestamp {
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        Timestamp(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn unix_millis(self) -> u64 {
+        self.0
+    }
+
+    /// This instant plus `d`, saturating.
+    pub fn saturating_add(self, d: Duration) -> Timestamp {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Timestamp(self.0.saturating_add(ms))
+    }
+
+    /// The time from `earlier` to `self`, or zero when `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// RFC 3339 in UTC with milliseconds.
+    pub fn to_rfc3339(self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0 % 1000;
+        let secs = self.0 / 1000;
+        let days = secs / 86_400;
+        let rem = secs % 86_400;
+        let (y, m, d) = civil_from_days(days);
+        write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    }
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+///
+/// Howard Hinnant's `civil_from_days`, restricted to non-negative day counts.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(ms: u64, expected: &str) {
+        assert_eq!(Timestamp::from_unix_millis(ms).to_rfc3339(), expected);
+    }
+
+    #[test]
+    fn formats_known_instants() {
+        check(0, "1970-01-01T00:00:00.000Z");
+        check(951_782_400_000, "2000-02-29T00:00:00.000Z");
+        check(1_709_164_800_000, "2024-02-29T00:00:00.000Z");
+        check(4_102_444_799_999, "2099-12-31T23:59:59.999Z");
+    }
+}

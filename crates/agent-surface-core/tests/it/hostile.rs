@@ -1,0 +1,99 @@
+//! Hostile causes: nothing from an unknown error's text reaches the agent channel.
+
+use std::fmt;
+
+use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
+
+const SECRETS: &[&str] = &[
+    "SELECT card_number FROM payments WHERE user_id = 7",
+    "postgres://admin:hunter2@db.internal.example:5432/prod",
+    "at orders::cancel (src/orders.rs:88:17)",
+    "AWS_SECRET_ACCESS_KEY=AKIAXXXXXXXXEXAMPLE",
+    "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.secret",
+    "hunter2",
+    "db.internal.example",
+];
+
+#[derive(Debug)]
+struct Hostile {
+    text: String,
+    source: Option<Box<Hostile>>,
+}
+
+impl fmt::Display for Hostile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Hostile {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+fn hostile() -> Hostile {
+    Hostile {
+        text: format!("query failed: {} ({})", SECRETS[0], SECRETS[1]),
+        source: Some(Box::new(Hostile {
+            text: format!("{}\n{}\n{}", SECRETS[2], SECRETS[3], SECRETS[4]),
+            source: None,
+        })),
+    }
+}
+
+fn handler() -> Result<(), AgentSurfaceError> {
+    Err(hostile())?;
+    Ok(())
+}
+
+#[track_caller]
+fn assert_clean(err: &AgentSurfaceError) {
+    let result = InvokeResult::error(err.payload().clone(), Some("inv-1".into()));
+    let renderings = [
+        serde_json::to_string(err.payload()).unwrap(),
+        serde_json::to_string_pretty(&result).unwrap(),
+        err.payload().to_string(),
+        format!("{:?}", err.payload()),
+        err.to_string(),
+        format!("{err:?}"),
+        format!("{err:#?}"),
+        err.payload().message().to_string(),
+    ];
+    for r in &renderings {
+        for s in SECRETS {
+            assert!(!r.contains(s), "secret {s:?} leaked into {r:?}");
+        }
+    }
+}
+
+#[test]
+fn question_mark_on_a_hostile_error_is_sanitized() {
+    let err = handler().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ExecutionFailed);
+    assert_clean(&err);
+    // The operator channel keeps the whole chain.
+    let chain = err.cause_chain();
+    assert_eq!(chain.len(), 2);
+    assert!(chain[0].contains(SECRETS[0]));
+    assert!(chain[1].contains(SECRETS[3]));
+}
+
+#[test]
+fn a_cause_attached_to_any_code_stays_private() {
+    for err in [
+        AgentSurfaceError::internal(hostile()),
+        AgentSurfaceError::not_authorized(agent_surface_core::details::Origin::Server).with_cause(hostile()),
+        AgentSurfaceError::precondition_failed("The order is locked.").with_cause(hostile()),
+        AgentSurfaceError::transient(std::time::Duration::from_secs(1)).with_cause(hostile()),
+        AgentSurfaceError::internal(anyhow_like(SECRETS[1])),
+    ] {
+        assert!(err.cause().is_some());
+        assert_clean(&err);
+    }
+}
+
+/// A boxed error made from a string, as `anyhow::Error` or `Box<dyn Error>` converts.
+fn anyhow_like(text: &str) -> Box<dyn std::error::Error + Send + Sync> {
+    text.into()
+}

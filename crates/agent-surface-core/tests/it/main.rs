@@ -1,0 +1,7 @@
+//! Integration tests of the error model: wire shapes, retry rules, messages, hostile causes.
+
+mod hostile;
+mod parse;
+mod props;
+mod retry;
+mod wire;

@@ -1,0 +1,49 @@
+//! `cargo xtask`: project automation (matrix generation and verification, the CI entry point).
+
+#![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line tool reports on the terminal")]
+
+mod ci;
+mod matrix;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md
+  verify-matrix   check the matrix file, the enum, the examples, the docs tables and the tests agree
+  matrix          print the error matrix as a readable table
+  ci              run the whole test suite (fmt, clippy, tests, verify-matrix)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    let result = match args.first().map(String::as_str) {
+        Some("gen-matrix") => matrix::generate(&root),
+        Some("verify-matrix") => matrix::verify(&root).map(|()| println!("verify-matrix: ok")),
+        Some("matrix") => {
+            print!("{}", matrix::readable_table());
+            Ok(())
+        }
+        Some("ci") => ci::run(&root),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}

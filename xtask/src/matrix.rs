@@ -1,0 +1,313 @@
+//! `gen-matrix` and `verify-matrix`: the matrix in code is the single source of truth; the JSON
+//! file, the docs tables and the tests are checked against it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use agent_surface_core::matrix::{self, DetailsSpec, MATRIX};
+use agent_surface_core::{ErrorCode, ErrorPayload};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+const MATRIX_FILE: &str = "spec/error-matrix.json";
+const MODEL_DOC: &str = "spec/error-model.md";
+const REGEN: &str = "run `cargo xtask gen-matrix`";
+
+/// A generated section of a markdown file, between two marker lines.
+struct Section {
+    name: &'static str,
+    render: fn() -> String,
+}
+
+const SECTIONS: &[Section] = &[
+    Section { name: "codes", render: matrix::markdown_table },
+    Section { name: "definition-errors", render: matrix::definition_markdown_table },
+];
+
+fn begin_marker(name: &str) -> String {
+    format!("<!-- BEGIN GENERATED: {name} (cargo xtask gen-matrix; do not edit) -->")
+}
+
+fn end_marker(name: &str) -> String {
+    format!("<!-- END GENERATED: {name} -->")
+}
+
+/// Replaces the body of each generated section in `text`.
+fn splice(text: &str, path: &str) -> Result<String> {
+    let mut out = text.to_string();
+    for s in SECTIONS {
+        let (begin, end) = (begin_marker(s.name), end_marker(s.name));
+        let start = out.find(&begin).with_context(|| format!("{path}: marker `{begin}` is missing"))?;
+        let body_start = start + begin.len();
+        let stop = out[body_start..]
+            .find(&end)
+            .map(|i| body_start + i)
+            .with_context(|| format!("{path}: marker `{end}` is missing"))?;
+        out.replace_range(body_start..stop, &format!("\n{}", (s.render)()));
+    }
+    Ok(out)
+}
+
+pub(crate) fn generate(root: &Path) -> Result<()> {
+    let json_path = root.join(MATRIX_FILE);
+    std::fs::write(&json_path, matrix::to_json_string()).with_context(|| format!("writing {}", json_path.display()))?;
+    println!("wrote {MATRIX_FILE}");
+    let doc_path = root.join(MODEL_DOC);
+    let doc = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
+    let new = splice(&doc, MODEL_DOC)?;
+    if new != doc {
+        std::fs::write(&doc_path, new)?;
+        println!("updated the generated tables of {MODEL_DOC}");
+    }
+    Ok(())
+}
+
+pub(crate) fn verify(root: &Path) -> Result<()> {
+    check_enum_and_matrix()?;
+    check_examples()?;
+    check_file(root)?;
+    check_docs(root)?;
+    Ok(())
+}
+
+/// Every enum variant has exactly one matrix row, in order, and wire names round-trip.
+fn check_enum_and_matrix() -> Result<()> {
+    if MATRIX.len() != ErrorCode::ALL.len() {
+        bail!("the matrix has {} rows but ErrorCode has {} variants", MATRIX.len(), ErrorCode::ALL.len());
+    }
+    for (row, code) in MATRIX.iter().zip(ErrorCode::ALL) {
+        if row.code != code {
+            bail!("matrix row for {} is where {} belongs (rows must follow ErrorCode::ALL)", row.code, code);
+        }
+        if ErrorCode::from_wire(code.as_str()) != Some(code) {
+            bail!("{code}: wire name does not round-trip");
+        }
+        let json = serde_json::to_value(code)?;
+        if json != code.as_str() {
+            bail!("{code}: serializes as {json}, not as its wire name");
+        }
+        if row.phases.is_empty() {
+            bail!("{code}: the matrix declares no producing phase");
+        }
+    }
+    Ok(())
+}
+
+/// Each example payload validates against its code's details schema, uses only declared keys,
+/// and round-trips through JSON unchanged.
+fn check_examples() -> Result<()> {
+    for row in &MATRIX {
+        let code = row.code;
+        let examples = (row.examples)();
+        if examples.is_empty() {
+            bail!("{code}: the matrix has no example payload");
+        }
+        let validator = match row.details {
+            DetailsSpec::None => None,
+            DetailsSpec::Typed { schema, .. } => Some(
+                jsonschema::draft202012::new(&schema().to_value())
+                    .map_err(|e| anyhow::anyhow!("{code}: details schema does not compile: {e}"))?,
+            ),
+        };
+        for payload in &examples {
+            if payload.code() != code {
+                bail!("{code}: an example has code {}", payload.code());
+            }
+            let json = payload.to_json();
+            match (&validator, json.get("details")) {
+                (None, None) => {}
+                (None, Some(_)) => bail!("{code}: example carries details, but the code has none"),
+                (Some(_), None) => bail!("{code}: example has no details, but the code requires them"),
+                (Some(v), Some(details)) => {
+                    if let Some(err) = v.iter_errors(details).next() {
+                        bail!("{code}: example details {details} do not validate against the schema: {err}");
+                    }
+                    if let (DetailsSpec::Typed { keys, open: false, .. }, Some(obj)) =
+                        (row.details, details.as_object())
+                        && let Some(k) = obj.keys().find(|k| !keys.contains(&k.as_str()))
+                    {
+                        bail!("{code}: example details key `{k}` is not an agent-visible key of the matrix");
+                    }
+                }
+            }
+            let text = serde_json::to_string(&json)?;
+            let back: ErrorPayload =
+                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{code}: example does not parse back: {e}"))?;
+            if &back != payload {
+                bail!("{code}: example does not round-trip");
+            }
+        }
+        for retry in row.retry.values() {
+            if !examples.iter().any(|p| p.retry() == retry) {
+                bail!("{code}: no example shows retry `{retry}` of its retry rule");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `spec/error-matrix.json` is exactly what the code generates.
+fn check_file(root: &Path) -> Result<()> {
+    let path = root.join(MATRIX_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{MATRIX_FILE} is missing; {REGEN}"))?;
+    let expected = matrix::to_json_string();
+    if text == expected {
+        return Ok(());
+    }
+    let file: Value =
+        serde_json::from_str(&text).with_context(|| format!("{MATRIX_FILE} is not valid JSON; {REGEN}"))?;
+    let generated = matrix::to_json();
+    let file_codes = file.get("codes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let gen_codes = generated["codes"].as_array().cloned().unwrap_or_default();
+    for entry in &gen_codes {
+        let name = entry["code"].as_str().unwrap_or_default();
+        match file_codes.iter().find(|e| e.get("code").and_then(Value::as_str) == Some(name)) {
+            None => bail!("{MATRIX_FILE} has no entry for {name}, which the enum has; {REGEN}"),
+            Some(found) if found != entry => {
+                let field = first_differing_field(entry, found);
+                bail!("{MATRIX_FILE} disagrees with the code for {name} (field `{field}`); {REGEN}");
+            }
+            Some(_) => {}
+        }
+    }
+    for entry in &file_codes {
+        let name = entry.get("code").and_then(Value::as_str).unwrap_or("(no code)");
+        if ErrorCode::from_wire(name).is_none() {
+            bail!("{MATRIX_FILE} lists {name}, which is not a variant of ErrorCode; {REGEN}");
+        }
+    }
+    if let (Some(f), Some(g)) = (file.as_object(), generated.as_object())
+        && let Some(k) = g.keys().chain(f.keys()).find(|k| f.get(k.as_str()) != g.get(k.as_str()))
+    {
+        bail!("{MATRIX_FILE} disagrees with the code in `{k}`; {REGEN}");
+    }
+    bail!("{MATRIX_FILE} is not formatted as generated; {REGEN}")
+}
+
+/// The most telling member in which two code entries differ (the retry rule before the examples
+/// that follow from it).
+fn first_differing_field(generated: &Value, found: &Value) -> String {
+    const ORDER: &[&str] = &[
+        "retry",
+        "phases",
+        "layer",
+        "cacheableAsTerminal",
+        "retryReusesInvocationId",
+        "details",
+        "handlerMayReturn",
+        "httpStatus",
+        "mcp",
+        "logOnly",
+        "adapterDuty",
+        "meaning",
+        "when",
+        "examples",
+    ];
+    let differs = |k: &str| generated.get(k) != found.get(k);
+    if let Some(k) = ORDER.iter().find(|k| differs(k)) {
+        return (*k).to_string();
+    }
+    let keys = generated
+        .as_object()
+        .into_iter()
+        .flat_map(|o| o.keys())
+        .chain(found.as_object().into_iter().flat_map(|o| o.keys()));
+    keys.map(String::as_str).find(|k| differs(k)).unwrap_or("(unknown)").to_string()
+}
+
+/// The generated tables of `spec/error-model.md` match the matrix.
+fn check_docs(root: &Path) -> Result<()> {
+    let path = root.join(MODEL_DOC);
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("{MODEL_DOC} is missing"))?;
+    let expected = splice(&doc, MODEL_DOC)?;
+    if expected != doc {
+        let first = doc
+            .lines()
+            .zip(expected.lines())
+            .position(|(a, b)| a != b)
+            .map(|i| format!(" (first difference at line {})", i + 1))
+            .unwrap_or_default();
+        bail!("the generated tables of {MODEL_DOC} disagree with the matrix{first}; {REGEN}");
+    }
+    for code in ErrorCode::ALL {
+        let heading = format!("### `{}`", code.as_str());
+        if !doc.contains(&heading) {
+            bail!("{MODEL_DOC} has no section `{heading}`");
+        }
+    }
+    Ok(())
+}
+
+/// The matrix as a table for a terminal.
+pub(crate) fn readable_table() -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<26} {:<22} {:<56} {:<9} {:<5} details", "code", "phases", "retry", "cacheable", "http");
+    for row in &MATRIX {
+        let phases = row.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(",");
+        let mut retry = row.retry.default.as_str().to_string();
+        for c in row.retry.conditions {
+            let v = match c.equals {
+                matrix::DetailValue::Str(s) => s.to_string(),
+                matrix::DetailValue::Bool(b) => b.to_string(),
+            };
+            let _ = write!(retry, " | {} if {}={v}", c.then.as_str(), c.field);
+        }
+        let details = match row.details {
+            DetailsSpec::None => "-".to_string(),
+            DetailsSpec::Typed { keys, open, .. } => format!("{}{}", keys.join(","), if open { ",…" } else { "" }),
+        };
+        let _ = writeln!(
+            out,
+            "{:<26} {:<22} {:<56} {:<9} {:<5} {}",
+            row.code.as_str(),
+            phases,
+            retry,
+            if row.cacheable { "yes" } else { "no" },
+            row.http_status.default,
+            details
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` alone catches drift between the code and the generated files.
+    #[test]
+    fn matrix_is_up_to_date() {
+        if let Err(e) = verify(&crate::workspace_root()) {
+            panic!("{e:#}");
+        }
+    }
+
+    #[test]
+    fn a_changed_retry_rule_is_reported_with_its_code() {
+        let root = crate::workspace_root();
+        let text = std::fs::read_to_string(root.join(MATRIX_FILE)).unwrap();
+        let mut json: Value = serde_json::from_str(&text).unwrap();
+        let timeout = json["codes"].as_array_mut().unwrap().iter_mut().find(|c| c["code"] == "TIMEOUT").unwrap();
+        timeout["retry"]["default"] = "yes".into();
+        let dir = std::env::temp_dir().join(format!("xtask-verify-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("spec")).unwrap();
+        std::fs::write(dir.join(MATRIX_FILE), serde_json::to_string_pretty(&json).unwrap() + "\n").unwrap();
+        let err = check_file(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("TIMEOUT") && err.contains("retry"), "{err}");
+    }
+
+    #[test]
+    fn a_stale_docs_table_is_reported() {
+        let root = crate::workspace_root();
+        let doc = std::fs::read_to_string(root.join(MODEL_DOC)).unwrap();
+        let edited = doc.replacen("| `TIMEOUT` |", "| `TIMEOUT ` |", 1);
+        assert_ne!(doc, edited);
+        let dir = std::env::temp_dir().join(format!("xtask-docs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("spec")).unwrap();
+        std::fs::write(dir.join(MODEL_DOC), edited).unwrap();
+        let err = check_docs(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("disagree"), "{err}");
+    }
+}
