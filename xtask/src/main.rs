@@ -4,6 +4,7 @@
 
 mod ci;
 mod matrix;
+mod produced;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,4 +47,9 @@ fn main() -> ExitCode {
 pub(crate) fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// The phases the matrix declares for `code`.
+pub(crate) fn matrix_spec_phases(code: agent_surface_core::ErrorCode) -> &'static [agent_surface_core::Phase] {
+    agent_surface_core::matrix::spec(code).phases
 }

@@ -67,6 +67,7 @@ pub(crate) fn verify(root: &Path) -> Result<()> {
     check_examples()?;
     check_file(root)?;
     check_docs(root)?;
+    crate::produced::check(root)?;
     Ok(())
 }
 

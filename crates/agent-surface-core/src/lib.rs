@@ -43,6 +43,7 @@ mod code;
 mod definition;
 pub mod details;
 mod error;
+pub mod json;
 pub mod matrix;
 pub mod message;
 mod payload;

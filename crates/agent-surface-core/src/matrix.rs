@@ -212,8 +212,8 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::CapabilityNotFound,
         meaning: "The capability does not exist in this consumer's surface: never registered, long gone, or hidden by authority; the cases are indistinguishable on purpose.",
-        when: "Resolution finds no visible capability of that name and no tombstone matches.",
-        phases: &[Resolve],
+        when: "Resolution finds no capability of that name and no tombstone matches, or the authority policy hides it from this consumer.",
+        phases: &[Resolve, Authority],
         handler_may_return: false,
         layer: fixed(Layer::Protocol),
         retry: fixed(Retry::AfterRefresh),
@@ -228,8 +228,8 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::CapabilityNotAvailable,
         meaning: "The capability exists and is visible but is disabled right now.",
-        when: "The availability phase finds it disabled (by state or at run time, with a reason).",
-        phases: &[Availability],
+        when: "The availability phase finds it disabled at run time, or the authority policy disables it for this consumer, with a reason.",
+        phases: &[Availability, Authority],
         handler_may_return: false,
         layer: fixed(Layer::Execution),
         retry: fixed(Retry::AfterRefresh),
@@ -559,8 +559,8 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::ExecutionFailed,
         meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
-        when: "The handler returns an error or panics; the output fails validation, serialization or the size cap; a post-condition fails; or the outcome cannot be proven.",
-        phases: &[Execute, Output],
+        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails; the outcome cannot be proven; or the idempotency store fails at admission (transient).",
+        phases: &[Admission, Input, Execute, Output],
         handler_may_return: true,
         layer: Rule {
             default: Layer::Execution,

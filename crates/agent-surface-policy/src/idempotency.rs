@@ -1,0 +1,498 @@
+//! Idempotency: at most one execution per (consumer, invocation id), with duplicates joining the
+//! running call or replaying its stored result.
+//!
+//! Admission is phase 1 of the pipeline. The registry computes the request's [`Fingerprint`] and
+//! asks an [`IdempotencyStore`] to [`admit`](IdempotencyStore::admit) its [`IdempotencyKey`]:
+//!
+//! | store holds for the key                 | same fingerprint        | other fingerprint    |
+//! |-----------------------------------------|-------------------------|----------------------|
+//! | nothing, or an expired result           | [`Admission::Leader`]   | [`Admission::Leader`]|
+//! | a call in flight                        | [`Admission::Follower`] | [`Admission::Conflict`] |
+//! | a stored terminal result, not expired   | [`Admission::Replay`]   | [`Admission::Conflict`] |
+//!
+//! The leader runs the call and [`settle`](IdempotencyStore::settle)s exactly once, with
+//! [`Settlement::Store`] for a cacheable outcome or [`Settlement::Release`] for one that must not
+//! be replayed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use agent_surface_core::json::write_canonical;
+use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
+use futures_util::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+/// Who asked, and which invocation: the identity of one logical call.
+///
+/// Two calls with the same key are the same call (a retry); the store decides whether the second
+/// one joins, replays or conflicts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey {
+    /// The consumer's stable key (its identity as the authority policy sees it).
+    pub consumer_key: String,
+    /// The invocation id the consumer supplied.
+    pub invocation_id: String,
+}
+
+impl IdempotencyKey {
+    /// The key of `invocation_id` as sent by the consumer with key `consumer_key`.
+    pub fn new(consumer_key: impl Into<String>, invocation_id: impl Into<String>) -> IdempotencyKey {
+        IdempotencyKey { consumer_key: consumer_key.into(), invocation_id: invocation_id.into() }
+    }
+}
+
+/// What a request was: SHA-256 over the canonical JSON of its content.
+///
+/// Two requests whose JSON means the same (members in another order, `1.0` for `1`) have the same
+/// fingerprint; see [`agent_surface_core::json`]. Displayed (and debugged) as 64 lowercase hex
+/// digits, for the operator channel.
+///
+/// ```
+/// use agent_surface_policy::Fingerprint;
+/// use serde_json::json;
+///
+/// let a = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 7, "force": false}}));
+/// let b = Fingerprint::of(&json!({"input": {"force": false, "id": 7.0}, "capability": "orders.cancel"}));
+/// assert_eq!(a, b);
+/// assert_eq!(a.to_string().len(), 64);
+/// assert_eq!(
+///     Fingerprint::of(&json!({})).to_string(),
+///     "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", // sha256("{}")
+/// );
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// SHA-256 over the canonical JSON ([`write_canonical`]) of `value`.
+    pub fn of(value: &serde_json::Value) -> Fingerprint {
+        let mut canonical = Vec::new();
+        write_canonical(value, &mut canonical);
+        Fingerprint(Sha256::digest(&canonical).into())
+    }
+
+    /// The 32 bytes of the digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The fingerprint with these digest bytes (e.g. read back from a shared store).
+    pub fn from_bytes(bytes: [u8; 32]) -> Fingerprint {
+        Fingerprint(bytes)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What admission decided for one (key, fingerprint).
+pub enum Admission {
+    /// No live record: the caller runs the invocation and must call `settle` exactly once.
+    Leader,
+    /// The same request is in flight: this future resolves to the leader's result.
+    ///
+    /// If the leader's record disappears without being settled (the store was dropped), the
+    /// future resolves to a `CANCELLED` error carrying the key's invocation id.
+    Follower(BoxFuture<'static, InvokeResult>),
+    /// The same request already finished and its terminal result is stored.
+    Replay(InvokeResult),
+    /// The key was used for a different request (fingerprint differs). `stored` is for the operator channel only.
+    Conflict {
+        /// The fingerprint of the request the key was first used for.
+        stored: Fingerprint,
+    },
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Admission::Leader => f.write_str("Leader"),
+            Admission::Follower(_) => f.debug_tuple("Follower").finish_non_exhaustive(),
+            Admission::Replay(result) => f.debug_tuple("Replay").field(result).finish(),
+            Admission::Conflict { stored } => f.debug_struct("Conflict").field("stored", stored).finish(),
+        }
+    }
+}
+
+/// How a leader ends its record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settlement {
+    /// Store `result` as terminal until `expires_at`; followers receive it; later admissions with the same fingerprint replay it.
+    Store {
+        /// The terminal result.
+        result: InvokeResult,
+        /// When the stored result stops being replayed (exclusive: at `expires_at` it is gone).
+        expires_at: Timestamp,
+    },
+    /// Hand `result` to the followers, then forget the record (non-cacheable outcomes: RATE_LIMITED, CONFIRMATION_REQUIRED, INVOCATION_CONFLICT).
+    Release {
+        /// The result the followers receive.
+        result: InvokeResult,
+    },
+}
+
+/// Why a store could not answer. The registry maps it to an agent-safe error; the text is for the
+/// operator channel.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store is at capacity with only in-flight records and cannot admit another.
+    #[error("idempotency store is full ({capacity} records in flight)")]
+    Full {
+        /// The store's capacity.
+        capacity: usize,
+    },
+    /// The backing service failed (for shared stores).
+    #[error("idempotency store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Where admission records live: in memory ([`MemoryIdempotencyStore`]) or in a shared service.
+///
+/// `now` is passed in (from the registry's [`Clock`](crate::Clock)) rather than read, so a store
+/// never disagrees with the pipeline about time.
+pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
+    /// Decides what the call with `key` and `fingerprint` does (see [`Admission`]). A
+    /// [`Admission::Leader`] must be followed by exactly one [`settle`](Self::settle).
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>>;
+
+    /// Ends the leader's record for `key` (see [`Settlement`]). Settling a key that is not in
+    /// flight with this fingerprint does nothing.
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        (**self).admit(key, fingerprint, now)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).settle(key, fingerprint, settlement, now)
+    }
+}
+
+/// The configuration of a [`MemoryIdempotencyStore`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct MemoryStoreConfig {
+    /// The most records (in flight and stored) held at once. Default 100 000. A capacity of 0
+    /// admits nothing.
+    pub capacity: usize,
+}
+
+impl MemoryStoreConfig {
+    /// The default configuration with `capacity` records.
+    pub fn with_capacity(capacity: usize) -> Self {
+        MemoryStoreConfig { capacity }
+    }
+}
+
+impl Default for MemoryStoreConfig {
+    fn default() -> Self {
+        MemoryStoreConfig { capacity: 100_000 }
+    }
+}
+
+/// An [`IdempotencyStore`] in this process's memory, bounded by a capacity.
+///
+/// Every operation is one short synchronous critical section, run when its future is first polled;
+/// the futures are ready at once (a follower's future then waits for the leader).
+///
+/// When a new call arrives at capacity the store makes room by dropping expired results, then the
+/// oldest stored results (in the order they were settled). In-flight records are never evicted:
+/// if every record is in flight, admission fails with [`StoreError::Full`].
+///
+/// A leader that never settles keeps its record in flight, and its followers waiting, until the
+/// store is dropped; the registry settles on every path, including cancellation.
+pub struct MemoryIdempotencyStore {
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    records: HashMap<Arc<IdempotencyKey>, Entry>,
+    /// Stored results in settle order, as (key, generation); an entry whose generation is no
+    /// longer the record's is stale and skipped.
+    order: VecDeque<(Arc<IdempotencyKey>, u64)>,
+    /// Stored results by (expiry, generation); exact (removed with the record).
+    expiries: BTreeMap<(Timestamp, u64), Arc<IdempotencyKey>>,
+    next_generation: u64,
+}
+
+struct Entry {
+    generation: u64,
+    record: Record,
+}
+
+enum Record {
+    InFlight { fingerprint: Fingerprint, sender: watch::Sender<Option<InvokeResult>> },
+    Done { fingerprint: Fingerprint, result: InvokeResult, expires_at: Timestamp },
+}
+
+impl MemoryIdempotencyStore {
+    /// An empty store.
+    pub fn new(config: MemoryStoreConfig) -> Self {
+        MemoryIdempotencyStore {
+            capacity: config.capacity,
+            inner: Mutex::new(Inner {
+                records: HashMap::new(),
+                order: VecDeque::new(),
+                expiries: BTreeMap::new(),
+                next_generation: 0,
+            }),
+        }
+    }
+
+    /// How many records (in flight and stored, including expired ones not yet swept) it holds.
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Each critical section leaves `Inner` consistent before anything that can panic, so a
+        // poisoned lock still guards valid state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn admit_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Admission, StoreError> {
+        let mut inner = self.lock();
+        inner.sweep(now);
+        if let Some(entry) = inner.records.get(key) {
+            return Ok(match &entry.record {
+                Record::InFlight { fingerprint: stored, sender } if *stored == fingerprint => {
+                    Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone()))
+                }
+                Record::Done { fingerprint: stored, result, .. } if *stored == fingerprint => {
+                    Admission::Replay(result.clone())
+                }
+                Record::InFlight { fingerprint: stored, .. } | Record::Done { fingerprint: stored, .. } => {
+                    Admission::Conflict { stored: *stored }
+                }
+            });
+        }
+        while inner.records.len() >= self.capacity {
+            if !inner.evict_oldest_done() {
+                return Err(StoreError::Full { capacity: self.capacity });
+            }
+        }
+        let generation = inner.next_generation();
+        let (sender, _) = watch::channel(None);
+        inner
+            .records
+            .insert(Arc::new(key.clone()), Entry { generation, record: Record::InFlight { fingerprint, sender } });
+        Ok(Admission::Leader)
+    }
+
+    fn settle_now(&self, key: &IdempotencyKey, fingerprint: Fingerprint, settlement: Settlement, now: Timestamp) {
+        let mut inner = self.lock();
+        let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return };
+        let sender = match entry.record {
+            Record::InFlight { fingerprint: stored, sender } if stored == fingerprint => sender,
+            record => {
+                // Not this leader's record: put it back untouched.
+                inner.records.insert(shared_key, Entry { generation: entry.generation, record });
+                return;
+            }
+        };
+        let for_followers = match settlement {
+            Settlement::Store { result, expires_at } if expires_at > now => {
+                let generation = inner.next_generation();
+                inner.expiries.insert((expires_at, generation), Arc::clone(&shared_key));
+                inner.order.push_back((Arc::clone(&shared_key), generation));
+                let record = Record::Done { fingerprint, result: result.clone(), expires_at };
+                inner.records.insert(shared_key, Entry { generation, record });
+                result
+            }
+            // Already expired, or not cacheable: the followers get it and the record goes.
+            Settlement::Store { result, .. } | Settlement::Release { result } => result,
+        };
+        inner.compact_order();
+        drop(inner);
+        // Hand the result over outside the lock: waking followers must not contend with it.
+        sender.send_replace(Some(for_followers));
+    }
+}
+
+impl Inner {
+    fn next_generation(&mut self) -> u64 {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        generation
+    }
+
+    /// Drops every stored result whose expiry is at or before `now`, and stale queue heads.
+    fn sweep(&mut self, now: Timestamp) {
+        while let Some(entry) = self.expiries.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let generation = entry.key().1;
+            let key = entry.remove();
+            if self.records.get(&key).is_some_and(|e| e.generation == generation) {
+                self.records.remove(&key);
+            }
+        }
+        while let Some((key, generation)) = self.order.front() {
+            if self.is_live_done(key, *generation) {
+                break;
+            }
+            self.order.pop_front();
+        }
+    }
+
+    /// Evicts the stored result settled longest ago; false when every record is in flight.
+    fn evict_oldest_done(&mut self) -> bool {
+        while let Some((key, generation)) = self.order.pop_front() {
+            if !self.is_live_done(&key, generation) {
+                continue;
+            }
+            if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
+                self.expiries.remove(&(expires_at, generation));
+            }
+            return true;
+        }
+        false
+    }
+
+    fn is_live_done(&self, key: &IdempotencyKey, generation: u64) -> bool {
+        matches!(self.records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if *g == generation)
+    }
+
+    /// Keeps the settle-order queue within a constant factor of the live records: stale entries
+    /// pile up behind a long-lived head when results expire or are replaced out of order.
+    fn compact_order(&mut self) {
+        if self.order.len() > 2 * self.records.len() + 64 {
+            let records = &self.records;
+            self.order.retain(|(key, generation)| {
+                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if g == generation)
+            });
+        }
+    }
+}
+
+/// The future a follower awaits: the leader's result, or `CANCELLED` if the record vanished.
+fn follow(
+    mut receiver: watch::Receiver<Option<InvokeResult>>,
+    invocation_id: String,
+) -> BoxFuture<'static, InvokeResult> {
+    Box::pin(async move {
+        let settled = match receiver.wait_for(Option::is_some).await {
+            Ok(result) => result.clone(),
+            Err(_) => None,
+        };
+        settled
+            .unwrap_or_else(|| InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), Some(invocation_id)))
+    })
+}
+
+impl Default for MemoryIdempotencyStore {
+    fn default() -> Self {
+        MemoryIdempotencyStore::new(MemoryStoreConfig::default())
+    }
+}
+
+impl fmt::Debug for MemoryIdempotencyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryIdempotencyStore").field("capacity", &self.capacity).field("len", &self.len()).finish()
+    }
+}
+
+impl IdempotencyStore for MemoryIdempotencyStore {
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(async move { self.admit_now(key, fingerprint, now) })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.settle_now(key, fingerprint, settlement, now);
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_unix_millis(ms)
+    }
+
+    /// Short-lived results expiring behind a long-lived head of the settle queue must not make
+    /// the queue grow without bound.
+    #[test]
+    fn the_settle_queue_stays_proportional_to_the_records() {
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(1_000));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let result = InvokeResult::ok(serde_json::json!(null), None);
+        let settle = |key: &IdempotencyKey, expires_at, now| {
+            let admitted = store.admit(key, fp, now).now_or_never();
+            assert!(matches!(admitted, Some(Ok(Admission::Leader))));
+            let settlement = Settlement::Store { result: result.clone(), expires_at };
+            assert!(matches!(store.settle(key, fp, settlement, now).now_or_never(), Some(Ok(()))));
+        };
+        settle(&IdempotencyKey::new("c", "head"), at(u64::MAX), at(0));
+        for i in 0..10_000 {
+            settle(&IdempotencyKey::new("c", format!("k{i}")), at(i + 1), at(i));
+            let inner = store.lock();
+            assert!(inner.order.len() <= 2 * inner.records.len() + 65, "{} queued", inner.order.len());
+            assert_eq!(inner.expiries.len(), inner.records.len());
+        }
+        assert_eq!(store.len(), 2);
+    }
+}

@@ -1,0 +1,77 @@
+//! Policies, clocks and state stores consulted by the agent-surface invocation pipeline.
+//!
+//! # Overview
+//!
+//! The registry's pipeline (see `ARCHITECTURE.md`) decides; this crate holds the state and the
+//! time those decisions read:
+//!
+//! - [`Clock`] — wall-clock time and timers: [`SystemClock`] in production, [`ManualClock`] in
+//!   tests, where time moves only when told to;
+//! - [`IdempotencyStore`] — admission (phase 1): one execution per [`IdempotencyKey`], duplicates
+//!   follow the running call or replay its stored result, a reused key with another request
+//!   conflicts. [`MemoryIdempotencyStore`] is the bounded in-process implementation;
+//! - [`Fingerprint`] — what a request was, as SHA-256 over its canonical JSON
+//!   ([`agent_surface_core::json`]);
+//! - [`Consumer`] and [`Identity`] — who is calling;
+//! - [`AuthorityPolicy`], [`RateLimiter`], [`ConfirmationGate`] — the hooks of phases 4, 6 and 7,
+//!   each optional (absent: allow).
+//!
+//! Stores take `now` as an argument instead of reading a clock, so the pipeline's clock is the
+//! only source of time.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use agent_surface_core::InvokeResult;
+//! use agent_surface_policy::{
+//!     Admission, Clock, Fingerprint, IdempotencyKey, IdempotencyStore, ManualClock, MemoryIdempotencyStore,
+//!     Settlement,
+//! };
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let clock = ManualClock::default();
+//! let store = MemoryIdempotencyStore::default();
+//! let key = IdempotencyKey::new("consumer-1", "inv-42");
+//! let fingerprint = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 7}}));
+//!
+//! // The first call leads: it runs the capability, then settles.
+//! let Ok(Admission::Leader) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
+//! let result = InvokeResult::ok(json!({"cancelled": true}), Some("inv-42".into()));
+//! let expires_at = clock.now().saturating_add(Duration::from_secs(3600));
+//! let settlement = Settlement::Store { result: result.clone(), expires_at };
+//! store.settle(&key, fingerprint, settlement, clock.now()).await.unwrap();
+//!
+//! // A retry of the same call replays the stored result.
+//! clock.advance(Duration::from_secs(60));
+//! let Ok(Admission::Replay(replayed)) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
+//! assert_eq!(replayed, result);
+//!
+//! // The same invocation id with another request is a conflict.
+//! let other = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 8}}));
+//! let Ok(Admission::Conflict { stored }) = store.admit(&key, other, clock.now()).await else { panic!() };
+//! assert_eq!(stored, fingerprint);
+//!
+//! // Once the result expires, the key is free again.
+//! clock.advance(Duration::from_secs(3600));
+//! assert!(matches!(store.admit(&key, other, clock.now()).await, Ok(Admission::Leader)));
+//! # });
+//! ```
+
+mod clock;
+mod consumer;
+mod hooks;
+mod idempotency;
+
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use consumer::{Consumer, Identity};
+pub use hooks::{
+    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
+    RateLimiter,
+};
+pub use idempotency::{
+    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,
+    StoreError,
+};

@@ -1,0 +1,559 @@
+//! Capability definitions: the builders, and the checks that run once, at registration.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect};
+use agent_surface_policy::Consumer;
+use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ctx::Ctx;
+use crate::handler::{ErasedHandler, ErasedPrecondition, Unmet};
+use crate::id;
+use crate::schema::{self, CheckedInputSchema, SchemaLimits};
+use crate::validate::InputValidator;
+
+/// Where a capability runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Plane {
+    /// Handled in-process by the instance that registered it; may change only that instance's
+    /// local state, so its effect is `read` or `write`.
+    View,
+    /// A server-side operation, run by its handler or by a named [`Executor`]; may bind input
+    /// fields from the consumer or the instance.
+    Procedure,
+}
+
+/// Runs procedures on behalf of the registry (e.g. by calling a backend service).
+///
+/// Registered by name with [`crate::Registry::register_executor`] *before* the capabilities that
+/// use it are defined; a procedure naming an executor the registry does not have is a
+/// `PLANE_VIOLATION`.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `capability` with the validated, bound `input`.
+    fn execute(&self, ctx: Ctx, capability: &str, input: Value)
+    -> BoxFuture<'static, Result<Value, AgentSurfaceError>>;
+}
+
+/// Where the value of a bound input field comes from. Bound fields are filled by the runtime,
+/// never chosen by the agent: they are absent from the advertised input schema, and an agent that
+/// sends one gets `INVALID_INPUT` with `lockedFields`.
+///
+/// A binding that yields `None` (or panics) fails the call with
+/// `PRECONDITION_FAILED {reason: binding-failed}`.
+#[derive(Clone)]
+pub struct Binding(Arc<BindingFn>);
+
+/// A binding's evaluation: from the consumer and the instance state to the field's value.
+type BindingFn = dyn Fn(&Consumer, Option<&(dyn std::any::Any + Send + Sync)>) -> Option<Value> + Send + Sync;
+
+impl Binding {
+    /// A value taken from the consumer (e.g. the signed-in user's subject).
+    pub fn from_consumer(f: impl Fn(&Consumer) -> Option<Value> + Send + Sync + 'static) -> Binding {
+        Binding(Arc::new(move |c, _| f(c)))
+    }
+
+    /// A value taken from the target instance's state of type `S`.
+    pub fn from_instance<S: std::any::Any + Send + Sync>(
+        f: impl Fn(&S) -> Option<Value> + Send + Sync + 'static,
+    ) -> Binding {
+        Binding(Arc::new(move |_, state| state.and_then(|s| s.downcast_ref::<S>()).and_then(&f)))
+    }
+
+    pub(crate) fn eval(&self, consumer: &Consumer, state: Option<&(dyn std::any::Any + Send + Sync)>) -> Option<Value> {
+        (self.0)(consumer, state)
+    }
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Binding")
+    }
+}
+
+/// Size caps checked at registration.
+#[derive(Clone, Copy, Debug)]
+pub struct DefinitionLimits {
+    /// The longest description, in characters.
+    pub max_description_chars: usize,
+    /// The largest `meta` object, serialized, in bytes.
+    pub max_meta_bytes: usize,
+    /// The most capabilities one type may declare.
+    pub max_capabilities_per_type: usize,
+    /// The longest time budget a capability may declare.
+    pub max_time_budget: Duration,
+    /// Nesting depth and size caps of input and output schemas.
+    pub max_schema_depth: usize,
+    /// The largest schema, serialized, in bytes.
+    pub max_schema_bytes: usize,
+}
+
+impl Default for DefinitionLimits {
+    fn default() -> Self {
+        DefinitionLimits {
+            max_description_chars: 1024,
+            max_meta_bytes: 4096,
+            max_capabilities_per_type: 256,
+            max_time_budget: Duration::from_secs(15 * 60),
+            max_schema_depth: 16,
+            max_schema_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A checked, compiled capability.
+pub(crate) struct CapabilityDef {
+    pub(crate) name: Arc<str>,
+    pub(crate) tool_name: String,
+    pub(crate) type_id: Arc<str>,
+    pub(crate) description: String,
+    pub(crate) effect: Effect,
+    pub(crate) idempotent: bool,
+    pub(crate) time_budget: Option<Duration>,
+    pub(crate) plane: Plane,
+    pub(crate) input: CheckedInputSchema,
+    pub(crate) validator: InputValidator,
+    /// Validates the input after bindings filled it (only for capabilities with bindings): a
+    /// bound value that breaks the schema is a binding failure, not the agent's fault.
+    pub(crate) bound_validator: Option<jsonschema::Validator>,
+    pub(crate) output_schema: Option<Value>,
+    pub(crate) output_validator: Option<jsonschema::Validator>,
+    pub(crate) bindings: Vec<(String, Binding)>,
+    pub(crate) precondition: Option<ErasedPrecondition>,
+    pub(crate) handler: ErasedHandler,
+    pub(crate) meta: Option<Value>,
+}
+
+/// What the builders need from the registry.
+pub(crate) struct BuildEnv<'a> {
+    pub(crate) executors: &'a HashMap<String, Arc<dyn Executor>>,
+    pub(crate) limits: DefinitionLimits,
+}
+
+/// Declares the capabilities of one capability type; handed to the closure of
+/// [`crate::Registry::define`].
+pub struct TypeBuilder<'a> {
+    type_id: String,
+    env: BuildEnv<'a>,
+    done: Vec<Result<CapabilityDef, DefinitionError>>,
+    started: Vec<String>,
+}
+
+impl<'a> TypeBuilder<'a> {
+    pub(crate) fn new(type_id: &str, env: BuildEnv<'a>) -> TypeBuilder<'a> {
+        TypeBuilder { type_id: type_id.to_string(), env, done: Vec::new(), started: Vec::new() }
+    }
+
+    /// Starts a capability with its id (e.g. `cancel`) and a description for the model.
+    /// Finish it with [`CapabilityBuilder::handler`] (or another finishing method).
+    pub fn capability(&mut self, id: &str, description: &str) -> CapabilityBuilder<'_, 'a> {
+        self.started.push(id.to_string());
+        CapabilityBuilder {
+            ty: self,
+            id: id.to_string(),
+            description: description.to_string(),
+            effect: Effect::Write,
+            idempotent: false,
+            time_budget: None,
+            plane: Plane::Procedure,
+            bindings: Vec::new(),
+            sensitive: Vec::new(),
+            meta: None,
+            precondition: None,
+            error: None,
+        }
+    }
+
+    /// Adds a capability from its JSON definition (for bridging other systems), with a handler
+    /// over raw JSON values. Unknown members of the definition are an `INVALID_DEFINITION`.
+    ///
+    /// The definition's members: `name`, `description`, `inputSchema`, and optionally
+    /// `outputSchema`, `effect`, `idempotent`, `timeBudgetMs`, `plane`, `sensitive`, `meta`.
+    pub fn raw<F, Fut>(&mut self, definition: Value, handler: F)
+    where
+        F: Fn(Ctx, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, AgentSurfaceError>> + Send + 'static,
+    {
+        let location = format!("{}.?", self.type_id);
+        let raw: RawDefinition = match serde_json::from_value(definition) {
+            Ok(raw) => raw,
+            Err(e) => {
+                self.done.push(Err(DefinitionError::new(Code::InvalidDefinition, location, e.to_string())));
+                return;
+            }
+        };
+        let mut b = self.capability(&raw.name, &raw.description);
+        b.effect = raw.effect.unwrap_or(Effect::Write);
+        b.idempotent = raw.idempotent.unwrap_or(false);
+        b.time_budget = raw.time_budget_ms.map(Duration::from_millis);
+        b.plane = raw.plane.unwrap_or(Plane::Procedure);
+        b.sensitive = raw.sensitive.unwrap_or_default();
+        b.meta = raw.meta;
+        let output = raw.output_schema.filter(|s| !schema::is_trivial(s));
+        b.finish(raw.input_schema, output, ErasedHandler::raw(handler));
+    }
+
+    pub(crate) fn finish(self) -> Result<Vec<CapabilityDef>, DefinitionError> {
+        id::check_type_id(&self.type_id)?;
+        let mut defs = Vec::with_capacity(self.done.len());
+        let mut seen = HashSet::new();
+        for d in self.done {
+            let d = d?;
+            if !seen.insert(d.name.clone()) {
+                return Err(DefinitionError::new(
+                    Code::DuplicateCapability,
+                    d.name.to_string(),
+                    "two capabilities of this type have the same id",
+                ));
+            }
+            defs.push(d);
+        }
+        if self.started.len() != defs.len() {
+            let finished: HashSet<&str> = defs.iter().map(|d| &d.name[self.type_id.len() + 1..]).collect();
+            let missing = self.started.iter().find(|s| !finished.contains(s.as_str())).cloned().unwrap_or_default();
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                format!("{}.{missing}", self.type_id),
+                "the capability was started but never given a handler, procedure or executor",
+            ));
+        }
+        if defs.len() > self.env.limits.max_capabilities_per_type {
+            return Err(DefinitionError::new(
+                Code::LimitExceeded,
+                self.type_id.clone(),
+                format!("more than {} capabilities in one type", self.env.limits.max_capabilities_per_type),
+            ));
+        }
+        Ok(defs)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawDefinition {
+    name: String,
+    description: String,
+    input_schema: Value,
+    #[serde(default)]
+    output_schema: Option<Value>,
+    #[serde(default)]
+    effect: Option<Effect>,
+    #[serde(default)]
+    idempotent: Option<bool>,
+    #[serde(default)]
+    time_budget_ms: Option<u64>,
+    #[serde(default)]
+    plane: Option<Plane>,
+    #[serde(default)]
+    sensitive: Option<Vec<String>>,
+    #[serde(default)]
+    meta: Option<Value>,
+}
+
+/// Declares one capability; finished by [`CapabilityBuilder::handler`],
+/// [`CapabilityBuilder::raw_handler`], [`CapabilityBuilder::procedure`] or
+/// [`CapabilityBuilder::raw_procedure`].
+#[must_use = "a capability is added only when a handler, procedure or executor finishes it"]
+pub struct CapabilityBuilder<'t, 'a> {
+    ty: &'t mut TypeBuilder<'a>,
+    id: String,
+    description: String,
+    effect: Effect,
+    idempotent: bool,
+    time_budget: Option<Duration>,
+    plane: Plane,
+    bindings: Vec<(String, Binding)>,
+    sensitive: Vec<String>,
+    meta: Option<Value>,
+    precondition: Option<ErasedPrecondition>,
+    error: Option<DefinitionError>,
+}
+
+impl CapabilityBuilder<'_, '_> {
+    fn location(&self) -> String {
+        format!("{}.{}", self.ty.type_id, self.id)
+    }
+
+    /// The declared side effect (default: `write`).
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effect = effect;
+        self
+    }
+
+    /// Declares that repeating the call with the same input has no further effect; a `TIMEOUT`
+    /// of an idempotent capability may be retried.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    /// The time budget of one call (default: the registry's).
+    pub fn time_budget(mut self, budget: Duration) -> Self {
+        self.time_budget = Some(budget);
+        self
+    }
+
+    /// Makes this a view action: handled in-process by the registering instance, effect `read`
+    /// or `write` only, no bindings.
+    pub fn view(mut self) -> Self {
+        self.plane = Plane::View;
+        self
+    }
+
+    /// Binds a top-level input field: the runtime fills it, the agent may not send it.
+    pub fn bind(mut self, field: &str, binding: Binding) -> Self {
+        self.bindings.push((field.to_string(), binding));
+        self
+    }
+
+    /// Marks top-level input fields as sensitive: their values are never echoed or logged.
+    pub fn sensitive(mut self, fields: &[&str]) -> Self {
+        self.sensitive.extend(fields.iter().map(|f| f.to_string()));
+        self
+    }
+
+    /// Attaches author metadata (a JSON object, shown in discovery).
+    pub fn meta(mut self, meta: impl Serialize) -> Self {
+        match serde_json::to_value(meta) {
+            Ok(v) => self.meta = Some(v),
+            Err(e) => {
+                self.error = Some(DefinitionError::new(Code::InvalidDefinition, self.location(), format!("meta: {e}")))
+            }
+        }
+        self
+    }
+
+    /// A precondition over the decoded input, checked in the input phase (before rate limits,
+    /// confirmation and the handler). `I` must be the handler's input type.
+    pub fn precondition<I, F>(mut self, check: F) -> Self
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
+    {
+        self.precondition = Some(ErasedPrecondition::typed(check));
+        self
+    }
+
+    /// Finishes with a typed handler; the input and output schemas come from `I` and `O`.
+    pub fn handler<I, O, F, Fut>(self, f: F)
+    where
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        O: Serialize + JsonSchema + Send + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, AgentSurfaceError>> + Send + 'static,
+    {
+        let input = object_schema_for::<I>();
+        let output = Some(schema::schema_for::<O>()).filter(|s| !schema::is_trivial(s));
+        self.finish(input, output, ErasedHandler::typed(f));
+    }
+
+    /// Finishes with a handler over raw JSON values and explicit schemas.
+    pub fn raw_handler<F, Fut>(self, input_schema: Value, output_schema: Option<Value>, f: F)
+    where
+        F: Fn(Ctx, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, AgentSurfaceError>> + Send + 'static,
+    {
+        let output = output_schema.filter(|s| !schema::is_trivial(s));
+        self.finish(input_schema, output, ErasedHandler::raw(f));
+    }
+
+    /// Finishes as a procedure run by the named executor; the schemas come from `I` and `O`.
+    pub fn procedure<I: JsonSchema, O: JsonSchema>(self, executor: &str) {
+        let input = object_schema_for::<I>();
+        let output = Some(schema::schema_for::<O>()).filter(|s| !schema::is_trivial(s));
+        self.raw_procedure(executor, input, output);
+    }
+
+    /// Finishes as a procedure run by the named executor, with explicit schemas.
+    pub fn raw_procedure(mut self, executor: &str, input_schema: Value, output_schema: Option<Value>) {
+        self.plane = Plane::Procedure;
+        let Some(exec) = self.ty.env.executors.get(executor).cloned() else {
+            self.error.get_or_insert(DefinitionError::new(
+                Code::PlaneViolation,
+                self.location(),
+                format!("procedure names executor `{executor}`, which the registry does not have"),
+            ));
+            self.finish(input_schema, output_schema, ErasedHandler::raw(|_, v| async move { Ok(v) }));
+            return;
+        };
+        let name: Arc<str> = Arc::from(self.location());
+        let handler = ErasedHandler::raw(move |ctx, input| exec.execute(ctx, &name, input));
+        let output = output_schema.filter(|s| !schema::is_trivial(s));
+        self.finish(input_schema, output, handler);
+    }
+
+    fn finish(self, input_schema: Value, output_schema: Option<Value>, handler: ErasedHandler) {
+        let result = self.check(input_schema, output_schema, handler);
+        self.ty.done.push(result);
+    }
+
+    fn check(
+        &self,
+        input_schema: Value,
+        output_schema: Option<Value>,
+        handler: ErasedHandler,
+    ) -> Result<CapabilityDef, DefinitionError> {
+        let location = self.location();
+        id::check_type_id(&self.ty.type_id)?;
+        id::check_capability_id(&self.ty.type_id, &self.id)?;
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let limits = self.ty.env.limits;
+        if self.description.trim().is_empty() {
+            return Err(DefinitionError::new(Code::InvalidDefinition, location, "the description is empty"));
+        }
+        if self.description.chars().count() > limits.max_description_chars {
+            return Err(DefinitionError::new(
+                Code::LimitExceeded,
+                location,
+                format!("the description is longer than {} characters", limits.max_description_chars),
+            ));
+        }
+        if let Some(meta) = &self.meta {
+            if !meta.is_object() {
+                return Err(DefinitionError::new(Code::InvalidDefinition, location, "meta must be a JSON object"));
+            }
+            let size = serde_json::to_vec(meta).map(|v| v.len()).unwrap_or(usize::MAX);
+            if size > limits.max_meta_bytes {
+                return Err(DefinitionError::new(
+                    Code::LimitExceeded,
+                    location,
+                    format!("meta is {size} bytes, over the {}-byte cap", limits.max_meta_bytes),
+                ));
+            }
+        }
+        if let Some(budget) = self.time_budget
+            && (budget.is_zero() || budget > limits.max_time_budget)
+        {
+            return Err(DefinitionError::new(
+                Code::LimitExceeded,
+                location,
+                format!("the time budget must be between 1 ms and {:?}", limits.max_time_budget),
+            ));
+        }
+        if self.plane == Plane::View {
+            if self.effect.requires_fresh_surface() {
+                return Err(DefinitionError::new(
+                    Code::PlaneViolation,
+                    location,
+                    format!(
+                        "a view action may only change its instance's state, but declares effect `{}`",
+                        self.effect
+                    ),
+                ));
+            }
+            if !self.bindings.is_empty() {
+                return Err(DefinitionError::new(
+                    Code::PlaneViolation,
+                    location,
+                    "a view action cannot bind input fields; bindings belong to procedures",
+                ));
+            }
+        }
+        if let Some(p) = &self.precondition
+            && p.input_type != handler.input_type
+        {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                "the precondition's input type differs from the handler's",
+            ));
+        }
+        let schema_limits = SchemaLimits { max_depth: limits.max_schema_depth, max_bytes: limits.max_schema_bytes };
+        let bound: Vec<String> = self.bindings.iter().map(|(f, _)| f.clone()).collect();
+        let mut seen = HashSet::new();
+        if let Some(dup) = bound.iter().find(|b| !seen.insert(b.as_str())) {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                format!("field `{dup}` is bound twice"),
+            ));
+        }
+        let closed = close_objects(input_schema);
+        let input = schema::check_input_schema(&location, &closed, &bound, &self.sensitive, schema_limits)?;
+        let validator = InputValidator::new(&location, &input.advertised, input.sensitive.clone())?;
+        let bound_validator = if bound.is_empty() {
+            None
+        } else {
+            Some(jsonschema::draft202012::new(&input.full).map_err(|e| {
+                DefinitionError::new(Code::UnsupportedSchema, location.clone(), format!("input schema: {e}"))
+            })?)
+        };
+        let (output_schema, output_validator) = match output_schema {
+            None => (None, None),
+            Some(s) => {
+                let s = schema::check_output_schema(&location, &s, schema_limits)?;
+                let v = jsonschema::draft202012::new(&s).map_err(|e| {
+                    DefinitionError::new(Code::UnsupportedSchema, location.clone(), format!("output schema: {e}"))
+                })?;
+                (Some(s), Some(v))
+            }
+        };
+        let name = id::capability_name(&self.ty.type_id, &self.id);
+        let tool_name = id::tool_name(&name).unwrap_or_else(|| name.replace('.', "-"));
+        Ok(CapabilityDef {
+            name: Arc::from(name),
+            tool_name,
+            type_id: Arc::from(self.ty.type_id.as_str()),
+            description: self.description.trim().to_string(),
+            effect: self.effect,
+            idempotent: self.idempotent,
+            time_budget: self.time_budget,
+            plane: self.plane,
+            input,
+            validator,
+            bound_validator,
+            output_schema,
+            output_validator,
+            bindings: self.bindings.clone(),
+            precondition: self.precondition.clone(),
+            handler,
+            meta: self.meta.clone(),
+        })
+    }
+}
+
+/// The input schema of `I`; an unconstrained type (`serde_json::Value`) accepts any object,
+/// since a tool's input is always a JSON object.
+fn object_schema_for<I: JsonSchema>() -> Value {
+    let s = schema::schema_for::<I>();
+    if schema::is_trivial(&s) { serde_json::json!({"type": "object"}) } else { s }
+}
+
+/// Closes every object schema that lists `properties` but says nothing about other members
+/// (`additionalProperties: false`), so that a misspelled optional field is an `INVALID_INPUT`
+/// instead of being silently dropped. An explicit `additionalProperties` is kept.
+fn close_objects(mut schema: Value) -> Value {
+    fn walk_schema(v: &mut Value) {
+        let Value::Object(map) = v else { return };
+        if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+            map.insert("additionalProperties".into(), Value::Bool(false));
+        }
+        for (k, child) in map.iter_mut() {
+            match k.as_str() {
+                "properties" | "$defs" | "definitions" => {
+                    if let Value::Object(children) = child {
+                        children.values_mut().for_each(walk_schema);
+                    }
+                }
+                "items" | "additionalProperties" => walk_schema(child),
+                "anyOf" | "oneOf" => {
+                    if let Value::Array(children) = child {
+                        children.iter_mut().for_each(walk_schema);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    walk_schema(&mut schema);
+    schema
+}

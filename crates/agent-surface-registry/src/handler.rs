@@ -1,0 +1,146 @@
+//! Type-erased handlers: how a typed `async fn(Ctx, I) -> Result<O, AgentSurfaceError>` is stored.
+//!
+//! A call goes through two steps so that each failure lands in its own phase: `decode` turns the
+//! validated JSON into the handler's input type (input phase), `call` runs the handler and
+//! serializes its output (execute phase).
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+
+use agent_surface_core::AgentSurfaceError;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::ctx::Ctx;
+
+/// A decoded input, in the handler's own type.
+pub(crate) type Decoded = Box<dyn Any + Send>;
+
+/// Why a handler's call did not produce a JSON output.
+pub(crate) enum Failure {
+    /// The handler returned an error.
+    Error(AgentSurfaceError),
+    /// The handler's output could not be serialized to JSON.
+    Unserializable(serde_json::Error),
+}
+
+type DecodeFn = dyn Fn(&Value) -> Result<Decoded, serde_json::Error> + Send + Sync;
+type CallFn = dyn Fn(Ctx, Decoded) -> BoxFuture<'static, Result<Value, Failure>> + Send + Sync;
+type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
+
+/// A stored handler.
+#[derive(Clone)]
+pub(crate) struct ErasedHandler {
+    pub(crate) decode: Arc<DecodeFn>,
+    pub(crate) call: Arc<CallFn>,
+    pub(crate) input_type: std::any::TypeId,
+}
+
+impl ErasedHandler {
+    /// Wraps a typed handler.
+    pub(crate) fn typed<I, O, F, Fut>(f: F) -> ErasedHandler
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, AgentSurfaceError>> + Send + 'static,
+    {
+        let decode = |v: &Value| -> Result<Decoded, serde_json::Error> { Ok(Box::new(I::deserialize(v)?)) };
+        let call = move |ctx: Ctx, input: Decoded| -> BoxFuture<'static, Result<Value, Failure>> {
+            match input.downcast::<I>() {
+                Ok(input) => f(ctx, *input)
+                    .map(|r| match r {
+                        Ok(out) => serde_json::to_value(out).map_err(Failure::Unserializable),
+                        Err(e) => Err(Failure::Error(e)),
+                    })
+                    .boxed(),
+                // `decode` and `call` are built together above, so the types always match.
+                Err(_) => futures_util::future::ready(Err(Failure::Error(AgentSurfaceError::internal(
+                    std::io::Error::other("decoded input has the wrong type"),
+                ))))
+                .boxed(),
+            }
+        };
+        ErasedHandler { decode: Arc::new(decode), call: Arc::new(call), input_type: std::any::TypeId::of::<I>() }
+    }
+
+    /// Wraps a handler over raw JSON values.
+    pub(crate) fn raw<F, Fut>(f: F) -> ErasedHandler
+    where
+        F: Fn(Ctx, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, AgentSurfaceError>> + Send + 'static,
+    {
+        ErasedHandler::typed::<Value, Value, _, _>(f)
+    }
+}
+
+/// A stored precondition over the decoded input.
+#[derive(Clone)]
+pub(crate) struct ErasedPrecondition {
+    pub(crate) check: Arc<PreconditionFn>,
+    pub(crate) input_type: std::any::TypeId,
+}
+
+impl ErasedPrecondition {
+    pub(crate) fn typed<I, F>(f: F) -> ErasedPrecondition
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
+    {
+        let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> Result<(), AgentSurfaceError> {
+            match input.downcast_ref::<I>() {
+                Some(i) => f(ctx, i).map_err(Unmet::into_error),
+                None => Ok(()),
+            }
+        };
+        ErasedPrecondition { check: Arc::new(check), input_type: std::any::TypeId::of::<I>() }
+    }
+}
+
+/// An unmet precondition: the explanation and details of a `PRECONDITION_FAILED`.
+///
+/// Returned by a capability's `precondition` check, which runs in the input phase, before rate
+/// limits, confirmation and the handler.
+///
+/// ```
+/// use agent_surface_registry::Unmet;
+/// let unmet = Unmet::new("Shipped orders cannot be cancelled.").reason("order-shipped");
+/// # let _ = unmet;
+/// ```
+#[derive(Debug)]
+pub struct Unmet {
+    explanation: agent_surface_core::SafeText,
+    details: agent_surface_core::details::PreconditionDetails,
+}
+
+impl Unmet {
+    /// An unmet precondition with an explanation the application wrote.
+    pub fn new(explanation: impl Into<agent_surface_core::SafeText>) -> Unmet {
+        Unmet { explanation: explanation.into(), details: Default::default() }
+    }
+
+    /// A machine-readable reason (kebab-case). `binding-failed` is reserved for the runtime and
+    /// is ignored here.
+    pub fn reason(mut self, reason: &'static str) -> Unmet {
+        if reason != agent_surface_core::details::BINDING_FAILED {
+            self.details.reason = Some(reason.to_string());
+        }
+        self
+    }
+
+    /// An agent-safe detail value.
+    pub fn detail(mut self, key: &'static str, value: impl Into<Value>) -> Unmet {
+        if key != "reason" {
+            self.details.extra.insert(key.to_string(), value.into());
+        }
+        self
+    }
+
+    fn into_error(self) -> AgentSurfaceError {
+        AgentSurfaceError::precondition_failed_with(self.explanation, self.details)
+    }
+}

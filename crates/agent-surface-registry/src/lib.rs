@@ -1,0 +1,93 @@
+//! Capability definitions, live registrations, snapshots, and the invocation pipeline.
+//!
+//! # Overview
+//!
+//! A [`Registry`] holds capability *types*, each declaring capabilities with typed handlers
+//! ([`Registry::define`]); live *instances* of a type are mounted and unmounted at run time
+//! ([`Registry::mount`], [`Mount`]). A consumer discovers its [`Snapshot`] of the surface and calls
+//! capabilities with [`Registry::invoke`], which runs the pipeline and returns an
+//! [`InvokeResult`](agent_surface_core::InvokeResult) — never an `Err`, never a panic, whatever the
+//! agent sends:
+//!
+//! 1. admission / idempotency, 2. resolve, 3. availability, 4. authority, 5. input,
+//! 6. rate, 7. confirmation, 8. execute, 9. output, 10. record.
+//!
+//! Each phase lives in its own module under `pipeline/`; `spec/invocation.md` is the normative
+//! description.
+//!
+//! # Examples
+//!
+//! ```
+//! use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode};
+//! use agent_surface_policy::Consumer;
+//! use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Unmet};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct CancelOrder { order_id: String }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct Cancelled { order_id: String }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let registry = Registry::new(RegistryConfig::default());
+//! registry.define("orders", |t| {
+//!     t.capability("cancel", "Cancel an order that has not shipped yet.")
+//!         .effect(Effect::Write)
+//!         .precondition(|_ctx: &Ctx, i: &CancelOrder| {
+//!             if i.order_id.starts_with("shipped-") {
+//!                 return Err(Unmet::new("Shipped orders cannot be cancelled.").reason("order-shipped"));
+//!             }
+//!             Ok(())
+//!         })
+//!         .handler(|_ctx: Ctx, i: CancelOrder| async move {
+//!             Ok::<_, AgentSurfaceError>(Cancelled { order_id: i.order_id })
+//!         })
+//! })?;
+//! let _mounted = registry.mount("orders", "default")?;
+//! let consumer = InvokeOptions::new(Consumer::anonymous("session-1"));
+//!
+//! let ok = registry.invoke(InvokeRequest::new("orders.cancel", serde_json::json!({"order_id": "A-1"})), consumer.clone()).await;
+//! assert!(ok.is_ok());
+//!
+//! let err = registry.invoke(InvokeRequest::new("orders.cancel", serde_json::json!({"order_id": "shipped-2"})), consumer).await;
+//! assert_eq!(err.code(), Some(ErrorCode::PreconditionFailed));
+//! # Ok::<_, agent_surface_core::DefinitionError>(())
+//! # }).unwrap();
+//! ```
+
+mod ctx;
+mod define;
+mod handler;
+pub mod id;
+mod live;
+mod pipeline;
+mod registry;
+mod request;
+mod schema;
+mod snapshot;
+mod validate;
+
+pub use ctx::Ctx;
+pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, Plane, TypeBuilder};
+pub use handler::Unmet;
+pub use registry::{DuplicateInstance, Instance, Mount, MountRejection, Registry, RegistryConfig};
+pub use request::{Invocation, InvokeOptions, InvokeRequest, Target};
+pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
+
+use agent_surface_core::InvokeResult;
+
+impl Registry {
+    /// Runs one call through the pipeline. Never fails and never panics for anything the caller
+    /// sends: every failure is an `InvokeResult` with an agent-safe payload.
+    pub async fn invoke(&self, request: InvokeRequest, options: InvokeOptions) -> InvokeResult {
+        pipeline::invoke(self, request, options).await.result
+    }
+
+    /// [`Registry::invoke`], plus what the operator side knows: the phase that produced an
+    /// error, and whether the result was replayed or joined.
+    pub async fn invoke_detailed(&self, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+        pipeline::invoke(self, request, options).await
+    }
+}

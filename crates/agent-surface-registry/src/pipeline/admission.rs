@@ -1,0 +1,158 @@
+//! Phase 1 — admission and idempotency.
+//!
+//! Input: the request and the consumer. Decision: run the call (untracked, or as the leader of
+//! its `(consumerKey, invocationId)`), answer it from the store (replay, or join the identical
+//! call in flight), or stop it. Codes: `CANCELLED` (disposed registry, cancelled caller),
+//! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason: transport,
+//! transient}` (the store failed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::json::write_canonical;
+use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
+use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+use sha2::{Digest, Sha256};
+
+use super::Stop;
+use crate::registry::Inner;
+use crate::request::{Invocation, InvokeOptions, InvokeRequest};
+
+/// How long a caller is asked to wait after the idempotency store failed.
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+pub(crate) enum Admitted {
+    /// No invocation id: nothing to remember.
+    Untracked,
+    /// This call runs and must settle its record.
+    Leader(LeaderGuard),
+    /// Answered without running (replay or join).
+    Answered(Invocation),
+    /// Stopped in this phase.
+    Stopped(Stop),
+}
+
+/// The fingerprint of a request: SHA-256 over the capability, the target as requested, the
+/// canonical (RFC 8785) input and the confirmation evidence, each length-prefixed.
+pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
+    let mut h = Sha256::new();
+    let mut part = |tag: &[u8], bytes: &[u8]| {
+        h.update(tag);
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    part(b"capability", request.capability.as_bytes());
+    let target = request.target.clone().unwrap_or_default();
+    part(b"instance", target.instance_id.as_deref().unwrap_or("").as_bytes());
+    part(b"registration", target.registration_id.as_deref().unwrap_or("").as_bytes());
+    let mut input = Vec::with_capacity(128);
+    write_canonical(&request.input, &mut input);
+    part(b"input", &input);
+    part(b"evidence", request.confirmation_id.as_deref().unwrap_or("").as_bytes());
+    Fingerprint::from_bytes(h.finalize().into())
+}
+
+pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Admitted {
+    if inner.disposed.is_cancelled() {
+        return Admitted::Stopped(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "registry disposed"));
+    }
+    if options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
+        return Admitted::Stopped(Stop::noted(
+            AgentSurfaceError::cancelled(),
+            Phase::Admission,
+            "cancelled before admission",
+        ));
+    }
+    let Some(invocation_id) = &request.invocation_id else { return Admitted::Untracked };
+    let key = IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: invocation_id.clone() };
+    let fp = fingerprint(request);
+    tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
+    let store = inner.config.idempotency.clone();
+    let now = inner.config.clock.now();
+    match store.admit(&key, fp, now).await {
+        Ok(Admission::Leader) => Admitted::Leader(LeaderGuard {
+            store,
+            key: Some(key),
+            fingerprint: fp,
+            window: inner.config.idempotency_window,
+            clock: inner.config.clock.clone(),
+        }),
+        Ok(Admission::Replay(result)) => Admitted::Answered(Invocation {
+            result: result.with_invocation_id(Some(invocation_id.clone())),
+            phase: None,
+            replayed: true,
+            joined: false,
+        }),
+        Ok(Admission::Follower(wait)) => {
+            let result = wait.await;
+            Admitted::Answered(Invocation {
+                result: result.with_invocation_id(Some(invocation_id.clone())),
+                phase: None,
+                replayed: false,
+                joined: true,
+            })
+        }
+        Ok(Admission::Conflict { stored }) => Admitted::Stopped(Stop::noted(
+            AgentSurfaceError::invocation_conflict(),
+            Phase::Admission,
+            format!("stored fingerprint {stored}, presented {fp}"),
+        )),
+        Err(e) => Admitted::Stopped(Stop::noted(
+            AgentSurfaceError::transient(STORE_RETRY_AFTER),
+            Phase::Admission,
+            format!("idempotency store failed: {e}"),
+        )),
+    }
+}
+
+/// The leader's duty to settle its record. Dropped without settling (the caller dropped the
+/// `invoke` future mid-call), it records `CANCELLED` so that followers are answered and a retry
+/// with the same id cannot run the handler a second time.
+pub(crate) struct LeaderGuard {
+    store: Arc<dyn IdempotencyStore>,
+    key: Option<IdempotencyKey>,
+    fingerprint: Fingerprint,
+    window: Duration,
+    clock: Arc<dyn agent_surface_policy::Clock>,
+}
+
+impl LeaderGuard {
+    fn settlement(&self, result: InvokeResult, now: Timestamp) -> Settlement {
+        let cacheable = result.error_payload().is_none_or(|p| p.is_cacheable());
+        if cacheable {
+            Settlement::Store { result, expires_at: now.saturating_add(self.window) }
+        } else {
+            Settlement::Release { result }
+        }
+    }
+
+    pub(crate) async fn settle(mut self, result: &InvokeResult) {
+        let Some(key) = self.key.take() else { return };
+        let now = self.clock.now();
+        let settlement = self.settlement(result.clone(), now);
+        if let Err(e) = self.store.settle(&key, self.fingerprint, settlement, now).await {
+            tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
+        }
+    }
+}
+
+impl Drop for LeaderGuard {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        let now = self.clock.now();
+        let result =
+            InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), Some(key.invocation_id.clone()));
+        let settlement = self.settlement(result, now);
+        let (store, fp) = (self.store.clone(), self.fingerprint);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    let _ = store.settle(&key, fp, settlement, now).await;
+                });
+            }
+            Err(_) => {
+                futures_util::FutureExt::now_or_never(store.settle(&key, fp, settlement, now));
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Phase 8 — execution under the time budget and the caller's cancellation.
+//!
+//! Input: the decoded input and the context. Decision: the handler's output, or why there is
+//! none. Codes: `TIMEOUT {timeoutMs, idempotent}`, `CANCELLED` (caller cancelled, registry
+//! disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}`, `EXECUTION_FAILED {reason:
+//! handler-error}` (handler error or panic), and the codes a handler may return itself
+//! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
+//! `EXECUTION_FAILED {reason: handler-error}` instead.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
+use agent_surface_core::{AgentSurfaceError, Phase, matrix};
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use super::Stop;
+use crate::ctx::Ctx;
+use crate::define::CapabilityDef;
+use crate::handler::{Decoded, Failure};
+use crate::live::Registration;
+use crate::registry::Inner;
+use crate::request::InvokeOptions;
+
+/// The text of a panic payload, for the operator channel.
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+fn handler_failed(note: impl Into<String>) -> Stop {
+    Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Execute, note)
+}
+
+/// Cancels the handler's token when execution ends by any route, so that work the handler spawned
+/// and tied to `ctx.cancellation()` stops too.
+struct CancelOnDrop(tokio_util::sync::CancellationToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+pub(crate) async fn run(
+    inner: &Arc<Inner>,
+    def: &CapabilityDef,
+    reg: &Registration,
+    ctx: Ctx,
+    decoded: Decoded,
+    options: &InvokeOptions,
+) -> Result<Value, Stop> {
+    let budget = options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget);
+    let _cancel_handler = CancelOnDrop(ctx.cancellation().clone());
+    let call = &def.handler.call;
+    // Building the future runs the handler's synchronous prelude, which may panic too.
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded))) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
+        Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
+    };
+    let caller = async {
+        match &options.cancellation {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let sleep = inner.config.clock.sleep(budget);
+    tokio::select! {
+        biased;
+        r = fut => match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(Failure::Error(e))) => {
+                if matrix::spec(e.code()).handler_may_return {
+                    let chain = e.cause_chain();
+                    Err(Stop { error: e, phase: Phase::Execute, note: (!chain.is_empty()).then(|| chain.join(": ")) })
+                } else {
+                    let code = e.code();
+                    let chain = e.cause_chain();
+                    Err(handler_failed(format!("handler returned {code}, which only the runtime may produce; cause: {}", chain.join(": "))))
+                }
+            }
+            Ok(Err(Failure::Unserializable(e))) => Err(Stop::noted(
+                AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputInvalid),
+                Phase::Output,
+                format!("output does not serialize: {e}"),
+            )),
+            Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
+        },
+        _ = inner.disposed.cancelled() => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "registry disposed mid-flight")),
+        _ = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "caller cancelled")),
+        _ = reg.unmounted.cancelled() => Err(Stop::noted(
+            AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight),
+            Phase::Execute,
+            format!("registration {} unmounted mid-flight", reg.registration_id),
+        )),
+        _ = sleep => Err(Stop::new(AgentSurfaceError::timeout(budget, def.idempotent), Phase::Execute)),
+    }
+}

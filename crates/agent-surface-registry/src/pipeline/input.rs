@@ -1,0 +1,138 @@
+//! Phase 5 — input: shape limits, bound fields, schema validation, bindings, decoding and the
+//! author's precondition.
+//!
+//! Input: the agent's input, the consumer and the target. Decision: the validated, bound input in
+//! the handler's type. Codes: `INVALID_INPUT {issues, lockedFields?}`,
+//! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate), and the
+//! author's `PRECONDITION_FAILED`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
+use agent_surface_core::{AgentSurfaceError, Phase};
+use serde_json::Value;
+
+use super::Stop;
+use crate::ctx::Ctx;
+use crate::define::CapabilityDef;
+use crate::handler::Decoded;
+use crate::live::Registration;
+use crate::registry::Inner;
+use crate::validate::{InputLimits, check_shape};
+
+pub(crate) struct Prepared {
+    /// The validated input with bound fields filled in.
+    pub(crate) value: Value,
+    /// The same, decoded into the handler's input type.
+    pub(crate) decoded: Decoded,
+}
+
+fn invalid(issues: Vec<InputIssue>, locked: Option<Vec<String>>, note: impl Into<String>) -> Stop {
+    Stop::noted(AgentSurfaceError::invalid_input(issues, locked), Phase::Input, note)
+}
+
+pub(crate) fn prepare(
+    inner: &Arc<Inner>,
+    def: &CapabilityDef,
+    reg: &Registration,
+    input: &Value,
+    ctx: &Ctx,
+) -> Result<Prepared, Stop> {
+    let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
+    check_shape(input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
+
+    // Bound fields are the runtime's to fill; an agent that sends one is told so.
+    if !def.bindings.is_empty()
+        && let Some(obj) = input.as_object()
+    {
+        let locked: Vec<String> =
+            def.bindings.iter().map(|(f, _)| f).filter(|f| obj.contains_key(f.as_str())).cloned().collect();
+        if !locked.is_empty() {
+            let issues = locked
+                .iter()
+                .map(|f| InputIssue {
+                    path: format!("/{}", escape_pointer(f)),
+                    message: "is filled by the runtime; remove it".into(),
+                })
+                .collect();
+            return Err(invalid(issues, Some(locked), "bound fields supplied"));
+        }
+    }
+
+    if !def.validator.is_valid(input) {
+        return Err(invalid(def.validator.issues(input), None, "schema validation failed"));
+    }
+
+    let mut value = input.clone();
+    if !def.bindings.is_empty() {
+        let Value::Object(obj) = &mut value else {
+            return Err(invalid(vec![], None, "input with bindings is not an object"));
+        };
+        for (field, binding) in &def.bindings {
+            let state = reg.state.as_deref();
+            let consumer = ctx.consumer();
+            match std::panic::catch_unwind(AssertUnwindSafe(|| binding.eval(consumer, state))) {
+                Ok(Some(v)) => {
+                    obj.insert(field.clone(), v);
+                }
+                Ok(None) => {
+                    return Err(Stop::noted(
+                        AgentSurfaceError::binding_failed(),
+                        Phase::Input,
+                        format!("binding of `{field}` produced no value"),
+                    ));
+                }
+                Err(_) => {
+                    return Err(Stop::noted(
+                        AgentSurfaceError::binding_failed(),
+                        Phase::Input,
+                        format!("binding of `{field}` panicked"),
+                    ));
+                }
+            }
+        }
+    }
+
+    if let Some(v) = &def.bound_validator
+        && !v.is_valid(&value)
+    {
+        let paths: Vec<String> =
+            v.iter_errors(&value).take(3).map(|e| e.instance_path().as_str().to_string()).collect();
+        return Err(Stop::noted(
+            AgentSurfaceError::binding_failed(),
+            Phase::Input,
+            format!("bound values break the input schema at {}", paths.join(", ")),
+        ));
+    }
+
+    let decoded = match (def.handler.decode)(&value) {
+        Ok(d) => d,
+        Err(e) => {
+            // serde's message may quote the value, so it goes to the operator channel only.
+            let issue = InputIssue { path: String::new(), message: "does not match the expected input type".into() };
+            return Err(invalid(vec![issue], None, format!("decoding failed: {e}")));
+        }
+    };
+
+    if let Some(p) = &def.precondition {
+        let check = AssertUnwindSafe(|| (p.check)(ctx, decoded.as_ref()));
+        match std::panic::catch_unwind(check) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Stop::noted(e, Phase::Input, "precondition unmet")),
+            Err(_) => {
+                return Err(Stop::noted(
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
+                    Phase::Input,
+                    "precondition panicked",
+                ));
+            }
+        }
+    }
+    Ok(Prepared { value, decoded })
+}
+
+/// Escapes a field name for a JSON Pointer (RFC 6901).
+fn escape_pointer(field: &str) -> String {
+    field.replace('~', "~0").replace('/', "~1")
+}

@@ -1,0 +1,125 @@
+//! The invocation pipeline: the phases of `invoke`, in order. The first failure ends the call.
+//!
+//! Each phase is one module with the same shape: a function that takes what the earlier phases
+//! established and returns what the later ones need, or a [`Stop`] carrying the agent-safe error
+//! and the phase that produced it.
+
+pub(crate) mod admission;
+pub(crate) mod authority;
+pub(crate) mod availability;
+pub(crate) mod confirmation;
+pub(crate) mod execute;
+pub(crate) mod input;
+pub(crate) mod output;
+pub(crate) mod rate;
+pub(crate) mod record;
+pub(crate) mod resolve;
+
+use agent_surface_core::{AgentSurfaceError, Phase};
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::ctx::{Ctx, CtxParts};
+use crate::registry::Registry;
+use crate::request::{Invocation, InvokeOptions, InvokeRequest};
+
+/// Why a call stopped: the error and the phase that produced it.
+pub(crate) struct Stop {
+    pub(crate) error: AgentSurfaceError,
+    pub(crate) phase: Phase,
+    /// A note for the operator channel (never agent-facing).
+    pub(crate) note: Option<String>,
+}
+
+impl Stop {
+    pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
+        Stop { error, phase, note: None }
+    }
+
+    pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
+        Stop { error, phase, note: Some(note.into()) }
+    }
+}
+
+/// The end of phases 2–9: the output, or where and why the call stopped.
+pub(crate) type Outcome = Result<Value, Stop>;
+
+pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+    let span = tracing::info_span!(
+        target: "agent_surface::invoke",
+        "invoke",
+        capability = %request.capability,
+        consumer = %options.consumer.key(),
+        invocation_id = request.invocation_id.as_deref().unwrap_or(""),
+        code = tracing::field::Empty,
+        phase = tracing::field::Empty,
+        retry = tracing::field::Empty,
+        fingerprint = tracing::field::Empty,
+        replayed = tracing::field::Empty,
+    );
+    run(registry, request, options).instrument(span).await
+}
+
+async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+    let inner = &registry.inner;
+    let invocation_id = request.invocation_id.clone();
+    // Phase 1: admission and idempotency.
+    let leader = match admission::admit(inner, &request, &options).await {
+        admission::Admitted::Untracked => None,
+        admission::Admitted::Leader(guard) => Some(guard),
+        admission::Admitted::Answered(invocation) => {
+            let span = tracing::Span::current();
+            span.record("replayed", true);
+            if let Some(code) = invocation.result.code() {
+                span.record("code", code.as_str());
+            }
+            return invocation;
+        }
+        admission::Admitted::Stopped(stop) => return record::finish(Err(stop), invocation_id),
+    };
+    // Phases 2–9.
+    let outcome = phases(registry, &request, &options).await;
+    let invocation = record::finish(outcome, invocation_id);
+    // Phase 10: record.
+    if let Some(guard) = leader {
+        guard.settle(&invocation.result).await;
+    }
+    invocation
+}
+
+async fn phases(registry: &Registry, request: &InvokeRequest, options: &InvokeOptions) -> Outcome {
+    let inner = &registry.inner;
+    let now = inner.config.clock.now();
+    // Phases 2 and 3 read the live state under one lock.
+    let resolved = {
+        let state = inner.read();
+        let resolved = resolve::resolve(&state, &inner.surface_id, request, now)?;
+        availability::check(&state, &resolved.def)?;
+        resolved
+    };
+    let def = resolved.def.clone();
+    let reg = resolved.registration.clone();
+    // Phase 4.
+    authority::check(inner, &options.consumer, &def, &reg).await?;
+    // Phase 5.
+    let ctx = Ctx::new(CtxParts {
+        capability: def.name.clone(),
+        consumer: options.consumer.clone(),
+        invocation_id: request.invocation_id.clone(),
+        instance_id: reg.instance_id.clone(),
+        registration_id: reg.registration_id.clone(),
+        instance_state: reg.state.clone(),
+        shared: inner.shared(),
+        cancellation: tokio_util::sync::CancellationToken::new(),
+    });
+    let prepared = input::prepare(inner, &def, &reg, &request.input, &ctx)?;
+    // Phase 6.
+    let _permit = rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value).await?;
+    // Phase 7.
+    confirmation::check(inner, &options.consumer, &def, &reg, &prepared.value, request.confirmation_id.as_deref())
+        .await?;
+    // Phase 8.
+    let output = execute::run(inner, &def, &reg, ctx, prepared.decoded, options).await?;
+    // Phase 9.
+    output::check(inner, &def, output)
+}

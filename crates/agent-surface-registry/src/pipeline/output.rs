@@ -1,0 +1,65 @@
+//! Phase 9 — output validation and the size cap.
+//!
+//! Input: the handler's output. Decision: whether the agent may have it. Codes:
+//! `EXECUTION_FAILED {reason: output-invalid | output-too-large}`; the output is withheld.
+
+use std::sync::Arc;
+
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, Phase};
+use serde_json::Value;
+
+use super::Stop;
+use crate::define::CapabilityDef;
+use crate::registry::Inner;
+
+/// Counts bytes instead of storing them, and gives up past a limit.
+struct Counter {
+    n: usize,
+    limit: usize,
+}
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.n += buf.len();
+        if self.n > self.limit {
+            return Err(std::io::Error::other("over the limit"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether `value` serializes to more than `limit` bytes (stops counting at the limit).
+pub(crate) fn exceeds(value: &Value, limit: usize) -> bool {
+    let mut c = Counter { n: 0, limit };
+    serde_json::to_writer(&mut c, value).is_err()
+}
+
+pub(crate) fn check(inner: &Arc<Inner>, def: &CapabilityDef, output: Value) -> Result<Value, Stop> {
+    if let Some(v) = &def.output_validator
+        && !v.is_valid(&output)
+    {
+        let first: Vec<String> = v
+            .iter_errors(&output)
+            .take(3)
+            .map(|e| format!("{}: {}", e.instance_path().as_str(), e.schema_path().as_str()))
+            .collect();
+        return Err(Stop::noted(
+            AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputInvalid),
+            Phase::Output,
+            format!("output violates its schema: {}", first.join("; ")),
+        ));
+    }
+    if exceeds(&output, inner.config.max_output_bytes) {
+        return Err(Stop::noted(
+            AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge),
+            Phase::Output,
+            format!("output over {} bytes", inner.config.max_output_bytes),
+        ));
+    }
+    Ok(output)
+}

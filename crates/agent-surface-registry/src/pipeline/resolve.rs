@@ -1,0 +1,155 @@
+//! Phase 2 — resolution of the capability and its target registration.
+//!
+//! Input: the request and the live state. Decision: the capability definition and the one live
+//! registration the call runs against. Codes: `CAPABILITY_NOT_FOUND` (unknown, or no live instance
+//! and no tombstone), `COMPONENT_UNMOUNTED {phase: resolve}` (tombstone hit), `STALE_CAPABILITY`
+//! (replaced registration, other surface, outdated version on a destructive/external call),
+//! `AMBIGUOUS_INSTANCE` (several live instances and none named).
+
+use std::sync::Arc;
+
+use agent_surface_core::details::{InstanceRef, StaleReason, UnmountPhase};
+use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
+
+use super::Stop;
+use crate::define::CapabilityDef;
+use crate::live::{Registration, State, Tombstone};
+use crate::request::InvokeRequest;
+
+pub(crate) struct Resolved {
+    pub(crate) def: Arc<CapabilityDef>,
+    pub(crate) registration: Arc<Registration>,
+}
+
+fn stop(error: AgentSurfaceError, note: impl Into<String>) -> Stop {
+    Stop::noted(error, Phase::Resolve, note)
+}
+
+fn not_found(note: &str) -> Stop {
+    stop(AgentSurfaceError::capability_not_found(), note)
+}
+
+fn tombstone_stop(state: &State, t: &Tombstone, now: Timestamp) -> Stop {
+    let note = format!("tombstone of {} (created {}, expires {})", t.registration_id, t.created_at, t.expires_at);
+    if let Some(live) = &t.replaced_by
+        && state.registrations.contains_key(live)
+    {
+        return stop(
+            AgentSurfaceError::stale_capability(StaleReason::RegistrationReplaced, Some(live.to_string())),
+            note,
+        );
+    }
+    // A replacement that is gone too: point at the instance's current registration, if any.
+    if t.replaced_by.is_some()
+        && let Some(current) = state.types.get(&t.type_id).and_then(|ty| ty.instances.get(&t.instance_id))
+    {
+        return stop(
+            AgentSurfaceError::stale_capability(
+                StaleReason::RegistrationReplaced,
+                Some(current.registration_id.to_string()),
+            ),
+            note,
+        );
+    }
+    let _ = now;
+    stop(AgentSurfaceError::component_unmounted(UnmountPhase::Resolve), note)
+}
+
+pub(crate) fn resolve(
+    state: &State,
+    surface_id: &str,
+    request: &InvokeRequest,
+    now: Timestamp,
+) -> Result<Resolved, Stop> {
+    let Some(def) = state.capabilities.get(request.capability.as_str()) else {
+        return Err(not_found("no such capability"));
+    };
+    let Some(ty) = state.types.get(&def.type_id) else { return Err(not_found("type missing")) };
+
+    if let Some(presented) = &request.surface_id
+        && presented.as_str() != surface_id
+    {
+        return Err(stop(
+            AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None),
+            format!("presented surface {presented}, current {surface_id}"),
+        ));
+    }
+
+    let target = request.target.as_ref();
+    let instance_id = target.and_then(|t| t.instance_id.as_deref());
+    let registration_id = target.and_then(|t| t.registration_id.as_deref());
+    let registration = match (instance_id, registration_id) {
+        (Some(iid), rid) => match ty.instances.get(iid) {
+            Some(live) => {
+                if let Some(rid) = rid
+                    && rid != &*live.registration_id
+                {
+                    return Err(stop(
+                        AgentSurfaceError::stale_capability(
+                            StaleReason::RegistrationReplaced,
+                            Some(live.registration_id.to_string()),
+                        ),
+                        format!("presented registration {rid}"),
+                    ));
+                }
+                live.clone()
+            }
+            None => {
+                let tomb = rid
+                    .and_then(|rid| state.tombstones.by_registration(rid, now))
+                    .or_else(|| state.tombstones.by_instance(&def.type_id, iid, now));
+                return Err(match tomb {
+                    Some(t) => tombstone_stop(state, t, now),
+                    None => not_found("no live instance with this id"),
+                });
+            }
+        },
+        (None, Some(rid)) => match state.registrations.get(rid) {
+            Some(live) if live.type_id == def.type_id => live.clone(),
+            Some(_) => return Err(not_found("registration of another type")),
+            None => {
+                return Err(match state.tombstones.by_registration(rid, now) {
+                    Some(t) if t.type_id == def.type_id => tombstone_stop(state, t, now),
+                    _ => not_found("no such registration"),
+                });
+            }
+        },
+        (None, None) => {
+            let mut live = ty.instances.values();
+            match (live.next(), live.next()) {
+                (Some(only), None) => only.clone(),
+                (None, _) => {
+                    return Err(match state.tombstones.by_type(&def.type_id, now) {
+                        Some(t) => tombstone_stop(state, t, now),
+                        None => not_found("no live instance"),
+                    });
+                }
+                (Some(_), Some(_)) => {
+                    let instances = ty
+                        .instances
+                        .values()
+                        .map(|r| InstanceRef {
+                            instance_id: r.instance_id.to_string(),
+                            registration_id: r.registration_id.to_string(),
+                            description: r.description.clone(),
+                            context: r.context.clone(),
+                        })
+                        .collect();
+                    return Err(stop(AgentSurfaceError::ambiguous_instance(instances), "no target named"));
+                }
+            }
+        }
+    };
+
+    if let Some(presented) = request.surface_version
+        && def.effect.requires_fresh_surface()
+        && (presented < ty.changed_at || presented > state.version)
+    {
+        return Err(stop(
+            AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None),
+            format!("presented version {presented}, type changed at {}, current {}", ty.changed_at, state.version),
+        ));
+    }
+
+    Ok(Resolved { def: def.clone(), registration })
+}

@@ -1,0 +1,579 @@
+//! [`Registry`]: definitions, live registrations, availability, discovery and disposal.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::time::Duration;
+
+use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code, SafeText};
+use agent_surface_policy::{
+    AuthorityPolicy, Clock, ConfirmationGate, Consumer, IdempotencyStore, MemoryIdempotencyStore, RateLimiter,
+    SystemClock,
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::ctx::StateMap;
+use crate::define::{BuildEnv, DefinitionLimits, Executor, TypeBuilder};
+use crate::id;
+use crate::live::{Registration, State, Tombstone, TypeState};
+use crate::snapshot::Snapshot;
+
+/// What happens when an instance is mounted under a `(type, instanceId)` that is already live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DuplicateInstance {
+    /// Keep the live one; the new mount gets a dead handle and an operator event.
+    #[default]
+    Reject,
+    /// Replace the live one: it is tombstoned (calls naming it get `STALE_CAPABILITY` with the
+    /// new `liveRegistrationId`) and the new mount gets a fresh registration id.
+    Replace,
+}
+
+/// The registry's configuration. Build it with struct update syntax over `Default`.
+///
+/// ```
+/// use agent_surface_registry::RegistryConfig;
+/// use std::time::Duration;
+/// let config = RegistryConfig { default_time_budget: Duration::from_secs(5), ..Default::default() };
+/// # let _ = config;
+/// ```
+#[derive(Clone)]
+pub struct RegistryConfig {
+    /// The source of time for windows, expiries, budgets and tombstone lifetimes.
+    pub clock: Arc<dyn Clock>,
+    /// Where idempotency records live.
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    /// How long a terminal result stays stored for its `(consumerKey, invocationId)`.
+    pub idempotency_window: Duration,
+    /// How long an unmounted registration is remembered (for `COMPONENT_UNMOUNTED`).
+    pub tombstone_ttl: Duration,
+    /// The most tombstones kept at once (oldest forgotten first).
+    pub max_tombstones: usize,
+    /// The time budget of a call when the capability declares none.
+    pub default_time_budget: Duration,
+    /// The largest output, serialized, in bytes (`EXECUTION_FAILED {reason: output-too-large}`).
+    pub max_output_bytes: usize,
+    /// The largest input, serialized, in bytes.
+    pub max_input_bytes: usize,
+    /// The deepest input nesting.
+    pub max_input_depth: usize,
+    /// Registration-time caps.
+    pub definition_limits: DefinitionLimits,
+    /// The rule for duplicate `(type, instanceId)` mounts.
+    pub duplicate_instance: DuplicateInstance,
+    /// Authority policy (phase 4 and discovery); `None` allows everything.
+    pub authority: Option<Arc<dyn AuthorityPolicy>>,
+    /// Rate limiter (phase 6); `None` never limits.
+    pub rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// Confirmation gate (phase 7); `None` never asks.
+    pub confirmation: Option<Arc<dyn ConfirmationGate>>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            clock: Arc::new(SystemClock),
+            idempotency: Arc::new(MemoryIdempotencyStore::default()),
+            idempotency_window: Duration::from_secs(10 * 60),
+            tombstone_ttl: Duration::from_secs(5 * 60),
+            max_tombstones: 10_000,
+            default_time_budget: Duration::from_secs(30),
+            max_output_bytes: 1024 * 1024,
+            max_input_bytes: 1024 * 1024,
+            max_input_depth: 64,
+            definition_limits: DefinitionLimits::default(),
+            duplicate_instance: DuplicateInstance::Reject,
+            authority: None,
+            rate_limiter: None,
+            confirmation: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("clock", &self.clock)
+            .field("idempotency", &self.idempotency)
+            .field("idempotency_window", &self.idempotency_window)
+            .field("tombstone_ttl", &self.tombstone_ttl)
+            .field("default_time_budget", &self.default_time_budget)
+            .field("duplicate_instance", &self.duplicate_instance)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: RegistryConfig,
+    pub(crate) surface_id: Arc<str>,
+    state: RwLock<State>,
+    version_tx: watch::Sender<u64>,
+    pub(crate) disposed: CancellationToken,
+    next_registration: AtomicU64,
+    shared: RwLock<Arc<StateMap>>,
+    executors: RwLock<HashMap<String, Arc<dyn Executor>>>,
+}
+
+impl Inner {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn shared(&self) -> Arc<StateMap> {
+        self.shared.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn publish(&self, version: u64) {
+        self.version_tx.send_replace(version);
+    }
+
+    fn unmount(&self, registration_id: &Arc<str>) {
+        let now = self.config.clock.now();
+        let version = {
+            let mut state = self.write();
+            let Some(reg) = state.registrations.remove(registration_id) else { return };
+            if let Some(t) = state.types.get_mut(&reg.type_id) {
+                t.instances.remove(&reg.instance_id);
+            }
+            state.tombstones.insert(
+                Tombstone {
+                    type_id: reg.type_id.clone(),
+                    instance_id: reg.instance_id.clone(),
+                    registration_id: reg.registration_id.clone(),
+                    created_at: now,
+                    expires_at: now.saturating_add(self.config.tombstone_ttl),
+                    replaced_by: None,
+                },
+                self.config.max_tombstones,
+                now,
+            );
+            reg.unmounted.cancel();
+            tracing::debug!(
+                target: "agent_surface::registry",
+                type_id = %reg.type_id, instance_id = %reg.instance_id, registration_id = %reg.registration_id,
+                "unmounted"
+            );
+            state.touch(&reg.type_id)
+        };
+        self.publish(version);
+    }
+}
+
+/// A registry of capability types, their live instances, and the invocation pipeline.
+///
+/// Cheap to clone (a handle to shared state).
+///
+/// ```
+/// use agent_surface_registry::{Registry, RegistryConfig, InvokeRequest, InvokeOptions, Ctx};
+/// use agent_surface_core::AgentSurfaceError;
+/// use agent_surface_policy::Consumer;
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Add { a: i64, b: i64 }
+/// #[derive(Serialize, JsonSchema)]
+/// struct Sum { sum: i64 }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let registry = Registry::new(RegistryConfig::default());
+/// registry.define("calc", |t| {
+///     t.capability("add", "Add two integers.")
+///         .effect(agent_surface_core::Effect::Read)
+///         .idempotent()
+///         .handler(|_ctx: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(Sum { sum: i.a + i.b }) })
+/// })?;
+/// let _mounted = registry.mount("calc", "default")?;
+///
+/// let request = InvokeRequest::new("calc.add", serde_json::json!({"a": 2, "b": 3}));
+/// let result = registry.invoke(request, InvokeOptions::new(Consumer::anonymous("session-1"))).await;
+/// assert_eq!(result.output(), Some(&serde_json::json!({"sum": 5})));
+/// # Ok::<_, agent_surface_core::DefinitionError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Registry {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("surface_id", &self.inner.surface_id)
+            .field("version", &self.version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// A new, empty registry with a fresh surface id.
+    pub fn new(config: RegistryConfig) -> Registry {
+        let (version_tx, _) = watch::channel(0);
+        Registry {
+            inner: Arc::new(Inner {
+                config,
+                surface_id: Arc::from(new_surface_id()),
+                state: RwLock::new(State::default()),
+                version_tx,
+                disposed: CancellationToken::new(),
+                next_registration: AtomicU64::new(1),
+                shared: RwLock::new(Arc::new(HashMap::new())),
+                executors: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.config
+    }
+
+    /// This registry's surface id (new for every registry, i.e. every process or page load).
+    pub fn surface_id(&self) -> &str {
+        &self.inner.surface_id
+    }
+
+    /// The current surface version; it increases on every change.
+    pub fn version(&self) -> u64 {
+        self.inner.read().version
+    }
+
+    /// A receiver that sees every new surface version (the MCP adapter turns it into
+    /// `notifications/tools/list_changed`).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.version_tx.subscribe()
+    }
+
+    /// Makes `value` available to every handler as `ctx.state::<T>()`.
+    pub fn provide<T: Any + Send + Sync>(&self, value: T) {
+        let mut shared = self.inner.shared.write().unwrap_or_else(PoisonError::into_inner);
+        let mut map: StateMap = (**shared).clone();
+        map.insert(TypeId::of::<T>(), Arc::new(value));
+        *shared = Arc::new(map);
+    }
+
+    /// Registers an executor for procedures, under `name`. Register executors before defining
+    /// the capabilities that name them.
+    pub fn register_executor(&self, name: &str, executor: impl Executor) {
+        self.inner
+            .executors
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string(), Arc::new(executor));
+    }
+
+    /// Defines a capability type and its capabilities. Every check runs here, once; a defect is
+    /// a [`DefinitionError`] and nothing of the type is registered.
+    pub fn define(&self, type_id: &str, build: impl FnOnce(&mut TypeBuilder<'_>)) -> Result<(), DefinitionError> {
+        let executors = self.inner.executors.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let env = BuildEnv { executors: &executors, limits: self.inner.config.definition_limits };
+        let mut builder = TypeBuilder::new(type_id, env);
+        build(&mut builder);
+        let defs = builder.finish()?;
+        let version = {
+            let mut state = self.inner.write();
+            if state.types.contains_key(type_id) {
+                return Err(DefinitionError::new(
+                    Code::DuplicateCapability,
+                    type_id,
+                    "this capability type is already defined",
+                ));
+            }
+            let mut ty = TypeState::default();
+            for d in defs {
+                ty.capabilities.push(d.name.clone());
+                state.capabilities.insert(d.name.clone(), Arc::new(d));
+            }
+            state.types.insert(Arc::from(type_id), ty);
+            state.touch(type_id)
+        };
+        self.inner.publish(version);
+        Ok(())
+    }
+
+    /// Mounts an instance of `type_id` with no state; see [`Registry::mount_with`].
+    pub fn mount(&self, type_id: &str, instance_id: &str) -> Result<Mount, DefinitionError> {
+        self.mount_with(type_id, instance_id, Instance::new())
+    }
+
+    /// Mounts a live instance of a defined type and returns its handle; dropping the handle (or
+    /// [`Mount::unmount`]) unmounts it and leaves a tombstone.
+    ///
+    /// A duplicate `(type, instanceId)` follows [`RegistryConfig::duplicate_instance`]: under
+    /// `Reject` the result is a dead handle ([`Mount::is_live`] is false) and an operator event,
+    /// never an error or a panic. An undefined type or an invalid instance id is a programmer
+    /// error (`INVALID_DEFINITION` / `INVALID_ID`).
+    pub fn mount_with(&self, type_id: &str, instance_id: &str, instance: Instance) -> Result<Mount, DefinitionError> {
+        id::check_instance_id(type_id, instance_id)?;
+        let weak = Arc::downgrade(&self.inner);
+        let dead = |reason: MountRejection| Mount {
+            registry: weak.clone(),
+            registration_id: None,
+            type_id: Arc::from(type_id),
+            instance_id: Arc::from(instance_id),
+            rejection: Some(reason),
+        };
+        if self.inner.disposed.is_cancelled() {
+            return Ok(dead(MountRejection::Disposed));
+        }
+        let now = self.inner.config.clock.now();
+        let n = self.inner.next_registration.fetch_add(1, Ordering::Relaxed);
+        let registration_id: Arc<str> = Arc::from(format!("{}.r{n}", &self.inner.surface_id[2..10]));
+        let version = {
+            let mut state = self.inner.write();
+            let Some((type_key, ty)) = state.types.get_key_value(type_id) else {
+                return Err(DefinitionError::new(
+                    Code::InvalidDefinition,
+                    type_id,
+                    "cannot mount an instance of a type that is not defined",
+                ));
+            };
+            let type_key = type_key.clone();
+            let existing = ty.instances.get(instance_id).cloned();
+            if let Some(old) = existing {
+                match self.inner.config.duplicate_instance {
+                    DuplicateInstance::Reject => {
+                        tracing::warn!(
+                            target: "agent_surface::registry",
+                            type_id, instance_id, live_registration_id = %old.registration_id,
+                            "mount rejected: this (type, instanceId) is already live"
+                        );
+                        return Ok(dead(MountRejection::Duplicate));
+                    }
+                    DuplicateInstance::Replace => {
+                        state.registrations.remove(&old.registration_id);
+                        state.tombstones.insert(
+                            Tombstone {
+                                type_id: old.type_id.clone(),
+                                instance_id: old.instance_id.clone(),
+                                registration_id: old.registration_id.clone(),
+                                created_at: now,
+                                expires_at: now.saturating_add(self.inner.config.tombstone_ttl),
+                                replaced_by: Some(registration_id.clone()),
+                            },
+                            self.inner.config.max_tombstones,
+                            now,
+                        );
+                        old.unmounted.cancel();
+                        tracing::info!(
+                            target: "agent_surface::registry",
+                            type_id, instance_id, old = %old.registration_id, new = %registration_id,
+                            "registration replaced"
+                        );
+                    }
+                }
+            }
+            let reg = Arc::new(Registration {
+                type_id: type_key.clone(),
+                instance_id: Arc::from(instance_id),
+                registration_id: registration_id.clone(),
+                description: instance.description,
+                context: instance.context,
+                state: instance.state,
+                unmounted: CancellationToken::new(),
+            });
+            state.registrations.insert(registration_id.clone(), reg.clone());
+            if let Some(ty) = state.types.get_mut(&type_key) {
+                ty.instances.insert(reg.instance_id.clone(), reg);
+            }
+            state.touch(type_id)
+        };
+        self.inner.publish(version);
+        Ok(Mount {
+            registry: weak,
+            registration_id: Some(registration_id),
+            type_id: Arc::from(type_id),
+            instance_id: Arc::from(instance_id),
+            rejection: None,
+        })
+    }
+
+    /// Disables a capability with a reason the agent sees (`CAPABILITY_NOT_AVAILABLE {reason}`
+    /// and `unavailableReason` in discovery). Returns false for an unknown capability.
+    pub fn disable(&self, capability: &str, reason: impl Into<SafeText>) -> bool {
+        self.set_availability(capability, Some(reason.into()))
+    }
+
+    /// Enables a disabled capability. Returns false for an unknown capability.
+    pub fn enable(&self, capability: &str) -> bool {
+        self.set_availability(capability, None)
+    }
+
+    fn set_availability(&self, capability: &str, reason: Option<SafeText>) -> bool {
+        let version = {
+            let mut state = self.inner.write();
+            let Some((name, def)) = state.capabilities.get_key_value(capability) else { return false };
+            let (name, type_id) = (name.clone(), def.type_id.clone());
+            match reason {
+                Some(r) => state.disabled.insert(name, r),
+                None => state.disabled.remove(&name),
+            };
+            state.touch(&type_id)
+        };
+        self.inner.publish(version);
+        true
+    }
+
+    /// The consumer's view of the surface: every capability with at least one live instance
+    /// that the authority policy does not hide from this consumer.
+    pub async fn snapshot(&self, consumer: &Consumer) -> Snapshot {
+        crate::snapshot::build(self, consumer).await
+    }
+
+    /// Disposes the registry: calls in flight end with `CANCELLED`, new calls are `CANCELLED`,
+    /// new mounts get dead handles.
+    pub fn dispose(&self) {
+        self.inner.disposed.cancel();
+    }
+
+    /// Whether [`Registry::dispose`] was called.
+    pub fn is_disposed(&self) -> bool {
+        self.inner.disposed.is_cancelled()
+    }
+
+    /// The number of tombstones currently remembered.
+    pub fn tombstone_count(&self) -> usize {
+        let now = self.inner.config.clock.now();
+        let mut state = self.inner.write();
+        state.tombstones.sweep(now);
+        state.tombstones.len()
+    }
+
+    /// The number of defined capabilities.
+    pub fn capability_count(&self) -> usize {
+        self.inner.read().capabilities.len()
+    }
+}
+
+/// Options of a mounted instance.
+#[derive(Default)]
+pub struct Instance {
+    state: Option<Arc<dyn Any + Send + Sync>>,
+    description: Option<String>,
+    context: Option<String>,
+}
+
+impl Instance {
+    /// An instance with no state or description.
+    pub fn new() -> Instance {
+        Instance::default()
+    }
+
+    /// The instance's state, available to handlers as `ctx.instance::<S>()` and to bindings.
+    pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Instance {
+        self.state = Some(Arc::new(state));
+        self
+    }
+
+    /// A short description, listed in discovery and in `AMBIGUOUS_INSTANCE`.
+    pub fn description(mut self, description: impl Into<String>) -> Instance {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// A short context line for procedure references, listed in `AMBIGUOUS_INSTANCE`.
+    pub fn context(mut self, context: impl Into<String>) -> Instance {
+        self.context = Some(context.into());
+        self
+    }
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("has_state", &self.state.is_some())
+            .field("description", &self.description)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a mount produced a dead handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MountRejection {
+    /// The `(type, instanceId)` was already live and the rule is `Reject`.
+    Duplicate,
+    /// The registry was disposed.
+    Disposed,
+}
+
+/// The handle of a mounted instance. Dropping it unmounts the instance.
+#[must_use = "dropping the handle unmounts the instance at once"]
+pub struct Mount {
+    registry: Weak<Inner>,
+    registration_id: Option<Arc<str>>,
+    type_id: Arc<str>,
+    instance_id: Arc<str>,
+    rejection: Option<MountRejection>,
+}
+
+impl Mount {
+    /// Whether this handle's registration is live (not rejected, unmounted or replaced).
+    pub fn is_live(&self) -> bool {
+        match (&self.registration_id, self.registry.upgrade()) {
+            (Some(id), Some(inner)) => inner.read().registrations.contains_key(id),
+            _ => false,
+        }
+    }
+
+    /// Why the mount was rejected, for a dead handle.
+    pub fn rejection(&self) -> Option<MountRejection> {
+        self.rejection
+    }
+
+    /// The registration id (`None` for a rejected mount).
+    pub fn registration_id(&self) -> Option<&str> {
+        self.registration_id.as_deref()
+    }
+
+    /// The instance id.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The capability type.
+    pub fn type_id(&self) -> &str {
+        &self.type_id
+    }
+
+    /// Unmounts now (the same as dropping the handle).
+    pub fn unmount(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let (Some(id), Some(inner)) = (self.registration_id.take(), self.registry.upgrade()) {
+            inner.unmount(&id);
+        }
+    }
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount")
+            .field("type_id", &self.type_id)
+            .field("instance_id", &self.instance_id)
+            .field("registration_id", &self.registration_id)
+            .field("rejection", &self.rejection)
+            .finish()
+    }
+}
+
+/// A surface id: `s-` and 16 hex digits, unique per registry with overwhelming probability.
+fn new_surface_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u32(std::process::id());
+    format!("s-{:016x}", h.finish())
+}

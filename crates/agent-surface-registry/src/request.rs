@@ -1,0 +1,150 @@
+//! The invoke request, its options, and the detailed outcome.
+
+use std::time::Duration;
+
+use agent_surface_core::{InvokeResult, Phase};
+use agent_surface_policy::Consumer;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Which registration a call targets. Both members are optional; see `spec/invocation.md` for
+/// how each combination resolves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Target {
+    /// The instance id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// The registration id the caller planned against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration_id: Option<String>,
+}
+
+impl Target {
+    /// Targets an instance by id.
+    pub fn instance(instance_id: impl Into<String>) -> Target {
+        Target { instance_id: Some(instance_id.into()), registration_id: None }
+    }
+
+    /// Targets a registration by id.
+    pub fn registration(registration_id: impl Into<String>) -> Target {
+        Target { instance_id: None, registration_id: Some(registration_id.into()) }
+    }
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// One call, as an agent or adapter sends it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvokeRequest {
+    /// The capability name (`type.capability`).
+    pub capability: String,
+    /// The target, when the caller names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+    /// The input (default: `{}`).
+    #[serde(default = "empty_object")]
+    pub input: Value,
+    /// The idempotency key, scoped to the consumer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_id: Option<String>,
+    /// The surface id the call was planned against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface_id: Option<String>,
+    /// The surface version the call was planned against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface_version: Option<u64>,
+    /// Approved confirmation evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_id: Option<String>,
+}
+
+impl InvokeRequest {
+    /// A call of `capability` with `input` and nothing else.
+    pub fn new(capability: impl Into<String>, input: Value) -> InvokeRequest {
+        InvokeRequest {
+            capability: capability.into(),
+            target: None,
+            input,
+            invocation_id: None,
+            surface_id: None,
+            surface_version: None,
+            confirmation_id: None,
+        }
+    }
+
+    /// The same call with an invocation id.
+    pub fn with_invocation_id(mut self, id: impl Into<String>) -> InvokeRequest {
+        self.invocation_id = Some(id.into());
+        self
+    }
+
+    /// The same call with a target.
+    pub fn with_target(mut self, target: Target) -> InvokeRequest {
+        self.target = Some(target);
+        self
+    }
+
+    /// The same call, planned against `surface_id` at `version`.
+    pub fn with_surface(mut self, surface_id: impl Into<String>, version: u64) -> InvokeRequest {
+        self.surface_id = Some(surface_id.into());
+        self.surface_version = Some(version);
+        self
+    }
+
+    /// The same call with confirmation evidence.
+    pub fn with_confirmation(mut self, confirmation_id: impl Into<String>) -> InvokeRequest {
+        self.confirmation_id = Some(confirmation_id.into());
+        self
+    }
+}
+
+/// How a call is made: by whom, under which cancellation, with which time budget.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct InvokeOptions {
+    /// The caller.
+    pub consumer: Consumer,
+    /// Cancelling this token ends the call with `CANCELLED`.
+    pub cancellation: Option<CancellationToken>,
+    /// Overrides the capability's time budget for this call.
+    pub time_budget: Option<Duration>,
+}
+
+impl InvokeOptions {
+    /// Options for `consumer`, with no cancellation and the capability's time budget.
+    pub fn new(consumer: Consumer) -> InvokeOptions {
+        InvokeOptions { consumer, cancellation: None, time_budget: None }
+    }
+
+    /// The same options with a cancellation token.
+    pub fn with_cancellation(mut self, token: CancellationToken) -> InvokeOptions {
+        self.cancellation = Some(token);
+        self
+    }
+
+    /// The same options with a time budget override.
+    pub fn with_time_budget(mut self, budget: Duration) -> InvokeOptions {
+        self.time_budget = Some(budget);
+        self
+    }
+}
+
+/// The result of a call plus what the operator side knows about it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Invocation {
+    /// What the agent receives.
+    pub result: InvokeResult,
+    /// The phase that ended the call with an error (`None` on success, and for results replayed
+    /// or joined from another call).
+    pub phase: Option<Phase>,
+    /// The result was replayed from the idempotency store.
+    pub replayed: bool,
+    /// The call joined an identical call in flight and received its result.
+    pub joined: bool,
+}

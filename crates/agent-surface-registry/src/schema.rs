@@ -1,0 +1,860 @@
+//! The portable schema subset, checked when a capability is defined.
+//!
+//! A capability's schemas must be accepted by every consumer at once: MCP clients and the OpenAI,
+//! Anthropic and Gemini tool APIs. The subset is what `schemars` emits for ordinary Rust types
+//! (draft 2020-12) minus everything some consumer rejects or ignores:
+//!
+//! - at the root only: `$schema` (draft 2020-12, 2019-09 or 07), `$id`, `$defs`, `definitions`;
+//! - `$ref` to `#` or to `#/$defs/Name` / `#/definitions/Name`, which must exist (recursive types
+//!   are fine);
+//! - structure: `type`, `properties`, `required`, `additionalProperties`, `items` (a single
+//!   schema), `enum`, `const`, `anyOf`, `oneOf`;
+//! - limits: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf`,
+//!   `minLength`, `maxLength`, `pattern`, `format`, `minItems`, `maxItems`, `uniqueItems`,
+//!   `minProperties`, `maxProperties`;
+//! - annotations: `title`, `description`, `default`, `examples`, `nullable`, `readOnly`,
+//!   `writeOnly`, `deprecated`, and vendor extensions `x-…`.
+//!
+//! Anything else (`allOf`, `not`, `if`/`then`/`else`, `patternProperties`, `prefixItems`,
+//! `unevaluated*`, `$dynamicRef`, a remote `$ref`, …) is `UNSUPPORTED_SCHEMA`, naming the keyword
+//! and its JSON Pointer, as are schemas nested deeper than [`SchemaLimits::max_depth`] (counted
+//! without following `$ref`; each definition is counted from the root) or larger than
+//! [`SchemaLimits::max_bytes`]. Gemini's own restrictions (`anyOf`, `$ref`) are handled later by
+//! the toolset adapter.
+
+use agent_surface_core::{DefinitionError, DefinitionErrorCode};
+use serde_json::{Map, Value};
+
+use crate::validate::{Exceeded, measure};
+
+/// The deepest raw JSON nesting of a schema document (`serde_json`'s own parse limit), which
+/// bounds the recursion of everything that later walks the document (`default`, `const`, … are
+/// not subschemas and are not counted by [`SchemaLimits::max_depth`]).
+const MAX_DOCUMENT_DEPTH: usize = 128;
+
+/// The dialects a schema may declare with `$schema`.
+const DIALECTS: [&str; 3] = [
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "http://json-schema.org/draft-07/schema",
+];
+
+/// The JSON types `type` may name.
+const JSON_TYPES: [&str; 7] = ["null", "boolean", "object", "array", "number", "string", "integer"];
+
+/// Bounds on a capability's schemas.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SchemaLimits {
+    /// The deepest nesting of subschemas, the root being level 0; `$ref` is not followed.
+    pub(crate) max_depth: usize,
+    /// The largest schema, in bytes of compact JSON.
+    pub(crate) max_bytes: usize,
+}
+
+impl Default for SchemaLimits {
+    /// 16 levels and 64 KiB.
+    fn default() -> Self {
+        SchemaLimits { max_depth: 16, max_bytes: 64 * 1024 }
+    }
+}
+
+/// An input schema that passed [`check_input_schema`].
+#[derive(Clone, Debug)]
+pub(crate) struct CheckedInputSchema {
+    /// The full schema (what the handler receives, bound fields included), used for validation
+    /// after binding.
+    pub(crate) full: Value,
+    /// What consumers see: `full` without the bound properties (removed from `properties` and
+    /// `required`).
+    pub(crate) advertised: Value,
+    /// Top-level property names whose values are sensitive (never echoed): those with
+    /// `writeOnly: true`, `format: "password"`, or `x-sensitive: true`, plus the author-declared
+    /// ones. Sorted, without duplicates.
+    pub(crate) sensitive: Vec<String>,
+}
+
+/// Checks a capability's input schema: it must be in the portable subset, within `limits`, and
+/// an object schema (literal `"type": "object"` at the root). `bound` (filled by the runtime) and
+/// `sensitive` (declared by the author) must name top-level properties, else
+/// `INVALID_DEFINITION`.
+pub(crate) fn check_input_schema(
+    location: &str,
+    schema: &Value,
+    bound: &[String],
+    sensitive: &[String],
+    limits: SchemaLimits,
+) -> Result<CheckedInputSchema, DefinitionError> {
+    check_subset(location, schema, limits)?;
+    let Some(root) = schema.as_object().filter(|root| root.get("type").and_then(Value::as_str) == Some("object"))
+    else {
+        return Err(unsupported(location, "tool input must be a JSON object (`\"type\": \"object\"` at the root)"));
+    };
+    let properties = root.get("properties").and_then(Value::as_object);
+    let is_property = |name: &String| properties.is_some_and(|p| p.contains_key(name));
+    for (what, names) in [("bound", bound), ("sensitive", sensitive)] {
+        if let Some(name) = names.iter().find(|name| !is_property(name)) {
+            return Err(DefinitionError::new(
+                DefinitionErrorCode::InvalidDefinition,
+                location,
+                format!("{what} field `{name}` is not a property of the input schema"),
+            ));
+        }
+    }
+
+    let mut sensitive_names = sensitive.to_vec();
+    for (name, property) in properties.into_iter().flatten() {
+        if is_marked_sensitive(root, property) {
+            sensitive_names.push(name.clone());
+        }
+    }
+    sensitive_names.sort();
+    sensitive_names.dedup();
+
+    let mut advertised = schema.clone();
+    if let Some(root) = advertised.as_object_mut() {
+        remove_bound(root, bound);
+    }
+    Ok(CheckedInputSchema { full: schema.clone(), advertised, sensitive: sensitive_names })
+}
+
+/// Checks a capability's output schema: any schema of the portable subset within `limits` (the
+/// root need not be an object). Returns the schema to advertise.
+pub(crate) fn check_output_schema(
+    location: &str,
+    schema: &Value,
+    limits: SchemaLimits,
+) -> Result<Value, DefinitionError> {
+    check_subset(location, schema, limits)?;
+    Ok(schema.clone())
+}
+
+/// Whether `schema` constrains nothing: `true`, `{}`, or only `$schema`, `title` and
+/// `description`. A trivial output schema means "no output schema".
+pub(crate) fn is_trivial(schema: &Value) -> bool {
+    match schema {
+        Value::Bool(b) => *b,
+        Value::Object(map) => map.keys().all(|k| matches!(k.as_str(), "$schema" | "title" | "description")),
+        _ => false,
+    }
+}
+
+/// The draft 2020-12 schema `schemars` derives for `T`.
+pub(crate) fn schema_for<T: schemars::JsonSchema>() -> Value {
+    schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>().to_value()
+}
+
+/// Size, depth and keyword checks shared by input and output schemas.
+fn check_subset(location: &str, schema: &Value, limits: SchemaLimits) -> Result<(), DefinitionError> {
+    match measure(schema, MAX_DOCUMENT_DEPTH, limits.max_bytes) {
+        Ok(()) => {}
+        Err(Exceeded::Size) => {
+            return Err(unsupported(location, format!("schema is too large (over {} bytes)", limits.max_bytes)));
+        }
+        Err(Exceeded::Depth) => {
+            return Err(unsupported(
+                location,
+                format!("schema document nests JSON deeper than {MAX_DOCUMENT_DEPTH} levels"),
+            ));
+        }
+    }
+    Walker { location, root: schema, max_depth: limits.max_depth }.schema(schema, &mut String::new(), 0)
+}
+
+/// A recursive walk over the subschemas of one document; recursion is bounded by `max_depth`.
+struct Walker<'a> {
+    /// Where errors are reported.
+    location: &'a str,
+    /// The document root, for resolving `$ref`.
+    root: &'a Value,
+    /// [`SchemaLimits::max_depth`].
+    max_depth: usize,
+}
+
+impl Walker<'_> {
+    /// Checks the (sub)schema at `pointer`, `depth` levels below the root.
+    fn schema(&self, schema: &Value, pointer: &mut String, depth: usize) -> Result<(), DefinitionError> {
+        if depth > self.max_depth {
+            return Err(self.error(format!("schema is nested deeper than {} levels at `{pointer}`", self.max_depth)));
+        }
+        let map = match schema {
+            Value::Bool(_) => return Ok(()),
+            Value::Object(map) => map,
+            _ => return Err(self.error(format!("`{pointer}` is not a schema (expected an object or a boolean)"))),
+        };
+        for (keyword, value) in map {
+            let mark = pointer.len();
+            push_segment(pointer, keyword);
+            self.keyword(keyword, value, pointer, depth)?;
+            pointer.truncate(mark);
+        }
+        Ok(())
+    }
+
+    /// Checks one keyword; `pointer` points at it.
+    fn keyword(&self, keyword: &str, value: &Value, pointer: &mut String, depth: usize) -> Result<(), DefinitionError> {
+        let shape_ok = match keyword {
+            "$schema" => {
+                self.root_only(keyword, pointer, depth)?;
+                let Some(uri) = value.as_str() else { return Err(self.shape(keyword, pointer, "a string")) };
+                if !DIALECTS.contains(&uri.strip_suffix('#').unwrap_or(uri)) {
+                    return Err(self.error(format!(
+                        "`$schema` at `{pointer}` must be draft 2020-12, 2019-09 or 07 (one of {})",
+                        DIALECTS.join(", ")
+                    )));
+                }
+                true
+            }
+            "$id" => {
+                self.root_only(keyword, pointer, depth)?;
+                value.is_string()
+            }
+            "$defs" | "definitions" => {
+                self.root_only(keyword, pointer, depth)?;
+                let Some(definitions) = value.as_object() else {
+                    return Err(self.shape(keyword, pointer, "an object"));
+                };
+                // Each definition is counted from the root; `$ref` is never followed.
+                self.each_property(definitions, pointer, depth)?;
+                true
+            }
+            "$ref" => {
+                let Some(reference) = value.as_str() else { return Err(self.shape(keyword, pointer, "a string")) };
+                self.reference(reference, pointer)?;
+                true
+            }
+            "type" => match value {
+                Value::String(name) => JSON_TYPES.contains(&name.as_str()),
+                Value::Array(names) => {
+                    !names.is_empty()
+                        && names.iter().all(|n| n.as_str().is_some_and(|n| JSON_TYPES.contains(&n)))
+                        && names.iter().enumerate().all(|(i, n)| !names[..i].contains(n))
+                }
+                _ => false,
+            },
+            "properties" => {
+                let Some(properties) = value.as_object() else {
+                    return Err(self.shape(keyword, pointer, "an object"));
+                };
+                self.each_property(properties, pointer, depth)?;
+                true
+            }
+            "required" => value.as_array().is_some_and(|names| names.iter().all(Value::is_string)),
+            "additionalProperties" | "items" => {
+                if keyword == "items" && value.is_array() {
+                    return Err(self.error(format!(
+                        "`items` at `{pointer}` is an array (tuple form), which is not in the portable schema subset"
+                    )));
+                }
+                self.schema(value, pointer, depth + 1)?;
+                true
+            }
+            "anyOf" | "oneOf" => {
+                let Some(alternatives) = value.as_array().filter(|a| !a.is_empty()) else {
+                    return Err(self.shape(keyword, pointer, "a non-empty array of schemas"));
+                };
+                for (i, alternative) in alternatives.iter().enumerate() {
+                    let mark = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&i.to_string());
+                    self.schema(alternative, pointer, depth + 1)?;
+                    pointer.truncate(mark);
+                }
+                true
+            }
+            "enum" => value.is_array(),
+            "const" | "default" | "examples" => true,
+            "title" | "description" | "format" | "pattern" => value.is_string(),
+            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => value.is_number(),
+            "multipleOf" => value.as_f64().is_some_and(|m| m > 0.0),
+            "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties" | "maxProperties" => {
+                value.is_u64() || value.as_f64().is_some_and(|n| n >= 0.0 && n.fract() == 0.0)
+            }
+            "uniqueItems" | "nullable" | "readOnly" | "writeOnly" | "deprecated" => value.is_boolean(),
+            extension if extension.starts_with("x-") => true,
+            other => {
+                return Err(self.error(format!("`{other}` at `{pointer}` is not in the portable schema subset")));
+            }
+        };
+        if shape_ok { Ok(()) } else { Err(self.shape(keyword, pointer, expected_shape(keyword))) }
+    }
+
+    /// Checks every value of `map` as a subschema one level down.
+    fn each_property(
+        &self,
+        map: &Map<String, Value>,
+        pointer: &mut String,
+        depth: usize,
+    ) -> Result<(), DefinitionError> {
+        for (name, subschema) in map {
+            let mark = pointer.len();
+            push_segment(pointer, name);
+            self.schema(subschema, pointer, depth + 1)?;
+            pointer.truncate(mark);
+        }
+        Ok(())
+    }
+
+    /// Checks that a `$ref` is local (`#`, `#/$defs/Name`, `#/definitions/Name`) and resolves.
+    fn reference(&self, reference: &str, pointer: &str) -> Result<(), DefinitionError> {
+        if reference == "#" {
+            return Ok(());
+        }
+        let target = ["$defs", "definitions"].into_iter().find_map(|container| {
+            let name = reference.strip_prefix("#/")?.strip_prefix(container)?.strip_prefix('/')?;
+            Some((container, name))
+        });
+        let Some((container, encoded)) = target.filter(|(_, name)| !name.is_empty() && !name.contains('/')) else {
+            return Err(self.error(format!(
+                "`$ref` at `{pointer}` must be `#` or point to `#/$defs/Name` or `#/definitions/Name` \
+                 (remote and other references are not in the portable schema subset)"
+            )));
+        };
+        let resolved = decode_ref_name(encoded)
+            .and_then(|name| self.root.get(container)?.as_object()?.get(&name).map(|_| ()))
+            .is_some();
+        if resolved {
+            Ok(())
+        } else {
+            Err(self.error(format!("`$ref` at `{pointer}` does not resolve to a definition in this schema")))
+        }
+    }
+
+    /// Rejects a root-only keyword below the root.
+    fn root_only(&self, keyword: &str, pointer: &str, depth: usize) -> Result<(), DefinitionError> {
+        if depth == 0 {
+            Ok(())
+        } else {
+            Err(self.error(format!("`{keyword}` at `{pointer}` is allowed only at the schema root")))
+        }
+    }
+
+    /// A keyword whose value has the wrong shape.
+    fn shape(&self, keyword: &str, pointer: &str, expected: &str) -> DefinitionError {
+        self.error(format!("`{keyword}` at `{pointer}` must be {expected}"))
+    }
+
+    /// An `UNSUPPORTED_SCHEMA` error at this walk's location.
+    fn error(&self, problem: String) -> DefinitionError {
+        unsupported(self.location, problem)
+    }
+}
+
+/// What a keyword's value must be, for error messages.
+fn expected_shape(keyword: &str) -> &'static str {
+    match keyword {
+        "$id" | "title" | "description" | "format" | "pattern" => "a string",
+        "type" => "one of the seven JSON types, or a non-empty array of distinct ones",
+        "required" => "an array of property names",
+        "enum" => "an array",
+        "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => "a number",
+        "multipleOf" => "a number greater than 0",
+        "uniqueItems" | "nullable" | "readOnly" | "writeOnly" | "deprecated" => "a boolean",
+        _ => "a non-negative integer",
+    }
+}
+
+/// An `UNSUPPORTED_SCHEMA` error.
+fn unsupported(location: &str, problem: impl Into<String>) -> DefinitionError {
+    DefinitionError::new(DefinitionErrorCode::UnsupportedSchema, location, problem)
+}
+
+/// Appends `/segment`, escaped per RFC 6901.
+fn push_segment(pointer: &mut String, segment: &str) {
+    pointer.push('/');
+    for c in segment.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
+        }
+    }
+}
+
+/// Decodes a definition name from a `$ref` fragment: percent-decoding, then `~1` → `/` and
+/// `~0` → `~`. `None` if the encoding is malformed.
+fn decode_ref_name(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = encoded.get(i + 1..i + 3)?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(decoded).ok()?;
+    let mut name = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '~' => match chars.next()? {
+                '0' => name.push('~'),
+                '1' => name.push('/'),
+                _ => return None,
+            },
+            c => name.push(c),
+        }
+    }
+    Some(name)
+}
+
+/// Whether a top-level property schema marks its value as sensitive: `writeOnly: true`,
+/// `format: "password"` or `x-sensitive: true`, on the property itself or on the definitions its
+/// `$ref`s lead to.
+fn is_marked_sensitive(root: &Map<String, Value>, property: &Value) -> bool {
+    let mut current = property;
+    // A `$ref` chain can loop; a chain longer than the number of definitions has looped.
+    let definitions = ["$defs", "definitions"].iter().filter_map(|c| root.get(*c)?.as_object()).map(Map::len).sum();
+    for _ in 0..=definitions {
+        let Some(map) = current.as_object() else { return false };
+        let marked = map.get("writeOnly") == Some(&Value::Bool(true))
+            || map.get("format").and_then(Value::as_str) == Some("password")
+            || map.get("x-sensitive") == Some(&Value::Bool(true));
+        if marked {
+            return true;
+        }
+        let target = map.get("$ref").and_then(Value::as_str).and_then(|reference| {
+            ["$defs", "definitions"].into_iter().find_map(|container| {
+                let encoded = reference.strip_prefix("#/")?.strip_prefix(container)?.strip_prefix('/')?;
+                root.get(container)?.as_object()?.get(&decode_ref_name(encoded)?)
+            })
+        });
+        match target {
+            Some(next) => current = next,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Removes the `bound` properties from the root's `properties` and `required` (dropping a
+/// `required` that this emptied).
+fn remove_bound(root: &mut Map<String, Value>, bound: &[String]) {
+    if let Some(Value::Object(properties)) = root.get_mut("properties") {
+        for name in bound {
+            properties.remove(name);
+        }
+    }
+    if let Some(Value::Array(required)) = root.get_mut("required") {
+        let before = required.len();
+        required.retain(|name| !name.as_str().is_some_and(|name| bound.iter().any(|b| b == name)));
+        if required.is_empty() && before > 0 {
+            root.remove("required");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use schemars::JsonSchema;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A nested struct.
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    struct Address {
+        /// The street.
+        street: String,
+        zip: Option<String>,
+    }
+
+    /// Unit variants.
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    enum Status {
+        Open,
+        Closed,
+    }
+
+    /// Variants with data, externally tagged.
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    enum Payment {
+        Card { last4: String },
+        Cash,
+        Voucher(String),
+    }
+
+    /// Variants with data, internally tagged.
+    #[derive(JsonSchema)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    #[allow(dead_code, reason = "only its schema is used")]
+    enum Shipping {
+        Pickup,
+        Courier { address: Address, express: bool },
+    }
+
+    /// Recursive through a definition.
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    struct Node {
+        value: i64,
+        next: Option<Box<Node>>,
+    }
+
+    /// Recursive at the root (`$ref: "#"`).
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    struct Tree {
+        name: String,
+        children: Vec<Tree>,
+    }
+
+    /// A typical capability input.
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only its schema is used")]
+    struct OrderInput {
+        order_id: u32,
+        note: Option<String>,
+        tags: Vec<String>,
+        address: Address,
+        billing: Option<Address>,
+        status: Status,
+        payment: Payment,
+        shipping: Shipping,
+        chain: Option<Box<Node>>,
+        tree: Tree,
+        counts: HashMap<String, i64>,
+        sorted: BTreeMap<String, Vec<u8>>,
+        amount: f64,
+        flag: bool,
+        #[schemars(range(min = 1, max = 10), length(max = 5))]
+        limited: Vec<u16>,
+        #[schemars(email)]
+        email: String,
+        #[schemars(extend("writeOnly" = true))]
+        secret: String,
+        anything: serde_json::Value,
+    }
+
+    /// Checks `schema` as an input schema, which must pass.
+    fn ok_input(schema: &Value) -> CheckedInputSchema {
+        check_input_schema("t.c", schema, &[], &[], SchemaLimits::default())
+            .unwrap_or_else(|e| panic!("{e}\n{}", serde_json::to_string_pretty(schema).unwrap()))
+    }
+
+    #[test]
+    fn schemars_types_are_in_the_subset() {
+        let limits = SchemaLimits::default();
+        ok_input(&schema_for::<Address>());
+        ok_input(&schema_for::<Node>());
+        ok_input(&schema_for::<Tree>());
+        ok_input(&schema_for::<OrderInput>());
+        for output in [
+            schema_for::<Status>(),
+            schema_for::<Payment>(),
+            schema_for::<Shipping>(),
+            schema_for::<Option<Address>>(),
+            schema_for::<Vec<Tree>>(),
+            schema_for::<String>(),
+            schema_for::<()>(),
+            schema_for::<serde_json::Value>(),
+        ] {
+            let checked = check_output_schema("t.c", &output, limits).unwrap_or_else(|e| panic!("{e}: {output}"));
+            assert_eq!(checked, output);
+        }
+    }
+
+    #[test]
+    fn recursive_root_uses_a_root_reference() {
+        let tree = schema_for::<Tree>();
+        assert_eq!(tree["properties"]["children"]["items"]["$ref"], "#");
+        let node = schema_for::<Node>();
+        assert_eq!(node["properties"]["next"]["anyOf"][0]["$ref"], "#");
+        let input = schema_for::<OrderInput>();
+        assert_eq!(input["properties"]["chain"]["anyOf"][0]["$ref"], "#/$defs/Node");
+        assert_eq!(input["$defs"]["Node"]["properties"]["next"]["anyOf"][0]["$ref"], "#/$defs/Node");
+    }
+
+    #[test]
+    fn sensitive_fields_are_found() {
+        let checked = ok_input(&schema_for::<OrderInput>());
+        assert_eq!(checked.sensitive, ["secret"]);
+
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "password": {"type": "string", "format": "password"},
+                "token": {"type": "string", "x-sensitive": true},
+                "pin": {"$ref": "#/$defs/Pin"},
+                "card": {"type": "string"},
+                "loop": {"$ref": "#/$defs/A"},
+                "plain": {"type": "string", "writeOnly": false},
+            },
+            "$defs": {
+                "Pin": {"$ref": "#/$defs/Secret"},
+                "Secret": {"type": "string", "writeOnly": true},
+                "A": {"$ref": "#/$defs/B"},
+                "B": {"$ref": "#/$defs/A"},
+            },
+        });
+        let checked =
+            check_input_schema("t.c", &schema, &[], &["card".into(), "token".into()], SchemaLimits::default()).unwrap();
+        assert_eq!(checked.sensitive, ["card", "password", "pin", "token"]);
+    }
+
+    #[test]
+    fn bound_fields_are_hidden_from_consumers() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"tenant": {"type": "string"}, "order": {"type": "integer"}, "user": {"type": "string"}},
+            "required": ["tenant", "order"],
+            "additionalProperties": false,
+        });
+        let checked =
+            check_input_schema("t.c", &schema, &["tenant".into(), "user".into()], &[], SchemaLimits::default())
+                .unwrap();
+        assert_eq!(checked.full, schema);
+        assert_eq!(
+            checked.advertised,
+            json!({
+                "type": "object",
+                "properties": {"order": {"type": "integer"}},
+                "required": ["order"],
+                "additionalProperties": false,
+            })
+        );
+
+        let checked =
+            check_input_schema("t.c", &schema, &["tenant".into(), "order".into()], &[], SchemaLimits::default())
+                .unwrap();
+        assert_eq!(checked.advertised.get("required"), None, "an emptied `required` is dropped");
+
+        let empty_required = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": []});
+        let checked = check_input_schema("t.c", &empty_required, &[], &[], SchemaLimits::default()).unwrap();
+        assert_eq!(checked.advertised, empty_required, "nothing bound, nothing changed");
+    }
+
+    #[test]
+    fn bound_and_sensitive_names_must_be_properties() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let err = check_input_schema("t.c", &schema, &["b".into()], &[], SchemaLimits::default()).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
+        assert_eq!(err.location(), "t.c");
+        assert_eq!(err.problem(), "bound field `b` is not a property of the input schema");
+
+        let err = check_input_schema("t.c", &schema, &[], &["c".into()], SchemaLimits::default()).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
+        assert_eq!(err.problem(), "sensitive field `c` is not a property of the input schema");
+
+        let no_properties = json!({"type": "object"});
+        let err = check_input_schema("t.c", &no_properties, &["a".into()], &[], SchemaLimits::default()).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
+    }
+
+    /// Checks `schema` as an input schema: `expected` is `"ok"` or a fragment of the
+    /// `UNSUPPORTED_SCHEMA` problem.
+    #[track_caller]
+    fn check(schema: Value, expected: &str) {
+        match check_input_schema("orders.cancel", &schema, &[], &[], SchemaLimits::default()) {
+            Ok(_) => assert_eq!(expected, "ok", "accepted: {schema}"),
+            Err(e) => {
+                assert_ne!(expected, "ok", "rejected: {e}");
+                assert_eq!(e.code(), DefinitionErrorCode::UnsupportedSchema, "{e}");
+                assert_eq!(e.location(), "orders.cancel");
+                assert!(e.problem().contains(expected), "problem {:?} lacks {expected:?}", e.problem());
+            }
+        }
+    }
+
+    /// An object schema with one property `a` whose schema is `a`.
+    fn with_property(a: Value) -> Value {
+        json!({"type": "object", "properties": {"a": a}})
+    }
+
+    #[test]
+    fn subset_table() {
+        check(json!({"type": "object"}), "ok");
+        check(json!({"type": "object", "x-vendor": {"anything": [1, 2]}, "properties": {"a": true, "b": false}}), "ok");
+        check(
+            with_property(json!({
+                "type": ["string", "null"], "minLength": 1, "maxLength": 5, "pattern": "^a", "format": "email",
+                "enum": ["a", null], "const": "a", "default": "a", "examples": ["a"], "title": "A",
+                "description": "d", "nullable": true, "readOnly": false, "writeOnly": false, "deprecated": false,
+            })),
+            "ok",
+        );
+        check(
+            with_property(json!({
+                "type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1.5, "exclusiveMinimum": -1,
+                "exclusiveMaximum": 2, "multipleOf": 0.5}, "minItems": 0, "maxItems": 3, "uniqueItems": true,
+            })),
+            "ok",
+        );
+        check(
+            with_property(json!({
+                "type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2,
+                "required": [],
+            })),
+            "ok",
+        );
+        check(json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}), "ok");
+        check(json!({"$id": "https://example.com/s", "type": "object"}), "ok");
+        check(
+            json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/A~1B%20C"}},
+                   "definitions": {"A/B C": {"type": "string"}}}),
+            "ok",
+        );
+
+        check(json!({"type": "object", "allOf": [{}]}), "`allOf` at `/allOf` is not in the portable schema subset");
+        check(with_property(json!({"not": {}})), "`not` at `/properties/a/not`");
+        check(with_property(json!({"if": {}, "then": {}})), "`if` at `/properties/a/if`");
+        check(
+            json!({"type": "object", "patternProperties": {"^x": {}}}),
+            "`patternProperties` at `/patternProperties`",
+        );
+        check(json!({"type": "object", "dependentSchemas": {}}), "`dependentSchemas`");
+        check(json!({"type": "object", "unevaluatedProperties": false}), "`unevaluatedProperties`");
+        check(with_property(json!({"$dynamicRef": "#meta"})), "`$dynamicRef`");
+        check(with_property(json!({"prefixItems": [{}]})), "`prefixItems`");
+        check(with_property(json!({"items": [{}]})), "`items` at `/properties/a/items` is an array (tuple form)");
+        check(with_property(json!({"contains": {}})), "`contains`");
+        check(with_property(json!({"$comment": "x"})), "`$comment`");
+        check(with_property(json!({"propertyNames": {}})), "`propertyNames`");
+        check(with_property(json!({"y-vendor": 1})), "`y-vendor`");
+        check(
+            json!({"type": "object", "properties": {"a/b~": {"allOf": []}}}),
+            "`allOf` at `/properties/a~1b~0/allOf`",
+        );
+        check(with_property(json!({"anyOf": [{"type": "string"}, {"allOf": []}]})), "`/properties/a/anyOf/1/allOf`");
+
+        check(
+            with_property(json!({"$ref": "https://example.com/schema.json"})),
+            "`$ref` at `/properties/a/$ref` must be",
+        );
+        check(with_property(json!({"$ref": "other.json#/$defs/A"})), "remote and other references");
+        check(with_property(json!({"$ref": "#/properties/b"})), "remote and other references");
+        check(with_property(json!({"$ref": "#/$defs/A/properties/x"})), "remote and other references");
+        check(with_property(json!({"$ref": "#/$defs/Missing"})), "does not resolve");
+        check(with_property(json!({"$ref": "#/$defs/A%2"})), "does not resolve");
+        check(
+            json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/A"}}, "$defs": {"A": {}}}),
+            "does not resolve",
+        );
+        check(
+            with_property(json!({"$defs": {"A": {}}})),
+            "`$defs` at `/properties/a/$defs` is allowed only at the schema root",
+        );
+        check(with_property(json!({"$id": "x"})), "`$id` at `/properties/a/$id` is allowed only at the schema root");
+        check(json!({"$schema": "https://example.com/my-meta", "type": "object"}), "`$schema` at `/$schema` must be");
+        check(json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}), "`$schema`");
+
+        check(with_property(json!({"type": "float"})), "`type` at `/properties/a/type` must be one of the seven");
+        check(with_property(json!({"type": []})), "`type`");
+        check(with_property(json!({"type": ["string", "string"]})), "`type`");
+        check(
+            with_property(json!({"minLength": -1})),
+            "`minLength` at `/properties/a/minLength` must be a non-negative",
+        );
+        check(with_property(json!({"maxItems": 1.5})), "`maxItems`");
+        check(with_property(json!({"multipleOf": 0})), "`multipleOf` at `/properties/a/multipleOf` must be a number");
+        check(with_property(json!({"minimum": "1"})), "`minimum`");
+        check(with_property(json!({"required": "a"})), "`required`");
+        check(with_property(json!({"enum": "a"})), "`enum`");
+        check(with_property(json!({"uniqueItems": "yes"})), "`uniqueItems`");
+        check(with_property(json!({"anyOf": []})), "`anyOf` at `/properties/a/anyOf` must be a non-empty array");
+        check(json!({"type": "object", "properties": []}), "`properties` at `/properties` must be an object");
+        check(with_property(json!(5)), "`/properties/a` is not a schema");
+        check(with_property(json!(null)), "`/properties/a` is not a schema");
+    }
+
+    #[test]
+    fn input_root_must_be_an_object_schema() {
+        let message = "tool input must be a JSON object";
+        check(json!({"type": "string"}), message);
+        check(json!({"type": ["object", "null"]}), message);
+        check(json!({"properties": {}}), message);
+        check(json!({"$ref": "#/$defs/A", "$defs": {"A": {"type": "object"}}}), message);
+        check(json!(true), message);
+        check(json!({"anyOf": [{"type": "object"}]}), message);
+        // Non-schemas are rejected first, by the subset check.
+        check(json!([]), "is not a schema");
+    }
+
+    /// `levels` nested object properties below the root.
+    fn nested(levels: usize) -> Value {
+        let mut schema = json!({"type": "string"});
+        for _ in 0..levels {
+            schema = json!({"type": "object", "properties": {"a": schema}});
+        }
+        schema
+    }
+
+    #[test]
+    fn depth_and_size_limits() {
+        check(nested(16), "ok");
+        check(nested(17), "schema is nested deeper than 16 levels at `/properties/a/properties/a");
+        // Definitions are counted from the root, references are not followed.
+        let mut deep_definition = nested(16);
+        deep_definition["$defs"] = json!({"D": nested(15)});
+        check(deep_definition.clone(), "ok");
+        deep_definition["$defs"] = json!({"D": nested(16)});
+        check(deep_definition, "nested deeper than 16 levels at `/$defs/D/");
+
+        let shallow = SchemaLimits { max_depth: 2, max_bytes: 1000 };
+        let err = check_input_schema("t.c", &nested(3), &[], &[], shallow).unwrap_err();
+        assert!(err.problem().contains("nested deeper than 2 levels"), "{err}");
+
+        let big = with_property(json!({"description": "x".repeat(64 * 1024)}));
+        check(big, "schema is too large (over 65536 bytes)");
+        let small = SchemaLimits { max_depth: 16, max_bytes: 100 };
+        let err = check_output_schema("t.c", &json!({"description": "x".repeat(200)}), small).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
+        assert!(err.problem().contains("too large"));
+
+        // A `const` nested absurdly deep (no subschemas involved) is rejected without recursion.
+        let mut deep = json!(1);
+        for _ in 0..200 {
+            deep = json!([deep]);
+        }
+        check(with_property(json!({"const": deep})), "deeper than 128 levels");
+    }
+
+    #[test]
+    fn reference_cycles_terminate() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/A"}, "r": {"$ref": "#"}},
+            "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}},
+        });
+        check(schema, "ok");
+    }
+
+    #[test]
+    fn tuples_are_not_portable() {
+        let err = check_output_schema("t.c", &schema_for::<(u8, String)>(), SchemaLimits::default()).unwrap_err();
+        assert_eq!(err.problem(), "`prefixItems` at `/prefixItems` is not in the portable schema subset");
+    }
+
+    #[test]
+    fn output_schemas() {
+        let limits = SchemaLimits::default();
+        assert_eq!(check_output_schema("t.c", &json!({"type": "string"}), limits).unwrap(), json!({"type": "string"}));
+        assert!(check_output_schema("t.c", &json!(true), limits).is_ok());
+        let err = check_output_schema("t.c", &json!({"type": "array", "prefixItems": []}), limits).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
+        assert_eq!(err.problem(), "`prefixItems` at `/prefixItems` is not in the portable schema subset");
+    }
+
+    #[test]
+    fn trivial_schemas() {
+        assert!(is_trivial(&json!(true)));
+        assert!(is_trivial(&json!({})));
+        assert!(is_trivial(&json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "AnyValue"})));
+        assert!(is_trivial(&json!({"description": "anything"})));
+        assert!(is_trivial(&schema_for::<serde_json::Value>()));
+        assert!(!is_trivial(&json!(false)));
+        assert!(!is_trivial(&json!({"type": "null"})));
+        assert!(!is_trivial(&schema_for::<()>()));
+        assert!(!is_trivial(&json!({"x-kind": "a"})));
+        assert!(!is_trivial(&json!(null)));
+    }
+}

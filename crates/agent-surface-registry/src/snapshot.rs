@@ -1,0 +1,144 @@
+//! Discovery: a consumer's [`Snapshot`] of the surface.
+
+use std::sync::Arc;
+
+use agent_surface_core::Effect;
+use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::define::{CapabilityDef, Plane};
+use crate::registry::Registry;
+
+/// What one consumer sees of a registry at one moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The registry's surface id.
+    pub surface_id: String,
+    /// The surface version this snapshot reflects.
+    pub version: u64,
+    /// The visible capabilities, sorted by name.
+    pub capabilities: Vec<CapabilityDescriptor>,
+}
+
+impl Snapshot {
+    /// The descriptor of `name`, if visible.
+    pub fn capability(&self, name: &str) -> Option<&CapabilityDescriptor> {
+        self.capabilities.iter().find(|c| c.name == name)
+    }
+}
+
+/// One capability as discovery shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct CapabilityDescriptor {
+    /// The capability name (`type.capability`), used in invoke requests.
+    pub name: String,
+    /// The tool name for providers and MCP (`type-capability`).
+    pub tool_name: String,
+    /// The description for the model.
+    pub description: String,
+    /// The input schema the agent must satisfy (bound fields excluded).
+    pub input_schema: Value,
+    /// The output schema, when the capability declares one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// The declared effect.
+    pub effect: Effect,
+    /// Whether the capability is idempotent.
+    pub idempotent: bool,
+    /// Where it runs.
+    pub plane: Plane,
+    /// Whether it can be called now.
+    pub enabled: bool,
+    /// Why not, when disabled (the same string as `CAPABILITY_NOT_AVAILABLE`'s reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+    /// The live instances that can handle it.
+    pub instances: Vec<InstanceDescriptor>,
+    /// Author metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// One live instance as discovery shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct InstanceDescriptor {
+    /// The instance id (to name as a call's target).
+    pub instance_id: String,
+    /// The live registration id.
+    pub registration_id: String,
+    /// The instance's description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+struct Row {
+    def: Arc<CapabilityDef>,
+    disabled: Option<String>,
+    instances: Vec<InstanceDescriptor>,
+}
+
+pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot {
+    let inner = &registry.inner;
+    let (version, rows) = {
+        let state = inner.read();
+        let mut rows = Vec::new();
+        for def in state.capabilities.values() {
+            let Some(ty) = state.types.get(&def.type_id) else { continue };
+            if ty.instances.is_empty() {
+                continue;
+            }
+            rows.push(Row {
+                def: def.clone(),
+                disabled: state.disabled.get(&def.name).map(|r| r.as_str().to_string()),
+                instances: ty
+                    .instances
+                    .values()
+                    .map(|r| InstanceDescriptor {
+                        instance_id: r.instance_id.to_string(),
+                        registration_id: r.registration_id.to_string(),
+                        description: r.description.clone(),
+                    })
+                    .collect(),
+            });
+        }
+        (state.version, rows)
+    };
+    let mut capabilities = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        if let Some(policy) = &inner.config.authority {
+            let def = &row.def;
+            let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+            match crate::pipeline::authority::decide(policy.as_ref(), call).await {
+                AuthorityDecision::Hide => continue,
+                AuthorityDecision::Disable { reason } => {
+                    row.disabled.get_or_insert_with(|| reason.as_str().to_string());
+                }
+                _ => {}
+            }
+        }
+        let def = &row.def;
+        capabilities.push(CapabilityDescriptor {
+            name: def.name.to_string(),
+            tool_name: def.tool_name.clone(),
+            description: def.description.clone(),
+            input_schema: def.input.advertised.clone(),
+            output_schema: def.output_schema.clone(),
+            effect: def.effect,
+            idempotent: def.idempotent,
+            plane: def.plane,
+            enabled: row.disabled.is_none(),
+            unavailable_reason: row.disabled,
+            instances: row.instances,
+            meta: def.meta.clone(),
+        });
+    }
+    capabilities.sort_by(|a, b| a.name.cmp(&b.name));
+    Snapshot { surface_id: inner.surface_id.to_string(), version, capabilities }
+}

@@ -1,0 +1,619 @@
+//! Every code the matrix declares, produced through the public API in each of its phases.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_surface_core::details::{ConfirmationInvalidReason, InputIssue, Origin, RateLimitReason, StaleReason};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
+use agent_surface_policy::{
+    Admission, AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, Consumer,
+    Fingerprint, IdempotencyKey, IdempotencyStore, PolicyError, RateDecision, RateLimiter, Settlement, StoreError,
+};
+use agent_surface_registry::{
+    Binding, Ctx, DuplicateInstance, Instance, InvokeOptions, Registry, RegistryConfig, Target, Unmet,
+};
+use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::*;
+
+// ---- Phase 1: admission -------------------------------------------------------------------
+
+#[tokio::test]
+async fn conflict_in_admission() {
+    let (r, _m) = echo_registry(RegistryConfig::default());
+    let first =
+        r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i-1"), consumer("c")).await;
+    assert!(first.result.is_ok());
+    let second =
+        r.invoke_detailed(call("demo.echo", json!({"text": "b"})).with_invocation_id("i-1"), consumer("c")).await;
+    let p = assert_produced(&second, ErrorCode::InvocationConflict, Phase::Admission);
+    assert_eq!(p.details().unwrap().len(), 1, "nothing about the earlier request: {p:?}");
+    assert!(!p.to_json().to_string().contains("\"a\""));
+    // Another consumer may use the same id.
+    let other =
+        r.invoke_detailed(call("demo.echo", json!({"text": "b"})).with_invocation_id("i-1"), consumer("d")).await;
+    assert!(other.result.is_ok());
+}
+
+#[tokio::test]
+async fn cancelled_in_admission_when_disposed_or_precancelled() {
+    let (r, _m) = echo_registry(RegistryConfig::default());
+    let token = CancellationToken::new();
+    token.cancel();
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c").with_cancellation(token)).await;
+    assert_produced(&inv, ErrorCode::Cancelled, Phase::Admission);
+    r.dispose();
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Admission);
+    assert_eq!(p.retry(), Retry::Yes);
+}
+
+#[derive(Debug)]
+struct BrokenStore;
+
+impl IdempotencyStore for BrokenStore {
+    fn admit<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: Fingerprint,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("redis://user:secret@10.0.0.5:6379 refused".into())) })
+    }
+    fn settle<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: Fingerprint,
+        _: Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test]
+async fn store_failure_is_a_transient_execution_failure_in_admission() {
+    let (r, _m) = echo_registry(RegistryConfig { idempotency: Arc::new(BrokenStore), ..Default::default() });
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    assert!(!p.to_json().to_string().contains("secret"));
+    // Without an invocation id the store is not consulted.
+    assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());
+}
+
+// ---- Phase 2: resolve ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn not_found_for_unknown_and_unmounted_types() {
+    let (r, _m) = echo_registry(RegistryConfig::default());
+    let inv = r.invoke_detailed(call("demo.nope", json!({})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Resolve);
+    assert!(p.details().is_none());
+    assert_eq!(p.retry(), Retry::AfterRefresh);
+    // Defined but never mounted: not in the surface.
+    r.define("other", |t| {
+        t.capability("x", "Do x.")
+            .handler(|_c: Ctx, i: Echo| async move { Ok::<_, AgentSurfaceError>(Echoed { text: i.text }) })
+    })
+    .unwrap();
+    let inv = r.invoke_detailed(call("other.x", json!({"text": "a"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Resolve);
+}
+
+#[tokio::test]
+async fn unmounted_at_resolution_until_the_tombstone_expires() {
+    let clock = clock();
+    let (r, m) = echo_registry(config_with(&clock));
+    let reg = m.registration_id().unwrap().to_string();
+    drop(m);
+    for target in [None, Some(Target::instance("main")), Some(Target::registration(reg.clone()))] {
+        let mut req = call("demo.echo", json!({"text": "a"}));
+        req.target = target;
+        let inv = r.invoke_detailed(req, consumer("c")).await;
+        let p = assert_produced(&inv, ErrorCode::ComponentUnmounted, Phase::Resolve);
+        assert_eq!(p.detail("phase"), Some(&json!("resolve")));
+    }
+    assert_eq!(r.tombstone_count(), 1);
+    clock.advance(r.config().tombstone_ttl + Duration::from_millis(1));
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Resolve);
+    assert_eq!(r.tombstone_count(), 0);
+}
+
+#[tokio::test]
+async fn stale_for_replaced_registration_other_surface_and_old_version() {
+    let config = RegistryConfig { duplicate_instance: DuplicateInstance::Replace, ..Default::default() };
+    let r = Registry::new(config);
+    r.define("cart", |t| {
+        t.capability("clear", "Empty the cart.")
+            .effect(Effect::Destructive)
+            .handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"cleared": true})) });
+    })
+    .unwrap();
+    let old = r.mount("cart", "main").unwrap();
+    let old_id = old.registration_id().unwrap().to_string();
+    let new = r.mount("cart", "main").unwrap();
+    let new_id = new.registration_id().unwrap().to_string();
+    assert_ne!(old_id, new_id);
+    assert!(!old.is_live() && new.is_live());
+
+    let inv = r
+        .invoke_detailed(call("cart.clear", json!({})).with_target(Target::registration(old_id.clone())), consumer("c"))
+        .await;
+    let p = assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
+    assert_eq!(p.details().unwrap()["reason"], "registration-replaced");
+    assert_eq!(p.details().unwrap()["liveRegistrationId"], json!(new_id));
+    let both = Target { instance_id: Some("main".into()), registration_id: Some(old_id) };
+    let inv = r.invoke_detailed(call("cart.clear", json!({})).with_target(both), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
+
+    let inv = r
+        .invoke_detailed(call("cart.clear", json!({})).with_surface("s-0000000000000000", r.version()), consumer("c"))
+        .await;
+    let p = assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
+    assert_eq!(p.details().unwrap()["reason"], "surface-reloaded");
+
+    let planned = r.version();
+    r.disable("cart.clear", "Maintenance.");
+    r.enable("cart.clear");
+    let inv =
+        r.invoke_detailed(call("cart.clear", json!({})).with_surface(r.surface_id(), planned), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
+    assert_eq!(p.details().unwrap()["reason"], "surface-version-mismatch");
+    let ok = r.invoke(call("cart.clear", json!({})).with_surface(r.surface_id(), r.version()), consumer("c")).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    drop((old, new));
+}
+
+#[tokio::test]
+async fn ambiguous_when_several_instances_and_no_target() {
+    let (r, _m) = echo_registry(RegistryConfig::default());
+    let _m2 = r.mount_with("demo", "second", Instance::new().description("The second one")).unwrap();
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::AmbiguousInstance, Phase::Resolve);
+    let instances = p.details().unwrap()["instances"].as_array().unwrap().clone();
+    assert_eq!(instances.len(), 2);
+    assert!(instances.iter().any(|i| i["instanceId"] == "second" && i["description"] == "The second one"));
+    let ok =
+        r.invoke(call("demo.echo", json!({"text": "a"})).with_target(Target::instance("second")), consumer("c")).await;
+    assert!(ok.is_ok());
+}
+
+// ---- Phase 3: availability ---------------------------------------------------------------
+
+#[tokio::test]
+async fn not_available_with_the_descriptor_reason() {
+    let (r, _m) = echo_registry(RegistryConfig::default());
+    assert!(r.disable("demo.echo", "Sign in to a store first."));
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::CapabilityNotAvailable, Phase::Availability);
+    let snap = r.snapshot(&Consumer::anonymous("c")).await;
+    let d = snap.capability("demo.echo").unwrap();
+    assert!(!d.enabled);
+    assert_eq!(p.detail("reason"), Some(&json!(d.unavailable_reason.clone().unwrap())));
+    r.enable("demo.echo");
+    assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());
+}
+
+// ---- Phase 4: authority ------------------------------------------------------------------
+
+struct RolePolicy;
+
+impl AuthorityPolicy for RolePolicy {
+    fn name(&self) -> &str {
+        "role-policy"
+    }
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(async move {
+            Ok(match (call.consumer.identity(), call.capability) {
+                (_, "demo.echo") => AuthorityDecision::Allow,
+                (None, _) => AuthorityDecision::Unauthenticated,
+                (Some(i), "admin.secret") if !i.has_role("admin") => AuthorityDecision::Hide,
+                (Some(i), "admin.tool") if !i.has_role("admin") => AuthorityDecision::Deny { origin: Origin::Client },
+                (Some(_), "admin.closed") => {
+                    AuthorityDecision::Disable { reason: SafeText::from("Closed for you today.") }
+                }
+                _ => AuthorityDecision::Allow,
+            })
+        })
+    }
+}
+
+fn admin_registry() -> (Registry, agent_surface_registry::Mount) {
+    let (r, m) = echo_registry(RegistryConfig { authority: Some(Arc::new(RolePolicy)), ..Default::default() });
+    r.define("admin", |t| {
+        for id in ["tool", "secret", "closed"] {
+            t.capability(id, "An admin tool.")
+                .handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+        }
+    })
+    .unwrap();
+    std::mem::forget(r.mount("admin", "main").unwrap());
+    (r, m)
+}
+
+fn signed_in(key: &str, roles: &[&str]) -> InvokeOptions {
+    let mut id = agent_surface_policy::Identity::new("user-1");
+    for role in roles {
+        id = id.with_role(*role);
+    }
+    InvokeOptions::new(Consumer::authenticated(key, id))
+}
+
+#[tokio::test]
+async fn authority_outcomes() {
+    let (r, _m) = admin_registry();
+    let inv = r.invoke_detailed(call("admin.tool", json!({})), consumer("anon")).await;
+    let p = assert_produced(&inv, ErrorCode::NotAuthenticated, Phase::Authority);
+    assert!(p.details().is_none());
+    let inv = r.invoke_detailed(call("admin.tool", json!({})), signed_in("u", &[])).await;
+    let p = assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_eq!(p.details().unwrap(), json!({"origin": "client"}).as_object().unwrap());
+    let inv = r.invoke_detailed(call("admin.closed", json!({})), signed_in("u", &[])).await;
+    let p = assert_produced(&inv, ErrorCode::CapabilityNotAvailable, Phase::Authority);
+    assert_eq!(p.detail("reason"), Some(&json!("Closed for you today.")));
+    assert!(r.invoke(call("admin.tool", json!({})), signed_in("u", &["admin"])).await.is_ok());
+}
+
+#[tokio::test]
+async fn hidden_is_byte_identical_to_never_existed() {
+    let (r, _m) = admin_registry();
+    let hidden = r.invoke_detailed(call("admin.secret", json!({})), signed_in("u", &[])).await;
+    assert_produced(&hidden, ErrorCode::CapabilityNotFound, Phase::Authority);
+    let missing = r.invoke(call("admin.nothing", json!({})), signed_in("u", &[])).await;
+    assert_eq!(serde_json::to_string(&hidden.result).unwrap(), serde_json::to_string(&missing).unwrap());
+    let snap = r.snapshot(&Consumer::authenticated("u", agent_surface_policy::Identity::new("user-1"))).await;
+    assert!(snap.capability("admin.secret").is_none());
+    assert!(snap.capability("admin.tool").is_some());
+}
+
+// ---- Phase 5: input ----------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+struct AddItem {
+    cart_id: String,
+    sku: String,
+    quantity: u32,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Added {
+    cart_id: String,
+    quantity: u32,
+}
+
+struct Cart {
+    id: Option<String>,
+}
+
+fn cart_registry() -> Registry {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("cart", |t| {
+        t.capability("add_item", "Add an item to the current cart.")
+            .bind("cart_id", Binding::from_instance(|c: &Cart| c.id.clone().map(Value::from)))
+            .precondition(|_ctx: &Ctx, i: &AddItem| {
+                if i.sku == "discontinued" {
+                    return Err(Unmet::new("This item is discontinued.")
+                        .reason("discontinued")
+                        .detail("sku", i.sku.clone()));
+                }
+                if i.sku == "boom" {
+                    panic!("precondition bug");
+                }
+                Ok(())
+            })
+            .handler(|_c: Ctx, i: AddItem| async move {
+                Ok::<_, AgentSurfaceError>(Added { cart_id: i.cart_id, quantity: i.quantity })
+            })
+    })
+    .unwrap();
+    r
+}
+
+#[tokio::test]
+async fn invalid_input_for_schema_and_locked_fields() {
+    let r = cart_registry();
+    let _m = r.mount_with("cart", "main", Instance::new().state(Cart { id: Some("cart-9".into()) })).unwrap();
+    let inv = r.invoke_detailed(call("cart.add_item", json!({"sku": "A", "quantity": -1})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::InvalidInput, Phase::Input);
+    let issues: Vec<InputIssue> = serde_json::from_value(p.details().unwrap()["issues"].clone()).unwrap();
+    assert!(issues.iter().any(|i| i.path == "/quantity"), "{issues:?}");
+    assert!(!p.to_json().to_string().contains("-1"));
+
+    let inv = r
+        .invoke_detailed(call("cart.add_item", json!({"sku": "A", "quantity": 1, "cart_id": "mine"})), consumer("c"))
+        .await;
+    let p = assert_produced(&inv, ErrorCode::InvalidInput, Phase::Input);
+    assert_eq!(p.detail("lockedFields"), Some(&json!(["cart_id"])));
+
+    let inv = r
+        .invoke_detailed(call("cart.add_item", json!({"sku": "A", "quantity": 1, "colour": "red"})), consumer("c"))
+        .await;
+    let p = assert_produced(&inv, ErrorCode::InvalidInput, Phase::Input);
+    assert_eq!(p.details().unwrap()["issues"][0]["path"], "/colour");
+
+    let ok = r.invoke(call("cart.add_item", json!({"sku": "A", "quantity": 2})), consumer("c")).await;
+    assert_eq!(ok.output(), Some(&json!({"cart_id": "cart-9", "quantity": 2})));
+}
+
+#[tokio::test]
+async fn precondition_failed_for_bindings_and_author_checks() {
+    let r = cart_registry();
+    let m = r.mount_with("cart", "main", Instance::new().state(Cart { id: None })).unwrap();
+    let inv = r.invoke_detailed(call("cart.add_item", json!({"sku": "A", "quantity": 1})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(p.detail("reason"), Some(&json!("binding-failed")));
+    assert_eq!(p.retry(), Retry::AfterRefresh);
+    drop(m);
+
+    let _m = r.mount_with("cart", "main", Instance::new().state(Cart { id: Some("c-1".into()) })).unwrap();
+    let inv =
+        r.invoke_detailed(call("cart.add_item", json!({"sku": "discontinued", "quantity": 1})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(p.retry(), Retry::WithChanges);
+    assert_eq!(p.details().unwrap(), json!({"reason": "discontinued", "sku": "discontinued"}).as_object().unwrap());
+
+    let inv = r.invoke_detailed(call("cart.add_item", json!({"sku": "boom", "quantity": 1})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Input);
+    assert!(!p.message().contains("precondition bug"));
+}
+
+// ---- Phase 6: rate ----------------------------------------------------------------------
+
+struct OneCallOnly(AtomicUsize);
+
+impl RateLimiter for OneCallOnly {
+    fn acquire<'a>(&'a self, _call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
+        Box::pin(async move {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                RateDecision::Allow(None)
+            } else {
+                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(1500) }
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn rate_limited_is_not_cached() {
+    let (r, _m) = echo_registry(RegistryConfig {
+        rate_limiter: Some(Arc::new(OneCallOnly(AtomicUsize::new(0)))),
+        ..Default::default()
+    });
+    assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());
+    let req = call("demo.echo", json!({"text": "a"})).with_invocation_id("i-7");
+    let inv = r.invoke_detailed(req.clone(), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::RateLimited, Phase::Rate);
+    assert_eq!(p.retry_after(), Some(Duration::from_millis(1500)));
+    // Not stored: the same id runs the pipeline again rather than replaying.
+    let again = r.invoke_detailed(req, consumer("c")).await;
+    assert!(!again.replayed);
+    assert_produced(&again, ErrorCode::RateLimited, Phase::Rate);
+}
+
+// ---- Phase 7: confirmation ---------------------------------------------------------------
+
+struct Gate;
+
+impl ConfirmationGate for Gate {
+    fn check<'a>(
+        &'a self,
+        _call: CallInfo<'a>,
+        evidence: Option<&'a str>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        Box::pin(async move {
+            match evidence {
+                None => ConfirmationDecision::Required {
+                    confirmation_id: "conf-1".into(),
+                    summary: SafeText::from("Echo a text."),
+                    expires_at: now.saturating_add(Duration::from_secs(60)),
+                    origin: Origin::Client,
+                },
+                Some("conf-1") => ConfirmationDecision::Proceed,
+                Some(_) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn confirmation_required_then_invalid_then_proceed() {
+    let (r, _m) = echo_registry(RegistryConfig { confirmation: Some(Arc::new(Gate)), ..Default::default() });
+    let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("confirmationId"), Some(&json!("conf-1")));
+    assert_eq!(p.detail("effect"), Some(&json!("read")));
+    let inv =
+        r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_confirmation("forged"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationInvalid, Phase::Confirmation);
+    assert_eq!(p.retry(), Retry::No);
+    // CONFIRMATION_REQUIRED was not stored: the same invocation id proceeds with evidence.
+    let ok = r
+        .invoke(
+            call("demo.echo", json!({"text": "a"})).with_invocation_id("i").with_confirmation("conf-1"),
+            consumer("c"),
+        )
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+// ---- Phase 8: execute --------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Mode {
+    mode: String,
+}
+
+fn behaviour_registry(config: RegistryConfig) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(config);
+    r.define("act", |t| {
+        t.capability("run", "Behave as told.").time_budget(Duration::from_secs(2)).handler(
+            |ctx: Ctx, i: Mode| async move {
+                match i.mode.as_str() {
+                    "ok" => Ok(json!({"done": true})),
+                    "slow" => {
+                        std::future::pending::<()>().await;
+                        Ok(json!({}))
+                    }
+                    "error" => Err(AgentSurfaceError::internal(std::io::Error::other(
+                        "SELECT * FROM users -- postgres://admin:pw@db.internal/prod",
+                    ))),
+                    "panic" => panic!("handler bug at src/secret.rs:42"),
+                    "invalid" => Err(AgentSurfaceError::invalid_input(
+                        vec![InputIssue { path: "/mode".into(), message: "is not accepted by the server".into() }],
+                        None,
+                    )),
+                    "unauthenticated" => Err(AgentSurfaceError::not_authenticated()),
+                    "forbidden" => Err(AgentSurfaceError::not_authorized(Origin::Server)),
+                    "precondition" => Err(AgentSurfaceError::precondition_failed("The order already shipped.")),
+                    "throttled" => Err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(3))),
+                    "reserved" => Err(AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None)),
+                    "state" => Ok(json!({"missing": ctx.state::<String>().len()})),
+                    _ => Ok(json!(null)),
+                }
+            },
+        )
+    })
+    .unwrap();
+    let m = r.mount("act", "main").unwrap();
+    (r, m)
+}
+
+#[tokio::test]
+async fn timeout_with_a_manual_clock() {
+    let clock = clock();
+    let (r, _m) = behaviour_registry(config_with(&clock));
+    let call_fut = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_secs(2));
+    let inv = call_fut.await.unwrap();
+    let p = assert_produced(&inv, ErrorCode::Timeout, Phase::Execute);
+    assert_eq!(p.details().unwrap(), json!({"timeoutMs": 2000, "idempotent": false}).as_object().unwrap());
+    assert_eq!(p.retry(), Retry::No);
+}
+
+#[tokio::test]
+async fn cancelled_and_unmounted_mid_flight() {
+    let clock = clock();
+    let (r, m) = behaviour_registry(config_with(&clock));
+    let token = CancellationToken::new();
+    let fut = {
+        let (r, token) = (r.clone(), token.clone());
+        tokio::spawn(async move {
+            r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c").with_cancellation(token)).await
+        })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    token.cancel();
+    assert_produced(&fut.await.unwrap(), ErrorCode::Cancelled, Phase::Execute);
+
+    let fut = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    drop(m);
+    let p = assert_produced(&fut.await.unwrap(), ErrorCode::ComponentUnmounted, Phase::Execute);
+    assert_eq!(p.detail("phase"), Some(&json!("mid-flight")));
+
+    let _m = r.mount("act", "main").unwrap();
+    let fut = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    r.dispose();
+    assert_produced(&fut.await.unwrap(), ErrorCode::Cancelled, Phase::Execute);
+}
+
+#[tokio::test]
+async fn handler_errors_and_panics_are_sanitized_and_the_runtime_keeps_serving() {
+    let (r, _m) = behaviour_registry(RegistryConfig::default());
+    for mode in ["error", "panic", "reserved", "state"] {
+        let inv = r.invoke_detailed(call("act.run", json!({"mode": mode})), consumer("c")).await;
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
+        assert_eq!(p.detail("reason"), Some(&json!("handler-error")));
+        let text = serde_json::to_string(&inv.result).unwrap();
+        for secret in ["SELECT", "postgres", "admin:pw", "src/secret.rs", "String", "STALE"] {
+            assert!(!text.contains(secret), "{mode}: {secret} leaked into {text}");
+        }
+    }
+    assert!(r.invoke(call("act.run", json!({"mode": "ok"})), consumer("c")).await.is_ok());
+}
+
+#[tokio::test]
+async fn codes_a_handler_may_return() {
+    let (r, _m) = behaviour_registry(RegistryConfig::default());
+    let cases = [
+        ("invalid", ErrorCode::InvalidInput),
+        ("unauthenticated", ErrorCode::NotAuthenticated),
+        ("forbidden", ErrorCode::NotAuthorized),
+        ("precondition", ErrorCode::PreconditionFailed),
+        ("throttled", ErrorCode::RateLimited),
+    ];
+    for (mode, code) in cases {
+        let inv = r.invoke_detailed(call("act.run", json!({"mode": mode})), consumer("c")).await;
+        assert_eq!(inv.result.code(), Some(code), "{mode}");
+    }
+    let inv = r.invoke_detailed(call("act.run", json!({"mode": "invalid"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::InvalidInput, Phase::Execute);
+    let inv = r.invoke_detailed(call("act.run", json!({"mode": "unauthenticated"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::NotAuthenticated, Phase::Execute);
+    let inv = r.invoke_detailed(call("act.run", json!({"mode": "forbidden"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Execute);
+    let inv = r.invoke_detailed(call("act.run", json!({"mode": "precondition"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Execute);
+    let inv = r.invoke_detailed(call("act.run", json!({"mode": "throttled"})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::RateLimited, Phase::Execute);
+}
+
+// ---- Phase 9: output ---------------------------------------------------------------------
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct Strict {
+    count: u32,
+}
+
+#[tokio::test]
+async fn output_invalid_and_too_large_are_withheld() {
+    let r = Registry::new(RegistryConfig { max_output_bytes: 1024, ..Default::default() });
+    r.define("out", |t| {
+        t.capability("bad", "Return a bad output.").raw_handler(
+            json!({"type": "object"}),
+            Some(json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]})),
+            |_c, _i| async move { Ok(json!({"count": "card 4111 1111 1111 1111"})) },
+        );
+        t.capability("big", "Return a big output.")
+            .handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"blob": "x".repeat(4096)})) });
+        t.capability("strict", "Return a typed output.")
+            .handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(Strict { count: 3 }) });
+    })
+    .unwrap();
+    let _m = r.mount("out", "main").unwrap();
+    let inv = r.invoke_detailed(call("out.bad", json!({})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Output);
+    assert_eq!(p.detail("reason"), Some(&json!("output-invalid")));
+    assert!(!serde_json::to_string(&inv.result).unwrap().contains("4111"));
+    let inv = r.invoke_detailed(call("out.big", json!({})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Output);
+    assert_eq!(p.detail("reason"), Some(&json!("output-too-large")));
+    assert_eq!(r.invoke(call("out.strict", json!({})), consumer("c")).await.output(), Some(&json!({"count": 3})));
+}

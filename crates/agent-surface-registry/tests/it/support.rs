@@ -1,0 +1,78 @@
+//! Shared fixtures and assertions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, Phase, Timestamp};
+use agent_surface_policy::{Consumer, ManualClock};
+use agent_surface_registry::{Ctx, Invocation, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Asserts that `invocation` ended with `code`, produced in `phase`, and returns the payload.
+///
+/// `cargo xtask verify-matrix` scans the tests for calls of this function: each (code, phase)
+/// pair the matrix declares must be asserted by at least one of them.
+#[track_caller]
+pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: Phase) -> ErrorPayload {
+    let payload = invocation
+        .result
+        .error_payload()
+        .unwrap_or_else(|| panic!("expected {code} in phase {phase}, got {:#?}", invocation.result))
+        .clone();
+    assert_eq!(payload.code(), code, "wrong code: {:#?}", invocation.result);
+    assert_eq!(invocation.phase, Some(phase), "{code} produced in the wrong phase");
+    // Whatever the pipeline produces is a payload the matrix accepts.
+    let back: ErrorPayload = serde_json::from_value(payload.to_json()).expect("payload parses back");
+    assert_eq!(back, payload);
+    payload
+}
+
+pub(crate) fn consumer(key: &str) -> InvokeOptions {
+    InvokeOptions::new(Consumer::anonymous(key))
+}
+
+pub(crate) fn call(capability: &str, input: Value) -> InvokeRequest {
+    InvokeRequest::new(capability, input)
+}
+
+pub(crate) fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)))
+}
+
+pub(crate) fn config_with(clock: &Arc<ManualClock>) -> RegistryConfig {
+    RegistryConfig { clock: clock.clone(), ..Default::default() }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct Echo {
+    pub(crate) text: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Echoed {
+    pub(crate) text: String,
+}
+
+/// A registry with `demo.echo` (read, idempotent) mounted once as `main`.
+pub(crate) fn echo_registry(config: RegistryConfig) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(config);
+    r.define("demo", |t| {
+        t.capability("echo", "Echo the text back.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|_c: Ctx, i: Echo| async move { Ok::<_, AgentSurfaceError>(Echoed { text: i.text }) })
+    })
+    .expect("definition is valid");
+    let m = r.mount("demo", "main").expect("mount");
+    (r, m)
+}
+
+/// Lets spawned tasks and timers registered so far make progress.
+pub(crate) async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
