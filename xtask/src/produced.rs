@@ -101,3 +101,48 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(test_source: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-produced-{}-{}", std::process::id(), test_source.len()));
+        std::fs::create_dir_all(dir.join("crates/x/tests/it")).unwrap();
+        std::fs::write(dir.join("crates/x/tests/it/a.rs"), test_source).unwrap();
+        dir
+    }
+
+    #[test]
+    fn finds_asserted_pairs_with_their_location() {
+        let dir = tree("fn t() {\n    assert_produced(&inv, ErrorCode::Timeout, Phase::Execute);\n}\n");
+        let found = evidence(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].0, found[0].1), (ErrorCode::Timeout, Phase::Execute));
+        assert!(found[0].2.ends_with("a.rs:2"), "{}", found[0].2);
+    }
+
+    #[test]
+    fn a_missing_pair_fails_naming_the_code() {
+        let dir = tree("assert_produced(&inv, ErrorCode::Timeout, Phase::Execute);");
+        let err = check(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("CAPABILITY_NOT_FOUND"), "{err}");
+    }
+
+    #[test]
+    fn an_undeclared_pair_fails() {
+        let dir = tree("assert_produced(&inv, ErrorCode::Timeout, Phase::Admission);");
+        let err = check(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains("does not declare"), "{err}");
+    }
+
+    #[test]
+    fn the_helper_definition_is_not_evidence() {
+        let dir = tree("pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: Phase) {}");
+        assert!(evidence(&dir).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

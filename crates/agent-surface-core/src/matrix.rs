@@ -559,8 +559,8 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::ExecutionFailed,
         meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
-        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails; the outcome cannot be proven; or the idempotency store fails at admission (transient).",
-        phases: &[Admission, Input, Execute, Output],
+        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails; the outcome cannot be proven; the idempotency store fails at admission or the confirmation store fails at confirmation (transient); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
+        phases: &[Admission, Input, Confirmation, Execute, Output],
         handler_may_return: true,
         layer: Rule {
             default: Layer::Execution,

@@ -1,6 +1,11 @@
 //! The extension points the pipeline consults in phases 4 (authority), 6 (rate) and 7
 //! (confirmation). With none configured, every call is allowed.
+//!
+//! Each hook is a small object-safe trait. This crate ships one engine per hook —
+//! [`Policies`](crate::Policies), [`MemoryRateLimiter`](crate::MemoryRateLimiter) and
+//! [`ConfirmationEngine`](crate::ConfirmationEngine) — and a host may plug in its own.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, Origin, RateLimitReason};
@@ -11,6 +16,13 @@ use serde_json::Value;
 use crate::Consumer;
 
 /// What a hook knows about the call (or, during discovery, the capability) it decides on.
+///
+/// During the authority phase a `CallInfo` may describe a name that does not exist: the pipeline
+/// asks the authority policies about unknown names too, so that a hidden capability and a name
+/// that never existed cost the same work (see `spec/authority-and-confirmation.md`). For such a
+/// call `capability` is the name the caller sent, `type_id` the part before its first `.`, and
+/// the effect `write`; the decision is computed and then ignored. A policy must therefore treat
+/// `capability` as caller-chosen text.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct CallInfo<'a> {
@@ -24,11 +36,18 @@ pub struct CallInfo<'a> {
     pub effect: Effect,
     /// Whether the capability is declared idempotent.
     pub idempotent: bool,
-    /// The resolved target instance (absent during discovery).
+    /// The resolved target instance (absent during discovery, and when the call did not resolve).
     pub instance_id: Option<&'a str>,
+    /// The resolved target registration (absent during discovery, and when the call did not
+    /// resolve).
+    pub registration_id: Option<&'a str>,
     /// The validated, bound input (absent during discovery and in the authority phase, which
     /// runs before input validation).
     pub input: Option<&'a Value>,
+    /// The summary of the confirmation gate the capability declares (`.confirm(…)` on its
+    /// definition), rendered from this call's input. Present only in the confirmation phase, and
+    /// only for capabilities that declare a gate.
+    pub confirmation: Option<&'a SafeText>,
 }
 
 impl<'a> CallInfo<'a> {
@@ -40,7 +59,17 @@ impl<'a> CallInfo<'a> {
         effect: Effect,
         idempotent: bool,
     ) -> Self {
-        CallInfo { consumer, capability, type_id, effect, idempotent, instance_id: None, input: None }
+        CallInfo {
+            consumer,
+            capability,
+            type_id,
+            effect,
+            idempotent,
+            instance_id: None,
+            registration_id: None,
+            input: None,
+            confirmation: None,
+        }
     }
 
     /// The same, with a target instance.
@@ -49,9 +78,21 @@ impl<'a> CallInfo<'a> {
         self
     }
 
+    /// The same, with a target registration.
+    pub fn with_registration(mut self, registration_id: &'a str) -> Self {
+        self.registration_id = Some(registration_id);
+        self
+    }
+
     /// The same, with the input.
     pub fn with_input(mut self, input: &'a Value) -> Self {
         self.input = Some(input);
+        self
+    }
+
+    /// The same, with the summary of the capability's declared confirmation gate.
+    pub fn with_confirmation(mut self, summary: &'a SafeText) -> Self {
+        self.confirmation = Some(summary);
         self
     }
 }
@@ -79,17 +120,41 @@ pub enum AuthorityDecision {
 }
 
 /// A policy failure; the pipeline denies (fails closed) and logs it on the operator channel.
+///
+/// The text never reaches the agent.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct PolicyError(pub String);
 
+impl PolicyError {
+    /// A failure with this description (for the operator channel).
+    pub fn new(description: impl Into<String>) -> PolicyError {
+        PolicyError(description.into())
+    }
+}
+
 /// Decides who may see and call what (phase 4, and discovery).
+///
+/// A policy answers for one consumer and one capability. Compose several with
+/// [`Policies`](crate::Policies), which evaluates them in order (global, per type, per
+/// capability), stops at the first decision that is not [`AuthorityDecision::Allow`], and turns a
+/// failure, a panic or an overrun of the time budget into a denial.
 pub trait AuthorityPolicy: Send + Sync + 'static {
     /// A name for the operator channel.
     fn name(&self) -> &str;
 
     /// Decides on one call or capability.
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>>;
+}
+
+impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        (**self).decide(call)
+    }
 }
 
 /// A rate decision.
@@ -105,10 +170,29 @@ pub enum RateDecision {
     },
 }
 
+impl std::fmt::Debug for RateDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RateDecision::Allow(permit) => f.debug_tuple("Allow").field(&permit.as_ref().map(|_| "permit")).finish(),
+            RateDecision::Limited { reason, retry_after } => {
+                f.debug_struct("Limited").field("reason", reason).field("retry_after", retry_after).finish()
+            }
+        }
+    }
+}
+
 /// Rate limits and the action queue (phase 6).
 pub trait RateLimiter: Send + Sync + 'static {
     /// Takes a unit of budget for the call, or says how long to wait.
+    ///
+    /// `now` is the pipeline's clock reading for this call.
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision>;
+}
+
+impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
+    fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
+        (**self).acquire(call, now)
+    }
 }
 
 /// A confirmation decision.
@@ -129,15 +213,34 @@ pub enum ConfirmationDecision {
     },
     /// `CONFIRMATION_INVALID {reason}`.
     Invalid(ConfirmationInvalidReason),
+    /// The gate could not decide because its store failed. The call does not run (fail closed):
+    /// `EXECUTION_FAILED {reason: transport, transient: true, retryAfterMs}`.
+    Unavailable {
+        /// How long to wait before retrying.
+        retry_after: Duration,
+    },
 }
 
 /// Confirmation gates (phase 7).
 pub trait ConfirmationGate: Send + Sync + 'static {
     /// Checks the call and the evidence it carries.
+    ///
+    /// `now` is the pipeline's clock reading for this call.
     fn check<'a>(
         &'a self,
         call: CallInfo<'a>,
         confirmation_id: Option<&'a str>,
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision>;
+}
+
+impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
+    fn check<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        confirmation_id: Option<&'a str>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        (**self).check(call, confirmation_id, now)
+    }
 }

@@ -14,10 +14,20 @@
 //!   ([`agent_surface_core::json`]);
 //! - [`Consumer`] and [`Identity`] — who is calling;
 //! - [`AuthorityPolicy`], [`RateLimiter`], [`ConfirmationGate`] — the hooks of phases 4, 6 and 7,
-//!   each optional (absent: allow).
+//!   each optional (absent: allow);
+//! - [`Policies`] — the authority engine: global, per-type and per-capability policies, first
+//!   non-`Allow` decision wins, failing closed (an error, a panic or an overrun denies);
+//! - [`MemoryRateLimiter`] — GCRA buckets per consumer and per capability, and a bounded action
+//!   queue, with an honest `retryAfterMs`;
+//! - [`ConfirmationEngine`] — confirmation gates (declared or decided by a
+//!   [`ConfirmationPolicy`]), single-use evidence bound to the call, the host's approve / deny
+//!   API, two-phase and wait modes; its records live in a [`ConfirmationStore`]
+//!   ([`MemoryConfirmationStore`] in process).
 //!
-//! Stores take `now` as an argument instead of reading a clock, so the pipeline's clock is the
-//! only source of time.
+//! Stores take `now` as an argument instead of reading a clock, so they never disagree with the
+//! pipeline about time. Engines that wait (policy budgets, queue waits, wait-mode approvals) or
+//! serve the host outside a call (approvals) hold a [`Clock`]: give them the registry's.
+//! `spec/authority-and-confirmation.md` is the normative description of the three engines.
 //!
 //! # Examples
 //!
@@ -60,12 +70,23 @@
 //! # });
 //! ```
 
+mod authority;
 mod clock;
+mod confirmation;
 mod consumer;
+mod guard;
 mod hooks;
 mod idempotency;
+mod rate;
 
+pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use confirmation::{
+    ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
+    ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,
+    DEFAULT_CONFIRMATION_TTL, Decided, FnApprover, FnConfirmationPolicy, Gate, MemoryConfirmationStore,
+    MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
+};
 pub use consumer::{Consumer, Identity};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
@@ -75,3 +96,4 @@ pub use idempotency::{
     Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,
     StoreError,
 };
+pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};

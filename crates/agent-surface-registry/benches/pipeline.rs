@@ -1,2 +1,170 @@
-//! Placeholder.
-fn main() {}
+//! The cost of the invocation pipeline, as ratios against a baseline measured in the same run.
+//!
+//! Run with `cargo bench -p agent-surface-registry --bench pipeline`. Cases:
+//!
+//! - `bare_handler`: awaiting the typed handler on an already-decoded input;
+//! - `handler_validation`: what a hand-written server does per call — `is_valid` with a compiled
+//!   `jsonschema` validator, `T::deserialize(&Value)`, the handler, `serde_json::to_value` of the
+//!   output (the baseline);
+//! - `pipeline/no_invocation_id` and `pipeline/with_invocation_id`: `Registry::invoke`;
+//! - `lookup/10` and `lookup/100000`: the full pipeline in registries of 10 and 100,000
+//!   capabilities (lookup cost must not grow with the registry).
+//!
+//! After the criterion groups, the bench prints the ratios of the criterion mean estimates.
+
+#![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_policy::Consumer;
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use criterion::{BatchSize, Criterion, criterion_group};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+    note: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+async fn add(i: Add) -> Result<Sum, AgentSurfaceError> {
+    Ok(Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) })
+}
+
+fn input() -> Value {
+    json!({"a": 2, "b": 3, "note": "hi"})
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+/// A registry with `calc.add` plus `extra` filler capabilities (10 per type, tiny schemas).
+fn registry(extra: usize) -> (Registry, Vec<agent_surface_registry::Mount>) {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.").effect(Effect::Read).idempotent().handler(|_c: Ctx, i: Add| add(i))
+    })
+    .expect("valid");
+    let mut mounts = vec![r.mount("calc", "main").expect("mount")];
+    for ty in 0..extra.div_ceil(10) {
+        let type_id = format!("t{ty}");
+        r.define(&type_id, |t| {
+            for c in 0..10 {
+                t.capability(&format!("c{c}"), "Filler.").raw_handler(
+                    json!({"type": "object"}),
+                    None,
+                    |_c, v| async move { Ok(v) },
+                );
+            }
+        })
+        .expect("valid");
+        mounts.push(r.mount(&type_id, "main").expect("mount"));
+    }
+    (r, mounts)
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    let schema = serde_json::to_value(schemars::schema_for!(Add)).expect("schema");
+    let validator = jsonschema::validator_for(&schema).expect("compiles");
+    let value = input();
+
+    c.bench_function("bare_handler", |b| {
+        b.to_async(&rt).iter(|| async { black_box(add(Add { a: 2, b: 3, note: Some("hi".into()) }).await) })
+    });
+    c.bench_function("handler_validation", |b| {
+        b.to_async(&rt).iter(|| async {
+            assert!(validator.is_valid(black_box(&value)));
+            let i = Add::deserialize(&value).expect("decodes");
+            let out = add(i).await.expect("ok");
+            black_box(serde_json::to_value(out).expect("serializes"))
+        })
+    });
+
+    let (r, _m) = registry(0);
+    let consumer = InvokeOptions::new(Consumer::anonymous("bench"));
+    let mut g = c.benchmark_group("pipeline");
+    g.bench_function("no_invocation_id", |b| {
+        b.to_async(&rt).iter(|| async {
+            let res = r.invoke(InvokeRequest::new("calc.add", value.clone()), consumer.clone()).await;
+            debug_assert!(res.is_ok());
+            black_box(res)
+        })
+    });
+    let n = AtomicU64::new(0);
+    g.bench_function("with_invocation_id", |b| {
+        b.to_async(&rt).iter(|| async {
+            let id = format!("inv-{}", n.fetch_add(1, Ordering::Relaxed));
+            let res =
+                r.invoke(InvokeRequest::new("calc.add", value.clone()).with_invocation_id(id), consumer.clone()).await;
+            debug_assert!(res.is_ok());
+            black_box(res)
+        })
+    });
+    g.finish();
+    drop(r);
+
+    let mut g = c.benchmark_group("lookup");
+    for size in [10usize, 100_000] {
+        let (r, _m) = registry(size);
+        g.bench_function(size.to_string(), |b| {
+            b.to_async(&rt).iter_batched(
+                || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
+                |(req, opts)| async { black_box(r.invoke(req, opts).await) },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// The mean estimate (ns) criterion recorded for a benchmark in this run.
+fn mean_ns(id: &str) -> Option<f64> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target.join("criterion").join(id).join("new/estimates.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn report() {
+    let base = mean_ns("handler_validation");
+    println!("\nratios against handler_validation (mean estimates of this run):");
+    for id in [
+        "bare_handler",
+        "handler_validation",
+        "pipeline/no_invocation_id",
+        "pipeline/with_invocation_id",
+        "lookup/10",
+        "lookup/100000",
+    ] {
+        match (mean_ns(id), base) {
+            (Some(t), Some(b)) => println!("  {id:<30} {t:>10.0} ns   {:>5.2}x", t / b),
+            _ => println!("  {id:<30} (no estimate)"),
+        }
+    }
+    if let (Some(small), Some(large)) = (mean_ns("lookup/10"), mean_ns("lookup/100000")) {
+        println!("  lookup 100000 / 10: {:.2}x", large / small);
+    }
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    report();
+}

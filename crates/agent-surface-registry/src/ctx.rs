@@ -2,7 +2,7 @@
 
 use std::any::{Any, TypeId, type_name};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use agent_surface_policy::Consumer;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +29,8 @@ struct CtxInner {
     registration_id: Arc<str>,
     instance_state: Option<Arc<dyn Any + Send + Sync>>,
     shared: Arc<StateMap>,
-    cancellation: CancellationToken,
+    /// Created on first use: most handlers never ask for it.
+    cancellation: OnceLock<CancellationToken>,
 }
 
 /// The fields a [`Ctx`] is built from.
@@ -41,7 +42,6 @@ pub(crate) struct CtxParts {
     pub(crate) registration_id: Arc<str>,
     pub(crate) instance_state: Option<Arc<dyn Any + Send + Sync>>,
     pub(crate) shared: Arc<StateMap>,
-    pub(crate) cancellation: CancellationToken,
 }
 
 impl Ctx {
@@ -55,7 +55,7 @@ impl Ctx {
                 registration_id: p.registration_id,
                 instance_state: p.instance_state,
                 shared: p.shared,
-                cancellation: p.cancellation,
+                cancellation: OnceLock::new(),
             }),
         }
     }
@@ -87,7 +87,14 @@ impl Ctx {
 
     /// Fires when the call is cancelled, runs out of time, or its instance is unmounted.
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.inner.cancellation
+        self.inner.cancellation.get_or_init(CancellationToken::new)
+    }
+
+    /// Fires the cancellation token if anyone asked for it (the call has ended).
+    pub(crate) fn end(&self) {
+        if let Some(t) = self.inner.cancellation.get() {
+            t.cancel();
+        }
     }
 
     /// The shared application state of type `T`, if the registry provides one.

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect};
+use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect, SafeText};
 use agent_surface_policy::Consumer;
 use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
@@ -127,8 +127,35 @@ pub(crate) struct CapabilityDef {
     pub(crate) output_validator: Option<jsonschema::Validator>,
     pub(crate) bindings: Vec<(String, Binding)>,
     pub(crate) precondition: Option<ErasedPrecondition>,
+    /// The declared confirmation gate, if any.
+    pub(crate) confirm: Option<ErasedConfirm>,
     pub(crate) handler: ErasedHandler,
     pub(crate) meta: Option<Value>,
+}
+
+/// The summary function of a declared confirmation gate, over the decoded input.
+type SummaryFn = dyn Fn(&(dyn std::any::Any + Send)) -> Option<SafeText> + Send + Sync;
+
+/// A declared confirmation gate: renders the summary the approver sees from the decoded input.
+#[derive(Clone)]
+pub(crate) struct ErasedConfirm {
+    /// `None` when the input is not of the declared type (never, once the definition is checked).
+    pub(crate) summary: Arc<SummaryFn>,
+    pub(crate) input_type: std::any::TypeId,
+}
+
+impl ErasedConfirm {
+    fn typed<I, S, F>(f: F) -> ErasedConfirm
+    where
+        I: Send + 'static,
+        S: std::fmt::Display,
+        F: Fn(&I) -> S + Send + Sync + 'static,
+    {
+        let summary = move |input: &(dyn std::any::Any + Send)| {
+            input.downcast_ref::<I>().map(|i| SafeText::trusted(f(i).to_string()))
+        };
+        ErasedConfirm { summary: Arc::new(summary), input_type: std::any::TypeId::of::<I>() }
+    }
 }
 
 /// What the builders need from the registry.
@@ -167,6 +194,7 @@ impl<'a> TypeBuilder<'a> {
             sensitive: Vec::new(),
             meta: None,
             precondition: None,
+            confirm: None,
             error: None,
         }
     }
@@ -273,6 +301,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     sensitive: Vec<String>,
     meta: Option<Value>,
     precondition: Option<ErasedPrecondition>,
+    confirm: Option<ErasedConfirm>,
     error: Option<DefinitionError>,
 }
 
@@ -338,6 +367,48 @@ impl CapabilityBuilder<'_, '_> {
         F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
     {
         self.precondition = Some(ErasedPrecondition::typed(check));
+        self
+    }
+
+    /// Gates the capability behind a person's approval: every call needs confirmation evidence
+    /// from the registry's confirmation engine (`RegistryConfig::confirmation`) before its
+    /// handler runs. `summary` renders, from the validated input, the one sentence the approver
+    /// sees (and the `summary` of `CONFIRMATION_REQUIRED`). `I` must be the handler's input type.
+    ///
+    /// The summary is agent-facing text the application composes: it is whitespace-normalized,
+    /// stripped of control characters and capped at 200 characters, as
+    /// [`SafeText::trusted`] does. Quote input values in it (that is what the approver must
+    /// see), but never an error's or a downstream service's text. A summary function that panics
+    /// fails the call with `EXECUTION_FAILED` in the confirmation phase; the handler does not
+    /// run. A gated capability in a registry without a confirmation engine never runs either.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Effect};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct CancelOrder { order_id: String }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("orders", |t| {
+    ///     t.capability("cancel", "Cancel an order that has not shipped yet.")
+    ///         .effect(Effect::Destructive)
+    ///         .confirm(|i: &CancelOrder| format!("Cancel order {}.", i.order_id))
+    ///         .handler(|_ctx: Ctx, i: CancelOrder| async move {
+    ///             Ok::<_, AgentSurfaceError>(serde_json::json!({"cancelled": i.order_id}))
+    ///         })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn confirm<I, S, F>(mut self, summary: F) -> Self
+    where
+        I: Send + 'static,
+        S: std::fmt::Display,
+        F: Fn(&I) -> S + Send + Sync + 'static,
+    {
+        self.confirm = Some(ErasedConfirm::typed(summary));
         self
     }
 
@@ -467,6 +538,15 @@ impl CapabilityBuilder<'_, '_> {
                 "the precondition's input type differs from the handler's",
             ));
         }
+        if let Some(c) = &self.confirm
+            && c.input_type != handler.input_type
+        {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                "the confirmation summary's input type differs from the handler's",
+            ));
+        }
         let schema_limits = SchemaLimits { max_depth: limits.max_schema_depth, max_bytes: limits.max_schema_bytes };
         let bound: Vec<String> = self.bindings.iter().map(|(f, _)| f.clone()).collect();
         let mut seen = HashSet::new();
@@ -515,6 +595,7 @@ impl CapabilityBuilder<'_, '_> {
             output_validator,
             bindings: self.bindings.clone(),
             precondition: self.precondition.clone(),
+            confirm: self.confirm.clone(),
             handler,
             meta: self.meta.clone(),
         })

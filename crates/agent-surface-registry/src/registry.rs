@@ -63,11 +63,20 @@ pub struct RegistryConfig {
     pub definition_limits: DefinitionLimits,
     /// The rule for duplicate `(type, instanceId)` mounts.
     pub duplicate_instance: DuplicateInstance,
-    /// Authority policy (phase 4 and discovery); `None` allows everything.
+    /// Authority policy (phase 4 and discovery); `None` allows everything. Usually a
+    /// [`Policies`](agent_surface_policy::Policies) engine built with the same clock.
     pub authority: Option<Arc<dyn AuthorityPolicy>>,
-    /// Rate limiter (phase 6); `None` never limits.
+    /// The longest the authority policy may take for one decision, on `clock`; past it the call
+    /// is denied (fail closed). A backstop for the whole policy: a `Policies` engine also bounds
+    /// each of its policies.
+    pub authority_budget: Duration,
+    /// Rate limiter (phase 6); `None` never limits. Usually a
+    /// [`MemoryRateLimiter`](agent_surface_policy::MemoryRateLimiter).
     pub rate_limiter: Option<Arc<dyn RateLimiter>>,
-    /// Confirmation gate (phase 7); `None` never asks.
+    /// Confirmation gate (phase 7); `None` never asks. Usually a
+    /// [`ConfirmationEngine`](agent_surface_policy::ConfirmationEngine) the host also keeps, to
+    /// approve and deny. Without one, a capability that declares a gate (`.confirm(…)`) never
+    /// runs.
     pub confirmation: Option<Arc<dyn ConfirmationGate>>,
 }
 
@@ -86,6 +95,7 @@ impl Default for RegistryConfig {
             definition_limits: DefinitionLimits::default(),
             duplicate_instance: DuplicateInstance::Reject,
             authority: None,
+            authority_budget: Duration::from_secs(5),
             rate_limiter: None,
             confirmation: None,
         }

@@ -115,7 +115,7 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
         if let Some(policy) = &inner.config.authority {
             let def = &row.def;
             let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
-            match crate::pipeline::authority::decide(policy.as_ref(), call).await {
+            match crate::pipeline::authority::decide(inner, policy.as_ref(), call).await {
                 AuthorityDecision::Hide => continue,
                 AuthorityDecision::Disable { reason } => {
                     row.disabled.get_or_insert_with(|| reason.as_str().to_string());

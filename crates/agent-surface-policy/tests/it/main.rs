@@ -1,5 +1,9 @@
-//! Integration tests of the policy crate: clocks, idempotency admission and its model check.
+//! Integration tests of the policy crate: clocks, idempotency admission and its model check, and
+//! the authority, rate and confirmation engines.
 
+mod authority;
 mod clock;
+mod confirmation;
 mod idempotency;
 mod model;
+mod rate;

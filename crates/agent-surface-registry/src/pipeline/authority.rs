@@ -1,63 +1,121 @@
 //! Phase 4 — authority.
 //!
-//! Input: the consumer and the resolved capability. Decision: the authority policy's (allow when
-//! none is configured). Codes: `NOT_AUTHENTICATED`, `NOT_AUTHORIZED {origin}`,
-//! `CAPABILITY_NOT_FOUND` (hidden: indistinguishable from a name that never existed),
-//! `CAPABILITY_NOT_AVAILABLE {reason}` (disabled for this consumer). A policy that fails, panics
-//! or runs over its budget denies; the failure goes to the operator channel only.
+//! Input: the consumer, the request, and the outcome of phases 2 and 3, held back. Decision: the
+//! authority policy's (allow when none is configured). Codes: `NOT_AUTHENTICATED`,
+//! `NOT_AUTHORIZED {origin}`, `CAPABILITY_NOT_FOUND` (hidden: indistinguishable from a name that
+//! never existed), `CAPABILITY_NOT_AVAILABLE {reason}` (disabled for this consumer). A policy
+//! that fails, panics or runs over its budget denies; the failure goes to the operator channel
+//! only.
+//!
+//! The policy is asked before the outcome of resolution and availability is reported, and it is
+//! asked for every call, including one that names no capability at all. So a hidden capability
+//! and a name that never existed take the same path — one policy evaluation, then the same
+//! `CAPABILITY_NOT_FOUND` payload — and a hidden capability cannot show through a resolve- or
+//! availability-phase error (a tombstone, a stale token, a disabled state). For a name that does
+//! not exist the decision is computed and ignored.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_surface_core::details::Origin;
-use agent_surface_core::{AgentSurfaceError, Phase};
+use agent_surface_core::{AgentSurfaceError, Effect, Phase};
 use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer};
 use futures_util::FutureExt;
+use futures_util::future::Either;
 
 use super::Stop;
-use crate::define::CapabilityDef;
-use crate::live::Registration;
+use super::execute::panic_text;
+use super::resolve::Resolved;
 use crate::registry::Inner;
+use crate::request::InvokeRequest;
 
-/// The longest an authority policy may take before the call is denied.
-pub(crate) const POLICY_BUDGET: Duration = Duration::from_secs(5);
-
-/// Asks the policy, failing closed: an error, a panic or an overrun is a denial.
-pub(crate) async fn decide(policy: &dyn AuthorityPolicy, call: CallInfo<'_>) -> AuthorityDecision {
-    let fut = AssertUnwindSafe(policy.decide(call)).catch_unwind();
-    match tokio::time::timeout(POLICY_BUDGET, fut).await {
-        Ok(Ok(Ok(decision))) => decision,
-        Ok(Ok(Err(e))) => {
-            tracing::warn!(target: "agent_surface::policy", policy = policy.name(), error = %e, "policy failed; denying");
-            AuthorityDecision::Deny { origin: Origin::Client }
+/// Asks the policy, failing closed: an error, a panic or an overrun of
+/// `RegistryConfig::authority_budget` (on the registry's clock) is a denial.
+pub(crate) async fn decide(inner: &Inner, policy: &dyn AuthorityPolicy, call: CallInfo<'_>) -> AuthorityDecision {
+    let deny = |what: &str, cause: &str| {
+        tracing::warn!(
+            target: "agent_surface::policy",
+            policy = policy.name(),
+            capability = call.capability,
+            cause,
+            "authority policy {what}; denying"
+        );
+        AuthorityDecision::Deny { origin: Origin::Client }
+    };
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| policy.decide(call))) {
+        Ok(fut) => fut,
+        Err(p) => return deny("panicked", &panic_text(p.as_ref())),
+    };
+    let mut fut = AssertUnwindSafe(fut).catch_unwind();
+    // Most policies answer at once; only a policy that has to wait arms the budget's timer.
+    let answer = match (&mut fut).now_or_never() {
+        Some(answer) => answer,
+        None => {
+            match futures_util::future::select(fut, inner.config.clock.sleep(inner.config.authority_budget)).await {
+                Either::Left((answer, _)) => answer,
+                Either::Right(_) => {
+                    let budget = format!("no answer within {} ms", inner.config.authority_budget.as_millis());
+                    return deny("timed out", &budget);
+                }
+            }
         }
-        Ok(Err(_panic)) => {
-            tracing::error!(target: "agent_surface::policy", policy = policy.name(), "policy panicked; denying");
-            AuthorityDecision::Deny { origin: Origin::Client }
-        }
-        Err(_elapsed) => {
-            tracing::warn!(target: "agent_surface::policy", policy = policy.name(), "policy timed out; denying");
-            AuthorityDecision::Deny { origin: Origin::Client }
-        }
+    };
+    match answer {
+        Ok(Ok(decision)) => decision,
+        Ok(Err(e)) => deny("failed", &e.to_string()),
+        Err(p) => deny("panicked", &panic_text(p.as_ref())),
     }
 }
 
+/// Decides on the call, then reports either the policy's refusal or the held-back outcome of
+/// phases 2 and 3.
 pub(crate) async fn check(
     inner: &Arc<Inner>,
     consumer: &Consumer,
-    def: &CapabilityDef,
-    reg: &Registration,
-) -> Result<(), Stop> {
-    let Some(policy) = &inner.config.authority else { return Ok(()) };
-    let call =
-        CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent).with_instance(&reg.instance_id);
-    let stop = |e| Err(Stop::noted(e, Phase::Authority, format!("policy {}", policy.name())));
-    match decide(policy.as_ref(), call).await {
-        AuthorityDecision::Allow => Ok(()),
-        AuthorityDecision::Deny { origin } => stop(AgentSurfaceError::not_authorized(origin)),
-        AuthorityDecision::Unauthenticated => stop(AgentSurfaceError::not_authenticated()),
-        AuthorityDecision::Hide => stop(AgentSurfaceError::capability_not_found()),
-        AuthorityDecision::Disable { reason } => stop(AgentSurfaceError::capability_not_available(reason)),
+    request: &InvokeRequest,
+    resolution: Result<Resolved, Stop>,
+) -> Result<Resolved, Stop> {
+    let Some(policy) = &inner.config.authority else { return resolution };
+    let (decision, known) = match &resolution {
+        Ok(r) => {
+            let (def, reg) = (&r.def, &r.registration);
+            let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
+                .with_instance(&reg.instance_id)
+                .with_registration(&reg.registration_id);
+            (decide(inner, policy.as_ref(), call).await, true)
+        }
+        Err(_) => {
+            // The capability may exist without resolving (no live instance, a tombstone, a stale
+            // token): ask about it as discovery does. A name that does not exist is asked about
+            // too, as a call of unknown effect, so that the work is the same.
+            let def = inner.read().capabilities.get(request.capability.as_str()).cloned();
+            match &def {
+                Some(def) => {
+                    let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+                    (decide(inner, policy.as_ref(), call).await, true)
+                }
+                None => {
+                    let name = request.capability.as_str();
+                    let type_id = name.split_once('.').map_or("", |(t, _)| t);
+                    let call = CallInfo::new(consumer, name, type_id, Effect::Write, false);
+                    (decide(inner, policy.as_ref(), call).await, false)
+                }
+            }
+        }
+    };
+    let stop =
+        |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {}: {note}", policy.name())));
+    if decision == AuthorityDecision::Hide && known {
+        return stop(AgentSurfaceError::capability_not_found(), "hidden (hiddenMatch)");
+    }
+    let resolved = resolution?;
+    match decision {
+        AuthorityDecision::Allow => Ok(resolved),
+        AuthorityDecision::Deny { origin } => stop(AgentSurfaceError::not_authorized(origin), "denied"),
+        AuthorityDecision::Unauthenticated => stop(AgentSurfaceError::not_authenticated(), "unauthenticated"),
+        AuthorityDecision::Hide => stop(AgentSurfaceError::capability_not_found(), "hidden (hiddenMatch)"),
+        AuthorityDecision::Disable { reason } => {
+            stop(AgentSurfaceError::capability_not_available(reason), "disabled for this consumer (disabledBy)")
+        }
     }
 }

@@ -1,19 +1,46 @@
 //! Phase 7 — confirmation.
 //!
-//! Input: the consumer, the capability, the validated input and the evidence the call carries.
-//! Decision: the confirmation gate's (never gated when none is configured). Codes:
-//! `CONFIRMATION_REQUIRED`, `CONFIRMATION_INVALID {reason}`.
+//! Input: the consumer, the capability and its target, the validated input and the evidence the
+//! call carries. Decision: the confirmation gate's (never gated when none is configured, unless
+//! the capability declares a gate). Codes: `CONFIRMATION_REQUIRED`, `CONFIRMATION_INVALID
+//! {reason}`, and `EXECUTION_FAILED` when the gate cannot decide: its store failed (`transport`,
+//! transient), the declared summary panicked, the gate panicked, or a gated capability has no
+//! gate to ask (`handler-error`). In every such case the handler does not run.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use agent_surface_core::{AgentSurfaceError, Phase};
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, Phase, SafeText};
 use agent_surface_policy::{CallInfo, ConfirmationDecision, Consumer};
+use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::Stop;
-use crate::define::CapabilityDef;
+use super::execute::panic_text;
+use crate::define::{CapabilityDef, ErasedConfirm};
 use crate::live::Registration;
 use crate::registry::Inner;
+
+fn cannot_decide(note: impl Into<String>) -> Stop {
+    let note = note.into();
+    tracing::error!(target: "agent_surface::confirmation", note = %note, "confirmation gate cannot decide; not running the call");
+    Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Confirmation, note)
+}
+
+/// The declared gate's summary for this input.
+fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, input: &Value) -> Result<SafeText, Stop> {
+    let decoded = (def.handler.decode)(input)
+        .map_err(|e| cannot_decide(format!("the validated input does not decode for the summary: {e}")))?;
+    match std::panic::catch_unwind(AssertUnwindSafe(|| (confirm.summary)(decoded.as_ref()))) {
+        Ok(Some(summary)) if summary.is_empty() => {
+            Ok(SafeText::trusted(format!("Call {} with the given input.", def.name)))
+        }
+        Ok(Some(summary)) => Ok(summary),
+        Ok(None) => Err(cannot_decide("the summary function expects another input type")),
+        Err(p) => Err(cannot_decide(format!("the confirmation summary panicked: {}", panic_text(p.as_ref())))),
+    }
+}
 
 pub(crate) async fn check(
     inner: &Arc<Inner>,
@@ -23,18 +50,46 @@ pub(crate) async fn check(
     input: &Value,
     confirmation_id: Option<&str>,
 ) -> Result<(), Stop> {
-    let Some(gate) = &inner.config.confirmation else { return Ok(()) };
-    let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
+    let gate = match (&inner.config.confirmation, &def.confirm) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => {
+            return Err(cannot_decide(format!(
+                "{} declares a confirmation gate, but the registry has no confirmation engine",
+                def.name
+            )));
+        }
+        (Some(gate), _) => gate,
+    };
+    let summary = match &def.confirm {
+        Some(confirm) => Some(summarize(def, confirm, input)?),
+        None => None,
+    };
+    let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
         .with_instance(&reg.instance_id)
+        .with_registration(&reg.registration_id)
         .with_input(input);
-    match gate.check(call, confirmation_id, inner.config.clock.now()).await {
-        ConfirmationDecision::Proceed => Ok(()),
-        ConfirmationDecision::Required { confirmation_id, summary, expires_at, origin } => Err(Stop::new(
+    if let Some(summary) = &summary {
+        call = call.with_confirmation(summary);
+    }
+    let now = inner.config.clock.now();
+    let decision = match std::panic::catch_unwind(AssertUnwindSafe(|| gate.check(call, confirmation_id, now))) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+        Err(p) => Err(p),
+    };
+    match decision {
+        Ok(ConfirmationDecision::Proceed) => Ok(()),
+        Ok(ConfirmationDecision::Required { confirmation_id, summary, expires_at, origin }) => Err(Stop::new(
             AgentSurfaceError::confirmation_required(confirmation_id, summary, expires_at, def.effect, origin),
             Phase::Confirmation,
         )),
-        ConfirmationDecision::Invalid(reason) => {
+        Ok(ConfirmationDecision::Invalid(reason)) => {
             Err(Stop::new(AgentSurfaceError::confirmation_invalid(reason), Phase::Confirmation))
         }
+        Ok(ConfirmationDecision::Unavailable { retry_after }) => Err(Stop::noted(
+            AgentSurfaceError::transient(retry_after),
+            Phase::Confirmation,
+            "the confirmation store failed",
+        )),
+        Err(p) => Err(cannot_decide(format!("the confirmation gate panicked: {}", panic_text(p.as_ref())))),
     }
 }

@@ -39,13 +39,13 @@ fn handler_failed(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Execute, note)
 }
 
-/// Cancels the handler's token when execution ends by any route, so that work the handler spawned
-/// and tied to `ctx.cancellation()` stops too.
-struct CancelOnDrop(tokio_util::sync::CancellationToken);
+/// Fires the handler's cancellation token when execution ends by any route, so that work the
+/// handler spawned and tied to `ctx.cancellation()` stops too.
+struct CancelOnDrop(Ctx);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.0.cancel();
+        self.0.end();
     }
 }
 
@@ -58,13 +58,20 @@ pub(crate) async fn run(
     options: &InvokeOptions,
 ) -> Result<Value, Stop> {
     let budget = options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget);
-    let _cancel_handler = CancelOnDrop(ctx.cancellation().clone());
+    let _cancel_handler = CancelOnDrop(ctx.clone());
     let call = &def.handler.call;
     // Building the future runs the handler's synchronous prelude, which may panic too.
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded))) {
         Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
         Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
     };
+    let mut fut = std::pin::pin!(fut);
+    // Fast path: a handler that completes on its first poll needs no timer and no watchers.
+    // (Polling with a no-op waker is sound: a pending future re-registers its waker when the
+    // `select!` below polls it again.)
+    if let Some(r) = (&mut fut).now_or_never() {
+        return settle(r);
+    }
     let caller = async {
         match &options.cancellation {
             Some(t) => t.cancelled().await,
@@ -74,25 +81,7 @@ pub(crate) async fn run(
     let sleep = inner.config.clock.sleep(budget);
     tokio::select! {
         biased;
-        r = fut => match r {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(Failure::Error(e))) => {
-                if matrix::spec(e.code()).handler_may_return {
-                    let chain = e.cause_chain();
-                    Err(Stop { error: e, phase: Phase::Execute, note: (!chain.is_empty()).then(|| chain.join(": ")) })
-                } else {
-                    let code = e.code();
-                    let chain = e.cause_chain();
-                    Err(handler_failed(format!("handler returned {code}, which only the runtime may produce; cause: {}", chain.join(": "))))
-                }
-            }
-            Ok(Err(Failure::Unserializable(e))) => Err(Stop::noted(
-                AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputInvalid),
-                Phase::Output,
-                format!("output does not serialize: {e}"),
-            )),
-            Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
-        },
+        r = fut => settle(r),
         _ = inner.disposed.cancelled() => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "registry disposed mid-flight")),
         _ = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "caller cancelled")),
         _ = reg.unmounted.cancelled() => Err(Stop::noted(
@@ -101,5 +90,31 @@ pub(crate) async fn run(
             format!("registration {} unmounted mid-flight", reg.registration_id),
         )),
         _ = sleep => Err(Stop::new(AgentSurfaceError::timeout(budget, def.idempotent), Phase::Execute)),
+    }
+}
+
+/// Maps the handler's outcome (or its panic) to the pipeline's.
+fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop> {
+    match r {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(Failure::Error(e))) => {
+            if matrix::spec(e.code()).handler_may_return {
+                let chain = e.cause_chain();
+                Err(Stop { error: e, phase: Phase::Execute, note: (!chain.is_empty()).then(|| chain.join(": ")) })
+            } else {
+                let code = e.code();
+                let chain = e.cause_chain();
+                Err(handler_failed(format!(
+                    "handler returned {code}, which only the runtime may produce; cause: {}",
+                    chain.join(": ")
+                )))
+            }
+        }
+        Ok(Err(Failure::Unserializable(e))) => Err(Stop::noted(
+            AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputInvalid),
+            Phase::Output,
+            format!("output does not serialize: {e}"),
+        )),
+        Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
     }
 }

@@ -36,11 +36,11 @@ pub(crate) fn prepare(
     inner: &Arc<Inner>,
     def: &CapabilityDef,
     reg: &Registration,
-    input: &Value,
+    input: Value,
     ctx: &Ctx,
 ) -> Result<Prepared, Stop> {
     let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
-    check_shape(input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
+    check_shape(&input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
 
     // Bound fields are the runtime's to fill; an agent that sends one is told so.
     if !def.bindings.is_empty()
@@ -60,11 +60,11 @@ pub(crate) fn prepare(
         }
     }
 
-    if !def.validator.is_valid(input) {
-        return Err(invalid(def.validator.issues(input), None, "schema validation failed"));
+    if !def.validator.is_valid(&input) {
+        return Err(invalid(def.validator.issues(&input), None, "schema validation failed"));
     }
 
-    let mut value = input.clone();
+    let mut value = input;
     if !def.bindings.is_empty() {
         let Value::Object(obj) = &mut value else {
             return Err(invalid(vec![], None, "input with bindings is not an object"));

@@ -57,7 +57,8 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
         fingerprint = tracing::field::Empty,
         replayed = tracing::field::Empty,
     );
-    run(registry, request, options).instrument(span).await
+    // Boxed once, so that the large state machine is built in place and never moved.
+    Box::pin(run(registry, request, options)).instrument(span).await
 }
 
 async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions) -> Invocation {
@@ -78,7 +79,7 @@ async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions
         admission::Admitted::Stopped(stop) => return record::finish(Err(stop), invocation_id),
     };
     // Phases 2–9.
-    let outcome = phases(registry, &request, &options).await;
+    let outcome = phases(registry, request, &options).await;
     let invocation = record::finish(outcome, invocation_id);
     // Phase 10: record.
     if let Some(guard) = leader {
@@ -87,20 +88,22 @@ async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions
     invocation
 }
 
-async fn phases(registry: &Registry, request: &InvokeRequest, options: &InvokeOptions) -> Outcome {
+async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOptions) -> Outcome {
     let inner = &registry.inner;
     let now = inner.config.clock.now();
-    // Phases 2 and 3 read the live state under one lock.
-    let resolved = {
+    // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
+    // phase 4 has decided whether this consumer may learn that the capability exists.
+    let resolution = {
         let state = inner.read();
-        let resolved = resolve::resolve(&state, &inner.surface_id, request, now)?;
-        availability::check(&state, &resolved.def)?;
-        resolved
+        resolve::resolve(&state, &inner.surface_id, &request, now).and_then(|resolved| {
+            availability::check(&state, &resolved.def)?;
+            Ok(resolved)
+        })
     };
+    // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden.
+    let resolved = authority::check(inner, &options.consumer, &request, resolution).await?;
     let def = resolved.def.clone();
     let reg = resolved.registration.clone();
-    // Phase 4.
-    authority::check(inner, &options.consumer, &def, &reg).await?;
     // Phase 5.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),
@@ -110,9 +113,8 @@ async fn phases(registry: &Registry, request: &InvokeRequest, options: &InvokeOp
         registration_id: reg.registration_id.clone(),
         instance_state: reg.state.clone(),
         shared: inner.shared(),
-        cancellation: tokio_util::sync::CancellationToken::new(),
     });
-    let prepared = input::prepare(inner, &def, &reg, &request.input, &ctx)?;
+    let prepared = input::prepare(inner, &def, &reg, request.input, &ctx)?;
     // Phase 6.
     let _permit = rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value).await?;
     // Phase 7.

@@ -27,6 +27,7 @@ pub(crate) async fn acquire(
     let Some(limiter) = &inner.config.rate_limiter else { return Ok(None) };
     let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
         .with_instance(&reg.instance_id)
+        .with_registration(&reg.registration_id)
         .with_input(input);
     match limiter.acquire(call, inner.config.clock.now()).await {
         RateDecision::Allow(permit) => Ok(permit),

@@ -2,7 +2,11 @@
 
 mod support;
 
+mod authority;
 mod concurrency;
+mod confirmation;
 mod definitions;
+mod hostile;
 mod phases;
+mod rate;
 mod surface;

@@ -1,0 +1,316 @@
+//! Authority (phase 4 and discovery): [`Policies`], the engine that composes
+//! [`AuthorityPolicy`]s, and a few ready-made policies.
+//!
+//! The engine evaluates its policies in a fixed order — the global ones, then those of the
+//! call's capability type, then those of the capability itself, each group in the order it was
+//! added — and stops at the first decision that is not [`AuthorityDecision::Allow`]. With no
+//! policy, everything is allowed.
+//!
+//! It fails closed: a policy that returns an error, panics, or does not answer within the
+//! engine's time budget denies the call (`NOT_AUTHORIZED {origin: client}`). The failing policy's
+//! name and the cause go to the operator channel (`tracing`, target `agent_surface::policy`),
+//! never to the agent.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::details::Origin;
+use futures_util::future::BoxFuture;
+
+use crate::clock::{Clock, SystemClock};
+use crate::guard::guarded;
+use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError};
+
+/// The time budget of one policy when none is configured.
+pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
+
+/// The authority engine: global, per-type and per-capability [`AuthorityPolicy`]s, evaluated in
+/// order; the first decision that is not `Allow` wins.
+///
+/// Registries use it as their authority policy (`RegistryConfig::authority`), so discovery and
+/// invocation ask the same engine and a consumer never sees a capability it may not know about.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use agent_surface_core::details::Origin;
+/// use agent_surface_core::Effect;
+/// use agent_surface_policy::{
+///     AuthorityDecision, CallInfo, Consumer, FnPolicy, Identity, ManualClock, Policies, RequireIdentity, RequireRole,
+/// };
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let policies = Policies::new()
+///     .with_clock(Arc::new(ManualClock::default()))
+///     .with_budget(Duration::from_millis(250))
+///     .global(RequireIdentity)
+///     .for_type("admin", RequireRole::new("admin"))
+///     .for_capability("admin.audit", FnPolicy::new("audit-hidden", |_call| Ok(AuthorityDecision::Hide)));
+///
+/// let user = Consumer::authenticated("session-1", Identity::new("user-7"));
+/// let call = CallInfo::new(&user, "admin.purge", "admin", Effect::Destructive, false);
+/// let verdict = policies.evaluate(call).await;
+/// assert_eq!(verdict.decision, AuthorityDecision::Deny { origin: Origin::Client });
+/// assert_eq!(verdict.decided_by, Some("require-role"));
+///
+/// let anonymous = Consumer::anonymous("session-2");
+/// let call = CallInfo::new(&anonymous, "orders.list", "orders", Effect::Read, true);
+/// assert_eq!(policies.evaluate(call).await.decision, AuthorityDecision::Unauthenticated);
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct Policies {
+    clock: Arc<dyn Clock>,
+    budget: Duration,
+    global: Vec<Arc<dyn AuthorityPolicy>>,
+    by_type: HashMap<String, Vec<Arc<dyn AuthorityPolicy>>>,
+    by_capability: HashMap<String, Vec<Arc<dyn AuthorityPolicy>>>,
+}
+
+/// The engine's answer for one call, with the operator-side facts about it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Verdict<'p> {
+    /// The decision.
+    pub decision: AuthorityDecision,
+    /// The name of the policy that decided, when one did not allow (for the operator channel).
+    pub decided_by: Option<&'p str>,
+    /// Whether the decision is a denial because that policy failed (error, panic or overrun).
+    pub failed: bool,
+}
+
+impl Verdict<'_> {
+    fn allow() -> Self {
+        Verdict { decision: AuthorityDecision::Allow, decided_by: None, failed: false }
+    }
+}
+
+impl Policies {
+    /// An engine with no policy (everything allowed), the system clock, and a budget of
+    /// [`DEFAULT_POLICY_BUDGET`] per policy.
+    pub fn new() -> Policies {
+        Policies {
+            clock: Arc::new(SystemClock),
+            budget: DEFAULT_POLICY_BUDGET,
+            global: Vec::new(),
+            by_type: HashMap::new(),
+            by_capability: HashMap::new(),
+        }
+    }
+
+    /// The same engine, timing its policies on `clock` (use the registry's clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Policies {
+        self.clock = clock;
+        self
+    }
+
+    /// The same engine with another time budget per policy. A policy still running when its
+    /// budget is spent denies the call.
+    pub fn with_budget(mut self, budget: Duration) -> Policies {
+        self.budget = budget;
+        self
+    }
+
+    /// Adds a policy that applies to every capability.
+    pub fn global(mut self, policy: impl AuthorityPolicy) -> Policies {
+        self.global.push(Arc::new(policy));
+        self
+    }
+
+    /// Adds a policy that applies to the capabilities of one type.
+    pub fn for_type(mut self, type_id: &str, policy: impl AuthorityPolicy) -> Policies {
+        self.by_type.entry(type_id.to_string()).or_default().push(Arc::new(policy));
+        self
+    }
+
+    /// Adds a policy that applies to one capability (`type.capability`).
+    pub fn for_capability(mut self, capability: &str, policy: impl AuthorityPolicy) -> Policies {
+        self.by_capability.entry(capability.to_string()).or_default().push(Arc::new(policy));
+        self
+    }
+
+    /// How many policies the engine holds.
+    pub fn len(&self) -> usize {
+        self.global.len()
+            + self.by_type.values().map(Vec::len).sum::<usize>()
+            + self.by_capability.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Whether the engine holds no policy (and so allows everything).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The time budget of one policy.
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// The policies that apply to `call`, in evaluation order.
+    fn chain<'p>(&'p self, call: &CallInfo<'_>) -> impl Iterator<Item = &'p Arc<dyn AuthorityPolicy>> + 'p {
+        let by_type = self.by_type.get(call.type_id).into_iter().flatten();
+        let by_capability = self.by_capability.get(call.capability).into_iter().flatten();
+        self.global.iter().chain(by_type).chain(by_capability)
+    }
+
+    /// Evaluates the policies that apply to `call`, in order, failing closed.
+    pub async fn evaluate<'p>(&'p self, call: CallInfo<'_>) -> Verdict<'p> {
+        for policy in self.chain(&call) {
+            match guarded(self.clock.as_ref(), self.budget, || policy.decide(call)).await {
+                Ok(AuthorityDecision::Allow) => continue,
+                Ok(decision) => {
+                    tracing::debug!(
+                        target: "agent_surface::policy",
+                        policy = policy.name(),
+                        capability = call.capability,
+                        consumer = call.consumer.key(),
+                        decision = ?decision,
+                        "authority decision"
+                    );
+                    return Verdict { decision, decided_by: Some(policy.name()), failed: false };
+                }
+                Err(failure) => {
+                    tracing::warn!(
+                        target: "agent_surface::policy",
+                        policy = policy.name(),
+                        capability = call.capability,
+                        consumer = call.consumer.key(),
+                        cause = %failure,
+                        "authority policy failed; denying"
+                    );
+                    return Verdict {
+                        decision: AuthorityDecision::Deny { origin: Origin::Client },
+                        decided_by: Some(policy.name()),
+                        failed: true,
+                    };
+                }
+            }
+        }
+        Verdict::allow()
+    }
+}
+
+impl Default for Policies {
+    fn default() -> Policies {
+        Policies::new()
+    }
+}
+
+impl fmt::Debug for Policies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |v: &Vec<Arc<dyn AuthorityPolicy>>| v.iter().map(|p| p.name().to_string()).collect::<Vec<_>>();
+        f.debug_struct("Policies")
+            .field("budget", &self.budget)
+            .field("global", &names(&self.global))
+            .field("by_type", &self.by_type.iter().map(|(k, v)| (k, names(v))).collect::<HashMap<_, _>>())
+            .field("by_capability", &self.by_capability.iter().map(|(k, v)| (k, names(v))).collect::<HashMap<_, _>>())
+            .finish()
+    }
+}
+
+/// The engine is itself a policy, so engines nest and a registry can take one where it takes a
+/// policy. Its failures are already turned into denials, so it never returns an error.
+impl AuthorityPolicy for Policies {
+    fn name(&self) -> &str {
+        "policies"
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(async move { Ok(self.evaluate(call).await.decision) })
+    }
+}
+
+/// Requires a signed-in identity: `NOT_AUTHENTICATED` for anonymous consumers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequireIdentity;
+
+impl AuthorityPolicy for RequireIdentity {
+    fn name(&self) -> &str {
+        "require-identity"
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        let decision = if call.consumer.identity().is_some() {
+            AuthorityDecision::Allow
+        } else {
+            AuthorityDecision::Unauthenticated
+        };
+        Box::pin(std::future::ready(Ok(decision)))
+    }
+}
+
+/// Requires a role: `NOT_AUTHENTICATED` for anonymous consumers, `NOT_AUTHORIZED {origin:
+/// client}` for identities without the role. The role's name never reaches the agent.
+#[derive(Clone, Debug)]
+pub struct RequireRole {
+    role: String,
+}
+
+impl RequireRole {
+    /// Requires `role`.
+    pub fn new(role: impl Into<String>) -> RequireRole {
+        RequireRole { role: role.into() }
+    }
+}
+
+impl AuthorityPolicy for RequireRole {
+    fn name(&self) -> &str {
+        "require-role"
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        let decision = match call.consumer.identity() {
+            None => AuthorityDecision::Unauthenticated,
+            Some(identity) if identity.has_role(&self.role) => AuthorityDecision::Allow,
+            Some(_) => AuthorityDecision::Deny { origin: Origin::Client },
+        };
+        Box::pin(std::future::ready(Ok(decision)))
+    }
+}
+
+/// A named synchronous policy from a closure.
+///
+/// ```
+/// use agent_surface_core::SafeText;
+/// use agent_surface_policy::{AuthorityDecision, FnPolicy};
+///
+/// let closed = FnPolicy::new("store-hours", |_call| {
+///     Ok(AuthorityDecision::Disable { reason: SafeText::from("The store opens at 9:00.") })
+/// });
+/// # let _ = closed;
+/// ```
+pub struct FnPolicy<F> {
+    name: String,
+    decide: F,
+}
+
+impl<F> FnPolicy<F>
+where
+    F: Fn(&CallInfo<'_>) -> Result<AuthorityDecision, PolicyError> + Send + Sync + 'static,
+{
+    /// A policy named `name` that decides with `decide`.
+    pub fn new(name: impl Into<String>, decide: F) -> FnPolicy<F> {
+        FnPolicy { name: name.into(), decide }
+    }
+}
+
+impl<F> fmt::Debug for FnPolicy<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnPolicy").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl<F> AuthorityPolicy for FnPolicy<F>
+where
+    F: Fn(&CallInfo<'_>) -> Result<AuthorityDecision, PolicyError> + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(std::future::ready((self.decide)(&call)))
+    }
+}

@@ -1,0 +1,734 @@
+//! Confirmation (phase 7): [`ConfirmationEngine`], the gate that asks a person before a call
+//! runs, and the single-use evidence it issues.
+//!
+//! # What is gated
+//!
+//! A call is gated when its capability declares a gate (the registry passes the declared summary
+//! in [`CallInfo::confirmation`]) or when one of the engine's [`ConfirmationPolicy`]s says so for
+//! this call (for example "refunds over 500"). A policy that fails, panics or overruns its budget
+//! gates the call (fail closed). An ungated call proceeds, whatever evidence it carries.
+//!
+//! # Evidence
+//!
+//! A gated call without evidence creates a pending [`ConfirmationRecord`] bound to the consumer,
+//! the capability, the resolved target and SHA-256 of the canonical validated input
+//! ([`ConfirmationBinding`]). Then, by [`ConfirmationMode`]:
+//!
+//! - **two-phase**: the call ends with `CONFIRMATION_REQUIRED {confirmationId, summary,
+//!   expiresAt, effect, origin}`; the host approves or denies through
+//!   [`ConfirmationEngine::approve`] / [`ConfirmationEngine::deny`], and the agent retries with
+//!   the `confirmationId`;
+//! - **wait**: the host's [`Approver`] reviews the request while the call waits, bounded by a
+//!   timeout; there is no `CONFIRMATION_REQUIRED` round trip.
+//!
+//! A retry with evidence consumes it atomically ([`ConfirmationStore::consume`]): at most one
+//! call runs per approval, also under concurrent retries. The requester can never approve its own
+//! request. Rejected evidence is `CONFIRMATION_INVALID {reason}`: `expired` (including unknown or
+//! withdrawn ids; retry `with-confirmation`), `denied`, `consumed` or `mismatch` (retry `no`).
+//! Nothing in this crate retries a call.
+
+mod store;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
+use agent_surface_core::{SafeText, Timestamp};
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+pub use store::{
+    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Decided,
+    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
+};
+
+use crate::clock::{Clock, SystemClock};
+use crate::consumer::Identity;
+use crate::guard::{caught, guarded};
+use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError};
+use crate::idempotency::{Fingerprint, StoreError};
+
+/// How long a confirmation stays valid when none is configured: ten minutes, for the decision
+/// and for the use of the evidence together.
+pub const DEFAULT_CONFIRMATION_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// How long a caller is asked to wait after the confirmation store failed.
+pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a call must be confirmed, as a [`ConfirmationPolicy`] decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Gate {
+    /// No confirmation needed.
+    Open,
+    /// A person must approve; `summary` tells them what will happen.
+    Confirm {
+        /// One sentence for the approver (and the `summary` of `CONFIRMATION_REQUIRED`).
+        summary: SafeText,
+    },
+}
+
+/// Decides per call whether a confirmation is needed (for capabilities that do not declare a
+/// gate themselves).
+pub trait ConfirmationPolicy: Send + Sync + 'static {
+    /// A name for the operator channel.
+    fn name(&self) -> &str;
+
+    /// Decides on one call; [`CallInfo::input`] holds the validated input.
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>>;
+}
+
+impl<P: ConfirmationPolicy + ?Sized> ConfirmationPolicy for Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
+        (**self).decide(call)
+    }
+}
+
+/// A named synchronous [`ConfirmationPolicy`] from a closure.
+///
+/// ```
+/// use agent_surface_core::SafeText;
+/// use agent_surface_policy::{FnConfirmationPolicy, Gate};
+///
+/// let large_refunds = FnConfirmationPolicy::new("large-refunds", |call| {
+///     let cents = call.input.and_then(|i| i["amount_cents"].as_u64()).unwrap_or(0);
+///     Ok(if call.capability == "orders.refund" && cents > 50_000 {
+///         Gate::Confirm { summary: SafeText::trusted(format!("Refund {}.{:02} EUR.", cents / 100, cents % 100)) }
+///     } else {
+///         Gate::Open
+///     })
+/// });
+/// # let _ = large_refunds;
+/// ```
+pub struct FnConfirmationPolicy<F> {
+    name: String,
+    decide: F,
+}
+
+impl<F> FnConfirmationPolicy<F>
+where
+    F: Fn(&CallInfo<'_>) -> Result<Gate, PolicyError> + Send + Sync + 'static,
+{
+    /// A policy named `name` that decides with `decide`.
+    pub fn new(name: impl Into<String>, decide: F) -> FnConfirmationPolicy<F> {
+        FnConfirmationPolicy { name: name.into(), decide }
+    }
+}
+
+impl<F> fmt::Debug for FnConfirmationPolicy<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnConfirmationPolicy").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl<F> ConfirmationPolicy for FnConfirmationPolicy<F>
+where
+    F: Fn(&CallInfo<'_>) -> Result<Gate, PolicyError> + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
+        Box::pin(std::future::ready((self.decide)(&call)))
+    }
+}
+
+/// The host's answer to a confirmation request in wait mode.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Review {
+    /// `approver` approves. Refused (and logged) when the approver is the requester; the call
+    /// then keeps waiting.
+    Approve {
+        /// Who approves.
+        approver: Identity,
+    },
+    /// `approver` denies; the call ends with `CONFIRMATION_INVALID {reason: denied}`.
+    Deny {
+        /// Who denies.
+        approver: Identity,
+    },
+    /// No answer now: the decision will come through [`ConfirmationEngine::approve`] or
+    /// [`ConfirmationEngine::deny`], or not before the timeout.
+    Defer,
+}
+
+/// The host's approval callback for wait mode: shows the request to a person and reports their
+/// decision.
+pub trait Approver: Send + Sync + 'static {
+    /// Reviews one pending confirmation. The call waits for the answer, bounded by the wait
+    /// timeout; an error or a panic counts as no answer (it is logged on the operator channel).
+    fn review<'a>(&'a self, request: &'a ConfirmationRecord) -> BoxFuture<'a, Result<Review, PolicyError>>;
+}
+
+/// An [`Approver`] from an async closure over the pending record.
+///
+/// ```
+/// use agent_surface_policy::{FnApprover, Identity, Review};
+///
+/// let approver = FnApprover::new(|record| async move {
+///     // Show record.summary to the person on duty and wait for their answer…
+///     let _ = record;
+///     Ok(Review::Approve { approver: Identity::new("manager-1") })
+/// });
+/// # let _ = approver;
+/// ```
+pub struct FnApprover<F>(F);
+
+impl<F, Fut> FnApprover<F>
+where
+    F: Fn(ConfirmationRecord) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Review, PolicyError>> + Send + 'static,
+{
+    /// An approver that runs `review` on a copy of each pending record.
+    pub fn new(review: F) -> FnApprover<F> {
+        FnApprover(review)
+    }
+}
+
+impl<F> fmt::Debug for FnApprover<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnApprover").finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut> Approver for FnApprover<F>
+where
+    F: Fn(ConfirmationRecord) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Review, PolicyError>> + Send + 'static,
+{
+    fn review<'a>(&'a self, request: &'a ConfirmationRecord) -> BoxFuture<'a, Result<Review, PolicyError>> {
+        Box::pin((self.0)(request.clone()))
+    }
+}
+
+/// How a gated call obtains its approval.
+#[derive(Clone, Default)]
+pub enum ConfirmationMode {
+    /// The call ends with `CONFIRMATION_REQUIRED`; the agent retries with the `confirmationId`
+    /// once the host approved it.
+    #[default]
+    TwoPhase,
+    /// The call waits while `approver` reviews the request, at most `timeout` (and never past
+    /// the confirmation's expiry).
+    ///
+    /// On approval the call runs; on denial it ends with `CONFIRMATION_INVALID {reason:
+    /// denied}`. When the time is up without a decision, the pending confirmation is withdrawn —
+    /// a late approval no longer counts — and the call ends with `CONFIRMATION_INVALID {reason:
+    /// expired}` (retry `with-confirmation`: calling again asks again). The model never sees a
+    /// `CONFIRMATION_REQUIRED` in this mode.
+    Wait {
+        /// The host's approval callback.
+        approver: Arc<dyn Approver>,
+        /// The longest a call waits for a decision.
+        timeout: Duration,
+    },
+}
+
+impl fmt::Debug for ConfirmationMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfirmationMode::TwoPhase => f.write_str("TwoPhase"),
+            ConfirmationMode::Wait { timeout, .. } => {
+                f.debug_struct("Wait").field("timeout", timeout).finish_non_exhaustive()
+            }
+        }
+    }
+}
+
+/// The configuration of a [`ConfirmationEngine`]. Build it with struct update syntax over
+/// `Default` (two-phase, in memory, system clock).
+#[derive(Clone)]
+pub struct ConfirmationConfig {
+    /// The clock for expiries, waits and host decisions (use the registry's clock).
+    pub clock: Arc<dyn Clock>,
+    /// Where confirmations live.
+    pub store: Arc<dyn ConfirmationStore>,
+    /// How long a confirmation stays valid, for the decision and for the use of the evidence.
+    pub ttl: Duration,
+    /// Two-phase or wait.
+    pub mode: ConfirmationMode,
+    /// Per-call gates for capabilities that declare none, evaluated in order; the first that
+    /// asks for a confirmation decides.
+    pub policies: Vec<Arc<dyn ConfirmationPolicy>>,
+    /// The time budget of one policy; a policy over budget gates the call.
+    pub policy_budget: Duration,
+}
+
+impl Default for ConfirmationConfig {
+    fn default() -> ConfirmationConfig {
+        ConfirmationConfig {
+            clock: Arc::new(SystemClock),
+            store: Arc::new(MemoryConfirmationStore::default()),
+            ttl: DEFAULT_CONFIRMATION_TTL,
+            mode: ConfirmationMode::TwoPhase,
+            policies: Vec::new(),
+            policy_budget: crate::authority::DEFAULT_POLICY_BUDGET,
+        }
+    }
+}
+
+impl fmt::Debug for ConfirmationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfirmationConfig")
+            .field("store", &self.store)
+            .field("ttl", &self.ttl)
+            .field("mode", &self.mode)
+            .field("policies", &self.policies.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
+            .field("policy_budget", &self.policy_budget)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the host's approval or denial was not recorded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// No confirmation with this id (never issued, evicted, or long gone).
+    #[error("no confirmation with this id")]
+    Unknown,
+    /// The confirmation expired before the decision.
+    #[error("the confirmation expired")]
+    Expired,
+    /// The approver is the requester.
+    #[error("the requester cannot approve its own request")]
+    SelfApproval,
+    /// The approver's identity has an empty subject.
+    #[error("an approver needs a non-empty subject")]
+    NoApprover,
+    /// The confirmation was already decided (or withdrawn); a decision is final.
+    #[error("the confirmation is already {}", .0.as_str())]
+    AlreadyDecided(ConfirmationState),
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// The confirmation engine: the [`ConfirmationGate`] of phase 7 and the host's approval API.
+///
+/// Share it behind an `Arc`: one clone goes into the registry's configuration, the host keeps
+/// another to approve and deny.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_surface_core::{Effect, SafeText};
+/// use agent_surface_policy::{
+///     ApprovalError, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
+///     Consumer, Identity, ManualClock,
+/// };
+/// use serde_json::json;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let clock = Arc::new(ManualClock::default());
+/// let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+///
+/// let requester = Consumer::authenticated("session-1", Identity::new("agent-user"));
+/// let input = json!({"order_id": "A-1"});
+/// let summary = SafeText::from("Cancel order A-1.");
+/// let call = CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
+///     .with_instance("main")
+///     .with_registration("r-1")
+///     .with_input(&input)
+///     .with_confirmation(&summary);
+///
+/// let ConfirmationDecision::Required { confirmation_id, .. } = engine.check(call, None, clock.now()).await else {
+///     panic!()
+/// };
+/// assert_eq!(engine.approve(&confirmation_id, &Identity::new("agent-user")).await, Err(ApprovalError::SelfApproval));
+/// engine.approve(&confirmation_id, &Identity::new("manager-1")).await.unwrap();
+///
+/// let retry = engine.check(call, Some(&confirmation_id), clock.now()).await;
+/// assert_eq!(retry, ConfirmationDecision::Proceed);
+/// assert!(matches!(engine.check(call, Some(&confirmation_id), clock.now()).await, ConfirmationDecision::Invalid(_)));
+/// # });
+/// ```
+pub struct ConfirmationEngine {
+    config: ConfirmationConfig,
+    ids: IdSource,
+    /// Wait-mode calls in progress, woken when the host decides their confirmation.
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl ConfirmationEngine {
+    /// An engine with this configuration.
+    pub fn new(config: ConfirmationConfig) -> ConfirmationEngine {
+        ConfirmationEngine { config, ids: IdSource::new(), waiters: Mutex::new(HashMap::new()) }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConfirmationConfig {
+        &self.config
+    }
+
+    /// The confirmation with `id`, e.g. to show its summary to the approver.
+    pub async fn get(&self, id: &str) -> Result<Option<ConfirmationRecord>, StoreError> {
+        self.config.store.get(id, self.config.clock.now()).await
+    }
+
+    /// Approves the pending confirmation `id` on behalf of `approver`.
+    ///
+    /// The host authenticates the approver and checks that they may approve; the engine refuses
+    /// an approval by the requester ([`ApprovalError::SelfApproval`]), an expired or unknown
+    /// confirmation, and one that was already decided.
+    pub async fn approve(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
+        self.decide(id, ApprovalVerdict::Approve, approver).await
+    }
+
+    /// Denies the pending confirmation `id` on behalf of `approver` (the requester may deny its
+    /// own request). Final: the evidence is then rejected with `CONFIRMATION_INVALID {reason:
+    /// denied}`.
+    pub async fn deny(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
+        self.decide(id, ApprovalVerdict::Deny, approver).await
+    }
+
+    async fn decide(&self, id: &str, verdict: ApprovalVerdict, approver: &Identity) -> Result<(), ApprovalError> {
+        if approver.subject.trim().is_empty() {
+            return Err(ApprovalError::NoApprover);
+        }
+        let now = self.config.clock.now();
+        let decided =
+            self.config.store.decide(id, verdict, &approver.subject, now).await.map_err(ApprovalError::Store)?;
+        match decided {
+            Decided::Done => {
+                tracing::info!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    verdict = ?verdict,
+                    approver = %approver.subject,
+                    "confirmation decided"
+                );
+                self.wake(id);
+                Ok(())
+            }
+            Decided::Unknown => Err(ApprovalError::Unknown),
+            Decided::Expired => Err(ApprovalError::Expired),
+            Decided::SelfApproval => {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    approver = %approver.subject,
+                    "self-approval refused"
+                );
+                Err(ApprovalError::SelfApproval)
+            }
+            Decided::NotPending(state) => Err(ApprovalError::AlreadyDecided(state)),
+        }
+    }
+
+    fn waiters(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self, id: &str) {
+        if let Some(notify) = self.waiters().get(id) {
+            // Stores a permit when the waiter is not polling right now, so no wake-up is lost.
+            notify.notify_one();
+        }
+    }
+
+    /// The summary when the call is gated, `None` when it is not.
+    async fn gate(&self, call: &CallInfo<'_>) -> Option<SafeText> {
+        if let Some(summary) = call.confirmation {
+            return Some(summary.clone());
+        }
+        for policy in &self.config.policies {
+            match guarded(self.config.clock.as_ref(), self.config.policy_budget, || policy.decide(*call)).await {
+                Ok(Gate::Open) => continue,
+                Ok(Gate::Confirm { summary }) => return Some(summary),
+                Err(failure) => {
+                    tracing::warn!(
+                        target: "agent_surface::confirmation",
+                        policy = policy.name(),
+                        capability = call.capability,
+                        cause = %failure,
+                        "confirmation policy failed; gating the call"
+                    );
+                    return Some(SafeText::trusted(format!("Call {} with the given input.", call.capability)));
+                }
+            }
+        }
+        None
+    }
+
+    async fn check_now(&self, call: CallInfo<'_>, evidence: Option<&str>, now: Timestamp) -> ConfirmationDecision {
+        let Some(summary) = self.gate(&call).await else { return ConfirmationDecision::Proceed };
+        static NO_INPUT: Value = Value::Null;
+        let binding = ConfirmationBinding {
+            consumer_key: call.consumer.key().to_string(),
+            capability: call.capability.to_string(),
+            registration_id: call.registration_id.unwrap_or_default().to_string(),
+            instance_id: call.instance_id.unwrap_or_default().to_string(),
+            input_hash: Fingerprint::of(call.input.unwrap_or(&NO_INPUT)),
+        };
+        match evidence {
+            Some(id) => match self.config.store.consume(id, &binding, now).await {
+                Ok(Ok(record)) => {
+                    tracing::info!(
+                        target: "agent_surface::confirmation",
+                        confirmation_id = id,
+                        state = record.state.as_str(),
+                        "confirmation consumed"
+                    );
+                    ConfirmationDecision::Proceed
+                }
+                Ok(Err(rejection)) => rejected(id, rejection),
+                Err(e) => unavailable(&e),
+            },
+            None => self.request(call, binding, summary, now).await,
+        }
+    }
+
+    /// Records a pending confirmation for a call without evidence, then asks for the approval as
+    /// the mode says.
+    async fn request(
+        &self,
+        call: CallInfo<'_>,
+        binding: ConfirmationBinding,
+        summary: SafeText,
+        now: Timestamp,
+    ) -> ConfirmationDecision {
+        let record = ConfirmationRecord::pending(
+            self.ids.next(),
+            binding,
+            call.consumer.identity().map(|i| i.subject.clone()),
+            summary.as_str().to_string(),
+            call.effect,
+            Origin::Client,
+            now,
+            now.saturating_add(self.config.ttl),
+        );
+        tracing::info!(
+            target: "agent_surface::confirmation",
+            confirmation_id = %record.id,
+            capability = call.capability,
+            consumer = call.consumer.key(),
+            input_hash = %record.binding.input_hash,
+            expires_at = %record.expires_at,
+            "confirmation requested"
+        );
+        if let Err(e) = self.config.store.insert(record.clone(), now).await {
+            return unavailable(&e);
+        }
+        match &self.config.mode {
+            ConfirmationMode::TwoPhase => ConfirmationDecision::Required {
+                confirmation_id: record.id,
+                summary,
+                expires_at: record.expires_at,
+                origin: record.origin,
+            },
+            ConfirmationMode::Wait { approver, timeout } => {
+                let timeout = (*timeout).min(record.expires_at.saturating_duration_since(now));
+                self.wait(&record, approver.as_ref(), timeout).await
+            }
+        }
+    }
+
+    /// Wait mode: the approver reviews while the call waits; a decision through the host API
+    /// counts too.
+    async fn wait(
+        &self,
+        record: &ConfirmationRecord,
+        approver: &dyn Approver,
+        timeout: Duration,
+    ) -> ConfirmationDecision {
+        let id = record.id.as_str();
+        let notify = Arc::new(Notify::new());
+        self.waiters().insert(id.to_string(), Arc::clone(&notify));
+        let mut waiting = Waiting { engine: self, id, settled: false };
+        let review = caught(|| approver.review(record)).fuse();
+        let deadline = self.config.clock.sleep(timeout).fuse();
+        futures_util::pin_mut!(review, deadline);
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut review => self.apply_review(id, answer).await,
+                () = notify.notified() => {}
+                () = &mut deadline => {
+                    let now = self.config.clock.now();
+                    if let Err(e) = self.config.store.withdraw(id, now).await {
+                        return unavailable(&e);
+                    }
+                    waiting.settled = true;
+                    tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation wait timed out");
+                    // A decision that landed just before the withdrawal still counts.
+                    return match self.config.store.consume(id, &record.binding, now).await {
+                        Ok(Ok(_)) => ConfirmationDecision::Proceed,
+                        Ok(Err(rejection)) => rejected(id, rejection),
+                        Err(e) => unavailable(&e),
+                    };
+                }
+            }
+            match self.config.store.consume(id, &record.binding, self.config.clock.now()).await {
+                Ok(Ok(_)) => {
+                    waiting.settled = true;
+                    tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation consumed");
+                    return ConfirmationDecision::Proceed;
+                }
+                Ok(Err(Rejection::Pending(_))) => continue,
+                Ok(Err(rejection)) => {
+                    waiting.settled = true;
+                    return rejected(id, rejection);
+                }
+                Err(e) => return unavailable(&e),
+            }
+        }
+    }
+
+    async fn apply_review(&self, id: &str, answer: Result<Review, crate::guard::Failure>) {
+        let outcome = match answer {
+            Ok(Review::Approve { approver }) => self.approve(id, &approver).await,
+            Ok(Review::Deny { approver }) => self.deny(id, &approver).await,
+            Ok(Review::Defer) => Ok(()),
+            Err(failure) => {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    cause = %failure,
+                    "approver failed; waiting for a decision until the timeout"
+                );
+                Ok(())
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                error = %e,
+                "approver's decision not recorded; waiting until the timeout"
+            );
+        }
+    }
+}
+
+impl fmt::Debug for ConfirmationEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfirmationEngine").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl ConfirmationGate for ConfirmationEngine {
+    fn check<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        confirmation_id: Option<&'a str>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        Box::pin(self.check_now(call, confirmation_id, now))
+    }
+}
+
+/// The decision for rejected evidence.
+fn rejected(id: &str, rejection: Rejection) -> ConfirmationDecision {
+    let reason = match rejection {
+        Rejection::Pending(record) => {
+            return ConfirmationDecision::Required {
+                confirmation_id: record.id,
+                summary: SafeText::trusted(record.summary),
+                expires_at: record.expires_at,
+                origin: record.origin,
+            };
+        }
+        Rejection::Unknown | Rejection::Expired => ConfirmationInvalidReason::Expired,
+        Rejection::Denied => ConfirmationInvalidReason::Denied,
+        Rejection::Consumed => ConfirmationInvalidReason::Consumed,
+        Rejection::Mismatch(mismatch) => {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                mismatch_diff = %mismatch,
+                "confirmation presented for another call"
+            );
+            ConfirmationInvalidReason::Mismatch
+        }
+    };
+    tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, reason = ?reason, "confirmation rejected");
+    ConfirmationDecision::Invalid(reason)
+}
+
+fn unavailable(e: &StoreError) -> ConfirmationDecision {
+    tracing::error!(target: "agent_surface::confirmation", error = %e, "confirmation store failed; not running the call");
+    ConfirmationDecision::Unavailable { retry_after: STORE_RETRY_AFTER }
+}
+
+/// A wait in progress. Dropped unsettled (the caller gave up, or the store failed), it withdraws
+/// the pending confirmation so that a late approval cannot be used by anyone.
+struct Waiting<'e> {
+    engine: &'e ConfirmationEngine,
+    id: &'e str,
+    settled: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.engine.waiters().remove(self.id);
+        if self.settled {
+            return;
+        }
+        let store = Arc::clone(&self.engine.config.store);
+        let id = self.id.to_string();
+        let now = self.engine.config.clock.now();
+        let withdraw = async move {
+            if let Err(e) = store.withdraw(&id, now).await {
+                tracing::warn!(target: "agent_surface::confirmation", confirmation_id = %id, error = %e, "could not withdraw");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(withdraw);
+            }
+            Err(_) => {
+                withdraw.now_or_never();
+            }
+        }
+    }
+}
+
+/// Confirmation ids: `c-` and 32 hex digits (128 bits of SHA-256 over a per-engine random seed
+/// and a counter), so an id cannot be guessed from another. Guessing would not help anyway: the
+/// evidence is bound to the requesting consumer and call.
+struct IdSource {
+    seed: [u8; 32],
+    counter: AtomicU64,
+}
+
+impl IdSource {
+    fn new() -> IdSource {
+        use std::hash::{BuildHasher, Hasher};
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let mut seed = [0u8; 32];
+        for (i, chunk) in seed.chunks_mut(8).enumerate() {
+            // `RandomState` keys come from the operating system's random source.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            h.write_u128(nanos);
+            h.write_u32(std::process::id());
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+        IdSource { seed, counter: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> String {
+        use std::fmt::Write;
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let digest = Sha256::new().chain_update(self.seed).chain_update(n.to_le_bytes()).finalize();
+        let mut id = String::with_capacity(34);
+        id.push_str("c-");
+        for b in &digest[..16] {
+            let _ = write!(id, "{b:02x}");
+        }
+        id
+    }
+}

@@ -1,0 +1,520 @@
+//! Where confirmation records live: the [`ConfirmationStore`] trait and
+//! [`MemoryConfirmationStore`], its bounded in-process implementation.
+//!
+//! A record is created *pending*, decided once (*approved* or *denied*), and an approved record
+//! is *consumed* by exactly one call. Every state change is one atomic operation of the store,
+//! so a shared store (the planned Redis backend) can keep the guarantees across replicas:
+//!
+//! | operation | atomic effect |
+//! |---|---|
+//! | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
+//! | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an approval) the approver is the requester |
+//! | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
+//! | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
+//!
+//! With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
+//! `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::details::Origin;
+use agent_surface_core::{Effect, Timestamp};
+use futures_util::future::BoxFuture;
+
+use crate::idempotency::{Fingerprint, StoreError};
+
+/// What a confirmation is for: the consumer, the capability, the target and the input.
+///
+/// Evidence is accepted only for a call whose binding equals the one recorded when the
+/// confirmation was requested, field by field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConfirmationBinding {
+    /// The consumer key of the requesting call.
+    pub consumer_key: String,
+    /// The capability name.
+    pub capability: String,
+    /// The registration the call resolved to.
+    pub registration_id: String,
+    /// The instance the call resolved to.
+    pub instance_id: String,
+    /// SHA-256 of the canonical JSON of the validated, bound input ([`Fingerprint::of`]).
+    pub input_hash: Fingerprint,
+}
+
+impl ConfirmationBinding {
+    /// Which fields differ between `self` and `other`.
+    pub fn mismatch(&self, other: &ConfirmationBinding) -> Mismatch {
+        Mismatch {
+            consumer: self.consumer_key != other.consumer_key,
+            capability: self.capability != other.capability,
+            target: self.registration_id != other.registration_id || self.instance_id != other.instance_id,
+            input: self.input_hash != other.input_hash,
+        }
+    }
+}
+
+/// The fields of a [`ConfirmationBinding`] that did not match (the operator channel's
+/// `mismatchDiff`; never shown to the agent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Another consumer presented the evidence.
+    pub consumer: bool,
+    /// The evidence was presented for another capability.
+    pub capability: bool,
+    /// The call resolved to another registration or instance.
+    pub target: bool,
+    /// The validated input differs.
+    pub input: bool,
+}
+
+impl Mismatch {
+    /// Whether every field matched.
+    pub fn is_empty(&self) -> bool {
+        *self == Mismatch::default()
+    }
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields = [
+            ("consumer", self.consumer),
+            ("capability", self.capability),
+            ("target", self.target),
+            ("input", self.input),
+        ];
+        let names: Vec<&str> = fields.iter().filter(|(_, differs)| *differs).map(|(name, _)| *name).collect();
+        f.write_str(&names.join(", "))
+    }
+}
+
+/// Where a confirmation is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfirmationState {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved by `by`; not used yet.
+    Approved {
+        /// The approver's subject.
+        by: String,
+    },
+    /// Denied by `by`. Final.
+    Denied {
+        /// The approver's subject.
+        by: String,
+    },
+    /// Approved by `approved_by` and used by one call. Final.
+    Consumed {
+        /// The approver's subject.
+        approved_by: String,
+    },
+    /// Withdrawn before a decision (a wait-mode call gave up). Final; presented as expired.
+    Withdrawn,
+}
+
+impl ConfirmationState {
+    /// A short name for logs (`pending`, `approved`, …).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ConfirmationState::Pending => "pending",
+            ConfirmationState::Approved { .. } => "approved",
+            ConfirmationState::Denied { .. } => "denied",
+            ConfirmationState::Consumed { .. } => "consumed",
+            ConfirmationState::Withdrawn => "withdrawn",
+        }
+    }
+}
+
+/// One confirmation: what it binds, who asked, what the approver is shown, and its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConfirmationRecord {
+    /// The confirmation id (the agent's `confirmationId`).
+    pub id: String,
+    /// What the evidence is valid for.
+    pub binding: ConfirmationBinding,
+    /// The requesting identity's subject, when the requester was signed in.
+    pub requester: Option<String>,
+    /// What will happen, for the approver (the `summary` of `CONFIRMATION_REQUIRED`).
+    pub summary: String,
+    /// The gated capability's declared effect.
+    pub effect: Effect,
+    /// Who requires the confirmation.
+    pub origin: Origin,
+    /// When it was requested.
+    pub created_at: Timestamp,
+    /// The deadline for both the decision and the use of the evidence.
+    pub expires_at: Timestamp,
+    /// Where it is in its life.
+    pub state: ConfirmationState,
+}
+
+impl ConfirmationRecord {
+    /// A pending record.
+    #[allow(clippy::too_many_arguments, reason = "a plain constructor of a record with that many fields")]
+    pub fn pending(
+        id: String,
+        binding: ConfirmationBinding,
+        requester: Option<String>,
+        summary: String,
+        effect: Effect,
+        origin: Origin,
+        created_at: Timestamp,
+        expires_at: Timestamp,
+    ) -> ConfirmationRecord {
+        ConfirmationRecord {
+            id,
+            binding,
+            requester,
+            summary,
+            effect,
+            origin,
+            created_at,
+            expires_at,
+            state: ConfirmationState::Pending,
+        }
+    }
+
+    /// Whether `subject` is the requester: the requesting identity's subject or, as a
+    /// conservative extra, the requesting consumer key.
+    pub fn is_requester(&self, subject: &str) -> bool {
+        self.requester.as_deref() == Some(subject) || self.binding.consumer_key == subject
+    }
+}
+
+/// An approval or a denial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalVerdict {
+    /// Approve: the evidence becomes usable once.
+    Approve,
+    /// Deny: final; the evidence is rejected with `CONFIRMATION_INVALID {reason: denied}`.
+    Deny,
+}
+
+/// What [`ConfirmationStore::decide`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decided {
+    /// The record was pending and now carries the verdict.
+    Done,
+    /// No record with this id (never issued, evicted, or past its retention).
+    Unknown,
+    /// The record expired before the decision.
+    Expired,
+    /// The approver is the requester; nothing changed.
+    SelfApproval,
+    /// The record was already decided; its current state.
+    NotPending(ConfirmationState),
+}
+
+/// Why [`ConfirmationStore::consume`] refused the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// No record with this id (never issued, evicted, or past its retention).
+    Unknown,
+    /// The evidence belongs to another call; which fields differ.
+    Mismatch(Mismatch),
+    /// Not decided yet; the record, to repeat the request.
+    Pending(Box<ConfirmationRecord>),
+    /// Denied.
+    Denied,
+    /// Already used.
+    Consumed,
+    /// Expired or withdrawn.
+    Expired,
+}
+
+/// Where confirmations live. See the [module docs](self) for the atomicity each operation must
+/// guarantee.
+///
+/// `now` is passed in rather than read, so a store never disagrees with the engine about time.
+/// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
+/// that a late retry learns `consumed` or `denied` rather than `expired`.
+pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
+    /// Adds a pending record. Ids are fresh; an id that exists already is an error.
+    fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The record with `id`, if the store still holds it.
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>>;
+
+    /// Atomically decides a pending, unexpired record. An approval by the requester (see
+    /// [`ConfirmationRecord::is_requester`]) is refused; a denial by the requester is accepted.
+    ///
+    /// Checks, in order: the record exists; it is pending; the approver is not the requester
+    /// (approvals only); it has not expired.
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>>;
+
+    /// Atomically consumes approved evidence for the call with binding `expected`: the first
+    /// caller gets the record, every later or concurrent one a [`Rejection`].
+    ///
+    /// Checks, in order: the record exists; the binding matches (before anything else, so
+    /// that another call's evidence reveals nothing about its state); the state is not final
+    /// (`consumed`, `denied`, `withdrawn`); it has not expired; it is approved.
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>>;
+
+    /// Atomically withdraws a pending record; returns the state after the call (`None` for an
+    /// unknown id). A record decided meanwhile keeps its decision.
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>>;
+}
+
+impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
+    fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).insert(record, now)
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        (**self).get(id, now)
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        (**self).decide(id, verdict, approver, now)
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+        (**self).consume(id, expected, now)
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        (**self).withdraw(id, now)
+    }
+}
+
+/// The configuration of a [`MemoryConfirmationStore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryConfirmationStoreConfig {
+    /// The most records held at once. When full, the oldest record is dropped, whatever its
+    /// state: a dropped record's evidence is then unknown and rejected, so eviction can only
+    /// refuse a call, never let one run twice.
+    pub capacity: usize,
+    /// How long a record is kept after it expires, so that a late retry is told `consumed` or
+    /// `denied` rather than `expired`.
+    pub retention: Duration,
+}
+
+impl Default for MemoryConfirmationStoreConfig {
+    /// 10 000 records, kept one hour past their expiry.
+    fn default() -> MemoryConfirmationStoreConfig {
+        MemoryConfirmationStoreConfig { capacity: 10_000, retention: Duration::from_secs(3600) }
+    }
+}
+
+/// A [`ConfirmationStore`] in this process's memory: bounded, expiring, every operation one
+/// short critical section. Records do not survive a restart; evidence issued before a restart is
+/// then unknown and rejected (as expired), which never lets a call run without a fresh approval.
+pub struct MemoryConfirmationStore {
+    config: MemoryConfirmationStoreConfig,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    records: HashMap<String, ConfirmationRecord>,
+    /// Ids in insertion order, for sweeping and eviction.
+    order: VecDeque<String>,
+}
+
+impl MemoryConfirmationStore {
+    /// An empty store.
+    pub fn new(config: MemoryConfirmationStoreConfig) -> MemoryConfirmationStore {
+        MemoryConfirmationStore { config, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// How many records it holds (including expired ones within their retention).
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Each critical section leaves `Inner` consistent; a poisoned lock guards valid state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn gone(&self, record: &ConfirmationRecord, now: Timestamp) -> bool {
+        record.expires_at.saturating_add(self.config.retention) <= now
+    }
+
+    /// Drops records past their retention from the front of the insertion order.
+    fn sweep(&self, inner: &mut Inner, now: Timestamp) {
+        while let Some(id) = inner.order.front() {
+            match inner.records.get(id) {
+                Some(record) if !self.gone(record, now) => break,
+                Some(_) => {
+                    inner.records.remove(id);
+                }
+                None => {}
+            }
+            inner.order.pop_front();
+        }
+    }
+
+    /// The live record with `id` (a record past its retention counts as absent).
+    fn live<'i>(&self, inner: &'i mut Inner, id: &str, now: Timestamp) -> Option<&'i mut ConfirmationRecord> {
+        self.sweep(inner, now);
+        inner.records.get_mut(id).filter(|r| !self.gone(r, now))
+    }
+
+    fn insert_now(&self, record: ConfirmationRecord, now: Timestamp) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        self.sweep(&mut inner, now);
+        if inner.records.contains_key(&record.id) {
+            return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)));
+        }
+        if self.config.capacity == 0 {
+            return Err(StoreError::Full { capacity: 0 });
+        }
+        while inner.records.len() >= self.config.capacity {
+            let Some(oldest) = inner.order.pop_front() else { break };
+            if let Some(evicted) = inner.records.remove(&oldest) {
+                tracing::debug!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = %evicted.id,
+                    state = evicted.state.as_str(),
+                    "confirmation evicted (store full)"
+                );
+            }
+        }
+        inner.order.push_back(record.id.clone());
+        inner.records.insert(record.id.clone(), record);
+        Ok(())
+    }
+
+    fn decide_now(&self, id: &str, verdict: ApprovalVerdict, approver: &str, now: Timestamp) -> Decided {
+        let mut inner = self.lock();
+        let Some(record) = self.live(&mut inner, id, now) else { return Decided::Unknown };
+        if record.state != ConfirmationState::Pending {
+            return Decided::NotPending(record.state.clone());
+        }
+        if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
+            return Decided::SelfApproval;
+        }
+        if now >= record.expires_at {
+            return Decided::Expired;
+        }
+        record.state = match verdict {
+            ApprovalVerdict::Approve => ConfirmationState::Approved { by: approver.to_string() },
+            ApprovalVerdict::Deny => ConfirmationState::Denied { by: approver.to_string() },
+        };
+        Decided::Done
+    }
+
+    fn consume_now(
+        &self,
+        id: &str,
+        expected: &ConfirmationBinding,
+        now: Timestamp,
+    ) -> Result<ConfirmationRecord, Rejection> {
+        let mut inner = self.lock();
+        let Some(record) = self.live(&mut inner, id, now) else { return Err(Rejection::Unknown) };
+        let mismatch = record.binding.mismatch(expected);
+        if !mismatch.is_empty() {
+            return Err(Rejection::Mismatch(mismatch));
+        }
+        let approved_by = match &record.state {
+            ConfirmationState::Consumed { .. } => return Err(Rejection::Consumed),
+            ConfirmationState::Denied { .. } => return Err(Rejection::Denied),
+            ConfirmationState::Withdrawn => return Err(Rejection::Expired),
+            _ if now >= record.expires_at => return Err(Rejection::Expired),
+            ConfirmationState::Pending => return Err(Rejection::Pending(Box::new(record.clone()))),
+            ConfirmationState::Approved { by } => by.clone(),
+        };
+        record.state = ConfirmationState::Consumed { approved_by };
+        Ok(record.clone())
+    }
+
+    fn withdraw_now(&self, id: &str, now: Timestamp) -> Option<ConfirmationState> {
+        let mut inner = self.lock();
+        let record = self.live(&mut inner, id, now)?;
+        if record.state == ConfirmationState::Pending {
+            record.state = ConfirmationState::Withdrawn;
+        }
+        Some(record.state.clone())
+    }
+}
+
+impl Default for MemoryConfirmationStore {
+    fn default() -> MemoryConfirmationStore {
+        MemoryConfirmationStore::new(MemoryConfirmationStoreConfig::default())
+    }
+}
+
+impl fmt::Debug for MemoryConfirmationStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryConfirmationStore").field("config", &self.config).field("len", &self.len()).finish()
+    }
+}
+
+impl ConfirmationStore for MemoryConfirmationStore {
+    fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.insert_now(record, now) })
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            Ok(self.live(&mut inner, id, now).map(|r| r.clone()))
+        })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        Box::pin(async move { Ok(self.decide_now(id, verdict, approver, now)) })
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+        Box::pin(async move { Ok(self.consume_now(id, expected, now)) })
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        Box::pin(async move { Ok(self.withdraw_now(id, now)) })
+    }
+}

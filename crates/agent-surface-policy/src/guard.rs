@@ -1,0 +1,86 @@
+//! Fail-closed evaluation of application code (policies, approvers): an error, a panic or an
+//! overrun of the time budget becomes a [`Failure`] the caller turns into its closed outcome.
+
+use std::any::Any;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Either};
+
+use crate::clock::Clock;
+use crate::hooks::PolicyError;
+
+/// Why a guarded evaluation produced no answer. For the operator channel only.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The code returned an error.
+    Error(PolicyError),
+    /// The code panicked (building its future or while it ran).
+    Panic(String),
+    /// The code did not answer within its budget.
+    Overrun(Duration),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Error(e) => write!(f, "returned an error: {e}"),
+            Failure::Panic(text) => write!(f, "panicked: {text}"),
+            Failure::Overrun(budget) => write!(f, "did not answer within {} ms", budget.as_millis()),
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+/// Runs `start()` and awaits its future, bounded by `budget` on `clock`, catching panics.
+///
+/// The future is polled once before a timer is armed: a policy that answers at once (the common
+/// case) costs no timer.
+pub(crate) async fn guarded<'a, T>(
+    clock: &dyn Clock,
+    budget: Duration,
+    start: impl FnOnce() -> BoxFuture<'a, Result<T, PolicyError>>,
+) -> Result<T, Failure> {
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+        Ok(fut) => fut,
+        Err(payload) => return Err(Failure::Panic(panic_text(payload.as_ref()))),
+    };
+    let mut fut = AssertUnwindSafe(fut).catch_unwind();
+    if let Some(answer) = (&mut fut).now_or_never() {
+        return flatten(answer);
+    }
+    match futures_util::future::select(fut, clock.sleep(budget)).await {
+        Either::Left((answer, _)) => flatten(answer),
+        Either::Right(_) => Err(Failure::Overrun(budget)),
+    }
+}
+
+/// Runs `start()` and awaits its future without a budget (the caller bounds it), catching
+/// panics.
+pub(crate) async fn caught<'a, T>(start: impl FnOnce() -> BoxFuture<'a, Result<T, PolicyError>>) -> Result<T, Failure> {
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+        Ok(fut) => fut,
+        Err(payload) => return Err(Failure::Panic(panic_text(payload.as_ref()))),
+    };
+    flatten(AssertUnwindSafe(fut).catch_unwind().await)
+}
+
+fn flatten<T>(answer: Result<Result<T, PolicyError>, Box<dyn Any + Send>>) -> Result<T, Failure> {
+    match answer {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Failure::Error(e)),
+        Err(payload) => Err(Failure::Panic(panic_text(payload.as_ref()))),
+    }
+}

@@ -1,0 +1,344 @@
+//! The confirmation store and engine: the order of the consume checks, retention, eviction,
+//! withdrawal, single use under contention, the canonical input hash, and a model check of the
+//! engine over random interleavings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
+use agent_surface_core::{Effect, SafeText, Timestamp};
+use agent_surface_policy::{
+    ApprovalError, ApprovalVerdict, CallInfo, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationDecision,
+    ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided,
+    Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
+};
+use futures_util::FutureExt;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_000_000 + ms)
+}
+
+fn binding(consumer: &str, input: Value) -> ConfirmationBinding {
+    ConfirmationBinding {
+        consumer_key: consumer.into(),
+        capability: "orders.refund".into(),
+        registration_id: "r-1".into(),
+        instance_id: "main".into(),
+        input_hash: Fingerprint::of(&input),
+    }
+}
+
+fn record(id: &str, binding: ConfirmationBinding, created: u64, ttl: u64) -> ConfirmationRecord {
+    ConfirmationRecord::pending(
+        id.into(),
+        binding,
+        Some("alice".into()),
+        "Refund 42 EUR.".into(),
+        Effect::External,
+        Origin::Client,
+        at(created),
+        at(created + ttl),
+    )
+}
+
+fn sync<T>(f: futures_util::future::BoxFuture<'_, T>) -> T {
+    f.now_or_never().expect("the memory store answers at once")
+}
+
+fn store(capacity: usize, retention_ms: u64) -> MemoryConfirmationStore {
+    MemoryConfirmationStore::new(MemoryConfirmationStoreConfig {
+        capacity,
+        retention: Duration::from_millis(retention_ms),
+    })
+}
+
+#[test]
+fn consume_checks_the_binding_before_the_state() {
+    let s = store(10, 0);
+    let b = binding("session-1", json!({"amount": 42}));
+    sync(s.insert(record("c-1", b.clone(), 0, 100), at(0))).unwrap();
+    assert!(sync(s.insert(record("c-1", b.clone(), 0, 100), at(0))).is_err(), "ids are never reused");
+
+    // Pending: the record comes back, to repeat the request.
+    let Ok(Err(Rejection::Pending(pending))) = sync(s.consume("c-1", &b, at(1))) else { panic!() };
+    assert_eq!(pending.id, "c-1");
+
+    assert_eq!(sync(s.decide("c-1", ApprovalVerdict::Approve, "alice", at(1))).unwrap(), Decided::SelfApproval);
+    assert_eq!(sync(s.decide("c-1", ApprovalVerdict::Approve, "session-1", at(1))).unwrap(), Decided::SelfApproval);
+    assert_eq!(sync(s.decide("c-1", ApprovalVerdict::Approve, "bob", at(1))).unwrap(), Decided::Done);
+
+    let other = binding("session-2", json!({"amount": 43}));
+    let Ok(Err(Rejection::Mismatch(m))) = sync(s.consume("c-1", &other, at(2))) else { panic!() };
+    assert_eq!(m, Mismatch { consumer: true, input: true, ..Mismatch::default() });
+    assert_eq!(m.to_string(), "consumer, input");
+
+    let Ok(Ok(consumed)) = sync(s.consume("c-1", &b, at(2))) else { panic!() };
+    assert_eq!(consumed.state, ConfirmationState::Consumed { approved_by: "bob".into() });
+    assert_eq!(sync(s.consume("c-1", &b, at(3))).unwrap(), Err(Rejection::Consumed));
+    // Another call's evidence reveals nothing about its state: still a mismatch.
+    assert!(matches!(sync(s.consume("c-1", &other, at(3))).unwrap(), Err(Rejection::Mismatch(_))));
+    assert_eq!(sync(s.consume("c-404", &b, at(3))).unwrap(), Err(Rejection::Unknown));
+}
+
+#[test]
+fn expiry_retention_and_withdrawal() {
+    let s = store(10, 1_000);
+    let b = binding("session-1", json!(1));
+    for (id, created) in [("approved", 0), ("denied", 0), ("consumed", 0), ("withdrawn", 0), ("pending", 0)] {
+        sync(s.insert(record(id, b.clone(), created, 100), at(created))).unwrap();
+    }
+    sync(s.decide("approved", ApprovalVerdict::Approve, "bob", at(1))).unwrap();
+    sync(s.decide("denied", ApprovalVerdict::Deny, "alice", at(1))).unwrap();
+    sync(s.decide("consumed", ApprovalVerdict::Approve, "bob", at(1))).unwrap();
+    sync(s.consume("consumed", &b, at(2))).unwrap().unwrap();
+    assert_eq!(sync(s.withdraw("withdrawn", at(2))).unwrap(), Some(ConfirmationState::Withdrawn));
+    assert_eq!(sync(s.withdraw("denied", at(2))).unwrap(), Some(ConfirmationState::Denied { by: "alice".into() }));
+    assert_eq!(sync(s.withdraw("nothing", at(2))).unwrap(), None);
+
+    // Past expiry, within retention: final states are still reported as they are.
+    let check = |id: &str, now| sync(s.consume(id, &b, now)).unwrap().err();
+    assert_eq!(check("approved", at(100)), Some(Rejection::Expired));
+    assert_eq!(check("pending", at(100)), Some(Rejection::Expired));
+    assert_eq!(check("withdrawn", at(100)), Some(Rejection::Expired));
+    assert_eq!(check("denied", at(100)), Some(Rejection::Denied));
+    assert_eq!(check("consumed", at(100)), Some(Rejection::Consumed));
+    assert_eq!(sync(s.decide("pending", ApprovalVerdict::Approve, "bob", at(100))).unwrap(), Decided::Expired);
+    // Past retention: gone.
+    assert_eq!(check("consumed", at(1_100)), Some(Rejection::Unknown));
+    assert!(s.is_empty());
+}
+
+#[test]
+fn eviction_drops_the_oldest_record_and_never_admits_a_call() {
+    let s = store(3, 0);
+    let b = binding("session-1", json!(1));
+    for (i, id) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        sync(s.insert(record(id, b.clone(), i as u64, 1_000), at(i as u64))).unwrap();
+        sync(s.decide(id, ApprovalVerdict::Approve, "bob", at(i as u64))).unwrap();
+    }
+    assert_eq!(s.len(), 3);
+    assert_eq!(sync(s.consume("a", &b, at(5))).unwrap(), Err(Rejection::Unknown));
+    assert!(sync(s.consume("d", &b, at(5))).unwrap().is_ok());
+    assert!(sync(store(0, 0).insert(record("x", b, 0, 1), at(0))).is_err());
+}
+
+#[test]
+fn single_use_under_contention() {
+    let s = Arc::new(store(10, 0));
+    let b = binding("session-1", json!({"amount": 42}));
+    sync(s.insert(record("c-1", b.clone(), 0, 1_000), at(0))).unwrap();
+    sync(s.decide("c-1", ApprovalVerdict::Approve, "bob", at(0))).unwrap();
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (s, b) = (s.clone(), b.clone());
+            std::thread::spawn(move || (0..25).filter(|_| sync(s.consume("c-1", &b, at(1))).unwrap().is_ok()).count())
+        })
+        .collect();
+    let wins: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(wins, 1);
+}
+
+/// The claim behind "every validated input has a canonical form": a `serde_json::Value` cannot
+/// hold what the canonical form cannot write. If serde_json's `arbitrary_precision` feature were
+/// ever unified into the build, numbers outside `f64` would become representable and these
+/// tests would fail, pointing at `spec/authority-and-confirmation.md`.
+#[test]
+fn every_value_has_a_canonical_form() {
+    assert!(serde_json::from_str::<Value>("1e400").is_err(), "out-of-range numbers are rejected when parsed");
+    assert!(serde_json::from_str::<Value>(r#""\ud800""#).is_err(), "lone surrogates are rejected when parsed");
+    assert_eq!(serde_json::to_value(f64::NAN).unwrap(), Value::Null, "non-finite floats become null");
+    assert_eq!(json!(f64::INFINITY), Value::Null);
+    let big: Value = serde_json::from_str("123456789012345678901234567890").unwrap();
+    assert!(big.as_f64().is_some_and(f64::is_finite), "big integers are doubles");
+}
+
+#[test]
+fn the_input_hash_is_over_the_meaning_of_the_json() {
+    let h = |v: Value| Fingerprint::of(&v);
+    assert_eq!(h(json!({"a": 1, "b": [true, null]})), h(json!({"b": [true, null], "a": 1})));
+    assert_eq!(h(json!({"n": 1})), h(json!({"n": 1.0})), "1 and 1.0 are the same JSON number");
+    assert_ne!(h(json!(9_007_199_254_740_993_u64)), h(json!(9_007_199_254_740_992_u64)), "integers stay exact");
+    assert_ne!(h(json!({"a": "1"})), h(json!({"a": 1})));
+}
+
+// ---- The engine ------------------------------------------------------------------------------
+
+fn engine(clock: &Arc<ManualClock>, ttl_ms: u64) -> ConfirmationEngine {
+    ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: Duration::from_millis(ttl_ms),
+        ..Default::default()
+    })
+}
+
+struct Call {
+    consumer: Consumer,
+    input: Value,
+    summary: SafeText,
+}
+
+impl Call {
+    fn new(consumer: Consumer, amount: u64) -> Call {
+        Call { consumer, input: json!({"amount": amount}), summary: SafeText::from("Refund.") }
+    }
+
+    fn info(&self) -> CallInfo<'_> {
+        CallInfo::new(&self.consumer, "orders.refund", "orders", Effect::External, false)
+            .with_instance("main")
+            .with_registration("r-1")
+            .with_input(&self.input)
+            .with_confirmation(&self.summary)
+    }
+}
+
+#[tokio::test]
+async fn ids_are_fresh_and_unguessable_looking() {
+    let clock = Arc::new(ManualClock::default());
+    let (a, b) = (engine(&clock, 1000), engine(&clock, 1000));
+    let call = Call::new(Consumer::anonymous("c"), 1);
+    let mut ids = std::collections::HashSet::new();
+    for e in [&a, &b] {
+        for _ in 0..50 {
+            let ConfirmationDecision::Required { confirmation_id, expires_at, origin, .. } =
+                e.check(call.info(), None, clock.now()).await
+            else {
+                panic!()
+            };
+            assert!(confirmation_id.starts_with("c-") && confirmation_id.len() == 34);
+            assert!(confirmation_id[2..].bytes().all(|b| b.is_ascii_hexdigit()));
+            assert_eq!(expires_at, clock.now().saturating_add(Duration::from_secs(1)));
+            assert_eq!(origin, Origin::Client);
+            assert!(ids.insert(confirmation_id));
+        }
+    }
+    // An anonymous requester's request can be approved by anyone signed in, but not by a subject
+    // equal to its consumer key.
+    let ConfirmationDecision::Required { confirmation_id, .. } = a.check(call.info(), None, clock.now()).await else {
+        panic!()
+    };
+    assert_eq!(a.approve(&confirmation_id, &Identity::new("c")).await, Err(ApprovalError::SelfApproval));
+    a.approve(&confirmation_id, &Identity::new("someone")).await.unwrap();
+    let record = a.get(&confirmation_id).await.unwrap().unwrap();
+    assert_eq!(record.requester, None);
+    assert_eq!(record.state, ConfirmationState::Approved { by: "someone".into() });
+}
+
+#[tokio::test]
+async fn ungated_calls_proceed_whatever_they_carry() {
+    let clock = Arc::new(ManualClock::default());
+    let e = engine(&clock, 1000);
+    let consumer = Consumer::anonymous("c");
+    let input = json!({});
+    let call = CallInfo::new(&consumer, "orders.list", "orders", Effect::Read, true).with_input(&input);
+    assert_eq!(e.check(call, None, clock.now()).await, ConfirmationDecision::Proceed);
+    assert_eq!(e.check(call, Some("c-forged"), clock.now()).await, ConfirmationDecision::Proceed);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Request { requester: usize, amount: u64 },
+    Approve { n: usize, approver: usize },
+    Deny { n: usize, approver: usize },
+    Advance { ms: u64 },
+    Retry { n: usize, as_consumer: usize, amount: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0..3usize, 1..3u64).prop_map(|(requester, amount)| Op::Request { requester, amount }),
+        2 => (0..6usize, 0..3usize).prop_map(|(n, approver)| Op::Approve { n, approver }),
+        1 => (0..6usize, 0..3usize).prop_map(|(n, approver)| Op::Deny { n, approver }),
+        1 => (0..400u64).prop_map(|ms| Op::Advance { ms }),
+        4 => (0..6usize, 0..3usize, 1..3u64).prop_map(|(n, as_consumer, amount)| Op::Retry { n, as_consumer, amount }),
+    ]
+}
+
+/// Three people; each is both a consumer (key `session-i`, subject `user-i`) and an approver.
+fn person(i: usize) -> Consumer {
+    Consumer::authenticated(format!("session-{i}"), Identity::new(format!("user-{i}")))
+}
+
+#[derive(Debug)]
+struct Issued {
+    id: String,
+    requester: usize,
+    amount: u64,
+    expires_at: Timestamp,
+    approved_by: Option<usize>,
+    denied: bool,
+    uses: usize,
+}
+
+proptest! {
+    /// Against random interleavings of request, approve, deny, expire and retry: evidence is
+    /// accepted at most once per approval, only for the call it was issued for, only after an
+    /// approval by someone other than the requester, and never after expiry or denial.
+    #[test]
+    fn the_engine_admits_at_most_once_per_approval(ops in proptest::collection::vec(op(), 1..60)) {
+        let clock = Arc::new(ManualClock::default());
+        let e = engine(&clock, 1000);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut issued: Vec<Issued> = Vec::new();
+        for op in ops {
+            let now = clock.now();
+            match op {
+                Op::Request { requester, amount } => {
+                    let call = Call::new(person(requester), amount);
+                    let ConfirmationDecision::Required { confirmation_id, expires_at, .. } =
+                        rt.block_on(e.check(call.info(), None, now)) else { panic!() };
+                    issued.push(Issued { id: confirmation_id, requester, amount, expires_at, approved_by: None, denied: false, uses: 0 });
+                }
+                Op::Approve { n, approver } => {
+                    let Some(c) = issued.get_mut(n) else { continue };
+                    let got = rt.block_on(e.approve(&c.id, &Identity::new(format!("user-{approver}"))));
+                    if got.is_ok() {
+                        prop_assert_ne!(approver, c.requester, "a self-approval was accepted");
+                        prop_assert!(c.approved_by.is_none() && !c.denied && now < c.expires_at);
+                        c.approved_by = Some(approver);
+                    } else if approver == c.requester && c.approved_by.is_none() && !c.denied {
+                        prop_assert_eq!(got, Err(ApprovalError::SelfApproval));
+                    }
+                }
+                Op::Deny { n, approver } => {
+                    let Some(c) = issued.get_mut(n) else { continue };
+                    let got = rt.block_on(e.deny(&c.id, &Identity::new(format!("user-{approver}"))));
+                    prop_assert_eq!(got.is_ok(), c.approved_by.is_none() && !c.denied && now < c.expires_at);
+                    c.denied |= got.is_ok();
+                }
+                Op::Advance { ms } => clock.advance(Duration::from_millis(ms)),
+                Op::Retry { n, as_consumer, amount } => {
+                    let Some(c) = issued.get_mut(n) else { continue };
+                    let call = Call::new(person(as_consumer), amount);
+                    let got = rt.block_on(e.check(call.info(), Some(&c.id), now));
+                    let bound = as_consumer == c.requester && amount == c.amount;
+                    let expected = if !bound {
+                        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Mismatch)
+                    } else if c.uses > 0 {
+                        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Consumed)
+                    } else if c.denied {
+                        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied)
+                    } else if now >= c.expires_at {
+                        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Expired)
+                    } else if c.approved_by.is_none() {
+                        ConfirmationDecision::Required {
+                            confirmation_id: c.id.clone(),
+                            summary: SafeText::from("Refund."),
+                            expires_at: c.expires_at,
+                            origin: Origin::Client,
+                        }
+                    } else {
+                        ConfirmationDecision::Proceed
+                    };
+                    prop_assert_eq!(&got, &expected);
+                    if got == ConfirmationDecision::Proceed {
+                        c.uses += 1;
+                        prop_assert!(c.approved_by.is_some_and(|a| a != c.requester));
+                    }
+                }
+            }
+        }
+        prop_assert!(issued.iter().all(|c| c.uses <= usize::from(c.approved_by.is_some())));
+    }
+}

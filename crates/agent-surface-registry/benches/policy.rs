@@ -1,0 +1,205 @@
+//! The cost of phases 4, 6 and 7 with the shipped engines, as overheads against a baseline
+//! measured in the same run.
+//!
+//! Run with `cargo bench -p agent-surface-registry --bench policy`. Every case is the full
+//! pipeline (`Registry::invoke`, no invocation id) of the same capability and input:
+//!
+//! - `policy/baseline`: no authority policy, rate limiter or confirmation engine;
+//! - `policy/authority`: a `Policies` engine with two policies that allow (one global, one for
+//!   the capability);
+//! - `policy/rate`: a `MemoryRateLimiter` that never limits (per-consumer and per-capability
+//!   buckets far above the call rate, and an action queue with free slots);
+//! - `policy/confirmation_consume`: a capability gated with `.confirm(…)`, each call carrying
+//!   evidence approved beforehand (outside the measurement), which the call consumes;
+//! - `policy/confirmation_cycle`: the whole two-phase cycle per iteration — the call that gets
+//!   `CONFIRMATION_REQUIRED`, the host's approval, and the retry that runs.
+//!
+//! After the criterion groups, the bench prints each case's overhead over the baseline.
+
+#![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
+
+use std::hint::black_box;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult};
+use agent_surface_policy::{
+    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
+    Consumer, FnPolicy, Identity, MemoryConfirmationStore, MemoryConfirmationStoreConfig, MemoryRateLimiter, Policies,
+    QueueConfig, Quota, RateLimitConfig,
+};
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Mount, Registry, RegistryConfig};
+use criterion::{BatchSize, Criterion, criterion_group};
+use futures_util::FutureExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+    note: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+fn input() -> Value {
+    json!({"a": 2, "b": 3, "note": "hi"})
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+/// A registry with `calc.add`, gated by a declared confirmation when `gated`.
+fn registry(config: RegistryConfig, gated: bool) -> (Registry, Mount) {
+    let r = Registry::new(config);
+    r.define("calc", |t| {
+        let c = t.capability("add", "Add two integers.").effect(Effect::Write);
+        let c = if gated { c.confirm(|i: &Add| format!("Add {} and {}.", i.a, i.b)) } else { c };
+        c.handler(|_c: Ctx, i: Add| async move {
+            Ok::<_, AgentSurfaceError>(Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) })
+        })
+    })
+    .expect("valid");
+    let m = r.mount("calc", "main").expect("mount");
+    (r, m)
+}
+
+fn caller() -> InvokeOptions {
+    InvokeOptions::new(Consumer::authenticated("bench", Identity::new("agent-user")))
+}
+
+fn allow(
+    name: &'static str,
+) -> FnPolicy<impl Fn(&CallInfo<'_>) -> Result<AuthorityDecision, agent_surface_policy::PolicyError>> {
+    FnPolicy::new(name, |_call| Ok(AuthorityDecision::Allow))
+}
+
+fn engine() -> Arc<ConfirmationEngine> {
+    let store = MemoryConfirmationStore::new(MemoryConfirmationStoreConfig {
+        capacity: 1_000_000,
+        retention: Duration::from_secs(60),
+    });
+    Arc::new(ConfirmationEngine::new(ConfirmationConfig { store: Arc::new(store), ..Default::default() }))
+}
+
+/// Issues and approves evidence for the call `calc.add(input)` of `caller()` on `mount`, through
+/// the engine directly (the memory store answers at once, so no runtime is needed).
+fn approved_evidence(engine: &ConfirmationEngine, mount: &Mount, input: &Value) -> String {
+    let options = caller();
+    let summary = agent_surface_core::SafeText::from("Add.");
+    let call = CallInfo::new(&options.consumer, "calc.add", "calc", Effect::Write, false)
+        .with_instance(mount.instance_id())
+        .with_registration(mount.registration_id().expect("live"))
+        .with_input(input)
+        .with_confirmation(&summary);
+    let now = agent_surface_core::Timestamp::now();
+    let Some(ConfirmationDecision::Required { confirmation_id, .. }) = engine.check(call, None, now).now_or_never()
+    else {
+        panic!("a gated call without evidence is asked to confirm")
+    };
+    engine.approve(&confirmation_id, &Identity::new("manager")).now_or_never().expect("ready").expect("approved");
+    confirmation_id
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    let value = input();
+    let run = |r: &Registry, request: InvokeRequest| {
+        let r = r.clone();
+        async move {
+            let res: InvokeResult = r.invoke(request, caller()).await;
+            debug_assert!(res.is_ok(), "{res:?}");
+            black_box(res)
+        }
+    };
+    let mut g = c.benchmark_group("policy");
+
+    let (r, _m) = registry(RegistryConfig::default(), false);
+    g.bench_function("baseline", |b| b.to_async(&rt).iter(|| run(&r, InvokeRequest::new("calc.add", value.clone()))));
+
+    let policies = Policies::new().global(allow("global-allow")).for_capability("calc.add", allow("capability-allow"));
+    let (r, _m) = registry(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() }, false);
+    g.bench_function("authority", |b| b.to_async(&rt).iter(|| run(&r, InvokeRequest::new("calc.add", value.clone()))));
+
+    let huge = Quota::per_second(NonZeroU32::MAX);
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        per_consumer: Some(huge),
+        per_capability: Some(huge),
+        queue: Some(QueueConfig { max_concurrent: NonZeroUsize::new(1024).expect("non-zero"), ..Default::default() }),
+        ..Default::default()
+    });
+    let (r, _m) = registry(RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..Default::default() }, false);
+    g.bench_function("rate", |b| b.to_async(&rt).iter(|| run(&r, InvokeRequest::new("calc.add", value.clone()))));
+
+    let confirmations = engine();
+    let (r, m) = registry(RegistryConfig { confirmation: Some(confirmations.clone()), ..Default::default() }, true);
+    g.bench_function("confirmation_consume", |b| {
+        b.to_async(&rt).iter_batched(
+            || approved_evidence(&confirmations, &m, &value),
+            |id| run(&r, InvokeRequest::new("calc.add", value.clone()).with_confirmation(id)),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("confirmation_cycle", |b| {
+        b.to_async(&rt).iter(|| {
+            let (r, confirmations, value) = (r.clone(), confirmations.clone(), value.clone());
+            async move {
+                let first = r.invoke(InvokeRequest::new("calc.add", value.clone()), caller()).await;
+                let id = first.error_payload().and_then(|p| p.detail("confirmationId")).and_then(Value::as_str);
+                let id = id.expect("CONFIRMATION_REQUIRED").to_string();
+                confirmations.approve(&id, &Identity::new("manager")).await.expect("approved");
+                let res = r.invoke(InvokeRequest::new("calc.add", value).with_confirmation(id), caller()).await;
+                debug_assert!(res.is_ok(), "{res:?}");
+                black_box(res)
+            }
+        })
+    });
+    g.finish();
+}
+
+/// The mean estimate (ns) criterion recorded for a benchmark in this run.
+fn mean_ns(id: &str) -> Option<f64> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target.join("criterion").join(id).join("new/estimates.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn report() {
+    let Some(base) = mean_ns("policy/baseline") else {
+        println!("\n(no baseline estimate; run the whole bench)");
+        return;
+    };
+    println!("\noverhead against policy/baseline (mean estimates of this run):");
+    println!("  {:<30} {:>10} {:>12} {:>7}", "case", "mean", "overhead", "ratio");
+    for id in [
+        "policy/baseline",
+        "policy/authority",
+        "policy/rate",
+        "policy/confirmation_consume",
+        "policy/confirmation_cycle",
+    ] {
+        match mean_ns(id) {
+            Some(t) => println!("  {id:<30} {t:>7.0} ns {:>+9.0} ns {:>6.2}x", t - base, t / base),
+            None => println!("  {id:<30} (no estimate)"),
+        }
+    }
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    report();
+}

@@ -1,0 +1,410 @@
+//! Phase 4 and discovery with the real authority engine (`Policies`): every outcome, fail-closed
+//! evaluation, and hidden capabilities that cannot be told from names that never existed.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, Retry, SafeText};
+use agent_surface_policy::{
+    AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, FnPolicy, Identity, ManualClock, Policies, PolicyError,
+    RequireIdentity, RequireRole,
+};
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::support::*;
+
+/// A `tracing` writer that keeps what it is given (the operator channel, for assertions).
+#[derive(Clone, Default)]
+pub(crate) struct Captured(pub(crate) Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Captures the operator channel of this thread until the guard drops.
+    pub(crate) fn install() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+fn signed_in(key: &str, roles: &[&str]) -> InvokeOptions {
+    let identity = roles.iter().fold(Identity::new(format!("user-{key}")), |id, role| id.with_role(*role));
+    InvokeOptions::new(Consumer::authenticated(key, identity))
+}
+
+fn noop(t: &mut agent_surface_registry::TypeBuilder<'_>, id: &str) {
+    t.capability(id, "A tool.").handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+}
+
+/// `shop.browse` for everyone signed in; the `admin` type for admins; `admin.audit` hidden from
+/// non-admins; `shop.sale` disabled for everyone but the `vip` role.
+fn engine(clock: &Arc<ManualClock>) -> Policies {
+    Policies::new()
+        .with_clock(clock.clone())
+        .global(RequireIdentity)
+        .for_type(
+            "admin",
+            FnPolicy::new("hide-audit", |call| {
+                let admin = call.consumer.identity().is_some_and(|i| i.has_role("admin"));
+                Ok(if call.capability == "admin.audit" && !admin {
+                    AuthorityDecision::Hide
+                } else {
+                    AuthorityDecision::Allow
+                })
+            }),
+        )
+        .for_type("admin", RequireRole::new("admin"))
+        .for_capability(
+            "shop.sale",
+            FnPolicy::new("vip-sale", |call| {
+                Ok(if call.consumer.identity().is_some_and(|i| i.has_role("vip")) {
+                    AuthorityDecision::Allow
+                } else {
+                    AuthorityDecision::Disable { reason: SafeText::from("The sale opens to members first.") }
+                })
+            }),
+        )
+}
+
+fn shop(config: RegistryConfig) -> (Registry, Vec<agent_surface_registry::Mount>) {
+    let r = Registry::new(config);
+    r.define("shop", |t| {
+        noop(t, "browse");
+        noop(t, "sale");
+    })
+    .unwrap();
+    r.define("admin", |t| {
+        noop(t, "purge");
+        noop(t, "audit");
+    })
+    .unwrap();
+    let mounts = vec![r.mount("shop", "main").unwrap(), r.mount("admin", "main").unwrap()];
+    (r, mounts)
+}
+
+fn shop_with_engine(clock: &Arc<ManualClock>) -> (Registry, Vec<agent_surface_registry::Mount>) {
+    shop(RegistryConfig { authority: Some(Arc::new(engine(clock))), ..config_with(clock) })
+}
+
+#[tokio::test]
+async fn every_authority_outcome_through_invoke() {
+    let clock = clock();
+    let (r, _m) = shop_with_engine(&clock);
+
+    let inv = r.invoke_detailed(call("shop.browse", json!({})), consumer("anon")).await;
+    let p = assert_produced(&inv, ErrorCode::NotAuthenticated, Phase::Authority);
+    assert!(p.details().is_none());
+    assert_eq!(p.retry(), Retry::No);
+
+    let inv = r.invoke_detailed(call("admin.purge", json!({})), signed_in("u", &[])).await;
+    let p = assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_eq!(p.details().unwrap(), json!({"origin": "client"}).as_object().unwrap());
+    assert!(!p.to_json().to_string().contains("admin\""), "no permission names: {}", p.to_json());
+
+    let inv = r.invoke_detailed(call("shop.sale", json!({})), signed_in("u", &[])).await;
+    let p = assert_produced(&inv, ErrorCode::CapabilityNotAvailable, Phase::Authority);
+    assert_eq!(p.detail("reason"), Some(&json!("The sale opens to members first.")));
+
+    let inv = r.invoke_detailed(call("admin.audit", json!({})), signed_in("u", &[])).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
+
+    for (name, who) in [("shop.browse", signed_in("u", &[])), ("shop.sale", signed_in("v", &["vip"]))] {
+        assert!(r.invoke(call(name, json!({})), who).await.is_ok(), "{name}");
+    }
+    for name in ["admin.purge", "admin.audit"] {
+        assert!(r.invoke(call(name, json!({})), signed_in("a", &["admin"])).await.is_ok(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn discovery_and_invocation_agree() {
+    let clock = clock();
+    let (r, _m) = shop_with_engine(&clock);
+    let names = ["shop.browse", "shop.sale", "admin.purge", "admin.audit"];
+    for who in [signed_in("u", &[]), signed_in("v", &["vip"]), signed_in("a", &["admin"]), consumer("anon")] {
+        let snapshot = r.snapshot(&who.consumer).await;
+        for name in names {
+            let inv = r.invoke_detailed(call(name, json!({})), who.clone()).await;
+            let code = inv.result.code();
+            match snapshot.capability(name) {
+                None => {
+                    assert_eq!(code, Some(ErrorCode::CapabilityNotFound), "{name} is not listed, so it is not found")
+                }
+                Some(d) if !d.enabled => {
+                    assert_eq!(code, Some(ErrorCode::CapabilityNotAvailable), "{name}");
+                    let reason = inv.result.error_payload().unwrap().detail("reason").cloned();
+                    assert_eq!(reason, d.unavailable_reason.clone().map(Value::from), "{name}: same reason");
+                }
+                Some(_) => assert_ne!(code, Some(ErrorCode::CapabilityNotFound), "{name} is listed, so it is found"),
+            }
+        }
+    }
+    let user = r.snapshot(&signed_in("u", &[]).consumer).await;
+    assert!(user.capability("admin.audit").is_none());
+    assert!(user.capability("admin.purge").is_some(), "denied is not hidden");
+    assert_eq!(
+        user.capability("shop.sale").unwrap().unavailable_reason.as_deref(),
+        Some("The sale opens to members first.")
+    );
+}
+
+/// Counts decisions and holds each one until released.
+struct Turnstile {
+    decisions: AtomicUsize,
+    gate: Semaphore,
+}
+
+impl AuthorityPolicy for Turnstile {
+    fn name(&self) -> &str {
+        "turnstile"
+    }
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(async move {
+            self.decisions.fetch_add(1, Ordering::SeqCst);
+            self.gate.acquire().await.map_err(|e| PolicyError::new(e.to_string()))?.forget();
+            Ok(if call.capability == "shop.sale" { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
+        })
+    }
+}
+
+#[tokio::test]
+async fn hidden_and_never_existed_are_indistinguishable() {
+    let clock = clock();
+    let (r, mut mounts) = shop_with_engine(&clock);
+    let who = signed_in("u", &[]);
+
+    // Byte-identical payloads, with and without an invocation id.
+    let never = r.invoke(call("admin.nothing", json!({})), who.clone()).await;
+    let hidden = r.invoke(call("admin.audit", json!({})), who.clone()).await;
+    assert_eq!(serde_json::to_vec(&never).unwrap(), serde_json::to_vec(&hidden).unwrap());
+    let never = r.invoke(call("admin.nothing", json!({})).with_invocation_id("i-1"), who.clone()).await;
+    let hidden = r.invoke(call("admin.audit", json!({})).with_invocation_id("i-2"), who.clone()).await;
+    assert_eq!(
+        serde_json::to_string(&never).unwrap().replace("i-1", "i-?"),
+        serde_json::to_string(&hidden).unwrap().replace("i-2", "i-?")
+    );
+
+    // A hidden capability does not show through resolve- or availability-phase errors either.
+    let reference = serde_json::to_vec(&never.with_invocation_id(None)).unwrap();
+    let probes = [
+        call("admin.audit", json!({})),
+        call("admin.audit", json!({})).with_target(Target::instance("ghost")),
+        call("admin.audit", json!({})).with_surface("s-0000000000000000", 1),
+        call("admin.audit", json!({})).with_target(Target::registration("r-unknown")),
+    ];
+    r.disable("admin.audit", "Maintenance.");
+    for probe in probes {
+        let got = r.invoke(probe.clone(), who.clone()).await;
+        assert_eq!(serde_json::to_vec(&got).unwrap(), reference, "{probe:?}");
+    }
+    r.enable("admin.audit");
+    let second = r.mount("admin", "second").unwrap();
+    let ambiguous = r.invoke(call("admin.audit", json!({})), who.clone()).await;
+    assert_eq!(serde_json::to_vec(&ambiguous).unwrap(), reference, "two instances, none named");
+    drop(second);
+    mounts.truncate(1); // unmounts `admin`: a tombstone now matches
+    let got = r.invoke(call("admin.audit", json!({})), who.clone()).await;
+    assert_eq!(serde_json::to_vec(&got).unwrap(), reference);
+    let visible = r.invoke(call("admin.purge", json!({})), signed_in("a", &["admin"])).await;
+    assert_eq!(visible.code(), Some(ErrorCode::ComponentUnmounted), "a visible capability reports the tombstone");
+}
+
+#[tokio::test]
+async fn hidden_and_never_existed_take_the_same_path() {
+    let clock = clock();
+    let turnstile = Arc::new(Turnstile { decisions: AtomicUsize::new(0), gate: Semaphore::new(0) });
+    let policies = Policies::new().with_clock(clock.clone()).global(turnstile.clone());
+    let (r, _m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..config_with(&clock) });
+
+    let mut payloads = Vec::new();
+    for name in ["shop.sale", "shop.nothing", "nothing"] {
+        let before = turnstile.decisions.load(Ordering::SeqCst);
+        let task = {
+            let r = r.clone();
+            tokio::spawn(async move { r.invoke(call(name, json!({})), consumer("c")).await })
+        };
+        settle().await;
+        // Both wait for the policy: no early return skips it for one of them.
+        assert!(!task.is_finished(), "{name} answered without asking the policy");
+        assert_eq!(turnstile.decisions.load(Ordering::SeqCst), before + 1, "{name}: exactly one decision");
+        turnstile.gate.add_permits(1);
+        payloads.push(serde_json::to_vec(&task.await.unwrap()).unwrap());
+    }
+    assert!(payloads.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(turnstile.decisions.load(Ordering::SeqCst), 3);
+}
+
+struct Hangs;
+
+impl AuthorityPolicy for Hangs {
+    fn name(&self) -> &str {
+        "hangs"
+    }
+    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+struct PanicsLater;
+
+impl AuthorityPolicy for PanicsLater {
+    fn name(&self) -> &str {
+        "panics-later"
+    }
+    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            panic!("policy bug reading /etc/policy.d/secret.rules")
+        })
+    }
+}
+
+async fn denied_without_leaks(r: &Registry, capability: &str) {
+    let inv = r.invoke_detailed(call(capability, json!({})), signed_in("u", &[])).await;
+    let p = assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_eq!(p.detail("origin"), Some(&json!("client")));
+    let text = p.to_json().to_string();
+    for secret in ["ldap", "secret.rules", "hangs", "panics", "failing", "budget"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn failing_panicking_and_hanging_policies_deny() {
+    let (log, _guard) = Captured::install();
+    let clock = clock();
+    let failing = FnPolicy::new("failing-ldap", |_call| Err(PolicyError::new("ldap://10.0.0.7 refused the bind")));
+    let panics_at_once = FnPolicy::new("panics-at-once", |call| {
+        if call.capability == "shop.browse" {
+            panic!("policy bug reading /etc/policy.d/secret.rules")
+        }
+        Ok(AuthorityDecision::Allow)
+    });
+    let policies = Policies::new()
+        .with_clock(clock.clone())
+        .with_budget(Duration::from_millis(250))
+        .for_capability("shop.browse", panics_at_once)
+        .for_capability("shop.sale", PanicsLater)
+        .for_capability("admin.purge", failing)
+        .for_capability("admin.audit", Hangs);
+    let (r, _m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..config_with(&clock) });
+
+    for capability in ["shop.browse", "shop.sale", "admin.purge"] {
+        denied_without_leaks(&r, capability).await;
+    }
+    let hung = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke_detailed(call("admin.audit", json!({})), signed_in("u", &[])).await })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_millis(249));
+    settle().await;
+    assert!(!hung.is_finished(), "still within the budget");
+    clock.advance(Duration::from_millis(1));
+    let inv = hung.await.unwrap();
+    assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Authority);
+
+    let log = log.text();
+    for needle in
+        ["panics-at-once", "panics-later", "failing-ldap", "ldap://10.0.0.7", "hangs", "250 ms", "secret.rules"]
+    {
+        assert!(log.contains(needle), "the operator channel names {needle}:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn a_single_policy_is_bounded_by_the_registry_budget() {
+    let clock = clock();
+    let (r, _m) = shop(RegistryConfig {
+        authority: Some(Arc::new(Hangs)),
+        authority_budget: Duration::from_millis(100),
+        ..config_with(&clock)
+    });
+    let hung = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke_detailed(call("shop.browse", json!({})), signed_in("u", &[])).await })
+    };
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_millis(100));
+    assert_produced(&hung.await.unwrap(), ErrorCode::NotAuthorized, Phase::Authority);
+    // Discovery is bounded the same way and shows a denied capability (it does not hide it).
+    let snapshot = {
+        let r = r.clone();
+        tokio::spawn(async move { r.snapshot(&Consumer::anonymous("c")).await })
+    };
+    for _ in 0..4 {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_millis(100));
+    }
+    assert_eq!(snapshot.await.unwrap().capabilities.len(), 4);
+}
+
+#[tokio::test]
+async fn unknown_names_are_asked_about_as_calls_of_their_type() {
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let record = seen.clone();
+    let policies = Policies::new().global(FnPolicy::new("recorder", move |call| {
+        record.lock().unwrap().push((call.capability.to_string(), call.type_id.to_string()));
+        Ok(AuthorityDecision::Unauthenticated)
+    }));
+    let (r, _m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+    // The decision is computed but an unknown name stays CAPABILITY_NOT_FOUND, in resolve.
+    let inv = r.invoke_detailed(InvokeRequest::new("admin.nothing", json!({})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Resolve);
+    let inv = r.invoke_detailed(InvokeRequest::new("garbage", json!({})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Resolve);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("admin.nothing".to_string(), "admin".to_string()), ("garbage".to_string(), String::new())]
+    );
+}
+
+#[tokio::test]
+async fn a_policy_sees_the_resolved_target() {
+    let seen: Arc<Mutex<Vec<Target>>> = Arc::default();
+    let record = seen.clone();
+    let policies = Policies::new().global(FnPolicy::new("recorder", move |call| {
+        record.lock().unwrap().push(Target {
+            instance_id: call.instance_id.map(String::from),
+            registration_id: call.registration_id.map(String::from),
+        });
+        Ok(AuthorityDecision::Allow)
+    }));
+    let (r, m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+    assert!(r.invoke(call("shop.browse", json!({})), consumer("c")).await.is_ok());
+    let _ = r.snapshot(&Consumer::anonymous("c")).await;
+    let seen = seen.lock().unwrap();
+    let expected =
+        Target { instance_id: Some("main".into()), registration_id: m[0].registration_id().map(String::from) };
+    assert_eq!(seen[0], expected);
+    assert!(seen[1..].iter().all(|s| *s == Target::default()), "discovery asks per capability: {seen:?}");
+}

@@ -1,0 +1,727 @@
+//! Phase 7 with the real confirmation engine: two-phase and wait modes, single-use evidence
+//! bound to the call, the host's approval API, expiry on a manual clock, and fail-closed paths.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
+use agent_surface_policy::{
+    ApprovalError, ApprovalVerdict, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
+    ConfirmationMode, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, FnApprover,
+    FnConfirmationPolicy, Gate, Identity, ManualClock, PolicyError, Rejection, Review, StoreError,
+};
+use agent_surface_registry::{Ctx, Invocation, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
+use futures_util::future::BoxFuture;
+use proptest::prelude::*;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Refund {
+    order_id: String,
+    amount_cents: u64,
+}
+
+const TTL: Duration = Duration::from_secs(600);
+
+struct Env {
+    clock: Arc<ManualClock>,
+    engine: Arc<ConfirmationEngine>,
+    registry: Registry,
+    runs: Arc<AtomicUsize>,
+    _mounts: Vec<agent_surface_registry::Mount>,
+}
+
+fn define_orders(r: &Registry, runs: &Arc<AtomicUsize>) {
+    let (refunds, cancels) = (runs.clone(), runs.clone());
+    let notes = runs.clone();
+    r.define("orders", move |t| {
+        t.capability("refund", "Refund part of an order.")
+            .effect(Effect::External)
+            .confirm(|i: &Refund| format!("Refund {} cents on order {}.", i.amount_cents, i.order_id))
+            .handler(move |_c: Ctx, i: Refund| {
+                let runs = refunds.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    // Yield so that concurrent retries overlap with this call.
+                    for _ in 0..5 {
+                        tokio::task::yield_now().await;
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"refunded": i.amount_cents}))
+                }
+            });
+        t.capability("cancel", "Cancel an order.")
+            .effect(Effect::Destructive)
+            .confirm(|i: &Refund| SafeText::trusted(format!("Cancel order {}.", i.order_id)))
+            .handler(move |_c: Ctx, i: Refund| {
+                let runs = cancels.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, AgentSurfaceError>(json!({"cancelled": i.order_id}))
+                }
+            });
+        t.capability("adjust", "Adjust an order's total (gated per call by policy).").handler(
+            move |_c: Ctx, i: Refund| {
+                let runs = notes.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, AgentSurfaceError>(json!({"adjusted": i.amount_cents}))
+                }
+            },
+        );
+        t.capability("faulty", "A gate whose summary is broken.")
+            .confirm(|_i: &Value| -> String { panic!("summary bug at src/orders.rs:7") })
+            .handler(|_c: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+    })
+    .unwrap();
+}
+
+fn env_with(config: impl FnOnce(&Arc<ManualClock>) -> ConfirmationConfig) -> Env {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(config(&clock)));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    define_orders(&registry, &runs);
+    let mounts = vec![registry.mount("orders", "main").unwrap(), registry.mount("orders", "branch").unwrap()];
+    Env { clock, engine, registry, runs, _mounts: mounts }
+}
+
+fn two_phase() -> Env {
+    env_with(|clock| ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() })
+}
+
+fn alice() -> InvokeOptions {
+    InvokeOptions::new(Consumer::authenticated("session-1", Identity::new("alice")))
+}
+
+fn manager() -> Identity {
+    Identity::new("manager")
+}
+
+fn refund(amount: u64) -> InvokeRequest {
+    call("orders.refund", json!({"order_id": "A-1", "amount_cents": amount})).with_target(Target::instance("main"))
+}
+
+impl Env {
+    async fn invoke(&self, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+        self.registry.invoke_detailed(request, options).await
+    }
+
+    /// Requests a confirmation and returns its id.
+    async fn request(&self, request: InvokeRequest, options: InvokeOptions) -> String {
+        let inv = self.invoke(request, options).await;
+        let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+        p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+#[track_caller]
+fn assert_invalid(inv: &Invocation, reason: &str, retry: Retry) {
+    let p = assert_produced(inv, ErrorCode::ConfirmationInvalid, Phase::Confirmation);
+    assert_eq!(p.detail("reason"), Some(&json!(reason)));
+    assert_eq!(p.retry(), retry);
+}
+
+#[tokio::test]
+async fn two_phase_request_approve_retry_once() {
+    let env = two_phase();
+    let inv = env.invoke(refund(4200), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.retry(), Retry::WithConfirmation);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    assert!(id.starts_with("c-") && id.len() == 34, "{id}");
+    assert_eq!(p.detail("summary"), Some(&json!("Refund 4200 cents on order A-1.")));
+    assert_eq!(p.detail("effect"), Some(&json!("external")));
+    assert_eq!(p.detail("origin"), Some(&json!("client")));
+    let expires = env.clock.now().saturating_add(TTL).to_rfc3339();
+    assert_eq!(p.detail("expiresAt"), Some(&json!(expires)));
+    assert!(p.message().contains("Refund 4200 cents on order A-1."), "{}", p.message());
+    assert_eq!(env.runs(), 0);
+
+    // The requester cannot approve, neither by its subject nor by its consumer key.
+    assert_eq!(env.engine.approve(&id, &Identity::new("alice")).await, Err(ApprovalError::SelfApproval));
+    assert_eq!(env.engine.approve(&id, &Identity::new("session-1")).await, Err(ApprovalError::SelfApproval));
+    assert_eq!(env.engine.approve(&id, &Identity::new(" ")).await, Err(ApprovalError::NoApprover));
+    let record = env.engine.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Pending);
+    assert_eq!(record.summary, "Refund 4200 cents on order A-1.");
+    env.engine.approve(&id, &manager()).await.unwrap();
+    assert_eq!(
+        env.engine.approve(&id, &manager()).await,
+        Err(ApprovalError::AlreadyDecided(ConfirmationState::Approved { by: "manager".into() }))
+    );
+
+    let ok = env.invoke(refund(4200).with_confirmation(&id), alice()).await;
+    assert_eq!(ok.result.output(), Some(&json!({"refunded": 4200})), "{:?}", ok.result);
+    assert_eq!(env.runs(), 1);
+
+    // Single use.
+    let again = env.invoke(refund(4200).with_confirmation(&id), alice()).await;
+    assert_invalid(&again, "consumed", Retry::No);
+    assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_pending_confirmation_is_requested_again() {
+    let env = two_phase();
+    let id = env.request(refund(100), alice()).await;
+    let inv = env.invoke(refund(100).with_confirmation(&id), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("confirmationId"), Some(&json!(id)));
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_denial_is_final() {
+    let env = two_phase();
+    let id = env.request(refund(100), alice()).await;
+    // The requester may deny its own request.
+    env.engine.deny(&id, &Identity::new("alice")).await.unwrap();
+    assert_eq!(
+        env.engine.approve(&id, &manager()).await,
+        Err(ApprovalError::AlreadyDecided(ConfirmationState::Denied { by: "alice".into() }))
+    );
+    let inv = env.invoke(refund(100).with_confirmation(&id), alice()).await;
+    assert_invalid(&inv, "denied", Retry::No);
+    assert!(inv.result.error_payload().unwrap().message().contains("Do not retry"));
+    // Still denied later, and stored as terminal under the invocation id.
+    let req = refund(100).with_confirmation(&id).with_invocation_id("inv-d");
+    let first = env.invoke(req.clone(), alice()).await;
+    assert_invalid(&first, "denied", Retry::No);
+    assert!(env.invoke(req, alice()).await.replayed);
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn expiry_on_a_manual_clock() {
+    let env = two_phase();
+    let pending = env.request(refund(100), alice()).await;
+    let approved = env.request(refund(200), alice()).await;
+    env.engine.approve(&approved, &manager()).await.unwrap();
+
+    env.clock.advance(TTL - Duration::from_millis(1));
+    let consumed = env.request(refund(300), alice()).await;
+    env.engine.approve(&consumed, &manager()).await.unwrap();
+    assert!(env.invoke(refund(300).with_confirmation(&consumed), alice()).await.result.is_ok());
+
+    env.clock.advance(Duration::from_millis(1));
+    assert_eq!(env.engine.approve(&pending, &manager()).await, Err(ApprovalError::Expired));
+    let inv = env.invoke(refund(100).with_confirmation(&pending), alice()).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    let inv = env.invoke(refund(200).with_confirmation(&approved), alice()).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    // Unknown and forged ids read as expired: a fresh cycle needs a fresh approval anyway.
+    let inv = env.invoke(refund(200).with_confirmation("c-00000000000000000000000000000000"), alice()).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    assert_eq!(env.engine.approve("c-nope", &manager()).await, Err(ApprovalError::Unknown));
+    assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn evidence_is_bound_to_input_target_capability_and_consumer() {
+    let env = two_phase();
+    let id = env.request(refund(4200), alice()).await;
+    env.engine.approve(&id, &manager()).await.unwrap();
+
+    let bob = InvokeOptions::new(Consumer::authenticated("session-2", Identity::new("bob")));
+    let cases = [
+        ("input", refund(4300), alice()),
+        ("target", refund(4200).with_target(Target::instance("branch")), alice()),
+        (
+            "capability",
+            call("orders.cancel", json!({"order_id": "A-1", "amount_cents": 4200}))
+                .with_target(Target::instance("main")),
+            alice(),
+        ),
+        ("consumer", refund(4200), bob),
+        ("consumer without identity", refund(4200), consumer("session-3")),
+    ];
+    for (field, request, who) in cases {
+        let inv = env.invoke(request.with_confirmation(&id), who).await;
+        assert_invalid(&inv, "mismatch", Retry::No);
+        assert_eq!(env.runs(), 0, "{field}");
+    }
+    // Mismatched presentations consumed nothing: the bound call still runs, once.
+    assert!(env.invoke(refund(4200).with_confirmation(&id), alice()).await.result.is_ok());
+    // The same input in another member order is the same input.
+    let reordered = call("orders.refund", json!({"amount_cents": 4200, "order_id": "A-1"}))
+        .with_target(Target::instance("main"))
+        .with_confirmation(&id);
+    assert_invalid(&env.invoke(reordered, alice()).await, "consumed", Retry::No);
+    assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_remounted_target_is_another_target() {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    define_orders(&registry, &runs);
+    let first = registry.mount("orders", "main").unwrap();
+    let inv = registry.invoke_detailed(refund(1), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    engine.approve(&id, &manager()).await.unwrap();
+    drop(first);
+    let _second = registry.mount("orders", "main").unwrap();
+    let inv = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
+    assert_invalid(&inv, "mismatch", Retry::No);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_retries_run_the_handler_once() {
+    let env = Arc::new(two_phase());
+    let id = env.request(refund(4200), alice()).await;
+    env.engine.approve(&id, &manager()).await.unwrap();
+    let tasks: Vec<_> = (0..100)
+        .map(|n| {
+            let (env, id) = (env.clone(), id.clone());
+            tokio::spawn(async move {
+                let req = refund(4200).with_confirmation(id).with_invocation_id(format!("retry-{n}"));
+                env.invoke(req, alice()).await
+            })
+        })
+        .collect();
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for task in tasks {
+        let inv = task.await.unwrap();
+        let key = match inv.result.error_payload() {
+            None => "ok".to_string(),
+            Some(p) => {
+                assert_invalid(&inv, "consumed", Retry::No);
+                p.detail("reason").unwrap().as_str().unwrap().to_string()
+            }
+        };
+        *outcomes.entry(key).or_default() += 1;
+    }
+    assert_eq!(outcomes, HashMap::from([("ok".to_string(), 1), ("consumed".to_string(), 99)]));
+    assert_eq!(env.runs(), 1);
+
+    // The same invocation id a hundred times: one leader, the rest join or replay it.
+    let id = env.request(refund(4300), alice()).await;
+    env.engine.approve(&id, &manager()).await.unwrap();
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let (env, id) = (env.clone(), id.clone());
+            tokio::spawn(async move {
+                env.invoke(refund(4300).with_confirmation(id).with_invocation_id("same"), alice()).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().result.output(), Some(&json!({"refunded": 4300})));
+    }
+    assert_eq!(env.runs(), 2);
+}
+
+#[tokio::test]
+async fn confirmation_required_is_never_cached() {
+    let env = two_phase();
+    let req = refund(100).with_invocation_id("inv-1");
+    let first = env.invoke(req.clone(), alice()).await;
+    assert_produced(&first, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    let second = env.invoke(req.clone(), alice()).await;
+    assert!(!second.replayed && !second.joined);
+    let id = assert_produced(&second, ErrorCode::ConfirmationRequired, Phase::Confirmation)
+        .detail("confirmationId")
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_string();
+    env.engine.approve(&id, &manager()).await.unwrap();
+    // The same invocation id proceeds with the evidence.
+    assert!(env.invoke(req.with_confirmation(&id), alice()).await.result.is_ok());
+}
+
+fn adjust(amount: u64) -> InvokeRequest {
+    call("orders.adjust", json!({"order_id": "A-1", "amount_cents": amount})).with_target(Target::instance("main"))
+}
+
+#[tokio::test]
+async fn a_policy_gates_per_call() {
+    let large = FnConfirmationPolicy::new("large-adjustments", |call| {
+        let cents = call.input.and_then(|i| i["amount_cents"].as_u64()).unwrap_or(0);
+        Ok(if cents > 50_000 {
+            Gate::Confirm { summary: SafeText::trusted(format!("Adjust order by {} EUR.", cents / 100)) }
+        } else {
+            Gate::Open
+        })
+    });
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        policies: vec![Arc::new(large)],
+        ..Default::default()
+    });
+    assert!(env.invoke(adjust(500), alice()).await.result.is_ok());
+    // Evidence on an ungated call is ignored, not consumed.
+    assert!(env.invoke(adjust(600).with_confirmation("c-whatever"), alice()).await.result.is_ok());
+    let inv = env.invoke(adjust(60_000), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("Adjust order by 600 EUR.")));
+    assert_eq!(p.detail("effect"), Some(&json!("write")));
+    assert_eq!(env.runs(), 2);
+}
+
+#[tokio::test]
+async fn a_failing_policy_gates_the_call() {
+    let broken = FnConfirmationPolicy::new("broken", |_call| Err(PolicyError::new("rules service down")));
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        policies: vec![Arc::new(broken)],
+        ..Default::default()
+    });
+    let inv = env.invoke(adjust(1), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("Call orders.adjust with the given input.")));
+    assert!(!p.to_json().to_string().contains("rules service"));
+    assert_eq!(env.runs(), 0);
+}
+
+// ---- Wait mode ---------------------------------------------------------------------------
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn wait_env<F, Fut>(review: F) -> Env
+where
+    F: Fn(ConfirmationRecord) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Review, PolicyError>> + Send + 'static,
+{
+    env_with(move |clock| ConfirmationConfig {
+        clock: clock.clone(),
+        mode: ConfirmationMode::Wait { approver: Arc::new(FnApprover::new(review)), timeout: WAIT },
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn wait_mode_approval_runs_the_call_without_a_round_trip() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let env = wait_env(move |record| {
+        log.lock().unwrap().push(record.summary.clone());
+        async move { Ok(Review::Approve { approver: manager() }) }
+    });
+    let inv = env.invoke(refund(4200), alice()).await;
+    assert_eq!(inv.result.output(), Some(&json!({"refunded": 4200})), "{:?}", inv.result);
+    assert_eq!(*seen.lock().unwrap(), ["Refund 4200 cents on order A-1."]);
+    assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn wait_mode_denial() {
+    let env = wait_env(|_record| async { Ok(Review::Deny { approver: manager() }) });
+    let inv = env.invoke(refund(4200), alice()).await;
+    assert_invalid(&inv, "denied", Retry::No);
+    assert_eq!(env.runs(), 0);
+}
+
+/// Spawns the call, waits until it waits on the clock, then moves the clock by `by`.
+async fn run_past(env: &Arc<Env>, request: InvokeRequest, by: Duration) -> Invocation {
+    let task = {
+        let env = env.clone();
+        tokio::spawn(async move { env.invoke(request, alice()).await })
+    };
+    while env.clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    settle().await;
+    assert!(!task.is_finished(), "the call waits for a decision");
+    env.clock.advance(by);
+    task.await.unwrap()
+}
+
+#[tokio::test]
+async fn wait_mode_timeout_withdraws_the_request() {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let log = ids.clone();
+    let env = Arc::new(wait_env(move |record| {
+        log.lock().unwrap().push(record.id.clone());
+        async { Ok(Review::Defer) }
+    }));
+    let inv = run_past(&env, refund(1), WAIT).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    let id = ids.lock().unwrap()[0].clone();
+    // A late approval no longer counts, and the withdrawn id cannot be used.
+    assert_eq!(
+        env.engine.approve(&id, &manager()).await,
+        Err(ApprovalError::AlreadyDecided(ConfirmationState::Withdrawn))
+    );
+    assert_invalid(&env.invoke(refund(1).with_confirmation(&id), alice()).await, "expired", Retry::WithConfirmation);
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn wait_mode_refuses_self_approval_and_keeps_waiting() {
+    let env = Arc::new(wait_env(|_record| async { Ok(Review::Approve { approver: Identity::new("alice") }) }));
+    let inv = run_past(&env, refund(1), WAIT).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn wait_mode_takes_a_decision_through_the_host_api() {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let log = ids.clone();
+    let env = Arc::new(wait_env(move |record| {
+        log.lock().unwrap().push(record.id.clone());
+        async { Ok(Review::Defer) }
+    }));
+    let task = {
+        let env = env.clone();
+        tokio::spawn(async move { env.invoke(refund(7), alice()).await })
+    };
+    while ids.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let id = ids.lock().unwrap()[0].clone();
+    assert_eq!(env.engine.approve(&id, &Identity::new("alice")).await, Err(ApprovalError::SelfApproval));
+    settle().await;
+    assert!(!task.is_finished());
+    env.engine.approve(&id, &manager()).await.unwrap();
+    assert_eq!(task.await.unwrap().result.output(), Some(&json!({"refunded": 7})));
+    assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn wait_mode_approver_failure_is_no_approval() {
+    let env = Arc::new(wait_env(|_record| async { panic!("approval UI crashed") }));
+    let inv = run_past(&env, refund(1), WAIT).await;
+    assert_invalid(&inv, "expired", Retry::WithConfirmation);
+    assert_eq!(env.runs(), 0);
+}
+
+// ---- Fail-closed paths -----------------------------------------------------------------------
+
+#[derive(Debug)]
+struct BrokenStore;
+
+impl ConfirmationStore for BrokenStore {
+    fn insert<'a>(&'a self, _r: ConfirmationRecord, _now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("redis://10.1.2.3:6379 connection refused".into())) })
+    }
+    fn get<'a>(
+        &'a self,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn decide<'a>(
+        &'a self,
+        _id: &'a str,
+        _v: ApprovalVerdict,
+        _approver: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn consume<'a>(
+        &'a self,
+        _id: &'a str,
+        _expected: &'a ConfirmationBinding,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn withdraw<'a>(
+        &'a self,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+}
+
+#[tokio::test]
+async fn a_failing_store_never_runs_the_call() {
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        store: Arc::new(BrokenStore),
+        ..Default::default()
+    });
+    for request in [refund(1), refund(1).with_confirmation("c-1")] {
+        let inv = env.invoke(request, alice()).await;
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Confirmation);
+        assert_eq!(p.retry(), Retry::AfterDelay);
+        assert_eq!(p.detail("reason"), Some(&json!("transport")));
+        assert!(!p.to_json().to_string().contains("redis"));
+    }
+    assert!(matches!(env.engine.approve("c-1", &manager()).await, Err(ApprovalError::Store(_))));
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_panicking_summary_fails_closed() {
+    let env = two_phase();
+    let inv = env.invoke(call("orders.faulty", json!({})).with_target(Target::instance("main")), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Confirmation);
+    assert!(!p.message().contains("summary bug"));
+    assert_eq!(p.retry(), Retry::No);
+}
+
+#[tokio::test]
+async fn a_gated_capability_without_an_engine_never_runs() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let registry = Registry::new(RegistryConfig::default());
+    define_orders(&registry, &runs);
+    let _m = registry.mount("orders", "main").unwrap();
+    let inv = registry.invoke_detailed(refund(1), alice()).await;
+    assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Confirmation);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // Ungated capabilities are unaffected.
+    assert!(registry.invoke(adjust(1), alice()).await.is_ok());
+}
+
+#[test]
+fn the_summary_must_take_the_handler_input() {
+    let registry = Registry::new(RegistryConfig::default());
+    let err = registry
+        .define("orders", |t| {
+            t.capability("refund", "Refund.")
+                .confirm(|_i: &String| "Refund.")
+                .handler(|_c: Ctx, i: Refund| async move { Ok::<_, AgentSurfaceError>(json!(i.amount_cents)) });
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), agent_surface_core::DefinitionErrorCode::InvalidDefinition);
+}
+
+// ---- Random interleavings -----------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A call without evidence, with one of two inputs.
+    Request { amount: u64 },
+    /// Approve the n-th requested confirmation, by the requester or by someone else.
+    Approve { n: usize, by_requester: bool },
+    /// Deny the n-th requested confirmation.
+    Deny { n: usize },
+    /// Move the clock.
+    Advance { ms: u64 },
+    /// Retry with the n-th confirmation id and one of two inputs.
+    Retry { n: usize, amount: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (1..3u64).prop_map(|amount| Op::Request { amount }),
+        2 => (0..6usize, any::<bool>()).prop_map(|(n, by_requester)| Op::Approve { n, by_requester }),
+        1 => (0..6usize).prop_map(|n| Op::Deny { n }),
+        1 => (0..700u64).prop_map(|ms| Op::Advance { ms }),
+        4 => (0..6usize, 1..3u64).prop_map(|(n, amount)| Op::Retry { n, amount }),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Model {
+    Pending,
+    Approved,
+    Denied,
+    Consumed,
+}
+
+struct Requested {
+    id: String,
+    amount: u64,
+    expires_at: Timestamp,
+    state: Model,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The handler runs at most once per approval, only after an approval by someone other than
+    /// the requester, and every outcome is the one the lifecycle prescribes.
+    #[test]
+    fn interleavings_of_request_approve_deny_expire_retry(ops in proptest::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let env = env_with(|clock| ConfirmationConfig {
+                clock: clock.clone(),
+                ttl: Duration::from_secs(1),
+                ..Default::default()
+            });
+            let mut requested: Vec<Requested> = Vec::new();
+            let mut successes = 0usize;
+            for op in ops {
+                let now = env.clock.now();
+                match op {
+                    Op::Request { amount } => {
+                        let id = env.request(refund(amount), alice()).await;
+                        requested.push(Requested { id, amount, expires_at: now.saturating_add(Duration::from_secs(1)), state: Model::Pending });
+                    }
+                    Op::Approve { n, by_requester } => {
+                        let Some(r) = requested.get_mut(n) else { continue };
+                        let who = if by_requester { Identity::new("alice") } else { manager() };
+                        let got = env.engine.approve(&r.id, &who).await;
+                        let expected = match r.state {
+                            Model::Pending if by_requester => Err(ApprovalError::SelfApproval),
+                            Model::Pending if now >= r.expires_at => Err(ApprovalError::Expired),
+                            Model::Pending => Ok(()),
+                            Model::Approved => Err(ApprovalError::AlreadyDecided(ConfirmationState::Approved { by: "manager".into() })),
+                            Model::Denied => Err(ApprovalError::AlreadyDecided(ConfirmationState::Denied { by: "manager".into() })),
+                            Model::Consumed => Err(ApprovalError::AlreadyDecided(ConfirmationState::Consumed { approved_by: "manager".into() })),
+                        };
+                        assert_eq!(got, expected, "approve {n}");
+                        if got.is_ok() {
+                            r.state = Model::Approved;
+                        }
+                    }
+                    Op::Deny { n } => {
+                        let Some(r) = requested.get_mut(n) else { continue };
+                        let got = env.engine.deny(&r.id, &manager()).await;
+                        if r.state == Model::Pending && now < r.expires_at {
+                            assert_eq!(got, Ok(()));
+                            r.state = Model::Denied;
+                        } else {
+                            assert!(got.is_err());
+                        }
+                    }
+                    Op::Advance { ms } => env.clock.advance(Duration::from_millis(ms)),
+                    Op::Retry { n, amount } => {
+                        let Some(r) = requested.get_mut(n) else { continue };
+                        let before = env.runs();
+                        let inv = env.invoke(refund(amount).with_confirmation(&r.id), alice()).await;
+                        let outcome = match inv.result.error_payload() {
+                            None => "ok".to_string(),
+                            Some(p) if p.code() == ErrorCode::ConfirmationRequired => "required".to_string(),
+                            Some(p) => p.detail("reason").and_then(Value::as_str).unwrap().to_string(),
+                        };
+                        let expected = if amount != r.amount {
+                            "mismatch"
+                        } else {
+                            match r.state {
+                                Model::Consumed => "consumed",
+                                Model::Denied => "denied",
+                                _ if now >= r.expires_at => "expired",
+                                Model::Pending => "required",
+                                Model::Approved => "ok",
+                            }
+                        };
+                        assert_eq!(outcome, expected, "retry {n} with {amount}");
+                        if outcome == "ok" {
+                            // Only an approval by someone other than the requester gets here.
+                            assert_eq!(r.state, Model::Approved);
+                            r.state = Model::Consumed;
+                            successes += 1;
+                            assert_eq!(env.runs(), before + 1);
+                        } else {
+                            assert_eq!(env.runs(), before, "no run without valid evidence");
+                        }
+                    }
+                }
+            }
+            assert_eq!(env.runs(), successes);
+            assert!(successes <= requested.iter().filter(|r| r.state == Model::Consumed).count());
+        });
+    }
+}

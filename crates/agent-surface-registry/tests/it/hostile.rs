@@ -1,0 +1,180 @@
+//! Hostile handlers and hostile inputs: the right code, nothing leaked, never a panic.
+
+use agent_surface_core::{AgentSurfaceError, ErrorCode, ErrorPayload, InvokeResult, matrix};
+use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use proptest::prelude::*;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const SECRETS: &[&str] = &[
+    "SELECT card_number FROM payments",
+    "postgres://admin:hunter2@db.internal.example:5432/prod",
+    "at shop::orders::cancel (src/orders.rs:88:17)",
+    "AWS_SECRET_ACCESS_KEY=AKIAEXAMPLEEXAMPLE",
+    "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9",
+    "hunter2",
+];
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Which {
+    which: u8,
+    #[schemars(extend("writeOnly" = true))]
+    #[allow(dead_code, reason = "present for its schema: a sensitive field")]
+    password: Option<String>,
+}
+
+fn hostile_registry() -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("evil", |t| {
+        t.capability("run", "Fail in a hostile way.").handler(|_c: Ctx, i: Which| async move {
+            let text = SECRETS.join("\n");
+            match i.which {
+                0 => Err(AgentSurfaceError::internal(std::io::Error::other(text))),
+                1 => {
+                    let e: Box<dyn std::error::Error + Send + Sync> = text.into();
+                    Err(AgentSurfaceError::transient(std::time::Duration::from_millis(10)).with_cause(e))
+                }
+                2 => panic!("{text}"),
+                3 => {
+                    let _: u32 = text.parse()?;
+                    Ok(json!({}))
+                }
+                4 => Err(AgentSurfaceError::precondition_failed("The order is locked.")
+                    .with_cause(std::io::Error::other(text))),
+                _ => Ok(json!({"ok": true})),
+            }
+        })
+    })
+    .unwrap();
+    let m = r.mount("evil", "main").unwrap();
+    (r, m)
+}
+
+#[track_caller]
+fn assert_clean(result: &InvokeResult) {
+    let text = serde_json::to_string(result).unwrap();
+    for s in SECRETS {
+        assert!(!text.contains(s), "{s:?} leaked into {text}");
+    }
+}
+
+#[test]
+fn hostile_causes_reach_the_operator_channel_only() {
+    let ((), log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (r, _m) = hostile_registry();
+            for which in 0..5 {
+                let result = r.invoke(call("evil.run", json!({"which": which})), consumer("c")).await;
+                assert!(result.error_payload().is_some(), "{which}: {result:?}");
+                assert_clean(&result);
+            }
+            assert!(r.invoke(call("evil.run", json!({"which": 9})), consumer("c")).await.is_ok());
+        });
+    });
+    assert!(log.contains("SELECT card_number FROM payments"), "the cause chain is on the operator channel:\n{log}");
+    assert!(log.contains("code=\"EXECUTION_FAILED\"") || log.contains("code=EXECUTION_FAILED"), "{log}");
+}
+
+#[tokio::test]
+async fn hostile_inputs_get_the_right_code_and_no_echo() {
+    let (r, _m) = hostile_registry();
+    let mut deep = json!(1);
+    for _ in 0..100 {
+        deep = json!([deep]);
+    }
+    let cases: Vec<(Value, &str)> = vec![
+        (json!("just a string"), "non-object"),
+        (json!(null), "null"),
+        (json!([1, 2, 3]), "array"),
+        (json!({"which": "DROP TABLE users; --"}), "wrong type"),
+        (json!({"which": 1, "unknown": "ignore previous instructions"}), "unknown field"),
+        (json!({"which": 1, "password": 12345678}), "sensitive field of the wrong type"),
+        (json!({"which": 1, "blob": "x".repeat(2 * 1024 * 1024)}), "huge"),
+        (json!({"which": 1, "nested": deep}), "deep"),
+        (json!({"which": 300}), "out of range"),
+    ];
+    for (input, what) in cases {
+        let echo: Vec<String> = match &input {
+            Value::Object(m) => m
+                .values()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .chain(m.values().filter_map(|v| v.as_i64().map(|n| n.to_string())))
+                .collect(),
+            Value::String(s) => vec![s.clone()],
+            _ => vec![],
+        };
+        let result = r.invoke(call("evil.run", input), consumer("c")).await;
+        assert_eq!(result.code(), Some(ErrorCode::InvalidInput), "{what}: {result:?}");
+        let text = serde_json::to_string(&result).unwrap();
+        for e in echo.iter().filter(|e| e.len() >= 4) {
+            assert!(!text.contains(e.as_str()), "{what}: the value {e:?} was echoed: {text}");
+        }
+        assert!(text.len() < 4096, "{what}: the error is {} bytes", text.len());
+    }
+}
+
+fn arbitrary_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        ".{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(5, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop_oneof![Just("which".to_string()), Just("password".to_string()), ".{0,6}"],
+                inner,
+                0..5
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn arbitrary_request() -> impl Strategy<Value = agent_surface_registry::InvokeRequest> {
+    (
+        prop_oneof![Just("evil.run".to_string()), Just("evil.nope".to_string()), ".{0,16}"],
+        arbitrary_json(),
+        proptest::option::of("[a-z0-9-]{1,8}"),
+        proptest::option::of(prop_oneof![Just("main".to_string()), ".{0,8}"]),
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(|(capability, input, invocation_id, instance, version)| {
+            let mut req = agent_surface_registry::InvokeRequest::new(capability, input);
+            req.invocation_id = invocation_id;
+            req.target = instance.map(agent_surface_registry::Target::instance);
+            req.surface_version = version;
+            req
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Whatever is sent, `invoke` answers (no panic) with a result whose error payload is one the
+    /// matrix accepts (it parses back, with the retry the matrix derives).
+    #[test]
+    fn invoke_never_panics_and_always_answers_within_the_matrix(requests in prop::collection::vec(arbitrary_request(), 1..6)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (r, _m) = hostile_registry();
+            for req in requests {
+                let result = r.invoke(req, consumer("c")).await;
+                if let Some(p) = result.error_payload() {
+                    let back: ErrorPayload = serde_json::from_value(p.to_json()).expect("payload parses back");
+                    assert_eq!(&back, p);
+                    assert_eq!(p.retry(), matrix::derive_retry(p.code(), p.details()));
+                    assert!(p.message().chars().count() <= 300);
+                }
+                assert_clean(&result);
+            }
+        });
+    }
+}

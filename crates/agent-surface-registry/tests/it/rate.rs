@@ -1,0 +1,216 @@
+//! Phase 6 with the real limiter (`MemoryRateLimiter`): per-consumer and per-capability GCRA
+//! buckets, the bounded action queue, honest `retryAfterMs`, and nothing stored as terminal.
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, Retry};
+use agent_surface_policy::{ManualClock, MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};
+use agent_surface_registry::{Ctx, Invocation, Registry, RegistryConfig};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::support::*;
+
+fn per_second(n: u32) -> Quota {
+    Quota::per_second(NonZeroU32::new(n).unwrap())
+}
+
+fn limited(clock: &Arc<ManualClock>, config: RateLimitConfig) -> (Registry, agent_surface_registry::Mount) {
+    let limiter = MemoryRateLimiter::new(RateLimitConfig { clock: clock.clone(), ..config });
+    echo_registry(RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..config_with(clock) })
+}
+
+fn echo(text: &str) -> agent_surface_registry::InvokeRequest {
+    call("demo.echo", json!({"text": text}))
+}
+
+#[track_caller]
+fn assert_limited(inv: &Invocation, reason: &str, retry_after_ms: u64) {
+    let p = assert_produced(inv, ErrorCode::RateLimited, Phase::Rate);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    assert_eq!(p.details().unwrap(), json!({"reason": reason, "retryAfterMs": retry_after_ms}).as_object().unwrap());
+    assert!(p.message().contains(&format!("{retry_after_ms} ms")), "{}", p.message());
+}
+
+#[tokio::test]
+async fn per_consumer_rate_with_an_honest_retry_after() {
+    let clock = clock();
+    let (r, _m) = limited(&clock, RateLimitConfig { per_consumer: Some(per_second(4)), ..Default::default() });
+    for _ in 0..4 {
+        assert!(r.invoke(echo("a"), consumer("c")).await.is_ok());
+    }
+    // The bucket refills one call every 250 ms.
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("c")).await, "rate", 250);
+    clock.advance(Duration::from_millis(100));
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("c")).await, "rate", 150);
+    // Another consumer has its own budget.
+    assert!(r.invoke(echo("a"), consumer("other")).await.is_ok());
+    clock.advance(Duration::from_millis(149));
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("c")).await, "rate", 1);
+    // After exactly the advertised delay, the retry passes.
+    clock.advance(Duration::from_millis(1));
+    assert!(r.invoke(echo("a"), consumer("c")).await.is_ok());
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("c")).await, "rate", 250);
+}
+
+#[tokio::test]
+async fn per_capability_budget_is_shared_and_a_refusal_costs_nothing() {
+    let clock = clock();
+    let (r, _m) = limited(
+        &clock,
+        RateLimitConfig {
+            per_consumer: Some(per_second(2)),
+            per_capability: Some(per_second(3)),
+            ..Default::default()
+        },
+    );
+    assert!(r.invoke(echo("a"), consumer("a")).await.is_ok());
+    assert!(r.invoke(echo("a"), consumer("b")).await.is_ok());
+    assert!(r.invoke(echo("a"), consumer("c")).await.is_ok());
+    // The capability's budget is spent (3 per second: one call every 333.33 ms).
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("d")).await, "rate", 334);
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("d")).await, "rate", 334);
+    clock.advance(Duration::from_millis(334));
+    // Consumer d was refused twice but lost nothing: its own bucket is full.
+    assert!(r.invoke(echo("a"), consumer("d")).await.is_ok());
+    // The capability's bucket is empty again: 1 s of budget was taken in 334 ms.
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("a")).await, "rate", 333);
+    clock.advance(Duration::from_millis(334));
+    assert!(r.invoke(echo("a"), consumer("a")).await.is_ok());
+    assert_limited(&r.invoke_detailed(echo("a"), consumer("a")).await, "rate", 332);
+}
+
+#[tokio::test]
+async fn rate_limited_is_never_stored_as_terminal() {
+    let clock = clock();
+    let (r, _m) = limited(&clock, RateLimitConfig { per_consumer: Some(per_second(1)), ..Default::default() });
+    assert!(r.invoke(echo("a"), consumer("c")).await.is_ok());
+    let req = echo("a").with_invocation_id("inv-1");
+    let first = r.invoke_detailed(req.clone(), consumer("c")).await;
+    assert_limited(&first, "rate", 1000);
+    let second = r.invoke_detailed(req.clone(), consumer("c")).await;
+    assert!(!second.replayed, "not replayed");
+    assert_limited(&second, "rate", 1000);
+    clock.advance(Duration::from_secs(1));
+    assert!(r.invoke(req, consumer("c")).await.is_ok(), "the same invocation id passes after the delay");
+}
+
+/// `gate.run` waits for a permit of the shared semaphore before it answers.
+fn gated(clock: &Arc<ManualClock>, queue: QueueConfig) -> (Registry, agent_surface_registry::Mount, Arc<Semaphore>) {
+    let limiter =
+        MemoryRateLimiter::new(RateLimitConfig { clock: clock.clone(), queue: Some(queue), ..Default::default() });
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..config_with(clock) });
+    let gate = Arc::new(Semaphore::new(0));
+    r.provide(gate.clone());
+    r.define("gate", |t| {
+        t.capability("run", "Wait for the gate.").time_budget(Duration::from_secs(600)).handler(
+            |ctx: Ctx, _i: Value| async move {
+                ctx.state::<Arc<Semaphore>>().acquire().await.map_err(AgentSurfaceError::internal)?.forget();
+                Ok::<_, AgentSurfaceError>(json!({"done": true}))
+            },
+        )
+    })
+    .unwrap();
+    let m = r.mount("gate", "main").unwrap();
+    (r, m, gate)
+}
+
+fn spawn_run(r: &Registry) -> tokio::task::JoinHandle<Invocation> {
+    let r = r.clone();
+    tokio::spawn(async move { r.invoke_detailed(call("gate.run", json!({})), consumer("c")).await })
+}
+
+#[tokio::test]
+async fn a_full_queue_is_rate_limited_with_an_estimate() {
+    let clock = clock();
+    let queue = QueueConfig {
+        max_concurrent: NonZeroUsize::new(1).unwrap(),
+        max_waiting: 1,
+        max_wait: Duration::from_secs(60),
+        initial_hold_estimate: Duration::from_millis(800),
+    };
+    let (r, _m, gate) = gated(&clock, queue);
+    let running = spawn_run(&r);
+    settle().await;
+    let waiting = spawn_run(&r);
+    settle().await;
+    // One runs, one waits, the third finds the waiting room full: two calls ahead of it, one
+    // slot, 800 ms per call.
+    let inv = r.invoke_detailed(call("gate.run", json!({})), consumer("c")).await;
+    assert_limited(&inv, "queue-full", 1600);
+    assert!(!running.is_finished() && !waiting.is_finished());
+
+    clock.advance(Duration::from_millis(400));
+    gate.add_permits(1);
+    assert!(running.await.unwrap().result.is_ok());
+    gate.add_permits(1);
+    assert!(waiting.await.unwrap().result.is_ok(), "the waiting call got the slot");
+    // The estimate now follows the observed hold time: the first call held its slot 400 ms, so
+    // the average moved from 800 ms towards it; the second held it 0 ms.
+    let held = [400u64, 0];
+    let estimate = held.iter().fold(800_000_000u64, |avg, ms| avg - avg / 8 + ms * 1_000_000 / 8);
+    let running = spawn_run(&r);
+    settle().await;
+    let _waiting = spawn_run(&r);
+    settle().await;
+    let inv = r.invoke_detailed(call("gate.run", json!({})), consumer("c")).await;
+    assert_limited(&inv, "queue-full", (estimate * 2).div_ceil(1_000_000));
+    gate.add_permits(2);
+    assert!(running.await.unwrap().result.is_ok());
+}
+
+#[tokio::test]
+async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
+    let clock = clock();
+    let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.clone(),
+        per_consumer: Some(per_second(2)),
+        queue: Some(QueueConfig {
+            max_concurrent: NonZeroUsize::new(1).unwrap(),
+            max_waiting: 4,
+            max_wait: Duration::from_millis(50),
+            initial_hold_estimate: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    }));
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..config_with(&clock) });
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    r.provide(gate.clone());
+    let count = started.clone();
+    r.define("gate", |t| {
+        t.capability("run", "Wait for the gate.").time_budget(Duration::from_secs(600)).handler(
+            move |ctx: Ctx, _i: Value| {
+                count.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    ctx.state::<Arc<Semaphore>>().acquire().await.map_err(AgentSurfaceError::internal)?.forget();
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                }
+            },
+        )
+    })
+    .unwrap();
+    let _m = r.mount("gate", "main").unwrap();
+
+    let running = spawn_run(&r);
+    settle().await;
+    let waiter = spawn_run(&r);
+    while limiter.waiting() == 0 || clock.pending_sleeps() < 2 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_millis(50));
+    let inv = waiter.await.unwrap();
+    assert_eq!(inv.result.code(), Some(ErrorCode::RateLimited));
+    assert_eq!(inv.result.error_payload().unwrap().detail("reason"), Some(&json!("queue-full")));
+    assert_eq!(limiter.waiting(), 0);
+    // The given-up call's rate unit was refunded: the consumer still has one call this second.
+    gate.add_permits(1);
+    assert!(running.await.unwrap().result.is_ok());
+    gate.add_permits(1);
+    assert!(r.invoke(call("gate.run", json!({})), consumer("c")).await.is_ok());
+    assert_eq!(started.load(Ordering::SeqCst), 2, "the call that gave up never started");
+    assert_eq!(limiter.in_flight(), 0);
+}

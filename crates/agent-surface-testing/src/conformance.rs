@@ -1,0 +1,269 @@
+//! The adapter conformance kit: does an adapter carry every code, retry category and details
+//! shape through its wire form without losing anything?
+//!
+//! An adapter provides an [`AdapterCodec`]: `encode` turns an [`InvokeResult`] into what the
+//! adapter sends (an MCP tool result, a provider's tool-result message, …) and `decode` reads it
+//! back. [`check_conformance`] runs every case of [`cases`] — each example payload of every
+//! matrix row (so every code with every retry category it can take), payloads with
+//! representative details, and a handful of outputs — through `decode(encode(r))` and compares
+//! the result with the original.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use agent_surface_core::details::{InputIssue, PreconditionDetails};
+use agent_surface_core::matrix::MATRIX;
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult, Retry, SafeText, Timestamp};
+use serde_json::{Map, json};
+
+/// An adapter's encode/decode pair.
+pub trait AdapterCodec {
+    /// The adapter's wire form of one result.
+    type Wire;
+
+    /// The wire form of `result`, as the adapter sends it.
+    fn encode(&self, result: &InvokeResult) -> Self::Wire;
+
+    /// The result read back from its wire form.
+    fn decode(&self, wire: &Self::Wire) -> Result<InvokeResult, String>;
+}
+
+/// An [`AdapterCodec`] made of two closures; build it with [`codec`].
+pub struct FnCodec<E, D> {
+    encode: E,
+    decode: D,
+}
+
+impl<E, D> fmt::Debug for FnCodec<E, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnCodec")
+    }
+}
+
+/// An [`AdapterCodec`] from an encode and a decode closure.
+///
+/// ```
+/// use agent_surface_core::InvokeResult;
+/// use agent_surface_testing::{assert_conformance, codec};
+///
+/// // The identity adapter: JSON text of the whole result.
+/// let json_text = codec(
+///     |r: &InvokeResult| serde_json::to_string(r).unwrap(),
+///     |s: &String| serde_json::from_str::<InvokeResult>(s).map_err(|e| e.to_string()),
+/// );
+/// assert_conformance(&json_text);
+/// ```
+pub fn codec<W, E, D>(encode: E, decode: D) -> FnCodec<E, D>
+where
+    E: Fn(&InvokeResult) -> W,
+    D: Fn(&W) -> Result<InvokeResult, String>,
+{
+    FnCodec { encode, decode }
+}
+
+impl<W, E, D> AdapterCodec for FnCodec<E, D>
+where
+    E: Fn(&InvokeResult) -> W,
+    D: Fn(&W) -> Result<InvokeResult, String>,
+{
+    type Wire = W;
+
+    fn encode(&self, result: &InvokeResult) -> W {
+        (self.encode)(result)
+    }
+
+    fn decode(&self, wire: &W) -> Result<InvokeResult, String> {
+        (self.decode)(wire)
+    }
+}
+
+/// What [`check_conformance`] compares. Build it with struct update syntax over `Default`.
+#[derive(Clone, Debug, Default)]
+pub struct ConformanceConfig {
+    /// Compare invocation ids too. Off by default: most wire forms carry the provider's call id,
+    /// not the invocation id, and the comparison then ignores it.
+    pub compare_invocation_ids: bool,
+    /// Further cases to run besides [`cases`].
+    pub extra_cases: Vec<InvokeResult>,
+}
+
+/// One case that did not survive the round trip.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The result that was encoded.
+    pub case: InvokeResult,
+    /// What went wrong.
+    pub problem: String,
+}
+
+/// The outcome of [`check_conformance`].
+#[derive(Clone, Debug, Default)]
+pub struct ConformanceReport {
+    /// How many cases ran.
+    pub cases: usize,
+    /// The (code, retry) pairs that survived the round trip.
+    pub covered: BTreeSet<(ErrorCode, Retry)>,
+    /// The cases that did not.
+    pub failures: Vec<Failure>,
+}
+
+impl ConformanceReport {
+    /// The (code, retry) pairs the matrix allows that no passing case covered.
+    pub fn uncovered(&self) -> Vec<(ErrorCode, Retry)> {
+        let mut missing = Vec::new();
+        for row in &MATRIX {
+            for retry in row.retry.values() {
+                if !self.covered.contains(&(row.code, retry)) {
+                    missing.push((row.code, retry));
+                }
+            }
+        }
+        missing
+    }
+
+    /// Whether every case passed and every (code, retry) pair of the matrix was covered.
+    pub fn is_conformant(&self) -> bool {
+        self.failures.is_empty() && self.uncovered().is_empty()
+    }
+}
+
+impl fmt::Display for ConformanceReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} cases, {} failed", self.cases, self.failures.len())?;
+        for failure in &self.failures {
+            let case = serde_json::to_string_pretty(&failure.case).unwrap_or_default();
+            writeln!(f, "- {}\n  case: {}", failure.problem, case.replace('\n', "\n  "))?;
+        }
+        for (code, retry) in self.uncovered() {
+            writeln!(f, "- not covered: {code} with retry `{retry}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// The corpus: every example payload of every matrix row, payloads with representative details
+/// (author keys, unicode, quotes, many issues), and successful outputs of every JSON kind. Error
+/// cases alternate between carrying an invocation id and not.
+pub fn cases() -> Vec<InvokeResult> {
+    let mut out = Vec::new();
+    let mut n = 0usize;
+    let mut id = || {
+        n += 1;
+        n.is_multiple_of(2).then(|| format!("inv-{n}"))
+    };
+    for row in &MATRIX {
+        for payload in (row.examples)() {
+            out.push(InvokeResult::error(payload, id()));
+        }
+    }
+    let mut extra = Map::new();
+    extra.insert("orderId".into(), json!("A-1001"));
+    extra.insert("shippedAt".into(), json!("2026-11-02T09:30:00Z"));
+    extra.insert("carrier".into(), json!({"name": "Post \"Express\"", "tracking": ["JJ1", "JJ2"]}));
+    let representative = [
+        AgentSurfaceError::precondition_failed_with(
+            "Shipped orders cannot be cancelled; offer a return instead.",
+            PreconditionDetails { reason: Some("order-shipped".into()), extra },
+        ),
+        AgentSurfaceError::invalid_input(
+            vec![
+                InputIssue { path: "/quantity".into(), message: "must be at least 1".into() },
+                InputIssue { path: "/lines/0/sku".into(), message: "is required".into() },
+                InputIssue { path: "/naïve ключ/~1".into(), message: "must be a string, not \"null\"".into() },
+                InputIssue { path: String::new(), message: "has 2 unknown members".into() },
+            ],
+            None,
+        ),
+        AgentSurfaceError::confirmation_required(
+            "c-ü-1",
+            SafeText::from("Refund 12,50 € to \"Zoë\" — card ending 4242."),
+            Timestamp::from_unix_millis(1_795_957_500_000),
+            Effect::External,
+            agent_surface_core::details::Origin::Server,
+        ),
+        AgentSurfaceError::capability_not_available("Sign in to a store first (Settings → Account)."),
+    ];
+    for e in representative {
+        out.push(InvokeResult::error(e.into_payload(), id()));
+    }
+    let outputs = [
+        json!({"total": 3, "items": [{"sku": "tea", "quantity": 2}]}),
+        json!([1, 2.5, -3, "x", null, true]),
+        json!("plain text with \"quotes\" and a\nnewline"),
+        json!(42),
+        json!(null),
+        json!(false),
+        json!({}),
+        json!({"nested": {"emoji": "🍵", "escape": "\u{1}\t", "big": 18446744073709551615u64}}),
+        json!({"code": "NOT_AN_ERROR", "message": "an output that merely looks like a payload", "retry": "maybe"}),
+    ];
+    for (i, output) in outputs.into_iter().enumerate() {
+        out.push(InvokeResult::ok(output, (i % 2 == 1).then(|| format!("inv-ok-{i}"))));
+    }
+    out
+}
+
+/// Runs every case through `decode(encode(case))` and reports what did not come back unchanged.
+pub fn check_conformance<C: AdapterCodec>(codec: &C, config: &ConformanceConfig) -> ConformanceReport {
+    let mut report = ConformanceReport::default();
+    for case in cases().into_iter().chain(config.extra_cases.iter().cloned()) {
+        report.cases += 1;
+        let wire = codec.encode(&case);
+        let decoded = match codec.decode(&wire) {
+            Ok(decoded) => decoded,
+            Err(problem) => {
+                report.failures.push(Failure { case, problem: format!("decode failed: {problem}") });
+                continue;
+            }
+        };
+        let (expected, got) = if config.compare_invocation_ids {
+            (case.clone(), decoded)
+        } else {
+            (case.clone().with_invocation_id(None), decoded.with_invocation_id(None))
+        };
+        if expected != got {
+            let got = serde_json::to_string(&got).unwrap_or_default();
+            report.failures.push(Failure { case, problem: format!("came back different: {got}") });
+            continue;
+        }
+        if let Some(p) = case.error_payload() {
+            report.covered.insert((p.code(), p.retry()));
+        }
+    }
+    report
+}
+
+/// Asserts that `codec` is conformant with the default [`ConformanceConfig`].
+///
+/// # Panics
+///
+/// When a case does not survive the round trip or a (code, retry) pair is not covered; the
+/// message lists every failing case in full.
+#[track_caller]
+pub fn assert_conformance<C: AdapterCodec>(codec: &C) {
+    assert_conformance_with(codec, &ConformanceConfig::default());
+}
+
+/// Asserts that `codec` is conformant under `config`.
+///
+/// # Panics
+///
+/// As [`assert_conformance`].
+#[track_caller]
+pub fn assert_conformance_with<C: AdapterCodec>(codec: &C, config: &ConformanceConfig) {
+    let report = check_conformance(codec, config);
+    if !report.is_conformant() {
+        panic!("the adapter is not conformant:\n{report}");
+    }
+}
+
+/// Per code, how many cases of [`cases`] exercise it (for coverage reports).
+pub fn case_counts() -> BTreeMap<ErrorCode, usize> {
+    let mut counts = BTreeMap::new();
+    for case in cases() {
+        if let Some(code) = case.code() {
+            *counts.entry(code).or_default() += 1;
+        }
+    }
+    counts
+}

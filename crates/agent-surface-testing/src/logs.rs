@@ -1,0 +1,57 @@
+//! Capturing the operator channel (`tracing`) of the code a test runs.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::sync::Once;
+
+thread_local! {
+    static CAPTURE: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Writes into the current thread's capture buffer, if a capture is running on this thread.
+struct ThreadWriter;
+
+impl Write for ThreadWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+static INSTALL: Once = Once::new();
+
+/// Runs `f` and returns what it wrote to the operator channel (every `tracing` span and event
+/// on this thread, at every level, formatted without colours).
+///
+/// Installs, once per test binary, a global subscriber that routes output to per-thread
+/// buffers. (A subscriber set per test with `tracing::subscriber::with_default` is unreliable
+/// when tests run in parallel: a callsite first hit on another thread can be cached as
+/// disabled.) If the binary already has a global subscriber, nothing is captured. Run async code
+/// on a current-thread runtime inside `f` so that it stays on this thread.
+///
+/// ```
+/// let ((), log) = agent_surface_testing::capture_operator_log(|| tracing::info!(cause = "db down", "failed"));
+/// assert!(log.contains("db down"));
+/// ```
+pub fn capture_operator_log<R>(f: impl FnOnce() -> R) -> (R, String) {
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(|| ThreadWriter)
+            .with_ansi(false)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let result = f();
+    let bytes = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (result, String::from_utf8_lossy(&bytes).into_owned())
+}

@@ -1,0 +1,89 @@
+//! The agent-surface as tools for an in-process agent loop, in the formats of the OpenAI,
+//! Anthropic and Gemini tool APIs, with a mechanical recovery loop.
+//!
+//! # Overview
+//!
+//! - **Definitions** — [`tool_definitions`] turns a consumer's snapshot into the request's `tools`
+//!   member of OpenAI Chat Completions (`strict: true` where the schema qualifies,
+//!   [`openai_strict_eligible`]), OpenAI Responses, Anthropic Messages (`input_schema`) or Gemini
+//!   (`functionDeclarations`, schemas converted by [`gemini_schema`]). Tool names are the
+//!   registry's `type-capability`, reversible.
+//! - **Calls** — [`parse_tool_calls`] reads `tool_calls`, `function_call` items, `tool_use` blocks
+//!   or `functionCall` parts into [`ToolCall`]s. A malformed OpenAI `arguments` string becomes an
+//!   `INVALID_INPUT` result, never a panic. Invocation ids derive from the provider's call id,
+//!   namespaced by provider ([`invocation_id`]); Gemini calls without ids get deterministic ones.
+//! - **Results** — [`encode_result`]: a success carries the output JSON, an error the payload JSON
+//!   (`code`, `message`, `retry`, `details`) unchanged, with `is_error: true` for Anthropic and
+//!   an optional one-line rendering first ([`Rendering::OneLineFirst`], off by default).
+//! - **Recovery** — [`RecoveryDriver`] acts on `retry` mechanically: refresh and re-resolve, wait
+//!   (on the injected clock, bounded, cancellable), ask the host to confirm, or hand the error back
+//!   to the model; bounded attempts; never repeats a denial or an unverified non-idempotent call.
+//! - **[`Toolset`]** ties them together for one consumer: tools to list, turns to answer (parallel
+//!   calls run concurrently and are answered in order), and the adapter duties — the tool list is
+//!   marked stale after `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY` or `COMPONENT_UNMOUNTED`, and
+//!   staleness tokens are refreshed, never stripped.
+//!
+//! `spec/adapters.md` describes the mapping for every provider.
+//!
+//! # Examples
+//!
+//! ```
+//! use agent_surface_core::{AgentSurfaceError, Effect};
+//! use agent_surface_policy::Consumer;
+//! use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+//! use agent_surface_toolset::{Provider, Toolset, ToolsetConfig};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//! use serde_json::json;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Weather { city: String }
+//! #[derive(Serialize, JsonSchema)]
+//! struct Report { city: String, celsius: i32 }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let registry = Registry::new(RegistryConfig::default());
+//! registry.define("weather", |t| {
+//!     t.capability("current", "Current temperature in a city.").effect(Effect::Read).idempotent().handler(
+//!         |_ctx: Ctx, i: Weather| async move { Ok::<_, AgentSurfaceError>(Report { city: i.city, celsius: 21 }) },
+//!     )
+//! })?;
+//! let _mounted = registry.mount("weather", "main")?;
+//! let toolset = Toolset::new(registry, Consumer::anonymous("conversation-1"), ToolsetConfig::default());
+//!
+//! // Before the model request: the `tools` member.
+//! let tools = toolset.tools(Provider::Anthropic).await;
+//! assert_eq!(tools[0]["name"], "weather-current");
+//!
+//! // The model answers with a tool call …
+//! let response = json!({"role": "assistant", "stop_reason": "tool_use", "content": [
+//!     {"type": "tool_use", "id": "toolu_01", "name": "weather-current", "input": {"city": "Oslo"}}
+//! ]});
+//! // … which the toolset runs and answers.
+//! let turn = toolset.handle(Provider::Anthropic, &response).await.unwrap();
+//! assert_eq!(turn.messages, vec![json!({"role": "user", "content": [
+//!     {"type": "tool_result", "tool_use_id": "toolu_01", "content": "{\"celsius\":21,\"city\":\"Oslo\"}"}
+//! ]})]);
+//! assert!(!turn.relist);
+//! # Ok::<_, agent_surface_core::DefinitionError>(())
+//! # }).unwrap();
+//! ```
+
+mod calls;
+mod definitions;
+mod provider;
+pub mod recovery;
+mod results;
+mod schema;
+mod toolset;
+
+pub use calls::{Arguments, ParseError, ToolCall, invocation_id, parse_tool_calls};
+pub use definitions::{tool_definition, tool_definitions};
+pub use provider::Provider;
+pub use recovery::{
+    Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, RegistryInvoker,
+    RelayToModel, Stop, Verification,
+};
+pub use results::{Rendering, ResultFormat, decode_result, encode_result, render_line, reply_messages};
+pub use schema::{gemini_schema, openai_strict_eligible, without_dialect};
+pub use toolset::{ToolOutcome, Toolset, ToolsetConfig, Turn};

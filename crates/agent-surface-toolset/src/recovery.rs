@@ -1,0 +1,505 @@
+//! The recovery loop: a reference driver that acts on `retry` mechanically.
+//!
+//! [`RecoveryDriver::run`] sends one intent (an [`InvokeRequest`]) and, while the result is an
+//! error whose retry category allows it, does what the category says and sends it again:
+//!
+//! | `retry` | what the driver does |
+//! |---|---|
+//! | `after-refresh` | re-snapshots, re-resolves the request against the new snapshot (capability still there and enabled; a replaced registration retargeted to `liveRegistrationId` or the instance's live registration; staleness tokens *updated*, never removed), retries under a fresh invocation id; returns when re-resolution finds nothing to call |
+//! | `after-delay` | waits `details.retryAfterMs` on the injected [`Clock`] (at most [`RecoveryConfig::max_delay`] at once and [`RecoveryConfig::max_total_delay`] in all; cancellable), retries (a fresh id for cacheable codes) |
+//! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId`; denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
+//! | `with-changes` | returns to the caller (the model changes the input); except `INVOCATION_CONFLICT`, whose change is the id: retried once under a fresh id, as the matrix's adapter duty says |
+//! | `yes` | retries under a fresh invocation id (`CANCELLED`, idempotent `TIMEOUT`) |
+//! | `no` | returns; a denial is never retried |
+//!
+//! Every attempt counts against [`RecoveryConfig::max_attempts`]. A result that may have run the
+//! handler (`TIMEOUT`, `CANCELLED`, `COMPONENT_UNMOUNTED {phase: mid-flight}`, `EXECUTION_FAILED`)
+//! of a capability that is not idempotent is never repeated unless [`RecoveryHost::verify`] reports
+//! that the effect did not happen; the default host answers "unknown", so such a call is not
+//! repeated. Retries use ids derived from the first (`{id}#r{attempt}`), so each attempt is its own
+//! idempotency record and a repeat of the whole loop replays instead of re-running.
+//!
+//! Every attempt is a `tracing` event on target `agent_surface::recovery` (the operator channel).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry};
+use agent_surface_policy::Clock;
+use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Sends requests and lists the surface: the registry, or a scripted fake in tests.
+pub trait Invoker: Send + Sync {
+    /// Runs one request.
+    fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult>;
+
+    /// The caller's current snapshot of the surface.
+    fn snapshot(&self) -> BoxFuture<'_, Snapshot>;
+}
+
+/// An [`Invoker`] over a [`Registry`], calling as one consumer.
+#[derive(Clone, Debug)]
+pub struct RegistryInvoker {
+    registry: Registry,
+    options: InvokeOptions,
+}
+
+impl RegistryInvoker {
+    /// Calls `registry` with `options` (consumer, cancellation, time budget).
+    pub fn new(registry: Registry, options: InvokeOptions) -> RegistryInvoker {
+        RegistryInvoker { registry, options }
+    }
+}
+
+impl Invoker for RegistryInvoker {
+    fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
+        Box::pin(self.registry.invoke(request, self.options.clone()))
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Snapshot> {
+        Box::pin(self.registry.snapshot(&self.options.consumer))
+    }
+}
+
+/// A confirmation the host is asked to approve.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ConfirmationPrompt {
+    /// The capability to run.
+    pub capability: String,
+    /// The input it would run with.
+    pub input: Value,
+    /// The id to retry with once approved.
+    pub confirmation_id: String,
+    /// What will happen, in the author's words.
+    pub summary: String,
+    /// When the pending confirmation expires (RFC 3339).
+    pub expires_at: String,
+    /// The capability's declared effect.
+    pub effect: Effect,
+}
+
+/// The host's answer to a [`ConfirmationPrompt`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// The user approved: retry with the confirmation id.
+    Approved,
+    /// The user denied: never retry.
+    Denied,
+    /// No one can be asked in-process: hand the confirmation to the model (two-phase mode).
+    Unavailable,
+}
+
+/// The host's finding after a call of a non-idempotent capability may have run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// The effect did not happen: the call may be repeated.
+    NotApplied,
+    /// The effect happened: do not repeat.
+    Applied,
+    /// It cannot be told: do not repeat (the default).
+    Unknown,
+}
+
+/// The host side of the loop: approvals and verification.
+///
+/// Both methods have defaults that hand the decision back to the model: no in-process approval
+/// (two-phase confirmation), and no repeat of a call whose outcome is unknown.
+pub trait RecoveryHost: Send + Sync + 'static {
+    /// Asks the user to approve a confirmation. Default: [`Approval::Unavailable`].
+    fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+        let _ = prompt;
+        Box::pin(std::future::ready(Approval::Unavailable))
+    }
+
+    /// Checks whether a call of a non-idempotent capability that may have run (`payload` says
+    /// how it ended) took effect. Default: [`Verification::Unknown`].
+    fn verify<'a>(&'a self, request: &'a InvokeRequest, payload: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
+        let _ = (request, payload);
+        Box::pin(std::future::ready(Verification::Unknown))
+    }
+}
+
+/// The default host: approvals go to the model, uncertain outcomes are never repeated.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RelayToModel;
+
+impl RecoveryHost for RelayToModel {}
+
+/// Bounds of the loop. Build it with struct update syntax over `Default`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// The most requests one intent may send, the first included (default 4).
+    pub max_attempts: u32,
+    /// The longest single wait honored; a longer `retryAfterMs` returns to the caller
+    /// (default 30 s).
+    pub max_delay: Duration,
+    /// The most waiting in all, for one intent (default 60 s).
+    pub max_total_delay: Duration,
+    /// The wait when an `after-delay` error carries no `retryAfterMs` (default 1 s).
+    pub default_delay: Duration,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> RecoveryConfig {
+        RecoveryConfig {
+            max_attempts: 4,
+            max_delay: Duration::from_secs(30),
+            max_total_delay: Duration::from_secs(60),
+            default_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why the driver stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stop {
+    /// The call succeeded.
+    Succeeded,
+    /// The retry category hands the error to the caller (`no`, `with-changes`, a confirmation
+    /// no one in-process can approve, or a refresh that found nothing to call).
+    ReturnedToCaller,
+    /// The attempt budget is spent.
+    BudgetExhausted,
+    /// The cancellation token fired.
+    Cancelled,
+    /// The host denied the confirmation.
+    Denied,
+    /// The requested delay exceeds the configured bounds.
+    DelayTooLong,
+    /// The call may have run and nothing proves it did not: not repeated.
+    Unverified,
+    /// The host verified that the call took effect: not repeated.
+    VerifiedApplied,
+}
+
+impl Stop {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stop::Succeeded => "succeeded",
+            Stop::ReturnedToCaller => "returned-to-caller",
+            Stop::BudgetExhausted => "budget-exhausted",
+            Stop::Cancelled => "cancelled",
+            Stop::Denied => "denied",
+            Stop::DelayTooLong => "delay-too-long",
+            Stop::Unverified => "unverified",
+            Stop::VerifiedApplied => "verified-applied",
+        }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`RecoveryDriver::run`] ended with.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Recovery {
+    /// The result to hand to the caller.
+    pub result: InvokeResult,
+    /// How many requests were sent.
+    pub attempts: u32,
+    /// Why the driver stopped.
+    pub stop: Stop,
+    /// Whether the surface was re-listed along the way (the caller's tool list may be stale).
+    pub refreshed: bool,
+    /// The last request sent (or the first, if none was).
+    pub request: InvokeRequest,
+}
+
+/// The reference recovery loop. See the [module documentation](self).
+#[derive(Clone)]
+pub struct RecoveryDriver {
+    config: RecoveryConfig,
+    clock: Arc<dyn Clock>,
+    host: Arc<dyn RecoveryHost>,
+}
+
+impl fmt::Debug for RecoveryDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecoveryDriver")
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a result with this payload may have run the handler.
+pub fn may_have_executed(payload: &ErrorPayload) -> bool {
+    match payload.code() {
+        ErrorCode::Timeout | ErrorCode::Cancelled | ErrorCode::ExecutionFailed => true,
+        ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(Value::as_str) == Some("mid-flight"),
+        _ => false,
+    }
+}
+
+enum Next {
+    Stop(Stop),
+    Retry { fresh_id: bool },
+}
+
+/// The loop's state for one intent.
+struct Intent {
+    base_id: Option<String>,
+    request: InvokeRequest,
+    attempts: u32,
+    waited: Duration,
+    refreshed: bool,
+    snapshot: Option<Snapshot>,
+    prompted: Vec<String>,
+    conflict_retried: bool,
+}
+
+impl RecoveryDriver {
+    /// A driver with these bounds, waiting on `clock` and asking `host`.
+    pub fn new(config: RecoveryConfig, clock: Arc<dyn Clock>, host: Arc<dyn RecoveryHost>) -> RecoveryDriver {
+        RecoveryDriver { config, clock, host }
+    }
+
+    /// The bounds.
+    pub fn config(&self) -> &RecoveryConfig {
+        &self.config
+    }
+
+    /// Runs `request` to a result the caller has to act on. Never panics; terminates after at
+    /// most [`RecoveryConfig::max_attempts`] requests (at least one is always sent).
+    ///
+    /// `cancel` is checked before each attempt and ends any wait or host callback at once; a
+    /// request already in flight is the invoker's to cancel (the [`crate::Toolset`] passes the
+    /// same token to the registry).
+    pub async fn run(&self, invoker: &dyn Invoker, request: InvokeRequest, cancel: &CancellationToken) -> Recovery {
+        let mut intent = Intent {
+            base_id: request.invocation_id.clone(),
+            request,
+            attempts: 0,
+            waited: Duration::ZERO,
+            refreshed: false,
+            snapshot: None,
+            prompted: Vec::new(),
+            conflict_retried: false,
+        };
+        loop {
+            if cancel.is_cancelled() {
+                let result = cancelled(&intent.request);
+                return self.finish(intent, result, Stop::Cancelled);
+            }
+            intent.attempts += 1;
+            let result = invoker.invoke(intent.request.clone()).await;
+            let Some(payload) = result.error_payload().cloned() else {
+                self.event(&intent, &result, "stop:succeeded");
+                return self.finish(intent, result, Stop::Succeeded);
+            };
+            let next = self.next(invoker, &mut intent, &payload, cancel).await;
+            match next {
+                Next::Stop(Stop::Denied) => {
+                    self.event(&intent, &result, "stop:denied");
+                    let denied = InvokeResult::error(
+                        AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied).into_payload(),
+                        intent.request.invocation_id.clone(),
+                    );
+                    return self.finish(intent, denied, Stop::Denied);
+                }
+                Next::Stop(Stop::Cancelled) => {
+                    self.event(&intent, &result, "stop:cancelled");
+                    let result = cancelled(&intent.request);
+                    return self.finish(intent, result, Stop::Cancelled);
+                }
+                Next::Stop(stop) => {
+                    self.event(&intent, &result, &format!("stop:{stop}"));
+                    return self.finish(intent, result, stop);
+                }
+                Next::Retry { fresh_id } => {
+                    self.event(&intent, &result, if fresh_id { "retry:fresh-id" } else { "retry:same-id" });
+                    if fresh_id && let Some(base) = &intent.base_id {
+                        intent.request.invocation_id = Some(format!("{base}#r{}", intent.attempts + 1));
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&self, intent: Intent, result: InvokeResult, stop: Stop) -> Recovery {
+        Recovery { result, attempts: intent.attempts, stop, refreshed: intent.refreshed, request: intent.request }
+    }
+
+    fn event(&self, intent: &Intent, result: &InvokeResult, next: &str) {
+        let payload = result.error_payload();
+        tracing::info!(
+            target: "agent_surface::recovery",
+            attempt = intent.attempts,
+            capability = %intent.request.capability,
+            invocation_id = intent.request.invocation_id.as_deref().unwrap_or(""),
+            code = payload.map_or("OK", |p| p.code().as_str()),
+            retry = payload.map_or("", |p| p.retry().as_str()),
+            next,
+            "recovery attempt"
+        );
+    }
+
+    async fn idempotent(&self, invoker: &dyn Invoker, intent: &mut Intent, payload: &ErrorPayload) -> bool {
+        if let Some(declared) = payload.detail("idempotent").and_then(Value::as_bool) {
+            return declared;
+        }
+        if intent.snapshot.is_none() {
+            intent.snapshot = Some(invoker.snapshot().await);
+        }
+        intent.snapshot.as_ref().and_then(|s| s.capability(&intent.request.capability)).is_some_and(|c| c.idempotent)
+    }
+
+    async fn next(
+        &self,
+        invoker: &dyn Invoker,
+        intent: &mut Intent,
+        payload: &ErrorPayload,
+        cancel: &CancellationToken,
+    ) -> Next {
+        // A non-idempotent TIMEOUT says `no` because nobody verified the state; with the host's
+        // verification it becomes an ordinary repeat.
+        let timeout_unverified = payload.code() == ErrorCode::Timeout && payload.retry() == Retry::No;
+        let category = if timeout_unverified { Retry::Yes } else { payload.retry() };
+        match category {
+            Retry::No => return Next::Stop(Stop::ReturnedToCaller),
+            Retry::WithChanges if payload.code() != ErrorCode::InvocationConflict || intent.conflict_retried => {
+                return Next::Stop(Stop::ReturnedToCaller);
+            }
+            _ => {}
+        }
+        if intent.attempts >= self.config.max_attempts {
+            return Next::Stop(Stop::BudgetExhausted);
+        }
+        if may_have_executed(payload) && (timeout_unverified || !self.idempotent(invoker, intent, payload).await) {
+            let verification = tokio::select! {
+                v = self.host.verify(&intent.request, payload) => v,
+                () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),
+            };
+            match verification {
+                Verification::NotApplied => {}
+                Verification::Applied => return Next::Stop(Stop::VerifiedApplied),
+                Verification::Unknown => return Next::Stop(Stop::Unverified),
+            }
+        }
+        match category {
+            Retry::No => Next::Stop(Stop::ReturnedToCaller),
+            Retry::WithChanges => {
+                intent.conflict_retried = true;
+                Next::Retry { fresh_id: true }
+            }
+            Retry::Yes => Next::Retry { fresh_id: payload.is_cacheable() },
+            Retry::AfterDelay => {
+                let delay = payload.retry_after().unwrap_or(self.config.default_delay);
+                if delay > self.config.max_delay || intent.waited + delay > self.config.max_total_delay {
+                    return Next::Stop(Stop::DelayTooLong);
+                }
+                tokio::select! {
+                    () = self.clock.sleep(delay) => {}
+                    () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),
+                }
+                intent.waited += delay;
+                Next::Retry { fresh_id: payload.is_cacheable() }
+            }
+            Retry::AfterRefresh => {
+                let snapshot = invoker.snapshot().await;
+                intent.refreshed = true;
+                let next = re_resolve(&intent.request, payload, &snapshot);
+                intent.snapshot = Some(snapshot);
+                match next {
+                    Some(request) => {
+                        intent.request = request;
+                        Next::Retry { fresh_id: true }
+                    }
+                    None => Next::Stop(Stop::ReturnedToCaller),
+                }
+            }
+            Retry::WithConfirmation => self.confirmation(intent, payload, cancel).await,
+        }
+    }
+
+    async fn confirmation(&self, intent: &mut Intent, payload: &ErrorPayload, cancel: &CancellationToken) -> Next {
+        if payload.code() != ErrorCode::ConfirmationRequired {
+            // CONFIRMATION_INVALID {reason: expired}: a fresh cycle, without the stale evidence.
+            intent.request.confirmation_id = None;
+            return Next::Retry { fresh_id: true };
+        }
+        let Some(details) = payload.details_as::<ConfirmationRequiredDetails>() else {
+            return Next::Stop(Stop::ReturnedToCaller);
+        };
+        if intent.prompted.contains(&details.confirmation_id) {
+            // Approved once already and asked again: let the caller see it.
+            return Next::Stop(Stop::ReturnedToCaller);
+        }
+        intent.prompted.push(details.confirmation_id.clone());
+        let prompt = ConfirmationPrompt {
+            capability: intent.request.capability.clone(),
+            input: intent.request.input.clone(),
+            confirmation_id: details.confirmation_id.clone(),
+            summary: details.summary,
+            expires_at: details.expires_at,
+            effect: details.effect,
+        };
+        let approval = tokio::select! {
+            a = self.host.confirm(&prompt) => a,
+            () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),
+        };
+        match approval {
+            Approval::Approved => {
+                intent.request.confirmation_id = Some(details.confirmation_id);
+                Next::Retry { fresh_id: payload.is_cacheable() }
+            }
+            Approval::Denied => Next::Stop(Stop::Denied),
+            Approval::Unavailable => Next::Stop(Stop::ReturnedToCaller),
+        }
+    }
+}
+
+fn cancelled(request: &InvokeRequest) -> InvokeResult {
+    InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), request.invocation_id.clone())
+}
+
+/// The request re-resolved against a fresh snapshot, or `None` when there is nothing to call:
+/// the capability is gone or disabled, or the named instance is gone.
+///
+/// Staleness tokens the request carried are replaced by the snapshot's, never removed; a
+/// registration id that is no longer live is replaced by the error's `liveRegistrationId` or the
+/// named instance's live registration.
+pub fn re_resolve(request: &InvokeRequest, payload: &ErrorPayload, snapshot: &Snapshot) -> Option<InvokeRequest> {
+    let capability = snapshot.capability(&request.capability)?;
+    if !capability.enabled {
+        return None;
+    }
+    let mut next = request.clone();
+    if next.surface_id.is_some() {
+        next.surface_id = Some(snapshot.surface_id.clone());
+    }
+    if next.surface_version.is_some() {
+        next.surface_version = Some(snapshot.version);
+    }
+    if let Some(target) = &request.target {
+        let live = |rid: &str| capability.instances.iter().any(|i| i.registration_id == rid);
+        let replacement =
+            payload.details_as::<StaleDetails>().and_then(|d| d.live_registration_id).filter(|rid| live(rid));
+        let mut t = target.clone();
+        match (&target.instance_id, &target.registration_id) {
+            (_, Some(rid)) if live(rid) => {}
+            (_, Some(_)) if replacement.is_some() => t.registration_id = replacement,
+            (Some(iid), rid) => {
+                let instance = capability.instances.iter().find(|i| &i.instance_id == iid)?;
+                if rid.is_some() {
+                    t.registration_id = Some(instance.registration_id.clone());
+                }
+            }
+            (None, Some(_)) => return None,
+            (None, None) => {}
+        }
+        next.target = Some(t);
+    }
+    Some(next)
+}

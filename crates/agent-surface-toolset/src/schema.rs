@@ -1,0 +1,471 @@
+//! Input schemas in each provider's dialect.
+//!
+//! The registry advertises draft 2020-12 schemas in its portable subset (see
+//! `agent_surface_registry`'s schema module): `$defs`/`$ref`, `anyOf`/`oneOf`, type arrays, the
+//! usual limits and annotations. OpenAI and Anthropic take them as they are (minus `$schema`);
+//! OpenAI's strict mode takes only a stricter subset ([`openai_strict_eligible`]); Gemini takes
+//! an OpenAPI 3.0 subset, so [`gemini_schema`] rewrites them.
+
+use serde_json::{Map, Value, json};
+
+/// The schema with the root `$schema` member removed: every provider knows the dialect, and
+/// Gemini rejects the member.
+pub fn without_dialect(schema: &Value) -> Value {
+    let mut out = schema.clone();
+    if let Some(root) = out.as_object_mut() {
+        root.remove("$schema");
+    }
+    out
+}
+
+// ---- OpenAI strict mode ---------------------------------------------------------------------
+
+/// Keywords OpenAI strict mode accepts (Structured Outputs, "Supported schemas").
+const STRICT_KEYWORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "anyOf",
+    "$ref",
+    "description",
+    "title",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+];
+
+/// String formats OpenAI strict mode accepts.
+const STRICT_FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+
+/// The deepest object nesting strict mode accepts.
+const STRICT_MAX_DEPTH: usize = 10;
+/// The most object properties strict mode accepts in one schema.
+const STRICT_MAX_PROPERTIES: usize = 5000;
+/// The most enum values strict mode accepts in one schema.
+const STRICT_MAX_ENUM_VALUES: usize = 1000;
+
+/// Why a schema cannot be sent with `strict: true`, or `Ok` if it can.
+///
+/// A schema qualifies when the root is an object schema (not `anyOf`); every object schema,
+/// including those in `$defs`, lists all its properties in `required` and has
+/// `additionalProperties: false`; it uses only the keywords strict mode supports (no `oneOf`,
+/// `default`, `minLength`, `uniqueItems`, `nullable`, `x-…`, …) and only its string formats; and it
+/// stays within 10 levels of nesting, 5000 properties and 1000 enum values.
+///
+/// ```
+/// use agent_surface_toolset::openai_strict_eligible;
+/// use serde_json::json;
+///
+/// let strict = json!({
+///     "type": "object",
+///     "properties": {"city": {"type": "string"}, "unit": {"type": ["string", "null"], "enum": ["c", "f", null]}},
+///     "required": ["city", "unit"],
+///     "additionalProperties": false
+/// });
+/// assert!(openai_strict_eligible(&strict).is_ok());
+///
+/// let optional = json!({"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": false});
+/// assert_eq!(openai_strict_eligible(&optional).unwrap_err(), "at #: property `city` is not required");
+/// ```
+pub fn openai_strict_eligible(schema: &Value) -> Result<(), String> {
+    let schema = without_dialect(schema);
+    let Some(root) = schema.as_object() else { return Err("at #: the root is not an object schema".into()) };
+    if root.get("type").and_then(Value::as_str) != Some("object") || root.contains_key("anyOf") {
+        return Err("at #: the root must be `\"type\": \"object\"` and not `anyOf`".into());
+    }
+    let mut budget = StrictBudget { properties: 0, enum_values: 0 };
+    for key in ["$defs", "definitions"] {
+        if let Some(defs) = root.get(key) {
+            let Some(defs) = defs.as_object() else { return Err(format!("at #/{key}: not an object")) };
+            for (name, def) in defs {
+                strict_node(def, &format!("#/{key}/{name}"), 0, &mut budget)?;
+            }
+        }
+    }
+    let mut root = root.clone();
+    root.remove("$defs");
+    root.remove("definitions");
+    strict_node(&Value::Object(root), "#", 0, &mut budget)
+}
+
+struct StrictBudget {
+    properties: usize,
+    enum_values: usize,
+}
+
+fn strict_node(node: &Value, at: &str, depth: usize, budget: &mut StrictBudget) -> Result<(), String> {
+    let Some(obj) = node.as_object() else { return Err(format!("at {at}: boolean schemas are not supported")) };
+    if depth > STRICT_MAX_DEPTH {
+        return Err(format!("at {at}: nested deeper than {STRICT_MAX_DEPTH} levels"));
+    }
+    if let Some(key) = obj.keys().find(|k| !STRICT_KEYWORDS.contains(&k.as_str())) {
+        return Err(format!("at {at}: keyword `{key}` is not supported"));
+    }
+    if let Some(format) = obj.get("format")
+        && !format.as_str().is_some_and(|f| STRICT_FORMATS.contains(&f))
+    {
+        return Err(format!("at {at}: format {format} is not supported"));
+    }
+    if let Some(values) = obj.get("enum") {
+        budget.enum_values += values.as_array().map_or(0, Vec::len);
+        if budget.enum_values > STRICT_MAX_ENUM_VALUES {
+            return Err(format!("at {at}: more than {STRICT_MAX_ENUM_VALUES} enum values"));
+        }
+    }
+    let types: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if types.contains(&"object") || obj.contains_key("properties") {
+        let empty = Map::new();
+        let properties = match obj.get("properties") {
+            Some(Value::Object(p)) => p,
+            Some(_) => return Err(format!("at {at}: `properties` is not an object")),
+            None => &empty,
+        };
+        if obj.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Err(format!("at {at}: `additionalProperties` is not `false`"));
+        }
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
+        if let Some(name) = properties.keys().find(|k| !required.contains(&k.as_str())) {
+            return Err(format!("at {at}: property `{name}` is not required"));
+        }
+        budget.properties += properties.len();
+        if budget.properties > STRICT_MAX_PROPERTIES {
+            return Err(format!("at {at}: more than {STRICT_MAX_PROPERTIES} properties"));
+        }
+        for (name, sub) in properties {
+            strict_node(sub, &format!("{at}/properties/{name}"), depth + 1, budget)?;
+        }
+    } else if obj.contains_key("additionalProperties") {
+        return Err(format!("at {at}: `additionalProperties` outside an object schema"));
+    }
+    if let Some(items) = obj.get("items") {
+        strict_node(items, &format!("{at}/items"), depth + 1, budget)?;
+    }
+    if let Some(any_of) = obj.get("anyOf") {
+        let Some(members) = any_of.as_array() else { return Err(format!("at {at}: `anyOf` is not an array")) };
+        for (i, m) in members.iter().enumerate() {
+            strict_node(m, &format!("{at}/anyOf/{i}"), depth + 1, budget)?;
+        }
+    }
+    if let Some(r) = obj.get("$ref").and_then(Value::as_str)
+        && !(r == "#" || r.starts_with("#/$defs/") || r.starts_with("#/definitions/"))
+    {
+        return Err(format!("at {at}: `$ref` {r} is not a local definition"));
+    }
+    Ok(())
+}
+
+// ---- Gemini -----------------------------------------------------------------------------------
+
+/// How many `$ref`s one path may expand before the rest is cut off (recursion, or a very deep
+/// chain of definitions).
+const GEMINI_MAX_REF_DEPTH: usize = 8;
+
+/// Keywords copied to Gemini unchanged.
+const GEMINI_KEEP: &[&str] = &[
+    "title",
+    "description",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minProperties",
+    "maxProperties",
+    "default",
+];
+
+/// An input schema converted to the OpenAPI 3.0 subset Gemini's `FunctionDeclaration.parameters`
+/// accepts, or `None` when the function takes no parameters (Gemini rejects an `OBJECT` with no
+/// properties; an absent `parameters` means "no parameters").
+///
+/// The conversion:
+///
+/// - `$ref` is inlined from `$defs` / `definitions` (a recursive reference, or one nested deeper
+///   than 8 expansions, becomes an untyped schema keeping its description); `$schema`, `$id`,
+///   `$defs` and `definitions` are dropped;
+/// - `type` becomes Gemini's upper-case enum; a type array with `"null"` becomes the type plus
+///   `nullable: true`; several non-null types become `anyOf`;
+/// - `oneOf` becomes `anyOf`; a `{"type": "null"}` member becomes `nullable: true`; a single
+///   remaining member is merged into its parent; members that are all string constants collapse
+///   into one `enum`;
+/// - `enum` and `const` of strings become `{"type": "STRING", "format": "enum", "enum": [...]}`;
+///   other values are listed in the description instead;
+/// - `format` is kept only where Gemini defines it (`enum`, `date-time` for strings; `float`,
+///   `double` for numbers; `int32`, `int64` for integers);
+/// - `examples` becomes `example` (the first one);
+/// - `additionalProperties`, `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`,
+///   `uniqueItems`, `readOnly`, `writeOnly`, `deprecated`, `x-…` and anything else are dropped;
+///   an object with no properties left is sent untyped.
+///
+/// Nothing is lost that matters for correctness: the registry validates the call against the
+/// original schema and answers `INVALID_INPUT` with the issues.
+///
+/// ```
+/// use agent_surface_toolset::gemini_schema;
+/// use serde_json::json;
+///
+/// let schema = json!({
+///     "$schema": "https://json-schema.org/draft/2020-12/schema",
+///     "type": "object",
+///     "properties": {
+///         "line": {"$ref": "#/$defs/Line"},
+///         "note": {"type": ["string", "null"]}
+///     },
+///     "required": ["line"],
+///     "additionalProperties": false,
+///     "$defs": {"Line": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}}
+/// });
+/// assert_eq!(gemini_schema(&schema), Some(json!({
+///     "type": "OBJECT",
+///     "properties": {
+///         "line": {"type": "OBJECT", "properties": {"sku": {"type": "STRING"}}, "required": ["sku"]},
+///         "note": {"type": "STRING", "nullable": true}
+///     },
+///     "required": ["line"]
+/// })));
+/// ```
+pub fn gemini_schema(schema: &Value) -> Option<Value> {
+    let mut stack = Vec::new();
+    let converted = gemini_node(schema, schema, &mut stack);
+    let empty_root = converted.get("type").and_then(Value::as_str) != Some("OBJECT")
+        || converted.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
+    if empty_root { None } else { Some(Value::Object(converted)) }
+}
+
+fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+    if reference == "#" {
+        return Some(root);
+    }
+    let (key, name) = reference
+        .strip_prefix("#/$defs/")
+        .map(|n| ("$defs", n))
+        .or_else(|| reference.strip_prefix("#/definitions/").map(|n| ("definitions", n)))?;
+    let name = name.replace("~1", "/").replace("~0", "~");
+    root.get(key)?.get(name)
+}
+
+fn gemini_type(t: &str) -> Option<&'static str> {
+    Some(match t {
+        "string" => "STRING",
+        "number" => "NUMBER",
+        "integer" => "INTEGER",
+        "boolean" => "BOOLEAN",
+        "array" => "ARRAY",
+        "object" => "OBJECT",
+        _ => return None,
+    })
+}
+
+fn gemini_format_ok(gemini_type: Option<&str>, format: &str) -> bool {
+    matches!(
+        (gemini_type, format),
+        (Some("STRING"), "enum" | "date-time")
+            | (Some("NUMBER"), "float" | "double")
+            | (Some("INTEGER"), "int32" | "int64")
+    )
+}
+
+fn append_description(out: &mut Map<String, Value>, extra: &str) {
+    let text = match out.get("description").and_then(Value::as_str) {
+        Some(d) if !d.is_empty() => format!("{d} {extra}"),
+        _ => extra.to_string(),
+    };
+    out.insert("description".into(), Value::String(text));
+}
+
+fn list_values(values: &[Value]) -> String {
+    values.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn gemini_node(node: &Value, root: &Value, stack: &mut Vec<String>) -> Map<String, Value> {
+    let Some(obj) = node.as_object() else { return Map::new() };
+    let mut out = Map::new();
+
+    if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
+        match resolve(root, reference) {
+            Some(target) if !stack.iter().any(|r| r == reference) && stack.len() < GEMINI_MAX_REF_DEPTH => {
+                stack.push(reference.to_string());
+                out = gemini_node(target, root, stack);
+                stack.pop();
+            }
+            target => {
+                // Recursive or too deep: keep what describes it, leave it untyped.
+                let description = obj.get("description").or_else(|| target.and_then(|t| t.get("description")));
+                if let Some(d) = description {
+                    out.insert("description".into(), d.clone());
+                }
+            }
+        }
+    }
+
+    // Types.
+    let mut nullable = false;
+    let mut types: Vec<&'static str> = Vec::new();
+    match obj.get("type") {
+        Some(Value::String(t)) if t == "null" => nullable = true,
+        Some(Value::String(t)) => types.extend(gemini_type(t)),
+        Some(Value::Array(ts)) => {
+            for t in ts.iter().filter_map(Value::as_str) {
+                if t == "null" {
+                    nullable = true;
+                } else {
+                    types.extend(gemini_type(t));
+                }
+            }
+        }
+        _ => {}
+    }
+    match types.as_slice() {
+        [] => {}
+        [one] => {
+            out.insert("type".into(), json!(one));
+        }
+        many => {
+            out.insert("anyOf".into(), Value::Array(many.iter().map(|t| json!({"type": t})).collect()));
+        }
+    }
+
+    for key in GEMINI_KEEP {
+        if let Some(v) = obj.get(*key) {
+            out.insert((*key).into(), v.clone());
+        }
+    }
+    if let Some(first) = obj.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
+        out.insert("example".into(), first.clone());
+    }
+
+    // Enumerations.
+    let mut values: Option<Vec<Value>> = obj.get("enum").and_then(Value::as_array).cloned();
+    if let Some(c) = obj.get("const") {
+        values = Some(vec![c.clone()]);
+    }
+    if let Some(mut values) = values {
+        if values.iter().any(Value::is_null) {
+            nullable = true;
+            values.retain(|v| !v.is_null());
+        }
+        if !values.is_empty() && values.iter().all(Value::is_string) {
+            out.insert("type".into(), json!("STRING"));
+            out.insert("format".into(), json!("enum"));
+            out.insert("enum".into(), Value::Array(values));
+        } else if !values.is_empty() {
+            append_description(&mut out, &format!("Allowed values: {}.", list_values(&values)));
+        }
+    }
+
+    // Object members.
+    if let Some(properties) = obj.get("properties").and_then(Value::as_object) {
+        let converted: Map<String, Value> =
+            properties.iter().map(|(k, v)| (k.clone(), Value::Object(gemini_node(v, root, stack)))).collect();
+        out.insert("properties".into(), Value::Object(converted));
+        if let Some(required) = obj.get("required").and_then(Value::as_array) {
+            let kept: Vec<Value> =
+                required.iter().filter(|r| r.as_str().is_some_and(|r| properties.contains_key(r))).cloned().collect();
+            if !kept.is_empty() {
+                out.insert("required".into(), Value::Array(kept));
+            }
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        out.insert("items".into(), Value::Object(gemini_node(items, root, stack)));
+    }
+
+    // Alternatives.
+    let members: Vec<&Value> =
+        ["anyOf", "oneOf"].iter().filter_map(|k| obj.get(*k)).filter_map(Value::as_array).flatten().collect();
+    if !members.is_empty() {
+        let mut converted: Vec<Map<String, Value>> = Vec::new();
+        for m in members {
+            if m.get("type").and_then(Value::as_str) == Some("null") && m.as_object().is_some_and(|o| o.len() == 1) {
+                nullable = true;
+                continue;
+            }
+            converted.push(gemini_node(m, root, stack));
+        }
+        merge_alternatives(&mut out, converted, &mut nullable);
+    }
+
+    // Formats Gemini defines, for the type it ends up with.
+    if let Some(format) = obj.get("format").and_then(Value::as_str)
+        && !out.contains_key("format")
+        && gemini_format_ok(out.get("type").and_then(Value::as_str), format)
+    {
+        out.insert("format".into(), json!(format));
+    }
+    if nullable {
+        out.insert("nullable".into(), json!(true));
+    }
+    // An object with nothing declared: Gemini rejects `OBJECT` without properties.
+    if out.get("type").and_then(Value::as_str) == Some("OBJECT")
+        && out.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty)
+    {
+        out.remove("type");
+        out.remove("properties");
+        out.remove("required");
+    }
+    out
+}
+
+/// Folds converted `anyOf`/`oneOf` members into `out`.
+fn merge_alternatives(out: &mut Map<String, Value>, mut members: Vec<Map<String, Value>>, nullable: &mut bool) {
+    if members.is_empty() {
+        return;
+    }
+    if members.len() == 1 {
+        let only = members.remove(0);
+        for (k, v) in only {
+            if k == "nullable" {
+                *nullable |= v == Value::Bool(true);
+            } else if k == "description" && out.contains_key("description") {
+                continue;
+            } else {
+                out.insert(k, v);
+            }
+        }
+        return;
+    }
+    // Documented string constants (how `schemars` writes enums with doc comments): one enum.
+    let all_string_enums = members.iter().all(|m| {
+        m.get("format").and_then(Value::as_str) == Some("enum")
+            && m.get("properties").is_none()
+            && m.get("anyOf").is_none()
+    });
+    if all_string_enums {
+        let mut values = Vec::new();
+        let mut notes = Vec::new();
+        for m in &members {
+            let these = m.get("enum").and_then(Value::as_array).cloned().unwrap_or_default();
+            if let Some(d) = m.get("description").and_then(Value::as_str) {
+                notes.push(format!("{}: {d}", list_values(&these)));
+            }
+            values.extend(these);
+        }
+        out.insert("type".into(), json!("STRING"));
+        out.insert("format".into(), json!("enum"));
+        out.insert("enum".into(), Value::Array(values));
+        if !notes.is_empty() {
+            append_description(out, &notes.join("; "));
+        }
+        return;
+    }
+    out.insert("anyOf".into(), Value::Array(members.into_iter().map(Value::Object).collect()));
+}

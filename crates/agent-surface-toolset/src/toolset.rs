@@ -1,0 +1,260 @@
+//! [`Toolset`]: one consumer's view of a registry as tools for an in-process agent loop.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use agent_surface_core::{InvokeResult, Retry};
+use agent_surface_policy::Consumer;
+use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::calls::{ParseError, ToolCall, parse_tool_calls};
+use crate::definitions::tool_definitions;
+use crate::provider::Provider;
+use crate::recovery::{Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop};
+use crate::results::{ResultFormat, encode_result, reply_messages};
+
+/// How a [`Toolset`] behaves. Build it with struct update syntax over `Default`.
+#[derive(Clone)]
+pub struct ToolsetConfig {
+    /// How results are written (the one-line rendering is off by default).
+    pub results: ResultFormat,
+    /// The recovery loop's bounds.
+    pub recovery: RecoveryConfig,
+    /// Approvals and verification (default: [`RelayToModel`], which hands both to the model).
+    pub host: Arc<dyn RecoveryHost>,
+    /// A namespace for invocation ids, e.g. a conversation id (see [`crate::invocation_id`]).
+    pub id_namespace: Option<String>,
+}
+
+impl Default for ToolsetConfig {
+    fn default() -> ToolsetConfig {
+        ToolsetConfig {
+            results: ResultFormat::default(),
+            recovery: RecoveryConfig::default(),
+            host: Arc::new(RelayToModel),
+            id_namespace: None,
+        }
+    }
+}
+
+impl fmt::Debug for ToolsetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolsetConfig")
+            .field("results", &self.results)
+            .field("recovery", &self.recovery)
+            .field("id_namespace", &self.id_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One answered tool call.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ToolOutcome {
+    /// The call.
+    pub call: ToolCall,
+    /// Its final result.
+    pub result: InvokeResult,
+    /// How many requests the recovery loop sent (0 when the call could not become a request).
+    pub attempts: u32,
+    /// Why the loop stopped.
+    pub stop: Stop,
+    /// The last request sent (`None` when the call could not become a request).
+    pub request: Option<InvokeRequest>,
+    /// The result in the provider's format (see [`crate::encode_result`]).
+    pub item: Value,
+}
+
+/// One answered model turn.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Turn {
+    /// Each call's outcome, in the order of the calls.
+    pub outcomes: Vec<ToolOutcome>,
+    /// The messages to append to the conversation (see [`crate::reply_messages`]).
+    pub messages: Vec<Value>,
+    /// Whether the tool list must be re-listed ([`Toolset::tools`]) before the model's next step.
+    pub relist: bool,
+}
+
+struct State {
+    /// The snapshot the model's tool list was made from.
+    listed: Option<Snapshot>,
+    /// Whether the tool list must be re-listed before the model's next step.
+    stale: bool,
+    /// Model turns parsed so far (scopes Gemini's derived call ids).
+    turns: u64,
+}
+
+/// A registry's capabilities as tools for one consumer's agent loop.
+///
+/// The loop:
+///
+/// 1. `toolset.tools(provider)` before each model request: the `tools` member, re-listed when the
+///    surface changed in a way the toolset noticed ([`Toolset::is_stale`]);
+/// 2. `toolset.handle(provider, &response)` for each model response: its tool calls run
+///    concurrently through the [recovery loop](crate::recovery), and [`Turn::messages`] answer them
+///    in order.
+///
+/// Calls carry the staleness tokens (`surfaceId`, `version`) of the snapshot the model's tool list
+/// was made from, so a destructive call planned against an outdated list is `STALE_CAPABILITY`.
+/// After `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY`, `COMPONENT_UNMOUNTED` (or any `after-refresh`
+/// error, or a refresh by the loop), the tool list is marked stale.
+pub struct Toolset {
+    registry: Registry,
+    consumer: Consumer,
+    config: ToolsetConfig,
+    driver: RecoveryDriver,
+    cancellation: CancellationToken,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for Toolset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Toolset")
+            .field("consumer", &self.consumer.key())
+            .field("config", &self.config)
+            .field("stale", &self.is_stale())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Toolset {
+    /// A toolset over `registry` for `consumer`; the recovery loop waits on the registry's clock.
+    pub fn new(registry: Registry, consumer: Consumer, config: ToolsetConfig) -> Toolset {
+        let driver = RecoveryDriver::new(config.recovery, registry.config().clock.clone(), config.host.clone());
+        Toolset {
+            registry,
+            consumer,
+            config,
+            driver,
+            cancellation: CancellationToken::new(),
+            state: Mutex::new(State { listed: None, stale: true, turns: 0 }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The consumer the toolset calls as.
+    pub fn consumer(&self) -> &Consumer {
+        &self.consumer
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ToolsetConfig {
+        &self.config
+    }
+
+    /// Cancelling this token cancels every call and wait in progress (they end with
+    /// `CANCELLED`).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancellation
+    }
+
+    /// Whether the tool list must be re-listed before the model's next step (also true before the
+    /// first listing).
+    pub fn is_stale(&self) -> bool {
+        self.state().stale
+    }
+
+    /// Marks the tool list stale (e.g. when the host knows the surface changed).
+    pub fn mark_stale(&self) {
+        self.state().stale = true;
+    }
+
+    /// The snapshot the current tool list was made from.
+    pub fn listed(&self) -> Option<Snapshot> {
+        self.state().listed.clone()
+    }
+
+    /// The snapshot for the model's next step: the listed one, or a fresh one when the list is
+    /// stale (which then becomes the listed one).
+    pub async fn snapshot(&self) -> Snapshot {
+        {
+            let state = self.state();
+            if let (false, Some(listed)) = (state.stale, &state.listed) {
+                return listed.clone();
+            }
+        }
+        let snapshot = self.registry.snapshot(&self.consumer).await;
+        let mut state = self.state();
+        state.listed = Some(snapshot.clone());
+        state.stale = false;
+        snapshot
+    }
+
+    /// The request's `tools` member for `provider` (see [`crate::tool_definitions`]), re-listed
+    /// if stale.
+    pub async fn tools(&self, provider: Provider) -> Value {
+        tool_definitions(provider, &self.snapshot().await)
+    }
+
+    /// The tool calls of one model response (see [`crate::parse_tool_calls`]).
+    pub fn parse_calls(&self, provider: Provider, response: &Value) -> Result<Vec<ToolCall>, ParseError> {
+        let turn = {
+            let mut state = self.state();
+            state.turns += 1;
+            state.turns
+        };
+        parse_tool_calls(provider, response, turn)
+    }
+
+    /// The invoke request for a call, carrying the listed snapshot's staleness tokens, or the
+    /// result that answers it without a request (unknown tool name, malformed arguments).
+    pub fn request_for(&self, call: &ToolCall) -> Result<InvokeRequest, InvokeResult> {
+        let request = call.to_request(self.config.id_namespace.as_deref())?;
+        Ok(match &self.state().listed {
+            Some(listed) => request.with_surface(listed.surface_id.clone(), listed.version),
+            None => request,
+        })
+    }
+
+    /// Runs one call through the recovery loop and encodes its result.
+    pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
+        let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
+            Ok(request) => {
+                let invoker = ToolsetInvoker { toolset: self };
+                let r = self.driver.run(&invoker, request, &self.cancellation).await;
+                (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
+            }
+            Err(result) => (result, 0, Stop::ReturnedToCaller, false, None),
+        };
+        let relist = result.error_payload().is_some_and(|p| p.retry() == Retry::AfterRefresh);
+        if refreshed || relist {
+            self.mark_stale();
+        }
+        let item = encode_result(call, &result, &self.config.results);
+        ToolOutcome { call: call.clone(), result, attempts, stop, request, item }
+    }
+
+    /// Answers one model response: parses its tool calls, runs them concurrently, and returns
+    /// their outcomes and the reply messages in call order.
+    pub async fn handle(&self, provider: Provider, response: &Value) -> Result<Turn, ParseError> {
+        let calls = self.parse_calls(provider, response)?;
+        let outcomes = futures_util::future::join_all(calls.iter().map(|c| self.call(c))).await;
+        let messages = reply_messages(provider, outcomes.iter().map(|o| o.item.clone()).collect());
+        Ok(Turn { outcomes, messages, relist: self.is_stale() })
+    }
+}
+
+/// The toolset's [`Invoker`]: its consumer and cancellation.
+struct ToolsetInvoker<'a> {
+    toolset: &'a Toolset,
+}
+
+impl Invoker for ToolsetInvoker<'_> {
+    fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
+        let options =
+            InvokeOptions::new(self.toolset.consumer.clone()).with_cancellation(self.toolset.cancellation.clone());
+        Box::pin(self.toolset.registry.invoke(request, options))
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Snapshot> {
+        Box::pin(self.toolset.registry.snapshot(&self.toolset.consumer))
+    }
+}

@@ -1,0 +1,10 @@
+//! Integration tests of the toolset adapter and the recovery loop, through the public API.
+
+mod support;
+
+mod conformance;
+mod golden;
+mod recovery;
+mod schemas;
+mod session;
+mod toolset;

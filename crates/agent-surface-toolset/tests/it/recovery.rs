@@ -1,0 +1,457 @@
+//! The recovery loop against a scripted fake invoker: each retry category, the bounds, and a
+//! property test over every code and every reachable sequence of results.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::details::{ConfirmationInvalidReason, Origin, RateLimitReason, StaleReason, UnmountPhase};
+use agent_surface_core::matrix::MATRIX;
+use agent_surface_core::{
+    AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, SafeText, Timestamp,
+};
+use agent_surface_registry::{InvokeRequest, Snapshot, Target};
+use agent_surface_testing::TestClock;
+use agent_surface_toolset::recovery::may_have_executed;
+use agent_surface_toolset::{
+    Approval, ConfirmationPrompt, Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop,
+    Verification,
+};
+use futures_util::future::BoxFuture;
+use proptest::prelude::*;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{descriptor, snapshot};
+
+/// One scripted answer: the result, and whether the handler's effect took place.
+#[derive(Clone, Debug)]
+struct Step {
+    result: InvokeResult,
+    applied: bool,
+}
+
+fn ok_step() -> Step {
+    Step { result: InvokeResult::ok(json!({"done": true}), None), applied: true }
+}
+
+fn err(e: AgentSurfaceError) -> Step {
+    Step { result: InvokeResult::error(e.into_payload(), None), applied: false }
+}
+
+#[derive(Default)]
+struct Ground {
+    /// Requests received, in order.
+    requests: Vec<InvokeRequest>,
+    /// How many times the effect took place.
+    applied: usize,
+    /// How many snapshots were taken.
+    snapshots: usize,
+}
+
+/// Answers with its script, then with success; lists a fixed snapshot.
+struct Fake {
+    script: Mutex<VecDeque<Step>>,
+    snapshot: Snapshot,
+    ground: Arc<Mutex<Ground>>,
+}
+
+impl Fake {
+    fn new(script: Vec<Step>, idempotent: bool) -> Fake {
+        let mut d = descriptor("cart.add", "Add.", json!({"type": "object"}));
+        d["idempotent"] = json!(idempotent);
+        d["instances"] = json!([{"instanceId": "main", "registrationId": "r-2"}]);
+        Fake { script: Mutex::new(script.into()), snapshot: snapshot(json!([d])), ground: Arc::default() }
+    }
+
+    fn requests(&self) -> Vec<InvokeRequest> {
+        self.ground.lock().unwrap().requests.clone()
+    }
+}
+
+impl Invoker for Fake {
+    fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
+        let step = self.script.lock().unwrap().pop_front().unwrap_or_else(ok_step);
+        let mut ground = self.ground.lock().unwrap();
+        ground.requests.push(request.clone());
+        if step.applied {
+            ground.applied += 1;
+        }
+        let result = step.result.with_invocation_id(request.invocation_id);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Snapshot> {
+        self.ground.lock().unwrap().snapshots += 1;
+        Box::pin(std::future::ready(self.snapshot.clone()))
+    }
+}
+
+/// Answers approvals from a script (then `Unavailable`) and verifies truthfully from the fake's
+/// ground truth, or never.
+struct Host {
+    approvals: Mutex<VecDeque<Approval>>,
+    prompts: Mutex<Vec<ConfirmationPrompt>>,
+    truth: Option<Arc<Mutex<Ground>>>,
+}
+
+impl Host {
+    fn new(approvals: Vec<Approval>, truth: Option<Arc<Mutex<Ground>>>) -> Arc<Host> {
+        Arc::new(Host { approvals: Mutex::new(approvals.into()), prompts: Mutex::default(), truth })
+    }
+}
+
+impl RecoveryHost for Host {
+    fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+        self.prompts.lock().unwrap().push(prompt.clone());
+        let a = self.approvals.lock().unwrap().pop_front().unwrap_or(Approval::Unavailable);
+        Box::pin(std::future::ready(a))
+    }
+
+    fn verify<'a>(&'a self, _: &'a InvokeRequest, _: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
+        let v = match &self.truth {
+            Some(ground) if ground.lock().unwrap().applied == 0 => Verification::NotApplied,
+            Some(_) => Verification::Applied,
+            None => Verification::Unknown,
+        };
+        Box::pin(std::future::ready(v))
+    }
+}
+
+fn driver(clock: &TestClock, host: Arc<dyn RecoveryHost>) -> RecoveryDriver {
+    RecoveryDriver::new(RecoveryConfig::default(), clock.shared(), host)
+}
+
+fn request() -> InvokeRequest {
+    InvokeRequest::new("cart.add", json!({"sku": "tea"})).with_invocation_id("p:call-1").with_surface("s-old", 3)
+}
+
+fn run(fake: &Fake, driver: &RecoveryDriver) -> agent_surface_toolset::Recovery {
+    futures_executor(driver.run(fake, request(), &CancellationToken::new()))
+}
+
+/// Drives a future whose waits all complete at once (auto-advancing clock, ready fakes).
+fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+}
+
+fn ids(fake: &Fake) -> Vec<String> {
+    fake.requests().iter().map(|r| r.invocation_id.clone().unwrap_or_default()).collect()
+}
+
+#[test]
+fn after_refresh_re_resolves_and_retries_under_a_fresh_id() {
+    let clock = TestClock::auto_advancing();
+    let fake = Fake::new(vec![err(AgentSurfaceError::capability_not_found())], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts, r.refreshed), (Stop::Succeeded, 2, true));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+    // The staleness tokens were refreshed, not stripped.
+    let second = &fake.requests()[1];
+    assert_eq!((second.surface_id.as_deref(), second.surface_version), (Some("s-0123456789abcdef"), Some(7)));
+
+    // A replaced registration is retargeted to the live one.
+    let stale = AgentSurfaceError::stale_capability(StaleReason::RegistrationReplaced, Some("r-2".into()));
+    let fake = Fake::new(vec![err(stale)], false);
+    let req = request().with_target(Target { instance_id: Some("main".into()), registration_id: Some("r-1".into()) });
+    let r = futures_executor(driver(&clock, Arc::new(RelayToModel)).run(&fake, req, &CancellationToken::new()));
+    assert_eq!(r.stop, Stop::Succeeded);
+    assert_eq!(fake.requests()[1].target.as_ref().unwrap().registration_id.as_deref(), Some("r-2"));
+
+    // An instance that is gone: nothing to call, back to the caller.
+    let fake = Fake::new(vec![err(AgentSurfaceError::component_unmounted(UnmountPhase::Resolve))], false);
+    let req = request().with_target(Target::instance("other"));
+    let r = futures_executor(driver(&clock, Arc::new(RelayToModel)).run(&fake, req, &CancellationToken::new()));
+    assert_eq!((r.stop, r.attempts, r.refreshed), (Stop::ReturnedToCaller, 1, true));
+    assert_eq!(r.result.code(), Some(ErrorCode::ComponentUnmounted));
+}
+
+#[tokio::test]
+async fn after_delay_waits_on_the_clock_and_reuses_the_id_of_a_non_cacheable_code() {
+    let clock = TestClock::new();
+    let limited = AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(1500));
+    let fake = Fake::new(vec![err(limited)], false);
+    let d = driver(&clock, Arc::new(RelayToModel));
+    let cancel = CancellationToken::new();
+    let (r, ()) =
+        tokio::join!(d.run(&fake, request(), &cancel), clock.advance_when_waiting(1, Duration::from_millis(1500)));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1"]);
+    assert_eq!(clock.elapsed(), Duration::from_millis(1500));
+
+    // A transient EXECUTION_FAILED is cacheable: a fresh id after the wait (idempotent capability).
+    let fake = Fake::new(vec![err(AgentSurfaceError::transient(Duration::from_millis(200)))], true);
+    let (r, ()) =
+        tokio::join!(d.run(&fake, request(), &cancel), clock.advance_when_waiting(1, Duration::from_millis(200)));
+    assert_eq!(r.stop, Stop::Succeeded);
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+}
+
+#[tokio::test]
+async fn waits_are_bounded_and_cancellable() {
+    let clock = TestClock::new();
+    let d = driver(&clock, Arc::new(RelayToModel));
+    let long = AgentSurfaceError::rate_limited(RateLimitReason::QueueFull, Duration::from_secs(31));
+    let fake = Fake::new(vec![err(long)], false);
+    let r = d.run(&fake, request(), &CancellationToken::new()).await;
+    assert_eq!((r.stop, r.attempts), (Stop::DelayTooLong, 1));
+    assert_eq!(r.result.code(), Some(ErrorCode::RateLimited));
+
+    let fake =
+        Fake::new(vec![err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(5)))], false);
+    let cancel = CancellationToken::new();
+    let cancel_when_waiting = async {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let (r, ()) = tokio::join!(d.run(&fake, request(), &cancel), cancel_when_waiting);
+    assert_eq!((r.stop, r.attempts), (Stop::Cancelled, 1));
+    assert_eq!(r.result.code(), Some(ErrorCode::Cancelled));
+    assert_eq!(clock.pending_sleeps(), 0, "the wait was dropped");
+}
+
+fn confirmation_required(id: &str) -> AgentSurfaceError {
+    AgentSurfaceError::confirmation_required(
+        id,
+        SafeText::from("Add tea to the cart."),
+        Timestamp::from_unix_millis(1_795_935_900_000),
+        Effect::Write,
+        Origin::Client,
+    )
+}
+
+#[test]
+fn confirmation_is_asked_once_and_a_denial_is_never_retried() {
+    let clock = TestClock::auto_advancing();
+    // Approved: retried with the id, under the same invocation id (not cacheable).
+    let fake = Fake::new(vec![err(confirmation_required("c-1"))], false);
+    let host = Host::new(vec![Approval::Approved], None);
+    let r = run(&fake, &driver(&clock, host.clone()));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(fake.requests()[1].confirmation_id.as_deref(), Some("c-1"));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1"]);
+    let prompts = host.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!((prompts[0].capability.as_str(), prompts[0].summary.as_str()), ("cart.add", "Add tea to the cart."));
+
+    // Denied: no retry; the caller is told the user denied it.
+    let fake = Fake::new(vec![err(confirmation_required("c-1"))], false);
+    let r = run(&fake, &driver(&clock, Host::new(vec![Approval::Denied], None)));
+    assert_eq!((r.stop, r.attempts), (Stop::Denied, 1));
+    assert_eq!(r.result.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
+    assert_eq!(r.result.error_payload().unwrap().retry(), Retry::No);
+
+    // No one to ask: two-phase, the model gets CONFIRMATION_REQUIRED.
+    let fake = Fake::new(vec![err(confirmation_required("c-1"))], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.result.code()), (Stop::ReturnedToCaller, Some(ErrorCode::ConfirmationRequired)));
+
+    // The same confirmation again after approval: not asked twice.
+    let fake = Fake::new(vec![err(confirmation_required("c-1")), err(confirmation_required("c-1"))], false);
+    let host = Host::new(vec![Approval::Approved, Approval::Approved], None);
+    let r = run(&fake, &driver(&clock, host.clone()));
+    assert_eq!((r.stop, r.attempts), (Stop::ReturnedToCaller, 2));
+    assert_eq!(host.prompts.lock().unwrap().len(), 1);
+
+    // A denial by the engine is never retried; an expiry restarts the cycle without the old id.
+    let fake = Fake::new(vec![err(AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied))], false);
+    let r = run(&fake, &driver(&clock, Host::new(vec![Approval::Approved], None)));
+    assert_eq!((r.stop, r.attempts), (Stop::ReturnedToCaller, 1));
+    let fake = Fake::new(
+        vec![
+            err(AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Expired)),
+            err(confirmation_required("c-2")),
+        ],
+        false,
+    );
+    let req = request().with_confirmation("c-old");
+    let r = futures_executor(driver(&clock, Host::new(vec![Approval::Approved], None)).run(
+        &fake,
+        req,
+        &CancellationToken::new(),
+    ));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 3));
+    let confirmations: Vec<_> = fake.requests().iter().map(|r| r.confirmation_id.clone()).collect();
+    assert_eq!(confirmations, [Some("c-old".into()), None, Some("c-2".into())]);
+}
+
+#[test]
+fn uncertain_outcomes_of_non_idempotent_calls_are_not_repeated_unverified() {
+    let clock = TestClock::auto_advancing();
+    let timeout = || err(AgentSurfaceError::timeout(Duration::from_secs(2), false));
+    let fake = Fake::new(vec![timeout()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::Unverified, 1));
+
+    // Verified as not applied: repeated once under a fresh id.
+    let fake = Fake::new(vec![timeout()], false);
+    let host = Host::new(vec![], Some(fake.ground.clone()));
+    let r = run(&fake, &driver(&clock, host));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+
+    // Verified as applied: not repeated.
+    let fake = Fake::new(vec![Step { applied: true, ..timeout() }], false);
+    let host = Host::new(vec![], Some(fake.ground.clone()));
+    let r = run(&fake, &driver(&clock, host));
+    assert_eq!((r.stop, r.attempts), (Stop::VerifiedApplied, 1));
+
+    // CANCELLED of a non-idempotent capability: the same rule.
+    let fake = Fake::new(vec![err(AgentSurfaceError::cancelled())], false);
+    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::Unverified);
+    // … of an idempotent one: retried.
+    let fake = Fake::new(vec![err(AgentSurfaceError::cancelled())], true);
+    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::Succeeded);
+    let fake = Fake::new(vec![err(AgentSurfaceError::timeout(Duration::from_secs(2), true))], true);
+    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).attempts, 2);
+}
+
+#[test]
+fn conflicts_get_one_fresh_id_and_budgets_hold() {
+    let clock = TestClock::auto_advancing();
+    let conflict = || err(AgentSurfaceError::invocation_conflict());
+    let fake = Fake::new(vec![conflict()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+    let fake = Fake::new(vec![conflict(), conflict()], false);
+    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::ReturnedToCaller);
+
+    let limited = || err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(10)));
+    let fake = Fake::new(vec![limited(), limited(), limited(), limited(), limited()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::BudgetExhausted, 4));
+    assert_eq!(fake.requests().len(), 4);
+
+    // `with-changes` and `no` go straight back.
+    for e in [
+        AgentSurfaceError::precondition_failed("No."),
+        AgentSurfaceError::not_authorized(Origin::Client),
+        AgentSurfaceError::not_authenticated(),
+    ] {
+        let fake = Fake::new(vec![err(e)], false);
+        let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+        assert_eq!((r.stop, r.attempts), (Stop::ReturnedToCaller, 1));
+    }
+}
+
+#[test]
+fn every_attempt_is_an_operator_event() {
+    let clock = TestClock::auto_advancing();
+    let fake =
+        Fake::new(vec![err(AgentSurfaceError::capability_not_found()), err(AgentSurfaceError::cancelled())], true);
+    let (_, log) = agent_surface_testing::capture_operator_log(|| run(&fake, &driver(&clock, Arc::new(RelayToModel))));
+    let events: Vec<&str> = log.lines().filter(|l| l.contains("recovery attempt")).collect();
+    assert_eq!(events.len(), 3, "{log}");
+    assert!(
+        events[0].contains("code=\"CAPABILITY_NOT_FOUND\"") || events[0].contains("code=CAPABILITY_NOT_FOUND"),
+        "{log}"
+    );
+    assert!(events[2].contains("stop:succeeded"), "{log}");
+}
+
+// ---- Property: termination and at most one execution per intent -----------------------------
+
+/// Every result the matrix can produce for a capability (all examples of every code) and a
+/// success. Only reachable ones: a `TIMEOUT` states the capability's own idempotency.
+fn pool(idempotent: bool) -> Vec<InvokeResult> {
+    let mut out: Vec<InvokeResult> = MATRIX
+        .iter()
+        .flat_map(|row| (row.examples)())
+        .filter(|p| p.code() != ErrorCode::Timeout || p.detail("idempotent") == Some(&json!(idempotent)))
+        .map(|p| InvokeResult::error(p, None))
+        .collect();
+    out.push(InvokeResult::ok(json!({"done": true}), None));
+    out
+}
+
+fn step(result: InvokeResult, applied: bool) -> Step {
+    let applied = match result.error_payload() {
+        None => true,
+        Some(p) => applied && may_have_executed(p),
+    };
+    Step { result, applied }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Verifier {
+    Never,
+    Truthful,
+}
+
+#[track_caller]
+fn check_intent(script: Vec<Step>, idempotent: bool, approvals: Vec<Approval>, verifier: Verifier, max_attempts: u32) {
+    let fake = Fake::new(script.clone(), idempotent);
+    let truth = matches!(verifier, Verifier::Truthful).then(|| fake.ground.clone());
+    let host = Host::new(approvals, truth);
+    let config = RecoveryConfig { max_attempts, ..RecoveryConfig::default() };
+    let driver = RecoveryDriver::new(config, TestClock::auto_advancing().shared(), host);
+    let r = futures_executor(driver.run(&fake, request(), &CancellationToken::new()));
+    let ground = fake.ground.lock().unwrap();
+
+    // Terminates within the budget, and reports what it sent.
+    assert!(r.attempts >= 1 && r.attempts <= max_attempts, "{} attempts, budget {max_attempts}", r.attempts);
+    assert_eq!(ground.requests.len() as u32, r.attempts);
+
+    // Never runs a non-idempotent handler twice for one intent.
+    if !idempotent {
+        assert!(ground.applied <= 1, "applied {} times: {script:?}", ground.applied);
+    }
+
+    // Nothing is sent after a result whose category forbids it (a denial above all), unless a
+    // verification proved a non-idempotent TIMEOUT had no effect.
+    for (i, s) in script.iter().enumerate().take(ground.requests.len().saturating_sub(1)) {
+        let Some(p) = s.result.error_payload() else { panic!("sent again after a success") };
+        let denied = p.code() == ErrorCode::ConfirmationInvalid && p.retry() == Retry::No;
+        assert!(!denied, "retried after a denial at step {i}");
+        let verified_timeout = p.code() == ErrorCode::Timeout && matches!(verifier, Verifier::Truthful);
+        assert!(p.retry().permits_retry() || verified_timeout, "retried a `no` ({}) at step {i}", p.code());
+        assert!(
+            p.retry() != Retry::WithChanges || p.code() == ErrorCode::InvocationConflict,
+            "retried {} at {i}",
+            p.code()
+        );
+    }
+    // A host denial ends the intent at once.
+    if r.stop == Stop::Denied {
+        assert_eq!(r.result.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
+    }
+}
+
+#[test]
+fn every_code_repeated_terminates_within_the_budget() {
+    for idempotent in [false, true] {
+        for result in pool(idempotent) {
+            for verifier in [Verifier::Never, Verifier::Truthful] {
+                for applied in [false, true] {
+                    let script = vec![step(result.clone(), applied); 8];
+                    check_intent(script, idempotent, vec![Approval::Approved; 8], verifier, 4);
+                }
+            }
+        }
+    }
+}
+
+fn approval() -> impl Strategy<Value = Approval> {
+    prop_oneof![Just(Approval::Approved), Just(Approval::Denied), Just(Approval::Unavailable)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_sequence_terminates_and_runs_at_most_once(
+        picks in prop::collection::vec((any::<prop::sample::Index>(), any::<bool>()), 0..10),
+        idempotent in any::<bool>(),
+        approvals in prop::collection::vec(approval(), 0..4),
+        truthful in any::<bool>(),
+        max_attempts in 1u32..7,
+    ) {
+        let pool = pool(idempotent);
+        let script: Vec<Step> = picks.into_iter().map(|(i, applied)| step(i.get(&pool).clone(), applied)).collect();
+        let verifier = if truthful { Verifier::Truthful } else { Verifier::Never };
+        check_intent(script, idempotent, approvals, verifier, max_attempts);
+    }
+}

@@ -1,0 +1,191 @@
+//! The toolset against a real registry: concurrency, malformed calls, staleness duties, tokens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::details::RateLimitReason;
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry};
+use agent_surface_policy::{CallInfo, Consumer, RateDecision, RateLimiter};
+use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use agent_surface_testing::{Counter, Shop, TestClock, expect_details, expect_error, expect_ok, expect_retry};
+use agent_surface_toolset::{Provider, Rendering, ResultFormat, Stop, Toolset, ToolsetConfig, decode_result};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+fn openai_turn(calls: &[(&str, &str, &str)]) -> Value {
+    json!({"role": "assistant", "tool_calls": calls.iter().map(|(id, name, args)| json!({
+        "id": id, "type": "function", "function": {"name": name, "arguments": args}
+    })).collect::<Vec<_>>()})
+}
+
+fn toolset(registry: &Registry) -> Toolset {
+    Toolset::new(registry.clone(), Consumer::anonymous("c-1"), ToolsetConfig::default())
+}
+
+#[tokio::test]
+async fn parallel_calls_run_concurrently_and_are_answered_in_order() {
+    // Each call waits for the other: if they ran one after the other, the turn would hang.
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let registry = Registry::new(RegistryConfig::default());
+    registry.provide(barrier);
+    registry
+        .define("sync", |t| {
+            t.capability("meet", "Wait for a partner.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object", "properties": {"who": {"type": "string"}}, "required": ["who"]}),
+                None,
+                |ctx: Ctx, input: Value| async move {
+                    ctx.state::<Arc<tokio::sync::Barrier>>().wait().await;
+                    Ok::<_, AgentSurfaceError>(json!({"met": input["who"]}))
+                },
+            )
+        })
+        .unwrap();
+    let _m = registry.mount("sync", "main").unwrap();
+    let ts = toolset(&registry);
+    let response = openai_turn(&[("call_a", "sync-meet", r#"{"who":"a"}"#), ("call_b", "sync-meet", r#"{"who":"b"}"#)]);
+    let turn = tokio::time::timeout(Duration::from_secs(5), ts.handle(Provider::OpenAiChat, &response))
+        .await
+        .expect("the calls ran concurrently")
+        .unwrap();
+    let ids: Vec<&str> = turn.messages.iter().map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["call_a", "call_b"]);
+    assert_eq!(turn.messages[0]["content"], r#"{"met":"a"}"#);
+    assert_eq!(turn.messages[1]["content"], r#"{"met":"b"}"#);
+}
+
+#[tokio::test]
+async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
+    let runs = Counter::default();
+    let registry = Registry::new(RegistryConfig::default());
+    let seen = runs.clone();
+    registry
+        .define("cart", |t| {
+            t.capability("add", "Add.").raw_handler(json!({"type": "object"}), None, move |_ctx: Ctx, _i: Value| {
+                seen.bump();
+                async move { Ok::<_, AgentSurfaceError>(json!({"ok": true})) }
+            })
+        })
+        .unwrap();
+    let _m = registry.mount("cart", "main").unwrap();
+    let ts = toolset(&registry);
+    ts.tools(Provider::OpenAiChat).await;
+    let response = openai_turn(&[
+        ("call_1", "cart-add", r#"{"sku": "tea""#),
+        ("call_2", "get_weather", "{}"),
+        ("call_3", "cart-add", r#"{"sku":"tea"}"#),
+        ("call_4", "cart-add", ""),
+    ]);
+    let turn = ts.handle(Provider::OpenAiChat, &response).await.unwrap();
+    let seen: Vec<_> = turn.outcomes.iter().map(|o| decode_result(Provider::OpenAiChat, &o.item).unwrap()).collect();
+
+    let p = expect_error(&seen[0], ErrorCode::InvalidInput);
+    expect_retry(p, Retry::WithChanges);
+    expect_details(
+        p,
+        json!({"issues": [{"path": "", "message": "the arguments are not valid JSON (the JSON text ends before the value is complete); send one JSON object"}]}),
+    );
+    assert_eq!((turn.outcomes[0].attempts, turn.outcomes[0].request.is_none()), (0, true));
+
+    expect_error(&seen[1], ErrorCode::CapabilityNotFound);
+    expect_ok(&seen[2]);
+    expect_ok(&seen[3]);
+    assert_eq!(runs.get(), 2, "only the well-formed calls ran");
+    assert!(turn.relist, "an unknown tool name re-lists the tools");
+    assert_eq!(turn.outcomes[0].result.invocation_id(), Some("openai-chat:call_1"));
+}
+
+#[tokio::test]
+async fn a_stale_destructive_call_is_refreshed_not_stripped() {
+    let mut shop = Shop::new(RegistryConfig::default());
+    let ts = toolset(shop.registry());
+    let listed = ts.snapshot().await;
+    // The orders component is replaced after the model saw the tools.
+    shop.unmount("orders");
+    shop.mount("orders");
+    assert!(shop.registry().version() > listed.version);
+
+    let turn = ts
+        .handle(Provider::OpenAiChat, &openai_turn(&[("call_1", "orders-cancel", r#"{"order_id":"A-1"}"#)]))
+        .await
+        .unwrap();
+    let outcome = &turn.outcomes[0];
+    expect_ok(&outcome.result);
+    assert_eq!((outcome.attempts, outcome.stop), (2, Stop::Succeeded));
+    let request = outcome.request.as_ref().unwrap();
+    assert_eq!(request.surface_id.as_deref(), Some(shop.registry().surface_id()));
+    assert_eq!(request.surface_version, Some(shop.registry().version()), "tokens updated, never removed");
+    assert_eq!(request.invocation_id.as_deref(), Some("openai-chat:call_1#r2"));
+    assert!(turn.relist && ts.is_stale(), "the loop refreshed: the model's list is stale");
+    assert_eq!(ts.snapshot().await.version, shop.registry().version());
+}
+
+#[tokio::test]
+async fn unmounted_and_not_found_mark_the_list_stale() {
+    let mut shop = Shop::new(RegistryConfig::default());
+    let ts = toolset(shop.registry());
+    ts.tools(Provider::Anthropic).await;
+    shop.unmount("cart");
+    let response = json!({"content": [{"type": "tool_use", "id": "toolu_1", "name": "cart-view", "input": {}}]});
+    let turn = ts.handle(Provider::Anthropic, &response).await.unwrap();
+    let p = expect_error(&turn.outcomes[0].result, ErrorCode::ComponentUnmounted);
+    expect_retry(p, Retry::AfterRefresh);
+    assert_eq!(turn.outcomes[0].item["is_error"], true);
+    assert!(turn.relist);
+    let names: Vec<String> = ts
+        .tools(Provider::Anthropic)
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!names.contains(&"cart-view".to_string()), "{names:?}");
+    assert!(!ts.is_stale());
+}
+
+struct AlwaysLimited;
+
+impl RateLimiter for AlwaysLimited {
+    fn acquire<'a>(&'a self, _: CallInfo<'a>, _: agent_surface_core::Timestamp) -> BoxFuture<'a, RateDecision> {
+        Box::pin(async {
+            RateDecision::Limited { reason: RateLimitReason::QueueFull, retry_after: Duration::from_secs(10) }
+        })
+    }
+}
+
+#[tokio::test]
+async fn cancelling_the_toolset_ends_a_wait() {
+    let clock = TestClock::new();
+    let shop = Shop::new(RegistryConfig {
+        clock: clock.shared(),
+        rate_limiter: Some(Arc::new(AlwaysLimited)),
+        ..Default::default()
+    });
+    let ts = toolset(shop.registry());
+    let response = openai_turn(&[("call_1", "cart-view", "{}")]);
+    let cancel_when_waiting = async {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        ts.cancellation().cancel();
+    };
+    let (turn, ()) = tokio::join!(ts.handle(Provider::OpenAiChat, &response), cancel_when_waiting);
+    let outcome = &turn.unwrap().outcomes[0];
+    assert_eq!(outcome.stop, Stop::Cancelled);
+    expect_error(&outcome.result, ErrorCode::Cancelled);
+}
+
+#[tokio::test]
+async fn rendering_is_opt_in_and_keeps_the_payload() {
+    let shop = Shop::new(RegistryConfig::default());
+    let config = ToolsetConfig { results: ResultFormat { rendering: Rendering::OneLineFirst }, ..Default::default() };
+    let ts = Toolset::new(shop.registry().clone(), Consumer::anonymous("c"), config);
+    let response = openai_turn(&[("call_1", "cart-add", r#"{"sku":"gold","quantity":1}"#)]);
+    let turn = ts.handle(Provider::OpenAiChat, &response).await.unwrap();
+    let content = turn.messages[0]["content"].as_str().unwrap();
+    let (line, payload) = content.split_once('\n').unwrap();
+    assert!(line.starts_with("Tool error PRECONDITION_FAILED (retry: with-changes): There is no product"), "{line}");
+    let payload: Value = serde_json::from_str(payload).unwrap();
+    assert_eq!(payload["details"], json!({"reason": "unknown-sku"}));
+    assert_eq!(payload, turn.outcomes[0].result.error_payload().unwrap().to_json());
+}
