@@ -29,6 +29,8 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     println!("==> verify-matrix");
     crate::matrix::verify(root)?;
     println!("<== verify-matrix: ok");
+    println!("==> clients");
+    crate::clients::run_all(root)?;
     println!("ci: all steps passed");
     Ok(())
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line tool reports on the terminal")]
 
 mod ci;
+mod clients;
 mod matrix;
 mod produced;
 
@@ -16,7 +17,8 @@ commands:
   gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md
   verify-matrix   check the matrix file, the enum, the examples, the docs tables and the tests agree
   matrix          print the error matrix as a readable table
-  ci              run the whole test suite (fmt, clippy, tests, verify-matrix)";
+  ci              run the whole test suite (fmt, clippy, tests, verify-matrix, clients)
+  clients         install the pinned real MCP clients into .tools/ and run them against the demo";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some("ci") => ci::run(&root),
+        Some("clients") => clients::run_all(&root),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -44,8 +47,13 @@ fn main() -> ExitCode {
 }
 
 /// The workspace root (the parent of this crate's directory).
+///
+/// `cargo run` (and so `cargo xtask`) sets `CARGO_MANIFEST_DIR` for the process; that runtime value
+/// wins over the one compiled in, so a binary built from another checkout still works on this one.
 pub(crate) fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 

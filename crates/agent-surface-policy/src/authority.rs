@@ -1,15 +1,5 @@
 //! Authority (phase 4 and discovery): [`Policies`], the engine that composes
 //! [`AuthorityPolicy`]s, and a few ready-made policies.
-//!
-//! The engine evaluates its policies in a fixed order — the global ones, then those of the
-//! call's capability type, then those of the capability itself, each group in the order it was
-//! added — and stops at the first decision that is not [`AuthorityDecision::Allow`]. With no
-//! policy, everything is allowed.
-//!
-//! It fails closed: a policy that returns an error, panics, or does not answer within the
-//! engine's time budget denies the call (`NOT_AUTHORIZED {origin: client}`). The failing policy's
-//! name and the cause go to the operator channel (`tracing`, target `agent_surface::policy`),
-//! never to the agent.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,6 +18,16 @@ pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
 
 /// The authority engine: global, per-type and per-capability [`AuthorityPolicy`]s, evaluated in
 /// order; the first decision that is not `Allow` wins.
+///
+/// The engine evaluates the policies that apply to a call in a fixed order — the global ones,
+/// then those of the call's capability type, then those of the capability itself, each group in
+/// the order it was added — and stops at the first decision that is not
+/// [`AuthorityDecision::Allow`]. With no policy that applies, the call is allowed.
+///
+/// It fails closed: a policy that returns an error, panics, or does not answer within the
+/// engine's time budget denies the call (`NOT_AUTHORIZED {origin: client}`). The failing policy's
+/// name and the cause go to the operator channel (`tracing`, target `agent_surface::policy`),
+/// never to the agent.
 ///
 /// Registries use it as their authority policy (`RegistryConfig::authority`), so discovery and
 /// invocation ask the same engine and a consumer never sees a capability it may not know about.

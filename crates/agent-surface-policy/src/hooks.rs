@@ -44,10 +44,9 @@ pub struct CallInfo<'a> {
     /// The validated, bound input (absent during discovery and in the authority phase, which
     /// runs before input validation).
     pub input: Option<&'a Value>,
-    /// The summary of the confirmation gate the capability declares (`.confirm(…)` on its
-    /// definition), rendered from this call's input. Present only in the confirmation phase, and
-    /// only for capabilities that declare a gate.
-    pub confirmation: Option<&'a SafeText>,
+    /// The confirmation gate the capability declares (`.confirm(…)` on its definition). Present
+    /// only in the confirmation phase, and only for capabilities that declare a gate.
+    pub declared_gate: Option<DeclaredGate<'a>>,
 }
 
 impl<'a> CallInfo<'a> {
@@ -68,7 +67,7 @@ impl<'a> CallInfo<'a> {
             instance_id: None,
             registration_id: None,
             input: None,
-            confirmation: None,
+            declared_gate: None,
         }
     }
 
@@ -90,11 +89,24 @@ impl<'a> CallInfo<'a> {
         self
     }
 
-    /// The same, with the summary of the capability's declared confirmation gate.
-    pub fn with_confirmation(mut self, summary: &'a SafeText) -> Self {
-        self.confirmation = Some(summary);
+    /// The same, for a capability that declares a confirmation gate; `summary` is the gate's
+    /// summary rendered from this call's input (see [`DeclaredGate::summary`]).
+    pub fn with_declared_gate(mut self, summary: Option<&'a SafeText>) -> Self {
+        self.declared_gate = Some(DeclaredGate { summary });
         self
     }
+}
+
+/// A confirmation gate the capability declares, as the confirmation phase sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct DeclaredGate<'a> {
+    /// The summary rendered from this call's input, for a new confirmation request.
+    ///
+    /// The pipeline renders it (it runs the application's summary function) only for a call
+    /// without evidence: a call that carries evidence needs none, since the confirmation it
+    /// presents holds the summary it was issued with.
+    pub summary: Option<&'a SafeText>,
 }
 
 /// An authority decision. Deliberately exhaustive: the pipeline must handle every outcome.

@@ -83,14 +83,14 @@ pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, 
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
-    ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,
+    ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed,
     DEFAULT_CONFIRMATION_TTL, Decided, FnApprover, FnConfirmationPolicy, Gate, MemoryConfirmationStore,
     MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
 };
 pub use consumer::{Consumer, Identity};
 pub use hooks::{
-    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
-    RateLimiter,
+    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate, PolicyError,
+    RateDecision, RateLimiter,
 };
 pub use idempotency::{
     Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,

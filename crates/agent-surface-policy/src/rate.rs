@@ -1,21 +1,4 @@
 //! Rate limits and the action queue (phase 6): [`MemoryRateLimiter`].
-//!
-//! Two kinds of budget, both optional:
-//!
-//! - **Rate**: a [`Quota`] per consumer (all its calls together) and one per capability (all
-//!   consumers together), enforced with the generic cell rate algorithm (GCRA). A call needs a
-//!   unit from every bucket that applies; it takes from none unless all of them conform, so a
-//!   refused call costs nothing. When refused, `retryAfterMs` is the time until every bucket
-//!   involved conforms again, computed from the buckets' state and rounded up to the next
-//!   millisecond: a retry after that delay passes unless other calls take the budget first.
-//! - **Queue**: at most [`QueueConfig::max_concurrent`] calls hold a slot at once; up to
-//!   [`QueueConfig::max_waiting`] more wait (first come, first served) for at most
-//!   [`QueueConfig::max_wait`]. A call that finds the waiting room full, or waits too long, is
-//!   `RATE_LIMITED {reason: queue-full}` with `retryAfterMs` estimated from the mean time calls
-//!   held a slot recently and the length of the queue.
-//!
-//! Bucket time comes from the `now` the pipeline passes; queue waits and slot hold times are
-//! measured on [`RateLimitConfig::clock`] (use the registry's clock).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -167,7 +150,24 @@ impl fmt::Debug for RateLimitConfig {
 }
 
 /// An in-process [`RateLimiter`]: GCRA buckets per consumer and per capability, and a bounded
-/// action queue. See the [module docs](self).
+/// action queue.
+///
+/// Two kinds of budget, both optional:
+///
+/// - **Rate**: a [`Quota`] per consumer (all its calls together) and one per capability (all
+///   consumers together), enforced with the generic cell rate algorithm (GCRA). A call needs a
+///   unit from every bucket that applies; it takes from none unless all of them conform, so a
+///   refused call costs nothing. When refused, `retryAfterMs` is the time until every bucket
+///   involved conforms again, computed from the buckets' state and rounded up to the next
+///   millisecond: a retry after that delay passes unless other calls take the budget first.
+/// - **Queue**: at most [`QueueConfig::max_concurrent`] calls hold a slot at once; up to
+///   [`QueueConfig::max_waiting`] more wait (first come, first served) for at most
+///   [`QueueConfig::max_wait`]. A call that finds the waiting room full, or waits too long, is
+///   `RATE_LIMITED {reason: queue-full}` with `retryAfterMs` estimated from the mean time calls
+///   held a slot recently and the length of the queue.
+///
+/// Bucket time comes from the `now` the pipeline passes; queue waits and slot hold times are
+/// measured on [`RateLimitConfig::clock`] (use the registry's clock).
 ///
 /// ```
 /// use std::num::NonZeroU32;

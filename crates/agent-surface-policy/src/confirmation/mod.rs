@@ -1,31 +1,5 @@
 //! Confirmation (phase 7): [`ConfirmationEngine`], the gate that asks a person before a call
 //! runs, and the single-use evidence it issues.
-//!
-//! # What is gated
-//!
-//! A call is gated when its capability declares a gate (the registry passes the declared summary
-//! in [`CallInfo::confirmation`]) or when one of the engine's [`ConfirmationPolicy`]s says so for
-//! this call (for example "refunds over 500"). A policy that fails, panics or overruns its budget
-//! gates the call (fail closed). An ungated call proceeds, whatever evidence it carries.
-//!
-//! # Evidence
-//!
-//! A gated call without evidence creates a pending [`ConfirmationRecord`] bound to the consumer,
-//! the capability, the resolved target and SHA-256 of the canonical validated input
-//! ([`ConfirmationBinding`]). Then, by [`ConfirmationMode`]:
-//!
-//! - **two-phase**: the call ends with `CONFIRMATION_REQUIRED {confirmationId, summary,
-//!   expiresAt, effect, origin}`; the host approves or denies through
-//!   [`ConfirmationEngine::approve`] / [`ConfirmationEngine::deny`], and the agent retries with
-//!   the `confirmationId`;
-//! - **wait**: the host's [`Approver`] reviews the request while the call waits, bounded by a
-//!   timeout; there is no `CONFIRMATION_REQUIRED` round trip.
-//!
-//! A retry with evidence consumes it atomically ([`ConfirmationStore::consume`]): at most one
-//! call runs per approval, also under concurrent retries. The requester can never approve its own
-//! request. Rejected evidence is `CONFIRMATION_INVALID {reason}`: `expired` (including unknown or
-//! withdrawn ids; retry `with-confirmation`), `denied`, `consumed` or `mismatch` (retry `no`).
-//! Nothing in this crate retries a call.
 
 mod store;
 
@@ -45,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 pub use store::{
-    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Decided,
+    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
 };
 
@@ -318,6 +292,32 @@ pub enum ApprovalError {
 
 /// The confirmation engine: the [`ConfirmationGate`] of phase 7 and the host's approval API.
 ///
+/// # What is gated
+///
+/// A call is gated when its capability declares a gate (the registry says so in
+/// [`CallInfo::declared_gate`]) or when one of the engine's [`ConfirmationPolicy`]s says so for
+/// this call (for example "refunds over 500"). A policy that fails, panics or overruns its budget
+/// gates the call (fail closed). An ungated call proceeds, whatever evidence it carries.
+///
+/// # Evidence
+///
+/// A gated call without evidence creates a pending [`ConfirmationRecord`] bound to the consumer,
+/// the capability, the resolved target and SHA-256 of the canonical validated input
+/// ([`ConfirmationBinding`]). Then, by [`ConfirmationMode`]:
+///
+/// - **two-phase**: the call ends with `CONFIRMATION_REQUIRED {confirmationId, summary,
+///   expiresAt, effect, origin}`; the host approves or denies through
+///   [`ConfirmationEngine::approve`] / [`ConfirmationEngine::deny`], and the agent retries with
+///   the `confirmationId`;
+/// - **wait**: the host's [`Approver`] reviews the request while the call waits, bounded by a
+///   timeout; there is no `CONFIRMATION_REQUIRED` round trip.
+///
+/// A retry with evidence consumes it atomically ([`ConfirmationStore::consume`]): at most one
+/// call runs per approval, also under concurrent retries. The requester can never approve its own
+/// request. Rejected evidence is `CONFIRMATION_INVALID {reason}`: `expired` (including unknown or
+/// withdrawn ids; retry `with-confirmation`), `denied`, `consumed` or `mismatch` (retry `no`).
+/// Nothing in this crate retries a call.
+///
 /// Share it behind an `Arc`: one clone goes into the registry's configuration, the host keeps
 /// another to approve and deny.
 ///
@@ -341,7 +341,7 @@ pub enum ApprovalError {
 ///     .with_instance("main")
 ///     .with_registration("r-1")
 ///     .with_input(&input)
-///     .with_confirmation(&summary);
+///     .with_declared_gate(Some(&summary));
 ///
 /// let ConfirmationDecision::Required { confirmation_id, .. } = engine.check(call, None, clock.now()).await else {
 ///     panic!()
@@ -438,15 +438,16 @@ impl ConfirmationEngine {
         }
     }
 
-    /// The summary when the call is gated, `None` when it is not.
-    async fn gate(&self, call: &CallInfo<'_>) -> Option<SafeText> {
-        if let Some(summary) = call.confirmation {
-            return Some(summary.clone());
+    /// `None` when the call is not gated; otherwise its summary, when there is one (a declared
+    /// gate's summary is rendered only for a call without evidence).
+    async fn gate(&self, call: &CallInfo<'_>) -> Option<Option<SafeText>> {
+        if let Some(declared) = call.declared_gate {
+            return Some(declared.summary.cloned());
         }
         for policy in &self.config.policies {
             match guarded(self.config.clock.as_ref(), self.config.policy_budget, || policy.decide(*call)).await {
                 Ok(Gate::Open) => continue,
-                Ok(Gate::Confirm { summary }) => return Some(summary),
+                Ok(Gate::Confirm { summary }) => return Some(Some(summary)),
                 Err(failure) => {
                     tracing::warn!(
                         target: "agent_surface::confirmation",
@@ -455,7 +456,7 @@ impl ConfirmationEngine {
                         cause = %failure,
                         "confirmation policy failed; gating the call"
                     );
-                    return Some(SafeText::trusted(format!("Call {} with the given input.", call.capability)));
+                    return Some(Some(generic_summary(call)));
                 }
             }
         }
@@ -470,15 +471,15 @@ impl ConfirmationEngine {
             capability: call.capability.to_string(),
             registration_id: call.registration_id.unwrap_or_default().to_string(),
             instance_id: call.instance_id.unwrap_or_default().to_string(),
-            input_hash: Fingerprint::of(call.input.unwrap_or(&NO_INPUT)),
+            input_hash: input_hash(call.input.unwrap_or(&NO_INPUT)),
         };
         match evidence {
             Some(id) => match self.config.store.consume(id, &binding, now).await {
-                Ok(Ok(record)) => {
+                Ok(Ok(consumed)) => {
                     tracing::info!(
                         target: "agent_surface::confirmation",
                         confirmation_id = id,
-                        state = record.state.as_str(),
+                        approved_by = %consumed.approved_by,
                         "confirmation consumed"
                     );
                     ConfirmationDecision::Proceed
@@ -486,7 +487,10 @@ impl ConfirmationEngine {
                 Ok(Err(rejection)) => rejected(id, rejection),
                 Err(e) => unavailable(&e),
             },
-            None => self.request(call, binding, summary, now).await,
+            None => {
+                let summary = summary.unwrap_or_else(|| generic_summary(&call));
+                self.request(call, binding, summary, now).await
+            }
         }
     }
 
@@ -629,6 +633,20 @@ impl ConfirmationGate for ConfirmationEngine {
     }
 }
 
+/// SHA-256 of the canonical JSON of the validated input: the same digest as
+/// [`Fingerprint::of`], written into a buffer sized for typical inputs.
+fn input_hash(input: &Value) -> Fingerprint {
+    let mut canonical = Vec::with_capacity(256);
+    agent_surface_core::json::write_canonical(input, &mut canonical);
+    Fingerprint::from_bytes(Sha256::digest(&canonical).into())
+}
+
+/// The summary of a gate that has none of its own (a failed policy, a declared gate whose summary
+/// was not rendered).
+fn generic_summary(call: &CallInfo<'_>) -> SafeText {
+    SafeText::trusted(format!("Call {} with the given input.", call.capability))
+}
+
 /// The decision for rejected evidence.
 fn rejected(id: &str, rejection: Rejection) -> ConfirmationDecision {
     let reason = match rejection {
@@ -721,13 +739,14 @@ impl IdSource {
     }
 
     fn next(&self) -> String {
-        use std::fmt::Write;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let digest = Sha256::new().chain_update(self.seed).chain_update(n.to_le_bytes()).finalize();
         let mut id = String::with_capacity(34);
         id.push_str("c-");
         for b in &digest[..16] {
-            let _ = write!(id, "{b:02x}");
+            id.push(char::from(HEX[usize::from(b >> 4)]));
+            id.push(char::from(HEX[usize::from(b & 0xf)]));
         }
         id
     }

@@ -1,19 +1,5 @@
 //! Where confirmation records live: the [`ConfirmationStore`] trait and
 //! [`MemoryConfirmationStore`], its bounded in-process implementation.
-//!
-//! A record is created *pending*, decided once (*approved* or *denied*), and an approved record
-//! is *consumed* by exactly one call. Every state change is one atomic operation of the store,
-//! so a shared store (the planned Redis backend) can keep the guarantees across replicas:
-//!
-//! | operation | atomic effect |
-//! |---|---|
-//! | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
-//! | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an approval) the approver is the requester |
-//! | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
-//! | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
-//!
-//! With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
-//! `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -208,6 +194,21 @@ pub enum Decided {
     NotPending(ConfirmationState),
 }
 
+/// What [`ConfirmationStore::consume`] hands the one call it admits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Consumed {
+    /// The approver's subject (for the operator channel and audit).
+    pub approved_by: String,
+}
+
+impl Consumed {
+    /// Evidence approved by `approved_by`.
+    pub fn new(approved_by: impl Into<String>) -> Consumed {
+        Consumed { approved_by: approved_by.into() }
+    }
+}
+
 /// Why [`ConfirmationStore::consume`] refused the evidence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rejection {
@@ -225,8 +226,21 @@ pub enum Rejection {
     Expired,
 }
 
-/// Where confirmations live. See the [module docs](self) for the atomicity each operation must
-/// guarantee.
+/// Where confirmations live.
+///
+/// A record is created *pending*, decided once (*approved* or *denied*), and an approved record
+/// is *consumed* by exactly one call. Every state change is one atomic operation of the store,
+/// so a shared store (the planned Redis backend) can keep the guarantees across replicas:
+///
+/// | operation | atomic effect |
+/// |---|---|
+/// | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
+/// | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an approval) the approver is the requester |
+/// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
+/// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
+///
+/// With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
+/// `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
 ///
 /// `now` is passed in rather than read, so a store never disagrees with the engine about time.
 /// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
@@ -252,7 +266,7 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<Decided, StoreError>>;
 
     /// Atomically consumes approved evidence for the call with binding `expected`: the first
-    /// caller gets the record, every later or concurrent one a [`Rejection`].
+    /// caller gets [`Consumed`], every later or concurrent one a [`Rejection`].
     ///
     /// Checks, in order: the record exists; the binding matches (before anything else, so
     /// that another call's evidence reveals nothing about its state); the state is not final
@@ -262,7 +276,7 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         id: &'a str,
         expected: &'a ConfirmationBinding,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>>;
 
     /// Atomically withdraws a pending record; returns the state after the call (`None` for an
     /// unknown id). A record decided meanwhile keeps its decision.
@@ -297,7 +311,7 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
         id: &'a str,
         expected: &'a ConfirmationBinding,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
         (**self).consume(id, expected, now)
     }
 
@@ -340,8 +354,9 @@ pub struct MemoryConfirmationStore {
 #[derive(Default)]
 struct Inner {
     records: HashMap<String, ConfirmationRecord>,
-    /// Ids in insertion order, for sweeping and eviction.
-    order: VecDeque<String>,
+    /// Ids in insertion order with the instant each record is gone (`expires_at + retention`),
+    /// for sweeping and eviction.
+    order: VecDeque<(Timestamp, String)>,
 }
 
 impl MemoryConfirmationStore {
@@ -365,21 +380,25 @@ impl MemoryConfirmationStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn gone(&self, record: &ConfirmationRecord, now: Timestamp) -> bool {
-        record.expires_at.saturating_add(self.config.retention) <= now
+    fn gone_at(&self, record: &ConfirmationRecord) -> Timestamp {
+        record.expires_at.saturating_add(self.config.retention)
     }
 
-    /// Drops records past their retention from the front of the insertion order.
+    fn gone(&self, record: &ConfirmationRecord, now: Timestamp) -> bool {
+        self.gone_at(record) <= now
+    }
+
+    /// Drops records past their retention from the front of the insertion order. (A record that
+    /// expires earlier than one inserted before it waits behind it; lookups treat it as gone
+    /// already, and the capacity bounds the wait.)
     fn sweep(&self, inner: &mut Inner, now: Timestamp) {
-        while let Some(id) = inner.order.front() {
-            match inner.records.get(id) {
-                Some(record) if !self.gone(record, now) => break,
-                Some(_) => {
-                    inner.records.remove(id);
-                }
-                None => {}
+        while let Some((gone_at, _)) = inner.order.front() {
+            if *gone_at > now {
+                break;
             }
-            inner.order.pop_front();
+            if let Some((_, id)) = inner.order.pop_front() {
+                inner.records.remove(&id);
+            }
         }
     }
 
@@ -399,7 +418,7 @@ impl MemoryConfirmationStore {
             return Err(StoreError::Full { capacity: 0 });
         }
         while inner.records.len() >= self.config.capacity {
-            let Some(oldest) = inner.order.pop_front() else { break };
+            let Some((_, oldest)) = inner.order.pop_front() else { break };
             if let Some(evicted) = inner.records.remove(&oldest) {
                 tracing::debug!(
                     target: "agent_surface::confirmation",
@@ -409,7 +428,7 @@ impl MemoryConfirmationStore {
                 );
             }
         }
-        inner.order.push_back(record.id.clone());
+        inner.order.push_back((self.gone_at(&record), record.id.clone()));
         inner.records.insert(record.id.clone(), record);
         Ok(())
     }
@@ -433,12 +452,7 @@ impl MemoryConfirmationStore {
         Decided::Done
     }
 
-    fn consume_now(
-        &self,
-        id: &str,
-        expected: &ConfirmationBinding,
-        now: Timestamp,
-    ) -> Result<ConfirmationRecord, Rejection> {
+    fn consume_now(&self, id: &str, expected: &ConfirmationBinding, now: Timestamp) -> Result<Consumed, Rejection> {
         let mut inner = self.lock();
         let Some(record) = self.live(&mut inner, id, now) else { return Err(Rejection::Unknown) };
         let mismatch = record.binding.mismatch(expected);
@@ -453,8 +467,8 @@ impl MemoryConfirmationStore {
             ConfirmationState::Pending => return Err(Rejection::Pending(Box::new(record.clone()))),
             ConfirmationState::Approved { by } => by.clone(),
         };
-        record.state = ConfirmationState::Consumed { approved_by };
-        Ok(record.clone())
+        record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
+        Ok(Consumed { approved_by })
     }
 
     fn withdraw_now(&self, id: &str, now: Timestamp) -> Option<ConfirmationState> {
@@ -506,7 +520,7 @@ impl ConfirmationStore for MemoryConfirmationStore {
         id: &'a str,
         expected: &'a ConfirmationBinding,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
         Box::pin(async move { Ok(self.consume_now(id, expected, now)) })
     }
 

@@ -9,8 +9,9 @@ use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
 use agent_surface_core::{Effect, SafeText, Timestamp};
 use agent_surface_policy::{
     ApprovalError, ApprovalVerdict, CallInfo, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationDecision,
-    ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided,
-    Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
+    ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer,
+    Decided, Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch,
+    Rejection,
 };
 use futures_util::FutureExt;
 use proptest::prelude::*;
@@ -74,8 +75,9 @@ fn consume_checks_the_binding_before_the_state() {
     assert_eq!(m, Mismatch { consumer: true, input: true, ..Mismatch::default() });
     assert_eq!(m.to_string(), "consumer, input");
 
-    let Ok(Ok(consumed)) = sync(s.consume("c-1", &b, at(2))) else { panic!() };
-    assert_eq!(consumed.state, ConfirmationState::Consumed { approved_by: "bob".into() });
+    assert_eq!(sync(s.consume("c-1", &b, at(2))).unwrap(), Ok(Consumed::new("bob")));
+    let state = sync(s.get("c-1", at(2))).unwrap().unwrap().state;
+    assert_eq!(state, ConfirmationState::Consumed { approved_by: "bob".into() });
     assert_eq!(sync(s.consume("c-1", &b, at(3))).unwrap(), Err(Rejection::Consumed));
     // Another call's evidence reveals nothing about its state: still a mismatch.
     assert!(matches!(sync(s.consume("c-1", &other, at(3))).unwrap(), Err(Rejection::Mismatch(_))));
@@ -189,7 +191,7 @@ impl Call {
             .with_instance("main")
             .with_registration("r-1")
             .with_input(&self.input)
-            .with_confirmation(&self.summary)
+            .with_declared_gate(Some(&self.summary))
     }
 }
 

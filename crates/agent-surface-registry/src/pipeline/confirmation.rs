@@ -4,8 +4,9 @@
 //! call carries. Decision: the confirmation gate's (never gated when none is configured, unless
 //! the capability declares a gate). Codes: `CONFIRMATION_REQUIRED`, `CONFIRMATION_INVALID
 //! {reason}`, and `EXECUTION_FAILED` when the gate cannot decide: its store failed (`transport`,
-//! transient), the declared summary panicked, the gate panicked, or a gated capability has no
-//! gate to ask (`handler-error`). In every such case the handler does not run.
+//! transient), the declared summary panicked (it runs only for a call without evidence), the gate
+//! panicked, or a gated capability has no gate to ask (`handler-error`). In every such case the
+//! handler does not run.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -60,16 +61,18 @@ pub(crate) async fn check(
         }
         (Some(gate), _) => gate,
     };
-    let summary = match &def.confirm {
-        Some(confirm) => Some(summarize(def, confirm, input)?),
-        None => None,
+    // The summary is application code: run it only for a new request. Evidence carries the
+    // summary it was issued with.
+    let summary = match (&def.confirm, confirmation_id) {
+        (Some(confirm), None) => Some(summarize(def, confirm, input)?),
+        _ => None,
     };
     let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
         .with_instance(&reg.instance_id)
         .with_registration(&reg.registration_id)
         .with_input(input);
-    if let Some(summary) = &summary {
-        call = call.with_confirmation(summary);
+    if def.confirm.is_some() {
+        call = call.with_declared_gate(summary.as_ref());
     }
     let now = inner.config.clock.now();
     let decision = match std::panic::catch_unwind(AssertUnwindSafe(|| gate.check(call, confirmation_id, now))) {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
 use agent_surface_policy::{
     ApprovalError, ApprovalVerdict, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
-    ConfirmationMode, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, FnApprover,
-    FnConfirmationPolicy, Gate, Identity, ManualClock, PolicyError, Rejection, Review, StoreError,
+    ConfirmationMode, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer, Decided,
+    FnApprover, FnConfirmationPolicy, Gate, Identity, ManualClock, PolicyError, Rejection, Review, StoreError,
 };
 use agent_surface_registry::{Ctx, Invocation, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
 use futures_util::future::BoxFuture;
@@ -530,7 +530,7 @@ impl ConfirmationStore for BrokenStore {
         _id: &'a str,
         _expected: &'a ConfirmationBinding,
         _now: Timestamp,
-    ) -> BoxFuture<'a, Result<Result<ConfirmationRecord, Rejection>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
     fn withdraw<'a>(

@@ -33,7 +33,7 @@ impl ConfirmationGate for TestGate {
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision> {
         Box::pin(async move {
-            if call.effect != Effect::Destructive && call.confirmation.is_none() {
+            if call.effect != Effect::Destructive && call.declared_gate.is_none() {
                 return ConfirmationDecision::Proceed;
             }
             let input = call.input.cloned().unwrap_or(Value::Null);
@@ -42,7 +42,7 @@ impl ConfirmationGate for TestGate {
                 None => {
                     let id = format!("conf-{}", issued.len() + 1);
                     issued.insert(id.clone(), (call.capability.to_string(), input.clone(), false));
-                    let summary = match call.confirmation {
+                    let summary = match call.declared_gate.and_then(|g| g.summary) {
                         Some(s) => s.clone(),
                         None => {
                             SafeText::trusted(format!("Cancel order {}.", input["order_id"].as_str().unwrap_or("?")))

@@ -1,0 +1,154 @@
+//! `agent-surface-demo`: an orders and refunds shop served over MCP, and a scripted agent session
+//! against it.
+//!
+//! ```text
+//! agent-surface-demo                                   run the scripted agent session
+//! agent-surface-demo serve --stdio [--as WHO]          serve the shop on stdin/stdout
+//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+//! ```
+//!
+//! `WHO` is `SUBJECT` or `SUBJECT:ROLE,ROLE` (e.g. `alice:support`). `--conformance` also serves
+//! the fixture tools the MCP conformance suite expects. See `docs/mcp.md`.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line program reports on the terminal")]
+
+mod conformance;
+mod policy;
+mod session;
+mod shop;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agent_surface_mcp::McpConfig;
+use agent_surface_mcp::http::{BearerTokens, HttpConfig};
+use agent_surface_policy::Identity;
+
+const USAGE: &str = "\
+usage:
+  agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
+  agent-surface-demo serve --stdio [--as WHO]
+  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+
+WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
+`Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
+fixture tools. ADDR may use port 0; the bound URL is printed on stdout.";
+
+/// Parsed `serve` options.
+#[derive(Debug, Default)]
+struct Serve {
+    stdio: bool,
+    http: Option<String>,
+    identity: Option<Identity>,
+    tokens: Vec<(String, Identity)>,
+    conformance: bool,
+}
+
+fn parse_who(who: &str) -> Identity {
+    let (subject, roles) = who.split_once(':').unwrap_or((who, ""));
+    roles.split(',').filter(|r| !r.is_empty()).fold(Identity::new(subject), Identity::with_role)
+}
+
+fn parse_serve(args: &[String]) -> Result<Serve, String> {
+    let mut serve = Serve::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--stdio" => serve.stdio = true,
+            "--http" => serve.http = Some(value("--http")?),
+            "--as" => serve.identity = Some(parse_who(&value("--as")?)),
+            "--token" => {
+                let v = value("--token")?;
+                let (token, who) = v.split_once('=').ok_or("--token takes TOKEN=WHO")?;
+                serve.tokens.push((token.to_string(), parse_who(who)));
+            }
+            "--conformance" => serve.conformance = true,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if serve.stdio == serve.http.is_some() {
+        return Err("choose one of --stdio and --http ADDR".to_string());
+    }
+    Ok(serve)
+}
+
+fn init_operator_log() {
+    // The operator channel: warnings and errors (causes, panics) on stderr, never on stdout,
+    // which belongs to the MCP transport.
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).try_init();
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(target: "agent_surface::demo", "panic: {info}");
+    }));
+}
+
+async fn serve(options: Serve) -> Result<(), String> {
+    init_operator_log();
+    let demo = shop::build(shop::ShopOptions::default());
+    let _fixtures = match options.conformance {
+        true => Some(conformance::define(&demo.registry).map_err(|e| e.to_string())?),
+        false => None,
+    };
+    let mut config = McpConfig {
+        name: "agent-surface-demo".to_string(),
+        instructions: Some(
+            "A small shop. Every tool error is JSON {code, message, retry, details}: act on `retry`.".to_string(),
+        ),
+        confirmations: Some(demo.confirmations.clone()),
+        identity: options.identity,
+        ..Default::default()
+    };
+    if options.stdio {
+        return agent_surface_mcp::serve_stdio(demo.registry.clone(), config).await.map_err(|e| e.to_string());
+    }
+    if !options.tokens.is_empty() {
+        config.authenticator = Some(Arc::new(BearerTokens::new(options.tokens)));
+    }
+    let addr = options.http.unwrap_or_default();
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let http = HttpConfig::default();
+    println!("listening on http://{local}{}", http.path);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    let app = if options.conformance {
+        conformance::router(demo.registry.clone(), config, &http, shutdown.clone())
+    } else {
+        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, shutdown.clone())
+    };
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match args.first().map(String::as_str) {
+        None => runtime.block_on(session::run()),
+        Some("serve") => match parse_serve(&args[1..]) {
+            Ok(options) => runtime.block_on(serve(options)),
+            Err(e) => Err(format!("{e}\n\n{USAGE}")),
+        },
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The scripted agent session: the demo starts itself as an MCP server (`serve --stdio`), talks to
+//! it with `rmcp`'s client over the child's stdin/stdout, and prints each turn: the request, the
+//! code and retry that came back, and what the agent does next — decided from `retry` alone.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::{ErrorPayload, InvokeResult, Retry};
+use agent_surface_mcp::{codec, meta};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, Implementation, RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+/// The client side: answers elicitations from a script (the "user"), and notes tool list changes.
+struct AgentClient {
+    elicitation: bool,
+    answers: Mutex<VecDeque<ElicitationAction>>,
+}
+
+impl ClientHandler for AgentClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.elicitation {
+            capabilities.elicitation = Some(ElicitationCapability::new());
+        }
+        ClientConfig::new(capabilities, Implementation::new("scripted-agent", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let message = match &request {
+            ElicitRequestParams::FormElicitationParams { message, .. } => message.clone(),
+            _ => String::new(),
+        };
+        let action = self.answers.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+        let action = action.unwrap_or(ElicitationAction::Decline);
+        println!("   ◇ the MCP client asks the user: \"{message}\"");
+        let answer = if action == ElicitationAction::Accept { "Approve" } else { "Decline" };
+        println!("   ◇ the user clicks {answer}");
+        Ok(ElicitResult::new(action))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        println!("   ◇ server → notifications/tools/list_changed");
+    }
+}
+
+type Client = RunningService<RoleClient, AgentClient>;
+
+/// One connection to a freshly started `serve --stdio` child.
+struct Agent {
+    client: Client,
+    child: tokio::process::Child,
+    turn: usize,
+    /// The surface id and version of the last tool listing.
+    surface: (String, u64),
+}
+
+async fn connect(who: Option<&str>, elicitation: bool, answers: &[ElicitationAction]) -> Result<Agent, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(["serve", "--stdio"]);
+    if let Some(who) = who {
+        cmd.args(["--as", who]);
+    }
+    let verbose = std::env::var_os("DEMO_SERVER_LOG").is_some();
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(if verbose { Stdio::inherit() } else { Stdio::null() });
+    cmd.kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the server: {e}"))?;
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err("the server has no pipes".to_string());
+    };
+    let handler = AgentClient { elicitation, answers: Mutex::new(answers.iter().cloned().collect()) };
+    let client = handler.serve((stdout, stdin)).await.map_err(|e| format!("MCP handshake failed: {e}"))?;
+    Ok(Agent { client, child, turn: 0, surface: (String::new(), 0) })
+}
+
+fn compact(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 160 { format!("{}…", s.chars().take(159).collect::<String>()) } else { s }
+}
+
+/// What a loop that reads only `code`, `retry` and `details` does next.
+fn next_step(p: &ErrorPayload) -> String {
+    match p.retry() {
+        Retry::No => "stop retrying; report to the user".to_string(),
+        Retry::Yes => "send it again under a fresh invocationId".to_string(),
+        Retry::AfterRefresh => "refresh the tool list, re-resolve, then decide".to_string(),
+        Retry::AfterDelay => {
+            format!(
+                "wait {} ms, then send the same request",
+                p.detail("retryAfterMs").and_then(Value::as_u64).unwrap_or(0)
+            )
+        }
+        Retry::WithConfirmation => "ask the user to approve, then retry with details.confirmationId".to_string(),
+        Retry::WithChanges => "change the request as details say, then retry".to_string(),
+    }
+}
+
+impl Agent {
+    fn heading(&mut self, what: &str) {
+        self.turn += 1;
+        println!();
+        println!("── turn {} · {what}", self.turn);
+    }
+
+    async fn list(&mut self) -> Result<Vec<String>, String> {
+        let result = self.client.list_tools(None).await.map_err(|e| format!("tools/list failed: {e}"))?;
+        let m = result.meta.clone().unwrap_or_default();
+        let surface_id = m.get(meta::SURFACE_ID).and_then(Value::as_str).unwrap_or_default().to_string();
+        let version = m.get(meta::SURFACE_VERSION).and_then(Value::as_u64).unwrap_or_default();
+        self.surface = (surface_id, version);
+        let names: Vec<String> = result.tools.iter().map(|t| t.name.to_string()).collect();
+        println!("→ tools/list");
+        println!("← {} tools (surface {} v{}): {}", names.len(), self.surface.0, self.surface.1, names.join(", "));
+        for t in &result.tools {
+            if let Some(reason) = t.meta.as_ref().and_then(|m| m.get(meta::UNAVAILABLE_REASON)) {
+                println!("   {} is listed as unavailable: {reason}", t.name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn params(tool: &str, args: Value, meta_members: Value) -> CallToolRequestParams {
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Value::Object(a) = args {
+            params = params.with_arguments(a);
+        }
+        if let Value::Object(m) = meta_members {
+            let mut rm = RequestMetaObject::new();
+            rm.extend(RequestMetaObject(rmcp::model::MetaObject(m)));
+            params.meta = Some(rm);
+        }
+        params
+    }
+
+    fn show_request(tool: &str, args: &Value, meta_members: &Value) {
+        let extra = match meta_members.as_object() {
+            Some(m) if !m.is_empty() => format!("  _meta {}", compact(meta_members)),
+            _ => String::new(),
+        };
+        println!("→ tools/call {tool} {}{extra}", compact(args));
+    }
+
+    fn show_result(result: &InvokeResult) {
+        match result {
+            InvokeResult::Ok { output, .. } => println!("← ok {}", compact(output)),
+            _ => {
+                let Some(p) = result.error_payload() else { return };
+                println!("← isError: {}  retry: {}", p.code(), p.retry());
+                println!("   message: {}", p.message());
+                if let Some(d) = p.details() {
+                    println!("   details: {}", compact(&Value::Object(d.clone())));
+                }
+                println!("⇒ agent: {}", next_step(p));
+            }
+        }
+    }
+
+    /// Calls a tool and prints the exchange.
+    async fn call(&mut self, tool: &str, args: Value, meta_members: Value) -> Result<InvokeResult, String> {
+        Self::show_request(tool, &args, &meta_members);
+        let params = Self::params(tool, args, meta_members);
+        let raw = self.client.call_tool(params).await.map_err(|e| format!("tools/call {tool} failed: {e}"))?;
+        let result = codec::decode(&raw).map_err(|e| format!("tools/call {tool}: {e}"))?;
+        Self::show_result(&result);
+        Ok(result)
+    }
+
+    /// Starts a call, cancels it after `after`, and prints the exchange.
+    async fn call_and_cancel(
+        &mut self,
+        tool: &str,
+        args: Value,
+        meta_members: Value,
+        after: Duration,
+    ) -> Result<(), String> {
+        Self::show_request(tool, &args, &meta_members);
+        let params = Self::params(tool, args, meta_members);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = self
+            .client
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| format!("tools/call {tool} failed: {e}"))?;
+        tokio::time::sleep(after).await;
+        println!("→ notifications/cancelled (the user pressed stop after {} ms)", after.as_millis());
+        handle.cancel(Some("the user pressed stop".to_string())).await.map_err(|e| e.to_string())?;
+        println!("← (no response: a cancelled request is never answered)");
+        Ok(())
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.cancel().await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+    }
+}
+
+fn code(r: &InvokeResult) -> String {
+    r.code().map(|c| c.as_str().to_string()).unwrap_or_else(|| "ok".to_string())
+}
+
+fn expect(r: &InvokeResult, want: &str, failures: &Arc<Mutex<Vec<String>>>) {
+    let got = code(r);
+    if got != want {
+        failures.lock().unwrap_or_else(PoisonError::into_inner).push(format!("expected {want}, got {got}"));
+    }
+}
+
+/// Runs the scripted session and prints the transcript.
+pub(crate) async fn run() -> Result<(), String> {
+    println!("agent-surface demo: a scripted agent talks to the shop over MCP (stdio, a child process).");
+    println!("Every error arrives as a tool result with isError: true and the payload");
+    println!("{{code, message, retry, details}}; the agent acts on `retry`, never on the message.");
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let f = &failures;
+
+    println!();
+    println!("━━ session 1: an anonymous agent; its MCP client cannot elicit (two-phase confirmation)");
+    let mut a = connect(None, false, &[]).await?;
+    a.heading("discover the tools");
+    a.list().await?;
+    let first_surface = a.surface.clone();
+
+    a.heading("read an order");
+    let r = a.call("orders-get", json!({"orderId": "A-1001"}), json!({})).await?;
+    expect(&r, "ok", f);
+
+    a.heading("read an order that does not exist (a tool with an output schema, answering an error)");
+    let r = a.call("orders-get", json!({"orderId": "A-9999"}), json!({})).await?;
+    expect(&r, "PRECONDITION_FAILED", f);
+
+    a.heading("change an address with a malformed postal code");
+    let address = json!({"street": "9 Birch Ln", "city": "Springfield", "zip": "1234"});
+    let r = a.call("orders-update_address", json!({"orderId": "A-1001", "address": address}), json!({})).await?;
+    expect(&r, "INVALID_INPUT", f);
+    let address = json!({"street": "9 Birch Ln", "city": "Springfield", "zip": "12340"});
+    let inv = json!({"agent-surface/invocationId": "inv-addr-1"});
+    let r = a.call("orders-update_address", json!({"orderId": "A-1001", "address": address}), inv.clone()).await?;
+    expect(&r, "ok", f);
+
+    a.heading("send the same invocationId again: the stored result is replayed, nothing runs twice");
+    let r = a.call("orders-update_address", json!({"orderId": "A-1001", "address": address}), inv.clone()).await?;
+    expect(&r, "ok", f);
+
+    a.heading("reuse that invocationId for a different request");
+    let r = a.call("orders-update_address", json!({"orderId": "A-1003", "address": address}), inv).await?;
+    expect(&r, "INVOCATION_CONFLICT", f);
+    let r = a
+        .call(
+            "orders-update_address",
+            json!({"orderId": "A-1003", "address": address}),
+            json!({"agent-surface/invocationId": "inv-addr-2"}),
+        )
+        .await?;
+    expect(&r, "ok", f);
+
+    a.heading("change the address of an order that has shipped");
+    let r = a.call("orders-update_address", json!({"orderId": "A-1002", "address": address}), json!({})).await?;
+    expect(&r, "PRECONDITION_FAILED", f);
+
+    a.heading("refund without being signed in");
+    let r = a.call("refunds-issue", json!({"orderId": "A-1001", "amountCents": 500}), json!({})).await?;
+    expect(&r, "NOT_AUTHENTICATED", f);
+
+    a.heading("cancel an order (needs the user's approval; this client cannot elicit)");
+    let r = a.call("orders-cancel", json!({"orderId": "A-1003"}), json!({})).await?;
+    expect(&r, "CONFIRMATION_REQUIRED", f);
+    println!("   (the agent relays the summary to the user and waits; session 2 shows approval in wait mode)");
+
+    a.heading("redeem loyalty points (disabled right now)");
+    let r = a.call("loyalty-redeem", json!({}), json!({})).await?;
+    expect(&r, "CAPABILITY_NOT_AVAILABLE", f);
+
+    a.heading("call an admin tool this agent cannot see");
+    let r = a.call("admin-purge_cache", json!({}), json!({})).await?;
+    expect(&r, "CAPABILITY_NOT_FOUND", f);
+    a.list().await?;
+    println!("⇒ agent: the tool is not in the list; give up on it");
+
+    a.heading("ask for shipping quotes faster than allowed");
+    for _ in 0..2 {
+        let r = a.call("shipping-quote", json!({"zip": "12345"}), json!({})).await?;
+        expect(&r, "ok", f);
+    }
+    let r = a.call("shipping-quote", json!({"zip": "12345"}), json!({})).await?;
+    expect(&r, "RATE_LIMITED", f);
+    let wait = r.error_payload().and_then(ErrorPayload::retry_after).unwrap_or(Duration::from_millis(1000));
+    tokio::time::sleep(wait).await;
+    let r = a.call("shipping-quote", json!({"zip": "12345"}), json!({})).await?;
+    expect(&r, "ok", f);
+
+    a.heading("track a shipment (the first lookup is slow)");
+    let r = a
+        .call("shipping-track", json!({"orderId": "A-1002"}), json!({"agent-surface/invocationId": "inv-track-1"}))
+        .await?;
+    expect(&r, "TIMEOUT", f);
+    let r = a
+        .call("shipping-track", json!({"orderId": "A-1002"}), json!({"agent-surface/invocationId": "inv-track-2"}))
+        .await?;
+    expect(&r, "ok", f);
+
+    a.heading("start a slow lookup, then cancel it");
+    let inv = json!({"agent-surface/invocationId": "inv-track-3"});
+    a.call_and_cancel("shipping-track", json!({"orderId": "A-1003"}), inv.clone(), Duration::from_millis(100)).await?;
+    println!("   (later, the agent asks what became of inv-track-3)");
+    let r = a.call("shipping-track", json!({"orderId": "A-1003"}), inv).await?;
+    expect(&r, "CANCELLED", f);
+    let r = a
+        .call("shipping-track", json!({"orderId": "A-1003"}), json!({"agent-surface/invocationId": "inv-track-4"}))
+        .await?;
+    expect(&r, "ok", f);
+
+    a.heading("look into a cart without saying which (two carts are open)");
+    let r = a.call("cart-view", json!({}), json!({})).await?;
+    expect(&r, "AMBIGUOUS_INSTANCE", f);
+    let target = json!({"agent-surface/target": {"instanceId": "cart-alice"}});
+    let r = a.call("cart-add_item", json!({"sku": "TEA-01", "qty": 2}), target.clone()).await?;
+    expect(&r, "ok", f);
+
+    a.heading("check out alice's cart; the cart closes");
+    let r = a.call("cart-checkout", json!({}), target.clone()).await?;
+    expect(&r, "ok", f);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = a.call("cart-add_item", json!({"sku": "TEA-02", "qty": 1}), target).await?;
+    expect(&r, "COMPONENT_UNMOUNTED", f);
+    a.list().await?;
+
+    a.heading("export a report (the handler panics)");
+    let r = a.call("reports-export", json!({}), json!({})).await?;
+    expect(&r, "EXECUTION_FAILED", f);
+    println!("   (the panic text, with its internal URL, went to the operator log only)");
+
+    a.heading("empty bob's cart, planned against the tool list from the start (the carts changed since)");
+    let planned = json!({
+        "agent-surface/surfaceId": first_surface.0,
+        "agent-surface/surfaceVersion": first_surface.1,
+        "agent-surface/target": {"instanceId": "cart-bob"}
+    });
+    let r = a.call("cart-clear", json!({}), planned).await?;
+    expect(&r, "STALE_CAPABILITY", f);
+    a.list().await?;
+    let planned = json!({
+        "agent-surface/surfaceId": a.surface.0,
+        "agent-surface/surfaceVersion": a.surface.1,
+        "agent-surface/target": {"instanceId": "cart-bob"}
+    });
+    let r = a.call("cart-clear", json!({}), planned).await?;
+    expect(&r, "ok", f);
+    a.close().await;
+
+    println!();
+    println!("━━ session 2: alice (no support role), whose MCP client can ask her to approve (wait mode)");
+    let answers = [ElicitationAction::Accept, ElicitationAction::Decline];
+    let mut b = connect(Some("alice"), true, &answers).await?;
+    b.heading("discover the tools");
+    b.list().await?;
+
+    b.heading("use a plan made in session 1 (another server process)");
+    let planned = json!({"agent-surface/surfaceId": first_surface.0, "agent-surface/surfaceVersion": first_surface.1});
+    let r = b.call("orders-cancel", json!({"orderId": "A-1001"}), planned).await?;
+    expect(&r, "STALE_CAPABILITY", f);
+
+    b.heading("refund as a signed-in user without the support role");
+    let r = b.call("refunds-issue", json!({"orderId": "A-1001", "amountCents": 500}), json!({})).await?;
+    expect(&r, "NOT_AUTHORIZED", f);
+
+    b.heading("cancel an order; the client asks alice, who approves");
+    let planned = json!({"agent-surface/surfaceId": b.surface.0, "agent-surface/surfaceVersion": b.surface.1});
+    let r = b.call("orders-cancel", json!({"orderId": "A-1001"}), planned).await?;
+    expect(&r, "ok", f);
+
+    b.heading("cancel another order; alice declines");
+    let r = b.call("orders-cancel", json!({"orderId": "A-1003"}), json!({})).await?;
+    expect(&r, "CONFIRMATION_INVALID", f);
+    b.close().await;
+
+    let failures = failures.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    println!();
+    if failures.is_empty() {
+        println!("All 16 codes and all 6 retry categories appeared above; the script went as planned.");
+        Ok(())
+    } else {
+        Err(format!("the session did not go as scripted: {}", failures.join("; ")))
+    }
+}

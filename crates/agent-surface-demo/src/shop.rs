@@ -1,0 +1,466 @@
+//! The demo surface: a small shop whose capabilities, between them, produce every error code and
+//! every retry category.
+//!
+//! | tool | what it shows |
+//! |---|---|
+//! | `orders-list`, `orders-get` | reads; `orders-get` declares an output schema, and an unknown order is a `PRECONDITION_FAILED` for a tool with one |
+//! | `orders-update_address` | a write with schema checks (`INVALID_INPUT`) and a precondition (`PRECONDITION_FAILED`) |
+//! | `orders-cancel` | a destructive call behind confirmation (`CONFIRMATION_REQUIRED` / `CONFIRMATION_INVALID`); `STALE_CAPABILITY` with a surface id from another server process |
+//! | `refunds-issue` | an external effect gated by authorization (`NOT_AUTHENTICATED`, `NOT_AUTHORIZED`) |
+//! | `shipping-quote` | rate-limited (`RATE_LIMITED`, `after-delay`) |
+//! | `shipping-track` | slow on a cold lookup (`TIMEOUT`, idempotent so `yes`; `CANCELLED` when the client cancels) |
+//! | `cart-view`, `cart-add_item`, `cart-checkout` | view actions on live cart instances (`AMBIGUOUS_INSTANCE`; `COMPONENT_UNMOUNTED` after checkout closes the cart) |
+//! | `cart-clear` | a destructive call on a cart: `STALE_CAPABILITY` when planned against a surface version from before the carts changed |
+//! | `reports-export` | a handler that panics (`EXECUTION_FAILED`, the panic stays in the operator log) |
+//! | `loyalty-redeem` | disabled with a reason (`CAPABILITY_NOT_AVAILABLE`) |
+//! | `admin-purge_cache` | hidden from everyone but admins (`CAPABILITY_NOT_FOUND`, like a name that never existed) |
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::details::PreconditionDetails;
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::policy::{QuoteLimiter, ShopAuthority, ShopConfirmations};
+
+/// An order id such as `A-1001`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(transparent)]
+struct OrderId(#[schemars(regex(pattern = r"^[A-Z]-[0-9]{4}$"))] String);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+enum Status {
+    Placed,
+    Shipped,
+    Cancelled,
+}
+
+/// A postal address.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Address {
+    street: String,
+    city: String,
+    /// Five digits.
+    #[schemars(regex(pattern = r"^[0-9]{5}$"))]
+    zip: String,
+}
+
+/// An order.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Order {
+    order_id: String,
+    customer: String,
+    status: Status,
+    total_cents: u64,
+    address: Address,
+}
+
+/// The shop's state, shared by every handler.
+pub(crate) struct Shop {
+    orders: Mutex<BTreeMap<String, Order>>,
+    /// Orders whose tracking lookup is warm (the first lookup is slow).
+    warm: Mutex<HashSet<String>>,
+    /// The live cart instances, by instance id; dropping a handle closes the cart.
+    carts: Mutex<HashMap<String, Mount>>,
+}
+
+impl Shop {
+    fn new() -> Shop {
+        let address = |street: &str, city: &str, zip: &str| Address {
+            street: street.to_string(),
+            city: city.to_string(),
+            zip: zip.to_string(),
+        };
+        let orders = [
+            ("A-1001", "alice", Status::Placed, 4200, address("1 Elm St", "Springfield", "12345")),
+            ("A-1002", "bob", Status::Shipped, 1599, address("2 Oak Ave", "Shelbyville", "23456")),
+            ("A-1003", "carol", Status::Placed, 9900, address("3 Pine Rd", "Ogdenville", "34567")),
+        ]
+        .into_iter()
+        .map(|(id, customer, status, total_cents, address)| {
+            (
+                id.to_string(),
+                Order { order_id: id.to_string(), customer: customer.to_string(), status, total_cents, address },
+            )
+        })
+        .collect();
+        Shop { orders: Mutex::new(orders), warm: Mutex::default(), carts: Mutex::default() }
+    }
+
+    fn order(&self, id: &str) -> Option<Order> {
+        self.orders.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct NoInput {}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct OrderLine {
+    order_id: String,
+    status: Status,
+    total_cents: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct OrderList {
+    orders: Vec<OrderLine>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct GetOrder {
+    order_id: OrderId,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct UpdateAddress {
+    order_id: OrderId,
+    address: Address,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct AddressUpdated {
+    order_id: String,
+    address: Address,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Cancelled {
+    order_id: String,
+    refunded_cents: u64,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct IssueRefund {
+    order_id: OrderId,
+    /// At least one cent.
+    #[schemars(range(min = 1))]
+    amount_cents: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Refund {
+    refund_id: String,
+    order_id: String,
+    amount_cents: u64,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Quote {
+    /// Destination postal code, five digits.
+    #[schemars(regex(pattern = r"^[0-9]{5}$"))]
+    zip: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct QuoteResult {
+    carrier: String,
+    cents: u64,
+    days: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Tracking {
+    order_id: String,
+    status: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AddItem {
+    sku: String,
+    /// Between 1 and 10.
+    #[schemars(range(min = 1, max = 10))]
+    qty: u32,
+}
+
+#[derive(Clone, Serialize, JsonSchema)]
+struct Item {
+    sku: String,
+    qty: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct CartView {
+    owner: String,
+    items: Vec<Item>,
+}
+
+/// A cart instance's state.
+struct Cart {
+    owner: String,
+    items: Mutex<Vec<Item>>,
+}
+
+/// How the shop is set up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShopOptions {
+    /// The time budget of `shipping-track`.
+    pub(crate) track_budget: Duration,
+    /// How long a cold tracking lookup takes.
+    pub(crate) cold_lookup: Duration,
+    /// One more shipping quote every this long (two at once).
+    pub(crate) quote_refill: Duration,
+}
+
+impl Default for ShopOptions {
+    fn default() -> Self {
+        ShopOptions {
+            track_budget: Duration::from_millis(300),
+            cold_lookup: Duration::from_secs(3),
+            quote_refill: Duration::from_millis(800),
+        }
+    }
+}
+
+/// The shop: its registry (capabilities defined, instances mounted) and the confirmation gate,
+/// which the MCP adapter also uses to record approvals given through elicitation.
+pub(crate) struct Demo {
+    pub(crate) registry: Registry,
+    pub(crate) confirmations: Arc<ShopConfirmations>,
+    /// The `orders`, `refunds`, … instances; dropping them would unmount the shop.
+    _mounts: Vec<Mount>,
+}
+
+const UNKNOWN_ORDER: &str = "No order with that id exists. List the orders to find it.";
+
+/// For preconditions: the order, or why the call cannot go on.
+fn order_or_unmet(shop: &Shop, id: &OrderId) -> Result<Order, Unmet> {
+    shop.order(&id.0).ok_or_else(|| Unmet::new(UNKNOWN_ORDER).reason("unknown-order"))
+}
+
+/// For handlers: the order, or `PRECONDITION_FAILED {reason: unknown-order}`.
+fn order_or_error(shop: &Shop, id: &OrderId) -> Result<Order, AgentSurfaceError> {
+    shop.order(&id.0).ok_or_else(|| {
+        let details = PreconditionDetails { reason: Some("unknown-order".to_string()), ..Default::default() };
+        AgentSurfaceError::precondition_failed_with(UNKNOWN_ORDER, details)
+    })
+}
+
+/// Builds the shop.
+pub(crate) fn build(options: ShopOptions) -> Demo {
+    let confirmations = Arc::new(ShopConfirmations::new(Duration::from_secs(300)));
+    let registry = Registry::new(RegistryConfig {
+        authority: Some(Arc::new(ShopAuthority)),
+        rate_limiter: Some(Arc::new(QuoteLimiter::new(2, options.quote_refill))),
+        confirmation: Some(confirmations.clone()),
+        ..Default::default()
+    });
+    let shop = Arc::new(Shop::new());
+    registry.provide(shop.clone());
+    define(&registry, options).unwrap_or_else(|e| panic!("the demo surface is defined wrongly: {e}"));
+    let mut mounts = Vec::new();
+    for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin"] {
+        mounts.push(registry.mount(ty, "shop").unwrap_or_else(|e| panic!("cannot mount {ty}: {e}")));
+    }
+    for owner in ["alice", "bob"] {
+        let cart = Cart { owner: owner.to_string(), items: Mutex::default() };
+        let instance = Instance::new().state(cart).description(format!("{owner}'s cart"));
+        let id = format!("cart-{owner}");
+        let mount = registry.mount_with("cart", &id, instance).unwrap_or_else(|e| panic!("cannot mount {id}: {e}"));
+        shop.carts.lock().unwrap_or_else(PoisonError::into_inner).insert(id, mount);
+    }
+    registry.disable("loyalty.redeem", "Loyalty points are being migrated. Offer a discount code instead.");
+    Demo { registry, confirmations, _mounts: mounts }
+}
+
+fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface_core::DefinitionError> {
+    registry.define("orders", |t| {
+        t.capability("list", "List the shop's orders with their status and total.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|ctx: Ctx, _: NoInput| async move {
+                let shop = ctx.state::<Arc<Shop>>();
+                let orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
+                let orders = orders
+                    .values()
+                    .map(|o| OrderLine { order_id: o.order_id.clone(), status: o.status, total_cents: o.total_cents })
+                    .collect();
+                Ok::<_, AgentSurfaceError>(OrderList { orders })
+            });
+        t.capability("get", "Get one order by id (e.g. A-1001), with its address and status.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|ctx: Ctx, i: GetOrder| async move {
+                let shop = ctx.state::<Arc<Shop>>();
+                order_or_error(shop, &i.order_id)
+            });
+        t.capability("update_address", "Change the delivery address of an order that has not shipped yet.")
+            .effect(Effect::Write)
+            .precondition(|ctx: &Ctx, i: &UpdateAddress| {
+                let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
+                if order.status != Status::Placed {
+                    return Err(Unmet::new("Only orders that have not shipped can be changed. Choose another order.")
+                        .reason("order-shipped")
+                        .detail("status", serde_json::to_value(order.status).unwrap_or(Value::Null)));
+                }
+                Ok(())
+            })
+            .handler(|ctx: Ctx, i: UpdateAddress| async move {
+                let shop = ctx.state::<Arc<Shop>>();
+                let mut orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(o) = orders.get_mut(&i.order_id.0) {
+                    o.address = i.address.clone();
+                }
+                Ok::<_, AgentSurfaceError>(AddressUpdated { order_id: i.order_id.0, address: i.address })
+            });
+        t.capability(
+            "cancel",
+            "Cancel an order that has not shipped and refund it in full. Needs the user's approval.",
+        )
+        .effect(Effect::Destructive)
+        .precondition(|ctx: &Ctx, i: &GetOrder| {
+            let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
+            if order.status != Status::Placed {
+                return Err(Unmet::new("Only orders that have not shipped can be cancelled.")
+                    .reason("order-not-cancellable")
+                    .detail("status", serde_json::to_value(order.status).unwrap_or(Value::Null)));
+            }
+            Ok(())
+        })
+        .handler(|ctx: Ctx, i: GetOrder| async move {
+            let shop = ctx.state::<Arc<Shop>>();
+            let mut orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
+            let order =
+                orders.get_mut(&i.order_id.0).ok_or_else(|| AgentSurfaceError::precondition_failed(UNKNOWN_ORDER))?;
+            order.status = Status::Cancelled;
+            Ok::<_, AgentSurfaceError>(Cancelled { order_id: i.order_id.0, refunded_cents: order.total_cents })
+        });
+    })?;
+    registry.define("refunds", |t| {
+        t.capability("issue", "Refund part of an order to the customer's card. For support agents.")
+            .effect(Effect::External)
+            .precondition(|ctx: &Ctx, i: &IssueRefund| {
+                let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
+                if i.amount_cents > order.total_cents {
+                    return Err(Unmet::new("A refund cannot exceed the order total.")
+                        .reason("amount-too-large")
+                        .detail("maxCents", order.total_cents));
+                }
+                Ok(())
+            })
+            .handler(|_ctx: Ctx, i: IssueRefund| async move {
+                Ok::<_, AgentSurfaceError>(Refund {
+                    refund_id: format!("R-{}", &i.order_id.0[2..]),
+                    order_id: i.order_id.0,
+                    amount_cents: i.amount_cents,
+                })
+            });
+    })?;
+    let cold = options.cold_lookup;
+    registry.define("shipping", |t| {
+        t.capability("quote", "Quote shipping to a postal code. Limited to a few quotes per second.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|_ctx: Ctx, i: Quote| async move {
+                let days = 2 + u32::from(i.zip.as_bytes()[0] - b'0') % 3;
+                Ok::<_, AgentSurfaceError>(QuoteResult {
+                    carrier: "Parcelwise".into(),
+                    cents: 499 + 100 * u64::from(days),
+                    days,
+                })
+            });
+        t.capability("track", "Track an order's shipment. The first lookup of an order can be slow.")
+            .effect(Effect::Read)
+            .idempotent()
+            .time_budget(options.track_budget)
+            .handler(move |ctx: Ctx, i: GetOrder| async move {
+                let shop = ctx.state::<Arc<Shop>>();
+                let order = order_or_error(shop, &i.order_id)?;
+                let was_cold = shop.warm.lock().unwrap_or_else(PoisonError::into_inner).insert(order.order_id.clone());
+                if was_cold {
+                    tokio::time::sleep(cold).await;
+                }
+                let status = match order.status {
+                    Status::Placed => "label created",
+                    Status::Shipped => "in transit",
+                    Status::Cancelled => "cancelled",
+                };
+                Ok::<_, AgentSurfaceError>(Tracking { order_id: order.order_id, status: status.to_string() })
+            });
+    })?;
+    registry.define("cart", |t| {
+        t.capability("view", "Show the items in a shopping cart.").effect(Effect::Read).idempotent().view().handler(
+            |ctx: Ctx, _: NoInput| async move {
+                let cart = ctx.instance::<Cart>();
+                let items = cart.items.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                Ok::<_, AgentSurfaceError>(CartView { owner: cart.owner.clone(), items })
+            },
+        );
+        t.capability("add_item", "Add an item to a shopping cart.").effect(Effect::Write).view().handler(
+            |ctx: Ctx, i: AddItem| async move {
+                let cart = ctx.instance::<Cart>();
+                let mut items = cart.items.lock().unwrap_or_else(PoisonError::into_inner);
+                items.push(Item { sku: i.sku, qty: i.qty });
+                Ok::<_, AgentSurfaceError>(CartView { owner: cart.owner.clone(), items: items.clone() })
+            },
+        );
+        t.capability("clear", "Remove every item from a shopping cart. Cannot be undone.")
+            .effect(Effect::Destructive)
+            .handler(|ctx: Ctx, _: NoInput| async move {
+                let cart = ctx.instance::<Cart>();
+                let removed = std::mem::take(&mut *cart.items.lock().unwrap_or_else(PoisonError::into_inner)).len();
+                Ok::<_, AgentSurfaceError>(json!({"removed": removed, "owner": cart.owner}))
+            });
+        t.capability("checkout", "Check out a shopping cart; the cart closes afterwards.")
+            .effect(Effect::Write)
+            .view()
+            .handler(|ctx: Ctx, _: NoInput| async move {
+                let cart = ctx.instance::<Cart>();
+                let items = std::mem::take(&mut *cart.items.lock().unwrap_or_else(PoisonError::into_inner));
+                // The cart closes right after this call returns (its instance unmounts).
+                let mount = ctx
+                    .state::<Arc<Shop>>()
+                    .carts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(ctx.instance_id());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    drop(mount);
+                });
+                Ok::<_, AgentSurfaceError>(json!({"checkedOut": items.len(), "owner": cart.owner}))
+            });
+    })?;
+    registry.define("reports", |t| {
+        t.capability("export", "Export the monthly sales report.").effect(Effect::Read).handler(
+            |_ctx: Ctx, _: NoInput| async move {
+                let rows: Vec<u64> = Vec::new();
+                // A bug: the reporting backend returned no rows. The panic text stays in the
+                // operator log; the agent gets a sanitized EXECUTION_FAILED.
+                let first = rows.first().copied().unwrap_or_else(|| {
+                    panic!("index out of range: report rows at postgres://reports.internal:5432/sales")
+                });
+                Ok::<_, AgentSurfaceError>(json!({"firstRow": first}))
+            },
+        );
+    })?;
+    registry.define("loyalty", |t| {
+        t.capability("redeem", "Redeem loyalty points for a discount.")
+            .effect(Effect::Write)
+            .handler(|_ctx: Ctx, _: NoInput| async move { Ok::<_, AgentSurfaceError>(json!({"redeemed": true})) });
+    })?;
+    registry.define("admin", |t| {
+        t.capability("purge_cache", "Purge the storefront cache. Administrators only.")
+            .effect(Effect::Write)
+            .handler(|_ctx: Ctx, _: NoInput| async move { Ok::<_, AgentSurfaceError>(json!({"purged": true})) });
+    })?;
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The wire shape of a call's outcome: [`InvokeResult`] ↔ MCP `CallToolResult`.
+//!
+//! | outcome | `isError` | `content` | `structuredContent` | `_meta` |
+//! |---|---|---|---|---|
+//! | ok | `false` | one text block: the output as JSON | the output, when it is a JSON object | `agent-surface/invocationId` when the call had one |
+//! | error | `true` | one text block: the payload `{code, message, retry, details?}` as JSON | **absent** | the same |
+//!
+//! An error result never carries `structuredContent`. The official TypeScript SDK client (and
+//! the MCP Inspector built on it) validates `structuredContent` against the tool's
+//! `outputSchema` even when `isError` is true and fails the whole call when it does not match,
+//! so a payload there would never reach the model for a tool that declares an output schema.
+//! Leaving it out for every error (not only for tools with an output schema) also covers a
+//! client whose cached tool list is older than a schema change. The payload is the only text
+//! block, compact JSON, so it parses back losslessly ([`decode`]); its `message` is already the
+//! natural-language line for the model.
+//!
+//! A success of a tool with an output schema carries the output as `structuredContent` (which
+//! the pipeline validated against that schema) and, as the MCP specification recommends, the same
+//! JSON serialized in a text block.
+
+use agent_surface_core::{ErrorPayload, InvokeResult};
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use serde_json::Value;
+
+use crate::meta;
+
+fn result_meta(invocation_id: Option<String>) -> Option<MetaObject> {
+    invocation_id.map(|id| {
+        let mut m = MetaObject::new();
+        m.insert(meta::INVOCATION_ID.to_string(), Value::String(id));
+        m
+    })
+}
+
+/// Encodes an invocation's result as a `tools/call` result.
+///
+/// ```
+/// use agent_surface_core::{AgentSurfaceError, InvokeResult};
+/// use agent_surface_mcp::codec;
+/// use serde_json::json;
+///
+/// let err = InvokeResult::error(AgentSurfaceError::capability_not_found().into_payload(), Some("inv-1".into()));
+/// let wire = serde_json::to_value(codec::encode(err.clone())).unwrap();
+/// assert_eq!(wire["isError"], true);
+/// assert!(wire.get("structuredContent").is_none());
+/// let payload: serde_json::Value = serde_json::from_str(wire["content"][0]["text"].as_str().unwrap()).unwrap();
+/// assert_eq!(payload["code"], "CAPABILITY_NOT_FOUND");
+/// assert_eq!(payload["retry"], "after-refresh");
+/// assert_eq!(wire["_meta"]["agent-surface/invocationId"], "inv-1");
+///
+/// let ok = InvokeResult::ok(json!({"total": 3}), None);
+/// let wire = serde_json::to_value(codec::encode(ok)).unwrap();
+/// assert_eq!(wire["structuredContent"], json!({"total": 3}));
+/// assert_eq!(wire["content"][0]["text"], r#"{"total":3}"#);
+/// ```
+pub fn encode(result: InvokeResult) -> CallToolResult {
+    match result {
+        InvokeResult::Ok { output, invocation_id } => {
+            let text = output.to_string();
+            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+            if output.is_object() {
+                r.structured_content = Some(output);
+            }
+            r.with_meta(result_meta(invocation_id))
+        }
+        InvokeResult::Error { error, invocation_id } => {
+            let text = serde_json::to_string(&error).unwrap_or_else(|_| error.to_json().to_string());
+            CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(result_meta(invocation_id))
+        }
+        // `InvokeResult` is non-exhaustive; a future variant is reported as an execution failure
+        // rather than silently dropped.
+        other => {
+            let payload = agent_surface_core::AgentSurfaceError::execution_failed(
+                agent_surface_core::details::ExecutionFailedReason::HandlerError,
+            )
+            .into_payload();
+            encode(InvokeResult::error(payload, other.invocation_id().map(str::to_string)))
+        }
+    }
+}
+
+/// Why a `CallToolResult` is not an encoded [`InvokeResult`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// An error result whose first text block is not a valid payload (the message says why).
+    BadPayload(String),
+    /// A success with neither `structuredContent` nor a JSON text block.
+    NoOutput,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::BadPayload(why) => write!(f, "error result does not carry a valid payload: {why}"),
+            DecodeError::NoOutput => f.write_str("success result carries no JSON output"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+fn first_text(result: &CallToolResult) -> Option<&str> {
+    result.content.iter().find_map(|c| c.as_text()).map(|t| t.text.as_str())
+}
+
+/// Decodes a `tools/call` result produced by [`encode`] back into the [`InvokeResult`]; the
+/// payload is parsed with the matrix checks of [`ErrorPayload`].
+///
+/// ```
+/// use agent_surface_core::{AgentSurfaceError, InvokeResult};
+/// use agent_surface_mcp::codec;
+/// use std::time::Duration;
+///
+/// let original = InvokeResult::error(AgentSurfaceError::timeout(Duration::from_secs(5), false).into_payload(), Some("inv-9".into()));
+/// assert_eq!(codec::decode(&codec::encode(original.clone())).unwrap(), original);
+/// ```
+pub fn decode(result: &CallToolResult) -> Result<InvokeResult, DecodeError> {
+    let invocation_id =
+        result.meta.as_ref().and_then(|m| m.get(meta::INVOCATION_ID)).and_then(Value::as_str).map(str::to_string);
+    if result.is_error == Some(true) {
+        let text = first_text(result).ok_or_else(|| DecodeError::BadPayload("no text block".to_string()))?;
+        let payload: ErrorPayload = serde_json::from_str(text).map_err(|e| DecodeError::BadPayload(e.to_string()))?;
+        return Ok(InvokeResult::error(payload, invocation_id));
+    }
+    let output = match (&result.structured_content, first_text(result)) {
+        (Some(v), _) => v.clone(),
+        (None, Some(text)) => serde_json::from_str(text).map_err(|_| DecodeError::NoOutput)?,
+        (None, None) => return Err(DecodeError::NoOutput),
+    };
+    Ok(InvokeResult::ok(output, invocation_id))
+}

@@ -1,0 +1,154 @@
+//! The streamable HTTP transport, on axum, with DNS-rebinding protection and pluggable
+//! authentication.
+//!
+//! [`router`] mounts `rmcp`'s `StreamableHttpService` at [`HttpConfig::path`]: one
+//! [`McpServer`] (and so one consumer key) per MCP session (`Mcp-Session-Id`). Requests whose
+//! `Host` is not in [`HttpConfig::allowed_hosts`], or that carry an `Origin` outside
+//! [`HttpConfig::allowed_origins`], are refused with HTTP 403 before any MCP processing; the
+//! defaults admit loopback only. A body over [`HttpConfig::max_body_bytes`] gets HTTP 413.
+//!
+//! Each request's identity comes from the configured [`Authenticator`]
+//! ([`crate::McpConfig::authenticator`]), which reads the request headers; no authenticator (or
+//! no identity found) means an anonymous consumer, and the registry's authority policy decides
+//! what that consumer may see and call (`NOT_AUTHENTICATED` where an identity is required).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_policy::Identity;
+use agent_surface_registry::Registry;
+use futures_util::future::BoxFuture;
+use rmcp::ServerHandler;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::{McpConfig, McpServer};
+
+/// Turns an HTTP request's headers into the caller's identity.
+pub trait Authenticator: Send + Sync + 'static {
+    /// The identity the headers prove, or `None` (anonymous).
+    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>>;
+}
+
+/// An [`Authenticator`] over a fixed table of bearer tokens (`Authorization: Bearer TOKEN`), for
+/// development and tests.
+///
+/// ```
+/// use agent_surface_mcp::http::{Authenticator, BearerTokens};
+/// use agent_surface_policy::Identity;
+///
+/// let auth = BearerTokens::new([("t-alice", Identity::new("alice").with_role("support"))]);
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("authorization", "Bearer t-alice".parse().unwrap());
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// assert_eq!(auth.authenticate(&headers).await.unwrap().subject, "alice");
+/// assert!(auth.authenticate(&http::HeaderMap::new()).await.is_none());
+/// # });
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct BearerTokens {
+    tokens: HashMap<String, Identity>,
+}
+
+impl BearerTokens {
+    /// A table of tokens and the identities they stand for.
+    pub fn new<T: Into<String>>(tokens: impl IntoIterator<Item = (T, Identity)>) -> BearerTokens {
+        BearerTokens { tokens: tokens.into_iter().map(|(t, i)| (t.into(), i)).collect() }
+    }
+}
+
+impl Authenticator for BearerTokens {
+    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>> {
+        let identity = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|token| self.tokens.get(token.trim()))
+            .cloned();
+        Box::pin(std::future::ready(identity))
+    }
+}
+
+/// The HTTP side of the server.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Where the MCP endpoint is mounted.
+    pub path: String,
+    /// Accepted `Host` values (names, or `name:port`); the default admits loopback only, which
+    /// is what protects a local server against DNS rebinding. Empty: any host.
+    pub allowed_hosts: Vec<String>,
+    /// Accepted `Origin` values (`scheme://host:port`, `:*` for any port); requests without
+    /// `Origin` are always accepted. The default admits loopback origins only.
+    pub allowed_origins: Vec<String>,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How often an idle SSE stream gets a keep-alive comment.
+    pub sse_keep_alive: Option<Duration>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            path: "/mcp".to_string(),
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()],
+            allowed_origins: vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
+            max_body_bytes: 4 * 1024 * 1024,
+            sse_keep_alive: Some(Duration::from_secs(15)),
+        }
+    }
+}
+
+/// An axum router serving MCP sessions at `http.path`; `new_session` builds the handler of each
+/// new session. Use [`router`] for a registry; this is for handlers that wrap [`McpServer`].
+pub fn router_with<H, F>(new_session: F, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router
+where
+    H: ServerHandler + Send + 'static,
+    F: Fn() -> H + Send + Sync + 'static,
+{
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(http.allowed_hosts.clone())
+        .with_max_request_body_bytes(http.max_body_bytes)
+        .with_sse_keep_alive(http.sse_keep_alive)
+        .with_cancellation_token(shutdown);
+    config = if http.allowed_hosts.is_empty() { config.disable_allowed_hosts() } else { config };
+    config = if http.allowed_origins.is_empty() {
+        config.disable_allowed_origins()
+    } else {
+        config.with_allowed_origins(http.allowed_origins.clone())
+    };
+    let service =
+        StreamableHttpService::new(move || Ok(new_session()), Arc::new(LocalSessionManager::default()), config);
+    axum::Router::new().route_service(&http.path, service)
+}
+
+/// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per session.
+pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router {
+    let config = Arc::new(config);
+    router_with(move || McpServer::new(registry.clone(), config.clone()), http, shutdown)
+}
+
+/// Serves `registry` over streamable HTTP on `listener` until `shutdown` is cancelled.
+///
+/// ```no_run
+/// use agent_surface_mcp::{McpConfig, http::{HttpConfig, serve_http}};
+/// use agent_surface_registry::{Registry, RegistryConfig};
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let registry = Registry::new(RegistryConfig::default());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// serve_http(registry, McpConfig::default(), HttpConfig::default(), listener, shutdown).await
+/// # }
+/// ```
+pub async fn serve_http(
+    registry: Registry,
+    config: McpConfig,
+    http: HttpConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(registry, config, &http, shutdown.clone());
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}

@@ -1,0 +1,114 @@
+//! The `_meta` keys through which an MCP client passes what `tools/call` has no field for.
+//!
+//! A `tools/call` request carries a tool name and arguments. The invocation's other members
+//! (idempotency key, staleness tokens, confirmation evidence, target) travel in the request's
+//! `_meta` object under the `agent-surface/` prefix:
+//!
+//! | key | type | becomes |
+//! |---|---|---|
+//! | [`INVOCATION_ID`] `agent-surface/invocationId` | string | `InvokeRequest::invocation_id` |
+//! | [`SURFACE_ID`] `agent-surface/surfaceId` | string | `InvokeRequest::surface_id` |
+//! | [`SURFACE_VERSION`] `agent-surface/surfaceVersion` | non-negative integer | `InvokeRequest::surface_version` |
+//! | [`CONFIRMATION_ID`] `agent-surface/confirmationId` | string | `InvokeRequest::confirmation_id` |
+//! | [`TARGET`] `agent-surface/target` | `{instanceId?, registrationId?}` | `InvokeRequest::target` |
+//!
+//! The JSON-RPC request id and the progress token are never used as an invocation id: a call
+//! without [`INVOCATION_ID`] is simply not deduplicated. A present key with a value of the wrong
+//! type is a protocol fault (JSON-RPC `-32602`), not a capability error: the request does not fit
+//! the documented shape.
+//!
+//! On results, the adapter sets [`INVOCATION_ID`] in the result's `_meta` when the call carried
+//! one; `tools/list` sets [`SURFACE_ID`] and [`SURFACE_VERSION`] in the list result's `_meta`, and
+//! each tool's `_meta` carries [`CAPABILITY`], [`EFFECT`], [`IDEMPOTENT`] and, for a disabled
+//! capability, [`UNAVAILABLE_REASON`].
+
+use agent_surface_registry::{InvokeRequest, Target};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// The idempotency key of the call, scoped to the MCP session.
+pub const INVOCATION_ID: &str = "agent-surface/invocationId";
+/// The surface id the call was planned against (from the `tools/list` result's `_meta`).
+pub const SURFACE_ID: &str = "agent-surface/surfaceId";
+/// The surface version the call was planned against (from the `tools/list` result's `_meta`).
+pub const SURFACE_VERSION: &str = "agent-surface/surfaceVersion";
+/// Approved confirmation evidence (`details.confirmationId` of a `CONFIRMATION_REQUIRED`).
+pub const CONFIRMATION_ID: &str = "agent-surface/confirmationId";
+/// The target instance or registration: `{"instanceId": …, "registrationId": …}`.
+pub const TARGET: &str = "agent-surface/target";
+/// On a tool: the capability name (`type.capability`) behind the tool name.
+pub const CAPABILITY: &str = "agent-surface/capability";
+/// On a tool: the declared effect (`read`, `write`, `destructive`, `external`).
+pub const EFFECT: &str = "agent-surface/effect";
+/// On a tool: whether the capability is idempotent.
+pub const IDEMPOTENT: &str = "agent-surface/idempotent";
+/// On a tool: why the capability is disabled right now (absent when enabled).
+pub const UNAVAILABLE_REASON: &str = "agent-surface/unavailableReason";
+/// On a tool: the live instances (`[{instanceId, registrationId, description?}]`).
+pub const INSTANCES: &str = "agent-surface/instances";
+
+/// A `_meta` member that does not have its documented type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaError {
+    /// The offending key.
+    pub key: &'static str,
+    /// What was expected.
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for MetaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "_meta[\"{}\"] must be {}", self.key, self.expected)
+    }
+}
+
+impl std::error::Error for MetaError {}
+
+fn string(meta: &Map<String, Value>, key: &'static str) -> Result<Option<String>, MetaError> {
+    match meta.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(_) => Err(MetaError { key, expected: "a non-empty string" }),
+    }
+}
+
+/// Fills the members of `request` that the client passed in `_meta`.
+///
+/// ```
+/// use agent_surface_mcp::meta;
+/// use agent_surface_registry::InvokeRequest;
+/// use serde_json::json;
+///
+/// let m = json!({
+///     "agent-surface/invocationId": "inv-7",
+///     "agent-surface/surfaceVersion": 12,
+///     "agent-surface/target": {"instanceId": "cart-1"},
+///     "progressToken": 3
+/// });
+/// let mut request = InvokeRequest::new("cart.view", json!({}));
+/// meta::apply(m.as_object().unwrap(), &mut request).unwrap();
+/// assert_eq!(request.invocation_id.as_deref(), Some("inv-7"));
+/// assert_eq!(request.surface_version, Some(12));
+/// assert_eq!(request.target.unwrap().instance_id.as_deref(), Some("cart-1"));
+///
+/// let bad = json!({"agent-surface/surfaceVersion": "12"});
+/// let err = meta::apply(bad.as_object().unwrap(), &mut InvokeRequest::new("a.b", json!({}))).unwrap_err();
+/// assert_eq!(err.key, meta::SURFACE_VERSION);
+/// ```
+pub fn apply(meta: &Map<String, Value>, request: &mut InvokeRequest) -> Result<(), MetaError> {
+    request.invocation_id = string(meta, INVOCATION_ID)?;
+    request.surface_id = string(meta, SURFACE_ID)?;
+    request.confirmation_id = string(meta, CONFIRMATION_ID)?;
+    request.surface_version = match meta.get(SURFACE_VERSION) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or(MetaError { key: SURFACE_VERSION, expected: "a non-negative integer" })?),
+    };
+    request.target = match meta.get(TARGET) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(Target::deserialize(v).map_err(|_| MetaError {
+            key: TARGET,
+            expected: "an object with optional string members instanceId and registrationId",
+        })?),
+    };
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The stdio transport: newline-delimited JSON-RPC over a byte stream, with a JSON-RPC error for
+//! every frame the server cannot use.
+//!
+//! `rmcp`'s own stdio framing ignores unparsable lines and drops oversized ones silently. This
+//! transport answers them instead, as JSON-RPC 2.0 asks, and keeps serving:
+//!
+//! | frame | answer |
+//! |---|---|
+//! | not JSON (or not UTF-8) | `-32700` parse error, `id: null` |
+//! | longer than `max_message_bytes` | `-32600` invalid request, `id: null`, `data: {"maxMessageBytes": N}`; the line is skipped without being buffered |
+//! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
+//! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
+//! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
+//! | a request for an unknown method | `-32601` method not found (from `rmcp`) |
+//!
+//! Reads are bounded and cancel-safe (the service loop polls `receive` inside `select!`): a
+//! partial line stays buffered across cancelled polls, and an error answer that is being written
+//! is resumed, never duplicated or torn.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+/// A server transport over any byte stream pair: [`crate::serve_stdio`] runs it over the
+/// process's standard streams; tests run it over in-memory pipes.
+pub struct LineTransport<R, W> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    max_line: usize,
+    /// Set while the tail of an oversized line is being skipped.
+    discarding: bool,
+    write: Arc<Mutex<Option<W>>>,
+    /// An error answer being written; resumed by the next `receive` if a poll was cancelled.
+    pending: Option<BoxFuture<'static, std::io::Result<()>>>,
+}
+
+impl<R, W> std::fmt::Debug for LineTransport<R, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineTransport").field("max_line", &self.max_line).finish_non_exhaustive()
+    }
+}
+
+enum Step {
+    Line,
+    More,
+    Oversized,
+    EndDiscard,
+}
+
+enum ReadLine {
+    Line,
+    Oversized,
+    Eof,
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// A transport reading requests from `read` and writing answers to `write`; lines longer
+    /// than `max_message_bytes` are refused.
+    pub fn new(read: R, write: W, max_message_bytes: usize) -> Self {
+        LineTransport {
+            read: BufReader::new(read),
+            line: Vec::new(),
+            max_line: max_message_bytes.max(1),
+            discarding: false,
+            write: Arc::new(Mutex::new(Some(write))),
+            pending: None,
+        }
+    }
+
+    /// Reads one `\n`-terminated line into `self.line`, never buffering more than `max_line`
+    /// bytes; cancel-safe (only synchronous work between `fill_buf` and `consume`).
+    async fn read_line(&mut self) -> std::io::Result<ReadLine> {
+        loop {
+            let (consumed, step) = {
+                let available = self.read.fill_buf().await?;
+                if available.is_empty() {
+                    return Ok(ReadLine::Eof);
+                }
+                let newline = available.iter().position(|b| *b == b'\n');
+                let take = newline.map_or(available.len(), |i| i + 1);
+                if self.discarding {
+                    (take, if newline.is_some() { Step::EndDiscard } else { Step::More })
+                } else if self.line.len() + take > self.max_line + 1 {
+                    // `+ 1`: the newline itself does not count against the limit.
+                    self.line.clear();
+                    self.discarding = newline.is_none();
+                    (take, Step::Oversized)
+                } else {
+                    self.line.extend_from_slice(&available[..take]);
+                    (take, if newline.is_some() { Step::Line } else { Step::More })
+                }
+            };
+            self.read.consume(consumed);
+            match step {
+                Step::Line => return Ok(ReadLine::Line),
+                Step::More => {}
+                Step::EndDiscard => self.discarding = false,
+                Step::Oversized => return Ok(ReadLine::Oversized),
+            }
+        }
+    }
+
+    fn answer(&mut self, error: ErrorData, id: Option<RequestId>) {
+        let message: ServerJsonRpcMessage = ServerJsonRpcMessage::error(error, id);
+        self.pending = Some(Box::pin(write_message(self.write.clone(), message)));
+    }
+}
+
+fn frame(message: &impl serde::Serialize) -> std::io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+async fn write_message<W: AsyncWrite + Send + Unpin>(
+    write: Arc<Mutex<Option<W>>>,
+    message: ServerJsonRpcMessage,
+) -> std::io::Result<()> {
+    let bytes = frame(&message)?;
+    let mut guard = write.lock().await;
+    let Some(w) = guard.as_mut() else {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "transport closed"));
+    };
+    w.write_all(&bytes).await?;
+    w.flush().await
+}
+
+/// The id of a request that failed to parse, when it has a usable one.
+fn request_id(value: &Value) -> Option<RequestId> {
+    match value.get("id")? {
+        Value::String(s) => Some(NumberOrString::String(Arc::from(s.as_str()))),
+        Value::Number(n) => n.as_i64().map(NumberOrString::Number),
+        _ => None,
+    }
+}
+
+/// How to answer a line that is JSON but not a message the server can take.
+fn classify(value: &Value) -> Option<(ErrorData, Option<RequestId>)> {
+    let Some(obj) = value.as_object() else {
+        return Some((ErrorData::invalid_request("Invalid Request: expected a JSON-RPC 2.0 object", None), None));
+    };
+    let envelope_ok = obj.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+    let method = obj.get("method").and_then(Value::as_str);
+    let id = request_id(value);
+    match (method, obj.contains_key("id")) {
+        // A notification, however malformed, is never answered.
+        (Some(_), false) if envelope_ok => None,
+        (Some(m), true) if envelope_ok && id.is_some() => {
+            Some((ErrorData::invalid_params(format!("Invalid params for method `{m}`"), None), id))
+        }
+        _ => Some((ErrorData::invalid_request("Invalid Request: not a valid JSON-RPC 2.0 message", None), id)),
+    }
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        write_message(self.write.clone(), item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            if let Some(pending) = self.pending.as_mut() {
+                let written = pending.await;
+                self.pending = None;
+                if let Err(e) = written {
+                    tracing::debug!(target: "agent_surface::mcp", error = %e, "cannot write an error answer; closing");
+                    return None;
+                }
+            }
+            match self.read_line().await {
+                Ok(ReadLine::Line) => {}
+                Ok(ReadLine::Oversized) => {
+                    tracing::warn!(target: "agent_surface::mcp", max = self.max_line, "message over the size limit refused");
+                    let data = serde_json::json!({"maxMessageBytes": self.max_line});
+                    self.answer(
+                        ErrorData::new(
+                            ErrorCode::INVALID_REQUEST,
+                            format!("Invalid Request: the message exceeds {} bytes", self.max_line),
+                            Some(data),
+                        ),
+                        None,
+                    );
+                    continue;
+                }
+                Ok(ReadLine::Eof) => return None,
+                Err(e) => {
+                    tracing::debug!(target: "agent_surface::mcp", error = %e, "stdin read failed; closing");
+                    return None;
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            let mut bytes = line.as_slice();
+            bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+            bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                self.line = line;
+                self.line.clear();
+                continue;
+            }
+            let parsed = serde_json::from_slice::<ClientJsonRpcMessage>(bytes);
+            let answer = match parsed {
+                Ok(message) => {
+                    self.line = line;
+                    self.line.clear();
+                    return Some(message);
+                }
+                Err(_) => match serde_json::from_slice::<Value>(bytes) {
+                    Err(_) => Some((ErrorData::parse_error("Parse error: the message is not valid JSON", None), None)),
+                    Ok(value) => classify(&value),
+                },
+            };
+            self.line = line;
+            self.line.clear();
+            if let Some((error, id)) = answer {
+                tracing::debug!(target: "agent_surface::mcp", code = error.code.0, "refused a frame");
+                self.answer(error, id);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let mut guard = self.write.lock().await;
+        if let Some(mut w) = guard.take() {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,70 @@
+//! `CONFIRMATION_REQUIRED`: wait mode through elicitation, two-phase otherwise.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use agent_surface_core::details::ConfirmationRequiredDetails;
+use agent_surface_core::{ErrorCode, Retry};
+use agent_surface_mcp::McpConfig;
+use rmcp::model::ElicitationAction;
+use serde_json::json;
+
+use crate::support::{call, connect, fixture};
+
+fn with_resolver(f: &crate::support::Fixture) -> McpConfig {
+    McpConfig { confirmations: Some(f.gate.clone() as Arc<_>), ..Default::default() }
+}
+
+#[tokio::test]
+async fn an_accepted_elicitation_approves_and_the_call_proceeds() {
+    let f = fixture();
+    let c = connect(&f.registry, with_resolver(&f), Some(vec![ElicitationAction::Accept])).await;
+    let r = call(&c.client, "store-delete", json!({}), json!({"agent-surface/invocationId": "inv-d"})).await;
+    assert_eq!(r.output(), Some(&json!({"deleted": true})));
+    assert_eq!(r.invocation_id(), Some("inv-d"));
+    assert_eq!(f.runs.0.load(Ordering::SeqCst), 1);
+    let asked = c.elicited.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].contains("Delete everything in the store."), "{asked:?}");
+    c.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_declined_or_cancelled_elicitation_is_a_denial_the_model_must_respect() {
+    for answer in [ElicitationAction::Decline, ElicitationAction::Cancel] {
+        let f = fixture();
+        let c = connect(&f.registry, with_resolver(&f), Some(vec![answer.clone()])).await;
+        let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+        let p = r.error_payload().unwrap();
+        assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationInvalid, Retry::No), "{answer:?}");
+        assert_eq!(p.detail("reason"), Some(&json!("denied")));
+        assert_eq!(f.runs.0.load(Ordering::SeqCst), 0);
+        c.client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn without_elicitation_the_confirmation_goes_to_the_model() {
+    let f = fixture();
+    // The client cannot elicit.
+    let c = connect(&f.registry, with_resolver(&f), None).await;
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    let p = r.error_payload().unwrap();
+    assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationRequired, Retry::WithConfirmation));
+    let details: ConfirmationRequiredDetails = p.details_as().unwrap();
+    c.client.cancel().await.unwrap();
+
+    // No resolver configured: two-phase even with a client that could elicit.
+    let c = connect(&f.registry, McpConfig::default(), Some(vec![ElicitationAction::Accept])).await;
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    assert_eq!(r.code(), Some(ErrorCode::ConfirmationRequired));
+    assert!(c.elicited.lock().unwrap().is_empty());
+
+    // The host approves out of band; the model retries with the id.
+    f.gate.pending.lock().unwrap().insert(details.confirmation_id.clone(), Some(true));
+    let r =
+        call(&c.client, "store-delete", json!({}), json!({"agent-surface/confirmationId": details.confirmation_id}))
+            .await;
+    assert!(r.is_ok());
+    c.client.cancel().await.unwrap();
+}

