@@ -72,8 +72,30 @@ pub(crate) fn measure(value: &Value, max_depth: usize, max_bytes: usize) -> Resu
         Object(serde_json::map::Iter<'a>),
     }
 
+    // Fast path for the common flat object of scalars: no stack to allocate.
+    if let Value::Object(map) = value
+        && max_depth >= 1
+        && map.values().all(|v| !matches!(v, Value::Array(_) | Value::Object(_)))
+    {
+        let mut size = 2 + map.len().saturating_sub(1) + map.len();
+        for (key, item) in map {
+            size += string_len(key, max_bytes.saturating_sub(size));
+            size += match item {
+                Value::Null | Value::Bool(true) => 4,
+                Value::Bool(false) => 5,
+                Value::Number(n) => number_len(n),
+                Value::String(s) => string_len(s, max_bytes.saturating_sub(size)),
+                Value::Array(_) | Value::Object(_) => 0,
+            };
+            if size > max_bytes {
+                return Err(Exceeded::Size);
+            }
+        }
+        return Ok(());
+    }
+
     let mut size = 0usize;
-    let mut stack: Vec<Frame<'_>> = Vec::new();
+    let mut stack: Vec<Frame<'_>> = Vec::with_capacity(8);
     let mut next = Some(value);
     loop {
         if let Some(value) = next.take() {
@@ -138,8 +160,20 @@ fn string_len(s: &str, budget: usize) -> usize {
     s.len() + 2 + escapes
 }
 
+/// The number of decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// The length of a number as `serde_json` displays it, without allocating.
 fn number_len(n: &serde_json::Number) -> usize {
+    // Integers (the common case) are counted arithmetically; floats go through `Display`.
+    if let Some(u) = n.as_u64() {
+        return digits(u);
+    }
+    if let Some(i) = n.as_i64() {
+        return 1 + digits(i.unsigned_abs());
+    }
     /// A writer that only counts bytes.
     struct Count(usize);
     impl fmt::Write for Count {

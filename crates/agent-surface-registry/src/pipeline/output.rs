@@ -13,30 +13,10 @@ use super::Stop;
 use crate::define::CapabilityDef;
 use crate::registry::Inner;
 
-/// Counts bytes instead of storing them, and gives up past a limit.
-struct Counter {
-    n: usize,
-    limit: usize,
-}
-
-impl std::io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.n += buf.len();
-        if self.n > self.limit {
-            return Err(std::io::Error::other("over the limit"));
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Whether `value` serializes to more than `limit` bytes (stops counting at the limit).
+/// Whether `value` serializes to more than `limit` bytes (counted without serializing, stopping
+/// at the limit).
 pub(crate) fn exceeds(value: &Value, limit: usize) -> bool {
-    let mut c = Counter { n: 0, limit };
-    serde_json::to_writer(&mut c, value).is_err()
+    crate::validate::measure(value, usize::MAX, limit).is_err()
 }
 
 pub(crate) fn check(inner: &Arc<Inner>, def: &CapabilityDef, output: Value) -> Result<Value, Stop> {
