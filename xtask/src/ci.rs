@@ -7,10 +7,15 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 fn step(root: &Path, name: &str, program: &str, args: &[&str]) -> Result<()> {
+    step_with_env(root, name, program, args, ("AGENT_SURFACE_CI", Path::new("1")))
+}
+
+fn step_with_env(root: &Path, name: &str, program: &str, args: &[&str], env: (&str, &Path)) -> Result<()> {
     println!("==> {name}: {program} {}", args.join(" "));
     let start = Instant::now();
     let status = Command::new(program)
         .args(args)
+        .env(env.0, env.1)
         .current_dir(root)
         .status()
         .with_context(|| format!("cannot start `{program}`"))?;
@@ -25,9 +30,10 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
-    step(root, "test", &cargo, &["test", "--workspace"])?;
+    let evidence = crate::produced::fresh_evidence_dir(root)?;
+    step_with_env(root, "test", &cargo, &["test", "--workspace"], (crate::produced::EVIDENCE_ENV, &evidence))?;
     println!("==> verify-matrix");
-    crate::matrix::verify(root)?;
+    crate::matrix::verify(root, Some(&evidence))?;
     println!("<== verify-matrix: ok");
     println!("==> clients");
     crate::clients::run_all(root)?;

@@ -1,96 +1,99 @@
 //! "Produced in phase" evidence: every (code, phase) pair the matrix declares must be produced by
-//! at least one test through the public API.
+//! at least one test through the public API, and the test must actually have run and passed.
 //!
-//! Tests record evidence by calling `assert_produced(&invocation, ErrorCode::X, Phase::Y)`, a
-//! helper that *asserts* the invocation ended with code X in phase Y (the phase comes from
-//! `Registry::invoke_detailed`). This check scans the integration tests (`crates/*/tests/**.rs`)
-//! for those calls; `cargo test` proves the assertions hold. So the check cannot pass vacuously:
-//! a pair with no asserting call fails here, and a call whose assertion is false fails the tests.
-//! A call naming a pair the matrix does not declare fails here too.
+//! The registry's tests call `assert_produced(&invocation, ErrorCode::X, Phase::Y)`, a helper
+//! that asserts the invocation ended with code X in phase Y (the phase comes from
+//! `Registry::invoke_detailed`) and, only once those assertions hold, appends `X Y` to a file in
+//! the directory named by the `AGENT_SURFACE_EVIDENCE_DIR` environment variable. This check reads
+//! those records, so it cannot pass vacuously: a commented-out, ignored, failing or never-called
+//! assertion leaves no record. `cargo xtask ci` collects the records during its test step;
+//! `cargo xtask verify-matrix` alone runs the registry's integration tests to collect them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use agent_surface_core::matrix::MATRIX;
 use agent_surface_core::{ErrorCode, Phase};
 use anyhow::{Context, Result, bail};
 
-const CALL: &str = "assert_produced(";
+/// The environment variable that tells `assert_produced` where to record evidence.
+pub(crate) const EVIDENCE_ENV: &str = "AGENT_SURFACE_EVIDENCE_DIR";
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    if !dir.is_dir() {
-        return Ok(());
+/// An empty evidence directory under `target/`.
+pub(crate) fn fresh_evidence_dir(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target").join("produced-evidence");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.is_dir() {
-            rust_files(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-fn ident_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    let start = text.find(prefix)? + prefix.len();
-    let rest = &text[start..];
-    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-    Some(&rest[..end])
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }
 
 fn code_named(name: &str) -> Option<ErrorCode> {
-    ErrorCode::ALL.into_iter().find(|c| format!("{c:?}") == name)
+    ErrorCode::ALL.into_iter().find(|c| c.as_str() == name)
 }
 
 fn phase_named(name: &str) -> Option<Phase> {
-    Phase::ALL.into_iter().find(|p| format!("{p:?}") == name)
+    Phase::ALL.into_iter().find(|p| p.as_str() == name)
 }
 
-/// The (code, phase) pairs asserted by tests, with where each was found.
-pub(crate) fn evidence(root: &Path) -> Result<Vec<(ErrorCode, Phase, String)>> {
-    let mut files = Vec::new();
-    let crates = root.join("crates");
-    for entry in std::fs::read_dir(&crates).with_context(|| format!("reading {}", crates.display()))? {
-        rust_files(&entry?.path().join("tests"), &mut files)?;
-    }
-    files.sort();
-    let mut found = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file)?;
-        let rel = file.strip_prefix(root).unwrap_or(&file).display().to_string();
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find(CALL) {
-            let line = text[..text.len() - rest.len() + i].lines().count().max(1);
-            let after = &rest[i + CALL.len()..];
-            let call = &after[..after.find(';').unwrap_or(after.len())];
-            rest = after;
-            // The helper's own definition names the types, not variants.
-            let (Some(code), Some(phase)) = (ident_after(call, "ErrorCode::"), ident_after(call, "Phase::")) else {
-                continue;
-            };
-            let where_ = format!("{rel}:{line}");
-            let code = code_named(code).with_context(|| format!("{where_}: unknown code ErrorCode::{code}"))?;
-            let phase = phase_named(phase).with_context(|| format!("{where_}: unknown phase Phase::{phase}"))?;
-            found.push((code, phase, where_));
+/// The (code, phase) pairs recorded in `dir`.
+pub(crate) fn read_evidence(dir: &Path) -> Result<BTreeSet<(ErrorCode, Phase)>> {
+    let mut found = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        for (n, line) in text.lines().enumerate() {
+            let mut parts = line.split_whitespace();
+            let (Some(code), Some(phase)) = (parts.next(), parts.next()) else { continue };
+            let where_ = format!("{}:{}", path.display(), n + 1);
+            let code = code_named(code).with_context(|| format!("{where_}: unknown code {code}"))?;
+            let phase = phase_named(phase).with_context(|| format!("{where_}: unknown phase {phase}"))?;
+            found.insert((code, phase));
         }
     }
     Ok(found)
 }
 
-pub(crate) fn check(root: &Path) -> Result<()> {
-    let found = evidence(root)?;
-    for (code, phase, where_) in &found {
+/// Runs the registry's integration tests with evidence recording into a fresh directory.
+fn collect(root: &Path) -> Result<PathBuf> {
+    let dir = fresh_evidence_dir(root)?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    println!("verify-matrix: running the registry's tests to collect produced-in-phase evidence");
+    let status = Command::new(&cargo)
+        .args(["test", "-q", "-p", "agent-surface-registry", "--test", "it"])
+        .env(EVIDENCE_ENV, &dir)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot start `{cargo}`"))?;
+    if !status.success() {
+        bail!("the registry's tests failed ({status}); the produced-in-phase evidence is incomplete");
+    }
+    Ok(dir)
+}
+
+/// Checks the evidence in `evidence` (or collects it first).
+pub(crate) fn check(root: &Path, evidence: Option<&Path>) -> Result<()> {
+    let dir = match evidence {
+        Some(dir) => dir.to_path_buf(),
+        None => collect(root)?,
+    };
+    check_pairs(&read_evidence(&dir)?)
+}
+
+/// Every recorded pair is declared by the matrix, and every declared pair is recorded.
+pub(crate) fn check_pairs(found: &BTreeSet<(ErrorCode, Phase)>) -> Result<()> {
+    for (code, phase) in found {
         if !crate::matrix_spec_phases(*code).contains(phase) {
-            bail!("{where_}: a test asserts {code} in phase {phase}, which the matrix does not declare for it");
+            bail!("a test produced {code} in phase {phase}, which the matrix does not declare for it");
         }
     }
-    let have: BTreeSet<(ErrorCode, Phase)> = found.iter().map(|(c, p, _)| (*c, *p)).collect();
     for row in &MATRIX {
         for phase in row.phases {
-            if !have.contains(&(row.code, *phase)) {
+            if !found.contains(&(row.code, *phase)) {
                 bail!(
-                    "{} is declared in phase {phase}, but no test asserts it there \
+                    "{} is declared in phase {phase}, but no test that ran asserted it there \
                      (add a test calling assert_produced(&invocation, ErrorCode::{:?}, Phase::{:?}))",
                     row.code,
                     row.code,
@@ -106,43 +109,42 @@ pub(crate) fn check(root: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn tree(test_source: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("xtask-produced-{}-{}", std::process::id(), test_source.len()));
-        std::fs::create_dir_all(dir.join("crates/x/tests/it")).unwrap();
-        std::fs::write(dir.join("crates/x/tests/it/a.rs"), test_source).unwrap();
-        dir
+    fn all_declared() -> BTreeSet<(ErrorCode, Phase)> {
+        MATRIX.iter().flat_map(|r| r.phases.iter().map(move |p| (r.code, *p))).collect()
     }
 
     #[test]
-    fn finds_asserted_pairs_with_their_location() {
-        let dir = tree("fn t() {\n    assert_produced(&inv, ErrorCode::Timeout, Phase::Execute);\n}\n");
-        let found = evidence(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
-        assert_eq!(found.len(), 1);
-        assert_eq!((found[0].0, found[0].1), (ErrorCode::Timeout, Phase::Execute));
-        assert!(found[0].2.ends_with("a.rs:2"), "{}", found[0].2);
+    fn complete_evidence_passes() {
+        check_pairs(&all_declared()).unwrap();
     }
 
     #[test]
     fn a_missing_pair_fails_naming_the_code() {
-        let dir = tree("assert_produced(&inv, ErrorCode::Timeout, Phase::Execute);");
-        let err = check(&dir).unwrap_err().to_string();
-        std::fs::remove_dir_all(&dir).ok();
-        assert!(err.contains("CAPABILITY_NOT_FOUND"), "{err}");
+        let mut found = all_declared();
+        found.remove(&(ErrorCode::CapabilityNotFound, Phase::Resolve));
+        let err = check_pairs(&found).unwrap_err().to_string();
+        assert!(err.contains("CAPABILITY_NOT_FOUND") && err.contains("resolve"), "{err}");
     }
 
     #[test]
     fn an_undeclared_pair_fails() {
-        let dir = tree("assert_produced(&inv, ErrorCode::Timeout, Phase::Admission);");
-        let err = check(&dir).unwrap_err().to_string();
-        std::fs::remove_dir_all(&dir).ok();
+        let mut found = all_declared();
+        found.insert((ErrorCode::Timeout, Phase::Admission));
+        let err = check_pairs(&found).unwrap_err().to_string();
         assert!(err.contains("does not declare"), "{err}");
     }
 
     #[test]
-    fn the_helper_definition_is_not_evidence() {
-        let dir = tree("pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: Phase) {}");
-        assert!(evidence(&dir).unwrap().is_empty());
+    fn evidence_files_are_parsed() {
+        let dir = std::env::temp_dir().join(format!("xtask-evidence-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "TIMEOUT execute\nCANCELLED admission\n").unwrap();
+        let found = read_evidence(&dir).unwrap();
+        std::fs::write(dir.join("b.txt"), "NOPE execute\n").unwrap();
+        let bad = read_evidence(&dir);
         std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(found.len(), 2);
+        assert!(found.contains(&(ErrorCode::Timeout, Phase::Execute)));
+        assert!(bad.is_err());
     }
 }

@@ -48,7 +48,8 @@ pub fn annotations(effect: Effect, idempotent: bool) -> ToolAnnotations {
 fn object(value: &Value) -> JsonObject {
     match value {
         Value::Object(map) => map.clone(),
-        // The registry only accepts object schemas; anything else is listed as "any object".
+        // Input schemas are objects at the root (the registry requires it); anything else is
+        // listed as "any object".
         _ => {
             let mut map = JsonObject::new();
             map.insert("type".to_string(), Value::String("object".to_string()));
@@ -65,8 +66,13 @@ pub fn tool(c: &CapabilityDescriptor) -> Tool {
     };
     let mut tool = Tool::new(c.tool_name.clone(), description, Arc::new(object(&c.input_schema)))
         .with_annotations(annotations(c.effect, c.idempotent));
-    if let Some(output) = &c.output_schema {
-        tool = tool.with_raw_output_schema(Arc::new(object(output)));
+    // MCP output schemas describe `structuredContent`, which is always an object: a capability
+    // whose output is not an object (an array, a string, a union) is listed without one, and its
+    // results carry the JSON in the text block only (see `codec::encode`).
+    if let Some(Value::Object(output)) = &c.output_schema
+        && output.get("type").and_then(Value::as_str) == Some("object")
+    {
+        tool = tool.with_raw_output_schema(Arc::new(output.clone()));
     }
     let mut m = MetaObject::new();
     m.insert(meta::CAPABILITY.to_string(), Value::String(c.name.clone()));

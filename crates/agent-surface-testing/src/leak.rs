@@ -65,24 +65,31 @@ impl Secrets {
         self.with("secret", text)
     }
 
-    /// Every needle to look for, with its kind: each secret, each of its lines of at least
-    /// 8 characters, and the JSON-escaped form of each (how it would appear inside a JSON string).
+    /// Every needle to look for, with its kind: each whole secret (whatever its length), each of
+    /// its lines of at least 8 characters (shorter fragments would match innocent text), and the
+    /// JSON-escaped form of each (how it would appear inside a JSON string).
+    ///
+    /// # Panics
+    ///
+    /// When there is nothing to look for (no secret, or only blank ones): a leak check over no
+    /// needles could never fail.
     pub fn needles(&self) -> Vec<(&'static str, String)> {
         let mut out: Vec<(&'static str, String)> = Vec::new();
-        let mut push = |kind: &'static str, s: &str| {
+        let mut push = |kind: &'static str, s: &str, min_chars: usize| {
             let s = s.trim();
-            if s.chars().count() >= 8 && !out.iter().any(|(_, n)| n == s) {
+            if !s.is_empty() && s.chars().count() >= min_chars && !out.iter().any(|(_, n)| n == s) {
                 out.push((kind, s.to_string()));
             }
         };
         for (kind, text) in &self.items {
-            push(kind, text);
+            push(kind, text, 1);
             for line in text.lines() {
-                push(kind, line);
+                push(kind, line, 8);
             }
             let escaped = serde_json::to_string(text).unwrap_or_default();
-            push(kind, escaped.trim_matches('"'));
+            push(kind, escaped.trim_matches('"'), 1);
         }
+        assert!(!out.is_empty(), "a leak check needs at least one non-blank secret");
         out
     }
 }

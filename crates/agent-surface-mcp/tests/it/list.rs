@@ -91,3 +91,27 @@ async fn a_surface_change_that_alters_the_list_is_announced() {
     assert!(eventually(|| c.list_changed.load(Ordering::SeqCst) == 3).await, "disable announced");
     c.client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_tool_whose_output_is_not_an_object_has_no_output_schema() {
+    let f = fixture();
+    f.registry
+        .define("tags", |t| {
+            t.capability("list", "List the tags.").effect(Effect::Read).handler(|_c: Ctx, _i: Value| async move {
+                Ok::<_, AgentSurfaceError>(vec!["a".to_string(), "b".to_string()])
+            })
+        })
+        .unwrap();
+    let _m = f.registry.mount("tags", "main").unwrap();
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    let tools = c.client.list_all_tools().await.unwrap();
+    let listed = tools.iter().find(|t| t.name == "tags-list").unwrap();
+    // MCP output schemas describe structuredContent, which is an object; clients reject others.
+    assert!(listed.output_schema.is_none(), "{:?}", listed.output_schema);
+    let result = c.client.call_tool(crate::support::params("tags-list", json!({}), json!({}))).await.unwrap();
+    assert_ne!(result.is_error, Some(true));
+    assert!(result.structured_content.is_none());
+    let wire = serde_json::to_value(&result).unwrap();
+    assert_eq!(wire["content"][0]["text"], r#"["a","b"]"#);
+    c.client.cancel().await.unwrap();
+}

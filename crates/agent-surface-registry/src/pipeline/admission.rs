@@ -32,6 +32,25 @@ pub(crate) enum Admitted {
     Stopped(Stop),
 }
 
+/// Invocation ids longer than this are stored by their SHA-256, so that an agent-chosen id cannot
+/// make a record arbitrarily large.
+pub(crate) const MAX_STORED_ID_BYTES: usize = 128;
+
+/// The id under which a record is stored: the id itself, or `sha256:` and its hex digest when it
+/// is longer than [`MAX_STORED_ID_BYTES`].
+fn store_id(invocation_id: &str) -> String {
+    if invocation_id.len() <= MAX_STORED_ID_BYTES {
+        return invocation_id.to_string();
+    }
+    let digest = Sha256::digest(invocation_id.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 /// The fingerprint of a request: SHA-256 over the capability, the target as requested, the
 /// canonical (RFC 8785) input and the confirmation evidence, each length-prefixed.
 pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
@@ -64,7 +83,8 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
         ));
     }
     let Some(invocation_id) = &request.invocation_id else { return Admitted::Untracked };
-    let key = IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: invocation_id.clone() };
+    let key =
+        IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };
     let fp = fingerprint(request);
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
     let store = inner.config.idempotency.clone();
@@ -84,13 +104,32 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
             joined: false,
         }),
         Ok(Admission::Follower(wait)) => {
-            let result = wait.await;
-            Admitted::Answered(Invocation {
-                result: result.with_invocation_id(Some(invocation_id.clone())),
-                phase: None,
-                replayed: false,
-                joined: true,
-            })
+            // A follower honours its own cancellation and the registry's disposal: it stops
+            // waiting with CANCELLED (not stored — the leader's record is the leader's).
+            let caller = async {
+                match &options.cancellation {
+                    Some(t) => t.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = wait => Admitted::Answered(Invocation {
+                    result: result.with_invocation_id(Some(invocation_id.clone())),
+                    phase: None,
+                    replayed: false,
+                    joined: true,
+                }),
+                _ = caller => Admitted::Stopped(Stop::noted(
+                    AgentSurfaceError::cancelled(),
+                    Phase::Admission,
+                    "cancelled while joined to the call in flight",
+                )),
+                _ = inner.disposed.cancelled() => Admitted::Stopped(Stop::noted(
+                    AgentSurfaceError::cancelled(),
+                    Phase::Admission,
+                    "registry disposed while joined to the call in flight",
+                )),
+            }
         }
         Ok(Admission::Conflict { stored }) => Admitted::Stopped(Stop::noted(
             AgentSurfaceError::invocation_conflict(),
@@ -127,11 +166,20 @@ impl LeaderGuard {
     }
 
     pub(crate) async fn settle(mut self, result: &InvokeResult) {
-        let Some(key) = self.key.take() else { return };
+        let Some(key) = self.key.as_ref() else { return };
         let now = self.clock.now();
         let settlement = self.settlement(result.clone(), now);
-        if let Err(e) = self.store.settle(&key, self.fingerprint, settlement, now).await {
-            tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
+        // The key is given up only once the store has the result: if this future is dropped
+        // while the store is still writing, `Drop` settles the record (as CANCELLED) instead of
+        // leaving it in flight for ever.
+        match self.store.settle(key, self.fingerprint, settlement, now).await {
+            Ok(()) => {
+                self.key = None;
+            }
+            Err(e) => {
+                self.key = None;
+                tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
+            }
         }
     }
 }

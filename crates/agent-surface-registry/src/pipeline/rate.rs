@@ -2,14 +2,25 @@
 //!
 //! Input: the consumer, the capability and the validated input. Decision: the rate limiter's
 //! (never limited when none is configured). Code: `RATE_LIMITED {reason, retryAfterMs}`.
+//!
+//! The limiter fails closed: one that panics answers `RATE_LIMITED {reason: rate}`, and one that
+//! has not decided (queue wait included) within the registry's default time budget answers
+//! `RATE_LIMITED {reason: queue-full}`; either way with `retryAfterMs` of one second, and the
+//! cause on the operator channel only.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
+use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 use agent_surface_policy::{CallInfo, Consumer, RateDecision};
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use serde_json::Value;
 
 use super::Stop;
+use super::execute::panic_text;
 use crate::define::CapabilityDef;
 use crate::live::Registration;
 use crate::registry::Inner;
@@ -29,10 +40,34 @@ pub(crate) async fn acquire(
         .with_instance(&reg.instance_id)
         .with_registration(&reg.registration_id)
         .with_input(input);
-    match limiter.acquire(call, inner.config.clock.now()).await {
+    let backstop = inner.config.default_time_budget;
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| limiter.acquire(call, inner.config.clock.now()))) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
+        Err(p) => {
+            return Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {}", panic_text(p.as_ref()))));
+        }
+    };
+    let decision = match futures_util::future::select(std::pin::pin!(fut), inner.config.clock.sleep(backstop)).await {
+        Either::Left((Ok(decision), _)) => decision,
+        Either::Left((Err(p), _)) => {
+            return Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {}", panic_text(p.as_ref()))));
+        }
+        Either::Right(_) => {
+            return Err(failed(RateLimitReason::QueueFull, format!("rate limiter undecided after {backstop:?}")));
+        }
+    };
+    match decision {
         RateDecision::Allow(permit) => Ok(permit),
         RateDecision::Limited { reason, retry_after } => {
             Err(Stop::new(AgentSurfaceError::rate_limited(reason, retry_after), Phase::Rate))
         }
     }
+}
+
+/// How long a caller is asked to wait after the rate limiter failed.
+const FAILED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+fn failed(reason: RateLimitReason, note: String) -> Stop {
+    tracing::error!(target: "agent_surface::policy", cause = %note, "rate limiter failed; limiting");
+    Stop::noted(AgentSurfaceError::rate_limited(reason, FAILED_RETRY_AFTER), Phase::Rate, note)
 }

@@ -9,4 +9,5 @@ mod definitions;
 mod hostile;
 mod phases;
 mod rate;
+mod robustness;
 mod surface;

@@ -26,7 +26,20 @@ pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: P
     // Whatever the pipeline produces is a payload the matrix accepts.
     let back: ErrorPayload = serde_json::from_value(payload.to_json()).expect("payload parses back");
     assert_eq!(back, payload);
+    record_evidence(code, phase);
     payload
+}
+
+/// Appends `CODE phase` to this process's evidence file when `AGENT_SURFACE_EVIDENCE_DIR` is set
+/// (by `cargo xtask ci` / `verify-matrix`), after the assertions above have passed.
+fn record_evidence(code: ErrorCode, phase: Phase) {
+    use std::io::Write;
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let Some(dir) = std::env::var_os("AGENT_SURFACE_EVIDENCE_DIR") else { return };
+    let _guard = LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let path = std::path::Path::new(&dir).join(format!("registry-it-{}.txt", std::process::id()));
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("evidence file opens");
+    writeln!(file, "{} {}", code.as_str(), phase.as_str()).expect("evidence is written");
 }
 
 pub(crate) fn consumer(key: &str) -> InvokeOptions {

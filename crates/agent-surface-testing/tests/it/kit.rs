@@ -184,3 +184,19 @@ async fn an_unmounted_shop_has_an_empty_surface() {
     let counter = Counter::default();
     assert_eq!((counter.bump(), counter.bump(), counter.get()), (1, 2, 2));
 }
+
+#[test]
+fn short_secrets_are_still_looked_for() {
+    let result = agent_surface_core::InvokeResult::ok(serde_json::json!({"password": "hunter2"}), None);
+    let caught = std::panic::catch_unwind(|| {
+        agent_surface_testing::assert_no_leak(&result, &agent_surface_testing::Secrets::new().other("hunter2"))
+    });
+    assert!(caught.is_err(), "a 7-character secret in the output must be reported");
+}
+
+#[test]
+#[should_panic(expected = "at least one non-blank secret")]
+fn an_empty_secret_set_is_refused() {
+    let result = agent_surface_core::InvokeResult::ok(serde_json::json!({}), None);
+    agent_surface_testing::assert_no_leak(&result, &agent_surface_testing::Secrets::new());
+}
