@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Timestamp(u64);
 
 impl Timestamp {
-    /// The instant `millis` milliseconds after the Unix epoch.
+    /// The instant `millis` milliseconds after the Unix epoch, at most [`Timestamp::MAX`].
     pub const fn from_unix_millis(millis: u64) -> Timestamp {
-        Timestamp(millis)
+        Timestamp(if millis > Self::MAX.0 { Self::MAX.0 } else { millis })
     }
 
     /// The current system time (clamped to the epoch if the clock is before it).
@@ -32,10 +32,14 @@ impl Timestamp {
         self.0
     }
 
-    /// This instant plus `d`, saturating.
+    /// The latest instant RFC 3339 can express with a four-digit year: 9999-12-31T23:59:59.999Z.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999);
+
+    /// This instant plus `d`, saturating at [`Timestamp::MAX`] (so that any instant renders as
+    /// valid RFC 3339, however long a configured lifetime is).
     pub fn saturating_add(self, d: Duration) -> Timestamp {
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        Timestamp(self.0.saturating_add(ms))
+        Timestamp(self.0.saturating_add(ms).min(Self::MAX.0))
     }
 
     /// The time from `earlier` to `self`, or zero when `earlier` is later.
@@ -91,5 +95,8 @@ mod tests {
         check(951_782_400_000, "2000-02-29T00:00:00.000Z");
         check(1_709_164_800_000, "2024-02-29T00:00:00.000Z");
         check(4_102_444_799_999, "2099-12-31T23:59:59.999Z");
+        check(u64::MAX, "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp::from_unix_millis(0).saturating_add(Duration::MAX), Timestamp::MAX);
+        assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999Z");
     }
 }

@@ -117,9 +117,10 @@ impl McpServer {
         &self.session.registry
     }
 
-    /// The consumer of one request: the session's key, and the identity the authenticator finds
-    /// in the HTTP request (when there is both an authenticator and an HTTP request), else the
-    /// configured identity.
+    /// The consumer of one request. With an authenticator configured, the identity it finds in
+    /// the HTTP request (consumer `{sessionKey}:{subject}`), or an anonymous consumer when it finds
+    /// none — never the configured identity; without one, the session key with the configured
+    /// identity (if any).
     async fn consumer(&self, context: &RequestContext<RoleServer>) -> Consumer {
         #[cfg(feature = "http")]
         if let Some(auth) = &self.session.config.authenticator {
