@@ -11,6 +11,7 @@ use crate::code::{Effect, ErrorCode};
 use crate::details::*;
 use crate::message::{self, Template, is_quotable, render};
 use crate::payload::ErrorPayload;
+use crate::repair::{Repair, RepairAction, RepairError, RepairStep};
 use crate::text::SafeText;
 use crate::time::Timestamp;
 
@@ -318,6 +319,41 @@ impl AgentSurfaceError {
             &[("ms", &ms.to_string())],
             &details,
         )
+    }
+
+    /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) with the repair that says to
+    /// reconcile: call again with the same invocation id and input, whose recorded result answers
+    /// it, or ask the user.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Retry};
+    /// let p = AgentSurfaceError::outcome_unknown().into_payload();
+    /// assert_eq!(p.retry(), Retry::No);
+    /// assert!(p.message().len() <= 300);
+    /// assert!(p.message().contains("Next actions, in order, not in parallel: 1."));
+    /// ```
+    pub fn outcome_unknown() -> Self {
+        let repair = Repair::plan([
+            RepairStep::new(RepairAction::Reconcile, "Call again with the same invocationId and input"),
+            RepairStep::new(RepairAction::AskUser, "If still unclear, ask the user"),
+        ]);
+        let mut err = Self::execution_failed(ExecutionFailedReason::OutcomeUnknown);
+        // The plan is compatible with retry `no` (see `RepairAction::compatible`).
+        let _ = err.payload.set_repair(repair);
+        err
+    }
+
+    /// Attaches a repair plan (see [`crate::repair`]) and appends its bounded "Next action:"
+    /// sentence to the message, which stays within 300 characters: the template sentence is kept
+    /// whole and the rendering is cut instead.
+    ///
+    /// The plan is a dynamic one: it is cut to the bounds and marked `truncated` when it breaks
+    /// them. It is rejected when a step contradicts the payload's retry category (the matrix's
+    /// `repairActions` table), when it is malformed (no step, an empty instruction, a `call_tool`
+    /// step without a tool), or when the error already carries a plan.
+    pub fn with_repair(mut self, repair: Repair) -> Result<Self, RepairError> {
+        self.payload.set_repair(repair)?;
+        Ok(self)
     }
 
     /// Attaches a private cause (operator channel only).

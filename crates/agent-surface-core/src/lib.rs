@@ -11,6 +11,8 @@
 //! - [`Retry`] — six categories telling the loop what to do next;
 //! - `details` — a typed, agent-safe object per code (see [`details`]);
 //! - `message` — an imperative sentence from a template ([`message`]), never an error's text.
+//! - `repair` — optionally, the concrete next action or an ordered plan ([`repair`]), compatible
+//!   with `retry` and also rendered as a bounded "Next action:" sentence of the message.
 //!
 //! Inside handlers and policies the thrown form is [`AgentSurfaceError`]: the payload plus a
 //! private cause for the operator channel. The [`matrix`] is the single source of truth for each
@@ -47,6 +49,7 @@ pub mod json;
 pub mod matrix;
 pub mod message;
 mod payload;
+pub mod repair;
 mod result;
 mod text;
 mod time;

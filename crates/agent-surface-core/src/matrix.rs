@@ -19,11 +19,12 @@ use crate::definition::DefinitionErrorCode;
 use crate::details::*;
 use crate::error::AgentSurfaceError;
 use crate::payload::ErrorPayload;
+use crate::repair::RepairAction;
 use crate::text::SafeText;
 use crate::time::Timestamp;
 
 /// The version of the matrix format; bump on any change to the JSON layout.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A value a details member is compared with in a [`Condition`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +279,7 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::ComponentUnmounted,
         meaning: "The target registration existed recently and is gone, or was unmounted while the call ran.",
-        when: "Resolution hits a tombstone, or the registration is unmounted during execution.",
+        when: "Resolution hits a tombstone, or the registration is unmounted during execution of an idempotent or read-only capability (for any other capability that is EXECUTION_FAILED {reason: outcome-unknown}).",
         phases: &[Resolve, Execute],
         handler_may_return: false,
         layer: fixed(Layer::Protocol),
@@ -519,7 +520,7 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::Timeout,
         meaning: "The handler exceeded its time budget and was aborted; side effects may or may not have happened.",
-        when: "Execution runs past the capability's (or the call's) time budget.",
+        when: "Execution of an idempotent or read-only capability runs past its (or the call's) time budget; for any other capability that is EXECUTION_FAILED {reason: outcome-unknown}.",
         phases: &[Execute],
         handler_may_return: false,
         layer: fixed(Layer::Execution),
@@ -559,7 +560,7 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::ExecutionFailed,
         meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
-        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails; the outcome cannot be proven; the idempotency store fails at admission or the confirmation store fails at confirmation (transient); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
+        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out or is unmounted mid-flight); the idempotency store fails at admission or the confirmation store fails at confirmation (transient); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
         phases: &[Admission, Input, Confirmation, Execute, Output],
         handler_may_return: true,
         layer: Rule {
@@ -588,7 +589,7 @@ pub static MATRIX: [CodeSpec; 16] = [
                 AgentSurfaceError::execution_failed(R::Transport).into_payload(),
                 AgentSurfaceError::transient(std::time::Duration::from_millis(2000)).into_payload(),
                 AgentSurfaceError::execution_failed(R::VerificationFailed).into_payload(),
-                AgentSurfaceError::execution_failed(R::OutcomeUnknown).into_payload(),
+                AgentSurfaceError::outcome_unknown().into_payload(),
             ]
         },
     },
@@ -695,12 +696,42 @@ pub fn to_json() -> Value {
         "retryCategories": Retry::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
         "phases": Phase::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
         "codes": MATRIX.iter().map(code_to_json).collect::<Vec<_>>(),
+        "repairActions": repair_actions_json(),
         "definitionErrors": DEFINITION_MATRIX.iter().map(|d| json!({
             "code": d.code.as_str(),
             "layer": Layer::Configuration.as_str(),
             "trigger": d.trigger,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The `repairActions` table: for each repair action, its meaning and the retry categories it is
+/// compatible with. A repair plan fits a payload only when every step's action is compatible with
+/// the payload's retry.
+pub fn repair_actions_json() -> Value {
+    Value::Array(
+        RepairAction::ALL
+            .iter()
+            .map(|a| {
+                json!({
+                    "action": a.as_str(),
+                    "meaning": a.meaning(),
+                    "compatibleRetry": a.compatible().iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The repair-action table of `spec/error-model.md` (hand-maintained there; kept in sync by a
+/// test).
+pub fn repair_markdown_table() -> String {
+    let mut out = String::from("| Action | Meaning | Compatible retry |\n|---|---|---|\n");
+    for a in RepairAction::ALL {
+        let retries = a.compatible().iter().map(|r| format!("`{}`", r.as_str())).collect::<Vec<_>>().join(", ");
+        out.push_str(&format!("| `{}` | {} | {} |\n", a.as_str(), a.meaning(), retries));
+    }
+    out
 }
 
 /// The matrix as the JSON text of `spec/error-matrix.json` (pretty, newline at the end).

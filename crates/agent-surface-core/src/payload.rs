@@ -1,4 +1,4 @@
-//! The agent-safe projection of an error: `{code, message, retry, details?}`.
+//! The agent-safe projection of an error: `{code, message, retry, details?, repair?}`.
 
 use std::fmt;
 
@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::code::{ErrorCode, Retry};
 use crate::matrix;
 use crate::message::MAX_MESSAGE_CHARS;
+use crate::repair::{Repair, RepairError};
 
 /// The agent-facing error payload.
 ///
@@ -41,6 +42,9 @@ pub struct ErrorPayload {
     retry: Retry,
     #[serde(skip_serializing_if = "Option::is_none")]
     details: Option<Map<String, Value>>,
+    /// Boxed: most payloads have none, and the thrown error stays small.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repair: Option<Box<Repair>>,
 }
 
 impl ErrorPayload {
@@ -48,7 +52,36 @@ impl ErrorPayload {
     /// constructors, which guarantee the message came from a template.
     pub(crate) fn from_parts(code: ErrorCode, message: String, details: Option<Map<String, Value>>) -> ErrorPayload {
         let retry = matrix::derive_retry(code, details.as_ref());
-        ErrorPayload { code, message, retry, details }
+        ErrorPayload { code, message, retry, details, repair: None }
+    }
+
+    /// Attaches a (bounded) repair plan and appends its "Next action:" rendering to the message,
+    /// within [`MAX_MESSAGE_CHARS`]. Rejects a plan that contradicts `retry`.
+    pub(crate) fn set_repair(&mut self, repair: Repair) -> Result<(), RepairError> {
+        if self.repair.is_some() {
+            return Err(RepairError::AlreadySet);
+        }
+        let repair = repair.bounded();
+        repair.check_parsed(self.retry)?;
+        let used = self.message.chars().count();
+        let rendered = repair.render(MAX_MESSAGE_CHARS.saturating_sub(used + 1));
+        if !rendered.is_empty() {
+            self.message.push(' ');
+            self.message.push_str(&rendered);
+        }
+        self.repair = Some(Box::new(repair));
+        Ok(())
+    }
+
+    /// The structured repair plan, if the error carries one.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, repair::RepairAction};
+    /// let p = AgentSurfaceError::outcome_unknown().into_payload();
+    /// assert_eq!(p.repair().unwrap().steps()[0].action(), RepairAction::Reconcile);
+    /// ```
+    pub fn repair(&self) -> Option<&Repair> {
+        self.repair.as_deref()
     }
 
     /// The code.
@@ -128,6 +161,7 @@ impl fmt::Debug for ErrorPayload {
             .field("retry", &self.retry)
             .field("message", &self.message)
             .field("details", &self.details)
+            .field("repair", &self.repair)
             .finish()
     }
 }
@@ -168,6 +202,14 @@ pub enum PayloadError {
         /// What is wrong.
         problem: String,
     },
+    /// The repair plan is malformed, over its bounds, or contradicts the retry category.
+    #[error("repair of {code} is invalid: {problem}")]
+    Repair {
+        /// The payload's code.
+        code: ErrorCode,
+        /// What is wrong.
+        problem: RepairError,
+    },
 }
 
 #[derive(Deserialize)]
@@ -178,6 +220,8 @@ struct RawPayload {
     retry: Retry,
     #[serde(default)]
     details: Option<Map<String, Value>>,
+    #[serde(default)]
+    repair: Option<Repair>,
 }
 
 impl TryFrom<RawPayload> for ErrorPayload {
@@ -196,6 +240,15 @@ impl TryFrom<RawPayload> for ErrorPayload {
         if expected != raw.retry {
             return Err(PayloadError::RetryMismatch { code: raw.code, expected, found: raw.retry });
         }
-        Ok(ErrorPayload { code: raw.code, message: raw.message, retry: raw.retry, details: raw.details })
+        if let Some(repair) = &raw.repair {
+            repair.check_parsed(raw.retry).map_err(|problem| PayloadError::Repair { code: raw.code, problem })?;
+        }
+        Ok(ErrorPayload {
+            code: raw.code,
+            message: raw.message,
+            retry: raw.retry,
+            details: raw.details,
+            repair: raw.repair.map(Box::new),
+        })
     }
 }

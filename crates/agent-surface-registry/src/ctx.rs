@@ -90,6 +90,21 @@ impl Ctx {
         self.inner.cancellation.get_or_init(CancellationToken::new)
     }
 
+    /// The same context with a cancellation token of its own (for the post-condition check, which
+    /// runs after the handler's token fired).
+    pub(crate) fn renewed(&self) -> Ctx {
+        let i = &self.inner;
+        Ctx::new(CtxParts {
+            capability: i.capability.clone(),
+            consumer: i.consumer.clone(),
+            invocation_id: i.invocation_id.clone(),
+            instance_id: i.instance_id.clone(),
+            registration_id: i.registration_id.clone(),
+            instance_state: i.instance_state.clone(),
+            shared: i.shared.clone(),
+        })
+    }
+
     /// Fires the cancellation token if anyone asked for it (the call has ended).
     pub(crate) fn end(&self) {
         if let Some(t) = self.inner.cancellation.get() {

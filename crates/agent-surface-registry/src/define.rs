@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect, SafeText};
+use agent_surface_core::repair::Repair;
+use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect, Retry, SafeText};
 use agent_surface_policy::Consumer;
 use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
@@ -14,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ctx::Ctx;
-use crate::handler::{ErasedHandler, ErasedPrecondition, Unmet};
+use crate::handler::{ErasedHandler, ErasedPrecondition, ErasedVerify, Unmet, Verification};
 use crate::id;
 use crate::schema::{self, CheckedInputSchema, SchemaLimits};
 use crate::validate::InputValidator;
@@ -127,8 +128,12 @@ pub(crate) struct CapabilityDef {
     pub(crate) output_validator: Option<jsonschema::Validator>,
     pub(crate) bindings: Vec<(String, Binding)>,
     pub(crate) precondition: Option<ErasedPrecondition>,
+    /// The static repair plan attached to the author's `PRECONDITION_FAILED` (checked).
+    pub(crate) precondition_repair: Option<Repair>,
     /// The declared confirmation gate, if any.
     pub(crate) confirm: Option<ErasedConfirm>,
+    /// The post-condition check, if any.
+    pub(crate) verify: Option<ErasedVerify>,
     pub(crate) handler: ErasedHandler,
     pub(crate) meta: Option<Value>,
 }
@@ -194,7 +199,9 @@ impl<'a> TypeBuilder<'a> {
             sensitive: Vec::new(),
             meta: None,
             precondition: None,
+            precondition_repair: None,
             confirm: None,
+            verify: None,
             error: None,
         }
     }
@@ -301,7 +308,9 @@ pub struct CapabilityBuilder<'t, 'a> {
     sensitive: Vec<String>,
     meta: Option<Value>,
     precondition: Option<ErasedPrecondition>,
+    precondition_repair: Option<Repair>,
     confirm: Option<ErasedConfirm>,
+    verify: Option<ErasedVerify>,
     error: Option<DefinitionError>,
 }
 
@@ -367,6 +376,83 @@ impl CapabilityBuilder<'_, '_> {
         F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
     {
         self.precondition = Some(ErasedPrecondition::typed(check));
+        self
+    }
+
+    /// A static repair plan for this capability's `PRECONDITION_FAILED` (the author's unmet
+    /// preconditions; not `binding-failed`): attached, and rendered as a "Next action:" sentence,
+    /// unless the [`Unmet`] carries a plan of its own ([`Unmet::repair`]).
+    ///
+    /// The plan is checked at registration: over its bounds (more than 5 steps or 8 fields per
+    /// list, an instruction or name that had to be cut) it is a `LIMIT_EXCEEDED`; malformed, or
+    /// contradicting retry `with-changes` (a `stop` or `reconcile` step), an `INVALID_DEFINITION`.
+    ///
+    /// ```
+    /// use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Book { slot: String }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("slots", |t| {
+    ///     t.capability("book", "Book a slot.")
+    ///         .precondition(|_: &Ctx, i: &Book| if i.slot == "taken" { Err(Unmet::new("The slot is taken.")) } else { Ok(()) })
+    ///         .repair_on_precondition(
+    ///             Repair::plan([
+    ///                 RepairStep::new(RepairAction::CallTool, "List the free slots.").tool("slots-list"),
+    ///                 RepairStep::new(RepairAction::ChangeInput, "Pick a free slot."),
+    ///             ])
+    ///             .update(&["slot"]),
+    ///         )
+    ///         .handler(|_: Ctx, i: Book| async move { Ok::<_, agent_surface_core::AgentSurfaceError>(i.slot) })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn repair_on_precondition(mut self, repair: Repair) -> Self {
+        self.precondition_repair = Some(repair);
+        self
+    }
+
+    /// A post-condition check that runs after the handler succeeded and before output
+    /// validation, over the (re-decoded) input and the JSON output. `I` must be the handler's
+    /// input type.
+    ///
+    /// [`Verification::NotVerified`] fails the call with `EXECUTION_FAILED {reason:
+    /// verification-failed}`; [`Verification::Unknown`], an error, a panic or running past the
+    /// capability's time budget fail it with `EXECUTION_FAILED {reason: outcome-unknown}` and a
+    /// repair plan that says to reconcile with the same invocation id. Both have retry `no` and
+    /// are recorded for the idempotency window, so a reconcile call (same invocation id, same
+    /// request) is answered from the record without running the handler again.
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig, Verification};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Pay { amount: u32 }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("payments", |t| {
+    ///     t.capability("send", "Send a payment.")
+    ///         .verify(|_: Ctx, i: Pay, out: serde_json::Value| async move {
+    ///             Ok::<_, AgentSurfaceError>(Verification::from(out["sent"] == i.amount))
+    ///         })
+    ///         .handler(|_: Ctx, i: Pay| async move { Ok::<_, AgentSurfaceError>(serde_json::json!({"sent": i.amount})) })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn verify<I, F, Fut>(mut self, check: F) -> Self
+    where
+        I: Send + 'static,
+        F: Fn(Ctx, I, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Verification, AgentSurfaceError>> + Send + 'static,
+    {
+        self.verify = Some(ErasedVerify::typed(check));
         self
     }
 
@@ -547,6 +633,24 @@ impl CapabilityBuilder<'_, '_> {
                 "the confirmation summary's input type differs from the handler's",
             ));
         }
+        if let Some(v) = &self.verify
+            && v.input_type != handler.input_type
+        {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                "the verification's input type differs from the handler's",
+            ));
+        }
+        if let Some(plan) = &self.precondition_repair {
+            plan.check_static().map_err(|e| {
+                let code = if e.is_limit() { Code::LimitExceeded } else { Code::InvalidDefinition };
+                DefinitionError::new(code, location.clone(), format!("repair_on_precondition: {e}"))
+            })?;
+            plan.check_retry(Retry::WithChanges).map_err(|e| {
+                DefinitionError::new(Code::InvalidDefinition, location.clone(), format!("repair_on_precondition: {e}"))
+            })?;
+        }
         let schema_limits = SchemaLimits { max_depth: limits.max_schema_depth, max_bytes: limits.max_schema_bytes };
         let bound: Vec<String> = self.bindings.iter().map(|(f, _)| f.clone()).collect();
         let mut seen = HashSet::new();
@@ -595,7 +699,9 @@ impl CapabilityBuilder<'_, '_> {
             output_validator,
             bindings: self.bindings.clone(),
             precondition: self.precondition.clone(),
+            precondition_repair: self.precondition_repair.clone(),
             confirm: self.confirm.clone(),
+            verify: self.verify.clone(),
             handler,
             meta: self.meta.clone(),
         })

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use agent_surface_core::AgentSurfaceError;
+use agent_surface_core::repair::Repair;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -31,6 +32,58 @@ pub(crate) enum Failure {
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, serde_json::Error> + Send + Sync;
 type CallFn = dyn Fn(Ctx, Decoded) -> BoxFuture<'static, Result<Value, Failure>> + Send + Sync;
 type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
+type VerifyFn =
+    dyn Fn(Ctx, Decoded, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
+
+/// What a capability's post-condition check (`verify`) concluded about the handler's effect.
+///
+/// - [`Verification::Verified`]: the intended result is there; the output goes on to validation.
+/// - [`Verification::NotVerified`]: the intended result is not there; the call fails with
+///   `EXECUTION_FAILED {reason: verification-failed}` (retry `no`).
+/// - [`Verification::Unknown`]: the check could not tell; the call fails with
+///   `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`, repair: reconcile), as it does when
+///   the check returns an error, panics or runs out of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verification {
+    /// The intended result is there.
+    Verified,
+    /// The intended result is not there.
+    NotVerified,
+    /// The check cannot tell whether the intended result is there.
+    Unknown,
+}
+
+impl From<bool> for Verification {
+    fn from(ok: bool) -> Verification {
+        if ok { Verification::Verified } else { Verification::NotVerified }
+    }
+}
+
+/// A stored post-condition check over the decoded input and the JSON output.
+#[derive(Clone)]
+pub(crate) struct ErasedVerify {
+    pub(crate) call: Arc<VerifyFn>,
+    pub(crate) input_type: std::any::TypeId,
+}
+
+impl ErasedVerify {
+    pub(crate) fn typed<I, F, Fut>(f: F) -> ErasedVerify
+    where
+        I: Send + 'static,
+        F: Fn(Ctx, I, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Verification, AgentSurfaceError>> + Send + 'static,
+    {
+        let call = move |ctx: Ctx, input: Decoded, output: Value| -> BoxFuture<'static, _> {
+            match input.downcast::<I>() {
+                Ok(input) => f(ctx, *input, output).boxed(),
+                // Checked at registration: the input type is the handler's.
+                Err(_) => futures_util::future::ready(Ok(Verification::Unknown)).boxed(),
+            }
+        };
+        ErasedVerify { call: Arc::new(call), input_type: std::any::TypeId::of::<I>() }
+    }
+}
 
 /// A stored handler.
 #[derive(Clone)]
@@ -115,12 +168,14 @@ impl ErasedPrecondition {
 pub struct Unmet {
     explanation: agent_surface_core::SafeText,
     details: agent_surface_core::details::PreconditionDetails,
+    /// Boxed so that `Result<(), Unmet>` stays small.
+    repair: Option<Box<Repair>>,
 }
 
 impl Unmet {
     /// An unmet precondition with an explanation the application wrote.
     pub fn new(explanation: impl Into<agent_surface_core::SafeText>) -> Unmet {
-        Unmet { explanation: explanation.into(), details: Default::default() }
+        Unmet { explanation: explanation.into(), details: Default::default(), repair: None }
     }
 
     /// A machine-readable reason (kebab-case). `binding-failed` is reserved for the runtime and
@@ -140,7 +195,26 @@ impl Unmet {
         self
     }
 
+    /// A repair plan built at run time (a dynamic plan): cut to the bounds and marked
+    /// `truncated` when it breaks them. It replaces the capability's static
+    /// `repair_on_precondition` plan. A plan that contradicts retry `with-changes` (a `stop` or
+    /// `reconcile` step, say) is dropped, with a warning on the operator channel.
+    pub fn repair(mut self, repair: Repair) -> Unmet {
+        self.repair = Some(Box::new(repair));
+        self
+    }
+
     fn into_error(self) -> AgentSurfaceError {
-        AgentSurfaceError::precondition_failed_with(self.explanation, self.details)
+        let Some(repair) = self.repair else {
+            return AgentSurfaceError::precondition_failed_with(self.explanation, self.details);
+        };
+        let err = AgentSurfaceError::precondition_failed_with(self.explanation.clone(), self.details.clone());
+        match err.with_repair(*repair) {
+            Ok(err) => err,
+            Err(problem) => {
+                tracing::warn!(target: "agent_surface::invoke", %problem, "repair plan of an unmet precondition dropped");
+                AgentSurfaceError::precondition_failed_with(self.explanation, self.details)
+            }
+        }
     }
 }

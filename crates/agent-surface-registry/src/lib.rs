@@ -71,7 +71,7 @@ mod validate;
 
 pub use ctx::Ctx;
 pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, Plane, TypeBuilder};
-pub use handler::Unmet;
+pub use handler::{Unmet, Verification};
 pub use registry::{DuplicateInstance, Instance, Mount, MountRejection, Registry, RegistryConfig};
 pub use request::{Invocation, InvokeOptions, InvokeRequest, Target};
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};

@@ -19,6 +19,19 @@
 //! repeated. Retries use ids derived from the first (`{id}#r{attempt}`), so each attempt is its own
 //! idempotency record and a repeat of the whole loop replays instead of re-running.
 //!
+//! # Repair plans
+//!
+//! An error may carry a repair plan (`payload.repair()`). By default the driver hands it to the
+//! model untouched. A host that opts in through [`RecoveryHost::repair_step`] lets the driver
+//! follow the plan's `call_tool` and `refresh_state` steps itself, in order and one at a time,
+//! when the payload's retry category permits a retry: a `refresh_state` step re-lists the surface;
+//! a `call_tool` step sends the request the host built for it (an attempt like any other, counted
+//! against the budget) and stops following the plan when it fails. A `retry_same_operation` step
+//! whose plan names no field to `update` retries under a fresh id; any other step (`change_input`,
+//! `ask_user`, `reconcile`, `stop`), or a step the host declines, ends the following, and the
+//! category decides as usual. The steps followed and the calls made are in [`Recovery`], so the
+//! model does not repeat them.
+//!
 //! Every attempt is a `tracing` event on target `agent_surface::recovery` (the operator channel).
 
 use std::fmt;
@@ -26,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
+use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry};
 use agent_surface_policy::Clock;
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
@@ -106,7 +120,29 @@ pub enum Verification {
     Unknown,
 }
 
-/// The host side of the loop: approvals and verification.
+/// What the host decides for one `call_tool` or `refresh_state` step of a repair plan.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum StepDecision {
+    /// Leave the step (and the rest of the plan) to the model. The default.
+    HandToModel,
+    /// Re-list the surface (a `refresh_state` step).
+    Refresh,
+    /// Send this request (a `call_tool` step; the host builds the tool's input).
+    Call(InvokeRequest),
+}
+
+/// One repair step the driver followed.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FollowedStep {
+    /// The step of the plan.
+    pub step: RepairStep,
+    /// The request sent and its result, for a `call_tool` step.
+    pub call: Option<(InvokeRequest, InvokeResult)>,
+}
+
+/// The host side of the loop: approvals, verification and repair steps.
 ///
 /// Both methods have defaults that hand the decision back to the model: no in-process approval
 /// (two-phase confirmation), and no repeat of a call whose outcome is unknown.
@@ -122,6 +158,13 @@ pub trait RecoveryHost: Send + Sync + 'static {
     fn verify<'a>(&'a self, request: &'a InvokeRequest, payload: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
         let _ = (request, payload);
         Box::pin(std::future::ready(Verification::Unknown))
+    }
+
+    /// Decides whether the driver follows a `call_tool` or `refresh_state` step of the repair
+    /// plan of the error that ended `request`. Default: [`StepDecision::HandToModel`].
+    fn repair_step<'a>(&'a self, request: &'a InvokeRequest, step: &'a RepairStep) -> BoxFuture<'a, StepDecision> {
+        let _ = (request, step);
+        Box::pin(std::future::ready(StepDecision::HandToModel))
     }
 }
 
@@ -214,6 +257,9 @@ pub struct Recovery {
     pub refreshed: bool,
     /// The last request sent (or the first, if none was).
     pub request: InvokeRequest,
+    /// The repair-plan steps the driver followed itself, in order (empty by default: plans go
+    /// to the model).
+    pub repaired: Vec<FollowedStep>,
 }
 
 /// The reference recovery loop. See the [module documentation](self).
@@ -242,6 +288,15 @@ pub fn may_have_executed(payload: &ErrorPayload) -> bool {
     }
 }
 
+enum Followed {
+    /// Go on with the retry category.
+    Continue,
+    /// The plan says to retry the same operation now.
+    Retry,
+    /// Stop following and return.
+    Stop(Stop),
+}
+
 enum Next {
     Stop(Stop),
     Retry { fresh_id: bool },
@@ -257,6 +312,7 @@ struct Intent {
     snapshot: Option<Snapshot>,
     prompted: Vec<String>,
     conflict_retried: bool,
+    repaired: Vec<FollowedStep>,
 }
 
 impl RecoveryDriver {
@@ -286,6 +342,7 @@ impl RecoveryDriver {
             snapshot: None,
             prompted: Vec::new(),
             conflict_retried: false,
+            repaired: Vec::new(),
         };
         loop {
             if cancel.is_cancelled() {
@@ -328,7 +385,14 @@ impl RecoveryDriver {
     }
 
     fn finish(&self, intent: Intent, result: InvokeResult, stop: Stop) -> Recovery {
-        Recovery { result, attempts: intent.attempts, stop, refreshed: intent.refreshed, request: intent.request }
+        Recovery {
+            result,
+            attempts: intent.attempts,
+            stop,
+            refreshed: intent.refreshed,
+            request: intent.request,
+            repaired: intent.repaired,
+        }
     }
 
     fn event(&self, intent: &Intent, result: &InvokeResult, next: &str) {
@@ -366,12 +430,13 @@ impl RecoveryDriver {
         // verification it becomes an ordinary repeat.
         let timeout_unverified = payload.code() == ErrorCode::Timeout && payload.retry() == Retry::No;
         let category = if timeout_unverified { Retry::Yes } else { payload.retry() };
-        match category {
-            Retry::No => return Next::Stop(Stop::ReturnedToCaller),
-            Retry::WithChanges if payload.code() != ErrorCode::InvocationConflict || intent.conflict_retried => {
-                return Next::Stop(Stop::ReturnedToCaller);
-            }
-            _ => {}
+        if category == Retry::No {
+            return Next::Stop(Stop::ReturnedToCaller);
+        }
+        let plain_with_changes = category == Retry::WithChanges
+            && (payload.code() != ErrorCode::InvocationConflict || intent.conflict_retried);
+        if plain_with_changes && !self.may_follow(payload) {
+            return Next::Stop(Stop::ReturnedToCaller);
         }
         if intent.attempts >= self.config.max_attempts {
             return Next::Stop(Stop::BudgetExhausted);
@@ -386,6 +451,18 @@ impl RecoveryDriver {
                 Verification::Applied => return Next::Stop(Stop::VerifiedApplied),
                 Verification::Unknown => return Next::Stop(Stop::Unverified),
             }
+        }
+        if let Some(repair) = payload.repair() {
+            match self.follow(invoker, intent, repair, cancel).await {
+                Followed::Retry if matches!(category, Retry::Yes | Retry::WithChanges) => {
+                    return Next::Retry { fresh_id: true };
+                }
+                Followed::Stop(stop) => return Next::Stop(stop),
+                Followed::Retry | Followed::Continue => {}
+            }
+        }
+        if plain_with_changes {
+            return Next::Stop(Stop::ReturnedToCaller);
         }
         match category {
             Retry::No => Next::Stop(Stop::ReturnedToCaller),
@@ -421,6 +498,58 @@ impl RecoveryDriver {
             }
             Retry::WithConfirmation => self.confirmation(intent, payload, cancel).await,
         }
+    }
+
+    /// Whether the payload carries a plan whose first step the host might follow.
+    fn may_follow(&self, payload: &ErrorPayload) -> bool {
+        payload
+            .repair()
+            .and_then(|r| r.steps().first())
+            .is_some_and(|s| matches!(s.action(), RepairAction::CallTool | RepairAction::RefreshState))
+    }
+
+    /// Follows the plan's leading `call_tool` / `refresh_state` steps the host agrees to.
+    async fn follow(
+        &self,
+        invoker: &dyn Invoker,
+        intent: &mut Intent,
+        repair: &Repair,
+        cancel: &CancellationToken,
+    ) -> Followed {
+        for step in repair.steps() {
+            match step.action() {
+                RepairAction::CallTool | RepairAction::RefreshState => {}
+                RepairAction::RetrySameOperation if repair.updated().is_empty() && !intent.repaired.is_empty() => {
+                    return Followed::Retry;
+                }
+                _ => return Followed::Continue,
+            }
+            let decision = tokio::select! {
+                d = self.host.repair_step(&intent.request, step) => d,
+                () = cancel.cancelled() => return Followed::Stop(Stop::Cancelled),
+            };
+            match (step.action(), decision) {
+                (RepairAction::RefreshState, StepDecision::Refresh) => {
+                    intent.snapshot = Some(invoker.snapshot().await);
+                    intent.refreshed = true;
+                    intent.repaired.push(FollowedStep { step: step.clone(), call: None });
+                }
+                (RepairAction::CallTool, StepDecision::Call(request)) => {
+                    if intent.attempts >= self.config.max_attempts {
+                        return Followed::Stop(Stop::BudgetExhausted);
+                    }
+                    intent.attempts += 1;
+                    let result = invoker.invoke(request.clone()).await;
+                    let failed = result.error_payload().is_some();
+                    intent.repaired.push(FollowedStep { step: step.clone(), call: Some((request, result)) });
+                    if failed {
+                        return Followed::Stop(Stop::ReturnedToCaller);
+                    }
+                }
+                _ => return Followed::Continue,
+            }
+        }
+        Followed::Continue
     }
 
     async fn confirmation(&self, intent: &mut Intent, payload: &ErrorPayload, cancel: &CancellationToken) -> Next {

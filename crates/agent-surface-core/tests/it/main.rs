@@ -3,5 +3,6 @@
 mod hostile;
 mod parse;
 mod props;
+mod repair;
 mod retry;
 mod wire;

@@ -12,7 +12,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
-use agent_surface_core::{AgentSurfaceError, Phase, matrix};
+use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
 use futures_util::FutureExt;
 use serde_json::Value;
 
@@ -84,13 +84,28 @@ pub(crate) async fn run(
         r = fut => settle(r),
         _ = inner.disposed.cancelled() => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "registry disposed mid-flight")),
         _ = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "caller cancelled")),
-        _ = reg.unmounted.cancelled() => Err(Stop::noted(
-            AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight),
-            Phase::Execute,
-            format!("registration {} unmounted mid-flight", reg.registration_id),
-        )),
-        _ = sleep => Err(Stop::new(AgentSurfaceError::timeout(budget, def.idempotent), Phase::Execute)),
+        _ = reg.unmounted.cancelled() => {
+            let note = format!("registration {} unmounted mid-flight", reg.registration_id);
+            if outcome_is_harmless(def) {
+                Err(Stop::noted(AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight), Phase::Execute, note))
+            } else {
+                Err(Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, note))
+            }
+        }
+        _ = sleep => {
+            if outcome_is_harmless(def) {
+                Err(Stop::new(AgentSurfaceError::timeout(budget, def.idempotent), Phase::Execute))
+            } else {
+                Err(Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, format!("timed out after {budget:?}")))
+            }
+        }
     }
+}
+
+/// Whether an interrupted call of `def` may be reported as `TIMEOUT` / `COMPONENT_UNMOUNTED`:
+/// repeating it cannot double an effect (idempotent) or it has none (`read`).
+fn outcome_is_harmless(def: &CapabilityDef) -> bool {
+    def.idempotent || def.effect == Effect::Read
 }
 
 /// Maps the handler's outcome (or its panic) to the pipeline's.

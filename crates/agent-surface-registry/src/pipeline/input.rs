@@ -119,7 +119,16 @@ pub(crate) fn prepare(
         let check = AssertUnwindSafe(|| (p.check)(ctx, decoded.as_ref()));
         match std::panic::catch_unwind(check) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Stop::noted(e, Phase::Input, "precondition unmet")),
+            Ok(Err(e)) => {
+                let e = match &def.precondition_repair {
+                    Some(plan) if e.payload().repair().is_none() => {
+                        // The static plan was checked against retry `with-changes` at registration.
+                        e.with_repair(plan.clone()).unwrap_or_else(|_| AgentSurfaceError::precondition_failed(""))
+                    }
+                    _ => e,
+                };
+                return Err(Stop::noted(e, Phase::Input, "precondition unmet"));
+            }
             Err(_) => {
                 return Err(Stop::noted(
                     AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),

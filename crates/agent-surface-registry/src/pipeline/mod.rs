@@ -14,6 +14,7 @@ pub(crate) mod output;
 pub(crate) mod rate;
 pub(crate) mod record;
 pub(crate) mod resolve;
+pub(crate) mod verify;
 
 use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
@@ -121,7 +122,9 @@ async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOpt
     confirmation::check(inner, &options.consumer, &def, &reg, &prepared.value, request.confirmation_id.as_deref())
         .await?;
     // Phase 8.
-    let output = execute::run(inner, &def, &reg, ctx, prepared.decoded, options).await?;
+    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options).await?;
+    // Phase 8b: the post-condition, if the capability declares one.
+    let output = verify::check(inner, &def, ctx, &prepared.value, output, options).await?;
     // Phase 9.
     output::check(inner, &def, output)
 }

@@ -11,3 +11,4 @@ mod phases;
 mod rate;
 mod robustness;
 mod surface;
+mod verify;

@@ -451,35 +451,43 @@ struct Mode {
     mode: String,
 }
 
+/// The behaviour of the `act.*` capabilities, chosen by the input's mode.
+async fn behave(ctx: Ctx, i: Mode) -> Result<Value, AgentSurfaceError> {
+    match i.mode.as_str() {
+        "ok" => Ok(json!({"done": true})),
+        "slow" => {
+            std::future::pending::<()>().await;
+            Ok(json!({}))
+        }
+        "error" => Err(AgentSurfaceError::internal(std::io::Error::other(
+            "SELECT * FROM users -- postgres://admin:pw@db.internal/prod",
+        ))),
+        "panic" => panic!("handler bug at src/secret.rs:42"),
+        "invalid" => Err(AgentSurfaceError::invalid_input(
+            vec![InputIssue { path: "/mode".into(), message: "is not accepted by the server".into() }],
+            None,
+        )),
+        "unauthenticated" => Err(AgentSurfaceError::not_authenticated()),
+        "forbidden" => Err(AgentSurfaceError::not_authorized(Origin::Server)),
+        "precondition" => Err(AgentSurfaceError::precondition_failed("The order already shipped.")),
+        "throttled" => Err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(3))),
+        "reserved" => Err(AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None)),
+        "state" => Ok(json!({"missing": ctx.state::<String>().len()})),
+        _ => Ok(json!(null)),
+    }
+}
+
+/// `act.run` (write, not idempotent) and `act.peek` (read): a mid-flight timeout or unmount is
+/// `TIMEOUT` / `COMPONENT_UNMOUNTED` for `act.peek` and `EXECUTION_FAILED {reason:
+/// outcome-unknown}` for `act.run`.
 fn behaviour_registry(config: RegistryConfig) -> (Registry, agent_surface_registry::Mount) {
     let r = Registry::new(config);
     r.define("act", |t| {
-        t.capability("run", "Behave as told.").time_budget(Duration::from_secs(2)).handler(
-            |ctx: Ctx, i: Mode| async move {
-                match i.mode.as_str() {
-                    "ok" => Ok(json!({"done": true})),
-                    "slow" => {
-                        std::future::pending::<()>().await;
-                        Ok(json!({}))
-                    }
-                    "error" => Err(AgentSurfaceError::internal(std::io::Error::other(
-                        "SELECT * FROM users -- postgres://admin:pw@db.internal/prod",
-                    ))),
-                    "panic" => panic!("handler bug at src/secret.rs:42"),
-                    "invalid" => Err(AgentSurfaceError::invalid_input(
-                        vec![InputIssue { path: "/mode".into(), message: "is not accepted by the server".into() }],
-                        None,
-                    )),
-                    "unauthenticated" => Err(AgentSurfaceError::not_authenticated()),
-                    "forbidden" => Err(AgentSurfaceError::not_authorized(Origin::Server)),
-                    "precondition" => Err(AgentSurfaceError::precondition_failed("The order already shipped.")),
-                    "throttled" => Err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(3))),
-                    "reserved" => Err(AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None)),
-                    "state" => Ok(json!({"missing": ctx.state::<String>().len()})),
-                    _ => Ok(json!(null)),
-                }
-            },
-        )
+        t.capability("run", "Behave as told.").time_budget(Duration::from_secs(2)).handler(behave);
+        t.capability("peek", "Behave as told, reading only.")
+            .effect(Effect::Read)
+            .time_budget(Duration::from_secs(2))
+            .handler(behave)
     })
     .unwrap();
     let m = r.mount("act", "main").unwrap();
@@ -492,7 +500,7 @@ async fn timeout_with_a_manual_clock() {
     let (r, _m) = behaviour_registry(config_with(&clock));
     let call_fut = {
         let r = r.clone();
-        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+        tokio::spawn(async move { r.invoke_detailed(call("act.peek", json!({"mode": "slow"})), consumer("c")).await })
     };
     while clock.pending_sleeps() == 0 {
         tokio::task::yield_now().await;
@@ -512,7 +520,7 @@ async fn cancelled_and_unmounted_mid_flight() {
     let fut = {
         let (r, token) = (r.clone(), token.clone());
         tokio::spawn(async move {
-            r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c").with_cancellation(token)).await
+            r.invoke_detailed(call("act.peek", json!({"mode": "slow"})), consumer("c").with_cancellation(token)).await
         })
     };
     while clock.pending_sleeps() == 0 {
@@ -523,7 +531,7 @@ async fn cancelled_and_unmounted_mid_flight() {
 
     let fut = {
         let r = r.clone();
-        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+        tokio::spawn(async move { r.invoke_detailed(call("act.peek", json!({"mode": "slow"})), consumer("c")).await })
     };
     while clock.pending_sleeps() == 0 {
         tokio::task::yield_now().await;
@@ -535,7 +543,7 @@ async fn cancelled_and_unmounted_mid_flight() {
     let _m = r.mount("act", "main").unwrap();
     let fut = {
         let r = r.clone();
-        tokio::spawn(async move { r.invoke_detailed(call("act.run", json!({"mode": "slow"})), consumer("c")).await })
+        tokio::spawn(async move { r.invoke_detailed(call("act.peek", json!({"mode": "slow"})), consumer("c")).await })
     };
     while clock.pending_sleeps() == 0 {
         tokio::task::yield_now().await;

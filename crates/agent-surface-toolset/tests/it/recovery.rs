@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, Origin, RateLimitReason, StaleReason, UnmountPhase};
 use agent_surface_core::matrix::MATRIX;
+use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
 use agent_surface_core::{
     AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, SafeText, Timestamp,
 };
 use agent_surface_registry::{InvokeRequest, Snapshot, Target};
 use agent_surface_testing::TestClock;
-use agent_surface_toolset::recovery::may_have_executed;
+use agent_surface_toolset::recovery::{StepDecision, may_have_executed};
 use agent_surface_toolset::{
     Approval, ConfirmationPrompt, Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop,
     Verification,
@@ -454,4 +455,65 @@ proptest! {
         let verifier = if truthful { Verifier::Truthful } else { Verifier::Never };
         check_intent(script, idempotent, approvals, verifier, max_attempts);
     }
+}
+
+// ---- Repair plans ---------------------------------------------------------------------------
+
+/// A host that follows `call_tool` steps (listing the cart) and `refresh_state` steps.
+struct Follower;
+
+impl RecoveryHost for Follower {
+    fn repair_step<'a>(&'a self, _: &'a InvokeRequest, step: &'a RepairStep) -> BoxFuture<'a, StepDecision> {
+        let d = match step.action() {
+            RepairAction::CallTool => StepDecision::Call(InvokeRequest::new("cart.list", json!({}))),
+            RepairAction::RefreshState => StepDecision::Refresh,
+            _ => StepDecision::HandToModel,
+        };
+        Box::pin(std::future::ready(d))
+    }
+}
+
+fn stale_cart() -> Step {
+    let plan = Repair::plan([
+        RepairStep::new(RepairAction::RefreshState, "Refresh the tool list."),
+        RepairStep::new(RepairAction::CallTool, "List the cart.").tool("cart-list"),
+        RepairStep::new(RepairAction::RetrySameOperation, "Retry the same call."),
+    ]);
+    err(AgentSurfaceError::precondition_failed("The cart changed.").with_repair(plan).unwrap())
+}
+
+#[test]
+fn plans_go_to_the_model_by_default() {
+    let clock = TestClock::auto_advancing();
+    let fake = Fake::new(vec![stale_cart()], false);
+    let out = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!(out.stop, Stop::ReturnedToCaller);
+    assert_eq!(out.attempts, 1);
+    assert!(out.repaired.is_empty());
+    assert!(out.result.error_payload().unwrap().repair().is_some(), "the plan reaches the model intact");
+}
+
+#[test]
+fn a_host_that_allows_it_has_the_driver_follow_the_plan() {
+    let clock = TestClock::auto_advancing();
+    let fake = Fake::new(vec![stale_cart()], false);
+    let out = run(&fake, &driver(&clock, Arc::new(Follower)));
+    assert_eq!(out.stop, Stop::Succeeded, "{out:?}");
+    let capabilities: Vec<String> = fake.requests().iter().map(|r| r.capability.clone()).collect();
+    assert_eq!(capabilities, ["cart.add", "cart.list", "cart.add"]);
+    assert_eq!(ids(&fake)[2], "p:call-1#r3");
+    assert_eq!(out.attempts, 3);
+    assert!(out.refreshed);
+    assert_eq!(out.repaired.len(), 2);
+    assert!(out.repaired[1].call.as_ref().unwrap().1.is_ok());
+}
+
+#[test]
+fn a_failing_repair_call_stops_the_plan() {
+    let clock = TestClock::auto_advancing();
+    let fake = Fake::new(vec![stale_cart(), err(AgentSurfaceError::not_authenticated())], false);
+    let out = run(&fake, &driver(&clock, Arc::new(Follower)));
+    assert_eq!(out.stop, Stop::ReturnedToCaller);
+    assert_eq!(out.result.error_payload().unwrap().code(), ErrorCode::PreconditionFailed);
+    assert_eq!(out.attempts, 2);
 }

@@ -1,0 +1,81 @@
+//! Phase 8b — verification: the capability's post-condition check (reported as phase
+//! `execute`).
+//!
+//! Input: the handler's output, the bound input and the context. Decision: whether the handler's
+//! intended result is there. Codes: `EXECUTION_FAILED {reason: verification-failed}` (the check
+//! says it is not), `EXECUTION_FAILED {reason: outcome-unknown}` with a reconcile repair (the
+//! check cannot tell, returns an error, panics, runs past the time budget, or the registry is
+//! disposed while it runs). Both have retry `no`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, Phase};
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use super::Stop;
+use super::execute::panic_text;
+use crate::ctx::Ctx;
+use crate::define::CapabilityDef;
+use crate::handler::Verification;
+use crate::registry::Inner;
+use crate::request::InvokeOptions;
+
+/// Fires the check's cancellation token when the check ends by any route.
+struct EndOnDrop(Ctx);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+fn unknown(note: impl Into<String>) -> Stop {
+    Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, note)
+}
+
+pub(crate) async fn check(
+    inner: &Arc<Inner>,
+    def: &CapabilityDef,
+    ctx: Ctx,
+    input: &Value,
+    output: Value,
+    options: &InvokeOptions,
+) -> Result<Value, Stop> {
+    let Some(verify) = &def.verify else { return Ok(output) };
+    // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
+    let decoded = match (def.handler.decode)(input) {
+        Ok(d) => d,
+        Err(e) => return Err(unknown(format!("input could not be decoded for verification: {e}"))),
+    };
+    // The handler's token fired when execution ended; the check gets a token of its own, which
+    // fires when the check ends.
+    let ctx = ctx.renewed();
+    let _end = EndOnDrop(ctx.clone());
+    let call = &verify.call;
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded, output.clone()))) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
+        Err(p) => return Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
+    };
+    let budget = options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget);
+    let sleep = inner.config.clock.sleep(budget);
+    let verdict = tokio::select! {
+        biased;
+        r = fut => r,
+        _ = inner.disposed.cancelled() => return Err(unknown("registry disposed during verification")),
+        _ = sleep => return Err(unknown(format!("verification ran past {budget:?}"))),
+    };
+    match verdict {
+        Ok(Ok(Verification::Verified)) => Ok(output),
+        Ok(Ok(Verification::NotVerified)) => Err(Stop::noted(
+            AgentSurfaceError::execution_failed(ExecutionFailedReason::VerificationFailed),
+            Phase::Execute,
+            "post-condition not met",
+        )),
+        Ok(Ok(Verification::Unknown)) => Err(unknown("verification could not decide")),
+        Ok(Err(e)) => Err(unknown(format!("verification failed: {}", e.cause_chain().join(": ")))),
+        Err(p) => Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
+    }
+}
