@@ -111,7 +111,7 @@ templates! {
         "The action's result was too large, so it was withheld. Do not retry it as it is; ask for less data if the capability allows it.");
     /// `EXECUTION_FAILED` / transport, transient; slot: `ms`.
     TRANSPORT_TRANSIENT = ("execution-failed.transport-transient",
-        "A service behind this action failed temporarily. Wait {ms} ms, then retry.");
+        "A service behind this action failed temporarily. Wait {ms} ms, then retry with a fresh invocationId.");
     /// `EXECUTION_FAILED` / transport, not transient.
     TRANSPORT = ("execution-failed.transport",
         "A service behind this action failed. Do not retry it as it is; report the failure.");
