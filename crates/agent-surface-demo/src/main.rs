@@ -5,13 +5,16 @@
 //! agent-surface-demo                                   run the scripted agent session
 //! agent-surface-demo serve --stdio [--as WHO]          serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+//! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
 //!
 //! `WHO` is `SUBJECT` or `SUBJECT:ROLE,ROLE` (e.g. `alice:support`). `--conformance` also serves
-//! the fixture tools the MCP conformance suite expects. See `docs/mcp.md`.
+//! the fixture tools the MCP conformance suite expects. See `docs/mcp.md`. `call` invokes one capability
+//! in process; its exit status maps from the code (see `cli.rs` and `docs/http.md`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line program reports on the terminal")]
 
+mod cli;
 mod conformance;
 mod policy;
 mod session;
@@ -29,10 +32,16 @@ usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
   agent-surface-demo serve --stdio [--as WHO]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+  agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
+                          [--invocation-id ID] [--confirmation-id ID]
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools. ADDR may use port 0; the bound URL is printed on stdout.";
+fixture tools. ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
+HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
+of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
+status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
+70 failed, 75 try again later, 77 not permitted, 130 cancelled).";
 
 /// Parsed `serve` options.
 #[derive(Debug, Default)]
@@ -101,7 +110,10 @@ async fn serve(options: Serve) -> Result<(), String> {
     if options.stdio {
         return agent_surface_mcp::serve_stdio(demo.registry.clone(), config).await.map_err(|e| e.to_string());
     }
+    // The plain HTTP binding (`agent-surface-http`) under `/api`, next to MCP, with the same tokens.
+    let mut api = agent_surface_http::HttpConfig::default();
     if !options.tokens.is_empty() {
+        api.authenticator = Some(Arc::new(agent_surface_http::BearerTokens::new(options.tokens.clone())));
         config.authenticator = Some(Arc::new(BearerTokens::new(options.tokens)));
     }
     let addr = options.http.unwrap_or_default();
@@ -120,6 +132,7 @@ async fn serve(options: Serve) -> Result<(), String> {
     } else {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, shutdown.clone())
     };
+    let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(|e| e.to_string())
 }
 
@@ -132,6 +145,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.first().map(String::as_str) == Some("call") {
+        return match cli::parse(&args[1..], parse_who) {
+            Ok(call) => ExitCode::from(runtime.block_on(cli::run(call))),
+            Err(e) => {
+                eprintln!("error: {e}\n\n{USAGE}");
+                ExitCode::from(cli::EX_USAGE)
+            }
+        };
+    }
     let result = match args.first().map(String::as_str) {
         None => runtime.block_on(session::run()),
         Some("serve") => match parse_serve(&args[1..]) {

@@ -1,9 +1,11 @@
 //! The demo binary end to end: the scripted session, raw bytes to `serve --stdio`, and the HTTP
-//! transport (DNS-rebinding protection, body limit, bearer-token identities).
+//! transport (DNS-rebinding protection, body limit, bearer-token identities), and one payload over
+//! every transport (toolset, MCP, HTTP, CLI).
 
 mod http;
 mod session;
 mod stdio;
+mod transports;
 
 /// The demo binary under test.
 fn demo() -> std::process::Command {

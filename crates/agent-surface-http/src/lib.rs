@@ -1,0 +1,70 @@
+//! Serves an agent-surface registry over plain HTTP: discovery, invocation, and the error model
+//! as RFC 9457 problem details.
+//!
+//! # Overview
+//!
+//! [`router`] builds an axum router with two routes under [`HttpConfig::prefix`]:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET {prefix}/capabilities` | `200`, `application/json`: the caller's `Snapshot` |
+//! | `POST {prefix}/invoke` | the `InvokeRequest` JSON in, the result out (below) |
+//!
+//! **Two result shapes, never confused.** A call that reached the pipeline answers with its
+//! `InvokeResult`: a success is `200` with `{"status":"ok","output":…,"invocationId"?}`; a
+//! capability error is the matrix's HTTP status analog (`matrix::spec(code).http_status`) with an
+//! `application/problem+json` body whose `type` is `urn:agent-surface:error:{CODE}` and whose
+//! extension members are the payload itself — `code`, `message`, `retry`, `details`, and any
+//! member core adds — serialized by core in wire order, so the payload's bytes are the ones MCP and
+//! the embedded toolset carry. `Retry-After` (seconds, rounded up) accompanies `retry:
+//! after-delay`. A request that never reached the pipeline is a **protocol fault**
+//! ([`wire::ProtocolFault`]): `400`, `404`, `405`, `413` or `415` with a problem of type
+//! `urn:agent-surface:protocol:{kind}` that has no `code` member. A client tells them apart by
+//! the `type` prefix (or by the presence of `code`), never by the status: `404` is both
+//! `CAPABILITY_NOT_FOUND` and an unknown route.
+//!
+//! **Who calls.** An [`Authenticator`] (e.g. [`BearerTokens`]) turns headers into an identity;
+//! the consumer key is `http:{subject}:{session}` (signed in) or `http-anonymous:{session}`,
+//! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
+//! scopes idempotency, confirmations and rate limits.
+//!
+//! **Idempotency.** `Idempotency-Key` is the invocation id; when the body also has an
+//! `invocationId`, they must be equal (else a `400` protocol fault).
+//!
+//! See `docs/http.md` and the HTTP section of `spec/adapters.md`.
+//!
+//! # Examples
+//!
+//! ```
+//! use agent_surface_http::{HttpConfig, router};
+//! use agent_surface_registry::{Registry, RegistryConfig};
+//!
+//! let registry = Registry::new(RegistryConfig::default());
+//! let app: axum::Router = router(registry, HttpConfig::with_prefix("/api"));
+//! # drop(app);
+//! ```
+//!
+//! Reading a response back ([`wire::decode`]) gives the same `InvokeResult`:
+//!
+//! ```
+//! use agent_surface_core::{AgentSurfaceError, InvokeResult};
+//! use agent_surface_core::details::RateLimitReason;
+//! use agent_surface_http::wire;
+//! use std::time::Duration;
+//!
+//! let payload = AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(1200)).into_payload();
+//! let encoded = wire::encode(&InvokeResult::error(payload, None));
+//! assert_eq!(encoded.status, 429);
+//! assert_eq!(encoded.retry_after, Some(2));
+//! let back = wire::decode(429, &encoded.body).unwrap();
+//! assert_eq!(back.code(), Some(agent_surface_core::ErrorCode::RateLimited));
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod auth;
+mod router;
+pub mod wire;
+
+pub use auth::{Authenticator, BearerTokens, BoxFuture};
+pub use router::{CONSUMER_HEADER, HttpConfig, IDEMPOTENCY_KEY, router, serve};

@@ -1,0 +1,104 @@
+//! Hostile bodies: each answered with the right status, nothing echoed, the server still serving.
+
+use agent_surface_http::HttpConfig;
+use agent_surface_testing::{Secrets, assert_text_has_no_leak};
+
+use crate::client::{Response, post_json, send, start};
+
+fn secrets() -> Secrets {
+    Secrets::new()
+        .sql("SELECT * FROM users")
+        .url("postgres://db.internal:5432")
+        .other("sk-live-123")
+        .other("hunter2-marker")
+}
+
+#[track_caller]
+fn no_leak(r: &Response) {
+    assert_text_has_no_leak("http response", &format!("{:?}{}", r.headers, r.body), &secrets());
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_protocol_faults_without_echo() {
+    let config = HttpConfig { max_body_bytes: 4096, ..HttpConfig::default() };
+    let server = start(config).await;
+    let a = server.addr;
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("not json", "SELECT * FROM users; hunter2-marker".into(), 400, "malformed-json"),
+        ("truncated", r#"{"capability":"echo.say","input":{"text":"sk-live-123""#.into(), 400, "malformed-json"),
+        ("deeply nested", format!("{}{}", "[".repeat(200), "]".repeat(200)), 400, "malformed-json"),
+        (
+            "deep in input",
+            format!(r#"{{"capability":"echo.say","input":{}{}}}"#, "[".repeat(200), "]".repeat(200)),
+            400,
+            "malformed-json",
+        ),
+        ("wrong type", r#"{"capability":["sk-live-123"]}"#.into(), 400, "invalid-request"),
+        (
+            "unknown member",
+            r#"{"capability":"echo.say","SELECT * FROM users":"postgres://db.internal:5432"}"#.into(),
+            400,
+            "invalid-request",
+        ),
+        ("missing capability", r#"{"input":{"hunter2-marker":1}}"#.into(), 400, "invalid-request"),
+        ("not an object", r#"["hunter2-marker"]"#.into(), 400, "invalid-request"),
+        (
+            "huge",
+            format!(r#"{{"capability":"echo.say","input":{{"text":"{}"}}}}"#, "hunter2-marker".repeat(2000)),
+            413,
+            "body-too-large",
+        ),
+    ];
+    for (name, body, status, kind) in cases {
+        let r = post_json(a, "/invoke", &[], &body).await;
+        assert_eq!(r.status, status, "{name}: {r:?}");
+        r.assert_fault(status, kind);
+        no_leak(&r);
+    }
+    // Not UTF-8.
+    let r = send(a, "POST", "/invoke", &[("Content-Type", "application/json")], &[0xff, 0xfe, b'{']).await;
+    r.assert_fault(400, "malformed-json");
+    // Wrong and missing content type.
+    let body = br#"{"capability":"echo.say","input":{"text":"a"}}"#;
+    send(a, "POST", "/invoke", &[("Content-Type", "text/plain")], body)
+        .await
+        .assert_fault(415, "unsupported-media-type");
+    send(a, "POST", "/invoke", &[], body).await.assert_fault(415, "unsupported-media-type");
+    // A declared length over the cap, body never sent.
+    send(a, "POST", "/invoke", &[("Content-Type", "application/json"), ("Content-Length", "100000000")], b"")
+        .await
+        .assert_fault(413, "body-too-large");
+    // A chunked body (no declared length) over the cap, and a broken chunked body.
+    let chunk = "x".repeat(8000);
+    let chunked = format!("{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len());
+    let headers = [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")];
+    send(a, "POST", "/invoke", &headers, chunked.as_bytes()).await.assert_fault(413, "body-too-large");
+    send(a, "POST", "/invoke", &headers, b"zz\r\nnot hex\r\n").await.assert_fault(400, "malformed-json");
+    // Still serving, and `application/json; charset=utf-8` is JSON.
+    let r = send(a, "POST", "/invoke", &[("Content-Type", "application/json; charset=utf-8")], body).await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[tokio::test]
+async fn an_internal_cause_never_reaches_the_body() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"fail.with","input":{"kind":"secret"}}"#).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.json()["code"], "EXECUTION_FAILED");
+    no_leak(&r);
+}
+
+#[tokio::test]
+async fn a_hostile_input_value_stays_out_of_the_problem() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(
+        server.addr,
+        "/invoke",
+        &[],
+        r#"{"capability":"echo.say","input":{"text":"a","SELECT * FROM users":"hunter2-marker"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(r.json()["code"], "INVALID_INPUT");
+    assert_text_has_no_leak("http response", &r.body, &Secrets::new().other("hunter2-marker"));
+}

@@ -1,0 +1,161 @@
+//! Discovery, invocation, idempotency, authentication and the problem shapes.
+
+use agent_surface_core::{ErrorCode, InvokeResult};
+use agent_surface_http::HttpConfig;
+use agent_surface_http::wire::{self, payload_text};
+use serde_json::json;
+
+use crate::client::{post_json, send, start};
+
+#[tokio::test]
+async fn capabilities_lists_the_snapshot() {
+    let server = start(HttpConfig::with_prefix("/api")).await;
+    let r = send(server.addr, "GET", "/api/capabilities", &[], b"").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    assert_eq!(v["surfaceId"], server.registry.surface_id());
+    let names: Vec<_> = v["capabilities"].as_array().unwrap().iter().map(|c| c["name"].clone()).collect();
+    assert_eq!(names, [json!("echo.say"), json!("fail.with")]);
+}
+
+#[tokio::test]
+async fn a_success_is_the_invoke_result() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"echo.say","input":{"text":"hi"}}"#).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, r#"{"status":"ok","output":{"said":"hi"}}"#);
+}
+
+#[tokio::test]
+async fn a_capability_error_is_a_problem_carrying_the_payload() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"nope.nothing"}"#).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let v = r.json();
+    assert_eq!(v["type"], "urn:agent-surface:error:CAPABILITY_NOT_FOUND");
+    assert_eq!(v["title"], "Capability not found");
+    assert_eq!(v["code"], "CAPABILITY_NOT_FOUND");
+    assert_eq!(v["retry"], "after-refresh");
+    assert_eq!(v["detail"], v["message"]);
+    let result = wire::decode(r.status, &r.body).unwrap();
+    assert!(r.body.ends_with(&payload_text(result.error_payload().unwrap())[1..]));
+    // Same bytes as the registry's own payload.
+    let direct = server
+        .registry
+        .invoke(
+            agent_surface_registry::InvokeRequest::new("nope.nothing", json!({})),
+            agent_surface_registry::InvokeOptions::new(agent_surface_policy::Consumer::anonymous("x")),
+        )
+        .await;
+    assert_eq!(payload_text(result.error_payload().unwrap()), payload_text(direct.error_payload().unwrap()));
+}
+
+#[tokio::test]
+async fn invalid_input_is_422_with_issues() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"echo.say","input":{"text":5}}"#).await;
+    assert_eq!(r.status, 422);
+    let v = r.json();
+    assert_eq!(v["code"], "INVALID_INPUT");
+    assert_eq!(v["details"]["issues"][0]["path"], "/text");
+}
+
+#[tokio::test]
+async fn after_delay_sends_retry_after_rounded_up() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"fail.with","input":{"kind":"rate"}}"#).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("2"));
+    assert_eq!(r.json()["details"]["retryAfterMs"], 1200);
+}
+
+#[tokio::test]
+async fn not_authenticated_is_401_with_a_challenge() {
+    let server = start(HttpConfig::default()).await;
+    let r = post_json(server.addr, "/invoke", &[], r#"{"capability":"fail.with","input":{"kind":"auth"}}"#).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert_eq!(r.json()["code"], "NOT_AUTHENTICATED");
+}
+
+#[tokio::test]
+async fn idempotency_key_is_the_invocation_id() {
+    let server = start(HttpConfig::default()).await;
+    let body = r#"{"capability":"echo.say","input":{"text":"a"}}"#;
+    let r = post_json(server.addr, "/invoke", &[("Idempotency-Key", "\"k-1\"")], body).await;
+    assert_eq!(r.body, r#"{"status":"ok","output":{"said":"a"},"invocationId":"k-1"}"#);
+    // The same key with another request: INVOCATION_CONFLICT, a capability error.
+    let other = r#"{"capability":"echo.say","input":{"text":"b"}}"#;
+    let r = post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-1")], other).await;
+    assert_eq!(r.status, 422, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["code"], "INVOCATION_CONFLICT");
+    assert_eq!(v["invocationId"], "k-1");
+    // Another consumer (the consumer header) has its own ids.
+    let r =
+        post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-1"), ("Agent-Surface-Consumer", "s2")], other).await;
+    assert_eq!(r.status, 200);
+    // Header and body disagree: a protocol fault.
+    let with_id = r#"{"capability":"echo.say","input":{"text":"a"},"invocationId":"k-2"}"#;
+    post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-3")], with_id)
+        .await
+        .assert_fault(400, "invocation-id-mismatch");
+    // Equal: fine.
+    let r = post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-2")], with_id).await;
+    assert_eq!(r.status, 200);
+    post_json(server.addr, "/invoke", &[("Idempotency-Key", "")], body).await.assert_fault(400, "invalid-header");
+    post_json(server.addr, "/invoke", &[("Agent-Surface-Consumer", "a:b")], body)
+        .await
+        .assert_fault(400, "invalid-header");
+}
+
+#[tokio::test]
+async fn bearer_tokens_sign_in() {
+    let server = start(HttpConfig::default()).await;
+    // Ids are per consumer: the same key under the signed-in consumer is a new call.
+    let body = r#"{"capability":"echo.say","input":{"text":"a"}}"#;
+    let anon = post_json(server.addr, "/invoke", &[("Idempotency-Key", "k")], body).await;
+    assert_eq!(anon.status, 200);
+    let other = r#"{"capability":"echo.say","input":{"text":"z"}}"#;
+    let signed =
+        post_json(server.addr, "/invoke", &[("Idempotency-Key", "k"), ("Authorization", "Bearer t-sam")], other).await;
+    assert_eq!(signed.status, 200, "{signed:?}");
+}
+
+#[tokio::test]
+async fn routes_and_methods_are_protocol_faults() {
+    let server = start(HttpConfig::with_prefix("/api")).await;
+    send(server.addr, "GET", "/api/nothing", &[], b"").await.assert_fault(404, "not-found");
+    send(server.addr, "GET", "/invoke", &[], b"").await.assert_fault(404, "not-found");
+    let r = send(server.addr, "GET", "/api/invoke", &[], b"").await;
+    r.assert_fault(405, "method-not-allowed");
+    assert_eq!(r.header("allow"), Some("POST"));
+    let r = send(server.addr, "DELETE", "/api/capabilities", &[], b"").await;
+    r.assert_fault(405, "method-not-allowed");
+    assert_eq!(r.header("allow"), Some("GET, HEAD"));
+}
+
+#[test]
+fn every_code_gets_the_matrix_status() {
+    for spec in agent_surface_core::matrix::MATRIX.iter() {
+        for payload in (spec.examples)() {
+            let encoded = wire::encode(&InvokeResult::error(payload.clone(), None));
+            assert_eq!(encoded.status.as_u16(), spec.http_status.eval(payload.details()));
+            assert_eq!(encoded.retry_after.is_some(), payload.retry() == agent_surface_core::Retry::AfterDelay);
+            if payload.code() == ErrorCode::CapabilityNotFound {
+                assert_eq!(encoded.status, 404);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_host_is_refused() {
+    let server = start(HttpConfig::default()).await;
+    let r = crate::client::send_as(server.addr, "evil.example:80", "GET", "/capabilities").await;
+    r.assert_fault(403, "host-not-allowed");
+    let r = crate::client::send_as(server.addr, "localhost:1234", "GET", "/capabilities").await;
+    assert_eq!(r.status, 200);
+}
