@@ -142,7 +142,7 @@ impl fmt::Display for ConformanceReport {
 }
 
 /// The corpus: every example payload of every matrix row, payloads with representative details
-/// (author keys, unicode, quotes, many issues), and successful outputs of every JSON kind. Error
+/// (author keys, unicode, quotes, many issues) and with repair plans, and successful outputs of every JSON kind. Error
 /// cases alternate between carrying an invocation id and not.
 pub fn cases() -> Vec<InvokeResult> {
     let mut out = Vec::new();
@@ -186,6 +186,25 @@ pub fn cases() -> Vec<InvokeResult> {
     for e in representative {
         out.push(InvokeResult::error(e.into_payload(), id()));
     }
+    // Repair plans travel inside the payload: a single step, an ordered plan with preserve/update
+    // lists, and the runtime's outcome-unknown plan.
+    use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
+    let plan = Repair::plan([
+        RepairStep::new(RepairAction::CallTool, "Refresh the source account state.").tool("payments-list_accounts"),
+        RepairStep::new(RepairAction::CallTool, "Create a replacement authorization.").tool("payments-authorize"),
+    ])
+    .preserve(&["amount", "receiverId"])
+    .update(&["authorizationId"]);
+    let repaired = [
+        AgentSurfaceError::precondition_failed("The source account changed after authorization.").with_repair(plan),
+        AgentSurfaceError::precondition_failed("Choose a current slot.")
+            .with_repair(Repair::single(RepairStep::new(RepairAction::ChangeInput, "Pick a slot from the list."))),
+    ];
+    for e in repaired {
+        // The plans above are compatible with with-changes; a failure here is a bug in this corpus.
+        out.push(InvokeResult::error(e.expect("a compatible repair plan").into_payload(), id()));
+    }
+    out.push(InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), id()));
     let outputs = [
         json!({"total": 3, "items": [{"sku": "tea", "quantity": 2}]}),
         json!([1, 2.5, -3, "x", null, true]),
