@@ -1,68 +1,13 @@
 //! Who is calling: a pluggable [`Authenticator`] turns request headers into an identity, and the
 //! consumer key follows from the identity and the consumer header.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-
 use agent_surface_policy::{Consumer, Identity};
 
 /// A boxed future, as [`Authenticator::authenticate`] returns it.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
-/// Turns an HTTP request's headers into the caller's identity.
-///
-/// `None` means anonymous: the call still runs, and the registry's authority policy decides
-/// (`NOT_AUTHENTICATED` where an identity is required). An authenticator never answers the
-/// request itself, so a bad token and no token look the same to the caller.
-pub trait Authenticator: Send + Sync + 'static {
-    /// The identity the headers prove, or `None` (anonymous).
-    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>>;
-
-    /// The `WWW-Authenticate` challenge sent with `401` (`NOT_AUTHENTICATED`).
-    fn challenge(&self) -> &str {
-        "Bearer"
-    }
-}
-
-/// An [`Authenticator`] over a fixed table of bearer tokens (`Authorization: Bearer TOKEN`), for
-/// development and tests.
-///
-/// ```
-/// use agent_surface_http::{Authenticator, BearerTokens};
-/// use agent_surface_policy::Identity;
-///
-/// let auth = BearerTokens::new([("t-alice", Identity::new("alice").with_role("support"))]);
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("authorization", "Bearer t-alice".parse().unwrap());
-/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// assert_eq!(auth.authenticate(&headers).await.unwrap().subject, "alice");
-/// assert!(auth.authenticate(&http::HeaderMap::new()).await.is_none());
-/// # });
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct BearerTokens {
-    tokens: HashMap<String, Identity>,
-}
-
-impl BearerTokens {
-    /// A table of tokens and the identities they stand for.
-    pub fn new<T: Into<String>>(tokens: impl IntoIterator<Item = (T, Identity)>) -> BearerTokens {
-        BearerTokens { tokens: tokens.into_iter().map(|(t, i)| (t.into(), i)).collect() }
-    }
-}
-
-impl Authenticator for BearerTokens {
-    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>> {
-        let identity = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|token| self.tokens.get(token.trim()))
-            .cloned();
-        Box::pin(std::future::ready(identity))
-    }
-}
+/// Defined in `agent-surface-policy` (shared with the MCP adapter's HTTP transport).
+pub use agent_surface_policy::{Authenticator, BearerTokens};
 
 /// Whether `value` is a valid consumer-header value: 1 to 64 of `[A-Za-z0-9._-]`.
 pub(crate) fn valid_session(value: &str) -> bool {

@@ -12,13 +12,10 @@
 //! no identity found) means an anonymous consumer, and the registry's authority policy decides
 //! what that consumer may see and call (`NOT_AUTHENTICATED` where an identity is required).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_policy::Identity;
 use agent_surface_registry::Registry;
-use futures_util::future::BoxFuture;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -26,50 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{McpConfig, McpServer};
 
-/// Turns an HTTP request's headers into the caller's identity.
-pub trait Authenticator: Send + Sync + 'static {
-    /// The identity the headers prove, or `None` (anonymous).
-    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>>;
-}
-
-/// An [`Authenticator`] over a fixed table of bearer tokens (`Authorization: Bearer TOKEN`), for
-/// development and tests.
-///
-/// ```
-/// use agent_surface_mcp::http::{Authenticator, BearerTokens};
-/// use agent_surface_policy::Identity;
-///
-/// let auth = BearerTokens::new([("t-alice", Identity::new("alice").with_role("support"))]);
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("authorization", "Bearer t-alice".parse().unwrap());
-/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// assert_eq!(auth.authenticate(&headers).await.unwrap().subject, "alice");
-/// assert!(auth.authenticate(&http::HeaderMap::new()).await.is_none());
-/// # });
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct BearerTokens {
-    tokens: HashMap<String, Identity>,
-}
-
-impl BearerTokens {
-    /// A table of tokens and the identities they stand for.
-    pub fn new<T: Into<String>>(tokens: impl IntoIterator<Item = (T, Identity)>) -> BearerTokens {
-        BearerTokens { tokens: tokens.into_iter().map(|(t, i)| (t.into(), i)).collect() }
-    }
-}
-
-impl Authenticator for BearerTokens {
-    fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>> {
-        let identity = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|token| self.tokens.get(token.trim()))
-            .cloned();
-        Box::pin(std::future::ready(identity))
-    }
-}
+/// Defined in `agent-surface-policy` (shared with the HTTP binding).
+pub use agent_surface_policy::{Authenticator, BearerTokens};
 
 /// The HTTP side of the server.
 #[derive(Clone, Debug)]

@@ -70,6 +70,7 @@
 //! # });
 //! ```
 
+mod authn;
 mod authority;
 mod clock;
 mod confirmation;
@@ -79,6 +80,7 @@ mod hooks;
 mod idempotency;
 mod rate;
 
+pub use authn::{Authenticator, BearerTokens};
 pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{
