@@ -67,7 +67,9 @@ pub(crate) fn prepare(
     let mut value = input;
     if !def.bindings.is_empty() {
         let Value::Object(obj) = &mut value else {
-            return Err(invalid(vec![], None, "input with bindings is not an object"));
+            // Unreachable after validation (input schemas are objects), but never an empty list.
+            let issue = InputIssue { path: String::new(), message: "must be a JSON object".into() };
+            return Err(invalid(vec![issue], None, "input with bindings is not an object"));
         };
         for (field, binding) in &def.bindings {
             let state = reg.state.as_deref();
