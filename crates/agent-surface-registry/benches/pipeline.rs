@@ -10,12 +10,14 @@
 //! - `lookup/10` and `lookup/100000`: the full pipeline in registries of 10 and 100,000
 //!   capabilities (lookup cost must not grow with the registry).
 //!
-//! After the criterion groups, the bench prints the ratios of the criterion mean estimates.
+//! After the criterion groups, the bench prints the ratios of the criterion median estimates.
 
 #![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
 
+mod common;
+
+use common::{median_ns, runtime};
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, Effect};
@@ -44,10 +46,6 @@ async fn add(i: Add) -> Result<Sum, AgentSurfaceError> {
 
 fn input() -> Value {
     json!({"a": 2, "b": 3, "note": "hi"})
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
 
 /// A registry with `calc.add` plus `extra` filler capabilities (10 per type, tiny schemas).
@@ -136,19 +134,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// The mean estimate (ns) criterion recorded for a benchmark in this run.
-fn mean_ns(id: &str) -> Option<f64> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let path = target.join("criterion").join(id).join("new/estimates.json");
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
-}
-
 fn report() {
-    let base = mean_ns("handler_validation");
-    println!("\nratios against handler_validation (mean estimates of this run):");
+    let base = median_ns("handler_validation");
+    println!("\nratios against handler_validation (median estimates of this run):");
     for id in [
         "bare_handler",
         "handler_validation",
@@ -157,12 +145,12 @@ fn report() {
         "lookup/10",
         "lookup/100000",
     ] {
-        match (mean_ns(id), base) {
+        match (median_ns(id), base) {
             (Some(t), Some(b)) => println!("  {id:<30} {t:>10.0} ns   {:>5.2}x", t / b),
             _ => println!("  {id:<30} (no estimate)"),
         }
     }
-    if let (Some(small), Some(large)) = (mean_ns("lookup/10"), mean_ns("lookup/100000")) {
+    if let (Some(small), Some(large)) = (median_ns("lookup/10"), median_ns("lookup/100000")) {
         println!("  lookup 100000 / 10: {:.2}x", large / small);
     }
 }

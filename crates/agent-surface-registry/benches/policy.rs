@@ -18,9 +18,11 @@
 
 #![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
 
+mod common;
+
+use common::{median_ns, runtime};
 use std::hint::black_box;
 use std::num::{NonZeroU32, NonZeroUsize};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult};
@@ -50,10 +52,6 @@ struct Sum {
 
 fn input() -> Value {
     json!({"a": 2, "b": 3, "note": "hi"})
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
 
 /// A registry with `calc.add`, gated by a declared confirmation when `gated`.
@@ -161,17 +159,6 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
-}
-
-/// The median estimate (ns) criterion recorded for a benchmark in this run (robust to the
-/// outliers a shared machine produces).
-fn median_ns(id: &str) -> Option<f64> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let path = target.join("criterion").join(id).join("new/estimates.json");
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["median"]["point_estimate"].as_f64()
 }
 
 fn report() {

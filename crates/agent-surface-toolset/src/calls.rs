@@ -123,6 +123,21 @@ fn array_in<'a>(provider: Provider, v: &'a Value, paths: &[&str]) -> Result<(&'a
     Err(fault(provider, "the response is neither an object nor an array"))
 }
 
+/// OpenAI's `arguments` (Chat and Responses): a JSON string, parsed; absent or null is `{}`;
+/// some OpenAI-compatible servers send an object, taken as it is.
+fn openai_arguments(arguments: Option<&Value>) -> Arguments {
+    match arguments {
+        None | Some(Value::Null) => Arguments::Json(json!({})),
+        Some(Value::String(text)) => parse_arguments(text),
+        Some(other) => Arguments::Json(other.clone()),
+    }
+}
+
+/// A call that carries the provider's own call id.
+fn provider_call(provider: Provider, id: &str, name: &str, arguments: Arguments) -> ToolCall {
+    ToolCall { provider, call_id: id.to_string(), provider_id: true, tool_name: name.to_string(), arguments }
+}
+
 fn openai_chat(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
     let p = Provider::OpenAiChat;
     let (items, base) = array_in(p, response, &["/choices/0/message/tool_calls", "/tool_calls"])?;
@@ -136,19 +151,7 @@ fn openai_chat(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
         let id = string_at(p, item, "id", &at)?;
         let function = item.get("function").ok_or_else(|| fault(p, format!("{at}/function is missing")))?;
         let name = string_at(p, function, "name", &format!("{at}/function"))?;
-        let arguments = match function.get("arguments") {
-            None | Some(Value::Null) => Arguments::Json(json!({})),
-            Some(Value::String(text)) => parse_arguments(text),
-            // Some OpenAI-compatible servers send an object; take it as it is.
-            Some(other) => Arguments::Json(other.clone()),
-        };
-        calls.push(ToolCall {
-            provider: p,
-            call_id: id.to_string(),
-            provider_id: true,
-            tool_name: name.to_string(),
-            arguments,
-        });
+        calls.push(provider_call(p, id, name, openai_arguments(function.get("arguments"))));
     }
     Ok(calls)
 }
@@ -164,18 +167,7 @@ fn openai_responses(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
         let at = format!("{base}/{i}");
         let id = string_at(p, item, "call_id", &at)?;
         let name = string_at(p, item, "name", &at)?;
-        let arguments = match item.get("arguments") {
-            None | Some(Value::Null) => Arguments::Json(json!({})),
-            Some(Value::String(text)) => parse_arguments(text),
-            Some(other) => Arguments::Json(other.clone()),
-        };
-        calls.push(ToolCall {
-            provider: p,
-            call_id: id.to_string(),
-            provider_id: true,
-            tool_name: name.to_string(),
-            arguments,
-        });
+        calls.push(provider_call(p, id, name, openai_arguments(item.get("arguments"))));
     }
     Ok(calls)
 }
@@ -192,13 +184,7 @@ fn anthropic(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
         let id = string_at(p, block, "id", &at)?;
         let name = string_at(p, block, "name", &at)?;
         let input = block.get("input").cloned().filter(|v| !v.is_null()).unwrap_or_else(|| json!({}));
-        calls.push(ToolCall {
-            provider: p,
-            call_id: id.to_string(),
-            provider_id: true,
-            tool_name: name.to_string(),
-            arguments: Arguments::Json(input),
-        });
+        calls.push(provider_call(p, id, name, Arguments::Json(input)));
     }
     Ok(calls)
 }
