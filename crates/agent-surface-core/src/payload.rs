@@ -147,6 +147,15 @@ impl ErrorPayload {
         self.code.is_cacheable()
     }
 
+    /// The payload as JSON text, members in wire order (`code`, `message`, `retry`, `details`,
+    /// `repair`). Every adapter that carries the payload as text uses this, so the bytes are the
+    /// same on every transport. ([`ErrorPayload::to_json`] gives a `Value`, whose object keys
+    /// are sorted.)
+    pub fn to_wire_text(&self) -> String {
+        // Serializing plain strings, enums and JSON maps cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|_| self.to_json().to_string())
+    }
+
     /// The payload as a JSON value.
     pub fn to_json(&self) -> Value {
         // Serializing plain strings, enums and a JSON map cannot fail.

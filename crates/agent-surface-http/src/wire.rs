@@ -57,7 +57,7 @@ fn json_string(s: &str) -> String {
 /// The payload's JSON text in wire order (`code`, `message`, `retry`, `details`, …): the same
 /// bytes every adapter sends.
 pub fn payload_text(payload: &ErrorPayload) -> String {
-    serde_json::to_string(payload).unwrap_or_else(|_| payload.to_json().to_string())
+    payload.to_wire_text()
 }
 
 /// The HTTP form of `result`.

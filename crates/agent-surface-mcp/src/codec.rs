@@ -64,7 +64,7 @@ pub fn encode(result: InvokeResult) -> CallToolResult {
             r.with_meta(result_meta(invocation_id))
         }
         InvokeResult::Error { error, invocation_id } => {
-            let text = serde_json::to_string(&error).unwrap_or_else(|_| error.to_json().to_string());
+            let text = error.to_wire_text();
             CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(result_meta(invocation_id))
         }
         // `InvokeResult` is non-exhaustive; a future variant is reported as an execution failure

@@ -14,7 +14,8 @@ use crate::hooks::PolicyError;
 
 /// Why a guarded evaluation produced no answer. For the operator channel only.
 #[derive(Debug)]
-pub(crate) enum Failure {
+#[non_exhaustive]
+pub enum Failure {
     /// The code returned an error.
     Error(PolicyError),
     /// The code panicked (building its future or while it ran).
@@ -34,7 +35,7 @@ impl fmt::Display for Failure {
 }
 
 /// The text of a panic payload.
-pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
+pub fn panic_text(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -48,7 +49,7 @@ pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
 ///
 /// The future is polled once before a timer is armed: a policy that answers at once (the common
 /// case) costs no timer.
-pub(crate) async fn guarded<'a, T>(
+pub async fn guarded<'a, T>(
     clock: &dyn Clock,
     budget: Duration,
     start: impl FnOnce() -> BoxFuture<'a, Result<T, PolicyError>>,

@@ -90,6 +90,7 @@ pub use confirmation::{
     MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
 };
 pub use consumer::{Consumer, Identity};
+pub use guard::{Failure, guarded, panic_text};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate, PolicyError,
     RateDecision, RateLimiter,

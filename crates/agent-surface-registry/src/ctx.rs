@@ -112,6 +112,12 @@ impl Ctx {
         }
     }
 
+    /// A guard that calls [`Ctx::end`] when dropped: whatever route the handler (or the
+    /// post-condition) ends by, work it tied to `ctx.cancellation()` stops too.
+    pub(crate) fn end_on_drop(&self) -> EndOnDrop {
+        EndOnDrop(self.clone())
+    }
+
     /// The shared application state of type `T`, if the registry provides one.
     pub fn try_state<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.inner.shared.get(&TypeId::of::<T>()).and_then(|s| s.downcast_ref::<T>())
@@ -158,5 +164,14 @@ impl std::fmt::Debug for Ctx {
             .field("instance_id", &self.inner.instance_id)
             .field("registration_id", &self.inner.registration_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// See [`Ctx::end_on_drop`].
+pub(crate) struct EndOnDrop(Ctx);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }

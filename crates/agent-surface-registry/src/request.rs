@@ -127,6 +127,14 @@ impl InvokeOptions {
         self
     }
 
+    /// Completes when the caller's cancellation fires (never, without one).
+    pub(crate) async fn cancelled(&self) {
+        match &self.cancellation {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// The same options with a time budget override.
     pub fn with_time_budget(mut self, budget: Duration) -> InvokeOptions {
         self.time_budget = Some(budget);

@@ -40,19 +40,13 @@ pub fn render_line(payload: &ErrorPayload) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The payload's JSON text in its wire order (`code`, `message`, `retry`, `details`): the same bytes
-/// every adapter sends.
-fn payload_text(payload: &ErrorPayload) -> String {
-    serde_json::to_string(payload).unwrap_or_else(|_| payload.to_json().to_string())
-}
-
 /// The text a string-content provider receives: the output's JSON text, or the payload's JSON
 /// text (after the one-line rendering when enabled).
 fn content_text(result: &InvokeResult, format: &ResultFormat) -> String {
     match result {
         InvokeResult::Ok { output, .. } => output.to_string(),
         InvokeResult::Error { error, .. } => {
-            let json = payload_text(error);
+            let json = error.to_wire_text();
             match format.rendering {
                 Rendering::OneLineFirst => format!("{}\n{json}", render_line(error)),
                 _ => json,
@@ -89,7 +83,7 @@ pub fn encode_result(call: &ToolCall, result: &InvokeResult, format: &ResultForm
                 (Some(p), Rendering::OneLineFirst) => {
                     block["content"] = json!([
                         {"type": "text", "text": render_line(p)},
-                        {"type": "text", "text": payload_text(p)},
+                        {"type": "text", "text": p.to_wire_text()},
                     ]);
                 }
                 _ => block["content"] = json!(content_text(result, format)),

@@ -6,6 +6,7 @@
 //! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason: transport,
 //! transient}` (the store failed).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ fn store_id(invocation_id: &str) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
     for b in digest {
-        out.push_str(&format!("{b:02x}"));
+        let _ = write!(out, "{b:02x}");
     }
     out
 }
@@ -61,9 +62,9 @@ pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
         h.update(bytes);
     };
     part(b"capability", request.capability.as_bytes());
-    let target = request.target.clone().unwrap_or_default();
-    part(b"instance", target.instance_id.as_deref().unwrap_or("").as_bytes());
-    part(b"registration", target.registration_id.as_deref().unwrap_or("").as_bytes());
+    let target = request.target.as_ref();
+    part(b"instance", target.and_then(|t| t.instance_id.as_deref()).unwrap_or("").as_bytes());
+    part(b"registration", target.and_then(|t| t.registration_id.as_deref()).unwrap_or("").as_bytes());
     let mut input = Vec::with_capacity(128);
     write_canonical(&request.input, &mut input);
     part(b"input", &input);
@@ -106,12 +107,7 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
             // waiting with CANCELLED (not stored — the leader's record is the leader's).
-            let caller = async {
-                match &options.cancellation {
-                    Some(t) => t.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
+            let caller = options.cancelled();
             tokio::select! {
                 result = wait => Admitted::Answered(Invocation {
                     result: result.with_invocation_id(Some(invocation_id.clone())),

@@ -14,17 +14,13 @@
 //! availability-phase error (a tombstone, a stale token, a disabled state). For a name that does
 //! not exist the decision is computed and ignored.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::Origin;
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer};
-use futures_util::FutureExt;
-use futures_util::future::Either;
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, guarded};
 
 use super::Stop;
-use super::execute::panic_text;
 use super::resolve::Resolved;
 use crate::registry::Inner;
 use crate::request::InvokeRequest;
@@ -32,38 +28,18 @@ use crate::request::InvokeRequest;
 /// Asks the policy, failing closed: an error, a panic or an overrun of
 /// `RegistryConfig::authority_budget` (on the registry's clock) is a denial.
 pub(crate) async fn decide(inner: &Inner, policy: &dyn AuthorityPolicy, call: CallInfo<'_>) -> AuthorityDecision {
-    let deny = |what: &str, cause: &str| {
-        tracing::warn!(
-            target: "agent_surface::policy",
-            policy = policy.name(),
-            capability = call.capability,
-            cause,
-            "authority policy {what}; denying"
-        );
-        AuthorityDecision::Deny { origin: Origin::Client }
-    };
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| policy.decide(call))) {
-        Ok(fut) => fut,
-        Err(p) => return deny("panicked", &panic_text(p.as_ref())),
-    };
-    let mut fut = AssertUnwindSafe(fut).catch_unwind();
-    // Most policies answer at once; only a policy that has to wait arms the budget's timer.
-    let answer = match (&mut fut).now_or_never() {
-        Some(answer) => answer,
-        None => {
-            match futures_util::future::select(fut, inner.config.clock.sleep(inner.config.authority_budget)).await {
-                Either::Left((answer, _)) => answer,
-                Either::Right(_) => {
-                    let budget = format!("no answer within {} ms", inner.config.authority_budget.as_millis());
-                    return deny("timed out", &budget);
-                }
-            }
+    match guarded(inner.config.clock.as_ref(), inner.config.authority_budget, || policy.decide(call)).await {
+        Ok(decision) => decision,
+        Err(failure) => {
+            tracing::warn!(
+                target: "agent_surface::policy",
+                policy = policy.name(),
+                capability = call.capability,
+                cause = %failure,
+                "authority policy failed; denying"
+            );
+            AuthorityDecision::Deny { origin: Origin::Client }
         }
-    };
-    match answer {
-        Ok(Ok(decision)) => decision,
-        Ok(Err(e)) => deny("failed", &e.to_string()),
-        Err(p) => deny("panicked", &panic_text(p.as_ref())),
     }
 }
 

@@ -8,6 +8,7 @@
 //! panicked, or a gated capability has no gate to ask (`handler-error`). In every such case the
 //! handler does not run.
 
+use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -18,10 +19,10 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::Stop;
-use super::execute::panic_text;
 use crate::define::{CapabilityDef, ErasedConfirm};
 use crate::live::Registration;
 use crate::registry::Inner;
+use agent_surface_policy::panic_text;
 
 fn cannot_decide(note: impl Into<String>) -> Stop {
     let note = note.into();
@@ -29,11 +30,24 @@ fn cannot_decide(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Confirmation, note)
 }
 
+/// The declared gate's summary for a new request (`None` when the capability declares no gate,
+/// or the call carries evidence, which holds the summary it was issued with). The summary is
+/// application code, run on the input the input phase already decoded; it is computed before
+/// the gate is awaited because the decoded input is not `Sync`.
+pub(crate) fn summary(
+    def: &CapabilityDef,
+    decoded: &(dyn Any + Send),
+    confirmation_id: Option<&str>,
+) -> Result<Option<SafeText>, Stop> {
+    match (&def.confirm, confirmation_id) {
+        (Some(confirm), None) => summarize(def, confirm, decoded).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The declared gate's summary for this input.
-fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, input: &Value) -> Result<SafeText, Stop> {
-    let decoded = (def.handler.decode)(input)
-        .map_err(|e| cannot_decide(format!("the validated input does not decode for the summary: {e}")))?;
-    match std::panic::catch_unwind(AssertUnwindSafe(|| (confirm.summary)(decoded.as_ref()))) {
+fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, decoded: &(dyn Any + Send)) -> Result<SafeText, Stop> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| (confirm.summary)(decoded))) {
         Ok(Some(summary)) if summary.is_empty() => {
             Ok(SafeText::trusted(format!("Call {} with the given input.", def.name)))
         }
@@ -49,6 +63,7 @@ pub(crate) async fn check(
     def: &CapabilityDef,
     reg: &Registration,
     input: &Value,
+    summary: Option<SafeText>,
     confirmation_id: Option<&str>,
 ) -> Result<(), Stop> {
     let gate = match (&inner.config.confirmation, &def.confirm) {
@@ -60,12 +75,6 @@ pub(crate) async fn check(
             )));
         }
         (Some(gate), _) => gate,
-    };
-    // The summary is application code: run it only for a new request. Evidence carries the
-    // summary it was issued with.
-    let summary = match (&def.confirm, confirmation_id) {
-        (Some(confirm), None) => Some(summarize(def, confirm, input)?),
-        _ => None,
     };
     let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
         .with_instance(&reg.instance_id)

@@ -7,12 +7,12 @@
 //! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
 //! `EXECUTION_FAILED {reason: handler-error}` instead.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
 use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
+use agent_surface_policy::panic_text;
 use futures_util::FutureExt;
 use serde_json::Value;
 
@@ -24,29 +24,8 @@ use crate::live::Registration;
 use crate::registry::Inner;
 use crate::request::InvokeOptions;
 
-/// The text of a panic payload, for the operator channel.
-pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(non-string panic payload)".to_string()
-    }
-}
-
 fn handler_failed(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Execute, note)
-}
-
-/// Fires the handler's cancellation token when execution ends by any route, so that work the
-/// handler spawned and tied to `ctx.cancellation()` stops too.
-struct CancelOnDrop(Ctx);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.end();
-    }
 }
 
 pub(crate) async fn run(
@@ -57,8 +36,8 @@ pub(crate) async fn run(
     decoded: Decoded,
     options: &InvokeOptions,
 ) -> Result<Value, Stop> {
-    let budget = options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget);
-    let _cancel_handler = CancelOnDrop(ctx.clone());
+    let budget = super::time_budget(inner, def, options);
+    let _end = ctx.end_on_drop();
     let call = &def.handler.call;
     // Building the future runs the handler's synchronous prelude, which may panic too.
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded))) {
@@ -72,12 +51,7 @@ pub(crate) async fn run(
     if let Some(r) = (&mut fut).now_or_never() {
         return settle(r);
     }
-    let caller = async {
-        match &options.cancellation {
-            Some(t) => t.cancelled().await,
-            None => std::future::pending().await,
-        }
-    };
+    let caller = options.cancelled();
     let sleep = inner.config.clock.sleep(budget);
     tokio::select! {
         biased;

@@ -21,7 +21,8 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::ctx::{Ctx, CtxParts};
-use crate::registry::Registry;
+use crate::define::CapabilityDef;
+use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 
 /// Why a call stopped: the error and the phase that produced it.
@@ -40,6 +41,12 @@ impl Stop {
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
         Stop { error, phase, note: Some(note.into()) }
     }
+}
+
+/// The time budget of the handler (and of its post-condition): the call's override, else the
+/// capability's, else the registry's default.
+pub(crate) fn time_budget(inner: &Inner, def: &CapabilityDef, options: &InvokeOptions) -> std::time::Duration {
+    options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget)
 }
 
 /// The end of phases 2–9: the output, or where and why the call stopped.
@@ -102,9 +109,8 @@ async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOpt
         })
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden.
-    let resolved = authority::check(inner, &options.consumer, &request, resolution).await?;
-    let def = resolved.def.clone();
-    let reg = resolved.registration.clone();
+    let resolve::Resolved { def, registration: reg } =
+        authority::check(inner, &options.consumer, &request, resolution).await?;
     // Phase 5.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),
@@ -119,8 +125,17 @@ async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOpt
     // Phase 6.
     let _permit = rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value).await?;
     // Phase 7.
-    confirmation::check(inner, &options.consumer, &def, &reg, &prepared.value, request.confirmation_id.as_deref())
-        .await?;
+    let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
+    confirmation::check(
+        inner,
+        &options.consumer,
+        &def,
+        &reg,
+        &prepared.value,
+        summary,
+        request.confirmation_id.as_deref(),
+    )
+    .await?;
     // Phase 8.
     let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options).await?;
     // Phase 8b: the post-condition, if the capability declares one.

@@ -8,19 +8,15 @@
 //! `RATE_LIMITED {reason: queue-full}`; either way with `retryAfterMs` of one second, and the
 //! cause on the operator channel only.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::{CallInfo, Consumer, RateDecision};
-use futures_util::FutureExt;
-use futures_util::future::Either;
+use agent_surface_policy::{CallInfo, Consumer, Failure, RateDecision, guarded};
 use serde_json::Value;
 
 use super::Stop;
-use super::execute::panic_text;
 use crate::define::CapabilityDef;
 use crate::live::Registration;
 use crate::registry::Inner;
@@ -41,20 +37,18 @@ pub(crate) async fn acquire(
         .with_registration(&reg.registration_id)
         .with_input(input);
     let backstop = inner.config.default_time_budget;
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| limiter.acquire(call, inner.config.clock.now()))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(p) => {
-            return Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {}", panic_text(p.as_ref()))));
+    let now = inner.config.clock.now();
+    let decision = match guarded(inner.config.clock.as_ref(), backstop, || {
+        let fut = limiter.acquire(call, now);
+        Box::pin(async move { Ok(fut.await) })
+    })
+    .await
+    {
+        Ok(decision) => decision,
+        Err(failure @ Failure::Overrun(_)) => {
+            return Err(failed(RateLimitReason::QueueFull, format!("rate limiter {failure}")));
         }
-    };
-    let decision = match futures_util::future::select(std::pin::pin!(fut), inner.config.clock.sleep(backstop)).await {
-        Either::Left((Ok(decision), _)) => decision,
-        Either::Left((Err(p), _)) => {
-            return Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {}", panic_text(p.as_ref()))));
-        }
-        Either::Right(_) => {
-            return Err(failed(RateLimitReason::QueueFull, format!("rate limiter undecided after {backstop:?}")));
-        }
+        Err(failure) => return Err(failed(RateLimitReason::Rate, format!("rate limiter {failure}"))),
     };
     match decision {
         RateDecision::Allow(permit) => Ok(permit),

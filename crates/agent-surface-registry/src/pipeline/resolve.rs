@@ -29,7 +29,7 @@ fn not_found(note: &str) -> Stop {
     stop(AgentSurfaceError::capability_not_found(), note)
 }
 
-fn tombstone_stop(state: &State, t: &Tombstone, now: Timestamp) -> Stop {
+fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
     let note = format!("tombstone of {} (created {}, expires {})", t.registration_id, t.created_at, t.expires_at);
     if let Some(live) = &t.replaced_by
         && state.registrations.contains_key(live)
@@ -51,7 +51,6 @@ fn tombstone_stop(state: &State, t: &Tombstone, now: Timestamp) -> Stop {
             note,
         );
     }
-    let _ = now;
     stop(AgentSurfaceError::component_unmounted(UnmountPhase::Resolve), note)
 }
 
@@ -99,7 +98,7 @@ pub(crate) fn resolve(
                     .and_then(|rid| state.tombstones.by_registration(rid, now))
                     .or_else(|| state.tombstones.by_instance(&def.type_id, iid, now));
                 return Err(match tomb {
-                    Some(t) => tombstone_stop(state, t, now),
+                    Some(t) => tombstone_stop(state, t),
                     None => not_found("no live instance with this id"),
                 });
             }
@@ -109,7 +108,7 @@ pub(crate) fn resolve(
             Some(_) => return Err(not_found("registration of another type")),
             None => {
                 return Err(match state.tombstones.by_registration(rid, now) {
-                    Some(t) if t.type_id == def.type_id => tombstone_stop(state, t, now),
+                    Some(t) if t.type_id == def.type_id => tombstone_stop(state, t),
                     _ => not_found("no such registration"),
                 });
             }
@@ -120,7 +119,7 @@ pub(crate) fn resolve(
                 (Some(only), None) => only.clone(),
                 (None, _) => {
                     return Err(match state.tombstones.by_type(&def.type_id, now) {
-                        Some(t) => tombstone_stop(state, t, now),
+                        Some(t) => tombstone_stop(state, t),
                         None => not_found("no live instance"),
                     });
                 }

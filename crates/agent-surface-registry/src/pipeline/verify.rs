@@ -16,21 +16,12 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::Stop;
-use super::execute::panic_text;
 use crate::ctx::Ctx;
 use crate::define::CapabilityDef;
 use crate::handler::Verification;
 use crate::registry::Inner;
 use crate::request::InvokeOptions;
-
-/// Fires the check's cancellation token when the check ends by any route.
-struct EndOnDrop(Ctx);
-
-impl Drop for EndOnDrop {
-    fn drop(&mut self) {
-        self.0.end();
-    }
-}
+use agent_surface_policy::panic_text;
 
 fn unknown(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, note)
@@ -53,13 +44,13 @@ pub(crate) async fn check(
     // The handler's token fired when execution ended; the check gets a token of its own, which
     // fires when the check ends.
     let ctx = ctx.renewed();
-    let _end = EndOnDrop(ctx.clone());
+    let _end = ctx.end_on_drop();
     let call = &verify.call;
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded, output.clone()))) {
         Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
         Err(p) => return Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
     };
-    let budget = options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget);
+    let budget = super::time_budget(inner, def, options);
     let sleep = inner.config.clock.sleep(budget);
     let verdict = tokio::select! {
         biased;
