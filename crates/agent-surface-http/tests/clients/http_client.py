@@ -1,0 +1,267 @@
+"""A real HTTP client (httpx2, installed with the Python MCP SDK) against the plain HTTP binding
+of `agent-surface-demo serve --http 127.0.0.1:0`, mounted under `/api`.
+
+usage: python http_client.py DEMO_BINARY CASES_JSON ERROR_MATRIX_JSON
+
+Runs the MCP clients' cases (cases.json; those marked MCP-only are skipped) as
+`POST /api/invoke` requests and checks what any HTTP consumer relies on: the status the error
+matrix gives the code, `application/problem+json` with `type: urn:agent-surface:error:{CODE}`,
+the payload members exactly as expected, `Retry-After` exactly for `after-delay`,
+`WWW-Authenticate` on 401, success bodies, an `Idempotency-Key` replay, a client that hangs up
+(the call is cancelled and the key then answers `CANCELLED`), and the protocol faults that never
+reach the pipeline (no `code` member). Prints one line per check and closes with
+"N passed, M failed"; exits non-zero on any failure.
+"""
+
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+
+import httpx2 as httpx
+
+passed = 0
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}{': ' + detail if detail else ''}")
+
+
+def matches(expected, actual):
+    if isinstance(expected, dict):
+        if "$any" in expected:
+            if expected["$any"] == "string":
+                return isinstance(actual, str) and len(actual) > 0
+            if expected["$any"] == "integer":
+                return isinstance(actual, int) and not isinstance(actual, bool)
+            return False
+        if "$regex" in expected:
+            return isinstance(actual, str) and re.search(expected["$regex"], actual) is not None
+        if not isinstance(actual, dict) or sorted(expected) != sorted(actual):
+            return False
+        return all(matches(expected[k], actual[k]) for k in expected)
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(
+            matches(e, a) for e, a in zip(expected, actual)
+        )
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return expected is actual
+    return expected == actual
+
+
+# The problem members the binding adds around the payload (RFC 9457 and the invocation id).
+PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance", "invocationId"}
+
+
+def expected_status(matrix, payload):
+    rule = matrix[payload["code"]]["httpStatus"]
+    details = payload.get("details") or {}
+    for when in rule["when"]:
+        if details.get(when["field"]) == when["equals"]:
+            return when["then"]
+    return rule["default"]
+
+
+def request_body(case, surface):
+    """The invoke request for a case: the tool name's first `-` is the capability's `.`."""
+    body = {"capability": case["tool"].replace("-", ".", 1), "input": case.get("arguments", {})}
+    meta = case.get("meta") or {}
+    for key, member in (
+        ("agent-surface/target", "target"),
+        ("agent-surface/confirmationId", "confirmationId"),
+    ):
+        if key in meta:
+            body[member] = meta[key]
+    if "agent-surface/surfaceId" in meta:
+        sid = meta["agent-surface/surfaceId"]
+        version = meta["agent-surface/surfaceVersion"]
+        body["surfaceId"] = surface["surfaceId"] if sid == "$surfaceId" else sid
+        body["surfaceVersion"] = surface["version"] if version == "$firstVersion" else version
+    return body
+
+
+def headers_for(case, session):
+    headers = {}
+    key = (case.get("meta") or {}).get("agent-surface/invocationId")
+    if key:
+        headers["Idempotency-Key"] = key
+    if session == "alice":
+        headers["Authorization"] = "Bearer t-alice"
+    return headers
+
+
+def check_error(label, response, expected, matrix):
+    content_type = response.headers.get("content-type", "")
+    check(f"{label} → application/problem+json", content_type.startswith("application/problem+json"), content_type)
+    try:
+        problem = response.json()
+    except ValueError:
+        check(f"{label} → a JSON body", False, response.text[:200])
+        return None
+    payload = {k: v for k, v in problem.items() if k not in PROBLEM_MEMBERS}
+    code = payload.get("code")
+    check(f"{label} → payload {expected['code']}", matches(expected, payload), json.dumps(payload))
+    check(
+        f"{label} → type urn:agent-surface:error:{expected['code']}",
+        problem.get("type") == f"urn:agent-surface:error:{expected['code']}",
+        str(problem.get("type")),
+    )
+    if code in matrix:
+        want = expected_status(matrix, payload)
+        check(f"{label} → status {want}", response.status_code == want and problem.get("status") == want,
+              f"{response.status_code} / {problem.get('status')}")
+    retry_after = response.headers.get("retry-after")
+    if payload.get("retry") == "after-delay":
+        ms = (payload.get("details") or {}).get("retryAfterMs")
+        want = str(max(1, math.ceil(ms / 1000))) if isinstance(ms, int) else None
+        check(f"{label} → Retry-After {want}", retry_after == want, str(retry_after))
+    else:
+        check(f"{label} → no Retry-After", retry_after is None, str(retry_after))
+    if response.status_code == 401:
+        check(f"{label} → WWW-Authenticate", "www-authenticate" in response.headers)
+    return payload
+
+
+def check_fault(label, response, status, kind):
+    content_type = response.headers.get("content-type", "")
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    check(
+        f"protocol fault: {label} → {status} urn:agent-surface:protocol:{kind}, no code",
+        response.status_code == status
+        and content_type.startswith("application/problem+json")
+        and problem.get("type") == f"urn:agent-surface:protocol:{kind}"
+        and "code" not in problem,
+        f"{response.status_code} {content_type} {response.text[:300]}",
+    )
+    return problem
+
+
+def start_server(demo):
+    server = subprocess.Popen(
+        [demo, "serve", "--http", "127.0.0.1:0", "--token", "t-alice=alice"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = server.stdout.readline().strip()
+    match = re.match(r"listening on http://([^/]+)/mcp$", line)
+    if not match:
+        server.kill()
+        raise RuntimeError(f"unexpected first line from the server: {line!r}")
+    return server, f"http://{match.group(1)}"
+
+
+def run_cases(client, cases, matrix, surface):
+    for case in cases:
+        if "mcp" == case.get("only"):
+            continue
+        session = case["session"]
+        label = f"[{session}] {case['tool']}: {case['name']}"
+        if case.get("sleepBeforeMs"):
+            time.sleep(case["sleepBeforeMs"] / 1000)
+        body = request_body(case, surface)
+        headers = headers_for(case, session)
+        if case.get("cancelAfterMs"):
+            # The client gives up and closes its connection; the server cancels the call.
+            try:
+                client.post("/api/invoke", json=body, headers=headers, timeout=case["cancelAfterMs"] / 1000)
+                check(f"{label} (the client hung up)", False, "the call answered before the client gave up")
+            except httpx.TimeoutException:
+                check(f"{label} (the client hung up)", True)
+            time.sleep(0.05)
+        try:
+            response = client.post("/api/invoke", json=body, headers=headers)
+        except httpx.HTTPError as e:
+            check(label, False, f"{type(e).__name__}: {e}")
+            continue
+        if "error" in case:
+            check_error(label, response, case["error"], matrix)
+        else:
+            ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
+                "application/json"
+            )
+            check(f"{label} → 200 application/json", ok, f"{response.status_code} {response.text[:300]}")
+            answer = response.json() if ok else {}
+            check(f"{label} → output", answer.get("status") == "ok" and matches(case["ok"], answer.get("output")),
+                  json.dumps(answer))
+            if "Idempotency-Key" in headers:
+                again = client.post("/api/invoke", json=body, headers=headers)
+                check(f"{label} → the same Idempotency-Key replays the answer byte for byte",
+                      again.status_code == 200 and again.content == response.content, again.text[:300])
+
+
+def protocol_faults(client):
+    call = {"capability": "orders.list", "input": {}}
+    check_fault("malformed JSON", client.post("/api/invoke", content=b'{"capability": "orders.list",',
+                                              headers={"Content-Type": "application/json"}), 400, "malformed-json")
+    check_fault("text/plain body", client.post("/api/invoke", content=json.dumps(call).encode(),
+                                               headers={"Content-Type": "text/plain"}), 415, "unsupported-media-type")
+    big = json.dumps({"capability": "orders.list", "input": {"pad": "x" * (1024 * 1024 + 1)}}).encode()
+    check_fault("a body over the limit", client.post("/api/invoke", content=big,
+                                                     headers={"Content-Type": "application/json"}), 413, "body-too-large")
+
+    def chunks():
+        yield b'{"capability": "orders.list", "input": {"pad": "'
+        for _ in range(1100):
+            yield b"y" * 1024
+        yield b'"}}'
+
+    check_fault("a chunked body over the limit", client.post("/api/invoke", content=chunks(),
+                                                             headers={"Content-Type": "application/json"}),
+                413, "body-too-large")
+    check_fault("an unknown route", client.get("/api/nothing"), 404, "not-found")
+    response = client.get("/api/invoke")
+    check_fault("GET on the invoke route", response, 405, "method-not-allowed")
+    check("protocol fault: 405 names the allowed method", response.headers.get("allow") == "POST",
+          str(response.headers.get("allow")))
+    check_fault("an Idempotency-Key that differs from the body's invocationId",
+                client.post("/api/invoke", json={**call, "invocationId": "a"}, headers={"Idempotency-Key": "b"}),
+                400, "invocation-id-mismatch")
+    check_fault("a Host that is not loopback",
+                client.post("/api/invoke", json=call, headers={"Host": "attacker.example"}), 403, "host-not-allowed")
+
+
+def main():
+    if len(sys.argv) != 4:
+        print("usage: python http_client.py DEMO_BINARY CASES_JSON ERROR_MATRIX_JSON", file=sys.stderr)
+        sys.exit(2)
+    demo, cases_path, matrix_path = sys.argv[1:]
+    with open(cases_path) as f:
+        spec = json.load(f)
+    with open(matrix_path) as f:
+        matrix = {c["code"]: c for c in json.load(f)["codes"]}
+    server, base = start_server(demo)
+    try:
+        with httpx.Client(base_url=base, timeout=10) as client:
+            listed = client.get("/api/capabilities")
+            snapshot = listed.json() if listed.status_code == 200 else {}
+            names = [c.get("name") for c in snapshot.get("capabilities", [])]
+            check("GET /api/capabilities → 200 with the surface id and version",
+                  isinstance(snapshot.get("surfaceId"), str) and isinstance(snapshot.get("version"), int),
+                  listed.text[:300])
+            check("GET /api/capabilities → the hidden admin capability is absent",
+                  "admin.purge_cache" not in names and "orders.list" in names, json.dumps(names))
+            run_cases(client, spec["cases"], matrix, snapshot)
+            protocol_faults(client)
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check("the HTTP session", False, f"{type(e).__name__}: {e}")
+    finally:
+        server.kill()
+        server.wait()
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(0 if failed == 0 else 1)
+
+
+main()
