@@ -21,7 +21,9 @@
 //! - **[`Toolset`]** ties them together for one consumer: tools to list, turns to answer (parallel
 //!   calls run concurrently and are answered in order), and the adapter duties — the tool list is
 //!   marked stale after `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY` or `COMPONENT_UNMOUNTED`, and
-//!   staleness tokens are refreshed, never stripped.
+//!   staleness tokens are refreshed, never stripped. A model cannot send a confirmation id, so
+//!   when it repeats a call that got `CONFIRMATION_REQUIRED`, the toolset presents the id it
+//!   relayed (see [`Toolset::call`]).
 //!
 //! `spec/adapters.md` describes the mapping for every provider.
 //!

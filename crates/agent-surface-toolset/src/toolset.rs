@@ -1,9 +1,12 @@
 //! [`Toolset`]: one consumer's view of a registry as tools for an in-process agent loop.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use agent_surface_core::{InvokeResult, Retry};
+use agent_surface_core::json::canonical_json;
+use agent_surface_core::{ErrorCode, InvokeResult, Retry};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
 use futures_util::future::BoxFuture;
@@ -87,6 +90,32 @@ struct State {
     stale: bool,
     /// Model turns parsed so far (scopes Gemini's derived call ids).
     turns: u64,
+    /// Confirmations relayed to the model and not settled yet, newest last.
+    relayed: VecDeque<Relayed>,
+}
+
+/// The most relayed confirmations a toolset remembers; the oldest is forgotten first.
+const MAX_RELAYED: usize = 64;
+
+/// A `CONFIRMATION_REQUIRED` the model received for one call (a capability and an input).
+struct Relayed {
+    call: CallKey,
+    confirmation_id: String,
+}
+
+/// A call as the model makes it: the capability and a hash of the canonical input. Two calls
+/// with the same key are, for the model, the same request; a hash collision can only present
+/// evidence for another input, which the confirmation gate refuses (`mismatch`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct CallKey(u64);
+
+impl CallKey {
+    fn of(request: &InvokeRequest) -> CallKey {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        request.capability.hash(&mut h);
+        canonical_json(&request.input).hash(&mut h);
+        CallKey(h.finish())
+    }
 }
 
 /// A registry's capabilities as tools for one consumer's agent loop.
@@ -132,7 +161,7 @@ impl Toolset {
             config,
             driver,
             cancellation: CancellationToken::new(),
-            state: Mutex::new(State { listed: None, stale: true, turns: 0 }),
+            state: Mutex::new(State { listed: None, stale: true, turns: 0, relayed: VecDeque::new() }),
         }
     }
 
@@ -215,11 +244,27 @@ impl Toolset {
     }
 
     /// Runs one call through the recovery loop and encodes its result.
+    ///
+    /// **Two-phase confirmation.** A model cannot send a confirmation id: its tool calls carry
+    /// only a name and arguments. So when a call ends with `CONFIRMATION_REQUIRED` and the model
+    /// later repeats the *same* call (same capability, same input up to key order), the toolset
+    /// presents the confirmation id it relayed. Until the user decides, that answers the same
+    /// `CONFIRMATION_REQUIRED` (no second approval request); once approved, the call runs; once
+    /// denied or expired, the model gets `CONFIRMATION_INVALID`. Any answer other than
+    /// `CONFIRMATION_REQUIRED` settles the relayed id: it is never presented again. At most 64
+    /// relayed confirmations are remembered per toolset, the oldest forgotten first.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
-            Ok(request) => {
+            Ok(mut request) => {
+                let key = CallKey::of(&request);
+                if request.confirmation_id.is_none()
+                    && let Some(id) = self.relayed_for(key)
+                {
+                    request = request.with_confirmation(id);
+                }
                 let invoker = ToolsetInvoker { toolset: self };
                 let r = self.driver.run(&invoker, request, &self.cancellation).await;
+                self.settle_relayed(key, &r.result);
                 (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
             }
             Err(result) => (result, 0, Stop::ReturnedToCaller, false, None),
@@ -230,6 +275,27 @@ impl Toolset {
         }
         let item = encode_result(call, &result, &self.config.results);
         ToolOutcome { call: call.clone(), result, attempts, stop, request, item }
+    }
+
+    /// The confirmation id relayed for this call, if any.
+    fn relayed_for(&self, key: CallKey) -> Option<String> {
+        self.state().relayed.iter().find(|r| r.call == key).map(|r| r.confirmation_id.clone())
+    }
+
+    /// Remembers a `CONFIRMATION_REQUIRED` for this call; forgets the call's id on any other
+    /// answer.
+    fn settle_relayed(&self, key: CallKey, result: &InvokeResult) {
+        let mut state = self.state();
+        state.relayed.retain(|r| r.call != key);
+        let Some(payload) = result.error_payload() else { return };
+        if payload.code() != ErrorCode::ConfirmationRequired {
+            return;
+        }
+        let Some(id) = payload.detail("confirmationId").and_then(serde_json::Value::as_str) else { return };
+        if state.relayed.len() == MAX_RELAYED {
+            state.relayed.pop_front();
+        }
+        state.relayed.push_back(Relayed { call: key, confirmation_id: id.to_string() });
     }
 
     /// Answers one model response: parses its tool calls, runs them concurrently, and returns

@@ -189,3 +189,68 @@ async fn rendering_is_opt_in_and_keeps_the_payload() {
     assert_eq!(payload["details"], json!({"reason": "unknown-sku"}));
     assert_eq!(payload, turn.outcomes[0].result.error_payload().unwrap().to_json());
 }
+
+/// Two-phase confirmation through a model loop: the model can only repeat its call, so the
+/// toolset presents the confirmation id it relayed for that same call, with a real
+/// `ConfirmationEngine` deciding.
+#[tokio::test]
+async fn a_repeated_call_presents_the_relayed_confirmation() {
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
+
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    let runs = Counter::default();
+    let seen = runs.clone();
+    registry
+        .define("note", |t| {
+            t.capability("delete", "Delete a note.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Value| "Delete a note.")
+                .raw_handler(
+                    json!({"type": "object", "properties": {"id": {"type": "string"}, "hard": {"type": "boolean"}}}),
+                    None,
+                    move |_ctx: Ctx, input: Value| {
+                        seen.bump();
+                        async move { Ok::<_, AgentSurfaceError>(json!({"deleted": input["id"]})) }
+                    },
+                );
+        })
+        .unwrap();
+    let _m = registry.mount("note", "main").unwrap();
+    let ts = Toolset::new(
+        registry.clone(),
+        Consumer::authenticated("c-1", Identity::new("alice")),
+        ToolsetConfig::default(),
+    );
+    let mut n = 0;
+    let mut call = |args: &str| {
+        n += 1;
+        let response = openai_turn(&[(&format!("call_{n}"), "note-delete", args)]);
+        let ts = &ts;
+        async move { ts.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result }
+    };
+    let confirmation_id = |r: &agent_surface_core::InvokeResult| {
+        expect_error(r, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().as_str().unwrap().to_string()
+    };
+
+    // Asked again before the user decided: the same pending confirmation, not a second one.
+    let first = confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await);
+    let again = confirmation_id(&call(r#"{"hard": true, "id": "n-1"}"#).await);
+    assert_eq!(again, first, "the same call (keys in another order) presents the relayed id");
+    // Another input is another call: its own confirmation.
+    let other = confirmation_id(&call(r#"{"id": "n-2"}"#).await);
+    assert_ne!(other, first);
+
+    engine.approve(&first, &Identity::new("manager")).await.unwrap();
+    expect_ok(&call(r#"{"id": "n-1", "hard": true}"#).await);
+    assert_eq!(runs.get(), 1);
+    // Settled: the next identical call starts a fresh cycle instead of presenting used evidence.
+    let next = confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await);
+    assert_ne!(next, first);
+
+    engine.deny(&other, &Identity::new("manager")).await.unwrap();
+    let denied = call(r#"{"id": "n-2"}"#).await;
+    assert_eq!(expect_error(&denied, ErrorCode::ConfirmationInvalid).detail("reason"), Some(&json!("denied")));
+    assert_ne!(confirmation_id(&call(r#"{"id": "n-2"}"#).await), other);
+    assert_eq!(runs.get(), 1);
+}
