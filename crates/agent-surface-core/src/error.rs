@@ -329,7 +329,7 @@ impl AgentSurfaceError {
     /// use agent_surface_core::{AgentSurfaceError, Retry};
     /// let p = AgentSurfaceError::outcome_unknown().into_payload();
     /// assert_eq!(p.retry(), Retry::No);
-    /// assert!(p.message().len() <= 300);
+    /// assert!(p.message().chars().count() <= 300);
     /// assert!(p.message().contains("Next actions, in order, not in parallel: 1."));
     /// ```
     pub fn outcome_unknown() -> Self {
@@ -338,6 +338,37 @@ impl AgentSurfaceError {
             RepairStep::new(RepairAction::AskUser, "If still unclear, ask the user"),
         ]);
         let mut err = Self::execution_failed(ExecutionFailedReason::OutcomeUnknown);
+        // The plan is compatible with retry `no` (see `RepairAction::compatible`).
+        let _ = err.payload.set_repair(repair);
+        err
+    }
+
+    /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) for a call made *without* an
+    /// invocation id. Nothing was recorded, so there is nothing to reconcile with: calling again
+    /// would run the action again. The message and the repair say to establish what happened
+    /// (ask the user) instead; the payload has no `reconcile` step.
+    ///
+    /// ```
+    /// use agent_surface_core::repair::RepairAction;
+    /// use agent_surface_core::{AgentSurfaceError, Retry};
+    /// let p = AgentSurfaceError::outcome_unknown_untracked().into_payload();
+    /// assert_eq!(p.retry(), Retry::No);
+    /// assert!(p.message().chars().count() <= 300);
+    /// assert!(!p.message().contains("same invocationId"));
+    /// let steps = p.repair().unwrap().steps();
+    /// assert!(steps.iter().all(|s| s.action() != RepairAction::Reconcile));
+    /// ```
+    pub fn outcome_unknown_untracked() -> Self {
+        let repair = Repair::single(RepairStep::new(
+            RepairAction::AskUser,
+            "Ask the user whether the action took effect before doing it again",
+        ));
+        let details = ExecutionFailedDetails {
+            reason: Some(ExecutionFailedReason::OutcomeUnknown),
+            transient: None,
+            retry_after_ms: None,
+        };
+        let mut err = Self::with_details(ErrorCode::ExecutionFailed, message::OUTCOME_UNKNOWN_UNTRACKED, &[], &details);
         // The plan is compatible with retry `no` (see `RepairAction::compatible`).
         let _ = err.payload.set_repair(repair);
         err

@@ -121,6 +121,10 @@ templates! {
     /// `EXECUTION_FAILED` / outcome-unknown.
     OUTCOME_UNKNOWN = ("execution-failed.outcome-unknown",
         "The action may or may not have taken effect. Do not repeat it with a new invocationId; reconcile by calling again with the same invocationId, or ask the user.");
+    /// `EXECUTION_FAILED` / outcome-unknown, for a call without an invocation id (nothing was
+    /// recorded to reconcile against).
+    OUTCOME_UNKNOWN_UNTRACKED = ("execution-failed.outcome-unknown-untracked",
+        "The action may or may not have taken effect, and the call had no invocationId to reconcile with. Do not repeat it until the user or the current state shows it did not happen.");
 }
 
 /// Renders a template, filling each `{slot}` from `slots` (missing slots render as nothing), and

@@ -8,7 +8,16 @@
 //!
 //! Without `--json`, a success prints the output (pretty JSON) on stdout and an error prints
 //! `CODE (retry: RETRY): MESSAGE` and the details on stderr. With `--json`, stdout gets the raw
-//! `InvokeResult` (one line, wire order) either way. The exit status is [`exit_status`].
+//! `InvokeResult` (one line, wire order) either way. The exit status is [`exit_status`], or
+//! [`EX_IOERR`] when the result cannot be written (a closed pipe).
+//!
+//! Each run builds a fresh shop in this process: no state, idempotency record or pending
+//! confirmation carries over from one run to the next, so a `CONFIRMATION_REQUIRED` cannot be
+//! completed from the CLI (serve the shop to do that), and an id from an earlier run is unknown
+//! to the next. The operator channel (causes, panic text) is not printed: set
+//! `AGENT_SURFACE_DEMO_OPERATOR_LOG=FILE` to append it to a file.
+
+use std::io::Write;
 
 use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_policy::{Consumer, Identity};
@@ -16,6 +25,9 @@ use agent_surface_registry::{InvokeOptions, InvokeRequest, Target};
 
 /// The usage error exit status (`EX_USAGE`): bad options, `--input` that is not JSON.
 pub(crate) const EX_USAGE: u8 = 64;
+
+/// The exit status when the result cannot be written (`EX_IOERR`), e.g. stdout is a closed pipe.
+pub(crate) const EX_IOERR: u8 = 74;
 
 /// The exit status of each code (sysexits.h names), in [`ErrorCode::ALL`] order. Success is 0.
 ///
@@ -31,7 +43,7 @@ pub(crate) const EX_USAGE: u8 = 64;
 /// | `NOT_AUTHENTICATED` | 77 | `EX_NOPERM` | sign in (`--as`) |
 /// | `NOT_AUTHORIZED` | 77 | `EX_NOPERM` | not permitted |
 /// | `PRECONDITION_FAILED` | 65 | `EX_DATAERR` | the state rejects this input |
-/// | `CONFIRMATION_REQUIRED` | 77 | `EX_NOPERM` | nothing done yet: approve, then re-run with `--confirmation-id` (from `--json`) |
+/// | `CONFIRMATION_REQUIRED` | 77 | `EX_NOPERM` | nothing done: the action needs an approval, which a one-shot run cannot take (serve the shop) |
 /// | `CONFIRMATION_INVALID` | 77 | `EX_NOPERM` | the approval is missing, denied or spent |
 /// | `RATE_LIMITED` | 75 | `EX_TEMPFAIL` | wait `retryAfterMs`, run again |
 /// | `TIMEOUT` | 75 | `EX_TEMPFAIL` | ran out of time (check the state first if not idempotent) |
@@ -104,26 +116,32 @@ pub(crate) async fn run(call: Call) -> u8 {
         None => Consumer::anonymous("cli"),
     };
     let result = demo.registry.invoke(call.request, InvokeOptions::new(consumer)).await;
-    print(&result, call.json);
-    exit_status(&result)
+    match print(&result, call.json, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()) {
+        Ok(()) => exit_status(&result),
+        Err(_) => EX_IOERR,
+    }
 }
 
-fn print(result: &InvokeResult, json: bool) {
+/// Writes the result: with `json`, the `InvokeResult` on `out`; otherwise a success's output on
+/// `out` and an error on `err`.
+fn print(result: &InvokeResult, json: bool, out: &mut impl Write, err: &mut impl Write) -> std::io::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(result).unwrap_or_else(|_| result.to_json().to_string()));
-        return;
+        writeln!(out, "{}", serde_json::to_string(result).unwrap_or_else(|_| result.to_json().to_string()))?;
+        return out.flush();
     }
     match result {
         InvokeResult::Ok { output, .. } => {
-            println!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
+            writeln!(out, "{}", serde_json::to_string_pretty(output).unwrap_or_default())?;
+            out.flush()
         }
         _ => {
             if let Some(p) = result.error_payload() {
-                eprintln!("{p}");
+                writeln!(err, "{p}")?;
                 if let Some(details) = p.details() {
-                    eprintln!("details: {}", serde_json::Value::Object(details.clone()));
+                    writeln!(err, "details: {}", serde_json::Value::Object(details.clone()))?;
                 }
             }
+            err.flush()
         }
     }
 }
@@ -142,5 +160,27 @@ mod tests {
             assert_eq!(exit_status(&InvokeResult::error(payload, None)), status);
         }
         assert_eq!(exit_status(&InvokeResult::ok(serde_json::json!(1), None)), 0);
+    }
+
+    /// The exit table in `docs/http.md` is [`EXIT_STATUS`], row for row.
+    #[test]
+    fn the_documented_exit_table_is_the_one_applied() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/http.md")).unwrap();
+        let table = doc.split("The exit status maps from the code").nth(1).expect("the exit table in docs/http.md");
+        let mut documented = std::collections::BTreeMap::new();
+        for line in table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let Some(status) = cells.get(1).and_then(|c| c.split(' ').next()).and_then(|s| s.parse::<u8>().ok()) else {
+                continue;
+            };
+            let codes = cells[2].split('`').filter(|w| ErrorCode::ALL.iter().any(|c| c.as_str() == *w));
+            for code in codes {
+                assert!(documented.insert(code.to_string(), status).is_none(), "{code} is listed twice");
+            }
+        }
+        for (code, status) in EXIT_STATUS {
+            assert_eq!(documented.get(code.as_str()), Some(&status), "{code}: docs/http.md disagrees with EXIT_STATUS");
+        }
+        assert_eq!(documented.len(), EXIT_STATUS.len());
     }
 }

@@ -91,6 +91,24 @@ fn init_operator_log() {
     }));
 }
 
+/// The CLI's operator channel: stderr carries the agent-facing error, so causes and panic text
+/// (which may hold internals) go to the file named by `AGENT_SURFACE_DEMO_OPERATOR_LOG`, or
+/// nowhere.
+fn init_cli_operator_log() {
+    if let Some(path) = std::env::var_os("AGENT_SURFACE_DEMO_OPERATOR_LOG")
+        && let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .try_init();
+    }
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(target: "agent_surface::demo", "panic: {info}");
+    }));
+}
+
 async fn serve(options: Serve) -> Result<(), String> {
     init_operator_log();
     let demo = shop::build(shop::ShopOptions::default());
@@ -146,6 +164,7 @@ fn main() -> ExitCode {
         }
     };
     if args.first().map(String::as_str) == Some("call") {
+        init_cli_operator_log();
         return match cli::parse(&args[1..], parse_who) {
             Ok(call) => ExitCode::from(runtime.block_on(cli::run(call))),
             Err(e) => {

@@ -173,7 +173,8 @@ impl ConfirmationGate for ShopConfirmations {
                     }
                 }
                 Some(id) => match pending.get_mut(id) {
-                    None => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Mismatch),
+                    // Unknown (never issued here, or from another process): like the engine, `expired`.
+                    None => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Expired),
                     Some(p)
                         if p.consumer != call.consumer.key()
                             || p.capability != call.capability

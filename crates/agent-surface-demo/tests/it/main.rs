@@ -2,6 +2,7 @@
 //! transport (DNS-rebinding protection, body limit, bearer-token identities), and one payload over
 //! every transport (toolset, MCP, HTTP, CLI).
 
+mod cli;
 mod every_code;
 mod http;
 mod session;

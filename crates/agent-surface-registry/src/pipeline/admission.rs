@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_surface_core::json::write_canonical;
@@ -92,6 +93,7 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
     let now = inner.config.clock.now();
     match store.admit(&key, fp, now).await {
         Ok(Admission::Leader) => Admitted::Leader(LeaderGuard {
+            may_have_run: Arc::default(),
             store,
             key: Some(key),
             fingerprint: fp,
@@ -144,6 +146,9 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
 /// `invoke` future mid-call), it records `CANCELLED` so that followers are answered and a retry
 /// with the same id cannot run the handler a second time.
 pub(crate) struct LeaderGuard {
+    /// Set once the handler of a capability whose interruption is not harmless has started: a
+    /// dropped call then records `EXECUTION_FAILED {reason: outcome-unknown}`, not `CANCELLED`.
+    may_have_run: Arc<AtomicBool>,
     store: Arc<dyn IdempotencyStore>,
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
@@ -152,6 +157,11 @@ pub(crate) struct LeaderGuard {
 }
 
 impl LeaderGuard {
+    /// The flag the execution phase sets (see the field).
+    pub(crate) fn may_have_run(&self) -> Arc<AtomicBool> {
+        self.may_have_run.clone()
+    }
+
     fn settlement(&self, result: InvokeResult, now: Timestamp) -> Settlement {
         let cacheable = result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
@@ -184,8 +194,12 @@ impl Drop for LeaderGuard {
     fn drop(&mut self) {
         let Some(key) = self.key.take() else { return };
         let now = self.clock.now();
-        let result =
-            InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), Some(key.invocation_id.clone()));
+        let error = if self.may_have_run.load(Ordering::Acquire) {
+            AgentSurfaceError::outcome_unknown()
+        } else {
+            AgentSurfaceError::cancelled()
+        };
+        let result = InvokeResult::error(error.into_payload(), Some(key.invocation_id.clone()));
         let settlement = self.settlement(result, now);
         let (store, fp) = (self.store.clone(), self.fingerprint);
         match tokio::runtime::Handle::try_current() {

@@ -2,8 +2,10 @@
 //!
 //! Input: the decoded input and the context. Decision: the handler's output, or why there is
 //! none. Codes: `TIMEOUT {timeoutMs, idempotent}`, `CANCELLED` (caller cancelled, registry
-//! disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}`, `EXECUTION_FAILED {reason:
-//! handler-error}` (handler error or panic), and the codes a handler may return itself
+//! disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}` — these three only for a capability that
+//! is idempotent or read-only; for any other, an interruption is `EXECUTION_FAILED {reason:
+//! outcome-unknown}` —, `EXECUTION_FAILED {reason: handler-error}` (handler error or panic), and
+//! the codes a handler may return itself
 //! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
 //! `EXECUTION_FAILED {reason: handler-error}` instead.
 
@@ -35,6 +37,7 @@ pub(crate) async fn run(
     ctx: Ctx,
     decoded: Decoded,
     options: &InvokeOptions,
+    tracked: bool,
 ) -> Result<Value, Stop> {
     let budget = super::time_budget(inner, def, options);
     let _end = ctx.end_on_drop();
@@ -53,32 +56,36 @@ pub(crate) async fn run(
     }
     let caller = options.cancelled();
     let sleep = inner.config.clock.sleep(budget);
+    // An interruption of a capability whose repetition could double an effect is reported as
+    // an unknown outcome: the handler may have committed before it was stopped.
+    let interrupted = |harmless: AgentSurfaceError, note: String| {
+        let error = if outcome_is_harmless(def) { harmless } else { unknown_outcome(tracked) };
+        Err(Stop::noted(error, Phase::Execute, note))
+    };
     tokio::select! {
         biased;
         r = fut => settle(r),
-        _ = inner.disposed.cancelled() => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "registry disposed mid-flight")),
-        _ = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, "caller cancelled")),
-        _ = reg.unmounted.cancelled() => {
-            let note = format!("registration {} unmounted mid-flight", reg.registration_id);
-            if outcome_is_harmless(def) {
-                Err(Stop::noted(AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight), Phase::Execute, note))
-            } else {
-                Err(Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, note))
-            }
+        _ = inner.disposed.cancelled() => {
+            interrupted(AgentSurfaceError::cancelled(), "registry disposed mid-flight".to_string())
         }
-        _ = sleep => {
-            if outcome_is_harmless(def) {
-                Err(Stop::new(AgentSurfaceError::timeout(budget, def.idempotent), Phase::Execute))
-            } else {
-                Err(Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, format!("timed out after {budget:?}")))
-            }
-        }
+        _ = caller => interrupted(AgentSurfaceError::cancelled(), "caller cancelled".to_string()),
+        _ = reg.unmounted.cancelled() => interrupted(
+            AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight),
+            format!("registration {} unmounted mid-flight", reg.registration_id),
+        ),
+        _ = sleep => interrupted(AgentSurfaceError::timeout(budget, def.idempotent), format!("timed out after {budget:?}")),
     }
 }
 
-/// Whether an interrupted call of `def` may be reported as `TIMEOUT` / `COMPONENT_UNMOUNTED`:
-/// repeating it cannot double an effect (idempotent) or it has none (`read`).
-fn outcome_is_harmless(def: &CapabilityDef) -> bool {
+/// `EXECUTION_FAILED {reason: outcome-unknown}`: with the reconcile plan for a recorded call,
+/// without it for a call that had no invocation id.
+pub(crate) fn unknown_outcome(tracked: bool) -> AgentSurfaceError {
+    if tracked { AgentSurfaceError::outcome_unknown() } else { AgentSurfaceError::outcome_unknown_untracked() }
+}
+
+/// Whether an interrupted call of `def` may be reported as `TIMEOUT` / `COMPONENT_UNMOUNTED` /
+/// `CANCELLED`: repeating it cannot double an effect (idempotent) or it has none (`read`).
+pub(crate) fn outcome_is_harmless(def: &CapabilityDef) -> bool {
     def.idempotent || def.effect == Effect::Read
 }
 

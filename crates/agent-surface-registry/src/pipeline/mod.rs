@@ -86,8 +86,11 @@ async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions
         }
         admission::Admitted::Stopped(stop) => return record::finish(Err(stop), invocation_id),
     };
-    // Phases 2–9.
-    let outcome = phases(registry, request, &options).await;
+    // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
+    // not harmless has started, so that dropping the call records an unknown outcome rather than
+    // `CANCELLED`.
+    let may_have_run = leader.as_ref().map(admission::LeaderGuard::may_have_run);
+    let outcome = phases(registry, request, &options, may_have_run.as_deref()).await;
     let invocation = record::finish(outcome, invocation_id);
     // Phase 10: record.
     if let Some(guard) = leader {
@@ -96,8 +99,15 @@ async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions
     invocation
 }
 
-async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOptions) -> Outcome {
+async fn phases(
+    registry: &Registry,
+    request: InvokeRequest,
+    options: &InvokeOptions,
+    may_have_run: Option<&std::sync::atomic::AtomicBool>,
+) -> Outcome {
     let inner = &registry.inner;
+    // Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
+    let tracked = request.invocation_id.is_some();
     let now = inner.config.clock.now();
     // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
     // phase 4 has decided whether this consumer may learn that the capability exists.
@@ -137,9 +147,14 @@ async fn phases(registry: &Registry, request: InvokeRequest, options: &InvokeOpt
     )
     .await?;
     // Phase 8.
-    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options).await?;
+    if let Some(flag) = may_have_run
+        && !execute::outcome_is_harmless(&def)
+    {
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    }
+    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await?;
     // Phase 8b: the post-condition, if the capability declares one.
-    let output = verify::check(inner, &def, ctx, &prepared.value, output, options).await?;
+    let output = verify::check(inner, &def, ctx, &prepared.value, output, options, tracked).await?;
     // Phase 9.
     output::check(inner, &def, output)
 }

@@ -23,10 +23,6 @@ use crate::registry::Inner;
 use crate::request::InvokeOptions;
 use agent_surface_policy::panic_text;
 
-fn unknown(note: impl Into<String>) -> Stop {
-    Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Execute, note)
-}
-
 pub(crate) async fn check(
     inner: &Arc<Inner>,
     def: &CapabilityDef,
@@ -34,8 +30,10 @@ pub(crate) async fn check(
     input: &Value,
     output: Value,
     options: &InvokeOptions,
+    tracked: bool,
 ) -> Result<Value, Stop> {
     let Some(verify) = &def.verify else { return Ok(output) };
+    let unknown = |note: String| Stop::noted(super::execute::unknown_outcome(tracked), Phase::Execute, note);
     // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
     let decoded = match (def.handler.decode)(input) {
         Ok(d) => d,
@@ -55,7 +53,7 @@ pub(crate) async fn check(
     let verdict = tokio::select! {
         biased;
         r = fut => r,
-        _ = inner.disposed.cancelled() => return Err(unknown("registry disposed during verification")),
+        _ = inner.disposed.cancelled() => return Err(unknown("registry disposed during verification".to_string())),
         _ = sleep => return Err(unknown(format!("verification ran past {budget:?}"))),
     };
     match verdict {
@@ -65,7 +63,7 @@ pub(crate) async fn check(
             Phase::Execute,
             "post-condition not met",
         )),
-        Ok(Ok(Verification::Unknown)) => Err(unknown("verification could not decide")),
+        Ok(Ok(Verification::Unknown)) => Err(unknown("verification could not decide".to_string())),
         Ok(Err(e)) => Err(unknown(format!("verification failed: {}", e.cause_chain().join(": ")))),
         Err(p) => Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
     }

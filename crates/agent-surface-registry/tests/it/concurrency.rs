@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult};
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use serde_json::{Value, json};
 
@@ -15,7 +15,7 @@ fn counting_registry() -> (Registry, agent_surface_registry::Mount, Arc<AtomicUs
     let r = Registry::new(RegistryConfig::default());
     let counter = runs.clone();
     r.define("pay", |t| {
-        t.capability("charge", "Charge the card once.").handler(move |_c: Ctx, i: Value| {
+        let handler = move |_c: Ctx, i: Value| {
             let counter = counter.clone();
             async move {
                 let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
@@ -25,7 +25,9 @@ fn counting_registry() -> (Registry, agent_surface_registry::Mount, Arc<AtomicUs
                 }
                 Ok::<_, AgentSurfaceError>(json!({"charged": i["amount"], "run": n}))
             }
-        });
+        };
+        t.capability("charge", "Charge the card once.").handler(handler.clone());
+        t.capability("balance", "Read the balance.").effect(Effect::Read).handler(handler);
     })
     .unwrap();
     let m = r.mount("pay", "main").unwrap();
@@ -82,22 +84,36 @@ async fn conflicting_requests_under_contention_always_conflict() {
     assert!(by_amount[1 - winner].iter().all(|r| r.code() == Some(ErrorCode::InvocationConflict)));
 }
 
+/// A leader dropped after its handler started (the caller went away) records its end: `CANCELLED`
+/// for a read, which repeats harmlessly, and `EXECUTION_FAILED {reason: outcome-unknown}` for a
+/// write that may have committed. Either way a retry with the same id replays it and never runs
+/// the handler again.
 #[tokio::test]
-async fn a_dropped_leader_records_cancelled() {
+async fn a_dropped_leader_records_how_it_ended() {
     let (r, _m, runs) = counting_registry();
-    let fut = r.invoke(call("pay.charge", json!({"amount": 1})).with_invocation_id("drop"), consumer("c"));
-    // Poll it once so that it becomes the leader and starts the handler, then drop it.
-    let mut fut = Box::pin(fut);
-    let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await;
-    assert!(pending);
-    drop(fut);
-    settle().await;
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let again =
-        r.invoke_detailed(call("pay.charge", json!({"amount": 1})).with_invocation_id("drop"), consumer("c")).await;
-    assert!(again.replayed);
-    assert_eq!(again.result.code(), Some(ErrorCode::Cancelled));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "a retry with the same id must not run the handler again");
+    for (n, capability) in [(1, "pay.balance"), (2, "pay.charge")] {
+        let id = format!("drop-{n}");
+        let fut = r.invoke(call(capability, json!({"amount": 1})).with_invocation_id(&id), consumer("c"));
+        // Poll it once so that it becomes the leader and starts the handler, then drop it.
+        let mut fut = Box::pin(fut);
+        let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await;
+        assert!(pending);
+        drop(fut);
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), n);
+        let again =
+            r.invoke_detailed(call(capability, json!({"amount": 1})).with_invocation_id(&id), consumer("c")).await;
+        assert!(again.replayed);
+        let p = again.result.error_payload().expect("an error was recorded");
+        if capability == "pay.balance" {
+            assert_eq!(p.code(), ErrorCode::Cancelled);
+        } else {
+            assert_eq!(p.code(), ErrorCode::ExecutionFailed);
+            assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+            assert_eq!(p.retry(), agent_surface_core::Retry::No);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), n, "a retry with the same id must not run the handler again");
+    }
 }
 
 #[tokio::test]

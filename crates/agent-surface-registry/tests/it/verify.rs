@@ -54,13 +54,24 @@ fn verified_registry(config: RegistryConfig) -> (Registry, agent_surface_registr
     (r, m, runs)
 }
 
+/// `EXECUTION_FAILED {reason: outcome-unknown}`, retry `no`, with the plan for a recorded call
+/// (reconcile under the same invocation id) or for an unrecorded one (no reconcile: nothing
+/// could answer it, and calling again would run the action again).
 #[track_caller]
-fn assert_outcome_unknown(p: &agent_surface_core::ErrorPayload) {
+fn assert_outcome_unknown(p: &agent_surface_core::ErrorPayload, tracked: bool) {
     assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
     assert_eq!(p.retry(), Retry::No);
-    let repair = p.repair().expect("a reconcile plan");
-    assert_eq!(repair.steps()[0].action(), RepairAction::Reconcile);
-    assert!(p.message().contains("Next actions, in order, not in parallel"), "{}", p.message());
+    let repair = p.repair().expect("a repair plan");
+    let reconciles = repair.steps().iter().any(|s| s.action() == RepairAction::Reconcile);
+    assert_eq!(reconciles, tracked, "{repair:?}");
+    assert_eq!(p.message().contains("same invocationId"), tracked, "{}", p.message());
+    if tracked {
+        assert_eq!(repair.steps()[0].action(), RepairAction::Reconcile);
+        assert!(p.message().contains("Next actions, in order, not in parallel"), "{}", p.message());
+    } else {
+        assert_eq!(repair.steps()[0].action(), RepairAction::AskUser);
+        assert!(p.message().contains("Next action:"), "{}", p.message());
+    }
     assert!(p.message().chars().count() <= 300);
 }
 
@@ -88,7 +99,7 @@ async fn an_undecided_erring_or_panicking_check_is_outcome_unknown() {
     for verdict in ["unknown", "error", "panic"] {
         let inv = r.invoke_detailed(call("pay.send", json!({"verdict": verdict})), consumer("c")).await;
         let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
-        assert_outcome_unknown(&p);
+        assert_outcome_unknown(&p, false);
         let text = serde_json::to_string(&inv.result).unwrap();
         assert!(!text.contains("SECRET"), "{verdict}: {text}");
     }
@@ -109,7 +120,7 @@ async fn a_check_past_the_budget_is_outcome_unknown() {
     }
     clock.advance(Duration::from_secs(2));
     let p = assert_produced(&fut.await.unwrap(), ErrorCode::ExecutionFailed, Phase::Execute);
-    assert_outcome_unknown(&p);
+    assert_outcome_unknown(&p, false);
 }
 
 #[tokio::test]
@@ -118,7 +129,7 @@ async fn a_reconcile_call_is_answered_from_the_record() {
     let request = || call("pay.send", json!({"verdict": "unknown"})).with_invocation_id("pay-1");
     let first = r.invoke_detailed(request(), consumer("c")).await;
     let p = assert_produced(&first, ErrorCode::ExecutionFailed, Phase::Execute);
-    assert_outcome_unknown(&p);
+    assert_outcome_unknown(&p, true);
     // Reconcile: the same invocation id and the same request.
     let again = r.invoke_detailed(request(), consumer("c")).await;
     assert!(again.replayed, "{again:?}");
@@ -145,36 +156,97 @@ fn slow_registry(config: RegistryConfig) -> (Registry, agent_surface_registry::M
     (r, m)
 }
 
+/// Starts `capability` (optionally under an invocation id) and waits until its handler runs
+/// under an armed time budget.
+async fn started(
+    r: &Registry,
+    clock: &Arc<agent_surface_policy::ManualClock>,
+    capability: &'static str,
+    id: Option<&'static str>,
+    options: agent_surface_registry::InvokeOptions,
+) -> tokio::task::JoinHandle<agent_surface_registry::Invocation> {
+    let r = r.clone();
+    let mut request = call(capability, json!({}));
+    if let Some(id) = id {
+        request = request.with_invocation_id(id);
+    }
+    let fut = tokio::spawn(async move { r.invoke_detailed(request, options).await });
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
+    }
+    fut
+}
+
 #[tokio::test]
 async fn interrupted_non_idempotent_writes_are_outcome_unknown() {
     let clock = clock();
     let (r, m) = slow_registry(config_with(&clock));
-    // Timeout: outcome unknown for the write, TIMEOUT (retry yes) for the idempotent put.
-    for (capability, expected) in [("job.write", None), ("job.put", Some(ErrorCode::Timeout))] {
-        let fut = {
-            let r = r.clone();
-            tokio::spawn(async move { r.invoke_detailed(call(capability, json!({})), consumer("c")).await })
-        };
-        while clock.pending_sleeps() == 0 {
-            tokio::task::yield_now().await;
-        }
+    // Timeout: outcome unknown for the write, TIMEOUT (retry yes) for the idempotent put; the
+    // plan reconciles only when the call had an id.
+    for (capability, id, expected) in
+        [("job.write", None, None), ("job.write", Some("w-1"), None), ("job.put", None, Some(ErrorCode::Timeout))]
+    {
+        let fut = started(&r, &clock, capability, id, consumer("c")).await;
         clock.advance(Duration::from_secs(1));
         let inv = fut.await.unwrap();
         match expected {
-            None => assert_outcome_unknown(&assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute)),
+            None => {
+                let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
+                assert_outcome_unknown(&p, id.is_some());
+            }
             Some(code) => assert_eq!(assert_produced(&inv, code, Phase::Execute).retry(), Retry::Yes),
         }
     }
+    // The caller cancels mid-flight: CANCELLED only for the idempotent put.
+    for (capability, id) in [("job.write", Some("w-2")), ("job.put", None)] {
+        let token = tokio_util::sync::CancellationToken::new();
+        let fut = started(&r, &clock, capability, id, consumer("c").with_cancellation(token.clone())).await;
+        token.cancel();
+        let inv = fut.await.unwrap();
+        if capability == "job.put" {
+            assert_produced(&inv, ErrorCode::Cancelled, Phase::Execute);
+        } else {
+            let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
+            assert_outcome_unknown(&p, true);
+            // A reconcile call learns the recorded outcome; nothing runs again.
+            let again = r.invoke_detailed(call("job.write", json!({})).with_invocation_id("w-2"), consumer("c")).await;
+            assert!(again.replayed);
+            assert_eq!(again.result, inv.result);
+        }
+    }
     // Unmount mid-flight.
+    let fut = started(&r, &clock, "job.write", None, consumer("c")).await;
+    drop(m);
+    assert_outcome_unknown(&assert_produced(&fut.await.unwrap(), ErrorCode::ExecutionFailed, Phase::Execute), false);
+    // The registry disposed mid-flight.
+    let _m = r.mount("job", "main").unwrap();
+    let fut = started(&r, &clock, "job.write", Some("w-3"), consumer("c")).await;
+    r.dispose();
+    assert_outcome_unknown(&assert_produced(&fut.await.unwrap(), ErrorCode::ExecutionFailed, Phase::Execute), true);
+}
+
+/// A call dropped while its post-condition runs (the handler did run) records an unknown
+/// outcome, not `CANCELLED`.
+#[tokio::test]
+async fn a_call_dropped_during_verification_records_an_unknown_outcome() {
+    let (r, _m, runs) = verified_registry(RegistryConfig::default());
+    let request = || call("pay.send", json!({"verdict": "slow"})).with_invocation_id("p-1");
     let fut = {
         let r = r.clone();
-        tokio::spawn(async move { r.invoke_detailed(call("job.write", json!({})), consumer("c")).await })
+        tokio::spawn(async move { r.invoke(request(), consumer("c")).await })
     };
-    while clock.pending_sleeps() == 0 {
+    while runs.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
-    drop(m);
-    assert_outcome_unknown(&assert_produced(&fut.await.unwrap(), ErrorCode::ExecutionFailed, Phase::Execute));
+    fut.abort();
+    let _ = fut.await;
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let again = r.invoke_detailed(request(), consumer("c")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_outcome_unknown(again.result.error_payload().unwrap(), true);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 // ---- Repair plans on preconditions ----------------------------------------------------------
