@@ -205,6 +205,7 @@ pub fn cases() -> Vec<InvokeResult> {
         out.push(InvokeResult::error(e.expect("a compatible repair plan").into_payload(), id()));
     }
     out.push(InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), id()));
+    out.push(InvokeResult::error(AgentSurfaceError::outcome_unknown_untracked().into_payload(), None));
     let outputs = [
         json!({"total": 3, "items": [{"sku": "tea", "quantity": 2}]}),
         json!([1, 2.5, -3, "x", null, true]),
