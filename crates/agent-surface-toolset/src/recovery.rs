@@ -431,6 +431,14 @@ impl RecoveryDriver {
         let timeout_unverified = payload.code() == ErrorCode::Timeout && payload.retry() == Retry::No;
         let category = if timeout_unverified { Retry::Yes } else { payload.retry() };
         if category == Retry::No {
+            // The operation itself is never repeated; the plan's leading `call_tool` /
+            // `refresh_state` steps (say, requesting access) are followed if the host agrees.
+            if self.may_follow(payload)
+                && let Some(repair) = payload.repair()
+                && let Followed::Stop(stop) = self.follow(invoker, intent, repair, cancel).await
+            {
+                return Next::Stop(stop);
+            }
             return Next::Stop(Stop::ReturnedToCaller);
         }
         let plain_with_changes = category == Retry::WithChanges
@@ -516,10 +524,12 @@ impl RecoveryDriver {
         repair: &Repair,
         cancel: &CancellationToken,
     ) -> Followed {
+        // Steps followed for earlier errors of this intent do not count for this plan.
+        let before = intent.repaired.len();
         for step in repair.steps() {
             match step.action() {
                 RepairAction::CallTool | RepairAction::RefreshState => {}
-                RepairAction::RetrySameOperation if repair.updated().is_empty() && !intent.repaired.is_empty() => {
+                RepairAction::RetrySameOperation if repair.updated().is_empty() && intent.repaired.len() > before => {
                     return Followed::Retry;
                 }
                 _ => return Followed::Continue,

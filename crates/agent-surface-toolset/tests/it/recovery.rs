@@ -517,3 +517,41 @@ fn a_failing_repair_call_stops_the_plan() {
     assert_eq!(out.result.error_payload().unwrap().code(), ErrorCode::PreconditionFailed);
     assert_eq!(out.attempts, 2);
 }
+
+/// Retry `no`: the operation is never repeated, but a host that allows it has the plan's
+/// `call_tool` step run (here: request access), and the error goes back to the caller.
+#[test]
+fn a_no_retry_plan_step_is_followed_without_repeating_the_operation() {
+    let clock = TestClock::auto_advancing();
+    let fake = Fake::new(vec![denied_with_plan(), ok_step()], false);
+    let out = run(&fake, &driver(&clock, Arc::new(Follower)));
+    assert_eq!(out.stop, Stop::ReturnedToCaller, "{out:?}");
+    assert_eq!(out.result.error_payload().unwrap().code(), ErrorCode::NotAuthorized);
+    let capabilities: Vec<String> = fake.requests().iter().map(|r| r.capability.clone()).collect();
+    assert_eq!(capabilities, ["cart.add", "cart.list"], "the operation is not repeated");
+    assert_eq!(out.repaired.len(), 1);
+    // By default the plan goes to the model and nothing else is sent.
+    let fake = Fake::new(vec![denied_with_plan()], false);
+    let out = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((out.attempts, out.repaired.len()), (1, 0));
+}
+
+fn denied_with_plan() -> Step {
+    let plan = Repair::single(RepairStep::new(RepairAction::CallTool, "Request access.").tool("access-request"));
+    err(AgentSurfaceError::not_authorized(Origin::Server).with_repair(plan).unwrap())
+}
+
+/// A `with-changes` plan with nothing the host can follow goes to the model, even when the
+/// intent already followed steps of an earlier error's plan.
+#[test]
+fn a_later_plan_is_judged_on_its_own_steps() {
+    let clock = TestClock::auto_advancing();
+    let bare = Repair::single(RepairStep::new(RepairAction::RetrySameOperation, "Retry the same call."));
+    let again = err(AgentSurfaceError::precondition_failed("Still changing.").with_repair(bare).unwrap());
+    let fake = Fake::new(vec![stale_cart(), ok_step(), again, ok_step()], false);
+    let out = run(&fake, &driver(&clock, Arc::new(Follower)));
+    let capabilities: Vec<String> = fake.requests().iter().map(|r| r.capability.clone()).collect();
+    assert_eq!(capabilities, ["cart.add", "cart.list", "cart.add"], "{out:?}");
+    assert_eq!(out.stop, Stop::ReturnedToCaller);
+    assert_eq!(out.result.error_payload().unwrap().code(), ErrorCode::PreconditionFailed);
+}
