@@ -18,8 +18,31 @@
 //! Without a resolver, or with a client that cannot elicit, every `CONFIRMATION_REQUIRED` is
 //! relayed to the model unchanged (two-phase mode): it asks the user, the host approves the
 //! confirmation out of band, and the model retries with `_meta["agent-surface/confirmationId"]`.
+//!
+//! With the shipped [`ConfirmationEngine`] as the registry's gate, [`EngineResolver`] is the
+//! resolver: an accepted elicitation is an in-person approval
+//! ([`ConfirmationEngine::approve_in_person`], channel `mcp-elicitation`), a declined one a denial
+//! by the requester.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agent_surface_mcp::McpConfig;
+//! use agent_surface_mcp::confirm::EngineResolver;
+//! use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+//! use agent_surface_registry::{Registry, RegistryConfig};
+//!
+//! let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+//! let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+//! let config = McpConfig { confirmations: Some(Arc::new(EngineResolver::new(engine))), ..Default::default() };
+//! # let _ = (registry, config);
+//! ```
+//!
+//! **Trust.** An in-person approval is exactly as trustworthy as the MCP client's elicitation
+//! prompt: use it with clients that show the prompt to the person and let only them answer it.
 
-use agent_surface_policy::Consumer;
+use std::sync::Arc;
+
+use agent_surface_policy::{ConfirmationEngine, Consumer, Identity};
 use futures_util::future::BoxFuture;
 
 /// The person's answer to a confirmation, as the MCP client reported it.
@@ -59,4 +82,54 @@ pub trait ConfirmationResolver: Send + Sync + 'static {
         requester: &'a Consumer,
         answer: ConfirmationAnswer,
     ) -> BoxFuture<'a, Result<(), ResolveError>>;
+}
+
+/// The [`ConfirmationResolver`] over the shipped [`ConfirmationEngine`] (the registry's gate).
+///
+/// The person who answers an elicitation is the requester, whom [`ConfirmationEngine::approve`]
+/// refuses by design (an agent must not approve its own request through an API it can reach).
+/// The elicitation is a different thing: a prompt the client shows to the person, which the
+/// model cannot answer. So an accepted elicitation is recorded with
+/// [`ConfirmationEngine::approve_in_person`] on the channel `mcp-elicitation`, and a declined one
+/// with [`ConfirmationEngine::deny`] by the requester (its identity, or its consumer key when
+/// anonymous).
+#[derive(Clone)]
+pub struct EngineResolver {
+    engine: Arc<ConfirmationEngine>,
+}
+
+impl EngineResolver {
+    /// The channel recorded for approvals given through elicitation.
+    pub const CHANNEL: &'static str = "mcp-elicitation";
+
+    /// A resolver that records answers in `engine`.
+    pub fn new(engine: Arc<ConfirmationEngine>) -> EngineResolver {
+        EngineResolver { engine }
+    }
+}
+
+impl std::fmt::Debug for EngineResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineResolver").finish_non_exhaustive()
+    }
+}
+
+impl ConfirmationResolver for EngineResolver {
+    fn resolve<'a>(
+        &'a self,
+        confirmation_id: &'a str,
+        requester: &'a Consumer,
+        answer: ConfirmationAnswer,
+    ) -> BoxFuture<'a, Result<(), ResolveError>> {
+        Box::pin(async move {
+            let decided = match answer {
+                ConfirmationAnswer::Approved => self.engine.approve_in_person(confirmation_id, Self::CHANNEL).await,
+                ConfirmationAnswer::Denied => {
+                    let person = requester.identity().cloned().unwrap_or_else(|| Identity::new(requester.key()));
+                    self.engine.deny(confirmation_id, &person).await
+                }
+            };
+            decided.map_err(|e| ResolveError(format!("confirmation {confirmation_id}: {e}")))
+        })
+    }
 }

@@ -68,3 +68,54 @@ async fn without_elicitation_the_confirmation_goes_to_the_model() {
     assert!(r.is_ok());
     c.client.cancel().await.unwrap();
 }
+
+/// The shipped `ConfirmationEngine` behind elicitation (`EngineResolver`): the requester, who
+/// may not approve through the engine's API, approves in person at the client; an accepted
+/// elicitation runs the call once, a declined one is a denial.
+#[tokio::test]
+async fn the_confirmation_engine_takes_in_person_answers_through_elicitation() {
+    use agent_surface_core::{AgentSurfaceError, Effect};
+    use agent_surface_mcp::confirm::EngineResolver;
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+
+    use crate::support::Nothing;
+
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = runs.clone();
+    registry
+        .define("vault", |t| {
+            t.capability("wipe", "Wipe the vault.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Nothing| "Wipe the vault.")
+                .handler(move |_c: Ctx, _i: Nothing| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, AgentSurfaceError>(json!({"wiped": true}))
+                    }
+                });
+        })
+        .unwrap();
+    let _m = registry.mount("vault", "main").unwrap();
+    let config = McpConfig {
+        confirmations: Some(Arc::new(EngineResolver::new(engine.clone()))),
+        identity: Some(Identity::new("alice")),
+        ..Default::default()
+    };
+    let answers = vec![ElicitationAction::Accept, ElicitationAction::Decline];
+    let c = connect(&registry, config, Some(answers)).await;
+
+    let r = call(&c.client, "vault-wipe", json!({}), json!({"agent-surface/invocationId": "w-1"})).await;
+    assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let r = call(&c.client, "vault-wipe", json!({}), json!({})).await;
+    let p = r.error_payload().unwrap();
+    assert_eq!((p.code(), p.detail("reason")), (ErrorCode::ConfirmationInvalid, Some(&json!("denied"))));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(c.elicited.lock().unwrap().len(), 2);
+    c.client.cancel().await.unwrap();
+}

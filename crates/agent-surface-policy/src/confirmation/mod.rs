@@ -386,6 +386,19 @@ impl ConfirmationEngine {
         self.decide(id, ApprovalVerdict::Approve, approver).await
     }
 
+    /// Approves the pending confirmation `id` in person: the requesting user answered a prompt
+    /// that the host put in front of them through `channel` (e.g. `"mcp-elicitation"`), which the
+    /// agent cannot drive. Unlike [`approve`](Self::approve), the approver may be the requester —
+    /// that is the point — so only host code that really asked the person may call this; never
+    /// expose it to the agent. Recorded as approved by `in-person:{channel}`.
+    pub async fn approve_in_person(&self, id: &str, channel: &str) -> Result<(), ApprovalError> {
+        let approver = Identity::new(format!("in-person:{}", channel.trim()));
+        if channel.trim().is_empty() {
+            return Err(ApprovalError::NoApprover);
+        }
+        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver).await
+    }
+
     /// Denies the pending confirmation `id` on behalf of `approver` (the requester may deny its
     /// own request). Final: the evidence is then rejected with `CONFIRMATION_INVALID {reason:
     /// denied}`.

@@ -173,8 +173,13 @@ impl ConfirmationRecord {
 /// An approval or a denial.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApprovalVerdict {
-    /// Approve: the evidence becomes usable once.
+    /// Approve: the evidence becomes usable once. Refused when the approver is the requester.
     Approve,
+    /// Approve in person: the requesting user approved through a channel the agent cannot
+    /// drive — an MCP elicitation answered at the client, a prompt in the host's own interface.
+    /// The requester rule does not apply: the person asked *is* the requester, and the trust
+    /// comes from the channel, which only host code reaches.
+    ApproveInPerson,
     /// Deny: final; the evidence is rejected with `CONFIRMATION_INVALID {reason: denied}`.
     Deny,
 }
@@ -235,7 +240,7 @@ pub enum Rejection {
 /// | operation | atomic effect |
 /// |---|---|
 /// | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
-/// | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an approval) the approver is the requester |
+/// | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an `Approve`, not an `ApproveInPerson`) the approver is the requester |
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 ///
@@ -446,7 +451,9 @@ impl MemoryConfirmationStore {
             return Decided::Expired;
         }
         record.state = match verdict {
-            ApprovalVerdict::Approve => ConfirmationState::Approved { by: approver.to_string() },
+            ApprovalVerdict::Approve | ApprovalVerdict::ApproveInPerson => {
+                ConfirmationState::Approved { by: approver.to_string() }
+            }
             ApprovalVerdict::Deny => ConfirmationState::Denied { by: approver.to_string() },
         };
         Decided::Done

@@ -227,6 +227,35 @@ async fn ids_are_fresh_and_unguessable_looking() {
     assert_eq!(record.state, ConfirmationState::Approved { by: "someone".into() });
 }
 
+/// The requester cannot approve through `approve`, but can in person (a prompt the host put in
+/// front of them); the evidence then works once, like any approval.
+#[tokio::test]
+async fn the_requester_approves_in_person_only() {
+    let clock = Arc::new(ManualClock::default());
+    let e = engine(&clock, 1000);
+    let call = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 5);
+    let ConfirmationDecision::Required { confirmation_id: id, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    assert_eq!(e.approve(&id, &Identity::new("alice")).await, Err(ApprovalError::SelfApproval));
+    assert_eq!(e.approve_in_person(&id, "  ").await, Err(ApprovalError::NoApprover));
+    e.approve_in_person(&id, "mcp-elicitation").await.unwrap();
+    let record = e.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "in-person:mcp-elicitation".into() });
+    // Decided once: a second decision of either kind is refused.
+    assert!(matches!(e.approve_in_person(&id, "mcp-elicitation").await, Err(ApprovalError::AlreadyDecided(_))));
+    assert_eq!(e.check(call.info(), Some(&id), clock.now()).await, ConfirmationDecision::Proceed);
+    assert!(matches!(e.check(call.info(), Some(&id), clock.now()).await, ConfirmationDecision::Invalid(_)));
+    // Expired is expired, in person or not.
+    let ConfirmationDecision::Required { confirmation_id: late, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    clock.advance(Duration::from_millis(1000));
+    assert_eq!(e.approve_in_person(&late, "mcp-elicitation").await, Err(ApprovalError::Expired));
+}
+
 #[tokio::test]
 async fn ungated_calls_proceed_whatever_they_carry() {
     let clock = Arc::new(ManualClock::default());
