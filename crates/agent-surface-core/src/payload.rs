@@ -10,6 +10,7 @@ use crate::code::{ErrorCode, Retry};
 use crate::matrix;
 use crate::message::MAX_MESSAGE_CHARS;
 use crate::repair::{Repair, RepairError};
+use crate::text::is_normalized;
 
 /// The agent-facing error payload.
 ///
@@ -193,6 +194,17 @@ pub enum PayloadError {
         /// The message's length in characters.
         chars: usize,
     },
+    /// The message is not in the normalized form every rendered message has: it contains a
+    /// control or invisible format character, whitespace other than single inner spaces, or
+    /// leading or trailing whitespace.
+    #[error(
+        "message of {code} must be normalized: no control or invisible format characters, and no whitespace \
+         but single spaces between words"
+    )]
+    MessageNotNormalized {
+        /// The payload's code.
+        code: ErrorCode,
+    },
     /// The retry category contradicts the matrix.
     #[error("retry of {code} must be {expected} for these details, is {found}")]
     RetryMismatch {
@@ -240,6 +252,11 @@ impl TryFrom<RawPayload> for ErrorPayload {
         let chars = raw.message.chars().count();
         if chars == 0 || chars > MAX_MESSAGE_CHARS {
             return Err(PayloadError::MessageLength { code: raw.code, chars });
+        }
+        // Every message the library renders is normalized (templates, `SafeText` slots and the
+        // repair rendering); anything else did not come from a template.
+        if !is_normalized(&raw.message, MAX_MESSAGE_CHARS) {
+            return Err(PayloadError::MessageNotNormalized { code: raw.code });
         }
         matrix::spec(raw.code)
             .details

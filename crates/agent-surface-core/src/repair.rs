@@ -9,10 +9,13 @@
 //! # Bounds
 //!
 //! Instructions are [`SafeText`]: trusted application text only, whitespace-normalized and capped
-//! at [`MAX_INSTRUCTION_CHARS`]. Tool and field names are whitespace-normalized and capped at
-//! [`MAX_NAME_CHARS`]. A *static* plan (declared at definition time) that breaks a bound is a
-//! definition defect ([`Repair::check_static`]); a *dynamic* plan (built at run time) is cut to
-//! the bounds and marked `truncated: true` ([`Repair::bounded`]).
+//! at [`MAX_INSTRUCTION_CHARS`]. Tool and field names are normalized the same way (whitespace,
+//! control and invisible format characters) and capped at [`MAX_NAME_CHARS`]. A *static* plan
+//! (declared at definition time) that breaks a bound, or names a tool or field with stray
+//! whitespace or invisible characters, is a definition defect ([`Repair::check_static`]); a
+//! *dynamic* plan (built at run time) is cut to the bounds and marked `truncated: true`
+//! ([`Repair::bounded`]). A parsed plan must already be in normalized form: parsing never
+//! normalizes, it rejects.
 //!
 //! # Relation to `retry`
 //!
@@ -43,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::code::Retry;
 use crate::message::is_quotable;
-use crate::text::{SafeText, normalize};
+use crate::text::{SafeText, clean, is_normalized, normalize};
 
 /// The most steps a plan has.
 pub const MAX_STEPS: usize = 5;
@@ -155,9 +158,12 @@ pub struct RepairStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool: Option<String>,
     instruction: String,
-    /// Whether a name or the instruction was cut to its cap (not on the wire).
+    /// Whether the tool name or the instruction was cut to its cap (not on the wire).
     #[serde(skip)]
     cut: bool,
+    /// Whether the tool name needed normalizing without being cut (not on the wire).
+    #[serde(skip)]
+    unclean: bool,
 }
 
 impl RepairStep {
@@ -167,15 +173,16 @@ impl RepairStep {
         let raw = instruction.into();
         let instruction = normalize(raw.as_str(), MAX_INSTRUCTION_CHARS);
         let cut = instruction != raw.as_str();
-        RepairStep { action, tool: None, instruction, cut }
+        RepairStep { action, tool: None, instruction, cut, unclean: false }
     }
 
-    /// The tool the step is about (required for `call_tool`); whitespace-normalized and capped
-    /// at [`MAX_NAME_CHARS`].
+    /// The tool the step is about (required for `call_tool`); whitespace-normalized, stripped of
+    /// control and invisible characters and capped at [`MAX_NAME_CHARS`].
     pub fn tool(mut self, tool: &str) -> RepairStep {
-        let (name, cut) = name(tool);
-        self.cut |= cut;
-        self.tool = Some(name);
+        let name = Name::new(tool);
+        self.cut |= name.cut;
+        self.unclean |= name.unclean;
+        self.tool = Some(name.value);
         self
     }
 
@@ -195,10 +202,46 @@ impl RepairStep {
     }
 }
 
-fn name(raw: &str) -> (String, bool) {
-    let n = normalize(raw, MAX_NAME_CHARS);
-    let cut = n != raw;
-    (n, cut)
+/// A tool or field name as a builder received it, normalized.
+struct Name {
+    /// The normalized name.
+    value: String,
+    /// It was over [`MAX_NAME_CHARS`] after normalization, so it was cut.
+    cut: bool,
+    /// It was not cut, but normalization changed it (stray whitespace, control or invisible
+    /// characters).
+    unclean: bool,
+}
+
+impl Name {
+    fn new(raw: &str) -> Name {
+        let cleaned = clean(raw);
+        let cut = cleaned.chars().count() > MAX_NAME_CHARS;
+        let unclean = !cut && cleaned != raw;
+        Name { value: normalize(raw, MAX_NAME_CHARS), cut, unclean }
+    }
+}
+
+/// Why a tool name is not in normalized form.
+const UNCLEAN_TOOL: &str = "the tool name is not in normalized form (leading, trailing, repeated or non-space \
+                            whitespace, or control or invisible characters); write it exactly as the tool is named";
+/// Why a field name is not in normalized form.
+const UNCLEAN_FIELD: &str = "a field name of `preserve` or `update` is not in normalized form (leading, trailing, \
+                             repeated or non-space whitespace, or control or invisible characters)";
+/// Why an instruction is not in normalized form.
+const UNCLEAN_INSTRUCTION: &str = "the instruction is not in normalized form (leading, trailing, repeated or \
+                                   non-space whitespace, or control or invisible characters)";
+
+/// Checks that a parsed text is in the normalized form the builders produce: `Malformed` when it
+/// has characters normalization removes or changes, `TooLong` when it is only over `cap`.
+fn check_normalized(text: &str, cap: usize, step: usize, problem: &'static str) -> Result<(), RepairError> {
+    if is_normalized(text, cap) {
+        Ok(())
+    } else if clean(text) != text {
+        Err(RepairError::Malformed { step, problem })
+    } else {
+        Err(RepairError::TooLong(step))
+    }
 }
 
 /// Why a repair plan is rejected.
@@ -223,7 +266,9 @@ pub enum RepairError {
     /// of `preserve` or `update`.
     #[error("step {0} (0: the field lists): an instruction, tool or field name is over its length cap")]
     TooLong(usize),
-    /// An empty instruction or field name, or a `call_tool` step without a tool.
+    /// An empty instruction or field name, a `call_tool` step without a tool, or a name or
+    /// instruction that is not in normalized form (stray whitespace, control or invisible
+    /// characters).
     #[error("step {step}: {problem}")]
     Malformed {
         /// The step (1-based; 0 for the field lists).
@@ -272,6 +317,9 @@ pub struct Repair {
     /// Whether a field name was cut to its cap (not on the wire).
     #[serde(skip)]
     names_cut: bool,
+    /// Whether a field name needed normalizing without being cut (not on the wire).
+    #[serde(skip)]
+    names_unclean: bool,
 }
 
 impl Repair {
@@ -288,25 +336,36 @@ impl Repair {
             update: Vec::new(),
             truncated: false,
             names_cut: false,
+            names_unclean: false,
         }
     }
 
-    /// Names intent-defining input fields whose original values must survive the repair.
+    /// Names intent-defining input fields whose original values must survive the repair
+    /// (normalized like [`RepairStep::tool`]).
     pub fn preserve(mut self, fields: &[&str]) -> Repair {
-        self.preserve.extend(fields.iter().map(|f| name(f).0));
-        self.mark_cut(fields);
+        let names = self.names(fields);
+        self.preserve.extend(names);
         self
     }
 
-    /// Names input fields that must be replaced from the repair's output.
+    /// Names input fields that must be replaced from the repair's output (normalized like
+    /// [`RepairStep::tool`]).
     pub fn update(mut self, fields: &[&str]) -> Repair {
-        self.update.extend(fields.iter().map(|f| name(f).0));
-        self.mark_cut(fields);
+        let names = self.names(fields);
+        self.update.extend(names);
         self
     }
 
-    fn mark_cut(&mut self, fields: &[&str]) {
-        self.names_cut |= fields.iter().any(|f| name(f).1);
+    fn names(&mut self, fields: &[&str]) -> Vec<String> {
+        fields
+            .iter()
+            .map(|f| {
+                let name = Name::new(f);
+                self.names_cut |= name.cut;
+                self.names_unclean |= name.unclean;
+                name.value
+            })
+            .collect()
     }
 
     /// The steps, in order.
@@ -366,9 +425,26 @@ impl Repair {
 
     /// The check for a static plan, declared at definition time: any broken bound (too many
     /// steps or fields, an instruction or name that had to be cut) is an error, reported by the
-    /// registry as a definition defect.
+    /// registry as a definition defect (`LIMIT_EXCEEDED`, see [`RepairError::is_limit`]). So is a
+    /// malformed plan, including a tool or field name that normalization changed without cutting
+    /// it (`" list_orders "`, a name with a control or invisible character): that is
+    /// [`RepairError::Malformed`], `INVALID_DEFINITION`, since no bound is broken.
+    ///
+    /// ```
+    /// use agent_surface_core::repair::{Repair, RepairAction, RepairError, RepairStep};
+    ///
+    /// let plan = Repair::single(RepairStep::new(RepairAction::CallTool, "List them.").tool(" list_orders "));
+    /// let err = plan.check_static().unwrap_err();
+    /// assert!(matches!(err, RepairError::Malformed { step: 1, .. }) && !err.is_limit());
+    /// ```
     pub fn check_static(&self) -> Result<(), RepairError> {
         self.check_shape()?;
+        if let Some(i) = self.steps.iter().position(|s| s.unclean) {
+            return Err(RepairError::Malformed { step: i + 1, problem: UNCLEAN_TOOL });
+        }
+        if self.names_unclean {
+            return Err(RepairError::Malformed { step: 0, problem: UNCLEAN_FIELD });
+        }
         self.check_counts()?;
         if let Some(i) = self.steps.iter().position(|s| s.cut) {
             return Err(RepairError::TooLong(i + 1));
@@ -381,7 +457,8 @@ impl Repair {
 
     /// The plan cut to the bounds, for a dynamic plan built at run time: at most [`MAX_STEPS`]
     /// steps and [`MAX_FIELDS`] names per list, marked `truncated` when anything was dropped
-    /// (instructions and names are capped with a trailing `…` when they are built).
+    /// (instructions and names are capped with a trailing `…` when they are built). A name that
+    /// was only whitespace-normalized or stripped of invisible characters is not a cut.
     pub fn bounded(mut self) -> Repair {
         let mut cut = self.names_cut || self.steps.iter().any(|s| s.cut);
         if self.steps.len() > MAX_STEPS {
@@ -397,8 +474,10 @@ impl Repair {
         self.truncated |= cut;
         // The marker now records any cut; the private flags are only for `check_static`.
         self.names_cut = false;
+        self.names_unclean = false;
         for s in &mut self.steps {
             s.cut = false;
+            s.unclean = false;
         }
         self
     }
@@ -411,36 +490,41 @@ impl Repair {
         }
     }
 
-    /// The checks a parsed plan passes: the shape, the bounds (names and instructions within
-    /// their caps) and compatibility with `retry`.
+    /// The checks a parsed plan passes: the shape, the bounds, normalized form (every
+    /// instruction, tool and field name is exactly what the builders would have produced from it:
+    /// `normalize(x, cap) == x`) and compatibility with `retry`.
     pub(crate) fn check_parsed(&self, retry: Retry) -> Result<(), RepairError> {
         self.check_shape()?;
         self.check_counts()?;
         for (i, s) in self.steps.iter().enumerate() {
-            let long = s.instruction.chars().count() > MAX_INSTRUCTION_CHARS
-                || s.tool.as_deref().is_some_and(|t| t.chars().count() > MAX_NAME_CHARS);
-            if long {
-                return Err(RepairError::TooLong(i + 1));
+            check_normalized(&s.instruction, MAX_INSTRUCTION_CHARS, i + 1, UNCLEAN_INSTRUCTION)?;
+            if let Some(tool) = s.tool.as_deref() {
+                check_normalized(tool, MAX_NAME_CHARS, i + 1, UNCLEAN_TOOL)?;
             }
         }
-        if self.preserve.iter().chain(&self.update).any(|f| f.chars().count() > MAX_NAME_CHARS) {
-            return Err(RepairError::TooLong(0));
+        for field in self.preserve.iter().chain(&self.update) {
+            check_normalized(field, MAX_NAME_CHARS, 0, UNCLEAN_FIELD)?;
         }
         self.check_retry(retry)
     }
 
     /// The "Next action:" sentence for the message, at most `budget` characters (empty when not
     /// even a short form fits). Field values are never included; tool and field names only when
-    /// they look like plain identifiers.
+    /// they look like plain identifiers. A `call_tool` step whose tool name is not one still
+    /// renders the call, pointing at the structured plan (`Call the tool named in
+    /// repair.steps[0].tool …`, the 0-based index of the step in the JSON array).
     pub(crate) fn render(&self, budget: usize) -> String {
-        let step_text = |s: &RepairStep| -> String {
+        let step_text = |i: usize, s: &RepairStep| -> String {
             let mut t = String::new();
-            if let Some(tool) = s.tool.as_deref().filter(|t| is_quotable(t)) {
-                if s.action == RepairAction::CallTool {
+            match s.tool.as_deref() {
+                Some(tool) if s.action == RepairAction::CallTool && is_quotable(tool) => {
                     t.push_str(&format!("Call {tool} and wait for its result. "));
-                } else {
-                    t.push_str(&format!("({tool}) "));
                 }
+                Some(_) if s.action == RepairAction::CallTool => {
+                    t.push_str(&format!("Call the tool named in repair.steps[{i}].tool and wait for its result. "));
+                }
+                Some(tool) if is_quotable(tool) => t.push_str(&format!("({tool}) ")),
+                _ => {}
             }
             t.push_str(&s.instruction);
             if !t.ends_with(['.', '!', '?', '…']) {
@@ -449,11 +533,11 @@ impl Repair {
             t
         };
         let mut out = if self.steps.len() == 1 {
-            format!("Next action: {}", step_text(&self.steps[0]))
+            format!("Next action: {}", step_text(0, &self.steps[0]))
         } else {
             let mut s = String::from("Next actions, in order, not in parallel:");
             for (i, step) in self.steps.iter().enumerate() {
-                s.push_str(&format!(" {}. {}", i + 1, step_text(step)));
+                s.push_str(&format!(" {}. {}", i + 1, step_text(i, step)));
             }
             s
         };

@@ -14,7 +14,8 @@ use std::fmt;
 /// The most characters a [`SafeText`] fragment keeps.
 pub const MAX_FRAGMENT_CHARS: usize = 200;
 
-/// A short, whitespace-normalized, control-character-free text that the application vouches for.
+/// A short, whitespace-normalized text free of control and invisible format characters, which the
+/// application vouches for.
 ///
 /// ```
 /// use agent_surface_core::SafeText;
@@ -32,7 +33,8 @@ pub struct SafeText(Cow<'static, str>);
 impl SafeText {
     /// Text composed by the application (not copied from an error, a request, or a response).
     ///
-    /// The text is whitespace-normalized, stripped of control characters and capped at
+    /// The text is whitespace-normalized, stripped of control and invisible format characters
+    /// (general category `Cf`: bidi controls, zero-width and tag characters) and capped at
     /// [`MAX_FRAGMENT_CHARS`] characters (with a trailing `…` when cut).
     pub fn trusted(text: impl Into<String>) -> SafeText {
         SafeText(Cow::Owned(normalize(&text.into(), MAX_FRAGMENT_CHARS)))
@@ -68,10 +70,18 @@ impl fmt::Display for SafeText {
     }
 }
 
-/// Collapses runs of whitespace to one space, drops control characters, trims, and caps the
-/// result at `max_chars` characters (the last one being `…` when the text was cut).
+/// Collapses runs of whitespace to one space, drops control characters (`Cc`) and invisible
+/// format characters ([`is_invisible`]), trims, and caps the result at `max_chars` characters (the
+/// last one being `…` when the text was cut).
+///
+/// The result is in *normalized form*: `normalize(normalize(t, n), n) == normalize(t, n)`. Parsing
+/// accepts agent-facing text only in that form ([`is_normalized`]).
 pub(crate) fn normalize(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars * 4));
+    if max_chars == 0 {
+        // Not even the `…` fits.
+        return String::new();
+    }
+    let mut out = String::with_capacity(text.len().min(max_chars.saturating_mul(4)));
     let mut pending_space = false;
     let mut count = 0usize;
     let mut cut = false;
@@ -110,10 +120,53 @@ pub(crate) fn normalize(text: &str, max_chars: usize) -> String {
     out
 }
 
-/// Format characters that render as nothing and can hide text from a reviewer (bidi overrides,
-/// zero-width characters).
+/// The text normalized like [`normalize`] but without a cap: only whitespace, control and
+/// invisible characters change (normalization never lengthens a text, so nothing is cut).
+pub(crate) fn clean(text: &str) -> String {
+    normalize(text, text.chars().count())
+}
+
+/// Whether `text` is already in normalized form for the cap `max_chars`, i.e. `normalize(text,
+/// max_chars) == text`: no control or invisible format characters, no whitespace but single inner
+/// spaces, and at most `max_chars` characters.
+pub(crate) fn is_normalized(text: &str, max_chars: usize) -> bool {
+    text.chars().count() <= max_chars && clean(text) == text
+}
+
+/// Format characters (general category `Cf`) render as nothing and can hide text from a reviewer
+/// or smuggle it to a model: bidi overrides and isolates, zero-width characters, the soft hyphen,
+/// interlinear annotation marks and the Unicode tag characters (U+E0000 block, "ASCII
+/// smuggling"). The ranges are every `Cf` code point of Unicode 15.0/16.0, enumerated because
+/// `std` has no category table.
+pub(crate) const INVISIBLE_RANGES: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{06DD}', '\u{06DD}'),
+    ('\u{070F}', '\u{070F}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08E2}', '\u{08E2}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{202A}', '\u{202E}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{110BD}', '\u{110BD}'),
+    ('\u{110CD}', '\u{110CD}'),
+    ('\u{13430}', '\u{1343F}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0001}', '\u{E0001}'),
+    ('\u{E0020}', '\u{E007F}'),
+];
+
+/// Whether `ch` is an invisible format character (general category `Cf`, see
+/// [`INVISIBLE_RANGES`]).
 fn is_invisible(ch: char) -> bool {
-    matches!(ch, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    // Every Cf code point is at or above U+00AD: plain ASCII text takes the fast path.
+    ch >= '\u{00AD}' && INVISIBLE_RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&ch))
 }
 
 #[cfg(test)]
@@ -139,5 +192,73 @@ mod tests {
         check("abcd      e", 6, "abcd e");
         check("", 10, "");
         check("ééééé", 3, "éé…");
+        // Format characters (Cf), including the tag characters of "ASCII smuggling".
+        check("a\u{E0041}\u{E0042}b\u{E007F}", 10, "ab");
+        check("a\u{00AD}b\u{061C}c\u{180E}d\u{FFF9}\u{FFFA}\u{FFFB}e", 10, "abcde");
+        check("x\u{2028}y\u{85}z", 10, "x y z");
+    }
+
+    /// The general category Cf code points of Unicode 15.0/16.0, listed independently of
+    /// `INVISIBLE_RANGES`: every one of them is dropped, and its neighbours outside the list are
+    /// kept.
+    const CF: &[(u32, u32)] = &[
+        (0x00AD, 0x00AD),
+        (0x0600, 0x0605),
+        (0x061C, 0x061C),
+        (0x06DD, 0x06DD),
+        (0x070F, 0x070F),
+        (0x0890, 0x0891),
+        (0x08E2, 0x08E2),
+        (0x180E, 0x180E),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        (0xFEFF, 0xFEFF),
+        (0xFFF9, 0xFFFB),
+        (0x110BD, 0x110BD),
+        (0x110CD, 0x110CD),
+        (0x13430, 0x1343F),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0001, 0xE0001),
+        (0xE0020, 0xE007F),
+    ];
+
+    #[test]
+    fn every_format_character_is_dropped() {
+        let in_cf = |c: u32| CF.iter().any(|&(lo, hi)| (lo..=hi).contains(&c));
+        let mut dropped = 0;
+        for &(lo, hi) in CF {
+            for c in lo..=hi {
+                let ch = char::from_u32(c).unwrap();
+                assert!(is_invisible(ch), "U+{c:04X} is Cf");
+                assert_eq!(SafeText::trusted(format!("a{ch}b")).as_str(), "ab", "U+{c:04X}");
+                dropped += 1;
+            }
+        }
+        assert_eq!(dropped, 170);
+        // Nothing outside the list counts as invisible (the filter is exactly Cf).
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            assert_eq!(is_invisible(c), in_cf(c as u32), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn normalized_form() {
+        for (text, max) in [("a b", 3), ("abc…", 4), ("", 0)] {
+            assert!(is_normalized(text, max), "{text:?}");
+        }
+        for (text, max) in
+            [(" a", 9), ("a ", 9), ("a  b", 9), ("a\tb", 9), ("a\u{202E}b", 9), ("a\u{0}", 9), ("abcd", 3)]
+        {
+            assert!(!is_normalized(text, max), "{text:?}");
+        }
+        let nasty = "  x\u{E0041}\n\n y\u{7}\u{2067} z ".repeat(20);
+        for max in [0, 1, 2, 5, 50, 500] {
+            let once = normalize(&nasty, max);
+            assert!(is_normalized(&once, max), "{once:?}");
+            assert_eq!(normalize(&once, max), once);
+        }
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use agent_surface_core::details::*;
 use agent_surface_core::message::MAX_MESSAGE_CHARS;
+use agent_surface_core::repair::{MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS};
 use agent_surface_core::{AgentSurfaceError, ErrorPayload, MAX_FRAGMENT_CHARS, SafeText};
 use proptest::prelude::*;
 
@@ -35,13 +36,137 @@ fn any_json() -> impl Strategy<Value = serde_json::Value> {
     })
 }
 
+/// General category Cf (Unicode 15/16), listed here independently of the library.
+const CF: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{06DD}', '\u{06DD}'),
+    ('\u{070F}', '\u{070F}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08E2}', '\u{08E2}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{202A}', '\u{202E}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{110BD}', '\u{110BD}'),
+    ('\u{110CD}', '\u{110CD}'),
+    ('\u{13430}', '\u{1343F}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0001}', '\u{E0001}'),
+    ('\u{E0020}', '\u{E007F}'),
+];
+
+/// Normalized form, checked without the library: non-empty, within `cap`, no control or format
+/// character, and no whitespace but single spaces between words.
+fn is_clean(text: &str, cap: usize) -> bool {
+    let n = text.chars().count();
+    n > 0
+        && n <= cap
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.contains("  ")
+        && text.chars().all(|c| {
+            !c.is_control() && (c == ' ' || !c.is_whitespace()) && !CF.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+        })
+}
+
+/// Arbitrary Unicode, weighted towards what could mislead a model or hide text from a reviewer:
+/// controls, line and paragraph separators, bidi controls, zero-width and tag characters.
+fn hostile_text(max: usize) -> impl Strategy<Value = String> {
+    let ch = prop_oneof![
+        4 => prop::char::range('a', 'z'),
+        1 => Just(' '),
+        2 => any::<char>(),
+        2 => prop::sample::select(vec![
+            '\n', '\t', '\r', '\u{0}', '\u{7}', '\u{1B}', '\u{7F}', '\u{85}', '\u{A0}', '\u{AD}', '\u{61C}', '\u{180E}',
+            '\u{200B}', '\u{200D}', '\u{2028}', '\u{2029}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{FEFF}', '\u{FFF9}',
+            '\u{E0001}', '\u{E0041}', '\u{E007F}', '…', '"', '\\',
+        ]),
+    ];
+    let raw = prop::collection::vec(ch, 0..max).prop_map(String::from_iter);
+    // Clean text too, so that the accepting side is exercised.
+    let clean = "[a-z]{1,10}( [a-z.]{1,10}){0,3}";
+    prop_oneof![1 => raw, 2 => clean.prop_map(String::from)]
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    action: &'static str,
+    tool: Option<String>,
+    instruction: String,
+}
+
+fn hostile_step() -> impl Strategy<Value = Step> {
+    (
+        prop::sample::select(vec!["change_input", "call_tool", "refresh_state"]),
+        prop::option::of(hostile_text(MAX_NAME_CHARS + 4)),
+        hostile_text(MAX_INSTRUCTION_CHARS + 4),
+    )
+        .prop_map(|(action, tool, instruction)| Step { action, tool, instruction })
+}
+
 proptest! {
+    #[test]
+    fn parsed_text_is_normalized_or_rejected(
+        message in hostile_text(MAX_MESSAGE_CHARS + 4),
+        steps in prop::option::of(prop::collection::vec(hostile_step(), 1..3)),
+        preserve in prop::collection::vec(hostile_text(MAX_NAME_CHARS + 4), 0..3),
+    ) {
+        // The document in wire order, so that a round trip can be compared byte for byte.
+        let js = |s: &str| serde_json::to_string(s).unwrap();
+        let mut doc = format!(
+            r#"{{"code":"PRECONDITION_FAILED","message":{},"retry":"with-changes","details":{{}}"#,
+            js(&message)
+        );
+        let mut valid = is_clean(&message, MAX_MESSAGE_CHARS);
+        if let Some(steps) = &steps {
+            let rendered: Vec<String> = steps
+                .iter()
+                .map(|s| {
+                    let tool = s.tool.as_deref().map(|t| format!(r#","tool":{}"#, js(t))).unwrap_or_default();
+                    format!(r#"{{"action":"{}"{tool},"instruction":{}}}"#, s.action, js(&s.instruction))
+                })
+                .collect();
+            doc.push_str(&format!(r#","repair":{{"steps":[{}]"#, rendered.join(",")));
+            if !preserve.is_empty() {
+                let names: Vec<String> = preserve.iter().map(|f| js(f)).collect();
+                doc.push_str(&format!(r#","preserve":[{}]"#, names.join(",")));
+            }
+            doc.push('}');
+            for s in steps {
+                valid &= is_clean(&s.instruction, MAX_INSTRUCTION_CHARS);
+                valid &= s.tool.as_deref().map_or(s.action != "call_tool", |t| is_clean(t, MAX_NAME_CHARS));
+            }
+            valid &= preserve.iter().all(|f| is_clean(f, MAX_NAME_CHARS));
+        }
+        doc.push('}');
+        match serde_json::from_str::<ErrorPayload>(&doc) {
+            Ok(p) => {
+                prop_assert!(valid, "accepted text that is not in normalized form: {}", doc);
+                prop_assert!(is_clean(p.message(), MAX_MESSAGE_CHARS));
+                if let Some(r) = p.repair() {
+                    for s in r.steps() {
+                        prop_assert!(is_clean(s.instruction(), MAX_INSTRUCTION_CHARS));
+                        prop_assert!(s.tool_name().is_none_or(|t| is_clean(t, MAX_NAME_CHARS)));
+                    }
+                    prop_assert!(r.preserved().iter().all(|f| is_clean(f, MAX_NAME_CHARS)));
+                }
+                prop_assert_eq!(p.to_wire_text(), doc);
+            }
+            Err(e) => prop_assert!(!valid, "rejected a valid payload: {}: {}", e, doc),
+        }
+    }
+
     #[test]
     fn fragments_are_bounded_and_clean(s in any::<String>()) {
         let t = SafeText::trusted(s);
         prop_assert!(t.as_str().chars().count() <= MAX_FRAGMENT_CHARS);
-        prop_assert!(!t.as_str().chars().any(char::is_control));
-        prop_assert_eq!(t.as_str().trim(), t.as_str());
+        prop_assert!(t.is_empty() || is_clean(t.as_str(), MAX_FRAGMENT_CHARS), "{:?}", t);
     }
 
     #[test]
