@@ -17,18 +17,28 @@
 //! extension members are the payload itself — `code`, `message`, `retry`, `details`, and any
 //! member core adds — serialized by core in wire order, so the payload's bytes are the ones MCP and
 //! the embedded toolset carry. `Retry-After` (seconds, rounded up) accompanies `retry:
-//! after-delay`. A request that never reached the pipeline is a **protocol fault**
-//! ([`wire::ProtocolFault`]): `400`, `404`, `405`, `413` or `415` with a problem of type
-//! `urn:agent-surface:protocol:{kind}` that has no `code` member. A client tells them apart by
-//! the `type` prefix (or by the presence of `code`), never by the status: `404` is both
-//! `CAPABILITY_NOT_FOUND` and an unknown route.
+//! after-delay`; a `401` always carries `WWW-Authenticate` (the authenticator's challenge, else
+//! `Bearer`). A request that never reached the pipeline (or whose answer the server failed to
+//! produce) is a **protocol fault** ([`wire::ProtocolFault`]): `400`, `403`, `404`, `405`, `408`,
+//! `413`, `415` or `500` with a problem of type `urn:agent-surface:protocol:{kind}` that has no
+//! `code` member. A client tells them apart by the `type` prefix (or by the presence of `code`),
+//! never by the status: `404` is both `CAPABILITY_NOT_FOUND` and an unknown route, `500` both
+//! `EXECUTION_FAILED` and the `internal` fault.
+//!
+//! **Requests.** The invoke body is `application/json` (one `Content-Type` field, `charset`
+//! `utf-8` if any, no content coding), at most [`HttpConfig::max_body_bytes`], arriving within
+//! [`HttpConfig::body_timeout`], one JSON object with no member name repeated in any object.
+//! Every route checks the host (the absolute-form target's authority, else the single `Host`
+//! header) against [`HttpConfig::allowed_hosts`].
 //!
 //! **Who calls.** An [`Authenticator`] (e.g. [`BearerTokens`]) turns headers into an identity;
 //! the consumer key is `http:{subject}:{session}` (signed in) or `http-anonymous:{session}`,
 //! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
 //! scopes idempotency, confirmations and rate limits.
 //!
-//! **Idempotency.** `Idempotency-Key` is the invocation id; when the body also has an
+//! **Idempotency.** `Idempotency-Key` (one field: a bare token of visible ASCII without `"`, or
+//! an RFC 8941 sf-string such as `"a\"b"`, decoded) is the invocation id; the decoded key and a
+//! body `invocationId` are 1 to 255 printable ASCII characters. When the body also has an
 //! `invocationId`, they must be equal (else a `400` protocol fault).
 //!
 //! See `docs/http.md` and the HTTP section of `spec/adapters.md`.
@@ -63,6 +73,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod json;
 mod router;
 pub mod wire;
 

@@ -1,17 +1,21 @@
 //! The axum router: `GET {prefix}/capabilities` and `POST {prefix}/invoke`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use http::uri::Authority;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{self, Authenticator};
+use crate::json::{self, Strict};
 use crate::wire::{self, JSON, PROBLEM_JSON, ProtocolFault};
 
 /// The header that carries the invocation id (draft-ietf-httpapi-idempotency-key-header).
@@ -23,17 +27,29 @@ pub const CONSUMER_HEADER: &str = "agent-surface-consumer";
 /// How the binding serves.
 #[derive(Clone)]
 pub struct HttpConfig {
-    /// Where the routes are mounted (`""` or `/api`: no trailing slash).
+    /// Where the routes are mounted: `""` (the root) or a path such as `/api`. [`router`]
+    /// normalizes it: a missing leading `/` is added and trailing slashes are trimmed, so `"api"`
+    /// and `"/api/"` both mean `/api`, and `"/"` means the root.
     pub prefix: String,
-    /// The largest request body, in bytes (default 1 MiB); a larger body is `413`.
+    /// The largest request body, in bytes (default 1 MiB); a larger body (or declared
+    /// `Content-Length`) is the `413` protocol fault `body-too-large`.
     pub max_body_bytes: usize,
+    /// How long reading the request body may take once the headers are in (default 30 s); a body
+    /// still incomplete then is the `408` protocol fault `request-timeout`.
+    pub body_timeout: Duration,
     /// The header naming the caller's session; see [`crate`] for the consumer key.
     pub consumer_header: HeaderName,
-    /// Turns headers into an identity; `None`: every caller is anonymous.
+    /// Turns headers into an identity; `None`: every caller is anonymous. A `401` carries the
+    /// authenticator's [`Authenticator::challenge`] as `WWW-Authenticate` — `Bearer` when there
+    /// is no authenticator or the challenge is not a valid header value, since RFC 9110 requires
+    /// a challenge on every `401`.
     pub authenticator: Option<Arc<dyn Authenticator>>,
-    /// Accepted `Host` names (the port is ignored); the default admits loopback only, which
-    /// protects a local server against DNS rebinding. Empty: any host. Another host is a `403`
-    /// protocol fault.
+    /// Accepted host names (the port is ignored); the default admits loopback only, which
+    /// protects a local server against DNS rebinding. Empty: any host. The host checked is the
+    /// authority of an absolute-form request target (`GET http://host/…`), else the `Host`
+    /// header. Every request is checked, unknown routes and wrong methods included: another host
+    /// is the `403` protocol fault `host-not-allowed`, and more than one `Host` field is the `400`
+    /// fault `invalid-header` (whatever this list holds).
     pub allowed_hosts: Vec<String>,
 }
 
@@ -42,6 +58,7 @@ impl Default for HttpConfig {
         HttpConfig {
             prefix: String::new(),
             max_body_bytes: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             consumer_header: HeaderName::from_static(CONSUMER_HEADER),
             authenticator: None,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
@@ -61,6 +78,7 @@ impl std::fmt::Debug for HttpConfig {
         f.debug_struct("HttpConfig")
             .field("prefix", &self.prefix)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_timeout", &self.body_timeout)
             .field("consumer_header", &self.consumer_header)
             .field("authenticator", &self.authenticator.is_some())
             .field("allowed_hosts", &self.allowed_hosts)
@@ -79,6 +97,12 @@ fn fault(fault: ProtocolFault) -> Response {
     (fault.status(), [(header::CONTENT_TYPE, PROBLEM_JSON)], fault.body()).into_response()
 }
 
+/// The `500` protocol fault `internal`; the cause goes to the operator log only.
+fn internal(what: &'static str, cause: &dyn std::fmt::Display) -> Response {
+    tracing::error!(target: "agent_surface::http", cause = %cause, "{what}");
+    fault(ProtocolFault::Internal)
+}
+
 fn method_not_allowed(allow: &'static str) -> MethodRouter<Shared> {
     MethodRouter::new().fallback(move || async move {
         let mut response = fault(ProtocolFault::MethodNotAllowed);
@@ -87,16 +111,28 @@ fn method_not_allowed(allow: &'static str) -> MethodRouter<Shared> {
     })
 }
 
+/// `prefix` with a leading `/` and no trailing one (`""` for the root).
+fn normalize_prefix(prefix: &str) -> String {
+    match prefix.trim_end_matches('/') {
+        "" => String::new(),
+        p if p.starts_with('/') => p.to_string(),
+        p => format!("/{p}"),
+    }
+}
+
 /// The binding's router for `registry`: `GET {prefix}/capabilities` answers the caller's
 /// snapshot, `POST {prefix}/invoke` runs one call. Every other path is a `404` protocol fault,
 /// every other method a `405` one.
-pub fn router(registry: Registry, config: HttpConfig) -> Router {
-    let prefix = config.prefix.trim_end_matches('/').to_string();
+pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
+    config.prefix = normalize_prefix(&config.prefix);
+    let prefix = config.prefix.clone();
     let state = Arc::new(AppState { registry, config });
     Router::new()
         .route(&format!("{prefix}/capabilities"), get(capabilities).merge(method_not_allowed("GET, HEAD")))
         .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")))
         .fallback(|| async { fault(ProtocolFault::NotFound) })
+        // After the routes and the fallback, so that it guards all of them.
+        .layer(middleware::from_fn_with_state(state.clone(), host_guard))
         .with_state(state)
 }
 
@@ -121,26 +157,39 @@ pub async fn serve(
     axum::serve(listener, router(registry, config)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
-/// Whether the `Host` header names an allowed host (port ignored).
-fn host_allowed(config: &HttpConfig, headers: &HeaderMap) -> bool {
-    if config.allowed_hosts.is_empty() {
-        return true;
+/// Refuses a request whose host is not allowed before any route sees it.
+async fn host_guard(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    match check_host(&state.config, request.uri(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(f) => {
+            tracing::debug!(target: "agent_surface::http", kind = f.kind(), "protocol fault");
+            fault(f)
+        }
     }
-    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-        return false;
+}
+
+/// Checks the request's host (port ignored): the authority of an absolute-form target, else the
+/// one `Host` header. Several `Host` fields are `invalid-header` (RFC 9112 §3.2).
+fn check_host(config: &HttpConfig, uri: &Uri, headers: &HeaderMap) -> Result<(), ProtocolFault> {
+    let mut fields = headers.get_all(header::HOST).iter();
+    let host = fields.next();
+    if fields.next().is_some() {
+        return Err(ProtocolFault::InvalidHeader);
+    }
+    if config.allowed_hosts.is_empty() {
+        return Ok(());
+    }
+    // RFC 9112 §3.2.2: with an absolute-form target, the target's authority is the host.
+    let authority = match uri.authority() {
+        Some(authority) => Some(authority.clone()),
+        None => host.and_then(|v| v.to_str().ok()).and_then(|h| h.parse::<Authority>().ok()),
     };
-    let name = match host.rfind(':') {
-        Some(i) if !host[i..].contains(']') => &host[..i],
-        _ => host,
-    };
-    config.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+    let allowed = authority.is_some_and(|a| config.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(a.host())));
+    if allowed { Ok(()) } else { Err(ProtocolFault::HostNotAllowed) }
 }
 
 /// The consumer of a request, or the fault its headers make.
 async fn consumer(state: &AppState, headers: &HeaderMap) -> Result<agent_surface_policy::Consumer, ProtocolFault> {
-    if !host_allowed(&state.config, headers) {
-        return Err(ProtocolFault::HostNotAllowed);
-    }
     let session = match headers.get(&state.config.consumer_header) {
         None => None,
         Some(v) => match v.to_str() {
@@ -165,60 +214,149 @@ async fn capabilities(State(state): State<Shared>, headers: HeaderMap) -> Respon
         Ok(body) => {
             (StatusCode::OK, [(header::CONTENT_TYPE, JSON), (header::CACHE_CONTROL, "no-store")], body).into_response()
         }
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Err(e) => internal("the snapshot could not be serialized", &e),
     }
 }
 
+/// Whether the body is declared as JSON: exactly one `Content-Type` field, essence
+/// `application/json`, and a `charset` parameter (if any) of `utf-8` (case-insensitive, quoted or
+/// not).
 fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let mut fields = headers.get_all(header::CONTENT_TYPE).iter();
+    let (Some(value), None) = (fields.next(), fields.next()) else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
     essence.eq_ignore_ascii_case(JSON)
+        && parts.all(|param| match param.split_once('=') {
+            Some((name, v)) if name.trim().eq_ignore_ascii_case("charset") => {
+                parameter_value(v.trim()).is_some_and(|c| c.eq_ignore_ascii_case("utf-8"))
+            }
+            _ => true,
+        })
 }
 
-/// The `Idempotency-Key` value: a bare token or a structured-field string (`"…"`), 1 to 255
-/// visible ASCII characters.
+/// A media-type parameter value: a token as is, or a quoted-string unquoted (RFC 9110 §5.6.4).
+fn parameter_value(v: &str) -> Option<String> {
+    let Some(quoted) = v.strip_prefix('"') else {
+        return Some(v.to_string());
+    };
+    let mut chars = quoted.strip_suffix('"')?.chars();
+    let mut out = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '"' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// Whether the body has no content coding: every `Content-Encoding` member is `identity`.
+fn identity_coding(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CONTENT_ENCODING).iter().all(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').map(str::trim).filter(|c| !c.is_empty()).all(|c| c.eq_ignore_ascii_case("identity"))
+        })
+    })
+}
+
+/// Whether `id` can be an invocation id on this binding: 1 to 255 printable ASCII characters
+/// (0x20–0x7E), as a decoded `Idempotency-Key` and a body `invocationId` must be.
+fn valid_invocation_id(id: &str) -> bool {
+    (1..=255).contains(&id.len()) && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
+/// The `Idempotency-Key` value, at most one field: a bare token (visible ASCII, no `"`) or an
+/// RFC 8941 sf-string (`"…"`, escapes `\"` and `\\` only, nothing after the closing quote),
+/// decoded to 1 to 255 printable ASCII characters.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ProtocolFault> {
-    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+    let mut fields = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = fields.next() else {
         return Ok(None);
     };
-    let raw = value.to_str().map_err(|_| ProtocolFault::InvalidHeader)?.trim();
-    let key = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')).unwrap_or(raw);
-    if (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) {
-        Ok(Some(key.to_string()))
+    if fields.next().is_some() {
+        return Err(ProtocolFault::InvalidHeader);
+    }
+    let raw = value.to_str().map_err(|_| ProtocolFault::InvalidHeader)?.trim_matches([' ', '\t']);
+    let key = if raw.starts_with('"') {
+        sf_string(raw).ok_or(ProtocolFault::InvalidHeader)?
+    } else if raw.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+        raw.to_string()
     } else {
-        Err(ProtocolFault::InvalidHeader)
+        return Err(ProtocolFault::InvalidHeader);
+    };
+    if valid_invocation_id(&key) { Ok(Some(key)) } else { Err(ProtocolFault::InvalidHeader) }
+}
+
+/// Decodes an RFC 8941 §3.3.3 sf-string that must make up all of `raw`.
+fn sf_string(raw: &str) -> Option<String> {
+    let mut bytes = raw.strip_prefix('"')?.bytes();
+    let mut out = String::new();
+    loop {
+        match bytes.next()? {
+            b'\\' => match bytes.next()? {
+                c @ (b'"' | b'\\') => out.push(char::from(c)),
+                _ => return None,
+            },
+            b'"' => return bytes.next().is_none().then_some(out),
+            c @ 0x20..=0x7e => out.push(char::from(c)),
+            _ => return None,
+        }
     }
 }
 
-async fn parse_request(headers: &HeaderMap, body: Body, max_body_bytes: usize) -> Result<InvokeRequest, ProtocolFault> {
-    if !is_json(headers) {
+/// Whether the body read failed on the size cap: http-body-util's `LengthLimitError` somewhere in
+/// the error's source chain.
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> Result<InvokeRequest, ProtocolFault> {
+    if !is_json(headers) || !identity_coding(headers) {
         return Err(ProtocolFault::UnsupportedMediaType);
     }
     // A declared length over the cap is refused before anything is read.
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max_body_bytes as u64) {
+    if declared.is_some_and(|n| n > config.max_body_bytes as u64) {
         return Err(ProtocolFault::BodyTooLarge);
     }
-    // Read only now, after the headers passed: at most `max_body_bytes`. A failure is the cap
-    // (http-body-util's `LengthLimitError`, "length limit exceeded") or a broken body.
-    let body: Bytes = axum::body::to_bytes(body, max_body_bytes).await.map_err(|e| {
-        if e.to_string().contains("length limit exceeded") {
-            ProtocolFault::BodyTooLarge
-        } else {
-            ProtocolFault::MalformedJson
-        }
-    })?;
+    let key = idempotency_key(headers)?;
+    // Read only now, after the headers passed: at most `max_body_bytes`, within `body_timeout`.
+    let read = tokio::time::timeout(config.body_timeout, axum::body::to_bytes(body, config.max_body_bytes));
+    let body: Bytes = match read.await {
+        Err(_) => return Err(ProtocolFault::RequestTimeout),
+        Ok(Err(e)) if is_length_limit(&e) => return Err(ProtocolFault::BodyTooLarge),
+        Ok(Err(_)) => return Err(ProtocolFault::MalformedJson),
+        Ok(Ok(body)) => body,
+    };
     // Two steps, so that the fault says which: not JSON at all (syntax, depth, encoding), or JSON
-    // that is not an invoke request.
-    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|_| ProtocolFault::MalformedJson)?;
+    // that is not an invoke request (including a member name repeated in one object).
+    let value = json::parse(&body).map_err(|e| match e {
+        Strict::Malformed => ProtocolFault::MalformedJson,
+        Strict::DuplicateMember => ProtocolFault::InvalidRequest,
+    })?;
     if !value.is_object() {
         // serde would read a struct from an array too; the wire shape is an object.
         return Err(ProtocolFault::InvalidRequest);
     }
     let mut request: InvokeRequest = serde_json::from_value(value).map_err(|_| ProtocolFault::InvalidRequest)?;
-    match (idempotency_key(headers)?, &request.invocation_id) {
+    if request.invocation_id.as_deref().is_some_and(|id| !valid_invocation_id(id)) {
+        return Err(ProtocolFault::InvalidRequest);
+    }
+    match (key, &request.invocation_id) {
         (Some(key), Some(id)) if &key != id => return Err(ProtocolFault::InvocationIdMismatch),
         (Some(key), _) => request.invocation_id = Some(key),
         (None, _) => {}
@@ -226,17 +364,24 @@ async fn parse_request(headers: &HeaderMap, body: Body, max_body_bytes: usize) -
     Ok(request)
 }
 
-async fn invoke(State(state): State<Shared>, request: axum::extract::Request) -> Response {
+/// The answer when the invoke task ended abnormally: the `internal` fault.
+fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
+    internal("the invoke task ended abnormally", &error)
+}
+
+async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
-    if !host_allowed(&state.config, &headers) {
-        return fault(ProtocolFault::HostNotAllowed);
-    }
-    let request = match parse_request(&headers, body, state.config.max_body_bytes).await {
+    let request = match parse_request(&headers, body, &state.config).await {
         Ok(r) => r,
         Err(f) => {
             tracing::debug!(target: "agent_surface::http", kind = f.kind(), "protocol fault");
-            return fault(f);
+            let mut response = fault(f);
+            if f == ProtocolFault::UnsupportedMediaType && !identity_coding(&headers) {
+                // RFC 9110 §12.5.3: say which content codings are acceptable.
+                response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            }
+            return response;
         }
     };
     let consumer = match consumer(&state, &headers).await {
@@ -252,7 +397,7 @@ async fn invoke(State(state): State<Shared>, request: axum::extract::Request) ->
     let options = InvokeOptions::new(consumer).with_cancellation(cancel);
     let result = match tokio::spawn(async move { registry.invoke(request, options).await }).await {
         Ok(result) => result,
-        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Err(e) => return invoke_task_failed(e),
     };
     let encoded = wire::encode(&result);
     let mut response = (encoded.status, [(header::CONTENT_TYPE, encoded.content_type)], encoded.body).into_response();
@@ -260,10 +405,46 @@ async fn invoke(State(state): State<Shared>, request: axum::extract::Request) ->
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     if encoded.status == StatusCode::UNAUTHORIZED {
-        let challenge = state.config.authenticator.as_ref().map_or("Bearer", |a| a.challenge());
-        if let Ok(v) = HeaderValue::from_str(challenge) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
+        // RFC 9110 §11.6.1: a 401 always carries a challenge.
+        let challenge = state
+            .config
+            .authenticator
+            .as_ref()
+            .and_then(|a| HeaderValue::from_str(a.challenge()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("Bearer"));
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_normalized() {
+        for (given, want) in [("", ""), ("/", ""), ("api", "/api"), ("/api/", "/api"), ("a/b//", "/a/b"), ("//", "")] {
+            assert_eq!(normalize_prefix(given), want, "{given:?}");
+        }
+    }
+
+    #[test]
+    fn sf_strings_decode_exactly() {
+        assert_eq!(sf_string(r#""a\"b""#).as_deref(), Some("a\"b"));
+        assert_eq!(sf_string(r#""a\\b""#).as_deref(), Some("a\\b"));
+        assert_eq!(sf_string(r#""a b""#).as_deref(), Some("a b"));
+        for bad in [r#"""#, r#""abc"#, r#""a\b""#, r#""a"b"#, r#""a" "#, r#""a\""#, "\"a\u{7f}\""] {
+            assert_eq!(sf_string(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_invoke_task_is_the_internal_fault() {
+        let error = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
+        let response = invoke_task_failed(error);
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(body, ProtocolFault::Internal.body());
+    }
 }

@@ -182,28 +182,38 @@ pub enum ProtocolFault {
     /// The body is not JSON (syntax error, truncated, nested deeper than the parser allows, or
     /// not UTF-8).
     MalformedJson,
-    /// The body is JSON but not an invoke request (wrong member types, unknown members, missing
-    /// `capability`).
+    /// The body is JSON but not an invoke request (not an object, wrong member types, unknown
+    /// members, missing `capability`, a member name repeated within one object at any depth, or
+    /// an `invocationId` that is not 1 to 255 printable ASCII characters).
     InvalidRequest,
     /// `Idempotency-Key` and the body's `invocationId` are both present and differ.
     InvocationIdMismatch,
-    /// A header the binding reads (`Idempotency-Key`, the consumer header) has an invalid value.
+    /// A header the binding reads has an invalid value: `Idempotency-Key` (not a valid key, or
+    /// sent more than once), the consumer header, or `Host` (sent more than once).
     InvalidHeader,
-    /// The body is not `application/json`.
+    /// The body is not `application/json` in UTF-8 without a content coding: another media
+    /// type, no or several `Content-Type` fields, a `charset` other than `utf-8`, or a
+    /// `Content-Encoding` other than `identity` (answered with `Accept-Encoding: identity`).
     UnsupportedMediaType,
-    /// The `Host` header is not in [`crate::HttpConfig::allowed_hosts`] (DNS-rebinding protection).
+    /// The request's host (the absolute-form target's authority, else `Host`) is not in
+    /// [`crate::HttpConfig::allowed_hosts`] (DNS-rebinding protection).
     HostNotAllowed,
     /// The body is larger than [`crate::HttpConfig::max_body_bytes`].
     BodyTooLarge,
+    /// The body did not arrive within [`crate::HttpConfig::body_timeout`].
+    RequestTimeout,
     /// No route at this path.
     NotFound,
     /// The route exists but not for this method.
     MethodNotAllowed,
+    /// The server failed while answering (the invoke task ended abnormally, or a snapshot could
+    /// not be serialized). Logged at error level; nothing of the cause is sent.
+    Internal,
 }
 
 impl ProtocolFault {
     /// Every kind, in declaration order.
-    pub const ALL: [ProtocolFault; 9] = [
+    pub const ALL: [ProtocolFault; 11] = [
         ProtocolFault::MalformedJson,
         ProtocolFault::InvalidRequest,
         ProtocolFault::InvocationIdMismatch,
@@ -211,8 +221,10 @@ impl ProtocolFault {
         ProtocolFault::UnsupportedMediaType,
         ProtocolFault::HostNotAllowed,
         ProtocolFault::BodyTooLarge,
+        ProtocolFault::RequestTimeout,
         ProtocolFault::NotFound,
         ProtocolFault::MethodNotAllowed,
+        ProtocolFault::Internal,
     ];
 
     /// (status, kind, title, detail).
@@ -228,7 +240,7 @@ impl ProtocolFault {
                 StatusCode::BAD_REQUEST,
                 "invalid-request",
                 "Invalid invoke request",
-                "The request body is not an invoke request. Send {\"capability\", \"input\"?, \"invocationId\"?, \"target\"?, \"surfaceId\"?, \"surfaceVersion\"?, \"confirmationId\"?} with those types and no other members.",
+                "The request body is not an invoke request. Send {\"capability\", \"input\"?, \"invocationId\"?, \"target\"?, \"surfaceId\"?, \"surfaceVersion\"?, \"confirmationId\"?} with those types, no other members and no member twice; an invocationId has 1 to 255 printable ASCII characters.",
             ),
             ProtocolFault::InvocationIdMismatch => (
                 StatusCode::BAD_REQUEST,
@@ -240,13 +252,13 @@ impl ProtocolFault {
                 StatusCode::BAD_REQUEST,
                 "invalid-header",
                 "Invalid header",
-                "A header has an invalid value. Idempotency-Key takes 1 to 255 visible ASCII characters; the consumer header takes 1 to 64 of [A-Za-z0-9._-].",
+                "A header has an invalid value or is repeated. Idempotency-Key (at most one) is a token of 1 to 255 visible ASCII characters or a structured-field string of 1 to 255 printable ASCII characters; the consumer header takes 1 to 64 of [A-Za-z0-9._-]; send one Host.",
             ),
             ProtocolFault::UnsupportedMediaType => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
-                "Send the request body as application/json.",
+                "Send the request body as application/json, in UTF-8, without a content coding.",
             ),
             ProtocolFault::HostNotAllowed => (
                 StatusCode::FORBIDDEN,
@@ -260,6 +272,12 @@ impl ProtocolFault {
                 "Request body too large",
                 "The request body is larger than this server accepts. Send a smaller input.",
             ),
+            ProtocolFault::RequestTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "request-timeout",
+                "Request timeout",
+                "The request body did not arrive in time. Send the whole body promptly.",
+            ),
             ProtocolFault::NotFound => (
                 StatusCode::NOT_FOUND,
                 "not-found",
@@ -271,6 +289,12 @@ impl ProtocolFault {
                 "method-not-allowed",
                 "Method not allowed",
                 "This route does not take this method; see the Allow header.",
+            ),
+            ProtocolFault::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "The server failed to answer this request. For an invoke, send it again with the same Idempotency-Key to learn its outcome.",
             ),
         }
     }
@@ -291,7 +315,7 @@ impl ProtocolFault {
     /// use agent_surface_http::wire::ProtocolFault;
     /// assert_eq!(
     ///     ProtocolFault::UnsupportedMediaType.body(),
-    ///     r#"{"type":"urn:agent-surface:protocol:unsupported-media-type","title":"Unsupported media type","status":415,"detail":"Send the request body as application/json."}"#
+    ///     r#"{"type":"urn:agent-surface:protocol:unsupported-media-type","title":"Unsupported media type","status":415,"detail":"Send the request body as application/json, in UTF-8, without a content coding."}"#
     /// );
     /// ```
     pub fn body(self) -> String {

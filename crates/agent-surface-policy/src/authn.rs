@@ -17,6 +17,10 @@ pub trait Authenticator: Send + Sync + 'static {
     fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>>;
 
     /// The `WWW-Authenticate` challenge sent with `401` (`NOT_AUTHENTICATED`).
+    ///
+    /// RFC 9110 §11.6.1 requires a challenge on every `401`, so an adapter sends `Bearer` when
+    /// no authenticator is configured, and falls back to `Bearer` when this value is not a valid
+    /// header value.
     fn challenge(&self) -> &str {
         "Bearer"
     }
@@ -24,6 +28,9 @@ pub trait Authenticator: Send + Sync + 'static {
 
 /// An [`Authenticator`] over a fixed table of bearer tokens (`Authorization: Bearer TOKEN`), for
 /// development and tests.
+///
+/// The scheme name is matched case-insensitively (RFC 9110 §11.1: `bearer TOKEN` and
+/// `BEARER TOKEN` are the same credentials); the token itself is compared exactly.
 ///
 /// ```
 /// use agent_surface_policy::{Authenticator, BearerTokens};
@@ -54,9 +61,17 @@ impl Authenticator for BearerTokens {
         let identity = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|token| self.tokens.get(token.trim()))
+            .and_then(bearer_token)
+            .and_then(|token| self.tokens.get(token))
             .cloned();
         Box::pin(std::future::ready(identity))
     }
+}
+
+/// The token of an `Authorization` value in the `Bearer` scheme (scheme name case-insensitive,
+/// RFC 9110 §11.1), or `None` for another scheme or no token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim_matches([' ', '\t']);
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }

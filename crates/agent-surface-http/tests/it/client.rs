@@ -68,6 +68,11 @@ pub(crate) async fn start(mut config: HttpConfig) -> Server {
         config.authenticator =
             Some(std::sync::Arc::new(BearerTokens::new([("t-sam", Identity::new("sam").with_role("support"))])));
     }
+    start_as_configured(config).await
+}
+
+/// Like [`start`], but `config` is used as given (no authenticator added).
+pub(crate) async fn start_as_configured(config: HttpConfig) -> Server {
     let registry = registry();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -128,7 +133,6 @@ async fn exchange(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Response {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     if !headers
         .iter()
@@ -142,11 +146,18 @@ async fn exchange(
     head.push_str("\r\n");
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body);
+    send_raw(addr, &bytes).await
+}
+
+/// Writes `bytes` as they are (the whole request, head and body), half-closes, and reads the
+/// response.
+pub(crate) async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Response {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     // The server may answer (413) before reading everything; a failed write is not the test's
     // business, the response is.
     let (mut read, mut write) = stream.split();
     let writer = async {
-        let _ = write.write_all(&bytes).await;
+        let _ = write.write_all(bytes).await;
         // Half-close: a server waiting for the rest of a declared body sees the end.
         let _ = write.shutdown().await;
     };
@@ -155,7 +166,12 @@ async fn exchange(
         let _ = read.read_to_end(&mut raw).await;
     };
     tokio::join!(writer, reader);
-    let text = String::from_utf8_lossy(&raw).to_string();
+    parse_response(&raw)
+}
+
+/// Parses a whole HTTP/1.1 response (no chunked decoding: the binding sends lengths).
+pub(crate) fn parse_response(raw: &[u8]) -> Response {
+    let text = String::from_utf8_lossy(raw).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response: {text:?}"));
     let mut lines = head.lines();
     let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();

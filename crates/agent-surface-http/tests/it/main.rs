@@ -4,3 +4,4 @@ mod client;
 mod conformance;
 mod hostile;
 mod routes;
+mod strict;

@@ -1,0 +1,20 @@
+//! `BearerTokens`: the `Authorization` scheme name is case-insensitive, the token is exact.
+
+use agent_surface_policy::{Authenticator, BearerTokens, Identity};
+
+async fn subject(auth: &BearerTokens, authorization: &str) -> Option<String> {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::AUTHORIZATION, authorization.parse().unwrap());
+    auth.authenticate(&headers).await.map(|i| i.subject)
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_matches_case_insensitively() {
+    let auth = BearerTokens::new([("t-x", Identity::new("x"))]);
+    for value in ["Bearer t-x", "bearer t-x", "BEARER t-x", "bEaReR t-x", "Bearer   t-x"] {
+        assert_eq!(subject(&auth, value).await.as_deref(), Some("x"), "{value}");
+    }
+    for value in ["Bearer T-X", "Basic t-x", "Bearert-x", "Bearer", "Bearer ", "t-x", "Bearer t-x2"] {
+        assert_eq!(subject(&auth, value).await, None, "{value}");
+    }
+}
