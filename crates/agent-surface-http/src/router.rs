@@ -311,37 +311,62 @@ fn sf_string(raw: &str) -> Option<String> {
     }
 }
 
-/// Whether the body read failed on the size cap: http-body-util's `LengthLimitError` somewhere in
-/// the error's source chain.
-fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        next = e.source();
+/// How much of a body over the cap is still read (and dropped) before the `413` goes out, as a
+/// multiple of the cap. A server that answers while the client is still sending and then closes
+/// the connection makes the kernel reset it, and the client may lose the answer; reading the rest
+/// of a moderately oversized body lets the `413` arrive. Past this much, the connection is
+/// closed.
+const DRAIN_FACTOR: usize = 4;
+
+/// Reads the body, keeping at most `max` bytes, within `timeout`. Over the cap (declared or
+/// counted), the rest is drained up to [`DRAIN_FACTOR`] × `max` more and the answer is
+/// `body-too-large`.
+async fn read_body(body: Body, declared: Option<u64>, max: usize, timeout: Duration) -> Result<Bytes, ProtocolFault> {
+    use http_body_util::BodyExt;
+    let drain_cap = max.saturating_mul(DRAIN_FACTOR).max(64 * 1024);
+    if declared.is_some_and(|n| n > (max as u64).saturating_add(drain_cap as u64)) {
+        // Far too large to be worth reading at all.
+        return Err(ProtocolFault::BodyTooLarge);
     }
-    false
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut body = body;
+    let mut kept = Vec::new();
+    let mut over = declared.is_some_and(|n| n > max as u64);
+    let mut drained = 0usize;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) if over => return Err(ProtocolFault::BodyTooLarge),
+            Err(_) => return Err(ProtocolFault::RequestTimeout),
+            Ok(None) => break,
+            Ok(Some(Err(_))) if over => return Err(ProtocolFault::BodyTooLarge),
+            Ok(Some(Err(_))) => return Err(ProtocolFault::MalformedJson),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        if !over && kept.len() + data.len() > max {
+            over = true;
+            kept = Vec::new();
+        }
+        if over {
+            drained = drained.saturating_add(data.len());
+            if drained > drain_cap {
+                return Err(ProtocolFault::BodyTooLarge);
+            }
+        } else {
+            kept.extend_from_slice(&data);
+        }
+    }
+    if over { Err(ProtocolFault::BodyTooLarge) } else { Ok(Bytes::from(kept)) }
 }
 
 async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> Result<InvokeRequest, ProtocolFault> {
     if !is_json(headers) || !identity_coding(headers) {
         return Err(ProtocolFault::UnsupportedMediaType);
     }
-    // A declared length over the cap is refused before anything is read.
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > config.max_body_bytes as u64) {
-        return Err(ProtocolFault::BodyTooLarge);
-    }
     let key = idempotency_key(headers)?;
     // Read only now, after the headers passed: at most `max_body_bytes`, within `body_timeout`.
-    let read = tokio::time::timeout(config.body_timeout, axum::body::to_bytes(body, config.max_body_bytes));
-    let body: Bytes = match read.await {
-        Err(_) => return Err(ProtocolFault::RequestTimeout),
-        Ok(Err(e)) if is_length_limit(&e) => return Err(ProtocolFault::BodyTooLarge),
-        Ok(Err(_)) => return Err(ProtocolFault::MalformedJson),
-        Ok(Ok(body)) => body,
-    };
+    let body = read_body(body, declared, config.max_body_bytes, config.body_timeout).await?;
     // Two steps, so that the fault says which: not JSON at all (syntax, depth, encoding), or JSON
     // that is not an invoke request (including a member name repeated in one object).
     let value = json::parse(&body).map_err(|e| match e {
