@@ -153,6 +153,12 @@ pub enum StoreError {
         /// The store's capacity.
         capacity: usize,
     },
+    /// The consumer holds its whole quota of records, all of them in flight.
+    #[error("this consumer's idempotency quota is full ({quota} records in flight)")]
+    ConsumerFull {
+        /// The per-consumer quota.
+        quota: usize,
+    },
     /// The backing service failed (for shared stores).
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),
@@ -211,18 +217,30 @@ pub struct MemoryStoreConfig {
     /// The most records (in flight and stored) held at once. Default 100 000. A capacity of 0
     /// admits nothing.
     pub capacity: usize,
+    /// The most records one consumer key holds at once. Default 10 000. A consumer at its quota
+    /// makes room by dropping *its own* oldest stored result, so one runaway or hostile consumer
+    /// cannot push other consumers' results out of the store (which would let their retries run
+    /// again). Consumers that share a key share the quota; see the adapters' consumer keys.
+    pub per_consumer: usize,
 }
 
 impl MemoryStoreConfig {
-    /// The default configuration with `capacity` records.
+    /// The default configuration with `capacity` records (and the per-consumer quota capped at
+    /// it).
     pub fn with_capacity(capacity: usize) -> Self {
-        MemoryStoreConfig { capacity }
+        MemoryStoreConfig { capacity, per_consumer: MemoryStoreConfig::default().per_consumer.min(capacity) }
+    }
+
+    /// This configuration with a per-consumer quota of `per_consumer` records.
+    pub fn with_per_consumer(mut self, per_consumer: usize) -> Self {
+        self.per_consumer = per_consumer;
+        self
     }
 }
 
 impl Default for MemoryStoreConfig {
     fn default() -> Self {
-        MemoryStoreConfig { capacity: 100_000 }
+        MemoryStoreConfig { capacity: 100_000, per_consumer: 10_000 }
     }
 }
 
@@ -235,10 +253,16 @@ impl Default for MemoryStoreConfig {
 /// oldest stored results (in the order they were settled). In-flight records are never evicted:
 /// if every record is in flight, admission fails with [`StoreError::Full`].
 ///
+/// Each consumer key holds at most [`MemoryStoreConfig::per_consumer`] records: a consumer at
+/// its quota makes room by dropping its own oldest stored result, and when all of its records are
+/// in flight its admission fails with [`StoreError::ConsumerFull`]. One consumer therefore never
+/// evicts another's results unless the store as a whole is full.
+///
 /// A leader that never settles keeps its record in flight, and its followers waiting, until the
 /// store is dropped; the registry settles on every path, including cancellation.
 pub struct MemoryIdempotencyStore {
     capacity: usize,
+    per_consumer: usize,
     inner: Mutex<Inner>,
 }
 
@@ -249,7 +273,16 @@ struct Inner {
     order: VecDeque<(Arc<IdempotencyKey>, u64)>,
     /// Stored results by (expiry, generation); exact (removed with the record).
     expiries: BTreeMap<(Timestamp, u64), Arc<IdempotencyKey>>,
+    /// Per consumer key: how many records it holds, and its stored results in settle order
+    /// (stale entries skipped, like `order`).
+    consumers: HashMap<String, Held>,
     next_generation: u64,
+}
+
+#[derive(Default)]
+struct Held {
+    count: usize,
+    order: VecDeque<(Arc<IdempotencyKey>, u64)>,
 }
 
 struct Entry {
@@ -267,10 +300,12 @@ impl MemoryIdempotencyStore {
     pub fn new(config: MemoryStoreConfig) -> Self {
         MemoryIdempotencyStore {
             capacity: config.capacity,
+            per_consumer: config.per_consumer,
             inner: Mutex::new(Inner {
                 records: HashMap::new(),
                 order: VecDeque::new(),
                 expiries: BTreeMap::new(),
+                consumers: HashMap::new(),
                 next_generation: 0,
             }),
         }
@@ -313,6 +348,12 @@ impl MemoryIdempotencyStore {
                 }
             });
         }
+        // The consumer's quota first: it makes room from its own results only.
+        while inner.consumers.get(&key.consumer_key).map_or(0, |h| h.count) >= self.per_consumer {
+            if !inner.evict_oldest_done_of(&key.consumer_key) {
+                return Err(StoreError::ConsumerFull { quota: self.per_consumer });
+            }
+        }
         while inner.records.len() >= self.capacity {
             if !inner.evict_oldest_done() {
                 return Err(StoreError::Full { capacity: self.capacity });
@@ -323,6 +364,7 @@ impl MemoryIdempotencyStore {
         inner
             .records
             .insert(Arc::new(key.clone()), Entry { generation, record: Record::InFlight { fingerprint, sender } });
+        inner.consumers.entry(key.consumer_key.clone()).or_default().count += 1;
         Ok(Admission::Leader)
     }
 
@@ -342,12 +384,23 @@ impl MemoryIdempotencyStore {
                 let generation = inner.next_generation();
                 inner.expiries.insert((expires_at, generation), Arc::clone(&shared_key));
                 inner.order.push_back((Arc::clone(&shared_key), generation));
+                inner
+                    .consumers
+                    .entry(shared_key.consumer_key.clone())
+                    .or_default()
+                    .order
+                    .push_back((Arc::clone(&shared_key), generation));
                 let record = Record::Done { fingerprint, result: result.clone(), expires_at };
+                let consumer = shared_key.consumer_key.clone();
                 inner.records.insert(shared_key, Entry { generation, record });
+                inner.compact_consumer_order(&consumer);
                 result
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
-            Settlement::Store { result, .. } | Settlement::Release { result } => result,
+            Settlement::Store { result, .. } | Settlement::Release { result } => {
+                inner.released(&shared_key.consumer_key);
+                result
+            }
         };
         inner.compact_order();
         drop(inner);
@@ -373,6 +426,7 @@ impl Inner {
             let key = entry.remove();
             if self.records.get(&key).is_some_and(|e| e.generation == generation) {
                 self.records.remove(&key);
+                self.released(&key.consumer_key);
             }
         }
         while let Some((key, generation)) = self.order.front() {
@@ -391,10 +445,50 @@ impl Inner {
             }
             if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
                 self.expiries.remove(&(expires_at, generation));
+                self.released(&key.consumer_key);
             }
             return true;
         }
         false
+    }
+
+    /// Evicts the stored result `consumer` settled longest ago; false when all of its records
+    /// are in flight.
+    fn evict_oldest_done_of(&mut self, consumer: &str) -> bool {
+        loop {
+            let Some((key, generation)) = self.consumers.get_mut(consumer).and_then(|h| h.order.pop_front()) else {
+                return false;
+            };
+            if !self.is_live_done(&key, generation) {
+                continue;
+            }
+            if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
+                self.expiries.remove(&(expires_at, generation));
+                self.released(consumer);
+            }
+            return true;
+        }
+    }
+
+    /// Counts one record of `consumer` gone; forgets the consumer when it holds none.
+    fn released(&mut self, consumer: &str) {
+        if let Some(held) = self.consumers.get_mut(consumer) {
+            held.count = held.count.saturating_sub(1);
+            if held.count == 0 {
+                self.consumers.remove(consumer);
+            }
+        }
+    }
+
+    /// Keeps a consumer's settle-order queue within a constant factor of its records.
+    fn compact_consumer_order(&mut self, consumer: &str) {
+        let Some(held) = self.consumers.get_mut(consumer) else { return };
+        if held.order.len() > 2 * held.count + 64 {
+            let records = &self.records;
+            held.order.retain(|(key, generation)| {
+                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if g == generation)
+            });
+        }
     }
 
     fn is_live_done(&self, key: &IdempotencyKey, generation: u64) -> bool {
@@ -494,5 +588,80 @@ mod tests {
             assert_eq!(inner.expiries.len(), inner.records.len());
         }
         assert_eq!(store.len(), 2);
+    }
+
+    fn leader(store: &MemoryIdempotencyStore, key: &IdempotencyKey, now: Timestamp) -> Result<Admission, StoreError> {
+        store.admit(key, Fingerprint::of(&serde_json::json!(1)), now).now_or_never().expect("ready")
+    }
+
+    fn store_result(store: &MemoryIdempotencyStore, key: &IdempotencyKey, now: Timestamp) {
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let result = InvokeResult::ok(serde_json::json!(key.invocation_id), None);
+        let settlement = Settlement::Store { result, expires_at: at(1_000_000) };
+        store.settle(key, fp, settlement, now).now_or_never().expect("ready").unwrap();
+    }
+
+    /// A consumer at its quota evicts its own oldest result, never another consumer's; with all
+    /// of its records in flight it is refused, and others are still admitted.
+    #[test]
+    fn one_consumer_cannot_push_out_anothers_results() {
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100).with_per_consumer(3));
+        let victim = IdempotencyKey::new("victim", "pay-1");
+        assert!(matches!(leader(&store, &victim, at(0)), Ok(Admission::Leader)));
+        store_result(&store, &victim, at(0));
+        for i in 0..50 {
+            let key = IdempotencyKey::new("flood", format!("k{i}"));
+            assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader)), "{i}");
+            store_result(&store, &key, at(1));
+        }
+        assert_eq!(store.len(), 4, "the flood holds its quota of 3, the victim its 1");
+        // The victim's retry is still a replay.
+        assert!(matches!(leader(&store, &victim, at(2)), Ok(Admission::Replay(_))));
+        // The flood's oldest went first: k47..k49 remain.
+        assert!(matches!(leader(&store, &IdempotencyKey::new("flood", "k49"), at(2)), Ok(Admission::Replay(_))));
+        assert!(matches!(leader(&store, &IdempotencyKey::new("flood", "k46"), at(2)), Ok(Admission::Leader)));
+
+        // All of a consumer's records in flight: refused; another consumer is admitted.
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100).with_per_consumer(2));
+        for i in 0..2 {
+            assert!(matches!(
+                leader(&store, &IdempotencyKey::new("busy", format!("k{i}")), at(0)),
+                Ok(Admission::Leader)
+            ));
+        }
+        assert_eq!(
+            leader(&store, &IdempotencyKey::new("busy", "k2"), at(0)).err(),
+            Some(StoreError::ConsumerFull { quota: 2 })
+        );
+        assert!(matches!(leader(&store, &IdempotencyKey::new("other", "k0"), at(0)), Ok(Admission::Leader)));
+    }
+
+    /// The per-consumer bookkeeping follows every way a record goes: expiry, release, eviction.
+    #[test]
+    fn consumer_counts_follow_every_removal() {
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(4).with_per_consumer(4));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        // Released (not cacheable).
+        let k = IdempotencyKey::new("a", "r");
+        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader)));
+        let release = Settlement::Release { result: InvokeResult::ok(serde_json::json!(1), None) };
+        store.settle(&k, fp, release, at(0)).now_or_never().unwrap().unwrap();
+        // Expired.
+        let k = IdempotencyKey::new("a", "e");
+        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader)));
+        let short = Settlement::Store { result: InvokeResult::ok(serde_json::json!(1), None), expires_at: at(5) };
+        store.settle(&k, fp, short, at(0)).now_or_never().unwrap().unwrap();
+        let _ = leader(&store, &IdempotencyKey::new("b", "sweep"), at(10));
+        // Evicted globally by other consumers.
+        for i in 0..6 {
+            let key = IdempotencyKey::new("c", format!("k{i}"));
+            if matches!(leader(&store, &key, at(11)), Ok(Admission::Leader)) {
+                store_result(&store, &key, at(11));
+            }
+        }
+        let inner = store.lock();
+        let counted: usize = inner.consumers.values().map(|h| h.count).sum();
+        assert_eq!(counted, inner.records.len());
+        assert!(!inner.consumers.contains_key("a"), "a consumer holding nothing is forgotten");
     }
 }
