@@ -276,6 +276,8 @@ struct Inner {
     /// Per consumer key: how many records it holds, and its stored results in settle order
     /// (stale entries skipped, like `order`).
     consumers: HashMap<String, Held>,
+    /// How many records are in flight.
+    in_flight: usize,
     next_generation: u64,
 }
 
@@ -306,6 +308,7 @@ impl MemoryIdempotencyStore {
                 order: VecDeque::new(),
                 expiries: BTreeMap::new(),
                 consumers: HashMap::new(),
+                in_flight: 0,
                 next_generation: 0,
             }),
         }
@@ -351,7 +354,13 @@ impl MemoryIdempotencyStore {
         // The consumer's quota first: it makes room from its own results only.
         while inner.consumers.get(&key.consumer_key).map_or(0, |h| h.count) >= self.per_consumer {
             if !inner.evict_oldest_done_of(&key.consumer_key) {
-                return Err(StoreError::ConsumerFull { quota: self.per_consumer });
+                // Report the store as full when it is (every record in flight): the quota is then
+                // not the reason.
+                return Err(if inner.records.len() >= self.capacity && inner.in_flight == inner.records.len() {
+                    StoreError::Full { capacity: self.capacity }
+                } else {
+                    StoreError::ConsumerFull { quota: self.per_consumer }
+                });
             }
         }
         while inner.records.len() >= self.capacity {
@@ -365,6 +374,7 @@ impl MemoryIdempotencyStore {
             .records
             .insert(Arc::new(key.clone()), Entry { generation, record: Record::InFlight { fingerprint, sender } });
         inner.consumers.entry(key.consumer_key.clone()).or_default().count += 1;
+        inner.in_flight += 1;
         Ok(Admission::Leader)
     }
 
@@ -372,7 +382,10 @@ impl MemoryIdempotencyStore {
         let mut inner = self.lock();
         let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return };
         let sender = match entry.record {
-            Record::InFlight { fingerprint: stored, sender } if stored == fingerprint => sender,
+            Record::InFlight { fingerprint: stored, sender } if stored == fingerprint => {
+                inner.in_flight -= 1;
+                sender
+            }
             record => {
                 // Not this leader's record: put it back untouched.
                 inner.records.insert(shared_key, Entry { generation: entry.generation, record });
@@ -662,6 +675,8 @@ mod tests {
         let inner = store.lock();
         let counted: usize = inner.consumers.values().map(|h| h.count).sum();
         assert_eq!(counted, inner.records.len());
+        let in_flight = inner.records.values().filter(|e| matches!(e.record, Record::InFlight { .. })).count();
+        assert_eq!(inner.in_flight, in_flight);
         assert!(!inner.consumers.contains_key("a"), "a consumer holding nothing is forgotten");
     }
 }
