@@ -373,7 +373,12 @@ impl MemoryIdempotencyStore {
         inner
             .records
             .insert(Arc::new(key.clone()), Entry { generation, record: Record::InFlight { fingerprint, sender } });
-        inner.consumers.entry(key.consumer_key.clone()).or_default().count += 1;
+        match inner.consumers.get_mut(&key.consumer_key) {
+            Some(held) => held.count += 1,
+            None => {
+                inner.consumers.insert(key.consumer_key.clone(), Held { count: 1, order: VecDeque::new() });
+            }
+        }
         inner.in_flight += 1;
         Ok(Admission::Leader)
     }
@@ -397,16 +402,13 @@ impl MemoryIdempotencyStore {
                 let generation = inner.next_generation();
                 inner.expiries.insert((expires_at, generation), Arc::clone(&shared_key));
                 inner.order.push_back((Arc::clone(&shared_key), generation));
-                inner
-                    .consumers
-                    .entry(shared_key.consumer_key.clone())
-                    .or_default()
-                    .order
-                    .push_back((Arc::clone(&shared_key), generation));
+                // The consumer holds this record (counted at admission), so its entry exists.
+                if let Some(held) = inner.consumers.get_mut(&shared_key.consumer_key) {
+                    held.order.push_back((Arc::clone(&shared_key), generation));
+                }
                 let record = Record::Done { fingerprint, result: result.clone(), expires_at };
-                let consumer = shared_key.consumer_key.clone();
-                inner.records.insert(shared_key, Entry { generation, record });
-                inner.compact_consumer_order(&consumer);
+                inner.records.insert(Arc::clone(&shared_key), Entry { generation, record });
+                inner.compact_consumer_order(&shared_key.consumer_key);
                 result
             }
             // Already expired, or not cacheable: the followers get it and the record goes.

@@ -1,7 +1,11 @@
 //! Live state: registrations, tombstones, the surface version.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The live state's maps: looked up on every call, so hashed with `foldhash` (fast, seeded) rather
+/// than SipHash. Their keys are registered by the application; agents only look names up.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use agent_surface_core::{SafeText, Timestamp};

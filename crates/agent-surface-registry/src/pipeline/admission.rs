@@ -27,7 +27,7 @@ pub(crate) enum Admitted {
     /// No invocation id: nothing to remember.
     Untracked,
     /// This call runs and must settle its record.
-    Leader(LeaderGuard),
+    Leader(Box<LeaderGuard>),
     /// Answered without running (replay or join).
     Answered(Invocation),
     /// Stopped in this phase.
@@ -74,16 +74,35 @@ pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
 }
 
 pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Admitted {
+    match precheck(inner, request, options) {
+        Some(admitted) => admitted,
+        // Boxed: the store's futures would otherwise enlarge the state machine of every call,
+        // including the untracked ones that never get here.
+        None => Box::pin(admit_tracked(inner, request, options)).await,
+    }
+}
+
+/// What admission decides without the store: a disposed registry or a cancelled call stops, a
+/// call without an invocation id is untracked; `None` for a call the store must admit.
+fn precheck(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Option<Admitted> {
     if inner.disposed.is_cancelled() {
-        return Admitted::Stopped(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "registry disposed"));
+        return Some(Admitted::Stopped(Stop::noted(
+            AgentSurfaceError::cancelled(),
+            Phase::Admission,
+            "registry disposed",
+        )));
     }
     if options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
-        return Admitted::Stopped(Stop::noted(
+        return Some(Admitted::Stopped(Stop::noted(
             AgentSurfaceError::cancelled(),
             Phase::Admission,
             "cancelled before admission",
-        ));
+        )));
     }
+    request.invocation_id.is_none().then_some(Admitted::Untracked)
+}
+
+async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Admitted {
     let Some(invocation_id) = &request.invocation_id else { return Admitted::Untracked };
     let key =
         IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };
@@ -92,14 +111,14 @@ pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: 
     let store = inner.config.idempotency.clone();
     let now = inner.config.clock.now();
     match store.admit(&key, fp, now).await {
-        Ok(Admission::Leader) => Admitted::Leader(LeaderGuard {
+        Ok(Admission::Leader) => Admitted::Leader(Box::new(LeaderGuard {
             may_have_run: Arc::default(),
             store,
             key: Some(key),
             fingerprint: fp,
             window: inner.config.idempotency_window,
             clock: inner.config.clock.clone(),
-        }),
+        })),
         Ok(Admission::Replay(result)) => Admitted::Answered(Invocation {
             result: result.with_invocation_id(Some(invocation_id.clone())),
             phase: None,

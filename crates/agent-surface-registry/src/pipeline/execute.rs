@@ -47,13 +47,28 @@ pub(crate) async fn run(
         Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
         Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
     };
-    let mut fut = std::pin::pin!(fut);
+    let mut fut = fut;
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
-    // (Polling with a no-op waker is sound: a pending future re-registers its waker when the
-    // `select!` below polls it again.)
+    // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
+    // polled again below.)
     if let Some(r) = (&mut fut).now_or_never() {
         return settle(r);
     }
+    // The waiting state (timer, watchers) is boxed, so that it does not enlarge the future of
+    // every call, most of which never get here.
+    Box::pin(wait(inner, def, reg, options, budget, tracked, fut)).await
+}
+
+/// The slow path of [`run`]: the handler's outcome, or the first interruption.
+async fn wait(
+    inner: &Arc<Inner>,
+    def: &CapabilityDef,
+    reg: &Registration,
+    options: &InvokeOptions,
+    budget: std::time::Duration,
+    tracked: bool,
+    fut: impl Future<Output = std::thread::Result<Result<Value, Failure>>> + Unpin,
+) -> Result<Value, Stop> {
     let caller = options.cancelled();
     let sleep = inner.config.clock.sleep(budget);
     // An interruption of a capability whose repetition could double an effect is reported as

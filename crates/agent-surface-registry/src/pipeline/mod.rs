@@ -69,7 +69,7 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
     Box::pin(run(registry, request, options)).instrument(span).await
 }
 
-async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {
     let inner = &registry.inner;
     let invocation_id = request.invocation_id.clone();
     // Phase 1: admission and idempotency.
@@ -89,19 +89,21 @@ async fn run(registry: &Registry, request: InvokeRequest, options: InvokeOptions
     // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
     // not harmless has started, so that dropping the call records an unknown outcome rather than
     // `CANCELLED`.
-    let may_have_run = leader.as_ref().map(admission::LeaderGuard::may_have_run);
-    let outcome = phases(registry, request, &options, may_have_run.as_deref()).await;
+    let may_have_run = leader.as_ref().map(|guard| guard.may_have_run());
+    let outcome = phases(registry, &mut request, &options, may_have_run.as_deref()).await;
     let invocation = record::finish(outcome, invocation_id);
-    // Phase 10: record.
+    // Phase 10: record (boxed, like admission: only tracked calls get here).
     if let Some(guard) = leader {
-        guard.settle(&invocation.result).await;
+        Box::pin(guard.settle(&invocation.result)).await;
     }
     invocation
 }
 
+/// Phases 2–9. The request is borrowed (its input is taken), so that the caller's future does not
+/// hold a second copy of it.
 async fn phases(
     registry: &Registry,
-    request: InvokeRequest,
+    request: &mut InvokeRequest,
     options: &InvokeOptions,
     may_have_run: Option<&std::sync::atomic::AtomicBool>,
 ) -> Outcome {
@@ -113,14 +115,20 @@ async fn phases(
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
-        resolve::resolve(&state, &inner.surface_id, &request, now).and_then(|resolved| {
+        resolve::resolve(&state, &inner.surface_id, request, now).and_then(|resolved| {
             availability::check(&state, &resolved.def)?;
             Ok(resolved)
         })
     };
-    // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden.
-    let resolve::Resolved { def, registration: reg } =
-        authority::check(inner, &options.consumer, &request, resolution).await?;
+    // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. The hook
+    // phases (4, 6, 7, 8b) are boxed, and only when they have work to do: their waiting state
+    // (policy futures, timers) would otherwise enlarge every call's state machine, whose size is
+    // a large part of the pipeline's cost.
+    let resolve::Resolved { def, registration: reg } = if inner.config.authority.is_some() {
+        Box::pin(authority::check(inner, &options.consumer, request, resolution)).await?
+    } else {
+        resolution?
+    };
     // Phase 5.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),
@@ -131,21 +139,27 @@ async fn phases(
         instance_state: reg.state.clone(),
         shared: inner.shared(),
     });
-    let prepared = input::prepare(inner, &def, &reg, request.input, &ctx)?;
+    let prepared = input::prepare(inner, &def, &reg, std::mem::take(&mut request.input), &ctx)?;
     // Phase 6.
-    let _permit = rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value).await?;
+    let _permit = if inner.config.rate_limiter.is_some() {
+        Box::pin(rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value)).await?
+    } else {
+        None
+    };
     // Phase 7.
-    let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
-    confirmation::check(
-        inner,
-        &options.consumer,
-        &def,
-        &reg,
-        &prepared.value,
-        summary,
-        request.confirmation_id.as_deref(),
-    )
-    .await?;
+    if inner.config.confirmation.is_some() || def.confirm.is_some() {
+        let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
+        Box::pin(confirmation::check(
+            inner,
+            &options.consumer,
+            &def,
+            &reg,
+            &prepared.value,
+            summary,
+            request.confirmation_id.as_deref(),
+        ))
+        .await?;
+    }
     // Phase 8.
     if let Some(flag) = may_have_run
         && !execute::outcome_is_harmless(&def)
@@ -154,7 +168,11 @@ async fn phases(
     }
     let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await?;
     // Phase 8b: the post-condition, if the capability declares one.
-    let output = verify::check(inner, &def, ctx, &prepared.value, output, options, tracked).await?;
+    let output = if def.verify.is_some() {
+        Box::pin(verify::check(inner, &def, ctx, &prepared.value, output, options, tracked)).await?
+    } else {
+        output
+    };
     // Phase 9.
     output::check(inner, &def, output)
 }

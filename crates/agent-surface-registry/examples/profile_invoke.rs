@@ -1,0 +1,84 @@
+//! A fixed number of calls for instruction-count profiling, which is steadier than wall-clock
+//! benchmarks on a shared machine. The per-call cost of a mode is the difference between two runs
+//! divided by the difference in calls:
+//!
+//! ```text
+//! cargo build --release -p agent-surface-registry --example profile_invoke
+//! for n in 1 2001; do
+//!   valgrind --tool=callgrind --callgrind-out-file=cg.$n target/release/examples/profile_invoke $n pipeline
+//! done
+//! ```
+//!
+//! Modes: `setup` (build and drop the requests only), `baseline` (what `benches/pipeline.rs`
+//! calls `handler_validation`), `pipeline` (`Registry::invoke` without an invocation id) and
+//! `tracked` (with a fresh invocation id per call).
+
+#![allow(missing_docs, clippy::print_stderr, clippy::unwrap_used, reason = "a profiling harness")]
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_policy::Consumer;
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+    note: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+fn add(i: Add) -> Sum {
+    Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
+        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked");
+        std::process::exit(2);
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = Registry::new(RegistryConfig::default());
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(add(i)) })
+    })
+    .unwrap();
+    let _m = r.mount("calc", "main").unwrap();
+    let schema = serde_json::to_value(schemars::schema_for!(Add)).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let consumer = InvokeOptions::new(Consumer::anonymous("profile"));
+    let value = json!({"a": 2, "b": 3, "note": "hi"});
+    let requests: Vec<_> = (0..n)
+        .map(|i| {
+            let request = InvokeRequest::new("calc.add", value.clone());
+            let request = if mode == "tracked" { request.with_invocation_id(format!("inv-{i}")) } else { request };
+            (request, consumer.clone())
+        })
+        .collect();
+    rt.block_on(async {
+        for (request, options) in requests {
+            match mode.as_str() {
+                "setup" => drop(std::hint::black_box((request, options))),
+                "baseline" => {
+                    let input = request.input;
+                    assert!(validator.is_valid(&input));
+                    let i = Add::deserialize(&input).unwrap();
+                    std::hint::black_box(serde_json::to_value(add(i)).unwrap());
+                }
+                _ => {
+                    std::hint::black_box(r.invoke(request, options).await);
+                }
+            }
+        }
+    });
+}
