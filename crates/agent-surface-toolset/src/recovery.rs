@@ -367,7 +367,14 @@ impl RecoveryDriver {
                 }
                 Next::Stop(Stop::Cancelled) => {
                     self.event(&intent, &result, "stop:cancelled");
-                    let result = cancelled(&intent.request);
+                    // Cancelled while deciding what to do next. A result that may have run the
+                    // handler, or says not to retry, is the truth and is kept: a synthesized
+                    // CANCELLED ("retry with a fresh invocationId") would invite a second run.
+                    let result = if may_have_executed(&payload) || payload.retry() == Retry::No {
+                        result
+                    } else {
+                        cancelled(&intent.request)
+                    };
                     return self.finish(intent, result, Stop::Cancelled);
                 }
                 Next::Stop(stop) => {

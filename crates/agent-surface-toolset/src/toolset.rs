@@ -249,10 +249,13 @@ impl Toolset {
     /// only a name and arguments. So when a call ends with `CONFIRMATION_REQUIRED` and the model
     /// later repeats the *same* call (same capability, same input up to key order), the toolset
     /// presents the confirmation id it relayed. Until the user decides, that answers the same
-    /// `CONFIRMATION_REQUIRED` (no second approval request); once approved, the call runs; once
-    /// denied or expired, the model gets `CONFIRMATION_INVALID`. Any answer other than
-    /// `CONFIRMATION_REQUIRED` settles the relayed id: it is never presented again. At most 64
-    /// relayed confirmations are remembered per toolset, the oldest forgotten first.
+    /// `CONFIRMATION_REQUIRED` (no second confirmation record); once approved, the call runs;
+    /// once denied, the model gets `CONFIRMATION_INVALID`; once expired, the recovery loop asks
+    /// for a fresh confirmation. An answer from a phase before the confirmation gate (the
+    /// capability not found, not available or ambiguous, a stale or unmounted target, a
+    /// conflicting invocation id) keeps the relayed id; any other answer settles it: it is never
+    /// presented again. At most 64 relayed confirmations are remembered per toolset, the oldest
+    /// forgotten first.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
             Ok(mut request) => {
@@ -282,9 +285,16 @@ impl Toolset {
         self.state().relayed.iter().find(|r| r.call == key).map(|r| r.confirmation_id.clone())
     }
 
-    /// Remembers a `CONFIRMATION_REQUIRED` for this call; forgets the call's id on any other
-    /// answer.
+    /// Remembers a `CONFIRMATION_REQUIRED` for this call. Keeps the call's id through an answer
+    /// that never gets as far as the confirmation gate (the call was not resolved, or its
+    /// invocation id conflicted): the user's approval still stands. Forgets it on any other answer,
+    /// which may have consumed it.
     fn settle_relayed(&self, key: CallKey, result: &InvokeResult) {
+        if let Some(payload) = result.error_payload()
+            && before_the_gate(payload)
+        {
+            return;
+        }
         let mut state = self.state();
         state.relayed.retain(|r| r.call != key);
         let Some(payload) = result.error_payload() else { return };
@@ -305,6 +315,20 @@ impl Toolset {
         let outcomes = futures_util::future::join_all(calls.iter().map(|c| self.call(c))).await;
         let messages = reply_messages(provider, outcomes.iter().map(|o| o.item.clone()).collect());
         Ok(Turn { outcomes, messages, relist: self.is_stale() })
+    }
+}
+
+/// Whether the pipeline produces this error only in a phase before the confirmation gate
+/// (admission, resolution, availability), so the evidence the call carried was not consumed.
+fn before_the_gate(payload: &agent_surface_core::ErrorPayload) -> bool {
+    match payload.code() {
+        ErrorCode::CapabilityNotFound
+        | ErrorCode::CapabilityNotAvailable
+        | ErrorCode::AmbiguousInstance
+        | ErrorCode::StaleCapability
+        | ErrorCode::InvocationConflict => true,
+        ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(serde_json::Value::as_str) == Some("resolve"),
+        _ => false,
     }
 }
 

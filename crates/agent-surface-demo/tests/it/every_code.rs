@@ -16,7 +16,8 @@
 //!   instance unmounted, the caller gone), each through the transport's own means of cancelling:
 //!   the toolset's cancellation token, MCP `notifications/cancelled`, an HTTP client that hangs
 //!   up. A cancelled MCP request and a dropped HTTP connection get no answer by definition, so the
-//!   caller asks again with the same invocation id and reads the recorded outcome.
+//!   caller asks again with the same invocation id and reads the recorded outcome. Abandoning a
+//!   write the same way gives `EXECUTION_FAILED {reason: outcome-unknown}` on every transport.
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -183,19 +184,25 @@ fn fixture() -> Fixture {
     let slow_probe = probe.clone();
     registry
         .define("slow", move |t| {
+            let hang = move |_c: Ctx, _: Nothing| {
+                let probe = slow_probe.clone();
+                async move {
+                    let _guard = EndGuard(probe.clone());
+                    probe.started.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                }
+            };
             t.capability("wait", "Wait for a slow lookup.")
                 .effect(Effect::Read)
                 .idempotent()
                 .time_budget(Duration::from_secs(2))
-                .handler(move |_c: Ctx, _: Nothing| {
-                    let probe = slow_probe.clone();
-                    async move {
-                        let _guard = EndGuard(probe.clone());
-                        probe.started.fetch_add(1, Ordering::SeqCst);
-                        std::future::pending::<()>().await;
-                        Ok::<_, AgentSurfaceError>(json!({}))
-                    }
-                })
+                .handler(hang.clone());
+            // A write that may commit before it is stopped: abandoned, it is an unknown outcome.
+            t.capability("write", "Write slowly.")
+                .effect(Effect::Write)
+                .time_budget(Duration::from_secs(2))
+                .handler(hang);
         })
         .unwrap();
     assert!(registry.disable("loyalty.redeem", "The loyalty programme opens on Monday."));
@@ -553,15 +560,16 @@ impl Transports {
         same(code, toolset, mcp, http)
     }
 
-    /// `slow.wait` started and then abandoned by its caller, each by its transport's own means;
+    /// `capability` started and then abandoned by its caller, each transport by its own means;
     /// then asked again under the same invocation id (the toolset gets its answer at once).
-    async fn cancelled(&self) -> Answers {
+    async fn abandoned(&self, capability: &'static str, code: ErrorCode) -> Answers {
+        let tag = capability.replace('.', "-");
         // The toolset: its cancellation token.
-        let c = call("slow.wait", json!({}));
+        let c = call(capability, json!({}));
         let n = self.f.probe.started.load(Ordering::SeqCst) + 1;
         let ts = toolset(&self.f, Who::Alice, false);
         let pending = {
-            let (ts, c) = (ts.clone(), c.clone().id("call_cancel"));
+            let (ts, c) = (ts.clone(), c.clone().id(&format!("call_cancel_{tag}")));
             tokio::spawn(async move { via_toolset(&ts, &c).await })
         };
         self.f.running(n).await;
@@ -570,7 +578,7 @@ impl Transports {
         self.f.idle().await;
 
         // MCP: `notifications/cancelled`; the request is never answered.
-        let c = call("slow.wait", json!({})).id("cancel-mcp");
+        let c = call(capability, json!({})).id(&format!("cancel-mcp-{tag}"));
         let n = self.f.probe.started.load(Ordering::SeqCst) + 1;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(mcp_params(&c)));
         let handle = self
@@ -586,7 +594,7 @@ impl Transports {
         let mcp = mcp_call(&self.mcp, &c).await;
 
         // HTTP: the client hangs up while the call runs.
-        let c = call("slow.wait", json!({})).id("cancel-http");
+        let c = call(capability, json!({})).id(&format!("cancel-http-{tag}"));
         let n = self.f.probe.started.load(Ordering::SeqCst) + 1;
         let mut stream = TcpStream::connect(&self.http).await.unwrap();
         stream.write_all(&http_request(&c)).await.unwrap();
@@ -594,7 +602,7 @@ impl Transports {
         drop(stream);
         self.f.idle().await;
         let http = http_call(&self.http, &c).await;
-        same(ErrorCode::Cancelled, toolset, mcp, http)
+        same(code, toolset, mcp, http)
     }
 }
 
@@ -647,7 +655,13 @@ async fn one_call_per_code_gives_the_same_payload_on_every_transport() {
         })
         .await,
     );
-    answers.push(t.cancelled().await);
+    answers.push(t.abandoned("slow.wait", ErrorCode::Cancelled).await);
+    // The same for a write: it may have committed, so every transport records an unknown outcome
+    // (retry `no`, reconcile under the same id), never `CANCELLED`.
+    let unknown = t.abandoned("slow.write", ErrorCode::ExecutionFailed).await;
+    let parsed: ErrorPayload = serde_json::from_str(&unknown.payload).unwrap();
+    assert_eq!(parsed.detail("reason"), Some(&json!("outcome-unknown")), "{}", unknown.payload);
+    answers.push(unknown);
 
     let codes: std::collections::BTreeSet<ErrorCode> = answers.iter().map(|a| a.code).collect();
     assert_eq!(codes.len(), ErrorCode::ALL.len(), "one call per code, every code: {codes:?}");

@@ -129,6 +129,12 @@ pub enum Review {
         /// Who approves.
         approver: Identity,
     },
+    /// The requesting user approved in person, through `channel` — a prompt the approver put in
+    /// front of them that the agent cannot drive (see [`ConfirmationEngine::approve_in_person`]).
+    ApproveInPerson {
+        /// The channel the person answered on, e.g. `"host-ui"`.
+        channel: String,
+    },
     /// `approver` denies; the call ends with `CONFIRMATION_INVALID {reason: denied}`.
     Deny {
         /// Who denies.
@@ -606,6 +612,7 @@ impl ConfirmationEngine {
     async fn apply_review(&self, id: &str, answer: Result<Review, crate::guard::Failure>) {
         let outcome = match answer {
             Ok(Review::Approve { approver }) => self.approve(id, &approver).await,
+            Ok(Review::ApproveInPerson { channel }) => self.approve_in_person(id, &channel).await,
             Ok(Review::Deny { approver }) => self.deny(id, &approver).await,
             Ok(Review::Defer) => Ok(()),
             Err(failure) => {

@@ -34,6 +34,19 @@ pub(crate) enum Admitted {
     Stopped(Stop),
 }
 
+/// How a follower that stopped waiting ends: `CANCELLED` when repeating the call is harmless (or
+/// it names no capability, so no handler can run), else an unknown outcome — the leader it joined
+/// may have committed, and "retry with a fresh invocationId" would run the action again. Its
+/// reconcile step (same id, same input) joins or replays the leader's result.
+fn stopped_follower(inner: &Inner, request: &InvokeRequest, note: &'static str) -> Stop {
+    let def = inner.read().capabilities.get(request.capability.as_str()).cloned();
+    let error = match def {
+        Some(def) if !super::execute::outcome_is_harmless(&def) => AgentSurfaceError::outcome_unknown(),
+        _ => AgentSurfaceError::cancelled(),
+    };
+    Stop::noted(error, Phase::Admission, note)
+}
+
 /// Invocation ids longer than this are stored by their SHA-256, so that an agent-chosen id cannot
 /// make a record arbitrarily large.
 pub(crate) const MAX_STORED_ID_BYTES: usize = 128;
@@ -113,6 +126,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
     match store.admit(&key, fp, now).await {
         Ok(Admission::Leader) => Admitted::Leader(Box::new(LeaderGuard {
             may_have_run: Arc::default(),
+            pending: None,
             store,
             key: Some(key),
             fingerprint: fp,
@@ -127,7 +141,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
         }),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
-            // waiting with CANCELLED (not stored — the leader's record is the leader's).
+            // waiting (not stored — the leader's record is the leader's).
             let caller = options.cancelled();
             tokio::select! {
                 result = wait => Admitted::Answered(Invocation {
@@ -136,14 +150,10 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
                     replayed: false,
                     joined: true,
                 }),
-                _ = caller => Admitted::Stopped(Stop::noted(
-                    AgentSurfaceError::cancelled(),
-                    Phase::Admission,
-                    "cancelled while joined to the call in flight",
-                )),
-                _ = inner.disposed.cancelled() => Admitted::Stopped(Stop::noted(
-                    AgentSurfaceError::cancelled(),
-                    Phase::Admission,
+                _ = caller => Admitted::Stopped(stopped_follower(inner, request, "cancelled while joined to the call in flight")),
+                _ = inner.disposed.cancelled() => Admitted::Stopped(stopped_follower(
+                    inner,
+                    request,
                     "registry disposed while joined to the call in flight",
                 )),
             }
@@ -168,6 +178,9 @@ pub(crate) struct LeaderGuard {
     /// Set once the handler of a capability whose interruption is not harmless has started: a
     /// dropped call then records `EXECUTION_FAILED {reason: outcome-unknown}`, not `CANCELLED`.
     may_have_run: Arc<AtomicBool>,
+    /// The settlement being written, once the call has its result: if the write is dropped
+    /// midway, `Drop` records this rather than a guess.
+    pending: Option<Settlement>,
     store: Arc<dyn IdempotencyStore>,
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
@@ -195,11 +208,13 @@ impl LeaderGuard {
         let now = self.clock.now();
         let settlement = self.settlement(result.clone(), now);
         // The key is given up only once the store has the result: if this future is dropped
-        // while the store is still writing, `Drop` settles the record (as CANCELLED) instead of
-        // leaving it in flight for ever.
+        // while the store is still writing, `Drop` settles the record with the same result
+        // instead of leaving it in flight for ever.
+        self.pending = Some(settlement.clone());
         match self.store.settle(key, self.fingerprint, settlement, now).await {
             Ok(()) => {
                 self.key = None;
+                self.pending = None;
             }
             Err(e) => {
                 self.key = None;
@@ -213,13 +228,18 @@ impl Drop for LeaderGuard {
     fn drop(&mut self) {
         let Some(key) = self.key.take() else { return };
         let now = self.clock.now();
-        let error = if self.may_have_run.load(Ordering::Acquire) {
-            AgentSurfaceError::outcome_unknown()
-        } else {
-            AgentSurfaceError::cancelled()
+        let settlement = match self.pending.take() {
+            Some(settlement) => settlement,
+            None => {
+                let error = if self.may_have_run.load(Ordering::Acquire) {
+                    AgentSurfaceError::outcome_unknown()
+                } else {
+                    AgentSurfaceError::cancelled()
+                };
+                let result = InvokeResult::error(error.into_payload(), Some(key.invocation_id.clone()));
+                self.settlement(result, now)
+            }
         };
-        let result = InvokeResult::error(error.into_payload(), Some(key.invocation_id.clone()));
-        let settlement = self.settlement(result, now);
         let (store, fp) = (self.store.clone(), self.fingerprint);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {

@@ -468,6 +468,16 @@ async fn wait_mode_refuses_self_approval_and_keeps_waiting() {
     assert_eq!(env.runs(), 0);
 }
 
+/// The requester approving in person (a prompt in the host's own interface) is accepted where
+/// the same person's ordinary approval is not.
+#[tokio::test]
+async fn wait_mode_takes_an_in_person_approval_from_the_requester() {
+    let env = wait_env(|_record| async { Ok(Review::ApproveInPerson { channel: "host-ui".into() }) });
+    let inv = env.invoke(refund(3), alice()).await;
+    assert_eq!(inv.result.output(), Some(&json!({"refunded": 3})), "{inv:?}");
+    assert_eq!(env.runs(), 1);
+}
+
 #[tokio::test]
 async fn wait_mode_takes_a_decision_through_the_host_api() {
     let ids = Arc::new(Mutex::new(Vec::new()));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, Retry, Timestamp};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, Timestamp};
 use agent_surface_policy::{CallInfo, RateDecision, RateLimiter};
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use futures_util::future::BoxFuture;
@@ -58,6 +58,9 @@ async fn a_hanging_rate_limiter_fails_closed_after_the_budget() {
     assert_eq!(p.detail("reason"), Some(&json!("queue-full")));
 }
 
+/// A duplicate joined to a call in flight stops when its own caller cancels: `CANCELLED` when the
+/// capability is read-only (repeating it is harmless), an unknown outcome for a write, whose
+/// leader may have committed ("retry with a fresh invocationId" would run it again).
 #[tokio::test]
 async fn a_joined_duplicate_honours_its_own_cancellation() {
     let clock = clock();
@@ -65,44 +68,59 @@ async fn a_joined_duplicate_honours_its_own_cancellation() {
     let r = Registry::new(config_with(&clock));
     let counter = runs.clone();
     r.define("slow", |t| {
-        t.capability("run", "Run slowly.").handler(move |_c: Ctx, _i: Value| {
+        let hang = move |_c: Ctx, _i: Value| {
             counter.fetch_add(1, Ordering::SeqCst);
             async move {
                 std::future::pending::<()>().await;
                 Ok::<_, AgentSurfaceError>(json!({}))
             }
-        });
+        };
+        t.capability("run", "Run slowly.").handler(hang.clone());
+        t.capability("peek", "Look slowly.").effect(Effect::Read).handler(hang);
     })
     .unwrap();
     let _m = r.mount("slow", "main").unwrap();
-    let leader = {
-        let r = r.clone();
-        tokio::spawn(
-            async move { r.invoke(call("slow.run", json!({})).with_invocation_id("same"), consumer("c")).await },
-        )
-    };
-    while clock.pending_sleeps() == 0 {
-        tokio::task::yield_now().await;
-    }
-    let token = CancellationToken::new();
-    let follower = {
-        let (r, token) = (r.clone(), token.clone());
-        tokio::spawn(async move {
-            r.invoke_detailed(
-                call("slow.run", json!({})).with_invocation_id("same"),
-                consumer("c").with_cancellation(token),
+    for (n, capability) in [(1, "slow.peek"), (2, "slow.run")] {
+        let id = format!("same-{n}");
+        let leader = {
+            let (r, id) = (r.clone(), id.clone());
+            tokio::spawn(
+                async move { r.invoke(call(capability, json!({})).with_invocation_id(id), consumer("c")).await },
             )
-            .await
-        })
-    };
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
+        };
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let token = CancellationToken::new();
+        let follower = {
+            let (r, token, id) = (r.clone(), token.clone(), id.clone());
+            tokio::spawn(async move {
+                r.invoke_detailed(
+                    call(capability, json!({})).with_invocation_id(id),
+                    consumer("c").with_cancellation(token),
+                )
+                .await
+            })
+        };
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        token.cancel();
+        let inv = tokio::time::timeout(Duration::from_secs(5), follower).await.expect("the follower stops").unwrap();
+        if capability == "slow.peek" {
+            assert_produced(&inv, ErrorCode::Cancelled, Phase::Admission);
+        } else {
+            let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+            assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+            assert_eq!(p.retry(), Retry::No);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), n, "the follower never runs the handler");
+        leader.abort();
+        let _ = leader.await;
+        while clock.pending_sleeps() > 0 {
+            tokio::task::yield_now().await;
+        }
     }
-    token.cancel();
-    let inv = tokio::time::timeout(Duration::from_secs(5), follower).await.expect("the follower stops").unwrap();
-    assert_produced(&inv, ErrorCode::Cancelled, Phase::Admission);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    leader.abort();
 }
 
 #[tokio::test]
@@ -120,4 +138,60 @@ async fn long_invocation_ids_work_and_stay_distinct() {
     let other =
         r.invoke_detailed(call("demo.echo", json!({"text": "y"})).with_invocation_id(long_b), consumer("c")).await;
     assert!(other.result.is_ok() && !other.replayed, "a different long id is a different key");
+}
+
+/// A store whose first `settle` never completes (a shared store that hangs), and says so.
+#[derive(Debug, Default)]
+struct StallingStore {
+    inner: agent_surface_policy::MemoryIdempotencyStore,
+    stalled: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+}
+
+impl agent_surface_policy::IdempotencyStore for StallingStore {
+    fn admit<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        fingerprint: agent_surface_policy::Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+        self.inner.admit(key, fingerprint, now)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        fingerprint: agent_surface_policy::Fingerprint,
+        settlement: agent_surface_policy::Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        if !self.stalled.swap(true, Ordering::SeqCst) {
+            self.entered.notify_one();
+            return Box::pin(std::future::pending());
+        }
+        self.inner.settle(key, fingerprint, settlement, now)
+    }
+}
+
+/// A call dropped while the store writes its result records that result, not a guess: the
+/// handler's output is replayed under the same id.
+#[tokio::test]
+async fn a_call_dropped_while_its_result_is_written_keeps_that_result() {
+    let store = Arc::new(StallingStore::default());
+    let config = RegistryConfig { idempotency: store.clone(), ..Default::default() };
+    let (r, _m) = echo_registry(config);
+    let request = || call("demo.echo", json!({"text": "kept"})).with_invocation_id("w-1");
+    let task = {
+        let r = r.clone();
+        tokio::spawn(async move { r.invoke(request(), consumer("c")).await })
+    };
+    store.entered.notified().await;
+    task.abort();
+    let _ = task.await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let again = r.invoke_detailed(request(), consumer("c")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(again.result.output(), Some(&json!({"text": "kept"})));
 }

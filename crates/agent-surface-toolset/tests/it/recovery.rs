@@ -555,3 +555,28 @@ fn a_later_plan_is_judged_on_its_own_steps() {
     assert_eq!(out.stop, Stop::ReturnedToCaller);
     assert_eq!(out.result.error_payload().unwrap().code(), ErrorCode::PreconditionFailed);
 }
+
+/// A host that is cancelled while it decides a repair step (its answer never comes).
+struct CancelledWhileDeciding(CancellationToken);
+
+impl RecoveryHost for CancelledWhileDeciding {
+    fn repair_step<'a>(&'a self, _: &'a InvokeRequest, _: &'a RepairStep) -> BoxFuture<'a, StepDecision> {
+        self.0.cancel();
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Cancelled while following the plan of a `no` error: the loop stops and hands back that error,
+/// not a synthesized `CANCELLED` whose "retry with a fresh invocationId" could run a committed
+/// action again.
+#[test]
+fn a_cancellation_while_following_a_plan_keeps_the_real_result() {
+    let clock = TestClock::auto_advancing();
+    let cancel = CancellationToken::new();
+    let fake = Fake::new(vec![denied_with_plan()], false);
+    let d = driver(&clock, Arc::new(CancelledWhileDeciding(cancel.clone())));
+    let out = futures_executor(d.run(&fake, request(), &cancel));
+    assert_eq!(out.stop, Stop::Cancelled);
+    assert_eq!(out.result.code(), Some(ErrorCode::NotAuthorized), "{out:?}");
+    assert_eq!(out.attempts, 1);
+}

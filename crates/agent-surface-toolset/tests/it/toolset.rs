@@ -237,6 +237,11 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
     let first = confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await);
     let again = confirmation_id(&call(r#"{"hard": true, "id": "n-1"}"#).await);
     assert_eq!(again, first, "the same call (keys in another order) presents the relayed id");
+    // An answer from before the gate (here: the capability disabled for a while) keeps it.
+    assert!(registry.disable("note.delete", "Maintenance."));
+    expect_error(&call(r#"{"id": "n-1", "hard": true}"#).await, ErrorCode::CapabilityNotAvailable);
+    assert!(registry.enable("note.delete"));
+    assert_eq!(confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await), first);
     // Another input is another call: its own confirmation.
     let other = confirmation_id(&call(r#"{"id": "n-2"}"#).await);
     assert_ne!(other, first);
