@@ -24,6 +24,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_surface_mcp::McpConfig;
+use agent_surface_mcp::confirm::EngineResolver;
 use agent_surface_mcp::http::{BearerTokens, HttpConfig};
 use agent_surface_policy::Identity;
 
@@ -121,7 +122,7 @@ async fn serve(options: Serve) -> Result<(), String> {
         instructions: Some(
             "A small shop. Every tool error is JSON {code, message, retry, details}: act on `retry`.".to_string(),
         ),
-        confirmations: Some(demo.confirmations.clone()),
+        confirmations: Some(Arc::new(EngineResolver::new(demo.confirmations.clone()))),
         identity: options.identity,
         ..Default::default()
     };

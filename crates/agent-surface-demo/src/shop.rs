@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use agent_surface_core::details::PreconditionDetails;
 use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::policy::{QuoteLimiter, ShopAuthority, ShopConfirmations};
+use crate::policy::{QuoteLimiter, ShopAuthority};
 
 /// An order id such as `A-1001`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -230,11 +231,11 @@ impl Default for ShopOptions {
     }
 }
 
-/// The shop: its registry (capabilities defined, instances mounted) and the confirmation gate,
-/// which the MCP adapter also uses to record approvals given through elicitation.
+/// The shop: its registry (capabilities defined, instances mounted) and the confirmation engine,
+/// in which the MCP adapter records approvals given through elicitation (`EngineResolver`).
 pub(crate) struct Demo {
     pub(crate) registry: Registry,
-    pub(crate) confirmations: Arc<ShopConfirmations>,
+    pub(crate) confirmations: Arc<ConfirmationEngine>,
     /// The `orders`, `refunds`, … instances; dropping them would unmount the shop.
     _mounts: Vec<Mount>,
 }
@@ -256,7 +257,9 @@ fn order_or_error(shop: &Shop, id: &OrderId) -> Result<Order, AgentSurfaceError>
 
 /// Builds the shop.
 pub(crate) fn build(options: ShopOptions) -> Demo {
-    let confirmations = Arc::new(ShopConfirmations::new(Duration::from_secs(300)));
+    // Two-phase by default; over MCP, a client that can elicit lets the person answer in place.
+    let confirmations =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { ttl: Duration::from_secs(300), ..Default::default() }));
     let registry = Registry::new(RegistryConfig {
         authority: Some(Arc::new(ShopAuthority)),
         rate_limiter: Some(Arc::new(QuoteLimiter::new(2, options.quote_refill))),
@@ -326,6 +329,8 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             "Cancel an order that has not shipped and refund it in full. Needs the user's approval.",
         )
         .effect(Effect::Destructive)
+        // The order id passed the input schema's pattern before the summary is rendered.
+        .confirm(|i: &GetOrder| format!("Cancel order {} and refund the customer in full.", i.order_id.0))
         .precondition(|ctx: &Ctx, i: &GetOrder| {
             let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
             if order.status != Status::Placed {

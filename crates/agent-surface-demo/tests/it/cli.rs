@@ -44,7 +44,14 @@ fn a_closed_stdout_is_an_io_error() {
 #[test]
 fn a_confirmation_id_from_another_run_is_unknown() {
     let out = crate::demo()
-        .args(["call", "orders.cancel", "--input", r#"{"orderId":"A-1001"}"#, "--confirmation-id", "cf-0001"])
+        .args([
+            "call",
+            "orders.cancel",
+            "--input",
+            r#"{"orderId":"A-1001"}"#,
+            "--confirmation-id",
+            "c-0123456789abcdef0123456789abcdef",
+        ])
         .args(["--json"])
         .output()
         .unwrap();
