@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{median_ns, runtime};
+use common::{Add, Sum, input, median_ns, runtime, sum};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,28 +24,11 @@ use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use criterion::{BatchSize, Criterion, criterion_group};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-#[derive(Deserialize, JsonSchema)]
-struct Add {
-    a: i64,
-    b: i64,
-    note: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Sum {
-    sum: i64,
-}
+use serde::Deserialize;
+use serde_json::json;
 
 async fn add(i: Add) -> Result<Sum, AgentSurfaceError> {
-    Ok(Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) })
-}
-
-fn input() -> Value {
-    json!({"a": 2, "b": 3, "note": "hi"})
+    Ok(sum(i))
 }
 
 /// A registry with `calc.add` plus `extra` filler capabilities (10 per type, tiny schemas).

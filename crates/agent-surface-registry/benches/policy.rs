@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{median_ns, runtime};
+use common::{Add, input, median_ns, runtime, sum};
 use std::hint::black_box;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
@@ -34,25 +34,8 @@ use agent_surface_policy::{
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Mount, Registry, RegistryConfig};
 use criterion::{BatchSize, Criterion, criterion_group};
 use futures_util::FutureExt;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-#[derive(Deserialize, JsonSchema)]
-struct Add {
-    a: i64,
-    b: i64,
-    note: Option<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-struct Sum {
-    sum: i64,
-}
-
-fn input() -> Value {
-    json!({"a": 2, "b": 3, "note": "hi"})
-}
+use serde_json::Value;
 
 /// A registry with `calc.add`, gated by a declared confirmation when `gated`.
 fn registry(config: RegistryConfig, gated: bool) -> (Registry, Mount) {
@@ -60,9 +43,7 @@ fn registry(config: RegistryConfig, gated: bool) -> (Registry, Mount) {
     r.define("calc", |t| {
         let c = t.capability("add", "Add two integers.").effect(Effect::Write);
         let c = if gated { c.confirm(|i: &Add| format!("Add {} and {}.", i.a, i.b)) } else { c };
-        c.handler(|_c: Ctx, i: Add| async move {
-            Ok::<_, AgentSurfaceError>(Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) })
-        })
+        c.handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(sum(i)) })
     })
     .expect("valid");
     let m = r.mount("calc", "main").expect("mount");

@@ -18,25 +18,12 @@
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde::Deserialize;
 
-#[derive(Deserialize, JsonSchema)]
-struct Add {
-    a: i64,
-    b: i64,
-    note: Option<String>,
-}
+#[path = "../benches/common/mod.rs"]
+mod common;
 
-#[derive(Serialize, JsonSchema)]
-struct Sum {
-    sum: i64,
-}
-
-fn add(i: Add) -> Sum {
-    Sum { sum: i.a + i.b + i.note.map_or(0, |n| n.len() as i64) }
-}
+use common::{Add, input, sum as add};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -57,7 +44,7 @@ fn main() {
     let schema = serde_json::to_value(schemars::schema_for!(Add)).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let consumer = InvokeOptions::new(Consumer::anonymous("profile"));
-    let value = json!({"a": 2, "b": 3, "note": "hi"});
+    let value = input();
     let requests: Vec<_> = (0..n)
         .map(|i| {
             let request = InvokeRequest::new("calc.add", value.clone());
