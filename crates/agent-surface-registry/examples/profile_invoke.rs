@@ -10,13 +10,14 @@
 //! ```
 //!
 //! Modes: `setup` (build and drop the requests only), `baseline` (what `benches/pipeline.rs`
-//! calls `handler_validation`), `pipeline` (`Registry::invoke` without an invocation id) and
-//! `tracked` (with a fresh invocation id per call).
+//! calls `handler_validation`), `pipeline` (`Registry::invoke` without an invocation id),
+//! `tracked` (with a fresh invocation id per call) and `authority` (`pipeline` with a `Policies`
+//! engine of two allowing policies).
 
 #![allow(missing_docs, clippy::print_stderr, clippy::unwrap_used, reason = "a profiling harness")]
 
 use agent_surface_core::{AgentSurfaceError, Effect};
-use agent_surface_policy::Consumer;
+use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer, FnPolicy, Policies};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use serde::Deserialize;
 
@@ -28,11 +29,18 @@ use common::{Add, input, sum as add};
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
-        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked");
+        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked|authority");
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let r = Registry::new(RegistryConfig::default());
+    let mut config = RegistryConfig::default();
+    if mode == "authority" {
+        let allow = |_: &CallInfo<'_>| Ok(AuthorityDecision::Allow);
+        let policies =
+            Policies::new().global(FnPolicy::new("allow-1", allow)).for_type("calc", FnPolicy::new("allow-2", allow));
+        config.authority = Some(std::sync::Arc::new(policies));
+    }
+    let r = Registry::new(config);
     r.define("calc", |t| {
         t.capability("add", "Add two integers.")
             .effect(Effect::Read)
