@@ -133,39 +133,44 @@ pub(crate) fn is_normalized(text: &str, max_chars: usize) -> bool {
     text.chars().count() <= max_chars && clean(text) == text
 }
 
-/// Format characters (general category `Cf`) render as nothing and can hide text from a reviewer
-/// or smuggle it to a model: bidi overrides and isolates, zero-width characters, the soft hyphen,
-/// interlinear annotation marks and the Unicode tag characters (U+E0000 block, "ASCII
-/// smuggling"). The ranges are every `Cf` code point of Unicode 15.0/16.0, enumerated because
-/// `std` has no category table.
+/// Characters that render as nothing and can hide text from a reviewer or smuggle it to a model:
+/// every format character (general category `Cf`: bidi overrides and isolates, zero-width
+/// characters, the soft hyphen, interlinear annotation marks, the Unicode tag characters of "ASCII
+/// smuggling") and every other default-ignorable code point (the combining grapheme joiner,
+/// variation selectors, Hangul fillers, Mongolian free variation selectors, the U+E0000 block).
+/// Enumerated (Unicode 15.1/16.0) because `std` has no property tables.
 pub(crate) const INVISIBLE_RANGES: &[(char, char)] = &[
     ('\u{00AD}', '\u{00AD}'),
+    ('\u{034F}', '\u{034F}'),
     ('\u{0600}', '\u{0605}'),
     ('\u{061C}', '\u{061C}'),
     ('\u{06DD}', '\u{06DD}'),
     ('\u{070F}', '\u{070F}'),
     ('\u{0890}', '\u{0891}'),
     ('\u{08E2}', '\u{08E2}'),
-    ('\u{180E}', '\u{180E}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180B}', '\u{180F}'),
     ('\u{200B}', '\u{200F}'),
     ('\u{202A}', '\u{202E}'),
-    ('\u{2060}', '\u{2064}'),
-    ('\u{2066}', '\u{206F}'),
+    ('\u{2060}', '\u{206F}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FE00}', '\u{FE0F}'),
     ('\u{FEFF}', '\u{FEFF}'),
-    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{FFA0}', '\u{FFA0}'),
+    ('\u{FFF0}', '\u{FFFB}'),
     ('\u{110BD}', '\u{110BD}'),
     ('\u{110CD}', '\u{110CD}'),
     ('\u{13430}', '\u{1343F}'),
     ('\u{1BCA0}', '\u{1BCA3}'),
     ('\u{1D173}', '\u{1D17A}'),
-    ('\u{E0001}', '\u{E0001}'),
-    ('\u{E0020}', '\u{E007F}'),
+    ('\u{E0000}', '\u{E0FFF}'),
 ];
 
-/// Whether `ch` is an invisible format character (general category `Cf`, see
+/// Whether `ch` is invisible: a format character or another default-ignorable code point (see
 /// [`INVISIBLE_RANGES`]).
 fn is_invisible(ch: char) -> bool {
-    // Every Cf code point is at or above U+00AD: plain ASCII text takes the fast path.
+    // Every listed code point is at or above U+00AD: plain ASCII text takes the fast path.
     ch >= '\u{00AD}' && INVISIBLE_RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&ch))
 }
 
@@ -196,33 +201,40 @@ mod tests {
         check("a\u{E0041}\u{E0042}b\u{E007F}", 10, "ab");
         check("a\u{00AD}b\u{061C}c\u{180E}d\u{FFF9}\u{FFFA}\u{FFFB}e", 10, "abcde");
         check("x\u{2028}y\u{85}z", 10, "x y z");
+        // Other default-ignorables: the combining grapheme joiner, a variation selector, a Hangul
+        // filler.
+        check("a\u{034F}b\u{FE0F}c\u{3164}d", 10, "abcd");
     }
 
-    /// The general category Cf code points of Unicode 15.0/16.0, listed independently of
-    /// `INVISIBLE_RANGES`: every one of them is dropped, and its neighbours outside the list are
-    /// kept.
+    /// The general category Cf code points and the other default-ignorable code points of
+    /// Unicode 15.1/16.0, listed independently of `INVISIBLE_RANGES`: every one of them is dropped,
+    /// and its neighbours outside the list are kept.
     const CF: &[(u32, u32)] = &[
         (0x00AD, 0x00AD),
+        (0x034F, 0x034F),
         (0x0600, 0x0605),
         (0x061C, 0x061C),
         (0x06DD, 0x06DD),
         (0x070F, 0x070F),
         (0x0890, 0x0891),
         (0x08E2, 0x08E2),
-        (0x180E, 0x180E),
+        (0x115F, 0x1160),
+        (0x17B4, 0x17B5),
+        (0x180B, 0x180F),
         (0x200B, 0x200F),
         (0x202A, 0x202E),
-        (0x2060, 0x2064),
-        (0x2066, 0x206F),
+        (0x2060, 0x206F),
+        (0x3164, 0x3164),
+        (0xFE00, 0xFE0F),
         (0xFEFF, 0xFEFF),
-        (0xFFF9, 0xFFFB),
+        (0xFFA0, 0xFFA0),
+        (0xFFF0, 0xFFFB),
         (0x110BD, 0x110BD),
         (0x110CD, 0x110CD),
         (0x13430, 0x1343F),
         (0x1BCA0, 0x1BCA3),
         (0x1D173, 0x1D17A),
-        (0xE0001, 0xE0001),
-        (0xE0020, 0xE007F),
+        (0xE0000, 0xE0FFF),
     ];
 
     #[test]
@@ -237,8 +249,8 @@ mod tests {
                 dropped += 1;
             }
         }
-        assert_eq!(dropped, 170);
-        // Nothing outside the list counts as invisible (the filter is exactly Cf).
+        assert_eq!(dropped, 4206);
+        // Nothing outside the list counts as invisible (the filter is exactly the list).
         for c in (0..=0x10FFFF).filter_map(char::from_u32) {
             assert_eq!(is_invisible(c), in_cf(c as u32), "U+{:04X}", c as u32);
         }
