@@ -293,8 +293,18 @@ struct Entry {
 }
 
 enum Record {
-    InFlight { fingerprint: Fingerprint, sender: watch::Sender<Option<InvokeResult>> },
-    Done { fingerprint: Fingerprint, result: InvokeResult, expires_at: Timestamp },
+    InFlight {
+        fingerprint: Fingerprint,
+        sender: watch::Sender<Option<InvokeResult>>,
+    },
+    Done {
+        fingerprint: Fingerprint,
+        result: InvokeResult,
+        expires_at: Timestamp,
+        /// An unknown outcome waiting to be reconciled: evicted after other results (see
+        /// [`MAX_SPARED`]).
+        spare: bool,
+    },
 }
 
 impl MemoryIdempotencyStore {
@@ -406,7 +416,12 @@ impl MemoryIdempotencyStore {
                 if let Some(held) = inner.consumers.get_mut(&shared_key.consumer_key) {
                     held.order.push_back((Arc::clone(&shared_key), generation));
                 }
-                let record = Record::Done { fingerprint, result: result.clone(), expires_at };
+                let record = Record::Done {
+                    fingerprint,
+                    spare: awaits_reconciliation(&result),
+                    result: result.clone(),
+                    expires_at,
+                };
                 inner.records.insert(Arc::clone(&shared_key), Entry { generation, record });
                 inner.compact_consumer_order(&shared_key.consumer_key);
                 result
@@ -452,10 +467,17 @@ impl Inner {
         }
     }
 
-    /// Evicts the stored result settled longest ago; false when every record is in flight.
+    /// Evicts the stored result settled longest ago, sparing unknown outcomes (up to
+    /// [`MAX_SPARED`] of them per eviction); false when every record is in flight.
     fn evict_oldest_done(&mut self) -> bool {
+        let mut spared = 0;
         while let Some((key, generation)) = self.order.pop_front() {
             if !self.is_live_done(&key, generation) {
+                continue;
+            }
+            if spared < MAX_SPARED && self.is_spared(&key) {
+                spared += 1;
+                self.order.push_back((key, generation));
                 continue;
             }
             if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
@@ -470,11 +492,19 @@ impl Inner {
     /// Evicts the stored result `consumer` settled longest ago; false when all of its records
     /// are in flight.
     fn evict_oldest_done_of(&mut self, consumer: &str) -> bool {
+        let mut spared = 0;
         loop {
             let Some((key, generation)) = self.consumers.get_mut(consumer).and_then(|h| h.order.pop_front()) else {
                 return false;
             };
             if !self.is_live_done(&key, generation) {
+                continue;
+            }
+            if spared < MAX_SPARED && self.is_spared(&key) {
+                spared += 1;
+                if let Some(held) = self.consumers.get_mut(consumer) {
+                    held.order.push_back((key, generation));
+                }
                 continue;
             }
             if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
@@ -506,6 +536,10 @@ impl Inner {
         }
     }
 
+    fn is_spared(&self, key: &IdempotencyKey) -> bool {
+        matches!(self.records.get(key), Some(Entry { record: Record::Done { spare: true, .. }, .. }))
+    }
+
     fn is_live_done(&self, key: &IdempotencyKey, generation: u64) -> bool {
         matches!(self.records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if *g == generation)
     }
@@ -520,6 +554,21 @@ impl Inner {
             });
         }
     }
+}
+
+/// How many unknown outcomes one eviction passes over (moving them to the back of the queue)
+/// before it takes the oldest result whatever it is. Bounded, so that a store full of unknown
+/// outcomes still makes room in constant time.
+const MAX_SPARED: usize = 16;
+
+/// Whether a stored result is an unknown outcome (`EXECUTION_FAILED {reason: outcome-unknown}`):
+/// the agent is told to reconcile under the same invocation id, which only this record can answer,
+/// so under pressure it is evicted after other results.
+fn awaits_reconciliation(result: &InvokeResult) -> bool {
+    result.error_payload().is_some_and(|p| {
+        p.code() == agent_surface_core::ErrorCode::ExecutionFailed
+            && p.detail("reason").and_then(serde_json::Value::as_str) == Some("outcome-unknown")
+    })
 }
 
 /// The future a follower awaits: the leader's result, or `CANCELLED` if the record vanished.
@@ -649,6 +698,33 @@ mod tests {
             Some(StoreError::ConsumerFull { quota: 2 })
         );
         assert!(matches!(leader(&store, &IdempotencyKey::new("other", "k0"), at(0)), Ok(Admission::Leader)));
+    }
+
+    /// Under pressure an unknown outcome, which a reconcile call needs, goes after other results.
+    #[test]
+    fn unknown_outcomes_are_evicted_last() {
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
+        for store in [
+            // The per-consumer quota makes room, then the global capacity does.
+            MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100).with_per_consumer(3)),
+            MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(3).with_per_consumer(100)),
+        ] {
+            let pending = IdempotencyKey::new("c", "pay-1");
+            assert!(matches!(leader(&store, &pending, at(0)), Ok(Admission::Leader)));
+            let settlement = Settlement::Store { result: unknown.clone(), expires_at: at(1_000_000) };
+            store.settle(&pending, fp, settlement, at(0)).now_or_never().unwrap().unwrap();
+            for i in 0..5 {
+                let key = IdempotencyKey::new("c", format!("k{i}"));
+                assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader)));
+                store_result(&store, &key, at(1));
+            }
+            assert_eq!(store.len(), 3);
+            assert!(
+                matches!(leader(&store, &pending, at(2)), Ok(Admission::Replay(r)) if r == unknown),
+                "the unknown outcome is still there to reconcile"
+            );
+        }
     }
 
     /// The per-consumer bookkeeping follows every way a record goes: expiry, release, eviction.
