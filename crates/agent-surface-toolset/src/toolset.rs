@@ -251,10 +251,11 @@ impl Toolset {
     /// presents the confirmation id it relayed. Until the user decides, that answers the same
     /// `CONFIRMATION_REQUIRED` (no second confirmation record); once approved, the call runs;
     /// once denied, the model gets `CONFIRMATION_INVALID`; once expired, the recovery loop asks
-    /// for a fresh confirmation. An answer from a phase before the confirmation gate (the
-    /// capability not found, not available or ambiguous, a stale or unmounted target, a
-    /// conflicting invocation id) keeps the relayed id; any other answer settles it: it is never
-    /// presented again. At most 64 relayed confirmations are remembered per toolset, the oldest
+    /// for a fresh confirmation. An answer from a phase before the confirmation gate that leaves
+    /// the target as it was (the capability not found or not available, a conflicting invocation
+    /// id, a stale surface version) keeps the relayed id; any other answer settles it — including
+    /// an unmounted, replaced or ambiguous target, since a confirmation is bound to its
+    /// registration: it is never presented again. At most 64 relayed confirmations are remembered per toolset, the oldest
     /// forgotten first.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
@@ -286,9 +287,9 @@ impl Toolset {
     }
 
     /// Remembers a `CONFIRMATION_REQUIRED` for this call. Keeps the call's id through an answer
-    /// that never gets as far as the confirmation gate (the call was not resolved, or its
-    /// invocation id conflicted): the user's approval still stands. Forgets it on any other answer,
-    /// which may have consumed it.
+    /// that stops before the confirmation gate and leaves the target as it was: the user's
+    /// approval still stands. Forgets it on any other answer, which may have consumed it or made
+    /// it unusable.
     fn settle_relayed(&self, key: CallKey, result: &InvokeResult) {
         if let Some(payload) = result.error_payload()
             && before_the_gate(payload)
@@ -318,16 +319,15 @@ impl Toolset {
     }
 }
 
-/// Whether the pipeline produces this error only in a phase before the confirmation gate
-/// (admission, resolution, availability), so the evidence the call carried was not consumed.
+/// Whether this error comes from a phase before the confirmation gate *and* leaves the call's
+/// registration as it was, so the evidence the call carried was neither consumed nor made
+/// unusable (a confirmation is bound to the registration and instance it was issued for).
 fn before_the_gate(payload: &agent_surface_core::ErrorPayload) -> bool {
     match payload.code() {
-        ErrorCode::CapabilityNotFound
-        | ErrorCode::CapabilityNotAvailable
-        | ErrorCode::AmbiguousInstance
-        | ErrorCode::StaleCapability
-        | ErrorCode::InvocationConflict => true,
-        ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(serde_json::Value::as_str) == Some("resolve"),
+        ErrorCode::CapabilityNotFound | ErrorCode::CapabilityNotAvailable | ErrorCode::InvocationConflict => true,
+        ErrorCode::StaleCapability => {
+            payload.detail("reason").and_then(serde_json::Value::as_str) == Some("surface-version-mismatch")
+        }
         _ => false,
     }
 }

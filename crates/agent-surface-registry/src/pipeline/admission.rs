@@ -34,17 +34,12 @@ pub(crate) enum Admitted {
     Stopped(Stop),
 }
 
-/// How a follower that stopped waiting ends: `CANCELLED` when repeating the call is harmless (or
-/// it names no capability, so no handler can run), else an unknown outcome — the leader it joined
-/// may have committed, and "retry with a fresh invocationId" would run the action again. Its
-/// reconcile step (same id, same input) joins or replays the leader's result.
-fn stopped_follower(inner: &Inner, request: &InvokeRequest, note: &'static str) -> Stop {
-    let def = inner.read().capabilities.get(request.capability.as_str()).cloned();
-    let error = match def {
-        Some(def) if !super::execute::outcome_is_harmless(&def) => AgentSurfaceError::outcome_unknown(),
-        _ => AgentSurfaceError::cancelled(),
-    };
-    Stop::noted(error, Phase::Admission, note)
+/// How a follower that stopped waiting ends: an unknown outcome. The leader it joined may have
+/// committed, and "retry with a fresh invocationId" (`CANCELLED`) would run the action again; its
+/// reconcile step (same id, same input) joins or replays the leader's result instead. The same
+/// answer whatever the capability, so that it reveals nothing about it before authority ran.
+fn stopped_follower(note: &'static str) -> Stop {
+    Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
 }
 
 /// Invocation ids longer than this are stored by their SHA-256, so that an agent-chosen id cannot
@@ -150,12 +145,10 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
                     replayed: false,
                     joined: true,
                 }),
-                _ = caller => Admitted::Stopped(stopped_follower(inner, request, "cancelled while joined to the call in flight")),
-                _ = inner.disposed.cancelled() => Admitted::Stopped(stopped_follower(
-                    inner,
-                    request,
-                    "registry disposed while joined to the call in flight",
-                )),
+                _ = caller => Admitted::Stopped(stopped_follower("cancelled while joined to the call in flight")),
+                _ = inner.disposed.cancelled() => {
+                    Admitted::Stopped(stopped_follower("registry disposed while joined to the call in flight"))
+                }
             }
         }
         Ok(Admission::Conflict { stored }) => Admitted::Stopped(Stop::noted(

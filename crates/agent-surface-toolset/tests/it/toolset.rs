@@ -259,3 +259,47 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
     assert_ne!(confirmation_id(&call(r#"{"id": "n-2"}"#).await), other);
     assert_eq!(runs.get(), 1);
 }
+
+/// A confirmation is bound to the registration it was issued for: once the target went away, the
+/// relayed id is dropped, and the repeat after a remount asks afresh instead of presenting
+/// evidence that can only be refused (`mismatch`, retry `no`).
+#[tokio::test]
+async fn a_relayed_confirmation_is_dropped_with_its_target() {
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
+
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    registry
+        .define("note", |t| {
+            t.capability("delete", "Delete a note.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Value| "Delete a note.")
+                .raw_handler(
+                    json!({"type": "object", "properties": {"id": {"type": "string"}}}),
+                    None,
+                    |_ctx: Ctx, _input: Value| async move { Ok::<_, AgentSurfaceError>(json!({"deleted": true})) },
+                );
+        })
+        .unwrap();
+    let mount = registry.mount("note", "main").unwrap();
+    let ts = Toolset::new(
+        registry.clone(),
+        Consumer::authenticated("c-1", Identity::new("alice")),
+        ToolsetConfig::default(),
+    );
+    let call = |n: usize| {
+        let response = openai_turn(&[(&format!("call_{n}"), "note-delete", r#"{"id": "n-1"}"#)]);
+        let ts = &ts;
+        async move { ts.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result }
+    };
+    let first = call(1).await;
+    let id = expect_error(&first, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().clone();
+    engine.approve(id.as_str().unwrap(), &Identity::new("manager")).await.unwrap();
+    drop(mount);
+    let gone = call(2).await;
+    assert!(gone.error_payload().is_some_and(|p| p.code() != ErrorCode::ConfirmationInvalid), "{gone:?}");
+    let _mount = registry.mount("note", "main").unwrap();
+    let again = call(3).await;
+    let fresh = expect_error(&again, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().clone();
+    assert_ne!(fresh, id, "a fresh confirmation for the new registration");
+}
