@@ -90,44 +90,6 @@ pub(crate) async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
 
-thread_local! {
-    static CAPTURE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Writes into the current thread's capture buffer, if a capture is running on this thread.
-struct ThreadWriter;
-
-impl std::io::Write for ThreadWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        CAPTURE.with(|c| {
-            if let Some(v) = c.borrow_mut().as_mut() {
-                v.extend_from_slice(buf);
-            }
-        });
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs `f` and returns what it wrote to the operator channel on this thread. (The same helper
-/// as `agent_surface_testing::capture_operator_log`, which this crate cannot depend on.) A global
-/// subscriber routes to per-thread buffers, because per-test `with_default` subscribers are
-/// unreliable when tests run in parallel.
-pub(crate) fn capture_operator_log<R>(f: impl FnOnce() -> R) -> (R, String) {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(|| ThreadWriter)
-            .with_ansi(false)
-            .finish();
-        let _ = tracing::subscriber::set_global_default(subscriber);
-    });
-    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
-    let result = f();
-    let bytes = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
-    (result, String::from_utf8_lossy(&bytes).into_owned())
-}
+/// The testing kit's capture of the operator channel (a dev-dependency: the kit depends on this
+/// crate's library, which integration tests share).
+pub(crate) use agent_surface_testing::capture_operator_log;
