@@ -477,8 +477,8 @@ async fn http_call(addr: &str, c: &Call) -> String {
     let raw = String::from_utf8(raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").expect("a complete HTTP response");
     let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
-    let at = body.find(",\"code\":").unwrap_or_else(|| panic!("not a capability error: {raw}"));
-    let payload = format!("{{{}", &body[at + 1..]);
+    assert!(body.contains(",\"code\":"), "not a capability error: {raw}");
+    let payload = crate::transports::http_payload(body);
     let parsed: ErrorPayload = serde_json::from_str(&payload).expect("the payload part parses");
     // The matrix's HTTP status analog for this payload.
     let expected = agent_surface_http::wire::encode(&InvokeResult::error(parsed.clone(), None)).status;

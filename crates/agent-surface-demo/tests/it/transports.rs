@@ -1,16 +1,14 @@
 //! One payload, every transport: the embedded toolset, MCP, HTTP and the CLI carry the same
 //! payload JSON bytes for the same result.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::Stdio;
-
 use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_toolset::{Arguments, Provider, ResultFormat, ToolCall, encode_result};
 use serde_json::{Value, json};
 
+use crate::served;
+
 /// The payload part of an HTTP problem body: `{` and everything from the `code` member on.
-fn http_payload(body: &str) -> String {
+pub(crate) fn http_payload(body: &str) -> String {
     let at = body.find(",\"code\":").unwrap_or_else(|| panic!("no code member: {body}"));
     format!("{{{}", &body[at + 1..])
 }
@@ -47,83 +45,12 @@ fn every_code_has_the_same_payload_bytes_on_every_transport() {
     assert_eq!(codes.len(), ErrorCode::ALL.len(), "every code is covered");
 }
 
-struct Served {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Served {
-    let mut child = crate::demo()
-        .args(["serve", "--http", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on http://").unwrap().strip_suffix("/mcp").unwrap().to_string();
-    Served { child, addr }
-}
-
-fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
-    (status, headers, body.to_string())
-}
-
-/// The JSON-RPC message of a JSON or SSE body.
-fn message(body: &str) -> Value {
-    if let Ok(v) = serde_json::from_str(body) {
-        return v;
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str(d.trim()).ok())
-        .next()
-        .unwrap()
-}
-
-fn mcp_session(addr: &str) -> String {
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
-    let (_, headers, _) = post(addr, "/mcp", &[], &init.to_string());
-    let session = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).unwrap().1.clone();
-    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post(addr, "/mcp", &[("Mcp-Session-Id", &session), ("MCP-Protocol-Version", "2025-11-25")], &done.to_string());
-    session
-}
-
 /// Real calls of the demo shop, each through MCP and HTTP (`serve --http`, `/mcp` and `/api`)
 /// and the CLI (`call --json`, its own process): the same payload bytes.
 #[test]
 fn demo_calls_carry_the_same_payload_over_mcp_http_and_cli() {
-    let server = serve();
-    let session = mcp_session(&server.addr);
+    let server = served::start(&[]);
+    let session = served::mcp_session(&server);
     let calls = [
         ("admin.nothing_here", json!({})),
         ("loyalty.redeem", json!({})),
@@ -136,19 +63,15 @@ fn demo_calls_carry_the_same_payload_over_mcp_http_and_cli() {
     for (i, (capability, input)) in calls.iter().enumerate() {
         // HTTP.
         let body = json!({"capability": capability, "input": input}).to_string();
-        let (status, _, http_body) = post(&server.addr, "/api/invoke", &[], &body);
-        assert_ne!(status, 200, "{capability}: {http_body}");
-        let http = http_payload(&http_body);
+        let r = served::post(&server.addr, "/api/invoke", "127.0.0.1", &[], &body);
+        assert_ne!(r.status, 200, "{capability}: {}", r.body);
+        let http = http_payload(&r.body);
         // MCP.
         let tool = capability.replace('.', "-");
         let call = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": {"name": tool, "arguments": input}});
-        let (_, _, mcp_body) = post(
-            &server.addr,
-            "/mcp",
-            &[("Mcp-Session-Id", &session), ("MCP-Protocol-Version", "2025-11-25")],
-            &call.to_string(),
-        );
-        let mcp = message(&mcp_body);
+        let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
+        let r = served::post(&server.addr, "/mcp", "127.0.0.1", &headers, &call.to_string());
+        let mcp = r.messages().into_iter().next().unwrap_or_else(|| panic!("no answer in {}", r.body));
         assert_eq!(mcp["result"]["isError"], true, "{capability}: {mcp}");
         let mcp = mcp["result"]["content"][0]["text"].as_str().unwrap().to_string();
         // CLI.

@@ -1,0 +1,102 @@
+//! `agent-surface-demo serve --http` as a child process, and a plain HTTP/1.1 client for it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// A running `serve --http 127.0.0.1:0`; killed on drop.
+pub(crate) struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub(crate) addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the demo's HTTP server with `args` added (e.g. `--token`), and waits for its address.
+pub(crate) fn start(args: &[&str]) -> Server {
+    let mut child = crate::demo()
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on http://").unwrap().strip_suffix("/mcp").unwrap().to_string();
+    Server { child, addr }
+}
+
+/// An HTTP response, read to the end.
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
+}
+
+impl Response {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC messages of a JSON or SSE body.
+    pub(crate) fn messages(&self) -> Vec<Value> {
+        if let Ok(v) = serde_json::from_str(&self.body) {
+            return vec![v];
+        }
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    }
+}
+
+/// `POST path` with JSON `body` to `addr`, `Host: host` and extra `headers`; one request per
+/// connection.
+pub(crate) fn post(addr: &str, path: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Response {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let _ = stream.write_all(body.as_bytes());
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    Response { status, headers, body: body.to_string() }
+}
+
+/// An initialized MCP session on `/mcp`: its `Mcp-Session-Id`.
+pub(crate) fn mcp_session(server: &Server) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw-http", "version": "0"}}});
+    let r = post(&server.addr, "/mcp", &server.addr, &[], &init.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").expect("a session id").to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
+    let r = post(&server.addr, "/mcp", &server.addr, &headers, &initialized.to_string());
+    assert!(r.status == 202 || r.status == 200, "{}", r.status);
+    session
+}
