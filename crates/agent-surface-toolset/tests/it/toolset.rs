@@ -190,11 +190,17 @@ async fn rendering_is_opt_in_and_keeps_the_payload() {
     assert_eq!(payload, turn.outcomes[0].result.error_payload().unwrap().to_json());
 }
 
-/// Two-phase confirmation through a model loop: the model can only repeat its call, so the
-/// toolset presents the confirmation id it relayed for that same call, with a real
-/// `ConfirmationEngine` deciding.
-#[tokio::test]
-async fn a_repeated_call_presents_the_relayed_confirmation() {
+/// `note.delete` behind the shipped `ConfirmationEngine` (counting its runs), and alice's toolset.
+struct Gated {
+    engine: Arc<agent_surface_policy::ConfirmationEngine>,
+    registry: Registry,
+    mount: Option<agent_surface_registry::Mount>,
+    runs: Counter,
+    toolset: Toolset,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+fn gated() -> Gated {
     use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
 
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
@@ -216,48 +222,58 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
                 );
         })
         .unwrap();
-    let _m = registry.mount("note", "main").unwrap();
-    let ts = Toolset::new(
-        registry.clone(),
-        Consumer::authenticated("c-1", Identity::new("alice")),
-        ToolsetConfig::default(),
-    );
-    let mut n = 0;
-    let mut call = |args: &str| {
-        n += 1;
+    let mount = Some(registry.mount("note", "main").unwrap());
+    let consumer = Consumer::authenticated("c-1", Identity::new("alice"));
+    let toolset = Toolset::new(registry.clone(), consumer, ToolsetConfig::default());
+    Gated { engine, registry, mount, runs, toolset, calls: Default::default() }
+}
+
+impl Gated {
+    /// One model turn calling `note-delete` with `args` (a fresh tool call id each time).
+    async fn call(&self, args: &str) -> agent_surface_core::InvokeResult {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let response = openai_turn(&[(&format!("call_{n}"), "note-delete", args)]);
-        let ts = &ts;
-        async move { ts.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result }
-    };
-    let confirmation_id = |r: &agent_surface_core::InvokeResult| {
-        expect_error(r, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().as_str().unwrap().to_string()
-    };
+        self.toolset.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result
+    }
+}
+
+fn confirmation_id(r: &agent_surface_core::InvokeResult) -> String {
+    expect_error(r, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().as_str().unwrap().to_string()
+}
+
+/// Two-phase confirmation through a model loop: the model can only repeat its call, so the
+/// toolset presents the confirmation id it relayed for that same call, with a real
+/// `ConfirmationEngine` deciding.
+#[tokio::test]
+async fn a_repeated_call_presents_the_relayed_confirmation() {
+    use agent_surface_policy::Identity;
+    let g = gated();
 
     // Asked again before the user decided: the same pending confirmation, not a second one.
-    let first = confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await);
-    let again = confirmation_id(&call(r#"{"hard": true, "id": "n-1"}"#).await);
+    let first = confirmation_id(&g.call(r#"{"id": "n-1", "hard": true}"#).await);
+    let again = confirmation_id(&g.call(r#"{"hard": true, "id": "n-1"}"#).await);
     assert_eq!(again, first, "the same call (keys in another order) presents the relayed id");
     // An answer from before the gate (here: the capability disabled for a while) keeps it.
-    assert!(registry.disable("note.delete", "Maintenance."));
-    expect_error(&call(r#"{"id": "n-1", "hard": true}"#).await, ErrorCode::CapabilityNotAvailable);
-    assert!(registry.enable("note.delete"));
-    assert_eq!(confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await), first);
+    assert!(g.registry.disable("note.delete", "Maintenance."));
+    expect_error(&g.call(r#"{"id": "n-1", "hard": true}"#).await, ErrorCode::CapabilityNotAvailable);
+    assert!(g.registry.enable("note.delete"));
+    assert_eq!(confirmation_id(&g.call(r#"{"id": "n-1", "hard": true}"#).await), first);
     // Another input is another call: its own confirmation.
-    let other = confirmation_id(&call(r#"{"id": "n-2"}"#).await);
+    let other = confirmation_id(&g.call(r#"{"id": "n-2"}"#).await);
     assert_ne!(other, first);
 
-    engine.approve(&first, &Identity::new("manager")).await.unwrap();
-    expect_ok(&call(r#"{"id": "n-1", "hard": true}"#).await);
-    assert_eq!(runs.get(), 1);
+    g.engine.approve(&first, &Identity::new("manager")).await.unwrap();
+    expect_ok(&g.call(r#"{"id": "n-1", "hard": true}"#).await);
+    assert_eq!(g.runs.get(), 1);
     // Settled: the next identical call starts a fresh cycle instead of presenting used evidence.
-    let next = confirmation_id(&call(r#"{"id": "n-1", "hard": true}"#).await);
+    let next = confirmation_id(&g.call(r#"{"id": "n-1", "hard": true}"#).await);
     assert_ne!(next, first);
 
-    engine.deny(&other, &Identity::new("manager")).await.unwrap();
-    let denied = call(r#"{"id": "n-2"}"#).await;
+    g.engine.deny(&other, &Identity::new("manager")).await.unwrap();
+    let denied = g.call(r#"{"id": "n-2"}"#).await;
     assert_eq!(expect_error(&denied, ErrorCode::ConfirmationInvalid).detail("reason"), Some(&json!("denied")));
-    assert_ne!(confirmation_id(&call(r#"{"id": "n-2"}"#).await), other);
-    assert_eq!(runs.get(), 1);
+    assert_ne!(confirmation_id(&g.call(r#"{"id": "n-2"}"#).await), other);
+    assert_eq!(g.runs.get(), 1);
 }
 
 /// A confirmation is bound to the registration it was issued for: once the target went away, the
@@ -265,41 +281,16 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
 /// evidence that can only be refused (`mismatch`, retry `no`).
 #[tokio::test]
 async fn a_relayed_confirmation_is_dropped_with_its_target() {
-    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
-
-    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
-    registry
-        .define("note", |t| {
-            t.capability("delete", "Delete a note.")
-                .effect(Effect::Destructive)
-                .confirm(|_: &Value| "Delete a note.")
-                .raw_handler(
-                    json!({"type": "object", "properties": {"id": {"type": "string"}}}),
-                    None,
-                    |_ctx: Ctx, _input: Value| async move { Ok::<_, AgentSurfaceError>(json!({"deleted": true})) },
-                );
-        })
-        .unwrap();
-    let mount = registry.mount("note", "main").unwrap();
-    let ts = Toolset::new(
-        registry.clone(),
-        Consumer::authenticated("c-1", Identity::new("alice")),
-        ToolsetConfig::default(),
-    );
-    let call = |n: usize| {
-        let response = openai_turn(&[(&format!("call_{n}"), "note-delete", r#"{"id": "n-1"}"#)]);
-        let ts = &ts;
-        async move { ts.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result }
-    };
-    let first = call(1).await;
-    let id = expect_error(&first, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().clone();
-    engine.approve(id.as_str().unwrap(), &Identity::new("manager")).await.unwrap();
-    drop(mount);
-    let gone = call(2).await;
+    use agent_surface_policy::Identity;
+    let mut g = gated();
+    let args = r#"{"id": "n-1"}"#;
+    let id = confirmation_id(&g.call(args).await);
+    g.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+    drop(g.mount.take());
+    let gone = g.call(args).await;
     assert!(gone.error_payload().is_some_and(|p| p.code() != ErrorCode::ConfirmationInvalid), "{gone:?}");
-    let _mount = registry.mount("note", "main").unwrap();
-    let again = call(3).await;
-    let fresh = expect_error(&again, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().clone();
+    g.mount = Some(g.registry.mount("note", "main").unwrap());
+    let fresh = confirmation_id(&g.call(args).await);
     assert_ne!(fresh, id, "a fresh confirmation for the new registration");
+    assert_eq!(g.runs.get(), 0);
 }
