@@ -260,15 +260,22 @@ impl Toolset {
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
             Ok(mut request) => {
-                let key = CallKey::of(&request);
+                // The call's key (a canonical serialization of its input) is only computed when a
+                // confirmation is relayed or comes back: most calls never need it.
+                let relaying = !self.state().relayed.is_empty();
+                let key = relaying.then(|| CallKey::of(&request));
                 if request.confirmation_id.is_none()
-                    && let Some(id) = self.relayed_for(key)
+                    && let Some(id) = key.and_then(|k| self.relayed_for(k))
                 {
                     request = request.with_confirmation(id);
                 }
                 let invoker = ToolsetInvoker { toolset: self };
                 let r = self.driver.run(&invoker, request, &self.cancellation).await;
-                self.settle_relayed(key, &r.result);
+                let required = r.result.code() == Some(ErrorCode::ConfirmationRequired);
+                if relaying || required {
+                    // The loop may retarget the request, never its capability or input.
+                    self.settle_relayed(key.unwrap_or_else(|| CallKey::of(&r.request)), &r.result);
+                }
                 (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
             }
             Err(result) => (result, 0, Stop::ReturnedToCaller, false, None),
