@@ -4,12 +4,17 @@
 use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, DefinitionErrorCode as Code, Effect};
-use agent_surface_registry::{Binding, Ctx, Registry, RegistryConfig, TypeBuilder};
+use agent_surface_registry::{Binding, CapabilityBuilder, Ctx, Registry, RegistryConfig, TypeBuilder};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+/// Finishes `c` with a handler that echoes its input, over the empty object schema.
+fn echo(c: CapabilityBuilder<'_, '_>) {
+    c.raw_handler(json!({"type": "object"}), None, |_c, v| async move { Ok(v) });
+}
+
 fn noop(t: &mut TypeBuilder<'_>, id: &str) {
-    t.capability(id, "Do nothing.").raw_handler(json!({"type": "object"}), None, |_c, v| async move { Ok(v) });
+    echo(t.capability(id, "Do nothing."));
 }
 
 #[track_caller]
@@ -33,22 +38,8 @@ fn invalid_ids() {
 
 #[test]
 fn invalid_definitions() {
-    check(
-        "orders",
-        |t| t.capability("x", "   ").raw_handler(json!({"type": "object"}), None, |_c, v| async move { Ok(v) }),
-        Code::InvalidDefinition,
-    );
-    check(
-        "orders",
-        |t| {
-            t.capability("x", "Do x.").meta(json!([1, 2])).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
-        Code::InvalidDefinition,
-    );
+    check("orders", |t| echo(t.capability("x", "   ")), Code::InvalidDefinition);
+    check("orders", |t| echo(t.capability("x", "Do x.").meta(json!([1, 2]))), Code::InvalidDefinition);
     check(
         "orders",
         |t| {
@@ -115,28 +106,8 @@ impl agent_surface_registry::Executor for NoExecutor {
 
 #[test]
 fn plane_violations() {
-    check(
-        "view",
-        |t| {
-            t.capability("x", "Delete it.").view().effect(Effect::Destructive).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
-        Code::PlaneViolation,
-    );
-    check(
-        "view",
-        |t| {
-            t.capability("x", "Mail it.").view().effect(Effect::External).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
-        Code::PlaneViolation,
-    );
+    check("view", |t| echo(t.capability("x", "Delete it.").view().effect(Effect::Destructive)), Code::PlaneViolation);
+    check("view", |t| echo(t.capability("x", "Mail it.").view().effect(Effect::External)), Code::PlaneViolation);
     check(
         "view",
         |t| {
@@ -174,37 +145,15 @@ fn duplicates_and_limits() {
     r.define("orders", |t| noop(t, "x")).unwrap();
     assert_eq!(r.define("orders", |t| noop(t, "y")).unwrap_err().code(), Code::DuplicateCapability);
 
+    check("orders", |t| echo(t.capability("x", &"d".repeat(2000))), Code::LimitExceeded);
     check(
         "orders",
-        |t| {
-            t.capability("x", &"d".repeat(2000)).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
+        |t| echo(t.capability("x", "Do x.").meta(json!({"blob": "m".repeat(10_000)}))),
         Code::LimitExceeded,
     );
     check(
         "orders",
-        |t| {
-            t.capability("x", "Do x.").meta(json!({"blob": "m".repeat(10_000)})).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
-        Code::LimitExceeded,
-    );
-    check(
-        "orders",
-        |t| {
-            t.capability("x", "Do x.").time_budget(Duration::from_secs(3600 * 24)).raw_handler(
-                json!({"type": "object"}),
-                None,
-                |_c, v| async move { Ok(v) },
-            )
-        },
+        |t| echo(t.capability("x", "Do x.").time_budget(Duration::from_secs(3600 * 24))),
         Code::LimitExceeded,
     );
     check(
