@@ -2,10 +2,13 @@
 
 use std::any::{Any, TypeId, type_name};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use agent_surface_policy::Consumer;
 use tokio_util::sync::CancellationToken;
+
+use crate::progress::{Progress, ProgressSink};
 
 /// Application state shared by every handler of a registry (see [`crate::Registry::provide`]).
 pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
@@ -31,6 +34,26 @@ struct CtxInner {
     shared: Arc<StateMap>,
     /// Created on first use: most handlers never ask for it.
     cancellation: OnceLock<CancellationToken>,
+    /// Where progress reports go, when the caller wants them.
+    progress: Option<Arc<ProgressState>>,
+    /// Set when the call has ended: later progress reports are dropped.
+    ended: AtomicBool,
+}
+
+/// The caller's progress sink and the last `done` passed to it (as `f64` bits; for finite
+/// non-negative numbers the bit patterns order like the numbers), shared by the handler's and
+/// the post-condition's contexts.
+pub(crate) struct ProgressState {
+    sink: Arc<dyn ProgressSink>,
+    last: AtomicU64,
+}
+
+impl ProgressState {
+    const NONE: u64 = u64::MAX;
+
+    pub(crate) fn new(sink: Arc<dyn ProgressSink>) -> Arc<ProgressState> {
+        Arc::new(ProgressState { sink, last: AtomicU64::new(Self::NONE) })
+    }
 }
 
 /// The fields a [`Ctx`] is built from.
@@ -42,6 +65,7 @@ pub(crate) struct CtxParts {
     pub(crate) registration_id: Arc<str>,
     pub(crate) instance_state: Option<Arc<dyn Any + Send + Sync>>,
     pub(crate) shared: Arc<StateMap>,
+    pub(crate) progress: Option<Arc<ProgressState>>,
 }
 
 impl Ctx {
@@ -56,6 +80,8 @@ impl Ctx {
                 instance_state: p.instance_state,
                 shared: p.shared,
                 cancellation: OnceLock::new(),
+                progress: p.progress,
+                ended: AtomicBool::new(false),
             }),
         }
     }
@@ -102,11 +128,13 @@ impl Ctx {
             registration_id: i.registration_id.clone(),
             instance_state: i.instance_state.clone(),
             shared: i.shared.clone(),
+            progress: i.progress.clone(),
         })
     }
 
     /// Fires the cancellation token if anyone asked for it (the call has ended).
     pub(crate) fn end(&self) {
+        self.inner.ended.store(true, Ordering::Release);
         if let Some(t) = self.inner.cancellation.get() {
             t.cancel();
         }
@@ -116,6 +144,51 @@ impl Ctx {
     /// post-condition) ends by, work it tied to `ctx.cancellation()` stops too.
     pub(crate) fn end_on_drop(&self) -> EndOnDrop {
         EndOnDrop(self.clone())
+    }
+
+    /// Reports progress to the caller: `done` units of work so far, of `total` when known, with an
+    /// optional short message for the person watching.
+    ///
+    /// Whether anyone sees it depends on the transport (MCP: `notifications/progress` when the
+    /// client asked with a progress token; the embedded toolset: its progress callback; the HTTP
+    /// binding: nobody). A report is dropped when `done` does not grow past the last one, when a
+    /// number is negative, not finite, or `done` exceeds `total`, and after the call ended; the
+    /// message loses control characters and is cut to
+    /// [`MAX_PROGRESS_MESSAGE_CHARS`](crate::MAX_PROGRESS_MESSAGE_CHARS). Never blocks, never fails.
+    ///
+    /// ```
+    /// # async fn handler(ctx: agent_surface_registry::Ctx) {
+    /// for (i, step) in ["fetch", "check", "write"].into_iter().enumerate() {
+    ///     ctx.progress(i as f64, Some(3.0), Some(step));
+    ///     // … the step's work …
+    /// }
+    /// # }
+    /// ```
+    pub fn progress(&self, done: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(state) = &self.inner.progress else { return };
+        if self.inner.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let report = Progress { done, total, message: message.map(str::to_string) };
+        if !report.is_valid() {
+            return;
+        }
+        // `+ 0.0` turns `-0.0` into `0.0`, whose bits order correctly.
+        let bits = (done + 0.0).to_bits();
+        let grew = state
+            .last
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                (last == ProgressState::NONE || bits > last).then_some(bits)
+            })
+            .is_ok();
+        if grew {
+            state.sink.report(report.clean());
+        }
+    }
+
+    /// Whether the caller receives progress reports (so a handler can skip preparing them).
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress.is_some()
     }
 
     /// The shared application state of type `T`, if the registry provides one.

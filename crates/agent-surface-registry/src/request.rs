@@ -1,5 +1,6 @@
 //! The invoke request, its options, and the detailed outcome.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{InvokeResult, Phase};
@@ -7,6 +8,8 @@ use agent_surface_policy::Consumer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::progress::ProgressSink;
 
 /// Which registration a call targets. Both members are optional; see `spec/invocation.md` for
 /// how each combination resolves.
@@ -103,8 +106,9 @@ impl InvokeRequest {
     }
 }
 
-/// How a call is made: by whom, under which cancellation, with which time budget.
-#[derive(Clone, Debug)]
+/// How a call is made: by whom, under which cancellation, with which time budget, and where
+/// its progress reports go.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct InvokeOptions {
     /// The caller.
@@ -113,12 +117,25 @@ pub struct InvokeOptions {
     pub cancellation: Option<CancellationToken>,
     /// Overrides the capability's time budget for this call.
     pub time_budget: Option<Duration>,
+    /// Receives the handler's [`Ctx::progress`](crate::Ctx::progress) reports; `None` drops them.
+    pub progress: Option<Arc<dyn ProgressSink>>,
+}
+
+impl std::fmt::Debug for InvokeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvokeOptions")
+            .field("consumer", &self.consumer)
+            .field("cancellation", &self.cancellation)
+            .field("time_budget", &self.time_budget)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 impl InvokeOptions {
     /// Options for `consumer`, with no cancellation and the capability's time budget.
     pub fn new(consumer: Consumer) -> InvokeOptions {
-        InvokeOptions { consumer, cancellation: None, time_budget: None }
+        InvokeOptions { consumer, cancellation: None, time_budget: None, progress: None }
     }
 
     /// The same options with a cancellation token.
@@ -133,6 +150,12 @@ impl InvokeOptions {
             Some(t) => t.cancelled().await,
             None => std::future::pending().await,
         }
+    }
+
+    /// The same options with a progress sink.
+    pub fn with_progress(mut self, sink: Arc<dyn ProgressSink>) -> InvokeOptions {
+        self.progress = Some(sink);
+        self
     }
 
     /// The same options with a time budget override.

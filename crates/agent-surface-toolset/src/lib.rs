@@ -88,4 +88,4 @@ pub use recovery::{
 };
 pub use results::{Rendering, ResultFormat, decode_result, encode_result, render_line, reply_messages};
 pub use schema::{gemini_schema, openai_strict_eligible, without_dialect};
-pub use toolset::{ToolOutcome, Toolset, ToolsetConfig, Turn};
+pub use toolset::{ProgressCallback, ToolOutcome, Toolset, ToolsetConfig, Turn};

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, InvokeResult, Retry};
 use agent_surface_policy::Consumer;
-use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
+use agent_surface_registry::{FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +30,14 @@ pub struct ToolsetConfig {
     pub host: Arc<dyn RecoveryHost>,
     /// A namespace for invocation ids, e.g. a conversation id (see [`crate::invocation_id`]).
     pub id_namespace: Option<String>,
+    /// Receives the progress reports of running calls (`Ctx::progress` in a handler), each with
+    /// the tool call it belongs to; `None` drops them. Called on the handler's task: queue the
+    /// report (e.g. into a channel to a UI) rather than block.
+    pub progress: Option<ProgressCallback>,
 }
+
+/// The toolset's progress callback: the tool call and one report of its progress.
+pub type ProgressCallback = Arc<dyn Fn(&ToolCall, Progress) + Send + Sync>;
 
 impl Default for ToolsetConfig {
     fn default() -> ToolsetConfig {
@@ -39,6 +46,7 @@ impl Default for ToolsetConfig {
             recovery: RecoveryConfig::default(),
             host: Arc::new(RelayToModel),
             id_namespace: None,
+            progress: None,
         }
     }
 }
@@ -49,6 +57,7 @@ impl fmt::Debug for ToolsetConfig {
             .field("results", &self.results)
             .field("recovery", &self.recovery)
             .field("id_namespace", &self.id_namespace)
+            .field("progress", &self.progress.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -269,7 +278,7 @@ impl Toolset {
                 {
                     request = request.with_confirmation(id);
                 }
-                let invoker = ToolsetInvoker { toolset: self };
+                let invoker = ToolsetInvoker { toolset: self, call };
                 let r = self.driver.run(&invoker, request, &self.cancellation).await;
                 let required = r.result.code() == Some(ErrorCode::ConfirmationRequired);
                 if relaying || required {
@@ -339,15 +348,20 @@ fn before_the_gate(payload: &agent_surface_core::ErrorPayload) -> bool {
     }
 }
 
-/// The toolset's [`Invoker`]: its consumer and cancellation.
+/// The toolset's [`Invoker`] for one tool call: its consumer, cancellation and progress callback.
 struct ToolsetInvoker<'a> {
     toolset: &'a Toolset,
+    call: &'a ToolCall,
 }
 
 impl Invoker for ToolsetInvoker<'_> {
     fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
-        let options =
+        let mut options =
             InvokeOptions::new(self.toolset.consumer.clone()).with_cancellation(self.toolset.cancellation.clone());
+        if let Some(callback) = &self.toolset.config.progress {
+            let (callback, call) = (callback.clone(), self.call.clone());
+            options = options.with_progress(Arc::new(FnProgress::new(move |p: Progress| callback(&call, p))));
+        }
         Box::pin(self.toolset.registry.invoke(request, options))
     }
 

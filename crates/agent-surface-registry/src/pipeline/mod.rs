@@ -138,6 +138,7 @@ async fn phases(
         registration_id: reg.registration_id.clone(),
         instance_state: reg.state.clone(),
         shared: inner.shared(),
+        progress: options.progress.clone().map(crate::ctx::ProgressState::new),
     });
     let prepared = input::prepare(inner, &def, &reg, std::mem::take(&mut request.input), &ctx)?;
     // Phase 6.

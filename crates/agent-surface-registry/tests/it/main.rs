@@ -8,6 +8,7 @@ mod confirmation;
 mod definitions;
 mod hostile;
 mod phases;
+mod progress;
 mod rate;
 mod robustness;
 mod surface;

@@ -294,3 +294,45 @@ async fn a_relayed_confirmation_is_dropped_with_its_target() {
     assert_ne!(fresh, id, "a fresh confirmation for the new registration");
     assert_eq!(g.runs.get(), 0);
 }
+
+#[tokio::test]
+async fn progress_reports_reach_the_callback_with_their_tool_call() {
+    let registry = Registry::new(RegistryConfig::default());
+    registry
+        .define("work", |t| {
+            t.capability("steps", "Work in three steps.").effect(Effect::Read).raw_handler(
+                json!({"type": "object", "properties": {}}),
+                None,
+                |ctx: Ctx, _input: Value| async move {
+                    for step in 1..=3 {
+                        ctx.progress(f64::from(step), Some(3.0), Some("working"));
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"done": true}))
+                },
+            )
+        })
+        .unwrap();
+    let _m = registry.mount("work", "main").unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let config = ToolsetConfig {
+        progress: Some(Arc::new({
+            let seen = seen.clone();
+            move |call: &agent_surface_toolset::ToolCall, p: agent_surface_registry::Progress| {
+                seen.lock().unwrap().push((call.call_id.clone(), p.done, p.total));
+            }
+        })),
+        ..Default::default()
+    };
+    let ts = Toolset::new(registry.clone(), Consumer::anonymous("c-1"), config);
+    let turn = ts.handle(Provider::OpenAiChat, &openai_turn(&[("call_p", "work-steps", "{}")])).await.unwrap();
+    assert!(turn.outcomes[0].result.is_ok());
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            ("call_p".to_string(), 1.0, Some(3.0)),
+            ("call_p".to_string(), 2.0, Some(3.0)),
+            ("call_p".to_string(), 3.0, Some(3.0))
+        ]
+    );
+}
