@@ -51,6 +51,41 @@ impl Timestamp {
     pub fn to_rfc3339(self) -> String {
         self.to_string()
     }
+
+    /// Parses the exact form [`Timestamp::to_rfc3339`] writes (`YYYY-MM-DDTHH:MM:SS.mmmZ`, UTC);
+    /// `None` for anything else, including other valid RFC 3339 spellings.
+    ///
+    /// ```
+    /// use agent_surface_core::Timestamp;
+    /// let t = Timestamp::from_unix_millis(1_795_957_500_123);
+    /// assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
+    /// assert_eq!(Timestamp::parse_rfc3339("2026-11-29T13:05:00Z"), None);
+    /// ```
+    pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+        let b = text.as_bytes();
+        let shape = b.len() == 24
+            && [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (23, b'Z')]
+                .iter()
+                .all(|&(i, c)| b[i] == c);
+        if !shape {
+            return None;
+        }
+        let num = |from: usize, to: usize| -> Option<u64> {
+            let digits = &b[from..to];
+            digits.iter().all(u8::is_ascii_digit).then(|| digits.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+        };
+        let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+        let (hh, mm, ss, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+        if y < 1970 || !(1..=12).contains(&m) || d == 0 || hh > 23 || mm > 59 || ss > 59 {
+            return None;
+        }
+        let days = days_from_civil(y, m, d);
+        // A day past the month's end would roll into the next month: refuse it.
+        if civil_from_days(days) != (y, m, d) {
+            return None;
+        }
+        Some(Timestamp::from_unix_millis(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms))
+    }
 }
 
 impl fmt::Display for Timestamp {
@@ -80,6 +115,18 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// A proleptic Gregorian date (year ≥ 1970) to days since 1970-01-01 (Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +145,26 @@ mod tests {
         check(u64::MAX, "9999-12-31T23:59:59.999Z");
         assert_eq!(Timestamp::from_unix_millis(0).saturating_add(Duration::MAX), Timestamp::MAX);
         assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn parses_what_it_writes_and_nothing_else() {
+        for ms in [0, 951_782_400_000, 1_709_164_800_000, 1_795_957_500_123, 4_102_444_799_999, Timestamp::MAX.0] {
+            let t = Timestamp::from_unix_millis(ms);
+            assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t), "{ms}");
+        }
+        for bad in [
+            "2026-02-30T00:00:00.000Z",
+            "2025-02-29T00:00:00.000Z",
+            "2026-13-01T00:00:00.000Z",
+            "2026-01-01T24:00:00.000Z",
+            "1969-12-31T23:59:59.999Z",
+            "2026-01-01T00:00:00.000+00:00",
+            "2026-01-01 00:00:00.000Z",
+            "+026-01-01T00:00:00.000Z",
+            "",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(bad), None, "{bad}");
+        }
     }
 }

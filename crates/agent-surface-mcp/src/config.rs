@@ -6,6 +6,7 @@ use std::time::Duration;
 use agent_surface_policy::Identity;
 
 use crate::confirm::ConfirmationResolver;
+use crate::mrtr::ApprovalStates;
 
 /// How a call of a tool that is not in the consumer's surface is answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,8 +43,16 @@ pub struct McpConfig {
     /// to the model (two-phase). See [`crate::confirm`].
     pub confirmations: Option<Arc<dyn ConfirmationResolver>>,
     /// How long the adapter waits for the person to answer an elicitation before it relays
-    /// `CONFIRMATION_REQUIRED` instead.
+    /// `CONFIRMATION_REQUIRED` instead (legacy clients).
     pub elicitation_timeout: Duration,
+    /// Seals the `requestState` of approval questions to modern clients ([`crate::mrtr`]). The
+    /// default draws a random key per configuration: enough for one process; several replicas
+    /// must share a keyring ([`ApprovalStates::new`]).
+    pub approval_states: ApprovalStates,
+    /// How long a modern client may cache `tools/list` (`ttlMs`; the scope is always
+    /// `private`: the list depends on the caller). The list changes with the surface, which
+    /// `subscriptions/listen` announces; zero asks clients not to cache.
+    pub list_ttl: Duration,
     /// The identity of every session that has no authenticator (stdio: the person who started
     /// the server). `None`: anonymous.
     pub identity: Option<Identity>,
@@ -64,6 +73,8 @@ impl Default for McpConfig {
             unknown_tool: UnknownTool::InBand,
             confirmations: None,
             elicitation_timeout: Duration::from_secs(120),
+            approval_states: ApprovalStates::ephemeral(),
+            list_ttl: Duration::from_secs(60),
             identity: None,
             max_message_bytes: 4 * 1024 * 1024,
             #[cfg(feature = "http")]
@@ -80,6 +91,7 @@ impl std::fmt::Debug for McpConfig {
             .field("unknown_tool", &self.unknown_tool)
             .field("confirmations", &self.confirmations.is_some())
             .field("elicitation_timeout", &self.elicitation_timeout)
+            .field("list_ttl", &self.list_ttl)
             .field("identity", &self.identity.as_ref().map(|i| &i.subject))
             .field("max_message_bytes", &self.max_message_bytes);
         #[cfg(feature = "http")]

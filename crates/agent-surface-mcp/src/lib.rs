@@ -79,12 +79,13 @@ pub mod confirm;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod meta;
+pub mod mrtr;
 mod server;
 pub mod stdio;
 pub mod tools;
 
 pub use config::{McpConfig, UnknownTool};
-pub use server::McpServer;
+pub use server::{McpServer, principal_key};
 
 use agent_surface_registry::Registry;
 use rmcp::ServiceExt;

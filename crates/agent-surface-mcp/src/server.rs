@@ -7,20 +7,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
-use agent_surface_policy::Consumer;
-use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, id};
+use agent_surface_policy::{Consumer, Identity};
+use agent_surface_registry::{FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, id};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientResult, CustomRequest, CustomResult, ElicitRequest,
-    ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, Implementation,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, ServerRequest, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientResult, CustomRequest, CustomResult,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode,
+    Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, ServerRequest, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{McpConfig, UnknownTool};
 use crate::confirm::ConfirmationAnswer;
+use crate::mrtr::{self, Answer};
 use crate::{codec, meta, tools};
 
 /// What the session last listed: the consumer it listed for and a hash of the tools, so that a
@@ -49,16 +51,32 @@ impl Drop for Session {
     }
 }
 
+/// What serving a call came to: a result, or a question for the person (modern clients).
+enum Answered {
+    Result(InvokeResult),
+    Ask(rmcp::model::InputRequiredResult),
+}
+
 /// An MCP server over a [`Registry`]: implements `rmcp`'s [`ServerHandler`] by hand (the tool
-/// list is dynamic). Create one per MCP session ([`McpServer::new`]); each gets its own consumer
-/// key, so idempotency records, confirmations and rate limits are per session.
+/// list is dynamic). Create one per connection or legacy MCP session ([`McpServer::new`]; over
+/// HTTP, `rmcp` also creates one per modern request). Idempotency records, confirmations and rate
+/// limits are keyed on the caller's principal when it is authenticated (the same on every
+/// request, connection and replica), otherwise on this server's own key (see
+/// [`McpServer::consumer_key`]).
+///
+/// Both protocol eras are served, decided per request as `rmcp` does: a legacy request
+/// (2025-11-25 and earlier: `initialize`, sessions) and a modern one (2026-07-28: stateless,
+/// version and client capabilities in every request's `_meta`).
 ///
 /// - `tools/list`: the consumer's snapshot as tools ([`crate::tools`]), with the surface id and
 ///   version in the result's `_meta`.
 /// - `tools/call`: [`Registry::invoke`] with the invocation members from `_meta`
 ///   ([`crate::meta`]), the request's cancellation, and the result encoded by [`crate::codec`].
 ///   `CONFIRMATION_REQUIRED` may be settled through elicitation ([`crate::confirm`]).
-/// - `notifications/tools/list_changed` when a surface change alters this session's tool list.
+/// - `notifications/tools/list_changed` when a surface change alters the tool list: to a legacy
+///   session unsolicited, to a modern client on its `subscriptions/listen` stream.
+/// - `notifications/progress` for the handler's progress reports, when the request carried a
+///   progress token.
 #[derive(Clone)]
 pub struct McpServer {
     session: Arc<Session>,
@@ -92,7 +110,7 @@ impl McpServer {
         let config = config.into();
         let key: Arc<str> = Arc::from(new_session_key());
         let default_consumer = match &config.identity {
-            Some(identity) => Consumer::authenticated(key.clone(), identity.clone()),
+            Some(identity) => Consumer::authenticated(principal_key(identity), identity.clone()),
             None => Consumer::anonymous(key.clone()),
         };
         McpServer {
@@ -107,7 +125,10 @@ impl McpServer {
         }
     }
 
-    /// This session's consumer key.
+    /// This server's own consumer key, used for anonymous callers: a legacy session's or a stdio
+    /// connection's key, or (over HTTP, where `rmcp` builds a server per modern request) one
+    /// modern request's. Authenticated callers are keyed on their principal instead
+    /// ([`principal_key`]).
     pub fn consumer_key(&self) -> &str {
         &self.session.key
     }
@@ -118,9 +139,9 @@ impl McpServer {
     }
 
     /// The consumer of one request. With an authenticator configured, the identity it finds in
-    /// the HTTP request (consumer `{sessionKey}:{subject}`), or an anonymous consumer when it finds
-    /// none — never the configured identity; without one, the session key with the configured
-    /// identity (if any).
+    /// the HTTP request, keyed on its principal, or an anonymous consumer under this server's key
+    /// when it finds none — never the configured identity; without one, the configured identity
+    /// (keyed on its principal) or, with none, an anonymous consumer under this server's key.
     async fn consumer(&self, context: &RequestContext<RoleServer>) -> Consumer {
         #[cfg(feature = "http")]
         if let Some(auth) = &self.session.config.authenticator {
@@ -130,16 +151,100 @@ impl McpServer {
                 None => None,
             };
             return match identity {
-                // Another subject in the same session never shares its records.
-                Some(identity) => {
-                    let key = format!("{}:{}", self.session.key, identity.subject);
-                    Consumer::authenticated(key, identity)
-                }
+                Some(identity) => Consumer::authenticated(principal_key(&identity), identity),
                 None => Consumer::anonymous(self.session.key.clone()),
             };
         }
         let _ = context;
         self.session.default_consumer.clone()
+    }
+
+    /// A call that answers no question: invoked once, and in a legacy session that can elicit,
+    /// its `CONFIRMATION_REQUIRED` settled by asking the person.
+    async fn first_call(
+        &self,
+        invoke: InvokeRequest,
+        options: InvokeOptions,
+        context: &RequestContext<RoleServer>,
+    ) -> Answered {
+        let legacy_elicitation =
+            !is_modern(context) && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
+        let first = self.session.registry.invoke(invoke.clone(), options.clone()).await;
+        if legacy_elicitation && first.code() == Some(ErrorCode::ConfirmationRequired) {
+            return Answered::Result(self.confirm_by_elicitation(first, invoke, options, context).await);
+        }
+        Answered::Result(first)
+    }
+
+    /// A modern retry carrying the state of an approval question and the person's answer.
+    async fn answered(
+        &self,
+        state: mrtr::ApprovalState,
+        sealed: String,
+        answer: Answer,
+        mut invoke: InvokeRequest,
+        options: InvokeOptions,
+    ) -> Answered {
+        let now = self.session.registry.config().clock.now();
+        if state.exp <= now.unix_millis() {
+            // Too late to approve this one: plan the call afresh, which asks again.
+            tracing::info!(target: "agent_surface::mcp", confirmation_id = %state.cid, "approval state expired; asking afresh");
+            return Answered::Result(self.session.registry.invoke(invoke, options).await);
+        }
+        let Some(resolver) = &self.session.config.confirmations else {
+            return Answered::Result(self.session.registry.invoke(invoke, options).await);
+        };
+        let consumer = &options.consumer;
+        match answer {
+            // Not answered yet: the same question, with the same state.
+            Answer::Missing => Answered::Ask(mrtr::input_required(&state.msg, sealed)),
+            Answer::Accept => {
+                if let Err(e) = resolver.resolve(&state.cid, consumer, ConfirmationAnswer::Approved).await {
+                    // Already decided (a replayed state), expired or a store failure: the store's
+                    // single-use `consume` decides what the evidence is worth.
+                    tracing::info!(target: "agent_surface::mcp", error = %e, "approval not recorded");
+                }
+                invoke.confirmation_id = Some(state.cid);
+                Answered::Result(self.session.registry.invoke(invoke, options).await)
+            }
+            Answer::Decline => {
+                if let Err(e) = resolver.resolve(&state.cid, consumer, ConfirmationAnswer::Denied).await {
+                    tracing::info!(target: "agent_surface::mcp", error = %e, "denial not recorded");
+                }
+                let denied = AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied);
+                Answered::Result(InvokeResult::error(denied.into_payload(), invoke.invocation_id))
+            }
+        }
+    }
+
+    /// For a modern request that can answer an elicitation, turns a `CONFIRMATION_REQUIRED` into
+    /// an input-required result asking the person (`None`: relay the result as it is).
+    fn ask_modern(
+        &self,
+        result: &InvokeResult,
+        request: &CallToolRequestParams,
+        arguments: &Value,
+        consumer: &Consumer,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<rmcp::model::InputRequiredResult> {
+        if result.code() != Some(ErrorCode::ConfirmationRequired) || !is_modern(context) {
+            return None;
+        }
+        self.session.config.confirmations.as_ref()?;
+        if !has_form_elicitation(context.client_capabilities().as_ref()) {
+            return None;
+        }
+        let details = result.error_payload()?.details_as::<ConfirmationRequiredDetails>()?;
+        let expires_at = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at)?;
+        let sealed = self.session.config.approval_states.seal(
+            &request.name,
+            arguments,
+            consumer,
+            &details.confirmation_id,
+            &details.summary,
+            expires_at,
+        )?;
+        Some(mrtr::input_required(&details.summary, sealed))
     }
 
     /// Settles a `CONFIRMATION_REQUIRED` through elicitation when the session can; otherwise
@@ -198,12 +303,63 @@ impl McpServer {
     }
 }
 
-/// Whether the client declared form elicitation at `initialize` (an empty `elicitation` object
-/// means form mode).
+/// The consumer key of an authenticated principal: `principal:` and the JSON array of its issuer
+/// (when the identity carries an `iss` claim) and subject — the same on every request,
+/// connection and replica, and unambiguous whatever the strings hold.
+///
+/// ```
+/// use agent_surface_mcp::principal_key;
+/// use agent_surface_policy::Identity;
+/// assert_eq!(principal_key(&Identity::new("alice")), r#"principal:["alice"]"#);
+/// let issued = Identity::new("alice").with_claim("iss", "https://id.example");
+/// assert_eq!(principal_key(&issued), r#"principal:["https://id.example","alice"]"#);
+/// ```
+pub fn principal_key(identity: &Identity) -> String {
+    let parts: Vec<&str> = match identity.claims.get("iss").and_then(Value::as_str) {
+        Some(issuer) => vec![issuer, identity.subject.as_str()],
+        None => vec![identity.subject.as_str()],
+    };
+    format!("principal:{}", serde_json::to_string(&parts).unwrap_or_default())
+}
+
+/// Whether the request is in the modern era (2026-07-28 or later: no `initialize`, no
+/// server-to-client requests, answers may be input-required).
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context.protocol_version().is_some_and(|v| !v.has_initialize())
+}
+
+/// Whether the capabilities declare form elicitation (an empty `elicitation` object means form
+/// mode).
+fn has_form_elicitation(capabilities: Option<&ClientCapabilities>) -> bool {
+    capabilities.and_then(|c| c.elicitation.as_ref()).is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// Whether a legacy client declared form elicitation at `initialize`.
 fn can_elicit(peer: &Peer<RoleServer>) -> bool {
-    peer.peer_info()
-        .and_then(|info| info.capabilities.elicitation.clone())
-        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+    has_form_elicitation(peer.peer_info().as_ref().map(|info| &info.capabilities))
+}
+
+/// The progress sink of one request: reports go, in order, to a task that sends them as
+/// `notifications/progress` with the request's token. Dropping the sender ends the task.
+fn progress_forwarder(
+    peer: Peer<RoleServer>,
+    token: rmcp::model::ProgressToken,
+) -> (Arc<dyn agent_surface_registry::ProgressSink>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+    let task = tokio::spawn(async move {
+        while let Some(p) = rx.recv().await {
+            let mut param = ProgressNotificationParam::new(token.clone(), p.done);
+            param.total = p.total;
+            param.message = p.message;
+            if peer.notify_progress(param).await.is_err() {
+                return;
+            }
+        }
+    });
+    let sink = FnProgress::new(move |p: Progress| {
+        let _ = tx.send(p);
+    });
+    (Arc::new(sink), task)
 }
 
 /// Asks the person at the client to accept or decline, with no form fields.
@@ -279,6 +435,13 @@ impl ServerHandler for McpServer {
             l.consumer = Some(consumer);
         }
         let mut result = ListToolsResult::with_all_items(tools);
+        if is_modern(&context) {
+            // What a client may cache: the list is per consumer (authority may hide tools), and
+            // holds until the surface changes (which `subscriptions/listen` announces).
+            let config = &self.session.config;
+            result = result.with_ttl_ms(config.list_ttl.as_millis().try_into().unwrap_or(u64::MAX));
+            result = result.with_cache_scope(CacheScope::Private);
+        }
         let mut m = MetaObject::new();
         m.insert(meta::SURFACE_ID.to_string(), Value::String(snapshot.surface_id));
         m.insert(meta::SURFACE_VERSION.to_string(), Value::from(snapshot.version));
@@ -291,24 +454,51 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let consumer = self.consumer(&context).await;
+        let mut consumer = self.consumer(&context).await;
+        let modern = is_modern(&context);
         // A name that is not a tool name can never resolve; it gets the same answer as any
         // unknown tool.
         let capability = id::capability_from_tool_name(&request.name).unwrap_or_default();
-        let input = Value::Object(request.arguments.unwrap_or_default());
-        let mut invoke = InvokeRequest::new(capability, input);
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let mut invoke = InvokeRequest::new(capability, arguments.clone());
         meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let options = InvokeOptions::new(consumer).with_cancellation(context.ct.clone());
-        let wait_mode = self.session.config.confirmations.is_some() && can_elicit(&context.peer);
-        let result = if wait_mode {
-            let first = self.session.registry.invoke(invoke.clone(), options.clone()).await;
-            if first.code() == Some(ErrorCode::ConfirmationRequired) {
-                self.confirm_by_elicitation(first, invoke, options, &context).await
-            } else {
-                first
-            }
-        } else {
-            self.session.registry.invoke(invoke, options).await
+        // A modern retry answering an approval question.
+        let mut answered = None;
+        if modern && let Some(sealed) = request.request_state.as_deref() {
+            let (state, continues) =
+                self.session.config.approval_states.open(sealed, &request.name, &arguments, &consumer).map_err(|e| {
+                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %e, "request state refused");
+                    ErrorData::invalid_params("Invalid requestState: it does not belong to this call", None)
+                })?;
+            consumer = continues;
+            let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
+                let message = format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
+                ErrorData::invalid_params(message, None)
+            })?;
+            answered = Some((state, sealed.to_string(), answer));
+        }
+        let caller = consumer.clone();
+        let mut options = InvokeOptions::new(consumer).with_cancellation(context.ct.clone());
+        let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
+        if let Some((sink, _)) = &progress {
+            options = options.with_progress(sink.clone());
+        }
+        let outcome = match answered {
+            Some((state, sealed, answer)) => self.answered(state, sealed, answer, invoke, options).await,
+            None => self.first_call(invoke, options, &context).await,
+        };
+        if let Some((sink, task)) = progress {
+            // Every report is sent before the result.
+            drop(sink);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
+        }
+        let result = match outcome {
+            Answered::Result(result) => result,
+            Answered::Ask(question) => return Ok(question.into()),
+        };
+        let result = match self.ask_modern(&result, &request, &arguments, &caller, &context) {
+            Some(question) => return Ok(question.into()),
+            None => result,
         };
         if self.session.config.unknown_tool == UnknownTool::ProtocolError
             && result.code() == Some(ErrorCode::CapabilityNotFound)
@@ -326,14 +516,48 @@ impl ServerHandler for McpServer {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         const SERVED: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
         let method = request.method;
-        if SERVED.contains(&method.as_str()) {
+        // `initialize` does not exist in the modern era: it is an unknown method there.
+        let served = SERVED.contains(&method.as_str()) && !(method == "initialize" && is_modern(&context));
+        if served {
             Err(ErrorData::invalid_params(format!("Invalid params for method `{method}`"), None))
         } else {
             Err(ErrorData::new(RpcErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None))
+        }
+    }
+
+    /// Modern clients learn of tool-list changes on a `subscriptions/listen` stream.
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// Sends `notifications/tools/list_changed` on the subscription whenever a surface change
+    /// alters the caller's tool list, until the client closes it.
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        if subscription.accepted().tools_list_changed != Some(true) {
+            subscription.cancelled().await;
+            return Ok(());
+        }
+        let consumer = self.consumer(subscription.request_context()).await;
+        let registry = &self.session.registry;
+        let mut versions = registry.subscribe();
+        versions.mark_unchanged();
+        let mut listed = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                changed = versions.changed() => if changed.is_err() { return Ok(()) },
+            }
+            let hash = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+            if hash != listed {
+                listed = hash;
+                if subscription.sink().notify_tool_list_changed().await.is_err() {
+                    return Ok(());
+                }
+            }
         }
     }
 

@@ -6,4 +6,5 @@ mod codec;
 mod confirm;
 mod frames;
 mod list;
+mod modern;
 mod support;

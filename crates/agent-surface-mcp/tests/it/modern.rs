@@ -1,0 +1,343 @@
+//! The modern era (MCP 2026-07-28) through `rmcp`'s own client in its discover lifecycle:
+//! confirmation as an input-required round trip, progress, cache hints, `subscriptions/listen`,
+//! and consumer keys that do not depend on a session.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::details::ConfirmationInvalidReason;
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult, Timestamp};
+use agent_surface_mcp::confirm::EngineResolver;
+use agent_surface_mcp::mrtr::CONFIRM_KEY;
+use agent_surface_mcp::{McpConfig, McpServer, codec};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity, ManualClock};
+use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitationCapability,
+    Implementation, InputRequest, InputRequiredResult, InputResponses, MetaObject, ProgressNotificationParam,
+    ProtocolVersion, RequestMetaObject, ServerNotification, SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::{Value, json};
+
+/// A client in the discover lifecycle (no `initialize`), optionally declaring elicitation;
+/// records the progress notifications it receives.
+struct Modern {
+    elicitation: bool,
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+}
+
+impl ClientHandler for Modern {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        if self.elicitation {
+            caps.elicitation = Some(ElicitationCapability::new());
+        }
+        ClientConfig::new(caps, Implementation::new("it-modern", "0"))
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.lock().unwrap().push(params);
+    }
+}
+
+type Client = RunningService<RoleClient, Modern>;
+
+struct Shop {
+    registry: Registry,
+    clock: Arc<ManualClock>,
+    runs: Arc<AtomicUsize>,
+    _mount: Mount,
+}
+
+/// `shop.wipe` (destructive, confirmed through the real engine), `shop.count` (a write that
+/// counts its runs), `shop.steps` (reports three progress steps).
+fn shop() -> (Shop, Arc<ConfirmationEngine>) {
+    let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: Duration::from_secs(300),
+        ..Default::default()
+    }));
+    let registry = Registry::new(RegistryConfig {
+        clock: clock.clone(),
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    registry.provide(runs.clone());
+    registry
+        .define("shop", |t| {
+            t.capability("wipe", "Wipe a shelf.")
+                .effect(Effect::Destructive)
+                .confirm(|i: &Value| format!("Wipe shelf {}.", i["shelf"]))
+                .raw_handler(
+                    json!({"type": "object", "properties": {"shelf": {"type": "integer"}}, "required": ["shelf"]}),
+                    None,
+                    |ctx: Ctx, i: Value| async move {
+                        ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, AgentSurfaceError>(json!({"wiped": i["shelf"]}))
+                    },
+                );
+            t.capability("count", "Count a run.").effect(Effect::Write).raw_handler(
+                json!({"type": "object", "properties": {}}),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    let n = ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst) + 1;
+                    Ok::<_, AgentSurfaceError>(json!({"runs": n}))
+                },
+            );
+            t.capability("steps", "Work in three steps.").effect(Effect::Read).raw_handler(
+                json!({"type": "object", "properties": {}}),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    for step in 1..=3 {
+                        ctx.progress(f64::from(step), Some(3.0), Some("step"));
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"steps": 3}))
+                },
+            );
+        })
+        .unwrap();
+    let mount = registry.mount("shop", "main").unwrap();
+    (Shop { registry, clock, runs, _mount: mount }, engine)
+}
+
+fn config(engine: &Arc<ConfirmationEngine>) -> McpConfig {
+    McpConfig { confirmations: Some(Arc::new(EngineResolver::new(engine.clone()))), ..Default::default() }
+}
+
+/// Serves `registry` over a fresh in-memory pipe and connects a modern client.
+async fn connect(
+    registry: &Registry,
+    config: Arc<McpConfig>,
+    elicitation: bool,
+) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (read, write) = tokio::io::split(server_io);
+    let server = McpServer::new(registry.clone(), config);
+    tokio::spawn(agent_surface_mcp::serve_io(server, read, write, 1 << 20));
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    let client =
+        Modern { elicitation, progress: progress.clone() }.serve_with_lifecycle(client_io, lifecycle).await.unwrap();
+    (client, progress)
+}
+
+fn params(tool: &str, args: Value) -> CallToolRequestParams {
+    CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().cloned().unwrap_or_default())
+}
+
+fn with_meta(mut p: CallToolRequestParams, meta: Value) -> CallToolRequestParams {
+    p.meta = Some(RequestMetaObject(MetaObject(meta.as_object().cloned().unwrap_or_default())));
+    p
+}
+
+fn answer(action: &str) -> InputResponses {
+    let mut responses = InputResponses::new();
+    responses.insert(CONFIRM_KEY.to_string(), json!({"action": action}));
+    responses
+}
+
+fn retry(tool: &str, args: Value, state: &str, responses: Option<InputResponses>) -> CallToolRequestParams {
+    let p = params(tool, args).with_request_state(state.to_string());
+    match responses {
+        Some(r) => p.with_input_responses(r),
+        None => p,
+    }
+}
+
+#[track_caller]
+fn asks(response: CallToolResponse) -> InputRequiredResult {
+    match response {
+        CallToolResponse::InputRequired(r) => r,
+        other => panic!("expected an input-required result, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn completes(response: CallToolResponse) -> InvokeResult {
+    match response {
+        CallToolResponse::Complete(r) => codec::decode(&r).unwrap(),
+        other => panic!("expected a complete result, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn rpc_code(result: Result<CallToolResponse, ServiceError>) -> i32 {
+    match result {
+        Err(ServiceError::McpError(e)) => e.code.0,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_approval_through_input_required_runs_the_call_once_and_a_replayed_state_runs_nothing() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let question = asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 3}))).await.unwrap());
+    let requests = question.input_requests.clone().expect("a question");
+    let Some(InputRequest::Elicitation(elicit)) = requests.get(CONFIRM_KEY) else { panic!("{requests:?}") };
+    let asked = serde_json::to_value(&elicit.params).unwrap();
+    assert_eq!(asked["message"], "The assistant asks for your approval: Wipe shelf 3. Approve this action?");
+    assert_eq!(asked["requestedSchema"], json!({"type": "object", "properties": {}}));
+    let state = question.request_state.clone().expect("a sealed state");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+
+    // No answer yet: the same question again, with the same state.
+    let again = asks(client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, None)).await.unwrap());
+    assert_eq!(again.request_state.as_deref(), Some(state.as_str()));
+
+    let done = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    assert_eq!(done.output(), Some(&json!({"wiped": 3})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // The state is single use through the confirmation store: a replay is refused in-band.
+    let replay = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    assert_eq!(replay.code(), Some(ErrorCode::ConfirmationInvalid));
+    assert_eq!(replay.error_payload().unwrap().detail("reason"), Some(&json!(ConfirmationInvalidReason::Consumed)));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_declined_approval_is_final_and_runs_nothing() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let state =
+        asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 1}))).await.unwrap()).request_state.unwrap();
+    let denied = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 1}), &state, Some(answer("decline")))).await.unwrap(),
+    );
+    assert_eq!(denied.code(), Some(ErrorCode::ConfirmationInvalid));
+    assert_eq!(denied.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
+    // Accepting the same state afterwards changes nothing.
+    let late = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 1}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    assert_eq!(late.code(), Some(ErrorCode::ConfirmationInvalid));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_tampered_or_foreign_state_is_a_protocol_error() {
+    let (shop, engine) = shop();
+    let config = Arc::new(config(&engine));
+    let (client, _) = connect(&shop.registry, config.clone(), true).await;
+    let state =
+        asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 2}))).await.unwrap()).request_state.unwrap();
+    let tampered = format!("{state}x");
+    let r = client.call_tool_once(retry("shop-wipe", json!({"shelf": 2}), &tampered, Some(answer("accept")))).await;
+    assert_eq!(rpc_code(r), -32602);
+    // Bound to the arguments: the same state for another shelf does not open.
+    let r = client.call_tool_once(retry("shop-wipe", json!({"shelf": 9}), &state, Some(answer("accept")))).await;
+    assert_eq!(rpc_code(r), -32602);
+    // Bound to the tool.
+    let r = client.call_tool_once(retry("shop-count", json!({"shelf": 2}), &state, Some(answer("accept")))).await;
+    assert_eq!(rpc_code(r), -32602);
+    // Sealed by another server's key.
+    let (other, _) = connect(&shop.registry, Arc::new(self::config(&engine)), true).await;
+    let r = other.call_tool_once(retry("shop-wipe", json!({"shelf": 2}), &state, Some(answer("accept")))).await;
+    assert_eq!(rpc_code(r), -32602);
+    // An answer that is not an elicitation result.
+    let mut bad = InputResponses::new();
+    bad.insert(CONFIRM_KEY.to_string(), json!(12345));
+    let r = client.call_tool_once(retry("shop-wipe", json!({"shelf": 2}), &state, Some(bad))).await;
+    assert_eq!(rpc_code(r), -32602);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_expired_state_starts_a_fresh_approval() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let state =
+        asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 4}))).await.unwrap()).request_state.unwrap();
+    shop.clock.advance(Duration::from_secs(301));
+    let fresh = asks(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 4}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    let fresh_state = fresh.request_state.unwrap();
+    assert_ne!(fresh_state, state);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+    let done = completes(
+        client
+            .call_tool_once(retry("shop-wipe", json!({"shelf": 4}), &fresh_state, Some(answer("accept"))))
+            .await
+            .unwrap(),
+    );
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_gets_the_two_phase_result() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), false).await;
+    let result = completes(client.call_tool_once(params("shop-wipe", json!({"shelf": 5}))).await.unwrap());
+    assert_eq!(result.code(), Some(ErrorCode::ConfirmationRequired));
+}
+
+#[tokio::test]
+async fn progress_reaches_a_modern_client_before_the_result() {
+    let (shop, engine) = shop();
+    let (client, progress) = connect(&shop.registry, Arc::new(config(&engine)), false).await;
+    let p = with_meta(params("shop-steps", json!({})), json!({"progressToken": "p-1"}));
+    let result = completes(client.call_tool_once(p).await.unwrap());
+    assert!(result.is_ok());
+    let seen: Vec<(f64, Option<f64>)> = progress.lock().unwrap().iter().map(|p| (p.progress, p.total)).collect();
+    assert_eq!(seen, vec![(1.0, Some(3.0)), (2.0, Some(3.0)), (3.0, Some(3.0))]);
+    // `rmcp`'s client puts a token of its own in `_meta`; every report carries the call's one.
+    let tokens: Vec<Value> =
+        progress.lock().unwrap().iter().map(|p| serde_json::to_value(&p.progress_token).unwrap()).collect();
+    assert!(tokens.windows(2).all(|w| w[0] == w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
+async fn the_tool_list_carries_cache_hints_and_listen_announces_changes() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), false).await;
+    let listed = client.list_tools(None).await.unwrap();
+    assert_eq!(listed.ttl_ms, Some(60_000));
+    assert_eq!(listed.cache_scope, Some(CacheScope::Private));
+    let mut subscription =
+        client.peer().listen(SubscriptionFilter::builder().tools_list_changed().build()).await.unwrap();
+    assert_eq!(subscription.acknowledged().tools_list_changed, Some(true));
+    shop.registry
+        .define("more", |t| {
+            t.capability("ping", "Answer.").effect(Effect::Read).raw_handler(
+                json!({"type": "object", "properties": {}}),
+                None,
+                |_ctx: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) },
+            )
+        })
+        .unwrap();
+    let _more = shop.registry.mount("more", "main").unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), subscription.next()).await.expect("a notification in time");
+    assert!(matches!(next, Ok(Some(ServerNotification::ToolListChangedNotification(_)))), "{next:?}");
+}
+
+#[tokio::test]
+async fn a_principal_keeps_its_idempotency_records_across_connections() {
+    let (shop, engine) = shop();
+    let config = Arc::new(McpConfig { identity: Some(Identity::new("alice")), ..config(&engine) });
+    let meta = json!({"agent-surface/invocationId": "inv-1"});
+    let (first, _) = connect(&shop.registry, config.clone(), false).await;
+    let a = completes(first.call_tool_once(with_meta(params("shop-count", json!({})), meta.clone())).await.unwrap());
+    let (second, _) = connect(&shop.registry, config.clone(), false).await;
+    let b = completes(second.call_tool_once(with_meta(params("shop-count", json!({})), meta.clone())).await.unwrap());
+    assert_eq!(a, b);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+    // Anonymous connections are keyed apart.
+    let anonymous = Arc::new(self::config(&engine));
+    let (third, _) = connect(&shop.registry, anonymous.clone(), false).await;
+    let _ = completes(third.call_tool_once(with_meta(params("shop-count", json!({})), meta.clone())).await.unwrap());
+    let (fourth, _) = connect(&shop.registry, anonymous, false).await;
+    let _ = completes(fourth.call_tool_once(with_meta(params("shop-count", json!({})), meta)).await.unwrap());
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 3);
+}
