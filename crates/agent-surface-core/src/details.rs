@@ -141,7 +141,8 @@ pub struct NotAuthorizedDetails {
 /// `PRECONDITION_FAILED` details: author-provided, agent-safe values.
 ///
 /// `reason: "binding-failed"` is reserved for bindings that failed to evaluate and switches the
-/// retry category to `after-refresh`.
+/// retry category to `after-refresh`; `reason: "client-input-required"` is reserved for questions
+/// the transport cannot carry and switches it to `no`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreconditionDetails {
@@ -155,6 +156,11 @@ pub struct PreconditionDetails {
 
 /// The reserved `PRECONDITION_FAILED` reason for bindings that failed to evaluate.
 pub const BINDING_FAILED: &str = "binding-failed";
+
+/// The reserved `PRECONDITION_FAILED` reason for a capability that asks the client questions
+/// (a form for the person, a completion from the client's model, the client's roots) through a
+/// transport that cannot carry them; retry `no`.
+pub const CLIENT_INPUT_REQUIRED: &str = "client-input-required";
 
 /// `CONFIRMATION_REQUIRED` details.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -187,6 +187,13 @@ impl AgentSurfaceError {
         Self::with_details(ErrorCode::PreconditionFailed, message::BINDING_FAILED, &[], &details)
     }
 
+    /// `PRECONDITION_FAILED {reason: client-input-required}` (retry `no`): the capability asks the
+    /// client questions this transport cannot carry.
+    pub fn client_input_required() -> Self {
+        let details = PreconditionDetails { reason: Some(CLIENT_INPUT_REQUIRED.to_string()), extra: Map::new() };
+        Self::with_details(ErrorCode::PreconditionFailed, message::CLIENT_INPUT_REQUIRED, &[], &details)
+    }
+
     /// `CONFIRMATION_REQUIRED {confirmationId, summary, expiresAt, effect, origin}`.
     pub fn confirmation_required(
         confirmation_id: impl Into<String>,

@@ -410,11 +410,10 @@ pub static MATRIX: [CodeSpec; 16] = [
         layer: fixed(Layer::Execution),
         retry: Rule {
             default: Retry::WithChanges,
-            conditions: &[Condition {
-                field: "reason",
-                equals: DetailValue::Str(BINDING_FAILED),
-                then: Retry::AfterRefresh,
-            }],
+            conditions: &[
+                Condition { field: "reason", equals: DetailValue::Str(BINDING_FAILED), then: Retry::AfterRefresh },
+                Condition { field: "reason", equals: DetailValue::Str(CLIENT_INPUT_REQUIRED), then: Retry::No },
+            ],
         },
         cacheable: true,
         details: DetailsSpec::Typed {
@@ -431,6 +430,7 @@ pub static MATRIX: [CodeSpec; 16] = [
             vec![
                 AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled.").into_payload(),
                 AgentSurfaceError::binding_failed().into_payload(),
+                AgentSurfaceError::client_input_required().into_payload(),
             ]
         },
     },

@@ -66,6 +66,9 @@ templates! {
     /// `PRECONDITION_FAILED` for a binding that failed to evaluate.
     BINDING_FAILED = ("precondition-failed.binding-failed",
         "A value this call depends on could not be determined. Refresh the tool list and the state it shows, then retry.");
+    /// `PRECONDITION_FAILED` for questions to the client that this transport cannot carry.
+    CLIENT_INPUT_REQUIRED = ("precondition-failed.client-input-required",
+        "This action needs answers from the user's application that this connection cannot carry. Do not retry it here; tell the user it needs an application that can answer it.");
     /// `CONFIRMATION_REQUIRED`; slot: `summary`.
     CONFIRMATION_REQUIRED = ("confirmation-required",
         "This action needs the user's approval: {summary} Ask the user to approve it, then retry with details.confirmationId.");

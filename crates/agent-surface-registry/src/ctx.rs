@@ -9,6 +9,7 @@ use agent_surface_policy::Consumer;
 use tokio_util::sync::CancellationToken;
 
 use crate::progress::{Progress, ProgressSink};
+use crate::questions::Answers;
 
 /// Application state shared by every handler of a registry (see [`crate::Registry::provide`]).
 pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
@@ -38,6 +39,8 @@ struct CtxInner {
     progress: Option<Arc<ProgressState>>,
     /// Set when the call has ended: later progress reports are dropped.
     ended: AtomicBool,
+    /// The client's answers to the capability's questions.
+    answers: Option<Arc<Answers>>,
 }
 
 /// The caller's progress sink and the last `done` passed to it (as `f64` bits; for finite
@@ -66,6 +69,7 @@ pub(crate) struct CtxParts {
     pub(crate) instance_state: Option<Arc<dyn Any + Send + Sync>>,
     pub(crate) shared: Arc<StateMap>,
     pub(crate) progress: Option<Arc<ProgressState>>,
+    pub(crate) answers: Option<Arc<Answers>>,
 }
 
 impl Ctx {
@@ -82,6 +86,7 @@ impl Ctx {
                 cancellation: OnceLock::new(),
                 progress: p.progress,
                 ended: AtomicBool::new(false),
+                answers: p.answers,
             }),
         }
     }
@@ -129,6 +134,7 @@ impl Ctx {
             instance_state: i.instance_state.clone(),
             shared: i.shared.clone(),
             progress: i.progress.clone(),
+            answers: i.answers.clone(),
         })
     }
 
@@ -184,6 +190,13 @@ impl Ctx {
         if grew {
             state.sink.report(report.clean());
         }
+    }
+
+    /// The client's answers to this capability's questions (see
+    /// [`CapabilityBuilder::ask`](crate::CapabilityBuilder::ask)); empty when it asks none.
+    pub fn answers(&self) -> &Answers {
+        static NONE: std::sync::OnceLock<Answers> = std::sync::OnceLock::new();
+        self.inner.answers.as_deref().unwrap_or_else(|| NONE.get_or_init(Answers::default))
     }
 
     /// Whether the caller receives progress reports (so a handler can skip preparing them).

@@ -132,6 +132,8 @@ pub(crate) struct CapabilityDef {
     pub(crate) precondition_repair: Option<Repair>,
     /// The declared confirmation gate, if any.
     pub(crate) confirm: Option<ErasedConfirm>,
+    /// The ask step: questions to the client before the call runs.
+    pub(crate) ask: Option<crate::questions::ErasedAsk>,
     /// The post-condition check, if any.
     pub(crate) verify: Option<ErasedVerify>,
     pub(crate) handler: ErasedHandler,
@@ -201,6 +203,7 @@ impl<'a> TypeBuilder<'a> {
             precondition: None,
             precondition_repair: None,
             confirm: None,
+            ask: None,
             verify: None,
             error: None,
         }
@@ -310,6 +313,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     precondition: Option<ErasedPrecondition>,
     precondition_repair: Option<Repair>,
     confirm: Option<ErasedConfirm>,
+    ask: Option<crate::questions::ErasedAsk>,
     verify: Option<ErasedVerify>,
     error: Option<DefinitionError>,
 }
@@ -376,6 +380,51 @@ impl CapabilityBuilder<'_, '_> {
         F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
     {
         self.precondition = Some(ErasedPrecondition::typed(check));
+        self
+    }
+
+    /// Questions to the client before the call runs ([`crate::questions`]): `ask` gets the
+    /// decoded input and the answers the call carries, and returns the questions still open —
+    /// none, and the call goes on; an [`Unmet`] ends it with `PRECONDITION_FAILED` (e.g. when
+    /// the person declined). Checked in the input phase after the precondition; `I` must be the
+    /// handler's input type, which then reads the answers through [`Ctx::answers`].
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Effect};
+    /// use agent_surface_registry::{Ctx, Question, Registry, RegistryConfig, Unmet};
+    /// use serde_json::{Value, json};
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("greeter", |t| {
+    ///     t.capability("greet", "Greet the user by name.")
+    ///         .effect(Effect::Read)
+    ///         .ask(|_ctx: &Ctx, _input: &Value, answers: &agent_surface_registry::Answers| {
+    ///             if answers.declined("user_name") {
+    ///                 return Err(Unmet::new("The user did not give a name.").reason("declined"));
+    ///             }
+    ///             Ok(match answers.form("user_name") {
+    ///                 Some(_) => vec![],
+    ///                 None => vec![Question::form("user_name", "What is your name?", json!({
+    ///                     "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]
+    ///                 }))],
+    ///             })
+    ///         })
+    ///         .raw_handler(json!({"type": "object"}), None, |ctx: Ctx, _input: Value| async move {
+    ///             let name = ctx.answers().form("user_name").and_then(|f| f["name"].as_str()).unwrap_or("").to_string();
+    ///             Ok::<_, AgentSurfaceError>(json!({"greeting": format!("Hello, {name}!")}))
+    ///         })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn ask<I, F>(mut self, ask: F) -> Self
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I, &crate::questions::Answers) -> Result<Vec<crate::questions::Question>, Unmet>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.ask = Some(crate::questions::ErasedAsk::typed(ask));
         self
     }
 
@@ -633,6 +682,15 @@ impl CapabilityBuilder<'_, '_> {
                 "the confirmation summary's input type differs from the handler's",
             ));
         }
+        if let Some(a) = &self.ask
+            && a.input_type != handler.input_type
+        {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                "the ask step's input type differs from the handler's",
+            ));
+        }
         if let Some(v) = &self.verify
             && v.input_type != handler.input_type
         {
@@ -701,6 +759,7 @@ impl CapabilityBuilder<'_, '_> {
             precondition: self.precondition.clone(),
             precondition_repair: self.precondition_repair.clone(),
             confirm: self.confirm.clone(),
+            ask: self.ask.clone(),
             verify: self.verify.clone(),
             handler,
             meta: self.meta.clone(),

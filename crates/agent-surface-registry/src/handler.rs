@@ -178,10 +178,11 @@ impl Unmet {
         Unmet { explanation: explanation.into(), details: Default::default(), repair: None }
     }
 
-    /// A machine-readable reason (kebab-case). `binding-failed` is reserved for the runtime and
-    /// is ignored here.
+    /// A machine-readable reason (kebab-case). `binding-failed` and `client-input-required` are
+    /// reserved for the runtime and are ignored here.
     pub fn reason(mut self, reason: &'static str) -> Unmet {
-        if reason != agent_surface_core::details::BINDING_FAILED {
+        use agent_surface_core::details::{BINDING_FAILED, CLIENT_INPUT_REQUIRED};
+        if reason != BINDING_FAILED && reason != CLIENT_INPUT_REQUIRED {
             self.details.reason = Some(reason.to_string());
         }
         self
@@ -204,7 +205,7 @@ impl Unmet {
         self
     }
 
-    fn into_error(self) -> AgentSurfaceError {
+    pub(crate) fn into_error(self) -> AgentSurfaceError {
         let Some(repair) = self.repair else {
             return AgentSurfaceError::precondition_failed_with(self.explanation, self.details);
         };

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::progress::ProgressSink;
+use crate::questions::{Answers, Question};
 
 /// Which registration a call targets. Both members are optional; see `spec/invocation.md` for
 /// how each combination resolves.
@@ -119,6 +120,9 @@ pub struct InvokeOptions {
     pub time_budget: Option<Duration>,
     /// Receives the handler's [`Ctx::progress`](crate::Ctx::progress) reports; `None` drops them.
     pub progress: Option<Arc<dyn ProgressSink>>,
+    /// The client's answers to the capability's questions, and what the client can answer
+    /// ([`crate::questions`]); `None`: no answers, a client that can answer nothing.
+    pub answers: Option<Arc<Answers>>,
 }
 
 impl std::fmt::Debug for InvokeOptions {
@@ -128,6 +132,7 @@ impl std::fmt::Debug for InvokeOptions {
             .field("cancellation", &self.cancellation)
             .field("time_budget", &self.time_budget)
             .field("progress", &self.progress.is_some())
+            .field("answers", &self.answers)
             .finish()
     }
 }
@@ -135,7 +140,7 @@ impl std::fmt::Debug for InvokeOptions {
 impl InvokeOptions {
     /// Options for `consumer`, with no cancellation and the capability's time budget.
     pub fn new(consumer: Consumer) -> InvokeOptions {
-        InvokeOptions { consumer, cancellation: None, time_budget: None, progress: None }
+        InvokeOptions { consumer, cancellation: None, time_budget: None, progress: None, answers: None }
     }
 
     /// The same options with a cancellation token.
@@ -155,6 +160,12 @@ impl InvokeOptions {
     /// The same options with a progress sink.
     pub fn with_progress(mut self, sink: Arc<dyn ProgressSink>) -> InvokeOptions {
         self.progress = Some(sink);
+        self
+    }
+
+    /// The same options with the client's answers (and abilities) for the capability's questions.
+    pub fn with_answers(mut self, answers: Answers) -> InvokeOptions {
+        self.answers = Some(Arc::new(answers));
         self
     }
 
@@ -178,4 +189,7 @@ pub struct Invocation {
     pub replayed: bool,
     /// The call joined an identical call in flight and received its result.
     pub joined: bool,
+    /// The capability's open questions, when the call stopped for them (its result is then
+    /// `PRECONDITION_FAILED {reason: client-input-required}`); see [`crate::questions`].
+    pub questions: Option<Vec<Question>>,
 }

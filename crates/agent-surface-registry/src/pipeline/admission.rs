@@ -133,6 +133,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
             phase: None,
             replayed: true,
             joined: false,
+            questions: None,
         }),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
@@ -144,6 +145,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
                     phase: None,
                     replayed: false,
                     joined: true,
+                    questions: None,
                 }),
                 _ = caller => Admitted::Stopped(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
@@ -187,8 +189,8 @@ impl LeaderGuard {
         self.may_have_run.clone()
     }
 
-    fn settlement(&self, result: InvokeResult, now: Timestamp) -> Settlement {
-        let cacheable = result.error_payload().is_none_or(|p| p.is_cacheable());
+    fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
+        let cacheable = terminal && result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }
         } else {
@@ -196,10 +198,12 @@ impl LeaderGuard {
         }
     }
 
-    pub(crate) async fn settle(mut self, result: &InvokeResult) {
+    /// Settles the record with `result`: stored for the window when `terminal` and cacheable,
+    /// released otherwise (the same id may come back).
+    pub(crate) async fn settle(mut self, result: &InvokeResult, terminal: bool) {
         let Some(key) = self.key.as_ref() else { return };
         let now = self.clock.now();
-        let settlement = self.settlement(result.clone(), now);
+        let settlement = self.settlement(result.clone(), now, terminal);
         // The key is given up only once the store has the result: if this future is dropped
         // while the store is still writing, `Drop` settles the record with the same result
         // instead of leaving it in flight for ever.
@@ -230,7 +234,7 @@ impl Drop for LeaderGuard {
                     AgentSurfaceError::cancelled()
                 };
                 let result = InvokeResult::error(error.into_payload(), Some(key.invocation_id.clone()));
-                self.settlement(result, now)
+                self.settlement(result, now, true)
             }
         };
         let (store, fp) = (self.store.clone(), self.fingerprint);

@@ -111,7 +111,12 @@ fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop>
         Ok(Err(Failure::Error(e))) => {
             if matrix::spec(e.code()).handler_may_return {
                 let chain = e.cause_chain();
-                Err(Stop { error: e, phase: Phase::Execute, note: (!chain.is_empty()).then(|| chain.join(": ")) })
+                Err(Stop {
+                    error: e,
+                    phase: Phase::Execute,
+                    note: (!chain.is_empty()).then(|| chain.join(": ").into_boxed_str()),
+                    questions: None,
+                })
             } else {
                 let code = e.code();
                 let chain = e.cause_chain();

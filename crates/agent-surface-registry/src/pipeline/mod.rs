@@ -11,6 +11,7 @@ pub(crate) mod confirmation;
 pub(crate) mod execute;
 pub(crate) mod input;
 pub(crate) mod output;
+pub(crate) mod questions;
 pub(crate) mod rate;
 pub(crate) mod record;
 pub(crate) mod resolve;
@@ -29,17 +30,21 @@ use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 pub(crate) struct Stop {
     pub(crate) error: AgentSurfaceError,
     pub(crate) phase: Phase,
-    /// A note for the operator channel (never agent-facing).
-    pub(crate) note: Option<String>,
+    /// A note for the operator channel (never agent-facing); a boxed `str`, so that `Stop` (in
+    /// every phase's `Result`) stays small.
+    pub(crate) note: Option<Box<str>>,
+    /// The open questions, when the call stopped for them.
+    #[allow(clippy::box_collection, reason = "a thin pointer keeps `Stop`, in every phase's `Result`, small")]
+    pub(crate) questions: Option<Box<Vec<crate::questions::Question>>>,
 }
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop { error, phase, note: None }
+        Stop { error, phase, note: None, questions: None }
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop { error, phase, note: Some(note.into()) }
+        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None }
     }
 }
 
@@ -92,9 +97,10 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
     let may_have_run = leader.as_ref().map(|guard| guard.may_have_run());
     let outcome = phases(registry, &mut request, &options, may_have_run.as_deref()).await;
     let invocation = record::finish(outcome, invocation_id);
-    // Phase 10: record (boxed, like admission: only tracked calls get here).
+    // Phase 10: record (boxed, like admission: only tracked calls get here). A stop for
+    // questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {
-        Box::pin(guard.settle(&invocation.result)).await;
+        Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
     }
     invocation
 }
@@ -139,8 +145,13 @@ async fn phases(
         instance_state: reg.state.clone(),
         shared: inner.shared(),
         progress: options.progress.clone().map(crate::ctx::ProgressState::new),
+        answers: options.answers.clone(),
     });
     let prepared = input::prepare(inner, &def, &reg, std::mem::take(&mut request.input), &ctx)?;
+    // Phase 5b: questions to the client, if the capability asks any.
+    if let Some(ask) = &def.ask {
+        questions::check(ask, &ctx, &prepared.decoded)?;
+    }
     // Phase 6.
     let _permit = if inner.config.rate_limiter.is_some() {
         Box::pin(rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value)).await?

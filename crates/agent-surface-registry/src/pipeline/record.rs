@@ -14,10 +14,16 @@ pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>
     match outcome {
         Ok(output) => {
             tracing::debug!(target: "agent_surface::invoke", "ok");
-            Invocation { result: InvokeResult::ok(output, invocation_id), phase: None, replayed: false, joined: false }
+            Invocation {
+                result: InvokeResult::ok(output, invocation_id),
+                phase: None,
+                replayed: false,
+                joined: false,
+                questions: None,
+            }
         }
         Err(stop) => {
-            let Stop { error, phase, note } = stop;
+            let Stop { error, phase, note, questions } = stop;
             let code = error.code();
             let chain = error.cause_chain();
             span.record("code", code.as_str());
@@ -36,6 +42,7 @@ pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>
                 phase: Some(phase),
                 replayed: false,
                 joined: false,
+                questions: questions.map(|q| *q),
             }
         }
     }

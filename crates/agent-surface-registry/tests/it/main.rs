@@ -9,6 +9,7 @@ mod definitions;
 mod hostile;
 mod phases;
 mod progress;
+mod questions;
 mod rate;
 mod robustness;
 mod surface;

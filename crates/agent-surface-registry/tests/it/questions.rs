@@ -1,0 +1,154 @@
+//! The ask step (phase 5b): questions to the client before a call runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry};
+use agent_surface_registry::{Abilities, Answers, Ask, Ctx, Question, Registry, RegistryConfig, Unmet};
+use serde_json::{Value, json};
+
+use crate::support::{assert_produced, call, consumer};
+
+/// `greet.hello` asks for a name (a form), then for a completion once it has one; it refuses a
+/// declined form. `greet.broken` panics in its ask step.
+fn registry() -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig::default());
+    r.provide(runs.clone());
+    r.define("greet", |t| {
+        t.capability("hello", "Greet the user.")
+            .effect(Effect::Write)
+            .ask(|_ctx: &Ctx, _input: &Value, answers: &Answers| {
+                if answers.declined("name") {
+                    return Err(Unmet::new("The user gave no name.").reason("declined"));
+                }
+                if answers.form("name").is_none() {
+                    let schema =
+                        json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+                    return Ok(vec![Question::form("name", "What is your name?", schema)]);
+                }
+                Ok(match answers.sample_text("motto") {
+                    Some(_) => vec![],
+                    None => vec![Question::sample("motto", "Write a motto.", 20)],
+                })
+            })
+            .raw_handler(json!({"type": "object"}), None, |ctx: Ctx, _input: Value| async move {
+                ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst);
+                let answers = ctx.answers();
+                let name = answers.form("name").and_then(|f| f["name"].as_str()).unwrap_or_default().to_string();
+                let motto = answers.sample_text("motto").unwrap_or_default().to_string();
+                Ok::<_, AgentSurfaceError>(json!({"greeting": format!("Hello, {name}! {motto}")}))
+            });
+        t.capability("broken", "An ask step that panics.")
+            .effect(Effect::Read)
+            .ask(|_ctx: &Ctx, _input: &Value, _answers: &Answers| -> Result<Vec<Question>, Unmet> {
+                panic!("the ask step fails")
+            })
+            .raw_handler(json!({"type": "object"}), None, |_ctx: Ctx, _input: Value| async move {
+                Ok::<_, AgentSurfaceError>(json!({}))
+            });
+    })
+    .expect("definition is valid");
+    let mount = r.mount("greet", "main").expect("mounts");
+    (r, mount, runs)
+}
+
+fn accepted(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}
+
+#[tokio::test]
+async fn open_questions_stop_the_call_before_it_runs() {
+    let (r, _m, runs) = registry();
+    let invocation = r.invoke_detailed(call("greet.hello", json!({})), consumer("q")).await;
+    let payload = assert_produced(&invocation, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(payload.retry(), Retry::No);
+    assert_eq!(payload.detail("reason"), Some(&json!("client-input-required")));
+    let questions = invocation.questions.expect("the open questions");
+    assert_eq!(questions.len(), 1);
+    assert_eq!(questions[0].key, "name");
+    assert!(matches!(&questions[0].ask, Ask::Form { message, .. } if message == "What is your name?"));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // One round answered, the next question.
+    let answers = Answers::new(Abilities::new(true, true, false)).with("name", accepted(json!({"name": "Ada"})));
+    let invocation =
+        r.invoke_detailed(call("greet.hello", json!({})), consumer("q").with_answers(answers.clone())).await;
+    let questions = invocation.questions.expect("the next question");
+    assert_eq!(questions[0].key, "motto");
+    assert!(matches!(&questions[0].ask, Ask::Sample { params } if params["maxTokens"] == 20));
+
+    // Everything answered: the handler runs once and reads the answers.
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Keep going."}, "model": "m"});
+    let answers = answers.with("motto", sampled);
+    let result = r.invoke(call("greet.hello", json!({})), consumer("q").with_answers(answers)).await;
+    assert_eq!(result.output(), Some(&json!({"greeting": "Hello, Ada! Keep going."})));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn malformed_answers_leave_the_question_open_and_a_declined_form_is_unmet() {
+    let (r, _m, runs) = registry();
+    for bad in [json!(12345), json!({"action": "accept"}), json!({"action": "accept", "content": "Ada"})] {
+        let answers = Answers::new(Abilities::new(true, false, false)).with("name", bad);
+        let invocation = r.invoke_detailed(call("greet.hello", json!({})), consumer("q").with_answers(answers)).await;
+        assert_eq!(invocation.questions.map(|q| q[0].key.clone()).as_deref(), Some("name"));
+    }
+    let answers = Answers::new(Abilities::new(true, false, false)).with("name", json!({"action": "decline"}));
+    let invocation = r.invoke_detailed(call("greet.hello", json!({})), consumer("q").with_answers(answers)).await;
+    let payload = assert_produced(&invocation, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(payload.detail("reason"), Some(&json!("declined")));
+    assert_eq!(payload.retry(), Retry::WithChanges);
+    assert!(invocation.questions.is_none());
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_panicking_ask_step_fails_the_call_without_running_it() {
+    let (r, _m, _runs) = registry();
+    let invocation = r.invoke_detailed(call("greet.broken", json!({})), consumer("q")).await;
+    let payload = assert_produced(&invocation, ErrorCode::ExecutionFailed, Phase::Input);
+    assert_eq!(payload.detail("reason"), Some(&json!("handler-error")));
+}
+
+#[tokio::test]
+async fn a_stop_for_questions_is_not_the_terminal_result_of_its_invocation_id() {
+    let (r, _m, runs) = registry();
+    let first = r.invoke(call("greet.hello", json!({})).with_invocation_id("inv-q"), consumer("q")).await;
+    assert_eq!(first.code(), Some(ErrorCode::PreconditionFailed));
+    let sampled = json!({"role": "assistant", "content": [{"type": "text", "text": "Onward."}]});
+    let answers = Answers::new(Abilities::new(true, true, false))
+        .with("name", accepted(json!({"name": "Bo"})))
+        .with("motto", sampled);
+    let second =
+        r.invoke(call("greet.hello", json!({})).with_invocation_id("inv-q"), consumer("q").with_answers(answers)).await;
+    assert_eq!(second.output(), Some(&json!({"greeting": "Hello, Bo! Onward."})));
+    // Now the id has its terminal result: a repeat without answers replays it.
+    let third = r.invoke(call("greet.hello", json!({})).with_invocation_id("inv-q"), consumer("q")).await;
+    assert_eq!(third, second);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_ask_step_of_another_input_type_is_a_definition_error() {
+    let r = Registry::new(RegistryConfig::default());
+    let err = r
+        .define("bad", |t| {
+            t.capability("mixed", "Mismatched types.")
+                .effect(Effect::Read)
+                .ask(|_ctx: &Ctx, _input: &String, _answers: &Answers| Ok(vec![]))
+                .raw_handler(json!({"type": "object"}), None, |_ctx: Ctx, _input: Value| async move {
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                })
+        })
+        .expect_err("the ask step's type differs");
+    assert!(err.to_string().contains("ask step"), "{err}");
+}
+
+#[test]
+fn abilities_say_which_questions_a_client_can_answer() {
+    let abilities = Abilities::new(true, false, true);
+    assert!(abilities.can(&Question::form("a", "A?", json!({"type": "object"})).ask));
+    assert!(!abilities.can(&Question::sample("b", "B", 5).ask));
+    assert!(abilities.can(&Question::roots("c").ask));
+}
