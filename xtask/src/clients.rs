@@ -4,14 +4,21 @@
 //! Installs pinned clients into the git-ignored `.tools/` folder (reused when already installed
 //! at the same pins), builds `agent-surface-demo`, and runs:
 //!
-//! 1. the official TypeScript SDK client (`@modelcontextprotocol/sdk`), `js/clients.mjs`;
-//! 2. the official Python SDK client (`mcp`), `python/clients.py`;
+//! 1. the official TypeScript SDK client v1 (`@modelcontextprotocol/sdk`, legacy era),
+//!    `js/clients.mjs`, and v2 (`@modelcontextprotocol/client`, MCP 2026-07-28),
+//!    `js/modern_clients.mjs`;
+//! 2. the official Python SDK client (`mcp`), `python/clients.py` (legacy era);
 //! 3. Pydantic AI's `MCPToolset` over FastMCP with an offline `FunctionModel`,
 //!    `python/pydantic_ai_client.py`;
-//! 4. the MCP conformance suite (`@modelcontextprotocol/conformance`, `server --suite all`) against
-//!    `agent-surface-demo serve --http 127.0.0.1:0 --conformance`, with the expected failures in
-//!    `conformance-expected-failures.yml`, and then a check that every required scenario passed;
-//! 5. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
+//! 4. the modern era through FastMCP 4, `mcp`'s high-level client and Pydantic AI in their
+//!    default modes (approval as an input-required round trip, progress, refused states),
+//!    `python/modern_client.py`;
+//! 5. the MCP conformance suite against `agent-surface-demo serve --http 127.0.0.1:0
+//!    --conformance`, twice: 0.1.16 (`server --suite all`, the legacy era) with the expected
+//!    failures in `conformance-expected-failures.yml`, and 0.2.0-alpha.12 (`server
+//!    --requirements 2026-07-28`) with those in `conformance-2026-expected-failures.yml`; then a
+//!    check that every required scenario passed;
+//! 6. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
 //!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
 //!    the protocol faults.
@@ -28,16 +35,42 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-/// The conformance scenarios that must pass (checked in their `checks.json`, not only by the
-/// suite's exit code).
-const REQUIRED_SCENARIOS: [&str; 7] = [
+/// The conformance scenarios (0.1.16, legacy era) that must pass (checked in their
+/// `checks.json`, not only by the suite's exit code).
+const REQUIRED_SCENARIOS: [&str; 8] = [
     "server-initialize",
     "ping",
     "tools-list",
     "tools-call-simple-text",
     "tools-call-error",
+    "tools-call-with-progress",
     "json-schema-2020-12",
     "dns-rebinding-protection",
+];
+
+/// The scored scenarios of the 2026-07-28 requirement set (conformance 0.2.0-alpha.12) that must
+/// pass; the others are listed, with reasons, in `conformance-2026-expected-failures.yml`.
+const REQUIRED_2026: [&str; 20] = [
+    "server-stateless",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "tools-call-with-progress",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+    "input-required-result-basic-elicitation",
+    "input-required-result-basic-sampling",
+    "input-required-result-basic-list-roots",
+    "input-required-result-request-state",
+    "input-required-result-multiple-input-requests",
+    "input-required-result-multi-round",
+    "input-required-result-missing-input-response",
+    "input-required-result-result-type",
+    "input-required-result-unsupported-methods",
+    "input-required-result-tampered-state",
+    "input-required-result-capability-check",
+    "input-required-result-ignore-extra-params",
+    "input-required-result-validate-input",
 ];
 
 /// Waits for `child`, killing it after `limit`.
@@ -223,12 +256,12 @@ fn start_http_server(demo: &Path) -> Result<(Child, String)> {
     Ok((child, url.to_string()))
 }
 
-/// Checks that every required scenario ran and all its checks succeeded; returns how many
-/// checks passed.
-fn check_required(results: &Path) -> Result<usize> {
+/// Checks that every required scenario ran and all its checks succeeded (`SKIPPED` counts: a
+/// check that does not apply to a tools-only server); returns how many checks passed.
+fn check_required(results: &Path, required: &[&str]) -> Result<usize> {
     let mut total = 0;
     let entries: Vec<PathBuf> = std::fs::read_dir(results)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    for scenario in REQUIRED_SCENARIOS {
+    for &scenario in required {
         let prefix = format!("server-{scenario}-");
         let dir = entries
             .iter()
@@ -238,7 +271,7 @@ fn check_required(results: &Path) -> Result<usize> {
         let checks = checks.as_array().cloned().unwrap_or_default();
         let bad: Vec<String> = checks
             .iter()
-            .filter(|c| !matches!(c["status"].as_str(), Some("SUCCESS" | "INFO")))
+            .filter(|c| !matches!(c["status"].as_str(), Some("SUCCESS" | "INFO" | "SKIPPED")))
             .map(|c| format!("{}: {}", c["id"], c["errorMessage"]))
             .collect();
         let succeeded = checks.iter().filter(|c| c["status"] == "SUCCESS").count();
@@ -251,28 +284,65 @@ fn check_required(results: &Path) -> Result<usize> {
     Ok(total)
 }
 
-/// Runs the suite (its report goes to `log`) and returns the number of required checks that passed.
-fn conformance(p: &Paths, demo: &Path, node: &Path, bin: &Path, packages: &Path, log: &Path) -> Result<usize> {
-    let results = p.tools.join("conformance-results");
+/// One run of the conformance suite.
+struct Suite {
+    /// The name of the run (and of its results folder under `.tools/`).
+    name: &'static str,
+    /// The package folder under `node_modules`.
+    package: &'static str,
+    /// The arguments that choose the scenarios.
+    selection: [&'static str; 2],
+    /// The expected-failures file next to the client scripts.
+    expected: &'static str,
+    /// The scenarios that must pass.
+    required: &'static [&'static str],
+}
+
+/// The legacy era (0.1.16) and the current revision (0.2.0-alpha.12, requirement set 2026-07-28).
+const SUITES: [Suite; 2] = [
+    Suite {
+        name: "conformance",
+        package: "@modelcontextprotocol/conformance",
+        selection: ["--suite", "all"],
+        expected: "conformance-expected-failures.yml",
+        required: &REQUIRED_SCENARIOS,
+    },
+    Suite {
+        name: "conformance-2026",
+        package: "conformance-2026",
+        selection: ["--requirements", "2026-07-28"],
+        expected: "conformance-2026-expected-failures.yml",
+        required: &REQUIRED_2026,
+    },
+];
+
+/// Runs one suite (its report goes to `log`) and returns the number of required checks that
+/// passed.
+fn conformance(p: &Paths, suite: &Suite, demo: &Path, node: &Path, bin: &Path, packages: &Path) -> Result<usize> {
+    let log = p.tools.join("logs").join(format!("{}.log", suite.name));
+    let log = log.as_path();
+    let results = p.tools.join(format!("{}-results", suite.name));
     let _ = std::fs::remove_dir_all(&results);
     let (mut server, url) = start_http_server(demo)?;
     let mut cmd = Command::new(node);
-    cmd.arg(packages.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
-        .args(["server", "--url", &url, "--suite", "all", "--expected-failures"])
-        .arg(p.clients.join("conformance-expected-failures.yml"))
+    cmd.arg(packages.join("node_modules").join(suite.package).join("dist/index.js"))
+        .args(["server", "--url", &url])
+        .args(suite.selection)
+        .arg("--expected-failures")
+        .arg(p.clients.join(suite.expected))
         .arg("-o")
         .arg(&results)
         .current_dir(packages)
         .stdout(std::fs::File::create(log)?)
         .stderr(std::fs::File::create(log.with_extension("stderr.log"))?);
     with_node_path(&mut cmd, bin);
-    let outcome = run("conformance suite", &mut cmd, Duration::from_secs(600))
+    let outcome = run(suite.name, &mut cmd, Duration::from_secs(900))
         .with_context(|| format!("see the suite's report in {}", log.display()));
     let _ = server.kill();
     let _ = server.wait();
     outcome?;
-    let passed = check_required(&results)?;
-    println!("    conformance: every other scenario failed as expected (report: {})", log.display());
+    let passed = check_required(&results, suite.required)?;
+    println!("    {}: every other scored scenario failed as expected (report: {})", suite.name, log.display());
     Ok(passed)
 }
 
@@ -301,17 +371,32 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     with_node_path(&mut js, &bin);
     add(run_checks("typescript sdk client", &mut js, &logs.join("typescript.log"), Duration::from_secs(300))?);
 
+    std::fs::copy(p.clients.join("js/modern_clients.mjs"), packages.join("modern_clients.mjs"))?;
+    let mut js2 = Command::new(&node);
+    js2.arg(packages.join("modern_clients.mjs")).arg(&demo).current_dir(&packages);
+    with_node_path(&mut js2, &bin);
+    add(run_checks(
+        "typescript sdk v2 client (modern)",
+        &mut js2,
+        &logs.join("typescript-v2.log"),
+        Duration::from_secs(300),
+    )?);
+
     let mut py = Command::new(&python);
     py.arg(p.clients.join("python/clients.py")).arg(&demo).arg(&cases);
     add(run_checks("python sdk client", &mut py, &logs.join("python.log"), Duration::from_secs(300))?);
     let mut pai = Command::new(&python);
     pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
     add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);
+    let mut modern = Command::new(&python);
+    modern.arg(p.clients.join("python/modern_client.py")).arg(&demo);
+    add(run_checks("modern python clients", &mut modern, &logs.join("modern-python.log"), Duration::from_secs(480))?);
     let mut http = Command::new(&python);
     http.arg(p.clients.join("python/http_client.py")).arg(&demo).arg(&cases).arg(p.root.join("spec/error-matrix.json"));
     add(run_checks("http client (httpx2)", &mut http, &logs.join("http.log"), Duration::from_secs(300))?);
-    let required = conformance(&p, &demo, &node, &bin, &packages, &logs.join("conformance.log"))?;
-    totals.0 += required;
+    for suite in &SUITES {
+        totals.0 += conformance(&p, suite, &demo, &node, &bin, &packages)?;
+    }
     println!("<== clients: done in {:.1}s", start.elapsed().as_secs_f64());
     println!("clients: {} passed, {} failed", totals.0, totals.1);
     Ok(())

@@ -10,23 +10,138 @@
 //! `crates/agent-surface-mcp/tests/clients/conformance-expected-failures.yml`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
 use agent_surface_mcp::http::HttpConfig;
 use agent_surface_mcp::{McpConfig, McpServer};
-use agent_surface_registry::{Ctx, Mount, Registry};
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig};
-use rmcp::service::{NotificationContext, RequestContext};
+use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ListToolsResult, PaginatedRequestParams,
+    ServerConfig, SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// (name the suite calls, tool name of the capability behind it).
-const ALIASES: [(&str, &str); 3] = [
+const ALIASES: [(&str, &str); 16] = [
     ("test_simple_text", "conformance-simple_text"),
     ("test_error_handling", "conformance-error_handling"),
     ("json_schema_2020_12_tool", "conformance-json_schema_2020_12_tool"),
+    ("test_tool_with_progress", "conformance-tool_with_progress"),
+    ("test_logging_tool", "conformance-logging_tool"),
+    ("test_streaming_elicitation", "conformance-streaming_elicitation"),
+    ("test_trigger_tool_change", "conformance-trigger_tool_change"),
+    ("test_missing_capability", "conformance-missing_capability"),
+    ("test_input_required_result_elicitation", "conformance-ir_elicitation"),
+    ("test_input_required_result_sampling", "conformance-ir_sampling"),
+    ("test_input_required_result_list_roots", "conformance-ir_list_roots"),
+    ("test_input_required_result_request_state", "conformance-ir_request_state"),
+    ("test_input_required_result_multiple_inputs", "conformance-ir_multiple_inputs"),
+    ("test_input_required_result_multi_round", "conformance-ir_multi_round"),
+    ("test_input_required_result_tampered_state", "conformance-ir_tampered_state"),
+    ("test_input_required_result_capabilities", "conformance-ir_capabilities"),
 ];
+
+/// The empty input schema of every fixture.
+fn no_input() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+/// A form asking for one string (or boolean) field.
+fn form(key: &str, message: &str, field: &str, kind: &str) -> Question {
+    let schema = json!({"type": "object", "properties": {field: {"type": kind}}, "required": [field]});
+    Question::form(key, message, schema)
+}
+
+/// The questions of `conformance.{name}` still open, given the answers so far.
+fn open_questions(name: &str, answers: &Answers) -> Vec<Question> {
+    let name_form = || form("user_name", "What is your name?", "name", "string");
+    let confirm = || form("confirm", "Please confirm", "ok", "boolean");
+    let mut open = Vec::new();
+    match name {
+        "ir_elicitation" if answers.form("user_name").is_none() => open.push(name_form()),
+        "ir_sampling" if answers.sample_text("capital_question").is_none() => {
+            open.push(Question::sample("capital_question", "What is the capital of France?", 100));
+        }
+        "ir_list_roots" if answers.roots("client_roots").is_none() => open.push(Question::roots("client_roots")),
+        "ir_request_state" | "ir_tampered_state" if answers.form("confirm").is_none() => open.push(confirm()),
+        "ir_multiple_inputs" => {
+            if answers.form("user_name").is_none() {
+                open.push(name_form());
+            }
+            if answers.sample_text("greeting").is_none() {
+                open.push(Question::sample("greeting", "Generate a greeting", 50));
+            }
+            if answers.roots("client_roots").is_none() {
+                open.push(Question::roots("client_roots"));
+            }
+        }
+        "ir_multi_round" => {
+            if answers.form("step1").is_none() {
+                open.push(form("step1", "Step 1: What is your name?", "name", "string"));
+            } else if answers.form("step2").is_none() {
+                open.push(form("step2", "Step 2: What is your favorite color?", "color", "string"));
+            }
+        }
+        "ir_capabilities" => {
+            // Asks only what the client declared it can answer; done once anything is answered.
+            let answered = answers.form("elicit_input").is_some() || answers.sample_text("sample_input").is_some();
+            if !answered {
+                if answers.abilities().form {
+                    open.push(form("elicit_input", "Elicitation input", "value", "string"));
+                }
+                if answers.abilities().sample {
+                    open.push(Question::sample("sample_input", "Sample request", 50));
+                }
+            }
+        }
+        "missing_capability" if answers.sample_text("needs_sampling").is_none() => {
+            open.push(Question::sample("needs_sampling", "Say anything.", 10));
+        }
+        _ => {}
+    }
+    open
+}
+
+/// What `conformance.{name}` answers once its questions are answered.
+fn answered(name: &str, answers: &Answers) -> String {
+    let field = |key: &str, field: &str| {
+        answers.form(key).and_then(|f| f.get(field)).and_then(Value::as_str).unwrap_or_default().to_string()
+    };
+    match name {
+        "ir_elicitation" => format!("Hello, {}!", field("user_name", "name")),
+        "ir_sampling" => format!("The model said: {}", answers.sample_text("capital_question").unwrap_or_default()),
+        "ir_list_roots" => format!("{} roots", answers.roots("client_roots").map_or(0, Vec::len)),
+        "ir_multiple_inputs" => format!("All inputs received for {}", field("user_name", "name")),
+        "ir_multi_round" => {
+            format!("Multi-round complete for {} who likes {}", field("step1", "name"), field("step2", "color"))
+        }
+        "ir_capabilities" => "capabilities-ok".to_string(),
+        "missing_capability" => "Success".to_string(),
+        _ => "state-ok".to_string(),
+    }
+}
+
+/// What `test_trigger_tool_change` does: disables or enables `test_logging_tool`, which changes
+/// the tool list (a disabled tool carries its unavailable reason).
+struct ToolChange {
+    registry: Registry,
+    disabled: AtomicBool,
+}
+
+impl ToolChange {
+    fn toggle(&self) {
+        const TARGET: &str = "conformance.logging_tool";
+        if self.disabled.fetch_xor(true, Ordering::SeqCst) {
+            self.registry.enable(TARGET);
+        } else {
+            self.registry.disable(TARGET, "Disabled by test_trigger_tool_change.");
+        }
+    }
+}
 
 /// Defines the `conformance` type and mounts its instance; keep the handle while serving.
 pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
@@ -62,7 +177,59 @@ pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
                 None,
                 |_ctx: Ctx, input: Value| async move { Ok::<_, AgentSurfaceError>(json!({"received": input})) },
             );
+        t.capability("tool_with_progress", "Reports progress in three steps, then answers (conformance fixture).")
+            .effect(Effect::Read)
+            .idempotent()
+            .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _input: Value| async move {
+                for step in [0u32, 50, 100] {
+                    ctx.progress(f64::from(step), Some(100.0), Some(&format!("Completed step {step} of 100")));
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Ok::<_, AgentSurfaceError>(Value::String("Progress complete.".to_string()))
+            });
+        t.capability("logging_tool", "Answers without logging to the client (conformance fixture).")
+            .effect(Effect::Read)
+            .idempotent()
+            .raw_handler(json!({"type": "object", "properties": {}}), None, |_ctx: Ctx, _input: Value| async move {
+                // The operator channel is `tracing`; nothing reaches the client's log.
+                Ok::<_, AgentSurfaceError>(Value::String("Logging evaluated".to_string()))
+            });
+        t.capability("streaming_elicitation", "Answers on its stream without asking the client (conformance fixture).")
+            .effect(Effect::Read)
+            .idempotent()
+            .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _input: Value| async move {
+                ctx.progress(1.0, None, Some("Streaming"));
+                Ok::<_, AgentSurfaceError>(Value::String("Streaming complete".to_string()))
+            });
+        t.capability("trigger_tool_change", "Changes the tool list (conformance fixture).")
+            .effect(Effect::Write)
+            .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _input: Value| async move {
+                ctx.state::<ToolChange>().toggle();
+                Ok::<_, AgentSurfaceError>(Value::String("Tool list changed".to_string()))
+            });
+        for name in [
+            "missing_capability",
+            "ir_elicitation",
+            "ir_sampling",
+            "ir_list_roots",
+            "ir_request_state",
+            "ir_multiple_inputs",
+            "ir_multi_round",
+            "ir_tampered_state",
+            "ir_capabilities",
+        ] {
+            t.capability(name, "Asks the client for input before it runs (conformance fixture).")
+                .effect(Effect::Read)
+                .idempotent()
+                .ask(move |_ctx: &Ctx, _input: &Value, answers: &Answers| Ok(open_questions(name, answers)))
+                .raw_handler(no_input(), None, move |ctx: Ctx, _input: Value| async move {
+                    Ok::<_, AgentSurfaceError>(Value::String(answered(name, ctx.answers())))
+                });
+        }
     })?;
+    // The registry holding itself is a cycle that lives as long as the demo process, as the
+    // fixtures do.
+    registry.provide(ToolChange { registry: registry.clone(), disabled: AtomicBool::new(false) });
     registry.mount("conformance", "fixtures")
 }
 
@@ -104,6 +271,29 @@ impl ServerHandler for ConformanceServer {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.inner.on_initialized(context).await;
     }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        self.inner.accepted_subscription_filter(requested)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        self.inner.listen(subscription).await
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        self.inner.on_custom_request(request, context).await
+    }
+}
+
+impl ConformanceServer {
+    /// The wrapped adapter for one connection.
+    pub(crate) fn new(registry: Registry, config: Arc<McpConfig>) -> ConformanceServer {
+        ConformanceServer { inner: McpServer::new(registry, config) }
+    }
 }
 
 /// The HTTP router serving the wrapped adapter.
@@ -115,7 +305,7 @@ pub(crate) fn router(
 ) -> axum::Router {
     let config = Arc::new(config);
     agent_surface_mcp::http::router_with(
-        move || ConformanceServer { inner: McpServer::new(registry.clone(), config.clone()) },
+        move || ConformanceServer::new(registry.clone(), config.clone()),
         http,
         shutdown,
     )

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! agent-surface-demo                                   run the scripted agent session
-//! agent-surface-demo serve --stdio [--as WHO]          serve the shop on stdin/stdout
+//! agent-surface-demo serve --stdio [--as WHO] [--conformance]   serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
@@ -31,14 +31,14 @@ use agent_surface_policy::Identity;
 const USAGE: &str = "\
 usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
-  agent-surface-demo serve --stdio [--as WHO]
+  agent-surface-demo serve --stdio [--as WHO] [--conformance]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
                           [--invocation-id ID] [--confirmation-id ID]
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools. ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
+fixture tools (over stdio too). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
@@ -127,6 +127,12 @@ async fn serve(options: Serve) -> Result<(), String> {
         ..Default::default()
     };
     if options.stdio {
+        if options.conformance {
+            let (read, write) = rmcp::transport::stdio_pipes();
+            let max = config.max_message_bytes;
+            let server = conformance::ConformanceServer::new(demo.registry.clone(), Arc::new(config));
+            return agent_surface_mcp::serve_io(server, read, write, max).await.map_err(|e| e.to_string());
+        }
         return agent_surface_mcp::serve_stdio(demo.registry.clone(), config).await.map_err(|e| e.to_string());
     }
     // The plain HTTP binding (`agent-surface-http`) under `/api`, next to MCP, with the same tokens.

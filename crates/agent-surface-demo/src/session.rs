@@ -10,17 +10,34 @@ use std::time::Duration;
 use agent_surface_core::{ErrorPayload, InvokeResult, Retry};
 use agent_surface_mcp::{codec, meta};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, Implementation, RequestMetaObject,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, Implementation, InputRequest,
+    InputResponses, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
-use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 /// The client side: answers elicitations from a script (the "user"), and notes tool list changes.
 struct AgentClient {
     elicitation: bool,
     answers: Mutex<VecDeque<ElicitationAction>>,
+}
+
+impl AgentClient {
+    /// The scripted user's answer to an elicitation, printed.
+    fn answer(&self, request: &ElicitRequestParams) -> ElicitResult {
+        let message = match request {
+            ElicitRequestParams::FormElicitationParams { message, .. } => message.clone(),
+            _ => String::new(),
+        };
+        let action = self.answers.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+        let action = action.unwrap_or(ElicitationAction::Decline);
+        println!("   ◇ the MCP client asks the user: \"{message}\"");
+        let answer = if action == ElicitationAction::Accept { "Approve" } else { "Decline" };
+        println!("   ◇ the user clicks {answer}");
+        ElicitResult::new(action)
+    }
 }
 
 impl ClientHandler for AgentClient {
@@ -37,16 +54,7 @@ impl ClientHandler for AgentClient {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let message = match &request {
-            ElicitRequestParams::FormElicitationParams { message, .. } => message.clone(),
-            _ => String::new(),
-        };
-        let action = self.answers.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-        let action = action.unwrap_or(ElicitationAction::Decline);
-        println!("   ◇ the MCP client asks the user: \"{message}\"");
-        let answer = if action == ElicitationAction::Accept { "Approve" } else { "Decline" };
-        println!("   ◇ the user clicks {answer}");
-        Ok(ElicitResult::new(action))
+        Ok(self.answer(&request))
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -66,6 +74,16 @@ struct Agent {
 }
 
 async fn connect(who: Option<&str>, elicitation: bool, answers: &[ElicitationAction]) -> Result<Agent, String> {
+    connect_in(who, elicitation, answers, None).await
+}
+
+/// Connects in the given lifecycle (`None`: the legacy `initialize` handshake).
+async fn connect_in(
+    who: Option<&str>,
+    elicitation: bool,
+    answers: &[ElicitationAction],
+    lifecycle: Option<ClientLifecycleMode>,
+) -> Result<Agent, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(["serve", "--stdio"]);
@@ -80,7 +98,11 @@ async fn connect(who: Option<&str>, elicitation: bool, answers: &[ElicitationAct
         return Err("the server has no pipes".to_string());
     };
     let handler = AgentClient { elicitation, answers: Mutex::new(answers.iter().cloned().collect()) };
-    let client = handler.serve((stdout, stdin)).await.map_err(|e| format!("MCP handshake failed: {e}"))?;
+    let client = match lifecycle {
+        None => handler.serve((stdout, stdin)).await,
+        Some(mode) => handler.serve_with_lifecycle((stdout, stdin), mode).await,
+    };
+    let client = client.map_err(|e| format!("MCP handshake failed: {e}"))?;
     Ok(Agent { client, child, turn: 0, surface: (String::new(), 0) })
 }
 
@@ -197,6 +219,52 @@ impl Agent {
         handle.cancel(Some("the user pressed stop".to_string())).await.map_err(|e| e.to_string())?;
         println!("← (no response: a cancelled request is never answered)");
         Ok(())
+    }
+
+    /// Calls a tool that may answer `input_required`, answers each approval question by asking
+    /// the user (the client handler's script), repeats the call, and prints every round.
+    async fn call_answering(&mut self, tool: &str, args: Value) -> Result<InvokeResult, String> {
+        Self::show_request(tool, &args, &json!({}));
+        let mut params = Self::params(tool, args, json!({}));
+        for _round in 0..4 {
+            let response = self
+                .client
+                .call_tool_once(params.clone())
+                .await
+                .map_err(|e| format!("tools/call {tool} failed: {e}"))?;
+            let asked = match response {
+                CallToolResponse::InputRequired(asked) => asked,
+                CallToolResponse::Complete(raw) => {
+                    let result = codec::decode(&raw).map_err(|e| format!("tools/call {tool}: {e}"))?;
+                    Self::show_result(&result);
+                    return Ok(result);
+                }
+                other => return Err(format!("tools/call {tool}: unexpected answer {other:?}")),
+            };
+            let state = asked.request_state.clone().unwrap_or_default();
+            let mut responses = InputResponses::new();
+            for (key, request) in asked.input_requests.clone().unwrap_or_default() {
+                let wire = serde_json::to_value(&request).unwrap_or_default();
+                println!(
+                    "← input_required: {key} = {} \"{}\"",
+                    wire["method"].as_str().unwrap_or(""),
+                    wire["params"]["message"].as_str().unwrap_or("")
+                );
+                let InputRequest::Elicitation(elicit) = request else { continue };
+                let answer = self.client.service().answer(&elicit.params);
+                responses.insert(key, serde_json::to_value(answer).unwrap_or_default());
+            }
+            println!(
+                "   requestState: {} bytes, sealed (HMAC-SHA256) and bound to this tool and these arguments",
+                state.len()
+            );
+            println!(
+                "→ tools/call {tool} again, with inputResponses {} and the requestState",
+                compact(&serde_json::to_value(&responses).unwrap_or_default())
+            );
+            params = params.with_input_responses(responses).with_request_state(state);
+        }
+        Err(format!("tools/call {tool}: too many rounds"))
     }
 
     async fn close(mut self) {
@@ -383,6 +451,24 @@ pub(crate) async fn run() -> Result<(), String> {
     let r = b.call("orders-cancel", json!({"orderId": "A-1003"}), json!({})).await?;
     expect(&r, "CONFIRMATION_INVALID", f);
     b.close().await;
+
+    println!();
+    println!("━━ session 3: alice again, with a client of MCP 2026-07-28 (stateless: no initialize, and the");
+    println!("   server may not call the client back; an approval is an input-required round trip)");
+    let modern = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    let answers = [ElicitationAction::Accept, ElicitationAction::Decline];
+    let mut c = connect_in(Some("alice"), true, &answers, Some(modern)).await?;
+    c.heading("discover the tools (server/discover, then tools/list with the version in _meta)");
+    c.list().await?;
+
+    c.heading("cancel an order; the server asks for alice's approval, the client repeats the call");
+    let r = c.call_answering("orders-cancel", json!({"orderId": "A-1001"})).await?;
+    expect(&r, "ok", f);
+
+    c.heading("cancel another order; alice declines");
+    let r = c.call_answering("orders-cancel", json!({"orderId": "A-1003"})).await?;
+    expect(&r, "CONFIRMATION_INVALID", f);
+    c.close().await;
 
     let failures = failures.lock().unwrap_or_else(PoisonError::into_inner).clone();
     println!();

@@ -42,7 +42,7 @@
 
 use std::sync::Arc;
 
-use agent_surface_policy::{ConfirmationEngine, Consumer, Identity};
+use agent_surface_policy::{ConfirmationEngine, ConfirmationState, Consumer, Identity};
 use futures_util::future::BoxFuture;
 
 /// The person's answer to a confirmation, as the MCP client reported it.
@@ -82,6 +82,14 @@ pub trait ConfirmationResolver: Send + Sync + 'static {
         requester: &'a Consumer,
         answer: ConfirmationAnswer,
     ) -> BoxFuture<'a, Result<(), ResolveError>>;
+
+    /// Where `confirmation_id` is in its life, when the resolver can tell (`None`: unknown).
+    /// The adapter asks when an answer could not be recorded, so that a declined repeat of an
+    /// approval that was already used is told so rather than `denied`. The default cannot tell.
+    fn state<'a>(&'a self, confirmation_id: &'a str) -> BoxFuture<'a, Option<ConfirmationState>> {
+        let _ = confirmation_id;
+        Box::pin(std::future::ready(None))
+    }
 }
 
 /// The [`ConfirmationResolver`] over the shipped [`ConfirmationEngine`] (the registry's gate).
@@ -131,5 +139,9 @@ impl ConfirmationResolver for EngineResolver {
             };
             decided.map_err(|e| ResolveError(format!("confirmation {confirmation_id}: {e}")))
         })
+    }
+
+    fn state<'a>(&'a self, confirmation_id: &'a str) -> BoxFuture<'a, Option<ConfirmationState>> {
+        Box::pin(async move { self.engine.get(confirmation_id).await.ok().flatten().map(|r| r.state) })
     }
 }

@@ -103,11 +103,13 @@ impl std::fmt::Display for ServeError {
 
 impl std::error::Error for ServeError {}
 
-/// Runs one MCP session of `server` over a byte stream pair (newline-delimited JSON-RPC, the
-/// [`stdio::LineTransport`]) until the peer closes it; messages over `max_message_bytes` are
-/// refused.
-pub async fn serve_io<R, W>(server: McpServer, read: R, write: W, max_message_bytes: usize) -> Result<(), ServeError>
+/// Runs one MCP connection of `server` (an [`McpServer`], or a handler wrapping one) over a byte
+/// stream pair (newline-delimited JSON-RPC, the [`stdio::LineTransport`]) until the peer closes
+/// it; messages over `max_message_bytes` are refused. Legacy clients open a session with
+/// `initialize`; modern ones send self-contained requests.
+pub async fn serve_io<S, R, W>(server: S, read: R, write: W, max_message_bytes: usize) -> Result<(), ServeError>
 where
+    S: rmcp::ServerHandler,
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {

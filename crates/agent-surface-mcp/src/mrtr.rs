@@ -1,4 +1,5 @@
-//! Confirmation for modern clients (MCP 2026-07-28): the input-required round trip.
+//! Questions and confirmation for modern clients (MCP 2026-07-28): the input-required round
+//! trip.
 //!
 //! From protocol revision 2026-07-28 on, a server may not send requests to the client while it
 //! serves one, so the legacy way of asking the person (`elicitation/create` inside the call, see
@@ -29,6 +30,20 @@
 //!    - **a state that does not open** (tampered, sealed with an unknown key, for another tool,
 //!      other arguments or another principal): JSON-RPC `-32602`.
 //!
+//! **A capability's own questions** (its ask step, `agent_surface_registry::questions`) travel
+//! the same way. A call that stops for open questions, from a modern client that can answer
+//! them all (forms need `elicitation`, completions `sampling`, roots `roots`), answers an
+//! input-required result with one input request per question, under the question's key, and a
+//! sealed state carrying the answers of earlier rounds. The repeated call carries the answers of
+//! all rounds (the state's and the new `inputResponses`) to the ask step, which may ask again
+//! (multi-round) or let the call run. A question the client cannot answer (it did not declare
+//! the capability) is JSON-RPC `-32021` naming the capabilities it needs. Answers without a state
+//! are taken too (a client may answer in its first request); the state only carries earlier
+//! rounds, and answering is the client's to do anyway. Callers that cannot ask at all get
+//! `PRECONDITION_FAILED {reason: client-input-required}` (retry `no`). Questions come before the
+//! approval (the ask step runs in the input phase); the approval's state carries the answers, so
+//! the approved call runs with them.
+//!
 //! **Single use lives in the confirmation store, not in the state.** The state can be replayed
 //! byte for byte; what it refers to cannot: the approval is recorded once (a second decision of
 //! the same confirmation is refused by the store) and the evidence is consumed once, atomically,
@@ -50,22 +65,27 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agent_surface_core::Timestamp;
 use agent_surface_policy::{Consumer, Fingerprint};
+use agent_surface_registry::{Ask, Question};
 use rmcp::model::{
-    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest,
-    InputRequests, InputRequiredResult, RequestStateCodec, RequestStateError, SealOptions,
+    ClientCapabilities, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, RequestStateCodec, RequestStateError,
+    RootsCapabilities, SamplingCapability, SealOptions,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 /// The key of the approval question in `inputRequests` / `inputResponses`.
 pub const CONFIRM_KEY: &str = "agent-surface/confirm";
 
-/// The format version of a sealed approval state.
+/// The format version of a sealed state.
 const FORMAT: u8 = 1;
 
-/// Seals and opens the `requestState` of pending approvals.
+/// The most bytes of earlier answers a state carries; a call whose answers grow past it is not
+/// continued (its questions go unanswered: `PRECONDITION_FAILED {client-input-required}`).
+pub const MAX_STATE_ANSWERS_BYTES: usize = 64 * 1024;
+
+/// Seals and opens the `requestState` of input-required results (questions and approvals).
 ///
 /// Every replica that may take a retry must seal with the same keys: build it from a shared
 /// keyring ([`ApprovalStates::new`] over `RequestStateCodec::new_with_keyring`, which also
@@ -83,17 +103,29 @@ impl std::fmt::Debug for ApprovalStates {
     }
 }
 
-/// What a sealed approval state says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ApprovalState {
+/// What a sealed state says: who the call belongs to, the answers of earlier rounds, and the
+/// approval this round asks for, if any.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CallState {
     /// The format version ([`FORMAT`]).
     v: u8,
-    /// The confirmation id.
-    pub(crate) cid: String,
-    /// The consumer key the confirmation was issued to.
+    /// The consumer key the call belongs to.
     pub(crate) key: String,
     /// Whether that consumer was authenticated (its key is then a principal).
     pub(crate) auth: bool,
+    /// The answers given in earlier rounds, by question key.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub(crate) answers: Map<String, Value>,
+    /// The approval this round asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approval: Option<Approval>,
+}
+
+/// The approval a state asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Approval {
+    /// The confirmation id.
+    pub(crate) cid: String,
     /// The summary shown to the person.
     pub(crate) msg: String,
     /// When the confirmation expires, in Unix milliseconds on the registry's clock.
@@ -161,30 +193,34 @@ impl ApprovalStates {
         ad
     }
 
-    /// Seals the state of the approval of `confirmation_id`, issued to `consumer` for calling
-    /// `tool` with `arguments`.
+    /// Seals a state for `consumer`'s call of `tool` with `arguments`, carrying `answers` and
+    /// the approval asked for; `None` when the answers are over [`MAX_STATE_ANSWERS_BYTES`] or
+    /// sealing fails (logged).
     pub(crate) fn seal(
         &self,
         tool: &str,
         arguments: &Value,
         consumer: &Consumer,
-        confirmation_id: &str,
-        summary: &str,
-        expires_at: Timestamp,
+        answers: &Map<String, Value>,
+        approval: Option<Approval>,
     ) -> Option<String> {
-        let state = ApprovalState {
+        let size = serde_json::to_vec(answers).map(|b| b.len()).unwrap_or(usize::MAX);
+        if size > MAX_STATE_ANSWERS_BYTES {
+            tracing::info!(target: "agent_surface::mcp", bytes = size, "answers too large to carry in a request state");
+            return None;
+        }
+        let state = CallState {
             v: FORMAT,
-            cid: confirmation_id.to_string(),
             key: consumer.key().to_string(),
             auth: consumer.identity().is_some(),
-            msg: summary.to_string(),
-            exp: expires_at.unix_millis(),
+            answers: answers.clone(),
+            approval,
         };
         let ad = Self::bound_to(tool, arguments);
         match self.codec.seal_json_with(&state, &SealOptions::new().associated_data(&ad)) {
             Ok(sealed) => Some(sealed),
             Err(e) => {
-                tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot seal an approval state");
+                tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot seal a request state");
                 None
             }
         }
@@ -198,9 +234,9 @@ impl ApprovalStates {
         tool: &str,
         arguments: &Value,
         consumer: &Consumer,
-    ) -> Result<(ApprovalState, Consumer), StateRefused> {
+    ) -> Result<(CallState, Consumer), StateRefused> {
         let ad = Self::bound_to(tool, arguments);
-        let state: ApprovalState = self.codec.open_json_with(sealed, &ad).map_err(StateRefused::Open)?;
+        let state: CallState = self.codec.open_json_with(sealed, &ad).map_err(StateRefused::Open)?;
         if state.v != FORMAT {
             return Err(StateRefused::Format(state.v));
         }
@@ -230,6 +266,58 @@ pub(crate) fn question(summary: &str) -> InputRequests {
 /// The input-required result asking `summary` with `state`.
 pub(crate) fn input_required(summary: &str, state: String) -> InputRequiredResult {
     InputRequiredResult::new(Some(question(summary)), Some(state))
+}
+
+/// What a client can answer, from the capabilities it declared.
+pub(crate) fn abilities(capabilities: Option<&ClientCapabilities>) -> agent_surface_registry::Abilities {
+    let Some(c) = capabilities else { return agent_surface_registry::Abilities::default() };
+    let form = c.elicitation.as_ref().is_some_and(|e| e.form.is_some() || e.url.is_none());
+    agent_surface_registry::Abilities::new(form, c.sampling.is_some(), c.roots.is_some())
+}
+
+/// The client capabilities the questions need that `abilities` lacks, if any.
+pub(crate) fn missing(
+    questions: &[Question],
+    abilities: agent_surface_registry::Abilities,
+) -> Option<ClientCapabilities> {
+    let mut required = ClientCapabilities::default();
+    let mut lacking = false;
+    for q in questions.iter().filter(|q| !abilities.can(&q.ask)) {
+        lacking = true;
+        match &q.ask {
+            Ask::Form { .. } => required.elicitation = Some(ElicitationCapability::new()),
+            Ask::Sample { .. } => required.sampling = Some(SamplingCapability::default()),
+            Ask::Roots => required.roots = Some(RootsCapabilities::default()),
+            _ => {}
+        }
+    }
+    lacking.then_some(required)
+}
+
+/// The input requests for `questions` (`None` when one cannot be expressed: logged).
+pub(crate) fn requests(questions: &[Question]) -> Option<InputRequests> {
+    let mut requests = InputRequests::new();
+    for q in questions {
+        let wire = match &q.ask {
+            Ask::Form { message, schema } => json!({
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": message, "requestedSchema": schema},
+            }),
+            Ask::Sample { params } => json!({"method": "sampling/createMessage", "params": params}),
+            Ask::Roots => json!({"method": "roots/list", "params": {}}),
+            _ => return None,
+        };
+        match InputRequest::deserialize(&wire) {
+            Ok(request) => {
+                requests.insert(q.key.clone(), request);
+            }
+            Err(e) => {
+                tracing::warn!(target: "agent_surface::mcp", key = %q.key, error = %e, "a question cannot be sent as an input request");
+                return None;
+            }
+        }
+    }
+    Some(requests)
 }
 
 /// The person's answer found in `inputResponses`.

@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
-use agent_surface_policy::{Consumer, Identity};
-use agent_surface_registry::{FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, id};
+use agent_surface_policy::{ConfirmationState, Consumer, Identity};
+use agent_surface_registry::{
+    Abilities, Answers, FnProgress, InvokeOptions, InvokeRequest, Progress, Question, Registry, id,
+};
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientResult, CustomRequest, CustomResult,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode,
-    Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, ServerRequest, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, ClientResult, CustomRequest, CustomResult, ElicitRequest,
+    ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, Implementation,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    ServerRequest, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -51,10 +53,20 @@ impl Drop for Session {
     }
 }
 
-/// What serving a call came to: a result, or a question for the person (modern clients).
+/// What serving a call came to: a result (with the questions it stopped for, if any), or a
+/// question for the person (modern clients).
 enum Answered {
-    Result(InvokeResult),
+    Result(InvokeResult, Option<Vec<Question>>),
     Ask(rmcp::model::InputRequiredResult),
+}
+
+/// One modern round of a call: what its state is sealed for and with.
+struct Round<'a> {
+    tool: &'a str,
+    arguments: &'a Value,
+    consumer: &'a Consumer,
+    answers: serde_json::Map<String, Value>,
+    abilities: Abilities,
 }
 
 /// An MCP server over a [`Registry`]: implements `rmcp`'s [`ServerHandler`] by hand (the tool
@@ -159,8 +171,8 @@ impl McpServer {
         self.session.default_consumer.clone()
     }
 
-    /// A call that answers no question: invoked once, and in a legacy session that can elicit,
-    /// its `CONFIRMATION_REQUIRED` settled by asking the person.
+    /// A call that carries no approval answer: invoked once, and in a legacy session that can
+    /// elicit, its `CONFIRMATION_REQUIRED` settled by asking the person.
     async fn first_call(
         &self,
         invoke: InvokeRequest,
@@ -169,82 +181,98 @@ impl McpServer {
     ) -> Answered {
         let legacy_elicitation =
             !is_modern(context) && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
-        let first = self.session.registry.invoke(invoke.clone(), options.clone()).await;
-        if legacy_elicitation && first.code() == Some(ErrorCode::ConfirmationRequired) {
-            return Answered::Result(self.confirm_by_elicitation(first, invoke, options, context).await);
+        let first = self.session.registry.invoke_detailed(invoke.clone(), options.clone()).await;
+        if legacy_elicitation && first.result.code() == Some(ErrorCode::ConfirmationRequired) {
+            let settled = self.confirm_by_elicitation(first.result, invoke, options, context).await;
+            return Answered::Result(settled, None);
         }
-        Answered::Result(first)
+        Answered::Result(first.result, first.questions)
     }
 
-    /// A modern retry carrying the state of an approval question and the person's answer.
+    /// A modern retry carrying the state of an approval and the person's answer.
     async fn answered(
         &self,
-        state: mrtr::ApprovalState,
+        approval: mrtr::Approval,
         sealed: String,
         answer: Answer,
         mut invoke: InvokeRequest,
         options: InvokeOptions,
     ) -> Answered {
-        let now = self.session.registry.config().clock.now();
-        if state.exp <= now.unix_millis() {
+        let registry = &self.session.registry;
+        let now = registry.config().clock.now();
+        let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| approval.exp > now.unix_millis())
+        else {
             // Too late to approve this one: plan the call afresh, which asks again.
-            tracing::info!(target: "agent_surface::mcp", confirmation_id = %state.cid, "approval state expired; asking afresh");
-            return Answered::Result(self.session.registry.invoke(invoke, options).await);
-        }
-        let Some(resolver) = &self.session.config.confirmations else {
-            return Answered::Result(self.session.registry.invoke(invoke, options).await);
+            tracing::info!(target: "agent_surface::mcp", confirmation_id = %approval.cid, "approval state expired; asking afresh");
+            let again = registry.invoke_detailed(invoke, options).await;
+            return Answered::Result(again.result, again.questions);
         };
         let consumer = &options.consumer;
         match answer {
             // Not answered yet: the same question, with the same state.
-            Answer::Missing => Answered::Ask(mrtr::input_required(&state.msg, sealed)),
+            Answer::Missing => Answered::Ask(mrtr::input_required(&approval.msg, sealed)),
             Answer::Accept => {
-                if let Err(e) = resolver.resolve(&state.cid, consumer, ConfirmationAnswer::Approved).await {
+                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Approved).await {
                     // Already decided (a replayed state), expired or a store failure: the store's
                     // single-use `consume` decides what the evidence is worth.
                     tracing::info!(target: "agent_surface::mcp", error = %e, "approval not recorded");
                 }
-                invoke.confirmation_id = Some(state.cid);
-                Answered::Result(self.session.registry.invoke(invoke, options).await)
+                invoke.confirmation_id = Some(approval.cid);
+                let done = registry.invoke_detailed(invoke, options).await;
+                Answered::Result(done.result, done.questions)
             }
             Answer::Decline => {
-                if let Err(e) = resolver.resolve(&state.cid, consumer, ConfirmationAnswer::Denied).await {
+                let mut reason = ConfirmationInvalidReason::Denied;
+                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Denied).await {
                     tracing::info!(target: "agent_surface::mcp", error = %e, "denial not recorded");
+                    // A decision came first: an approval that was already used is not `denied`.
+                    if let Some(ConfirmationState::Consumed { .. }) = resolver.state(&approval.cid).await {
+                        reason = ConfirmationInvalidReason::Consumed;
+                    }
                 }
-                let denied = AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied);
-                Answered::Result(InvokeResult::error(denied.into_payload(), invoke.invocation_id))
+                let refused = AgentSurfaceError::confirmation_invalid(reason);
+                Answered::Result(InvokeResult::error(refused.into_payload(), invoke.invocation_id), None)
             }
         }
     }
 
-    /// For a modern request that can answer an elicitation, turns a `CONFIRMATION_REQUIRED` into
-    /// an input-required result asking the person (`None`: relay the result as it is).
+    /// For a modern request, turns a stop for questions or a `CONFIRMATION_REQUIRED` into an
+    /// input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
+    /// relay the result as it is.
     fn ask_modern(
         &self,
         result: &InvokeResult,
-        request: &CallToolRequestParams,
-        arguments: &Value,
-        consumer: &Consumer,
-        context: &RequestContext<RoleServer>,
-    ) -> Option<rmcp::model::InputRequiredResult> {
-        if result.code() != Some(ErrorCode::ConfirmationRequired) || !is_modern(context) {
-            return None;
+        questions: Option<&[Question]>,
+        round: &Round<'_>,
+    ) -> Result<Option<rmcp::model::InputRequiredResult>, ErrorData> {
+        let states = &self.session.config.approval_states;
+        if let Some(questions) = questions {
+            if let Some(required) = mrtr::missing(questions, round.abilities) {
+                return Err(ErrorData::missing_required_client_capability(required));
+            }
+            let Some(requests) = mrtr::requests(questions) else { return Ok(None) };
+            let sealed = states.seal(round.tool, round.arguments, round.consumer, &round.answers, None);
+            return Ok(sealed.map(|state| rmcp::model::InputRequiredResult::new(Some(requests), Some(state))));
         }
-        self.session.config.confirmations.as_ref()?;
-        if !has_form_elicitation(context.client_capabilities().as_ref()) {
-            return None;
+        if result.code() != Some(ErrorCode::ConfirmationRequired)
+            || self.session.config.confirmations.is_none()
+            || !round.abilities.form
+        {
+            return Ok(None);
         }
-        let details = result.error_payload()?.details_as::<ConfirmationRequiredDetails>()?;
-        let expires_at = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at)?;
-        let sealed = self.session.config.approval_states.seal(
-            &request.name,
-            arguments,
-            consumer,
-            &details.confirmation_id,
-            &details.summary,
-            expires_at,
-        )?;
-        Some(mrtr::input_required(&details.summary, sealed))
+        let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
+            return Ok(None);
+        };
+        let Some(expires_at) = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at) else {
+            return Ok(None);
+        };
+        let approval = mrtr::Approval {
+            cid: details.confirmation_id,
+            msg: details.summary.clone(),
+            exp: expires_at.unix_millis(),
+        };
+        let sealed = states.seal(round.tool, round.arguments, round.consumer, &round.answers, Some(approval));
+        Ok(sealed.map(|state| mrtr::input_required(&details.summary, state)))
     }
 
     /// Settles a `CONFIRMATION_REQUIRED` through elicitation when the session can; otherwise
@@ -328,15 +356,9 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
     context.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
-/// Whether the capabilities declare form elicitation (an empty `elicitation` object means form
-/// mode).
-fn has_form_elicitation(capabilities: Option<&ClientCapabilities>) -> bool {
-    capabilities.and_then(|c| c.elicitation.as_ref()).is_some_and(|e| e.form.is_some() || e.url.is_none())
-}
-
 /// Whether a legacy client declared form elicitation at `initialize`.
 fn can_elicit(peer: &Peer<RoleServer>) -> bool {
-    has_form_elicitation(peer.peer_info().as_ref().map(|info| &info.capabilities))
+    mrtr::abilities(peer.peer_info().as_ref().map(|info| &info.capabilities)).form
 }
 
 /// The progress sink of one request: reports go, in order, to a task that sends them as
@@ -462,8 +484,10 @@ impl ServerHandler for McpServer {
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let mut invoke = InvokeRequest::new(capability, arguments.clone());
         meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        // A modern retry answering an approval question.
-        let mut answered = None;
+        // A modern request: the answers it carries (earlier rounds' from its state, this
+        // round's from `inputResponses`) and the approval its state asks for.
+        let mut answers = serde_json::Map::new();
+        let mut approval = None;
         if modern && let Some(sealed) = request.request_state.as_deref() {
             let (state, continues) =
                 self.session.config.approval_states.open(sealed, &request.name, &arguments, &consumer).map_err(|e| {
@@ -471,20 +495,35 @@ impl ServerHandler for McpServer {
                     ErrorData::invalid_params("Invalid requestState: it does not belong to this call", None)
                 })?;
             consumer = continues;
-            let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
-                let message = format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
-                ErrorData::invalid_params(message, None)
-            })?;
-            answered = Some((state, sealed.to_string(), answer));
+            answers = state.answers;
+            if let Some(asked) = state.approval {
+                let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
+                    let message = format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
+                    ErrorData::invalid_params(message, None)
+                })?;
+                approval = Some((asked, sealed.to_string(), answer));
+            }
         }
-        let caller = consumer.clone();
-        let mut options = InvokeOptions::new(consumer).with_cancellation(context.ct.clone());
+        let abilities =
+            if modern { mrtr::abilities(context.client_capabilities().as_ref()) } else { Abilities::default() };
+        if modern {
+            for (key, value) in request.input_responses.iter().flatten() {
+                if key != mrtr::CONFIRM_KEY {
+                    answers.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let mut options = InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone());
+        if modern {
+            let carried = answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
+            options = options.with_answers(carried);
+        }
         let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
         if let Some((sink, _)) = &progress {
             options = options.with_progress(sink.clone());
         }
-        let outcome = match answered {
-            Some((state, sealed, answer)) => self.answered(state, sealed, answer, invoke, options).await,
+        let outcome = match approval {
+            Some((asked, sealed, answer)) => self.answered(asked, sealed, answer, invoke, options).await,
             None => self.first_call(invoke, options, &context).await,
         };
         if let Some((sink, task)) = progress {
@@ -492,14 +531,16 @@ impl ServerHandler for McpServer {
             drop(sink);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
         }
-        let result = match outcome {
-            Answered::Result(result) => result,
+        let (result, questions) = match outcome {
+            Answered::Result(result, questions) => (result, questions),
             Answered::Ask(question) => return Ok(question.into()),
         };
-        let result = match self.ask_modern(&result, &request, &arguments, &caller, &context) {
-            Some(question) => return Ok(question.into()),
-            None => result,
-        };
+        if modern {
+            let round = Round { tool: &request.name, arguments: &arguments, consumer: &consumer, answers, abilities };
+            if let Some(ask) = self.ask_modern(&result, questions.as_deref(), &round)? {
+                return Ok(ask.into());
+            }
+        }
         if self.session.config.unknown_tool == UnknownTool::ProtocolError
             && result.code() == Some(ErrorCode::CapabilityNotFound)
         {

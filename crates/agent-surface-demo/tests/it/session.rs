@@ -16,4 +16,8 @@ fn the_scripted_session_shows_every_code_and_retry_category() {
     // The operator channel stays out of the agent channel.
     assert!(!stdout.contains("postgres://"), "the panic text leaked");
     assert!(stdout.contains("the user clicks Approve"));
+    // The modern era: the approval as an input-required round trip, then the call runs.
+    let modern = stdout.split("━━ session 3").nth(1).expect("a modern session");
+    assert!(modern.contains("← input_required: agent-surface/confirm = elicitation/create"), "{modern}");
+    assert!(modern.contains("← ok {\"orderId\":\"A-1001\""), "{modern}");
 }

@@ -12,7 +12,7 @@ use agent_surface_mcp::confirm::EngineResolver;
 use agent_surface_mcp::mrtr::CONFIRM_KEY;
 use agent_surface_mcp::{McpConfig, McpServer, codec};
 use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity, ManualClock};
-use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry, RegistryConfig};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitationCapability,
     Implementation, InputRequest, InputRequiredResult, InputResponses, MetaObject, ProgressNotificationParam,
@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 /// records the progress notifications it receives.
 struct Modern {
     elicitation: bool,
+    sampling: bool,
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
 }
 
@@ -34,6 +35,9 @@ impl ClientHandler for Modern {
         let mut caps = ClientCapabilities::default();
         if self.elicitation {
             caps.elicitation = Some(ElicitationCapability::new());
+        }
+        if self.sampling {
+            caps.sampling = Some(Default::default());
         }
         ClientConfig::new(caps, Implementation::new("it-modern", "0"))
     }
@@ -99,6 +103,29 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
                     Ok::<_, AgentSurfaceError>(json!({"steps": 3}))
                 },
             );
+            // Asks the person for a name, then the client's model for a slogan, then needs an
+            // approval.
+            t.capability("label", "Print a label.")
+                .effect(Effect::Destructive)
+                .ask(|_ctx: &Ctx, _i: &Value, answers: &Answers| {
+                    let schema =
+                        json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+                    Ok(if answers.form("name").is_none() {
+                        vec![Question::form("name", "Whose label?", schema)]
+                    } else if answers.sample_text("slogan").is_none() {
+                        vec![Question::sample("slogan", "Write a slogan.", 20)]
+                    } else {
+                        vec![]
+                    })
+                })
+                .confirm(|_i: &Value| "Print one label.")
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst);
+                    let answers = ctx.answers();
+                    let name = answers.form("name").and_then(|f| f["name"].as_str()).unwrap_or_default().to_string();
+                    let slogan = answers.sample_text("slogan").unwrap_or_default().to_string();
+                    Ok::<_, AgentSurfaceError>(json!({"label": format!("{name}: {slogan}")}))
+                });
         })
         .unwrap();
     let mount = registry.mount("shop", "main").unwrap();
@@ -115,14 +142,26 @@ async fn connect(
     config: Arc<McpConfig>,
     elicitation: bool,
 ) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
+    connect_with(registry, config, elicitation, false).await
+}
+
+/// The same, with or without the sampling capability.
+async fn connect_with(
+    registry: &Registry,
+    config: Arc<McpConfig>,
+    elicitation: bool,
+    sampling: bool,
+) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (read, write) = tokio::io::split(server_io);
     let server = McpServer::new(registry.clone(), config);
     tokio::spawn(agent_surface_mcp::serve_io(server, read, write, 1 << 20));
     let progress = Arc::new(Mutex::new(Vec::new()));
     let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    let client =
-        Modern { elicitation, progress: progress.clone() }.serve_with_lifecycle(client_io, lifecycle).await.unwrap();
+    let client = Modern { elicitation, sampling, progress: progress.clone() }
+        .serve_with_lifecycle(client_io, lifecycle)
+        .await
+        .unwrap();
     (client, progress)
 }
 
@@ -202,6 +241,11 @@ async fn an_approval_through_input_required_runs_the_call_once_and_a_replayed_st
     );
     assert_eq!(replay.code(), Some(ErrorCode::ConfirmationInvalid));
     assert_eq!(replay.error_payload().unwrap().detail("reason"), Some(&json!(ConfirmationInvalidReason::Consumed)));
+    // Declining it afterwards is told the truth: the approval was used, not denied.
+    let late = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("decline")))).await.unwrap(),
+    );
+    assert_eq!(late.error_payload().unwrap().detail("reason"), Some(&json!(ConfirmationInvalidReason::Consumed)));
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
 
@@ -340,4 +384,79 @@ async fn a_principal_keeps_its_idempotency_records_across_connections() {
     let (fourth, _) = connect(&shop.registry, anonymous, false).await;
     let _ = completes(fourth.call_tool_once(with_meta(params("shop-count", json!({})), meta)).await.unwrap());
     assert_eq!(shop.runs.load(Ordering::SeqCst), 3);
+}
+
+fn responses(pairs: &[(&str, Value)]) -> InputResponses {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+#[tokio::test]
+async fn questions_go_round_by_round_and_their_answers_reach_the_handler_after_the_approval() {
+    let (shop, engine) = shop();
+    let (client, _) = connect_with(&shop.registry, Arc::new(config(&engine)), true, true).await;
+    let first = asks(client.call_tool_once(params("shop-label", json!({}))).await.unwrap());
+    let requests = serde_json::to_value(first.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(requests["name"]["method"], "elicitation/create");
+    assert_eq!(requests["name"]["params"]["message"], "Whose label?");
+    let state1 = first.request_state.unwrap();
+
+    let named = responses(&[("name", json!({"action": "accept", "content": {"name": "Ada"}}))]);
+    let second = asks(client.call_tool_once(retry("shop-label", json!({}), &state1, Some(named))).await.unwrap());
+    let requests = serde_json::to_value(second.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(requests["slogan"]["method"], "sampling/createMessage");
+    assert_eq!(requests["slogan"]["params"]["maxTokens"], 20);
+    let state2 = second.request_state.unwrap();
+    assert_ne!(state2, state1);
+
+    // The name travels in the state: this round answers only the slogan.
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "Go far."}, "model": "m"});
+    let third = asks(
+        client
+            .call_tool_once(retry("shop-label", json!({}), &state2, Some(responses(&[("slogan", sampled)]))))
+            .await
+            .unwrap(),
+    );
+    assert!(third.input_requests.as_ref().unwrap().contains_key(CONFIRM_KEY), "{third:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+
+    let state3 = third.request_state.unwrap();
+    let done = completes(
+        client.call_tool_once(retry("shop-label", json!({}), &state3, Some(answer("accept")))).await.unwrap(),
+    );
+    assert_eq!(done.output(), Some(&json!({"label": "Ada: Go far."})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_question_the_client_cannot_answer_is_a_missing_capability() {
+    let (shop, engine) = shop();
+    // Elicitation, but no sampling.
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let state = asks(client.call_tool_once(params("shop-label", json!({}))).await.unwrap()).request_state.unwrap();
+    let named = responses(&[("name", json!({"action": "accept", "content": {"name": "Ada"}}))]);
+    match client.call_tool_once(retry("shop-label", json!({}), &state, Some(named))).await {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32021);
+            let data = e.data.expect("the required capabilities");
+            assert!(data["requiredCapabilities"]["sampling"].is_object(), "{data}");
+            assert!(data["requiredCapabilities"].get("elicitation").is_none(), "{data}");
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn callers_that_cannot_ask_get_the_in_band_refusal() {
+    let (shop, _engine) = shop();
+    let result = shop
+        .registry
+        .invoke(
+            agent_surface_registry::InvokeRequest::new("shop.label", json!({})),
+            agent_surface_registry::InvokeOptions::new(agent_surface_policy::Consumer::anonymous("toolset")),
+        )
+        .await;
+    assert_eq!(result.code(), Some(ErrorCode::PreconditionFailed));
+    assert_eq!(result.error_payload().unwrap().detail("reason"), Some(&json!("client-input-required")));
+    assert_eq!(result.error_payload().unwrap().retry(), agent_surface_core::Retry::No);
 }
