@@ -45,7 +45,8 @@ pub struct McpConfig {
     /// How long the adapter waits for the person to answer an elicitation before it relays
     /// `CONFIRMATION_REQUIRED` instead (legacy clients).
     pub elicitation_timeout: Duration,
-    /// Seals the `requestState` of approval questions to modern clients ([`crate::mrtr`]). The
+    /// Seals the `requestState` of input-required results to modern clients — approvals and a
+    /// capability's questions ([`crate::mrtr`]). The
     /// default draws a random key per configuration: enough for one process; several replicas
     /// must share a keyring ([`ApprovalStates::new`]).
     pub approval_states: ApprovalStates,

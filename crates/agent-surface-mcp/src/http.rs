@@ -2,7 +2,8 @@
 //! authentication.
 //!
 //! [`router`] mounts `rmcp`'s `StreamableHttpService` at [`HttpConfig::path`]: one
-//! [`McpServer`] (and so one consumer key) per MCP session (`Mcp-Session-Id`). Requests whose
+//! [`McpServer`] per legacy MCP session (`Mcp-Session-Id`) and one per modern (2026-07-28,
+//! stateless) request, which `rmcp` serves without a session. Requests whose
 //! `Host` is not in [`HttpConfig::allowed_hosts`], or that carry an `Origin` outside
 //! [`HttpConfig::allowed_origins`], are refused with HTTP 403 before any MCP processing; the
 //! defaults admit loopback only. A body over [`HttpConfig::max_body_bytes`] gets HTTP 413.
@@ -55,8 +56,9 @@ impl Default for HttpConfig {
     }
 }
 
-/// An axum router serving MCP sessions at `http.path`; `new_session` builds the handler of each
-/// new session. Use [`router`] for a registry; this is for handlers that wrap [`McpServer`].
+/// An axum router serving MCP at `http.path`; `new_session` builds the handler of each new
+/// legacy session and of each modern request. Use [`router`] for a registry; this is for
+/// handlers that wrap [`McpServer`].
 pub fn router_with<H, F>(new_session: F, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router
 where
     H: ServerHandler + Send + 'static,
@@ -78,7 +80,8 @@ where
     axum::Router::new().route_service(&http.path, service)
 }
 
-/// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per session.
+/// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per legacy
+/// session or modern request.
 pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router {
     let config = Arc::new(config);
     router_with(move || McpServer::new(registry.clone(), config.clone()), http, shutdown)

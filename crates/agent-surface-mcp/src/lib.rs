@@ -2,24 +2,36 @@
 //!
 //! # Overview
 //!
-//! [`McpServer`] implements `rmcp`'s `ServerHandler` by hand, because the tool list is dynamic:
+//! [`McpServer`] implements `rmcp`'s `ServerHandler` by hand, because the tool list is dynamic.
+//! Both protocol eras are served, decided per request: legacy clients (2025-11-25 and earlier)
+//! open a session with `initialize`; modern ones (2026-07-28) send self-contained, stateless
+//! requests.
 //!
 //! - **`tools/list`** is the consumer's snapshot: one tool per visible capability, named
 //!   `type-capability`, with its input schema, output schema, description and annotations derived
-//!   from the declared effect and idempotence ([`tools`]). Hidden capabilities are absent.
-//!   When a surface change alters the list, the session gets `notifications/tools/list_changed`.
+//!   from the declared effect and idempotence ([`tools`]). Hidden capabilities are absent. Modern
+//!   lists carry cache hints (`ttlMs`, `cacheScope: private`). When a surface change alters the
+//!   list, a legacy session gets `notifications/tools/list_changed`, a modern client on its
+//!   `subscriptions/listen` stream.
 //! - **`tools/call`** runs [`Registry::invoke`]. The invocation id, surface id and version,
 //!   confirmation id and target come from the request's `_meta` ([`meta`]); the MCP request id and
-//!   progress token never stand in for them. `notifications/cancelled` cancels the invocation.
+//!   progress token never stand in for them. Cancellation: `notifications/cancelled`, or for a
+//!   modern HTTP request, the client hanging up. Handler progress becomes
+//!   `notifications/progress` when the request has a progress token.
 //! - **Capability errors are tool results** with `isError: true` whose only text block is the
 //!   payload `{code, message, retry, details?}` as JSON, losslessly ([`codec`]); never
 //!   `structuredContent` on errors, so clients that validate it against the output schema still
 //!   receive them. JSON-RPC errors are for protocol faults only: malformed frames, unknown
-//!   methods, oversized messages, `_meta` of the wrong type. `CAPABILITY_NOT_FOUND` is in-band by
-//!   default; [`UnknownTool::ProtocolError`] gives the MCP specification's `-32602`.
-//! - **`CONFIRMATION_REQUIRED`** is settled by asking the person through `elicitation/create`
-//!   when the client supports it and a [`confirm::ConfirmationResolver`] is configured; otherwise
-//!   it goes to the model (two-phase) ([`confirm`]).
+//!   methods, oversized messages, `_meta` of the wrong type, a `requestState` that does not open,
+//!   a question the client has not declared the capability for (`-32021`). `CAPABILITY_NOT_FOUND`
+//!   is in-band by default; [`UnknownTool::ProtocolError`] gives the MCP specification's `-32602`.
+//! - **`CONFIRMATION_REQUIRED`** is settled by asking the person when the client can: a legacy
+//!   client through `elicitation/create` ([`confirm`]), a modern one through an input-required
+//!   round trip ([`mrtr`]), which also carries a capability's own questions. Otherwise it goes to
+//!   the model (two-phase).
+//! - **Keys**: authenticated callers are keyed on their principal ([`principal_key`]), so
+//!   idempotency records, confirmations and quotas hold across connections, sessions and
+//!   replicas; anonymous callers on the server's own key.
 //! - **Transports**: stdio ([`serve_stdio`], feature `stdio`) with a framing that answers every
 //!   unusable frame with a JSON-RPC error ([`stdio`]), and streamable HTTP on axum with
 //!   DNS-rebinding protection and a pluggable [`http::Authenticator`] (feature `http`).
