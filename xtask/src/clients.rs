@@ -14,10 +14,11 @@
 //!    default modes (approval as an input-required round trip, progress, refused states),
 //!    `python/modern_client.py`;
 //! 5. the MCP conformance suite against `agent-surface-demo serve --http 127.0.0.1:0
-//!    --conformance`, twice: 0.1.16 (`server --suite all`, the legacy era) with the expected
-//!    failures in `conformance-expected-failures.yml`, and 0.2.0-alpha.12 (`server
-//!    --requirements 2026-07-28`) with those in `conformance-2026-expected-failures.yml`; then a
-//!    check that every required scenario passed;
+//!    --conformance`, three times: 0.1.16 (`server --suite all`, the legacy era) with the expected
+//!    failures in `conformance-expected-failures.yml`, and 0.2.0-alpha.12 with `--requirements
+//!    2025-11-25` and `--requirements 2026-07-28`, with those in
+//!    `conformance-2025-expected-failures.yml` and `conformance-2026-expected-failures.yml`; then
+//!    a check that every required scenario passed;
 //! 6. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
 //!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
@@ -45,6 +46,19 @@ const REQUIRED_SCENARIOS: [&str; 8] = [
     "tools-call-error",
     "tools-call-with-progress",
     "json-schema-2020-12",
+    "dns-rebinding-protection",
+];
+
+/// The scored scenarios of the 2025-11-25 requirement set (conformance 0.2.0-alpha.12) that must
+/// pass; the others are listed in `conformance-2025-expected-failures.yml`.
+const REQUIRED_2025: [&str; 8] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "tools-call-with-progress",
+    "server-sse-multiple-streams",
     "dns-rebinding-protection",
 ];
 
@@ -298,14 +312,22 @@ struct Suite {
     required: &'static [&'static str],
 }
 
-/// The legacy era (0.1.16) and the current revision (0.2.0-alpha.12, requirement set 2026-07-28).
-const SUITES: [Suite; 2] = [
+/// The legacy era (0.1.16, and 0.2.0-alpha.12's requirement set 2025-11-25) and the current
+/// revision (0.2.0-alpha.12, requirement set 2026-07-28).
+const SUITES: [Suite; 3] = [
     Suite {
         name: "conformance",
         package: "@modelcontextprotocol/conformance",
         selection: ["--suite", "all"],
         expected: "conformance-expected-failures.yml",
         required: &REQUIRED_SCENARIOS,
+    },
+    Suite {
+        name: "conformance-2025",
+        package: "conformance-2026",
+        selection: ["--requirements", "2025-11-25"],
+        expected: "conformance-2025-expected-failures.yml",
+        required: &REQUIRED_2025,
     },
     Suite {
         name: "conformance-2026",

@@ -17,8 +17,8 @@ use agent_surface_mcp::http::HttpConfig;
 use agent_surface_mcp::{McpConfig, McpServer};
 use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ListToolsResult, PaginatedRequestParams,
-    ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult, GetTaskParams,
+    GetTaskResult, ListToolsResult, PaginatedRequestParams, ServerConfig, SubscriptionFilter, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// (name the suite calls, tool name of the capability behind it).
-const ALIASES: [(&str, &str); 16] = [
+const ALIASES: [(&str, &str); 23] = [
     ("test_simple_text", "conformance-simple_text"),
     ("test_error_handling", "conformance-error_handling"),
     ("json_schema_2020_12_tool", "conformance-json_schema_2020_12_tool"),
@@ -43,6 +43,13 @@ const ALIASES: [(&str, &str); 16] = [
     ("test_input_required_result_multi_round", "conformance-ir_multi_round"),
     ("test_input_required_result_tampered_state", "conformance-ir_tampered_state"),
     ("test_input_required_result_capabilities", "conformance-ir_capabilities"),
+    ("greet", "conformance-greet"),
+    ("slow_compute", "conformance-slow_compute"),
+    ("failing_job", "conformance-failing_job"),
+    ("protocol_error_job", "conformance-protocol_error_job"),
+    ("confirm_delete", "conformance-confirm_delete"),
+    ("multi_input", "conformance-multi_input"),
+    ("test_tool_with_task", "conformance-tool_with_task"),
 ];
 
 /// The empty input schema of every fixture.
@@ -101,6 +108,18 @@ fn open_questions(name: &str, answers: &Answers) -> Vec<Question> {
         "missing_capability" if answers.sample_text("needs_sampling").is_none() => {
             open.push(Question::sample("needs_sampling", "Say anything.", 10));
         }
+        "tool_with_task" if answers.form("user_name").is_none() => open.push(name_form()),
+        "confirm_delete" if answers.form("confirm").is_none() => {
+            open.push(form("confirm", "Delete the file?", "confirm", "boolean"));
+        }
+        "multi_input" => {
+            if answers.form("first").is_none() {
+                open.push(form("first", "First input?", "value", "string"));
+            }
+            if answers.form("second").is_none() {
+                open.push(form("second", "Second input?", "value", "string"));
+            }
+        }
         _ => {}
     }
     open
@@ -121,6 +140,9 @@ fn answered(name: &str, answers: &Answers) -> String {
         }
         "ir_capabilities" => "capabilities-ok".to_string(),
         "missing_capability" => "Success".to_string(),
+        "tool_with_task" => format!("Hello, {}!", field("user_name", "name")),
+        "confirm_delete" => "Deleted.".to_string(),
+        "multi_input" => "Both inputs received.".to_string(),
         _ => "state-ok".to_string(),
     }
 }
@@ -207,6 +229,58 @@ pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
                 ctx.state::<ToolChange>().toggle();
                 Ok::<_, AgentSurfaceError>(Value::String("Tool list changed".to_string()))
             });
+        // The tasks extension's fixtures: long-running capabilities become tasks once they run.
+        t.capability("greet", "Greets by name (conformance fixture).").effect(Effect::Read).idempotent().raw_handler(
+            json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+            None,
+            |_ctx: Ctx, input: Value| async move {
+                Ok::<_, AgentSurfaceError>(Value::String(format!("Hello, {}!", input["name"].as_str().unwrap_or(""))))
+            },
+        );
+        t.capability("slow_compute", "Sleeps for the given seconds (conformance fixture).")
+            .effect(Effect::Read)
+            .idempotent()
+            .long_running()
+            .time_budget(std::time::Duration::from_secs(120))
+            .raw_handler(
+                json!({"type": "object", "properties": {"seconds": {"type": "integer"}, "label": {"type": "string"}}}),
+                None,
+                |ctx: Ctx, input: Value| async move {
+                    let seconds = input["seconds"].as_u64().unwrap_or(1).min(100);
+                    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+                    let _ = ctx;
+                    Ok::<_, AgentSurfaceError>(Value::String(format!(
+                        "Computed {}",
+                        input["label"].as_str().unwrap_or("")
+                    )))
+                },
+            );
+        t.capability("failing_job", "Fails after a second (conformance fixture).")
+            .effect(Effect::Read)
+            .long_running()
+            .raw_handler(no_input(), None, |_ctx: Ctx, _input: Value| async move {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                Err::<Value, _>(AgentSurfaceError::handler_failed("The job failed on purpose."))
+            });
+        t.capability("protocol_error_job", "Would fail with a protocol error (conformance fixture).")
+            .effect(Effect::Read)
+            .long_running()
+            .raw_handler(no_input(), None, |_ctx: Ctx, _input: Value| async move {
+                // Capability errors are tool results; a protocol fault is never the handler's.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                Err::<Value, _>(AgentSurfaceError::handler_failed("The job failed on purpose."))
+            });
+        for name in ["tool_with_task", "confirm_delete", "multi_input"] {
+            t.capability(name, "Asks first, then runs long (conformance fixture).")
+                .effect(Effect::Read)
+                .idempotent()
+                .long_running()
+                .ask(move |_ctx: &Ctx, _input: &Value, answers: &Answers| Ok(open_questions(name, answers)))
+                .raw_handler(json!({"type": "object"}), None, move |ctx: Ctx, _input: Value| async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    Ok::<_, AgentSurfaceError>(Value::String(answered(name, ctx.answers())))
+                });
+        }
         for name in [
             "missing_capability",
             "ir_elicitation",
@@ -286,6 +360,30 @@ impl ServerHandler for ConformanceServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         self.inner.on_custom_request(request, context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.inner.get_task(request, context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner.update_task(request, context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner.cancel_task(request, context).await
     }
 }
 

@@ -123,6 +123,7 @@ async fn serve(options: Serve) -> Result<(), String> {
             "A small shop. Every tool error is JSON {code, message, retry, details}: act on `retry`.".to_string(),
         ),
         confirmations: Some(Arc::new(EngineResolver::new(demo.confirmations.clone()))),
+        tasks: Some(agent_surface_mcp::tasks::Tasks::new(agent_surface_mcp::tasks::TaskConfig::default())),
         identity: options.identity,
         ..Default::default()
     };

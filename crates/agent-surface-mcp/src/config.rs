@@ -50,6 +50,10 @@ pub struct McpConfig {
     /// default draws a random key per configuration: enough for one process; several replicas
     /// must share a keyring ([`ApprovalStates::new`]).
     pub approval_states: ApprovalStates,
+    /// Long-running capabilities as tasks for modern clients that negotiate the tasks extension
+    /// ([`crate::tasks`]); `None` (the default): the extension is not offered and every call is
+    /// answered when it ends.
+    pub tasks: Option<crate::tasks::Tasks>,
     /// How long a modern client may cache `tools/list` (`ttlMs`; the scope is always
     /// `private`: the list depends on the caller). The list changes with the surface, which
     /// `subscriptions/listen` announces; zero asks clients not to cache.
@@ -76,6 +80,7 @@ impl Default for McpConfig {
             elicitation_timeout: Duration::from_secs(120),
             approval_states: ApprovalStates::ephemeral(),
             list_ttl: Duration::from_secs(60),
+            tasks: None,
             identity: None,
             max_message_bytes: 4 * 1024 * 1024,
             #[cfg(feature = "http")]
@@ -93,6 +98,7 @@ impl std::fmt::Debug for McpConfig {
             .field("confirmations", &self.confirmations.is_some())
             .field("elicitation_timeout", &self.elicitation_timeout)
             .field("list_ttl", &self.list_ttl)
+            .field("tasks", &self.tasks)
             .field("identity", &self.identity.as_ref().map(|i| &i.subject))
             .field("max_message_bytes", &self.max_message_bytes);
         #[cfg(feature = "http")]

@@ -94,6 +94,7 @@ pub mod meta;
 pub mod mrtr;
 mod server;
 pub mod stdio;
+pub mod tasks;
 pub mod tools;
 
 pub use config::{McpConfig, UnknownTool};

@@ -19,8 +19,8 @@
 //!
 //! On results, the adapter sets [`INVOCATION_ID`] in the result's `_meta` when the call carried
 //! one; `tools/list` sets [`SURFACE_ID`] and [`SURFACE_VERSION`] in the list result's `_meta`, and
-//! each tool's `_meta` carries [`CAPABILITY`], [`EFFECT`], [`IDEMPOTENT`] and, for a disabled
-//! capability, [`UNAVAILABLE_REASON`].
+//! each tool's `_meta` carries [`CAPABILITY`], [`EFFECT`], [`IDEMPOTENT`], for a long-running
+//! capability [`LONG_RUNNING`], and for a disabled capability [`UNAVAILABLE_REASON`].
 
 use agent_surface_registry::{InvokeRequest, Target};
 use serde::Deserialize;
@@ -42,6 +42,9 @@ pub const CAPABILITY: &str = "agent-surface/capability";
 pub const EFFECT: &str = "agent-surface/effect";
 /// On a tool: whether the capability is idempotent.
 pub const IDEMPOTENT: &str = "agent-surface/idempotent";
+/// On a tool: `true` when a call may run long (a task for clients that negotiate the tasks
+/// extension; absent otherwise).
+pub const LONG_RUNNING: &str = "agent-surface/longRunning";
 /// On a tool: why the capability is disabled right now (absent when enabled).
 pub const UNAVAILABLE_REASON: &str = "agent-surface/unavailableReason";
 /// On a tool: the live instances (`[{instanceId, registrationId, description?}]`).

@@ -12,10 +12,11 @@ use agent_surface_registry::{
     Abilities, Answers, FnProgress, InvokeOptions, InvokeRequest, Progress, Question, Registry, id,
 };
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ClientResult, CustomRequest, CustomResult, ElicitRequest,
-    ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, Implementation,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    ServerRequest, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskMethod, CancelTaskParams, ClientResult,
+    CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    ErrorCode as RpcErrorCode, GetTaskMethod, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, ServerRequest,
+    SubscriptionFilter, Tool, UpdateTaskMethod, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{McpConfig, UnknownTool};
 use crate::confirm::ConfirmationAnswer;
 use crate::mrtr::{self, Answer};
+use crate::tasks::Started;
 use crate::{codec, meta, tools};
 
 /// What the session last listed: the consumer it listed for and a hash of the tools, so that a
@@ -435,7 +437,9 @@ async fn watch_surface(
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let config = &self.session.config;
-        let info = ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed();
+        let capabilities = if config.tasks.is_some() { capabilities.enable_tasks() } else { capabilities };
+        let info = ServerConfig::new(capabilities.build())
             .with_server_info(Implementation::new(config.name.clone(), config.version.clone()));
         match &config.instructions {
             Some(i) => info.with_instructions(i.clone()),
@@ -473,7 +477,7 @@ impl ServerHandler for McpServer {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut consumer = self.consumer(&context).await;
@@ -481,16 +485,18 @@ impl ServerHandler for McpServer {
         // A name that is not a tool name can never resolve; it gets the same answer as any
         // unknown tool.
         let capability = id::capability_from_tool_name(&request.name).unwrap_or_default();
-        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-        let mut invoke = InvokeRequest::new(capability, arguments.clone());
-        meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let arguments = Value::Object(request.arguments.take().unwrap_or_default());
+        // A modern round may have to seal a state bound to the arguments after the call: keep a
+        // copy then (only then: the legacy hot path moves them).
+        let kept = modern.then(|| arguments.clone());
+        let arguments_now = &arguments;
         // A modern request: the answers it carries (earlier rounds' from its state, this
         // round's from `inputResponses`) and the approval its state asks for.
         let mut answers = serde_json::Map::new();
         let mut approval = None;
         if modern && let Some(sealed) = request.request_state.as_deref() {
             let (state, continues) =
-                self.session.config.approval_states.open(sealed, &request.name, &arguments, &consumer).map_err(|e| {
+                self.session.config.approval_states.open(sealed, &request.name, arguments_now, &consumer).map_err(|e| {
                     tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %e, "request state refused");
                     ErrorData::invalid_params("Invalid requestState: it does not belong to this call", None)
                 })?;
@@ -504,6 +510,8 @@ impl ServerHandler for McpServer {
                 approval = Some((asked, sealed.to_string(), answer));
             }
         }
+        let mut invoke = InvokeRequest::new(capability, arguments);
+        meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         let abilities =
             if modern { mrtr::abilities(context.client_capabilities().as_ref()) } else { Abilities::default() };
         if modern {
@@ -518,13 +526,29 @@ impl ServerHandler for McpServer {
             let carried = answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
             options = options.with_answers(carried);
         }
+        // A long-running capability called by a client that negotiated tasks: a task once its
+        // handler starts.
+        let tasks = self.session.config.tasks.as_ref().filter(|_| {
+            modern
+                && approval.is_none()
+                && context.client_capabilities().is_some_and(|c| c.supports_tasks())
+                && self.session.registry.is_long_running(&invoke.capability)
+        });
+        let mut outcome = None;
+        if let Some(tasks) = tasks {
+            match tasks.start(&self.session.registry, invoke.clone(), options.clone(), context.ct.clone()).await {
+                Started::Task(task) => return Ok(CallToolResponse::Task(task)),
+                Started::Ended(invocation) => outcome = Some(Answered::Result(invocation.result, invocation.questions)),
+            }
+        }
         let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
         if let Some((sink, _)) = &progress {
             options = options.with_progress(sink.clone());
         }
-        let outcome = match approval {
-            Some((asked, sealed, answer)) => self.answered(asked, sealed, answer, invoke, options).await,
-            None => self.first_call(invoke, options, &context).await,
+        let outcome = match (outcome, approval) {
+            (Some(ended), _) => ended,
+            (None, Some((asked, sealed, answer))) => self.answered(asked, sealed, answer, invoke, options).await,
+            (None, None) => self.first_call(invoke, options, &context).await,
         };
         if let Some((sink, task)) = progress {
             // Every report is sent before the result.
@@ -535,8 +559,8 @@ impl ServerHandler for McpServer {
             Answered::Result(result, questions) => (result, questions),
             Answered::Ask(question) => return Ok(question.into()),
         };
-        if modern {
-            let round = Round { tool: &request.name, arguments: &arguments, consumer: &consumer, answers, abilities };
+        if let Some(arguments) = &kept {
+            let round = Round { tool: &request.name, arguments, consumer: &consumer, answers, abilities };
             if let Some(ask) = self.ask_modern(&result, questions.as_deref(), &round)? {
                 return Ok(ask.into());
             }
@@ -568,6 +592,36 @@ impl ServerHandler for McpServer {
         } else {
             Err(ErrorData::new(RpcErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None))
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<GetTaskMethod>)?;
+        let consumer = self.consumer(&context).await;
+        tasks.get(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<UpdateTaskMethod>)?;
+        let consumer = self.consumer(&context).await;
+        tasks.update(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<CancelTaskMethod>)?;
+        let consumer = self.consumer(&context).await;
+        tasks.cancel(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
     }
 
     /// Modern clients learn of tool-list changes on a `subscriptions/listen` stream.

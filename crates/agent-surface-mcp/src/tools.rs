@@ -78,6 +78,9 @@ pub fn tool(c: &CapabilityDescriptor) -> Tool {
     m.insert(meta::CAPABILITY.to_string(), Value::String(c.name.clone()));
     m.insert(meta::EFFECT.to_string(), Value::String(c.effect.as_str().to_string()));
     m.insert(meta::IDEMPOTENT.to_string(), Value::Bool(c.idempotent));
+    if c.long_running {
+        m.insert(meta::LONG_RUNNING.to_string(), Value::Bool(true));
+    }
     if let Some(reason) = &c.unavailable_reason {
         m.insert(meta::UNAVAILABLE_REASON.to_string(), Value::String(reason.clone()));
     }

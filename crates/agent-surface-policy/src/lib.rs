@@ -79,6 +79,7 @@ mod guard;
 mod hooks;
 mod idempotency;
 mod rate;
+mod task;
 
 pub use authn::{Authenticator, BearerTokens};
 pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
@@ -100,3 +101,4 @@ pub use idempotency::{
     StoreError,
 };
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};
+pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

@@ -117,6 +117,8 @@ pub(crate) struct CapabilityDef {
     pub(crate) description: String,
     pub(crate) effect: Effect,
     pub(crate) idempotent: bool,
+    /// Runs long enough that adapters that can should answer it as a task.
+    pub(crate) long_running: bool,
     pub(crate) time_budget: Option<Duration>,
     pub(crate) plane: Plane,
     pub(crate) input: CheckedInputSchema,
@@ -195,6 +197,7 @@ impl<'a> TypeBuilder<'a> {
             description: description.to_string(),
             effect: Effect::Write,
             idempotent: false,
+            long_running: false,
             time_budget: None,
             plane: Plane::Procedure,
             bindings: Vec::new(),
@@ -305,6 +308,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     description: String,
     effect: Effect,
     idempotent: bool,
+    long_running: bool,
     time_budget: Option<Duration>,
     plane: Plane,
     bindings: Vec<(String, Binding)>,
@@ -333,6 +337,15 @@ impl CapabilityBuilder<'_, '_> {
     /// of an idempotent capability may be retried.
     pub fn idempotent(mut self) -> Self {
         self.idempotent = true;
+        self
+    }
+
+    /// Declares that a call may run long (seconds to minutes): adapters that can answer before it
+    /// finishes do — over MCP, a client that negotiates the tasks extension gets a task once the
+    /// handler starts, and asks for the outcome later. Nothing else changes: the same pipeline,
+    /// time budget (set one that fits with [`time_budget`](Self::time_budget)) and result.
+    pub fn long_running(mut self) -> Self {
+        self.long_running = true;
         self
     }
 
@@ -748,6 +761,7 @@ impl CapabilityBuilder<'_, '_> {
             description: self.description.trim().to_string(),
             effect: self.effect,
             idempotent: self.idempotent,
+            long_running: self.long_running,
             time_budget: self.time_budget,
             plane: self.plane,
             input,

@@ -404,6 +404,12 @@ impl Registry {
         })
     }
 
+    /// Whether `capability` is declared long-running (false for an unknown name). Adapters ask
+    /// before a call, to decide whether it may become a task.
+    pub fn is_long_running(&self, capability: &str) -> bool {
+        self.inner.read().capabilities.get(capability).is_some_and(|def| def.long_running)
+    }
+
     /// Disables a capability with a reason the agent sees (`CAPABILITY_NOT_AVAILABLE {reason}`
     /// and `unavailableReason` in discovery). Returns false for an unknown capability.
     pub fn disable(&self, capability: &str, reason: impl Into<SafeText>) -> bool {

@@ -123,6 +123,10 @@ pub struct InvokeOptions {
     /// The client's answers to the capability's questions, and what the client can answer
     /// ([`crate::questions`]); `None`: no answers, a client that can answer nothing.
     pub answers: Option<Arc<Answers>>,
+    /// Called once when the handler is about to run (phase 8), never for a call that stops
+    /// earlier or is answered from the idempotency store: an adapter's signal that the call is
+    /// under way (e.g. to answer it as a task from then on).
+    pub on_execute: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for InvokeOptions {
@@ -133,6 +137,7 @@ impl std::fmt::Debug for InvokeOptions {
             .field("time_budget", &self.time_budget)
             .field("progress", &self.progress.is_some())
             .field("answers", &self.answers)
+            .field("on_execute", &self.on_execute.is_some())
             .finish()
     }
 }
@@ -140,7 +145,14 @@ impl std::fmt::Debug for InvokeOptions {
 impl InvokeOptions {
     /// Options for `consumer`, with no cancellation and the capability's time budget.
     pub fn new(consumer: Consumer) -> InvokeOptions {
-        InvokeOptions { consumer, cancellation: None, time_budget: None, progress: None, answers: None }
+        InvokeOptions {
+            consumer,
+            cancellation: None,
+            time_budget: None,
+            progress: None,
+            answers: None,
+            on_execute: None,
+        }
     }
 
     /// The same options with a cancellation token.
@@ -169,6 +181,12 @@ impl InvokeOptions {
         self
     }
 
+    /// The same options with a hook called once when the handler is about to run.
+    pub fn with_execute_hook(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> InvokeOptions {
+        self.on_execute = Some(hook);
+        self
+    }
+
     /// The same options with a time budget override.
     pub fn with_time_budget(mut self, budget: Duration) -> InvokeOptions {
         self.time_budget = Some(budget);
@@ -192,4 +210,11 @@ pub struct Invocation {
     /// The capability's open questions, when the call stopped for them (its result is then
     /// `PRECONDITION_FAILED {reason: client-input-required}`); see [`crate::questions`].
     pub questions: Option<Vec<Question>>,
+}
+
+impl Invocation {
+    /// An invocation that is only its result (an adapter's own answer, e.g. for a call it lost).
+    pub fn new(result: InvokeResult) -> Invocation {
+        Invocation { result, phase: None, replayed: false, joined: false, questions: None }
+    }
 }

@@ -50,6 +50,9 @@ pub struct CapabilityDescriptor {
     pub effect: Effect,
     /// Whether the capability is idempotent.
     pub idempotent: bool,
+    /// Whether a call may run long (see `CapabilityBuilder::long_running`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub long_running: bool,
     /// Where it runs.
     pub plane: Plane,
     /// Whether it can be called now.
@@ -132,6 +135,7 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
             output_schema: def.output_schema.clone(),
             effect: def.effect,
             idempotent: def.idempotent,
+            long_running: def.long_running,
             plane: def.plane,
             enabled: row.disabled.is_none(),
             unavailable_reason: row.disabled,

@@ -27,12 +27,17 @@ use serde_json::{Value, json};
 struct Modern {
     elicitation: bool,
     sampling: bool,
+    tasks: bool,
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
 }
 
 impl ClientHandler for Modern {
     fn get_info(&self) -> ClientConfig {
-        let mut caps = ClientCapabilities::default();
+        let mut caps = if self.tasks {
+            ClientCapabilities::builder().enable_tasks().build()
+        } else {
+            ClientCapabilities::default()
+        };
         if self.elicitation {
             caps.elicitation = Some(ElicitationCapability::new());
         }
@@ -51,6 +56,8 @@ type Client = RunningService<RoleClient, Modern>;
 
 struct Shop {
     registry: Registry,
+    /// Releases the long-running handlers (one permit each).
+    oven: Arc<tokio::sync::Notify>,
     clock: Arc<ManualClock>,
     runs: Arc<AtomicUsize>,
     _mount: Mount,
@@ -72,6 +79,8 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
     });
     let runs = Arc::new(AtomicUsize::new(0));
     registry.provide(runs.clone());
+    let oven = Arc::new(tokio::sync::Notify::new());
+    registry.provide(oven.clone());
     registry
         .define("shop", |t| {
             t.capability("wipe", "Wipe a shelf.")
@@ -103,6 +112,30 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
                     Ok::<_, AgentSurfaceError>(json!({"steps": 3}))
                 },
             );
+            // Long-running: waits until released (or cancelled); a write, so an interrupted run has
+            // an unknown outcome. `shop.crunch` is the read-only counterpart, `shop.doomed` fails.
+            t.capability("bake", "Bake a batch (long-running write).")
+                .effect(Effect::Write)
+                .long_running()
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<tokio::sync::Notify>>().notified().await;
+                    ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, AgentSurfaceError>(json!({"baked": true}))
+                });
+            t.capability("crunch", "Crunch numbers (long-running read).")
+                .effect(Effect::Read)
+                .idempotent()
+                .long_running()
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<tokio::sync::Notify>>().notified().await;
+                    Ok::<_, AgentSurfaceError>(json!({"crunched": true}))
+                });
+            t.capability("doomed", "Fail after starting (long-running).")
+                .effect(Effect::Read)
+                .long_running()
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |_ctx: Ctx, _i: Value| async move {
+                    Err::<Value, _>(AgentSurfaceError::precondition_failed("The oven is cold."))
+                });
             // Asks the person for a name, then the client's model for a slogan, then needs an
             // approval.
             t.capability("label", "Print a label.")
@@ -129,7 +162,7 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
         })
         .unwrap();
     let mount = registry.mount("shop", "main").unwrap();
-    (Shop { registry, clock, runs, _mount: mount }, engine)
+    (Shop { registry, oven, clock, runs, _mount: mount }, engine)
 }
 
 fn config(engine: &Arc<ConfirmationEngine>) -> McpConfig {
@@ -152,13 +185,24 @@ async fn connect_with(
     elicitation: bool,
     sampling: bool,
 ) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
+    connect_full(registry, config, elicitation, sampling, false).await
+}
+
+/// The same, with or without the tasks extension.
+async fn connect_full(
+    registry: &Registry,
+    config: Arc<McpConfig>,
+    elicitation: bool,
+    sampling: bool,
+    tasks: bool,
+) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (read, write) = tokio::io::split(server_io);
     let server = McpServer::new(registry.clone(), config);
     tokio::spawn(agent_surface_mcp::serve_io(server, read, write, 1 << 20));
     let progress = Arc::new(Mutex::new(Vec::new()));
     let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    let client = Modern { elicitation, sampling, progress: progress.clone() }
+    let client = Modern { elicitation, sampling, tasks, progress: progress.clone() }
         .serve_with_lifecycle(client_io, lifecycle)
         .await
         .unwrap();
@@ -459,4 +503,129 @@ async fn callers_that_cannot_ask_get_the_in_band_refusal() {
     assert_eq!(result.code(), Some(ErrorCode::PreconditionFailed));
     assert_eq!(result.error_payload().unwrap().detail("reason"), Some(&json!("client-input-required")));
     assert_eq!(result.error_payload().unwrap().retry(), agent_surface_core::Retry::No);
+}
+
+fn tasks_config(engine: &Arc<ConfirmationEngine>) -> Arc<McpConfig> {
+    let tasks = agent_surface_mcp::tasks::Tasks::new(agent_surface_mcp::tasks::TaskConfig::default());
+    Arc::new(McpConfig { tasks: Some(tasks), ..config(engine) })
+}
+
+#[track_caller]
+fn task_id(response: CallToolResponse) -> String {
+    match response {
+        CallToolResponse::Task(task) => {
+            assert_eq!(task.task.status, rmcp::model::TaskStatus::Working);
+            task.task.task_id
+        }
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+/// Polls `tasks/get` until the task is final.
+async fn final_task(client: &Client, id: &str) -> rmcp::model::DetailedTask {
+    for _ in 0..200 {
+        let got = client.peer().get_task(rmcp::model::GetTaskParams::new(id)).await.unwrap();
+        if got.task.status().is_terminal() {
+            return got.task;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("task {id} did not end");
+}
+
+fn release(shop: &Shop) {
+    shop.oven.notify_one();
+}
+
+#[tokio::test]
+async fn a_long_running_call_becomes_a_task_once_it_runs_and_completes_with_its_result() {
+    let (shop, engine) = shop();
+    let (client, _) = connect_full(&shop.registry, tasks_config(&engine), false, false, true).await;
+    let id = task_id(client.call_tool_once(params("shop-bake", json!({}))).await.unwrap());
+    let working = client.peer().get_task(rmcp::model::GetTaskParams::new(&id)).await.unwrap();
+    assert_eq!(working.task.status(), rmcp::model::TaskStatus::Working);
+    release(&shop);
+    let done = final_task(&client, &id).await;
+    let rmcp::model::TaskPayload::Completed { result } = done.payload else { panic!("{done:?}") };
+    let result: rmcp::model::CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(codec::decode(&result).unwrap().output(), Some(&json!({"baked": true})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // A capability error is a completed task whose result is the error.
+    let id = task_id(client.call_tool_once(params("shop-doomed", json!({}))).await.unwrap());
+    let done = final_task(&client, &id).await;
+    let rmcp::model::TaskPayload::Completed { result } = done.payload else { panic!("{done:?}") };
+    let result: rmcp::model::CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(codec::decode(&result).unwrap().code(), Some(ErrorCode::PreconditionFailed));
+
+    // Refused before it runs: answered in the call, no task.
+    let refused = completes(client.call_tool_once(params("shop-bake", json!({"extra": 1}))).await.unwrap());
+    assert_eq!(refused.code(), Some(ErrorCode::InvalidInput));
+}
+
+#[tokio::test]
+async fn cancelling_a_task_follows_the_cancellation_rules() {
+    let (shop, engine) = shop();
+    let (client, _) = connect_full(&shop.registry, tasks_config(&engine), false, false, true).await;
+    // A read: nothing it did needs reconciling, the task ends cancelled.
+    let id = task_id(client.call_tool_once(params("shop-crunch", json!({}))).await.unwrap());
+    client.peer().cancel_task(rmcp::model::CancelTaskParams::new(&id)).await.unwrap();
+    let done = final_task(&client, &id).await;
+    assert_eq!(done.status(), rmcp::model::TaskStatus::Cancelled);
+    // Cancelling a final task is acknowledged too.
+    client.peer().cancel_task(rmcp::model::CancelTaskParams::new(&id)).await.unwrap();
+
+    // A write interrupted after its handler started: completed, outcome unknown.
+    let id = task_id(client.call_tool_once(params("shop-bake", json!({}))).await.unwrap());
+    client.peer().cancel_task(rmcp::model::CancelTaskParams::new(&id)).await.unwrap();
+    let done = final_task(&client, &id).await;
+    let rmcp::model::TaskPayload::Completed { result } = done.payload else { panic!("{done:?}") };
+    let result: rmcp::model::CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    let decoded = codec::decode(&result).unwrap();
+    assert_eq!(decoded.code(), Some(ErrorCode::ExecutionFailed));
+    assert_eq!(decoded.error_payload().unwrap().detail("reason"), Some(&json!("outcome-unknown")));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn tasks_are_for_clients_that_negotiate_them_and_belong_to_their_principal() {
+    let (shop, engine) = shop();
+    // Without the extension: the same call is answered when it ends.
+    let (plain, _) = connect_full(&shop.registry, tasks_config(&engine), false, false, false).await;
+    let call = tokio::spawn(async move { plain.call_tool_once(params("shop-crunch", json!({}))).await });
+    let released = eventually_async(|| {
+        release(&shop);
+        call.is_finished()
+    })
+    .await;
+    assert!(released);
+
+    // An authenticated principal's task is invisible to another principal.
+    let alice = Arc::new(McpConfig { identity: Some(Identity::new("alice")), ..(*tasks_config(&engine)).clone() });
+    let (a, _) = connect_full(&shop.registry, alice, false, false, true).await;
+    let id = task_id(a.call_tool_once(params("shop-crunch", json!({}))).await.unwrap());
+    let bob = Arc::new(McpConfig { identity: Some(Identity::new("bob")), ..(*tasks_config(&engine)).clone() });
+    let (b, _) = connect_full(&shop.registry, bob, false, false, true).await;
+    match b.peer().get_task(rmcp::model::GetTaskParams::new(&id)).await {
+        Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602),
+        other => panic!("expected -32602, got {other:?}"),
+    }
+    match a.peer().get_task(rmcp::model::GetTaskParams::new("t-unknown")).await {
+        Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602),
+        other => panic!("expected -32602, got {other:?}"),
+    }
+    release(&shop);
+    assert!(final_task(&a, &id).await.status().is_terminal());
+}
+
+/// Polls `f` (which may act) until it holds or two seconds pass.
+async fn eventually_async(mut f: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
 }

@@ -173,6 +173,9 @@ async fn phases(
         .await?;
     }
     // Phase 8.
+    if let Some(hook) = &options.on_execute {
+        hook();
+    }
     if let Some(flag) = may_have_run
         && !execute::outcome_is_harmless(&def)
     {

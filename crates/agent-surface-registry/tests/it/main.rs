@@ -2,6 +2,7 @@
 
 mod support;
 
+mod adapter_hooks;
 mod authority;
 mod concurrency;
 mod confirmation;

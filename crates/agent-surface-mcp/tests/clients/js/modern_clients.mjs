@@ -11,11 +11,24 @@
 // (CONFIRMATION_INVALID {reason: denied}, nothing runs), and progress notifications (onprogress)
 // before the result. Prints one line per check and closes with "N passed, M failed"; exits
 // non-zero on any failure.
+//
+// A long-running call as a task (the `io.modelcontextprotocol/tasks` extension, SEP-2663) is not
+// checked through this client: @modelcontextprotocol/client 2.4.0 has no tasks runtime. Its task
+// types are the 2025-11-25 vocabulary (`tasks/get` etc. are excluded from the typed request
+// surface), and although `capabilities.extensions` can declare the extension (and `request()`
+// with an explicit result schema may send `tasks/get` / `tasks/cancel` on the 2026 era), the
+// 2026-07-28 result decoder rejects `resultType: "task"` on `tools/call` with
+// UNSUPPORTED_RESULT_TYPE, so the CreateTaskResult never reaches the caller. The script checks
+// what that means for this client instead: not declaring the extension (its default), a
+// long-running capability answers it synchronously; and it notes what a client that declares the
+// extension gets, so a later SDK that supports tasks shows up here. The task flow itself is
+// checked by python/modern_client.py.
 
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 const MODERN = '2026-07-28';
+const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
 const ARGS = ['serve', '--stdio', '--conformance'];
 const CALL_TIMEOUT_MS = 30_000;
 const WATCHDOG_MS = 180_000;
@@ -134,6 +147,20 @@ try {
     events.at(-1)?.[0] === 'result' && events.length === reports.length + 1,
     JSON.stringify(events),
   );
+
+  // (d) the tasks extension not declared (the client's default): a long-running capability
+  // answers synchronously, with the ordinary result.
+  check(
+    `${label} the server advertises ${TASKS_EXTENSION}`,
+    client.getServerCapabilities()?.extensions?.[TASKS_EXTENSION] !== undefined,
+    JSON.stringify(client.getServerCapabilities()),
+  );
+  result = await client.callTool({ name: 'slow_compute', arguments: { seconds: 0, label: 'z' } }, { timeout: CALL_TIMEOUT_MS });
+  check(
+    `${label} slow_compute {seconds: 0}, no tasks extension declared → the ordinary result, no task`,
+    result.isError !== true && result.content?.find((b) => b.type === 'text')?.text === '"Computed z"' && result.taskId === undefined,
+    JSON.stringify(result),
+  );
 } catch (e) {
   check(`${label} session`, false, String(e?.stack ?? e));
 } finally {
@@ -142,6 +169,22 @@ try {
   } catch (e) {
     check(`${label} close`, false, String(e));
   }
+}
+
+// What a v2 client that declares the tasks extension gets from a long-running call (a note, not
+// a check: see the header).
+const tasksClient = new Client(
+  { name: 'agent-surface-js-modern-check', version: '0.0.0' },
+  { capabilities: { extensions: { [TASKS_EXTENSION]: {} } }, versionNegotiation: { mode: 'auto' } },
+);
+try {
+  await tasksClient.connect(new StdioClientTransport({ command: demo, args: ARGS, stderr: 'ignore' }), { timeout: CALL_TIMEOUT_MS });
+  const r = await tasksClient.callTool({ name: 'slow_compute', arguments: { seconds: 0, label: 't' } }, { timeout: CALL_TIMEOUT_MS });
+  note(`${label} with ${TASKS_EXTENSION} declared, callTool(slow_compute) returned ${JSON.stringify(r)}: the SDK may now support tasks; add the task checks`);
+} catch (e) {
+  note(`${label} with ${TASKS_EXTENSION} declared, callTool(slow_compute) fails: ${e?.code ?? ''} ${e?.message ?? e} (no tasks support in this SDK; task checks skipped)`);
+} finally {
+  await tasksClient.close().catch(() => {});
 }
 
 clearTimeout(watchdog);

@@ -19,7 +19,15 @@ in its default mode:
 - Pydantic AI 2.66's `MCPToolset` over a FastMCP client with an offline `FunctionModel`: the
   model cancels an order, the client's elicitation handler approves, and the model's next turn
   sees the result. Also the toolset built with `elicitation_handler=` itself, whose warnings are
-  printed as notes.
+  printed as notes;
+- a long-running call as a task (the `io.modelcontextprotocol/tasks` extension, SEP-2663): the
+  official SDK's extension API (`mcp.client.extension.ClientExtension` with a `ResultClaim` for
+  `resultType: "task"`) declares the extension, `client.session.call_tool(..., allow_claimed=True)`
+  returns the CreateTaskResult, and `tasks/get` / `tasks/cancel` go through
+  `client.session.send_request`: completion, a failing job, cancellation, an unknown task id, and
+  a client without the extension answered synchronously; over stdio and once over HTTP. The same
+  extension given to `mcp.Client` and to FastMCP 4's `Client(extensions=...)` resolves the task
+  transparently.
 
 Prints one line per check ("ok NAME" / "FAIL NAME: detail") and closes with
 "N passed, M failed"; exits non-zero on any failure.
@@ -27,9 +35,13 @@ Prints one line per check ("ok NAME" / "FAIL NAME: detail") and closes with
 
 import json
 import os
+import re
+import subprocess
 import sys
 import threading
+import time
 import warnings
+from typing import Any, Literal
 
 import anyio
 import mcp_types as mt
@@ -38,8 +50,10 @@ from fastmcp.client.elicitation import ElicitResult as FastMCPElicitResult
 from fastmcp.client.transports import StdioTransport
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
 
 from checks import check, finish
 
@@ -367,6 +381,265 @@ async def mcp_sdk(demo):
         check_progress(f"{label} test_tool_with_progress", events)
 
 
+# --- A long-running call as a task (io.modelcontextprotocol/tasks) ------------------------------
+#
+# Which library level: FastMCP 4.2.3's own client task support lives in the separate
+# `fastmcp-tasks` package (not among this project's pinned client packages; without it a FastMCP
+# `Client` never declares the extension), and `mcp` 2.3 ships no tasks extension and no model of
+# the 2026 CreateTaskResult (`mcp_types.CreateTaskResult` / `GetTaskRequest` are the 2025-11-25
+# shapes: a nested `task`, `ttl`, `pollInterval`). What `mcp` 2.3 does expose publicly is the
+# generic client-extension API (SEP-2133): a `ClientExtension` is advertised under the request
+# `_meta` clientCapabilities.extensions, and its `ResultClaim` teaches `tools/call` the extra
+# `resultType: "task"` shape. That is the lowest public level that declares the extension and
+# sees the CreateTaskResult: `client.session.call_tool(..., allow_claimed=True)` returns it as is,
+# and `client.session.send_request` (which stamps the same `_meta` and, on HTTP, the `Mcp-Method`
+# and `Mcp-Name` headers) sends `tasks/get` and `tasks/cancel`. No raw JSON-RPC is needed.
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# A task's terminal states.
+TASK_TERMINAL = ("completed", "failed", "cancelled")
+
+
+class TaskCreated(mt.Result):
+    """The extension's CreateTaskResult (2026-07-28), typed here: `mcp` 2.3 has no model of it."""
+
+    result_type: Literal["task"]
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class TaskRequest(mt.Request[dict[str, Any], str]):
+    """`tasks/get` or `tasks/cancel` {taskId}; the extension names the task in `Mcp-Name`."""
+
+    name_param = "taskId"
+
+
+# Task states and acks are checked as they come off the wire.
+RAW_RESULT = TypeAdapter(dict[str, Any])
+
+
+async def task_request(session, method, task_id):
+    return await session.send_request(TaskRequest(method=method, params={"taskId": task_id}), RAW_RESULT)
+
+
+async def poll_task(session, task_id, *, until, within, interval=None):
+    """`tasks/get` until the status is one of `until` or `within` seconds pass; every state seen."""
+    states = []
+    deadline = time.monotonic() + within
+    while True:
+        state = await task_request(session, "tasks/get", task_id)
+        states.append(state)
+        if state.get("status") in until or time.monotonic() >= deadline:
+            return states
+        hint = state.get("pollIntervalMs")
+        await anyio.sleep(interval if interval is not None else min(max((hint or 500) / 1000, 0.05), 1.0))
+
+
+async def resolve_task(created, ctx: ClaimContext):
+    """The claim's resolver: poll the task to its end and hand back the tool's CallToolResult."""
+    states = await poll_task(ctx.session, created.task_id, until=TASK_TERMINAL, within=15)
+    final = states[-1]
+    if final.get("status") != "completed" or not isinstance(final.get("result"), dict):
+        raise RuntimeError(f"task {created.task_id} ended {final.get('status')!r}: {json.dumps(final)}")
+    return mt.CallToolResult.model_validate(final["result"])
+
+
+class TasksExtension(ClientExtension):
+    identifier = TASKS_EXTENSION
+
+    def __init__(self):
+        self.resolved = []  # the CreateTaskResults the resolver was handed
+
+    def claims(self):
+        async def resolve(created, ctx):
+            self.resolved.append(created)
+            return await resolve_task(created, ctx)
+
+        return [ResultClaim(result_type="task", model=TaskCreated, resolve=resolve)]
+
+
+def task_text(state):
+    result = state.get("result") if isinstance(state, dict) else None
+    for block in (result or {}).get("content") or []:
+        if block.get("type") == "text":
+            return block.get("text")
+    return None
+
+
+def statuses(states):
+    return [s.get("status") for s in states]
+
+
+def check_created(label, created):
+    wire = created.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(created, TaskCreated) else None
+    check(f"{label} → a task (resultType task)", wire is not None and wire.get("resultType") == "task", describe(created))
+    if wire is None:
+        return False
+    check(
+        f"{label}   CreateTaskResult: taskId, status working, createdAt, lastUpdatedAt, ttlMs, pollIntervalMs",
+        bool(wire.get("taskId"))
+        and wire.get("status") == "working"
+        and all(isinstance(wire.get(k), str) and wire.get(k) for k in ("createdAt", "lastUpdatedAt"))
+        and all(isinstance(wire.get(k), int) and wire.get(k) > 0 for k in ("ttlMs", "pollIntervalMs")),
+        json.dumps(wire),
+    )
+    return True
+
+
+async def check_task_completes(label, session, created, text):
+    """(a): `tasks/get` right away shows working, then completed within ~10 s with the result."""
+    first = await task_request(session, "tasks/get", created.task_id)
+    check(
+        f"{label}   tasks/get right away → working, the same task",
+        first.get("status") == "working" and first.get("taskId") == created.task_id and "result" not in first,
+        json.dumps(first),
+    )
+    states = await poll_task(session, created.task_id, until=TASK_TERMINAL, within=10)
+    final = states[-1]
+    check(f"{label}   tasks/get → completed within 10 s", final.get("status") == "completed", repr(statuses(states)))
+    check(
+        f"{label}   with the result: {text}",
+        (final.get("result") or {}).get("isError") is not True and task_text(final) == text,
+        json.dumps(final),
+    )
+
+
+async def tasks_mcp_sdk(demo):
+    label = "[mcp sdk, tasks]"
+    tasks = TasksExtension()
+    transport = stdio_client(StdioServerParameters(command=demo, args=ARGS), errlog=DEVNULL)
+    async with McpClient(transport, extensions=[tasks], read_timeout_seconds=30) as client:
+        session = client.session
+        check(f"{label} the client negotiates {MODERN}", client.protocol_version == MODERN, repr(client.protocol_version))
+        server_ext = (session.discover_result.capabilities.extensions or {}) if session.discover_result else {}
+        check(f"{label} server/discover advertises {TASKS_EXTENSION}", TASKS_EXTENSION in server_ext, describe(session.discover_result))
+
+        async def call(name, arguments):
+            return await session.call_tool(name, arguments, read_timeout_seconds=30, allow_claimed=True)
+
+        # Both tasks start at once; (a) is watched while (b) runs.
+        created_a = await call("slow_compute", {"seconds": 1, "label": "x"})
+        created_b = await call("failing_job", {})
+
+        # (a) a task that completes
+        if check_created(f"{label} slow_compute {{seconds: 1}}", created_a):
+            await check_task_completes(f"{label} slow_compute", session, created_a, '"Computed x"')
+
+        # (b) a capability error ends the task completed, with isError and the payload
+        if check_created(f"{label} failing_job", created_b):
+            states = await poll_task(session, created_b.task_id, until=TASK_TERMINAL, within=10)
+            final = states[-1]
+            result = final.get("result") or {}
+            check(f"{label} failing_job   tasks/get → completed", final.get("status") == "completed", repr(statuses(states)))
+            try:
+                payload = json.loads(task_text(final) or "")
+            except ValueError:
+                payload = None
+            check(
+                f"{label} failing_job   the result has isError and code EXECUTION_FAILED",
+                result.get("isError") is True and isinstance(payload, dict) and payload.get("code") == "EXECUTION_FAILED",
+                json.dumps(final),
+            )
+
+        # (c) cancel a read-only task: ack, then cancelled within ~5 s
+        created_c = await call("slow_compute", {"seconds": 30, "label": "long"})
+        if check_created(f"{label} slow_compute {{seconds: 30}}", created_c):
+            ack = await task_request(session, "tasks/cancel", created_c.task_id)
+            check(f"{label}   tasks/cancel → acknowledged {{resultType: complete}}", ack.get("resultType") == "complete", json.dumps(ack))
+            states = await poll_task(session, created_c.task_id, until=TASK_TERMINAL, within=5, interval=0.1)
+            check(f"{label}   tasks/get → cancelled within 5 s", statuses(states)[-1] == "cancelled", repr(statuses(states)))
+            check(f"{label}   with no result", "result" not in states[-1], json.dumps(states[-1]))
+
+        # A capability that is not long-running answers synchronously even with the extension.
+        result = await call("greet", {"name": "Ada"})
+        check(
+            f"{label} greet (not long-running) → the ordinary result",
+            isinstance(result, mt.CallToolResult) and first_text(result) == '"Hello, Ada!"',
+            describe(result),
+        )
+
+        # (e) an unknown task id
+        try:
+            outcome = await task_request(session, "tasks/get", "t-no-such-task")
+        except MCPError as e:
+            outcome = e
+        check(
+            f"{label} tasks/get of an unknown id → MCP error -32602",
+            isinstance(outcome, MCPError) and outcome.error.code == -32602,
+            describe(outcome),
+        )
+
+        # The high-level call resolves the task through the extension's claim.
+        result = await client.call_tool("slow_compute", {"seconds": 0, "label": "y"})
+        check(
+            f"{label} client.call_tool(slow_compute) → the task is resolved to the result",
+            len(tasks.resolved) == 1 and result.is_error is not True and first_text(result) == '"Computed y"',
+            f"resolved {len(tasks.resolved)} task(s); {describe(result)}",
+        )
+
+    # (d) a client without the extension: the same call answers synchronously.
+    transport = stdio_client(StdioServerParameters(command=demo, args=ARGS), errlog=DEVNULL)
+    async with McpClient(transport, read_timeout_seconds=30) as client:
+        try:
+            result = await client.session.call_tool(
+                "slow_compute", {"seconds": 0, "label": "z"}, read_timeout_seconds=30, allow_claimed=True
+            )
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            result = e
+        check(
+            "[mcp sdk, no tasks extension] slow_compute {seconds: 0} → the ordinary result, no task",
+            isinstance(result, mt.CallToolResult) and first_text(result) == '"Computed z"',
+            describe(result),
+        )
+
+
+def start_http_demo(demo):
+    server = subprocess.Popen([demo, "serve", "--http", "127.0.0.1:0", "--conformance"], stdout=subprocess.PIPE, stderr=DEVNULL, text=True)
+    line = server.stdout.readline().strip()
+    match = re.match(r"listening on (http://[^/]+/mcp)$", line)
+    if not match:
+        server.kill()
+        raise RuntimeError(f"unexpected first line from the server: {line!r}")
+    return server, match.group(1)
+
+
+async def tasks_mcp_sdk_http(demo):
+    """(a) over Streamable HTTP, where `tasks/get` must carry `Mcp-Name: <taskId>` (the demo answers
+    -32020 without it): `TaskRequest.name_param` has the session send it (`mcp_types.GetTaskRequest`,
+    the 2025-11-25 type, declares none)."""
+    label = "[mcp sdk, tasks over http]"
+    server, url = start_http_demo(demo)
+    try:
+        async with McpClient(url, extensions=[TasksExtension()], read_timeout_seconds=30) as client:
+            check(f"{label} the client negotiates {MODERN}", client.protocol_version == MODERN, repr(client.protocol_version))
+            created = await client.session.call_tool(
+                "slow_compute", {"seconds": 1, "label": "h"}, read_timeout_seconds=30, allow_claimed=True
+            )
+            if check_created(f"{label} slow_compute {{seconds: 1}}", created):
+                await check_task_completes(f"{label} slow_compute", client.session, created, '"Computed h"')
+    finally:
+        server.kill()
+        server.wait()
+
+
+async def tasks_fastmcp(demo):
+    """FastMCP 4's `Client(extensions=...)` folds the same extension in; `call_tool_mcp` resolves the task."""
+    label = "[fastmcp, tasks]"
+    tasks = TasksExtension()
+    async with FastMCPClient(demo_transport(demo), extensions=[tasks]) as client:
+        result = await client.call_tool_mcp("slow_compute", {"seconds": 0, "label": "f"}, timeout=30)
+        check(
+            f"{label} call_tool_mcp(slow_compute) → the task is resolved to the result",
+            len(tasks.resolved) == 1 and result.is_error is not True and first_text(result) == '"Computed f"',
+            f"resolved {len(tasks.resolved)} task(s); {describe(result)}",
+        )
+
+
 # --- Pydantic AI 2.66 ----------------------------------------------------------------------------
 
 
@@ -452,6 +725,9 @@ async def main():
         ("fastmcp", fastmcp_high_level),
         ("fastmcp session", fastmcp_low_level),
         ("mcp sdk", mcp_sdk),
+        ("mcp sdk, tasks", tasks_mcp_sdk),
+        ("mcp sdk, tasks over http", tasks_mcp_sdk_http),
+        ("fastmcp, tasks", tasks_fastmcp),
         ("pydantic-ai", pydantic_ai),
     ]
     for name, section in sections:

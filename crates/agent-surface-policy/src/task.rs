@@ -1,0 +1,417 @@
+//! Where long-running calls live while they run and after: the [`TaskStore`] trait and
+//! [`MemoryTaskStore`], its bounded in-process implementation.
+//!
+//! A task is a call that an adapter answered before it finished (MCP's tasks extension): the
+//! caller gets the task id at once and asks for the outcome later. The store holds one record per
+//! task: its status, the adapter's payload for that status (the final result, as the adapter
+//! encodes it), and whether a cancellation was requested. The record is created *before* the
+//! answer that names the task is sent, so any replica that shares the store can answer for it.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::Timestamp;
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use crate::idempotency::StoreError;
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Running.
+    Working,
+    /// Waiting for input from the client.
+    InputRequired,
+    /// Finished with a result (a capability error is a result too). Final.
+    Completed,
+    /// Finished with a protocol fault. Final.
+    Failed,
+    /// Ended by a cancellation before it ran to an outcome. Final.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Whether the status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled)
+    }
+
+    /// The status as MCP spells it (`working`, `input_required`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One task.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct TaskRecord {
+    /// The task id (fresh, unguessable: it is all an anonymous caller needs to read the task).
+    pub id: String,
+    /// The consumer key of the authenticated principal that created it: only that principal may
+    /// read or cancel it. `None` for an anonymous caller: whoever holds the id.
+    pub owner: Option<String>,
+    /// Where it is.
+    pub status: TaskStatus,
+    /// A short, agent-safe description of the current state.
+    pub status_message: Option<String>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When its status last changed.
+    pub updated_at: Timestamp,
+    /// Until when the store keeps it.
+    pub expires_at: Timestamp,
+    /// The adapter's payload for the status, opaque to the store: the result of a completed
+    /// task, the error of a failed one, the open questions of one that needs input.
+    pub payload: Option<Value>,
+    /// A cancellation was requested (by any replica); the one running the task honours it.
+    pub cancel_requested: bool,
+}
+
+impl TaskRecord {
+    /// A working task created `now`, kept for `ttl`.
+    pub fn working(id: impl Into<String>, owner: Option<String>, now: Timestamp, ttl: Duration) -> TaskRecord {
+        TaskRecord {
+            id: id.into(),
+            owner,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at: now,
+            updated_at: now,
+            expires_at: now.saturating_add(ttl),
+            payload: None,
+            cancel_requested: false,
+        }
+    }
+
+    /// Roughly how many bytes the record holds (what [`MemoryTaskStore`] budgets).
+    pub fn size(&self) -> usize {
+        let payload = self.payload.as_ref().map_or(0, |p| p.to_string().len());
+        let message = self.status_message.as_ref().map_or(0, String::len);
+        let owner = self.owner.as_ref().map_or(0, String::len);
+        std::mem::size_of::<TaskRecord>() + self.id.len() + owner + message + payload
+    }
+}
+
+/// Where tasks live.
+///
+/// | operation | atomic effect |
+/// |---|---|
+/// | [`create`](TaskStore::create) | adds a working record under a fresh id (set-if-absent); returns once it is stored |
+/// | [`get`](TaskStore::get) | the record, if kept |
+/// | [`finish`](TaskStore::finish) | a non-final record → the given status and payload; a final one is left as it is |
+/// | [`request_cancel`](TaskStore::request_cancel) | marks a non-final record as cancel-requested |
+///
+/// `now` is passed in (from the registry's clock) rather than read.
+pub trait TaskStore: Send + Sync + fmt::Debug + 'static {
+    /// Adds `record`. An id that exists already is an error; so is a full store.
+    fn create<'a>(&'a self, record: TaskRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The record with `id`, if the store still keeps it.
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Moves the record `id`, unless it is final already, to `status` with `payload` and
+    /// `message`. Returns whether it moved.
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Marks the record `id` as cancel-requested unless it is final; returns the record after
+    /// the call (`None` for an unknown id).
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+}
+
+impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
+    fn create<'a>(&'a self, record: TaskRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).create(record, now)
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        (**self).get(id, now)
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).finish(id, status, payload, message, now)
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        (**self).request_cancel(id, now)
+    }
+}
+
+/// The bounds of a [`MemoryTaskStore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryTaskStoreConfig {
+    /// The most records held at once.
+    pub capacity: usize,
+    /// The most bytes held at once ([`TaskRecord::size`] summed).
+    pub max_bytes: usize,
+}
+
+impl Default for MemoryTaskStoreConfig {
+    /// 10 000 records, 64 MiB.
+    fn default() -> MemoryTaskStoreConfig {
+        MemoryTaskStoreConfig { capacity: 10_000, max_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+impl MemoryTaskStoreConfig {
+    /// At most `capacity` records and `max_bytes` bytes.
+    pub fn new(capacity: usize, max_bytes: usize) -> MemoryTaskStoreConfig {
+        MemoryTaskStoreConfig { capacity, max_bytes }
+    }
+}
+
+/// A [`TaskStore`] in this process's memory, bounded by count and bytes.
+///
+/// Expired records go first; when the store is still full, the oldest *final* record is dropped
+/// (a running task is never dropped to make room: creating another then fails with
+/// [`StoreError::Full`], and the adapter answers the call without a task). Records do not
+/// survive a restart.
+pub struct MemoryTaskStore {
+    config: MemoryTaskStoreConfig,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    records: HashMap<String, TaskRecord>,
+    /// Ids in creation order.
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl Inner {
+    fn remove(&mut self, id: &str) {
+        if let Some(r) = self.records.remove(id) {
+            self.bytes = self.bytes.saturating_sub(r.size());
+        }
+    }
+}
+
+impl MemoryTaskStore {
+    /// An empty store.
+    pub fn new(config: MemoryTaskStoreConfig) -> MemoryTaskStore {
+        MemoryTaskStore { config, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many bytes its records hold.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Each critical section leaves `Inner` consistent; a poisoned lock guards valid state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops expired records, then the oldest final ones, until `extra` more bytes and one more
+    /// record fit. Returns whether they fit.
+    fn make_room(&self, inner: &mut Inner, extra: usize, now: Timestamp) -> bool {
+        let expired: Vec<String> =
+            inner.records.values().filter(|r| r.expires_at <= now).map(|r| r.id.clone()).collect();
+        for id in expired {
+            inner.remove(&id);
+        }
+        inner.order.retain(|id| inner.records.contains_key(id));
+        let fits = |inner: &Inner| {
+            inner.records.len() < self.config.capacity && inner.bytes.saturating_add(extra) <= self.config.max_bytes
+        };
+        while !fits(inner) {
+            let Some(pos) =
+                inner.order.iter().position(|id| inner.records.get(id).is_some_and(|r| r.status.is_terminal()))
+            else {
+                return false;
+            };
+            if let Some(id) = inner.order.remove(pos) {
+                inner.remove(&id);
+            }
+        }
+        true
+    }
+
+    fn live<'i>(inner: &'i mut Inner, id: &str, now: Timestamp) -> Option<&'i mut TaskRecord> {
+        inner.records.get_mut(id).filter(|r| r.expires_at > now)
+    }
+}
+
+impl Default for MemoryTaskStore {
+    fn default() -> MemoryTaskStore {
+        MemoryTaskStore::new(MemoryTaskStoreConfig::default())
+    }
+}
+
+impl fmt::Debug for MemoryTaskStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTaskStore").field("config", &self.config).field("len", &self.len()).finish()
+    }
+}
+
+impl TaskStore for MemoryTaskStore {
+    fn create<'a>(&'a self, record: TaskRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            if inner.records.contains_key(&record.id) {
+                return Err(StoreError::Unavailable(format!("task id {} already exists", record.id)));
+            }
+            let size = record.size();
+            if !self.make_room(&mut inner, size, now) {
+                return Err(StoreError::Full { capacity: self.config.capacity });
+            }
+            inner.bytes += size;
+            inner.order.push_back(record.id.clone());
+            inner.records.insert(record.id.clone(), record);
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            Ok(Self::live(&mut inner, id, now).map(|r| r.clone()))
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            let Some(record) = Self::live(&mut inner, id, now) else { return Ok(false) };
+            if record.status.is_terminal() {
+                return Ok(false);
+            }
+            let before = record.size();
+            record.status = status;
+            record.payload = payload;
+            record.status_message = message;
+            record.updated_at = now;
+            let after = record.size();
+            inner.bytes = inner.bytes.saturating_sub(before).saturating_add(after);
+            Ok(true)
+        })
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            let Some(record) = Self::live(&mut inner, id, now) else { return Ok(None) };
+            if !record.status.is_terminal() {
+                record.cancel_requested = true;
+            }
+            Ok(Some(record.clone()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_unix_millis(1_795_957_200_000 + ms)
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
+    }
+
+    #[test]
+    fn a_task_moves_once_to_a_final_status() {
+        let store = MemoryTaskStore::default();
+        run(store.create(TaskRecord::working("t-1", None, at(0), Duration::from_secs(60)), at(0))).unwrap();
+        assert!(run(store.create(TaskRecord::working("t-1", None, at(0), Duration::from_secs(60)), at(0))).is_err());
+        let cancelled = run(store.request_cancel("t-1", at(1))).unwrap().unwrap();
+        assert!(cancelled.cancel_requested);
+        assert!(run(store.finish("t-1", TaskStatus::Completed, Some(Value::from(1)), None, at(2))).unwrap());
+        assert!(!run(store.finish("t-1", TaskStatus::Cancelled, None, None, at(3))).unwrap());
+        let record = run(store.get("t-1", at(4))).unwrap().unwrap();
+        assert_eq!(
+            (record.status, record.payload, record.updated_at),
+            (TaskStatus::Completed, Some(Value::from(1)), at(2))
+        );
+        // A cancellation after the end changes nothing.
+        assert_eq!(run(store.request_cancel("t-1", at(5))).unwrap().unwrap().status, TaskStatus::Completed);
+        // Gone after its time to live.
+        assert_eq!(run(store.get("t-1", at(60_000))).unwrap(), None);
+    }
+
+    #[test]
+    fn a_full_store_drops_final_tasks_and_never_running_ones() {
+        let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(2, usize::MAX));
+        let ttl = Duration::from_secs(60);
+        run(store.create(TaskRecord::working("a", None, at(0), ttl), at(0))).unwrap();
+        run(store.create(TaskRecord::working("b", None, at(0), ttl), at(0))).unwrap();
+        assert!(matches!(
+            run(store.create(TaskRecord::working("c", None, at(0), ttl), at(0))),
+            Err(StoreError::Full { capacity: 2 })
+        ));
+        run(store.finish("a", TaskStatus::Completed, None, None, at(1))).unwrap();
+        run(store.create(TaskRecord::working("c", None, at(1), ttl), at(1))).unwrap();
+        assert_eq!(run(store.get("a", at(1))).unwrap(), None);
+        assert!(run(store.get("b", at(1))).unwrap().is_some());
+    }
+
+    #[test]
+    fn bytes_are_budgeted() {
+        let record = TaskRecord::working("a", None, at(0), Duration::from_secs(60));
+        let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(100, record.size() + 10));
+        run(store.create(record, at(0))).unwrap();
+        let big = Value::String("x".repeat(1000));
+        run(store.finish("a", TaskStatus::Completed, Some(big), None, at(1))).unwrap();
+        assert!(store.bytes() > 1000);
+        // The final, large record makes room for a new one.
+        run(store.create(TaskRecord::working("b", None, at(2), Duration::from_secs(60)), at(2))).unwrap();
+        assert_eq!(store.len(), 1);
+    }
+}
