@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { ElicitRequestSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { check, finish } from './checks.mjs';
 
 const [demo, casesPath] = process.argv.slice(2);
 if (!demo || !casesPath) {
@@ -19,18 +20,6 @@ if (!demo || !casesPath) {
   process.exit(2);
 }
 const spec = JSON.parse(readFileSync(casesPath, 'utf8'));
-let passed = 0;
-let failed = 0;
-
-function check(name, ok, detail) {
-  if (ok) {
-    passed += 1;
-    console.log(`ok   ${name}`);
-  } else {
-    failed += 1;
-    console.log(`FAIL ${name}${detail ? `: ${detail}` : ''}`);
-  }
-}
 
 // Deep match with the matchers of cases.json.
 function matches(expected, actual) {
@@ -165,5 +154,4 @@ try {
 } catch (e) {
   check('session', false, String(e?.stack ?? e));
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+finish();

@@ -26,6 +26,7 @@
 
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { check, finish, note } from './checks.mjs';
 
 const MODERN = '2026-07-28';
 const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
@@ -39,20 +40,6 @@ if (!demo) {
   process.exit(2);
 }
 
-let passed = 0;
-let failed = 0;
-
-function check(name, ok, detail) {
-  if (ok) {
-    passed += 1;
-    console.log(`ok   ${name}`);
-  } else {
-    failed += 1;
-    console.log(`FAIL ${name}${detail ? `: ${detail}` : ''}`);
-  }
-}
-
-const note = (text) => console.log(`note ${text}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const approvalMessage = (orderId) =>
   `The assistant asks for your approval: Cancel order ${orderId} and refund the customer in full. Approve this action?`;
@@ -67,9 +54,8 @@ function payloadOf(result) {
 }
 
 const watchdog = setTimeout(() => {
-  console.log(`FAIL watchdog: still running after ${WATCHDOG_MS / 1000}s`);
-  console.log(`${passed} passed, ${failed + 1} failed`);
-  process.exit(1);
+  check('watchdog', false, `still running after ${WATCHDOG_MS / 1000}s`);
+  finish();
 }, WATCHDOG_MS);
 
 const label = '[typescript sdk v2]';
@@ -188,5 +174,4 @@ try {
 }
 
 clearTimeout(watchdog);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+finish();

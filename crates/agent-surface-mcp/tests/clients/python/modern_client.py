@@ -94,6 +94,19 @@ def payload_of(result):
         return None
 
 
+async def outcome_of(awaitable):
+    """The result of `awaitable`, or the MCPError it raised (for checks that expect one)."""
+    try:
+        return await awaitable
+    except MCPError as e:
+        return e
+
+
+def check_rpc_error(name, outcome, code):
+    """Checks that `outcome` is an MCPError with JSON-RPC error `code`."""
+    check(name, isinstance(outcome, MCPError) and outcome.error.code == code, describe(outcome))
+
+
 def describe(result):
     if result is None:
         return "None"
@@ -269,15 +282,8 @@ async def fastmcp_low_level(demo):
             ("a tampered requestState (signature)", flip(state, len(state) - 3), "A-1001"),
             ("the requestState of another call (other arguments)", state, "A-1003"),
         ):
-            try:
-                outcome = await call(order_id, request_state=bad, input_responses=accept)
-            except MCPError as e:
-                outcome = e
-            check(
-                f"{label} {what} → MCP error -32602",
-                isinstance(outcome, MCPError) and outcome.error.code == -32602,
-                describe(outcome),
-            )
+            outcome = await outcome_of(call(order_id, request_state=bad, input_responses=accept))
+            check_rpc_error(f"{label} {what} → MCP error -32602", outcome, -32602)
         check(f"{label}   nothing ran: A-1001 and A-1003 are still placed",
               await get_status(session, "A-1001") == "placed" and await get_status(session, "A-1003") == "placed")
 
@@ -564,15 +570,8 @@ async def tasks_mcp_sdk(demo):
         )
 
         # (e) an unknown task id
-        try:
-            outcome = await task_request(session, "tasks/get", "t-no-such-task")
-        except MCPError as e:
-            outcome = e
-        check(
-            f"{label} tasks/get of an unknown id → MCP error -32602",
-            isinstance(outcome, MCPError) and outcome.error.code == -32602,
-            describe(outcome),
-        )
+        outcome = await outcome_of(task_request(session, "tasks/get", "t-no-such-task"))
+        check_rpc_error(f"{label} tasks/get of an unknown id → MCP error -32602", outcome, -32602)
 
         # The high-level call resolves the task through the extension's claim.
         result = await client.call_tool("slow_compute", {"seconds": 0, "label": "y"})
