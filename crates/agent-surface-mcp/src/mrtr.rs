@@ -85,6 +85,14 @@ const FORMAT: u8 = 1;
 /// continued (its questions go unanswered: `PRECONDITION_FAILED {client-input-required}`).
 pub const MAX_STATE_ANSWERS_BYTES: usize = 64 * 1024;
 
+/// The most rounds of questions one call may take; past it the call is not continued (the same
+/// in-band answer), so an ask step that never settles cannot keep a client looping.
+pub const MAX_ROUNDS: u32 = 16;
+
+/// How long a state of questions stays valid (an approval's state: until the confirmation
+/// expires, plus this margin). A state past it does not open; the call is planned afresh.
+pub const STATE_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 /// Seals and opens the `requestState` of input-required results (questions and approvals).
 ///
 /// Every replica that may take a retry must seal with the same keys: build it from a shared
@@ -113,9 +121,15 @@ pub(crate) struct CallState {
     pub(crate) key: String,
     /// Whether that consumer was authenticated (its key is then a principal).
     pub(crate) auth: bool,
-    /// The answers given in earlier rounds, by question key.
+    /// The answers given in earlier rounds, by question key (only keys that were asked).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub(crate) answers: Map<String, Value>,
+    /// The keys asked so far, in any round: the only answers a retry may add.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) asked: Vec<String>,
+    /// How many rounds of questions the call has taken.
+    #[serde(default)]
+    pub(crate) rounds: u32,
     /// The approval this round asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) approval: Option<Approval>,
@@ -132,11 +146,38 @@ pub(crate) struct Approval {
     pub(crate) exp: u64,
 }
 
+/// The questions and answers of one call so far: what a state carries between rounds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Dialogue {
+    /// Every answer the call carries now (earlier rounds' and this round's).
+    pub(crate) answers: Map<String, Value>,
+    /// The keys asked so far.
+    pub(crate) asked: Vec<String>,
+    /// The rounds of questions taken so far.
+    pub(crate) rounds: u32,
+}
+
+impl Dialogue {
+    /// The dialogue of a call that asks `questions` next: their keys join the asked ones, one
+    /// more round.
+    pub(crate) fn asking(mut self, questions: &[Question]) -> Dialogue {
+        for q in questions {
+            if !self.asked.contains(&q.key) {
+                self.asked.push(q.key.clone());
+            }
+        }
+        self.rounds += 1;
+        self
+    }
+}
+
 /// Why a presented state was refused (operator channel only; the client gets one `-32602`).
 #[derive(Debug)]
 pub(crate) enum StateRefused {
     /// The state did not open (tampered, unknown key, other tool or arguments, bad format).
     Open(RequestStateError),
+    /// The state is past its time to live: the call is planned afresh.
+    Expired,
     /// The state is of another format version.
     Format(u8),
     /// The state was issued to another consumer.
@@ -147,6 +188,7 @@ impl std::fmt::Display for StateRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StateRefused::Open(e) => write!(f, "request state does not open: {e}"),
+            StateRefused::Expired => f.write_str("request state expired"),
             StateRefused::Format(v) => write!(f, "request state of unknown format {v}"),
             StateRefused::Principal => f.write_str("request state issued to another consumer"),
         }
@@ -201,23 +243,39 @@ impl ApprovalStates {
         tool: &str,
         arguments: &Value,
         consumer: &Consumer,
-        answers: &Map<String, Value>,
+        dialogue: &Dialogue,
         approval: Option<Approval>,
+        now: agent_surface_core::Timestamp,
     ) -> Option<String> {
-        let size = serde_json::to_vec(answers).map(|b| b.len()).unwrap_or(usize::MAX);
-        if size > MAX_STATE_ANSWERS_BYTES {
-            tracing::info!(target: "agent_surface::mcp", bytes = size, "answers too large to carry in a request state");
+        // Only answers to questions that were asked travel on.
+        let answers: Map<String, Value> = dialogue
+            .answers
+            .iter()
+            .filter(|(k, _)| dialogue.asked.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let size = serde_json::to_vec(&answers).map(|b| b.len()).unwrap_or(usize::MAX);
+        if size > MAX_STATE_ANSWERS_BYTES || dialogue.rounds > MAX_ROUNDS {
+            tracing::info!(target: "agent_surface::mcp", bytes = size, rounds = dialogue.rounds, "the call's answers cannot travel on in a request state");
             return None;
         }
+        // The codec's own expiry (on the system clock) is a backstop: an approval's expiry is
+        // checked on the registry's clock first.
+        let ttl = match &approval {
+            Some(a) => std::time::Duration::from_millis(a.exp.saturating_sub(now.unix_millis())) + STATE_TTL,
+            None => STATE_TTL,
+        };
         let state = CallState {
             v: FORMAT,
             key: consumer.key().to_string(),
             auth: consumer.identity().is_some(),
-            answers: answers.clone(),
+            answers,
+            asked: dialogue.asked.clone(),
+            rounds: dialogue.rounds,
             approval,
         };
         let ad = Self::bound_to(tool, arguments);
-        match self.codec.seal_json_with(&state, &SealOptions::new().associated_data(&ad)) {
+        match self.codec.seal_json_with(&state, &SealOptions::new().associated_data(&ad).ttl(ttl)) {
             Ok(sealed) => Some(sealed),
             Err(e) => {
                 tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot seal a request state");
@@ -236,7 +294,10 @@ impl ApprovalStates {
         consumer: &Consumer,
     ) -> Result<(CallState, Consumer), StateRefused> {
         let ad = Self::bound_to(tool, arguments);
-        let state: CallState = self.codec.open_json_with(sealed, &ad).map_err(StateRefused::Open)?;
+        let state: CallState = self.codec.open_json_with(sealed, &ad).map_err(|e| match e {
+            RequestStateError::Expired => StateRefused::Expired,
+            e => StateRefused::Open(e),
+        })?;
         if state.v != FORMAT {
             return Err(StateRefused::Format(state.v));
         }
@@ -294,10 +355,15 @@ pub(crate) fn missing(
     lacking.then_some(required)
 }
 
-/// The input requests for `questions` (`None` when one cannot be expressed: logged).
+/// The input requests for `questions` (`None` when one cannot be expressed, or uses the reserved
+/// key [`CONFIRM_KEY`]: logged).
 pub(crate) fn requests(questions: &[Question]) -> Option<InputRequests> {
     let mut requests = InputRequests::new();
     for q in questions {
+        if q.key == CONFIRM_KEY {
+            tracing::warn!(target: "agent_surface::mcp", key = %q.key, "a question uses the key reserved for approvals");
+            return None;
+        }
         let wire = match &q.ask {
             Ask::Form { message, schema } => json!({
                 "method": "elicitation/create",

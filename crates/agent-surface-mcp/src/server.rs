@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
 use agent_surface_policy::{ConfirmationState, Consumer, Identity};
-use agent_surface_registry::{
-    Abilities, Answers, FnProgress, InvokeOptions, InvokeRequest, Progress, Question, Registry, id,
-};
+use agent_surface_registry::{Abilities, Answers, InvokeOptions, InvokeRequest, Progress, Question, Registry, id};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskMethod, CancelTaskParams, ClientResult,
     CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
@@ -26,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{McpConfig, UnknownTool};
 use crate::confirm::ConfirmationAnswer;
 use crate::mrtr::{self, Answer};
-use crate::tasks::Started;
+use crate::tasks::{Started, Tasks};
 use crate::{codec, meta, tools};
 
 /// What the session last listed: the consumer it listed for and a hash of the tools, so that a
@@ -60,6 +58,7 @@ impl Drop for Session {
 enum Answered {
     Result(InvokeResult, Option<Vec<Question>>),
     Ask(rmcp::model::InputRequiredResult),
+    Task(rmcp::model::CreateTaskResult),
 }
 
 /// One modern round of a call: what its state is sealed for and with.
@@ -67,8 +66,9 @@ struct Round<'a> {
     tool: &'a str,
     arguments: &'a Value,
     consumer: &'a Consumer,
-    answers: serde_json::Map<String, Value>,
+    dialogue: mrtr::Dialogue,
     abilities: Abilities,
+    now: agent_surface_core::Timestamp,
 }
 
 /// An MCP server over a [`Registry`]: implements `rmcp`'s [`ServerHandler`] by hand (the tool
@@ -183,8 +183,12 @@ impl McpServer {
     ) -> Answered {
         let legacy_elicitation =
             !is_modern(context) && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
+        if !legacy_elicitation {
+            let done = self.session.registry.invoke_detailed(invoke, options).await;
+            return Answered::Result(done.result, done.questions);
+        }
         let first = self.session.registry.invoke_detailed(invoke.clone(), options.clone()).await;
-        if legacy_elicitation && first.result.code() == Some(ErrorCode::ConfirmationRequired) {
+        if first.result.code() == Some(ErrorCode::ConfirmationRequired) {
             let settled = self.confirm_by_elicitation(first.result, invoke, options, context).await;
             return Answered::Result(settled, None);
         }
@@ -199,6 +203,7 @@ impl McpServer {
         answer: Answer,
         mut invoke: InvokeRequest,
         options: InvokeOptions,
+        task: Option<(&Tasks, CancellationToken)>,
     ) -> Answered {
         let registry = &self.session.registry;
         let now = registry.config().clock.now();
@@ -220,6 +225,13 @@ impl McpServer {
                     tracing::info!(target: "agent_surface::mcp", error = %e, "approval not recorded");
                 }
                 invoke.confirmation_id = Some(approval.cid);
+                // The approved call is the one that runs: a task, when it may be one.
+                if let Some((tasks, request)) = task {
+                    return match tasks.start(registry, invoke, options, request).await {
+                        Started::Task(task) => Answered::Task(task),
+                        Started::Ended(done) => Answered::Result(done.result, done.questions),
+                    };
+                }
                 let done = registry.invoke_detailed(invoke, options).await;
                 Answered::Result(done.result, done.questions)
             }
@@ -253,7 +265,8 @@ impl McpServer {
                 return Err(ErrorData::missing_required_client_capability(required));
             }
             let Some(requests) = mrtr::requests(questions) else { return Ok(None) };
-            let sealed = states.seal(round.tool, round.arguments, round.consumer, &round.answers, None);
+            let dialogue = round.dialogue.clone().asking(questions);
+            let sealed = states.seal(round.tool, round.arguments, round.consumer, &dialogue, None, round.now);
             return Ok(sealed.map(|state| rmcp::model::InputRequiredResult::new(Some(requests), Some(state))));
         }
         if result.code() != Some(ErrorCode::ConfirmationRequired)
@@ -273,7 +286,8 @@ impl McpServer {
             msg: details.summary.clone(),
             exp: expires_at.unix_millis(),
         };
-        let sealed = states.seal(round.tool, round.arguments, round.consumer, &round.answers, Some(approval));
+        let sealed =
+            states.seal(round.tool, round.arguments, round.consumer, &round.dialogue, Some(approval), round.now);
         Ok(sealed.map(|state| mrtr::input_required(&details.summary, state)))
     }
 
@@ -363,27 +377,67 @@ fn can_elicit(peer: &Peer<RoleServer>) -> bool {
     mrtr::abilities(peer.peer_info().as_ref().map(|info| &info.capabilities)).form
 }
 
-/// The progress sink of one request: reports go, in order, to a task that sends them as
-/// `notifications/progress` with the request's token. Dropping the sender ends the task.
+/// The progress of one request on its way to the client: the latest report not sent yet (progress
+/// is last-value-wins, so a handler that reports faster than the client reads costs one slot, not
+/// a queue), and whether the call has ended.
+struct ProgressRelay {
+    latest: Mutex<Option<Progress>>,
+    ready: tokio::sync::Notify,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl ProgressRelay {
+    /// Ends the relay: the pending report is still sent, nothing after it.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.ready.notify_one();
+    }
+}
+
+impl agent_surface_registry::ProgressSink for ProgressRelay {
+    fn report(&self, progress: Progress) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(progress);
+        self.ready.notify_one();
+    }
+}
+
+/// The progress relay of one request and the task that sends its reports as
+/// `notifications/progress` with the request's token, until the relay is closed.
 fn progress_forwarder(
     peer: Peer<RoleServer>,
     token: rmcp::model::ProgressToken,
-) -> (Arc<dyn agent_surface_registry::ProgressSink>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+) -> (Arc<ProgressRelay>, tokio::task::JoinHandle<()>) {
+    let relay = Arc::new(ProgressRelay {
+        latest: Mutex::new(None),
+        ready: tokio::sync::Notify::new(),
+        closed: std::sync::atomic::AtomicBool::new(false),
+    });
+    let forwarding = relay.clone();
     let task = tokio::spawn(async move {
-        while let Some(p) = rx.recv().await {
-            let mut param = ProgressNotificationParam::new(token.clone(), p.done);
-            param.total = p.total;
-            param.message = p.message;
-            if peer.notify_progress(param).await.is_err() {
-                return;
+        loop {
+            forwarding.ready.notified().await;
+            let pending = forwarding.latest.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(p) = pending {
+                let mut param = ProgressNotificationParam::new(token.clone(), p.done);
+                param.total = p.total;
+                param.message = p.message;
+                if peer.notify_progress(param).await.is_err() {
+                    return;
+                }
+            }
+            if forwarding.closed.load(Ordering::Acquire) {
+                if forwarding.latest.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+                    return;
+                }
+                // A report landed while the last one was sent: go round once more.
+                forwarding.ready.notify_one();
             }
         }
     });
-    let sink = FnProgress::new(move |p: Progress| {
-        let _ = tx.send(p);
-    });
-    (Arc::new(sink), task)
+    (relay, task)
 }
 
 /// Asks the person at the client to accept or decline, with no form fields.
@@ -492,75 +546,97 @@ impl ServerHandler for McpServer {
         let arguments_now = &arguments;
         // A modern request: the answers it carries (earlier rounds' from its state, this
         // round's from `inputResponses`) and the approval its state asks for.
-        let mut answers = serde_json::Map::new();
+        let mut dialogue = mrtr::Dialogue::default();
         let mut approval = None;
         if modern && let Some(sealed) = request.request_state.as_deref() {
-            let (state, continues) =
-                self.session.config.approval_states.open(sealed, &request.name, arguments_now, &consumer).map_err(|e| {
+            match self.session.config.approval_states.open(sealed, &request.name, arguments_now, &consumer) {
+                Ok((state, continues)) => {
+                    consumer = continues;
+                    dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
+                    if let Some(asked) = state.approval {
+                        let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
+                            let message =
+                                format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
+                            ErrorData::invalid_params(message, None)
+                        })?;
+                        approval = Some((asked, sealed.to_string(), answer));
+                    }
+                }
+                // Too old to continue: the call is planned afresh, as if it came without one.
+                Err(mrtr::StateRefused::Expired) => {
+                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, "request state expired; planning afresh");
+                }
+                Err(e) => {
                     tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %e, "request state refused");
-                    ErrorData::invalid_params("Invalid requestState: it does not belong to this call", None)
-                })?;
-            consumer = continues;
-            answers = state.answers;
-            if let Some(asked) = state.approval {
-                let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
-                    let message = format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
-                    ErrorData::invalid_params(message, None)
-                })?;
-                approval = Some((asked, sealed.to_string(), answer));
+                    return Err(ErrorData::invalid_params(
+                        "Invalid requestState: it does not belong to this call",
+                        None,
+                    ));
+                }
             }
         }
         let mut invoke = InvokeRequest::new(capability, arguments);
         meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         let abilities =
             if modern { mrtr::abilities(context.client_capabilities().as_ref()) } else { Abilities::default() };
-        if modern {
+        // This round's answers: in a round that answers an approval, none (the approved call runs
+        // with the answers the approval was asked with); after a state, only to keys it asked; in
+        // a first round, any (the ask step reads only its own).
+        if modern && approval.is_none() {
+            let first_round = dialogue.asked.is_empty();
             for (key, value) in request.input_responses.iter().flatten() {
-                if key != mrtr::CONFIRM_KEY {
-                    answers.insert(key.clone(), value.clone());
+                if key != mrtr::CONFIRM_KEY && (first_round || dialogue.asked.contains(key)) {
+                    dialogue.answers.insert(key.clone(), value.clone());
                 }
             }
         }
         let mut options = InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone());
         if modern {
-            let carried = answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
+            let carried =
+                dialogue.answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
             options = options.with_answers(carried);
         }
         // A long-running capability called by a client that negotiated tasks: a task once its
         // handler starts.
         let tasks = self.session.config.tasks.as_ref().filter(|_| {
             modern
-                && approval.is_none()
                 && context.client_capabilities().is_some_and(|c| c.supports_tasks())
                 && self.session.registry.is_long_running(&invoke.capability)
         });
         let mut outcome = None;
-        if let Some(tasks) = tasks {
+        if let Some(tasks) = tasks.filter(|_| approval.is_none()) {
             match tasks.start(&self.session.registry, invoke.clone(), options.clone(), context.ct.clone()).await {
                 Started::Task(task) => return Ok(CallToolResponse::Task(task)),
                 Started::Ended(invocation) => outcome = Some(Answered::Result(invocation.result, invocation.questions)),
             }
         }
         let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
-        if let Some((sink, _)) = &progress {
-            options = options.with_progress(sink.clone());
+        if let Some((relay, _)) = &progress {
+            options = options.with_progress(relay.clone());
         }
         let outcome = match (outcome, approval) {
             (Some(ended), _) => ended,
-            (None, Some((asked, sealed, answer))) => self.answered(asked, sealed, answer, invoke, options).await,
+            (None, Some((asked, sealed, answer))) => {
+                let task = tasks.map(|t| (t, context.ct.clone()));
+                self.answered(asked, sealed, answer, invoke, options, task).await
+            }
             (None, None) => self.first_call(invoke, options, &context).await,
         };
-        if let Some((sink, task)) = progress {
-            // Every report is sent before the result.
-            drop(sink);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
+        if let Some((relay, mut task)) = progress {
+            // The last report is sent before the result; none after it.
+            relay.close();
+            if tokio::time::timeout(std::time::Duration::from_secs(1), &mut task).await.is_err() {
+                task.abort();
+            }
         }
         let (result, questions) = match outcome {
             Answered::Result(result, questions) => (result, questions),
             Answered::Ask(question) => return Ok(question.into()),
+            Answered::Task(task) => return Ok(CallToolResponse::Task(task)),
         };
         if let Some(arguments) = &kept {
-            let round = Round { tool: &request.name, arguments, consumer: &consumer, answers, abilities };
+            let now = self.session.registry.config().clock.now();
+            let round = Round { tool: &request.name, arguments, consumer: &consumer, dialogue, abilities, now };
             if let Some(ask) = self.ask_modern(&result, questions.as_deref(), &round)? {
                 return Ok(ask.into());
             }

@@ -29,8 +29,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_surface_core::{ErrorCode, InvokeResult, Timestamp};
-use agent_surface_policy::{Clock, Consumer, MemoryTaskStore, TaskRecord, TaskStatus, TaskStore};
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Timestamp};
+use agent_surface_policy::{Clock, Consumer, MemoryTaskStore, StoreError, TaskRecord, TaskStatus, TaskStore};
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Registry};
 use rmcp::ErrorData;
 use rmcp::model::{CreateTaskResult, DetailedTask, GetTaskResult, Task, TaskPayload};
@@ -44,19 +45,28 @@ use crate::codec;
 pub struct TaskConfig {
     /// Where task records live (shared by replicas, or [`MemoryTaskStore`]).
     pub store: Arc<dyn TaskStore>,
-    /// How long a task is kept after it is created (`ttlMs`).
+    /// How long a task is kept after it ends (`ttlMs`).
     pub ttl: Duration,
+    /// How long a task that has not ended is kept at most (a bound for a record whose end was
+    /// never recorded, e.g. after a crash); a running task never expires before it.
+    pub running_ttl: Duration,
+    /// The most tasks running in this process at once; past it, a call is answered when it ends
+    /// (a bound on detached work, which no connection limits once a task is named).
+    pub max_running: usize,
     /// How often clients are asked to poll (`pollIntervalMs`), and how often a running task
     /// checks the store for a cancellation taken by another replica.
     pub poll_interval: Duration,
 }
 
 impl Default for TaskConfig {
-    /// In memory; kept 5 minutes; polled every 500 ms.
+    /// In memory; kept 5 minutes after the end (an hour at most while running); 256 running at
+    /// once; polled every 500 ms.
     fn default() -> TaskConfig {
         TaskConfig {
             store: Arc::new(MemoryTaskStore::default()),
             ttl: Duration::from_secs(300),
+            running_ttl: Duration::from_secs(3600),
+            max_running: 256,
             poll_interval: Duration::from_millis(500),
         }
     }
@@ -158,12 +168,18 @@ impl Tasks {
                 false
             }
         };
-        if !started {
+        // A caller that hung up meanwhile, or a process at its limit of running tasks: no task.
+        let at_limit = self.running().len() >= self.inner.config.max_running;
+        if !started || request.is_cancelled() || at_limit {
+            if at_limit {
+                tracing::warn!(target: "agent_surface::mcp", max = self.inner.config.max_running, "too many tasks running; answering the call when it ends");
+            }
             return Started::Ended(self.wait(&mut done_rx, &request, &token).await);
         }
         let clock = registry.config().clock.clone();
         let now = clock.now();
-        let record = TaskRecord::working(new_task_id(), owner, now, self.inner.config.ttl);
+        let config = &self.inner.config;
+        let record = TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl);
         if let Err(e) = self.inner.config.store.create(record.clone(), now).await {
             tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot create a task; answering the call when it ends");
             return Started::Ended(self.wait(&mut done_rx, &request, &token).await);
@@ -218,7 +234,17 @@ impl Tasks {
         } else {
             (TaskStatus::Completed, serde_json::to_value(codec::encode(result)).ok())
         };
-        if let Err(e) = store.finish(&id, status, payload, None, clock.now()).await {
+        let finished = match store.finish(&id, status, payload, None, clock.now()).await {
+            // The result does not fit the store: it is withheld, as an output over the cap is.
+            Err(StoreError::Full { .. }) => {
+                tracing::warn!(target: "agent_surface::mcp", task_id = %id, "task result over the store's budget; withheld");
+                let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+                let payload = serde_json::to_value(codec::encode(InvokeResult::error(withheld.into_payload(), None)));
+                store.finish(&id, TaskStatus::Completed, payload.ok(), None, clock.now()).await
+            }
+            other => other,
+        };
+        if let Err(e) = finished {
             tracing::error!(target: "agent_surface::mcp", task_id = %id, error = %e, "cannot record the end of a task");
         }
     }

@@ -69,8 +69,12 @@ pub struct TaskRecord {
     pub created_at: Timestamp,
     /// When its status last changed.
     pub updated_at: Timestamp,
-    /// Until when the store keeps it.
+    /// Until when the store keeps it once it is final; a task that is not final yet is kept
+    /// until [`TaskRecord::running_until`] (so a slow call's record never expires under it).
     pub expires_at: Timestamp,
+    /// Until when the store keeps a task that is not final (a bound for a record whose end was
+    /// never recorded, e.g. after a crash).
+    pub running_until: Timestamp,
     /// The adapter's payload for the status, opaque to the store: the result of a completed
     /// task, the error of a failed one, the open questions of one that needs input.
     pub payload: Option<Value>,
@@ -79,8 +83,14 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
-    /// A working task created `now`, kept for `ttl`.
-    pub fn working(id: impl Into<String>, owner: Option<String>, now: Timestamp, ttl: Duration) -> TaskRecord {
+    /// A working task created `now`, kept for `ttl` (and, while it runs, at least `running`).
+    pub fn working(
+        id: impl Into<String>,
+        owner: Option<String>,
+        now: Timestamp,
+        ttl: Duration,
+        running: Duration,
+    ) -> TaskRecord {
         TaskRecord {
             id: id.into(),
             owner,
@@ -89,9 +99,16 @@ impl TaskRecord {
             created_at: now,
             updated_at: now,
             expires_at: now.saturating_add(ttl),
+            running_until: now.saturating_add(running.max(ttl)),
             payload: None,
             cancel_requested: false,
         }
+    }
+
+    /// Whether the store no longer keeps it at `now`.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        let until = if self.status.is_terminal() { self.expires_at } else { self.running_until };
+        until <= now
     }
 
     /// Roughly how many bytes the record holds (what [`MemoryTaskStore`] budgets).
@@ -109,7 +126,7 @@ impl TaskRecord {
 /// |---|---|
 /// | [`create`](TaskStore::create) | adds a working record under a fresh id (set-if-absent); returns once it is stored |
 /// | [`get`](TaskStore::get) | the record, if kept |
-/// | [`finish`](TaskStore::finish) | a non-final record → the given status and payload; a final one is left as it is |
+/// | [`finish`](TaskStore::finish) | a non-final record → the given status and payload, kept for its time to live from now; a final one is left as it is |
 /// | [`request_cancel`](TaskStore::request_cancel) | marks a non-final record as cancel-requested |
 ///
 /// `now` is passed in (from the registry's clock) rather than read.
@@ -121,7 +138,9 @@ pub trait TaskStore: Send + Sync + fmt::Debug + 'static {
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
 
     /// Moves the record `id`, unless it is final already, to `status` with `payload` and
-    /// `message`. Returns whether it moved.
+    /// `message`, and keeps it for its time to live (`expires_at - created_at`) from `now`.
+    /// Returns whether it moved; [`StoreError::Full`] when the payload does not fit the store's
+    /// budget (nothing changed: finish it again with a smaller payload).
     fn finish<'a>(
         &'a self,
         id: &'a str,
@@ -197,8 +216,9 @@ impl MemoryTaskStoreConfig {
 ///
 /// Expired records go first; when the store is still full, the oldest *final* record is dropped
 /// (a running task is never dropped to make room: creating another then fails with
-/// [`StoreError::Full`], and the adapter answers the call without a task). Records do not
-/// survive a restart.
+/// [`StoreError::Full`], and the adapter answers the call without a task; finishing one with a
+/// payload that does not fit fails the same way, and the adapter finishes it with a smaller
+/// one). Records do not survive a restart.
 pub struct MemoryTaskStore {
     config: MemoryTaskStoreConfig,
     inner: Mutex<Inner>,
@@ -246,22 +266,22 @@ impl MemoryTaskStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Drops expired records, then the oldest final ones, until `extra` more bytes and one more
-    /// record fit. Returns whether they fit.
-    fn make_room(&self, inner: &mut Inner, extra: usize, now: Timestamp) -> bool {
+    /// Drops expired records, then the oldest final ones other than `keep`, until `extra` more
+    /// bytes (and, for a new record, one more record) fit. Returns whether they fit.
+    fn make_room(&self, inner: &mut Inner, extra: usize, new_record: bool, keep: &str, now: Timestamp) -> bool {
         let expired: Vec<String> =
-            inner.records.values().filter(|r| r.expires_at <= now).map(|r| r.id.clone()).collect();
+            inner.records.values().filter(|r| r.is_expired(now) && r.id != keep).map(|r| r.id.clone()).collect();
         for id in expired {
             inner.remove(&id);
         }
         inner.order.retain(|id| inner.records.contains_key(id));
         let fits = |inner: &Inner| {
-            inner.records.len() < self.config.capacity && inner.bytes.saturating_add(extra) <= self.config.max_bytes
+            (!new_record || inner.records.len() < self.config.capacity)
+                && inner.bytes.saturating_add(extra) <= self.config.max_bytes
         };
         while !fits(inner) {
-            let Some(pos) =
-                inner.order.iter().position(|id| inner.records.get(id).is_some_and(|r| r.status.is_terminal()))
-            else {
+            let evictable = |id: &String| id != keep && inner.records.get(id).is_some_and(|r| r.status.is_terminal());
+            let Some(pos) = inner.order.iter().position(evictable) else {
                 return false;
             };
             if let Some(id) = inner.order.remove(pos) {
@@ -272,10 +292,9 @@ impl MemoryTaskStore {
     }
 
     fn live<'i>(inner: &'i mut Inner, id: &str, now: Timestamp) -> Option<&'i mut TaskRecord> {
-        inner.records.get_mut(id).filter(|r| r.expires_at > now)
+        inner.records.get_mut(id).filter(|r| !r.is_expired(now))
     }
 }
-
 impl Default for MemoryTaskStore {
     fn default() -> MemoryTaskStore {
         MemoryTaskStore::new(MemoryTaskStoreConfig::default())
@@ -296,7 +315,7 @@ impl TaskStore for MemoryTaskStore {
                 return Err(StoreError::Unavailable(format!("task id {} already exists", record.id)));
             }
             let size = record.size();
-            if !self.make_room(&mut inner, size, now) {
+            if !self.make_room(&mut inner, size, true, &record.id, now) {
                 return Err(StoreError::Full { capacity: self.config.capacity });
             }
             inner.bytes += size;
@@ -328,11 +347,20 @@ impl TaskStore for MemoryTaskStore {
                 return Ok(false);
             }
             let before = record.size();
-            record.status = status;
-            record.payload = payload;
-            record.status_message = message;
-            record.updated_at = now;
-            let after = record.size();
+            let mut finished = record.clone();
+            finished.status = status;
+            finished.payload = payload;
+            finished.status_message = message;
+            finished.updated_at = now;
+            finished.expires_at = now.saturating_add(record.expires_at.saturating_duration_since(record.created_at));
+            let growth = finished.size().saturating_sub(before);
+            if !self.make_room(&mut inner, growth, false, id, now) {
+                return Err(StoreError::Full { capacity: self.config.capacity });
+            }
+            let after = finished.size();
+            if let Some(record) = inner.records.get_mut(id) {
+                *record = finished;
+            }
             inner.bytes = inner.bytes.saturating_sub(before).saturating_add(after);
             Ok(true)
         })
@@ -366,11 +394,15 @@ mod tests {
         futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
     }
 
+    fn new(id: &str, t: u64, ttl_secs: u64) -> TaskRecord {
+        TaskRecord::working(id, None, at(t), Duration::from_secs(ttl_secs), Duration::from_secs(3600))
+    }
+
     #[test]
     fn a_task_moves_once_to_a_final_status() {
         let store = MemoryTaskStore::default();
-        run(store.create(TaskRecord::working("t-1", None, at(0), Duration::from_secs(60)), at(0))).unwrap();
-        assert!(run(store.create(TaskRecord::working("t-1", None, at(0), Duration::from_secs(60)), at(0))).is_err());
+        run(store.create(new("t-1", 0, 60), at(0))).unwrap();
+        assert!(run(store.create(new("t-1", 0, 60), at(0))).is_err());
         let cancelled = run(store.request_cancel("t-1", at(1))).unwrap().unwrap();
         assert!(cancelled.cancel_requested);
         assert!(run(store.finish("t-1", TaskStatus::Completed, Some(Value::from(1)), None, at(2))).unwrap());
@@ -382,36 +414,52 @@ mod tests {
         );
         // A cancellation after the end changes nothing.
         assert_eq!(run(store.request_cancel("t-1", at(5))).unwrap().unwrap().status, TaskStatus::Completed);
-        // Gone after its time to live.
-        assert_eq!(run(store.get("t-1", at(60_000))).unwrap(), None);
+        // Kept for its time to live from its end, then gone.
+        assert!(run(store.get("t-1", at(60_001))).unwrap().is_some());
+        assert_eq!(run(store.get("t-1", at(60_002))).unwrap(), None);
+    }
+
+    #[test]
+    fn a_running_task_outlives_its_time_to_live_and_a_payload_over_budget_is_refused() {
+        let record = new("slow", 0, 1);
+        let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(10, record.size() + 100));
+        run(store.create(record, at(0))).unwrap();
+        // Still there long after its time to live: it has not finished.
+        assert!(run(store.get("slow", at(600_000))).unwrap().is_some());
+        let big = Value::String("x".repeat(1000));
+        assert!(matches!(
+            run(store.finish("slow", TaskStatus::Completed, Some(big), None, at(600_000))),
+            Err(StoreError::Full { .. })
+        ));
+        assert!(run(store.finish("slow", TaskStatus::Completed, Some(Value::from(1)), None, at(600_000))).unwrap());
+        assert_eq!(run(store.get("slow", at(600_500))).unwrap().unwrap().status, TaskStatus::Completed);
+        assert_eq!(run(store.get("slow", at(601_000))).unwrap(), None);
     }
 
     #[test]
     fn a_full_store_drops_final_tasks_and_never_running_ones() {
         let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(2, usize::MAX));
-        let ttl = Duration::from_secs(60);
-        run(store.create(TaskRecord::working("a", None, at(0), ttl), at(0))).unwrap();
-        run(store.create(TaskRecord::working("b", None, at(0), ttl), at(0))).unwrap();
-        assert!(matches!(
-            run(store.create(TaskRecord::working("c", None, at(0), ttl), at(0))),
-            Err(StoreError::Full { capacity: 2 })
-        ));
+        run(store.create(new("a", 0, 60), at(0))).unwrap();
+        run(store.create(new("b", 0, 60), at(0))).unwrap();
+        assert!(matches!(run(store.create(new("c", 0, 60), at(0))), Err(StoreError::Full { capacity: 2 })));
         run(store.finish("a", TaskStatus::Completed, None, None, at(1))).unwrap();
-        run(store.create(TaskRecord::working("c", None, at(1), ttl), at(1))).unwrap();
+        run(store.create(new("c", 1, 60), at(1))).unwrap();
         assert_eq!(run(store.get("a", at(1))).unwrap(), None);
         assert!(run(store.get("b", at(1))).unwrap().is_some());
     }
 
     #[test]
     fn bytes_are_budgeted() {
-        let record = TaskRecord::working("a", None, at(0), Duration::from_secs(60));
-        let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(100, record.size() + 10));
-        run(store.create(record, at(0))).unwrap();
+        let base = new("a", 0, 60).size();
+        let store = MemoryTaskStore::new(MemoryTaskStoreConfig::new(100, 2 * base + 1100));
+        run(store.create(new("a", 0, 60), at(0))).unwrap();
         let big = Value::String("x".repeat(1000));
         run(store.finish("a", TaskStatus::Completed, Some(big), None, at(1))).unwrap();
         assert!(store.bytes() > 1000);
-        // The final, large record makes room for a new one.
-        run(store.create(TaskRecord::working("b", None, at(2), Duration::from_secs(60)), at(2))).unwrap();
-        assert_eq!(store.len(), 1);
+        run(store.create(new("b", 2, 60), at(2))).unwrap();
+        // The third does not fit: the final, large record makes room; the running one stays.
+        run(store.create(new("c", 3, 60), at(3))).unwrap();
+        assert_eq!(run(store.get("a", at(3))).unwrap(), None);
+        assert_eq!(store.len(), 2);
     }
 }

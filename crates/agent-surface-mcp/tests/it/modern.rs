@@ -106,8 +106,10 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
                 json!({"type": "object", "properties": {}}),
                 None,
                 |ctx: Ctx, _i: Value| async move {
+                    // A step takes a while (reports in a tight loop are coalesced: see `flood`).
                     for step in 1..=3 {
                         ctx.progress(f64::from(step), Some(3.0), Some("step"));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     Ok::<_, AgentSurfaceError>(json!({"steps": 3}))
                 },
@@ -136,6 +138,36 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
                 .raw_handler(json!({"type": "object", "properties": {}}), None, |_ctx: Ctx, _i: Value| async move {
                     Err::<Value, _>(AgentSurfaceError::precondition_failed("The oven is cold."))
                 });
+            // Asks one more question for every answer it gets: never settles.
+            t.capability("endless", "Ask for ever.")
+                .effect(Effect::Read)
+                .ask(|_ctx: &Ctx, _i: &Value, answers: &Answers| {
+                    let n = answers.values().len();
+                    Ok(vec![Question::form(format!("q{n}"), "One more?", json!({"type": "object", "properties": {}}))])
+                })
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |_ctx: Ctx, _i: Value| async move {
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                });
+            // Reports progress as fast as it can.
+            t.capability("flood", "Report a lot of progress.").effect(Effect::Read).raw_handler(
+                json!({"type": "object", "properties": {}}),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    for i in 1..=200_000u32 {
+                        ctx.progress(f64::from(i), Some(200_000.0), Some("row"));
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                },
+            );
+            // Long-running and confirmed: the approved call becomes the task.
+            t.capability("rebuild", "Rebuild the index (long-running, confirmed).")
+                .effect(Effect::Destructive)
+                .long_running()
+                .confirm(|_i: &Value| "Rebuild the whole index.")
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<tokio::sync::Notify>>().notified().await;
+                    Ok::<_, AgentSurfaceError>(json!({"rebuilt": true}))
+                });
             // Asks the person for a name, then the client's model for a slogan, then needs an
             // approval.
             t.capability("label", "Print a label.")
@@ -157,7 +189,8 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
                     let answers = ctx.answers();
                     let name = answers.form("name").and_then(|f| f["name"].as_str()).unwrap_or_default().to_string();
                     let slogan = answers.sample_text("slogan").unwrap_or_default().to_string();
-                    Ok::<_, AgentSurfaceError>(json!({"label": format!("{name}: {slogan}")}))
+                    let keys: Vec<&String> = answers.values().keys().collect();
+                    Ok::<_, AgentSurfaceError>(json!({"label": format!("{name}: {slogan}"), "keys": keys}))
                 });
         })
         .unwrap();
@@ -444,7 +477,8 @@ async fn questions_go_round_by_round_and_their_answers_reach_the_handler_after_t
     assert_eq!(requests["name"]["params"]["message"], "Whose label?");
     let state1 = first.request_state.unwrap();
 
-    let named = responses(&[("name", json!({"action": "accept", "content": {"name": "Ada"}}))]);
+    // An answer to a key that was never asked does not travel on.
+    let named = responses(&[("name", json!({"action": "accept", "content": {"name": "Ada"}})), ("junk", json!(1))]);
     let second = asks(client.call_tool_once(retry("shop-label", json!({}), &state1, Some(named))).await.unwrap());
     let requests = serde_json::to_value(second.input_requests.as_ref().unwrap()).unwrap();
     assert_eq!(requests["slogan"]["method"], "sampling/createMessage");
@@ -464,10 +498,12 @@ async fn questions_go_round_by_round_and_their_answers_reach_the_handler_after_t
     assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
 
     let state3 = third.request_state.unwrap();
-    let done = completes(
-        client.call_tool_once(retry("shop-label", json!({}), &state3, Some(answer("accept")))).await.unwrap(),
-    );
-    assert_eq!(done.output(), Some(&json!({"label": "Ada: Go far."})));
+    // The approval round takes no new answers: the call runs with those the approval was asked
+    // with (and only answers to asked keys travelled: not `junk`).
+    let mut approve = answer("accept");
+    approve.insert("name".to_string(), json!({"action": "accept", "content": {"name": "Mallory"}}));
+    let done = completes(client.call_tool_once(retry("shop-label", json!({}), &state3, Some(approve))).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"label": "Ada: Go far.", "keys": ["name", "slogan"]})));
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
 
@@ -628,4 +664,47 @@ async fn eventually_async(mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     false
+}
+
+#[tokio::test]
+async fn an_ask_step_that_never_settles_stops_after_the_round_limit() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let mut response = client.call_tool_once(params("shop-endless", json!({}))).await.unwrap();
+    let mut rounds = 0;
+    while let CallToolResponse::InputRequired(asked) = response {
+        rounds += 1;
+        assert!(rounds <= agent_surface_mcp::mrtr::MAX_ROUNDS, "more rounds than the limit");
+        let (key, _) = asked.input_requests.as_ref().unwrap().iter().next().unwrap();
+        let answer = responses(&[(key.as_str(), json!({"action": "accept", "content": {}}))]);
+        let state = asked.request_state.clone().unwrap();
+        response = client.call_tool_once(retry("shop-endless", json!({}), &state, Some(answer))).await.unwrap();
+    }
+    assert_eq!(rounds, agent_surface_mcp::mrtr::MAX_ROUNDS);
+    let last = completes(response);
+    assert_eq!(last.error_payload().unwrap().detail("reason"), Some(&json!("client-input-required")));
+}
+
+#[tokio::test]
+async fn a_flood_of_progress_is_coalesced_and_the_last_report_arrives() {
+    let (shop, engine) = shop();
+    let (client, progress) = connect(&shop.registry, Arc::new(config(&engine)), false).await;
+    let p = with_meta(params("shop-flood", json!({})), json!({"progressToken": "f"}));
+    assert!(completes(client.call_tool_once(p).await.unwrap()).is_ok());
+    let seen = progress.lock().unwrap().iter().map(|p| p.progress).collect::<Vec<_>>();
+    assert!(!seen.is_empty() && seen.len() < 200_000, "{} reports", seen.len());
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(seen.last(), Some(&200_000.0));
+}
+
+#[tokio::test]
+async fn an_approved_long_running_call_becomes_a_task() {
+    let (shop, engine) = shop();
+    let (client, _) = connect_full(&shop.registry, tasks_config(&engine), true, false, true).await;
+    let state = asks(client.call_tool_once(params("shop-rebuild", json!({}))).await.unwrap()).request_state.unwrap();
+    let id =
+        task_id(client.call_tool_once(retry("shop-rebuild", json!({}), &state, Some(answer("accept")))).await.unwrap());
+    release(&shop);
+    let done = final_task(&client, &id).await;
+    assert_eq!(done.status(), rmcp::model::TaskStatus::Completed);
 }
