@@ -7,15 +7,21 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 fn step(root: &Path, name: &str, program: &str, args: &[&str]) -> Result<()> {
-    step_with_env(root, name, program, args, ("AGENT_SURFACE_CI", Path::new("1")))
+    step_with_env(root, name, program, args, &[("AGENT_SURFACE_CI", std::ffi::OsStr::new("1"))])
 }
 
-fn step_with_env(root: &Path, name: &str, program: &str, args: &[&str], env: (&str, &Path)) -> Result<()> {
+fn step_with_env(
+    root: &Path,
+    name: &str,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<()> {
     println!("==> {name}: {program} {}", args.join(" "));
     let start = Instant::now();
     let status = Command::new(program)
         .args(args)
-        .env(env.0, env.1)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("cannot start `{program}`"))?;
@@ -31,7 +37,14 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     let evidence = crate::produced::fresh_evidence_dir(root)?;
-    step_with_env(root, "test", &cargo, &["test", "--workspace"], (crate::produced::EVIDENCE_ENV, &evidence))?;
+    // The services the tests need, for as long as the tests run.
+    let redis = crate::services::Redis::start()?;
+    let env = [
+        (crate::produced::EVIDENCE_ENV, evidence.as_os_str()),
+        ("AGENT_SURFACE_REDIS_URL", std::ffi::OsStr::new(&redis.url)),
+    ];
+    step_with_env(root, "test", &cargo, &["test", "--workspace"], &env)?;
+    drop(redis);
     println!("==> verify-matrix");
     crate::matrix::verify(root, Some(&evidence))?;
     println!("<== verify-matrix: ok");

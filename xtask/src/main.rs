@@ -6,6 +6,7 @@ mod ci;
 mod clients;
 mod matrix;
 mod produced;
+mod services;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -86,6 +86,8 @@ mod consumer;
 mod fixtures;
 mod leak;
 mod logs;
+pub mod services;
+pub mod stores;
 
 pub use assert::{expect_details, expect_error, expect_no_details, expect_ok, expect_retry, json_subset, pretty};
 pub use clock::{ManualClock, SleepMode, TEST_EPOCH, TestClock};

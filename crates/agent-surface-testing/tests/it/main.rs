@@ -4,3 +4,4 @@
 
 mod assertions;
 mod kit;
+mod stores;

@@ -1,0 +1,345 @@
+//! [`RedisConfirmationStore`]: confirmations in Redis, one hash per record, one script per
+//! operation.
+//!
+//! | field | holds |
+//! |---|---|
+//! | `rec` | the record's fixed part as JSON (id, binding, requester, summary, effect, origin, times) |
+//! | `c`, `cap`, `r`, `i`, `h` | the binding (consumer key, capability, registration, instance, input hash) |
+//! | `req` | the requester's subject (empty when anonymous) |
+//! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver |
+//! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
+
+use agent_surface_core::Timestamp;
+use agent_surface_core::details::Origin;
+use agent_surface_policy::{
+    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
+    Fingerprint, Mismatch, Rejection, StoreError,
+};
+use futures_util::future::BoxFuture;
+use redis::Script;
+use serde::{Deserialize, Serialize};
+
+use crate::{RedisStores, ms, ttl_ms};
+
+/// The fixed part of a record, as stored under `rec`.
+#[derive(Serialize, Deserialize)]
+struct Fixed {
+    id: String,
+    consumer_key: String,
+    capability: String,
+    registration_id: String,
+    instance_id: String,
+    input_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requester: Option<String>,
+    summary: String,
+    effect: agent_surface_core::Effect,
+    origin: Origin,
+    created_at: u64,
+    expires_at: u64,
+}
+
+impl Fixed {
+    fn of(record: &ConfirmationRecord) -> Fixed {
+        Fixed {
+            id: record.id.clone(),
+            consumer_key: record.binding.consumer_key.clone(),
+            capability: record.binding.capability.clone(),
+            registration_id: record.binding.registration_id.clone(),
+            instance_id: record.binding.instance_id.clone(),
+            input_hash: record.binding.input_hash.to_string(),
+            requester: record.requester.clone(),
+            summary: record.summary.clone(),
+            effect: record.effect,
+            origin: record.origin,
+            created_at: record.created_at.unix_millis(),
+            expires_at: record.expires_at.unix_millis(),
+        }
+    }
+
+    fn into_record(self, state: ConfirmationState) -> Option<ConfirmationRecord> {
+        let binding = ConfirmationBinding {
+            consumer_key: self.consumer_key,
+            capability: self.capability,
+            registration_id: self.registration_id,
+            instance_id: self.instance_id,
+            input_hash: parse_hash(&self.input_hash)?,
+        };
+        let mut record = ConfirmationRecord::pending(
+            self.id,
+            binding,
+            self.requester,
+            self.summary,
+            self.effect,
+            self.origin,
+            Timestamp::from_unix_millis(self.created_at),
+            Timestamp::from_unix_millis(self.expires_at),
+        );
+        record.state = state;
+        Some(record)
+    }
+}
+
+fn parse_hash(hex: &str) -> Option<Fingerprint> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(Fingerprint::from_bytes(bytes))
+}
+
+fn state_of(s: &str, by: String) -> Option<ConfirmationState> {
+    Some(match s {
+        "pending" => ConfirmationState::Pending,
+        "approved" => ConfirmationState::Approved { by },
+        "denied" => ConfirmationState::Denied { by },
+        "consumed" => ConfirmationState::Consumed { approved_by: by },
+        "withdrawn" => ConfirmationState::Withdrawn,
+        _ => return None,
+    })
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
+}
+
+/// Adds a pending record unless the key exists. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl.
+const INSERT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
+  'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9])
+redis.call('PEXPIRE', KEYS[1], ARGV[10])
+return 1
+";
+
+/// The live record: `{rec, s, by}`, or nothing. ARGV: now.
+const GET: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'rec', 's', 'by', 'ga')
+if not f[1] or tonumber(ARGV[1]) >= tonumber(f[4]) then return {} end
+return {f[1], f[2], f[3]}
+";
+
+/// Decides a pending record. ARGV: verdict (approve | in-person | deny), approver, now.
+const DECIDE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga')
+local now = tonumber(ARGV[3])
+if not f[1] or now >= tonumber(f[6]) then return {'unknown'} end
+if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
+if ARGV[1] == 'approve' and (f[3] == ARGV[2] or f[4] == ARGV[2]) then return {'self'} end
+if now >= tonumber(f[5]) then return {'expired'} end
+local s = 'approved'
+if ARGV[1] == 'deny' then s = 'denied' end
+redis.call('HSET', KEYS[1], 's', s, 'by', ARGV[2])
+return {'done'}
+";
+
+/// Consumes approved evidence for a binding. ARGV: c, cap, r, i, h, now.
+const CONSUME: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'c', 'cap', 'r', 'i', 'h', 's', 'by', 'ea', 'ga', 'rec')
+local now = tonumber(ARGV[6])
+if not f[6] or now >= tonumber(f[9]) then return {'unknown'} end
+local differs = ''
+if f[1] ~= ARGV[1] then differs = differs .. 'c' end
+if f[2] ~= ARGV[2] then differs = differs .. 'a' end
+if f[3] ~= ARGV[3] or f[4] ~= ARGV[4] then differs = differs .. 't' end
+if f[5] ~= ARGV[5] then differs = differs .. 'i' end
+if differs ~= '' then return {'mismatch', differs} end
+if f[6] == 'consumed' then return {'consumed'} end
+if f[6] == 'denied' then return {'denied'} end
+if f[6] == 'withdrawn' or now >= tonumber(f[8]) then return {'expired'} end
+if f[6] == 'pending' then return {'pending', f[10]} end
+redis.call('HSET', KEYS[1], 's', 'consumed')
+return {'ok', f[7]}
+";
+
+/// Withdraws a pending record; returns the state after. ARGV: now.
+const WITHDRAW: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 'by', 'ga')
+if not f[1] or tonumber(ARGV[1]) >= tonumber(f[3]) then return {} end
+if f[1] == 'pending' then
+  redis.call('HSET', KEYS[1], 's', 'withdrawn')
+  return {'withdrawn', ''}
+end
+return {f[1], f[2]}
+";
+
+/// A [`ConfirmationStore`] in Redis, shared by every replica that connects to it.
+///
+/// The semantics are those the trait documents, each operation one script: a record is
+/// inserted once, decided once (an approval by the requester refused), consumed once by a call
+/// whose binding matches, withdrawn only while pending. Records are kept until `expires_at +
+/// retention` ([`crate::RedisConfig::retention`]).
+#[derive(Clone, Debug)]
+pub struct RedisConfirmationStore {
+    stores: RedisStores,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+#[derive(Debug)]
+struct Scripts {
+    insert: Script,
+    get: Script,
+    decide: Script,
+    consume: Script,
+    withdraw: Script,
+}
+
+impl RedisConfirmationStore {
+    pub(crate) fn new(stores: RedisStores) -> RedisConfirmationStore {
+        let scripts = Scripts {
+            insert: Script::new(INSERT),
+            get: Script::new(GET),
+            decide: Script::new(DECIDE),
+            consume: Script::new(CONSUME),
+            withdraw: Script::new(WITHDRAW),
+        };
+        RedisConfirmationStore { stores, scripts: std::sync::Arc::new(scripts) }
+    }
+
+    fn key(&self, id: &str) -> String {
+        self.stores.key("conf", id)
+    }
+
+    fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    async fn insert_now(&self, record: ConfirmationRecord, now: Timestamp) -> Result<(), StoreError> {
+        let fixed = serde_json::to_string(&Fixed::of(&record)).map_err(|e| corrupt(&e.to_string()))?;
+        let gone = record.expires_at.saturating_add(self.stores.config.retention);
+        let b = &record.binding;
+        let mut call = self.scripts().insert.key(self.key(&record.id));
+        call.arg(fixed)
+            .arg(&b.consumer_key)
+            .arg(&b.capability)
+            .arg(&b.registration_id)
+            .arg(&b.instance_id)
+            .arg(b.input_hash.to_string())
+            .arg(record.requester.as_deref().unwrap_or(""))
+            .arg(ms(record.expires_at))
+            .arg(ms(gone))
+            .arg(ttl_ms(gone.saturating_duration_since(now)));
+        let inserted: i64 = self.stores.run(call).await?;
+        if inserted == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)))
+        }
+    }
+
+    async fn get_now(&self, id: &str, now: Timestamp) -> Result<Option<ConfirmationRecord>, StoreError> {
+        let mut call = self.scripts().get.key(self.key(id));
+        call.arg(ms(now));
+        let fields: Vec<String> = self.stores.run(call).await?;
+        let [rec, s, by] = match <[String; 3]>::try_from(fields) {
+            Ok(fields) => fields,
+            Err(fields) if fields.is_empty() => return Ok(None),
+            Err(_) => return Err(corrupt("fields")),
+        };
+        let fixed: Fixed = serde_json::from_str(&rec).map_err(|_| corrupt("rec"))?;
+        let state = state_of(&s, by).ok_or_else(|| corrupt("state"))?;
+        fixed.into_record(state).map(Some).ok_or_else(|| corrupt("input hash"))
+    }
+}
+
+impl ConfirmationStore for RedisConfirmationStore {
+    fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.insert_now(record, now))
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        Box::pin(self.get_now(id, now))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        Box::pin(async move {
+            let verdict = match verdict {
+                ApprovalVerdict::Approve => "approve",
+                ApprovalVerdict::ApproveInPerson => "in-person",
+                ApprovalVerdict::Deny => "deny",
+            };
+            let mut call = self.scripts().decide.key(self.key(id));
+            call.arg(verdict).arg(approver).arg(ms(now));
+            let answer: Vec<String> = self.stores.run(call).await?;
+            Ok(match answer.first().map(String::as_str) {
+                Some("done") => Decided::Done,
+                Some("unknown") => Decided::Unknown,
+                Some("self") => Decided::SelfApproval,
+                Some("expired") => Decided::Expired,
+                Some("not-pending") => {
+                    let s = answer.get(1).map(String::as_str).unwrap_or_default();
+                    let by = answer.get(2).cloned().unwrap_or_default();
+                    Decided::NotPending(state_of(s, by).ok_or_else(|| corrupt("state"))?)
+                }
+                _ => return Err(corrupt("decide")),
+            })
+        })
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.scripts().consume.key(self.key(id));
+            call.arg(&expected.consumer_key)
+                .arg(&expected.capability)
+                .arg(&expected.registration_id)
+                .arg(&expected.instance_id)
+                .arg(expected.input_hash.to_string())
+                .arg(ms(now));
+            let answer: Vec<String> = self.stores.run(call).await?;
+            Ok(match answer.first().map(String::as_str) {
+                Some("ok") => Ok(Consumed::new(answer.get(1).cloned().unwrap_or_default())),
+                Some("unknown") => Err(Rejection::Unknown),
+                Some("consumed") => Err(Rejection::Consumed),
+                Some("denied") => Err(Rejection::Denied),
+                Some("expired") => Err(Rejection::Expired),
+                Some("mismatch") => {
+                    let differs = answer.get(1).map(String::as_str).unwrap_or_default();
+                    Err(Rejection::Mismatch(Mismatch {
+                        consumer: differs.contains('c'),
+                        capability: differs.contains('a'),
+                        target: differs.contains('t'),
+                        input: differs.contains('i'),
+                    }))
+                }
+                Some("pending") => {
+                    let rec = answer.get(1).ok_or_else(|| corrupt("rec"))?;
+                    let fixed: Fixed = serde_json::from_str(rec).map_err(|_| corrupt("rec"))?;
+                    let record = fixed.into_record(ConfirmationState::Pending).ok_or_else(|| corrupt("input hash"))?;
+                    Err(Rejection::Pending(Box::new(record)))
+                }
+                _ => return Err(corrupt("consume")),
+            })
+        })
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.scripts().withdraw.key(self.key(id));
+            call.arg(ms(now));
+            let answer: Vec<String> = self.stores.run(call).await?;
+            match answer.as_slice() {
+                [] => Ok(None),
+                [s, by] => state_of(s, by.clone()).map(Some).ok_or_else(|| corrupt("state")),
+                _ => Err(corrupt("withdraw")),
+            }
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! Shared state for agent-surface replicas on Redis.
+//!
+//! # Overview
+//!
+//! One process keeps its confirmations and tasks in memory; several replicas behind a load
+//! balancer must share them, or an approval could be used once per replica and a task would be
+//! unknown to every replica but the one that created it. This crate implements the store traits
+//! of `agent-surface-policy` on Redis (through the `redis` crate's connection manager, which
+//! reconnects by itself):
+//!
+//! - [`RedisConfirmationStore`] — `ConfirmationStore`: insert, decide, consume once, withdraw;
+//! - [`RedisTaskStore`] — `TaskStore`: create, get, finish, request a cancellation;
+//! - [`RedisRateLimiter`] — `RateLimiter`: GCRA budgets per consumer and per capability, taken
+//!   all-or-nothing, on Redis' clock.
+//!
+//! **Each store operation is one atomic server-side script** over one hash: the check and the
+//! change it guards can never interleave with another replica's. The record's expiry is kept
+//! both as a field (compared with the `now` every operation is given, so the stores never
+//! disagree with the registry's clock) and as the key's time to live (so Redis reclaims it).
+//!
+//! **Failing closed.** Every operation has a time budget ([`RedisConfig::op_timeout`]); an
+//! unreachable or slow Redis is a `StoreError::Unavailable` whose text goes to the operator
+//! channel only. The engines turn that into a transient `EXECUTION_FAILED` (`after-delay`): a
+//! call that needs its approval never runs without the store's word.
+//!
+//! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
+//! Redis): `{prefix}conf:{id}`, `{prefix}task:{id}`, `{prefix}rate:consumer:{key}` and
+//! `{prefix}rate:capability:{name}`. Nothing of a key or a stored value
+//! reaches the agent channel. TLS and credentials come with the URL (`rediss://user:pass@host`).
+//!
+//! Not here yet: the idempotency store (exactly-once across replicas needs leases with fencing
+//! tokens in the store trait).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+//! use agent_surface_redis::{RedisConfig, RedisStores};
+//!
+//! # async fn run() -> Result<(), agent_surface_redis::ConnectError> {
+//! let stores = RedisStores::connect("redis://127.0.0.1:6379/", RedisConfig::default()).await?;
+//! let engine = ConfirmationEngine::new(ConfirmationConfig {
+//!     store: Arc::new(stores.confirmations()),
+//!     ..Default::default()
+//! });
+//! # let _ = engine;
+//! # Ok(())
+//! # }
+//! ```
+
+mod confirmation;
+mod rate;
+mod task;
+
+use std::fmt;
+use std::time::Duration;
+
+use agent_surface_policy::StoreError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+pub use confirmation::RedisConfirmationStore;
+pub use rate::{RedisRateConfig, RedisRateLimiter};
+pub use task::RedisTaskStore;
+
+/// How the stores talk to Redis. Build it with struct update syntax over `Default`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// The prefix of every key (end it with a separator, e.g. `"shop:"`).
+    pub prefix: String,
+    /// The time budget of one store operation (connecting again included); over it, the
+    /// operation fails with `StoreError::Unavailable`.
+    pub op_timeout: Duration,
+    /// How long a confirmation is kept after it expires, so that a late retry learns `consumed`
+    /// or `denied` rather than `expired` (as `MemoryConfirmationStoreConfig::retention`).
+    pub retention: Duration,
+    /// The largest task payload (a task's result) stored, in bytes; a larger one is refused with
+    /// `StoreError::Full`, and the adapter stores a smaller one.
+    pub max_task_payload_bytes: usize,
+}
+
+impl Default for RedisConfig {
+    /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload.
+    fn default() -> RedisConfig {
+        RedisConfig {
+            prefix: "agent-surface:".to_string(),
+            op_timeout: Duration::from_secs(2),
+            retention: Duration::from_secs(3600),
+            max_task_payload_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The default configuration under `prefix`.
+    pub fn with_prefix(prefix: impl Into<String>) -> RedisConfig {
+        RedisConfig { prefix: prefix.into(), ..RedisConfig::default() }
+    }
+}
+
+/// Why [`RedisStores::connect`] failed (a bad URL, or no Redis answering in time).
+#[derive(Debug)]
+pub struct ConnectError(String);
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to Redis: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// A connection to Redis shared by the stores built from it (cheap to clone).
+#[derive(Clone)]
+pub struct RedisStores {
+    conn: ConnectionManager,
+    config: RedisConfig,
+}
+
+impl fmt::Debug for RedisStores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStores").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl RedisStores {
+    /// Connects to the Redis at `url` (`redis://`, or `rediss://` for TLS when the `redis`
+    /// crate is built with a TLS feature).
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStores, ConnectError> {
+        let client = redis::Client::open(url).map_err(|e| ConnectError(e.to_string()))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.op_timeout))
+            .set_response_timeout(Some(config.op_timeout))
+            .set_number_of_retries(2);
+        let connect = ConnectionManager::new_with_config(client, manager);
+        let conn = tokio::time::timeout(config.op_timeout, connect)
+            .await
+            .map_err(|_| ConnectError("timed out".to_string()))?
+            .map_err(|e| ConnectError(e.to_string()))?;
+        Ok(RedisStores { conn, config })
+    }
+
+    /// The confirmation store.
+    pub fn confirmations(&self) -> RedisConfirmationStore {
+        RedisConfirmationStore::new(self.clone())
+    }
+
+    /// The task store.
+    pub fn tasks(&self) -> RedisTaskStore {
+        RedisTaskStore::new(self.clone())
+    }
+
+    /// A rate limiter with these budgets.
+    pub fn rate_limiter(&self, config: RedisRateConfig) -> RedisRateLimiter {
+        RedisRateLimiter::new(self.clone(), config)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    fn key(&self, kind: &str, id: &str) -> String {
+        format!("{}{kind}:{id}", self.config.prefix)
+    }
+
+    /// Runs one script under the time budget; failures are `StoreError::Unavailable`.
+    async fn run<T: redis::FromRedisValue>(&self, invocation: redis::ScriptInvocation<'_>) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.config.op_timeout, invocation.invoke_async(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("redis: {e}"))),
+            Err(_) => Err(StoreError::Unavailable(format!("redis: no answer within {:?}", self.config.op_timeout))),
+        }
+    }
+}
+
+/// Milliseconds as the decimal string the scripts compare with `tonumber` (exact below 2^53).
+fn ms(t: agent_surface_core::Timestamp) -> String {
+    t.unix_millis().to_string()
+}
+
+/// A duration in whole milliseconds, at least one (a key's time to live).
+fn ttl_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -1,0 +1,124 @@
+//! [`RedisRateLimiter`]: rate budgets shared by replicas, GCRA in one script.
+//!
+//! Each bucket is one key holding its theoretical arrival time (microseconds on Redis' clock):
+//! `{prefix}rate:consumer:{key}` and `{prefix}rate:capability:{name}`. One script tests every
+//! bucket a call needs and takes a unit from all of them or from none (a refused call costs
+//! nothing), exactly as the in-process `MemoryRateLimiter` does; time is Redis' `TIME`, so
+//! replicas whose clocks disagree still share one budget.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agent_surface_core::Timestamp;
+use agent_surface_core::details::RateLimitReason;
+use agent_surface_policy::{CallInfo, Quota, RateDecision, RateLimiter};
+use futures_util::future::BoxFuture;
+use redis::Script;
+
+use crate::RedisStores;
+
+/// Takes a unit from every bucket or from none. KEYS: the buckets; ARGV: per bucket, the
+/// emission interval and the burst tolerance (µs). Returns `{1, 0}` or `{0, wait µs}`.
+const TAKE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local next_tat = {}
+local wait = 0
+for i, key in ipairs(KEYS) do
+  local emission = tonumber(ARGV[2 * i - 1])
+  local tolerance = tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  local conforms_at = tat - tolerance
+  if now < conforms_at then
+    if conforms_at - now > wait then wait = conforms_at - now end
+  else
+    next_tat[i] = tat + emission
+  end
+end
+if wait > 0 then return {0, string.format('%d', wait)} end
+for i, key in ipairs(KEYS) do
+  local ttl_ms = math.floor((next_tat[i] - now) / 1000) + 1
+  redis.call('SET', key, string.format('%d', next_tat[i]), 'PX', string.format('%d', ttl_ms))
+end
+return {1, '0'}
+";
+
+/// The budgets of a [`RedisRateLimiter`] (the rate part of `RateLimitConfig`; the action queue
+/// bounds the calls running in one process and stays with `MemoryRateLimiter`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisRateConfig {
+    /// The budget of each consumer, over all capabilities.
+    pub per_consumer: Option<Quota>,
+    /// The budget of each capability, over all consumers (unless overridden below).
+    pub per_capability: Option<Quota>,
+    /// Per-capability overrides of `per_capability`; `None` exempts the capability.
+    pub capability_quotas: HashMap<String, Option<Quota>>,
+}
+
+/// A [`RateLimiter`] whose budgets live in Redis, shared by every replica.
+///
+/// A store that does not answer limits the call (`RATE_LIMITED`, one second): a rate limit is a
+/// protection, and an unreadable budget is not an open one. The cause goes to the operator
+/// channel.
+#[derive(Clone, Debug)]
+pub struct RedisRateLimiter {
+    stores: RedisStores,
+    config: RedisRateConfig,
+    take: std::sync::Arc<Script>,
+}
+
+/// How long a caller is asked to wait when Redis did not answer.
+const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
+
+impl RedisRateLimiter {
+    /// A limiter over `stores` with `config`.
+    pub fn new(stores: RedisStores, config: RedisRateConfig) -> RedisRateLimiter {
+        RedisRateLimiter { stores, config, take: std::sync::Arc::new(Script::new(TAKE)) }
+    }
+
+    fn capability_quota(&self, capability: &str) -> Option<Quota> {
+        match self.config.capability_quotas.get(capability) {
+            Some(overridden) => *overridden,
+            None => self.config.per_capability,
+        }
+    }
+
+    async fn acquire_now(&self, call: CallInfo<'_>) -> RateDecision {
+        let buckets: Vec<(String, Quota)> = [
+            self.config.per_consumer.map(|q| (self.stores.key("rate:consumer", call.consumer.key()), q)),
+            self.capability_quota(call.capability).map(|q| (self.stores.key("rate:capability", call.capability), q)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if buckets.is_empty() {
+            return RateDecision::Allow(None);
+        }
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+        let mut invocation = self.take.prepare_invoke();
+        for (key, quota) in &buckets {
+            let emission = micros(quota.emission_interval());
+            let tolerance = emission.saturating_mul(u64::from(quota.limit().get()) - 1);
+            invocation.key(key).arg(emission).arg(tolerance);
+        }
+        match self.stores.run::<(i64, String)>(invocation).await {
+            Ok((1, _)) => RateDecision::Allow(None),
+            Ok((_, wait)) => {
+                let wait_us = wait.parse::<u64>().unwrap_or(1_000);
+                let retry_after = Duration::from_millis(wait_us.div_ceil(1_000).max(1));
+                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after }
+            }
+            Err(e) => {
+                tracing::error!(target: "agent_surface::rate", error = %e, "rate budget unreadable; limiting the call");
+                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: UNAVAILABLE_RETRY }
+            }
+        }
+    }
+}
+
+impl RateLimiter for RedisRateLimiter {
+    fn acquire<'a>(&'a self, call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
+        Box::pin(self.acquire_now(call))
+    }
+}

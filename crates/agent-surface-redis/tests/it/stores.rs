@@ -1,0 +1,110 @@
+//! The store kit's suites on Redis, two replicas on one store, and failing closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::{Effect, Timestamp};
+use agent_surface_policy::{
+    CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, ConfirmationStore,
+    Consumer, Identity, ManualClock, StoreError, TaskRecord, TaskStore,
+};
+use agent_surface_redis::{RedisConfig, RedisStores};
+use agent_surface_testing::stores;
+use serde_json::json;
+
+use crate::support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_confirmation_store_passes_the_kit() {
+    let Some(redis) = support::stores("conf-kit").await else { return };
+    stores::check_confirmation_store(&redis.confirmations(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_task_store_passes_the_kit() {
+    let Some(redis) = support::stores("task-kit").await else { return };
+    stores::check_task_store(&redis.tasks(), "kit-").await;
+}
+
+/// Two engines (two replicas) over one Redis: an approval given through one is used once,
+/// through either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_approval_and_use_it_once() {
+    let Some(redis) = support::stores("replicas").await else { return };
+    let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
+    let replica = || {
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+            clock: clock.clone(),
+            store: Arc::new(redis.confirmations()),
+            ..Default::default()
+        }))
+    };
+    let (a, b) = (replica(), replica());
+    let requester = Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice"));
+    let input = json!({"orderId": "A-1"});
+    let summary = agent_surface_core::SafeText::from("Cancel order A-1.");
+    let call = CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
+        .with_instance("main")
+        .with_registration("r-1")
+        .with_input(&input)
+        .with_declared_gate(Some(&summary));
+    let ConfirmationDecision::Required { confirmation_id, .. } = a.check(call, None, clock.now()).await else {
+        panic!("a gated call without evidence needs a confirmation")
+    };
+    // Approved through the other replica.
+    b.approve(&confirmation_id, &Identity::new("manager")).await.expect("the approval is recorded");
+    // Retries racing through both replicas: exactly one proceeds.
+    let attempts = (0..20).map(|i| {
+        let engine = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let id = confirmation_id.clone();
+        let now = clock.now();
+        async move { engine.check(call, Some(&id), now).await }
+    });
+    let decisions = futures_util::future::join_all(attempts).await;
+    let proceeded = decisions.iter().filter(|d| **d == ConfirmationDecision::Proceed).count();
+    assert_eq!(proceeded, 1, "{decisions:?}");
+}
+
+/// Redis that does not answer: every operation fails with `Unavailable` within the budget, and the
+/// confirmation engine fails closed (the call does not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_closed() {
+    if support::redis_url().is_none() {
+        return;
+    }
+    // A port nobody listens on: connecting fails at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::default() };
+    assert!(RedisStores::connect(&url, config.clone()).await.is_err(), "no Redis there");
+
+    // A live connection whose Redis then goes silent: a listener that accepts and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let url = format!("redis://127.0.0.1:{silent_port}/");
+    let connected = RedisStores::connect(&url, config).await;
+    // Connecting may already fail (no handshake answer); either way nothing is granted.
+    if let Ok(redis) = connected {
+        let started = std::time::Instant::now();
+        let got = redis.confirmations().get("c-1", Timestamp::from_unix_millis(0)).await;
+        assert!(matches!(got, Err(StoreError::Unavailable(_))), "{got:?}");
+        let record = TaskRecord::working(
+            "t-1",
+            None,
+            Timestamp::from_unix_millis(0),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        assert!(matches!(
+            redis.tasks().create(record, Timestamp::from_unix_millis(0)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5), "the budget bounds each operation");
+    }
+}

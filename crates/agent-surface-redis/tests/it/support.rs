@@ -1,0 +1,20 @@
+//! Where the tests find Redis.
+
+use agent_surface_redis::{RedisConfig, RedisStores};
+
+/// The URL of the Redis to test against (see `agent_surface_testing::services`).
+pub(crate) fn redis_url() -> Option<String> {
+    agent_surface_testing::services::redis_url()
+}
+
+/// Stores on the test Redis under a prefix of their own (tests share one Redis).
+pub(crate) async fn stores(test: &str) -> Option<RedisStores> {
+    let url = redis_url()?;
+    let prefix = format!("it:{}:{test}:{}:", std::process::id(), unique());
+    Some(RedisStores::connect(&url, RedisConfig::with_prefix(prefix)).await.expect("Redis answers"))
+}
+
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

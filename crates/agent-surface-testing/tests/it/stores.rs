@@ -1,0 +1,14 @@
+//! The store kit against the memory stores of `agent-surface-policy`.
+
+use agent_surface_policy::{MemoryConfirmationStore, MemoryTaskStore};
+use agent_surface_testing::stores;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_confirmation_store_passes_the_kit() {
+    stores::check_confirmation_store(&MemoryConfirmationStore::default(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_task_store_passes_the_kit() {
+    stores::check_task_store(&MemoryTaskStore::default(), "kit-").await;
+}
