@@ -4,7 +4,7 @@
 //! ```text
 //! agent-surface-demo                                   run the scripted agent session
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance]   serve the shop on stdin/stdout
-//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--redis URL] [--state-key HEX]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
 //!
@@ -32,13 +32,15 @@ const USAGE: &str = "\
 usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
   agent-surface-demo serve --stdio [--as WHO] [--conformance]
-  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--redis URL] [--state-key HEX]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
                           [--invocation-id ID] [--confirmation-id ID]
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools (over stdio too). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
+fixture tools (over stdio too); --redis keeps confirmations and MCP tasks in that Redis, so
+that several servers share them, and --state-key HEX (64 hex digits) seals input-required states
+with that key, so that any of them takes a retry. ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
@@ -52,6 +54,17 @@ struct Serve {
     identity: Option<Identity>,
     tokens: Vec<(String, Identity)>,
     conformance: bool,
+    redis: Option<String>,
+    state_key: Option<Vec<u8>>,
+}
+
+/// A sealing key from 64 hex digits.
+fn parse_key(hex: &str) -> Result<Vec<u8>, String> {
+    let bad = || "--state-key takes 64 hex digits (32 bytes)".to_string();
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    (0..32).map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())).collect()
 }
 
 fn parse_who(who: &str) -> Identity {
@@ -74,6 +87,8 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                 serve.tokens.push((token.to_string(), parse_who(who)));
             }
             "--conformance" => serve.conformance = true,
+            "--redis" => serve.redis = Some(value("--redis")?),
+            "--state-key" => serve.state_key = Some(parse_key(&value("--state-key")?)?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -112,7 +127,17 @@ fn init_cli_operator_log() {
 
 async fn serve(options: Serve) -> Result<(), String> {
     init_operator_log();
-    let demo = shop::build(shop::ShopOptions::default());
+    let mut shop_options = shop::ShopOptions::default();
+    let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
+    if let Some(url) = &options.redis {
+        // Replicas share confirmations and tasks (the shop's own data stays per process).
+        let redis = agent_surface_redis::RedisStores::connect(url, agent_surface_redis::RedisConfig::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        shop_options.confirmations = Some(Arc::new(redis.confirmations()));
+        task_config.store = Arc::new(redis.tasks());
+    }
+    let demo = shop::build(shop_options);
     let _fixtures = match options.conformance {
         true => Some(conformance::define(&demo.registry).map_err(|e| e.to_string())?),
         false => None,
@@ -123,10 +148,16 @@ async fn serve(options: Serve) -> Result<(), String> {
             "A small shop. Every tool error is JSON {code, message, retry, details}: act on `retry`.".to_string(),
         ),
         confirmations: Some(Arc::new(EngineResolver::new(demo.confirmations.clone()))),
-        tasks: Some(agent_surface_mcp::tasks::Tasks::new(agent_surface_mcp::tasks::TaskConfig::default())),
+        tasks: Some(agent_surface_mcp::tasks::Tasks::new(task_config)),
         identity: options.identity,
         ..Default::default()
     };
+    if let Some(key) = options.state_key {
+        // Replicas that may take each other's retries seal with one key.
+        let codec =
+            rmcp::model::RequestStateCodec::new_with_keyring("demo", [("demo", key)]).map_err(|e| e.to_string())?;
+        config.approval_states = agent_surface_mcp::mrtr::ApprovalStates::new(codec);
+    }
     if options.stdio {
         if options.conformance {
             let (read, write) = rmcp::transport::stdio_pipes();

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use agent_surface_core::details::PreconditionDetails;
 use agent_surface_core::{AgentSurfaceError, Effect};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, TargetBinding};
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -211,7 +211,7 @@ struct Cart {
 }
 
 /// How the shop is set up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ShopOptions {
     /// The time budget of `shipping-track`.
     pub(crate) track_budget: Duration,
@@ -219,6 +219,8 @@ pub(crate) struct ShopOptions {
     pub(crate) cold_lookup: Duration,
     /// One more shipping quote every this long (two at once).
     pub(crate) quote_refill: Duration,
+    /// Where confirmations live (default: in this process's memory).
+    pub(crate) confirmations: Option<Arc<dyn ConfirmationStore>>,
 }
 
 impl Default for ShopOptions {
@@ -227,6 +229,7 @@ impl Default for ShopOptions {
             track_budget: Duration::from_millis(300),
             cold_lookup: Duration::from_secs(3),
             quote_refill: Duration::from_millis(800),
+            confirmations: None,
         }
     }
 }
@@ -258,8 +261,14 @@ fn order_or_error(shop: &Shop, id: &OrderId) -> Result<Order, AgentSurfaceError>
 /// Builds the shop.
 pub(crate) fn build(options: ShopOptions) -> Demo {
     // Two-phase by default; over MCP, a client that can elicit lets the person answer in place.
-    let confirmations =
-        Arc::new(ConfirmationEngine::new(ConfirmationConfig { ttl: Duration::from_secs(300), ..Default::default() }));
+    let mut engine = ConfirmationConfig { ttl: Duration::from_secs(300), ..Default::default() };
+    if let Some(store) = options.confirmations.clone() {
+        // A shared store serves replicas, each with registration ids of its own: bind the
+        // evidence to the instance.
+        engine.store = store;
+        engine.target_binding = TargetBinding::Instance;
+    }
+    let confirmations = Arc::new(ConfirmationEngine::new(engine));
     let registry = Registry::new(RegistryConfig {
         authority: Some(Arc::new(ShopAuthority)),
         rate_limiter: Some(Arc::new(QuoteLimiter::new(2, options.quote_refill))),

@@ -39,9 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec;
 
-/// How tasks are kept.
+/// How tasks are kept. Build it with struct update syntax over `Default`.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
 pub struct TaskConfig {
     /// Where task records live (shared by replicas, or [`MemoryTaskStore`]).
     pub store: Arc<dyn TaskStore>,

@@ -88,7 +88,7 @@ pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
     ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed,
     DEFAULT_CONFIRMATION_TTL, Decided, FnApprover, FnConfirmationPolicy, Gate, MemoryConfirmationStore,
-    MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
+    MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER, TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, guarded, panic_text};

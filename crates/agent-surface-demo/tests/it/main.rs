@@ -5,6 +5,7 @@
 mod cli;
 mod every_code;
 mod http;
+mod replicas;
 mod served;
 mod session;
 mod stdio;

@@ -228,6 +228,20 @@ impl fmt::Debug for ConfirmationMode {
     }
 }
 
+/// What a confirmation's target is bound to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TargetBinding {
+    /// The registration and the instance the call resolved to: a remount of the instance is
+    /// another target, and its evidence is a `mismatch`. The default, for one process.
+    #[default]
+    Registration,
+    /// The instance only. For replicas that share a confirmation store: each replica mounts the
+    /// same instance under a registration id of its own, so an approval asked through one must
+    /// hold for the same instance on the others (a remount keeps it too).
+    Instance,
+}
+
 /// The configuration of a [`ConfirmationEngine`]. Build it with struct update syntax over
 /// `Default` (two-phase, in memory, system clock).
 #[derive(Clone)]
@@ -245,6 +259,8 @@ pub struct ConfirmationConfig {
     pub policies: Vec<Arc<dyn ConfirmationPolicy>>,
     /// The time budget of one policy; a policy over budget gates the call.
     pub policy_budget: Duration,
+    /// What the evidence's target is bound to (see [`TargetBinding`]).
+    pub target_binding: TargetBinding,
 }
 
 impl Default for ConfirmationConfig {
@@ -256,6 +272,7 @@ impl Default for ConfirmationConfig {
             mode: ConfirmationMode::TwoPhase,
             policies: Vec::new(),
             policy_budget: crate::authority::DEFAULT_POLICY_BUDGET,
+            target_binding: TargetBinding::Registration,
         }
     }
 }
@@ -268,6 +285,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("mode", &self.mode)
             .field("policies", &self.policies.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
             .field("policy_budget", &self.policy_budget)
+            .field("target_binding", &self.target_binding)
             .finish_non_exhaustive()
     }
 }
@@ -488,7 +506,10 @@ impl ConfirmationEngine {
         let binding = ConfirmationBinding {
             consumer_key: call.consumer.key().to_string(),
             capability: call.capability.to_string(),
-            registration_id: call.registration_id.unwrap_or_default().to_string(),
+            registration_id: match self.config.target_binding {
+                TargetBinding::Registration => call.registration_id.unwrap_or_default().to_string(),
+                _ => String::new(),
+            },
             instance_id: call.instance_id.unwrap_or_default().to_string(),
             input_hash: input_hash(call.input.unwrap_or(&NO_INPUT)),
         };

@@ -279,6 +279,33 @@ async fn a_remounted_target_is_another_target() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
+/// Replicas sharing a store bind evidence to the instance: another registration of the same
+/// instance (a remount here; another replica's mount in production) accepts it, once.
+#[tokio::test]
+async fn bound_to_the_instance_evidence_survives_another_registration() {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        target_binding: agent_surface_policy::TargetBinding::Instance,
+        ..Default::default()
+    }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    define_orders(&registry, &runs);
+    let first = registry.mount("orders", "main").unwrap();
+    let inv = registry.invoke_detailed(refund(1), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    engine.approve(&id, &manager()).await.unwrap();
+    drop(first);
+    let _second = registry.mount("orders", "main").unwrap();
+    let inv = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
+    assert!(inv.result.is_ok(), "{:?}", inv.result);
+    let again = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
+    assert_invalid(&again, "consumed", Retry::No);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_retries_run_the_handler_once() {
     let env = Arc::new(two_phase());
