@@ -6,5 +6,6 @@
 //! fails the tests instead of skipping them.
 
 mod rate;
+mod restart;
 mod stores;
 mod support;
