@@ -260,33 +260,15 @@ async fn evidence_is_bound_to_input_target_capability_and_consumer() {
     assert_eq!(env.runs(), 1);
 }
 
-#[tokio::test]
-async fn a_remounted_target_is_another_target() {
-    let clock = clock();
-    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
-    let runs = Arc::new(AtomicUsize::new(0));
-    define_orders(&registry, &runs);
-    let first = registry.mount("orders", "main").unwrap();
-    let inv = registry.invoke_detailed(refund(1), alice()).await;
-    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
-    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
-    engine.approve(&id, &manager()).await.unwrap();
-    drop(first);
-    let _second = registry.mount("orders", "main").unwrap();
-    let inv = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
-    assert_invalid(&inv, "mismatch", Retry::No);
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-}
-
-/// Replicas sharing a store bind evidence to the instance: another registration of the same
-/// instance (a remount here; another replica's mount in production) accepts it, once.
-#[tokio::test]
-async fn bound_to_the_instance_evidence_survives_another_registration() {
+/// Approves a refund of the instance `main`, remounts `main`, and presents the evidence twice;
+/// returns both invocations and how many times the handler ran.
+async fn remount_between_approval_and_use(
+    binding: agent_surface_policy::TargetBinding,
+) -> (Invocation, Invocation, usize) {
     let clock = clock();
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
-        target_binding: agent_surface_policy::TargetBinding::Instance,
+        target_binding: binding,
         ..Default::default()
     }));
     let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
@@ -299,11 +281,26 @@ async fn bound_to_the_instance_evidence_survives_another_registration() {
     engine.approve(&id, &manager()).await.unwrap();
     drop(first);
     let _second = registry.mount("orders", "main").unwrap();
-    let inv = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
-    assert!(inv.result.is_ok(), "{:?}", inv.result);
-    let again = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
-    assert_invalid(&again, "consumed", Retry::No);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let once = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
+    let twice = registry.invoke_detailed(refund(1).with_confirmation(&id), alice()).await;
+    (once, twice, runs.load(Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn a_remounted_target_is_another_target() {
+    let (once, _, runs) = remount_between_approval_and_use(agent_surface_policy::TargetBinding::Registration).await;
+    assert_invalid(&once, "mismatch", Retry::No);
+    assert_eq!(runs, 0);
+}
+
+/// Replicas sharing a store bind evidence to the instance: another registration of the same
+/// instance (a remount here; another replica's mount in production) accepts it, once.
+#[tokio::test]
+async fn bound_to_the_instance_evidence_survives_another_registration() {
+    let (once, twice, runs) = remount_between_approval_and_use(agent_surface_policy::TargetBinding::Instance).await;
+    assert!(once.result.is_ok(), "{:?}", once.result);
+    assert_invalid(&twice, "consumed", Retry::No);
+    assert_eq!(runs, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
