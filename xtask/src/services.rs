@@ -22,8 +22,17 @@ fn installed() -> bool {
     Command::new("redis-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
-/// Installs Debian's `redis-server` with `apt-get` (the suite runs as root on CI machines).
+/// Whether this process runs as root.
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs Debian's `redis-server` with `apt-get` (the suite runs as root on CI machines; a
+/// developer without root installs it themselves).
 fn install() -> Result<()> {
+    if !is_root() {
+        bail!("redis-server is missing; install it (Debian: sudo apt-get install redis-server) and run again");
+    }
     println!("==> install redis-server (apt-get)");
     let apt = |args: &[&str]| -> Result<()> {
         let status = Command::new("apt-get")
@@ -61,7 +70,9 @@ impl Redis {
             install()?;
         }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = std::env::temp_dir().join(format!("agent-surface-ci-redis-{}", std::process::id()));
+        let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("agent-surface-ci-redis-{}-{nonce}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--appendonly", "yes", "--save", ""])
@@ -73,8 +84,15 @@ impl Redis {
             .context("cannot start redis-server")?;
         let mut redis = Redis { child, dir, url: format!("redis://127.0.0.1:{port}/") };
         let deadline = Instant::now() + Duration::from_secs(15);
-        while !answers(port) {
-            if Instant::now() > deadline || redis.child.try_wait()?.is_some() {
+        loop {
+            // Our own server first: another process could have taken the port meanwhile.
+            if redis.child.try_wait()?.is_some() {
+                bail!("redis-server exited at start (port {port} taken?)");
+            }
+            if answers(port) {
+                break;
+            }
+            if Instant::now() > deadline {
                 bail!("redis-server did not start on port {port}");
             }
             std::thread::sleep(Duration::from_millis(50));

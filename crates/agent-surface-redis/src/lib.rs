@@ -13,8 +13,9 @@
 //! - [`RedisRateLimiter`] — `RateLimiter`: GCRA budgets per consumer and per capability, taken
 //!   all-or-nothing, on Redis' clock.
 //!
-//! **Each store operation is one atomic server-side script** over one hash: the check and the
-//! change it guards can never interleave with another replica's. The record's expiry is kept
+//! **Each store operation is one atomic server-side script** (over one hash; the rate limiter's
+//! over the buckets of one call): the check and the change it guards can never interleave with
+//! another replica's. The record's expiry is kept
 //! both as a field (compared with the `now` every operation is given, so the stores never
 //! disagree with the registry's clock) and as the key's time to live (so Redis reclaims it).
 //!
@@ -22,6 +23,15 @@
 //! unreachable or slow Redis is a `StoreError::Unavailable` whose text goes to the operator
 //! channel only. The engines turn that into a transient `EXECUTION_FAILED` (`after-delay`): a
 //! call that needs its approval never runs without the store's word.
+//!
+//! **Running Redis for these guarantees.** Single use holds only as long as Redis does not
+//! forget a write: run it with `appendonly yes` and `appendfsync always` (a restart from an older
+//! snapshot could turn a consumed approval back into an approved one), with `maxmemory-policy
+//! noeviction` (every key here has a time to live, so any `volatile-*` or `allkeys-*` policy may
+//! evict a record or a rate bucket), and know that a failover to a replica that had not received
+//! the last writes loses them. Use a standalone server or a Sentinel-managed primary: Redis
+//! Cluster is not supported (the connection manager does not follow redirects, and the rate
+//! script touches two keys).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
 //! Redis): `{prefix}conf:{id}`, `{prefix}task:{id}`, `{prefix}rate:consumer:{key}` and
@@ -175,12 +185,17 @@ impl RedisStores {
     }
 }
 
-/// Milliseconds as the decimal string the scripts compare with `tonumber` (exact below 2^53).
+/// The largest integer the scripts' numbers (Lua doubles) hold exactly; every number passed to
+/// a script is clamped to it.
+const EXACT: u64 = 1 << 53;
+
+/// Milliseconds as the decimal string the scripts compare with `tonumber`.
 fn ms(t: agent_surface_core::Timestamp) -> String {
-    t.unix_millis().to_string()
+    t.unix_millis().min(EXACT).to_string()
 }
 
-/// A duration in whole milliseconds, at least one (a key's time to live).
+/// A duration in whole milliseconds, at least one and at most about 285 years (a key's time to
+/// live, which Redis must be able to add to its clock).
 fn ttl_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).clamp(1, 1 << 43)
 }

@@ -95,11 +95,13 @@ impl RedisRateLimiter {
         if buckets.is_empty() {
             return RateDecision::Allow(None);
         }
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+        // Microseconds (Redis' `TIME` resolution; nanoseconds since the epoch would not be exact in
+        // the script's doubles), clamped so that sums stay exact.
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 1 << 50);
         let mut invocation = self.take.prepare_invoke();
         for (key, quota) in &buckets {
             let emission = micros(quota.emission_interval());
-            let tolerance = emission.saturating_mul(u64::from(quota.limit().get()) - 1);
+            let tolerance = emission.saturating_mul(u64::from(quota.limit().get()) - 1).min(1 << 50);
             invocation.key(key).arg(emission).arg(tolerance);
         }
         match self.stores.run::<(i64, String)>(invocation).await {

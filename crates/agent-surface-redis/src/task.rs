@@ -2,7 +2,7 @@
 //!
 //! | field | holds |
 //! |---|---|
-//! | `id`, `own` | the task id and its owner (empty when anonymous) |
+//! | `id`, `own` | the task id and its owner (`=` and the owner's key; empty when anonymous) |
 //! | `st`, `msg`, `p` | the status, the status message and the payload (JSON) |
 //! | `ca`, `ua`, `ea`, `ru` | created, updated, expires at (once final), running until (Unix ms) |
 //! | `cr` | `1` once a cancellation was requested |
@@ -44,14 +44,18 @@ if not f then return {} end
 return f
 ";
 
-/// Moves a live, non-final record to a final status. ARGV: status, payload, message, now.
+/// Moves a live, non-final record to a status (final: kept its time to live from now; not final:
+/// kept until it runs out). ARGV: status, payload, message, now.
 const FINISH: &str = r"
 local now = tonumber(ARGV[4])
 local f, final = live(now)
 if not f or final then return 0 end
 local ea = now + (tonumber(f[7]) - tonumber(f[5]))
-redis.call('HSET', KEYS[1], 'st', ARGV[1], 'p', ARGV[2], 'msg', ARGV[3], 'ua', ARGV[4], 'ea', string.format('%d', ea))
-redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(1, ea - now)))
+local keep = ea
+local st = ARGV[1]
+if st ~= 'completed' and st ~= 'failed' and st ~= 'cancelled' then keep = math.max(ea, tonumber(f[8])) end
+redis.call('HSET', KEYS[1], 'st', st, 'p', ARGV[2], 'msg', ARGV[3], 'ua', ARGV[4], 'ea', string.format('%d', ea))
+redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(1, keep - now)))
 return 1
 ";
 
@@ -95,7 +99,7 @@ fn record_of(fields: Vec<String>) -> Result<Option<TaskRecord>, StoreError> {
     let expires = time(&ea)?;
     let mut record = TaskRecord::working(
         id,
-        (!own.is_empty()).then_some(own),
+        own.strip_prefix('=').map(str::to_string),
         created,
         expires.saturating_duration_since(created),
         running_until.saturating_duration_since(created),
@@ -153,7 +157,7 @@ impl TaskStore for RedisTaskStore {
             };
             let mut call = self.scripts.create.key(self.key(&record.id));
             call.arg(&record.id)
-                .arg(record.owner.as_deref().unwrap_or(""))
+                .arg(record.owner.as_ref().map_or(String::new(), |o| format!("={o}")))
                 .arg(status_str(record.status))
                 .arg(record.status_message.as_deref().unwrap_or(""))
                 .arg(ms(record.created_at))

@@ -4,7 +4,8 @@
 //! Each check drives the store through the atomic semantics its trait documents (with `now`
 //! passed in, as the engines do), including concurrent callers racing for a single-use step, and
 //! panics with a message naming the broken rule. Records are created under ids that start with
-//! `prefix`, so a suite can run against a shared backend next to other data.
+//! `prefix`, so a suite can run against a shared backend next to other data: make the prefix
+//! unique per run when the backend keeps data between runs.
 //!
 //! ```
 //! use agent_surface_policy::{MemoryConfirmationStore, MemoryTaskStore};
@@ -87,6 +88,14 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
         let got = expect("decide", store.decide(&a, ApprovalVerdict::Approve, who, at(2)).await);
         assert_eq!(got, Decided::SelfApproval, "store kit: the requester ({who}) must not approve");
     }
+    // Another consumer's evidence is a mismatch whatever state the record is in (checked first,
+    // so that it reveals nothing, and never the pending record).
+    let stranger = binding("c-2");
+    let mismatch = |got: Result<agent_surface_policy::Consumed, Rejection>, state: &str| match got {
+        Err(Rejection::Mismatch(m)) => assert!(m.consumer, "store kit: {state}: {m:?}"),
+        other => panic!("store kit: another consumer's evidence on a {state} record must be a mismatch, got {other:?}"),
+    };
+    mismatch(expect("consume", store.consume(&a, &stranger, at(2)).await), "pending");
     // A pending record consumed answers pending, with the record.
     match expect("consume", store.consume(&a, &binding("c-1"), at(3)).await) {
         Err(Rejection::Pending(record)) => assert_eq!(*record, pending(&a), "store kit: pending carries the record"),
@@ -129,6 +138,7 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     let d = id("conf-d");
     expect("insert", store.insert(pending(&d), at(0)).await);
     assert_eq!(expect("decide", store.decide(&d, ApprovalVerdict::Deny, "alice", at(1)).await), Decided::Done);
+    mismatch(expect("consume", store.consume(&d, &stranger, at(2)).await), "denied");
     assert_eq!(expect("consume", store.consume(&d, &binding("c-1"), at(2)).await), Err(Rejection::Denied));
     assert_eq!(
         expect("withdraw", store.withdraw(&d, at(3)).await),
@@ -137,6 +147,7 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     let w = id("conf-w");
     expect("insert", store.insert(pending(&w), at(0)).await);
     assert_eq!(expect("withdraw", store.withdraw(&w, at(1)).await), Some(ConfirmationState::Withdrawn));
+    mismatch(expect("consume", store.consume(&w, &stranger, at(2)).await), "withdrawn");
     assert_eq!(expect("consume", store.consume(&w, &binding("c-1"), at(2)).await), Err(Rejection::Expired));
     assert_eq!(
         expect("decide", store.decide(&w, ApprovalVerdict::Approve, "bob", at(3)).await),
@@ -144,21 +155,34 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     );
     assert_eq!(expect("withdraw", store.withdraw(&id("conf-none"), at(3)).await), None);
 
-    // Expiry: no decision after it; approved evidence is not usable after it.
+    mismatch(expect("consume", store.consume(&a, &stranger, at(8)).await), "consumed");
+
+    // Expiry: no decision after it (the requester rule is checked first); approved evidence is not
+    // usable after it.
     let e = id("conf-e");
     expect("insert", store.insert(pending(&e), at(0)).await);
+    assert_eq!(
+        expect("decide", store.decide(&e, ApprovalVerdict::Approve, "alice", at(60_000)).await),
+        Decided::SelfApproval
+    );
     assert_eq!(expect("decide", store.decide(&e, ApprovalVerdict::Approve, "bob", at(60_000)).await), Decided::Expired);
+    mismatch(expect("consume", store.consume(&e, &stranger, at(60_001)).await), "expired");
     let f = id("conf-f");
     expect("insert", store.insert(pending(&f), at(0)).await);
     assert_eq!(expect("decide", store.decide(&f, ApprovalVerdict::Approve, "bob", at(59_999)).await), Decided::Done);
     assert_eq!(expect("consume", store.consume(&f, &binding("c-1"), at(60_000)).await), Err(Rejection::Expired));
 
-    // The requester approving in person is not a self-approval.
+    // The requester approving in person is not a self-approval (the requester rule is for
+    // `Approve` only); a decided record refuses the requester as `NotPending`, not `SelfApproval`.
     let p = id("conf-p");
     expect("insert", store.insert(pending(&p), at(0)).await);
     assert_eq!(
-        expect("decide", store.decide(&p, ApprovalVerdict::ApproveInPerson, "in-person:mcp-elicitation", at(1)).await),
+        expect("decide", store.decide(&p, ApprovalVerdict::ApproveInPerson, "alice", at(1)).await),
         Decided::Done
+    );
+    assert_eq!(
+        expect("decide", store.decide(&p, ApprovalVerdict::Approve, "alice", at(1)).await),
+        Decided::NotPending(ConfirmationState::Approved { by: "alice".to_string() })
     );
     let consumed = expect("consume", store.consume(&p, &binding("c-1"), at(2)).await);
     assert!(consumed.is_ok(), "store kit: an in-person approval is usable, got {consumed:?}");

@@ -238,7 +238,10 @@ pub enum TargetBinding {
     Registration,
     /// The instance only. For replicas that share a confirmation store: each replica mounts the
     /// same instance under a registration id of its own, so an approval asked through one must
-    /// hold for the same instance on the others (a remount keeps it too).
+    /// hold for the same instance on the others (a remount keeps it too). Every replica must then
+    /// mean the same thing by an instance id (replicas sharded by tenant with the same ids would
+    /// accept each other's evidence), and all of them must use the same binding: during a change
+    /// of it, evidence from the other mode is refused as a `target` mismatch.
     Instance,
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Consumer, Identity};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Identity};
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use serde_json::{Value, json};
@@ -38,6 +38,14 @@ impl Own {
             std::thread::sleep(Duration::from_millis(20));
         }
         Some(own)
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers.
+    fn freeze(&self, frozen: bool) {
+        if let Some(child) = &self.child {
+            let _ =
+                Command::new("kill").arg(if frozen { "-STOP" } else { "-CONT" }).arg(child.id().to_string()).status();
+        }
     }
 
     fn stop(&mut self) {
@@ -83,7 +91,10 @@ fn shop(stores: &RedisStores) -> (Registry, Arc<ConfirmationEngine>, agent_surfa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_its_restart() {
-    if crate::support::redis_url().is_none() {
+    // This test runs a Redis of its own (it stops and restarts it).
+    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
+    if !installed {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -122,5 +133,36 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     let again = registry.invoke(cancel().with_confirmation(&id), alice()).await;
     assert_eq!(again.code(), Some(ErrorCode::ConfirmationInvalid));
     drop((back, redis));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_redis_fails_every_operation_within_its_budget() {
+    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
+    if !installed {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("agent-surface-silent-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(redis) = Own::start(port, &dir) else { panic!("redis-server starts") };
+    let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::with_prefix("silent:") };
+    let stores = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config).await.expect("connects");
+    let (registry, _engine, _mount) = shop(&stores);
+    let alice = || InvokeOptions::new(Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice")));
+
+    redis.freeze(true);
+    let started = Instant::now();
+    let got = stores.confirmations().get("c-1", agent_surface_core::Timestamp::from_unix_millis(0)).await;
+    assert!(matches!(got, Err(agent_surface_policy::StoreError::Unavailable(_))), "{got:?}");
+    // The pipeline fails closed: nothing runs, the answer is transient.
+    let refused = registry.invoke(InvokeRequest::new("orders.cancel", json!({"orderId": "A-1"})), alice()).await;
+    assert_eq!(refused.code(), Some(ErrorCode::ExecutionFailed), "{refused:?}");
+    assert_eq!(refused.error_payload().unwrap().retry(), Retry::AfterDelay);
+    // Each operation gave up after its budget rather than waiting for Redis to wake.
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    redis.freeze(false);
+    drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
 }

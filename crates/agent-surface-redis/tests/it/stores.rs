@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
 use agent_surface_policy::{
-    CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, ConfirmationStore,
-    Consumer, Identity, ManualClock, StoreError, TaskRecord, TaskStore,
+    CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer,
+    Identity, ManualClock,
 };
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_testing::stores;
@@ -65,8 +65,8 @@ async fn two_replicas_share_one_approval_and_use_it_once() {
     assert_eq!(proceeded, 1, "{decisions:?}");
 }
 
-/// Redis that does not answer: every operation fails with `Unavailable` within the budget, and the
-/// confirmation engine fails closed (the call does not run).
+/// No Redis where the URL points: connecting fails within the budget (a Redis that goes silent
+/// after connecting: `restart.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_fails_closed() {
     if support::redis_url().is_none() {
@@ -77,34 +77,4 @@ async fn an_unreachable_redis_fails_closed() {
     let url = format!("redis://127.0.0.1:{port}/");
     let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::default() };
     assert!(RedisStores::connect(&url, config.clone()).await.is_err(), "no Redis there");
-
-    // A live connection whose Redis then goes silent: a listener that accepts and never answers.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let silent_port = silent.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
-    let url = format!("redis://127.0.0.1:{silent_port}/");
-    let connected = RedisStores::connect(&url, config).await;
-    // Connecting may already fail (no handshake answer); either way nothing is granted.
-    if let Ok(redis) = connected {
-        let started = std::time::Instant::now();
-        let got = redis.confirmations().get("c-1", Timestamp::from_unix_millis(0)).await;
-        assert!(matches!(got, Err(StoreError::Unavailable(_))), "{got:?}");
-        let record = TaskRecord::working(
-            "t-1",
-            None,
-            Timestamp::from_unix_millis(0),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        );
-        assert!(matches!(
-            redis.tasks().create(record, Timestamp::from_unix_millis(0)).await,
-            Err(StoreError::Unavailable(_))
-        ));
-        assert!(started.elapsed() < Duration::from_secs(5), "the budget bounds each operation");
-    }
 }
