@@ -14,6 +14,7 @@
 //! | `reports-export` | a handler that panics (`EXECUTION_FAILED`, the panic stays in the operator log) |
 //! | `loyalty-redeem` | disabled with a reason (`CAPABILITY_NOT_AVAILABLE`) |
 //! | `admin-purge_cache` | hidden from everyone but admins (`CAPABILITY_NOT_FOUND`, like a name that never existed) |
+//! | `tickets-open` | a write anyone may call, whose output carries a fresh `ticketId` per execution: a second execution of one call is visible from outside |
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -234,6 +235,29 @@ impl Default for ShopOptions {
     }
 }
 
+/// `tickets.open`'s input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OpenTicket {
+    /// What the ticket is about.
+    subject: String,
+}
+
+/// An opened ticket.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Ticket {
+    /// Fresh per execution, and distinct across server processes (`t-{pid}-{n}`).
+    ticket_id: String,
+    subject: String,
+}
+
+/// A ticket id no other execution, in this process or another, has had.
+fn next_ticket_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("t-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
 /// The shop: its registry (capabilities defined, instances mounted) and the confirmation engine,
 /// in which the MCP adapter records approvals given through elicitation (`EngineResolver`).
 pub(crate) struct Demo {
@@ -279,7 +303,7 @@ pub(crate) fn build(options: ShopOptions) -> Demo {
     registry.provide(shop.clone());
     define(&registry, options).unwrap_or_else(|e| panic!("the demo surface is defined wrongly: {e}"));
     let mut mounts = Vec::new();
-    for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin"] {
+    for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin", "tickets"] {
         mounts.push(registry.mount(ty, "shop").unwrap_or_else(|e| panic!("cannot mount {ty}: {e}")));
     }
     for owner in ["alice", "bob"] {
@@ -463,6 +487,13 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
                     panic!("index out of range: report rows at postgres://reports.internal:5432/sales")
                 });
                 Ok::<_, AgentSurfaceError>(json!({"firstRow": first}))
+            },
+        );
+    })?;
+    registry.define("tickets", |t| {
+        t.capability("open", "Open a support ticket with a subject.").effect(Effect::Write).handler(
+            |_ctx: Ctx, i: OpenTicket| async move {
+                Ok::<_, AgentSurfaceError>(Ticket { ticket_id: next_ticket_id(), subject: i.subject })
             },
         );
     })?;

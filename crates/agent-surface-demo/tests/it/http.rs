@@ -68,3 +68,20 @@ fn the_authenticator_turns_a_bearer_token_into_the_callers_identity() {
     assert_eq!(sam["isError"], false, "{sam}");
     assert_eq!(sam["structuredContent"]["amountCents"], 500);
 }
+
+/// `tickets-open` makes a second execution visible: one `Idempotency-Key` runs it once (the same
+/// ticket), another key runs it again (a new ticket).
+#[test]
+fn one_idempotency_key_opens_one_ticket() {
+    let server = crate::served::start(&[]);
+    let open = |key: &str| {
+        let body = serde_json::json!({"capability": "tickets.open", "input": {"subject": "Printer jam"}}).to_string();
+        let r = crate::served::post(&server.addr, "/api/invoke", "127.0.0.1", &[("Idempotency-Key", key)], &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        v["output"]["ticketId"].as_str().expect("a ticket id").to_string()
+    };
+    let first = open("k-1");
+    assert_eq!(open("k-1"), first, "the same key replays the same execution");
+    assert_ne!(open("k-2"), first, "another key is another execution");
+}
