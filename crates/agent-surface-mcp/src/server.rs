@@ -10,11 +10,10 @@ use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
 use agent_surface_policy::{ConfirmationState, Consumer, Identity};
 use agent_surface_registry::{Abilities, Answers, InvokeOptions, InvokeRequest, Progress, Question, Registry, id};
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskMethod, CancelTaskParams, ClientResult,
-    CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
-    ErrorCode as RpcErrorCode, GetTaskMethod, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, ServerRequest,
-    SubscriptionFilter, Tool, UpdateTaskMethod, UpdateTaskParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientResult, CustomRequest, CustomResult,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, GetTaskParams,
+    GetTaskResult, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, ServerRequest, SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -193,6 +192,19 @@ impl McpServer {
             return Answered::Result(settled, None);
         }
         Answered::Result(first.result, first.questions)
+    }
+
+    /// The task runtime, the caller and the clock reading for a `tasks/*` request (`rmcp` answers
+    /// those methods with -32601 itself when the extension is not advertised; this is the same
+    /// answer should one arrive anyway).
+    async fn task_caller(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(&Tasks, Consumer, agent_surface_core::Timestamp), ErrorData> {
+        let tasks = self.session.config.tasks.as_ref().ok_or_else(|| {
+            ErrorData::new(RpcErrorCode::METHOD_NOT_FOUND, "Method not found: the tasks extension is not offered", None)
+        })?;
+        Ok((tasks, self.consumer(context).await, self.session.registry.config().clock.now()))
     }
 
     /// A modern retry carrying the state of an approval and the person's answer.
@@ -675,9 +687,8 @@ impl ServerHandler for McpServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<GetTaskMethod>)?;
-        let consumer = self.consumer(&context).await;
-        tasks.get(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
+        let (tasks, consumer, now) = self.task_caller(&context).await?;
+        tasks.get(&request.task_id, &consumer, now).await
     }
 
     async fn update_task(
@@ -685,9 +696,8 @@ impl ServerHandler for McpServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<UpdateTaskMethod>)?;
-        let consumer = self.consumer(&context).await;
-        tasks.update(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
+        let (tasks, consumer, now) = self.task_caller(&context).await?;
+        tasks.update(&request.task_id, &consumer, now).await
     }
 
     async fn cancel_task(
@@ -695,9 +705,8 @@ impl ServerHandler for McpServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let tasks = self.session.config.tasks.as_ref().ok_or_else(ErrorData::method_not_found::<CancelTaskMethod>)?;
-        let consumer = self.consumer(&context).await;
-        tasks.cancel(&request.task_id, &consumer, self.session.registry.config().clock.now()).await
+        let (tasks, consumer, now) = self.task_caller(&context).await?;
+        tasks.cancel(&request.task_id, &consumer, now).await
     }
 
     /// Modern clients learn of tool-list changes on a `subscriptions/listen` stream.
