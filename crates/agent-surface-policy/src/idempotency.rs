@@ -13,10 +13,22 @@
 //! The leader runs the call and [`settle`](IdempotencyStore::settle)s exactly once, with
 //! [`Settlement::Store`] for a cacheable outcome or [`Settlement::Release`] for one that must not
 //! be replayed.
+//!
+//! # Leases and fencing
+//!
+//! A leader holds its record through a [`Lease`]. In one process the lease lasts until the leader
+//! settles (the process and the record end together). A store shared by several processes cannot
+//! wait for ever on a leader whose process died, so its leases lapse unless renewed
+//! ([`Lease::renew_every`], [`IdempotencyStore::renew`]); the next admission of the same request
+//! then takes the record over ([`Admission::TakeOver`]) under a new lease whose fencing token
+//! ([`Lease::token`]) is greater than the old one. A late settlement or renewal carrying the old
+//! token is refused with [`StoreError::LeaseLost`] and changes nothing: a leader that stalled past
+//! its lease can never overwrite what its successor recorded.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
@@ -96,10 +108,41 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// A leader's hold on its record, from admission to settlement.
+///
+/// The token *fences* the record: `settle` and `renew` must present it, and a store refuses
+/// them ([`StoreError::LeaseLost`]) once the record was taken over by a later leader. Tokens are
+/// unique among the leases one store hands out, and a takeover's is greater than the lease it
+/// replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The fencing token.
+    pub token: u64,
+    /// How often the leader renews the lease while it runs, for a store whose leases lapse;
+    /// `None` for a lease that holds until it is settled (the memory store's).
+    pub renew_every: Option<Duration>,
+}
+
+impl Lease {
+    /// A lease with `token` that holds until it is settled.
+    pub fn until_settled(token: u64) -> Lease {
+        Lease { token, renew_every: None }
+    }
+}
+
 /// What admission decided for one (key, fingerprint).
 pub enum Admission {
     /// No live record: the caller runs the invocation and must call `settle` exactly once.
-    Leader,
+    Leader(Lease),
+    /// The same request was in flight, but its leader's lease lapsed without a result (its
+    /// process died or stalled): the record is now this caller's, under a new lease, and the old
+    /// leader can no longer settle it.
+    ///
+    /// Whether the earlier execution took effect is unknown. The caller must settle exactly once
+    /// as a leader does; the registry runs the call again only where repeating it is harmless
+    /// (idempotent or read-only) and otherwise records `EXECUTION_FAILED {reason:
+    /// outcome-unknown}`.
+    TakeOver(Lease),
     /// The same request is in flight: this future resolves to the leader's result.
     ///
     /// If the leader's record disappears without being settled (the store was dropped), the
@@ -117,7 +160,8 @@ pub enum Admission {
 impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Admission::Leader => f.write_str("Leader"),
+            Admission::Leader(lease) => f.debug_tuple("Leader").field(lease).finish(),
+            Admission::TakeOver(lease) => f.debug_tuple("TakeOver").field(lease).finish(),
             Admission::Follower(_) => f.debug_tuple("Follower").finish_non_exhaustive(),
             Admission::Replay(result) => f.debug_tuple("Replay").field(result).finish(),
             Admission::Conflict { stored } => f.debug_struct("Conflict").field("stored", stored).finish(),
@@ -162,6 +206,10 @@ pub enum StoreError {
     /// The backing service failed (for shared stores).
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),
+    /// The record is no longer held by the lease presented: it lapsed and a later admission took
+    /// the record over, or it was settled already. Nothing was changed.
+    #[error("the lease on this idempotency record was lost; nothing was recorded")]
+    LeaseLost,
 }
 
 /// Where admission records live: in memory ([`MemoryIdempotencyStore`]) or in a shared service.
@@ -170,7 +218,8 @@ pub enum StoreError {
 /// never disagrees with the pipeline about time.
 pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Decides what the call with `key` and `fingerprint` does (see [`Admission`]). A
-    /// [`Admission::Leader`] must be followed by exactly one [`settle`](Self::settle).
+    /// [`Admission::Leader`] or [`Admission::TakeOver`] must be followed by exactly one
+    /// [`settle`](Self::settle) with its lease.
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -178,15 +227,30 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>>;
 
-    /// Ends the leader's record for `key` (see [`Settlement`]). Settling a key that is not in
-    /// flight with this fingerprint does nothing.
+    /// Ends the leader's record for `key` (see [`Settlement`]), if `lease` still holds it; a lease
+    /// that no longer does (taken over, or already settled) is [`StoreError::LeaseLost`] and
+    /// changes nothing.
     fn settle<'a>(
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        lease: Lease,
         settlement: Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Extends `lease` on the record for `key` by the store's lease duration; the leader calls it
+    /// every [`Lease::renew_every`] while it runs. [`StoreError::LeaseLost`] when the record was
+    /// taken over. The default, for stores whose leases hold until settled, does nothing.
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (key, lease, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
@@ -203,10 +267,20 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        lease: Lease,
         settlement: Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).settle(key, fingerprint, settlement, now)
+        (**self).settle(key, fingerprint, lease, settlement, now)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).renew(key, lease, now)
     }
 }
 
@@ -390,21 +464,30 @@ impl MemoryIdempotencyStore {
             }
         }
         inner.in_flight += 1;
-        Ok(Admission::Leader)
+        Ok(Admission::Leader(Lease::until_settled(generation)))
     }
 
-    fn settle_now(&self, key: &IdempotencyKey, fingerprint: Fingerprint, settlement: Settlement, now: Timestamp) {
+    fn settle_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
         let mut inner = self.lock();
-        let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return };
+        let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return Err(StoreError::LeaseLost) };
         let sender = match entry.record {
-            Record::InFlight { fingerprint: stored, sender } if stored == fingerprint => {
+            Record::InFlight { fingerprint: stored, sender }
+                if stored == fingerprint && entry.generation == lease.token =>
+            {
                 inner.in_flight -= 1;
                 sender
             }
             record => {
                 // Not this leader's record: put it back untouched.
                 inner.records.insert(shared_key, Entry { generation: entry.generation, record });
-                return;
+                return Err(StoreError::LeaseLost);
             }
         };
         let for_followers = match settlement {
@@ -436,6 +519,7 @@ impl MemoryIdempotencyStore {
         drop(inner);
         // Hand the result over outside the lock: waking followers must not contend with it.
         sender.send_replace(Some(for_followers));
+        Ok(())
     }
 }
 
@@ -612,13 +696,11 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        lease: Lease,
         settlement: Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.settle_now(key, fingerprint, settlement, now);
-            Ok(())
-        })
+        Box::pin(async move { self.settle_now(key, fingerprint, lease, settlement, now) })
     }
 }
 
@@ -631,6 +713,14 @@ mod tests {
         Timestamp::from_unix_millis(ms)
     }
 
+    /// The lease of the leader holding `key`'s record in flight.
+    fn held(store: &MemoryIdempotencyStore, key: &IdempotencyKey) -> Lease {
+        let inner = store.lock();
+        let entry = inner.records.get(key).expect("a record in flight");
+        assert!(matches!(entry.record, Record::InFlight { .. }));
+        Lease::until_settled(entry.generation)
+    }
+
     /// Short-lived results expiring behind a long-lived head of the settle queue must not make
     /// the queue grow without bound.
     #[test]
@@ -640,9 +730,9 @@ mod tests {
         let result = InvokeResult::ok(serde_json::json!(null), None);
         let settle = |key: &IdempotencyKey, expires_at, now| {
             let admitted = store.admit(key, fp, now).now_or_never();
-            assert!(matches!(admitted, Some(Ok(Admission::Leader))));
+            assert!(matches!(admitted, Some(Ok(Admission::Leader(_)))));
             let settlement = Settlement::Store { result: result.clone(), expires_at };
-            assert!(matches!(store.settle(key, fp, settlement, now).now_or_never(), Some(Ok(()))));
+            assert!(matches!(store.settle(key, fp, held(&store, key), settlement, now).now_or_never(), Some(Ok(()))));
         };
         settle(&IdempotencyKey::new("c", "head"), at(u64::MAX), at(0));
         for i in 0..10_000 {
@@ -662,7 +752,7 @@ mod tests {
         let fp = Fingerprint::of(&serde_json::json!(1));
         let result = InvokeResult::ok(serde_json::json!(key.invocation_id), None);
         let settlement = Settlement::Store { result, expires_at: at(1_000_000) };
-        store.settle(key, fp, settlement, now).now_or_never().expect("ready").unwrap();
+        store.settle(key, fp, held(store, key), settlement, now).now_or_never().expect("ready").unwrap();
     }
 
     /// A consumer at its quota evicts its own oldest result, never another consumer's; with all
@@ -671,11 +761,11 @@ mod tests {
     fn one_consumer_cannot_push_out_anothers_results() {
         let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100).with_per_consumer(3));
         let victim = IdempotencyKey::new("victim", "pay-1");
-        assert!(matches!(leader(&store, &victim, at(0)), Ok(Admission::Leader)));
+        assert!(matches!(leader(&store, &victim, at(0)), Ok(Admission::Leader(_))));
         store_result(&store, &victim, at(0));
         for i in 0..50 {
             let key = IdempotencyKey::new("flood", format!("k{i}"));
-            assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader)), "{i}");
+            assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader(_))), "{i}");
             store_result(&store, &key, at(1));
         }
         assert_eq!(store.len(), 4, "the flood holds its quota of 3, the victim its 1");
@@ -683,21 +773,21 @@ mod tests {
         assert!(matches!(leader(&store, &victim, at(2)), Ok(Admission::Replay(_))));
         // The flood's oldest went first: k47..k49 remain.
         assert!(matches!(leader(&store, &IdempotencyKey::new("flood", "k49"), at(2)), Ok(Admission::Replay(_))));
-        assert!(matches!(leader(&store, &IdempotencyKey::new("flood", "k46"), at(2)), Ok(Admission::Leader)));
+        assert!(matches!(leader(&store, &IdempotencyKey::new("flood", "k46"), at(2)), Ok(Admission::Leader(_))));
 
         // All of a consumer's records in flight: refused; another consumer is admitted.
         let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100).with_per_consumer(2));
         for i in 0..2 {
             assert!(matches!(
                 leader(&store, &IdempotencyKey::new("busy", format!("k{i}")), at(0)),
-                Ok(Admission::Leader)
+                Ok(Admission::Leader(_))
             ));
         }
         assert_eq!(
             leader(&store, &IdempotencyKey::new("busy", "k2"), at(0)).err(),
             Some(StoreError::ConsumerFull { quota: 2 })
         );
-        assert!(matches!(leader(&store, &IdempotencyKey::new("other", "k0"), at(0)), Ok(Admission::Leader)));
+        assert!(matches!(leader(&store, &IdempotencyKey::new("other", "k0"), at(0)), Ok(Admission::Leader(_))));
     }
 
     /// Under pressure an unknown outcome, which a reconcile call needs, goes after other results.
@@ -711,12 +801,12 @@ mod tests {
             MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(3).with_per_consumer(100)),
         ] {
             let pending = IdempotencyKey::new("c", "pay-1");
-            assert!(matches!(leader(&store, &pending, at(0)), Ok(Admission::Leader)));
+            assert!(matches!(leader(&store, &pending, at(0)), Ok(Admission::Leader(_))));
             let settlement = Settlement::Store { result: unknown.clone(), expires_at: at(1_000_000) };
-            store.settle(&pending, fp, settlement, at(0)).now_or_never().unwrap().unwrap();
+            store.settle(&pending, fp, held(&store, &pending), settlement, at(0)).now_or_never().unwrap().unwrap();
             for i in 0..5 {
                 let key = IdempotencyKey::new("c", format!("k{i}"));
-                assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader)));
+                assert!(matches!(leader(&store, &key, at(1)), Ok(Admission::Leader(_))));
                 store_result(&store, &key, at(1));
             }
             assert_eq!(store.len(), 3);
@@ -734,19 +824,19 @@ mod tests {
         let fp = Fingerprint::of(&serde_json::json!(1));
         // Released (not cacheable).
         let k = IdempotencyKey::new("a", "r");
-        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader)));
+        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader(_))));
         let release = Settlement::Release { result: InvokeResult::ok(serde_json::json!(1), None) };
-        store.settle(&k, fp, release, at(0)).now_or_never().unwrap().unwrap();
+        store.settle(&k, fp, held(&store, &k), release, at(0)).now_or_never().unwrap().unwrap();
         // Expired.
         let k = IdempotencyKey::new("a", "e");
-        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader)));
+        assert!(matches!(leader(&store, &k, at(0)), Ok(Admission::Leader(_))));
         let short = Settlement::Store { result: InvokeResult::ok(serde_json::json!(1), None), expires_at: at(5) };
-        store.settle(&k, fp, short, at(0)).now_or_never().unwrap().unwrap();
+        store.settle(&k, fp, held(&store, &k), short, at(0)).now_or_never().unwrap().unwrap();
         let _ = leader(&store, &IdempotencyKey::new("b", "sweep"), at(10));
         // Evicted globally by other consumers.
         for i in 0..6 {
             let key = IdempotencyKey::new("c", format!("k{i}"));
-            if matches!(leader(&store, &key, at(11)), Ok(Admission::Leader)) {
+            if matches!(leader(&store, &key, at(11)), Ok(Admission::Leader(_))) {
                 store_result(&store, &key, at(11));
             }
         }

@@ -48,11 +48,11 @@
 //! let fingerprint = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 7}}));
 //!
 //! // The first call leads: it runs the capability, then settles.
-//! let Ok(Admission::Leader) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
+//! let Ok(Admission::Leader(lease)) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
 //! let result = InvokeResult::ok(json!({"cancelled": true}), Some("inv-42".into()));
 //! let expires_at = clock.now().saturating_add(Duration::from_secs(3600));
 //! let settlement = Settlement::Store { result: result.clone(), expires_at };
-//! store.settle(&key, fingerprint, settlement, clock.now()).await.unwrap();
+//! store.settle(&key, fingerprint, lease, settlement, clock.now()).await.unwrap();
 //!
 //! // A retry of the same call replays the stored result.
 //! clock.advance(Duration::from_secs(60));
@@ -66,7 +66,7 @@
 //!
 //! // Once the result expires, the key is free again.
 //! clock.advance(Duration::from_secs(3600));
-//! assert!(matches!(store.admit(&key, other, clock.now()).await, Ok(Admission::Leader)));
+//! assert!(matches!(store.admit(&key, other, clock.now()).await, Ok(Admission::Leader(_))));
 //! # });
 //! ```
 
@@ -97,8 +97,8 @@ pub use hooks::{
     RateDecision, RateLimiter,
 };
 pub use idempotency::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,
-    StoreError,
+    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
+    Settlement, StoreError,
 };
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,
-    StoreError,
+    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
+    Settlement, StoreError,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -43,13 +43,24 @@ async fn admit(s: &impl IdempotencyStore, k: &IdempotencyKey, f: Fingerprint, no
     s.admit(k, f, now).await.expect("admission")
 }
 
-async fn settle(s: &impl IdempotencyStore, k: &IdempotencyKey, f: Fingerprint, settlement: Settlement, now: Timestamp) {
-    s.settle(k, f, settlement, now).await.expect("settlement");
+async fn settle(
+    s: &impl IdempotencyStore,
+    k: &IdempotencyKey,
+    f: Fingerprint,
+    lease: Lease,
+    settlement: Settlement,
+    now: Timestamp,
+) {
+    s.settle(k, f, lease, settlement, now).await.expect("settlement");
 }
 
+/// The leader's lease; panics on any other admission.
 #[track_caller]
-fn assert_leader(admission: Admission) {
-    assert!(matches!(admission, Admission::Leader), "expected Leader, got {admission:?}");
+fn assert_leader(admission: Admission) -> Lease {
+    match admission {
+        Admission::Leader(lease) => lease,
+        other => panic!("expected Leader, got {other:?}"),
+    }
 }
 
 #[track_caller]
@@ -81,12 +92,12 @@ async fn leader_follower_replay() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
     assert!(s.is_empty());
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    let lease1 = assert_leader(admit(&s, &k, fp(1), at(0)).await);
     let waiting = tokio::spawn(follower(admit(&s, &k, fp(1), at(1)).await));
     let another = follower(admit(&s, &k, fp(1), at(2)).await);
     assert_eq!(s.len(), 1);
 
-    settle(&s, &k, fp(1), store(ok(1), at(1_000)), at(3)).await;
+    settle(&s, &k, fp(1), lease1, store(ok(1), at(1_000)), at(3)).await;
     assert_eq!(waiting.await.expect("follower task"), ok(1));
     assert_eq!(another.await, ok(1));
     assert_replay(admit(&s, &k, fp(1), at(999)).await, &ok(1));
@@ -97,9 +108,9 @@ async fn leader_follower_replay() {
 async fn conflicts_in_flight_and_after() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    let lease2 = assert_leader(admit(&s, &k, fp(1), at(0)).await);
     assert_conflict(admit(&s, &k, fp(2), at(1)).await, fp(1));
-    settle(&s, &k, fp(1), store(ok(1), at(1_000)), at(2)).await;
+    settle(&s, &k, fp(1), lease2, store(ok(1), at(1_000)), at(2)).await;
     assert_conflict(admit(&s, &k, fp(2), at(3)).await, fp(1));
     // Other consumers and other invocation ids are other keys.
     assert_leader(admit(&s, &IdempotencyKey::new("consumer-2", "inv-1"), fp(2), at(4)).await);
@@ -114,9 +125,9 @@ async fn release_hands_over_then_forgets() {
         AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(3)).into_payload(),
         Some("inv-1".into()),
     );
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    let lease4 = assert_leader(admit(&s, &k, fp(1), at(0)).await);
     let waiting = follower(admit(&s, &k, fp(1), at(1)).await);
-    settle(&s, &k, fp(1), Settlement::Release { result: limited.clone() }, at(2)).await;
+    settle(&s, &k, fp(1), lease4, Settlement::Release { result: limited.clone() }, at(2)).await;
     assert_eq!(waiting.await, limited);
     assert!(s.is_empty());
     // Released: the retry leads again, even with another request.
@@ -127,8 +138,8 @@ async fn release_hands_over_then_forgets() {
 async fn stored_results_expire() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
-    settle(&s, &k, fp(1), store(ok(1), at(10_000)), at(5)).await;
+    let lease6 = assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    settle(&s, &k, fp(1), lease6, store(ok(1), at(10_000)), at(5)).await;
     assert_replay(admit(&s, &k, fp(1), at(9_999)).await, &ok(1));
     assert_conflict(admit(&s, &k, fp(2), at(9_999)).await, fp(1));
     // `expires_at` is exclusive: at that instant the key is free.
@@ -140,31 +151,39 @@ async fn stored_results_expire() {
 async fn storing_an_already_expired_result_only_hands_it_over() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    let lease8 = assert_leader(admit(&s, &k, fp(1), at(0)).await);
     let waiting = follower(admit(&s, &k, fp(1), at(1)).await);
-    settle(&s, &k, fp(1), store(ok(1), at(50)), at(50)).await;
+    settle(&s, &k, fp(1), lease8, store(ok(1), at(50)), at(50)).await;
     assert_eq!(waiting.await, ok(1));
     assert!(s.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn settling_what_is_not_in_flight_does_nothing() {
+async fn settling_what_is_not_in_flight_is_refused_and_changes_nothing() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
+    let lost = |r: Result<(), StoreError>| assert_eq!(r, Err(StoreError::LeaseLost));
     // Unknown key.
-    settle(&s, &k, fp(1), store(ok(1), at(1_000)), at(0)).await;
+    lost(s.settle(&k, fp(1), Lease::until_settled(0), store(ok(1), at(1_000)), at(0)).await);
     assert!(s.is_empty());
 
-    assert_leader(admit(&s, &k, fp(1), at(0)).await);
-    // Another fingerprint does not settle this leader's record.
-    settle(&s, &k, fp(2), store(ok(2), at(1_000)), at(1)).await;
+    let lease = assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    // Another fingerprint, or a lease the store did not give, does not settle this leader's record.
+    lost(s.settle(&k, fp(2), lease, store(ok(2), at(1_000)), at(1)).await);
+    let forged = Lease::until_settled(lease.token + 1);
+    lost(s.settle(&k, fp(1), forged, store(ok(2), at(1_000)), at(1)).await);
     let waiting = follower(admit(&s, &k, fp(1), at(2)).await);
-    settle(&s, &k, fp(1), store(ok(1), at(1_000)), at(3)).await;
+    settle(&s, &k, fp(1), lease, store(ok(1), at(1_000)), at(3)).await;
     assert_eq!(waiting.await, ok(1));
     // A second settlement neither replaces nor releases the stored result.
-    settle(&s, &k, fp(1), store(ok(9), at(5_000)), at(4)).await;
-    settle(&s, &k, fp(1), Settlement::Release { result: ok(9) }, at(5)).await;
+    lost(s.settle(&k, fp(1), lease, store(ok(9), at(5_000)), at(4)).await);
+    lost(s.settle(&k, fp(1), lease, Settlement::Release { result: ok(9) }, at(5)).await);
     assert_replay(admit(&s, &k, fp(1), at(6)).await, &ok(1));
+    // A new leader after the result expired gets a new token; the old lease cannot touch it.
+    let next = assert_leader(admit(&s, &k, fp(1), at(1_000)).await);
+    assert_ne!(next.token, lease.token);
+    lost(s.settle(&k, fp(1), lease, store(ok(9), at(5_000)), at(1_001)).await);
+    assert_eq!(s.renew(&k, next, at(1_001)).await, Ok(()), "memory leases need no renewal");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,8 +220,8 @@ async fn one_thousand_concurrent_duplicates_have_one_leader() {
                 // Everyone is admitted before the leader settles.
                 barrier.wait().await;
                 match admission {
-                    Admission::Leader => {
-                        settle(&s, &k, fp(1), store(ok(42), at(60_000)), at(1)).await;
+                    Admission::Leader(lease) => {
+                        settle(&s, &k, fp(1), lease, store(ok(42), at(60_000)), at(1)).await;
                         None
                     }
                     Admission::Follower(result) => Some(result.await),
@@ -247,18 +266,19 @@ async fn concurrent_requests_with_different_fingerprints_for_one_key() {
         outcomes.push(task.await.expect("task"));
     }
     let winners: Vec<Fingerprint> =
-        outcomes.iter().filter(|(_, a)| matches!(a, Admission::Leader)).map(|(f, _)| *f).collect();
+        outcomes.iter().filter(|(_, a)| matches!(a, Admission::Leader(_))).map(|(f, _)| *f).collect();
     assert_eq!(winners.len(), 1);
     let winner = winners[0];
     for (f, admission) in outcomes {
         match admission {
-            Admission::Leader => assert_eq!(f, winner),
+            Admission::Leader(_) => assert_eq!(f, winner),
             Admission::Follower(_) => assert_eq!(f, winner),
             Admission::Conflict { stored } => {
                 assert_ne!(f, winner);
                 assert_eq!(stored, winner);
             }
             Admission::Replay(_) => panic!("nothing was settled"),
+            Admission::TakeOver(_) => panic!("memory leases do not lapse"),
         }
     }
 }
@@ -266,12 +286,14 @@ async fn concurrent_requests_with_different_fingerprints_for_one_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_evicts_the_oldest_stored_results_first() {
     let s = store_with(3);
+    let mut leases = Vec::new();
     for i in 1..=3 {
-        assert_leader(admit(&s, &key(&format!("k{i}")), fp(i), at(i)).await);
+        leases.push(assert_leader(admit(&s, &key(&format!("k{i}")), fp(i), at(i)).await));
     }
     // Settled in the order k2, k3, k1.
     for i in [2, 3, 1] {
-        settle(&s, &key(&format!("k{i}")), fp(i), store(ok(i), at(1_000_000)), at(10 + i)).await;
+        let lease = leases[usize::try_from(i - 1).unwrap()];
+        settle(&s, &key(&format!("k{i}")), fp(i), lease, store(ok(i), at(1_000_000)), at(10 + i)).await;
     }
     assert_leader(admit(&s, &key("k4"), fp(4), at(20)).await);
     assert_eq!(s.len(), 3);
@@ -290,10 +312,10 @@ async fn capacity_evicts_the_oldest_stored_results_first() {
 async fn capacity_drops_expired_results_before_live_ones() {
     let s = store_with(3);
     let (old, short, busy) = (key("old"), key("short"), key("busy"));
-    assert_leader(admit(&s, &old, fp(1), at(0)).await);
-    settle(&s, &old, fp(1), store(ok(1), at(1_000_000)), at(1)).await;
-    assert_leader(admit(&s, &short, fp(2), at(2)).await);
-    settle(&s, &short, fp(2), store(ok(2), at(100)), at(3)).await;
+    let lease15 = assert_leader(admit(&s, &old, fp(1), at(0)).await);
+    settle(&s, &old, fp(1), lease15, store(ok(1), at(1_000_000)), at(1)).await;
+    let lease16 = assert_leader(admit(&s, &short, fp(2), at(2)).await);
+    settle(&s, &short, fp(2), lease16, store(ok(2), at(100)), at(3)).await;
     assert_leader(admit(&s, &busy, fp(3), at(4)).await);
     assert_eq!(s.len(), 3);
 
@@ -305,7 +327,7 @@ async fn capacity_drops_expired_results_before_live_ones() {
 #[tokio::test(flavor = "multi_thread")]
 async fn full_when_every_record_is_in_flight() {
     let s = store_with(2);
-    assert_leader(admit(&s, &key("a"), fp(1), at(0)).await);
+    let lease19 = assert_leader(admit(&s, &key("a"), fp(1), at(0)).await);
     assert_leader(admit(&s, &key("b"), fp(2), at(0)).await);
     let err = s.admit(&key("c"), fp(3), at(1)).await.expect_err("full");
     assert_eq!(err, StoreError::Full { capacity: 2 });
@@ -314,7 +336,7 @@ async fn full_when_every_record_is_in_flight() {
     drop(follower(admit(&s, &key("a"), fp(1), at(1)).await));
     assert_conflict(admit(&s, &key("b"), fp(1), at(1)).await, fp(2));
 
-    settle(&s, &key("a"), fp(1), store(ok(1), at(1_000)), at(2)).await;
+    settle(&s, &key("a"), fp(1), lease19, store(ok(1), at(1_000)), at(2)).await;
     assert_leader(admit(&s, &key("c"), fp(3), at(3)).await);
     assert_eq!(s.len(), 2);
 
@@ -327,14 +349,14 @@ async fn len_never_exceeds_capacity() {
     let s = store_with(10);
     for i in 0..1_000u64 {
         let k = key(&format!("k{i}"));
-        assert_leader(admit(&s, &k, fp(i), at(i)).await);
+        let lease22 = assert_leader(admit(&s, &k, fp(i), at(i)).await);
         // A mix of long-lived, short-lived and released results.
         let settlement = match i % 3 {
             0 => store(ok(i), at(i + 1_000_000)),
             1 => store(ok(i), at(i + 5)),
             _ => Settlement::Release { result: ok(i) },
         };
-        settle(&s, &k, fp(i), settlement, at(i)).await;
+        settle(&s, &k, fp(i), lease22, settlement, at(i)).await;
         assert!(s.len() <= 10);
     }
 }
@@ -366,5 +388,8 @@ fn config_and_debug() {
     assert_eq!(MemoryStoreConfig::with_capacity(7).capacity, 7);
     let s = store_with(7);
     assert_eq!(format!("{s:?}"), "MemoryIdempotencyStore { capacity: 7, len: 0 }");
-    assert_eq!(format!("{:?}", Admission::Leader), "Leader");
+    assert_eq!(
+        format!("{:?}", Admission::Leader(Lease::until_settled(3))),
+        "Leader(Lease { token: 3, renew_every: None })"
+    );
 }

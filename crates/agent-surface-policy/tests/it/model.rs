@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agent_surface_core::{InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, Settlement,
-    StoreError,
+    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
+    Settlement, StoreError,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -126,6 +126,8 @@ fn run(capacity: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut model =
         Model { capacity, now: Timestamp::from_unix_millis(1_000), records: HashMap::new(), done_order: Vec::new() };
     let mut waiting: Vec<Waiting> = Vec::new();
+    // The lease of each key's latest leader: settlements present it, as the registry does.
+    let mut leases: HashMap<u8, Lease> = HashMap::new();
     for (step, op) in ops.into_iter().enumerate() {
         let result = InvokeResult::ok(json!({ "step": step }), None);
         match op {
@@ -133,12 +135,18 @@ fn run(capacity: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let expected = model.admit(key, fp);
                 let admission = store.admit(&the_key(key), the_fp(fp), model.now).now_or_never();
                 let actual = match admission.expect("the memory store answers at once") {
-                    Ok(Admission::Leader) => Decision::Leader,
+                    Ok(Admission::Leader(lease)) => {
+                        prop_assert!(lease.renew_every.is_none(), "memory leases hold until settled");
+                        let earlier = leases.insert(key, lease);
+                        prop_assert!(earlier.is_none_or(|e| e.token != lease.token), "tokens are unique");
+                        Decision::Leader
+                    }
                     Ok(Admission::Follower(future)) => {
                         waiting.push(Waiting { key, future, expected: None });
                         Decision::Follower
                     }
                     Ok(Admission::Replay(result)) => Decision::Replay(result),
+                    Ok(Admission::TakeOver(lease)) => panic!("memory leases do not lapse, yet {lease:?}"),
                     Ok(Admission::Conflict { stored }) => {
                         Decision::Conflict((0..3).find(|f| the_fp(*f) == stored).expect("a known fingerprint"))
                     }
@@ -150,11 +158,13 @@ fn run(capacity: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Store { key, fp, ttl_ms } => {
                 let expires_at = model.now.saturating_add(Duration::from_millis(ttl_ms));
                 let settlement = Settlement::Store { result: result.clone(), expires_at };
-                settle(&store, &mut model, &mut waiting, (key, fp), settlement, Some(expires_at))?;
+                let lease = leases.get(&key).copied();
+                settle(&store, &mut model, &mut waiting, (key, fp, lease), settlement, Some(expires_at))?;
             }
             Op::Release { key, fp } => {
                 let settlement = Settlement::Release { result: result.clone() };
-                settle(&store, &mut model, &mut waiting, (key, fp), settlement, None)?;
+                let lease = leases.get(&key).copied();
+                settle(&store, &mut model, &mut waiting, (key, fp, lease), settlement, None)?;
             }
             Op::Advance { ms } => model.now = model.now.saturating_add(Duration::from_millis(ms)),
         }
@@ -177,25 +187,34 @@ fn run(capacity: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Settles in the model and in the store, and records what the key's followers should receive.
+/// Settles in the model and in the store (with the key's latest lease, or a lease the store never
+/// gave), and records what the key's followers should receive. A settlement the model rejects
+/// must be refused as `LeaseLost` and change nothing.
 fn settle(
     store: &MemoryIdempotencyStore,
     model: &mut Model,
     waiting: &mut [Waiting],
-    (key, fp): (u8, u8),
+    (key, fp, lease): (u8, u8, Option<Lease>),
     settlement: Settlement,
     store_until: Option<Timestamp>,
 ) -> Result<(), TestCaseError> {
     let result = match &settlement {
         Settlement::Store { result, .. } | Settlement::Release { result } => result.clone(),
     };
-    if let Some(handed_over) = model.settle(key, fp, result, store_until) {
+    let handed_over = model.settle(key, fp, result, store_until);
+    let accepted = handed_over.is_some();
+    if let Some(handed_over) = handed_over {
         for w in waiting.iter_mut().filter(|w| w.key == key && w.expected.is_none()) {
             w.expected = Some(handed_over.clone());
         }
     }
-    let settled = store.settle(&the_key(key), the_fp(fp), settlement, model.now).now_or_never();
-    prop_assert!(matches!(settled, Some(Ok(()))));
+    let lease = lease.unwrap_or(Lease::until_settled(u64::MAX));
+    let settled = store.settle(&the_key(key), the_fp(fp), lease, settlement, model.now).now_or_never();
+    if accepted {
+        prop_assert!(matches!(settled, Some(Ok(()))), "{settled:?}");
+    } else {
+        prop_assert!(matches!(settled, Some(Err(StoreError::LeaseLost))), "{settled:?}");
+    }
     Ok(())
 }
 

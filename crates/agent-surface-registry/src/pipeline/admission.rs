@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
-use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
 use sha2::{Digest, Sha256};
 
 use super::Stop;
@@ -118,16 +118,29 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
     let store = inner.config.idempotency.clone();
     let now = inner.config.clock.now();
-    match store.admit(&key, fp, now).await {
-        Ok(Admission::Leader) => Admitted::Leader(Box::new(LeaderGuard {
+    let leader = |lease: Lease, taken_over: bool| {
+        Admitted::Leader(Box::new(LeaderGuard {
             may_have_run: Arc::default(),
             pending: None,
-            store,
-            key: Some(key),
+            store: store.clone(),
+            key: Some(key.clone()),
             fingerprint: fp,
+            lease,
+            taken_over,
             window: inner.config.idempotency_window,
             clock: inner.config.clock.clone(),
-        })),
+        }))
+    };
+    match store.admit(&key, fp, now).await {
+        Ok(Admission::Leader(lease)) => leader(lease, false),
+        Ok(Admission::TakeOver(lease)) => {
+            tracing::warn!(
+                target: "agent_surface::invoke",
+                token = lease.token,
+                "the previous leader of this call lost its lease without a result; this call took the record over"
+            );
+            leader(lease, true)
+        }
         Ok(Admission::Replay(result)) => Admitted::Answered(Invocation {
             result: result.with_invocation_id(Some(invocation_id.clone())),
             phase: None,
@@ -179,6 +192,10 @@ pub(crate) struct LeaderGuard {
     store: Arc<dyn IdempotencyStore>,
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
+    lease: Lease,
+    /// The record was taken over from a leader whose lease lapsed: an earlier execution may have
+    /// taken effect.
+    taken_over: bool,
     window: Duration,
     clock: Arc<dyn agent_surface_policy::Clock>,
 }
@@ -187,6 +204,41 @@ impl LeaderGuard {
     /// The flag the execution phase sets (see the field).
     pub(crate) fn may_have_run(&self) -> Arc<AtomicBool> {
         self.may_have_run.clone()
+    }
+
+    /// Whether this call took its record over from a leader that lost its lease.
+    pub(crate) fn taken_over(&self) -> bool {
+        self.taken_over
+    }
+
+    /// Keeps the lease alive while the call runs, for a store whose leases lapse; `None` when the
+    /// lease holds until settled. The future never ends: the caller drops it with the call.
+    ///
+    /// It waits on Tokio's timer, not the registry's clock: a lease lapses on the store's clock,
+    /// which a simulated registry clock does not move.
+    pub(crate) fn renewal(&self) -> Option<impl Future<Output = std::convert::Infallible> + Send + 'static> {
+        let every = self.lease.renew_every?;
+        let (store, key, lease, clock) = (self.store.clone(), self.key.clone()?, self.lease, self.clock.clone());
+        // `now` is passed for the trait's sake; the store measures the lease on its own clock.
+        Some(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match store.renew(&key, lease, clock.now()).await {
+                    Ok(()) => {}
+                    Err(StoreError::LeaseLost) => {
+                        tracing::error!(
+                            target: "agent_surface::invoke",
+                            token = lease.token,
+                            "lost the lease on this call's idempotency record; its result will not be recorded"
+                        );
+                        return std::future::pending::<std::convert::Infallible>().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "agent_surface::invoke", error = %e, "could not renew the lease");
+                    }
+                }
+            }
+        })
     }
 
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
@@ -208,10 +260,19 @@ impl LeaderGuard {
         // while the store is still writing, `Drop` settles the record with the same result
         // instead of leaving it in flight for ever.
         self.pending = Some(settlement.clone());
-        match self.store.settle(key, self.fingerprint, settlement, now).await {
+        match self.store.settle(key, self.fingerprint, self.lease, settlement, now).await {
             Ok(()) => {
                 self.key = None;
                 self.pending = None;
+            }
+            Err(StoreError::LeaseLost) => {
+                self.key = None;
+                tracing::error!(
+                    target: "agent_surface::invoke",
+                    token = self.lease.token,
+                    "the lease on this call's idempotency record was lost (it ran past the lease and another \
+                     caller took the record over); its result was not recorded"
+                );
             }
             Err(e) => {
                 self.key = None;
@@ -237,15 +298,15 @@ impl Drop for LeaderGuard {
                 self.settlement(result, now, true)
             }
         };
-        let (store, fp) = (self.store.clone(), self.fingerprint);
+        let (store, fp, lease) = (self.store.clone(), self.fingerprint, self.lease);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    let _ = store.settle(&key, fp, settlement, now).await;
+                    let _ = store.settle(&key, fp, lease, settlement, now).await;
                 });
             }
             Err(_) => {
-                futures_util::FutureExt::now_or_never(store.settle(&key, fp, settlement, now));
+                futures_util::FutureExt::now_or_never(store.settle(&key, fp, lease, settlement, now));
             }
         }
     }

@@ -95,7 +95,21 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
     // not harmless has started, so that dropping the call records an unknown outcome rather than
     // `CANCELLED`.
     let may_have_run = leader.as_ref().map(|guard| guard.may_have_run());
-    let outcome = phases(registry, &mut request, &options, may_have_run.as_deref()).await;
+    let taken_over = leader.as_ref().is_some_and(|guard| guard.taken_over());
+    let outcome = match leader.as_ref().and_then(|guard| guard.renewal()) {
+        None => phases(registry, &mut request, &options, may_have_run.as_deref(), taken_over).await,
+        // A store whose leases lapse: the lease is renewed while the call runs.
+        Some(renewal) => {
+            let phases = phases(registry, &mut request, &options, may_have_run.as_deref(), taken_over);
+            Box::pin(async {
+                tokio::select! {
+                    outcome = phases => outcome,
+                    never = renewal => match never {},
+                }
+            })
+            .await
+        }
+    };
     let invocation = record::finish(outcome, invocation_id);
     // Phase 10: record (boxed, like admission: only tracked calls get here). A stop for
     // questions is not terminal: the same id comes back with the answers.
@@ -112,6 +126,7 @@ async fn phases(
     request: &mut InvokeRequest,
     options: &InvokeOptions,
     may_have_run: Option<&std::sync::atomic::AtomicBool>,
+    taken_over: bool,
 ) -> Outcome {
     let inner = &registry.inner;
     // Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
@@ -135,6 +150,17 @@ async fn phases(
     } else {
         resolution?
     };
+    // The record was taken over from a leader that lost its lease mid-call (its process died):
+    // that execution may have taken effect, so only a call whose repetition is harmless runs
+    // again. Decided here, once authority has run, so that it reveals nothing to a consumer who
+    // may not see the capability.
+    if taken_over && !execute::outcome_is_harmless(&def) {
+        return Err(Stop::noted(
+            AgentSurfaceError::outcome_unknown(),
+            Phase::Admission,
+            "the previous leader of this call lost its lease without a result",
+        ));
+    }
     // Phase 5.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),

@@ -8,6 +8,7 @@ mod concurrency;
 mod confirmation;
 mod definitions;
 mod hostile;
+mod leases;
 mod phases;
 mod progress;
 mod questions;

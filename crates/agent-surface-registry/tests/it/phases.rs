@@ -69,6 +69,7 @@ impl IdempotencyStore for BrokenStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
+        _: agent_surface_policy::Lease,
         _: Settlement,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -159,6 +159,7 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
         &'a self,
         key: &'a agent_surface_policy::IdempotencyKey,
         fingerprint: agent_surface_policy::Fingerprint,
+        lease: agent_surface_policy::Lease,
         settlement: agent_surface_policy::Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
@@ -166,7 +167,7 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
             self.entered.notify_one();
             return Box::pin(std::future::pending());
         }
-        self.inner.settle(key, fingerprint, settlement, now)
+        self.inner.settle(key, fingerprint, lease, settlement, now)
     }
 }
 

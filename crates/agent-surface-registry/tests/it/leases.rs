@@ -1,0 +1,192 @@
+//! Leases on idempotency records, as a shared store hands them out: a record taken over from a
+//! leader whose lease lapsed, renewal while a call runs, and a lease lost before settlement.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Timestamp};
+use agent_surface_policy::{
+    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, Settlement, StoreError,
+};
+use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::support::{assert_produced, call, capture_operator_log, consumer};
+
+/// A memory store dressed as a shared one: its leases ask to be renewed every `renew_every`, the
+/// next admission can be made a takeover, and its leases can be lost.
+#[derive(Debug, Default)]
+struct LeasingStore {
+    inner: MemoryIdempotencyStore,
+    renew_every: Option<Duration>,
+    /// The next admission that would lead takes the record over instead.
+    take_over: AtomicBool,
+    /// Every renewal and settlement from now on finds the lease lost.
+    lost: AtomicBool,
+    renewals: AtomicUsize,
+    settled: AtomicUsize,
+}
+
+impl IdempotencyStore for LeasingStore {
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(async move {
+            Ok(match self.inner.admit(key, fingerprint, now).await? {
+                Admission::Leader(lease) => {
+                    let lease = Lease { renew_every: self.renew_every, ..lease };
+                    if self.take_over.swap(false, Ordering::SeqCst) {
+                        Admission::TakeOver(lease)
+                    } else {
+                        Admission::Leader(lease)
+                    }
+                }
+                other => other,
+            })
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            if self.lost.load(Ordering::SeqCst) {
+                return Err(StoreError::LeaseLost);
+            }
+            self.settled.fetch_add(1, Ordering::SeqCst);
+            self.inner.settle(key, fingerprint, Lease::until_settled(lease.token), settlement, now).await
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        let lost = self.lost.load(Ordering::SeqCst);
+        Box::pin(async move { if lost { Err(StoreError::LeaseLost) } else { Ok(()) } })
+    }
+}
+
+/// `shop.pay` (external, not idempotent) and `shop.quote` (read), each counting its executions
+/// and taking `delay` to run.
+fn registry(store: Arc<LeasingStore>, delay: Duration) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    let (pay, quote) = (runs.clone(), runs.clone());
+    r.define("shop", move |t| {
+        t.capability("pay", "Charge the card.").effect(Effect::External).handler(move |_c: Ctx, _i: Value| {
+            let runs = pay.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                Ok::<_, AgentSurfaceError>(json!({"paid": true}))
+            }
+        });
+        t.capability("quote", "Quote a price.").effect(Effect::Read).handler(move |_c: Ctx, _i: Value| {
+            let runs = quote.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                Ok::<_, AgentSurfaceError>(json!({"price": 3}))
+            }
+        })
+    })
+    .expect("definition is valid");
+    let m = r.mount("shop", "main").expect("mount");
+    (r, m, runs)
+}
+
+/// A write whose record was taken over may already have taken effect: the new leader does not
+/// run it again but records an unknown outcome, which retries then replay.
+#[tokio::test]
+async fn a_taken_over_write_is_an_unknown_outcome_and_does_not_run_again() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    store.take_over.store(true, Ordering::SeqCst);
+    let inv =
+        r.invoke_detailed(call("shop.pay", json!({"cents": 500})).with_invocation_id("pay-1"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the taken-over write must not run a second time");
+    let again =
+        r.invoke_detailed(call("shop.pay", json!({"cents": 500})).with_invocation_id("pay-1"), consumer("c")).await;
+    assert!(again.replayed, "the unknown outcome is recorded for the reconcile call");
+    assert_eq!(again.result, inv.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A read (or an idempotent call) taken over simply runs again.
+#[tokio::test]
+async fn a_taken_over_read_runs_again() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    store.take_over.store(true, Ordering::SeqCst);
+    let inv = r.invoke_detailed(call("shop.quote", json!({})).with_invocation_id("q-1"), consumer("c")).await;
+    assert_eq!(inv.result.output(), Some(&json!({"price": 3})));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A takeover reveals nothing before authority: for an unknown capability the answer is the
+/// resolution error, as without a takeover.
+#[tokio::test]
+async fn a_takeover_answers_nothing_before_resolution() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, _runs) = registry(store.clone(), Duration::ZERO);
+    store.take_over.store(true, Ordering::SeqCst);
+    let inv = r.invoke_detailed(call("shop.nothing", json!({})).with_invocation_id("n-1"), consumer("c")).await;
+    assert_eq!(inv.result.code(), Some(ErrorCode::CapabilityNotFound));
+}
+
+/// While a call runs, its lease is renewed every `renew_every`; renewal stops with the call.
+#[tokio::test]
+async fn a_running_call_renews_its_lease() {
+    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
+    let (r, _m, runs) = registry(store.clone(), Duration::from_millis(80));
+    let inv = r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-2"), consumer("c")).await;
+    assert!(inv.is_ok());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let renewed = store.renewals.load(Ordering::SeqCst);
+    assert!(renewed >= 2, "renewed {renewed} times in 80 ms at a 5 ms period");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(store.renewals.load(Ordering::SeqCst), renewed, "renewal ends with the call");
+    // A store whose leases hold until settled is never asked.
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, _runs) = registry(store.clone(), Duration::from_millis(20));
+    assert!(r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-3"), consumer("c")).await.is_ok());
+    assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+}
+
+/// A leader that lost its lease (it ran past it and another replica took the record over) still
+/// answers its own caller; the store records nothing of it, and the operator is told.
+#[test]
+fn a_lost_lease_records_nothing_and_tells_the_operator() {
+    let (runs, log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
+            let (r, _m, runs) = registry(store.clone(), Duration::from_millis(40));
+            store.lost.store(true, Ordering::SeqCst);
+            let inv = r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-4"), consumer("c")).await;
+            assert_eq!(inv.output(), Some(&json!({"paid": true})), "the caller still gets its result");
+            assert_eq!(store.settled.load(Ordering::SeqCst), 0);
+            assert_eq!(store.renewals.load(Ordering::SeqCst), 1, "renewal stops once the lease is lost");
+            runs.load(Ordering::SeqCst)
+        })
+    });
+    assert_eq!(runs, 1);
+    assert!(log.contains("lost the lease"), "{log}");
+    assert!(log.contains("was not recorded"), "{log}");
+}
