@@ -13,13 +13,13 @@ use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
     ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
-    Fingerprint, Mismatch, Rejection, StoreError,
+    Mismatch, Rejection, StoreError,
 };
 use futures_util::future::BoxFuture;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
-use crate::{RedisStores, ms, ttl_ms};
+use crate::{RedisStores, ms, parse_hash, ttl_ms};
 
 /// The fixed part of a record, as stored under `rec`.
 #[derive(Serialize, Deserialize)]
@@ -78,17 +78,6 @@ impl Fixed {
         record.state = state;
         Some(record)
     }
-}
-
-fn parse_hash(hex: &str) -> Option<Fingerprint> {
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut bytes = [0u8; 32];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(Fingerprint::from_bytes(bytes))
 }
 
 fn state_of(s: &str, by: String) -> Option<ConfirmationState> {

@@ -8,6 +8,8 @@
 //! of `agent-surface-policy` on Redis (through the `redis` crate's connection manager, which
 //! reconnects by itself):
 //!
+//! - [`RedisIdempotencyStore`] — `IdempotencyStore`: one execution per `(consumerKey,
+//!   invocationId)` across replicas, with leases on Redis' clock and fencing tokens;
 //! - [`RedisConfirmationStore`] — `ConfirmationStore`: insert, decide, consume once, withdraw;
 //! - [`RedisTaskStore`] — `TaskStore`: create, get, finish, request a cancellation;
 //! - [`RedisRateLimiter`] — `RateLimiter`: GCRA budgets per consumer and per capability, taken
@@ -15,7 +17,8 @@
 //!
 //! **Each store operation is one atomic server-side script** (over one hash; the rate limiter's
 //! over the buckets of one call): the check and the change it guards can never interleave with
-//! another replica's. The record's expiry is kept
+//! another replica's, and a pipeline phase that touches a store costs one round trip (admission,
+//! settlement; a follower polls). A confirmation's or a task's expiry is kept
 //! both as a field (compared with the `now` every operation is given, so the stores never
 //! disagree with the registry's clock) and as the key's time to live (so Redis reclaims it).
 //!
@@ -34,12 +37,11 @@
 //! script touches two keys).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
-//! Redis): `{prefix}conf:{id}`, `{prefix}task:{id}`, `{prefix}rate:consumer:{key}` and
-//! `{prefix}rate:capability:{name}`. Nothing of a key or a stored value
-//! reaches the agent channel. TLS and credentials come with the URL (`rediss://user:pass@host`).
-//!
-//! Not here yet: the idempotency store (exactly-once across replicas needs leases with fencing
-//! tokens in the store trait).
+//! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
+//! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
+//! `{prefix}rate:consumer:{key}` and `{prefix}rate:capability:{name}`. Nothing of a key or a
+//! stored value reaches the agent channel. TLS and credentials come with the URL
+//! (`rediss://user:pass@host`).
 //!
 //! # Examples
 //!
@@ -47,6 +49,7 @@
 //! use std::sync::Arc;
 //! use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
 //! use agent_surface_redis::{RedisConfig, RedisStores};
+//! use agent_surface_registry::{Registry, RegistryConfig};
 //!
 //! # async fn run() -> Result<(), agent_surface_redis::ConnectError> {
 //! let stores = RedisStores::connect("redis://127.0.0.1:6379/", RedisConfig::default()).await?;
@@ -54,12 +57,18 @@
 //!     store: Arc::new(stores.confirmations()),
 //!     ..Default::default()
 //! });
-//! # let _ = engine;
+//! let registry = Registry::new(RegistryConfig {
+//!     idempotency: Arc::new(stores.idempotency()),
+//!     confirmation: Some(Arc::new(engine)),
+//!     ..Default::default()
+//! });
+//! # let _ = registry;
 //! # Ok(())
 //! # }
 //! ```
 
 mod confirmation;
+mod idempotency;
 mod rate;
 mod task;
 
@@ -70,6 +79,7 @@ use agent_surface_policy::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use confirmation::RedisConfirmationStore;
+pub use idempotency::RedisIdempotencyStore;
 pub use rate::{RedisRateConfig, RedisRateLimiter};
 pub use task::RedisTaskStore;
 
@@ -87,16 +97,28 @@ pub struct RedisConfig {
     /// The largest task payload (a task's result) stored, in bytes; a larger one is refused with
     /// `StoreError::Full`, and the adapter stores a smaller one.
     pub max_task_payload_bytes: usize,
+    /// How long an idempotency leader holds its record without renewing it, on Redis' clock. The
+    /// registry renews every third of it while the call runs, so it bounds how long a call whose
+    /// replica died blocks its retries; it must exceed the longest pause a live replica may take
+    /// (a stalled replica that misses its renewals is taken over, and its result is not recorded).
+    pub lease: Duration,
+    /// How long an idempotency record in flight is kept when its leader never settles (its
+    /// replica died): within it, a retry learns that the outcome is unknown rather than running
+    /// as a new call. At least `lease`.
+    pub in_flight_retention: Duration,
 }
 
 impl Default for RedisConfig {
-    /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload.
+    /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload,
+    /// 10 s leases, records in flight kept a day.
     fn default() -> RedisConfig {
         RedisConfig {
             prefix: "agent-surface:".to_string(),
             op_timeout: Duration::from_secs(2),
             retention: Duration::from_secs(3600),
             max_task_payload_bytes: 1024 * 1024,
+            lease: Duration::from_secs(10),
+            in_flight_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -150,6 +172,11 @@ impl RedisStores {
         Ok(RedisStores { conn, config })
     }
 
+    /// The idempotency store.
+    pub fn idempotency(&self) -> RedisIdempotencyStore {
+        RedisIdempotencyStore::new(self.clone())
+    }
+
     /// The confirmation store.
     pub fn confirmations(&self) -> RedisConfirmationStore {
         RedisConfirmationStore::new(self.clone())
@@ -198,4 +225,16 @@ fn ms(t: agent_surface_core::Timestamp) -> String {
 /// live, which Redis must be able to add to its clock).
 fn ttl_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).clamp(1, 1 << 43)
+}
+
+/// A fingerprint from its 64 lowercase hex digits.
+fn parse_hash(hex: &str) -> Option<agent_surface_policy::Fingerprint> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(agent_surface_policy::Fingerprint::from_bytes(bytes))
 }

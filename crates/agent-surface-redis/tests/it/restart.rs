@@ -1,5 +1,6 @@
 //! Redis going away and coming back: calls fail closed while it is gone, and with append-only
-//! persistence a pending approval survives the restart and is then used once.
+//! persistence a pending approval survives the restart and is then used once, and a stored result
+//! survives it and is replayed.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -66,13 +67,18 @@ impl Drop for Own {
     }
 }
 
-/// A registry whose `orders.cancel` is confirmed through an engine on `stores`.
+/// A registry whose `orders.cancel` is confirmed through an engine on `stores`, with its
+/// idempotency records on `stores` too.
 fn shop(stores: &RedisStores) -> (Registry, Arc<ConfirmationEngine>, agent_surface_registry::Mount) {
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         store: Arc::new(stores.confirmations()),
         ..Default::default()
     }));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    let registry = Registry::new(RegistryConfig {
+        confirmation: Some(engine.clone()),
+        idempotency: Arc::new(stores.idempotency()),
+        ..Default::default()
+    });
     registry
         .define("orders", |t| {
             t.capability("cancel", "Cancel an order.")
@@ -111,11 +117,15 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     assert_eq!(asked.code(), Some(ErrorCode::ConfirmationRequired));
     let id = asked.error_payload().unwrap().detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
 
-    // Redis goes away: nothing runs, the answer is transient.
+    // Redis goes away: nothing runs, the answer is transient — from the confirmation store, and
+    // from the idempotency store for a call with an invocation id.
     redis.stop();
     let refused = registry.invoke(cancel().with_confirmation(&id), alice()).await;
     assert_eq!(refused.code(), Some(ErrorCode::ExecutionFailed), "{refused:?}");
     assert_eq!(refused.error_payload().unwrap().retry(), Retry::AfterDelay);
+    let tracked = registry.invoke(cancel().with_confirmation(&id).with_invocation_id("cancel-1"), alice()).await;
+    assert_eq!(tracked.code(), Some(ErrorCode::ExecutionFailed), "{tracked:?}");
+    assert_eq!(tracked.error_payload().unwrap().retry(), Retry::AfterDelay);
 
     // Back, from its append-only file: the pending approval is still there.
     let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
@@ -128,10 +138,29 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     approved.expect("the pending approval survived the restart");
-    let done = registry.invoke(cancel().with_confirmation(&id), alice()).await;
+    let done = registry.invoke(cancel().with_confirmation(&id).with_invocation_id("cancel-1"), alice()).await;
     assert_eq!(done.output(), Some(&json!({"cancelled": "A-1"})), "{done:?}");
     let again = registry.invoke(cancel().with_confirmation(&id), alice()).await;
     assert_eq!(again.code(), Some(ErrorCode::ConfirmationInvalid));
+
+    // Once more down and up: the stored result is replayed under its invocation id (the approval
+    // was consumed, so a second execution would have been refused, not replayed).
+    let mut back = back;
+    back.stop();
+    let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
+    let mut replayed = None;
+    for _ in 0..50 {
+        let inv =
+            registry.invoke_detailed(cancel().with_confirmation(&id).with_invocation_id("cancel-1"), alice()).await;
+        if inv.result.code() != Some(ErrorCode::ExecutionFailed) {
+            replayed = Some(inv);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let replayed = replayed.expect("Redis came back");
+    assert!(replayed.replayed, "{replayed:?}");
+    assert_eq!(replayed.result, done);
     drop((back, redis));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,22 @@ use serde_json::json;
 use crate::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_idempotency_store_passes_the_kit() {
+    let Some(redis) = support::stores("idem-kit").await else { return };
+    stores::check_idempotency_store(&redis.idempotency(), "kit-").await;
+}
+
+/// With a tiny lease: renewal holds it, a lapsed one is taken over, and the old leader's late
+/// completion is refused by the fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_leases_lapse_and_fence_late_completions() {
+    let lease = Duration::from_millis(300);
+    let config = RedisConfig { lease, ..RedisConfig::default() };
+    let Some(redis) = support::stores_with("idem-lease", config).await else { return };
+    stores::check_idempotency_leases(&redis.idempotency(), lease, "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_confirmation_store_passes_the_kit() {
     let Some(redis) = support::stores("conf-kit").await else { return };
     stores::check_confirmation_store(&redis.confirmations(), "kit-").await;

@@ -9,11 +9,16 @@ pub(crate) fn redis_url() -> Option<String> {
 
 /// Stores on the test Redis under a prefix of their own (tests share one Redis).
 pub(crate) async fn stores(test: &str) -> Option<RedisStores> {
+    stores_with(test, RedisConfig::default()).await
+}
+
+/// As [`stores`], with `config` (its prefix replaced).
+pub(crate) async fn stores_with(test: &str, config: RedisConfig) -> Option<RedisStores> {
     let url = redis_url()?;
     // The process id and a clock reading: a rerun against a persistent Redis starts afresh.
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let prefix = format!("it:{}:{nonce}:{test}:{}:", std::process::id(), unique());
-    Some(RedisStores::connect(&url, RedisConfig::with_prefix(prefix)).await.expect("Redis answers"))
+    Some(RedisStores::connect(&url, RedisConfig { prefix, ..config }).await.expect("Redis answers"))
 }
 
 fn unique() -> u64 {

@@ -1,6 +1,6 @@
 //! The store kit against the memory stores of `agent-surface-policy`.
 
-use agent_surface_policy::{MemoryConfirmationStore, MemoryTaskStore};
+use agent_surface_policy::{MemoryConfirmationStore, MemoryIdempotencyStore, MemoryTaskStore};
 use agent_surface_testing::stores;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -11,4 +11,9 @@ async fn the_memory_confirmation_store_passes_the_kit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_task_store_passes_the_kit() {
     stores::check_task_store(&MemoryTaskStore::default(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_idempotency_store_passes_the_kit() {
+    stores::check_idempotency_store(&MemoryIdempotencyStore::default(), "kit-").await;
 }

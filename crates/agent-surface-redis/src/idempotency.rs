@@ -1,0 +1,313 @@
+//! [`RedisIdempotencyStore`]: admission records shared by replicas, one hash per
+//! `(consumerKey, invocationId)`, one script per operation, leases on Redis' clock.
+//!
+//! | field | holds |
+//! |---|---|
+//! | `s` | the state: `run` (a leader holds it), `done` (a stored result), `gone` (a released result, readable briefly by followers, otherwise absent) |
+//! | `fp` | the request's fingerprint (64 hex digits) |
+//! | `t` | the fencing token of the lease that holds (or last held) the record |
+//! | `le` | while `run`: when the lease lapses (Unix milliseconds on Redis' clock) |
+//! | `r` | once `done` or `gone`: the result (JSON) |
+//!
+//! Tokens come from one counter per prefix (`{prefix}idem-fence`), so no two leases ever share
+//! one, even across a record that was released and claimed again.
+
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
+use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
+use futures_util::future::BoxFuture;
+use redis::Script;
+
+use crate::{RedisStores, parse_hash, ttl_ms};
+
+/// Redis' clock in milliseconds, as the first lines of every script that reads it.
+const NOW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+";
+
+/// Admission. KEYS: the record, the token counter. ARGV: fingerprint, lease (ms), time to live of
+/// a record in flight (ms). Returns `{verdict, value}`: `lead`/`takeover` and the token,
+/// `follow` and the token, `replay` and the result, `conflict` and the stored fingerprint.
+const ADMIT: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
+local s = f[1]
+if s == 'run' or s == 'done' then
+  if f[2] ~= ARGV[1] then return {'conflict', f[2]} end
+  if s == 'done' then return {'replay', f[5]} end
+  if tonumber(f[4]) > now then return {'follow', f[3]} end
+  local tok = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 't', tok, 'le', string.format('%d', now + tonumber(ARGV[2])))
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {'takeover', string.format('%d', tok)}
+end
+local tok = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', tok, 'le', string.format('%d', now + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'lead', string.format('%d', tok)}
+";
+
+/// Renewal. KEYS: the record. ARGV: token, lease (ms). Returns 1, or 0 when the token no longer
+/// holds the record.
+const RENEW: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 't')
+if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'le', string.format('%d', now + tonumber(ARGV[2])))
+return 1
+";
+
+/// Settlement. KEYS: the record. ARGV: token, fingerprint, `done` or `gone`, result, time to live
+/// (ms). Returns 1, or 0 when the token no longer holds the record (nothing is written).
+const SETTLE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 't', 'fp')
+if f[1] ~= 'run' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[3], 'r', ARGV[4])
+redis.call('HDEL', KEYS[1], 'le')
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+";
+
+/// A follower's look at the record. KEYS: the record. Returns `{}` when there is none, `{s, fp,
+/// r}` once settled, `{'run', fp, t, live}` in flight (`live` is `1` while the lease holds).
+const POLL: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
+if not f[1] then return {} end
+if f[1] == 'run' then
+  local live = '0'
+  if tonumber(f[4]) > now then live = '1' end
+  return {'run', f[2], f[3], live}
+end
+return {f[1], f[2], f[5]}
+";
+
+/// How long a released result stays readable, for followers on other replicas that poll for it.
+/// Many times the longest poll interval; an admission in the meantime treats the key as free.
+const RELEASED_READABLE: Duration = Duration::from_secs(10);
+
+/// A follower's first poll comes after this; each next one waits twice as long, up to
+/// [`MAX_POLL`].
+const FIRST_POLL: Duration = Duration::from_millis(2);
+
+/// The longest wait between two polls of a follower: the most a follower learns its leader's
+/// result later than the leader settled (plus one round trip).
+const MAX_POLL: Duration = Duration::from_millis(50);
+
+/// How long a follower is asked to wait when Redis did not answer its poll.
+const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// An `IdempotencyStore` in Redis: at most one execution per `(consumerKey, invocationId)` across
+/// every replica that connects to it.
+///
+/// - **Admission** is one script: claim the key if absent (with the fingerprint and a lease),
+///   replay a stored result, conflict on another fingerprint, join a call in flight, or take over
+///   a call whose leader's lease lapsed (see `Admission::TakeOver`).
+/// - **Leases** last [`RedisConfig::lease`](crate::RedisConfig::lease) on Redis' clock (`TIME`),
+///   not the replicas'; the registry renews them every third of that while the call runs. A
+///   replica that dies mid-call stops renewing; after the lease, the next identical call takes
+///   the record over, and the registry answers it `EXECUTION_FAILED {reason: outcome-unknown}`
+///   for a capability whose repetition is not harmless — never a second execution.
+/// - **Settlement** is one script that writes only if the fencing token still holds the record: a
+///   leader that ran past its lease and was taken over records nothing (`StoreError::LeaseLost`).
+/// - **Followers** on any replica poll the record: after 2 ms, then at doubling intervals up to
+///   50 ms, so a follower learns the result at most about 50 ms (plus a round trip) after the
+///   leader settled. Polling was chosen over pub/sub because it needs no second connection per
+///   replica, survives reconnects without resubscribing, and cannot miss a message published
+///   before the subscription; the cost is a few cheap reads per follower per call. A released
+///   result (one that is not stored, e.g. `RATE_LIMITED`) stays readable for 10 s so that polling
+///   followers get it. A follower whose leader's lease lapsed is answered `EXECUTION_FAILED
+///   {reason: outcome-unknown}` (not stored): its reconcile call takes the record over.
+///
+/// A record in flight is kept for [`RedisConfig::in_flight_retention`](crate::RedisConfig::in_flight_retention),
+/// stored results until the `expires_at` of their settlement. There is no capacity of its own:
+/// Redis' memory is the bound (with `maxmemory-policy noeviction`, a full Redis refuses writes,
+/// which fails calls closed).
+#[derive(Clone, Debug)]
+pub struct RedisIdempotencyStore {
+    stores: RedisStores,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+#[derive(Debug)]
+struct Scripts {
+    admit: Script,
+    renew: Script,
+    settle: Script,
+    poll: Script,
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("redis: an idempotency record is corrupt ({what})"))
+}
+
+fn token_of(s: &str) -> Result<u64, StoreError> {
+    s.parse().map_err(|_| corrupt("token"))
+}
+
+impl RedisIdempotencyStore {
+    pub(crate) fn new(stores: RedisStores) -> RedisIdempotencyStore {
+        let with_now = |body: &str| Script::new(&format!("{NOW}{body}"));
+        let scripts = Scripts {
+            admit: with_now(ADMIT),
+            renew: with_now(RENEW),
+            settle: Script::new(SETTLE),
+            poll: with_now(POLL),
+        };
+        RedisIdempotencyStore { stores, scripts: std::sync::Arc::new(scripts) }
+    }
+
+    /// `{prefix}idem:{length of the consumer key}:{consumer key}:{invocation id}`: the length keeps
+    /// two different pairs from ever naming the same key.
+    fn key(&self, key: &IdempotencyKey) -> String {
+        let id = format!("{}:{}:{}", key.consumer_key.len(), key.consumer_key, key.invocation_id);
+        self.stores.key("idem", &id)
+    }
+
+    fn lease(&self, token: u64) -> Lease {
+        Lease { token, renew_every: Some(self.stores.config.lease / 3) }
+    }
+
+    async fn admit_now(&self, key: &IdempotencyKey, fingerprint: Fingerprint) -> Result<Admission, StoreError> {
+        let config = &self.stores.config;
+        let record = self.key(key);
+        let mut call = self.scripts.admit.key(&record);
+        call.key(self.stores.key("idem-fence", ""))
+            .arg(fingerprint.to_string())
+            .arg(ttl_ms(config.lease))
+            .arg(ttl_ms(config.in_flight_retention.max(config.lease)));
+        let answer: (String, String) = self.stores.run(call).await?;
+        Ok(match answer.0.as_str() {
+            "lead" => Admission::Leader(self.lease(token_of(&answer.1)?)),
+            "takeover" => Admission::TakeOver(self.lease(token_of(&answer.1)?)),
+            "follow" => {
+                Admission::Follower(Box::pin(follow(self.clone(), record, fingerprint, key.invocation_id.clone())))
+            }
+            "replay" => Admission::Replay(serde_json::from_str(&answer.1).map_err(|_| corrupt("result"))?),
+            "conflict" => Admission::Conflict { stored: parse_hash(&answer.1).ok_or_else(|| corrupt("fingerprint"))? },
+            _ => return Err(corrupt("admission")),
+        })
+    }
+
+    async fn settle_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let (state, result, keep) = match settlement {
+            // The window is counted from now on Redis' clock (as a time to live).
+            Settlement::Store { result, expires_at } if expires_at > now => {
+                ("done", result, expires_at.saturating_duration_since(now))
+            }
+            Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, RELEASED_READABLE),
+        };
+        let result = serde_json::to_string(&result).map_err(|e| corrupt(&e.to_string()))?;
+        let mut call = self.scripts.settle.key(self.key(key));
+        call.arg(lease.token).arg(fingerprint.to_string()).arg(state).arg(result).arg(ttl_ms(keep));
+        let settled: i64 = self.stores.run(call).await?;
+        if settled == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
+    }
+
+    async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
+        let mut call = self.scripts.renew.key(self.key(key));
+        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease));
+        let renewed: i64 = self.stores.run(call).await?;
+        if renewed == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
+    }
+}
+
+/// What a follower's poll found.
+enum Polled {
+    /// The leader is still at it (or a successor with the same request is).
+    Waiting,
+    /// The result of this request.
+    Settled(InvokeResult),
+    /// The leader's result cannot be learnt here: its lease lapsed, or the record went or now
+    /// belongs to another request.
+    Lost,
+}
+
+async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) -> Result<Polled, StoreError> {
+    let call = store.scripts.poll.key(record);
+    let answer: Vec<String> = store.stores.run(call).await?;
+    Ok(match answer.as_slice() {
+        [] => Polled::Lost,
+        [s, fp, _token, live] if s == "run" => {
+            if fp == fingerprint && live == "1" {
+                Polled::Waiting
+            } else {
+                Polled::Lost
+            }
+        }
+        [_, fp, result] if fp == fingerprint => {
+            Polled::Settled(serde_json::from_str(result).map_err(|_| corrupt("result"))?)
+        }
+        [_, _, _] => Polled::Lost,
+        _ => return Err(corrupt("poll")),
+    })
+}
+
+/// A follower on any replica: polls until the leader settles, with backoff.
+async fn follow(
+    store: RedisIdempotencyStore,
+    record: String,
+    fingerprint: Fingerprint,
+    invocation_id: String,
+) -> InvokeResult {
+    let fingerprint = fingerprint.to_string();
+    let mut wait = FIRST_POLL;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(MAX_POLL);
+        let error = match poll(&store, &record, &fingerprint).await {
+            Ok(Polled::Waiting) => continue,
+            Ok(Polled::Settled(result)) => return result,
+            Ok(Polled::Lost) => {
+                tracing::warn!(
+                    target: "agent_surface::invoke",
+                    "the call this request joined lost its leader; the follower is told to reconcile"
+                );
+                AgentSurfaceError::outcome_unknown()
+            }
+            Err(e) => {
+                tracing::error!(target: "agent_surface::invoke", error = %e, "a follower could not poll its leader");
+                AgentSurfaceError::transient(UNAVAILABLE_RETRY)
+            }
+        };
+        return InvokeResult::error(error.into_payload(), Some(invocation_id));
+    }
+}
+
+impl IdempotencyStore for RedisIdempotencyStore {
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(self.admit_now(key, fingerprint))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.settle_now(key, fingerprint, lease, settlement, now))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.renew_now(key, lease))
+    }
+}
