@@ -4,7 +4,8 @@
 //! ```text
 //! agent-surface-demo                                   run the scripted agent session
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance]   serve the shop on stdin/stdout
-//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--redis URL] [--state-key HEX]
+//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+//!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
 //!
@@ -16,6 +17,7 @@
 
 mod cli;
 mod conformance;
+mod data;
 mod policy;
 mod session;
 mod shop;
@@ -32,15 +34,20 @@ const USAGE: &str = "\
 usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
   agent-surface-demo serve --stdio [--as WHO] [--conformance]
-  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--redis URL] [--state-key HEX]
+  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
+                          [--ticket-delay-ms MS]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
                           [--invocation-id ID] [--confirmation-id ID]
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools (over stdio too); --redis keeps confirmations and MCP tasks in that Redis, so
-that several servers share them, and --state-key HEX (64 hex digits) seals input-required states
-with that key, so that any of them takes a retry. ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
+fixture tools (over stdio too). --redis keeps the shop (its orders), idempotency records,
+confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
+so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
+mid-call holds that call (default 10000). --state-key HEX (64 hex digits) seals input-required
+states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
+take that long (to catch a call in flight). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
@@ -55,7 +62,18 @@ struct Serve {
     tokens: Vec<(String, Identity)>,
     conformance: bool,
     redis: Option<String>,
+    redis_prefix: Option<String>,
+    lease: Option<std::time::Duration>,
     state_key: Option<Vec<u8>>,
+    ticket_delay: Option<std::time::Duration>,
+}
+
+/// Milliseconds, for `name`.
+fn parse_ms(name: &str, value: &str) -> Result<std::time::Duration, String> {
+    value
+        .parse()
+        .map(std::time::Duration::from_millis)
+        .map_err(|_| format!("{name} takes a whole number of milliseconds"))
 }
 
 /// A sealing key from 64 hex digits.
@@ -88,12 +106,20 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             }
             "--conformance" => serve.conformance = true,
             "--redis" => serve.redis = Some(value("--redis")?),
+            "--redis-prefix" => serve.redis_prefix = Some(value("--redis-prefix")?),
+            "--lease-ms" => serve.lease = Some(parse_ms("--lease-ms", &value("--lease-ms")?)?),
+            "--ticket-delay-ms" => {
+                serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
+            }
             "--state-key" => serve.state_key = Some(parse_key(&value("--state-key")?)?),
             other => return Err(format!("unknown option {other}")),
         }
     }
     if serve.stdio == serve.http.is_some() {
         return Err("choose one of --stdio and --http ADDR".to_string());
+    }
+    if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some()) {
+        return Err("--redis-prefix and --lease-ms need --redis URL".to_string());
     }
     Ok(serve)
 }
@@ -128,16 +154,30 @@ fn init_cli_operator_log() {
 async fn serve(options: Serve) -> Result<(), String> {
     init_operator_log();
     let mut shop_options = shop::ShopOptions::default();
-    let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
-    if let Some(url) = &options.redis {
-        // Replicas share confirmations and tasks (the shop's own data stays per process).
-        let redis = agent_surface_redis::RedisStores::connect(url, agent_surface_redis::RedisConfig::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        shop_options.confirmations = Some(Arc::new(redis.confirmations()));
-        task_config.store = Arc::new(redis.tasks());
+    if let Some(delay) = options.ticket_delay {
+        shop_options.ticket_delay = delay;
     }
-    let demo = shop::build(shop_options);
+    let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
+    let demo = match &options.redis {
+        None => shop::build(shop_options),
+        Some(url) => {
+            // Replicas share everything: the shop's orders, idempotency records, confirmations,
+            // rate budgets and tasks.
+            let mut config = agent_surface_redis::RedisConfig::with_prefix(
+                options.redis_prefix.clone().unwrap_or_else(|| "agent-surface-demo:".to_string()),
+            );
+            if let Some(lease) = options.lease {
+                config.lease = lease;
+            }
+            let redis = agent_surface_redis::RedisStores::connect(url, config).await.map_err(|e| e.to_string())?;
+            shop_options.confirmations = Some(Arc::new(redis.confirmations()));
+            shop_options.idempotency = Some(Arc::new(redis.idempotency()));
+            shop_options.rate_limiter = Some(Arc::new(shop::shared_quote_limiter(&redis, shop_options.quote_refill)));
+            task_config.store = Arc::new(redis.tasks());
+            let data = data::Data::shared(redis.connection(), &redis.config().prefix, shop::seed_orders()).await?;
+            shop::build_with(shop_options, data)
+        }
+    };
     let _fixtures = match options.conformance {
         true => Some(conformance::define(&demo.registry).map_err(|e| e.to_string())?),
         false => None,

@@ -16,18 +16,19 @@
 //! | `admin-purge_cache` | hidden from everyone but admins (`CAPABILITY_NOT_FOUND`, like a name that never existed) |
 //! | `tickets-open` | a write anyone may call, whose output carries a fresh `ticketId` per execution: a second execution of one call is visible from outside |
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::details::PreconditionDetails;
 use agent_surface_core::{AgentSurfaceError, Effect};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, TargetBinding};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter, TargetBinding};
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::data::{Data, Refused};
 use crate::policy::{QuoteLimiter, ShopAuthority};
 
 /// An order id such as `A-1001`.
@@ -37,7 +38,7 @@ struct OrderId(#[schemars(regex(pattern = r"^[A-Z]-[0-9]{4}$"))] String);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-enum Status {
+pub(crate) enum Status {
     Placed,
     Shipped,
     Cancelled,
@@ -46,7 +47,7 @@ enum Status {
 /// A postal address.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct Address {
+pub(crate) struct Address {
     street: String,
     city: String,
     /// Five digits.
@@ -55,51 +56,46 @@ struct Address {
 }
 
 /// An order.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct Order {
-    order_id: String,
+pub(crate) struct Order {
+    pub(crate) order_id: String,
     customer: String,
-    status: Status,
+    pub(crate) status: Status,
     total_cents: u64,
-    address: Address,
+    pub(crate) address: Address,
+}
+
+/// The orders a new shop opens with.
+pub(crate) fn seed_orders() -> Vec<Order> {
+    let address = |street: &str, city: &str, zip: &str| Address {
+        street: street.to_string(),
+        city: city.to_string(),
+        zip: zip.to_string(),
+    };
+    [
+        ("A-1001", "alice", Status::Placed, 4200, address("1 Elm St", "Springfield", "12345")),
+        ("A-1002", "bob", Status::Shipped, 1599, address("2 Oak Ave", "Shelbyville", "23456")),
+        ("A-1003", "carol", Status::Placed, 9900, address("3 Pine Rd", "Ogdenville", "34567")),
+    ]
+    .into_iter()
+    .map(|(id, customer, status, total_cents, address)| Order {
+        order_id: id.to_string(),
+        customer: customer.to_string(),
+        status,
+        total_cents,
+        address,
+    })
+    .collect()
 }
 
 /// The shop's state, shared by every handler.
 pub(crate) struct Shop {
-    orders: Mutex<BTreeMap<String, Order>>,
-    /// Orders whose tracking lookup is warm (the first lookup is slow).
-    warm: Mutex<HashSet<String>>,
-    /// The live cart instances, by instance id; dropping a handle closes the cart.
+    /// Orders and warm tracking lookups, in memory or in Redis.
+    data: Data,
+    /// The live cart instances, by instance id; dropping a handle closes the cart. Carts are
+    /// instances of this process (a replica's view instances are its own).
     carts: Mutex<HashMap<String, Mount>>,
-}
-
-impl Shop {
-    fn new() -> Shop {
-        let address = |street: &str, city: &str, zip: &str| Address {
-            street: street.to_string(),
-            city: city.to_string(),
-            zip: zip.to_string(),
-        };
-        let orders = [
-            ("A-1001", "alice", Status::Placed, 4200, address("1 Elm St", "Springfield", "12345")),
-            ("A-1002", "bob", Status::Shipped, 1599, address("2 Oak Ave", "Shelbyville", "23456")),
-            ("A-1003", "carol", Status::Placed, 9900, address("3 Pine Rd", "Ogdenville", "34567")),
-        ]
-        .into_iter()
-        .map(|(id, customer, status, total_cents, address)| {
-            (
-                id.to_string(),
-                Order { order_id: id.to_string(), customer: customer.to_string(), status, total_cents, address },
-            )
-        })
-        .collect();
-        Shop { orders: Mutex::new(orders), warm: Mutex::default(), carts: Mutex::default() }
-    }
-
-    fn order(&self, id: &str) -> Option<Order> {
-        self.orders.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
-    }
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -212,7 +208,7 @@ struct Cart {
 }
 
 /// How the shop is set up.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct ShopOptions {
     /// The time budget of `shipping-track`.
     pub(crate) track_budget: Duration,
@@ -222,6 +218,12 @@ pub(crate) struct ShopOptions {
     pub(crate) quote_refill: Duration,
     /// Where confirmations live (default: in this process's memory).
     pub(crate) confirmations: Option<Arc<dyn ConfirmationStore>>,
+    /// Where idempotency records live (default: in this process's memory).
+    pub(crate) idempotency: Option<Arc<dyn agent_surface_policy::IdempotencyStore>>,
+    /// The rate limiter (default: [`QuoteLimiter`] over `quote_refill`, in this process).
+    pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
+    /// How long `tickets-open` takes.
+    pub(crate) ticket_delay: Duration,
 }
 
 impl Default for ShopOptions {
@@ -231,7 +233,24 @@ impl Default for ShopOptions {
             cold_lookup: Duration::from_secs(3),
             quote_refill: Duration::from_millis(800),
             confirmations: None,
+            idempotency: None,
+            rate_limiter: None,
+            ticket_delay: Duration::ZERO,
         }
+    }
+}
+
+impl std::fmt::Debug for ShopOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShopOptions")
+            .field("track_budget", &self.track_budget)
+            .field("cold_lookup", &self.cold_lookup)
+            .field("quote_refill", &self.quote_refill)
+            .field("confirmations", &self.confirmations)
+            .field("idempotency", &self.idempotency)
+            .field("rate_limiter", &self.rate_limiter.as_ref().map(|_| "custom"))
+            .field("ticket_delay", &self.ticket_delay)
+            .finish()
     }
 }
 
@@ -268,22 +287,60 @@ pub(crate) struct Demo {
 }
 
 const UNKNOWN_ORDER: &str = "No order with that id exists. List the orders to find it.";
+const NOT_CHANGEABLE: &str = "Only orders that have not shipped can be changed. Choose another order.";
+const NOT_CANCELLABLE: &str = "Only orders that have not shipped can be cancelled.";
 
-/// For preconditions: the order, or why the call cannot go on.
+/// For preconditions: the order as last seen, or why the call cannot go on.
 fn order_or_unmet(shop: &Shop, id: &OrderId) -> Result<Order, Unmet> {
-    shop.order(&id.0).ok_or_else(|| Unmet::new(UNKNOWN_ORDER).reason("unknown-order"))
+    shop.data.seen(&id.0).ok_or_else(|| Unmet::new(UNKNOWN_ORDER).reason("unknown-order"))
+}
+
+/// `PRECONDITION_FAILED {reason: unknown-order}`.
+fn unknown_order() -> AgentSurfaceError {
+    let details = PreconditionDetails { reason: Some("unknown-order".to_string()), ..Default::default() };
+    AgentSurfaceError::precondition_failed_with(UNKNOWN_ORDER, details)
 }
 
 /// For handlers: the order, or `PRECONDITION_FAILED {reason: unknown-order}`.
-fn order_or_error(shop: &Shop, id: &OrderId) -> Result<Order, AgentSurfaceError> {
-    shop.order(&id.0).ok_or_else(|| {
-        let details = PreconditionDetails { reason: Some("unknown-order".to_string()), ..Default::default() };
-        AgentSurfaceError::precondition_failed_with(UNKNOWN_ORDER, details)
-    })
+async fn order_or_error(shop: &Shop, id: &OrderId) -> Result<Order, AgentSurfaceError> {
+    shop.data.order(&id.0).await?.ok_or_else(unknown_order)
 }
 
-/// Builds the shop.
+/// A change refused by the data (the order is unknown, or no longer `placed`: another replica may
+/// have changed it since this one's precondition looked), as the precondition would have said it.
+fn refused(refused: Refused, not_placed: &'static str, reason: &str) -> AgentSurfaceError {
+    match refused {
+        Refused::Unknown => unknown_order(),
+        Refused::NotPlaced(status) => {
+            let mut details = PreconditionDetails { reason: Some(reason.to_string()), ..Default::default() };
+            details.extra.insert("status".to_string(), serde_json::to_value(status).unwrap_or(Value::Null));
+            AgentSurfaceError::precondition_failed_with(not_placed, details)
+        }
+    }
+}
+
+/// The shipping-quote budget on Redis, shared by every replica: two quotes at once, one more every
+/// `refill` (over all callers: a replica cannot hand out a budget of its own).
+pub(crate) fn shared_quote_limiter(
+    redis: &agent_surface_redis::RedisStores,
+    refill: Duration,
+) -> agent_surface_redis::RedisRateLimiter {
+    let two = std::num::NonZeroU32::MIN.saturating_add(1);
+    let quota = agent_surface_policy::Quota::new(two, refill * 2);
+    let config = agent_surface_redis::RedisRateConfig {
+        capability_quotas: HashMap::from([("shipping.quote".to_string(), Some(quota))]),
+        ..Default::default()
+    };
+    redis.rate_limiter(config)
+}
+
+/// Builds the shop, its data in this process's memory.
 pub(crate) fn build(options: ShopOptions) -> Demo {
+    build_with(options, Data::memory(seed_orders()))
+}
+
+/// Builds the shop over `data`.
+pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     // Two-phase by default; over MCP, a client that can elicit lets the person answer in place.
     let mut engine = ConfirmationConfig { ttl: Duration::from_secs(300), ..Default::default() };
     if let Some(store) = options.confirmations.clone() {
@@ -293,13 +350,19 @@ pub(crate) fn build(options: ShopOptions) -> Demo {
         engine.target_binding = TargetBinding::Instance;
     }
     let confirmations = Arc::new(ConfirmationEngine::new(engine));
-    let registry = Registry::new(RegistryConfig {
+    let rate_limiter =
+        options.rate_limiter.clone().unwrap_or_else(|| Arc::new(QuoteLimiter::new(2, options.quote_refill)));
+    let mut config = RegistryConfig {
         authority: Some(Arc::new(ShopAuthority)),
-        rate_limiter: Some(Arc::new(QuoteLimiter::new(2, options.quote_refill))),
+        rate_limiter: Some(rate_limiter),
         confirmation: Some(confirmations.clone()),
         ..Default::default()
-    });
-    let shop = Arc::new(Shop::new());
+    };
+    if let Some(store) = options.idempotency.clone() {
+        config.idempotency = store;
+    }
+    let registry = Registry::new(config);
+    let shop = Arc::new(Shop { data, carts: Mutex::default() });
     registry.provide(shop.clone());
     define(&registry, options).unwrap_or_else(|e| panic!("the demo surface is defined wrongly: {e}"));
     let mut mounts = Vec::new();
@@ -324,10 +387,12 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             .idempotent()
             .handler(|ctx: Ctx, _: NoInput| async move {
                 let shop = ctx.state::<Arc<Shop>>();
-                let orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
-                let orders = orders
-                    .values()
-                    .map(|o| OrderLine { order_id: o.order_id.clone(), status: o.status, total_cents: o.total_cents })
+                let orders = shop
+                    .data
+                    .orders()
+                    .await?
+                    .into_iter()
+                    .map(|o| OrderLine { order_id: o.order_id, status: o.status, total_cents: o.total_cents })
                     .collect();
                 Ok::<_, AgentSurfaceError>(OrderList { orders })
             });
@@ -336,14 +401,14 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             .idempotent()
             .handler(|ctx: Ctx, i: GetOrder| async move {
                 let shop = ctx.state::<Arc<Shop>>();
-                order_or_error(shop, &i.order_id)
+                order_or_error(shop, &i.order_id).await
             });
         t.capability("update_address", "Change the delivery address of an order that has not shipped yet.")
             .effect(Effect::Write)
             .precondition(|ctx: &Ctx, i: &UpdateAddress| {
                 let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
                 if order.status != Status::Placed {
-                    return Err(Unmet::new("Only orders that have not shipped can be changed. Choose another order.")
+                    return Err(Unmet::new(NOT_CHANGEABLE)
                         .reason("order-shipped")
                         .detail("status", serde_json::to_value(order.status).unwrap_or(Value::Null)));
                 }
@@ -351,11 +416,12 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             })
             .handler(|ctx: Ctx, i: UpdateAddress| async move {
                 let shop = ctx.state::<Arc<Shop>>();
-                let mut orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(o) = orders.get_mut(&i.order_id.0) {
-                    o.address = i.address.clone();
-                }
-                Ok::<_, AgentSurfaceError>(AddressUpdated { order_id: i.order_id.0, address: i.address })
+                let order = shop
+                    .data
+                    .update_address(&i.order_id.0, &i.address)
+                    .await?
+                    .map_err(|r| refused(r, NOT_CHANGEABLE, "order-shipped"))?;
+                Ok::<_, AgentSurfaceError>(AddressUpdated { order_id: order.order_id, address: order.address })
             });
         t.capability(
             "cancel",
@@ -367,7 +433,7 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
         .precondition(|ctx: &Ctx, i: &GetOrder| {
             let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
             if order.status != Status::Placed {
-                return Err(Unmet::new("Only orders that have not shipped can be cancelled.")
+                return Err(Unmet::new(NOT_CANCELLABLE)
                     .reason("order-not-cancellable")
                     .detail("status", serde_json::to_value(order.status).unwrap_or(Value::Null)));
             }
@@ -375,11 +441,12 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
         })
         .handler(|ctx: Ctx, i: GetOrder| async move {
             let shop = ctx.state::<Arc<Shop>>();
-            let mut orders = shop.orders.lock().unwrap_or_else(PoisonError::into_inner);
-            let order =
-                orders.get_mut(&i.order_id.0).ok_or_else(|| AgentSurfaceError::precondition_failed(UNKNOWN_ORDER))?;
-            order.status = Status::Cancelled;
-            Ok::<_, AgentSurfaceError>(Cancelled { order_id: i.order_id.0, refunded_cents: order.total_cents })
+            let order = shop
+                .data
+                .cancel(&i.order_id.0)
+                .await?
+                .map_err(|r| refused(r, NOT_CANCELLABLE, "order-not-cancellable"))?;
+            Ok::<_, AgentSurfaceError>(Cancelled { order_id: order.order_id, refunded_cents: order.total_cents })
         });
     })?;
     registry.define("refunds", |t| {
@@ -421,9 +488,8 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             .time_budget(options.track_budget)
             .handler(move |ctx: Ctx, i: GetOrder| async move {
                 let shop = ctx.state::<Arc<Shop>>();
-                let order = order_or_error(shop, &i.order_id)?;
-                let was_cold = shop.warm.lock().unwrap_or_else(PoisonError::into_inner).insert(order.order_id.clone());
-                if was_cold {
+                let order = order_or_error(shop, &i.order_id).await?;
+                if shop.data.warm_up(&order.order_id).await? {
                     tokio::time::sleep(cold).await;
                 }
                 let status = match order.status {
@@ -490,10 +556,15 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             },
         );
     })?;
+    let ticket_delay = options.ticket_delay;
     registry.define("tickets", |t| {
         t.capability("open", "Open a support ticket with a subject.").effect(Effect::Write).handler(
-            |_ctx: Ctx, i: OpenTicket| async move {
-                Ok::<_, AgentSurfaceError>(Ticket { ticket_id: next_ticket_id(), subject: i.subject })
+            move |_ctx: Ctx, i: OpenTicket| async move {
+                let ticket_id = next_ticket_id();
+                if !ticket_delay.is_zero() {
+                    tokio::time::sleep(ticket_delay).await;
+                }
+                Ok::<_, AgentSurfaceError>(Ticket { ticket_id, subject: i.subject })
             },
         );
     })?;

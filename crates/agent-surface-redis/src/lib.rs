@@ -78,6 +78,10 @@ use std::time::Duration;
 use agent_surface_policy::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+/// The `redis` crate these stores are built on, for an application that keeps its own data on the
+/// same connection ([`RedisStores::connection`]).
+pub use redis;
+
 pub use confirmation::RedisConfirmationStore;
 pub use idempotency::RedisIdempotencyStore;
 pub use rate::{RedisRateConfig, RedisRateLimiter};
@@ -190,6 +194,13 @@ impl RedisStores {
     /// A rate limiter with these budgets.
     pub fn rate_limiter(&self, config: RedisRateConfig) -> RedisRateLimiter {
         RedisRateLimiter::new(self.clone(), config)
+    }
+
+    /// The connection the stores share (it reconnects by itself; cheap to clone), for the
+    /// application's own data. Keep that data under keys outside [`RedisConfig::prefix`]'s
+    /// store keys (for example under `{prefix}app:`).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
     }
 
     /// The configuration.

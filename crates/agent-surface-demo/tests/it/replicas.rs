@@ -1,17 +1,31 @@
-//! Two demo servers sharing one Redis (`serve --http --redis URL --state-key K`): an approval asked
-//! on one replica is answered on the other and used once across both.
+//! Two demo servers sharing one Redis (`serve --http --redis URL --state-key K`): one shop, one
+//! execution per idempotency key, approvals used once, one rate budget, and a replica killed
+//! mid-call never leads to a second execution.
+
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::served;
+use crate::served::{self, Server};
 
 const STATE_KEY: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
 
-/// A modern (2026-07-28) `tools/call` of `orders-cancel` to `addr`, with `extra` params merged.
-fn cancel(addr: &str, extra: Value) -> Value {
+/// Two replicas on the test Redis, under a prefix of this test's own, with `extra` options.
+fn replicas(test: &str, extra: &[&str]) -> Option<(Server, Server)> {
+    let url = agent_surface_testing::services::redis_url()?;
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = format!("demo-it:{}:{nonce}:{test}:", std::process::id());
+    let mut args = vec!["--redis", url.as_str(), "--redis-prefix", prefix.as_str(), "--state-key", STATE_KEY];
+    args.extend_from_slice(extra);
+    Some((served::start(&args), served::start(&args)))
+}
+
+/// A modern (2026-07-28) `tools/call` of `orders-cancel` for `order` to `addr`, with `extra`
+/// params merged.
+fn cancel(addr: &str, order: &str, extra: &Value) -> Value {
     let mut params = json!({
         "name": "orders-cancel",
-        "arguments": {"orderId": "A-1001"},
+        "arguments": {"orderId": order},
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
@@ -34,25 +48,153 @@ fn payload(answer: &Value) -> Value {
     serde_json::from_str(text).expect("JSON")
 }
 
+/// `POST /api/invoke` of `capability` with `input` (and an `Idempotency-Key`) to `addr`: the
+/// status and the body's bytes.
+fn invoke(addr: &str, capability: &str, input: &Value, key: Option<&str>) -> (u16, String) {
+    let body = json!({"capability": capability, "input": input}).to_string();
+    let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+    let r = served::post(addr, "/api/invoke", "127.0.0.1", &headers, &body);
+    (r.status, r.body)
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("a JSON body: {body}"))
+}
+
 #[test]
 fn an_approval_asked_on_one_replica_is_answered_on_the_other_and_used_once() {
-    let Some(url) = agent_surface_testing::services::redis_url() else { return };
-    let args = ["--redis", url.as_str(), "--state-key", STATE_KEY];
-    let (a, b) = (served::start(&args), served::start(&args));
-
-    let asked = cancel(&a.addr, json!({}));
+    let Some((a, b)) = replicas("approval", &[]) else { return };
+    let asked = cancel(&a.addr, "A-1001", &json!({}));
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
     let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
 
     // The other replica opens the state and finds the confirmation in the shared store.
-    let done = cancel(&b.addr, accept.clone());
+    let done = cancel(&b.addr, "A-1001", &accept);
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert_eq!(payload(&done)["orderId"], "A-1001");
 
-    // Replayed on the first replica (whose own shop still has the order): used already.
-    let replay = cancel(&a.addr, accept);
+    // Replayed on the first replica: used already.
+    let replay = cancel(&a.addr, "A-1001", &accept);
     assert_eq!(replay["result"]["isError"], true, "{replay}");
     assert_eq!(payload(&replay)["code"], "CONFIRMATION_INVALID");
     assert_eq!(payload(&replay)["details"]["reason"], "consumed");
+
+    // One shop: the order is cancelled on both replicas.
+    let (status, body) = invoke(&a.addr, "orders.get", &json!({"orderId": "A-1001"}), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["output"]["status"], "cancelled");
+}
+
+/// 100 concurrent retries presenting one accepted approval, split across both replicas: the
+/// order is cancelled once; no other retry executes.
+#[test]
+fn one_approval_raced_across_both_replicas_executes_once() {
+    let Some((a, b)) = replicas("approval-race", &[]) else { return };
+    let asked = cancel(&a.addr, "A-1003", &json!({}));
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+    let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..100)
+            .map(|i| {
+                let addr = if i % 2 == 0 { &a.addr } else { &b.addr };
+                let accept = &accept;
+                s.spawn(move || cancel(addr, "A-1003", accept))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("a call")).collect()
+    });
+    let executed: Vec<&Value> = answers.iter().filter(|a| a["result"]["isError"] == false).collect();
+    assert_eq!(executed.len(), 1, "exactly one retry executes: {answers:?}");
+    assert_eq!(payload(executed[0])["refundedCents"], 9900);
+    // The others learn that the approval was used, or, once their replica has seen the order
+    // cancelled, that it cannot be cancelled (the precondition runs before confirmation).
+    for answer in answers.iter().filter(|a| a["result"]["isError"] == true) {
+        let p = payload(answer);
+        let told = (p["code"].as_str(), p["details"]["reason"].as_str());
+        assert!(
+            told == (Some("CONFIRMATION_INVALID"), Some("consumed"))
+                || told == (Some("PRECONDITION_FAILED"), Some("order-not-cancellable")),
+            "{answer}"
+        );
+    }
+}
+
+/// 1,000 concurrent requests with one `Idempotency-Key` over the HTTP binding, split across both
+/// replicas, while the first is still running: one ticket is opened, and every caller gets the
+/// same bytes.
+#[test]
+fn a_thousand_requests_with_one_key_across_two_replicas_open_one_ticket() {
+    let Some((a, b)) = replicas("tickets", &["--ticket-delay-ms", "300"]) else { return };
+    let input = json!({"subject": "Printer jam"});
+    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..1_000)
+            .map(|i| {
+                let addr = if i % 2 == 0 { &a.addr } else { &b.addr };
+                let input = &input;
+                s.spawn(move || invoke(addr, "tickets.open", input, Some("ticket-1")))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("a call")).collect()
+    });
+    let (status, first) = &answers[0];
+    assert_eq!(*status, 200, "{first}");
+    assert!(json_of(first)["output"]["ticketId"].is_string(), "{first}");
+    let differing: Vec<&(u16, String)> = answers.iter().filter(|answer| *answer != &answers[0]).collect();
+    assert!(
+        differing.is_empty(),
+        "every caller gets the same bytes; {} differ, e.g. {:?}",
+        differing.len(),
+        differing[0]
+    );
+    // Another key is another execution, on either replica.
+    let (_, other) = invoke(&b.addr, "tickets.open", &input, Some("ticket-2"));
+    assert_ne!(json_of(&other)["output"]["ticketId"], json_of(first)["output"]["ticketId"]);
+}
+
+/// The shipping-quote budget (two at once, one more every 800 ms) is one budget for both
+/// replicas, not one each.
+#[test]
+fn the_rate_budget_is_shared() {
+    let Some((a, b)) = replicas("quota", &[]) else { return };
+    let started = Instant::now();
+    let statuses: Vec<u16> = (0..6)
+        .map(|i| invoke(if i % 2 == 0 { &a.addr } else { &b.addr }, "shipping.quote", &json!({"zip": "12345"}), None).0)
+        .collect();
+    let elapsed = started.elapsed();
+    let allowed = statuses.iter().filter(|s| **s == 200).count();
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    // Separate budgets would allow four (two per replica); a refill adds one per 800 ms.
+    if elapsed < Duration::from_millis(800) {
+        assert_eq!(allowed, 2, "{statuses:?} in {elapsed:?}");
+    } else {
+        assert!(allowed < 4, "{statuses:?} in {elapsed:?}");
+    }
+}
+
+/// A replica killed (SIGKILL) while it runs a write: a retry on the other replica is answered
+/// `EXECUTION_FAILED {reason: outcome-unknown}` — the ticket may exist — and never opens a second
+/// one, however often it is retried.
+#[test]
+fn a_replica_killed_mid_call_leaves_an_unknown_outcome_not_a_second_execution() {
+    let Some((mut a, b)) = replicas("killed", &["--ticket-delay-ms", "5000", "--lease-ms", "600"]) else { return };
+    let input = json!({"subject": "Refund never arrived"});
+    let in_flight = {
+        let (addr, input) = (a.addr.clone(), input.clone());
+        std::thread::spawn(move || invoke(&addr, "tickets.open", &input, Some("doomed")))
+    };
+    // Let the first replica admit the call and start the handler, then kill it.
+    std::thread::sleep(Duration::from_millis(500));
+    a.kill();
+    let _ = in_flight.join();
+    for attempt in 0..3 {
+        let (status, body) = invoke(&b.addr, "tickets.open", &input, Some("doomed"));
+        let p = json_of(&body);
+        assert_eq!((status, p["code"].as_str()), (500, Some("EXECUTION_FAILED")), "attempt {attempt}: {body}");
+        assert_eq!(p["details"]["reason"], "outcome-unknown", "attempt {attempt}: {body}");
+        assert!(p.get("output").is_none());
+    }
+    // The replica that is alive still serves new calls.
+    let (status, body) = invoke(&b.addr, "tickets.open", &input, Some("fresh"));
+    assert_eq!(status, 200, "{body}");
 }

@@ -14,6 +14,14 @@ pub(crate) struct Server {
     pub(crate) addr: String,
 }
 
+impl Server {
+    /// Kills the server at once (SIGKILL: no cleanup, no goodbye), as a crashed replica.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,221 @@
+//! Where the shop keeps its orders and its warm tracking lookups: in this process's memory, or in
+//! Redis so that several server processes (replicas) serve one shop.
+//!
+//! On Redis, the orders are one hash (`{prefix}shop:orders`, a JSON document per order id), the
+//! warm lookups one set (`{prefix}shop:warm`). Every change is one script that checks and changes
+//! an order atomically, so two replicas can never both cancel one order. Seeding writes an order
+//! only where none exists, so a replica starting next to a running one keeps the shop as it is.
+//!
+//! Preconditions are synchronous and cannot ask Redis: they read the orders as this replica last
+//! saw them ([`Data::seen`]). That view is never stricter than the truth (an order only ever
+//! leaves `placed`, and no order is ever removed), so a precondition never refuses a call it
+//! should allow; the change scripts re-check, and answer the same `PRECONDITION_FAILED` when
+//! another replica got there first.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::AgentSurfaceError;
+use agent_surface_redis::redis::{self, Script, aio::ConnectionManager};
+
+use crate::shop::{Address, Order, Status};
+
+/// Why a change was refused.
+pub(crate) enum Refused {
+    /// No such order.
+    Unknown,
+    /// The order is not `placed` any more.
+    NotPlaced(Status),
+}
+
+/// The shop's data.
+pub(crate) enum Data {
+    /// In this process.
+    Memory { orders: Mutex<BTreeMap<String, Order>>, warm: Mutex<HashSet<String>> },
+    /// In Redis, shared by replicas.
+    Shared(Shared),
+}
+
+/// The Redis half of [`Data`].
+pub(crate) struct Shared {
+    conn: ConnectionManager,
+    orders_key: String,
+    warm_key: String,
+    /// The orders as this replica last read or wrote them.
+    seen: Mutex<BTreeMap<String, Order>>,
+    change: Script,
+}
+
+/// Changes one order if it is `placed`. KEYS: the orders hash. ARGV: order id, `cancel` or
+/// `address`, the new address (JSON). Returns `{'ok', order}`, `{'unknown'}` or `{'unmet', order}`.
+const CHANGE: &str = r"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return {'unknown'} end
+local o = cjson.decode(v)
+if o.status ~= 'placed' then return {'unmet', v} end
+if ARGV[2] == 'cancel' then o.status = 'cancelled' else o.address = cjson.decode(ARGV[3]) end
+local out = cjson.encode(o)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return {'ok', out}
+";
+
+/// How long a caller is asked to wait when Redis did not answer.
+const RETRY: Duration = Duration::from_secs(1);
+
+fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> AgentSurfaceError {
+    AgentSurfaceError::transient(RETRY).with_cause(e)
+}
+
+fn corrupt(e: serde_json::Error) -> AgentSurfaceError {
+    AgentSurfaceError::transient(RETRY).with_cause(e)
+}
+
+impl Data {
+    /// The shop in memory, with `orders`.
+    pub(crate) fn memory(orders: Vec<Order>) -> Data {
+        let orders = orders.into_iter().map(|o| (o.order_id.clone(), o)).collect();
+        Data::Memory { orders: Mutex::new(orders), warm: Mutex::default() }
+    }
+
+    /// The shop in Redis under `prefix`, seeded with `orders` where it has none of them yet.
+    pub(crate) async fn shared(conn: ConnectionManager, prefix: &str, orders: Vec<Order>) -> Result<Data, String> {
+        let shared = Shared {
+            conn,
+            orders_key: format!("{prefix}shop:orders"),
+            warm_key: format!("{prefix}shop:warm"),
+            seen: Mutex::default(),
+            change: Script::new(CHANGE),
+        };
+        let mut seed = redis::pipe();
+        for order in &orders {
+            let json = serde_json::to_string(order).map_err(|e| e.to_string())?;
+            seed.cmd("HSETNX").arg(&shared.orders_key).arg(&order.order_id).arg(json).ignore();
+        }
+        let mut conn = shared.conn.clone();
+        seed.query_async::<()>(&mut conn).await.map_err(|e| format!("cannot seed the shop in Redis: {e}"))?;
+        let data = Data::Shared(shared);
+        data.orders().await.map_err(|e| format!("cannot read the shop from Redis: {e}"))?;
+        Ok(data)
+    }
+
+    /// Every order, by id.
+    pub(crate) async fn orders(&self) -> Result<Vec<Order>, AgentSurfaceError> {
+        match self {
+            Data::Memory { orders, .. } => {
+                Ok(orders.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect())
+            }
+            Data::Shared(s) => {
+                let mut conn = s.conn.clone();
+                let all: BTreeMap<String, String> =
+                    redis::cmd("HGETALL").arg(&s.orders_key).query_async(&mut conn).await.map_err(unavailable)?;
+                let orders = all
+                    .values()
+                    .map(|v| serde_json::from_str(v).map_err(corrupt))
+                    .collect::<Result<Vec<Order>, _>>()?;
+                s.saw(&orders);
+                Ok(orders)
+            }
+        }
+    }
+
+    /// One order.
+    pub(crate) async fn order(&self, id: &str) -> Result<Option<Order>, AgentSurfaceError> {
+        match self {
+            Data::Memory { .. } => Ok(self.seen(id)),
+            Data::Shared(s) => {
+                let mut conn = s.conn.clone();
+                let json: Option<String> =
+                    redis::cmd("HGET").arg(&s.orders_key).arg(id).query_async(&mut conn).await.map_err(unavailable)?;
+                let order: Option<Order> = json.map(|v| serde_json::from_str(&v)).transpose().map_err(corrupt)?;
+                s.saw(order.iter());
+                Ok(order)
+            }
+        }
+    }
+
+    /// The order as this process last saw it, for synchronous checks (see the module docs).
+    pub(crate) fn seen(&self, id: &str) -> Option<Order> {
+        let orders = match self {
+            Data::Memory { orders, .. } => orders,
+            Data::Shared(s) => &s.seen,
+        };
+        orders.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+    }
+
+    /// Cancels a `placed` order; the order after.
+    pub(crate) async fn cancel(&self, id: &str) -> Result<Result<Order, Refused>, AgentSurfaceError> {
+        self.change(id, None).await
+    }
+
+    /// Changes the address of a `placed` order; the order after.
+    pub(crate) async fn update_address(
+        &self,
+        id: &str,
+        address: &Address,
+    ) -> Result<Result<Order, Refused>, AgentSurfaceError> {
+        self.change(id, Some(address)).await
+    }
+
+    /// Cancels (`address` none) or readdresses a `placed` order.
+    async fn change(&self, id: &str, address: Option<&Address>) -> Result<Result<Order, Refused>, AgentSurfaceError> {
+        match self {
+            Data::Memory { orders, .. } => {
+                let mut orders = orders.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(order) = orders.get_mut(id) else { return Ok(Err(Refused::Unknown)) };
+                if order.status != Status::Placed {
+                    return Ok(Err(Refused::NotPlaced(order.status)));
+                }
+                match address {
+                    Some(address) => order.address = address.clone(),
+                    None => order.status = Status::Cancelled,
+                }
+                Ok(Ok(order.clone()))
+            }
+            Data::Shared(s) => {
+                let address = address.map(serde_json::to_string).transpose().map_err(corrupt)?;
+                let mut call = s.change.key(&s.orders_key);
+                call.arg(id).arg(if address.is_some() { "address" } else { "cancel" }).arg(address.unwrap_or_default());
+                let mut conn = s.conn.clone();
+                let answer: Vec<String> = call.invoke_async(&mut conn).await.map_err(unavailable)?;
+                let order = |json: &String| serde_json::from_str::<Order>(json).map_err(corrupt);
+                Ok(match answer.as_slice() {
+                    [verdict, json] if verdict == "ok" => {
+                        let order = order(json)?;
+                        s.saw([&order]);
+                        Ok(order)
+                    }
+                    [verdict, json] if verdict == "unmet" => {
+                        let order = order(json)?;
+                        s.saw([&order]);
+                        Err(Refused::NotPlaced(order.status))
+                    }
+                    _ => Err(Refused::Unknown),
+                })
+            }
+        }
+    }
+
+    /// Marks the order's tracking lookup warm; true when it was cold (the first lookup).
+    pub(crate) async fn warm_up(&self, id: &str) -> Result<bool, AgentSurfaceError> {
+        match self {
+            Data::Memory { warm, .. } => Ok(warm.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_string())),
+            Data::Shared(s) => {
+                let mut conn = s.conn.clone();
+                let added: i64 =
+                    redis::cmd("SADD").arg(&s.warm_key).arg(id).query_async(&mut conn).await.map_err(unavailable)?;
+                Ok(added == 1)
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Remembers `orders` as seen.
+    fn saw<'a>(&self, orders: impl IntoIterator<Item = &'a Order>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        for order in orders {
+            seen.insert(order.order_id.clone(), order.clone());
+        }
+    }
+}
