@@ -1,0 +1,133 @@
+//! The cost of shared state: `Registry::invoke` with an invocation id on the Redis idempotency
+//! store over loopback, against the memory store, measured in the same run.
+//!
+//! Run with `cargo bench -p agent-surface-redis --bench stores` (it starts a private
+//! `redis-server` unless `AGENT_SURFACE_REDIS_URL` names one). Cases:
+//!
+//! - `stores/memory`: a new invocation id per call on `MemoryIdempotencyStore` (admit, run,
+//!   settle: the baseline);
+//! - `stores/redis`: the same on `RedisIdempotencyStore`;
+//! - `stores/redis_replay`: a retry answered from the stored result on Redis.
+//!
+//! After the criterion groups it prints the ratios of the median estimates, and the Redis round
+//! trips per call, counted from the server's command statistics over 1,000 calls of each kind.
+
+#![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_policy::{Consumer, IdempotencyStore, MemoryIdempotencyStore};
+use agent_surface_redis::{RedisConfig, RedisStores, redis};
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use criterion::{BatchSize, Criterion};
+use serde_json::{Value, json};
+
+/// A registry whose `calc.add` (a read) records its calls in `store`.
+fn registry(store: Arc<dyn IdempotencyStore>) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.").effect(Effect::Write).handler(|_c: Ctx, i: Value| async move {
+            Ok::<_, AgentSurfaceError>(json!({"sum": i["a"].as_i64().unwrap_or(0) + i["b"].as_i64().unwrap_or(0)}))
+        })
+    })
+    .expect("valid");
+    let m = r.mount("calc", "main").expect("mount");
+    (r, m)
+}
+
+fn request(id: String) -> InvokeRequest {
+    InvokeRequest::new("calc.add", json!({"a": 2, "b": 3})).with_invocation_id(id)
+}
+
+/// The client commands the server has answered so far (script calls, not the commands run
+/// inside them), from `INFO commandstats`.
+async fn round_trips(conn: &mut redis::aio::ConnectionManager) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.expect("INFO answers");
+    info.lines()
+        .filter(|l| ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_script|load:"].iter().any(|p| l.starts_with(p)))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn median_ns(id: &str) -> Option<f64> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target.join("criterion").join(id).join("new/estimates.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["median"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let Some(url) = agent_surface_testing::services::redis_url() else {
+        println!("no Redis (set AGENT_SURFACE_REDIS_URL or install redis-server): nothing to measure");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let stores = rt
+        .block_on(RedisStores::connect(&url, RedisConfig::with_prefix(format!("bench:{nonce}:"))))
+        .expect("Redis answers");
+    let (memory, _mm) = registry(Arc::new(MemoryIdempotencyStore::default()));
+    let (shared, _ms) = registry(Arc::new(stores.idempotency()));
+    let consumer = InvokeOptions::new(Consumer::anonymous("bench"));
+    let n = AtomicU64::new(0);
+    let fresh = || format!("inv-{}", n.fetch_add(1, Ordering::Relaxed));
+
+    let mut c = Criterion::default().configure_from_args();
+    let mut g = c.benchmark_group("stores");
+    for (name, r) in [("memory", &memory), ("redis", &shared)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter_batched(
+                || (request(fresh()), consumer.clone()),
+                |(req, opts)| async {
+                    let res = r.invoke(req, opts).await;
+                    debug_assert!(res.is_ok());
+                    black_box(res)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    let replayed = rt.block_on(shared.invoke(request("replayed".to_string()), consumer.clone()));
+    assert!(replayed.is_ok());
+    g.bench_function("redis_replay", |b| {
+        b.to_async(&rt).iter_batched(
+            || (request("replayed".to_string()), consumer.clone()),
+            |(req, opts)| async { black_box(shared.invoke_detailed(req, opts).await) },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    c.final_summary();
+
+    // Round trips per call, counted by the server.
+    let conn = stores.connection();
+    let per_call = |calls: Vec<InvokeRequest>| {
+        let count = calls.len() as f64;
+        rt.block_on(async {
+            let before = round_trips(&mut conn.clone()).await;
+            for req in calls {
+                assert!(shared.invoke(req, consumer.clone()).await.is_ok());
+            }
+            let after = round_trips(&mut conn.clone()).await;
+            (after - before) as f64 / count
+        })
+    };
+    let new_calls = per_call((0..1_000).map(|_| request(fresh())).collect());
+    let replays = per_call((0..1_000).map(|_| request("replayed".to_string())).collect());
+
+    println!("\nratios against stores/memory (median estimates of this run):");
+    let base = median_ns("stores/memory");
+    for id in ["stores/memory", "stores/redis", "stores/redis_replay"] {
+        match (median_ns(id), base) {
+            (Some(t), Some(b)) => println!("  {id:<22} {t:>10.0} ns   {:>6.2}x", t / b),
+            _ => println!("  {id:<22} (no estimate)"),
+        }
+    }
+    println!("Redis round trips per call: {new_calls:.2} for a new call (admit, settle), {replays:.2} for a replay");
+}
