@@ -21,11 +21,12 @@
 use std::time::Duration;
 
 use agent_surface_core::details::Origin;
+use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Decided,
-    Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Rejection, Settlement, StoreError, TaskRecord, TaskStatus,
-    TaskStore,
+    Admission, ApprovalVerdict, CallInfo, ConfirmationBinding, ConfirmationRecord, ConfirmationState,
+    ConfirmationStore, Consumer, Decided, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Quota, RateDecision,
+    RateLimiter, Rejection, Settlement, StoreError, TaskRecord, TaskStatus, TaskStore,
 };
 use futures_util::future::join_all;
 use serde_json::json;
@@ -485,4 +486,52 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         }
         other => panic!("store kit: a settled request must replay, got {other:?}"),
     }
+}
+
+/// One call of `orders.cancel` by `c`.
+async fn take(limiter: &dyn RateLimiter, c: &Consumer) -> RateDecision {
+    limiter.acquire(CallInfo::new(c, "orders.cancel", "orders", Effect::Destructive, false), Timestamp::now()).await
+}
+
+/// Runs the [`RateLimiter`] suite against `limiter`, which must be configured with the
+/// per-consumer budget `quota` and no other budget that binds `orders.cancel` (a budget of at
+/// least two calls, refilling no faster than one a second, so that the suite's bursts are not
+/// refilled while they run): a consumer gets its burst and then `RATE_LIMITED {reason: rate}` with
+/// an honest wait, another consumer has a budget of its own, and concurrent callers together never
+/// take more than the budget. Consumers are named `prefix` + a letter.
+///
+/// # Panics
+///
+/// On the first rule the limiter breaks.
+pub async fn check_rate_limiter(limiter: &dyn RateLimiter, quota: Quota, prefix: &str) {
+    let limit = quota.limit().get();
+    let consumer = |name: &str| Consumer::anonymous(format!("{prefix}{name}"));
+    let acquire = |c| take(limiter, c);
+    let a = consumer("a");
+    for i in 0..limit {
+        let decision = acquire(&a).await;
+        assert!(matches!(decision, RateDecision::Allow(_)), "store kit: call {i} of a burst of {limit} must pass");
+    }
+    match acquire(&a).await {
+        RateDecision::Limited { reason, retry_after } => {
+            assert_eq!(reason, RateLimitReason::Rate, "store kit: a spent budget is a `rate` limit");
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= quota.period(),
+                "store kit: the wait must be honest (within one period), got {retry_after:?}"
+            );
+        }
+        RateDecision::Allow(_) => panic!("store kit: a call past the burst of {limit} must be limited"),
+    }
+    let b = consumer("b");
+    assert!(matches!(acquire(&b).await, RateDecision::Allow(_)), "store kit: another consumer has its own budget");
+
+    let c = consumer("c");
+    let decisions = join_all((0..4 * limit).map(|_| acquire(&c))).await;
+    let passed = decisions.iter().filter(|d| matches!(d, RateDecision::Allow(_))).count();
+    assert_eq!(
+        passed,
+        usize::try_from(limit).unwrap_or(usize::MAX),
+        "store kit: {} concurrent callers take exactly the budget of {limit}",
+        4 * limit
+    );
 }

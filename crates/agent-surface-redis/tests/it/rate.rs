@@ -51,3 +51,11 @@ async fn two_replicas_share_one_budget_and_a_refused_call_costs_nothing() {
     let bob = Consumer::anonymous("bob");
     assert!(allowed(&a.acquire(CallInfo::new(&bob, "orders.list", "orders", Effect::Read, true), now).await));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_rate_limiter_passes_the_kit() {
+    let Some(redis) = support::stores("rate-kit").await else { return };
+    let quota = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
+    let limiter = redis.rate_limiter(RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
+    agent_surface_testing::stores::check_rate_limiter(&limiter, quota, "kit-").await;
+}
