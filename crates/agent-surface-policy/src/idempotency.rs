@@ -8,6 +8,7 @@
 //! |-----------------------------------------|-------------------------|----------------------|
 //! | nothing, or an expired result           | [`Admission::Leader`]   | [`Admission::Leader`]|
 //! | a call in flight                        | [`Admission::Follower`] | [`Admission::Conflict`] |
+//! | a call in flight whose lease lapsed     | [`Admission::TakeOver`] | [`Admission::Conflict`] |
 //! | a stored terminal result, not expired   | [`Admission::Replay`]   | [`Admission::Conflict`] |
 //!
 //! The leader runs the call and [`settle`](IdempotencyStore::settle)s exactly once, with
@@ -145,8 +146,11 @@ pub enum Admission {
     TakeOver(Lease),
     /// The same request is in flight: this future resolves to the leader's result.
     ///
-    /// If the leader's record disappears without being settled (the store was dropped), the
-    /// future resolves to a `CANCELLED` error carrying the key's invocation id.
+    /// If the leader's result cannot be learnt, the future resolves to an error carrying the
+    /// key's invocation id: the memory store answers `CANCELLED` when its record disappears (the
+    /// store was dropped, so the leader's process is ending); a shared store answers
+    /// `EXECUTION_FAILED {reason: outcome-unknown}` when the leader lost its lease or the store
+    /// stopped answering (the leader may still commit).
     Follower(BoxFuture<'static, InvokeResult>),
     /// The same request already finished and its terminal result is stored.
     Replay(InvokeResult),

@@ -26,7 +26,8 @@ use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, Regist
 use criterion::{BatchSize, Criterion};
 use serde_json::{Value, json};
 
-/// A registry whose `calc.add` (a read) records its calls in `store`.
+/// A registry whose `calc.add` (a write, so that a replay is what a retry must get) records its
+/// calls in `store`.
 fn registry(store: Arc<dyn IdempotencyStore>) -> (Registry, agent_surface_registry::Mount) {
     let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
     r.define("calc", |t| {

@@ -9,8 +9,10 @@
 //! | `le` | while `run`: when the lease lapses (Unix milliseconds on Redis' clock) |
 //! | `r` | once `done` or `gone`: the result (JSON) |
 //!
-//! Tokens come from one counter per prefix (`{prefix}idem-fence`), so no two leases ever share
-//! one, even across a record that was released and claimed again.
+//! Tokens come from one counter per prefix (`{prefix}idem-fence:`), so no two leases ever share
+//! one, even across a record that was released and claimed again. A record in flight lives
+//! `in_flight_retention` past its leader's last admission or renewal, so it always outlives the
+//! lease by far: a retry after a crash finds it and is never taken for a new call.
 
 use std::time::Duration;
 
@@ -38,23 +40,26 @@ if s == 'run' or s == 'done' then
   if s == 'done' then return {'replay', f[5]} end
   if tonumber(f[4]) > now then return {'follow', f[3]} end
   local tok = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 't', tok, 'le', string.format('%d', now + tonumber(ARGV[2])))
+  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', string.format('%d', now + tonumber(ARGV[2])))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'takeover', string.format('%d', tok)}
 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', tok, 'le', string.format('%d', now + tonumber(ARGV[2])))
+redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
+  'le', string.format('%d', now + tonumber(ARGV[2])))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'lead', string.format('%d', tok)}
 ";
 
-/// Renewal. KEYS: the record. ARGV: token, lease (ms). Returns 1, or 0 when the token no longer
+/// Renewal: the lease and the record's time to live start again. KEYS: the record. ARGV: token,
+/// lease (ms), time to live of a record in flight (ms). Returns 1, or 0 when the token no longer
 /// holds the record.
 const RENEW: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 't')
 if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'le', string.format('%d', now + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
@@ -94,9 +99,6 @@ const FIRST_POLL: Duration = Duration::from_millis(2);
 /// result later than the leader settled (plus one round trip).
 const MAX_POLL: Duration = Duration::from_millis(50);
 
-/// How long a follower is asked to wait when Redis did not answer its poll.
-const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
-
 /// An `IdempotencyStore` in Redis: at most one execution per `(consumerKey, invocationId)` across
 /// every replica that connects to it.
 ///
@@ -116,11 +118,14 @@ const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 ///   replica, survives reconnects without resubscribing, and cannot miss a message published
 ///   before the subscription; the cost is a few cheap reads per follower per call. A released
 ///   result (one that is not stored, e.g. `RATE_LIMITED`) stays readable for 10 s so that polling
-///   followers get it. A follower whose leader's lease lapsed is answered `EXECUTION_FAILED
-///   {reason: outcome-unknown}` (not stored): its reconcile call takes the record over.
+///   followers get it. A follower whose leader's lease lapsed, whose record went or now belongs
+///   to another request, or whose polls fail for a whole lease, is answered `EXECUTION_FAILED
+///   {reason: outcome-unknown}` (not stored: the leader may still commit, and its reconcile call
+///   joins, replays or takes the record over) — never an answer that invites a fresh id.
 ///
-/// A record in flight is kept for [`RedisConfig::in_flight_retention`](crate::RedisConfig::in_flight_retention),
-/// stored results until the `expires_at` of their settlement. There is no capacity of its own:
+/// A record in flight is kept for [`RedisConfig::in_flight_retention`](crate::RedisConfig::in_flight_retention)
+/// after its leader's last admission or renewal, stored results until the `expires_at` of their
+/// settlement. There is no capacity of its own:
 /// Redis' memory is the bound (with `maxmemory-policy noeviction`, a full Redis refuses writes,
 /// which fails calls closed).
 #[derive(Clone, Debug)]
@@ -175,7 +180,7 @@ impl RedisIdempotencyStore {
         call.key(self.stores.key("idem-fence", ""))
             .arg(fingerprint.to_string())
             .arg(ttl_ms(config.lease))
-            .arg(ttl_ms(config.in_flight_retention.max(config.lease)));
+            .arg(ttl_ms(config.in_flight_retention));
         let answer: (String, String) = self.stores.run(call).await?;
         Ok(match answer.0.as_str() {
             "lead" => Admission::Leader(self.lease(token_of(&answer.1)?)),
@@ -213,7 +218,7 @@ impl RedisIdempotencyStore {
 
     async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
         let mut call = self.scripts.renew.key(self.key(key));
-        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease));
+        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease)).arg(ttl_ms(self.stores.config.in_flight_retention));
         let renewed: i64 = self.stores.run(call).await?;
         if renewed == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
@@ -250,7 +255,9 @@ async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) ->
     })
 }
 
-/// A follower on any replica: polls until the leader settles, with backoff.
+/// A follower on any replica: polls until the leader settles, with backoff. Polls that fail are
+/// retried for as long as a lease lasts (the leader may still be at it); after that, or when the
+/// leader is lost, the follower learns that the outcome is unknown.
 async fn follow(
     store: RedisIdempotencyStore,
     record: String,
@@ -259,26 +266,36 @@ async fn follow(
 ) -> InvokeResult {
     let fingerprint = fingerprint.to_string();
     let mut wait = FIRST_POLL;
+    let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MAX_POLL);
-        let error = match poll(&store, &record, &fingerprint).await {
-            Ok(Polled::Waiting) => continue,
+        match poll(&store, &record, &fingerprint).await {
+            Ok(Polled::Waiting) => failing_since = None,
             Ok(Polled::Settled(result)) => return result,
             Ok(Polled::Lost) => {
                 tracing::warn!(
                     target: "agent_surface::invoke",
                     "the call this request joined lost its leader; the follower is told to reconcile"
                 );
-                AgentSurfaceError::outcome_unknown()
+                break;
             }
             Err(e) => {
-                tracing::error!(target: "agent_surface::invoke", error = %e, "a follower could not poll its leader");
-                AgentSurfaceError::transient(UNAVAILABLE_RETRY)
+                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() < store.stores.config.lease {
+                    tracing::warn!(target: "agent_surface::invoke", error = %e, "a follower could not poll its leader");
+                    continue;
+                }
+                tracing::error!(
+                    target: "agent_surface::invoke",
+                    error = %e,
+                    "a follower could not poll its leader for a whole lease; it is told to reconcile"
+                );
+                break;
             }
-        };
-        return InvokeResult::error(error.into_payload(), Some(invocation_id));
+        }
     }
+    InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), Some(invocation_id))
 }
 
 impl IdempotencyStore for RedisIdempotencyStore {

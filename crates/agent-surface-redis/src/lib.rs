@@ -32,16 +32,20 @@
 //! snapshot could turn a consumed approval back into an approved one), with `maxmemory-policy
 //! noeviction` (every key here has a time to live, so any `volatile-*` or `allkeys-*` policy may
 //! evict a record or a rate bucket), and know that a failover to a replica that had not received
-//! the last writes loses them. Use a standalone server or a Sentinel-managed primary: Redis
-//! Cluster is not supported (the connection manager does not follow redirects, and the rate
-//! script touches two keys).
+//! the last writes loses them. Use a standalone server or a Sentinel-managed primary, Redis 5 or
+//! later (the scripts read `TIME` before they write, which needs effects replication; tested with
+//! 7.0). Redis Cluster is not supported (the connection manager does not follow redirects, and the
+//! admission and rate scripts touch two keys).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
 //! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
 //! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
 //! `{prefix}rate:consumer:{key}` and `{prefix}rate:capability:{name}`. Nothing of a key or a
-//! stored value reaches the agent channel. TLS and credentials come with the URL
-//! (`rediss://user:pass@host`).
+//! stored value reaches the agent channel. Credentials come with the URL
+//! (`redis://user:pass@host:6379/`). TLS (`rediss://`) needs one of the `redis` crate's TLS
+//! features, which this crate does not turn on (they bring a TLS stack every user would compile):
+//! add `redis = { version = "1.8", features = ["tokio-rustls-comp"] }` (or
+//! `tokio-native-tls-comp`) to your own manifest, and Cargo builds these stores with it.
 //!
 //! # Examples
 //!
@@ -103,12 +107,13 @@ pub struct RedisConfig {
     pub max_task_payload_bytes: usize,
     /// How long an idempotency leader holds its record without renewing it, on Redis' clock. The
     /// registry renews every third of it while the call runs, so it bounds how long a call whose
-    /// replica died blocks its retries; it must exceed the longest pause a live replica may take
-    /// (a stalled replica that misses its renewals is taken over, and its result is not recorded).
+    /// replica died blocks its retries; it must exceed the longest pause a live replica may take,
+    /// and a few `op_timeout`s (a replica that misses its renewals — stalled, or cut off from
+    /// Redis — is taken over, and its result is not recorded).
     pub lease: Duration,
-    /// How long an idempotency record in flight is kept when its leader never settles (its
-    /// replica died): within it, a retry learns that the outcome is unknown rather than running
-    /// as a new call. At least `lease`.
+    /// How long an idempotency record in flight is kept after its leader's last sign of life
+    /// (admission or renewal) when it never settles (its replica died): within it, a retry learns
+    /// that the outcome is unknown rather than running as a new call. At least twice `lease`.
     pub in_flight_retention: Duration,
 }
 
@@ -132,15 +137,39 @@ impl RedisConfig {
     pub fn with_prefix(prefix: impl Into<String>) -> RedisConfig {
         RedisConfig { prefix: prefix.into(), ..RedisConfig::default() }
     }
+
+    /// Refuses a configuration that cannot keep its promises: a zero time budget, a lease too
+    /// short to renew, or records in flight kept for less than two leases (a record must outlive
+    /// its lease, or a retry after a crash would find nothing and run the call again).
+    fn check(&self) -> Result<(), ConnectError> {
+        let bad = |what: &str| Err(ConnectError(format!("invalid Redis store configuration: {what}")));
+        if self.op_timeout.is_zero() {
+            return bad("op_timeout must be positive");
+        }
+        if self.lease < Duration::from_millis(3) {
+            return bad("lease must be at least 3 ms (it is renewed every third of it)");
+        }
+        if self.in_flight_retention < self.lease * 2 {
+            return bad("in_flight_retention must be at least twice the lease");
+        }
+        Ok(())
+    }
 }
 
-/// Why [`RedisStores::connect`] failed (a bad URL, or no Redis answering in time).
+/// Why [`RedisStores::connect`] failed: a bad URL, no Redis answering in time, or a
+/// configuration that cannot keep its promises (see [`RedisConfig`]).
 #[derive(Debug)]
 pub struct ConnectError(String);
 
+impl ConnectError {
+    fn unreachable(cause: impl fmt::Display) -> ConnectError {
+        ConnectError(format!("cannot connect to Redis: {cause}"))
+    }
+}
+
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot connect to Redis: {}", self.0)
+        f.write_str(&self.0)
     }
 }
 
@@ -161,9 +190,10 @@ impl fmt::Debug for RedisStores {
 
 impl RedisStores {
     /// Connects to the Redis at `url` (`redis://`, or `rediss://` for TLS when the `redis`
-    /// crate is built with a TLS feature).
+    /// crate is built with a TLS feature: see the crate docs).
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStores, ConnectError> {
-        let client = redis::Client::open(url).map_err(|e| ConnectError(e.to_string()))?;
+        config.check()?;
+        let client = redis::Client::open(url).map_err(ConnectError::unreachable)?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(config.op_timeout))
@@ -171,8 +201,8 @@ impl RedisStores {
         let connect = ConnectionManager::new_with_config(client, manager);
         let conn = tokio::time::timeout(config.op_timeout, connect)
             .await
-            .map_err(|_| ConnectError("timed out".to_string()))?
-            .map_err(|e| ConnectError(e.to_string()))?;
+            .map_err(|_| ConnectError::unreachable("timed out"))?
+            .map_err(ConnectError::unreachable)?;
         Ok(RedisStores { conn, config })
     }
 

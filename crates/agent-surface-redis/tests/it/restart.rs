@@ -3,69 +3,21 @@
 //! survives it and is replayed.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agent_surface_core::Timestamp;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Identity};
+use agent_surface_policy::{
+    Admission, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint, IdempotencyKey,
+    IdempotencyStore, Identity,
+};
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use serde_json::{Value, json};
 
-/// A `redis-server` of this test's own, with every write appended and synced to disk (the folder
-/// outlives it: a restart reads it back).
-struct Own {
-    child: Option<Child>,
-}
-
-impl Own {
-    fn start(port: u16, dir: &std::path::Path) -> Option<Own> {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "yes", "--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let own = Own { child: Some(child) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(own)
-    }
-
-    /// Freezes the server (SIGSTOP): connections stay open and nothing answers.
-    fn freeze(&self, frozen: bool) {
-        if let Some(child) = &self.child {
-            let _ =
-                Command::new("kill").arg(if frozen { "-STOP" } else { "-CONT" }).arg(child.id().to_string()).status();
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SIGTERM: Redis flushes the append-only file and exits.
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
+use crate::support::Own;
 
 /// A registry whose `orders.cancel` is confirmed through an engine on `stores`, with its
 /// idempotency records on `stores` too.
@@ -192,6 +144,48 @@ async fn a_silent_redis_fails_every_operation_within_its_budget() {
     // Each operation gave up after its budget rather than waiting for Redis to wake.
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     redis.freeze(false);
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A follower whose polls fail (Redis frozen) keeps trying for a lease, then is told the outcome
+/// is unknown — never a transient error, whose advice (a fresh id) could run the call twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
+    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
+    if !installed {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("agent-surface-follower-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(redis) = Own::start(port, &dir) else { panic!("redis-server starts") };
+    let config = RedisConfig {
+        op_timeout: Duration::from_millis(200),
+        lease: Duration::from_millis(600),
+        ..RedisConfig::with_prefix("follower:")
+    };
+    let stores = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config).await.expect("connects");
+    let store = stores.idempotency();
+    let key = IdempotencyKey::new("c", "frozen");
+    let fp = Fingerprint::of(&json!(1));
+    assert!(matches!(store.admit(&key, fp, Timestamp::now()).await, Ok(Admission::Leader(_))));
+    let Ok(Admission::Follower(waiting)) = store.admit(&key, fp, Timestamp::now()).await else {
+        panic!("the same request follows")
+    };
+    redis.freeze(true);
+    let started = Instant::now();
+    let answered = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("the follower is answered");
+    redis.freeze(false);
+    let p = answered.error_payload().expect("an error");
+    assert_eq!(p.code(), ErrorCode::ExecutionFailed);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")), "{p:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it kept trying for about a lease: {:?}",
+        started.elapsed()
+    );
     drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
 }

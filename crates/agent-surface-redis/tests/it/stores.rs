@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
 use agent_surface_policy::{
-    CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer,
-    Identity, ManualClock,
+    Admission, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
+    Consumer, Fingerprint, IdempotencyKey, IdempotencyStore, Identity, ManualClock,
 };
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_testing::stores;
@@ -93,4 +93,88 @@ async fn an_unreachable_redis_fails_closed() {
     let url = format!("redis://127.0.0.1:{port}/");
     let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::default() };
     assert!(RedisStores::connect(&url, config.clone()).await.is_err(), "no Redis there");
+}
+
+/// Credentials come with the URL: a Redis that requires a password serves the stores when the URL
+/// carries it, and refuses a connection without it (whose error does not repeat the password).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_come_with_the_url() {
+    if support::redis_url().is_none() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("agent-surface-auth-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(server) = support::Own::start_with(port, &dir, &["--requirepass", "s3cret-pass"]) else {
+        panic!("redis-server starts")
+    };
+    let config = RedisConfig { op_timeout: Duration::from_millis(500), ..RedisConfig::with_prefix("auth:") };
+    let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
+    let refused = match without {
+        Ok(stores) => stores.idempotency().admit(&key("k"), fp(), Timestamp::now()).await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    let refused = refused.expect("no password, no service");
+    assert!(!refused.contains("s3cret-pass"), "{refused}");
+    let with = RedisStores::connect(&format!("redis://:s3cret-pass@127.0.0.1:{port}/"), config.clone())
+        .await
+        .expect("the password in the URL signs in");
+    let wrong = RedisStores::connect(&format!("redis://:wrong-pass@127.0.0.1:{port}/"), config).await;
+    if let Err(e) = &wrong {
+        assert!(!e.to_string().contains("wrong-pass"), "{e}");
+    }
+    assert!(matches!(with.idempotency().admit(&key("k"), fp(), Timestamp::now()).await, Ok(Admission::Leader(_))));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn key(id: &str) -> IdempotencyKey {
+    IdempotencyKey::new("c", id)
+}
+
+fn fp() -> Fingerprint {
+    Fingerprint::of(&json!({"request": 1}))
+}
+
+/// A call that runs far longer than `in_flight_retention` keeps its record while its lease is
+/// renewed: every renewal starts the record's time to live again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_long_calls_record() {
+    let config = RedisConfig {
+        lease: Duration::from_millis(150),
+        in_flight_retention: Duration::from_millis(300),
+        ..RedisConfig::default()
+    };
+    let Some(redis) = support::stores_with("idem-long", config).await else { return };
+    let store = redis.idempotency();
+    let Ok(Admission::Leader(lease)) = store.admit(&key("long"), fp(), Timestamp::now()).await else {
+        panic!("a new key leads")
+    };
+    let until = std::time::Instant::now() + Duration::from_millis(1_200);
+    while std::time::Instant::now() < until {
+        tokio::time::sleep(lease.renew_every.expect("Redis leases ask for renewal")).await;
+        store.renew(&key("long"), lease, Timestamp::now()).await.expect("renewed");
+    }
+    assert!(
+        matches!(store.admit(&key("long"), fp(), Timestamp::now()).await, Ok(Admission::Follower(_))),
+        "four retention periods later, the renewed record is still in flight"
+    );
+    // Unrenewed, it lapses into a takeover (the record outlives its lease).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(store.admit(&key("long"), fp(), Timestamp::now()).await, Ok(Admission::TakeOver(_))));
+}
+
+/// A configuration that cannot keep its promises is refused before connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impossible_configurations_are_refused() {
+    let url = "redis://127.0.0.1:1/";
+    for (config, what) in [
+        (RedisConfig { lease: Duration::ZERO, ..RedisConfig::default() }, "lease"),
+        (RedisConfig { in_flight_retention: Duration::from_secs(15), ..RedisConfig::default() }, "in_flight_retention"),
+        (RedisConfig { op_timeout: Duration::ZERO, ..RedisConfig::default() }, "op_timeout"),
+    ] {
+        let refused = RedisStores::connect(url, config).await.expect_err("refused");
+        let text = refused.to_string();
+        assert!(text.starts_with("invalid Redis store configuration") && text.contains(what), "{text}");
+    }
 }

@@ -1,5 +1,8 @@
 //! Where the tests find Redis.
 
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
 use agent_surface_redis::{RedisConfig, RedisStores};
 
 /// The URL of the Redis to test against (see `agent_surface_testing::services`).
@@ -24,4 +27,64 @@ pub(crate) async fn stores_with(test: &str, config: RedisConfig) -> Option<Redis
 fn unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A `redis-server` of this test's own, with every write appended and synced to disk (the folder
+/// outlives it: a restart reads it back).
+pub(crate) struct Own {
+    child: Option<Child>,
+}
+
+impl Own {
+    pub(crate) fn start(port: u16, dir: &std::path::Path) -> Option<Own> {
+        Own::start_with(port, dir, &[])
+    }
+
+    /// As [`Own::start`], with `extra` arguments to `redis-server`.
+    pub(crate) fn start_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Option<Own> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let own = Own { child: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(own)
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers.
+    pub(crate) fn freeze(&self, frozen: bool) {
+        if let Some(child) = &self.child {
+            let _ =
+                Command::new("kill").arg(if frozen { "-STOP" } else { "-CONT" }).arg(child.id().to_string()).status();
+        }
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM: Redis flushes the append-only file and exits.
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

@@ -23,6 +23,10 @@ use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 /// How long a caller is asked to wait after the idempotency store failed.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The waits between further attempts to settle on a shared store that did not answer.
+const SETTLE_RETRIES: [Duration; 3] =
+    [Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(900)];
+
 pub(crate) enum Admitted {
     /// No invocation id: nothing to remember.
     Untracked,
@@ -120,13 +124,18 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
     let now = inner.config.clock.now();
     let leader = |lease: Lease, taken_over: bool| {
         Admitted::Leader(Box::new(LeaderGuard {
-            may_have_run: Arc::default(),
+            hold: Arc::new(Hold {
+                // A record taken over may hold an execution that took effect: dropped at any
+                // point, this call records an unknown outcome, never `CANCELLED`.
+                may_have_run: AtomicBool::new(taken_over),
+                taken_over,
+                lost: AtomicBool::new(false),
+            }),
             pending: None,
             store: store.clone(),
             key: Some(key.clone()),
             fingerprint: fp,
             lease,
-            taken_over,
             window: inner.config.idempotency_window,
             clock: inner.config.clock.clone(),
         }))
@@ -179,13 +188,26 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
     }
 }
 
+/// What the leader's call, its lease renewal and its guard share while the call runs.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// Set once the handler of a capability whose interruption is not harmless has started (from
+    /// the start for a record taken over): a dropped call then records `EXECUTION_FAILED {reason:
+    /// outcome-unknown}`, not `CANCELLED`.
+    pub(crate) may_have_run: AtomicBool,
+    /// The record was taken over from a leader that lost its lease: an earlier execution may
+    /// have taken effect.
+    pub(crate) taken_over: bool,
+    /// The lease was lost while the call ran (another caller took the record over): the handler
+    /// must not start.
+    pub(crate) lost: AtomicBool,
+}
+
 /// The leader's duty to settle its record. Dropped without settling (the caller dropped the
 /// `invoke` future mid-call), it records `CANCELLED` so that followers are answered and a retry
 /// with the same id cannot run the handler a second time.
 pub(crate) struct LeaderGuard {
-    /// Set once the handler of a capability whose interruption is not harmless has started: a
-    /// dropped call then records `EXECUTION_FAILED {reason: outcome-unknown}`, not `CANCELLED`.
-    may_have_run: Arc<AtomicBool>,
+    hold: Arc<Hold>,
     /// The settlement being written, once the call has its result: if the write is dropped
     /// midway, `Drop` records this rather than a guess.
     pending: Option<Settlement>,
@@ -193,22 +215,14 @@ pub(crate) struct LeaderGuard {
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
     lease: Lease,
-    /// The record was taken over from a leader whose lease lapsed: an earlier execution may have
-    /// taken effect.
-    taken_over: bool,
     window: Duration,
     clock: Arc<dyn agent_surface_policy::Clock>,
 }
 
 impl LeaderGuard {
-    /// The flag the execution phase sets (see the field).
-    pub(crate) fn may_have_run(&self) -> Arc<AtomicBool> {
-        self.may_have_run.clone()
-    }
-
-    /// Whether this call took its record over from a leader that lost its lease.
-    pub(crate) fn taken_over(&self) -> bool {
-        self.taken_over
+    /// What the phases learn and tell (see [`Hold`]).
+    pub(crate) fn hold(&self) -> Arc<Hold> {
+        self.hold.clone()
     }
 
     /// Keeps the lease alive while the call runs, for a store whose leases lapse; `None` when the
@@ -217,15 +231,19 @@ impl LeaderGuard {
     /// It waits on Tokio's timer, not the registry's clock: a lease lapses on the store's clock,
     /// which a simulated registry clock does not move.
     pub(crate) fn renewal(&self) -> Option<impl Future<Output = std::convert::Infallible> + Send + 'static> {
-        let every = self.lease.renew_every?;
+        // At least a millisecond apart, whatever the store asks.
+        let every = self.lease.renew_every?.max(Duration::from_millis(1));
         let (store, key, lease, clock) = (self.store.clone(), self.key.clone()?, self.lease, self.clock.clone());
+        let hold = self.hold.clone();
         // `now` is passed for the trait's sake; the store measures the lease on its own clock.
         Some(async move {
             loop {
                 tokio::time::sleep(every).await;
-                match store.renew(&key, lease, clock.now()).await {
-                    Ok(()) => {}
-                    Err(StoreError::LeaseLost) => {
+                // A renewal that hangs must not hold back the next one.
+                match tokio::time::timeout(every, store.renew(&key, lease, clock.now())).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(StoreError::LeaseLost)) => {
+                        hold.lost.store(true, Ordering::Release);
                         tracing::error!(
                             target: "agent_surface::invoke",
                             token = lease.token,
@@ -233,8 +251,11 @@ impl LeaderGuard {
                         );
                         return std::future::pending::<std::convert::Infallible>().await;
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         tracing::warn!(target: "agent_surface::invoke", error = %e, "could not renew the lease");
+                    }
+                    Err(_) => {
+                        tracing::warn!(target: "agent_surface::invoke", "renewing the lease took longer than its period");
                     }
                 }
             }
@@ -260,7 +281,19 @@ impl LeaderGuard {
         // while the store is still writing, `Drop` settles the record with the same result
         // instead of leaving it in flight for ever.
         self.pending = Some(settlement.clone());
-        match self.store.settle(key, self.fingerprint, self.lease, settlement, now).await {
+        let mut settled = self.store.settle(key, self.fingerprint, self.lease, settlement.clone(), now).await;
+        // A shared store that did not answer: try again while the lease may still hold, so that a
+        // known result is not lost to a blip (and later answered as an unknown outcome).
+        if self.lease.renew_every.is_some() {
+            for wait in SETTLE_RETRIES {
+                if !matches!(settled, Err(StoreError::Unavailable(_))) {
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+                settled = self.store.settle(key, self.fingerprint, self.lease, settlement.clone(), now).await;
+            }
+        }
+        match settled {
             Ok(()) => {
                 self.key = None;
                 self.pending = None;
@@ -289,7 +322,7 @@ impl Drop for LeaderGuard {
         let settlement = match self.pending.take() {
             Some(settlement) => settlement,
             None => {
-                let error = if self.may_have_run.load(Ordering::Acquire) {
+                let error = if self.hold.may_have_run.load(Ordering::Acquire) {
                     AgentSurfaceError::outcome_unknown()
                 } else {
                     AgentSurfaceError::cancelled()

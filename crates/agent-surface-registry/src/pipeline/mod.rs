@@ -93,14 +93,13 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
     };
     // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
     // not harmless has started, so that dropping the call records an unknown outcome rather than
-    // `CANCELLED`.
-    let may_have_run = leader.as_ref().map(|guard| guard.may_have_run());
-    let taken_over = leader.as_ref().is_some_and(|guard| guard.taken_over());
+    // `CANCELLED`, and the phases learn whether the record was taken over or its lease lost.
+    let hold = leader.as_ref().map(|guard| guard.hold());
     let outcome = match leader.as_ref().and_then(|guard| guard.renewal()) {
-        None => phases(registry, &mut request, &options, may_have_run.as_deref(), taken_over).await,
+        None => phases(registry, &mut request, &options, hold.as_deref()).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = phases(registry, &mut request, &options, may_have_run.as_deref(), taken_over);
+            let phases = phases(registry, &mut request, &options, hold.as_deref());
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -119,15 +118,21 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
     invocation
 }
 
+/// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have
+/// executed (see [`admission::Hold`]).
+fn taken_over_stop(note: impl Into<String>) -> Stop {
+    Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
+}
+
 /// Phases 2–9. The request is borrowed (its input is taken), so that the caller's future does not
 /// hold a second copy of it.
 async fn phases(
     registry: &Registry,
     request: &mut InvokeRequest,
     options: &InvokeOptions,
-    may_have_run: Option<&std::sync::atomic::AtomicBool>,
-    taken_over: bool,
+    hold: Option<&admission::Hold>,
 ) -> Outcome {
+    use std::sync::atomic::Ordering;
     let inner = &registry.inner;
     // Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
     let tracked = request.invocation_id.is_some();
@@ -145,22 +150,28 @@ async fn phases(
     // phases (4, 6, 7, 8b) are boxed, and only when they have work to do: their waiting state
     // (policy futures, timers) would otherwise enlarge every call's state machine, whose size is
     // a large part of the pipeline's cost.
-    let resolve::Resolved { def, registration: reg } = if inner.config.authority.is_some() {
-        Box::pin(authority::check(inner, &options.consumer, request, resolution)).await?
+    let resolved = if inner.config.authority.is_some() {
+        Box::pin(authority::check(inner, &options.consumer, request, resolution)).await
     } else {
-        resolution?
+        resolution
     };
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
-    // again. Decided here, once authority has run, so that it reveals nothing to a consumer who
-    // may not see the capability.
-    if taken_over && !execute::outcome_is_harmless(&def) {
-        return Err(Stop::noted(
-            AgentSurfaceError::outcome_unknown(),
-            Phase::Admission,
-            "the previous leader of this call lost its lease without a result",
-        ));
-    }
+    // again. Any other is an unknown outcome — also when the call stops before this point, since
+    // that answer would be stored and could invite a repetition; the same answer whatever the
+    // capability, so that it reveals nothing before authority has run.
+    let taken_over = hold.is_some_and(|h| h.taken_over);
+    let resolve::Resolved { def, registration: reg } = match resolved {
+        Ok(resolved) if !taken_over || execute::outcome_is_harmless(&resolved.def) => resolved,
+        Ok(_) => return Err(taken_over_stop("the previous leader of this call lost its lease without a result")),
+        Err(stop) if taken_over => {
+            return Err(taken_over_stop(format!(
+                "the previous leader of this call lost its lease without a result; then: {}",
+                stop.error.code()
+            )));
+        }
+        Err(stop) => return Err(stop),
+    };
     // Phase 5.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),
@@ -202,10 +213,14 @@ async fn phases(
     if let Some(hook) = &options.on_execute {
         hook();
     }
-    if let Some(flag) = may_have_run
-        && !execute::outcome_is_harmless(&def)
-    {
-        flag.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(hold) = hold {
+        // The lease was lost before the handler started: another caller holds the record now.
+        if hold.lost.load(Ordering::Acquire) {
+            return Err(taken_over_stop("the lease was lost before the handler started"));
+        }
+        if !execute::outcome_is_harmless(&def) {
+            hold.may_have_run.store(true, Ordering::Release);
+        }
     }
     let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await?;
     // Phase 8b: the post-condition, if the capability declares one.

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Timestamp};
 use agent_surface_policy::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, Settlement, StoreError,
+    Admission, AuthorityDecision, AuthorityPolicy, CallInfo, Fingerprint, IdempotencyKey, IdempotencyStore, Lease,
+    MemoryIdempotencyStore, PolicyError, Settlement, StoreError,
 };
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use futures_util::future::BoxFuture;
@@ -26,7 +27,8 @@ struct LeasingStore {
     /// Every renewal and settlement from now on finds the lease lost.
     lost: AtomicBool,
     renewals: AtomicUsize,
-    settled: AtomicUsize,
+    /// Settlements asked for (lost or not).
+    settlements: AtomicUsize,
 }
 
 impl IdempotencyStore for LeasingStore {
@@ -60,10 +62,10 @@ impl IdempotencyStore for LeasingStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            self.settlements.fetch_add(1, Ordering::SeqCst);
             if self.lost.load(Ordering::SeqCst) {
                 return Err(StoreError::LeaseLost);
             }
-            self.settled.fetch_add(1, Ordering::SeqCst);
             self.inner.settle(key, fingerprint, Lease::until_settled(lease.token), settlement, now).await
         })
     }
@@ -80,11 +82,36 @@ impl IdempotencyStore for LeasingStore {
     }
 }
 
+/// An authority policy that takes its time (and allows everything): a window between admission
+/// and execution.
+struct SlowAuthority(Duration);
+
+impl AuthorityPolicy for SlowAuthority {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        let wait = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            Ok(AuthorityDecision::Allow)
+        })
+    }
+}
+
 /// `shop.pay` (external, not idempotent) and `shop.quote` (read), each counting its executions
 /// and taking `delay` to run.
 fn registry(store: Arc<LeasingStore>, delay: Duration) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+    registry_with(RegistryConfig { idempotency: store, ..Default::default() }, delay)
+}
+
+fn registry_with(
+    config: RegistryConfig,
+    delay: Duration,
+) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
-    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    let r = Registry::new(config);
     let (pay, quote) = (runs.clone(), runs.clone());
     r.define("shop", move |t| {
         t.capability("pay", "Charge the card.").effect(Effect::External).handler(move |_c: Ctx, _i: Value| {
@@ -139,15 +166,65 @@ async fn a_taken_over_read_runs_again() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// A takeover reveals nothing before authority: for an unknown capability the answer is the
-/// resolution error, as without a takeover.
+/// A taken-over call that stops before the harmless check (here: its capability is gone) is an
+/// unknown outcome too — whatever was stored is what retries get, and the earlier execution may
+/// have happened — and the answer is the same whatever the capability, so it reveals nothing.
 #[tokio::test]
-async fn a_takeover_answers_nothing_before_resolution() {
+async fn a_takeover_that_stops_early_is_an_unknown_outcome() {
     let store = Arc::new(LeasingStore::default());
     let (r, _m, _runs) = registry(store.clone(), Duration::ZERO);
     store.take_over.store(true, Ordering::SeqCst);
     let inv = r.invoke_detailed(call("shop.nothing", json!({})).with_invocation_id("n-1"), consumer("c")).await;
-    assert_eq!(inv.result.code(), Some(ErrorCode::CapabilityNotFound));
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+}
+
+/// A taken-over call dropped before it reached the harmless check records an unknown outcome,
+/// never `CANCELLED` (which invites a fresh id, and so a second execution).
+#[tokio::test]
+async fn a_dropped_takeover_records_an_unknown_outcome() {
+    let store = Arc::new(LeasingStore::default());
+    let config = RegistryConfig {
+        idempotency: store.clone(),
+        authority: Some(Arc::new(SlowAuthority(Duration::from_secs(5)))),
+        ..Default::default()
+    };
+    let (r, _m, runs) = registry_with(config, Duration::ZERO);
+    store.take_over.store(true, Ordering::SeqCst);
+    let pay = || call("shop.pay", json!({})).with_invocation_id("pay-5");
+    let dropped = tokio::time::timeout(Duration::from_millis(50), r.invoke(pay(), consumer("c"))).await;
+    assert!(dropped.is_err(), "the call is still deciding when it is dropped");
+    // The guard settles in the background.
+    for _ in 0..100 {
+        if store.settlements.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let retry = tokio::time::timeout(Duration::from_secs(1), r.invoke_detailed(pay(), consumer("c")))
+        .await
+        .expect("a replay answers at once");
+    assert!(retry.replayed, "{retry:?}");
+    assert_eq!(retry.result.error_payload().and_then(|p| p.detail("reason")), Some(&json!("outcome-unknown")));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A lease lost while the call was still deciding (another caller took the record over): the
+/// handler never starts.
+#[tokio::test]
+async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
+    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
+    let config = RegistryConfig {
+        idempotency: store.clone(),
+        authority: Some(Arc::new(SlowAuthority(Duration::from_millis(60)))),
+        ..Default::default()
+    };
+    let (r, _m, runs) = registry_with(config, Duration::ZERO);
+    store.lost.store(true, Ordering::SeqCst);
+    let inv = r.invoke_detailed(call("shop.pay", json!({})).with_invocation_id("pay-6"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler must not start once the lease is lost");
 }
 
 /// While a call runs, its lease is renewed every `renew_every`; renewal stops with the call.
@@ -181,7 +258,7 @@ fn a_lost_lease_records_nothing_and_tells_the_operator() {
             store.lost.store(true, Ordering::SeqCst);
             let inv = r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-4"), consumer("c")).await;
             assert_eq!(inv.output(), Some(&json!({"paid": true})), "the caller still gets its result");
-            assert_eq!(store.settled.load(Ordering::SeqCst), 0);
+            assert_eq!(store.settlements.load(Ordering::SeqCst), 1, "one settlement, refused, not retried");
             assert_eq!(store.renewals.load(Ordering::SeqCst), 1, "renewal stops once the lease is lost");
             runs.load(Ordering::SeqCst)
         })
