@@ -10,7 +10,8 @@
 //! | `r` | once `done` or `gone`: the result (JSON) |
 //!
 //! Tokens come from one counter per prefix (`{prefix}idem-fence:`), so no two leases ever share
-//! one, even across a record that was released and claimed again. A record in flight lives
+//! one, even across a record that was released and claimed again; the counter never falls below
+//! Redis' clock in microseconds, so tokens keep growing even if it were lost. A record in flight lives
 //! `in_flight_retention` past its leader's last admission or renewal, so it always outlives the
 //! lease by far: a retry after a crash finds it and is never taken for a new call.
 
@@ -33,18 +34,29 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /// a record in flight (ms). Returns `{verdict, value}`: `lead`/`takeover` and the token,
 /// `follow` and the token, `replay` and the result, `conflict` and the stored fingerprint.
 const ADMIT: &str = r"
+-- Tokens grow with every lease and never fall below Redis' clock in microseconds, so that they
+-- keep growing even if the counter itself were lost (a restore from an older snapshot).
+local function next_token()
+  local tok = redis.call('INCR', KEYS[2])
+  local floor = now * 1000
+  if tok < floor then
+    redis.call('SET', KEYS[2], string.format('%d', floor))
+    tok = floor
+  end
+  return tok
+end
 local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
 local s = f[1]
 if s == 'run' or s == 'done' then
   if f[2] ~= ARGV[1] then return {'conflict', f[2]} end
   if s == 'done' then return {'replay', f[5]} end
   if tonumber(f[4]) > now then return {'follow', f[3]} end
-  local tok = redis.call('INCR', KEYS[2])
+  local tok = next_token()
   redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', string.format('%d', now + tonumber(ARGV[2])))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'takeover', string.format('%d', tok)}
 end
-local tok = redis.call('INCR', KEYS[2])
+local tok = next_token()
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
   'le', string.format('%d', now + tonumber(ARGV[2])))

@@ -1,19 +1,19 @@
 //! Redis going away and coming back: calls fail closed while it is gone, and with append-only
-//! persistence a pending approval survives the restart and is then used once, and a stored result
-//! survives it and is replayed.
+//! persistence a pending approval survives the restart and is then used once, and a stored result,
+//! a task and a spent rate budget survive it.
 
 use std::net::TcpListener;
+use std::num::NonZeroU32;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_surface_core::Timestamp;
-use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry, Timestamp};
 use agent_surface_policy::{
-    Admission, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint, IdempotencyKey,
-    IdempotencyStore, Identity,
+    Admission, CallInfo, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint,
+    IdempotencyKey, IdempotencyStore, Identity, Quota, RateDecision, RateLimiter, TaskRecord, TaskStore,
 };
-use agent_surface_redis::{RedisConfig, RedisStores};
+use agent_surface_redis::{RedisConfig, RedisRateConfig, RedisStores};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use serde_json::{Value, json};
 
@@ -113,6 +113,38 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     let replayed = replayed.expect("Redis came back");
     assert!(replayed.replayed, "{replayed:?}");
     assert_eq!(replayed.result, done);
+
+    // A task and a spent rate budget survive a restart too.
+    let tasks = stores.tasks();
+    let task = TaskRecord::working(
+        "task-1".to_string(),
+        None,
+        Timestamp::now(),
+        Duration::from_secs(600),
+        Duration::from_secs(3600),
+    );
+    tasks.create(task.clone(), Timestamp::now()).await.expect("created");
+    let quota = Quota::per_minute(NonZeroU32::new(2).expect("positive"));
+    let limiter = stores.rate_limiter(RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
+    let bob = Consumer::anonymous("bob");
+    let take = || {
+        limiter.acquire(CallInfo::new(&bob, "orders.cancel", "orders", Effect::Destructive, false), Timestamp::now())
+    };
+    assert!(matches!(take().await, RateDecision::Allow(_)));
+    assert!(matches!(take().await, RateDecision::Allow(_)));
+    let mut back = back;
+    back.stop();
+    let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
+    let mut found = None;
+    for _ in 0..50 {
+        if let Ok(got) = tasks.get("task-1", Timestamp::now()).await {
+            found = got;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(found.map(|t| t.id), Some("task-1".to_string()), "the task survived the restart");
+    assert!(matches!(take().await, RateDecision::Limited { .. }), "the spent budget survived the restart");
     drop((back, redis));
     let _ = std::fs::remove_dir_all(&dir);
 }
