@@ -2,9 +2,7 @@
 //! persistence a pending approval survives the restart and is then used once, and a stored result,
 //! a task and a spent rate budget survive it.
 
-use std::net::TcpListener;
 use std::num::NonZeroU32;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +15,7 @@ use agent_surface_redis::{RedisConfig, RedisRateConfig, RedisStores};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use serde_json::{Value, json};
 
-use crate::support::Own;
+use crate::support::Site;
 
 /// A registry whose `orders.cancel` is confirmed through an engine on `stores`, with its
 /// idempotency records on `stores` too.
@@ -50,17 +48,10 @@ fn shop(stores: &RedisStores) -> (Registry, Arc<ConfirmationEngine>, agent_surfa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_its_restart() {
     // This test runs a Redis of its own (it stops and restarts it).
-    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-    if !installed {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
-        return;
-    }
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("agent-surface-restart-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(mut redis) = Own::start(port, &dir) else { panic!("redis-server starts") };
+    let Some(site) = Site::new("restart") else { return };
+    let mut redis = site.start();
     let config = RedisConfig { op_timeout: Duration::from_millis(500), ..RedisConfig::with_prefix("restart:") };
-    let stores = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config).await.expect("connects");
+    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
     let (registry, engine, _mount) = shop(&stores);
     let alice = || InvokeOptions::new(Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice")));
     let cancel = || InvokeRequest::new("orders.cancel", json!({"orderId": "A-1"}));
@@ -80,7 +71,7 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     assert_eq!(tracked.error_payload().unwrap().retry(), Retry::AfterDelay);
 
     // Back, from its append-only file: the pending approval is still there.
-    let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
+    let back = site.start();
     let mut approved = Err(agent_surface_policy::ApprovalError::Unknown);
     for _ in 0..50 {
         approved = engine.approve(&id, &Identity::new("manager")).await;
@@ -99,7 +90,7 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     // was consumed, so a second execution would have been refused, not replayed).
     let mut back = back;
     back.stop();
-    let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
+    let back = site.start();
     let mut replayed = None;
     for _ in 0..50 {
         let inv =
@@ -134,7 +125,7 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     assert!(matches!(take().await, RateDecision::Allow(_)));
     let mut back = back;
     back.stop();
-    let Some(back) = Own::start(port, &dir) else { panic!("redis-server restarts") };
+    let back = site.start();
     let mut found = None;
     for _ in 0..50 {
         if let Ok(got) = tasks.get("task-1", Timestamp::now()).await {
@@ -146,22 +137,14 @@ async fn calls_fail_closed_while_redis_is_gone_and_a_pending_approval_survives_i
     assert_eq!(found.map(|t| t.id), Some("task-1".to_string()), "the task survived the restart");
     assert!(matches!(take().await, RateDecision::Limited { .. }), "the spent budget survived the restart");
     drop((back, redis));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_redis_fails_every_operation_within_its_budget() {
-    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-    if !installed {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
-        return;
-    }
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("agent-surface-silent-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(redis) = Own::start(port, &dir) else { panic!("redis-server starts") };
+    let Some(site) = Site::new("silent") else { return };
+    let redis = site.start();
     let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::with_prefix("silent:") };
-    let stores = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config).await.expect("connects");
+    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
     let (registry, _engine, _mount) = shop(&stores);
     let alice = || InvokeOptions::new(Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice")));
 
@@ -177,28 +160,20 @@ async fn a_silent_redis_fails_every_operation_within_its_budget() {
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     redis.freeze(false);
     drop(redis);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A follower whose polls fail (Redis frozen) keeps trying for a lease, then is told the outcome
 /// is unknown — never a transient error, whose advice (a fresh id) could run the call twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
-    let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-    if !installed {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
-        return;
-    }
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("agent-surface-follower-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(redis) = Own::start(port, &dir) else { panic!("redis-server starts") };
+    let Some(site) = Site::new("follower") else { return };
+    let redis = site.start();
     let config = RedisConfig {
         op_timeout: Duration::from_millis(200),
         lease: Duration::from_millis(600),
         ..RedisConfig::with_prefix("follower:")
     };
-    let stores = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config).await.expect("connects");
+    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
     let store = stores.idempotency();
     let key = IdempotencyKey::new("c", "frozen");
     let fp = Fingerprint::of(&json!(1));
@@ -219,5 +194,4 @@ async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
         started.elapsed()
     );
     drop(redis);
-    let _ = std::fs::remove_dir_all(&dir);
 }

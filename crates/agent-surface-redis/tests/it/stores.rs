@@ -102,12 +102,9 @@ async fn credentials_come_with_the_url() {
     if support::redis_url().is_none() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("agent-surface-auth-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(server) = support::Own::start_with(port, &dir, &["--requirepass", "s3cret-pass"]) else {
-        panic!("redis-server starts")
-    };
+    let Some(site) = support::Site::new("auth") else { return };
+    let port = site.port;
+    let server = site.start_with(&["--requirepass", "s3cret-pass"]);
     let config = RedisConfig { op_timeout: Duration::from_millis(500), ..RedisConfig::with_prefix("auth:") };
     let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
     let refused = match without {
@@ -125,7 +122,6 @@ async fn credentials_come_with_the_url() {
     }
     assert!(matches!(with.idempotency().admit(&key("k"), fp(), Timestamp::now()).await, Ok(Admission::Leader(_))));
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn key(id: &str) -> IdempotencyKey {

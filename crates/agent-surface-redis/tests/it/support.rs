@@ -36,10 +36,6 @@ pub(crate) struct Own {
 }
 
 impl Own {
-    pub(crate) fn start(port: u16, dir: &std::path::Path) -> Option<Own> {
-        Own::start_with(port, dir, &[])
-    }
-
     /// As [`Own::start`], with `extra` arguments to `redis-server`.
     pub(crate) fn start_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Option<Own> {
         let child = Command::new("redis-server")
@@ -86,5 +82,48 @@ impl Drop for Own {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A free loopback port and a data folder (removed on drop) for a `redis-server` of a test's own.
+pub(crate) struct Site {
+    pub(crate) port: u16,
+    pub(crate) dir: std::path::PathBuf,
+}
+
+impl Site {
+    /// A site for `test`; `None` when `redis-server` is not installed (which fails under
+    /// `CI=true`).
+    pub(crate) fn new(test: &str) -> Option<Site> {
+        let installed = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
+        if !installed {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must install redis-server");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let dir = std::env::temp_dir().join(format!("agent-surface-{test}-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Site { port, dir })
+    }
+
+    /// Starts (or restarts) the server; panics if it does not come up.
+    pub(crate) fn start(&self) -> Own {
+        self.start_with(&[])
+    }
+
+    /// As [`Site::start`], with `extra` arguments to `redis-server`.
+    pub(crate) fn start_with(&self, extra: &[&str]) -> Own {
+        Own::start_with(self.port, &self.dir, extra).expect("redis-server starts")
+    }
+
+    /// `redis://127.0.0.1:{port}/`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
