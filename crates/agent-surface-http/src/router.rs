@@ -266,10 +266,10 @@ fn identity_coding(headers: &HeaderMap) -> bool {
     })
 }
 
-/// Whether `id` can be an invocation id on this binding: 1 to 255 printable ASCII characters
-/// (0x20–0x7E), as a decoded `Idempotency-Key` and a body `invocationId` must be.
+/// Whether `id` can be an invocation id on this binding, as a decoded `Idempotency-Key` and a
+/// body `invocationId` must be: the registry's rule for every transport.
 fn valid_invocation_id(id: &str) -> bool {
-    (1..=255).contains(&id.len()) && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    agent_surface_registry::is_valid_invocation_id(id)
 }
 
 /// The `Idempotency-Key` value, at most one field: a bare token (visible ASCII, no `"`) or an

@@ -13,7 +13,8 @@
 //! | [`TARGET`] `agent-surface/target` | `{instanceId?, registrationId?}` | `InvokeRequest::target` |
 //!
 //! The JSON-RPC request id and the progress token are never used as an invocation id: a call
-//! without [`INVOCATION_ID`] is simply not deduplicated. A present key with a value of the wrong
+//! without [`INVOCATION_ID`] is simply not deduplicated. An invocation id has 1 to 255 printable
+//! ASCII characters, as on every transport (`agent_surface_registry::is_valid_invocation_id`). A present key with a value of the wrong
 //! type is a protocol fault (JSON-RPC `-32602`), not a capability error: the request does not fit
 //! the documented shape.
 //!
@@ -99,7 +100,13 @@ fn string(meta: &Map<String, Value>, key: &'static str) -> Result<Option<String>
 /// assert_eq!(err.key, meta::SURFACE_VERSION);
 /// ```
 pub fn apply(meta: &Map<String, Value>, request: &mut InvokeRequest) -> Result<(), MetaError> {
-    request.invocation_id = string(meta, INVOCATION_ID)?;
+    request.invocation_id = match meta.get(INVOCATION_ID) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if agent_surface_registry::is_valid_invocation_id(id) => Some(id.clone()),
+        Some(_) => {
+            return Err(MetaError { key: INVOCATION_ID, expected: "a string of 1 to 255 printable ASCII characters" });
+        }
+    };
     request.surface_id = string(meta, SURFACE_ID)?;
     request.confirmation_id = string(meta, CONFIRMATION_ID)?;
     request.surface_version = match meta.get(SURFACE_VERSION) {

@@ -67,6 +67,26 @@ pub struct InvokeRequest {
     pub confirmation_id: Option<String>,
 }
 
+/// The longest invocation id a transport accepts, in bytes.
+pub const MAX_INVOCATION_ID_BYTES: usize = 255;
+
+/// Whether `id` is an invocation id every transport accepts: 1 to [`MAX_INVOCATION_ID_BYTES`]
+/// printable ASCII characters (0x20–0x7E). The adapters refuse any other id as a protocol fault
+/// before anything is stored (HTTP `400`, MCP `-32602`); the registry itself stores a longer id by
+/// its SHA-256, so a caller of the Rust API cannot make a record large either.
+///
+/// ```
+/// use agent_surface_registry::is_valid_invocation_id;
+/// assert!(is_valid_invocation_id("order-42 retry"));
+/// assert!(!is_valid_invocation_id(""));
+/// assert!(!is_valid_invocation_id(&"x".repeat(256)));
+/// assert!(!is_valid_invocation_id("tab\there"));
+/// assert!(!is_valid_invocation_id("café"));
+/// ```
+pub fn is_valid_invocation_id(id: &str) -> bool {
+    (1..=MAX_INVOCATION_ID_BYTES).contains(&id.len()) && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
 impl InvokeRequest {
     /// A call of `capability` with `input` and nothing else.
     pub fn new(capability: impl Into<String>, input: Value) -> InvokeRequest {

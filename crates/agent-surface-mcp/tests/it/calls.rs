@@ -136,16 +136,25 @@ async fn meta_of_the_wrong_type_is_a_protocol_fault() {
     let c = connect(&f.registry, McpConfig::default(), None).await;
     for bad in [
         json!({"agent-surface/invocationId": 7}),
+        // Invocation ids follow one rule on every transport: 1 to 255 printable ASCII characters.
+        // A 3 MB id is refused before anything is stored.
+        json!({"agent-surface/invocationId": "x".repeat(3 << 20)}),
+        json!({"agent-surface/invocationId": "x".repeat(256)}),
+        json!({"agent-surface/invocationId": "caf\u{e9}"}),
+        json!({"agent-surface/invocationId": "line\nbreak"}),
         json!({"agent-surface/surfaceVersion": "3"}),
         json!({"agent-surface/target": "main"}),
         json!({"agent-surface/target": {"instanceId": "main", "extra": 1}}),
     ] {
         match call_raw(&c.client, "store-echo", json!({"text": "x"}), bad.clone()).await {
             Err(ServiceError::McpError(e)) => assert_eq!(e.code, RpcCode::INVALID_PARAMS, "{bad}"),
-            other => panic!("expected -32602 for {bad}, got {other:?}"),
+            other => panic!("expected -32602 for {}, got {other:?}", &bad.to_string()[..80.min(bad.to_string().len())]),
         }
     }
     assert_eq!(f.runs.0.load(Ordering::SeqCst), 0, "nothing ran");
+    // The longest id passes.
+    let longest = json!({"agent-surface/invocationId": "y".repeat(255)});
+    assert!(call_raw(&c.client, "store-echo", json!({"text": "x"}), longest).await.is_ok());
     c.client.cancel().await.unwrap();
 }
 

@@ -263,6 +263,9 @@ impl LeaderGuard {
     }
 
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
+        // The record does not keep the caller's id: every answer from it (replay, join) carries
+        // the id of the call it answers, and the key holds at most a digest of a long id.
+        let result = result.with_invocation_id(None);
         let cacheable = terminal && result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }

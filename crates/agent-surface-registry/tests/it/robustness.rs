@@ -137,6 +137,58 @@ async fn long_invocation_ids_work_and_stay_distinct() {
     assert!(other.result.is_ok() && !other.replayed, "a different long id is a different key");
 }
 
+/// A store that records what it is asked to keep.
+#[derive(Debug, Default)]
+struct Recording {
+    inner: agent_surface_policy::MemoryIdempotencyStore,
+    kept: std::sync::Mutex<Vec<(agent_surface_policy::IdempotencyKey, agent_surface_policy::Settlement)>>,
+}
+
+impl agent_surface_policy::IdempotencyStore for Recording {
+    fn admit<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        fingerprint: agent_surface_policy::Fingerprint,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+        self.inner.admit(key, fingerprint, now)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        fingerprint: agent_surface_policy::Fingerprint,
+        lease: agent_surface_policy::Lease,
+        settlement: agent_surface_policy::Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        self.kept.lock().unwrap().push((key.clone(), settlement.clone()));
+        self.inner.settle(key, fingerprint, lease, settlement, now)
+    }
+}
+
+/// A record's size does not grow with the caller's invocation id: the key holds a digest of a
+/// long id and the stored result no id at all (every answer carries its own caller's id).
+#[tokio::test]
+async fn a_record_does_not_keep_a_long_invocation_id() {
+    let store = Arc::new(Recording::default());
+    let (r, _m) = echo_registry(RegistryConfig { idempotency: store.clone(), ..Default::default() });
+    let long = "i".repeat(1 << 20);
+    let first = r.invoke(call("demo.echo", json!({"text": "x"})).with_invocation_id(long.clone()), consumer("c")).await;
+    assert_eq!(first.invocation_id(), Some(long.as_str()));
+    let kept = store.kept.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    let (key, settlement) = &kept[0];
+    assert!(key.invocation_id.len() <= 71, "the key holds a digest: {} bytes", key.invocation_id.len());
+    let agent_surface_policy::Settlement::Store { result, .. } = settlement else { panic!("stored") };
+    assert_eq!(result.invocation_id(), None, "the stored result keeps no id");
+    let replay = r
+        .invoke_detailed(call("demo.echo", json!({"text": "x"})).with_invocation_id(long.clone()), consumer("c"))
+        .await;
+    assert!(replay.replayed);
+    assert_eq!(replay.result.invocation_id(), Some(long.as_str()), "the replay carries its caller's id");
+}
+
 /// A store whose first `settle` never completes (a shared store that hangs), and says so.
 #[derive(Debug, Default)]
 struct StallingStore {
