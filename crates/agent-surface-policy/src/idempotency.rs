@@ -31,6 +31,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use futures_util::future::BoxFuture;
@@ -300,13 +301,30 @@ pub struct MemoryStoreConfig {
     /// cannot push other consumers' results out of the store (which would let their retries run
     /// again). Consumers that share a key share the quota; see the adapters' consumer keys.
     pub per_consumer: usize,
+    /// The most bytes the records hold at once (their keys, fingerprints and stored results, as
+    /// JSON, plus a fixed overhead per record). Default 256 MiB. Stored results make room the way
+    /// the record capacity does (expired, then oldest); records in flight, which only hold their
+    /// key, are bounded by the capacity instead.
+    pub max_bytes: usize,
+    /// The most bytes one consumer key holds at once. Default 32 MiB. A consumer over it drops its
+    /// own oldest stored results, as with [`MemoryStoreConfig::per_consumer`].
+    pub per_consumer_bytes: usize,
+    /// The largest result stored, in bytes of JSON. Default 1 MiB. A larger one still reaches the
+    /// leader's caller and its followers, but the record keeps `EXECUTION_FAILED {reason:
+    /// output-too-large}` in its place: a retry learns the call ran and that its result was
+    /// withheld, and never runs it again.
+    pub max_result_bytes: usize,
 }
 
 impl MemoryStoreConfig {
     /// The default configuration with `capacity` records (and the per-consumer quota capped at
     /// it).
     pub fn with_capacity(capacity: usize) -> Self {
-        MemoryStoreConfig { capacity, per_consumer: MemoryStoreConfig::default().per_consumer.min(capacity) }
+        MemoryStoreConfig {
+            capacity,
+            per_consumer: MemoryStoreConfig::default().per_consumer.min(capacity),
+            ..Self::default()
+        }
     }
 
     /// This configuration with a per-consumer quota of `per_consumer` records.
@@ -314,12 +332,59 @@ impl MemoryStoreConfig {
         self.per_consumer = per_consumer;
         self
     }
+
+    /// This configuration with byte budgets: `max_bytes` in all, `per_consumer_bytes` per consumer
+    /// key.
+    pub fn with_bytes(mut self, max_bytes: usize, per_consumer_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self.per_consumer_bytes = per_consumer_bytes;
+        self
+    }
+
+    /// This configuration with results over `max_result_bytes` withheld from the record.
+    pub fn with_max_result_bytes(mut self, max_result_bytes: usize) -> Self {
+        self.max_result_bytes = max_result_bytes;
+        self
+    }
 }
 
 impl Default for MemoryStoreConfig {
     fn default() -> Self {
-        MemoryStoreConfig { capacity: 100_000, per_consumer: 10_000 }
+        MemoryStoreConfig {
+            capacity: 100_000,
+            per_consumer: 10_000,
+            max_bytes: 256 << 20,
+            per_consumer_bytes: 32 << 20,
+            max_result_bytes: 1 << 20,
+        }
     }
+}
+
+/// What one record costs beyond its key and its result: the fingerprint, the map entry, the
+/// shared key's allocation and the queue entries, rounded up.
+const RECORD_OVERHEAD: usize = 192;
+
+/// The bytes a record of `key` holds before it has a result.
+fn key_bytes(key: &IdempotencyKey) -> usize {
+    key.consumer_key.len() + key.invocation_id.len() + RECORD_OVERHEAD
+}
+
+/// The length of `result` as JSON, counted without building the text.
+fn json_bytes(result: &InvokeResult) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serializing a result cannot fail; a failure would only undercount.
+    let _ = serde_json::to_writer(&mut count, result);
+    count.0
 }
 
 /// An [`IdempotencyStore`] in this process's memory, bounded by a capacity.
@@ -329,7 +394,9 @@ impl Default for MemoryStoreConfig {
 ///
 /// When a new call arrives at capacity the store makes room by dropping expired results, then the
 /// oldest stored results (in the order they were settled). In-flight records are never evicted:
-/// if every record is in flight, admission fails with [`StoreError::Full`].
+/// if every record is in flight, admission fails with [`StoreError::Full`]. Bytes are bounded the
+/// same way ([`MemoryStoreConfig::max_bytes`], [`MemoryStoreConfig::per_consumer_bytes`]), and a
+/// result over [`MemoryStoreConfig::max_result_bytes`] is recorded as withheld.
 ///
 /// Each consumer key holds at most [`MemoryStoreConfig::per_consumer`] records: a consumer at
 /// its quota makes room by dropping its own oldest stored result, and when all of its records are
@@ -341,6 +408,9 @@ impl Default for MemoryStoreConfig {
 pub struct MemoryIdempotencyStore {
     capacity: usize,
     per_consumer: usize,
+    max_bytes: usize,
+    per_consumer_bytes: usize,
+    max_result_bytes: usize,
     inner: Mutex<Inner>,
 }
 
@@ -356,17 +426,23 @@ struct Inner {
     consumers: HashMap<String, Held>,
     /// How many records are in flight.
     in_flight: usize,
+    /// The bytes all records hold.
+    bytes: usize,
     next_generation: u64,
 }
 
 #[derive(Default)]
 struct Held {
     count: usize,
+    /// The bytes this consumer's records hold.
+    bytes: usize,
     order: VecDeque<(Arc<IdempotencyKey>, u64)>,
 }
 
 struct Entry {
     generation: u64,
+    /// What this record holds, in bytes (see [`key_bytes`], [`json_bytes`]).
+    bytes: usize,
     record: Record,
 }
 
@@ -391,12 +467,16 @@ impl MemoryIdempotencyStore {
         MemoryIdempotencyStore {
             capacity: config.capacity,
             per_consumer: config.per_consumer,
+            max_bytes: config.max_bytes,
+            per_consumer_bytes: config.per_consumer_bytes,
+            max_result_bytes: config.max_result_bytes,
             inner: Mutex::new(Inner {
                 records: HashMap::new(),
                 order: VecDeque::new(),
                 expiries: BTreeMap::new(),
                 consumers: HashMap::new(),
                 in_flight: 0,
+                bytes: 0,
                 next_generation: 0,
             }),
         }
@@ -410,6 +490,11 @@ impl MemoryIdempotencyStore {
     /// Whether it holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many bytes its records hold, as counted against [`MemoryStoreConfig::max_bytes`].
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -456,17 +541,26 @@ impl MemoryIdempotencyStore {
                 return Err(StoreError::Full { capacity: self.capacity });
             }
         }
+        // Bytes: stored results make room; a record in flight holds only its key, so when nothing
+        // is left to evict it is admitted anyway (the counts above bound those).
+        let bytes = key_bytes(key);
+        inner.make_room(&key.consumer_key, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
         let (sender, _) = watch::channel(None);
-        inner
-            .records
-            .insert(Arc::new(key.clone()), Entry { generation, record: Record::InFlight { fingerprint, sender } });
+        inner.records.insert(
+            Arc::new(key.clone()),
+            Entry { generation, bytes, record: Record::InFlight { fingerprint, sender } },
+        );
         match inner.consumers.get_mut(&key.consumer_key) {
-            Some(held) => held.count += 1,
+            Some(held) => {
+                held.count += 1;
+                held.bytes += bytes;
+            }
             None => {
-                inner.consumers.insert(key.consumer_key.clone(), Held { count: 1, order: VecDeque::new() });
+                inner.consumers.insert(key.consumer_key.clone(), Held { count: 1, bytes, order: VecDeque::new() });
             }
         }
+        inner.bytes += bytes;
         inner.in_flight += 1;
         Ok(Admission::Leader(Lease::until_settled(generation)))
     }
@@ -490,12 +584,31 @@ impl MemoryIdempotencyStore {
             }
             record => {
                 // Not this leader's record: put it back untouched.
-                inner.records.insert(shared_key, Entry { generation: entry.generation, record });
+                inner.records.insert(shared_key, Entry { generation: entry.generation, bytes: entry.bytes, record });
                 return Err(StoreError::LeaseLost);
             }
         };
         let for_followers = match settlement {
             Settlement::Store { result, expires_at } if expires_at > now => {
+                // The record keeps the result, or, when it is over the limit, that it was withheld.
+                let mut result_bytes = json_bytes(&result);
+                let kept = if result_bytes > self.max_result_bytes {
+                    let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+                    let withheld = InvokeResult::error(withheld.into_payload(), None);
+                    result_bytes = json_bytes(&withheld);
+                    withheld
+                } else {
+                    result.clone()
+                };
+                // Room for it comes from stored results only (never from this record, which is
+                // not in the queues yet).
+                let consumer = shared_key.consumer_key.clone();
+                inner.make_room(&consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
+                inner.bytes += result_bytes;
+                if let Some(held) = inner.consumers.get_mut(&consumer) {
+                    held.bytes += result_bytes;
+                }
+                let bytes = entry.bytes + result_bytes;
                 let generation = inner.next_generation();
                 inner.expiries.insert((expires_at, generation), Arc::clone(&shared_key));
                 inner.order.push_back((Arc::clone(&shared_key), generation));
@@ -503,19 +616,15 @@ impl MemoryIdempotencyStore {
                 if let Some(held) = inner.consumers.get_mut(&shared_key.consumer_key) {
                     held.order.push_back((Arc::clone(&shared_key), generation));
                 }
-                let record = Record::Done {
-                    fingerprint,
-                    spare: awaits_reconciliation(&result),
-                    result: result.clone(),
-                    expires_at,
-                };
-                inner.records.insert(Arc::clone(&shared_key), Entry { generation, record });
+                let record =
+                    Record::Done { fingerprint, spare: awaits_reconciliation(&kept), result: kept, expires_at };
+                inner.records.insert(Arc::clone(&shared_key), Entry { generation, bytes, record });
                 inner.compact_consumer_order(&shared_key.consumer_key);
                 result
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
             Settlement::Store { result, .. } | Settlement::Release { result } => {
-                inner.released(&shared_key.consumer_key);
+                inner.released(&shared_key.consumer_key, entry.bytes);
                 result
             }
         };
@@ -542,9 +651,10 @@ impl Inner {
             }
             let generation = entry.key().1;
             let key = entry.remove();
-            if self.records.get(&key).is_some_and(|e| e.generation == generation) {
-                self.records.remove(&key);
-                self.released(&key.consumer_key);
+            if self.records.get(&key).is_some_and(|e| e.generation == generation)
+                && let Some(gone) = self.records.remove(&key)
+            {
+                self.released(&key.consumer_key, gone.bytes);
             }
         }
         while let Some((key, generation)) = self.order.front() {
@@ -568,9 +678,9 @@ impl Inner {
                 self.order.push_back((key, generation));
                 continue;
             }
-            if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
+            if let Some(Entry { record: Record::Done { expires_at, .. }, bytes, .. }) = self.records.remove(&key) {
                 self.expiries.remove(&(expires_at, generation));
-                self.released(&key.consumer_key);
+                self.released(&key.consumer_key, bytes);
             }
             return true;
         }
@@ -595,20 +705,38 @@ impl Inner {
                 }
                 continue;
             }
-            if let Some(Entry { record: Record::Done { expires_at, .. }, .. }) = self.records.remove(&key) {
+            if let Some(Entry { record: Record::Done { expires_at, .. }, bytes, .. }) = self.records.remove(&key) {
                 self.expiries.remove(&(expires_at, generation));
-                self.released(consumer);
+                self.released(consumer, bytes);
             }
             return true;
         }
     }
 
-    /// Counts one record of `consumer` gone; forgets the consumer when it holds none.
-    fn released(&mut self, consumer: &str) {
+    /// Counts one record of `consumer`, holding `bytes`, gone; forgets the consumer when it holds
+    /// none.
+    fn released(&mut self, consumer: &str, bytes: usize) {
+        self.bytes = self.bytes.saturating_sub(bytes);
         if let Some(held) = self.consumers.get_mut(consumer) {
             held.count = held.count.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(bytes);
             if held.count == 0 {
                 self.consumers.remove(consumer);
+            }
+        }
+    }
+
+    /// Evicts stored results until `bytes` more fit: `consumer`'s own first (within
+    /// `per_consumer`), then anyone's (within `max`). Stops when nothing is left to evict.
+    fn make_room(&mut self, consumer: &str, bytes: usize, per_consumer: usize, max: usize) {
+        while self.consumers.get(consumer).map_or(0, |h| h.bytes) + bytes > per_consumer {
+            if !self.evict_oldest_done_of(consumer) {
+                break;
+            }
+        }
+        while self.bytes + bytes > max {
+            if !self.evict_oldest_done() {
+                break;
             }
         }
     }
@@ -619,7 +747,7 @@ impl Inner {
         if held.order.len() > 2 * held.count + 64 {
             let records = &self.records;
             held.order.retain(|(key, generation)| {
-                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if g == generation)
+                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if g == generation)
             });
         }
     }
@@ -629,7 +757,7 @@ impl Inner {
     }
 
     fn is_live_done(&self, key: &IdempotencyKey, generation: u64) -> bool {
-        matches!(self.records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if *g == generation)
+        matches!(self.records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if *g == generation)
     }
 
     /// Keeps the settle-order queue within a constant factor of the live records: stale entries
@@ -638,7 +766,7 @@ impl Inner {
         if self.order.len() > 2 * self.records.len() + 64 {
             let records = &self.records;
             self.order.retain(|(key, generation)| {
-                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. } }) if g == generation)
+                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if g == generation)
             });
         }
     }
@@ -847,6 +975,9 @@ mod tests {
         let inner = store.lock();
         let counted: usize = inner.consumers.values().map(|h| h.count).sum();
         assert_eq!(counted, inner.records.len());
+        let bytes: usize = inner.records.values().map(|e| e.bytes).sum();
+        assert_eq!(inner.bytes, bytes, "the byte total is the records' bytes");
+        assert_eq!(inner.consumers.values().map(|h| h.bytes).sum::<usize>(), bytes);
         let in_flight = inner.records.values().filter(|e| matches!(e.record, Record::InFlight { .. })).count();
         assert_eq!(inner.in_flight, in_flight);
         assert!(!inner.consumers.contains_key("a"), "a consumer holding nothing is forgotten");

@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
 use futures_util::future::BoxFuture;
@@ -221,7 +222,14 @@ impl RedisIdempotencyStore {
             }
             Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, RELEASED_READABLE),
         };
-        let result = serde_json::to_string(&result).map_err(|e| corrupt(&e.to_string()))?;
+        let mut result = serde_json::to_string(&result).map_err(|e| corrupt(&e.to_string()))?;
+        if result.len() > self.stores.config.max_result_bytes {
+            // The leader's caller and followers on this replica have the result; the record keeps
+            // that it was withheld, so a retry learns the call ran and never runs it again.
+            let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+            result = serde_json::to_string(&InvokeResult::error(withheld.into_payload(), None))
+                .map_err(|e| corrupt(&e.to_string()))?;
+        }
         let mut call = self.scripts.settle.key(self.key(key));
         call.arg(lease.token).arg(fingerprint.to_string()).arg(state).arg(result).arg(ttl_ms(keep));
         let settled: i64 = self.stores.run(call).await?;

@@ -105,6 +105,10 @@ pub struct RedisConfig {
     /// The largest task payload (a task's result) stored, in bytes; a larger one is refused with
     /// `StoreError::Full`, and the adapter stores a smaller one.
     pub max_task_payload_bytes: usize,
+    /// The largest idempotency result stored, in bytes of JSON: a larger one reaches its caller,
+    /// but the record keeps `EXECUTION_FAILED {reason: output-too-large}` in its place (as the
+    /// memory store's `max_result_bytes`).
+    pub max_result_bytes: usize,
     /// How long an idempotency leader holds its record without renewing it, on Redis' clock. The
     /// registry renews every third of it while the call runs, so it bounds how long a call whose
     /// replica died blocks its retries; it must exceed the longest pause a live replica may take,
@@ -118,14 +122,15 @@ pub struct RedisConfig {
 }
 
 impl Default for RedisConfig {
-    /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload,
-    /// 10 s leases, records in flight kept a day.
+    /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload
+    /// and per idempotency result, 10 s leases, records in flight kept a day.
     fn default() -> RedisConfig {
         RedisConfig {
             prefix: "agent-surface:".to_string(),
             op_timeout: Duration::from_secs(2),
             retention: Duration::from_secs(3600),
             max_task_payload_bytes: 1024 * 1024,
+            max_result_bytes: 1024 * 1024,
             lease: Duration::from_secs(10),
             in_flight_retention: Duration::from_secs(24 * 3600),
         }

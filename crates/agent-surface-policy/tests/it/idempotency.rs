@@ -393,3 +393,57 @@ fn config_and_debug() {
         "Leader(Lease { token: 3, renew_every: None })"
     );
 }
+
+fn big(n: u64, bytes: usize) -> InvokeResult {
+    InvokeResult::ok(json!({"n": n, "blob": "b".repeat(bytes)}), None)
+}
+
+/// Records are bounded by bytes as well as by count: many consumers (anonymous session names
+/// cost nothing to invent) storing large results keep the store within its byte budget, and a
+/// consumer over its own budget evicts only its own results.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_are_bounded_by_bytes() {
+    let config = MemoryStoreConfig::default().with_bytes(8 << 20, 2 << 20);
+    let s = MemoryIdempotencyStore::new(config);
+    // A victim's small result, stored first.
+    let victim = IdempotencyKey::new("victim", "pay-1");
+    let lease = assert_leader(admit(&s, &victim, fp(1), at(0)).await);
+    settle(&s, &victim, fp(1), lease, store(ok(1), at(1_000_000)), at(0)).await;
+    // One consumer floods its own budget: its oldest go, the victim stays.
+    for i in 0..100u64 {
+        let k = IdempotencyKey::new("flood", format!("k{i}"));
+        let lease = assert_leader(admit(&s, &k, fp(i), at(1)).await);
+        settle(&s, &k, fp(i), lease, store(big(i, 100_000), at(1_000_000)), at(1)).await;
+        assert!(s.bytes() <= (2 << 20) + 200_000, "{} bytes after {i}", s.bytes());
+    }
+    assert_replay(admit(&s, &victim, fp(1), at(2)).await, &ok(1));
+    // Five hundred invented consumers: the store as a whole stays within its budget.
+    for i in 0..500u64 {
+        let k = IdempotencyKey::new(format!("http-anonymous:s{i}"), "k");
+        let lease = assert_leader(admit(&s, &k, fp(i), at(3)).await);
+        settle(&s, &k, fp(i), lease, store(big(i, 100_000), at(1_000_000)), at(3)).await;
+        assert!(s.bytes() <= (8 << 20) + 200_000, "{} bytes after {i}", s.bytes());
+    }
+    assert!(s.len() < 100, "{} records kept", s.len());
+}
+
+/// A result over `max_result_bytes` reaches the leader's followers, but the record keeps that it
+/// was withheld: a retry learns the call ran, and never runs it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_result_is_recorded_as_withheld() {
+    let s = MemoryIdempotencyStore::new(MemoryStoreConfig::default().with_max_result_bytes(10_000));
+    let k = key("inv-big");
+    let lease = assert_leader(admit(&s, &k, fp(1), at(0)).await);
+    let waiting = follower(admit(&s, &k, fp(1), at(1)).await);
+    settle(&s, &k, fp(1), lease, store(big(1, 20_000), at(1_000)), at(2)).await;
+    assert_eq!(waiting.await, big(1, 20_000), "the follower gets the real result");
+    match admit(&s, &k, fp(1), at(3)).await {
+        Admission::Replay(result) => {
+            let p = result.error_payload().expect("withheld");
+            assert_eq!(p.code(), ErrorCode::ExecutionFailed);
+            assert_eq!(p.detail("reason"), Some(&json!("output-too-large")));
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert!(s.bytes() < 2_000, "{} bytes", s.bytes());
+}

@@ -174,3 +174,23 @@ async fn impossible_configurations_are_refused() {
         assert!(text.starts_with("invalid Redis store configuration") && text.contains(what), "{text}");
     }
 }
+
+/// A result over `max_result_bytes` is recorded as withheld: the retry learns the call ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_result_is_recorded_as_withheld() {
+    let config = RedisConfig { max_result_bytes: 10_000, ..RedisConfig::default() };
+    let Some(redis) = support::stores_with("idem-big", config).await else { return };
+    let store = redis.idempotency();
+    let Ok(Admission::Leader(lease)) = store.admit(&key("big"), fp(), Timestamp::now()).await else {
+        panic!("a new key leads")
+    };
+    let now = Timestamp::now();
+    let result = agent_surface_core::InvokeResult::ok(json!({"blob": "b".repeat(20_000)}), None);
+    let settlement =
+        agent_surface_policy::Settlement::Store { result, expires_at: now.saturating_add(Duration::from_secs(60)) };
+    store.settle(&key("big"), fp(), lease, settlement, now).await.expect("settled");
+    let Ok(Admission::Replay(replayed)) = store.admit(&key("big"), fp(), Timestamp::now()).await else {
+        panic!("a replay")
+    };
+    assert_eq!(replayed.error_payload().and_then(|p| p.detail("reason")), Some(&json!("output-too-large")));
+}
