@@ -87,8 +87,9 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
     ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed,
-    DEFAULT_CONFIRMATION_TTL, Decided, FnApprover, FnConfirmationPolicy, Gate, MemoryConfirmationStore,
-    MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER, TargetBinding,
+    DEFAULT_CONFIRMATION_TTL, DEFAULT_STORE_BUDGET, Decided, FnApprover, FnConfirmationPolicy, Gate,
+    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
+    TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, guarded, panic_text};

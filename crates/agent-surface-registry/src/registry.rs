@@ -78,6 +78,16 @@ pub struct RegistryConfig {
     /// approve and deny. Without one, a capability that declares a gate (`.confirm(…)`) never
     /// runs.
     pub confirmation: Option<Arc<dyn ConfirmationGate>>,
+    /// The longest one idempotency store operation (admission, settlement) may take, on
+    /// `clock`. An admission past it fails closed: the call does not run and is answered
+    /// `EXECUTION_FAILED {reason: transport, transient}` (`after-delay`); a settlement past it
+    /// counts as a store failure.
+    pub store_budget: Duration,
+    /// The longest the confirmation gate may take for one call, on `clock`; past it the call does
+    /// not run and is answered as for a failed store (transient, `after-delay`). A gate that waits
+    /// for a person (`ConfirmationMode::Wait`) needs its wait within this. The engine also bounds
+    /// each of its store operations (`ConfirmationConfig::store_budget`).
+    pub confirmation_budget: Duration,
 }
 
 impl Default for RegistryConfig {
@@ -98,6 +108,8 @@ impl Default for RegistryConfig {
             authority_budget: Duration::from_secs(5),
             rate_limiter: None,
             confirmation: None,
+            store_budget: Duration::from_secs(5),
+            confirmation_budget: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -111,6 +123,8 @@ impl std::fmt::Debug for RegistryConfig {
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("default_time_budget", &self.default_time_budget)
             .field("duplicate_instance", &self.duplicate_instance)
+            .field("store_budget", &self.store_budget)
+            .field("confirmation_budget", &self.confirmation_budget)
             .finish_non_exhaustive()
     }
 }

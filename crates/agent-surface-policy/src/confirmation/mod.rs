@@ -264,7 +264,14 @@ pub struct ConfirmationConfig {
     pub policy_budget: Duration,
     /// What the evidence's target is bound to (see [`TargetBinding`]).
     pub target_binding: TargetBinding,
+    /// The time budget of one store operation, on `clock`. A store that does not answer within it
+    /// counts as failed (`StoreError::Unavailable`): the call does not run, and the caller is told
+    /// to retry after a delay.
+    pub store_budget: Duration,
 }
+
+/// The default [`ConfirmationConfig::store_budget`].
+pub const DEFAULT_STORE_BUDGET: Duration = Duration::from_secs(5);
 
 impl Default for ConfirmationConfig {
     fn default() -> ConfirmationConfig {
@@ -276,6 +283,7 @@ impl Default for ConfirmationConfig {
             policies: Vec::new(),
             policy_budget: crate::authority::DEFAULT_POLICY_BUDGET,
             target_binding: TargetBinding::Registration,
+            store_budget: DEFAULT_STORE_BUDGET,
         }
     }
 }
@@ -289,6 +297,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("policies", &self.policies.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
             .field("policy_budget", &self.policy_budget)
             .field("target_binding", &self.target_binding)
+            .field("store_budget", &self.store_budget)
             .finish_non_exhaustive()
     }
 }
@@ -399,9 +408,26 @@ impl ConfirmationEngine {
         &self.config
     }
 
+    /// A store operation within [`ConfirmationConfig::store_budget`]; past it, the store counts
+    /// as failed. An answer ready at once arms no timer.
+    async fn bounded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
+        let mut op = op;
+        if let Some(answer) = (&mut op).now_or_never() {
+            return answer;
+        }
+        let budget = self.config.store_budget;
+        match futures_util::future::select(op, self.config.clock.sleep(budget)).await {
+            futures_util::future::Either::Left((answer, _)) => answer,
+            futures_util::future::Either::Right(_) => Err(StoreError::Unavailable(format!(
+                "the confirmation store did not answer within {} ms",
+                budget.as_millis()
+            ))),
+        }
+    }
+
     /// The confirmation with `id`, e.g. to show its summary to the approver.
     pub async fn get(&self, id: &str) -> Result<Option<ConfirmationRecord>, StoreError> {
-        self.config.store.get(id, self.config.clock.now()).await
+        self.bounded(self.config.store.get(id, self.config.clock.now())).await
     }
 
     /// Approves the pending confirmation `id` on behalf of `approver`.
@@ -438,8 +464,10 @@ impl ConfirmationEngine {
             return Err(ApprovalError::NoApprover);
         }
         let now = self.config.clock.now();
-        let decided =
-            self.config.store.decide(id, verdict, &approver.subject, now).await.map_err(ApprovalError::Store)?;
+        let decided = self
+            .bounded(self.config.store.decide(id, verdict, &approver.subject, now))
+            .await
+            .map_err(ApprovalError::Store)?;
         match decided {
             Decided::Done => {
                 tracing::info!(
@@ -517,7 +545,7 @@ impl ConfirmationEngine {
             input_hash: input_hash(call.input.unwrap_or(&NO_INPUT)),
         };
         match evidence {
-            Some(id) => match self.config.store.consume(id, &binding, now).await {
+            Some(id) => match self.bounded(self.config.store.consume(id, &binding, now)).await {
                 Ok(Ok(consumed)) => {
                     tracing::info!(
                         target: "agent_surface::confirmation",
@@ -565,7 +593,7 @@ impl ConfirmationEngine {
             expires_at = %record.expires_at,
             "confirmation requested"
         );
-        if let Err(e) = self.config.store.insert(record.clone(), now).await {
+        if let Err(e) = self.bounded(self.config.store.insert(record.clone(), now)).await {
             return unavailable(&e);
         }
         match &self.config.mode {
@@ -604,20 +632,20 @@ impl ConfirmationEngine {
                 () = notify.notified() => {}
                 () = &mut deadline => {
                     let now = self.config.clock.now();
-                    if let Err(e) = self.config.store.withdraw(id, now).await {
+                    if let Err(e) = self.bounded(self.config.store.withdraw(id, now)).await {
                         return unavailable(&e);
                     }
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation wait timed out");
                     // A decision that landed just before the withdrawal still counts.
-                    return match self.config.store.consume(id, &record.binding, now).await {
+                    return match self.bounded(self.config.store.consume(id, &record.binding, now)).await {
                         Ok(Ok(_)) => ConfirmationDecision::Proceed,
                         Ok(Err(rejection)) => rejected(id, rejection),
                         Err(e) => unavailable(&e),
                     };
                 }
             }
-            match self.config.store.consume(id, &record.binding, self.config.clock.now()).await {
+            match self.bounded(self.config.store.consume(id, &record.binding, self.config.clock.now())).await {
                 Ok(Ok(_)) => {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation consumed");

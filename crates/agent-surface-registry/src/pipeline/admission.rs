@@ -137,10 +137,16 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
             fingerprint: fp,
             lease,
             window: inner.config.idempotency_window,
+            budget: inner.config.store_budget,
             clock: inner.config.clock.clone(),
         }))
     };
-    match store.admit(&key, fp, now).await {
+    let budget = inner.config.store_budget;
+    let admitted = super::bounded(inner.config.clock.as_ref(), budget, store.admit(&key, fp, now)).await;
+    let admitted = admitted.unwrap_or_else(|| {
+        Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
+    });
+    match admitted {
         Ok(Admission::Leader(lease)) => leader(lease, false),
         Ok(Admission::TakeOver(lease)) => {
             tracing::warn!(
@@ -216,6 +222,8 @@ pub(crate) struct LeaderGuard {
     fingerprint: Fingerprint,
     lease: Lease,
     window: Duration,
+    /// The time budget of one settlement.
+    budget: Duration,
     clock: Arc<dyn agent_surface_policy::Clock>,
 }
 
@@ -274,6 +282,22 @@ impl LeaderGuard {
         }
     }
 
+    /// One settlement within the store budget; past it, the store counts as failed.
+    async fn settle_once(
+        &self,
+        key: &IdempotencyKey,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let fut = self.store.settle(key, self.fingerprint, self.lease, settlement, now);
+        super::bounded(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| {
+            Err(StoreError::Unavailable(format!(
+                "the idempotency store did not answer within {} ms",
+                self.budget.as_millis()
+            )))
+        })
+    }
+
     /// Settles the record with `result`: stored for the window when `terminal` and cacheable,
     /// released otherwise (the same id may come back).
     pub(crate) async fn settle(mut self, result: &InvokeResult, terminal: bool) {
@@ -284,7 +308,7 @@ impl LeaderGuard {
         // while the store is still writing, `Drop` settles the record with the same result
         // instead of leaving it in flight for ever.
         self.pending = Some(settlement.clone());
-        let mut settled = self.store.settle(key, self.fingerprint, self.lease, settlement.clone(), now).await;
+        let mut settled = self.settle_once(key, settlement.clone(), now).await;
         // A shared store that did not answer: try again while the lease may still hold, so that a
         // known result is not lost to a blip (and later answered as an unknown outcome).
         if self.lease.renew_every.is_some() {
@@ -293,7 +317,7 @@ impl LeaderGuard {
                     break;
                 }
                 tokio::time::sleep(wait).await;
-                settled = self.store.settle(key, self.fingerprint, self.lease, settlement.clone(), now).await;
+                settled = self.settle_once(key, settlement.clone(), now).await;
             }
         }
         match settled {

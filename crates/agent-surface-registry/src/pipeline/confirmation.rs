@@ -84,8 +84,20 @@ pub(crate) async fn check(
         call = call.with_declared_gate(summary.as_ref());
     }
     let now = inner.config.clock.now();
+    let budget = inner.config.confirmation_budget;
     let decision = match std::panic::catch_unwind(AssertUnwindSafe(|| gate.check(call, confirmation_id, now))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+        Ok(fut) => {
+            match super::bounded(inner.config.clock.as_ref(), budget, AssertUnwindSafe(fut).catch_unwind()).await {
+                Some(decision) => decision,
+                None => {
+                    return Err(Stop::noted(
+                        AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+                        Phase::Confirmation,
+                        format!("the confirmation gate did not answer within {} ms", budget.as_millis()),
+                    ));
+                }
+            }
+        }
         Err(p) => Err(p),
     };
     match decision {

@@ -245,3 +245,166 @@ async fn a_call_dropped_while_its_result_is_written_keeps_that_result() {
     assert!(again.replayed, "{again:?}");
     assert_eq!(again.result.output(), Some(&json!({"text": "kept"})));
 }
+
+/// An idempotency store that never answers.
+#[derive(Debug)]
+struct HangingStore;
+
+impl agent_surface_policy::IdempotencyStore for HangingStore {
+    fn admit<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        _: agent_surface_policy::Fingerprint,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn settle<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        _: agent_surface_policy::Fingerprint,
+        _: agent_surface_policy::Lease,
+        _: agent_surface_policy::Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A hanging idempotency store fails the call closed within the store budget: nothing runs, the
+/// answer is transient.
+#[tokio::test]
+async fn a_hanging_idempotency_store_fails_closed_within_its_budget() {
+    let config = RegistryConfig {
+        idempotency: Arc::new(HangingStore),
+        store_budget: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let (r, _m) = echo_registry(config);
+    let inv = tokio::time::timeout(
+        Duration::from_secs(5),
+        r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i"), consumer("c")),
+    )
+    .await
+    .expect("answered within the budget, not hung");
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+}
+
+/// A confirmation gate that never answers.
+struct HangingGate;
+
+impl agent_surface_policy::ConfirmationGate for HangingGate {
+    fn check<'a>(
+        &'a self,
+        _: CallInfo<'a>,
+        _: Option<&'a str>,
+        _: Timestamp,
+    ) -> BoxFuture<'a, agent_surface_policy::ConfirmationDecision> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A confirmation store that never answers.
+#[derive(Debug)]
+struct HangingConfirmations;
+
+impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
+    fn insert<'a>(
+        &'a self,
+        _: agent_surface_policy::ConfirmationRecord,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn get<'a>(
+        &'a self,
+        _: &'a str,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<agent_surface_policy::ConfirmationRecord>, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn decide<'a>(
+        &'a self,
+        _: &'a str,
+        _: agent_surface_policy::ApprovalVerdict,
+        _: &'a str,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Decided, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn consume<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a agent_surface_policy::ConfirmationBinding,
+        _: Timestamp,
+    ) -> BoxFuture<
+        'a,
+        Result<
+            Result<agent_surface_policy::Consumed, agent_surface_policy::Rejection>,
+            agent_surface_policy::StoreError,
+        >,
+    > {
+        Box::pin(std::future::pending())
+    }
+    fn withdraw<'a>(
+        &'a self,
+        _: &'a str,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<agent_surface_policy::ConfirmationState>, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A registry whose `orders.cancel` (destructive) is gated by `gate`, counting its runs.
+fn gated(
+    gate: Arc<dyn agent_surface_policy::ConfirmationGate>,
+    budget: Duration,
+) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r =
+        Registry::new(RegistryConfig { confirmation: Some(gate), confirmation_budget: budget, ..Default::default() });
+    let counted = runs.clone();
+    r.define("orders", move |t| {
+        t.capability("cancel", "Cancel an order.")
+            .effect(Effect::Destructive)
+            .confirm(|_: &Value| "Cancel the order.".to_string())
+            .handler(move |_c: Ctx, _i: Value| {
+                let runs = counted.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, AgentSurfaceError>(json!({"cancelled": true}))
+                }
+            })
+    })
+    .expect("valid");
+    let m = r.mount("orders", "main").expect("mount");
+    (r, m, runs)
+}
+
+/// A hanging confirmation gate, or a confirmation engine over a hanging store, fails the call
+/// closed within its budget: the handler does not run, the answer is transient.
+#[tokio::test]
+async fn a_hanging_confirmation_gate_or_store_fails_closed_within_its_budget() {
+    let engine = agent_surface_policy::ConfirmationEngine::new(agent_surface_policy::ConfirmationConfig {
+        store: Arc::new(HangingConfirmations),
+        store_budget: Duration::from_millis(50),
+        ..Default::default()
+    });
+    for (gate, name) in [
+        (Arc::new(HangingGate) as Arc<dyn agent_surface_policy::ConfirmationGate>, "gate"),
+        (Arc::new(engine), "engine over a hanging store"),
+    ] {
+        let (r, _m, runs) = gated(gate, Duration::from_millis(100));
+        let inv = tokio::time::timeout(
+            Duration::from_secs(5),
+            r.invoke_detailed(call("orders.cancel", json!({})), consumer("c")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: answered within the budget, not hung"));
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Confirmation);
+        assert_eq!(p.retry(), Retry::AfterDelay, "{name}");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "{name}: nothing ran");
+    }
+}
