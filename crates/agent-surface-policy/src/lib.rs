@@ -78,6 +78,7 @@ mod consumer;
 mod guard;
 mod hooks;
 mod idempotency;
+pub mod principal;
 mod rate;
 mod task;
 

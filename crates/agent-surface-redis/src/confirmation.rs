@@ -6,6 +6,7 @@
 //! | `rec` | the record's fixed part as JSON (id, binding, requester, summary, effect, origin, times) |
 //! | `c`, `cap`, `r`, `i`, `h` | the binding (consumer key, capability, registration, instance, input hash) |
 //! | `req` | the requester's subject (empty when anonymous) |
+//! | `rq`, `cs` | the requester's subject and the consumer key as a person reads them (`agent_surface_policy::principal::skeleton`; `rq` is `\0` when anonymous), for the self-approval rule |
 //! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
 
@@ -18,6 +19,8 @@ use agent_surface_policy::{
 use futures_util::future::BoxFuture;
 use redis::Script;
 use serde::{Deserialize, Serialize};
+
+use agent_surface_policy::principal::skeleton;
 
 use crate::{RedisStores, ms, parse_hash, ttl_ms};
 
@@ -95,11 +98,13 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
 }
 
-/// Adds a pending record unless the key exists. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl.
+/// Adds a pending record unless the key exists. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq,
+/// cs.
 const INSERT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
-  'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9])
+  'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9], 'rq', ARGV[11],
+  'cs', ARGV[12])
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 return 1
 ";
@@ -111,13 +116,15 @@ if not f[1] or tonumber(ARGV[1]) >= tonumber(f[4]) then return {} end
 return {f[1], f[2], f[3]}
 ";
 
-/// Decides a pending record. ARGV: verdict (approve | in-person | deny), approver, now.
+/// Decides a pending record. ARGV: verdict (approve | in-person | deny), approver, now, the
+/// approver as a person reads it.
 const DECIDE: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga')
+local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs')
 local now = tonumber(ARGV[3])
 if not f[1] or now >= tonumber(f[6]) then return {'unknown'} end
 if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
-if ARGV[1] == 'approve' and (f[3] == ARGV[2] or f[4] == ARGV[2]) then return {'self'} end
+local requester = f[3] == ARGV[2] or f[4] == ARGV[2] or f[7] == ARGV[4] or f[8] == ARGV[4]
+if ARGV[1] == 'approve' and requester then return {'self'} end
 if now >= tonumber(f[5]) then return {'expired'} end
 local s = 'approved'
 if ARGV[1] == 'deny' then s = 'denied' end
@@ -210,7 +217,9 @@ impl RedisConfirmationStore {
             .arg(record.requester.as_deref().unwrap_or(""))
             .arg(ms(record.expires_at))
             .arg(ms(gone))
-            .arg(ttl_ms(gone.saturating_duration_since(now)));
+            .arg(ttl_ms(gone.saturating_duration_since(now)))
+            .arg(record.requester.as_deref().map_or_else(|| "\0".to_string(), skeleton))
+            .arg(skeleton(&b.consumer_key));
         let inserted: i64 = self.stores.run(call).await?;
         if inserted == 1 {
             Ok(())
@@ -257,7 +266,7 @@ impl ConfirmationStore for RedisConfirmationStore {
                 ApprovalVerdict::Deny => "deny",
             };
             let mut call = self.scripts().decide.key(self.key(id));
-            call.arg(verdict).arg(approver).arg(ms(now));
+            call.arg(verdict).arg(approver).arg(ms(now)).arg(skeleton(approver));
             let answer: Vec<String> = self.stores.run(call).await?;
             Ok(match answer.first().map(String::as_str) {
                 Some("done") => Decided::Done,

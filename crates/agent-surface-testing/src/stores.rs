@@ -86,8 +86,9 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     assert_eq!(read, pending(&a), "store kit: get must return the record as inserted");
     assert_eq!(expect("get", store.get(&id("conf-none"), at(1)).await), None, "store kit: an unknown id reads as none");
 
-    // The requester cannot approve its own request (by subject or by consumer key), but may deny.
-    for who in ["alice", "c-1"] {
+    // The requester cannot approve its own request (by subject or by consumer key, also under a
+    // name that only looks different), but may deny.
+    for who in ["alice", "c-1", "Alice", " alice", "al\u{200b}ice", "ali\u{301}ce", "\u{430}lice", "C-1"] {
         let got = expect("decide", store.decide(&a, ApprovalVerdict::Approve, who, at(2)).await);
         assert_eq!(got, Decided::SelfApproval, "store kit: the requester ({who}) must not approve");
     }

@@ -164,9 +164,13 @@ impl ConfirmationRecord {
     }
 
     /// Whether `subject` is the requester: the requesting identity's subject or, as a
-    /// conservative extra, the requesting consumer key.
+    /// conservative extra, the requesting consumer key — compared as a person reads them
+    /// ([`crate::principal::same_principal`]), so a look-alike of the requester's name is the
+    /// requester.
     pub fn is_requester(&self, subject: &str) -> bool {
-        self.requester.as_deref() == Some(subject) || self.binding.consumer_key == subject
+        use crate::principal::same_principal;
+        self.requester.as_deref().is_some_and(|r| same_principal(r, subject))
+            || same_principal(&self.binding.consumer_key, subject)
     }
 }
 
