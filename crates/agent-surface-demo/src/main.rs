@@ -6,6 +6,7 @@
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance]   serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
+//!                          [--max-connections-per-ip N]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
 //!
@@ -36,7 +37,7 @@ usage:
   agent-surface-demo serve --stdio [--as WHO] [--conformance]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
-                          [--ticket-delay-ms MS]
+                          [--ticket-delay-ms MS] [--max-connections-per-ip N]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
                           [--invocation-id ID] [--confirmation-id ID]
 
@@ -47,7 +48,8 @@ confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default ag
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
 mid-call holds that call (default 10000). --state-key HEX (64 hex digits) seals input-required
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
-take that long (to catch a call in flight). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
+take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
+one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
@@ -66,6 +68,7 @@ struct Serve {
     lease: Option<std::time::Duration>,
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
+    max_connections_per_ip: Option<usize>,
 }
 
 /// Milliseconds, for `name`.
@@ -110,6 +113,11 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             "--lease-ms" => serve.lease = Some(parse_ms("--lease-ms", &value("--lease-ms")?)?),
             "--ticket-delay-ms" => {
                 serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
+            }
+            "--max-connections-per-ip" => {
+                let n = value("--max-connections-per-ip")?;
+                serve.max_connections_per_ip =
+                    Some(n.parse().map_err(|_| "--max-connections-per-ip takes a whole number".to_string())?);
             }
             "--state-key" => serve.state_key = Some(parse_key(&value("--state-key")?)?),
             other => return Err(format!("unknown option {other}")),
@@ -216,7 +224,11 @@ async fn serve(options: Serve) -> Result<(), String> {
     let addr = options.http.unwrap_or_default();
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    let http = HttpConfig::default();
+    let mut http = HttpConfig::default();
+    if let Some(n) = options.max_connections_per_ip {
+        http.limits.max_connections_per_ip = n;
+        http.limits.max_connections = http.limits.max_connections.max(n);
+    }
     println!("listening on http://{local}{}", http.path);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
@@ -230,7 +242,7 @@ async fn serve(options: Serve) -> Result<(), String> {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, shutdown.clone())
     };
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(|e| e.to_string())
+    agent_surface_server::serve(listener, app, http.limits.clone(), shutdown).await.map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

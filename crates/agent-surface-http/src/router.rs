@@ -51,6 +51,10 @@ pub struct HttpConfig {
     /// is the `403` protocol fault `host-not-allowed`, and more than one `Host` field is the `400`
     /// fault `invalid-header` (whatever this list holds).
     pub allowed_hosts: Vec<String>,
+    /// The connection limits [`serve`] applies (connection caps, header timeout, drain); see
+    /// `agent_surface_server::Limits`. A router served some other way has the limits of that
+    /// server.
+    pub limits: agent_surface_server::Limits,
 }
 
 impl Default for HttpConfig {
@@ -62,6 +66,7 @@ impl Default for HttpConfig {
             consumer_header: HeaderName::from_static(CONSUMER_HEADER),
             authenticator: None,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            limits: agent_surface_server::Limits::default(),
         }
     }
 }
@@ -136,7 +141,8 @@ pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
         .with_state(state)
 }
 
-/// Serves `registry` on `listener` until `shutdown` is cancelled.
+/// Serves `registry` on `listener` until `shutdown` is cancelled, with `config.limits` (a
+/// connection cap, a header timeout that also closes idle connections, a bounded drain).
 ///
 /// ```no_run
 /// use agent_surface_http::{HttpConfig, serve};
@@ -154,7 +160,8 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(registry, config)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let limits = config.limits.clone();
+    agent_surface_server::serve(listener, router(registry, config), limits, shutdown).await
 }
 
 /// Refuses a request whose host is not allowed before any route sees it.

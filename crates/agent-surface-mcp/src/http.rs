@@ -42,6 +42,9 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Option<Duration>,
+    /// The connection limits [`serve_http`] applies (connection caps, header timeout, drain);
+    /// see `agent_surface_server::Limits`.
+    pub limits: agent_surface_server::Limits,
 }
 
 impl Default for HttpConfig {
@@ -52,6 +55,7 @@ impl Default for HttpConfig {
             allowed_origins: vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
             max_body_bytes: 4 * 1024 * 1024,
             sse_keep_alive: Some(Duration::from_secs(15)),
+            limits: agent_surface_server::Limits::default(),
         }
     }
 }
@@ -108,5 +112,5 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = router(registry, config, &http, shutdown.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    agent_surface_server::serve(listener, app, http.limits.clone(), shutdown).await
 }

@@ -131,7 +131,8 @@ fn one_approval_raced_across_both_replicas_executes_once() {
 /// same bytes.
 #[test]
 fn a_thousand_requests_with_one_key_across_two_replicas_open_one_ticket() {
-    let Some((a, b)) = replicas("tickets", &["--ticket-delay-ms", "300"]) else { return };
+    let extra = ["--ticket-delay-ms", "300", "--max-connections-per-ip", "1000"];
+    let Some((a, b)) = replicas("tickets", &extra) else { return };
     let input = json!({"subject": "Printer jam"});
     let answers: Vec<(u16, String)> = std::thread::scope(|s| {
         let calls: Vec<_> = (0..1_000)

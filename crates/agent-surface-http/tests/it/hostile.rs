@@ -102,3 +102,31 @@ async fn a_hostile_input_value_stays_out_of_the_problem() {
     assert_eq!(r.json()["code"], "INVALID_INPUT");
     assert_text_has_no_leak("http response", &r.body, &Secrets::new().other("hunter2-marker"));
 }
+
+/// Slowloris: `serve` applies its limits — a request head trickled a byte at a time, and an idle
+/// connection, are closed after the header timeout, while other clients are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = agent_surface_server::Limits {
+        header_timeout: std::time::Duration::from_millis(300),
+        ..agent_surface_server::Limits::default()
+    };
+    let server = start(HttpConfig { limits, ..HttpConfig::default() }).await;
+    let closed = |mut s: tokio::net::TcpStream| async move {
+        let mut buf = [0u8; 64];
+        matches!(tokio::time::timeout(std::time::Duration::from_secs(3), s.read(&mut buf)).await, Ok(Ok(0) | Err(_)))
+    };
+    let mut slow = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    for b in b"POST /invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: aaaaaaaaaaaaaaaa" {
+        if slow.write_all(&[*b]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    assert!(closed(slow).await, "the slow client was closed");
+    let idle = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    assert!(closed(idle).await, "the idle client was closed");
+    let r = send(server.addr, "GET", "/capabilities", &[], b"").await;
+    assert_eq!(r.status, 200);
+}

@@ -1,0 +1,179 @@
+//! Serving an agent-surface HTTP router with limits a hostile client cannot get around.
+//!
+//! # Overview
+//!
+//! `axum::serve` keeps every connection a client opens for as long as the client likes: a client
+//! that sends its request headers one byte at a time (slowloris), or opens connections and sends
+//! nothing, holds a descriptor each, and about a thousand of them lock every other client out.
+//! [`serve`] runs the same router with [`Limits`]:
+//!
+//! - **a header timeout** ([`Limits::header_timeout`], 10 s): a connection must deliver a
+//!   request's complete head within it, measured from when the server starts waiting for one — so
+//!   the same timeout also closes a kept-alive connection that stays idle;
+//! - **a connection cap** ([`Limits::max_connections`], 1,024): at the cap the server stops
+//!   accepting (new clients wait in the listen backlog) until a connection ends;
+//! - **a cap per peer address** ([`Limits::max_connections_per_ip`], 128): a connection over it
+//!   is closed as soon as it is accepted, so one address cannot take every slot;
+//! - **a bounded drain** ([`Limits::drain_timeout`], 10 s): on shutdown the server stops
+//!   accepting, lets requests in progress finish (closing each connection after its current
+//!   response), and after the drain timeout drops what is left.
+//!
+//! Request bodies are bounded by the adapters themselves (size and read time); see the HTTP
+//! binding's `HttpConfig` and the MCP transport's configuration.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use agent_surface_server::{Limits, serve};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let router = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let limits = Limits { max_connections_per_ip: 32, ..Limits::default() };
+//! serve(listener, router, limits, CancellationToken::new()).await
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What one server allows its clients. Build it with struct update syntax over `Default`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The most connections open at once; at the cap the server stops accepting until one ends.
+    pub max_connections: usize,
+    /// The most connections open at once from one peer address; a connection over it is closed
+    /// when accepted. Clients behind one proxy or NAT share an address: raise it for them.
+    pub max_connections_per_ip: usize,
+    /// How long a connection may take to deliver a request's complete head (request line and
+    /// headers), counted from when the server starts waiting for it: it bounds slow clients and
+    /// idle kept-alive connections alike.
+    pub header_timeout: Duration,
+    /// How long a shutdown waits for requests in progress before it drops their connections.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// 1,024 connections, 128 per peer address, 10 s for a request head, 10 s of drain.
+    fn default() -> Limits {
+        Limits {
+            max_connections: 1024,
+            max_connections_per_ip: 128,
+            header_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How long the accept loop pauses after the listener failed (out of descriptors, say), so that
+/// it does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// Connections open per peer address.
+#[derive(Default)]
+struct PerPeer(Mutex<HashMap<IpAddr, usize>>);
+
+impl PerPeer {
+    /// Counts one more connection from `ip`, unless it already has `max`.
+    fn take(&self, ip: IpAddr, max: usize) -> bool {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// Counts one connection from `ip` closed.
+    fn give(&self, ip: IpAddr) {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener` with `limits` until `shutdown` is cancelled, then drains.
+///
+/// HTTP/1.1 only (what the adapters' clients speak). Errors of single connections go to the
+/// operator channel (`tracing`, target `agent_surface::server`) and never stop the server; an
+/// `Err` is returned only if the listener cannot report its address.
+pub async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let _ = listener.local_addr()?;
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_peer = Arc::new(PerPeer::default());
+    let tracker = TaskTracker::new();
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(target: "agent_surface::server", error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        if !per_peer.take(peer.ip(), limits.max_connections_per_ip) {
+            tracing::warn!(target: "agent_surface::server", peer = %peer.ip(), "connection over the per-address cap closed");
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let (shutdown, per_peer) = (shutdown.clone(), per_peer.clone());
+        tracker.spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = shutdown.cancelled() => {
+                    // Finish the response in progress, then close.
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(target: "agent_surface::server", error = %e, "connection ended with an error");
+            }
+            per_peer.give(peer.ip());
+            drop(slot);
+        });
+    }
+    tracker.close();
+    if tokio::time::timeout(limits.drain_timeout, tracker.wait()).await.is_err() {
+        tracing::warn!(target: "agent_surface::server", "drain timed out; dropping the connections left");
+    }
+    Ok(())
+}
