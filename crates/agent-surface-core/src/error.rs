@@ -437,9 +437,116 @@ impl AgentSurfaceError {
     }
 }
 
+/// The explanation a relayed `PRECONDITION_FAILED` shows instead of the one it carried.
+const RELAYED_PRECONDITION: &str = "A condition this action depends on is not met.";
+
+/// The issue text a relayed `INVALID_INPUT` shows instead of the one it carried.
+const RELAYED_ISSUE: &str = "is not valid";
+
+impl AgentSurfaceError {
+    /// An error relaying `payload` — one this process did not build, e.g. parsed from an upstream
+    /// service's response — rebuilt from the library's own templates: it keeps the code, the
+    /// retry category and the details that are typed values (reasons, origins, delays, JSON
+    /// Pointers, kebab-case reasons), and drops every free text the payload carried (its message,
+    /// issue texts, a precondition's explanation and extra details, a repair plan), since text
+    /// from elsewhere can hold anything. The whole payload stays the private cause, for the
+    /// operator channel. A code a handler may not return relays as `EXECUTION_FAILED {reason:
+    /// handler-error}`.
+    ///
+    /// `From<ErrorPayload>` is this conversion.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, ErrorPayload};
+    /// let upstream: ErrorPayload = serde_json::from_str(
+    ///     r#"{"code":"PRECONDITION_FAILED","message":"Row 7 locked by admin@db.internal:5432.","retry":"with-changes","details":{"reason":"row-locked","dsn":"postgres://u:pw@db"}}"#,
+    /// ).unwrap();
+    /// let relayed = AgentSurfaceError::relayed(upstream);
+    /// let p = relayed.payload();
+    /// assert_eq!(p.code(), ErrorCode::PreconditionFailed);
+    /// assert_eq!(p.detail("reason").and_then(|r| r.as_str()), Some("row-locked"));
+    /// assert!(p.detail("dsn").is_none());
+    /// assert!(!p.message().contains("db.internal"));
+    /// assert_eq!(relayed.cause_chain().len(), 1, "the upstream payload is the private cause");
+    /// ```
+    pub fn relayed(payload: ErrorPayload) -> Self {
+        let rebuilt = match payload.code() {
+            ErrorCode::InvalidInput => {
+                let details: Option<InvalidInputDetails> = payload.details_as();
+                let issues = details
+                    .as_ref()
+                    .map(|d| {
+                        d.issues
+                            .iter()
+                            .filter(|i| is_quotable(&i.path) || i.path.is_empty())
+                            .take(64)
+                            .map(|i| InputIssue { path: i.path.clone(), message: RELAYED_ISSUE.to_string() })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let locked = details
+                    .and_then(|d| d.locked_fields)
+                    .map(|fields| fields.into_iter().filter(|f| is_quotable(f)).take(64).collect::<Vec<_>>());
+                AgentSurfaceError::invalid_input(issues, locked)
+            }
+            ErrorCode::NotAuthenticated => AgentSurfaceError::not_authenticated(),
+            ErrorCode::NotAuthorized => {
+                let origin = payload.details_as::<NotAuthorizedDetails>().map_or(Origin::Server, |d| d.origin);
+                AgentSurfaceError::not_authorized(origin)
+            }
+            ErrorCode::PreconditionFailed => {
+                let reason =
+                    payload.detail("reason").and_then(Value::as_str).filter(|r| is_kebab_reason(r)).map(str::to_string);
+                let details = PreconditionDetails { reason, ..PreconditionDetails::default() };
+                AgentSurfaceError::precondition_failed_with(SafeText::trusted(RELAYED_PRECONDITION), details)
+            }
+            ErrorCode::RateLimited => match payload.details_as::<RateLimitedDetails>() {
+                Some(d) => AgentSurfaceError::rate_limited(d.reason, Duration::from_millis(d.retry_after_ms)),
+                None => AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(1)),
+            },
+            ErrorCode::ExecutionFailed => match payload.details_as::<ExecutionFailedDetails>() {
+                Some(ExecutionFailedDetails { transient: Some(true), retry_after_ms, .. }) => {
+                    AgentSurfaceError::transient(Duration::from_millis(retry_after_ms.unwrap_or(1000)))
+                }
+                Some(ExecutionFailedDetails { reason: Some(ExecutionFailedReason::OutcomeUnknown), .. }) => {
+                    AgentSurfaceError::outcome_unknown()
+                }
+                Some(ExecutionFailedDetails { reason: Some(reason), .. }) => {
+                    AgentSurfaceError::execution_failed(reason)
+                }
+                _ => AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
+            },
+            _ => AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
+        };
+        rebuilt.with_cause(RelayedPayload(payload))
+    }
+}
+
+/// A reason an application could have chosen: kebab-case, at most 64 characters.
+fn is_kebab_reason(reason: &str) -> bool {
+    !reason.is_empty()
+        && reason.len() <= 64
+        && reason.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !reason.starts_with('-')
+        && !reason.ends_with('-')
+}
+
+/// A payload this process did not build, kept as the private cause of its relay.
+#[derive(Debug)]
+struct RelayedPayload(ErrorPayload);
+
+impl fmt::Display for RelayedPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "relayed payload: {}", self.0.to_wire_text())
+    }
+}
+
+impl StdError for RelayedPayload {}
+
+/// Relays a payload this process did not build: see [`AgentSurfaceError::relayed`]. Free text
+/// in it (the message above all) never reaches an agent.
 impl From<ErrorPayload> for AgentSurfaceError {
     fn from(payload: ErrorPayload) -> Self {
-        AgentSurfaceError { payload, cause: None }
+        AgentSurfaceError::relayed(payload)
     }
 }
 

@@ -178,3 +178,69 @@ proptest! {
         });
     }
 }
+
+/// Upstream payloads a handler might relay, each carrying the secrets wherever free text fits —
+/// message, issue texts, a precondition's explanation and extras, a repair plan — for every code
+/// a handler may return. They parse as payloads (they are normalized, and their retry matches).
+fn upstream_payloads() -> Vec<ErrorPayload> {
+    let secret = SECRETS.join(" | ").replace('\n', " ");
+    let texts = [
+        json!({"code": "INVALID_INPUT", "message": format!("Bad input: {secret}."), "retry": "with-changes",
+               "details": {"issues": [{"path": "/q", "message": secret}], "lockedFields": ["/x"]}}),
+        json!({"code": "NOT_AUTHENTICATED", "message": format!("Sign in at {secret}."), "retry": "after-refresh"}),
+        json!({"code": "NOT_AUTHORIZED", "message": format!("Denied by {secret}."), "retry": "no",
+               "details": {"origin": "server"}}),
+        json!({"code": "PRECONDITION_FAILED", "message": format!("Locked: {secret}."), "retry": "with-changes",
+               "details": {"reason": "row-locked", "query": secret, "dsn": SECRETS[1]}}),
+        json!({"code": "RATE_LIMITED", "message": format!("Slow down ({secret})."), "retry": "after-delay",
+               "details": {"reason": "rate", "retryAfterMs": 1500}}),
+        json!({"code": "EXECUTION_FAILED", "message": format!("Upstream died: {secret}."), "retry": "after-delay",
+               "details": {"reason": "transport", "transient": true, "retryAfterMs": 800}}),
+        json!({"code": "CAPABILITY_NOT_FOUND", "message": format!("No {secret}."), "retry": "after-refresh"}),
+    ];
+    texts
+        .into_iter()
+        .map(|mut v| {
+            // The retry category each code and its details call for.
+            let code: ErrorCode = serde_json::from_value(v["code"].clone()).unwrap();
+            let retry = matrix::derive_retry(code, v.get("details").and_then(Value::as_object));
+            v["retry"] = serde_json::to_value(retry).unwrap();
+            v
+        })
+        .map(|v| match serde_json::from_value::<ErrorPayload>(v.clone()) {
+            Ok(p) => p,
+            Err(e) => panic!("the fixture must parse as a payload ({e}): {v}"),
+        })
+        .collect()
+}
+
+/// A handler that relays an upstream payload (`From<ErrorPayload>`) cannot carry its free text to
+/// the agent: the code, the retry category and typed details survive, the text does not.
+#[tokio::test]
+async fn a_relayed_payload_keeps_its_code_and_loses_its_text() {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("relay", |t| {
+        t.capability("run", "Relay an upstream failure.").handler(|_c: Ctx, i: Value| async move {
+            let n = i["n"].as_u64().unwrap_or(0) as usize;
+            let upstream = upstream_payloads().swap_remove(n);
+            Err::<Value, _>(AgentSurfaceError::from(upstream))
+        })
+    })
+    .unwrap();
+    let _m = r.mount("relay", "main").unwrap();
+    let payloads = upstream_payloads();
+    for (n, upstream) in payloads.iter().enumerate() {
+        let result = r.invoke(call("relay.run", json!({"n": n})), consumer("c")).await;
+        assert_clean(&result);
+        let p = result.error_payload().expect("an error");
+        let expected =
+            if matrix::spec(upstream.code()).handler_may_return { upstream.code() } else { ErrorCode::ExecutionFailed };
+        assert_eq!(p.code(), expected, "{upstream:?}");
+        assert_eq!(p.retry(), matrix::derive_retry(p.code(), p.details()), "{p:?}");
+    }
+    // Typed details survive.
+    let limited = r.invoke(call("relay.run", json!({"n": 4})), consumer("c")).await;
+    assert_eq!(limited.error_payload().unwrap().detail("retryAfterMs"), Some(&json!(1500)));
+    let locked = r.invoke(call("relay.run", json!({"n": 3})), consumer("c")).await;
+    assert_eq!(locked.error_payload().unwrap().detail("reason"), Some(&json!("row-locked")));
+}
