@@ -336,19 +336,24 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
 /// The configuration of a [`MemoryConfirmationStore`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryConfirmationStoreConfig {
-    /// The most records held at once. When full, the oldest record is dropped, whatever its
-    /// state: a dropped record's evidence is then unknown and rejected, so eviction can only
-    /// refuse a call, never let one run twice.
+    /// The most records held at once. When full, the oldest record that is not approved is
+    /// dropped (among the oldest 64; if all of those are approved, the oldest), so a flood of
+    /// new requests drops other requests before it drops evidence a person approved. A dropped
+    /// record's evidence is unknown and rejected, so eviction can only refuse a call, never let
+    /// one run twice.
     pub capacity: usize,
+    /// The most records one consumer key holds at once; at it, the consumer's own oldest record
+    /// is dropped, never another consumer's.
+    pub per_consumer: usize,
     /// How long a record is kept after it expires, so that a late retry is told `consumed` or
     /// `denied` rather than `expired`.
     pub retention: Duration,
 }
 
 impl Default for MemoryConfirmationStoreConfig {
-    /// 10 000 records, kept one hour past their expiry.
+    /// 10 000 records, 1 000 per consumer key, kept one hour past their expiry.
     fn default() -> MemoryConfirmationStoreConfig {
-        MemoryConfirmationStoreConfig { capacity: 10_000, retention: Duration::from_secs(3600) }
+        MemoryConfirmationStoreConfig { capacity: 10_000, per_consumer: 1_000, retention: Duration::from_secs(3600) }
     }
 }
 
@@ -364,8 +369,66 @@ pub struct MemoryConfirmationStore {
 struct Inner {
     records: HashMap<String, ConfirmationRecord>,
     /// Ids in insertion order with the instant each record is gone (`expires_at + retention`),
-    /// for sweeping and eviction.
+    /// for sweeping and eviction. Ids of records already dropped are skipped.
     order: VecDeque<(Timestamp, String)>,
+    /// Per consumer key, the ids of its records in insertion order.
+    by_consumer: HashMap<String, VecDeque<String>>,
+}
+
+/// How many of the oldest records a global eviction looks through for one that is not approved.
+const EVICTION_SCAN: usize = 64;
+
+impl Inner {
+    /// Drops the record `id` (if held) and its consumer's entry for it.
+    fn drop_record(&mut self, id: &str, why: &'static str) {
+        let Some(record) = self.records.remove(id) else { return };
+        let consumer = &record.binding.consumer_key;
+        if let Some(ids) = self.by_consumer.get_mut(consumer) {
+            if let Some(at) = ids.iter().position(|i| i == id) {
+                ids.remove(at);
+            }
+            if ids.is_empty() {
+                self.by_consumer.remove(consumer);
+            }
+        }
+        tracing::debug!(
+            target: "agent_surface::confirmation",
+            confirmation_id = %record.id,
+            state = record.state.as_str(),
+            why,
+            "confirmation dropped"
+        );
+    }
+
+    /// Drops the oldest record that is not approved among the oldest [`EVICTION_SCAN`], or the
+    /// oldest record.
+    fn evict_one(&mut self) {
+        let mut oldest_live = None;
+        let mut seen = 0;
+        for (at, (_, id)) in self.order.iter().enumerate() {
+            let Some(record) = self.records.get(id) else { continue };
+            if oldest_live.is_none() {
+                oldest_live = Some(at);
+            }
+            if !matches!(record.state, ConfirmationState::Approved { .. }) {
+                return self.evict_at(at);
+            }
+            seen += 1;
+            if seen >= EVICTION_SCAN {
+                break;
+            }
+        }
+        match oldest_live {
+            Some(at) => self.evict_at(at),
+            None => self.order.clear(),
+        }
+    }
+
+    fn evict_at(&mut self, at: usize) {
+        if let Some((_, id)) = self.order.remove(at) {
+            self.drop_record(&id, "store full");
+        }
+    }
 }
 
 impl MemoryConfirmationStore {
@@ -406,7 +469,7 @@ impl MemoryConfirmationStore {
                 break;
             }
             if let Some((_, id)) = inner.order.pop_front() {
-                inner.records.remove(&id);
+                inner.drop_record(&id, "retention over");
             }
         }
     }
@@ -423,21 +486,25 @@ impl MemoryConfirmationStore {
         if inner.records.contains_key(&record.id) {
             return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)));
         }
-        if self.config.capacity == 0 {
+        if self.config.capacity == 0 || self.config.per_consumer == 0 {
             return Err(StoreError::Full { capacity: 0 });
         }
-        while inner.records.len() >= self.config.capacity {
-            let Some((_, oldest)) = inner.order.pop_front() else { break };
-            if let Some(evicted) = inner.records.remove(&oldest) {
-                tracing::debug!(
-                    target: "agent_surface::confirmation",
-                    confirmation_id = %evicted.id,
-                    state = evicted.state.as_str(),
-                    "confirmation evicted (store full)"
-                );
-            }
+        // The consumer's own quota first: it makes room from its own records only.
+        let consumer = record.binding.consumer_key.clone();
+        while inner.by_consumer.get(&consumer).is_some_and(|ids| ids.len() >= self.config.per_consumer) {
+            let Some(oldest) = inner.by_consumer.get(&consumer).and_then(|ids| ids.front().cloned()) else { break };
+            inner.drop_record(&oldest, "consumer quota");
+        }
+        while inner.records.len() >= self.config.capacity && !inner.records.is_empty() {
+            inner.evict_one();
+        }
+        // Keep the insertion order free of entries whose records are gone.
+        if inner.order.len() > 2 * inner.records.len() + 64 {
+            let Inner { records, order, .. } = &mut *inner;
+            order.retain(|(_, id)| records.contains_key(id));
         }
         inner.order.push_back((self.gone_at(&record), record.id.clone()));
+        inner.by_consumer.entry(consumer).or_default().push_back(record.id.clone());
         inner.records.insert(record.id.clone(), record);
         Ok(())
     }

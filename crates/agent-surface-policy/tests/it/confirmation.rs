@@ -52,6 +52,7 @@ fn store(capacity: usize, retention_ms: u64) -> MemoryConfirmationStore {
     MemoryConfirmationStore::new(MemoryConfirmationStoreConfig {
         capacity,
         retention: Duration::from_millis(retention_ms),
+        ..Default::default()
     })
 }
 
@@ -124,6 +125,42 @@ fn eviction_drops_the_oldest_record_and_never_admits_a_call() {
     assert_eq!(sync(s.consume("a", &b, at(5))).unwrap(), Err(Rejection::Unknown));
     assert!(sync(s.consume("d", &b, at(5))).unwrap().is_ok());
     assert!(sync(store(0, 0).insert(record("x", b, 0, 1), at(0))).is_err());
+}
+
+/// Ten thousand requests by anyone (invented consumer keys cost nothing) do not evict another
+/// consumer's approved evidence: a full store drops requests nobody approved first.
+#[test]
+fn a_flood_does_not_evict_approved_evidence() {
+    let s = store(100, 0);
+    let victim = binding("session-victim", json!({"orderId": "A-1"}));
+    sync(s.insert(record("approved", victim.clone(), 0, 1_000_000), at(0))).unwrap();
+    sync(s.decide("approved", ApprovalVerdict::Approve, "manager", at(0))).unwrap();
+    for i in 0..10_000u64 {
+        let flood = binding(&format!("http-anonymous:s{i}"), json!(i));
+        sync(s.insert(record(&format!("flood-{i}"), flood, 1, 1_000_000), at(1))).unwrap();
+        assert!(s.len() <= 100);
+    }
+    assert!(sync(s.consume("approved", &victim, at(2))).unwrap().is_ok(), "the approved evidence survived the flood");
+}
+
+/// A consumer at its quota drops its own oldest record, never another consumer's.
+#[test]
+fn one_consumer_cannot_push_out_anothers_requests() {
+    let s = MemoryConfirmationStore::new(MemoryConfirmationStoreConfig {
+        capacity: 1_000,
+        per_consumer: 5,
+        retention: Duration::ZERO,
+    });
+    let victim = binding("session-victim", json!(1));
+    sync(s.insert(record("pending", victim.clone(), 0, 1_000_000), at(0))).unwrap();
+    let flood = binding("session-flood", json!(2));
+    for i in 0..50u64 {
+        sync(s.insert(record(&format!("f-{i}"), flood.clone(), 1, 1_000_000), at(1))).unwrap();
+    }
+    assert_eq!(s.len(), 6, "the flood holds its quota of 5, the victim its 1");
+    assert!(sync(s.get("pending", at(2))).unwrap().is_some(), "the victim's request is still there");
+    assert!(sync(s.get("f-49", at(2))).unwrap().is_some());
+    assert!(sync(s.get("f-44", at(2))).unwrap().is_none(), "the flood's oldest went first");
 }
 
 #[test]
