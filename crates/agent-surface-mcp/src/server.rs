@@ -44,6 +44,32 @@ struct Session {
     listed: Arc<Mutex<Listed>>,
     /// Cancelled when the session ends (the handler is dropped); stops the list watcher.
     closed: CancellationToken,
+    /// The JSON-RPC ids of the `tools/call` requests in progress: a second request under an id
+    /// still in progress is refused rather than run (its answer could not be told apart).
+    calls_in_flight: Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
+}
+
+/// A `tools/call` id held in [`Session::calls_in_flight`] until the call is answered.
+struct InFlight {
+    ids: Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
+    id: rmcp::model::RequestId,
+}
+
+impl InFlight {
+    /// Holds `id`, unless a call under it is still in progress.
+    fn hold(
+        ids: &Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
+        id: &rmcp::model::RequestId,
+    ) -> Option<InFlight> {
+        let mut held = ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.insert(id.clone()).then(|| InFlight { ids: ids.clone(), id: id.clone() })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+    }
 }
 
 impl Drop for Session {
@@ -134,6 +160,7 @@ impl McpServer {
                 default_consumer,
                 listed: Arc::default(),
                 closed: CancellationToken::new(),
+                calls_in_flight: Arc::default(),
             }),
         }
     }
@@ -546,6 +573,12 @@ impl ServerHandler for McpServer {
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // One call per JSON-RPC id at a time: a duplicate of an id still in progress is a
+        // protocol fault, not a second execution.
+        let Some(_in_flight) = InFlight::hold(&self.session.calls_in_flight, &context.id) else {
+            tracing::warn!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
+            return Err(ErrorData::invalid_request("A request with this id is already in progress", None));
+        };
         let mut consumer = self.consumer(&context).await;
         let modern = is_modern(&context);
         // A name that is not a tool name can never resolve; it gets the same answer as any

@@ -8,6 +8,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::support::fixture;
 
 struct Raw {
+    runs: std::sync::Arc<crate::support::Runs>,
     write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
     read: BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
     server: tokio::task::JoinHandle<Result<(), agent_surface_mcp::ServeError>>,
@@ -29,6 +30,7 @@ impl Raw {
 
 async fn start(max: usize) -> Raw {
     let f = fixture();
+    let runs = f.runs.clone();
     let (client, server_io) = tokio::io::duplex(1 << 16);
     let (read, write) = tokio::io::split(server_io);
     let server = McpServer::new(f.registry.clone(), McpConfig::default());
@@ -38,7 +40,7 @@ async fn start(max: usize) -> Raw {
         agent_surface_mcp::serve_io(server, read, write, max).await
     });
     let (r, w) = tokio::io::split(client);
-    let mut raw = Raw { write: w, read: BufReader::new(r), server };
+    let mut raw = Raw { runs, write: w, read: BufReader::new(r), server };
     raw.send(
         br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}
 "#,
@@ -119,4 +121,27 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     raw.write.shutdown().await.unwrap();
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), raw.server).await.unwrap().unwrap();
     assert!(ended.is_ok(), "{ended:?}");
+}
+
+/// Requests reusing the id of a `tools/call` still in progress are refused (`-32600`) rather than
+/// run: five requests under one id are one execution, and every one of them is answered.
+#[tokio::test]
+async fn a_duplicate_id_of_a_call_in_progress_is_refused() {
+    use std::sync::atomic::Ordering;
+    let mut raw = start(1 << 16).await;
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-slow\",\"arguments\":{}}}\n").await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    for _ in 0..4 {
+        raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n").await;
+        check_error(&raw.recv().await, -32600, json!(42));
+    }
+    assert_eq!(raw.runs.0.load(Ordering::SeqCst), 0, "no duplicate ran");
+    // Once a call is over, its id may be used again.
+    let count = b"{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n";
+    for n in 1..=2 {
+        raw.send(count).await;
+        let answer = raw.recv().await;
+        assert_eq!(answer["id"], 43, "{answer}");
+        assert_eq!(answer["result"]["structuredContent"]["runs"], n, "{answer}");
+    }
 }
