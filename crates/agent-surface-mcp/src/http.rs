@@ -45,6 +45,11 @@ pub struct HttpConfig {
     /// The connection limits [`serve_http`] applies (connection caps, header timeout, drain);
     /// see `agent_surface_server::Limits`.
     pub limits: agent_surface_server::Limits,
+    /// The most legacy (2025-11-25) sessions open at once; an `initialize` past it is refused
+    /// with `503 Service Unavailable` and `Retry-After`. Modern requests open no session.
+    pub max_sessions: usize,
+    /// How long a legacy session may stay idle before it is closed.
+    pub session_idle: Duration,
 }
 
 impl Default for HttpConfig {
@@ -56,6 +61,8 @@ impl Default for HttpConfig {
             max_body_bytes: 4 * 1024 * 1024,
             sse_keep_alive: Some(Duration::from_secs(15)),
             limits: agent_surface_server::Limits::default(),
+            max_sessions: 1_000,
+            session_idle: Duration::from_secs(120),
         }
     }
 }
@@ -79,9 +86,42 @@ where
     } else {
         config.with_allowed_origins(http.allowed_origins.clone())
     };
-    let service =
-        StreamableHttpService::new(move || Ok(new_session()), Arc::new(LocalSessionManager::default()), config);
-    axum::Router::new().route_service(&http.path, service)
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(http.session_idle);
+    let sessions = Arc::new(sessions);
+    let service = StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config);
+    let max = http.max_sessions;
+    axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let sessions = sessions.clone();
+            async move {
+                if may_open_session(&request) && sessions.sessions.read().await.len() >= max {
+                    tracing::warn!(target: "agent_surface::mcp", max, "session cap reached; initialize refused");
+                    return session_cap_response();
+                }
+                next.run(request).await
+            }
+        },
+    ))
+}
+
+/// Whether `request` may open a legacy session: a `POST` without a session id that does not
+/// declare the stateless (2026-07-28) era.
+fn may_open_session(request: &axum::extract::Request) -> bool {
+    let headers = request.headers();
+    request.method() == axum::http::Method::POST
+        && !headers.contains_key("mcp-session-id")
+        && headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()) != Some("2026-07-28")
+}
+
+/// `503` with `Retry-After` for an `initialize` past the session cap.
+fn session_cap_response() -> axum::response::Response {
+    axum::response::Response::builder()
+        .status(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+        .header(axum::http::header::RETRY_AFTER, "5")
+        .header(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(axum::body::Body::from("Too many open sessions; retry later."))
+        .unwrap_or_default()
 }
 
 /// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per legacy

@@ -5,6 +5,7 @@ mod calls;
 mod codec;
 mod confirm;
 mod frames;
+mod http;
 mod list;
 mod modern;
 mod support;

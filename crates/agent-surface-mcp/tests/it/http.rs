@@ -1,0 +1,64 @@
+//! The streamable HTTP transport's own limits: legacy sessions are capped (and idle ones closed).
+
+use std::time::Duration;
+
+use agent_surface_mcp::McpConfig;
+use agent_surface_mcp::http::{HttpConfig, serve_http};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::fixture;
+
+/// `POST /mcp` with `body` and extra `headers`: the status, the headers and the body.
+async fn post(addr: std::net::SocketAddr, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw)).await;
+    let status = raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, raw)
+}
+
+/// Past `max_sessions`, a legacy `initialize` is refused with `503` and `Retry-After`; modern
+/// (stateless) requests, which open no session, are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_sessions_are_capped() {
+    let f = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let http = HttpConfig { max_sessions: 3, ..HttpConfig::default() };
+    tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cap", "version": "0"}}})
+    .to_string();
+    for n in 0..3 {
+        let (status, raw) = post(addr, &[], &init).await;
+        assert_eq!(status, 200, "session {n}: {raw}");
+        assert!(raw.to_ascii_lowercase().contains("mcp-session-id"), "{raw}");
+    }
+    let (status, raw) = post(addr, &[], &init).await;
+    assert_eq!(status, 503, "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("retry-after: 5"), "{raw}");
+    // A modern request needs no session.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "cap", "version": "0"}}}})
+    .to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
+    let (status, raw) = post(addr, &headers, &list).await;
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains("store-echo"), "{raw}");
+    shutdown.cancel();
+}
