@@ -222,6 +222,55 @@ fn decimal_digits(text: &str) -> (Vec<u8>, i64) {
     (digits, int_len + exponent - i64::try_from(leading).unwrap_or(0))
 }
 
+/// Bytes of a message per JSON value it may hold: a frame limit of `N` bytes admits at most
+/// `N / BYTES_PER_VALUE` values (see [`too_many_values`]).
+pub const BYTES_PER_VALUE: usize = 16;
+
+/// Whether the JSON text `bytes` holds more than `max` values, counted without parsing it.
+///
+/// Parsed into a `serde_json::Value`, every value costs tens of bytes however short its text
+/// (`[0,0,0,…]` spends 2 bytes of text per value): a message of many tiny values grows far
+/// beyond its size. Adapters call this before parsing a message, with `max` derived from their
+/// size limit (`limit / BYTES_PER_VALUE`), so that what a message becomes in memory stays a small
+/// multiple of what it is on the wire. The count is an upper bound — the containers and the
+/// separators outside strings, plus one — and text that is not JSON is counted all the same
+/// (the parser refuses it next).
+///
+/// ```
+/// use agent_surface_core::json::too_many_values;
+/// assert!(!too_many_values(br#"{"a": [1, 2, 3], "b": "x,y,z"}"#, 10));
+/// assert!(too_many_values(b"[0,0,0,0,0,0,0,0,0,0,0,0]", 10));
+/// assert!(!too_many_values(br#""[[[[[[[[[[[[[[[[""#, 10), "inside a string nothing counts");
+/// ```
+pub fn too_many_values(bytes: &[u8], max: usize) -> bool {
+    let mut count: usize = 1;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' | b',' => {
+                count += 1;
+                if count > max {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,12 +14,17 @@ pub(crate) enum Strict {
     Malformed,
     /// Well-formed JSON, but some object has a member name twice.
     DuplicateMember,
+    /// More values than one per `BYTES_PER_VALUE` bytes of the body limit; not parsed.
+    TooManyValues,
 }
 
 /// Parses `bytes` as one JSON value. A syntax error anywhere wins over a repeated name (the whole
 /// text is read before duplicates are reported). Nesting is bounded by serde_json's default
 /// recursion limit, as with `serde_json::from_slice`.
-pub(crate) fn parse(bytes: &[u8]) -> Result<Value, Strict> {
+pub(crate) fn parse(bytes: &[u8], max_values: usize) -> Result<Value, Strict> {
+    if agent_surface_core::json::too_many_values(bytes, max_values) {
+        return Err(Strict::TooManyValues);
+    }
     let duplicate = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = Unique(&duplicate).deserialize(&mut de).map_err(|_| Strict::Malformed)?;
@@ -102,23 +107,25 @@ mod tests {
     #[test]
     fn values_parse_as_serde_json_does() {
         let text = r#"{"a":[1,-2,3.5,"x",true,null,{"b":{}}],"c":"\u00e9\"","d":18446744073709551615}"#;
-        assert_eq!(parse(text.as_bytes()), Ok(serde_json::from_str::<Value>(text).unwrap()));
+        assert_eq!(parse(text.as_bytes(), 1_000), Ok(serde_json::from_str::<Value>(text).unwrap()));
     }
 
     #[test]
     fn repeated_names_are_reported_at_any_depth() {
         for text in [r#"{"a":1,"a":2}"#, r#"{"x":{"a":1,"b":2,"a":1}}"#, r#"[{"a":[{"k":1,"k":1}]}]"#] {
-            assert_eq!(parse(text.as_bytes()), Err(Strict::DuplicateMember), "{text}");
+            assert_eq!(parse(text.as_bytes(), 1_000), Err(Strict::DuplicateMember), "{text}");
         }
-        assert!(parse(br#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#).is_ok());
+        assert!(parse(br#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#, 1_000).is_ok());
     }
 
     #[test]
     fn malformed_wins_and_depth_is_bounded() {
-        assert_eq!(parse(br#"{"a":1,"a":2"#), Err(Strict::Malformed));
-        assert_eq!(parse(br#"{"a":1} x"#), Err(Strict::Malformed));
-        assert_eq!(parse(format!("{}{}", "[".repeat(200), "]".repeat(200)).as_bytes()), Err(Strict::Malformed));
-        assert!(parse(format!("{}{}", "[".repeat(100), "]".repeat(100)).as_bytes()).is_ok());
-        assert_eq!(parse(&[0xff, b'{']), Err(Strict::Malformed));
+        assert_eq!(parse(br#"{"a":1,"a":2"#, 1_000), Err(Strict::Malformed));
+        assert_eq!(parse(br#"{"a":1} x"#, 1_000), Err(Strict::Malformed));
+        assert_eq!(parse(format!("{}{}", "[".repeat(200), "]".repeat(200)).as_bytes(), 1_000), Err(Strict::Malformed));
+        assert!(parse(format!("{}{}", "[".repeat(100), "]".repeat(100)).as_bytes(), 1_000).is_ok());
+        // Many tiny values are refused before parsing.
+        assert_eq!(parse(format!("[{}0]", "0,".repeat(2_000)).as_bytes(), 1_000), Err(Strict::TooManyValues));
+        assert_eq!(parse(&[0xff, b'{'], 1_000), Err(Strict::Malformed));
     }
 }

@@ -376,9 +376,13 @@ async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> 
     let body = read_body(body, declared, config.max_body_bytes, config.body_timeout).await?;
     // Two steps, so that the fault says which: not JSON at all (syntax, depth, encoding), or JSON
     // that is not an invoke request (including a member name repeated in one object).
-    let value = json::parse(&body).map_err(|e| match e {
+    // A body of many tiny values is refused as too large before it is parsed: parsed, it would
+    // take many times its size.
+    let max_values = config.max_body_bytes / agent_surface_core::json::BYTES_PER_VALUE;
+    let value = json::parse(&body, max_values).map_err(|e| match e {
         Strict::Malformed => ProtocolFault::MalformedJson,
         Strict::DuplicateMember => ProtocolFault::InvalidRequest,
+        Strict::TooManyValues => ProtocolFault::BodyTooLarge,
     })?;
     if !value.is_object() {
         // serde would read a struct from an array too; the wire shape is an object.

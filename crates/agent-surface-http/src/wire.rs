@@ -198,7 +198,8 @@ pub enum ProtocolFault {
     /// The request's host (the absolute-form target's authority, else `Host`) is not in
     /// [`crate::HttpConfig::allowed_hosts`] (DNS-rebinding protection).
     HostNotAllowed,
-    /// The body is larger than [`crate::HttpConfig::max_body_bytes`].
+    /// The body is larger than [`crate::HttpConfig::max_body_bytes`], or holds more JSON values
+    /// than one per 16 bytes of it (parsed, it would take many times its size).
     BodyTooLarge,
     /// The body did not arrive within [`crate::HttpConfig::body_timeout`].
     RequestTimeout,

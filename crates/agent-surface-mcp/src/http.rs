@@ -91,6 +91,7 @@ where
     let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config);
     let max = http.max_sessions;
+    let max_body = http.max_body_bytes;
     axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let sessions = sessions.clone();
@@ -99,10 +100,48 @@ where
                     tracing::warn!(target: "agent_surface::mcp", max, "session cap reached; initialize refused");
                     return session_cap_response();
                 }
+                let request = match screen_body(request, max_body).await {
+                    Ok(request) => request,
+                    Err(refused) => return refused,
+                };
                 next.run(request).await
             }
         },
     ))
+}
+
+/// How long a request body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads a `POST` body (at most `max_body` bytes, within [`BODY_TIMEOUT`]) and refuses one that
+/// holds more JSON values than one per 16 bytes of `max_body` before anything parses it: parsed,
+/// a message of many tiny values takes many times its size.
+async fn screen_body(
+    request: axum::extract::Request,
+    max_body: usize,
+) -> Result<axum::extract::Request, axum::response::Response> {
+    if request.method() != axum::http::Method::POST {
+        return Ok(request);
+    }
+    let refuse = |status: axum::http::StatusCode, text: &'static str| {
+        axum::response::Response::builder()
+            .status(status)
+            .header(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(axum::body::Body::from(text))
+            .unwrap_or_default()
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large.")),
+        Err(_) => return Err(refuse(axum::http::StatusCode::REQUEST_TIMEOUT, "The request body took too long.")),
+    };
+    let max_values = max_body / agent_surface_core::json::BYTES_PER_VALUE;
+    if agent_surface_core::json::too_many_values(&bytes, max_values) {
+        tracing::warn!(target: "agent_surface::mcp", max_values, "request with too many JSON values refused");
+        return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body holds too many JSON values."));
+    }
+    Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// Whether `request` may open a legacy session: a `POST` without a session id that does not

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | not JSON (or not UTF-8) | `-32700` parse error, `id: null` |
 //! | longer than `max_message_bytes` | `-32600` invalid request, `id: null`, `data: {"maxMessageBytes": N}`; the line is skipped without being buffered |
+//! | more JSON values than one per 16 bytes of `max_message_bytes` (`agent_surface_core::json::too_many_values`) | `-32600` invalid request, `id: null`, `data: {"maxMessageValues": N}`; not parsed |
 //! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
 //! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
 //! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
@@ -216,6 +217,17 @@ where
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 self.line = line;
                 self.line.clear();
+                continue;
+            }
+            // A message of many tiny values would grow far past its size once parsed.
+            let max_values = self.max_line / agent_surface_core::json::BYTES_PER_VALUE;
+            if agent_surface_core::json::too_many_values(bytes, max_values) {
+                tracing::warn!(target: "agent_surface::mcp", max_values, "message with too many JSON values refused");
+                let data = serde_json::json!({"maxMessageValues": max_values});
+                let message = format!("Invalid Request: the message holds more than {max_values} JSON values");
+                self.line = line;
+                self.line.clear();
+                self.answer(ErrorData::new(ErrorCode::INVALID_REQUEST, message, Some(data)), None);
                 continue;
             }
             let parsed = serde_json::from_slice::<ClientJsonRpcMessage>(bytes);

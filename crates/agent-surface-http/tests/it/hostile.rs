@@ -130,3 +130,14 @@ async fn slow_and_idle_connections_are_closed() {
     let r = send(server.addr, "GET", "/capabilities", &[], b"").await;
     assert_eq!(r.status, 200);
 }
+
+/// A body within the size limit but made of many tiny JSON values (parsed, many times its size) is
+/// the `413` fault, refused before it is parsed.
+#[tokio::test]
+async fn a_body_of_many_tiny_values_is_too_large() {
+    let server = start(HttpConfig::default()).await;
+    let body = format!(r#"{{"capability":"echo.say","input":{{"pad":[{}0]}}}}"#, "0,".repeat(70_000));
+    assert!(body.len() < 1024 * 1024);
+    let r = post_json(server.addr, "/invoke", &[], &body).await;
+    r.assert_fault(413, "body-too-large");
+}

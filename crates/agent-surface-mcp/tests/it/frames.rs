@@ -108,6 +108,18 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     raw.send(b"\n").await;
     check_error(&raw.recv().await, -32600, Value::Null);
 
+    // A frame within the size limit but made of more JSON values than one per 16 bytes of it
+    // (parsed, it would take many times its size) is refused unparsed.
+    let many = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"ping\",\"params\":{{\"pad\":[{}0]}}}}\n",
+        "0,".repeat(300)
+    );
+    assert!(many.len() < 4096);
+    raw.send(many.as_bytes()).await;
+    let answer = raw.recv().await;
+    check_error(&answer, -32600, Value::Null);
+    assert_eq!(answer["error"]["data"]["maxMessageValues"], 256);
+
     // Blank lines are ignored; the server still answers a ping and a tool call.
     raw.send(b"\n\r\n{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}\n").await;
     assert_eq!(raw.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {}}));

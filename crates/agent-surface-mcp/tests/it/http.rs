@@ -62,3 +62,22 @@ async fn legacy_sessions_are_capped() {
     assert!(raw.contains("store-echo"), "{raw}");
     shutdown.cancel();
 }
+
+/// A body of many tiny JSON values is refused (`413`) before anything parses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_many_tiny_values_is_refused_unparsed() {
+    let f = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let http = HttpConfig { max_body_bytes: 64 * 1024, ..HttpConfig::default() };
+    tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
+    // 64 KiB admits 4,096 values; this body has 10,000 in 20 KB.
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"x","version":"0"}},"pad":[{}0]}}}}"#,
+        "0,".repeat(10_000)
+    );
+    let (status, raw) = post(addr, &[], &body).await;
+    assert_eq!(status, 413, "{raw}");
+    shutdown.cancel();
+}
