@@ -114,11 +114,30 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
         (state.version, rows)
     };
     let mut capabilities = Vec::with_capacity(rows.len());
+    // The authority budget bounds the whole snapshot, not each capability: a stuck policy costs
+    // one budget, and a capability it had no time left for is treated as a failed decision is
+    // (denied: shown, and refused when called).
+    let clock = inner.config.clock.as_ref();
+    let deadline = clock.now().saturating_add(inner.config.authority_budget);
+    let mut out_of_time = false;
     for mut row in rows {
         if let Some(policy) = &inner.config.authority {
             let def = &row.def;
             let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
-            match crate::pipeline::authority::decide(inner, policy.as_ref(), call).await {
+            let left = deadline.saturating_duration_since(clock.now());
+            let decision = if left.is_zero() {
+                if !out_of_time {
+                    out_of_time = true;
+                    tracing::warn!(
+                        target: "agent_surface::policy",
+                        "the snapshot's authority budget is spent; denying the capabilities left"
+                    );
+                }
+                AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client }
+            } else {
+                crate::pipeline::authority::decide_within(inner, policy.as_ref(), call, left).await
+            };
+            match decision {
                 AuthorityDecision::Hide => continue,
                 AuthorityDecision::Disable { reason } => {
                     row.disabled.get_or_insert_with(|| reason.as_str().to_string());

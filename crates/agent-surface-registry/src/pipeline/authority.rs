@@ -28,7 +28,17 @@ use crate::request::InvokeRequest;
 /// Asks the policy, failing closed: an error, a panic or an overrun of
 /// `RegistryConfig::authority_budget` (on the registry's clock) is a denial.
 pub(crate) async fn decide(inner: &Inner, policy: &dyn AuthorityPolicy, call: CallInfo<'_>) -> AuthorityDecision {
-    match guarded(inner.config.clock.as_ref(), inner.config.authority_budget, || policy.decide(call)).await {
+    decide_within(inner, policy, call, inner.config.authority_budget).await
+}
+
+/// [`decide`] within `budget` (what is left of a larger budget, e.g. a whole snapshot's).
+pub(crate) async fn decide_within(
+    inner: &Inner,
+    policy: &dyn AuthorityPolicy,
+    call: CallInfo<'_>,
+    budget: std::time::Duration,
+) -> AuthorityDecision {
+    match guarded(inner.config.clock.as_ref(), budget, || policy.decide(call)).await {
         Ok(decision) => decision,
         Err(failure) => {
             tracing::warn!(

@@ -354,17 +354,16 @@ async fn a_single_policy_is_bounded_by_the_registry_budget() {
     }
     clock.advance(Duration::from_millis(100));
     assert_produced(&hung.await.unwrap(), ErrorCode::NotAuthorized, Phase::Authority);
-    // Discovery is bounded the same way and shows a denied capability (it does not hide it).
+    // Discovery is bounded too — by one budget for the whole snapshot — and shows a denied
+    // capability (it does not hide it).
     let snapshot = {
         let r = r.clone();
         tokio::spawn(async move { r.snapshot(&Consumer::anonymous("c")).await })
     };
-    for _ in 0..4 {
-        while clock.pending_sleeps() == 0 {
-            tokio::task::yield_now().await;
-        }
-        clock.advance(Duration::from_millis(100));
+    while clock.pending_sleeps() == 0 {
+        tokio::task::yield_now().await;
     }
+    clock.advance(Duration::from_millis(100));
     assert_eq!(snapshot.await.unwrap().capabilities.len(), 4);
 }
 
@@ -407,4 +406,22 @@ async fn a_policy_sees_the_resolved_target() {
         Target { instance_id: Some("main".into()), registration_id: m[0].registration_id().map(String::from) };
     assert_eq!(seen[0], expected);
     assert!(seen[1..].iter().all(|s| *s == Target::default()), "discovery asks per capability: {seen:?}");
+}
+
+/// A stuck policy costs discovery one authority budget in all, not one per capability: what the
+/// snapshot has no time left for is denied (shown, refused when called), as a failed decision.
+#[tokio::test]
+async fn a_stuck_policy_costs_a_snapshot_one_budget() {
+    let config = RegistryConfig {
+        authority: Some(Arc::new(Hangs)),
+        authority_budget: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (r, _m) = shop(config);
+    let started = std::time::Instant::now();
+    let snapshot = r.snapshot(&agent_surface_policy::Consumer::anonymous("c")).await;
+    let took = started.elapsed();
+    assert_eq!(snapshot.capabilities.len(), 4, "denied, not hidden, as a failed decision");
+    // Four capabilities at 100 ms each would take 400 ms.
+    assert!(took < Duration::from_millis(300), "the snapshot took {took:?}");
 }
