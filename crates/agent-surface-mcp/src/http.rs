@@ -136,10 +136,26 @@ async fn screen_body(
         Ok(Err(_)) => return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large.")),
         Err(_) => return Err(refuse(axum::http::StatusCode::REQUEST_TIMEOUT, "The request body took too long.")),
     };
-    let max_values = max_body / agent_surface_core::json::BYTES_PER_VALUE;
-    if agent_surface_core::json::too_many_values(&bytes, max_values) {
-        tracing::warn!(target: "agent_surface::mcp", max_values, "request with too many JSON values refused");
-        return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body holds too many JSON values."));
+    match crate::frame::screen(&bytes, max_body) {
+        Ok(()) => {}
+        Err(crate::frame::Refusal::TooManyValues(_)) => {
+            tracing::warn!(target: "agent_surface::mcp", "request with too many JSON values refused");
+            return Err(refuse(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "The request body holds too many JSON values.",
+            ));
+        }
+        Err(refusal) => {
+            // A JSON-RPC error, as for any message the server cannot use.
+            tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
+            let error = crate::stdio::refusal_error(refusal);
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": error});
+            return Err(axum::response::Response::builder()
+                .status(axum::http::StatusCode::BAD_REQUEST)
+                .header(axum::http::header::CONTENT_TYPE, "application/json")
+                .body(axum::body::Body::from(body.to_string()))
+                .unwrap_or_default());
+        }
     }
     Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
 }

@@ -88,6 +88,7 @@
 pub mod codec;
 mod config;
 pub mod confirm;
+mod frame;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod meta;

@@ -9,6 +9,8 @@
 //! | not JSON (or not UTF-8) | `-32700` parse error, `id: null` |
 //! | longer than `max_message_bytes` | `-32600` invalid request, `id: null`, `data: {"maxMessageBytes": N}`; the line is skipped without being buffered |
 //! | more JSON values than one per 16 bytes of `max_message_bytes` (`agent_surface_core::json::too_many_values`) | `-32600` invalid request, `id: null`, `data: {"maxMessageValues": N}`; not parsed |
+//! | a member name repeated in one object | `-32600` invalid request, `id: null`; not parsed (`serde_json` would keep the last one) |
+//! | a method name over 128 bytes | `-32601` method not found, `id: null`, the name not echoed |
 //! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
 //! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
 //! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
@@ -219,15 +221,13 @@ where
                 self.line.clear();
                 continue;
             }
-            // A message of many tiny values would grow far past its size once parsed.
-            let max_values = self.max_line / agent_surface_core::json::BYTES_PER_VALUE;
-            if agent_surface_core::json::too_many_values(bytes, max_values) {
-                tracing::warn!(target: "agent_surface::mcp", max_values, "message with too many JSON values refused");
-                let data = serde_json::json!({"maxMessageValues": max_values});
-                let message = format!("Invalid Request: the message holds more than {max_values} JSON values");
+            // Checked before parsing: a message of many tiny values would grow far past its size
+            // once parsed, and a repeated member name would be read as its last occurrence.
+            if let Err(refusal) = crate::frame::screen(bytes, self.max_line) {
+                tracing::warn!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
                 self.line = line;
                 self.line.clear();
-                self.answer(ErrorData::new(ErrorCode::INVALID_REQUEST, message, Some(data)), None);
+                self.answer(refusal_error(refusal), None);
                 continue;
             }
             let parsed = serde_json::from_slice::<ClientJsonRpcMessage>(bytes);
@@ -257,5 +257,23 @@ where
             let _ = w.shutdown().await;
         }
         Ok(())
+    }
+}
+
+/// The JSON-RPC error for a message refused before parsing.
+pub(crate) fn refusal_error(refusal: crate::frame::Refusal) -> ErrorData {
+    use crate::frame::Refusal;
+    match refusal {
+        Refusal::TooManyValues(max) => ErrorData::new(
+            ErrorCode::INVALID_REQUEST,
+            format!("Invalid Request: the message holds more than {max} JSON values"),
+            Some(serde_json::json!({"maxMessageValues": max})),
+        ),
+        Refusal::DuplicateMember => ErrorData::new(
+            ErrorCode::INVALID_REQUEST,
+            "Invalid Request: an object in the message repeats a member name",
+            None,
+        ),
+        Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
     }
 }

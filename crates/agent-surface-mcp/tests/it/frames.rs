@@ -120,6 +120,16 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     check_error(&answer, -32600, Value::Null);
     assert_eq!(answer["error"]["data"]["maxMessageValues"], 256);
 
+    // A member name repeated in one object is refused (serde_json would keep the last one; the
+    // HTTP binding refuses it too), and a method name too long to be one is not echoed.
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"store-echo\",\"name\":\"store-delete\",\"arguments\":{}}}\n").await;
+    check_error(&raw.recv().await, -32600, Value::Null);
+    let long = format!("{{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"{}\"}}\n", "m".repeat(3000));
+    raw.send(long.as_bytes()).await;
+    let answer = raw.recv().await;
+    check_error(&answer, -32601, Value::Null);
+    assert!(answer.to_string().len() < 200, "the method name is not echoed: {answer}");
+
     // Blank lines are ignored; the server still answers a ping and a tool call.
     raw.send(b"\n\r\n{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}\n").await;
     assert_eq!(raw.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {}}));

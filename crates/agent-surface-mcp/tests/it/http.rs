@@ -81,3 +81,27 @@ async fn a_body_of_many_tiny_values_is_refused_unparsed() {
     assert_eq!(status, 413, "{raw}");
     shutdown.cancel();
 }
+
+/// Over HTTP too, a repeated member name is refused before parsing (a JSON-RPC error, `400`), and
+/// nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_member_name_is_refused_over_http() {
+    let f = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(serve_http(
+        f.registry.clone(),
+        McpConfig::default(),
+        HttpConfig::default(),
+        listener,
+        shutdown.clone(),
+    ));
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"store-count","name":"store-count","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"x","version":"0"}}}}"#;
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "store-count")];
+    let (status, raw) = post(addr, &headers, body).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains("-32600"), "{raw}");
+    assert_eq!(f.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    shutdown.cancel();
+}
