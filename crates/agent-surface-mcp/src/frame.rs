@@ -22,10 +22,11 @@ pub(crate) enum Refusal {
     DuplicateMember,
     /// The method name is longer than [`MAX_METHOD_BYTES`].
     MethodTooLong,
+    /// Not JSON (syntax, encoding, nesting past the parser's limit).
+    NotJson,
 }
 
-/// Checks one message of at most `max_bytes` bytes. Text that is not JSON passes (the parser
-/// refuses it next, with its own answer).
+/// Checks one message of at most `max_bytes` bytes.
 pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<(), Refusal> {
     let max_values = max_bytes / BYTES_PER_VALUE;
     if too_many_values(bytes, max_values) {
@@ -33,8 +34,8 @@ pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<(), Refusal> {
     }
     let mut found = Found::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    if (Walk { found: &mut found, top: true }).deserialize(&mut de).is_err() {
-        return Ok(());
+    if (Walk { found: &mut found, top: true }).deserialize(&mut de).is_err() || de.end().is_err() {
+        return Err(Refusal::NotJson);
     }
     if found.duplicate {
         return Err(Refusal::DuplicateMember);
@@ -107,7 +108,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
         let mut names: Vec<String> = Vec::new();
         while let Some(name) = map.next_key::<String>()? {
             if self.top && name == "method" {
-                let method: std::borrow::Cow<'de, str> = map.next_value()?;
+                let method: String = map.next_value()?;
                 self.found.long_method |= method.len() > MAX_METHOD_BYTES;
             } else if self.top && name != "params" {
                 map.next_value::<IgnoredAny>()?;
@@ -139,7 +140,8 @@ mod tests {
         let long = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "m".repeat(200));
         assert_eq!(screen(long.as_bytes(), 4096), Err(Refusal::MethodTooLong));
         assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err(Refusal::TooManyValues(4)));
-        assert_eq!(screen(b"not json", 4096), Ok(()), "the parser answers that");
+        assert_eq!(screen(b"not json", 4096), Err(Refusal::NotJson));
+        assert_eq!(screen(br#"{"a":1} x"#, 4096), Err(Refusal::NotJson));
         // A repeated name inside a string or in sibling objects is not a repetition.
         assert_eq!(screen(br#"{"a":{"x":1},"b":{"x":2},"c":"\"a\":1"}"#, 4096), Ok(()));
     }

@@ -130,6 +130,15 @@ async fn screen_body(
             .body(axum::body::Body::from(text))
             .unwrap_or_default()
     };
+    let json = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(refuse(axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "Send the message as application/json."));
+    }
     let (parts, body) = request.into_parts();
     let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
         Ok(Ok(bytes)) => bytes,

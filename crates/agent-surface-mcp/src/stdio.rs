@@ -275,5 +275,6 @@ pub(crate) fn refusal_error(refusal: crate::frame::Refusal) -> ErrorData {
             None,
         ),
         Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
+        Refusal::NotJson => ErrorData::parse_error("Parse error: the message is not valid JSON", None),
     }
 }
