@@ -183,6 +183,8 @@ struct Tracking {
 
 #[derive(Deserialize, JsonSchema)]
 struct AddItem {
+    /// The item's stock-keeping unit, at most 64 characters.
+    #[schemars(length(min = 1, max = 64))]
     sku: String,
     /// Between 1 and 10.
     #[schemars(range(min = 1, max = 10))]
@@ -285,6 +287,9 @@ pub(crate) struct Demo {
     /// The `orders`, `refunds`, … instances; dropping them would unmount the shop.
     _mounts: Vec<Mount>,
 }
+
+/// The most lines a cart holds.
+const MAX_CART_ITEMS: usize = 50;
 
 const UNKNOWN_ORDER: &str = "No order with that id exists. List the orders to find it.";
 const NOT_CHANGEABLE: &str = "Only orders that have not shipped can be changed. Choose another order.";
@@ -512,6 +517,16 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             |ctx: Ctx, i: AddItem| async move {
                 let cart = ctx.instance::<Cart>();
                 let mut items = cart.items.lock().unwrap_or_else(PoisonError::into_inner);
+                if items.len() >= MAX_CART_ITEMS {
+                    let details = PreconditionDetails {
+                        reason: Some("cart-full".to_string()),
+                        extra: [("maxItems".to_string(), Value::from(MAX_CART_ITEMS))].into_iter().collect(),
+                    };
+                    return Err(AgentSurfaceError::precondition_failed_with(
+                        "The cart is full. Check it out or clear it first.",
+                        details,
+                    ));
+                }
                 items.push(Item { sku: i.sku, qty: i.qty });
                 Ok::<_, AgentSurfaceError>(CartView { owner: cart.owner.clone(), items: items.clone() })
             },
@@ -579,4 +594,29 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             .handler(|_ctx: Ctx, _: NoInput| async move { Ok::<_, AgentSurfaceError>(json!({"purged": true})) });
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_surface_policy::Consumer;
+    use agent_surface_registry::{InvokeOptions, InvokeRequest, Target};
+
+    /// A cart holds at most `MAX_CART_ITEMS` lines; past it, adding is `PRECONDITION_FAILED
+    /// {reason: cart-full}` and the cart stays as it was.
+    #[tokio::test]
+    async fn a_cart_is_bounded() {
+        let demo = build(ShopOptions::default());
+        let add = || {
+            InvokeRequest::new("cart.add_item", json!({"sku": "pen", "qty": 1}))
+                .with_target(Target { instance_id: Some("cart-alice".to_string()), registration_id: None })
+        };
+        let alice = || InvokeOptions::new(Consumer::anonymous("alice"));
+        for n in 0..MAX_CART_ITEMS {
+            assert!(demo.registry.invoke(add(), alice()).await.is_ok(), "line {n}");
+        }
+        let full = demo.registry.invoke(add(), alice()).await;
+        let p = full.error_payload().expect("refused");
+        assert_eq!(p.detail("reason"), Some(&json!("cart-full")));
+    }
 }
