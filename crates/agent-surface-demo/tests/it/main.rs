@@ -8,6 +8,7 @@ mod http;
 mod replicas;
 mod served;
 mod session;
+mod soak;
 mod stdio;
 mod transports;
 

@@ -15,6 +15,11 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// The server process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server at once (SIGKILL: no cleanup, no goodbye), as a crashed replica.
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
