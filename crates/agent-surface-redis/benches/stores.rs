@@ -15,7 +15,6 @@
 #![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,6 +22,7 @@ use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{Consumer, IdempotencyStore, MemoryIdempotencyStore};
 use agent_surface_redis::{RedisConfig, RedisStores, redis};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use agent_surface_testing::bench::median_ns;
 use criterion::{BatchSize, Criterion};
 use serde_json::{Value, json};
 
@@ -52,15 +52,6 @@ async fn round_trips(conn: &mut redis::aio::ConnectionManager) -> u64 {
         .filter(|l| ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_script|load:"].iter().any(|p| l.starts_with(p)))
         .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
         .sum()
-}
-
-fn median_ns(id: &str) -> Option<f64> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let path = target.join("criterion").join(id).join("new/estimates.json");
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["median"]["point_estimate"].as_f64()
 }
 
 fn main() {

@@ -16,7 +16,8 @@
 
 mod common;
 
-use common::{Add, Sum, input, median_ns, runtime, sum};
+use agent_surface_testing::bench::median_ns;
+use common::{Add, Sum, input, runtime, sum};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -20,7 +20,8 @@
 
 mod common;
 
-use common::{Add, input, median_ns, runtime, sum};
+use agent_surface_testing::bench::median_ns;
+use common::{Add, input, runtime, sum};
 use std::hint::black_box;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;

@@ -80,6 +80,7 @@
 //! ```
 
 mod assert;
+pub mod bench;
 mod clock;
 mod conformance;
 mod consumer;
