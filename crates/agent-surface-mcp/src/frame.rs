@@ -26,31 +26,48 @@ pub(crate) enum Refusal {
     NotJson,
 }
 
-/// Checks one message of at most `max_bytes` bytes.
-pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<(), Refusal> {
+/// What the screen learnt of a message.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Screened {
+    /// The message's top-level `id`, when it is a usable JSON-RPC id (a string or an integer).
+    pub(crate) id: Option<rmcp::model::RequestId>,
+    /// Whether it is an `initialize` request.
+    pub(crate) initialize: bool,
+}
+
+/// Checks one message of at most `max_bytes` bytes. A refusal comes with the message's id when
+/// the screen could read one, so that the answer reaches the request it refuses.
+pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<Screened, (Refusal, Option<rmcp::model::RequestId>)> {
     let max_values = max_bytes / BYTES_PER_VALUE;
     if too_many_values(bytes, max_values) {
-        return Err(Refusal::TooManyValues(max_values));
+        return Err((Refusal::TooManyValues(max_values), None));
     }
     let mut found = Found::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     if (Walk { found: &mut found, top: true }).deserialize(&mut de).is_err() || de.end().is_err() {
-        return Err(Refusal::NotJson);
+        return Err((Refusal::NotJson, None));
     }
+    let id = found.id.take();
     if found.duplicate {
-        return Err(Refusal::DuplicateMember);
+        return Err((Refusal::DuplicateMember, id));
     }
     if found.long_method {
-        return Err(Refusal::MethodTooLong);
+        return Err((Refusal::MethodTooLong, id));
     }
-    Ok(())
+    Ok(Screened { id, initialize: found.initialize })
 }
 
 #[derive(Default)]
 struct Found {
     duplicate: bool,
     long_method: bool,
+    initialize: bool,
+    id: Option<rmcp::model::RequestId>,
 }
+
+/// Objects with more members than this track their names in a hash set (a vector is faster for
+/// the small objects of almost every message, and quadratic for large ones).
+const SMALL_OBJECT: usize = 16;
 
 /// Walks a JSON value without building it, noting repeated member names and, at the top, a long
 /// `method`.
@@ -104,22 +121,41 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // Objects in messages are small: a vector beats a hash set.
         let mut names: Vec<String> = Vec::new();
+        let mut many: Option<std::collections::HashSet<String>> = None;
         while let Some(name) = map.next_key::<String>()? {
             if self.top && name == "method" {
-                let method: String = map.next_value()?;
-                self.found.long_method |= method.len() > MAX_METHOD_BYTES;
+                match map.next_value::<serde_json::Value>()? {
+                    serde_json::Value::String(method) => {
+                        self.found.long_method |= method.len() > MAX_METHOD_BYTES;
+                        self.found.initialize |= method == "initialize";
+                    }
+                    // Not a method name: the parser answers that, with the id.
+                    _ => {}
+                }
+            } else if self.top && name == "id" {
+                self.found.id = match map.next_value::<serde_json::Value>()? {
+                    serde_json::Value::String(s) => Some(rmcp::model::NumberOrString::String(s.into())),
+                    serde_json::Value::Number(n) => n.as_i64().map(rmcp::model::NumberOrString::Number),
+                    _ => None,
+                };
             } else if self.top && name != "params" {
                 map.next_value::<IgnoredAny>()?;
             } else {
                 map.next_value_seed(Walk { found: &mut *self.found, top: false })?;
             }
-            if names.contains(&name) {
-                self.found.duplicate = true;
-            } else {
-                names.push(name);
-            }
+            let repeated = match &mut many {
+                Some(set) => !set.insert(name),
+                None if names.contains(&name) => true,
+                None => {
+                    names.push(name);
+                    if names.len() > SMALL_OBJECT {
+                        many = Some(names.drain(..).collect());
+                    }
+                    false
+                }
+            };
+            self.found.duplicate |= repeated;
         }
         Ok(())
     }
@@ -129,20 +165,45 @@ impl<'de> Visitor<'de> for Walk<'_> {
 mod tests {
     use super::*;
 
+    use rmcp::model::NumberOrString;
+
     #[test]
     fn screens() {
-        assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), Ok(()));
+        let ok = |id: i64| Ok(Screened { id: Some(NumberOrString::Number(id)), initialize: false });
+        assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), ok(1));
         assert_eq!(
             screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#, 4096),
-            Err(Refusal::DuplicateMember)
+            Err((Refusal::DuplicateMember, Some(NumberOrString::Number(1))))
         );
-        assert_eq!(screen(br#"{"id":1,"id":2,"method":"ping","jsonrpc":"2.0"}"#, 4096), Err(Refusal::DuplicateMember));
-        let long = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "m".repeat(200));
-        assert_eq!(screen(long.as_bytes(), 4096), Err(Refusal::MethodTooLong));
-        assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err(Refusal::TooManyValues(4)));
-        assert_eq!(screen(b"not json", 4096), Err(Refusal::NotJson));
-        assert_eq!(screen(br#"{"a":1} x"#, 4096), Err(Refusal::NotJson));
+        assert!(matches!(
+            screen(br#"{"id":1,"id":2,"method":"ping","jsonrpc":"2.0"}"#, 4096),
+            Err((Refusal::DuplicateMember, _))
+        ));
+        let long = format!(r#"{{"jsonrpc":"2.0","id":"x","method":"{}"}}"#, "m".repeat(200));
+        assert_eq!(
+            screen(long.as_bytes(), 4096),
+            Err((Refusal::MethodTooLong, Some(NumberOrString::String("x".into()))))
+        );
+        assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err((Refusal::TooManyValues(4), None)));
+        assert_eq!(screen(b"not json", 4096), Err((Refusal::NotJson, None)));
+        assert_eq!(screen(br#"{"a":1} x"#, 4096), Err((Refusal::NotJson, None)));
         // A repeated name inside a string or in sibling objects is not a repetition.
-        assert_eq!(screen(br#"{"a":{"x":1},"b":{"x":2},"c":"\"a\":1"}"#, 4096), Ok(()));
+        assert_eq!(screen(br#"{"a":{"x":1},"b":{"x":2},"c":"\"a\":1"}"#, 4096), Ok(Screened::default()));
+        // A method that is not a string is left to the parser.
+        assert_eq!(screen(br#"{"jsonrpc":"2.0","id":3,"method":7}"#, 4096), ok(3));
+        assert!(screen(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, 4096).unwrap().initialize);
+    }
+
+    /// A large object is checked in linear time (a vector of names would take minutes).
+    #[test]
+    fn a_large_object_is_screened_quickly() {
+        let members: Vec<String> = (0..200_000).map(|i| format!("\"k{i}\":0")).collect();
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{{}}}}}"#, members.join(","));
+        let started = std::time::Instant::now();
+        assert!(screen(body.as_bytes(), 64 << 20).is_ok());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        let repeated =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{{},"k7":1}}}}"#, members.join(","));
+        assert!(matches!(screen(repeated.as_bytes(), 64 << 20), Err((Refusal::DuplicateMember, _))));
     }
 }

@@ -48,7 +48,9 @@ pub struct HttpConfig {
     /// The most legacy (2025-11-25) sessions open at once; an `initialize` past it is refused
     /// with `503 Service Unavailable` and `Retry-After`. Modern requests open no session.
     pub max_sessions: usize,
-    /// How long a legacy session may stay idle before it is closed.
+    /// How long a legacy session may stay without traffic before it is closed. `rmcp` does not
+    /// count a call in progress as traffic: keep it above the longest a call may wait (a wait-mode
+    /// confirmation, an elicitation).
     pub session_idle: Duration,
 }
 
@@ -62,7 +64,7 @@ impl Default for HttpConfig {
             sse_keep_alive: Some(Duration::from_secs(15)),
             limits: agent_surface_server::Limits::default(),
             max_sessions: 1_000,
-            session_idle: Duration::from_secs(120),
+            session_idle: Duration::from_secs(600),
         }
     }
 }
@@ -92,22 +94,57 @@ where
     let service = StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config);
     let max = http.max_sessions;
     let max_body = http.max_body_bytes;
+    let opening = Arc::new(std::sync::Mutex::new(0usize));
     axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let sessions = sessions.clone();
+            let (sessions, opening) = (sessions.clone(), opening.clone());
             async move {
-                if may_open_session(&request) && sessions.sessions.read().await.len() >= max {
-                    tracing::warn!(target: "agent_surface::mcp", max, "session cap reached; initialize refused");
-                    return session_cap_response();
-                }
-                let request = match screen_body(request, max_body).await {
-                    Ok(request) => request,
+                let (request, screened) = match screen_body(request, max_body).await {
+                    Ok(screened) => screened,
                     Err(refused) => return refused,
+                };
+                // Every `initialize` opens a session (whatever era it names): it takes a slot,
+                // counted together with the sessions open, before it reaches `rmcp`.
+                let opens = screened.is_some_and(|s| s.initialize) && !request.headers().contains_key("mcp-session-id");
+                let _slot = if opens {
+                    let open = sessions.sessions.read().await.len();
+                    match Slot::take(&opening, open, max) {
+                        Some(slot) => Some(slot),
+                        None => {
+                            tracing::warn!(target: "agent_surface::mcp", max, "session cap reached; initialize refused");
+                            return session_cap_response();
+                        }
+                    }
+                } else {
+                    None
                 };
                 next.run(request).await
             }
         },
     ))
+}
+
+/// A session being opened, counted until its `initialize` is answered (by then the session is
+/// in the session manager's count).
+struct Slot(Arc<std::sync::Mutex<usize>>);
+
+impl Slot {
+    /// A slot, unless `open` sessions and those being opened already reach `max`.
+    fn take(opening: &Arc<std::sync::Mutex<usize>>, open: usize, max: usize) -> Option<Slot> {
+        let mut n = opening.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if open + *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Slot(opening.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut n = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+    }
 }
 
 /// How long a request body may take to arrive.
@@ -119,9 +156,9 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 async fn screen_body(
     request: axum::extract::Request,
     max_body: usize,
-) -> Result<axum::extract::Request, axum::response::Response> {
+) -> Result<(axum::extract::Request, Option<crate::frame::Screened>), axum::response::Response> {
     if request.method() != axum::http::Method::POST {
-        return Ok(request);
+        return Ok((request, None));
     }
     let refuse = |status: axum::http::StatusCode, text: &'static str| {
         axum::response::Response::builder()
@@ -145,37 +182,28 @@ async fn screen_body(
         Ok(Err(_)) => return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large.")),
         Err(_) => return Err(refuse(axum::http::StatusCode::REQUEST_TIMEOUT, "The request body took too long.")),
     };
-    match crate::frame::screen(&bytes, max_body) {
-        Ok(()) => {}
-        Err(crate::frame::Refusal::TooManyValues(_)) => {
+    let screened = match crate::frame::screen(&bytes, max_body) {
+        Ok(screened) => screened,
+        Err((crate::frame::Refusal::TooManyValues(_), _)) => {
             tracing::warn!(target: "agent_surface::mcp", "request with too many JSON values refused");
             return Err(refuse(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "The request body holds too many JSON values.",
             ));
         }
-        Err(refusal) => {
+        Err((refusal, id)) => {
             // A JSON-RPC error, as for any message the server cannot use.
             tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
             let error = crate::stdio::refusal_error(refusal);
-            let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": error});
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
             return Err(axum::response::Response::builder()
                 .status(axum::http::StatusCode::BAD_REQUEST)
                 .header(axum::http::header::CONTENT_TYPE, "application/json")
                 .body(axum::body::Body::from(body.to_string()))
                 .unwrap_or_default());
         }
-    }
-    Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
-}
-
-/// Whether `request` may open a legacy session: a `POST` without a session id that does not
-/// declare the stateless (2026-07-28) era.
-fn may_open_session(request: &axum::extract::Request) -> bool {
-    let headers = request.headers();
-    request.method() == axum::http::Method::POST
-        && !headers.contains_key("mcp-session-id")
-        && headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()) != Some("2026-07-28")
+    };
+    Ok((axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)), Some(screened)))
 }
 
 /// `503` with `Retry-After` for an `initialize` past the session cap.

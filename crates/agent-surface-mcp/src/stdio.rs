@@ -42,6 +42,10 @@ pub struct LineTransport<R, W> {
     write: Arc<Mutex<Option<W>>>,
     /// An error answer being written; resumed by the next `receive` if a poll was cancelled.
     pending: Option<BoxFuture<'static, std::io::Result<()>>>,
+    /// The ids of the requests handed to the service and not answered yet: a request reusing
+    /// one is refused here, since `rmcp` would let it take the first one's place (its answer and
+    /// its cancellation would be lost).
+    in_flight: Arc<std::sync::Mutex<std::collections::HashSet<RequestId>>>,
 }
 
 impl<R, W> std::fmt::Debug for LineTransport<R, W> {
@@ -78,7 +82,12 @@ where
             discarding: false,
             write: Arc::new(Mutex::new(Some(write))),
             pending: None,
+            in_flight: Arc::default(),
         }
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reads one `\n`-terminated line into `self.line`, never buffering more than `max_line`
@@ -177,6 +186,15 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // An answer frees its request's id.
+        let answered = match &item {
+            rmcp::model::JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            rmcp::model::JsonRpcMessage::Error(e) => e.id.clone(),
+            _ => None,
+        };
+        if let Some(id) = answered {
+            self.ids().remove(&id);
+        }
         write_message(self.write.clone(), item)
     }
 
@@ -223,11 +241,11 @@ where
             }
             // Checked before parsing: a message of many tiny values would grow far past its size
             // once parsed, and a repeated member name would be read as its last occurrence.
-            if let Err(refusal) = crate::frame::screen(bytes, self.max_line) {
+            if let Err((refusal, id)) = crate::frame::screen(bytes, self.max_line) {
                 tracing::warn!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
                 self.line = line;
                 self.line.clear();
-                self.answer(refusal_error(refusal), None);
+                self.answer(refusal_error(refusal), id);
                 continue;
             }
             let parsed = serde_json::from_slice::<ClientJsonRpcMessage>(bytes);
@@ -235,6 +253,24 @@ where
                 Ok(message) => {
                     self.line = line;
                     self.line.clear();
+                    match &message {
+                        rmcp::model::JsonRpcMessage::Request(r) if !self.ids().insert(r.id.clone()) => {
+                            tracing::warn!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
+                            let error =
+                                ErrorData::invalid_request("A request with this id is already in progress", None);
+                            self.answer(error, Some(r.id.clone()));
+                            continue;
+                        }
+                        // A cancelled request may go unanswered: its id is free again.
+                        rmcp::model::JsonRpcMessage::Notification(n) => {
+                            if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification
+                                && let Some(id) = &c.params.request_id
+                            {
+                                self.ids().remove(id);
+                            }
+                        }
+                        _ => {}
+                    }
                     return Some(message);
                 }
                 Err(_) => match serde_json::from_slice::<Value>(bytes) {

@@ -52,8 +52,9 @@ use tokio_util::task::TaskTracker;
 pub struct Limits {
     /// The most connections open at once; at the cap the server stops accepting until one ends.
     pub max_connections: usize,
-    /// The most connections open at once from one peer address; a connection over it is closed
-    /// when accepted. Clients behind one proxy or NAT share an address: raise it for them.
+    /// The most connections open at once from one peer address (an IPv6 peer: from its /64,
+    /// which one client usually holds whole); a connection over it is closed when accepted.
+    /// Clients behind one proxy or NAT share an address: raise it for them. At least 1.
     pub max_connections_per_ip: usize,
     /// How long a connection may take to deliver a request's complete head (request line and
     /// headers), counted from when the server starts waiting for it: it bounds slow clients and
@@ -82,6 +83,19 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Connections open per peer address.
 #[derive(Default)]
 struct PerPeer(Mutex<HashMap<IpAddr, usize>>);
+
+/// The address a peer is counted under: IPv4 (an IPv4-mapped IPv6 address as its IPv4 address),
+/// or the /64 of an IPv6 address.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(std::net::Ipv6Addr::from(segments))
+        }
+        v4 => v4,
+    }
+}
 
 impl PerPeer {
     /// Counts one more connection from `ip`, unless it already has `max`.
@@ -119,9 +133,12 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let _ = listener.local_addr()?;
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let per_ip = limits.max_connections_per_ip.max(1);
     let per_peer = Arc::new(PerPeer::default());
     let tracker = TaskTracker::new();
+    // Cancelled when the drain runs out: what is still open is dropped.
+    let dropped = CancellationToken::new();
     loop {
         let slot = tokio::select! {
             slot = slots.clone().acquire_owned() => match slot {
@@ -141,7 +158,8 @@ pub async fn serve(
             },
             () = shutdown.cancelled() => break,
         };
-        if !per_peer.take(peer.ip(), limits.max_connections_per_ip) {
+        let peer_ip = peer_key(peer.ip());
+        if !per_peer.take(peer_ip, per_ip) {
             tracing::warn!(target: "agent_surface::server", peer = %peer.ip(), "connection over the per-address cap closed");
             drop(stream);
             continue;
@@ -153,27 +171,47 @@ pub async fn serve(
             .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
             .serve_connection(TokioIo::new(stream), service);
-        let (shutdown, per_peer) = (shutdown.clone(), per_peer.clone());
+        let (shutdown, dropped, per_peer) = (shutdown.clone(), dropped.clone(), per_peer.clone());
         tracker.spawn(async move {
             let mut connection = std::pin::pin!(connection);
             let ended = tokio::select! {
-                ended = connection.as_mut() => ended,
+                ended = connection.as_mut() => Some(ended),
                 () = shutdown.cancelled() => {
-                    // Finish the response in progress, then close.
+                    // Finish the response in progress, then close — unless the drain runs out.
                     connection.as_mut().graceful_shutdown();
-                    connection.await
+                    tokio::select! {
+                        ended = connection.as_mut() => Some(ended),
+                        () = dropped.cancelled() => None,
+                    }
                 }
             };
-            if let Err(e) = ended {
+            if let Some(Err(e)) = ended {
                 tracing::debug!(target: "agent_surface::server", error = %e, "connection ended with an error");
             }
-            per_peer.give(peer.ip());
+            per_peer.give(peer_ip);
             drop(slot);
         });
     }
     tracker.close();
     if tokio::time::timeout(limits.drain_timeout, tracker.wait()).await.is_err() {
         tracing::warn!(target: "agent_surface::server", "drain timed out; dropping the connections left");
+        dropped.cancel();
+        tracker.wait().await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_counted_by_ipv4_address_or_ipv6_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(peer_key(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(peer_key(ip("::ffff:10.0.0.7")), ip("10.0.0.7"), "an IPv4-mapped address is its IPv4 address");
+        assert_eq!(peer_key(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), ip("2001:db8:1:2::"));
+        assert_eq!(peer_key(ip("2001:db8:1:2::1")), peer_key(ip("2001:db8:1:2::ffff")), "one /64, one peer");
+        assert_ne!(peer_key(ip("2001:db8:1:2::1")), peer_key(ip("2001:db8:1:3::1")));
+    }
 }

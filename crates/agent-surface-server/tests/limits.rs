@@ -123,3 +123,19 @@ async fn a_shutdown_finishes_the_requests_in_progress() {
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("drained").unwrap().unwrap();
     assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
 }
+
+/// A response that never ends does not hold a shutdown past the drain timeout: its connection is
+/// dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_drops_what_the_drain_did_not_finish() {
+    let limits = Limits { drain_timeout: Duration::from_millis(200), ..Limits::default() };
+    let (addr, shutdown, server) = start(limits).await;
+    let mut stuck = connect_from("127.0.0.1", addr).await;
+    stuck.write_all(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(closed_within(&mut stuck, Duration::from_secs(2)).await, "the stuck connection was dropped");
+}

@@ -123,11 +123,11 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     // A member name repeated in one object is refused (serde_json would keep the last one; the
     // HTTP binding refuses it too), and a method name too long to be one is not echoed.
     raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"store-echo\",\"name\":\"store-delete\",\"arguments\":{}}}\n").await;
-    check_error(&raw.recv().await, -32600, Value::Null);
+    check_error(&raw.recv().await, -32600, json!(12));
     let long = format!("{{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"{}\"}}\n", "m".repeat(3000));
     raw.send(long.as_bytes()).await;
     let answer = raw.recv().await;
-    check_error(&answer, -32601, Value::Null);
+    check_error(&answer, -32601, json!(13));
     assert!(answer.to_string().len() < 200, "the method name is not echoed: {answer}");
 
     // Blank lines are ignored; the server still answers a ping and a tool call.
@@ -145,25 +145,37 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     assert!(ended.is_ok(), "{ended:?}");
 }
 
-/// Requests reusing the id of a `tools/call` still in progress are refused (`-32600`) rather than
-/// run: five requests under one id are one execution, and every one of them is answered.
+/// Requests reusing the id of a request still in progress are refused (`-32600`, with that id)
+/// rather than run, whatever their method; the first request keeps its id — it can still be
+/// cancelled — and once it is over the id may be used again.
 #[tokio::test]
 async fn a_duplicate_id_of_a_call_in_progress_is_refused() {
     use std::sync::atomic::Ordering;
     let mut raw = start(1 << 16).await;
     raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-slow\",\"arguments\":{}}}\n").await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    for _ in 0..4 {
-        raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n").await;
+    for method in ["tools/call", "tools/call", "ping", "tools/list"] {
+        let params = if method == "tools/call" { r#","params":{"name":"store-count","arguments":{}}"# } else { "" };
+        raw.send(format!("{{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"{method}\"{params}}}\n").as_bytes()).await;
         check_error(&raw.recv().await, -32600, json!(42));
     }
     assert_eq!(raw.runs.0.load(Ordering::SeqCst), 0, "no duplicate ran");
-    // Once a call is over, its id may be used again.
-    let count = b"{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n";
-    for n in 1..=2 {
-        raw.send(count).await;
-        let answer = raw.recv().await;
-        assert_eq!(answer["id"], 43, "{answer}");
-        assert_eq!(answer["result"]["structuredContent"]["runs"], n, "{answer}");
+    // The first call can still be cancelled: its handler sees it.
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":42}}\n").await;
+    for _ in 0..100 {
+        if raw.runs.0.load(Ordering::SeqCst) >= 100 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    assert_eq!(raw.runs.0.load(Ordering::SeqCst), 100, "the first call was cancelled");
+    // Its id is free again.
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n").await;
+    let mut answer = raw.recv().await;
+    // The cancelled call may still be answered (CANCELLED) before the new one.
+    if answer["result"]["structuredContent"]["runs"].is_null() {
+        answer = raw.recv().await;
+    }
+    assert_eq!(answer["id"], 42, "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["runs"], 101, "{answer}");
 }

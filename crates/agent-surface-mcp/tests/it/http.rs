@@ -50,6 +50,12 @@ async fn legacy_sessions_are_capped() {
     let (status, raw) = post(addr, &[], &init).await;
     assert_eq!(status, 503, "{raw}");
     assert!(raw.to_ascii_lowercase().contains("retry-after: 5"), "{raw}");
+    // An `initialize` dressed as the stateless era still opens a session: it is capped too.
+    let modern_init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "cap", "version": "0"}}})
+    .to_string();
+    let (status, raw) = post(addr, &[("MCP-Protocol-Version", "2026-07-28")], &modern_init).await;
+    assert_eq!(status, 503, "{raw}");
     // A modern request needs no session.
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
