@@ -125,13 +125,10 @@ impl<'de> Visitor<'de> for Walk<'_> {
         let mut many: Option<std::collections::HashSet<String>> = None;
         while let Some(name) = map.next_key::<String>()? {
             if self.top && name == "method" {
-                match map.next_value::<serde_json::Value>()? {
-                    serde_json::Value::String(method) => {
-                        self.found.long_method |= method.len() > MAX_METHOD_BYTES;
-                        self.found.initialize |= method == "initialize";
-                    }
-                    // Not a method name: the parser answers that, with the id.
-                    _ => {}
+                // A method that is not a string is left to the parser, which answers it.
+                if let serde_json::Value::String(method) = map.next_value::<serde_json::Value>()? {
+                    self.found.long_method |= method.len() > MAX_METHOD_BYTES;
+                    self.found.initialize |= method == "initialize";
                 }
             } else if self.top && name == "id" {
                 self.found.id = match map.next_value::<serde_json::Value>()? {
