@@ -450,8 +450,10 @@ impl AgentSurfaceError {
     /// Pointers, kebab-case reasons), and drops every free text the payload carried (its message,
     /// issue texts, a precondition's explanation and extra details, a repair plan), since text
     /// from elsewhere can hold anything. The whole payload stays the private cause, for the
-    /// operator channel. A code a handler may not return relays as `EXECUTION_FAILED {reason:
-    /// handler-error}`.
+    /// operator channel. An upstream `TIMEOUT` relays as `EXECUTION_FAILED {reason:
+    /// outcome-unknown}` (the upstream call may have taken effect); any other code a handler may
+    /// not return relays as `EXECUTION_FAILED {reason: handler-error}`. Delays are capped at an
+    /// hour.
     ///
     /// `From<ErrorPayload>` is this conversion.
     ///
@@ -500,12 +502,14 @@ impl AgentSurfaceError {
                 AgentSurfaceError::precondition_failed_with(SafeText::trusted(RELAYED_PRECONDITION), details)
             }
             ErrorCode::RateLimited => match payload.details_as::<RateLimitedDetails>() {
-                Some(d) => AgentSurfaceError::rate_limited(d.reason, Duration::from_millis(d.retry_after_ms)),
+                Some(d) => AgentSurfaceError::rate_limited(d.reason, relayed_delay(d.retry_after_ms)),
                 None => AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(1)),
             },
+            // The upstream call may or may not have taken effect.
+            ErrorCode::Timeout => AgentSurfaceError::outcome_unknown(),
             ErrorCode::ExecutionFailed => match payload.details_as::<ExecutionFailedDetails>() {
                 Some(ExecutionFailedDetails { transient: Some(true), retry_after_ms, .. }) => {
-                    AgentSurfaceError::transient(Duration::from_millis(retry_after_ms.unwrap_or(1000)))
+                    AgentSurfaceError::transient(relayed_delay(retry_after_ms.unwrap_or(1000)))
                 }
                 Some(ExecutionFailedDetails { reason: Some(ExecutionFailedReason::OutcomeUnknown), .. }) => {
                     AgentSurfaceError::outcome_unknown()
@@ -519,6 +523,11 @@ impl AgentSurfaceError {
         };
         rebuilt.with_cause(RelayedPayload(payload))
     }
+}
+
+/// The longest delay a relay passes on: an upstream's `retryAfterMs` is capped at an hour.
+fn relayed_delay(ms: u64) -> Duration {
+    Duration::from_millis(ms.min(3_600_000))
 }
 
 /// A reason an application could have chosen: kebab-case, at most 64 characters.

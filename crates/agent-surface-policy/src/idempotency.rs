@@ -302,7 +302,8 @@ pub struct MemoryStoreConfig {
     /// again). Consumers that share a key share the quota; see the adapters' consumer keys.
     pub per_consumer: usize,
     /// The most bytes the records hold at once (their keys, fingerprints and stored results, as
-    /// JSON, plus a fixed overhead per record). Default 256 MiB. Stored results make room the way
+    /// JSON, plus a fixed overhead per record). Default 256 MiB. Results are counted by their JSON
+    /// text; held parsed, a result of many small values takes a few times that in memory. Stored results make room the way
     /// the record capacity does (expired, then oldest); records in flight, which only hold their
     /// key, are bounded by the capacity instead.
     pub max_bytes: usize,
@@ -573,6 +574,22 @@ impl MemoryIdempotencyStore {
         settlement: Settlement,
         now: Timestamp,
     ) -> Result<(), StoreError> {
+        // What a stored record keeps, measured and copied before the lock is taken: the result,
+        // or, when it is over the limit, that it was withheld. (A settlement that turns out not
+        // to hold the record wastes this work; a valid one never waits on it under the lock.)
+        let kept = match &settlement {
+            Settlement::Store { result, expires_at } if *expires_at > now => {
+                let bytes = json_bytes(result);
+                Some(if bytes > self.max_result_bytes {
+                    let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+                    let withheld = InvokeResult::error(withheld.into_payload(), None);
+                    (json_bytes(&withheld), withheld)
+                } else {
+                    (bytes, result.clone())
+                })
+            }
+            _ => None,
+        };
         let mut inner = self.lock();
         let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return Err(StoreError::LeaseLost) };
         let sender = match entry.record {
@@ -588,18 +605,8 @@ impl MemoryIdempotencyStore {
                 return Err(StoreError::LeaseLost);
             }
         };
-        let for_followers = match settlement {
-            Settlement::Store { result, expires_at } if expires_at > now => {
-                // The record keeps the result, or, when it is over the limit, that it was withheld.
-                let mut result_bytes = json_bytes(&result);
-                let kept = if result_bytes > self.max_result_bytes {
-                    let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
-                    let withheld = InvokeResult::error(withheld.into_payload(), None);
-                    result_bytes = json_bytes(&withheld);
-                    withheld
-                } else {
-                    result.clone()
-                };
+        let for_followers = match (settlement, kept) {
+            (Settlement::Store { result, expires_at }, Some((result_bytes, kept))) => {
                 // Room for it comes from stored results only (never from this record, which is
                 // not in the queues yet).
                 let consumer = shared_key.consumer_key.clone();
@@ -623,7 +630,7 @@ impl MemoryIdempotencyStore {
                 result
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
-            Settlement::Store { result, .. } | Settlement::Release { result } => {
+            (Settlement::Store { result, .. } | Settlement::Release { result }, _) => {
                 inner.released(&shared_key.consumer_key, entry.bytes);
                 result
             }

@@ -8,7 +8,8 @@
 //!
 //! The skeleton is: compatibility decomposition (NFKD), with combining marks and invisible
 //! (default-ignorable) characters removed, whitespace removed, lowercased, and letters of the
-//! Cyrillic and Greek scripts that look like Latin letters (and the digit `0`) mapped to them. It is a guard against
+//! Cyrillic and Greek scripts that look like Latin letters (and the digit `0`) mapped to them,
+//! with `i`, `l`, `1` and `|` folded into one. It is a guard against
 //! look-alikes of the common kinds, not a full confusable check (Unicode TS #39): where the
 //! identity provider gives stable ids, use those as subjects.
 
@@ -19,12 +20,13 @@ use unicode_normalization::char::is_combining_mark;
 ///
 /// ```
 /// use agent_surface_policy::principal::{same_principal, skeleton};
-/// assert_eq!(skeleton(" Alice "), "alice");
+/// assert_eq!(skeleton(" Alice "), "allce");
 /// assert!(same_principal("alice", "ALICE"));
 /// assert!(same_principal("alice", "al\u{200b}ice")); // a zero-width space
 /// assert!(same_principal("alice", "ali\u{301}ce")); // a combining acute accent
 /// assert!(same_principal("alice", "\u{430}lice")); // a Cyrillic а
 /// assert!(same_principal("alice", "ａｌｉｃｅ")); // full-width letters
+/// assert!(same_principal("alice", "aIice")); // a capital I for the l
 /// assert!(!same_principal("alice", "alicia"));
 /// ```
 pub fn skeleton(name: &str) -> String {
@@ -60,10 +62,11 @@ fn latin_look_alike(c: char) -> char {
         'ԁ' => 'd',
         'е' | 'ё' | 'ε' => 'e',
         'һ' => 'h',
-        'і' | 'ї' | 'ι' | 'ı' => 'i',
+        // `l`, `i`, `1` and `|` pass for one another in many fonts (`I` lowercases to `i`): they
+        // share one form. This makes the rule refuse more, never less.
+        'і' | 'ї' | 'ι' | 'ı' | 'i' | 'l' | '1' | '|' | 'ӏ' | 'ǀ' => 'l',
         'ј' | 'ϳ' => 'j',
         'к' | 'κ' => 'k',
-        'ӏ' | 'ǀ' => 'l',
         'м' => 'm',
         'п' | 'η' => 'n',
         'о' | 'ο' | 'σ' => 'o',

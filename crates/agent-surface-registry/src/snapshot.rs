@@ -114,29 +114,24 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
         (state.version, rows)
     };
     let mut capabilities = Vec::with_capacity(rows.len());
-    // The authority budget bounds the whole snapshot, not each capability: a stuck policy costs
-    // one budget, and a capability it had no time left for is treated as a failed decision is
-    // (denied: shown, and refused when called).
-    let clock = inner.config.clock.as_ref();
-    let deadline = clock.now().saturating_add(inner.config.authority_budget);
-    let mut out_of_time = false;
-    for mut row in rows {
-        if let Some(policy) = &inner.config.authority {
-            let def = &row.def;
-            let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
-            let left = deadline.saturating_duration_since(clock.now());
-            let decision = if left.is_zero() {
-                if !out_of_time {
-                    out_of_time = true;
-                    tracing::warn!(
-                        target: "agent_surface::policy",
-                        "the snapshot's authority budget is spent; denying the capabilities left"
-                    );
-                }
-                AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client }
-            } else {
-                crate::pipeline::authority::decide_within(inner, policy.as_ref(), call, left).await
-            };
+    // The capabilities are decided on together, under one authority budget for the whole
+    // snapshot: a stuck policy costs one budget, a slow one the slowest decision, not their sum. A
+    // decision not made in time counts as a failed one (denied: shown, refused when called), as in
+    // `invoke`.
+    let decisions: Vec<Option<AuthorityDecision>> = match &inner.config.authority {
+        None => vec![None; rows.len()],
+        Some(policy) => {
+            let budget = inner.config.authority_budget;
+            let asks = rows.iter().map(|row| {
+                let def = &row.def;
+                let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+                crate::pipeline::authority::decide_within(inner, policy.as_ref(), call, budget)
+            });
+            futures_util::future::join_all(asks).await.into_iter().map(Some).collect()
+        }
+    };
+    for (mut row, decision) in rows.into_iter().zip(decisions) {
+        if let Some(decision) = decision {
             match decision {
                 AuthorityDecision::Hide => continue,
                 AuthorityDecision::Disable { reason } => {

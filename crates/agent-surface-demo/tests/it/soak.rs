@@ -208,7 +208,10 @@ async fn mixed_load_under_attack_keeps_every_answer_right() {
         tasks.push(tokio::spawn(async move {
             let big = vec![b'x'; 5 << 20];
             while !stop.load(Ordering::Relaxed) {
-                let Some(mut s) = connect_from("127.0.0.3", &addr).await else { continue };
+                let Some(mut s) = connect_from("127.0.0.3", &addr).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
                 let head = format!(
                     "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                     big.len()

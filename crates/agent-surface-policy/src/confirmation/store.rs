@@ -401,8 +401,8 @@ impl Inner {
     }
 
     /// Drops the oldest record that is not approved among the oldest [`EVICTION_SCAN`], or the
-    /// oldest record.
-    fn evict_one(&mut self) {
+    /// oldest record; false when there was none to drop.
+    fn evict_one(&mut self) -> bool {
         let mut oldest_live = None;
         let mut seen = 0;
         for (at, (_, id)) in self.order.iter().enumerate() {
@@ -411,7 +411,8 @@ impl Inner {
                 oldest_live = Some(at);
             }
             if !matches!(record.state, ConfirmationState::Approved { .. }) {
-                return self.evict_at(at);
+                self.evict_at(at);
+                return true;
             }
             seen += 1;
             if seen >= EVICTION_SCAN {
@@ -419,8 +420,11 @@ impl Inner {
             }
         }
         match oldest_live {
-            Some(at) => self.evict_at(at),
-            None => self.order.clear(),
+            Some(at) => {
+                self.evict_at(at);
+                true
+            }
+            None => false,
         }
     }
 
@@ -495,8 +499,10 @@ impl MemoryConfirmationStore {
             let Some(oldest) = inner.by_consumer.get(&consumer).and_then(|ids| ids.front().cloned()) else { break };
             inner.drop_record(&oldest, "consumer quota");
         }
-        while inner.records.len() >= self.config.capacity && !inner.records.is_empty() {
-            inner.evict_one();
+        while inner.records.len() >= self.config.capacity {
+            if !inner.evict_one() {
+                break;
+            }
         }
         // Keep the insertion order free of entries whose records are gone.
         if inner.order.len() > 2 * inner.records.len() + 64 {

@@ -425,3 +425,34 @@ async fn a_stuck_policy_costs_a_snapshot_one_budget() {
     // Four capabilities at 100 ms each would take 400 ms.
     assert!(took < Duration::from_millis(300), "the snapshot took {took:?}");
 }
+
+/// A policy that takes 50 ms per decision and hides the `admin` type.
+struct SlowHide;
+
+impl AuthorityPolicy for SlowHide {
+    fn name(&self) -> &str {
+        "slow-hide"
+    }
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        let hide = call.type_id == "admin";
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(if hide { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
+        })
+    }
+}
+
+/// A policy slow per decision but within the budget is asked about every capability at once, so
+/// a snapshot does not run out of time and show what the policy would have hidden.
+#[tokio::test]
+async fn a_slow_policy_still_hides_in_a_snapshot() {
+    let config = RegistryConfig {
+        authority: Some(Arc::new(SlowHide)),
+        authority_budget: Duration::from_millis(120),
+        ..Default::default()
+    };
+    let (r, _m) = shop(config);
+    let snapshot = r.snapshot(&agent_surface_policy::Consumer::anonymous("c")).await;
+    let names: Vec<&str> = snapshot.capabilities.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["shop.browse", "shop.sale"], "four decisions of 50 ms fit one budget of 120 ms together");
+}
