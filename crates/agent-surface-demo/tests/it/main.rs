@@ -8,7 +8,6 @@ mod http;
 mod replicas;
 mod served;
 mod session;
-mod soak;
 mod stdio;
 mod transports;
 

@@ -16,6 +16,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// The server process's id.
+    #[allow(dead_code, reason = "used by the soak test binary, which shares this module")]
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -78,7 +79,7 @@ impl Response {
 /// connection.
 pub(crate) fn post(addr: &str, path: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Response {
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()

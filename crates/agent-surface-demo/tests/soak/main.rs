@@ -3,9 +3,20 @@
 //! oversized clients send bodies over the limit. Every answer must carry the expected code, none
 //! may be lost, and the server's resident memory, sampled throughout, stays under its ceiling.
 //!
-//! Run with `cargo test -p agent-surface-demo --test it soak -- --nocapture` to see the figures.
+//! A test binary of its own, so that it never shares the machine with the other end-to-end tests
+//! (cargo runs test binaries one after another). Run with `cargo test -p agent-surface-demo
+//! --test soak -- --nocapture` to see the figures.
 
 #![allow(clippy::print_stderr, reason = "the soak reports its figures")]
+
+#[path = "../it/served.rs"]
+#[allow(dead_code, reason = "the soak uses a part of the shared client")]
+mod served;
+
+/// The demo binary under test.
+fn demo() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agent-surface-demo"))
+}
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -14,8 +25,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-
-use crate::served;
 
 /// How long the load runs.
 const LOAD: Duration = Duration::from_secs(20);
