@@ -47,6 +47,8 @@ struct Session {
     /// The JSON-RPC ids of the `tools/call` requests in progress: a second request under an id
     /// still in progress is refused rather than run (its answer could not be told apart).
     calls_in_flight: Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
+    /// Set by the session's `initialize`; a second one is refused.
+    initialized: std::sync::atomic::AtomicBool,
 }
 
 /// A `tools/call` id held in [`Session::calls_in_flight`] until the call is answered.
@@ -161,6 +163,7 @@ impl McpServer {
                 listed: Arc::default(),
                 closed: CancellationToken::new(),
                 calls_in_flight: Arc::default(),
+                initialized: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -528,6 +531,22 @@ async fn watch_surface(
 }
 
 impl ServerHandler for McpServer {
+    /// A session is initialized once. A second `initialize` is refused: answered, it would make
+    /// `rmcp` record the version it names — negotiated or not — as the session's, and the
+    /// session would change protocol era mid-way (found by fuzzing).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        if self.session.initialized.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
+            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         let config = &self.session.config;
         let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed();

@@ -130,6 +130,12 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     check_error(&answer, -32601, json!(13));
     assert!(answer.to_string().len() < 200, "the method name is not echoed: {answer}");
 
+    // A second initialize (naming another version) is refused; the session keeps its era
+    // (found by fuzzing: answered, it switched the session to the stateless era).
+    raw.send(br#"{"jsonrpc":"2.0","id":14,"method":"initialize","params":{"protocolVersion":"3232-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"x","version":"1"}}}
+"#).await;
+    check_error(&raw.recv().await, -32600, json!(14));
+
     // Blank lines are ignored; the server still answers a ping and a tool call.
     raw.send(b"\n\r\n{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}\n").await;
     assert_eq!(raw.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {}}));
