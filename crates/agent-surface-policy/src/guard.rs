@@ -58,13 +58,22 @@ pub async fn guarded<'a, T>(
         Ok(fut) => fut,
         Err(payload) => return Err(Failure::Panic(panic_text(payload.as_ref()))),
     };
-    let mut fut = AssertUnwindSafe(fut).catch_unwind();
+    match within(clock, budget, AssertUnwindSafe(fut).catch_unwind()).await {
+        Some(answer) => flatten(answer),
+        None => Err(Failure::Overrun(budget)),
+    }
+}
+
+/// `fut`'s output, or `None` when it takes longer than `budget` on `clock`. The future is polled
+/// once before a timer is armed, so an answer ready at once costs no timer.
+pub async fn within<T>(clock: &dyn Clock, budget: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let mut fut = std::pin::pin!(fut);
     if let Some(answer) = (&mut fut).now_or_never() {
-        return flatten(answer);
+        return Some(answer);
     }
     match futures_util::future::select(fut, clock.sleep(budget)).await {
-        Either::Left((answer, _)) => flatten(answer),
-        Either::Right(_) => Err(Failure::Overrun(budget)),
+        Either::Left((answer, _)) => Some(answer),
+        Either::Right(_) => None,
     }
 }
 

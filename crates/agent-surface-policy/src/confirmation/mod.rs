@@ -411,18 +411,13 @@ impl ConfirmationEngine {
     /// A store operation within [`ConfirmationConfig::store_budget`]; past it, the store counts
     /// as failed. An answer ready at once arms no timer.
     async fn bounded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
-        let mut op = op;
-        if let Some(answer) = (&mut op).now_or_never() {
-            return answer;
-        }
         let budget = self.config.store_budget;
-        match futures_util::future::select(op, self.config.clock.sleep(budget)).await {
-            futures_util::future::Either::Left((answer, _)) => answer,
-            futures_util::future::Either::Right(_) => Err(StoreError::Unavailable(format!(
+        crate::guard::within(self.config.clock.as_ref(), budget, op).await.unwrap_or_else(|| {
+            Err(StoreError::Unavailable(format!(
                 "the confirmation store did not answer within {} ms",
                 budget.as_millis()
-            ))),
-        }
+            )))
+        })
     }
 
     /// The confirmation with `id`, e.g. to show its summary to the approver.

@@ -142,7 +142,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
         }))
     };
     let budget = inner.config.store_budget;
-    let admitted = super::bounded(inner.config.clock.as_ref(), budget, store.admit(&key, fp, now)).await;
+    let admitted = agent_surface_policy::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, now)).await;
     let admitted = admitted.unwrap_or_else(|| {
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
@@ -290,7 +290,7 @@ impl LeaderGuard {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let fut = self.store.settle(key, self.fingerprint, self.lease, settlement, now);
-        super::bounded(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| {
+        agent_surface_policy::within(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| {
             Err(StoreError::Unavailable(format!(
                 "the idempotency store did not answer within {} ms",
                 self.budget.as_millis()

@@ -87,7 +87,13 @@ pub(crate) async fn check(
     let budget = inner.config.confirmation_budget;
     let decision = match std::panic::catch_unwind(AssertUnwindSafe(|| gate.check(call, confirmation_id, now))) {
         Ok(fut) => {
-            match super::bounded(inner.config.clock.as_ref(), budget, AssertUnwindSafe(fut).catch_unwind()).await {
+            match agent_surface_policy::within(
+                inner.config.clock.as_ref(),
+                budget,
+                AssertUnwindSafe(fut).catch_unwind(),
+            )
+            .await
+            {
                 Some(decision) => decision,
                 None => {
                     return Err(Stop::noted(

@@ -118,23 +118,6 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
     invocation
 }
 
-/// `fut`'s answer, or `None` when it takes longer than `budget` on `clock`. An answer ready at
-/// once arms no timer.
-pub(crate) async fn bounded<T>(
-    clock: &dyn agent_surface_policy::Clock,
-    budget: std::time::Duration,
-    fut: impl Future<Output = T>,
-) -> Option<T> {
-    let mut fut = std::pin::pin!(fut);
-    if let Some(answer) = futures_util::FutureExt::now_or_never(&mut fut) {
-        return Some(answer);
-    }
-    match futures_util::future::select(fut, clock.sleep(budget)).await {
-        futures_util::future::Either::Left((answer, _)) => Some(answer),
-        futures_util::future::Either::Right(_) => None,
-    }
-}
-
 /// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have
 /// executed (see [`admission::Hold`]).
 fn taken_over_stop(note: impl Into<String>) -> Stop {
