@@ -141,10 +141,13 @@ async fn phases(
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
-        resolve::resolve(&state, &inner.surface_id, request, now).and_then(|resolved| {
-            availability::check(&state, &resolved.def)?;
-            Ok(resolved)
-        })
+        match resolve::resolve(&state, &inner.surface_id, request, now) {
+            resolve::Resolution::Resolved(resolved) => match availability::check(&state, &resolved.def) {
+                Ok(()) => resolve::Resolution::Resolved(resolved),
+                Err(stop) => resolve::Resolution::Unresolved(Some(resolved.def), stop),
+            },
+            unresolved => unresolved,
+        }
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. The hook
     // phases (4, 6, 7, 8b) are boxed, and only when they have work to do: their waiting state
@@ -153,7 +156,7 @@ async fn phases(
     let resolved = if inner.config.authority.is_some() {
         Box::pin(authority::check(inner, &options.consumer, request, resolution)).await
     } else {
-        resolution
+        resolution.into_result()
     };
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs

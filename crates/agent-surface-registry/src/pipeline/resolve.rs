@@ -21,6 +21,25 @@ pub(crate) struct Resolved {
     pub(crate) registration: Arc<Registration>,
 }
 
+/// The outcome of phases 2 and 3, held back until phase 4 has decided.
+pub(crate) enum Resolution {
+    /// The capability and the registration the call runs against.
+    Resolved(Resolved),
+    /// The call did not resolve: the definition its name denotes, if any (phase 4 asks the
+    /// policy about it without looking the name up again), and why.
+    Unresolved(Option<Arc<CapabilityDef>>, Stop),
+}
+
+impl Resolution {
+    /// The outcome as reported when nothing else decides.
+    pub(crate) fn into_result(self) -> Result<Resolved, Stop> {
+        match self {
+            Resolution::Resolved(resolved) => Ok(resolved),
+            Resolution::Unresolved(_, stop) => Err(stop),
+        }
+    }
+}
+
 fn stop(error: AgentSurfaceError, note: impl Into<String>) -> Stop {
     Stop::noted(error, Phase::Resolve, note)
 }
@@ -54,15 +73,24 @@ fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
     stop(AgentSurfaceError::component_unmounted(UnmountPhase::Resolve), note)
 }
 
-pub(crate) fn resolve(
+pub(crate) fn resolve(state: &State, surface_id: &str, request: &InvokeRequest, now: Timestamp) -> Resolution {
+    let Some(def) = state.capabilities.get(request.capability.as_str()) else {
+        return Resolution::Unresolved(None, not_found("no such capability"));
+    };
+    match registration(state, surface_id, def, request, now) {
+        Ok(registration) => Resolution::Resolved(Resolved { def: def.clone(), registration }),
+        Err(stop) => Resolution::Unresolved(Some(def.clone()), stop),
+    }
+}
+
+/// The live registration of `def` the call runs against.
+fn registration(
     state: &State,
     surface_id: &str,
+    def: &CapabilityDef,
     request: &InvokeRequest,
     now: Timestamp,
-) -> Result<Resolved, Stop> {
-    let Some(def) = state.capabilities.get(request.capability.as_str()) else {
-        return Err(not_found("no such capability"));
-    };
+) -> Result<Arc<Registration>, Stop> {
     let Some(ty) = state.types.get(&def.type_id) else { return Err(not_found("type missing")) };
 
     if let Some(presented) = &request.surface_id
@@ -150,5 +178,5 @@ pub(crate) fn resolve(
         ));
     }
 
-    Ok(Resolved { def: def.clone(), registration })
+    Ok(registration)
 }
