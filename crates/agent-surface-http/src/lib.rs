@@ -19,8 +19,8 @@
 //! the embedded toolset carry. `Retry-After` (seconds, rounded up) accompanies `retry:
 //! after-delay`; a `401` always carries `WWW-Authenticate` (the authenticator's challenge, else
 //! `Bearer`). A request that never reached the pipeline (or whose answer the server failed to
-//! produce) is a **protocol fault** ([`wire::ProtocolFault`]): `400`, `403`, `404`, `405`, `408`,
-//! `413`, `415` or `500` with a problem of type `urn:agent-surface:protocol:{kind}` that has no
+//! produce) is a **protocol fault** ([`wire::ProtocolFault`]): `400`, `401`, `403`, `404`, `405`,
+//! `408`, `413`, `415`, `500` or `503` with a problem of type `urn:agent-surface:protocol:{kind}` that has no
 //! `code` member. A client tells them apart by the `type` prefix (or by the presence of `code`),
 //! never by the status: `404` is both `CAPABILITY_NOT_FOUND` and an unknown route, `500` both
 //! `EXECUTION_FAILED` and the `internal` fault.
@@ -31,7 +31,10 @@
 //! Every route checks the host (the absolute-form target's authority, else the single `Host`
 //! header) against [`HttpConfig::allowed_hosts`].
 //!
-//! **Who calls.** An [`Authenticator`] (e.g. [`BearerTokens`]) turns headers into an identity;
+//! **Who calls.** An [`Authenticator`] (e.g. [`BearerTokens`]) turns headers into an identity,
+//! or refuses the request before anything else of it is read (an OAuth 2.1 resource server such
+//! as `agent-surface-oauth`'s: the protocol faults `unauthorized`, `insufficient-scope`,
+//! `auth-unavailable`, each with its `WWW-Authenticate`);
 //! the consumer key is `http:{subject}:{session}` (signed in) or `http-anonymous:{session}`,
 //! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
 //! scopes idempotency, confirmations and rate limits.

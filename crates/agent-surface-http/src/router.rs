@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_surface_policy::Identity;
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -42,7 +43,10 @@ pub struct HttpConfig {
     /// Turns headers into an identity; `None`: every caller is anonymous. A `401` carries the
     /// authenticator's [`Authenticator::challenge`] as `WWW-Authenticate` — `Bearer` when there
     /// is no authenticator or the challenge is not a valid header value, since RFC 9110 requires
-    /// a challenge on every `401`.
+    /// a challenge on every `401`. A request the authenticator refuses
+    /// ([`Authenticator::try_authenticate`], e.g. an OAuth resource server) is answered before
+    /// its body is read: the protocol fault `unauthorized` (`401`), `insufficient-scope` (`403`)
+    /// or `auth-unavailable` (`503`), with the rejection's `WWW-Authenticate`.
     pub authenticator: Option<Arc<dyn Authenticator>>,
     /// Accepted host names (the port is ignored); the default admits loopback only, which
     /// protects a local server against DNS rebinding. Empty: any host. The host checked is the
@@ -195,8 +199,44 @@ fn check_host(config: &HttpConfig, uri: &Uri, headers: &HeaderMap) -> Result<(),
     if allowed { Ok(()) } else { Err(ProtocolFault::HostNotAllowed) }
 }
 
-/// The consumer of a request, or the fault its headers make.
-async fn consumer(state: &AppState, headers: &HeaderMap) -> Result<agent_surface_policy::Consumer, ProtocolFault> {
+/// The identity the authenticator finds, or the answer to a request it refuses (before anything
+/// else of the request is read).
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Identity>, Response> {
+    let Some(authenticator) = &state.config.authenticator else {
+        return Ok(None);
+    };
+    authenticator.try_authenticate(headers).await.map_err(|rejection| {
+        let kind = match rejection.status() {
+            StatusCode::FORBIDDEN => ProtocolFault::InsufficientScope,
+            StatusCode::SERVICE_UNAVAILABLE => ProtocolFault::AuthUnavailable,
+            _ => ProtocolFault::Unauthorized,
+        };
+        tracing::debug!(target: "agent_surface::http", kind = kind.kind(), "refused by the authenticator");
+        let mut response = fault(kind);
+        let challenge = rejection.challenge().map(|c| HeaderValue::from_str(c).ok());
+        match challenge {
+            Some(Some(value)) => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            }
+            // RFC 9110 §11.6.1: a 401 always carries a challenge.
+            Some(None) => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            None if kind == ProtocolFault::Unauthorized => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            None => {}
+        }
+        response
+    })
+}
+
+/// The consumer of a request with `identity`, or the fault its consumer header makes.
+fn consumer(
+    state: &AppState,
+    headers: &HeaderMap,
+    identity: Option<Identity>,
+) -> Result<agent_surface_policy::Consumer, ProtocolFault> {
     let session = match headers.get(&state.config.consumer_header) {
         None => None,
         Some(v) => match v.to_str() {
@@ -204,15 +244,15 @@ async fn consumer(state: &AppState, headers: &HeaderMap) -> Result<agent_surface
             _ => return Err(ProtocolFault::InvalidHeader),
         },
     };
-    let identity = match &state.config.authenticator {
-        Some(a) => a.authenticate(headers).await,
-        None => None,
-    };
     Ok(auth::consumer(identity, session))
 }
 
 async fn capabilities(State(state): State<Shared>, headers: HeaderMap) -> Response {
-    let consumer = match consumer(&state, &headers).await {
+    let identity = match authenticate(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
+    let consumer = match consumer(&state, &headers, identity) {
         Ok(c) => c,
         Err(f) => return fault(f),
     };
@@ -408,6 +448,11 @@ fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
 async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
+    // A refused caller gets its answer before the body is read.
+    let identity = match authenticate(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
     let request = match parse_request(&headers, body, &state.config).await {
         Ok(r) => r,
         Err(f) => {
@@ -420,7 +465,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
             return response;
         }
     };
-    let consumer = match consumer(&state, &headers).await {
+    let consumer = match consumer(&state, &headers, identity) {
         Ok(c) => c,
         Err(f) => return fault(f),
     };

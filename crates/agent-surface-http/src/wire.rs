@@ -210,11 +210,21 @@ pub enum ProtocolFault {
     /// The server failed while answering (the invoke task ended abnormally, or a snapshot could
     /// not be serialized). Logged at error level; nothing of the cause is sent.
     Internal,
+    /// The authenticator refused the request at the transport: no access token, or one that is
+    /// not valid for this resource (`401`, with the authenticator's `WWW-Authenticate`
+    /// challenge). Only an authenticator that rejects (an OAuth resource server) produces it.
+    Unauthorized,
+    /// The access token is valid but lacks a scope the resource requires (`403`, with
+    /// `WWW-Authenticate: Bearer error="insufficient_scope", scope=…`).
+    InsufficientScope,
+    /// The authenticator cannot check credentials now (its signing keys are unreachable):
+    /// `503`.
+    AuthUnavailable,
 }
 
 impl ProtocolFault {
     /// Every kind, in declaration order.
-    pub const ALL: [ProtocolFault; 11] = [
+    pub const ALL: [ProtocolFault; 14] = [
         ProtocolFault::MalformedJson,
         ProtocolFault::InvalidRequest,
         ProtocolFault::InvocationIdMismatch,
@@ -226,6 +236,9 @@ impl ProtocolFault {
         ProtocolFault::NotFound,
         ProtocolFault::MethodNotAllowed,
         ProtocolFault::Internal,
+        ProtocolFault::Unauthorized,
+        ProtocolFault::InsufficientScope,
+        ProtocolFault::AuthUnavailable,
     ];
 
     /// (status, kind, title, detail).
@@ -296,6 +309,24 @@ impl ProtocolFault {
                 "internal",
                 "Internal error",
                 "The server failed to answer this request. For an invoke, send it again with the same Idempotency-Key to learn its outcome.",
+            ),
+            ProtocolFault::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Unauthorized",
+                "This resource needs a valid access token. Get one from an authorization server named in the resource metadata (see WWW-Authenticate) and send it as Authorization: Bearer.",
+            ),
+            ProtocolFault::InsufficientScope => (
+                StatusCode::FORBIDDEN,
+                "insufficient-scope",
+                "Insufficient scope",
+                "The access token lacks a scope this resource requires (see WWW-Authenticate). Get a token with that scope.",
+            ),
+            ProtocolFault::AuthUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "auth-unavailable",
+                "Authentication unavailable",
+                "Credentials cannot be checked right now. Retry later.",
             ),
         }
     }

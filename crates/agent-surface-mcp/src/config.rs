@@ -64,7 +64,8 @@ pub struct McpConfig {
     /// The largest JSON-RPC message the stdio transport accepts, in bytes; a longer line is
     /// discarded and answered with JSON-RPC error `-32600`.
     pub max_message_bytes: usize,
-    /// Over HTTP: turns each request's headers into the caller's identity.
+    /// Over HTTP: turns each request's headers into the caller's identity, or refuses the
+    /// request at the transport (`401`/`403` with a challenge; see [`crate::http::authenticated`]).
     #[cfg(feature = "http")]
     pub authenticator: Option<Arc<dyn crate::http::Authenticator>>,
 }

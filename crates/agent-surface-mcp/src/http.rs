@@ -12,10 +12,15 @@
 //! ([`crate::McpConfig::authenticator`]), which reads the request headers; no authenticator (or
 //! no identity found) means an anonymous consumer, and the registry's authority policy decides
 //! what that consumer may see and call (`NOT_AUTHENTICATED` where an identity is required).
+//! An authenticator that rejects ([`Authenticator::try_authenticate`], e.g. the OAuth 2.1
+//! resource server of `agent-surface-oauth`) has every request at the endpoint — `POST`, `GET`
+//! and `DELETE` — answered before MCP sees it: `401`/`403`/`503` with its `WWW-Authenticate`
+//! challenge and a JSON body of `error` and `error_description` only ([`authenticated`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_surface_policy::Identity;
 use agent_surface_registry::Registry;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -217,10 +222,69 @@ fn session_cap_response() -> axum::response::Response {
 }
 
 /// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per legacy
-/// session or modern request.
+/// session or modern request. With [`McpConfig::authenticator`] set, every request first goes
+/// through [`authenticated`].
 pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router {
+    let authenticator = config.authenticator.clone();
     let config = Arc::new(config);
-    router_with(move || McpServer::new(registry.clone(), config.clone()), http, shutdown)
+    let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, shutdown);
+    match authenticator {
+        Some(authenticator) => authenticated(app, authenticator),
+        None => app,
+    }
+}
+
+/// What the transport's authentication found for one request, handed to the [`McpServer`] in
+/// the request's extensions so that the headers are checked once.
+#[derive(Clone, Debug)]
+pub(crate) struct Authenticated(pub(crate) Option<Identity>);
+
+/// `app` with every request first shown to `authenticator`'s
+/// [`try_authenticate`](Authenticator::try_authenticate): a rejected request is answered at once
+/// (the rejection's status, its `WWW-Authenticate` challenge — `Bearer` for a `401` whose
+/// challenge is missing or not a valid header value — and [`AuthRejection::body`]); an admitted
+/// one carries its identity to the [`McpServer`], which then does not ask the authenticator
+/// again. [`router`] applies it; a [`router_with`] app applies it itself, with the
+/// authenticator of its [`McpConfig`].
+///
+/// [`AuthRejection::body`]: agent_surface_policy::AuthRejection::body
+pub fn authenticated(app: axum::Router, authenticator: Arc<dyn Authenticator>) -> axum::Router {
+    app.layer(axum::middleware::from_fn(move |mut request: axum::extract::Request, next: axum::middleware::Next| {
+        let authenticator = authenticator.clone();
+        async move {
+            match authenticator.try_authenticate(request.headers()).await {
+                Ok(identity) => {
+                    request.extensions_mut().insert(Authenticated(identity));
+                    next.run(request).await
+                }
+                Err(rejection) => rejected(&rejection),
+            }
+        }
+    }))
+}
+
+/// The answer to a request the authenticator refused.
+fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::Response {
+    use axum::http::{HeaderValue, StatusCode, header};
+    tracing::debug!(target: "agent_surface::mcp", status = rejection.status().as_u16(), "refused by the authenticator");
+    let mut response = axum::response::Response::builder()
+        .status(rejection.status())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(rejection.body()))
+        .unwrap_or_default();
+    let challenge = rejection.challenge().and_then(|c| HeaderValue::from_str(c).ok());
+    let challenge = match challenge {
+        Some(value) => Some(value),
+        // RFC 9110 §11.6.1: a 401 always carries a challenge.
+        None if rejection.status() == StatusCode::UNAUTHORIZED || rejection.challenge().is_some() => {
+            Some(HeaderValue::from_static("Bearer"))
+        }
+        None => None,
+    };
+    if let Some(challenge) = challenge {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    response
 }
 
 /// Serves `registry` over streamable HTTP on `listener` until `shutdown` is cancelled.

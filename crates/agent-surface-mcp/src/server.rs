@@ -190,7 +190,11 @@ impl McpServer {
         if let Some(auth) = &self.session.config.authenticator {
             let parts = context.extensions.get::<http::request::Parts>();
             let identity = match parts {
-                Some(parts) => auth.authenticate(&parts.headers).await,
+                // Checked already by the transport (`http::authenticated`).
+                Some(parts) => match parts.extensions.get::<crate::http::Authenticated>() {
+                    Some(found) => found.0.clone(),
+                    None => auth.authenticate(&parts.headers).await,
+                },
                 None => None,
             };
             return match identity {

@@ -82,7 +82,7 @@ pub mod principal;
 mod rate;
 mod task;
 
-pub use authn::{Authenticator, BearerTokens};
+pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens, bearer_token};
 pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{

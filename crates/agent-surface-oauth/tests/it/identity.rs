@@ -1,0 +1,57 @@
+//! What policies see: the identity a valid token maps to, and what the operator log learns
+//! about a refused one.
+
+use agent_surface_policy::Authenticator;
+use serde_json::json;
+
+use crate::fixture::{ISSUER, Signer, claims, mint, resource_server, with};
+
+fn headers(token: &str) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+    headers
+}
+
+#[tokio::test]
+async fn claims_map_to_the_identity() {
+    let oauth = resource_server();
+    let token =
+        mint(Signer::Ec, &with(json!({"scope": "shop orders shop", "roles": ["admin", "orders"], "tenant": "t1"})));
+    let identity = oauth.try_authenticate(&headers(&token)).await.unwrap().unwrap();
+    assert_eq!(identity.subject, "alice");
+    // `scope` split on spaces, then `roles`, duplicates dropped.
+    assert_eq!(identity.roles, ["shop", "orders", "admin"]);
+    assert_eq!(identity.claims["iss"], ISSUER);
+    assert_eq!(identity.claims["tenant"], "t1");
+    // Keyed on (iss, sub) by the MCP adapter.
+    assert_eq!(agent_surface_mcp::principal_key(&identity), r#"principal:["https://id.example","alice"]"#);
+    // `authenticate` (never rejecting) gives the same identity, and nothing for a bad token.
+    assert_eq!(oauth.authenticate(&headers(&token)).await, Some(identity));
+    assert_eq!(oauth.authenticate(&headers("x.y.z")).await, None);
+}
+
+#[tokio::test]
+async fn role_claims_are_configurable() {
+    let config =
+        agent_surface_oauth::ResourceServerConfig { role_claims: vec!["groups".into()], ..crate::fixture::config() };
+    let oauth = agent_surface_oauth::ResourceServer::new(config).unwrap();
+    let token = mint(Signer::Rsa, &with(json!({"groups": ["ops", "dev"]})));
+    let identity = oauth.try_authenticate(&headers(&token)).await.unwrap().unwrap();
+    assert_eq!(identity.roles, ["ops", "dev"]);
+}
+
+#[test]
+fn the_operator_log_gets_the_reason_never_the_token() {
+    let oauth = resource_server();
+    let token = mint(Signer::Rsa, &with(json!({"exp": crate::fixture::now() - 3600})));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (refused, log) = agent_surface_testing::capture_operator_log(|| {
+        runtime.block_on(oauth.try_authenticate(&headers(&token))).unwrap_err()
+    });
+    assert_eq!(refused.status(), 401);
+    assert!(log.contains("agent_surface::auth") && log.contains("expired"), "{log}");
+    for part in token.split('.') {
+        assert!(!log.contains(part), "{log}");
+    }
+    let _ = claims();
+}
