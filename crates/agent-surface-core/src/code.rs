@@ -280,6 +280,38 @@ impl Layer {
     }
 }
 
+/// The level of the operator event that reports a call ending with a code (the operator
+/// channel, `tracing`): expected refusals low, failures of the service itself high.
+///
+/// The matrix gives each code its level ([`crate::matrix::CodeSpec::log_level`]); the runtime
+/// raises it to [`LogLevel::Error`] when the service itself is at fault — user code panicked, a
+/// store failed — whatever the code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevel {
+    /// Routine: the agent is expected to meet it and recover on its own.
+    Debug,
+    /// An expected refusal an operator may want to count: bad input, a denial, a rate limit.
+    Info,
+    /// A failure worth a look: the handler failed, a post-condition did not hold, a call ran out
+    /// of time.
+    Warn,
+    /// The service itself failed: a panic, a store or audit failure.
+    Error,
+}
+
+impl LogLevel {
+    /// The level's name, as `tracing` spells it in lower case.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
 /// The declared side effect of a capability.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

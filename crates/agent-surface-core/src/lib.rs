@@ -54,7 +54,7 @@ mod result;
 mod text;
 mod time;
 
-pub use code::{Effect, ErrorCode, Layer, Phase, Retry};
+pub use code::{Effect, ErrorCode, Layer, LogLevel, Phase, Retry};
 pub use definition::{DefinitionError, DefinitionErrorCode};
 pub use error::{AgentSurfaceError, Cause};
 pub use payload::{ErrorPayload, PayloadError};

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::code::Effect;
-use crate::code::{ErrorCode, Layer, Phase, Retry};
+use crate::code::{ErrorCode, Layer, LogLevel, Phase, Retry};
 use crate::definition::DefinitionErrorCode;
 use crate::details::*;
 use crate::error::AgentSurfaceError;
@@ -24,7 +24,7 @@ use crate::text::SafeText;
 use crate::time::Timestamp;
 
 /// The version of the matrix format; bump on any change to the JSON layout.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A value a details member is compared with in a [`Condition`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +196,9 @@ pub struct CodeSpec {
     pub details: DetailsSpec,
     /// Fields that go to the operator channel only.
     pub log_only: &'static [&'static str],
+    /// The level of the operator event for a call that ends with this code. The runtime raises
+    /// it to [`LogLevel::Error`] when the service itself is at fault (a panic, a store failure).
+    pub log_level: Rule<LogLevel>,
     /// What an adapter must do with it.
     pub adapter_duty: &'static str,
     /// The HTTP status analog.
@@ -221,6 +224,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: DetailsSpec::None,
         log_only: &["hiddenMatch"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Refresh the tool list before the model's next step.",
         http_status: fixed(404),
         mcp: McpMapping { channel: "tool-result-is-error", strict_protocol_error: Some(-32602) },
@@ -237,6 +241,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<NotAvailableDetails>(&["reason"]),
         log_only: &["disabledBy"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Pass the reason through unchanged; it tells the model the enabling step.",
         http_status: fixed(409),
         mcp: TOOL_RESULT,
@@ -253,6 +258,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<AmbiguousDetails>(&["instances"]),
         log_only: &[],
+        log_level: fixed(LogLevel::Debug),
         adapter_duty: "Re-issue the call with an explicit target chosen from the instances.",
         http_status: fixed(409),
         mcp: TOOL_RESULT,
@@ -287,6 +293,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<UnmountedDetails>(&["phase"]),
         log_only: &["tombstoneCreatedAt", "tombstoneExpiresAt", "lateSettlement"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Refresh; after a mid-flight unmount of a non-idempotent capability, tell the model to verify the state before repeating.",
         http_status: fixed(410),
         mcp: TOOL_RESULT,
@@ -308,6 +315,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<StaleDetails>(&["reason", "liveRegistrationId"]),
         log_only: &["presentedSurfaceId", "presentedVersion", "currentVersion"],
+        log_level: fixed(LogLevel::Debug),
         adapter_duty: "Refresh and re-resolve; never strip the staleness tokens to force the call through.",
         http_status: fixed(412),
         mcp: TOOL_RESULT,
@@ -330,6 +338,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: false,
         details: typed::<ConflictDetails>(&["reason"]),
         log_only: &["storedFingerprint", "presentedFingerprint"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Treat as an id-collision bug; mint a namespaced id and send the new request with it.",
         http_status: fixed(422),
         mcp: TOOL_RESULT,
@@ -346,6 +355,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<InvalidInputDetails>(&["issues", "lockedFields"]),
         log_only: &["rawInput"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Give the issues to the model verbatim.",
         http_status: fixed(422),
         mcp: TOOL_RESULT,
@@ -375,6 +385,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: DetailsSpec::None,
         log_only: &["policy"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Tell the model to inform the user; signing in is never the agent's job.",
         http_status: fixed(401),
         mcp: TOOL_RESULT,
@@ -391,6 +402,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<NotAuthorizedDetails>(&["origin"]),
         log_only: &["policy", "requiredPermission", "policyFailure"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Do not loop; report the refusal.",
         http_status: fixed(403),
         mcp: TOOL_RESULT,
@@ -423,6 +435,14 @@ pub static MATRIX: [CodeSpec; 16] = [
             open: true,
         },
         log_only: &["bindingError", "cause"],
+        log_level: Rule {
+            default: LogLevel::Info,
+            conditions: &[Condition {
+                field: "reason",
+                equals: DetailValue::Str("client-input-required"),
+                then: LogLevel::Debug,
+            }],
+        },
         adapter_duty: "Pass through.",
         http_status: fixed(409),
         mcp: TOOL_RESULT,
@@ -445,6 +465,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: false,
         details: typed::<ConfirmationRequiredDetails>(&["confirmationId", "summary", "expiresAt", "effect", "origin"]),
         log_only: &["inputHash"],
+        log_level: fixed(LogLevel::Debug),
         adapter_duty: "In wait mode handle it internally; in two-phase mode relay it to the model with the instruction to retry with the confirmationId once approved.",
         http_status: fixed(428),
         mcp: TOOL_RESULT,
@@ -479,6 +500,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<ConfirmationInvalidDetails>(&["reason"]),
         log_only: &["mismatchDiff"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Never auto-retry a denial: it is the user's decision.",
         http_status: fixed(403),
         mcp: TOOL_RESULT,
@@ -505,6 +527,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: false,
         details: typed::<RateLimitedDetails>(&["reason", "retryAfterMs"]),
         log_only: &["bucket"],
+        log_level: fixed(LogLevel::Info),
         adapter_duty: "Honor retryAfterMs; do not tight-loop.",
         http_status: fixed(429),
         mcp: TOOL_RESULT,
@@ -531,6 +554,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<TimeoutDetails>(&["timeoutMs", "idempotent"]),
         log_only: &["lateSettlement"],
+        log_level: fixed(LogLevel::Warn),
         adapter_duty: "For a non-idempotent capability, prompt a verification observation before any repeat.",
         http_status: fixed(504),
         mcp: TOOL_RESULT,
@@ -552,6 +576,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: DetailsSpec::None,
         log_only: &["cancelSource"],
+        log_level: fixed(LogLevel::Debug),
         adapter_duty: "Retry with a fresh invocation id only if the call is still relevant.",
         http_status: fixed(499),
         mcp: TOOL_RESULT,
@@ -574,6 +599,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         cacheable: true,
         details: typed::<ExecutionFailedDetails>(&["reason", "transient", "retryAfterMs"]),
         log_only: &["causeChain", "panicMessage", "outputSchemaErrors"],
+        log_level: fixed(LogLevel::Warn),
         adapter_duty: "Carry the sanitized message; never the cause.",
         http_status: Rule {
             default: 500,
@@ -678,6 +704,7 @@ pub fn code_to_json(s: &CodeSpec) -> Value {
             }),
         },
         "logOnly": s.log_only,
+        "logLevel": s.log_level.json_with(|l| Value::from(l.as_str())),
         "adapterDuty": s.adapter_duty,
         "httpStatus": s.http_status.json_with(Value::from),
         "mcp": {
@@ -756,7 +783,7 @@ fn rule_text<T: Copy + PartialEq>(rule: &Rule<T>, show: impl Fn(T) -> String) ->
 /// The code table of `spec/error-model.md` (the generated section between its markers).
 pub fn markdown_table() -> String {
     let mut out = String::from(
-        "| Code | Phases | Layer | Retry | Cacheable | Details keys | Log-only | HTTP |\n|---|---|---|---|---|---|---|---|\n",
+        "| Code | Phases | Layer | Retry | Cacheable | Details keys | Log-only | Log level | HTTP |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in &MATRIX {
         let keys = match s.details {
@@ -775,7 +802,7 @@ pub fn markdown_table() -> String {
             s.log_only.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
         };
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             s.code.as_str(),
             s.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", "),
             rule_text(&s.layer, |l| l.as_str().to_string()),
@@ -783,6 +810,7 @@ pub fn markdown_table() -> String {
             if s.cacheable { "yes" } else { "no" },
             keys,
             log_only,
+            rule_text(&s.log_level, |l| l.as_str().to_uppercase()),
             rule_text(&s.http_status, |h| h.to_string()),
         ));
     }

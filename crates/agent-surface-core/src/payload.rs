@@ -100,6 +100,12 @@ impl ErrorPayload {
         self.retry
     }
 
+    /// The level of the operator event for a call that ended with this payload, as the matrix
+    /// gives it (`logLevel`); the runtime raises it to `ERROR` for faults of the service itself.
+    pub fn log_level(&self) -> crate::LogLevel {
+        crate::matrix::spec(self.code).log_level.eval(self.details())
+    }
+
     /// The details object, if the code has one.
     pub fn details(&self) -> Option<&Map<String, Value>> {
         self.details.as_ref()

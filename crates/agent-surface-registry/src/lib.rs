@@ -57,6 +57,7 @@
 //! # }).unwrap();
 //! ```
 
+pub mod correlation;
 mod ctx;
 mod define;
 mod handler;
@@ -71,6 +72,7 @@ mod schema;
 mod snapshot;
 mod validate;
 
+pub use correlation::CorrelationId;
 pub use ctx::Ctx;
 pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, Plane, TypeBuilder};
 pub use handler::{Unmet, Verification};

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::correlation::CorrelationId;
 use crate::progress::ProgressSink;
 use crate::questions::{Answers, Question};
 
@@ -230,11 +231,19 @@ pub struct Invocation {
     /// The capability's open questions, when the call stopped for them (its result is then
     /// `PRECONDITION_FAILED {reason: client-input-required}`); see [`crate::questions`].
     pub questions: Option<Vec<Question>>,
+    /// The id the agent can quote to find this call in the operator log (the caller's
+    /// invocation id, or one the registry made); see [`crate::correlation`].
+    pub correlation_id: CorrelationId,
 }
 
 impl Invocation {
     /// An invocation that is only its result (an adapter's own answer, e.g. for a call it lost).
     pub fn new(result: InvokeResult) -> Invocation {
-        Invocation { result, phase: None, replayed: false, joined: false, questions: None }
+        Invocation::answered(result, CorrelationId::generate())
+    }
+
+    /// An invocation that is only its result, under a correlation id the adapter already holds.
+    pub fn answered(result: InvokeResult, correlation_id: CorrelationId) -> Invocation {
+        Invocation { result, phase: None, replayed: false, joined: false, questions: None, correlation_id }
     }
 }

@@ -162,6 +162,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
             replayed: true,
             joined: false,
             questions: None,
+            correlation_id: crate::CorrelationId::pending(),
         }),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
@@ -174,6 +175,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
                     replayed: false,
                     joined: true,
                     questions: None,
+                    correlation_id: crate::CorrelationId::pending(),
                 }),
                 _ = caller => Admitted::Stopped(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
@@ -186,11 +188,14 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
             Phase::Admission,
             format!("stored fingerprint {stored}, presented {fp}"),
         )),
-        Err(e) => Admitted::Stopped(Stop::noted(
-            AgentSurfaceError::transient(STORE_RETRY_AFTER),
-            Phase::Admission,
-            format!("idempotency store failed: {e}"),
-        )),
+        Err(e) => Admitted::Stopped(
+            Stop::noted(
+                AgentSurfaceError::transient(STORE_RETRY_AFTER),
+                Phase::Admission,
+                format!("idempotency store failed: {e}"),
+            )
+            .fault(),
+        ),
     }
 }
 

@@ -24,10 +24,11 @@ use crate::live::Registration;
 use crate::registry::Inner;
 use agent_surface_policy::panic_text;
 
+/// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
+/// an `ERROR` carrying the note.
 fn cannot_decide(note: impl Into<String>) -> Stop {
-    let note = note.into();
-    tracing::error!(target: "agent_surface::confirmation", note = %note, "confirmation gate cannot decide; not running the call");
-    Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Confirmation, note)
+    let error = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError);
+    Stop::noted(error, Phase::Confirmation, note).fault()
 }
 
 /// The declared gate's summary for a new request (`None` when the capability declares no gate,
@@ -119,7 +120,8 @@ pub(crate) async fn check(
             AgentSurfaceError::transient(retry_after),
             Phase::Confirmation,
             "the confirmation store failed",
-        )),
+        )
+        .fault()),
         Err(p) => Err(cannot_decide(format!("the confirmation gate panicked: {}", panic_text(p.as_ref())))),
     }
 }

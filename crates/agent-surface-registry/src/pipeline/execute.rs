@@ -45,7 +45,7 @@ pub(crate) async fn run(
     // Building the future runs the handler's synchronous prelude, which may panic too.
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded))) {
         Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
+        Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref()))).fault()),
     };
     let mut fut = fut;
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
@@ -116,6 +116,7 @@ fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop>
                     phase: Phase::Execute,
                     note: (!chain.is_empty()).then(|| chain.join(": ").into_boxed_str()),
                     questions: None,
+                    fault: false,
                 })
             } else {
                 let code = e.code();
@@ -131,6 +132,6 @@ fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop>
             Phase::Output,
             format!("output does not serialize: {e}"),
         )),
-        Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref())))),
+        Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref()))).fault()),
     }
 }

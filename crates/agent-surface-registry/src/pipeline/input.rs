@@ -90,7 +90,8 @@ pub(crate) fn prepare(
                         AgentSurfaceError::binding_failed(),
                         Phase::Input,
                         format!("binding of `{field}` panicked"),
-                    ));
+                    )
+                    .fault());
                 }
             }
         }
@@ -136,7 +137,8 @@ pub(crate) fn prepare(
                     AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
                     Phase::Input,
                     "precondition panicked",
-                ));
+                )
+                .fault());
             }
         }
     }

@@ -21,6 +21,7 @@ use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::correlation::CorrelationId;
 use crate::ctx::{Ctx, CtxParts};
 use crate::define::CapabilityDef;
 use crate::registry::{Inner, Registry};
@@ -36,15 +37,23 @@ pub(crate) struct Stop {
     /// The open questions, when the call stopped for them.
     #[allow(clippy::box_collection, reason = "a thin pointer keeps `Stop`, in every phase's `Result`, small")]
     pub(crate) questions: Option<Box<Vec<crate::questions::Question>>>,
+    /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
+    /// the operator event is an `ERROR` whatever the code's level in the matrix.
+    pub(crate) fault: bool,
 }
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop { error, phase, note: None, questions: None }
+        Stop { error, phase, note: None, questions: None, fault: false }
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None }
+        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: false }
+    }
+
+    /// The same stop, marked as a fault of the service itself.
+    pub(crate) fn fault(self) -> Stop {
+        Stop { fault: true, ..self }
     }
 }
 
@@ -58,9 +67,14 @@ pub(crate) fn time_budget(inner: &Inner, def: &CapabilityDef, options: &InvokeOp
 pub(crate) type Outcome = Result<Value, Stop>;
 
 pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options: InvokeOptions) -> Invocation {
+    let correlation_id = match &request.invocation_id {
+        Some(id) => CorrelationId::of_invocation(id),
+        None => CorrelationId::generate(),
+    };
     let span = tracing::info_span!(
         target: "agent_surface::invoke",
         "invoke",
+        correlation_id = %correlation_id,
         capability = %request.capability,
         consumer = %options.consumer.key(),
         invocation_id = request.invocation_id.as_deref().unwrap_or(""),
@@ -71,7 +85,9 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
         replayed = tracing::field::Empty,
     );
     // Boxed once, so that the large state machine is built in place and never moved.
-    Box::pin(run(registry, request, options)).instrument(span).await
+    let mut invocation = Box::pin(run(registry, request, options)).instrument(span).await;
+    invocation.correlation_id = correlation_id;
+    invocation
 }
 
 async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {

@@ -33,6 +33,7 @@ pub(crate) fn check(ask: &ErasedAsk, ctx: &Ctx, decoded: &Decoded) -> Result<(),
             AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
             Phase::Input,
             "ask step panicked",
-        )),
+        )
+        .fault()),
     }
 }

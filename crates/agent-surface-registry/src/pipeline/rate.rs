@@ -61,7 +61,8 @@ pub(crate) async fn acquire(
 /// How long a caller is asked to wait after the rate limiter failed.
 const FAILED_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The limiter failed: the call is limited, and its operator event is an `ERROR` (a fault)
+/// carrying the note.
 fn failed(reason: RateLimitReason, note: String) -> Stop {
-    tracing::error!(target: "agent_surface::policy", cause = %note, "rate limiter failed; limiting");
-    Stop::noted(AgentSurfaceError::rate_limited(reason, FAILED_RETRY_AFTER), Phase::Rate, note)
+    Stop::noted(AgentSurfaceError::rate_limited(reason, FAILED_RETRY_AFTER), Phase::Rate, note).fault()
 }

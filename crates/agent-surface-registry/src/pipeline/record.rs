@@ -1,9 +1,13 @@
 //! Phase 10 — the end of a call: the result, and the operator event.
 //!
+//! The event of a call that ends with an error is logged at the level the matrix gives its code
+//! (`logLevel` in `spec/error-matrix.json`), or at `ERROR` when the service itself is at fault
+//! ([`Stop::fault`]). It lies inside the invocation span, which carries the correlation id.
+//!
 //! (Storing the terminal result for the idempotency window is the admission guard's
 //! `settle`, called by the pipeline right after this.)
 
-use agent_surface_core::InvokeResult;
+use agent_surface_core::{InvokeResult, LogLevel};
 use serde_json::Value;
 
 use super::Stop;
@@ -20,29 +24,44 @@ pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>
                 replayed: false,
                 joined: false,
                 questions: None,
+                correlation_id: crate::CorrelationId::pending(),
             }
         }
         Err(stop) => {
-            let Stop { error, phase, note, questions } = stop;
+            let Stop { error, phase, note, questions, fault } = stop;
             let code = error.code();
             let chain = error.cause_chain();
             span.record("code", code.as_str());
             span.record("phase", phase.as_str());
             span.record("retry", error.payload().retry().as_str());
-            tracing::info!(
-                target: "agent_surface::invoke",
-                code = code.as_str(),
-                phase = phase.as_str(),
-                note = note.as_deref().unwrap_or(""),
-                cause = %chain.join(": "),
-                "error"
-            );
+            // The matrix's level for the code, or `ERROR` for a fault of the service itself.
+            let level = if fault { LogLevel::Error } else { error.payload().log_level() };
+            macro_rules! event {
+                ($level:expr) => {
+                    tracing::event!(
+                        target: "agent_surface::invoke",
+                        $level,
+                        code = code.as_str(),
+                        phase = phase.as_str(),
+                        note = note.as_deref().unwrap_or(""),
+                        cause = %chain.join(": "),
+                        "error"
+                    )
+                };
+            }
+            match level {
+                LogLevel::Debug => event!(tracing::Level::DEBUG),
+                LogLevel::Info => event!(tracing::Level::INFO),
+                LogLevel::Warn => event!(tracing::Level::WARN),
+                LogLevel::Error => event!(tracing::Level::ERROR),
+            }
             Invocation {
                 result: InvokeResult::error(error.into_payload(), invocation_id),
                 phase: Some(phase),
                 replayed: false,
                 joined: false,
                 questions: questions.map(|q| *q),
+                correlation_id: crate::CorrelationId::pending(),
             }
         }
     }

@@ -46,7 +46,7 @@ pub(crate) async fn check(
     let call = &verify.call;
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded, output.clone()))) {
         Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(p) => return Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
+        Err(p) => return Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref()))).fault()),
     };
     let budget = super::time_budget(inner, def, options);
     let sleep = inner.config.clock.sleep(budget);
@@ -65,6 +65,6 @@ pub(crate) async fn check(
         )),
         Ok(Ok(Verification::Unknown)) => Err(unknown("verification could not decide".to_string())),
         Ok(Err(e)) => Err(unknown(format!("verification failed: {}", e.cause_chain().join(": ")))),
-        Err(p) => Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref())))),
+        Err(p) => Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref()))).fault()),
     }
 }

@@ -9,6 +9,7 @@ mod confirmation;
 mod definitions;
 mod hostile;
 mod leases;
+mod operator_log;
 mod phases;
 mod progress;
 mod questions;

@@ -1,0 +1,119 @@
+//! Correlation ids: the id an agent (or the person reading its transcript) can quote to find a
+//! call in the operator log.
+//!
+//! Every call has one. When the caller sent an invocation id, the correlation id *is* that id —
+//! the caller already knows it, and retries and replays of the same call share it. Otherwise the
+//! registry makes one: a prefix drawn once per process from the operating system's random source
+//! (so that replicas and restarts do not repeat each other's ids) and a counter, e.g.
+//! `c-5f0e93a1c2d4-1b`. Making one costs an atomic increment; the text is formatted only when
+//! something asks for it.
+//!
+//! The invocation span (`tracing`, target `agent_surface::invoke`) carries it as the field
+//! `correlation_id`, and the adapters hand it to the agent: the MCP adapter in the result's
+//! `_meta` (`agent-surface/correlationId`), the HTTP binding as the `Agent-Surface-Correlation-Id`
+//! header, the embedded toolset on its tool result.
+//!
+//! ```
+//! use agent_surface_registry::CorrelationId;
+//!
+//! let given = CorrelationId::of_invocation("inv-7");
+//! assert_eq!(given.to_string(), "inv-7");
+//! let made = CorrelationId::generate();
+//! assert!(made.to_string().starts_with("c-"));
+//! assert_ne!(made, CorrelationId::generate(), "each one is new");
+//! ```
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The id that ties a call's result to its operator event; see the [module](self).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CorrelationId(Repr);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Repr {
+    /// The caller's invocation id.
+    Invocation(Box<str>),
+    /// Made by this process: the process prefix and this number.
+    Generated(u64),
+}
+
+/// The counter behind generated ids (0 is never handed out).
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// 48 random bits, drawn once per process, as 12 hex digits.
+fn process_prefix() -> &'static str {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let mut bytes = [0u8; 6];
+        if getrandom::fill(&mut bytes).is_err() {
+            // No random source (no supported platform lacks one): time and process id still
+            // keep two processes apart in practice; ids are for finding log lines, not secrets.
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let mixed = nanos ^ (u64::from(std::process::id()) << 32);
+            bytes.copy_from_slice(&mixed.to_le_bytes()[..6]);
+        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    })
+}
+
+impl CorrelationId {
+    /// A new id, unique in this process and (with overwhelming probability) across processes.
+    pub fn generate() -> CorrelationId {
+        CorrelationId(Repr::Generated(NEXT.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// The correlation id of a call the caller named with `invocation_id`: that id.
+    pub fn of_invocation(invocation_id: &str) -> CorrelationId {
+        CorrelationId(Repr::Invocation(invocation_id.into()))
+    }
+
+    /// The caller's invocation id, when the correlation id is one.
+    pub fn invocation_id(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Invocation(id) => Some(id),
+            Repr::Generated(_) => None,
+        }
+    }
+
+    /// A placeholder, replaced before a call's [`crate::Invocation`] leaves the registry.
+    pub(crate) const fn pending() -> CorrelationId {
+        CorrelationId(Repr::Generated(0))
+    }
+}
+
+impl fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Invocation(id) => f.write_str(id),
+            Repr::Generated(n) => write!(f, "c-{}-{n:x}", process_prefix()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_distinct_and_share_the_process_prefix() {
+        let ids: Vec<String> = (0..1000).map(|_| CorrelationId::generate().to_string()).collect();
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        let prefix = process_prefix();
+        assert_eq!(prefix.len(), 12);
+        assert!(prefix.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(ids.iter().all(|id| id.starts_with(&format!("c-{prefix}-"))), "{}", ids[0]);
+        assert!(ids.iter().all(|id| id.is_ascii() && !id.contains(' ')));
+    }
+
+    #[test]
+    fn an_invocation_id_is_its_own_correlation_id() {
+        let id = CorrelationId::of_invocation("order-42/retry");
+        assert_eq!(id.to_string(), "order-42/retry");
+        assert_eq!(id.invocation_id(), Some("order-42/retry"));
+        assert_eq!(CorrelationId::generate().invocation_id(), None);
+    }
+}

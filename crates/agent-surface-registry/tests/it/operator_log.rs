@@ -1,0 +1,160 @@
+//! The operator event of a call: its level (the matrix's for the code, `ERROR` for faults of the
+//! service itself) and the correlation id that ties it to the result the agent received.
+
+use std::sync::Arc;
+
+use agent_surface_core::{AgentSurfaceError, ErrorCode, LogLevel, Timestamp, matrix};
+use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
+use agent_surface_registry::{Ctx, Invocation, Registry, RegistryConfig};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::support::{call, capture_operator_log, consumer};
+
+/// A store that always fails (a fault of the service, not of the caller).
+#[derive(Debug)]
+struct DownStore;
+
+impl IdempotencyStore for DownStore {
+    fn admit<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: Fingerprint,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
+    fn settle<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: Fingerprint,
+        _: Lease,
+        _: Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `log.ok` succeeds, `log.fail` returns a handler error, `log.panic` panics; all take
+/// `{"n": integer}`.
+fn registry(config: RegistryConfig) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(config);
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    r.define("log", |t| {
+        t.capability("ok", "Succeeds.").raw_handler(schema.clone(), None, |_c: Ctx, v: Value| async move { Ok(v) });
+        t.capability("fail", "Fails.").raw_handler(schema.clone(), None, |_c: Ctx, _v: Value| async move {
+            Err(AgentSurfaceError::internal("the warehouse said no"))
+        });
+        t.capability("panic", "Panics.").raw_handler(schema.clone(), None, |_c: Ctx, _v: Value| async move {
+            if true {
+                panic!("index out of bounds in the pricing table");
+            }
+            Ok(json!({}))
+        });
+    })
+    .expect("valid");
+    let m = r.mount("log", "main").expect("mount");
+    (r, m)
+}
+
+/// The one line of `log` that reports the call's end (`error` event of `agent_surface::invoke`)
+/// and carries `correlation_id`.
+fn event_line<'a>(log: &'a str, invocation: &Invocation) -> &'a str {
+    let id = invocation.correlation_id.to_string();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("agent_surface::invoke") && l.contains(&format!("correlation_id={id}")))
+        .collect();
+    assert_eq!(lines.len(), 1, "one event for {id} in:\n{log}");
+    lines[0]
+}
+
+fn run(config: RegistryConfig, cases: Vec<(&'static str, Value, Option<&'static str>)>) -> (Vec<Invocation>, String) {
+    capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (r, _m) = registry(config);
+            let mut out = Vec::new();
+            for (name, input, id) in cases {
+                let mut request = call(name, input);
+                if let Some(id) = id {
+                    request = request.with_invocation_id(id);
+                }
+                out.push(r.invoke_detailed(request, consumer("c")).await);
+            }
+            out
+        })
+    })
+}
+
+#[test]
+fn each_call_is_logged_at_its_codes_level_with_its_correlation_id() {
+    let (invocations, log) = run(
+        RegistryConfig::default(),
+        vec![
+            ("log.nope", json!({}), None),                 // CAPABILITY_NOT_FOUND: INFO
+            ("log.ok", json!({"n": "one"}), None),         // INVALID_INPUT: INFO
+            ("log.fail", json!({"n": 1}), None),           // EXECUTION_FAILED handler-error: WARN
+            ("log.panic", json!({"n": 1}), Some("inv-7")), // a panic: ERROR
+        ],
+    );
+    let expected = [
+        (ErrorCode::CapabilityNotFound, " INFO "),
+        (ErrorCode::InvalidInput, " INFO "),
+        (ErrorCode::ExecutionFailed, " WARN "),
+        (ErrorCode::ExecutionFailed, "ERROR "),
+    ];
+    for (invocation, (code, level)) in invocations.iter().zip(expected) {
+        assert_eq!(invocation.result.code(), Some(code), "{invocation:?}");
+        let line = event_line(&log, invocation);
+        assert!(line.contains(level), "{code} at {level:?}: {line}");
+        assert!(line.contains(code.as_str()), "{line}");
+    }
+    // A caller's invocation id is the correlation id; otherwise the registry made one.
+    assert_eq!(invocations[3].correlation_id.to_string(), "inv-7");
+    assert!(invocations[0].correlation_id.to_string().starts_with("c-"));
+    assert_ne!(invocations[0].correlation_id, invocations[1].correlation_id);
+    // The panic message is on the operator channel, at ERROR, and nowhere in the result.
+    assert!(event_line(&log, &invocations[3]).contains("index out of bounds"), "{log}");
+    assert!(!serde_json::to_string(&invocations[3].result).unwrap().contains("index out of bounds"));
+}
+
+#[test]
+fn a_store_failure_is_an_error_event_although_its_code_is_a_warning() {
+    let config = RegistryConfig { idempotency: Arc::new(DownStore), ..RegistryConfig::default() };
+    let (invocations, log) = run(config, vec![("log.ok", json!({"n": 1}), Some("inv-1"))]);
+    let payload = invocations[0].result.error_payload().expect("an error");
+    assert_eq!(payload.code(), ErrorCode::ExecutionFailed);
+    assert_eq!(payload.log_level(), LogLevel::Warn, "the matrix's level for the code");
+    let line = event_line(&log, &invocations[0]);
+    assert!(line.contains("ERROR "), "raised to ERROR for the store's failure: {line}");
+    assert!(line.contains("connection refused"), "{line}");
+}
+
+#[test]
+fn a_success_carries_a_correlation_id_too() {
+    let (invocations, log) = run(RegistryConfig::default(), vec![("log.ok", json!({"n": 1}), None)]);
+    assert!(invocations[0].result.is_ok());
+    let id = invocations[0].correlation_id.to_string();
+    assert!(log.contains(&format!("correlation_id={id}")), "{log}");
+}
+
+/// The levels the issue asks for, read from the matrix (the one source of truth): expected
+/// refusals at `INFO` or below, failures at `WARN` or above.
+#[test]
+fn the_matrix_logs_refusals_low_and_failures_high() {
+    let level = |code: ErrorCode, details: Value| matrix::spec(code).log_level.eval(details.as_object());
+    for code in [ErrorCode::InvalidInput, ErrorCode::NotAuthorized, ErrorCode::NotAuthenticated, ErrorCode::RateLimited]
+    {
+        assert!(level(code, json!({})) <= LogLevel::Info, "{code}");
+    }
+    assert!(level(ErrorCode::ExecutionFailed, json!({"reason": "handler-error"})) >= LogLevel::Warn);
+    assert!(level(ErrorCode::ExecutionFailed, json!({"reason": "verification-failed"})) >= LogLevel::Warn);
+    assert_eq!(level(ErrorCode::PreconditionFailed, json!({"reason": "client-input-required"})), LogLevel::Debug);
+    assert_eq!(level(ErrorCode::PreconditionFailed, json!({})), LogLevel::Info);
+    // No code is an ERROR by itself: that level is for faults of the service.
+    for spec in &matrix::MATRIX {
+        assert!(spec.log_level.values().all(|l| l < LogLevel::Error), "{}", spec.code);
+    }
+}
