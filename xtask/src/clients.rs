@@ -6,7 +6,9 @@
 //!
 //! 1. the official TypeScript SDK client v1 (`@modelcontextprotocol/sdk`, legacy era),
 //!    `js/clients.mjs`, and v2 (`@modelcontextprotocol/client`, MCP 2026-07-28),
-//!    `js/modern_clients.mjs`;
+//!    `js/modern_clients.mjs`; and v1 against the demo as an OAuth 2.1 resource server
+//!    (`--oauth-jwks` with `agent-surface-oauth`'s test keys), `js/oauth_client.mjs`: the 401 and
+//!    its `WWW-Authenticate`, the metadata fetched, the sign-in redirect, minted tokens;
 //! 2. the official Python SDK client (`mcp`), `python/clients.py` (legacy era);
 //! 3. Pydantic AI's `MCPToolset` over FastMCP with an offline `FunctionModel`,
 //!    `python/pydantic_ai_client.py`;
@@ -383,7 +385,7 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     };
 
     // The scripts must sit next to node_modules for their imports to resolve.
-    for script in ["checks.mjs", "clients.mjs", "modern_clients.mjs"] {
+    for script in ["checks.mjs", "clients.mjs", "modern_clients.mjs", "oauth_client.mjs"] {
         std::fs::copy(p.clients.join("js").join(script), packages.join(script))?;
     }
     let mut js = Command::new(&node);
@@ -399,6 +401,23 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
         &mut js2,
         &logs.join("typescript-v2.log"),
         Duration::from_secs(300),
+    )?);
+
+    // The MCP endpoint as an OAuth 2.1 resource server, with the test keys of agent-surface-oauth.
+    let keys = p.root.join("crates/agent-surface-oauth/tests/keys");
+    let mut oauth = Command::new(&node);
+    oauth
+        .arg(packages.join("oauth_client.mjs"))
+        .arg(&demo)
+        .arg(keys.join("jwks.json"))
+        .arg(keys.join("ed25519.pem"))
+        .current_dir(&packages);
+    with_node_path(&mut oauth, &bin);
+    add(run_checks(
+        "typescript sdk client (oauth)",
+        &mut oauth,
+        &logs.join("typescript-oauth.log"),
+        Duration::from_secs(120),
     )?);
 
     let mut py = Command::new(&python);

@@ -401,10 +401,15 @@ pub(crate) fn router(
     http: &HttpConfig,
     shutdown: CancellationToken,
 ) -> axum::Router {
+    let authenticator = config.authenticator.clone();
     let config = Arc::new(config);
-    agent_surface_mcp::http::router_with(
+    let app = agent_surface_mcp::http::router_with(
         move || ConformanceServer::new(registry.clone(), config.clone()),
         http,
         shutdown,
-    )
+    );
+    match authenticator {
+        Some(authenticator) => agent_surface_mcp::http::authenticated(app, authenticator),
+        None => app,
+    }
 }

@@ -7,6 +7,7 @@
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
 //!                          [--max-connections-per-ip N]
+//!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
 //!
@@ -38,6 +39,8 @@ usage:
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
                           [--ticket-delay-ms MS] [--max-connections-per-ip N]
+                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
+                           [--oauth-scope SCOPE]...]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
                           [--invocation-id ID] [--confirmation-id ID]
 
@@ -50,7 +53,11 @@ mid-call holds that call (default 10000). --state-key HEX (64 hex digits) seals 
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
 take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
 one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
-HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). `call` runs one capability
+HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). --oauth-jwks FILE
+makes both an OAuth 2.1 resource server: only JWT access tokens signed by a key of that JWKS, issued by an
+--oauth-issuer, for --oauth-resource (default http://ADDR, the bound address) and with every --oauth-scope
+are admitted; others get 401/403 with WWW-Authenticate, and the metadata is served at
+/.well-known/oauth-protected-resource. `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
 70 failed, 75 try again later, 77 not permitted, 130 cancelled).";
@@ -69,6 +76,16 @@ struct Serve {
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
     max_connections_per_ip: Option<usize>,
+    oauth: OAuth,
+}
+
+/// The `--oauth-*` options: the OAuth 2.1 resource server, on when `jwks` is given.
+#[derive(Debug, Default)]
+struct OAuth {
+    jwks: Option<String>,
+    issuers: Vec<String>,
+    resource: Option<String>,
+    scopes: Vec<String>,
 }
 
 /// Milliseconds, for `name`.
@@ -120,6 +137,10 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                     Some(n.parse().map_err(|_| "--max-connections-per-ip takes a whole number".to_string())?);
             }
             "--state-key" => serve.state_key = Some(parse_key(&value("--state-key")?)?),
+            "--oauth-jwks" => serve.oauth.jwks = Some(value("--oauth-jwks")?),
+            "--oauth-issuer" => serve.oauth.issuers.push(value("--oauth-issuer")?),
+            "--oauth-resource" => serve.oauth.resource = Some(value("--oauth-resource")?),
+            "--oauth-scope" => serve.oauth.scopes.push(value("--oauth-scope")?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -128,6 +149,16 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     }
     if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some()) {
         return Err("--redis-prefix and --lease-ms need --redis URL".to_string());
+    }
+    let oauth = &serve.oauth;
+    let other_oauth = !oauth.issuers.is_empty() || oauth.resource.is_some() || !oauth.scopes.is_empty();
+    match (&oauth.jwks, other_oauth) {
+        (None, true) => return Err("--oauth-issuer, --oauth-resource and --oauth-scope need --oauth-jwks FILE".into()),
+        (Some(_), _) if oauth.issuers.is_empty() => return Err("--oauth-jwks needs --oauth-issuer URL".into()),
+        (Some(_), _) if serve.stdio || !serve.tokens.is_empty() => {
+            return Err("--oauth-jwks is for --http, without --token".into());
+        }
+        _ => {}
     }
     Ok(serve)
 }
@@ -224,6 +255,25 @@ async fn serve(options: Serve) -> Result<(), String> {
     let addr = options.http.unwrap_or_default();
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // The OAuth resource server guards both transports; its metadata is served at the root.
+    let oauth = match options.oauth.jwks {
+        None => None,
+        Some(path) => {
+            let jwks = agent_surface_oauth::Jwks::from_file(&path).map_err(|e| format!("--oauth-jwks {path}: {e}"))?;
+            let server = agent_surface_oauth::ResourceServer::new(agent_surface_oauth::ResourceServerConfig {
+                resource: options.oauth.resource.unwrap_or_else(|| format!("http://{local}")),
+                authorization_servers: options.oauth.issuers,
+                required_scopes: options.oauth.scopes,
+                jwks,
+                ..Default::default()
+            })
+            .map_err(|e| format!("--oauth-*: {e}"))?;
+            let server = Arc::new(server);
+            api.authenticator = Some(server.clone());
+            config.authenticator = Some(server.clone());
+            Some(server)
+        }
+    };
     let mut http = HttpConfig::default();
     if let Some(n) = options.max_connections_per_ip {
         http.limits.max_connections_per_ip = n;
@@ -242,6 +292,10 @@ async fn serve(options: Serve) -> Result<(), String> {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, shutdown.clone())
     };
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
+    let app = match oauth {
+        Some(oauth) => app.merge(oauth.metadata_router()),
+        None => app,
+    };
     agent_surface_server::serve(listener, app, http.limits.clone(), shutdown).await.map_err(|e| e.to_string())
 }
 

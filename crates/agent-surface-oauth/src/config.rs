@@ -27,7 +27,8 @@ pub struct ResourceServerConfig {
     /// This resource's identifier (RFC 8707, RFC 9728 `resource`): an absolute `https` URI —
     /// `http` for development — without query or fragment, e.g. `https://shop.example/mcp`. A
     /// token's `aud` must name it exactly; the metadata document is served at its well-known
-    /// path ([`crate::ResourceServer::metadata_path`]).
+    /// path ([`crate::ResourceServer::metadata_path`]). A resource at the root is named with or
+    /// without its trailing `/` (clients that parse the URL send `https://shop.example/`).
     pub resource: String,
     /// The issuer identifiers of the authorization servers that may issue tokens for this
     /// resource: listed in the metadata (`authorization_servers`), and a token's `iss` must be

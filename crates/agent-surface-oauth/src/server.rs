@@ -23,6 +23,9 @@ pub const METADATA_WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 /// at the root of the server. See the crate documentation.
 pub struct ResourceServer {
     config: ResourceServerConfig,
+    /// The `aud` values that name this resource: the resource, and for one at the root also its
+    /// form with (or without) the trailing `/` that URL parsers add (`https://h` is `https://h/`).
+    audiences: Vec<String>,
     metadata_path: String,
     metadata_url: String,
     metadata_json: String,
@@ -73,6 +76,12 @@ impl ResourceServer {
         }
         // RFC 9728 §3.1: the well-known segment goes between the host and the resource's path.
         let path = uri.path().trim_end_matches('/');
+        let audiences = if path.is_empty() {
+            let root = config.resource.trim_end_matches('/');
+            vec![root.to_string(), format!("{root}/")]
+        } else {
+            vec![config.resource.clone()]
+        };
         let metadata_path = format!("{METADATA_WELL_KNOWN}{path}");
         let metadata_url = format!("{scheme}://{authority}{metadata_path}");
         let scopes_supported =
@@ -95,6 +104,7 @@ impl ResourceServer {
         );
         Ok(ResourceServer {
             config,
+            audiences,
             metadata_path,
             metadata_url,
             metadata_json,
@@ -211,7 +221,7 @@ impl ResourceServer {
         validation.validate_exp = true;
         validation.validate_nbf = true;
         validation.validate_aud = true;
-        validation.set_audience(&[&self.config.resource]);
+        validation.set_audience(&self.audiences);
         validation.set_issuer(&self.config.authorization_servers);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation

@@ -230,6 +230,29 @@ fn a_resource_at_the_root_has_its_metadata_at_the_root() {
     assert_eq!(server.metadata_url(), "https://shop.example/.well-known/oauth-protected-resource");
 }
 
+/// URL parsers write a root resource with a trailing `/` (the TypeScript SDK sends
+/// `resource=https://shop.example/`), so a root resource accepts both forms — and nothing else.
+#[tokio::test]
+async fn a_root_resource_is_named_with_or_without_its_trailing_slash() {
+    use agent_surface_policy::Authenticator;
+    let oauth = agent_surface_oauth::ResourceServer::new(agent_surface_oauth::ResourceServerConfig {
+        resource: "https://shop.example".into(),
+        ..crate::fixture::config()
+    })
+    .unwrap();
+    for (aud, admitted) in [
+        ("https://shop.example", true),
+        ("https://shop.example/", true),
+        ("https://shop.example//", false),
+        ("https://shop.example/mcp", false),
+    ] {
+        let token = mint(Signer::Ed, &with(json!({"aud": aud})));
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+        assert_eq!(oauth.try_authenticate(&headers).await.is_ok(), admitted, "{aud}");
+    }
+}
+
 #[test]
 fn configurations_that_cannot_be_safe_are_refused() {
     use agent_surface_oauth::{Algorithm, ConfigError, ResourceServer, ResourceServerConfig};
