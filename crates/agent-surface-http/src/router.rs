@@ -25,6 +25,11 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The default consumer header: names one caller's session within its identity.
 pub const CONSUMER_HEADER: &str = "agent-surface-consumer";
 
+/// The response header of `POST {prefix}/invoke` that carries the call's correlation id: the id
+/// the agent can quote to find the call in the operator log (the invocation id when the call had
+/// one, otherwise one the registry made).
+pub const CORRELATION_ID: &str = "agent-surface-correlation-id";
+
 /// How the binding serves.
 #[derive(Clone)]
 pub struct HttpConfig {
@@ -476,12 +481,16 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let _guard = cancel.clone().drop_guard();
     let registry = state.registry.clone();
     let options = InvokeOptions::new(consumer).with_cancellation(cancel);
-    let result = match tokio::spawn(async move { registry.invoke(request, options).await }).await {
-        Ok(result) => result,
+    let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
+        Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),
     };
-    let encoded = wire::encode(&result);
+    let encoded = wire::encode(&invocation.result);
     let mut response = (encoded.status, [(header::CONTENT_TYPE, encoded.content_type)], encoded.body).into_response();
+    // Printable ASCII by construction (an invocation id is, and so is a generated id).
+    if let Ok(id) = HeaderValue::from_str(&invocation.correlation_id.to_string()) {
+        response.headers_mut().insert(HeaderName::from_static(CORRELATION_ID), id);
+    }
     if let Some(seconds) = encoded.retry_after {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }

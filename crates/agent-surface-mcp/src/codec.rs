@@ -2,7 +2,7 @@
 //!
 //! | outcome | `isError` | `content` | `structuredContent` | `_meta` |
 //! |---|---|---|---|---|
-//! | ok | `false` | one text block: the output as JSON | the output, when it is a JSON object | `agent-surface/invocationId` when the call had one |
+//! | ok | `false` | one text block: the output as JSON | the output, when it is a JSON object | `agent-surface/invocationId` when the call had one; `agent-surface/correlationId` ([`encode_invocation`]) |
 //! | error | `true` | one text block: the payload `{code, message, retry, details?}` as JSON | **absent** | the same |
 //!
 //! An error result never carries `structuredContent`. The official TypeScript SDK client (and
@@ -19,6 +19,7 @@
 //! JSON serialized in a text block.
 
 use agent_surface_core::{ErrorPayload, InvokeResult};
+use agent_surface_registry::Invocation;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::Value;
 
@@ -77,6 +78,29 @@ pub fn encode(result: InvokeResult) -> CallToolResult {
             encode(InvokeResult::error(payload, other.invocation_id().map(str::to_string)))
         }
     }
+}
+
+/// Encodes a call's result as [`encode`] does, and adds its correlation id to `_meta`
+/// (`agent-surface/correlationId`): the id the agent can quote to find the call in the operator
+/// log (the invocation id when the call had one).
+///
+/// ```
+/// use agent_surface_core::InvokeResult;
+/// use agent_surface_mcp::codec;
+/// use agent_surface_registry::{CorrelationId, Invocation};
+///
+/// let id = CorrelationId::generate();
+/// let invocation = Invocation::answered(InvokeResult::ok(serde_json::json!({}), None), id.clone());
+/// let wire = serde_json::to_value(codec::encode_invocation(invocation)).unwrap();
+/// assert_eq!(wire["_meta"]["agent-surface/correlationId"], id.to_string());
+/// ```
+pub fn encode_invocation(invocation: Invocation) -> CallToolResult {
+    let mut result = encode(invocation.result);
+    result
+        .meta
+        .get_or_insert_with(MetaObject::new)
+        .insert(meta::CORRELATION_ID.to_string(), Value::String(invocation.correlation_id.to_string()));
+    result
 }
 
 /// Why a `CallToolResult` is not an encoded [`InvokeResult`].

@@ -29,6 +29,10 @@ use serde_json::{Map, Value};
 
 /// The idempotency key of the call, scoped to the MCP session.
 pub const INVOCATION_ID: &str = "agent-surface/invocationId";
+/// The key of a result's correlation id (`_meta` of a `tools/call` result; see
+/// [`crate::codec::encode_invocation`]): the id the agent can quote to find the call in the
+/// operator log.
+pub const CORRELATION_ID: &str = "agent-surface/correlationId";
 /// The surface id the call was planned against (from the `tools/list` result's `_meta`).
 pub const SURFACE_ID: &str = "agent-surface/surfaceId";
 /// The surface version the call was planned against (from the `tools/list` result's `_meta`).

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
 use agent_surface_policy::{ConfirmationState, Consumer, Identity};
-use agent_surface_registry::{Abilities, Answers, InvokeOptions, InvokeRequest, Progress, Question, Registry, id};
+use agent_surface_registry::{
+    Abilities, Answers, Invocation, InvokeOptions, InvokeRequest, Progress, Question, Registry, id,
+};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientResult, CustomRequest, CustomResult,
     ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, GetTaskParams,
@@ -83,7 +85,7 @@ impl Drop for Session {
 /// What serving a call came to: a result (with the questions it stopped for, if any), or a
 /// question for the person (modern clients).
 enum Answered {
-    Result(InvokeResult, Option<Vec<Question>>),
+    Result(Invocation),
     Ask(rmcp::model::InputRequiredResult),
     Task(rmcp::model::CreateTaskResult),
 }
@@ -217,15 +219,13 @@ impl McpServer {
         let legacy_elicitation =
             !is_modern(context) && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
         if !legacy_elicitation {
-            let done = self.session.registry.invoke_detailed(invoke, options).await;
-            return Answered::Result(done.result, done.questions);
+            return Answered::Result(self.session.registry.invoke_detailed(invoke, options).await);
         }
         let first = self.session.registry.invoke_detailed(invoke.clone(), options.clone()).await;
         if first.result.code() == Some(ErrorCode::ConfirmationRequired) {
-            let settled = self.confirm_by_elicitation(first.result, invoke, options, context).await;
-            return Answered::Result(settled, None);
+            return Answered::Result(self.confirm_by_elicitation(first, invoke, options, context).await);
         }
-        Answered::Result(first.result, first.questions)
+        Answered::Result(first)
     }
 
     /// The task runtime, the caller and the clock reading for a `tasks/*` request (`rmcp` answers
@@ -257,8 +257,7 @@ impl McpServer {
         else {
             // Too late to approve this one: plan the call afresh, which asks again.
             tracing::info!(target: "agent_surface::mcp", confirmation_id = %approval.cid, "approval state expired; asking afresh");
-            let again = registry.invoke_detailed(invoke, options).await;
-            return Answered::Result(again.result, again.questions);
+            return Answered::Result(registry.invoke_detailed(invoke, options).await);
         };
         let consumer = &options.consumer;
         match answer {
@@ -275,11 +274,10 @@ impl McpServer {
                 if let Some((tasks, request)) = task {
                     return match tasks.start(registry, invoke, options, request).await {
                         Started::Task(task) => Answered::Task(task),
-                        Started::Ended(done) => Answered::Result(done.result, done.questions),
+                        Started::Ended(done) => Answered::Result(done),
                     };
                 }
-                let done = registry.invoke_detailed(invoke, options).await;
-                Answered::Result(done.result, done.questions)
+                Answered::Result(registry.invoke_detailed(invoke, options).await)
             }
             Answer::Decline => {
                 let mut reason = ConfirmationInvalidReason::Denied;
@@ -291,7 +289,14 @@ impl McpServer {
                     }
                 }
                 let refused = AgentSurfaceError::confirmation_invalid(reason);
-                Answered::Result(InvokeResult::error(refused.into_payload(), invoke.invocation_id), None)
+                let declined = Invocation::new(InvokeResult::error(refused.into_payload(), invoke.invocation_id));
+                tracing::info!(
+                    target: "agent_surface::mcp",
+                    correlation_id = %declined.correlation_id,
+                    confirmation_id = %approval.cid,
+                    "approval declined"
+                );
+                Answered::Result(declined)
             }
         }
     }
@@ -337,25 +342,29 @@ impl McpServer {
         Ok(sealed.map(|state| mrtr::input_required(&details.summary, state)))
     }
 
-    /// Settles a `CONFIRMATION_REQUIRED` through elicitation when the session can; otherwise
-    /// returns `result` unchanged (two-phase).
+    /// Settles the `CONFIRMATION_REQUIRED` of `first` through elicitation when the session can;
+    /// otherwise returns `first` unchanged (two-phase). An answer the adapter gives itself keeps
+    /// the first call's correlation id; an approved call is a call of its own, with its own.
     async fn confirm_by_elicitation(
         &self,
-        result: InvokeResult,
+        first: Invocation,
         request: InvokeRequest,
         options: InvokeOptions,
         context: &RequestContext<RoleServer>,
-    ) -> InvokeResult {
-        let Some(resolver) = &self.session.config.confirmations else { return result };
-        let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
-            return result;
+    ) -> Invocation {
+        let Some(resolver) = &self.session.config.confirmations else { return first };
+        let Some(details) = first.result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>())
+        else {
+            return first;
         };
+        let correlation_id = first.correlation_id.clone();
+        let answer_with = |result: InvokeResult| Invocation::answered(result, correlation_id.clone());
         let message = format!("The assistant asks for your approval: {} Approve this action?", details.summary);
         let elicit = elicit(&context.peer, message);
         let answer = tokio::select! {
             biased;
             _ = context.ct.cancelled() => {
-                return InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), request.invocation_id);
+                return answer_with(InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), request.invocation_id));
             }
             r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
         };
@@ -365,29 +374,29 @@ impl McpServer {
             Ok(Ok(_decline_or_cancel)) => ConfirmationAnswer::Denied,
             Ok(Err(e)) => {
                 tracing::info!(target: "agent_surface::mcp", error = %e, "elicitation failed; relaying CONFIRMATION_REQUIRED");
-                return result;
+                return first;
             }
             Err(_elapsed) => {
                 tracing::info!(target: "agent_surface::mcp", "elicitation unanswered; relaying CONFIRMATION_REQUIRED");
-                return result;
+                return first;
             }
         };
         let recorded = resolver.resolve(&details.confirmation_id, consumer, answer).await;
         match (answer, recorded) {
             (ConfirmationAnswer::Approved, Ok(())) => {
                 let retry = InvokeRequest { confirmation_id: Some(details.confirmation_id), ..request };
-                self.session.registry.invoke(retry, options).await
+                self.session.registry.invoke_detailed(retry, options).await
             }
             (ConfirmationAnswer::Approved, Err(e)) => {
                 tracing::warn!(target: "agent_surface::mcp", error = %e, "approval not recorded; relaying CONFIRMATION_REQUIRED");
-                result
+                first
             }
             (ConfirmationAnswer::Denied, recorded) => {
                 if let Err(e) = recorded {
                     tracing::warn!(target: "agent_surface::mcp", error = %e, "denial not recorded; the confirmation will expire");
                 }
                 let denied = AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied);
-                InvokeResult::error(denied.into_payload(), request.invocation_id)
+                answer_with(InvokeResult::error(denied.into_payload(), request.invocation_id))
             }
         }
     }
@@ -675,7 +684,7 @@ impl ServerHandler for McpServer {
         if let Some(tasks) = tasks.filter(|_| approval.is_none()) {
             match tasks.start(&self.session.registry, invoke.clone(), options.clone(), context.ct.clone()).await {
                 Started::Task(task) => return Ok(CallToolResponse::Task(task)),
-                Started::Ended(invocation) => outcome = Some(Answered::Result(invocation.result, invocation.questions)),
+                Started::Ended(invocation) => outcome = Some(Answered::Result(invocation)),
             }
         }
         let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
@@ -697,27 +706,33 @@ impl ServerHandler for McpServer {
                 task.abort();
             }
         }
-        let (result, questions) = match outcome {
-            Answered::Result(result, questions) => (result, questions),
+        let invocation = match outcome {
+            Answered::Result(invocation) => invocation,
             Answered::Ask(question) => return Ok(question.into()),
             Answered::Task(task) => return Ok(CallToolResponse::Task(task)),
         };
         if let Some(arguments) = &kept {
             let now = self.session.registry.config().clock.now();
             let round = Round { tool: &request.name, arguments, consumer: &consumer, dialogue, abilities, now };
-            if let Some(ask) = self.ask_modern(&result, questions.as_deref(), &round)? {
+            if let Some(ask) = self.ask_modern(&invocation.result, invocation.questions.as_deref(), &round)? {
                 return Ok(ask.into());
             }
         }
         if self.session.config.unknown_tool == UnknownTool::ProtocolError
-            && result.code() == Some(ErrorCode::CapabilityNotFound)
+            && invocation.result.code() == Some(ErrorCode::CapabilityNotFound)
         {
             return Err(ErrorData::invalid_params(format!("Unknown tool: {}", request.name), None));
         }
-        if let InvokeResult::Error { .. } = &result {
-            tracing::debug!(target: "agent_surface::mcp", tool = %request.name, code = ?result.code(), "tool error");
+        if let InvokeResult::Error { .. } = &invocation.result {
+            tracing::debug!(
+                target: "agent_surface::mcp",
+                tool = %request.name,
+                code = ?invocation.result.code(),
+                correlation_id = %invocation.correlation_id,
+                "tool error"
+            );
         }
-        Ok(codec::encode(result).into())
+        Ok(codec::encode_invocation(invocation).into())
     }
 
     /// `rmcp` parses a request of a known method whose params do not fit as a custom request;

@@ -227,11 +227,10 @@ impl Tasks {
             }
         };
         self.running().remove(&id);
-        let result = invocation.result;
-        let (status, payload) = if result.code() == Some(ErrorCode::Cancelled) {
+        let (status, payload) = if invocation.result.code() == Some(ErrorCode::Cancelled) {
             (TaskStatus::Cancelled, None)
         } else {
-            (TaskStatus::Completed, serde_json::to_value(codec::encode(result)).ok())
+            (TaskStatus::Completed, serde_json::to_value(codec::encode_invocation(invocation)).ok())
         };
         let finished = match store.finish(&id, status, payload, None, clock.now()).await {
             // The result does not fit the store: it is withheld, as an output over the cap is.

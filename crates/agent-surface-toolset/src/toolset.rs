@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, InvokeResult, Retry};
 use agent_surface_policy::Consumer;
-use agent_surface_registry::{FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
+use agent_surface_registry::{CorrelationId, FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -78,6 +78,10 @@ pub struct ToolOutcome {
     pub request: Option<InvokeRequest>,
     /// The result in the provider's format (see [`crate::encode_result`]).
     pub item: Value,
+    /// The correlation id of the last request sent — the id the operator log records that call
+    /// under (the invocation id when it had one); `None` when the call could not become a
+    /// request. The host shows it where a person may need to quote it.
+    pub correlation_id: Option<CorrelationId>,
 }
 
 /// One answered model turn.
@@ -267,6 +271,7 @@ impl Toolset {
     /// registration: it is never presented again. At most 64 relayed confirmations are remembered per toolset, the oldest
     /// forgotten first.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
+        let mut correlation_id = None;
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
             Ok(mut request) => {
                 // The call's key (a canonical serialization of its input) is only computed when a
@@ -278,8 +283,9 @@ impl Toolset {
                 {
                     request = request.with_confirmation(id);
                 }
-                let invoker = ToolsetInvoker { toolset: self, call };
+                let invoker = ToolsetInvoker { toolset: self, call, last: Mutex::new(None) };
                 let r = self.driver.run(&invoker, request, &self.cancellation).await;
+                correlation_id = invoker.last.into_inner().unwrap_or_else(PoisonError::into_inner);
                 let required = r.result.code() == Some(ErrorCode::ConfirmationRequired);
                 if relaying || required {
                     // The loop may retarget the request, never its capability or input.
@@ -294,7 +300,7 @@ impl Toolset {
             self.mark_stale();
         }
         let item = encode_result(call, &result, &self.config.results);
-        ToolOutcome { call: call.clone(), result, attempts, stop, request, item }
+        ToolOutcome { call: call.clone(), result, attempts, stop, request, item, correlation_id }
     }
 
     /// The confirmation id relayed for this call, if any.
@@ -348,10 +354,12 @@ fn before_the_gate(payload: &agent_surface_core::ErrorPayload) -> bool {
     }
 }
 
-/// The toolset's [`Invoker`] for one tool call: its consumer, cancellation and progress callback.
+/// The toolset's [`Invoker`] for one tool call: its consumer, cancellation and progress callback,
+/// and the correlation id of the last request it sent.
 struct ToolsetInvoker<'a> {
     toolset: &'a Toolset,
     call: &'a ToolCall,
+    last: Mutex<Option<CorrelationId>>,
 }
 
 impl Invoker for ToolsetInvoker<'_> {
@@ -362,7 +370,11 @@ impl Invoker for ToolsetInvoker<'_> {
             let (callback, call) = (callback.clone(), self.call.clone());
             options = options.with_progress(Arc::new(FnProgress::new(move |p: Progress| callback(&call, p))));
         }
-        Box::pin(self.toolset.registry.invoke(request, options))
+        Box::pin(async move {
+            let invocation = self.toolset.registry.invoke_detailed(request, options).await;
+            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(invocation.correlation_id);
+            invocation.result
+        })
     }
 
     fn snapshot(&self) -> BoxFuture<'_, Snapshot> {

@@ -80,6 +80,27 @@ async fn not_authenticated_is_401_with_a_challenge() {
     assert_eq!(r.json()["code"], "NOT_AUTHENTICATED");
 }
 
+/// Every answer of `/invoke` carries the call's correlation id: the invocation id when the call
+/// had one, otherwise one the registry made (a new one per call); protocol faults (no call) do
+/// not.
+#[tokio::test]
+async fn every_call_answers_with_its_correlation_id() {
+    let server = start(HttpConfig::default()).await;
+    let ok = r#"{"capability":"echo.say","input":{"text":"a"}}"#;
+    let failed = r#"{"capability":"fail.with","input":{"kind":"auth"}}"#;
+    let a = post_json(server.addr, "/invoke", &[], ok).await;
+    let b = post_json(server.addr, "/invoke", &[], failed).await;
+    let (a_id, b_id) = (a.header("agent-surface-correlation-id"), b.header("agent-surface-correlation-id"));
+    assert!(a_id.is_some_and(|id| id.starts_with("c-")), "{a:?}");
+    assert!(b_id.is_some_and(|id| id.starts_with("c-")), "{b:?}");
+    assert_ne!(a_id, b_id);
+    let keyed = post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-corr")], ok).await;
+    assert_eq!(keyed.header("agent-surface-correlation-id"), Some("k-corr"));
+    let fault = post_json(server.addr, "/invoke", &[], "{").await;
+    assert_eq!(fault.status, 400);
+    assert_eq!(fault.header("agent-surface-correlation-id"), None);
+}
+
 #[tokio::test]
 async fn idempotency_key_is_the_invocation_id() {
     let server = start(HttpConfig::default()).await;

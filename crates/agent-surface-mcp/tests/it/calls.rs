@@ -187,3 +187,33 @@ async fn results_decode_back_through_the_codec() {
     assert_eq!(r.invocation_id(), Some("i"));
     c.client.cancel().await.unwrap();
 }
+
+/// Every result carries a correlation id in `_meta` the agent can quote: the invocation id when
+/// the call had one, otherwise one the registry made — and the operator event carries the same.
+#[test]
+fn every_result_carries_the_correlation_id_of_its_operator_event() {
+    let (ids, log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let f = fixture();
+            let c = connect(&f.registry, McpConfig::default(), None).await;
+            let mut ids = Vec::new();
+            for (input, meta) in [
+                (json!({"text": "fail"}), json!({})),
+                (json!({"text": 5}), json!({})),
+                (json!({"text": "hi"}), json!({"agent-surface/invocationId": "inv-corr-1"})),
+            ] {
+                let raw = call_raw(&c.client, "store-echo", input, meta).await.unwrap();
+                let wire = serde_json::to_value(&raw).unwrap();
+                ids.push(wire["_meta"]["agent-surface/correlationId"].as_str().expect("a correlation id").to_string());
+            }
+            c.client.cancel().await.unwrap();
+            ids
+        })
+    });
+    assert!(ids[0].starts_with("c-") && ids[1].starts_with("c-") && ids[0] != ids[1], "{ids:?}");
+    assert_eq!(ids[2], "inv-corr-1");
+    for id in &ids {
+        assert!(log.contains(&format!("correlation_id={id}")), "{id} is in the operator log:\n{log}");
+    }
+}

@@ -336,3 +336,39 @@ async fn progress_reports_reach_the_callback_with_their_tool_call() {
         ]
     );
 }
+
+/// Each outcome names the correlation id its operator event was logged under; a call that never
+/// became a request has none.
+#[test]
+fn each_outcome_carries_the_correlation_id_of_its_last_request() {
+    let (turn, log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let registry = Registry::new(RegistryConfig::default());
+            registry
+                .define("echo", |t| {
+                    t.capability("say", "Say it.").effect(Effect::Read).idempotent().raw_handler(
+                        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+                        None,
+                        |_c: Ctx, input: Value| async move { Ok::<_, AgentSurfaceError>(input) },
+                    )
+                })
+                .unwrap();
+            let _m = registry.mount("echo", "main").unwrap();
+            let response = openai_turn(&[
+                ("call_a", "echo-say", r#"{"text":"a"}"#),
+                ("call_b", "echo-say", r#"{"text":5}"#),
+                ("call_c", "echo-say", "not json"),
+            ]);
+            toolset(&registry).handle(Provider::OpenAiChat, &response).await.unwrap()
+        })
+    });
+    let ids: Vec<Option<String>> =
+        turn.outcomes.iter().map(|o| o.correlation_id.as_ref().map(ToString::to_string)).collect();
+    let (a, b) = (ids[0].as_deref().expect("a request"), ids[1].as_deref().expect("a request"));
+    assert_ne!(a, b);
+    for id in [a, b] {
+        assert!(log.contains(&format!("correlation_id={id}")), "{id} is in the operator log:\n{log}");
+    }
+    assert_eq!(ids[2], None, "malformed arguments never became a request");
+}

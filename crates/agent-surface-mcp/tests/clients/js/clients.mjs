@@ -115,6 +115,15 @@ async function runSession(name, session, cases) {
       continue;
     }
     const text = result.content?.find((b) => b.type === 'text')?.text;
+    // Every result names the id its operator event was logged under: the invocation id, or one
+    // the server made.
+    const correlation = result._meta?.['agent-surface/correlationId'];
+    const invocationId = meta?.['agent-surface/invocationId'];
+    check(
+      `${label} → a correlation id in _meta`,
+      typeof correlation === 'string' && (invocationId ? correlation === invocationId : correlation.startsWith('c-')),
+      JSON.stringify(result._meta),
+    );
     if (c.error) {
       let payload;
       try {

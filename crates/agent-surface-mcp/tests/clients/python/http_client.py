@@ -94,6 +94,8 @@ def check_error(label, response, expected, matrix):
         check(f"{label} → no Retry-After", retry_after is None, str(retry_after))
     if response.status_code == 401:
         check(f"{label} → WWW-Authenticate", "www-authenticate" in response.headers)
+    correlation = response.headers.get("agent-surface-correlation-id", "")
+    check(f"{label} → Agent-Surface-Correlation-Id", len(correlation) > 0, str(correlation))
     return payload
 
 
