@@ -115,7 +115,7 @@ pub(crate) async fn run(call: Call) -> u8 {
         Some(identity) => Consumer::authenticated("cli", identity),
         None => Consumer::anonymous("cli"),
     };
-    let result = demo.registry.invoke(call.request, InvokeOptions::new(consumer)).await;
+    let result = demo.registry.invoke(call.request, InvokeOptions::new(consumer).with_transport("cli")).await;
     match print(&result, call.json, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()) {
         Ok(()) => exit_status(&result),
         Err(_) => EX_IOERR,

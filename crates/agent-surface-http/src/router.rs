@@ -480,7 +480,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
     let registry = state.registry.clone();
-    let options = InvokeOptions::new(consumer).with_cancellation(cancel);
+    let options = InvokeOptions::new(consumer).with_cancellation(cancel).with_transport("http");
     let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
         Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),

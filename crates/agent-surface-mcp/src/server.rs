@@ -667,7 +667,8 @@ impl ServerHandler for McpServer {
                 }
             }
         }
-        let mut options = InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone());
+        let mut options =
+            InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone()).with_transport("mcp");
         if modern {
             let carried =
                 dialogue.answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));

@@ -70,6 +70,7 @@ mod registry;
 mod request;
 mod schema;
 mod snapshot;
+pub mod telemetry;
 mod validate;
 
 pub use correlation::CorrelationId;

@@ -88,6 +88,10 @@ pub struct RegistryConfig {
     /// for a person (`ConfirmationMode::Wait`) needs its wait within this. The engine also bounds
     /// each of its store operations (`ConfirmationConfig::store_budget`).
     pub confirmation_budget: Duration,
+    /// Whether the pipeline records its metrics through the `metrics` facade (on by default;
+    /// without an installed recorder they cost only a few clock readings per call). See
+    /// [`crate::telemetry`].
+    pub metrics: bool,
 }
 
 impl Default for RegistryConfig {
@@ -110,6 +114,7 @@ impl Default for RegistryConfig {
             confirmation: None,
             store_budget: Duration::from_secs(5),
             confirmation_budget: Duration::from_secs(5 * 60),
+            metrics: true,
         }
     }
 }
@@ -125,6 +130,7 @@ impl std::fmt::Debug for RegistryConfig {
             .field("duplicate_instance", &self.duplicate_instance)
             .field("store_budget", &self.store_budget)
             .field("confirmation_budget", &self.confirmation_budget)
+            .field("metrics", &self.metrics)
             .finish_non_exhaustive()
     }
 }

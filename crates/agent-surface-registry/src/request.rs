@@ -148,6 +148,10 @@ pub struct InvokeOptions {
     /// earlier or is answered from the idempotency store: an adapter's signal that the call is
     /// under way (e.g. to answer it as a task from then on).
     pub on_execute: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// The adapter the call came through, as the `transport` label of the metrics
+    /// ([`crate::telemetry`]): a fixed name such as `mcp`, `http` or `toolset`; `direct` by
+    /// default.
+    pub transport: &'static str,
 }
 
 impl std::fmt::Debug for InvokeOptions {
@@ -159,6 +163,7 @@ impl std::fmt::Debug for InvokeOptions {
             .field("progress", &self.progress.is_some())
             .field("answers", &self.answers)
             .field("on_execute", &self.on_execute.is_some())
+            .field("transport", &self.transport)
             .finish()
     }
 }
@@ -173,7 +178,15 @@ impl InvokeOptions {
             progress: None,
             answers: None,
             on_execute: None,
+            transport: "direct",
         }
+    }
+
+    /// The same options naming the adapter the call came through (the metrics' `transport`
+    /// label; keep it a fixed name).
+    pub fn with_transport(mut self, transport: &'static str) -> InvokeOptions {
+        self.transport = transport;
+        self
     }
 
     /// The same options with a cancellation token.

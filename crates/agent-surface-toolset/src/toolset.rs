@@ -364,8 +364,9 @@ struct ToolsetInvoker<'a> {
 
 impl Invoker for ToolsetInvoker<'_> {
     fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
-        let mut options =
-            InvokeOptions::new(self.toolset.consumer.clone()).with_cancellation(self.toolset.cancellation.clone());
+        let mut options = InvokeOptions::new(self.toolset.consumer.clone())
+            .with_cancellation(self.toolset.cancellation.clone())
+            .with_transport("toolset");
         if let Some(callback) = &self.toolset.config.progress {
             let (callback, call) = (callback.clone(), self.call.clone());
             options = options.with_progress(Arc::new(FnProgress::new(move |p: Progress| callback(&call, p))));

@@ -194,7 +194,7 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
                 Phase::Admission,
                 format!("idempotency store failed: {e}"),
             )
-            .fault(),
+            .store_fault(super::Fault::IdempotencyStore),
         ),
     }
 }
@@ -341,6 +341,7 @@ impl LeaderGuard {
             }
             Err(e) => {
                 self.key = None;
+                crate::telemetry::store_error("idempotency");
                 tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
             }
         }

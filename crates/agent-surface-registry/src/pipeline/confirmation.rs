@@ -121,7 +121,7 @@ pub(crate) async fn check(
             Phase::Confirmation,
             "the confirmation store failed",
         )
-        .fault()),
+        .store_fault(super::Fault::ConfirmationStore)),
         Err(p) => Err(cannot_decide(format!("the confirmation gate panicked: {}", panic_text(p.as_ref())))),
     }
 }

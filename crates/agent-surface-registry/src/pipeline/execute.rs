@@ -116,7 +116,7 @@ fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop>
                     phase: Phase::Execute,
                     note: (!chain.is_empty()).then(|| chain.join(": ").into_boxed_str()),
                     questions: None,
-                    fault: false,
+                    fault: None,
                 })
             } else {
                 let code = e.code();

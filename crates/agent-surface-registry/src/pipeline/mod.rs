@@ -26,6 +26,7 @@ use crate::ctx::{Ctx, CtxParts};
 use crate::define::CapabilityDef;
 use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
+use crate::telemetry;
 
 /// Why a call stopped: the error and the phase that produced it.
 pub(crate) struct Stop {
@@ -39,21 +40,51 @@ pub(crate) struct Stop {
     pub(crate) questions: Option<Box<Vec<crate::questions::Question>>>,
     /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
     /// the operator event is an `ERROR` whatever the code's level in the matrix.
-    pub(crate) fault: bool,
+    pub(crate) fault: Option<Fault>,
+}
+
+/// How the service itself failed a call (one byte, so that `Stop` stays small).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// User code (a handler, a precondition, a gate…) panicked or could not decide.
+    UserCode,
+    /// The idempotency store failed.
+    IdempotencyStore,
+    /// The confirmation store failed.
+    ConfirmationStore,
+    /// The rate limiter failed.
+    RateLimiter,
+}
+
+impl Fault {
+    /// The metrics' `store` label of a store failure.
+    fn store(self) -> Option<&'static str> {
+        match self {
+            Fault::UserCode => None,
+            Fault::IdempotencyStore => Some("idempotency"),
+            Fault::ConfirmationStore => Some("confirmation"),
+            Fault::RateLimiter => Some("rate-limiter"),
+        }
+    }
 }
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop { error, phase, note: None, questions: None, fault: false }
+        Stop { error, phase, note: None, questions: None, fault: None }
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: false }
+        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: None }
     }
 
-    /// The same stop, marked as a fault of the service itself.
+    /// The same stop, marked as a fault of user code.
     pub(crate) fn fault(self) -> Stop {
-        Stop { fault: true, ..self }
+        Stop { fault: Some(Fault::UserCode), ..self }
+    }
+
+    /// The same stop, marked as a failure of a store (or the rate limiter).
+    pub(crate) fn store_fault(self, store: Fault) -> Stop {
+        Stop { fault: Some(store), ..self }
     }
 }
 
@@ -92,9 +123,49 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
 
 async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {
     let inner = &registry.inner;
+    let mut timing = inner.config.metrics.then(telemetry::Timing::start);
+    let _in_flight = inner.config.metrics.then(|| telemetry::InFlight::enter(options.transport));
+    let invocation = run_phases(registry, &mut request, &options, &mut timing).await;
+    if let Some(timing) = &mut timing {
+        timing.finished = Some(std::time::Instant::now());
+        let capability = metric_label(inner, &request.capability, &invocation);
+        telemetry::record(capability, options.transport, &invocation.result, timing);
+    }
+    invocation
+}
+
+/// Counts the failure of a store the call met, when metrics are on.
+fn count_store_error(inner: &Inner, stop: &Stop) {
+    if let (true, Some(store)) = (inner.config.metrics, stop.fault.and_then(Fault::store)) {
+        telemetry::store_error(store);
+    }
+}
+
+/// The `capability` label of a call: its name when the registry defines it, else
+/// [`telemetry::UNKNOWN_CAPABILITY`] (names chosen by an agent never become label values).
+fn metric_label<'a>(inner: &Inner, name: &'a str, invocation: &Invocation) -> &'a str {
+    let resolved = match (invocation.result.code(), invocation.phase) {
+        (Some(agent_surface_core::ErrorCode::CapabilityNotFound), _) => false,
+        // A success, or a stop after phase 2 resolved the name.
+        (_, Some(phase)) if phase != Phase::Admission => true,
+        (None, None) if !invocation.replayed && !invocation.joined => true,
+        // Answered or stopped at admission, before resolution: ask.
+        _ => inner.read().capabilities.contains_key(name),
+    };
+    if resolved { name } else { telemetry::UNKNOWN_CAPABILITY }
+}
+
+/// Phases 1–10.
+async fn run_phases(
+    registry: &Registry,
+    request: &mut InvokeRequest,
+    options: &InvokeOptions,
+    timing: &mut Option<telemetry::Timing>,
+) -> Invocation {
+    let inner = &registry.inner;
     let invocation_id = request.invocation_id.clone();
     // Phase 1: admission and idempotency.
-    let leader = match admission::admit(inner, &request, &options).await {
+    let leader = match admission::admit(inner, request, options).await {
         admission::Admitted::Untracked => None,
         admission::Admitted::Leader(guard) => Some(guard),
         admission::Admitted::Answered(invocation) => {
@@ -105,17 +176,23 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
             }
             return invocation;
         }
-        admission::Admitted::Stopped(stop) => return record::finish(Err(stop), invocation_id),
+        admission::Admitted::Stopped(stop) => {
+            count_store_error(inner, &stop);
+            return record::finish(Err(stop), invocation_id);
+        }
     };
+    if let (Some(timing), Some(_)) = (timing.as_mut(), &leader) {
+        timing.admitted = Some(std::time::Instant::now());
+    }
     // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
     // not harmless has started, so that dropping the call records an unknown outcome rather than
     // `CANCELLED`, and the phases learn whether the record was taken over or its lease lost.
     let hold = leader.as_ref().map(|guard| guard.hold());
     let outcome = match leader.as_ref().and_then(|guard| guard.renewal()) {
-        None => phases(registry, &mut request, &options, hold.as_deref()).await,
+        None => phases(registry, request, options, hold.as_deref(), timing).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = phases(registry, &mut request, &options, hold.as_deref());
+            let phases = phases(registry, request, options, hold.as_deref(), timing);
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -125,6 +202,9 @@ async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOpt
             .await
         }
     };
+    if let Err(stop) = &outcome {
+        count_store_error(inner, stop);
+    }
     let invocation = record::finish(outcome, invocation_id);
     // Phase 10: record (boxed, like admission: only tracked calls get here). A stop for
     // questions is not terminal: the same id comes back with the answers.
@@ -147,6 +227,7 @@ async fn phases(
     request: &mut InvokeRequest,
     options: &InvokeOptions,
     hold: Option<&admission::Hold>,
+    timing: &mut Option<telemetry::Timing>,
 ) -> Outcome {
     use std::sync::atomic::Ordering;
     let inner = &registry.inner;
@@ -241,13 +322,21 @@ async fn phases(
             hold.may_have_run.store(true, Ordering::Release);
         }
     }
-    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await?;
+    if let Some(timing) = timing.as_mut() {
+        timing.execute_start = Some(std::time::Instant::now());
+    }
+    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await;
     // Phase 8b: the post-condition, if the capability declares one.
-    let output = if def.verify.is_some() {
-        Box::pin(verify::check(inner, &def, ctx, &prepared.value, output, options, tracked)).await?
-    } else {
-        output
+    let output = match output {
+        Ok(output) if def.verify.is_some() => {
+            Box::pin(verify::check(inner, &def, ctx, &prepared.value, output, options, tracked)).await
+        }
+        other => other,
     };
+    if let Some(timing) = timing.as_mut() {
+        timing.execute_end = Some(std::time::Instant::now());
+    }
+    let output = output?;
     // Phase 9.
     output::check(inner, &def, output)
 }

@@ -64,5 +64,6 @@ const FAILED_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The limiter failed: the call is limited, and its operator event is an `ERROR` (a fault)
 /// carrying the note.
 fn failed(reason: RateLimitReason, note: String) -> Stop {
-    Stop::noted(AgentSurfaceError::rate_limited(reason, FAILED_RETRY_AFTER), Phase::Rate, note).fault()
+    Stop::noted(AgentSurfaceError::rate_limited(reason, FAILED_RETRY_AFTER), Phase::Rate, note)
+        .store_fault(super::Fault::RateLimiter)
 }

@@ -35,7 +35,7 @@ pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>
             span.record("phase", phase.as_str());
             span.record("retry", error.payload().retry().as_str());
             // The matrix's level for the code, or `ERROR` for a fault of the service itself.
-            let level = if fault { LogLevel::Error } else { error.payload().log_level() };
+            let level = if fault.is_some() { LogLevel::Error } else { error.payload().log_level() };
             macro_rules! event {
                 ($level:expr) => {
                     tracing::event!(

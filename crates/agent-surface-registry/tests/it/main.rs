@@ -16,4 +16,5 @@ mod questions;
 mod rate;
 mod robustness;
 mod surface;
+mod telemetry;
 mod verify;

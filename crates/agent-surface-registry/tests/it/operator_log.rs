@@ -13,7 +13,7 @@ use crate::support::{call, capture_operator_log, consumer};
 
 /// A store that always fails (a fault of the service, not of the caller).
 #[derive(Debug)]
-struct DownStore;
+pub(crate) struct DownStore;
 
 impl IdempotencyStore for DownStore {
     fn admit<'a>(

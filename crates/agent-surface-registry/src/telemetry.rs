@@ -1,0 +1,123 @@
+//! Metrics of the invocation pipeline, through the [`metrics`] facade.
+//!
+//! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (the default);
+//! the application installs the recorder of its choice (e.g. `metrics-exporter-prometheus`, as
+//! the demo does to serve `/metrics`). Without a recorder, every call below does nothing but the
+//! clock readings of the durations.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `agent_surface_calls_total` | counter | `capability`, `code`, `retry`, `transport` | calls that ended, by outcome (`code` `OK`, `retry` `none` for a success) |
+//! | `agent_surface_call_duration_seconds` | histogram | `capability`, `phase_group` | time per phase group: `admission` (phase 1), `checks` (2–7), `execute` (8, 8b), `settle` (9–10), `total` |
+//! | `agent_surface_calls_in_flight` | gauge | `transport` | calls under way |
+//! | `agent_surface_store_errors_total` | counter | `store` (`idempotency`, `confirmation`, `rate-limiter`) | store (or limiter) failures the pipeline met |
+//! | `agent_surface_rate_limited_total` | counter | `capability`, `reason` | calls refused by the rate limiter |
+//!
+//! The memory stores of `agent-surface-policy` add their sizes (`agent_surface_store_entries`,
+//! `agent_surface_store_bytes`, `agent_surface_confirmations_pending`).
+//!
+//! **Label values are bounded.** `capability` is the name of a defined capability, or `-` when the
+//! call named none the registry knows (an agent picks the names it sends; they never become label
+//! values); `code` is one of the sixteen codes or `OK`; `transport` is the adapter's fixed name
+//! ([`crate::InvokeOptions::with_transport`]).
+
+use std::time::Instant;
+
+use agent_surface_core::InvokeResult;
+use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
+
+/// The label of a call whose capability name the registry does not know.
+pub(crate) const UNKNOWN_CAPABILITY: &str = "-";
+
+/// The clock readings of one call, taken only when metrics are on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    pub(crate) start: Instant,
+    pub(crate) admitted: Option<Instant>,
+    pub(crate) execute_start: Option<Instant>,
+    pub(crate) execute_end: Option<Instant>,
+    pub(crate) finished: Option<Instant>,
+}
+
+impl Timing {
+    pub(crate) fn start() -> Timing {
+        Timing { start: Instant::now(), admitted: None, execute_start: None, execute_end: None, finished: None }
+    }
+}
+
+/// Counts a call in flight while it lives.
+pub(crate) struct InFlight(&'static str);
+
+impl InFlight {
+    pub(crate) fn enter(transport: &'static str) -> InFlight {
+        metrics::gauge!("agent_surface_calls_in_flight", "transport" => transport).increment(1.0);
+        InFlight(transport)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!("agent_surface_calls_in_flight", "transport" => self.0).decrement(1.0);
+    }
+}
+
+/// A store the pipeline met failing.
+pub(crate) fn store_error(store: &'static str) {
+    metrics::counter!("agent_surface_store_errors_total", "store" => store).increment(1);
+}
+
+/// Records the end of a call: its outcome and the durations of its phase groups.
+pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeResult, timing: &Timing) {
+    let (code, retry) = match result.error_payload() {
+        Some(p) => (p.code().as_str(), p.retry().as_str()),
+        None => ("OK", "none"),
+    };
+    let capability = capability.to_string();
+    metrics::counter!(
+        "agent_surface_calls_total",
+        "capability" => capability.clone(),
+        "code" => code,
+        "retry" => retry,
+        "transport" => transport
+    )
+    .increment(1);
+    if let Some(details) = result
+        .error_payload()
+        .filter(|p| p.code() == agent_surface_core::ErrorCode::RateLimited)
+        .and_then(|p| p.details_as::<RateLimitedDetails>())
+    {
+        let reason = match details.reason {
+            RateLimitReason::Rate => "rate",
+            RateLimitReason::QueueFull => "queue-full",
+        };
+        metrics::counter!("agent_surface_rate_limited_total", "capability" => capability.clone(), "reason" => reason)
+            .increment(1);
+    }
+    let end = timing.finished.unwrap_or_else(Instant::now);
+    let seconds = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+    let histogram = |group: &'static str, value: f64| {
+        metrics::histogram!(
+            "agent_surface_call_duration_seconds",
+            "capability" => capability.clone(),
+            "phase_group" => group
+        )
+        .record(value);
+    };
+    let checks_from = timing.admitted.unwrap_or(timing.start);
+    if let Some(admitted) = timing.admitted {
+        histogram("admission", seconds(timing.start, admitted));
+    }
+    match (timing.execute_start, timing.execute_end) {
+        (Some(start), Some(stop)) => {
+            histogram("checks", seconds(checks_from, start));
+            histogram("execute", seconds(start, stop));
+            histogram("settle", seconds(stop, end));
+        }
+        (Some(start), None) => {
+            histogram("checks", seconds(checks_from, start));
+            histogram("execute", seconds(start, end));
+        }
+        _ => histogram("checks", seconds(checks_from, end)),
+    }
+    histogram("total", seconds(timing.start, end));
+}

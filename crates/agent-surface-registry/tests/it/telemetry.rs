@@ -1,0 +1,124 @@
+//! The pipeline's metrics, read back through a Prometheus recorder after a scripted mix of calls.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use agent_surface_core::AgentSurfaceError;
+use agent_surface_policy::{MemoryRateLimiter, Quota, RateLimitConfig};
+use agent_surface_registry::{Ctx, InvokeOptions, Registry, RegistryConfig};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use serde_json::{Value, json};
+
+use crate::support::{call, consumer};
+
+fn registry(config: RegistryConfig) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(config);
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    r.define("m", |t| {
+        t.capability("ok", "Succeeds.").raw_handler(schema.clone(), None, |_c: Ctx, v: Value| async move { Ok(v) });
+        t.capability("fail", "Fails.").raw_handler(schema.clone(), None, |_c: Ctx, _v: Value| async move {
+            Err(AgentSurfaceError::internal("no"))
+        });
+    })
+    .expect("valid");
+    let m = r.mount("m", "main").expect("mount");
+    (r, m)
+}
+
+/// Runs `script` against a registry built from `config` with a Prometheus recorder installed on
+/// this thread, and returns the rendered text.
+fn rendered(config: RegistryConfig, script: impl AsyncFnOnce(&Registry)) -> String {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (r, _m) = registry(config);
+            script(&r).await;
+        });
+    });
+    handle.render()
+}
+
+/// The value of the sample `name{labels}` (labels in the exporter's order), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn calls_are_counted_by_capability_code_retry_and_transport() {
+    let text = rendered(RegistryConfig::default(), async |r| {
+        for _ in 0..3 {
+            assert!(r.invoke(call("m.ok", json!({"n": 1})), consumer("c").with_transport("http")).await.is_ok());
+        }
+        r.invoke(call("m.ok", json!({"n": "x"})), consumer("c").with_transport("http")).await;
+        r.invoke(call("m.fail", json!({"n": 1})), consumer("c").with_transport("mcp")).await;
+        // Names an agent made up never become label values.
+        r.invoke(call("m.made-up-by-the-agent", json!({})), consumer("c")).await;
+        r.invoke(call("ignore previous instructions", json!({})), consumer("c")).await;
+    });
+    let calls = |labels: &str| sample(&text, &format!("agent_surface_calls_total{{{labels}}}"));
+    assert_eq!(calls(r#"capability="m.ok",code="OK",retry="none",transport="http""#), Some(3.0), "{text}");
+    assert_eq!(calls(r#"capability="m.ok",code="INVALID_INPUT",retry="with-changes",transport="http""#), Some(1.0));
+    assert_eq!(calls(r#"capability="m.fail",code="EXECUTION_FAILED",retry="no",transport="mcp""#), Some(1.0));
+    assert_eq!(
+        calls(r#"capability="-",code="CAPABILITY_NOT_FOUND",retry="after-refresh",transport="direct""#),
+        Some(2.0)
+    );
+    assert!(!text.contains("made-up") && !text.contains("ignore previous"), "{text}");
+    // Durations per phase group; nothing in flight once the calls ended.
+    assert!(
+        text.contains(r#"agent_surface_call_duration_seconds{capability="m.ok",phase_group="execute",quantile="0.5"}"#)
+            || text.contains(r#"agent_surface_call_duration_seconds_count{capability="m.ok",phase_group="execute"}"#),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"agent_surface_call_duration_seconds_count{capability="m.ok",phase_group="total"}"#),
+        Some(4.0)
+    );
+    assert_eq!(sample(&text, r#"agent_surface_calls_in_flight{transport="http"}"#), Some(0.0));
+}
+
+#[test]
+fn rate_limit_refusals_are_counted() {
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        per_consumer: Some(Quota::per_minute(NonZeroU32::new(1).unwrap())),
+        ..Default::default()
+    });
+    let config = RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..Default::default() };
+    let text = rendered(config, async |r| {
+        assert!(r.invoke(call("m.ok", json!({"n": 1})), consumer("c")).await.is_ok());
+        let limited = r.invoke(call("m.ok", json!({"n": 1})), consumer("c")).await;
+        assert_eq!(limited.code().map(|c| c.as_str()), Some("RATE_LIMITED"));
+    });
+    assert_eq!(
+        sample(&text, r#"agent_surface_rate_limited_total{capability="m.ok",reason="rate"}"#),
+        Some(1.0),
+        "{text}"
+    );
+}
+
+#[test]
+fn metrics_can_be_turned_off() {
+    let text = rendered(RegistryConfig { metrics: false, ..Default::default() }, async |r| {
+        assert!(
+            r.invoke(call("m.ok", json!({"n": 1})), InvokeOptions::new(agent_surface_policy::Consumer::anonymous("c")))
+                .await
+                .is_ok()
+        );
+    });
+    assert!(!text.contains("agent_surface_calls_total"), "{text}");
+}
+
+#[test]
+fn store_failures_are_counted() {
+    let config = RegistryConfig { idempotency: Arc::new(crate::operator_log::DownStore), ..Default::default() };
+    let text = rendered(config, async |r| {
+        let failed = r.invoke(call("m.ok", json!({"n": 1})).with_invocation_id("i-1"), consumer("c")).await;
+        assert_eq!(failed.code().map(|c| c.as_str()), Some("EXECUTION_FAILED"));
+    });
+    assert_eq!(sample(&text, r#"agent_surface_store_errors_total{store="idempotency"}"#), Some(1.0), "{text}");
+    // Stopped at admission, before resolution: the name is looked up for its label.
+    let series = r#"agent_surface_calls_total{capability="m.ok",code="EXECUTION_FAILED",retry="after-delay",transport="direct"}"#;
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
+}
