@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_policy::Identity;
+use agent_surface_policy::{AuthRejectionKind, Identity};
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -211,26 +211,15 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Id
         return Ok(None);
     };
     authenticator.try_authenticate(headers).await.map_err(|rejection| {
-        let kind = match rejection.status() {
-            StatusCode::FORBIDDEN => ProtocolFault::InsufficientScope,
-            StatusCode::SERVICE_UNAVAILABLE => ProtocolFault::AuthUnavailable,
+        let kind = match rejection.kind() {
+            AuthRejectionKind::InsufficientScope => ProtocolFault::InsufficientScope,
+            AuthRejectionKind::Unavailable => ProtocolFault::AuthUnavailable,
             _ => ProtocolFault::Unauthorized,
         };
         tracing::debug!(target: "agent_surface::http", kind = kind.kind(), "refused by the authenticator");
         let mut response = fault(kind);
-        let challenge = rejection.challenge().map(|c| HeaderValue::from_str(c).ok());
-        match challenge {
-            Some(Some(value)) => {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
-            }
-            // RFC 9110 §11.6.1: a 401 always carries a challenge.
-            Some(None) => {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            None if kind == ProtocolFault::Unauthorized => {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            None => {}
+        if let Some(challenge) = rejection.www_authenticate() {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
         }
         response
     })

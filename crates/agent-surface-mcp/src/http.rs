@@ -241,13 +241,14 @@ pub(crate) struct Authenticated(pub(crate) Option<Identity>);
 
 /// `app` with every request first shown to `authenticator`'s
 /// [`try_authenticate`](Authenticator::try_authenticate): a rejected request is answered at once
-/// (the rejection's status, its `WWW-Authenticate` challenge — `Bearer` for a `401` whose
-/// challenge is missing or not a valid header value — and [`AuthRejection::body`]); an admitted
+/// (the rejection's status, its [`AuthRejection::www_authenticate`] and
+/// [`AuthRejection::body`]); an admitted
 /// one carries its identity to the [`McpServer`], which then does not ask the authenticator
 /// again. [`router`] applies it; a [`router_with`] app applies it itself, with the
 /// authenticator of its [`McpConfig`].
 ///
 /// [`AuthRejection::body`]: agent_surface_policy::AuthRejection::body
+/// [`AuthRejection::www_authenticate`]: agent_surface_policy::AuthRejection::www_authenticate
 pub fn authenticated(app: axum::Router, authenticator: Arc<dyn Authenticator>) -> axum::Router {
     app.layer(axum::middleware::from_fn(move |mut request: axum::extract::Request, next: axum::middleware::Next| {
         let authenticator = authenticator.clone();
@@ -265,23 +266,14 @@ pub fn authenticated(app: axum::Router, authenticator: Arc<dyn Authenticator>) -
 
 /// The answer to a request the authenticator refused.
 fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::Response {
-    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::http::header;
     tracing::debug!(target: "agent_surface::mcp", status = rejection.status().as_u16(), "refused by the authenticator");
     let mut response = axum::response::Response::builder()
         .status(rejection.status())
         .header(header::CONTENT_TYPE, "application/json")
         .body(axum::body::Body::from(rejection.body()))
         .unwrap_or_default();
-    let challenge = rejection.challenge().and_then(|c| HeaderValue::from_str(c).ok());
-    let challenge = match challenge {
-        Some(value) => Some(value),
-        // RFC 9110 §11.6.1: a 401 always carries a challenge.
-        None if rejection.status() == StatusCode::UNAUTHORIZED || rejection.challenge().is_some() => {
-            Some(HeaderValue::from_static("Bearer"))
-        }
-        None => None,
-    };
-    if let Some(challenge) = challenge {
+    if let Some(challenge) = rejection.www_authenticate() {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response

@@ -159,6 +159,26 @@ impl AuthRejection {
         self.challenge.as_deref()
     }
 
+    /// The `WWW-Authenticate` header a transport sends: the challenge, or `Bearer` when it is
+    /// not a valid header value or when a `401` has none (RFC 9110 §11.6.1 wants a challenge on
+    /// every `401`); `None` for a rejection without a challenge that is not a `401`.
+    ///
+    /// ```
+    /// use agent_surface_policy::{AuthRejection, AuthRejectionKind};
+    ///
+    /// let bad = AuthRejection::new(AuthRejectionKind::MissingToken, "Bearer\n");
+    /// assert_eq!(bad.www_authenticate().unwrap(), "Bearer");
+    /// assert!(AuthRejection::without_challenge(AuthRejectionKind::Unavailable).www_authenticate().is_none());
+    /// ```
+    pub fn www_authenticate(&self) -> Option<http::HeaderValue> {
+        match self.challenge.as_deref().map(http::HeaderValue::from_str) {
+            Some(Ok(value)) => Some(value),
+            Some(Err(_)) => Some(http::HeaderValue::from_static("Bearer")),
+            None if self.status() == http::StatusCode::UNAUTHORIZED => Some(http::HeaderValue::from_static("Bearer")),
+            None => None,
+        }
+    }
+
     /// A JSON body for transports without a problem format of their own:
     /// `{"error", "error_description"}` (no `error` for a kind without a code).
     pub fn body(&self) -> String {
