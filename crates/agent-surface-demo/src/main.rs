@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! agent-surface-demo                                   run the scripted agent session
-//! agent-surface-demo serve --stdio [--as WHO] [--conformance]   serve the shop on stdin/stdout
-//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+//! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]   serve the shop on stdin/stdout
+//! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
 //!                          [--max-connections-per-ip N]
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
@@ -14,15 +14,20 @@
 //! `WHO` is `SUBJECT` or `SUBJECT:ROLE,ROLE` (e.g. `alice:support`). `--conformance` also serves
 //! the fixture tools the MCP conformance suite expects. See `docs/mcp.md`. `call` invokes one capability
 //! in process; its exit status maps from the code (see `cli.rs` and `docs/http.md`).
+//!
+//! The operator log (`log.rs`) honours `RUST_LOG` and `AGENT_SURFACE_LOG_FORMAT=json`; SIGTERM and
+//! Ctrl-C drain a server before it exits (`shutdown.rs`). See `docs/operations.md`.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line program reports on the terminal")]
 
 mod cli;
 mod conformance;
 mod data;
+mod log;
 mod policy;
 mod session;
 mod shop;
+mod shutdown;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -35,8 +40,8 @@ use agent_surface_policy::Identity;
 const USAGE: &str = "\
 usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
-  agent-surface-demo serve --stdio [--as WHO] [--conformance]
-  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance]
+  agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]
+  agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
                           [--ticket-delay-ms MS] [--max-connections-per-ip N]
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
@@ -60,7 +65,16 @@ are admitted; others get 401/403 with WWW-Authenticate, and the metadata is serv
 /.well-known/oauth-protected-resource. `call` runs one capability
 of a fresh shop in process: the output (or with --json the raw InvokeResult) on stdout, the exit
 status from the error code (0 success, 64 usage/AMBIGUOUS_INSTANCE, 65 input, 69 unavailable,
-70 failed, 75 try again later, 77 not permitted, 130 cancelled).";
+70 failed, 75 try again later, 77 not permitted, 130 cancelled).
+
+Shutdown: on SIGTERM or Ctrl-C, serve stops taking requests, lets the calls in flight finish for
+up to --drain-ms (default 10000), cancels the rest (a write whose handler started ends
+EXECUTION_FAILED outcome-unknown) and exits 0; a second signal cuts the drain short.
+
+Operator log: on stderr (stdout is the MCP transport's), or for call in the file named by
+AGENT_SURFACE_DEMO_OPERATOR_LOG. RUST_LOG filters it (default warn; e.g.
+RUST_LOG=agent_surface=debug shows every call, RUST_LOG=info,agent_surface::auth=debug);
+AGENT_SURFACE_LOG_FORMAT=json writes one JSON object per line (default text).";
 
 /// Parsed `serve` options.
 #[derive(Debug, Default)]
@@ -77,6 +91,8 @@ struct Serve {
     ticket_delay: Option<std::time::Duration>,
     max_connections_per_ip: Option<usize>,
     oauth: OAuth,
+    /// How long in-flight calls may take to finish on shutdown (`--drain-ms`).
+    drain: Option<std::time::Duration>,
 }
 
 /// The `--oauth-*` options: the OAuth 2.1 resource server, on when `jwks` is given.
@@ -141,6 +157,7 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             "--oauth-issuer" => serve.oauth.issuers.push(value("--oauth-issuer")?),
             "--oauth-resource" => serve.oauth.resource = Some(value("--oauth-resource")?),
             "--oauth-scope" => serve.oauth.scopes.push(value("--oauth-scope")?),
+            "--drain-ms" => serve.drain = Some(parse_ms("--drain-ms", &value("--drain-ms")?)?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -163,35 +180,22 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     Ok(serve)
 }
 
-fn init_operator_log() {
-    // The operator channel: warnings and errors (causes, panics) on stderr, never on stdout,
-    // which belongs to the MCP transport.
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).try_init();
-    std::panic::set_hook(Box::new(|info| {
-        tracing::error!(target: "agent_surface::demo", "panic: {info}");
-    }));
-}
-
 /// The CLI's operator channel: stderr carries the agent-facing error, so causes and panic text
 /// (which may hold internals) go to the file named by `AGENT_SURFACE_DEMO_OPERATOR_LOG`, or
 /// nowhere.
 fn init_cli_operator_log() {
-    if let Some(path) = std::env::var_os("AGENT_SURFACE_DEMO_OPERATOR_LOG")
-        && let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    match std::env::var_os("AGENT_SURFACE_DEMO_OPERATOR_LOG")
+        .and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok())
     {
-        let _ = tracing_subscriber::fmt()
-            .with_writer(std::sync::Mutex::new(file))
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .try_init();
+        Some(file) => log::init(std::sync::Mutex::new(file)),
+        // No log: a panic must not print its text on stderr either.
+        None => std::panic::set_hook(Box::new(|_| {})),
     }
-    std::panic::set_hook(Box::new(|info| {
-        tracing::error!(target: "agent_surface::demo", "panic: {info}");
-    }));
 }
 
 async fn serve(options: Serve) -> Result<(), String> {
-    init_operator_log();
+    log::init(std::io::stderr);
+    let drain = options.drain.unwrap_or(shutdown::DEFAULT_DRAIN);
     let mut shop_options = shop::ShopOptions::default();
     if let Some(delay) = options.ticket_delay {
         shop_options.ticket_delay = delay;
@@ -238,13 +242,27 @@ async fn serve(options: Serve) -> Result<(), String> {
         config.approval_states = agent_surface_mcp::mrtr::ApprovalStates::new(codec);
     }
     if options.stdio {
-        if options.conformance {
-            let (read, write) = rmcp::transport::stdio_pipes();
-            let max = config.max_message_bytes;
-            let server = conformance::ConformanceServer::new(demo.registry.clone(), Arc::new(config));
-            return agent_surface_mcp::serve_io(server, read, write, max).await.map_err(|e| e.to_string());
-        }
-        return agent_surface_mcp::serve_stdio(demo.registry.clone(), config).await.map_err(|e| e.to_string());
+        // Standard input reads as closed once a signal arrives: no new requests.
+        let (read, write) = rmcp::transport::stdio_pipes();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let read = shutdown::UntilStopped::new(read, stop.clone());
+        let max = config.max_message_bytes;
+        let registry = demo.registry.clone();
+        let served = if options.conformance {
+            let server = conformance::ConformanceServer::new(registry.clone(), Arc::new(config));
+            let serving = agent_surface_mcp::serve_io(server, read, write, max);
+            shutdown::serve_stdio(serving, &registry, stop, drain).await
+        } else {
+            let serving = agent_surface_mcp::serve_io(
+                agent_surface_mcp::McpServer::new(registry.clone(), config),
+                read,
+                write,
+                max,
+            );
+            shutdown::serve_stdio(serving, &registry, stop, drain).await
+        };
+        registry.dispose();
+        return served.map_err(|e| e.to_string());
     }
     // The plain HTTP binding (`agent-surface-http`) under `/api`, next to MCP, with the same tokens.
     let mut api = agent_surface_http::HttpConfig::default();
@@ -280,23 +298,39 @@ async fn serve(options: Serve) -> Result<(), String> {
         http.limits.max_connections = http.limits.max_connections.max(n);
     }
     println!("listening on http://{local}{}", http.path);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        stop.cancel();
-    });
+    // Shutdown (`shutdown.rs`): the signal stops the accepting; the MCP transport's streams end
+    // only when the drain is over (ending them cancels the calls they carry).
+    let drain = shutdown::HttpDrain {
+        registry: demo.registry.clone(),
+        accepting: tokio_util::sync::CancellationToken::new(),
+        streams: tokio_util::sync::CancellationToken::new(),
+        in_flight: shutdown::InFlight::default(),
+        deadline: drain,
+    };
     let app = if options.conformance {
-        conformance::router(demo.registry.clone(), config, &http, shutdown.clone())
+        conformance::router(demo.registry.clone(), config, &http, drain.streams.clone())
     } else {
-        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, shutdown.clone())
+        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain.streams.clone())
     };
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     let app = match oauth {
         Some(oauth) => app.merge(oauth.metadata_router()),
         None => app,
     };
-    agent_surface_server::serve(listener, app, http.limits.clone(), shutdown).await.map_err(|e| e.to_string())
+    let app = drain.in_flight.layer(app, http.path.clone());
+    // The server's own drain outlasts ours: it drops what is left only after the cancelled calls
+    // had their grace to answer.
+    let mut limits = http.limits.clone();
+    limits.drain_timeout = drain.deadline + shutdown::CANCEL_GRACE + shutdown::CANCEL_GRACE;
+    let (accepting, streams) = (drain.accepting.clone(), drain.streams.clone());
+    let draining = tokio::spawn(drain.run());
+    let served = agent_surface_server::serve(listener, app, limits, accepting).await;
+    // Whatever is left (calls answered as tasks, a call whose connection was dropped) is cancelled.
+    draining.abort();
+    streams.cancel();
+    demo.registry.dispose();
+    tracing::info!(target: "agent_surface::demo", "stopped");
+    served.map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -330,6 +364,9 @@ fn main() -> ExitCode {
         }
         Some(other) => Err(format!("unknown command {other}\n\n{USAGE}")),
     };
+    // Not a plain drop, which would wait for a blocking read of standard input that a shutdown
+    // left pending (`serve --stdio` after a signal).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -15,7 +15,7 @@
 //! - **a cap per peer address** ([`Limits::max_connections_per_ip`], 128): a connection over it
 //!   is closed as soon as it is accepted, so one address cannot take every slot;
 //! - **a bounded drain** ([`Limits::drain_timeout`], 10 s): on shutdown the server stops
-//!   accepting, lets requests in progress finish (closing each connection after its current
+//!   accepting (it closes its listener, so new connections are refused), lets requests in progress finish (closing each connection after its current
 //!   response), and after the drain timeout drops what is left.
 //!
 //! Request bodies are bounded by the adapters themselves (size and read time); see the HTTP
@@ -192,6 +192,9 @@ pub async fn serve(
             drop(slot);
         });
     }
+    // Closing the listening socket refuses new connections at once, rather than leaving them in
+    // the backlog until the drain is over.
+    drop(listener);
     tracker.close();
     if tokio::time::timeout(limits.drain_timeout, tracker.wait()).await.is_err() {
         tracing::warn!(target: "agent_surface::server", "drain timed out; dropping the connections left");

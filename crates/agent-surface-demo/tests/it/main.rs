@@ -1,10 +1,11 @@
 //! The demo binary end to end: the scripted session, raw bytes to `serve --stdio`, and the HTTP
 //! transport (DNS-rebinding protection, body limit, bearer-token identities), and one payload over
-//! every transport (toolset, MCP, HTTP, CLI).
+//! every transport (toolset, MCP, HTTP, CLI), and the server as an operator runs it (log, drain).
 
 mod cli;
 mod every_code;
 mod http;
+mod operated;
 mod replicas;
 mod served;
 mod session;
