@@ -1,14 +1,16 @@
 //! Metrics of the invocation pipeline, through the [`metrics`] facade.
 //!
-//! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (the default);
-//! the application installs the recorder of its choice (e.g. `metrics-exporter-prometheus`, as
-//! the demo does to serve `/metrics`). Without a recorder, every call below does nothing but the
-//! clock readings of the durations.
+//! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (it is off by
+//! default); the application installs the recorder of its choice (e.g.
+//! `metrics-exporter-prometheus`, as the demo does to serve `/metrics`). Recording costs about
+//! 0.3–0.5 µs per call even with no recorder installed (the facade builds each metric's key, and
+//! the durations need clock readings) — about half the pipeline's own cost for a small call,
+//! which is why it is opt-in.
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `agent_surface_calls_total` | counter | `capability`, `code`, `retry`, `transport` | calls that ended, by outcome (`code` `OK`, `retry` `none` for a success) |
-//! | `agent_surface_call_duration_seconds` | histogram | `capability`, `phase_group` | time per phase group: `admission` (phase 1), `checks` (2–7), `execute` (8, 8b), `settle` (9–10), `total` |
+//! | `agent_surface_call_duration_seconds` | histogram | `capability`, `phase_group` | time per phase group: `admission` (phase 1, calls with an invocation id: the idempotency store's round trip), `execute` (8, 8b: the handler and its post-condition, when they ran), `total` (the whole call) |
 //! | `agent_surface_calls_in_flight` | gauge | `transport` | calls under way |
 //! | `agent_surface_store_errors_total` | counter | `store` (`idempotency`, `confirmation`, `rate-limiter`) | store (or limiter) failures the pipeline met |
 //! | `agent_surface_rate_limited_total` | counter | `capability`, `reason` | calls refused by the rate limiter |
@@ -33,6 +35,7 @@ pub(crate) const UNKNOWN_CAPABILITY: &str = "-";
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
     pub(crate) start: Instant,
+    /// Set for a call with an invocation id, once admission answered.
     pub(crate) admitted: Option<Instant>,
     pub(crate) execute_start: Option<Instant>,
     pub(crate) execute_end: Option<Instant>,
@@ -103,21 +106,11 @@ pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeR
         )
         .record(value);
     };
-    let checks_from = timing.admitted.unwrap_or(timing.start);
     if let Some(admitted) = timing.admitted {
         histogram("admission", seconds(timing.start, admitted));
     }
-    match (timing.execute_start, timing.execute_end) {
-        (Some(start), Some(stop)) => {
-            histogram("checks", seconds(checks_from, start));
-            histogram("execute", seconds(start, stop));
-            histogram("settle", seconds(stop, end));
-        }
-        (Some(start), None) => {
-            histogram("checks", seconds(checks_from, start));
-            histogram("execute", seconds(start, end));
-        }
-        _ => histogram("checks", seconds(checks_from, end)),
+    if let Some(start) = timing.execute_start {
+        histogram("execute", seconds(start, timing.execute_end.unwrap_or(end)));
     }
     histogram("total", seconds(timing.start, end));
 }

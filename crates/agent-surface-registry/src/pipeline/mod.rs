@@ -116,16 +116,20 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
         replayed = tracing::field::Empty,
     );
     // Boxed once, so that the large state machine is built in place and never moved.
-    let mut invocation = Box::pin(run(registry, request, options)).instrument(span).await;
-    invocation.correlation_id = correlation_id;
-    invocation
+    Box::pin(run(registry, request, options, correlation_id)).instrument(span).await
 }
 
-async fn run(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {
+async fn run(
+    registry: &Registry,
+    mut request: InvokeRequest,
+    options: InvokeOptions,
+    correlation_id: CorrelationId,
+) -> Invocation {
     let inner = &registry.inner;
     let mut timing = inner.config.metrics.then(telemetry::Timing::start);
     let _in_flight = inner.config.metrics.then(|| telemetry::InFlight::enter(options.transport));
-    let invocation = run_phases(registry, &mut request, &options, &mut timing).await;
+    let mut invocation = run_phases(registry, &mut request, &options, &correlation_id, &mut timing).await;
+    invocation.correlation_id = correlation_id;
     if let Some(timing) = &mut timing {
         timing.finished = Some(std::time::Instant::now());
         let capability = metric_label(inner, &request.capability, &invocation);
@@ -160,6 +164,7 @@ async fn run_phases(
     registry: &Registry,
     request: &mut InvokeRequest,
     options: &InvokeOptions,
+    correlation_id: &CorrelationId,
     timing: &mut Option<telemetry::Timing>,
 ) -> Invocation {
     let inner = &registry.inner;
@@ -178,7 +183,7 @@ async fn run_phases(
         }
         admission::Admitted::Stopped(stop) => {
             count_store_error(inner, &stop);
-            return record::finish(Err(stop), invocation_id);
+            return record::finish(Err(stop), invocation_id, correlation_id);
         }
     };
     if let (Some(timing), Some(_)) = (timing.as_mut(), &leader) {
@@ -205,7 +210,7 @@ async fn run_phases(
     if let Err(stop) = &outcome {
         count_store_error(inner, stop);
     }
-    let invocation = record::finish(outcome, invocation_id);
+    let invocation = record::finish(outcome, invocation_id, correlation_id);
     // Phase 10: record (boxed, like admission: only tracked calls get here). A stop for
     // questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {

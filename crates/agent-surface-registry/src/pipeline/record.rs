@@ -13,11 +13,18 @@ use serde_json::Value;
 use super::Stop;
 use crate::request::Invocation;
 
-pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>) -> Invocation {
+/// The call's result and its operator event. The event repeats the span's `correlation_id`, so
+/// that a subscriber which filters the (`INFO`) span away still ties a `WARN` or `ERROR` to the
+/// id the agent holds.
+pub(crate) fn finish(
+    outcome: Result<Value, Stop>,
+    invocation_id: Option<String>,
+    correlation_id: &crate::CorrelationId,
+) -> Invocation {
     let span = tracing::Span::current();
     match outcome {
         Ok(output) => {
-            tracing::debug!(target: "agent_surface::invoke", "ok");
+            tracing::debug!(target: "agent_surface::invoke", correlation_id = %correlation_id, "ok");
             Invocation {
                 result: InvokeResult::ok(output, invocation_id),
                 phase: None,
@@ -41,6 +48,7 @@ pub(crate) fn finish(outcome: Result<Value, Stop>, invocation_id: Option<String>
                     tracing::event!(
                         target: "agent_surface::invoke",
                         $level,
+                        correlation_id = %correlation_id,
                         code = code.as_str(),
                         phase = phase.as_str(),
                         note = note.as_deref().unwrap_or(""),

@@ -47,7 +47,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[test]
 fn calls_are_counted_by_capability_code_retry_and_transport() {
-    let text = rendered(RegistryConfig::default(), async |r| {
+    let text = rendered(RegistryConfig { metrics: true, ..Default::default() }, async |r| {
         for _ in 0..3 {
             assert!(r.invoke(call("m.ok", json!({"n": 1})), consumer("c").with_transport("http")).await.is_ok());
         }
@@ -85,7 +85,7 @@ fn rate_limit_refusals_are_counted() {
         per_consumer: Some(Quota::per_minute(NonZeroU32::new(1).unwrap())),
         ..Default::default()
     });
-    let config = RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..Default::default() };
+    let config = RegistryConfig { rate_limiter: Some(Arc::new(limiter)), metrics: true, ..Default::default() };
     let text = rendered(config, async |r| {
         assert!(r.invoke(call("m.ok", json!({"n": 1})), consumer("c")).await.is_ok());
         let limited = r.invoke(call("m.ok", json!({"n": 1})), consumer("c")).await;
@@ -99,8 +99,8 @@ fn rate_limit_refusals_are_counted() {
 }
 
 #[test]
-fn metrics_can_be_turned_off() {
-    let text = rendered(RegistryConfig { metrics: false, ..Default::default() }, async |r| {
+fn metrics_are_off_by_default() {
+    let text = rendered(RegistryConfig::default(), async |r| {
         assert!(
             r.invoke(call("m.ok", json!({"n": 1})), InvokeOptions::new(agent_surface_policy::Consumer::anonymous("c")))
                 .await
@@ -112,7 +112,8 @@ fn metrics_can_be_turned_off() {
 
 #[test]
 fn store_failures_are_counted() {
-    let config = RegistryConfig { idempotency: Arc::new(crate::operator_log::DownStore), ..Default::default() };
+    let config =
+        RegistryConfig { idempotency: Arc::new(crate::operator_log::DownStore), metrics: true, ..Default::default() };
     let text = rendered(config, async |r| {
         let failed = r.invoke(call("m.ok", json!({"n": 1})).with_invocation_id("i-1"), consumer("c")).await;
         assert_eq!(failed.code().map(|c| c.as_str()), Some("EXECUTION_FAILED"));
