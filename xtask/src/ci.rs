@@ -36,6 +36,10 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    // The registry's `otel` feature is off in the workspace build: its lints and its test (an
+    // in-memory span exporter) get their own steps, which compile the OpenTelemetry crates.
+    let otel = ["-p", "agent-surface-registry", "--features", "otel-tests"];
+    step(root, "clippy otel", &cargo, &[&["clippy"][..], &otel, &["--all-targets", "--", "-D", "warnings"]].concat())?;
     let evidence = crate::produced::fresh_evidence_dir(root)?;
     // The services the tests need, for as long as the tests run.
     let redis = crate::services::Redis::start()?;
@@ -44,6 +48,7 @@ pub(crate) fn run(root: &Path) -> Result<()> {
         ("AGENT_SURFACE_REDIS_URL", std::ffi::OsStr::new(&redis.url)),
     ];
     step_with_env(root, "test", &cargo, &["test", "--workspace"], &env)?;
+    step(root, "test otel", &cargo, &[&["test"][..], &otel, &["--test", "otel"]].concat())?;
     drop(redis);
     println!("==> verify-matrix");
     crate::matrix::verify(root, Some(&evidence))?;

@@ -71,6 +71,7 @@ mod request;
 mod schema;
 mod snapshot;
 pub mod telemetry;
+pub mod trace;
 mod validate;
 
 pub use correlation::CorrelationId;
@@ -82,6 +83,7 @@ pub use questions::{Abilities, Answers, Ask, Question};
 pub use registry::{DuplicateInstance, Instance, Mount, MountRejection, Registry, RegistryConfig};
 pub use request::{Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, Target, is_valid_invocation_id};
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
+pub use trace::TraceParent;
 
 use agent_surface_core::InvokeResult;
 

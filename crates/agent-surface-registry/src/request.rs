@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::correlation::CorrelationId;
 use crate::progress::ProgressSink;
 use crate::questions::{Answers, Question};
+use crate::trace::TraceParent;
 
 /// Which registration a call targets. Both members are optional; see `spec/invocation.md` for
 /// how each combination resolves.
@@ -152,6 +153,9 @@ pub struct InvokeOptions {
     /// ([`crate::telemetry`]): a fixed name such as `mcp`, `http` or `toolset`; `direct` by
     /// default.
     pub transport: &'static str,
+    /// The caller's W3C trace context, which the invocation span continues ([`crate::trace`]);
+    /// `None`: the span's parent is the current `tracing` span, if any.
+    pub trace_parent: Option<TraceParent>,
 }
 
 impl std::fmt::Debug for InvokeOptions {
@@ -164,6 +168,7 @@ impl std::fmt::Debug for InvokeOptions {
             .field("answers", &self.answers)
             .field("on_execute", &self.on_execute.is_some())
             .field("transport", &self.transport)
+            .field("trace_parent", &self.trace_parent)
             .finish()
     }
 }
@@ -179,6 +184,7 @@ impl InvokeOptions {
             answers: None,
             on_execute: None,
             transport: "direct",
+            trace_parent: None,
         }
     }
 
@@ -186,6 +192,14 @@ impl InvokeOptions {
     /// label; keep it a fixed name).
     pub fn with_transport(mut self, transport: &'static str) -> InvokeOptions {
         self.transport = transport;
+        self
+    }
+
+    /// The same options continuing the caller's trace: the invocation span records the trace
+    /// parent's ids and, with the `otel` feature, takes it as its OpenTelemetry parent. The
+    /// adapters get one from [`TraceParent::extract`].
+    pub fn with_trace_parent(mut self, parent: TraceParent) -> InvokeOptions {
+        self.trace_parent = Some(parent);
         self
     }
 

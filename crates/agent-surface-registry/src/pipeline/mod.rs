@@ -114,7 +114,22 @@ pub(crate) async fn invoke(registry: &Registry, request: InvokeRequest, options:
         retry = tracing::field::Empty,
         fingerprint = tracing::field::Empty,
         replayed = tracing::field::Empty,
+        // The caller's trace context ([`crate::trace`]).
+        trace_id = tracing::field::Empty,
+        parent_id = tracing::field::Empty,
+        // Recorded only with the `otel` feature: the OpenTelemetry semantic conventions.
+        "otel.name" = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "gen_ai.operation.name" = tracing::field::Empty,
+        "gen_ai.tool.name" = tracing::field::Empty,
+        "gen_ai.tool.call.id" = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
     );
+    // With `otel`, the span's name carries the capability (an OpenTelemetry span's name is fixed
+    // when it starts), only when the registry defines it: agents' names stay out of span names.
+    let tool = (cfg!(feature = "otel") && registry.inner.read().capabilities.contains_key(request.capability.as_str()))
+        .then_some(request.capability.as_str());
+    crate::trace::start(&span, options.trace_parent.as_ref(), &correlation_id, tool);
     // Boxed once, so that the large state machine is built in place and never moved.
     Box::pin(run(registry, request, options, correlation_id)).instrument(span).await
 }
@@ -135,6 +150,7 @@ async fn run(
         let capability = metric_label(inner, &request.capability, &invocation);
         telemetry::record(capability, options.transport, &invocation.result, timing);
     }
+    crate::trace::finish(&invocation.result);
     invocation
 }
 
