@@ -197,6 +197,16 @@ async fn serve(options: Serve) -> Result<(), String> {
     log::init(std::io::stderr);
     let drain = options.drain.unwrap_or(shutdown::DEFAULT_DRAIN);
     let mut shop_options = shop::ShopOptions::default();
+    // Over HTTP the registry records metrics into a Prometheus recorder, served at `/metrics`.
+    let prometheus = match options.http {
+        Some(_) => Some(
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| format!("cannot install the metrics recorder: {e}"))?,
+        ),
+        None => None,
+    };
+    shop_options.metrics = prometheus.is_some();
     if let Some(delay) = options.ticket_delay {
         shop_options.ticket_delay = delay;
     }
@@ -264,8 +274,16 @@ async fn serve(options: Serve) -> Result<(), String> {
         registry.dispose();
         return served.map_err(|e| e.to_string());
     }
-    // The plain HTTP binding (`agent-surface-http`) under `/api`, next to MCP, with the same tokens.
-    let mut api = agent_surface_http::HttpConfig::default();
+    // The plain HTTP binding (`agent-surface-http`) under `/api`, next to MCP, with the same tokens,
+    // and the metrics at `/api/metrics` (and `/metrics`, below).
+    let render: Option<agent_surface_http::MetricsRenderer> = prometheus.map(|handle| {
+        let registry = demo.registry.clone();
+        Arc::new(move || {
+            registry.record_store_usage();
+            handle.render()
+        }) as agent_surface_http::MetricsRenderer
+    });
+    let mut api = agent_surface_http::HttpConfig { metrics: render.clone(), ..Default::default() };
     if !options.tokens.is_empty() {
         api.authenticator = Some(Arc::new(agent_surface_http::BearerTokens::new(options.tokens.clone())));
         config.authenticator = Some(Arc::new(BearerTokens::new(options.tokens)));
@@ -313,6 +331,16 @@ async fn serve(options: Serve) -> Result<(), String> {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain.streams.clone())
     };
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
+    // Scrapers look at `/metrics` by default: the same text as `/api/metrics`.
+    let app = match render {
+        Some(render) => app.route(
+            "/metrics",
+            axum::routing::get(move || async move {
+                ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render())
+            }),
+        ),
+        None => app,
+    };
     let app = match oauth {
         Some(oauth) => app.merge(oauth.metadata_router()),
         None => app,

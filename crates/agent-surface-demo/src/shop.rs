@@ -226,6 +226,8 @@ pub(crate) struct ShopOptions {
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
     /// How long `tickets-open` takes.
     pub(crate) ticket_delay: Duration,
+    /// Whether the registry records metrics (`RegistryConfig::metrics`; the HTTP server does).
+    pub(crate) metrics: bool,
 }
 
 impl Default for ShopOptions {
@@ -238,6 +240,7 @@ impl Default for ShopOptions {
             idempotency: None,
             rate_limiter: None,
             ticket_delay: Duration::ZERO,
+            metrics: false,
         }
     }
 }
@@ -361,6 +364,7 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
         authority: Some(Arc::new(ShopAuthority)),
         rate_limiter: Some(rate_limiter),
         confirmation: Some(confirmations.clone()),
+        metrics: options.metrics,
         ..Default::default()
     };
     if let Some(store) = options.idempotency.clone() {

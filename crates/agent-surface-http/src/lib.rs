@@ -81,4 +81,4 @@ mod router;
 pub mod wire;
 
 pub use auth::{Authenticator, BearerTokens, BoxFuture};
-pub use router::{CONSUMER_HEADER, CORRELATION_ID, HttpConfig, IDEMPOTENCY_KEY, router, serve};
+pub use router::{CONSUMER_HEADER, CORRELATION_ID, HttpConfig, IDEMPOTENCY_KEY, MetricsRenderer, router, serve};

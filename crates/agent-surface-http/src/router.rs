@@ -64,7 +64,19 @@ pub struct HttpConfig {
     /// `agent_surface_server::Limits`. A router served some other way has the limits of that
     /// server.
     pub limits: agent_surface_server::Limits,
+    /// Renders the text served at `GET {prefix}/metrics` — for example the `render` of a
+    /// `metrics-exporter-prometheus` handle, with `RegistryConfig::metrics` on; `None` (the
+    /// default): no such route. The route answers whoever reaches it (the host check applies, the
+    /// authenticator does not: scrapers carry no agent's token), so serve it where only your
+    /// scrapers reach it.
+    pub metrics: Option<MetricsRenderer>,
 }
+
+/// What [`HttpConfig::metrics`] holds: renders the current metrics as Prometheus text.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The media type of the Prometheus text exposition format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -76,6 +88,7 @@ impl Default for HttpConfig {
             authenticator: None,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
             limits: agent_surface_server::Limits::default(),
+            metrics: None,
         }
     }
 }
@@ -96,6 +109,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("consumer_header", &self.consumer_header)
             .field("authenticator", &self.authenticator.is_some())
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -135,15 +149,24 @@ fn normalize_prefix(prefix: &str) -> String {
 }
 
 /// The binding's router for `registry`: `GET {prefix}/capabilities` answers the caller's
-/// snapshot, `POST {prefix}/invoke` runs one call. Every other path is a `404` protocol fault,
+/// snapshot, `POST {prefix}/invoke` runs one call, and, when [`HttpConfig::metrics`] is set,
+/// `GET {prefix}/metrics` serves the metrics text. Every other path is a `404` protocol fault,
 /// every other method a `405` one.
 pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
     config.prefix = normalize_prefix(&config.prefix);
     let prefix = config.prefix.clone();
+    let metrics = config.metrics.clone();
     let state = Arc::new(AppState { registry, config });
-    Router::new()
+    let mut router = Router::new()
         .route(&format!("{prefix}/capabilities"), get(capabilities).merge(method_not_allowed("GET, HEAD")))
-        .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")))
+        .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")));
+    if let Some(render) = metrics {
+        let serve = get(move || async move {
+            ([(header::CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_TEXT))], render()).into_response()
+        });
+        router = router.route(&format!("{prefix}/metrics"), serve.merge(method_not_allowed("GET, HEAD")));
+    }
+    router
         .fallback(|| async { fault(ProtocolFault::NotFound) })
         // After the routes and the fallback, so that it guards all of them.
         .layer(middleware::from_fn_with_state(state.clone(), host_guard))
@@ -439,6 +462,34 @@ fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
     internal("the invoke task ended abnormally", &error)
 }
 
+/// The caller's W3C trace context from the `traceparent` and `tracestate` headers
+/// ([`agent_surface_registry::trace`]). Whatever is invalid is ignored (a `DEBUG` event, never a
+/// fault): a repeated `traceparent`, a value that is not visible ASCII, a malformed one. Repeated
+/// `tracestate` fields are one list (RFC 9110 §5.3).
+fn trace_parent(headers: &HeaderMap) -> Option<agent_surface_registry::TraceParent> {
+    use agent_surface_registry::trace;
+    let mut parents = headers.get_all("traceparent").iter();
+    let parent = parents.next()?;
+    if parents.next().is_some() {
+        trace::ignored("traceparent", "repeated");
+        return None;
+    }
+    let Ok(parent) = parent.to_str() else {
+        trace::ignored("traceparent", "not visible ASCII");
+        return None;
+    };
+    let states = headers.get_all("tracestate").iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>();
+    let state = match states {
+        Ok(states) if states.is_empty() => None,
+        Ok(states) => Some(states.join(",")),
+        Err(_) => {
+            trace::ignored("tracestate", "not visible ASCII");
+            None
+        }
+    };
+    agent_surface_registry::TraceParent::extract(Some(parent), state.as_deref())
+}
+
 async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
@@ -469,7 +520,10 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
     let registry = state.registry.clone();
-    let options = InvokeOptions::new(consumer).with_cancellation(cancel).with_transport("http");
+    let mut options = InvokeOptions::new(consumer).with_cancellation(cancel).with_transport("http");
+    if let Some(parent) = trace_parent(&headers) {
+        options = options.with_trace_parent(parent);
+    }
     let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
         Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),

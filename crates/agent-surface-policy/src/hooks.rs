@@ -244,6 +244,13 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         confirmation_id: Option<&'a str>,
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision>;
+
+    /// What the gate's store holds, for the operator's gauges; `None` (the default): it does
+    /// not say.
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        let _ = now;
+        None
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
@@ -254,5 +261,9 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision> {
         (**self).check(call, confirmation_id, now)
+    }
+
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        (**self).usage(now)
     }
 }

@@ -217,11 +217,47 @@ pub enum StoreError {
     LeaseLost,
 }
 
+/// What a store holds right now, for the operator's gauges (`Registry::record_store_usage`
+/// in `agent-surface-registry`); a store reports what it can count cheaply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreUsage {
+    /// Records held (in flight, stored, or kept past their use within their retention).
+    pub entries: usize,
+    /// Bytes counted against the store's byte budget, when it keeps one.
+    pub bytes: Option<usize>,
+    /// Confirmations waiting for a person's decision (confirmation stores), when counted.
+    pub pending: Option<usize>,
+}
+
+impl StoreUsage {
+    /// `entries` records, nothing else counted.
+    pub fn entries(entries: usize) -> StoreUsage {
+        StoreUsage { entries, bytes: None, pending: None }
+    }
+
+    /// The same usage with a byte count.
+    pub fn with_bytes(self, bytes: usize) -> StoreUsage {
+        StoreUsage { bytes: Some(bytes), ..self }
+    }
+
+    /// The same usage with a count of pending confirmations.
+    pub fn with_pending(self, pending: usize) -> StoreUsage {
+        StoreUsage { pending: Some(pending), ..self }
+    }
+}
+
 /// Where admission records live: in memory ([`MemoryIdempotencyStore`]) or in a shared service.
 ///
 /// `now` is passed in (from the registry's [`Clock`](crate::Clock)) rather than read, so a store
 /// never disagrees with the pipeline about time.
 pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
+    /// What the store holds, for the operator's gauges; `None` (the default): it does not say
+    /// (a shared store would need a round trip).
+    fn usage(&self) -> Option<StoreUsage> {
+        None
+    }
+
     /// Decides what the call with `key` and `fingerprint` does (see [`Admission`]). A
     /// [`Admission::Leader`] or [`Admission::TakeOver`] must be followed by exactly one
     /// [`settle`](Self::settle) with its lease.
@@ -259,6 +295,10 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
+    fn usage(&self) -> Option<StoreUsage> {
+        (**self).usage()
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -822,6 +862,11 @@ impl fmt::Debug for MemoryIdempotencyStore {
 }
 
 impl IdempotencyStore for MemoryIdempotencyStore {
+    fn usage(&self) -> Option<StoreUsage> {
+        let inner = self.lock();
+        Some(StoreUsage::entries(inner.records.len()).with_bytes(inner.bytes))
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,

@@ -100,7 +100,7 @@ pub use hooks::{
 };
 pub use idempotency::{
     Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
-    Settlement, StoreError,
+    Settlement, StoreError, StoreUsage,
 };
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

@@ -456,6 +456,15 @@ impl Registry {
         true
     }
 
+    /// Sets the store gauges of [`crate::telemetry`] from what the idempotency store and the
+    /// confirmation gate's store report (the memory stores do; a shared store does not): call it
+    /// just before the metrics are rendered, e.g. in the `/metrics` handler.
+    pub fn record_store_usage(&self) {
+        let config = &self.inner.config;
+        let confirmations = config.confirmation.as_ref().and_then(|gate| gate.usage(config.clock.now()));
+        crate::telemetry::store_usage(config.idempotency.usage(), confirmations);
+    }
+
     /// The consumer's view of the surface: every capability with at least one live instance
     /// that the authority policy does not hide from this consumer.
     pub async fn snapshot(&self, consumer: &Consumer) -> Snapshot {

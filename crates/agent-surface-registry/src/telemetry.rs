@@ -15,8 +15,14 @@
 //! | `agent_surface_store_errors_total` | counter | `store` (`idempotency`, `confirmation`, `rate-limiter`) | store (or limiter) failures the pipeline met |
 //! | `agent_surface_rate_limited_total` | counter | `capability`, `reason` | calls refused by the rate limiter |
 //!
-//! The memory stores of `agent-surface-policy` add their sizes (`agent_surface_store_entries`,
-//! `agent_surface_store_bytes`, `agent_surface_confirmations_pending`).
+//! Store sizes are gauges set when [`crate::Registry::record_store_usage`] runs (call it before
+//! rendering), from what the stores report (the memory stores of `agent-surface-policy` do):
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `agent_surface_store_entries` | gauge | `store` (`idempotency`, `confirmation`) | records held |
+//! | `agent_surface_store_bytes` | gauge | `store` | bytes counted against the store's budget |
+//! | `agent_surface_confirmations_pending` | gauge | — | confirmations waiting for a person |
 //!
 //! **Label values are bounded.** `capability` is the name of a defined capability, or `-` when the
 //! call named none the registry knows (an agent picks the names it sends; they never become label
@@ -113,4 +119,21 @@ pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeR
         histogram("execute", seconds(start, timing.execute_end.unwrap_or(end)));
     }
     histogram("total", seconds(timing.start, end));
+}
+
+/// Sets the store gauges from the stores' reports.
+pub(crate) fn store_usage(
+    idempotency: Option<agent_surface_policy::StoreUsage>,
+    confirmation: Option<agent_surface_policy::StoreUsage>,
+) {
+    for (store, usage) in [("idempotency", idempotency), ("confirmation", confirmation)] {
+        let Some(usage) = usage else { continue };
+        metrics::gauge!("agent_surface_store_entries", "store" => store).set(usage.entries as f64);
+        if let Some(bytes) = usage.bytes {
+            metrics::gauge!("agent_surface_store_bytes", "store" => store).set(bytes as f64);
+        }
+        if let Some(pending) = usage.pending {
+            metrics::gauge!("agent_surface_confirmations_pending").set(pending as f64);
+        }
+    }
 }

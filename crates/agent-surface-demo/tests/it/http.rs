@@ -85,3 +85,70 @@ fn one_idempotency_key_opens_one_ticket() {
     assert_eq!(open("k-1"), first, "the same key replays the same execution");
     assert_ne!(open("k-2"), first, "another key is another execution");
 }
+
+/// `GET path` on the server: the status and the body.
+fn get(server: &Server, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", server.addr).unwrap();
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// After a scripted mix of calls over MCP and the HTTP binding, `/metrics` (and `/api/metrics`)
+/// serve the counts by capability, code, retry and transport, the phase-group durations, the
+/// calls in flight and the store gauges, in the Prometheus text format.
+#[test]
+fn metrics_count_a_scripted_mix_of_calls() {
+    let server = start();
+    let invoke = |body: Value, key: Option<&str>| {
+        let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+        served::post(&server.addr, "/api/invoke", &server.addr, &headers, &body.to_string())
+    };
+    for _ in 0..3 {
+        assert_eq!(invoke(json!({"capability": "orders.get", "input": {"orderId": "A-1001"}}), None).status, 200);
+    }
+    assert_eq!(invoke(json!({"capability": "orders.get", "input": {"orderId": 7}}), None).status, 422);
+    assert_eq!(invoke(json!({"capability": "made.up", "input": {}}), None).status, 404);
+    // A destructive call asks for a confirmation (pending until a person decides).
+    let asked = invoke(json!({"capability": "orders.cancel", "input": {"orderId": "A-1001"}}), Some("k-1"));
+    assert_eq!(asked.status, 428, "{}", asked.body);
+    let session = served::mcp_session(&server);
+    let over_mcp = call(&server, &session, None, "orders-get", json!({"orderId": "A-1001"}));
+    assert_eq!(over_mcp["isError"], false, "{over_mcp}");
+
+    let (status, head, text) = get(&server, "/metrics");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+    let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
+    let calls = |labels: &str| value(&format!("agent_surface_calls_total{{{labels}}}"));
+    assert_eq!(calls(r#"capability="orders.get",code="OK",retry="none",transport="http""#), Some(3.0), "{text}");
+    assert_eq!(calls(r#"capability="orders.get",code="OK",retry="none",transport="mcp""#), Some(1.0), "{text}");
+    assert_eq!(
+        calls(r#"capability="orders.get",code="INVALID_INPUT",retry="with-changes",transport="http""#),
+        Some(1.0)
+    );
+    assert_eq!(
+        calls(r#"capability="-",code="CAPABILITY_NOT_FOUND",retry="after-refresh",transport="http""#),
+        Some(1.0)
+    );
+    assert_eq!(
+        calls(r#"capability="orders.cancel",code="CONFIRMATION_REQUIRED",retry="with-confirmation",transport="http""#),
+        Some(1.0)
+    );
+    assert!(!text.contains("made.up"), "agent-chosen names never become labels");
+    assert!(
+        text.contains(r#"agent_surface_call_duration_seconds_count{capability="orders.get",phase_group="execute"}"#),
+        "{text}"
+    );
+    assert_eq!(value("agent_surface_confirmations_pending"), Some(1.0), "{text}");
+    assert!(value(r#"agent_surface_store_entries{store="idempotency"}"#).is_some(), "{text}");
+    // The binding serves the same text under its prefix.
+    let (status, _, api_text) = get(&server, "/api/metrics");
+    assert_eq!(status, 200);
+    assert!(api_text.contains("agent_surface_calls_total"), "{api_text}");
+}

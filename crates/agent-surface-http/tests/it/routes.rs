@@ -180,3 +180,29 @@ async fn a_foreign_host_is_refused() {
     let r = crate::client::send_as(server.addr, "localhost:1234", "GET", "/capabilities").await;
     assert_eq!(r.status, 200);
 }
+
+/// `GET /metrics` serves the renderer's text when one is configured, in the Prometheus text
+/// format; without one there is no such route; another method is a `405`.
+#[tokio::test]
+async fn metrics_are_served_only_when_configured() {
+    let renders = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = renders.clone();
+    let render: agent_surface_http::MetricsRenderer = std::sync::Arc::new(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        "agent_surface_calls_total{code=\"OK\"} 3\n".to_string()
+    });
+    let server = start(HttpConfig { metrics: Some(render), ..HttpConfig::with_prefix("/api") }).await;
+    let r = send(server.addr, "GET", "/api/metrics", &[], b"").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    assert_eq!(r.body, "agent_surface_calls_total{code=\"OK\"} 3\n");
+    assert_eq!(renders.load(std::sync::atomic::Ordering::Relaxed), 1);
+    send(server.addr, "POST", "/api/metrics", &[], b"").await.assert_fault(405, "method-not-allowed");
+    // Another host is refused before the renderer runs.
+    let r = crate::client::send_as(server.addr, "evil.example", "GET", "/api/metrics").await;
+    r.assert_fault(403, "host-not-allowed");
+    assert_eq!(renders.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    let plain = start(HttpConfig::default()).await;
+    send(plain.addr, "GET", "/metrics", &[], b"").await.assert_fault(404, "not-found");
+}

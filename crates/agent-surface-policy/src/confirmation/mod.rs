@@ -690,6 +690,10 @@ impl fmt::Debug for ConfirmationEngine {
 }
 
 impl ConfirmationGate for ConfirmationEngine {
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        self.config.store.usage(now)
+    }
+
     fn check<'a>(
         &'a self,
         call: CallInfo<'a>,

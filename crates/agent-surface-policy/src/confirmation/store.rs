@@ -255,6 +255,12 @@ pub enum Rejection {
 /// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
 /// that a late retry learns `consumed` or `denied` rather than `expired`.
 pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
+    /// What the store holds, for the operator's gauges; `None` (the default): it does not say.
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        let _ = now;
+        None
+    }
+
     /// Adds a pending record. Ids are fresh; an id that exists already is an error.
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
 
@@ -297,6 +303,10 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        (**self).usage(now)
+    }
+
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).insert(record, now)
     }
@@ -578,6 +588,13 @@ impl fmt::Debug for MemoryConfirmationStore {
 }
 
 impl ConfirmationStore for MemoryConfirmationStore {
+    fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
+        let inner = self.lock();
+        let pending =
+            inner.records.values().filter(|r| r.state == ConfirmationState::Pending && r.expires_at > now).count();
+        Some(crate::StoreUsage::entries(inner.records.len()).with_pending(pending))
+    }
+
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.insert_now(record, now) })
     }

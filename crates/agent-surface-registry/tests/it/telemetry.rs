@@ -123,3 +123,40 @@ fn store_failures_are_counted() {
     let series = r#"agent_surface_calls_total{capability="m.ok",code="EXECUTION_FAILED",retry="after-delay",transport="direct"}"#;
     assert_eq!(sample(&text, series), Some(1.0), "{text}");
 }
+
+/// The store gauges come from what the memory stores report, set when the application asks
+/// (just before rendering).
+#[test]
+fn store_usage_is_reported_on_request() {
+    use agent_surface_core::Effect;
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let config = RegistryConfig { confirmation: Some(engine), metrics: true, ..Default::default() };
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let r = Registry::new(config);
+            r.define("g", |t| {
+                t.capability("go", "Gated.")
+                    .effect(Effect::Destructive)
+                    .confirm(|_: &Value| "Go.".to_string())
+                    .raw_handler(json!({"type": "object"}), None, |_c: Ctx, v: Value| async move { Ok(v) })
+            })
+            .unwrap();
+            let _m = r.mount("g", "main").unwrap();
+            for id in ["i-1", "i-2"] {
+                let asked = r.invoke(call("g.go", json!({})).with_invocation_id(id), consumer("c")).await;
+                assert_eq!(asked.code().map(|c| c.as_str()), Some("CONFIRMATION_REQUIRED"));
+            }
+            r.record_store_usage();
+        });
+    });
+    let text = handle.render();
+    assert_eq!(sample(&text, "agent_surface_confirmations_pending"), Some(2.0), "{text}");
+    assert_eq!(sample(&text, r#"agent_surface_store_entries{store="confirmation"}"#), Some(2.0), "{text}");
+    // CONFIRMATION_REQUIRED is not stored as a terminal result: the two records were released.
+    assert!(sample(&text, r#"agent_surface_store_entries{store="idempotency"}"#).is_some(), "{text}");
+    assert!(sample(&text, r#"agent_surface_store_bytes{store="idempotency"}"#).is_some(), "{text}");
+}
