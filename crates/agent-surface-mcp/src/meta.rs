@@ -12,6 +12,12 @@
 //! | [`CONFIRMATION_ID`] `agent-surface/confirmationId` | string | `InvokeRequest::confirmation_id` |
 //! | [`TARGET`] `agent-surface/target` | `{instanceId?, registrationId?}` | `InvokeRequest::target` |
 //!
+//! The caller's W3C trace context travels unprefixed, as SEP-414 and the OpenTelemetry MCP
+//! conventions have it: [`TRACEPARENT`] `traceparent` and [`TRACESTATE`] `tracestate`, read by
+//! [`trace_parent`] on every transport (on streamable HTTP too: the MCP request's context is
+//! independent of the HTTP request's, so a `traceparent` HTTP header on `/mcp` is not read). An
+//! invalid one is ignored, never a fault ([`agent_surface_registry::trace`]).
+//!
 //! The JSON-RPC request id and the progress token are never used as an invocation id: a call
 //! without [`INVOCATION_ID`] is simply not deduplicated. An invocation id has 1 to 255 printable
 //! ASCII characters, as on every transport (`agent_surface_registry::is_valid_invocation_id`). A present key with a value of the wrong
@@ -23,7 +29,7 @@
 //! each tool's `_meta` carries [`CAPABILITY`], [`EFFECT`], [`IDEMPOTENT`], for a long-running
 //! capability [`LONG_RUNNING`], and for a disabled capability [`UNAVAILABLE_REASON`].
 
-use agent_surface_registry::{InvokeRequest, Target};
+use agent_surface_registry::{InvokeRequest, Target, TraceParent, trace};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -54,6 +60,11 @@ pub const LONG_RUNNING: &str = "agent-surface/longRunning";
 pub const UNAVAILABLE_REASON: &str = "agent-surface/unavailableReason";
 /// On a tool: the live instances (`[{instanceId, registrationId, description?}]`).
 pub const INSTANCES: &str = "agent-surface/instances";
+
+/// The caller's W3C `traceparent` (unprefixed: SEP-414).
+pub const TRACEPARENT: &str = "traceparent";
+/// The caller's W3C `tracestate`, read only with a valid [`TRACEPARENT`] (unprefixed: SEP-414).
+pub const TRACESTATE: &str = "tracestate";
 
 /// A `_meta` member that does not have its documented type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,4 +136,32 @@ pub fn apply(meta: &Map<String, Value>, request: &mut InvokeRequest) -> Result<(
         })?),
     };
     Ok(())
+}
+
+/// The caller's trace context from `_meta` ([`TRACEPARENT`], [`TRACESTATE`]): `None` when there is
+/// none, or when it is invalid or not a string (then ignored with a `DEBUG` event, never a
+/// protocol fault; see [`agent_surface_registry::trace`]).
+///
+/// ```
+/// use agent_surface_mcp::meta;
+/// use serde_json::json;
+///
+/// let m = json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "rojo=1"});
+/// let parent = meta::trace_parent(m.as_object().unwrap()).unwrap();
+/// assert_eq!(parent.trace_id_hex().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+/// assert_eq!(parent.tracestate(), Some("rojo=1"));
+/// assert!(meta::trace_parent(json!({"traceparent": 7}).as_object().unwrap()).is_none());
+/// assert!(meta::trace_parent(json!({"traceparent": "00-bad"}).as_object().unwrap()).is_none());
+/// ```
+pub fn trace_parent(meta: &Map<String, Value>) -> Option<TraceParent> {
+    let text = |key: &'static str| match meta.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => {
+            trace::ignored(key, "not a string");
+            Err(())
+        }
+    };
+    let parent = text(TRACEPARENT).ok()??;
+    TraceParent::extract(Some(parent), text(TRACESTATE).unwrap_or(None))
 }

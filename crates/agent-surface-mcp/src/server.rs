@@ -669,6 +669,9 @@ impl ServerHandler for McpServer {
         }
         let mut options =
             InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone()).with_transport("mcp");
+        if let Some(parent) = meta::trace_parent(&context.meta) {
+            options = options.with_trace_parent(parent);
+        }
         if modern {
             let carried =
                 dialogue.answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));

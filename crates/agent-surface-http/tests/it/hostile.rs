@@ -143,3 +143,51 @@ async fn a_body_of_many_tiny_values_is_too_large() {
     let r = post_json(server.addr, "/invoke", &[], &body).await;
     r.assert_fault(413, "body-too-large");
 }
+
+/// The `traceparent` and `tracestate` headers are the caller's trace (the invocation span records
+/// its ids); hostile ones are ignored — the call is answered as without them, nothing echoed.
+#[test]
+fn trace_context_headers_are_read_and_hostile_ones_ignored() {
+    const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let long = format!("00-{}", "a".repeat(8000));
+    // (name, headers, whether the call continues the caller's trace)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, bool);
+    let cases: Vec<Case<'_>> = vec![
+        ("valid", vec![("traceparent", VALID), ("tracestate", "rojo=1"), ("tracestate", "congo=2")], true),
+        ("bad tracestate kept the parent", vec![("traceparent", VALID), ("tracestate", "hunter2-marker")], true),
+        ("uppercase", vec![("traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01")], false),
+        ("repeated", vec![("traceparent", VALID), ("traceparent", VALID)], false),
+        ("too long", vec![("traceparent", &long)], false),
+        ("not hex", vec![("traceparent", "00-sk-live-123sk-live-123sk-live-123sk-00f067aa0ba902b7-01")], false),
+        ("short", vec![("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736")], false),
+    ];
+    let (responses, log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let server = start(HttpConfig::default()).await;
+            let mut responses = Vec::new();
+            for (_, headers, _) in &cases {
+                let mut headers = headers.clone();
+                headers.push(("Authorization", "Bearer t-sam"));
+                let body = r#"{"capability":"echo.say","input":{"text":"hi"}}"#;
+                responses.push(post_json(server.addr, "/invoke", &headers, body).await);
+            }
+            drop(server);
+            responses
+        })
+    });
+    for ((name, _, traced), r) in cases.iter().zip(&responses) {
+        assert_eq!(r.status, 200, "{name}: {r:?}");
+        no_leak(r);
+        let id = r.header("agent-surface-correlation-id").expect("a correlation id");
+        let span = log.lines().find(|l| l.contains(&format!("correlation_id={id}"))).expect("the call's line");
+        assert_eq!(
+            span.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 parent_id=00f067aa0ba902b7"),
+            *traced,
+            "{name}: {span}"
+        );
+    }
+    let ignored = log.lines().filter(|l| l.contains("agent_surface::trace")).count();
+    assert_eq!(ignored, 6, "one DEBUG event per ignored value:\n{log}");
+    assert_text_has_no_leak("operator log", &log, &secrets());
+}

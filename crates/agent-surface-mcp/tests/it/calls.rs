@@ -217,3 +217,43 @@ fn every_result_carries_the_correlation_id_of_its_operator_event() {
         assert!(log.contains(&format!("correlation_id={id}")), "{id} is in the operator log:\n{log}");
     }
 }
+
+/// A `traceparent` in `_meta` (SEP-414) is the caller's trace: the invocation span records its
+/// ids. An invalid one, or one that is not a string, is ignored: the call runs, no fault.
+#[test]
+fn a_traceparent_in_meta_is_the_callers_trace_and_an_invalid_one_is_ignored() {
+    let (results, log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let f = fixture();
+            let c = connect(&f.registry, McpConfig::default(), None).await;
+            let mut results = Vec::new();
+            for meta in [
+                json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "rojo=1"}),
+                json!({"traceparent": "00-FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF-00f067aa0ba902b7-01"}),
+                json!({"traceparent": {"not": "a string"}}),
+            ] {
+                let raw = call_raw(&c.client, "store-echo", json!({"text": "hi"}), meta).await.expect("no fault");
+                results.push(serde_json::to_value(&raw).unwrap());
+            }
+            c.client.cancel().await.unwrap();
+            results
+        })
+    });
+    for wire in &results {
+        assert_ne!(wire["isError"], json!(true), "{wire}");
+    }
+    let spans =
+        log.lines().filter(|l| l.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 parent_id=00f067aa0ba902b7"));
+    assert!(spans.count() >= 1, "{log}");
+    assert_eq!(
+        log.matches("trace_id=").count(),
+        log.matches("trace_id=4bf92f3577b34da6a3ce929d0e0e4736").count(),
+        "{log}"
+    );
+    assert!(log.contains("reason=\"trace-id is not 32 lowercase hex digits\""), "{log}");
+    assert!(log.contains("reason=\"not a string\""), "{log}");
+    // (rmcp traces whole frames at TRACE; our own events never carry the value.)
+    let ours = log.lines().filter(|l| l.contains(" agent_surface::"));
+    assert!(ours.clone().count() >= 3 && ours.clone().all(|l| !l.contains("FFFFFFFF")), "never the value: {log}");
+}

@@ -111,3 +111,46 @@ async fn a_repeated_member_name_is_refused_over_http() {
     assert_eq!(f.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
     shutdown.cancel();
 }
+
+/// On streamable HTTP, the caller's trace is the one in the MCP request's `_meta` (SEP-414; the
+/// OpenTelemetry MCP conventions: the MCP and HTTP contexts are independent), not the
+/// `traceparent` header of the HTTP request that carried it.
+#[test]
+fn over_http_the_trace_parent_is_the_meta_one_not_the_header() {
+    let ((), log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let f = fixture();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let shutdown = CancellationToken::new();
+            let server =
+                serve_http(f.registry.clone(), McpConfig::default(), HttpConfig::default(), listener, shutdown.clone());
+            tokio::spawn(server);
+            let call = |meta: serde_json::Value| {
+                let mut m = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "0"}});
+                m.as_object_mut().unwrap().extend(meta.as_object().unwrap().clone());
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "store-count", "arguments": {}, "_meta": m}})
+                .to_string()
+            };
+            let header = ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+            let headers = [
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "store-count"),
+                header,
+            ];
+            let meta = json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"});
+            let (status, raw) = post(addr, &headers, &call(meta)).await;
+            assert_eq!(status, 200, "{raw}");
+            let (status, raw) = post(addr, &headers, &call(json!({}))).await;
+            assert_eq!(status, 200, "{raw}");
+            shutdown.cancel();
+        })
+    });
+    assert!(log.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 parent_id=00f067aa0ba902b7"), "{log}");
+    assert!(!log.contains("0af7651916cd43dd8448eb211c80319c"), "the header is not read: {log}");
+}
