@@ -15,6 +15,16 @@
 //! Each phase lives in its own module under `pipeline/`; `spec/invocation.md` is the normative
 //! description.
 //!
+//! # Features
+//!
+//! - `otel` (off by default): the invocation span continues the caller's W3C trace in
+//!   OpenTelemetry — its parent is set with `tracing-opentelemetry` from the
+//!   [`TraceParent`] an adapter passed ([`InvokeOptions::with_trace_parent`]), and it carries
+//!   the semantic conventions' `execute_tool` attributes; see [`trace`] and `docs/operations.md`
+//!   ("Traces"). Without it the span still records the caller's `trace_id` and `parent_id`.
+//! - `otel-tests`: not for applications; this crate's own test of `otel` (an in-memory span
+//!   exporter).
+//!
 //! # Examples
 //!
 //! ```
