@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::ctx::Ctx;
 use crate::handler::{ErasedHandler, ErasedPrecondition, ErasedVerify, Unmet, Verification};
 use crate::id;
-use crate::schema::{self, CheckedInputSchema, SchemaLimits};
+use crate::schema::{self, CheckedInputSchema, PortableSchema, SchemaLimits};
 use crate::validate::InputValidator;
 
 /// Where a capability runs.
@@ -126,7 +126,7 @@ pub(crate) struct CapabilityDef {
     /// Validates the input after bindings filled it (only for capabilities with bindings): a
     /// bound value that breaks the schema is a binding failure, not the agent's fault.
     pub(crate) bound_validator: Option<jsonschema::Validator>,
-    pub(crate) output_schema: Option<Value>,
+    pub(crate) output_schema: Option<PortableSchema>,
     pub(crate) output_validator: Option<jsonschema::Validator>,
     pub(crate) bindings: Vec<(String, Binding)>,
     pub(crate) precondition: Option<ErasedPrecondition>,
@@ -732,23 +732,17 @@ impl CapabilityBuilder<'_, '_> {
                 format!("field `{dup}` is bound twice"),
             ));
         }
-        let closed = close_objects(input_schema);
+        let closed = schema::close_objects(input_schema);
         let input = schema::check_input_schema(&location, &closed, &bound, &self.sensitive, schema_limits)?;
         let validator = InputValidator::new(&location, &input.advertised, input.sensitive.clone())?;
-        let bound_validator = if bound.is_empty() {
-            None
-        } else {
-            Some(jsonschema::draft202012::new(&input.full).map_err(|e| {
-                DefinitionError::new(Code::UnsupportedSchema, location.clone(), format!("input schema: {e}"))
-            })?)
-        };
+        // Input, bound input and output are compiled alike (`schema::compile`): formats asserted.
+        let bound_validator =
+            if bound.is_empty() { None } else { Some(schema::compile(&location, "input", &input.full)?) };
         let (output_schema, output_validator) = match output_schema {
             None => (None, None),
             Some(s) => {
                 let s = schema::check_output_schema(&location, &s, schema_limits)?;
-                let v = jsonschema::draft202012::new(&s).map_err(|e| {
-                    DefinitionError::new(Code::UnsupportedSchema, location.clone(), format!("output schema: {e}"))
-                })?;
+                let v = schema::compile(&location, "output", &s)?;
                 (Some(s), Some(v))
             }
         };
@@ -786,34 +780,4 @@ impl CapabilityBuilder<'_, '_> {
 fn object_schema_for<I: JsonSchema>() -> Value {
     let s = schema::schema_for::<I>();
     if schema::is_trivial(&s) { serde_json::json!({"type": "object"}) } else { s }
-}
-
-/// Closes every object schema that lists `properties` but says nothing about other members
-/// (`additionalProperties: false`), so that a misspelled optional field is an `INVALID_INPUT`
-/// instead of being silently dropped. An explicit `additionalProperties` is kept.
-fn close_objects(mut schema: Value) -> Value {
-    fn walk_schema(v: &mut Value) {
-        let Value::Object(map) = v else { return };
-        if map.contains_key("properties") && !map.contains_key("additionalProperties") {
-            map.insert("additionalProperties".into(), Value::Bool(false));
-        }
-        for (k, child) in map.iter_mut() {
-            match k.as_str() {
-                "properties" | "$defs" | "definitions" => {
-                    if let Value::Object(children) = child {
-                        children.values_mut().for_each(walk_schema);
-                    }
-                }
-                "items" | "additionalProperties" => walk_schema(child),
-                "anyOf" | "oneOf" => {
-                    if let Value::Array(children) = child {
-                        children.iter_mut().for_each(walk_schema);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    walk_schema(&mut schema);
-    schema
 }

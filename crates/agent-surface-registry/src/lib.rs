@@ -78,7 +78,7 @@ mod progress;
 pub mod questions;
 mod registry;
 mod request;
-mod schema;
+pub mod schema;
 mod snapshot;
 pub mod telemetry;
 pub mod trace;

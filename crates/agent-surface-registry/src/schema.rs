@@ -1,4 +1,25 @@
-//! The portable schema subset, checked when a capability is defined.
+//! JSON Schema, owned in one place: the portable subset a capability's schemas must keep, the one
+//! `$ref` resolver, the one JSON Pointer escape, the one subschema walk and the one compiler of
+//! validators.
+//!
+//! # Overview
+//!
+//! Every part of agent-surface that reads a capability's schemas goes through this module, so that
+//! they cannot disagree about what a schema means:
+//!
+//! - [`PortableSchema`] is what a capability's input or output schema is once registration
+//!   checked it: in the portable subset (below), within [`SchemaLimits`], every `$ref` resolving.
+//! - [`resolve_ref`] resolves a local `$ref` (a URI fragment: percent-decoded per RFC 3986, then
+//!   a JSON Pointer per RFC 6901, looked up with [`Value::pointer`]); [`escape_pointer_segment`] and
+//!   [`push_pointer_segment`] write JSON Pointers.
+//! - [`visit_subschemas`] walks every subschema of a document with its JSON Pointer and depth;
+//!   the walk is `schemars`' own ([`schemars::transform::transform_subschemas`]), so no keyword
+//!   list of where subschemas live is kept here. Rewrites (closing objects, the provider dialects
+//!   of the toolset) are [`schemars::transform::Transform`]s over the same walk.
+//! - The registry compiles input, bound-input and output validators with one set of `jsonschema`
+//!   options: formats asserted (unknown formats ignored), nothing fetched.
+//!
+//! # The portable subset
 //!
 //! A capability's schemas must be accepted by every consumer at once: MCP clients and the OpenAI,
 //! Anthropic and Gemini tool APIs. The subset is what `schemars` emits for ordinary Rust types
@@ -6,7 +27,7 @@
 //!
 //! - at the root only: `$schema` (draft 2020-12, 2019-09 or 07), `$id`, `$defs`, `definitions`;
 //! - `$ref` to `#` or to `#/$defs/Name` / `#/definitions/Name`, which must exist (recursive types
-//!   are fine);
+//!   are fine; the name may be percent-encoded and `~0`/`~1`-escaped);
 //! - structure: `type`, `properties`, `required`, `additionalProperties`, `items` (a single
 //!   schema), `enum`, `const`, `anyOf`, `oneOf`;
 //! - limits: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf`,
@@ -21,8 +42,33 @@
 //! without following `$ref`; each definition is counted from the root) or larger than
 //! [`SchemaLimits::max_bytes`]. Gemini's own restrictions (`anyOf`, `$ref`) are handled later by
 //! the toolset adapter.
+//!
+//! # Examples
+//!
+//! ```
+//! use agent_surface_registry::schema::{PortableSchema, SchemaLimits, escape_pointer_segment, resolve_ref};
+//! use serde_json::json;
+//!
+//! let schema = json!({
+//!     "type": "object",
+//!     "properties": {"when": {"$ref": "#/$defs/Date%20time~1zone"}},
+//!     "$defs": {"Date time/zone": {"type": "string", "format": "date-time"}}
+//! });
+//! let checked = PortableSchema::check("clock.set", &schema, SchemaLimits::default()).unwrap();
+//! let target = resolve_ref(checked.as_value(), "#/$defs/Date%20time~1zone").unwrap();
+//! assert_eq!(target["type"], "string");
+//! assert_eq!(escape_pointer_segment("Date time/zone"), "Date time~1zone");
+//!
+//! let remote = json!({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}});
+//! let err = PortableSchema::check("clock.set", &remote, SchemaLimits::default()).unwrap_err();
+//! assert!(err.problem().contains("remote and other references"));
+//! ```
+
+use std::borrow::Cow;
 
 use agent_surface_core::{DefinitionError, DefinitionErrorCode};
+use schemars::Schema;
+use schemars::transform::{RecursiveTransform, Transform, transform_subschemas};
 use serde_json::{Map, Value};
 
 use crate::validate::{Exceeded, measure};
@@ -42,20 +88,305 @@ const DIALECTS: [&str; 3] = [
 /// The JSON types `type` may name.
 const JSON_TYPES: [&str; 7] = ["null", "boolean", "object", "array", "number", "string", "integer"];
 
+// ---- JSON Pointer and `$ref` -------------------------------------------------------------------
+
+/// Escapes one JSON Pointer reference token (RFC 6901): `~` → `~0`, `/` → `~1`.
+///
+/// ```
+/// use agent_surface_registry::schema::escape_pointer_segment;
+/// assert_eq!(escape_pointer_segment("a/b~c"), "a~1b~0c");
+/// assert_eq!(escape_pointer_segment("plain"), "plain");
+/// ```
+pub fn escape_pointer_segment(segment: &str) -> Cow<'_, str> {
+    if segment.contains(['~', '/']) {
+        Cow::Owned(segment.replace('~', "~0").replace('/', "~1"))
+    } else {
+        Cow::Borrowed(segment)
+    }
+}
+
+/// Appends `/segment` to a JSON Pointer, the segment escaped by [`escape_pointer_segment`].
+///
+/// ```
+/// use agent_surface_registry::schema::push_pointer_segment;
+/// let mut pointer = String::from("/properties");
+/// push_pointer_segment(&mut pointer, "a/b");
+/// assert_eq!(pointer, "/properties/a~1b");
+/// ```
+pub fn push_pointer_segment(pointer: &mut String, segment: &str) {
+    pointer.push('/');
+    pointer.push_str(&escape_pointer_segment(segment));
+}
+
+/// The JSON Pointer a local `$ref` names: `""` for `#`, else the fragment after `#`,
+/// percent-decoded (RFC 3986) and still `~`-escaped, as [`Value::pointer`] takes it.
+///
+/// `None` for a reference that is not a local fragment (`other.json#/…`, `https://…`), a
+/// malformed percent-encoding, a fragment that is not UTF-8 once decoded, or a pointer that is
+/// not RFC 6901 (not starting with `/`, or a `~` followed by anything but `0` or `1`).
+///
+/// ```
+/// use agent_surface_registry::schema::ref_pointer;
+/// assert_eq!(ref_pointer("#").as_deref(), Some(""));
+/// assert_eq!(ref_pointer("#/$defs/A%20B~1C").as_deref(), Some("/$defs/A B~1C"));
+/// assert_eq!(ref_pointer("#/$defs/A%2"), None);
+/// assert_eq!(ref_pointer("other.json#/$defs/A"), None);
+/// ```
+pub fn ref_pointer(reference: &str) -> Option<Cow<'_, str>> {
+    let fragment = reference.strip_prefix('#')?;
+    let pointer = if fragment.contains('%') { Cow::Owned(percent_decode(fragment)?) } else { Cow::Borrowed(fragment) };
+    let well_formed = (pointer.is_empty() || pointer.starts_with('/'))
+        && pointer.split('~').skip(1).all(|rest| rest.starts_with(['0', '1']));
+    well_formed.then_some(pointer)
+}
+
+/// Resolves a local `$ref` against the document `root`: [`ref_pointer`], then
+/// [`Value::pointer`] (which undoes `~1` and `~0`). `None` if the reference is not local or
+/// leads nowhere.
+///
+/// This is the only `$ref` resolver of agent-surface: the registry's checks, its sensitive-field
+/// detection and the toolset's provider conversions all use it, and it reads references as the
+/// validators (`jsonschema`) do.
+///
+/// ```
+/// use agent_surface_registry::schema::resolve_ref;
+/// use serde_json::json;
+///
+/// let root = json!({"$defs": {"a/b c": {"type": "string"}}, "type": "object"});
+/// assert_eq!(resolve_ref(&root, "#/$defs/a~1b%20c"), Some(&json!({"type": "string"})));
+/// assert_eq!(resolve_ref(&root, "#"), Some(&root));
+/// assert_eq!(resolve_ref(&root, "#/$defs/missing"), None);
+/// ```
+pub fn resolve_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+    root.pointer(&ref_pointer(reference)?)
+}
+
+/// Percent-decodes `text` (RFC 3986); `None` for a malformed escape or bytes that are not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
+// ---- The subschema walk ------------------------------------------------------------------------
+
+/// Where [`visit_subschemas`] found a subschema.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct SubschemaAt<'a> {
+    /// Its JSON Pointer in the document (`""` for the root).
+    pub pointer: &'a str,
+    /// How many subschemas down it is: the root is 0, `/properties/a` and `/$defs/A` are 1.
+    pub depth: usize,
+    /// The keyword of its parent that holds it (`properties`, `items`, `anyOf`, `$defs`, …);
+    /// `""` for the root.
+    pub keyword: &'a str,
+}
+
+/// Calls `visit` on `schema` and on each of its subschemas (objects and booleans), parents before
+/// children, each with its [`SubschemaAt`]; stops at the first `Err`, which it returns. `$ref`
+/// is not followed.
+///
+/// Which keywords hold subschemas is `schemars`' knowledge
+/// ([`schemars::transform::transform_subschemas`]: `properties`, `$defs`, `items`, `anyOf`,
+/// `allOf`, `not`, `if`, …). Values that are not schemas (a number under `properties`) are not
+/// visited. The walk recurses once per level: give it documents whose nesting is bounded (every
+/// [`PortableSchema`] is).
+///
+/// ```
+/// use agent_surface_registry::schema::visit_subschemas;
+/// use serde_json::json;
+///
+/// let schema = json!({"type": "object", "properties": {"a/b": {"type": "array", "items": true}}});
+/// let mut seen = Vec::new();
+/// visit_subschemas(&schema, |_, at| {
+///     seen.push((at.pointer.to_owned(), at.depth, at.keyword.to_owned()));
+///     Ok::<(), ()>(())
+/// })
+/// .unwrap();
+/// assert_eq!(seen, [
+///     (String::new(), 0, String::new()),
+///     ("/properties/a~1b".to_owned(), 1, "properties".to_owned()),
+///     ("/properties/a~1b/items".to_owned(), 2, "items".to_owned()),
+/// ]);
+/// ```
+pub fn visit_subschemas<E>(
+    schema: &Value,
+    mut visit: impl FnMut(&Value, SubschemaAt<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let Ok(root) = <&Schema>::try_from(schema) else { return Ok(()) };
+    let mut walk = Located { visit: &mut visit, pointer: String::new(), levels: Vec::new(), failed: None };
+    // `schemars` walks `&mut Schema`; the walk changes nothing, so it runs on a copy.
+    walk.transform(&mut root.clone());
+    walk.failed.map_or(Ok(()), Err)
+}
+
+/// One member of a schema object, two levels deep at most: where a subschema may sit.
+struct Member {
+    /// The member's address, to recognise it when `schemars` hands it to the walk.
+    at: *const Value,
+    /// Its pointer below the parent (`/properties/a`).
+    suffix: String,
+    /// The parent's keyword that holds it.
+    keyword: String,
+}
+
+/// The [`Transform`] behind [`visit_subschemas`]: it learns each subschema's location by finding
+/// its address among its parent's members.
+struct Located<'v, F, E> {
+    /// The caller's visit.
+    visit: &'v mut F,
+    /// The pointer of the schema being visited.
+    pointer: String,
+    /// The members of each open ancestor, innermost last.
+    levels: Vec<Vec<Member>>,
+    /// The first error.
+    failed: Option<E>,
+}
+
+impl<F, E> Transform for Located<'_, F, E>
+where
+    F: FnMut(&Value, SubschemaAt<'_>) -> Result<(), E>,
+{
+    fn transform(&mut self, schema: &mut Schema) {
+        if self.failed.is_some() {
+            return;
+        }
+        let mark = self.pointer.len();
+        let address: *const Value = schema.as_value();
+        let member = self.levels.last().and_then(|members| members.iter().find(|m| std::ptr::eq(m.at, address)));
+        let keyword = match member {
+            Some(member) => {
+                self.pointer.push_str(&member.suffix);
+                member.keyword.clone()
+            }
+            None => String::new(),
+        };
+        let at = SubschemaAt { pointer: &self.pointer, depth: self.levels.len(), keyword: &keyword };
+        if let Err(e) = (self.visit)(schema.as_value(), at) {
+            self.failed = Some(e);
+            return;
+        }
+        self.levels.push(members(schema.as_value()));
+        transform_subschemas(self, schema);
+        self.levels.pop();
+        self.pointer.truncate(mark);
+    }
+}
+
+/// The members of a schema object and of its array and object members, with their pointers.
+fn members(schema: &Value) -> Vec<Member> {
+    let mut found = Vec::new();
+    for (keyword, value) in schema.as_object().into_iter().flatten() {
+        let mut suffix = String::new();
+        push_pointer_segment(&mut suffix, keyword);
+        let member = |suffix: String, value: &Value| Member { at: value, suffix, keyword: keyword.clone() };
+        match value {
+            Value::Array(items) => {
+                found.extend(items.iter().enumerate().map(|(i, item)| member(format!("{suffix}/{i}"), item)));
+            }
+            Value::Object(map) => found.extend(map.iter().map(|(name, item)| {
+                let mut suffix = suffix.clone();
+                push_pointer_segment(&mut suffix, name);
+                member(suffix, item)
+            })),
+            _ => {}
+        }
+        found.push(member(suffix, value));
+    }
+    found
+}
+
+// ---- The checked schema ------------------------------------------------------------------------
+
 /// Bounds on a capability's schemas.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct SchemaLimits {
+#[non_exhaustive]
+pub struct SchemaLimits {
     /// The deepest nesting of subschemas, the root being level 0; `$ref` is not followed.
-    pub(crate) max_depth: usize,
+    pub max_depth: usize,
     /// The largest schema, in bytes of compact JSON.
-    pub(crate) max_bytes: usize,
+    pub max_bytes: usize,
+}
+
+impl SchemaLimits {
+    /// Limits of `max_depth` levels and `max_bytes` bytes.
+    pub const fn new(max_depth: usize, max_bytes: usize) -> SchemaLimits {
+        SchemaLimits { max_depth, max_bytes }
+    }
 }
 
 impl Default for SchemaLimits {
-    /// 16 levels and 64 KiB.
+    /// 16 levels and 64 KiB (the registry's [`crate::DefinitionLimits`] defaults).
     fn default() -> Self {
         SchemaLimits { max_depth: 16, max_bytes: 64 * 1024 }
     }
+}
+
+/// A JSON Schema that passed the registration checks: in the portable subset (see the
+/// [module docs](self)), within its [`SchemaLimits`], every `$ref` local and resolving.
+///
+/// A capability's input and output schemas are `PortableSchema`s; so is what the registry
+/// advertises for them (the input schema without its bound fields).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortableSchema(Value);
+
+impl PortableSchema {
+    /// Checks `schema` against the portable subset and `limits`; a failure is
+    /// `UNSUPPORTED_SCHEMA` at `location` naming the keyword and its JSON Pointer.
+    pub fn check(location: &str, schema: &Value, limits: SchemaLimits) -> Result<PortableSchema, DefinitionError> {
+        check_subset(location, schema, limits)?;
+        Ok(PortableSchema(schema.clone()))
+    }
+
+    /// `schema` taken as checked, for tests of what comes after the check.
+    #[cfg(test)]
+    pub(crate) fn assume_checked(schema: Value) -> PortableSchema {
+        PortableSchema(schema)
+    }
+
+    /// The schema.
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    /// The schema, owned.
+    pub fn into_value(self) -> Value {
+        self.0
+    }
+
+    /// Resolves a `$ref` of this schema ([`resolve_ref`] against its root).
+    pub fn resolve(&self, reference: &str) -> Option<&Value> {
+        resolve_ref(&self.0, reference)
+    }
+
+    /// Whether the root is an object schema (a literal `"type": "object"`), as a tool's input must
+    /// be and as MCP requires of an output schema.
+    pub fn is_object_schema(&self) -> bool {
+        is_object_schema(&self.0)
+    }
+}
+
+impl From<PortableSchema> for Value {
+    fn from(schema: PortableSchema) -> Value {
+        schema.0
+    }
+}
+
+/// Whether `schema`'s root is a literal `"type": "object"`.
+pub(crate) fn is_object_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
 }
 
 /// An input schema that passed [`check_input_schema`].
@@ -63,10 +394,10 @@ impl Default for SchemaLimits {
 pub(crate) struct CheckedInputSchema {
     /// The full schema (what the handler receives, bound fields included), used for validation
     /// after binding.
-    pub(crate) full: Value,
+    pub(crate) full: PortableSchema,
     /// What consumers see: `full` without the bound properties (removed from `properties` and
     /// `required`).
-    pub(crate) advertised: Value,
+    pub(crate) advertised: PortableSchema,
     /// Top-level property names whose values are sensitive (never echoed): those with
     /// `writeOnly: true`, `format: "password"`, or `x-sensitive: true`, plus the author-declared
     /// ones. Sorted, without duplicates.
@@ -84,9 +415,8 @@ pub(crate) fn check_input_schema(
     sensitive: &[String],
     limits: SchemaLimits,
 ) -> Result<CheckedInputSchema, DefinitionError> {
-    check_subset(location, schema, limits)?;
-    let Some(root) = schema.as_object().filter(|root| root.get("type").and_then(Value::as_str) == Some("object"))
-    else {
+    let full = PortableSchema::check(location, schema, limits)?;
+    let Some(root) = schema.as_object().filter(|_| full.is_object_schema()) else {
         return Err(unsupported(location, "tool input must be a JSON object (`\"type\": \"object\"` at the root)"));
     };
     let properties = root.get("properties").and_then(Value::as_object);
@@ -103,7 +433,7 @@ pub(crate) fn check_input_schema(
 
     let mut sensitive_names = sensitive.to_vec();
     for (name, property) in properties.into_iter().flatten() {
-        if is_marked_sensitive(root, property) {
+        if is_marked_sensitive(schema, property) {
             sensitive_names.push(name.clone());
         }
     }
@@ -114,18 +444,36 @@ pub(crate) fn check_input_schema(
     if let Some(root) = advertised.as_object_mut() {
         remove_bound(root, bound);
     }
-    Ok(CheckedInputSchema { full: schema.clone(), advertised, sensitive: sensitive_names })
+    // Removing top-level properties keeps a schema portable: it only shrinks.
+    Ok(CheckedInputSchema { full, advertised: PortableSchema(advertised), sensitive: sensitive_names })
 }
 
 /// Checks a capability's output schema: any schema of the portable subset within `limits` (the
-/// root need not be an object). Returns the schema to advertise.
+/// root need not be an object).
 pub(crate) fn check_output_schema(
     location: &str,
     schema: &Value,
     limits: SchemaLimits,
-) -> Result<Value, DefinitionError> {
-    check_subset(location, schema, limits)?;
-    Ok(schema.clone())
+) -> Result<PortableSchema, DefinitionError> {
+    PortableSchema::check(location, schema, limits)
+}
+
+/// Compiles a validator for a checked schema: the one set of `jsonschema` options for input,
+/// bound-input and output validation. The dialect is the schema's `$schema` (2020-12 without
+/// one); formats are asserted (unknown formats are ignored); nothing is fetched.
+///
+/// A schema that does not compile (an invalid `pattern`, for instance) is `UNSUPPORTED_SCHEMA`
+/// at `location`, "the `what` schema does not compile: …".
+pub(crate) fn compile(
+    location: &str,
+    what: &str,
+    schema: &PortableSchema,
+) -> Result<jsonschema::Validator, DefinitionError> {
+    jsonschema::options()
+        .offline()
+        .should_validate_formats(true)
+        .build(schema.as_value())
+        .map_err(|e| unsupported(location, format!("the {what} schema does not compile: {e}")))
 }
 
 /// Whether `schema` constrains nothing: `true`, `{}`, or only `$schema`, `title` and
@@ -143,6 +491,25 @@ pub(crate) fn schema_for<T: schemars::JsonSchema>() -> Value {
     schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>().to_value()
 }
 
+/// Closes every object schema that lists `properties` but says nothing about other members
+/// (`additionalProperties: false`), so that a misspelled optional field is an `INVALID_INPUT`
+/// instead of being silently dropped. An explicit `additionalProperties` is kept. Reaches every
+/// subschema `schemars` knows of.
+pub(crate) fn close_objects(mut schema: Value) -> Value {
+    if let Ok(root) = <&mut Schema>::try_from(&mut schema) {
+        RecursiveTransform(|s: &mut Schema| {
+            if let Some(map) = s.as_object_mut()
+                && map.contains_key("properties")
+                && !map.contains_key("additionalProperties")
+            {
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+        })
+        .transform(root);
+    }
+    schema
+}
+
 /// Size, depth and keyword checks shared by input and output schemas.
 fn check_subset(location: &str, schema: &Value, limits: SchemaLimits) -> Result<(), DefinitionError> {
     match measure(schema, MAX_DOCUMENT_DEPTH, limits.max_bytes) {
@@ -157,11 +524,20 @@ fn check_subset(location: &str, schema: &Value, limits: SchemaLimits) -> Result<
             ));
         }
     }
-    Walker { location, root: schema, max_depth: limits.max_depth }.schema(schema, &mut String::new(), 0)
+    if !is_schema(schema) {
+        return Err(unsupported(location, "`` is not a schema (expected an object or a boolean)"));
+    }
+    let checker = Checker { location, root: schema, max_depth: limits.max_depth };
+    visit_subschemas(schema, |node, at| checker.node(node, at))
 }
 
-/// A recursive walk over the subschemas of one document; recursion is bounded by `max_depth`.
-struct Walker<'a> {
+/// Whether `value` can be a schema: an object or a boolean.
+fn is_schema(value: &Value) -> bool {
+    matches!(value, Value::Object(_) | Value::Bool(_))
+}
+
+/// The portable-subset check of one subschema at a time (the walk is [`visit_subschemas`]).
+struct Checker<'a> {
     /// Where errors are reported.
     location: &'a str,
     /// The document root, for resolving `$ref`.
@@ -170,28 +546,27 @@ struct Walker<'a> {
     max_depth: usize,
 }
 
-impl Walker<'_> {
-    /// Checks the (sub)schema at `pointer`, `depth` levels below the root.
-    fn schema(&self, schema: &Value, pointer: &mut String, depth: usize) -> Result<(), DefinitionError> {
-        if depth > self.max_depth {
-            return Err(self.error(format!("schema is nested deeper than {} levels at `{pointer}`", self.max_depth)));
+impl Checker<'_> {
+    /// Checks the keywords of the subschema `at`; its subschemas are visited next.
+    fn node(&self, schema: &Value, at: SubschemaAt<'_>) -> Result<(), DefinitionError> {
+        if at.depth > self.max_depth {
+            return Err(
+                self.error(format!("schema is nested deeper than {} levels at `{}`", self.max_depth, at.pointer))
+            );
         }
-        let map = match schema {
-            Value::Bool(_) => return Ok(()),
-            Value::Object(map) => map,
-            _ => return Err(self.error(format!("`{pointer}` is not a schema (expected an object or a boolean)"))),
-        };
+        let Value::Object(map) = schema else { return Ok(()) };
+        let mut pointer = at.pointer.to_owned();
         for (keyword, value) in map {
             let mark = pointer.len();
-            push_segment(pointer, keyword);
-            self.keyword(keyword, value, pointer, depth)?;
+            push_pointer_segment(&mut pointer, keyword);
+            self.keyword(keyword, value, &pointer, at.depth)?;
             pointer.truncate(mark);
         }
         Ok(())
     }
 
     /// Checks one keyword; `pointer` points at it.
-    fn keyword(&self, keyword: &str, value: &Value, pointer: &mut String, depth: usize) -> Result<(), DefinitionError> {
+    fn keyword(&self, keyword: &str, value: &Value, pointer: &str, depth: usize) -> Result<(), DefinitionError> {
         let shape_ok = match keyword {
             "$schema" => {
                 self.root_only(keyword, pointer, depth)?;
@@ -214,7 +589,7 @@ impl Walker<'_> {
                     return Err(self.shape(keyword, pointer, "an object"));
                 };
                 // Each definition is counted from the root; `$ref` is never followed.
-                self.each_property(definitions, pointer, depth)?;
+                self.all_schemas(definitions.iter().map(|(name, s)| (Cow::Borrowed(name.as_str()), s)), pointer)?;
                 true
             }
             "$ref" => {
@@ -235,7 +610,7 @@ impl Walker<'_> {
                 let Some(properties) = value.as_object() else {
                     return Err(self.shape(keyword, pointer, "an object"));
                 };
-                self.each_property(properties, pointer, depth)?;
+                self.all_schemas(properties.iter().map(|(name, s)| (Cow::Borrowed(name.as_str()), s)), pointer)?;
                 true
             }
             "required" => value.as_array().is_some_and(|names| names.iter().all(Value::is_string)),
@@ -245,20 +620,19 @@ impl Walker<'_> {
                         "`items` at `{pointer}` is an array (tuple form), which is not in the portable schema subset"
                     )));
                 }
-                self.schema(value, pointer, depth + 1)?;
+                if !is_schema(value) {
+                    return Err(self.not_a_schema(pointer));
+                }
                 true
             }
             "anyOf" | "oneOf" => {
                 let Some(alternatives) = value.as_array().filter(|a| !a.is_empty()) else {
                     return Err(self.shape(keyword, pointer, "a non-empty array of schemas"));
                 };
-                for (i, alternative) in alternatives.iter().enumerate() {
-                    let mark = pointer.len();
-                    pointer.push('/');
-                    pointer.push_str(&i.to_string());
-                    self.schema(alternative, pointer, depth + 1)?;
-                    pointer.truncate(mark);
-                }
+                self.all_schemas(
+                    alternatives.iter().enumerate().map(|(i, s)| (Cow::Owned(i.to_string()), s)),
+                    pointer,
+                )?;
                 true
             }
             "enum" => value.is_array(),
@@ -278,18 +652,19 @@ impl Walker<'_> {
         if shape_ok { Ok(()) } else { Err(self.shape(keyword, pointer, expected_shape(keyword))) }
     }
 
-    /// Checks every value of `map` as a subschema one level down.
-    fn each_property(
+    /// Requires each member (name or index, value) under `pointer` to be a schema; the walk
+    /// visits them next.
+    fn all_schemas<'v>(
         &self,
-        map: &Map<String, Value>,
-        pointer: &mut String,
-        depth: usize,
+        members: impl Iterator<Item = (Cow<'v, str>, &'v Value)>,
+        pointer: &str,
     ) -> Result<(), DefinitionError> {
-        for (name, subschema) in map {
-            let mark = pointer.len();
-            push_segment(pointer, name);
-            self.schema(subschema, pointer, depth + 1)?;
-            pointer.truncate(mark);
+        for (name, member) in members {
+            if !is_schema(member) {
+                let mut at = pointer.to_owned();
+                push_pointer_segment(&mut at, &name);
+                return Err(self.not_a_schema(&at));
+            }
         }
         Ok(())
     }
@@ -299,23 +674,29 @@ impl Walker<'_> {
         if reference == "#" {
             return Ok(());
         }
-        let target = ["$defs", "definitions"].into_iter().find_map(|container| {
-            let name = reference.strip_prefix("#/")?.strip_prefix(container)?.strip_prefix('/')?;
-            Some((container, name))
-        });
-        let Some((container, encoded)) = target.filter(|(_, name)| !name.is_empty() && !name.contains('/')) else {
-            return Err(self.error(format!(
+        let form = || {
+            self.error(format!(
                 "`$ref` at `{pointer}` must be `#` or point to `#/$defs/Name` or `#/definitions/Name` \
                  (remote and other references are not in the portable schema subset)"
-            )));
+            ))
         };
-        let resolved = decode_ref_name(encoded)
-            .and_then(|name| self.root.get(container)?.as_object()?.get(&name).map(|_| ()))
-            .is_some();
-        if resolved {
-            Ok(())
-        } else {
-            Err(self.error(format!("`$ref` at `{pointer}` does not resolve to a definition in this schema")))
+        let unresolved =
+            || self.error(format!("`$ref` at `{pointer}` does not resolve to a definition in this schema"));
+        if !reference.starts_with("#/") {
+            return Err(form());
+        }
+        let Some(target) = ref_pointer(reference) else { return Err(unresolved()) };
+        let mut segments = target.split('/').skip(1);
+        let definition = matches!(
+            (segments.next(), segments.next(), segments.next()),
+            (Some("$defs" | "definitions"), Some(name), None) if !name.is_empty()
+        );
+        if !definition {
+            return Err(form());
+        }
+        match self.root.pointer(&target) {
+            Some(_) => Ok(()),
+            None => Err(unresolved()),
         }
     }
 
@@ -333,7 +714,12 @@ impl Walker<'_> {
         self.error(format!("`{keyword}` at `{pointer}` must be {expected}"))
     }
 
-    /// An `UNSUPPORTED_SCHEMA` error at this walk's location.
+    /// A value where a schema must be.
+    fn not_a_schema(&self, pointer: &str) -> DefinitionError {
+        self.error(format!("`{pointer}` is not a schema (expected an object or a boolean)"))
+    }
+
+    /// An `UNSUPPORTED_SCHEMA` error at this check's location.
     fn error(&self, problem: String) -> DefinitionError {
         unsupported(self.location, problem)
     }
@@ -358,57 +744,14 @@ fn unsupported(location: &str, problem: impl Into<String>) -> DefinitionError {
     DefinitionError::new(DefinitionErrorCode::UnsupportedSchema, location, problem)
 }
 
-/// Appends `/segment`, escaped per RFC 6901.
-fn push_segment(pointer: &mut String, segment: &str) {
-    pointer.push('/');
-    for c in segment.chars() {
-        match c {
-            '~' => pointer.push_str("~0"),
-            '/' => pointer.push_str("~1"),
-            c => pointer.push(c),
-        }
-    }
-}
-
-/// Decodes a definition name from a `$ref` fragment: percent-decoding, then `~1` → `/` and
-/// `~0` → `~`. `None` if the encoding is malformed.
-fn decode_ref_name(encoded: &str) -> Option<String> {
-    let bytes = encoded.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = encoded.get(i + 1..i + 3)?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            decoded.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let text = String::from_utf8(decoded).ok()?;
-    let mut name = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '~' => match chars.next()? {
-                '0' => name.push('~'),
-                '1' => name.push('/'),
-                _ => return None,
-            },
-            c => name.push(c),
-        }
-    }
-    Some(name)
-}
-
 /// Whether a top-level property schema marks its value as sensitive: `writeOnly: true`,
-/// `format: "password"` or `x-sensitive: true`, on the property itself or on the definitions its
+/// `format: "password"` or `x-sensitive: true`, on the property itself or on the schemas its
 /// `$ref`s lead to.
-fn is_marked_sensitive(root: &Map<String, Value>, property: &Value) -> bool {
+fn is_marked_sensitive(root: &Value, property: &Value) -> bool {
     let mut current = property;
     // A `$ref` chain can loop; a chain longer than the number of definitions has looped.
-    let definitions = ["$defs", "definitions"].iter().filter_map(|c| root.get(*c)?.as_object()).map(Map::len).sum();
+    let definitions: usize =
+        ["$defs", "definitions"].iter().filter_map(|c| root.get(*c)?.as_object()).map(Map::len).sum();
     for _ in 0..=definitions {
         let Some(map) = current.as_object() else { return false };
         let marked = map.get("writeOnly") == Some(&Value::Bool(true))
@@ -417,13 +760,7 @@ fn is_marked_sensitive(root: &Map<String, Value>, property: &Value) -> bool {
         if marked {
             return true;
         }
-        let target = map.get("$ref").and_then(Value::as_str).and_then(|reference| {
-            ["$defs", "definitions"].into_iter().find_map(|container| {
-                let encoded = reference.strip_prefix("#/")?.strip_prefix(container)?.strip_prefix('/')?;
-                root.get(container)?.as_object()?.get(&decode_ref_name(encoded)?)
-            })
-        });
-        match target {
+        match map.get("$ref").and_then(Value::as_str).and_then(|reference| resolve_ref(root, reference)) {
             Some(next) => current = next,
             None => return false,
         }
@@ -559,7 +896,7 @@ mod tests {
             schema_for::<serde_json::Value>(),
         ] {
             let checked = check_output_schema("t.c", &output, limits).unwrap_or_else(|e| panic!("{e}: {output}"));
-            assert_eq!(checked, output);
+            assert_eq!(checked.as_value(), &output);
         }
     }
 
@@ -612,10 +949,10 @@ mod tests {
         let checked =
             check_input_schema("t.c", &schema, &["tenant".into(), "user".into()], &[], SchemaLimits::default())
                 .unwrap();
-        assert_eq!(checked.full, schema);
+        assert_eq!(checked.full.as_value(), &schema);
         assert_eq!(
-            checked.advertised,
-            json!({
+            checked.advertised.as_value(),
+            &json!({
                 "type": "object",
                 "properties": {"order": {"type": "integer"}},
                 "required": ["order"],
@@ -626,11 +963,11 @@ mod tests {
         let checked =
             check_input_schema("t.c", &schema, &["tenant".into(), "order".into()], &[], SchemaLimits::default())
                 .unwrap();
-        assert_eq!(checked.advertised.get("required"), None, "an emptied `required` is dropped");
+        assert_eq!(checked.advertised.as_value().get("required"), None, "an emptied `required` is dropped");
 
         let empty_required = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": []});
         let checked = check_input_schema("t.c", &empty_required, &[], &[], SchemaLimits::default()).unwrap();
-        assert_eq!(checked.advertised, empty_required, "nothing bound, nothing changed");
+        assert_eq!(checked.advertised.as_value(), &empty_required, "nothing bound, nothing changed");
     }
 
     #[test]
@@ -837,7 +1174,10 @@ mod tests {
     #[test]
     fn output_schemas() {
         let limits = SchemaLimits::default();
-        assert_eq!(check_output_schema("t.c", &json!({"type": "string"}), limits).unwrap(), json!({"type": "string"}));
+        assert_eq!(
+            check_output_schema("t.c", &json!({"type": "string"}), limits).unwrap().into_value(),
+            json!({"type": "string"})
+        );
         assert!(check_output_schema("t.c", &json!(true), limits).is_ok());
         let err = check_output_schema("t.c", &json!({"type": "array", "prefixItems": []}), limits).unwrap_err();
         assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);

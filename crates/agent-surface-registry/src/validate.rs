@@ -14,11 +14,13 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use agent_surface_core::DefinitionError;
 use agent_surface_core::details::InputIssue;
-use agent_surface_core::{DefinitionError, DefinitionErrorCode};
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::Value;
+
+use crate::schema::{self, PortableSchema, escape_pointer_segment};
 
 /// The most issues reported for one input; the last one may summarise the rest.
 pub(crate) const MAX_ISSUES: usize = 20;
@@ -198,23 +200,17 @@ pub(crate) struct InputValidator {
 }
 
 impl InputValidator {
-    /// Compiles `schema` (the full input schema, already checked against the portable subset).
-    /// Formats are asserted; unknown formats are ignored; nothing is fetched.
+    /// Compiles `schema` (the advertised input schema) with [`schema::compile`], the options
+    /// every validator of the registry shares.
     ///
     /// A schema that does not compile (an invalid `pattern`, for instance) is `UNSUPPORTED_SCHEMA`
     /// at `location`.
     pub(crate) fn new(
         location: &str,
-        schema: &Value,
+        schema: &PortableSchema,
         sensitive: Vec<String>,
     ) -> Result<InputValidator, DefinitionError> {
-        let validator = jsonschema::options().offline().should_validate_formats(true).build(schema).map_err(|e| {
-            DefinitionError::new(
-                DefinitionErrorCode::UnsupportedSchema,
-                location,
-                format!("the input schema does not compile: {e}"),
-            )
-        })?;
+        let validator = schema::compile(location, "input", schema)?;
         let sensitive = sensitive.iter().map(|name| format!("/{}", escape_pointer_segment(name))).collect();
         Ok(InputValidator { validator, sensitive })
     }
@@ -409,11 +405,6 @@ fn plural(n: u64, word: &str) -> String {
     }
 }
 
-/// Escapes one JSON Pointer segment (RFC 6901): `~` → `~0`, `/` → `~1`.
-fn escape_pointer_segment(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -462,7 +453,12 @@ mod tests {
 
     /// Compiles `schema` with the `sensitive` top-level fields.
     fn validator(schema: &Value, sensitive: &[&str]) -> InputValidator {
-        InputValidator::new("orders.create", schema, sensitive.iter().map(|s| s.to_string()).collect()).unwrap()
+        InputValidator::new(
+            "orders.create",
+            &PortableSchema::assume_checked(schema.clone()),
+            sensitive.iter().map(|s| s.to_string()).collect(),
+        )
+        .unwrap()
     }
 
     /// Validates `input` against `schema`: `expected` lists the issues as `(path, message)`.
@@ -716,19 +712,24 @@ mod tests {
     fn compile_errors_are_unsupported_schema() {
         let err = InputValidator::new(
             "orders.create",
-            &json!({"type": "object", "properties": {"a": {"pattern": "("}}}),
+            &PortableSchema::assume_checked(json!({"type": "object", "properties": {"a": {"pattern": "("}}})),
             vec![],
         )
         .unwrap_err();
-        assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
+        assert_eq!(err.code(), agent_surface_core::DefinitionErrorCode::UnsupportedSchema);
         assert_eq!(err.location(), "orders.create");
         assert!(err.problem().starts_with("the input schema does not compile"), "{err}");
     }
 
     #[test]
     fn nothing_is_fetched() {
-        let err = InputValidator::new("t.c", &json!({"$ref": "https://example.com/schema.json"}), vec![]).unwrap_err();
-        assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
+        let err = InputValidator::new(
+            "t.c",
+            &PortableSchema::assume_checked(json!({"$ref": "https://example.com/schema.json"})),
+            vec![],
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), agent_surface_core::DefinitionErrorCode::UnsupportedSchema);
     }
 
     /// Every string in `value`: (object keys, string values).

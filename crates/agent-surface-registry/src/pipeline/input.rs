@@ -19,6 +19,7 @@ use crate::define::CapabilityDef;
 use crate::handler::Decoded;
 use crate::live::Registration;
 use crate::registry::Inner;
+use crate::schema::escape_pointer_segment;
 use crate::validate::{InputLimits, check_shape};
 
 pub(crate) struct Prepared {
@@ -52,7 +53,7 @@ pub(crate) fn prepare(
             let issues = locked
                 .iter()
                 .map(|f| InputIssue {
-                    path: format!("/{}", escape_pointer(f)),
+                    path: format!("/{}", escape_pointer_segment(f)),
                     message: "is filled by the runtime; remove it".into(),
                 })
                 .collect();
@@ -143,9 +144,4 @@ pub(crate) fn prepare(
         }
     }
     Ok(Prepared { value, decoded })
-}
-
-/// Escapes a field name for a JSON Pointer (RFC 6901).
-fn escape_pointer(field: &str) -> String {
-    field.replace('~', "~0").replace('/', "~1")
 }
