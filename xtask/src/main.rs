@@ -5,6 +5,7 @@
 mod ci;
 mod clients;
 mod matrix;
+mod phase_docs;
 mod produced;
 mod services;
 
@@ -15,8 +16,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md
-  verify-matrix   check the matrix file, the enum, the examples, the docs tables and the tests agree
+  gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md and ARCHITECTURE.md
+  verify-matrix   check the matrix file, the enum, the examples, the docs tables, the phase docs and the tests agree
   matrix          print the error matrix as a readable table
   ci              run the whole test suite (fmt, clippy, tests, verify-matrix, clients)
   clients         install the pinned real MCP clients into .tools/ and run them against the demo";

@@ -5,12 +5,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use agent_surface_core::matrix::{self, DetailsSpec, MATRIX};
-use agent_surface_core::{ErrorCode, ErrorPayload};
+use agent_surface_core::{ErrorCode, ErrorPayload, examples, render};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 const MATRIX_FILE: &str = "spec/error-matrix.json";
 const MODEL_DOC: &str = "spec/error-model.md";
+const ARCHITECTURE_DOC: &str = "ARCHITECTURE.md";
 const REGEN: &str = "run `cargo xtask gen-matrix`";
 
 /// A generated section of a markdown file, between two marker lines.
@@ -19,9 +20,21 @@ struct Section {
     render: fn() -> String,
 }
 
-const SECTIONS: &[Section] = &[
-    Section { name: "codes", render: matrix::markdown_table },
-    Section { name: "definition-errors", render: matrix::definition_markdown_table },
+/// A markdown file with generated sections.
+struct Doc {
+    path: &'static str,
+    sections: &'static [Section],
+}
+
+const DOCS: &[Doc] = &[
+    Doc {
+        path: MODEL_DOC,
+        sections: &[
+            Section { name: "codes", render: render::markdown_table },
+            Section { name: "definition-errors", render: render::definition_markdown_table },
+        ],
+    },
+    Doc { path: ARCHITECTURE_DOC, sections: &[Section { name: "phases", render: render::phase_markdown_table }] },
 ];
 
 fn begin_marker(name: &str) -> String {
@@ -32,10 +45,11 @@ fn end_marker(name: &str) -> String {
     format!("<!-- END GENERATED: {name} -->")
 }
 
-/// Replaces the body of each generated section in `text`.
-fn splice(text: &str, path: &str) -> Result<String> {
+/// Replaces the body of each generated section of `doc` in `text`.
+fn splice(text: &str, doc: &Doc) -> Result<String> {
+    let path = doc.path;
     let mut out = text.to_string();
-    for s in SECTIONS {
+    for s in doc.sections {
         let (begin, end) = (begin_marker(s.name), end_marker(s.name));
         let start = out.find(&begin).with_context(|| format!("{path}: marker `{begin}` is missing"))?;
         let body_start = start + begin.len();
@@ -50,14 +64,16 @@ fn splice(text: &str, path: &str) -> Result<String> {
 
 pub(crate) fn generate(root: &Path) -> Result<()> {
     let json_path = root.join(MATRIX_FILE);
-    std::fs::write(&json_path, matrix::to_json_string()).with_context(|| format!("writing {}", json_path.display()))?;
+    std::fs::write(&json_path, render::to_json_string()).with_context(|| format!("writing {}", json_path.display()))?;
     println!("wrote {MATRIX_FILE}");
-    let doc_path = root.join(MODEL_DOC);
-    let doc = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
-    let new = splice(&doc, MODEL_DOC)?;
-    if new != doc {
-        std::fs::write(&doc_path, new)?;
-        println!("updated the generated tables of {MODEL_DOC}");
+    for doc in DOCS {
+        let doc_path = root.join(doc.path);
+        let text = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
+        let new = splice(&text, doc)?;
+        if new != text {
+            std::fs::write(&doc_path, new)?;
+            println!("updated the generated tables of {}", doc.path);
+        }
     }
     Ok(())
 }
@@ -70,12 +86,14 @@ pub(crate) fn verify(root: &Path, evidence: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// The checks that need no test run: the file, the enum, the examples, the docs tables.
+/// The checks that need no test run: the file, the enum, the examples, the docs tables, the
+/// codes the pipeline's phase modules declare.
 pub(crate) fn verify_static(root: &Path) -> Result<()> {
     check_enum_and_matrix()?;
     check_examples()?;
     check_file(root)?;
     check_docs(root)?;
+    crate::phase_docs::check(root)?;
     Ok(())
 }
 
@@ -107,7 +125,7 @@ fn check_enum_and_matrix() -> Result<()> {
 fn check_examples() -> Result<()> {
     for row in &MATRIX {
         let code = row.code;
-        let examples = (row.examples)();
+        let examples = examples::of(code);
         if examples.is_empty() {
             bail!("{code}: the matrix has no example payload");
         }
@@ -159,13 +177,13 @@ fn check_examples() -> Result<()> {
 fn check_file(root: &Path) -> Result<()> {
     let path = root.join(MATRIX_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| format!("{MATRIX_FILE} is missing; {REGEN}"))?;
-    let expected = matrix::to_json_string();
+    let expected = render::to_json_string();
     if text == expected {
         return Ok(());
     }
     let file: Value =
         serde_json::from_str(&text).with_context(|| format!("{MATRIX_FILE} is not valid JSON; {REGEN}"))?;
-    let generated = matrix::to_json();
+    let generated = render::to_json();
     let file_codes = file.get("codes").and_then(Value::as_array).cloned().unwrap_or_default();
     let gen_codes = generated["codes"].as_array().cloned().unwrap_or_default();
     for entry in &gen_codes {
@@ -224,20 +242,23 @@ fn first_differing_field(generated: &Value, found: &Value) -> String {
     keys.map(String::as_str).find(|k| differs(k)).unwrap_or("(unknown)").to_string()
 }
 
-/// The generated tables of `spec/error-model.md` match the matrix.
+/// The generated tables of `spec/error-model.md` and `ARCHITECTURE.md` match the matrix.
 fn check_docs(root: &Path) -> Result<()> {
-    let path = root.join(MODEL_DOC);
-    let doc = std::fs::read_to_string(&path).with_context(|| format!("{MODEL_DOC} is missing"))?;
-    let expected = splice(&doc, MODEL_DOC)?;
-    if expected != doc {
-        let first = doc
-            .lines()
-            .zip(expected.lines())
-            .position(|(a, b)| a != b)
-            .map(|i| format!(" (first difference at line {})", i + 1))
-            .unwrap_or_default();
-        bail!("the generated tables of {MODEL_DOC} disagree with the matrix{first}; {REGEN}");
+    for doc in DOCS {
+        let path = root.join(doc.path);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{} is missing", doc.path))?;
+        let expected = splice(&text, doc)?;
+        if expected != text {
+            let first = text
+                .lines()
+                .zip(expected.lines())
+                .position(|(a, b)| a != b)
+                .map(|i| format!(" (first difference at line {})", i + 1))
+                .unwrap_or_default();
+            bail!("the generated tables of {} disagree with the matrix{first}; {REGEN}", doc.path);
+        }
     }
+    let doc = std::fs::read_to_string(root.join(MODEL_DOC)).with_context(|| format!("{MODEL_DOC} is missing"))?;
     for code in ErrorCode::ALL {
         let heading = format!("### `{}`", code.as_str());
         if !doc.contains(&heading) {
@@ -319,5 +340,22 @@ mod tests {
         let err = check_docs(&dir).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).ok();
         assert!(err.contains("disagree"), "{err}");
+    }
+
+    /// The phase table of `ARCHITECTURE.md` is generated: a hand edit (here, the drift this
+    /// section once had: confirmation without `EXECUTION_FAILED`) fails the check.
+    #[test]
+    fn a_stale_phase_table_is_reported() {
+        let root = crate::workspace_root();
+        let arch = std::fs::read_to_string(root.join(ARCHITECTURE_DOC)).unwrap();
+        let edited = arch.replacen("`CONFIRMATION_INVALID`, `EXECUTION_FAILED` |", "`CONFIRMATION_INVALID` |", 1);
+        assert_ne!(arch, edited);
+        let dir = std::env::temp_dir().join(format!("xtask-arch-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("spec")).unwrap();
+        std::fs::copy(root.join(MODEL_DOC), dir.join(MODEL_DOC)).unwrap();
+        std::fs::write(dir.join(ARCHITECTURE_DOC), edited).unwrap();
+        let err = check_docs(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains(ARCHITECTURE_DOC) && err.contains("disagree"), "{err}");
     }
 }

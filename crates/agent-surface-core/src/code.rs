@@ -111,17 +111,6 @@ impl ErrorCode {
     pub fn from_wire(name: &str) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|c| c.as_str() == name)
     }
-
-    /// Whether a terminal result with this code may be stored for the idempotency window.
-    ///
-    /// ```
-    /// use agent_surface_core::ErrorCode;
-    /// assert!(!ErrorCode::RateLimited.is_cacheable());
-    /// assert!(ErrorCode::Timeout.is_cacheable());
-    /// ```
-    pub fn is_cacheable(self) -> bool {
-        crate::matrix::spec(self).cacheable
-    }
 }
 
 impl fmt::Display for ErrorCode {

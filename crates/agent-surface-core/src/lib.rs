@@ -17,7 +17,8 @@
 //! Inside handlers and policies the thrown form is [`AgentSurfaceError`]: the payload plus a
 //! private cause for the operator channel. The [`matrix`] is the single source of truth for each
 //! code's phase, layer, retry rule, cacheability, details schema and adapter mappings; the
-//! constructors derive `retry` from it.
+//! constructors derive `retry` from it. What follows from the table sits above it: the example
+//! payloads ([`examples`]) and the JSON document and docs tables ([`render`]).
 //!
 //! This crate has no async runtime and does no I/O.
 //!
@@ -45,10 +46,12 @@ mod code;
 mod definition;
 pub mod details;
 mod error;
+pub mod examples;
 pub mod json;
 pub mod matrix;
 pub mod message;
 mod payload;
+pub mod render;
 pub mod repair;
 mod result;
 mod text;

@@ -156,7 +156,7 @@ mod tests {
         assert_eq!(codes, ErrorCode::ALL, "one row per code, in ErrorCode::ALL order");
         for (code, status) in EXIT_STATUS {
             assert_ne!(status, 0, "{code} must not look like success");
-            let payload = (agent_surface_core::matrix::spec(code).examples)().remove(0);
+            let payload = agent_surface_core::examples::of(code).remove(0);
             assert_eq!(exit_status(&InvokeResult::error(payload, None)), status);
         }
         assert_eq!(exit_status(&InvokeResult::ok(serde_json::json!(1), None)), 0);

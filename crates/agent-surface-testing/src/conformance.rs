@@ -152,7 +152,7 @@ pub fn cases() -> Vec<InvokeResult> {
         n.is_multiple_of(2).then(|| format!("inv-{n}"))
     };
     for row in &MATRIX {
-        for payload in (row.examples)() {
+        for payload in agent_surface_core::examples::of(row.code) {
             out.push(InvokeResult::error(payload, id()));
         }
     }

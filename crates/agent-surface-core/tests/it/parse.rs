@@ -85,12 +85,11 @@ fn rejects_messages_not_in_normalized_form() {
 
 #[test]
 fn every_message_the_library_renders_parses() {
-    use agent_surface_core::matrix;
     // The matrix examples (all 16 codes, every retry outcome, with repair renderings) and the
     // examples of the generated spec/error-matrix.json parse back byte-identically.
     let mut seen = 0;
     for code in agent_surface_core::ErrorCode::ALL {
-        for p in (matrix::spec(code).examples)() {
+        for p in agent_surface_core::examples::of(code) {
             let text = p.to_wire_text();
             let back: ErrorPayload = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
             assert_eq!(back.to_wire_text(), text);

@@ -383,8 +383,8 @@ proptest! {
 #[test]
 fn the_spec_shows_the_repair_action_table() {
     let spec = include_str!("../../../../spec/error-model.md");
-    let table = agent_surface_core::matrix::repair_markdown_table();
+    let table = agent_surface_core::render::repair_markdown_table();
     assert!(spec.contains(&table), "update the table in spec/error-model.md to:\n{table}");
     let matrix: serde_json::Value = serde_json::from_str(include_str!("../../../../spec/error-matrix.json")).unwrap();
-    assert_eq!(matrix["repairActions"], agent_surface_core::matrix::repair_actions_json());
+    assert_eq!(matrix["repairActions"], agent_surface_core::render::repair_actions_json());
 }

@@ -161,7 +161,7 @@ async fn routes_and_methods_are_protocol_faults() {
 #[test]
 fn every_code_gets_the_matrix_status() {
     for spec in agent_surface_core::matrix::MATRIX.iter() {
-        for payload in (spec.examples)() {
+        for payload in agent_surface_core::examples::of(spec.code) {
             let encoded = wire::encode(&InvokeResult::error(payload.clone(), None));
             assert_eq!(encoded.status.as_u16(), spec.http_status.eval(payload.details()));
             assert_eq!(encoded.retry_after.is_some(), payload.retry() == agent_surface_core::Retry::AfterDelay);

@@ -360,7 +360,7 @@ fn every_attempt_is_an_operator_event() {
 fn pool(idempotent: bool) -> Vec<InvokeResult> {
     let mut out: Vec<InvokeResult> = MATRIX
         .iter()
-        .flat_map(|row| (row.examples)())
+        .flat_map(|row| agent_surface_core::examples::of(row.code))
         .filter(|p| p.code() != ErrorCode::Timeout || p.detail("idempotent") == Some(&json!(idempotent)))
         .map(|p| InvokeResult::error(p, None))
         .collect();
