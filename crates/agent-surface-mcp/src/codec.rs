@@ -18,9 +18,10 @@
 //! the pipeline validated against that schema) and, as the MCP specification recommends, the same
 //! JSON serialized in a text block.
 
-use agent_surface_core::{ErrorPayload, InvokeResult};
+use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, matrix};
 use agent_surface_registry::Invocation;
-use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ErrorCode as RpcErrorCode, MetaObject};
 use serde_json::Value;
 
 use crate::meta;
@@ -103,6 +104,20 @@ pub fn encode_invocation(invocation: Invocation) -> CallToolResult {
     result
 }
 
+/// The JSON-RPC error that answers `result` instead of a tool result in the spec-strict mode
+/// ([`UnknownTool::ProtocolError`](crate::UnknownTool::ProtocolError)): the matrix's
+/// `mcp.strictProtocolError` for the result's code, if it has one (`CAPABILITY_NOT_FOUND`:
+/// `-32602`, message `Unknown tool: NAME`, no data). Every other result stays a tool result.
+pub(crate) fn strict_protocol_error(result: &InvokeResult, tool: &str) -> Option<ErrorData> {
+    let error = result.error_payload()?;
+    let rpc = matrix::spec(error.code()).mcp.strict_protocol_error?;
+    let message = match error.code() {
+        ErrorCode::CapabilityNotFound => format!("Unknown tool: {tool}"),
+        _ => error.message().to_string(),
+    };
+    Some(ErrorData::new(RpcErrorCode(rpc), message, None))
+}
+
 /// Why a `CallToolResult` is not an encoded [`InvokeResult`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -153,4 +168,30 @@ pub fn decode(result: &CallToolResult) -> Result<InvokeResult, DecodeError> {
         (None, None) => return Err(DecodeError::NoOutput),
     };
     Ok(InvokeResult::ok(output, invocation_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The strict mode's channel is the matrix's: a code with a `strictProtocolError` becomes that
+    /// JSON-RPC error, every other code stays in-band.
+    #[test]
+    fn the_strict_mode_answers_what_the_matrix_maps() {
+        for row in &matrix::MATRIX {
+            for payload in agent_surface_core::examples::of(row.code) {
+                let result = InvokeResult::error(payload, None);
+                let got = strict_protocol_error(&result, "store-nothing").map(|e| e.code.0);
+                assert_eq!(got, row.mcp.strict_protocol_error, "{}", row.code);
+            }
+        }
+        let not_found =
+            InvokeResult::error(agent_surface_core::AgentSurfaceError::capability_not_found().into_payload(), None);
+        let e = strict_protocol_error(&not_found, "store-nothing").unwrap();
+        assert_eq!(
+            (e.code, e.message.as_ref(), e.data),
+            (RpcErrorCode::INVALID_PARAMS, "Unknown tool: store-nothing", None)
+        );
+        assert!(strict_protocol_error(&InvokeResult::ok(serde_json::json!({}), None), "store-nothing").is_none());
+    }
 }

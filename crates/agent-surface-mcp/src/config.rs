@@ -19,6 +19,8 @@ pub enum UnknownTool {
     InBand,
     /// JSON-RPC error `-32602` (invalid params), as the MCP specification (2025-11-25,
     /// `server/tools`) classifies an unknown tool. Clients usually do not show this to the model.
+    /// The codes answered so, and with which JSON-RPC code, are the matrix's
+    /// (`McpMapping::strict_protocol_error`: `CAPABILITY_NOT_FOUND` only); all others stay in-band.
     ProtocolError,
 }
 

@@ -723,9 +723,9 @@ impl ServerHandler for McpServer {
             }
         }
         if self.session.config.unknown_tool == UnknownTool::ProtocolError
-            && invocation.result.code() == Some(ErrorCode::CapabilityNotFound)
+            && let Some(error) = codec::strict_protocol_error(&invocation.result, &request.name)
         {
-            return Err(ErrorData::invalid_params(format!("Unknown tool: {}", request.name), None));
+            return Err(error);
         }
         if let InvokeResult::Error { .. } = &invocation.result {
             tracing::debug!(

@@ -70,6 +70,8 @@ async fn an_unknown_tool_is_in_band_by_default_and_minus_32602_in_strict_mode() 
     match call_raw(&c.client, "store-nothing", json!({}), json!({})).await {
         Err(ServiceError::McpError(e)) => {
             assert_eq!(e.code, RpcCode::INVALID_PARAMS);
+            let mapped = agent_surface_core::matrix::spec(ErrorCode::CapabilityNotFound).mcp.strict_protocol_error;
+            assert_eq!(Some(e.code.0), mapped, "the matrix's strict mapping");
             assert_eq!(e.message, "Unknown tool: store-nothing");
         }
         other => panic!("expected -32602, got {other:?}"),
