@@ -1,11 +1,20 @@
 //! Input schemas in each provider's dialect.
 //!
-//! The registry advertises draft 2020-12 schemas in its portable subset (see
-//! `agent_surface_registry`'s schema module): `$defs`/`$ref`, `anyOf`/`oneOf`, type arrays, the
-//! usual limits and annotations. OpenAI and Anthropic take them as they are (minus `$schema`);
-//! OpenAI's strict mode takes only a stricter subset ([`openai_strict_eligible`]); Gemini takes
-//! an OpenAPI 3.0 subset, so [`gemini_schema`] rewrites them.
+//! The registry advertises draft 2020-12 schemas in its portable subset
+//! ([`agent_surface_registry::schema`]): `$defs`/`$ref`, `anyOf`/`oneOf`, type arrays, the usual
+//! limits and annotations. OpenAI and Anthropic take them as they are (minus `$schema`); OpenAI's
+//! strict mode takes only a stricter subset ([`openai_strict_eligible`]); Gemini takes an OpenAPI
+//! 3.0 subset, so [`gemini_schema`] rewrites them.
+//!
+//! Neither walks schemas by hand: the strict check is a visit of
+//! [`agent_surface_registry::schema::visit_subschemas`], the Gemini conversion two `schemars`
+//! transforms (inline `$ref`s, then rewrite each subschema bottom-up), and every `$ref` is read by
+//! the registry's one resolver ([`agent_surface_registry::schema::resolve_ref`]), so a reference
+//! the registry accepted resolves here too.
 
+use agent_surface_registry::schema::{SubschemaAt, escape_pointer_segment, ref_pointer, resolve_ref, visit_subschemas};
+use schemars::Schema;
+use schemars::transform::{Transform, transform_subschemas};
 use serde_json::{Map, Value, json};
 
 /// The schema with the root `$schema` member removed: every provider knows the dialect, and
@@ -83,43 +92,52 @@ pub fn openai_strict_eligible(schema: &Value) -> Result<(), String> {
     if root.get("type").and_then(Value::as_str) != Some("object") || root.contains_key("anyOf") {
         return Err("at #: the root must be `\"type\": \"object\"` and not `anyOf`".into());
     }
-    let mut budget = StrictBudget { properties: 0, enum_values: 0 };
     for key in ["$defs", "definitions"] {
-        if let Some(defs) = root.get(key) {
-            let Some(defs) = defs.as_object() else { return Err(format!("at #/{key}: not an object")) };
-            for (name, def) in defs {
-                strict_node(def, &format!("#/{key}/{name}"), 0, &mut budget)?;
-            }
+        if root.get(key).is_some_and(|defs| !defs.is_object()) {
+            return Err(format!("at #/{key}: not an object"));
         }
     }
-    let mut root = root.clone();
-    root.remove("$defs");
-    root.remove("definitions");
-    strict_node(&Value::Object(root), "#", 0, &mut budget)
+    let mut budget = StrictBudget { properties: 0, enum_values: 0 };
+    visit_subschemas(&schema, |node, at| strict_node(&schema, node, at, &mut budget))
 }
 
+/// What strict mode allows in one request, counted over the whole schema.
 struct StrictBudget {
+    /// Object properties so far.
     properties: usize,
+    /// Enum values so far.
     enum_values: usize,
 }
 
-fn strict_node(node: &Value, at: &str, depth: usize, budget: &mut StrictBudget) -> Result<(), String> {
-    let Some(obj) = node.as_object() else { return Err(format!("at {at}: boolean schemas are not supported")) };
-    if depth > STRICT_MAX_DEPTH {
-        return Err(format!("at {at}: nested deeper than {STRICT_MAX_DEPTH} levels"));
+/// Checks one subschema for strict mode (the walk is the registry's).
+fn strict_node(root: &Value, node: &Value, at: SubschemaAt<'_>, budget: &mut StrictBudget) -> Result<(), String> {
+    if at.keyword == "additionalProperties" {
+        // Its parent requires `false`.
+        return Ok(());
     }
-    if let Some(key) = obj.keys().find(|k| !STRICT_KEYWORDS.contains(&k.as_str())) {
-        return Err(format!("at {at}: keyword `{key}` is not supported"));
+    let here = format!("#{}", at.pointer);
+    let here = here.as_str();
+    // Definitions count their nesting from themselves, as the root does.
+    let in_definition = at.pointer.starts_with("/$defs/") || at.pointer.starts_with("/definitions/");
+    let depth = if in_definition { at.depth - 1 } else { at.depth };
+    let Some(obj) = node.as_object() else { return Err(format!("at {here}: boolean schemas are not supported")) };
+    if depth > STRICT_MAX_DEPTH {
+        return Err(format!("at {here}: nested deeper than {STRICT_MAX_DEPTH} levels"));
+    }
+    let allowed =
+        |key: &str| STRICT_KEYWORDS.contains(&key) || (at.depth == 0 && matches!(key, "$defs" | "definitions"));
+    if let Some(key) = obj.keys().find(|k| !allowed(k)) {
+        return Err(format!("at {here}: keyword `{key}` is not supported"));
     }
     if let Some(format) = obj.get("format")
         && !format.as_str().is_some_and(|f| STRICT_FORMATS.contains(&f))
     {
-        return Err(format!("at {at}: format {format} is not supported"));
+        return Err(format!("at {here}: format {format} is not supported"));
     }
     if let Some(values) = obj.get("enum") {
         budget.enum_values += values.as_array().map_or(0, Vec::len);
         if budget.enum_values > STRICT_MAX_ENUM_VALUES {
-            return Err(format!("at {at}: more than {STRICT_MAX_ENUM_VALUES} enum values"));
+            return Err(format!("at {here}: more than {STRICT_MAX_ENUM_VALUES} enum values"));
         }
     }
     let types: Vec<&str> = match obj.get("type") {
@@ -131,44 +149,52 @@ fn strict_node(node: &Value, at: &str, depth: usize, budget: &mut StrictBudget) 
         let empty = Map::new();
         let properties = match obj.get("properties") {
             Some(Value::Object(p)) => p,
-            Some(_) => return Err(format!("at {at}: `properties` is not an object")),
+            Some(_) => return Err(format!("at {here}: `properties` is not an object")),
             None => &empty,
         };
         if obj.get("additionalProperties") != Some(&Value::Bool(false)) {
-            return Err(format!("at {at}: `additionalProperties` is not `false`"));
+            return Err(format!("at {here}: `additionalProperties` is not `false`"));
         }
         let required: Vec<&str> = obj
             .get("required")
             .and_then(Value::as_array)
             .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
         if let Some(name) = properties.keys().find(|k| !required.contains(&k.as_str())) {
-            return Err(format!("at {at}: property `{name}` is not required"));
+            return Err(format!("at {here}: property `{name}` is not required"));
         }
         budget.properties += properties.len();
         if budget.properties > STRICT_MAX_PROPERTIES {
-            return Err(format!("at {at}: more than {STRICT_MAX_PROPERTIES} properties"));
+            return Err(format!("at {here}: more than {STRICT_MAX_PROPERTIES} properties"));
         }
-        for (name, sub) in properties {
-            strict_node(sub, &format!("{at}/properties/{name}"), depth + 1, budget)?;
+        if let Some(name) = properties.iter().find(|(_, p)| !is_schema(p)).map(|(name, _)| name) {
+            return Err(format!("at {here}/properties/{}: not a schema", escape_pointer_segment(name)));
         }
     } else if obj.contains_key("additionalProperties") {
-        return Err(format!("at {at}: `additionalProperties` outside an object schema"));
+        return Err(format!("at {here}: `additionalProperties` outside an object schema"));
     }
-    if let Some(items) = obj.get("items") {
-        strict_node(items, &format!("{at}/items"), depth + 1, budget)?;
+    if obj.get("items").is_some_and(|items| !items.is_object()) {
+        return Err(format!("at {here}/items: boolean schemas are not supported"));
     }
     if let Some(any_of) = obj.get("anyOf") {
-        let Some(members) = any_of.as_array() else { return Err(format!("at {at}: `anyOf` is not an array")) };
-        for (i, m) in members.iter().enumerate() {
-            strict_node(m, &format!("{at}/anyOf/{i}"), depth + 1, budget)?;
+        let Some(members) = any_of.as_array() else { return Err(format!("at {here}: `anyOf` is not an array")) };
+        if let Some(i) = members.iter().position(|m| !is_schema(m)) {
+            return Err(format!("at {here}/anyOf/{i}: not a schema"));
         }
     }
-    if let Some(r) = obj.get("$ref").and_then(Value::as_str)
-        && !(r == "#" || r.starts_with("#/$defs/") || r.starts_with("#/definitions/"))
-    {
-        return Err(format!("at {at}: `$ref` {r} is not a local definition"));
+    if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
+        // `#`, or one of the root's definitions, and it must resolve.
+        let local =
+            ref_pointer(r).is_some_and(|p| p.is_empty() || p.starts_with("/$defs/") || p.starts_with("/definitions/"));
+        if !local || resolve_ref(root, r).is_none() {
+            return Err(format!("at {here}: `$ref` {r} is not a local definition"));
+        }
     }
     Ok(())
+}
+
+/// Whether `value` can be a schema: an object or a boolean.
+fn is_schema(value: &Value) -> bool {
+    matches!(value, Value::Object(_) | Value::Bool(_))
 }
 
 // ---- Gemini -----------------------------------------------------------------------------------
@@ -199,9 +225,11 @@ const GEMINI_KEEP: &[&str] = &[
 ///
 /// The conversion:
 ///
-/// - `$ref` is inlined from `$defs` / `definitions` (a recursive reference, or one nested deeper
-///   than 8 expansions, becomes an untyped schema keeping its description); `$schema`, `$id`,
-///   `$defs` and `definitions` are dropped;
+/// - `$ref` is inlined from `$defs` / `definitions`, read by the registry's resolver
+///   ([`agent_surface_registry::schema::resolve_ref`]: percent-encoded and `~0`/`~1`-escaped names
+///   resolve as the registry's validators resolve them); a recursive reference, one nested deeper
+///   than 8 expansions, or one that does not resolve becomes an untyped schema keeping its
+///   description; `$schema`, `$id`, `$defs` and `definitions` are dropped;
 /// - `type` becomes Gemini's upper-case enum; a type array with `"null"` becomes the type plus
 ///   `nullable: true`; several non-null types become `anyOf`;
 /// - `oneOf` becomes `anyOf`; a `{"type": "null"}` member becomes `nullable: true`; a single
@@ -244,25 +272,75 @@ const GEMINI_KEEP: &[&str] = &[
 /// })));
 /// ```
 pub fn gemini_schema(schema: &Value) -> Option<Value> {
-    let mut stack = Vec::new();
-    let converted = gemini_node(schema, schema, &mut stack);
-    let empty_root = converted.get("type").and_then(Value::as_str) != Some("OBJECT")
-        || converted.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
-    if empty_root { None } else { Some(Value::Object(converted)) }
-}
-
-fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
-    if reference == "#" {
-        return Some(root);
+    let mut work = schema.clone();
+    if let Some(root) = work.as_object_mut() {
+        // Inlined where they are used; resolved against the original document.
+        root.remove("$defs");
+        root.remove("definitions");
     }
-    let (key, name) = reference
-        .strip_prefix("#/$defs/")
-        .map(|n| ("$defs", n))
-        .or_else(|| reference.strip_prefix("#/definitions/").map(|n| ("definitions", n)))?;
-    let name = name.replace("~1", "/").replace("~0", "~");
-    root.get(key)?.get(name)
+    let tree = <&mut Schema>::try_from(&mut work).ok()?;
+    InlineRefs { root: schema, expanding: Vec::new() }.transform(tree);
+    to_gemini(tree);
+    let empty_root = work.get("type").and_then(Value::as_str) != Some("OBJECT")
+        || work.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
+    if empty_root { None } else { Some(work) }
 }
 
+/// Replaces each `$ref` by its target's keywords (the referring schema's own keywords win), then
+/// goes on into the result. A reference already being expanded on this path (recursion), one
+/// [`GEMINI_MAX_REF_DEPTH`] expansions deep, or one that does not resolve is cut: the schema
+/// stays untyped and keeps its description, or its target's.
+struct InlineRefs<'a> {
+    /// The original document, which `$ref`s are resolved against.
+    root: &'a Value,
+    /// The targets (decoded JSON Pointers) expanded on the current path.
+    expanding: Vec<String>,
+}
+
+impl Transform for InlineRefs<'_> {
+    fn transform(&mut self, schema: &mut Schema) {
+        let depth = self.expanding.len();
+        while let Some(map) = schema.as_object_mut()
+            && let Some(Value::String(reference)) = map.remove("$ref")
+        {
+            let target = ref_pointer(&reference).and_then(|p| Some((p.to_string(), self.root.pointer(&p)?)));
+            match target {
+                Some((pointer, target))
+                    if !self.expanding.contains(&pointer) && self.expanding.len() < GEMINI_MAX_REF_DEPTH =>
+                {
+                    self.expanding.push(pointer);
+                    for (keyword, value) in target.as_object().into_iter().flatten() {
+                        if !matches!(keyword.as_str(), "$defs" | "definitions" | "$schema" | "$id") {
+                            map.entry(keyword.clone()).or_insert_with(|| value.clone());
+                        }
+                    }
+                }
+                target => {
+                    if !map.contains_key("description")
+                        && let Some(description) = target.and_then(|(_, t)| t.get("description"))
+                    {
+                        map.insert("description".into(), description.clone());
+                    }
+                }
+            }
+        }
+        transform_subschemas(self, schema);
+        self.expanding.truncate(depth);
+    }
+}
+
+/// Rewrites a schema (with its `$ref`s inlined) into Gemini's dialect, subschemas first.
+fn to_gemini(schema: &mut Schema) {
+    transform_subschemas(&mut to_gemini, schema);
+    *schema = Schema::from(gemini_node(schema.as_value()));
+}
+
+/// A converted subschema, or an untyped one where the member was not a schema.
+fn converted_or_untyped(value: &Value) -> Value {
+    if value.is_object() { value.clone() } else { Value::Object(Map::new()) }
+}
+
+/// Gemini's name for a JSON type (`null` has none: it becomes `nullable`).
 fn gemini_type(t: &str) -> Option<&'static str> {
     Some(match t {
         "string" => "STRING",
@@ -275,6 +353,7 @@ fn gemini_type(t: &str) -> Option<&'static str> {
     })
 }
 
+/// Whether Gemini defines `format` for its type.
 fn gemini_format_ok(gemini_type: Option<&str>, format: &str) -> bool {
     matches!(
         (gemini_type, format),
@@ -284,6 +363,7 @@ fn gemini_format_ok(gemini_type: Option<&str>, format: &str) -> bool {
     )
 }
 
+/// Appends a sentence to the description.
 fn append_description(out: &mut Map<String, Value>, extra: &str) {
     let text = match out.get("description").and_then(Value::as_str) {
         Some(d) if !d.is_empty() => format!("{d} {extra}"),
@@ -292,30 +372,16 @@ fn append_description(out: &mut Map<String, Value>, extra: &str) {
     out.insert("description".into(), Value::String(text));
 }
 
+/// Values as a comma-separated list of JSON.
 fn list_values(values: &[Value]) -> String {
     values.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-fn gemini_node(node: &Value, root: &Value, stack: &mut Vec<String>) -> Map<String, Value> {
+/// One schema in Gemini's dialect; its subschemas (`properties`, `items`, `anyOf`/`oneOf`
+/// members) are already converted, its `$ref`s already inlined.
+fn gemini_node(node: &Value) -> Map<String, Value> {
     let Some(obj) = node.as_object() else { return Map::new() };
     let mut out = Map::new();
-
-    if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
-        match resolve(root, reference) {
-            Some(target) if !stack.iter().any(|r| r == reference) && stack.len() < GEMINI_MAX_REF_DEPTH => {
-                stack.push(reference.to_string());
-                out = gemini_node(target, root, stack);
-                stack.pop();
-            }
-            target => {
-                // Recursive or too deep: keep what describes it, leave it untyped.
-                let description = obj.get("description").or_else(|| target.and_then(|t| t.get("description")));
-                if let Some(d) = description {
-                    out.insert("description".into(), d.clone());
-                }
-            }
-        }
-    }
 
     // Types.
     let mut nullable = false;
@@ -375,7 +441,7 @@ fn gemini_node(node: &Value, root: &Value, stack: &mut Vec<String>) -> Map<Strin
     // Object members.
     if let Some(properties) = obj.get("properties").and_then(Value::as_object) {
         let converted: Map<String, Value> =
-            properties.iter().map(|(k, v)| (k.clone(), Value::Object(gemini_node(v, root, stack)))).collect();
+            properties.iter().map(|(k, v)| (k.clone(), converted_or_untyped(v))).collect();
         out.insert("properties".into(), Value::Object(converted));
         if let Some(required) = obj.get("required").and_then(Value::as_array) {
             let kept: Vec<Value> =
@@ -386,7 +452,7 @@ fn gemini_node(node: &Value, root: &Value, stack: &mut Vec<String>) -> Map<Strin
         }
     }
     if let Some(items) = obj.get("items") {
-        out.insert("items".into(), Value::Object(gemini_node(items, root, stack)));
+        out.insert("items".into(), converted_or_untyped(items));
     }
 
     // Alternatives.
@@ -395,11 +461,12 @@ fn gemini_node(node: &Value, root: &Value, stack: &mut Vec<String>) -> Map<Strin
     if !members.is_empty() {
         let mut converted: Vec<Map<String, Value>> = Vec::new();
         for m in members {
-            if m.get("type").and_then(Value::as_str) == Some("null") && m.as_object().is_some_and(|o| o.len() == 1) {
-                nullable = true;
-                continue;
+            match m {
+                // A `{"type": "null"}` member, converted.
+                Value::Object(m) if m.len() == 1 && m.get("nullable") == Some(&Value::Bool(true)) => nullable = true,
+                Value::Object(m) => converted.push(m.clone()),
+                _ => converted.push(Map::new()),
             }
-            converted.push(gemini_node(m, root, stack));
         }
         merge_alternatives(&mut out, converted, &mut nullable);
     }

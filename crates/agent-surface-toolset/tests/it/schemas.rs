@@ -67,6 +67,24 @@ fn strict_mode_eligibility() {
         object(json!({"a": {"type": "string", "x-sensitive": true}}), json!(["a"])),
         Err("at #/properties/a: keyword `x-sensitive` is not supported"),
     );
+    // References resolve with the registry's resolver; names in pointers are escaped.
+    strict(
+        json!({"type": "object", "properties": {"a/b": {"$ref": "#/$defs/A%20B"}}, "required": ["a/b"],
+               "additionalProperties": false, "$defs": {"A B": {"type": "string"}}}),
+        Ok(()),
+    );
+    strict(
+        object(json!({"a/b": {"$ref": "#/$defs/Missing"}}), json!(["a/b"])),
+        Err("at #/properties/a~1b: `$ref` #/$defs/Missing is not a local definition"),
+    );
+    strict(
+        object(json!({"a": {"$ref": "#/properties/b"}, "b": {"type": "string"}}), json!(["a", "b"])),
+        Err("at #/properties/a: `$ref` #/properties/b is not a local definition"),
+    );
+    strict(
+        object(json!({"a": {"type": "array", "items": true}}), json!(["a"])),
+        Err("at #/properties/a/items: boolean schemas are not supported"),
+    );
     // Nesting deeper than 10 levels.
     let mut deep = object(json!({"leaf": {"type": "string"}}), json!(["leaf"]));
     for _ in 0..11 {
@@ -152,6 +170,35 @@ fn gemini_conversion() {
             "note": {"type": "STRING", "example": "gift"},
             "either": {"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]}
         }})),
+    );
+    // Percent-encoded and `~`-escaped references resolve as the registry resolves them: the
+    // field keeps its type.
+    gemini(
+        json!({"type": "object", "properties": {
+            "when": {"$ref": "#/$defs/Date%20time"},
+            "path": {"$ref": "#/$defs/a~1b~0c", "description": "Own."},
+            "broken": {"$ref": "#/$defs/Missing", "description": "Kept."}
+        }, "$defs": {
+            "Date time": {"type": "string", "format": "date-time"},
+            "a/b~c": {"type": "integer", "description": "Theirs."}
+        }}),
+        Some(json!({"type": "OBJECT", "properties": {
+            "when": {"type": "STRING", "format": "date-time"},
+            "path": {"type": "INTEGER", "description": "Own."},
+            "broken": {"description": "Kept."}
+        }})),
+    );
+    // Recursion through an encoded reference is still recursion.
+    gemini(
+        json!({"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "$defs": {"N": {"type": "object",
+            "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/%4E"}}}}}),
+        Some(json!({"type": "OBJECT", "properties": {"n": {"type": "OBJECT", "properties": {
+            "v": {"type": "INTEGER"}, "next": {}}}}})),
+    );
+    // Boolean subschemas are untyped.
+    gemini(
+        json!({"type": "object", "properties": {"any": true, "list": {"type": "array", "items": true}}}),
+        Some(json!({"type": "OBJECT", "properties": {"any": {}, "list": {"type": "ARRAY", "items": {}}}})),
     );
     // No parameters: `parameters` is left out.
     gemini(json!({"type": "object", "properties": {}}), None);
