@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use agent_surface_core::Effect;
-use agent_surface_registry::{CapabilityDescriptor, Snapshot};
+use agent_surface_registry::{CapabilityDescriptor, Snapshot, schema};
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::Value;
 
@@ -69,9 +69,7 @@ pub fn tool(c: &CapabilityDescriptor) -> Tool {
     // MCP output schemas describe `structuredContent`, which is always an object: a capability
     // whose output is not an object (an array, a string, a union) is listed without one, and its
     // results carry the JSON in the text block only (see `codec::encode`).
-    if let Some(Value::Object(output)) = &c.output_schema
-        && output.get("type").and_then(Value::as_str) == Some("object")
-    {
+    if let Some(output) = c.output_schema.as_ref().filter(|s| schema::is_object_schema(s)).and_then(Value::as_object) {
         tool = tool.with_raw_output_schema(Arc::new(output.clone()));
     }
     let mut m = MetaObject::new();

@@ -384,8 +384,18 @@ impl From<PortableSchema> for Value {
     }
 }
 
-/// Whether `schema`'s root is a literal `"type": "object"`.
-pub(crate) fn is_object_schema(schema: &Value) -> bool {
+/// Whether `schema`'s root is an object schema: a literal `"type": "object"` (a type array, an
+/// `anyOf` or a `$ref` at the root do not count). A tool's input schema must be one; MCP lists an
+/// output schema only if it is one.
+///
+/// ```
+/// use agent_surface_registry::schema::is_object_schema;
+/// use serde_json::json;
+/// assert!(is_object_schema(&json!({"type": "object", "properties": {}})));
+/// assert!(!is_object_schema(&json!({"type": ["object", "null"]})));
+/// assert!(!is_object_schema(&json!(true)));
+/// ```
+pub fn is_object_schema(schema: &Value) -> bool {
     schema.get("type").and_then(Value::as_str) == Some("object")
 }
 

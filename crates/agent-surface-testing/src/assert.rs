@@ -4,6 +4,7 @@
 //! so a failing test shows what the agent would have seen.
 
 use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, Retry};
+use agent_surface_registry::schema::push_pointer_segment;
 use serde_json::Value;
 
 /// The result as pretty JSON, for failure messages.
@@ -147,8 +148,7 @@ fn subset_at(actual: &Value, expected: &Value, path: &mut String) -> Result<(), 
         (Value::Object(a), Value::Object(e)) => {
             for (key, want) in e {
                 let len = path.len();
-                path.push('/');
-                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                push_pointer_segment(path, key);
                 match a.get(key) {
                     Some(got) => subset_at(got, want, path)?,
                     None => return Err(format!("at {path}: missing, expected {want}")),
