@@ -7,6 +7,8 @@
 //!   `is_valid` with a compiled `jsonschema` validator, `T::deserialize(&Value)`, the handler,
 //!   `serde_json::to_value` of the output, dropping the input (the baseline);
 //! - `pipeline/no_invocation_id` and `pipeline/with_invocation_id`: `Registry::invoke`;
+//! - `pipeline/metrics_on`: `pipeline/no_invocation_id` with `RegistryConfig::metrics` on and no
+//!   recorder installed (the cost of the metrics facade itself);
 //! - `lookup/10` and `lookup/100000`: the full pipeline in registries of 10 and 100,000
 //!   capabilities (lookup cost must not grow with the registry).
 //!
@@ -34,7 +36,11 @@ async fn add(i: Add) -> Result<Sum, AgentSurfaceError> {
 
 /// A registry with `calc.add` plus `extra` filler capabilities (10 per type, tiny schemas).
 fn registry(extra: usize) -> (Registry, Vec<agent_surface_registry::Mount>) {
-    let r = Registry::new(RegistryConfig::default());
+    registry_with(extra, RegistryConfig::default())
+}
+
+fn registry_with(extra: usize, config: RegistryConfig) -> (Registry, Vec<agent_surface_registry::Mount>) {
+    let r = Registry::new(config);
     r.define("calc", |t| {
         t.capability("add", "Add two integers.").effect(Effect::Read).idempotent().handler(|_c: Ctx, i: Add| add(i))
     })
@@ -111,6 +117,20 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // The same call with `RegistryConfig::metrics` on and no recorder installed: the facade's
+    // own cost (keys built, clock readings), which is why metrics are opt-in.
+    let (metered, _metered_mounts) = registry_with(0, RegistryConfig { metrics: true, ..Default::default() });
+    g.bench_function("metrics_on", |b| {
+        b.to_async(&rt).iter_batched(
+            || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
+            |(req, opts)| async {
+                let res = metered.invoke(req, opts).await;
+                debug_assert!(res.is_ok());
+                black_box(res)
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
     drop(r);
 
@@ -136,6 +156,7 @@ fn report() {
         "handler_validation",
         "pipeline/no_invocation_id",
         "pipeline/with_invocation_id",
+        "pipeline/metrics_on",
         "lookup/10",
         "lookup/100000",
     ] {
