@@ -32,8 +32,19 @@ fn step_with_env(
     Ok(())
 }
 
+/// The structure checks: the crate graph follows the layers (`cargo metadata`), and no files of a
+/// crate import each other in a circle. Fast (no build), so `ci` runs them first.
+pub(crate) fn structure(root: &Path) -> Result<()> {
+    crate::layers::check(root)?;
+    crate::imports::check(root)?;
+    Ok(())
+}
+
 pub(crate) fn run(root: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    println!("==> structure");
+    structure(root)?;
+    println!("<== structure: ok");
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     // The registry's `otel` feature is off in the workspace build: its lints and its test (an

@@ -4,6 +4,8 @@
 
 mod ci;
 mod clients;
+mod imports;
+mod layers;
 mod matrix;
 mod phase_docs;
 mod produced;
@@ -19,7 +21,8 @@ commands:
   gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md and ARCHITECTURE.md
   verify-matrix   check the matrix file, the enum, the examples, the docs tables, the phase docs and the tests agree
   matrix          print the error matrix as a readable table
-  ci              run the whole test suite (fmt, clippy, tests, verify-matrix, clients)
+  structure       check the crate layers (cargo metadata) and that no files of a crate import each other in a circle
+  ci              run the whole test suite (structure, fmt, clippy, tests, verify-matrix, clients)
   clients         install the pinned real MCP clients into .tools/ and run them against the demo";
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
             print!("{}", matrix::readable_table());
             Ok(())
         }
+        Some("structure") => ci::structure(&root).map(|()| println!("structure: ok")),
         Some("ci") => ci::run(&root),
         Some("clients") => clients::run_all(&root),
         _ => {

@@ -31,8 +31,6 @@ pub(crate) struct Fixture {
     pub(crate) registry: Registry,
     /// The MCP configuration, built once (its default draws a sealing key).
     pub(crate) mcp: Arc<McpConfig>,
-    /// The HTTP binding's router over `registry`.
-    pub(crate) http: axum::Router,
     _mount: Mount,
     ids: Cell<u64>,
 }
@@ -53,8 +51,7 @@ impl Fixture {
             .build()
             .unwrap_or_else(|e| panic!("the fuzz runtime could not start: {e}"));
         let (registry, mount) = registry();
-        let http = crate::http::router(registry.clone());
-        Fixture { runtime, registry, mcp: Arc::new(McpConfig::default()), http, _mount: mount, ids: Cell::new(0) }
+        Fixture { runtime, registry, mcp: Arc::new(McpConfig::default()), _mount: mount, ids: Cell::new(0) }
     }
 
     /// A fresh invocation id (never used before on this thread), so that every call with an id

@@ -24,9 +24,15 @@ const PREFIX: &str = "/api";
 /// (unless the input sends it), so that idempotency records never carry over between inputs.
 const SESSION_HEADER: &str = "fuzz-session";
 
+thread_local! {
+    /// The router over this thread's fixture registry, built once per thread (here, not in the
+    /// fixture, which knows no transport).
+    static ROUTER: axum::Router = fixture::with(|f| router(f.registry.clone()));
+}
+
 /// The fixture's router: prefix `/api`, a 16 KiB body cap, a bearer token `fuzz-token`, and the
 /// session in [`SESSION_HEADER`].
-pub(crate) fn router(registry: agent_surface_registry::Registry) -> axum::Router {
+fn router(registry: agent_surface_registry::Registry) -> axum::Router {
     let config = HttpConfig {
         max_body_bytes: MAX_BODY_BYTES,
         authenticator: Some(Arc::new(BearerTokens::new([("fuzz-token", Identity::new("fuzz-user"))]))),
@@ -68,7 +74,7 @@ pub fn http_request(data: &[u8]) {
             request.headers_mut().insert(HeaderName::from_static(SESSION_HEADER), session);
         }
         f.runtime.block_on(async {
-            let response = f.http.clone().oneshot(request).await.unwrap_or_else(|e| match e {});
+            let response = ROUTER.with(Clone::clone).oneshot(request).await.unwrap_or_else(|e| match e {});
             let (parts, body) = response.into_parts();
             let body = axum::body::to_bytes(body, usize::MAX)
                 .await
