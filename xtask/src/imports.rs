@@ -3,8 +3,9 @@
 //! For each crate of the workspace (its library, binary and `src/bin` roots), the files of its
 //! module tree and the references between them: a `crate::…` or `super::…` path in a `use`, a type,
 //! an expression or a macro's tokens, resolved to the file that defines the module it names. A
-//! file that refers to a module of its own (its children by plain name, `self::…`) is not an edge:
-//! a parent that declares and drives its children is the module tree, not a circle. Code under
+//! reference to a module below the file's own (its children, by plain name, `self::…` or
+//! `crate::…`) is not an edge: a parent that declares and drives its children is the module tree,
+//! not a circle (so a crate root has no edges out). Code under
 //! `#[cfg(test)]` is left out (tests may reach anywhere), and so are visibility paths
 //! (`pub(in crate::x)`).
 //!
@@ -167,6 +168,10 @@ impl Graph {
             let mut refs = References { module: module.clone(), found: Vec::new() };
             refs.visit_file(syntax);
             for (target, text) in refs.found {
+                // A module's own descendants are its module tree, however the path is written.
+                if target.starts_with(module) {
+                    continue;
+                }
                 if let Some(to) = graph.resolve(&target)
                     && to != *file
                 {
@@ -567,9 +572,12 @@ mod tests {
             &[
                 // The parent drives its children by plain name; they use its types through
                 // `super`; tests reach anywhere.
-                ("lib.rs", "mod table;\nmod pipeline;\nmod top;\n"),
-                ("pipeline/mod.rs", "mod phase;\npub struct Stop;\npub fn run() { phase::go() }\n"),
-                ("pipeline/phase.rs", "use super::Stop;\npub fn go() { let _ = crate::table::T; }\n"),
+                ("lib.rs", "mod table;\nmod pipeline;\nmod top;\npub struct Root;\npub use crate::top::Top;\n"),
+                (
+                    "pipeline/mod.rs",
+                    "mod phase;\npub struct Stop;\npub fn run() { phase::go(); crate::pipeline::phase::go() }\n",
+                ),
+                ("pipeline/phase.rs", "use super::Stop;\npub fn go() { let _ = (crate::table::T, crate::Root); }\n"),
                 ("table.rs", "pub struct T;\n#[cfg(test)]\nmod tests { use crate::top::Top; }\n"),
                 ("top.rs", "use crate::table::T;\npub struct Top(T);\nmod inner { use super::Top; }\n"),
             ],
