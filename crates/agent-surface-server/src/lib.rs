@@ -1,4 +1,5 @@
-//! Serving an agent-surface HTTP router with limits a hostile client cannot get around.
+//! Serving an agent-surface HTTP router with limits a hostile client cannot get around, and a
+//! graceful drain.
 //!
 //! # Overview
 //!
@@ -14,9 +15,29 @@
 //!   accepting (new clients wait in the listen backlog) until a connection ends;
 //! - **a cap per peer address** ([`Limits::max_connections_per_ip`], 128): a connection over it
 //!   is closed as soon as it is accepted, so one address cannot take every slot;
-//! - **a bounded drain** ([`Limits::drain_timeout`], 10 s): on shutdown the server stops
-//!   accepting (it closes its listener, so new connections are refused), lets requests in progress finish (closing each connection after its current
-//!   response), and after the drain timeout drops what is left.
+//! - **a bounded drain** ([`Limits::drain_timeout`], 10 s, and [`Limits::cancel_grace`], 1 s).
+//!
+//! # Shutdown
+//!
+//! When the `shutdown` token is cancelled, the server drains:
+//!
+//! 1. **it stops accepting**: the listener is closed, so new connections are refused, and each
+//!    connection closes after its response in progress;
+//! 2. **it waits for the requests in flight**, up to [`Limits::drain_timeout`]. A request counts
+//!    until its response is ready or, for a streamed response (an MCP answer as server-sent
+//!    events), until its body has been sent; a response marked [`OpenStream`] (an MCP session's
+//!    idle event stream) does not count;
+//! 3. if the deadline passes with requests left, **it cancels them** with [`Drain::cancel`]
+//!    ([`serve_with`]; for the adapters, disposing their registry) and gives their answers
+//!    [`Limits::cancel_grace`] to go out;
+//! 4. **it ends the streams** ([`Drain::streams`]), gives the connections left another
+//!    [`Limits::cancel_grace`] to close, drops what is still open, and returns.
+//!
+//! So a shutdown takes at most `drain_timeout` + 2 × `cancel_grace`, and as little as the calls in
+//! flight need. Signals are the caller's: cancel the token on SIGTERM or Ctrl-C (`tokio::signal`; the
+//! demo's `shutdown.rs` shows one way). The events go to the operator channel (`tracing`, target
+//! `agent_surface::server`): `INFO` when the drain starts, `WARN` `drain over` when the deadline
+//! passes.
 //!
 //! Request bodies are bounded by the adapters themselves (size and read time); see the HTTP
 //! binding's `HttpConfig` and the MCP transport's configuration.
@@ -34,6 +55,27 @@
 //! serve(listener, router, limits, CancellationToken::new()).await
 //! # }
 //! ```
+//!
+//! With a cancel step and a streams token ([`serve_with`]), for a router that runs calls of a
+//! registry and carries long-lived streams:
+//!
+//! ```no_run
+//! use agent_surface_server::{Drain, Limits, serve_with};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn run(cancel_calls: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
+//! let drain = Drain::cancelling(cancel_calls); // e.g. `move || registry.dispose()`
+//! // A router whose event streams end with `drain.streams` (the MCP transport's `router`).
+//! let streams = drain.streams.clone();
+//! let router = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+//! # drop(streams);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let shutdown = CancellationToken::new(); // cancelled on SIGTERM
+//! serve_with(listener, router, Limits::default(), shutdown, drain).await
+//! # }
+//! ```
+
+mod drain;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -46,6 +88,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::drain::InFlight;
+pub use crate::drain::{CancelStep, Drain, OpenStream};
 
 /// What one server allows its clients. Build it with struct update syntax over `Default`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,18 +105,25 @@ pub struct Limits {
     /// headers), counted from when the server starts waiting for it: it bounds slow clients and
     /// idle kept-alive connections alike.
     pub header_timeout: Duration,
-    /// How long a shutdown waits for requests in progress before it drops their connections.
+    /// How long a shutdown waits for the requests in flight before it cancels them
+    /// ([`Drain::cancel`]).
     pub drain_timeout: Duration,
+    /// After the drain timeout, how long the cancelled requests get to send their answers; then,
+    /// once the streams are ended, how long the connections left get to close before they are
+    /// dropped.
+    pub cancel_grace: Duration,
 }
 
 impl Default for Limits {
-    /// 1,024 connections, 128 per peer address, 10 s for a request head, 10 s of drain.
+    /// 1,024 connections, 128 per peer address, 10 s for a request head, 10 s of drain, 1 s of
+    /// grace.
     fn default() -> Limits {
         Limits {
             max_connections: 1024,
             max_connections_per_ip: 128,
             header_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
+            cancel_grace: Duration::from_secs(1),
         }
     }
 }
@@ -121,7 +173,10 @@ impl PerPeer {
     }
 }
 
-/// Serves `router` on `listener` with `limits` until `shutdown` is cancelled, then drains.
+/// Serves `router` on `listener` with `limits` until `shutdown` is cancelled, then drains (see
+/// [the crate docs](crate#shutdown)) with no cancel step: the requests that outlive
+/// [`Limits::drain_timeout`] are dropped with their connections. [`serve_with`] takes a cancel
+/// step and a streams token.
 ///
 /// HTTP/1.1 only (what the adapters' clients speak). Errors of single connections go to the
 /// operator channel (`tracing`, target `agent_surface::server`) and never stop the server; an
@@ -132,7 +187,24 @@ pub async fn serve(
     limits: Limits,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_with(listener, router, limits, shutdown, Drain::default()).await
+}
+
+/// Serves `router` on `listener` with `limits` until `shutdown` is cancelled, then drains (see
+/// [the crate docs](crate#shutdown)): waits for the requests in flight, runs `drain.cancel` if
+/// [`Limits::drain_timeout`] passes first, and cancels `drain.streams` when the drain is over.
+///
+/// HTTP/1.1 only. Errors as for [`serve`].
+pub async fn serve_with(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+    drain: Drain,
+) -> std::io::Result<()> {
     let _ = listener.local_addr()?;
+    let in_flight = InFlight::default();
+    let router = in_flight.layer(router);
     let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let per_ip = limits.max_connections_per_ip.max(1);
     let per_peer = Arc::new(PerPeer::default());
@@ -177,7 +249,7 @@ pub async fn serve(
             let ended = tokio::select! {
                 ended = connection.as_mut() => Some(ended),
                 () = shutdown.cancelled() => {
-                    // Finish the response in progress, then close — unless the drain runs out.
+                    // Finish the response in progress, then close — unless the drain drops it.
                     connection.as_mut().graceful_shutdown();
                     tokio::select! {
                         ended = connection.as_mut() => Some(ended),
@@ -196,8 +268,11 @@ pub async fn serve(
     // the backlog until the drain is over.
     drop(listener);
     tracker.close();
-    if tokio::time::timeout(limits.drain_timeout, tracker.wait()).await.is_err() {
-        tracing::warn!(target: "agent_surface::server", "drain timed out; dropping the connections left");
+    drain.run(&limits, &in_flight).await;
+    // What is left: connections closing, streams that did not end with `drain.streams`, requests
+    // that ignored the cancellation.
+    if tokio::time::timeout(limits.cancel_grace, tracker.wait()).await.is_err() {
+        tracing::warn!(target: "agent_surface::server", "connections still open after the drain; dropping them");
         dropped.cancel();
         tracker.wait().await;
     }

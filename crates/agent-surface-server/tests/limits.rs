@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use agent_surface_server::{Limits, serve};
+use agent_surface_server::{Drain, Limits, OpenStream, serve, serve_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -138,4 +138,84 @@ async fn a_shutdown_drops_what_the_drain_did_not_finish() {
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     assert!(closed_within(&mut stuck, Duration::from_secs(2)).await, "the stuck connection was dropped");
+}
+
+/// A router whose `/wait` answers `cancelled` once `cancel` fires, streamed (as an MCP answer is),
+/// and whose `/events` is an [`OpenStream`] that ends with `streams`.
+fn draining_router(cancel: CancellationToken, streams: CancellationToken) -> axum::Router {
+    use futures_util::StreamExt as _;
+    let wait = move || {
+        let cancel = cancel.clone();
+        async move {
+            let answer = futures_util::stream::once(async move {
+                cancel.cancelled().await;
+                Ok::<_, std::io::Error>("cancelled")
+            });
+            axum::body::Body::from_stream(answer)
+        }
+    };
+    let events = move || {
+        let streams = streams.clone();
+        async move {
+            let ticks = futures_util::stream::repeat_with(|| Ok::<_, std::io::Error>(": keep-alive\n\n"))
+                .then(|tick| async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tick
+                })
+                .take_until(streams.cancelled_owned());
+            let mut response = axum::response::Response::new(axum::body::Body::from_stream(ticks));
+            response.extensions_mut().insert(OpenStream);
+            response
+        }
+    };
+    axum::Router::new().route("/wait", axum::routing::get(wait)).route("/events", axum::routing::get(events))
+}
+
+/// A request that outlives the drain timeout is cancelled by the drain's cancel step, its answer
+/// is sent, and `serve_with` returns within about the timeout plus the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_drain_timeout_is_cancelled_and_answered() {
+    let cancel = CancellationToken::new();
+    let drain = Drain::cancelling({
+        let cancel = cancel.clone();
+        move || cancel.cancel()
+    });
+    let router = draining_router(cancel, drain.streams.clone());
+    let limits = Limits { drain_timeout: Duration::from_millis(300), ..Limits::default() };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve_with(listener, router, limits, shutdown.clone(), drain));
+    let waiting = tokio::spawn(async move { get("127.0.0.1", addr, "/wait").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300), "it waited for the deadline: {took:?}");
+    assert!(took < Duration::from_millis(1300), "the answer went out at once: {took:?}");
+    let answer = waiting.await.unwrap();
+    assert!(answer.contains("200 OK") && answer.contains("cancelled"), "{answer}");
+}
+
+/// A response marked `OpenStream` does not hold the drain: a shutdown with only such a stream
+/// open returns at once, the stream ended by the drain's streams token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_does_not_hold_the_drain() {
+    let drain = Drain::default();
+    let router = draining_router(CancellationToken::new(), drain.streams.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve_with(listener, router, Limits::default(), shutdown.clone(), drain));
+    let mut stream = connect_from("127.0.0.1", addr).await;
+    stream.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head).await.unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).contains("200 OK"));
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+    assert!(closed_within(&mut stream, Duration::from_secs(1)).await, "the stream ended");
 }

@@ -1,0 +1,184 @@
+//! The drain of a shutdown: which requests it waits for ([`InFlight`], [`OpenStream`]), and what
+//! it does to those that take too long ([`Drain`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::HttpBody as _;
+use http_body_util::BodyExt as _;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::Limits;
+
+/// The operator log's target for the server's events.
+const TARGET: &str = "agent_surface::server";
+
+/// A response extension marking a response as a long-lived event stream that carries no call's
+/// answer — an MCP legacy session's standalone `GET` stream, a `subscriptions/listen` stream: the
+/// drain does not wait for it, and it ends when [`Drain::streams`] is cancelled. The MCP
+/// transport's router sets it; a router of your own sets it on such responses with
+/// `response.extensions_mut().insert(OpenStream)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenStream;
+
+/// The step [`Drain::cancel`] runs.
+pub type CancelStep = Arc<dyn Fn() + Send + Sync>;
+
+/// What a drain does besides waiting ([`crate::serve_with`]): how it cancels the requests that
+/// outlive [`Limits::drain_timeout`], and the token that ends the long-lived streams.
+#[derive(Clone, Default)]
+pub struct Drain {
+    /// Run once when [`Limits::drain_timeout`] passes with requests still in flight; it should
+    /// make them answer soon. For a router over an agent-surface registry, `Registry::dispose`:
+    /// a call still running ends `CANCELLED`, or `EXECUTION_FAILED {reason: outcome-unknown}` for
+    /// a write whose handler had started, and that answer is sent within
+    /// [`Limits::cancel_grace`]. Disposing is right when the registry ends with this server; a
+    /// registry that another server (or anything else) goes on using needs a narrower step, or
+    /// none. `None`: nothing is cancelled, and the requests left are dropped with their
+    /// connections.
+    pub cancel: Option<CancelStep>,
+    /// Cancelled by the server when the drain is over (no request in flight, or the cancel step's
+    /// grace has passed): give it to the routers whose long-lived streams must end then — the
+    /// MCP transport's `router(…, streams)`, whose streams end the calls they carry when they
+    /// end, so they must not end when the shutdown starts.
+    pub streams: CancellationToken,
+}
+
+impl Drain {
+    /// A drain whose cancel step is `cancel`, with a fresh [`Drain::streams`] token.
+    pub fn cancelling(cancel: impl Fn() + Send + Sync + 'static) -> Drain {
+        Drain { cancel: Some(Arc::new(cancel)), streams: CancellationToken::new() }
+    }
+
+    /// Waits for the requests in flight up to `limits.drain_timeout`, then cancels the rest and
+    /// gives them `limits.cancel_grace`; ends the streams.
+    pub(crate) async fn run(&self, limits: &Limits, in_flight: &InFlight) {
+        tracing::info!(target: TARGET, in_flight = in_flight.count(), drain_ms = millis(limits.drain_timeout),
+            "draining: no new connections; waiting for the requests in flight");
+        if tokio::time::timeout(limits.drain_timeout, in_flight.idle()).await.is_err() {
+            match &self.cancel {
+                Some(cancel) => {
+                    tracing::warn!(target: TARGET, in_flight = in_flight.count(), "drain over: cancelling the calls left");
+                    cancel();
+                    if tokio::time::timeout(limits.cancel_grace, in_flight.idle()).await.is_err() {
+                        tracing::warn!(target: TARGET, in_flight = in_flight.count(),
+                            "requests still in flight after the cancellation; dropping them");
+                    }
+                }
+                None => {
+                    tracing::warn!(target: TARGET, in_flight = in_flight.count(), "drain over: dropping the requests left");
+                }
+            }
+        }
+        self.streams.cancel();
+    }
+}
+
+impl std::fmt::Debug for Drain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drain").field("cancel", &self.cancel.is_some()).field("streams", &self.streams).finish()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The HTTP requests in progress, each held until its answer is ready, or, for a streamed answer,
+/// until its body has been sent (or dropped); an [`OpenStream`] is not held.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct InFlight(Arc<watch::Sender<usize>>);
+
+/// One request counted in [`InFlight`] until dropped.
+struct Held(Arc<watch::Sender<usize>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl InFlight {
+    fn hold(&self) -> Held {
+        self.0.send_modify(|n| *n += 1);
+        Held(self.0.clone())
+    }
+
+    /// How many requests are in progress.
+    pub(crate) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until no request is in progress.
+    pub(crate) async fn idle(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Counts the requests `router` serves.
+    pub(crate) fn layer(&self, router: axum::Router) -> axum::Router {
+        let in_flight = self.clone();
+        router.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let held = in_flight.hold();
+            async move {
+                let response = next.run(request).await;
+                // A body of known size is ready, and the server finishes sending it (the
+                // connection's graceful shutdown waits for it); an open stream is no call's
+                // answer; any other streamed body (an MCP answer as server-sent events) holds the
+                // count until its end. Only that one is wrapped, since the wrapper hides the
+                // body's size (and would make the response chunked).
+                if response.body().size_hint().exact().is_some() || response.extensions().get::<OpenStream>().is_some()
+                {
+                    return response;
+                }
+                response.map(|body| {
+                    axum::body::Body::new(body.map_frame(move |frame| {
+                        let _held = &held;
+                        frame
+                    }))
+                })
+            }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_is_in_flight_until_its_streamed_body_is_sent() {
+        let in_flight = InFlight::default();
+        let streamed = || axum::body::Body::from_stream(futures_util::stream::iter([Ok::<_, std::io::Error>("done")]));
+        let open = move || async move {
+            let mut response = axum::response::Response::new(streamed());
+            response.extensions_mut().insert(OpenStream);
+            response
+        };
+        let router = axum::Router::new()
+            .route("/call", axum::routing::post(move || async move { streamed() }))
+            .route("/sized", axum::routing::post(|| async { "done" }))
+            .route("/stream", axum::routing::get(open));
+        let router = in_flight.layer(router);
+        let request = |method: &str, path: &str| {
+            axum::http::Request::builder().method(method).uri(path).body(axum::body::Body::empty()).unwrap()
+        };
+        let response = router.clone().oneshot(request("POST", "/call")).await.unwrap();
+        assert_eq!(in_flight.count(), 1, "the body is not sent yet");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"done");
+        assert_eq!(in_flight.count(), 0);
+        let sized = router.clone().oneshot(request("POST", "/sized")).await.unwrap();
+        assert_eq!(in_flight.count(), 0, "a body of known size is not held");
+        assert_eq!(sized.into_body().size_hint().exact(), Some(4), "and keeps its size");
+        let stream = router.clone().oneshot(request("GET", "/stream")).await.unwrap();
+        assert_eq!(in_flight.count(), 0, "an open stream is not a call");
+        drop(stream);
+        let missing = router.oneshot(request("GET", "/nowhere")).await.unwrap();
+        assert_eq!(missing.status(), 404);
+        assert_eq!(in_flight.count(), 0);
+    }
+}
