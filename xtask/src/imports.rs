@@ -37,12 +37,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "crates/agent-surface-registry/src/snapshot.rs",
         ],
     ),
-    // #13, "One schema module": the portable schema and the validators measure and escape through
-    // each other; one module owning JSON Schema removes this.
-    (
-        "#13 (one schema module)",
-        &["crates/agent-surface-registry/src/schema.rs", "crates/agent-surface-registry/src/validate.rs"],
-    ),
     // Found by this check (#13), not yet owned by an issue: the handler's context carries the
     // answers of `questions.rs`, whose ask step takes the context (and `handler.rs` both).
     (

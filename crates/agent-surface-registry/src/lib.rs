@@ -15,6 +15,12 @@
 //! Each phase lives in its own module under `pipeline/`; `spec/invocation.md` is the normative
 //! description.
 //!
+//! JSON Schema has one owner, the public [`schema`] module: the portable subset every capability
+//! schema is checked against ([`schema::PortableSchema`]), the one `$ref` resolver, the one JSON
+//! Pointer escape, the subschema walk (`schemars`' own) and the one set of validator options
+//! (formats asserted) for input, bound input and output. Adapters that rewrite schemas for a
+//! provider build on it.
+//!
 //! # Features
 //!
 //! - `otel` (off by default): the invocation span continues the caller's W3C trace in
@@ -73,6 +79,7 @@ mod define;
 mod handler;
 pub mod id;
 mod live;
+mod measure;
 mod pipeline;
 mod progress;
 pub mod questions;

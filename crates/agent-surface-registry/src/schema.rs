@@ -71,7 +71,7 @@ use schemars::Schema;
 use schemars::transform::{RecursiveTransform, Transform, transform_subschemas};
 use serde_json::{Map, Value};
 
-use crate::validate::{Exceeded, measure};
+use crate::measure::{Exceeded, measure};
 
 /// The deepest raw JSON nesting of a schema document (`serde_json`'s own parse limit), which
 /// bounds the recursion of everything that later walks the document (`default`, `const`, … are
@@ -932,6 +932,7 @@ mod tests {
                 "password": {"type": "string", "format": "password"},
                 "token": {"type": "string", "x-sensitive": true},
                 "pin": {"$ref": "#/$defs/Pin"},
+                "code": {"$ref": "#/$defs/Sec%72et"},
                 "card": {"type": "string"},
                 "loop": {"$ref": "#/$defs/A"},
                 "plain": {"type": "string", "writeOnly": false},
@@ -945,7 +946,7 @@ mod tests {
         });
         let checked =
             check_input_schema("t.c", &schema, &[], &["card".into(), "token".into()], SchemaLimits::default()).unwrap();
-        assert_eq!(checked.sensitive, ["card", "password", "pin", "token"]);
+        assert_eq!(checked.sensitive, ["card", "code", "password", "pin", "token"]);
     }
 
     #[test]

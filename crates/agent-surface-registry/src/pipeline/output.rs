@@ -16,7 +16,7 @@ use crate::registry::Inner;
 /// Whether `value` serializes to more than `limit` bytes (counted without serializing, stopping
 /// at the limit).
 pub(crate) fn exceeds(value: &Value, limit: usize) -> bool {
-    crate::validate::measure(value, usize::MAX, limit).is_err()
+    crate::measure::measure(value, usize::MAX, limit).is_err()
 }
 
 pub(crate) fn check(inner: &Arc<Inner>, def: &CapabilityDef, output: Value) -> Result<Value, Stop> {
