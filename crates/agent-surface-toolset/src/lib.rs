@@ -6,7 +6,8 @@
 //! - **Definitions** — [`tool_definitions`] turns a consumer's snapshot into the request's `tools`
 //!   member of OpenAI Chat Completions (`strict: true` where the schema qualifies,
 //!   [`openai_strict_eligible`]), OpenAI Responses, Anthropic Messages (`input_schema`) or Gemini
-//!   (`functionDeclarations`, schemas converted by [`gemini_schema`]). Tool names are the
+//!   (`functionDeclarations`, schemas converted by [`gemini_schema`], which reads `$ref`s with
+//!   `agent_surface_registry::schema::resolve_ref`, as the registry does). Tool names are the
 //!   registry's `type-capability`, reversible.
 //! - **Calls** — [`parse_tool_calls`] reads `tool_calls`, `function_call` items, `tool_use` blocks
 //!   or `functionCall` parts into [`ToolCall`]s. A malformed OpenAI `arguments` string becomes an

@@ -1,12 +1,14 @@
 //! The demo binary end to end: the scripted session, raw bytes to `serve --stdio`, and the HTTP
 //! transport (DNS-rebinding protection, body limit, bearer-token identities), and one payload over
-//! every transport (toolset, MCP, HTTP, CLI), and the server as an operator runs it (log, drain).
+//! every transport (toolset, MCP, HTTP, CLI), and the server as an operator runs it (log, drain);
+//! and the same schemas through every consumer of them, which must agree (`schemas`).
 
 mod cli;
 mod every_code;
 mod http;
 mod operated;
 mod replicas;
+mod schemas;
 mod served;
 mod session;
 mod stdio;
