@@ -44,7 +44,14 @@
 //! body `invocationId` are 1 to 255 printable ASCII characters. When the body also has an
 //! `invocationId`, they must be equal (else a `400` protocol fault).
 //!
-//! See `docs/http.md` and the HTTP section of `spec/adapters.md`.
+//! **Serving and shutdown.** [`serve`] runs the router with the connection limits of
+//! [`HttpConfig::limits`] (`agent-surface-server`), and drains when its token is cancelled: new
+//! connections are refused, the calls in flight finish and are answered, and those still running
+//! at the drain deadline are cancelled by disposing the registry (a write whose handler had
+//! started ends `EXECUTION_FAILED {reason: outcome-unknown}`). See [`serve`] for a registry
+//! shared with other servers.
+//!
+//! See `docs/http.md`, `docs/operations.md` and the HTTP section of `spec/adapters.md`.
 //!
 //! # Examples
 //!

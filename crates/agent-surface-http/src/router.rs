@@ -176,6 +176,18 @@ pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
 /// Serves `registry` on `listener` until `shutdown` is cancelled, with `config.limits` (a
 /// connection cap, a header timeout that also closes idle connections, a bounded drain).
 ///
+/// On shutdown it drains (`agent_surface_server`'s drain, with the `drain_timeout` and
+/// `cancel_grace` of [`HttpConfig::limits`]): new connections are refused; the calls in flight
+/// finish and are answered. Calls still running when the drain timeout passes are cancelled by
+/// **disposing `registry`** — each ends `CANCELLED`, or `EXECUTION_FAILED {reason:
+/// outcome-unknown}` for a write whose handler had started (recorded under its invocation id) —
+/// and their answers get the grace to go out; then `serve` returns.
+///
+/// Disposing is right when the registry ends with this server, or with servers that all shut
+/// down on the same token. A registry that goes on serving elsewhere must not be disposed: serve
+/// [`router`] with `agent_surface_server::serve_with` and a cancel step of your own, or none (the
+/// calls left are then cancelled when their connections are dropped, unanswered).
+///
 /// ```no_run
 /// use agent_surface_http::{HttpConfig, serve};
 /// use agent_surface_registry::{Registry, RegistryConfig};
@@ -193,7 +205,11 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let limits = config.limits.clone();
-    agent_surface_server::serve(listener, router(registry, config), limits, shutdown).await
+    let drain = agent_surface_server::Drain::cancelling({
+        let registry = registry.clone();
+        move || registry.dispose()
+    });
+    agent_surface_server::serve_with(listener, router(registry, config), limits, shutdown, drain).await
 }
 
 /// Refuses a request whose host is not allowed before any route sees it.

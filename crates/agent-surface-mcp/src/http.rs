@@ -16,6 +16,15 @@
 //! resource server of `agent-surface-oauth`) has every request at the endpoint — `POST`, `GET`
 //! and `DELETE` — answered before MCP sees it: `401`/`403`/`503` with its `WWW-Authenticate`
 //! challenge and a JSON body of `error` and `error_description` only ([`authenticated`]).
+//!
+//! **Shutdown.** Cancelling the `streams` token given to [`router`] ends the transport's event
+//! streams and legacy sessions, and with them the calls they carry: cancel it when the drain is
+//! over, not when the shutdown starts. [`serve_http`] does so (the drain of
+//! `agent_surface_server`: it waits for the calls in flight up to the `drain_timeout` of
+//! [`HttpConfig::limits`], then disposes the registry); a router served by hand gets the same
+//! from `agent_surface_server::serve_with` with `Drain::streams`. Long-lived streams that carry no
+//! call's answer — a legacy session's `GET` stream, a modern `subscriptions/listen` — are marked
+//! `agent_surface_server::OpenStream`, so the drain does not wait for them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,8 +85,9 @@ impl Default for HttpConfig {
 
 /// An axum router serving MCP at `http.path`; `new_session` builds the handler of each new
 /// legacy session and of each modern request. Use [`router`] for a registry; this is for
-/// handlers that wrap [`McpServer`].
-pub fn router_with<H, F>(new_session: F, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router
+/// handlers that wrap [`McpServer`]. Cancelling `streams` ends the event streams and sessions
+/// (see [the module docs](self)).
+pub fn router_with<H, F>(new_session: F, http: &HttpConfig, streams: CancellationToken) -> axum::Router
 where
     H: ServerHandler + Send + 'static,
     F: Fn() -> H + Send + Sync + 'static,
@@ -86,7 +96,7 @@ where
         .with_allowed_hosts(http.allowed_hosts.clone())
         .with_max_request_body_bytes(http.max_body_bytes)
         .with_sse_keep_alive(http.sse_keep_alive)
-        .with_cancellation_token(shutdown);
+        .with_cancellation_token(streams);
     config = if http.allowed_hosts.is_empty() { config.disable_allowed_hosts() } else { config };
     config = if http.allowed_origins.is_empty() {
         config.disable_allowed_origins()
@@ -103,6 +113,7 @@ where
     axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let (sessions, opening) = (sessions.clone(), opening.clone());
+            let open_stream = is_open_stream(&request);
             async move {
                 let (request, screened) = match screen_body(request, max_body).await {
                     Ok(screened) => screened,
@@ -123,10 +134,27 @@ where
                 } else {
                     None
                 };
-                next.run(request).await
+                let mut response = next.run(request).await;
+                if open_stream {
+                    response.extensions_mut().insert(agent_surface_server::OpenStream);
+                }
+                response
             }
         },
     ))
+}
+
+/// Whether `request` opens a long-lived stream that carries no call's answer: a legacy session's
+/// `GET` (its standalone stream, or a resumed one), or a modern `subscriptions/listen` (whose
+/// `Mcp-Method` header `rmcp` requires to match the body).
+fn is_open_stream(request: &axum::extract::Request) -> bool {
+    match *request.method() {
+        axum::http::Method::GET => true,
+        axum::http::Method::POST => {
+            request.headers().get("mcp-method").is_some_and(|m| m.as_bytes() == b"subscriptions/listen")
+        }
+        _ => false,
+    }
 }
 
 /// A session being opened, counted until its `initialize` is answered (by then the session is
@@ -223,11 +251,13 @@ fn session_cap_response() -> axum::response::Response {
 
 /// An axum router serving `registry` over MCP at `http.path`, one [`McpServer`] per legacy
 /// session or modern request. With [`McpConfig::authenticator`] set, every request first goes
-/// through [`authenticated`].
-pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, shutdown: CancellationToken) -> axum::Router {
+/// through [`authenticated`]. Cancelling `streams` ends the event streams and sessions, and the
+/// calls they carry: give it `agent_surface_server::Drain::streams` (see
+/// [the module docs](self)).
+pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, streams: CancellationToken) -> axum::Router {
     let authenticator = config.authenticator.clone();
     let config = Arc::new(config);
-    let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, shutdown);
+    let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, streams);
     match authenticator {
         Some(authenticator) => authenticated(app, authenticator),
         None => app,
@@ -279,7 +309,36 @@ fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::
     response
 }
 
-/// Serves `registry` over streamable HTTP on `listener` until `shutdown` is cancelled.
+/// Serves `registry` over streamable HTTP on `listener` until `shutdown` is cancelled, then
+/// drains (`agent_surface_server`'s drain, with the `drain_timeout` and `cancel_grace` of
+/// [`HttpConfig::limits`]): new connections are refused; the calls in flight finish, their
+/// answers sent; a legacy session's idle event stream does not hold the drain. Calls still
+/// running when the drain timeout passes are cancelled by **disposing `registry`** — each ends
+/// `CANCELLED`, or `EXECUTION_FAILED {reason: outcome-unknown}` for a write whose handler had
+/// started — and their answers get the grace to go out; then the streams end and `serve_http`
+/// returns. Calls answered as MCP tasks are not waited for (dispose the registry after
+/// `serve_http` returns to end them).
+///
+/// Disposing is right when the registry ends with this server, or with servers that all shut
+/// down on the same token. A registry that goes on serving elsewhere must not be disposed: serve
+/// [`router`] with `agent_surface_server::serve_with` and a cancel step of your own (or none:
+/// the calls left are then dropped with their connections):
+///
+/// ```no_run
+/// use agent_surface_mcp::{McpConfig, http::{HttpConfig, router}};
+/// use agent_surface_registry::{Registry, RegistryConfig};
+/// use agent_surface_server::Drain;
+///
+/// # async fn run() -> std::io::Result<()> {
+/// # let registry = Registry::new(RegistryConfig::default());
+/// let http = HttpConfig::default();
+/// let drain = Drain::default(); // no cancel step
+/// let app = router(registry, McpConfig::default(), &http, drain.streams.clone());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await
+/// # }
+/// ```
 ///
 /// ```no_run
 /// use agent_surface_mcp::{McpConfig, http::{HttpConfig, serve_http}};
@@ -299,6 +358,10 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(registry, config, &http, shutdown.clone());
-    agent_surface_server::serve(listener, app, http.limits.clone(), shutdown).await
+    let drain = agent_surface_server::Drain::cancelling({
+        let registry = registry.clone();
+        move || registry.dispose()
+    });
+    let app = router(registry, config, &http, drain.streams.clone());
+    agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await
 }

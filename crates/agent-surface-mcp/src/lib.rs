@@ -34,7 +34,8 @@
 //!   replicas; anonymous callers on the server's own key.
 //! - **Transports**: stdio ([`serve_stdio`], feature `stdio`) with a framing that answers every
 //!   unusable frame with a JSON-RPC error ([`stdio`]), and streamable HTTP on axum with
-//!   DNS-rebinding protection and a pluggable [`http::Authenticator`] (feature `http`).
+//!   DNS-rebinding protection, a pluggable [`http::Authenticator`] and a graceful drain on
+//!   shutdown ([`http::serve_http`]; feature `http`).
 //!
 //! `spec/adapters.md` (section "MCP") is the normative description; `docs/mcp.md` the user guide.
 //!

@@ -2,6 +2,7 @@
 
 mod client;
 mod conformance;
+mod drain;
 mod hostile;
 mod routes;
 mod strict;

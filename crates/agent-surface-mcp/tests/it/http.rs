@@ -154,3 +154,132 @@ fn over_http_the_trace_parent_is_the_meta_one_not_the_header() {
     assert!(log.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 parent_id=00f067aa0ba902b7"), "{log}");
     assert!(!log.contains("0af7651916cd43dd8448eb211c80319c"), "the header is not read: {log}");
 }
+
+/// A registry with `work.write {ms}`: a write (not idempotent) that takes `ms` milliseconds.
+fn slow_registry() -> agent_surface_registry::Registry {
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    let registry = Registry::new(RegistryConfig::default());
+    registry
+        .define("work", |t| {
+            t.capability("write", "Take a while, then write.").effect(agent_surface_core::Effect::Write).raw_handler(
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+                None,
+                |_ctx: Ctx, input: serde_json::Value| async move {
+                    tokio::time::sleep(Duration::from_millis(input["ms"].as_u64().unwrap_or(0))).await;
+                    Ok::<_, agent_surface_core::AgentSurfaceError>(json!({"written": true}))
+                },
+            );
+        })
+        .unwrap();
+    std::mem::forget(registry.mount("work", "main").unwrap());
+    registry
+}
+
+/// Serves `registry` with `limits`: the address, the shutdown token and the server task.
+async fn serve_draining(
+    registry: agent_surface_registry::Registry,
+    limits: agent_surface_server::Limits,
+) -> (std::net::SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let http = HttpConfig { limits, ..HttpConfig::default() };
+    let server = tokio::spawn(serve_http(registry, McpConfig::default(), http, listener, shutdown.clone()));
+    (addr, shutdown, server)
+}
+
+/// A modern (stateless) `tools/call` of `work-write` taking `ms`.
+async fn call_write(addr: std::net::SocketAddr, ms: u64) -> (u16, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "work-write",
+        "arguments": {"ms": ms}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "drain", "version": "0"}}}})
+    .to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "work-write")];
+    post(addr, &headers, &body).await
+}
+
+/// A call started before the shutdown gets its result; a connection after it is refused; the
+/// server returns once the call is answered, not at the drain timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_lets_the_call_in_flight_finish_and_refuses_new_connections() {
+    let (addr, shutdown, server) = serve_draining(slow_registry(), agent_surface_server::Limits::default()).await;
+    let call = tokio::spawn(call_write(addr, 800));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "a connection after the shutdown is refused");
+    let (status, raw) = call.await.unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains(r#"\"written\":true"#) || raw.contains(r#""written":true"#), "{raw}");
+    assert!(raw.contains(r#""isError":false"#), "{raw}");
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve_http returned").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+/// A call that outlives the drain timeout is cancelled by disposing the registry: a write whose
+/// handler had started answers `EXECUTION_FAILED {reason: outcome-unknown}`, and the server
+/// returns within about the timeout plus the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_drain_timeout_ends_outcome_unknown() {
+    let registry = slow_registry();
+    let limits = agent_surface_server::Limits { drain_timeout: Duration::from_millis(300), ..Default::default() };
+    let (addr, shutdown, server) = serve_draining(registry.clone(), limits).await;
+    let call = tokio::spawn(call_write(addr, 20_000));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve_http returned").unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "{took:?}");
+    let (status, raw) = call.await.unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains("EXECUTION_FAILED") && raw.contains("outcome-unknown"), "{raw}");
+    assert!(registry.is_disposed());
+}
+
+/// A legacy session's idle `GET` event stream does not hold the drain: with it open, a call in
+/// flight on the session gets its result and the server returns right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_stream_does_not_hold_the_drain() {
+    let (addr, shutdown, server) = serve_draining(slow_registry(), agent_surface_server::Limits::default()).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "drain", "version": "0"}}})
+    .to_string();
+    let (status, raw) = post(addr, &[], &init).await;
+    assert_eq!(status, 200, "{raw}");
+    let session = raw
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l[15..].trim().to_string()))
+        .expect("a session id");
+    let session_headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let (status, raw) = post(addr, &session_headers, &initialized).await;
+    assert_eq!(status, 202, "{raw}");
+    // The session's standalone event stream, held open and never read.
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+    );
+    stream.write_all(get.as_bytes()).await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "work-write", "arguments": {"ms": 600}}})
+    .to_string();
+    let owned: Vec<(String, String)> = session_headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let call = tokio::spawn(async move {
+        let headers: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        post(addr, &headers, &call).await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    shutdown.cancel();
+    let (status, raw) = call.await.unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains(r#""isError":false"#) && raw.contains("written"), "{raw}");
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve_http returned").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "the open stream did not hold it: {:?}", started.elapsed());
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "the stream ended with the drain");
+}

@@ -1,0 +1,91 @@
+//! `serve`'s drain: on shutdown the calls in flight finish and are answered, new connections are
+//! refused, and a call past the drain timeout is cancelled by disposing the registry.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_http::HttpConfig;
+use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{Response, post_json};
+
+/// `work.write {ms}`: a write (not idempotent) that takes `ms` milliseconds.
+fn registry() -> Registry {
+    let registry = Registry::new(RegistryConfig::default());
+    registry
+        .define("work", |t| {
+            t.capability("write", "Take a while, then write.").effect(Effect::Write).raw_handler(
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+                None,
+                |_ctx: Ctx, input: Value| async move {
+                    tokio::time::sleep(Duration::from_millis(input["ms"].as_u64().unwrap_or(0))).await;
+                    Ok::<_, AgentSurfaceError>(json!({"written": true}))
+                },
+            );
+        })
+        .unwrap();
+    std::mem::forget(registry.mount("work", "main").unwrap());
+    registry
+}
+
+/// Serves `registry` with `limits`: the address, the shutdown token and the server task.
+async fn start(
+    registry: Registry,
+    limits: agent_surface_server::Limits,
+) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let config = HttpConfig { limits, ..HttpConfig::default() };
+    let server = tokio::spawn(agent_surface_http::serve(registry, config, listener, shutdown.clone()));
+    (addr, shutdown, server)
+}
+
+/// `POST /invoke` of `work.write` taking `ms`, with an invocation id.
+async fn write(addr: SocketAddr, ms: u64, key: &str) -> Response {
+    let body = json!({"capability": "work.write", "input": {"ms": ms}}).to_string();
+    post_json(addr, "/invoke", &[("Idempotency-Key", key)], &body).await
+}
+
+/// A call started before the shutdown gets its result; a connection after it is refused; `serve`
+/// returns once the call is answered, not at the drain timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_lets_the_call_in_flight_finish_and_refuses_new_connections() {
+    let (addr, shutdown, server) = start(registry(), agent_surface_server::Limits::default()).await;
+    let call = tokio::spawn(write(addr, 800, "slow-1"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "a connection after the shutdown is refused");
+    let answer = call.await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.json()["output"]["written"], true, "{answer:?}");
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+/// A call that outlives the drain timeout is cancelled by disposing the registry: a write whose
+/// handler had started answers `EXECUTION_FAILED {reason: outcome-unknown}`, and `serve` returns
+/// within about the timeout plus the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_drain_timeout_ends_outcome_unknown() {
+    let registry = registry();
+    let limits = agent_surface_server::Limits { drain_timeout: Duration::from_millis(300), ..Default::default() };
+    let (addr, shutdown, server) = start(registry.clone(), limits).await;
+    let call = tokio::spawn(write(addr, 20_000, "slow-2"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "{took:?}");
+    let answer = call.await.unwrap();
+    let v = answer.json();
+    assert_eq!(v["code"], "EXECUTION_FAILED", "{v}");
+    assert_eq!(v["details"]["reason"], "outcome-unknown", "{v}");
+    assert!(registry.is_disposed());
+}
