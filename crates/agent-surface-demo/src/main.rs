@@ -316,19 +316,15 @@ async fn serve(options: Serve) -> Result<(), String> {
         http.limits.max_connections = http.limits.max_connections.max(n);
     }
     println!("listening on http://{local}{}", http.path);
-    // Shutdown (`shutdown.rs`): the signal stops the accepting; the MCP transport's streams end
-    // only when the drain is over (ending them cancels the calls they carry).
-    let drain = shutdown::HttpDrain {
-        registry: demo.registry.clone(),
-        accepting: tokio_util::sync::CancellationToken::new(),
-        streams: tokio_util::sync::CancellationToken::new(),
-        in_flight: shutdown::InFlight::default(),
-        deadline: drain,
-    };
+    // Shutdown (`shutdown.rs`): the signal starts the server's drain, which disposes the registry
+    // if the deadline passes; the MCP transport's streams end only when the drain is over (ending
+    // them cancels the calls they carry).
+    let registry = demo.registry.clone();
+    let drain_steps = agent_surface_server::Drain::cancelling(move || registry.dispose());
     let app = if options.conformance {
-        conformance::router(demo.registry.clone(), config, &http, drain.streams.clone())
+        conformance::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     } else {
-        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain.streams.clone())
+        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     };
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     // Scrapers look at `/metrics` by default: the same text as `/api/metrics`.
@@ -345,17 +341,13 @@ async fn serve(options: Serve) -> Result<(), String> {
         Some(oauth) => app.merge(oauth.metadata_router()),
         None => app,
     };
-    let app = drain.in_flight.layer(app, http.path.clone());
-    // The server's own drain outlasts ours: it drops what is left only after the cancelled calls
-    // had their grace to answer.
     let mut limits = http.limits.clone();
-    limits.drain_timeout = drain.deadline + shutdown::CANCEL_GRACE + shutdown::CANCEL_GRACE;
-    let (accepting, streams) = (drain.accepting.clone(), drain.streams.clone());
-    let draining = tokio::spawn(drain.run());
-    let served = agent_surface_server::serve(listener, app, limits, accepting).await;
+    limits.drain_timeout = drain;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let signals = tokio::spawn(shutdown::on_signals(stop.clone(), demo.registry.clone(), drain));
+    let served = agent_surface_server::serve_with(listener, app, limits, stop, drain_steps).await;
     // Whatever is left (calls answered as tasks, a call whose connection was dropped) is cancelled.
-    draining.abort();
-    streams.cancel();
+    signals.abort();
     demo.registry.dispose();
     tracing::info!(target: "agent_surface::demo", "stopped");
     served.map_err(|e| e.to_string())
