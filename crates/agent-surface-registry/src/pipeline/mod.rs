@@ -97,6 +97,29 @@ pub(crate) fn time_budget(inner: &Inner, def: &CapabilityDef, options: &InvokeOp
 /// The end of phases 2–9: the output, or where and why the call stopped.
 pub(crate) type Outcome = Result<Value, Stop>;
 
+/// A name an agent chose, as an operator-log field: at most [`Shown::MAX_CHARS`] characters, and
+/// no control or whitespace character (each becomes `\u{FFFD}`), so that a name cannot forge a
+/// log line or a field, nor make one line megabytes long.
+pub(crate) struct Shown<'a>(pub(crate) &'a str);
+
+impl Shown<'_> {
+    /// The most characters shown; a longer name ends with `…`.
+    pub(crate) const MAX_CHARS: usize = 128;
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for (i, c) in self.0.chars().enumerate() {
+            if i == Self::MAX_CHARS {
+                return f.write_char('…');
+            }
+            f.write_char(if c.is_control() || c.is_whitespace() { '\u{FFFD}' } else { c })?;
+        }
+        Ok(())
+    }
+}
+
 pub(crate) async fn invoke(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {
     let correlation_id = match &request.invocation_id {
         Some(id) => CorrelationId::of_invocation(id),
@@ -106,7 +129,7 @@ pub(crate) async fn invoke(registry: &Registry, mut request: InvokeRequest, opti
         target: "agent_surface::invoke",
         "invoke",
         correlation_id = %correlation_id,
-        capability = %request.capability,
+        capability = %Shown(&request.capability),
         consumer = %options.consumer.key(),
         invocation_id = request.invocation_id.as_deref().unwrap_or(""),
         code = tracing::field::Empty,

@@ -187,3 +187,20 @@ fn the_callers_trace_context_is_on_the_span_and_an_invalid_one_is_a_debug_event(
     assert!(ignored[0].contains("version 00 is not 55 characters"), "{}", ignored[0]);
     assert!(!log.contains("ignore previous") && !log.contains("4BF92F"), "never the value: {log}");
 }
+
+/// A name an agent made up reaches the operator log bounded and on one line: it cannot forge a
+/// log line or a field.
+#[test]
+fn an_agents_capability_name_cannot_forge_a_log_line() {
+    let forged = format!("orders.get\nFAKE LINE level=ERROR code=PANIC {}", "x".repeat(100_000));
+    let ((), forged_log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (r, _m) = registry(RegistryConfig::default());
+            r.invoke(call(&forged, json!({})), consumer("c")).await;
+        });
+    });
+    assert!(!forged_log.lines().any(|l| l.starts_with("FAKE LINE")), "{forged_log}");
+    assert!(forged_log.lines().all(|l| l.len() < 4_000), "a line stays short");
+    assert!(forged_log.contains("orders.get\u{FFFD}FAKE\u{FFFD}LINE"), "{forged_log}");
+}
