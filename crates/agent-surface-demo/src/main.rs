@@ -6,7 +6,7 @@
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]   serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
-//!                          [--max-connections-per-ip N]
+//!                          [--max-connections-per-ip N] [--allowed-host HOST]...
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
@@ -43,7 +43,7 @@ usage:
   agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
-                          [--ticket-delay-ms MS] [--max-connections-per-ip N]
+                          [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
                            [--oauth-scope SCOPE]...]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
@@ -58,7 +58,9 @@ mid-call holds that call (default 10000). --state-key HEX (64 hex digits) seals 
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
 take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
 one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
-HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke). --oauth-jwks FILE
+HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke, GET /api/metrics:
+Prometheus text). Requests must name a loopback host (DNS-rebinding protection) or one given with
+--allowed-host (repeatable; the host of --oauth-resource is admitted too). --oauth-jwks FILE
 makes both an OAuth 2.1 resource server: only JWT access tokens signed by a key of that JWKS, issued by an
 --oauth-issuer, for --oauth-resource (default http://ADDR, the bound address) and with every --oauth-scope
 are admitted; others get 401/403 with WWW-Authenticate, and the metadata is served at
@@ -90,6 +92,8 @@ struct Serve {
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
     max_connections_per_ip: Option<usize>,
+    /// Host names admitted besides loopback (`--allowed-host`).
+    allowed_hosts: Vec<String>,
     oauth: OAuth,
     /// How long in-flight calls may take to finish on shutdown (`--drain-ms`).
     drain: Option<std::time::Duration>,
@@ -147,6 +151,7 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             "--ticket-delay-ms" => {
                 serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
             }
+            "--allowed-host" => serve.allowed_hosts.push(value("--allowed-host")?),
             "--max-connections-per-ip" => {
                 let n = value("--max-connections-per-ip")?;
                 serve.max_connections_per_ip =
@@ -201,6 +206,15 @@ async fn serve(options: Serve) -> Result<(), String> {
     let prometheus = match options.http {
         Some(_) => Some(
             metrics_exporter_prometheus::PrometheusBuilder::new()
+                // Histograms (buckets aggregate across replicas; the exporter's default is a summary).
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full("agent_surface_call_duration_seconds".into()),
+                    &[
+                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0,
+                    ],
+                )
+                .map_err(|e| format!("cannot configure the metrics recorder: {e}"))?
                 .install_recorder()
                 .map_err(|e| format!("cannot install the metrics recorder: {e}"))?,
         ),
@@ -283,7 +297,7 @@ async fn serve(options: Serve) -> Result<(), String> {
             handle.render()
         }) as agent_surface_http::MetricsRenderer
     });
-    let mut api = agent_surface_http::HttpConfig { metrics: render.clone(), ..Default::default() };
+    let mut api = agent_surface_http::HttpConfig { metrics: render, ..Default::default() };
     if !options.tokens.is_empty() {
         api.authenticator = Some(Arc::new(agent_surface_http::BearerTokens::new(options.tokens.clone())));
         config.authenticator = Some(Arc::new(BearerTokens::new(options.tokens)));
@@ -311,6 +325,16 @@ async fn serve(options: Serve) -> Result<(), String> {
         }
     };
     let mut http = HttpConfig::default();
+    // Loopback, the hosts named with --allowed-host, and the OAuth resource's own host: a server
+    // reached by a public name must admit that name, on both transports.
+    let mut hosts = options.allowed_hosts.clone();
+    if let Some(oauth) = &oauth
+        && let Some(host) = url_host(oauth.resource())
+    {
+        hosts.push(host);
+    }
+    http.allowed_hosts.extend(hosts.iter().cloned());
+    api.allowed_hosts.extend(hosts);
     if let Some(n) = options.max_connections_per_ip {
         http.limits.max_connections_per_ip = n;
         http.limits.max_connections = http.limits.max_connections.max(n);
@@ -326,17 +350,8 @@ async fn serve(options: Serve) -> Result<(), String> {
     } else {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     };
+    // The metrics are the binding's `/api/metrics`, behind its host check.
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
-    // Scrapers look at `/metrics` by default: the same text as `/api/metrics`.
-    let app = match render {
-        Some(render) => app.route(
-            "/metrics",
-            axum::routing::get(move || async move {
-                ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render())
-            }),
-        ),
-        None => app,
-    };
     let app = match oauth {
         Some(oauth) => app.merge(oauth.metadata_router()),
         None => app,
@@ -351,6 +366,19 @@ async fn serve(options: Serve) -> Result<(), String> {
     demo.registry.dispose();
     tracing::info!(target: "agent_surface::demo", "stopped");
     served.map_err(|e| e.to_string())
+}
+
+/// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry (IPv6 in brackets).
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = if authority.starts_with('[') {
+        authority.split_once(']').map(|(h, _)| format!("{h}]"))?
+    } else {
+        authority.split(':').next()?.to_string()
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 fn main() -> ExitCode {
@@ -393,5 +421,20 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn the_host_of_a_resource_url() {
+        assert_eq!(url_host("https://Shop.Example/mcp").as_deref(), Some("shop.example"));
+        assert_eq!(url_host("https://shop.example:8443").as_deref(), Some("shop.example"));
+        assert_eq!(url_host("http://user@10.0.0.5:80/x?y").as_deref(), Some("10.0.0.5"));
+        assert_eq!(url_host("https://[2001:db8::1]:443/").as_deref(), Some("[2001:db8::1]"));
+        assert_eq!(url_host("not a url"), None);
+        assert_eq!(url_host("https:///path"), None);
     }
 }

@@ -126,6 +126,12 @@ impl ResourceServer {
         &self.metadata_url
     }
 
+    /// The resource this server guards (`ResourceServerConfig::resource`): its host is one the
+    /// transports must admit (their `allowed_hosts`).
+    pub fn resource(&self) -> &str {
+        &self.config.resource
+    }
+
     /// The metadata document: `resource`, `authorization_servers`, `scopes_supported` and
     /// `bearer_methods_supported: ["header"]`.
     pub fn metadata_json(&self) -> &str {

@@ -86,12 +86,17 @@ fn one_idempotency_key_opens_one_ticket() {
     assert_ne!(open("k-2"), first, "another key is another execution");
 }
 
-/// `GET path` on the server: the status and the body.
+/// `GET path` on the server: the status, the head and the body.
 fn get(server: &Server, path: &str) -> (u16, String, String) {
+    get_as(server, path, &server.addr)
+}
+
+/// `GET path` with `Host: host`.
+fn get_as(server: &Server, path: &str, host: &str) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", server.addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
     let mut raw = String::new();
     let _ = stream.read_to_string(&mut raw);
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
@@ -121,7 +126,7 @@ fn metrics_count_a_scripted_mix_of_calls() {
     let over_mcp = call(&server, &session, None, "orders-get", json!({"orderId": "A-1001"}));
     assert_eq!(over_mcp["isError"], false, "{over_mcp}");
 
-    let (status, head, text) = get(&server, "/metrics");
+    let (status, head, text) = get(&server, "/api/metrics");
     assert_eq!(status, 200, "{head}");
     assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
     let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
@@ -147,8 +152,27 @@ fn metrics_count_a_scripted_mix_of_calls() {
     );
     assert_eq!(value("agent_surface_confirmations_pending"), Some(1.0), "{text}");
     assert!(value(r#"agent_surface_store_entries{store="idempotency"}"#).is_some(), "{text}");
-    // The binding serves the same text under its prefix.
-    let (status, _, api_text) = get(&server, "/api/metrics");
-    assert_eq!(status, 200);
-    assert!(api_text.contains("agent_surface_calls_total"), "{api_text}");
+    // Durations are histograms (buckets aggregate across replicas).
+    assert!(text.contains("agent_surface_call_duration_seconds_bucket{"), "{text}");
+    // Behind the binding's host check, as every route.
+    let (status, _, _) = get_as(&server, "/api/metrics", "evil.example");
+    assert_eq!(status, 403);
+}
+
+/// Served with `--allowed-host`, a public name is admitted on both transports; others are not.
+#[test]
+fn an_allowed_host_is_admitted_on_both_transports() {
+    let server = served::start(&["--allowed-host", "shop.example"]);
+    let (status, head, _) = get_as(&server, "/api/capabilities", "shop.example");
+    assert_eq!(status, 200, "{head}");
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "ping")];
+    // Past the host check, MCP itself answers (here: the modern era's missing `_meta`).
+    let r = served::post(&server.addr, "/mcp", "shop.example", &headers, &ping);
+    assert_ne!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("\"jsonrpc\""), "{}", r.body);
+    let (status, _, _) = get_as(&server, "/api/capabilities", "other.example");
+    assert_eq!(status, 403);
+    let r = served::post(&server.addr, "/mcp", "other.example", &headers, &ping);
+    assert_eq!(r.status, 403, "{}", r.body);
 }
