@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use http::uri::Authority;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use tokio_util::sync::CancellationToken;
 
@@ -226,21 +225,11 @@ async fn host_guard(State(state): State<Shared>, request: Request, next: Next) -
 /// Checks the request's host (port ignored): the authority of an absolute-form target, else the
 /// one `Host` header. Several `Host` fields are `invalid-header` (RFC 9112 §3.2).
 fn check_host(config: &HttpConfig, uri: &Uri, headers: &HeaderMap) -> Result<(), ProtocolFault> {
-    let mut fields = headers.get_all(header::HOST).iter();
-    let host = fields.next();
-    if fields.next().is_some() {
-        return Err(ProtocolFault::InvalidHeader);
+    match agent_surface_server::check_host(&config.allowed_hosts, uri, headers) {
+        agent_surface_server::HostCheck::Allowed => Ok(()),
+        agent_surface_server::HostCheck::NotAllowed => Err(ProtocolFault::HostNotAllowed),
+        agent_surface_server::HostCheck::Repeated => Err(ProtocolFault::InvalidHeader),
     }
-    if config.allowed_hosts.is_empty() {
-        return Ok(());
-    }
-    // RFC 9112 §3.2.2: with an absolute-form target, the target's authority is the host.
-    let authority = match uri.authority() {
-        Some(authority) => Some(authority.clone()),
-        None => host.and_then(|v| v.to_str().ok()).and_then(|h| h.parse::<Authority>().ok()),
-    };
-    let allowed = authority.is_some_and(|a| config.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(a.host())));
-    if allowed { Ok(()) } else { Err(ProtocolFault::HostNotAllowed) }
 }
 
 /// The identity the authenticator finds, or the answer to a request it refuses (before anything

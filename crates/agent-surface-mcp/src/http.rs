@@ -259,9 +259,36 @@ pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, streams:
     let config = Arc::new(config);
     let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, streams);
     match authenticator {
-        Some(authenticator) => authenticated(app, authenticator),
+        // The host is checked before the token, as `rmcp` checks it (after): a client must not be
+        // sent to sign in by a server that will then refuse its host.
+        Some(authenticator) => host_checked(authenticated(app, authenticator), http.allowed_hosts.clone()),
         None => app,
     }
+}
+
+/// `app` with every request's host checked first (`agent_surface_server::check_host`): another
+/// host is the same `403` `rmcp`'s own check answers (which still runs, behind).
+fn host_checked(app: axum::Router, allowed: Vec<String>) -> axum::Router {
+    use agent_surface_server::HostCheck;
+    let allowed = Arc::new(allowed);
+    app.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let allowed = allowed.clone();
+        async move {
+            let answer = |status: axum::http::StatusCode, text: &'static str| {
+                tracing::debug!(target: "agent_surface::mcp", status = status.as_u16(), "host refused before authentication");
+                axum::response::Response::builder()
+                    .status(status)
+                    .header(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                    .body(axum::body::Body::from(text))
+                    .unwrap_or_default()
+            };
+            match agent_surface_server::check_host(&allowed, request.uri(), request.headers()) {
+                HostCheck::Allowed => next.run(request).await,
+                HostCheck::NotAllowed => answer(axum::http::StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed"),
+                HostCheck::Repeated => answer(axum::http::StatusCode::BAD_REQUEST, "Bad Request: more than one Host header"),
+            }
+        }
+    }))
 }
 
 /// What the transport's authentication found for one request, handed to the [`McpServer`] in

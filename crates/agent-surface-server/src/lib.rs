@@ -76,6 +76,9 @@
 //! ```
 
 mod drain;
+mod host;
+
+pub use host::{HostCheck, check_host};
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -184,6 +184,22 @@ async fn every_method_of_the_mcp_endpoint_needs_a_token() {
     }
 }
 
+/// A host the server does not answer to is refused before the token is asked for, on both
+/// transports: a client is never sent to sign in by a server that would then refuse its host.
+#[tokio::test]
+async fn a_foreign_host_is_refused_before_the_token() {
+    let app = app(resource_server());
+    let token = format!("Bearer {}", mint(Signer::Rsa, &claims()));
+    for (uri, authorization) in [("/mcp", None), ("/mcp", Some(token.as_str())), ("/api/capabilities", None)] {
+        let mut request = http::Request::get(uri).header("host", "evil.example");
+        if let Some(a) = authorization {
+            request = request.header("authorization", a);
+        }
+        let answer = crate::fixture::request(&app, request.body(axum::body::Body::empty()).unwrap()).await;
+        assert_eq!((answer.status, answer.challenge.as_deref()), (403, None), "{uri} {authorization:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_binding_refuses_before_reading_the_body() {
     // A body that is not JSON at all: the 401 comes first.
