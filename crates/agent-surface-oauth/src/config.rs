@@ -50,8 +50,8 @@ pub struct ResourceServerConfig {
     /// required scopes.
     pub scopes_supported: Vec<String>,
     /// The claims whose values become the identity's roles, in order, duplicates dropped: a
-    /// string claim is split on spaces (`scope`), an array claim gives its strings (`roles`).
-    /// Default `["scope", "roles"]`.
+    /// string claim is split on spaces (`scope`), an array claim gives its strings (`roles`,
+    /// `scp` as some identity providers write scopes). Default `["scope", "scp", "roles"]`.
     pub role_claims: Vec<String>,
     /// The longest token read, in bytes (default 8 KiB); a longer one is `invalid_token`.
     pub max_token_bytes: usize,
@@ -77,7 +77,7 @@ impl Default for ResourceServerConfig {
             leeway: Duration::from_secs(60),
             required_scopes: Vec::new(),
             scopes_supported: Vec::new(),
-            role_claims: vec!["scope".into(), "roles".into()],
+            role_claims: vec!["scope".into(), "scp".into(), "roles".into()],
             max_token_bytes: 8 * 1024,
         }
     }

@@ -21,7 +21,7 @@
 //! names [`ResourceServerConfig::resource`] (RFC 8707), whose `exp` has not passed and `nbf` has
 //! (with [`ResourceServerConfig::leeway`]), and that has a string `sub`. The identity's subject
 //! is `sub`, its roles the values of [`ResourceServerConfig::role_claims`] (default the
-//! space-separated `scope` and a `roles` array), its claims every claim of the token — so
+//! space-separated `scope`, an `scp` array and a `roles` array), its claims every claim of the token — so
 //! `agent_surface_mcp::principal_key` keys it on (`iss`, `sub`).
 //!
 //! [`ResourceServer::metadata_router`] serves the protected resource metadata (RFC 9728) at

@@ -15,6 +15,9 @@ use crate::{ConfigError, ResourceServerConfig};
 /// The well-known path prefix of protected resource metadata (RFC 9728 §3).
 pub const METADATA_WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
+/// The most keys one token is checked against (a token that names no `kid`).
+const MAX_CANDIDATE_KEYS: usize = 4;
+
 /// An OAuth 2.1 resource server: an [`Authenticator`] that admits a request only with a valid
 /// bearer JWT access token for this resource, and serves the protected resource metadata.
 ///
@@ -197,6 +200,10 @@ impl ResourceServer {
             .iter()
             .filter(|k| header.kid.is_none() || k.kid == header.kid)
             .filter(|k| k.fits(header.alg))
+            // A token without `kid` is tried against the fitting keys: a few, so that an
+            // unauthenticated caller cannot make one request cost a signature check per key of a
+            // large key set.
+            .take(MAX_CANDIDATE_KEYS)
             .peekable();
         if candidates.peek().is_none() {
             return Err(Refused::Invalid("no key for this kid and algorithm"));

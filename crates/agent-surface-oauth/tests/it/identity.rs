@@ -30,6 +30,15 @@ async fn claims_map_to_the_identity() {
     assert_eq!(oauth.authenticate(&headers("x.y.z")).await, None);
 }
 
+/// Scopes written as an `scp` array (as some identity providers do) become roles by default.
+#[tokio::test]
+async fn an_scp_array_gives_roles_by_default() {
+    let oauth = resource_server();
+    let token = mint(Signer::Rsa, &with(json!({"scope": "shop", "scp": ["orders.read", "shop"]})));
+    let identity = oauth.try_authenticate(&headers(&token)).await.unwrap().unwrap();
+    assert_eq!(identity.roles, ["shop", "orders.read", "admin"], "scope, then scp, then the fixture's roles");
+}
+
 #[tokio::test]
 async fn role_claims_are_configurable() {
     let config =
