@@ -10,7 +10,7 @@ use agent_surface_core::details::Origin;
 use futures_util::future::BoxFuture;
 
 use crate::clock::{Clock, SystemClock};
-use crate::guard::guarded;
+use crate::guard::{Failure, guarded};
 use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError};
 
 /// The time budget of one policy when none is configured.
@@ -172,14 +172,26 @@ impl Policies {
                     return Verdict { decision, decided_by: Some(policy.name()), failed: false };
                 }
                 Err(failure) => {
-                    tracing::warn!(
-                        target: "agent_surface::policy",
-                        policy = policy.name(),
-                        capability = call.capability,
-                        consumer = call.consumer.key(),
-                        cause = %failure,
-                        "authority policy failed; denying"
-                    );
+                    // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
+                    if matches!(failure, Failure::Panic(_)) {
+                        tracing::error!(
+                            target: "agent_surface::policy",
+                            policy = policy.name(),
+                            capability = call.capability,
+                            consumer = call.consumer.key(),
+                            cause = %failure,
+                            "authority policy panicked; denying"
+                        );
+                    } else {
+                        tracing::warn!(
+                            target: "agent_surface::policy",
+                            policy = policy.name(),
+                            capability = call.capability,
+                            consumer = call.consumer.key(),
+                            cause = %failure,
+                            "authority policy failed; denying"
+                        );
+                    }
                     return Verdict {
                         decision: AuthorityDecision::Deny { origin: Origin::Client },
                         decided_by: Some(policy.name()),

@@ -40,6 +40,17 @@ pub(crate) async fn decide_within(
 ) -> AuthorityDecision {
     match guarded(inner.config.clock.as_ref(), budget, || policy.decide(call)).await {
         Ok(decision) => decision,
+        // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
+        Err(failure @ agent_surface_policy::Failure::Panic(_)) => {
+            tracing::error!(
+                target: "agent_surface::policy",
+                policy = policy.name(),
+                capability = call.capability,
+                cause = %failure,
+                "authority policy panicked; denying"
+            );
+            AuthorityDecision::Deny { origin: Origin::Client }
+        }
         Err(failure) => {
             tracing::warn!(
                 target: "agent_surface::policy",

@@ -204,3 +204,25 @@ fn an_agents_capability_name_cannot_forge_a_log_line() {
     assert!(forged_log.lines().all(|l| l.len() < 4_000), "a line stays short");
     assert!(forged_log.contains("orders.get\u{FFFD}FAKE\u{FFFD}LINE"), "{forged_log}");
 }
+
+/// A panicking authority policy denies the call (`NOT_AUTHORIZED`, an expected-refusal level for
+/// the call's own event) and is itself reported at `ERROR`, inside the call's span: the operator
+/// finds the broken policy under the call's correlation id.
+#[test]
+fn a_panicking_policy_is_an_error_event_of_the_call() {
+    use agent_surface_policy::{AuthorityDecision, FnPolicy, Policies};
+    let policies = Policies::new().global(FnPolicy::new("broken", |_call| -> Result<AuthorityDecision, _> {
+        panic!("the policy table is missing")
+    }));
+    let config = RegistryConfig { authority: Some(Arc::new(policies)), ..RegistryConfig::default() };
+    let (invocations, log) = run(config, vec![("log.ok", json!({"n": 1}), None)]);
+    assert_eq!(invocations[0].result.code(), Some(ErrorCode::NotAuthorized));
+    let id = invocations[0].correlation_id.to_string();
+    let line = log
+        .lines()
+        .find(|l| l.contains("authority policy panicked"))
+        .unwrap_or_else(|| panic!("the policy's failure is logged:\n{log}"));
+    assert!(line.contains("ERROR "), "{line}");
+    assert!(line.contains(&format!("correlation_id={id}")), "{line}");
+    assert!(line.contains("the policy table is missing"), "{line}");
+}
