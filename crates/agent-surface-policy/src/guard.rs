@@ -45,6 +45,39 @@ pub fn panic_text(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// Runs user code `f`; a panic becomes `Err` with its text. The one panic guard for synchronous
+/// user code (bindings, preconditions, summaries, ask steps): the registry calls it, as
+/// [`catch_future`] for user futures.
+///
+/// ```
+/// assert_eq!(agent_surface_policy::catch(|| 2 + 2), Ok(4));
+/// let caught = agent_surface_policy::catch(|| -> u8 { panic!("boom") });
+/// assert_eq!(caught, Err("boom".to_string()));
+/// ```
+pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|payload| panic_text(payload.as_ref()))
+}
+
+/// Builds a user future with `start` and runs it; a panic while building it or while it runs
+/// becomes `Err` with its text. The future is `Unpin` when the user future is.
+///
+/// ```
+/// # futures_util::FutureExt::now_or_never(async {
+/// let ok = agent_surface_policy::catch_future(|| async { 7 }).await;
+/// assert_eq!(ok, Ok(7));
+/// let built = agent_surface_policy::catch_future(|| -> std::future::Ready<u8> { panic!("at once") }).await;
+/// assert_eq!(built, Err("at once".to_string()));
+/// # }).unwrap();
+/// ```
+pub fn catch_future<F: Future>(start: impl FnOnce() -> F) -> impl Future<Output = Result<F::Output, String>> {
+    match catch(start) {
+        Ok(fut) => Either::Left(
+            AssertUnwindSafe(fut).catch_unwind().map(|answer| answer.map_err(|payload| panic_text(payload.as_ref()))),
+        ),
+        Err(text) => Either::Right(std::future::ready(Err(text))),
+    }
+}
+
 /// Runs `start()` and awaits its future, bounded by `budget` on `clock`, catching panics.
 ///
 /// The future is polled once before a timer is armed: a policy that answers at once (the common
@@ -54,11 +87,7 @@ pub async fn guarded<'a, T>(
     budget: Duration,
     start: impl FnOnce() -> BoxFuture<'a, Result<T, PolicyError>>,
 ) -> Result<T, Failure> {
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
-        Ok(fut) => fut,
-        Err(payload) => return Err(Failure::Panic(panic_text(payload.as_ref()))),
-    };
-    match within(clock, budget, AssertUnwindSafe(fut).catch_unwind()).await {
+    match within(clock, budget, catch_future(start)).await {
         Some(answer) => flatten(answer),
         None => Err(Failure::Overrun(budget)),
     }
@@ -80,17 +109,13 @@ pub async fn within<T>(clock: &dyn Clock, budget: Duration, fut: impl Future<Out
 /// Runs `start()` and awaits its future without a budget (the caller bounds it), catching
 /// panics.
 pub(crate) async fn caught<'a, T>(start: impl FnOnce() -> BoxFuture<'a, Result<T, PolicyError>>) -> Result<T, Failure> {
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
-        Ok(fut) => fut,
-        Err(payload) => return Err(Failure::Panic(panic_text(payload.as_ref()))),
-    };
-    flatten(AssertUnwindSafe(fut).catch_unwind().await)
+    flatten(catch_future(start).await)
 }
 
-fn flatten<T>(answer: Result<Result<T, PolicyError>, Box<dyn Any + Send>>) -> Result<T, Failure> {
+fn flatten<T>(answer: Result<Result<T, PolicyError>, String>) -> Result<T, Failure> {
     match answer {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::Error(e)),
-        Err(payload) => Err(Failure::Panic(panic_text(payload.as_ref()))),
+        Err(text) => Err(Failure::Panic(text)),
     }
 }

@@ -93,7 +93,7 @@ pub use confirmation::{
     TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
-pub use guard::{Failure, guarded, panic_text, within};
+pub use guard::{Failure, catch, catch_future, guarded, panic_text, within};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate, PolicyError,
     RateDecision, RateLimiter,

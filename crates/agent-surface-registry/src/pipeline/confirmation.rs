@@ -9,20 +9,18 @@
 //! handler does not run.
 
 use std::any::Any;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase, SafeText};
 use agent_surface_policy::{CallInfo, ConfirmationDecision, Consumer};
-use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::Stop;
 use crate::define::{CapabilityDef, ErasedConfirm};
 use crate::live::Registration;
 use crate::registry::Inner;
-use agent_surface_policy::panic_text;
+use agent_surface_policy::{catch, catch_future};
 
 /// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
 /// an `ERROR` carrying the note.
@@ -48,13 +46,13 @@ pub(crate) fn summary(
 
 /// The declared gate's summary for this input.
 fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, decoded: &(dyn Any + Send)) -> Result<SafeText, Stop> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| (confirm.summary)(decoded))) {
+    match catch(|| (confirm.summary)(decoded)) {
         Ok(Some(summary)) if summary.is_empty() => {
             Ok(SafeText::trusted(format!("Call {} with the given input.", def.name)))
         }
         Ok(Some(summary)) => Ok(summary),
         Ok(None) => Err(cannot_decide("the summary function expects another input type")),
-        Err(p) => Err(cannot_decide(format!("the confirmation summary panicked: {}", panic_text(p.as_ref())))),
+        Err(text) => Err(cannot_decide(format!("the confirmation summary panicked: {text}"))),
     }
 }
 
@@ -86,26 +84,13 @@ pub(crate) async fn check(
     }
     let now = inner.config.clock.now();
     let budget = inner.config.confirmation_budget;
-    let decision = match std::panic::catch_unwind(AssertUnwindSafe(|| gate.check(call, confirmation_id, now))) {
-        Ok(fut) => {
-            match agent_surface_policy::within(
-                inner.config.clock.as_ref(),
-                budget,
-                AssertUnwindSafe(fut).catch_unwind(),
-            )
-            .await
-            {
-                Some(decision) => decision,
-                None => {
-                    return Err(Stop::noted(
-                        AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
-                        Phase::Confirmation,
-                        format!("the confirmation gate did not answer within {} ms", budget.as_millis()),
-                    ));
-                }
-            }
-        }
-        Err(p) => Err(p),
+    let checked = catch_future(|| gate.check(call, confirmation_id, now));
+    let Some(decision) = agent_surface_policy::within(inner.config.clock.as_ref(), budget, checked).await else {
+        return Err(Stop::noted(
+            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            Phase::Confirmation,
+            format!("the confirmation gate did not answer within {} ms", budget.as_millis()),
+        ));
     };
     match decision {
         Ok(ConfirmationDecision::Proceed) => Ok(()),
@@ -122,6 +107,6 @@ pub(crate) async fn check(
             "the confirmation store failed",
         )
         .store_fault(super::Fault::ConfirmationStore)),
-        Err(p) => Err(cannot_decide(format!("the confirmation gate panicked: {}", panic_text(p.as_ref())))),
+        Err(text) => Err(cannot_decide(format!("the confirmation gate panicked: {text}"))),
     }
 }

@@ -9,12 +9,11 @@
 //! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
 //! `EXECUTION_FAILED {reason: handler-error}` instead.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
 use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
-use agent_surface_policy::panic_text;
+use agent_surface_policy::catch_future;
 use futures_util::FutureExt;
 use serde_json::Value;
 
@@ -42,12 +41,9 @@ pub(crate) async fn run(
     let budget = super::time_budget(inner, def, options);
     let _end = ctx.end_on_drop();
     let call = &def.handler.call;
-    // Building the future runs the handler's synchronous prelude, which may panic too.
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(p) => return Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref()))).fault()),
-    };
-    let mut fut = fut;
+    // Building the future runs the handler's synchronous prelude, which may panic too: the guard
+    // covers both.
+    let mut fut = catch_future(|| call(ctx, decoded));
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)
@@ -67,7 +63,7 @@ async fn wait(
     options: &InvokeOptions,
     budget: std::time::Duration,
     tracked: bool,
-    fut: impl Future<Output = std::thread::Result<Result<Value, Failure>>> + Unpin,
+    fut: impl Future<Output = Result<Result<Value, Failure>, String>> + Unpin,
 ) -> Result<Value, Stop> {
     let caller = options.cancelled();
     let sleep = inner.config.clock.sleep(budget);
@@ -104,8 +100,8 @@ pub(crate) fn outcome_is_harmless(def: &CapabilityDef) -> bool {
     def.idempotent || def.effect == Effect::Read
 }
 
-/// Maps the handler's outcome (or its panic) to the pipeline's.
-fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop> {
+/// Maps the handler's outcome (or its panic's text) to the pipeline's.
+fn settle(r: Result<Result<Value, Failure>, String>) -> Result<Value, Stop> {
     match r {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(Failure::Error(e))) => {
@@ -132,6 +128,6 @@ fn settle(r: std::thread::Result<Result<Value, Failure>>) -> Result<Value, Stop>
             Phase::Output,
             format!("output does not serialize: {e}"),
         )),
-        Err(p) => Err(handler_failed(format!("handler panicked: {}", panic_text(p.as_ref()))).fault()),
+        Err(text) => Err(handler_failed(format!("handler panicked: {text}")).fault()),
     }
 }

@@ -6,11 +6,11 @@
 //! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate), and the
 //! author's `PRECONDITION_FAILED`.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
+use agent_surface_policy::catch;
 use serde_json::Value;
 
 use super::Stop;
@@ -75,7 +75,7 @@ pub(crate) fn prepare(
         for (field, binding) in &def.bindings {
             let state = reg.state.as_deref();
             let consumer = ctx.consumer();
-            match std::panic::catch_unwind(AssertUnwindSafe(|| binding.eval(consumer, state))) {
+            match catch(|| binding.eval(consumer, state)) {
                 Ok(Some(v)) => {
                     obj.insert(field.clone(), v);
                 }
@@ -86,11 +86,11 @@ pub(crate) fn prepare(
                         format!("binding of `{field}` produced no value"),
                     ));
                 }
-                Err(_) => {
+                Err(text) => {
                     return Err(Stop::noted(
                         AgentSurfaceError::binding_failed(),
                         Phase::Input,
-                        format!("binding of `{field}` panicked"),
+                        format!("binding of `{field}` panicked: {text}"),
                     )
                     .fault());
                 }
@@ -120,8 +120,7 @@ pub(crate) fn prepare(
     };
 
     if let Some(p) = &def.precondition {
-        let check = AssertUnwindSafe(|| (p.check)(ctx, decoded.as_ref()));
-        match std::panic::catch_unwind(check) {
+        match catch(|| (p.check)(ctx, decoded.as_ref())) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let e = match &def.precondition_repair {
@@ -133,11 +132,11 @@ pub(crate) fn prepare(
                 };
                 return Err(Stop::noted(e, Phase::Input, "precondition unmet"));
             }
-            Err(_) => {
+            Err(text) => {
                 return Err(Stop::noted(
                     AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
                     Phase::Input,
-                    "precondition panicked",
+                    format!("precondition panicked: {text}"),
                 )
                 .fault());
             }

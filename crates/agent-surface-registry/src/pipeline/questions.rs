@@ -6,8 +6,6 @@
 //! (questions open; the stop lists them), the author's `PRECONDITION_FAILED` (an [`Unmet`] from
 //! the ask step), `EXECUTION_FAILED {reason: handler-error}` (the ask step panicked).
 
-use std::panic::AssertUnwindSafe;
-
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 
@@ -18,8 +16,7 @@ use crate::questions::ErasedAsk;
 
 pub(crate) fn check(ask: &ErasedAsk, ctx: &Ctx, decoded: &Decoded) -> Result<(), Stop> {
     let answers = ctx.answers();
-    let asked = AssertUnwindSafe(|| (ask.ask)(ctx, decoded.as_ref(), answers));
-    match std::panic::catch_unwind(asked) {
+    match agent_surface_policy::catch(|| (ask.ask)(ctx, decoded.as_ref(), answers)) {
         Ok(Some(Ok(questions))) if questions.is_empty() => Ok(()),
         Ok(Some(Ok(questions))) => {
             let mut stop = Stop::noted(AgentSurfaceError::client_input_required(), Phase::Input, "questions open");

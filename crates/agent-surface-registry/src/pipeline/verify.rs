@@ -7,12 +7,10 @@
 //! check cannot tell, returns an error, panics, runs past the time budget, or the registry is
 //! disposed while it runs). Both have retry `no`.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
-use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::Stop;
@@ -21,7 +19,7 @@ use crate::define::CapabilityDef;
 use crate::handler::Verification;
 use crate::registry::Inner;
 use crate::request::InvokeOptions;
-use agent_surface_policy::panic_text;
+use agent_surface_policy::catch_future;
 
 pub(crate) async fn check(
     inner: &Arc<Inner>,
@@ -44,10 +42,7 @@ pub(crate) async fn check(
     let ctx = ctx.renewed();
     let _end = ctx.end_on_drop();
     let call = &verify.call;
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| call(ctx, decoded, output.clone()))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind(),
-        Err(p) => return Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref()))).fault()),
-    };
+    let fut = catch_future(|| call(ctx, decoded, output.clone()));
     let budget = super::time_budget(inner, def, options);
     let sleep = inner.config.clock.sleep(budget);
     let verdict = tokio::select! {
@@ -65,6 +60,6 @@ pub(crate) async fn check(
         )),
         Ok(Ok(Verification::Unknown)) => Err(unknown("verification could not decide".to_string())),
         Ok(Err(e)) => Err(unknown(format!("verification failed: {}", e.cause_chain().join(": ")))),
-        Err(p) => Err(unknown(format!("verification panicked: {}", panic_text(p.as_ref()))).fault()),
+        Err(text) => Err(unknown(format!("verification panicked: {text}")).fault()),
     }
 }
