@@ -36,10 +36,10 @@ pub struct CallInfo<'a> {
     pub effect: Effect,
     /// Whether the capability is declared idempotent.
     pub idempotent: bool,
-    /// The resolved target instance (absent during discovery, and when the call did not resolve).
+    /// The resolved target instance (absent in discovery's capability-wide question, present in
+    /// its question per live instance; absent when the call did not resolve).
     pub instance_id: Option<&'a str>,
-    /// The resolved target registration (absent during discovery, and when the call did not
-    /// resolve).
+    /// The resolved target registration (as [`CallInfo::instance_id`]).
     pub registration_id: Option<&'a str>,
     /// The validated, bound input (absent during discovery and in the authority phase, which
     /// runs before input validation).

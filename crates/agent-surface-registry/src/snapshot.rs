@@ -117,27 +117,51 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
     // The capabilities are decided on together, under one authority budget for the whole
     // snapshot: a stuck policy costs one budget, a slow one the slowest decision, not their sum. A
     // decision not made in time counts as a failed one (denied: shown, refused when called), as in
-    // `invoke`.
-    let decisions: Vec<Option<AuthorityDecision>> = match &inner.config.authority {
+    // `invoke`. Each capability is asked about as a whole (no instance) and once per live instance,
+    // as a call to that instance would be: an instance the policy hides from this consumer is not
+    // listed, and a capability none of whose instances is visible is not listed either.
+    let decisions: Vec<Option<(AuthorityDecision, Vec<AuthorityDecision>)>> = match &inner.config.authority {
         None => vec![None; rows.len()],
         Some(policy) => {
             let budget = inner.config.authority_budget;
-            let asks = rows.iter().map(|row| {
+            fn ask<'a>(
+                inner: &'a crate::registry::Inner,
+                policy: &'a dyn agent_surface_policy::AuthorityPolicy,
+                consumer: &'a Consumer,
+                row: &'a Row,
+                instance: Option<&'a InstanceDescriptor>,
+                budget: std::time::Duration,
+            ) -> impl std::future::Future<Output = AuthorityDecision> + 'a {
                 let def = &row.def;
-                let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
-                crate::pipeline::authority::decide_within(inner, policy.as_ref(), call, budget)
+                let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+                if let Some(i) = instance {
+                    call = call.with_instance(&i.instance_id).with_registration(&i.registration_id);
+                }
+                crate::pipeline::authority::decide_within(inner, policy, call, budget)
+            }
+            let policy = policy.as_ref();
+            let ask = |row, instance| ask(inner, policy, consumer, row, instance, budget);
+            let asks = rows.iter().map(|row| {
+                let whole = ask(row, None);
+                let each = futures_util::future::join_all(row.instances.iter().map(|i| ask(row, Some(i))));
+                futures_util::future::join(whole, each)
             });
             futures_util::future::join_all(asks).await.into_iter().map(Some).collect()
         }
     };
     for (mut row, decision) in rows.into_iter().zip(decisions) {
-        if let Some(decision) = decision {
+        if let Some((decision, per_instance)) = decision {
             match decision {
                 AuthorityDecision::Hide => continue,
                 AuthorityDecision::Disable { reason } => {
                     row.disabled.get_or_insert_with(|| reason.as_str().to_string());
                 }
                 _ => {}
+            }
+            let mut hidden = per_instance.iter().map(|d| *d == AuthorityDecision::Hide);
+            row.instances.retain(|_| !hidden.next().unwrap_or(false));
+            if row.instances.is_empty() {
+                continue;
             }
         }
         let def = &row.def;

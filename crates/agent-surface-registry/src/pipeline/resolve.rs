@@ -58,10 +58,11 @@ fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
             note,
         );
     }
-    // A replacement that is gone too: point at the instance's current registration, if any.
-    if t.replaced_by.is_some()
-        && let Some(current) = state.types.get(&t.type_id).and_then(|ty| ty.instances.get(&t.instance_id))
-    {
+    // A replacement that is gone too, or an instance mounted again after an unmount: point at
+    // the instance's current registration, if any. A call that names the old registration gets
+    // the same answer whether or not it names the instance too (a live instance with another
+    // registration is `registration-replaced` below).
+    if let Some(current) = state.types.get(&t.type_id).and_then(|ty| ty.instances.get(&t.instance_id)) {
         return stop(
             AgentSurfaceError::stale_capability(
                 StaleReason::RegistrationReplaced,

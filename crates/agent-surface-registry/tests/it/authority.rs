@@ -405,7 +405,32 @@ async fn a_policy_sees_the_resolved_target() {
     let expected =
         Target { instance_id: Some("main".into()), registration_id: m[0].registration_id().map(String::from) };
     assert_eq!(seen[0], expected);
-    assert!(seen[1..].iter().all(|s| *s == Target::default()), "discovery asks per capability: {seen:?}");
+    // Discovery asks about each capability as a whole and about each of its live instances.
+    let (whole, per_instance): (Vec<_>, Vec<_>) = seen[1..].iter().partition(|s| **s == Target::default());
+    assert_eq!((whole.len(), per_instance.len()), (4, 4), "{seen:?}");
+    assert!(per_instance.iter().all(|s| s.instance_id.as_deref() == Some("main")), "{seen:?}");
+}
+
+/// A policy that hides one instance from a consumer: discovery does not list that instance (nor
+/// a capability left without a visible instance), and calling it is `CAPABILITY_NOT_FOUND`.
+#[tokio::test]
+async fn a_hidden_instance_is_not_listed() {
+    let policies = Policies::new().global(FnPolicy::new("hide-eu", |call| {
+        Ok(if call.instance_id == Some("eu") { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
+    }));
+    let (r, mounts) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+    let _eu = r.mount("shop", "eu").unwrap();
+    let _admin_eu = r.mount("admin", "eu").unwrap();
+    drop(mounts);
+    let _main = r.mount("shop", "main").unwrap();
+    let snapshot = r.snapshot(&Consumer::anonymous("c")).await;
+    let browse = snapshot.capability("shop.browse").expect("listed through main");
+    let instances: Vec<&str> = browse.instances.iter().map(|i| i.instance_id.as_str()).collect();
+    assert_eq!(instances, ["main"]);
+    assert!(snapshot.capability("admin.purge").is_none(), "only a hidden instance is left");
+    let hidden = call("shop.browse", json!({})).with_target(Target::instance("eu"));
+    let inv = r.invoke_detailed(hidden, consumer("c")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
 }
 
 /// A stuck policy costs discovery one authority budget in all, not one per capability: what the

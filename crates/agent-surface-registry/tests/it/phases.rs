@@ -154,6 +154,21 @@ async fn stale_for_replaced_registration_other_surface_and_old_version() {
     let inv = r.invoke_detailed(call("cart.clear", json!({})).with_target(both), consumer("c")).await;
     assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
 
+    // Unmounted and mounted again (no replacement recorded): the old registration is stale and
+    // names the live one, whether or not the call names the instance too.
+    let live_id = new.registration_id().unwrap().to_string();
+    drop(new);
+    let new = r.mount("cart", "main").unwrap();
+    let remounted = new.registration_id().unwrap().to_string();
+    for target in [
+        Target::registration(live_id.clone()),
+        Target { instance_id: Some("main".into()), registration_id: Some(live_id.clone()) },
+    ] {
+        let inv = r.invoke_detailed(call("cart.clear", json!({})).with_target(target), consumer("c")).await;
+        let p = assert_produced(&inv, ErrorCode::StaleCapability, Phase::Resolve);
+        assert_eq!(p.details().unwrap()["liveRegistrationId"], json!(remounted));
+    }
+
     let inv = r
         .invoke_detailed(call("cart.clear", json!({})).with_surface("s-0000000000000000", r.version()), consumer("c"))
         .await;
