@@ -19,7 +19,7 @@ use std::time::Duration;
 use agent_surface_core::AgentSurfaceError;
 use agent_surface_redis::redis::{self, Script, aio::ConnectionManager};
 
-use crate::shop::{Address, Order, Status};
+use crate::orders::{Address, Order, Status};
 
 /// Why a change was refused.
 pub(crate) enum Refused {

@@ -24,6 +24,7 @@ mod cli;
 mod conformance;
 mod data;
 mod log;
+mod orders;
 mod policy;
 mod session;
 mod shop;
@@ -241,7 +242,7 @@ async fn serve(options: Serve) -> Result<(), String> {
             shop_options.idempotency = Some(Arc::new(redis.idempotency()));
             shop_options.rate_limiter = Some(Arc::new(shop::shared_quote_limiter(&redis, shop_options.quote_refill)));
             task_config.store = Arc::new(redis.tasks());
-            let data = data::Data::shared(redis.connection(), &redis.config().prefix, shop::seed_orders()).await?;
+            let data = data::Data::shared(redis.connection(), &redis.config().prefix, orders::seed_orders()).await?;
             shop::build_with(shop_options, data)
         }
     };
