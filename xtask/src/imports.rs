@@ -37,16 +37,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "crates/agent-surface-registry/src/snapshot.rs",
         ],
     ),
-    // Found by this check (#13), not yet owned by an issue: the handler's context carries the
-    // answers of `questions.rs`, whose ask step takes the context (and `handler.rs` both).
-    (
-        "#13 (found: ctx/questions/handler)",
-        &[
-            "crates/agent-surface-registry/src/ctx.rs",
-            "crates/agent-surface-registry/src/handler.rs",
-            "crates/agent-surface-registry/src/questions.rs",
-        ],
-    ),
 ];
 
 /// The crates whose sources are checked: every directory under `crates/`, and `xtask`.

@@ -135,7 +135,7 @@ pub(crate) struct CapabilityDef {
     /// The declared confirmation gate, if any.
     pub(crate) confirm: Option<ErasedConfirm>,
     /// The ask step: questions to the client before the call runs.
-    pub(crate) ask: Option<crate::questions::ErasedAsk>,
+    pub(crate) ask: Option<crate::handler::ErasedAsk>,
     /// The post-condition check, if any.
     pub(crate) verify: Option<ErasedVerify>,
     pub(crate) handler: ErasedHandler,
@@ -317,7 +317,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     precondition: Option<ErasedPrecondition>,
     precondition_repair: Option<Repair>,
     confirm: Option<ErasedConfirm>,
-    ask: Option<crate::questions::ErasedAsk>,
+    ask: Option<crate::handler::ErasedAsk>,
     verify: Option<ErasedVerify>,
     error: Option<DefinitionError>,
 }
@@ -437,7 +437,7 @@ impl CapabilityBuilder<'_, '_> {
             + Sync
             + 'static,
     {
-        self.ask = Some(crate::questions::ErasedAsk::typed(ask));
+        self.ask = Some(crate::handler::ErasedAsk::typed(ask));
         self
     }
 

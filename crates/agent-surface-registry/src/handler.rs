@@ -219,3 +219,42 @@ impl Unmet {
         }
     }
 }
+
+/// The ask step over the decoded input (see [`crate::CapabilityBuilder::ask`]).
+pub(crate) type AskFn = dyn Fn(
+        &Ctx,
+        &(dyn std::any::Any + Send),
+        &crate::questions::Answers,
+    ) -> Option<Result<Vec<crate::questions::Question>, Unmet>>
+    + Send
+    + Sync;
+
+/// A declared ask step.
+#[derive(Clone)]
+pub(crate) struct ErasedAsk {
+    /// `None` when the input is not of the declared type (never, once the definition is checked).
+    pub(crate) ask: std::sync::Arc<AskFn>,
+    pub(crate) input_type: std::any::TypeId,
+}
+
+impl ErasedAsk {
+    pub(crate) fn typed<I, F>(f: F) -> ErasedAsk
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I, &crate::questions::Answers) -> Result<Vec<crate::questions::Question>, Unmet>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let ask = move |ctx: &Ctx, input: &(dyn std::any::Any + Send), answers: &crate::questions::Answers| {
+            input.downcast_ref::<I>().map(|i| f(ctx, i, answers))
+        };
+        ErasedAsk { ask: std::sync::Arc::new(ask), input_type: std::any::TypeId::of::<I>() }
+    }
+}
+
+impl std::fmt::Debug for ErasedAsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErasedAsk").finish_non_exhaustive()
+    }
+}

@@ -16,13 +16,8 @@
 //! unanswered call never reaches it. A stop for questions is never stored as the terminal result
 //! of an invocation id: the same id may be repeated with the answers.
 
-use std::fmt;
-use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-
-use crate::ctx::Ctx;
-use crate::handler::Unmet;
 
 /// What a question asks for.
 #[derive(Clone, Debug, PartialEq)]
@@ -192,36 +187,5 @@ impl Answers {
     /// Whether the call carries no answer at all.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
-    }
-}
-
-/// The ask step over the decoded input (see [`crate::CapabilityBuilder::ask`]).
-pub(crate) type AskFn =
-    dyn Fn(&Ctx, &(dyn std::any::Any + Send), &Answers) -> Option<Result<Vec<Question>, Unmet>> + Send + Sync;
-
-/// A declared ask step.
-#[derive(Clone)]
-pub(crate) struct ErasedAsk {
-    /// `None` when the input is not of the declared type (never, once the definition is checked).
-    pub(crate) ask: Arc<AskFn>,
-    pub(crate) input_type: std::any::TypeId,
-}
-
-impl ErasedAsk {
-    pub(crate) fn typed<I, F>(f: F) -> ErasedAsk
-    where
-        I: Send + 'static,
-        F: Fn(&Ctx, &I, &Answers) -> Result<Vec<Question>, Unmet> + Send + Sync + 'static,
-    {
-        let ask = move |ctx: &Ctx, input: &(dyn std::any::Any + Send), answers: &Answers| {
-            input.downcast_ref::<I>().map(|i| f(ctx, i, answers))
-        };
-        ErasedAsk { ask: Arc::new(ask), input_type: std::any::TypeId::of::<I>() }
-    }
-}
-
-impl fmt::Debug for ErasedAsk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ErasedAsk").finish_non_exhaustive()
     }
 }

@@ -11,8 +11,8 @@ use agent_surface_core::{AgentSurfaceError, Phase};
 
 use super::Stop;
 use crate::ctx::Ctx;
+use crate::handler::ErasedAsk;
 use crate::handler::{Decoded, Unmet};
-use crate::questions::ErasedAsk;
 
 pub(crate) fn check(ask: &ErasedAsk, ctx: &Ctx, decoded: &Decoded) -> Result<(), Stop> {
     let answers = ctx.answers();
