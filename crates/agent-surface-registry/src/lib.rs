@@ -73,6 +73,7 @@
 //! # }).unwrap();
 //! ```
 
+mod authority;
 pub mod correlation;
 mod ctx;
 mod define;

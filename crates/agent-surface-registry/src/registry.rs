@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code, SafeText};
 use agent_surface_policy::{
-    AuthorityPolicy, Clock, ConfirmationGate, Consumer, IdempotencyStore, MemoryIdempotencyStore, RateLimiter,
-    SystemClock,
+    AuthorityPolicy, Clock, ConfirmationGate, IdempotencyStore, MemoryIdempotencyStore, RateLimiter, SystemClock,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +17,6 @@ use crate::ctx::StateMap;
 use crate::define::{BuildEnv, DefinitionLimits, Executor, TypeBuilder};
 use crate::id;
 use crate::live::{Registration, State, Tombstone, TypeState};
-use crate::snapshot::Snapshot;
 
 /// What happens when an instance is mounted under a `(type, instanceId)` that is already live.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -463,12 +461,6 @@ impl Registry {
         let config = &self.inner.config;
         let confirmations = config.confirmation.as_ref().and_then(|gate| gate.usage(config.clock.now()));
         crate::telemetry::store_usage(config.idempotency.usage(), confirmations);
-    }
-
-    /// The consumer's view of the surface: every capability with at least one live instance
-    /// that the authority policy does not hide from this consumer.
-    pub async fn snapshot(&self, consumer: &Consumer) -> Snapshot {
-        crate::snapshot::build(self, consumer).await
     }
 
     /// Disposes the registry: calls in flight end with `CANCELLED`, new calls are `CANCELLED`,

@@ -87,6 +87,14 @@ struct Row {
     instances: Vec<InstanceDescriptor>,
 }
 
+impl Registry {
+    /// The consumer's view of the surface: every capability with at least one live instance
+    /// that the authority policy does not hide from this consumer.
+    pub async fn snapshot(&self, consumer: &Consumer) -> Snapshot {
+        build(self, consumer).await
+    }
+}
+
 pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot {
     let inner = &registry.inner;
     let (version, rows) = {
@@ -137,7 +145,7 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
                 if let Some(i) = instance {
                     call = call.with_instance(&i.instance_id).with_registration(&i.registration_id);
                 }
-                crate::pipeline::authority::decide_within(inner, policy, call, budget)
+                crate::authority::decide(inner.config.clock.as_ref(), policy, call, budget)
             }
             let policy = policy.as_ref();
             let ask = |row, instance| ask(inner, policy, consumer, row, instance, budget);

@@ -16,53 +16,13 @@
 
 use std::sync::Arc;
 
-use agent_surface_core::details::Origin;
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, guarded};
+use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer};
 
 use super::Stop;
 use super::resolve::{Resolution, Resolved};
 use crate::registry::Inner;
 use crate::request::InvokeRequest;
-
-/// Asks the policy, failing closed: an error, a panic or an overrun of
-/// `RegistryConfig::authority_budget` (on the registry's clock) is a denial.
-pub(crate) async fn decide(inner: &Inner, policy: &dyn AuthorityPolicy, call: CallInfo<'_>) -> AuthorityDecision {
-    decide_within(inner, policy, call, inner.config.authority_budget).await
-}
-
-/// [`decide`] within `budget` (what is left of a larger budget, e.g. a whole snapshot's).
-pub(crate) async fn decide_within(
-    inner: &Inner,
-    policy: &dyn AuthorityPolicy,
-    call: CallInfo<'_>,
-    budget: std::time::Duration,
-) -> AuthorityDecision {
-    match guarded(inner.config.clock.as_ref(), budget, || policy.decide(call)).await {
-        Ok(decision) => decision,
-        // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
-        Err(failure @ agent_surface_policy::Failure::Panic(_)) => {
-            tracing::error!(
-                target: "agent_surface::policy",
-                policy = policy.name(),
-                capability = call.capability,
-                cause = %failure,
-                "authority policy panicked; denying"
-            );
-            AuthorityDecision::Deny { origin: Origin::Client }
-        }
-        Err(failure) => {
-            tracing::warn!(
-                target: "agent_surface::policy",
-                policy = policy.name(),
-                capability = call.capability,
-                cause = %failure,
-                "authority policy failed; denying"
-            );
-            AuthorityDecision::Deny { origin: Origin::Client }
-        }
-    }
-}
 
 /// Decides on the call, then reports either the policy's refusal or the held-back outcome of
 /// phases 2 and 3.
@@ -97,7 +57,9 @@ pub(crate) async fn check(
             (CallInfo::new(consumer, name, type_id, Effect::Write, false), false)
         }
     };
-    let decision = decide(inner, policy.as_ref(), call).await;
+    let decision =
+        crate::authority::decide(inner.config.clock.as_ref(), policy.as_ref(), call, inner.config.authority_budget)
+            .await;
     let stop =
         |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {}: {note}", policy.name())));
     if decision == AuthorityDecision::Hide && known {
