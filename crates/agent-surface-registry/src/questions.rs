@@ -16,7 +16,6 @@
 //! unanswered call never reaches it. A stop for questions is never stored as the terminal result
 //! of an invocation id: the same id may be repeated with the answers.
 
-
 use serde_json::{Map, Value, json};
 
 /// What a question asks for.
