@@ -7,17 +7,35 @@
 //! |---|---|
 //! | `after-refresh` | re-snapshots, re-resolves the request against the new snapshot (capability still there and enabled; a replaced registration retargeted to `liveRegistrationId` or the instance's live registration; staleness tokens *updated*, never removed), retries under a fresh invocation id; returns when re-resolution finds nothing to call |
 //! | `after-delay` | waits `details.retryAfterMs` on the injected [`Clock`] (at most [`RecoveryConfig::max_delay`] at once and [`RecoveryConfig::max_total_delay`] in all; cancellable), retries (a fresh id for cacheable codes) |
-//! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId`; denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
-//! | `with-changes` | returns to the caller (the model changes the input); except `INVOCATION_CONFLICT`, whose change is the id: retried once under a fresh id, as the matrix's adapter duty says |
+//! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId` (an approval that came after `expiresAt` starts a fresh cycle at once instead of presenting dead evidence); denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
+//! | `with-changes` | returns to the caller (the model changes the input); except `INVOCATION_CONFLICT`, whose change is the id: retried under an id derived from the conflicting one and the request itself (see below), as the matrix's adapter duty says |
 //! | `yes` | retries under a fresh invocation id (`CANCELLED`, idempotent `TIMEOUT`) |
 //! | `no` | returns; a denial is never retried |
 //!
-//! Every attempt counts against [`RecoveryConfig::max_attempts`]. A result that may have run the
-//! handler (`TIMEOUT`, `CANCELLED`, `COMPONENT_UNMOUNTED {phase: mid-flight}`, `EXECUTION_FAILED`)
-//! of a capability that is not idempotent is never repeated unless [`RecoveryHost::verify`] reports
-//! that the effect did not happen; the default host answers "unknown", so such a call is not
-//! repeated. Retries use ids derived from the first (`{id}#r{attempt}`), so each attempt is its own
-//! idempotency record and a repeat of the whole loop replays instead of re-running.
+//! **Convergence guard.** The same failure (code, `reason` or `phase`, capability and target) twice
+//! in a row, the second after the action its category prescribes, ends the loop with
+//! [`Stop::NotConverging`] and that error: doing the same thing a third time cannot help (a binding
+//! that cannot be satisfied, a disposed registry, a limit that does not lift). Every attempt also
+//! counts against [`RecoveryConfig::max_attempts`].
+//!
+//! **Uncertain outcomes.** Only a result that may have run the handler *with an effect a repeat
+//! could double* is treated as such ([`may_have_executed`]): `TIMEOUT`, `COMPONENT_UNMOUNTED
+//! {phase: mid-flight}` and a non-transient `EXECUTION_FAILED`. `CANCELLED` is not (the pipeline
+//! produces it for a write only before the handler starts; `spec/invocation.md`), nor a transient
+//! `EXECUTION_FAILED` (the store or the handler says nothing took effect and to retry after the
+//! delay): both are retried as their category says. A non-idempotent `TIMEOUT`, an `EXECUTION_FAILED
+//! {reason: outcome-unknown}` (both retry `no`) and a mid-flight unmount of a non-idempotent
+//! capability are repeated only if [`RecoveryHost::verify`] reports that the effect did not happen;
+//! the default host answers "unknown", and the loop ends [`Stop::Unverified`]. The driver never
+//! *reconciles* (calls again under the same id and input, as the payload's repair plan says): it
+//! received the recorded outcome itself, and the record would only replay it.
+//!
+//! **Invocation ids.** Retries use ids derived from the first (`{id}#r{attempt}`), so each attempt
+//! is its own idempotency record and a repeat of the whole loop replays instead of re-running. After
+//! `INVOCATION_CONFLICT` the id becomes `{id}#c{hash}`, where the hash (SHA-256, 64 bits in hex) is
+//! over the request as admission fingerprints it (capability, target, canonical input,
+//! confirmation): another request that conflicted on the same id gets another id, so it cannot
+//! collide again, while a repeat of the same loop gets the same id and replays.
 //!
 //! # Repair plans
 //!
@@ -39,12 +57,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
+use agent_surface_core::json::canonical_json;
 use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
-use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, Timestamp};
 use agent_surface_policy::Clock;
-use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot};
+use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot, Target};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 /// Sends requests and lists the surface: the registry, or a scripted fake in tests.
@@ -220,6 +240,9 @@ pub enum Stop {
     Unverified,
     /// The host verified that the call took effect: not repeated.
     VerifiedApplied,
+    /// The same failure (code, reason, capability, target) came back after the action its
+    /// category prescribes: repeating it cannot help, so the error goes to the caller.
+    NotConverging,
 }
 
 impl Stop {
@@ -233,6 +256,7 @@ impl Stop {
             Stop::DelayTooLong => "delay-too-long",
             Stop::Unverified => "unverified",
             Stop::VerifiedApplied => "verified-applied",
+            Stop::NotConverging => "not-converging",
         }
     }
 }
@@ -279,12 +303,53 @@ impl fmt::Debug for RecoveryDriver {
     }
 }
 
-/// Whether a result with this payload may have run the handler.
+/// Whether a result with this payload may have run the handler with an effect that a repeat
+/// could double.
+///
+/// `CANCELLED` is not such a result: the pipeline produces it for a capability that is neither
+/// idempotent nor read-only only before the handler starts (a write interrupted later is
+/// `EXECUTION_FAILED {reason: outcome-unknown}`). Nor is a transient `EXECUTION_FAILED`: it comes
+/// from a store that failed before the call ran, or from a handler that reports a downstream
+/// failure worth retrying after the delay.
 pub fn may_have_executed(payload: &ErrorPayload) -> bool {
     match payload.code() {
-        ErrorCode::Timeout | ErrorCode::Cancelled | ErrorCode::ExecutionFailed => true,
+        ErrorCode::Timeout => true,
+        ErrorCode::ExecutionFailed => payload.detail("transient").and_then(Value::as_bool) != Some(true),
         ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(Value::as_str) == Some("mid-flight"),
         _ => false,
+    }
+}
+
+/// Whether the payload says that the call may have taken effect and no one knows (retry `no`
+/// for want of a verification): a non-idempotent `TIMEOUT`, or `EXECUTION_FAILED {reason:
+/// outcome-unknown}`. The host's verification turns it into an ordinary repeat.
+fn outcome_uncertain(payload: &ErrorPayload) -> bool {
+    match payload.code() {
+        ErrorCode::Timeout => payload.retry() == Retry::No,
+        ErrorCode::ExecutionFailed => payload.detail("reason").and_then(Value::as_str) == Some("outcome-unknown"),
+        _ => false,
+    }
+}
+
+/// One failure as the convergence guard compares them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Failure {
+    code: ErrorCode,
+    /// `details.reason`, or `details.phase` for `COMPONENT_UNMOUNTED`.
+    reason: Option<String>,
+    capability: String,
+    target: Option<Target>,
+}
+
+impl Failure {
+    fn of(request: &InvokeRequest, payload: &ErrorPayload) -> Failure {
+        let reason = payload.detail("reason").or_else(|| payload.detail("phase")).and_then(Value::as_str);
+        Failure {
+            code: payload.code(),
+            reason: reason.map(str::to_string),
+            capability: request.capability.clone(),
+            target: request.target.clone(),
+        }
     }
 }
 
@@ -311,7 +376,8 @@ struct Intent {
     refreshed: bool,
     snapshot: Option<Snapshot>,
     prompted: Vec<String>,
-    conflict_retried: bool,
+    /// The failure the last attempt of the operation ended with (the convergence guard).
+    last_failure: Option<Failure>,
     repaired: Vec<FollowedStep>,
 }
 
@@ -341,7 +407,7 @@ impl RecoveryDriver {
             refreshed: false,
             snapshot: None,
             prompted: Vec::new(),
-            conflict_retried: false,
+            last_failure: None,
             repaired: Vec::new(),
         };
         loop {
@@ -416,14 +482,17 @@ impl RecoveryDriver {
         );
     }
 
-    async fn idempotent(&self, invoker: &dyn Invoker, intent: &mut Intent, payload: &ErrorPayload) -> bool {
+    /// Whether the capability is idempotent, from the payload or the surface; `None` when the
+    /// surface no longer lists it (there is nothing left to repeat).
+    async fn idempotent(&self, invoker: &dyn Invoker, intent: &mut Intent, payload: &ErrorPayload) -> Option<bool> {
         if let Some(declared) = payload.detail("idempotent").and_then(Value::as_bool) {
-            return declared;
+            return Some(declared);
         }
         if intent.snapshot.is_none() {
             intent.snapshot = Some(invoker.snapshot().await);
+            intent.refreshed = true;
         }
-        intent.snapshot.as_ref().and_then(|s| s.capability(&intent.request.capability)).is_some_and(|c| c.idempotent)
+        intent.snapshot.as_ref().and_then(|s| s.capability(&intent.request.capability)).map(|c| c.idempotent)
     }
 
     async fn next(
@@ -433,10 +502,10 @@ impl RecoveryDriver {
         payload: &ErrorPayload,
         cancel: &CancellationToken,
     ) -> Next {
-        // A non-idempotent TIMEOUT says `no` because nobody verified the state; with the host's
-        // verification it becomes an ordinary repeat.
-        let timeout_unverified = payload.code() == ErrorCode::Timeout && payload.retry() == Retry::No;
-        let category = if timeout_unverified { Retry::Yes } else { payload.retry() };
+        // A non-idempotent TIMEOUT and an unknown outcome say `no` because nobody verified the
+        // state; with the host's verification they become an ordinary repeat.
+        let uncertain = outcome_uncertain(payload);
+        let category = if uncertain { Retry::Yes } else { payload.retry() };
         if category == Retry::No {
             // The operation itself is never repeated; the plan's leading `call_tool` /
             // `refresh_state` steps (say, requesting access) are followed if the host agrees.
@@ -448,15 +517,28 @@ impl RecoveryDriver {
             }
             return Next::Stop(Stop::ReturnedToCaller);
         }
-        let plain_with_changes = category == Retry::WithChanges
-            && (payload.code() != ErrorCode::InvocationConflict || intent.conflict_retried);
+        let plain_with_changes = category == Retry::WithChanges && payload.code() != ErrorCode::InvocationConflict;
         if plain_with_changes && !self.may_follow(payload) {
             return Next::Stop(Stop::ReturnedToCaller);
         }
+        // The convergence guard: the last attempt already followed this failure's category and
+        // met the same failure again.
+        let failure = Failure::of(&intent.request, payload);
+        if intent.last_failure.as_ref() == Some(&failure) {
+            return Next::Stop(Stop::NotConverging);
+        }
+        intent.last_failure = Some(failure);
         if intent.attempts >= self.config.max_attempts {
             return Next::Stop(Stop::BudgetExhausted);
         }
-        if may_have_executed(payload) && (timeout_unverified || !self.idempotent(invoker, intent, payload).await) {
+        let verify = uncertain
+            || (may_have_executed(payload)
+                && match self.idempotent(invoker, intent, payload).await {
+                    // The capability is gone from the surface: nothing left to repeat.
+                    None => return Next::Stop(Stop::ReturnedToCaller),
+                    Some(idempotent) => !idempotent,
+                });
+        if verify {
             let verification = tokio::select! {
                 v = self.host.verify(&intent.request, payload) => v,
                 () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),
@@ -482,8 +564,14 @@ impl RecoveryDriver {
         match category {
             Retry::No => Next::Stop(Stop::ReturnedToCaller),
             Retry::WithChanges => {
-                intent.conflict_retried = true;
-                Next::Retry { fresh_id: true }
+                // INVOCATION_CONFLICT: the id belongs to another request. An id derived from this
+                // request cannot collide with that one again, and later retries derive from it.
+                if let Some(id) = &intent.request.invocation_id {
+                    let id = conflict_id(id, &intent.request);
+                    intent.base_id = Some(id.clone());
+                    intent.request.invocation_id = Some(id);
+                }
+                Next::Retry { fresh_id: false }
             }
             Retry::Yes => Next::Retry { fresh_id: payload.is_cacheable() },
             Retry::AfterDelay => {
@@ -597,13 +685,45 @@ impl RecoveryDriver {
         };
         match approval {
             Approval::Approved => {
-                intent.request.confirmation_id = Some(details.confirmation_id);
+                let late = Timestamp::parse_rfc3339(&prompt.expires_at).is_some_and(|at| self.clock.now() >= at);
+                if late {
+                    // The evidence expired while the host was deciding: presenting it could only
+                    // be refused (`expired`). Start a fresh cycle now; its new confirmation is the
+                    // expected answer, not a repeated failure.
+                    intent.request.confirmation_id = None;
+                    intent.last_failure = None;
+                } else {
+                    intent.request.confirmation_id = Some(details.confirmation_id);
+                }
                 Next::Retry { fresh_id: payload.is_cacheable() }
             }
             Approval::Denied => Next::Stop(Stop::Denied),
             Approval::Unavailable => Next::Stop(Stop::ReturnedToCaller),
         }
     }
+}
+
+/// The id to retry under after `INVOCATION_CONFLICT` on `id`: `{id}#c{hash}`, the hash over the
+/// parts of the request that admission fingerprints. Another request gets another id; the same
+/// request (a repeat of the loop) the same one, so it replays.
+fn conflict_id(id: &str, request: &InvokeRequest) -> String {
+    let target = request.target.as_ref();
+    let input = canonical_json(&request.input);
+    let parts: [&[u8]; 5] = [
+        request.capability.as_bytes(),
+        target.and_then(|t| t.instance_id.as_deref()).unwrap_or("").as_bytes(),
+        target.and_then(|t| t.registration_id.as_deref()).unwrap_or("").as_bytes(),
+        input.as_bytes(),
+        request.confirmation_id.as_deref().unwrap_or("").as_bytes(),
+    ];
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{id}#c{hex}")
 }
 
 fn cancelled(request: &InvokeRequest) -> InvokeResult {

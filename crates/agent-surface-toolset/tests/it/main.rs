@@ -5,6 +5,7 @@ mod support;
 mod conformance;
 mod golden;
 mod recovery;
+mod scenarios;
 mod schemas;
 mod session;
 mod toolset;

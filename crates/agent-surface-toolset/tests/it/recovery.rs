@@ -249,11 +249,11 @@ fn confirmation_is_asked_once_and_a_denial_is_never_retried() {
     let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
     assert_eq!((r.stop, r.result.code()), (Stop::ReturnedToCaller, Some(ErrorCode::ConfirmationRequired)));
 
-    // The same confirmation again after approval: not asked twice.
+    // The same confirmation again after approval: not asked twice; the loop does not converge.
     let fake = Fake::new(vec![err(confirmation_required("c-1")), err(confirmation_required("c-1"))], false);
     let host = Host::new(vec![Approval::Approved, Approval::Approved], None);
     let r = run(&fake, &driver(&clock, host.clone()));
-    assert_eq!((r.stop, r.attempts), (Stop::ReturnedToCaller, 2));
+    assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
     assert_eq!(host.prompts.lock().unwrap().len(), 1);
 
     // A denial by the engine is never retried; an expiry restarts the cycle without the old id.
@@ -299,29 +299,80 @@ fn uncertain_outcomes_of_non_idempotent_calls_are_not_repeated_unverified() {
     let r = run(&fake, &driver(&clock, host));
     assert_eq!((r.stop, r.attempts), (Stop::VerifiedApplied, 1));
 
-    // CANCELLED of a non-idempotent capability: the same rule.
-    let fake = Fake::new(vec![err(AgentSurfaceError::cancelled())], false);
-    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::Unverified);
-    // … of an idempotent one: retried.
-    let fake = Fake::new(vec![err(AgentSurfaceError::cancelled())], true);
-    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::Succeeded);
+    // CANCELLED means nothing with an effect ran (a write interrupted mid-flight is
+    // outcome-unknown): retried under a fresh id, idempotent or not.
+    for idempotent in [false, true] {
+        let fake = Fake::new(vec![err(AgentSurfaceError::cancelled())], idempotent);
+        assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::Succeeded);
+        assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+    }
     let fake = Fake::new(vec![err(AgentSurfaceError::timeout(Duration::from_secs(2), true))], true);
     assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).attempts, 2);
 }
 
+/// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) is what the registry answers for an
+/// interrupted write: the host's verification decides, and the driver never reconciles.
 #[test]
-fn conflicts_get_one_fresh_id_and_budgets_hold() {
+fn an_unknown_outcome_is_verified_not_reconciled() {
+    let clock = TestClock::auto_advancing();
+    let unknown = || Step {
+        result: InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None),
+        applied: false,
+    };
+
+    // No verification: one call, and no reconcile call (the record would replay this result).
+    let fake = Fake::new(vec![unknown()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::Unverified, 1));
+    let p = r.result.error_payload().unwrap();
+    assert_eq!(
+        (p.code(), p.retry(), p.detail("reason")),
+        (ErrorCode::ExecutionFailed, Retry::No, Some(&json!("outcome-unknown")))
+    );
+    assert_eq!(r.result.invocation_id(), Some("p:call-1"));
+
+    // Verified as not applied: repeated once under a fresh id.
+    let fake = Fake::new(vec![unknown()], false);
+    let r = run(&fake, &driver(&clock, Host::new(vec![], Some(fake.ground.clone()))));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+
+    // Verified as applied: not repeated.
+    let fake = Fake::new(vec![Step { applied: true, ..unknown() }], false);
+    let r = run(&fake, &driver(&clock, Host::new(vec![], Some(fake.ground.clone()))));
+    assert_eq!((r.stop, r.attempts), (Stop::VerifiedApplied, 1));
+}
+
+#[test]
+fn conflicts_get_an_id_of_their_own_and_budgets_hold() {
     let clock = TestClock::auto_advancing();
     let conflict = || err(AgentSurfaceError::invocation_conflict());
     let fake = Fake::new(vec![conflict()], false);
     let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
     assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
-    assert_eq!(ids(&fake), ["p:call-1", "p:call-1#r2"]);
+    let retried = ids(&fake)[1].clone();
+    assert!(retried.starts_with("p:call-1#c") && retried.len() == "p:call-1#c".len() + 16, "{retried}");
+    // The same request again gets the same id (a repeat of the loop replays); another request
+    // that conflicts on the same id gets another one, so the two cannot collide.
+    let fake = Fake::new(vec![conflict()], false);
+    run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!(ids(&fake)[1], retried);
+    let fake = Fake::new(vec![conflict()], false);
+    let other = InvokeRequest::new("cart.add", json!({"sku": "coffee"})).with_invocation_id("p:call-1");
+    futures_executor(driver(&clock, Arc::new(RelayToModel)).run(&fake, other, &CancellationToken::new()));
+    assert_ne!(ids(&fake)[1], retried);
+    // A conflict under the new id too: the loop does not converge.
     let fake = Fake::new(vec![conflict(), conflict()], false);
-    assert_eq!(run(&fake, &driver(&clock, Arc::new(RelayToModel))).stop, Stop::ReturnedToCaller);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
 
+    // The same failure after the prescribed action ends the loop; different ones spend the budget.
     let limited = || err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(10)));
-    let fake = Fake::new(vec![limited(), limited(), limited(), limited(), limited()], false);
+    let fake = Fake::new(vec![limited(), limited(), limited()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
+    let not_found = || err(AgentSurfaceError::capability_not_found());
+    let fake = Fake::new(vec![limited(), not_found(), limited(), not_found(), limited()], false);
     let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
     assert_eq!((r.stop, r.attempts), (Stop::BudgetExhausted, 4));
     assert_eq!(fake.requests().len(), 4);
@@ -402,13 +453,15 @@ fn check_intent(script: Vec<Step>, idempotent: bool, approvals: Vec<Approval>, v
     }
 
     // Nothing is sent after a result whose category forbids it (a denial above all), unless a
-    // verification proved a non-idempotent TIMEOUT had no effect.
+    // verification proved that an uncertain outcome (a non-idempotent TIMEOUT, an unknown
+    // outcome) had no effect.
     for (i, s) in script.iter().enumerate().take(ground.requests.len().saturating_sub(1)) {
         let Some(p) = s.result.error_payload() else { panic!("sent again after a success") };
         let denied = p.code() == ErrorCode::ConfirmationInvalid && p.retry() == Retry::No;
         assert!(!denied, "retried after a denial at step {i}");
-        let verified_timeout = p.code() == ErrorCode::Timeout && matches!(verifier, Verifier::Truthful);
-        assert!(p.retry().permits_retry() || verified_timeout, "retried a `no` ({}) at step {i}", p.code());
+        let uncertain = p.code() == ErrorCode::Timeout || p.detail("reason") == Some(&json!("outcome-unknown"));
+        let verified = uncertain && matches!(verifier, Verifier::Truthful);
+        assert!(p.retry().permits_retry() || verified, "retried a `no` ({}) at step {i}", p.code());
         assert!(
             p.retry() != Retry::WithChanges || p.code() == ErrorCode::InvocationConflict,
             "retried {} at {i}",

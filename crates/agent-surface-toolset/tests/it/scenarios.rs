@@ -1,0 +1,856 @@
+//! The scenario matrix: the recovery driver's specification. Every code × condition is set up
+//! against a real registry on a manual test clock, and the driver must end with the expected
+//! terminal outcome after the expected number of calls (the minimum wherever the spec decides
+//! it). Across the table: every outcome right, every call count the minimum, no non-idempotent
+//! handler applied twice, no call sent after a denial, and no unknown outcome reconciled (the
+//! record would only replay it).
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::details::Origin;
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, SafeText};
+use agent_surface_policy::{
+    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, Consumer, FnPolicy, Identity,
+    MemoryRateLimiter, Policies, Quota, RateLimitConfig,
+};
+use agent_surface_registry::{
+    Answers, Binding, Ctx, InvokeOptions, InvokeRequest, Mount, Question, Registry, RegistryConfig, Snapshot, Target,
+};
+use agent_surface_testing::TestClock;
+use agent_surface_toolset::{
+    Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, Stop, Verification,
+};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use ErrorCode::*;
+
+/// One condition under which a code arises; [`arrange`] sets it up.
+#[derive(Clone, Copy, Debug)]
+enum Condition {
+    UnknownName,
+    HiddenCapability,
+    HiddenInstance,
+    MountedAfterFirstCall,
+    DisabledByRegistry,
+    DisabledForConsumer,
+    EnabledAfterFirstCall,
+    SeveralInstancesNoTarget,
+    NamedInstanceUnmounted,
+    OnlyInstanceUnmounted,
+    ReadUnmountedMidFlight,
+    RegistrationReplaced,
+    RemountedNamedByRegistration,
+    SurfaceReloaded,
+    SurfaceVersionOutdated,
+    IdReused,
+    IdAndRetryIdReused,
+    SchemaViolation,
+    LockedField,
+    Unauthenticated,
+    DeniedByPolicy,
+    RefusedByServer,
+    AuthorCheck,
+    BindingFails,
+    ClientInputRequired,
+    TwoPhaseRelay,
+    ApprovedByHost,
+    DeniedByHost,
+    ApprovedLate,
+    DeniedEvidence,
+    ExpiredEvidence,
+    ConsumedEvidence,
+    MismatchedEvidence,
+    LimitLifts,
+    DelayBeyondBound,
+    LimitPersists,
+    IdempotentOnce,
+    IdempotentAlways,
+    NonIdempotentReadUnverified,
+    NonIdempotentReadVerified,
+    RegistryDisposed,
+    WriteCancelledBeforeStart,
+    ReadCancelledMidFlight,
+    HandlerError,
+    TransientOnWrite,
+    WriteTimedOutUnverified,
+    WriteTimedOutVerifiedNotApplied,
+    WriteCommittedThenTimedOut,
+    WriteUnmountedMidFlight,
+    WriteCancelledMidFlight,
+    OutputInvalid,
+}
+
+use Condition::*;
+
+/// A row: the first failure's code, the condition, and what the driver must end with.
+struct Scenario {
+    code: ErrorCode,
+    condition: Condition,
+    stop: Stop,
+    /// The final result's code (`None`: success).
+    last: Option<ErrorCode>,
+    /// Requests sent: the minimum the spec allows for this outcome.
+    calls: usize,
+}
+
+const fn row(code: ErrorCode, condition: Condition, stop: Stop, last: Option<ErrorCode>, calls: usize) -> Scenario {
+    Scenario { code, condition, stop, last, calls }
+}
+
+const OK: Option<ErrorCode> = None;
+use Stop::{DelayTooLong, Denied, NotConverging, ReturnedToCaller as Returned, Succeeded, Unverified, VerifiedApplied};
+
+/// The table. A refresh that finds nothing to call, a `with-changes` or a `no` costs one call; a
+/// category whose action can help (refresh and retarget, wait, approve, a fresh id, a verified
+/// repeat) costs one more; the same failure after that action ends the loop (`NotConverging`).
+#[rustfmt::skip]
+const SCENARIOS: &[Scenario] = &[
+    row(CapabilityNotFound, UnknownName, Returned, Some(CapabilityNotFound), 1),
+    row(CapabilityNotFound, HiddenCapability, Returned, Some(CapabilityNotFound), 1),
+    row(CapabilityNotFound, HiddenInstance, Returned, Some(CapabilityNotFound), 1),
+    row(CapabilityNotFound, MountedAfterFirstCall, Succeeded, OK, 2),
+    row(CapabilityNotAvailable, DisabledByRegistry, Returned, Some(CapabilityNotAvailable), 1),
+    row(CapabilityNotAvailable, DisabledForConsumer, Returned, Some(CapabilityNotAvailable), 1),
+    row(CapabilityNotAvailable, EnabledAfterFirstCall, Succeeded, OK, 2),
+    row(AmbiguousInstance, SeveralInstancesNoTarget, Returned, Some(AmbiguousInstance), 1),
+    row(ComponentUnmounted, NamedInstanceUnmounted, Returned, Some(ComponentUnmounted), 1),
+    row(ComponentUnmounted, OnlyInstanceUnmounted, Returned, Some(ComponentUnmounted), 1),
+    row(ComponentUnmounted, ReadUnmountedMidFlight, Returned, Some(ComponentUnmounted), 1),
+    row(StaleCapability, RegistrationReplaced, Succeeded, OK, 2),
+    row(StaleCapability, RemountedNamedByRegistration, Succeeded, OK, 2),
+    row(StaleCapability, SurfaceReloaded, Succeeded, OK, 2),
+    row(StaleCapability, SurfaceVersionOutdated, Succeeded, OK, 2),
+    row(InvocationConflict, IdReused, Succeeded, OK, 2),
+    row(InvocationConflict, IdAndRetryIdReused, Succeeded, OK, 2),
+    row(InvalidInput, SchemaViolation, Returned, Some(InvalidInput), 1),
+    row(InvalidInput, LockedField, Returned, Some(InvalidInput), 1),
+    row(NotAuthenticated, Unauthenticated, Returned, Some(NotAuthenticated), 1),
+    row(NotAuthorized, DeniedByPolicy, Returned, Some(NotAuthorized), 1),
+    row(NotAuthorized, RefusedByServer, Returned, Some(NotAuthorized), 1),
+    row(PreconditionFailed, AuthorCheck, Returned, Some(PreconditionFailed), 1),
+    row(PreconditionFailed, BindingFails, NotConverging, Some(PreconditionFailed), 2),
+    row(PreconditionFailed, ClientInputRequired, Returned, Some(PreconditionFailed), 1),
+    row(ConfirmationRequired, TwoPhaseRelay, Returned, Some(ConfirmationRequired), 1),
+    row(ConfirmationRequired, ApprovedByHost, Succeeded, OK, 2),
+    row(ConfirmationRequired, DeniedByHost, Denied, Some(ConfirmationInvalid), 1),
+    row(ConfirmationRequired, ApprovedLate, Succeeded, OK, 3),
+    row(ConfirmationInvalid, DeniedEvidence, Returned, Some(ConfirmationInvalid), 1),
+    row(ConfirmationInvalid, ExpiredEvidence, Succeeded, OK, 3),
+    row(ConfirmationInvalid, ConsumedEvidence, Returned, Some(ConfirmationInvalid), 1),
+    row(ConfirmationInvalid, MismatchedEvidence, Returned, Some(ConfirmationInvalid), 1),
+    row(RateLimited, LimitLifts, Succeeded, OK, 2),
+    row(RateLimited, DelayBeyondBound, DelayTooLong, Some(RateLimited), 1),
+    row(RateLimited, LimitPersists, NotConverging, Some(RateLimited), 2),
+    row(Timeout, IdempotentOnce, Succeeded, OK, 2),
+    row(Timeout, IdempotentAlways, NotConverging, Some(Timeout), 2),
+    row(Timeout, NonIdempotentReadUnverified, Unverified, Some(Timeout), 1),
+    row(Timeout, NonIdempotentReadVerified, Succeeded, OK, 2),
+    row(Cancelled, RegistryDisposed, NotConverging, Some(Cancelled), 2),
+    row(Cancelled, WriteCancelledBeforeStart, Succeeded, OK, 2),
+    row(Cancelled, ReadCancelledMidFlight, Succeeded, OK, 2),
+    row(ExecutionFailed, HandlerError, Returned, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, TransientOnWrite, Succeeded, OK, 2),
+    row(ExecutionFailed, WriteTimedOutUnverified, Unverified, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, WriteTimedOutVerifiedNotApplied, Succeeded, OK, 2),
+    row(ExecutionFailed, WriteCommittedThenTimedOut, VerifiedApplied, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, WriteUnmountedMidFlight, Unverified, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, WriteCancelledMidFlight, Unverified, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, OutputInvalid, Returned, Some(ExecutionFailed), 1),
+];
+
+// ---- The world: a registry with every condition's capability ------------------------------
+
+const TTL: Duration = Duration::from_secs(300);
+
+/// What the handlers share with the test: how often each ran and applied its effect, the mounts
+/// (a handler may unmount its own instance), and the first attempt's cancellation token.
+#[derive(Default)]
+struct Shared {
+    runs: Mutex<HashMap<&'static str, usize>>,
+    applied: Mutex<HashMap<&'static str, usize>>,
+    mounts: Mutex<HashMap<String, Mount>>,
+    first_token: CancellationToken,
+}
+
+impl Shared {
+    fn run(&self, capability: &'static str) -> usize {
+        let mut runs = self.runs.lock().unwrap();
+        let n = runs.entry(capability).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn apply(&self, capability: &'static str) {
+        *self.applied.lock().unwrap().entry(capability).or_default() += 1;
+    }
+
+    fn applied(&self, capability: &str) -> usize {
+        self.applied.lock().unwrap().get(capability).copied().unwrap_or(0)
+    }
+}
+
+struct World {
+    registry: Registry,
+    clock: TestClock,
+    engine: Arc<ConfirmationEngine>,
+    shared: Arc<Shared>,
+    consumer: Consumer,
+}
+
+/// A handler that behaves as its input's `mode` says (see the match).
+fn behave(
+    shared: &Arc<Shared>,
+    capability: &'static str,
+) -> impl Fn(Ctx, Value) -> BoxFuture<'static, Result<Value, AgentSurfaceError>> + Send + Sync + 'static {
+    let shared = shared.clone();
+    move |_ctx: Ctx, input: Value| {
+        let shared = shared.clone();
+        Box::pin(async move {
+            let run = shared.run(capability);
+            let mode = input["mode"].as_str().unwrap_or("ok").to_string();
+            let hang = || std::future::pending::<Result<Value, AgentSurfaceError>>();
+            match mode.as_str() {
+                "hang" => hang().await,
+                "hang-once" if run == 1 => hang().await,
+                "commit-hang" => {
+                    shared.apply(capability);
+                    hang().await
+                }
+                "transient-once" if run == 1 => Err(AgentSurfaceError::transient(Duration::from_millis(500))),
+                "fail" => Err(AgentSurfaceError::internal(std::io::Error::other("the disk is full"))),
+                "unauthorized" => Err(AgentSurfaceError::not_authorized(Origin::Server)),
+                "precondition" => Err(AgentSurfaceError::precondition_failed("The note is locked.")),
+                "rate" => Err(AgentSurfaceError::rate_limited(
+                    agent_surface_core::details::RateLimitReason::Rate,
+                    Duration::from_secs(1),
+                )),
+                "cancel-me" if !shared.first_token.is_cancelled() => {
+                    shared.first_token.cancel();
+                    hang().await
+                }
+                "unmount-me" => {
+                    drop(shared.mounts.lock().unwrap().remove("notes"));
+                    hang().await
+                }
+                "bad-output" => Ok(json!({"count": "many"})),
+                _ => {
+                    shared.apply(capability);
+                    Ok(json!({"done": true}))
+                }
+            }
+        })
+    }
+}
+
+fn schema() -> Value {
+    json!({"type": "object", "properties": {"mode": {"type": "string"}, "text": {"type": "string"}}})
+}
+
+fn world() -> World {
+    let clock = TestClock::new();
+    let policy = FnPolicy::new("scenarios", |call: &CallInfo<'_>| {
+        Ok(match (call.capability, call.instance_id) {
+            ("vault.purge", _) | ("desk.open", Some("secret")) => AuthorityDecision::Hide,
+            ("shop.sale", _) => AuthorityDecision::Disable { reason: SafeText::from("The sale opens on Monday.") },
+            ("refund.issue", _) => AuthorityDecision::Unauthenticated,
+            ("admin.audit", _) => AuthorityDecision::Deny { origin: Origin::Client },
+            _ => AuthorityDecision::Allow,
+        })
+    });
+    let quota = |seconds| Some(Quota::new(NonZeroU32::MIN, Duration::from_secs(seconds)));
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.shared(),
+        capability_quotas: [("quote.ping".to_string(), quota(1)), ("quote.bulk".to_string(), quota(3600))].into(),
+        ..Default::default()
+    });
+    let engine =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.shared(), ttl: TTL, ..Default::default() }));
+    let registry = Registry::new(RegistryConfig {
+        clock: clock.shared(),
+        authority: Some(Arc::new(Policies::new().global(policy))),
+        rate_limiter: Some(Arc::new(limiter)),
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    let shared = Arc::new(Shared::default());
+    let budget = Duration::from_secs(2);
+    let s = &shared;
+    registry
+        .define("notes", |t| {
+            t.capability("read", "Read notes.").effect(Effect::Read).idempotent().time_budget(budget).raw_handler(
+                schema(),
+                None,
+                behave(s, "notes.read"),
+            );
+            t.capability("scan", "Scan notes (not idempotent).").effect(Effect::Read).time_budget(budget).raw_handler(
+                schema(),
+                None,
+                behave(s, "notes.scan"),
+            );
+            t.capability("write", "Write a note.").effect(Effect::Write).time_budget(budget).raw_handler(
+                schema(),
+                None,
+                behave(s, "notes.write"),
+            );
+            t.capability("erase", "Erase every note.").effect(Effect::Destructive).raw_handler(
+                schema(),
+                None,
+                behave(s, "notes.erase"),
+            );
+            t.capability("delete", "Delete a note.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Value| "Delete a note.")
+                .raw_handler(schema(), None, behave(s, "notes.delete"));
+            let owned =
+                json!({"type": "object", "properties": {"owner": {"type": "string"}, "text": {"type": "string"}}});
+            t.capability("fill", "Fill a form for the owner.")
+                .effect(Effect::Write)
+                .bind("owner", Binding::from_consumer(|_| None))
+                .raw_handler(owned.clone(), None, behave(s, "notes.fill"));
+            t.capability("tag", "Tag a note as the owner.")
+                .effect(Effect::Write)
+                .bind("owner", Binding::from_consumer(|c| c.identity().map(|i| json!(i.subject))))
+                .raw_handler(owned, None, behave(s, "notes.tag"));
+            t.capability("greet", "Greet the user by name.")
+                .effect(Effect::Write)
+                .ask(|_: &Ctx, _: &Value, _: &Answers| {
+                    let form = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+                    Ok(vec![Question::form("name", "What is your name?", form)])
+                })
+                .raw_handler(schema(), None, behave(s, "notes.greet"));
+            let counted =
+                json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
+            t.capability("report", "Count the notes.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                Some(counted),
+                behave(s, "notes.report"),
+            );
+        })
+        .unwrap();
+    let read = |type_id: &str, id: &str, description: &str| {
+        let (type_id, capability) = (type_id.to_string(), id.to_string());
+        let s = shared.clone();
+        let name: &'static str = Box::leak(format!("{type_id}.{capability}").into_boxed_str());
+        registry
+            .define(&type_id, move |t| {
+                t.capability(&capability, description).effect(Effect::Read).idempotent().raw_handler(
+                    schema(),
+                    None,
+                    behave(&s, name),
+                );
+            })
+            .unwrap();
+    };
+    read("fleet", "ping", "Ping a device.");
+    read("desk", "open", "Open a desk.");
+    read("vault", "purge", "Purge the vault.");
+    read("refund", "issue", "Issue a refund.");
+    read("admin", "audit", "Read the audit log.");
+    read("late", "show", "Show what arrived late.");
+    read("kiosk", "show", "Show the kiosk.");
+    read("board", "show", "Show a board.");
+    registry
+        .define("shop", |t| {
+            t.capability("sale", "Buy on sale.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                behave(s, "shop.sale"),
+            );
+            t.capability("browse", "Browse the shop.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                behave(s, "shop.browse"),
+            );
+        })
+        .unwrap();
+    registry
+        .define("quote", |t| {
+            t.capability("ping", "Ask for a quote.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                behave(s, "quote.ping"),
+            );
+            t.capability("bulk", "Ask for a bulk quote.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                behave(s, "quote.bulk"),
+            );
+        })
+        .unwrap();
+    let world =
+        World { registry, clock, engine, shared, consumer: Consumer::authenticated("c-1", Identity::new("alice")) };
+    for (type_id, instance) in [
+        ("notes", "main"),
+        ("fleet", "a"),
+        ("fleet", "b"),
+        ("desk", "main"),
+        ("desk", "secret"),
+        ("vault", "main"),
+        ("refund", "main"),
+        ("admin", "main"),
+        ("quote", "main"),
+        ("kiosk", "main"),
+        ("board", "main"),
+        ("board", "side"),
+        ("shop", "main"),
+    ] {
+        world.mount(type_id, instance);
+    }
+    world
+}
+
+impl World {
+    fn key(type_id: &str, instance: &str) -> String {
+        if instance == "main" { type_id.to_string() } else { format!("{type_id}/{instance}") }
+    }
+
+    /// Mounts an instance and returns its registration id.
+    fn mount(&self, type_id: &str, instance: &str) -> String {
+        let mount = self.registry.mount(type_id, instance).unwrap();
+        let id = mount.registration_id().unwrap().to_string();
+        self.shared.mounts.lock().unwrap().insert(World::key(type_id, instance), mount);
+        id
+    }
+
+    fn unmount(&self, type_id: &str, instance: &str) {
+        drop(self.shared.mounts.lock().unwrap().remove(&World::key(type_id, instance)));
+    }
+
+    fn options(&self) -> InvokeOptions {
+        InvokeOptions::new(self.consumer.clone())
+    }
+
+    /// A call made before the scenario (its setup), straight to the registry.
+    async fn before(&self, request: InvokeRequest) -> InvokeResult {
+        self.registry.invoke(request, self.options()).await
+    }
+
+    /// Asks for a confirmation of `notes.delete` with `input` and returns its id.
+    async fn pending_confirmation(&self, input: Value) -> String {
+        let r = self.before(InvokeRequest::new("notes.delete", input)).await;
+        let p = r.error_payload().expect("a confirmation is required");
+        p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
+    }
+
+    async fn approve(&self, id: &str) {
+        self.engine.approve(id, &Identity::new("manager")).await.unwrap();
+    }
+}
+
+// ---- The host, the invoker and the runner ---------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HostKind {
+    /// The default: approvals and verification go to the model.
+    Relay,
+    /// A person approves in time (through the engine, as a second channel).
+    Approve,
+    /// A person denies.
+    Deny,
+    /// The first approval comes after the confirmation expired; later ones in time.
+    ApproveLate,
+    /// Verification tells the truth (from the handlers' record of applied effects).
+    Truthful,
+}
+
+struct Host {
+    kind: HostKind,
+    engine: Arc<ConfirmationEngine>,
+    clock: TestClock,
+    shared: Arc<Shared>,
+    prompts: AtomicUsize,
+}
+
+impl RecoveryHost for Host {
+    fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+        Box::pin(async move {
+            let first = self.prompts.fetch_add(1, Ordering::SeqCst) == 0;
+            match self.kind {
+                HostKind::Approve | HostKind::ApproveLate => {
+                    if self.kind == HostKind::ApproveLate && first {
+                        // The person answers after the confirmation expired: the engine refuses
+                        // the late approval, but the person did say yes.
+                        self.clock.advance(TTL + Duration::from_secs(1));
+                        let late = self.engine.approve(&prompt.confirmation_id, &Identity::new("manager")).await;
+                        assert!(late.is_err(), "an expired confirmation cannot be approved");
+                    } else {
+                        self.engine.approve(&prompt.confirmation_id, &Identity::new("manager")).await.unwrap();
+                    }
+                    Approval::Approved
+                }
+                HostKind::Deny => {
+                    self.engine.deny(&prompt.confirmation_id, &Identity::new("manager")).await.unwrap();
+                    Approval::Denied
+                }
+                HostKind::Relay | HostKind::Truthful => Approval::Unavailable,
+            }
+        })
+    }
+
+    fn verify<'a>(&'a self, request: &'a InvokeRequest, _: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
+        let v = match self.kind {
+            HostKind::Truthful if self.shared.applied(&request.capability) == 0 => Verification::NotApplied,
+            HostKind::Truthful => Verification::Applied,
+            _ => Verification::Unknown,
+        };
+        Box::pin(std::future::ready(v))
+    }
+}
+
+/// How the first attempt is cancelled, if at all (later attempts never are).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FirstAttempt {
+    Plain,
+    /// Its token is cancelled before it is sent (nothing can have run).
+    CancelledBefore,
+    /// Its token is the one a `cancel-me` handler cancels while it runs.
+    CancelledByHandler,
+}
+
+/// A change to the surface between two calls.
+type Change = Box<dyn FnOnce(&World) + Send>;
+
+/// One scenario's request and circumstances.
+struct Case {
+    request: InvokeRequest,
+    host: HostKind,
+    first: FirstAttempt,
+    /// Runs after the first call's result (the surface changes meanwhile).
+    after_first: Option<Change>,
+}
+
+impl Case {
+    fn new(request: InvokeRequest) -> Case {
+        Case { request, host: HostKind::Relay, first: FirstAttempt::Plain, after_first: None }
+    }
+
+    fn host(self, host: HostKind) -> Case {
+        Case { host, ..self }
+    }
+
+    fn first(self, first: FirstAttempt) -> Case {
+        Case { first, ..self }
+    }
+
+    fn after_first(self, f: impl FnOnce(&World) + Send + 'static) -> Case {
+        Case { after_first: Some(Box::new(f)), ..self }
+    }
+}
+
+fn call(capability: &str, input: Value) -> InvokeRequest {
+    InvokeRequest::new(capability, input).with_invocation_id("sc:1")
+}
+
+fn write(mode: &str) -> InvokeRequest {
+    call("notes.write", json!({"mode": mode, "text": "hello"}))
+}
+
+/// Sets a condition up and builds the scenario's request.
+async fn arrange(world: &World, condition: Condition) -> Case {
+    let r = &world.registry;
+    match condition {
+        UnknownName => Case::new(call("notes.nothing", json!({}))),
+        HiddenCapability => Case::new(call("vault.purge", json!({}))),
+        HiddenInstance => Case::new(call("desk.open", json!({})).with_target(Target::instance("secret"))),
+        MountedAfterFirstCall => Case::new(call("late.show", json!({}))).after_first(|w| {
+            w.mount("late", "main");
+        }),
+        DisabledByRegistry => {
+            assert!(r.disable("shop.browse", "The shop is closed for stocktaking."));
+            Case::new(call("shop.browse", json!({})))
+        }
+        DisabledForConsumer => Case::new(call("shop.sale", json!({}))),
+        EnabledAfterFirstCall => {
+            assert!(r.disable("shop.browse", "The shop opens in a moment."));
+            Case::new(call("shop.browse", json!({}))).after_first(|w| assert!(w.registry.enable("shop.browse")))
+        }
+        SeveralInstancesNoTarget => Case::new(call("fleet.ping", json!({}))),
+        NamedInstanceUnmounted => {
+            world.unmount("board", "side");
+            Case::new(call("board.show", json!({})).with_target(Target::instance("side")))
+        }
+        OnlyInstanceUnmounted => {
+            world.unmount("kiosk", "main");
+            Case::new(call("kiosk.show", json!({})))
+        }
+        ReadUnmountedMidFlight => Case::new(call("notes.read", json!({"mode": "unmount-me"}))),
+        RegistrationReplaced | RemountedNamedByRegistration => {
+            let old = world.shared.mounts.lock().unwrap()["kiosk"].registration_id().unwrap().to_string();
+            world.unmount("kiosk", "main");
+            world.mount("kiosk", "main");
+            let target = match condition {
+                RegistrationReplaced => Target { instance_id: Some("main".into()), registration_id: Some(old) },
+                _ => Target::registration(old),
+            };
+            Case::new(call("kiosk.show", json!({})).with_target(target))
+        }
+        SurfaceReloaded => Case::new(call("notes.erase", json!({})).with_surface("s-0000000000000000", r.version())),
+        SurfaceVersionOutdated => {
+            let planned = r.version();
+            assert!(r.disable("notes.erase", "Maintenance."));
+            assert!(r.enable("notes.erase"));
+            Case::new(call("notes.erase", json!({})).with_surface(r.surface_id(), planned))
+        }
+        IdReused => {
+            world.before(call("notes.read", json!({}))).await;
+            Case::new(write("ok"))
+        }
+        IdAndRetryIdReused => {
+            // The id and the id the driver used to derive for a retry (`#r2`) both hold other
+            // requests.
+            world.before(call("notes.read", json!({}))).await;
+            world.before(call("notes.read", json!({"text": "other"})).with_invocation_id("sc:1#r2")).await;
+            Case::new(write("ok"))
+        }
+        SchemaViolation => Case::new(call("notes.write", json!({"mode": 5}))),
+        LockedField => Case::new(call("notes.tag", json!({"owner": "mallory", "text": "mine"}))),
+        Unauthenticated => Case::new(call("refund.issue", json!({}))),
+        DeniedByPolicy => Case::new(call("admin.audit", json!({}))),
+        RefusedByServer => Case::new(write("unauthorized")),
+        AuthorCheck => Case::new(write("precondition")),
+        BindingFails => Case::new(call("notes.fill", json!({"text": "x"}))),
+        ClientInputRequired => Case::new(call("notes.greet", json!({}))),
+        TwoPhaseRelay => Case::new(call("notes.delete", json!({"text": "n-1"}))),
+        ApprovedByHost => Case::new(call("notes.delete", json!({"text": "n-1"}))).host(HostKind::Approve),
+        DeniedByHost => Case::new(call("notes.delete", json!({"text": "n-1"}))).host(HostKind::Deny),
+        ApprovedLate => Case::new(call("notes.delete", json!({"text": "n-1"}))).host(HostKind::ApproveLate),
+        DeniedEvidence => {
+            let id = world.pending_confirmation(json!({"text": "n-1"})).await;
+            world.engine.deny(&id, &Identity::new("manager")).await.unwrap();
+            Case::new(call("notes.delete", json!({"text": "n-1"})).with_confirmation(id))
+        }
+        ExpiredEvidence => {
+            let id = world.pending_confirmation(json!({"text": "n-1"})).await;
+            world.approve(&id).await;
+            world.clock.advance(TTL + Duration::from_secs(1));
+            Case::new(call("notes.delete", json!({"text": "n-1"})).with_confirmation(id)).host(HostKind::Approve)
+        }
+        ConsumedEvidence => {
+            let id = world.pending_confirmation(json!({"text": "n-1"})).await;
+            world.approve(&id).await;
+            let used = InvokeRequest::new("notes.delete", json!({"text": "n-1"})).with_confirmation(id.clone());
+            assert!(world.before(used).await.is_ok());
+            Case::new(call("notes.delete", json!({"text": "n-1"})).with_confirmation(id))
+        }
+        MismatchedEvidence => {
+            let id = world.pending_confirmation(json!({"text": "n-1"})).await;
+            world.approve(&id).await;
+            Case::new(call("notes.delete", json!({"text": "n-2"})).with_confirmation(id))
+        }
+        LimitLifts => {
+            assert!(world.before(InvokeRequest::new("quote.ping", json!({}))).await.is_ok());
+            Case::new(call("quote.ping", json!({})))
+        }
+        DelayBeyondBound => {
+            assert!(world.before(InvokeRequest::new("quote.bulk", json!({}))).await.is_ok());
+            Case::new(call("quote.bulk", json!({})))
+        }
+        LimitPersists => Case::new(write("rate")),
+        IdempotentOnce => Case::new(call("notes.read", json!({"mode": "hang-once"}))),
+        IdempotentAlways => Case::new(call("notes.read", json!({"mode": "hang"}))),
+        NonIdempotentReadUnverified => Case::new(call("notes.scan", json!({"mode": "hang"}))),
+        NonIdempotentReadVerified => {
+            Case::new(call("notes.scan", json!({"mode": "hang-once"}))).host(HostKind::Truthful)
+        }
+        RegistryDisposed => {
+            r.dispose();
+            Case::new(write("ok"))
+        }
+        WriteCancelledBeforeStart => Case::new(write("ok")).first(FirstAttempt::CancelledBefore),
+        ReadCancelledMidFlight => {
+            Case::new(call("notes.read", json!({"mode": "cancel-me"}))).first(FirstAttempt::CancelledByHandler)
+        }
+        HandlerError => Case::new(write("fail")),
+        TransientOnWrite => Case::new(write("transient-once")),
+        WriteTimedOutUnverified => Case::new(write("hang")),
+        WriteTimedOutVerifiedNotApplied => Case::new(write("hang-once")).host(HostKind::Truthful),
+        WriteCommittedThenTimedOut => Case::new(write("commit-hang")).host(HostKind::Truthful),
+        WriteUnmountedMidFlight => Case::new(write("unmount-me")),
+        WriteCancelledMidFlight => Case::new(write("cancel-me")).first(FirstAttempt::CancelledByHandler),
+        OutputInvalid => Case::new(call("notes.report", json!({"mode": "bad-output"}))),
+    }
+}
+
+/// The registry as the driver sees it, recording every request and result.
+struct Probe<'w> {
+    world: &'w World,
+    first: FirstAttempt,
+    after_first: Mutex<Option<Change>>,
+    log: Mutex<Vec<(InvokeRequest, InvokeResult)>>,
+}
+
+impl Invoker for Probe<'_> {
+    fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
+        Box::pin(async move {
+            let first = self.log.lock().unwrap().is_empty();
+            let mut options = self.world.options();
+            if first {
+                match self.first {
+                    FirstAttempt::Plain => {}
+                    FirstAttempt::CancelledBefore => {
+                        let token = CancellationToken::new();
+                        token.cancel();
+                        options = options.with_cancellation(token);
+                    }
+                    FirstAttempt::CancelledByHandler => {
+                        options = options.with_cancellation(self.world.shared.first_token.clone());
+                    }
+                }
+            }
+            let result = self.world.registry.invoke(request.clone(), options).await;
+            self.log.lock().unwrap().push((request, result.clone()));
+            if first && let Some(change) = self.after_first.lock().unwrap().take() {
+                change(self.world);
+            }
+            result
+        })
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Snapshot> {
+        Box::pin(self.world.registry.snapshot(&self.world.consumer))
+    }
+}
+
+/// What one scenario did.
+struct Observed {
+    recovery: Recovery,
+    log: Vec<(InvokeRequest, InvokeResult)>,
+    /// Times a non-idempotent handler's effect was applied, per capability, during the scenario.
+    applied: HashMap<&'static str, usize>,
+}
+
+async fn observe(condition: Condition) -> Observed {
+    let world = world();
+    let case = arrange(&world, condition).await;
+    let baseline = world.shared.applied.lock().unwrap().clone();
+    let host = Arc::new(Host {
+        kind: case.host,
+        engine: world.engine.clone(),
+        clock: world.clock.clone(),
+        shared: world.shared.clone(),
+        prompts: AtomicUsize::new(0),
+    });
+    let driver = RecoveryDriver::new(RecoveryConfig::default(), world.clock.shared(), host);
+    let probe =
+        Probe { world: &world, first: case.first, after_first: Mutex::new(case.after_first), log: Mutex::default() };
+    let cancel = CancellationToken::new();
+    let run = driver.run(&probe, case.request, &cancel);
+    // Time passes only while something waits on the clock (a time budget, a retry delay).
+    let keeper = async {
+        loop {
+            tokio::task::yield_now().await;
+            if world.clock.pending_sleeps() > 0 {
+                world.clock.advance(Duration::from_millis(250));
+            }
+        }
+    };
+    let recovery = tokio::select! {
+        biased;
+        r = run => r,
+        () = keeper => unreachable!(),
+    };
+    let mut applied = world.shared.applied.lock().unwrap().clone();
+    for (capability, before) in baseline {
+        *applied.entry(capability).or_default() -= before;
+    }
+    Observed { recovery, log: probe.log.into_inner().unwrap(), applied }
+}
+
+/// A refusal the user or a policy decided: never followed by another call.
+fn denial(p: &ErrorPayload) -> bool {
+    matches!(p.code(), NotAuthenticated | NotAuthorized)
+        || (p.code() == ConfirmationInvalid && p.detail("reason") == Some(&json!("denied")))
+}
+
+#[tokio::test]
+async fn the_scenario_matrix() {
+    let mut right_outcome = 0;
+    let mut minimum_calls = 0;
+    let mut double_executions = 0;
+    let mut retried_denials = 0;
+    let mut failures = Vec::new();
+    for s in SCENARIOS {
+        let o = observe(s.condition).await;
+        let r = &o.recovery;
+        let name = format!("{} × {:?}", s.code, s.condition);
+        let first = o.log.first().and_then(|(_, res)| res.code());
+        if first != Some(s.code) {
+            failures.push(format!("{name}: the first call ended {first:?}, not {}", s.code));
+        }
+        if (r.stop, r.result.code()) == (s.stop, s.last) {
+            right_outcome += 1;
+        } else {
+            failures.push(format!(
+                "{name}: ended {:?} with {:?}, expected {:?} with {:?}",
+                r.stop,
+                r.result.code(),
+                s.stop,
+                s.last
+            ));
+        }
+        if o.log.len() == s.calls && r.attempts as usize == s.calls {
+            minimum_calls += 1;
+        } else {
+            failures.push(format!("{name}: {} calls, expected {}", o.log.len(), s.calls));
+        }
+        // Non-idempotent capabilities: at most one effect per intent.
+        let doubled: Vec<_> =
+            o.applied.iter().filter(|(c, n)| !c.starts_with("notes.read") && **n > 1).map(|(c, _)| *c).collect();
+        if !doubled.is_empty() {
+            double_executions += 1;
+            failures.push(format!("{name}: applied twice: {doubled:?}"));
+        }
+        // Nothing is sent after a denial, and a host's denial ends the intent at once.
+        let after_denial = o.log.iter().rev().skip(1).any(|(_, res)| res.error_payload().is_some_and(denial));
+        if after_denial || (r.stop == Denied && o.log.len() != 1) {
+            retried_denials += 1;
+            failures.push(format!("{name}: retried a denial"));
+        }
+        // Nothing that says `no` is repeated, except an uncertain outcome the host verified.
+        for (_, res) in o.log.iter().rev().skip(1) {
+            if let Some(p) = res.error_payload()
+                && p.retry() == Retry::No
+                && !matches!(p.code(), Timeout | ExecutionFailed)
+            {
+                failures.push(format!("{name}: repeated after {} (retry no)", p.code()));
+            }
+        }
+        // An unknown outcome is never reconciled by the driver (the same id would replay it): a
+        // call after it is a verified repeat under a fresh id.
+        for pair in o.log.windows(2) {
+            let ((sent, res), (next, _)) = (&pair[0], &pair[1]);
+            if res.error_payload().is_some_and(|p| p.detail("reason") == Some(&json!("outcome-unknown")))
+                && next.invocation_id == sent.invocation_id
+            {
+                failures.push(format!("{name}: reconciled an unknown outcome"));
+            }
+        }
+    }
+    let n = SCENARIOS.len();
+    let summary = format!(
+        "{n} scenarios: right outcome {right_outcome}/{n}, minimum calls {minimum_calls}/{n}, \
+         double executions {double_executions}, retried denials {retried_denials}"
+    );
+    assert_eq!(
+        (right_outcome, minimum_calls, double_executions, retried_denials),
+        (n, n, 0, 0),
+        "{summary}\n{}",
+        failures.join("\n")
+    );
+    assert!(failures.is_empty(), "{summary}\n{}", failures.join("\n"));
+    assert!(n >= 42, "the matrix covers at least the 42 measured cases");
+}
+
+/// Every code appears in the table.
+#[test]
+fn every_code_has_a_scenario() {
+    for code in ErrorCode::ALL {
+        assert!(SCENARIOS.iter().any(|s| s.code == code), "no scenario for {code}");
+    }
+}
