@@ -9,17 +9,14 @@
 //! handler does not run.
 
 use std::any::Any;
-use std::sync::Arc;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase, SafeText};
-use agent_surface_policy::{CallInfo, ConfirmationDecision, Consumer};
+use agent_surface_policy::ConfirmationDecision;
 use serde_json::Value;
 
-use super::Stop;
+use super::{Call, Stop};
 use crate::define::{CapabilityDef, ErasedConfirm};
-use crate::live::Registration;
-use crate::registry::Inner;
 use agent_surface_policy::{catch, catch_future};
 
 /// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
@@ -57,14 +54,12 @@ fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, decoded: &(dyn Any + 
 }
 
 pub(crate) async fn check(
-    inner: &Arc<Inner>,
-    consumer: &Consumer,
-    def: &CapabilityDef,
-    reg: &Registration,
+    call: &Call<'_>,
     input: &Value,
     summary: Option<SafeText>,
     confirmation_id: Option<&str>,
 ) -> Result<(), Stop> {
+    let (inner, def) = (call.inner, call.def);
     let gate = match (&inner.config.confirmation, &def.confirm) {
         (None, None) => return Ok(()),
         (None, Some(_)) => {
@@ -75,10 +70,7 @@ pub(crate) async fn check(
         }
         (Some(gate), _) => gate,
     };
-    let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
-        .with_instance(&reg.instance_id)
-        .with_registration(&reg.registration_id)
-        .with_input(input);
+    let mut call = call.info().with_input(input);
     if def.confirm.is_some() {
         call = call.with_declared_gate(summary.as_ref());
     }

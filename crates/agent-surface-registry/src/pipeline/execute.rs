@@ -17,8 +17,7 @@ use agent_surface_policy::catch_future;
 use futures_util::FutureExt;
 use serde_json::Value;
 
-use super::Stop;
-use crate::ctx::Ctx;
+use super::{Call, Stop};
 use crate::define::CapabilityDef;
 use crate::handler::{Decoded, Failure};
 use crate::live::Registration;
@@ -29,16 +28,10 @@ fn handler_failed(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Execute, note)
 }
 
-pub(crate) async fn run(
-    inner: &Arc<Inner>,
-    def: &CapabilityDef,
-    reg: &Registration,
-    ctx: Ctx,
-    decoded: Decoded,
-    options: &InvokeOptions,
-    tracked: bool,
-) -> Result<Value, Stop> {
-    let budget = super::time_budget(inner, def, options);
+pub(crate) async fn run(call: &Call<'_>, decoded: Decoded) -> Result<Value, Stop> {
+    let Call { inner, options, def, reg, tracked, .. } = *call;
+    let ctx = call.ctx.clone();
+    let budget = call.time_budget();
     let _end = ctx.end_on_drop();
     let call = &def.handler.call;
     // Building the future runs the handler's synchronous prelude, which may panic too: the guard

@@ -6,19 +6,13 @@
 //! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate), and the
 //! author's `PRECONDITION_FAILED`.
 
-use std::sync::Arc;
-
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
 use agent_surface_policy::catch;
 use serde_json::Value;
 
-use super::Stop;
-use crate::ctx::Ctx;
-use crate::define::CapabilityDef;
+use super::{Call, Stop};
 use crate::handler::Decoded;
-use crate::live::Registration;
-use crate::registry::Inner;
 use crate::schema::escape_pointer_segment;
 use crate::validate::{InputLimits, check_shape};
 
@@ -33,13 +27,8 @@ fn invalid(issues: Vec<InputIssue>, locked: Option<Vec<String>>, note: impl Into
     Stop::noted(AgentSurfaceError::invalid_input(issues, locked), Phase::Input, note)
 }
 
-pub(crate) fn prepare(
-    inner: &Arc<Inner>,
-    def: &CapabilityDef,
-    reg: &Registration,
-    input: Value,
-    ctx: &Ctx,
-) -> Result<Prepared, Stop> {
+pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
+    let Call { inner, def, reg, ctx, .. } = call;
     let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
     check_shape(&input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
 

@@ -2,7 +2,9 @@
 //!
 //! Each phase is one module with the same shape: a function that takes what the earlier phases
 //! established and returns what the later ones need, or a [`Stop`] carrying the agent-safe error
-//! and the phase that produced it.
+//! and the phase that produced it. From phase 5 on, what a call's phases share is one [`Call`],
+//! built once when authority has admitted the call: each later phase is a function of `&Call`
+//! and its own input.
 
 pub(crate) mod admission;
 pub(crate) mod authority;
@@ -17,6 +19,8 @@ pub(crate) mod record;
 pub(crate) mod resolve;
 pub(crate) mod verify;
 
+use std::sync::Arc;
+
 use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
 use tracing::Instrument;
@@ -24,6 +28,7 @@ use tracing::Instrument;
 use crate::correlation::CorrelationId;
 use crate::ctx::{Ctx, CtxParts};
 use crate::define::CapabilityDef;
+use crate::live::Registration;
 use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 use crate::telemetry;
@@ -85,6 +90,35 @@ impl Stop {
     /// The same stop, marked as a failure of a store (or the rate limiter).
     pub(crate) fn store_fault(self, store: Fault) -> Stop {
         Stop { fault: Some(store), ..self }
+    }
+}
+
+/// What phases 5–9 of one call share, built once when phase 4 has admitted it: the registry, the
+/// caller's options, the resolved definition and registration, the handler's context, and
+/// whether the call is recorded. Every later phase is a function of `&Call` and its own input.
+pub(crate) struct Call<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) options: &'a InvokeOptions,
+    pub(crate) def: &'a CapabilityDef,
+    pub(crate) reg: &'a Registration,
+    pub(crate) ctx: Ctx,
+    /// Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
+    pub(crate) tracked: bool,
+}
+
+impl Call<'_> {
+    /// The hooks' view of the call: the consumer, the capability, and the instance and
+    /// registration it runs against.
+    pub(crate) fn info(&self) -> agent_surface_policy::CallInfo<'_> {
+        let def = self.def;
+        agent_surface_policy::CallInfo::new(&self.options.consumer, &def.name, &def.type_id, def.effect, def.idempotent)
+            .with_instance(&self.reg.instance_id)
+            .with_registration(&self.reg.registration_id)
+    }
+
+    /// The time budget of the handler and of its post-condition.
+    pub(crate) fn time_budget(&self) -> std::time::Duration {
+        time_budget(self.inner, self.def, self.options)
     }
 }
 
@@ -324,7 +358,7 @@ async fn phases(
         }
         Err(stop) => return Err(stop),
     };
-    // Phase 5.
+    // Phase 5: the call's context, then its input.
     let ctx = Ctx::new(CtxParts {
         capability: def.name.clone(),
         consumer: options.consumer.clone(),
@@ -336,30 +370,19 @@ async fn phases(
         progress: options.progress.clone().map(crate::ctx::ProgressState::new),
         answers: options.answers.clone(),
     });
-    let prepared = input::prepare(inner, &def, &reg, std::mem::take(&mut request.input), &ctx)?;
+    let call = Call { inner, options, def: &def, reg: &reg, ctx, tracked };
+    let prepared = input::prepare(&call, std::mem::take(&mut request.input))?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &def.ask {
-        questions::check(ask, &ctx, &prepared.decoded)?;
+        questions::check(ask, &call.ctx, &prepared.decoded)?;
     }
     // Phase 6.
-    let _permit = if inner.config.rate_limiter.is_some() {
-        Box::pin(rate::acquire(inner, &options.consumer, &def, &reg, &prepared.value)).await?
-    } else {
-        None
-    };
+    let _permit =
+        if inner.config.rate_limiter.is_some() { Box::pin(rate::acquire(&call, &prepared.value)).await? } else { None };
     // Phase 7.
     if inner.config.confirmation.is_some() || def.confirm.is_some() {
         let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
-        Box::pin(confirmation::check(
-            inner,
-            &options.consumer,
-            &def,
-            &reg,
-            &prepared.value,
-            summary,
-            request.confirmation_id.as_deref(),
-        ))
-        .await?;
+        Box::pin(confirmation::check(&call, &prepared.value, summary, request.confirmation_id.as_deref())).await?;
     }
     // Phase 8.
     if let Some(hook) = &options.on_execute {
@@ -377,12 +400,10 @@ async fn phases(
     if let Some(timing) = timing.as_mut() {
         timing.execute_start = Some(std::time::Instant::now());
     }
-    let output = execute::run(inner, &def, &reg, ctx.clone(), prepared.decoded, options, tracked).await;
+    let output = execute::run(&call, prepared.decoded).await;
     // Phase 8b: the post-condition, if the capability declares one.
     let output = match output {
-        Ok(output) if def.verify.is_some() => {
-            Box::pin(verify::check(inner, &def, ctx, &prepared.value, output, options, tracked)).await
-        }
+        Ok(output) if def.verify.is_some() => Box::pin(verify::check(&call, &prepared.value, output)).await,
         other => other,
     };
     if let Some(timing) = timing.as_mut() {
@@ -390,5 +411,5 @@ async fn phases(
     }
     let output = output?;
     // Phase 9.
-    output::check(inner, &def, output)
+    output::check(&call, output)
 }

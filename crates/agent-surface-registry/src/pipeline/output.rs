@@ -3,15 +3,11 @@
 //! Input: the handler's output. Decision: whether the agent may have it. Codes:
 //! `EXECUTION_FAILED {reason: output-invalid | output-too-large}`; the output is withheld.
 
-use std::sync::Arc;
-
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
 
-use super::Stop;
-use crate::define::CapabilityDef;
-use crate::registry::Inner;
+use super::{Call, Stop};
 
 /// Whether `value` serializes to more than `limit` bytes (counted without serializing, stopping
 /// at the limit).
@@ -19,7 +15,8 @@ pub(crate) fn exceeds(value: &Value, limit: usize) -> bool {
     crate::measure::measure(value, usize::MAX, limit).is_err()
 }
 
-pub(crate) fn check(inner: &Arc<Inner>, def: &CapabilityDef, output: Value) -> Result<Value, Stop> {
+pub(crate) fn check(call: &Call<'_>, output: Value) -> Result<Value, Stop> {
+    let (inner, def) = (call.inner, call.def);
     if let Some(v) = &def.output_validator
         && !v.is_valid(&output)
     {

@@ -8,34 +8,22 @@
 //! `RATE_LIMITED {reason: queue-full}`; either way with `retryAfterMs` of one second, and the
 //! cause on the operator channel only.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::{CallInfo, Consumer, Failure, RateDecision, guarded};
+use agent_surface_policy::{Failure, RateDecision, guarded};
 use serde_json::Value;
 
-use super::Stop;
-use crate::define::CapabilityDef;
-use crate::live::Registration;
-use crate::registry::Inner;
+use super::{Call, Stop};
 
 /// A held permit (a queue slot, say), released when the call ends.
 pub(crate) type Permit = Option<Box<dyn Send>>;
 
-pub(crate) async fn acquire(
-    inner: &Arc<Inner>,
-    consumer: &Consumer,
-    def: &CapabilityDef,
-    reg: &Registration,
-    input: &Value,
-) -> Result<Permit, Stop> {
+pub(crate) async fn acquire(call: &Call<'_>, input: &Value) -> Result<Permit, Stop> {
+    let inner = call.inner;
     let Some(limiter) = &inner.config.rate_limiter else { return Ok(None) };
-    let call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
-        .with_instance(&reg.instance_id)
-        .with_registration(&reg.registration_id)
-        .with_input(input);
+    let call = call.info().with_input(input);
     let backstop = inner.config.default_time_budget;
     let now = inner.config.clock.now();
     let decision = match guarded(inner.config.clock.as_ref(), backstop, || {

@@ -7,29 +7,17 @@
 //! check cannot tell, returns an error, panics, runs past the time budget, or the registry is
 //! disposed while it runs). Both have retry `no`.
 
-use std::sync::Arc;
-
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
 
-use super::Stop;
-use crate::ctx::Ctx;
-use crate::define::CapabilityDef;
+use super::{Call, Stop};
 use crate::handler::Verification;
-use crate::registry::Inner;
-use crate::request::InvokeOptions;
 use agent_surface_policy::catch_future;
 
-pub(crate) async fn check(
-    inner: &Arc<Inner>,
-    def: &CapabilityDef,
-    ctx: Ctx,
-    input: &Value,
-    output: Value,
-    options: &InvokeOptions,
-    tracked: bool,
-) -> Result<Value, Stop> {
+pub(crate) async fn check(call: &Call<'_>, input: &Value, output: Value) -> Result<Value, Stop> {
+    let Call { inner, options, def, tracked, .. } = *call;
+    let ctx = &call.ctx;
     let Some(verify) = &def.verify else { return Ok(output) };
     let unknown = |note: String| Stop::noted(super::execute::unknown_outcome(tracked), Phase::Execute, note);
     // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
