@@ -25,26 +25,13 @@ pub(crate) fn measure(value: &Value, max_depth: usize, max_bytes: usize) -> Resu
         Object(serde_json::map::Iter<'a>),
     }
 
-    // Fast path for the common flat object of scalars: no stack to allocate.
+    // Fast path for the common flat object of scalars, in one pass and with no stack to allocate;
+    // the first nested container sends the value down the general path.
     if let Value::Object(map) = value
         && max_depth >= 1
-        && map.values().all(|v| !matches!(v, Value::Array(_) | Value::Object(_)))
+        && let Some(flat) = flat_object(map, max_bytes)
     {
-        let mut size = 2 + map.len().saturating_sub(1) + map.len();
-        for (key, item) in map {
-            size += string_len(key, max_bytes.saturating_sub(size));
-            size += match item {
-                Value::Null | Value::Bool(true) => 4,
-                Value::Bool(false) => 5,
-                Value::Number(n) => number_len(n),
-                Value::String(s) => string_len(s, max_bytes.saturating_sub(size)),
-                Value::Array(_) | Value::Object(_) => 0,
-            };
-            if size > max_bytes {
-                return Err(Exceeded::Size);
-            }
-        }
-        return Ok(());
+        return flat;
     }
 
     let mut size = 0usize;
@@ -111,6 +98,26 @@ fn string_len(s: &str, budget: usize) -> usize {
         })
         .sum();
     s.len() + 2 + escapes
+}
+
+/// [`measure`] of an object whose members are all scalars; `None` as soon as a member is an
+/// array or an object (measured by the general path, from the start).
+fn flat_object(map: &serde_json::Map<String, Value>, max_bytes: usize) -> Option<Result<(), Exceeded>> {
+    let mut size = 2 + map.len().saturating_sub(1) + map.len();
+    for (key, item) in map {
+        size += match item {
+            Value::Array(_) | Value::Object(_) => return None,
+            Value::Null | Value::Bool(true) => 4,
+            Value::Bool(false) => 5,
+            Value::Number(n) => number_len(n),
+            Value::String(s) => string_len(s, max_bytes.saturating_sub(size)),
+        };
+        size += string_len(key, max_bytes.saturating_sub(size));
+        if size > max_bytes {
+            return Some(Err(Exceeded::Size));
+        }
+    }
+    Some(Ok(()))
 }
 
 /// The number of decimal digits of `n`.
