@@ -47,6 +47,7 @@ mod definition;
 pub mod details;
 mod error;
 pub mod examples;
+pub mod hex;
 pub mod json;
 pub mod matrix;
 pub mod message;

@@ -353,10 +353,5 @@ fn new_task_id() -> String {
         bytes[..8].copy_from_slice(&n.to_le_bytes());
         bytes[8..].copy_from_slice(&Timestamp::now().unix_millis().to_le_bytes());
     }
-    let mut id = String::with_capacity(34);
-    id.push_str("t-");
-    for b in bytes {
-        id.push_str(&format!("{b:02x}"));
-    }
-    id
+    format!("t-{}", agent_surface_core::hex::Hex(&bytes))
 }

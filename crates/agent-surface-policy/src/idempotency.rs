@@ -100,7 +100,7 @@ impl Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        write!(f, "{}", agent_surface_core::hex::Hex(&self.0))
     }
 }
 

@@ -55,7 +55,7 @@ fn process_prefix() -> &'static str {
             let mixed = nanos ^ (u64::from(std::process::id()) << 32);
             bytes.copy_from_slice(&mixed.to_le_bytes()[..6]);
         }
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        agent_surface_core::hex::Hex(&bytes).to_string()
     })
 }
 

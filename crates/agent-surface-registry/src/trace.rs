@@ -47,6 +47,7 @@
 //! assert_eq!(TraceParent::extract(Some("not a traceparent"), None), None);
 //! ```
 
+use agent_surface_core::hex::Hex;
 use std::fmt;
 
 #[cfg(feature = "otel")]
@@ -232,14 +233,6 @@ impl fmt::Debug for TraceParent {
             .field("traceparent", &format_args!("{self}"))
             .field("tracestate", &self.tracestate)
             .finish()
-    }
-}
-
-struct Hex<'a>(&'a [u8]);
-
-impl fmt::Display for Hex<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 

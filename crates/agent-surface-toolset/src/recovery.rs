@@ -722,8 +722,7 @@ fn conflict_id(id: &str, request: &InvokeRequest) -> String {
         hash.update(part);
     }
     let digest = hash.finalize();
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{id}#c{hex}")
+    format!("{id}#c{}", agent_surface_core::hex::Hex(&digest[..8]))
 }
 
 fn cancelled(request: &InvokeRequest) -> InvokeResult {

@@ -6,7 +6,6 @@
 //! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason: transport,
 //! transient}` (the store failed).
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -57,12 +56,7 @@ fn store_id(invocation_id: &str) -> String {
         return invocation_id.to_string();
     }
     let digest = Sha256::digest(invocation_id.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in digest {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    format!("sha256:{}", agent_surface_core::hex::Hex(&digest))
 }
 
 /// The fingerprint of a request: SHA-256 over the capability, the target as requested, the
