@@ -371,15 +371,8 @@ async fn serve(options: Serve) -> Result<(), String> {
 
 /// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry (IPv6 in brackets).
 fn url_host(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let host = if authority.starts_with('[') {
-        authority.split_once(']').map(|(h, _)| format!("{h}]"))?
-    } else {
-        authority.split(':').next()?.to_string()
-    };
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+    let uri: axum::http::Uri = url.parse().ok()?;
+    uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
 }
 
 fn main() -> ExitCode {

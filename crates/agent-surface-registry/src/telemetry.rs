@@ -45,12 +45,11 @@ pub(crate) struct Timing {
     pub(crate) admitted: Option<Instant>,
     pub(crate) execute_start: Option<Instant>,
     pub(crate) execute_end: Option<Instant>,
-    pub(crate) finished: Option<Instant>,
 }
 
 impl Timing {
     pub(crate) fn start() -> Timing {
-        Timing { start: Instant::now(), admitted: None, execute_start: None, execute_end: None, finished: None }
+        Timing { start: Instant::now(), admitted: None, execute_start: None, execute_end: None }
     }
 }
 
@@ -102,7 +101,7 @@ pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeR
         metrics::counter!("agent_surface_rate_limited_total", "capability" => capability.clone(), "reason" => reason)
             .increment(1);
     }
-    let end = timing.finished.unwrap_or_else(Instant::now);
+    let end = Instant::now();
     let seconds = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
     let histogram = |group: &'static str, value: f64| {
         metrics::histogram!(

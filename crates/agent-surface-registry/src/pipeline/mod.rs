@@ -207,8 +207,7 @@ async fn run(
     let mut timing = inner.config.metrics.then(|| Box::new(telemetry::Timing::start()));
     let _in_flight = inner.config.metrics.then(|| telemetry::InFlight::enter(options.transport));
     let invocation = run_phases(registry, request, options, correlation_id, &mut timing).await;
-    if let Some(timing) = &mut timing {
-        timing.finished = Some(std::time::Instant::now());
+    if let Some(timing) = &timing {
         let capability = metric_label(inner, &request.capability, &invocation);
         telemetry::record(capability, options.transport, &invocation.result, timing);
     }
