@@ -230,3 +230,83 @@ fn a_replica_killed_mid_call_leaves_an_unknown_outcome_not_a_second_execution() 
     let (status, body) = invoke(&b.addr, "tickets.open", &input, Some("fresh"));
     assert_eq!(status, 200, "{body}");
 }
+
+/// Two replicas on a Redis of this test's own, with its URL.
+fn replicas_on(site: &agent_surface_testing::services::RedisSite, test: &str) -> (Server, Server) {
+    let url = site.url();
+    let prefix = format!("demo-it:{test}:");
+    let args = ["--redis", url.as_str(), "--redis-prefix", prefix.as_str(), "--state-key", STATE_KEY];
+    (served::start(&args), served::start(&args))
+}
+
+/// Asserts that `answer` (an MCP `tools/call` answer) is the transient store failure: nothing ran.
+fn assert_failed_closed(answer: &Value) {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let p = payload(answer);
+    assert_eq!(p["code"], "EXECUTION_FAILED", "{answer}");
+    assert_eq!(p["retry"], "after-delay", "{answer}");
+}
+
+/// Redis stopped under two replicas: calls that need it fail closed on both (`EXECUTION_FAILED`,
+/// `after-delay`; no order is cancelled, no ticket opened) and work again once it is back. Redis
+/// restarted from its append-only file while an approval waits: the approval given through the
+/// other replica is used once.
+#[test]
+fn a_redis_outage_fails_closed_and_a_pending_approval_survives_its_restart() {
+    let Some(site) = agent_surface_testing::services::RedisSite::new("demo-outage") else { return };
+    let mut redis = site.start();
+    let (a, b) = replicas_on(&site, "outage");
+
+    // An approval is asked on the first replica; then Redis goes away.
+    let asked = cancel(&a.addr, "A-1003", &json!({}));
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+    let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    redis.stop();
+
+    // Down: the accepted approval and a ticket with a key (its record is in Redis) fail closed on
+    // both replicas.
+    assert_failed_closed(&cancel(&b.addr, "A-1003", &accept));
+    assert_failed_closed(&cancel(&a.addr, "A-1003", &accept));
+    for addr in [&a.addr, &b.addr] {
+        let (status, body) = invoke(addr, "tickets.open", &json!({"subject": "Outage"}), Some("outage-1"));
+        let p = json_of(&body);
+        // The idempotency store is a downstream service: `reason: transport`, HTTP 502.
+        let told = (status, p["code"].as_str(), p["details"]["reason"].as_str(), p["retry"].as_str());
+        assert_eq!(told, (502, Some("EXECUTION_FAILED"), Some("transport"), Some("after-delay")), "{body}");
+        assert!(p.get("output").is_none(), "{body}");
+    }
+
+    // Back, from its append-only file: the approval (asked before the outage) is used once,
+    // through the other replica; replaying it on the first finds it consumed.
+    let _redis = site.start();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let executed = loop {
+        let answer = cancel(&b.addr, "A-1003", &accept);
+        if answer["result"]["isError"] != true || payload(&answer)["code"] != "EXECUTION_FAILED" {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "the replica never reconnected: {answer}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(executed["result"]["isError"], false, "{executed}");
+    assert_eq!(payload(&executed)["refundedCents"], 9900);
+    let replayed = cancel(&a.addr, "A-1003", &accept);
+    let told = payload(&replayed);
+    assert!(
+        (told["code"].as_str(), told["details"]["reason"].as_str()) == (Some("CONFIRMATION_INVALID"), Some("consumed"))
+            || told["code"] == "PRECONDITION_FAILED",
+        "{replayed}"
+    );
+
+    // The keyed ticket that failed closed was never opened: its key now opens one ticket, once.
+    let first = loop {
+        let (status, body) = invoke(&a.addr, "tickets.open", &json!({"subject": "Outage"}), Some("outage-1"));
+        if status != 502 {
+            break (status, body);
+        }
+        assert!(Instant::now() < deadline, "the first replica never reconnected: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(invoke(&b.addr, "tickets.open", &json!({"subject": "Outage"}), Some("outage-1")), first);
+}

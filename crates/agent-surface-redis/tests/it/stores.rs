@@ -103,7 +103,7 @@ async fn credentials_come_with_the_url() {
         return;
     }
     let Some(site) = support::Site::new("auth") else { return };
-    let port = site.port;
+    let port = site.port();
     let server = site.start_with(&["--requirepass", "s3cret-pass"]);
     let config = RedisConfig { op_timeout: Duration::from_millis(500), ..RedisConfig::with_prefix("auth:") };
     let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
