@@ -18,7 +18,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  gen-matrix      write spec/error-matrix.json and the generated tables of spec/error-model.md and ARCHITECTURE.md
+  gen-matrix      write spec/error-matrix.json, spec/recovery.json (and its copy in clients/python) and the
+                  generated tables of spec/error-model.md, ARCHITECTURE.md and docs/recovery.md
   verify-matrix   check the matrix file, the enum, the examples, the docs tables, the phase docs and the tests agree
   matrix          print the error matrix as a readable table
   structure       check the crate layers (cargo metadata) and that no files of a crate import each other in a circle

@@ -10,6 +10,10 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 const MATRIX_FILE: &str = "spec/error-matrix.json";
+const RECOVERY_DOC: &str = "docs/recovery.md";
+
+/// The client decision table as JSON: in `spec/`, and as the Python helper's package data.
+const RECOVERY_FILES: [&str; 2] = ["spec/recovery.json", "clients/python/agent_surface/recovery.json"];
 const MODEL_DOC: &str = "spec/error-model.md";
 const ARCHITECTURE_DOC: &str = "ARCHITECTURE.md";
 const REGEN: &str = "run `cargo xtask gen-matrix`";
@@ -35,6 +39,7 @@ const DOCS: &[Doc] = &[
         ],
     },
     Doc { path: ARCHITECTURE_DOC, sections: &[Section { name: "phases", render: render::phase_markdown_table }] },
+    Doc { path: RECOVERY_DOC, sections: &[Section { name: "decisions", render: render::recovery_markdown_table }] },
 ];
 
 fn begin_marker(name: &str) -> String {
@@ -66,6 +71,11 @@ pub(crate) fn generate(root: &Path) -> Result<()> {
     let json_path = root.join(MATRIX_FILE);
     std::fs::write(&json_path, render::to_json_string()).with_context(|| format!("writing {}", json_path.display()))?;
     println!("wrote {MATRIX_FILE}");
+    for file in RECOVERY_FILES {
+        let path = root.join(file);
+        std::fs::write(&path, render::recovery_json_string()).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {file}");
+    }
     for doc in DOCS {
         let doc_path = root.join(doc.path);
         let text = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
@@ -92,6 +102,7 @@ pub(crate) fn verify_static(root: &Path) -> Result<()> {
     check_enum_and_matrix()?;
     check_examples()?;
     check_file(root)?;
+    check_recovery_files(root)?;
     check_docs(root)?;
     crate::phase_docs::check(root)?;
     Ok(())
@@ -211,6 +222,18 @@ fn check_file(root: &Path) -> Result<()> {
     bail!("{MATRIX_FILE} is not formatted as generated; {REGEN}")
 }
 
+/// The decision table's JSON files are exactly what the code generates.
+fn check_recovery_files(root: &Path) -> Result<()> {
+    let expected = render::recovery_json_string();
+    for file in RECOVERY_FILES {
+        let text = std::fs::read_to_string(root.join(file)).with_context(|| format!("{file} is missing; {REGEN}"))?;
+        if text != expected {
+            bail!("{file} disagrees with the decision table (crates/agent-surface-core/src/decision.rs); {REGEN}");
+        }
+    }
+    Ok(())
+}
+
 /// The most telling member in which two code entries differ (the retry rule before the examples
 /// that follow from it).
 fn first_differing_field(generated: &Value, found: &Value) -> String {
@@ -326,6 +349,24 @@ mod tests {
         let err = check_file(&dir).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).ok();
         assert!(err.contains("TIMEOUT") && err.contains("retry"), "{err}");
+    }
+
+    #[test]
+    fn a_stale_recovery_file_is_reported() {
+        let root = crate::workspace_root();
+        let dir = std::env::temp_dir().join(format!("xtask-recovery-{}", std::process::id()));
+        for file in RECOVERY_FILES {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::copy(root.join(file), &path).unwrap();
+        }
+        assert!(check_recovery_files(&dir).is_ok());
+        let copy = dir.join(RECOVERY_FILES[1]);
+        let text = std::fs::read_to_string(&copy).unwrap();
+        std::fs::write(&copy, text.replacen("\"wait\"", "\"retry\"", 1)).unwrap();
+        let err = check_recovery_files(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains(RECOVERY_FILES[1]) && err.contains("gen-matrix"), "{err}");
     }
 
     #[test]

@@ -43,6 +43,7 @@
 //! ```
 
 mod code;
+pub mod decision;
 mod definition;
 pub mod details;
 mod error;

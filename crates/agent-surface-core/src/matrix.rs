@@ -33,7 +33,7 @@ pub enum DetailValue {
 }
 
 impl DetailValue {
-    fn matches(self, value: Option<&Value>) -> bool {
+    pub(crate) fn matches(self, value: Option<&Value>) -> bool {
         match (self, value) {
             (DetailValue::Str(s), Some(Value::String(v))) => v == s,
             (DetailValue::Bool(b), Some(Value::Bool(v))) => *v == b,

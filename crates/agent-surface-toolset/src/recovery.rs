@@ -1,7 +1,9 @@
 //! The recovery loop: a reference driver that acts on `retry` mechanically.
 //!
 //! [`RecoveryDriver::run`] sends one intent (an [`InvokeRequest`]) and, while the result is an
-//! error whose retry category allows it, does what the category says and sends it again:
+//! error whose retry category allows it, does what the category says and sends it again. It
+//! dispatches on the client decision table ([`agent_surface_core::decision`], generated into
+//! `docs/recovery.md`), the rows the MCP and Python client helpers act on too; in short:
 //!
 //! | `retry` | what the driver does |
 //! |---|---|
@@ -56,6 +58,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
@@ -210,11 +213,12 @@ pub struct RecoveryConfig {
 
 impl Default for RecoveryConfig {
     fn default() -> RecoveryConfig {
+        let bounds = agent_surface_core::decision::BOUNDS;
         RecoveryConfig {
-            max_attempts: 4,
-            max_delay: Duration::from_secs(30),
-            max_total_delay: Duration::from_secs(60),
-            default_delay: Duration::from_secs(1),
+            max_attempts: bounds.max_attempts,
+            max_delay: bounds.max_delay,
+            max_total_delay: bounds.max_total_delay,
+            default_delay: bounds.default_delay,
         }
     }
 }
@@ -316,17 +320,6 @@ pub fn may_have_executed(payload: &ErrorPayload) -> bool {
         ErrorCode::Timeout => true,
         ErrorCode::ExecutionFailed => payload.detail("transient").and_then(Value::as_bool) != Some(true),
         ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(Value::as_str) == Some("mid-flight"),
-        _ => false,
-    }
-}
-
-/// Whether the payload says that the call may have taken effect and no one knows (retry `no`
-/// for want of a verification): a non-idempotent `TIMEOUT`, or `EXECUTION_FAILED {reason:
-/// outcome-unknown}`. The host's verification turns it into an ordinary repeat.
-fn outcome_uncertain(payload: &ErrorPayload) -> bool {
-    match payload.code() {
-        ErrorCode::Timeout => payload.retry() == Retry::No,
-        ErrorCode::ExecutionFailed => payload.detail("reason").and_then(Value::as_str) == Some("outcome-unknown"),
         _ => false,
     }
 }
@@ -502,11 +495,10 @@ impl RecoveryDriver {
         payload: &ErrorPayload,
         cancel: &CancellationToken,
     ) -> Next {
-        // A non-idempotent TIMEOUT and an unknown outcome say `no` because nobody verified the
-        // state; with the host's verification they become an ordinary repeat.
-        let uncertain = outcome_uncertain(payload);
-        let category = if uncertain { Retry::Yes } else { payload.retry() };
-        if category == Retry::No {
+        // The row of the client decision table (the same rows the MCP and Python helpers act on).
+        let decision = decide(payload.code(), payload.details());
+        let action = decision.action;
+        if action == Action::Stop {
             // The operation itself is never repeated; the plan's leading `call_tool` /
             // `refresh_state` steps (say, requesting access) are followed if the host agrees.
             if self.may_follow(payload)
@@ -517,12 +509,11 @@ impl RecoveryDriver {
             }
             return Next::Stop(Stop::ReturnedToCaller);
         }
-        let plain_with_changes = category == Retry::WithChanges && payload.code() != ErrorCode::InvocationConflict;
-        if plain_with_changes && !self.may_follow(payload) {
+        if action == Action::ChangeInput && !self.may_follow(payload) {
             return Next::Stop(Stop::ReturnedToCaller);
         }
-        // The convergence guard: the last attempt already followed this failure's category and
-        // met the same failure again.
+        // The convergence guard: the last attempt already followed this failure's row and met
+        // the same failure again.
         let failure = Failure::of(&intent.request, payload);
         if intent.last_failure.as_ref() == Some(&failure) {
             return Next::Stop(Stop::NotConverging);
@@ -531,8 +522,11 @@ impl RecoveryDriver {
         if intent.attempts >= self.config.max_attempts {
             return Next::Stop(Stop::BudgetExhausted);
         }
-        let verify = uncertain
-            || (may_have_executed(payload)
+        // A non-idempotent TIMEOUT and an unknown outcome say `no` because nobody verified the
+        // state (`verify`); a mid-flight unmount asks only for a capability that is not
+        // idempotent. With the host's verification they become an ordinary repeat.
+        let verify = action == Action::Verify
+            || (decision.verify == VerifyFirst::UnlessIdempotent
                 && match self.idempotent(invoker, intent, payload).await {
                     // The capability is gone from the surface: nothing left to repeat.
                     None => return Next::Stop(Stop::ReturnedToCaller),
@@ -550,20 +544,17 @@ impl RecoveryDriver {
             }
         }
         if let Some(repair) = payload.repair() {
+            let may_retry = matches!(action, Action::Retry | Action::Verify | Action::NewId | Action::ChangeInput);
             match self.follow(invoker, intent, repair, cancel).await {
-                Followed::Retry if matches!(category, Retry::Yes | Retry::WithChanges) => {
-                    return Next::Retry { fresh_id: true };
-                }
+                Followed::Retry if may_retry => return Next::Retry { fresh_id: true },
                 Followed::Stop(stop) => return Next::Stop(stop),
                 Followed::Retry | Followed::Continue => {}
             }
         }
-        if plain_with_changes {
-            return Next::Stop(Stop::ReturnedToCaller);
-        }
-        match category {
-            Retry::No => Next::Stop(Stop::ReturnedToCaller),
-            Retry::WithChanges => {
+        let fresh_id = decision.invocation_id == IdRule::Fresh;
+        match action {
+            Action::Stop | Action::ChangeInput => Next::Stop(Stop::ReturnedToCaller),
+            Action::NewId => {
                 // INVOCATION_CONFLICT: the id belongs to another request. An id derived from this
                 // request cannot collide with that one again, and later retries derive from it.
                 if let Some(id) = &intent.request.invocation_id {
@@ -573,9 +564,10 @@ impl RecoveryDriver {
                 }
                 Next::Retry { fresh_id: false }
             }
-            Retry::Yes => Next::Retry { fresh_id: payload.is_cacheable() },
-            Retry::AfterDelay => {
-                let delay = payload.retry_after().unwrap_or(self.config.default_delay);
+            Action::Retry | Action::Verify => Next::Retry { fresh_id },
+            Action::Wait => {
+                let millis = decision.wait_field.and_then(|f| payload.detail(f)).and_then(Value::as_u64);
+                let delay = millis.map_or(self.config.default_delay, Duration::from_millis);
                 if delay > self.config.max_delay || intent.waited + delay > self.config.max_total_delay {
                     return Next::Stop(Stop::DelayTooLong);
                 }
@@ -584,9 +576,9 @@ impl RecoveryDriver {
                     () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),
                 }
                 intent.waited += delay;
-                Next::Retry { fresh_id: payload.is_cacheable() }
+                Next::Retry { fresh_id }
             }
-            Retry::AfterRefresh => {
+            Action::Refresh => {
                 let snapshot = invoker.snapshot().await;
                 intent.refreshed = true;
                 let next = re_resolve(&intent.request, payload, &snapshot);
@@ -594,12 +586,19 @@ impl RecoveryDriver {
                 match next {
                     Some(request) => {
                         intent.request = request;
-                        Next::Retry { fresh_id: true }
+                        Next::Retry { fresh_id }
                     }
                     None => Next::Stop(Stop::ReturnedToCaller),
                 }
             }
-            Retry::WithConfirmation => self.confirmation(intent, payload, cancel).await,
+            Action::Reconfirm => {
+                // CONFIRMATION_INVALID {reason: expired}: a fresh cycle, without the stale evidence.
+                intent.request.confirmation_id = None;
+                Next::Retry { fresh_id }
+            }
+            Action::Confirm => self.confirmation(intent, payload, fresh_id, cancel).await,
+            // A row this version does not know: the model decides.
+            _ => Next::Stop(Stop::ReturnedToCaller),
         }
     }
 
@@ -657,12 +656,13 @@ impl RecoveryDriver {
         Followed::Continue
     }
 
-    async fn confirmation(&self, intent: &mut Intent, payload: &ErrorPayload, cancel: &CancellationToken) -> Next {
-        if payload.code() != ErrorCode::ConfirmationRequired {
-            // CONFIRMATION_INVALID {reason: expired}: a fresh cycle, without the stale evidence.
-            intent.request.confirmation_id = None;
-            return Next::Retry { fresh_id: true };
-        }
+    async fn confirmation(
+        &self,
+        intent: &mut Intent,
+        payload: &ErrorPayload,
+        fresh_id: bool,
+        cancel: &CancellationToken,
+    ) -> Next {
         let Some(details) = payload.details_as::<ConfirmationRequiredDetails>() else {
             return Next::Stop(Stop::ReturnedToCaller);
         };
@@ -695,7 +695,7 @@ impl RecoveryDriver {
                 } else {
                     intent.request.confirmation_id = Some(details.confirmation_id);
                 }
-                Next::Retry { fresh_id: payload.is_cacheable() }
+                Next::Retry { fresh_id }
             }
             Approval::Denied => Next::Stop(Stop::Denied),
             Approval::Unavailable => Next::Stop(Stop::ReturnedToCaller),

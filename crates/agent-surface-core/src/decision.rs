@@ -1,0 +1,382 @@
+//! The client's decision table: what a recovering client does with each error it receives.
+//!
+//! The matrix ([`crate::matrix`]) says, per code, which retry category a payload carries. A client
+//! needs one step more: *what to do* — wait how long, re-list, which invocation id to send,
+//! whom to ask. [`DECISIONS`] is that step, one row per code and retry branch (plus the two
+//! details that change the action without changing the category: an unmount `mid-flight` and an
+//! `outcome-unknown` failure). Every recovering client of this workspace acts on it:
+//!
+//! - the reference driver (`agent_surface_toolset::RecoveryDriver`) dispatches on [`decide`];
+//! - the MCP client wrapper (`agent-surface-client`) does too;
+//! - the Python helper (`clients/python/agent_surface`) reads the same rows from the JSON that
+//!   `cargo xtask gen-matrix` writes (`spec/recovery.json`, copied into the package), and
+//!   `docs/recovery.md` shows them as a generated table.
+//!
+//! The rows are checked against the matrix: each row's category is what [`crate::matrix::derive_retry`]
+//! gives for its condition, every branch of every retry rule has a row, and each action fits its
+//! category ([`Action::fits`]).
+//!
+//! Beyond the rows, every client applies the [`GUARD`] (the same failure twice in a row, after
+//! the action its row prescribes, ends the loop) and the [`BOUNDS`].
+//!
+//! ```
+//! use agent_surface_core::decision::{decide, Action, IdRule};
+//! use agent_surface_core::{ErrorCode, Retry};
+//!
+//! let d = serde_json::json!({"reason": "per-consumer", "retryAfterMs": 1200});
+//! let row = decide(ErrorCode::RateLimited, d.as_object());
+//! assert_eq!((row.retry, row.action), (Retry::AfterDelay, Action::Wait));
+//! assert_eq!(row.wait_field, Some("retryAfterMs"));
+//! assert_eq!(row.invocation_id, IdRule::Same);
+//!
+//! let d = serde_json::json!({"reason": "outcome-unknown"});
+//! assert_eq!(decide(ErrorCode::ExecutionFailed, d.as_object()).action, Action::Verify);
+//! ```
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::code::{ErrorCode, Retry};
+use crate::matrix::DetailValue;
+
+/// What a client does next with an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Re-list the surface. Retry (under a fresh invocation id, with the surface tokens updated
+    /// and a replaced registration retargeted) only if the capability is still listed and
+    /// enabled and its target still exists; otherwise hand the error to the model.
+    Refresh,
+    /// Wait `details[wait_field]` (or the client's default delay), within the client's bounds,
+    /// then retry; a wait beyond the bounds hands the error to the model.
+    Wait,
+    /// Retry at once.
+    Retry,
+    /// Ask the host whether the call took effect. Not applied: retry under a fresh id. Applied,
+    /// or unknown (the default): stop; never repeat blindly, never reconcile (a repeat under the
+    /// same id only replays the recorded outcome).
+    Verify,
+    /// Retry under an invocation id derived from the conflicting one and the request itself, so
+    /// that another request cannot collide with it again.
+    NewId,
+    /// Present the confirmation to a person (never the model). Approved: retry with
+    /// `details.confirmationId`; denied: stop with `CONFIRMATION_INVALID {reason: denied}`; no
+    /// one to ask: hand it to the model (two-phase).
+    Confirm,
+    /// Start a fresh confirmation cycle: retry without the stale `confirmationId`.
+    Reconfirm,
+    /// Hand the error to the model: the repair is a change of the tool's input.
+    ChangeInput,
+    /// Stop: the error is terminal for this intent; a denial is never retried.
+    Stop,
+}
+
+impl Action {
+    /// Every action, in table order.
+    pub const ALL: [Action; 9] = [
+        Action::Refresh,
+        Action::Wait,
+        Action::Retry,
+        Action::Verify,
+        Action::NewId,
+        Action::Confirm,
+        Action::Reconfirm,
+        Action::ChangeInput,
+        Action::Stop,
+    ];
+
+    /// The wire name (kebab-case).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Action::Refresh => "refresh",
+            Action::Wait => "wait",
+            Action::Retry => "retry",
+            Action::Verify => "verify",
+            Action::NewId => "new-id",
+            Action::Confirm => "confirm",
+            Action::Reconfirm => "reconfirm",
+            Action::ChangeInput => "change-input",
+            Action::Stop => "stop",
+        }
+    }
+
+    /// What a client does, in one sentence.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            Action::Refresh => {
+                "Re-list the surface; retry under a fresh id, with updated surface tokens and a replaced registration retargeted, only if the tool is still listed and enabled and its target still exists; else hand the error to the model."
+            }
+            Action::Wait => {
+                "Wait the delay the row names (bounded by the client's limits), then retry; a longer delay goes to the model."
+            }
+            Action::Retry => "Retry at once.",
+            Action::Verify => {
+                "Ask the host whether the effect happened: not applied, retry under a fresh id; applied or unknown, stop. Never reconcile under the same id (it replays the same record)."
+            }
+            Action::NewId => "Retry under an id derived from the conflicting id and this request.",
+            Action::Confirm => {
+                "Present the confirmation to a person: approved, retry with details.confirmationId; denied, stop (CONFIRMATION_INVALID denied); no one to ask, hand it to the model."
+            }
+            Action::Reconfirm => "Retry without the stale confirmationId: a fresh confirmation cycle.",
+            Action::ChangeInput => "Hand the error to the model, which changes the tool's input.",
+            Action::Stop => "Stop: terminal for this intent; tell the user.",
+        }
+    }
+
+    /// Whether this action may answer a payload of this retry category.
+    pub fn fits(self, retry: Retry) -> bool {
+        match self {
+            Action::Refresh => retry == Retry::AfterRefresh,
+            Action::Wait => retry == Retry::AfterDelay,
+            Action::Retry => retry == Retry::Yes,
+            Action::Verify => retry == Retry::No,
+            Action::NewId | Action::ChangeInput => retry == Retry::WithChanges,
+            Action::Confirm | Action::Reconfirm => retry == Retry::WithConfirmation,
+            Action::Stop => retry == Retry::No,
+        }
+    }
+}
+
+/// Which invocation id the retry carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdRule {
+    /// A fresh id (derived from the first, one per attempt): the failure was stored as the
+    /// terminal result of the old id, which would only replay it.
+    Fresh,
+    /// The same id: the failure was not stored.
+    Same,
+    /// An id derived from the conflicting one and the request ([`Action::NewId`]).
+    Derived,
+    /// There is no retry.
+    None,
+}
+
+impl IdRule {
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            IdRule::Fresh => "fresh",
+            IdRule::Same => "same",
+            IdRule::Derived => "derived",
+            IdRule::None => "none",
+        }
+    }
+}
+
+/// When the client must ask the host to verify, before the row's retry, that the call did not
+/// take effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verify {
+    /// Never: nothing ran, or a repeat cannot double anything.
+    Never,
+    /// When the capability is not idempotent (its `idempotent` flag on the surface).
+    UnlessIdempotent,
+}
+
+impl Verify {
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verify::Never => "never",
+            Verify::UnlessIdempotent => "unless-idempotent",
+        }
+    }
+}
+
+/// One row: for a code (and a details condition), the action.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Decision {
+    /// The code.
+    pub code: ErrorCode,
+    /// The details member and value this row needs (`None`: the code's default row).
+    pub when: Option<(&'static str, DetailValue)>,
+    /// The retry category such a payload carries (checked against the matrix).
+    pub retry: Retry,
+    /// What the client does.
+    pub action: Action,
+    /// The details member holding the delay in milliseconds ([`Action::Wait`]).
+    pub wait_field: Option<&'static str>,
+    /// Which invocation id the retry carries.
+    pub invocation_id: IdRule,
+    /// Whether the host must verify first.
+    pub verify: Verify,
+    /// Where the client stops when the action cannot help (the name of the driver's stop).
+    pub stop: &'static str,
+    /// Why, in one sentence.
+    pub note: &'static str,
+}
+
+impl Decision {
+    /// Whether this row applies to these details.
+    pub fn matches(&self, details: Option<&Map<String, Value>>) -> bool {
+        match self.when {
+            None => true,
+            Some((field, value)) => value.matches(details.and_then(|d| d.get(field))),
+        }
+    }
+}
+
+const fn row(
+    code: ErrorCode,
+    retry: Retry,
+    action: Action,
+    id: IdRule,
+    stop: &'static str,
+    note: &'static str,
+) -> Decision {
+    Decision { code, when: None, retry, action, wait_field: None, invocation_id: id, verify: Verify::Never, stop, note }
+}
+
+const fn when(field: &'static str, value: DetailValue, d: Decision) -> Decision {
+    Decision { when: Some((field, value)), ..d }
+}
+
+const fn waiting(d: Decision) -> Decision {
+    Decision { wait_field: Some("retryAfterMs"), ..d }
+}
+
+const fn verified(d: Decision) -> Decision {
+    Decision { verify: Verify::UnlessIdempotent, ..d }
+}
+
+use Action::*;
+use ErrorCode as C;
+use IdRule::{Derived, Fresh, Same};
+use Retry as R;
+
+const RETURNED: &str = "returned-to-caller";
+const NOT_CONVERGING: &str = "not-converging";
+
+/// The table: per code, its conditional rows first, then its default row (the first match wins).
+#[rustfmt::skip]
+pub static DECISIONS: [Decision; 23] = [
+    row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
+        "The tool list is stale or the tool is hidden: a re-listing tells which."),
+    row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
+        "Disabled: retry only once the re-listed surface shows it enabled."),
+    row(C::AmbiguousInstance, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+        "The model picks one of details.instances as the target."),
+    when("phase", DetailValue::Str("mid-flight"), verified(row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
+        "The instance went away while the handler ran: verify a write first, then re-list."))),
+    row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
+        "The target is gone: retry only if the re-listing shows it (or its replacement) again."),
+    row(C::StaleCapability, R::AfterRefresh, Refresh, Fresh, RETURNED,
+        "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
+    row(C::InvocationConflict, R::WithChanges, NewId, Derived, NOT_CONVERGING,
+        "The id belongs to another request; the model does not choose ids, the client does."),
+    row(C::InvalidInput, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+        "The model fixes the input from details.issues."),
+    row(C::NotAuthenticated, R::No, Stop, IdRule::None, RETURNED,
+        "The user signs in; nothing the agent sends can fix it."),
+    row(C::NotAuthorized, R::No, Stop, IdRule::None, RETURNED,
+        "A denial is never retried."),
+    when("reason", DetailValue::Str("binding-failed"), row(C::PreconditionFailed, R::AfterRefresh, Refresh, Fresh, NOT_CONVERGING,
+        "The bound state moved: re-list, retry once; the same failure again ends the loop.")),
+    when("reason", DetailValue::Str("client-input-required"), row(C::PreconditionFailed, R::No, Stop, IdRule::None, RETURNED,
+        "The call needs answers only the client can give.")),
+    row(C::PreconditionFailed, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+        "The state rejects this input: the model changes it (or the state first)."),
+    row(C::ConfirmationRequired, R::WithConfirmation, Confirm, Same, "denied",
+        "Nothing ran; a person approves or denies, never the model."),
+    when("reason", DetailValue::Str("expired"), row(C::ConfirmationInvalid, R::WithConfirmation, Reconfirm, Fresh, NOT_CONVERGING,
+        "The approval came too late: a fresh cycle, without the stale id.")),
+    row(C::ConfirmationInvalid, R::No, Stop, IdRule::None, RETURNED,
+        "Denied, spent or mismatched evidence: never retried."),
+    waiting(row(C::RateLimited, R::AfterDelay, Wait, Same, "delay-too-long",
+        "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
+    when("idempotent", DetailValue::Bool(true), row(C::Timeout, R::Yes, Retry, Fresh, NOT_CONVERGING,
+        "Idempotent: repeating cannot double the effect.")),
+    row(C::Timeout, R::No, Verify, Fresh, "unverified",
+        "A write may have happened: verify, never repeat blindly."),
+    row(C::Cancelled, R::Yes, Retry, Fresh, NOT_CONVERGING,
+        "Nothing ran for a write (cancelled before its handler started); a read may repeat."),
+    waiting(when("transient", DetailValue::Bool(true), row(C::ExecutionFailed, R::AfterDelay, Wait, Fresh, "delay-too-long",
+        "Nothing took effect; the dependency may recover after the delay."))),
+    when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, "unverified",
+        "Interrupted after the handler started: verify, never repeat blindly.")),
+    row(C::ExecutionFailed, R::No, Stop, IdRule::None, RETURNED,
+        "The capability failed; repeating would fail the same way."),
+];
+
+/// The row for a code and its details: the first of the code's rows whose condition matches.
+///
+/// Every code has a default row (the table's own test checks it), so this always finds one.
+pub fn decide(code: ErrorCode, details: Option<&Map<String, Value>>) -> &'static Decision {
+    let mut rows = DECISIONS.iter().filter(|d| d.code == code);
+    let first = rows.clone().find(|d| d.matches(details));
+    first.or_else(|| rows.next_back()).unwrap_or(&DECISIONS[DECISIONS.len() - 1])
+}
+
+/// The loop's bounds every client shares by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Bounds {
+    /// The most requests one intent may send, the first included.
+    pub max_attempts: u32,
+    /// The longest single wait honored; a longer delay goes to the model.
+    pub max_delay: Duration,
+    /// The most waiting in all, for one intent.
+    pub max_total_delay: Duration,
+    /// The wait when a `wait` row's payload carries no delay.
+    pub default_delay: Duration,
+}
+
+/// The default bounds.
+pub const BOUNDS: Bounds = Bounds {
+    max_attempts: 4,
+    max_delay: Duration::from_secs(30),
+    max_total_delay: Duration::from_secs(60),
+    default_delay: Duration::from_secs(1),
+};
+
+/// The convergence guard every client applies.
+pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool and target) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help.";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::matrix::{derive_retry, spec};
+
+    fn details_of(d: &Decision) -> Option<Map<String, Value>> {
+        let (field, value) = d.when?;
+        let v = match value {
+            DetailValue::Str(s) => json!(s),
+            DetailValue::Bool(b) => json!(b),
+        };
+        Some([(field.to_string(), v)].into_iter().collect())
+    }
+
+    #[test]
+    fn every_row_agrees_with_the_matrix() {
+        for d in &DECISIONS {
+            let details = details_of(d);
+            assert_eq!(derive_retry(d.code, details.as_ref()), d.retry, "{}", d.code);
+            assert!(d.action.fits(d.retry), "{}: {} does not fit {}", d.code, d.action.as_str(), d.retry);
+            assert!(std::ptr::eq(decide(d.code, details.as_ref()), d), "{}: the row is shadowed", d.code);
+            // A retry under the same id only works for a failure that was not stored.
+            if d.invocation_id == Same {
+                assert!(!spec(d.code).cacheable, "{}", d.code);
+            }
+            assert_eq!(d.wait_field.is_some(), d.action == Wait, "{}", d.code);
+            let retries = !matches!(d.action, ChangeInput | Stop);
+            assert_eq!(retries, d.invocation_id != IdRule::None, "{}", d.code);
+        }
+    }
+
+    #[test]
+    fn every_code_and_retry_branch_has_a_row() {
+        for code in ErrorCode::ALL {
+            let rows: Vec<_> = DECISIONS.iter().filter(|d| d.code == code).collect();
+            assert!(rows.last().is_some_and(|d| d.when.is_none()), "{code}: no default row last");
+            for retry in spec(code).retry.values() {
+                assert!(rows.iter().any(|d| d.retry == retry), "{code}: no row for retry {retry}");
+            }
+        }
+    }
+}
