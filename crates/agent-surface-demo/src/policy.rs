@@ -11,7 +11,8 @@ use agent_surface_core::details::{Origin, RateLimitReason};
 use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError, RateDecision, RateLimiter};
 use futures_util::future::BoxFuture;
 
-/// Refunds need a signed-in support agent; admin tools exist only for admins.
+/// Refunds need a signed-in support agent; admin tools exist only for admins, approval tools only
+/// for approvers.
 pub(crate) struct ShopAuthority;
 
 impl AuthorityPolicy for ShopAuthority {
@@ -28,6 +29,7 @@ impl AuthorityPolicy for ShopAuthority {
                 Some(_) => AuthorityDecision::Allow,
             },
             "admin" if !identity.is_some_and(|i| i.has_role("admin")) => AuthorityDecision::Hide,
+            "approvals" if !identity.is_some_and(|i| i.has_role("approver")) => AuthorityDecision::Hide,
             _ => AuthorityDecision::Allow,
         };
         Box::pin(std::future::ready(Ok(decision)))

@@ -14,15 +14,18 @@
 //! | `reports-export` | a handler that panics (`EXECUTION_FAILED`, the panic stays in the operator log) |
 //! | `loyalty-redeem` | disabled with a reason (`CAPABILITY_NOT_AVAILABLE`) |
 //! | `admin-purge_cache` | hidden from everyone but admins (`CAPABILITY_NOT_FOUND`, like a name that never existed) |
+//! | `approvals-approve` | the second channel for a two-phase confirmation: an approver (role `approver`, hidden from everyone else) approves a confirmation someone else requested |
 //! | `tickets-open` | a write anyone may call, whose output carries a fresh `ticketId` per execution: a second execution of one call is visible from outside |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_surface_core::details::PreconditionDetails;
+use agent_surface_core::details::{ExecutionFailedReason, PreconditionDetails};
 use agent_surface_core::{AgentSurfaceError, Effect};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter, TargetBinding};
+use agent_surface_policy::{
+    ApprovalError, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter, TargetBinding,
+};
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -215,6 +218,14 @@ struct OpenTicket {
     subject: String,
 }
 
+/// `approvals.approve`'s input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Approve {
+    /// The `confirmationId` of the pending confirmation (from the requester's `CONFIRMATION_REQUIRED`).
+    confirmation_id: String,
+}
+
 /// An opened ticket.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -321,9 +332,10 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     let registry = Registry::new(config);
     let shop = Arc::new(Shop { data, carts: Mutex::default() });
     registry.provide(shop.clone());
+    registry.provide(confirmations.clone());
     define(&registry, options).unwrap_or_else(|e| panic!("the demo surface is defined wrongly: {e}"));
     let mut mounts = Vec::new();
-    for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin", "tickets"] {
+    for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin", "tickets", "approvals"] {
         mounts.push(registry.mount(ty, "shop").unwrap_or_else(|e| panic!("cannot mount {ty}: {e}")));
     }
     for owner in ["alice", "bob"] {
@@ -540,6 +552,35 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
             .effect(Effect::Write)
             .handler(|_ctx: Ctx, _: NoInput| async move { Ok::<_, AgentSurfaceError>(json!({"redeemed": true})) });
     })?;
+    registry.define("approvals", |t| {
+        t.capability("approve", "Approve a pending confirmation that someone else requested. For approvers.")
+            .effect(Effect::Write)
+            .handler(|ctx: Ctx, i: Approve| async move {
+                let engine = ctx.state::<Arc<ConfirmationEngine>>();
+                // The authority policy admits only signed-in approvers.
+                let Some(approver) = ctx.consumer().identity() else {
+                    return Err(AgentSurfaceError::not_authenticated());
+                };
+                match engine.approve(&i.confirmation_id, approver).await {
+                    Ok(()) => Ok(json!({"approved": i.confirmation_id})),
+                    Err(e) => {
+                        let reason = match e {
+                            ApprovalError::Unknown => "unknown-confirmation",
+                            ApprovalError::Expired => "expired",
+                            ApprovalError::SelfApproval => "self-approval",
+                            ApprovalError::AlreadyDecided(_) => "already-decided",
+                            _ => return Err(AgentSurfaceError::execution_failed(ExecutionFailedReason::Transport)),
+                        };
+                        let details =
+                            PreconditionDetails { reason: Some(reason.to_string()), extra: Default::default() };
+                        Err(AgentSurfaceError::precondition_failed_with(
+                            "This confirmation cannot be approved. Check its id and state.",
+                            details,
+                        ))
+                    }
+                }
+            });
+    })?;
     registry.define("admin", |t| {
         t.capability("purge_cache", "Purge the storefront cache. Administrators only.")
             .effect(Effect::Write)
@@ -551,8 +592,42 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_surface_policy::Consumer;
+    use agent_surface_policy::{Consumer, Identity};
     use agent_surface_registry::{InvokeOptions, InvokeRequest, Target};
+
+    /// The second channel: an approver approves alice's pending cancellation through
+    /// `approvals.approve`, and alice's repeat with the confirmation id runs it; the tool is hidden
+    /// from everyone but approvers, and an approver cannot approve their own request.
+    #[tokio::test]
+    async fn an_approver_approves_someone_elses_confirmation() {
+        let demo = build(ShopOptions::default());
+        let alice = || InvokeOptions::new(Consumer::authenticated("alice", Identity::new("alice")));
+        let maria =
+            || InvokeOptions::new(Consumer::authenticated("maria", Identity::new("maria").with_role("approver")));
+        let cancel = InvokeRequest::new("orders.cancel", json!({"orderId": "A-1001"}));
+        let pending = demo.registry.invoke(cancel.clone(), alice()).await;
+        let id = pending
+            .error_payload()
+            .and_then(|p| p.detail("confirmationId"))
+            .and_then(Value::as_str)
+            .unwrap()
+            .to_string();
+        let approve = |id: &str| InvokeRequest::new("approvals.approve", json!({"confirmationId": id}));
+        let hidden = demo.registry.invoke(approve(&id), alice()).await;
+        assert_eq!(hidden.code(), Some(agent_surface_core::ErrorCode::CapabilityNotFound));
+        let approved = demo.registry.invoke(approve(&id), maria()).await;
+        assert!(approved.is_ok(), "{approved:?}");
+        let again = demo.registry.invoke(approve(&id), maria()).await;
+        assert_eq!(again.error_payload().and_then(|p| p.detail("reason")), Some(&json!("already-decided")));
+        let done = demo.registry.invoke(cancel.with_confirmation(id), alice()).await;
+        assert!(done.is_ok(), "{done:?}");
+        let own =
+            demo.registry.invoke(InvokeRequest::new("orders.cancel", json!({"orderId": "A-1003"})), maria()).await;
+        let own =
+            own.error_payload().and_then(|p| p.detail("confirmationId")).and_then(Value::as_str).unwrap().to_string();
+        let refused = demo.registry.invoke(approve(&own), maria()).await;
+        assert_eq!(refused.error_payload().and_then(|p| p.detail("reason")), Some(&json!("self-approval")));
+    }
 
     /// A cart holds at most `MAX_CART_ITEMS` lines; past it, adding is `PRECONDITION_FAILED
     /// {reason: cart-full}` and the cart stays as it was.

@@ -1,0 +1,268 @@
+"""The recovery loop over any MCP client: one tool call (an intent) sent and, while the error's
+row of the decision table says so, repaired and sent again.
+
+It needs a `Transport` (call a tool with `_meta`; list the tools with the list's `_meta`) and,
+optionally, a `Host` (a person who approves confirmations; a check whether a call took effect).
+`agent_surface.pydantic_ai` provides both for Pydantic AI's `MCPToolset`.
+
+What goes in `_meta`: `agent-surface/invocationId` on every attempt (the idempotency key: a
+fresh one per retry where the row says `fresh`, one derived from the request after
+`INVOCATION_CONFLICT`); `agent-surface/surfaceId` and `agent-surface/surfaceVersion` from the
+listing the call was planned on (updated after a re-listing, never dropped);
+`agent-surface/confirmationId` once a person approved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from .table import BOUNDS, Bounds, Decision, decide
+
+INVOCATION_ID = "agent-surface/invocationId"
+SURFACE_ID = "agent-surface/surfaceId"
+SURFACE_VERSION = "agent-surface/surfaceVersion"
+CONFIRMATION_ID = "agent-surface/confirmationId"
+
+
+@dataclass
+class Listing:
+    """A `tools/list` result: each tool's definition (as JSON) by name, and the surface tokens of
+    the list's `_meta`."""
+
+    tools: dict[str, Any]
+    surface_id: str | None = None
+    surface_version: int | None = None
+
+    def idempotent(self, name: str) -> bool | None:
+        tool = self.tools.get(name)
+        if not isinstance(tool, Mapping):
+            return None
+        hints = tool.get("annotations") or {}
+        return bool(hints.get("idempotentHint")) or bool(hints.get("readOnlyHint"))
+
+
+@dataclass
+class Outcome:
+    """One call's result: the value on success, else the error payload."""
+
+    ok: bool
+    value: Any = None
+    payload: dict[str, Any] | None = None
+
+
+class Transport(Protocol):
+    async def call(self, name: str, args: dict[str, Any], meta: dict[str, Any]) -> Outcome: ...
+
+    async def list(self) -> Listing: ...
+
+
+@dataclass(frozen=True)
+class ConfirmationPrompt:
+    """A confirmation to put before a person (never the model)."""
+
+    tool: str
+    args: dict[str, Any]
+    confirmation_id: str
+    summary: str
+    expires_at: str
+    effect: str
+
+
+class Host:
+    """The person and the state behind the client. The defaults hand decisions to the model: no
+    one to approve in-process (two-phase), and an unknown outcome is never repeated."""
+
+    async def confirm(self, prompt: ConfirmationPrompt) -> str:
+        """`"approved"`, `"denied"` or `"unavailable"` (hand the confirmation to the model)."""
+        return "unavailable"
+
+    async def verify(self, tool: str, args: dict[str, Any], payload: dict[str, Any]) -> str:
+        """Whether a call that may have run took effect: `"not-applied"`, `"applied"` or
+        `"unknown"`."""
+        return "unknown"
+
+
+@dataclass
+class Recovery:
+    """How one intent ended."""
+
+    stop: str
+    """`succeeded`, `returned-to-caller`, `not-converging`, `budget-exhausted`, `delay-too-long`,
+    `denied`, `unverified`, `verified-applied`."""
+    attempts: int
+    value: Any = None
+    payload: dict[str, Any] | None = None
+    refreshed: bool = False
+    action: str | None = None
+    """The action of the last error's row (what the model is asked to do for `change-input`)."""
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """Each request sent: (invocation id, code or `OK`)."""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def conflict_id(invocation_id: str, tool: str, args: dict[str, Any], confirmation_id: str | None) -> str:
+    """The id to retry under after `INVOCATION_CONFLICT`: derived from the conflicting id and the
+    request, so another request gets another id and a repeat of this one the same."""
+    digest = hashlib.sha256()
+    for part in (tool, _canonical(args), confirmation_id or ""):
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return f"{invocation_id}#c{digest.hexdigest()[:16]}"
+
+
+def _failure(payload: dict[str, Any], tool: str, meta: dict[str, Any]) -> tuple[Any, ...]:
+    details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
+    reason = details.get("reason", details.get("phase"))
+    return (payload.get("code"), reason, tool, _canonical(meta.get("agent-surface/target")))
+
+
+class Recoverer:
+    """Runs intents against a transport, acting on the decision table."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        host: Host | None = None,
+        bounds: Bounds = BOUNDS,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.transport = transport
+        self.host = host or Host()
+        self.bounds = bounds
+        self.sleep = sleep
+
+    async def run(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        invocation_id: str,
+        planned: Listing | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Recovery:
+        """Sends `tool(args)` under `invocation_id`, planned on the `planned` listing (its surface
+        tokens go with the call), and recovers as the table says. Never raises for an error
+        result; a transport failure propagates."""
+        request_meta: dict[str, Any] = dict(meta or {})
+        request_meta[INVOCATION_ID] = invocation_id
+        if planned is not None and planned.surface_id is not None:
+            request_meta[SURFACE_ID] = planned.surface_id
+        if planned is not None and planned.surface_version is not None:
+            request_meta[SURFACE_VERSION] = planned.surface_version
+        base_id = invocation_id
+        attempts = 0
+        waited_ms = 0
+        refreshed = False
+        last_failure: tuple[Any, ...] | None = None
+        prompted: set[str] = set()
+        calls: list[tuple[str, str]] = []
+
+        def end(stop: str, outcome: Outcome, row: Decision | None = None) -> Recovery:
+            return Recovery(
+                stop=stop,
+                attempts=attempts,
+                value=outcome.value,
+                payload=outcome.payload,
+                refreshed=refreshed,
+                action=row.action if row else None,
+                calls=calls,
+            )
+
+        while True:
+            attempts += 1
+            outcome = await self.transport.call(tool, args, dict(request_meta))
+            calls.append((request_meta[INVOCATION_ID], "OK" if outcome.ok else str((outcome.payload or {}).get("code"))))
+            if outcome.ok:
+                return end("succeeded", outcome)
+            payload = outcome.payload or {}
+            row = decide(payload)
+            if row is None or row.action in ("stop", "change-input"):
+                return end("returned-to-caller", outcome, row)
+            # The convergence guard: the last attempt already followed this failure's row.
+            failure = _failure(payload, tool, request_meta)
+            if failure == last_failure:
+                return end("not-converging", outcome, row)
+            last_failure = failure
+            if attempts >= self.bounds.max_attempts:
+                return end("budget-exhausted", outcome, row)
+            verify = row.action == "verify"
+            if row.verify == "unless-idempotent":
+                listing = await self.transport.list()
+                refreshed = True
+                idempotent = listing.idempotent(tool)
+                if idempotent is None:
+                    return end("returned-to-caller", outcome, row)
+                verify = not idempotent
+            if verify:
+                found = await self.host.verify(tool, args, payload)
+                if found == "applied":
+                    return end("verified-applied", outcome, row)
+                if found != "not-applied":
+                    return end("unverified", outcome, row)
+            fresh = row.invocation_id == "fresh"
+            details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
+            if row.action == "new-id":
+                base_id = conflict_id(request_meta[INVOCATION_ID], tool, args, request_meta.get(CONFIRMATION_ID))
+                request_meta[INVOCATION_ID] = base_id
+                fresh = False
+            elif row.action == "wait":
+                delay = details.get(row.wait_field) if row.wait_field else None
+                delay_ms = delay if isinstance(delay, int) and not isinstance(delay, bool) else self.bounds.default_delay_ms
+                if delay_ms > self.bounds.max_delay_ms or waited_ms + delay_ms > self.bounds.max_total_delay_ms:
+                    return end("delay-too-long", outcome, row)
+                await self.sleep(delay_ms / 1000)
+                waited_ms += delay_ms
+            elif row.action == "refresh":
+                listing = await self.transport.list()
+                refreshed = True
+                if tool not in listing.tools:
+                    return end("returned-to-caller", outcome, row)
+                before = planned
+                changed = (
+                    before is None
+                    or (listing.surface_id, listing.surface_version) != (before.surface_id, before.surface_version)
+                    or listing.tools.get(tool) != before.tools.get(tool)
+                )
+                if not changed:
+                    # Nothing to act on: a retry would meet the same failure.
+                    return end("returned-to-caller", outcome, row)
+                planned = listing
+                # Tokens are updated, never dropped.
+                if SURFACE_ID in request_meta and listing.surface_id is not None:
+                    request_meta[SURFACE_ID] = listing.surface_id
+                if SURFACE_VERSION in request_meta and listing.surface_version is not None:
+                    request_meta[SURFACE_VERSION] = listing.surface_version
+            elif row.action == "reconfirm":
+                request_meta.pop(CONFIRMATION_ID, None)
+            elif row.action == "confirm":
+                confirmation_id = details.get("confirmationId")
+                if not isinstance(confirmation_id, str) or confirmation_id in prompted:
+                    return end("returned-to-caller", outcome, row)
+                prompted.add(confirmation_id)
+                prompt = ConfirmationPrompt(
+                    tool=tool,
+                    args=args,
+                    confirmation_id=confirmation_id,
+                    summary=str(details.get("summary", "")),
+                    expires_at=str(details.get("expiresAt", "")),
+                    effect=str(details.get("effect", "")),
+                )
+                answer = await self.host.confirm(prompt)
+                if answer == "denied":
+                    return end("denied", outcome, row)
+                if answer != "approved":
+                    return end("returned-to-caller", outcome, row)
+                request_meta[CONFIRMATION_ID] = confirmation_id
+            elif row.action not in ("retry", "verify"):
+                # A row this version does not know: the model decides.
+                return end("returned-to-caller", outcome, row)
+            if fresh:
+                request_meta[INVOCATION_ID] = f"{base_id}#r{attempts + 1}"
