@@ -247,6 +247,9 @@ pub enum ExecutionFailedReason {
     VerificationFailed,
     /// The operation may have committed, but neither success nor non-execution can be proven.
     OutcomeUnknown,
+    /// Strict audit: the audit trail could not record that the call starts, so it did not run.
+    /// Always transient (`after-delay`).
+    AuditUnavailable,
 }
 
 /// `EXECUTION_FAILED` details.

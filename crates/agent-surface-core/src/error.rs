@@ -281,6 +281,8 @@ impl AgentSurfaceError {
             R::Transport => message::TRANSPORT,
             R::VerificationFailed => message::VERIFICATION_FAILED,
             R::OutcomeUnknown => message::OUTCOME_UNKNOWN,
+            // Never without its delay: the call did not run, and it may once the trail is back.
+            R::AuditUnavailable => return Self::audit_unavailable(AUDIT_RETRY_AFTER),
         };
         let details = ExecutionFailedDetails { reason: Some(reason), transient: None, retry_after_ms: None };
         Self::with_details(ErrorCode::ExecutionFailed, template, &[], &details)
@@ -326,6 +328,27 @@ impl AgentSurfaceError {
             &[("ms", &ms.to_string())],
             &details,
         )
+    }
+
+    /// `EXECUTION_FAILED {reason: audit-unavailable, transient: true, retryAfterMs}` (retry
+    /// `after-delay`): strict audit could not record that the call starts, so it did not run.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// let p = AgentSurfaceError::audit_unavailable(Duration::from_millis(1500)).into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::ExecutionFailed, Retry::AfterDelay));
+    /// assert_eq!(p.details().unwrap()["reason"], "audit-unavailable");
+    /// assert_eq!(p.details().unwrap()["retryAfterMs"], 1500);
+    /// ```
+    pub fn audit_unavailable(retry_after: Duration) -> Self {
+        let ms = millis(retry_after);
+        let details = ExecutionFailedDetails {
+            reason: Some(ExecutionFailedReason::AuditUnavailable),
+            transient: Some(true),
+            retry_after_ms: Some(ms),
+        };
+        Self::with_details(ErrorCode::ExecutionFailed, message::AUDIT_UNAVAILABLE, &[("ms", &ms.to_string())], &details)
     }
 
     /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) with the repair that says to
@@ -581,6 +604,10 @@ impl fmt::Debug for AgentSurfaceError {
             .finish()
     }
 }
+
+/// The delay [`AgentSurfaceError::execution_failed`] gives `audit-unavailable`, which is always
+/// transient (the runtime uses [`AgentSurfaceError::audit_unavailable`] with its own delay).
+const AUDIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

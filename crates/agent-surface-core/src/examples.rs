@@ -134,6 +134,7 @@ pub fn of(code: ErrorCode) -> Vec<ErrorPayload> {
                 AgentSurfaceError::transient(std::time::Duration::from_millis(2000)).into_payload(),
                 AgentSurfaceError::execution_failed(R::VerificationFailed).into_payload(),
                 AgentSurfaceError::outcome_unknown().into_payload(),
+                AgentSurfaceError::audit_unavailable(std::time::Duration::from_millis(1000)).into_payload(),
             ]
         }
     }

@@ -115,6 +115,9 @@ templates! {
     /// `EXECUTION_FAILED` / transport, transient; slot: `ms`.
     TRANSPORT_TRANSIENT = ("execution-failed.transport-transient",
         "A service behind this action failed temporarily. Wait {ms} ms, then retry with a fresh invocationId.");
+    /// `EXECUTION_FAILED` / audit-unavailable (always transient); slot: `ms`.
+    AUDIT_UNAVAILABLE = ("execution-failed.audit-unavailable",
+        "The action did not run because its audit record could not be written. Wait {ms} ms, then retry with a fresh invocationId.");
     /// `EXECUTION_FAILED` / transport, not transient.
     TRANSPORT = ("execution-failed.transport",
         "A service behind this action failed. Do not retry it as it is; report the failure.");

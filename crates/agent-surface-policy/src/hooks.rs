@@ -47,6 +47,10 @@ pub struct CallInfo<'a> {
     /// The confirmation gate the capability declares (`.confirm(…)` on its definition). Present
     /// only in the confirmation phase, and only for capabilities that declare a gate.
     pub declared_gate: Option<DeclaredGate<'a>>,
+    /// The caller's invocation id, when it sent one (present in the confirmation phase).
+    pub invocation_id: Option<&'a str>,
+    /// The call's correlation id (present in the confirmation phase), for the audit trail.
+    pub correlation_id: Option<&'a str>,
 }
 
 impl<'a> CallInfo<'a> {
@@ -68,7 +72,16 @@ impl<'a> CallInfo<'a> {
             registration_id: None,
             input: None,
             declared_gate: None,
+            invocation_id: None,
+            correlation_id: None,
         }
+    }
+
+    /// The same, with the call's invocation id (if the caller sent one) and correlation id.
+    pub fn with_ids(mut self, invocation_id: Option<&'a str>, correlation_id: &'a str) -> Self {
+        self.invocation_id = invocation_id;
+        self.correlation_id = Some(correlation_id);
+        self
     }
 
     /// The same, with a target instance.

@@ -22,7 +22,9 @@
 //! - [`ConfirmationEngine`] — confirmation gates (declared or decided by a
 //!   [`ConfirmationPolicy`]), single-use evidence bound to the call, the host's approve / deny
 //!   API, two-phase and wait modes; its records live in a [`ConfirmationStore`]
-//!   ([`MemoryConfirmationStore`] in process).
+//!   ([`MemoryConfirmationStore`] in process);
+//! - [`AuditSink`] — the audit trail: confirmation events and executions of capabilities with an
+//!   effect ([`MemoryAuditSink`], [`JsonLinesAuditSink`]; strict audit with [`AuditConfig`]).
 //!
 //! Stores take `now` as an argument instead of reading a clock, so they never disagree with the
 //! pipeline about time. Engines that wait (policy budgets, queue waits, wait-mode approvals) or
@@ -70,6 +72,7 @@
 //! # });
 //! ```
 
+mod audit;
 mod authn;
 mod authority;
 mod clock;
@@ -82,6 +85,11 @@ pub mod principal;
 mod rate;
 mod task;
 
+pub use audit::{
+    AUDIT_RETRY_AFTER, AuditConfig, AuditError, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict,
+    DEFAULT_AUDIT_BUDGET, JsonLinesAuditSink, MAX_NOTE_CHARS, MemoryAuditSink, MemoryAuditSinkConfig, bounded_note,
+    record_within,
+};
 pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens, bearer_token};
 pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};

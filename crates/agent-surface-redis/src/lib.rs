@@ -13,7 +13,9 @@
 //! - [`RedisConfirmationStore`] — `ConfirmationStore`: insert, decide, consume once, withdraw;
 //! - [`RedisTaskStore`] — `TaskStore`: create, get, finish, request a cancellation;
 //! - [`RedisRateLimiter`] — `RateLimiter`: GCRA budgets per consumer and per capability, taken
-//!   all-or-nothing, on Redis' clock.
+//!   all-or-nothing, on Redis' clock;
+//! - [`RedisAuditSink`] — `AuditSink`: the audit trail as one stream (`XADD`), trimmed to
+//!   [`RedisConfig::audit_max_len`] entries.
 //!
 //! **Each store operation is one atomic server-side script** (over one hash; the rate limiter's
 //! over the buckets of one call): the check and the change it guards can never interleave with
@@ -40,8 +42,8 @@
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
 //! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
 //! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
-//! `{prefix}rate:consumer:{key}` and `{prefix}rate:capability:{name}`. Nothing of a key or a
-//! stored value reaches the agent channel. Credentials come with the URL
+//! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}` and the audit stream
+//! `{prefix}audit`. Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
 //! (`redis://user:pass@host:6379/`). TLS (`rediss://`) needs one of the `redis` crate's TLS
 //! features, which this crate does not turn on (they bring a TLS stack every user would compile):
 //! add `redis = { version = "1.8", features = ["tokio-rustls-comp"] }` (or
@@ -71,6 +73,7 @@
 //! # }
 //! ```
 
+mod audit;
 mod confirmation;
 mod idempotency;
 mod rate;
@@ -86,6 +89,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// same connection ([`RedisStores::connection`]).
 pub use redis;
 
+pub use audit::RedisAuditSink;
 pub use confirmation::RedisConfirmationStore;
 pub use idempotency::RedisIdempotencyStore;
 pub use rate::{RedisRateConfig, RedisRateLimiter};
@@ -119,11 +123,15 @@ pub struct RedisConfig {
     /// (admission or renewal) when it never settles (its replica died): within it, a retry learns
     /// that the outcome is unknown rather than running as a new call. At least twice `lease`.
     pub in_flight_retention: Duration,
+    /// About how many events the audit stream keeps ([`RedisAuditSink`]; trimmed with `MAXLEN
+    /// ~`, the oldest first). An event is at most a few KiB (names and ids are bounded), so this
+    /// bounds the stream's bytes too.
+    pub audit_max_len: usize,
 }
 
 impl Default for RedisConfig {
     /// Prefix `agent-surface:`, 2 s per operation, one hour of retention, 1 MiB per task payload
-    /// and per idempotency result, 10 s leases, records in flight kept a day.
+    /// and per idempotency result, 10 s leases, records in flight kept a day, 100 000 audit events.
     fn default() -> RedisConfig {
         RedisConfig {
             prefix: "agent-surface:".to_string(),
@@ -133,6 +141,7 @@ impl Default for RedisConfig {
             max_result_bytes: 1024 * 1024,
             lease: Duration::from_secs(10),
             in_flight_retention: Duration::from_secs(24 * 3600),
+            audit_max_len: 100_000,
         }
     }
 }
@@ -224,6 +233,11 @@ impl RedisStores {
     /// The task store.
     pub fn tasks(&self) -> RedisTaskStore {
         RedisTaskStore::new(self.clone())
+    }
+
+    /// The audit sink: a stream under `{prefix}audit`.
+    pub fn audit(&self) -> RedisAuditSink {
+        RedisAuditSink::new(self.clone())
     }
 
     /// A rate limiter with these budgets.

@@ -117,6 +117,8 @@ pub(crate) struct CapabilityDef {
     pub(crate) description: String,
     pub(crate) effect: Effect,
     pub(crate) idempotent: bool,
+    /// Strict audit for this capability (see `CapabilityBuilder::strict_audit`).
+    pub(crate) strict_audit: bool,
     /// Runs long enough that adapters that can should answer it as a task.
     pub(crate) long_running: bool,
     pub(crate) time_budget: Option<Duration>,
@@ -197,6 +199,7 @@ impl<'a> TypeBuilder<'a> {
             description: description.to_string(),
             effect: Effect::Write,
             idempotent: false,
+            strict_audit: false,
             long_running: false,
             time_budget: None,
             plane: Plane::Procedure,
@@ -308,6 +311,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     description: String,
     effect: Effect,
     idempotent: bool,
+    strict_audit: bool,
     long_running: bool,
     time_budget: Option<Duration>,
     plane: Plane,
@@ -337,6 +341,16 @@ impl CapabilityBuilder<'_, '_> {
     /// of an idempotent capability may be retried.
     pub fn idempotent(mut self) -> Self {
         self.idempotent = true;
+        self
+    }
+
+    /// Requires strict audit for this capability (as `AuditConfig::strict` does for all): a call
+    /// runs only once the audit trail has recorded that it starts; when the event cannot be
+    /// written (or the registry has no `RegistryConfig::audit`), the call does not run and is
+    /// answered `EXECUTION_FAILED {reason: audit-unavailable, transient: true}` (`after-delay`).
+    /// Has no effect on a `read` capability, whose calls are not audited.
+    pub fn strict_audit(mut self) -> Self {
+        self.strict_audit = true;
         self
     }
 
@@ -755,6 +769,7 @@ impl CapabilityBuilder<'_, '_> {
             description: self.description.trim().to_string(),
             effect: self.effect,
             idempotent: self.idempotent,
+            strict_audit: self.strict_audit,
             long_running: self.long_running,
             time_budget: self.time_budget,
             plane: self.plane,

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code, SafeText};
 use agent_surface_policy::{
-    AuthorityPolicy, Clock, ConfirmationGate, IdempotencyStore, MemoryIdempotencyStore, RateLimiter, SystemClock,
+    AuditConfig, AuthorityPolicy, Clock, ConfirmationGate, IdempotencyStore, MemoryIdempotencyStore, RateLimiter,
+    SystemClock,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -90,6 +91,12 @@ pub struct RegistryConfig {
     /// recording costs a few hundred nanoseconds per call, recorder or not). See
     /// [`crate::telemetry`].
     pub metrics: bool,
+    /// The audit trail of executions: every call of a capability with an effect (not `read`)
+    /// records `execution.started` before its handler runs and `execution.finished` with its
+    /// code after (see `agent_surface_policy::AuditSink`); `None`: no trail (a capability that
+    /// asks for strict audit then never runs). Give the confirmation engine the same sink for
+    /// the confirmation events.
+    pub audit: Option<AuditConfig>,
 }
 
 impl Default for RegistryConfig {
@@ -113,6 +120,7 @@ impl Default for RegistryConfig {
             store_budget: Duration::from_secs(5),
             confirmation_budget: Duration::from_secs(5 * 60),
             metrics: false,
+            audit: None,
         }
     }
 }
@@ -129,6 +137,7 @@ impl std::fmt::Debug for RegistryConfig {
             .field("store_budget", &self.store_budget)
             .field("confirmation_budget", &self.confirmation_budget)
             .field("metrics", &self.metrics)
+            .field("audit", &self.audit)
             .finish_non_exhaustive()
     }
 }

@@ -12,7 +12,7 @@
 //! | `agent_surface_calls_total` | counter | `capability`, `code`, `retry`, `transport` | calls that ended, by outcome (`code` `OK`, `retry` `none` for a success) |
 //! | `agent_surface_call_duration_seconds` | histogram | `capability`, `phase_group` | time per phase group: `admission` (phase 1, calls with an invocation id: the idempotency store's round trip), `execute` (8, 8b: the handler and its post-condition, when they ran), `total` (the whole call) |
 //! | `agent_surface_calls_in_flight` | gauge | `transport` | calls under way |
-//! | `agent_surface_store_errors_total` | counter | `store` (`idempotency`, `confirmation`, `rate-limiter`) | store (or limiter) failures the pipeline met |
+//! | `agent_surface_store_errors_total` | counter | `store` (`idempotency`, `confirmation`, `rate-limiter`, `audit`) | store (or limiter) failures the pipeline met (`audit`: a strict audit refusal) |
 //! | `agent_surface_rate_limited_total` | counter | `capability`, `reason` | calls refused by the rate limiter |
 //!
 //! Store sizes are gauges set when [`crate::Registry::record_store_usage`] runs (call it before

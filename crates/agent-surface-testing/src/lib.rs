@@ -15,6 +15,8 @@
 //!   ([`AdapterCodec`], or two closures through [`codec`]), checks that all sixteen codes with
 //!   every retry category the matrix allows them, and representative details, survive the
 //!   adapter's wire form unchanged.
+//! - **Audit** — [`FlakyAuditSink`], a sink that fails while told to (strict audit);
+//!   [`stores::check_audit_sink`], the suite every audit sink passes.
 //! - **Leak assertion** — [`assert_no_leak`]: given [`Secrets`] (SQL, a credentialed URL, a stack
 //!   trace, an environment value), no agent-facing serialization of a result contains any of them.
 //!
@@ -80,6 +82,7 @@
 //! ```
 
 mod assert;
+mod audit;
 pub mod bench;
 mod clock;
 mod conformance;
@@ -91,6 +94,7 @@ pub mod services;
 pub mod stores;
 
 pub use assert::{expect_details, expect_error, expect_no_details, expect_ok, expect_retry, json_subset, pretty};
+pub use audit::FlakyAuditSink;
 pub use clock::{ManualClock, SleepMode, TEST_EPOCH, TestClock};
 pub use conformance::{
     AdapterCodec, ConformanceConfig, ConformanceReport, Failure, FnCodec, assert_conformance, assert_conformance_with,

@@ -23,6 +23,7 @@ pub use store::{
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
 };
 
+use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
 use crate::clock::{Clock, SystemClock};
 use crate::consumer::Identity;
 use crate::guard::{caught, guarded};
@@ -268,6 +269,10 @@ pub struct ConfirmationConfig {
     /// counts as failed (`StoreError::Unavailable`): the call does not run, and the caller is told
     /// to retry after a delay.
     pub store_budget: Duration,
+    /// Where the confirmation events go (requested, decided, consumed, expired); `None`: no
+    /// trail. Give the registry's `AuditConfig` the same sink. A write gets `store_budget`; a
+    /// failed one is an `ERROR` on the operator channel and changes no decision.
+    pub audit: Option<Arc<dyn AuditSink>>,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -284,6 +289,7 @@ impl Default for ConfirmationConfig {
             policy_budget: crate::authority::DEFAULT_POLICY_BUDGET,
             target_binding: TargetBinding::Registration,
             store_budget: DEFAULT_STORE_BUDGET,
+            audit: None,
         }
     }
 }
@@ -298,6 +304,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("policy_budget", &self.policy_budget)
             .field("target_binding", &self.target_binding)
             .field("store_budget", &self.store_budget)
+            .field("audit", &self.audit)
             .finish_non_exhaustive()
     }
 }
@@ -431,7 +438,18 @@ impl ConfirmationEngine {
     /// an approval by the requester ([`ApprovalError::SelfApproval`]), an expired or unknown
     /// confirmation, and one that was already decided.
     pub async fn approve(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Approve, approver).await
+        self.decide(id, ApprovalVerdict::Approve, approver, None).await
+    }
+
+    /// As [`approve`](Self::approve), with the approver's note for the audit trail (trimmed, at
+    /// most [`MAX_NOTE_CHARS`](crate::MAX_NOTE_CHARS) characters).
+    pub async fn approve_with_note(
+        &self,
+        id: &str,
+        approver: &Identity,
+        note: Option<&str>,
+    ) -> Result<(), ApprovalError> {
+        self.decide(id, ApprovalVerdict::Approve, approver, note).await
     }
 
     /// Approves the pending confirmation `id` in person: the requesting user answered a prompt
@@ -444,17 +462,80 @@ impl ConfirmationEngine {
         if channel.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
-        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver).await
+        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None).await
     }
 
     /// Denies the pending confirmation `id` on behalf of `approver` (the requester may deny its
     /// own request). Final: the evidence is then rejected with `CONFIRMATION_INVALID {reason:
     /// denied}`.
     pub async fn deny(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Deny, approver).await
+        self.decide(id, ApprovalVerdict::Deny, approver, None).await
     }
 
-    async fn decide(&self, id: &str, verdict: ApprovalVerdict, approver: &Identity) -> Result<(), ApprovalError> {
+    /// As [`deny`](Self::deny), with the approver's note for the audit trail.
+    pub async fn deny_with_note(&self, id: &str, approver: &Identity, note: Option<&str>) -> Result<(), ApprovalError> {
+        self.decide(id, ApprovalVerdict::Deny, approver, note).await
+    }
+
+    /// Writes `event` to the audit sink, if there is one; a failure is logged, never returned.
+    async fn audit(&self, event: impl FnOnce() -> AuditEvent) {
+        let Some(sink) = &self.config.audit else { return };
+        let event = event();
+        if let Err(e) = record_within(sink.as_ref(), self.config.clock.as_ref(), self.config.store_budget, &event).await
+        {
+            tracing::error!(
+                target: "agent_surface::audit",
+                event = event.name(),
+                confirmation_id = event.confirmation_id.as_deref().unwrap_or(""),
+                error = %e,
+                "audit event not recorded"
+            );
+        }
+    }
+
+    /// A confirmation event about the record `id`, described from the store (an event with only
+    /// the id when the store no longer holds it or fails).
+    async fn audit_record(&self, id: &str, now: Timestamp, kind: AuditKind) {
+        if self.config.audit.is_none() {
+            return;
+        }
+        let record = self.bounded(self.config.store.get(id, now)).await.ok().flatten();
+        self.audit(|| {
+            let mut event = match &record {
+                Some(r) => record_event(now, kind, r),
+                None => AuditEvent::new(now, kind, "", ""),
+            };
+            event.confirmation_id = Some(id.to_string());
+            event
+        })
+        .await;
+    }
+
+    /// Records what consuming the evidence `id` did: `consumed`, or `expired` when the
+    /// confirmation was past its deadline (or withdrawn by a wait that timed out).
+    async fn audit_consume(
+        &self,
+        call: &CallInfo<'_>,
+        binding: &ConfirmationBinding,
+        id: &str,
+        now: Timestamp,
+        outcome: &Result<Result<Consumed, Rejection>, StoreError>,
+    ) {
+        let kind = match outcome {
+            Ok(Ok(consumed)) => AuditKind::ConfirmationConsumed { approved_by: consumed.approved_by.clone() },
+            Ok(Err(Rejection::Expired)) => AuditKind::ConfirmationExpired,
+            _ => return,
+        };
+        self.audit(|| call_event(now, kind, call, binding, id)).await;
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        verdict: ApprovalVerdict,
+        approver: &Identity,
+        note: Option<&str>,
+    ) -> Result<(), ApprovalError> {
         if approver.subject.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
@@ -472,11 +553,22 @@ impl ConfirmationEngine {
                     approver = %approver.subject,
                     "confirmation decided"
                 );
+                let verdict = match verdict {
+                    ApprovalVerdict::Approve => AuditVerdict::Approve,
+                    ApprovalVerdict::ApproveInPerson => AuditVerdict::ApproveInPerson,
+                    ApprovalVerdict::Deny => AuditVerdict::Deny,
+                };
+                let approver = approver.subject.clone();
+                let kind = AuditKind::ConfirmationDecided { verdict, approver, note: bounded_note(note) };
+                self.audit_record(id, now, kind).await;
                 self.wake(id);
                 Ok(())
             }
             Decided::Unknown => Err(ApprovalError::Unknown),
-            Decided::Expired => Err(ApprovalError::Expired),
+            Decided::Expired => {
+                self.audit_record(id, now, AuditKind::ConfirmationExpired).await;
+                Err(ApprovalError::Expired)
+            }
             Decided::SelfApproval => {
                 tracing::warn!(
                     target: "agent_surface::confirmation",
@@ -540,19 +632,23 @@ impl ConfirmationEngine {
             input_hash: input_hash(call.input.unwrap_or(&NO_INPUT)),
         };
         match evidence {
-            Some(id) => match self.bounded(self.config.store.consume(id, &binding, now)).await {
-                Ok(Ok(consumed)) => {
-                    tracing::info!(
-                        target: "agent_surface::confirmation",
-                        confirmation_id = id,
-                        approved_by = %consumed.approved_by,
-                        "confirmation consumed"
-                    );
-                    ConfirmationDecision::Proceed
+            Some(id) => {
+                let consumed = self.bounded(self.config.store.consume(id, &binding, now)).await;
+                self.audit_consume(&call, &binding, id, now, &consumed).await;
+                match consumed {
+                    Ok(Ok(consumed)) => {
+                        tracing::info!(
+                            target: "agent_surface::confirmation",
+                            confirmation_id = id,
+                            approved_by = %consumed.approved_by,
+                            "confirmation consumed"
+                        );
+                        ConfirmationDecision::Proceed
+                    }
+                    Ok(Err(rejection)) => rejected(id, rejection),
+                    Err(e) => unavailable(&e),
                 }
-                Ok(Err(rejection)) => rejected(id, rejection),
-                Err(e) => unavailable(&e),
-            },
+            }
             None => {
                 let summary = summary.unwrap_or_else(|| generic_summary(&call));
                 self.request(call, binding, summary, now).await
@@ -591,6 +687,8 @@ impl ConfirmationEngine {
         if let Err(e) = self.bounded(self.config.store.insert(record.clone(), now)).await {
             return unavailable(&e);
         }
+        let kind = AuditKind::ConfirmationRequested { effect: record.effect, expires_at: record.expires_at };
+        self.audit(|| call_event(now, kind, &call, &record.binding, &record.id)).await;
         match &self.config.mode {
             ConfirmationMode::TwoPhase => ConfirmationDecision::Required {
                 confirmation_id: record.id,
@@ -600,7 +698,7 @@ impl ConfirmationEngine {
             },
             ConfirmationMode::Wait { approver, timeout } => {
                 let timeout = (*timeout).min(record.expires_at.saturating_duration_since(now));
-                self.wait(&record, approver.as_ref(), timeout).await
+                self.wait(&call, &record, approver.as_ref(), timeout).await
             }
         }
     }
@@ -609,6 +707,7 @@ impl ConfirmationEngine {
     /// counts too.
     async fn wait(
         &self,
+        call: &CallInfo<'_>,
         record: &ConfirmationRecord,
         approver: &dyn Approver,
         timeout: Duration,
@@ -633,14 +732,19 @@ impl ConfirmationEngine {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation wait timed out");
                     // A decision that landed just before the withdrawal still counts.
-                    return match self.bounded(self.config.store.consume(id, &record.binding, now)).await {
+                    let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+                    self.audit_consume(call, &record.binding, id, now, &consumed).await;
+                    return match consumed {
                         Ok(Ok(_)) => ConfirmationDecision::Proceed,
                         Ok(Err(rejection)) => rejected(id, rejection),
                         Err(e) => unavailable(&e),
                     };
                 }
             }
-            match self.bounded(self.config.store.consume(id, &record.binding, self.config.clock.now())).await {
+            let now = self.config.clock.now();
+            let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+            self.audit_consume(call, &record.binding, id, now, &consumed).await;
+            match consumed {
                 Ok(Ok(_)) => {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation consumed");
@@ -702,6 +806,30 @@ impl ConfirmationGate for ConfirmationEngine {
     ) -> BoxFuture<'a, ConfirmationDecision> {
         Box::pin(self.check_now(call, confirmation_id, now))
     }
+}
+
+/// A confirmation event about a call (its consumer, principal, ids) and the confirmation `id`
+/// bound by `binding`.
+fn call_event(
+    now: Timestamp,
+    kind: AuditKind,
+    call: &CallInfo<'_>,
+    binding: &ConfirmationBinding,
+    id: &str,
+) -> AuditEvent {
+    let mut event = AuditEvent::of_call(now, kind, call);
+    event.input_digest = Some(binding.input_hash.to_string());
+    event.confirmation_id = Some(id.to_string());
+    event
+}
+
+/// A confirmation event described from the stored record (a decision is no part of a call: no
+/// invocation or correlation id).
+fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) -> AuditEvent {
+    let mut event = AuditEvent::new(now, kind, &record.binding.capability, &record.binding.consumer_key);
+    event.principal = record.requester.clone();
+    event.input_digest = Some(record.binding.input_hash.to_string());
+    event
 }
 
 /// SHA-256 of the canonical JSON of the validated input: the same digest as

@@ -1,6 +1,7 @@
 //! Integration tests of the policy crate: clocks, idempotency admission and its model check, and
 //! the authority, rate and confirmation engines.
 
+mod audit;
 mod authn;
 mod authority;
 mod clock;

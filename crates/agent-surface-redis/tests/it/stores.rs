@@ -194,3 +194,34 @@ async fn an_oversized_result_is_recorded_as_withheld() {
     };
     assert_eq!(replayed.error_payload().and_then(|p| p.detail("reason")), Some(&json!("output-too-large")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_audit_sink_passes_the_kit() {
+    let Some(redis) = support::stores("audit-kit").await else { return };
+    stores::check_audit_sink(&redis.audit(), "kit-").await;
+}
+
+/// The stream is trimmed to about `audit_max_len` entries, the oldest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_audit_stream_is_bounded() {
+    use agent_surface_policy::{AuditEvent, AuditKind, AuditSink};
+    let config = RedisConfig { audit_max_len: 10, ..RedisConfig::default() };
+    let Some(redis) = support::stores_with("audit-trim", config).await else { return };
+    let sink = redis.audit();
+    for i in 0..500u64 {
+        let mut e = AuditEvent::new(
+            Timestamp::from_unix_millis(i),
+            AuditKind::ExecutionStarted { effect: Effect::Write },
+            "orders.cancel",
+            "c-1",
+        );
+        e.invocation_id = Some(format!("inv-{i}"));
+        sink.record(&e).await.unwrap();
+    }
+    let mut conn = redis.connection();
+    let len: usize = agent_surface_redis::redis::cmd("XLEN").arg(sink.key()).query_async(&mut conn).await.unwrap();
+    // `MAXLEN ~` trims whole macro nodes (100 entries by default): about the bound, never the whole history.
+    assert!((10..=200).contains(&len), "{len} entries kept");
+    let last = sink.recent(1).await.unwrap();
+    assert_eq!(last[0].invocation_id.as_deref(), Some("inv-499"));
+}

@@ -70,7 +70,8 @@ pub(crate) async fn check(
         }
         (Some(gate), _) => gate,
     };
-    let mut call = call.info().with_input(input);
+    let correlation = call.correlation_text();
+    let mut call = call.info().with_input(input).with_ids(call.correlation.invocation_id(), correlation);
     if def.confirm.is_some() {
         call = call.with_declared_gate(summary.as_ref());
     }

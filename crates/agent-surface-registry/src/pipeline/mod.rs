@@ -7,6 +7,7 @@
 //! and its own input.
 
 pub(crate) mod admission;
+pub(crate) mod audit;
 pub(crate) mod authority;
 pub(crate) mod availability;
 pub(crate) mod confirmation;
@@ -59,6 +60,8 @@ pub(crate) enum Fault {
     ConfirmationStore,
     /// The rate limiter failed.
     RateLimiter,
+    /// The audit sink failed under strict audit.
+    AuditSink,
 }
 
 impl Fault {
@@ -69,6 +72,7 @@ impl Fault {
             Fault::IdempotencyStore => Some("idempotency"),
             Fault::ConfirmationStore => Some("confirmation"),
             Fault::RateLimiter => Some("rate-limiter"),
+            Fault::AuditSink => Some("audit"),
         }
     }
 }
@@ -104,6 +108,10 @@ pub(crate) struct Call<'a> {
     pub(crate) ctx: Ctx,
     /// Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
     pub(crate) tracked: bool,
+    /// The call's correlation id.
+    pub(crate) correlation: &'a CorrelationId,
+    /// Its text, formatted when first asked for (the confirmation phase, the audit trail).
+    pub(crate) correlation_text: std::sync::OnceLock<String>,
 }
 
 impl Call<'_> {
@@ -114,6 +122,14 @@ impl Call<'_> {
         agent_surface_policy::CallInfo::new(&self.options.consumer, &def.name, &def.type_id, def.effect, def.idempotent)
             .with_instance(&self.reg.instance_id)
             .with_registration(&self.reg.registration_id)
+    }
+
+    /// The correlation id as text: the invocation id, or the generated id formatted once.
+    pub(crate) fn correlation_text(&self) -> &str {
+        match self.correlation.invocation_id() {
+            Some(id) => id,
+            None => self.correlation_text.get_or_init(|| self.correlation.to_string()),
+        }
     }
 
     /// The time budget of the handler and of its post-condition.
@@ -274,10 +290,10 @@ async fn run_phases(
     // enlarge every call's.
     let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
     let outcome = match renewal {
-        None => phases(registry, request, options, hold.as_deref(), timing).await,
+        None => phases(registry, request, options, correlation_id, hold.as_deref(), timing).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = phases(registry, request, options, hold.as_deref(), timing);
+            let phases = phases(registry, request, options, correlation_id, hold.as_deref(), timing);
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -311,10 +327,10 @@ async fn phases(
     registry: &Registry,
     request: &mut InvokeRequest,
     options: &InvokeOptions,
+    correlation: &CorrelationId,
     hold: Option<&admission::Hold>,
     timing: &mut Option<Box<telemetry::Timing>>,
 ) -> Outcome {
-    use std::sync::atomic::Ordering;
     let inner = &registry.inner;
     // Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
     let tracked = request.invocation_id.is_some();
@@ -369,7 +385,16 @@ async fn phases(
         progress: options.progress.clone().map(crate::ctx::ProgressState::new),
         answers: options.answers.clone(),
     });
-    let call = Call { inner, options, def: &def, reg: &reg, ctx, tracked };
+    let call = Call {
+        inner,
+        options,
+        def: &def,
+        reg: &reg,
+        ctx,
+        tracked,
+        correlation,
+        correlation_text: std::sync::OnceLock::new(),
+    };
     let prepared = input::prepare(&call, std::mem::take(&mut request.input))?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &def.ask {
@@ -383,8 +408,28 @@ async fn phases(
         let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
         Box::pin(confirmation::check(&call, &prepared.value, summary, request.confirmation_id.as_deref())).await?;
     }
+    // Phase 8a: the audit trail's start, for a capability with an effect.
+    if audit::applies(&call) {
+        let evidence = request.confirmation_id.as_deref();
+        let started = Box::pin(audit::start(&call, &prepared.value, evidence)).await?;
+        let outcome = execute(&call, hold, prepared, timing).await;
+        Box::pin(started.finish(&outcome)).await;
+        return outcome;
+    }
+    execute(&call, hold, prepared, timing).await
+}
+
+/// Phases 8, 8b and 9: the handler, its post-condition and the output.
+async fn execute(
+    call: &Call<'_>,
+    hold: Option<&admission::Hold>,
+    prepared: input::Prepared,
+    timing: &mut Option<Box<telemetry::Timing>>,
+) -> Outcome {
+    use std::sync::atomic::Ordering;
+    let def = call.def;
     // Phase 8.
-    if let Some(hook) = &options.on_execute {
+    if let Some(hook) = &call.options.on_execute {
         hook();
     }
     if let Some(hold) = hold {
@@ -392,17 +437,17 @@ async fn phases(
         if hold.lost.load(Ordering::Acquire) {
             return Err(taken_over_stop("the lease was lost before the handler started"));
         }
-        if !execute::outcome_is_harmless(&def) {
+        if !execute::outcome_is_harmless(def) {
             hold.may_have_run.store(true, Ordering::Release);
         }
     }
     if let Some(timing) = timing.as_mut() {
         timing.execute_start = Some(std::time::Instant::now());
     }
-    let output = execute::run(&call, prepared.decoded).await;
+    let output = execute::run(call, prepared.decoded).await;
     // Phase 8b: the post-condition, if the capability declares one.
     let output = match output {
-        Ok(output) if def.verify.is_some() => Box::pin(verify::check(&call, &prepared.value, output)).await,
+        Ok(output) if def.verify.is_some() => Box::pin(verify::check(call, &prepared.value, output)).await,
         other => other,
     };
     if let Some(timing) = timing.as_mut() {
@@ -410,5 +455,5 @@ async fn phases(
     }
     let output = output?;
     // Phase 9.
-    output::check(&call, output)
+    output::check(call, output)
 }

@@ -3,6 +3,7 @@
 mod support;
 
 mod adapter_hooks;
+mod audit;
 mod authority;
 mod concurrency;
 mod confirmation;

@@ -26,3 +26,23 @@ async fn the_memory_rate_limiter_passes_the_kit() {
     let limiter = MemoryRateLimiter::new(RateLimitConfig { per_consumer: Some(quota), ..Default::default() });
     stores::check_rate_limiter(&limiter, quota, "kit-").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_audit_sink_passes_the_kit() {
+    stores::check_audit_sink(&agent_surface_policy::MemoryAuditSink::default(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_lines_audit_sink_passes_the_kit() {
+    let dir = std::env::temp_dir().join(format!("agent-surface-kit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("audit.jsonl");
+    let _ = std::fs::remove_file(&path);
+    let sink = agent_surface_policy::JsonLinesAuditSink::open(&path).unwrap();
+    stores::check_audit_sink(&sink, "kit-").await;
+    // Opened again, the file reads back the same.
+    let again = agent_surface_policy::JsonLinesAuditSink::open(&path).unwrap();
+    use agent_surface_policy::AuditSink;
+    assert_eq!(again.recent(100).await.unwrap(), sink.recent(100).await.unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
