@@ -1,36 +1,9 @@
 //! `cargo xtask ci`: the whole test suite, as the README's test command and `.ci/run` run it.
 
+use anyhow::Result;
 use std::path::Path;
-use std::process::Command;
-use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-
-fn step(root: &Path, name: &str, program: &str, args: &[&str]) -> Result<()> {
-    step_with_env(root, name, program, args, &[("AGENT_SURFACE_CI", std::ffi::OsStr::new("1"))])
-}
-
-fn step_with_env(
-    root: &Path,
-    name: &str,
-    program: &str,
-    args: &[&str],
-    env: &[(&str, &std::ffi::OsStr)],
-) -> Result<()> {
-    println!("==> {name}: {program} {}", args.join(" "));
-    let start = Instant::now();
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("cannot start `{program}`"))?;
-    println!("<== {name}: {status} in {:.1}s", start.elapsed().as_secs_f64());
-    if !status.success() {
-        bail!("step `{name}` failed ({status})");
-    }
-    Ok(())
-}
+use crate::step::{step, step_with_env};
 
 /// The structure checks: the crate graph follows the layers (`cargo metadata`), and no files of a
 /// crate import each other in a circle. Fast (no build), so `ci` runs them first.
@@ -64,6 +37,8 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     println!("==> verify-matrix");
     crate::matrix::verify(root, Some(&evidence))?;
     println!("<== verify-matrix: ok");
+    println!("==> publish-check");
+    crate::publish::run(root)?;
     println!("==> clients");
     crate::clients::run_all(root)?;
     println!("ci: all steps passed");

@@ -41,6 +41,11 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 /// Reads the workspace's crate graph with `cargo metadata` and checks it against [`LAYERS`].
 pub(crate) fn check(root: &Path) -> Result<()> {
+    check_graph(&workspace_graph(&metadata(root)?))
+}
+
+/// The workspace's `cargo metadata` (its own packages, no dependencies).
+pub(crate) fn metadata(root: &Path) -> Result<Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
@@ -50,8 +55,7 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     if !out.status.success() {
         bail!("`cargo metadata` failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let metadata: Value = serde_json::from_slice(&out.stdout).context("`cargo metadata` printed no JSON")?;
-    check_graph(&workspace_graph(&metadata))
+    serde_json::from_slice(&out.stdout).context("`cargo metadata` printed no JSON")
 }
 
 /// Each workspace crate and the workspace crates it depends on (normal and build dependencies).

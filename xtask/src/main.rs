@@ -9,7 +9,9 @@ mod layers;
 mod matrix;
 mod phase_docs;
 mod produced;
+mod publish;
 mod services;
+mod step;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,7 +25,8 @@ commands:
   verify-matrix   check the matrix file, the enum, the examples, the docs tables, the phase docs and the tests agree
   matrix          print the error matrix as a readable table
   structure       check the crate layers (cargo metadata) and that no files of a crate import each other in a circle
-  ci              run the whole test suite (structure, fmt, clippy, tests, verify-matrix, clients)
+  publish-check   the published crates' metadata, `cargo package` of them all, each adapter's feature builds, `cargo doc` without warnings
+  ci              run the whole test suite (structure, fmt, clippy, tests, verify-matrix, publish-check, clients)
   clients         install the pinned real MCP clients into .tools/ and run them against the demo";
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some("structure") => ci::structure(&root).map(|()| println!("structure: ok")),
+        Some("publish-check") => publish::run(&root),
         Some("ci") => ci::run(&root),
         Some("clients") => clients::run_all(&root),
         _ => {

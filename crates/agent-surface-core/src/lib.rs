@@ -49,6 +49,7 @@ pub mod details;
 mod error;
 pub mod examples;
 pub mod hex;
+pub mod id;
 pub mod json;
 pub mod matrix;
 pub mod message;

@@ -1,4 +1,4 @@
-//! Serves an agent-surface [`Registry`] as an MCP server, on the official Rust SDK (`rmcp`).
+//! Serves an agent-surface [`Registry`](agent_surface_registry::Registry) as an MCP server, on the official Rust SDK (`rmcp`).
 //!
 //! # Overview
 //!
@@ -13,7 +13,7 @@
 //!   lists carry cache hints (`ttlMs`, `cacheScope: private`). When a surface change alters the
 //!   list, a legacy session gets `notifications/tools/list_changed`, a modern client on its
 //!   `subscriptions/listen` stream.
-//! - **`tools/call`** runs [`Registry::invoke`]. The invocation id, surface id and version,
+//! - **`tools/call`** runs [`Registry::invoke`](agent_surface_registry::Registry::invoke). The invocation id, surface id and version,
 //!   confirmation id and target come from the request's `_meta` ([`meta`]); the MCP request id and
 //!   progress token never stand in for them. Cancellation: `notifications/cancelled`, or for a
 //!   modern HTTP request, the client hanging up. Handler progress becomes
@@ -102,7 +102,6 @@ pub mod tools;
 pub use config::{McpConfig, UnknownTool};
 pub use server::{McpServer, principal_key};
 
-use agent_surface_registry::Registry;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -142,7 +141,7 @@ where
 /// # }
 /// ```
 #[cfg(feature = "stdio")]
-pub async fn serve_stdio(registry: Registry, config: McpConfig) -> Result<(), ServeError> {
+pub async fn serve_stdio(registry: agent_surface_registry::Registry, config: McpConfig) -> Result<(), ServeError> {
     let (read, write) = rmcp::transport::stdio_pipes();
     let max = config.max_message_bytes;
     serve_io(McpServer::new(registry, config), read, write, max).await

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
@@ -131,14 +131,9 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
-/// A fresh consumer key: `mcp-` and 16 hex digits.
+/// A fresh consumer key: `mcp-` and 32 hex digits, 128 bits nobody can guess.
 fn new_session_key() -> String {
-    use std::hash::BuildHasher;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    format!("mcp-{:016x}", h.finish())
+    agent_surface_core::id::random_id("mcp-")
 }
 
 fn hash_tools(tools: &[Tool]) -> u64 {

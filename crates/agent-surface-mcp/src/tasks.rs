@@ -344,14 +344,5 @@ fn lost() -> Invocation {
 
 /// `t-` and 32 hex digits: 128 bits from the operating system's random source.
 fn new_task_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No random source: a unique, if guessable, id (an anonymous task is then readable by
-        // whoever guesses it; an authenticated one still only by its owner).
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        bytes[..8].copy_from_slice(&n.to_le_bytes());
-        bytes[8..].copy_from_slice(&Timestamp::now().unix_millis().to_le_bytes());
-    }
-    format!("t-{}", agent_surface_core::hex::Hex(&bytes))
+    agent_surface_core::id::random_id("t-")
 }

@@ -82,7 +82,8 @@ pub struct Fingerprint([u8; 32]);
 impl Fingerprint {
     /// SHA-256 over the canonical JSON ([`write_canonical`]) of `value`.
     pub fn of(value: &serde_json::Value) -> Fingerprint {
-        let mut canonical = Vec::new();
+        // Sized for typical inputs: most are written without growing the buffer.
+        let mut canonical = Vec::with_capacity(256);
         write_canonical(value, &mut canonical);
         Fingerprint(Sha256::digest(&canonical).into())
     }

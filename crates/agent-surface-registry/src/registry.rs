@@ -613,13 +613,8 @@ impl std::fmt::Debug for Mount {
     }
 }
 
-/// A surface id: `s-` and 16 hex digits, unique per registry with overwhelming probability.
+/// A surface id: `s-` and 32 hex digits, 128 bits nobody can guess (unique per registry with
+/// overwhelming probability).
 fn new_surface_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.write_u32(std::process::id());
-    format!("s-{:016x}", h.finish())
+    agent_surface_core::id::random_id("s-")
 }

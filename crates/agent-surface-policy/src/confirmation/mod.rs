@@ -6,7 +6,6 @@ mod store;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -15,7 +14,6 @@ use agent_surface_core::{SafeText, Timestamp};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 pub use store::{
@@ -399,7 +397,6 @@ pub enum ApprovalError {
 /// ```
 pub struct ConfirmationEngine {
     config: ConfirmationConfig,
-    ids: IdSource,
     /// Wait-mode calls in progress, woken when the host decides their confirmation.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -407,7 +404,7 @@ pub struct ConfirmationEngine {
 impl ConfirmationEngine {
     /// An engine with this configuration.
     pub fn new(config: ConfirmationConfig) -> ConfirmationEngine {
-        ConfirmationEngine { config, ids: IdSource::new(), waiters: Mutex::new(HashMap::new()) }
+        ConfirmationEngine { config, waiters: Mutex::new(HashMap::new()) }
     }
 
     /// The configuration.
@@ -629,7 +626,7 @@ impl ConfirmationEngine {
                 _ => String::new(),
             },
             instance_id: call.instance_id.unwrap_or_default().to_string(),
-            input_hash: input_hash(call.input.unwrap_or(&NO_INPUT)),
+            input_hash: Fingerprint::of(call.input.unwrap_or(&NO_INPUT)),
         };
         match evidence {
             Some(id) => {
@@ -666,7 +663,9 @@ impl ConfirmationEngine {
         now: Timestamp,
     ) -> ConfirmationDecision {
         let record = ConfirmationRecord::pending(
-            self.ids.next(),
+            // `c-` and 128 bits nobody can guess; guessing would not help anyway: the evidence is
+            // bound to the requesting consumer and call.
+            agent_surface_core::id::random_id("c-"),
             binding,
             call.consumer.identity().map(|i| i.subject.clone()),
             summary.as_str().to_string(),
@@ -832,14 +831,6 @@ fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) ->
     event
 }
 
-/// SHA-256 of the canonical JSON of the validated input: the same digest as
-/// [`Fingerprint::of`], written into a buffer sized for typical inputs.
-fn input_hash(input: &Value) -> Fingerprint {
-    let mut canonical = Vec::with_capacity(256);
-    agent_surface_core::json::write_canonical(input, &mut canonical);
-    Fingerprint::from_bytes(Sha256::digest(&canonical).into())
-}
-
 /// The summary of a gate that has none of its own (a failed policy, a declared gate whose summary
 /// was not rendered).
 fn generic_summary(call: &CallInfo<'_>) -> SafeText {
@@ -909,44 +900,5 @@ impl Drop for Waiting<'_> {
                 withdraw.now_or_never();
             }
         }
-    }
-}
-
-/// Confirmation ids: `c-` and 32 hex digits (128 bits of SHA-256 over a per-engine random seed
-/// and a counter), so an id cannot be guessed from another. Guessing would not help anyway: the
-/// evidence is bound to the requesting consumer and call.
-struct IdSource {
-    seed: [u8; 32],
-    counter: AtomicU64,
-}
-
-impl IdSource {
-    fn new() -> IdSource {
-        use std::hash::{BuildHasher, Hasher};
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let mut seed = [0u8; 32];
-        for (i, chunk) in seed.chunks_mut(8).enumerate() {
-            // `RandomState` keys come from the operating system's random source.
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            h.write_u128(nanos);
-            h.write_u32(std::process::id());
-            chunk.copy_from_slice(&h.finish().to_le_bytes());
-        }
-        IdSource { seed, counter: AtomicU64::new(0) }
-    }
-
-    fn next(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let digest = Sha256::new().chain_update(self.seed).chain_update(n.to_le_bytes()).finalize();
-        let mut id = String::with_capacity(34);
-        id.push_str("c-");
-        for b in &digest[..16] {
-            id.push(char::from(HEX[usize::from(b >> 4)]));
-            id.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-        id
     }
 }
