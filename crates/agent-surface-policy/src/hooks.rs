@@ -51,6 +51,9 @@ pub struct CallInfo<'a> {
     pub invocation_id: Option<&'a str>,
     /// The call's correlation id (present in the confirmation phase), for the audit trail.
     pub correlation_id: Option<&'a str>,
+    /// The input as an approver may see it: JSON text with the values of sensitive fields
+    /// redacted (present in the confirmation phase for a call without evidence).
+    pub input_preview: Option<&'a str>,
 }
 
 impl<'a> CallInfo<'a> {
@@ -74,7 +77,14 @@ impl<'a> CallInfo<'a> {
             declared_gate: None,
             invocation_id: None,
             correlation_id: None,
+            input_preview: None,
         }
+    }
+
+    /// The same, with the input as an approver may see it (see [`CallInfo::input_preview`]).
+    pub fn with_input_preview(mut self, preview: &'a str) -> Self {
+        self.input_preview = Some(preview);
+        self
     }
 
     /// The same, with the call's invocation id (if the caller sent one) and correlation id.

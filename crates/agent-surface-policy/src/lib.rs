@@ -97,8 +97,8 @@ pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
     ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed,
     DEFAULT_CONFIRMATION_TTL, DEFAULT_STORE_BUDGET, Decided, FnApprover, FnConfirmationPolicy, Gate,
-    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection, Review, STORE_RETRY_AFTER,
-    TargetBinding,
+    MAX_INPUT_PREVIEW_BYTES, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection, Review,
+    STORE_RETRY_AFTER, TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, guarded, panic_text, within};

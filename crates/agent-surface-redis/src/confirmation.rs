@@ -9,6 +9,10 @@
 //! | `rq`, `cs` | the requester's subject and the consumer key as a person reads them (`agent_surface_policy::principal::skeleton`; `rq` is `\0` when anonymous), for the self-approval rule |
 //! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
+//!
+//! Pending records are also indexed in one sorted set, `{prefix}conf-pending` (member the id,
+//! score its expiry), for [`ConfirmationStore::list_pending`]: a record leaves it when it is
+//! decided or withdrawn, and an expired one when the next listing runs.
 
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
@@ -40,6 +44,8 @@ struct Fixed {
     origin: Origin,
     created_at: u64,
     expires_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_preview: Option<String>,
 }
 
 impl Fixed {
@@ -57,6 +63,7 @@ impl Fixed {
             origin: record.origin,
             created_at: record.created_at.unix_millis(),
             expires_at: record.expires_at.unix_millis(),
+            input_preview: record.input_preview.clone(),
         }
     }
 
@@ -77,7 +84,8 @@ impl Fixed {
             self.origin,
             Timestamp::from_unix_millis(self.created_at),
             Timestamp::from_unix_millis(self.expires_at),
-        );
+        )
+        .with_input_preview(self.input_preview.as_deref());
         record.state = state;
         Some(record)
     }
@@ -98,15 +106,34 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
 }
 
-/// Adds a pending record unless the key exists. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq,
-/// cs.
+/// Adds a pending record unless the key exists, and indexes it. KEYS: the record, the pending
+/// index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id.
 const INSERT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
   'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9], 'rq', ARGV[11],
   'cs', ARGV[12])
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
+redis.call('ZADD', KEYS[2], ARGV[8], ARGV[13])
 return 1
+";
+
+/// Up to a limit of pending, unexpired records, soonest expiry first (expired index entries are
+/// dropped). KEYS: the pending index. ARGV: now, limit, the record key prefix.
+const LIST: &str = r"
+local now = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, id in ipairs(ids) do
+  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'ea')
+  if f[1] and f[2] == 'pending' and now < tonumber(f[3]) then
+    table.insert(out, f[1])
+  elseif not f[1] or f[2] ~= 'pending' then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
 ";
 
 /// The live record: `{rec, s, by}`, or nothing. ARGV: now.
@@ -116,8 +143,8 @@ if not f[1] or tonumber(ARGV[1]) >= tonumber(f[4]) then return {} end
 return {f[1], f[2], f[3]}
 ";
 
-/// Decides a pending record. ARGV: verdict (approve | in-person | deny), approver, now, the
-/// approver as a person reads it.
+/// Decides a pending record. KEYS: the record, the pending index. ARGV: verdict (approve |
+/// in-person | deny), approver, now, the approver as a person reads it, id.
 const DECIDE: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs')
 local now = tonumber(ARGV[3])
@@ -129,6 +156,7 @@ if now >= tonumber(f[5]) then return {'expired'} end
 local s = 'approved'
 if ARGV[1] == 'deny' then s = 'denied' end
 redis.call('HSET', KEYS[1], 's', s, 'by', ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[5])
 return {'done'}
 ";
 
@@ -151,12 +179,14 @@ redis.call('HSET', KEYS[1], 's', 'consumed')
 return {'ok', f[7]}
 ";
 
-/// Withdraws a pending record; returns the state after. ARGV: now.
+/// Withdraws a pending record; returns the state after. KEYS: the record, the pending index.
+/// ARGV: now, id.
 const WITHDRAW: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 'by', 'ga')
 if not f[1] or tonumber(ARGV[1]) >= tonumber(f[3]) then return {} end
 if f[1] == 'pending' then
   redis.call('HSET', KEYS[1], 's', 'withdrawn')
+  redis.call('ZREM', KEYS[2], ARGV[2])
   return {'withdrawn', ''}
 end
 return {f[1], f[2]}
@@ -181,6 +211,7 @@ struct Scripts {
     decide: Script,
     consume: Script,
     withdraw: Script,
+    list: Script,
 }
 
 impl RedisConfirmationStore {
@@ -191,12 +222,18 @@ impl RedisConfirmationStore {
             decide: Script::new(DECIDE),
             consume: Script::new(CONSUME),
             withdraw: Script::new(WITHDRAW),
+            list: Script::new(LIST),
         };
         RedisConfirmationStore { stores, scripts: std::sync::Arc::new(scripts) }
     }
 
     fn key(&self, id: &str) -> String {
         self.stores.key("conf", id)
+    }
+
+    /// The sorted set of pending ids.
+    fn pending_index(&self) -> String {
+        format!("{}conf-pending", self.stores.config.prefix)
     }
 
     fn scripts(&self) -> &Scripts {
@@ -208,6 +245,7 @@ impl RedisConfirmationStore {
         let gone = record.expires_at.saturating_add(self.stores.config.retention);
         let b = &record.binding;
         let mut call = self.scripts().insert.key(self.key(&record.id));
+        call.key(self.pending_index());
         call.arg(fixed)
             .arg(&b.consumer_key)
             .arg(&b.capability)
@@ -219,7 +257,8 @@ impl RedisConfirmationStore {
             .arg(ms(gone))
             .arg(ttl_ms(gone.saturating_duration_since(now)))
             .arg(record.requester.as_deref().map_or_else(|| "\0".to_string(), skeleton))
-            .arg(skeleton(&b.consumer_key));
+            .arg(skeleton(&b.consumer_key))
+            .arg(&record.id);
         let inserted: i64 = self.stores.run(call).await?;
         if inserted == 1 {
             Ok(())
@@ -266,7 +305,8 @@ impl ConfirmationStore for RedisConfirmationStore {
                 ApprovalVerdict::Deny => "deny",
             };
             let mut call = self.scripts().decide.key(self.key(id));
-            call.arg(verdict).arg(approver).arg(ms(now)).arg(skeleton(approver));
+            call.key(self.pending_index());
+            call.arg(verdict).arg(approver).arg(ms(now)).arg(skeleton(approver)).arg(id);
             let answer: Vec<String> = self.stores.run(call).await?;
             Ok(match answer.first().map(String::as_str) {
                 Some("done") => Decided::Done,
@@ -331,13 +371,35 @@ impl ConfirmationStore for RedisConfirmationStore {
     ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
         Box::pin(async move {
             let mut call = self.scripts().withdraw.key(self.key(id));
-            call.arg(ms(now));
+            call.key(self.pending_index());
+            call.arg(ms(now)).arg(id);
             let answer: Vec<String> = self.stores.run(call).await?;
             match answer.as_slice() {
                 [] => Ok(None),
                 [s, by] => state_of(s, by.clone()).map(Some).ok_or_else(|| corrupt("state")),
                 _ => Err(corrupt("withdraw")),
             }
+        })
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut call = self.scripts().list.key(self.pending_index());
+            call.arg(ms(now)).arg(limit).arg(self.stores.key("conf", ""));
+            let recs: Vec<String> = self.stores.run(call).await?;
+            recs.iter()
+                .map(|rec| {
+                    let fixed: Fixed = serde_json::from_str(rec).map_err(|_| corrupt("rec"))?;
+                    fixed.into_record(ConfirmationState::Pending).ok_or_else(|| corrupt("input hash"))
+                })
+                .collect()
         })
     }
 }

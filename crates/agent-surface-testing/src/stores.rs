@@ -192,6 +192,40 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     );
     let consumed = expect("consume", store.consume(&p, &binding("c-1"), at(2)).await);
     assert!(consumed.is_ok(), "store kit: an in-person approval is usable, got {consumed:?}");
+
+    check_pending_listing(store, prefix).await;
+}
+
+/// `list_pending`: pending, unexpired records only, soonest expiry first, at most the limit; the
+/// input preview kept as inserted.
+async fn check_pending_listing(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}list-{name}");
+    let mut soon = pending(&id("soon"));
+    soon.expires_at = at(30_000);
+    let later = pending(&id("later")).with_input_preview(Some(r#"{"orderId":"A-1","card":"[redacted]"}"#));
+    for record in [later.clone(), soon.clone(), pending(&id("denied")), pending(&id("withdrawn"))] {
+        expect("insert", store.insert(record, at(0)).await);
+    }
+    expect("decide", store.decide(&id("denied"), ApprovalVerdict::Deny, "bob", at(1)).await);
+    expect("withdraw", store.withdraw(&id("withdrawn"), at(1)).await);
+    let ours = |records: Vec<ConfirmationRecord>| -> Vec<ConfirmationRecord> {
+        records.into_iter().filter(|r| r.id.starts_with(&id(""))).collect()
+    };
+    let listed = ours(expect("list_pending", store.list_pending(at(10), 1000).await));
+    assert_eq!(listed, vec![soon.clone(), later.clone()], "store kit: pending records, soonest expiry first");
+    let first = expect("list_pending", store.list_pending(at(10), 1).await);
+    assert_eq!(first, vec![soon], "store kit: list_pending(1) is the record that expires first");
+    assert_eq!(
+        ours(expect("list_pending", store.list_pending(at(30_000), 1000).await)),
+        vec![later.clone()],
+        "store kit: an expired record is not listed"
+    );
+    expect("decide", store.decide(&later.id, ApprovalVerdict::Approve, "bob", at(30_001)).await);
+    assert!(
+        ours(expect("list_pending", store.list_pending(at(30_002), 1000).await)).is_empty(),
+        "store kit: a decided record is not listed"
+    );
+    assert!(expect("list_pending", store.list_pending(at(30_002), 0).await).is_empty(), "store kit: limit 0");
 }
 
 /// Runs the [`TaskStore`] suite against `store`.

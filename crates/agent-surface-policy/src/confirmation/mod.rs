@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 pub use store::{
     ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
-    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
+    MAX_INPUT_PREVIEW_BYTES, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
 };
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
@@ -429,6 +429,16 @@ impl ConfirmationEngine {
         self.bounded(self.config.store.get(id, self.config.clock.now())).await
     }
 
+    /// Up to `limit` pending, unexpired confirmations `approver` may decide — every one they did
+    /// not request themselves ([`ConfirmationRecord::is_requester`]) —, those that expire first
+    /// first. The host decides beforehand whether `approver` may approve at all.
+    pub async fn pending_for(&self, approver: &Identity, limit: usize) -> Result<Vec<ConfirmationRecord>, StoreError> {
+        // Records of the approver's own are skipped, so ask for more than the limit.
+        let asked = limit.saturating_mul(2).max(limit.saturating_add(16));
+        let listed = self.bounded(self.config.store.list_pending(self.config.clock.now(), asked)).await?;
+        Ok(listed.into_iter().filter(|r| !r.is_requester(&approver.subject)).take(limit).collect())
+    }
+
     /// Approves the pending confirmation `id` on behalf of `approver`.
     ///
     /// The host authenticates the approver and checks that they may approve; the engine refuses
@@ -673,7 +683,8 @@ impl ConfirmationEngine {
             Origin::Client,
             now,
             now.saturating_add(self.config.ttl),
-        );
+        )
+        .with_input_preview(call.input_preview);
         tracing::info!(
             target: "agent_surface::confirmation",
             confirmation_id = %record.id,

@@ -135,7 +135,14 @@ pub struct ConfirmationRecord {
     pub expires_at: Timestamp,
     /// Where it is in its life.
     pub state: ConfirmationState,
+    /// The input as the approver may see it: JSON text with the values of sensitive fields
+    /// redacted, cut to [`MAX_INPUT_PREVIEW_BYTES`] (set by the registry; `None` when the gate
+    /// was asked without one).
+    pub input_preview: Option<String>,
 }
+
+/// The longest [`ConfirmationRecord::input_preview`], in bytes.
+pub const MAX_INPUT_PREVIEW_BYTES: usize = 4096;
 
 impl ConfirmationRecord {
     /// A pending record.
@@ -160,7 +167,24 @@ impl ConfirmationRecord {
             created_at,
             expires_at,
             state: ConfirmationState::Pending,
+            input_preview: None,
         }
+    }
+
+    /// The same record with an input preview (cut to [`MAX_INPUT_PREVIEW_BYTES`] on a character
+    /// boundary, ending with `…` when cut).
+    pub fn with_input_preview(mut self, preview: Option<&str>) -> ConfirmationRecord {
+        self.input_preview = preview.map(|p| {
+            if p.len() <= MAX_INPUT_PREVIEW_BYTES {
+                return p.to_string();
+            }
+            let mut end = MAX_INPUT_PREVIEW_BYTES - '…'.len_utf8();
+            while !p.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &p[..end])
+        });
+        self
     }
 
     /// Whether `subject` is the requester: the requesting identity's subject or, as a
@@ -300,6 +324,14 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         id: &'a str,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>>;
+
+    /// Up to `limit` records that are pending and not expired at `now`, those that expire first
+    /// first (an approval inbox's list). A snapshot: a record may be decided right after.
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>>;
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
@@ -340,6 +372,14 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
         (**self).withdraw(id, now)
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        (**self).list_pending(now, limit)
     }
 }
 
@@ -631,5 +671,25 @@ impl ConfirmationStore for MemoryConfirmationStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
         Box::pin(async move { Ok(self.withdraw_now(id, now)) })
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        let mut pending: Vec<ConfirmationRecord> = {
+            let mut inner = self.lock();
+            self.sweep(&mut inner, now);
+            inner
+                .records
+                .values()
+                .filter(|r| r.state == ConfirmationState::Pending && now < r.expires_at)
+                .cloned()
+                .collect()
+        };
+        pending.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
+        pending.truncate(limit);
+        Box::pin(std::future::ready(Ok(pending)))
     }
 }

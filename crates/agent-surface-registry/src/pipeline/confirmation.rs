@@ -53,6 +53,23 @@ fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, decoded: &(dyn Any + 
     }
 }
 
+/// The input as an approver may see it: its JSON with the values of the sensitive top-level
+/// fields replaced by `"[redacted]"` (the record cuts it to its size bound).
+fn preview(input: &Value, sensitive: &[String]) -> String {
+    match input {
+        Value::Object(fields) if sensitive.iter().any(|s| fields.contains_key(s)) => {
+            let mut shown = fields.clone();
+            for name in sensitive {
+                if let Some(value) = shown.get_mut(name) {
+                    *value = Value::from("[redacted]");
+                }
+            }
+            Value::Object(shown).to_string()
+        }
+        _ => input.to_string(),
+    }
+}
+
 pub(crate) async fn check(
     call: &Call<'_>,
     input: &Value,
@@ -71,7 +88,12 @@ pub(crate) async fn check(
         (Some(gate), _) => gate,
     };
     let correlation = call.correlation_text();
+    // What the approver is shown of the input, for a new request only.
+    let preview = confirmation_id.is_none().then(|| preview(input, &def.input.sensitive));
     let mut call = call.info().with_input(input).with_ids(call.correlation.invocation_id(), correlation);
+    if let Some(preview) = &preview {
+        call = call.with_input_preview(preview);
+    }
     if def.confirm.is_some() {
         call = call.with_declared_gate(summary.as_ref());
     }

@@ -574,6 +574,13 @@ impl ConfirmationStore for BrokenStore {
     ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
+    fn list_pending<'a>(
+        &'a self,
+        _now: Timestamp,
+        _limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
 }
 
 #[tokio::test]
@@ -758,4 +765,52 @@ proptest! {
             assert!(successes <= requested.iter().filter(|r| r.state == Model::Consumed).count());
         });
     }
+}
+
+// ---- The approver's view ---------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Charge {
+    cents: u64,
+    #[allow(dead_code, reason = "read by no one: the point is that it is sensitive")]
+    card: String,
+}
+
+#[tokio::test]
+async fn an_approver_lists_pending_requests_with_sensitive_fields_redacted() {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    registry
+        .define("cards", |t| {
+            t.capability("charge", "Charge a card.")
+                .effect(Effect::External)
+                .sensitive(&["card"])
+                .confirm(|i: &Charge| format!("Charge {} cents.", i.cents))
+                .handler(|_c: Ctx, i: Charge| async move { Ok::<_, AgentSurfaceError>(json!({"charged": i.cents})) });
+        })
+        .unwrap();
+    let _mount = registry.mount("cards", "main").unwrap();
+    let input = json!({"cents": 500, "card": "4111 1111 1111 1111"});
+    let inv = registry.invoke_detailed(call("cards.charge", input.clone()), alice()).await;
+    let id = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation)
+        .detail("confirmationId")
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_string();
+
+    let listed = engine.pending_for(&manager(), 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let record = &listed[0];
+    assert_eq!((record.id.as_str(), record.summary.as_str()), (id.as_str(), "Charge 500 cents."));
+    assert_eq!(record.requester.as_deref(), Some("alice"));
+    let preview: Value = serde_json::from_str(record.input_preview.as_deref().unwrap()).unwrap();
+    assert_eq!(preview, json!({"cents": 500, "card": "[redacted]"}));
+    // The requester does not see its own request among those it may decide.
+    assert!(engine.pending_for(&Identity::new("alice"), 10).await.unwrap().is_empty());
+    // Decided, it leaves the list; the evidence still works.
+    engine.approve(&id, &manager()).await.unwrap();
+    assert!(engine.pending_for(&manager(), 10).await.unwrap().is_empty());
+    let ok = registry.invoke_detailed(call("cards.charge", input).with_confirmation(&id), alice()).await;
+    assert!(ok.result.output().is_some(), "{:?}", ok.result);
 }

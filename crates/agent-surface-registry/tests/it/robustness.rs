@@ -355,6 +355,13 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     ) -> BoxFuture<'a, Result<Option<agent_surface_policy::ConfirmationState>, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
+    fn list_pending<'a>(
+        &'a self,
+        _: Timestamp,
+        _: usize,
+    ) -> BoxFuture<'a, Result<Vec<agent_surface_policy::ConfirmationRecord>, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// A registry whose `orders.cancel` (destructive) is gated by `gate`, counting its runs.
