@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum DefinitionErrorCode {
     /// A type, capability or instance id breaks the id grammar.
     InvalidId,
-    /// A missing or empty description, an unknown field, or meta that is not plain JSON.
+    /// A missing or empty description, an unknown field, meta that is not plain JSON, or a name a
+    /// policy, quota, confirmation rule or binding targets that is not defined.
     InvalidDefinition,
     /// A JSON Schema outside the portable subset, too deep, or too large.
     UnsupportedSchema,

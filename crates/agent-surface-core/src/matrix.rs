@@ -539,7 +539,7 @@ pub static DEFINITION_MATRIX: [DefinitionSpec; 6] = [
     },
     DefinitionSpec {
         code: DefinitionErrorCode::InvalidDefinition,
-        trigger: "A missing or empty description, an unknown field, or meta that is not plain JSON.",
+        trigger: "A missing or empty description, an unknown field, meta that is not plain JSON, or a name a policy, quota, confirmation rule or binding targets that is not defined.",
     },
     DefinitionSpec {
         code: DefinitionErrorCode::UnsupportedSchema,

@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 
 use crate::clock::{Clock, SystemClock};
 use crate::guard::{Failure, guarded};
-use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError};
+use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError, Scope};
 
 /// The time budget of one policy when none is configured.
 pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
@@ -22,7 +22,15 @@ pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
 /// The engine evaluates the policies that apply to a call in a fixed order — the global ones,
 /// then those of the call's capability type, then those of the capability itself, each group in
 /// the order it was added — and stops at the first decision that is not
-/// [`AuthorityDecision::Allow`]. With no policy that applies, the call is allowed.
+/// [`AuthorityDecision::Allow`]. When every policy allows, the [`Fallback`] decides a call that
+/// no per-type or per-capability policy names: [`Policies::new`] allows it (default-allow),
+/// [`Policies::default_deny`] refuses it with `NOT_AUTHORIZED {origin: client}` (default-deny,
+/// recommended for services with write capabilities: a capability nobody wrote a rule for cannot
+/// be called).
+///
+/// Every type and capability the engine names is checked when the registry is assembled
+/// ([`AuthorityPolicy::scopes`]): a misspelled name is a definition error, not a rule that
+/// applies to nothing.
 ///
 /// It fails closed: a policy that returns an error, panics, or does not answer within the
 /// engine's time budget denies the call (`NOT_AUTHORIZED {origin: client}`). The failing policy's
@@ -64,6 +72,7 @@ pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
 pub struct Policies {
     clock: Arc<dyn Clock>,
     budget: Duration,
+    fallback: Fallback,
     global: Vec<Arc<dyn AuthorityPolicy>>,
     by_type: HashMap<String, Vec<Arc<dyn AuthorityPolicy>>>,
     by_capability: HashMap<String, Vec<Arc<dyn AuthorityPolicy>>>,
@@ -87,17 +96,70 @@ impl Verdict<'_> {
     }
 }
 
+/// What [`Policies`] decides for a call that no per-type or per-capability policy names, once
+/// the global policies allowed it.
+///
+/// ```
+/// use agent_surface_core::details::Origin;
+/// use agent_surface_core::Effect;
+/// use agent_surface_policy::{AllowAll, AuthorityDecision, CallInfo, Consumer, Policies, RequireRole};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let policies = Policies::default_deny()
+///     .for_capability("tickets.list", AllowAll)
+///     .for_capability("tickets.create", RequireRole::new("agent"));
+/// let anyone = Consumer::anonymous("session-1");
+/// let list = CallInfo::new(&anyone, "tickets.list", "tickets", Effect::Read, true);
+/// assert_eq!(policies.evaluate(list).await.decision, AuthorityDecision::Allow);
+/// // No policy names `tickets.delete`: refused.
+/// let delete = CallInfo::new(&anyone, "tickets.delete", "tickets", Effect::Destructive, false);
+/// let verdict = policies.evaluate(delete).await;
+/// assert_eq!(verdict.decision, AuthorityDecision::Deny { origin: Origin::Client });
+/// assert_eq!(verdict.decided_by, Some("default-deny"));
+/// # });
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fallback {
+    /// Allow it (default-allow): the global policies alone decide for capabilities no rule
+    /// names. The default.
+    #[default]
+    Allow,
+    /// Deny it (default-deny): `NOT_AUTHORIZED {origin: client}`; a capability is callable only
+    /// when a policy of its type or of the capability itself names it (use [`AllowAll`] to open
+    /// one to everyone). Discovery lists a refused capability as it lists any denied one.
+    Deny,
+}
+
 impl Policies {
-    /// An engine with no policy (everything allowed), the system clock, and a budget of
-    /// [`DEFAULT_POLICY_BUDGET`] per policy.
+    /// A default-allow engine with no policy (everything allowed), the system clock, and a
+    /// budget of [`DEFAULT_POLICY_BUDGET`] per policy.
     pub fn new() -> Policies {
         Policies {
             clock: Arc::new(SystemClock),
             budget: DEFAULT_POLICY_BUDGET,
+            fallback: Fallback::Allow,
             global: Vec::new(),
             by_type: HashMap::new(),
             by_capability: HashMap::new(),
         }
+    }
+
+    /// A default-deny engine with no policy (everything refused until a policy names it):
+    /// [`Policies::new`] with [`Fallback::Deny`].
+    pub fn default_deny() -> Policies {
+        Policies::new().with_fallback(Fallback::Deny)
+    }
+
+    /// The same engine with another [`Fallback`].
+    pub fn with_fallback(mut self, fallback: Fallback) -> Policies {
+        self.fallback = fallback;
+        self
+    }
+
+    /// What the engine decides for calls no per-type or per-capability policy names.
+    pub fn fallback(&self) -> Fallback {
+        self.fallback
     }
 
     /// The same engine, timing its policies on `clock` (use the registry's clock).
@@ -138,7 +200,7 @@ impl Policies {
             + self.by_capability.values().map(Vec::len).sum::<usize>()
     }
 
-    /// Whether the engine holds no policy (and so allows everything).
+    /// Whether the engine holds no policy (and so decides everything by its [`Fallback`]).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -155,7 +217,14 @@ impl Policies {
         self.global.iter().chain(by_type).chain(by_capability)
     }
 
-    /// Evaluates the policies that apply to `call`, in order, failing closed.
+    /// Whether a per-type or per-capability policy names `call`'s capability.
+    fn names(&self, call: &CallInfo<'_>) -> bool {
+        self.by_type.get(call.type_id).is_some_and(|p| !p.is_empty())
+            || self.by_capability.get(call.capability).is_some_and(|p| !p.is_empty())
+    }
+
+    /// Evaluates the policies that apply to `call`, in order, failing closed; then, when all of
+    /// them allowed, the [`Fallback`].
     pub async fn evaluate<'p>(&'p self, call: CallInfo<'_>) -> Verdict<'p> {
         for policy in self.chain(&call) {
             match guarded(self.clock.as_ref(), self.budget, || policy.decide(call)).await {
@@ -200,6 +269,20 @@ impl Policies {
                 }
             }
         }
+        if self.fallback == Fallback::Deny && !self.names(&call) {
+            tracing::debug!(
+                target: "agent_surface::policy",
+                policy = "default-deny",
+                capability = call.capability,
+                consumer = call.consumer.key(),
+                "no policy names the capability; denying"
+            );
+            return Verdict {
+                decision: AuthorityDecision::Deny { origin: Origin::Client },
+                decided_by: Some("default-deny"),
+                failed: false,
+            };
+        }
         Verdict::allow()
     }
 }
@@ -215,6 +298,7 @@ impl fmt::Debug for Policies {
         let names = |v: &Vec<Arc<dyn AuthorityPolicy>>| v.iter().map(|p| p.name().to_string()).collect::<Vec<_>>();
         f.debug_struct("Policies")
             .field("budget", &self.budget)
+            .field("fallback", &self.fallback)
             .field("global", &names(&self.global))
             .field("by_type", &self.by_type.iter().map(|(k, v)| (k, names(v))).collect::<HashMap<_, _>>())
             .field("by_capability", &self.by_capability.iter().map(|(k, v)| (k, names(v))).collect::<HashMap<_, _>>())
@@ -231,6 +315,38 @@ impl AuthorityPolicy for Policies {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         Box::pin(async move { Ok(self.evaluate(call).await.decision) })
+    }
+
+    /// The types and capabilities of its per-type and per-capability groups, and what the
+    /// policies it holds name (an engine nested in it, say), in a stable order.
+    fn scopes(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self
+            .by_type
+            .keys()
+            .map(|t| Scope::capability_type(t.as_str()))
+            .chain(self.by_capability.keys().map(|c| Scope::capability(c.as_str())))
+            .collect();
+        let held =
+            self.global.iter().chain(self.by_type.values().flatten()).chain(self.by_capability.values().flatten());
+        scopes.extend(held.flat_map(|p| p.scopes()));
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+}
+
+/// Allows every call: under [`Policies::default_deny`], names a type or a capability that
+/// anyone may call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllowAll;
+
+impl AuthorityPolicy for AllowAll {
+    fn name(&self) -> &str {
+        "allow-all"
+    }
+
+    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        Box::pin(std::future::ready(Ok(AuthorityDecision::Allow)))
     }
 }
 

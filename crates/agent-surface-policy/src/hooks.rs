@@ -154,6 +154,79 @@ pub enum AuthorityDecision {
     },
 }
 
+/// A name a hook's configuration refers to: a capability type or a capability.
+///
+/// Hooks report the names they are configured for ([`AuthorityPolicy::scopes`],
+/// [`RateLimiter::scopes`], [`ConfirmationGate::scopes`]) so that the registry can check, when
+/// it is assembled, that each one exists: a misspelled name is a definition error naming the
+/// closest existing one, never a rule that silently applies to nothing.
+///
+/// A capability is always named by its capability name, `type.capability` (e.g.
+/// `tickets.create`); the tool names adapters derive from it (`tickets-create`) are not scopes.
+///
+/// ```
+/// use agent_surface_policy::Scope;
+///
+/// let t = Scope::capability("tickets.create");
+/// assert_eq!(t.name(), "tickets.create");
+/// assert_eq!(t.type_id(), "tickets");
+/// assert_eq!(t.to_string(), "capability `tickets.create`");
+/// assert_eq!(Scope::capability_type("tickets").to_string(), "type `tickets`");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Scope {
+    /// A capability type, by its type id (e.g. `tickets`).
+    Type(String),
+    /// A capability, by its capability name (e.g. `tickets.create`).
+    Capability(String),
+}
+
+impl Scope {
+    /// The capability named `name` (`type.capability`).
+    pub fn capability(name: impl Into<String>) -> Scope {
+        Scope::Capability(name.into())
+    }
+
+    /// The capability type `type_id`.
+    pub fn capability_type(type_id: impl Into<String>) -> Scope {
+        Scope::Type(type_id.into())
+    }
+
+    /// The name as written.
+    pub fn name(&self) -> &str {
+        match self {
+            Scope::Type(name) | Scope::Capability(name) => name,
+        }
+    }
+
+    /// The type the name belongs to: the type itself, or the part of a capability name before
+    /// its first `.` (all of it when there is none).
+    pub fn type_id(&self) -> &str {
+        match self {
+            Scope::Type(name) => name,
+            Scope::Capability(name) => name.split_once('.').map_or(name.as_str(), |(t, _)| t),
+        }
+    }
+
+    /// Whether a call of `capability` (of type `type_id`) is one this scope names.
+    pub fn covers(&self, capability: &str, type_id: &str) -> bool {
+        match self {
+            Scope::Type(name) => name == type_id,
+            Scope::Capability(name) => name == capability,
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Type(name) => write!(f, "type `{name}`"),
+            Scope::Capability(name) => write!(f, "capability `{name}`"),
+        }
+    }
+}
+
 /// A policy failure; the pipeline denies (fails closed) and logs it on the operator channel.
 ///
 /// The text never reaches the agent.
@@ -180,6 +253,13 @@ pub trait AuthorityPolicy: Send + Sync + 'static {
 
     /// Decides on one call or capability.
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>>;
+
+    /// The types and capabilities this policy is configured for, which the registry checks
+    /// exist when it is assembled (see [`Scope`]). The default: none (a policy that decides by
+    /// looking at the call names nothing in advance).
+    fn scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
 }
 
 impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
@@ -189,6 +269,10 @@ impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         (**self).decide(call)
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        (**self).scopes()
     }
 }
 
@@ -217,16 +301,32 @@ impl std::fmt::Debug for RateDecision {
 }
 
 /// Rate limits and the action queue (phase 6).
+///
+/// A limiter decides which of its budgets ("buckets") a call needs — the shipped limiters use
+/// [`RateBudgets`](crate::RateBudgets): per consumer, per capability, and per consumer for one
+/// capability or one type — and takes one unit from **every** one of them or from **none**: a
+/// refused call costs nothing, and `retry_after` is the time until every bucket involved would
+/// let the call pass. The store kit of `agent-surface-testing` holds a limiter to these rules.
 pub trait RateLimiter: Send + Sync + 'static {
     /// Takes a unit of budget for the call, or says how long to wait.
     ///
     /// `now` is the pipeline's clock reading for this call.
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision>;
+
+    /// The types and capabilities this limiter has budgets for, which the registry checks exist
+    /// when it is assembled (see [`Scope`]). The default: none.
+    fn scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
 }
 
 impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         (**self).acquire(call, now)
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        (**self).scopes()
     }
 }
 
@@ -274,6 +374,12 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         let _ = now;
         None
     }
+
+    /// The types and capabilities this gate has rules for, which the registry checks exist when
+    /// it is assembled (see [`Scope`]). The default: none.
+    fn scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
@@ -288,5 +394,9 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         (**self).usage(now)
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        (**self).scopes()
     }
 }

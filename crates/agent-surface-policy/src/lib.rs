@@ -17,8 +17,12 @@
 //!   each optional (absent: allow);
 //! - [`Policies`] — the authority engine: global, per-type and per-capability policies, first
 //!   non-`Allow` decision wins, failing closed (an error, a panic or an overrun denies);
-//! - [`MemoryRateLimiter`] — GCRA buckets per consumer and per capability, and a bounded action
-//!   queue, with an honest `retryAfterMs`;
+//!   default-allow or default-deny ([`Fallback`]) for capabilities no policy names;
+//! - [`Scope`] — a type or capability a hook is configured for; the registry checks every one
+//!   exists when it is assembled;
+//! - [`MemoryRateLimiter`] — GCRA buckets ([`RateBudgets`]: per consumer, per capability, per
+//!   consumer for one capability or type), taken all-or-nothing, and a bounded action queue, with
+//!   an honest `retryAfterMs`;
 //! - [`ConfirmationEngine`] — confirmation gates (declared or decided by a
 //!   [`ConfirmationPolicy`]), single-use evidence bound to the call, the host's approve / deny
 //!   API, two-phase and wait modes; its records live in a [`ConfirmationStore`]
@@ -91,7 +95,9 @@ pub use audit::{
     record_within,
 };
 pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens, bearer_token};
-pub use authority::{DEFAULT_POLICY_BUDGET, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
+pub use authority::{
+    AllowAll, DEFAULT_POLICY_BUDGET, Fallback, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict,
+};
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
@@ -104,11 +110,11 @@ pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, guarded, panic_text, within};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate, PolicyError,
-    RateDecision, RateLimiter,
+    RateDecision, RateLimiter, Scope,
 };
 pub use idempotency::{
     Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
     Settlement, StoreError, StoreUsage,
 };
-pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateLimitConfig};
+pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

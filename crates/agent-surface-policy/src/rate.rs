@@ -1,5 +1,6 @@
 //! Rate limits and the action queue (phase 6): [`MemoryRateLimiter`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -13,7 +14,7 @@ use futures_util::future::{BoxFuture, Either};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::{Clock, SystemClock};
-use crate::hooks::{CallInfo, RateDecision, RateLimiter};
+use crate::hooks::{CallInfo, RateDecision, RateLimiter, Scope};
 
 const NANOS_PER_MILLI: u64 = 1_000_000;
 
@@ -103,12 +104,42 @@ impl Default for QueueConfig {
     }
 }
 
-/// The configuration of a [`MemoryRateLimiter`]. Build it with struct update syntax over
-/// `Default` (which limits nothing).
-#[derive(Clone)]
-pub struct RateLimitConfig {
-    /// The clock for queue waits and hold times (use the registry's clock).
-    pub clock: Arc<dyn Clock>,
+/// Which rate budgets ("buckets") a call needs: the budget part of a [`RateLimitConfig`], and
+/// the whole configuration of the shared limiter of `agent-surface-redis`, so that both take
+/// from the same buckets.
+///
+/// Four kinds of bucket, each optional; a call takes one unit from every one that applies to it,
+/// or from none:
+///
+/// | field | one bucket per | e.g. |
+/// |---|---|---|
+/// | `per_consumer` | consumer (all its calls) | 600 calls per minute per consumer |
+/// | `per_capability`, `capability_quotas` | capability (all consumers) | 100 `shipping.quote` per second |
+/// | `consumer_quotas`, [`Scope::Capability`] | consumer × capability | 5 `tickets.create` per minute per user |
+/// | `consumer_quotas`, [`Scope::Type`] | consumer × type | 20 `tickets.*` per minute per user |
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::num::NonZeroU32;
+/// use agent_surface_core::Effect;
+/// use agent_surface_policy::{BucketKind, CallInfo, Consumer, Quota, RateBudgets, Scope};
+///
+/// let five = Quota::per_minute(NonZeroU32::new(5).unwrap());
+/// let budgets = RateBudgets {
+///     consumer_quotas: HashMap::from([(Scope::capability("tickets.create"), five)]),
+///     ..Default::default()
+/// };
+/// let alice = Consumer::anonymous("alice");
+/// let create = CallInfo::new(&alice, "tickets.create", "tickets", Effect::Write, false);
+/// let buckets: Vec<_> = budgets.buckets(&create).collect();
+/// assert_eq!(buckets.len(), 1);
+/// assert_eq!(buckets[0].kind, BucketKind::ConsumerCapability);
+/// assert_eq!(buckets[0].id(), "tickets.create:alice");
+/// let list = CallInfo::new(&alice, "tickets.list", "tickets", Effect::Read, true);
+/// assert_eq!(budgets.buckets(&list).count(), 0);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RateBudgets {
     /// The budget of each consumer, over all capabilities.
     pub per_consumer: Option<Quota>,
     /// The budget of each capability, over all consumers (unless overridden below).
@@ -116,11 +147,164 @@ pub struct RateLimitConfig {
     /// Per-capability overrides of `per_capability`, by capability name; `None` exempts the
     /// capability from the per-capability budget.
     pub capability_quotas: HashMap<String, Option<Quota>>,
+    /// The budget of each consumer for one capability ([`Scope::Capability`]) or for all the
+    /// capabilities of one type together ([`Scope::Type`]). A call of a capability with both
+    /// takes from both.
+    pub consumer_quotas: HashMap<Scope, Quota>,
+}
+
+impl RateBudgets {
+    /// The budget of `capability` over all consumers.
+    pub fn capability_quota(&self, capability: &str) -> Option<Quota> {
+        match self.capability_quotas.get(capability) {
+            Some(overridden) => *overridden,
+            None => self.per_capability,
+        }
+    }
+
+    /// Whether no bucket applies to any call.
+    pub fn is_empty(&self) -> bool {
+        self.per_consumer.is_none()
+            && self.per_capability.is_none()
+            && self.capability_quotas.values().all(Option::is_none)
+            && self.consumer_quotas.is_empty()
+    }
+
+    /// The buckets `call` takes a unit from, in a fixed order (consumer, capability, consumer ×
+    /// capability, consumer × type).
+    pub fn buckets<'a>(&'a self, call: &CallInfo<'a>) -> impl Iterator<Item = Bucket<'a>> + use<'a> {
+        let consumer = call.consumer.key();
+        let scoped = |scope: Scope| {
+            if self.consumer_quotas.is_empty() { None } else { self.consumer_quotas.get(&scope).copied() }
+        };
+        [
+            self.per_consumer.map(|quota| Bucket {
+                kind: BucketKind::Consumer,
+                consumer: Some(consumer),
+                scope: None,
+                quota,
+            }),
+            self.capability_quota(call.capability).map(|quota| Bucket {
+                kind: BucketKind::Capability,
+                consumer: None,
+                scope: Some(call.capability),
+                quota,
+            }),
+            scoped(Scope::capability(call.capability)).map(|quota| Bucket {
+                kind: BucketKind::ConsumerCapability,
+                consumer: Some(consumer),
+                scope: Some(call.capability),
+                quota,
+            }),
+            scoped(Scope::capability_type(call.type_id)).map(|quota| Bucket {
+                kind: BucketKind::ConsumerType,
+                consumer: Some(consumer),
+                scope: Some(call.type_id),
+                quota,
+            }),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The capabilities and types the budgets name (for the registry's wiring check).
+    pub fn scopes(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self
+            .capability_quotas
+            .keys()
+            .map(|c| Scope::capability(c.as_str()))
+            .chain(self.consumer_quotas.keys().cloned())
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+}
+
+/// The kind of a rate bucket (see [`RateBudgets`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BucketKind {
+    /// One consumer, all its calls.
+    Consumer,
+    /// One capability, all consumers.
+    Capability,
+    /// One consumer's calls of one capability.
+    ConsumerCapability,
+    /// One consumer's calls of the capabilities of one type.
+    ConsumerType,
+}
+
+impl BucketKind {
+    /// A short name (operator events, shared-store keys).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BucketKind::Consumer => "consumer",
+            BucketKind::Capability => "capability",
+            BucketKind::ConsumerCapability => "consumer-capability",
+            BucketKind::ConsumerType => "consumer-type",
+        }
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            BucketKind::Consumer => 0,
+            BucketKind::Capability => 1,
+            BucketKind::ConsumerCapability => 2,
+            BucketKind::ConsumerType => 3,
+        }
+    }
+}
+
+/// One bucket a call takes a unit from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Bucket<'a> {
+    /// Its kind.
+    pub kind: BucketKind,
+    /// The consumer key, for the kinds per consumer.
+    pub consumer: Option<&'a str>,
+    /// The capability name or type id, for the kinds scoped to one.
+    pub scope: Option<&'a str>,
+    /// Its budget.
+    pub quota: Quota,
+}
+
+impl<'a> Bucket<'a> {
+    /// The bucket's id among those of its kind: the consumer key, the capability name, or
+    /// `{capability or type}:{consumer key}` (capability names and type ids contain no `:`, so
+    /// ids of different buckets never collide).
+    pub fn id(&self) -> Cow<'a, str> {
+        match (self.scope, self.consumer) {
+            (Some(scope), Some(consumer)) => Cow::Owned(format!("{scope}:{consumer}")),
+            (Some(one), None) | (None, Some(one)) => Cow::Borrowed(one),
+            (None, None) => Cow::Borrowed(""),
+        }
+    }
+}
+
+/// The configuration of a [`MemoryRateLimiter`]. Build it with struct update syntax over
+/// `Default` (which limits nothing).
+#[derive(Clone)]
+pub struct RateLimitConfig {
+    /// The clock for queue waits and hold times (use the registry's clock).
+    pub clock: Arc<dyn Clock>,
+    /// The budget of each consumer, over all capabilities ([`RateBudgets::per_consumer`]).
+    pub per_consumer: Option<Quota>,
+    /// The budget of each capability, over all consumers, unless overridden below
+    /// ([`RateBudgets::per_capability`]).
+    pub per_capability: Option<Quota>,
+    /// Per-capability overrides of `per_capability`, by capability name; `None` exempts the
+    /// capability from the per-capability budget ([`RateBudgets::capability_quotas`]).
+    pub capability_quotas: HashMap<String, Option<Quota>>,
+    /// The budget of each consumer for one capability or one type: "5 `tickets.create` per
+    /// minute per user" ([`RateBudgets::consumer_quotas`]).
+    pub consumer_quotas: HashMap<Scope, Quota>,
     /// The action queue; `None` bounds nothing.
     pub queue: Option<QueueConfig>,
-    /// The most buckets kept per kind (consumers, capabilities). Buckets whose budget is back to
-    /// full are dropped first; under pressure the fullest buckets go, which can only make the
-    /// limiter more lenient, never stricter.
+    /// The most buckets kept per kind (consumers, capabilities, consumer × capability, consumer
+    /// × type). Buckets whose budget is back to full are dropped first; under pressure the
+    /// fullest buckets go, which can only make the limiter more lenient, never stricter.
     pub max_buckets: usize,
 }
 
@@ -131,6 +315,7 @@ impl Default for RateLimitConfig {
             per_consumer: None,
             per_capability: None,
             capability_quotas: HashMap::new(),
+            consumer_quotas: HashMap::new(),
             queue: None,
             max_buckets: 100_000,
         }
@@ -143,21 +328,23 @@ impl fmt::Debug for RateLimitConfig {
             .field("per_consumer", &self.per_consumer)
             .field("per_capability", &self.per_capability)
             .field("capability_quotas", &self.capability_quotas)
+            .field("consumer_quotas", &self.consumer_quotas)
             .field("queue", &self.queue)
             .field("max_buckets", &self.max_buckets)
             .finish_non_exhaustive()
     }
 }
 
-/// An in-process [`RateLimiter`]: GCRA buckets per consumer and per capability, and a bounded
-/// action queue.
+/// An in-process [`RateLimiter`]: GCRA buckets per consumer, per capability and per consumer for
+/// one capability or type, and a bounded action queue.
 ///
 /// Two kinds of budget, both optional:
 ///
-/// - **Rate**: a [`Quota`] per consumer (all its calls together) and one per capability (all
-///   consumers together), enforced with the generic cell rate algorithm (GCRA). A call needs a
-///   unit from every bucket that applies; it takes from none unless all of them conform, so a
-///   refused call costs nothing. When refused, `retryAfterMs` is the time until every bucket
+/// - **Rate**: a [`Quota`] per consumer (all its calls together), one per capability (all
+///   consumers together), and per consumer for one capability or one type ("5 `tickets.create`
+///   per minute per user"; see [`RateBudgets`]), enforced with the generic cell rate algorithm
+///   (GCRA). A call needs a unit from every bucket that applies; it takes from none unless all of
+///   them conform, so a refused call costs nothing. When refused, `retryAfterMs` is the time until every bucket
 ///   involved conforms again, computed from the buckets' state and rounded up to the next
 ///   millisecond: a retry after that delay passes unless other calls take the budget first.
 /// - **Queue**: at most [`QueueConfig::max_concurrent`] calls hold a slot at once; up to
@@ -199,17 +386,15 @@ impl fmt::Debug for RateLimitConfig {
 /// ```
 pub struct MemoryRateLimiter {
     config: RateLimitConfig,
+    budgets: RateBudgets,
     buckets: Mutex<Buckets>,
     queue: Option<Arc<Queue>>,
 }
 
+/// Theoretical arrival times (ns since the epoch), one map per [`BucketKind`] (by
+/// [`BucketKind::index`]), keyed by [`Bucket::id`].
 #[derive(Default)]
-struct Buckets {
-    /// Theoretical arrival time (ns since the epoch) per consumer key.
-    consumers: HashMap<Box<str>, u64>,
-    /// Theoretical arrival time (ns since the epoch) per capability name.
-    capabilities: HashMap<Box<str>, u64>,
-}
+struct Buckets([HashMap<Box<str>, u64>; 4]);
 
 /// Which bucket refused a call, and for how long (ns).
 #[derive(Clone, Copy, Debug)]
@@ -259,14 +444,19 @@ impl MemoryRateLimiter {
                 config: q,
             })
         });
-        MemoryRateLimiter { config, buckets: Mutex::new(Buckets::default()), queue }
+        let budgets = RateBudgets {
+            per_consumer: config.per_consumer,
+            per_capability: config.per_capability,
+            capability_quotas: config.capability_quotas.clone(),
+            consumer_quotas: config.consumer_quotas.clone(),
+        };
+        MemoryRateLimiter { config, budgets, buckets: Mutex::new(Buckets::default()), queue }
     }
 
-    /// How many buckets are held (consumers plus capabilities), including buckets that are back
-    /// to full budget and not yet dropped.
+    /// How many buckets are held (of every kind), including buckets that are back to full
+    /// budget and not yet dropped.
     pub fn bucket_count(&self) -> usize {
-        let b = self.lock();
-        b.consumers.len() + b.capabilities.len()
+        self.lock().0.iter().map(HashMap::len).sum()
     }
 
     /// How many calls hold a queue slot now (0 without a queue).
@@ -284,51 +474,40 @@ impl MemoryRateLimiter {
         self.buckets.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn capability_quota(&self, capability: &str) -> Option<Quota> {
-        match self.config.capability_quotas.get(capability) {
-            Some(overridden) => *overridden,
-            None => self.config.per_capability,
-        }
-    }
-
     /// Takes one unit from every bucket that applies, or none and says how long to wait.
     fn take(&self, call: &CallInfo<'_>, now: Timestamp) -> Result<(), Refusal> {
-        let consumer_quota = self.config.per_consumer;
-        let capability_quota = self.capability_quota(call.capability);
-        if consumer_quota.is_none() && capability_quota.is_none() {
+        let mut buckets = self.budgets.buckets(call).peekable();
+        if buckets.peek().is_none() {
             return Ok(());
         }
         let now = now.unix_millis().saturating_mul(NANOS_PER_MILLI);
         let mut b = self.lock();
-        let consumer = consumer_quota.map(|q| probe(b.consumers.get(call.consumer.key()).copied(), now, q));
-        let capability = capability_quota.map(|q| probe(b.capabilities.get(call.capability).copied(), now, q));
+        // At most one bucket of each kind applies to a call.
+        let mut next: [Option<(Cow<'_, str>, u64)>; 4] = Default::default();
         let mut refusal: Option<Refusal> = None;
-        for (result, bucket) in [(consumer, "consumer"), (capability, "capability")] {
-            if let Some(Err(wait_ns)) = result
-                && refusal.is_none_or(|r| wait_ns > r.wait_ns)
-            {
-                refusal = Some(Refusal { wait_ns, bucket });
+        for bucket in buckets {
+            let id = bucket.id();
+            let map = &b.0[bucket.kind.index()];
+            match probe(map.get(&*id).copied(), now, bucket.quota) {
+                Ok(tat) => next[bucket.kind.index()] = Some((id, tat)),
+                Err(wait_ns) => {
+                    if refusal.is_none_or(|r| wait_ns > r.wait_ns) {
+                        refusal = Some(Refusal { wait_ns, bucket: bucket.kind.as_str() });
+                    }
+                }
             }
         }
         if let Some(refusal) = refusal {
             return Err(refusal);
         }
         let max = self.config.max_buckets;
-        if let Some(Ok(tat)) = consumer {
-            match b.consumers.get_mut(call.consumer.key()) {
+        for (map, taken) in b.0.iter_mut().zip(next) {
+            let Some((id, tat)) = taken else { continue };
+            match map.get_mut(&*id) {
                 Some(slot) => *slot = tat,
                 None => {
-                    make_room(&mut b.consumers, max, now);
-                    b.consumers.insert(call.consumer.key().into(), tat);
-                }
-            }
-        }
-        if let Some(Ok(tat)) = capability {
-            match b.capabilities.get_mut(call.capability) {
-                Some(slot) => *slot = tat,
-                None => {
-                    make_room(&mut b.capabilities, max, now);
-                    b.capabilities.insert(call.capability.into(), tat);
+                    make_room(map, max, now);
+                    map.insert(id.into(), tat);
                 }
             }
         }
@@ -338,15 +517,10 @@ impl MemoryRateLimiter {
     /// Gives back the unit [`take`](Self::take) took, for a call that then did not run.
     fn refund(&self, call: &CallInfo<'_>) {
         let mut b = self.lock();
-        if let Some(q) = self.config.per_consumer
-            && let Some(tat) = b.consumers.get_mut(call.consumer.key())
-        {
-            *tat = tat.saturating_sub(q.emission_ns());
-        }
-        if let Some(q) = self.capability_quota(call.capability)
-            && let Some(tat) = b.capabilities.get_mut(call.capability)
-        {
-            *tat = tat.saturating_sub(q.emission_ns());
+        for bucket in self.budgets.buckets(call) {
+            if let Some(tat) = b.0[bucket.kind.index()].get_mut(&*bucket.id()) {
+                *tat = tat.saturating_sub(bucket.quota.emission_ns());
+            }
         }
     }
 
@@ -421,6 +595,10 @@ impl fmt::Debug for MemoryRateLimiter {
 impl RateLimiter for MemoryRateLimiter {
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call, now))
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        self.budgets.scopes()
     }
 }
 

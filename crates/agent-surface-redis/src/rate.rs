@@ -1,17 +1,18 @@
 //! [`RedisRateLimiter`]: rate budgets shared by replicas, GCRA in one script.
 //!
 //! Each bucket is one key holding its theoretical arrival time (microseconds on Redis' clock):
-//! `{prefix}rate:consumer:{key}` and `{prefix}rate:capability:{name}`. One script tests every
-//! bucket a call needs and takes a unit from all of them or from none (a refused call costs
-//! nothing), exactly as the in-process `MemoryRateLimiter` does; time is Redis' `TIME`, so
-//! replicas whose clocks disagree still share one budget.
+//! `{prefix}rate:{kind}:{id}` for the buckets of `RateBudgets` — `rate:consumer:{key}`,
+//! `rate:capability:{name}`, `rate:consumer-capability:{name}:{key}` and
+//! `rate:consumer-type:{type}:{key}`. One script tests every bucket a call needs and takes a unit
+//! from all of them or from none (a refused call costs nothing), exactly as the in-process
+//! `MemoryRateLimiter` does; time is Redis' `TIME`, so replicas whose clocks disagree still share
+//! one budget.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::RateLimitReason;
-use agent_surface_policy::{CallInfo, Quota, RateDecision, RateLimiter};
+use agent_surface_policy::{CallInfo, RateBudgets, RateDecision, RateLimiter, Scope};
 use futures_util::future::BoxFuture;
 use redis::Script;
 
@@ -44,17 +45,11 @@ end
 return {1, '0'}
 ";
 
-/// The budgets of a [`RedisRateLimiter`] (the rate part of `RateLimitConfig`; the action queue
-/// bounds the calls running in one process and stays with `MemoryRateLimiter`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RedisRateConfig {
-    /// The budget of each consumer, over all capabilities.
-    pub per_consumer: Option<Quota>,
-    /// The budget of each capability, over all consumers (unless overridden below).
-    pub per_capability: Option<Quota>,
-    /// Per-capability overrides of `per_capability`; `None` exempts the capability.
-    pub capability_quotas: HashMap<String, Option<Quota>>,
-}
+/// The budgets of a [`RedisRateLimiter`]: the same [`RateBudgets`] as the rate part of
+/// `RateLimitConfig` (per consumer, per capability, per consumer × capability and per consumer ×
+/// type); the action queue bounds the calls running in one process and stays with
+/// `MemoryRateLimiter`.
+pub type RedisRateConfig = RateBudgets;
 
 /// A [`RateLimiter`] whose budgets live in Redis, shared by every replica.
 ///
@@ -77,21 +72,12 @@ impl RedisRateLimiter {
         RedisRateLimiter { stores, config, take: std::sync::Arc::new(Script::new(TAKE)) }
     }
 
-    fn capability_quota(&self, capability: &str) -> Option<Quota> {
-        match self.config.capability_quotas.get(capability) {
-            Some(overridden) => *overridden,
-            None => self.config.per_capability,
-        }
-    }
-
     async fn acquire_now(&self, call: CallInfo<'_>) -> RateDecision {
-        let buckets: Vec<(String, Quota)> = [
-            self.config.per_consumer.map(|q| (self.stores.key("rate:consumer", call.consumer.key()), q)),
-            self.capability_quota(call.capability).map(|q| (self.stores.key("rate:capability", call.capability), q)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let buckets: Vec<(String, _)> = self
+            .config
+            .buckets(&call)
+            .map(|b| (self.stores.key(&format!("rate:{}", b.kind.as_str()), &b.id()), b.quota))
+            .collect();
         if buckets.is_empty() {
             return RateDecision::Allow(None);
         }
@@ -122,5 +108,9 @@ impl RedisRateLimiter {
 impl RateLimiter for RedisRateLimiter {
     fn acquire<'a>(&'a self, call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call))
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        self.config.scopes()
     }
 }

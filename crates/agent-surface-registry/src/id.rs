@@ -181,6 +181,93 @@ pub fn split_capability_name(name: &str) -> Option<(&str, &str)> {
     split_valid(name, '.')
 }
 
+/// Where each spelling of one capability's name is used, as a Markdown table: the capability
+/// name is the one canonical spelling, and every other is derived from it by a function of this
+/// module. `docs/names.md` shows this table for `tickets` / `create`; a test renders it from
+/// this function and fails when the page differs.
+///
+/// Panics never; ids that break the grammar are shown as they are (with `-` for a tool name
+/// that cannot be derived).
+///
+/// ```
+/// let table = agent_surface_registry::id::names_table("tickets", "create");
+/// assert!(table.contains("| `tickets.create` |"));
+/// assert!(table.contains("| `tickets-create` |"));
+/// ```
+pub fn names_table(type_id: &str, capability_id: &str) -> String {
+    let name = capability_name(type_id, capability_id);
+    let tool = tool_name(&name).map_or_else(|| "-".to_owned(), |t| format!("`{t}`"));
+    let name = format!("`{name}`");
+    let rows: [(&str, String, &str); 8] = [
+        (
+            "the definition: `registry.define(TYPE, ..)`, `t.capability(ID, ..)`",
+            format!("`{type_id}`, `{capability_id}`"),
+            "the type id and the capability id (`check_type_id`, `check_capability_id`)",
+        ),
+        (
+            "**the capability name**: invoke requests (`InvokeRequest::new`), snapshots (`name`), the HTTP binding's `POST /invoke` body (`capability`), the operator log",
+            name.clone(),
+            "`id::capability_name(type, id)`: the one canonical spelling",
+        ),
+        ("authority policies: `Policies::for_capability`", name.clone(), "the capability name"),
+        (
+            "rate budgets: `capability_quotas`, `consumer_quotas` (`Scope::capability`)",
+            name.clone(),
+            "the capability name",
+        ),
+        ("confirmation rules: `FnConfirmationPolicy::for_capability`", name.clone(), "the capability name"),
+        ("MCP: `tools/list`, `tools/call` (`name`)", tool.clone(), "`id::tool_name(capability name)`"),
+        ("MCP: a tool's `_meta` `agent-surface/capability`", name, "the capability name"),
+        (
+            "embedded toolset: OpenAI, Anthropic and Gemini tool definitions and calls",
+            tool,
+            "`id::tool_name(capability name)`",
+        ),
+    ];
+    let mut table = String::from("| where | spelling | derived by |\n|---|---|---|\n");
+    for (place, spelling, how) in rows {
+        table.push_str(&format!("| {place} | {spelling} | {how} |\n"));
+    }
+    table
+}
+
+/// The candidate closest to `name` by edit distance (insertions, deletions, substitutions and
+/// transpositions of adjacent characters, each counting one), the first in order on a tie;
+/// `None` without candidates. For "did you mean" hints in definition errors.
+pub(crate) fn closest<'c>(name: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+    let mut best: Option<(usize, &'c str)> = None;
+    for candidate in candidates {
+        let d = edit_distance(name, candidate);
+        if best.is_none_or(|(bd, bc)| d < bd || (d == bd && candidate < bc)) {
+            best = Some((d, candidate));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// The optimal string alignment distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Three rows of the dynamic-programming table: two back (for transpositions), one back, this one.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut last: Vec<usize> = (0..=b.len()).collect();
+    let mut row: Vec<usize> = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        row[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (last[j] + 1).min(row[j - 1] + 1).min(last[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            row[j] = d;
+        }
+        std::mem::swap(&mut before, &mut last);
+        std::mem::swap(&mut last, &mut row);
+    }
+    last[b.len()]
+}
+
 /// Splits `name` at its only `separator` into a valid type id and a valid capability id.
 fn split_valid(name: &str, separator: char) -> Option<(&str, &str)> {
     // Neither id contains `.` or `-`, so the first separator is the only valid split.
@@ -250,6 +337,27 @@ mod tests {
             }
             (t, c) => panic!("{input:?}: type id {t:?}, capability id {c:?}"),
         }
+    }
+
+    #[test]
+    fn closest_names_the_nearest_candidate() {
+        #[track_caller]
+        fn check(name: &str, candidates: &[&str], expected: Option<&str>) {
+            assert_eq!(closest(name, candidates.iter().copied()), expected, "closest to {name:?}");
+        }
+        let names = ["tickets.create", "tickets.list", "orders.cancel"];
+        check("ticket.create", &names, Some("tickets.create"));
+        check("tickets-create", &names, Some("tickets.create"));
+        check("tickets.craete", &names, Some("tickets.create"));
+        check("orders.cancle", &names, Some("orders.cancel"));
+        check("tickets.lsit", &names, Some("tickets.list"));
+        check("anything", &[], None);
+        // Ties go to the first in order, whatever the candidates' order.
+        check("ab", &["ac", "aa"], Some("aa"));
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("ca", "ac"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

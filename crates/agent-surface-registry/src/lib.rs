@@ -91,6 +91,7 @@ mod snapshot;
 pub mod telemetry;
 pub mod trace;
 mod validate;
+mod wiring;
 
 pub use correlation::CorrelationId;
 pub use ctx::Ctx;

@@ -18,6 +18,7 @@ use crate::ctx::StateMap;
 use crate::define::{BuildEnv, DefinitionLimits, Executor, TypeBuilder};
 use crate::id;
 use crate::live::{Registration, State, Tombstone, TypeState};
+use crate::wiring::Wiring;
 
 /// What happens when an instance is mounted under a `(type, instanceId)` that is already live.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -151,6 +152,8 @@ pub(crate) struct Inner {
     next_registration: AtomicU64,
     shared: RwLock<Arc<StateMap>>,
     executors: RwLock<HashMap<String, Arc<dyn Executor>>>,
+    /// The types and capabilities the hooks name, checked at definition and assembly.
+    wiring: Wiring,
 }
 
 impl Inner {
@@ -250,10 +253,18 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// A new, empty registry with a fresh surface id.
+    ///
+    /// The types and capabilities its hooks name (`Policies::for_capability`, quotas, scoped
+    /// confirmation rules; see [`agent_surface_policy::Scope`]) are read now and checked later:
+    /// those of a type when it is defined, all of them on every mount (see
+    /// [`Registry::check_wiring`]).
     pub fn new(config: RegistryConfig) -> Registry {
         let (version_tx, _) = watch::channel(0);
+        let wiring =
+            Wiring::of(config.authority.as_deref(), config.rate_limiter.as_deref(), config.confirmation.as_deref());
         Registry {
             inner: Arc::new(Inner {
+                wiring,
                 config,
                 surface_id: Arc::from(new_surface_id()),
                 state: RwLock::new(State::default()),
@@ -307,12 +318,16 @@ impl Registry {
 
     /// Defines a capability type and its capabilities. Every check runs here, once; a defect is
     /// a [`DefinitionError`] and nothing of the type is registered.
+    ///
+    /// Among the checks: every capability of this type that the registry's hooks name must be
+    /// one it defines (`INVALID_DEFINITION`, with the closest name it does define).
     pub fn define(&self, type_id: &str, build: impl FnOnce(&mut TypeBuilder<'_>)) -> Result<(), DefinitionError> {
         let executors = self.inner.executors.read().unwrap_or_else(PoisonError::into_inner).clone();
         let env = BuildEnv { executors: &executors, limits: self.inner.config.definition_limits };
         let mut builder = TypeBuilder::new(type_id, env);
         build(&mut builder);
         let defs = builder.finish()?;
+        self.inner.wiring.check_type(type_id, defs.iter().map(|d| &*d.name))?;
         let version = {
             let mut state = self.inner.write();
             if state.types.contains_key(type_id) {
@@ -334,7 +349,39 @@ impl Registry {
         Ok(())
     }
 
+    /// Checks that every type and capability the registry's hooks name is defined — what every
+    /// mount checks first. Call it once the types are defined to find a misspelled name at
+    /// start-up, before anything is mounted.
+    ///
+    /// An unknown name is an `INVALID_DEFINITION` at that name, whose problem names the closest
+    /// defined one:
+    ///
+    /// ```
+    /// use agent_surface_core::DefinitionErrorCode;
+    /// use agent_surface_policy::{Policies, RequireRole};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    /// use std::sync::Arc;
+    ///
+    /// let policies = Policies::new().for_capability("ticket.create", RequireRole::new("agent"));
+    /// let registry = Registry::new(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+    /// registry.define("tickets", |t| {
+    ///     t.capability("create", "Open a ticket.")
+    ///         .raw_handler(serde_json::json!({"type": "object"}), None, |_: Ctx, v| async move { Ok(v) })
+    /// })?;
+    /// let err = registry.check_wiring().unwrap_err();
+    /// assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
+    /// assert_eq!(err.location(), "ticket.create");
+    /// assert!(err.problem().ends_with("did you mean `tickets.create`?"), "{}", err.problem());
+    /// assert!(registry.mount("tickets", "main").is_err(), "nothing is mounted while the wiring is wrong");
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn check_wiring(&self) -> Result<(), DefinitionError> {
+        let state = self.inner.read();
+        self.inner.wiring.check_all(state.types.keys().map(|t| &**t), state.capabilities.keys().map(|c| &**c))
+    }
+
     /// Mounts an instance of `type_id` with no state; see [`Registry::mount_with`].
+    #[must_use = "dropping a Mount unmounts the instance at once; bind it (`let _mounted = ...`) for as long as it should stay callable"]
     pub fn mount(&self, type_id: &str, instance_id: &str) -> Result<Mount, DefinitionError> {
         self.mount_with(type_id, instance_id, Instance::new())
     }
@@ -345,9 +392,13 @@ impl Registry {
     /// A duplicate `(type, instanceId)` follows [`RegistryConfig::duplicate_instance`]: under
     /// `Reject` the result is a dead handle ([`Mount::is_live`] is false) and an operator event,
     /// never an error or a panic. An undefined type or an invalid instance id is a programmer
-    /// error (`INVALID_DEFINITION` / `INVALID_ID`).
+    /// error (`INVALID_DEFINITION` / `INVALID_ID`), and so is a hook that names a type or a
+    /// capability that is not defined ([`Registry::check_wiring`]): nothing is served while the
+    /// wiring is wrong.
+    #[must_use = "dropping a Mount unmounts the instance at once; bind it (`let _mounted = ...`) for as long as it should stay callable"]
     pub fn mount_with(&self, type_id: &str, instance_id: &str, instance: Instance) -> Result<Mount, DefinitionError> {
         id::check_instance_id(type_id, instance_id)?;
+        self.check_wiring()?;
         let weak = Arc::downgrade(&self.inner);
         let dead = |reason: MountRejection| Mount {
             registry: weak.clone(),
@@ -549,8 +600,10 @@ pub enum MountRejection {
     Disposed,
 }
 
-/// The handle of a mounted instance. Dropping it unmounts the instance.
-#[must_use = "dropping the handle unmounts the instance at once"]
+/// The handle of a mounted instance. Dropping it unmounts the instance (and leaves a
+/// tombstone): keep it for as long as the instance should be callable — `let _ =
+/// registry.mount(..)` unmounts at once, `let _mounted = ..` keeps it to the end of the scope.
+#[must_use = "dropping a Mount unmounts the instance at once; bind it (`let _mounted = ...`) for as long as it should stay callable"]
 pub struct Mount {
     registry: Weak<Inner>,
     registration_id: Option<Arc<str>>,

@@ -433,11 +433,12 @@ pub(crate) fn check_input_schema(
     let is_property = |name: &String| properties.is_some_and(|p| p.contains_key(name));
     for (what, names) in [("bound", bound), ("sensitive", sensitive)] {
         if let Some(name) = names.iter().find(|name| !is_property(name)) {
-            return Err(DefinitionError::new(
-                DefinitionErrorCode::InvalidDefinition,
-                location,
-                format!("{what} field `{name}` is not a property of the input schema"),
-            ));
+            let mut problem = format!("{what} field `{name}` is not a property of the input schema");
+            let known = properties.into_iter().flat_map(|p| p.keys().map(String::as_str));
+            if let Some(closest) = crate::id::closest(name, known) {
+                problem.push_str(&format!("; did you mean `{closest}`?"));
+            }
+            return Err(DefinitionError::new(DefinitionErrorCode::InvalidDefinition, location, problem));
         }
     }
 
@@ -987,11 +988,11 @@ mod tests {
         let err = check_input_schema("t.c", &schema, &["b".into()], &[], SchemaLimits::default()).unwrap_err();
         assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
         assert_eq!(err.location(), "t.c");
-        assert_eq!(err.problem(), "bound field `b` is not a property of the input schema");
+        assert_eq!(err.problem(), "bound field `b` is not a property of the input schema; did you mean `a`?");
 
         let err = check_input_schema("t.c", &schema, &[], &["c".into()], SchemaLimits::default()).unwrap_err();
         assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
-        assert_eq!(err.problem(), "sensitive field `c` is not a property of the input schema");
+        assert_eq!(err.problem(), "sensitive field `c` is not a property of the input schema; did you mean `a`?");
 
         let no_properties = json!({"type": "object"});
         let err = check_input_schema("t.c", &no_properties, &["a".into()], &[], SchemaLimits::default()).unwrap_err();

@@ -25,7 +25,7 @@ use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note,
 use crate::clock::{Clock, SystemClock};
 use crate::consumer::Identity;
 use crate::guard::{caught, guarded};
-use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError};
+use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, Scope};
 use crate::idempotency::{Fingerprint, StoreError};
 
 /// How long a confirmation stays valid when none is configured: ten minutes, for the decision
@@ -56,6 +56,12 @@ pub trait ConfirmationPolicy: Send + Sync + 'static {
 
     /// Decides on one call; [`CallInfo::input`] holds the validated input.
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>>;
+
+    /// The types and capabilities this rule is about, which the registry checks exist when it is
+    /// assembled (see [`Scope`]). The default: none.
+    fn scopes(&self) -> Vec<Scope> {
+        Vec::new()
+    }
 }
 
 impl<P: ConfirmationPolicy + ?Sized> ConfirmationPolicy for Arc<P> {
@@ -65,6 +71,10 @@ impl<P: ConfirmationPolicy + ?Sized> ConfirmationPolicy for Arc<P> {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
         (**self).decide(call)
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        (**self).scopes()
     }
 }
 
@@ -84,24 +94,58 @@ impl<P: ConfirmationPolicy + ?Sized> ConfirmationPolicy for Arc<P> {
 /// });
 /// # let _ = large_refunds;
 /// ```
+///
+/// Scoped to capabilities or types with [`for_capability`](Self::for_capability) and
+/// [`for_type`](Self::for_type), the rule is asked only about their calls (all others are
+/// [`Gate::Open`] for it), and the registry checks that the names exist:
+///
+/// ```
+/// use agent_surface_core::SafeText;
+/// use agent_surface_policy::{FnConfirmationPolicy, Gate, Scope};
+///
+/// let refunds = FnConfirmationPolicy::new("refunds", |_call| {
+///     Ok(Gate::Confirm { summary: SafeText::from("Refund the order.") })
+/// })
+/// .for_capability("orders.refund");
+/// # use agent_surface_policy::ConfirmationPolicy;
+/// assert_eq!(refunds.scopes(), vec![Scope::capability("orders.refund")]);
+/// ```
 pub struct FnConfirmationPolicy<F> {
     name: String,
     decide: F,
+    scopes: Vec<Scope>,
 }
 
 impl<F> FnConfirmationPolicy<F>
 where
     F: Fn(&CallInfo<'_>) -> Result<Gate, PolicyError> + Send + Sync + 'static,
 {
-    /// A policy named `name` that decides with `decide`.
+    /// A policy named `name` that decides with `decide`, about every call.
     pub fn new(name: impl Into<String>, decide: F) -> FnConfirmationPolicy<F> {
-        FnConfirmationPolicy { name: name.into(), decide }
+        FnConfirmationPolicy { name: name.into(), decide, scopes: Vec::new() }
+    }
+
+    /// The same rule, asked about calls of `capability` (`type.capability`) — and of the other
+    /// capabilities and types it is scoped to — only.
+    pub fn for_capability(mut self, capability: &str) -> FnConfirmationPolicy<F> {
+        self.scopes.push(Scope::capability(capability));
+        self
+    }
+
+    /// The same rule, asked about calls of the capabilities of `type_id` — and of the other
+    /// capabilities and types it is scoped to — only.
+    pub fn for_type(mut self, type_id: &str) -> FnConfirmationPolicy<F> {
+        self.scopes.push(Scope::capability_type(type_id));
+        self
     }
 }
 
 impl<F> fmt::Debug for FnConfirmationPolicy<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FnConfirmationPolicy").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("FnConfirmationPolicy")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
     }
 }
 
@@ -114,7 +158,15 @@ where
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
+        let applies = self.scopes.is_empty() || self.scopes.iter().any(|s| s.covers(call.capability, call.type_id));
+        if !applies {
+            return Box::pin(std::future::ready(Ok(Gate::Open)));
+        }
         Box::pin(std::future::ready((self.decide)(&call)))
+    }
+
+    fn scopes(&self) -> Vec<Scope> {
+        self.scopes.clone()
     }
 }
 
@@ -806,6 +858,14 @@ impl fmt::Debug for ConfirmationEngine {
 impl ConfirmationGate for ConfirmationEngine {
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         self.config.store.usage(now)
+    }
+
+    /// What its confirmation policies are scoped to.
+    fn scopes(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self.config.policies.iter().flat_map(|p| p.scopes()).collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
     }
 
     fn check<'a>(

@@ -10,7 +10,7 @@ use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, Timestamp};
 use agent_surface_policy::{
     CallInfo, Clock, Consumer, ManualClock, MemoryRateLimiter, QueueConfig, Quota, RateDecision, RateLimitConfig,
-    RateLimiter,
+    RateLimiter, Scope,
 };
 use futures_util::FutureExt;
 use proptest::prelude::*;
@@ -27,7 +27,8 @@ fn acquire(
     now: Timestamp,
 ) -> Result<(), (RateLimitReason, Duration)> {
     let consumer = Consumer::anonymous(consumer);
-    let call = CallInfo::new(&consumer, capability, "t", Effect::Write, false);
+    let type_id = capability.split_once('.').map_or("t", |(t, _)| t);
+    let call = CallInfo::new(&consumer, capability, type_id, Effect::Write, false);
     match limiter.acquire(call, now).now_or_never().expect("answers at once") {
         RateDecision::Allow(_) => Ok(()),
         RateDecision::Limited { reason, retry_after } => Err((reason, retry_after)),
@@ -68,6 +69,41 @@ fn a_refusal_names_the_longer_wait_of_both_buckets() {
     }
     assert_eq!(acquire(&limiter, "a", "x.tight", at(0)), Ok(()));
     assert_eq!(acquire(&limiter, "a", "x.tight", at(0)), Err((RateLimitReason::Rate, Duration::from_secs(5))));
+}
+
+#[test]
+fn a_per_user_quota_limits_one_user_and_not_another() {
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        consumer_quotas: HashMap::from([
+            // Five creates per minute per user, and eight calls of the type per minute per user.
+            (Scope::capability("t.create"), quota(5, 60_000)),
+            (Scope::capability_type("t"), quota(8, 60_000)),
+        ]),
+        ..Default::default()
+    });
+    for _ in 0..5 {
+        assert_eq!(acquire(&limiter, "alice", "t.create", at(0)), Ok(()));
+    }
+    let spent = Err((RateLimitReason::Rate, Duration::from_secs(12)));
+    assert_eq!(acquire(&limiter, "alice", "t.create", at(0)), spent, "alice's sixth create waits 60 s / 5");
+    // Bob's budget is his own: alice's calls do not limit him.
+    for _ in 0..5 {
+        assert_eq!(acquire(&limiter, "bob", "t.create", at(0)), Ok(()));
+    }
+    // The create quota names one capability: alice may still list, within the type's budget of 8,
+    // of which her five creates took five and the refused sixth took nothing (all-or-nothing).
+    for _ in 0..3 {
+        assert_eq!(acquire(&limiter, "alice", "t.list", at(0)), Ok(()));
+    }
+    assert_eq!(acquire(&limiter, "alice", "t.list", at(0)), Err((RateLimitReason::Rate, Duration::from_millis(7_500))));
+    // Another type is not counted.
+    assert_eq!(acquire(&limiter, "alice", "u.create", at(0)), Ok(()));
+    // On the injected clock: after 12 s alice may create again (both of her buckets conform).
+    assert_eq!(
+        acquire(&limiter, "alice", "t.create", at(11_999)),
+        Err((RateLimitReason::Rate, Duration::from_millis(1)))
+    );
+    assert_eq!(acquire(&limiter, "alice", "t.create", at(12_000)), Ok(()));
 }
 
 #[test]

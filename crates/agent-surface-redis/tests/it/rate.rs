@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, Timestamp};
-use agent_surface_policy::{CallInfo, Consumer, Quota, RateDecision, RateLimiter};
+use agent_surface_policy::{CallInfo, Consumer, Quota, RateDecision, RateLimiter, Scope};
 use agent_surface_redis::RedisRateConfig;
 
 use crate::support;
@@ -26,6 +26,7 @@ async fn two_replicas_share_one_budget_and_a_refused_call_costs_nothing() {
         per_consumer: per_minute(4),
         per_capability: per_minute(3),
         capability_quotas: HashMap::from([("orders.list".to_string(), None)]),
+        ..Default::default()
     };
     let (a, b) = (redis.rate_limiter(config.clone()), redis.rate_limiter(config));
     let alice = Consumer::anonymous("alice");
@@ -58,4 +59,43 @@ async fn the_redis_rate_limiter_passes_the_kit() {
     let quota = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
     let limiter = redis.rate_limiter(RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
     agent_surface_testing::stores::check_rate_limiter(&limiter, quota, "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_rate_limiter_passes_the_per_consumer_quota_kit() {
+    let Some(redis) = support::stores("rate-quota-kit").await else { return };
+    let quota = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
+    let limiter = redis.rate_limiter(RedisRateConfig {
+        consumer_quotas: agent_surface_testing::stores::consumer_quotas(quota),
+        ..Default::default()
+    });
+    agent_surface_testing::stores::check_consumer_quotas(&limiter, quota, "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_user_quota_limits_one_user_and_not_another_across_replicas() {
+    let Some(redis) = support::stores("rate-per-user").await else { return };
+    let config = RedisRateConfig {
+        consumer_quotas: HashMap::from([(
+            Scope::capability("tickets.create"),
+            Quota::per_minute(NonZeroU32::MIN.saturating_add(1)),
+        )]),
+        ..Default::default()
+    };
+    let (a, b) = (redis.rate_limiter(config.clone()), redis.rate_limiter(config));
+    let (alice, bob) = (Consumer::anonymous("alice"), Consumer::anonymous("bob"));
+    let create = |c| CallInfo::new(c, "tickets.create", "tickets", Effect::Write, false);
+    let now = Timestamp::now();
+    assert!(allowed(&a.acquire(create(&alice), now).await));
+    assert!(allowed(&b.acquire(create(&alice), now).await));
+    match a.acquire(create(&alice), now).await {
+        RateDecision::Limited { reason, retry_after } => {
+            assert_eq!(reason, RateLimitReason::Rate);
+            assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(30), "{retry_after:?}");
+        }
+        RateDecision::Allow(_) => panic!("alice's two creates a minute are spent, on both replicas together"),
+    }
+    assert!(allowed(&b.acquire(create(&bob), now).await), "bob is not limited by alice's calls");
+    let list = CallInfo::new(&alice, "tickets.list", "tickets", Effect::Read, true);
+    assert!(allowed(&a.acquire(list, now).await), "the quota names `tickets.create` only");
 }

@@ -46,3 +46,13 @@ async fn the_json_lines_audit_sink_passes_the_kit() {
     assert_eq!(again.recent(100).await.unwrap(), sink.recent(100).await.unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_rate_limiter_passes_the_per_consumer_quota_kit() {
+    let quota = Quota::per_minute(std::num::NonZeroU32::new(5).unwrap());
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        consumer_quotas: stores::consumer_quotas(quota),
+        ..Default::default()
+    });
+    stores::check_consumer_quotas(&limiter, quota, "kit-").await;
+}

@@ -1,0 +1,132 @@
+//! Wiring that fails closed: every type and capability the registry's hooks name — the authority
+//! policies, the rate budgets, the confirmation rules ([`Scope`]s) — must exist.
+//!
+//! The names of one type are checked when that type is defined; all of them when the registry is
+//! assembled, i.e. on every mount (a call needs a live instance, so nothing is served before the
+//! first). An unknown name is an `INVALID_DEFINITION` naming the closest existing name, instead of
+//! a rule that silently applies to nothing (a policy for `ticket.create` that lets everyone call
+//! `tickets.create`).
+
+use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code};
+use agent_surface_policy::{AuthorityPolicy, ConfirmationGate, RateLimiter, Scope};
+
+use crate::id;
+
+/// Which hook names a scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hook {
+    Authority,
+    Rate,
+    Confirmation,
+}
+
+impl Hook {
+    fn what(self) -> &'static str {
+        match self {
+            Hook::Authority => "an authority policy",
+            Hook::Rate => "a rate budget",
+            Hook::Confirmation => "a confirmation rule",
+        }
+    }
+}
+
+/// The names the registry's hooks are configured for, read once when the registry is created.
+#[derive(Debug, Default)]
+pub(crate) struct Wiring {
+    scopes: Vec<(Hook, Scope)>,
+}
+
+impl Wiring {
+    /// The scopes of the registry's hooks, in a fixed order (authority, rate, confirmation; each
+    /// hook's scopes sorted).
+    pub(crate) fn of(
+        authority: Option<&dyn AuthorityPolicy>,
+        rate: Option<&dyn RateLimiter>,
+        confirmation: Option<&dyn ConfirmationGate>,
+    ) -> Wiring {
+        let mut scopes = Vec::new();
+        let mut add = |hook: Hook, mut named: Vec<Scope>| {
+            named.sort();
+            named.dedup();
+            scopes.extend(named.into_iter().map(|s| (hook, s)));
+        };
+        add(Hook::Authority, authority.map(|p| p.scopes()).unwrap_or_default());
+        add(Hook::Rate, rate.map(|l| l.scopes()).unwrap_or_default());
+        add(Hook::Confirmation, confirmation.map(|g| g.scopes()).unwrap_or_default());
+        Wiring { scopes }
+    }
+
+    /// Checks the scopes of `type_id` against the capabilities it defines (when it is defined).
+    pub(crate) fn check_type<'n>(
+        &self,
+        type_id: &'n str,
+        capabilities: impl Iterator<Item = &'n str> + Clone,
+    ) -> Result<(), DefinitionError> {
+        self.check(|scope| scope.type_id() == type_id, std::iter::once(type_id), capabilities)
+    }
+
+    /// Checks every scope against the defined `types` and `capabilities` (at assembly).
+    pub(crate) fn check_all<'n>(
+        &self,
+        types: impl Iterator<Item = &'n str> + Clone,
+        capabilities: impl Iterator<Item = &'n str> + Clone,
+    ) -> Result<(), DefinitionError> {
+        self.check(|_| true, types, capabilities)
+    }
+
+    fn check<'n>(
+        &self,
+        applies: impl Fn(&Scope) -> bool,
+        types: impl Iterator<Item = &'n str> + Clone,
+        capabilities: impl Iterator<Item = &'n str> + Clone,
+    ) -> Result<(), DefinitionError> {
+        for (hook, scope) in self.scopes.iter().filter(|(_, s)| applies(s)) {
+            let known = match scope {
+                Scope::Type(name) => types.clone().any(|k| k == name.as_str()),
+                Scope::Capability(name) => capabilities.clone().any(|k| k == name.as_str()),
+                // A kind of scope this registry does not know names nothing it could check:
+                // refuse it rather than let it apply to nothing.
+                _ => {
+                    return Err(DefinitionError::new(
+                        Code::InvalidDefinition,
+                        scope.name(),
+                        format!("{} names {scope}, a kind of name this registry cannot check", hook.what()),
+                    ));
+                }
+            };
+            if known {
+                continue;
+            }
+            return Err(unknown(*hook, scope, types.clone(), capabilities.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// The definition error for a scope that names nothing, with the closest existing name.
+fn unknown<'n>(
+    hook: Hook,
+    scope: &Scope,
+    types: impl Iterator<Item = &'n str>,
+    capabilities: impl Iterator<Item = &'n str> + Clone,
+) -> DefinitionError {
+    let name = scope.name();
+    let mut problem = format!("{} names {scope}, which is not defined", hook.what());
+    let suggestion = match scope {
+        Scope::Type(_) => id::closest(name, types),
+        _ => {
+            // A tool name (`tickets-create`) where the capability name belongs.
+            let as_tool = id::capability_from_tool_name(name);
+            if let Some(capability) = as_tool.as_deref().and_then(|c| capabilities.clone().find(|k| *k == c)) {
+                problem.push_str(&format!(
+                    " (`{name}` is the tool name adapters derive from `{capability}`; scopes use capability names)"
+                ));
+            }
+            id::closest(name, capabilities)
+        }
+    };
+    if let Some(closest) = suggestion {
+        problem.push_str(&format!("; did you mean `{closest}`?"));
+    }
+    DefinitionError::new(Code::InvalidDefinition, name, problem)
+}

@@ -1,0 +1,225 @@
+//! Wiring that fails closed: every name a policy, a quota, a confirmation rule or a binding
+//! targets must exist; a misspelled one is a definition error naming the closest name. And the
+//! authority engine's two fallbacks, default-allow and default-deny, through the registry.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode, ErrorCode, Phase, SafeText};
+use agent_surface_policy::{
+    AllowAll, ConfirmationConfig, ConfirmationEngine, Consumer, FnConfirmationPolicy, Gate, Identity,
+    MemoryRateLimiter, Policies, Quota, RateLimitConfig, RequireRole, Scope,
+};
+use agent_surface_registry::{Binding, Ctx, InvokeOptions, Mount, Registry, RegistryConfig};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct NewTicket {
+    title: String,
+    #[expect(dead_code, reason = "bound from the consumer; the test only needs the field to exist")]
+    reporter: String,
+}
+
+/// Defines `tickets` (`create`, `list`) and `orders` (`cancel`) in a registry with `config`.
+fn define(config: RegistryConfig) -> Result<Registry, DefinitionError> {
+    let registry = Registry::new(config);
+    registry.define("tickets", |t| {
+        t.capability("create", "Open a ticket.")
+            .handler(|_: Ctx, i: NewTicket| async move { Ok::<_, AgentSurfaceError>(json!({"title": i.title})) });
+        t.capability("list", "List the tickets.")
+            .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!([])) });
+    })?;
+    registry.define("orders", |t| {
+        t.capability("cancel", "Cancel an order.")
+            .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+    })?;
+    Ok(registry)
+}
+
+/// [`define`], for wiring that is right.
+fn tickets(config: RegistryConfig) -> Registry {
+    define(config).expect("the types are valid")
+}
+
+/// [`define`], then a mount of each type: what a service does at start-up.
+fn assemble(config: RegistryConfig) -> Result<(Registry, Vec<Mount>), DefinitionError> {
+    let registry = define(config)?;
+    let mounts = vec![registry.mount("tickets", "main")?, registry.mount("orders", "main")?];
+    Ok((registry, mounts))
+}
+
+/// Asserts that `result` is an `INVALID_DEFINITION` at `location` whose problem contains each of
+/// `says`.
+#[track_caller]
+fn check<T: std::fmt::Debug>(result: Result<T, DefinitionError>, location: &str, says: &[&str]) {
+    let err = result.expect_err("the wiring names something that does not exist");
+    assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition, "{err}");
+    assert_eq!(err.location(), location, "{err}");
+    for part in says {
+        assert!(err.problem().contains(part), "{err} should say {part:?}");
+    }
+}
+
+fn authority(policies: Policies) -> RegistryConfig {
+    RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() }
+}
+
+fn per_minute(n: u32) -> Quota {
+    Quota::per_minute(NonZeroU32::new(n).expect("positive"))
+}
+
+#[test]
+fn a_misspelled_policy_target_is_a_definition_error() {
+    // The capability, misspelled in its type: checked when the registry is assembled (mount).
+    let registry = tickets(authority(Policies::new().for_capability("ticket.create", RequireRole::new("agent"))));
+    check(registry.check_wiring(), "ticket.create", &["an authority policy", "did you mean `tickets.create`?"]);
+    check(registry.mount("tickets", "main"), "ticket.create", &["did you mean `tickets.create`?"]);
+    check(registry.mount("orders", "main"), "ticket.create", &[]);
+
+    // A type.
+    let registry = tickets(authority(Policies::new().for_type("ticket", RequireRole::new("agent"))));
+    check(registry.mount("tickets", "main"), "ticket", &["type `ticket`", "did you mean `tickets`?"]);
+
+    // The tool name where the capability name belongs.
+    let config = authority(Policies::new().for_capability("tickets-create", RequireRole::new("agent")));
+    check(assemble(config), "tickets-create", &["tool name", "did you mean `tickets.create`?"]);
+
+    // In an engine nested in another.
+    let inner = Policies::new().for_capability("orders.cancle", RequireRole::new("agent"));
+    check(assemble(authority(Policies::new().global(inner))), "orders.cancle", &["did you mean `orders.cancel`?"]);
+}
+
+#[test]
+fn a_misspelled_capability_of_a_type_is_refused_when_the_type_is_defined() {
+    let policies = Policies::new().for_capability("tickets.craete", RequireRole::new("agent"));
+    let registry = Registry::new(authority(policies));
+    let defined = registry.define("tickets", |t| {
+        t.capability("create", "Open a ticket.")
+            .handler(|_: Ctx, i: NewTicket| async move { Ok::<_, AgentSurfaceError>(json!({"title": i.title})) });
+    });
+    check(defined, "tickets.craete", &["did you mean `tickets.create`?"]);
+    assert_eq!(registry.capability_count(), 0, "nothing of the type is registered");
+}
+
+#[test]
+fn a_misspelled_quota_target_is_a_definition_error() {
+    let limiter = |config: RateLimitConfig| {
+        assemble(RegistryConfig { rate_limiter: Some(Arc::new(MemoryRateLimiter::new(config))), ..Default::default() })
+    };
+    // Per consumer for one capability.
+    let config = RateLimitConfig {
+        consumer_quotas: HashMap::from([(Scope::capability("ticket.create"), per_minute(5))]),
+        ..Default::default()
+    };
+    check(limiter(config), "ticket.create", &["a rate budget", "`tickets.create`"]);
+    // Per consumer for one type.
+    let config = RateLimitConfig {
+        consumer_quotas: HashMap::from([(Scope::capability_type("tikets"), per_minute(5))]),
+        ..Default::default()
+    };
+    check(limiter(config), "tikets", &["did you mean `tickets`?"]);
+    // A capability's own budget.
+    let config =
+        RateLimitConfig { capability_quotas: HashMap::from([("orders.cancell".into(), None)]), ..Default::default() };
+    check(limiter(config), "orders.cancell", &["did you mean `orders.cancel`?"]);
+}
+
+#[test]
+fn a_misspelled_confirmation_rule_target_is_a_definition_error() {
+    let rule = FnConfirmationPolicy::new("cancellations", |_call| {
+        Ok(Gate::Confirm { summary: SafeText::from("Cancel the order.") })
+    })
+    .for_capability("order.cancel");
+    let engine = ConfirmationEngine::new(ConfirmationConfig { policies: vec![Arc::new(rule)], ..Default::default() });
+    let config = RegistryConfig { confirmation: Some(Arc::new(engine)), ..Default::default() };
+    check(assemble(config), "order.cancel", &["a confirmation rule", "did you mean `orders.cancel`?"]);
+}
+
+#[test]
+fn a_misspelled_binding_target_is_a_definition_error() {
+    let registry = Registry::new(RegistryConfig::default());
+    let defined = registry.define("tickets", |t| {
+        t.capability("create", "Open a ticket.")
+            .bind("reportr", Binding::from_consumer(|c| c.identity().map(|i| json!(i.subject))))
+            .handler(|_: Ctx, i: NewTicket| async move { Ok::<_, AgentSurfaceError>(json!({"title": i.title})) });
+    });
+    check(defined, "tickets.create", &["bound field `reportr`", "did you mean `reporter`?"]);
+}
+
+#[tokio::test]
+async fn correct_wiring_mounts_and_applies() {
+    let rule = FnConfirmationPolicy::new("cancellations", |_call| {
+        Ok(Gate::Confirm { summary: SafeText::from("Cancel the order.") })
+    })
+    .for_type("orders");
+    let config = RegistryConfig {
+        authority: Some(Arc::new(Policies::new().for_capability("tickets.create", RequireRole::new("agent")))),
+        rate_limiter: Some(Arc::new(MemoryRateLimiter::new(RateLimitConfig {
+            consumer_quotas: HashMap::from([(Scope::capability("tickets.list"), per_minute(5))]),
+            ..Default::default()
+        }))),
+        confirmation: Some(Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+            policies: vec![Arc::new(rule)],
+            ..Default::default()
+        }))),
+        ..Default::default()
+    };
+    let registry = tickets(config);
+    registry.check_wiring().expect("every name exists");
+    let _tickets = registry.mount("tickets", "main").expect("mounts");
+    let _orders = registry.mount("orders", "main").expect("mounts");
+    // The scoped confirmation rule asks about orders only.
+    let listed = registry.invoke_detailed(call("tickets.list", json!({})), consumer("c-1")).await;
+    assert!(listed.result.is_ok(), "{:?}", listed.result);
+    let cancel = registry.invoke_detailed(call("orders.cancel", json!({})), consumer("c-1")).await;
+    assert_eq!(cancel.result.code(), Some(ErrorCode::ConfirmationRequired));
+}
+
+fn signed_in(key: &str, roles: &[&str]) -> InvokeOptions {
+    let identity = roles.iter().fold(Identity::new(format!("user-{key}")), |id, role| id.with_role(*role));
+    InvokeOptions::new(Consumer::authenticated(key, identity))
+}
+
+#[tokio::test]
+async fn default_deny_refuses_a_capability_no_policy_names() {
+    let policies = Policies::default_deny()
+        .for_capability("tickets.create", RequireRole::new("agent"))
+        .for_type("orders", AllowAll);
+    let registry = tickets(authority(policies));
+    let _tickets = registry.mount("tickets", "main").expect("mounts");
+    let _orders = registry.mount("orders", "main").expect("mounts");
+    let agent = || signed_in("a-1", &["agent"]);
+
+    // No policy names `tickets.list`: refused, for everyone.
+    let refused = registry.invoke_detailed(call("tickets.list", json!({})), agent()).await;
+    let payload = assert_produced(&refused, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_eq!(payload.detail("origin"), Some(&json!("client")));
+    // Named ones follow their policies.
+    let created = registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), agent()).await;
+    assert!(created.is_ok(), "{created:?}");
+    let other =
+        registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), signed_in("a-2", &[])).await;
+    assert_eq!(other.code(), Some(ErrorCode::NotAuthorized));
+    assert!(registry.invoke(call("orders.cancel", json!({})), consumer("anyone")).await.is_ok());
+    // Discovery lists the refused capability as it lists any denied one.
+    let snapshot = registry.snapshot(&Consumer::anonymous("anyone")).await;
+    assert!(snapshot.capabilities.iter().any(|c| c.name == "tickets.list"));
+}
+
+#[tokio::test]
+async fn default_allow_is_unchanged() {
+    let policies = Policies::new().for_capability("tickets.create", RequireRole::new("agent"));
+    let registry = tickets(authority(policies));
+    let _tickets = registry.mount("tickets", "main").expect("mounts");
+    // Not named: allowed, as before.
+    assert!(registry.invoke(call("tickets.list", json!({})), consumer("anyone")).await.is_ok());
+    // Named: its policy decides.
+    let refused =
+        registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), consumer("anyone")).await;
+    assert_eq!(refused.code(), Some(ErrorCode::NotAuthenticated));
+}
