@@ -222,6 +222,17 @@ impl Ctx {
         }
     }
 
+    /// The shared state of type `T`, shared (for the [`State`](crate::State) extractor).
+    pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.inner.shared.get(&TypeId::of::<T>()).cloned().and_then(|s| s.downcast::<T>().ok())
+    }
+
+    /// The instance's state of type `T`, shared (for the [`InstanceState`](crate::InstanceState)
+    /// extractor).
+    pub(crate) fn instance_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.inner.instance_state.clone().and_then(|s| s.downcast::<T>().ok())
+    }
+
     /// The target instance's state of type `T`, if it was mounted with one.
     pub fn try_instance<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.inner.instance_state.as_deref().and_then(|s| s.downcast_ref::<T>())

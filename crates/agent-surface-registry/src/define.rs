@@ -141,6 +141,8 @@ pub(crate) struct CapabilityDef {
     /// The post-condition check, if any.
     pub(crate) verify: Option<ErasedVerify>,
     pub(crate) handler: ErasedHandler,
+    /// What the handler's extractors need, checked at mount.
+    pub(crate) requirements: Vec<crate::extract::Requirement>,
     pub(crate) meta: Option<Value>,
 }
 
@@ -211,6 +213,7 @@ impl<'a> TypeBuilder<'a> {
             confirm: None,
             ask: None,
             verify: None,
+            requirements: Vec::new(),
             error: None,
         }
     }
@@ -323,6 +326,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     confirm: Option<ErasedConfirm>,
     ask: Option<crate::handler::ErasedAsk>,
     verify: Option<ErasedVerify>,
+    requirements: Vec<crate::extract::Requirement>,
     error: Option<DefinitionError>,
 }
 
@@ -587,6 +591,58 @@ impl CapabilityBuilder<'_, '_> {
         self.finish(input, output, ErasedHandler::typed(f));
     }
 
+    /// Finishes with a handler that takes [extractors](crate::extract) — [`State<T>`](crate::State),
+    /// [`InstanceState<S>`](crate::InstanceState), [`Caller`](crate::Caller), [`Ctx`], up to four
+    /// of them — and then its input; the schemas come from `I` and `O`. What the extractors need
+    /// is checked at mount: a missing [`Registry::provide`](crate::Registry::provide) is a
+    /// definition error there, not a failure of every call.
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// use agent_surface_registry::{Caller, Registry, RegistryConfig, State};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// struct Greeting(String);
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Hello { name: String }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.provide(Greeting("Hello".into()));
+    /// registry.define("greeter", |t| {
+    ///     t.capability("hello", "Greet someone.").handle(|State(g): State<Greeting>, i: Hello| async move {
+    ///         Ok::<_, AgentSurfaceError>(format!("{}, {}!", g.0, i.name))
+    ///     })
+    /// })?;
+    /// let _greeter = registry.mount("greeter", "main")?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn handle<Args, I, O, H>(mut self, handler: H)
+    where
+        H: crate::extract::Handler<Args, I, O>,
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        O: Serialize + JsonSchema + Send + 'static,
+    {
+        self.requirements = H::requirements();
+        let handler = Arc::new(handler);
+        let call = move |ctx: Ctx, input: I| {
+            let call = handler.call(&ctx, input);
+            async move {
+                match call {
+                    Some(future) => future.await,
+                    // Ruled out by the mount check; fail the call rather than panic.
+                    None => Err(AgentSurfaceError::internal(std::io::Error::other(
+                        "a handler's extractor found nothing to extract",
+                    ))),
+                }
+            }
+        };
+        let input = object_schema_for::<I>();
+        let output = Some(schema::schema_for::<O>()).filter(|s| !schema::is_trivial(s));
+        self.finish(input, output, ErasedHandler::typed(call));
+    }
+
     /// Finishes with a handler over raw JSON values and explicit schemas.
     pub fn raw_handler<F, Fut>(self, input_schema: Value, output_schema: Option<Value>, f: F)
     where
@@ -785,6 +841,7 @@ impl CapabilityBuilder<'_, '_> {
             ask: self.ask.clone(),
             verify: self.verify.clone(),
             handler,
+            requirements: self.requirements.clone(),
             meta: self.meta.clone(),
         })
     }

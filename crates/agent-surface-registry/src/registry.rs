@@ -298,7 +298,8 @@ impl Registry {
         self.inner.version_tx.subscribe()
     }
 
-    /// Makes `value` available to every handler as `ctx.state::<T>()`.
+    /// Makes `value` available to every handler as `ctx.state::<T>()` and as the
+    /// [`State<T>`](crate::State) extractor (which mounts require: see [`Registry::check_wiring`]).
     pub fn provide<T: Any + Send + Sync>(&self, value: T) {
         let mut shared = self.inner.shared.write().unwrap_or_else(PoisonError::into_inner);
         let mut map: StateMap = (**shared).clone();
@@ -349,8 +350,10 @@ impl Registry {
         Ok(())
     }
 
-    /// Checks that every type and capability the registry's hooks name is defined — what every
-    /// mount checks first. Call it once the types are defined to find a misspelled name at
+    /// Checks that every type and capability the registry's hooks name is defined, and that the
+    /// registry provides the state every [`State<T>`](crate::State) extractor takes — what every
+    /// mount checks first (a mount also checks its instance's state against the
+    /// [`InstanceState<S>`](crate::InstanceState) extractors of the type). Call it once the types are defined to find a misspelled name at
     /// start-up, before anything is mounted.
     ///
     /// An unknown name is an `INVALID_DEFINITION` at that name, whose problem names the closest
@@ -376,8 +379,15 @@ impl Registry {
     /// # Ok::<_, agent_surface_core::DefinitionError>(())
     /// ```
     pub fn check_wiring(&self) -> Result<(), DefinitionError> {
+        let shared = self.inner.shared();
         let state = self.inner.read();
-        self.inner.wiring.check_all(state.types.keys().map(|t| &**t), state.capabilities.keys().map(|c| &**c))
+        self.inner.wiring.check_all(state.types.keys().map(|t| &**t), state.capabilities.keys().map(|c| &**c))?;
+        let mut defs: Vec<_> = state.capabilities.values().collect();
+        defs.sort_by(|a, b| a.name.cmp(&b.name));
+        for def in defs {
+            crate::wiring::check_requirements(&def.name, &def.requirements, &shared, None)?;
+        }
+        Ok(())
     }
 
     /// Mounts an instance of `type_id` with no state; see [`Registry::mount_with`].
@@ -399,6 +409,15 @@ impl Registry {
     pub fn mount_with(&self, type_id: &str, instance_id: &str, instance: Instance) -> Result<Mount, DefinitionError> {
         id::check_instance_id(type_id, instance_id)?;
         self.check_wiring()?;
+        {
+            let shared = self.inner.shared();
+            let state = self.inner.read();
+            let names = state.types.get(type_id).map(|t| t.capabilities.as_slice()).unwrap_or_default();
+            let target = Some((instance_id, instance.state.as_deref()));
+            for def in names.iter().filter_map(|name| state.capabilities.get(name)) {
+                crate::wiring::check_requirements(&def.name, &def.requirements, &shared, target)?;
+            }
+        }
         let weak = Arc::downgrade(&self.inner);
         let dead = |reason: MountRejection| Mount {
             registry: weak.clone(),

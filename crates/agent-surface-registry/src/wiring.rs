@@ -5,11 +5,16 @@
 //! assembled, i.e. on every mount (a call needs a live instance, so nothing is served before the
 //! first). An unknown name is an `INVALID_DEFINITION` naming the closest existing name, instead of
 //! a rule that silently applies to nothing (a policy for `ticket.create` that lets everyone call
-//! `tickets.create`).
+//! `tickets.create`). The same checks hold the handlers' extractors to what they need: shared
+//! state the registry provides, state on each mounted instance.
+
+use std::any::Any;
 
 use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code};
 use agent_surface_policy::{AuthorityPolicy, ConfirmationGate, RateLimiter, Scope};
 
+use crate::ctx::StateMap;
+use crate::extract::Requirement;
 use crate::id;
 
 /// Which hook names a scope.
@@ -129,4 +134,34 @@ fn unknown<'n>(
         problem.push_str(&format!("; did you mean `{closest}`?"));
     }
     DefinitionError::new(Code::InvalidDefinition, name, problem)
+}
+
+/// Checks what the handler of `capability` needs from its extractors: shared state in `shared`
+/// and, when `instance` is given (at its mount: its id and its state), state of the right type on
+/// the instance.
+pub(crate) fn check_requirements(
+    capability: &str,
+    requirements: &[Requirement],
+    shared: &StateMap,
+    instance: Option<(&str, Option<&(dyn Any + Send + Sync)>)>,
+) -> Result<(), DefinitionError> {
+    for requirement in requirements {
+        let problem = match (*requirement, instance) {
+            (Requirement::State { type_id, type_name }, _) if !shared.contains_key(&type_id) => format!(
+                "the handler takes `State<{type_name}>`, but the registry provides no `{type_name}`; call \
+                 `Registry::provide` before mounting"
+            ),
+            (Requirement::Instance { type_id, type_name }, Some((instance_id, state)))
+                if state.is_none_or(|s| s.type_id() != type_id) =>
+            {
+                format!(
+                    "the handler takes `InstanceState<{type_name}>`, but instance `{instance_id}` is mounted without \
+                     a `{type_name}`; mount it with `Instance::new().state(..)`"
+                )
+            }
+            _ => continue,
+        };
+        return Err(DefinitionError::new(Code::InvalidDefinition, capability, problem));
+    }
+    Ok(())
 }

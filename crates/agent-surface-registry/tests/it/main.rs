@@ -8,6 +8,7 @@ mod authority;
 mod concurrency;
 mod confirmation;
 mod definitions;
+mod extract;
 mod hostile;
 mod leases;
 mod names;
