@@ -381,13 +381,22 @@ impl Registry {
     pub fn check_wiring(&self) -> Result<(), DefinitionError> {
         let shared = self.inner.shared();
         let state = self.inner.read();
-        self.inner.wiring.check_all(state.types.keys().map(|t| &**t), state.capabilities.keys().map(|c| &**c))?;
+        self.inner.wiring.check_all(
+            &|t| state.types.contains_key(t),
+            &|c| state.capabilities.contains_key(c),
+            state.types.keys().map(|t| &**t),
+            state.capabilities.keys().map(|c| &**c),
+        )?;
+        let check = |def: &&Arc<crate::define::CapabilityDef>| {
+            crate::wiring::check_requirements(&def.name, &def.requirements, &shared, None)
+        };
+        if state.capabilities.values().all(|def| check(&def).is_ok()) {
+            return Ok(());
+        }
+        // Report the first failure in name order, whatever the map's order.
         let mut defs: Vec<_> = state.capabilities.values().collect();
         defs.sort_by(|a, b| a.name.cmp(&b.name));
-        for def in defs {
-            crate::wiring::check_requirements(&def.name, &def.requirements, &shared, None)?;
-        }
-        Ok(())
+        defs.iter().try_for_each(check)
     }
 
     /// Mounts an instance of `type_id` with no state; see [`Registry::mount_with`].

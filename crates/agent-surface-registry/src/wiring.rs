@@ -67,28 +67,36 @@ impl Wiring {
         type_id: &'n str,
         capabilities: impl Iterator<Item = &'n str> + Clone,
     ) -> Result<(), DefinitionError> {
-        self.check(|scope| scope.type_id() == type_id, std::iter::once(type_id), capabilities)
+        let names = Names {
+            is_type: &|t| t == type_id,
+            is_capability: &|c| capabilities.clone().any(|k| k == c),
+            types: std::iter::once(type_id),
+            capabilities: capabilities.clone(),
+        };
+        self.check(|scope| scope.type_id() == type_id, names)
     }
 
-    /// Checks every scope against the defined `types` and `capabilities` (at assembly).
+    /// Checks every scope against the defined types and capabilities (at assembly): `is_type` and
+    /// `is_capability` look a name up; `types` and `capabilities` list them, for suggestions.
     pub(crate) fn check_all<'n>(
         &self,
+        is_type: &dyn Fn(&str) -> bool,
+        is_capability: &dyn Fn(&str) -> bool,
         types: impl Iterator<Item = &'n str> + Clone,
         capabilities: impl Iterator<Item = &'n str> + Clone,
     ) -> Result<(), DefinitionError> {
-        self.check(|_| true, types, capabilities)
+        self.check(|_| true, Names { is_type, is_capability, types, capabilities })
     }
 
-    fn check<'n>(
-        &self,
-        applies: impl Fn(&Scope) -> bool,
-        types: impl Iterator<Item = &'n str> + Clone,
-        capabilities: impl Iterator<Item = &'n str> + Clone,
-    ) -> Result<(), DefinitionError> {
+    fn check<'n, T, C>(&self, applies: impl Fn(&Scope) -> bool, names: Names<'_, T, C>) -> Result<(), DefinitionError>
+    where
+        T: Iterator<Item = &'n str> + Clone,
+        C: Iterator<Item = &'n str> + Clone,
+    {
         for (hook, scope) in self.scopes.iter().filter(|(_, s)| applies(s)) {
             let known = match scope {
-                Scope::Type(name) => types.clone().any(|k| k == name.as_str()),
-                Scope::Capability(name) => capabilities.clone().any(|k| k == name.as_str()),
+                Scope::Type(name) => (names.is_type)(name),
+                Scope::Capability(name) => (names.is_capability)(name),
                 // A kind of scope this registry does not know names nothing it could check:
                 // refuse it rather than let it apply to nothing.
                 _ => {
@@ -99,13 +107,22 @@ impl Wiring {
                     ));
                 }
             };
-            if known {
-                continue;
+            if !known {
+                return Err(unknown(*hook, scope, names.types, names.capabilities));
             }
-            return Err(unknown(*hook, scope, types.clone(), capabilities.clone()));
         }
         Ok(())
     }
+}
+
+/// The defined names a check looks scopes up in.
+struct Names<'f, T, C> {
+    is_type: &'f dyn Fn(&str) -> bool,
+    is_capability: &'f dyn Fn(&str) -> bool,
+    /// Every type id, for suggestions.
+    types: T,
+    /// Every capability name, for suggestions.
+    capabilities: C,
 }
 
 /// The definition error for a scope that names nothing, with the closest existing name.
