@@ -56,3 +56,13 @@ async fn the_memory_rate_limiter_passes_the_per_consumer_quota_kit() {
     });
     stores::check_consumer_quotas(&limiter, quota, "kit-").await;
 }
+
+/// The suite can fail: a limiter whose budget covers all of a consumer's calls (not one
+/// capability) limits `orders.list` too, and the kit says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "a quota of one capability does not limit another")]
+async fn the_per_consumer_quota_kit_refuses_a_budget_over_all_capabilities() {
+    let quota = Quota::per_minute(std::num::NonZeroU32::new(5).unwrap());
+    let limiter = MemoryRateLimiter::new(RateLimitConfig { per_consumer: Some(quota), ..Default::default() });
+    stores::check_consumer_quotas(&limiter, quota, "kit-").await;
+}
