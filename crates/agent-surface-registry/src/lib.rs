@@ -106,6 +106,12 @@ pub use request::{Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BY
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
 pub use trace::TraceParent;
 
+/// The examples of the user guide's chapter on policies, quotas and confirmation rules, compiled
+/// and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/policies.md")]
+struct UserGuidePolicies;
+
 use agent_surface_core::InvokeResult;
 
 impl Registry {
