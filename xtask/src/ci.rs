@@ -20,9 +20,10 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     println!("<== structure: ok");
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
-    // The registry's `otel` feature is off in the workspace build: its lints and its test (an
-    // in-memory span exporter) get their own steps, which compile the OpenTelemetry crates.
-    let otel = ["-p", "agent-surface-registry", "--features", "otel-tests"];
+    // The registry's `otel` and `http` features are off in the workspace build: their lints and
+    // tests (an in-memory span exporter; `UpstreamStatus::from_response`) get their own steps,
+    // which compile the OpenTelemetry crates.
+    let otel = ["-p", "agent-surface-registry", "--features", "otel-tests,http"];
     step(root, "clippy otel", &cargo, &[&["clippy"][..], &otel, &["--all-targets", "--", "-D", "warnings"]].concat())?;
     let evidence = crate::produced::fresh_evidence_dir(root)?;
     // The services the tests need, for as long as the tests run.
@@ -33,6 +34,7 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     ];
     step_with_env(root, "test", &cargo, &["test", "--workspace"], &env)?;
     step(root, "test otel", &cargo, &[&["test"][..], &otel, &["--test", "otel"]].concat())?;
+    step(root, "test http feature", &cargo, &[&["test"][..], &otel, &["--lib", "host_errors"]].concat())?;
     drop(redis);
     println!("==> verify-matrix");
     crate::matrix::verify(root, Some(&evidence))?;

@@ -79,6 +79,7 @@ mod ctx;
 mod define;
 pub mod extract;
 mod handler;
+pub mod host_errors;
 pub mod id;
 mod live;
 mod measure;

@@ -41,7 +41,7 @@ pub(crate) async fn run(call: &Call<'_>, decoded: Decoded) -> Result<Value, Stop
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)
     if let Some(r) = (&mut fut).now_or_never() {
-        return settle(r);
+        return settle(r, def, tracked);
     }
     // The waiting state (timer, watchers) is boxed, so that it does not enlarge the future of
     // every call, most of which never get here.
@@ -68,7 +68,7 @@ async fn wait(
     };
     tokio::select! {
         biased;
-        r = fut => settle(r),
+        r = fut => settle(r, def, tracked),
         _ = inner.disposed.cancelled() => {
             interrupted(AgentSurfaceError::cancelled(), "registry disposed mid-flight".to_string())
         }
@@ -93,12 +93,14 @@ pub(crate) fn outcome_is_harmless(def: &CapabilityDef) -> bool {
     def.idempotent || def.effect == Effect::Read
 }
 
-/// Maps the handler's outcome (or its panic's text) to the pipeline's.
-fn settle(r: Result<Result<Value, Failure>, String>) -> Result<Value, Stop> {
+/// Maps the handler's outcome (or its panic's text) to the pipeline's; a host error in a
+/// handler error's cause chain becomes what it means (`crate::host_errors`).
+fn settle(r: Result<Result<Value, Failure>, String>, def: &CapabilityDef, tracked: bool) -> Result<Value, Stop> {
     match r {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(Failure::Error(e))) => {
             if matrix::spec(e.code()).handler_may_return {
+                let e = crate::host_errors::map(e, outcome_is_harmless(def), || unknown_outcome(tracked));
                 let chain = e.cause_chain();
                 Err(Stop {
                     error: e,

@@ -9,6 +9,7 @@ mod concurrency;
 mod confirmation;
 mod definitions;
 mod extract;
+mod host_errors;
 mod hostile;
 mod leases;
 mod names;
