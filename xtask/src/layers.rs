@@ -19,6 +19,7 @@ const MCP: &str = "agent-surface-mcp";
 const HTTP: &str = "agent-surface-http";
 const OAUTH: &str = "agent-surface-oauth";
 const REDIS: &str = "agent-surface-redis";
+const CLIENT: &str = "agent-surface-client";
 
 /// For each workspace crate, the workspace crates it may depend on. Nothing depends upward and
 /// the adapters (toolset, MCP, HTTP, the testing kit) never depend on each other; the
@@ -32,6 +33,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (HTTP, &[CORE, POLICY, REGISTRY, SERVER]),
     ("agent-surface-testing", &[CORE, POLICY, REGISTRY]),
     (SERVER, &[]),
+    // The client side: it speaks to a server over MCP, so it needs the error model only.
+    (CLIENT, &[CORE]),
     (REDIS, &[CORE, POLICY]),
     (OAUTH, &[POLICY]),
     ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS]),

@@ -1,0 +1,558 @@
+//! Client helpers for agent-surface servers: the recovery decision table applied to an `rmcp`
+//! client.
+//!
+//! # Overview
+//!
+//! [`RecoveringClient`] wraps an `rmcp` client peer (`Peer<RoleClient>`). Each
+//! [`RecoveringClient::call`] is one *intent*: it is sent with the agent-surface `_meta` keys and,
+//! while the error's row of the client decision table ([`agent_surface_core::decision`], the rows
+//! the reference driver and the Python helper act on too) says so, repaired and sent again:
+//!
+//! - `_meta["agent-surface/invocationId"]` on every attempt: the intent's id, a fresh one per
+//!   retry where the row says `fresh` (`{id}#r{n}`), one derived from the request after
+//!   `INVOCATION_CONFLICT` (`{id}#c{hash}`);
+//! - `agent-surface/surfaceId` and `agent-surface/surfaceVersion` of the last
+//!   [`RecoveringClient::list_tools`], so a destructive call planned against an old surface is
+//!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
+//! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
+//!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
+//!   only if the tool is still listed and the listing changed; `with-confirmation`: asks the
+//!   [`ClientHost`] (a person, never the model) and retries with
+//!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
+//!   that nothing took effect; `no` comes back as terminal ([`Stop::ReturnedToCaller`]); the
+//!   same failure twice in a row after its prescribed action ends the loop
+//!   ([`Stop::NotConverging`]).
+//!
+//! A transport or protocol failure (`ServiceError`) is returned as is; a tool error is never an
+//! `Err`: it is the [`Recovery`]'s result, with the decoded payload.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use agent_surface_client::{Intent, RecoveringClient, RecoveryConfig, Stop};
+//! # async fn demo(peer: rmcp::Peer<rmcp::RoleClient>) -> Result<(), rmcp::ServiceError> {
+//! let client = RecoveringClient::new(peer, RecoveryConfig::default());
+//! client.list_tools().await?; // what the agent plans on (and the surface tokens)
+//! let args = serde_json::json!({"zip": "10115"}).as_object().cloned().unwrap_or_default();
+//! let recovery = client.call(Intent::new("shipping-quote", args)).await?;
+//! match recovery.stop {
+//!     Stop::Succeeded => println!("{:?}", recovery.result.structured_content),
+//!     stop => println!("ended {stop}: {:?}", recovery.payload.map(|p| p.code())),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
+use agent_surface_core::json::canonical_json;
+use agent_surface_core::{ErrorCode, ErrorPayload};
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, MetaObject, RequestMetaObject, Tool};
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// `_meta` key of the invocation id (the idempotency key).
+pub const INVOCATION_ID: &str = "agent-surface/invocationId";
+/// `_meta` key of the surface id the call was planned on.
+pub const SURFACE_ID: &str = "agent-surface/surfaceId";
+/// `_meta` key of the surface version the call was planned on.
+pub const SURFACE_VERSION: &str = "agent-surface/surfaceVersion";
+/// `_meta` key of approved confirmation evidence.
+pub const CONFIRMATION_ID: &str = "agent-surface/confirmationId";
+/// `_meta` key of the call's target (`{"instanceId": ...}` or `{"registrationId": ...}`).
+pub const TARGET: &str = "agent-surface/target";
+
+/// A `tools/list` result: the tools and the surface tokens of the list's `_meta`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// The tools, as listed.
+    pub tools: Vec<Tool>,
+    /// `_meta["agent-surface/surfaceId"]`.
+    pub surface_id: Option<String>,
+    /// `_meta["agent-surface/surfaceVersion"]`.
+    pub surface_version: Option<u64>,
+}
+
+impl Listing {
+    /// The listed tool of this name.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// A confirmation to put before a person (never the model).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ConfirmationPrompt {
+    /// The tool to run.
+    pub tool: String,
+    /// Its arguments.
+    pub args: JsonObject,
+    /// The id to present once approved.
+    pub confirmation_id: String,
+    /// What will happen, in the author's words.
+    pub summary: String,
+    /// When the pending confirmation expires (RFC 3339).
+    pub expires_at: String,
+}
+
+/// The person's answer to a [`ConfirmationPrompt`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// Approved: retry with the confirmation id.
+    Approved,
+    /// Denied: never retry.
+    Denied,
+    /// No one can be asked: hand the confirmation to the model (two-phase).
+    Unavailable,
+}
+
+/// The host's finding after a call that may have taken effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// The effect did not happen: the call may be repeated.
+    NotApplied,
+    /// The effect happened: do not repeat.
+    Applied,
+    /// It cannot be told: do not repeat (the default).
+    Unknown,
+}
+
+/// The person and the state behind the client. The defaults hand decisions back: no one to
+/// approve in-process, and an unknown outcome is never repeated.
+pub trait ClientHost: Send + Sync {
+    /// Asks a person to approve. Default: [`Approval::Unavailable`].
+    fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+        let _ = prompt;
+        Box::pin(std::future::ready(Approval::Unavailable))
+    }
+
+    /// Whether a call of `tool` that may have run took effect. Default: [`Verification::Unknown`].
+    fn verify<'a>(
+        &'a self,
+        tool: &'a str,
+        args: &'a JsonObject,
+        payload: &'a ErrorPayload,
+    ) -> BoxFuture<'a, Verification> {
+        let _ = (tool, args, payload);
+        Box::pin(std::future::ready(Verification::Unknown))
+    }
+}
+
+/// The default host.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHost;
+
+impl ClientHost for NoHost {}
+
+/// How the loop waits on `after-delay` (tests advance a test clock instead).
+pub trait Wait: Send + Sync {
+    /// Waits `delay`.
+    fn wait(&self, delay: Duration) -> BoxFuture<'_, ()>;
+}
+
+/// Waits with `tokio::time::sleep`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioWait;
+
+impl Wait for TokioWait {
+    fn wait(&self, delay: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(delay))
+    }
+}
+
+/// The loop's bounds (defaults: the decision table's [`agent_surface_core::decision::BOUNDS`]).
+/// Build it with struct update syntax over `Default`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// The most requests one intent may send, the first included.
+    pub max_attempts: u32,
+    /// The longest single wait honored; a longer delay ends the loop ([`Stop::DelayTooLong`]).
+    pub max_delay: Duration,
+    /// The most waiting in all, for one intent.
+    pub max_total_delay: Duration,
+    /// The wait when a `wait` row's payload names no delay.
+    pub default_delay: Duration,
+    /// The prefix of the invocation ids of intents that bring none (`{prefix}-{n}`).
+    pub id_prefix: String,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> RecoveryConfig {
+        let b = agent_surface_core::decision::BOUNDS;
+        RecoveryConfig {
+            max_attempts: b.max_attempts,
+            max_delay: b.max_delay,
+            max_total_delay: b.max_total_delay,
+            default_delay: b.default_delay,
+            id_prefix: "rmcp".to_string(),
+        }
+    }
+}
+
+/// One tool call to recover.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Intent {
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub args: JsonObject,
+    /// The invocation id (default: `{id_prefix}-{n}`).
+    pub invocation_id: Option<String>,
+    /// The target (`_meta["agent-surface/target"]`), e.g. `{"instanceId": "cart-bob"}`.
+    pub target: Option<Value>,
+}
+
+impl Intent {
+    /// A call of `tool` with `args`.
+    pub fn new(tool: impl Into<String>, args: JsonObject) -> Intent {
+        Intent { tool: tool.into(), args, invocation_id: None, target: None }
+    }
+
+    /// With this invocation id.
+    pub fn with_invocation_id(mut self, id: impl Into<String>) -> Intent {
+        self.invocation_id = Some(id.into());
+        self
+    }
+
+    /// With this target.
+    pub fn with_target(mut self, target: Value) -> Intent {
+        self.target = Some(target);
+        self
+    }
+}
+
+/// Why the loop stopped (the names of the decision table's `stop` column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stop {
+    /// The call succeeded.
+    Succeeded,
+    /// The error is the caller's (the model's) to act on: `no`, `with-changes`, a confirmation
+    /// no one could approve, a re-listing that found nothing to call or nothing changed.
+    ReturnedToCaller,
+    /// The same failure came back after the action its row prescribes.
+    NotConverging,
+    /// The attempt budget is spent.
+    BudgetExhausted,
+    /// The delay exceeds the bounds.
+    DelayTooLong,
+    /// The person denied the confirmation.
+    Denied,
+    /// The call may have taken effect and nothing proves it did not.
+    Unverified,
+    /// The host verified that the call took effect.
+    VerifiedApplied,
+}
+
+impl Stop {
+    /// The name (as in the decision table).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stop::Succeeded => "succeeded",
+            Stop::ReturnedToCaller => "returned-to-caller",
+            Stop::NotConverging => "not-converging",
+            Stop::BudgetExhausted => "budget-exhausted",
+            Stop::DelayTooLong => "delay-too-long",
+            Stop::Denied => "denied",
+            Stop::Unverified => "unverified",
+            Stop::VerifiedApplied => "verified-applied",
+        }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an intent ended.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Recovery {
+    /// The last result received.
+    pub result: CallToolResult,
+    /// Its agent-surface payload, when it is an error that carries one.
+    pub payload: Option<ErrorPayload>,
+    /// Why the loop stopped.
+    pub stop: Stop,
+    /// How many requests were sent.
+    pub attempts: u32,
+    /// Whether the tools were re-listed (the caller's list may be stale).
+    pub refreshed: bool,
+    /// Each request: its invocation id and its error code (`None`: success).
+    pub calls: Vec<(String, Option<ErrorCode>)>,
+}
+
+/// The agent-surface payload of an error result: its text block (or structured content).
+pub fn payload_of(result: &CallToolResult) -> Option<ErrorPayload> {
+    if result.is_error != Some(true) {
+        return None;
+    }
+    let from_text = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .find_map(|t| serde_json::from_str::<ErrorPayload>(&t.text).ok());
+    from_text.or_else(|| result.structured_content.clone().and_then(|v| serde_json::from_value(v).ok()))
+}
+
+/// An `rmcp` client that recovers as the decision table says. See the [crate documentation](crate).
+pub struct RecoveringClient {
+    peer: Peer<RoleClient>,
+    config: RecoveryConfig,
+    host: Arc<dyn ClientHost>,
+    wait: Arc<dyn Wait>,
+    planned: Mutex<Option<Listing>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl fmt::Debug for RecoveringClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecoveringClient").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// The failure the convergence guard compares.
+#[derive(Clone, Debug, PartialEq)]
+struct Failure {
+    code: ErrorCode,
+    reason: Option<Value>,
+    target: Option<Value>,
+}
+
+impl RecoveringClient {
+    /// Wraps `peer` (from `RunningService::peer()`), with no host and tokio's timer.
+    pub fn new(peer: Peer<RoleClient>, config: RecoveryConfig) -> RecoveringClient {
+        RecoveringClient::with(peer, config, Arc::new(NoHost), Arc::new(TokioWait))
+    }
+
+    /// Wraps `peer`, asking `host` and waiting through `wait`.
+    pub fn with(
+        peer: Peer<RoleClient>,
+        config: RecoveryConfig,
+        host: Arc<dyn ClientHost>,
+        wait: Arc<dyn Wait>,
+    ) -> RecoveringClient {
+        RecoveringClient {
+            peer,
+            config,
+            host,
+            wait,
+            planned: Mutex::new(None),
+            next_id: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Lists the tools (all pages, never from rmcp's response cache) and keeps the listing the
+    /// next calls are planned on.
+    pub async fn list_tools(&self) -> Result<Listing, ServiceError> {
+        let listing = self.fetch().await?;
+        *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
+        Ok(listing)
+    }
+
+    async fn fetch(&self) -> Result<Listing, ServiceError> {
+        self.peer.clear_response_cache().await;
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        let mut first_meta = None;
+        loop {
+            let params = cursor.map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+            let page = self.peer.list_tools(params).await?;
+            if first_meta.is_none() {
+                first_meta = Some(page.meta.clone().unwrap_or_default());
+            }
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        let meta = first_meta.unwrap_or_default();
+        Ok(Listing {
+            tools,
+            surface_id: meta.0.get(SURFACE_ID).and_then(Value::as_str).map(str::to_string),
+            surface_version: meta.0.get(SURFACE_VERSION).and_then(Value::as_u64),
+        })
+    }
+
+    /// Sends `intent` and recovers as the decision table says. Never panics; sends at most
+    /// [`RecoveryConfig::max_attempts`] requests.
+    pub async fn call(&self, intent: Intent) -> Result<Recovery, ServiceError> {
+        let mut planned = self.planned.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut meta = JsonObject::new();
+        let first_id = intent.invocation_id.clone().unwrap_or_else(|| {
+            let n = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{}-{n}", self.config.id_prefix)
+        });
+        meta.insert(INVOCATION_ID.into(), Value::from(first_id.clone()));
+        if let Some(p) = &planned {
+            if let Some(id) = &p.surface_id {
+                meta.insert(SURFACE_ID.into(), Value::from(id.clone()));
+            }
+            if let Some(v) = p.surface_version {
+                meta.insert(SURFACE_VERSION.into(), Value::from(v));
+            }
+        }
+        if let Some(target) = &intent.target {
+            meta.insert(TARGET.into(), target.clone());
+        }
+        let mut base_id = first_id;
+        let mut attempts = 0u32;
+        let mut waited = Duration::ZERO;
+        let mut refreshed = false;
+        let mut last_failure: Option<Failure> = None;
+        let mut prompted: Vec<String> = Vec::new();
+        let mut calls = Vec::new();
+        loop {
+            attempts += 1;
+            let mut params = CallToolRequestParams::new(intent.tool.clone()).with_arguments(intent.args.clone());
+            params.meta = Some(RequestMetaObject(MetaObject(meta.clone())));
+            let result = self.peer.call_tool(params).await?;
+            let payload = payload_of(&result);
+            let id = meta.get(INVOCATION_ID).and_then(Value::as_str).unwrap_or_default().to_string();
+            calls.push((id.clone(), payload.as_ref().map(ErrorPayload::code)));
+            let end = |stop: Stop, calls: Vec<_>, refreshed: bool| {
+                Ok(Recovery { result: result.clone(), payload: payload.clone(), stop, attempts, refreshed, calls })
+            };
+            if result.is_error != Some(true) {
+                return end(Stop::Succeeded, calls, refreshed);
+            }
+            let Some(p) = &payload else {
+                // Not an agent-surface error: nothing to act on mechanically.
+                return end(Stop::ReturnedToCaller, calls, refreshed);
+            };
+            let decision = decide(p.code(), p.details());
+            if matches!(decision.action, Action::Stop | Action::ChangeInput) {
+                return end(Stop::ReturnedToCaller, calls, refreshed);
+            }
+            let failure = Failure {
+                code: p.code(),
+                reason: p.detail("reason").or_else(|| p.detail("phase")).cloned(),
+                target: meta.get(TARGET).cloned(),
+            };
+            if last_failure.as_ref() == Some(&failure) {
+                return end(Stop::NotConverging, calls, refreshed);
+            }
+            last_failure = Some(failure);
+            if attempts >= self.config.max_attempts {
+                return end(Stop::BudgetExhausted, calls, refreshed);
+            }
+            let mut verify = decision.action == Action::Verify;
+            if decision.verify == VerifyFirst::UnlessIdempotent {
+                let listing = self.fetch().await?;
+                refreshed = true;
+                let Some(tool) = listing.tool(&intent.tool) else {
+                    return end(Stop::ReturnedToCaller, calls, refreshed);
+                };
+                let hints = tool.annotations.as_ref();
+                let idempotent =
+                    hints.is_some_and(|a| a.idempotent_hint == Some(true) || a.read_only_hint == Some(true));
+                verify = !idempotent;
+            }
+            if verify {
+                match self.host.verify(&intent.tool, &intent.args, p).await {
+                    Verification::NotApplied => {}
+                    Verification::Applied => return end(Stop::VerifiedApplied, calls, refreshed),
+                    Verification::Unknown => return end(Stop::Unverified, calls, refreshed),
+                }
+            }
+            let mut fresh = decision.invocation_id == IdRule::Fresh;
+            match decision.action {
+                Action::NewId => {
+                    base_id = conflict_id(&id, &intent, meta.get(CONFIRMATION_ID));
+                    meta.insert(INVOCATION_ID.into(), Value::from(base_id.clone()));
+                    fresh = false;
+                }
+                Action::Wait => {
+                    let millis = decision.wait_field.and_then(|f| p.detail(f)).and_then(Value::as_u64);
+                    let delay = millis.map_or(self.config.default_delay, Duration::from_millis);
+                    if delay > self.config.max_delay || waited + delay > self.config.max_total_delay {
+                        return end(Stop::DelayTooLong, calls, refreshed);
+                    }
+                    self.wait.wait(delay).await;
+                    waited += delay;
+                }
+                Action::Refresh => {
+                    let listing = self.fetch().await?;
+                    refreshed = true;
+                    let Some(tool) = listing.tool(&intent.tool) else {
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    };
+                    let changed = planned.as_ref().is_none_or(|before| {
+                        (&before.surface_id, before.surface_version) != (&listing.surface_id, listing.surface_version)
+                            || before.tool(&intent.tool) != Some(tool)
+                    });
+                    if !changed {
+                        // A retry would meet the same failure.
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    }
+                    // Tokens are updated, never dropped.
+                    if let (true, Some(id)) = (meta.contains_key(SURFACE_ID), &listing.surface_id) {
+                        meta.insert(SURFACE_ID.into(), Value::from(id.clone()));
+                    }
+                    if let (true, Some(v)) = (meta.contains_key(SURFACE_VERSION), listing.surface_version) {
+                        meta.insert(SURFACE_VERSION.into(), Value::from(v));
+                    }
+                    *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
+                    planned = Some(listing);
+                }
+                Action::Reconfirm => {
+                    meta.remove(CONFIRMATION_ID);
+                }
+                Action::Confirm => {
+                    let Some(confirmation_id) = p.detail("confirmationId").and_then(Value::as_str) else {
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    };
+                    if prompted.iter().any(|c| c == confirmation_id) {
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    }
+                    prompted.push(confirmation_id.to_string());
+                    let text = |k: &str| p.detail(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                    let prompt = ConfirmationPrompt {
+                        tool: intent.tool.clone(),
+                        args: intent.args.clone(),
+                        confirmation_id: confirmation_id.to_string(),
+                        summary: text("summary"),
+                        expires_at: text("expiresAt"),
+                    };
+                    match self.host.confirm(&prompt).await {
+                        Approval::Approved => {
+                            meta.insert(CONFIRMATION_ID.into(), Value::from(confirmation_id));
+                        }
+                        Approval::Denied => return end(Stop::Denied, calls, refreshed),
+                        Approval::Unavailable => return end(Stop::ReturnedToCaller, calls, refreshed),
+                    }
+                }
+                Action::Retry | Action::Verify => {}
+                // A row this version does not know: the caller decides.
+                _ => return end(Stop::ReturnedToCaller, calls, refreshed),
+            }
+            if fresh {
+                meta.insert(INVOCATION_ID.into(), Value::from(format!("{base_id}#r{}", attempts + 1)));
+            }
+        }
+    }
+}
+
+/// `{id}#c{hash}`: the hash (SHA-256, 64 bits) over the tool, the canonical arguments, the
+/// target and the confirmation, so another request that conflicted on `id` gets another id.
+fn conflict_id(id: &str, intent: &Intent, confirmation: Option<&Value>) -> String {
+    let args = canonical_json(&Value::Object(intent.args.clone()));
+    let target = intent.target.as_ref().map(canonical_json).unwrap_or_default();
+    let confirmation = confirmation.and_then(Value::as_str).unwrap_or_default();
+    let mut hash = Sha256::new();
+    for part in [intent.tool.as_bytes(), args.as_bytes(), target.as_bytes(), confirmation.as_bytes()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    format!("{id}#c{}", agent_surface_core::hex::Hex(&hash.finalize()[..8]))
+}

@@ -1,0 +1,297 @@
+//! `RecoveringClient` against a real registry served by `agent-surface-mcp` over an in-memory
+//! pipe, with an `rmcp` client on the other end; time is a test clock the client's waits
+//! advance.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_client::{
+    Approval, ClientHost, ConfirmationPrompt, INVOCATION_ID, Intent, RecoveringClient, RecoveryConfig, Stop, Wait,
+};
+use agent_surface_core::details::Origin;
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, SafeText};
+use agent_surface_mcp::{McpConfig, McpServer};
+use agent_surface_policy::{
+    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, FnPolicy, Identity, MemoryRateLimiter,
+    Policies, Quota, RateLimitConfig,
+};
+use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_testing::TestClock;
+use futures_util::future::BoxFuture;
+use rmcp::ServiceExt;
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+
+struct World {
+    registry: Registry,
+    clock: TestClock,
+    engine: Arc<ConfirmationEngine>,
+    runs: Arc<AtomicUsize>,
+    _mounts: Vec<Mount>,
+    _service: rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    peer: rmcp::Peer<rmcp::RoleClient>,
+}
+
+/// Waits by advancing the test clock the registry's rate limiter reads.
+struct AdvanceClock(TestClock, Mutex<Vec<Duration>>);
+
+impl Wait for AdvanceClock {
+    fn wait(&self, delay: Duration) -> BoxFuture<'_, ()> {
+        self.1.lock().unwrap().push(delay);
+        self.0.advance(delay);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// A person behind the client who approves (through the engine, as a manager) or denies.
+struct Person {
+    engine: Arc<ConfirmationEngine>,
+    approve: bool,
+    asked: Mutex<Vec<String>>,
+}
+
+impl ClientHost for Person {
+    fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+        Box::pin(async move {
+            self.asked.lock().unwrap().push(prompt.summary.clone());
+            if !self.approve {
+                return Approval::Denied;
+            }
+            match self.engine.approve(&prompt.confirmation_id, &Identity::new("manager")).await {
+                Ok(()) => Approval::Approved,
+                Err(_) => Approval::Unavailable,
+            }
+        })
+    }
+}
+
+fn schema() -> Value {
+    json!({"type": "object", "properties": {"text": {"type": "string"}}})
+}
+
+async fn world() -> World {
+    let clock = TestClock::new();
+    let policy = FnPolicy::new("client-tests", |call: &CallInfo<'_>| {
+        Ok(match call.capability {
+            "shop.sale" => AuthorityDecision::Disable { reason: SafeText::from("The sale opens on Monday.") },
+            "admin.audit" => AuthorityDecision::Deny { origin: Origin::Client },
+            _ => AuthorityDecision::Allow,
+        })
+    });
+    let quota = |seconds| Some(Quota::new(NonZeroU32::MIN, Duration::from_secs(seconds)));
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.shared(),
+        capability_quotas: [("quote.ping".to_string(), quota(1)), ("quote.bulk".to_string(), quota(3600))].into(),
+        ..Default::default()
+    });
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.shared(),
+        ttl: Duration::from_secs(300),
+        ..Default::default()
+    }));
+    let registry = Registry::new(RegistryConfig {
+        clock: clock.shared(),
+        authority: Some(Arc::new(Policies::new().global(policy))),
+        rate_limiter: Some(Arc::new(limiter)),
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let ok = {
+        let runs = runs.clone();
+        move |_ctx: Ctx, _input: Value| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::ready(Ok::<_, AgentSurfaceError>(json!({"done": true}))))
+                as BoxFuture<'static, Result<Value, AgentSurfaceError>>
+        }
+    };
+    registry
+        .define("quote", |t| {
+            t.capability("ping", "Quote once a second.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                ok.clone(),
+            );
+            t.capability("bulk", "Quote once an hour.").effect(Effect::Read).idempotent().raw_handler(
+                schema(),
+                None,
+                ok.clone(),
+            );
+        })
+        .unwrap();
+    registry
+        .define("notes", |t| {
+            t.capability("write", "Write a note.").effect(Effect::Write).raw_handler(schema(), None, ok.clone());
+            t.capability("erase", "Erase every note.").effect(Effect::Destructive).raw_handler(
+                schema(),
+                None,
+                ok.clone(),
+            );
+            t.capability("delete", "Delete a note.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Value| "Delete a note.")
+                .raw_handler(schema(), None, ok.clone());
+        })
+        .unwrap();
+    registry
+        .define("shop", |t| {
+            t.capability("sale", "Open the sale.").effect(Effect::Write).raw_handler(schema(), None, ok.clone());
+        })
+        .unwrap();
+    registry
+        .define("admin", |t| {
+            t.capability("audit", "Audit.").effect(Effect::Read).raw_handler(schema(), None, ok.clone());
+        })
+        .unwrap();
+    let mounts = ["quote", "notes", "shop", "admin"].map(|ty| registry.mount(ty, "main").unwrap()).into();
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (read, write) = tokio::io::split(server_io);
+    let config = McpConfig::default();
+    let max = config.max_message_bytes;
+    tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(registry.clone(), config), read, write, max));
+    let service = ().serve(client_io).await.unwrap();
+    let peer = service.peer().clone();
+    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer }
+}
+
+fn args(text: &str) -> JsonObject {
+    json!({"text": text}).as_object().cloned().unwrap()
+}
+
+fn client(w: &World, host: Arc<dyn ClientHost>) -> (RecoveringClient, Arc<AdvanceClock>) {
+    let wait = Arc::new(AdvanceClock(w.clock.clone(), Mutex::default()));
+    (RecoveringClient::with(w.peer.clone(), RecoveryConfig::default(), host, wait.clone()), wait)
+}
+
+fn nobody() -> Arc<dyn ClientHost> {
+    Arc::new(agent_surface_client::NoHost)
+}
+
+#[track_caller]
+fn check(recovery: &agent_surface_client::Recovery, stop: Stop, codes: &[Option<ErrorCode>]) {
+    assert_eq!(recovery.stop, stop, "{recovery:?}");
+    let got: Vec<_> = recovery.calls.iter().map(|(_, c)| *c).collect();
+    assert_eq!(got, codes, "{recovery:?}");
+    assert_eq!(recovery.attempts as usize, codes.len());
+}
+
+#[tokio::test]
+async fn after_delay_waits_the_payloads_delay_then_retries_under_the_same_id() {
+    let w = world().await;
+    let (c, wait) = client(&w, nobody());
+    let first = c.call(Intent::new("quote-ping", args("a")).with_invocation_id("q-1")).await.unwrap();
+    check(&first, Stop::Succeeded, &[None]);
+    let r = c.call(Intent::new("quote-ping", args("b")).with_invocation_id("q-2")).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::RateLimited), None]);
+    // The wait is the payload's retryAfterMs (at most the quota's second), on the test clock.
+    let waited = wait.1.lock().unwrap().clone();
+    assert_eq!(waited.len(), 1);
+    assert!(waited[0] > Duration::ZERO && waited[0] <= Duration::from_secs(1), "{waited:?}");
+    // RATE_LIMITED is not stored: the retry keeps the intent's id.
+    assert_eq!(r.calls[1].0, "q-2");
+}
+
+#[tokio::test]
+async fn a_limit_that_does_not_lift_ends_the_loop_and_a_long_delay_is_not_waited() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    c.call(Intent::new("quote-bulk", args("a"))).await.unwrap();
+    // An hour is beyond the bounds (30 s): not waited at all.
+    let r = c.call(Intent::new("quote-bulk", args("b"))).await.unwrap();
+    check(&r, Stop::DelayTooLong, &[Some(ErrorCode::RateLimited)]);
+}
+
+#[tokio::test]
+async fn a_destructive_call_planned_on_an_old_surface_is_refreshed_and_sent_with_the_new_tokens() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let before = c.list_tools().await.unwrap();
+    assert!(before.surface_version.is_some() && before.surface_id.is_some());
+    // The tool changes after the agent listed it (taken down for maintenance and back).
+    assert!(w.registry.disable("notes.erase", "Maintenance."));
+    assert!(w.registry.enable("notes.erase"));
+    let r = c.call(Intent::new("notes-erase", args("all")).with_invocation_id("e-1")).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::StaleCapability), None]);
+    assert!(r.refreshed);
+    // A fresh id for the retry; the runs count one execution.
+    assert_eq!(r.calls[1].0, "e-1#r2");
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn after_refresh_with_nothing_changed_returns_at_once() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    let r = c.call(Intent::new("shop-sale", args("now"))).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::CapabilityNotAvailable)]);
+    assert!(r.refreshed);
+    // A tool that is not there at all: re-listed, still not there.
+    let r = c.call(Intent::new("vault-open", args("now"))).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::CapabilityNotFound)]);
+}
+
+#[tokio::test]
+async fn no_is_terminal_and_with_changes_goes_back_to_the_caller() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let r = c.call(Intent::new("admin-audit", args("x"))).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::NotAuthorized)]);
+    assert_eq!(r.payload.as_ref().map(|p| p.retry().as_str()), Some("no"));
+    let bad = json!({"text": 5}).as_object().cloned().unwrap();
+    let r = c.call(Intent::new("notes-write", bad)).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::InvalidInput)]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_confirmation_goes_to_the_person_and_an_approval_is_presented() {
+    let w = world().await;
+    let person = Arc::new(Person { engine: w.engine.clone(), approve: true, asked: Mutex::default() });
+    let (c, _) = client(&w, person.clone());
+    let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::ConfirmationRequired), None]);
+    assert_eq!(*person.asked.lock().unwrap(), ["Delete a note."]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_denied_confirmation_is_never_retried_and_without_a_person_it_goes_back() {
+    let w = world().await;
+    let person = Arc::new(Person { engine: w.engine.clone(), approve: false, asked: Mutex::default() });
+    let (c, _) = client(&w, person);
+    let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
+    check(&r, Stop::Denied, &[Some(ErrorCode::ConfirmationRequired)]);
+    let (c, _) = client(&w, nobody());
+    let r = c.call(Intent::new("notes-delete", args("n-2"))).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ConfirmationRequired)]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_conflicting_id_is_replaced_by_one_derived_from_the_request() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let first = c.call(Intent::new("notes-write", args("one")).with_invocation_id("w-1")).await.unwrap();
+    check(&first, Stop::Succeeded, &[None]);
+    let r = c.call(Intent::new("notes-write", args("two")).with_invocation_id("w-1")).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::InvocationConflict), None]);
+    assert!(r.calls[1].0.starts_with("w-1#c"), "{:?}", r.calls);
+    // A repeat of the same intent derives the same id and replays instead of running again.
+    let again = c.call(Intent::new("notes-write", args("two")).with_invocation_id("w-1")).await.unwrap();
+    assert_eq!(again.calls[1].0, r.calls[1].0);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn every_request_carries_the_invocation_id_in_meta() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let r = c.call(Intent::new("notes-write", args("x"))).await.unwrap();
+    // The server echoes the id it received in the result's _meta.
+    let meta = r.result.meta.as_ref().map(|m| m.0.clone()).unwrap_or_default();
+    assert_eq!(meta.get(INVOCATION_ID), Some(&json!(r.calls[0].0)), "{meta:?}");
+    assert!(r.calls[0].0.starts_with("rmcp-"));
+}
