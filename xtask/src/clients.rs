@@ -15,7 +15,8 @@
 //! 4. twelve scripted Pydantic AI tasks (rate limits, two consecutive errors from one tool, a
 //!    stale tool list, an ambiguous instance, a two-phase confirmation approved through a second
 //!    channel, ...) with Pydantic AI's defaults and with the recovery helper of `clients/python`
-//!    (installed into the venv from this checkout), `python/pydantic_ai_recovery.py`;
+//!    (installed into the venv from this checkout), `python/pydantic_ai_recovery.py`; and the
+//!    helper's loop on the table rows the demo cannot produce on demand, `python/recovery_loop.py`;
 //! 5. the modern era through FastMCP 4, `mcp`'s high-level client and Pydantic AI in their
 //!    default modes (approval as an input-required round trip, progress, refused states),
 //!    `python/modern_client.py`;
@@ -451,6 +452,14 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     let mut pai = Command::new(&python);
     pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
     add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);
+    let mut table = Command::new(&python);
+    table.arg(p.clients.join("python/recovery_loop.py"));
+    add(run_checks(
+        "python helper loop (scripted results)",
+        &mut table,
+        &logs.join("recovery-loop.log"),
+        Duration::from_secs(60),
+    )?);
     let mut recovery = Command::new(&python);
     recovery.arg(p.clients.join("python/pydantic_ai_recovery.py")).arg(&demo);
     add(run_checks(

@@ -1,0 +1,123 @@
+"""The Python helper's loop (`agent_surface.loop.Recoverer`) on the rows the demo cannot produce
+on demand: a scripted transport answers each request with the next result of a script.
+
+usage: python recovery_loop.py
+
+Covers the table rows the twelve Pydantic AI tasks do not reach: an unknown outcome (verified or
+not), an idempotent timeout, a conflicting id, an expired confirmation, a delay beyond the
+bounds, the convergence guard and the attempt budget. Closes with "N passed, M failed".
+"""
+
+import asyncio
+
+from agent_surface import DECISIONS, Host, Listing, Outcome, Recoverer, decide
+from agent_surface.loop import CONFIRMATION_ID, INVOCATION_ID
+
+from checks import check, finish
+
+
+def err(code, retry, **details):
+    payload = {"code": code, "message": "m", "retry": retry}
+    if details:
+        payload["details"] = details
+    return Outcome(ok=False, payload=payload)
+
+
+OK = Outcome(ok=True, value={"done": True})
+
+
+class Script:
+    def __init__(self, *results, listing=None):
+        self.results = list(results)
+        self.sent = []
+        self.listing = listing or Listing(tools={"t": {"name": "t"}}, surface_id="s", surface_version=1)
+
+    async def call(self, name, args, meta):
+        self.sent.append(dict(meta))
+        return self.results.pop(0)
+
+    async def list(self):
+        return self.listing
+
+
+class Verifier(Host):
+    def __init__(self, answer):
+        self.answer = answer
+        self.asked = 0
+
+    async def verify(self, tool, args, payload):
+        self.asked += 1
+        return self.answer
+
+
+async def no_wait(seconds):
+    waits.append(seconds)
+
+
+waits = []
+
+
+async def run(script, host=None, meta=None):
+    return await Recoverer(script, host, sleep=no_wait).run("t", {"a": 1}, invocation_id="i", meta=meta)
+
+
+async def main():
+    # Every code has a row, the default last.
+    codes = {d.code for d in DECISIONS}
+    check("the table has a row for each of the 16 codes", len(codes) == 16, repr(sorted(codes)))
+    check("an unknown code has no row", decide({"code": "NOPE", "retry": "no"}) is None)
+
+    s = Script(err("TIMEOUT", "no", timeoutMs=5, idempotent=False))
+    r = await run(s, Verifier("unknown"))
+    check("a non-idempotent TIMEOUT stops unverified when no one can tell", (r.stop, r.attempts) == ("unverified", 1), repr(r))
+    s = Script(err("EXECUTION_FAILED", "no", reason="outcome-unknown"), OK)
+    r = await run(s, Verifier("not-applied"))
+    check("an unknown outcome verified as not applied is repeated under a fresh id",
+          (r.stop, [m[INVOCATION_ID] for m in s.sent]) == ("succeeded", ["i", "i#r2"]), repr(s.sent))
+    s = Script(err("EXECUTION_FAILED", "no", reason="outcome-unknown"))
+    r = await run(s, Verifier("applied"))
+    check("an outcome verified as applied is never repeated", (r.stop, r.attempts) == ("verified-applied", 1), repr(r))
+    s = Script(err("TIMEOUT", "yes", timeoutMs=5, idempotent=True), OK)
+    r = await run(s)
+    check("an idempotent TIMEOUT is retried under a fresh id", (r.stop, s.sent[1][INVOCATION_ID]) == ("succeeded", "i#r2"))
+
+    s = Script(err("INVOCATION_CONFLICT", "with-changes", reason="input-mismatch"), OK)
+    r = await run(s)
+    second = s.sent[1][INVOCATION_ID]
+    check("a conflicting id becomes one derived from the request", r.stop == "succeeded" and second.startswith("i#c"), second)
+    s2 = Script(err("INVOCATION_CONFLICT", "with-changes", reason="input-mismatch"), OK)
+    await run(s2)
+    check("  the same request derives the same id (a repeat replays)", s2.sent[1][INVOCATION_ID] == second)
+
+    s = Script(err("CONFIRMATION_INVALID", "with-confirmation", reason="expired"), OK)
+    r = await run(s, meta={CONFIRMATION_ID: "c-old"})
+    check("an expired confirmation restarts the cycle without the stale id",
+          r.stop == "succeeded" and CONFIRMATION_ID not in s.sent[1], repr(s.sent))
+
+    waits.clear()
+    s = Script(err("RATE_LIMITED", "after-delay", reason="rate", retryAfterMs=120_000))
+    r = await run(s)
+    check("a delay beyond the bounds is not waited", (r.stop, waits) == ("delay-too-long", []), repr((r, waits)))
+    s = Script(err("EXECUTION_FAILED", "after-delay", reason="transport", transient=True), OK)
+    r = await run(s)
+    check("a transient failure without a delay waits the default second", (r.stop, waits) == ("succeeded", [1.0]), repr(waits))
+
+    s = Script(err("CANCELLED", "yes"), err("CANCELLED", "yes"))
+    r = await run(s)
+    check("the same failure after its action ends the loop", (r.stop, r.attempts) == ("not-converging", 2), repr(r))
+    s = Script(err("CANCELLED", "yes"), err("TIMEOUT", "yes", timeoutMs=1, idempotent=True), err("CANCELLED", "yes"),
+               err("TIMEOUT", "yes", timeoutMs=1, idempotent=True))
+    r = await run(s)
+    check("the attempt budget bounds alternating failures", (r.stop, r.attempts) == ("budget-exhausted", 4), repr(r))
+
+    s = Script(err("STALE_CAPABILITY", "after-refresh", reason="surface-reloaded"), OK,
+               listing=Listing(tools={"t": {"name": "t"}}, surface_id="s2", surface_version=7))
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i",
+                                              planned=Listing(tools={"t": {"name": "t"}}, surface_id="s", surface_version=1))
+    check("a stale surface is re-listed and the tokens updated",
+          r.stop == "succeeded" and (s.sent[1]["agent-surface/surfaceId"], s.sent[1]["agent-surface/surfaceVersion"]) == ("s2", 7),
+          repr(s.sent))
+
+
+asyncio.run(main())
+finish()
