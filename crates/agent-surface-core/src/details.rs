@@ -44,6 +44,18 @@ pub struct InstanceRef {
     pub context: Option<String>,
 }
 
+/// The reserved argument through which a model names a call's target instance: the one way to
+/// answer `AMBIGUOUS_INSTANCE` on a transport where a model changes only a tool's arguments.
+///
+/// Discovery adds it to the input schema of a capability that several instances visible to the
+/// consumer can handle (an optional string, one of their instance ids); the registry's `invoke` lifts it out of
+/// the input into the call's target before anything else reads the request (on every transport,
+/// so the two ways of naming a target fingerprint alike), and an input schema may not declare a
+/// property of this name (`INVALID_DEFINITION`). `null` is the same as leaving it out. A value
+/// that is not a string, or names another instance than the call's `target`, stays in the input
+/// and is `INVALID_INPUT` in phase 5 (the second with `reason: target-mismatch`).
+pub const TARGET_ARGUMENT: &str = "_instance";
+
 /// `AMBIGUOUS_INSTANCE` details.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -128,6 +140,18 @@ pub struct InvalidInputDetails {
     /// Bound fields that the caller supplied although the runtime fills them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_fields: Option<Vec<String>>,
+    /// Set when the problem is not the schema's: the call named its target two ways that
+    /// disagree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<InvalidInputReason>,
+}
+
+/// Why an `INVALID_INPUT` is not a plain schema violation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum InvalidInputReason {
+    /// The reserved target argument names another instance than the call's `target`.
+    TargetMismatch,
 }
 
 /// `NOT_AUTHORIZED` details: the origin only, never permission names or policy internals.

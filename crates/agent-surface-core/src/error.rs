@@ -130,7 +130,7 @@ impl AgentSurfaceError {
         let quoted: Vec<&str> = issues.iter().map(|i| i.path.as_str()).filter(|p| is_quotable(p)).take(3).collect();
         let paths = if quoted.is_empty() { String::new() } else { format!(" at {}", quoted.join(", ")) };
         let locked = locked_fields.as_ref().filter(|l| !l.is_empty());
-        let details = InvalidInputDetails { issues, locked_fields: locked.cloned() };
+        let details = InvalidInputDetails { issues, locked_fields: locked.cloned(), reason: None };
         match locked {
             Some(fields) => {
                 let names: Vec<&str> = fields.iter().map(String::as_str).filter(|f| is_quotable(f)).take(5).collect();
@@ -144,6 +144,29 @@ impl AgentSurfaceError {
             }
             None => Self::with_details(ErrorCode::InvalidInput, message::INVALID_INPUT, &[("paths", &paths)], &details),
         }
+    }
+
+    /// `INVALID_INPUT {issues, reason: target-mismatch}`: the reserved target argument `argument`
+    /// names another instance than the call's target. One issue, at the argument.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// let p = AgentSurfaceError::target_mismatch("_instance").into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::InvalidInput, Retry::WithChanges));
+    /// assert_eq!(p.detail("reason").and_then(|r| r.as_str()), Some("target-mismatch"));
+    /// ```
+    pub fn target_mismatch(argument: &str) -> Self {
+        let issue = InputIssue {
+            path: format!("/{argument}"),
+            message: "names another instance than the call's target; name one instance, once".into(),
+        };
+        let paths = if is_quotable(&issue.path) { format!(" at {}", issue.path) } else { String::new() };
+        let details = InvalidInputDetails {
+            issues: vec![issue],
+            locked_fields: None,
+            reason: Some(InvalidInputReason::TargetMismatch),
+        };
+        Self::with_details(ErrorCode::InvalidInput, message::INVALID_INPUT, &[("paths", &paths)], &details)
     }
 
     /// `NOT_AUTHENTICATED` (no details).

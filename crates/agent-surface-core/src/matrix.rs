@@ -295,7 +295,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         layer: fixed(Layer::Execution),
         retry: fixed(Retry::WithChanges),
         cacheable: true,
-        details: typed::<InvalidInputDetails>(&["issues", "lockedFields"]),
+        details: typed::<InvalidInputDetails>(&["issues", "lockedFields", "reason"]),
         log_only: &["rawInput"],
         log_level: fixed(LogLevel::Info),
         adapter_duty: "Give the issues to the model verbatim.",

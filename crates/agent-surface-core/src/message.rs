@@ -33,9 +33,10 @@ templates! {
     /// `CAPABILITY_NOT_AVAILABLE`; slot: `reason`.
     NOT_AVAILABLE = ("capability-not-available",
         "This capability is disabled right now: {reason} Complete the enabling step first, refresh the tool list, then retry.");
-    /// `AMBIGUOUS_INSTANCE`.
+    /// `AMBIGUOUS_INSTANCE` (names [`crate::details::TARGET_ARGUMENT`], which every transport
+    /// carries in a tool's arguments).
     AMBIGUOUS = ("ambiguous-instance",
-        "Several instances can handle this call. Choose one from details.instances and retry with its instanceId as the target.");
+        "Several instances can handle this call. Choose one from details.instances and retry with its instanceId as the _instance argument.");
     /// `COMPONENT_UNMOUNTED` at resolution.
     UNMOUNTED_RESOLVE = ("component-unmounted.resolve",
         "The target of this call was removed. Refresh the tool list and retarget the call.");
@@ -207,6 +208,11 @@ mod tests {
         let out = render(PRECONDITION, &[("explanation", &long)]);
         assert_eq!(out.chars().count(), MAX_MESSAGE_CHARS);
         assert!(out.ends_with('…'));
+    }
+
+    #[test]
+    fn the_ambiguous_template_names_the_target_argument() {
+        assert!(AMBIGUOUS.text.contains(&format!(" {} ", crate::details::TARGET_ARGUMENT)));
     }
 
     #[test]

@@ -103,7 +103,9 @@ pub use handler::{Unmet, Verification};
 pub use progress::{FnProgress, MAX_PROGRESS_MESSAGE_CHARS, Progress, ProgressSink};
 pub use questions::{Abilities, Answers, Ask, Question};
 pub use registry::{DuplicateInstance, Instance, Mount, MountRejection, Registry, RegistryConfig};
-pub use request::{Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, Target, is_valid_invocation_id};
+pub use request::{
+    Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, TARGET_ARGUMENT, Target, is_valid_invocation_id,
+};
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
 pub use trace::TraceParent;
 

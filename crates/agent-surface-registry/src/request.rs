@@ -69,6 +69,8 @@ pub struct InvokeRequest {
     pub confirmation_id: Option<String>,
 }
 
+pub use agent_surface_core::details::TARGET_ARGUMENT;
+
 /// The longest invocation id a transport accepts, in bytes.
 pub const MAX_INVOCATION_ID_BYTES: usize = 255;
 
@@ -120,6 +122,24 @@ impl InvokeRequest {
         self.surface_id = Some(surface_id.into());
         self.surface_version = Some(version);
         self
+    }
+
+    /// Moves the reserved [`TARGET_ARGUMENT`] from the input into the target, when it is a string
+    /// that agrees with the target (or the target names no instance); drops it when `null`. Any
+    /// other value stays in the input, for phase 5 to report.
+    pub(crate) fn lift_target_argument(&mut self) {
+        let Some(input) = self.input.as_object_mut() else { return };
+        match input.get(TARGET_ARGUMENT) {
+            Some(Value::Null) => {}
+            Some(Value::String(id)) => match self.target.as_mut() {
+                Some(Target { instance_id: Some(named), .. }) if named != id => return,
+                Some(Target { instance_id: Some(_), .. }) => {}
+                Some(target) => target.instance_id = Some(id.clone()),
+                None => self.target = Some(Target::instance(id.clone())),
+            },
+            _ => return,
+        }
+        input.remove(TARGET_ARGUMENT);
     }
 
     /// The same call with confirmation evidence.

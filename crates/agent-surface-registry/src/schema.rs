@@ -72,6 +72,7 @@ use schemars::transform::{RecursiveTransform, Transform, transform_subschemas};
 use serde_json::{Map, Value};
 
 use crate::measure::{Exceeded, measure};
+use agent_surface_core::details::TARGET_ARGUMENT;
 
 /// The deepest raw JSON nesting of a schema document (`serde_json`'s own parse limit), which
 /// bounds the recursion of everything that later walks the document (`default`, `const`, … are
@@ -430,6 +431,13 @@ pub(crate) fn check_input_schema(
         return Err(unsupported(location, "tool input must be a JSON object (`\"type\": \"object\"` at the root)"));
     };
     let properties = root.get("properties").and_then(Value::as_object);
+    if properties.is_some_and(|p| p.contains_key(TARGET_ARGUMENT)) {
+        return Err(DefinitionError::new(
+            DefinitionErrorCode::InvalidDefinition,
+            location,
+            format!("`{TARGET_ARGUMENT}` is reserved for the call's target; rename this property"),
+        ));
+    }
     let is_property = |name: &String| properties.is_some_and(|p| p.contains_key(name));
     for (what, names) in [("bound", bound), ("sensitive", sensitive)] {
         if let Some(name) = names.iter().find(|name| !is_property(name)) {
@@ -457,6 +465,50 @@ pub(crate) fn check_input_schema(
     }
     // Removing top-level properties keeps a schema portable: it only shrinks.
     Ok(CheckedInputSchema { full, advertised: PortableSchema(advertised), sensitive: sensitive_names })
+}
+
+/// The most instance ids listed in the reserved target argument's `enum`; with more, it is a
+/// plain string, and the ids are in `AMBIGUOUS_INSTANCE`'s details.
+pub const MAX_TARGET_ENUM: usize = 64;
+
+/// The most characters of instance descriptions in the target argument's description.
+const MAX_TARGET_DESCRIPTION_CHARS: usize = 600;
+
+/// `schema` (an advertised input schema: an object schema) with the optional reserved
+/// [`TARGET_ARGUMENT`]: a string, one of `instances` (`(instance id, description)`, in
+/// instance-id order), described for the model. Discovery adds it when several instances visible
+/// to the consumer can handle a capability.
+pub(crate) fn with_target_argument(schema: &Value, instances: &[(&str, Option<&str>)]) -> Value {
+    let mut out = schema.clone();
+    let Some(root) = out.as_object_mut() else { return out };
+    let mut description = String::from(
+        "The instance to run this call on: several can handle it, so name one of the listed instance ids.",
+    );
+    let mut listed = Vec::new();
+    for (id, about) in instances {
+        if let Some(about) = about {
+            listed.push(format!("{id}: {about}"));
+        }
+    }
+    if !listed.is_empty() {
+        description.push_str(" Instances: ");
+        let all = listed.join("; ");
+        description.extend(all.chars().take(MAX_TARGET_DESCRIPTION_CHARS));
+        if all.chars().count() > MAX_TARGET_DESCRIPTION_CHARS {
+            description.push('…');
+        }
+    }
+    let mut argument = Map::new();
+    argument.insert("type".into(), Value::String("string".into()));
+    if instances.len() <= MAX_TARGET_ENUM {
+        argument.insert("enum".into(), instances.iter().map(|(id, _)| Value::String((*id).to_string())).collect());
+    }
+    argument.insert("description".into(), Value::String(description));
+    let properties = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+    if let Some(properties) = properties.as_object_mut() {
+        properties.insert(TARGET_ARGUMENT.to_string(), Value::Object(argument));
+    }
+    out
 }
 
 /// Checks a capability's output schema: any schema of the portable subset within `limits` (the

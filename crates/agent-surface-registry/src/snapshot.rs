@@ -41,7 +41,9 @@ pub struct CapabilityDescriptor {
     pub tool_name: String,
     /// The description for the model.
     pub description: String,
-    /// The input schema the agent must satisfy (bound fields excluded).
+    /// The input schema the agent must satisfy (bound fields excluded), with the optional reserved
+    /// target argument ([`crate::TARGET_ARGUMENT`]) when several instances this consumer sees can
+    /// handle the capability.
     pub input_schema: Value,
     /// The output schema, when the capability declares one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,11 +175,20 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
             }
         }
         let def = &row.def;
+        // Several instances this consumer sees: the model names one through the reserved target
+        // argument.
+        let input_schema = if row.instances.len() > 1 {
+            let instances: Vec<(&str, Option<&str>)> =
+                row.instances.iter().map(|i| (i.instance_id.as_str(), i.description.as_deref())).collect();
+            crate::schema::with_target_argument(def.input.advertised.as_value(), &instances)
+        } else {
+            def.input.advertised.as_value().clone()
+        };
         capabilities.push(CapabilityDescriptor {
             name: def.name.to_string(),
             tool_name: def.tool_name.clone(),
             description: def.description.clone(),
-            input_schema: def.input.advertised.as_value().clone(),
+            input_schema,
             output_schema: def.output_schema.clone().map(Value::from),
             effect: def.effect,
             idempotent: def.idempotent,

@@ -698,3 +698,32 @@ async fn stale_each(t: &Transports) -> Answers {
     let http = http_call(&t.http, &c).await;
     same(ErrorCode::StaleCapability, toolset, mcp, http)
 }
+
+/// The reserved target argument on every transport: each listing offers it for a capability two
+/// instances can handle (an enum of their ids), and a call that sets it runs on that instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_target_argument_is_listed_and_lifted_on_every_transport() {
+    use agent_surface_registry::TARGET_ARGUMENT;
+    let t = Transports::new().await;
+    let expected = json!(["left", "right"]);
+
+    let tools = toolset(&t.f, Who::Alice, false).tools(Provider::OpenAiChat).await;
+    let tool = tools.as_array().unwrap().iter().find(|d| d["function"]["name"] == "cart-view").expect("listed");
+    assert_eq!(tool["function"]["parameters"]["properties"][TARGET_ARGUMENT]["enum"], expected, "{tool}");
+
+    let listed = t.mcp.alice.peer().list_all_tools().await.expect("tools/list");
+    let tool = listed.iter().find(|tool| tool.name == "cart-view").expect("listed");
+    assert_eq!(tool.input_schema["properties"][TARGET_ARGUMENT]["enum"], expected);
+
+    let mut stream = TcpStream::connect(&t.http).await.unwrap();
+    let request = "GET /api/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t-alice\r\nConnection: close\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let (_, body) = raw.split_once("\r\n\r\n").expect("a complete response");
+    let snapshot: Value = serde_json::from_str(body).expect("a JSON listing");
+    let cart = snapshot["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "cart.view").unwrap();
+    assert_eq!(cart["inputSchema"]["properties"][TARGET_ARGUMENT]["enum"], expected, "{cart}");
+
+    for_each_transport_ok(&t, &call("cart.view", json!({TARGET_ARGUMENT: "right"}))).await;
+}

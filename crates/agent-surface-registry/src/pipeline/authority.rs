@@ -20,7 +20,7 @@ use agent_surface_core::{AgentSurfaceError, Effect, Phase};
 use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer};
 
 use super::Stop;
-use super::resolve::{Resolution, Resolved};
+use super::resolve::{Ambiguous, Resolution, Resolved};
 use crate::registry::Inner;
 use crate::request::InvokeRequest;
 
@@ -37,6 +37,10 @@ pub(crate) async fn check(
     resolution: Resolution,
 ) -> Result<Resolved, Stop> {
     let Some(policy) = &inner.config.authority else { return resolution.into_result() };
+    let resolution = match resolution {
+        Resolution::Ambiguous(ambiguous) => return check_ambiguous(inner, consumer, ambiguous).await,
+        other => other,
+    };
     let (call, known) = match &resolution {
         Resolution::Resolved(Resolved { def, registration: reg }) => (
             CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
@@ -51,7 +55,7 @@ pub(crate) async fn check(
         }
         // A name that does not exist is asked about too, as a call of unknown effect, and the
         // decision is ignored.
-        Resolution::Unresolved(None, _) => {
+        Resolution::Unresolved(None, _) | Resolution::Ambiguous(_) => {
             let name = request.capability.as_str();
             let type_id = name.split_once('.').map_or("", |(t, _)| t);
             (CallInfo::new(consumer, name, type_id, Effect::Write, false), false)
@@ -60,8 +64,6 @@ pub(crate) async fn check(
     let decision =
         crate::authority::decide(inner.config.clock.as_ref(), policy.as_ref(), call, inner.config.authority_budget)
             .await;
-    let stop =
-        |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {}: {note}", policy.name())));
     if decision == AuthorityDecision::Hide && known {
         // A fixed note, built as the resolve phase builds its "no such capability": formatting
         // the policy's name here alone made a hidden name measurably slower to refuse than an
@@ -70,6 +72,12 @@ pub(crate) async fn check(
         return Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"));
     }
     let resolved = resolution.into_result()?;
+    admit(policy.name(), decision, resolved)
+}
+
+/// The call as the decision on it says.
+fn admit(policy: &str, decision: AuthorityDecision, resolved: Resolved) -> Result<Resolved, Stop> {
+    let stop = |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {policy}: {note}")));
     match decision {
         AuthorityDecision::Allow => Ok(resolved),
         AuthorityDecision::Deny { origin } => stop(AgentSurfaceError::not_authorized(origin), "denied"),
@@ -81,4 +89,38 @@ pub(crate) async fn check(
             stop(AgentSurfaceError::capability_not_available(reason), "disabled for this consumer (disabledBy)")
         }
     }
+}
+
+/// Several live instances and none named: the policy is asked about the capability as a whole
+/// (as for any call that did not resolve: a hidden capability costs one evaluation, as an unknown
+/// name does), then about each instance as a call to it would be, as discovery asks. The answer
+/// lists only the instances this consumer may see: none visible is `CAPABILITY_NOT_FOUND` (the
+/// capability is not in its snapshot either), one visible is the call's target (its own decision
+/// applies), several are `AMBIGUOUS_INSTANCE` listing them.
+async fn check_ambiguous(inner: &Arc<Inner>, consumer: &Consumer, ambiguous: Ambiguous) -> Result<Resolved, Stop> {
+    let Some(policy) = &inner.config.authority else { return Err(Ambiguous::stop(&ambiguous.candidates)) };
+    let Ambiguous { def, candidates, then } = ambiguous;
+    let clock = inner.config.clock.as_ref();
+    let budget = inner.config.authority_budget;
+    let whole = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+    let hidden =
+        || Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"));
+    if crate::authority::decide(clock, policy.as_ref(), whole, budget).await == AuthorityDecision::Hide {
+        return hidden();
+    }
+    let decisions = futures_util::future::join_all(candidates.iter().map(|reg| {
+        let call = whole.with_instance(&reg.instance_id).with_registration(&reg.registration_id);
+        crate::authority::decide(clock, policy.as_ref(), call, budget)
+    }))
+    .await;
+    let mut visible: Vec<(Arc<crate::live::Registration>, AuthorityDecision)> =
+        candidates.into_iter().zip(decisions).filter(|(_, d)| *d != AuthorityDecision::Hide).collect();
+    if visible.len() > 1 {
+        return Err(Ambiguous::stop(visible.iter().map(|(reg, _)| reg)));
+    }
+    let Some((registration, decision)) = visible.pop() else { return hidden() };
+    if let Some(stop) = then {
+        return Err(stop);
+    }
+    admit(policy.name(), decision, Resolved { def, registration })
 }

@@ -2,7 +2,8 @@
 //! author's precondition.
 //!
 //! Input: the agent's input, the consumer and the target. Decision: the validated, bound input in
-//! the handler's type. Codes: `INVALID_INPUT {issues, lockedFields?}`,
+//! the handler's type. Codes: `INVALID_INPUT {issues, lockedFields?, reason?}` (`reason:
+//! target-mismatch` for a reserved target argument that disagrees with the target),
 //! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate), and the
 //! author's `PRECONDITION_FAILED`.
 
@@ -15,6 +16,7 @@ use super::{Call, Stop};
 use crate::handler::Decoded;
 use crate::schema::escape_pointer_segment;
 use crate::validate::{InputLimits, check_shape};
+use agent_surface_core::details::TARGET_ARGUMENT;
 
 pub(crate) struct Prepared {
     /// The validated input with bound fields filled in.
@@ -31,6 +33,23 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
     let Call { inner, def, reg, ctx, .. } = call;
     let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
     check_shape(&input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
+
+    // The reserved target argument is lifted into the target before admission
+    // (`InvokeRequest::lift_target_argument`); what is left of it could not be.
+    if let Some(value) = input.get(TARGET_ARGUMENT) {
+        if value.is_string() {
+            return Err(Stop::noted(
+                AgentSurfaceError::target_mismatch(TARGET_ARGUMENT),
+                Phase::Input,
+                "the target argument and the target disagree",
+            ));
+        }
+        let issue = InputIssue {
+            path: format!("/{TARGET_ARGUMENT}"),
+            message: "must be a string: one of the instance ids this tool lists".into(),
+        };
+        return Err(invalid(vec![issue], None, "the target argument is not a string"));
+    }
 
     // Bound fields are the runtime's to fill; an agent that sends one is told so.
     if !def.bindings.is_empty()

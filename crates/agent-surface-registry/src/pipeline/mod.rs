@@ -262,6 +262,9 @@ async fn run_phases(
 ) -> Invocation {
     let inner = &registry.inner;
     let invocation_id = request.invocation_id.clone();
+    // A target named through the reserved argument is the call's target from here on, so that
+    // both ways of naming it fingerprint alike.
+    request.lift_target_argument();
     // Phase 1: admission and idempotency.
     let leader = match admission::admit(inner, request, options).await {
         admission::Admitted::Untracked => None,
@@ -344,6 +347,12 @@ async fn phases(
                 Ok(()) => resolve::Resolution::Resolved(resolved),
                 Err(stop) => resolve::Resolution::Unresolved(Some(resolved.def), stop),
             },
+            resolve::Resolution::Ambiguous(mut ambiguous) => {
+                if ambiguous.then.is_none() {
+                    ambiguous.then = availability::check(&state, &ambiguous.def).err();
+                }
+                resolve::Resolution::Ambiguous(ambiguous)
+            }
             unresolved => unresolved,
         }
     };

@@ -5,6 +5,10 @@
 //! and no tombstone), `COMPONENT_UNMOUNTED {phase: resolve}` (tombstone hit), `STALE_CAPABILITY`
 //! (replaced registration, other surface, outdated version on a destructive/external call),
 //! `AMBIGUOUS_INSTANCE` (several live instances and none named).
+//!
+//! Several live instances and none named are held back as [`Resolution::Ambiguous`]: phase 4
+//! asks the authority policy about each of them, so that the answer lists only the instances this
+//! consumer may see (and a call that leaves one visible runs against it).
 
 use std::sync::Arc;
 
@@ -28,6 +32,35 @@ pub(crate) enum Resolution {
     /// The call did not resolve: the definition its name denotes, if any (phase 4 asks the
     /// policy about it without looking the name up again), and why.
     Unresolved(Option<Arc<CapabilityDef>>, Stop),
+    /// Several live instances and none named: `AMBIGUOUS_INSTANCE`, unless the authority policy
+    /// hides all of them but one from this consumer.
+    Ambiguous(Ambiguous),
+}
+
+/// Several live instances can handle a call that names none.
+pub(crate) struct Ambiguous {
+    pub(crate) def: Arc<CapabilityDef>,
+    /// The live registrations, in instance-id order.
+    pub(crate) candidates: Vec<Arc<Registration>>,
+    /// What a call resolved to one of them would meet next (a stale surface version, a disabled
+    /// capability), the same for each.
+    pub(crate) then: Option<Stop>,
+}
+
+impl Ambiguous {
+    /// `AMBIGUOUS_INSTANCE` listing `candidates`.
+    pub(crate) fn stop<'a>(candidates: impl IntoIterator<Item = &'a Arc<Registration>>) -> Stop {
+        let instances = candidates
+            .into_iter()
+            .map(|r| InstanceRef {
+                instance_id: r.instance_id.to_string(),
+                registration_id: r.registration_id.to_string(),
+                description: r.description.clone(),
+                context: r.context.clone(),
+            })
+            .collect();
+        stop(AgentSurfaceError::ambiguous_instance(instances), "no target named")
+    }
 }
 
 impl Resolution {
@@ -36,8 +69,15 @@ impl Resolution {
         match self {
             Resolution::Resolved(resolved) => Ok(resolved),
             Resolution::Unresolved(_, stop) => Err(stop),
+            Resolution::Ambiguous(ambiguous) => Err(Ambiguous::stop(&ambiguous.candidates)),
         }
     }
+}
+
+/// The live registration a call runs against, or the several it could.
+enum Picked {
+    One(Arc<Registration>),
+    Several(Vec<Arc<Registration>>),
 }
 
 fn stop(error: AgentSurfaceError, note: impl Into<String>) -> Stop {
@@ -79,19 +119,23 @@ pub(crate) fn resolve(state: &State, surface_id: &str, request: &InvokeRequest, 
         return Resolution::Unresolved(None, not_found("no such capability"));
     };
     match registration(state, surface_id, def, request, now) {
-        Ok(registration) => Resolution::Resolved(Resolved { def: def.clone(), registration }),
-        Err(stop) => Resolution::Unresolved(Some(def.clone()), stop),
+        Ok((Picked::One(registration), None)) => Resolution::Resolved(Resolved { def: def.clone(), registration }),
+        Ok((Picked::One(_), Some(stop))) | Err(stop) => Resolution::Unresolved(Some(def.clone()), stop),
+        Ok((Picked::Several(candidates), then)) => {
+            Resolution::Ambiguous(Ambiguous { def: def.clone(), candidates, then })
+        }
     }
 }
 
-/// The live registration of `def` the call runs against.
+/// The live registration of `def` the call runs against (or the several it could), and the
+/// surface-version stop it meets, if any.
 fn registration(
     state: &State,
     surface_id: &str,
     def: &CapabilityDef,
     request: &InvokeRequest,
     now: Timestamp,
-) -> Result<Arc<Registration>, Stop> {
+) -> Result<(Picked, Option<Stop>), Stop> {
     let Some(ty) = state.types.get(&def.type_id) else { return Err(not_found("type missing")) };
 
     if let Some(presented) = &request.surface_id
@@ -120,7 +164,7 @@ fn registration(
                         format!("presented registration {rid}"),
                     ));
                 }
-                live.clone()
+                Picked::One(live.clone())
             }
             None => {
                 let tomb = rid
@@ -133,7 +177,7 @@ fn registration(
             }
         },
         (None, Some(rid)) => match state.registrations.get(rid) {
-            Some(live) if live.type_id == def.type_id => live.clone(),
+            Some(live) if live.type_id == def.type_id => Picked::One(live.clone()),
             Some(_) => return Err(not_found("registration of another type")),
             None => {
                 return Err(match state.tombstones.by_registration(rid, now) {
@@ -145,39 +189,28 @@ fn registration(
         (None, None) => {
             let mut live = ty.instances.values();
             match (live.next(), live.next()) {
-                (Some(only), None) => only.clone(),
+                (Some(only), None) => Picked::One(only.clone()),
                 (None, _) => {
                     return Err(match state.tombstones.by_type(&def.type_id, now) {
                         Some(t) => tombstone_stop(state, t),
                         None => not_found("no live instance"),
                     });
                 }
-                (Some(_), Some(_)) => {
-                    let instances = ty
-                        .instances
-                        .values()
-                        .map(|r| InstanceRef {
-                            instance_id: r.instance_id.to_string(),
-                            registration_id: r.registration_id.to_string(),
-                            description: r.description.clone(),
-                            context: r.context.clone(),
-                        })
-                        .collect();
-                    return Err(stop(AgentSurfaceError::ambiguous_instance(instances), "no target named"));
-                }
+                (Some(_), Some(_)) => Picked::Several(ty.instances.values().cloned().collect()),
             }
         }
     };
 
-    if let Some(presented) = request.surface_version
-        && def.effect.requires_fresh_surface()
-        && (presented < ty.changed_at || presented > state.version)
-    {
-        return Err(stop(
-            AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None),
-            format!("presented version {presented}, type changed at {}, current {}", ty.changed_at, state.version),
-        ));
-    }
-
-    Ok(registration)
+    let stale = match request.surface_version {
+        Some(presented)
+            if def.effect.requires_fresh_surface() && (presented < ty.changed_at || presented > state.version) =>
+        {
+            Some(stop(
+                AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None),
+                format!("presented version {presented}, type changed at {}, current {}", ty.changed_at, state.version),
+            ))
+        }
+        _ => None,
+    };
+    Ok((registration, stale))
 }

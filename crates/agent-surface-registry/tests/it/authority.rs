@@ -433,6 +433,48 @@ async fn a_hidden_instance_is_not_listed() {
     assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
 }
 
+/// `AMBIGUOUS_INSTANCE` lists only the instances the policy lets this consumer see, as discovery
+/// does: a hidden instance is never named, one visible instance is the call's target, and none
+/// visible is `CAPABILITY_NOT_FOUND`, as for a capability absent from the snapshot.
+#[tokio::test]
+async fn an_ambiguous_call_lists_only_visible_instances() {
+    let policies = Policies::new().global(FnPolicy::new("hide-secret", |call| {
+        let hidden = match call.consumer.key() {
+            "sees-none" => call.instance_id.is_some(),
+            "sees-one" => call.instance_id.is_some_and(|i| i != "main"),
+            _ => call.instance_id == Some("secret"),
+        };
+        Ok(if hidden { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
+    }));
+    let (r, _mounts) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+    let _eu = r.mount("shop", "eu").unwrap();
+    let _secret = r.mount("shop", "secret").unwrap();
+
+    let inv = r.invoke_detailed(call("shop.browse", json!({})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::AmbiguousInstance, Phase::Resolve);
+    let listed: Vec<Value> = inv.result.error_payload().unwrap().details().unwrap()["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["instanceId"].clone())
+        .collect();
+    assert_eq!(listed, [json!("eu"), json!("main")]);
+    assert!(!serde_json::to_string(&inv.result).unwrap().contains("secret"), "a hidden instance is never named");
+    let snapshot = r.snapshot(&Consumer::anonymous("c")).await;
+    let shown: Vec<&str> =
+        snapshot.capability("shop.browse").unwrap().instances.iter().map(|i| i.instance_id.as_str()).collect();
+    assert_eq!(shown, ["eu", "main"], "the call and discovery agree");
+
+    // One visible instance: the call runs against it.
+    assert!(r.invoke(call("shop.browse", json!({})), consumer("sees-one")).await.is_ok());
+    // None visible: the capability is absent from the snapshot, and a call is not found.
+    assert!(r.snapshot(&Consumer::anonymous("sees-none")).await.capability("shop.browse").is_none());
+    let inv = r.invoke_detailed(call("shop.browse", json!({})), consumer("sees-none")).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
+    let never = r.invoke(call("shop.nothing", json!({})), consumer("sees-none")).await;
+    assert_eq!(serde_json::to_vec(&inv.result).unwrap(), serde_json::to_vec(&never).unwrap());
+}
+
 /// A stuck policy costs discovery one authority budget in all, not one per capability: what the
 /// snapshot has no time left for is denied (shown, refused when called), as a failed decision.
 #[tokio::test]

@@ -20,6 +20,7 @@ mod questions;
 mod rate;
 mod robustness;
 mod surface;
+mod target_argument;
 mod telemetry;
 mod verify;
 mod wiring;
