@@ -87,6 +87,7 @@ mod pipeline;
 mod progress;
 pub mod questions;
 mod registry;
+mod relayed;
 mod request;
 pub mod schema;
 mod snapshot;

@@ -98,6 +98,11 @@ pub struct RegistryConfig {
     /// asks for strict audit then never runs). Give the confirmation engine the same sink for
     /// the confirmation events.
     pub audit: Option<AuditConfig>,
+    /// The most confirmation ids the registry remembers for callers that cannot send them back
+    /// (a model repeating a call it was told needs approval; see `spec/authority-and-confirmation.md`,
+    /// "Presented on repeat"). Each id is at most 256 bytes; the oldest is forgotten first; `0`
+    /// turns presenting off.
+    pub relayed_confirmations: usize,
 }
 
 impl Default for RegistryConfig {
@@ -122,6 +127,7 @@ impl Default for RegistryConfig {
             confirmation_budget: Duration::from_secs(5 * 60),
             metrics: false,
             audit: None,
+            relayed_confirmations: 4096,
         }
     }
 }
@@ -139,6 +145,7 @@ impl std::fmt::Debug for RegistryConfig {
             .field("confirmation_budget", &self.confirmation_budget)
             .field("metrics", &self.metrics)
             .field("audit", &self.audit)
+            .field("relayed_confirmations", &self.relayed_confirmations)
             .finish_non_exhaustive()
     }
 }
@@ -154,6 +161,8 @@ pub(crate) struct Inner {
     executors: RwLock<HashMap<String, Arc<dyn Executor>>>,
     /// The types and capabilities the hooks name, checked at definition and assembly.
     wiring: Wiring,
+    /// Confirmation ids relayed to callers, presented when they repeat the call (phase 7).
+    pub(crate) relayed: crate::relayed::Relayed,
 }
 
 impl Inner {
@@ -262,9 +271,11 @@ impl Registry {
         let (version_tx, _) = watch::channel(0);
         let wiring =
             Wiring::of(config.authority.as_deref(), config.rate_limiter.as_deref(), config.confirmation.as_deref());
+        let relayed = crate::relayed::Relayed::new(config.relayed_confirmations);
         Registry {
             inner: Arc::new(Inner {
                 wiring,
+                relayed,
                 config,
                 surface_id: Arc::from(new_surface_id()),
                 state: RwLock::new(State::default()),

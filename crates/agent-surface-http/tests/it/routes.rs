@@ -206,3 +206,56 @@ async fn metrics_are_served_only_when_configured() {
     let plain = start(HttpConfig::default()).await;
     send(plain.addr, "GET", "/metrics", &[], b"").await.assert_fault(404, "not-found");
 }
+
+/// A confirmation relayed over HTTP and approved by a person is presented when the same
+/// principal repeats the same call: the caller never has to send the id back.
+#[tokio::test]
+async fn an_approved_confirmation_is_presented_on_repeat() {
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+    let engine = std::sync::Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let registry = agent_surface_registry::Registry::new(agent_surface_registry::RegistryConfig {
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    registry
+        .define("store", |t| {
+            t.capability("wipe", "Wipe the store.")
+                .effect(agent_surface_core::Effect::Destructive)
+                .confirm(|_: &serde_json::Value| "Wipe the store.".to_string())
+                .raw_handler(serde_json::json!({"type": "object"}), None, |_c, _i| async move {
+                    Ok::<_, agent_surface_core::AgentSurfaceError>(serde_json::json!({"wiped": true}))
+                });
+        })
+        .unwrap();
+    let _mount = registry.mount("store", "main").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let config = HttpConfig {
+        authenticator: Some(std::sync::Arc::new(agent_surface_http::BearerTokens::new([(
+            "t-sam",
+            agent_surface_policy::Identity::new("sam"),
+        )]))),
+        ..Default::default()
+    };
+    tokio::spawn(agent_surface_http::serve(registry, config, listener, shutdown.clone()));
+    let sam = [("Authorization", "Bearer t-sam")];
+    let body = r#"{"capability":"store.wipe","input":{}}"#;
+
+    let first = post_json(addr, "/invoke", &sam, body).await;
+    assert_eq!(first.json()["code"], "CONFIRMATION_REQUIRED", "{first:?}");
+    let id = first.json()["details"]["confirmationId"].as_str().unwrap().to_string();
+    // Repeated before anyone decides: the same confirmation, not a second one.
+    let again = post_json(addr, "/invoke", &sam, body).await;
+    assert_eq!(again.json()["details"]["confirmationId"], id.as_str());
+    // A person approves; the same call, repeated without the id, runs once.
+    engine.approve(&id, &agent_surface_policy::Identity::new("owner")).await.unwrap();
+    let done = post_json(addr, "/invoke", &sam, body).await;
+    assert_eq!(done.status, 200, "{done:?}");
+    assert_eq!(done.json()["output"]["wiped"], true);
+    // The approval was single use: the next request asks again.
+    let next = post_json(addr, "/invoke", &sam, body).await;
+    assert_eq!(next.json()["code"], "CONFIRMATION_REQUIRED");
+    assert_ne!(next.json()["details"]["confirmationId"], id.as_str());
+    shutdown.cancel();
+}

@@ -119,3 +119,22 @@ async fn the_confirmation_engine_takes_in_person_answers_through_elicitation() {
     assert_eq!(c.elicited.lock().unwrap().len(), 2);
     c.client.cancel().await.unwrap();
 }
+
+/// Legacy era, a client that cannot elicit: once a person approves the relayed confirmation,
+/// the model's repetition of the same call (it cannot send the id) presents it and runs once.
+#[tokio::test]
+async fn an_approved_confirmation_is_presented_when_the_model_repeats_the_call() {
+    let f = fixture();
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    let details: ConfirmationRequiredDetails = r.error_payload().unwrap().details_as().unwrap();
+    f.gate.pending.lock().unwrap().insert(details.confirmation_id.clone(), Some(true));
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(f.runs.0.load(Ordering::SeqCst), 1);
+    // Single use: the next request is a new confirmation.
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    let next: ConfirmationRequiredDetails = r.error_payload().unwrap().details_as().unwrap();
+    assert_ne!(next.confirmation_id, details.confirmation_id);
+    c.client.cancel().await.unwrap();
+}

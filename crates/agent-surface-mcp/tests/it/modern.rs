@@ -404,6 +404,27 @@ async fn a_client_without_elicitation_gets_the_two_phase_result() {
     assert_eq!(result.code(), Some(ErrorCode::ConfirmationRequired));
 }
 
+/// Modern era, a client that cannot answer input requests: the model's repetition of the same
+/// call presents the confirmation relayed to it — the same one while nobody has decided, then,
+/// once a person approved it, the call runs once.
+#[tokio::test]
+async fn a_repeated_call_presents_the_relayed_confirmation() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), false).await;
+    let wipe = || params("shop-wipe", json!({"shelf": 6}));
+    let first = completes(client.call_tool_once(wipe()).await.unwrap());
+    let id = first.error_payload().unwrap().detail("confirmationId").unwrap().as_str().unwrap().to_string();
+    let again = completes(client.call_tool_once(wipe()).await.unwrap());
+    assert_eq!(again.error_payload().unwrap().detail("confirmationId"), Some(&json!(id)), "{again:?}");
+    engine.approve(&id, &Identity::new("owner")).await.unwrap();
+    let done = completes(client.call_tool_once(wipe()).await.unwrap());
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+    let next = completes(client.call_tool_once(wipe()).await.unwrap());
+    assert_eq!(next.code(), Some(ErrorCode::ConfirmationRequired));
+    assert_ne!(next.error_payload().unwrap().detail("confirmationId"), Some(&json!(id)));
+}
+
 #[tokio::test]
 async fn progress_reaches_a_modern_client_before_the_result() {
     let (shop, engine) = shop();

@@ -11,7 +11,7 @@
 use std::any::Any;
 
 use agent_surface_core::details::ExecutionFailedReason;
-use agent_surface_core::{AgentSurfaceError, Phase, SafeText};
+use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
 use agent_surface_policy::ConfirmationDecision;
 use serde_json::Value;
 
@@ -70,7 +70,63 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
     }
 }
 
-pub(crate) async fn check(
+/// Phase 7, presenting a confirmation relayed earlier ([`crate::relayed`]).
+///
+/// A call that carries no evidence, whose consumer was told that this same call (capability,
+/// registration, canonical input) needs a confirmation, presents that confirmation's id: until
+/// the person decides, the answer is the same `CONFIRMATION_REQUIRED` (no second record); once
+/// approved, the call runs; once denied, it is `CONFIRMATION_INVALID {reason: denied}`; once
+/// expired, the gate is asked again without evidence, so the caller is told of a fresh
+/// confirmation rather than of an expired one it never sent. Any answer of the gate but a
+/// `CONFIRMATION_REQUIRED` or a failure to decide settles the remembered id, also when the caller
+/// presented an id itself (so a consumed id is never presented again). A call that stops before
+/// this phase leaves the memory as it was.
+pub(crate) async fn confirm(
+    call: &Call<'_>,
+    input: &Value,
+    summary: Option<SafeText>,
+    presented: Option<&str>,
+) -> Result<(), Stop> {
+    let relayed = &call.inner.relayed;
+    // The key (a canonical serialization of the input) is computed only when a confirmation is
+    // remembered or comes back: most calls need neither.
+    let key = || relayed.key(call.options.consumer.key(), &call.def.name, &call.reg.registration_id, input);
+    let remembered_key = (relayed.len() > 0).then(key);
+    let remembered = match (presented, remembered_key) {
+        (None, Some(k)) => relayed.get(k),
+        _ => None,
+    };
+    let mut outcome = match remembered.as_deref() {
+        Some(id) => check(call, input, None, Some(id)).await,
+        None => check(call, input, summary.clone(), presented).await,
+    };
+    if remembered.is_some() && is_expired(&outcome) {
+        outcome = check(call, input, summary, None).await;
+    }
+    match &outcome {
+        Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
+            if let Some(id) = stop.error.payload().detail("confirmationId").and_then(Value::as_str) {
+                relayed.remember(remembered_key.unwrap_or_else(key), id);
+            }
+        }
+        // The gate could not decide: an approval still stands.
+        Err(stop) if stop.phase == Phase::Confirmation && stop.error.code() == ErrorCode::ExecutionFailed => {}
+        _ => {
+            if let Some(k) = remembered_key {
+                relayed.forget(k);
+            }
+        }
+    }
+    outcome
+}
+
+/// Whether the gate refused the evidence as expired.
+fn is_expired(outcome: &Result<(), Stop>) -> bool {
+    matches!(outcome, Err(stop) if stop.error.code() == ErrorCode::ConfirmationInvalid
+        && stop.error.payload().detail("reason").and_then(Value::as_str) == Some("expired"))
+}
+
+async fn check(
     call: &Call<'_>,
     input: &Value,
     summary: Option<SafeText>,

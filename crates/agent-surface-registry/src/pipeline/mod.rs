@@ -415,7 +415,7 @@ async fn phases(
     // Phase 7.
     if inner.config.confirmation.is_some() || def.confirm.is_some() {
         let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
-        Box::pin(confirmation::check(&call, &prepared.value, summary, request.confirmation_id.as_deref())).await?;
+        Box::pin(confirmation::confirm(&call, &prepared.value, summary, request.confirmation_id.as_deref())).await?;
     }
     // Phase 8a: the audit trail's start, for a capability with an effect.
     if audit::applies(&call) {

@@ -82,9 +82,18 @@ fn define_orders(r: &Registry, runs: &Arc<AtomicUsize>) {
 }
 
 fn env_with(config: impl FnOnce(&Arc<ManualClock>) -> ConfirmationConfig) -> Env {
+    env_relaying(RegistryConfig::default().relayed_confirmations, config)
+}
+
+/// An environment whose registry remembers at most `relayed` relayed confirmations.
+fn env_relaying(relayed: usize, config: impl FnOnce(&Arc<ManualClock>) -> ConfirmationConfig) -> Env {
     let clock = clock();
     let engine = Arc::new(ConfirmationEngine::new(config(&clock)));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    let registry = Registry::new(RegistryConfig {
+        confirmation: Some(engine.clone()),
+        relayed_confirmations: relayed,
+        ..config_with(&clock)
+    });
     let runs = Arc::new(AtomicUsize::new(0));
     define_orders(&registry, &runs);
     let mounts = vec![registry.mount("orders", "main").unwrap(), registry.mount("orders", "branch").unwrap()];
@@ -677,6 +686,62 @@ struct Requested {
     state: Model,
 }
 
+/// A consumer that repeats a call it was told needs a confirmation, without the id (a model
+/// cannot send it), has the relayed confirmation presented: the same one while nobody decided,
+/// a denial once denied, a fresh one once expired, the run once approved — and an approval is
+/// presented to no other consumer, input or target.
+#[tokio::test]
+async fn a_repeated_call_presents_the_relayed_confirmation() {
+    let env = two_phase();
+    let required = |inv: &Invocation| {
+        let p = assert_produced(inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+        p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
+    };
+    let first = env.request(refund(100), alice()).await;
+    assert_eq!(required(&env.invoke(refund(100), alice()).await), first, "no second record while pending");
+
+    env.engine.deny(&first, &manager()).await.unwrap();
+    assert_invalid(&env.invoke(refund(100), alice()).await, "denied", Retry::No);
+    let second = env.request(refund(100), alice()).await;
+    assert_ne!(second, first);
+
+    env.clock.advance(TTL + Duration::from_secs(1));
+    let third = required(&env.invoke(refund(100), alice()).await);
+    assert_ne!(third, second, "an expired confirmation is replaced at once, not reported");
+
+    env.engine.approve(&third, &manager()).await.unwrap();
+    // Not for another input, another target or another consumer.
+    assert_ne!(env.request(refund(200), alice()).await, third);
+    let other_target = refund(100).with_target(Target::instance("branch"));
+    assert_ne!(env.request(other_target, alice()).await, third);
+    let bob = InvokeOptions::new(Consumer::authenticated("session-2", Identity::new("bob")));
+    assert_ne!(env.request(refund(100), bob).await, third);
+    assert_eq!(env.runs(), 0);
+    let done = env.invoke(refund(100), alice()).await;
+    assert!(done.result.is_ok(), "{:?}", done.result);
+    assert_eq!(env.runs(), 1);
+    // Single use: the next request is a new confirmation.
+    let fourth = env.request(refund(100), alice()).await;
+    assert_ne!(fourth, third);
+
+    // A caller that presents the id itself settles what was remembered for the call.
+    env.engine.approve(&fourth, &manager()).await.unwrap();
+    assert!(env.invoke(refund(100).with_confirmation(&fourth), alice()).await.result.is_ok());
+    let fifth = env.request(refund(100), alice()).await;
+    assert_ne!(fifth, fourth, "a consumed id is never presented");
+    assert_eq!(env.runs(), 2);
+}
+
+/// With `relayed_confirmations: 0`, nothing is presented on repeat: each call asks anew.
+#[tokio::test]
+async fn presenting_on_repeat_can_be_turned_off() {
+    let env = env_relaying(0, |clock| ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() });
+    let first = env.request(refund(100), alice()).await;
+    env.engine.approve(&first, &manager()).await.unwrap();
+    assert_ne!(env.request(refund(100), alice()).await, first);
+    assert_eq!(env.runs(), 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -686,7 +751,8 @@ proptest! {
     fn interleavings_of_request_approve_deny_expire_retry(ops in proptest::collection::vec(op(), 1..40)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let env = env_with(|clock| ConfirmationConfig {
+            // Every retry presents its id explicitly; nothing is presented on repeat.
+            let env = env_relaying(0, |clock| ConfirmationConfig {
                 clock: clock.clone(),
                 ttl: Duration::from_secs(1),
                 ..Default::default()

@@ -146,8 +146,9 @@ fn store_usage_is_reported_on_request() {
             })
             .unwrap();
             let _m = r.mount("g", "main").unwrap();
+            // Two requests (the same one repeated would present the first's confirmation).
             for id in ["i-1", "i-2"] {
-                let asked = r.invoke(call("g.go", json!({})).with_invocation_id(id), consumer("c")).await;
+                let asked = r.invoke(call("g.go", json!({"id": id})).with_invocation_id(id), consumer("c")).await;
                 assert_eq!(asked.code().map(|c| c.as_str()), Some("CONFIRMATION_REQUIRED"));
             }
             r.record_store_usage();
