@@ -76,7 +76,7 @@
 //! # });
 //! ```
 
-mod audit;
+pub mod audit;
 mod authn;
 mod authority;
 mod clock;

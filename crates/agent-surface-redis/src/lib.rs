@@ -73,7 +73,7 @@
 //! # }
 //! ```
 
-mod audit;
+pub mod audit;
 mod confirmation;
 mod idempotency;
 mod rate;

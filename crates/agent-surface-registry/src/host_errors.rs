@@ -33,7 +33,7 @@
 //! // `return Err(err.into())` (or `?`) — the agent sees a transient EXECUTION_FAILED, wait 2000 ms.
 //! ```
 //!
-//! With the `http` feature, [`UpstreamStatus::from_response`] reads an [`http::StatusCode`] and
+//! With the `http` feature, `UpstreamStatus::from_response` reads an `http::StatusCode` and
 //! its `Retry-After` header.
 
 use std::error::Error as StdError;
