@@ -375,19 +375,26 @@ impl AgentSurfaceError {
     }
 
     /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) with the repair that says to
-    /// reconcile: call again with the same invocation id and input, whose recorded result answers
-    /// it, or ask the user.
+    /// establish what happened out of band: read the current state, and if that does not tell,
+    /// ask the user. Never "reconcile" by calling again under the same invocation id: the record
+    /// of an unknown outcome only replays the same unknown outcome (spec/error-model.md,
+    /// "Outcome unknown").
     ///
     /// ```
+    /// use agent_surface_core::repair::RepairAction;
     /// use agent_surface_core::{AgentSurfaceError, Retry};
     /// let p = AgentSurfaceError::outcome_unknown().into_payload();
     /// assert_eq!(p.retry(), Retry::No);
     /// assert!(p.message().chars().count() <= 300);
     /// assert!(p.message().contains("Next actions, in order, not in parallel: 1."));
+    /// assert!(!p.message().contains("invocationId"));
+    /// let steps = p.repair().unwrap().steps();
+    /// assert_eq!(steps[0].action(), RepairAction::RefreshState);
+    /// assert!(steps.iter().all(|s| s.action() != RepairAction::Reconcile));
     /// ```
     pub fn outcome_unknown() -> Self {
         let repair = Repair::plan([
-            RepairStep::new(RepairAction::Reconcile, "Call again with the same invocationId and input"),
+            RepairStep::new(RepairAction::RefreshState, "Read the current state to see whether it took effect"),
             RepairStep::new(RepairAction::AskUser, "If still unclear, ask the user"),
         ]);
         let mut err = Self::execution_failed(ExecutionFailedReason::OutcomeUnknown);
@@ -397,9 +404,9 @@ impl AgentSurfaceError {
     }
 
     /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) for a call made *without* an
-    /// invocation id. Nothing was recorded, so there is nothing to reconcile with: calling again
-    /// would run the action again. The message and the repair say to establish what happened
-    /// (ask the user) instead; the payload has no `reconcile` step.
+    /// invocation id. Nothing was recorded, so calling again would run the action again. The
+    /// message and the repair say to establish what happened (ask the user); the payload has no
+    /// `reconcile` step (neither has [`AgentSurfaceError::outcome_unknown`]'s).
     ///
     /// ```
     /// use agent_surface_core::repair::RepairAction;

@@ -127,11 +127,11 @@ templates! {
         "The action ran, but its expected result is not there. Observe the current state before doing anything else; do not repeat the action blindly.");
     /// `EXECUTION_FAILED` / outcome-unknown.
     OUTCOME_UNKNOWN = ("execution-failed.outcome-unknown",
-        "The action may or may not have taken effect. Do not repeat it with a new invocationId; reconcile by calling again with the same invocationId, or ask the user.");
+        "The action may or may not have taken effect. Do not repeat it; check the current state or ask the user whether it happened.");
     /// `EXECUTION_FAILED` / outcome-unknown, for a call without an invocation id (nothing was
-    /// recorded to reconcile against).
+    /// recorded: a repeat would run the action again).
     OUTCOME_UNKNOWN_UNTRACKED = ("execution-failed.outcome-unknown-untracked",
-        "The action may or may not have taken effect, and the call had no invocationId to reconcile with. Do not repeat it until the user or the current state shows it did not happen.");
+        "The action may or may not have taken effect. Do not repeat it until the user or the current state shows it did not happen.");
 }
 
 /// Renders a template, filling each `{slot}` from `slots` (missing slots render as nothing), and

@@ -79,7 +79,7 @@ impl ErrorPayload {
     /// ```
     /// use agent_surface_core::{AgentSurfaceError, repair::RepairAction};
     /// let p = AgentSurfaceError::outcome_unknown().into_payload();
-    /// assert_eq!(p.repair().unwrap().steps()[0].action(), RepairAction::Reconcile);
+    /// assert_eq!(p.repair().unwrap().steps()[0].action(), RepairAction::RefreshState);
     /// ```
     pub fn repair(&self) -> Option<&Repair> {
         self.repair.as_deref()

@@ -503,8 +503,8 @@ impl CapabilityBuilder<'_, '_> {
     /// [`Verification::NotVerified`] fails the call with `EXECUTION_FAILED {reason:
     /// verification-failed}`; [`Verification::Unknown`], an error, a panic or running past the
     /// capability's time budget fail it with `EXECUTION_FAILED {reason: outcome-unknown}` and a
-    /// repair plan that says to reconcile with the same invocation id. Both have retry `no` and
-    /// are recorded for the idempotency window, so a reconcile call (same invocation id, same
+    /// repair plan that says to read the current state, then ask the user. Both have retry `no`
+    /// and are recorded for the idempotency window, so a repeat (same invocation id, same
     /// request) is answered from the record without running the handler again.
     ///
     /// ```

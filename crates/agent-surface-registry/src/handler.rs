@@ -41,7 +41,7 @@ type VerifyFn =
 /// - [`Verification::NotVerified`]: the intended result is not there; the call fails with
 ///   `EXECUTION_FAILED {reason: verification-failed}` (retry `no`).
 /// - [`Verification::Unknown`]: the check could not tell; the call fails with
-///   `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`, repair: reconcile), as it does when
+///   `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`, repair: read the state, ask the user), as it does when
 ///   the check returns an error, panics or runs out of time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -72,11 +72,11 @@ fn golden_single_step_and_outcome_unknown() {
         p.to_json(),
         json!({
             "code": "EXECUTION_FAILED",
-            "message": "The action may or may not have taken effect. Do not repeat it with a new invocationId; reconcile by calling again with the same invocationId, or ask the user. Next actions, in order, not in parallel: 1. Call again with the same invocationId and input. 2. If still unclear, ask the user.",
+            "message": "The action may or may not have taken effect. Do not repeat it; check the current state or ask the user whether it happened. Next actions, in order, not in parallel: 1. Read the current state to see whether it took effect. 2. If still unclear, ask the user.",
             "retry": "no",
             "details": {"reason": "outcome-unknown"},
             "repair": {"steps": [
-                {"action": "reconcile", "instruction": "Call again with the same invocationId and input"},
+                {"action": "refresh_state", "instruction": "Read the current state to see whether it took effect"},
                 {"action": "ask_user", "instruction": "If still unclear, ask the user"}
             ]}
         })

@@ -657,7 +657,7 @@ async fn one_call_per_code_gives_the_same_payload_on_every_transport() {
     );
     answers.push(t.abandoned("slow.wait", ErrorCode::Cancelled).await);
     // The same for a write: it may have committed, so every transport records an unknown outcome
-    // (retry `no`, reconcile under the same id), never `CANCELLED`.
+    // (retry `no`: verify the state or ask the user), never `CANCELLED`.
     let unknown = t.abandoned("slow.write", ErrorCode::ExecutionFailed).await;
     let parsed: ErrorPayload = serde_json::from_str(&unknown.payload).unwrap();
     assert_eq!(parsed.detail("reason"), Some(&json!("outcome-unknown")), "{}", unknown.payload);

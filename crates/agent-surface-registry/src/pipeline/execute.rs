@@ -81,7 +81,7 @@ async fn wait(
     }
 }
 
-/// `EXECUTION_FAILED {reason: outcome-unknown}`: with the reconcile plan for a recorded call,
+/// `EXECUTION_FAILED {reason: outcome-unknown}`: with the read-the-state plan for a recorded call,
 /// without it for a call that had no invocation id.
 pub(crate) fn unknown_outcome(tracked: bool) -> AgentSurfaceError {
     if tracked { AgentSurfaceError::outcome_unknown() } else { AgentSurfaceError::outcome_unknown_untracked() }

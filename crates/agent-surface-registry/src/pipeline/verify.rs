@@ -3,7 +3,7 @@
 //!
 //! Input: the handler's output, the bound input and the context. Decision: whether the handler's
 //! intended result is there. Codes: `EXECUTION_FAILED {reason: verification-failed}` (the check
-//! says it is not), `EXECUTION_FAILED {reason: outcome-unknown}` with a reconcile repair (the
+//! says it is not), `EXECUTION_FAILED {reason: outcome-unknown}` with a read-the-state repair (the
 //! check cannot tell, returns an error, panics, runs past the time budget, or the registry is
 //! disposed while it runs). Both have retry `no`.
 
