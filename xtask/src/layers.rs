@@ -23,7 +23,7 @@ const CLIENT: &str = "agent-surface-client";
 
 /// For each workspace crate, the workspace crates it may depend on. Nothing depends upward and
 /// the adapters (toolset, MCP, HTTP, the testing kit) never depend on each other; the
-/// applications (demo, fuzz, xtask) sit on top.
+/// applications (demo, fuzz, the example of `docs/guide.md`, xtask) sit on top.
 const LAYERS: &[(&str, &[&str])] = &[
     (CORE, &[]),
     (POLICY, &[CORE]),
@@ -39,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (OAUTH, &[POLICY]),
     ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS]),
     ("agent-surface-fuzz", &[CORE, POLICY, REGISTRY, TOOLSET, MCP, HTTP]),
+    ("agent-surface-example-tickets", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP]),
     ("xtask", &[CORE]),
 ];
 

@@ -1,0 +1,168 @@
+//! The tickets service that `docs/guide.md` builds step by step: four typed capabilities on shared
+//! state, the shipped policies under default-deny, a per-user quota, a confirmation, and the
+//! servers (MCP over stdio and streamable HTTP, the plain HTTP binding) in `main.rs`.
+//!
+//! The guide quotes this file between its `// guide:` markers; `tests/guide.rs` fails when a quote
+//! and the code differ.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use agent_surface_core::details::PreconditionDetails;
+use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
+use agent_surface_policy::{
+    AllowAll, Clock, ConfirmationConfig, ConfirmationEngine, MemoryRateLimiter, Policies, Quota, RateLimitConfig,
+    RequireIdentity, RequireRole, Scope,
+};
+use agent_surface_registry::{Caller, Mount, Registry, RegistryConfig, State};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+// guide:begin state
+/// The tickets, shared by every call (a database pool in a real service).
+#[derive(Default)]
+pub struct Desk {
+    tickets: Mutex<Vec<Ticket>>,
+}
+
+/// One ticket, as the capabilities return it.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Ticket {
+    /// Its number.
+    pub id: u64,
+    /// What is wrong.
+    pub title: String,
+    /// The user who opened it.
+    pub opened_by: String,
+    /// Whether it is still open.
+    pub open: bool,
+}
+// guide:end state
+
+impl Desk {
+    fn tickets(&self) -> std::sync::MutexGuard<'_, Vec<Ticket>> {
+        // A poisoned lock only means a handler panicked while holding it; the list is still whole.
+        self.tickets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The input of `tickets.create`.
+// guide:begin input
+#[derive(Deserialize, JsonSchema)]
+pub struct NewTicket {
+    /// What is wrong, in one line.
+    #[schemars(length(min = 1, max = 120))]
+    pub title: String,
+}
+// guide:end input
+
+/// The input of `tickets.close` and `tickets.delete`.
+#[derive(Deserialize, JsonSchema)]
+pub struct TicketId {
+    /// The ticket's number.
+    #[schemars(range(min = 1))]
+    pub id: u64,
+}
+
+/// What `tickets.list` returns.
+#[derive(Serialize, JsonSchema)]
+pub struct TicketList {
+    /// The tickets, oldest first.
+    pub tickets: Vec<Ticket>,
+}
+
+// guide:begin unknown
+/// The answer for a ticket number that is not on the desk.
+fn unknown_ticket() -> AgentSurfaceError {
+    let details = PreconditionDetails { reason: Some("unknown-ticket".into()), ..Default::default() };
+    AgentSurfaceError::precondition_failed_with(
+        "There is no ticket with this id. List the tickets to find it.",
+        details,
+    )
+}
+// guide:end unknown
+
+// guide:begin define
+/// Defines the `tickets` type on `registry`.
+pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
+    registry.define("tickets", |t| {
+        // guide:begin create
+        t.capability("create", "Open a ticket.").effect(Effect::Write).handle(
+            |State(desk): State<Desk>, Caller(who): Caller, i: NewTicket| async move {
+                let mut tickets = desk.tickets();
+                let opened_by = who.identity().map_or(who.key(), |id| &id.subject).to_string();
+                let id = tickets.last().map_or(1, |t| t.id + 1);
+                let ticket = Ticket { id, title: i.title, opened_by, open: true };
+                tickets.push(ticket.clone());
+                Ok::<_, AgentSurfaceError>(ticket)
+            },
+        );
+        // guide:end create
+        t.capability("list", "List every ticket, oldest first.").effect(Effect::Read).idempotent().handle(
+            |State(desk): State<Desk>, _: serde_json::Value| async move {
+                Ok::<_, AgentSurfaceError>(TicketList { tickets: desk.tickets().clone() })
+            },
+        );
+        t.capability("close", "Close a ticket.").effect(Effect::Write).idempotent().handle(
+            |State(desk): State<Desk>, i: TicketId| async move {
+                let mut tickets = desk.tickets();
+                let ticket = tickets.iter_mut().find(|t| t.id == i.id).ok_or_else(unknown_ticket)?;
+                ticket.open = false;
+                Ok::<_, AgentSurfaceError>(ticket.clone())
+            },
+        );
+        t.capability("delete", "Delete a ticket for good.")
+            .effect(Effect::Destructive)
+            .confirm(|i: &TicketId| format!("Delete ticket {} for good.", i.id))
+            .handle(|State(desk): State<Desk>, i: TicketId| async move {
+                let mut tickets = desk.tickets();
+                let at = tickets.iter().position(|t| t.id == i.id).ok_or_else(unknown_ticket)?;
+                Ok::<_, AgentSurfaceError>(tickets.remove(at))
+            });
+    })
+}
+// guide:end define
+
+// guide:begin service
+/// The assembled service: the registry to serve, the confirmation engine a person approves
+/// through, and the mount that keeps the tickets callable (dropping it unmounts them).
+pub struct Service {
+    /// The registry every adapter serves.
+    pub registry: Registry,
+    /// Pending deletions wait here for a person's approval.
+    pub confirmations: Arc<ConfirmationEngine>,
+    _tickets: Mount,
+}
+
+/// Builds the service on `clock` (the system clock in `main`, a test clock in tests).
+pub fn service(clock: Arc<dyn Clock>) -> Result<Service, DefinitionError> {
+    let policies = Policies::default_deny() // a capability no rule names is refused
+        .with_clock(clock.clone())
+        .global(RequireIdentity) // every caller signs in
+        .for_type("tickets", AllowAll) // every signed-in user may use tickets.* …
+        .for_capability("tickets.close", RequireRole::new("agent")) // … support agents close
+        .for_capability("tickets.delete", RequireRole::new("admin")); // … admins delete
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.clone(),
+        consumer_quotas: HashMap::from([
+            // 5 creates per minute per user
+            (Scope::capability("tickets.create"), Quota::per_minute(NonZeroU32::new(5).expect("5 > 0"))),
+        ]),
+        ..Default::default()
+    });
+    let confirmations =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+    let registry = Registry::new(RegistryConfig {
+        clock,
+        authority: Some(Arc::new(policies)),
+        rate_limiter: Some(Arc::new(limiter)),
+        confirmation: Some(confirmations.clone()),
+        ..Default::default()
+    });
+    registry.provide(Desk::default());
+    define(&registry)?;
+    let tickets = registry.mount("tickets", "main")?;
+    Ok(Service { registry, confirmations, _tickets: tickets })
+}
+// guide:end service

@@ -1,0 +1,158 @@
+//! The downstream tests of `docs/guide.md`: the tickets service held to its rules with the testing
+//! kit, through the embedded toolset and over MCP. The guide quotes this file between its
+//! `// guide:` markers.
+
+use std::time::Duration;
+
+use agent_surface_core::{ErrorCode, Retry};
+use agent_surface_example_tickets::{Service, service};
+use agent_surface_policy::{Consumer, Identity};
+use agent_surface_registry::InvokeRequest;
+use agent_surface_testing::{ScriptedConsumer, TestClock, expect_details, expect_error, expect_ok, expect_retry};
+use serde_json::{Value, json};
+
+fn alice() -> ScriptedConsumer {
+    ScriptedConsumer::signed_in("alice-session", Identity::new("alice"))
+}
+
+fn tickets() -> (TestClock, Service) {
+    let clock = TestClock::new();
+    let service = service(clock.shared()).expect("the tickets service is well-formed");
+    (clock, service)
+}
+
+// guide:begin test-validation
+#[tokio::test]
+async fn a_title_is_checked_before_the_handler_runs() {
+    let (_clock, service) = tickets();
+    let results = alice()
+        .call("tickets.create", json!({"title": ""}))
+        .call("tickets.create", json!({"title": "Printer jam"}))
+        .run(&service.registry)
+        .await;
+    let invalid = expect_error(&results[0], ErrorCode::InvalidInput);
+    expect_retry(invalid, Retry::WithChanges);
+    expect_details(invalid, json!({"issues": [{"path": "/title"}]}));
+    assert_eq!(expect_ok(&results[1])["id"], 1, "the invalid call created nothing");
+    assert_eq!(expect_ok(&results[1])["opened_by"], "alice");
+}
+// guide:end test-validation
+
+#[tokio::test]
+async fn every_caller_signs_in() {
+    let (_clock, service) = tickets();
+    let results = ScriptedConsumer::new("anonymous").call("tickets.list", json!({})).run(&service.registry).await;
+    expect_error(&results[0], ErrorCode::NotAuthenticated);
+}
+
+// guide:begin test-quota
+#[tokio::test]
+async fn five_creates_per_minute_per_user() {
+    let (clock, service) = tickets();
+    let six = (1..=6).fold(alice(), |c, n| c.call("tickets.create", json!({"title": format!("Issue {n}")})));
+    let results = six.run(&service.registry).await;
+    for created in &results[..5] {
+        expect_ok(created);
+    }
+    let limited = expect_error(&results[5], ErrorCode::RateLimited);
+    expect_retry(limited, Retry::AfterDelay);
+    expect_details(limited, json!({"reason": "rate"}));
+
+    // Bob's budget is his own; Alice's comes back after the minute.
+    let bob = ScriptedConsumer::signed_in("bob-session", Identity::new("bob"));
+    expect_ok(&bob.call("tickets.create", json!({"title": "Mine"})).run(&service.registry).await[0]);
+    clock.advance(Duration::from_secs(60));
+    expect_ok(&alice().call("tickets.create", json!({"title": "Again"})).run(&service.registry).await[0]);
+}
+// guide:end test-quota
+
+#[tokio::test]
+async fn support_agents_close_tickets_and_an_unknown_ticket_is_a_precondition() {
+    let (_clock, service) = tickets();
+    expect_ok(&alice().call("tickets.create", json!({"title": "Printer jam"})).run(&service.registry).await[0]);
+    let refused = alice().call("tickets.close", json!({"id": 1})).run(&service.registry).await;
+    expect_error(&refused[0], ErrorCode::NotAuthorized);
+
+    let bob = ScriptedConsumer::signed_in("bob-session", Identity::new("bob").with_role("agent"));
+    let results = bob
+        .call("tickets.close", json!({"id": 1}))
+        .call("tickets.close", json!({"id": 9}))
+        .run(&service.registry)
+        .await;
+    assert_eq!(expect_ok(&results[0])["open"], false);
+    let unknown = expect_error(&results[1], ErrorCode::PreconditionFailed);
+    expect_details(unknown, json!({"reason": "unknown-ticket"}));
+}
+
+// guide:begin test-confirmation
+#[tokio::test]
+async fn a_deletion_runs_once_a_person_approved_it() {
+    let (_clock, service) = tickets();
+    expect_ok(&alice().call("tickets.create", json!({"title": "Printer jam"})).run(&service.registry).await[0]);
+    let root = ScriptedConsumer::signed_in("root-session", Identity::new("root").with_role("admin"));
+    let asked = root.clone().call("tickets.delete", json!({"id": 1})).run(&service.registry).await;
+    let required = expect_error(&asked[0], ErrorCode::ConfirmationRequired);
+    expect_retry(required, Retry::WithConfirmation);
+    let id = required.detail("confirmationId").and_then(Value::as_str).expect("an id").to_string();
+
+    // Someone other than the requester approves (the engine refuses self-approval).
+    service.confirmations.approve(&id, &Identity::new("manager")).await.expect("approved");
+    let retry = InvokeRequest::new("tickets.delete", json!({"id": 1})).with_confirmation(&id);
+    let deleted = root.request(retry).call("tickets.list", json!({})).run(&service.registry).await;
+    assert_eq!(expect_ok(&deleted[0])["title"], "Printer jam");
+    assert_eq!(expect_ok(&deleted[1])["tickets"], json!([]));
+}
+// guide:end test-confirmation
+
+// guide:begin test-toolset
+#[tokio::test]
+async fn an_openai_turn_through_the_embedded_toolset() {
+    use agent_surface_toolset::{Provider, Toolset, ToolsetConfig};
+
+    let (_clock, service) = tickets();
+    let alice = Consumer::authenticated("conversation-1", Identity::new("alice"));
+    let toolset = Toolset::new(service.registry.clone(), alice, ToolsetConfig::default());
+    let tools = toolset.tools(Provider::OpenAiChat).await; // the request's `tools`
+    assert!(tools.as_array().expect("a list").iter().any(|t| t["function"]["name"] == "tickets-create"));
+
+    // The model asks for a ticket with an empty title, then fixes it on the next turn.
+    let call = |id: &str, title: &str| {
+        let arguments = json!({"title": title}).to_string();
+        json!({"role": "assistant", "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": "tickets-create", "arguments": arguments}}]})
+    };
+    let turn = toolset.handle(Provider::OpenAiChat, &call("call_1", "")).await.expect("a tool call");
+    expect_error(&turn.outcomes[0].result, ErrorCode::InvalidInput); // relayed to the model as JSON
+    let turn = toolset.handle(Provider::OpenAiChat, &call("call_2", "Printer jam")).await.expect("a tool call");
+    assert_eq!(expect_ok(&turn.outcomes[0].result)["id"], 1);
+    assert_eq!(turn.messages[0]["role"], "tool");
+}
+// guide:end test-toolset
+
+#[tokio::test]
+async fn over_mcp_a_tool_per_capability_and_errors_in_band() {
+    use agent_surface_mcp::{McpConfig, McpServer, codec};
+    use rmcp::{ServiceExt, model::CallToolRequestParams};
+
+    let (_clock, service) = tickets();
+    let config = McpConfig { identity: Some(Identity::new("alice")), ..Default::default() };
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (read, write) = tokio::io::split(server_io);
+    tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(service.registry.clone(), config), read, write, 1 << 20));
+
+    let client = ().serve(client_io).await.expect("the MCP handshake");
+    let mut names: Vec<String> =
+        client.list_all_tools().await.expect("tools/list").into_iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["tickets-close", "tickets-create", "tickets-delete", "tickets-list"]);
+    let call = |title: &str| {
+        let args = json!({"title": title}).as_object().cloned().expect("an object");
+        CallToolRequestParams::new("tickets-create").with_arguments(args)
+    };
+    let created = codec::decode(&client.call_tool(call("Printer jam")).await.expect("tools/call")).expect("decodes");
+    assert_eq!(expect_ok(&created)["opened_by"], "alice");
+    let refused = client.call_tool(call("")).await.expect("tools/call");
+    assert_eq!(refused.is_error, Some(true));
+    expect_error(&codec::decode(&refused).expect("decodes"), ErrorCode::InvalidInput);
+    client.cancel().await.expect("closes");
+}
