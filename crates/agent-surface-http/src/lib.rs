@@ -83,9 +83,15 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+pub mod inbox;
 mod json;
 mod router;
 pub mod wire;
+
+/// The examples of the user guide's approvals chapter, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/approvals.md")]
+struct UserGuideApprovals;
 
 pub use auth::{Authenticator, BearerTokens, BoxFuture};
 pub use router::{CONSUMER_HEADER, CORRELATION_ID, HttpConfig, IDEMPOTENCY_KEY, MetricsRenderer, router, serve};

@@ -4,5 +4,6 @@ mod client;
 mod conformance;
 mod drain;
 mod hostile;
+mod inbox;
 mod routes;
 mod strict;

@@ -1,0 +1,199 @@
+//! The inbox's pages: server-rendered HTML, no script, no style sheet, every value escaped.
+
+use std::fmt::Write;
+
+use agent_surface_policy::{AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord, ConfirmationState};
+
+/// `text` with the five characters HTML gives a meaning escaped (safe in element content and in
+/// quoted attribute values).
+pub(crate) struct Esc<'a>(pub(crate) &'a str);
+
+impl std::fmt::Display for Esc<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '&' => f.write_str("&amp;")?,
+                '<' => f.write_str("&lt;")?,
+                '>' => f.write_str("&gt;")?,
+                '"' => f.write_str("&quot;")?,
+                '\'' => f.write_str("&#39;")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole page.
+pub(crate) fn page(title: &str, signed_in: Option<(&str, &str, &str)>, body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 512);
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><title>{}</title></head><body>\n",
+        Esc(title)
+    );
+    if let Some((subject, prefix, csrf)) = signed_in {
+        let _ = writeln!(
+            out,
+            "<header><p>Signed in as <strong id=\"approver\">{}</strong>. <a href=\"{p}/\">Inbox</a></p>\
+             <form method=\"post\" action=\"{p}/sign-out\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <button type=\"submit\">Sign out</button></form></header>",
+            Esc(subject),
+            Esc(csrf),
+            p = Esc(prefix),
+        );
+    }
+    let _ = write!(out, "<main>\n<h1>{}</h1>\n{body}</main>\n</body></html>\n", Esc(title));
+    out
+}
+
+/// The list of pending confirmations and the recent decisions.
+pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[AuditEvent]) -> String {
+    let mut out = String::new();
+    if pending.is_empty() {
+        out.push_str("<p id=\"empty\">Nothing waits for your decision.</p>\n");
+    } else {
+        out.push_str(
+            "<table id=\"pending\"><thead><tr><th>What</th><th>Capability</th><th>Requested by</th>\
+             <th>Effect</th><th>Requested at</th><th>Expires at</th></tr></thead><tbody>\n",
+        );
+        for r in pending {
+            let _ = writeln!(
+                out,
+                "<tr><td><a href=\"{}/c/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                Esc(prefix),
+                Esc(&r.id),
+                Esc(&r.summary),
+                Esc(&r.binding.capability),
+                Esc(requester(r)),
+                Esc(r.effect.as_str()),
+                r.created_at,
+                r.expires_at,
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    out.push_str("<h2>Recent decisions</h2>\n");
+    if recent.is_empty() {
+        out.push_str("<p>No decision yet.</p>\n");
+        return out;
+    }
+    out.push_str(
+        "<table id=\"recent\"><thead><tr><th>When</th><th>Who</th><th>Decision</th><th>Capability</th>\
+         <th>Requested by</th><th>Note</th></tr></thead><tbody>\n",
+    );
+    for e in recent {
+        let AuditKind::ConfirmationDecided { verdict, approver, note } = &e.kind else { continue };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            e.at,
+            Esc(approver),
+            verdict_text(*verdict),
+            Esc(&e.capability),
+            Esc(e.principal.as_deref().unwrap_or(&e.consumer)),
+            Esc(note.as_deref().unwrap_or("")),
+        );
+    }
+    out.push_str("</tbody></table>\n");
+    out
+}
+
+/// One confirmation, with the decision form when it is pending.
+pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "<dl id=\"detail\"><dt>What</dt><dd id=\"summary\">{}</dd><dt>Capability</dt><dd>{}</dd>\
+         <dt>Requested by</dt><dd>{}</dd><dt>Effect</dt><dd>{}</dd><dt>Requested at</dt><dd>{}</dd>\
+         <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd><dt>Id</dt><dd>{}</dd></dl>",
+        Esc(&r.summary),
+        Esc(&r.binding.capability),
+        Esc(requester(r)),
+        Esc(r.effect.as_str()),
+        r.created_at,
+        r.expires_at,
+        Esc(&state_text(&r.state)),
+        Esc(&r.id),
+    );
+    let _ = writeln!(
+        out,
+        "<h2>Input</h2>\n<pre id=\"input\">{}</pre>",
+        Esc(r.input_preview.as_deref().unwrap_or("(not recorded)"))
+    );
+    if let Some(csrf) = csrf {
+        let _ = writeln!(
+            out,
+            "<form id=\"decide\" method=\"post\" action=\"{}/c/{}\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <p><label for=\"note\">Note (optional)</label><br>\
+             <textarea id=\"note\" name=\"note\" rows=\"3\" cols=\"60\" maxlength=\"1000\"></textarea></p>\
+             <p><button id=\"approve\" type=\"submit\" name=\"verdict\" value=\"approve\">Approve</button> \
+             <button id=\"deny\" type=\"submit\" name=\"verdict\" value=\"deny\">Deny</button></p></form>",
+            Esc(prefix),
+            Esc(&r.id),
+            Esc(csrf),
+        );
+    }
+    out
+}
+
+/// The sign-in form.
+pub(crate) fn sign_in(prefix: &str, csrf: &str, failed: bool) -> String {
+    let mut out = String::new();
+    if failed {
+        out.push_str("<p id=\"error\">That token does not sign anyone in.</p>\n");
+    }
+    let _ = writeln!(
+        out,
+        "<form id=\"sign-in\" method=\"post\" action=\"{}/sign-in\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <p><label for=\"token\">Access token</label><br>\
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required></p>\
+         <p><button id=\"submit\" type=\"submit\">Sign in</button></p></form>",
+        Esc(prefix),
+        Esc(csrf),
+    );
+    out
+}
+
+/// A short message page's body.
+pub(crate) fn message(prefix: &str, text: &str) -> String {
+    format!("<p id=\"message\">{}</p>\n<p><a href=\"{}/\">Back to the inbox</a></p>\n", Esc(text), Esc(prefix))
+}
+
+fn requester(r: &ConfirmationRecord) -> &str {
+    r.requester.as_deref().unwrap_or(&r.binding.consumer_key)
+}
+
+fn verdict_text(v: AuditVerdict) -> &'static str {
+    match v {
+        AuditVerdict::Approve => "approved",
+        AuditVerdict::ApproveInPerson => "approved in person",
+        AuditVerdict::Deny => "denied",
+    }
+}
+
+fn state_text(s: &ConfirmationState) -> String {
+    match s {
+        ConfirmationState::Pending => "pending".to_string(),
+        ConfirmationState::Approved { by } => format!("approved by {by}"),
+        ConfirmationState::Denied { by } => format!("denied by {by}"),
+        ConfirmationState::Consumed { approved_by } => format!("approved by {approved_by} and used"),
+        ConfirmationState::Withdrawn => "withdrawn".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Esc;
+
+    #[test]
+    fn escapes_what_html_gives_a_meaning() {
+        assert_eq!(
+            Esc(r#"<script>alert("x")</script> & 'y'"#).to_string(),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+    }
+}

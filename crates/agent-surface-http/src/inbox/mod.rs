@@ -1,0 +1,392 @@
+//! The approval inbox: server-rendered pages where a person sees the confirmations that wait for
+//! them and approves or denies them (works without JavaScript; the pages carry none).
+//!
+//! # Overview
+//!
+//! [`router`] serves, under [`InboxConfig::prefix`] (default `/inbox`):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, requested and expires at), and the recent decisions from the audit trail |
+//! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the input with sensitive fields redacted, and the approve / deny form with an optional note |
+//! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
+//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie |
+//! | `POST {prefix}/sign-out` | forgets the cookie |
+//!
+//! **Who.** The approver is whoever the [`Authenticator`] says the credential proves: a bearer
+//! token in `Authorization`, or the token the sign-in form stored in the cookie `inbox_session`
+//! (`HttpOnly`, `SameSite=Strict`, `Path={prefix}`, and `Secure` unless
+//! [`InboxConfig::secure_cookie`] is off for plain-HTTP development). With
+//! [`InboxConfig::approver_role`] only identities with that role may use the inbox.
+//!
+//! **The engine's rules hold.** Decisions go through [`ConfirmationEngine::approve_with_note`] and
+//! [`deny_with_note`](ConfirmationEngine::deny_with_note): a requester cannot approve their own
+//! request (the page refuses it, `403`), an expired confirmation cannot be decided (`410`), and a
+//! decision is final (`409`). The list leaves out the approver's own requests.
+//!
+//! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
+//! bound to the credential and to the one action, valid 30 minutes, accepted once, so a forged or
+//! replayed post is refused (`403`). Every response carries `Cache-Control: no-store`, a
+//! `Content-Security-Policy` that allows nothing but forms posting to this origin
+//! (`default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`),
+//! `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and `X-Frame-Options: DENY`;
+//! every value on a page is HTML-escaped. Bodies are capped at 16 KiB.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agent_surface_http::inbox::{InboxConfig, router};
+//! use agent_surface_policy::{BearerTokens, ConfirmationConfig, ConfirmationEngine, Identity};
+//!
+//! let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+//! let approvers = Arc::new(BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]));
+//! let inbox = router(InboxConfig { approver_role: Some("approver".into()), ..InboxConfig::new(engine, approvers) });
+//! # let _: axum::Router = inbox;
+//! ```
+
+mod csrf;
+mod html;
+
+use std::sync::Arc;
+
+use agent_surface_policy::{
+    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, ConfirmationState, Identity,
+};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use csrf::{Csrf, form_fields};
+
+/// The cookie that holds a signed-in approver's token.
+pub const SESSION_COOKIE: &str = "inbox_session";
+
+/// The most pending confirmations a page lists.
+const MAX_LISTED: usize = 200;
+
+/// The most recent decisions a page shows.
+const MAX_RECENT: usize = 20;
+
+/// The largest request body the inbox reads.
+const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The inbox's configuration. Build it with struct update syntax over [`InboxConfig::new`].
+#[derive(Clone)]
+pub struct InboxConfig {
+    /// The engine whose confirmations are decided (the one the registry asks).
+    pub engine: Arc<ConfirmationEngine>,
+    /// Who the approver is, from a bearer token.
+    pub authenticator: Arc<dyn Authenticator>,
+    /// Where the recent decisions come from (the sink the engine writes to); `None`: none shown.
+    pub audit: Option<Arc<dyn AuditSink>>,
+    /// The role an identity needs to use the inbox; `None`: any signed-in identity.
+    pub approver_role: Option<String>,
+    /// The path prefix (default `/inbox`).
+    pub prefix: String,
+    /// Whether the session cookie is marked `Secure` (default `true`; turn it off only to try the
+    /// inbox over plain HTTP on a loopback address).
+    pub secure_cookie: bool,
+}
+
+impl InboxConfig {
+    /// An inbox for `engine`'s confirmations, approvers known to `authenticator`.
+    pub fn new(engine: Arc<ConfirmationEngine>, authenticator: Arc<dyn Authenticator>) -> InboxConfig {
+        InboxConfig {
+            engine,
+            authenticator,
+            audit: None,
+            approver_role: None,
+            prefix: "/inbox".to_string(),
+            secure_cookie: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for InboxConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxConfig")
+            .field("approver_role", &self.approver_role)
+            .field("prefix", &self.prefix)
+            .field("secure_cookie", &self.secure_cookie)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inbox {
+    config: InboxConfig,
+    csrf: Csrf,
+}
+
+/// Who is asking: the identity and the credential it was proven with (tokens are bound to it).
+struct Approver {
+    identity: Identity,
+    credential: String,
+}
+
+/// The inbox's routes (see the [module](self)); merge them into the application's router.
+pub fn router(mut config: InboxConfig) -> Router {
+    let trimmed = config.prefix.trim_end_matches('/');
+    config.prefix =
+        if trimmed.is_empty() || trimmed.starts_with('/') { trimmed.to_string() } else { format!("/{trimmed}") };
+    let prefix = config.prefix.clone();
+    let mut key = [0u8; 32];
+    csrf::fill_random(&mut key);
+    let state = Arc::new(Inbox { config, csrf: Csrf::new(key) });
+    let mut router = Router::new();
+    if !prefix.is_empty() {
+        router = router.route(&prefix, get(list));
+    }
+    router
+        .route(&format!("{prefix}/"), get(list))
+        .route(&format!("{prefix}/c/{{id}}"), get(show).post(decide))
+        .route(&format!("{prefix}/sign-in"), get(sign_in_form).post(sign_in))
+        .route(&format!("{prefix}/sign-out"), axum::routing::post(sign_out))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(state)
+}
+
+async fn secure_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+impl Inbox {
+    fn prefix(&self) -> &str {
+        &self.config.prefix
+    }
+
+    fn now(&self) -> agent_surface_core::Timestamp {
+        self.config.engine.config().clock.now()
+    }
+
+    /// The approver, from a bearer token or the session cookie; `None` when neither proves one.
+    async fn approver(&self, headers: &HeaderMap) -> Option<Approver> {
+        let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let credential = match authorization.and_then(agent_surface_policy::bearer_token) {
+            Some(token) => token.to_string(),
+            None => session_cookie(headers)?,
+        };
+        let mut proof = HeaderMap::new();
+        proof.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {credential}")).ok()?);
+        let identity = self.config.authenticator.authenticate(&proof).await?;
+        Some(Approver { identity, credential })
+    }
+
+    /// The approver, or the response that sends the caller away (sign in, or not allowed).
+    async fn require(&self, headers: &HeaderMap) -> Result<Approver, Response> {
+        let Some(approver) = self.approver(headers).await else {
+            return Err(redirect(&format!("{}/sign-in", self.prefix()), None));
+        };
+        if let Some(role) = &self.config.approver_role
+            && !approver.identity.has_role(role)
+        {
+            return Err(self.message(StatusCode::FORBIDDEN, "Not allowed", "You may not decide confirmations."));
+        }
+        Ok(approver)
+    }
+
+    fn page(&self, status: StatusCode, title: &str, approver: Option<&Approver>, body: &str) -> Response {
+        let signed_in = approver.map(|a| {
+            let token = self.csrf.issue(&a.credential, "sign-out", self.now());
+            (a.identity.subject.clone(), token)
+        });
+        let signed = signed_in.as_ref().map(|(s, t)| (s.as_str(), self.prefix(), t.as_str()));
+        let html = html::page(title, signed, body);
+        (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], html).into_response()
+    }
+
+    fn message(&self, status: StatusCode, title: &str, text: &str) -> Response {
+        self.page(status, title, None, &html::message(self.prefix(), text))
+    }
+}
+
+async fn list(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
+    let approver = match inbox.require(&headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let pending = match inbox.config.engine.pending_for(&approver.identity, MAX_LISTED).await {
+        Ok(p) => p,
+        Err(e) => return unavailable(&inbox, &e.to_string()),
+    };
+    let recent = recent_decisions(&inbox).await;
+    let body = html::inbox(inbox.prefix(), &pending, &recent);
+    inbox.page(StatusCode::OK, "Approvals", Some(&approver), &body)
+}
+
+/// The latest decisions from the audit trail, newest first.
+async fn recent_decisions(inbox: &Inbox) -> Vec<agent_surface_policy::AuditEvent> {
+    let Some(audit) = &inbox.config.audit else { return Vec::new() };
+    match audit.recent(1000).await {
+        Ok(events) => events
+            .into_iter()
+            .rev()
+            .filter(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. }))
+            .take(MAX_RECENT)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(target: "agent_surface::inbox", error = %e, "recent decisions unavailable");
+            Vec::new()
+        }
+    }
+}
+
+async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let approver = match inbox.require(&headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let record = match inbox.config.engine.get(&id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation."),
+        Err(e) => return unavailable(&inbox, &e.to_string()),
+    };
+    let open = record.state == ConfirmationState::Pending && inbox.now() < record.expires_at;
+    let csrf = open.then(|| inbox.csrf.issue(&approver.credential, &format!("decide:{id}"), inbox.now()));
+    let body = html::detail(inbox.prefix(), &record, csrf.as_deref());
+    inbox.page(StatusCode::OK, "Confirmation", Some(&approver), &body)
+}
+
+async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let approver = match inbox.require(&headers).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let form = form_fields(&body);
+    let token = form.get("csrf").map(String::as_str).unwrap_or_default();
+    if let Err(why) = inbox.csrf.redeem(token, &approver.credential, &format!("decide:{id}"), inbox.now()) {
+        tracing::warn!(target: "agent_surface::inbox", confirmation_id = %id, refused = ?why, "form token refused");
+        return inbox.message(
+            StatusCode::FORBIDDEN,
+            "Form refused",
+            "This form is not valid any more. Open the confirmation again.",
+        );
+    }
+    let note = form.get("note").map(String::as_str);
+    let engine = &inbox.config.engine;
+    let decided = match form.get("verdict").map(String::as_str) {
+        Some("approve") => engine.approve_with_note(&id, &approver.identity, note).await,
+        Some("deny") => engine.deny_with_note(&id, &approver.identity, note).await,
+        _ => return inbox.message(StatusCode::BAD_REQUEST, "Form refused", "Choose approve or deny."),
+    };
+    match decided {
+        Ok(()) => redirect(&format!("{}/c/{}", inbox.prefix(), percent_path(&id)), None),
+        Err(ApprovalError::SelfApproval) => inbox.message(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            "You requested this action; another person must approve it.",
+        ),
+        Err(ApprovalError::Expired) => {
+            inbox.message(StatusCode::GONE, "Expired", "This confirmation expired; a new request starts a new one.")
+        }
+        Err(ApprovalError::AlreadyDecided(_)) => {
+            inbox.message(StatusCode::CONFLICT, "Already decided", "This confirmation was already decided.")
+        }
+        Err(ApprovalError::Unknown) => {
+            inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation.")
+        }
+        Err(ApprovalError::NoApprover) => {
+            inbox.message(StatusCode::FORBIDDEN, "Not allowed", "Your identity has no subject.")
+        }
+        Err(e) => unavailable(&inbox, &e.to_string()),
+    }
+}
+
+async fn sign_in_form(State(inbox): State<Arc<Inbox>>) -> Response {
+    let token = inbox.csrf.issue("", "sign-in", inbox.now());
+    inbox.page(StatusCode::OK, "Sign in", None, &html::sign_in(inbox.prefix(), &token, false))
+}
+
+async fn sign_in(State(inbox): State<Arc<Inbox>>, body: Bytes) -> Response {
+    let form = form_fields(&body);
+    let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
+    if inbox.csrf.redeem(csrf, "", "sign-in", inbox.now()).is_err() {
+        return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more. Sign in again.");
+    }
+    let token = form.get("token").map(|t| t.trim().to_string()).unwrap_or_default();
+    let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
+    let mut proof = HeaderMap::new();
+    let identity = match valid.then(|| HeaderValue::from_str(&format!("Bearer {token}"))) {
+        Some(Ok(value)) => {
+            proof.insert(header::AUTHORIZATION, value);
+            inbox.config.authenticator.authenticate(&proof).await
+        }
+        _ => None,
+    };
+    if identity.is_none() {
+        let again = inbox.csrf.issue("", "sign-in", inbox.now());
+        return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &html::sign_in(inbox.prefix(), &again, true));
+    }
+    let secure = if inbox.config.secure_cookie { "; Secure" } else { "" };
+    let cookie = format!("{SESSION_COOKIE}={token}; Path={}/; HttpOnly; SameSite=Strict{secure}", inbox.prefix());
+    redirect(&format!("{}/", inbox.prefix()), Some(&cookie))
+}
+
+async fn sign_out(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(approver) = inbox.approver(&headers).await else {
+        return redirect(&format!("{}/sign-in", inbox.prefix()), None);
+    };
+    let form = form_fields(&body);
+    let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
+    if inbox.csrf.redeem(csrf, &approver.credential, "sign-out", inbox.now()).is_err() {
+        return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more.");
+    }
+    let secure = if inbox.config.secure_cookie { "; Secure" } else { "" };
+    let cookie = format!("{SESSION_COOKIE}=; Path={}/; HttpOnly; SameSite=Strict; Max-Age=0{secure}", inbox.prefix());
+    redirect(&format!("{}/sign-in", inbox.prefix()), Some(&cookie))
+}
+
+fn unavailable(inbox: &Inbox, error: &str) -> Response {
+    tracing::error!(target: "agent_surface::inbox", error, "confirmation store failed");
+    inbox.message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Unavailable",
+        "The confirmations cannot be read now. Try again shortly.",
+    )
+}
+
+/// `303 See Other` to `location`, setting `cookie` if given.
+fn redirect(location: &str, cookie: Option<&str>) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    if let Some(value) = cookie.and_then(|c| HeaderValue::from_str(c).ok()) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// The session cookie's value, if the request carries one.
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|c| {
+        let (name, value) = c.trim().split_once('=')?;
+        (name == SESSION_COOKIE && !value.is_empty()).then(|| value.to_string())
+    })
+}
+
+/// An id as a path segment: unreserved characters kept, everything else percent-encoded.
+fn percent_path(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,266 @@
+//! The approval inbox through its router: sign-in, the list and the detail page, decisions by a
+//! second person, the engine's rules, and the page's defences (CSRF, escaping, headers).
+
+use std::sync::Arc;
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode};
+use agent_surface_http::inbox::{InboxConfig, SESSION_COOKIE, router};
+use agent_surface_policy::{
+    AuditSink, BearerTokens, ConfirmationConfig, ConfirmationEngine, ConfirmationState, Consumer, Identity,
+    MemoryAuditSink,
+};
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use axum::body::Body;
+use http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+#[derive(Deserialize, JsonSchema)]
+struct Refund {
+    order: String,
+    cents: u64,
+    #[allow(dead_code, reason = "only its redaction matters here")]
+    card: String,
+}
+
+struct Env {
+    registry: Registry,
+    engine: Arc<ConfirmationEngine>,
+    app: axum::Router,
+    _mount: agent_surface_registry::Mount,
+}
+
+fn env() -> Env {
+    let audit = Arc::new(MemoryAuditSink::default());
+    let engine =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { audit: Some(audit.clone()), ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    registry
+        .define("orders", |t| {
+            t.capability("refund", "Refund an order.")
+                .effect(Effect::External)
+                .sensitive(&["card"])
+                .confirm(|i: &Refund| format!("Refund {} cents on <b>{}</b>.", i.cents, i.order))
+                .handler(|_c: Ctx, i: Refund| async move { Ok::<_, AgentSurfaceError>(json!({"refunded": i.cents})) });
+        })
+        .unwrap();
+    let mount = registry.mount("orders", "main").unwrap();
+    let tokens = BearerTokens::new([
+        ("t-alice", Identity::new("alice").with_role("approver")),
+        ("t-manager", Identity::new("manager").with_role("approver")),
+        ("t-intern", Identity::new("intern")),
+    ]);
+    let config = InboxConfig {
+        audit: Some(audit as Arc<dyn AuditSink>),
+        approver_role: Some("approver".into()),
+        secure_cookie: false,
+        ..InboxConfig::new(engine.clone(), Arc::new(tokens))
+    };
+    Env { registry, engine, app: router(config), _mount: mount }
+}
+
+fn alice() -> InvokeOptions {
+    InvokeOptions::new(Consumer::authenticated("http:alice:default", Identity::new("alice")))
+}
+
+fn refund() -> InvokeRequest {
+    InvokeRequest::new("orders.refund", json!({"order": "A-1", "cents": 4200, "card": "4111 1111 1111 1111"}))
+}
+
+struct Page {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Page {
+    /// The value of the hidden `csrf` field of the form whose action ends with `action`.
+    fn csrf(&self, action: &str) -> String {
+        let at =
+            self.body.find(&format!("{action}\"")).unwrap_or_else(|| panic!("no form for {action}: {}", self.body));
+        let rest = &self.body[at..];
+        let start = rest.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+        rest[start..start + rest[start..].find('"').unwrap()].to_string()
+    }
+}
+
+impl Env {
+    async fn send(&self, method: &str, uri: &str, cookie: Option<&str>, form: Option<&str>) -> Page {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(c) = cookie {
+            request = request.header(header::COOKIE, c);
+        }
+        let body = match form {
+            Some(f) => {
+                request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+                Body::from(f.to_string())
+            }
+            None => Body::empty(),
+        };
+        let response = self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap();
+        Page { status: parts.status, headers: parts.headers, body }
+    }
+
+    /// Signs in with `token` through the form; returns the cookie to send.
+    async fn sign_in(&self, token: &str) -> String {
+        let form = self.send("GET", "/inbox/sign-in", None, None).await;
+        let csrf = form.csrf("/inbox/sign-in");
+        let signed = self.send("POST", "/inbox/sign-in", None, Some(&format!("token={token}&csrf={csrf}"))).await;
+        assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+        let set = signed.headers[header::SET_COOKIE].to_str().unwrap().to_string();
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/inbox/"] {
+            assert!(set.contains(attribute), "{set}");
+        }
+        set.split(';').next().unwrap().to_string()
+    }
+
+    async fn request_confirmation(&self) -> String {
+        let inv = self.registry.invoke_detailed(refund(), alice()).await;
+        let p = inv.result.error_payload().unwrap();
+        assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
+        p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
+    }
+}
+
+#[tokio::test]
+async fn a_second_person_approves_in_the_inbox_and_the_agent_repeat_runs_once() {
+    let env = env();
+    let id = env.request_confirmation().await;
+
+    // Not signed in: sent to the sign-in form. A bad token signs no one in.
+    let away = env.send("GET", "/inbox/", None, None).await;
+    assert_eq!(away.status, StatusCode::SEE_OTHER);
+    assert_eq!(away.headers[header::LOCATION], "/inbox/sign-in");
+    let form = env.send("GET", "/inbox/sign-in", None, None).await;
+    let csrf = form.csrf("/inbox/sign-in");
+    let bad = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-nobody&csrf={csrf}"))).await;
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+
+    let manager = env.sign_in("t-manager").await;
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert_eq!(list.status, StatusCode::OK);
+    // The summary is escaped, never markup.
+    assert!(list.body.contains("Refund 4200 cents on &lt;b&gt;A-1&lt;/b&gt;."), "{}", list.body);
+    assert!(!list.body.contains("<b>A-1"));
+    assert!(list.body.contains(&format!("/inbox/c/{id}")));
+    assert!(list.body.contains("orders.refund") && list.body.contains("alice") && list.body.contains("external"));
+
+    let detail = env.send("GET", &format!("/inbox/c/{id}"), Some(&manager), None).await;
+    assert!(detail.body.contains("[redacted]"), "{}", detail.body);
+    assert!(!detail.body.contains("4111"), "the sensitive field is never shown");
+    let csrf = detail.csrf(&format!("/inbox/c/{id}"));
+    let decided = env
+        .send(
+            "POST",
+            &format!("/inbox/c/{id}"),
+            Some(&manager),
+            Some(&format!("verdict=approve&note=ok+by+me&csrf={csrf}")),
+        )
+        .await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    let record = env.engine.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() });
+
+    // The agent's repeat with the id runs once.
+    let ok = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(ok.result.output(), Some(&json!({"refunded": 4200})));
+    let again = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(again.result.code(), Some(ErrorCode::ConfirmationInvalid));
+
+    // The list is empty now, and the decision shows among the recent ones.
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(list.body.contains("id=\"empty\""), "{}", list.body);
+    assert!(
+        list.body.contains("<td>manager</td><td>approved</td><td>orders.refund</td><td>alice</td><td>ok by me</td>"),
+        "{}",
+        list.body
+    );
+}
+
+#[tokio::test]
+async fn forged_and_replayed_posts_are_refused() {
+    let env = env();
+    let id = env.request_confirmation().await;
+    let manager = env.sign_in("t-manager").await;
+    let path = format!("/inbox/c/{id}");
+
+    // No token, a made-up token, a token for another confirmation, another person's token.
+    let other_id = env.request_confirmation().await;
+    let other = env
+        .send("GET", &format!("/inbox/c/{other_id}"), Some(&manager), None)
+        .await
+        .csrf(&format!("/inbox/c/{other_id}"));
+    let bob = env.sign_in("t-alice").await;
+    let bobs = env.send("GET", &path, Some(&bob), None).await.csrf(&path);
+    for csrf in ["", "0123.456.789", other.as_str(), bobs.as_str()] {
+        let forged = env.send("POST", &path, Some(&manager), Some(&format!("verdict=approve&csrf={csrf}"))).await;
+        assert_eq!(forged.status, StatusCode::FORBIDDEN, "token {csrf:?}");
+    }
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
+
+    // A real token works once; replayed, it is refused before the engine is asked.
+    let csrf = env.send("GET", &path, Some(&manager), None).await.csrf(&path);
+    let form = format!("verdict=deny&csrf={csrf}");
+    assert_eq!(env.send("POST", &path, Some(&manager), Some(&form)).await.status, StatusCode::SEE_OTHER);
+    let replayed = env.send("POST", &path, Some(&manager), Some(&form)).await;
+    assert_eq!(replayed.status, StatusCode::FORBIDDEN);
+    // A denial is final: the detail page offers no form, a new token cannot change it.
+    let detail = env.send("GET", &path, Some(&manager), None).await;
+    assert!(detail.body.contains("denied by manager") && !detail.body.contains("id=\"decide\""), "{}", detail.body);
+    let denied = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(denied.result.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
+}
+
+#[tokio::test]
+async fn the_requester_cannot_approve_and_others_without_the_role_cannot_enter() {
+    let env = env();
+    let id = env.request_confirmation().await;
+    let alice_cookie = env.sign_in("t-alice").await;
+    // Her own request is not in her list …
+    let list = env.send("GET", "/inbox/", Some(&alice_cookie), None).await;
+    assert!(!list.body.contains(&id), "{}", list.body);
+    // … and approving it by its address is refused.
+    let path = format!("/inbox/c/{id}");
+    let csrf = env.send("GET", &path, Some(&alice_cookie), None).await.csrf(&path);
+    let refused = env.send("POST", &path, Some(&alice_cookie), Some(&format!("verdict=approve&csrf={csrf}"))).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("another person must approve it"));
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
+
+    let intern = env.sign_in("t-intern").await;
+    assert_eq!(env.send("GET", "/inbox/", Some(&intern), None).await.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn bearer_auth_and_the_page_headers() {
+    let env = env();
+    let request =
+        Request::get("/inbox/").header(header::AUTHORIZATION, "Bearer t-manager").body(Body::empty()).unwrap();
+    let response = env.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let h = response.headers();
+    assert_eq!(h[header::CACHE_CONTROL], "no-store");
+    assert_eq!(
+        h[header::CONTENT_SECURITY_POLICY],
+        "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    );
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert_eq!(h[header::X_FRAME_OPTIONS], "DENY");
+    assert!(h[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+    // Every page, also a refusal and a redirect.
+    let away = env.send("GET", "/inbox/", None, None).await;
+    assert_eq!(away.headers[header::CACHE_CONTROL], "no-store");
+    // Signing out forgets the cookie.
+    let cookie = env.sign_in("t-manager").await;
+    assert!(cookie.starts_with(&format!("{SESSION_COOKIE}=")));
+    let page = env.send("GET", "/inbox/", Some(&cookie), None).await;
+    let csrf = page.csrf("/inbox/sign-out");
+    let out = env.send("POST", "/inbox/sign-out", Some(&cookie), Some(&format!("csrf={csrf}"))).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(out.headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+}
