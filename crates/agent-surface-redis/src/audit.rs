@@ -13,7 +13,7 @@ use redis::Value;
 
 use crate::RedisStores;
 
-/// The audit trail on a Redis stream (see the [module](self)); build it with
+/// The audit trail on a Redis stream `{prefix}audit`, one entry per event (field `e`, the event's JSON); build it with
 /// [`RedisStores::audit`].
 #[derive(Clone, Debug)]
 pub struct RedisAuditSink {

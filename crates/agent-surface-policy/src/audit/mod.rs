@@ -47,7 +47,7 @@ pub const AUDIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The longest approver note kept in an event, in characters; a longer note is cut.
 pub const MAX_NOTE_CHARS: usize = 1000;
 
-/// One entry of the audit trail; its JSON form is the trail's format (see the [module](self)).
+/// One entry of the audit trail; its JSON form is the trail's format (see [`AuditSink`]; the spec's *Audit trail*).
 ///
 /// ```
 /// use agent_surface_core::{Effect, Timestamp};
