@@ -38,14 +38,23 @@ pub struct Ticket {
     /// Whether it is still open.
     pub open: bool,
 }
-// guide:end state
 
 impl Desk {
+    /// Opens a ticket for `user` (an `INSERT … RETURNING` in a real service).
+    pub fn open(&self, title: String, user: &str) -> Ticket {
+        let mut tickets = self.tickets();
+        let id = tickets.last().map_or(1, |t| t.id + 1);
+        let ticket = Ticket { id, title, opened_by: user.to_string(), open: true };
+        tickets.push(ticket.clone());
+        ticket
+    }
+
     fn tickets(&self) -> std::sync::MutexGuard<'_, Vec<Ticket>> {
         // A poisoned lock only means a handler panicked while holding it; the list is still whole.
         self.tickets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
+// guide:end state
 
 /// The input of `tickets.create`.
 // guide:begin input
@@ -90,12 +99,8 @@ pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
         // guide:begin create
         t.capability("create", "Open a ticket.").effect(Effect::Write).handle(
             |State(desk): State<Desk>, Caller(who): Caller, i: NewTicket| async move {
-                let mut tickets = desk.tickets();
-                let opened_by = who.identity().map_or(who.key(), |id| &id.subject).to_string();
-                let id = tickets.last().map_or(1, |t| t.id + 1);
-                let ticket = Ticket { id, title: i.title, opened_by, open: true };
-                tickets.push(ticket.clone());
-                Ok::<_, AgentSurfaceError>(ticket)
+                let user = who.identity().map_or(who.key(), |id| &id.subject);
+                Ok::<_, AgentSurfaceError>(desk.open(i.title, user))
             },
         );
         // guide:end create
