@@ -38,6 +38,14 @@ async fn a_title_is_checked_before_the_handler_runs() {
 }
 // guide:end test-validation
 
+#[test]
+fn without_the_shared_state_the_type_does_not_mount() {
+    let registry = agent_surface_registry::Registry::new(agent_surface_registry::RegistryConfig::default());
+    agent_surface_example_tickets::define(&registry).expect("the type is well-formed");
+    let err = registry.mount("tickets", "main").expect_err("no Desk is provided");
+    assert!(err.problem().contains("Registry::provide") && err.problem().contains("Desk"), "{err}");
+}
+
 #[tokio::test]
 async fn every_caller_signs_in() {
     let (_clock, service) = tickets();
