@@ -47,6 +47,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
+pub use agent_surface_core::decision::{Approval, Verification};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, ErrorPayload};
 use futures_util::future::BoxFuture;
@@ -99,28 +100,6 @@ pub struct ConfirmationPrompt {
     pub summary: String,
     /// When the pending confirmation expires (RFC 3339).
     pub expires_at: String,
-}
-
-/// The person's answer to a [`ConfirmationPrompt`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Approval {
-    /// Approved: retry with the confirmation id.
-    Approved,
-    /// Denied: never retry.
-    Denied,
-    /// No one can be asked: hand the confirmation to the model (two-phase).
-    Unavailable,
-}
-
-/// The host's finding after a call that may have taken effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verification {
-    /// The effect did not happen: the call may be repeated.
-    NotApplied,
-    /// The effect happened: do not repeat.
-    Applied,
-    /// It cannot be told: do not repeat (the default).
-    Unknown,
 }
 
 /// The person and the state behind the client. The defaults hand decisions back: no one to

@@ -311,6 +311,30 @@ pub fn decide(code: ErrorCode, details: Option<&Map<String, Value>>) -> &'static
     first.or_else(|| rows.next_back()).unwrap_or(&DECISIONS[DECISIONS.len() - 1])
 }
 
+/// A host's answer when a person is asked to approve a call (a confirmation's
+/// [`Action::Confirm`]): the same three answers for every client helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// Approved: retry with the confirmation id.
+    Approved,
+    /// Denied: never retry.
+    Denied,
+    /// No one can be asked in-process: hand the confirmation to the model (two-phase).
+    Unavailable,
+}
+
+/// A host's finding after a call that may have taken effect (a row with [`Verify`] before the
+/// retry), the same for every client helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// The effect did not happen: the call may be repeated.
+    NotApplied,
+    /// The effect happened: do not repeat.
+    Applied,
+    /// It cannot be told: do not repeat (the default).
+    Unknown,
+}
+
 /// The loop's bounds every client shares by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

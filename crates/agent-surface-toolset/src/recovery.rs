@@ -59,6 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
+pub use agent_surface_core::decision::{Approval, Verification};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
@@ -119,28 +120,6 @@ pub struct ConfirmationPrompt {
     pub expires_at: String,
     /// The capability's declared effect.
     pub effect: Effect,
-}
-
-/// The host's answer to a [`ConfirmationPrompt`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Approval {
-    /// The user approved: retry with the confirmation id.
-    Approved,
-    /// The user denied: never retry.
-    Denied,
-    /// No one can be asked in-process: hand the confirmation to the model (two-phase mode).
-    Unavailable,
-}
-
-/// The host's finding after a call of a non-idempotent capability may have run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verification {
-    /// The effect did not happen: the call may be repeated.
-    NotApplied,
-    /// The effect happened: do not repeat.
-    Applied,
-    /// It cannot be told: do not repeat (the default).
-    Unknown,
 }
 
 /// What the host decides for one `call_tool` or `refresh_state` step of a repair plan.
