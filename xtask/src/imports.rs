@@ -25,13 +25,17 @@ use syn::visit::Visit;
 /// the entry is removed with the circle.
 const KNOWN_CIRCLES: &[(&str, &[&str])] = &[];
 
-/// The crates whose sources are checked: every directory under `crates/`, and `xtask`.
+/// The crates whose sources are checked: every crate directory under `crates/` and `examples/`,
+/// and `xtask`.
 fn crate_dirs(root: &Path) -> Result<Vec<PathBuf>> {
     let mut dirs = vec![root.join("xtask")];
-    for entry in std::fs::read_dir(root.join("crates")).context("reading crates/")? {
-        let path = entry?.path();
-        if path.join("Cargo.toml").is_file() {
-            dirs.push(path);
+    for parent in ["crates", "examples"] {
+        let Ok(entries) = std::fs::read_dir(root.join(parent)) else { continue };
+        for entry in entries {
+            let path = entry.with_context(|| format!("reading {parent}/"))?.path();
+            if path.join("Cargo.toml").is_file() {
+                dirs.push(path);
+            }
         }
     }
     dirs.sort();
