@@ -67,7 +67,11 @@ fn alice() -> InvokeOptions {
 }
 
 fn refund() -> InvokeRequest {
-    InvokeRequest::new("orders.refund", json!({"order": "A-1", "cents": 4200, "card": "4111 1111 1111 1111"}))
+    refund_of(4200)
+}
+
+fn refund_of(cents: u64) -> InvokeRequest {
+    InvokeRequest::new("orders.refund", json!({"order": "A-1", "cents": cents, "card": "4111 1111 1111 1111"}))
 }
 
 struct Page {
@@ -120,7 +124,11 @@ impl Env {
     }
 
     async fn request_confirmation(&self) -> String {
-        let inv = self.registry.invoke_detailed(refund(), alice()).await;
+        self.request_confirmation_of(refund()).await
+    }
+
+    async fn request_confirmation_of(&self, request: InvokeRequest) -> String {
+        let inv = self.registry.invoke_detailed(request, alice()).await;
         let p = inv.result.error_payload().unwrap();
         assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
         p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
@@ -190,7 +198,8 @@ async fn forged_and_replayed_posts_are_refused() {
     let path = format!("/inbox/c/{id}");
 
     // No token, a made-up token, a token for another confirmation, another person's token.
-    let other_id = env.request_confirmation().await;
+    let other_id = env.request_confirmation_of(refund_of(1)).await;
+    assert_ne!(other_id, id);
     let other = env
         .send("GET", &format!("/inbox/c/{other_id}"), Some(&manager), None)
         .await
