@@ -72,7 +72,7 @@ templates! {
         "This action needs answers from the user's application that this connection cannot carry. Do not retry it here; tell the user it needs an application that can answer it.");
     /// `CONFIRMATION_REQUIRED`; slot: `summary`.
     CONFIRMATION_REQUIRED = ("confirmation-required",
-        "This action needs the user's approval: {summary} Ask the user to approve it, then retry with details.confirmationId.");
+        "This action needs the user's approval: {summary} Ask the user to approve it, then repeat the same call.");
     /// `CONFIRMATION_INVALID` / expired.
     CONFIRMATION_EXPIRED = ("confirmation-invalid.expired",
         "The confirmation expired. Call again without confirmationId to request a fresh approval.");

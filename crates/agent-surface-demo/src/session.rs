@@ -123,7 +123,7 @@ fn next_step(p: &ErrorPayload) -> String {
                 p.detail("retryAfterMs").and_then(Value::as_u64).unwrap_or(0)
             )
         }
-        Retry::WithConfirmation => "ask the user to approve, then retry with details.confirmationId".to_string(),
+        Retry::WithConfirmation => "ask the user to approve, then repeat the same call".to_string(),
         Retry::WithChanges => "change the request as details say, then retry".to_string(),
     }
 }
