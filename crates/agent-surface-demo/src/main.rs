@@ -119,11 +119,9 @@ fn parse_ms(name: &str, value: &str) -> Result<std::time::Duration, String> {
 
 /// A sealing key from 64 hex digits.
 fn parse_key(hex: &str) -> Result<Vec<u8>, String> {
-    let bad = || "--state-key takes 64 hex digits (32 bytes)".to_string();
-    if hex.len() != 64 {
-        return Err(bad());
-    }
-    (0..32).map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())).collect()
+    agent_surface_core::hex::decode::<32>(hex)
+        .map(|key| key.to_vec())
+        .ok_or_else(|| "--state-key takes 64 hex digits (32 bytes)".to_string())
 }
 
 fn parse_who(who: &str) -> Identity {

@@ -287,14 +287,7 @@ fn ttl_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).clamp(1, 1 << 43)
 }
 
-/// A fingerprint from its 64 lowercase hex digits.
+/// A fingerprint from its 64 hex digits.
 fn parse_hash(hex: &str) -> Option<agent_surface_policy::Fingerprint> {
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut bytes = [0u8; 32];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(agent_surface_policy::Fingerprint::from_bytes(bytes))
+    agent_surface_core::hex::decode::<32>(hex).map(agent_surface_policy::Fingerprint::from_bytes)
 }

@@ -162,22 +162,17 @@ pub fn resolve_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
     root.pointer(&ref_pointer(reference)?)
 }
 
-/// Percent-decodes `text` (RFC 3986); `None` for a malformed escape or bytes that are not UTF-8.
+/// Percent-decodes `text` (RFC 3986) with the `percent-encoding` crate; `None` for a malformed
+/// escape (which that crate would keep as it is) or bytes that are not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            decoded.push(bytes[i]);
-            i += 1;
-        }
+    let well_formed = bytes.iter().enumerate().filter(|(_, b)| **b == b'%').all(|(i, _)| {
+        bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+    });
+    if !well_formed {
+        return None;
     }
-    String::from_utf8(decoded).ok()
+    percent_encoding::percent_decode_str(text).decode_utf8().ok().map(std::borrow::Cow::into_owned)
 }
 
 // ---- The subschema walk ------------------------------------------------------------------------
