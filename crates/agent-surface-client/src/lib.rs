@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
-pub use agent_surface_core::decision::{Approval, Verification};
+pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, ErrorPayload};
 use futures_util::future::BoxFuture;
@@ -204,51 +204,6 @@ impl Intent {
     pub fn with_target(mut self, target: Value) -> Intent {
         self.target = Some(target);
         self
-    }
-}
-
-/// Why the loop stopped (the names of the decision table's `stop` column).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Stop {
-    /// The call succeeded.
-    Succeeded,
-    /// The error is the caller's (the model's) to act on: `no`, `with-changes`, a confirmation
-    /// no one could approve, a re-listing that found nothing to call or nothing changed.
-    ReturnedToCaller,
-    /// The same failure came back after the action its row prescribes.
-    NotConverging,
-    /// The attempt budget is spent.
-    BudgetExhausted,
-    /// The delay exceeds the bounds.
-    DelayTooLong,
-    /// The person denied the confirmation.
-    Denied,
-    /// The call may have taken effect and nothing proves it did not.
-    Unverified,
-    /// The host verified that the call took effect.
-    VerifiedApplied,
-}
-
-impl Stop {
-    /// The name (as in the decision table).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Stop::Succeeded => "succeeded",
-            Stop::ReturnedToCaller => "returned-to-caller",
-            Stop::NotConverging => "not-converging",
-            Stop::BudgetExhausted => "budget-exhausted",
-            Stop::DelayTooLong => "delay-too-long",
-            Stop::Denied => "denied",
-            Stop::Unverified => "unverified",
-            Stop::VerifiedApplied => "verified-applied",
-        }
-    }
-}
-
-impl fmt::Display for Stop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

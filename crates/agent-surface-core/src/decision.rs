@@ -248,8 +248,12 @@ use ErrorCode as C;
 use IdRule::{Derived, Fresh, Same};
 use Retry as R;
 
-const RETURNED: &str = "returned-to-caller";
-const NOT_CONVERGING: &str = "not-converging";
+// The `stop` column names a [`Stop`] (the enum; `Stop` alone in a row's action is `Action::Stop`).
+const RETURNED: &str = self::Stop::ReturnedToCaller.as_str();
+const NOT_CONVERGING: &str = self::Stop::NotConverging.as_str();
+const DENIED: &str = self::Stop::Denied.as_str();
+const DELAY_TOO_LONG: &str = self::Stop::DelayTooLong.as_str();
+const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
 /// The table: per code, its conditional rows first, then its default row (the first match wins).
 #[rustfmt::skip]
@@ -280,23 +284,23 @@ pub static DECISIONS: [Decision; 23] = [
         "The call needs answers only the client can give.")),
     row(C::PreconditionFailed, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
         "The state rejects this input: the model changes it (or the state first)."),
-    row(C::ConfirmationRequired, R::WithConfirmation, Confirm, Same, "denied",
+    row(C::ConfirmationRequired, R::WithConfirmation, Confirm, Same, DENIED,
         "Nothing ran; a person approves or denies, never the model."),
     when("reason", DetailValue::Str("expired"), row(C::ConfirmationInvalid, R::WithConfirmation, Reconfirm, Fresh, NOT_CONVERGING,
         "The approval came too late: a fresh cycle, without the stale id.")),
     row(C::ConfirmationInvalid, R::No, Stop, IdRule::None, RETURNED,
         "Denied, spent or mismatched evidence: never retried."),
-    waiting(row(C::RateLimited, R::AfterDelay, Wait, Same, "delay-too-long",
+    waiting(row(C::RateLimited, R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
         "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
     when("idempotent", DetailValue::Bool(true), row(C::Timeout, R::Yes, Retry, Fresh, NOT_CONVERGING,
         "Idempotent: repeating cannot double the effect.")),
-    row(C::Timeout, R::No, Verify, Fresh, "unverified",
+    row(C::Timeout, R::No, Verify, Fresh, UNVERIFIED,
         "A write may have happened: verify, never repeat blindly."),
     row(C::Cancelled, R::Yes, Retry, Fresh, NOT_CONVERGING,
         "Nothing ran for a write (cancelled before its handler started); a read may repeat."),
-    waiting(when("transient", DetailValue::Bool(true), row(C::ExecutionFailed, R::AfterDelay, Wait, Fresh, "delay-too-long",
+    waiting(when("transient", DetailValue::Bool(true), row(C::ExecutionFailed, R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
         "Nothing took effect; the dependency may recover after the delay."))),
-    when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, "unverified",
+    when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, UNVERIFIED,
         "Interrupted after the handler started: verify, never repeat blindly.")),
     row(C::ExecutionFailed, R::No, Stop, IdRule::None, RETURNED,
         "The capability failed; repeating would fail the same way."),
@@ -309,6 +313,57 @@ pub fn decide(code: ErrorCode, details: Option<&Map<String, Value>>) -> &'static
     let mut rows = DECISIONS.iter().filter(|d| d.code == code);
     let first = rows.clone().find(|d| d.matches(details));
     first.or_else(|| rows.next_back()).unwrap_or(&DECISIONS[DECISIONS.len() - 1])
+}
+
+/// Why a client helper's recovery loop stopped: the names of the decision table's `stop` column,
+/// one vocabulary for the toolset's `RecoveryDriver` and the `rmcp` client helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stop {
+    /// The call succeeded.
+    Succeeded,
+    /// The error is the caller's (the model's) to act on: `no`, `with-changes`, a confirmation no
+    /// one in-process can approve, a re-listing that found nothing to call or nothing changed.
+    ReturnedToCaller,
+    /// The same failure (code, reason, capability, target) came back after the action its row
+    /// prescribes: repeating it cannot help.
+    NotConverging,
+    /// The attempt budget is spent.
+    BudgetExhausted,
+    /// The requested delay exceeds the bounds.
+    DelayTooLong,
+    /// The person denied the confirmation.
+    Denied,
+    /// The call may have taken effect and nothing proves it did not: not repeated.
+    Unverified,
+    /// The host verified that the call took effect: not repeated.
+    VerifiedApplied,
+    /// The caller's cancellation fired (a loop that takes a cancellation token).
+    Cancelled,
+}
+
+impl Stop {
+    /// The name, as in the decision table.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stop::Succeeded => "succeeded",
+            Stop::ReturnedToCaller => "returned-to-caller",
+            Stop::NotConverging => "not-converging",
+            Stop::BudgetExhausted => "budget-exhausted",
+            Stop::DelayTooLong => "delay-too-long",
+            Stop::Denied => "denied",
+            Stop::Unverified => "unverified",
+            Stop::VerifiedApplied => "verified-applied",
+            Stop::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A host's answer when a person is asked to approve a call (a confirmation's

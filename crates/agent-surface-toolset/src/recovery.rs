@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
-pub use agent_surface_core::decision::{Approval, Verification};
+pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
@@ -199,54 +199,6 @@ impl Default for RecoveryConfig {
             max_total_delay: bounds.max_total_delay,
             default_delay: bounds.default_delay,
         }
-    }
-}
-
-/// Why the driver stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Stop {
-    /// The call succeeded.
-    Succeeded,
-    /// The retry category hands the error to the caller (`no`, `with-changes`, a confirmation
-    /// no one in-process can approve, or a refresh that found nothing to call).
-    ReturnedToCaller,
-    /// The attempt budget is spent.
-    BudgetExhausted,
-    /// The cancellation token fired.
-    Cancelled,
-    /// The host denied the confirmation.
-    Denied,
-    /// The requested delay exceeds the configured bounds.
-    DelayTooLong,
-    /// The call may have run and nothing proves it did not: not repeated.
-    Unverified,
-    /// The host verified that the call took effect: not repeated.
-    VerifiedApplied,
-    /// The same failure (code, reason, capability, target) came back after the action its
-    /// category prescribes: repeating it cannot help, so the error goes to the caller.
-    NotConverging,
-}
-
-impl Stop {
-    fn as_str(self) -> &'static str {
-        match self {
-            Stop::Succeeded => "succeeded",
-            Stop::ReturnedToCaller => "returned-to-caller",
-            Stop::BudgetExhausted => "budget-exhausted",
-            Stop::Cancelled => "cancelled",
-            Stop::Denied => "denied",
-            Stop::DelayTooLong => "delay-too-long",
-            Stop::Unverified => "unverified",
-            Stop::VerifiedApplied => "verified-applied",
-            Stop::NotConverging => "not-converging",
-        }
-    }
-}
-
-impl fmt::Display for Stop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
