@@ -29,6 +29,7 @@ mod policy;
 mod session;
 mod shop;
 mod shutdown;
+mod web;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -60,7 +61,9 @@ states with that key, so that any replica takes a retry. --ticket-delay-ms makes
 take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
 one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke, GET /api/metrics:
-Prometheus text). Requests must name a loopback host (DNS-rebinding protection) or one given with
+Prometheus text), and, when tokens sign people in (--token or --oauth-jwks), the approval inbox
+under /inbox/: a person whose identity has the approver role (e.g. --token t-maria=maria:approver)
+signs in there with their token, and approves or denies the confirmations others' calls wait for. Requests must name a loopback host (DNS-rebinding protection) or one given with
 --allowed-host (repeatable; the host of --oauth-resource is admitted too). --oauth-jwks FILE
 makes both an OAuth 2.1 resource server: only JWT access tokens signed by a key of that JWKS, issued by an
 --oauth-issuer, for --oauth-resource (default http://ADDR, the bound address) and with every --oauth-scope
@@ -225,7 +228,14 @@ async fn serve(options: Serve) -> Result<(), String> {
     }
     let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
     let demo = match &options.redis {
-        None => shop::build(shop_options),
+        None => {
+            // Over HTTP the approval inbox shows the recent decisions from the audit trail.
+            if options.http.is_some() {
+                let sink = agent_surface_policy::MemoryAuditSink::new(Default::default());
+                shop_options.audit = Some(Arc::new(sink));
+            }
+            shop::build(shop_options)
+        }
         Some(url) => {
             // Replicas share everything: the shop's orders, idempotency records, confirmations,
             // rate budgets and tasks.
@@ -240,6 +250,8 @@ async fn serve(options: Serve) -> Result<(), String> {
             shop_options.idempotency = Some(Arc::new(redis.idempotency()));
             shop_options.rate_limiter = Some(Arc::new(shop::shared_quote_limiter(&redis, shop_options.quote_refill)));
             task_config.store = Arc::new(redis.tasks());
+            // One trail for the replicas: either one's inbox shows the decisions given through the other.
+            shop_options.audit = Some(Arc::new(redis.audit()));
             let data = data::Data::shared(redis.connection(), &redis.config().prefix, orders::seed_orders()).await?;
             shop::build_with(shop_options, data)
         }
@@ -349,8 +361,14 @@ async fn serve(options: Serve) -> Result<(), String> {
     } else {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     };
+    // The approval inbox, for the identities with the `approver` role (see `inbox_config`).
+    let inbox = api.authenticator.clone().map(|authenticator| inbox_config(&demo, authenticator, local));
     // The metrics are the binding's `/api/metrics`, behind its host check.
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
+    let app = match inbox {
+        Some(inbox) => app.merge(agent_surface_http::inbox::router(inbox)),
+        None => app,
+    };
     let app = match oauth {
         Some(oauth) => app.merge(oauth.metadata_router()),
         None => app,
@@ -365,6 +383,24 @@ async fn serve(options: Serve) -> Result<(), String> {
     demo.registry.dispose();
     tracing::info!(target: "agent_surface::demo", "stopped");
     served.map_err(|e| e.to_string())
+}
+
+/// The approval inbox at `/inbox`: people signed in with a token (`--token`, or an OAuth access
+/// token) whose identity has the `approver` role decide the shop's pending confirmations there.
+/// The session cookie is `Secure` unless the server listens on a loopback address (the demo
+/// serves plain HTTP: a browser keeps a `Secure` cookie only over HTTPS, i.e. behind a proxy that
+/// terminates TLS).
+fn inbox_config(
+    demo: &shop::Demo,
+    authenticator: Arc<dyn agent_surface_policy::Authenticator>,
+    local: std::net::SocketAddr,
+) -> agent_surface_http::inbox::InboxConfig {
+    agent_surface_http::inbox::InboxConfig {
+        audit: demo.audit.clone(),
+        approver_role: Some("approver".to_string()),
+        secure_cookie: !local.ip().is_loopback(),
+        ..agent_surface_http::inbox::InboxConfig::new(demo.confirmations.clone(), authenticator)
+    }
 }
 
 /// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry (IPv6 in brackets).

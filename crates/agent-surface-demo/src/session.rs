@@ -1,6 +1,12 @@
 //! The scripted agent session: the demo starts itself as an MCP server (`serve --stdio`), talks to
 //! it with `rmcp`'s client over the child's stdin/stdout, and prints each turn: the request, the
 //! code and retry that came back, and what the agent does next — decided from `retry` alone.
+//!
+//! The last session has two people: the demo starts itself as an HTTP server (`serve --http`),
+//! an agent speaks MCP to it over streamable HTTP (JSON-RPC in `POST /mcp`, `web.rs`'s client) and
+//! gets the two-phase result, and a second person signs in to the server's approval inbox over
+//! HTTP (list, detail, the approve form with its one-time token) and approves; the agent's repeat
+//! of the same call runs once.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -470,6 +476,8 @@ pub(crate) async fn run() -> Result<(), String> {
     expect(&r, "CONFIRMATION_INVALID", f);
     c.close().await;
 
+    inbox_session(f).await?;
+
     let failures = failures.lock().unwrap_or_else(PoisonError::into_inner).clone();
     println!();
     if failures.is_empty() {
@@ -477,5 +485,302 @@ pub(crate) async fn run() -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("the session did not go as scripted: {}", failures.join("; ")))
+    }
+}
+
+/// The demo's HTTP server (`serve --http`), started as a child with two people's tokens: alice,
+/// whose agent calls the shop, and maria, an approver.
+struct HttpServer {
+    addr: String,
+    _child: tokio::process::Child,
+    /// Kept open: the server may write to it again.
+    _stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+}
+
+async fn start_http_server() -> Result<HttpServer, String> {
+    use tokio::io::AsyncBufReadExt;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(["serve", "--http", "127.0.0.1:0", "--token", "t-alice=alice", "--token", "t-maria=maria:approver"]);
+    let verbose = std::env::var_os("DEMO_SERVER_LOG").is_some();
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(if verbose { Stdio::inherit() } else { Stdio::null() });
+    cmd.kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the HTTP server: {e}"))?;
+    let stdout = child.stdout.take().ok_or("the HTTP server has no stdout")?;
+    let mut line = String::new();
+    let mut stdout = tokio::io::BufReader::new(stdout);
+    tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
+        .await
+        .map_err(|_| "the HTTP server did not start".to_string())?
+        .map_err(|e| e.to_string())?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .and_then(|l| l.strip_suffix("/mcp"))
+        .ok_or_else(|| format!("the HTTP server said {line:?}"))?
+        .to_string();
+    Ok(HttpServer { addr, _child: child, _stdout: stdout })
+}
+
+/// An agent's MCP client over streamable HTTP (JSON-RPC in `POST /mcp`), signed in with a bearer
+/// token; it cannot elicit, so a gated call gets the two-phase result.
+struct HttpAgent {
+    addr: String,
+    token: String,
+    session: Option<String>,
+    next_id: u64,
+}
+
+impl HttpAgent {
+    async fn connect(addr: &str, token: &str) -> Result<HttpAgent, String> {
+        let mut agent = HttpAgent { addr: addr.to_string(), token: token.to_string(), session: None, next_id: 1 };
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                          "clientInfo": {"name": "scripted-agent", "version": env!("CARGO_PKG_VERSION")}});
+        agent.rpc("initialize", init).await?;
+        agent.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await?;
+        Ok(agent)
+    }
+
+    async fn post(&mut self, message: &Value) -> Result<crate::web::Response, String> {
+        let bearer = format!("Bearer {}", self.token);
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", bearer.as_str()),
+        ];
+        let session = self.session.clone();
+        if let Some(id) = &session {
+            headers.push(("Mcp-Session-Id", id.as_str()));
+            headers.push(("MCP-Protocol-Version", "2025-11-25"));
+        }
+        let body = message.to_string();
+        let response = crate::web::request(&self.addr, "POST", "/mcp", &headers, body.as_bytes()).await?;
+        if let Some(id) = response.header("mcp-session-id") {
+            self.session = Some(id.to_string());
+        }
+        Ok(response)
+    }
+
+    /// A request and its JSON-RPC result (from a JSON or an event-stream body).
+    async fn rpc(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let response = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
+        let messages: Vec<Value> = match serde_json::from_str(&response.body) {
+            Ok(v) => vec![v],
+            Err(_) => response
+                .body
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                .collect(),
+        };
+        let answer = messages.into_iter().find(|m| m["id"] == json!(id));
+        match answer {
+            Some(m) if m.get("result").is_some() => Ok(m["result"].clone()),
+            Some(m) => Err(format!("{method}: {}", m["error"])),
+            None => Err(format!("{method}: no answer (HTTP {})", response.status)),
+        }
+    }
+
+    /// `tools/call`, printed as the other sessions print it.
+    async fn call(&mut self, tool: &str, args: Value) -> Result<InvokeResult, String> {
+        Agent::show_request(tool, &args, &json!({}));
+        let raw = self.rpc("tools/call", json!({"name": tool, "arguments": args})).await?;
+        let raw: rmcp::model::CallToolResult =
+            serde_json::from_value(raw).map_err(|e| format!("tools/call {tool}: {e}"))?;
+        let result = codec::decode(&raw).map_err(|e| format!("tools/call {tool}: {e}"))?;
+        Agent::show_result(&result);
+        Ok(result)
+    }
+}
+
+/// A person in a browser: one cookie jar, each request and answer printed (form tokens and the
+/// session cookie elided: they differ on every run).
+struct Person {
+    addr: String,
+    cookie: Option<String>,
+}
+
+impl Person {
+    async fn get(&mut self, path: &str) -> Result<crate::web::Response, String> {
+        println!("→ GET {path}");
+        self.send("GET", path, &[]).await
+    }
+
+    async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Result<crate::web::Response, String> {
+        let shown: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| if matches!(*k, "csrf" | "token") { format!("{k}=…") } else { format!("{k}={v}") })
+            .collect();
+        println!("→ POST {path} (form: {})", shown.join(", "));
+        let body = crate::web::form(fields);
+        self.send("POST", path, body.as_bytes()).await
+    }
+
+    async fn send(&mut self, method: &str, path: &str, body: &[u8]) -> Result<crate::web::Response, String> {
+        let cookie = self.cookie.clone().map(|c| format!("inbox_session={c}"));
+        let mut headers = vec![("Content-Type", "application/x-www-form-urlencoded")];
+        if let Some(c) = &cookie {
+            headers.push(("Cookie", c.as_str()));
+        }
+        let response = crate::web::request(&self.addr, method, path, &headers, body).await?;
+        if let Some(set) = response.header("set-cookie")
+            && let Some(value) = set.split(';').next().and_then(|kv| kv.strip_prefix("inbox_session="))
+        {
+            self.cookie = Some(value.to_string()).filter(|v| !v.is_empty());
+        }
+        let mut shown = format!("← {}", response.status);
+        if let Some(location) = response.header("location") {
+            shown.push_str(&format!(" → {location}"));
+        }
+        if let Some(set) = response.header("set-cookie") {
+            let attributes: Vec<&str> = set.split(';').skip(1).map(str::trim).collect();
+            shown.push_str(&format!("  Set-Cookie: inbox_session=…; {}", attributes.join("; ")));
+        }
+        if let Some(title) = html_between(&response.body, "<h1>", "</h1>") {
+            shown.push_str(&format!("  page: \"{title}\""));
+        }
+        println!("{shown}");
+        Ok(response)
+    }
+}
+
+/// The text between the first `start` and the next `end`, if any.
+fn html_between<'a>(page: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = page.find(start)? + start.len();
+    page[from..].find(end).map(|to| &page[from..from + to])
+}
+
+/// The rows of the table with `id` on an inbox page, as `a · b · c` (tags dropped).
+fn table_rows(page: &str, id: &str) -> Vec<String> {
+    let Some(table) = html_between(page, &format!("<table id=\"{id}\">"), "</table>") else { return Vec::new() };
+    let body = html_between(table, "<tbody>", "</tbody>").unwrap_or_default();
+    body.split("<tr>")
+        .filter(|r| !r.trim().is_empty())
+        .map(|row| {
+            let cells: Vec<String> = row
+                .split("<td>")
+                .skip(1)
+                .map(|cell| {
+                    let mut text = String::new();
+                    let mut in_tag = false;
+                    for c in cell.chars() {
+                        match c {
+                            '<' => in_tag = true,
+                            '>' => in_tag = false,
+                            c if !in_tag => text.push(c),
+                            _ => {}
+                        }
+                    }
+                    let text = text.trim();
+                    text.replace("&quot;", "\"")
+                        .replace("&#39;", "'")
+                        .replace("&lt;", "<")
+                        .replace("&gt;", ">")
+                        .replace("&amp;", "&")
+                })
+                .collect();
+            cells.join(" · ")
+        })
+        .collect()
+}
+
+/// Session 4: two people. Alice's agent asks over MCP (streamable HTTP) to cancel an order and
+/// gets the two-phase result; maria, an approver, signs in to the approval inbox of the same
+/// server over HTTP, opens the confirmation and approves it; the agent's repeat of the same call
+/// runs, once.
+async fn inbox_session(f: &Arc<Mutex<Vec<String>>>) -> Result<(), String> {
+    println!();
+    println!("━━ session 4: two people. The shop served over HTTP (serve --http, tokens for alice and for maria,");
+    println!("   who has the approver role); alice's agent speaks MCP over streamable HTTP and cannot elicit;");
+    println!("   maria approves in the approval inbox the same server serves at /inbox/");
+    let server = start_http_server().await?;
+    let mut agent = HttpAgent::connect(&server.addr, "t-alice").await?;
+    let mut turn = 0;
+    let mut heading = |what: &str| {
+        turn += 1;
+        println!();
+        println!("── turn {turn} · {what}");
+    };
+
+    heading("alice's agent cancels an order (needs a person's approval; two-phase)");
+    let cancel = json!({"orderId": "A-1001"});
+    let r = agent.call("orders-cancel", cancel.clone()).await?;
+    expect(&r, "CONFIRMATION_REQUIRED", f);
+    let id = r
+        .error_payload()
+        .and_then(|p| p.detail("confirmationId"))
+        .and_then(Value::as_str)
+        .ok_or("no confirmationId in the two-phase result")?
+        .to_string();
+    println!("   (alice tells maria that an approval waits for her in the inbox)");
+
+    heading("maria opens the approval inbox in her browser and signs in with her token");
+    let mut maria = Person { addr: server.addr.clone(), cookie: None };
+    maria.get("/inbox/").await?;
+    let form = maria.get("/inbox/sign-in").await?;
+    let csrf = crate::web::input_value(&form.body, "csrf").ok_or("no form token on the sign-in page")?;
+    let signed = maria.post("/inbox/sign-in", &[("token", "t-maria"), ("csrf", &csrf)]).await?;
+    expect_status(signed.status, 303, "sign in", f);
+
+    heading("maria sees what waits for her, and opens it");
+    let list = maria.get("/inbox/").await?;
+    let rows = table_rows(&list.body, "pending");
+    for row in &rows {
+        // Summary, capability, requested by, effect (the times differ on every run).
+        println!("   waiting: {}", row.split(" · ").take(4).collect::<Vec<_>>().join(" · "));
+    }
+    if rows.len() != 1 || !rows[0].contains("Cancel order A-1001") || !rows[0].contains("alice") {
+        fail(f, format!("the inbox lists {rows:?}"));
+    }
+    let detail = maria.get(&format!("/inbox/c/{id}")).await?;
+    if let Some(input) = html_between(&detail.body, "<pre id=\"input\">", "</pre>") {
+        println!("   input: {}", input.replace("&quot;", "\""));
+    }
+    // The decision form's token (the header's sign-out form has one of its own).
+    let decide = detail.body.split("<form id=\"decide\"").nth(1).unwrap_or_default();
+    let csrf = crate::web::input_value(decide, "csrf").ok_or("no decision form on the detail page")?;
+
+    heading("maria approves it, with a note");
+    let fields = [("verdict", "approve"), ("note", "Customer asked by phone."), ("csrf", csrf.as_str())];
+    let approved = maria.post(&format!("/inbox/c/{id}"), &fields).await?;
+    expect_status(approved.status, 303, "approve", f);
+    let after = maria.get(&format!("/inbox/c/{id}")).await?;
+    if let Some(state) = html_between(&after.body, "<dd id=\"state\">", "</dd>") {
+        println!("   state: {state}");
+    }
+    println!("   (the same form posted again is refused: its token was good for one use)");
+    let replayed = maria.post(&format!("/inbox/c/{id}"), &fields).await?;
+    expect_status(replayed.status, 403, "a replayed form", f);
+
+    heading("alice's agent repeats the same call (it cannot send the confirmationId; the server presents it)");
+    let r = agent.call("orders-cancel", cancel.clone()).await?;
+    expect(&r, "ok", f);
+
+    heading("the agent repeats it once more: the order was cancelled once, and nothing runs twice");
+    let r = agent.call("orders-cancel", cancel).await?;
+    expect(&r, "PRECONDITION_FAILED", f);
+
+    heading("maria's inbox: nothing waits any more, and the decision is on record");
+    let list = maria.get("/inbox/").await?;
+    if list.body.contains("id=\"empty\"") {
+        println!("   nothing waits for her decision");
+    } else {
+        fail(f, "the inbox still lists a confirmation".to_string());
+    }
+    for row in table_rows(&list.body, "recent") {
+        println!("   decided: {}", row.split(" · ").skip(1).collect::<Vec<_>>().join(" · "));
+    }
+    Ok(())
+}
+
+fn fail(failures: &Arc<Mutex<Vec<String>>>, what: String) {
+    failures.lock().unwrap_or_else(PoisonError::into_inner).push(what);
+}
+
+fn expect_status(got: u16, want: u16, what: &str, failures: &Arc<Mutex<Vec<String>>>) {
+    if got != want {
+        fail(failures, format!("{what}: expected HTTP {want}, got {got}"));
     }
 }

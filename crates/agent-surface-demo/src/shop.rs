@@ -24,7 +24,8 @@ use std::time::Duration;
 use agent_surface_core::details::{ExecutionFailedReason, PreconditionDetails};
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{
-    ApprovalError, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter, TargetBinding,
+    ApprovalError, AuditConfig, AuditSink, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter,
+    TargetBinding,
 };
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
@@ -179,6 +180,9 @@ pub(crate) struct ShopOptions {
     pub(crate) ticket_delay: Duration,
     /// Whether the registry records metrics (`RegistryConfig::metrics`; the HTTP server does).
     pub(crate) metrics: bool,
+    /// Where confirmation events and executions are recorded (the approval inbox shows the recent
+    /// decisions from it); `None`: not recorded.
+    pub(crate) audit: Option<Arc<dyn AuditSink>>,
 }
 
 impl Default for ShopOptions {
@@ -192,6 +196,7 @@ impl Default for ShopOptions {
             rate_limiter: None,
             ticket_delay: Duration::ZERO,
             metrics: false,
+            audit: None,
         }
     }
 }
@@ -206,6 +211,7 @@ impl std::fmt::Debug for ShopOptions {
             .field("idempotency", &self.idempotency)
             .field("rate_limiter", &self.rate_limiter.as_ref().map(|_| "custom"))
             .field("ticket_delay", &self.ticket_delay)
+            .field("audit", &self.audit)
             .finish()
     }
 }
@@ -246,6 +252,8 @@ fn next_ticket_id() -> String {
 pub(crate) struct Demo {
     pub(crate) registry: Registry,
     pub(crate) confirmations: Arc<ConfirmationEngine>,
+    /// The audit trail the shop records to ([`ShopOptions::audit`]).
+    pub(crate) audit: Option<Arc<dyn AuditSink>>,
     /// The `orders`, `refunds`, … instances; dropping them would unmount the shop.
     _mounts: Vec<Mount>,
 }
@@ -309,7 +317,8 @@ pub(crate) fn build(options: ShopOptions) -> Demo {
 /// Builds the shop over `data`.
 pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     // Two-phase by default; over MCP, a client that can elicit lets the person answer in place.
-    let mut engine = ConfirmationConfig { ttl: Duration::from_secs(300), ..Default::default() };
+    let mut engine =
+        ConfirmationConfig { ttl: Duration::from_secs(300), audit: options.audit.clone(), ..Default::default() };
     if let Some(store) = options.confirmations.clone() {
         // A shared store serves replicas, each with registration ids of its own: bind the
         // evidence to the instance.
@@ -324,6 +333,7 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
         rate_limiter: Some(rate_limiter),
         confirmation: Some(confirmations.clone()),
         metrics: options.metrics,
+        audit: options.audit.clone().map(AuditConfig::new),
         ..Default::default()
     };
     if let Some(store) = options.idempotency.clone() {
@@ -333,6 +343,7 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     let shop = Arc::new(Shop { data, carts: Mutex::default() });
     registry.provide(shop.clone());
     registry.provide(confirmations.clone());
+    let options_audit = options.audit.clone();
     define(&registry, options).unwrap_or_else(|e| panic!("the demo surface is defined wrongly: {e}"));
     let mut mounts = Vec::new();
     for ty in ["orders", "refunds", "shipping", "reports", "loyalty", "admin", "tickets", "approvals"] {
@@ -346,7 +357,7 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
         shop.carts.lock().unwrap_or_else(PoisonError::into_inner).insert(id, mount);
     }
     registry.disable("loyalty.redeem", "Loyalty points are being migrated. Offer a discount code instead.");
-    Demo { registry, confirmations, _mounts: mounts }
+    Demo { registry, confirmations, audit: options_audit, _mounts: mounts }
 }
 
 fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface_core::DefinitionError> {

@@ -103,6 +103,44 @@ fn an_approval_asked_on_one_replica_is_answered_on_the_other_and_used_once() {
 
 /// 100 concurrent retries presenting one accepted approval, split across both replicas: the
 /// order is cancelled once; no other retry executes.
+/// The replicas serve one approval inbox: a confirmation asked through one is listed and approved
+/// in the other's inbox, and the decision is in both inboxes' recent decisions (one audit stream).
+#[test]
+fn the_inbox_of_either_replica_decides_the_shared_confirmations() {
+    let tokens = ["--token", "t-alice=alice", "--token", "t-maria=maria:approver"];
+    let Some((a, b)) = replicas("inbox", &tokens) else { return };
+    let body = json!({"capability": "orders.cancel", "input": {"orderId": "A-1003"}}).to_string();
+    let alice = [("Authorization", "Bearer t-alice")];
+    let asked = served::post(&a.addr, "/api/invoke", "127.0.0.1", &alice, &body);
+    assert_eq!(asked.status, 428, "{}", asked.body);
+    let id = json_of(&asked.body)["details"]["confirmationId"].as_str().unwrap().to_string();
+    let maria = [("Authorization", "Bearer t-maria")];
+    let list = served::get(&b.addr, "/inbox/", &maria);
+    assert!(list.body.contains(&format!("href=\"/inbox/c/{id}\"")), "{}", list.body);
+    let page = served::get(&b.addr, &format!("/inbox/c/{id}"), &maria).body;
+    let form = page.split("<form id=\"decide\"").nth(1).expect("the decision form");
+    let csrf = form.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap();
+    let decided = served::post(
+        &b.addr,
+        &format!("/inbox/c/{id}"),
+        "127.0.0.1",
+        &maria,
+        &format!("verdict=approve&note=ok&csrf={csrf}"),
+    );
+    assert_eq!(decided.status, 303, "{}", decided.body);
+    let done = served::post(&a.addr, "/api/invoke", "127.0.0.1", &alice, &body);
+    assert_eq!(json_of(&done.body)["output"]["orderId"], "A-1003", "{}", done.body);
+    for server in [&a, &b] {
+        let list = served::get(&server.addr, "/inbox/", &maria).body;
+        assert!(list.contains("id=\"empty\""), "{list}");
+        let recent = list.split("<table id=\"recent\">").nth(1).expect("the recent decisions");
+        assert!(
+            recent.contains("<td>maria</td><td>approved</td><td>orders.cancel</td><td>alice</td><td>ok</td>"),
+            "{recent}"
+        );
+    }
+}
+
 #[test]
 fn one_approval_raced_across_both_replicas_executes_once() {
     let Some((a, b)) = replicas("approval-race", &[]) else { return };

@@ -101,6 +101,27 @@ pub(crate) fn post(addr: &str, path: &str, host: &str, headers: &[(&str, &str)],
     Response { status, headers, body: body.to_string() }
 }
 
+/// `GET path` from `addr` with extra `headers`; one request per connection.
+pub(crate) fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    Response { status, headers, body: body.to_string() }
+}
+
 /// An initialized MCP session on `/mcp`: its `Mcp-Session-Id`.
 pub(crate) fn mcp_session(server: &Server) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -20,4 +20,26 @@ fn the_scripted_session_shows_every_code_and_retry_category() {
     let modern = stdout.split("━━ session 3").nth(1).expect("a modern session");
     assert!(modern.contains("← input_required: agent-surface/confirm = elicitation/create"), "{modern}");
     assert!(modern.contains("← ok {\"orderId\":\"A-1001\""), "{modern}");
+    // Two people: alice's agent gets the two-phase result over MCP (streamable HTTP), maria signs
+    // in to the approval inbox of the same server and approves, the agent's repeat runs once.
+    let inbox = stdout.split("━━ session 4").nth(1).expect("a session with the approval inbox");
+    let steps = [
+        "← isError: CONFIRMATION_REQUIRED  retry: with-confirmation",
+        "→ POST /inbox/sign-in (form: token=…, csrf=…)",
+        "← 303 → /inbox/  Set-Cookie: inbox_session=…; Path=/inbox/; HttpOnly; SameSite=Strict",
+        "   waiting: Cancel order A-1001 and refund the customer in full. · orders.cancel · alice · destructive",
+        "   input: {\"orderId\":\"A-1001\"}",
+        "(form: verdict=approve, note=Customer asked by phone., csrf=…)\n← 303 → /inbox/c/c-",
+        "   state: approved by maria",
+        "← 403  page: \"Form refused\"",
+        "← ok {\"orderId\":\"A-1001\",\"refundedCents\":4200}",
+        "← isError: PRECONDITION_FAILED",
+        "   decided: maria · approved · orders.cancel · alice · Customer asked by phone.",
+    ];
+    let mut rest = inbox;
+    for step in steps {
+        let at = rest.find(step).unwrap_or_else(|| panic!("{step:?} missing (in order) from session 4:\n{inbox}"));
+        rest = &rest[at + step.len()..];
+    }
+    assert_eq!(inbox.matches("← ok ").count(), 1, "the cancellation ran once: {inbox}");
 }
