@@ -115,19 +115,3 @@ pub use trace::TraceParent;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/policies.md")]
 struct UserGuidePolicies;
-
-use agent_surface_core::InvokeResult;
-
-impl Registry {
-    /// Runs one call through the pipeline. Never fails and never panics for anything the caller
-    /// sends: every failure is an `InvokeResult` with an agent-safe payload.
-    pub async fn invoke(&self, request: InvokeRequest, options: InvokeOptions) -> InvokeResult {
-        pipeline::invoke(self, request, options).await.result
-    }
-
-    /// [`Registry::invoke`], plus what the operator side knows: the phase that produced an
-    /// error, and whether the result was replayed or joined.
-    pub async fn invoke_detailed(&self, request: InvokeRequest, options: InvokeOptions) -> Invocation {
-        pipeline::invoke(self, request, options).await
-    }
-}

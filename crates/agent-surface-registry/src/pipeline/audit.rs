@@ -32,7 +32,8 @@ pub(crate) struct Started {
 }
 
 /// Records `execution.started` for the call (see [`applies`]).
-pub(crate) async fn start(call: &Call<'_>, input: &Value, confirmation_id: Option<&str>) -> Result<Started, Stop> {
+pub(crate) async fn start(call: &Call<'_>, input: &Value) -> Result<Started, Stop> {
+    let confirmation_id = call.request.confirmation_id.as_deref();
     let (inner, def) = (call.inner, call.def);
     let strict = def.strict_audit || inner.config.audit.as_ref().is_some_and(|a| a.strict);
     let Some(audit) = &inner.config.audit else {

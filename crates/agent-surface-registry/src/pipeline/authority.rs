@@ -17,12 +17,11 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer};
 
-use super::Stop;
 use super::resolve::{Ambiguous, Resolution, Resolved};
+use super::{Arrival, Stop};
 use crate::registry::Inner;
-use crate::request::InvokeRequest;
 
 /// Decides on the call, then reports either the policy's refusal or the held-back outcome of
 /// phases 2 and 3.
@@ -30,15 +29,17 @@ use crate::request::InvokeRequest;
 /// Every path does the same work before the decision: one policy evaluation on a `CallInfo`
 /// built from what resolution found (the definition, when the name denotes one; the name alone
 /// otherwise), with no second look at the live state.
+///
+/// The policy is the registry's, handed over already unwrapped (the pipeline skips this phase
+/// when none is configured).
 pub(crate) async fn check(
-    inner: &Arc<Inner>,
-    consumer: &Consumer,
-    request: &InvokeRequest,
+    arrival: &Arrival<'_>,
+    policy: &dyn AuthorityPolicy,
     resolution: Resolution,
 ) -> Result<Resolved, Stop> {
-    let Some(policy) = &inner.config.authority else { return resolution.into_result() };
+    let (inner, consumer, request) = (arrival.inner, &arrival.options.consumer, arrival.request);
     let resolution = match resolution {
-        Resolution::Ambiguous(ambiguous) => return check_ambiguous(inner, consumer, ambiguous).await,
+        Resolution::Ambiguous(ambiguous) => return check_ambiguous(inner, policy, consumer, ambiguous).await,
         other => other,
     };
     let (call, known) = match &resolution {
@@ -62,8 +63,7 @@ pub(crate) async fn check(
         }
     };
     let decision =
-        crate::authority::decide(inner.config.clock.as_ref(), policy.as_ref(), call, inner.config.authority_budget)
-            .await;
+        crate::authority::decide(inner.config.clock.as_ref(), policy, call, inner.config.authority_budget).await;
     if decision == AuthorityDecision::Hide && known {
         // A fixed note, built as the resolve phase builds its "no such capability": formatting
         // the policy's name here alone made a hidden name measurably slower to refuse than an
@@ -97,20 +97,24 @@ fn admit(policy: &str, decision: AuthorityDecision, resolved: Resolved) -> Resul
 /// lists only the instances this consumer may see: none visible is `CAPABILITY_NOT_FOUND` (the
 /// capability is not in its snapshot either), one visible is the call's target (its own decision
 /// applies), several are `AMBIGUOUS_INSTANCE` listing them.
-async fn check_ambiguous(inner: &Arc<Inner>, consumer: &Consumer, ambiguous: Ambiguous) -> Result<Resolved, Stop> {
-    let Some(policy) = &inner.config.authority else { return Err(Ambiguous::stop(&ambiguous.candidates)) };
+async fn check_ambiguous(
+    inner: &Inner,
+    policy: &dyn AuthorityPolicy,
+    consumer: &Consumer,
+    ambiguous: Ambiguous,
+) -> Result<Resolved, Stop> {
     let Ambiguous { def, candidates, then } = ambiguous;
     let clock = inner.config.clock.as_ref();
     let budget = inner.config.authority_budget;
     let whole = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
     let hidden =
         || Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"));
-    if crate::authority::decide(clock, policy.as_ref(), whole, budget).await == AuthorityDecision::Hide {
+    if crate::authority::decide(clock, policy, whole, budget).await == AuthorityDecision::Hide {
         return hidden();
     }
     let decisions = futures_util::future::join_all(candidates.iter().map(|reg| {
         let call = whole.with_instance(&reg.instance_id).with_registration(&reg.registration_id);
-        crate::authority::decide(clock, policy.as_ref(), call, budget)
+        crate::authority::decide(clock, policy, call, budget)
     }))
     .await;
     let mut visible: Vec<(Arc<crate::live::Registration>, AuthorityDecision)> =

@@ -9,6 +9,7 @@ use super::Stop;
 use crate::define::CapabilityDef;
 use crate::live::State;
 
+/// Phase 3: whether the capability is enabled right now (read under phase 2's lock).
 pub(crate) fn check(state: &State, def: &CapabilityDef) -> Result<(), Stop> {
     match state.disabled.get(&def.name) {
         None => Ok(()),

@@ -30,13 +30,9 @@ fn cannot_decide(note: impl Into<String>) -> Stop {
 /// or the call carries evidence, which holds the summary it was issued with). The summary is
 /// application code, run on the input the input phase already decoded; it is computed before
 /// the gate is awaited because the decoded input is not `Sync`.
-pub(crate) fn summary(
-    def: &CapabilityDef,
-    decoded: &(dyn Any + Send),
-    confirmation_id: Option<&str>,
-) -> Result<Option<SafeText>, Stop> {
-    match (&def.confirm, confirmation_id) {
-        (Some(confirm), None) => summarize(def, confirm, decoded).map(Some),
+pub(crate) fn summary(call: &Call<'_>, decoded: &(dyn Any + Send)) -> Result<Option<SafeText>, Stop> {
+    match (&call.def.confirm, &call.request.confirmation_id) {
+        (Some(confirm), None) => summarize(call.def, confirm, decoded).map(Some),
         _ => Ok(None),
     }
 }
@@ -81,12 +77,8 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// `CONFIRMATION_REQUIRED` or a failure to decide settles the remembered id, also when the caller
 /// presented an id itself (so a consumed id is never presented again). A call that stops before
 /// this phase leaves the memory as it was.
-pub(crate) async fn confirm(
-    call: &Call<'_>,
-    input: &Value,
-    summary: Option<SafeText>,
-    presented: Option<&str>,
-) -> Result<(), Stop> {
+pub(crate) async fn confirm(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
+    let presented = call.request.confirmation_id.as_deref();
     let relayed = &call.inner.relayed;
     // The key (a canonical serialization of the input) is computed only when a confirmation is
     // remembered or comes back: most calls need neither.

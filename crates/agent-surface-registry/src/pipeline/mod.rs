@@ -1,17 +1,18 @@
 //! The invocation pipeline: the phases of `invoke`, in order. The first failure ends the call.
 //!
-//! Each phase is one module with the same shape: a function that takes what the earlier phases
-//! established and returns what the later ones need, or a [`Stop`] carrying the agent-safe error
-//! and the phase that produced it. From phase 5 on, what a call's phases share is one [`Call`],
-//! built once when authority has admitted the call: each later phase is a function of `&Call`
-//! and its own input.
+//! Each phase is one module with the same shape: a function of what the call's phases share and
+//! of what the earlier phases established, returning what the later ones need, or a [`Stop`]
+//! carrying the agent-safe error and the phase that produced it. Phases 1–4 share one
+//! [`Arrival`], built when the call arrives; phases 5–10 share one [`Call`], built once when
+//! authority has admitted the call. A hook is checked once, here, and handed to its phase
+//! already unwrapped. Read [`run_phases`] and [`phases`] top to bottom to follow one call.
 
-pub(crate) mod admission;
 pub(crate) mod audit;
 pub(crate) mod authority;
 pub(crate) mod availability;
 pub(crate) mod confirmation;
 pub(crate) mod execute;
+pub(crate) mod idempotency;
 pub(crate) mod input;
 pub(crate) mod output;
 pub(crate) mod questions;
@@ -22,7 +23,7 @@ pub(crate) mod verify;
 
 use std::sync::Arc;
 
-use agent_surface_core::{AgentSurfaceError, Phase};
+use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -97,12 +98,29 @@ impl Stop {
     }
 }
 
-/// What phases 5–9 of one call share, built once when phase 4 has admitted it: the registry, the
-/// caller's options, the resolved definition and registration, the handler's context, and
-/// whether the call is recorded. Every later phase is a function of `&Call` and its own input.
+/// What phases 1–4 of one call share, built once when it arrives: the registry, the request (its
+/// input taken: admission borrows it, phase 5 owns it), the caller's options, the correlation id,
+/// one clock reading, and whether the call is recorded. Each of these phases is a function of
+/// `&Arrival` and its own input.
+pub(crate) struct Arrival<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) request: &'a InvokeRequest,
+    pub(crate) options: &'a InvokeOptions,
+    pub(crate) correlation: &'a CorrelationId,
+    /// The registry's clock when the call arrived (admission, resolution).
+    pub(crate) now: Timestamp,
+    /// Whether the call is recorded: only a call with an invocation id is.
+    pub(crate) tracked: bool,
+}
+
+/// What phases 5–10 of one call share, built once when phase 4 has admitted it: the
+/// [`Arrival`]'s parts, the resolved definition and registration, and the handler's context.
+/// Every later phase is a function of `&Call` and its own input.
 pub(crate) struct Call<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) options: &'a InvokeOptions,
+    /// The request as the caller sent it (its input taken: phase 5 owns it).
+    pub(crate) request: &'a InvokeRequest,
     pub(crate) def: &'a CapabilityDef,
     pub(crate) reg: &'a Registration,
     pub(crate) ctx: Ctx,
@@ -257,19 +275,30 @@ async fn run_phases(
     registry: &Registry,
     request: &mut InvokeRequest,
     options: &InvokeOptions,
-    correlation_id: &CorrelationId,
+    correlation: &CorrelationId,
     timing: &mut Option<Box<telemetry::Timing>>,
 ) -> Invocation {
     let inner = &registry.inner;
-    let invocation_id = request.invocation_id.clone();
     // A target named through the reserved argument is the call's target from here on, so that
     // both ways of naming it fingerprint alike.
     request.lift_target_argument();
+    // The input is taken out of the request: admission borrows it, phase 5 owns it, and the
+    // caller's future holds no second copy.
+    let input = std::mem::take(&mut request.input);
+    let request = &*request;
+    let arrival = Arrival {
+        inner,
+        request,
+        options,
+        correlation,
+        now: inner.config.clock.now(),
+        tracked: request.invocation_id.is_some(),
+    };
     // Phase 1: admission and idempotency.
-    let leader = match admission::admit(inner, request, options).await {
-        admission::Admitted::Untracked => None,
-        admission::Admitted::Leader(guard) => Some(guard),
-        admission::Admitted::Answered(invocation) => {
+    let leader = match idempotency::admit(&arrival, &input).await {
+        Ok(idempotency::Admitted::Untracked) => None,
+        Ok(idempotency::Admitted::Leader(guard)) => Some(guard),
+        Ok(idempotency::Admitted::Answered(invocation)) => {
             let span = tracing::Span::current();
             span.record("replayed", true);
             if let Some(code) = invocation.result.code() {
@@ -277,9 +306,9 @@ async fn run_phases(
             }
             return invocation;
         }
-        admission::Admitted::Stopped(stop) => {
+        Err(stop) => {
             count_store_error(inner, &stop);
-            return record::finish(Err(stop), invocation_id, correlation_id);
+            return record::finish(Err(stop), request.invocation_id.clone(), correlation);
         }
     };
     if let (Some(timing), Some(_)) = (timing.as_mut(), &leader) {
@@ -293,10 +322,10 @@ async fn run_phases(
     // enlarge every call's.
     let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
     let outcome = match renewal {
-        None => phases(registry, request, options, correlation_id, hold.as_deref(), timing).await,
+        None => phases(&arrival, input, hold.as_deref(), timing).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = phases(registry, request, options, correlation_id, hold.as_deref(), timing);
+            let phases = phases(&arrival, input, hold.as_deref(), timing);
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -309,9 +338,9 @@ async fn run_phases(
     if let Err(stop) = &outcome {
         count_store_error(inner, stop);
     }
-    let invocation = record::finish(outcome, invocation_id, correlation_id);
-    // Phase 10: record (boxed, like admission: only tracked calls get here). A stop for
-    // questions is not terminal: the same id comes back with the answers.
+    let invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
+    // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
+    // for questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {
         Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
     }
@@ -319,51 +348,32 @@ async fn run_phases(
 }
 
 /// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have
-/// executed (see [`admission::Hold`]).
+/// executed (see [`idempotency::Hold`]).
 fn taken_over_stop(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
 }
 
-/// Phases 2–9. The request is borrowed (its input is taken), so that the caller's future does not
-/// hold a second copy of it.
+/// Phases 2–9, on the input the caller sent.
 async fn phases(
-    registry: &Registry,
-    request: &mut InvokeRequest,
-    options: &InvokeOptions,
-    correlation: &CorrelationId,
-    hold: Option<&admission::Hold>,
+    arrival: &Arrival<'_>,
+    input: Value,
+    hold: Option<&idempotency::Hold>,
     timing: &mut Option<Box<telemetry::Timing>>,
 ) -> Outcome {
-    let inner = &registry.inner;
-    // Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
-    let tracked = request.invocation_id.is_some();
-    let now = inner.config.clock.now();
+    let Arrival { inner, request, options, correlation, tracked, .. } = *arrival;
     // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
-        match resolve::resolve(&state, &inner.surface_id, request, now) {
-            resolve::Resolution::Resolved(resolved) => match availability::check(&state, &resolved.def) {
-                Ok(()) => resolve::Resolution::Resolved(resolved),
-                Err(stop) => resolve::Resolution::Unresolved(Some(resolved.def), stop),
-            },
-            resolve::Resolution::Ambiguous(mut ambiguous) => {
-                if ambiguous.then.is_none() {
-                    ambiguous.then = availability::check(&state, &ambiguous.def).err();
-                }
-                resolve::Resolution::Ambiguous(ambiguous)
-            }
-            unresolved => unresolved,
-        }
+        resolve::resolve(arrival, &state).and_available(|def| availability::check(&state, def))
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. The hook
     // phases (4, 6, 7, 8b) are boxed, and only when they have work to do: their waiting state
     // (policy futures, timers) would otherwise enlarge every call's state machine, whose size is
     // a large part of the pipeline's cost.
-    let resolved = if inner.config.authority.is_some() {
-        Box::pin(authority::check(inner, &options.consumer, request, resolution)).await
-    } else {
-        resolution.into_result()
+    let resolved = match &inner.config.authority {
+        Some(policy) => Box::pin(authority::check(arrival, policy.as_ref(), resolution)).await,
+        None => resolution.into_result(),
     };
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
@@ -397,6 +407,7 @@ async fn phases(
     let call = Call {
         inner,
         options,
+        request,
         def: &def,
         reg: &reg,
         ctx,
@@ -404,7 +415,7 @@ async fn phases(
         correlation,
         correlation_text: std::sync::OnceLock::new(),
     };
-    let prepared = input::prepare(&call, std::mem::take(&mut request.input))?;
+    let prepared = input::prepare(&call, input)?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &def.ask {
         questions::check(ask, &call.ctx, &prepared.decoded)?;
@@ -414,13 +425,12 @@ async fn phases(
         if inner.config.rate_limiter.is_some() { Box::pin(rate::acquire(&call, &prepared.value)).await? } else { None };
     // Phase 7.
     if inner.config.confirmation.is_some() || def.confirm.is_some() {
-        let summary = confirmation::summary(&def, prepared.decoded.as_ref(), request.confirmation_id.as_deref())?;
-        Box::pin(confirmation::confirm(&call, &prepared.value, summary, request.confirmation_id.as_deref())).await?;
+        let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
+        Box::pin(confirmation::confirm(&call, &prepared.value, summary)).await?;
     }
     // Phase 8a: the audit trail's start, for a capability with an effect.
     if audit::applies(&call) {
-        let evidence = request.confirmation_id.as_deref();
-        let started = Box::pin(audit::start(&call, &prepared.value, evidence)).await?;
+        let started = Box::pin(audit::start(&call, &prepared.value)).await?;
         let outcome = execute(&call, hold, prepared, timing).await;
         Box::pin(started.finish(&outcome)).await;
         return outcome;
@@ -431,7 +441,7 @@ async fn phases(
 /// Phases 8, 8b and 9: the handler, its post-condition and the output.
 async fn execute(
     call: &Call<'_>,
-    hold: Option<&admission::Hold>,
+    hold: Option<&idempotency::Hold>,
     prepared: input::Prepared,
     timing: &mut Option<Box<telemetry::Timing>>,
 ) -> Outcome {

@@ -4,7 +4,7 @@
 //! (`logLevel` in `spec/error-matrix.json`), or at `ERROR` when the service itself is at fault
 //! ([`Stop::fault`]). It lies inside the invocation span, which carries the correlation id.
 //!
-//! (Storing the terminal result for the idempotency window is the admission guard's
+//! (Storing the terminal result for the idempotency window is the leader guard's
 //! `settle`, called by the pipeline right after this.)
 
 use agent_surface_core::{InvokeResult, LogLevel};

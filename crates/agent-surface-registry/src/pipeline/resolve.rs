@@ -15,7 +15,7 @@ use std::sync::Arc;
 use agent_surface_core::details::{InstanceRef, StaleReason, UnmountPhase};
 use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
 
-use super::Stop;
+use super::{Arrival, Stop};
 use crate::define::CapabilityDef;
 use crate::live::{Registration, State, Tombstone};
 use crate::request::InvokeRequest;
@@ -64,6 +64,24 @@ impl Ambiguous {
 }
 
 impl Resolution {
+    /// The same outcome after phase 3: a resolved capability (or the one several instances
+    /// share, unless it already met a stop) that `check` finds unavailable does not resolve.
+    pub(crate) fn and_available(self, check: impl Fn(&CapabilityDef) -> Result<(), Stop>) -> Resolution {
+        match self {
+            Resolution::Resolved(resolved) => match check(&resolved.def) {
+                Ok(()) => Resolution::Resolved(resolved),
+                Err(stop) => Resolution::Unresolved(Some(resolved.def), stop),
+            },
+            Resolution::Ambiguous(mut ambiguous) => {
+                if ambiguous.then.is_none() {
+                    ambiguous.then = check(&ambiguous.def).err();
+                }
+                Resolution::Ambiguous(ambiguous)
+            }
+            unresolved => unresolved,
+        }
+    }
+
     /// The outcome as reported when nothing else decides.
     pub(crate) fn into_result(self) -> Result<Resolved, Stop> {
         match self {
@@ -114,7 +132,10 @@ fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
     stop(AgentSurfaceError::component_unmounted(UnmountPhase::Resolve), note)
 }
 
-pub(crate) fn resolve(state: &State, surface_id: &str, request: &InvokeRequest, now: Timestamp) -> Resolution {
+/// Phase 2: the capability the call names and the registration it runs against, read from the
+/// live state (held by the caller under one lock with phase 3).
+pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
+    let (request, now, surface_id) = (arrival.request, arrival.now, &*arrival.inner.surface_id);
     let Some(def) = state.capabilities.get(request.capability.as_str()) else {
         return Resolution::Unresolved(None, not_found("no such capability"));
     };

@@ -1,10 +1,15 @@
-//! Phase 1 — admission and idempotency.
+//! Phase 1 — admission and idempotency, with the settlement of the record at the end of the call.
 //!
 //! Input: the request and the consumer. Decision: run the call (untracked, or as the leader of
 //! its `(consumerKey, invocationId)`), answer it from the store (replay, or join the identical
 //! call in flight), or stop it. Codes: `CANCELLED` (disposed registry, cancelled caller),
 //! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason: transport,
 //! transient}` (the store failed).
+//!
+//! The leader of a recorded call holds a [`LeaderGuard`] until the call ends; the pipeline
+//! settles the record with it after phase 10 (stored for the window, or released), and dropping
+//! it unsettled records `CANCELLED` or an unknown outcome. Admission and settlement live here
+//! together, so that the record's whole life reads in one place.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,9 +20,10 @@ use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
 use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
 use sha2::{Digest, Sha256};
 
-use super::Stop;
-use crate::registry::Inner;
-use crate::request::{Invocation, InvokeOptions, InvokeRequest};
+use serde_json::Value;
+
+use super::{Arrival, Stop};
+use crate::request::{Invocation, InvokeRequest};
 
 /// How long a caller is asked to wait after the idempotency store failed.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -26,6 +32,7 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 const SETTLE_RETRIES: [Duration; 3] =
     [Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(900)];
 
+/// How admission lets a call go on (a call it stops is a [`Stop`]).
 pub(crate) enum Admitted {
     /// No invocation id: nothing to remember.
     Untracked,
@@ -33,8 +40,6 @@ pub(crate) enum Admitted {
     Leader(Box<LeaderGuard>),
     /// Answered without running (replay or join).
     Answered(Invocation),
-    /// Stopped in this phase.
-    Stopped(Stop),
 }
 
 /// How a follower that stopped waiting ends: an unknown outcome. The leader it joined may have
@@ -61,7 +66,7 @@ fn store_id(invocation_id: &str) -> String {
 
 /// The fingerprint of a request: SHA-256 over the capability, the target as requested, the
 /// canonical (RFC 8785) input and the confirmation evidence, each length-prefixed.
-pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
+pub(crate) fn fingerprint(request: &InvokeRequest, input: &Value) -> Fingerprint {
     let mut h = Sha256::new();
     let mut part = |tag: &[u8], bytes: &[u8]| {
         h.update(tag);
@@ -72,50 +77,44 @@ pub(crate) fn fingerprint(request: &InvokeRequest) -> Fingerprint {
     let target = request.target.as_ref();
     part(b"instance", target.and_then(|t| t.instance_id.as_deref()).unwrap_or("").as_bytes());
     part(b"registration", target.and_then(|t| t.registration_id.as_deref()).unwrap_or("").as_bytes());
-    let mut input = Vec::with_capacity(128);
-    write_canonical(&request.input, &mut input);
-    part(b"input", &input);
+    let mut canonical = Vec::with_capacity(128);
+    write_canonical(input, &mut canonical);
+    part(b"input", &canonical);
     part(b"evidence", request.confirmation_id.as_deref().unwrap_or("").as_bytes());
     Fingerprint::from_bytes(h.finalize().into())
 }
 
-pub(crate) async fn admit(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Admitted {
-    match precheck(inner, request, options) {
-        Some(admitted) => admitted,
+/// Phase 1: a disposed registry or a cancelled call stops; a call without an invocation id runs
+/// untracked; any other is admitted by the idempotency store under its key and fingerprint.
+pub(crate) async fn admit(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted, Stop> {
+    match precheck(arrival)? {
+        Some(admitted) => Ok(admitted),
         // Boxed: the store's futures would otherwise enlarge the state machine of every call,
         // including the untracked ones that never get here.
-        None => Box::pin(admit_tracked(inner, request, options)).await,
+        None => Box::pin(admit_tracked(arrival, input)).await,
     }
 }
 
 /// What admission decides without the store: a disposed registry or a cancelled call stops, a
 /// call without an invocation id is untracked; `None` for a call the store must admit.
-fn precheck(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Option<Admitted> {
-    if inner.disposed.is_cancelled() {
-        return Some(Admitted::Stopped(Stop::noted(
-            AgentSurfaceError::cancelled(),
-            Phase::Admission,
-            "registry disposed",
-        )));
+fn precheck(arrival: &Arrival<'_>) -> Result<Option<Admitted>, Stop> {
+    if arrival.inner.disposed.is_cancelled() {
+        return Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "registry disposed"));
     }
-    if options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
-        return Some(Admitted::Stopped(Stop::noted(
-            AgentSurfaceError::cancelled(),
-            Phase::Admission,
-            "cancelled before admission",
-        )));
+    if arrival.options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
+        return Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "cancelled before admission"));
     }
-    request.invocation_id.is_none().then_some(Admitted::Untracked)
+    Ok((!arrival.tracked).then_some(Admitted::Untracked))
 }
 
-async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &InvokeOptions) -> Admitted {
-    let Some(invocation_id) = &request.invocation_id else { return Admitted::Untracked };
+async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted, Stop> {
+    let Arrival { inner, request, options, now, .. } = *arrival;
+    let Some(invocation_id) = &request.invocation_id else { return Ok(Admitted::Untracked) };
     let key =
         IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };
-    let fp = fingerprint(request);
+    let fp = fingerprint(request, input);
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
     let store = inner.config.idempotency.clone();
-    let now = inner.config.clock.now();
     let leader = |lease: Lease, taken_over: bool| {
         Admitted::Leader(Box::new(LeaderGuard {
             hold: Arc::new(Hold {
@@ -141,55 +140,53 @@ async fn admit_tracked(inner: &Arc<Inner>, request: &InvokeRequest, options: &In
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
     match admitted {
-        Ok(Admission::Leader(lease)) => leader(lease, false),
+        Ok(Admission::Leader(lease)) => Ok(leader(lease, false)),
         Ok(Admission::TakeOver(lease)) => {
             tracing::warn!(
                 target: "agent_surface::invoke",
                 token = lease.token,
                 "the previous leader of this call lost its lease without a result; this call took the record over"
             );
-            leader(lease, true)
+            Ok(leader(lease, true))
         }
-        Ok(Admission::Replay(result)) => Admitted::Answered(Invocation {
+        Ok(Admission::Replay(result)) => Ok(Admitted::Answered(Invocation {
             result: result.with_invocation_id(Some(invocation_id.clone())),
             phase: None,
             replayed: true,
             joined: false,
             questions: None,
             correlation_id: crate::CorrelationId::pending(),
-        }),
+        })),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
             // waiting (not stored — the leader's record is the leader's).
             let caller = options.cancelled();
             tokio::select! {
-                result = wait => Admitted::Answered(Invocation {
+                result = wait => Ok(Admitted::Answered(Invocation {
                     result: result.with_invocation_id(Some(invocation_id.clone())),
                     phase: None,
                     replayed: false,
                     joined: true,
                     questions: None,
                     correlation_id: crate::CorrelationId::pending(),
-                }),
-                _ = caller => Admitted::Stopped(stopped_follower("cancelled while joined to the call in flight")),
+                })),
+                _ = caller => Err(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
-                    Admitted::Stopped(stopped_follower("registry disposed while joined to the call in flight"))
+                    Err(stopped_follower("registry disposed while joined to the call in flight"))
                 }
             }
         }
-        Ok(Admission::Conflict { stored }) => Admitted::Stopped(Stop::noted(
+        Ok(Admission::Conflict { stored }) => Err(Stop::noted(
             AgentSurfaceError::invocation_conflict(),
             Phase::Admission,
             format!("stored fingerprint {stored}, presented {fp}"),
         )),
-        Err(e) => Admitted::Stopped(
-            Stop::noted(
-                AgentSurfaceError::transient(STORE_RETRY_AFTER),
-                Phase::Admission,
-                format!("idempotency store failed: {e}"),
-            )
-            .store_fault(super::Fault::IdempotencyStore),
-        ),
+        Err(e) => Err(Stop::noted(
+            AgentSurfaceError::transient(STORE_RETRY_AFTER),
+            Phase::Admission,
+            format!("idempotency store failed: {e}"),
+        )
+        .store_fault(super::Fault::IdempotencyStore)),
     }
 }
 
