@@ -6,7 +6,12 @@
 //! - `handler_validation`: what a hand-written server does per call with the parsed input it owns —
 //!   `is_valid` with a compiled `jsonschema` validator, `T::deserialize(&Value)`, the handler,
 //!   `serde_json::to_value` of the output, dropping the input (the baseline);
+//! - `tracked_limit`: `handler_validation` plus what a recorded call cannot avoid, the canonical
+//!   bytes (RFC 8785) and SHA-256 of its input (its fingerprint);
 //! - `pipeline/no_invocation_id` and `pipeline/with_invocation_id`: `Registry::invoke`;
+//! - `pipeline/confirmation_policy`: `pipeline/no_invocation_id` in a registry with a confirmation
+//!   engine whose global policy gates another capability, with one relayed confirmation
+//!   remembered (the cost of the confirmation phase for a call it lets through);
 //! - `pipeline/metrics_on`: `pipeline/no_invocation_id` with `RegistryConfig::metrics` on and no
 //!   recorder installed (the cost of the metrics facade itself);
 //! - `lookup/10` and `lookup/100000`: the full pipeline in registries of 10 and 100,000
@@ -87,6 +92,25 @@ fn bench(c: &mut Criterion) {
         )
     });
 
+    // The least a recorded call does beyond the baseline: its fingerprint's canonical bytes and
+    // SHA-256.
+    c.bench_function("tracked_limit", |b| {
+        b.to_async(&rt).iter_batched(
+            || value.clone(),
+            |input| async {
+                let input = input;
+                let mut canonical = Vec::with_capacity(128);
+                agent_surface_core::json::write_canonical(black_box(&input), &mut canonical);
+                black_box(<sha2::Sha256 as sha2::Digest>::digest(&canonical));
+                assert!(validator.is_valid(black_box(&input)));
+                let i = Add::deserialize(&input).expect("decodes");
+                let out = add(i).await.expect("ok");
+                black_box(serde_json::to_value(out).expect("serializes"))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
     let (r, _m) = registry(0);
     let consumer = InvokeOptions::new(Consumer::anonymous("bench"));
     let mut g = c.benchmark_group("pipeline");
@@ -131,6 +155,21 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // A global confirmation policy that gates another capability, and one confirmation relayed
+    // (and remembered) for it: the calls measured are let through by the confirmation phase.
+    let (confirmed, _confirmed_mounts) = common::confirmation_registry();
+    rt.block_on(common::remember_one_confirmation(&confirmed));
+    g.bench_function("confirmation_policy", |b| {
+        b.to_async(&rt).iter_batched(
+            || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
+            |(req, opts)| async {
+                let res = confirmed.invoke(req, opts).await;
+                debug_assert!(res.is_ok());
+                black_box(res)
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
     drop(r);
 
@@ -154,9 +193,11 @@ fn report() {
     for id in [
         "bare_handler",
         "handler_validation",
+        "tracked_limit",
         "pipeline/no_invocation_id",
         "pipeline/with_invocation_id",
         "pipeline/metrics_on",
+        "pipeline/confirmation_policy",
         "lookup/10",
         "lookup/100000",
     ] {
@@ -164,6 +205,9 @@ fn report() {
             (Some(t), Some(b)) => println!("  {id:<30} {t:>10.0} ns   {:>5.2}x", t / b),
             _ => println!("  {id:<30} (no estimate)"),
         }
+    }
+    if let (Some(tracked), Some(limit)) = (median_ns("pipeline/with_invocation_id"), median_ns("tracked_limit")) {
+        println!("  with_invocation_id / tracked_limit: {:.2}x", tracked / limit);
     }
     if let (Some(small), Some(large)) = (median_ns("lookup/10"), median_ns("lookup/100000")) {
         println!("  lookup 100000 / 10: {:.2}x", large / small);

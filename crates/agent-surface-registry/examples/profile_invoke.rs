@@ -11,8 +11,9 @@
 //!
 //! Modes: `setup` (build and drop the requests only), `baseline` (what `benches/pipeline.rs`
 //! calls `handler_validation`), `pipeline` (`Registry::invoke` without an invocation id),
-//! `tracked` (with a fresh invocation id per call) and `authority` (`pipeline` with a `Policies`
-//! engine of two allowing policies).
+//! `tracked` (with a fresh invocation id per call), `authority` (`pipeline` with a `Policies`
+//! engine of two allowing policies) and `confirmation` (`pipeline` with a confirmation engine
+//! whose global policy gates another capability, one relayed confirmation remembered).
 
 #![allow(missing_docs, clippy::print_stderr, clippy::unwrap_used, reason = "a profiling harness")]
 
@@ -29,7 +30,7 @@ use common::{Add, input, sum as add};
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
-        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked|authority");
+        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked|authority|confirmation");
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -40,15 +41,22 @@ fn main() {
             Policies::new().global(FnPolicy::new("allow-1", allow)).for_type("calc", FnPolicy::new("allow-2", allow));
         config.authority = Some(std::sync::Arc::new(policies));
     }
-    let r = Registry::new(config);
-    r.define("calc", |t| {
-        t.capability("add", "Add two integers.")
-            .effect(Effect::Read)
-            .idempotent()
-            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(add(i)) })
-    })
-    .unwrap();
-    let _m = r.mount("calc", "main").unwrap();
+    let (r, _m) = if mode == "confirmation" {
+        let (r, m) = common::confirmation_registry();
+        rt.block_on(common::remember_one_confirmation(&r));
+        (r, m)
+    } else {
+        let r = Registry::new(config);
+        r.define("calc", |t| {
+            t.capability("add", "Add two integers.")
+                .effect(Effect::Read)
+                .idempotent()
+                .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(add(i)) })
+        })
+        .unwrap();
+        let m = r.mount("calc", "main").unwrap();
+        (r, vec![m])
+    };
     let schema = serde_json::to_value(schemars::schema_for!(Add)).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let consumer = InvokeOptions::new(Consumer::anonymous("profile"));

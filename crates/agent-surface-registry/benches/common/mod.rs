@@ -36,3 +36,45 @@ pub(crate) fn input() -> Value {
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
+
+/// A registry with `calc.add` (read-only, idempotent) and `calc.drop` (destructive), and a
+/// confirmation engine whose one global policy gates every destructive call: `calc.add` is let
+/// through by the confirmation phase.
+pub(crate) fn confirmation_registry() -> (agent_surface_registry::Registry, Vec<agent_surface_registry::Mount>) {
+    use agent_surface_core::{AgentSurfaceError, Effect, SafeText};
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, FnConfirmationPolicy, Gate};
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    let gate_destructive = FnConfirmationPolicy::new("destructive", |call| {
+        Ok(if call.effect == Effect::Destructive {
+            Gate::Confirm { summary: SafeText::from("Drop it.") }
+        } else {
+            Gate::Open
+        })
+    });
+    let engine = ConfirmationEngine::new(ConfirmationConfig {
+        policies: vec![std::sync::Arc::new(gate_destructive)],
+        ..Default::default()
+    });
+    let r = Registry::new(RegistryConfig { confirmation: Some(std::sync::Arc::new(engine)), ..Default::default() });
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(sum(i)) });
+        t.capability("drop", "Drop a number.")
+            .effect(Effect::Destructive)
+            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(sum(i)) })
+    })
+    .expect("valid");
+    let mounts = vec![r.mount("calc", "main").expect("mount")];
+    (r, mounts)
+}
+
+/// Calls `calc.drop` once without evidence: the registry relays, and remembers, its confirmation.
+pub(crate) async fn remember_one_confirmation(r: &agent_surface_registry::Registry) {
+    use agent_surface_policy::Consumer;
+    use agent_surface_registry::{InvokeOptions, InvokeRequest};
+    let request = InvokeRequest::new("calc.drop", input());
+    let result = r.invoke(request, InvokeOptions::new(Consumer::anonymous("bench"))).await;
+    assert_eq!(result.code(), Some(agent_surface_core::ErrorCode::ConfirmationRequired), "{result:?}");
+}
