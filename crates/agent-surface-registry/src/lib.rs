@@ -81,6 +81,7 @@ pub mod extract;
 mod handler;
 pub mod host_errors;
 pub mod id;
+mod invoke;
 mod live;
 mod measure;
 mod pipeline;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
-use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code, InvokeResult, SafeText};
+use agent_surface_core::{DefinitionError, DefinitionErrorCode as Code, SafeText};
 use agent_surface_policy::{
     AuditConfig, AuthorityPolicy, Clock, ConfirmationGate, IdempotencyStore, MemoryIdempotencyStore, RateLimiter,
     SystemClock,
@@ -18,7 +18,6 @@ use crate::ctx::StateMap;
 use crate::define::{BuildEnv, DefinitionLimits, Executor, TypeBuilder};
 use crate::id;
 use crate::live::{Registration, State, Tombstone, TypeState};
-use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 use crate::wiring::Wiring;
 
 /// What happens when an instance is mounted under a `(type, instanceId)` that is already live.
@@ -258,21 +257,6 @@ impl std::fmt::Debug for Registry {
             .field("surface_id", &self.inner.surface_id)
             .field("version", &self.version())
             .finish_non_exhaustive()
-    }
-}
-
-impl Registry {
-    /// Runs one call through the pipeline ([`crate::pipeline`], read top to bottom in its
-    /// `mod.rs`). Never fails and never panics for anything the caller sends: every failure is an
-    /// `InvokeResult` with an agent-safe payload.
-    pub async fn invoke(&self, request: InvokeRequest, options: InvokeOptions) -> InvokeResult {
-        crate::pipeline::invoke(self, request, options).await.result
-    }
-
-    /// [`Registry::invoke`], plus what the operator side knows: the phase that produced an
-    /// error, and whether the result was replayed or joined.
-    pub async fn invoke_detailed(&self, request: InvokeRequest, options: InvokeOptions) -> Invocation {
-        crate::pipeline::invoke(self, request, options).await
     }
 }
 
