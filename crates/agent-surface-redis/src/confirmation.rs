@@ -7,7 +7,9 @@
 //! | `c`, `cap`, `r`, `i`, `h` | the binding (consumer key, capability, registration, instance, input hash) |
 //! | `req` | the requester's subject (empty when anonymous) |
 //! | `rq`, `cs` | the requester's subject and the consumer key as a person reads them (`agent_surface_policy::principal::skeleton`; `rq` is `\0` when anonymous), for the self-approval rule |
-//! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver |
+//! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver (the approvers, separated by `, `, for a quorum) |
+//! | `n` | how many approvals the record needs (its [`Quorum`]'s roles are in `rec`; the engine checks them) |
+//! | `d` | the decisions so far, a JSON array of `{a, v, t, k}`: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds (as a string) and the approver as a person reads it (for one decision per approver) |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
 //!
 //! Pending records are also indexed in one sorted set, `{prefix}conf-pending` (member the id,
@@ -17,8 +19,8 @@
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
-    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
-    Mismatch, Rejection, StoreError,
+    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
+    Consumed, Decided, Mismatch, Quorum, Rejection, StoreError,
 };
 use futures_util::future::BoxFuture;
 use redis::Script;
@@ -46,6 +48,36 @@ struct Fixed {
     expires_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     input_preview: Option<String>,
+    #[serde(default)]
+    quorum: Quorum,
+}
+
+/// One entry of the `d` field.
+#[derive(Deserialize)]
+struct StoredDecision {
+    a: String,
+    v: String,
+    t: String,
+}
+
+/// The `d` field as decisions (`""`, `[]` and `{}`, Lua's empty table, are none).
+fn decisions_of(d: &str) -> Option<Vec<ApproverDecision>> {
+    if d.is_empty() || d == "{}" {
+        return Some(Vec::new());
+    }
+    let stored: Vec<StoredDecision> = serde_json::from_str(d).ok()?;
+    stored
+        .into_iter()
+        .map(|x| {
+            let verdict = match x.v.as_str() {
+                "approve" => ApprovalVerdict::Approve,
+                "in-person" => ApprovalVerdict::ApproveInPerson,
+                "deny" => ApprovalVerdict::Deny,
+                _ => return None,
+            };
+            Some(ApproverDecision::new(x.a, verdict, Timestamp::from_unix_millis(x.t.parse().ok()?)))
+        })
+        .collect()
 }
 
 impl Fixed {
@@ -64,10 +96,11 @@ impl Fixed {
             created_at: record.created_at.unix_millis(),
             expires_at: record.expires_at.unix_millis(),
             input_preview: record.input_preview.clone(),
+            quorum: record.quorum.clone(),
         }
     }
 
-    fn into_record(self, state: ConfirmationState) -> Option<ConfirmationRecord> {
+    fn into_record(self, state: ConfirmationState, decisions: &str) -> Option<ConfirmationRecord> {
         let binding = ConfirmationBinding {
             consumer_key: self.consumer_key,
             capability: self.capability,
@@ -85,8 +118,10 @@ impl Fixed {
             Timestamp::from_unix_millis(self.created_at),
             Timestamp::from_unix_millis(self.expires_at),
         )
-        .with_input_preview(self.input_preview.as_deref());
+        .with_input_preview(self.input_preview.as_deref())
+        .with_quorum(self.quorum);
         record.state = state;
+        record.decisions = decisions_of(decisions)?;
         Some(record)
     }
 }
@@ -107,28 +142,29 @@ fn corrupt(what: &str) -> StoreError {
 }
 
 /// Adds a pending record unless the key exists, and indexes it. KEYS: the record, the pending
-/// index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id.
+/// index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id, n.
 const INSERT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
   'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9], 'rq', ARGV[11],
-  'cs', ARGV[12])
+  'cs', ARGV[12], 'n', ARGV[14], 'd', '[]')
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 redis.call('ZADD', KEYS[2], ARGV[8], ARGV[13])
 return 1
 ";
 
 /// Up to a limit of pending, unexpired records, soonest expiry first (expired index entries are
-/// dropped). KEYS: the pending index. ARGV: now, limit, the record key prefix.
+/// dropped), as `rec, d` pairs. KEYS: the pending index. ARGV: now, limit, the record key prefix.
 const LIST: &str = r"
 local now = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'ea')
+  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'ea', 'd')
   if f[1] and f[2] == 'pending' and now < tonumber(f[3]) then
     table.insert(out, f[1])
+    table.insert(out, f[4] or '')
   elseif not f[1] or f[2] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   end
@@ -136,33 +172,50 @@ end
 return out
 ";
 
-/// The live record: `{rec, s, by}`, or nothing. ARGV: now.
+/// The live record: `{rec, s, by, d}`, or nothing. ARGV: now.
 const GET: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'rec', 's', 'by', 'ga')
+local f = redis.call('HMGET', KEYS[1], 'rec', 's', 'by', 'ga', 'd')
 if not f[1] or tonumber(ARGV[1]) >= tonumber(f[4]) then return {} end
-return {f[1], f[2], f[3]}
+return {f[1], f[2], f[3], f[5] or ''}
 ";
 
-/// Decides a pending record. KEYS: the record, the pending index. ARGV: verdict (approve |
+/// Records one approver's decision on a pending record: a denial ends it, the approval that
+/// completes the quorum approves it. KEYS: the record, the pending index. ARGV: verdict (approve |
 /// in-person | deny), approver, now, the approver as a person reads it, id.
 const DECIDE: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs')
+local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs', 'n', 'd')
 local now = tonumber(ARGV[3])
 if not f[1] or now >= tonumber(f[6]) then return {'unknown'} end
 if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
+local d = {}
+if f[10] and f[10] ~= '' and f[10] ~= '[]' then d = cjson.decode(f[10]) end
+for _, x in ipairs(d) do
+  if x.a == ARGV[2] or x.k == ARGV[4] then return {'before'} end
+end
 local requester = f[3] == ARGV[2] or f[4] == ARGV[2] or f[7] == ARGV[4] or f[8] == ARGV[4]
 if ARGV[1] == 'approve' and requester then return {'self'} end
 if now >= tonumber(f[5]) then return {'expired'} end
-local s = 'approved'
-if ARGV[1] == 'deny' then s = 'denied' end
-redis.call('HSET', KEYS[1], 's', s, 'by', ARGV[2])
-redis.call('ZREM', KEYS[2], ARGV[5])
+table.insert(d, {a = ARGV[2], v = ARGV[1], t = ARGV[3], k = ARGV[4]})
+local encoded = cjson.encode(d)
+if ARGV[1] == 'deny' then
+  redis.call('HSET', KEYS[1], 's', 'denied', 'by', ARGV[2], 'd', encoded)
+  redis.call('ZREM', KEYS[2], ARGV[5])
+  return {'done'}
+end
+if #d >= (tonumber(f[9]) or 1) then
+  local by = {}
+  for _, x in ipairs(d) do table.insert(by, x.a) end
+  redis.call('HSET', KEYS[1], 's', 'approved', 'by', table.concat(by, ', '), 'd', encoded)
+  redis.call('ZREM', KEYS[2], ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'd', encoded)
+end
 return {'done'}
 ";
 
 /// Consumes approved evidence for a binding. ARGV: c, cap, r, i, h, now.
 const CONSUME: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'c', 'cap', 'r', 'i', 'h', 's', 'by', 'ea', 'ga', 'rec')
+local f = redis.call('HMGET', KEYS[1], 'c', 'cap', 'r', 'i', 'h', 's', 'by', 'ea', 'ga', 'rec', 'd')
 local now = tonumber(ARGV[6])
 if not f[6] or now >= tonumber(f[9]) then return {'unknown'} end
 local differs = ''
@@ -174,7 +227,7 @@ if differs ~= '' then return {'mismatch', differs} end
 if f[6] == 'consumed' then return {'consumed'} end
 if f[6] == 'denied' then return {'denied'} end
 if f[6] == 'withdrawn' or now >= tonumber(f[8]) then return {'expired'} end
-if f[6] == 'pending' then return {'pending', f[10]} end
+if f[6] == 'pending' then return {'pending', f[10], f[11] or ''} end
 redis.call('HSET', KEYS[1], 's', 'consumed')
 return {'ok', f[7]}
 ";
@@ -195,7 +248,8 @@ return {f[1], f[2]}
 /// A [`ConfirmationStore`] in Redis, shared by every replica that connects to it.
 ///
 /// The semantics are those the trait documents, each operation one script: a record is
-/// inserted once, decided once (an approval by the requester refused), consumed once by a call
+/// inserted once, decided once per approver until a denial or its quorum's last approval (an
+/// approval by the requester refused), consumed once by a call
 /// whose binding matches, withdrawn only while pending. Records are kept until `expires_at +
 /// retention` ([`crate::RedisConfig::retention`]).
 #[derive(Clone, Debug)]
@@ -258,7 +312,8 @@ impl RedisConfirmationStore {
             .arg(ttl_ms(gone.saturating_duration_since(now)))
             .arg(record.requester.as_deref().map_or_else(|| "\0".to_string(), skeleton))
             .arg(skeleton(&b.consumer_key))
-            .arg(&record.id);
+            .arg(&record.id)
+            .arg(record.quorum.required());
         let inserted: i64 = self.stores.run(call).await?;
         if inserted == 1 {
             Ok(())
@@ -271,14 +326,14 @@ impl RedisConfirmationStore {
         let mut call = self.scripts().get.key(self.key(id));
         call.arg(ms(now));
         let fields: Vec<String> = self.stores.run(call).await?;
-        let [rec, s, by] = match <[String; 3]>::try_from(fields) {
+        let [rec, s, by, d] = match <[String; 4]>::try_from(fields) {
             Ok(fields) => fields,
             Err(fields) if fields.is_empty() => return Ok(None),
             Err(_) => return Err(corrupt("fields")),
         };
         let fixed: Fixed = serde_json::from_str(&rec).map_err(|_| corrupt("rec"))?;
         let state = state_of(&s, by).ok_or_else(|| corrupt("state"))?;
-        fixed.into_record(state).map(Some).ok_or_else(|| corrupt("input hash"))
+        fixed.into_record(state, &d).map(Some).ok_or_else(|| corrupt("input hash or decisions"))
     }
 }
 
@@ -310,6 +365,7 @@ impl ConfirmationStore for RedisConfirmationStore {
             let answer: Vec<String> = self.stores.run(call).await?;
             Ok(match answer.first().map(String::as_str) {
                 Some("done") => Decided::Done,
+                Some("before") => Decided::DecidedBefore,
                 Some("unknown") => Decided::Unknown,
                 Some("self") => Decided::SelfApproval,
                 Some("expired") => Decided::Expired,
@@ -355,8 +411,11 @@ impl ConfirmationStore for RedisConfirmationStore {
                 }
                 Some("pending") => {
                     let rec = answer.get(1).ok_or_else(|| corrupt("rec"))?;
+                    let d = answer.get(2).map(String::as_str).unwrap_or_default();
                     let fixed: Fixed = serde_json::from_str(rec).map_err(|_| corrupt("rec"))?;
-                    let record = fixed.into_record(ConfirmationState::Pending).ok_or_else(|| corrupt("input hash"))?;
+                    let record = fixed
+                        .into_record(ConfirmationState::Pending, d)
+                        .ok_or_else(|| corrupt("input hash or decisions"))?;
                     Err(Rejection::Pending(Box::new(record)))
                 }
                 _ => return Err(corrupt("consume")),
@@ -394,10 +453,11 @@ impl ConfirmationStore for RedisConfirmationStore {
             let mut call = self.scripts().list.key(self.pending_index());
             call.arg(ms(now)).arg(limit).arg(self.stores.key("conf", ""));
             let recs: Vec<String> = self.stores.run(call).await?;
-            recs.iter()
-                .map(|rec| {
+            recs.chunks(2)
+                .map(|pair| {
+                    let [rec, d] = pair else { return Err(corrupt("list")) };
                     let fixed: Fixed = serde_json::from_str(rec).map_err(|_| corrupt("rec"))?;
-                    fixed.into_record(ConfirmationState::Pending).ok_or_else(|| corrupt("input hash"))
+                    fixed.into_record(ConfirmationState::Pending, d).ok_or_else(|| corrupt("input hash or decisions"))
                 })
                 .collect()
         })

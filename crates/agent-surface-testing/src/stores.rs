@@ -29,7 +29,7 @@ use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
     Admission, ApprovalVerdict, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
     ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint,
-    IdempotencyKey, IdempotencyStore, Lease, Quota, RateDecision, RateLimiter, Rejection, Scope, Settlement,
+    IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, Scope, Settlement,
     StoreError, TaskRecord, TaskStatus, TaskStore,
 };
 use futures_util::future::join_all;
@@ -196,6 +196,118 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     assert!(consumed.is_ok(), "store kit: an in-person approval is usable, got {consumed:?}");
 
     check_pending_listing(store, prefix).await;
+    check_confirmation_quorum(store, prefix).await;
+}
+
+/// The quorum rules of [`ConfirmationStore::decide`] (part of [`check_confirmation_store`]):
+/// one decision per approver, kept in order; a record needing N approvals is approved by the
+/// N-th distinct approver (never the requester), and a denial by anyone is final; concurrent
+/// decisions count each approver once and approve once.
+///
+/// # Panics
+///
+/// On the first rule the store breaks.
+pub async fn check_confirmation_quorum(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}quorum-{name}");
+    let needing = |name: &str, n: u32| pending(&id(name)).with_quorum(Quorum::of(n).with_role("manager"));
+    let verdicts = |r: &ConfirmationRecord| -> Vec<(String, ApprovalVerdict)> {
+        r.decisions.iter().map(|d| (d.approver.clone(), d.verdict)).collect()
+    };
+
+    // Two of two: the first approval is recorded and the record stays pending (listed, with the
+    // decision); the same approver cannot decide again, under any spelling or verdict.
+    let two = needing("two", 2);
+    expect("insert", store.insert(two.clone(), at(0)).await);
+    let read = expect("get", store.get(&two.id, at(1)).await).expect("store kit: a quorum record must be readable");
+    assert_eq!(read, two, "store kit: get must return the quorum as inserted");
+    assert_eq!(
+        expect("decide", store.decide(&two.id, ApprovalVerdict::Approve, "alice", at(1)).await),
+        Decided::SelfApproval,
+        "store kit: the requester never counts towards a quorum"
+    );
+    assert_eq!(expect("decide", store.decide(&two.id, ApprovalVerdict::Approve, "bob", at(2)).await), Decided::Done);
+    let read = expect("get", store.get(&two.id, at(3)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, ConfirmationState::Pending, "store kit: one approval of two leaves it pending");
+    assert_eq!(verdicts(&read), vec![("bob".to_string(), ApprovalVerdict::Approve)], "store kit: the decision is kept");
+    assert_eq!(read.decisions[0].at, at(2), "store kit: the decision keeps its time");
+    for (who, verdict) in
+        [("bob", ApprovalVerdict::Approve), ("Bob", ApprovalVerdict::Approve), ("bob", ApprovalVerdict::Deny)]
+    {
+        assert_eq!(
+            expect("decide", store.decide(&two.id, verdict, who, at(4)).await),
+            Decided::DecidedBefore,
+            "store kit: {who} decided before; one decision per approver"
+        );
+    }
+    match expect("consume", store.consume(&two.id, &binding("c-1"), at(5)).await) {
+        Err(Rejection::Pending(record)) => {
+            assert_eq!(verdicts(&record), verdicts(&read), "store kit: pending evidence carries the decisions so far")
+        }
+        other => panic!("store kit: evidence with one approval of two must be pending, got {other:?}"),
+    }
+    let listed = expect("list_pending", store.list_pending(at(5), 1000).await);
+    let listed = listed.into_iter().find(|r| r.id == two.id).expect("store kit: a partly approved record is listed");
+    assert_eq!(verdicts(&listed), verdicts(&read), "store kit: the listing carries the decisions so far");
+    assert_eq!(listed.quorum, two.quorum, "store kit: the listing carries the quorum");
+    assert_eq!(expect("decide", store.decide(&two.id, ApprovalVerdict::Approve, "carol", at(6)).await), Decided::Done);
+    let read = expect("get", store.get(&two.id, at(7)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, ConfirmationState::Approved { by: "bob, carol".to_string() }, "store kit: two of two");
+    assert!(
+        !expect("list_pending", store.list_pending(at(7), 1000).await).iter().any(|r| r.id == two.id),
+        "store kit: an approved quorum record is not listed"
+    );
+    assert_eq!(
+        expect("decide", store.decide(&two.id, ApprovalVerdict::Deny, "dave", at(8)).await),
+        Decided::NotPending(ConfirmationState::Approved { by: "bob, carol".to_string() }),
+        "store kit: a completed quorum is final"
+    );
+    let consumed = expect("consume", store.consume(&two.id, &binding("c-1"), at(9)).await);
+    assert_eq!(consumed.map(|c| c.approved_by), Ok("bob, carol".to_string()), "store kit: consumed by the quorum");
+
+    // A denial by any approver is final, after approvals too.
+    let denied = needing("denied", 3);
+    expect("insert", store.insert(denied.clone(), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&denied.id, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_eq!(expect("decide", store.decide(&denied.id, ApprovalVerdict::Deny, "carol", at(2)).await), Decided::Done);
+    assert_eq!(
+        expect("decide", store.decide(&denied.id, ApprovalVerdict::Approve, "dave", at(3)).await),
+        Decided::NotPending(ConfirmationState::Denied { by: "carol".to_string() }),
+        "store kit: a denial is final"
+    );
+    assert_eq!(expect("consume", store.consume(&denied.id, &binding("c-1"), at(4)).await), Err(Rejection::Denied));
+
+    // Expiry: an approval of two, then the deadline: no more decisions, the evidence expired.
+    let late = needing("late", 2);
+    expect("insert", store.insert(late.clone(), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&late.id, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_eq!(
+        expect("decide", store.decide(&late.id, ApprovalVerdict::Approve, "carol", at(60_000)).await),
+        Decided::Expired
+    );
+    assert_eq!(expect("consume", store.consume(&late.id, &binding("c-1"), at(60_000)).await), Err(Rejection::Expired));
+
+    // Racing approvers: with 16 distinct ones on a record needing 2, exactly two decisions land
+    // and the record is approved once; one approver racing with itself lands once.
+    let raced = needing("raced", 2);
+    expect("insert", store.insert(raced.clone(), at(0)).await);
+    let names: Vec<String> = (0..16).map(|i| format!("approver-{i}")).collect();
+    let results = join_all(names.iter().map(|n| store.decide(&raced.id, ApprovalVerdict::Approve, n, at(1)))).await;
+    let done = results.iter().filter(|r| matches!(r, Ok(Decided::Done))).count();
+    assert_eq!(done, 2, "store kit: exactly two of sixteen racing approvers land on a quorum of two: {results:?}");
+    for r in &results {
+        assert!(
+            matches!(r, Ok(Decided::Done | Decided::NotPending(ConfirmationState::Approved { .. }))),
+            "store kit: a racing approver after the quorum is told it is approved, got {r:?}"
+        );
+    }
+    let read = expect("get", store.get(&raced.id, at(2)).await).expect("store kit: the record is still there");
+    assert_eq!(read.decisions.len(), 2, "store kit: exactly the two landed decisions are kept");
+    let one = needing("one-approver", 3);
+    expect("insert", store.insert(one.clone(), at(0)).await);
+    let results = join_all((0..8).map(|_| store.decide(&one.id, ApprovalVerdict::Approve, "bob", at(1)))).await;
+    let done = results.iter().filter(|r| matches!(r, Ok(Decided::Done))).count();
+    assert_eq!(done, 1, "store kit: one approver racing with itself lands once: {results:?}");
+    assert!(results.iter().all(|r| matches!(r, Ok(Decided::Done | Decided::DecidedBefore))), "{results:?}");
 }
 
 /// `list_pending`: pending, unexpired records only, soonest expiry first, at most the limit; the

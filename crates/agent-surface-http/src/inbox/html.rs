@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use agent_surface_policy::{AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord, ConfirmationState};
+use agent_surface_policy::{
+    ApprovalVerdict, AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord, ConfirmationState,
+};
 
 /// `text` with the five characters HTML gives a meaning escaped (safe in element content and in
 /// quoted attribute values).
@@ -56,18 +58,20 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
     } else {
         out.push_str(
             "<table id=\"pending\"><thead><tr><th>What</th><th>Capability</th><th>Requested by</th>\
-             <th>Effect</th><th>Requested at</th><th>Expires at</th></tr></thead><tbody>\n",
+             <th>Effect</th><th>Approvals</th><th>Requested at</th><th>Expires at</th></tr></thead><tbody>\n",
         );
         for r in pending {
             let _ = writeln!(
                 out,
-                "<tr><td><a href=\"{}/c/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td><a href=\"{}/c/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class=\"approvals\">{}</td>\
+                 <td>{}</td><td>{}</td></tr>",
                 Esc(prefix),
                 Esc(&r.id),
                 Esc(&r.summary),
                 Esc(&r.binding.capability),
                 Esc(requester(r)),
                 Esc(r.effect.as_str()),
+                Esc(&approvals_text(r)),
                 r.created_at,
                 r.expires_at,
             );
@@ -107,7 +111,8 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
         out,
         "<dl id=\"detail\"><dt>What</dt><dd id=\"summary\">{}</dd><dt>Capability</dt><dd>{}</dd>\
          <dt>Requested by</dt><dd>{}</dd><dt>Effect</dt><dd>{}</dd><dt>Requested at</dt><dd>{}</dd>\
-         <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd><dt>Id</dt><dd>{}</dd></dl>",
+         <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd>\
+         <dt>Approvals</dt><dd id=\"approvals\">{}</dd><dt>Id</dt><dd>{}</dd></dl>",
         Esc(&r.summary),
         Esc(&r.binding.capability),
         Esc(requester(r)),
@@ -115,8 +120,26 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
         r.created_at,
         r.expires_at,
         Esc(&state_text(&r.state)),
+        Esc(&approvals_text(r)),
         Esc(&r.id),
     );
+    out.push_str("<h2>Decisions so far</h2>\n");
+    if r.decisions.is_empty() {
+        out.push_str("<p id=\"no-decisions\">No decision yet.</p>\n");
+    } else {
+        out.push_str(
+            "<table id=\"decisions\"><thead><tr><th>When</th><th>Who</th><th>Decision</th></tr></thead><tbody>\n",
+        );
+        for d in &r.decisions {
+            let verdict = match d.verdict {
+                ApprovalVerdict::Approve => "approved",
+                ApprovalVerdict::ApproveInPerson => "approved in person",
+                ApprovalVerdict::Deny => "denied",
+            };
+            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", d.at, Esc(&d.approver), verdict);
+        }
+        out.push_str("</tbody></table>\n");
+    }
     let _ = writeln!(
         out,
         "<h2>Input</h2>\n<pre id=\"input\">{}</pre>",
@@ -161,6 +184,16 @@ pub(crate) fn sign_in(prefix: &str, csrf: &str, failed: bool) -> String {
 /// A short message page's body.
 pub(crate) fn message(prefix: &str, text: &str) -> String {
     format!("<p id=\"message\">{}</p>\n<p><a href=\"{}/\">Back to the inbox</a></p>\n", Esc(text), Esc(prefix))
+}
+
+/// "1 of 2 approvals", and the roles an approval needs when the quorum names some.
+fn approvals_text(r: &ConfirmationRecord) -> String {
+    let need = r.quorum.required();
+    let mut text = format!("{} of {need} approval{}", r.approvals().min(need), if need == 1 { "" } else { "s" });
+    if !r.quorum.roles.is_empty() {
+        let _ = write!(text, " (role: {})", r.quorum.roles.join(" or "));
+    }
+    text
 }
 
 fn requester(r: &ConfirmationRecord) -> &str {

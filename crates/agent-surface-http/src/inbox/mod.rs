@@ -7,8 +7,8 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, requested and expires at), and the recent decisions from the audit trail |
-//! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the input with sensitive fields redacted, and the approve / deny form with an optional note |
+//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, approvals so far — "1 of 2 approvals" —, requested and expires at), and the recent decisions from the audit trail |
+//! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
 //! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie |
 //! | `POST {prefix}/sign-out` | forgets the cookie |
@@ -21,8 +21,11 @@
 //!
 //! **The engine's rules hold.** Decisions go through [`ConfirmationEngine::approve_with_note`] and
 //! [`deny_with_note`](ConfirmationEngine::deny_with_note): a requester cannot approve their own
-//! request (the page refuses it, `403`), an expired confirmation cannot be decided (`410`), and a
-//! decision is final (`409`). The list leaves out the approver's own requests.
+//! request (the page refuses it, `403`), an expired confirmation cannot be decided (`410`), a
+//! decision is final (`409`), an approver decides a confirmation once (`409`, also while it
+//! waits for the rest of its quorum), and an approval from someone with none of the roles its
+//! quorum asks for is refused (`403`). The list leaves out the approver's own requests, those
+//! they decided already, and those whose quorum does not count them.
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
 //! bound to the credential and to the one action, valid 30 minutes, accepted once, so a forged or
@@ -254,7 +257,9 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
         Ok(None) => return inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation."),
         Err(e) => return unavailable(&inbox, &e.to_string()),
     };
-    let open = record.state == ConfirmationState::Pending && inbox.now() < record.expires_at;
+    let open = record.state == ConfirmationState::Pending
+        && inbox.now() < record.expires_at
+        && !record.decided_by(&approver.identity.subject);
     let csrf = open.then(|| inbox.csrf.issue(&approver.credential, &format!("decide:{id}"), inbox.now()));
     let body = html::detail(inbox.prefix(), &record, csrf.as_deref());
     inbox.page(StatusCode::OK, "Confirmation", Some(&approver), &body)
@@ -294,6 +299,14 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
         }
         Err(ApprovalError::AlreadyDecided(_)) => {
             inbox.message(StatusCode::CONFLICT, "Already decided", "This confirmation was already decided.")
+        }
+        Err(ApprovalError::DecidedBefore) => inbox.message(
+            StatusCode::CONFLICT,
+            "Already decided",
+            "You decided this confirmation already; it waits for other approvers.",
+        ),
+        Err(ApprovalError::NotEligible) => {
+            inbox.message(StatusCode::FORBIDDEN, "Not allowed", "This confirmation needs approvers with another role.")
         }
         Err(ApprovalError::Unknown) => {
             inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation.")

@@ -7,7 +7,7 @@ use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode};
 use agent_surface_http::inbox::{InboxConfig, SESSION_COOKIE, router};
 use agent_surface_policy::{
     AuditSink, BearerTokens, ConfirmationConfig, ConfirmationEngine, ConfirmationState, Consumer, Identity,
-    MemoryAuditSink,
+    MemoryAuditSink, Quorum, Scope,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use axum::body::Body;
@@ -34,9 +34,16 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_with(Vec::new())
+}
+
+fn env_with(quorums: Vec<(Scope, Quorum)>) -> Env {
     let audit = Arc::new(MemoryAuditSink::default());
-    let engine =
-        Arc::new(ConfirmationEngine::new(ConfirmationConfig { audit: Some(audit.clone()), ..Default::default() }));
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        audit: Some(audit.clone()),
+        quorums,
+        ..Default::default()
+    }));
     let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
     registry
         .define("orders", |t| {
@@ -52,6 +59,8 @@ fn env() -> Env {
         ("t-alice", Identity::new("alice").with_role("approver")),
         ("t-manager", Identity::new("manager").with_role("approver")),
         ("t-intern", Identity::new("intern")),
+        ("t-carol", Identity::new("carol").with_role("approver").with_role("finance")),
+        ("t-dave", Identity::new("dave").with_role("approver").with_role("finance")),
     ]);
     let config = InboxConfig {
         audit: Some(audit as Arc<dyn AuditSink>),
@@ -188,6 +197,94 @@ async fn a_second_person_approves_in_the_inbox_and_the_agent_repeat_runs_once() 
         "{}",
         list.body
     );
+}
+
+/// A quorum of two approvers with the role `finance`: the list and the detail page show the
+/// approvals so far, an approver without the role is refused, an approver decides once (`409`),
+/// the agent's repeat waits for the second approval and then runs once, and the trail shows both.
+#[tokio::test]
+async fn a_quorum_of_two_needs_two_distinct_approvers_with_the_role() {
+    let env = env_with(vec![(Scope::capability("orders.refund"), Quorum::of(2).with_role("finance"))]);
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let approve = |csrf: &str| format!("verdict=approve&csrf={csrf}");
+
+    // Without the role: not listed, and an approval is refused (a denial would count).
+    let manager = env.sign_in("t-manager").await;
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(list.body.contains("id=\"empty\""), "{}", list.body);
+    let detail = env.send("GET", &path, Some(&manager), None).await;
+    let refused = env.send("POST", &path, Some(&manager), Some(&approve(&detail.csrf(&path)))).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+
+    // The first approver: 0 of 2, then 1 of 2; the confirmation stays pending.
+    let carol = env.sign_in("t-carol").await;
+    let list = env.send("GET", "/inbox/", Some(&carol), None).await;
+    assert!(list.body.contains("<td class=\"approvals\">0 of 2 approvals (role: finance)</td>"), "{}", list.body);
+    let first = env.send("GET", &path, Some(&carol), None).await;
+    let second = env.send("GET", &path, Some(&carol), None).await;
+    assert!(first.body.contains("id=\"no-decisions\""), "{}", first.body);
+    let decided = env.send("POST", &path, Some(&carol), Some(&approve(&first.csrf(&path)))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    let detail = env.send("GET", &path, Some(&carol), None).await;
+    assert!(detail.body.contains("<dd id=\"approvals\">1 of 2 approvals (role: finance)</dd>"), "{}", detail.body);
+    assert!(detail.body.contains("<td>carol</td><td>approved</td>"), "{}", detail.body);
+    assert!(!detail.body.contains("id=\"decide\""), "no form for an approver who decided: {}", detail.body);
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
+    // Once per approver: a second decision (with a valid form token) is a conflict.
+    let again = env.send("POST", &path, Some(&carol), Some(&approve(&second.csrf(&path)))).await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert!(env.send("GET", "/inbox/", Some(&carol), None).await.body.contains("id=\"empty\""));
+
+    // The agent's repeat still waits for the quorum.
+    let waiting = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(waiting.result.code(), Some(ErrorCode::ConfirmationRequired));
+
+    // The second approver sees 1 of 2 and completes the quorum.
+    let dave = env.sign_in("t-dave").await;
+    let list = env.send("GET", "/inbox/", Some(&dave), None).await;
+    assert!(list.body.contains("<td class=\"approvals\">1 of 2 approvals (role: finance)</td>"), "{}", list.body);
+    let detail = env.send("GET", &path, Some(&dave), None).await;
+    let decided = env.send("POST", &path, Some(&dave), Some(&approve(&detail.csrf(&path)))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    assert_eq!(
+        env.engine.get(&id).await.unwrap().unwrap().state,
+        ConfirmationState::Approved { by: "carol, dave".into() }
+    );
+    let detail = env.send("GET", &path, Some(&dave), None).await;
+    assert!(detail.body.contains("<dd id=\"approvals\">2 of 2 approvals (role: finance)</dd>"), "{}", detail.body);
+
+    let ok = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(ok.result.output(), Some(&json!({"refunded": 4200})));
+    let list = env.send("GET", "/inbox/", Some(&dave), None).await;
+    for who in ["carol", "dave"] {
+        assert!(list.body.contains(&format!("<td>{who}</td><td>approved</td><td>orders.refund</td>")), "{}", list.body);
+    }
+}
+
+/// A denial by any approver ends a quorum, after an approval too.
+#[tokio::test]
+async fn a_denial_ends_a_quorum() {
+    let env = env_with(vec![(Scope::capability_type("orders"), Quorum::of(2))]);
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let manager = env.sign_in("t-manager").await;
+    let detail = env.send("GET", &path, Some(&manager), None).await;
+    let approved =
+        env.send("POST", &path, Some(&manager), Some(&format!("verdict=approve&csrf={}", detail.csrf(&path)))).await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER);
+    let carol = env.sign_in("t-carol").await;
+    let detail = env.send("GET", &path, Some(&carol), None).await;
+    assert!(detail.body.contains("1 of 2 approvals"), "{}", detail.body);
+    let denied =
+        env.send("POST", &path, Some(&carol), Some(&format!("verdict=deny&csrf={}", detail.csrf(&path)))).await;
+    assert_eq!(denied.status, StatusCode::SEE_OTHER);
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Denied { by: "carol".into() });
+    let dave = env.sign_in("t-dave").await;
+    let detail = env.send("GET", &path, Some(&dave), None).await;
+    assert!(!detail.body.contains("id=\"decide\""), "a denied confirmation has no form: {}", detail.body);
+    let refused = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(refused.result.code(), Some(ErrorCode::ConfirmationInvalid));
 }
 
 #[tokio::test]

@@ -17,8 +17,9 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub use store::{
-    ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Decided,
-    MAX_INPUT_PREVIEW_BYTES, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Rejection,
+    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
+    Consumed, Decided, MAX_INPUT_PREVIEW_BYTES, MAX_QUORUM, MemoryConfirmationStore, MemoryConfirmationStoreConfig,
+    Mismatch, Quorum, Rejection,
 };
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
@@ -323,6 +324,11 @@ pub struct ConfirmationConfig {
     /// trail. Give the registry's `AuditConfig` the same sink. A write gets `store_budget`; a
     /// failed one is an `ERROR` on the operator channel and changes no decision.
     pub audit: Option<Arc<dyn AuditSink>>,
+    /// The quorums of capabilities that need more than one approval, or approvers with a role
+    /// (see [`Quorum`]): the first entry whose scope covers the call's capability decides; a call
+    /// no entry covers needs one approval from anyone but the requester. The registry checks
+    /// that the scopes name defined capabilities and types.
+    pub quorums: Vec<(Scope, Quorum)>,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -340,6 +346,7 @@ impl Default for ConfirmationConfig {
             target_binding: TargetBinding::Registration,
             store_budget: DEFAULT_STORE_BUDGET,
             audit: None,
+            quorums: Vec::new(),
         }
     }
 }
@@ -355,6 +362,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("target_binding", &self.target_binding)
             .field("store_budget", &self.store_budget)
             .field("audit", &self.audit)
+            .field("quorums", &self.quorums)
             .finish_non_exhaustive()
     }
 }
@@ -378,6 +386,13 @@ pub enum ApprovalError {
     /// The confirmation was already decided (or withdrawn); a decision is final.
     #[error("the confirmation is already {}", .0.as_str())]
     AlreadyDecided(ConfirmationState),
+    /// This approver already decided the confirmation (it waits for other approvers); one
+    /// decision per approver.
+    #[error("this approver already decided the confirmation")]
+    DecidedBefore,
+    /// The confirmation's [`Quorum`] counts approvals from other roles only.
+    #[error("the approver has none of the roles the quorum asks for")]
+    NotEligible,
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -482,20 +497,34 @@ impl ConfirmationEngine {
     }
 
     /// Up to `limit` pending, unexpired confirmations `approver` may decide — every one they did
-    /// not request themselves ([`ConfirmationRecord::is_requester`]) —, those that expire first
-    /// first. The host decides beforehand whether `approver` may approve at all.
+    /// not request themselves ([`ConfirmationRecord::is_requester`]), have not decided yet, and
+    /// whose [`Quorum`] counts their approval —, those that expire first first. The host decides
+    /// beforehand whether `approver` may approve at all.
     pub async fn pending_for(&self, approver: &Identity, limit: usize) -> Result<Vec<ConfirmationRecord>, StoreError> {
-        // Records of the approver's own are skipped, so ask for more than the limit.
+        // Records the approver may not decide are skipped, so ask for more than the limit.
         let asked = limit.saturating_mul(2).max(limit.saturating_add(16));
         let listed = self.bounded(self.config.store.list_pending(self.config.clock.now(), asked)).await?;
-        Ok(listed.into_iter().filter(|r| !r.is_requester(&approver.subject)).take(limit).collect())
+        Ok(listed.into_iter().filter(|r| may_decide(r, approver)).take(limit).collect())
+    }
+
+    /// The quorum a call of `capability` (of type `type_id`) needs.
+    pub fn quorum_for(&self, capability: &str, type_id: &str) -> Quorum {
+        self.config
+            .quorums
+            .iter()
+            .find(|(scope, _)| scope.covers(capability, type_id))
+            .map(|(_, q)| q.clone())
+            .unwrap_or_default()
     }
 
     /// Approves the pending confirmation `id` on behalf of `approver`.
     ///
     /// The host authenticates the approver and checks that they may approve; the engine refuses
     /// an approval by the requester ([`ApprovalError::SelfApproval`]), an expired or unknown
-    /// confirmation, and one that was already decided.
+    /// confirmation, one that was already decided, a second decision by the same approver
+    /// ([`ApprovalError::DecidedBefore`]) and, when the confirmation's [`Quorum`] names roles, an
+    /// approver with none of them ([`ApprovalError::NotEligible`]). With a quorum of more than
+    /// one, the confirmation stays pending until enough distinct approvers approved.
     pub async fn approve(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
         self.decide(id, ApprovalVerdict::Approve, approver, None).await
     }
@@ -515,7 +544,8 @@ impl ConfirmationEngine {
     /// that the host put in front of them through `channel` (e.g. `"mcp-elicitation"`), which the
     /// agent cannot drive. Unlike [`approve`](Self::approve), the approver may be the requester —
     /// that is the point — so only host code that really asked the person may call this; never
-    /// expose it to the agent. Recorded as approved by `in-person:{channel}`.
+    /// expose it to the agent. Recorded as approved by `in-person:{channel}`: one approval
+    /// towards a [`Quorum`], and none when the quorum names roles (the channel has none).
     pub async fn approve_in_person(&self, id: &str, channel: &str) -> Result<(), ApprovalError> {
         let approver = Identity::new(format!("in-person:{}", channel.trim()));
         if channel.trim().is_empty() {
@@ -599,6 +629,19 @@ impl ConfirmationEngine {
             return Err(ApprovalError::NoApprover);
         }
         let now = self.config.clock.now();
+        if verdict != ApprovalVerdict::Deny {
+            // A record's quorum never changes, so reading it first races with nothing.
+            let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
+            if record.is_some_and(|r| !r.quorum.admits(approver)) {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    approver = %approver.subject,
+                    "approval refused: the approver has none of the quorum's roles"
+                );
+                return Err(ApprovalError::NotEligible);
+            }
+        }
         let decided = self
             .bounded(self.config.store.decide(id, verdict, &approver.subject, now))
             .await
@@ -638,6 +681,7 @@ impl ConfirmationEngine {
                 Err(ApprovalError::SelfApproval)
             }
             Decided::NotPending(state) => Err(ApprovalError::AlreadyDecided(state)),
+            Decided::DecidedBefore => Err(ApprovalError::DecidedBefore),
         }
     }
 
@@ -736,7 +780,8 @@ impl ConfirmationEngine {
             now,
             now.saturating_add(self.config.ttl),
         )
-        .with_input_preview(call.input_preview);
+        .with_input_preview(call.input_preview)
+        .with_quorum(self.quorum_for(call.capability, call.type_id));
         tracing::info!(
             target: "agent_surface::confirmation",
             confirmation_id = %record.id,
@@ -863,6 +908,7 @@ impl ConfirmationGate for ConfirmationEngine {
     /// What its confirmation policies are scoped to.
     fn scopes(&self) -> Vec<Scope> {
         let mut scopes: Vec<Scope> = self.config.policies.iter().flat_map(|p| p.scopes()).collect();
+        scopes.extend(self.config.quorums.iter().map(|(scope, _)| scope.clone()));
         scopes.sort();
         scopes.dedup();
         scopes
@@ -900,6 +946,12 @@ fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) ->
     event.principal = record.requester.clone();
     event.input_digest = Some(record.binding.input_hash.to_string());
     event
+}
+
+/// Whether `approver` may decide `record`: not its requester, not decided by them yet, and
+/// holding a role its quorum counts.
+fn may_decide(record: &ConfirmationRecord, approver: &Identity) -> bool {
+    !record.is_requester(&approver.subject) && !record.decided_by(&approver.subject) && record.quorum.admits(approver)
 }
 
 /// The summary of a gate that has none of its own (a failed policy, a declared gate whose summary

@@ -10,7 +10,85 @@ use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, Timestamp};
 use futures_util::future::BoxFuture;
 
+use crate::consumer::Identity;
 use crate::idempotency::{Fingerprint, StoreError};
+use crate::principal::same_principal;
+
+/// The most approvals a [`Quorum`] may ask for (a larger number is read as this one).
+pub const MAX_QUORUM: u32 = 16;
+
+/// How many approvals a confirmation needs, and from whom.
+///
+/// A confirmation is approved when `approvals` distinct approvers approved it — distinct as a
+/// person reads their names ([`crate::principal::same_principal`]), none of them the requester.
+/// With `roles`, an approval counts only from an identity that holds at least one of them:
+/// "2 of role `manager`" is `Quorum::of(2).with_role("manager")`, "2 approvers, each a
+/// `manager` or a `security` officer" is `Quorum::of(2).with_role("manager").with_role("security")`.
+/// A denial needs no role and is final whoever gives it.
+///
+/// The default is the single approval of anyone but the requester.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Quorum {
+    /// How many distinct approvers must approve (1 to [`MAX_QUORUM`]; 0 is read as 1).
+    #[serde(default = "one")]
+    pub approvals: u32,
+    /// The roles an approver needs, any one of them; empty: any approver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Quorum {
+    fn default() -> Quorum {
+        Quorum { approvals: 1, roles: Vec::new() }
+    }
+}
+
+impl Quorum {
+    /// `approvals` distinct approvers, any role.
+    pub fn of(approvals: u32) -> Quorum {
+        Quorum { approvals, roles: Vec::new() }
+    }
+
+    /// The same quorum, counting approvals from identities with `role` too (an approver needs
+    /// one of the listed roles).
+    pub fn with_role(mut self, role: impl Into<String>) -> Quorum {
+        self.roles.push(role.into());
+        self
+    }
+
+    /// How many approvals are needed, within 1 and [`MAX_QUORUM`].
+    pub fn required(&self) -> u32 {
+        self.approvals.clamp(1, MAX_QUORUM)
+    }
+
+    /// Whether an approval by `approver` counts: it holds one of the roles, or none is asked.
+    pub fn admits(&self, approver: &Identity) -> bool {
+        self.roles.is_empty() || self.roles.iter().any(|r| approver.has_role(r))
+    }
+}
+
+/// One approver's decision on a confirmation, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApproverDecision {
+    /// The approver's subject (`in-person:{channel}` for an in-person approval).
+    pub approver: String,
+    /// What they decided.
+    pub verdict: ApprovalVerdict,
+    /// When.
+    pub at: Timestamp,
+}
+
+impl ApproverDecision {
+    /// `approver` decided `verdict` at `at`.
+    pub fn new(approver: impl Into<String>, verdict: ApprovalVerdict, at: Timestamp) -> ApproverDecision {
+        ApproverDecision { approver: approver.into(), verdict, at }
+    }
+}
 
 /// What a confirmation is for: the consumer, the capability, the target and the input.
 ///
@@ -83,7 +161,8 @@ pub enum ConfirmationState {
     Pending,
     /// Approved by `by`; not used yet.
     Approved {
-        /// The approver's subject.
+        /// The approver's subject (with a quorum, the approvers' subjects in the order they
+        /// approved, separated by `, `).
         by: String,
     },
     /// Denied by `by`. Final.
@@ -93,7 +172,7 @@ pub enum ConfirmationState {
     },
     /// Approved by `approved_by` and used by one call. Final.
     Consumed {
-        /// The approver's subject.
+        /// The approver's subject (or subjects, as in `Approved`).
         approved_by: String,
     },
     /// Withdrawn before a decision (a wait-mode call gave up). Final; presented as expired.
@@ -139,6 +218,10 @@ pub struct ConfirmationRecord {
     /// redacted, cut to [`MAX_INPUT_PREVIEW_BYTES`] (set by the registry; `None` when the gate
     /// was asked without one).
     pub input_preview: Option<String>,
+    /// How many approvals it needs, and from whom.
+    pub quorum: Quorum,
+    /// The decisions so far, in the order they were given (one per approver).
+    pub decisions: Vec<ApproverDecision>,
 }
 
 /// The longest [`ConfirmationRecord::input_preview`], in bytes.
@@ -168,7 +251,26 @@ impl ConfirmationRecord {
             expires_at,
             state: ConfirmationState::Pending,
             input_preview: None,
+            quorum: Quorum::default(),
+            decisions: Vec::new(),
         }
+    }
+
+    /// The same record needing `quorum`.
+    pub fn with_quorum(mut self, quorum: Quorum) -> ConfirmationRecord {
+        self.quorum = quorum;
+        self
+    }
+
+    /// How many approvals it has so far.
+    pub fn approvals(&self) -> u32 {
+        let n = self.decisions.iter().filter(|d| d.verdict != ApprovalVerdict::Deny).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `subject` decided it already (compared as a person reads names).
+    pub fn decided_by(&self, subject: &str) -> bool {
+        self.decisions.iter().any(|d| same_principal(&d.approver, subject))
     }
 
     /// The same record with an input preview (cut to [`MAX_INPUT_PREVIEW_BYTES`] on a character
@@ -192,7 +294,6 @@ impl ConfirmationRecord {
     /// ([`crate::principal::same_principal`]), so a look-alike of the requester's name is the
     /// requester.
     pub fn is_requester(&self, subject: &str) -> bool {
-        use crate::principal::same_principal;
         self.requester.as_deref().is_some_and(|r| same_principal(r, subject))
             || same_principal(&self.binding.consumer_key, subject)
     }
@@ -215,8 +316,11 @@ pub enum ApprovalVerdict {
 /// What [`ConfirmationStore::decide`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decided {
-    /// The record was pending and now carries the verdict.
+    /// The record was pending and the decision is recorded: a denial ends it, and an approval
+    /// that completes the quorum approves it (until then it stays pending).
     Done,
+    /// The approver decided this record before; one decision per approver (nothing changed).
+    DecidedBefore,
     /// No record with this id (never issued, evicted, or past its retention).
     Unknown,
     /// The record expired before the decision.
@@ -268,7 +372,7 @@ pub enum Rejection {
 /// | operation | atomic effect |
 /// |---|---|
 /// | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
-/// | [`decide`](ConfirmationStore::decide) | pending → approved / denied, unless expired or (for an `Approve`, not an `ApproveInPerson`) the approver is the requester |
+/// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record — refused when expired, when the approver decided it before, or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 ///
@@ -291,11 +395,17 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// The record with `id`, if the store still holds it.
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>>;
 
-    /// Atomically decides a pending, unexpired record. An approval by the requester (see
-    /// [`ConfirmationRecord::is_requester`]) is refused; a denial by the requester is accepted.
+    /// Atomically records `approver`'s decision on a pending, unexpired record. An approval by
+    /// the requester (see [`ConfirmationRecord::is_requester`]) is refused; a denial by the
+    /// requester is accepted. A denial is final ([`ConfirmationState::Denied`]); an approval is
+    /// appended to [`ConfirmationRecord::decisions`], and the one that brings them to
+    /// [`Quorum::required`] makes the record [`ConfirmationState::Approved`] (by the approvers,
+    /// in order, separated by `, `). The quorum's roles are the engine's to check (the record's
+    /// quorum never changes); the store counts.
     ///
-    /// Checks, in order: the record exists; it is pending; the approver is not the requester
-    /// (approvals only); it has not expired.
+    /// Checks, in order: the record exists; it is pending; the approver has not decided it
+    /// before ([`Decided::DecidedBefore`], names compared as a person reads them); the approver
+    /// is not the requester (approvals only); it has not expired.
     fn decide<'a>(
         &'a self,
         id: &'a str,
@@ -571,18 +681,22 @@ impl MemoryConfirmationStore {
         if record.state != ConfirmationState::Pending {
             return Decided::NotPending(record.state.clone());
         }
+        if record.decided_by(approver) {
+            return Decided::DecidedBefore;
+        }
         if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
             return Decided::SelfApproval;
         }
         if now >= record.expires_at {
             return Decided::Expired;
         }
-        record.state = match verdict {
-            ApprovalVerdict::Approve | ApprovalVerdict::ApproveInPerson => {
-                ConfirmationState::Approved { by: approver.to_string() }
-            }
-            ApprovalVerdict::Deny => ConfirmationState::Denied { by: approver.to_string() },
-        };
+        record.decisions.push(ApproverDecision::new(approver, verdict, now));
+        if verdict == ApprovalVerdict::Deny {
+            record.state = ConfirmationState::Denied { by: approver.to_string() };
+        } else if record.approvals() >= record.quorum.required() {
+            let by: Vec<&str> = record.decisions.iter().map(|d| d.approver.as_str()).collect();
+            record.state = ConfirmationState::Approved { by: by.join(", ") };
+        }
         Decided::Done
     }
 

@@ -11,7 +11,7 @@ use agent_surface_policy::{
     ApprovalError, ApprovalVerdict, CallInfo, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationDecision,
     ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer,
     Decided, Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch,
-    Rejection,
+    Quorum, Rejection, Scope,
 };
 use futures_util::FutureExt;
 use proptest::prelude::*;
@@ -291,6 +291,71 @@ async fn the_requester_approves_in_person_only() {
     };
     clock.advance(Duration::from_millis(1000));
     assert_eq!(e.approve_in_person(&late, "mcp-elicitation").await, Err(ApprovalError::Expired));
+}
+
+/// A quorum of two managers: the quorum comes from the configuration by scope; an approver without
+/// the role (and the in-person channel, which has none) is refused, the same manager counts once,
+/// the evidence is pending until the second manager approves, `pending_for` leaves out whom the
+/// record does not wait for, and an expired quorum is final: the same call starts a new request.
+#[tokio::test]
+async fn a_quorum_counts_distinct_approvers_with_the_role() {
+    let clock = Arc::new(ManualClock::default());
+    let e = ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: Duration::from_millis(1000),
+        quorums: vec![
+            (Scope::capability("orders.other"), Quorum::of(5)),
+            (Scope::capability_type("orders"), Quorum::of(2).with_role("manager")),
+        ],
+        ..Default::default()
+    });
+    assert_eq!(e.quorum_for("orders.refund", "orders"), Quorum::of(2).with_role("manager"));
+    assert_eq!(e.quorum_for("users.delete", "users"), Quorum::default());
+    assert!(e.scopes().contains(&Scope::capability_type("orders")), "the registry checks quorum scopes exist");
+    let call = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 5);
+    let ConfirmationDecision::Required { confirmation_id: id, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    let (bob, carol) = (Identity::new("bob").with_role("manager"), Identity::new("carol").with_role("manager"));
+    let intern = Identity::new("intern");
+    assert_eq!(e.get(&id).await.unwrap().unwrap().quorum, Quorum::of(2).with_role("manager"));
+    assert_eq!(e.approve(&id, &intern).await, Err(ApprovalError::NotEligible));
+    assert_eq!(e.approve_in_person(&id, "mcp-elicitation").await, Err(ApprovalError::NotEligible));
+    assert_eq!(e.approve(&id, &Identity::new("alice").with_role("manager")).await, Err(ApprovalError::SelfApproval));
+    assert_eq!(e.pending_for(&bob, 10).await.unwrap().len(), 1);
+    assert!(e.pending_for(&intern, 10).await.unwrap().is_empty(), "the intern's approval would not count");
+    e.approve(&id, &bob).await.unwrap();
+    assert_eq!(e.approve(&id, &bob).await, Err(ApprovalError::DecidedBefore));
+    assert_eq!(e.deny(&id, &Identity::new("BOB")).await, Err(ApprovalError::DecidedBefore));
+    assert!(e.pending_for(&bob, 10).await.unwrap().is_empty(), "bob decided already");
+    let record = e.get(&id).await.unwrap().unwrap();
+    assert_eq!((record.state.clone(), record.approvals()), (ConfirmationState::Pending, 1));
+    assert!(matches!(e.check(call.info(), Some(&id), clock.now()).await, ConfirmationDecision::Required { .. }));
+    e.approve(&id, &carol).await.unwrap();
+    assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Approved { by: "bob, carol".into() });
+    assert_eq!(e.check(call.info(), Some(&id), clock.now()).await, ConfirmationDecision::Proceed);
+
+    // Expired is final: one approval of two, then the deadline; the evidence is expired, nobody
+    // can decide, and the same call without evidence is a new request that starts at 0 of 2.
+    let ConfirmationDecision::Required { confirmation_id: old, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    e.approve(&old, &bob).await.unwrap();
+    clock.advance(Duration::from_millis(1000));
+    assert_eq!(e.approve(&old, &carol).await, Err(ApprovalError::Expired));
+    assert_eq!(
+        e.check(call.info(), Some(&old), clock.now()).await,
+        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Expired)
+    );
+    let ConfirmationDecision::Required { confirmation_id: new, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    assert_ne!(new, old, "a new request starts a new confirmation");
+    assert_eq!(e.get(&new).await.unwrap().unwrap().approvals(), 0);
+    assert_eq!(e.approve(&old, &carol).await, Err(ApprovalError::Expired), "the old one stays expired");
 }
 
 #[tokio::test]
