@@ -28,13 +28,21 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     let evidence = crate::produced::fresh_evidence_dir(root)?;
     // The services the tests need, for as long as the tests run.
     let redis = crate::services::Redis::start()?;
+    let chromedriver = crate::services::Chromedriver::start()?;
+    // The browser test's screenshots of the approval inbox.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let artifacts = target.join("browser-artifacts");
+    println!("    browser test screenshots: {}", artifacts.display());
     let env = [
         (crate::produced::EVIDENCE_ENV, evidence.as_os_str()),
         ("AGENT_SURFACE_REDIS_URL", std::ffi::OsStr::new(&redis.url)),
+        ("AGENT_SURFACE_WEBDRIVER_URL", std::ffi::OsStr::new(&chromedriver.url)),
+        ("AGENT_SURFACE_ARTIFACTS_DIR", artifacts.as_os_str()),
     ];
     step_with_env(root, "test", &cargo, &["test", "--workspace"], &env)?;
     step(root, "test otel", &cargo, &[&["test"][..], &otel, &["--test", "otel"]].concat())?;
     step(root, "test http feature", &cargo, &[&["test"][..], &otel, &["--lib", "host_errors"]].concat())?;
+    drop(chromedriver);
     drop(redis);
     println!("==> verify-matrix");
     crate::matrix::verify(root, Some(&evidence))?;

@@ -1,10 +1,12 @@
 //! The services the test suite needs, started and stopped by `cargo xtask ci`: Redis (the shared
 //! stores of `agent-surface-redis`), on a free loopback port, with append-only persistence in a
-//! temporary folder.
+//! temporary folder; and `chromedriver` (the demo's real-browser test of the approval inbox drives
+//! Debian's headless `chromium` through it), on a free loopback port. Each is installed with
+//! `apt-get` when it is missing.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,13 +29,14 @@ fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// Installs Debian's `redis-server` with `apt-get` (the suite runs as root on CI machines; a
-/// developer without root installs it themselves).
-fn install() -> Result<()> {
+/// Installs Debian's `packages` with `apt-get` (the suite runs as root on CI machines; a
+/// developer without root installs them themselves).
+fn install(packages: &[&str]) -> Result<()> {
+    let names = packages.join(" ");
     if !is_root() {
-        bail!("redis-server is missing; install it (Debian: sudo apt-get install redis-server) and run again");
+        bail!("{names}: missing; install (Debian: sudo apt-get install {names}) and run again");
     }
-    println!("==> install redis-server (apt-get)");
+    println!("==> install {names} (apt-get)");
     let apt = |args: &[&str]| -> Result<()> {
         let status = Command::new("apt-get")
             .args(args)
@@ -47,9 +50,8 @@ fn install() -> Result<()> {
         Ok(())
     };
     apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", "redis-server"]).context(
-        "redis-server is missing and could not be installed; install it (Debian: apt-get install redis-server)",
-    )
+    apt(&[&["install", "-y", "-qq"][..], packages].concat())
+        .with_context(|| format!("{names}: missing and could not be installed (Debian: apt-get install {names})"))
 }
 
 /// Whether a Redis answers `PING` on `port`.
@@ -67,7 +69,7 @@ impl Redis {
     /// Starts a private Redis (installing `redis-server` when it is missing).
     pub(crate) fn start() -> Result<Redis> {
         if !installed() {
-            install()?;
+            install(&["redis-server"])?;
         }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -107,5 +109,78 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Debian's browser and its WebDriver server.
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A running `chromedriver`; dropping it stops the driver (the browser test ends its own browser
+/// sessions).
+pub(crate) struct Chromedriver {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) url: String,
+}
+
+/// Whether a WebDriver server on `port` says it is ready (`GET /status`).
+fn driver_ready(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&answer).contains("\"ready\":true") {
+            return true;
+        }
+    }
+    false
+}
+
+impl Chromedriver {
+    /// Starts `chromedriver` (installing Debian's `chromium` and `chromium-driver` when either is
+    /// missing).
+    pub(crate) fn start() -> Result<Chromedriver> {
+        if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+            install(&["chromium", "chromium-driver"])?;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start chromedriver")?;
+        let mut driver = Chromedriver { child, url: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if driver.child.try_wait()?.is_some() {
+                bail!("chromedriver exited at start (port {port} taken?)");
+            }
+            if driver_ready(port) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("chromedriver did not start on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        println!("    chromedriver: {} (browser: {CHROMIUM}, headless)", driver.url);
+        Ok(driver)
+    }
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -103,23 +103,73 @@ pub(crate) fn post(addr: &str, path: &str, host: &str, headers: &[(&str, &str)],
 
 /// `GET path` from `addr` with extra `headers`; one request per connection.
 pub(crate) fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    request(addr, "GET", path, headers, b"")
+}
+
+/// `method path` to `addr` (also the `Host`) with extra `headers` and `body` (a `Content-Length`
+/// when there is one); one request per connection, the write side left open until the response
+/// is read; a `chunked` body is decoded.
+pub(crate) fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
+    if !body.is_empty() || method != "GET" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    // Read until the response is complete (a server may keep the connection open regardless).
     let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut buf = [0u8; 16 * 1024];
+    while !complete(&raw) {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut rest = raw.get(split + 4..).unwrap_or_default();
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers =
+    let headers: Vec<(String, String)> =
         lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
-    Response { status, headers, body: body.to_string() }
+    let chunked =
+        headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = String::from_utf8_lossy(&rest[..end]);
+            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+            rest = &rest[end + 2..];
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&rest[..size.min(rest.len())]);
+            rest = rest.get(size + 2..).unwrap_or_default();
+        }
+    } else {
+        body.extend_from_slice(rest);
+    }
+    Response { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// Whether `raw` holds a whole response: its head, and as much body as `Content-Length` says or
+/// the last chunk of a `chunked` body. (A body delimited by the connection's end is never complete.)
+fn complete(raw: &[u8]) -> bool {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let body = &raw[split + 4..];
+    let header = |name: &str| head.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    if let Some(length) = header("content-length:").and_then(|v| v.parse::<usize>().ok()) {
+        return body.len() >= length;
+    }
+    header("transfer-encoding:") == Some("chunked")
+        && (body.starts_with(b"0\r\n\r\n") || body.ends_with(b"\r\n0\r\n\r\n"))
 }
 
 /// An initialized MCP session on `/mcp`: its `Mcp-Session-Id`.
