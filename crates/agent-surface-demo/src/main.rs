@@ -6,7 +6,7 @@
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]   serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
-//!                          [--max-connections-per-ip N] [--allowed-host HOST]...
+//!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
@@ -46,6 +46,7 @@ usage:
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
                           [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
+                          [--quorum CAPABILITY=N]...
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
                            [--oauth-scope SCOPE]...]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
@@ -63,7 +64,9 @@ one peer address may hold (default 128; a load test from one address needs more)
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke, GET /api/metrics:
 Prometheus text), and, when tokens sign people in (--token or --oauth-jwks), the approval inbox
 under /inbox/: a person whose identity has the approver role (e.g. --token t-maria=maria:approver)
-signs in there with their token, and approves or denies the confirmations others' calls wait for. Requests must name a loopback host (DNS-rebinding protection) or one given with
+signs in there with their token, and approves or denies the confirmations others' calls wait for;
+--quorum CAPABILITY=N (repeatable) makes a call of CAPABILITY wait for N distinct approvers
+(e.g. --quorum orders.cancel=2). Requests must name a loopback host (DNS-rebinding protection) or one given with
 --allowed-host (repeatable; the host of --oauth-resource is admitted too). --oauth-jwks FILE
 makes both an OAuth 2.1 resource server: only JWT access tokens signed by a key of that JWKS, issued by an
 --oauth-issuer, for --oauth-resource (default http://ADDR, the bound address) and with every --oauth-scope
@@ -101,6 +104,8 @@ struct Serve {
     oauth: OAuth,
     /// How long in-flight calls may take to finish on shutdown (`--drain-ms`).
     drain: Option<std::time::Duration>,
+    /// Capabilities that need several approvers (`--quorum CAPABILITY=N`).
+    quorums: Vec<(String, u32)>,
 }
 
 /// The `--oauth-*` options: the OAuth 2.1 resource server, on when `jwks` is given.
@@ -165,6 +170,21 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             "--oauth-resource" => serve.oauth.resource = Some(value("--oauth-resource")?),
             "--oauth-scope" => serve.oauth.scopes.push(value("--oauth-scope")?),
             "--drain-ms" => serve.drain = Some(parse_ms("--drain-ms", &value("--drain-ms")?)?),
+            "--quorum" => {
+                let v = value("--quorum")?;
+                let quorum = v.split_once('=').and_then(|(c, n)| Some((c.to_string(), n.parse::<u32>().ok()?)));
+                match quorum {
+                    Some((capability, n)) if (1..=agent_surface_policy::MAX_QUORUM).contains(&n) => {
+                        serve.quorums.push((capability, n))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "--quorum takes CAPABILITY=N, N from 1 to {}",
+                            agent_surface_policy::MAX_QUORUM
+                        ));
+                    }
+                }
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -226,6 +246,7 @@ async fn serve(options: Serve) -> Result<(), String> {
     if let Some(delay) = options.ticket_delay {
         shop_options.ticket_delay = delay;
     }
+    shop_options.quorums = options.quorums.clone();
     let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
     let demo = match &options.redis {
         None => {
@@ -454,7 +475,18 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::url_host;
+    use super::{parse_serve, url_host};
+
+    #[test]
+    fn a_quorum_is_a_capability_and_a_count() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let serve = parse_serve(&args(&["--http", "127.0.0.1:0", "--quorum", "orders.cancel=2"])).unwrap();
+        assert_eq!(serve.quorums, vec![("orders.cancel".to_string(), 2)]);
+        for bad in ["orders.cancel", "orders.cancel=0", "orders.cancel=x", "orders.cancel=1000"] {
+            let e = parse_serve(&args(&["--http", "127.0.0.1:0", "--quorum", bad])).unwrap_err();
+            assert!(e.starts_with("--quorum takes CAPABILITY=N"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn the_host_of_a_resource_url() {

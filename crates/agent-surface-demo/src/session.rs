@@ -659,9 +659,11 @@ fn table_rows(page: &str, id: &str) -> Vec<String> {
     body.split("<tr>")
         .filter(|r| !r.trim().is_empty())
         .map(|row| {
+            // Cells start `<td>` or `<td class=…>`; the text from the tag's end.
             let cells: Vec<String> = row
-                .split("<td>")
+                .split("<td")
                 .skip(1)
+                .map(|cell| cell.split_once('>').map_or("", |(_, text)| text))
                 .map(|cell| {
                     let mut text = String::new();
                     let mut in_tag = false;

@@ -24,8 +24,8 @@ use std::time::Duration;
 use agent_surface_core::details::{ExecutionFailedReason, PreconditionDetails};
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{
-    ApprovalError, AuditConfig, AuditSink, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, RateLimiter,
-    TargetBinding,
+    ApprovalError, AuditConfig, AuditSink, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Quorum,
+    RateLimiter, Scope, TargetBinding,
 };
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
@@ -183,6 +183,8 @@ pub(crate) struct ShopOptions {
     /// Where confirmation events and executions are recorded (the approval inbox shows the recent
     /// decisions from it); `None`: not recorded.
     pub(crate) audit: Option<Arc<dyn AuditSink>>,
+    /// Capabilities whose calls need several distinct approvers (`ConfirmationConfig::quorums`).
+    pub(crate) quorums: Vec<(String, u32)>,
 }
 
 impl Default for ShopOptions {
@@ -197,6 +199,7 @@ impl Default for ShopOptions {
             ticket_delay: Duration::ZERO,
             metrics: false,
             audit: None,
+            quorums: Vec::new(),
         }
     }
 }
@@ -212,6 +215,7 @@ impl std::fmt::Debug for ShopOptions {
             .field("rate_limiter", &self.rate_limiter.as_ref().map(|_| "custom"))
             .field("ticket_delay", &self.ticket_delay)
             .field("audit", &self.audit)
+            .field("quorums", &self.quorums)
             .finish()
     }
 }
@@ -317,8 +321,13 @@ pub(crate) fn build(options: ShopOptions) -> Demo {
 /// Builds the shop over `data`.
 pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     // Two-phase by default; over MCP, a client that can elicit lets the person answer in place.
-    let mut engine =
-        ConfirmationConfig { ttl: Duration::from_secs(300), audit: options.audit.clone(), ..Default::default() };
+    let quorums = options.quorums.iter().map(|(c, n)| (Scope::capability(c.clone()), Quorum::of(*n))).collect();
+    let mut engine = ConfirmationConfig {
+        ttl: Duration::from_secs(300),
+        audit: options.audit.clone(),
+        quorums,
+        ..Default::default()
+    };
     if let Some(store) = options.confirmations.clone() {
         // A shared store serves replicas, each with registration ids of its own: bind the
         // evidence to the instance.

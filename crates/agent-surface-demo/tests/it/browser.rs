@@ -4,7 +4,10 @@
 //! the inbox, opens it and approves with a note; the agent's repeat runs once. A denial is final,
 //! a self-approval is refused, and forged or replayed form posts are refused.
 //!
-//! Screenshots of the inbox and of a detail page are written to `AGENT_SURFACE_ARTIFACTS_DIR`, or
+//! With `--quorum orders.cancel=2`, two distinct approvers are needed (a second test).
+//!
+//! Screenshots of the inbox, a detail page and a half-approved quorum are written to
+//! `AGENT_SURFACE_ARTIFACTS_DIR`, or
 //! to `browser-artifacts/` under the target directory's `tmp/` (the path is printed).
 
 use std::path::PathBuf;
@@ -197,4 +200,67 @@ fn a_second_person_approves_in_a_real_browser() {
     browser.find("#go").click_to_navigate();
     assert_eq!(browser.title(), "Sign in", "the cross-site post arrived without the cookie: {}", browser.url());
     assert_eq!(state(&server, &next, "t-omar"), "pending");
+}
+
+/// Signs in to the inbox at `base` through its form, with `token`: the session cookie's value.
+fn sign_in(browser: &Chrome, base: &str, token: &str) -> String {
+    browser.goto(&format!("{base}/inbox/sign-in"));
+    browser.find("#token").type_text(token);
+    browser.find("#submit").click_to_navigate();
+    assert!(browser.url().ends_with("/inbox/"), "{}", browser.url());
+    browser.cookie("inbox_session").expect("the session cookie")
+}
+
+/// With `--quorum orders.cancel=2`, one approval is not enough: the agent's repeat still waits,
+/// the same approver cannot approve twice, and a second, distinct approver completes the quorum;
+/// then the repeat runs once.
+#[test]
+fn a_quorum_of_two_needs_two_distinct_approvers_in_a_real_browser() {
+    let tokens = ["--token", "t-alice=alice", "--token", "t-maria=maria:approver", "--token", "t-omar=omar:approver"];
+    let server = served::start(&[&tokens[..], &["--quorum", "orders.cancel=2"]].concat());
+    let Some(browser) = Chrome::start() else { return };
+    let base = format!("http://{}", server.addr);
+    let id = confirmation_id(&cancel(&server, "t-alice", "A-1001"));
+
+    // Maria approves: one of two; the call still waits.
+    let cookie = sign_in(&browser, &base, "t-maria");
+    let with_cookie = format!("inbox_session={cookie}");
+    let maria = [("Cookie", with_cookie.as_str())];
+    // A second form of hers, for a second approval later.
+    let spare = decision_token(&served::get(&server.addr, &format!("/inbox/c/{id}"), &maria).body);
+    assert!(browser.find("#pending").text().contains("0 of 2 approvals"));
+    browser.goto(&format!("{base}/inbox/c/{id}"));
+    assert_eq!(browser.find("#approvals").text(), "0 of 2 approvals");
+    browser.find("#note").type_text("One of two.");
+    browser.find("#approve").click_to_navigate();
+    assert_eq!(browser.find("#state").text(), "pending");
+    assert_eq!(browser.find("#approvals").text(), "1 of 2 approvals");
+    assert!(browser.find("#decisions").text().contains("maria"));
+    browser.screenshot(&artifacts().join("inbox-quorum.png"));
+    assert!(browser.try_find("#decide").is_none(), "maria has decided: no form for her");
+    let waiting = cancel(&server, "t-alice", "A-1001");
+    assert_eq!(confirmation_id(&waiting), id, "the repeat waits on the same confirmation");
+    // Her second approval does not count (409), and the confirmation is no longer listed for her.
+    let twice = post_form(&server, &format!("/inbox/c/{id}"), &maria, &format!("verdict=approve&csrf={spare}"));
+    assert_eq!(twice.status, 409, "{}", twice.body);
+    assert!(state(&server, &id, "t-omar") == "pending");
+    let page = served::get(&server.addr, "/inbox/", &maria).body;
+    assert!(!page.contains(&format!("/inbox/c/{id}\"")), "no longer listed for maria");
+    let omars = served::get(&server.addr, &format!("/inbox/c/{id}"), &[("Authorization", "Bearer t-omar")]).body;
+    assert!(omars.contains("<form id=\"decide\""), "omar may still decide");
+
+    // Omar signs in (maria signs out first) and approves: two of two, approved.
+    browser.find("header button[type=\"submit\"]").click_to_navigate();
+    assert_eq!(browser.title(), "Sign in");
+    sign_in(&browser, &base, "t-omar");
+    assert!(browser.find("#pending").text().contains("1 of 2 approvals"));
+    browser.goto(&format!("{base}/inbox/c/{id}"));
+    browser.find("#approve").click_to_navigate();
+    assert_eq!(browser.find("#approvals").text(), "2 of 2 approvals");
+    assert!(browser.find("#state").text().starts_with("approved by"), "{}", browser.find("#state").text());
+
+    // The agent's repeat runs, once.
+    let done = cancel(&server, "t-alice", "A-1001");
+    assert_eq!(done["output"]["orderId"], "A-1001", "{done}");
+    assert_ne!(cancel(&server, "t-alice", "A-1001")["status"], "ok");
 }

@@ -109,7 +109,7 @@ impl Chrome {
             "--disable-component-update",
             "--disable-sync",
             "--disable-dev-shm-usage",
-            "--window-size=960,900",
+            "--window-size=960,1100",
             &format!("--user-data-dir={}", profile.display()),
         ];
         let capabilities = json!({"capabilities": {"alwaysMatch": {
