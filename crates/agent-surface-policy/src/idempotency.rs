@@ -491,7 +491,9 @@ struct Entry {
 enum Record {
     InFlight {
         fingerprint: Fingerprint,
-        sender: watch::Sender<Option<InvokeResult>>,
+        /// Where followers wait for the result: made when the first follower joins, so that a
+        /// call nobody joins (most) costs no channel and hands its result over without a copy.
+        sender: Option<watch::Sender<Option<InvokeResult>>>,
     },
     Done {
         fingerprint: Fingerprint,
@@ -553,9 +555,10 @@ impl MemoryIdempotencyStore {
     ) -> Result<Admission, StoreError> {
         let mut inner = self.lock();
         inner.sweep(now);
-        if let Some(entry) = inner.records.get(key) {
-            return Ok(match &entry.record {
+        if let Some(entry) = inner.records.get_mut(key) {
+            return Ok(match &mut entry.record {
                 Record::InFlight { fingerprint: stored, sender } if *stored == fingerprint => {
+                    let sender = sender.get_or_insert_with(|| watch::channel(None).0);
                     Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone()))
                 }
                 Record::Done { fingerprint: stored, result, .. } if *stored == fingerprint => {
@@ -588,10 +591,9 @@ impl MemoryIdempotencyStore {
         let bytes = key_bytes(key);
         inner.make_room(&key.consumer_key, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
-        let (sender, _) = watch::channel(None);
         inner.records.insert(
             Arc::new(key.clone()),
-            Entry { generation, bytes, record: Record::InFlight { fingerprint, sender } },
+            Entry { generation, bytes, record: Record::InFlight { fingerprint, sender: None } },
         );
         match inner.consumers.get_mut(&key.consumer_key) {
             Some(held) => {
@@ -615,18 +617,20 @@ impl MemoryIdempotencyStore {
         settlement: Settlement,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        // What a stored record keeps, measured and copied before the lock is taken: the result,
-        // or, when it is over the limit, that it was withheld. (A settlement that turns out not
-        // to hold the record wastes this work; a valid one never waits on it under the lock.)
+        // What a stored record keeps, measured before the lock is taken: the result, or, when it
+        // is over the limit, that it was withheld (built here too). (A settlement that turns out
+        // not to hold the record wastes this work; a valid one never waits on it under the lock.)
+        // The result itself is copied only when followers wait for it too (under the lock, where
+        // that is known).
         let kept = match &settlement {
             Settlement::Store { result, expires_at } if *expires_at > now => {
                 let bytes = json_bytes(result);
                 Some(if bytes > self.max_result_bytes {
                     let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
                     let withheld = InvokeResult::error(withheld.into_payload(), None);
-                    (json_bytes(&withheld), withheld)
+                    (json_bytes(&withheld), Some(withheld))
                 } else {
-                    (bytes, result.clone())
+                    (bytes, None)
                 })
             }
             _ => None,
@@ -647,13 +651,14 @@ impl MemoryIdempotencyStore {
             }
         };
         let for_followers = match (settlement, kept) {
-            (Settlement::Store { result, expires_at }, Some((result_bytes, kept))) => {
+            (Settlement::Store { result, expires_at }, Some((result_bytes, withheld))) => {
                 // Room for it comes from stored results only (never from this record, which is
                 // not in the queues yet).
-                let consumer = shared_key.consumer_key.clone();
-                inner.make_room(&consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
+                let consumer = Arc::clone(&shared_key);
+                let consumer = consumer.consumer_key.as_str();
+                inner.make_room(consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
                 inner.bytes += result_bytes;
-                if let Some(held) = inner.consumers.get_mut(&consumer) {
+                if let Some(held) = inner.consumers.get_mut(consumer) {
                     held.bytes += result_bytes;
                 }
                 let bytes = entry.bytes + result_bytes;
@@ -664,22 +669,31 @@ impl MemoryIdempotencyStore {
                 if let Some(held) = inner.consumers.get_mut(&shared_key.consumer_key) {
                     held.order.push_back((Arc::clone(&shared_key), generation));
                 }
+                // The record keeps the result (or that it was withheld); the followers, if any,
+                // get a copy.
+                let (kept, for_followers) = match (withheld, &sender) {
+                    (Some(withheld), _) => (withheld, Some(result)),
+                    (None, Some(_)) => (result.clone(), Some(result)),
+                    (None, None) => (result, None),
+                };
                 let record =
                     Record::Done { fingerprint, spare: awaits_reconciliation(&kept), result: kept, expires_at };
                 inner.records.insert(Arc::clone(&shared_key), Entry { generation, bytes, record });
                 inner.compact_consumer_order(&shared_key.consumer_key);
-                result
+                for_followers
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
             (Settlement::Store { result, .. } | Settlement::Release { result }, _) => {
                 inner.released(&shared_key.consumer_key, entry.bytes);
-                result
+                Some(result)
             }
         };
         inner.compact_order();
         drop(inner);
         // Hand the result over outside the lock: waking followers must not contend with it.
-        sender.send_replace(Some(for_followers));
+        if let (Some(sender), Some(result)) = (sender, for_followers) {
+            sender.send_replace(Some(result));
+        }
         Ok(())
     }
 }

@@ -11,13 +11,25 @@ impl Registry {
     /// Runs one call through the pipeline ([`crate::pipeline`], read top to bottom in its
     /// `mod.rs`). Never fails and never panics for anything the caller sends: every failure is an
     /// `InvokeResult` with an agent-safe payload.
-    pub async fn invoke(&self, request: InvokeRequest, options: InvokeOptions) -> InvokeResult {
-        crate::pipeline::invoke(self, request, options).await.result
+    ///
+    /// The call is boxed once when it is made (the request and options are moved into the box,
+    /// and the returned future is small).
+    pub fn invoke(
+        &self,
+        request: InvokeRequest,
+        options: InvokeOptions,
+    ) -> impl Future<Output = InvokeResult> + Send + '_ {
+        let invocation = crate::pipeline::invoke(self, request, options);
+        async move { invocation.await.result }
     }
 
     /// [`Registry::invoke`], plus what the operator side knows: the phase that produced an
     /// error, and whether the result was replayed or joined.
-    pub async fn invoke_detailed(&self, request: InvokeRequest, options: InvokeOptions) -> Invocation {
-        crate::pipeline::invoke(self, request, options).await
+    pub fn invoke_detailed(
+        &self,
+        request: InvokeRequest,
+        options: InvokeOptions,
+    ) -> impl Future<Output = Invocation> + Send + '_ {
+        crate::pipeline::invoke(self, request, options)
     }
 }

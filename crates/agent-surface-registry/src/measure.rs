@@ -103,6 +103,21 @@ fn string_len(s: &str, budget: usize) -> usize {
 /// [`measure`] of an object whose members are all scalars; `None` as soon as a member is an
 /// array or an object (measured by the general path, from the start).
 fn flat_object(map: &serde_json::Map<String, Value>, max_bytes: usize) -> Option<Result<(), Exceeded>> {
+    // An upper bound first, without looking inside strings (a byte is at most six in JSON,
+    // `\u00XX`): an object well under the limit, the usual case, is done in one cheap pass.
+    let mut bound = 2 + 2 * map.len();
+    for (key, item) in map {
+        bound = bound.saturating_add(match item {
+            Value::Array(_) | Value::Object(_) => return None,
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(n) => number_len(n),
+            Value::String(s) => s.len().saturating_mul(6).saturating_add(2),
+        });
+        bound = bound.saturating_add(key.len().saturating_mul(6).saturating_add(2));
+    }
+    if bound <= max_bytes {
+        return Some(Ok(()));
+    }
     let mut size = 2 + map.len().saturating_sub(1) + map.len();
     for (key, item) in map {
         size += match item {

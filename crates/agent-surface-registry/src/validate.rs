@@ -571,6 +571,11 @@ mod tests {
         let exact = serde_json::to_vec(&value).unwrap().len();
         assert_eq!(measure(&value, 10, exact), Ok(()));
         assert_eq!(measure(&value, 10, exact - 1), Err(Exceeded::Size));
+        // An object of scalars takes a shorter path (an upper bound first); exact all the same.
+        let flat = json!({"q\"\\\n\u{1}é": "x\u{2}\"", "n": -12.5, "t": true, "f": false, "z": null, "": ""});
+        let exact = serde_json::to_vec(&flat).unwrap().len();
+        assert_eq!(measure(&flat, 10, exact), Ok(()));
+        assert_eq!(measure(&flat, 10, exact - 1), Err(Exceeded::Size));
     }
 
     #[test]

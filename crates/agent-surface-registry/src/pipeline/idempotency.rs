@@ -115,7 +115,8 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     let fp = fingerprint(request, input);
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
     let store = inner.config.idempotency.clone();
-    let leader = |lease: Lease, taken_over: bool| {
+    // The key is moved into the guard once the store has answered.
+    let leader = |key: IdempotencyKey, lease: Lease, taken_over: bool| {
         Admitted::Leader(Box::new(LeaderGuard {
             hold: Arc::new(Hold {
                 // A record taken over may hold an execution that took effect: dropped at any
@@ -126,7 +127,7 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
             }),
             pending: None,
             store: store.clone(),
-            key: Some(key.clone()),
+            key: Some(key),
             fingerprint: fp,
             lease,
             window: inner.config.idempotency_window,
@@ -140,14 +141,14 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
     match admitted {
-        Ok(Admission::Leader(lease)) => Ok(leader(lease, false)),
+        Ok(Admission::Leader(lease)) => Ok(leader(key, lease, false)),
         Ok(Admission::TakeOver(lease)) => {
             tracing::warn!(
                 target: "agent_surface::invoke",
                 token = lease.token,
                 "the previous leader of this call lost its lease without a result; this call took the record over"
             );
-            Ok(leader(lease, true))
+            Ok(leader(key, lease, true))
         }
         Ok(Admission::Replay(result)) => Ok(Admitted::Answered(Invocation {
             result: result.with_invocation_id(Some(invocation_id.clone())),
@@ -303,8 +304,9 @@ impl LeaderGuard {
         // The key is given up only once the store has the result: if this future is dropped
         // while the store is still writing, `Drop` settles the record with the same result
         // instead of leaving it in flight for ever.
-        self.pending = Some(settlement.clone());
-        let mut settled = self.settle_once(key, settlement.clone(), now).await;
+        let attempt = settlement.clone();
+        self.pending = Some(settlement);
+        let mut settled = self.settle_once(key, attempt, now).await;
         // A shared store that did not answer: try again while the lease may still hold, so that a
         // known result is not lost to a blip (and later answered as an unknown outcome).
         if self.lease.renew_every.is_some() {
@@ -313,7 +315,8 @@ impl LeaderGuard {
                     break;
                 }
                 tokio::time::sleep(wait).await;
-                settled = self.settle_once(key, settlement.clone(), now).await;
+                let Some(attempt) = self.pending.clone() else { break };
+                settled = self.settle_once(key, attempt, now).await;
             }
         }
         match settled {

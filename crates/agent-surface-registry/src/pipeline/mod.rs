@@ -21,6 +21,7 @@ pub(crate) mod record;
 pub(crate) mod resolve;
 pub(crate) mod verify;
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
@@ -188,46 +189,52 @@ impl std::fmt::Display for Shown<'_> {
     }
 }
 
-pub(crate) async fn invoke(registry: &Registry, mut request: InvokeRequest, options: InvokeOptions) -> Invocation {
-    let correlation_id = match &request.invocation_id {
-        Some(id) => CorrelationId::of_invocation(id),
-        None => CorrelationId::generate(),
-    };
-    let span = tracing::info_span!(
-        target: "agent_surface::invoke",
-        "invoke",
-        correlation_id = %correlation_id,
-        capability = %Shown(&request.capability),
-        consumer = %options.consumer.key(),
-        invocation_id = request.invocation_id.as_deref().unwrap_or(""),
-        code = tracing::field::Empty,
-        phase = tracing::field::Empty,
-        retry = tracing::field::Empty,
-        fingerprint = tracing::field::Empty,
-        replayed = tracing::field::Empty,
-        // The caller's trace context ([`crate::trace`]).
-        trace_id = tracing::field::Empty,
-        parent_id = tracing::field::Empty,
-        // Recorded only with the `otel` feature: the OpenTelemetry semantic conventions.
-        "otel.name" = tracing::field::Empty,
-        "otel.status_code" = tracing::field::Empty,
-        "gen_ai.operation.name" = tracing::field::Empty,
-        "gen_ai.tool.name" = tracing::field::Empty,
-        "gen_ai.tool.call.id" = tracing::field::Empty,
-        "error.type" = tracing::field::Empty,
-    );
-    // With `otel`, the span's name carries the capability (an OpenTelemetry span's name is fixed
-    // when it starts), only when the registry defines it: agents' names stay out of span names.
-    let tool = (cfg!(feature = "otel") && registry.inner.read().capabilities.contains_key(request.capability.as_str()))
+/// One call, boxed once when it is made: the request and options are moved into the box and
+/// never again, and the caller's future is a pointer (a box of at most ~1 KiB is served from the
+/// allocator's thread cache; `cargo bench -p agent-surface-registry --bench pipeline`).
+pub(crate) fn invoke(
+    registry: &Registry,
+    mut request: InvokeRequest,
+    options: InvokeOptions,
+) -> Pin<Box<impl Future<Output = Invocation> + Send + '_>> {
+    Box::pin(async move {
+        let correlation_id = match &request.invocation_id {
+            Some(id) => CorrelationId::of_invocation(id),
+            None => CorrelationId::generate(),
+        };
+        let span = tracing::info_span!(
+            target: "agent_surface::invoke",
+            "invoke",
+            correlation_id = %correlation_id,
+            capability = %Shown(&request.capability),
+            consumer = %options.consumer.key(),
+            invocation_id = request.invocation_id.as_deref().unwrap_or(""),
+            code = tracing::field::Empty,
+            phase = tracing::field::Empty,
+            retry = tracing::field::Empty,
+            fingerprint = tracing::field::Empty,
+            replayed = tracing::field::Empty,
+            // The caller's trace context ([`crate::trace`]).
+            trace_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
+            // Recorded only with the `otel` feature: the OpenTelemetry semantic conventions.
+            "otel.name" = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "gen_ai.operation.name" = tracing::field::Empty,
+            "gen_ai.tool.name" = tracing::field::Empty,
+            "gen_ai.tool.call.id" = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
+        );
+        // With `otel`, the span's name carries the capability (an OpenTelemetry span's name is fixed
+        // when it starts), only when the registry defines it: agents' names stay out of span names.
+        let tool = (cfg!(feature = "otel")
+            && registry.inner.read().capabilities.contains_key(request.capability.as_str()))
         .then_some(request.capability.as_str());
-    crate::trace::start(&span, options.trace_parent.as_ref(), &correlation_id, tool);
-    // Boxed once, so that the large state machine is built in place and never moved. It borrows
-    // the request and options from this frame rather than holding copies: an `async fn` keeps its
-    // arguments twice, and a box of at most ~1 KiB is served from the allocator's thread cache
-    // (`cargo bench -p agent-surface-registry --bench pipeline`).
-    let mut invocation = Box::pin(run(registry, &mut request, &options, &correlation_id)).instrument(span).await;
-    invocation.correlation_id = correlation_id;
-    invocation
+        crate::trace::start(&span, options.trace_parent.as_ref(), &correlation_id, tool);
+        let mut invocation = run(registry, &mut request, &options, &correlation_id).instrument(span).await;
+        invocation.correlation_id = correlation_id;
+        invocation
+    })
 }
 
 async fn run(
