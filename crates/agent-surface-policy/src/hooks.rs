@@ -54,6 +54,27 @@ pub struct CallInfo<'a> {
     /// The input as an approver may see it: JSON text with the values of sensitive fields
     /// redacted (present in the confirmation phase for a call without evidence).
     pub input_preview: Option<&'a str>,
+    /// What the caller can tell a gate about this call on demand (present in the confirmation
+    /// phase when the gate [consults it](ConfirmationGate::consults_call_details)): what costs
+    /// work to compute and is needed only for a call the gate gates.
+    pub details: Option<&'a dyn CallDetails>,
+}
+
+/// What the registry can tell a confirmation gate about a call on demand, for a call the gate
+/// gates and that carries no evidence: computed only when asked, so that the calls a gate lets
+/// through cost none of it.
+pub trait CallDetails: std::fmt::Debug + Send + Sync {
+    /// The id of the confirmation relayed earlier to this consumer for this same call (the
+    /// capability, the registration it resolved to, and an input whose [`Fingerprint::of`] is
+    /// `input_hash`), which the caller could not send back; the gate treats it as the call's
+    /// evidence. `None` when none is remembered.
+    ///
+    /// [`Fingerprint::of`]: crate::Fingerprint::of
+    fn relayed_confirmation(&self, input_hash: &crate::Fingerprint) -> Option<String>;
+
+    /// The input as an approver may see it, as [`CallInfo::input_preview`]; `None` when the
+    /// caller does not say.
+    fn input_preview(&self) -> Option<String>;
 }
 
 impl<'a> CallInfo<'a> {
@@ -78,7 +99,14 @@ impl<'a> CallInfo<'a> {
             invocation_id: None,
             correlation_id: None,
             input_preview: None,
+            details: None,
         }
+    }
+
+    /// The same, with what the caller can tell on demand (see [`CallDetails`]).
+    pub fn with_details(mut self, details: &'a dyn CallDetails) -> Self {
+        self.details = Some(details);
+        self
     }
 
     /// The same, with the input as an approver may see it (see [`CallInfo::input_preview`]).
@@ -380,6 +408,14 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     fn scopes(&self) -> Vec<Scope> {
         Vec::new()
     }
+
+    /// Whether this gate asks [`CallInfo::details`] for what it needs of a call it gates (the
+    /// confirmation relayed earlier, the input preview) instead of reading them from the
+    /// `CallInfo`. The default, `false`: the registry computes both for every call it asks about
+    /// (and presents a relayed confirmation as the call's evidence itself).
+    fn consults_call_details(&self) -> bool {
+        false
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
@@ -394,6 +430,10 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         (**self).usage(now)
+    }
+
+    fn consults_call_details(&self) -> bool {
+        (**self).consults_call_details()
     }
 
     fn scopes(&self) -> Vec<Scope> {

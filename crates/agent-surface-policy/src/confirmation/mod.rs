@@ -734,7 +734,13 @@ impl ConfirmationEngine {
             instance_id: call.instance_id.unwrap_or_default().to_string(),
             input_hash: Fingerprint::of(call.input.unwrap_or(&NO_INPUT)),
         };
-        match evidence {
+        // A call without evidence presents the confirmation relayed to its caller for this same
+        // call, if the caller remembers one (asked only here: for a call this engine gates).
+        let relayed = match evidence {
+            None => call.details.and_then(|d| d.relayed_confirmation(&binding.input_hash)),
+            Some(_) => None,
+        };
+        match evidence.or(relayed.as_deref()) {
             Some(id) => {
                 let consumed = self.bounded(self.config.store.consume(id, &binding, now)).await;
                 self.audit_consume(&call, &binding, id, now, &consumed).await;
@@ -747,6 +753,12 @@ impl ConfirmationEngine {
                             "confirmation consumed"
                         );
                         ConfirmationDecision::Proceed
+                    }
+                    // The relayed confirmation expired (or is gone): the caller never sent it, so
+                    // it is told of a fresh one rather than of an expired one.
+                    Ok(Err(Rejection::Unknown | Rejection::Expired)) if relayed.is_some() => {
+                        let summary = summary.unwrap_or_else(|| generic_summary(&call));
+                        self.request(call, binding, summary, now).await
                     }
                     Ok(Err(rejection)) => rejected(id, rejection),
                     Err(e) => unavailable(&e),
@@ -768,6 +780,11 @@ impl ConfirmationEngine {
         summary: SafeText,
         now: Timestamp,
     ) -> ConfirmationDecision {
+        // The preview the caller computes on demand, when it did not give one.
+        let preview = match call.input_preview {
+            Some(_) => None,
+            None => call.details.and_then(|d| d.input_preview()),
+        };
         let record = ConfirmationRecord::pending(
             // `c-` and 128 bits nobody can guess; guessing would not help anyway: the evidence is
             // bound to the requesting consumer and call.
@@ -780,7 +797,7 @@ impl ConfirmationEngine {
             now,
             now.saturating_add(self.config.ttl),
         )
-        .with_input_preview(call.input_preview)
+        .with_input_preview(preview.as_deref().or(call.input_preview))
         .with_quorum(self.quorum_for(call.capability, call.type_id));
         tracing::info!(
             target: "agent_surface::confirmation",
@@ -921,6 +938,12 @@ impl ConfirmationGate for ConfirmationEngine {
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision> {
         Box::pin(self.check_now(call, confirmation_id, now))
+    }
+
+    /// It asks [`CallInfo::details`] for the confirmation relayed for a call it gates without
+    /// evidence (and for the input preview), so that a call it lets through costs neither.
+    fn consults_call_details(&self) -> bool {
+        true
     }
 }
 

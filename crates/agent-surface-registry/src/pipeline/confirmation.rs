@@ -12,11 +12,12 @@ use std::any::Any;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
-use agent_surface_policy::ConfirmationDecision;
+use agent_surface_policy::{CallDetails, ConfirmationDecision, Fingerprint};
 use serde_json::Value;
 
 use super::{Call, Stop};
 use crate::define::{CapabilityDef, ErasedConfirm};
+use crate::relayed::RelayKey;
 use agent_surface_policy::{catch, catch_future};
 
 /// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
@@ -69,7 +70,7 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// Phase 7, presenting a confirmation relayed earlier ([`crate::relayed`]).
 ///
 /// A call that carries no evidence, whose consumer was told that this same call (capability,
-/// registration, canonical input) needs a confirmation, presents that confirmation's id: until
+/// registration, input fingerprint) needs a confirmation, presents that confirmation's id: until
 /// the person decides, the answer is the same `CONFIRMATION_REQUIRED` (no second record); once
 /// approved, the call runs; once denied, it is `CONFIRMATION_INVALID {reason: denied}`; once
 /// expired, the gate is asked again without evidence, so the caller is told of a fresh
@@ -77,23 +78,123 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// `CONFIRMATION_REQUIRED` or a failure to decide settles the remembered id, also when the caller
 /// presented an id itself (so a consumed id is never presented again). A call that stops before
 /// this phase leaves the memory as it was.
+///
+/// A gate that [consults the call's details](agent_surface_policy::ConfirmationGate::consults_call_details)
+/// (the `ConfirmationEngine`) asks for the remembered id itself, only for a call it gates and with
+/// the fingerprint it computes anyway, and for the input preview only when it records a
+/// confirmation; for any other gate both are computed here, for every call it is asked about.
 pub(crate) async fn confirm(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
-    let presented = call.request.confirmation_id.as_deref();
+    let consults = call.inner.config.confirmation.as_ref().is_some_and(|gate| gate.consults_call_details());
+    if consults { confirm_on_demand(call, input, summary).await } else { confirm_eagerly(call, input, summary).await }
+}
+
+/// What the registry tells a gate about a call on demand: the confirmation relayed for it, and
+/// the input preview. It notes the key the gate asked about, and whether an id was found.
+struct Details<'c> {
+    relayed: &'c crate::relayed::Relayed,
+    consumer: &'c str,
+    capability: &'c str,
+    registration: &'c str,
+    input: &'c Value,
+    sensitive: &'c [String],
+    /// The key the gate asked about, once it has.
+    asked: std::sync::OnceLock<RelayKey>,
+    /// Whether a remembered id was handed to the gate.
+    found: std::sync::atomic::AtomicBool,
+}
+
+/// Names the call only: the input may hold sensitive fields.
+impl std::fmt::Debug for Details<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Details").field("capability", &self.capability).finish_non_exhaustive()
+    }
+}
+
+impl Details<'_> {
+    fn key(&self, input_hash: &Fingerprint) -> RelayKey {
+        self.relayed.key(self.consumer, self.capability, self.registration, input_hash)
+    }
+}
+
+impl CallDetails for Details<'_> {
+    fn relayed_confirmation(&self, input_hash: &Fingerprint) -> Option<String> {
+        let key = *self.asked.get_or_init(|| self.key(input_hash));
+        if self.relayed.is_empty() {
+            return None;
+        }
+        let id = self.relayed.get(key);
+        self.found.store(id.is_some(), std::sync::atomic::Ordering::Relaxed);
+        id
+    }
+
+    fn input_preview(&self) -> Option<String> {
+        Some(preview(self.input, self.sensitive))
+    }
+}
+
+/// [`confirm`] with a gate that asks for the relayed confirmation itself.
+async fn confirm_on_demand(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
     let relayed = &call.inner.relayed;
-    // The key (a canonical serialization of the input) is computed only when a confirmation is
-    // remembered or comes back: most calls need neither.
-    let key = || relayed.key(call.options.consumer.key(), &call.def.name, &call.reg.registration_id, input);
-    let remembered_key = (relayed.len() > 0).then(key);
+    let presented = call.request.confirmation_id.as_deref();
+    let details = Details {
+        relayed,
+        consumer: call.options.consumer.key(),
+        capability: &call.def.name,
+        registration: &call.reg.registration_id,
+        input,
+        sensitive: &call.def.input.sensitive,
+        asked: std::sync::OnceLock::new(),
+        found: std::sync::atomic::AtomicBool::new(false),
+    };
+    let outcome = check(call, input, summary, presented, Some(&details)).await;
+    // The key of this call: the one the gate asked about, else (evidence the caller presented,
+    // which the gate does not ask about) computed here, only when the memory holds anything.
+    let key = || match details.asked.get() {
+        Some(key) => Some(*key),
+        None => (presented.is_some() && !relayed.is_empty()).then(|| details.key(&Fingerprint::of(input))),
+    };
+    match &outcome {
+        Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
+            if let Some(id) = stop.error.payload().detail("confirmationId").and_then(Value::as_str) {
+                let key = details.asked.get().copied().unwrap_or_else(|| details.key(&Fingerprint::of(input)));
+                relayed.remember(key, id);
+            }
+        }
+        // The gate could not decide: an approval still stands.
+        Err(stop) if stop.phase == Phase::Confirmation && stop.error.code() == ErrorCode::ExecutionFailed => {}
+        _ => {
+            if (details.found.load(std::sync::atomic::Ordering::Relaxed) || presented.is_some())
+                && let Some(key) = key()
+            {
+                relayed.forget(key);
+            }
+        }
+    }
+    outcome
+}
+
+/// [`confirm`] with a gate that reads everything from the `CallInfo`: the remembered id is looked
+/// up here and presented as the call's evidence.
+async fn confirm_eagerly(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
+    let relayed = &call.inner.relayed;
+    let presented = call.request.confirmation_id.as_deref();
+    // The key (the input's fingerprint) is computed only when a confirmation is remembered or
+    // comes back: most calls need neither.
+    let key = || {
+        let input_hash = Fingerprint::of(input);
+        relayed.key(call.options.consumer.key(), &call.def.name, &call.reg.registration_id, &input_hash)
+    };
+    let remembered_key = (!relayed.is_empty()).then(key);
     let remembered = match (presented, remembered_key) {
         (None, Some(k)) => relayed.get(k),
         _ => None,
     };
     let mut outcome = match remembered.as_deref() {
-        Some(id) => check(call, input, None, Some(id)).await,
-        None => check(call, input, summary.clone(), presented).await,
+        Some(id) => check(call, input, None, Some(id), None).await,
+        None => check(call, input, summary.clone(), presented, None).await,
     };
     if remembered.is_some() && is_expired(&outcome) {
-        outcome = check(call, input, summary, None).await;
+        outcome = check(call, input, summary, None, None).await;
     }
     match &outcome {
         Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
@@ -123,6 +224,7 @@ async fn check(
     input: &Value,
     summary: Option<SafeText>,
     confirmation_id: Option<&str>,
+    details: Option<&Details<'_>>,
 ) -> Result<(), Stop> {
     let (inner, def) = (call.inner, call.def);
     let gate = match (&inner.config.confirmation, &def.confirm) {
@@ -136,11 +238,15 @@ async fn check(
         (Some(gate), _) => gate,
     };
     let correlation = call.correlation_text();
-    // What the approver is shown of the input, for a new request only.
-    let preview = confirmation_id.is_none().then(|| preview(input, &def.input.sensitive));
+    // What the approver is shown of the input, for a new request only: computed here unless the
+    // gate asks for it when it records one.
+    let preview = (confirmation_id.is_none() && details.is_none()).then(|| preview(input, &def.input.sensitive));
     let mut call = call.info().with_input(input).with_ids(call.correlation.invocation_id(), correlation);
     if let Some(preview) = &preview {
         call = call.with_input_preview(preview);
+    }
+    if let Some(details) = details {
+        call = call.with_details(details);
     }
     if def.confirm.is_some() {
         call = call.with_declared_gate(summary.as_ref());
