@@ -102,9 +102,9 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ApproverDecision, ConfirmationBinding, ConfirmationConfig,
     ConfirmationEngine, ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, DEFAULT_CONFIRMATION_TTL, DEFAULT_STORE_BUDGET, Decided, FnApprover, FnConfirmationPolicy, Gate,
-    MAX_INPUT_PREVIEW_BYTES, MAX_QUORUM, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum,
-    Rejection, Review, STORE_RETRY_AFTER, TargetBinding,
+    Consumed, DEFAULT_CONFIRMATION_TTL, DEFAULT_EXPIRY_WARNING, DEFAULT_STORE_BUDGET, Decided, FnApprover,
+    FnConfirmationPolicy, Gate, MAX_INPUT_PREVIEW_BYTES, MAX_QUORUM, MemoryConfirmationStore,
+    MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, Review, STORE_RETRY_AFTER, TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, guarded, panic_text, within};

@@ -33,6 +33,14 @@ use crate::idempotency::{Fingerprint, StoreError};
 /// and for the use of the evidence together.
 pub const DEFAULT_CONFIRMATION_TTL: Duration = Duration::from_secs(10 * 60);
 
+/// The default [`ConfirmationConfig::expiry_warning`]: two minutes before a confirmation expires
+/// (at most half its time to live).
+pub const DEFAULT_EXPIRY_WARNING: Duration = Duration::from_secs(2 * 60);
+
+/// How many confirmation ids an engine remembers having warned about or recorded as expired
+/// (the oldest are forgotten first).
+const MAX_EXPIRY_MARKS: usize = 4096;
+
 /// How long a caller is asked to wait after the confirmation store failed.
 pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -329,6 +337,14 @@ pub struct ConfirmationConfig {
     /// no entry covers needs one approval from anyone but the requester. The registry checks
     /// that the scopes name defined capabilities and types.
     pub quorums: Vec<(Scope, Quorum)>,
+    /// How long before its expiry a pending confirmation is reported on the operator channel
+    /// (`WARN` "confirmation expires soon", target `agent_surface::confirmation`), so that an
+    /// operator can chase the approvers; `None`: never. The lead is at most half the `ttl`, so
+    /// the warning never comes with the request. It is emitted once per confirmation (per engine)
+    /// by the first thing that observes the confirmation inside the window — the agent's repeat,
+    /// the inbox listing or showing it, a decision — or by
+    /// [`ConfirmationEngine::sweep_expiring`], which a host can run on a timer.
+    pub expiry_warning: Option<Duration>,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -347,6 +363,7 @@ impl Default for ConfirmationConfig {
             store_budget: DEFAULT_STORE_BUDGET,
             audit: None,
             quorums: Vec::new(),
+            expiry_warning: Some(DEFAULT_EXPIRY_WARNING),
         }
     }
 }
@@ -363,6 +380,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("store_budget", &self.store_budget)
             .field("audit", &self.audit)
             .field("quorums", &self.quorums)
+            .field("expiry_warning", &self.expiry_warning)
             .finish_non_exhaustive()
     }
 }
@@ -466,12 +484,102 @@ pub struct ConfirmationEngine {
     config: ConfirmationConfig,
     /// Wait-mode calls in progress, woken when the host decides their confirmation.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The confirmations already warned about, and those already recorded as expired.
+    marks: Mutex<ExpiryMarks>,
+}
+
+/// Two bounded sets of confirmation ids: warned about, recorded as expired.
+#[derive(Default)]
+struct ExpiryMarks {
+    warned: MarkSet,
+    expired: MarkSet,
+}
+
+/// A set of ids that forgets its oldest beyond [`MAX_EXPIRY_MARKS`].
+#[derive(Default)]
+struct MarkSet {
+    ids: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl MarkSet {
+    /// Marks `id`; false when it was marked already.
+    fn mark(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() >= MAX_EXPIRY_MARKS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
 }
 
 impl ConfirmationEngine {
     /// An engine with this configuration.
     pub fn new(config: ConfirmationConfig) -> ConfirmationEngine {
-        ConfirmationEngine { config, waiters: Mutex::new(HashMap::new()) }
+        ConfirmationEngine { config, waiters: Mutex::new(HashMap::new()), marks: Mutex::new(ExpiryMarks::default()) }
+    }
+
+    fn marks(&self) -> MutexGuard<'_, ExpiryMarks> {
+        self.marks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reports `record` on the operator channel once when it is pending and within the expiry
+    /// warning's lead time at `now` (see [`ConfirmationConfig::expiry_warning`]); true when this
+    /// call reported it.
+    fn observe(&self, record: &ConfirmationRecord, now: Timestamp) -> bool {
+        let Some(lead) = self.config.expiry_warning else { return false };
+        let lifetime = record.expires_at.saturating_duration_since(record.created_at);
+        let lead = lead.min(lifetime / 2);
+        let remaining = record.expires_at.saturating_duration_since(now);
+        if record.state != ConfirmationState::Pending || remaining.is_zero() || remaining > lead {
+            return false;
+        }
+        if !self.marks().warned.mark(&record.id) {
+            return false;
+        }
+        tracing::warn!(
+            target: "agent_surface::confirmation",
+            confirmation_id = %record.id,
+            capability = %record.binding.capability,
+            consumer = %record.binding.consumer_key,
+            expires_at = %record.expires_at,
+            remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            approvals = record.approvals(),
+            required = record.quorum.required(),
+            "confirmation expires soon"
+        );
+        true
+    }
+
+    /// Whether `id`'s expiry is to be recorded now: true the first time this engine sees it
+    /// expired, so that one confirmation is one `confirmation.expired` event however often its
+    /// evidence or a decision meets the deadline (per engine: replicas sharing a store may each
+    /// record it once).
+    fn first_expiry(&self, id: &str) -> bool {
+        let first = self.marks().expired.mark(id);
+        if first {
+            tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation expired");
+        }
+        first
+    }
+
+    /// Looks through up to `limit` pending confirmations and warns, once each, about those within
+    /// the expiry warning's lead time (see [`ConfirmationConfig::expiry_warning`]); returns how
+    /// many it warned about now. A host that wants the warnings without waiting for someone to
+    /// look runs it on a timer (every minute, say).
+    pub async fn sweep_expiring(&self, limit: usize) -> Result<usize, StoreError> {
+        if self.config.expiry_warning.is_none() {
+            return Ok(0);
+        }
+        let now = self.config.clock.now();
+        let pending = self.bounded(self.config.store.list_pending(now, limit)).await?;
+        Ok(pending.iter().filter(|r| self.observe(r, now)).count())
     }
 
     /// The configuration.
@@ -493,7 +601,12 @@ impl ConfirmationEngine {
 
     /// The confirmation with `id`, e.g. to show its summary to the approver.
     pub async fn get(&self, id: &str) -> Result<Option<ConfirmationRecord>, StoreError> {
-        self.bounded(self.config.store.get(id, self.config.clock.now())).await
+        let now = self.config.clock.now();
+        let record = self.bounded(self.config.store.get(id, now)).await?;
+        if let Some(r) = &record {
+            self.observe(r, now);
+        }
+        Ok(record)
     }
 
     /// Up to `limit` pending, unexpired confirmations `approver` may decide — every one they did
@@ -503,7 +616,11 @@ impl ConfirmationEngine {
     pub async fn pending_for(&self, approver: &Identity, limit: usize) -> Result<Vec<ConfirmationRecord>, StoreError> {
         // Records the approver may not decide are skipped, so ask for more than the limit.
         let asked = limit.saturating_mul(2).max(limit.saturating_add(16));
-        let listed = self.bounded(self.config.store.list_pending(self.config.clock.now(), asked)).await?;
+        let now = self.config.clock.now();
+        let listed = self.bounded(self.config.store.list_pending(now, asked)).await?;
+        for record in &listed {
+            self.observe(record, now);
+        }
         Ok(listed.into_iter().filter(|r| may_decide(r, approver)).take(limit).collect())
     }
 
@@ -612,7 +729,11 @@ impl ConfirmationEngine {
     ) {
         let kind = match outcome {
             Ok(Ok(consumed)) => AuditKind::ConfirmationConsumed { approved_by: consumed.approved_by.clone() },
-            Ok(Err(Rejection::Expired)) => AuditKind::ConfirmationExpired,
+            Ok(Err(Rejection::Expired)) if self.first_expiry(id) => AuditKind::ConfirmationExpired,
+            Ok(Err(Rejection::Pending(record))) => {
+                self.observe(record, now);
+                return;
+            }
             _ => return,
         };
         self.audit(|| call_event(now, kind, call, binding, id)).await;
@@ -632,6 +753,9 @@ impl ConfirmationEngine {
         if verdict != ApprovalVerdict::Deny {
             // A record's quorum never changes, so reading it first races with nothing.
             let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
+            if let Some(r) = &record {
+                self.observe(r, now);
+            }
             if record.is_some_and(|r| !r.quorum.admits(approver)) {
                 tracing::warn!(
                     target: "agent_surface::confirmation",
@@ -668,7 +792,9 @@ impl ConfirmationEngine {
             }
             Decided::Unknown => Err(ApprovalError::Unknown),
             Decided::Expired => {
-                self.audit_record(id, now, AuditKind::ConfirmationExpired).await;
+                if self.first_expiry(id) {
+                    self.audit_record(id, now, AuditKind::ConfirmationExpired).await;
+                }
                 Err(ApprovalError::Expired)
             }
             Decided::SelfApproval => {

@@ -229,8 +229,8 @@ async fn the_engine_records_requested_decided_consumed_and_expired() {
             "confirmation.decided",
             "confirmation.consumed",
             "confirmation.requested",
+            // Once, though met twice (the evidence presented, then a late denial).
             "confirmation.expired",
-            "confirmation.expired"
         ]
     );
     let digest = Fingerprint::of(&input).to_string();

@@ -880,3 +880,73 @@ async fn an_approver_lists_pending_requests_with_sensitive_fields_redacted() {
     let ok = registry.invoke_detailed(call("cards.charge", input).with_confirmation(&id), alice()).await;
     assert!(ok.result.output().is_some(), "{:?}", ok.result);
 }
+
+/// Expiry on the operator channel and in the trail: a pending confirmation is warned about once,
+/// when something observes it within the lead time (the agent's repeat, the inbox's `get`, a
+/// sweep) and not before; once expired it is final — the repeat starts a new confirmation, a late
+/// approval is refused — and it is one `confirmation.expired` event however often it is met.
+#[test]
+fn expiry_is_warned_once_before_and_recorded_once_after() {
+    let audit = Arc::new(agent_surface_policy::MemoryAuditSink::default());
+    let sink = audit.clone();
+    let ((old, new, swept), log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let env = env_with(|clock| ConfirmationConfig {
+                clock: clock.clone(),
+                ttl: TTL,
+                audit: Some(sink),
+                ..Default::default()
+            });
+            let old = env.request(refund(4200), alice()).await;
+            // Three minutes left: outside the two-minute lead, no warning.
+            env.clock.advance(Duration::from_secs(7 * 60));
+            let inv = env.invoke(refund(4200), alice()).await;
+            assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+            tracing::info!(target: "test", "mark: inside the lead");
+            env.clock.advance(Duration::from_secs(90));
+            for _ in 0..3 {
+                let inv = env.invoke(refund(4200), alice()).await;
+                let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+                assert_eq!(p.detail("confirmationId"), Some(&json!(old)), "the same pending confirmation");
+            }
+            env.engine.get(&old).await.unwrap().unwrap();
+            // A second confirmation, found by the sweep rather than by a look.
+            let other = env.request(refund(17), alice()).await;
+            env.clock.advance(Duration::from_secs(9 * 60));
+            let swept = (env.engine.sweep_expiring(100).await.unwrap(), env.engine.sweep_expiring(100).await.unwrap());
+            assert_eq!(env.engine.get(&other).await.unwrap().unwrap().state, ConfirmationState::Pending);
+
+            // Past the deadline of the first (a minute before `other` expires): the old confirmation is final.
+            assert_eq!(env.engine.approve(&old, &manager()).await, Err(ApprovalError::Expired));
+            let evidence = env.invoke(refund(4200).with_confirmation(&old), alice()).await;
+            assert_invalid(&evidence, "expired", Retry::WithConfirmation);
+            let inv = env.invoke(refund(4200), alice()).await;
+            let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+            let new = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+            assert_ne!(new, old, "the repeat after expiry starts a new confirmation");
+            assert_eq!(env.engine.approve(&old, &manager()).await, Err(ApprovalError::Expired));
+            env.engine.approve(&new, &manager()).await.unwrap();
+            let ran = env.invoke(refund(4200), alice()).await;
+            assert!(ran.result.output().is_some(), "{:?}", ran.result);
+            assert_eq!(env.runs(), 1);
+            (old, new, swept)
+        })
+    });
+    assert_eq!(swept, (1, 0), "the sweep warns about the second confirmation once");
+    let (before, after) = log.split_once("mark: inside the lead").unwrap();
+    assert!(!before.contains("confirmation expires soon"), "no warning outside the lead:\n{before}");
+    let warnings: Vec<&str> = after.lines().filter(|l| l.contains("confirmation expires soon")).collect();
+    assert_eq!(warnings.len(), 2, "one warning per confirmation:\n{log}");
+    assert!(warnings[0].contains("WARN") && warnings[0].contains(&format!("confirmation_id={old}")), "{}", warnings[0]);
+    assert!(warnings[0].contains("remaining_ms=90000") && warnings[0].contains("required=1"), "{}", warnings[0]);
+    assert!(!log.contains(&format!("confirmation expires soon confirmation_id={new}")));
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let events = rt.block_on(agent_surface_policy::AuditSink::recent(audit.as_ref(), 1000)).unwrap();
+    let expired: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e.kind, agent_surface_policy::AuditKind::ConfirmationExpired))
+        .map(|e| e.confirmation_id.clone())
+        .collect();
+    assert_eq!(expired, vec![Some(old)], "one confirmation.expired event for the one expired confirmation");
+}
