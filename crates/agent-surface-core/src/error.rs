@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::code::{Effect, ErrorCode};
 use crate::details::*;
-use crate::message::{self, Template, is_quotable, render};
+use crate::message::{self, Sends, Template, is_quotable, render};
 use crate::payload::ErrorPayload;
 use crate::repair::{Repair, RepairAction, RepairError, RepairStep};
 use crate::text::SafeText;
@@ -60,7 +60,21 @@ fn to_map<T: Serialize>(details: &T) -> Map<String, Value> {
 
 impl AgentSurfaceError {
     fn build(code: ErrorCode, template: Template, slots: &[(&str, &str)], details: Option<Map<String, Value>>) -> Self {
-        AgentSurfaceError { payload: ErrorPayload::from_parts(code, render(template, slots), details), cause: None }
+        AgentSurfaceError {
+            payload: ErrorPayload::from_parts(code, render(template.text, slots), details),
+            cause: None,
+        }
+    }
+
+    /// A payload whose message its code and details decide ([`message::wording`]), worded for
+    /// the whole request ([`Sends::Request`]); adapters word it for their binding.
+    fn worded(code: ErrorCode, details: Option<Map<String, Value>>) -> Self {
+        let message = match message::wording(code, details.as_ref()) {
+            Some(wording) => wording.render(Sends::Request),
+            // Unreachable for the constructors that call this (a test builds each of them).
+            None => render(message::HANDLER_ERROR.text, &[]),
+        };
+        AgentSurfaceError { payload: ErrorPayload::from_parts(code, message, details), cause: None }
     }
 
     fn with_details<T: Serialize>(code: ErrorCode, template: Template, slots: &[(&str, &str)], details: &T) -> Self {
@@ -94,32 +108,19 @@ impl AgentSurfaceError {
 
     /// `COMPONENT_UNMOUNTED {phase}`.
     pub fn component_unmounted(phase: UnmountPhase) -> Self {
-        let template = match phase {
-            UnmountPhase::Resolve => message::UNMOUNTED_RESOLVE,
-            UnmountPhase::MidFlight => message::UNMOUNTED_MID_FLIGHT,
-        };
-        Self::with_details(ErrorCode::ComponentUnmounted, template, &[], &UnmountedDetails { phase })
+        Self::worded(ErrorCode::ComponentUnmounted, Some(to_map(&UnmountedDetails { phase })))
     }
 
     /// `STALE_CAPABILITY {reason, liveRegistrationId?}`.
     pub fn stale_capability(reason: StaleReason, live_registration_id: Option<String>) -> Self {
-        Self::with_details(
-            ErrorCode::StaleCapability,
-            message::STALE,
-            &[],
-            &StaleDetails { reason, live_registration_id },
-        )
+        Self::worded(ErrorCode::StaleCapability, Some(to_map(&StaleDetails { reason, live_registration_id })))
     }
 
     /// `INVOCATION_CONFLICT {reason: id-reused-with-different-request}`; never anything about the
     /// earlier request.
     pub fn invocation_conflict() -> Self {
-        Self::with_details(
-            ErrorCode::InvocationConflict,
-            message::CONFLICT,
-            &[],
-            &ConflictDetails { reason: ConflictReason::IdReusedWithDifferentRequest },
-        )
+        let details = ConflictDetails { reason: ConflictReason::IdReusedWithDifferentRequest };
+        Self::worded(ErrorCode::InvocationConflict, Some(to_map(&details)))
     }
 
     /// `INVALID_INPUT {issues, lockedFields?}`.
@@ -246,28 +247,13 @@ impl AgentSurfaceError {
 
     /// `CONFIRMATION_INVALID {reason}`; retry `with-confirmation` only for `expired`.
     pub fn confirmation_invalid(reason: ConfirmationInvalidReason) -> Self {
-        let template = match reason {
-            ConfirmationInvalidReason::Expired => message::CONFIRMATION_EXPIRED,
-            ConfirmationInvalidReason::Denied => message::CONFIRMATION_DENIED,
-            ConfirmationInvalidReason::Consumed => message::CONFIRMATION_CONSUMED,
-            ConfirmationInvalidReason::Mismatch => message::CONFIRMATION_MISMATCH,
-        };
-        Self::with_details(ErrorCode::ConfirmationInvalid, template, &[], &ConfirmationInvalidDetails { reason })
+        Self::worded(ErrorCode::ConfirmationInvalid, Some(to_map(&ConfirmationInvalidDetails { reason })))
     }
 
     /// `RATE_LIMITED {reason, retryAfterMs}`.
     pub fn rate_limited(reason: RateLimitReason, retry_after: Duration) -> Self {
-        let ms = millis(retry_after);
-        let template = match reason {
-            RateLimitReason::Rate => message::RATE_LIMITED,
-            RateLimitReason::QueueFull => message::QUEUE_FULL,
-        };
-        Self::with_details(
-            ErrorCode::RateLimited,
-            template,
-            &[("ms", &ms.to_string())],
-            &RateLimitedDetails { reason, retry_after_ms: ms },
-        )
+        let details = RateLimitedDetails { reason, retry_after_ms: millis(retry_after) };
+        Self::worded(ErrorCode::RateLimited, Some(to_map(&details)))
     }
 
     /// `TIMEOUT {timeoutMs, idempotent}`; retry `yes` only when the capability is idempotent.
@@ -279,19 +265,13 @@ impl AgentSurfaceError {
     /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), false).payload().retry(), Retry::No);
     /// ```
     pub fn timeout(budget: Duration, idempotent: bool) -> Self {
-        let ms = millis(budget);
-        let template = if idempotent { message::TIMEOUT_IDEMPOTENT } else { message::TIMEOUT_NOT_IDEMPOTENT };
-        Self::with_details(
-            ErrorCode::Timeout,
-            template,
-            &[("ms", &ms.to_string())],
-            &TimeoutDetails { timeout_ms: ms, idempotent },
-        )
+        let details = TimeoutDetails { timeout_ms: millis(budget), idempotent };
+        Self::worded(ErrorCode::Timeout, Some(to_map(&details)))
     }
 
     /// `CANCELLED` (no details).
     pub fn cancelled() -> Self {
-        Self::build(ErrorCode::Cancelled, message::CANCELLED, &[], None)
+        Self::worded(ErrorCode::Cancelled, None)
     }
 
     /// `EXECUTION_FAILED {reason}` with the template for that reason (retry `no`).
@@ -339,18 +319,12 @@ impl AgentSurfaceError {
 
     /// `EXECUTION_FAILED {reason: transport, transient: true, retryAfterMs}` (retry `after-delay`).
     pub fn transient(retry_after: Duration) -> Self {
-        let ms = millis(retry_after);
         let details = ExecutionFailedDetails {
             reason: Some(ExecutionFailedReason::Transport),
             transient: Some(true),
-            retry_after_ms: Some(ms),
+            retry_after_ms: Some(millis(retry_after)),
         };
-        Self::with_details(
-            ErrorCode::ExecutionFailed,
-            message::TRANSPORT_TRANSIENT,
-            &[("ms", &ms.to_string())],
-            &details,
-        )
+        Self::worded(ErrorCode::ExecutionFailed, Some(to_map(&details)))
     }
 
     /// `EXECUTION_FAILED {reason: audit-unavailable, transient: true, retryAfterMs}` (retry
@@ -365,13 +339,12 @@ impl AgentSurfaceError {
     /// assert_eq!(p.details().unwrap()["retryAfterMs"], 1500);
     /// ```
     pub fn audit_unavailable(retry_after: Duration) -> Self {
-        let ms = millis(retry_after);
         let details = ExecutionFailedDetails {
             reason: Some(ExecutionFailedReason::AuditUnavailable),
             transient: Some(true),
-            retry_after_ms: Some(ms),
+            retry_after_ms: Some(millis(retry_after)),
         };
-        Self::with_details(ErrorCode::ExecutionFailed, message::AUDIT_UNAVAILABLE, &[("ms", &ms.to_string())], &details)
+        Self::worded(ErrorCode::ExecutionFailed, Some(to_map(&details)))
     }
 
     /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) with the repair that says to

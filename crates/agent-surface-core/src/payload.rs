@@ -1,5 +1,6 @@
 //! The agent-safe projection of an error: `{code, message, retry, details?, repair?}`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
@@ -8,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::code::{ErrorCode, Retry};
 use crate::matrix;
-use crate::message::MAX_MESSAGE_CHARS;
+use crate::message::{self, MAX_MESSAGE_CHARS, Sends};
 use crate::repair::{Repair, RepairError};
 use crate::text::is_normalized;
 
@@ -64,14 +65,37 @@ impl ErrorPayload {
         }
         let repair = repair.bounded();
         repair.check_parsed(self.retry)?;
-        let used = self.message.chars().count();
-        let rendered = repair.render(MAX_MESSAGE_CHARS.saturating_sub(used + 1));
-        if !rendered.is_empty() {
-            self.message.push(' ');
-            self.message.push_str(&rendered);
-        }
+        append_repair(&mut self.message, &repair);
         self.repair = Some(Box::new(repair));
         Ok(())
+    }
+
+    /// The payload as an agent reads it through a binding that lets it send `sends`: the same
+    /// code, retry, details and repair plan, and the message re-rendered from the code and the
+    /// details with the template's wording for that binding (`spec/error-model.md`, "Messages
+    /// are true to their transport"). Borrowed unchanged for [`Sends::Request`], and whenever
+    /// the template has one wording only.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, message::Sends};
+    /// use std::time::Duration;
+    ///
+    /// let p = AgentSurfaceError::transient(Duration::from_millis(2000)).into_payload();
+    /// assert_eq!(*p.worded_for(Sends::Request), p);
+    /// let mcp = p.worded_for(Sends::Arguments);
+    /// assert!(mcp.message().contains("2000 ms") && !mcp.message().contains("invocationId"));
+    /// assert_eq!(mcp.details(), p.details());
+    /// ```
+    pub fn worded_for(&self, sends: Sends) -> Cow<'_, ErrorPayload> {
+        let Some(wording) = message::wording(self.code, self.details.as_ref()) else { return Cow::Borrowed(self) };
+        if sends == Sends::Request || wording.template.arguments.is_none() {
+            return Cow::Borrowed(self);
+        }
+        let mut message = wording.render(sends);
+        if let Some(repair) = &self.repair {
+            append_repair(&mut message, repair);
+        }
+        Cow::Owned(ErrorPayload { message, ..self.clone() })
     }
 
     /// The structured repair plan, if the error carries one.
@@ -167,6 +191,16 @@ impl ErrorPayload {
     pub fn to_json(&self) -> Value {
         // Serializing plain strings, enums and a JSON map cannot fail.
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Appends `repair`'s "Next action:" rendering to `message`, within [`MAX_MESSAGE_CHARS`].
+fn append_repair(message: &mut String, repair: &Repair) {
+    let used = message.chars().count();
+    let rendered = repair.render(MAX_MESSAGE_CHARS.saturating_sub(used + 1));
+    if !rendered.is_empty() {
+        message.push(' ');
+        message.push_str(&rendered);
     }
 }
 

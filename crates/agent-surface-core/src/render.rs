@@ -12,11 +12,12 @@ use crate::code::{ErrorCode, Layer, Phase, Retry};
 use crate::decision::{self, Action, DECISIONS};
 use crate::examples;
 use crate::matrix::{CodeSpec, DEFINITION_MATRIX, DetailValue, DetailsSpec, MATRIX, Rule};
+use crate::message::{self, Sends};
 use crate::payload::ErrorPayload;
 use crate::repair::RepairAction;
 
 /// The version of the matrix format; bump on any change to the JSON layout.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 fn detail_value_json(v: DetailValue) -> Value {
     match v {
@@ -69,8 +70,27 @@ pub fn code_to_json(s: &CodeSpec) -> Value {
             "channel": s.mcp.channel,
             "strictProtocolError": s.mcp.strict_protocol_error,
         },
+        "messages": messages_json(s.code),
         "examples": examples,
     })
+}
+
+/// The message templates of one code, each with its wording per binding (`request`: HTTP and
+/// the Rust API; `arguments`: MCP and the embedded toolset, where a model sends only a tool's
+/// arguments — the same text where the template has one wording).
+fn messages_json(code: ErrorCode) -> Value {
+    message::ALL
+        .iter()
+        .filter(|t| t.code() == Some(code))
+        .map(|t| {
+            let mut m = serde_json::Map::new();
+            m.insert("template".into(), Value::from(t.id));
+            for sends in Sends::ALL {
+                m.insert(sends.as_str().into(), Value::from(t.text_for(sends)));
+            }
+            Value::Object(m)
+        })
+        .collect()
 }
 
 /// The whole matrix as the JSON document written to `spec/error-matrix.json`.

@@ -1,9 +1,12 @@
 //! [`InvokeResult`]: what `invoke` returns — a discriminated union, never an exception.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::code::ErrorCode;
+use crate::message::Sends;
 use crate::payload::ErrorPayload;
 
 /// The result of one invocation: `{"status":"ok","output":…}` or
@@ -73,6 +76,18 @@ impl InvokeResult {
         match self {
             InvokeResult::Ok { .. } => None,
             InvokeResult::Error { error, .. } => Some(error),
+        }
+    }
+
+    /// The result as an agent reads it through a binding that lets it send `sends`: a failure's
+    /// message worded for that binding ([`ErrorPayload::worded_for`]); anything else unchanged.
+    pub fn worded_for(&self, sends: Sends) -> Cow<'_, InvokeResult> {
+        match self {
+            InvokeResult::Error { error, invocation_id } => match error.worded_for(sends) {
+                Cow::Owned(error) => Cow::Owned(InvokeResult::Error { error, invocation_id: invocation_id.clone() }),
+                Cow::Borrowed(_) => Cow::Borrowed(self),
+            },
+            InvokeResult::Ok { .. } => Cow::Borrowed(self),
         }
     }
 

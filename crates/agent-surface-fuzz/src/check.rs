@@ -1,16 +1,29 @@
 //! The invariants several drivers assert: payloads and results round-trip, messages are in the
 //! library's normalized form, and the input marker never reaches agent-facing text.
 
-use agent_surface_core::message::MAX_MESSAGE_CHARS;
+use agent_surface_core::message::{MAX_MESSAGE_CHARS, Sends};
 use agent_surface_core::{ErrorPayload, InvokeResult, SafeText};
 use serde_json::Value;
 
 use crate::SECRET_MARKER;
 
 /// `payload` serializes (wire text and JSON value) and parses back equal, byte for byte, and its
-/// message is normalized.
+/// message is normalized; so does its wording for a model ([`ErrorPayload::worded_for`]), which
+/// keeps everything but the message.
 #[track_caller]
 pub(crate) fn payload_round_trips(payload: &ErrorPayload) {
+    one_payload_round_trips(payload);
+    let worded = payload.worded_for(Sends::Arguments);
+    assert_eq!(
+        (worded.code(), worded.retry(), worded.details(), worded.repair()),
+        (payload.code(), payload.retry(), payload.details(), payload.repair()),
+        "wording for a model changed more than the message"
+    );
+    one_payload_round_trips(&worded);
+}
+
+#[track_caller]
+fn one_payload_round_trips(payload: &ErrorPayload) {
     let text = payload.to_wire_text();
     let back: ErrorPayload =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("a payload does not parse back ({e}): {text}"));

@@ -3,7 +3,7 @@
 //! | outcome | `isError` | `content` | `structuredContent` | `_meta` |
 //! |---|---|---|---|---|
 //! | ok | `false` | one text block: the output as JSON | the output, when it is a JSON object | `agent-surface/invocationId` when the call had one; `agent-surface/correlationId` ([`encode_invocation`]) |
-//! | error | `true` | one text block: the payload `{code, message, retry, details?}` as JSON | **absent** | the same |
+//! | error | `true` | one text block: the payload `{code, message, retry, details?}` as JSON, its message worded for a model ([`Sends::Arguments`]) | **absent** | the same |
 //!
 //! An error result never carries `structuredContent`. The official TypeScript SDK client (and
 //! the MCP Inspector built on it) validates `structuredContent` against the tool's
@@ -14,10 +14,18 @@
 //! block, compact JSON, so it parses back losslessly ([`decode`]); its `message` is already the
 //! natural-language line for the model.
 //!
+//! A model sends only a tool's arguments: the invocation id, confirmation evidence and staleness
+//! tokens travel in `_meta`, set by the client. So the message is worded for that binding
+//! ([`ErrorPayload::worded_for`] with [`Sends::Arguments`]): where a template would ask for a
+//! fresh `invocationId` or a wait in milliseconds, the model reads what it can do instead. Code,
+//! retry, details and repair are the bytes every transport carries (`spec/error-model.md`,
+//! "Messages are true to their transport").
+//!
 //! A success of a tool with an output schema carries the output as `structuredContent` (which
 //! the pipeline validated against that schema) and, as the MCP specification recommends, the same
 //! JSON serialized in a text block.
 
+use agent_surface_core::message::Sends;
 use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, matrix};
 use agent_surface_registry::Invocation;
 use rmcp::ErrorData;
@@ -66,7 +74,7 @@ pub fn encode(result: InvokeResult) -> CallToolResult {
             r.with_meta(result_meta(invocation_id))
         }
         InvokeResult::Error { error, invocation_id } => {
-            let text = error.to_wire_text();
+            let text = error.worded_for(Sends::Arguments).to_wire_text();
             CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(result_meta(invocation_id))
         }
         // `InvokeResult` is non-exhaustive; a future variant is reported as an execution failure

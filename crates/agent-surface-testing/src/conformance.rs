@@ -6,13 +6,16 @@
 //! back. [`check_conformance`] runs every case of [`cases`] — each example payload of every
 //! matrix row (so every code with every retry category it can take), payloads with
 //! representative details, and a handful of outputs — through `decode(encode(r))` and compares
-//! the result with the original.
+//! the result with the original — its message worded for what the adapter's binding lets an
+//! agent send ([`ConformanceConfig::sends`]; `spec/error-model.md`, "Messages are true to their
+//! transport"), everything else as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use agent_surface_core::details::{InputIssue, PreconditionDetails};
 use agent_surface_core::matrix::MATRIX;
+use agent_surface_core::message::Sends;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult, Retry, SafeText, Timestamp};
 use serde_json::{Map, json};
 
@@ -85,6 +88,10 @@ pub struct ConformanceConfig {
     pub compare_invocation_ids: bool,
     /// Further cases to run besides [`cases`].
     pub extra_cases: Vec<InvokeResult>,
+    /// What the adapter's binding lets an agent send, which decides the wording of the messages
+    /// it must carry ([`InvokeResult::worded_for`]): [`Sends::Request`] (the default: the payload
+    /// exactly as built, e.g. HTTP) or [`Sends::Arguments`] (MCP, the embedded toolset).
+    pub sends: Sends,
 }
 
 /// One case that did not survive the round trip.
@@ -236,10 +243,11 @@ pub fn check_conformance<C: AdapterCodec>(codec: &C, config: &ConformanceConfig)
                 continue;
             }
         };
+        let worded = case.worded_for(config.sends).into_owned();
         let (expected, got) = if config.compare_invocation_ids {
-            (case.clone(), decoded)
+            (worded, decoded)
         } else {
-            (case.clone().with_invocation_id(None), decoded.with_invocation_id(None))
+            (worded.with_invocation_id(None), decoded.with_invocation_id(None))
         };
         if expected != got {
             let got = serde_json::to_string(&got).unwrap_or_default();

@@ -1,5 +1,6 @@
 //! Tool results back in each provider's format, and the one-line rendering for weaker models.
 
+use agent_surface_core::message::Sends;
 use agent_surface_core::{ErrorPayload, InvokeResult};
 use serde_json::{Value, json};
 
@@ -66,10 +67,14 @@ fn content_text(result: &InvokeResult, format: &ResultFormat) -> String {
 ///   `{"output": …}` or `{"error": payload}` as Gemini's reference suggests.
 ///
 /// A success carries the output JSON; an error carries the payload JSON
-/// (`{code, message, retry, details?}`) unchanged — the same bytes as every other adapter — so
-/// `code`, `retry` and `details` reach the model in-band and losslessly. Use [`reply_messages`] to
-/// wrap the items of one turn into the messages to append.
+/// (`{code, message, retry, details?}`), so `code`, `retry` and `details` reach the model
+/// in-band and losslessly — the same bytes as every other adapter. The message is worded for a
+/// model, which sends only a tool's arguments ([`ErrorPayload::worded_for`] with
+/// [`Sends::Arguments`]): it never asks for a fresh invocation id or a wait in milliseconds.
+/// Use [`reply_messages`] to wrap the items of one turn into the messages to append.
 pub fn encode_result(call: &ToolCall, result: &InvokeResult, format: &ResultFormat) -> Value {
+    let result = result.worded_for(Sends::Arguments);
+    let result = result.as_ref();
     match call.provider {
         Provider::OpenAiChat => {
             json!({"role": "tool", "tool_call_id": call.call_id, "content": content_text(result, format)})

@@ -6,3 +6,4 @@ mod props;
 mod repair;
 mod retry;
 mod wire;
+mod wording;

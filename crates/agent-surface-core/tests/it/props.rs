@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use agent_surface_core::details::*;
-use agent_surface_core::message::MAX_MESSAGE_CHARS;
+use agent_surface_core::message::{MAX_MESSAGE_CHARS, Sends};
 use agent_surface_core::repair::{MAX_INSTRUCTION_CHARS, MAX_NAME_CHARS};
 use agent_surface_core::{AgentSurfaceError, ErrorPayload, MAX_FRAGMENT_CHARS, SafeText};
 use proptest::prelude::*;
@@ -191,7 +191,12 @@ proptest! {
             prop_assert!(n > 0 && n <= MAX_MESSAGE_CHARS, "{} chars", n);
             // Every built payload parses back unchanged.
             let back: ErrorPayload = serde_json::from_value(p.to_json()).unwrap();
-            prop_assert_eq!(back, p);
+            prop_assert_eq!(&back, &p);
+            // Worded for a model, it keeps all but the message, which stays bounded and parses.
+            let worded = p.worded_for(Sends::Arguments);
+            prop_assert_eq!((worded.code(), worded.retry(), worded.details()), (p.code(), p.retry(), p.details()));
+            let back: ErrorPayload = serde_json::from_value(worded.to_json()).unwrap();
+            prop_assert_eq!(&back, &*worded);
         }
     }
 

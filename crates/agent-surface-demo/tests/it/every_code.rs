@@ -1,8 +1,11 @@
 //! One real call per code, through every transport: the embedded toolset (an OpenAI Chat model
 //! turn handled by a `Toolset`), MCP (an `rmcp` client over an in-process session) and HTTP (the
 //! axum binding on a loopback port, a plain HTTP/1.1 client). All three serve the *same* live
-//! registry, so a call answered on one transport is answered on the others with the same payload
-//! bytes.
+//! registry, so a call answered on one transport is answered on the others with the same code,
+//! retry, details and repair, byte for byte. Only the message may differ, by what the binding lets
+//! an agent send (`spec/error-model.md`, "Messages are true to their transport"): the toolset and
+//! MCP carry the wording for a model, which sends only a tool's arguments; HTTP the payload as
+//! built.
 //!
 //! What makes the answers comparable byte for byte:
 //!
@@ -25,6 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
+use agent_surface_core::message::Sends;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, SafeText, Timestamp};
 use agent_surface_http::{BearerTokens, HttpConfig};
 use agent_surface_mcp::{McpConfig, McpServer, codec};
@@ -497,20 +501,40 @@ struct Transports {
     http: String,
 }
 
-/// The payloads of one code's call on each transport, checked to be the same bytes.
+/// The payload of one code's call (as HTTP carries it: the wording for a whole request), checked
+/// against the other transports.
 struct Answers {
     code: ErrorCode,
     payload: String,
+    /// Whether the toolset's and MCP's message differs from HTTP's.
+    reworded: bool,
+}
+
+/// The payload without its message: what every transport carries byte for byte.
+fn without_message(payload: &ErrorPayload) -> Value {
+    let mut json = payload.to_json();
+    json.as_object_mut().unwrap().remove("message");
+    json
 }
 
 fn same(code: ErrorCode, toolset: String, mcp: String, http: String) -> Answers {
-    let parsed: ErrorPayload = serde_json::from_str(&toolset).expect("the payload parses");
-    assert_eq!(parsed.code(), code, "toolset answered {toolset}");
-    assert_eq!(mcp, toolset, "{code}: MCP and the toolset differ");
-    assert_eq!(http, toolset, "{code}: HTTP and the toolset differ");
-    // The bytes are core's own serialization of the payload.
-    assert_eq!(serde_json::to_string(&parsed).unwrap(), toolset, "{code}");
-    Answers { code, payload: toolset }
+    let parse = |who: &str, text: &str| -> ErrorPayload {
+        let parsed: ErrorPayload =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("{who}'s payload ({e}): {text}"));
+        // The bytes are core's own serialization of the payload.
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), text, "{code}: {who}");
+        parsed
+    };
+    let (over_toolset, over_mcp, over_http) = (parse("toolset", &toolset), parse("MCP", &mcp), parse("HTTP", &http));
+    assert_eq!(over_http.code(), code, "HTTP answered {http}");
+    assert_eq!(without_message(&over_toolset), without_message(&over_http), "{code}: the toolset and HTTP differ");
+    assert_eq!(without_message(&over_mcp), without_message(&over_http), "{code}: MCP and HTTP differ");
+    // HTTP carries the message as built; the toolset and MCP the wording for a model.
+    assert_eq!(*over_http.worded_for(Sends::Request), over_http, "{code}");
+    let for_a_model = over_http.worded_for(Sends::Arguments);
+    assert_eq!(over_toolset, *for_a_model, "{code}: the toolset's message");
+    assert_eq!(over_mcp, *for_a_model, "{code}: MCP's message");
+    Answers { code, payload: http, reworded: over_toolset.message() != over_http.message() }
 }
 
 impl Transports {
@@ -665,6 +689,13 @@ async fn one_call_per_code_gives_the_same_payload_on_every_transport() {
 
     let codes: std::collections::BTreeSet<ErrorCode> = answers.iter().map(|a| a.code).collect();
     assert_eq!(codes.len(), ErrorCode::ALL.len(), "one call per code, every code: {codes:?}");
+    // The calls whose HTTP message asks for what a model cannot send (a fresh invocationId, a
+    // wait, the target) reach a model worded otherwise; the others read the same everywhere.
+    let reworded: Vec<ErrorCode> = answers.iter().filter(|a| a.reworded).map(|a| a.code).collect();
+    use ErrorCode as C;
+    let expected =
+        [C::InvocationConflict, C::RateLimited, C::StaleCapability, C::Timeout, C::ComponentUnmounted, C::Cancelled];
+    assert_eq!(reworded, expected);
 }
 
 /// The first request of the conflict pair succeeds on every transport.

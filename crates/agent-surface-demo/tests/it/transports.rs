@@ -1,7 +1,9 @@
 //! One payload, every transport: the embedded toolset, MCP, HTTP and the CLI carry the same
-//! payload JSON bytes for the same result.
+//! payload JSON bytes for the same result, the message worded for what each binding lets an agent
+//! send (the toolset and MCP: a tool's arguments; HTTP and the CLI: the whole request).
 
-use agent_surface_core::{ErrorCode, InvokeResult};
+use agent_surface_core::message::Sends;
+use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult};
 use agent_surface_toolset::{Arguments, Provider, ResultFormat, ToolCall, encode_result};
 use serde_json::{Value, json};
 
@@ -29,8 +31,14 @@ fn mcp_payload(result: &InvokeResult) -> String {
     encoded["content"][0]["text"].as_str().unwrap().to_string()
 }
 
+/// The payload's bytes as a binding that lets an agent send only a tool's arguments carries them.
+fn for_a_model(payload: &ErrorPayload) -> String {
+    serde_json::to_string(&*payload.worded_for(Sends::Arguments)).unwrap()
+}
+
 /// Every code (every example and representative case of the conformance kit): the three
-/// encoders put the same bytes on the wire, and those bytes are core's serialization.
+/// encoders put the same bytes on the wire, and those bytes are core's serialization — of the
+/// payload as built on HTTP, of its wording for a model on the toolset and MCP.
 #[test]
 fn every_code_has_the_same_payload_bytes_on_every_transport() {
     let mut codes = std::collections::BTreeSet::new();
@@ -38,8 +46,8 @@ fn every_code_has_the_same_payload_bytes_on_every_transport() {
         let Some(payload) = result.error_payload() else { continue };
         codes.insert(payload.code());
         let core = serde_json::to_string(payload).unwrap();
-        assert_eq!(toolset_payload(&result), core, "toolset");
-        assert_eq!(mcp_payload(&result), core, "mcp");
+        assert_eq!(toolset_payload(&result), for_a_model(payload), "toolset");
+        assert_eq!(mcp_payload(&result), for_a_model(payload), "mcp");
         assert_eq!(http_payload(&agent_surface_http::wire::encode(&result).body), core, "http");
     }
     assert_eq!(codes.len(), ErrorCode::ALL.len(), "every code is covered");
@@ -92,8 +100,9 @@ fn demo_calls_carry_the_same_payload_over_mcp_http_and_cli() {
             let end = stdout.rfind('}').unwrap();
             stdout[at..end].to_string()
         };
-        assert_eq!(http, mcp, "{capability}: HTTP and MCP differ");
-        assert_eq!(cli_payload, mcp, "{capability}: CLI and MCP differ");
+        let parsed: ErrorPayload = serde_json::from_str(&http).unwrap();
+        assert_eq!(for_a_model(&parsed), mcp, "{capability}: HTTP and MCP differ");
+        assert_eq!(cli_payload, http, "{capability}: CLI and HTTP differ");
         codes.push(cli["error"]["code"].as_str().unwrap().to_string());
     }
     // The calls reach different phases.

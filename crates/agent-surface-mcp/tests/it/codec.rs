@@ -1,7 +1,9 @@
 //! The adapter's encode/decode pair under the testing crate's conformance kit: every code with
-//! every retry category it can take survives the MCP wire form (serialized JSON) unchanged.
+//! every retry category it can take survives the MCP wire form (serialized JSON) unchanged, its
+//! message worded for a model, which sends only a tool's arguments.
 
 use agent_surface_core::InvokeResult;
+use agent_surface_core::message::Sends;
 use agent_surface_mcp::codec;
 use agent_surface_testing::{ConformanceConfig, assert_conformance_with};
 use rmcp::model::CallToolResult;
@@ -15,7 +17,10 @@ fn the_mcp_wire_form_is_lossless_for_every_code_and_retry() {
             codec::decode(&parsed).map_err(|e| e.to_string())
         },
     );
-    assert_conformance_with(&mcp, &ConformanceConfig { compare_invocation_ids: true, ..Default::default() });
+    assert_conformance_with(
+        &mcp,
+        &ConformanceConfig { compare_invocation_ids: true, sends: Sends::Arguments, ..Default::default() },
+    );
 }
 
 #[test]

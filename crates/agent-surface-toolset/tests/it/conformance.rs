@@ -1,7 +1,11 @@
-//! The conformance kit, run over every provider format, with and without the one-line rendering.
+//! The conformance kit, run over every provider format, with and without the one-line rendering;
+//! messages are worded for a model, which sends only a tool's arguments.
 
 use agent_surface_core::InvokeResult;
-use agent_surface_testing::{Secrets, assert_conformance, assert_no_leak, assert_text_has_no_leak, codec};
+use agent_surface_core::message::Sends;
+use agent_surface_testing::{
+    ConformanceConfig, Secrets, assert_conformance_with, assert_no_leak, assert_text_has_no_leak, codec,
+};
 use agent_surface_toolset::{Arguments, Provider, Rendering, ResultFormat, ToolCall, decode_result, encode_result};
 use serde_json::{Value, json};
 
@@ -21,10 +25,10 @@ fn every_provider_format_is_lossless() {
         for rendering in [Rendering::PayloadOnly, Rendering::OneLineFirst] {
             let format = ResultFormat { rendering };
             let c = call(provider);
-            assert_conformance(&codec(
-                |r: &InvokeResult| encode_result(&c, r, &format),
-                |w: &Value| decode_result(provider, w),
-            ));
+            assert_conformance_with(
+                &codec(|r: &InvokeResult| encode_result(&c, r, &format), |w: &Value| decode_result(provider, w)),
+                &ConformanceConfig { sends: Sends::Arguments, ..Default::default() },
+            );
         }
     }
 }

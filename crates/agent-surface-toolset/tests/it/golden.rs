@@ -366,8 +366,10 @@ fn limited() -> InvokeResult {
 }
 
 const OK_TEXT: &str = r#"{"lines":{"tea":2}}"#;
-const LIMITED_TEXT: &str = r#"{"code":"RATE_LIMITED","message":"Too many calls right now. Wait 1200 ms before retrying; do not retry sooner.","retry":"after-delay","details":{"reason":"rate","retryAfterMs":1200}}"#;
-const LIMITED_LINE: &str = "Tool error RATE_LIMITED (retry: after-delay): Too many calls right now. Wait 1200 ms before retrying; do not retry sooner.";
+// The message is worded for a model, which sends only a tool's arguments and cannot wait so many
+// milliseconds (`ErrorPayload::worded_for`); HTTP says "Wait 1200 ms before retrying".
+const LIMITED_TEXT: &str = r#"{"code":"RATE_LIMITED","message":"Too many calls right now, so this call did not run; the limit frees up in 1200 ms. Do not repeat it at once: do other steps first, or tell the user to try again later.","retry":"after-delay","details":{"reason":"rate","retryAfterMs":1200}}"#;
+const LIMITED_LINE: &str = "Tool error RATE_LIMITED (retry: after-delay): Too many calls right now, so this call did not run; the limit frees up in 1200 ms. Do not repeat it at once: do other steps first, or tell the user to try again later.";
 
 fn plain() -> ResultFormat {
     ResultFormat::default()

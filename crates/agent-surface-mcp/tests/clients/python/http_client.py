@@ -6,7 +6,8 @@ usage: python http_client.py DEMO_BINARY CASES_JSON ERROR_MATRIX_JSON
 Runs the MCP clients' cases (cases.json; those marked MCP-only are skipped) as
 `POST /api/invoke` requests and checks what any HTTP consumer relies on: the status the error
 matrix gives the code, `application/problem+json` with `type: urn:agent-surface:error:{CODE}`,
-the payload members exactly as expected, `Retry-After` exactly for `after-delay`,
+the payload members exactly as expected (the message as a case's `httpMessage` where HTTP words
+it otherwise than MCP), `Retry-After` exactly for `after-delay`,
 `WWW-Authenticate` on 401, success bodies, an `Idempotency-Key` replay, a client that hangs up
 (the call is cancelled and the key then answers `CANCELLED`), and the protocol faults that never
 reach the pipeline (no `code` member). Prints one line per check and closes with
@@ -155,7 +156,9 @@ def run_cases(client, cases, matrix, surface):
             check(label, False, f"{type(e).__name__}: {e}")
             continue
         if "error" in case:
-            check_error(label, response, case["error"], matrix)
+            # HTTP carries the message as built; `message` is the wording for a model over MCP.
+            expected = case["error"] if "httpMessage" not in case else {**case["error"], "message": case["httpMessage"]}
+            check_error(label, response, expected, matrix)
         else:
             ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
                 "application/json"
