@@ -380,7 +380,7 @@ pub static MATRIX: [CodeSpec; 16] = [
         details: typed::<ConfirmationRequiredDetails>(&["confirmationId", "summary", "expiresAt", "effect", "origin"]),
         log_only: &["inputHash"],
         log_level: fixed(LogLevel::Debug),
-        adapter_duty: "In wait mode handle it internally; in two-phase mode relay it to the model with the instruction to retry with the confirmationId once approved.",
+        adapter_duty: "In wait mode handle it internally; in two-phase mode relay it to the model, which repeats the same call once the user approves (the registry presents the confirmation).",
         http_status: fixed(428),
         mcp: TOOL_RESULT,
     },

@@ -1,12 +1,9 @@
 //! [`Toolset`]: one consumer's view of a registry as tools for an in-process agent loop.
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use agent_surface_core::json::canonical_json;
-use agent_surface_core::{ErrorCode, InvokeResult, Retry};
+use agent_surface_core::{InvokeResult, Retry};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{CorrelationId, FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
 use futures_util::future::BoxFuture;
@@ -103,32 +100,6 @@ struct State {
     stale: bool,
     /// Model turns parsed so far (scopes Gemini's derived call ids).
     turns: u64,
-    /// Confirmations relayed to the model and not settled yet, newest last.
-    relayed: VecDeque<Relayed>,
-}
-
-/// The most relayed confirmations a toolset remembers; the oldest is forgotten first.
-const MAX_RELAYED: usize = 64;
-
-/// A `CONFIRMATION_REQUIRED` the model received for one call (a capability and an input).
-struct Relayed {
-    call: CallKey,
-    confirmation_id: String,
-}
-
-/// A call as the model makes it: the capability and a hash of the canonical input. Two calls
-/// with the same key are, for the model, the same request; a hash collision can only present
-/// evidence for another input, which the confirmation gate refuses (`mismatch`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct CallKey(u64);
-
-impl CallKey {
-    fn of(request: &InvokeRequest) -> CallKey {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        request.capability.hash(&mut h);
-        canonical_json(&request.input).hash(&mut h);
-        CallKey(h.finish())
-    }
 }
 
 /// A registry's capabilities as tools for one consumer's agent loop.
@@ -174,7 +145,7 @@ impl Toolset {
             config,
             driver,
             cancellation: CancellationToken::new(),
-            state: Mutex::new(State { listed: None, stale: true, turns: 0, relayed: VecDeque::new() }),
+            state: Mutex::new(State { listed: None, stale: true, turns: 0 }),
         }
     }
 
@@ -259,38 +230,21 @@ impl Toolset {
     /// Runs one call through the recovery loop and encodes its result.
     ///
     /// **Two-phase confirmation.** A model cannot send a confirmation id: its tool calls carry
-    /// only a name and arguments. So when a call ends with `CONFIRMATION_REQUIRED` and the model
-    /// later repeats the *same* call (same capability, same input up to key order), the toolset
-    /// presents the confirmation id it relayed. Until the user decides, that answers the same
-    /// `CONFIRMATION_REQUIRED` (no second confirmation record); once approved, the call runs;
-    /// once denied, the model gets `CONFIRMATION_INVALID`; once expired, the recovery loop asks
-    /// for a fresh confirmation. An answer from a phase before the confirmation gate that leaves
-    /// the target as it was (the capability not found or not available, a conflicting invocation
-    /// id, a stale surface version) keeps the relayed id; any other answer settles it — including
-    /// an unmounted, replaced or ambiguous target, since a confirmation is bound to its
-    /// registration: it is never presented again. At most 64 relayed confirmations are remembered per toolset, the oldest
-    /// forgotten first.
+    /// only a name and arguments. When a call ends with `CONFIRMATION_REQUIRED` (relayed to the
+    /// model by the default [`RelayToModel`] host) and the model later repeats the *same* call
+    /// (same capability, same input up to key order), the registry presents the confirmation it
+    /// relayed to this consumer (`spec/authority-and-confirmation.md`, "Presented on repeat";
+    /// `RegistryConfig::relayed_confirmations`): until the user decides, the repeat answers the
+    /// same `CONFIRMATION_REQUIRED`; once approved, the call runs; once denied, the model gets
+    /// `CONFIRMATION_INVALID`; once expired, a fresh confirmation is asked for. The toolset adds
+    /// nothing to this: it is the same mechanism on every transport.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
         let mut correlation_id = None;
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
-            Ok(mut request) => {
-                // The call's key (a canonical serialization of its input) is only computed when a
-                // confirmation is relayed or comes back: most calls never need it.
-                let relaying = !self.state().relayed.is_empty();
-                let key = relaying.then(|| CallKey::of(&request));
-                if request.confirmation_id.is_none()
-                    && let Some(id) = key.and_then(|k| self.relayed_for(k))
-                {
-                    request = request.with_confirmation(id);
-                }
+            Ok(request) => {
                 let invoker = ToolsetInvoker { toolset: self, call, last: Mutex::new(None) };
                 let r = self.driver.run(&invoker, request, &self.cancellation).await;
                 correlation_id = invoker.last.into_inner().unwrap_or_else(PoisonError::into_inner);
-                let required = r.result.code() == Some(ErrorCode::ConfirmationRequired);
-                if relaying || required {
-                    // The loop may retarget the request, never its capability or input.
-                    self.settle_relayed(key.unwrap_or_else(|| CallKey::of(&r.request)), &r.result);
-                }
                 (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
             }
             Err(result) => (result, 0, Stop::ReturnedToCaller, false, None),
@@ -303,34 +257,6 @@ impl Toolset {
         ToolOutcome { call: call.clone(), result, attempts, stop, request, item, correlation_id }
     }
 
-    /// The confirmation id relayed for this call, if any.
-    fn relayed_for(&self, key: CallKey) -> Option<String> {
-        self.state().relayed.iter().find(|r| r.call == key).map(|r| r.confirmation_id.clone())
-    }
-
-    /// Remembers a `CONFIRMATION_REQUIRED` for this call. Keeps the call's id through an answer
-    /// that stops before the confirmation gate and leaves the target as it was: the user's
-    /// approval still stands. Forgets it on any other answer, which may have consumed it or made
-    /// it unusable.
-    fn settle_relayed(&self, key: CallKey, result: &InvokeResult) {
-        if let Some(payload) = result.error_payload()
-            && before_the_gate(payload)
-        {
-            return;
-        }
-        let mut state = self.state();
-        state.relayed.retain(|r| r.call != key);
-        let Some(payload) = result.error_payload() else { return };
-        if payload.code() != ErrorCode::ConfirmationRequired {
-            return;
-        }
-        let Some(id) = payload.detail("confirmationId").and_then(serde_json::Value::as_str) else { return };
-        if state.relayed.len() == MAX_RELAYED {
-            state.relayed.pop_front();
-        }
-        state.relayed.push_back(Relayed { call: key, confirmation_id: id.to_string() });
-    }
-
     /// Answers one model response: parses its tool calls, runs them concurrently, and returns
     /// their outcomes and the reply messages in call order.
     pub async fn handle(&self, provider: Provider, response: &Value) -> Result<Turn, ParseError> {
@@ -338,19 +264,6 @@ impl Toolset {
         let outcomes = futures_util::future::join_all(calls.iter().map(|c| self.call(c))).await;
         let messages = reply_messages(provider, outcomes.iter().map(|o| o.item.clone()).collect());
         Ok(Turn { outcomes, messages, relist: self.is_stale() })
-    }
-}
-
-/// Whether this error comes from a phase before the confirmation gate *and* leaves the call's
-/// registration as it was, so the evidence the call carried was neither consumed nor made
-/// unusable (a confirmation is bound to the registration and instance it was issued for).
-fn before_the_gate(payload: &agent_surface_core::ErrorPayload) -> bool {
-    match payload.code() {
-        ErrorCode::CapabilityNotFound | ErrorCode::CapabilityNotAvailable | ErrorCode::InvocationConflict => true,
-        ErrorCode::StaleCapability => {
-            payload.detail("reason").and_then(serde_json::Value::as_str) == Some("surface-version-mismatch")
-        }
-        _ => false,
     }
 }
 

@@ -241,9 +241,10 @@ fn confirmation_id(r: &agent_surface_core::InvokeResult) -> String {
     expect_error(r, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().as_str().unwrap().to_string()
 }
 
-/// Two-phase confirmation through a model loop: the model can only repeat its call, so the
-/// toolset presents the confirmation id it relayed for that same call, with a real
-/// `ConfirmationEngine` deciding.
+/// Two-phase confirmation through a model loop: the model can only repeat its call, and the
+/// confirmation relayed for that same call is presented on the repeat (by the registry, below
+/// every adapter; the toolset keeps no memory of its own), with a real `ConfirmationEngine`
+/// deciding.
 #[tokio::test]
 async fn a_repeated_call_presents_the_relayed_confirmation() {
     use agent_surface_policy::Identity;
@@ -277,8 +278,8 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
 }
 
 /// A confirmation is bound to the registration it was issued for: once the target went away, the
-/// relayed id is dropped, and the repeat after a remount asks afresh instead of presenting
-/// evidence that can only be refused (`mismatch`, retry `no`).
+/// relayed id is no longer presented, and the repeat after a remount asks afresh instead of
+/// presenting evidence that can only be refused (`mismatch`, retry `no`).
 #[tokio::test]
 async fn a_relayed_confirmation_is_dropped_with_its_target() {
     use agent_surface_policy::Identity;
