@@ -65,7 +65,8 @@ impl fmt::Debug for ToolsetConfig {
 pub struct ToolOutcome {
     /// The call.
     pub call: ToolCall,
-    /// Its final result.
+    /// Its final result, as the registry answered it (an error's message worded for the whole
+    /// request; [`ToolOutcome::item`] carries it worded for the model).
     pub result: InvokeResult,
     /// How many requests the recovery loop sent (0 when the call could not become a request).
     pub attempts: u32,
