@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Modes: `setup` (build and drop the requests only), `baseline` (what `benches/pipeline.rs`
-//! calls `handler_validation`), `pipeline` (`Registry::invoke` without an invocation id),
+//! calls `handler_validation`), `tracked_limit` (`baseline` plus the canonical bytes and SHA-256 of
+//! the input, as the bench's case of that name), `pipeline` (`Registry::invoke` without an invocation id),
 //! `tracked` (with a fresh invocation id per call), `authority` (`pipeline` with a `Policies`
 //! engine of two allowing policies) and `confirmation` (`pipeline` with a confirmation engine
 //! whose global policy gates another capability, one relayed confirmation remembered).
@@ -30,7 +31,7 @@ use common::{Add, input, sum as add};
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
-        eprintln!("usage: profile_invoke CALLS setup|baseline|pipeline|tracked|authority|confirmation");
+        eprintln!("usage: profile_invoke CALLS setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation");
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -72,8 +73,13 @@ fn main() {
         for (request, options) in requests {
             match mode.as_str() {
                 "setup" => drop(std::hint::black_box((request, options))),
-                "baseline" => {
+                "baseline" | "tracked_limit" => {
                     let input = request.input;
+                    if mode == "tracked_limit" {
+                        let mut canonical = Vec::with_capacity(128);
+                        agent_surface_core::json::write_canonical(&input, &mut canonical);
+                        std::hint::black_box(<sha2::Sha256 as sha2::Digest>::digest(&canonical));
+                    }
                     assert!(validator.is_valid(&input));
                     let i = Add::deserialize(&input).unwrap();
                     std::hint::black_box(serde_json::to_value(add(i)).unwrap());
