@@ -201,6 +201,11 @@ pub struct ConfirmationRequiredDetails {
     pub effect: Effect,
     /// Who requires the confirmation.
     pub origin: Origin,
+    /// Where a person approves it (the approval page of this confirmation), when the service
+    /// configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "uri"))]
+    pub approval_url: Option<String>,
 }
 
 /// Why confirmation evidence was rejected.

@@ -226,23 +226,35 @@ impl AgentSurfaceError {
         effect: Effect,
         origin: Origin,
     ) -> Self {
+        Self::confirmation_required_at(confirmation_id, summary, expires_at, effect, origin, None)
+    }
+
+    /// `CONFIRMATION_REQUIRED {confirmationId, summary, expiresAt, effect, origin, approvalUrl}`:
+    /// with `approval_url`, the confirmation's approval page, the message tells the agent that a
+    /// person must approve it there (its template is `confirmation-required.approval-url`).
+    pub fn confirmation_required_at(
+        confirmation_id: impl Into<String>,
+        summary: SafeText,
+        expires_at: Timestamp,
+        effect: Effect,
+        origin: Origin,
+        approval_url: Option<String>,
+    ) -> Self {
         let mut shown = summary.as_str().to_string();
         if !shown.ends_with(['.', '!', '?']) {
             shown.push('.');
         }
+        let template =
+            if approval_url.is_some() { message::CONFIRMATION_REQUIRED_URL } else { message::CONFIRMATION_REQUIRED };
         let details = ConfirmationRequiredDetails {
             confirmation_id: confirmation_id.into(),
             summary: summary.as_str().to_string(),
             expires_at: expires_at.to_rfc3339(),
             effect,
             origin,
+            approval_url,
         };
-        Self::with_details(
-            ErrorCode::ConfirmationRequired,
-            message::CONFIRMATION_REQUIRED,
-            &[("summary", &shown)],
-            &details,
-        )
+        Self::with_details(ErrorCode::ConfirmationRequired, template, &[("summary", &shown)], &details)
     }
 
     /// `CONFIRMATION_INVALID {reason}`; retry `with-confirmation` only for `expired`.

@@ -416,9 +416,21 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     fn consults_call_details(&self) -> bool {
         false
     }
+
+    /// Where a person approves the confirmation `confirmation_id` (its approval page), when the
+    /// gate knows one; it becomes `details.approvalUrl` of `CONFIRMATION_REQUIRED`. The default:
+    /// none.
+    fn approval_url(&self, confirmation_id: &str) -> Option<String> {
+        let _ = confirmation_id;
+        None
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
+    fn approval_url(&self, confirmation_id: &str) -> Option<String> {
+        (**self).approval_url(confirmation_id)
+    }
+
     fn check<'a>(
         &'a self,
         call: CallInfo<'a>,

@@ -42,6 +42,7 @@ fn env_with(quorums: Vec<(Scope, Quorum)>) -> Env {
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         audit: Some(audit.clone()),
         quorums,
+        approval_base_url: Some("https://shop.example/inbox/c/".into()),
         ..Default::default()
     }));
     let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
@@ -285,6 +286,39 @@ async fn a_denial_ends_a_quorum() {
     assert!(!detail.body.contains("id=\"decide\""), "a denied confirmation has no form: {}", detail.body);
     let refused = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
     assert_eq!(refused.result.code(), Some(ErrorCode::ConfirmationInvalid));
+}
+
+/// The payload names the confirmation's page in the inbox (`details.approvalUrl`) and tells the
+/// agent a person must approve it there; the approver follows that URL, approves, and the agent's
+/// plain repeat of the same call (no id: a model cannot send one) runs once.
+#[tokio::test]
+async fn the_approval_url_leads_to_the_inbox_and_the_plain_repeat_runs() {
+    let env = env();
+    let inv = env.registry.invoke_detailed(refund(), alice()).await;
+    let p = inv.result.error_payload().unwrap();
+    assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    let url = p.detail("approvalUrl").and_then(Value::as_str).unwrap().to_string();
+    assert_eq!(url, format!("https://shop.example/inbox/c/{id}"));
+    assert!(
+        p.message().contains("A person must approve it at the approval page in details.approvalUrl"),
+        "{}",
+        p.message()
+    );
+    assert!(p.message().contains("then repeat the same call"), "{}", p.message());
+
+    let path = url.strip_prefix("https://shop.example").unwrap();
+    let manager = env.sign_in("t-manager").await;
+    let detail = env.send("GET", path, Some(&manager), None).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    let decided =
+        env.send("POST", path, Some(&manager), Some(&format!("verdict=approve&csrf={}", detail.csrf(path)))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+
+    let ran = env.registry.invoke_detailed(refund(), alice()).await;
+    assert_eq!(ran.result.output(), Some(&json!({"refunded": 4200})));
+    let again = env.registry.invoke_detailed(refund(), alice()).await;
+    assert_eq!(again.result.code(), Some(ErrorCode::ConfirmationRequired), "a new request, not a second run");
 }
 
 #[tokio::test]

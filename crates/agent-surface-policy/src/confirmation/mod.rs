@@ -345,6 +345,13 @@ pub struct ConfirmationConfig {
     /// the inbox listing or showing it, a decision — or by
     /// [`ConfirmationEngine::sweep_expiring`], which a host can run on a timer.
     pub expiry_warning: Option<Duration>,
+    /// Where people approve confirmations: the approval page of the confirmation `id` is this
+    /// base, a `/`, and `id` escaped as a path segment (e.g. `https://shop.example/inbox/c` gives
+    /// `https://shop.example/inbox/c/c-3f…`, the detail page of the inbox served at `/inbox`).
+    /// It becomes `details.approvalUrl` of `CONFIRMATION_REQUIRED` (and a message telling the
+    /// agent that a person must approve it there) and the URL of URL-mode elicitation over MCP.
+    /// `None` (the default): no approval page.
+    pub approval_base_url: Option<String>,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -364,6 +371,7 @@ impl Default for ConfirmationConfig {
             audit: None,
             quorums: Vec::new(),
             expiry_warning: Some(DEFAULT_EXPIRY_WARNING),
+            approval_base_url: None,
         }
     }
 }
@@ -381,6 +389,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("audit", &self.audit)
             .field("quorums", &self.quorums)
             .field("expiry_warning", &self.expiry_warning)
+            .field("approval_base_url", &self.approval_base_url)
             .finish_non_exhaustive()
     }
 }
@@ -622,6 +631,35 @@ impl ConfirmationEngine {
             self.observe(record, now);
         }
         Ok(listed.into_iter().filter(|r| may_decide(r, approver)).take(limit).collect())
+    }
+
+    /// The approval page of the confirmation `id`, when
+    /// [`ConfirmationConfig::approval_base_url`] is set: the base without its trailing `/`s, a
+    /// `/`, and `id` with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded.
+    ///
+    /// ```
+    /// use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine};
+    ///
+    /// let engine = ConfirmationEngine::new(ConfirmationConfig {
+    ///     approval_base_url: Some("https://shop.example/inbox/c/".into()),
+    ///     ..Default::default()
+    /// });
+    /// assert_eq!(engine.approval_url("c-1f").as_deref(), Some("https://shop.example/inbox/c/c-1f"));
+    /// assert_eq!(engine.approval_url("a/b?c").as_deref(), Some("https://shop.example/inbox/c/a%2Fb%3Fc"));
+    /// ```
+    pub fn approval_url(&self, id: &str) -> Option<String> {
+        let base = self.config.approval_base_url.as_deref()?.trim_end_matches('/');
+        let mut url = String::with_capacity(base.len() + 1 + id.len());
+        url.push_str(base);
+        url.push('/');
+        for b in id.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                url.push(char::from(b));
+            } else {
+                url.push_str(&format!("%{b:02X}"));
+            }
+        }
+        Some(url)
     }
 
     /// The quorum a call of `capability` (of type `type_id`) needs.
@@ -1068,6 +1106,10 @@ impl ConfirmationGate for ConfirmationEngine {
 
     /// It asks [`CallInfo::details`] for the confirmation relayed for a call it gates without
     /// evidence (and for the input preview), so that a call it lets through costs neither.
+    fn approval_url(&self, confirmation_id: &str) -> Option<String> {
+        ConfirmationEngine::approval_url(self, confirmation_id)
+    }
+
     fn consults_call_details(&self) -> bool {
         true
     }

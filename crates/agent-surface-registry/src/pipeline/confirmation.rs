@@ -263,10 +263,20 @@ async fn check(
     };
     match decision {
         Ok(ConfirmationDecision::Proceed) => Ok(()),
-        Ok(ConfirmationDecision::Required { confirmation_id, summary, expires_at, origin }) => Err(Stop::new(
-            AgentSurfaceError::confirmation_required(confirmation_id, summary, expires_at, def.effect, origin),
-            Phase::Confirmation,
-        )),
+        Ok(ConfirmationDecision::Required { confirmation_id, summary, expires_at, origin }) => {
+            let url = gate.approval_url(&confirmation_id);
+            Err(Stop::new(
+                AgentSurfaceError::confirmation_required_at(
+                    confirmation_id,
+                    summary,
+                    expires_at,
+                    def.effect,
+                    origin,
+                    url,
+                ),
+                Phase::Confirmation,
+            ))
+        }
         Ok(ConfirmationDecision::Invalid(reason)) => {
             Err(Stop::new(AgentSurfaceError::confirmation_invalid(reason), Phase::Confirmation))
         }
