@@ -164,7 +164,7 @@ templates! {
         "This action needs the user's approval: {summary} Ask the user to approve it, then repeat the same call.");
     /// `CONFIRMATION_REQUIRED` with an approval page (`details.approvalUrl`); slot: `summary`.
     CONFIRMATION_REQUIRED_URL = ("confirmation-required.approval-url",
-        "This action needs a person's approval: {summary} A person must approve it at the approval page in details.approvalUrl (give the user that link), then repeat the same call.");
+        "This action needs a person's approval: {summary} Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
     /// `CONFIRMATION_INVALID` / expired.
     CONFIRMATION_EXPIRED = ("confirmation-invalid.expired",
         "The confirmation expired. Call again without confirmationId to request a fresh approval.",

@@ -31,7 +31,8 @@ const OUT_OF_REACH: &[&str] = &[
 ];
 
 /// The `details.` members a message may point a model to, to read.
-const READABLE_DETAILS: &[&str] = &["details.issues", "details.instances", "details.lockedFields"];
+const READABLE_DETAILS: &[&str] =
+    &["details.issues", "details.instances", "details.lockedFields", "details.approvalUrl"];
 
 /// Why `message` names something outside a tool's arguments, if it does.
 fn beyond_the_arguments(message: &str) -> Option<String> {

@@ -301,7 +301,7 @@ async fn the_approval_url_leads_to_the_inbox_and_the_plain_repeat_runs() {
     let url = p.detail("approvalUrl").and_then(Value::as_str).unwrap().to_string();
     assert_eq!(url, format!("https://shop.example/inbox/c/{id}"));
     assert!(
-        p.message().contains("A person must approve it at the approval page in details.approvalUrl"),
+        p.message().contains("a person must approve it at the approval page in details.approvalUrl"),
         "{}",
         p.message()
     );
