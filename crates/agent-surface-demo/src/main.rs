@@ -383,7 +383,8 @@ async fn serve(options: Serve) -> Result<(), String> {
         agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     };
     // The approval inbox, for the identities with the `approver` role (see `inbox_config`).
-    let inbox = api.authenticator.clone().map(|authenticator| inbox_config(&demo, authenticator, local));
+    let inbox =
+        api.authenticator.clone().map(|authenticator| inbox_config(&demo, authenticator, local, &api.allowed_hosts));
     // The metrics are the binding's `/api/metrics`, behind its host check.
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     let app = match inbox {
@@ -410,16 +411,18 @@ async fn serve(options: Serve) -> Result<(), String> {
 /// token) whose identity has the `approver` role decide the shop's pending confirmations there.
 /// The session cookie is `Secure` unless the server listens on a loopback address (the demo
 /// serves plain HTTP: a browser keeps a `Secure` cookie only over HTTPS, i.e. behind a proxy that
-/// terminates TLS).
+/// terminates TLS). It admits the hosts the binding's routes admit (`allowed_hosts`).
 fn inbox_config(
     demo: &shop::Demo,
     authenticator: Arc<dyn agent_surface_policy::Authenticator>,
     local: std::net::SocketAddr,
+    allowed_hosts: &[String],
 ) -> agent_surface_http::inbox::InboxConfig {
     agent_surface_http::inbox::InboxConfig {
         audit: demo.audit.clone(),
         approver_role: Some("approver".to_string()),
         secure_cookie: !local.ip().is_loopback(),
+        allowed_hosts: allowed_hosts.to_vec(),
         ..agent_surface_http::inbox::InboxConfig::new(demo.confirmations.clone(), authenticator)
     }
 }

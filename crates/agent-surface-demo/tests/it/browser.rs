@@ -105,6 +105,9 @@ fn a_second_person_approves_in_a_real_browser() {
     let cookie = browser.cookie("inbox_session").expect("the session cookie");
     let with_cookie = format!("inbox_session={cookie}");
     let maria = [("Cookie", with_cookie.as_str())];
+    // Signed in, the sign-in page sends her on to the inbox.
+    browser.goto(&format!("{base}/inbox/sign-in"));
+    assert!(browser.url().ends_with("/inbox/"), "{}", browser.url());
 
     // She sees both, alice's, soonest expiry first.
     let pending = browser.find("#pending").text();
@@ -117,6 +120,11 @@ fn a_second_person_approves_in_a_real_browser() {
     assert!(browser.url().ends_with(&format!("/inbox/c/{first}")), "{}", browser.url());
     assert_eq!(browser.find("#state").text(), "pending");
     assert_eq!(browser.find("#input").text(), "{\"orderId\":\"A-1001\"}");
+    // The inbox's stylesheet applies under its Content-Security-Policy (`style-src 'self'`): the
+    // approve button is green, deny is outlined in red, the state a pending (amber) badge.
+    assert_eq!(browser.find("#approve").css("background-color"), "rgba(17, 99, 41, 1)");
+    assert_eq!(browser.find("#deny").css("border-top-color"), "rgba(164, 14, 38, 1)");
+    assert_eq!(browser.find("#state").css("background-color"), "rgba(255, 248, 197, 1)");
     let token = browser.find("#decide input[name=\"csrf\"]").property("value").expect("the form's token");
     browser.find("#note").type_text("Customer asked by phone.");
     browser.screenshot(&shots.join("inbox-detail.png"));
@@ -124,6 +132,7 @@ fn a_second_person_approves_in_a_real_browser() {
     // She approves, with the note.
     browser.find("#approve").click_to_navigate();
     assert_eq!(browser.find("#state").text(), "approved by maria");
+    assert_eq!(browser.find("#state").css("background-color"), "rgba(218, 251, 225, 1)", "an approved badge");
     assert!(browser.try_find("#decide").is_none(), "a decided confirmation has no form");
     // The inbox: the other request waits; the decision is on record.
     browser.goto(&format!("{base}/inbox/"));

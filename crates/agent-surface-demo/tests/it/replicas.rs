@@ -135,7 +135,7 @@ fn the_inbox_of_either_replica_decides_the_shared_confirmations() {
         assert!(list.contains("id=\"empty\""), "{list}");
         let recent = list.split("<table id=\"recent\">").nth(1).expect("the recent decisions");
         assert!(
-            recent.contains("<td>maria</td><td>approved</td><td>orders.cancel</td><td>alice</td><td>ok</td>"),
+            recent.contains("<td>maria</td><td><span class=\"badge approved\">approved</span></td><td>orders.cancel</td><td>alice</td><td>ok</td>"),
             "{recent}"
         );
     }

@@ -225,6 +225,12 @@ impl Element<'_> {
         answer.as_str().unwrap_or_default().to_string()
     }
 
+    /// The computed value of its CSS property `name` (a color as `rgba(17, 99, 41, 1)`).
+    pub(crate) fn css(&self, name: &str) -> String {
+        let answer = self.chrome.command("GET", &format!("/element/{}/css/{name}", self.id), None);
+        answer.as_str().unwrap_or_default().to_string()
+    }
+
     /// Its `name` attribute's or property's current value.
     pub(crate) fn property(&self, name: &str) -> Option<String> {
         let answer = self.chrome.command("GET", &format!("/element/{}/property/{name}", self.id), None);

@@ -1,4 +1,5 @@
-//! The inbox's pages: server-rendered HTML, no script, no style sheet, every value escaped.
+//! The inbox's pages: server-rendered HTML, no script, no inline style (one linked stylesheet,
+//! `inbox.css`), every value escaped.
 
 use std::fmt::Write;
 
@@ -26,14 +27,16 @@ impl std::fmt::Display for Esc<'_> {
     }
 }
 
-/// A whole page.
-pub(crate) fn page(title: &str, signed_in: Option<(&str, &str, &str)>, body: &str) -> String {
+/// A whole page, linking the stylesheet at `stylesheet`.
+pub(crate) fn page(title: &str, stylesheet: &str, signed_in: Option<(&str, &str, &str)>, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 512);
     let _ = write!(
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width\"><title>{}</title></head><body>\n",
-        Esc(title)
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title>\
+         <link rel=\"stylesheet\" href=\"{}\"></head><body>\n",
+        Esc(title),
+        Esc(stylesheet),
     );
     if let Some((subject, prefix, csrf)) = signed_in {
         let _ = writeln!(
@@ -57,7 +60,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
         out.push_str("<p id=\"empty\">Nothing waits for your decision.</p>\n");
     } else {
         out.push_str(
-            "<table id=\"pending\"><thead><tr><th>What</th><th>Capability</th><th>Requested by</th>\
+            "<div class=\"scroll\"><table id=\"pending\"><thead><tr><th>What</th><th>Capability</th><th>Requested by</th>\
              <th>Effect</th><th>Approvals</th><th>Requested at</th><th>Expires at</th></tr></thead><tbody>\n",
         );
         for r in pending {
@@ -76,7 +79,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
                 r.expires_at,
             );
         }
-        out.push_str("</tbody></table>\n");
+        out.push_str("</tbody></table></div>\n");
     }
     out.push_str("<h2>Recent decisions</h2>\n");
     if recent.is_empty() {
@@ -84,7 +87,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
         return out;
     }
     out.push_str(
-        "<table id=\"recent\"><thead><tr><th>When</th><th>Who</th><th>Decision</th><th>Capability</th>\
+        "<div class=\"scroll\"><table id=\"recent\"><thead><tr><th>When</th><th>Who</th><th>Decision</th><th>Capability</th>\
          <th>Requested by</th><th>Note</th></tr></thead><tbody>\n",
     );
     for e in recent {
@@ -94,13 +97,13 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             e.at,
             Esc(approver),
-            verdict_text(*verdict),
+            Badge(verdict_text(*verdict)),
             Esc(&e.capability),
             Esc(e.principal.as_deref().unwrap_or(&e.consumer)),
             Esc(note.as_deref().unwrap_or("")),
         );
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
     out
 }
 
@@ -109,10 +112,11 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "<dl id=\"detail\"><dt>What</dt><dd id=\"summary\">{}</dd><dt>Capability</dt><dd>{}</dd>\
+        "<dl id=\"detail\" class=\"{}\"><dt>What</dt><dd id=\"summary\">{}</dd><dt>Capability</dt><dd>{}</dd>\
          <dt>Requested by</dt><dd>{}</dd><dt>Effect</dt><dd>{}</dd><dt>Requested at</dt><dd>{}</dd>\
          <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd>\
          <dt>Approvals</dt><dd id=\"approvals\">{}</dd><dt>Id</dt><dd>{}</dd></dl>",
+        badge_kind(&state_text(&r.state)),
         Esc(&r.summary),
         Esc(&r.binding.capability),
         Esc(requester(r)),
@@ -128,7 +132,8 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
         out.push_str("<p id=\"no-decisions\">No decision yet.</p>\n");
     } else {
         out.push_str(
-            "<table id=\"decisions\"><thead><tr><th>When</th><th>Who</th><th>Decision</th></tr></thead><tbody>\n",
+            "<div class=\"scroll\"><table id=\"decisions\"><thead><tr><th>When</th><th>Who</th><th>Decision</th></tr></thead>\
+             <tbody>\n",
         );
         for d in &r.decisions {
             let verdict = match d.verdict {
@@ -136,9 +141,9 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
                 ApprovalVerdict::ApproveInPerson => "approved in person",
                 ApprovalVerdict::Deny => "denied",
             };
-            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", d.at, Esc(&d.approver), verdict);
+            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", d.at, Esc(&d.approver), Badge(verdict));
         }
-        out.push_str("</tbody></table>\n");
+        out.push_str("</tbody></table></div>\n");
     }
     let _ = writeln!(
         out,
@@ -184,6 +189,27 @@ pub(crate) fn sign_in(prefix: &str, csrf: &str, failed: bool) -> String {
 /// A short message page's body.
 pub(crate) fn message(prefix: &str, text: &str) -> String {
     format!("<p id=\"message\">{}</p>\n<p><a href=\"{}/\">Back to the inbox</a></p>\n", Esc(text), Esc(prefix))
+}
+
+/// A state or verdict as a badge (`<span class="badge KIND">`), its kind from its first word:
+/// `pending`, `approved`, `denied`, or `closed` for anything else (withdrawn).
+struct Badge<'a>(&'a str);
+
+impl std::fmt::Display for Badge<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<span class=\"badge {}\">{}</span>", badge_kind(self.0), Esc(self.0))
+    }
+}
+
+/// The badge class of a state or verdict text (the detail page's state is shown as one through
+/// its list's class, so that the state's element holds the text alone).
+fn badge_kind(text: &str) -> &'static str {
+    match text.split(' ').next() {
+        Some("pending") => "pending",
+        Some("approved") => "approved",
+        Some("denied") => "denied",
+        _ => "closed",
+    }
 }
 
 /// "1 of 2 approvals", and the roles an approval needs when the quorum names some.

@@ -10,8 +10,9 @@
 //! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, approvals so far — "1 of 2 approvals" —, requested and expires at), and the recent decisions from the audit trail |
 //! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
-//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie |
+//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie (someone already signed in is sent to the inbox, `303`) |
 //! | `POST {prefix}/sign-out` | forgets the cookie |
+//! | `GET {prefix}/static/inbox-{hash}.css` | the pages' stylesheet (`text/css`; its name carries a hash of its content, so it is cached for a year as `immutable`, with an `ETag`) |
 //!
 //! **Who.** The approver is whoever the [`Authenticator`] says the credential proves: a bearer
 //! token in `Authorization`, or the token the sign-in form stored in the cookie `inbox_session`
@@ -29,11 +30,18 @@
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
 //! bound to the credential and to the one action, valid 30 minutes, accepted once, so a forged or
-//! replayed post is refused (`403`). Every response carries `Cache-Control: no-store`, a
-//! `Content-Security-Policy` that allows nothing but forms posting to this origin
-//! (`default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`),
+//! replayed post is refused (`403`). Every response carries `Cache-Control: no-store` (but the
+//! stylesheet), a `Content-Security-Policy` that allows nothing but this origin's stylesheets and
+//! forms posting to this origin (`default-src 'none'; style-src 'self'; form-action 'self';
+//! frame-ancestors 'none'; base-uri 'none'`: no script, no inline style),
 //! `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and `X-Frame-Options: DENY`;
 //! every value on a page is HTML-escaped. Bodies are capped at 16 KiB.
+//!
+//! **Host check.** As on the HTTP binding's routes, every request's host (the authority of an
+//! absolute-form target, else the `Host` header; the port ignored) must be one of
+//! [`InboxConfig::allowed_hosts`] — loopback by default, which protects a local inbox against DNS
+//! rebinding: another host is the `403` protocol fault `host-not-allowed`, several `Host` fields
+//! the `400` fault `invalid-header` (problem details, as the binding answers them).
 //!
 //! # Examples
 //!
@@ -56,12 +64,16 @@ use std::sync::Arc;
 use agent_surface_policy::{
     ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, ConfirmationState, Identity,
 };
+use agent_surface_server::HostCheck;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+
+use crate::wire::{PROBLEM_JSON, ProtocolFault};
 
 use csrf::{Csrf, form_fields};
 
@@ -76,6 +88,11 @@ const MAX_RECENT: usize = 20;
 
 /// The largest request body the inbox reads.
 const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// What the pages may load: this origin's stylesheets, nothing else (no script, no inline style);
+/// forms post to this origin only.
+const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The inbox's configuration. Build it with struct update syntax over [`InboxConfig::new`].
 #[derive(Clone)]
@@ -93,6 +110,10 @@ pub struct InboxConfig {
     /// Whether the session cookie is marked `Secure` (default `true`; turn it off only to try the
     /// inbox over plain HTTP on a loopback address).
     pub secure_cookie: bool,
+    /// Accepted host names, compared as [`HttpConfig::allowed_hosts`](crate::HttpConfig::allowed_hosts)
+    /// are (the port ignored; empty: any host); the default admits loopback only. Give it the
+    /// names the binding's routes admit.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl InboxConfig {
@@ -105,6 +126,7 @@ impl InboxConfig {
             approver_role: None,
             prefix: "/inbox".to_string(),
             secure_cookie: true,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
         }
     }
 }
@@ -115,6 +137,7 @@ impl std::fmt::Debug for InboxConfig {
             .field("approver_role", &self.approver_role)
             .field("prefix", &self.prefix)
             .field("secure_cookie", &self.secure_cookie)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +145,8 @@ impl std::fmt::Debug for InboxConfig {
 struct Inbox {
     config: InboxConfig,
     csrf: Csrf,
+    /// The stylesheet's path (`{prefix}/static/inbox-{hash}.css`), linked from every page.
+    stylesheet: String,
 }
 
 /// Who is asking: the identity and the credential it was proven with (tokens are bound to it).
@@ -138,7 +163,8 @@ pub fn router(mut config: InboxConfig) -> Router {
     let prefix = config.prefix.clone();
     let mut key = [0u8; 32];
     csrf::fill_random(&mut key);
-    let state = Arc::new(Inbox { config, csrf: Csrf::new(key) });
+    let stylesheet = format!("{prefix}/static/inbox-{}.css", stylesheet_hash());
+    let state = Arc::new(Inbox { config, csrf: Csrf::new(key), stylesheet: stylesheet.clone() });
     let mut router = Router::new();
     if !prefix.is_empty() {
         router = router.route(&prefix, get(list));
@@ -148,18 +174,64 @@ pub fn router(mut config: InboxConfig) -> Router {
         .route(&format!("{prefix}/c/{{id}}"), get(show).post(decide))
         .route(&format!("{prefix}/sign-in"), get(sign_in_form).post(sign_in))
         .route(&format!("{prefix}/sign-out"), axum::routing::post(sign_out))
+        .route(&stylesheet, get(stylesheet_file))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(secure_headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), host_guard))
         .with_state(state)
+}
+
+/// The pages' stylesheet.
+const STYLESHEET: &str = include_str!("inbox.css");
+
+/// The first 16 hex digits of the stylesheet's SHA-256: its name and its `ETag`.
+fn stylesheet_hash() -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(STYLESHEET.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// `GET {prefix}/static/inbox-{hash}.css`: the stylesheet, cached for a year (a new content is a
+/// new name); `304` when the client already holds it.
+async fn stylesheet_file(headers: HeaderMap) -> Response {
+    let etag = format!("\"{}\"", stylesheet_hash());
+    let cached = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|tag| tag.trim() == etag || tag.trim() == "*");
+    let status = if cached { StatusCode::NOT_MODIFIED } else { StatusCode::OK };
+    let body = if cached { "" } else { STYLESHEET };
+    let mut response = (status, body).into_response();
+    let h = response.headers_mut();
+    if !cached {
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/css; charset=utf-8"));
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, value);
+    }
+    response
+}
+
+/// Refuses a request whose host is not allowed before any route sees it (the binding's check and
+/// its problem details).
+async fn host_guard(State(inbox): State<Arc<Inbox>>, request: axum::extract::Request, next: Next) -> Response {
+    let fault = match agent_surface_server::check_host(&inbox.config.allowed_hosts, request.uri(), request.headers()) {
+        HostCheck::Allowed => return next.run(request).await,
+        HostCheck::NotAllowed => ProtocolFault::HostNotAllowed,
+        HostCheck::Repeated => ProtocolFault::InvalidHeader,
+    };
+    tracing::debug!(target: "agent_surface::inbox", kind = fault.kind(), "protocol fault");
+    secure_headers((fault.status(), [(header::CONTENT_TYPE, PROBLEM_JSON)], fault.body()).into_response()).await
 }
 
 async fn secure_headers(mut response: Response) -> Response {
     let h = response.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    );
+    // Every response but the stylesheet's (which sets its own).
+    h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -207,7 +279,7 @@ impl Inbox {
             (a.identity.subject.clone(), token)
         });
         let signed = signed_in.as_ref().map(|(s, t)| (s.as_str(), self.prefix(), t.as_str()));
-        let html = html::page(title, signed, body);
+        let html = html::page(title, &self.stylesheet, signed, body);
         (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], html).into_response()
     }
 
@@ -318,7 +390,11 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
     }
 }
 
-async fn sign_in_form(State(inbox): State<Arc<Inbox>>) -> Response {
+async fn sign_in_form(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
+    // Already signed in (as someone who may use the inbox): the inbox, not the form.
+    if inbox.require(&headers).await.is_ok() {
+        return redirect(&format!("{}/", inbox.prefix()), None);
+    }
     let token = inbox.csrf.issue("", "sign-in", inbox.now());
     inbox.page(StatusCode::OK, "Sign in", None, &html::sign_in(inbox.prefix(), &token, false))
 }

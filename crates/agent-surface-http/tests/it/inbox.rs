@@ -103,7 +103,7 @@ impl Page {
 
 impl Env {
     async fn send(&self, method: &str, uri: &str, cookie: Option<&str>, form: Option<&str>) -> Page {
-        let mut request = Request::builder().method(method).uri(uri);
+        let mut request = Request::builder().method(method).uri(uri).header(header::HOST, "localhost:8080");
         if let Some(c) = cookie {
             request = request.header(header::COOKIE, c);
         }
@@ -194,7 +194,7 @@ async fn a_second_person_approves_in_the_inbox_and_the_agent_repeat_runs_once() 
     let list = env.send("GET", "/inbox/", Some(&manager), None).await;
     assert!(list.body.contains("id=\"empty\""), "{}", list.body);
     assert!(
-        list.body.contains("<td>manager</td><td>approved</td><td>orders.refund</td><td>alice</td><td>ok by me</td>"),
+        list.body.contains("<td>manager</td><td><span class=\"badge approved\">approved</span></td><td>orders.refund</td><td>alice</td><td>ok by me</td>"),
         "{}",
         list.body
     );
@@ -229,7 +229,11 @@ async fn a_quorum_of_two_needs_two_distinct_approvers_with_the_role() {
     assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
     let detail = env.send("GET", &path, Some(&carol), None).await;
     assert!(detail.body.contains("<dd id=\"approvals\">1 of 2 approvals (role: finance)</dd>"), "{}", detail.body);
-    assert!(detail.body.contains("<td>carol</td><td>approved</td>"), "{}", detail.body);
+    assert!(
+        detail.body.contains("<td>carol</td><td><span class=\"badge approved\">approved</span></td>"),
+        "{}",
+        detail.body
+    );
     assert!(!detail.body.contains("id=\"decide\""), "no form for an approver who decided: {}", detail.body);
     assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
     // Once per approver: a second decision (with a valid form token) is a conflict.
@@ -259,7 +263,13 @@ async fn a_quorum_of_two_needs_two_distinct_approvers_with_the_role() {
     assert_eq!(ok.result.output(), Some(&json!({"refunded": 4200})));
     let list = env.send("GET", "/inbox/", Some(&dave), None).await;
     for who in ["carol", "dave"] {
-        assert!(list.body.contains(&format!("<td>{who}</td><td>approved</td><td>orders.refund</td>")), "{}", list.body);
+        assert!(
+            list.body.contains(&format!(
+                "<td>{who}</td><td><span class=\"badge approved\">approved</span></td><td>orders.refund</td>"
+            )),
+            "{}",
+            list.body
+        );
     }
 }
 
@@ -379,15 +389,18 @@ async fn the_requester_cannot_approve_and_others_without_the_role_cannot_enter()
 #[tokio::test]
 async fn bearer_auth_and_the_page_headers() {
     let env = env();
-    let request =
-        Request::get("/inbox/").header(header::AUTHORIZATION, "Bearer t-manager").body(Body::empty()).unwrap();
+    let request = Request::get("/inbox/")
+        .header(header::HOST, "127.0.0.1")
+        .header(header::AUTHORIZATION, "Bearer t-manager")
+        .body(Body::empty())
+        .unwrap();
     let response = env.app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let h = response.headers();
     assert_eq!(h[header::CACHE_CONTROL], "no-store");
     assert_eq!(
         h[header::CONTENT_SECURITY_POLICY],
-        "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     );
     assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
     assert_eq!(h[header::X_FRAME_OPTIONS], "DENY");
@@ -403,4 +416,128 @@ async fn bearer_auth_and_the_page_headers() {
     let out = env.send("POST", "/inbox/sign-out", Some(&cookie), Some(&format!("csrf={csrf}"))).await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
     assert!(out.headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+}
+
+/// The `href` of the page's stylesheet link.
+fn stylesheet_href(page: &str) -> String {
+    let at = page.find("<link rel=\"stylesheet\" href=\"").expect("a stylesheet link") + 29;
+    page[at..at + page[at..].find('"').unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn the_pages_link_a_stylesheet_the_inbox_serves_and_allow_no_inline_style() {
+    let env = env();
+    let cookie = env.sign_in("t-manager").await;
+    let id = env.request_confirmation().await;
+    let sign_in = env.send("GET", "/inbox/sign-in", None, None).await;
+    let list = env.send("GET", "/inbox/", Some(&cookie), None).await;
+    let detail = env.send("GET", &format!("/inbox/c/{id}"), Some(&cookie), None).await;
+    let href = stylesheet_href(&list.body);
+    assert!(href.starts_with("/inbox/static/inbox-") && href.ends_with(".css"), "{href}");
+    for page in [&sign_in, &list, &detail] {
+        assert_eq!(stylesheet_href(&page.body), href, "every page links the same stylesheet");
+        // No inline style (the policy would block it) and no script.
+        assert!(!page.body.contains("<style") && !page.body.contains("style=\"") && !page.body.contains("<script"));
+        let csp = page.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        let directives: Vec<&str> = csp.split(';').map(str::trim).collect();
+        assert!(directives.contains(&"style-src 'self'") && directives.contains(&"default-src 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("script-src"), "{csp}");
+    }
+    // The detail page shows its state as a badge (the list's class), the decisions as badges.
+    assert!(detail.body.contains("<dl id=\"detail\" class=\"pending\">"), "{}", detail.body);
+
+    // The stylesheet: CSS, cached for good under its content-hashed name, with an ETag; no session needed.
+    let css = env.send("GET", &href, None, None).await;
+    assert_eq!(css.status, StatusCode::OK);
+    assert_eq!(css.headers[header::CONTENT_TYPE], "text/css; charset=utf-8");
+    assert_eq!(css.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
+    assert_eq!(css.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    let etag = css.headers[header::ETAG].to_str().unwrap().to_string();
+    let hash = href.trim_start_matches("/inbox/static/inbox-").trim_end_matches(".css");
+    assert_eq!(etag, format!("\"{hash}\""));
+    assert!(css.body.contains(".badge.approved") && css.body.contains(":focus-visible"), "{}", css.body);
+    let request = Request::get(&href)
+        .header(header::HOST, "localhost")
+        .header(header::IF_NONE_MATCH, &etag)
+        .body(Body::empty())
+        .unwrap();
+    let cached = env.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(cached.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(cached.headers()[header::ETAG], etag.as_str());
+    // Another name (an old hash) is not served.
+    assert_eq!(
+        env.send("GET", "/inbox/static/inbox-0000000000000000.css", None, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn the_inbox_checks_the_host_as_the_binding_does() {
+    let env = env();
+    let cookie = env.sign_in("t-manager").await;
+    let send = |host: Vec<&'static str>, uri: &'static str| {
+        let mut request = Request::get(uri).header(header::COOKIE, cookie.clone());
+        for h in host {
+            request = request.header(header::HOST, h);
+        }
+        env.app.clone().oneshot(request.body(Body::empty()).unwrap())
+    };
+    assert_eq!(send(vec!["localhost:8080"], "/inbox/").await.unwrap().status(), StatusCode::OK);
+    assert_eq!(send(vec!["[::1]:1"], "/inbox/").await.unwrap().status(), StatusCode::OK);
+    // A rebound name (the attacker's page, now resolving to loopback) reaches nothing, not even the sign-in form.
+    for uri in ["/inbox/", "/inbox/sign-in", "/inbox/c/x"] {
+        let refused = send(vec!["evil.example"], uri).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{uri}");
+        assert_eq!(refused.headers()[header::CONTENT_TYPE], "application/problem+json");
+        assert_eq!(refused.headers()[header::CACHE_CONTROL], "no-store");
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        let problem: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["type"], "urn:agent-surface:protocol:host-not-allowed", "{problem}");
+    }
+    assert_eq!(send(vec![], "/inbox/").await.unwrap().status(), StatusCode::FORBIDDEN, "no Host at all");
+    assert_eq!(send(vec!["localhost"], "http://evil.example/inbox/").await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(send(vec!["localhost", "localhost"], "/inbox/").await.unwrap().status(), StatusCode::BAD_REQUEST);
+    // A decision from a rebound page is refused before its form is read (the request stays pending).
+    let id = env.request_confirmation().await;
+    let page = env.send("GET", &format!("/inbox/c/{id}"), Some(&cookie), None).await;
+    let csrf = page.csrf(&format!("/inbox/c/{id}"));
+    let post = Request::post(format!("/inbox/c/{id}"))
+        .header(header::HOST, "evil.example")
+        .header(header::COOKIE, cookie.clone())
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("verdict=approve&csrf={csrf}")))
+        .unwrap();
+    assert_eq!(env.app.clone().oneshot(post).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
+
+    // Hosts are configurable as the binding's are; empty admits any.
+    let tokens = BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]);
+    let open =
+        router(InboxConfig { allowed_hosts: Vec::new(), ..InboxConfig::new(env.engine.clone(), Arc::new(tokens)) });
+    let request = Request::get("/inbox/sign-in").header(header::HOST, "inbox.example").body(Body::empty()).unwrap();
+    assert_eq!(open.oneshot(request).await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_sign_in_page_sends_someone_signed_in_to_the_inbox() {
+    let env = env();
+    let cookie = env.sign_in("t-manager").await;
+    let page = env.send("GET", "/inbox/sign-in", Some(&cookie), None).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.headers[header::LOCATION], "/inbox/");
+    assert_eq!(page.headers[header::CACHE_CONTROL], "no-store");
+    // A bearer token counts too.
+    let request = Request::get("/inbox/sign-in")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer t-manager")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(env.app.clone().oneshot(request).await.unwrap().status(), StatusCode::SEE_OTHER);
+    // Nobody signed in, a stale cookie, or someone the inbox does not admit (no approver role):
+    // the form, so that they can sign in as someone who may.
+    for cookie in [None, Some(format!("{SESSION_COOKIE}=t-gone")), Some(env.sign_in("t-intern").await)] {
+        let page = env.send("GET", "/inbox/sign-in", cookie.as_deref(), None).await;
+        assert_eq!(page.status, StatusCode::OK, "{cookie:?}");
+        assert!(page.body.contains("id=\"sign-in\""), "{}", page.body);
+    }
 }
