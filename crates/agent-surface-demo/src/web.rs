@@ -1,10 +1,14 @@
-//! A small HTTP/1.1 client for the scripted session's fourth part, which talks to the demo's own
-//! HTTP server: one request per connection (`Connection: close`), the response read to the end
-//! (a `chunked` body decoded). The write side stays open until the response is read.
+//! The scripted session's fourth part talks to the demo's own HTTP server through hyper's HTTP/1.1
+//! client connection (`hyper::client::conn::http1` over a `TcpStream`): one request per
+//! connection (`Connection: close`), the whole response body collected (at most
+//! [`MAX_RESPONSE_BYTES`]).
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper::header::{CONNECTION, HOST};
+use hyper_util::rt::TokioIo;
 
 /// The longest the session waits for one response.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,63 +39,37 @@ pub(crate) async fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Response, String> {
+    let mut builder = hyper::Request::builder().method(method).uri(path).header(HOST, addr).header(CONNECTION, "close");
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| format!("{method} {path}: {e}"))?;
     let exchange = async {
-        let mut stream =
+        let stream =
             tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-        for (name, value) in headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        // The connection is driven beside the exchange; it ends with it (`Connection: close`).
+        let driver = tokio::spawn(connection);
+        let answered = async {
+            let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_RESPONSE_BYTES).collect().await.map_err(|e| e.to_string())?;
+            let headers = parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect();
+            let body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+            Ok::<_, String>(Response { status: parts.status.as_u16(), headers, body })
         }
-        if !body.is_empty() || method == "POST" {
-            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
-        stream.write_all(body).await.map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        (&mut stream).take(MAX_RESPONSE_BYTES as u64).read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
-        parse(&raw)
+        .await;
+        driver.abort();
+        answered
     };
     tokio::time::timeout(RESPONSE_TIMEOUT, exchange)
         .await
         .map_err(|_| format!("{method} {path}: no response within {} s", RESPONSE_TIMEOUT.as_secs()))?
-}
-
-/// A whole response: status line, headers, body.
-fn parse(raw: &[u8]) -> Result<Response, String> {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("a response without a header end")?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or("a response without a status")?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut body = &raw[split + 4..];
-    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let mut decoded = Vec::new();
-    if chunked {
-        loop {
-            let end = body.windows(2).position(|w| w == b"\r\n").ok_or("a chunk without a size line")?;
-            let size = String::from_utf8_lossy(&body[..end]);
-            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|_| "a malformed chunk size")?;
-            body = &body[end + 2..];
-            if size == 0 {
-                break;
-            }
-            let chunk = body.get(..size).ok_or("a truncated chunk")?;
-            decoded.extend_from_slice(chunk);
-            body = body.get(size + 2..).unwrap_or_default();
-        }
-    } else {
-        decoded.extend_from_slice(body);
-    }
-    Ok(Response { status, headers, body: String::from_utf8_lossy(&decoded).into_owned() })
 }
 
 /// `application/x-www-form-urlencoded` for `fields`.
@@ -122,14 +100,35 @@ pub(crate) fn input_value(page: &str, name: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_chunked_body_is_decoded() {
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n";
-        let r = parse(raw).unwrap();
-        assert_eq!((r.status, r.body.as_str(), r.header("x-a")), (200, "hello, world", Some("b")));
-        let plain = parse(b"HTTP/1.1 303 See Other\r\nLocation: /x\r\n\r\n").unwrap();
-        assert_eq!((plain.status, plain.header("Location")), (303, Some("/x")));
-        assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+    #[tokio::test]
+    async fn a_request_is_sent_with_its_host_and_a_chunked_body_is_read() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\nnote=ok") {
+                let mut byte = [0u8; 1];
+                assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "the request ended early: {head:?}");
+                head.push(byte[0]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 303 See Other\r\nTransfer-Encoding: chunked\r\nLocation: /x\r\nX-A: b\r\n\r\n5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap().to_ascii_lowercase()
+        });
+        let r = request(&addr, "POST", "/inbox/c/1", &[("Cookie", "inbox_session=t")], b"note=ok").await.unwrap();
+        assert_eq!((r.status, r.body.as_str()), (303, "hello, world"));
+        assert_eq!((r.header("Location"), r.header("x-a")), (Some("/x"), Some("b")));
+        let sent = server.await.unwrap();
+        assert!(sent.starts_with("post /inbox/c/1 http/1.1\r\n"), "{sent}");
+        for line in [format!("host: {addr}"), "cookie: inbox_session=t".to_string(), "content-length: 7".to_string()] {
+            assert!(sent.contains(&format!("{line}\r\n")), "{line} in {sent}");
+        }
+        let refused = request("127.0.0.1:1", "GET", "/", &[], b"").await;
+        assert!(refused.unwrap_err().starts_with("cannot connect to 127.0.0.1:1"));
     }
 
     #[test]
