@@ -176,3 +176,18 @@ fn an_allowed_host_is_admitted_on_both_transports() {
     let r = served::post(&server.addr, "/mcp", "other.example", &headers, &ping);
     assert_eq!(r.status, 403, "{}", r.body);
 }
+
+/// The approval inbox admits the hosts the other routes admit (loopback and `--allowed-host`),
+/// and no other: a page served under a rebound name reaches nothing.
+#[test]
+fn the_inbox_admits_the_allowed_hosts_only() {
+    let server = served::start(&["--allowed-host", "shop.example", "--token", "t-maria=maria:approver"]);
+    for host in [server.addr.as_str(), "shop.example"] {
+        let (status, head, body) = get_as(&server, "/inbox/sign-in", host);
+        assert_eq!(status, 200, "{host}: {head}");
+        assert!(body.contains("id=\"sign-in\""), "{body}");
+    }
+    let (status, head, body) = get_as(&server, "/inbox/sign-in", "other.example");
+    assert_eq!(status, 403, "{head}");
+    assert!(body.contains("host-not-allowed"), "{body}");
+}
