@@ -65,6 +65,25 @@ fn answers(port: u16) -> bool {
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
+/// Waits until the service `name` just started as `child` answers `ready(port)`, failing if it
+/// exits first (another process may have taken the port meanwhile: our own child is checked first)
+/// or does not answer within `budget`. The caller's guard stops the child on failure.
+fn wait_ready(child: &mut Child, name: &str, port: u16, budget: Duration, ready: fn(u16) -> bool) -> Result<()> {
+    let deadline = Instant::now() + budget;
+    loop {
+        if child.try_wait()?.is_some() {
+            bail!("{name} exited at start (port {port} taken?)");
+        }
+        if ready(port) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{name} did not start on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl Redis {
     /// Starts a private Redis (installing `redis-server` when it is missing).
     pub(crate) fn start() -> Result<Redis> {
@@ -85,20 +104,7 @@ impl Redis {
             .spawn()
             .context("cannot start redis-server")?;
         let mut redis = Redis { child, dir, url: format!("redis://127.0.0.1:{port}/") };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            // Our own server first: another process could have taken the port meanwhile.
-            if redis.child.try_wait()?.is_some() {
-                bail!("redis-server exited at start (port {port} taken?)");
-            }
-            if answers(port) {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("redis-server did not start on port {port}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_ready(&mut redis.child, "redis-server", port, Duration::from_secs(15), answers)?;
         println!("    redis: {} (append-only files in {})", redis.url, redis.dir.display());
         Ok(redis)
     }
@@ -160,19 +166,7 @@ impl Chromedriver {
             .spawn()
             .context("cannot start chromedriver")?;
         let mut driver = Chromedriver { child, url: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if driver.child.try_wait()?.is_some() {
-                bail!("chromedriver exited at start (port {port} taken?)");
-            }
-            if driver_ready(port) {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("chromedriver did not start on port {port}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_ready(&mut driver.child, "chromedriver", port, Duration::from_secs(30), driver_ready)?;
         println!("    chromedriver: {} (browser: {CHROMIUM}, headless)", driver.url);
         Ok(driver)
     }
