@@ -144,6 +144,10 @@ pub(crate) struct Approval {
     pub(crate) msg: String,
     /// When the confirmation expires, in Unix milliseconds on the registry's clock.
     pub(crate) exp: u64,
+    /// The confirmation's approval page, when the question sends the person there (URL-mode
+    /// elicitation); its answer is then never an approval, only a sign to try the call again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) url: Option<String>,
 }
 
 /// The questions and answers of one call so far: what a state carries between rounds.
@@ -312,21 +316,39 @@ impl ApprovalStates {
     }
 }
 
-/// The approval question: an elicitation form without fields, the summary as its message.
-pub(crate) fn question(summary: &str) -> InputRequests {
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: format!("The assistant asks for your approval: {summary} Approve this action?"),
-        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+/// The approval question: an elicitation form without fields, the summary as its message; or,
+/// for an approval with a page, a URL-mode elicitation sending the person there.
+pub(crate) fn question(approval: &Approval) -> InputRequests {
+    let summary = &approval.msg;
+    let params = match &approval.url {
+        Some(url) => ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message: format!(
+                "This action needs a person's approval: {summary} Open its approval page to approve it, or to pass it to someone who may."
+            ),
+            url: url.clone(),
+            // 2026-07-28 has no elicitation id.
+            elicitation_id: String::new(),
+        },
+        None => ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!("The assistant asks for your approval: {summary} Approve this action?"),
+            requested_schema: ElicitationSchema::new(BTreeMap::new()),
+        },
     };
     let mut requests = InputRequests::new();
     requests.insert(CONFIRM_KEY.to_string(), InputRequest::Elicitation(ElicitRequest::new(params)));
     requests
 }
 
-/// The input-required result asking `summary` with `state`.
-pub(crate) fn input_required(summary: &str, state: String) -> InputRequiredResult {
-    InputRequiredResult::new(Some(question(summary)), Some(state))
+/// The input-required result asking for `approval` with `state`.
+pub(crate) fn input_required(approval: &Approval, state: String) -> InputRequiredResult {
+    InputRequiredResult::new(Some(question(approval)), Some(state))
+}
+
+/// Whether the client declared URL-mode elicitation.
+pub(crate) fn can_open_urls(capabilities: Option<&ClientCapabilities>) -> bool {
+    capabilities.and_then(|c| c.elicitation.as_ref()).is_some_and(|e| e.url.is_some())
 }
 
 /// What a client can answer, from the capabilities it declared.

@@ -97,6 +97,11 @@ struct Round<'a> {
     consumer: &'a Consumer,
     dialogue: mrtr::Dialogue,
     abilities: Abilities,
+    /// Whether the client declared URL-mode elicitation.
+    urls: bool,
+    /// Whether this round answered a question that sent the person to an approval page: its
+    /// result is relayed, not asked about again.
+    paged: bool,
     now: agent_surface_core::Timestamp,
 }
 
@@ -211,13 +216,21 @@ impl McpServer {
         options: InvokeOptions,
         context: &RequestContext<RoleServer>,
     ) -> Answered {
-        let legacy_elicitation =
-            !is_modern(context) && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
-        if !legacy_elicitation {
+        let legacy = !is_modern(context);
+        let form = legacy && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
+        let url = legacy && can_elicit_url(&context.peer);
+        if !form && !url {
             return Answered::Result(self.session.registry.invoke_detailed(invoke, options).await);
         }
         let first = self.session.registry.invoke_detailed(invoke.clone(), options.clone()).await;
-        if first.result.code() == Some(ErrorCode::ConfirmationRequired) {
+        if first.result.code() != Some(ErrorCode::ConfirmationRequired) {
+            return Answered::Result(first);
+        }
+        let details = first.result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>());
+        if url && let Some(details) = details.filter(|d| d.approval_url.is_some()) {
+            return Answered::Result(self.confirm_at_url(first, details, invoke, options, context).await);
+        }
+        if form {
             return Answered::Result(self.confirm_by_elicitation(first, invoke, options, context).await);
         }
         Answered::Result(first)
@@ -248,6 +261,15 @@ impl McpServer {
     ) -> Answered {
         let registry = &self.session.registry;
         let now = registry.config().clock.now();
+        if approval.url.is_some() {
+            // The person was sent to the approval page: an answer is no approval. Not answered
+            // yet: the same question; otherwise the call is made again (it runs if someone
+            // approved at the page meanwhile, through the relayed confirmation).
+            if answer == Answer::Missing && approval.exp > now.unix_millis() {
+                return Answered::Ask(mrtr::input_required(&approval, sealed));
+            }
+            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+        }
         let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| approval.exp > now.unix_millis())
         else {
             // Too late to approve this one: plan the call afresh, which asks again.
@@ -257,7 +279,7 @@ impl McpServer {
         let consumer = &options.consumer;
         match answer {
             // Not answered yet: the same question, with the same state.
-            Answer::Missing => Answered::Ask(mrtr::input_required(&approval.msg, sealed)),
+            Answer::Missing => Answered::Ask(mrtr::input_required(&approval, sealed)),
             Answer::Accept => {
                 if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Approved).await {
                     // Already decided (a replayed state), expired or a store failure: the store's
@@ -315,15 +337,17 @@ impl McpServer {
             let sealed = states.seal(round.tool, round.arguments, round.consumer, &dialogue, None, round.now);
             return Ok(sealed.map(|state| rmcp::model::InputRequiredResult::new(Some(requests), Some(state))));
         }
-        if result.code() != Some(ErrorCode::ConfirmationRequired)
-            || self.session.config.confirmations.is_none()
-            || !round.abilities.form
-        {
+        if result.code() != Some(ErrorCode::ConfirmationRequired) || round.paged {
             return Ok(None);
         }
         let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
             return Ok(None);
         };
+        // A page to send the person to (URL mode), preferred; otherwise a form answered in person.
+        let url = details.approval_url.clone().filter(|_| round.urls);
+        if url.is_none() && (self.session.config.confirmations.is_none() || !round.abilities.form) {
+            return Ok(None);
+        }
         let Some(expires_at) = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at) else {
             return Ok(None);
         };
@@ -331,10 +355,56 @@ impl McpServer {
             cid: details.confirmation_id,
             msg: details.summary.clone(),
             exp: expires_at.unix_millis(),
+            url,
         };
+        let question = approval.clone();
         let sealed =
             states.seal(round.tool, round.arguments, round.consumer, &round.dialogue, Some(approval), round.now);
-        Ok(sealed.map(|state| mrtr::input_required(&details.summary, state)))
+        Ok(sealed.map(|state| mrtr::input_required(&question, state)))
+    }
+
+    /// Sends the person to the confirmation's approval page (URL-mode elicitation, legacy era):
+    /// the client asks them to open `details.approvalUrl`, where an approver decides (the
+    /// requester may deny there, never approve). When the client answers `accept` — the person
+    /// went to the page — the same call is made once more: approved by then, it runs (the relayed
+    /// confirmation is presented); otherwise its answer is the two-phase result, whose later
+    /// repeat runs once approved. A decline, a cancel, an error or no answer within
+    /// [`crate::McpConfig::elicitation_timeout`] relays `first` unchanged: declining to open a page
+    /// is no denial.
+    async fn confirm_at_url(
+        &self,
+        first: Invocation,
+        details: ConfirmationRequiredDetails,
+        request: InvokeRequest,
+        options: InvokeOptions,
+        context: &RequestContext<RoleServer>,
+    ) -> Invocation {
+        let Some(url) = details.approval_url.clone() else { return first };
+        let message = format!(
+            "This action needs a person's approval: {} Open its approval page to approve it, or to pass it to someone who may.",
+            details.summary
+        );
+        let elicit = elicit_url(&context.peer, message, url, details.confirmation_id.clone());
+        let answer = tokio::select! {
+            biased;
+            _ = context.ct.cancelled() => {
+                let cancelled = AgentSurfaceError::cancelled().into_payload();
+                return Invocation::answered(InvokeResult::error(cancelled, request.invocation_id), first.correlation_id);
+            }
+            r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
+        };
+        match answer {
+            Ok(Ok(ElicitationAction::Accept)) => self.session.registry.invoke_detailed(request, options).await,
+            Ok(Ok(_decline_or_cancel)) => first,
+            Ok(Err(e)) => {
+                tracing::info!(target: "agent_surface::mcp", error = %e, "URL elicitation failed; relaying CONFIRMATION_REQUIRED");
+                first
+            }
+            Err(_elapsed) => {
+                tracing::info!(target: "agent_surface::mcp", "URL elicitation unanswered; relaying CONFIRMATION_REQUIRED");
+                first
+            }
+        }
     }
 
     /// Settles the `CONFIRMATION_REQUIRED` of `first` through elicitation when the session can;
@@ -422,6 +492,11 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
     context.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
+/// Whether a legacy client declared URL-mode elicitation at `initialize`.
+fn can_elicit_url(peer: &Peer<RoleServer>) -> bool {
+    peer.peer_info().is_some_and(|info| info.capabilities.elicitation.as_ref().is_some_and(|e| e.url.is_some()))
+}
+
 /// Whether a legacy client declared form elicitation at `initialize`.
 fn can_elicit(peer: &Peer<RoleServer>) -> bool {
     mrtr::abilities(peer.peer_info().as_ref().map(|info| &info.capabilities)).form
@@ -499,6 +574,22 @@ async fn elicit(peer: &Peer<RoleServer>, message: String) -> Result<ElicitationA
     };
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
     match peer.send_request(request).await {
+        Ok(ClientResult::ElicitResult(r)) => Ok(r.action),
+        Ok(_) => Err("unexpected response to elicitation/create".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Asks the client to send the person to `url` (URL-mode elicitation, `elicitation_id` naming the
+/// request); the action they took.
+async fn elicit_url(
+    peer: &Peer<RoleServer>,
+    message: String,
+    url: String,
+    elicitation_id: String,
+) -> Result<ElicitationAction, String> {
+    let params = ElicitRequestParams::UrlElicitationParams { meta: None, message, url, elicitation_id };
+    match peer.send_request(ServerRequest::ElicitRequest(ElicitRequest::new(params))).await {
         Ok(ClientResult::ElicitResult(r)) => Ok(r.action),
         Ok(_) => Err("unexpected response to elicitation/create".to_string()),
         Err(e) => Err(e.to_string()),
@@ -690,6 +781,7 @@ impl ServerHandler for McpServer {
         if let Some((relay, _)) = &progress {
             options = options.with_progress(relay.clone());
         }
+        let paged = matches!(&approval, Some((asked, _, answer)) if asked.url.is_some() && *answer != Answer::Missing);
         let outcome = match (outcome, approval) {
             (Some(ended), _) => ended,
             (None, Some((asked, sealed, answer))) => {
@@ -712,7 +804,9 @@ impl ServerHandler for McpServer {
         };
         if let Some(arguments) = &kept {
             let now = self.session.registry.config().clock.now();
-            let round = Round { tool: &request.name, arguments, consumer: &consumer, dialogue, abilities, now };
+            let urls = mrtr::can_open_urls(context.client_capabilities().as_ref());
+            let round =
+                Round { tool: &request.name, arguments, consumer: &consumer, dialogue, abilities, urls, paged, now };
             if let Some(ask) = self.ask_modern(&invocation.result, invocation.questions.as_deref(), &round)? {
                 return Ok(ask.into());
             }

@@ -138,3 +138,194 @@ async fn an_approved_confirmation_is_presented_when_the_model_repeats_the_call()
     assert_ne!(next.confirmation_id, details.confirmation_id);
     c.client.cancel().await.unwrap();
 }
+
+/// URL-mode elicitation (legacy era): the client sends the person to the confirmation's approval
+/// page, where someone else decides.
+mod url_mode {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult};
+    use agent_surface_mcp::confirm::EngineResolver;
+    use agent_surface_mcp::{McpConfig, McpServer, codec};
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    use rmcp::model::{
+        ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+        FormElicitationCapability, Implementation, UrlElicitationCapability,
+    };
+    use rmcp::service::{RequestContext, RunningService};
+    use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+    use serde_json::{Value, json};
+
+    use crate::support::{Nothing, params};
+
+    const BASE: &str = "https://shop.example/inbox/c";
+
+    /// What the person does at the page before the client answers.
+    #[derive(Clone, Copy)]
+    enum AtThePage {
+        /// A manager approves there, then the client answers `accept`.
+        ManagerApproves,
+        /// Nobody decides yet; the client answers `accept`.
+        Nothing,
+        /// The person declines to open the page.
+        Decline,
+    }
+
+    struct UrlClient {
+        form: bool,
+        engine: Arc<ConfirmationEngine>,
+        plan: Mutex<Vec<AtThePage>>,
+        /// (mode, message, url, elicitation id) of every elicitation.
+        asked: Asked,
+    }
+
+    impl ClientHandler for UrlClient {
+        fn get_info(&self) -> ClientConfig {
+            let mut elicitation = ElicitationCapability::new().with_url(UrlElicitationCapability::new());
+            if self.form {
+                elicitation = elicitation.with_form(FormElicitationCapability::new());
+            }
+            let mut caps = ClientCapabilities::default();
+            caps.elicitation = Some(elicitation);
+            ClientConfig::new(caps, Implementation::new("url-client", "0"))
+        }
+
+        async fn create_elicitation(
+            &self,
+            request: ElicitRequestParams,
+            _context: RequestContext<RoleClient>,
+        ) -> Result<ElicitResult, ErrorData> {
+            let ElicitRequestParams::UrlElicitationParams { message, url, elicitation_id, .. } = request else {
+                self.asked.lock().unwrap().push(("form".into(), String::new(), String::new(), String::new()));
+                return Ok(ElicitResult::new(ElicitationAction::Accept));
+            };
+            self.asked.lock().unwrap().push(("url".into(), message, url.clone(), elicitation_id));
+            let step = self.plan.lock().unwrap().remove(0);
+            let id = url.strip_prefix(&format!("{BASE}/")).unwrap_or_default().to_string();
+            Ok(ElicitResult::new(match step {
+                AtThePage::ManagerApproves => {
+                    self.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+                    ElicitationAction::Accept
+                }
+                AtThePage::Nothing => ElicitationAction::Accept,
+                AtThePage::Decline => ElicitationAction::Decline,
+            }))
+        }
+    }
+
+    struct Env {
+        engine: Arc<ConfirmationEngine>,
+        registry: Registry,
+        runs: Arc<AtomicUsize>,
+        _mount: agent_surface_registry::Mount,
+    }
+
+    fn env(base: Option<&str>) -> Env {
+        let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+            approval_base_url: base.map(str::to_string),
+            ..Default::default()
+        }));
+        let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+        let runs = Arc::new(AtomicUsize::new(0));
+        let seen = runs.clone();
+        registry
+            .define("vault", |t| {
+                t.capability("wipe", "Wipe the vault.")
+                    .effect(Effect::Destructive)
+                    .confirm(|_: &Nothing| "Wipe the vault.")
+                    .handler(move |_c: Ctx, _i: Nothing| {
+                        let seen = seen.clone();
+                        async move {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            Ok::<_, AgentSurfaceError>(json!({"wiped": true}))
+                        }
+                    });
+            })
+            .unwrap();
+        let mount = registry.mount("vault", "main").unwrap();
+        Env { engine, registry, runs, _mount: mount }
+    }
+
+    type Asked = Arc<Mutex<Vec<(String, String, String, String)>>>;
+
+    async fn connect(env: &Env, form: bool, plan: Vec<AtThePage>) -> (RunningService<RoleClient, UrlClient>, Asked) {
+        let config = McpConfig {
+            confirmations: Some(Arc::new(EngineResolver::new(env.engine.clone()))),
+            identity: Some(Identity::new("alice")),
+            ..Default::default()
+        };
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        let (read, write) = tokio::io::split(server_io);
+        let max = config.max_message_bytes;
+        tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(env.registry.clone(), config), read, write, max));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let handler = UrlClient { form, engine: env.engine.clone(), plan: Mutex::new(plan), asked: asked.clone() };
+        (handler.serve(client_io).await.unwrap(), asked)
+    }
+
+    async fn wipe(client: &RunningService<RoleClient, UrlClient>) -> InvokeResult {
+        let raw = client.call_tool(params("vault-wipe", json!({}), json!({}))).await.unwrap();
+        codec::decode(&raw).unwrap()
+    }
+
+    /// The client sends the person to the page; a manager approves there; the call runs once.
+    /// Preferred over a form (an in-person approval) when the client can do both.
+    #[tokio::test]
+    async fn the_person_is_sent_to_the_approval_page_and_the_call_runs_once_approved() {
+        for form in [false, true] {
+            let env = env(Some(BASE));
+            let (client, asked) = connect(&env, form, vec![AtThePage::ManagerApproves]).await;
+            let r = wipe(&client).await;
+            assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+            assert_eq!(env.runs.load(Ordering::SeqCst), 1);
+            let asked = asked.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1, "{asked:?}");
+            let (mode, message, url, elicitation_id) = &asked[0];
+            assert_eq!(mode, "url");
+            assert_eq!(url, &format!("{BASE}/{elicitation_id}"), "the elicitation id is the confirmation's");
+            assert!(message.contains("Wipe the vault.") && message.contains("approval page"), "{message}");
+            client.cancel().await.unwrap();
+        }
+    }
+
+    /// Nobody decided yet: the model gets the two-phase result with the approval URL; once a
+    /// manager approved, the model's plain repeat runs once (no elicitation needed then). A
+    /// declined page is no denial: the two-phase result again.
+    #[tokio::test]
+    async fn without_a_decision_yet_the_model_gets_the_approval_url_and_its_repeat_runs_later() {
+        let env = env(Some(BASE));
+        let (client, asked) = connect(&env, false, vec![AtThePage::Nothing, AtThePage::Decline]).await;
+        let r = wipe(&client).await;
+        let p = r.error_payload().unwrap();
+        assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
+        let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+        assert_eq!(p.detail("approvalUrl"), Some(&json!(format!("{BASE}/{id}"))));
+        assert!(p.message().contains("approval page in details.approvalUrl"), "{}", p.message());
+        let r = wipe(&client).await;
+        assert_eq!(r.code(), Some(ErrorCode::ConfirmationRequired), "a declined page leaves it pending");
+        assert_eq!(r.error_payload().unwrap().detail("confirmationId"), Some(&json!(id)));
+        assert_eq!(asked.lock().unwrap().len(), 2);
+
+        env.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+        let r = wipe(&client).await;
+        assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+        assert_eq!(env.runs.load(Ordering::SeqCst), 1);
+        assert_eq!(asked.lock().unwrap().len(), 2, "an approved call asks nobody");
+        client.cancel().await.unwrap();
+    }
+
+    /// Without an approval page, a URL-only client gets the two-phase result and no elicitation.
+    #[tokio::test]
+    async fn without_an_approval_page_there_is_no_url_elicitation() {
+        let env = env(None);
+        let (client, asked) = connect(&env, false, vec![]).await;
+        let r = wipe(&client).await;
+        let p = r.error_payload().unwrap();
+        assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
+        assert_eq!(p.detail("approvalUrl"), None);
+        assert!(asked.lock().unwrap().is_empty());
+        client.cancel().await.unwrap();
+    }
+}

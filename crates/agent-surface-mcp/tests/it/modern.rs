@@ -26,6 +26,8 @@ use serde_json::{Value, json};
 /// records the progress notifications it receives.
 struct Modern {
     elicitation: bool,
+    /// Declares URL-mode elicitation too.
+    urls: bool,
     sampling: bool,
     tasks: bool,
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
@@ -40,6 +42,14 @@ impl ClientHandler for Modern {
         };
         if self.elicitation {
             caps.elicitation = Some(ElicitationCapability::new());
+        }
+        if self.urls {
+            let form = caps.elicitation.take().map(|_| rmcp::model::FormElicitationCapability::new());
+            let mut elicitation = ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::new());
+            if let Some(form) = form {
+                elicitation = elicitation.with_form(form);
+            }
+            caps.elicitation = Some(elicitation);
         }
         if self.sampling {
             caps.sampling = Some(Default::default());
@@ -66,10 +76,16 @@ struct Shop {
 /// `shop.wipe` (destructive, confirmed through the real engine), `shop.count` (a write that
 /// counts its runs), `shop.steps` (reports three progress steps).
 fn shop() -> (Shop, Arc<ConfirmationEngine>) {
+    shop_with(None)
+}
+
+/// The same, the engine's approval pages under `base`.
+fn shop_with(base: Option<&str>) -> (Shop, Arc<ConfirmationEngine>) {
     let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
         ttl: Duration::from_secs(300),
+        approval_base_url: base.map(str::to_string),
         ..Default::default()
     }));
     let registry = Registry::new(RegistryConfig {
@@ -229,17 +245,20 @@ async fn connect_full(
     sampling: bool,
     tasks: bool,
 ) -> (Client, Arc<Mutex<Vec<ProgressNotificationParam>>>) {
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    connect_modern(registry, config, Modern { elicitation, urls: false, sampling, tasks, progress: progress.clone() })
+        .await
+        .map(|client| (client, progress))
+        .unwrap()
+}
+
+/// Serves `registry` with `config` to `client` in the discover lifecycle.
+async fn connect_modern(registry: &Registry, config: Arc<McpConfig>, client: Modern) -> Option<Client> {
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (read, write) = tokio::io::split(server_io);
-    let server = McpServer::new(registry.clone(), config);
-    tokio::spawn(agent_surface_mcp::serve_io(server, read, write, 1 << 20));
-    let progress = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(registry.clone(), config), read, write, 1 << 20));
     let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    let client = Modern { elicitation, sampling, tasks, progress: progress.clone() }
-        .serve_with_lifecycle(client_io, lifecycle)
-        .await
-        .unwrap();
-    (client, progress)
+    client.serve_with_lifecycle(client_io, lifecycle).await.ok()
 }
 
 fn params(tool: &str, args: Value) -> CallToolRequestParams {
@@ -728,4 +747,62 @@ async fn an_approved_long_running_call_becomes_a_task() {
     release(&shop);
     let done = final_task(&client, &id).await;
     assert_eq!(done.status(), rmcp::model::TaskStatus::Completed);
+}
+
+/// URL-mode elicitation in the modern era: a client that declares it (here beside forms) is sent
+/// to the confirmation's approval page by the input-required question. Its answer is never an
+/// approval: a manager approves at the page, then the answered retry runs the call once; answered
+/// before anyone decided, the retry relays the two-phase result with `approvalUrl` (not asked
+/// again), and the model's later plain repeat runs once approved.
+#[tokio::test]
+async fn a_client_that_opens_urls_is_sent_to_the_approval_page() {
+    const BASE: &str = "https://shop.example/inbox/c";
+    let (shop, engine) = shop_with(Some(BASE));
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let modern = Modern { elicitation: true, urls: true, sampling: false, tasks: false, progress };
+    let client = connect_modern(&shop.registry, Arc::new(config(&engine)), modern).await.unwrap();
+
+    let question = asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 3}))).await.unwrap());
+    let requests = question.input_requests.clone().expect("a question");
+    let Some(InputRequest::Elicitation(elicit)) = requests.get(CONFIRM_KEY) else { panic!("{requests:?}") };
+    let asked = serde_json::to_value(&elicit.params).unwrap();
+    assert_eq!(asked["mode"], "url", "{asked}");
+    let url = asked["url"].as_str().unwrap().to_string();
+    let id = url.strip_prefix(&format!("{BASE}/")).expect("the approval page").to_string();
+    assert!(asked["message"].as_str().unwrap().contains("Wipe shelf 3."), "{asked}");
+    let state = question.request_state.clone().unwrap();
+    // No answer yet: the same question.
+    let again = asks(client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, None)).await.unwrap());
+    assert_eq!(again.request_state.as_deref(), Some(state.as_str()));
+
+    // The requester's accept alone approves nothing: the retry relays the two-phase result.
+    let early = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    let p = early.error_payload().unwrap();
+    assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
+    assert_eq!((p.detail("confirmationId"), p.detail("approvalUrl")), (Some(&json!(id)), Some(&json!(url))));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+
+    // A manager approves at the page; the answered retry runs the call once.
+    engine.approve(&id, &Identity::new("manager")).await.unwrap();
+    let done = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("accept")))).await.unwrap(),
+    );
+    assert_eq!(done.output(), Some(&json!({"wiped": 3})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // Another shelf: declined at the client (no denial), approved later, the plain repeat runs.
+    let question = asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 4}))).await.unwrap());
+    let state = question.request_state.clone().unwrap();
+    let declined = completes(
+        client.call_tool_once(retry("shop-wipe", json!({"shelf": 4}), &state, Some(answer("decline")))).await.unwrap(),
+    );
+    let p = declined.error_payload().unwrap();
+    assert_eq!(p.code(), ErrorCode::ConfirmationRequired, "declining to open a page is no denial");
+    let second = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    engine.approve(&second, &Identity::new("manager")).await.unwrap();
+    let done = completes(client.call_tool_once(params("shop-wipe", json!({"shelf": 4}))).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"wiped": 4})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
 }
