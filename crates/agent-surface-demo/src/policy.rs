@@ -1,109 +1,98 @@
-//! The shop's own policies, written over the `agent_surface_policy` hook traits: who may see and
-//! call what, and a token bucket for shipping quotes. (Confirmations use the shipped
-//! `ConfirmationEngine`; see `shop.rs`.)
+//! The shop's policies and rate budget, made of `agent_surface_policy`'s shipped ones: who may see
+//! and call what ([`Policies`] with [`RequireRole`]), and a shipping-quote budget per caller
+//! ([`RateBudgets`], served by the [`MemoryRateLimiter`] in one process or by the Redis limiter
+//! for replicas). Confirmations use the shipped `ConfirmationEngine`; see `shop.rs`.
+//!
+//! The engine is default-allow: the demo shows every code to an anonymous caller (`loyalty`,
+//! `reports`, `tickets`… are open to anyone), and the `conformance` type is defined late, on
+//! demand, which a default-deny engine would need a rule for before it exists.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use agent_surface_core::Timestamp;
-use agent_surface_core::details::{Origin, RateLimitReason};
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError, RateDecision, RateLimiter};
-use futures_util::future::BoxFuture;
+use agent_surface_policy::{MemoryRateLimiter, Policies, Quota, RateBudgets, RateLimitConfig, RequireRole, Scope};
 
 /// Refunds need a signed-in support agent; admin tools exist only for admins, approval tools only
-/// for approvers.
-pub(crate) struct ShopAuthority;
+/// for approvers (hidden from everyone else, anonymous or not).
+pub(crate) fn authority() -> Policies {
+    Policies::new()
+        .for_type("refunds", RequireRole::new("support"))
+        .for_type("admin", RequireRole::new("admin").or_hide())
+        .for_type("approvals", RequireRole::new("approver").or_hide())
+}
 
-impl AuthorityPolicy for ShopAuthority {
-    fn name(&self) -> &str {
-        "shop-authority"
-    }
-
-    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        let identity = call.consumer.identity();
-        let decision = match call.type_id {
-            "refunds" => match identity {
-                None => AuthorityDecision::Unauthenticated,
-                Some(i) if !i.has_role("support") => AuthorityDecision::Deny { origin: Origin::Client },
-                Some(_) => AuthorityDecision::Allow,
-            },
-            "admin" if !identity.is_some_and(|i| i.has_role("admin")) => AuthorityDecision::Hide,
-            "approvals" if !identity.is_some_and(|i| i.has_role("approver")) => AuthorityDecision::Hide,
-            _ => AuthorityDecision::Allow,
-        };
-        Box::pin(std::future::ready(Ok(decision)))
+/// `shipping.quote` per caller: two quotes at once, one more every `refill`.
+pub(crate) fn quote_budget(refill: Duration) -> RateBudgets {
+    let two = NonZeroU32::MIN.saturating_add(1);
+    RateBudgets {
+        consumer_quotas: HashMap::from([(Scope::capability("shipping.quote"), Quota::new(two, refill * 2))]),
+        ..Default::default()
     }
 }
 
-/// A token bucket per (consumer, capability) for `shipping.quote`: two quotes at once, one more
-/// every `refill`. At most [`MAX_BUCKETS`] buckets are kept: when full, the buckets back to full
-/// (which hold nothing) are dropped, then, if that freed nothing, the whole table (which can only
-/// make the limiter more lenient for a moment, never stricter).
-pub(crate) struct QuoteLimiter {
-    pub(crate) capacity: f64,
-    pub(crate) refill: Duration,
-    buckets: Mutex<HashMap<(String, String), (f64, Timestamp)>>,
-}
-
-/// The most buckets a [`QuoteLimiter`] keeps.
-pub(crate) const MAX_BUCKETS: usize = 10_000;
-
-impl QuoteLimiter {
-    pub(crate) fn new(capacity: u32, refill: Duration) -> QuoteLimiter {
-        QuoteLimiter { capacity: f64::from(capacity), refill, buckets: Mutex::default() }
-    }
-}
-
-impl RateLimiter for QuoteLimiter {
-    fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
-        if call.capability != "shipping.quote" {
-            return Box::pin(std::future::ready(RateDecision::Allow(None)));
-        }
-        let key = (call.consumer.key().to_string(), call.capability.to_string());
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(&key) {
-            let refill_ms = self.refill.as_millis().max(1) as f64;
-            let capacity = self.capacity;
-            buckets.retain(|_, (tokens, at)| {
-                *tokens + now.saturating_duration_since(*at).as_millis() as f64 / refill_ms < capacity
-            });
-            if buckets.len() >= MAX_BUCKETS {
-                buckets.clear();
-            }
-        }
-        let (tokens, at) = buckets.entry(key).or_insert((self.capacity, now));
-        let refill_ms = self.refill.as_millis().max(1) as f64;
-        let elapsed_ms = now.saturating_duration_since(*at).as_millis() as f64;
-        *tokens = (*tokens + elapsed_ms / refill_ms).min(self.capacity);
-        *at = now;
-        let decision = if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            RateDecision::Allow(None)
-        } else {
-            let wait_ms = ((1.0 - *tokens) * refill_ms).ceil() as u64;
-            RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(wait_ms.max(1)) }
-        };
-        Box::pin(std::future::ready(decision))
-    }
+/// The [`quote_budget`] in this process's memory.
+pub(crate) fn quote_limiter(refill: Duration) -> MemoryRateLimiter {
+    let RateBudgets { consumer_quotas, .. } = quote_budget(refill);
+    MemoryRateLimiter::new(RateLimitConfig { consumer_quotas, ..Default::default() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_surface_core::Effect;
-    use agent_surface_policy::Consumer;
+    use agent_surface_core::details::RateLimitReason;
+    use agent_surface_core::{Effect, Timestamp};
+    use agent_surface_policy::{
+        AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, Identity, RateDecision, RateLimiter,
+    };
 
-    /// The quote limiter keeps at most `MAX_BUCKETS` buckets however many consumers quote.
+    /// Two quotes at once per caller, then one per refill; another caller has a budget of its
+    /// own, and other capabilities none.
     #[tokio::test]
-    async fn the_quote_limiter_is_bounded() {
-        let limiter = QuoteLimiter::new(2, Duration::from_millis(800));
+    async fn quotes_are_budgeted_per_caller() {
+        let limiter = quote_limiter(Duration::from_millis(800));
         let now = Timestamp::from_unix_millis(1_795_957_200_000);
-        for i in 0..(MAX_BUCKETS + 500) {
-            let consumer = Consumer::anonymous(format!("http-anonymous:s{i}"));
-            let call = CallInfo::new(&consumer, "shipping.quote", "shipping", Effect::Read, true);
-            assert!(matches!(limiter.acquire(call, now).await, RateDecision::Allow(_)));
-            assert!(limiter.buckets.lock().unwrap().len() <= MAX_BUCKETS);
+        let (alice, bob) = (Consumer::anonymous("alice"), Consumer::anonymous("bob"));
+        let quote = |who| CallInfo::new(who, "shipping.quote", "shipping", Effect::Read, true);
+        for _ in 0..2 {
+            assert!(matches!(limiter.acquire(quote(&alice), now).await, RateDecision::Allow(_)));
+        }
+        let RateDecision::Limited { reason, retry_after } = limiter.acquire(quote(&alice), now).await else {
+            panic!("the third quote at once is limited")
+        };
+        assert_eq!((reason, retry_after), (RateLimitReason::Rate, Duration::from_millis(800)));
+        assert!(matches!(limiter.acquire(quote(&bob), now).await, RateDecision::Allow(_)));
+        let later = Timestamp::from_unix_millis(1_795_957_200_800);
+        assert!(matches!(limiter.acquire(quote(&alice), later).await, RateDecision::Allow(_)));
+        let track = CallInfo::new(&alice, "shipping.track", "shipping", Effect::Read, true);
+        for _ in 0..5 {
+            assert!(matches!(limiter.acquire(track, now).await, RateDecision::Allow(_)));
+        }
+    }
+
+    /// The policies the shop's tools table describes.
+    #[tokio::test]
+    async fn who_sees_and_calls_what() {
+        let policies = authority();
+        let anonymous = Consumer::anonymous("a");
+        let support = Consumer::authenticated("s", Identity::new("sam").with_role("support"));
+        let approver = Consumer::authenticated("p", Identity::new("pat").with_role("approver"));
+        let call = |who, name: &'static str| {
+            let type_id = name.split_once('.').map_or(name, |(t, _)| t);
+            CallInfo::new(who, name, type_id, Effect::Write, false)
+        };
+        let deny = AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client };
+        let cases = [
+            (&anonymous, "refunds.issue", AuthorityDecision::Unauthenticated),
+            (&approver, "refunds.issue", deny),
+            (&support, "refunds.issue", AuthorityDecision::Allow),
+            (&support, "admin.purge_cache", AuthorityDecision::Hide),
+            (&anonymous, "approvals.approve", AuthorityDecision::Hide),
+            (&approver, "approvals.approve", AuthorityDecision::Allow),
+            (&anonymous, "tickets.open", AuthorityDecision::Allow),
+        ];
+        for (who, name, expected) in cases {
+            assert_eq!(policies.decide(call(who, name)).await.unwrap(), expected, "{name} by {}", who.key());
         }
     }
 }

@@ -34,7 +34,6 @@ use serde_json::{Value, json};
 
 use crate::data::{Data, Refused};
 use crate::orders::{Address, Order, Status, seed_orders};
-use crate::policy::{QuoteLimiter, ShopAuthority};
 
 /// An order id such as `A-1001`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -174,7 +173,8 @@ pub(crate) struct ShopOptions {
     pub(crate) confirmations: Option<Arc<dyn ConfirmationStore>>,
     /// Where idempotency records live (default: in this process's memory).
     pub(crate) idempotency: Option<Arc<dyn agent_surface_policy::IdempotencyStore>>,
-    /// The rate limiter (default: [`QuoteLimiter`] over `quote_refill`, in this process).
+    /// The rate limiter (default: [`crate::policy::quote_limiter`] over `quote_refill`, in this
+    /// process).
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter>>,
     /// How long `tickets-open` takes.
     pub(crate) ticket_delay: Duration,
@@ -298,19 +298,13 @@ fn refused(refused: Refused, not_placed: &'static str, reason: &str) -> AgentSur
     }
 }
 
-/// The shipping-quote budget on Redis, shared by every replica: two quotes at once, one more every
-/// `refill` (over all callers: a replica cannot hand out a budget of its own).
+/// The shipping-quote budget ([`crate::policy::quote_budget`]) on Redis, shared by every replica:
+/// a caller's quotes take from one budget whichever replica answers.
 pub(crate) fn shared_quote_limiter(
     redis: &agent_surface_redis::RedisStores,
     refill: Duration,
 ) -> agent_surface_redis::RedisRateLimiter {
-    let two = std::num::NonZeroU32::MIN.saturating_add(1);
-    let quota = agent_surface_policy::Quota::new(two, refill * 2);
-    let config = agent_surface_redis::RedisRateConfig {
-        capability_quotas: HashMap::from([("shipping.quote".to_string(), Some(quota))]),
-        ..Default::default()
-    };
-    redis.rate_limiter(config)
+    redis.rate_limiter(crate::policy::quote_budget(refill))
 }
 
 /// Builds the shop, its data in this process's memory.
@@ -336,9 +330,9 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     }
     let confirmations = Arc::new(ConfirmationEngine::new(engine));
     let rate_limiter =
-        options.rate_limiter.clone().unwrap_or_else(|| Arc::new(QuoteLimiter::new(2, options.quote_refill)));
+        options.rate_limiter.clone().unwrap_or_else(|| Arc::new(crate::policy::quote_limiter(options.quote_refill)));
     let mut config = RegistryConfig {
-        authority: Some(Arc::new(ShopAuthority)),
+        authority: Some(Arc::new(crate::policy::authority())),
         rate_limiter: Some(rate_limiter),
         confirmation: Some(confirmations.clone()),
         metrics: options.metrics,

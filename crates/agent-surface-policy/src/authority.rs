@@ -370,16 +370,47 @@ impl AuthorityPolicy for RequireIdentity {
 }
 
 /// Requires a role: `NOT_AUTHENTICATED` for anonymous consumers, `NOT_AUTHORIZED {origin:
-/// client}` for identities without the role. The role's name never reaches the agent.
+/// client}` for identities without the role; or, with [`RequireRole::or_hide`], the capability
+/// does not exist for them (absent from discovery, `CAPABILITY_NOT_FOUND` when invoked). The
+/// role's name never reaches the agent.
+///
+/// ```
+/// use agent_surface_core::details::Origin;
+/// use agent_surface_core::Effect;
+/// use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer, Identity, Policies, RequireRole};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let policies = Policies::new()
+///     .for_type("refunds", RequireRole::new("support"))
+///     .for_type("admin", RequireRole::new("admin").or_hide());
+/// let user = Consumer::authenticated("session-1", Identity::new("user-7"));
+/// let refund = CallInfo::new(&user, "refunds.issue", "refunds", Effect::Write, false);
+/// assert_eq!(policies.evaluate(refund).await.decision, AuthorityDecision::Deny { origin: Origin::Client });
+/// let purge = CallInfo::new(&user, "admin.purge", "admin", Effect::Write, false);
+/// assert_eq!(policies.evaluate(purge).await.decision, AuthorityDecision::Hide);
+/// let anonymous = Consumer::anonymous("session-2");
+/// let purge = CallInfo::new(&anonymous, "admin.purge", "admin", Effect::Write, false);
+/// assert_eq!(policies.evaluate(purge).await.decision, AuthorityDecision::Hide);
+/// # });
+/// ```
 #[derive(Clone, Debug)]
 pub struct RequireRole {
     role: String,
+    hide: bool,
 }
 
 impl RequireRole {
     /// Requires `role`.
     pub fn new(role: impl Into<String>) -> RequireRole {
-        RequireRole { role: role.into() }
+        RequireRole { role: role.into(), hide: false }
+    }
+
+    /// Hides what it guards from every consumer without the role, anonymous or signed in,
+    /// instead of refusing the call: tools only some people should know exist (administration,
+    /// approvals).
+    pub fn or_hide(mut self) -> RequireRole {
+        self.hide = true;
+        self
     }
 }
 
@@ -390,8 +421,9 @@ impl AuthorityPolicy for RequireRole {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         let decision = match call.consumer.identity() {
-            None => AuthorityDecision::Unauthenticated,
             Some(identity) if identity.has_role(&self.role) => AuthorityDecision::Allow,
+            _ if self.hide => AuthorityDecision::Hide,
+            None => AuthorityDecision::Unauthenticated,
             Some(_) => AuthorityDecision::Deny { origin: Origin::Client },
         };
         Box::pin(std::future::ready(Ok(decision)))

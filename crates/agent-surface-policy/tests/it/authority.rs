@@ -167,15 +167,18 @@ async fn ready_made_policies() {
     let user = Consumer::authenticated("u", Identity::new("u"));
     let admin = Consumer::authenticated("a", Identity::new("a").with_role("admin"));
     let role = RequireRole::new("admin");
+    let hidden = RequireRole::new("admin").or_hide();
     let cases = [
-        (&anonymous, AuthorityDecision::Unauthenticated, AuthorityDecision::Unauthenticated),
-        (&user, AuthorityDecision::Allow, DENY),
-        (&admin, AuthorityDecision::Allow, AuthorityDecision::Allow),
+        (&anonymous, AuthorityDecision::Unauthenticated, AuthorityDecision::Unauthenticated, AuthorityDecision::Hide),
+        (&user, AuthorityDecision::Allow, DENY, AuthorityDecision::Hide),
+        (&admin, AuthorityDecision::Allow, AuthorityDecision::Allow, AuthorityDecision::Allow),
     ];
-    for (who, identity, with_role) in cases {
+    for (who, identity, with_role, or_hide) in cases {
         assert_eq!(RequireIdentity.decide(call(who, "a.b")).await.unwrap(), identity);
         assert_eq!(role.decide(call(who, "a.b")).await.unwrap(), with_role);
+        assert_eq!(hidden.decide(call(who, "a.b")).await.unwrap(), or_hide);
     }
+    assert_eq!(hidden.name(), "require-role");
     let disable = FnPolicy::new("closed", |_c| Ok(AuthorityDecision::Disable { reason: SafeText::from("Closed.") }));
     assert_eq!(disable.name(), "closed");
     assert!(format!("{disable:?}").contains("closed"));
