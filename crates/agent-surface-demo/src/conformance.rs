@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
-use agent_surface_mcp::http::HttpConfig;
+use agent_surface_mcp::http::McpHttpConfig;
 use agent_surface_mcp::{McpConfig, McpServer};
 use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry};
 use rmcp::model::{
@@ -398,7 +398,7 @@ impl ConformanceServer {
 pub(crate) fn router(
     registry: Registry,
     config: McpConfig,
-    http: &HttpConfig,
+    http: &McpHttpConfig,
     shutdown: CancellationToken,
 ) -> axum::Router {
     let authenticator = config.authenticator.clone();

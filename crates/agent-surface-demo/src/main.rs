@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use agent_surface_mcp::McpConfig;
 use agent_surface_mcp::confirm::EngineResolver;
-use agent_surface_mcp::http::{BearerTokens, HttpConfig};
+use agent_surface_mcp::http::{BearerTokens, McpHttpConfig};
 use agent_surface_policy::Identity;
 
 const USAGE: &str = "\
@@ -356,7 +356,7 @@ async fn serve(options: Serve) -> Result<(), String> {
             Some(server)
         }
     };
-    let mut http = HttpConfig::default();
+    let mut http = McpHttpConfig::default();
     // Loopback, the hosts named with --allowed-host, and the OAuth resource's own host: a server
     // reached by a public name must admit that name, on both transports.
     let mut hosts = options.allowed_hosts.clone();

@@ -287,43 +287,19 @@ async fn capabilities(State(state): State<Shared>, headers: HeaderMap) -> Respon
     }
 }
 
-/// Whether the body is declared as JSON: exactly one `Content-Type` field, essence
-/// `application/json`, and a `charset` parameter (if any) of `utf-8` (case-insensitive, quoted or
-/// not).
+/// Whether the body is declared as JSON: exactly one `Content-Type` field, a media type (as the
+/// `mime` crate parses it) whose essence is `application/json`, and every `charset` parameter
+/// (if any) `utf-8` (case-insensitive, quoted or not).
 fn is_json(headers: &HeaderMap) -> bool {
     let mut fields = headers.get_all(header::CONTENT_TYPE).iter();
     let (Some(value), None) = (fields.next(), fields.next()) else {
         return false;
     };
-    let Ok(value) = value.to_str() else {
+    let Some(media) = value.to_str().ok().and_then(|v| v.parse::<mime::Mime>().ok()) else {
         return false;
     };
-    let mut parts = value.split(';');
-    let essence = parts.next().unwrap_or_default().trim();
-    essence.eq_ignore_ascii_case(JSON)
-        && parts.all(|param| match param.split_once('=') {
-            Some((name, v)) if name.trim().eq_ignore_ascii_case("charset") => {
-                parameter_value(v.trim()).is_some_and(|c| c.eq_ignore_ascii_case("utf-8"))
-            }
-            _ => true,
-        })
-}
-
-/// A media-type parameter value: a token as is, or a quoted-string unquoted (RFC 9110 §5.6.4).
-fn parameter_value(v: &str) -> Option<String> {
-    let Some(quoted) = v.strip_prefix('"') else {
-        return Some(v.to_string());
-    };
-    let mut chars = quoted.strip_suffix('"')?.chars();
-    let mut out = String::new();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => out.push(chars.next()?),
-            '"' => return None,
-            c => out.push(c),
-        }
-    }
-    Some(out)
+    media.essence_str() == mime::APPLICATION_JSON.essence_str()
+        && media.params().all(|(name, value)| name != "charset" || value == "utf-8")
 }
 
 /// Whether the body has no content coding: every `Content-Encoding` member is `identity`.
@@ -574,6 +550,43 @@ mod tests {
         for bad in [r#"""#, r#""abc"#, r#""a\b""#, r#""a"b"#, r#""a" "#, r#""a\""#, "\"a\u{7f}\""] {
             assert_eq!(sf_string(bad), None, "{bad:?}");
         }
+    }
+
+    /// `Content-Type` as the `mime` crate parses it: essence `application/json`, any case, and
+    /// every `charset` `utf-8`; one field only.
+    #[test]
+    fn json_bodies_are_recognized_by_their_media_type() {
+        let headers = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::CONTENT_TYPE, HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        for good in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=UTF-8",
+            "application/json;charset=\"utf-8\"",
+            "application/json; q=1",
+        ] {
+            assert!(is_json(&headers(&[good])), "{good:?}");
+        }
+        for bad in [
+            "",
+            "application/jsonx",
+            "application/problem+json",
+            "text/json",
+            "application/json; charset=latin1",
+            "application/json; charset=utf-8; charset=latin1",
+            "application/json; charset=\"utf-8",
+            "application/json; charset",
+            "application",
+        ] {
+            assert!(!is_json(&headers(&[bad])), "{bad:?}");
+        }
+        assert!(!is_json(&headers(&[])));
+        assert!(!is_json(&headers(&["application/json", "application/json"])));
     }
 
     #[tokio::test]

@@ -1,12 +1,12 @@
 //! The streamable HTTP transport, on axum, with DNS-rebinding protection and pluggable
 //! authentication.
 //!
-//! [`router`] mounts `rmcp`'s `StreamableHttpService` at [`HttpConfig::path`]: one
+//! [`router`] mounts `rmcp`'s `StreamableHttpService` at [`McpHttpConfig::path`]: one
 //! [`McpServer`] per legacy MCP session (`Mcp-Session-Id`) and one per modern (2026-07-28,
 //! stateless) request, which `rmcp` serves without a session. Requests whose
-//! `Host` is not in [`HttpConfig::allowed_hosts`], or that carry an `Origin` outside
-//! [`HttpConfig::allowed_origins`], are refused with HTTP 403 before any MCP processing; the
-//! defaults admit loopback only. A body over [`HttpConfig::max_body_bytes`] gets HTTP 413.
+//! `Host` is not in [`McpHttpConfig::allowed_hosts`], or that carry an `Origin` outside
+//! [`McpHttpConfig::allowed_origins`], are refused with HTTP 403 before any MCP processing; the
+//! defaults admit loopback only. A body over [`McpHttpConfig::max_body_bytes`] gets HTTP 413.
 //!
 //! Each request's identity comes from the configured [`Authenticator`]
 //! ([`crate::McpConfig::authenticator`]), which reads the request headers; no authenticator (or
@@ -21,7 +21,7 @@
 //! streams and legacy sessions, and with them the calls they carry: cancel it when the drain is
 //! over, not when the shutdown starts. [`serve_http`] does so (the drain of
 //! `agent_surface_server`: it waits for the calls in flight up to the `drain_timeout` of
-//! [`HttpConfig::limits`], then disposes the registry); a router served by hand gets the same
+//! [`McpHttpConfig::limits`], then disposes the registry); a router served by hand gets the same
 //! from `agent_surface_server::serve_with` with `Drain::streams`. Long-lived streams that carry no
 //! call's answer — a legacy session's `GET` stream, a modern `subscriptions/listen` — are marked
 //! `agent_surface_server::OpenStream`, so the drain does not wait for them.
@@ -43,7 +43,7 @@ pub use agent_surface_policy::{Authenticator, BearerTokens};
 
 /// The HTTP side of the server.
 #[derive(Clone, Debug)]
-pub struct HttpConfig {
+pub struct McpHttpConfig {
     /// Where the MCP endpoint is mounted.
     pub path: String,
     /// Accepted `Host` values (names, or `name:port`); the default admits loopback only, which
@@ -68,9 +68,9 @@ pub struct HttpConfig {
     pub session_idle: Duration,
 }
 
-impl Default for HttpConfig {
+impl Default for McpHttpConfig {
     fn default() -> Self {
-        HttpConfig {
+        McpHttpConfig {
             path: "/mcp".to_string(),
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()],
             allowed_origins: vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
@@ -87,7 +87,7 @@ impl Default for HttpConfig {
 /// legacy session and of each modern request. Use [`router`] for a registry; this is for
 /// handlers that wrap [`McpServer`]. Cancelling `streams` ends the event streams and sessions
 /// (see [the module docs](self)).
-pub fn router_with<H, F>(new_session: F, http: &HttpConfig, streams: CancellationToken) -> axum::Router
+pub fn router_with<H, F>(new_session: F, http: &McpHttpConfig, streams: CancellationToken) -> axum::Router
 where
     H: ServerHandler + Send + 'static,
     F: Fn() -> H + Send + Sync + 'static,
@@ -204,8 +204,8 @@ async fn screen_body(
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+        .and_then(|v| v.parse::<mime::Mime>().ok())
+        .is_some_and(|media| media.essence_str() == mime::APPLICATION_JSON.essence_str());
     if !json {
         return Err(refuse(axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "Send the message as application/json."));
     }
@@ -254,7 +254,7 @@ fn session_cap_response() -> axum::response::Response {
 /// through [`authenticated`]. Cancelling `streams` ends the event streams and sessions, and the
 /// calls they carry: give it `agent_surface_server::Drain::streams` (see
 /// [the module docs](self)).
-pub fn router(registry: Registry, config: McpConfig, http: &HttpConfig, streams: CancellationToken) -> axum::Router {
+pub fn router(registry: Registry, config: McpConfig, http: &McpHttpConfig, streams: CancellationToken) -> axum::Router {
     let authenticator = config.authenticator.clone();
     let config = Arc::new(config);
     let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, streams);
@@ -338,7 +338,7 @@ fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::
 
 /// Serves `registry` over streamable HTTP on `listener` until `shutdown` is cancelled, then
 /// drains (`agent_surface_server`'s drain, with the `drain_timeout` and `cancel_grace` of
-/// [`HttpConfig::limits`]): new connections are refused; the calls in flight finish, their
+/// [`McpHttpConfig::limits`]): new connections are refused; the calls in flight finish, their
 /// answers sent; a legacy session's idle event stream does not hold the drain. Calls still
 /// running when the drain timeout passes are cancelled by **disposing `registry`** — each ends
 /// `CANCELLED`, or `EXECUTION_FAILED {reason: outcome-unknown}` for a write whose handler had
@@ -352,13 +352,13 @@ fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::
 /// the calls left are then dropped with their connections):
 ///
 /// ```no_run
-/// use agent_surface_mcp::{McpConfig, http::{HttpConfig, router}};
+/// use agent_surface_mcp::{McpConfig, http::{McpHttpConfig, router}};
 /// use agent_surface_registry::{Registry, RegistryConfig};
 /// use agent_surface_server::Drain;
 ///
 /// # async fn run() -> std::io::Result<()> {
 /// # let registry = Registry::new(RegistryConfig::default());
-/// let http = HttpConfig::default();
+/// let http = McpHttpConfig::default();
 /// let drain = Drain::default(); // no cancel step
 /// let app = router(registry, McpConfig::default(), &http, drain.streams.clone());
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -368,20 +368,20 @@ fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::
 /// ```
 ///
 /// ```no_run
-/// use agent_surface_mcp::{McpConfig, http::{HttpConfig, serve_http}};
+/// use agent_surface_mcp::{McpConfig, http::{McpHttpConfig, serve_http}};
 /// use agent_surface_registry::{Registry, RegistryConfig};
 ///
 /// # async fn run() -> std::io::Result<()> {
 /// let registry = Registry::new(RegistryConfig::default());
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 /// let shutdown = tokio_util::sync::CancellationToken::new();
-/// serve_http(registry, McpConfig::default(), HttpConfig::default(), listener, shutdown).await
+/// serve_http(registry, McpConfig::default(), McpHttpConfig::default(), listener, shutdown).await
 /// # }
 /// ```
 pub async fn serve_http(
     registry: Registry,
     config: McpConfig,
-    http: HttpConfig,
+    http: McpHttpConfig,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {

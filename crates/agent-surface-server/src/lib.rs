@@ -40,7 +40,7 @@
 //! passes.
 //!
 //! Request bodies are bounded by the adapters themselves (size and read time); see the HTTP
-//! binding's `HttpConfig` and the MCP transport's configuration.
+//! binding's `HttpConfig` and the MCP transport's `McpHttpConfig`.
 //!
 //! # Examples
 //!

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use agent_surface_example_tickets::service;
-use agent_surface_mcp::{McpConfig, confirm::EngineResolver, http::HttpConfig};
+use agent_surface_http::HttpConfig;
+use agent_surface_mcp::{McpConfig, confirm::EngineResolver, http::McpHttpConfig};
 use agent_surface_policy::{BearerTokens, Identity, SystemClock};
 
 // guide:begin tokens
@@ -48,11 +49,8 @@ async fn main() -> Result<(), String> {
                 confirmations: Some(resolver),
                 ..Default::default()
             };
-            let api = agent_surface_http::HttpConfig {
-                authenticator: Some(Arc::new(BearerTokens::new(tokens()))),
-                ..Default::default()
-            };
-            let http = HttpConfig::default();
+            let api = HttpConfig { authenticator: Some(Arc::new(BearerTokens::new(tokens()))), ..Default::default() };
+            let http = McpHttpConfig::default();
             let drain = agent_surface_server::Drain::cancelling({
                 let registry = service.registry.clone();
                 move || registry.dispose()

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use agent_surface_mcp::McpConfig;
-use agent_surface_mcp::http::{HttpConfig, serve_http};
+use agent_surface_mcp::http::{McpHttpConfig, serve_http};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -12,9 +12,19 @@ use crate::support::fixture;
 
 /// `POST /mcp` with `body` and extra `headers`: the status, the headers and the body.
 async fn post(addr: std::net::SocketAddr, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    post_as(addr, "application/json", headers, body).await
+}
+
+/// [`post`] with this `Content-Type`.
+async fn post_as(
+    addr: std::net::SocketAddr,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -37,7 +47,7 @@ async fn legacy_sessions_are_capped() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let http = HttpConfig { max_sessions: 3, ..HttpConfig::default() };
+    let http = McpHttpConfig { max_sessions: 3, ..McpHttpConfig::default() };
     tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cap", "version": "0"}}})
@@ -69,6 +79,36 @@ async fn legacy_sessions_are_capped() {
     shutdown.cancel();
 }
 
+/// A message is JSON when its `Content-Type` parses (`mime`) to the essence `application/json`,
+/// whatever the case and parameters; anything else is `415` before the body is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_json_media_type_is_accepted() {
+    let f = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(serve_http(
+        f.registry.clone(),
+        McpConfig::default(),
+        McpHttpConfig::default(),
+        listener,
+        shutdown.clone(),
+    ));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mime", "version": "0"}}})
+    .to_string();
+    for good in ["Application/JSON", "application/json; charset=utf-8", "application/json;charset=\"UTF-8\""] {
+        let (status, raw) = post_as(addr, good, &[], &init).await;
+        assert_eq!(status, 200, "{good}: {raw}");
+    }
+    for bad in ["text/plain", "application/jsonx", "application/json-seq", "application/json; charset=\"utf-8", "json"]
+    {
+        let (status, raw) = post_as(addr, bad, &[], &init).await;
+        assert_eq!(status, 415, "{bad}: {raw}");
+    }
+    shutdown.cancel();
+}
+
 /// A body of many tiny JSON values is refused (`413`) before anything parses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_of_many_tiny_values_is_refused_unparsed() {
@@ -76,7 +116,7 @@ async fn a_body_of_many_tiny_values_is_refused_unparsed() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let http = HttpConfig { max_body_bytes: 64 * 1024, ..HttpConfig::default() };
+    let http = McpHttpConfig { max_body_bytes: 64 * 1024, ..McpHttpConfig::default() };
     tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
     // 64 KiB admits 4,096 values; this body has 10,000 in 20 KB.
     let body = format!(
@@ -99,7 +139,7 @@ async fn a_repeated_member_name_is_refused_over_http() {
     tokio::spawn(serve_http(
         f.registry.clone(),
         McpConfig::default(),
-        HttpConfig::default(),
+        McpHttpConfig::default(),
         listener,
         shutdown.clone(),
     ));
@@ -124,8 +164,13 @@ fn over_http_the_trace_parent_is_the_meta_one_not_the_header() {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let shutdown = CancellationToken::new();
-            let server =
-                serve_http(f.registry.clone(), McpConfig::default(), HttpConfig::default(), listener, shutdown.clone());
+            let server = serve_http(
+                f.registry.clone(),
+                McpConfig::default(),
+                McpHttpConfig::default(),
+                listener,
+                shutdown.clone(),
+            );
             tokio::spawn(server);
             let call = |meta: serde_json::Value| {
                 let mut m = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -183,7 +228,7 @@ async fn serve_draining(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let http = HttpConfig { limits, ..HttpConfig::default() };
+    let http = McpHttpConfig { limits, ..McpHttpConfig::default() };
     let server = tokio::spawn(serve_http(registry, McpConfig::default(), http, listener, shutdown.clone()));
     (addr, shutdown, server)
 }
