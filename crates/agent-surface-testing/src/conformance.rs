@@ -230,6 +230,38 @@ pub fn cases() -> Vec<InvokeResult> {
     out
 }
 
+/// Every case of the corpus ([`cases`]), each under a heading that names it (its number, its code
+/// and retry category or `OK`, its invocation id), rendered by `render`: the text a snapshot test
+/// pins for an adapter's wire form (see `docs/testing.md`, "Snapshots").
+///
+/// ```
+/// let text = agent_surface_testing::wire_snapshot(|result| {
+///     serde_json::to_string_pretty(result).unwrap()
+/// });
+/// assert!(text.starts_with("## 1 CAPABILITY_NOT_FOUND (after-refresh)\n{"));
+/// assert_eq!(text.matches("\n## ").count() + 1, agent_surface_testing::cases().len());
+/// ```
+pub fn wire_snapshot(render: impl Fn(&InvokeResult) -> String) -> String {
+    let mut out = String::new();
+    for (i, case) in cases().iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let what = match case.error_payload() {
+            Some(p) => format!("{} ({})", p.code(), p.retry()),
+            None => "OK".to_string(),
+        };
+        out.push_str(&format!("## {} {what}", i + 1));
+        if let Some(id) = case.invocation_id() {
+            out.push_str(&format!(" {id}"));
+        }
+        out.push('\n');
+        out.push_str(render(case).trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// Runs every case through `decode(encode(case))` and reports what did not come back unchanged.
 pub fn check_conformance<C: AdapterCodec>(codec: &C, config: &ConformanceConfig) -> ConformanceReport {
     let mut report = ConformanceReport::default();

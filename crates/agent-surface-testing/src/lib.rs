@@ -15,6 +15,13 @@
 //!   ([`AdapterCodec`], or two closures through [`codec`]), checks that all sixteen codes with
 //!   every retry category the matrix allows them, and representative details, survive the
 //!   adapter's wire form unchanged.
+//! - **Hooks** — [`Misbehaving`] (an authority policy, rate limiter and confirmation gate that
+//!   panics, hangs or fails on every call), [`Slow`] (a policy that takes its time) and
+//!   [`FnGate`] (a confirmation gate from a closure).
+//! - **HTTP** — [`http`], a small HTTP/1.1 client for servers under test that never half-closes
+//!   its write side (which hyper takes for a client gone away).
+//! - **Snapshots** — [`wire_snapshot`]: every conformance case, labelled, rendered by an adapter,
+//!   the text an `expect-test` snapshot pins.
 //! - **Audit** — [`FlakyAuditSink`], a sink that fails while told to (strict audit);
 //!   [`stores::check_audit_sink`], the suite every audit sink passes.
 //! - **Leak assertion** — [`assert_no_leak`]: given [`Secrets`] (SQL, a credentialed URL, a stack
@@ -88,6 +95,8 @@ mod clock;
 mod conformance;
 mod consumer;
 mod fixtures;
+mod hooks;
+pub mod http;
 mod leak;
 mod logs;
 pub mod services;
@@ -98,13 +107,14 @@ pub use audit::FlakyAuditSink;
 pub use clock::{ManualClock, SleepMode, TEST_EPOCH, TestClock};
 pub use conformance::{
     AdapterCodec, ConformanceConfig, ConformanceReport, Failure, FnCodec, assert_conformance, assert_conformance_with,
-    case_counts, cases, check_conformance, codec,
+    case_counts, cases, check_conformance, codec, wire_snapshot,
 };
 pub use consumer::ScriptedConsumer;
 pub use fixtures::{
     AddToCart, CancelOrder, Cancelled, Cart, CartView, Counter, NoInput, PRODUCTS, Product, SHOP_TYPES, SearchInput,
     SearchOutput, Shop,
 };
+pub use hooks::{FnGate, Misbehaving, Misbehaviour, Slow};
 pub use leak::{Secrets, agent_facing_serializations, assert_no_leak, assert_text_has_no_leak};
 pub use logs::capture_operator_log;
 

@@ -11,7 +11,7 @@
 //!
 //! - the registry runs on a [`ManualClock`] that only the test moves, so `retryAfterMs`,
 //!   `expiresAt` and `timeoutMs` do not depend on when a transport got its turn;
-//! - the confirmation gate is a fixture ([`FixtureGate`]) that issues the same confirmation id
+//! - the confirmation gate is a fixture ([`fixture_gate`], an `FnGate`) that issues the same confirmation id
 //!   for every request. Ids of the real `ConfirmationEngine` are fresh per request by design (its
 //!   guarantees are proven in `agent-surface-policy`); here the point is what the transports carry;
 //! - the in-flight codes (`TIMEOUT`, `COMPONENT_UNMOUNTED`, `CANCELLED`) are produced by the test
@@ -37,7 +37,7 @@ use agent_surface_policy::{
     MemoryRateLimiter, Policies, Quota, RateLimitConfig, RequireIdentity, RequireRole,
 };
 use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
-use agent_surface_testing::{Secrets, assert_text_has_no_leak};
+use agent_surface_testing::{FnGate, Secrets, assert_text_has_no_leak};
 use agent_surface_toolset::{
     Approval, ConfirmationPrompt, Provider, RecoveryConfig, RecoveryHost, Toolset, ToolsetConfig,
 };
@@ -57,27 +57,17 @@ const SECRET_URL: &str = "postgres://svc:hunter2@db.internal:5432/notes";
 
 /// A gate for capabilities that declare one: every request without evidence gets the same
 /// confirmation id and expiry; every presented id is refused as denied.
-struct FixtureGate;
-
-impl ConfirmationGate for FixtureGate {
-    fn check<'a>(
-        &'a self,
-        call: CallInfo<'a>,
-        evidence: Option<&'a str>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, ConfirmationDecision> {
-        let decision = match (call.declared_gate, evidence) {
-            (None, _) => ConfirmationDecision::Proceed,
-            (Some(gate), None) => ConfirmationDecision::Required {
-                confirmation_id: "c-5f1d0c2a9e7b4f31".into(),
-                summary: gate.summary.cloned().unwrap_or_else(|| SafeText::from("Delete a note.")),
-                expires_at: now.saturating_add(Duration::from_secs(300)),
-                origin: Origin::Client,
-            },
-            (Some(_), Some(_)) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
-        };
-        Box::pin(std::future::ready(decision))
-    }
+fn fixture_gate() -> impl ConfirmationGate {
+    FnGate::new(|call, evidence, now| match (call.declared_gate, evidence) {
+        (None, _) => ConfirmationDecision::Proceed,
+        (Some(gate), None) => ConfirmationDecision::Required {
+            confirmation_id: "c-5f1d0c2a9e7b4f31".into(),
+            summary: gate.summary.cloned().unwrap_or_else(|| SafeText::from("Delete a note.")),
+            expires_at: now.saturating_add(Duration::from_secs(300)),
+            origin: Origin::Client,
+        },
+        (Some(_), Some(_)) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
+    })
 }
 
 /// Tracks the runs of `slow.wait`, whose handler never finishes on its own.
@@ -130,7 +120,7 @@ fn fixture() -> Fixture {
         clock: clock.clone(),
         authority: Some(Arc::new(authority)),
         rate_limiter: Some(Arc::new(limiter)),
-        confirmation: Some(Arc::new(FixtureGate)),
+        confirmation: Some(Arc::new(fixture_gate())),
         ..Default::default()
     });
     let probe = Arc::new(Probe::default());

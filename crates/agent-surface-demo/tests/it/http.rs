@@ -91,17 +91,12 @@ fn get(server: &Server, path: &str) -> (u16, String, String) {
     get_as(server, path, &server.addr)
 }
 
-/// `GET path` with `Host: host`.
+/// `GET path` with `Host: host` (the testing kit's client): the status, the header fields
+/// (`name: value` lines) and the body.
 fn get_as(server: &Server, path: &str, host: &str) -> (u16, String, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    let _ = stream.read_to_string(&mut raw);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, head.to_string(), body.to_string())
+    let r = agent_surface_testing::http::request_blocking(&server.addr, "GET", path, &[("Host", host)], b"");
+    let head: String = r.headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    (r.status, head, r.body)
 }
 
 /// After a scripted mix of calls over MCP and the HTTP binding, `/metrics` (and `/api/metrics`)

@@ -1,11 +1,10 @@
-//! `agent-surface-demo serve --http` as a child process, and a plain HTTP/1.1 client for it.
+//! `agent-surface-demo serve --http` as a child process, and the testing kit's HTTP/1.1 client
+//! for it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
-use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// A running `serve --http 127.0.0.1:0`; killed on drop.
 pub(crate) struct Server {
@@ -50,55 +49,16 @@ pub(crate) fn start(args: &[&str]) -> Server {
     Server { child, addr }
 }
 
-/// An HTTP response, read to the end.
-pub(crate) struct Response {
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) body: String,
-}
-
-impl Response {
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    /// The JSON-RPC messages of a JSON or SSE body.
-    pub(crate) fn messages(&self) -> Vec<Value> {
-        if let Ok(v) = serde_json::from_str(&self.body) {
-            return vec![v];
-        }
-        self.body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .collect()
-    }
-}
+/// An HTTP response, read to the end (the testing kit's).
+pub(crate) use agent_surface_testing::http::Response;
 
 /// `POST path` with JSON `body` to `addr`, `Host: host` and extra `headers`; one request per
-/// connection.
+/// connection (the testing kit's client, which never half-closes its write side).
 pub(crate) fn post(addr: &str, path: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Response {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let _ = stream.write_all(body.as_bytes());
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
-    Response { status, headers, body: body.to_string() }
+    let mut all =
+        vec![("Host", host), ("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    all.extend_from_slice(headers);
+    agent_surface_testing::http::request_blocking(addr, "POST", path, &all, body.as_bytes())
 }
 
 /// `GET path` from `addr` with extra `headers`; one request per connection.
@@ -106,70 +66,13 @@ pub(crate) fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response 
     request(addr, "GET", path, headers, b"")
 }
 
-/// `method path` to `addr` (also the `Host`) with extra `headers` and `body` (a `Content-Length`
-/// when there is one); one request per connection, the write side left open until the response
-/// is read; a `chunked` body is decoded.
+/// `method path` to `addr` (also the `Host`) with extra `headers` and `body`; one request per
+/// connection, the write side left open until the response is read (to its length, or its last
+/// chunk, decoded: a server may keep the connection open regardless). The testing kit's client.
 pub(crate) fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if !body.is_empty() || method != "GET" {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    // Read until the response is complete (a server may keep the connection open regardless).
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    while !complete(&raw) {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-        }
-    }
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut rest = raw.get(split + 4..).unwrap_or_default();
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
-    let chunked =
-        headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked"));
-    let mut body = Vec::new();
-    if chunked {
-        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
-            let size = String::from_utf8_lossy(&rest[..end]);
-            let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
-            rest = &rest[end + 2..];
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&rest[..size.min(rest.len())]);
-            rest = rest.get(size + 2..).unwrap_or_default();
-        }
-    } else {
-        body.extend_from_slice(rest);
-    }
-    Response { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
-}
-
-/// Whether `raw` holds a whole response: its head, and as much body as `Content-Length` says or
-/// the last chunk of a `chunked` body. (A body delimited by the connection's end is never complete.)
-fn complete(raw: &[u8]) -> bool {
-    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let body = &raw[split + 4..];
-    let header = |name: &str| head.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-    if let Some(length) = header("content-length:").and_then(|v| v.parse::<usize>().ok()) {
-        return body.len() >= length;
-    }
-    header("transfer-encoding:") == Some("chunked")
-        && (body.starts_with(b"0\r\n\r\n") || body.ends_with(b"\r\n0\r\n\r\n"))
+    let mut all = vec![("Host", addr)];
+    all.extend_from_slice(headers);
+    agent_surface_testing::http::request_blocking(addr, method, path, &all, body)
 }
 
 /// An initialized MCP session on `/mcp`: its `Mcp-Session-Id`.

@@ -1,5 +1,5 @@
-//! A minimal HTTP/1.1 client over `tokio::net::TcpStream` and a test registry served on
-//! `127.0.0.1:0`.
+//! A test registry served on `127.0.0.1:0`, and the testing kit's HTTP/1.1 client
+//! (`agent_surface_testing::http`) with the binding's own checks.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +11,6 @@ use agent_surface_http::{BearerTokens, HttpConfig};
 use agent_surface_policy::Identity;
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) struct Server {
@@ -81,25 +80,17 @@ pub(crate) async fn start_as_configured(config: HttpConfig) -> Server {
     Server { addr, registry, shutdown }
 }
 
-#[derive(Debug)]
-pub(crate) struct Response {
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) body: String,
+pub(crate) use agent_surface_testing::http::{Response, parse_response, post_json, send_raw};
+
+/// What the binding's tests check of a response beyond the kit's [`Response`].
+pub(crate) trait ResponseExt {
+    /// Asserts a protocol fault of `kind` with `status`.
+    fn assert_fault(&self, status: u16, kind: &str);
 }
 
-impl Response {
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    pub(crate) fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-
-    /// Asserts a protocol fault of `kind` with `status`.
+impl ResponseExt for Response {
     #[track_caller]
-    pub(crate) fn assert_fault(&self, status: u16, kind: &str) {
+    fn assert_fault(&self, status: u16, kind: &str) {
         assert_eq!(self.status, status, "{self:?}");
         assert_eq!(self.header("content-type"), Some("application/problem+json"));
         let v = self.json();
@@ -109,7 +100,8 @@ impl Response {
     }
 }
 
-/// Sends one request (`Connection: close`) and reads the whole response.
+/// Sends one request (`Connection: close`) and reads the whole response (the testing kit's
+/// client, which never half-closes its write side).
 pub(crate) async fn send(
     addr: SocketAddr,
     method: &str,
@@ -117,73 +109,10 @@ pub(crate) async fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Response {
-    exchange(addr, "127.0.0.1", method, path, headers, body).await
+    agent_surface_testing::http::request(addr, method, path, headers, body).await
 }
 
 /// A bodiless request with another `Host`.
 pub(crate) async fn send_as(addr: SocketAddr, host: &str, method: &str, path: &str) -> Response {
-    exchange(addr, host, method, path, &[], b"").await
-}
-
-async fn exchange(
-    addr: SocketAddr,
-    host: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Response {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    if !headers
-        .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding"))
-    {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body);
-    send_raw(addr, &bytes).await
-}
-
-/// Writes `bytes` as they are (the whole request, head and body) and reads the response.
-///
-/// The write side stays open: the server (hyper without half-close) takes an end of input while
-/// a request is in progress for a client that went away and drops the call, so a half-close here
-/// would race the answer.
-pub(crate) async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Response {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    // The server may answer (413) before reading everything; a failed write is not the test's
-    // business, the response is.
-    let (mut read, mut write) = stream.split();
-    let writer = async {
-        let _ = write.write_all(bytes).await;
-    };
-    let mut raw = Vec::new();
-    let reader = async {
-        let _ = read.read_to_end(&mut raw).await;
-    };
-    tokio::join!(writer, reader);
-    parse_response(&raw)
-}
-
-/// Parses a whole HTTP/1.1 response (no chunked decoding: the binding sends lengths).
-pub(crate) fn parse_response(raw: &[u8]) -> Response {
-    let text = String::from_utf8_lossy(raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response: {text:?}"));
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers =
-        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
-    Response { status, headers, body: body.to_string() }
-}
-
-/// `POST {path}` with a JSON body.
-pub(crate) async fn post_json(addr: SocketAddr, path: &str, extra: &[(&str, &str)], body: &str) -> Response {
-    let mut headers = vec![("Content-Type", "application/json")];
-    headers.extend_from_slice(extra);
-    send(addr, "POST", path, &headers, body.as_bytes()).await
+    agent_surface_testing::http::request(addr, method, path, &[("Host", host)], b"").await
 }

@@ -3,6 +3,7 @@
 use agent_surface_http::HttpConfig;
 use agent_surface_testing::{Secrets, assert_text_has_no_leak};
 
+use crate::client::ResponseExt;
 use crate::client::{Response, post_json, send, start};
 
 fn secrets() -> Secrets {

@@ -6,4 +6,5 @@ mod drain;
 mod hostile;
 mod inbox;
 mod routes;
+mod snapshots;
 mod strict;

@@ -5,6 +5,7 @@ use agent_surface_http::HttpConfig;
 use agent_surface_http::wire::{self, payload_text};
 use serde_json::json;
 
+use crate::client::ResponseExt;
 use crate::client::{post_json, send, start};
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use agent_surface_http::{Authenticator, BoxFuture, HttpConfig};
 use agent_surface_policy::Identity;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::client::ResponseExt;
 use crate::client::{parse_response, post_json, send, send_as, send_raw, start, start_as_configured};
 
 const BODY: &str = r#"{"capability":"echo.say","input":{"text":"a"}}"#;

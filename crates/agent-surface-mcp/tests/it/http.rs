@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::fixture;
 
-/// `POST /mcp` with `body` and extra `headers`: the status, the headers and the body.
+/// `POST /mcp` with `body` and extra `headers` (the testing kit's client): the status, and the
+/// header fields (`name: value` lines) and the body as one text.
 async fn post(addr: std::net::SocketAddr, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     post_as(addr, "application/json", headers, body).await
 }
@@ -22,21 +23,11 @@ async fn post_as(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw)).await;
-    let status = raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, raw)
+    let mut all = vec![("Content-Type", content_type), ("Accept", "application/json, text/event-stream")];
+    all.extend_from_slice(headers);
+    let r = agent_surface_testing::http::request(addr, "POST", "/mcp", &all, body.as_bytes()).await;
+    let head: String = r.headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    (r.status, format!("{head}\r\n{}", r.body))
 }
 
 /// Past `max_sessions`, a legacy `initialize` is refused with `503` and `Retry-After`; modern

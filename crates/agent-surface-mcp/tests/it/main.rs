@@ -8,4 +8,5 @@ mod frames;
 mod http;
 mod list;
 mod modern;
+mod snapshots;
 mod support;

@@ -11,6 +11,7 @@ use agent_surface_policy::{
     AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, FnPolicy, Identity, ManualClock, Policies, PolicyError,
     RequireIdentity, RequireRole,
 };
+use agent_surface_testing::Misbehaving;
 use futures_util::future::BoxFuture;
 
 const DENY: AuthorityDecision = AuthorityDecision::Deny { origin: Origin::Client };
@@ -76,31 +77,6 @@ async fn an_empty_engine_allows_everything() {
     assert_eq!(policies.evaluate(call(&consumer, "a.b")).await.decision, AuthorityDecision::Allow);
 }
 
-struct Hangs;
-
-impl AuthorityPolicy for Hangs {
-    fn name(&self) -> &str {
-        "hangs"
-    }
-    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        Box::pin(std::future::pending())
-    }
-}
-
-struct PanicsWhileRunning;
-
-impl AuthorityPolicy for PanicsWhileRunning {
-    fn name(&self) -> &str {
-        "panics-while-running"
-    }
-    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        Box::pin(async {
-            tokio::task::yield_now().await;
-            panic!("bug")
-        })
-    }
-}
-
 #[tokio::test]
 async fn errors_panics_and_overruns_deny() {
     let clock = Arc::new(ManualClock::default());
@@ -109,10 +85,10 @@ async fn errors_panics_and_overruns_deny() {
     let policies = Policies::new()
         .with_clock(clock.clone())
         .with_budget(Duration::from_millis(100))
-        .for_capability("x.error", FnPolicy::new("errors", |_c| Err(PolicyError::new("backend down"))))
-        .for_capability("x.panic", FnPolicy::new("panics", |_c| panic!("bug")))
-        .for_capability("x.late-panic", PanicsWhileRunning)
-        .for_capability("x.hang", Hangs)
+        .for_capability("x.error", Misbehaving::fails("errors", "backend down"))
+        .for_capability("x.panic", Misbehaving::panics("panics", "bug"))
+        .for_capability("x.late-panic", Misbehaving::panics_later("panics-while-running", "bug"))
+        .for_capability("x.hang", Misbehaving::hangs("hangs"))
         .global(FnPolicy::new("first", |_c| Ok(AuthorityDecision::Allow)))
         .for_capability(
             "x.error",

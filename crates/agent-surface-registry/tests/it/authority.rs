@@ -12,6 +12,7 @@ use agent_surface_policy::{
     RequireIdentity, RequireRole,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
+use agent_surface_testing::{Misbehaving, Slow};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -257,31 +258,6 @@ async fn hidden_and_never_existed_take_the_same_path() {
     assert_eq!(turnstile.decisions.load(Ordering::SeqCst), 3);
 }
 
-struct Hangs;
-
-impl AuthorityPolicy for Hangs {
-    fn name(&self) -> &str {
-        "hangs"
-    }
-    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        Box::pin(std::future::pending())
-    }
-}
-
-struct PanicsLater;
-
-impl AuthorityPolicy for PanicsLater {
-    fn name(&self) -> &str {
-        "panics-later"
-    }
-    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        Box::pin(async {
-            tokio::task::yield_now().await;
-            panic!("policy bug reading /etc/policy.d/secret.rules")
-        })
-    }
-}
-
 async fn denied_without_leaks(r: &Registry, capability: &str) {
     let inv = r.invoke_detailed(call(capability, json!({})), signed_in("u", &[])).await;
     let p = assert_produced(&inv, ErrorCode::NotAuthorized, Phase::Authority);
@@ -296,7 +272,7 @@ async fn denied_without_leaks(r: &Registry, capability: &str) {
 async fn failing_panicking_and_hanging_policies_deny() {
     let (log, _guard) = Captured::install();
     let clock = clock();
-    let failing = FnPolicy::new("failing-ldap", |_call| Err(PolicyError::new("ldap://10.0.0.7 refused the bind")));
+    let failing = Misbehaving::fails("failing-ldap", "ldap://10.0.0.7 refused the bind");
     let panics_at_once = FnPolicy::new("panics-at-once", |call| {
         if call.capability == "shop.browse" {
             panic!("policy bug reading /etc/policy.d/secret.rules")
@@ -307,9 +283,12 @@ async fn failing_panicking_and_hanging_policies_deny() {
         .with_clock(clock.clone())
         .with_budget(Duration::from_millis(250))
         .for_capability("shop.browse", panics_at_once)
-        .for_capability("shop.sale", PanicsLater)
+        .for_capability(
+            "shop.sale",
+            Misbehaving::panics_later("panics-later", "policy bug reading /etc/policy.d/secret.rules"),
+        )
         .for_capability("admin.purge", failing)
-        .for_capability("admin.audit", Hangs);
+        .for_capability("admin.audit", Misbehaving::hangs("hangs"));
     let (r, _m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..config_with(&clock) });
 
     for capability in ["shop.browse", "shop.sale", "admin.purge"] {
@@ -341,7 +320,7 @@ async fn failing_panicking_and_hanging_policies_deny() {
 async fn a_single_policy_is_bounded_by_the_registry_budget() {
     let clock = clock();
     let (r, _m) = shop(RegistryConfig {
-        authority: Some(Arc::new(Hangs)),
+        authority: Some(Arc::new(Misbehaving::hangs("hangs"))),
         authority_budget: Duration::from_millis(100),
         ..config_with(&clock)
     });
@@ -480,7 +459,7 @@ async fn an_ambiguous_call_lists_only_visible_instances() {
 #[tokio::test]
 async fn a_stuck_policy_costs_a_snapshot_one_budget() {
     let config = RegistryConfig {
-        authority: Some(Arc::new(Hangs)),
+        authority: Some(Arc::new(Misbehaving::hangs("hangs"))),
         authority_budget: Duration::from_millis(100),
         ..Default::default()
     };
@@ -494,19 +473,11 @@ async fn a_stuck_policy_costs_a_snapshot_one_budget() {
 }
 
 /// A policy that takes 50 ms per decision and hides the `admin` type.
-struct SlowHide;
-
-impl AuthorityPolicy for SlowHide {
-    fn name(&self) -> &str {
-        "slow-hide"
-    }
-    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        let hide = call.type_id == "admin";
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok(if hide { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
-        })
-    }
+fn slow_hide() -> Slow<FnPolicy<impl Fn(&CallInfo<'_>) -> Result<AuthorityDecision, PolicyError> + Send + Sync>> {
+    let hide = FnPolicy::new("slow-hide", |call: &CallInfo<'_>| {
+        Ok(if call.type_id == "admin" { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
+    });
+    Slow::new(Duration::from_millis(50), hide)
 }
 
 /// A policy slow per decision but within the budget is asked about every capability at once, so
@@ -514,7 +485,7 @@ impl AuthorityPolicy for SlowHide {
 #[tokio::test]
 async fn a_slow_policy_still_hides_in_a_snapshot() {
     let config = RegistryConfig {
-        authority: Some(Arc::new(SlowHide)),
+        authority: Some(Arc::new(slow_hide())),
         authority_budget: Duration::from_millis(120),
         ..Default::default()
     };

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Timestamp};
 use agent_surface_policy::{
-    Admission, AuthorityDecision, AuthorityPolicy, CallInfo, Fingerprint, IdempotencyKey, IdempotencyStore, Lease,
-    MemoryIdempotencyStore, PolicyError, Settlement, StoreError,
+    Admission, AllowAll, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, Settlement,
+    StoreError,
 };
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use agent_surface_testing::Slow;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -84,20 +85,8 @@ impl IdempotencyStore for LeasingStore {
 
 /// An authority policy that takes its time (and allows everything): a window between admission
 /// and execution.
-struct SlowAuthority(Duration);
-
-impl AuthorityPolicy for SlowAuthority {
-    fn name(&self) -> &str {
-        "slow"
-    }
-
-    fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        let wait = self.0;
-        Box::pin(async move {
-            tokio::time::sleep(wait).await;
-            Ok(AuthorityDecision::Allow)
-        })
-    }
+fn slow_authority(wait: Duration) -> Slow<AllowAll> {
+    Slow::new(wait, AllowAll)
 }
 
 /// `shop.pay` (external, not idempotent) and `shop.quote` (read), each counting its executions
@@ -186,7 +175,7 @@ async fn a_dropped_takeover_records_an_unknown_outcome() {
     let store = Arc::new(LeasingStore::default());
     let config = RegistryConfig {
         idempotency: store.clone(),
-        authority: Some(Arc::new(SlowAuthority(Duration::from_secs(5)))),
+        authority: Some(Arc::new(slow_authority(Duration::from_secs(5)))),
         ..Default::default()
     };
     let (r, _m, runs) = registry_with(config, Duration::ZERO);
@@ -216,7 +205,7 @@ async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
     let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
     let config = RegistryConfig {
         idempotency: store.clone(),
-        authority: Some(Arc::new(SlowAuthority(Duration::from_millis(60)))),
+        authority: Some(Arc::new(slow_authority(Duration::from_millis(60)))),
         ..Default::default()
     };
     let (r, _m, runs) = registry_with(config, Duration::ZERO);

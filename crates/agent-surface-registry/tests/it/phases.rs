@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use agent_surface_testing::FnGate;
+
 use crate::support::*;
 
 // ---- Phase 1: admission -------------------------------------------------------------------
@@ -415,33 +417,23 @@ async fn rate_limited_is_not_cached() {
 
 // ---- Phase 7: confirmation ---------------------------------------------------------------
 
-struct Gate;
-
-impl ConfirmationGate for Gate {
-    fn check<'a>(
-        &'a self,
-        _call: CallInfo<'a>,
-        evidence: Option<&'a str>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, ConfirmationDecision> {
-        Box::pin(async move {
-            match evidence {
-                None => ConfirmationDecision::Required {
-                    confirmation_id: "conf-1".into(),
-                    summary: SafeText::from("Echo a text."),
-                    expires_at: now.saturating_add(Duration::from_secs(60)),
-                    origin: Origin::Client,
-                },
-                Some("conf-1") => ConfirmationDecision::Proceed,
-                Some(_) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
-            }
-        })
-    }
+/// Every call needs `conf-1`; any other id is denied.
+fn gate() -> impl ConfirmationGate {
+    FnGate::new(|_call, evidence, now| match evidence {
+        None => ConfirmationDecision::Required {
+            confirmation_id: "conf-1".into(),
+            summary: SafeText::from("Echo a text."),
+            expires_at: now.saturating_add(Duration::from_secs(60)),
+            origin: Origin::Client,
+        },
+        Some("conf-1") => ConfirmationDecision::Proceed,
+        Some(_) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
+    })
 }
 
 #[tokio::test]
 async fn confirmation_required_then_invalid_then_proceed() {
-    let (r, _m) = echo_registry(RegistryConfig { confirmation: Some(Arc::new(Gate)), ..Default::default() });
+    let (r, _m) = echo_registry(RegistryConfig { confirmation: Some(Arc::new(gate())), ..Default::default() });
     let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i"), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
     assert_eq!(p.detail("confirmationId"), Some(&json!("conf-1")));

@@ -6,34 +6,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, Timestamp};
-use agent_surface_policy::{CallInfo, RateDecision, RateLimiter};
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use agent_surface_testing::Misbehaving;
+
 use crate::support::*;
-
-struct PanickingLimiter;
-
-impl RateLimiter for PanickingLimiter {
-    fn acquire<'a>(&'a self, _call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
-        Box::pin(async { panic!("limiter bug: redis://10.0.0.9 unreachable") })
-    }
-}
-
-struct HangingLimiter;
-
-impl RateLimiter for HangingLimiter {
-    fn acquire<'a>(&'a self, _call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
-        Box::pin(std::future::pending())
-    }
-}
 
 #[tokio::test]
 async fn a_panicking_rate_limiter_fails_closed() {
-    let (r, _m) =
-        echo_registry(RegistryConfig { rate_limiter: Some(Arc::new(PanickingLimiter)), ..Default::default() });
+    let (r, _m) = echo_registry(RegistryConfig {
+        rate_limiter: Some(Arc::new(Misbehaving::panics_later("limiter", "limiter bug: redis://10.0.0.9 unreachable"))),
+        ..Default::default()
+    });
     let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::RateLimited, Phase::Rate);
     assert_eq!(p.retry(), Retry::AfterDelay);
@@ -43,7 +30,7 @@ async fn a_panicking_rate_limiter_fails_closed() {
 #[tokio::test]
 async fn a_hanging_rate_limiter_fails_closed_after_the_budget() {
     let clock = clock();
-    let config = RegistryConfig { rate_limiter: Some(Arc::new(HangingLimiter)), ..config_with(&clock) };
+    let config = RegistryConfig { rate_limiter: Some(Arc::new(Misbehaving::hangs("limiter"))), ..config_with(&clock) };
     let (r, _m) = echo_registry(config);
     let fut = {
         let r = r.clone();
@@ -292,20 +279,6 @@ async fn a_hanging_idempotency_store_fails_closed_within_its_budget() {
     assert_eq!(p.retry(), Retry::AfterDelay);
 }
 
-/// A confirmation gate that never answers.
-struct HangingGate;
-
-impl agent_surface_policy::ConfirmationGate for HangingGate {
-    fn check<'a>(
-        &'a self,
-        _: CallInfo<'a>,
-        _: Option<&'a str>,
-        _: Timestamp,
-    ) -> BoxFuture<'a, agent_surface_policy::ConfirmationDecision> {
-        Box::pin(std::future::pending())
-    }
-}
-
 /// A confirmation store that never answers.
 #[derive(Debug)]
 struct HangingConfirmations;
@@ -400,7 +373,7 @@ async fn a_hanging_confirmation_gate_or_store_fails_closed_within_its_budget() {
         ..Default::default()
     });
     for (gate, name) in [
-        (Arc::new(HangingGate) as Arc<dyn agent_surface_policy::ConfirmationGate>, "gate"),
+        (Arc::new(Misbehaving::hangs("gate")) as Arc<dyn agent_surface_policy::ConfirmationGate>, "gate"),
         (Arc::new(engine), "engine over a hanging store"),
     ] {
         let (r, _m, runs) = gated(gate, Duration::from_millis(100));

@@ -8,4 +8,5 @@ mod recovery;
 mod scenarios;
 mod schemas;
 mod session;
+mod snapshots;
 mod toolset;
