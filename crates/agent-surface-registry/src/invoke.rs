@@ -8,7 +8,7 @@ use crate::registry::Registry;
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 
 impl Registry {
-    /// Runs one call through the pipeline ([`crate::pipeline`], read top to bottom in its
+    /// Runs one call through the pipeline (the private module `pipeline`, read top to bottom in its
     /// `mod.rs`). Never fails and never panics for anything the caller sends: every failure is an
     /// `InvokeResult` with an agent-safe payload.
     ///

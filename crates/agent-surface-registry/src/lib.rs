@@ -6,7 +6,7 @@
 //! ([`Registry::define`]); live *instances* of a type are mounted and unmounted at run time
 //! ([`Registry::mount`], [`Mount`]). A consumer discovers its [`Snapshot`] of the surface and calls
 //! capabilities with [`Registry::invoke`], which runs the pipeline and returns an
-//! [`InvokeResult`] — never an `Err`, never a panic, whatever the
+//! [`InvokeResult`](agent_surface_core::InvokeResult) — never an `Err`, never a panic, whatever the
 //! agent sends:
 //!
 //! 1. admission / idempotency, 2. resolve, 3. availability, 4. authority, 5. input,
