@@ -27,13 +27,16 @@ fn panic_text_stays_off_stderr() {
 /// A reader that closed the pipe gets exit status 74 (`EX_IOERR`), not a panic.
 #[test]
 fn a_closed_stdout_is_an_io_error() {
-    let mut child = crate::demo()
+    // The read end is closed before the child starts, so its first write fails whatever the
+    // scheduling (closing it after the spawn raced with a child that wrote first).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = crate::demo()
         .args(["call", "orders.list", "--json"])
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(74), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
