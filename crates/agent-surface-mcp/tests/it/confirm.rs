@@ -74,32 +74,10 @@ async fn without_elicitation_the_confirmation_goes_to_the_model() {
 /// elicitation runs the call once, a declined one is a denial.
 #[tokio::test]
 async fn the_confirmation_engine_takes_in_person_answers_through_elicitation() {
-    use agent_surface_core::{AgentSurfaceError, Effect};
     use agent_surface_mcp::confirm::EngineResolver;
-    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
-    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    use agent_surface_policy::Identity;
 
-    use crate::support::Nothing;
-
-    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = runs.clone();
-    registry
-        .define("vault", |t| {
-            t.capability("wipe", "Wipe the vault.")
-                .effect(Effect::Destructive)
-                .confirm(|_: &Nothing| "Wipe the vault.")
-                .handler(move |_c: Ctx, _i: Nothing| {
-                    let seen = seen.clone();
-                    async move {
-                        seen.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, AgentSurfaceError>(json!({"wiped": true}))
-                    }
-                });
-        })
-        .unwrap();
-    let _m = registry.mount("vault", "main").unwrap();
+    let url_mode::Env { engine, registry, runs, _mount } = url_mode::env(None);
     let config = McpConfig {
         confirmations: Some(Arc::new(EngineResolver::new(engine.clone()))),
         identity: Some(Identity::new("alice")),
@@ -215,14 +193,16 @@ mod url_mode {
         }
     }
 
-    struct Env {
-        engine: Arc<ConfirmationEngine>,
-        registry: Registry,
-        runs: Arc<AtomicUsize>,
-        _mount: agent_surface_registry::Mount,
+    /// A registry with one destructive capability, `vault.wipe`, gated by the shipped engine (with
+    /// `base` as its approval base URL), and how often it ran.
+    pub(super) struct Env {
+        pub(super) engine: Arc<ConfirmationEngine>,
+        pub(super) registry: Registry,
+        pub(super) runs: Arc<AtomicUsize>,
+        pub(super) _mount: agent_surface_registry::Mount,
     }
 
-    fn env(base: Option<&str>) -> Env {
+    pub(super) fn env(base: Option<&str>) -> Env {
         let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
             approval_base_url: base.map(str::to_string),
             ..Default::default()

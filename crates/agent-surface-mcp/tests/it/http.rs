@@ -35,11 +35,8 @@ async fn post_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_sessions_are_capped() {
     let f = fixture();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let http = McpHttpConfig { max_sessions: 3, ..McpHttpConfig::default() };
-    tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
+    let (addr, shutdown, _) =
+        serve(f.registry.clone(), McpHttpConfig { max_sessions: 3, ..McpHttpConfig::default() }).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cap", "version": "0"}}})
     .to_string();
@@ -75,16 +72,7 @@ async fn legacy_sessions_are_capped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_json_media_type_is_accepted() {
     let f = fixture();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(serve_http(
-        f.registry.clone(),
-        McpConfig::default(),
-        McpHttpConfig::default(),
-        listener,
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, _) = serve(f.registry.clone(), McpHttpConfig::default()).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mime", "version": "0"}}})
     .to_string();
@@ -104,11 +92,8 @@ async fn only_a_json_media_type_is_accepted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_of_many_tiny_values_is_refused_unparsed() {
     let f = fixture();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
     let http = McpHttpConfig { max_body_bytes: 64 * 1024, ..McpHttpConfig::default() };
-    tokio::spawn(serve_http(f.registry.clone(), McpConfig::default(), http, listener, shutdown.clone()));
+    let (addr, shutdown, _) = serve(f.registry.clone(), http).await;
     // 64 KiB admits 4,096 values; this body has 10,000 in 20 KB.
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"x","version":"0"}},"pad":[{}0]}}}}"#,
@@ -124,16 +109,7 @@ async fn a_body_of_many_tiny_values_is_refused_unparsed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_member_name_is_refused_over_http() {
     let f = fixture();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(serve_http(
-        f.registry.clone(),
-        McpConfig::default(),
-        McpHttpConfig::default(),
-        listener,
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, _) = serve(f.registry.clone(), McpHttpConfig::default()).await;
     let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"store-count","name":"store-count","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"x","version":"0"}}}}"#;
     let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "store-count")];
     let (status, raw) = post(addr, &headers, body).await;
@@ -211,17 +187,25 @@ fn slow_registry() -> agent_surface_registry::Registry {
     registry
 }
 
-/// Serves `registry` with `limits`: the address, the shutdown token and the server task.
-async fn serve_draining(
+/// Serves `registry` over MCP's HTTP transport with `http`: the address, the shutdown token and the
+/// server task.
+async fn serve(
     registry: agent_surface_registry::Registry,
-    limits: agent_surface_server::Limits,
+    http: McpHttpConfig,
 ) -> (std::net::SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let http = McpHttpConfig { limits, ..McpHttpConfig::default() };
     let server = tokio::spawn(serve_http(registry, McpConfig::default(), http, listener, shutdown.clone()));
     (addr, shutdown, server)
+}
+
+/// Serves `registry` with `limits`.
+async fn serve_draining(
+    registry: agent_surface_registry::Registry,
+    limits: agent_surface_server::Limits,
+) -> (std::net::SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
+    serve(registry, McpHttpConfig { limits, ..McpHttpConfig::default() }).await
 }
 
 /// A modern (stateless) `tools/call` of `work-write` taking `ms`.
