@@ -9,7 +9,8 @@ use agent_surface_testing::{
 use agent_surface_toolset::{Arguments, Provider, Rendering, ResultFormat, ToolCall, decode_result, encode_result};
 use serde_json::{Value, json};
 
-fn call(provider: Provider) -> ToolCall {
+/// A call of `cart-add` with empty arguments, as `provider` would make it.
+pub(crate) fn call(provider: Provider) -> ToolCall {
     ToolCall {
         provider,
         call_id: "call-1".into(),

@@ -5,18 +5,9 @@
 //! agent-surface-toolset --test it snapshots` (see `docs/testing.md`).
 
 use agent_surface_core::InvokeResult;
-use agent_surface_toolset::{Arguments, Provider, ResultFormat, ToolCall, encode_result};
-use serde_json::json;
+use agent_surface_toolset::{Provider, ResultFormat, encode_result};
 
-fn call(provider: Provider) -> ToolCall {
-    ToolCall {
-        provider,
-        call_id: "call-1".into(),
-        provider_id: provider != Provider::Gemini,
-        tool_name: "cart-add".into(),
-        arguments: Arguments::Json(json!({})),
-    }
-}
+use crate::conformance::call;
 
 fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).expect("JSON serializes")
