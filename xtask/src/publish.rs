@@ -5,7 +5,11 @@
 //!   `rust-version`) and both license files;
 //! - `cargo package` of all of them together, in dependency order, with each package's sources
 //!   built the way the registry would build them (Cargo resolves the packages among themselves
-//!   before they are published);
+//!   before they are published). It builds in a target folder of its own, and first forgets what
+//!   an earlier run left of the packages: Cargo takes a registry package's sources and build for
+//!   immutable, so the sources it unpacked into `$CARGO_HOME/registry/src` and the builds it
+//!   fingerprinted by version alone would otherwise be reused after the code changed (seen in CI,
+//!   where the checkout's path, and so the local registry's folder name, is the same every run);
 //! - `cargo clippy -D warnings` of each crate that has features, with no default features and with
 //!   each of its features alone;
 //! - `cargo doc` of the workspace with every rustdoc warning an error.
@@ -94,6 +98,48 @@ pub(crate) fn check_metadata(metadata: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Removes what an earlier `cargo package` left of the published crates where Cargo would reuse it
+/// without looking: their sources unpacked from the temporary local registry into every
+/// `$CARGO_HOME/registry/src/*` folder, and every fingerprint of theirs in `target` (the package
+/// step's own target folder, so only the verification builds are rebuilt).
+fn forget_packaged(metadata: &Value, target: &Path) -> Result<()> {
+    let names: Vec<(String, String)> = published(metadata)
+        .into_iter()
+        .filter_map(|c| {
+            let package = metadata["packages"].as_array()?.iter().find(|p| p["name"] == c.name.as_str())?;
+            Some((c.name, package["version"].as_str()?.to_string()))
+        })
+        .collect();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    let sources = cargo_home.map(|home| home.join("registry").join("src"));
+    for registry in sources.iter().filter_map(|dir| std::fs::read_dir(dir).ok()).flatten().flatten() {
+        for (name, version) in &names {
+            remove_dir(&registry.path().join(format!("{name}-{version}")))?;
+        }
+    }
+    let fingerprints = target.join("debug").join(".fingerprint");
+    for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if names.iter().any(|(name, _)| file.strip_prefix(name.as_str()).is_some_and(|hash| hash.starts_with('-'))) {
+            remove_dir(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes `dir` and what it holds; a folder that is not there is fine.
+fn remove_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(anyhow::Error::new(e).context(format!("cannot remove {}", dir.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The whole check (see the module docs).
 pub(crate) fn run(root: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
@@ -101,7 +147,10 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     check_metadata(&metadata)?;
     println!("<== publish metadata: ok");
     let crates = published(&metadata);
-    let mut package = vec!["package", "--allow-dirty"];
+    let target = Path::new(metadata["target_directory"].as_str().unwrap_or("target")).join("publish-check");
+    forget_packaged(&metadata, &target)?;
+    let target_arg = target.to_string_lossy().into_owned();
+    let mut package = vec!["package", "--allow-dirty", "--target-dir", target_arg.as_str()];
     for c in &crates {
         package.extend(["-p", c.name.as_str()]);
     }
