@@ -168,15 +168,17 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
 }
 
 /// The sign-in form.
-pub(crate) fn sign_in(prefix: &str, csrf: &str, failed: bool) -> String {
+pub(crate) fn sign_in(prefix: &str, csrf: &str, then: Option<&str>, failed: bool) -> String {
     let mut out = String::new();
     if failed {
         out.push_str("<p id=\"error\">That token does not sign anyone in.</p>\n");
     }
+    // The confirmation to show once signed in, kept through the post.
+    let then = then.map(|id| format!("<input type=\"hidden\" name=\"c\" value=\"{}\">", Esc(id))).unwrap_or_default();
     let _ = writeln!(
         out,
         "<form id=\"sign-in\" method=\"post\" action=\"{}/sign-in\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">{then}\
          <p><label for=\"token\">Access token</label><br>\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required></p>\
          <p><button id=\"submit\" type=\"submit\">Sign in</button></p></form>",

@@ -10,7 +10,7 @@
 //! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, approvals so far — "1 of 2 approvals" —, requested and expires at), and the recent decisions from the audit trail |
 //! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
-//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie (someone already signed in is sent to the inbox, `303`) |
+//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie (someone already signed in is sent to the inbox, `303`); someone who opened a confirmation's page (an approval URL) before signing in is sent there (`?c=ID`), and back to it after signing in |
 //! | `POST {prefix}/sign-out` | forgets the cookie |
 //! | `GET {prefix}/static/inbox-{hash}.css` | the pages' stylesheet (`text/css`; its name carries a hash of its content, so it is cached for a year as `immutable`, with an `ETag`) |
 //!
@@ -68,7 +68,7 @@ use agent_surface_server::HostCheck;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -261,9 +261,13 @@ impl Inbox {
     }
 
     /// The approver, or the response that sends the caller away (sign in, or not allowed).
-    async fn require(&self, headers: &HeaderMap) -> Result<Approver, Response> {
+    /// The signed-in approver, or the response that sends the person elsewhere: to the sign-in
+    /// form when nobody is signed in (which brings them back to the confirmation `then` once
+    /// they are), a `403` page when the identity may not use the inbox.
+    async fn require(&self, headers: &HeaderMap, then: Option<&str>) -> Result<Approver, Response> {
         let Some(approver) = self.approver(headers).await else {
-            return Err(redirect(&format!("{}/sign-in", self.prefix()), None));
+            let back = then.map(|id| format!("?c={}", percent_path(id))).unwrap_or_default();
+            return Err(redirect(&format!("{}/sign-in{back}", self.prefix()), None));
         };
         if let Some(role) = &self.config.approver_role
             && !approver.identity.has_role(role)
@@ -289,7 +293,7 @@ impl Inbox {
 }
 
 async fn list(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
-    let approver = match inbox.require(&headers).await {
+    let approver = match inbox.require(&headers, None).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -320,7 +324,8 @@ async fn recent_decisions(inbox: &Inbox) -> Vec<agent_surface_policy::AuditEvent
 }
 
 async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let approver = match inbox.require(&headers).await {
+    // Someone who follows an approval URL before signing in comes back here after signing in.
+    let approver = match inbox.require(&headers, Some(&id)).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -338,7 +343,7 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
 }
 
 async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    let approver = match inbox.require(&headers).await {
+    let approver = match inbox.require(&headers, None).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -390,17 +395,29 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
     }
 }
 
-async fn sign_in_form(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
+async fn sign_in_form(State(inbox): State<Arc<Inbox>>, uri: Uri, headers: HeaderMap) -> Response {
+    // `?c=ID`: the confirmation to show once signed in (see `Inbox::require`).
+    let then = form_fields(uri.query().unwrap_or_default().as_bytes()).remove("c").filter(|c| !c.is_empty());
     // Already signed in (as someone who may use the inbox): the inbox, not the form.
-    if inbox.require(&headers).await.is_ok() {
-        return redirect(&format!("{}/", inbox.prefix()), None);
+    if inbox.require(&headers, None).await.is_ok() {
+        return redirect(&after_sign_in(&inbox, then.as_deref()), None);
     }
     let token = inbox.csrf.issue("", "sign-in", inbox.now());
-    inbox.page(StatusCode::OK, "Sign in", None, &html::sign_in(inbox.prefix(), &token, false))
+    inbox.page(StatusCode::OK, "Sign in", None, &html::sign_in(inbox.prefix(), &token, then.as_deref(), false))
+}
+
+/// Where signing in leads: the confirmation `then` (an id, percent-encoded into a path under the
+/// inbox's prefix, so the form can send nobody off the inbox), else the list.
+fn after_sign_in(inbox: &Inbox, then: Option<&str>) -> String {
+    match then {
+        Some(id) => format!("{}/c/{}", inbox.prefix(), percent_path(id)),
+        None => format!("{}/", inbox.prefix()),
+    }
 }
 
 async fn sign_in(State(inbox): State<Arc<Inbox>>, body: Bytes) -> Response {
     let form = form_fields(&body);
+    let then = form.get("c").map(String::as_str).filter(|c| !c.is_empty());
     let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
     if inbox.csrf.redeem(csrf, "", "sign-in", inbox.now()).is_err() {
         return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more. Sign in again.");
@@ -417,11 +434,12 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, body: Bytes) -> Response {
     };
     if identity.is_none() {
         let again = inbox.csrf.issue("", "sign-in", inbox.now());
-        return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &html::sign_in(inbox.prefix(), &again, true));
+        let page = html::sign_in(inbox.prefix(), &again, then, true);
+        return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
     }
     let secure = if inbox.config.secure_cookie { "; Secure" } else { "" };
     let cookie = format!("{SESSION_COOKIE}={token}; Path={}/; HttpOnly; SameSite=Strict{secure}", inbox.prefix());
-    redirect(&format!("{}/", inbox.prefix()), Some(&cookie))
+    redirect(&after_sign_in(&inbox, then), Some(&cookie))
 }
 
 async fn sign_out(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {

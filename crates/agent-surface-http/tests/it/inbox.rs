@@ -541,3 +541,53 @@ async fn the_sign_in_page_sends_someone_signed_in_to_the_inbox() {
         assert!(page.body.contains("id=\"sign-in\""), "{}", page.body);
     }
 }
+
+/// Someone who follows an approval URL before signing in is sent to the sign-in form, and back to
+/// that confirmation once signed in; the way back only ever leads to a confirmation's page under
+/// the inbox (the id is percent-encoded into one path segment), whatever the query says.
+#[tokio::test]
+async fn an_approval_url_opened_before_signing_in_leads_back_to_its_confirmation() {
+    let env = env();
+    let id = env.request_confirmation().await;
+    let detail = format!("/inbox/c/{id}");
+    let anonymous = env.send("GET", &detail, None, None).await;
+    assert_eq!(anonymous.status, StatusCode::SEE_OTHER);
+    let sign_in = anonymous.headers[header::LOCATION].to_str().unwrap().to_string();
+    assert_eq!(sign_in, format!("/inbox/sign-in?c={id}"));
+
+    let form = env.send("GET", &sign_in, None, None).await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(form.body.contains(&format!("name=\"c\" value=\"{id}\"")), "{}", form.body);
+    let csrf = form.csrf("/inbox/sign-in");
+    let signed = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-manager&csrf={csrf}&c={id}"))).await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    assert_eq!(signed.headers[header::LOCATION], detail.as_str());
+    let cookie = signed.headers[header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = env.send("GET", &detail, Some(&cookie), None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("id=\"decide\""), "{}", page.body);
+
+    // Someone signed in already goes straight there; a bad token keeps the way back in the form.
+    let again = env.send("GET", &sign_in, Some(&cookie), None).await;
+    assert_eq!(again.headers[header::LOCATION], detail.as_str());
+    let form = env.send("GET", &sign_in, None, None).await;
+    let csrf = form.csrf("/inbox/sign-in");
+    let refused = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-nobody&csrf={csrf}&c={id}"))).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(refused.body.contains(&format!("name=\"c\" value=\"{id}\"")), "{}", refused.body);
+
+    // Hostile ways back stay on the inbox, and their text is escaped in the form.
+    for (c, location) in [
+        ("%2F%2Fevil.example%2Fx", "/inbox/c/%2F%2Fevil.example%2Fx"),
+        ("https%3A%2F%2Fevil.example", "/inbox/c/https%3A%2F%2Fevil.example"),
+        ("..%2F..%2Fmetrics", "/inbox/c/..%2F..%2Fmetrics"),
+        ("%22%3E%3Cscript%3E", "/inbox/c/%22%3E%3Cscript%3E"),
+    ] {
+        let form = env.send("GET", &format!("/inbox/sign-in?c={c}"), None, None).await;
+        assert!(!form.body.contains("<script>"), "{}", form.body);
+        let csrf = form.csrf("/inbox/sign-in");
+        let signed =
+            env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-manager&csrf={csrf}&c={c}"))).await;
+        assert_eq!(signed.headers[header::LOCATION], location, "{c}");
+    }
+}
