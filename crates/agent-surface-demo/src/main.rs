@@ -7,6 +7,7 @@
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
 //!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
 //!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
+//!                          [--public-url URL]
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
 //! agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
 //! ```
@@ -46,7 +47,7 @@ usage:
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
                           [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
                           [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
-                          [--quorum CAPABILITY=N]...
+                          [--quorum CAPABILITY=N]... [--public-url URL]
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
                            [--oauth-scope SCOPE]...]
   agent-surface-demo call CAPABILITY [--input JSON] [--json] [--as WHO] [--target INSTANCE]
@@ -66,7 +67,11 @@ Prometheus text), and, when tokens sign people in (--token or --oauth-jwks), the
 under /inbox/: a person whose identity has the approver role (e.g. --token t-maria=maria:approver)
 signs in there with their token, and approves or denies the confirmations others' calls wait for;
 --quorum CAPABILITY=N (repeatable) makes a call of CAPABILITY wait for N distinct approvers
-(e.g. --quorum orders.cancel=2). Requests must name a loopback host (DNS-rebinding protection) or one given with
+(e.g. --quorum orders.cancel=2). A call that waits for an approval answers CONFIRMATION_REQUIRED
+with details.approvalUrl, its page in the inbox: under --public-url URL (the address people reach
+the server at, e.g. behind a proxy; its host is admitted), or by default under the bound address
+when that is a loopback one (a server bound elsewhere without --public-url sends no URL, as it
+cannot know its public name). Requests must name a loopback host (DNS-rebinding protection) or one given with
 --allowed-host (repeatable; the host of --oauth-resource is admitted too). --oauth-jwks FILE
 makes both an OAuth 2.1 resource server: only JWT access tokens signed by a key of that JWKS, issued by an
 --oauth-issuer, for --oauth-resource (default http://ADDR, the bound address) and with every --oauth-scope
@@ -106,6 +111,8 @@ struct Serve {
     drain: Option<std::time::Duration>,
     /// Capabilities that need several approvers (`--quorum CAPABILITY=N`).
     quorums: Vec<(String, u32)>,
+    /// Where people reach the server (`--public-url`), without a trailing `/`.
+    public_url: Option<String>,
 }
 
 /// The `--oauth-*` options: the OAuth 2.1 resource server, on when `jwks` is given.
@@ -130,6 +137,18 @@ fn parse_key(hex: &str) -> Result<Vec<u8>, String> {
     agent_surface_core::hex::decode::<32>(hex)
         .map(|key| key.to_vec())
         .ok_or_else(|| "--state-key takes 64 hex digits (32 bytes)".to_string())
+}
+
+/// A `--public-url`: `http` or `https`, a host, no query or fragment; kept without trailing `/`s.
+fn parse_public_url(url: &str) -> Result<String, String> {
+    let problem = || format!("--public-url takes an http(s) URL with a host and no query (got {url:?})");
+    let uri: axum::http::Uri = url.parse().map_err(|_| problem())?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let host_ok = uri.host().is_some_and(|h| !h.is_empty());
+    if !scheme_ok || !host_ok || uri.query().is_some() || url.contains('#') {
+        return Err(problem());
+    }
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 fn parse_who(who: &str) -> Identity {
@@ -185,6 +204,7 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                     }
                 }
             }
+            "--public-url" => serve.public_url = Some(parse_public_url(&value("--public-url")?)?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -193,6 +213,9 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     }
     if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some()) {
         return Err("--redis-prefix and --lease-ms need --redis URL".to_string());
+    }
+    if serve.public_url.is_some() && serve.http.is_none() {
+        return Err("--public-url is for --http".to_string());
     }
     let oauth = &serve.oauth;
     let other_oauth = !oauth.issuers.is_empty() || oauth.resource.is_some() || !oauth.scopes.is_empty();
@@ -247,6 +270,21 @@ async fn serve(options: Serve) -> Result<(), String> {
         shop_options.ticket_delay = delay;
     }
     shop_options.quorums = options.quorums.clone();
+    // Over HTTP the listener is bound first: the approval URLs may name its address.
+    let listener = match &options.http {
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let local = listener.local_addr().map_err(|e| e.to_string())?;
+            Some((listener, local))
+        }
+        None => None,
+    };
+    let inbox_served = !options.tokens.is_empty() || options.oauth.jwks.is_some();
+    if let (Some((_, local)), true) = (&listener, inbox_served) {
+        let public = options.public_url.clone().or_else(|| local.ip().is_loopback().then(|| format!("http://{local}")));
+        shop_options.approval_base_url = public.map(|url| format!("{url}/inbox/c/"));
+    }
     let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
     let demo = match &options.redis {
         None => {
@@ -334,9 +372,7 @@ async fn serve(options: Serve) -> Result<(), String> {
         api.authenticator = Some(Arc::new(agent_surface_http::BearerTokens::new(options.tokens.clone())));
         config.authenticator = Some(Arc::new(BearerTokens::new(options.tokens)));
     }
-    let addr = options.http.unwrap_or_default();
-    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let (listener, local) = listener.ok_or("neither --stdio nor --http")?;
     // The OAuth resource server guards both transports; its metadata is served at the root.
     let oauth = match options.oauth.jwks {
         None => None,
@@ -357,9 +393,10 @@ async fn serve(options: Serve) -> Result<(), String> {
         }
     };
     let mut http = McpHttpConfig::default();
-    // Loopback, the hosts named with --allowed-host, and the OAuth resource's own host: a server
-    // reached by a public name must admit that name, on both transports.
+    // Loopback, the hosts named with --allowed-host, the OAuth resource's own host and that of
+    // --public-url: a server reached by a public name must admit that name, on both transports.
     let mut hosts = options.allowed_hosts.clone();
+    hosts.extend(options.public_url.as_deref().and_then(url_host));
     if let Some(oauth) = &oauth
         && let Some(host) = url_host(oauth.resource())
     {
@@ -489,6 +526,22 @@ mod tests {
             let e = parse_serve(&args(&["--http", "127.0.0.1:0", "--quorum", bad])).unwrap_err();
             assert!(e.starts_with("--quorum takes CAPABILITY=N"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_public_url_is_an_http_url_with_a_host_and_needs_http() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let serve = parse_serve(&args(&["--http", "0.0.0.0:80", "--public-url", "https://shop.example/"])).unwrap();
+        assert_eq!(serve.public_url.as_deref(), Some("https://shop.example"));
+        let serve = parse_serve(&args(&["--http", "0.0.0.0:80", "--public-url", "http://10.0.0.5:8080/a"])).unwrap();
+        assert_eq!(serve.public_url.as_deref(), Some("http://10.0.0.5:8080/a"));
+        for bad in ["shop.example", "ftp://shop.example", "https://shop.example/?x=1", "https://shop.example/#x", "/x"]
+        {
+            let e = parse_serve(&args(&["--http", "0.0.0.0:80", "--public-url", bad])).unwrap_err();
+            assert!(e.starts_with("--public-url takes an http(s) URL"), "{bad}: {e}");
+        }
+        let e = parse_serve(&args(&["--stdio", "--public-url", "https://shop.example"])).unwrap_err();
+        assert_eq!(e, "--public-url is for --http");
     }
 
     #[test]

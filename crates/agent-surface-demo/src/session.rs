@@ -716,17 +716,34 @@ async fn inbox_session(f: &Arc<Mutex<Vec<String>>>) -> Result<(), String> {
         .and_then(Value::as_str)
         .ok_or("no confirmationId in the two-phase result")?
         .to_string();
-    println!("   (alice tells maria that an approval waits for her in the inbox)");
+    // The confirmation's page in the inbox: under the server's own (loopback) address here, under
+    // --public-url behind a proxy.
+    let page = format!("/inbox/c/{id}");
+    let url = r.error_payload().and_then(|p| p.detail("approvalUrl")).and_then(Value::as_str).unwrap_or_default();
+    if url != format!("http://{}{page}", server.addr) {
+        fail(f, format!("details.approvalUrl is {url:?}"));
+    }
+    println!("   (alice's agent tells her a person must approve at details.approvalUrl; she sends maria the link)");
 
-    heading("maria opens the approval inbox in her browser and signs in with her token");
+    heading("maria opens the link in her browser, signs in with her token, and is back on the confirmation");
     let mut maria = Person { addr: server.addr.clone(), cookie: None };
-    maria.get("/inbox/").await?;
-    let form = maria.get("/inbox/sign-in").await?;
+    let opened = maria.get(&page).await?;
+    expect_status(opened.status, 303, "the approval page before signing in", f);
+    let sign_in = opened.header("location").unwrap_or("/inbox/sign-in").to_string();
+    let form = maria.get(&sign_in).await?;
     let csrf = crate::web::input_value(&form.body, "csrf").ok_or("no form token on the sign-in page")?;
-    let signed = maria.post("/inbox/sign-in", &[("token", "t-maria"), ("csrf", &csrf)]).await?;
+    let back = crate::web::input_value(&form.body, "c").unwrap_or_default();
+    let signed = maria.post("/inbox/sign-in", &[("token", "t-maria"), ("csrf", &csrf), ("c", &back)]).await?;
     expect_status(signed.status, 303, "sign in", f);
+    if signed.header("location") != Some(page.as_str()) {
+        fail(f, format!("signing in leads to {:?}, not the confirmation", signed.header("location")));
+    }
+    let detail = maria.get(&page).await?;
+    if let Some(input) = html_between(&detail.body, "<pre id=\"input\">", "</pre>") {
+        println!("   input: {}", input.replace("&quot;", "\""));
+    }
 
-    heading("maria sees what waits for her, and opens it");
+    heading("her inbox lists it too, with what she needs to decide");
     let list = maria.get("/inbox/").await?;
     let rows = table_rows(&list.body, "pending");
     for row in &rows {
@@ -736,24 +753,20 @@ async fn inbox_session(f: &Arc<Mutex<Vec<String>>>) -> Result<(), String> {
     if rows.len() != 1 || !rows[0].contains("Cancel order A-1001") || !rows[0].contains("alice") {
         fail(f, format!("the inbox lists {rows:?}"));
     }
-    let detail = maria.get(&format!("/inbox/c/{id}")).await?;
-    if let Some(input) = html_between(&detail.body, "<pre id=\"input\">", "</pre>") {
-        println!("   input: {}", input.replace("&quot;", "\""));
-    }
     // The decision form's token (the header's sign-out form has one of its own).
     let decide = detail.body.split("<form id=\"decide\"").nth(1).unwrap_or_default();
     let csrf = crate::web::input_value(decide, "csrf").ok_or("no decision form on the detail page")?;
 
     heading("maria approves it, with a note");
     let fields = [("verdict", "approve"), ("note", "Customer asked by phone."), ("csrf", csrf.as_str())];
-    let approved = maria.post(&format!("/inbox/c/{id}"), &fields).await?;
+    let approved = maria.post(&page, &fields).await?;
     expect_status(approved.status, 303, "approve", f);
-    let after = maria.get(&format!("/inbox/c/{id}")).await?;
+    let after = maria.get(&page).await?;
     if let Some(state) = html_between(&after.body, "<dd id=\"state\">", "</dd>") {
         println!("   state: {state}");
     }
     println!("   (the same form posted again is refused: its token was good for one use)");
-    let replayed = maria.post(&format!("/inbox/c/{id}"), &fields).await?;
+    let replayed = maria.post(&page, &fields).await?;
     expect_status(replayed.status, 403, "a replayed form", f);
 
     heading("alice's agent repeats the same call (it cannot send the confirmationId; the server presents it)");

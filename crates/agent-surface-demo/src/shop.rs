@@ -185,6 +185,9 @@ pub(crate) struct ShopOptions {
     pub(crate) audit: Option<Arc<dyn AuditSink>>,
     /// Capabilities whose calls need several distinct approvers (`ConfirmationConfig::quorums`).
     pub(crate) quorums: Vec<(String, u32)>,
+    /// Where a confirmation's page in the approval inbox is (`ConfirmationConfig::approval_base_url`):
+    /// `CONFIRMATION_REQUIRED` then carries `details.approvalUrl`.
+    pub(crate) approval_base_url: Option<String>,
 }
 
 impl Default for ShopOptions {
@@ -200,6 +203,7 @@ impl Default for ShopOptions {
             metrics: false,
             audit: None,
             quorums: Vec::new(),
+            approval_base_url: None,
         }
     }
 }
@@ -216,6 +220,7 @@ impl std::fmt::Debug for ShopOptions {
             .field("ticket_delay", &self.ticket_delay)
             .field("audit", &self.audit)
             .field("quorums", &self.quorums)
+            .field("approval_base_url", &self.approval_base_url)
             .finish()
     }
 }
@@ -320,6 +325,7 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
         ttl: Duration::from_secs(300),
         audit: options.audit.clone(),
         quorums,
+        approval_base_url: options.approval_base_url.clone(),
         ..Default::default()
     };
     if let Some(store) = options.confirmations.clone() {

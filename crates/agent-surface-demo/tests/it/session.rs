@@ -25,10 +25,14 @@ fn the_scripted_session_shows_every_code_and_retry_category() {
     let inbox = stdout.split("━━ session 4").nth(1).expect("a session with the approval inbox");
     let steps = [
         "← isError: CONFIRMATION_REQUIRED  retry: with-confirmation",
-        "→ POST /inbox/sign-in (form: token=…, csrf=…)",
-        "← 303 → /inbox/  Set-Cookie: inbox_session=…; Path=/inbox/; HttpOnly; SameSite=Strict",
-        "   waiting: Cancel order A-1001 and refund the customer in full. · orders.cancel · alice · destructive",
+        // The approval URL, opened before signing in, leads back to the confirmation after it.
+        "→ GET /inbox/c/c-",
+        "← 303 → /inbox/sign-in?c=c-",
+        "→ POST /inbox/sign-in (form: token=…, csrf=…, c=c-",
+        "← 303 → /inbox/c/c-",
+        "  Set-Cookie: inbox_session=…; Path=/inbox/; HttpOnly; SameSite=Strict",
         "   input: {\"orderId\":\"A-1001\"}",
+        "   waiting: Cancel order A-1001 and refund the customer in full. · orders.cancel · alice · destructive",
         "(form: verdict=approve, note=Customer asked by phone., csrf=…)\n← 303 → /inbox/c/c-",
         "   state: approved by maria",
         "← 403  page: \"Form refused\"",
