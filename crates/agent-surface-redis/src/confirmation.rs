@@ -245,6 +245,13 @@ end
 return {f[1], f[2]}
 ";
 
+/// Claims the recording of a record's expiry: 1 the first time (or when the record is gone), 0
+/// after. KEYS: the record.
+const CLAIM_EXPIRY: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
+return redis.call('HSETNX', KEYS[1], 'xr', '1')
+";
+
 /// A [`ConfirmationStore`] in Redis, shared by every replica that connects to it.
 ///
 /// The semantics are those the trait documents, each operation one script: a record is
@@ -266,6 +273,7 @@ struct Scripts {
     consume: Script,
     withdraw: Script,
     list: Script,
+    claim_expiry: Script,
 }
 
 impl RedisConfirmationStore {
@@ -277,6 +285,7 @@ impl RedisConfirmationStore {
             consume: Script::new(CONSUME),
             withdraw: Script::new(WITHDRAW),
             list: Script::new(LIST),
+            claim_expiry: Script::new(CLAIM_EXPIRY),
         };
         RedisConfirmationStore { stores, scripts: std::sync::Arc::new(scripts) }
     }
@@ -460,6 +469,15 @@ impl ConfirmationStore for RedisConfirmationStore {
                     fixed.into_record(ConfirmationState::Pending, d).ok_or_else(|| corrupt("input hash or decisions"))
                 })
                 .collect()
+        })
+    }
+
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = now;
+        Box::pin(async move {
+            let call = self.scripts().claim_expiry.key(self.key(id));
+            let first: i64 = self.stores.run(call).await?;
+            Ok(first == 1)
         })
     }
 }

@@ -197,6 +197,81 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
 
     check_pending_listing(store, prefix).await;
     check_confirmation_quorum(store, prefix).await;
+    check_expiry_claims(store, prefix).await;
+}
+
+/// [`ConfirmationStore::claim_expiry`] (part of [`check_confirmation_store`]): the first claim
+/// of a held record's expiry wins, every later one loses, and of concurrent claims exactly one
+/// wins; an id the store does not hold answers `true`.
+async fn check_expiry_claims(store: &dyn ConfirmationStore, prefix: &str) {
+    let x = format!("{prefix}conf-expiry");
+    expect("insert", store.insert(pending(&x), at(0)).await);
+    assert!(expect("claim_expiry", store.claim_expiry(&x, at(60_000)).await), "store kit: the first claim must win");
+    assert!(
+        !expect("claim_expiry", store.claim_expiry(&x, at(60_001)).await),
+        "store kit: a second claim of one expiry must lose"
+    );
+    let raced = format!("{prefix}conf-expiry-raced");
+    expect("insert", store.insert(pending(&raced), at(0)).await);
+    let claims = join_all((0..8).map(|_| store.claim_expiry(&raced, at(60_000)))).await;
+    let won = claims.into_iter().map(|c| expect("claim_expiry", c)).filter(|first| *first).count();
+    assert_eq!(won, 1, "store kit: of concurrent claims of one expiry exactly one must win");
+    assert!(
+        expect("claim_expiry", store.claim_expiry(&format!("{prefix}conf-never"), at(60_000)).await),
+        "store kit: an id the store does not hold must answer true"
+    );
+}
+
+/// Two confirmation engines (two replicas) over one `store` and one audit trail: a confirmation
+/// that expires is recorded once as `confirmation.expired`, though each replica meets its
+/// deadline twice (its evidence presented, then a late decision) — the replicas' own memories of
+/// what they recorded do not see each other, so this holds only through
+/// [`ConfirmationStore::claim_expiry`].
+///
+/// # Panics
+///
+/// When the trail holds the expiry other than once.
+pub async fn check_replicas_record_one_expiry(store: std::sync::Arc<dyn ConfirmationStore>) {
+    use agent_surface_policy::{
+        Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Identity, ManualClock,
+        MemoryAuditSink,
+    };
+    use std::sync::Arc;
+
+    let clock = Arc::new(ManualClock::new(at(0)));
+    let trail = Arc::new(MemoryAuditSink::default());
+    let replica = || {
+        ConfirmationEngine::new(ConfirmationConfig {
+            clock: clock.clone(),
+            store: store.clone(),
+            ttl: Duration::from_secs(60),
+            audit: Some(trail.clone()),
+            ..Default::default()
+        })
+    };
+    let (a, b) = (replica(), replica());
+    let requester = Consumer::authenticated("c-1", agent_surface_policy::Identity::new("alice"));
+    let input = json!({"orderId": "A-1"});
+    let summary = agent_surface_core::SafeText::from("Cancel order A-1.");
+    let call = CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
+        .with_instance("main")
+        .with_registration("r-1")
+        .with_input(&input)
+        .with_declared_gate(Some(&summary));
+    let ConfirmationDecision::Required { confirmation_id: id, .. } = a.check(call, None, clock.now()).await else {
+        panic!("store kit: a gated call without evidence must need a confirmation")
+    };
+    clock.advance(Duration::from_secs(61));
+    for replica in [&a, &b, &a, &b] {
+        let presented = replica.check(call, Some(&id), clock.now()).await;
+        assert!(
+            matches!(presented, ConfirmationDecision::Invalid(_)),
+            "store kit: expired evidence must be invalid, got {presented:?}"
+        );
+        assert!(replica.deny(&id, &Identity::new("manager")).await.is_err(), "store kit: a late denial must fail");
+    }
+    let expired = trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).count();
+    assert_eq!(expired, 1, "store kit: replicas sharing a store must record one expiry between them");
 }
 
 /// The quorum rules of [`ConfirmationStore::decide`] (part of [`check_confirmation_store`]):

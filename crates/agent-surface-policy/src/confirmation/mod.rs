@@ -566,12 +566,28 @@ impl ConfirmationEngine {
         true
     }
 
-    /// Whether `id`'s expiry is to be recorded now: true the first time this engine sees it
-    /// expired, so that one confirmation is one `confirmation.expired` event however often its
-    /// evidence or a decision meets the deadline (per engine: replicas sharing a store may each
-    /// record it once).
-    fn first_expiry(&self, id: &str) -> bool {
-        let first = self.marks().expired.mark(id);
+    /// Whether `id`'s expiry is to be recorded now: true the first time it is seen expired —
+    /// by this engine (its own memory, no store call after the first time) and by every engine
+    /// sharing the store ([`ConfirmationStore::claim_expiry`]) — so that one confirmation is one
+    /// `confirmation.expired` event however often, and through however many replicas, its
+    /// evidence or a decision meets the deadline. A store that cannot answer leaves it recorded:
+    /// an audit trail had rather hold the event twice than miss it.
+    async fn first_expiry(&self, id: &str, now: Timestamp) -> bool {
+        if !self.marks().expired.mark(id) {
+            return false;
+        }
+        let first = match self.bounded(self.config.store.claim_expiry(id, now)).await {
+            Ok(first) => first,
+            Err(e) => {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    error = %e,
+                    "cannot claim the record of an expiry; recording it"
+                );
+                true
+            }
+        };
         if first {
             tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation expired");
         }
@@ -767,7 +783,7 @@ impl ConfirmationEngine {
     ) {
         let kind = match outcome {
             Ok(Ok(consumed)) => AuditKind::ConfirmationConsumed { approved_by: consumed.approved_by.clone() },
-            Ok(Err(Rejection::Expired)) if self.first_expiry(id) => AuditKind::ConfirmationExpired,
+            Ok(Err(Rejection::Expired)) if self.first_expiry(id, now).await => AuditKind::ConfirmationExpired,
             Ok(Err(Rejection::Pending(record))) => {
                 self.observe(record, now);
                 return;
@@ -830,7 +846,7 @@ impl ConfirmationEngine {
             }
             Decided::Unknown => Err(ApprovalError::Unknown),
             Decided::Expired => {
-                if self.first_expiry(id) {
+                if self.first_expiry(id, now).await {
                     self.audit_record(id, now, AuditKind::ConfirmationExpired).await;
                 }
                 Err(ApprovalError::Expired)

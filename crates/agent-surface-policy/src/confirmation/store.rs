@@ -442,6 +442,18 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>>;
+
+    /// Atomically claims the recording of `id`'s expiry: `true` for the first caller, `false` for
+    /// every later one, so that engines sharing the store (replicas) write one
+    /// `confirmation.expired` audit event between them however many of them see the deadline
+    /// pass. A record the store no longer holds answers `true` (there is nothing to claim
+    /// against). The default always answers `true`, which is right only for a store that serves
+    /// a single engine (the engine remembers what it recorded); a store that replicas share must
+    /// answer it atomically (the store kit of `agent-surface-testing` checks it).
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = (id, now);
+        Box::pin(std::future::ready(Ok(true)))
+    }
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
@@ -491,6 +503,10 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
         (**self).list_pending(now, limit)
     }
+
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).claim_expiry(id, now)
+    }
 }
 
 /// The configuration of a [`MemoryConfirmationStore`].
@@ -533,6 +549,8 @@ struct Inner {
     order: VecDeque<(Timestamp, String)>,
     /// Per consumer key, the ids of its records in insertion order.
     by_consumer: HashMap<String, VecDeque<String>>,
+    /// Ids of held records whose expiry was claimed ([`ConfirmationStore::claim_expiry`]).
+    expiry_claimed: std::collections::HashSet<String>,
 }
 
 /// How many of the oldest records a global eviction looks through for one that is not approved.
@@ -542,6 +560,7 @@ impl Inner {
     /// Drops the record `id` (if held) and its consumer's entry for it.
     fn drop_record(&mut self, id: &str, why: &'static str) {
         let Some(record) = self.records.remove(id) else { return };
+        self.expiry_claimed.remove(id);
         let consumer = &record.binding.consumer_key;
         if let Some(ids) = self.by_consumer.get_mut(consumer) {
             if let Some(at) = ids.iter().position(|i| i == id) {
@@ -805,5 +824,14 @@ impl ConfirmationStore for MemoryConfirmationStore {
         pending.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
         pending.truncate(limit);
         Box::pin(std::future::ready(Ok(pending)))
+    }
+
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let first = {
+            let mut inner = self.lock();
+            let held = self.live(&mut inner, id, now).is_some();
+            !held || inner.expiry_claimed.insert(id.to_string())
+        };
+        Box::pin(std::future::ready(Ok(first)))
     }
 }

@@ -36,6 +36,13 @@ async fn the_redis_confirmation_store_passes_the_kit() {
     stores::check_confirmation_store(&redis.confirmations(), "kit-").await;
 }
 
+/// Two replicas over one Redis, one audit trail: an expiry both meet is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_record_one_expiry() {
+    let Some(redis) = support::stores("expiry").await else { return };
+    stores::check_replicas_record_one_expiry(Arc::new(redis.confirmations())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_task_store_passes_the_kit() {
     let Some(redis) = support::stores("task-kit").await else { return };
