@@ -93,5 +93,6 @@ pub mod wire;
 #[doc = include_str!("../../../docs/approvals.md")]
 struct UserGuideApprovals;
 
+pub use agent_surface_core::message::Sends;
 pub use auth::{Authenticator, BearerTokens, BoxFuture};
 pub use router::{CONSUMER_HEADER, CORRELATION_ID, HttpConfig, IDEMPOTENCY_KEY, MetricsRenderer, router, serve};

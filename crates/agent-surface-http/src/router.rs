@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_surface_core::message::Sends;
 use agent_surface_policy::{AuthRejectionKind, Identity};
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry};
 use axum::Router;
@@ -69,6 +70,14 @@ pub struct HttpConfig {
     /// authenticator does not: scrapers carry no agent's token), so serve it where only your
     /// scrapers reach it.
     pub metrics: Option<MetricsRenderer>,
+    /// What the callers of `/invoke` can send, which decides how error messages are worded
+    /// ([`Sends`], see `spec/error-model.md`): [`Sends::Request`] (the default) for clients that
+    /// build the request — they may send an `Idempotency-Key`, a `confirmationId`, wait before
+    /// retrying — and get each message as built; [`Sends::Arguments`] for agents that reach the
+    /// binding through a generic tool that only fills in the body's `input` (an OpenAPI tool, say),
+    /// which get the wording that never asks for what they cannot send. Code, retry, details and
+    /// repair, the status and `Retry-After` are the same either way.
+    pub sends: Sends,
 }
 
 /// What [`HttpConfig::metrics`] holds: renders the current metrics as Prometheus text.
@@ -88,6 +97,7 @@ impl Default for HttpConfig {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
             limits: agent_surface_server::Limits::default(),
             metrics: None,
+            sends: Sends::Request,
         }
     }
 }
@@ -109,6 +119,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("authenticator", &self.authenticator.is_some())
             .field("allowed_hosts", &self.allowed_hosts)
             .field("metrics", &self.metrics.is_some())
+            .field("sends", &self.sends)
             .finish()
     }
 }
@@ -509,7 +520,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
         Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),
     };
-    let encoded = wire::encode(&invocation.result);
+    let encoded = wire::encode(&invocation.result.worded_for(state.config.sends));
     let mut response = (encoded.status, [(header::CONTENT_TYPE, encoded.content_type)], encoded.body).into_response();
     // Printable ASCII by construction (an invocation id is, and so is a generated id).
     if let Ok(id) = HeaderValue::from_str(&invocation.correlation_id.to_string()) {

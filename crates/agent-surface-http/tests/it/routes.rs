@@ -260,3 +260,30 @@ async fn an_approved_confirmation_is_presented_on_repeat() {
     assert_ne!(next.json()["details"]["confirmationId"], id.as_str());
     shutdown.cancel();
 }
+
+/// `HttpConfig::sends`: agents that reach `/invoke` through a generic tool (they fill in only
+/// the input) get the arguments wording — everything but the message is the same bytes, status
+/// and `Retry-After` included; the default keeps each message as built.
+#[tokio::test]
+async fn agents_that_send_only_arguments_get_their_wording() {
+    use agent_surface_http::Sends;
+    let rate = r#"{"capability":"fail.with","input":{"kind":"rate"}}"#;
+    let built = start(HttpConfig::default()).await;
+    let worded = start(HttpConfig { sends: Sends::Arguments, ..HttpConfig::default() }).await;
+    let (a, b) =
+        (post_json(built.addr, "/invoke", &[], rate).await, post_json(worded.addr, "/invoke", &[], rate).await);
+    assert_eq!((a.status, a.header("retry-after")), (b.status, b.header("retry-after")));
+    let (request, arguments) = (wire::decode(a.status, &a.body).unwrap(), wire::decode(b.status, &b.body).unwrap());
+    let (request, arguments) = (request.error_payload().unwrap(), arguments.error_payload().unwrap());
+    assert_eq!(arguments, &*request.worded_for(Sends::Arguments), "the arguments wording of the same payload");
+    assert_ne!(arguments.message(), request.message(), "rate-limited.rate has a wording of its own");
+    assert_eq!(
+        (arguments.code(), arguments.retry(), arguments.details()),
+        (request.code(), request.retry(), request.details())
+    );
+    // A message with one wording only is the same on both.
+    let input = r#"{"capability":"echo.say","input":{"text":5}}"#;
+    let (a, b) =
+        (post_json(built.addr, "/invoke", &[], input).await, post_json(worded.addr, "/invoke", &[], input).await);
+    assert_eq!(a.body, b.body);
+}
