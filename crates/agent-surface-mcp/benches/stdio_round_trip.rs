@@ -5,7 +5,11 @@
 //! Each server is a child process (this bench binary, re-executed with `BENCH_SERVER=adapter` or
 //! `BENCH_SERVER=bare`; `node` for the TypeScript one) talking newline-delimited JSON-RPC over
 //! pipes, as MCP clients launch stdio servers. Criterion measures one sequential call; a summary
-//! then reports calls/s, p50 and p99 for sequential calls and for 32 calls in flight.
+//! then reports calls/s, p50 and p99 for sequential calls and for 32 calls in flight, and the time
+//! from spawning a server to the answer of its first `tools/call` (spawn, `initialize`,
+//! `notifications/initialized`, one call; the median over several spawns of each server,
+//! interleaved). The last lines give the ratios issue #13 sets targets for: the adapter against
+//! bare `rmcp` and against the TypeScript SDK server.
 //!
 //! ```text
 //! cargo bench -p agent-surface-mcp --bench stdio_round_trip
@@ -112,6 +116,12 @@ struct Server {
     child: tokio::process::Child,
 }
 
+/// How to start one of the servers, again and again.
+struct Launch {
+    name: &'static str,
+    command: Box<dyn Fn() -> tokio::process::Command>,
+}
+
 async fn spawn(name: &'static str, mut cmd: tokio::process::Command) -> Option<Server> {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
     let mut child = cmd.spawn().ok()?;
@@ -197,6 +207,24 @@ async fn in_flight(client: &Arc<Client>, n: usize, width: usize) -> Figures {
     figures(latencies, start.elapsed())
 }
 
+/// Spawn → first call answered: the child is started, the client's `initialize` answered and its
+/// `notifications/initialized` sent, and one `tools/call` answered; then the child is killed.
+async fn first_call(launch: &Launch) -> Duration {
+    let command = (launch.command)();
+    let start = Instant::now();
+    let mut server = spawn(launch.name, command).await.expect("the server starts");
+    call(&server.client).await;
+    let elapsed = start.elapsed();
+    let _ = server.child.start_kill();
+    let _ = server.child.wait().await;
+    elapsed
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     match std::env::var("BENCH_SERVER").as_deref() {
@@ -205,19 +233,31 @@ fn main() {
         _ => {}
     }
     let exe = std::env::current_exe().expect("this binary");
-    let mut servers = Vec::new();
-    for name in ["adapter", "bare"] {
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.env("BENCH_SERVER", name);
-        let label = if name == "adapter" { "agent-surface-mcp" } else { "bare rmcp" };
-        servers.push(rt.block_on(spawn(label, cmd)).expect("the server starts"));
+    let rust = |name: &'static str, server: &'static str| {
+        let exe = exe.clone();
+        Launch {
+            name,
+            command: Box::new(move || {
+                let mut cmd = tokio::process::Command::new(&exe);
+                cmd.env("BENCH_SERVER", server);
+                cmd
+            }),
+        }
+    };
+    let mut launches = vec![rust("agent-surface-mcp", "adapter"), rust("bare rmcp", "bare")];
+    if typescript_command().is_some() {
+        let command = || typescript_command().expect("the TypeScript SDK server was found a moment ago");
+        launches.push(Launch { name: "typescript sdk", command: Box::new(command) });
     }
-    if let Some(cmd) = typescript_command() {
-        match rt.block_on(spawn("typescript sdk", cmd)) {
+    let mut servers = Vec::new();
+    for launch in &launches {
+        match rt.block_on(spawn(launch.name, (launch.command)())) {
             Some(s) => servers.push(s),
-            None => eprintln!("(the TypeScript SDK server did not start; skipped)"),
+            None if launch.name == "typescript sdk" => eprintln!("(the TypeScript SDK server did not start; skipped)"),
+            None => panic!("the {} server does not start", launch.name),
         }
     }
+    launches.truncate(servers.len());
 
     let mut c = Criterion::default().sample_size(30).measurement_time(Duration::from_secs(3)).configure_from_args();
     {
@@ -234,7 +274,7 @@ fn main() {
     // each round measures every server once (in rotating order); calls/s is the median over the
     // rounds, p50/p99 come from all latencies of all rounds.
     let quick = std::env::args().any(|a| a == "--test");
-    let (rounds, n_seq, n_par) = if quick { (1, 200, 640) } else { (7, 1_500, 6_400) };
+    let (rounds, n_seq, n_par, spawns) = if quick { (1, 200, 640, 3) } else { (7, 1_500, 6_400, 11) };
     for s in &servers {
         rt.block_on(sequential(&s.client, 300)); // warm-up
     }
@@ -247,6 +287,15 @@ fn main() {
             par[i].push(rt.block_on(in_flight(&servers[i].client, n_par, 32)));
         }
     }
+    // Spawn → first call, interleaved the same way.
+    let mut starts: Vec<Vec<f64>> = launches.iter().map(|_| Vec::new()).collect();
+    for round in 0..spawns {
+        for k in 0..launches.len() {
+            let i = (k + round) % launches.len();
+            starts[i].push(rt.block_on(first_call(&launches[i])).as_secs_f64());
+        }
+    }
+    let starts: Vec<f64> = starts.into_iter().map(median).collect();
     let summary = |runs: &[Figures]| {
         let mut rates: Vec<f64> = runs.iter().map(|f| f.calls_per_s).collect();
         rates.sort_by(f64::total_cmp);
@@ -260,34 +309,50 @@ fn main() {
         "tools/call over stdio, {rounds} interleaved rounds of {n_seq} sequential and {n_par} calls with 32 in flight:"
     );
     println!();
-    println!("| server | sequential calls/s | p50 | p99 | 32 in flight calls/s | p50 | p99 |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| server | sequential calls/s | p50 | p99 | 32 in flight calls/s | p50 | p99 | spawn → first call (median of {spawns}) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
     for (i, s) in servers.iter().enumerate() {
         let (sr, s50, s99) = summary(&seq[i]);
         let (pr, p50, p99) = summary(&par[i]);
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
         println!(
-            "| {} | {sr:.0} | {:.0} µs | {:.0} µs | {pr:.0} | {:.0} µs | {:.0} µs |",
+            "| {} | {sr:.0} | {:.0} µs | {:.0} µs | {pr:.0} | {:.0} µs | {:.0} µs | {:.1} ms |",
             s.name,
             us(s50),
             us(s99),
             us(p50),
-            us(p99)
+            us(p99),
+            starts[i] * 1e3
         );
     }
-    if servers.len() >= 2 {
-        let ratio = |a: &[Figures], b: &[Figures]| {
-            let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x.calls_per_s / y.calls_per_s).collect();
-            r.sort_by(f64::total_cmp);
-            r[r.len() / 2]
-        };
-        println!();
+    // Throughput ratios are the median of the per-round ratios (both servers measured in the same
+    // round); p99 ratios compare the pooled latencies.
+    let ratio =
+        |a: &[Figures], b: &[Figures]| median(a.iter().zip(b).map(|(x, y)| x.calls_per_s / y.calls_per_s).collect());
+    let p99 = |runs: &[Figures]| us(summary(runs).2);
+    println!();
+    println!(
+        "adapter / bare rmcp: throughput sequential {:.2}x, 32 in flight {:.2}x (target ≥ 0.95x); p99 at 32 in flight {:.2}x",
+        ratio(&seq[0], &seq[1]),
+        ratio(&par[0], &par[1]),
+        p99(&par[0]) / p99(&par[1])
+    );
+    if servers.len() >= 3 {
         println!(
-            "adapter / bare rmcp throughput (median of per-round ratios): sequential {:.2}x, 32 in flight {:.2}x",
-            ratio(&seq[0], &seq[1]),
-            ratio(&par[0], &par[1])
+            "adapter / typescript sdk: throughput sequential {:.2}x, 32 in flight {:.2}x (target ≥ 1.6x); p99 at 32 in flight {:.2}x (target ≤ 0.5x)",
+            ratio(&seq[0], &seq[2]),
+            ratio(&par[0], &par[2]),
+            p99(&par[0]) / p99(&par[2])
         );
     }
+    println!(
+        "spawn → first call: adapter {:.1} ms (target ≤ 10 ms), bare rmcp {:.1} ms{}",
+        starts[0] * 1e3,
+        starts[1] * 1e3,
+        starts.get(2).map(|t| format!(", typescript sdk {:.1} ms", t * 1e3)).unwrap_or_default()
+    );
     for mut s in servers {
         let _ = s.child.start_kill();
     }
