@@ -226,12 +226,21 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    match std::env::var("BENCH_SERVER").as_deref() {
-        Ok("adapter") => return rt.block_on(adapter_server()),
-        Ok("bare") => return rt.block_on(bare_server()),
-        _ => {}
+    let server = std::env::var("BENCH_SERVER").ok();
+    if let Some(server) = server.as_deref() {
+        // Both Rust servers run on the same runtime: multi-threaded (one worker per core), or
+        // single-threaded with `BENCH_SERVER_RUNTIME=current_thread`.
+        let rt = match std::env::var("BENCH_SERVER_RUNTIME").as_deref() {
+            Ok("current_thread") => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+            _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        };
+        let rt = rt.expect("a runtime");
+        return match server {
+            "adapter" => rt.block_on(adapter_server()),
+            _ => rt.block_on(bare_server()),
+        };
     }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let exe = std::env::current_exe().expect("this binary");
     let rust = |name: &'static str, server: &'static str| {
         let exe = exe.clone();

@@ -33,6 +33,10 @@ pub(crate) struct Screened {
     pub(crate) id: Option<rmcp::model::RequestId>,
     /// Whether it is an `initialize` request.
     pub(crate) initialize: bool,
+    /// Whether it has the shape of a `tools/call` request: the method `tools/call`, a usable `id`
+    /// and no top-level `result` or `error` (which would make it no request). The stdio
+    /// transport parses such a message as a `tools/call` directly (`stdio::parse`).
+    pub(crate) tools_call: bool,
 }
 
 /// Checks one message of at most `max_bytes` bytes. A refusal comes with the message's id when
@@ -54,7 +58,8 @@ pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<Screened, (Refusa
     if found.long_method {
         return Err((Refusal::MethodTooLong, id));
     }
-    Ok(Screened { id, initialize: found.initialize })
+    let tools_call = found.tools_call && !found.result_or_error && id.is_some();
+    Ok(Screened { id, initialize: found.initialize, tools_call })
 }
 
 #[derive(Default)]
@@ -62,6 +67,8 @@ struct Found {
     duplicate: bool,
     long_method: bool,
     initialize: bool,
+    tools_call: bool,
+    result_or_error: bool,
     id: Option<rmcp::model::RequestId>,
 }
 
@@ -129,6 +136,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 if let serde_json::Value::String(method) = map.next_value::<serde_json::Value>()? {
                     self.found.long_method |= method.len() > MAX_METHOD_BYTES;
                     self.found.initialize |= method == "initialize";
+                    self.found.tools_call |= method == "tools/call";
                 }
             } else if self.top && name == "id" {
                 self.found.id = match map.next_value::<serde_json::Value>()? {
@@ -137,6 +145,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     _ => None,
                 };
             } else if self.top && name != "params" {
+                self.found.result_or_error |= name == "result" || name == "error";
                 map.next_value::<IgnoredAny>()?;
             } else {
                 map.next_value_seed(Walk { found: &mut *self.found, top: false })?;
@@ -166,7 +175,7 @@ mod tests {
 
     #[test]
     fn screens() {
-        let ok = |id: i64| Ok(Screened { id: Some(NumberOrString::Number(id)), initialize: false });
+        let ok = |id: i64| Ok(Screened { id: Some(NumberOrString::Number(id)), ..Screened::default() });
         assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), ok(1));
         assert_eq!(
             screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#, 4096),
@@ -189,6 +198,16 @@ mod tests {
         // A method that is not a string is left to the parser.
         assert_eq!(screen(br#"{"jsonrpc":"2.0","id":3,"method":7}"#, 4096), ok(3));
         assert!(screen(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, 4096).unwrap().initialize);
+        // A `tools/call` request, and what is not one: no id, an id that is no JSON-RPC id, a
+        // `result` or an `error` beside the method.
+        let call = |message: &str| screen(message.as_bytes(), 4096).unwrap().tools_call;
+        assert!(call(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"t"}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"t"}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"t"}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","error":{}}"#));
+        assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
     }
 
     /// A large object is checked in linear time (a vector of names would take minutes).

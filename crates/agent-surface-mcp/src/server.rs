@@ -629,64 +629,10 @@ async fn watch_surface(
     }
 }
 
-impl ServerHandler for McpServer {
-    /// A session is initialized once. A second `initialize` is refused: answered, it would make
-    /// `rmcp` record the version it names — negotiated or not — as the session's, and the
-    /// session would change protocol era mid-way (found by fuzzing).
-    async fn initialize(
-        &self,
-        request: rmcp::model::InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
-        if self.session.initialized.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
-            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
-        }
-        context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
-    }
-
-    fn get_info(&self) -> ServerConfig {
-        let config = &self.session.config;
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed();
-        let capabilities = if config.tasks.is_some() { capabilities.enable_tasks() } else { capabilities };
-        let info = ServerConfig::new(capabilities.build())
-            .with_server_info(Implementation::new(config.name.clone(), config.version.clone()));
-        match &config.instructions {
-            Some(i) => info.with_instructions(i.clone()),
-            None => info,
-        }
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let consumer = self.consumer(&context).await;
-        let snapshot = self.session.registry.snapshot(&consumer).await;
-        let tools = tools::tools(&snapshot);
-        {
-            let mut l = self.session.listed.lock().unwrap_or_else(PoisonError::into_inner);
-            l.hash = hash_tools(&tools);
-            l.consumer = Some(consumer);
-        }
-        let mut result = ListToolsResult::with_all_items(tools);
-        if is_modern(&context) {
-            // What a client may cache: the list is per consumer (authority may hide tools), and
-            // holds until the surface changes (which `subscriptions/listen` announces).
-            let config = &self.session.config;
-            result = result.with_ttl_ms(config.list_ttl.as_millis().try_into().unwrap_or(u64::MAX));
-            result = result.with_cache_scope(CacheScope::Private);
-        }
-        let mut m = MetaObject::new();
-        m.insert(meta::SURFACE_ID.to_string(), Value::String(snapshot.surface_id));
-        m.insert(meta::SURFACE_VERSION.to_string(), Value::from(snapshot.version));
-        result.meta = Some(m);
-        Ok(result)
-    }
-
-    async fn call_tool(
+/// The request handlers behind the boxed `ServerHandler` methods.
+impl McpServer {
+    /// `tools/call`.
+    async fn serve_call(
         &self,
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -828,6 +774,84 @@ impl ServerHandler for McpServer {
         Ok(codec::encode_invocation(invocation).into())
     }
 
+    /// `tools/list`.
+    async fn serve_list(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let consumer = self.consumer(&context).await;
+        let snapshot = self.session.registry.snapshot(&consumer).await;
+        let tools = tools::tools(&snapshot);
+        {
+            let mut l = self.session.listed.lock().unwrap_or_else(PoisonError::into_inner);
+            l.hash = hash_tools(&tools);
+            l.consumer = Some(consumer);
+        }
+        let mut result = ListToolsResult::with_all_items(tools);
+        if is_modern(&context) {
+            // What a client may cache: the list is per consumer (authority may hide tools), and
+            // holds until the surface changes (which `subscriptions/listen` announces).
+            let config = &self.session.config;
+            result = result.with_ttl_ms(config.list_ttl.as_millis().try_into().unwrap_or(u64::MAX));
+            result = result.with_cache_scope(CacheScope::Private);
+        }
+        let mut m = MetaObject::new();
+        m.insert(meta::SURFACE_ID.to_string(), Value::String(snapshot.surface_id));
+        m.insert(meta::SURFACE_VERSION.to_string(), Value::from(snapshot.version));
+        result.meta = Some(m);
+        Ok(result)
+    }
+}
+
+impl ServerHandler for McpServer {
+    /// A session is initialized once. A second `initialize` is refused: answered, it would make
+    /// `rmcp` record the version it names — negotiated or not — as the session's, and the
+    /// session would change protocol era mid-way (found by fuzzing).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        if self.session.initialized.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
+            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        let config = &self.session.config;
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed();
+        let capabilities = if config.tasks.is_some() { capabilities.enable_tasks() } else { capabilities };
+        let info = ServerConfig::new(capabilities.build())
+            .with_server_info(Implementation::new(config.name.clone(), config.version.clone()));
+        match &config.instructions {
+            Some(i) => info.with_instructions(i.clone()),
+            None => info,
+        }
+    }
+
+    /// Boxed for the reason [`ServerHandler::call_tool`] is.
+    fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + Send + '_ {
+        Box::pin(self.serve_list(request, context))
+    }
+
+    /// Boxed: `rmcp` spawns one task per request holding its handler's future inline, so a large
+    /// future here would be moved (copied) on every call; the box keeps the task small.
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_ {
+        Box::pin(self.serve_call(request, context))
+    }
+
     /// `rmcp` parses a request of a known method whose params do not fit as a custom request;
     /// for the methods this server serves that is `-32602` (invalid params), not `-32601`.
     async fn on_custom_request(
@@ -846,31 +870,40 @@ impl ServerHandler for McpServer {
         }
     }
 
-    async fn get_task(
+    fn get_task(
         &self,
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, ErrorData> {
-        let (tasks, consumer, now) = self.task_caller(&context).await?;
-        tasks.get(&request.task_id, &consumer, now).await
+    ) -> impl Future<Output = Result<GetTaskResult, ErrorData>> + Send + '_ {
+        // Boxed for the reason `call_tool` is.
+        Box::pin(async move {
+            let (tasks, consumer, now) = self.task_caller(&context).await?;
+            tasks.get(&request.task_id, &consumer, now).await
+        })
     }
 
-    async fn update_task(
+    fn update_task(
         &self,
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let (tasks, consumer, now) = self.task_caller(&context).await?;
-        tasks.update(&request.task_id, &consumer, now).await
+    ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        // Boxed for the reason `call_tool` is.
+        Box::pin(async move {
+            let (tasks, consumer, now) = self.task_caller(&context).await?;
+            tasks.update(&request.task_id, &consumer, now).await
+        })
     }
 
-    async fn cancel_task(
+    fn cancel_task(
         &self,
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let (tasks, consumer, now) = self.task_caller(&context).await?;
-        tasks.cancel(&request.task_id, &consumer, now).await
+    ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        // Boxed for the reason `call_tool` is.
+        Box::pin(async move {
+            let (tasks, consumer, now) = self.task_caller(&context).await?;
+            tasks.cancel(&request.task_id, &consumer, now).await
+        })
     }
 
     /// Modern clients learn of tool-list changes on a `subscriptions/listen` stream.
@@ -880,29 +913,32 @@ impl ServerHandler for McpServer {
 
     /// Sends `notifications/tools/list_changed` on the subscription whenever a surface change
     /// alters the caller's tool list, until the client closes it.
-    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
-        if subscription.accepted().tools_list_changed != Some(true) {
-            subscription.cancelled().await;
-            return Ok(());
-        }
-        let consumer = self.consumer(subscription.request_context()).await;
-        let registry = &self.session.registry;
-        let mut versions = registry.subscribe();
-        versions.mark_unchanged();
-        let mut listed = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
-        loop {
-            tokio::select! {
-                () = subscription.cancelled() => return Ok(()),
-                changed = versions.changed() => if changed.is_err() { return Ok(()) },
+    fn listen(&self, subscription: SubscriptionContext) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        // Boxed for the reason `call_tool` is.
+        Box::pin(async move {
+            if subscription.accepted().tools_list_changed != Some(true) {
+                subscription.cancelled().await;
+                return Ok(());
             }
-            let hash = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
-            if hash != listed {
-                listed = hash;
-                if subscription.sink().notify_tool_list_changed().await.is_err() {
-                    return Ok(());
+            let consumer = self.consumer(subscription.request_context()).await;
+            let registry = &self.session.registry;
+            let mut versions = registry.subscribe();
+            versions.mark_unchanged();
+            let mut listed = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+            loop {
+                tokio::select! {
+                    () = subscription.cancelled() => return Ok(()),
+                    changed = versions.changed() => if changed.is_err() { return Ok(()) },
+                }
+                let hash = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+                if hash != listed {
+                    listed = hash;
+                    if subscription.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
                 }
             }
-        }
+        })
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
