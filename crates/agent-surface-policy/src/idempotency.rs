@@ -26,8 +26,9 @@
 //! token is refused with [`StoreError::LeaseLost`] and changes nothing: a leader that stalled past
 //! its lease can never overwrite what its successor recorded.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use futures_util::future::BoxFuture;
+use hashbrown::HashTable;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -343,8 +345,8 @@ pub struct MemoryStoreConfig {
     /// again). Consumers that share a key share the quota; see the adapters' consumer keys.
     pub per_consumer: usize,
     /// The most bytes the records hold at once (their keys, fingerprints and stored results, as
-    /// JSON, plus a fixed overhead per record). Default 256 MiB. Results are counted by their JSON
-    /// text; held parsed, a result of many small values takes a few times that in memory. Stored results make room the way
+    /// JSON, plus a fixed overhead per record). Default 256 MiB. A stored result is held as its
+    /// JSON text, so the bytes counted are the bytes held. Stored results make room the way
     /// the record capacity does (expired, then oldest); records in flight, which only hold their
     /// key, are bounded by the capacity instead.
     pub max_bytes: usize,
@@ -411,22 +413,11 @@ fn key_bytes(key: &IdempotencyKey) -> usize {
     key.consumer_key.len() + key.invocation_id.len() + RECORD_OVERHEAD
 }
 
-/// The length of `result` as JSON, counted without building the text.
-fn json_bytes(result: &InvokeResult) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serializing a result cannot fail; a failure would only undercount.
-    let _ = serde_json::to_writer(&mut count, result);
-    count.0
+/// `result` as JSON text, the form in which a record keeps it.
+fn json_text(result: &InvokeResult) -> Box<[u8]> {
+    // Serializing a result cannot fail (its maps have string keys); were it to, the record would
+    // keep `null`, which a replay reports as unreadable rather than answering wrongly.
+    serde_json::to_vec(result).unwrap_or_else(|_| b"null".to_vec()).into_boxed_slice()
 }
 
 /// An [`IdempotencyStore`] in this process's memory, bounded by a capacity.
@@ -453,19 +444,26 @@ pub struct MemoryIdempotencyStore {
     max_bytes: usize,
     per_consumer_bytes: usize,
     max_result_bytes: usize,
+    /// The keyed hash (SipHash, a random key per store) of record and consumer keys, so that
+    /// agent-chosen ids cannot be made to collide and degrade the store. An operation hashes its
+    /// key once, outside the lock; a record keeps its hashes, so that expiry, eviction and the
+    /// queues' checks hash nothing.
+    hasher: RandomState,
     inner: Mutex<Inner>,
 }
 
 struct Inner {
-    records: HashMap<Arc<IdempotencyKey>, Entry>,
-    /// Stored results in settle order, as (key, generation); an entry whose generation is no
-    /// longer the record's is stale and skipped.
-    order: VecDeque<(Arc<IdempotencyKey>, u64)>,
-    /// Stored results by (expiry, generation); exact (removed with the record).
-    expiries: BTreeMap<(Timestamp, u64), Arc<IdempotencyKey>>,
-    /// Per consumer key: how many records it holds, and its stored results in settle order
-    /// (stale entries skipped, like `order`).
-    consumers: HashMap<String, Held>,
+    /// The records, by the hash of their key: found by key, or by [`Slot`].
+    records: HashTable<Entry>,
+    /// Stored results in settle order; an entry whose generation is no longer its record's is
+    /// stale and skipped.
+    order: VecDeque<Slot>,
+    /// Stored results by (expiry, generation), to their key's hash; exact (removed with the
+    /// record).
+    expiries: BTreeMap<(Timestamp, u64), u64>,
+    /// Per consumer key, by its hash: how many records it holds, and its stored results in
+    /// settle order (stale entries skipped, like `order`).
+    consumers: HashTable<Held>,
     /// How many records are in flight.
     in_flight: usize,
     /// The bytes all records hold.
@@ -473,19 +471,51 @@ struct Inner {
     next_generation: u64,
 }
 
-#[derive(Default)]
+/// Where a record is: the hash of its key and its generation, which no other live record has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    hash: u64,
+    generation: u64,
+}
+
 struct Held {
+    /// The hash of `consumer`.
+    hash: u64,
+    consumer: Box<str>,
     count: usize,
     /// The bytes this consumer's records hold.
     bytes: usize,
-    order: VecDeque<(Arc<IdempotencyKey>, u64)>,
+    order: VecDeque<Slot>,
 }
 
 struct Entry {
+    /// The hash of the key.
+    hash: u64,
+    /// The hash of the key's consumer key (where its [`Held`] is).
+    consumer_hash: u64,
+    /// The consumer key, then the invocation id, in one allocation.
+    key: Box<str>,
+    /// Where the consumer key ends in `key`.
+    split: usize,
     generation: u64,
-    /// What this record holds, in bytes (see [`key_bytes`], [`json_bytes`]).
+    /// What this record holds, in bytes (see [`key_bytes`]; a stored result adds its JSON text).
     bytes: usize,
     record: Record,
+}
+
+impl Entry {
+    fn consumer(&self) -> &str {
+        self.key.split_at(self.split).0
+    }
+
+    fn is(&self, key: &IdempotencyKey) -> bool {
+        let (consumer, invocation_id) = self.key.split_at(self.split);
+        consumer == key.consumer_key && invocation_id == key.invocation_id
+    }
+
+    fn slot(&self) -> Slot {
+        Slot { hash: self.hash, generation: self.generation }
+    }
 }
 
 enum Record {
@@ -497,7 +527,10 @@ enum Record {
     },
     Done {
         fingerprint: Fingerprint,
-        result: InvokeResult,
+        /// The result as its JSON text, read back for a replay: the bytes counted against the
+        /// budgets are the bytes held, and a stored result is one allocation however many
+        /// values it holds.
+        result: Box<[u8]>,
         expires_at: Timestamp,
         /// An unknown outcome waiting to be reconciled: evicted after other results (see
         /// [`MAX_SPARED`]).
@@ -514,11 +547,12 @@ impl MemoryIdempotencyStore {
             max_bytes: config.max_bytes,
             per_consumer_bytes: config.per_consumer_bytes,
             max_result_bytes: config.max_result_bytes,
+            hasher: RandomState::new(),
             inner: Mutex::new(Inner {
-                records: HashMap::new(),
+                records: HashTable::new(),
                 order: VecDeque::new(),
                 expiries: BTreeMap::new(),
-                consumers: HashMap::new(),
+                consumers: HashTable::new(),
                 in_flight: 0,
                 bytes: 0,
                 next_generation: 0,
@@ -553,25 +587,34 @@ impl MemoryIdempotencyStore {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Admission, StoreError> {
+        let hash = self.hasher.hash_one(key);
         let mut inner = self.lock();
+        let inner = &mut *inner;
         inner.sweep(now);
-        if let Some(entry) = inner.records.get_mut(key) {
+        if let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) {
             return Ok(match &mut entry.record {
                 Record::InFlight { fingerprint: stored, sender } if *stored == fingerprint => {
                     let sender = sender.get_or_insert_with(|| watch::channel(None).0);
                     Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone()))
                 }
                 Record::Done { fingerprint: stored, result, .. } if *stored == fingerprint => {
-                    Admission::Replay(result.clone())
+                    // The store wrote these bytes from a result; reading them back cannot fail
+                    // short of memory corruption, which is then reported, not replayed.
+                    match serde_json::from_slice(result) {
+                        Ok(result) => Admission::Replay(result),
+                        Err(e) => return Err(StoreError::Unavailable(format!("a stored result is unreadable: {e}"))),
+                    }
                 }
                 Record::InFlight { fingerprint: stored, .. } | Record::Done { fingerprint: stored, .. } => {
                     Admission::Conflict { stored: *stored }
                 }
             });
         }
+        let consumer = key.consumer_key.as_str();
+        let consumer_hash = self.hasher.hash_one(consumer);
         // The consumer's quota first: it makes room from its own results only.
-        while inner.consumers.get(&key.consumer_key).map_or(0, |h| h.count) >= self.per_consumer {
-            if !inner.evict_oldest_done_of(&key.consumer_key) {
+        while inner.held(consumer_hash, consumer).map_or(0, |h| h.count) >= self.per_consumer {
+            if !inner.evict_oldest_done_of(consumer_hash, consumer) {
                 // Report the store as full when it is (every record in flight): the quota is then
                 // not the reason.
                 return Err(if inner.records.len() >= self.capacity && inner.in_flight == inner.records.len() {
@@ -589,19 +632,30 @@ impl MemoryIdempotencyStore {
         // Bytes: stored results make room; a record in flight holds only its key, so when nothing
         // is left to evict it is admitted anyway (the counts above bound those).
         let bytes = key_bytes(key);
-        inner.make_room(&key.consumer_key, bytes, self.per_consumer_bytes, self.max_bytes);
+        inner.make_room(consumer_hash, consumer, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
-        inner.records.insert(
-            Arc::new(key.clone()),
-            Entry { generation, bytes, record: Record::InFlight { fingerprint, sender: None } },
-        );
-        match inner.consumers.get_mut(&key.consumer_key) {
+        let mut joined = String::with_capacity(consumer.len() + key.invocation_id.len());
+        joined.push_str(consumer);
+        joined.push_str(&key.invocation_id);
+        let entry = Entry {
+            hash,
+            consumer_hash,
+            key: joined.into_boxed_str(),
+            split: consumer.len(),
+            generation,
+            bytes,
+            record: Record::InFlight { fingerprint, sender: None },
+        };
+        inner.records.insert_unique(hash, entry, |e| e.hash);
+        match inner.held_mut(consumer_hash, consumer) {
             Some(held) => {
                 held.count += 1;
                 held.bytes += bytes;
             }
             None => {
-                inner.consumers.insert(key.consumer_key.clone(), Held { count: 1, bytes, order: VecDeque::new() });
+                let held =
+                    Held { hash: consumer_hash, consumer: consumer.into(), count: 1, bytes, order: VecDeque::new() };
+                inner.consumers.insert_unique(consumer_hash, held, |h| h.hash);
             }
         }
         inner.bytes += bytes;
@@ -617,85 +671,91 @@ impl MemoryIdempotencyStore {
         settlement: Settlement,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        // What a stored record keeps, measured before the lock is taken: the result, or, when it
-        // is over the limit, that it was withheld (built here too). (A settlement that turns out
-        // not to hold the record wastes this work; a valid one never waits on it under the lock.)
-        // The result itself is copied only when followers wait for it too (under the lock, where
-        // that is known).
+        // What a stored record keeps, written before the lock is taken: the result's JSON, or,
+        // when it is over the limit, that it was withheld; and whether it is an unknown outcome.
+        // (A settlement that turns out not to hold the record wastes this work; a valid one never
+        // waits on it under the lock.) The result itself goes to the followers, if any.
         let kept = match &settlement {
-            Settlement::Store { result, expires_at } if *expires_at > now => {
-                let bytes = json_bytes(result);
-                Some(if bytes > self.max_result_bytes {
-                    let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
-                    let withheld = InvokeResult::error(withheld.into_payload(), None);
-                    (json_bytes(&withheld), Some(withheld))
-                } else {
-                    (bytes, None)
-                })
-            }
+            Settlement::Store { result, expires_at } if *expires_at > now => Some(self.stored_form(result)),
             _ => None,
         };
-        let mut inner = self.lock();
-        let Some((shared_key, entry)) = inner.records.remove_entry(key) else { return Err(StoreError::LeaseLost) };
-        let sender = match entry.record {
+        let hash = self.hasher.hash_one(key);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        // Only this leader's record, in flight under its lease, is settled; any other is left
+        // untouched.
+        let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) else { return Err(StoreError::LeaseLost) };
+        let sender = match &mut entry.record {
             Record::InFlight { fingerprint: stored, sender }
-                if stored == fingerprint && entry.generation == lease.token =>
+                if *stored == fingerprint && entry.generation == lease.token =>
             {
-                inner.in_flight -= 1;
-                sender
+                sender.take()
             }
-            record => {
-                // Not this leader's record: put it back untouched.
-                inner.records.insert(shared_key, Entry { generation: entry.generation, bytes: entry.bytes, record });
-                return Err(StoreError::LeaseLost);
-            }
+            _ => return Err(StoreError::LeaseLost),
         };
+        let (this, consumer_hash, held_bytes) = (entry.slot(), entry.consumer_hash, entry.bytes);
+        let consumer = key.consumer_key.as_str();
+        inner.in_flight -= 1;
         let for_followers = match (settlement, kept) {
-            (Settlement::Store { result, expires_at }, Some((result_bytes, withheld))) => {
+            (Settlement::Store { result, expires_at }, Some((kept, spare))) => {
+                let result_bytes = kept.len();
                 // Room for it comes from stored results only (never from this record, which is
-                // not in the queues yet).
-                let consumer = Arc::clone(&shared_key);
-                let consumer = consumer.consumer_key.as_str();
-                inner.make_room(consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
+                // in flight until it is stored below).
+                inner.make_room(consumer_hash, consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
                 inner.bytes += result_bytes;
-                if let Some(held) = inner.consumers.get_mut(consumer) {
-                    held.bytes += result_bytes;
-                }
-                let bytes = entry.bytes + result_bytes;
                 let generation = inner.next_generation();
-                inner.expiries.insert((expires_at, generation), Arc::clone(&shared_key));
-                inner.order.push_back((Arc::clone(&shared_key), generation));
+                let stored = Slot { hash, generation };
+                inner.expiries.insert((expires_at, generation), hash);
+                inner.order.push_back(stored);
                 // The consumer holds this record (counted at admission), so its entry exists.
-                if let Some(held) = inner.consumers.get_mut(&shared_key.consumer_key) {
-                    held.order.push_back((Arc::clone(&shared_key), generation));
+                if let Some(held) = inner.held_mut(consumer_hash, consumer) {
+                    held.bytes += result_bytes;
+                    held.order.push_back(stored);
                 }
-                // The record keeps the result (or that it was withheld); the followers, if any,
-                // get a copy.
-                let (kept, for_followers) = match (withheld, &sender) {
-                    (Some(withheld), _) => (withheld, Some(result)),
-                    (None, Some(_)) => (result.clone(), Some(result)),
-                    (None, None) => (result, None),
-                };
-                let record =
-                    Record::Done { fingerprint, spare: awaits_reconciliation(&kept), result: kept, expires_at };
-                inner.records.insert(Arc::clone(&shared_key), Entry { generation, bytes, record });
-                inner.compact_consumer_order(&shared_key.consumer_key);
-                for_followers
+                if let Some(entry) = inner.records.find_mut(hash, |e| e.generation == this.generation) {
+                    entry.generation = generation;
+                    entry.bytes = held_bytes + result_bytes;
+                    entry.record = Record::Done { fingerprint, spare, result: kept, expires_at };
+                }
+                inner.compact_consumer_order(consumer_hash, consumer);
+                Some(result)
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
             (Settlement::Store { result, .. } | Settlement::Release { result }, _) => {
-                inner.released(&shared_key.consumer_key, entry.bytes);
+                drop(inner.take(this));
+                inner.released(consumer_hash, consumer, held_bytes);
                 Some(result)
             }
         };
         inner.compact_order();
-        drop(inner);
-        // Hand the result over outside the lock: waking followers must not contend with it.
+        drop(guard);
+        // Hand the result over (or drop it) outside the lock: waking followers must not contend
+        // with it.
         if let (Some(sender), Some(result)) = (sender, for_followers) {
             sender.send_replace(Some(result));
         }
         Ok(())
     }
+
+    /// What the record of `result` keeps: its JSON text, or, over
+    /// [`MemoryStoreConfig::max_result_bytes`], that of `EXECUTION_FAILED {reason:
+    /// output-too-large}`; and whether it is an unknown outcome ([`awaits_reconciliation`]).
+    fn stored_form(&self, result: &InvokeResult) -> (Box<[u8]>, bool) {
+        let text = json_text(result);
+        if text.len() <= self.max_result_bytes {
+            return (text, awaits_reconciliation(result));
+        }
+        let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+        (json_text(&InvokeResult::error(withheld.into_payload(), None)), false)
+    }
+}
+
+/// Whether the record at `slot` is a stored result.
+fn is_live_done(records: &HashTable<Entry>, slot: Slot) -> bool {
+    matches!(
+        records.find(slot.hash, |e| e.generation == slot.generation),
+        Some(Entry { record: Record::Done { .. }, .. })
+    )
 }
 
 impl Inner {
@@ -705,6 +765,29 @@ impl Inner {
         generation
     }
 
+    fn held(&self, hash: u64, consumer: &str) -> Option<&Held> {
+        self.consumers.find(hash, |h| *h.consumer == *consumer)
+    }
+
+    fn held_mut(&mut self, hash: u64, consumer: &str) -> Option<&mut Held> {
+        self.consumers.find_mut(hash, |h| *h.consumer == *consumer)
+    }
+
+    /// Removes the record at `slot`, if it is there.
+    fn take(&mut self, slot: Slot) -> Option<Entry> {
+        let found = self.records.find_entry(slot.hash, |e| e.generation == slot.generation).ok()?;
+        Some(found.remove().0)
+    }
+
+    /// Whether the stored result at `slot` is spared by eviction; `None` when `slot` is not a
+    /// stored result (any more).
+    fn spared(&self, slot: Slot) -> Option<bool> {
+        match self.records.find(slot.hash, |e| e.generation == slot.generation) {
+            Some(Entry { record: Record::Done { spare, .. }, .. }) => Some(*spare),
+            _ => None,
+        }
+    }
+
     /// Drops every stored result whose expiry is at or before `now`, and stale queue heads.
     fn sweep(&mut self, now: Timestamp) {
         while let Some(entry) = self.expiries.first_entry() {
@@ -712,18 +795,26 @@ impl Inner {
                 break;
             }
             let generation = entry.key().1;
-            let key = entry.remove();
-            if self.records.get(&key).is_some_and(|e| e.generation == generation)
-                && let Some(gone) = self.records.remove(&key)
-            {
-                self.released(&key.consumer_key, gone.bytes);
+            let hash = entry.remove();
+            if let Some(gone) = self.take(Slot { hash, generation }) {
+                self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
             }
         }
-        while let Some((key, generation)) = self.order.front() {
-            if self.is_live_done(key, *generation) {
+        while let Some(&slot) = self.order.front() {
+            if is_live_done(&self.records, slot) {
                 break;
             }
             self.order.pop_front();
+        }
+    }
+
+    /// Evicts the stored result at `slot` (known to be one).
+    fn evict(&mut self, slot: Slot) {
+        if let Some(gone) = self.take(slot) {
+            if let Record::Done { expires_at, .. } = gone.record {
+                self.expiries.remove(&(expires_at, slot.generation));
+            }
+            self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
         }
     }
 
@@ -731,68 +822,59 @@ impl Inner {
     /// [`MAX_SPARED`] of them per eviction); false when every record is in flight.
     fn evict_oldest_done(&mut self) -> bool {
         let mut spared = 0;
-        while let Some((key, generation)) = self.order.pop_front() {
-            if !self.is_live_done(&key, generation) {
-                continue;
-            }
-            if spared < MAX_SPARED && self.is_spared(&key) {
+        while let Some(slot) = self.order.pop_front() {
+            let Some(spare) = self.spared(slot) else { continue };
+            if spared < MAX_SPARED && spare {
                 spared += 1;
-                self.order.push_back((key, generation));
+                self.order.push_back(slot);
                 continue;
             }
-            if let Some(Entry { record: Record::Done { expires_at, .. }, bytes, .. }) = self.records.remove(&key) {
-                self.expiries.remove(&(expires_at, generation));
-                self.released(&key.consumer_key, bytes);
-            }
+            self.evict(slot);
             return true;
         }
         false
     }
 
-    /// Evicts the stored result `consumer` settled longest ago; false when all of its records
-    /// are in flight.
-    fn evict_oldest_done_of(&mut self, consumer: &str) -> bool {
+    /// Evicts the stored result `consumer` (whose key hashes to `hash`) settled longest ago;
+    /// false when all of its records are in flight.
+    fn evict_oldest_done_of(&mut self, hash: u64, consumer: &str) -> bool {
         let mut spared = 0;
         loop {
-            let Some((key, generation)) = self.consumers.get_mut(consumer).and_then(|h| h.order.pop_front()) else {
+            let Some(slot) = self.held_mut(hash, consumer).and_then(|h| h.order.pop_front()) else {
                 return false;
             };
-            if !self.is_live_done(&key, generation) {
-                continue;
-            }
-            if spared < MAX_SPARED && self.is_spared(&key) {
+            let Some(spare) = self.spared(slot) else { continue };
+            if spared < MAX_SPARED && spare {
                 spared += 1;
-                if let Some(held) = self.consumers.get_mut(consumer) {
-                    held.order.push_back((key, generation));
+                if let Some(held) = self.held_mut(hash, consumer) {
+                    held.order.push_back(slot);
                 }
                 continue;
             }
-            if let Some(Entry { record: Record::Done { expires_at, .. }, bytes, .. }) = self.records.remove(&key) {
-                self.expiries.remove(&(expires_at, generation));
-                self.released(consumer, bytes);
-            }
+            self.evict(slot);
             return true;
         }
     }
 
-    /// Counts one record of `consumer`, holding `bytes`, gone; forgets the consumer when it holds
-    /// none.
-    fn released(&mut self, consumer: &str, bytes: usize) {
+    /// Counts one record of `consumer` (whose key hashes to `hash`), holding `bytes`, gone;
+    /// forgets the consumer when it holds none.
+    fn released(&mut self, hash: u64, consumer: &str, bytes: usize) {
         self.bytes = self.bytes.saturating_sub(bytes);
-        if let Some(held) = self.consumers.get_mut(consumer) {
+        if let Ok(mut found) = self.consumers.find_entry(hash, |h| *h.consumer == *consumer) {
+            let held = found.get_mut();
             held.count = held.count.saturating_sub(1);
             held.bytes = held.bytes.saturating_sub(bytes);
             if held.count == 0 {
-                self.consumers.remove(consumer);
+                found.remove();
             }
         }
     }
 
     /// Evicts stored results until `bytes` more fit: `consumer`'s own first (within
     /// `per_consumer`), then anyone's (within `max`). Stops when nothing is left to evict.
-    fn make_room(&mut self, consumer: &str, bytes: usize, per_consumer: usize, max: usize) {
-        while self.consumers.get(consumer).map_or(0, |h| h.bytes) + bytes > per_consumer {
-            if !self.evict_oldest_done_of(consumer) {
+    fn make_room(&mut self, hash: u64, consumer: &str, bytes: usize, per_consumer: usize, max: usize) {
+        while self.held(hash, consumer).map_or(0, |h| h.bytes) + bytes > per_consumer {
+            if !self.evict_oldest_done_of(hash, consumer) {
                 break;
             }
         }
@@ -804,22 +886,12 @@ impl Inner {
     }
 
     /// Keeps a consumer's settle-order queue within a constant factor of its records.
-    fn compact_consumer_order(&mut self, consumer: &str) {
-        let Some(held) = self.consumers.get_mut(consumer) else { return };
+    fn compact_consumer_order(&mut self, hash: u64, consumer: &str) {
+        let Some(held) = self.consumers.find_mut(hash, |h| *h.consumer == *consumer) else { return };
         if held.order.len() > 2 * held.count + 64 {
             let records = &self.records;
-            held.order.retain(|(key, generation)| {
-                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if g == generation)
-            });
+            held.order.retain(|slot| is_live_done(records, *slot));
         }
-    }
-
-    fn is_spared(&self, key: &IdempotencyKey) -> bool {
-        matches!(self.records.get(key), Some(Entry { record: Record::Done { spare: true, .. }, .. }))
-    }
-
-    fn is_live_done(&self, key: &IdempotencyKey, generation: u64) -> bool {
-        matches!(self.records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if *g == generation)
     }
 
     /// Keeps the settle-order queue within a constant factor of the live records: stale entries
@@ -827,9 +899,7 @@ impl Inner {
     fn compact_order(&mut self) {
         if self.order.len() > 2 * self.records.len() + 64 {
             let records = &self.records;
-            self.order.retain(|(key, generation)| {
-                matches!(records.get(key), Some(Entry { generation: g, record: Record::Done { .. }, .. }) if g == generation)
-            });
+            self.order.retain(|slot| is_live_done(records, *slot));
         }
     }
 }
@@ -914,8 +984,9 @@ mod tests {
 
     /// The lease of the leader holding `key`'s record in flight.
     fn held(store: &MemoryIdempotencyStore, key: &IdempotencyKey) -> Lease {
+        let hash = store.hasher.hash_one(key);
         let inner = store.lock();
-        let entry = inner.records.get(key).expect("a record in flight");
+        let entry = inner.records.find(hash, |e| e.is(key)).expect("a record in flight");
         assert!(matches!(entry.record, Record::InFlight { .. }));
         Lease::until_settled(entry.generation)
     }
@@ -1040,13 +1111,13 @@ mod tests {
             }
         }
         let inner = store.lock();
-        let counted: usize = inner.consumers.values().map(|h| h.count).sum();
+        let counted: usize = inner.consumers.iter().map(|h| h.count).sum();
         assert_eq!(counted, inner.records.len());
-        let bytes: usize = inner.records.values().map(|e| e.bytes).sum();
+        let bytes: usize = inner.records.iter().map(|e| e.bytes).sum();
         assert_eq!(inner.bytes, bytes, "the byte total is the records' bytes");
-        assert_eq!(inner.consumers.values().map(|h| h.bytes).sum::<usize>(), bytes);
-        let in_flight = inner.records.values().filter(|e| matches!(e.record, Record::InFlight { .. })).count();
+        assert_eq!(inner.consumers.iter().map(|h| h.bytes).sum::<usize>(), bytes);
+        let in_flight = inner.records.iter().filter(|e| matches!(e.record, Record::InFlight { .. })).count();
         assert_eq!(inner.in_flight, in_flight);
-        assert!(!inner.consumers.contains_key("a"), "a consumer holding nothing is forgotten");
+        assert!(!inner.consumers.iter().any(|h| &*h.consumer == "a"), "a consumer holding nothing is forgotten");
     }
 }

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use agent_surface_core::json::write_canonical;
@@ -191,6 +192,18 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     }
 }
 
+/// A copy of `result` without its invocation id (the form a record keeps; see
+/// [`LeaderGuard::settlement`]), made without copying the id.
+fn without_id(result: &InvokeResult) -> InvokeResult {
+    if let Some(output) = result.output() {
+        return InvokeResult::ok(output.clone(), None);
+    }
+    if let Some(error) = result.error_payload() {
+        return InvokeResult::error(error.clone(), None);
+    }
+    result.clone().with_invocation_id(None)
+}
+
 /// What the leader's call, its lease renewal and its guard share while the call runs.
 #[derive(Debug)]
 pub(crate) struct Hold {
@@ -267,10 +280,10 @@ impl LeaderGuard {
         })
     }
 
+    /// The settlement of `result`, which carries no invocation id: the record does not keep the
+    /// caller's id, since every answer from it (replay, join) carries the id of the call it
+    /// answers, and the key holds at most a digest of a long id.
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
-        // The record does not keep the caller's id: every answer from it (replay, join) carries
-        // the id of the call it answers, and the key holds at most a digest of a long id.
-        let result = result.with_invocation_id(None);
         let cacheable = terminal && result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }
@@ -287,12 +300,12 @@ impl LeaderGuard {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let fut = self.store.settle(key, self.fingerprint, self.lease, settlement, now);
-        agent_surface_policy::within(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| {
-            Err(StoreError::Unavailable(format!(
-                "the idempotency store did not answer within {} ms",
-                self.budget.as_millis()
-            )))
-        })
+        agent_surface_policy::within(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| Err(self.overrun()))
+    }
+
+    /// The failure of a settlement that did not finish within the store budget.
+    fn overrun(&self) -> StoreError {
+        StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", self.budget.as_millis()))
     }
 
     /// Settles the record with `result`: stored for the window when `terminal` and cacheable,
@@ -300,19 +313,32 @@ impl LeaderGuard {
     pub(crate) async fn settle(mut self, result: &InvokeResult, terminal: bool) {
         let Some(key) = self.key.as_ref() else { return };
         let now = self.clock.now();
-        let settlement = self.settlement(result.clone(), now, terminal);
         // The key is given up only once the store has the result: if this future is dropped
         // while the store is still writing, `Drop` settles the record with the same result
-        // instead of leaving it in flight for ever.
-        let attempt = settlement.clone();
-        self.pending = Some(settlement);
-        let mut settled = self.settle_once(key, attempt, now).await;
+        // instead of leaving it in flight for ever. That copy is made only when the store does
+        // not answer at once (a store in memory always does): before this future first waits.
+        let answered = {
+            let first = self.settlement(without_id(result), now, terminal);
+            let attempt = self.store.settle(key, self.fingerprint, self.lease, first, now);
+            let mut attempt = std::pin::pin!(agent_surface_policy::within(self.clock.as_ref(), self.budget, attempt));
+            match std::future::poll_fn(|cx| Poll::Ready(attempt.as_mut().poll(cx))).await {
+                Poll::Ready(answered) => answered,
+                Poll::Pending => {
+                    self.pending = Some(self.settlement(without_id(result), now, terminal));
+                    attempt.await
+                }
+            }
+        };
+        let mut settled = answered.unwrap_or_else(|| Err(self.overrun()));
         // A shared store that did not answer: try again while the lease may still hold, so that a
         // known result is not lost to a blip (and later answered as an unknown outcome).
         if self.lease.renew_every.is_some() {
             for wait in SETTLE_RETRIES {
                 if !matches!(settled, Err(StoreError::Unavailable(_))) {
                     break;
+                }
+                if self.pending.is_none() {
+                    self.pending = Some(self.settlement(without_id(result), now, terminal));
                 }
                 tokio::time::sleep(wait).await;
                 let Some(attempt) = self.pending.clone() else { break };
@@ -354,8 +380,7 @@ impl Drop for LeaderGuard {
                 } else {
                     AgentSurfaceError::cancelled()
                 };
-                let result = InvokeResult::error(error.into_payload(), Some(key.invocation_id.clone()));
-                self.settlement(result, now, true)
+                self.settlement(InvokeResult::error(error.into_payload(), None), now, true)
             }
         };
         let (store, fp, lease) = (self.store.clone(), self.fingerprint, self.lease);
