@@ -11,14 +11,36 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuditEvent, AuditKind, AuditOutcome, AuditSink, Clock, Fingerprint, record_within};
+use agent_surface_policy::{
+    AuditConfig, AuditEvent, AuditKind, AuditOutcome, AuditSink, Clock, Fingerprint, record_within,
+};
 use serde_json::Value;
 
 use super::{Call, Outcome, Stop};
 
-/// Whether calls of this capability are audited (or refused for want of a trail).
-pub(crate) fn applies(call: &Call<'_>) -> bool {
-    call.def.effect != Effect::Read && (call.inner.config.audit.is_some() || call.def.strict_audit)
+/// What phase 8a does for a call, decided once from the registry's trail and the capability.
+pub(crate) enum Trail<'a> {
+    /// Not audited: a `read` capability, or no trail and no strict audit asked for.
+    None,
+    /// Strict audit asked for, but the registry has no trail: the call is refused.
+    Missing,
+    /// Recorded in this trail.
+    To(&'a AuditConfig),
+}
+
+/// Where calls of this capability are audited (or refused for want of a trail).
+pub(crate) fn trail<'a>(call: &Call<'a>) -> Trail<'a> {
+    match (&call.inner.config.audit, call.def.effect) {
+        (_, Effect::Read) => Trail::None,
+        (Some(audit), _) => Trail::To(audit),
+        (None, _) if call.def.strict_audit => Trail::Missing,
+        (None, _) => Trail::None,
+    }
+}
+
+/// The refusal of a call whose capability asks for strict audit on a registry without a trail.
+pub(crate) fn missing(call: &Call<'_>) -> Stop {
+    refused(format!("{} asks for strict audit, but the registry has no audit trail", call.def.name))
 }
 
 /// A recorded start, waiting for its outcome. Dropped without [`Started::finish`] (the caller
@@ -31,14 +53,11 @@ pub(crate) struct Started {
     event: Option<AuditEvent>,
 }
 
-/// Records `execution.started` for the call (see [`applies`]).
-pub(crate) async fn start(call: &Call<'_>, input: &Value) -> Result<Started, Stop> {
+/// Records `execution.started` for the call in `audit` (see [`trail`]).
+pub(crate) async fn start(call: &Call<'_>, audit: &AuditConfig, input: &Value) -> Result<Started, Stop> {
     let confirmation_id = call.request.confirmation_id.as_deref();
     let (inner, def) = (call.inner, call.def);
-    let strict = def.strict_audit || inner.config.audit.as_ref().is_some_and(|a| a.strict);
-    let Some(audit) = &inner.config.audit else {
-        return Err(refused(format!("{} asks for strict audit, but the registry has no audit trail", def.name)));
-    };
+    let strict = def.strict_audit || audit.strict;
     let info = call.info();
     let mut event = AuditEvent::of_call(
         inner.config.clock.now(),

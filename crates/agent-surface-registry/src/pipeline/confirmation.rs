@@ -12,7 +12,7 @@ use std::any::Any;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
-use agent_surface_policy::{CallDetails, ConfirmationDecision, Fingerprint};
+use agent_surface_policy::{CallDetails, ConfirmationDecision, ConfirmationGate, Fingerprint};
 use serde_json::Value;
 
 use super::{Call, Stop};
@@ -25,6 +25,12 @@ use agent_surface_policy::{catch, catch_future};
 fn cannot_decide(note: impl Into<String>) -> Stop {
     let error = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError);
     Stop::noted(error, Phase::Confirmation, note).fault()
+}
+
+/// A capability that declares a confirmation gate, on a registry without a confirmation engine:
+/// there is nobody to ask, so the call does not run.
+pub(crate) fn no_gate(def: &CapabilityDef) -> Stop {
+    cannot_decide(format!("{} declares a confirmation gate, but the registry has no confirmation engine", def.name))
 }
 
 /// The declared gate's summary for a new request (`None` when the capability declares no gate,
@@ -83,9 +89,20 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// (the `ConfirmationEngine`) asks for the remembered id itself, only for a call it gates and with
 /// the fingerprint it computes anyway, and for the input preview only when it records a
 /// confirmation; for any other gate both are computed here, for every call it is asked about.
-pub(crate) async fn confirm(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
-    let consults = call.inner.config.confirmation.as_ref().is_some_and(|gate| gate.consults_call_details());
-    if consults { confirm_on_demand(call, input, summary).await } else { confirm_eagerly(call, input, summary).await }
+///
+/// `gate` is the registry's (which the caller unwrapped; see [`no_gate`] for a declared gate
+/// without one).
+pub(crate) async fn confirm(
+    call: &Call<'_>,
+    gate: &dyn ConfirmationGate,
+    input: &Value,
+    summary: Option<SafeText>,
+) -> Result<(), Stop> {
+    if gate.consults_call_details() {
+        confirm_on_demand(call, gate, input, summary).await
+    } else {
+        confirm_eagerly(call, gate, input, summary).await
+    }
 }
 
 /// What the registry tells a gate about a call on demand: the confirmation relayed for it, and
@@ -133,7 +150,12 @@ impl CallDetails for Details<'_> {
 }
 
 /// [`confirm`] with a gate that asks for the relayed confirmation itself.
-async fn confirm_on_demand(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
+async fn confirm_on_demand(
+    call: &Call<'_>,
+    gate: &dyn ConfirmationGate,
+    input: &Value,
+    summary: Option<SafeText>,
+) -> Result<(), Stop> {
     let relayed = &call.inner.relayed;
     let presented = call.request.confirmation_id.as_deref();
     let details = Details {
@@ -146,7 +168,7 @@ async fn confirm_on_demand(call: &Call<'_>, input: &Value, summary: Option<SafeT
         asked: std::sync::OnceLock::new(),
         found: std::sync::atomic::AtomicBool::new(false),
     };
-    let outcome = check(call, input, summary, presented, Some(&details)).await;
+    let outcome = check(call, gate, input, summary, presented, Some(&details)).await;
     // The key of this call: the one the gate asked about, else (evidence the caller presented,
     // which the gate does not ask about) computed here, only when the memory holds anything.
     let key = || match details.asked.get() {
@@ -175,7 +197,12 @@ async fn confirm_on_demand(call: &Call<'_>, input: &Value, summary: Option<SafeT
 
 /// [`confirm`] with a gate that reads everything from the `CallInfo`: the remembered id is looked
 /// up here and presented as the call's evidence.
-async fn confirm_eagerly(call: &Call<'_>, input: &Value, summary: Option<SafeText>) -> Result<(), Stop> {
+async fn confirm_eagerly(
+    call: &Call<'_>,
+    gate: &dyn ConfirmationGate,
+    input: &Value,
+    summary: Option<SafeText>,
+) -> Result<(), Stop> {
     let relayed = &call.inner.relayed;
     let presented = call.request.confirmation_id.as_deref();
     // The key (the input's fingerprint) is computed only when a confirmation is remembered or
@@ -190,11 +217,11 @@ async fn confirm_eagerly(call: &Call<'_>, input: &Value, summary: Option<SafeTex
         _ => None,
     };
     let mut outcome = match remembered.as_deref() {
-        Some(id) => check(call, input, None, Some(id), None).await,
-        None => check(call, input, summary.clone(), presented, None).await,
+        Some(id) => check(call, gate, input, None, Some(id), None).await,
+        None => check(call, gate, input, summary.clone(), presented, None).await,
     };
     if remembered.is_some() && is_expired(&outcome) {
-        outcome = check(call, input, summary, None, None).await;
+        outcome = check(call, gate, input, summary, None, None).await;
     }
     match &outcome {
         Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
@@ -219,24 +246,16 @@ fn is_expired(outcome: &Result<(), Stop>) -> bool {
         && stop.error.payload().detail("reason").and_then(Value::as_str) == Some("expired"))
 }
 
+/// Asks `gate` once. The clock is read here, not at arrival: the decision is about this moment.
 async fn check(
     call: &Call<'_>,
+    gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
     confirmation_id: Option<&str>,
     details: Option<&Details<'_>>,
 ) -> Result<(), Stop> {
     let (inner, def) = (call.inner, call.def);
-    let gate = match (&inner.config.confirmation, &def.confirm) {
-        (None, None) => return Ok(()),
-        (None, Some(_)) => {
-            return Err(cannot_decide(format!(
-                "{} declares a confirmation gate, but the registry has no confirmation engine",
-                def.name
-            )));
-        }
-        (Some(gate), _) => gate,
-    };
     let correlation = call.correlation_text();
     // What the approver is shown of the input, for a new request only: computed here unless the
     // gate asks for it when it records one.

@@ -116,7 +116,10 @@ pub(crate) struct Arrival<'a> {
 
 /// What phases 5–10 of one call share, built once when phase 4 has admitted it: the
 /// [`Arrival`]'s parts, the resolved definition and registration, and the handler's context.
-/// Every later phase is a function of `&Call` and its own input.
+/// Every later phase is a function of `&Call`, the hook it runs (unwrapped by [`phases`], which
+/// alone decides whether a hook phase runs) and its own input. The phases whose decision is about
+/// the moment (rate, confirmation, the audit trail) read the clock when they decide, not at
+/// arrival.
 pub(crate) struct Call<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) options: &'a InvokeOptions,
@@ -427,22 +430,32 @@ async fn phases(
     if let Some(ask) = &def.ask {
         questions::check(ask, &call.ctx, &prepared.decoded)?;
     }
+    // Each hook phase below gets its hook unwrapped, and runs only when there is one.
     // Phase 6.
-    let _permit =
-        if inner.config.rate_limiter.is_some() { Box::pin(rate::acquire(&call, &prepared.value)).await? } else { None };
-    // Phase 7.
-    if inner.config.confirmation.is_some() || def.confirm.is_some() {
-        let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
-        Box::pin(confirmation::confirm(&call, &prepared.value, summary)).await?;
+    let _permit = match &inner.config.rate_limiter {
+        Some(limiter) => Box::pin(rate::acquire(&call, limiter.as_ref(), &prepared.value)).await?,
+        None => None,
+    };
+    // Phase 7: the registry's gate; a capability that declares a gate needs one.
+    match (&inner.config.confirmation, &def.confirm) {
+        (Some(gate), _) => {
+            let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
+            Box::pin(confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary)).await?;
+        }
+        (None, Some(_)) => return Err(confirmation::no_gate(&def)),
+        (None, None) => {}
     }
     // Phase 8a: the audit trail's start, for a capability with an effect.
-    if audit::applies(&call) {
-        let started = Box::pin(audit::start(&call, &prepared.value)).await?;
-        let outcome = execute(&call, hold, prepared, timing).await;
-        Box::pin(started.finish(&outcome)).await;
-        return outcome;
+    match audit::trail(&call) {
+        audit::Trail::None => execute(&call, hold, prepared, timing).await,
+        audit::Trail::Missing => Err(audit::missing(&call)),
+        audit::Trail::To(trail) => {
+            let started = Box::pin(audit::start(&call, trail, &prepared.value)).await?;
+            let outcome = execute(&call, hold, prepared, timing).await;
+            Box::pin(started.finish(&outcome)).await;
+            outcome
+        }
     }
-    execute(&call, hold, prepared, timing).await
 }
 
 /// Phases 8, 8b and 9: the handler, its post-condition and the output.
@@ -472,9 +485,9 @@ async fn execute(
     }
     let output = execute::run(call, prepared.decoded).await;
     // Phase 8b: the post-condition, if the capability declares one.
-    let output = match output {
-        Ok(output) if def.verify.is_some() => Box::pin(verify::check(call, &prepared.value, output)).await,
-        other => other,
+    let output = match (output, &def.verify) {
+        (Ok(output), Some(check)) => Box::pin(verify::check(call, check, &prepared.value, output)).await,
+        (other, _) => other,
     };
     if let Some(timing) = timing.as_mut() {
         timing.execute_end = Some(std::time::Instant::now());

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::{Failure, RateDecision, guarded};
+use agent_surface_policy::{Failure, RateDecision, RateLimiter, guarded};
 use serde_json::Value;
 
 use super::{Call, Stop};
@@ -20,9 +20,10 @@ use super::{Call, Stop};
 /// A held permit (a queue slot, say), released when the call ends.
 pub(crate) type Permit = Option<Box<dyn Send>>;
 
-pub(crate) async fn acquire(call: &Call<'_>, input: &Value) -> Result<Permit, Stop> {
+/// Asks `limiter` (the registry's, which the caller unwrapped) for a permit. The clock is read
+/// here, not at arrival: the decision is about this moment.
+pub(crate) async fn acquire(call: &Call<'_>, limiter: &dyn RateLimiter, input: &Value) -> Result<Permit, Stop> {
     let inner = call.inner;
-    let Some(limiter) = &inner.config.rate_limiter else { return Ok(None) };
     let call = call.info().with_input(input);
     let backstop = inner.config.default_time_budget;
     let now = inner.config.clock.now();

@@ -12,13 +12,14 @@ use agent_surface_core::{AgentSurfaceError, Phase};
 use serde_json::Value;
 
 use super::{Call, Stop};
-use crate::handler::Verification;
+use crate::handler::{ErasedVerify, Verification};
 use agent_surface_policy::catch_future;
 
-pub(crate) async fn check(call: &Call<'_>, input: &Value, output: Value) -> Result<Value, Stop> {
+/// Runs the capability's post-condition `verify` (its own, which the caller unwrapped) on the
+/// handler's `output`.
+pub(crate) async fn check(call: &Call<'_>, verify: &ErasedVerify, input: &Value, output: Value) -> Result<Value, Stop> {
     let Call { inner, options, def, tracked, .. } = *call;
     let ctx = &call.ctx;
-    let Some(verify) = &def.verify else { return Ok(output) };
     let unknown = |note: String| Stop::noted(super::execute::unknown_outcome(tracked), Phase::Execute, note);
     // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
     let decoded = match (def.handler.decode)(input) {
