@@ -146,6 +146,18 @@ pub(crate) struct CapabilityDef {
     pub(crate) meta: Option<Value>,
 }
 
+impl CapabilityDef {
+    /// The hooks' view of a call of this capability by `consumer` (no instance yet; the call
+    /// adds the one it runs against): the one place that view is made, for discovery and for
+    /// every phase that asks a hook.
+    pub(crate) fn call_info<'a>(
+        &'a self,
+        consumer: &'a agent_surface_policy::Consumer,
+    ) -> agent_surface_policy::CallInfo<'a> {
+        agent_surface_policy::CallInfo::new(consumer, &self.name, &self.type_id, self.effect, self.idempotent)
+    }
+}
+
 /// The summary function of a declared confirmation gate, over the decoded input.
 type SummaryFn = dyn Fn(&(dyn std::any::Any + Send)) -> Option<SafeText> + Send + Sync;
 

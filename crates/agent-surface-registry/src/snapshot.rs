@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use agent_surface_core::Effect;
-use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer};
+use agent_surface_policy::{AuthorityDecision, Consumer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -142,8 +142,7 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
                 instance: Option<&'a InstanceDescriptor>,
                 budget: std::time::Duration,
             ) -> impl std::future::Future<Output = AuthorityDecision> + 'a {
-                let def = &row.def;
-                let mut call = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+                let mut call = row.def.call_info(consumer);
                 if let Some(i) = instance {
                     call = call.with_instance(&i.instance_id).with_registration(&i.registration_id);
                 }

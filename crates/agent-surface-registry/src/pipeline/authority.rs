@@ -43,17 +43,12 @@ pub(crate) async fn check(
         other => other,
     };
     let (call, known) = match &resolution {
-        Resolution::Resolved(Resolved { def, registration: reg }) => (
-            CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent)
-                .with_instance(&reg.instance_id)
-                .with_registration(&reg.registration_id),
-            true,
-        ),
+        Resolution::Resolved(Resolved { def, registration: reg }) => {
+            (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
+        }
         // The capability exists without resolving (no live instance, a tombstone, a stale
         // token): asked about as discovery does.
-        Resolution::Unresolved(Some(def), _) => {
-            (CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent), true)
-        }
+        Resolution::Unresolved(Some(def), _) => (def.call_info(consumer), true),
         // A name that does not exist is asked about too, as a call of unknown effect, and the
         // decision is ignored.
         Resolution::Unresolved(None, _) | Resolution::Ambiguous(_) => {
@@ -106,7 +101,7 @@ async fn check_ambiguous(
     let Ambiguous { def, candidates, then } = ambiguous;
     let clock = inner.config.clock.as_ref();
     let budget = inner.config.authority_budget;
-    let whole = CallInfo::new(consumer, &def.name, &def.type_id, def.effect, def.idempotent);
+    let whole = def.call_info(consumer);
     let hidden =
         || Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"));
     if crate::authority::decide(clock, policy, whole, budget).await == AuthorityDecision::Hide {

@@ -141,7 +141,7 @@ impl Call<'_> {
     /// registration it runs against.
     pub(crate) fn info(&self) -> agent_surface_policy::CallInfo<'_> {
         let def = self.def;
-        agent_surface_policy::CallInfo::new(&self.options.consumer, &def.name, &def.type_id, def.effect, def.idempotent)
+        def.call_info(&self.options.consumer)
             .with_instance(&self.reg.instance_id)
             .with_registration(&self.reg.registration_id)
     }
