@@ -82,13 +82,57 @@ impl CorrelationId {
     pub(crate) const fn pending() -> CorrelationId {
         CorrelationId(Repr::Generated(0))
     }
+
+    /// The text of a generated id, written into a buffer on the stack (`None` for an invocation
+    /// id, which is its own text): no allocation and no formatting machinery, since the
+    /// confirmation phase and the audit trail ask for it on every call they see.
+    pub(crate) fn generated_text(&self) -> Option<GeneratedText> {
+        match self.0 {
+            Repr::Invocation(_) => None,
+            Repr::Generated(n) => Some(GeneratedText::new(n)),
+        }
+    }
+}
+
+/// The text of a generated correlation id: `c-`, the 12 hex digits of the process prefix, `-`,
+/// and the counter in lowercase hex without leading zeros (at most 31 bytes).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct GeneratedText {
+    bytes: [u8; GeneratedText::MAX],
+    len: u8,
+}
+
+impl GeneratedText {
+    const MAX: usize = 2 + 12 + 1 + 16;
+
+    fn new(n: u64) -> GeneratedText {
+        let mut bytes = [0u8; Self::MAX];
+        let prefix = process_prefix().as_bytes();
+        bytes[..2].copy_from_slice(b"c-");
+        bytes[2..2 + prefix.len()].copy_from_slice(prefix);
+        let mut at = 2 + prefix.len();
+        bytes[at] = b'-';
+        at += 1;
+        let digits = (16 - (n.leading_zeros() as usize) / 4).max(1);
+        for i in 0..digits {
+            let nibble = (n >> (4 * (digits - 1 - i))) & 0xf;
+            bytes[at + i] = b"0123456789abcdef"[nibble as usize];
+        }
+        GeneratedText { bytes, len: (at + digits) as u8 }
+    }
+
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII is ever written (`c-`, hex digits, `-`).
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("c-")
+    }
 }
 
 impl fmt::Display for CorrelationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Repr::Invocation(id) => f.write_str(id),
-            Repr::Generated(n) => write!(f, "c-{}-{n:x}", process_prefix()),
+            Repr::Generated(n) => f.write_str(GeneratedText::new(*n).as_str()),
         }
     }
 }
@@ -107,6 +151,18 @@ mod tests {
         assert!(prefix.bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(ids.iter().all(|id| id.starts_with(&format!("c-{prefix}-"))), "{}", ids[0]);
         assert!(ids.iter().all(|id| id.is_ascii() && !id.contains(' ')));
+    }
+
+    #[test]
+    fn generated_text_is_the_prefix_and_the_counter_in_hex() {
+        let prefix = process_prefix();
+        for n in [0u64, 1, 0xf, 0x10, 0x1b, 0xdead_beef, u64::MAX >> 4, u64::MAX] {
+            let id = CorrelationId(Repr::Generated(n));
+            let text = id.generated_text().expect("generated");
+            assert_eq!(text.as_str(), format!("c-{prefix}-{n:x}"));
+            assert_eq!(id.to_string(), text.as_str());
+        }
+        assert!(CorrelationId::of_invocation("inv-1").generated_text().is_none());
     }
 
     #[test]

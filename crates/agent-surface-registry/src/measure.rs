@@ -110,7 +110,7 @@ fn flat_object(map: &serde_json::Map<String, Value>, max_bytes: usize) -> Option
         bound = bound.saturating_add(match item {
             Value::Array(_) | Value::Object(_) => return None,
             Value::Null | Value::Bool(_) => 5,
-            Value::Number(n) => number_len(n),
+            Value::Number(n) => number_len_bound(n),
             Value::String(s) => s.len().saturating_mul(6).saturating_add(2),
         });
         bound = bound.saturating_add(key.len().saturating_mul(6).saturating_add(2));
@@ -138,6 +138,12 @@ fn flat_object(map: &serde_json::Map<String, Value>, max_bytes: usize) -> Option
 /// The number of decimal digits of `n`.
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// At least the length of a number as `serde_json` displays it: an integer (`u64` or `i64`) is at
+/// most 20 characters; a float is counted.
+fn number_len_bound(n: &serde_json::Number) -> usize {
+    if n.is_f64() { number_len(n) } else { 20 }
 }
 
 /// The length of a number as `serde_json` displays it, without allocating.

@@ -39,7 +39,8 @@ pub(crate) async fn check(
 ) -> Result<Resolved, Stop> {
     let (inner, consumer, request) = (arrival.inner, &arrival.options.consumer, arrival.request);
     let resolution = match resolution {
-        Resolution::Ambiguous(ambiguous) => return check_ambiguous(inner, policy, consumer, ambiguous).await,
+        // Boxed: its state (a decision per instance) would otherwise enlarge every call's.
+        Resolution::Ambiguous(ambiguous) => return Box::pin(check_ambiguous(inner, policy, consumer, ambiguous)).await,
         other => other,
     };
     let (call, known) = match &resolution {

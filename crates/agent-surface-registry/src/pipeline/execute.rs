@@ -28,24 +28,38 @@ fn handler_failed(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Execute, note)
 }
 
-pub(crate) async fn run(call: &Call<'_>, decoded: Decoded) -> Result<Value, Stop> {
+/// How the handler's first poll left it.
+pub(crate) enum Run<W> {
+    /// It completed: its outcome.
+    Done(Result<Value, Stop>),
+    /// It is pending: the rest of the call under the time budget and the watchers, boxed so
+    /// that its state (timer, watchers) does not enlarge the future of every call, most of
+    /// which never get here.
+    Waiting(std::pin::Pin<Box<W>>),
+}
+
+/// Starts the handler and polls it once.
+pub(crate) fn run<'a>(call: &Call<'a>, decoded: Decoded) -> Run<impl Future<Output = Result<Value, Stop>> + Send + 'a> {
     let Call { inner, options, def, reg, tracked, .. } = *call;
     let ctx = call.ctx.clone();
     let budget = call.time_budget();
-    let _end = ctx.end_on_drop();
-    let call = &def.handler.call;
+    // The handler's cancellation fires when the call ends, whichever way (a guard moved into the
+    // slow path when there is one).
+    let end = ctx.end_on_drop();
+    let handler = &def.handler.call;
     // Building the future runs the handler's synchronous prelude, which may panic too: the guard
     // covers both.
-    let mut fut = catch_future(|| call(ctx, decoded));
+    let mut fut = catch_future(|| handler(ctx, decoded));
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)
     if let Some(r) = (&mut fut).now_or_never() {
-        return settle(r, def, tracked);
+        return Run::Done(settle(r, def, tracked));
     }
-    // The waiting state (timer, watchers) is boxed, so that it does not enlarge the future of
-    // every call, most of which never get here.
-    Box::pin(wait(inner, def, reg, options, budget, tracked, fut)).await
+    Run::Waiting(Box::pin(async move {
+        let _end = end;
+        wait(inner, def, reg, options, budget, tracked, fut).await
+    }))
 }
 
 /// The slow path of [`run`]: the handler's outcome, or the first interruption.

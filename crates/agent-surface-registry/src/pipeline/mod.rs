@@ -132,8 +132,8 @@ pub(crate) struct Call<'a> {
     pub(crate) tracked: bool,
     /// The call's correlation id.
     pub(crate) correlation: &'a CorrelationId,
-    /// Its text, formatted when first asked for (the confirmation phase, the audit trail).
-    pub(crate) correlation_text: std::sync::OnceLock<String>,
+    /// Its text, written when first asked for (the confirmation phase, the audit trail).
+    pub(crate) correlation_text: std::sync::OnceLock<crate::correlation::GeneratedText>,
 }
 
 impl Call<'_> {
@@ -146,11 +146,13 @@ impl Call<'_> {
             .with_registration(&self.reg.registration_id)
     }
 
-    /// The correlation id as text: the invocation id, or the generated id formatted once.
+    /// The correlation id as text: the invocation id, or the generated id written once.
     pub(crate) fn correlation_text(&self) -> &str {
         match self.correlation.invocation_id() {
             Some(id) => id,
-            None => self.correlation_text.get_or_init(|| self.correlation.to_string()),
+            None => {
+                self.correlation_text.get_or_init(|| self.correlation.generated_text().unwrap_or_default()).as_str()
+            }
         }
     }
 
@@ -445,17 +447,27 @@ async fn phases(
         (None, Some(_)) => return Err(confirmation::no_gate(&def)),
         (None, None) => {}
     }
-    // Phase 8a: the audit trail's start, for a capability with an effect.
+    // Phase 8a: the audit trail's start, for a capability with an effect (the audited path is
+    // boxed: the audit event it holds would otherwise enlarge every call's state).
     match audit::trail(&call) {
         audit::Trail::None => execute(&call, hold, prepared, timing).await,
         audit::Trail::Missing => Err(audit::missing(&call)),
-        audit::Trail::To(trail) => {
-            let started = Box::pin(audit::start(&call, trail, &prepared.value)).await?;
-            let outcome = execute(&call, hold, prepared, timing).await;
-            Box::pin(started.finish(&outcome)).await;
-            outcome
-        }
+        audit::Trail::To(trail) => Box::pin(audited(&call, trail, hold, prepared, timing)).await,
     }
+}
+
+/// Phases 8a–9 of an audited call: the trail's start, the call, the trail's finish.
+async fn audited(
+    call: &Call<'_>,
+    trail: &agent_surface_policy::AuditConfig,
+    hold: Option<&idempotency::Hold>,
+    prepared: input::Prepared,
+    timing: &mut Option<Box<telemetry::Timing>>,
+) -> Outcome {
+    let started = audit::start(call, trail, &prepared.value).await?;
+    let outcome = execute(call, hold, prepared, timing).await;
+    started.finish(&outcome).await;
+    outcome
 }
 
 /// Phases 8, 8b and 9: the handler, its post-condition and the output.
@@ -483,7 +495,12 @@ async fn execute(
     if let Some(timing) = timing.as_mut() {
         timing.execute_start = Some(std::time::Instant::now());
     }
-    let output = execute::run(call, prepared.decoded).await;
+    // A handler that completes on its first poll needs no timer and no watchers; one that does
+    // not is awaited under them, in a box of its own.
+    let output = match execute::run(call, prepared.decoded) {
+        execute::Run::Done(output) => output,
+        execute::Run::Waiting(waiting) => waiting.await,
+    };
     // Phase 8b: the post-condition, if the capability declares one.
     let output = match (output, &def.verify) {
         (Ok(output), Some(check)) => Box::pin(verify::check(call, check, &prepared.value, output)).await,
