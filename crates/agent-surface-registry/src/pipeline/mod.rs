@@ -430,7 +430,7 @@ async fn phases(
     let prepared = input::prepare(&call, input)?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &def.ask {
-        questions::check(ask, &call.ctx, &prepared.decoded)?;
+        questions::check(&call, ask, &prepared.decoded)?;
     }
     // Each hook phase below gets its hook unwrapped, and runs only when there is one.
     // Phase 6.

@@ -9,12 +9,14 @@
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 
-use super::Stop;
-use crate::ctx::Ctx;
+use super::{Call, Stop};
 use crate::handler::ErasedAsk;
 use crate::handler::{Decoded, Unmet};
 
-pub(crate) fn check(ask: &ErasedAsk, ctx: &Ctx, decoded: &Decoded) -> Result<(), Stop> {
+/// Runs the capability's ask step `ask` (its own, which the caller unwrapped) on the decoded
+/// input, with the answers the call carries.
+pub(crate) fn check(call: &Call<'_>, ask: &ErasedAsk, decoded: &Decoded) -> Result<(), Stop> {
+    let ctx = &call.ctx;
     let answers = ctx.answers();
     match agent_surface_policy::catch(|| (ask.ask)(ctx, decoded.as_ref(), answers)) {
         Ok(Some(Ok(questions))) if questions.is_empty() => Ok(()),
