@@ -59,7 +59,10 @@ pub fn canonical_json(value: &Value) -> String {
 /// assert_eq!(out, "prefix:{\"\\r\":2,\"\u{20ac}\":1}".as_bytes());
 /// ```
 pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    let mut stack = vec![Work::Value(value)];
+    // Sized for a small object (its members' three steps each) without growing; a larger value
+    // grows it as it goes.
+    let mut stack = Vec::with_capacity(16);
+    stack.push(Work::Value(value));
     while let Some(work) = stack.pop() {
         match work {
             Work::Byte(b) => out.push(b),
@@ -107,8 +110,21 @@ enum Work<'a> {
 /// The members of an object in JCS order: keys compared as UTF-16 code unit sequences.
 fn sorted_members(members: &Map<String, Value>) -> Vec<(&str, &Value)> {
     let mut sorted: Vec<(&str, &Value)> = members.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+    sorted.sort_by(|(a, _), (b, _)| utf16_order(a, b));
     sorted
+}
+
+/// `a` and `b` compared as UTF-16 code unit sequences, without encoding them when their UTF-8
+/// bytes already decide. UTF-8 byte order is code point order, which UTF-16 order differs from
+/// only between a character at U+E000..=U+FFFF (lead byte `0xEE` or `0xEF`) and one beyond
+/// U+FFFF (lead byte `0xF0` and up, a surrogate pair in UTF-16): only where the first differing
+/// bytes are both from that range is the comparison done in UTF-16.
+fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match a.bytes().zip(b.bytes()).find(|(x, y)| x != y) {
+        None => a.len().cmp(&b.len()),
+        Some((x, y)) if x >= 0xEE && y >= 0xEE => a.encode_utf16().cmp(b.encode_utf16()),
+        Some((x, y)) => x.cmp(&y),
+    }
 }
 
 /// A JSON string literal as `JSON.stringify` writes it.
@@ -440,6 +456,17 @@ mod tests {
                 let std = decimal_digits(&format!("{:e}", x.abs())).0.len();
                 proptest::prop_assert_eq!(ours, std, "{}", text);
             }
+        }
+
+        /// The byte-wise shortcut orders keys as UTF-16 does, also where the two orders differ
+        /// (characters at U+E000..=U+FFFF against ones beyond U+FFFF) and where one key is a
+        /// prefix of the other.
+        #[test]
+        fn keys_are_ordered_as_utf16(
+            a in "[a\\u{7f}\\u{e9}\\u{d7ff}\\u{e000}\\u{ffff}\\u{10000}\\u{1f600}]{0,4}",
+            b in "[a\\u{7f}\\u{e9}\\u{d7ff}\\u{e000}\\u{ffff}\\u{10000}\\u{1f600}]{0,4}",
+        ) {
+            proptest::prop_assert_eq!(utf16_order(&a, &b), a.encode_utf16().cmp(b.encode_utf16()), "{:?} {:?}", a, b);
         }
     }
 }
