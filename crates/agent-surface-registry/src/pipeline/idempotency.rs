@@ -109,7 +109,8 @@ fn precheck(arrival: &Arrival<'_>) -> Result<Option<Admitted>, Stop> {
 }
 
 async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted, Stop> {
-    let Arrival { inner, request, options, now, .. } = *arrival;
+    let Arrival { inner, request, options, .. } = *arrival;
+    let now = arrival.now();
     let Some(invocation_id) = &request.invocation_id else { return Ok(Admitted::Untracked) };
     let key =
         IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };

@@ -101,17 +101,26 @@ impl Stop {
 
 /// What phases 1–4 of one call share, built once when it arrives: the registry, the request (its
 /// input taken: admission borrows it, phase 5 owns it), the caller's options, the correlation id,
-/// one clock reading, and whether the call is recorded. Each of these phases is a function of
-/// `&Arrival` and its own input.
+/// one clock reading (taken when first needed), and whether the call is recorded. Each of these
+/// phases is a function of `&Arrival` and its own input.
 pub(crate) struct Arrival<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) request: &'a InvokeRequest,
     pub(crate) options: &'a InvokeOptions,
     pub(crate) correlation: &'a CorrelationId,
-    /// The registry's clock when the call arrived (admission, resolution).
-    pub(crate) now: Timestamp,
+    /// The registry's clock when a phase first asked ([`Arrival::now`]).
+    now: std::sync::OnceLock<Timestamp>,
     /// Whether the call is recorded: only a call with an invocation id is.
     pub(crate) tracked: bool,
+}
+
+impl Arrival<'_> {
+    /// The registry's clock at the call's arrival, read once, when a phase first asks (the
+    /// admission of a recorded call, the tombstone lookups of resolution): most calls never do,
+    /// and a clock reading is a noticeable part of a call's cost.
+    pub(crate) fn now(&self) -> Timestamp {
+        *self.now.get_or_init(|| self.inner.config.clock.now())
+    }
 }
 
 /// What phases 5–10 of one call share, built once when phase 4 has admitted it: the
@@ -303,7 +312,7 @@ async fn run_phases(
         request,
         options,
         correlation,
-        now: inner.config.clock.now(),
+        now: std::sync::OnceLock::new(),
         tracked: request.invocation_id.is_some(),
     };
     // Phase 1: admission and idempotency.

@@ -135,7 +135,9 @@ fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
 /// Phase 2: the capability the call names and the registration it runs against, read from the
 /// live state (held by the caller under one lock with phase 3).
 pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
-    let (request, now, surface_id) = (arrival.request, arrival.now, &*arrival.inner.surface_id);
+    let (request, surface_id) = (arrival.request, &*arrival.inner.surface_id);
+    // The clock is read only when a tombstone is looked up (the arrival's reading, if taken).
+    let now = || arrival.now();
     let Some(def) = state.capabilities.get(request.capability.as_str()) else {
         return Resolution::Unresolved(None, not_found("no such capability"));
     };
@@ -155,7 +157,7 @@ fn registration(
     surface_id: &str,
     def: &CapabilityDef,
     request: &InvokeRequest,
-    now: Timestamp,
+    now: impl Fn() -> Timestamp,
 ) -> Result<(Picked, Option<Stop>), Stop> {
     let Some(ty) = state.types.get(&def.type_id) else { return Err(not_found("type missing")) };
 
@@ -189,8 +191,8 @@ fn registration(
             }
             None => {
                 let tomb = rid
-                    .and_then(|rid| state.tombstones.by_registration(rid, now))
-                    .or_else(|| state.tombstones.by_instance(&def.type_id, iid, now));
+                    .and_then(|rid| state.tombstones.by_registration(rid, now()))
+                    .or_else(|| state.tombstones.by_instance(&def.type_id, iid, now()));
                 return Err(match tomb {
                     Some(t) => tombstone_stop(state, t),
                     None => not_found("no live instance with this id"),
@@ -201,7 +203,7 @@ fn registration(
             Some(live) if live.type_id == def.type_id => Picked::One(live.clone()),
             Some(_) => return Err(not_found("registration of another type")),
             None => {
-                return Err(match state.tombstones.by_registration(rid, now) {
+                return Err(match state.tombstones.by_registration(rid, now()) {
                     Some(t) if t.type_id == def.type_id => tombstone_stop(state, t),
                     _ => not_found("no such registration"),
                 });
@@ -212,7 +214,7 @@ fn registration(
             match (live.next(), live.next()) {
                 (Some(only), None) => Picked::One(only.clone()),
                 (None, _) => {
-                    return Err(match state.tombstones.by_type(&def.type_id, now) {
+                    return Err(match state.tombstones.by_type(&def.type_id, now()) {
                         Some(t) => tombstone_stop(state, t),
                         None => not_found("no live instance"),
                     });
