@@ -204,8 +204,9 @@ impl std::fmt::Display for Shown<'_> {
 }
 
 /// One call, boxed once when it is made: the request and options are moved into the box and
-/// never again, and the caller's future is a pointer (a box of at most ~1 KiB is served from the
-/// allocator's thread cache; `cargo bench -p agent-surface-registry --bench pipeline`).
+/// never again, and the caller's future is a pointer. The box is 1,560 bytes (2026-12-01): the
+/// request and options (344) and the state of the phases an untracked call awaits; rare paths box
+/// their own state (`spec/invocation.md` §11 gives what it costs).
 pub(crate) fn invoke(
     registry: &Registry,
     mut request: InvokeRequest,
