@@ -220,6 +220,17 @@ async fn first_call(launch: &Launch) -> Duration {
     elapsed
 }
 
+/// The CPU time (user and system) a process has used so far, in seconds (Linux only).
+fn cpu_time(pid: Option<u32>) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
+    // The fields after the command name (which may hold spaces) are space-separated; utime and
+    // stime are the 14th and 15th fields, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -289,11 +300,19 @@ fn main() {
     }
     let mut seq: Vec<Vec<Figures>> = servers.iter().map(|_| Vec::new()).collect();
     let mut par: Vec<Vec<Figures>> = servers.iter().map(|_| Vec::new()).collect();
+    let mut cpu: Vec<f64> = servers.iter().map(|_| 0.0).collect();
+    let mut client_cpu = cpu.clone();
     for round in 0..rounds {
         for k in 0..servers.len() {
             let i = (k + round) % servers.len();
             seq[i].push(rt.block_on(sequential(&servers[i].client, n_seq)));
+            let (server, client) = (servers[i].child.id(), Some(std::process::id()));
+            let before = (cpu_time(server), cpu_time(client));
             par[i].push(rt.block_on(in_flight(&servers[i].client, n_par, 32)));
+            if let ((Some(a), Some(c)), Some(b), Some(d)) = (before, cpu_time(server), cpu_time(client)) {
+                cpu[i] += b - a;
+                client_cpu[i] += d - c;
+            }
         }
     }
     // Spawn → first call, interleaved the same way.
@@ -362,6 +381,15 @@ fn main() {
         starts[1] * 1e3,
         starts.get(2).map(|t| format!(", typescript sdk {:.1} ms", t * 1e3)).unwrap_or_default()
     );
+    // What each server process spent (user and system CPU time) per call with 32 in flight: the
+    // cost the wall-clock ratios depend on when client and server share the cores.
+    let per_call = |cpu: &[f64]| {
+        let each =
+            servers.iter().zip(cpu).map(|(s, t)| format!("{} {:.1} µs", s.name, t * 1e6 / (n_par * rounds) as f64));
+        each.collect::<Vec<_>>().join(", ")
+    };
+    println!("CPU per call with 32 in flight, server: {}", per_call(&cpu));
+    println!("CPU per call with 32 in flight, client: {}", per_call(&client_cpu));
     for mut s in servers {
         let _ = s.child.start_kill();
     }

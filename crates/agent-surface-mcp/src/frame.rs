@@ -3,9 +3,11 @@
 //! (`serde_json` would silently keep the last one, where the HTTP binding refuses the message),
 //! and a method name too long to echo.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use agent_surface_core::json::{BYTES_PER_VALUE, too_many_values};
+use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// The longest method name a message may have; a longer one cannot name a method, and is not
@@ -128,24 +130,24 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut names: Vec<String> = Vec::new();
-        let mut many: Option<std::collections::HashSet<String>> = None;
-        while let Some(name) = map.next_key::<String>()? {
-            if self.top && name == "method" {
+        let mut names: Vec<Name<'de>> = Vec::new();
+        let mut many: Option<std::collections::HashSet<Name<'de>>> = None;
+        while let Some(name) = map.next_key::<Name<'de>>()? {
+            if self.top && name.0 == "method" {
                 // A method that is not a string is left to the parser, which answers it.
-                if let serde_json::Value::String(method) = map.next_value::<serde_json::Value>()? {
+                if let Top::Text(method) = map.next_value::<Top<'de>>()? {
                     self.found.long_method |= method.len() > MAX_METHOD_BYTES;
                     self.found.initialize |= method == "initialize";
                     self.found.tools_call |= method == "tools/call";
                 }
-            } else if self.top && name == "id" {
-                self.found.id = match map.next_value::<serde_json::Value>()? {
-                    serde_json::Value::String(s) => Some(rmcp::model::NumberOrString::String(s.into())),
-                    serde_json::Value::Number(n) => n.as_i64().map(rmcp::model::NumberOrString::Number),
-                    _ => None,
+            } else if self.top && name.0 == "id" {
+                self.found.id = match map.next_value::<Top<'de>>()? {
+                    Top::Text(s) => Some(rmcp::model::NumberOrString::String(s.as_ref().into())),
+                    Top::Integer(n) => Some(rmcp::model::NumberOrString::Number(n)),
+                    Top::Other => None,
                 };
-            } else if self.top && name != "params" {
-                self.found.result_or_error |= name == "result" || name == "error";
+            } else if self.top && name.0 != "params" {
+                self.found.result_or_error |= name.0 == "result" || name.0 == "error";
                 map.next_value::<IgnoredAny>()?;
             } else {
                 map.next_value_seed(Walk { found: &mut *self.found, top: false })?;
@@ -164,6 +166,82 @@ impl<'de> Visitor<'de> for Walk<'_> {
             self.found.duplicate |= repeated;
         }
         Ok(())
+    }
+}
+
+/// A member name, borrowed from the message unless it holds an escape (the screen reads every
+/// name of every object; copying them all cost more than the rest of the walk).
+#[derive(PartialEq, Eq, Hash)]
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(TopVisitor).and_then(|top| match top {
+            Top::Text(text) => Ok(Name(text)),
+            _ => Err(serde::de::Error::custom("a member name is a string")),
+        })
+    }
+}
+
+/// A top-level `method` or `id` as far as the screen needs it: a string, an integer that fits
+/// an `i64` (a usable JSON-RPC id, as `serde_json::Value::as_i64` reads it), or anything else.
+enum Top<'de> {
+    Text(Cow<'de, str>),
+    Integer(i64),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TopVisitor)
+    }
+}
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Top<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Top<'de>, E> {
+        Ok(Top::Text(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Top<'de>, E> {
+        Ok(Top::Text(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Top<'de>, E> {
+        Ok(Top::Integer(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Top<'de>, E> {
+        Ok(i64::try_from(v).map_or(Top::Other, Top::Integer))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Top<'de>, E> {
+        Ok(Top::Other)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Top<'de>, E> {
+        Ok(Top::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<Top<'de>, E> {
+        Ok(Top::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Top<'de>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Top::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Top::Other)
     }
 }
 
