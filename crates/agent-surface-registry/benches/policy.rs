@@ -14,6 +14,11 @@
 //! - `policy/confirmation_cycle`: the whole two-phase cycle per iteration — the call that gets
 //!   `CONFIRMATION_REQUIRED`, the host's approval, and the retry that runs.
 //!
+//! And, outside the pipeline, `idempotency/memory_store`: one admission and one settlement of a
+//! fresh key on the default `MemoryIdempotencyStore`, whose consumer is at its record quota so
+//! that every admission evicts its oldest result (the steady state of a busy consumer): what the
+//! store's guarantees cost a recorded call (`spec/invocation.md` §11).
+//!
 //! After the criterion groups, the bench prints each case's overhead over the baseline.
 
 #![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
@@ -28,9 +33,10 @@ use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult};
 use agent_surface_policy::{
-    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
-    Consumer, FnPolicy, Identity, MemoryConfirmationStore, MemoryConfirmationStoreConfig, MemoryRateLimiter, Policies,
-    QueueConfig, Quota, RateLimitConfig,
+    Admission, AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine,
+    ConfirmationGate, Consumer, Fingerprint, FnPolicy, IdempotencyKey, IdempotencyStore, Identity,
+    MemoryConfirmationStore, MemoryConfirmationStoreConfig, MemoryIdempotencyStore, MemoryRateLimiter, Policies,
+    QueueConfig, Quota, RateLimitConfig, Settlement,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Mount, Registry, RegistryConfig};
 use criterion::{BatchSize, Criterion, criterion_group};
@@ -141,9 +147,38 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    let store = MemoryIdempotencyStore::default();
+    let fingerprint = Fingerprint::of(&value);
+    let result = InvokeResult::ok(serde_json::json!({"sum": 5}), None);
+    let now = agent_surface_core::Timestamp::now();
+    let expires_at = now.saturating_add(std::time::Duration::from_secs(600));
+    let mut n = 0_u64;
+    let record = |n: u64| {
+        let key = IdempotencyKey::new("anonymous:bench", format!("inv-{n}"));
+        let Some(Ok(Admission::Leader(lease))) = store.admit(&key, fingerprint, now).now_or_never() else {
+            panic!("a fresh key is led")
+        };
+        let settlement = Settlement::Store { result: result.clone(), expires_at };
+        store.settle(&key, fingerprint, lease, settlement, now).now_or_never().expect("ready").expect("settled");
+    };
+    // The consumer's quota (10 000 records) full: every admission from here evicts.
+    while n < 10_000 {
+        record(n);
+        n += 1;
+    }
+    c.bench_function("idempotency/memory_store", |b| {
+        b.iter(|| {
+            n += 1;
+            record(black_box(n));
+        })
+    });
 }
 
 fn report() {
+    if let Some(t) = median_ns("idempotency/memory_store") {
+        println!("\nidempotency/memory_store: {t:.0} ns (one admission and one settlement, outside the pipeline)");
+    }
     let Some(base) = median_ns("policy/baseline") else {
         println!("\n(no baseline estimate; run the whole bench)");
         return;
