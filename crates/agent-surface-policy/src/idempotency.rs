@@ -458,8 +458,13 @@ struct Inner {
     /// Stored results in settle order; an entry whose generation is no longer its record's is
     /// stale and skipped.
     order: VecDeque<Slot>,
-    /// Stored results by (expiry, generation), to their key's hash; exact (removed with the
-    /// record).
+    /// Stored results in the order they expire, for results settled in that order (the usual
+    /// case: one window, a clock that does not go back), so that indexing one costs a push; an
+    /// entry whose record was evicted first is stale and skipped, and compacted away like
+    /// `order`'s.
+    expiring: VecDeque<(Timestamp, Slot)>,
+    /// Stored results that expire before one settled earlier, by (expiry, generation), to their
+    /// key's hash; exact (removed with the record).
     expiries: BTreeMap<(Timestamp, u64), u64>,
     /// Per consumer key, by its hash: how many records it holds, and its stored results in
     /// settle order (stale entries skipped, like `order`).
@@ -551,6 +556,7 @@ impl MemoryIdempotencyStore {
             inner: Mutex::new(Inner {
                 records: HashTable::new(),
                 order: VecDeque::new(),
+                expiring: VecDeque::new(),
                 expiries: BTreeMap::new(),
                 consumers: HashTable::new(),
                 in_flight: 0,
@@ -705,7 +711,11 @@ impl MemoryIdempotencyStore {
                 inner.bytes += result_bytes;
                 let generation = inner.next_generation();
                 let stored = Slot { hash, generation };
-                inner.expiries.insert((expires_at, generation), hash);
+                if inner.expiring.back().is_none_or(|(last, _)| *last <= expires_at) {
+                    inner.expiring.push_back((expires_at, stored));
+                } else {
+                    inner.expiries.insert((expires_at, generation), hash);
+                }
                 inner.order.push_back(stored);
                 // The consumer holds this record (counted at admission), so its entry exists.
                 if let Some(held) = inner.held_mut(consumer_hash, consumer) {
@@ -790,6 +800,15 @@ impl Inner {
 
     /// Drops every stored result whose expiry is at or before `now`, and stale queue heads.
     fn sweep(&mut self, now: Timestamp) {
+        while let Some(&(expires_at, slot)) = self.expiring.front() {
+            if expires_at > now {
+                break;
+            }
+            self.expiring.pop_front();
+            if let Some(gone) = self.take(slot) {
+                self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
+            }
+        }
         while let Some(entry) = self.expiries.first_entry() {
             if entry.key().0 > now {
                 break;
@@ -897,9 +916,12 @@ impl Inner {
     /// Keeps the settle-order queue within a constant factor of the live records: stale entries
     /// pile up behind a long-lived head when results expire or are replaced out of order.
     fn compact_order(&mut self) {
-        if self.order.len() > 2 * self.records.len() + 64 {
-            let records = &self.records;
+        let records = &self.records;
+        if self.order.len() > 2 * records.len() + 64 {
             self.order.retain(|slot| is_live_done(records, *slot));
+        }
+        if self.expiring.len() > 2 * records.len() + 64 {
+            self.expiring.retain(|(_, slot)| is_live_done(records, *slot));
         }
     }
 }
@@ -1009,9 +1031,54 @@ mod tests {
             settle(&IdempotencyKey::new("c", format!("k{i}")), at(i + 1), at(i));
             let inner = store.lock();
             assert!(inner.order.len() <= 2 * inner.records.len() + 65, "{} queued", inner.order.len());
-            assert_eq!(inner.expiries.len(), inner.records.len());
+            assert_expiries_indexed(&inner);
         }
         assert_eq!(store.len(), 2);
+    }
+
+    /// Every stored result is indexed by its expiry once, and stale entries stay proportional to
+    /// the records.
+    fn assert_expiries_indexed(inner: &Inner) {
+        let live = inner.expiring.iter().filter(|(_, slot)| is_live_done(&inner.records, *slot)).count();
+        let done = inner.records.iter().filter(|e| matches!(e.record, Record::Done { .. })).count();
+        assert_eq!(live + inner.expiries.len(), done);
+        assert!(inner.expiring.len() <= 2 * inner.records.len() + 65, "{} indexed", inner.expiring.len());
+    }
+
+    /// Results settled in order of expiry are indexed by a push, and results evicted before they
+    /// expire do not make that index grow without bound; each expires on time.
+    #[test]
+    fn the_expiry_index_stays_proportional_and_expires_in_order() {
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(100));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let result = InvokeResult::ok(serde_json::json!(null), None);
+        for i in 0..10_000 {
+            let key = IdempotencyKey::new("c", format!("k{i}"));
+            assert!(matches!(store.admit(&key, fp, at(i)).now_or_never(), Some(Ok(Admission::Leader(_)))));
+            let settlement = Settlement::Store { result: result.clone(), expires_at: at(i + 1_000_000) };
+            assert!(matches!(
+                store.settle(&key, fp, held(&store, &key), settlement, at(i)).now_or_never(),
+                Some(Ok(()))
+            ));
+            assert_expiries_indexed(&store.lock());
+        }
+        assert_eq!(store.len(), 100);
+        // One settled out of order (an earlier expiry) goes to the exact index.
+        let key = IdempotencyKey::new("c", "early");
+        assert!(matches!(store.admit(&key, fp, at(10_000)).now_or_never(), Some(Ok(Admission::Leader(_)))));
+        let settlement = Settlement::Store { result: result.clone(), expires_at: at(10_001) };
+        store.settle(&key, fp, held(&store, &key), settlement, at(10_000)).now_or_never().unwrap().unwrap();
+        assert_eq!(store.lock().expiries.len(), 1);
+        assert_expiries_indexed(&store.lock());
+        // Each goes at its expiry: the early one first, then the rest in order.
+        let _ = leader(&store, &IdempotencyKey::new("d", "sweep-1"), at(10_001));
+        assert!(matches!(leader(&store, &key, at(10_002)), Ok(Admission::Leader(_))), "expired, so led again");
+        let middle = IdempotencyKey::new("c", "k9950");
+        assert!(matches!(leader(&store, &middle, at(1_009_949)), Ok(Admission::Replay(_))));
+        assert!(matches!(leader(&store, &middle, at(1_009_950)), Ok(Admission::Leader(_))), "expired at 1,009,950");
+        let last = IdempotencyKey::new("c", "k9999");
+        assert!(matches!(leader(&store, &last, at(1_009_998)), Ok(Admission::Replay(_))));
+        assert!(matches!(leader(&store, &last, at(1_009_999)), Ok(Admission::Leader(_))), "expired at 1,009,999");
     }
 
     fn leader(store: &MemoryIdempotencyStore, key: &IdempotencyKey, now: Timestamp) -> Result<Admission, StoreError> {
