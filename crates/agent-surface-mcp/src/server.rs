@@ -504,18 +504,47 @@ fn can_elicit(peer: &Peer<RoleServer>) -> bool {
 
 /// The progress of one request on its way to the client: the latest report not sent yet (progress
 /// is last-value-wins, so a handler that reports faster than the client reads costs one slot, not
-/// a queue), and whether the call has ended.
+/// a queue), and whether the call has ended. The task that sends the reports is started by the
+/// first report: most calls carry a progress token (`rmcp`'s client sends one with every call) and
+/// report nothing, and a task per call (spawned, then awaited under a timer) cost more than the
+/// rest of the adapter's work on the call.
 struct ProgressRelay {
     latest: Mutex<Option<Progress>>,
     ready: tokio::sync::Notify,
     closed: std::sync::atomic::AtomicBool,
+    /// Where the reports go: the peer and the request's token.
+    to: (Peer<RoleServer>, rmcp::model::ProgressToken),
+    /// This relay, for the task the first report starts.
+    this: std::sync::Weak<ProgressRelay>,
+    /// The sending task, once started; `None` inside after [`ProgressRelay::close`] took it.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ProgressRelay {
-    /// Ends the relay: the pending report is still sent, nothing after it.
-    fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+    /// The relay of one request that carried `token`.
+    fn new(peer: Peer<RoleServer>, token: rmcp::model::ProgressToken) -> Arc<ProgressRelay> {
+        Arc::new_cyclic(|this| ProgressRelay {
+            latest: Mutex::new(None),
+            ready: tokio::sync::Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            to: (peer, token),
+            this: this.clone(),
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Ends the relay: the pending report is still sent (within a second), nothing after it.
+    async fn close(&self) {
+        let task = {
+            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+            self.closed.store(true, Ordering::Release);
+            task.take()
+        };
+        let Some(mut task) = task else { return };
         self.ready.notify_one();
+        if tokio::time::timeout(std::time::Duration::from_secs(1), &mut task).await.is_err() {
+            task.abort();
+        }
     }
 }
 
@@ -525,44 +554,44 @@ impl agent_surface_registry::ProgressSink for ProgressRelay {
             return;
         }
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(progress);
+        {
+            // Checked again under the lock `close` takes: a task started here is one it awaits.
+            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+            if task.is_none()
+                && !self.closed.load(Ordering::Acquire)
+                && let (Some(relay), Ok(runtime)) = (self.this.upgrade(), tokio::runtime::Handle::try_current())
+            {
+                *task = Some(runtime.spawn(forward_progress(relay)));
+            }
+        }
         self.ready.notify_one();
     }
 }
 
-/// The progress relay of one request and the task that sends its reports as
-/// `notifications/progress` with the request's token, until the relay is closed.
-fn progress_forwarder(
-    peer: Peer<RoleServer>,
-    token: rmcp::model::ProgressToken,
-) -> (Arc<ProgressRelay>, tokio::task::JoinHandle<()>) {
-    let relay = Arc::new(ProgressRelay {
-        latest: Mutex::new(None),
-        ready: tokio::sync::Notify::new(),
-        closed: std::sync::atomic::AtomicBool::new(false),
-    });
-    let forwarding = relay.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            forwarding.ready.notified().await;
-            let pending = forwarding.latest.lock().unwrap_or_else(PoisonError::into_inner).take();
-            if let Some(p) = pending {
-                let mut param = ProgressNotificationParam::new(token.clone(), p.done);
-                param.total = p.total;
-                param.message = p.message;
-                if peer.notify_progress(param).await.is_err() {
-                    return;
-                }
+/// Sends the relay's reports as `notifications/progress` with the request's token, until the relay
+/// is closed.
+async fn forward_progress(relay: Arc<ProgressRelay>) {
+    let (peer, token) = &relay.to;
+    loop {
+        let pending = relay.latest.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(p) = pending {
+            let mut param = ProgressNotificationParam::new(token.clone(), p.done);
+            param.total = p.total;
+            param.message = p.message;
+            if peer.notify_progress(param).await.is_err() {
+                return;
             }
-            if forwarding.closed.load(Ordering::Acquire) {
-                if forwarding.latest.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
-                    return;
-                }
-                // A report landed while the last one was sent: go round once more.
-                forwarding.ready.notify_one();
-            }
+            continue;
         }
-    });
-    (relay, task)
+        if relay.closed.load(Ordering::Acquire) {
+            // Nothing pending, and nothing can arrive any more.
+            if relay.latest.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+                return;
+            }
+            continue;
+        }
+        relay.ready.notified().await;
+    }
 }
 
 /// Asks the person at the client to accept or decline, with no form fields.
@@ -723,8 +752,8 @@ impl McpServer {
                 Started::Ended(invocation) => outcome = Some(Answered::Result(invocation)),
             }
         }
-        let progress = context.meta.get_progress_token().map(|token| progress_forwarder(context.peer.clone(), token));
-        if let Some((relay, _)) = &progress {
+        let progress = context.meta.get_progress_token().map(|token| ProgressRelay::new(context.peer.clone(), token));
+        if let Some(relay) = &progress {
             options = options.with_progress(relay.clone());
         }
         let paged = matches!(&approval, Some((asked, _, answer)) if asked.url.is_some() && *answer != Answer::Missing);
@@ -736,12 +765,9 @@ impl McpServer {
             }
             (None, None) => self.first_call(invoke, options, &context).await,
         };
-        if let Some((relay, mut task)) = progress {
+        if let Some(relay) = progress {
             // The last report is sent before the result; none after it.
-            relay.close();
-            if tokio::time::timeout(std::time::Duration::from_secs(1), &mut task).await.is_err() {
-                task.abort();
-            }
+            relay.close().await;
         }
         let invocation = match outcome {
             Answered::Result(invocation) => invocation,
