@@ -222,6 +222,86 @@ async fn check_expiry_claims(store: &dyn ConfirmationStore, prefix: &str) {
     );
 }
 
+/// Two confirmation engines over one store and one audit trail, as two replicas are, and a
+/// confirmation requested through the first.
+struct Replicas {
+    clock: std::sync::Arc<agent_surface_policy::ManualClock>,
+    trail: std::sync::Arc<agent_surface_policy::MemoryAuditSink>,
+    a: std::sync::Arc<agent_surface_policy::ConfirmationEngine>,
+    b: std::sync::Arc<agent_surface_policy::ConfirmationEngine>,
+    requester: Consumer,
+    input: serde_json::Value,
+    summary: agent_surface_core::SafeText,
+}
+
+impl Replicas {
+    fn new(store: std::sync::Arc<dyn ConfirmationStore>) -> Replicas {
+        use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, ManualClock, MemoryAuditSink};
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(at(0)));
+        let trail = Arc::new(MemoryAuditSink::default());
+        let replica = || {
+            Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+                clock: clock.clone(),
+                store: store.clone(),
+                ttl: Duration::from_secs(60),
+                audit: Some(trail.clone()),
+                ..Default::default()
+            }))
+        };
+        let (a, b) = (replica(), replica());
+        Replicas {
+            clock,
+            trail,
+            a,
+            b,
+            requester: Consumer::authenticated("c-1", agent_surface_policy::Identity::new("alice")),
+            input: json!({"orderId": "A-1"}),
+            summary: agent_surface_core::SafeText::from("Cancel order A-1."),
+        }
+    }
+
+    /// The gated call both replicas are asked about.
+    fn call(&self) -> CallInfo<'_> {
+        CallInfo::new(&self.requester, "orders.cancel", "orders", Effect::Destructive, false)
+            .with_instance("main")
+            .with_registration("r-1")
+            .with_input(&self.input)
+            .with_declared_gate(Some(&self.summary))
+    }
+
+    /// A confirmation requested through the first replica.
+    async fn request(&self) -> String {
+        use agent_surface_policy::{Clock, ConfirmationDecision, ConfirmationGate};
+        match self.a.check(self.call(), None, self.clock.now()).await {
+            ConfirmationDecision::Required { confirmation_id, .. } => confirmation_id,
+            other => panic!("store kit: a gated call without evidence must need a confirmation, got {other:?}"),
+        }
+    }
+}
+
+/// Two confirmation engines (two replicas) over one `store`: a confirmation requested through
+/// one and approved through the other is used once, however many retries race through both.
+///
+/// # Panics
+///
+/// When no retry, or more than one, proceeds.
+pub async fn check_replicas_share_one_approval(store: std::sync::Arc<dyn ConfirmationStore>) {
+    use agent_surface_policy::{Clock, ConfirmationDecision, ConfirmationGate, Identity};
+    let replicas = Replicas::new(store);
+    let id = replicas.request().await;
+    replicas.b.approve(&id, &Identity::new("manager")).await.expect("store kit: the approval must be recorded");
+    let call = replicas.call();
+    let attempts = (0..20).map(|i| {
+        let engine = if i % 2 == 0 { &replicas.a } else { &replicas.b };
+        let (id, now) = (id.as_str(), replicas.clock.now());
+        async move { engine.check(call, Some(id), now).await }
+    });
+    let decisions = join_all(attempts).await;
+    let proceeded = decisions.iter().filter(|d| **d == ConfirmationDecision::Proceed).count();
+    assert_eq!(proceeded, 1, "store kit: one approval must let exactly one call through: {decisions:?}");
+}
+
 /// Two confirmation engines (two replicas) over one `store` and one audit trail: a confirmation
 /// that expires is recorded once as `confirmation.expired`, though each replica meets its
 /// deadline twice (its evidence presented, then a late decision) — the replicas' own memories of
@@ -232,45 +312,19 @@ async fn check_expiry_claims(store: &dyn ConfirmationStore, prefix: &str) {
 ///
 /// When the trail holds the expiry other than once.
 pub async fn check_replicas_record_one_expiry(store: std::sync::Arc<dyn ConfirmationStore>) {
-    use agent_surface_policy::{
-        Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Identity, ManualClock,
-        MemoryAuditSink,
-    };
-    use std::sync::Arc;
-
-    let clock = Arc::new(ManualClock::new(at(0)));
-    let trail = Arc::new(MemoryAuditSink::default());
-    let replica = || {
-        ConfirmationEngine::new(ConfirmationConfig {
-            clock: clock.clone(),
-            store: store.clone(),
-            ttl: Duration::from_secs(60),
-            audit: Some(trail.clone()),
-            ..Default::default()
-        })
-    };
-    let (a, b) = (replica(), replica());
-    let requester = Consumer::authenticated("c-1", agent_surface_policy::Identity::new("alice"));
-    let input = json!({"orderId": "A-1"});
-    let summary = agent_surface_core::SafeText::from("Cancel order A-1.");
-    let call = CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
-        .with_instance("main")
-        .with_registration("r-1")
-        .with_input(&input)
-        .with_declared_gate(Some(&summary));
-    let ConfirmationDecision::Required { confirmation_id: id, .. } = a.check(call, None, clock.now()).await else {
-        panic!("store kit: a gated call without evidence must need a confirmation")
-    };
-    clock.advance(Duration::from_secs(61));
-    for replica in [&a, &b, &a, &b] {
-        let presented = replica.check(call, Some(&id), clock.now()).await;
+    use agent_surface_policy::{Clock, ConfirmationDecision, ConfirmationGate, Identity};
+    let replicas = Replicas::new(store);
+    let id = replicas.request().await;
+    replicas.clock.advance(Duration::from_secs(61));
+    for replica in [&replicas.a, &replicas.b, &replicas.a, &replicas.b] {
+        let presented = replica.check(replicas.call(), Some(&id), replicas.clock.now()).await;
         assert!(
             matches!(presented, ConfirmationDecision::Invalid(_)),
             "store kit: expired evidence must be invalid, got {presented:?}"
         );
         assert!(replica.deny(&id, &Identity::new("manager")).await.is_err(), "store kit: a late denial must fail");
     }
-    let expired = trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).count();
+    let expired = replicas.trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).count();
     assert_eq!(expired, 1, "store kit: replicas sharing a store must record one expiry between them");
 }
 

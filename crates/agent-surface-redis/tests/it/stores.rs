@@ -4,10 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
-use agent_surface_policy::{
-    Admission, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
-    Consumer, Fingerprint, IdempotencyKey, IdempotencyStore, Identity, ManualClock,
-};
+use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore};
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_testing::stores;
 use serde_json::json;
@@ -54,38 +51,7 @@ async fn the_redis_task_store_passes_the_kit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_approval_and_use_it_once() {
     let Some(redis) = support::stores("replicas").await else { return };
-    let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
-    let replica = || {
-        Arc::new(ConfirmationEngine::new(ConfirmationConfig {
-            clock: clock.clone(),
-            store: Arc::new(redis.confirmations()),
-            ..Default::default()
-        }))
-    };
-    let (a, b) = (replica(), replica());
-    let requester = Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice"));
-    let input = json!({"orderId": "A-1"});
-    let summary = agent_surface_core::SafeText::from("Cancel order A-1.");
-    let call = CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
-        .with_instance("main")
-        .with_registration("r-1")
-        .with_input(&input)
-        .with_declared_gate(Some(&summary));
-    let ConfirmationDecision::Required { confirmation_id, .. } = a.check(call, None, clock.now()).await else {
-        panic!("a gated call without evidence needs a confirmation")
-    };
-    // Approved through the other replica.
-    b.approve(&confirmation_id, &Identity::new("manager")).await.expect("the approval is recorded");
-    // Retries racing through both replicas: exactly one proceeds.
-    let attempts = (0..20).map(|i| {
-        let engine = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let id = confirmation_id.clone();
-        let now = clock.now();
-        async move { engine.check(call, Some(&id), now).await }
-    });
-    let decisions = futures_util::future::join_all(attempts).await;
-    let proceeded = decisions.iter().filter(|d| **d == ConfirmationDecision::Proceed).count();
-    assert_eq!(proceeded, 1, "{decisions:?}");
+    stores::check_replicas_share_one_approval(Arc::new(redis.confirmations())).await;
 }
 
 /// No Redis where the URL points: connecting fails within the budget (a Redis that goes silent

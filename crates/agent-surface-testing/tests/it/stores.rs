@@ -11,6 +11,11 @@ async fn the_memory_confirmation_store_passes_the_kit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_memory_confirmation_store_use_one_approval_once() {
+    stores::check_replicas_share_one_approval(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_memory_confirmation_store_record_one_expiry() {
     stores::check_replicas_record_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
 }
