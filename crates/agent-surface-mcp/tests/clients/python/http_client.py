@@ -7,7 +7,9 @@ Runs the MCP clients' cases (cases.json; those marked MCP-only are skipped) as
 `POST /api/invoke` requests and checks what any HTTP consumer relies on: the status the error
 matrix gives the code, `application/problem+json` with `type: urn:agent-surface:error:{CODE}`,
 the payload members exactly as expected (the message as a case's `httpMessage` where HTTP words
-it otherwise than MCP), `Retry-After` exactly for `after-delay`,
+it otherwise than MCP, and the details with a case's `httpDetails` added: the server signs people
+in with tokens, so it serves the approval inbox and a confirmation carries its `approvalUrl`),
+`Retry-After` exactly for `after-delay`,
 `WWW-Authenticate` on 401, success bodies, an `Idempotency-Key` replay, a client that hangs up
 (the call is cancelled and the key then answers `CANCELLED`), and the protocol faults that never
 reach the pipeline (no `code` member). Prints one line per check and closes with
@@ -158,6 +160,8 @@ def run_cases(client, cases, matrix, surface):
         if "error" in case:
             # HTTP carries the message as built; `message` is the wording for a model over MCP.
             expected = case["error"] if "httpMessage" not in case else {**case["error"], "message": case["httpMessage"]}
+            if "httpDetails" in case:
+                expected = {**expected, "details": {**expected.get("details", {}), **case["httpDetails"]}}
             check_error(label, response, expected, matrix)
         else:
             ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
