@@ -175,16 +175,13 @@ async fn confirm_on_demand(
         Some(key) => Some(*key),
         None => (presented.is_some() && !relayed.is_empty()).then(|| details.key(&Fingerprint::of(input))),
     };
-    match &outcome {
-        Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
-            if let Some(id) = stop.error.payload().detail("confirmationId").and_then(Value::as_str) {
-                let key = details.asked.get().copied().unwrap_or_else(|| details.key(&Fingerprint::of(input)));
-                relayed.remember(key, id);
-            }
+    match Relay::after(&outcome) {
+        Relay::Remember(id) => {
+            let key = details.asked.get().copied().unwrap_or_else(|| details.key(&Fingerprint::of(input)));
+            relayed.remember(key, id);
         }
-        // The gate could not decide: an approval still stands.
-        Err(stop) if stop.phase == Phase::Confirmation && stop.error.code() == ErrorCode::ExecutionFailed => {}
-        _ => {
+        Relay::Keep => {}
+        Relay::Forget => {
             if (details.found.load(std::sync::atomic::Ordering::Relaxed) || presented.is_some())
                 && let Some(key) = key()
             {
@@ -223,21 +220,44 @@ async fn confirm_eagerly(
     if remembered.is_some() && is_expired(&outcome) {
         outcome = check(call, gate, input, summary, None, None).await;
     }
-    match &outcome {
-        Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
-            if let Some(id) = stop.error.payload().detail("confirmationId").and_then(Value::as_str) {
-                relayed.remember(remembered_key.unwrap_or_else(key), id);
-            }
-        }
-        // The gate could not decide: an approval still stands.
-        Err(stop) if stop.phase == Phase::Confirmation && stop.error.code() == ErrorCode::ExecutionFailed => {}
-        _ => {
+    match Relay::after(&outcome) {
+        Relay::Remember(id) => relayed.remember(remembered_key.unwrap_or_else(key), id),
+        Relay::Keep => {}
+        Relay::Forget => {
             if let Some(k) = remembered_key {
                 relayed.forget(k);
             }
         }
     }
     outcome
+}
+
+/// What the gate's answer does to the memory of relayed confirmations (both paths of
+/// [`confirm`] settle it the same way; they differ only in how they find the call's key).
+enum Relay<'a> {
+    /// A confirmation is required: remember its id for this call.
+    Remember(&'a str),
+    /// The gate could not decide (an approval still stands), or named no id: leave it.
+    Keep,
+    /// Any other answer settles what was remembered for this call.
+    Forget,
+}
+
+impl<'a> Relay<'a> {
+    fn after(outcome: &'a Result<(), Stop>) -> Relay<'a> {
+        match outcome {
+            Err(stop) if stop.error.code() == ErrorCode::ConfirmationRequired => {
+                match stop.error.payload().detail("confirmationId").and_then(Value::as_str) {
+                    Some(id) => Relay::Remember(id),
+                    None => Relay::Keep,
+                }
+            }
+            Err(stop) if stop.phase == Phase::Confirmation && stop.error.code() == ErrorCode::ExecutionFailed => {
+                Relay::Keep
+            }
+            _ => Relay::Forget,
+        }
+    }
 }
 
 /// Whether the gate refused the evidence as expired.
