@@ -78,7 +78,7 @@ async fn credentials_come_with_the_url() {
     let Some(site) = support::Site::new("auth") else { return };
     let port = site.port();
     let server = site.start_with(&["--requirepass", "s3cret-pass"]);
-    let config = RedisConfig { op_timeout: Duration::from_millis(500), ..RedisConfig::with_prefix("auth:") };
+    let config = RedisConfig::with_prefix("auth:");
     let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
     let refused = match without {
         Ok(stores) => stores.idempotency().admit(&key("k"), fp(), Timestamp::now()).await.err().map(|e| e.to_string()),
@@ -93,7 +93,8 @@ async fn credentials_come_with_the_url() {
     if let Err(e) = &wrong {
         assert!(!e.to_string().contains("wrong-pass"), "{e}");
     }
-    assert!(matches!(with.idempotency().admit(&key("k"), fp(), Timestamp::now()).await, Ok(Admission::Leader(_))));
+    let admitted = with.idempotency().admit(&key("k"), fp(), Timestamp::now()).await;
+    assert!(matches!(admitted, Ok(Admission::Leader(_))), "{admitted:?}");
     drop(server);
 }
 
