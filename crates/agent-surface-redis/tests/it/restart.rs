@@ -145,7 +145,7 @@ async fn a_silent_redis_fails_every_operation_within_its_budget() {
     let Some(site) = Site::new("silent") else { return };
     let redis = site.start();
     let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::with_prefix("silent:") };
-    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
+    let stores = crate::support::connect_patiently(&site.url(), config).await;
     let (registry, _engine, _mount) = shop(&stores);
     let alice = || InvokeOptions::new(Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice")));
 
@@ -174,7 +174,7 @@ async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
         lease: Duration::from_millis(600),
         ..RedisConfig::with_prefix("follower:")
     };
-    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
+    let stores = crate::support::connect_patiently(&site.url(), config).await;
     let store = stores.idempotency();
     let key = IdempotencyKey::new("c", "frozen");
     let fp = Fingerprint::of(&json!(1));

@@ -7,9 +7,12 @@ pub(crate) fn redis_url() -> Option<String> {
     agent_surface_testing::services::redis_url()
 }
 
-/// Stores on the test Redis under a prefix of their own (tests share one Redis).
+/// Stores on the test Redis under a prefix of their own (tests share one Redis), with a generous
+/// time budget per operation: these tests are about what the stores guarantee, not about budgets
+/// (those that are set their own with [`stores_with`]), and a thousand operations queued on one
+/// connection of a busy machine can outlast the default two seconds.
 pub(crate) async fn stores(test: &str) -> Option<RedisStores> {
-    stores_with(test, RedisConfig::default()).await
+    stores_with(test, RedisConfig { op_timeout: std::time::Duration::from_secs(10), ..RedisConfig::default() }).await
 }
 
 /// As [`stores`], with `config` (its prefix replaced).
@@ -24,6 +27,21 @@ pub(crate) async fn stores_with(test: &str, config: RedisConfig) -> Option<Redis
 fn unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Connects to a Redis the test just started, trying a few times: a test whose budget is short (to
+/// prove that operations give up quickly once Redis is frozen) must not fail because a busy machine
+/// took longer than that budget to accept the first connection.
+pub(crate) async fn connect_patiently(url: &str, config: RedisConfig) -> RedisStores {
+    let mut last = None;
+    for _ in 0..10 {
+        match RedisStores::connect(url, config.clone()).await {
+            Ok(stores) => return stores,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("Redis at {url} did not accept a connection: {last:?}")
 }
 
 pub(crate) use agent_surface_testing::services::RedisSite as Site;
