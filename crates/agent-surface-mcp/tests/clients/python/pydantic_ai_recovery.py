@@ -225,9 +225,10 @@ def pick_instance(payload, tool, args, info):
 
 
 # `helper`/`default`: the expected end ("done", "stop: {stop} {code}" after the helper,
-# "stop: {code}", "ask-user...", or the type of the exception the run ended with); "ambiguous":
-# done when the tool schema offers the model a target argument for the instance, else the model
-# asks the user which cart. `log`: the helper's (tool, stop, requests) per model tool call.
+# "stop: {code}", "ask-user...", or the type of the exception the run ended with). `targeted`: the
+# model must have repaired AMBIGUOUS_INSTANCE through the tool's target argument (the schema
+# offers it, with the instance ids as its enum). `log`: the helper's (tool, stop, requests) per
+# model tool call.
 TASKS = [
     {"name": "look up an order", "plan": [("orders-get", {"orderId": "A-1001"})],
      "helper": "done", "default": "done", "log": [("orders-get", "succeeded", 1)]},
@@ -242,7 +243,8 @@ TASKS = [
     {"name": "a slow first lookup (TIMEOUT, idempotent)", "plan": [("shipping-track", {"orderId": "A-1003"})],
      "helper": "done", "default": "done", "log": [("shipping-track", "succeeded", 2)]},
     {"name": "an ambiguous instance (two carts)", "plan": [("cart-view", {})], "fix": pick_instance,
-     "helper": "ambiguous", "default": "ambiguous", "log": "ambiguous"},
+     "targeted": True, "helper": "done", "default": "done",
+     "log": [("cart-view", "returned-to-caller", 1), ("cart-view", "succeeded", 1)]},
     {"name": "two-phase confirmation approved by a second channel", "plan": [("orders-cancel", {"orderId": "A-1001"})],
      "approve": True, "helper": "done", "default": "ask-user-approval: CONFIRMATION_REQUIRED",
      "log": [("orders-cancel", "succeeded", 2)]},
@@ -307,16 +309,14 @@ async def main():
             outcome = await run_task(binary, task, which == "helper")
             end = outcome["end"]
             expected = task[which]
-            if expected == "ambiguous":
-                expected = "done" if outcome["targeted"] else "ask-user: AMBIGUOUS_INSTANCE"
             ok = ends_as(end, expected)
             check(f"[{which}] {task['name']}: ends {expected}", ok, f"ended {end!r} after {outcome['calls']} model calls")
+            if task.get("targeted"):
+                check(f"[{which}]   the model named the instance through the target argument", outcome["targeted"])
             kind = "done" if end == "done" else end if end.endswith("Error") or end.endswith("Behavior") else "stopped"
             tallies[which][kind] = tallies[which].get(kind, 0) + 1
             if which == "helper":
                 log = task["log"]
-                if log == "ambiguous":
-                    log = [("cart-view", "returned-to-caller", 1)] + ([("cart-view", "succeeded", 1)] if outcome["targeted"] else [])
                 check(f"[helper]   tool calls ended {log}", outcome["log"] == log, repr(outcome["log"]))
                 if task.get("approve") is not None:
                     check(f"[helper]   the person was asked once, not the model", len(outcome["asked"]) == 1, repr(outcome["asked"]))
