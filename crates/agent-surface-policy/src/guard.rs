@@ -70,7 +70,22 @@ pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 /// # }).unwrap();
 /// ```
 pub fn catch_future<F: Future>(start: impl FnOnce() -> F) -> impl Future<Output = Result<F::Output, String>> {
-    match catch(start) {
+    catch_started(catch(start))
+}
+
+/// [`catch_future`] for a future already built under [`catch`]: a panic while it runs becomes
+/// `Err` with its text, and a panic while building it (`started` is `Err`) is its answer. Its
+/// type depends on the user future's alone, not on the code that built it, so a future of this
+/// kind can outlive what `start` borrowed.
+///
+/// ```
+/// # futures_util::FutureExt::now_or_never(async {
+/// let started = agent_surface_policy::catch(|| async { 7 });
+/// assert_eq!(agent_surface_policy::catch_started(started).await, Ok(7));
+/// # }).unwrap();
+/// ```
+pub fn catch_started<F: Future>(started: Result<F, String>) -> impl Future<Output = Result<F::Output, String>> {
+    match started {
         Ok(fut) => Either::Left(
             AssertUnwindSafe(fut).catch_unwind().map(|answer| answer.map_err(|payload| panic_text(payload.as_ref()))),
         ),

@@ -107,7 +107,7 @@ pub use confirmation::{
     MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, Review, STORE_RETRY_AFTER, TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
-pub use guard::{Failure, catch, catch_future, guarded, panic_text, within};
+pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallDetails, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate,
     PolicyError, RateDecision, RateLimiter, Scope,

@@ -56,7 +56,7 @@ pub(crate) struct Started {
 /// Records `execution.started` for the call in `audit` (see [`trail`]).
 pub(crate) async fn start(call: &Call<'_>, audit: &AuditConfig, input: &Value) -> Result<Started, Stop> {
     let confirmation_id = call.request.confirmation_id.as_deref();
-    let (inner, def) = (call.inner, call.def);
+    let (inner, def) = (call.inner, &*call.def);
     let strict = def.strict_audit || audit.strict;
     let info = call.info();
     let mut event = AuditEvent::of_call(

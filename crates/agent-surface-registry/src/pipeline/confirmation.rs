@@ -39,7 +39,7 @@ pub(crate) fn no_gate(def: &CapabilityDef) -> Stop {
 /// the gate is awaited because the decoded input is not `Sync`.
 pub(crate) fn summary(call: &Call<'_>, decoded: &(dyn Any + Send)) -> Result<Option<SafeText>, Stop> {
     match (&call.def.confirm, &call.request.confirmation_id) {
-        (Some(confirm), None) => summarize(call.def, confirm, decoded).map(Some),
+        (Some(confirm), None) => summarize(&call.def, confirm, decoded).map(Some),
         _ => Ok(None),
     }
 }
@@ -275,7 +275,7 @@ async fn check(
     confirmation_id: Option<&str>,
     details: Option<&Details<'_>>,
 ) -> Result<(), Stop> {
-    let (inner, def) = (call.inner, call.def);
+    let (inner, def) = (call.inner, &*call.def);
     let correlation = call.correlation_text();
     // What the approver is shown of the input, for a new request only: computed here unless the
     // gate asks for it when it records one.

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
 use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
-use agent_surface_policy::catch_future;
+use agent_surface_policy::{catch, catch_started};
 use futures_util::FutureExt;
 use serde_json::Value;
 
-use super::{Call, Stop};
+use super::{Call, Stop, Stopped};
 use crate::define::CapabilityDef;
 use crate::handler::{Decoded, Failure};
 use crate::live::Registration;
@@ -39,8 +39,11 @@ pub(crate) enum Run<W> {
 }
 
 /// Starts the handler and polls it once.
-pub(crate) fn run<'a>(call: &Call<'a>, decoded: Decoded) -> Run<impl Future<Output = Result<Value, Stop>> + Send + 'a> {
-    let Call { inner, options, def, reg, tracked, .. } = *call;
+pub(crate) fn run<'a>(
+    call: &Call<'a>,
+    decoded: Decoded,
+) -> Run<impl Future<Output = Result<Value, Stop>> + Send + use<'a>> {
+    let Call { inner, options, ref def, tracked, .. } = *call;
     let ctx = call.ctx.clone();
     let budget = call.time_budget();
     // The handler's cancellation fires when the call ends, whichever way (a guard moved into the
@@ -49,16 +52,18 @@ pub(crate) fn run<'a>(call: &Call<'a>, decoded: Decoded) -> Run<impl Future<Outp
     let handler = &def.handler.call;
     // Building the future runs the handler's synchronous prelude, which may panic too: the guard
     // covers both.
-    let mut fut = catch_future(|| handler(ctx, decoded));
+    let mut fut = catch_started(catch(|| handler(ctx, decoded)));
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)
     if let Some(r) = (&mut fut).now_or_never() {
         return Run::Done(settle(r, def, tracked));
     }
+    // The rest of the call holds the call, so this future holds what it reads itself.
+    let (def, reg) = (Arc::clone(def), Arc::clone(&call.reg));
     Run::Waiting(Box::pin(async move {
         let _end = end;
-        wait(inner, def, reg, options, budget, tracked, fut).await
+        wait(inner, &def, &reg, options, budget, tracked, fut).await
     }))
 }
 
@@ -116,13 +121,13 @@ fn settle(r: Result<Result<Value, Failure>, String>, def: &CapabilityDef, tracke
             if matrix::spec(e.code()).handler_may_return {
                 let e = crate::host_errors::map(e, outcome_is_harmless(def), || unknown_outcome(tracked));
                 let chain = e.cause_chain();
-                Err(Stop {
+                Err(Stop::from(Stopped {
                     error: e,
                     phase: Phase::Execute,
                     note: (!chain.is_empty()).then(|| chain.join(": ").into_boxed_str()),
                     questions: None,
                     fault: None,
-                })
+                }))
             } else {
                 let code = e.code();
                 let chain = e.cause_chain();

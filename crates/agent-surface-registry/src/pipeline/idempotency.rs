@@ -21,6 +21,7 @@ use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
 use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
 use sha2::{Digest, Sha256};
 
+use futures_util::future::Either;
 use serde_json::Value;
 
 use super::{Arrival, Stop};
@@ -87,12 +88,16 @@ pub(crate) fn fingerprint(request: &InvokeRequest, input: &Value) -> Fingerprint
 
 /// Phase 1: a disposed registry or a cancelled call stops; a call without an invocation id runs
 /// untracked; any other is admitted by the idempotency store under its key and fingerprint.
-pub(crate) async fn admit(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted, Stop> {
-    match precheck(arrival)? {
-        Some(admitted) => Ok(admitted),
+pub(crate) fn admit<'a>(
+    arrival: &'a Arrival<'a>,
+    input: &'a Value,
+) -> impl Future<Output = Result<Admitted, Stop>> + Send + 'a {
+    match precheck(arrival) {
+        Ok(Some(admitted)) => Either::Left(std::future::ready(Ok(admitted))),
         // Boxed: the store's futures would otherwise enlarge the state machine of every call,
         // including the untracked ones that never get here.
-        None => Box::pin(admit_tracked(arrival, input)).await,
+        Ok(None) => Either::Right(Box::pin(admit_tracked(arrival, input))),
+        Err(stop) => Either::Left(std::future::ready(Err(stop))),
     }
 }
 

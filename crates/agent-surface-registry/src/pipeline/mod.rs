@@ -5,7 +5,10 @@
 //! carrying the agent-safe error and the phase that produced it. Phases 1–4 share one
 //! [`Arrival`], built when the call arrives; phases 5–10 share one [`Call`], built once when
 //! authority has admitted the call. A hook is checked once, here, and handed to its phase
-//! already unwrapped. Read [`run_phases`] and [`phases`] top to bottom to follow one call.
+//! already unwrapped. Read [`run_phases`], then [`phases`] and the functions each hands on to
+//! ([`admitted`], [`confirmed`], [`audited`], [`execute`], [`verified`]) top to bottom to follow
+//! one call: phases 2–9 run at once as far as they can, and a hook that waits, or a handler that
+//! does not complete on its first poll, takes the rest of the call into a box ([`Step`]).
 
 pub(crate) mod audit;
 pub(crate) mod authority;
@@ -25,6 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
+use futures_util::future::{BoxFuture, Either};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -36,22 +40,25 @@ use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 use crate::telemetry;
 
-/// Why a call stopped: the error and the phase that produced it.
-pub(crate) struct Stop {
+/// Why a call stopped: the error and the phase that produced it ([`Stopped`]), boxed, so that
+/// every phase's `Result` is as small as its success (a stop is the rare path; a call's
+/// results are moved between its phases, and held in its future).
+pub(crate) struct Stop(Box<Stopped>);
+
+/// What a [`Stop`] holds.
+pub(crate) struct Stopped {
     pub(crate) error: AgentSurfaceError,
     pub(crate) phase: Phase,
-    /// A note for the operator channel (never agent-facing); a boxed `str`, so that `Stop` (in
-    /// every phase's `Result`) stays small.
+    /// A note for the operator channel (never agent-facing).
     pub(crate) note: Option<Box<str>>,
     /// The open questions, when the call stopped for them.
-    #[allow(clippy::box_collection, reason = "a thin pointer keeps `Stop`, in every phase's `Result`, small")]
-    pub(crate) questions: Option<Box<Vec<crate::questions::Question>>>,
+    pub(crate) questions: Option<Vec<crate::questions::Question>>,
     /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
     /// the operator event is an `ERROR` whatever the code's level in the matrix.
     pub(crate) fault: Option<Fault>,
 }
 
-/// How the service itself failed a call (one byte, so that `Stop` stays small).
+/// How the service itself failed a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
     /// User code (a handler, a precondition, a gate…) panicked or could not decide.
@@ -81,21 +88,48 @@ impl Fault {
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop { error, phase, note: None, questions: None, fault: None }
+        Stop::from(Stopped { error, phase, note: None, questions: None, fault: None })
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: None }
+        Stop::from(Stopped { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: None })
     }
 
     /// The same stop, marked as a fault of user code.
-    pub(crate) fn fault(self) -> Stop {
-        Stop { fault: Some(Fault::UserCode), ..self }
+    pub(crate) fn fault(mut self) -> Stop {
+        self.0.fault = Some(Fault::UserCode);
+        self
     }
 
     /// The same stop, marked as a failure of a store (or the rate limiter).
-    pub(crate) fn store_fault(self, store: Fault) -> Stop {
-        Stop { fault: Some(store), ..self }
+    pub(crate) fn store_fault(mut self, store: Fault) -> Stop {
+        self.0.fault = Some(store);
+        self
+    }
+
+    /// What the stop holds.
+    pub(crate) fn into_inner(self) -> Stopped {
+        *self.0
+    }
+}
+
+impl From<Stopped> for Stop {
+    fn from(stopped: Stopped) -> Stop {
+        Stop(Box::new(stopped))
+    }
+}
+
+impl std::ops::Deref for Stop {
+    type Target = Stopped;
+
+    fn deref(&self) -> &Stopped {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Stop {
+    fn deref_mut(&mut self) -> &mut Stopped {
+        &mut self.0
     }
 }
 
@@ -124,18 +158,18 @@ impl Arrival<'_> {
 }
 
 /// What phases 5–10 of one call share, built once when phase 4 has admitted it: the
-/// [`Arrival`]'s parts, the resolved definition and registration, and the handler's context.
-/// Every later phase is a function of `&Call`, the hook it runs (unwrapped by [`phases`], which
-/// alone decides whether a hook phase runs) and its own input. The phases whose decision is about
-/// the moment (rate, confirmation, the audit trail) read the clock when they decide, not at
-/// arrival.
+/// [`Arrival`]'s parts, the resolved definition and registration (owned, so that the call can
+/// move into the box of a wait), and the handler's context. Every later phase is a function of
+/// `&Call`, the hook it runs (unwrapped by this module, which alone decides whether a hook phase
+/// runs) and its own input. The phases whose decision is about the moment (rate, confirmation,
+/// the audit trail) read the clock when they decide, not at arrival.
 pub(crate) struct Call<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) options: &'a InvokeOptions,
     /// The request as the caller sent it (its input taken: phase 5 owns it).
     pub(crate) request: &'a InvokeRequest,
-    pub(crate) def: &'a CapabilityDef,
-    pub(crate) reg: &'a Registration,
+    pub(crate) def: Arc<CapabilityDef>,
+    pub(crate) reg: Arc<Registration>,
     pub(crate) ctx: Ctx,
     /// Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
     pub(crate) tracked: bool,
@@ -149,7 +183,7 @@ impl Call<'_> {
     /// The hooks' view of the call: the consumer, the capability, and the instance and
     /// registration it runs against.
     pub(crate) fn info(&self) -> agent_surface_policy::CallInfo<'_> {
-        let def = self.def;
+        let def = &self.def;
         def.call_info(&self.options.consumer)
             .with_instance(&self.reg.instance_id)
             .with_registration(&self.reg.registration_id)
@@ -167,7 +201,7 @@ impl Call<'_> {
 
     /// The time budget of the handler and of its post-condition.
     pub(crate) fn time_budget(&self) -> std::time::Duration {
-        time_budget(self.inner, self.def, self.options)
+        time_budget(self.inner, &self.def, self.options)
     }
 }
 
@@ -204,9 +238,10 @@ impl std::fmt::Display for Shown<'_> {
 }
 
 /// One call, boxed once when it is made: the request and options are moved into the box and
-/// never again, and the caller's future is a pointer. The box is 1,560 bytes (2026-12-01): the
-/// request and options (344) and the state of the phases an untracked call awaits; rare paths box
-/// their own state (`spec/invocation.md` §11 gives what it costs).
+/// never again, and the caller's future is a pointer. The box is 928 bytes (2026-12-01), within
+/// glibc's per-thread cache (1,032): the request and options (344), the span, admission's and
+/// settlement's state, and what phases 2–9 left to do ([`Step`]); the state of phases 2–9 stays on
+/// the stack unless one of them waits (`spec/invocation.md` §11 gives what it costs).
 pub(crate) fn invoke(
     registry: &Registry,
     mut request: InvokeRequest,
@@ -344,10 +379,10 @@ async fn run_phases(
     // enlarge every call's.
     let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
     let outcome = match renewal {
-        None => phases(&arrival, input, hold.as_deref(), timing).await,
+        None => finish(phases(&arrival, input, hold.as_deref(), timing)).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = phases(&arrival, input, hold.as_deref(), timing);
+            let phases = async { finish(phases(&arrival, input, hold.as_deref(), timing)).await };
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -375,28 +410,68 @@ fn taken_over_stop(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
 }
 
-/// Phases 2–9, on the input the caller sent.
-async fn phases(
-    arrival: &Arrival<'_>,
+/// How far phases 2–9 got without waiting: the output, or the rest of the call, boxed. A call
+/// that no hook waits on and whose handler completes on its first poll runs them all at once, and
+/// their state never enters the call's future (whose size is a large part of a call's cost); a
+/// hook that waits, or a handler that does not complete, takes the rest of the call into its box.
+/// Each function below runs one or more phases and hands what it established to the next, either
+/// at once or, after a wait, from inside the box.
+enum Step<'a> {
+    /// Phases 2–9 completed: the output.
+    Done(Value),
+    /// The rest of the call, from a wait on.
+    Later(BoxFuture<'a, Outcome>),
+}
+
+/// The rest of the call after a wait: `rest` boxed.
+fn later<'a>(rest: impl Future<Output = Outcome> + Send + 'a) -> Result<Step<'a>, Stop> {
+    Ok(Step::Later(Box::pin(rest)))
+}
+
+/// The outcome of what a step left to do (ready at once when it left nothing).
+fn finish(step: Result<Step<'_>, Stop>) -> impl Future<Output = Outcome> + Send + '_ {
+    match step {
+        Ok(Step::Done(output)) => Either::Left(std::future::ready(Ok(output))),
+        Ok(Step::Later(rest)) => Either::Right(rest),
+        Err(stop) => Either::Left(std::future::ready(Err(stop))),
+    }
+}
+
+/// Phases 2–4, on the input the caller sent: resolution, availability and authority.
+fn phases<'a>(
+    arrival: &'a Arrival<'a>,
     input: Value,
-    hold: Option<&idempotency::Hold>,
-    timing: &mut Option<Box<telemetry::Timing>>,
-) -> Outcome {
-    let Arrival { inner, request, options, correlation, tracked, .. } = *arrival;
+    hold: Option<&'a idempotency::Hold>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
+    let inner = arrival.inner;
     // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
         resolve::resolve(arrival, &state).and_available(|def| availability::check(&state, def))
     };
-    // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. The hook
-    // phases (4, 6, 7, 8b) are boxed, and only when they have work to do: their waiting state
-    // (policy futures, timers) would otherwise enlarge every call's state machine, whose size is
-    // a large part of the pipeline's cost.
-    let resolved = match &inner.config.authority {
-        Some(policy) => Box::pin(authority::check(arrival, policy.as_ref(), resolution)).await,
-        None => resolution.into_result(),
-    };
+    // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. Each
+    // hook phase (4, 6, 7, 8a, 8b) runs only when there is a hook, which it gets unwrapped.
+    match &inner.config.authority {
+        Some(policy) => later(async move {
+            let resolved = authority::check(arrival, policy.as_ref(), resolution).await;
+            finish(admitted(arrival, resolved, input, hold, timing)).await
+        }),
+        None => admitted(arrival, resolution.into_result(), input, hold, timing),
+    }
+}
+
+/// Phases 5 and 6 of a call phase 4 let through: the call's context, its input, the questions
+/// to the client, and the rate limit.
+fn admitted<'a>(
+    arrival: &'a Arrival<'a>,
+    resolved: Result<resolve::Resolved, Stop>,
+    input: Value,
+    hold: Option<&'a idempotency::Hold>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
+    let Arrival { inner, request, options, correlation, tracked, .. } = *arrival;
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
     // again. Any other is an unknown outcome — also when the call stops before this point, since
@@ -430,8 +505,8 @@ async fn phases(
         inner,
         options,
         request,
-        def: &def,
-        reg: &reg,
+        def,
+        reg,
         ctx,
         tracked,
         correlation,
@@ -439,57 +514,67 @@ async fn phases(
     };
     let prepared = input::prepare(&call, input)?;
     // Phase 5b: questions to the client, if the capability asks any.
-    if let Some(ask) = &def.ask {
+    if let Some(ask) = &call.def.ask {
         questions::check(&call, ask, &prepared.decoded)?;
     }
-    // Each hook phase below gets its hook unwrapped, and runs only when there is one.
-    // Phase 6.
-    let _permit = match &inner.config.rate_limiter {
-        Some(limiter) => Box::pin(rate::acquire(&call, limiter.as_ref(), &prepared.value)).await?,
-        None => None,
-    };
-    // Phase 7: the registry's gate; a capability that declares a gate needs one.
-    match (&inner.config.confirmation, &def.confirm) {
+    // Phase 6; the permit is held until the call ends.
+    match &inner.config.rate_limiter {
+        Some(limiter) => later(async move {
+            let _permit = rate::acquire(&call, limiter.as_ref(), &prepared.value).await?;
+            finish(confirmed(call, prepared, hold, timing)).await
+        }),
+        None => confirmed(call, prepared, hold, timing),
+    }
+}
+
+/// Phase 7: the registry's gate; a capability that declares a gate needs one.
+fn confirmed<'a>(
+    call: Call<'a>,
+    prepared: input::Prepared,
+    hold: Option<&'a idempotency::Hold>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
+    match (&call.inner.config.confirmation, &call.def.confirm) {
         (Some(gate), _) => {
             let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
-            Box::pin(confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary)).await?;
+            later(async move {
+                confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await?;
+                finish(audited(call, prepared, hold, timing)).await
+            })
         }
-        (None, Some(_)) => return Err(confirmation::no_gate(&def)),
-        (None, None) => {}
+        (None, Some(_)) => Err(confirmation::no_gate(&call.def)),
+        (None, None) => audited(call, prepared, hold, timing),
     }
-    // Phase 8a: the audit trail's start, for a capability with an effect (the audited path is
-    // boxed: the audit event it holds would otherwise enlarge every call's state).
+}
+
+/// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
+/// trail's finish.
+fn audited<'a>(
+    call: Call<'a>,
+    prepared: input::Prepared,
+    hold: Option<&'a idempotency::Hold>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
     match audit::trail(&call) {
-        audit::Trail::None => execute(&call, hold, prepared, timing).await,
+        audit::Trail::None => execute(call, hold, prepared, timing),
         audit::Trail::Missing => Err(audit::missing(&call)),
-        audit::Trail::To(trail) => Box::pin(audited(&call, trail, hold, prepared, timing)).await,
+        audit::Trail::To(trail) => later(async move {
+            let started = audit::start(&call, trail, &prepared.value).await?;
+            let outcome = finish(execute(call, hold, prepared, timing)).await;
+            started.finish(&outcome).await;
+            outcome
+        }),
     }
 }
 
-/// Phases 8a–9 of an audited call: the trail's start, the call, the trail's finish.
-async fn audited(
-    call: &Call<'_>,
-    trail: &agent_surface_policy::AuditConfig,
-    hold: Option<&idempotency::Hold>,
+/// Phase 8: the handler.
+fn execute<'a>(
+    call: Call<'a>,
+    hold: Option<&'a idempotency::Hold>,
     prepared: input::Prepared,
-    timing: &mut Option<Box<telemetry::Timing>>,
-) -> Outcome {
-    let started = audit::start(call, trail, &prepared.value).await?;
-    let outcome = execute(call, hold, prepared, timing).await;
-    started.finish(&outcome).await;
-    outcome
-}
-
-/// Phases 8, 8b and 9: the handler, its post-condition and the output.
-async fn execute(
-    call: &Call<'_>,
-    hold: Option<&idempotency::Hold>,
-    prepared: input::Prepared,
-    timing: &mut Option<Box<telemetry::Timing>>,
-) -> Outcome {
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
     use std::sync::atomic::Ordering;
-    let def = call.def;
-    // Phase 8.
     if let Some(hook) = &call.options.on_execute {
         hook();
     }
@@ -498,7 +583,7 @@ async fn execute(
         if hold.lost.load(Ordering::Acquire) {
             return Err(taken_over_stop("the lease was lost before the handler started"));
         }
-        if !execute::outcome_is_harmless(def) {
+        if !execute::outcome_is_harmless(&call.def) {
             hold.may_have_run.store(true, Ordering::Release);
         }
     }
@@ -506,20 +591,39 @@ async fn execute(
         timing.execute_start = Some(std::time::Instant::now());
     }
     // A handler that completes on its first poll needs no timer and no watchers; one that does
-    // not is awaited under them, in a box of its own.
-    let output = match execute::run(call, prepared.decoded) {
-        execute::Run::Done(output) => output,
-        execute::Run::Waiting(waiting) => waiting.await,
-    };
-    // Phase 8b: the post-condition, if the capability declares one.
-    let output = match (output, &def.verify) {
-        (Ok(output), Some(check)) => Box::pin(verify::check(call, check, &prepared.value, output)).await,
-        (other, _) => other,
-    };
+    // not is awaited under them.
+    match execute::run(&call, prepared.decoded) {
+        execute::Run::Done(output) => verified(call, prepared.value, output, timing),
+        execute::Run::Waiting(waiting) => later(async move {
+            let output = waiting.await;
+            finish(verified(call, prepared.value, output, timing)).await
+        }),
+    }
+}
+
+/// Phases 8b and 9: the post-condition, if the capability declares one, and the output.
+fn verified<'a>(
+    call: Call<'a>,
+    input: Value,
+    output: Outcome,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
+    match (output, &call.def.verify) {
+        (Ok(output), Some(check)) => {
+            let check = check.clone();
+            later(async move {
+                let output = verify::check(&call, &check, &input, output).await;
+                checked(&call, output, timing)
+            })
+        }
+        (output, _) => checked(&call, output, timing).map(Step::Done),
+    }
+}
+
+/// Phase 9: the output, once execution has ended.
+fn checked(call: &Call<'_>, output: Outcome, timing: &mut Option<Box<telemetry::Timing>>) -> Outcome {
     if let Some(timing) = timing.as_mut() {
         timing.execute_end = Some(std::time::Instant::now());
     }
-    let output = output?;
-    // Phase 9.
-    output::check(call, output)
+    output::check(call, output?)
 }

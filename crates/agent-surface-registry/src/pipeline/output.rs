@@ -16,7 +16,7 @@ pub(crate) fn exceeds(value: &Value, limit: usize) -> bool {
 }
 
 pub(crate) fn check(call: &Call<'_>, output: Value) -> Result<Value, Stop> {
-    let (inner, def) = (call.inner, call.def);
+    let (inner, def) = (call.inner, &*call.def);
     if let Some(v) = &def.output_validator
         && !v.is_valid(&output)
     {

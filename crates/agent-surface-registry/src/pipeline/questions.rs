@@ -22,7 +22,7 @@ pub(crate) fn check(call: &Call<'_>, ask: &ErasedAsk, decoded: &Decoded) -> Resu
         Ok(Some(Ok(questions))) if questions.is_empty() => Ok(()),
         Ok(Some(Ok(questions))) => {
             let mut stop = Stop::noted(AgentSurfaceError::client_input_required(), Phase::Input, "questions open");
-            stop.questions = Some(Box::new(questions));
+            stop.questions = Some(questions);
             Err(stop)
         }
         Ok(Some(Err(unmet))) => Err(Stop::noted(Unmet::into_error(unmet), Phase::Input, "ask step unmet")),

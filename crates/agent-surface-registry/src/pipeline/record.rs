@@ -10,7 +10,7 @@
 use agent_surface_core::{InvokeResult, LogLevel};
 use serde_json::Value;
 
-use super::Stop;
+use super::{Stop, Stopped};
 use crate::request::Invocation;
 
 /// The call's result and its operator event. The event repeats the span's `correlation_id`, so
@@ -35,7 +35,7 @@ pub(crate) fn finish(
             }
         }
         Err(stop) => {
-            let Stop { error, phase, note, questions, fault } = stop;
+            let Stopped { error, phase, note, questions, fault } = stop.into_inner();
             let code = error.code();
             let chain = error.cause_chain();
             span.record("code", code.as_str());
@@ -68,7 +68,7 @@ pub(crate) fn finish(
                 phase: Some(phase),
                 replayed: false,
                 joined: false,
-                questions: questions.map(|q| *q),
+                questions,
                 correlation_id: crate::CorrelationId::pending(),
             }
         }

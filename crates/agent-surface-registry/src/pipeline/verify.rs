@@ -18,7 +18,7 @@ use agent_surface_policy::catch_future;
 /// Runs the capability's post-condition `verify` (its own, which the caller unwrapped) on the
 /// handler's `output`.
 pub(crate) async fn check(call: &Call<'_>, verify: &ErasedVerify, input: &Value, output: Value) -> Result<Value, Stop> {
-    let Call { inner, options, def, tracked, .. } = *call;
+    let Call { inner, options, ref def, tracked, .. } = *call;
     let ctx = &call.ctx;
     let unknown = |note: String| Stop::noted(super::execute::unknown_outcome(tracked), Phase::Execute, note);
     // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
