@@ -11,16 +11,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_surface_core::details::Origin;
+use agent_surface_core::details::{Origin, TARGET_ARGUMENT};
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, SafeText};
 use agent_surface_policy::{
-    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, Consumer, FnPolicy, Identity,
-    MemoryRateLimiter, Policies, Quota, RateLimitConfig,
+    AuditConfig, AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, Consumer, FnPolicy, Identity,
+    MemoryRateLimiter, Policies, QueueConfig, Quota, RateLimitConfig,
 };
+use agent_surface_registry::host_errors::UpstreamStatus;
 use agent_surface_registry::{
     Answers, Binding, Ctx, InvokeOptions, InvokeRequest, Mount, Question, Registry, RegistryConfig, Snapshot, Target,
+    Verification as PostCondition,
 };
-use agent_surface_testing::TestClock;
+use agent_surface_testing::{FlakyAuditSink, TestClock};
 use agent_surface_toolset::{
     Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, Stop, Verification,
 };
@@ -84,6 +86,17 @@ enum Condition {
     WriteUnmountedMidFlight,
     WriteCancelledMidFlight,
     OutputInvalid,
+    QueueDrains,
+    AuditRecovers,
+    OutputTooLarge,
+    PostConditionFails,
+    UpstreamRefusesCredentials,
+    TargetArgumentDisagrees,
+    ScanUnmountedMidFlightUnverified,
+    ScanUnmountedMidFlightVerified,
+    NamedThroughTargetArgument,
+    ApprovedThenRepeated,
+    DeniedThenRepeated,
 }
 
 use Condition::*;
@@ -162,6 +175,18 @@ const SCENARIOS: &[Scenario] = &[
     row(ExecutionFailed, WriteUnmountedMidFlight, Unverified, Some(ExecutionFailed), 1),
     row(ExecutionFailed, WriteCancelledMidFlight, Unverified, Some(ExecutionFailed), 1),
     row(ExecutionFailed, OutputInvalid, Returned, Some(ExecutionFailed), 1),
+    row(RateLimited, QueueDrains, Succeeded, OK, 2),
+    row(ExecutionFailed, AuditRecovers, Succeeded, OK, 2),
+    row(ExecutionFailed, OutputTooLarge, Returned, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, PostConditionFails, Returned, Some(ExecutionFailed), 1),
+    row(ExecutionFailed, UpstreamRefusesCredentials, Returned, Some(ExecutionFailed), 1),
+    row(InvalidInput, TargetArgumentDisagrees, Returned, Some(InvalidInput), 1),
+    row(ComponentUnmounted, ScanUnmountedMidFlightUnverified, Unverified, Some(ComponentUnmounted), 1),
+    row(ComponentUnmounted, ScanUnmountedMidFlightVerified, Succeeded, OK, 2),
+    // Two intents: the driver hands the error to the model, whose next tool call repairs it.
+    row(AmbiguousInstance, NamedThroughTargetArgument, Succeeded, OK, 2),
+    row(ConfirmationRequired, ApprovedThenRepeated, Succeeded, OK, 2),
+    row(ConfirmationRequired, DeniedThenRepeated, Returned, Some(ConfirmationInvalid), 2),
 ];
 
 // ---- The world: a registry with every condition's capability ------------------------------
@@ -201,6 +226,8 @@ struct World {
     engine: Arc<ConfirmationEngine>,
     shared: Arc<Shared>,
     consumer: Consumer,
+    limiter: Arc<MemoryRateLimiter>,
+    audit: Arc<FlakyAuditSink>,
 }
 
 /// A handler that behaves as its input's `mode` says (see the match).
@@ -238,7 +265,15 @@ fn behave(
                     drop(shared.mounts.lock().unwrap().remove("notes"));
                     hang().await
                 }
+                "unmount-once" if run == 1 => {
+                    drop(shared.mounts.lock().unwrap().remove("notes"));
+                    hang().await
+                }
                 "bad-output" => Ok(json!({"count": "many"})),
+                "big-output" => Ok(json!({"text": "x".repeat(4096)})),
+                // Claims success without doing it: the post-condition check finds out.
+                "claims-undone" => Ok(json!({"done": false})),
+                "upstream-401" => Err(AgentSurfaceError::internal(UpstreamStatus::new(401))),
                 _ => {
                     shared.apply(capability);
                     Ok(json!({"done": true}))
@@ -252,7 +287,10 @@ fn schema() -> Value {
     json!({"type": "object", "properties": {"mode": {"type": "string"}, "text": {"type": "string"}}})
 }
 
-fn world() -> World {
+/// The world of one condition: every condition shares it, but for the registry settings that only
+/// its own condition exercises (an action queue of one slot, strict audit to a sink that fails,
+/// a small output cap).
+fn world(condition: Condition) -> World {
     let clock = TestClock::new();
     let policy = FnPolicy::new("scenarios", |call: &CallInfo<'_>| {
         Ok(match (call.capability, call.instance_id) {
@@ -264,19 +302,31 @@ fn world() -> World {
         })
     });
     let quota = |seconds| Some(Quota::new(NonZeroU32::MIN, Duration::from_secs(seconds)));
-    let limiter = MemoryRateLimiter::new(RateLimitConfig {
-        clock: clock.shared(),
-        capability_quotas: [("quote.ping".to_string(), quota(1)), ("quote.bulk".to_string(), quota(3600))].into(),
+    // One slot, nobody may wait for it, and a call is assumed to hold it for 3 s.
+    let queue = matches!(condition, QueueDrains).then(|| QueueConfig {
+        max_concurrent: std::num::NonZeroUsize::MIN,
+        max_waiting: 0,
+        initial_hold_estimate: Duration::from_secs(3),
         ..Default::default()
     });
+    let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.shared(),
+        capability_quotas: [("quote.ping".to_string(), quota(1)), ("quote.bulk".to_string(), quota(3600))].into(),
+        queue,
+        ..Default::default()
+    }));
+    let audit = Arc::new(FlakyAuditSink::default());
     let engine =
         Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.shared(), ttl: TTL, ..Default::default() }));
+    let defaults = RegistryConfig::default();
     let registry = Registry::new(RegistryConfig {
         clock: clock.shared(),
         authority: Some(Arc::new(Policies::new().global(policy))),
-        rate_limiter: Some(Arc::new(limiter)),
+        rate_limiter: Some(limiter.clone()),
         confirmation: Some(engine.clone()),
-        ..Default::default()
+        audit: matches!(condition, AuditRecovers).then(|| AuditConfig::new(audit.clone())),
+        max_output_bytes: if matches!(condition, OutputTooLarge) { 1024 } else { defaults.max_output_bytes },
+        ..defaults
     });
     let shared = Arc::new(Shared::default());
     let budget = Duration::from_secs(2);
@@ -324,6 +374,17 @@ fn world() -> World {
                     Ok(vec![Question::form("name", "What is your name?", form)])
                 })
                 .raw_handler(schema(), None, behave(s, "notes.greet"));
+            t.capability("log", "Append to the log (strict audit).").effect(Effect::Write).strict_audit().raw_handler(
+                schema(),
+                None,
+                behave(s, "notes.log"),
+            );
+            t.capability("pay", "Pay a bill (checked afterwards).")
+                .effect(Effect::Write)
+                .verify(|_: Ctx, _: Value, out: Value| async move {
+                    Ok::<_, AgentSurfaceError>(PostCondition::from(out["done"] == json!(true)))
+                })
+                .raw_handler(schema(), None, behave(s, "notes.pay"));
             let counted =
                 json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
             t.capability("report", "Count the notes.").effect(Effect::Read).idempotent().raw_handler(
@@ -383,8 +444,8 @@ fn world() -> World {
             );
         })
         .unwrap();
-    let world =
-        World { registry, clock, engine, shared, consumer: Consumer::authenticated("c-1", Identity::new("alice")) };
+    let consumer = Consumer::authenticated("c-1", Identity::new("alice"));
+    let world = World { registry, clock, engine, shared, consumer, limiter, audit };
     for (type_id, instance) in [
         ("notes", "main"),
         ("fleet", "a"),
@@ -516,6 +577,9 @@ enum FirstAttempt {
 /// A change to the surface between two calls.
 type Change = Box<dyn FnOnce(&World) + Send>;
 
+/// The model's next tool call after the driver handed it an error (`None`: it has none).
+type Model = for<'a> fn(&'a World, &'a Recovery) -> BoxFuture<'a, Option<InvokeRequest>>;
+
 /// One scenario's request and circumstances.
 struct Case {
     request: InvokeRequest,
@@ -523,11 +587,17 @@ struct Case {
     first: FirstAttempt,
     /// Runs after the first call's result (the surface changes meanwhile).
     after_first: Option<Change>,
+    /// What the model does with an error the driver returned to it: a second intent.
+    model: Option<Model>,
 }
 
 impl Case {
     fn new(request: InvokeRequest) -> Case {
-        Case { request, host: HostKind::Relay, first: FirstAttempt::Plain, after_first: None }
+        Case { request, host: HostKind::Relay, first: FirstAttempt::Plain, after_first: None, model: None }
+    }
+
+    fn model(self, model: Model) -> Case {
+        Case { model: Some(model), ..self }
     }
 
     fn host(self, host: HostKind) -> Case {
@@ -674,6 +744,72 @@ async fn arrange(world: &World, condition: Condition) -> Case {
         WriteUnmountedMidFlight => Case::new(write("unmount-me")),
         WriteCancelledMidFlight => Case::new(write("cancel-me")).first(FirstAttempt::CancelledByHandler),
         OutputInvalid => Case::new(call("notes.report", json!({"mode": "bad-output"}))),
+        QueueDrains => {
+            // Another call holds the only slot until its time budget ends (2 s); the scenario's
+            // call is told to come back after the estimated hold (3 s).
+            let (registry, options) = (r.clone(), world.options());
+            tokio::spawn(async move {
+                registry.invoke(InvokeRequest::new("notes.read", json!({"mode": "hang"})), options).await
+            });
+            while world.limiter.in_flight() == 0 {
+                tokio::task::yield_now().await;
+            }
+            Case::new(call("notes.read", json!({})))
+        }
+        AuditRecovers => {
+            world.audit.set_failing(true);
+            Case::new(call("notes.log", json!({"text": "hello"}))).after_first(|w| w.audit.set_failing(false))
+        }
+        OutputTooLarge => Case::new(call("notes.read", json!({"mode": "big-output"}))),
+        PostConditionFails => Case::new(call("notes.pay", json!({"mode": "claims-undone"}))),
+        UpstreamRefusesCredentials => Case::new(write("upstream-401")),
+        TargetArgumentDisagrees => {
+            Case::new(call("fleet.ping", json!({TARGET_ARGUMENT: "b"})).with_target(Target::instance("a")))
+        }
+        ScanUnmountedMidFlightUnverified | ScanUnmountedMidFlightVerified => {
+            let host =
+                if matches!(condition, ScanUnmountedMidFlightVerified) { HostKind::Truthful } else { HostKind::Relay };
+            Case::new(call("notes.scan", json!({"mode": "unmount-once"}))).host(host).after_first(|w| {
+                w.mount("notes", "main");
+            })
+        }
+        NamedThroughTargetArgument => Case::new(call("fleet.ping", json!({}))).model(|world, recovery| {
+            Box::pin(async move {
+                // The model picks one of details.instances and sends it through the argument
+                // the tool's schema offers (an enum of the instance ids).
+                let p = recovery.result.error_payload()?;
+                let first = p.detail("instances")?.as_array()?.first()?;
+                let id = first.get("instanceId").unwrap_or(first).as_str()?.to_string();
+                let snapshot = world.registry.snapshot(&world.consumer).await;
+                let schema = &snapshot.capability(&recovery.request.capability)?.input_schema;
+                let offered = schema["properties"][TARGET_ARGUMENT]["enum"].as_array()?;
+                offered.iter().any(|v| v == &json!(id)).then(|| {
+                    let mut input = recovery.request.input.clone();
+                    input[TARGET_ARGUMENT] = json!(id);
+                    InvokeRequest::new(recovery.request.capability.clone(), input).with_invocation_id("sc:2")
+                })
+            })
+        }),
+        ApprovedThenRepeated | DeniedThenRepeated => {
+            let case = Case::new(call("notes.delete", json!({"text": "n-1"})));
+            let approve: Model = |world, recovery| {
+                Box::pin(async move {
+                    // The model relays the confirmation to the user, a person approves through a
+                    // second channel, and the model repeats the same call: it cannot send the id.
+                    let id = recovery.result.error_payload()?.detail("confirmationId")?.as_str()?.to_string();
+                    world.approve(&id).await;
+                    Some(recovery.request.clone().with_invocation_id("sc:2"))
+                })
+            };
+            let deny: Model = |world, recovery| {
+                Box::pin(async move {
+                    let id = recovery.result.error_payload()?.detail("confirmationId")?.as_str()?.to_string();
+                    world.engine.deny(&id, &Identity::new("manager")).await.ok()?;
+                    Some(recovery.request.clone().with_invocation_id("sc:2"))
+                })
+            };
+            case.model(if matches!(condition, ApprovedThenRepeated) { approve } else { deny })
+        }
     }
 }
 
@@ -726,7 +862,7 @@ struct Observed {
 }
 
 async fn observe(condition: Condition) -> Observed {
-    let world = world();
+    let world = world(condition);
     let case = arrange(&world, condition).await;
     let baseline = world.shared.applied.lock().unwrap().clone();
     let host = Arc::new(Host {
@@ -740,26 +876,55 @@ async fn observe(condition: Condition) -> Observed {
     let probe =
         Probe { world: &world, first: case.first, after_first: Mutex::new(case.after_first), log: Mutex::default() };
     let cancel = CancellationToken::new();
-    let run = driver.run(&probe, case.request, &cancel);
-    // Time passes only while something waits on the clock (a time budget, a retry delay).
-    let keeper = async {
-        loop {
-            tokio::task::yield_now().await;
-            if world.clock.pending_sleeps() > 0 {
-                world.clock.advance(Duration::from_millis(250));
+    let run = |request| {
+        let (driver, probe, world, cancel) = (&driver, &probe, &world, &cancel);
+        async move {
+            let run = driver.run(probe, request, cancel);
+            // Time passes only while something waits on the clock (a time budget, a retry delay).
+            let keeper = async {
+                loop {
+                    tokio::task::yield_now().await;
+                    if world.clock.pending_sleeps() > 0 {
+                        world.clock.advance(Duration::from_millis(250));
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                r = run => r,
+                () = keeper => unreachable!(),
             }
         }
     };
-    let recovery = tokio::select! {
-        biased;
-        r = run => r,
-        () = keeper => unreachable!(),
-    };
+    let mut recovery = run(case.request).await;
+    if let Some(model) = case.model
+        && recovery.stop == Stop::ReturnedToCaller
+        && let Some(next) = model(&world, &recovery).await
+    {
+        let first = recovery.attempts;
+        recovery = run(next).await;
+        recovery.attempts += first;
+    }
     let mut applied = world.shared.applied.lock().unwrap().clone();
     for (capability, before) in baseline {
         *applied.entry(capability).or_default() -= before;
     }
     Observed { recovery, log: probe.log.into_inner().unwrap(), applied }
+}
+
+/// The `details.reason` (or `phase`) the first failure must carry, for conditions that share their
+/// code with others: the row exercises the condition it names.
+fn first_reason(condition: Condition) -> Option<&'static str> {
+    Some(match condition {
+        QueueDrains => "queue-full",
+        AuditRecovers => "audit-unavailable",
+        OutputTooLarge => "output-too-large",
+        PostConditionFails => "verification-failed",
+        UpstreamRefusesCredentials => "transport",
+        TargetArgumentDisagrees => "target-mismatch",
+        ScanUnmountedMidFlightUnverified | ScanUnmountedMidFlightVerified => "mid-flight",
+        _ => return None,
+    })
 }
 
 /// A refusal the user or a policy decided: never followed by another call.
@@ -782,6 +947,13 @@ async fn the_scenario_matrix() {
         let first = o.log.first().and_then(|(_, res)| res.code());
         if first != Some(s.code) {
             failures.push(format!("{name}: the first call ended {first:?}, not {}", s.code));
+        }
+        if let Some(reason) = first_reason(s.condition) {
+            let p = o.log.first().and_then(|(_, res)| res.error_payload());
+            let told = p.and_then(|p| p.detail("reason").or_else(|| p.detail("phase"))).and_then(Value::as_str);
+            if told != Some(reason) {
+                failures.push(format!("{name}: the first failure's reason was {told:?}, not {reason}"));
+            }
         }
         if (r.stop, r.result.code()) == (s.stop, s.last) {
             right_outcome += 1;
@@ -837,6 +1009,10 @@ async fn the_scenario_matrix() {
         "{n} scenarios: right outcome {right_outcome}/{n}, minimum calls {minimum_calls}/{n}, \
          double executions {double_executions}, retried denials {retried_denials}"
     );
+    #[allow(clippy::print_stdout, reason = "the matrix's figures, for `--nocapture` readers and reports")]
+    {
+        println!("{summary}");
+    }
     assert_eq!(
         (right_outcome, minimum_calls, double_executions, retried_denials),
         (n, n, 0, 0),
