@@ -9,7 +9,10 @@
 //! from spawning a server to the answer of its first `tools/call` (spawn, `initialize`,
 //! `notifications/initialized`, one call; the median over several spawns of each server,
 //! interleaved). The last lines give the ratios issue #13 sets targets for: the adapter against
-//! bare `rmcp` and against the TypeScript SDK server.
+//! bare `rmcp` and against the TypeScript SDK server. A third Rust server, bare `rmcp` whose results
+//! carry a correlation id in `_meta` as the adapter's do (`BENCH_SERVER=bare-meta`), shows what
+//! that id costs the client, and bare `rmcp` against the TypeScript server shows how far any
+//! `rmcp` server gets from it on this machine.
 //!
 //! ```text
 //! cargo bench -p agent-surface-mcp --bench stdio_round_trip
@@ -66,9 +69,11 @@ async fn adapter_server() {
     let _ = serve_stdio(registry, McpConfig::default()).await;
 }
 
-/// A bare rmcp server with the same tool, written the way the rmcp docs show a dynamic tool list.
+/// A bare rmcp server with the same tool, written the way the rmcp docs show a dynamic tool list;
+/// with `meta`, each result carries a fresh correlation id in `_meta`, as the adapter's do.
 struct Bare {
     tool: Tool,
+    meta: bool,
 }
 
 impl ServerHandler for Bare {
@@ -94,16 +99,32 @@ impl ServerHandler for Bare {
         }
         let text = request.arguments.as_ref().and_then(|a| a.get("text")).and_then(|t| t.as_str());
         let Some(text) = text else { return Ok(CallToolResult::error(vec![]).into()) };
-        Ok(CallToolResult::structured(json!({"text": text})).into())
+        let mut result = CallToolResult::structured(json!({"text": text}));
+        if self.meta {
+            // 32 hex digits, as the adapter's generated correlation ids.
+            let id = format!("{:032x}", rand_id());
+            let mut meta = rmcp::model::JsonObject::new();
+            meta.insert(agent_surface_mcp::meta::CORRELATION_ID.to_string(), json!(id));
+            result.meta = Some(rmcp::model::MetaObject(meta));
+        }
+        Ok(result.into())
     }
 }
 
-async fn bare_server() {
+/// A different 128-bit number per call (not a secure id: the bench needs only the id's shape).
+fn rand_id() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    let n = NEXT.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    (u128::from(n) << 64) | u128::from(n.rotate_left(29))
+}
+
+async fn bare_server(meta: bool) {
     let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
     let tool =
         Tool::new("bench-echo", "Echo the text back.", Arc::new(schema.as_object().cloned().unwrap_or_default()));
     let (read, write) = rmcp::transport::stdio_pipes();
-    if let Ok(running) = (Bare { tool }).serve((read, write)).await {
+    if let Ok(running) = (Bare { tool, meta }).serve((read, write)).await {
         let _ = running.waiting().await;
     }
 }
@@ -248,7 +269,8 @@ fn main() {
         let rt = rt.expect("a runtime");
         return match server {
             "adapter" => rt.block_on(adapter_server()),
-            _ => rt.block_on(bare_server()),
+            "bare-meta" => rt.block_on(bare_server(true)),
+            _ => rt.block_on(bare_server(false)),
         };
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
@@ -264,7 +286,8 @@ fn main() {
             }),
         }
     };
-    let mut launches = vec![rust("agent-surface-mcp", "adapter"), rust("bare rmcp", "bare")];
+    let mut launches =
+        vec![rust("agent-surface-mcp", "adapter"), rust("bare rmcp", "bare"), rust("bare rmcp + _meta", "bare-meta")];
     if typescript_command().is_some() {
         let command = || typescript_command().expect("the TypeScript SDK server was found a moment ago");
         launches.push(Launch { name: "typescript sdk", command: Box::new(command) });
@@ -367,19 +390,31 @@ fn main() {
         ratio(&par[0], &par[1]),
         p99(&par[0]) / p99(&par[1])
     );
-    if servers.len() >= 3 {
+    println!(
+        "adapter / bare rmcp + the same _meta: throughput sequential {:.2}x, 32 in flight {:.2}x; p99 at 32 in flight {:.2}x",
+        ratio(&seq[0], &seq[2]),
+        ratio(&par[0], &par[2]),
+        p99(&par[0]) / p99(&par[2])
+    );
+    if servers.len() >= 4 {
         println!(
             "adapter / typescript sdk: throughput sequential {:.2}x, 32 in flight {:.2}x (target ≥ 1.6x); p99 at 32 in flight {:.2}x (target ≤ 0.5x)",
-            ratio(&seq[0], &seq[2]),
-            ratio(&par[0], &par[2]),
-            p99(&par[0]) / p99(&par[2])
+            ratio(&seq[0], &seq[3]),
+            ratio(&par[0], &par[3]),
+            p99(&par[0]) / p99(&par[3])
+        );
+        println!(
+            "bare rmcp / typescript sdk: throughput sequential {:.2}x, 32 in flight {:.2}x; p99 at 32 in flight {:.2}x",
+            ratio(&seq[1], &seq[3]),
+            ratio(&par[1], &par[3]),
+            p99(&par[1]) / p99(&par[3])
         );
     }
     println!(
         "spawn → first call: adapter {:.1} ms (target ≤ 10 ms), bare rmcp {:.1} ms{}",
         starts[0] * 1e3,
         starts[1] * 1e3,
-        starts.get(2).map(|t| format!(", typescript sdk {:.1} ms", t * 1e3)).unwrap_or_default()
+        starts.get(3).map(|t| format!(", typescript sdk {:.1} ms", t * 1e3)).unwrap_or_default()
     );
     // What each server process spent (user and system CPU time) per call with 32 in flight: the
     // cost the wall-clock ratios depend on when client and server share the cores.
