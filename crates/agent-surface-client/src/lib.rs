@@ -16,7 +16,12 @@
 //!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
-//!   only if the tool is still listed and the listing changed; `with-confirmation`: asks the
+//!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]), the
+//!   instance it names is still listed, and the listing changed; a replaced registration is
+//!   retargeted to the error's `liveRegistrationId` (or the named instance's live registration);
+//!   whether a call that may have run is repeated without verification depends on the tool's
+//!   `_meta` [`IDEMPOTENT`] (its `idempotentHint` for a server that does not send it);
+//!   `with-confirmation`: asks the
 //!   [`ClientHost`] (a person, never the model) and retries with
 //!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
 //!   that nothing took effect; `no` comes back as terminal ([`Stop::ReturnedToCaller`]); the
@@ -48,6 +53,7 @@ use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
+use agent_surface_core::details::TARGET_ARGUMENT;
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, ErrorPayload};
 use futures_util::future::BoxFuture;
@@ -66,6 +72,13 @@ pub const SURFACE_VERSION: &str = "agent-surface/surfaceVersion";
 pub const CONFIRMATION_ID: &str = "agent-surface/confirmationId";
 /// `_meta` key of the call's target (`{"instanceId": ...}` or `{"registrationId": ...}`).
 pub const TARGET: &str = "agent-surface/target";
+/// `_meta` key, on a listed tool, of whether the capability is idempotent.
+pub const IDEMPOTENT: &str = "agent-surface/idempotent";
+/// `_meta` key, on a listed tool, of why it is disabled right now (absent when enabled).
+pub const UNAVAILABLE_REASON: &str = "agent-surface/unavailableReason";
+/// `_meta` key, on a listed tool with several instances, of the live instances
+/// (`[{instanceId, registrationId}]`).
+pub const INSTANCES: &str = "agent-surface/instances";
 
 /// A `tools/list` result: the tools and the surface tokens of the list's `_meta`.
 #[derive(Clone, Debug, PartialEq)]
@@ -387,10 +400,7 @@ impl RecoveringClient {
                 let Some(tool) = listing.tool(&intent.tool) else {
                     return end(Stop::ReturnedToCaller, calls, refreshed);
                 };
-                let hints = tool.annotations.as_ref();
-                let idempotent =
-                    hints.is_some_and(|a| a.idempotent_hint == Some(true) || a.read_only_hint == Some(true));
-                verify = !idempotent;
+                verify = !idempotent(tool);
             }
             if verify {
                 match self.host.verify(&intent.tool, &intent.args, p).await {
@@ -418,13 +428,30 @@ impl RecoveringClient {
                 Action::Refresh => {
                     let listing = self.fetch().await?;
                     refreshed = true;
-                    let Some(tool) = listing.tool(&intent.tool) else {
+                    // Still listed and enabled, and what the call names still there.
+                    let Some(tool) = listing.tool(&intent.tool).filter(|t| enabled(t)) else {
                         return end(Stop::ReturnedToCaller, calls, refreshed);
                     };
-                    let changed = planned.as_ref().is_none_or(|before| {
-                        (&before.surface_id, before.surface_version) != (&listing.surface_id, listing.surface_version)
-                            || before.tool(&intent.tool) != Some(tool)
-                    });
+                    if !instance_listed(tool, intent.args.get(TARGET_ARGUMENT)) {
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    }
+                    let target = match meta.get(TARGET) {
+                        Some(target) => match retarget(target, p, tool) {
+                            Some(t) => Some(t),
+                            None => return end(Stop::ReturnedToCaller, calls, refreshed),
+                        },
+                        None => None,
+                    };
+                    let retargeted = target.is_some() && target.as_ref() != meta.get(TARGET);
+                    let changed = retargeted
+                        || planned.as_ref().is_none_or(|before| {
+                            (&before.surface_id, before.surface_version)
+                                != (&listing.surface_id, listing.surface_version)
+                                || before.tool(&intent.tool) != Some(tool)
+                        });
+                    if let Some(target) = target {
+                        meta.insert(TARGET.into(), target);
+                    }
                     if !changed {
                         // A retry would meet the same failure.
                         return end(Stop::ReturnedToCaller, calls, refreshed);
@@ -477,6 +504,68 @@ impl RecoveringClient {
     }
 }
 
+/// Whether a listed tool is idempotent: its `_meta` [`IDEMPOTENT`], else (a server that does not
+/// send it) its `idempotentHint`. Read-only is not idempotent: a read may still count or consume.
+fn idempotent(tool: &Tool) -> bool {
+    match tool.meta.as_ref().and_then(|m| m.0.get(IDEMPOTENT)).and_then(Value::as_bool) {
+        Some(declared) => declared,
+        None => tool.annotations.as_ref().is_some_and(|a| a.idempotent_hint == Some(true)),
+    }
+}
+
+/// Whether a listed tool is enabled (no `_meta` [`UNAVAILABLE_REASON`]).
+fn enabled(tool: &Tool) -> bool {
+    tool.meta.as_ref().is_none_or(|m| !m.0.contains_key(UNAVAILABLE_REASON))
+}
+
+/// The live instances a listed tool names in its `_meta` [`INSTANCES`] (instance id,
+/// registration id); `None` when it names none (a tool with at most one instance).
+fn instances(tool: &Tool) -> Option<Vec<(String, String)>> {
+    let listed = tool.meta.as_ref()?.0.get(INSTANCES)?.as_array()?;
+    let text = |i: &Value, k: &str| i.get(k).and_then(Value::as_str).map(str::to_string);
+    Some(listed.iter().filter_map(|i| Some((text(i, "instanceId")?, text(i, "registrationId")?))).collect())
+}
+
+/// Whether the instance a call names (an instance id) is still listed for `tool`; `true` when
+/// the call names none or the tool lists no instances.
+fn instance_listed(tool: &Tool, named: Option<&Value>) -> bool {
+    match (named.and_then(Value::as_str), instances(tool)) {
+        (Some(id), Some(listed)) => listed.iter().any(|(iid, _)| iid == id),
+        _ => true,
+    }
+}
+
+/// The target to retry with after a re-listing: a registration that is no longer listed is
+/// replaced by the error's `liveRegistrationId` or by the named instance's live registration;
+/// `None` when what the target names is gone (nothing to call).
+fn retarget(target: &Value, payload: &ErrorPayload, tool: &Tool) -> Option<Value> {
+    let mut t = target.as_object()?.clone();
+    let listed = instances(tool);
+    let iid = t.get("instanceId").and_then(Value::as_str).map(str::to_string);
+    if !instance_listed(tool, iid.as_ref().map(|i| Value::from(i.as_str())).as_ref()) {
+        return None;
+    }
+    let Some(rid) = t.get("registrationId").and_then(Value::as_str).map(str::to_string) else {
+        return Some(Value::Object(t));
+    };
+    let live = |r: &str| listed.as_ref().is_none_or(|l| l.iter().any(|(_, lr)| lr == r));
+    let replacement = payload.detail("liveRegistrationId").and_then(Value::as_str).filter(|r| live(r));
+    let of_instance = || {
+        let (listed, iid) = (listed.as_ref()?, iid.as_ref()?);
+        listed.iter().find(|(i, _)| i == iid).map(|(_, r)| r.clone())
+    };
+    match replacement {
+        Some(r) if r != rid => {
+            t.insert("registrationId".into(), Value::from(r));
+        }
+        _ if live(&rid) => {}
+        _ => {
+            t.insert("registrationId".into(), Value::from(of_instance()?));
+        }
+    }
+    Some(Value::Object(t))
+}
+
 /// `{id}#c{hash}`: the hash (SHA-256, 64 bits) over the tool, the canonical arguments, the
 /// target and the confirmation, so another request that conflicted on `id` gets another id.
 fn conflict_id(id: &str, intent: &Intent, confirmation: Option<&Value>) -> String {
@@ -489,4 +578,48 @@ fn conflict_id(id: &str, intent: &Intent, confirmation: Option<&Value>) -> Strin
         hash.update(part);
     }
     format!("{id}#c{}", agent_surface_core::hex::Hex(&hash.finalize()[..8]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ToolAnnotations;
+
+    fn tool(meta: Option<Value>, annotations: ToolAnnotations) -> Tool {
+        let mut t = Tool::new("t", "A tool.", Arc::new(JsonObject::new())).annotate(annotations);
+        t.meta = meta.and_then(|m| m.as_object().cloned()).map(MetaObject);
+        t
+    }
+
+    #[test]
+    fn idempotence_is_the_declared_one_not_read_only() {
+        let read_only = ToolAnnotations::new().read_only(true);
+        assert!(!idempotent(&tool(Some(serde_json::json!({IDEMPOTENT: false})), read_only.clone())));
+        assert!(!idempotent(&tool(None, read_only)));
+        assert!(idempotent(&tool(Some(serde_json::json!({IDEMPOTENT: true})), ToolAnnotations::new())));
+        assert!(idempotent(&tool(None, ToolAnnotations::new().idempotent(true))));
+    }
+
+    #[test]
+    fn a_stale_registration_is_retargeted_and_a_gone_instance_is_not() {
+        let listed = serde_json::json!({INSTANCES: [
+            {"instanceId": "a", "registrationId": "r-a2"}, {"instanceId": "b", "registrationId": "r-b"}]});
+        let t = tool(Some(listed), ToolAnnotations::new());
+        let stale: ErrorPayload = serde_json::from_value(serde_json::json!({"code": "STALE_CAPABILITY",
+            "message": "m", "retry": "after-refresh",
+            "details": {"reason": "registration-replaced", "liveRegistrationId": "r-a2"}}))
+        .unwrap();
+        let plain: ErrorPayload = serde_json::from_value(serde_json::json!({"code": "COMPONENT_UNMOUNTED",
+            "message": "m", "retry": "after-refresh", "details": {"phase": "resolve"}}))
+        .unwrap();
+        let by_registration = serde_json::json!({"registrationId": "r-a1"});
+        assert_eq!(retarget(&by_registration, &stale, &t), Some(serde_json::json!({"registrationId": "r-a2"})));
+        assert_eq!(retarget(&by_registration, &plain, &t), None);
+        let both = serde_json::json!({"instanceId": "a", "registrationId": "r-a1"});
+        let live = serde_json::json!({"instanceId": "a", "registrationId": "r-a2"});
+        assert_eq!(retarget(&both, &plain, &t), Some(live));
+        assert_eq!(retarget(&serde_json::json!({"instanceId": "c"}), &plain, &t), None);
+        assert!(!instance_listed(&t, Some(&Value::from("c"))));
+        assert!(instance_listed(&t, Some(&Value::from("b"))));
+    }
 }

@@ -140,6 +140,18 @@ async fn world() -> World {
             t.capability("sale", "Open the sale.").effect(Effect::Write).raw_handler(schema(), None, ok.clone());
         })
         .unwrap();
+    // Mounted by the tests that need them.
+    for type_id in ["kiosk", "board"] {
+        registry
+            .define(type_id, |t| {
+                t.capability("show", "Show it.").effect(Effect::Read).idempotent().raw_handler(
+                    schema(),
+                    None,
+                    ok.clone(),
+                );
+            })
+            .unwrap();
+    }
     registry
         .define("admin", |t| {
             t.capability("audit", "Audit.").effect(Effect::Read).raw_handler(schema(), None, ok.clone());
@@ -294,4 +306,51 @@ async fn every_request_carries_the_invocation_id_in_meta() {
     let meta = r.result.meta.as_ref().map(|m| m.0.clone()).unwrap_or_default();
     assert_eq!(meta.get(INVOCATION_ID), Some(&json!(r.calls[0].0)), "{meta:?}");
     assert!(r.calls[0].0.starts_with("rmcp-"));
+}
+
+#[tokio::test]
+async fn a_tool_still_disabled_after_the_relisting_goes_back_at_once() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    // Disabled after the agent listed it: the listing changed, but the tool is still disabled.
+    assert!(w.registry.disable("notes.write", "Maintenance."));
+    let r = c.call(Intent::new("notes-write", args("x"))).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::CapabilityNotAvailable)]);
+    assert!(r.refreshed);
+}
+
+#[tokio::test]
+async fn a_replaced_registration_is_retargeted_to_the_live_one() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let mount = w.registry.mount("kiosk", "main").unwrap();
+    let old = mount.registration_id().unwrap().to_string();
+    c.list_tools().await.unwrap();
+    drop(mount);
+    let _again = w.registry.mount("kiosk", "main").unwrap();
+    let intent = Intent::new("kiosk-show", args("x")).with_target(json!({"registrationId": old}));
+    let r = c.call(intent).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::StaleCapability), None]);
+}
+
+#[tokio::test]
+async fn an_instance_no_longer_listed_is_not_called_again() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let mounts: Vec<Mount> = ["main", "side", "spare"].iter().map(|i| w.registry.mount("board", i).unwrap()).collect();
+    c.list_tools().await.unwrap();
+    let mut mounts = mounts.into_iter();
+    let (_main, side, _spare) = (mounts.next(), mounts.next(), mounts.next());
+    drop(side);
+    // Named through `_meta`, and through the tool's target argument.
+    let by_meta = Intent::new("board-show", args("x")).with_target(json!({"instanceId": "side"}));
+    let r = c.call(by_meta).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ComponentUnmounted)]);
+    let by_argument = json!({"text": "x", "_instance": "side"}).as_object().cloned().unwrap();
+    let r = c.call(Intent::new("board-show", by_argument)).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ComponentUnmounted)]);
+    // The instances still listed are called as usual.
+    let r = c.call(Intent::new("board-show", args("x")).with_target(json!({"instanceId": "spare"}))).await.unwrap();
+    check(&r, Stop::Succeeded, &[None]);
 }
