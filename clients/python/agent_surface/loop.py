@@ -10,6 +10,13 @@ fresh one per retry where the row says `fresh`, one derived from the request aft
 `INVOCATION_CONFLICT`); `agent-surface/surfaceId` and `agent-surface/surfaceVersion` from the
 listing the call was planned on (updated after a re-listing, never dropped);
 `agent-surface/confirmationId` once a person approved.
+
+After a re-listing (`refresh`) the call is sent again only if the tool is still listed and
+enabled (no `_meta` `agent-surface/unavailableReason`), the instance it names (in
+`agent-surface/target` or the `_instance` argument) is still listed, and the listing changed or
+the target was retargeted (a replaced registration to the error's `liveRegistrationId`, or the
+named instance's live registration). Idempotence is the tool's `_meta` `agent-surface/idempotent`
+(its `idempotentHint` for other servers; read-only is not idempotent).
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ INVOCATION_ID = "agent-surface/invocationId"
 SURFACE_ID = "agent-surface/surfaceId"
 SURFACE_VERSION = "agent-surface/surfaceVersion"
 CONFIRMATION_ID = "agent-surface/confirmationId"
+TARGET = "agent-surface/target"
+IDEMPOTENT = "agent-surface/idempotent"
+UNAVAILABLE_REASON = "agent-surface/unavailableReason"
+INSTANCES = "agent-surface/instances"
+TARGET_ARGUMENT = "_instance"
 
 
 @dataclass
@@ -37,12 +49,72 @@ class Listing:
     surface_id: str | None = None
     surface_version: int | None = None
 
+    def _meta(self, name: str) -> Mapping[str, Any]:
+        tool = self.tools.get(name)
+        meta = tool.get("_meta") if isinstance(tool, Mapping) else None
+        return meta if isinstance(meta, Mapping) else {}
+
     def idempotent(self, name: str) -> bool | None:
+        """The tool's declared idempotence (`_meta`), else its `idempotentHint`; `None` when it
+        is not listed."""
         tool = self.tools.get(name)
         if not isinstance(tool, Mapping):
             return None
+        declared = self._meta(name).get(IDEMPOTENT)
+        if isinstance(declared, bool):
+            return declared
         hints = tool.get("annotations") or {}
-        return bool(hints.get("idempotentHint")) or bool(hints.get("readOnlyHint"))
+        return hints.get("idempotentHint") is True
+
+    def enabled(self, name: str) -> bool:
+        """Listed and not disabled (no `_meta` `agent-surface/unavailableReason`)."""
+        return name in self.tools and UNAVAILABLE_REASON not in self._meta(name)
+
+    def instances(self, name: str) -> list[tuple[str, str]] | None:
+        """The live (instanceId, registrationId) pairs the tool lists; `None` when it lists none
+        (a tool with at most one instance)."""
+        listed = self._meta(name).get(INSTANCES)
+        if not isinstance(listed, list):
+            return None
+        return [(i["instanceId"], i["registrationId"]) for i in listed
+                if isinstance(i, Mapping) and isinstance(i.get("instanceId"), str) and isinstance(i.get("registrationId"), str)]
+
+    def instance_listed(self, name: str, instance_id: Any) -> bool:
+        """Whether a named instance is still listed (`True` when none is named or the tool lists
+        no instances)."""
+        listed = self.instances(name)
+        if not isinstance(instance_id, str) or listed is None:
+            return True
+        return any(iid == instance_id for iid, _ in listed)
+
+
+def retarget(target: Any, payload: Mapping[str, Any], listing: Listing, tool: str) -> dict[str, Any] | None:
+    """The target to retry with after a re-listing: a registration no longer listed is replaced
+    by the error's `liveRegistrationId` or the named instance's live registration; `None` when
+    what the target names is gone."""
+    if not isinstance(target, Mapping):
+        return None
+    t = dict(target)
+    iid, rid = t.get("instanceId"), t.get("registrationId")
+    if not listing.instance_listed(tool, iid):
+        return None
+    if not isinstance(rid, str):
+        return t
+    listed = listing.instances(tool)
+
+    def live(r: str) -> bool:
+        return listed is None or any(lr == r for _, lr in listed)
+
+    details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
+    replacement = details.get("liveRegistrationId")
+    if isinstance(replacement, str) and replacement != rid and live(replacement):
+        t["registrationId"] = replacement
+    elif not live(rid):
+        found = [r for i, r in (listed or []) if i == iid]
+        if not found:
+            return None
+        t["registrationId"] = found[0]
+    return t
 
 
 @dataclass
@@ -223,11 +295,21 @@ class Recoverer:
             elif row.action == "refresh":
                 listing = await self.transport.list()
                 refreshed = True
-                if tool not in listing.tools:
+                # Still listed and enabled, and what the call names still there.
+                if not listing.enabled(tool) or not listing.instance_listed(tool, args.get(TARGET_ARGUMENT)):
                     return end("returned-to-caller", outcome, row)
+                target = request_meta.get(TARGET)
+                retargeted = False
+                if target is not None:
+                    new_target = retarget(target, payload, listing, tool)
+                    if new_target is None:
+                        return end("returned-to-caller", outcome, row)
+                    retargeted = new_target != target
+                    request_meta[TARGET] = new_target
                 before = planned
                 changed = (
-                    before is None
+                    retargeted
+                    or before is None
                     or (listing.surface_id, listing.surface_version) != (before.surface_id, before.surface_version)
                     or listing.tools.get(tool) != before.tools.get(tool)
                 )

@@ -5,13 +5,15 @@ usage: python recovery_loop.py
 
 Covers the table rows the twelve Pydantic AI tasks do not reach: an unknown outcome (verified or
 not), an idempotent timeout, a conflicting id, an expired confirmation, a delay beyond the
-bounds, the convergence guard and the attempt budget. Closes with "N passed, M failed".
+bounds, the convergence guard and the attempt budget; after a re-listing, a tool still disabled,
+an instance no longer listed, a replaced registration retargeted; a non-idempotent read unmounted
+mid-flight. Closes with "N passed, M failed".
 """
 
 import asyncio
 
 from agent_surface import DECISIONS, Host, Listing, Outcome, Recoverer, decide
-from agent_surface.loop import CONFIRMATION_ID, INVOCATION_ID
+from agent_surface.loop import CONFIRMATION_ID, INVOCATION_ID, TARGET
 
 from checks import check, finish
 
@@ -117,6 +119,35 @@ async def main():
     check("a stale surface is re-listed and the tokens updated",
           r.stop == "succeeded" and (s.sent[1]["agent-surface/surfaceId"], s.sent[1]["agent-surface/surfaceVersion"]) == ("s2", 7),
           repr(s.sent))
+
+    # Refresh: the tool must still be enabled, the named instance listed; a replaced
+    # registration is retargeted.
+    planned = Listing(tools={"t": {"name": "t"}}, surface_id="s", surface_version=1)
+    disabled = Listing(tools={"t": {"name": "t", "_meta": {"agent-surface/unavailableReason": "Maintenance."}}},
+                       surface_id="s", surface_version=2)
+    s = Script(err("CAPABILITY_NOT_AVAILABLE", "after-refresh"), OK, listing=disabled)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=planned)
+    check("a tool still disabled after the re-listing is not called again", (r.stop, r.attempts) == ("returned-to-caller", 1), repr(r))
+    board = {"name": "t", "_meta": {"agent-surface/instances": [
+        {"instanceId": "a", "registrationId": "r-a2"}, {"instanceId": "b", "registrationId": "r-b"}]}}
+    relisted = Listing(tools={"t": board}, surface_id="s", surface_version=2)
+    s = Script(err("STALE_CAPABILITY", "after-refresh", reason="registration-replaced", liveRegistrationId="r-a2"), OK,
+               listing=relisted)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=planned,
+                                              meta={TARGET: {"registrationId": "r-a1"}})
+    check("a replaced registration is retargeted to liveRegistrationId",
+          r.stop == "succeeded" and s.sent[1][TARGET] == {"registrationId": "r-a2"}, repr(s.sent))
+    for how, args, meta in (("the target", {}, {TARGET: {"instanceId": "c"}}), ("the _instance argument", {"_instance": "c"}, {})):
+        s = Script(err("COMPONENT_UNMOUNTED", "after-refresh", phase="resolve"), OK, listing=relisted)
+        r = await Recoverer(s, sleep=no_wait).run("t", args, invocation_id="i", planned=planned, meta=meta)
+        check(f"an instance no longer listed ({how}) is not called again", (r.stop, r.attempts) == ("returned-to-caller", 1), repr(r))
+    read_only = Listing(tools={"t": {"name": "t", "annotations": {"readOnlyHint": True},
+                                     "_meta": {"agent-surface/idempotent": False}}})
+    s = Script(err("COMPONENT_UNMOUNTED", "after-refresh", phase="mid-flight"), OK, listing=read_only)
+    v = Verifier("unknown")
+    r = await run(s, v)
+    check("a non-idempotent read unmounted mid-flight is verified first (read-only is not idempotent)",
+          (r.stop, v.asked) == ("unverified", 1), repr(r))
 
 
 asyncio.run(main())
