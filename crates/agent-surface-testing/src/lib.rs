@@ -17,7 +17,9 @@
 //!   adapter's wire form unchanged.
 //! - **Hooks** — [`Misbehaving`] (an authority policy, rate limiter and confirmation gate that
 //!   panics, hangs or fails on every call), [`Slow`] (a policy that takes its time) and
-//!   [`FnGate`] (a confirmation gate from a closure).
+//!   [`FnGate`] (a confirmation gate from a closure), [`RecordingGate`] (a stateful gate that
+//!   records the confirmations it issued, for their round trip), [`FnLimiter`] (a rate limiter
+//!   from a closure).
 //! - **HTTP** — [`http`], a small HTTP/1.1 client for servers under test that never half-closes
 //!   its write side (which hyper takes for a client gone away).
 //! - **Snapshots** — [`wire_snapshot`]: every conformance case, labelled, rendered by an adapter,
@@ -114,7 +116,7 @@ pub use fixtures::{
     AddToCart, CancelOrder, Cancelled, Cart, CartView, Counter, NoInput, PRODUCTS, Product, SHOP_TYPES, SearchInput,
     SearchOutput, Shop,
 };
-pub use hooks::{FnGate, Misbehaving, Misbehaviour, Slow};
+pub use hooks::{AlreadyAnswered, FnGate, FnLimiter, Issued, Misbehaving, Misbehaviour, RecordingGate, Slow};
 pub use leak::{Secrets, agent_facing_serializations, assert_no_leak, assert_text_has_no_leak};
 pub use logs::capture_operator_log;
 

@@ -37,7 +37,7 @@ use agent_surface_policy::{
     MemoryRateLimiter, Policies, Quota, RateLimitConfig, RequireIdentity, RequireRole,
 };
 use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
-use agent_surface_testing::{FnGate, Secrets, assert_text_has_no_leak};
+use agent_surface_testing::{FnGate, Secrets, assert_text_has_no_leak, http};
 use agent_surface_toolset::{
     Approval, ConfirmationPrompt, Provider, RecoveryConfig, RecoveryHost, Toolset, ToolsetConfig,
 };
@@ -48,7 +48,7 @@ use rmcp::{RoleClient, ServiceExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// What the failing handler's error says internally; no transport may carry it.
@@ -433,8 +433,9 @@ async fn http_server(registry: &Registry) -> String {
     addr
 }
 
-/// The raw request for `c`: `POST /api/invoke`, the invocation id as `Idempotency-Key`.
-fn http_request(c: &Call) -> Vec<u8> {
+/// The request for `c`: `POST /api/invoke` with its JSON body, the invocation id as
+/// `Idempotency-Key`, Alice's bearer token.
+fn http_request(c: &Call) -> (String, Vec<(&'static str, String)>) {
     let mut body = json!({"capability": c.capability, "input": c.input});
     if let Some(id) = &c.confirmation_id {
         body["confirmationId"] = json!(id);
@@ -443,43 +444,37 @@ fn http_request(c: &Call) -> Vec<u8> {
         body["surfaceId"] = json!(surface_id);
         body["surfaceVersion"] = json!(version);
     }
-    let body = body.to_string();
-    let mut head = format!(
-        "POST /api/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+    let mut headers = vec![("Content-Type", "application/json".to_string())];
     if let Some(id) = &c.invocation_id {
-        head.push_str(&format!("Idempotency-Key: {id}\r\n"));
+        headers.push(("Idempotency-Key", id.clone()));
     }
     if c.who == Who::Alice {
-        head.push_str("Authorization: Bearer t-alice\r\n");
+        headers.push(("Authorization", "Bearer t-alice".into()));
     }
-    head.push_str("\r\n");
-    [head.into_bytes(), body.into_bytes()].concat()
+    (body.to_string(), headers)
+}
+
+/// Sends `c` with the kit's HTTP client and returns the whole response.
+async fn http_send(addr: &str, c: &Call) -> http::Response {
+    let (body, headers) = http_request(c);
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    http::request(addr, "POST", "/api/invoke", &headers, body.as_bytes()).await
 }
 
 /// Sends `c` and returns the payload part of the problem body (`{` and everything from the
 /// `code` member on), after checking the status against the matrix and the problem type.
 async fn http_call(addr: &str, c: &Call) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(&http_request(c)).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut raw))
-        .await
-        .expect("the HTTP answer comes")
-        .unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete HTTP response");
-    let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
-    assert!(body.contains(",\"code\":"), "not a capability error: {raw}");
-    let payload = crate::transports::http_payload(body);
+    let response = http_send(addr, c).await;
+    assert!(response.body.contains(",\"code\":"), "not a capability error: {response:?}");
+    let payload = crate::transports::http_payload(&response.body);
     let parsed: ErrorPayload = serde_json::from_str(&payload).expect("the payload part parses");
     // The matrix's HTTP status analog for this payload.
     let expected = agent_surface_http::wire::encode(&InvokeResult::error(parsed.clone(), None)).status;
-    assert_eq!(status, expected, "{raw}");
-    let problem: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(response.status, expected, "{response:?}");
+    let problem = response.json();
     assert_eq!(problem["type"], format!("urn:agent-surface:error:{}", parsed.code().as_str()));
-    assert!(head.to_ascii_lowercase().contains("content-type: application/problem+json"), "{head}");
+    let content_type = response.header("content-type").unwrap_or_default();
+    assert!(content_type.starts_with("application/problem+json"), "{response:?}");
     payload
 }
 
@@ -610,8 +605,11 @@ impl Transports {
         // HTTP: the client hangs up while the call runs.
         let c = call(capability, json!({})).id(&format!("cancel-http-{tag}"));
         let n = self.f.probe.started.load(Ordering::SeqCst) + 1;
+        // A raw socket, not the kit's client: the test hangs up before any answer comes.
+        let (body, headers) = http_request(&c);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let mut stream = TcpStream::connect(&self.http).await.unwrap();
-        stream.write_all(&http_request(&c)).await.unwrap();
+        stream.write_all(&http::request_bytes("POST", "/api/invoke", &headers, body.as_bytes())).await.unwrap();
         self.f.running(n).await;
         drop(stream);
         self.f.idle().await;
@@ -695,11 +693,8 @@ async fn for_each_transport_ok(t: &Transports, c: &Call) {
     assert!(turn.outcomes[0].result.is_ok(), "{:?}", turn.outcomes[0].result);
     let result = t.mcp.client(c.who).peer().call_tool(mcp_params(c)).await.unwrap();
     assert_ne!(result.is_error, Some(true), "{result:?}");
-    let mut stream = TcpStream::connect(&t.http).await.unwrap();
-    stream.write_all(&http_request(c)).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    let response = http_send(&t.http, c).await;
+    assert_eq!(response.status, 200, "{response:?}");
 }
 
 /// `STALE_CAPABILITY`: a destructive call planned against the surface before the vault was
@@ -736,13 +731,8 @@ async fn the_target_argument_is_listed_and_lifted_on_every_transport() {
     let tool = listed.iter().find(|tool| tool.name == "cart-view").expect("listed");
     assert_eq!(tool.input_schema["properties"][TARGET_ARGUMENT]["enum"], expected);
 
-    let mut stream = TcpStream::connect(&t.http).await.unwrap();
-    let request = "GET /api/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t-alice\r\nConnection: close\r\n\r\n";
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let (_, body) = raw.split_once("\r\n\r\n").expect("a complete response");
-    let snapshot: Value = serde_json::from_str(body).expect("a JSON listing");
+    let listing = http::request(&t.http, "GET", "/api/capabilities", &[("Authorization", "Bearer t-alice")], b"").await;
+    let snapshot = listing.json();
     let cart = snapshot["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "cart.view").unwrap();
     assert_eq!(cart["inputSchema"]["properties"][TARGET_ARGUMENT]["enum"], expected, "{cart}");
 

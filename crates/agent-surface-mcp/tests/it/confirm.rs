@@ -9,10 +9,10 @@ use agent_surface_mcp::McpConfig;
 use rmcp::model::ElicitationAction;
 use serde_json::json;
 
-use crate::support::{call, connect, fixture};
+use crate::support::{Resolver, call, connect, fixture};
 
 fn with_resolver(f: &crate::support::Fixture) -> McpConfig {
-    McpConfig { confirmations: Some(f.gate.clone() as Arc<_>), ..Default::default() }
+    McpConfig { confirmations: Some(Arc::new(Resolver(f.gate.clone()))), ..Default::default() }
 }
 
 #[tokio::test]
@@ -61,7 +61,7 @@ async fn without_elicitation_the_confirmation_goes_to_the_model() {
     assert!(c.elicited.lock().unwrap().is_empty());
 
     // The host approves out of band; the model retries with the id.
-    f.gate.pending.lock().unwrap().insert(details.confirmation_id.clone(), Some(true));
+    f.gate.answer(&details.confirmation_id, true).expect("pending");
     let r =
         call(&c.client, "store-delete", json!({}), json!({"agent-surface/confirmationId": details.confirmation_id}))
             .await;
@@ -106,7 +106,7 @@ async fn an_approved_confirmation_is_presented_when_the_model_repeats_the_call()
     let c = connect(&f.registry, McpConfig::default(), None).await;
     let r = call(&c.client, "store-delete", json!({}), json!({})).await;
     let details: ConfirmationRequiredDetails = r.error_payload().unwrap().details_as().unwrap();
-    f.gate.pending.lock().unwrap().insert(details.confirmation_id.clone(), Some(true));
+    f.gate.answer(&details.confirmation_id, true).expect("pending");
     let r = call(&c.client, "store-delete", json!({}), json!({})).await;
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(f.runs.0.load(Ordering::SeqCst), 1);

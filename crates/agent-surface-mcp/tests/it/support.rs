@@ -1,16 +1,16 @@
 //! A small registry served over an in-memory pipe, and an `rmcp` client talking to it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
-use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult, SafeText, Timestamp};
+use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult, SafeText};
 use agent_surface_mcp::confirm::{ConfirmationAnswer, ConfirmationResolver, ResolveError};
 use agent_surface_mcp::{McpConfig, McpServer, codec};
-use agent_surface_policy::{CallInfo, ConfirmationDecision, ConfirmationGate, Consumer};
+use agent_surface_policy::Consumer;
 use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_testing::RecordingGate;
 use futures_util::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -39,65 +39,26 @@ pub(crate) struct Nothing {}
 #[derive(Default)]
 pub(crate) struct Runs(pub AtomicUsize);
 
-/// A gate for `store.delete`: two-phase, with answers recorded through the resolver.
-#[derive(Default)]
-pub(crate) struct Gate {
-    pub pending: Mutex<HashMap<String, Option<bool>>>,
-    pub next: AtomicUsize,
+/// The gate for `store.delete`: two-phase, each confirmation waiting for an answer.
+fn gate() -> RecordingGate {
+    RecordingGate::new(|call| call.capability == "store.delete")
+        .summary(|_| SafeText::from("Delete everything in the store."))
+        .valid_for(Duration::from_secs(60))
+        .waiting_for_answers()
 }
 
-impl ConfirmationGate for Gate {
-    fn check<'a>(
-        &'a self,
-        call: CallInfo<'a>,
-        confirmation_id: Option<&'a str>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, ConfirmationDecision> {
-        let decision = if call.capability != "store.delete" {
-            ConfirmationDecision::Proceed
-        } else {
-            let mut pending = self.pending.lock().unwrap();
-            match confirmation_id {
-                None => {
-                    let id = format!("c-{}", self.next.fetch_add(1, Ordering::Relaxed));
-                    pending.insert(id.clone(), None);
-                    ConfirmationDecision::Required {
-                        confirmation_id: id,
-                        summary: SafeText::from("Delete everything in the store."),
-                        expires_at: now.saturating_add(Duration::from_secs(60)),
-                        origin: Origin::Client,
-                    }
-                }
-                Some(id) => match pending.get(id).copied() {
-                    Some(Some(true)) => {
-                        pending.insert(id.to_string(), Some(false));
-                        ConfirmationDecision::Proceed
-                    }
-                    Some(Some(false)) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Denied),
-                    _ => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Mismatch),
-                },
-            }
-        };
-        Box::pin(std::future::ready(decision))
-    }
-}
+/// The adapter's resolver: answers go to the gate (the MCP crate's trait, on the kit's gate).
+pub(crate) struct Resolver(pub Arc<RecordingGate>);
 
-impl ConfirmationResolver for Gate {
+impl ConfirmationResolver for Resolver {
     fn resolve<'a>(
         &'a self,
         confirmation_id: &'a str,
         _requester: &'a Consumer,
         answer: ConfirmationAnswer,
     ) -> BoxFuture<'a, Result<(), ResolveError>> {
-        let mut pending = self.pending.lock().unwrap();
-        let r = match pending.get_mut(confirmation_id) {
-            Some(slot @ None) => {
-                *slot = Some(answer == ConfirmationAnswer::Approved);
-                Ok(())
-            }
-            _ => Err(ResolveError("unknown or answered".into())),
-        };
-        Box::pin(std::future::ready(r))
+        let r = self.0.answer(confirmation_id, answer == ConfirmationAnswer::Approved);
+        Box::pin(std::future::ready(r.map_err(|e| ResolveError(e.to_string()))))
     }
 }
 
@@ -105,12 +66,12 @@ impl ConfirmationResolver for Gate {
 pub(crate) struct Fixture {
     pub registry: Registry,
     pub runs: Arc<Runs>,
-    pub gate: Arc<Gate>,
+    pub gate: Arc<RecordingGate>,
     pub _mounts: Vec<Mount>,
 }
 
 pub(crate) fn fixture() -> Fixture {
-    let gate = Arc::new(Gate::default());
+    let gate = Arc::new(gate());
     let registry = Registry::new(RegistryConfig { confirmation: Some(gate.clone()), ..Default::default() });
     let runs = Arc::new(Runs::default());
     registry.provide(runs.clone());

@@ -8,7 +8,7 @@ use agent_surface_core::details::{ConfirmationInvalidReason, InputIssue, Origin,
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
 use agent_surface_policy::{
     Admission, AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, Consumer,
-    Fingerprint, IdempotencyKey, IdempotencyStore, PolicyError, RateDecision, RateLimiter, Settlement, StoreError,
+    Fingerprint, IdempotencyKey, IdempotencyStore, PolicyError, RateDecision, Settlement, StoreError,
 };
 use agent_surface_registry::{
     Binding, Ctx, DuplicateInstance, Instance, InvokeOptions, Registry, RegistryConfig, Target, Unmet,
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use agent_surface_testing::FnGate;
+use agent_surface_testing::{FnGate, FnLimiter};
 
 use crate::support::*;
 
@@ -384,24 +384,15 @@ async fn precondition_failed_for_bindings_and_author_checks() {
 
 // ---- Phase 6: rate ----------------------------------------------------------------------
 
-struct OneCallOnly(AtomicUsize);
-
-impl RateLimiter for OneCallOnly {
-    fn acquire<'a>(&'a self, _call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
-        Box::pin(async move {
-            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
-                RateDecision::Allow(None)
-            } else {
-                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(1500) }
-            }
-        })
-    }
-}
-
 #[tokio::test]
 async fn rate_limited_is_not_cached() {
+    let calls = AtomicUsize::new(0);
     let (r, _m) = echo_registry(RegistryConfig {
-        rate_limiter: Some(Arc::new(OneCallOnly(AtomicUsize::new(0)))),
+        // One call only: the first passes, every later one waits 1.5 s.
+        rate_limiter: Some(Arc::new(FnLimiter::new(move |_, _| match calls.fetch_add(1, Ordering::SeqCst) {
+            0 => RateDecision::Allow(None),
+            _ => RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(1500) },
+        }))),
         ..Default::default()
     });
     assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());

@@ -200,3 +200,63 @@ fn an_empty_secret_set_is_refused() {
     let result = agent_surface_core::InvokeResult::ok(serde_json::json!({}), None);
     agent_surface_testing::assert_no_leak(&result, &agent_surface_testing::Secrets::new());
 }
+
+/// The recording gate's round trip through a registry: a confirmation is issued for the gated
+/// call, bound to its input, spent once; waiting for answers, it proceeds only once approved.
+#[tokio::test]
+async fn the_recording_gate_issues_binds_and_spends_confirmations() {
+    use agent_surface_core::Effect;
+    use agent_surface_registry::InvokeRequest;
+    use std::sync::Arc;
+
+    let cancel = |order: &str| InvokeRequest::new("orders.cancel", json!({"order_id": order}));
+    let reason = |r: &InvokeResult, code: ErrorCode| {
+        expect_error(r, code).detail("reason").and_then(Value::as_str).map(str::to_string)
+    };
+    let confirmation_id = |r: &InvokeResult| {
+        let p = expect_error(r, ErrorCode::ConfirmationRequired);
+        p.detail("confirmationId").and_then(Value::as_str).expect("an id").to_string()
+    };
+
+    // Presented without an answer.
+    let gate = Arc::new(RecordingGate::new(|call| call.effect == Effect::Destructive));
+    let shop = Shop::new(RegistryConfig { confirmation: Some(gate.clone()), ..Default::default() });
+    let first = ScriptedConsumer::new("c").request(cancel("A-1")).run(shop.registry()).await;
+    let id = confirmation_id(&first[0]);
+    assert_eq!(id, "conf-1");
+    let r = ScriptedConsumer::new("c")
+        .call("cart.view", json!({}))
+        .request(cancel("A-2").with_confirmation(&id))
+        .request(cancel("A-1").with_confirmation("conf-9"))
+        .request(cancel("A-1").with_confirmation(&id))
+        .request(cancel("A-1").with_confirmation(&id))
+        .run(shop.registry())
+        .await;
+    expect_ok(&r[0]);
+    assert_eq!(reason(&r[1], ErrorCode::ConfirmationInvalid).as_deref(), Some("mismatch"));
+    assert_eq!(reason(&r[2], ErrorCode::ConfirmationInvalid).as_deref(), Some("mismatch"));
+    assert_eq!(expect_ok(&r[3])["refunded_cents"], 4200);
+    assert_eq!(reason(&r[4], ErrorCode::ConfirmationInvalid).as_deref(), Some("consumed"));
+    assert_eq!(gate.issued(), vec![("conf-1".to_string(), Issued::Used)]);
+
+    // Waiting for answers: unanswered is no confirmation, denied is a denial, approved runs once.
+    let gate = Arc::new(RecordingGate::new(|call| call.effect == Effect::Destructive).waiting_for_answers());
+    let shop = Shop::new(RegistryConfig { confirmation: Some(gate.clone()), ..Default::default() });
+    let r = ScriptedConsumer::new("c").request(cancel("A-1")).request(cancel("A-2")).run(shop.registry()).await;
+    let (approved, denied) = (confirmation_id(&r[0]), confirmation_id(&r[1]));
+    let unanswered = ScriptedConsumer::new("c").request(cancel("A-1").with_confirmation(&approved));
+    let r = unanswered.run(shop.registry()).await;
+    assert_eq!(reason(&r[0], ErrorCode::ConfirmationInvalid).as_deref(), Some("mismatch"));
+    gate.answer(&approved, true).expect("pending");
+    gate.answer(&denied, false).expect("pending");
+    assert_eq!(gate.answer(&denied, true), Err(AlreadyAnswered(denied.clone())));
+    assert!(gate.answer("conf-9", true).is_err());
+    let r = ScriptedConsumer::new("c")
+        .request(cancel("A-2").with_confirmation(&denied))
+        .request(cancel("A-1").with_confirmation(&approved))
+        .run(shop.registry())
+        .await;
+    assert_eq!(reason(&r[0], ErrorCode::ConfirmationInvalid).as_deref(), Some("denied"));
+    expect_ok(&r[1]);
+    assert_eq!(gate.issued(), vec![(approved, Issued::Used), (denied, Issued::Denied)]);
+}

@@ -3,15 +3,16 @@
 //! `CONFIRMATION_REQUIRED` (approved, then retried) and `RATE_LIMITED` (after a delay on the
 //! manual clock) — once per provider format.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_surface_core::details::{ConfirmationInvalidReason, Origin, RateLimitReason};
+use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, ErrorCode, InvokeResult, Retry, SafeText, Timestamp};
-use agent_surface_policy::{CallInfo, ConfirmationDecision, ConfirmationGate, Consumer, RateDecision, RateLimiter};
+use agent_surface_policy::{Consumer, RateDecision, RateLimiter};
 use agent_surface_registry::RegistryConfig;
-use agent_surface_testing::{Shop, TestClock, expect_details, expect_error, expect_ok, expect_retry};
+use agent_surface_testing::{
+    FnLimiter, RecordingGate, Shop, TestClock, expect_details, expect_error, expect_ok, expect_retry,
+};
 use agent_surface_toolset::{
     Approval, ConfirmationPrompt, Provider, RecoveryHost, Stop, Toolset, ToolsetConfig, Turn, decode_result,
 };
@@ -20,76 +21,34 @@ use serde_json::{Value, json};
 
 /// A tiny confirmation gate: destructive calls (or calls of a capability that declares a gate)
 /// need a confirmation; evidence is single-use and bound to the capability and input.
-#[derive(Default)]
-struct TestGate {
-    issued: Mutex<HashMap<String, (String, Value, bool)>>,
-}
-
-impl ConfirmationGate for TestGate {
-    fn check<'a>(
-        &'a self,
-        call: CallInfo<'a>,
-        evidence: Option<&'a str>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, ConfirmationDecision> {
-        Box::pin(async move {
-            if call.effect != Effect::Destructive && call.declared_gate.is_none() {
-                return ConfirmationDecision::Proceed;
-            }
-            let input = call.input.cloned().unwrap_or(Value::Null);
-            let mut issued = self.issued.lock().unwrap();
-            match evidence {
-                None => {
-                    let id = format!("conf-{}", issued.len() + 1);
-                    issued.insert(id.clone(), (call.capability.to_string(), input.clone(), false));
-                    let summary = match call.declared_gate.and_then(|g| g.summary) {
-                        Some(s) => s.clone(),
-                        None => {
-                            SafeText::trusted(format!("Cancel order {}.", input["order_id"].as_str().unwrap_or("?")))
-                        }
-                    };
-                    ConfirmationDecision::Required {
-                        confirmation_id: id,
-                        summary,
-                        expires_at: now.saturating_add(Duration::from_secs(300)),
-                        origin: Origin::Client,
-                    }
-                }
-                Some(id) => match issued.get_mut(id) {
-                    Some((_, _, true)) => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Consumed),
-                    Some((cap, inp, used)) if cap == call.capability && *inp == input => {
-                        *used = true;
-                        ConfirmationDecision::Proceed
-                    }
-                    _ => ConfirmationDecision::Invalid(ConfirmationInvalidReason::Mismatch),
-                },
+fn test_gate() -> RecordingGate {
+    RecordingGate::new(|call| call.effect == Effect::Destructive || call.declared_gate.is_some())
+        .summary(|call| match call.declared_gate.and_then(|g| g.summary) {
+            Some(s) => s.clone(),
+            None => {
+                let order = call.input.and_then(|i| i["order_id"].as_str()).unwrap_or("?");
+                SafeText::trusted(format!("Cancel order {order}."))
             }
         })
-    }
+        .valid_for(Duration::from_secs(300))
 }
 
 /// Limits `cart.add` once: the first call that reaches the rate phase waits 1500 ms.
-#[derive(Default)]
-struct LimitOnce {
-    until: Mutex<Option<Timestamp>>,
-}
-
-impl RateLimiter for LimitOnce {
-    fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
-        Box::pin(async move {
-            if call.capability != "cart.add" {
-                return RateDecision::Allow(None);
-            }
-            let mut until = self.until.lock().unwrap();
-            let limit = *until.get_or_insert_with(|| now.saturating_add(Duration::from_millis(1500)));
-            if now < limit {
-                let left = limit.unix_millis() - now.unix_millis();
-                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(left) }
-            } else {
-                RateDecision::Allow(None)
-            }
-        })
-    }
+fn limit_once() -> impl RateLimiter {
+    let until = Mutex::new(None::<Timestamp>);
+    FnLimiter::new(move |call, now| {
+        if call.capability != "cart.add" {
+            return RateDecision::Allow(None);
+        }
+        let mut until = until.lock().unwrap();
+        let limit = *until.get_or_insert_with(|| now.saturating_add(Duration::from_millis(1500)));
+        if now < limit {
+            let left = limit.unix_millis() - now.unix_millis();
+            RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: Duration::from_millis(left) }
+        } else {
+            RateDecision::Allow(None)
+        }
+    })
 }
 
 /// The user, approving every confirmation and remembering what it was asked.
@@ -153,8 +112,8 @@ async fn session(provider: Provider) {
     let clock = TestClock::new();
     let config = RegistryConfig {
         clock: clock.shared(),
-        confirmation: Some(Arc::new(TestGate::default())),
-        rate_limiter: Some(Arc::new(LimitOnce::default())),
+        confirmation: Some(Arc::new(test_gate())),
+        rate_limiter: Some(Arc::new(limit_once())),
         ..Default::default()
     };
     let mut shop = Shop::unmounted(config);

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry};
-use agent_surface_policy::{CallInfo, Consumer, RateDecision, RateLimiter};
+use agent_surface_policy::{Consumer, RateDecision};
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
-use agent_surface_testing::{Counter, Shop, TestClock, expect_details, expect_error, expect_ok, expect_retry};
+use agent_surface_testing::{
+    Counter, FnLimiter, Shop, TestClock, expect_details, expect_error, expect_ok, expect_retry,
+};
 use agent_surface_toolset::{Provider, Rendering, ResultFormat, Stop, Toolset, ToolsetConfig, decode_result};
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
 fn openai_turn(calls: &[(&str, &str, &str)]) -> Value {
@@ -143,22 +144,15 @@ async fn unmounted_and_not_found_mark_the_list_stale() {
     assert!(!ts.is_stale());
 }
 
-struct AlwaysLimited;
-
-impl RateLimiter for AlwaysLimited {
-    fn acquire<'a>(&'a self, _: CallInfo<'a>, _: agent_surface_core::Timestamp) -> BoxFuture<'a, RateDecision> {
-        Box::pin(async {
-            RateDecision::Limited { reason: RateLimitReason::QueueFull, retry_after: Duration::from_secs(10) }
-        })
-    }
-}
-
 #[tokio::test]
 async fn cancelling_the_toolset_ends_a_wait() {
     let clock = TestClock::new();
     let shop = Shop::new(RegistryConfig {
         clock: clock.shared(),
-        rate_limiter: Some(Arc::new(AlwaysLimited)),
+        rate_limiter: Some(Arc::new(FnLimiter::new(|_, _| RateDecision::Limited {
+            reason: RateLimitReason::QueueFull,
+            retry_after: Duration::from_secs(10),
+        }))),
         ..Default::default()
     });
     let ts = toolset(shop.registry());
