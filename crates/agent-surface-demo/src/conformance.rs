@@ -167,7 +167,7 @@ impl ToolChange {
 
 /// Defines the `conformance` type and mounts its instance; keep the handle while serving.
 pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
-    registry.define("conformance", |t| {
+    registry.define(crate::policy::CONFORMANCE, |t| {
         t.capability("simple_text", "Returns a simple text response (conformance fixture).")
             .effect(Effect::Read)
             .idempotent()
@@ -304,7 +304,7 @@ pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
     // The registry holding itself is a cycle that lives as long as the demo process, as the
     // fixtures do.
     registry.provide(ToolChange { registry: registry.clone(), disabled: AtomicBool::new(false) });
-    registry.mount("conformance", "fixtures")
+    registry.mount(crate::policy::CONFORMANCE, "fixtures")
 }
 
 /// The adapter, with the fixture tools under the suite's names.

@@ -270,6 +270,7 @@ async fn serve(options: Serve) -> Result<(), String> {
         shop_options.ticket_delay = delay;
     }
     shop_options.quorums = options.quorums.clone();
+    shop_options.conformance = options.conformance;
     // Over HTTP the listener is bound first: the approval URLs may name its address.
     let listener = match &options.http {
         Some(addr) => {
@@ -319,6 +320,8 @@ async fn serve(options: Serve) -> Result<(), String> {
         true => Some(conformance::define(&demo.registry).map_err(|e| e.to_string())?),
         false => None,
     };
+    // Start-up is over: every type a hook names, the late ones too, is defined.
+    demo.registry.check_wiring().map_err(|e| e.to_string())?;
     let mut config = McpConfig {
         name: "agent-surface-demo".to_string(),
         instructions: Some(

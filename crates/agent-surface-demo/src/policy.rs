@@ -3,20 +3,32 @@
 //! ([`RateBudgets`], served by the [`MemoryRateLimiter`] in one process or by the Redis limiter
 //! for replicas). Confirmations use the shipped `ConfirmationEngine`; see `shop.rs`.
 //!
-//! The engine is default-allow: the demo shows every code to an anonymous caller (`loyalty`,
-//! `reports`, `tickets`… are open to anyone), and the `conformance` type is defined late, on
-//! demand, which a default-deny engine would need a rule for before it exists.
+//! The engine is default-deny, as `docs/policies.md` recommends for a service with write
+//! capabilities: a type no rule names is refused (`NOT_AUTHORIZED`), so a tool added without a rule
+//! stays closed. The types the demo shows every code through are opened to everyone with
+//! `AllowAll`; the `conformance` fixtures, defined later and only on demand, are declared in
+//! `RegistryConfig::late_types` (see `shop.rs`) so that their rule does not fail the earlier mounts.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use agent_surface_policy::{MemoryRateLimiter, Policies, Quota, RateBudgets, RateLimitConfig, RequireRole, Scope};
+use agent_surface_policy::{
+    AllowAll, MemoryRateLimiter, Policies, Quota, RateBudgets, RateLimitConfig, RequireRole, Scope,
+};
 
-/// Refunds need a signed-in support agent; admin tools exist only for admins, approval tools only
-/// for approvers (hidden from everyone else, anonymous or not).
-pub(crate) fn authority() -> Policies {
-    Policies::new()
+/// The types anyone may call, signed in or not (the demo shows every code to an anonymous caller).
+const OPEN: [&str; 6] = ["orders", "shipping", "cart", "reports", "tickets", "loyalty"];
+
+/// The type of the conformance fixtures (`conformance::define`), defined after the shop's.
+pub(crate) const CONFORMANCE: &str = "conformance";
+
+/// Default-deny. Refunds need a signed-in support agent; admin tools exist only for admins,
+/// approval tools only for approvers (hidden from everyone else, anonymous or not); the [`OPEN`]
+/// types, and with `conformance` the [`CONFORMANCE`] fixtures, are open to everyone.
+pub(crate) fn authority(conformance: bool) -> Policies {
+    let open = OPEN.into_iter().chain(conformance.then_some(CONFORMANCE));
+    open.fold(Policies::default_deny(), |policies, type_id| policies.for_type(type_id, AllowAll))
         .for_type("refunds", RequireRole::new("support"))
         .for_type("admin", RequireRole::new("admin").or_hide())
         .for_type("approvals", RequireRole::new("approver").or_hide())
@@ -73,7 +85,7 @@ mod tests {
     /// The policies the shop's tools table describes.
     #[tokio::test]
     async fn who_sees_and_calls_what() {
-        let policies = authority();
+        let policies = authority(false);
         let anonymous = Consumer::anonymous("a");
         let support = Consumer::authenticated("s", Identity::new("sam").with_role("support"));
         let approver = Consumer::authenticated("p", Identity::new("pat").with_role("approver"));
@@ -81,18 +93,26 @@ mod tests {
             let type_id = name.split_once('.').map_or(name, |(t, _)| t);
             CallInfo::new(who, name, type_id, Effect::Write, false)
         };
-        let deny = AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client };
+        let deny = || AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client };
         let cases = [
             (&anonymous, "refunds.issue", AuthorityDecision::Unauthenticated),
-            (&approver, "refunds.issue", deny),
+            (&approver, "refunds.issue", deny()),
             (&support, "refunds.issue", AuthorityDecision::Allow),
             (&support, "admin.purge_cache", AuthorityDecision::Hide),
             (&anonymous, "approvals.approve", AuthorityDecision::Hide),
             (&approver, "approvals.approve", AuthorityDecision::Allow),
             (&anonymous, "tickets.open", AuthorityDecision::Allow),
+            (&anonymous, "orders.cancel", AuthorityDecision::Allow),
+            // No rule names it: refused (default-deny).
+            (&support, "conformance.greet", deny()),
+            (&support, "warehouse.restock", deny()),
         ];
         for (who, name, expected) in cases {
             assert_eq!(policies.decide(call(who, name)).await.unwrap(), expected, "{name} by {}", who.key());
         }
+        // Served with the conformance fixtures, they are open to everyone.
+        let with_fixtures = authority(true);
+        let greet = call(&anonymous, "conformance.greet");
+        assert_eq!(with_fixtures.decide(greet).await.unwrap(), AuthorityDecision::Allow);
     }
 }

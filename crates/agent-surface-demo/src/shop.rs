@@ -188,6 +188,10 @@ pub(crate) struct ShopOptions {
     /// Where a confirmation's page in the approval inbox is (`ConfirmationConfig::approval_base_url`):
     /// `CONFIRMATION_REQUIRED` then carries `details.approvalUrl`.
     pub(crate) approval_base_url: Option<String>,
+    /// Whether the conformance fixtures are defined after the shop (`conformance::define`, which
+    /// `serve --conformance` calls): their type is then opened to everyone and declared in
+    /// `RegistryConfig::late_types`.
+    pub(crate) conformance: bool,
 }
 
 impl Default for ShopOptions {
@@ -204,6 +208,7 @@ impl Default for ShopOptions {
             audit: None,
             quorums: Vec::new(),
             approval_base_url: None,
+            conformance: false,
         }
     }
 }
@@ -221,6 +226,7 @@ impl std::fmt::Debug for ShopOptions {
             .field("audit", &self.audit)
             .field("quorums", &self.quorums)
             .field("approval_base_url", &self.approval_base_url)
+            .field("conformance", &self.conformance)
             .finish()
     }
 }
@@ -338,11 +344,12 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
     let rate_limiter =
         options.rate_limiter.clone().unwrap_or_else(|| Arc::new(crate::policy::quote_limiter(options.quote_refill)));
     let mut config = RegistryConfig {
-        authority: Some(Arc::new(crate::policy::authority())),
+        authority: Some(Arc::new(crate::policy::authority(options.conformance))),
         rate_limiter: Some(rate_limiter),
         confirmation: Some(confirmations.clone()),
         metrics: options.metrics,
         audit: options.audit.clone().map(AuditConfig::new),
+        late_types: options.conformance.then(|| crate::policy::CONFORMANCE.to_string()).into_iter().collect(),
         ..Default::default()
     };
     if let Some(store) = options.idempotency.clone() {

@@ -103,6 +103,49 @@ pub struct RegistryConfig {
     /// "Presented on repeat"). Each id is at most 256 bytes; the oldest is forgotten first; `0`
     /// turns presenting off.
     pub relayed_confirmations: usize,
+    /// The types the application defines after its first mount (on demand, by a plugin, behind
+    /// a flag) whose names the hooks already target. The wiring check of every mount skips the
+    /// names under such a type until it is defined; its definition checks them (a misspelled
+    /// `tickets.crate` is then a definition error naming `tickets.create`); and
+    /// [`Registry::check_wiring`] reports a declared type that is still not defined. A name under
+    /// a type that is not declared here must exist at every mount, as before. Empty by default.
+    ///
+    /// ```
+    /// use agent_surface_core::DefinitionErrorCode;
+    /// use agent_surface_policy::{AllowAll, Policies, RequireRole};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    /// use std::sync::Arc;
+    ///
+    /// // `tickets` is defined later, and its policy misspells `tickets.create`.
+    /// let policies = Policies::default_deny()
+    ///     .for_type("orders", AllowAll)
+    ///     .for_capability("tickets.crate", RequireRole::new("agent"));
+    /// let registry = Registry::new(RegistryConfig {
+    ///     authority: Some(Arc::new(policies)),
+    ///     late_types: vec!["tickets".into()],
+    ///     ..Default::default()
+    /// });
+    /// let echo = |_: Ctx, v: serde_json::Value| async move { Ok(v) };
+    /// registry.define("orders", |t| {
+    ///     t.capability("list", "List the orders.").raw_handler(serde_json::json!({"type": "object"}), None, echo)
+    /// })?;
+    /// // Mounting `orders` does not wait for `tickets`…
+    /// let _orders = registry.mount("orders", "main")?;
+    /// // …but start-up is not over until it is defined.
+    /// let err = registry.check_wiring().unwrap_err();
+    /// assert_eq!((err.code(), err.location()), (DefinitionErrorCode::InvalidDefinition, "tickets"));
+    ///
+    /// // Its definition checks the names under it.
+    /// let err = registry
+    ///     .define("tickets", |t| {
+    ///         t.capability("create", "Open a ticket.").raw_handler(serde_json::json!({"type": "object"}), None, echo)
+    ///     })
+    ///     .unwrap_err();
+    /// assert_eq!(err.location(), "tickets.crate");
+    /// assert!(err.problem().ends_with("did you mean `tickets.create`?"), "{}", err.problem());
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub late_types: Vec<String>,
 }
 
 impl Default for RegistryConfig {
@@ -128,6 +171,7 @@ impl Default for RegistryConfig {
             metrics: false,
             audit: None,
             relayed_confirmations: 4096,
+            late_types: Vec::new(),
         }
     }
 }
@@ -146,6 +190,7 @@ impl std::fmt::Debug for RegistryConfig {
             .field("metrics", &self.metrics)
             .field("audit", &self.audit)
             .field("relayed_confirmations", &self.relayed_confirmations)
+            .field("late_types", &self.late_types)
             .finish_non_exhaustive()
     }
 }
@@ -265,12 +310,17 @@ impl Registry {
     ///
     /// The types and capabilities its hooks name (`Policies::for_capability`, quotas, scoped
     /// confirmation rules; see [`agent_surface_policy::Scope`]) are read now and checked later:
-    /// those of a type when it is defined, all of them on every mount (see
+    /// those of a type when it is defined, all of them on every mount but those under a type
+    /// declared in [`RegistryConfig::late_types`] that is not defined yet (see
     /// [`Registry::check_wiring`]).
     pub fn new(config: RegistryConfig) -> Registry {
         let (version_tx, _) = watch::channel(0);
-        let wiring =
-            Wiring::of(config.authority.as_deref(), config.rate_limiter.as_deref(), config.confirmation.as_deref());
+        let wiring = Wiring::of(
+            config.authority.as_deref(),
+            config.rate_limiter.as_deref(),
+            config.confirmation.as_deref(),
+            &config.late_types,
+        );
         let relayed = crate::relayed::Relayed::new(config.relayed_confirmations);
         Registry {
             inner: Arc::new(Inner {
@@ -364,8 +414,14 @@ impl Registry {
     /// Checks that every type and capability the registry's hooks name is defined, and that the
     /// registry provides the state every [`State<T>`](crate::State) extractor takes — what every
     /// mount checks first (a mount also checks its instance's state against the
-    /// [`InstanceState<S>`](crate::InstanceState) extractors of the type). Call it once the types are defined to find a misspelled name at
-    /// start-up, before anything is mounted.
+    /// [`InstanceState<S>`](crate::InstanceState) extractors of the type). Call it once the types
+    /// are defined to find a misspelled name at start-up, before anything is mounted.
+    ///
+    /// It also checks that every type declared in [`RegistryConfig::late_types`] is defined
+    /// (mounts do not: they skip the names under a declared type until its definition checks
+    /// them). Call it again at the end of start-up, once the late types are defined: a declared
+    /// type that is still missing is an `INVALID_DEFINITION` at its name, whose problem says which
+    /// hooks name it and the closest defined type.
     ///
     /// An unknown name is an `INVALID_DEFINITION` at that name, whose problem names the closest
     /// defined one:
@@ -390,6 +446,14 @@ impl Registry {
     /// # Ok::<_, agent_surface_core::DefinitionError>(())
     /// ```
     pub fn check_wiring(&self) -> Result<(), DefinitionError> {
+        self.check_assembly()?;
+        let state = self.inner.read();
+        self.inner.wiring.check_late(&|t| state.types.contains_key(t), state.types.keys().map(|t| &**t))
+    }
+
+    /// What every mount checks first: [`Registry::check_wiring`] but for the types declared late
+    /// that are not defined yet.
+    fn check_assembly(&self) -> Result<(), DefinitionError> {
         let shared = self.inner.shared();
         let state = self.inner.read();
         self.inner.wiring.check_all(
@@ -423,12 +487,13 @@ impl Registry {
     /// `Reject` the result is a dead handle ([`Mount::is_live`] is false) and an operator event,
     /// never an error or a panic. An undefined type or an invalid instance id is a programmer
     /// error (`INVALID_DEFINITION` / `INVALID_ID`), and so is a hook that names a type or a
-    /// capability that is not defined ([`Registry::check_wiring`]): nothing is served while the
+    /// capability that is not defined ([`Registry::check_wiring`]; names under a type declared in
+    /// [`RegistryConfig::late_types`] wait for its definition): nothing is served while the
     /// wiring is wrong.
     #[must_use = "dropping a Mount unmounts the instance at once; bind it (`let _mounted = ...`) for as long as it should stay callable"]
     pub fn mount_with(&self, type_id: &str, instance_id: &str, instance: Instance) -> Result<Mount, DefinitionError> {
         id::check_instance_id(type_id, instance_id)?;
-        self.check_wiring()?;
+        self.check_assembly()?;
         {
             let shared = self.inner.shared();
             let state = self.inner.read();

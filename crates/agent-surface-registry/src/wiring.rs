@@ -7,6 +7,11 @@
 //! a rule that silently applies to nothing (a policy for `ticket.create` that lets everyone call
 //! `tickets.create`). The same checks hold the handlers' extractors to what they need: shared
 //! state the registry provides, state on each mounted instance.
+//!
+//! A type the application defines after its first mount is declared in
+//! `RegistryConfig::late_types`: until it is defined, mounts skip the names under it; its
+//! definition checks them; and `Registry::check_wiring` reports a declared type that is still not
+//! defined.
 
 use std::any::Any;
 
@@ -39,15 +44,18 @@ impl Hook {
 #[derive(Debug, Default)]
 pub(crate) struct Wiring {
     scopes: Vec<(Hook, Scope)>,
+    /// The types declared to be defined late (`RegistryConfig::late_types`), sorted.
+    late: Vec<String>,
 }
 
 impl Wiring {
     /// The scopes of the registry's hooks, in a fixed order (authority, rate, confirmation; each
-    /// hook's scopes sorted).
+    /// hook's scopes sorted), and the types declared to be defined `late`.
     pub(crate) fn of(
         authority: Option<&dyn AuthorityPolicy>,
         rate: Option<&dyn RateLimiter>,
         confirmation: Option<&dyn ConfirmationGate>,
+        late: &[String],
     ) -> Wiring {
         let mut scopes = Vec::new();
         let mut add = |hook: Hook, mut named: Vec<Scope>| {
@@ -58,7 +66,10 @@ impl Wiring {
         add(Hook::Authority, authority.map(|p| p.scopes()).unwrap_or_default());
         add(Hook::Rate, rate.map(|l| l.scopes()).unwrap_or_default());
         add(Hook::Confirmation, confirmation.map(|g| g.scopes()).unwrap_or_default());
-        Wiring { scopes }
+        let mut late = late.to_vec();
+        late.sort();
+        late.dedup();
+        Wiring { scopes, late }
     }
 
     /// Checks the scopes of `type_id` against the capabilities it defines (when it is defined).
@@ -76,8 +87,11 @@ impl Wiring {
         self.check(|scope| scope.type_id() == type_id, names)
     }
 
-    /// Checks every scope against the defined types and capabilities (at assembly): `is_type` and
-    /// `is_capability` look a name up; `types` and `capabilities` list them, for suggestions.
+    /// Checks every scope against the defined types and capabilities (at assembly), but those
+    /// under a type declared late that is not defined yet (its definition checks them):
+    /// `is_type` and `is_capability` look a name up; `types` and `capabilities` list them, for
+    /// suggestions. A declared type that could never be defined (an invalid type id) is an error
+    /// here already.
     pub(crate) fn check_all<'n>(
         &self,
         is_type: &dyn Fn(&str) -> bool,
@@ -85,7 +99,36 @@ impl Wiring {
         types: impl Iterator<Item = &'n str> + Clone,
         capabilities: impl Iterator<Item = &'n str> + Clone,
     ) -> Result<(), DefinitionError> {
-        self.check(|_| true, Names { is_type, is_capability, types, capabilities })
+        for late in &self.late {
+            id::check_type_id(late)?;
+        }
+        let pending = |scope: &Scope| {
+            let type_id = scope.type_id();
+            !is_type(type_id) && self.late.binary_search_by(|l| (**l).cmp(type_id)).is_ok()
+        };
+        self.check(|scope| !pending(scope), Names { is_type, is_capability, types, capabilities })
+    }
+
+    /// Checks that every type declared late is defined: what an application checks once its
+    /// start-up is over ([`Registry::check_wiring`](crate::Registry::check_wiring)).
+    pub(crate) fn check_late<'n>(
+        &self,
+        is_type: &dyn Fn(&str) -> bool,
+        types: impl Iterator<Item = &'n str>,
+    ) -> Result<(), DefinitionError> {
+        let Some(missing) = self.late.iter().find(|l| !is_type(l)) else { return Ok(()) };
+        let mut problem = format!("`RegistryConfig::late_types` declares type `{missing}`, which is not defined");
+        // The scopes are grouped by hook: one mention of each hook that names the type.
+        let mut named: Vec<&str> =
+            self.scopes.iter().filter(|(_, s)| s.type_id() == missing).map(|(hook, _)| hook.what()).collect();
+        named.dedup();
+        if !named.is_empty() {
+            problem.push_str(&format!(" ({} name{} it)", named.join(" and "), if named.len() == 1 { "s" } else { "" }));
+        }
+        if let Some(closest) = id::closest(missing, types) {
+            problem.push_str(&format!("; did you mean `{closest}`?"));
+        }
+        Err(DefinitionError::new(Code::InvalidDefinition, missing.as_str(), problem))
     }
 
     fn check<'n, T, C>(&self, applies: impl Fn(&Scope) -> bool, names: Names<'_, T, C>) -> Result<(), DefinitionError>

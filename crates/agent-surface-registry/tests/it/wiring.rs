@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode, ErrorCode, Phase, SafeText};
 use agent_surface_policy::{
     AllowAll, ConfirmationConfig, ConfirmationEngine, Consumer, FnConfirmationPolicy, Gate, Identity,
-    MemoryRateLimiter, Policies, Quota, RateLimitConfig, RequireRole, Scope,
+    MemoryRateLimiter, Policies, Quorum, Quota, RateLimitConfig, RequireRole, Scope,
 };
 use agent_surface_registry::{Binding, Ctx, InvokeOptions, Mount, Registry, RegistryConfig};
 use schemars::JsonSchema;
@@ -141,6 +141,20 @@ fn a_misspelled_confirmation_rule_target_is_a_definition_error() {
 }
 
 #[test]
+fn a_misspelled_quorum_target_is_a_definition_error() {
+    let engine = |quorums| {
+        let engine = ConfirmationEngine::new(ConfirmationConfig { quorums, ..Default::default() });
+        assemble(RegistryConfig { confirmation: Some(Arc::new(engine)), ..Default::default() })
+    };
+    let two = Quorum::of(2);
+    let misspelled = engine(vec![(Scope::capability("orders.cancle"), two.clone())]);
+    check(misspelled, "orders.cancle", &["a confirmation rule", "did you mean `orders.cancel`?"]);
+    let misspelled = engine(vec![(Scope::capability_type("order"), two.clone())]);
+    check(misspelled, "order", &["type `order`", "did you mean `orders`?"]);
+    assert!(engine(vec![(Scope::capability("orders.cancel"), two)]).is_ok(), "a quorum that names a capability");
+}
+
+#[test]
 fn a_misspelled_binding_target_is_a_definition_error() {
     let registry = Registry::new(RegistryConfig::default());
     let defined = registry.define("tickets", |t| {
@@ -222,4 +236,106 @@ async fn default_allow_is_unchanged() {
     let refused =
         registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), consumer("anyone")).await;
     assert_eq!(refused.code(), Some(ErrorCode::NotAuthenticated));
+}
+
+/// A registry whose hooks name `tickets` before it is defined, with `late_types` as given:
+/// `orders` is defined, `tickets` not yet.
+fn before_tickets(policies: Policies, late_types: &[&str]) -> Registry {
+    let late_types = late_types.iter().map(|t| t.to_string()).collect();
+    let registry =
+        Registry::new(RegistryConfig { authority: Some(Arc::new(policies)), late_types, ..Default::default() });
+    registry
+        .define("orders", |t| {
+            t.capability("cancel", "Cancel an order.")
+                .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+        })
+        .expect("orders is valid");
+    registry
+}
+
+/// Defines `tickets` with `create` (the later definition [`before_tickets`] waits for).
+fn define_tickets(registry: &Registry) -> Result<(), DefinitionError> {
+    registry.define("tickets", |t| {
+        t.capability("create", "Open a ticket.")
+            .handler(|_: Ctx, i: NewTicket| async move { Ok::<_, AgentSurfaceError>(json!({"title": i.title})) });
+    })
+}
+
+#[tokio::test]
+async fn a_type_declared_late_is_checked_when_it_is_defined() {
+    let policies = || {
+        Policies::default_deny()
+            .for_type("orders", AllowAll)
+            .for_type("tickets", RequireRole::new("agent"))
+            .for_capability("tickets.create", AllowAll)
+    };
+    // Undeclared, the names under `tickets` must exist at every mount.
+    let registry = before_tickets(policies(), &[]);
+    check(registry.mount("orders", "main"), "tickets", &["type `tickets`", "not defined"]);
+
+    // Declared: earlier mounts do not wait for it, and they serve.
+    let registry = before_tickets(policies(), &["tickets"]);
+    let _orders = registry.mount("orders", "main").expect("the names under `tickets` wait for its definition");
+    assert!(registry.invoke(call("orders.cancel", json!({})), consumer("anyone")).await.is_ok());
+    // Until it is defined, start-up is not over: `check_wiring` says so, and which hooks name it.
+    check(
+        registry.check_wiring(),
+        "tickets",
+        &["`RegistryConfig::late_types` declares type `tickets`", "an authority policy names it"],
+    );
+    // Its definition checks the names under it; then everything is wired.
+    define_tickets(&registry).expect("every name under `tickets` exists");
+    registry.check_wiring().expect("every name exists");
+    let _tickets = registry.mount("tickets", "main").expect("mounts");
+    let agent = signed_in("a-1", &["agent"]);
+    let created = registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), agent).await;
+    assert!(created.is_ok(), "{created:?}");
+    let refused =
+        registry.invoke(call("tickets.create", json!({"title": "t", "reporter": "r"})), consumer("anyone")).await;
+    assert_eq!(refused.code(), Some(ErrorCode::NotAuthenticated), "the type's policy applies");
+}
+
+#[test]
+fn a_misspelled_name_under_a_late_type_is_refused_when_the_type_is_defined() {
+    let policies = Policies::new().for_capability("tickets.crate", RequireRole::new("agent"));
+    let registry = before_tickets(policies, &["tickets"]);
+    let _orders = registry.mount("orders", "main").expect("`tickets` is declared late");
+    check(define_tickets(&registry), "tickets.crate", &["an authority policy", "did you mean `tickets.create`?"]);
+    assert!(registry.mount("tickets", "main").is_err(), "nothing of the type is registered");
+    check(registry.check_wiring(), "tickets", &["declares type `tickets`, which is not defined"]);
+}
+
+#[test]
+fn a_late_type_never_defined_is_reported_by_check_wiring() {
+    // Declared under a name the application never defines (it defines `orders`): mounts pass,
+    // `check_wiring` names the closest defined type.
+    let policies = Policies::new().for_type("order", RequireRole::new("agent"));
+    let registry = before_tickets(policies, &["order"]);
+    let _orders = registry.mount("orders", "main").expect("`order` is declared late");
+    check(
+        registry.check_wiring(),
+        "order",
+        &["`RegistryConfig::late_types` declares type `order`, which is not defined", "did you mean `orders`?"],
+    );
+    // A declared type no hook names is still one the application promised to define.
+    let registry = before_tickets(Policies::new(), &["tickets"]);
+    check(registry.check_wiring(), "tickets", &["declares type `tickets`"]);
+    define_tickets(&registry).expect("valid");
+    registry.check_wiring().expect("every declared type is defined");
+    // A declared type that could never be defined fails every mount.
+    let registry = before_tickets(Policies::new(), &["Tickets"]);
+    let err = registry.mount("orders", "main").expect_err("`Tickets` is not a type id");
+    assert_eq!(err.location(), "Tickets", "{err}");
+}
+
+#[test]
+fn a_misspelled_type_that_is_not_declared_late_stays_a_definition_error_at_mount() {
+    // `tickets` is declared late, the policy names `ticket.create`: not under a declared type.
+    let policies = Policies::new().for_capability("ticket.create", RequireRole::new("agent"));
+    let registry = before_tickets(policies, &["tickets"]);
+    check(registry.mount("orders", "main"), "ticket.create", &["an authority policy", "which is not defined"]);
+    // Once `tickets` is defined the closest name is the capability.
+    define_tickets(&registry).expect("no name under `tickets` is wrong");
+    check(registry.mount("tickets", "main"), "ticket.create", &["did you mean `tickets.create`?"]);
+    check(registry.check_wiring(), "ticket.create", &["did you mean `tickets.create`?"]);
 }
