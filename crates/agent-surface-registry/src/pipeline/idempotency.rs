@@ -40,8 +40,9 @@ pub(crate) enum Admitted {
     Untracked,
     /// This call runs and must settle its record.
     Leader(Box<LeaderGuard>),
-    /// Answered without running (replay or join).
-    Answered(Invocation),
+    /// Answered without running (replay or join); boxed, so that admission's answer is small
+    /// for the calls that run.
+    Answered(Box<Invocation>),
 }
 
 /// How a follower that stopped waiting ends: an unknown outcome. The leader it joined may have
@@ -157,27 +158,27 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
             );
             Ok(leader(key, lease, true))
         }
-        Ok(Admission::Replay(result)) => Ok(Admitted::Answered(Invocation {
+        Ok(Admission::Replay(result)) => Ok(Admitted::Answered(Box::new(Invocation {
             result: result.with_invocation_id(Some(invocation_id.clone())),
             phase: None,
             replayed: true,
             joined: false,
             questions: None,
             correlation_id: crate::CorrelationId::pending(),
-        })),
+        }))),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
             // waiting (not stored — the leader's record is the leader's).
             let caller = options.cancelled();
             tokio::select! {
-                result = wait => Ok(Admitted::Answered(Invocation {
+                result = wait => Ok(Admitted::Answered(Box::new(Invocation {
                     result: result.with_invocation_id(Some(invocation_id.clone())),
                     phase: None,
                     replayed: false,
                     joined: true,
                     questions: None,
                     correlation_id: crate::CorrelationId::pending(),
-                })),
+                }))),
                 _ = caller => Err(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
                     Err(stopped_follower("registry disposed while joined to the call in flight"))

@@ -361,7 +361,7 @@ async fn run_phases(
             if let Some(code) = invocation.result.code() {
                 span.record("code", code.as_str());
             }
-            return invocation;
+            return *invocation;
         }
         Err(stop) => {
             count_store_error(inner, &stop);

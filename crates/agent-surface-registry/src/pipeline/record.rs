@@ -21,7 +21,6 @@ pub(crate) fn finish(
     invocation_id: Option<String>,
     correlation_id: &crate::CorrelationId,
 ) -> Invocation {
-    let span = tracing::Span::current();
     match outcome {
         Ok(output) => {
             tracing::debug!(target: "agent_surface::invoke", correlation_id = %correlation_id, "ok");
@@ -38,6 +37,7 @@ pub(crate) fn finish(
             let Stopped { error, phase, note, questions, fault } = stop.into_inner();
             let code = error.code();
             let chain = error.cause_chain();
+            let span = tracing::Span::current();
             span.record("code", code.as_str());
             span.record("phase", phase.as_str());
             span.record("retry", error.payload().retry().as_str());
