@@ -403,3 +403,31 @@ impl Drop for LeaderGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Target;
+
+    /// Stored records are compared across versions: a request's fingerprint bytes never change.
+    /// The values were also computed outside Rust: SHA-256 over, per part, its tag, its length
+    /// (u64 big-endian) and its bytes — `capability`, `instance`, `registration`, `input` (RFC 8785
+    /// text), `evidence`.
+    #[test]
+    fn the_fingerprint_bytes_are_pinned() {
+        let bare = InvokeRequest::new("tickets.create", serde_json::json!({"b": [1, 2.5, "x"], "a": null}));
+        assert_eq!(
+            fingerprint(&bare, &bare.input).to_string(),
+            "e6fdda02bd4b655dda80e148de3d91302cf6bc96b2b4f0594787051b86c8c1b3"
+        );
+        let full = InvokeRequest::new("tickets.create", Value::Null)
+            .with_target(Target { instance_id: Some("i-1".into()), registration_id: Some("r-7".into()) })
+            .with_confirmation("c-0123");
+        let input = serde_json::json!({"title": "ünïcode", "n": 1e3});
+        assert_eq!(
+            fingerprint(&full, &input).to_string(),
+            "9f79d348e173651e0602158af88c7a833b905290c0787e10e39afd05a41db7b0"
+        );
+        assert_ne!(fingerprint(&full, &input), fingerprint(&full.clone().with_confirmation("c-0124"), &input));
+    }
+}
