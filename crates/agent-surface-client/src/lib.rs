@@ -60,7 +60,6 @@ use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, MetaObject, RequestMetaObject, Tool};
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// `_meta` key of the invocation id (the idempotency key).
 pub const INVOCATION_ID: &str = "agent-surface/invocationId";
@@ -572,12 +571,13 @@ fn conflict_id(id: &str, intent: &Intent, confirmation: Option<&Value>) -> Strin
     let args = canonical_json(&Value::Object(intent.args.clone()));
     let target = intent.target.as_ref().map(canonical_json).unwrap_or_default();
     let confirmation = confirmation.and_then(Value::as_str).unwrap_or_default();
-    let mut hash = Sha256::new();
-    for part in [intent.tool.as_bytes(), args.as_bytes(), target.as_bytes(), confirmation.as_bytes()] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    format!("{id}#c{}", agent_surface_core::hex::Hex(&hash.finalize()[..8]))
+    let digest = agent_surface_core::digest::sha256_parts([
+        intent.tool.as_bytes(),
+        args.as_bytes(),
+        target.as_bytes(),
+        confirmation.as_bytes(),
+    ]);
+    format!("{id}#c{}", agent_surface_core::hex::Hex(&digest[..8]))
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ mod code;
 pub mod decision;
 mod definition;
 pub mod details;
+pub mod digest;
 mod error;
 pub mod examples;
 pub mod hex;

@@ -74,18 +74,7 @@ pub(crate) async fn request(
 
 /// `application/x-www-form-urlencoded` for `fields`.
 pub(crate) fn form(fields: &[(&str, &str)]) -> String {
-    let encode = |s: &str| {
-        let mut out = String::with_capacity(s.len());
-        for b in s.bytes() {
-            match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(char::from(b)),
-                b' ' => out.push('+'),
-                _ => out.push_str(&format!("%{b:02X}")),
-            }
-        }
-        out
-    };
-    fields.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
+    form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish()
 }
 
 /// The `value` of the first `<input … name="NAME" value="…">` on an HTML page (the inbox's form
@@ -134,6 +123,8 @@ mod tests {
     #[test]
     fn forms_are_encoded_and_tokens_found() {
         assert_eq!(form(&[("note", "ok by me & you"), ("csrf", "a.b")]), "note=ok+by+me+%26+you&csrf=a.b");
+        assert_eq!(form(&[("a=b", "1+1=2%"), ("é", "")]), "a%3Db=1%2B1%3D2%25&%C3%A9=");
+        assert_eq!(form(&[]), "");
         let page = r#"<input type="hidden" name="csrf" value="n.1.m"><input name="x" value="y">"#;
         assert_eq!(input_value(page, "csrf").as_deref(), Some("n.1.m"));
         assert_eq!(input_value(page, "nope"), None);

@@ -219,11 +219,10 @@ impl ApprovalStates {
     /// # Panics
     ///
     /// When the operating system has no random source (`getrandom` fails), which no supported
-    /// platform does once booted.
+    /// platform does once booted (see [`agent_surface_core::id::fill_random`]).
     pub fn ephemeral() -> ApprovalStates {
         let mut key = [0u8; 32];
-        #[allow(clippy::expect_used, reason = "no usable system without a random source; documented above")]
-        getrandom::fill(&mut key).expect("the operating system's random source");
+        agent_surface_core::id::fill_random(&mut key);
         let codec = RequestStateCodec::new_with_keyring("ephemeral", [("ephemeral", key.to_vec())])
             .unwrap_or_else(|_| RequestStateCodec::new_unchecked(key.to_vec()));
         ApprovalStates::new(codec)

@@ -47,7 +47,7 @@
 //! assert_eq!(TraceParent::extract(Some("not a traceparent"), None), None);
 //! ```
 
-use agent_surface_core::hex::Hex;
+use agent_surface_core::hex::{Hex, decode_lower_into};
 use std::fmt;
 
 #[cfg(feature = "otel")]
@@ -102,23 +102,6 @@ const fn invalid(reason: &'static str) -> TraceParentError {
     TraceParentError { reason }
 }
 
-/// A lowercase hex digit's value.
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    }
-}
-
-/// Lowercase hex into `out` (`hex` has twice its length).
-fn hex_into(hex: &[u8], out: &mut [u8]) -> Option<()> {
-    for (pair, byte) in hex.chunks_exact(2).zip(out.iter_mut()) {
-        *byte = hex_digit(pair[0])? << 4 | hex_digit(pair[1])?;
-    }
-    Some(())
-}
-
 impl TraceParent {
     /// Parses a `traceparent` value (W3C Trace Context, level 2): `version-traceid-parentid-flags`
     /// in lowercase hex; spaces and tabs around it are ignored. Version `00` is exactly 55
@@ -130,7 +113,7 @@ impl TraceParent {
             return Err(invalid("shorter than 55 characters"));
         }
         let mut version = [0u8; 1];
-        hex_into(&s[0..2], &mut version).ok_or(invalid("version is not two lowercase hex digits"))?;
+        decode_lower_into(&s[0..2], &mut version).ok_or(invalid("version is not two lowercase hex digits"))?;
         match version[0] {
             0xff => return Err(invalid("version ff")),
             0 if s.len() != LEN_V00 => return Err(invalid("version 00 is not 55 characters")),
@@ -143,11 +126,11 @@ impl TraceParent {
             return Err(invalid("fields not separated by '-'"));
         }
         let mut trace_id = [0u8; 16];
-        hex_into(&s[3..35], &mut trace_id).ok_or(invalid("trace-id is not 32 lowercase hex digits"))?;
+        decode_lower_into(&s[3..35], &mut trace_id).ok_or(invalid("trace-id is not 32 lowercase hex digits"))?;
         let mut parent_id = [0u8; 8];
-        hex_into(&s[36..52], &mut parent_id).ok_or(invalid("parent-id is not 16 lowercase hex digits"))?;
+        decode_lower_into(&s[36..52], &mut parent_id).ok_or(invalid("parent-id is not 16 lowercase hex digits"))?;
         let mut flags = [0u8; 1];
-        hex_into(&s[53..55], &mut flags).ok_or(invalid("trace-flags is not two lowercase hex digits"))?;
+        decode_lower_into(&s[53..55], &mut flags).ok_or(invalid("trace-flags is not two lowercase hex digits"))?;
         if trace_id == [0; 16] {
             return Err(invalid("trace-id is all zeros"));
         }

@@ -68,7 +68,6 @@ use agent_surface_policy::Clock;
 use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry, Snapshot, Target};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 /// Sends requests and lists the surface: the registry, or a scripted fake in tests.
@@ -647,12 +646,7 @@ fn conflict_id(id: &str, request: &InvokeRequest) -> String {
         input.as_bytes(),
         request.confirmation_id.as_deref().unwrap_or("").as_bytes(),
     ];
-    let mut hash = Sha256::new();
-    for part in parts {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    let digest = hash.finalize();
+    let digest = agent_surface_core::digest::sha256_parts(parts);
     format!("{id}#c{}", agent_surface_core::hex::Hex(&digest[..8]))
 }
 

@@ -45,7 +45,7 @@ impl Csrf {
     /// A token for `action` by the holder of `credential`, valid until `now` + [`TOKEN_TTL_MS`].
     pub(crate) fn issue(&self, credential: &str, action: &str, now: Timestamp) -> String {
         let mut nonce = [0u8; 16];
-        fill_random(&mut nonce);
+        agent_surface_core::id::fill_random(&mut nonce);
         let nonce = agent_surface_core::hex::Hex(&nonce).to_string();
         let expiry = now.unix_millis().saturating_add(TOKEN_TTL_MS);
         let mac = self.mac(credential, action, &nonce, expiry);
@@ -117,46 +117,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Fills `bytes` from the operating system's random source.
-pub(crate) fn fill_random(bytes: &mut [u8]) {
-    if getrandom::fill(bytes).is_err() {
-        // No supported platform lacks a random source; never hand out a predictable value.
-        panic!("the operating system's random source is unavailable");
-    }
-}
-
-/// The fields of an `application/x-www-form-urlencoded` body (later duplicates win).
+/// The fields of an `application/x-www-form-urlencoded` body or query (later duplicates win):
+/// `+` is a space, `%XX` a byte, a malformed escape is kept as written, and bytes that are not
+/// UTF-8 become U+FFFD.
 pub(crate) fn form_fields(body: &[u8]) -> HashMap<String, String> {
-    let mut fields = HashMap::new();
-    for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
-        let mut kv = pair.splitn(2, |b| *b == b'=');
-        let (Some(k), v) = (kv.next(), kv.next()) else { continue };
-        fields.insert(decode(k), decode(v.unwrap_or_default()));
-    }
-    fields
-}
-
-fn decode(raw: &[u8]) -> String {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        match raw[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < raw.len() => {
-                let hex = std::str::from_utf8(&raw[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
 }
 
 #[cfg(test)]
@@ -205,5 +170,32 @@ mod tests {
         assert_eq!(f["csrf"], "a.b.c");
         assert_eq!(f["bad"], "%zz");
         assert_eq!(f["x"], "");
+    }
+
+    /// Hostile bodies decode to something (never a panic): truncated and malformed escapes are
+    /// kept as written, invalid UTF-8 becomes U+FFFD, empty pairs are skipped, the last duplicate
+    /// wins, and a sign is not a hex digit.
+    #[test]
+    fn hostile_form_bodies_decode_without_panicking() {
+        let f = form_fields(b"a=%&b=%4&c=%%41&d=%+1&e=%C3%28&f=\xff\xfe&&=v&g==x=y&h=1&h=2&%61%3D=%3d");
+        assert_eq!(f["a"], "%");
+        assert_eq!(f["b"], "%4");
+        assert_eq!(f["c"], "%A");
+        assert_eq!(f["d"], "% 1");
+        assert_eq!(f["e"], "\u{fffd}(");
+        assert_eq!(f["f"], "\u{fffd}\u{fffd}");
+        assert_eq!(f[""], "v");
+        assert_eq!(f["g"], "=x=y");
+        assert_eq!(f["h"], "2");
+        assert_eq!(f["a="], "=");
+        assert_eq!(form_fields(b"raw=\xff%FF").get("raw").map(String::as_str), Some("\u{fffd}\u{fffd}"));
+        assert!(form_fields(b"").is_empty());
+        assert!(form_fields(b"&&&").is_empty());
+        // Every byte, alone and after a `%`, decodes.
+        for b in 0..=255u8 {
+            let _ = form_fields(&[b]);
+            let _ = form_fields(&[b'%', b]);
+            let _ = form_fields(&[b'k', b'=', b'%', b, b'0']);
+        }
     }
 }

@@ -162,7 +162,7 @@ pub fn router(mut config: InboxConfig) -> Router {
         if trimmed.is_empty() || trimmed.starts_with('/') { trimmed.to_string() } else { format!("/{trimmed}") };
     let prefix = config.prefix.clone();
     let mut key = [0u8; 32];
-    csrf::fill_random(&mut key);
+    agent_surface_core::id::fill_random(&mut key);
     let stylesheet = format!("{prefix}/static/inbox-{}.css", stylesheet_hash());
     let state = Arc::new(Inbox { config, csrf: Csrf::new(key), stylesheet: stylesheet.clone() });
     let mut router = Router::new();
@@ -188,7 +188,7 @@ const STYLESHEET: &str = include_str!("inbox.css");
 fn stylesheet_hash() -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(STYLESHEET.as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    agent_surface_core::hex::Hex(&digest[..8]).to_string()
 }
 
 /// `GET {prefix}/static/inbox-{hash}.css`: the stylesheet, cached for a year (a new content is a
@@ -485,15 +485,29 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
     })
 }
 
+/// What a path segment percent-encodes: every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~`.
+const PATH_SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 /// An id as a path segment: unreserved characters kept, everything else percent-encoded.
-fn percent_path(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+fn percent_path(id: &str) -> percent_encoding::PercentEncode<'_> {
+    percent_encoding::utf8_percent_encode(id, PATH_SEGMENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_become_path_segments_that_decode_back() {
+        assert_eq!(percent_path("c-0aF9._~").to_string(), "c-0aF9._~");
+        assert_eq!(percent_path("a/b?c#d e&f=g+h%").to_string(), "a%2Fb%3Fc%23d%20e%26f%3Dg%2Bh%25");
+        assert_eq!(percent_path("../é").to_string(), "..%2F%C3%A9");
+        assert_eq!(percent_path("").to_string(), "");
+        // As a query value, the encoded id reads back as the id (the sign-in page's `?c=`).
+        for id in ["c-1", "a&c=b", "x+y z", "é/%"] {
+            let query = format!("c={}", percent_path(id));
+            assert_eq!(csrf::form_fields(query.as_bytes())["c"], id);
         }
     }
-    out
 }

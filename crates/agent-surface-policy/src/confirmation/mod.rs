@@ -41,6 +41,10 @@ pub const DEFAULT_EXPIRY_WARNING: Duration = Duration::from_secs(2 * 60);
 /// (the oldest are forgotten first).
 const MAX_EXPIRY_MARKS: usize = 4096;
 
+/// What a path segment percent-encodes: every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~`.
+const PATH_SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 /// How long a caller is asked to wait after the confirmation store failed.
 pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -662,20 +666,12 @@ impl ConfirmationEngine {
     /// });
     /// assert_eq!(engine.approval_url("c-1f").as_deref(), Some("https://shop.example/inbox/c/c-1f"));
     /// assert_eq!(engine.approval_url("a/b?c").as_deref(), Some("https://shop.example/inbox/c/a%2Fb%3Fc"));
+    /// assert_eq!(engine.approval_url("é 1%").as_deref(), Some("https://shop.example/inbox/c/%C3%A9%201%25"));
+    /// assert_eq!(engine.approval_url("../x").as_deref(), Some("https://shop.example/inbox/c/..%2Fx"));
     /// ```
     pub fn approval_url(&self, id: &str) -> Option<String> {
         let base = self.config.approval_base_url.as_deref()?.trim_end_matches('/');
-        let mut url = String::with_capacity(base.len() + 1 + id.len());
-        url.push_str(base);
-        url.push('/');
-        for b in id.bytes() {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                url.push(char::from(b));
-            } else {
-                url.push_str(&format!("%{b:02X}"));
-            }
-        }
-        Some(url)
+        Some(format!("{base}/{}", percent_encoding::utf8_percent_encode(id, PATH_SEGMENT)))
     }
 
     /// The quorum a call of `capability` (of type `type_id`) needs.

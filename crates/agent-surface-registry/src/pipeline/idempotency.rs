@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
 use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
@@ -70,21 +71,16 @@ fn store_id(invocation_id: &str) -> String {
 /// The fingerprint of a request: SHA-256 over the capability, the target as requested, the
 /// canonical (RFC 8785) input and the confirmation evidence, each length-prefixed.
 pub(crate) fn fingerprint(request: &InvokeRequest, input: &Value) -> Fingerprint {
-    let mut h = Sha256::new();
-    let mut part = |tag: &[u8], bytes: &[u8]| {
-        h.update(tag);
-        h.update((bytes.len() as u64).to_be_bytes());
-        h.update(bytes);
-    };
-    part(b"capability", request.capability.as_bytes());
     let target = request.target.as_ref();
-    part(b"instance", target.and_then(|t| t.instance_id.as_deref()).unwrap_or("").as_bytes());
-    part(b"registration", target.and_then(|t| t.registration_id.as_deref()).unwrap_or("").as_bytes());
     let mut canonical = Vec::with_capacity(128);
     write_canonical(input, &mut canonical);
-    part(b"input", &canonical);
-    part(b"evidence", request.confirmation_id.as_deref().unwrap_or("").as_bytes());
-    Fingerprint::from_bytes(h.finalize().into())
+    let digest = PartsDigest::new()
+        .labelled(b"capability", request.capability.as_bytes())
+        .labelled(b"instance", target.and_then(|t| t.instance_id.as_deref()).unwrap_or("").as_bytes())
+        .labelled(b"registration", target.and_then(|t| t.registration_id.as_deref()).unwrap_or("").as_bytes())
+        .labelled(b"input", &canonical)
+        .labelled(b"evidence", request.confirmation_id.as_deref().unwrap_or("").as_bytes());
+    Fingerprint::from_bytes(digest.finish())
 }
 
 /// Phase 1: a disposed registry or a cancelled call stops; a call without an invocation id runs
