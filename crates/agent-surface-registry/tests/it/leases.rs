@@ -243,7 +243,9 @@ fn a_lost_lease_records_nothing_and_tells_the_operator() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
-            let (r, _m, runs) = registry(store.clone(), Duration::from_millis(40));
+            // The handler outlasts the first renewal (due after 5 ms) by far, so that a stalled
+            // thread cannot see both timers fire at once and finish the call before it renews.
+            let (r, _m, runs) = registry(store.clone(), Duration::from_millis(400));
             store.lost.store(true, Ordering::SeqCst);
             let inv = r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-4"), consumer("c")).await;
             assert_eq!(inv.output(), Some(&json!({"paid": true})), "the caller still gets its result");
