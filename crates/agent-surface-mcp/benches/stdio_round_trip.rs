@@ -102,21 +102,13 @@ impl ServerHandler for Bare {
         let mut result = CallToolResult::structured(json!({"text": text}));
         if self.meta {
             // 32 hex digits, as the adapter's generated correlation ids.
-            let id = format!("{:032x}", rand_id());
+            let id = agent_surface_core::id::random_id("");
             let mut meta = rmcp::model::JsonObject::new();
             meta.insert(agent_surface_mcp::meta::CORRELATION_ID.to_string(), json!(id));
             result.meta = Some(rmcp::model::MetaObject(meta));
         }
         Ok(result.into())
     }
-}
-
-/// A different 128-bit number per call (not a secure id: the bench needs only the id's shape).
-fn rand_id() -> u128 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let n = NEXT.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    (u128::from(n) << 64) | u128::from(n.rotate_left(29))
 }
 
 async fn bare_server(meta: bool) {
