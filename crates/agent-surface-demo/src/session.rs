@@ -595,11 +595,11 @@ impl HttpAgent {
     }
 }
 
-/// A person in a browser: one cookie jar, each request and answer printed (form tokens and the
-/// session cookie elided: they differ on every run).
+/// A person in a browser: one cookie jar (the sign-in form's cookie, then the session's), each
+/// request and answer printed (form tokens and cookie values elided: they differ on every run).
 struct Person {
     addr: String,
-    cookie: Option<String>,
+    cookies: Vec<(String, String)>,
 }
 
 impl Person {
@@ -619,24 +619,25 @@ impl Person {
     }
 
     async fn send(&mut self, method: &str, path: &str, body: &[u8]) -> Result<crate::web::Response, String> {
-        let cookie = self.cookie.clone().map(|c| format!("inbox_session={c}"));
+        let cookie = self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
         let mut headers = vec![("Content-Type", "application/x-www-form-urlencoded")];
-        if let Some(c) = &cookie {
-            headers.push(("Cookie", c.as_str()));
+        if !cookie.is_empty() {
+            headers.push(("Cookie", cookie.as_str()));
         }
         let response = crate::web::request(&self.addr, method, path, &headers, body).await?;
-        if let Some(set) = response.header("set-cookie")
-            && let Some(value) = set.split(';').next().and_then(|kv| kv.strip_prefix("inbox_session="))
-        {
-            self.cookie = Some(value.to_string()).filter(|v| !v.is_empty());
-        }
         let mut shown = format!("← {}", response.status);
         if let Some(location) = response.header("location") {
             shown.push_str(&format!(" → {location}"));
         }
-        if let Some(set) = response.header("set-cookie") {
-            let attributes: Vec<&str> = set.split(';').skip(1).map(str::trim).collect();
-            shown.push_str(&format!("  Set-Cookie: inbox_session=…; {}", attributes.join("; ")));
+        for (_, set) in response.headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie")) {
+            let mut parts = set.split(';').map(str::trim);
+            let Some((name, value)) = parts.next().and_then(|kv| kv.split_once('=')) else { continue };
+            let attributes: Vec<&str> = parts.collect();
+            self.cookies.retain(|(k, _)| k != name);
+            if !value.is_empty() {
+                self.cookies.push((name.to_string(), value.to_string()));
+            }
+            shown.push_str(&format!("  Set-Cookie: {name}=…; {}", attributes.join("; ")));
         }
         if let Some(title) = html_between(&response.body, "<h1>", "</h1>") {
             shown.push_str(&format!("  page: \"{title}\""));
@@ -726,7 +727,7 @@ async fn inbox_session(f: &Arc<Mutex<Vec<String>>>) -> Result<(), String> {
     println!("   (alice's agent tells her a person must approve at details.approvalUrl; she sends maria the link)");
 
     heading("maria opens the link in her browser, signs in with her token, and is back on the confirmation");
-    let mut maria = Person { addr: server.addr.clone(), cookie: None };
+    let mut maria = Person { addr: server.addr.clone(), cookies: Vec::new() };
     let opened = maria.get(&page).await?;
     expect_status(opened.status, 303, "the approval page before signing in", f);
     let sign_in = opened.header("location").unwrap_or("/inbox/sign-in").to_string();

@@ -2,7 +2,8 @@
 //! (`webdriver.rs`), against the demo's HTTP server (`serve --http`, a child process). An agent's
 //! call gets the two-phase result; a second person signs in through the sign-in form, sees it in
 //! the inbox, opens it and approves with a note; the agent's repeat runs once. A denial is final,
-//! a self-approval is refused, and forged or replayed form posts are refused.
+//! a self-approval is refused, and forged or replayed form posts are refused, as is a sign-in form
+//! another site posts to sign her in as someone else (login CSRF).
 //!
 //! With `--quorum orders.cancel=2`, two distinct approvers are needed (a second test).
 //!
@@ -90,6 +91,29 @@ fn a_second_person_approves_in_a_real_browser() {
     // Alice's agent asks to cancel two orders; each waits for a person (two-phase).
     let first = confirmation_id(&cancel(&server, "t-alice", "A-1001"));
     let second = confirmation_id(&cancel(&server, "t-alice", "A-1003"));
+
+    // Login CSRF: omar fetches a sign-in form for himself and makes a page that posts it, with
+    // his token, from maria's browser (to sign her in as him, so that what she does is his). The
+    // form's token is bound to omar's sign-in cookie, which her browser does not hold (and the
+    // browser says the post comes from another site): refused, and nobody is signed in.
+    let omars_form = served::get(&server.addr, "/inbox/sign-in", &[]);
+    assert!(
+        omars_form.header("set-cookie").is_some_and(|c| c.starts_with("inbox_signin=")),
+        "{:?}",
+        omars_form.headers
+    );
+    let omars_token = omars_form.body.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next());
+    let login_csrf = format!(
+        "<form method=post action=\"{base}/inbox/sign-in\"><input type=hidden name=token value=t-omar>\
+         <input type=hidden name=csrf value=\"{}\"><button id=go type=submit>See your prize</button></form>",
+        omars_token.expect("a sign-in form token")
+    );
+    browser.goto(&data_url(&login_csrf));
+    browser.find("#go").click_to_navigate();
+    assert_eq!(browser.title(), "Form refused", "the forged sign-in was refused: {}", browser.url());
+    assert!(browser.cookie("inbox_session").is_none(), "nobody is signed in");
+    browser.goto(&format!("{base}/inbox/"));
+    assert!(browser.url().ends_with("/inbox/sign-in"), "still signed out: {}", browser.url());
 
     // Maria opens the inbox: she is sent to the sign-in form; a wrong token does not sign her in.
     browser.goto(&format!("{base}/inbox/"));

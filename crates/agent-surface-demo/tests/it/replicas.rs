@@ -120,12 +120,13 @@ fn the_inbox_of_either_replica_decides_the_shared_confirmations() {
     let page = served::get(&b.addr, &format!("/inbox/c/{id}"), &maria).body;
     let form = page.split("<form id=\"decide\"").nth(1).expect("the decision form");
     let csrf = form.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap();
-    let decided = served::post(
+    let form = [maria[0], ("Content-Type", "application/x-www-form-urlencoded")];
+    let decided = served::request(
         &b.addr,
+        "POST",
         &format!("/inbox/c/{id}"),
-        "127.0.0.1",
-        &maria,
-        &format!("verdict=approve&note=ok&csrf={csrf}"),
+        &form,
+        format!("verdict=approve&note=ok&csrf={csrf}").as_bytes(),
     );
     assert_eq!(decided.status, 303, "{}", decided.body);
     let done = served::post(&a.addr, "/api/invoke", "127.0.0.1", &alice, &body);

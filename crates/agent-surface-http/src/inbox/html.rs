@@ -61,20 +61,23 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
     } else {
         out.push_str(
             "<div class=\"scroll\"><table id=\"pending\"><thead><tr><th>What</th><th>Capability</th><th>Requested by</th>\
-             <th>Effect</th><th>Approvals</th><th>Requested at</th><th>Expires at</th></tr></thead><tbody>\n",
+             <th>Effect</th><th>Input</th><th>Approvals</th><th>Decided so far</th><th>Requested at / expires at</th>\
+             </tr></thead><tbody>\n",
         );
         for r in pending {
             let _ = writeln!(
                 out,
-                "<tr><td><a href=\"{}/c/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class=\"approvals\">{}</td>\
-                 <td>{}</td><td>{}</td></tr>",
+                "<tr><td><a href=\"{}/c/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class=\"input\">{}</td>\
+                 <td class=\"approvals\">{}</td><td class=\"decided\">{}</td><td class=\"when\">{}<br>{}</td></tr>",
                 Esc(prefix),
                 Esc(&r.id),
                 Esc(&r.summary),
                 Esc(&r.binding.capability),
                 Esc(requester(r)),
                 Esc(r.effect.as_str()),
+                InputPreview(r.input_preview.as_deref()),
                 Esc(&approvals_text(r)),
+                DecidedSoFar(r),
                 r.created_at,
                 r.expires_at,
             );
@@ -136,12 +139,13 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
              <tbody>\n",
         );
         for d in &r.decisions {
-            let verdict = match d.verdict {
-                ApprovalVerdict::Approve => "approved",
-                ApprovalVerdict::ApproveInPerson => "approved in person",
-                ApprovalVerdict::Deny => "denied",
-            };
-            let _ = writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", d.at, Esc(&d.approver), Badge(verdict));
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                d.at,
+                Esc(&d.approver),
+                Badge(decision_text(d.verdict))
+            );
         }
         out.push_str("</tbody></table></div>\n");
     }
@@ -191,6 +195,57 @@ pub(crate) fn sign_in(prefix: &str, csrf: &str, then: Option<&str>, failed: bool
 /// A short message page's body.
 pub(crate) fn message(prefix: &str, text: &str) -> String {
     format!("<p id=\"message\">{}</p>\n<p><a href=\"{}/\">Back to the inbox</a></p>\n", Esc(text), Esc(prefix))
+}
+
+/// How many characters of the input the list shows before folding the rest away.
+const PREVIEW_CHARS: usize = 60;
+
+/// The input (sensitive fields already redacted by the engine) in a list cell: whole when short,
+/// else its start, with the whole in a `<details>` to unfold (no script needed).
+struct InputPreview<'a>(Option<&'a str>);
+
+impl std::fmt::Display for InputPreview<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(text) = self.0 else { return f.write_str("(not recorded)") };
+        match text.char_indices().nth(PREVIEW_CHARS) {
+            None => write!(f, "<pre>{}</pre>", Esc(text)),
+            Some((cut, _)) => {
+                write!(
+                    f,
+                    "<details><summary><code>{}…</code></summary><pre>{}</pre></details>",
+                    Esc(&text[..cut]),
+                    Esc(text)
+                )
+            }
+        }
+    }
+}
+
+/// Who decided a confirmation so far (a quorum's earlier approvers): each approver with a
+/// badge of the verdict, or a dash.
+struct DecidedSoFar<'a>(&'a ConfirmationRecord);
+
+impl std::fmt::Display for DecidedSoFar<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.decisions.is_empty() {
+            return f.write_str("—");
+        }
+        for (i, d) in self.0.decisions.iter().enumerate() {
+            if i > 0 {
+                f.write_str("<br>")?;
+            }
+            write!(f, "{} {}", Esc(&d.approver), Badge(decision_text(d.verdict)))?;
+        }
+        Ok(())
+    }
+}
+
+fn decision_text(v: ApprovalVerdict) -> &'static str {
+    match v {
+        ApprovalVerdict::Approve => "approved",
+        ApprovalVerdict::ApproveInPerson => "approved in person",
+        ApprovalVerdict::Deny => "denied",
+    }
 }
 
 /// A state or verdict as a badge (`<span class="badge KIND">`), its kind from its first word:

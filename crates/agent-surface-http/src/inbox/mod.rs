@@ -7,18 +7,24 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, approvals so far — "1 of 2 approvals" —, requested and expires at), and the recent decisions from the audit trail |
+//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, the input with sensitive fields redacted — folded into a `<details>` when long —, approvals so far — "1 of 2 approvals" — and who decided so far, requested and expires at), and the recent decisions from the audit trail |
 //! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
-//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and keeps it in a cookie (someone already signed in is sent to the inbox, `303`); someone who opened a confirmation's page (an approval URL) before signing in is sent there (`?c=ID`), and back to it after signing in |
-//! | `POST {prefix}/sign-out` | forgets the cookie |
+//! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and opens a session (someone already signed in is sent to the inbox, `303`); someone who opened a confirmation's page (an approval URL) before signing in is sent there (`?c=ID`), and back to it after signing in |
+//! | `POST {prefix}/sign-out` | ends the session and forgets its cookie |
 //! | `GET {prefix}/static/inbox-{hash}.css` | the pages' stylesheet (`text/css`; its name carries a hash of its content, so it is cached for a year as `immutable`, with an `ETag`) |
 //!
 //! **Who.** The approver is whoever the [`Authenticator`] says the credential proves: a bearer
-//! token in `Authorization`, or the token the sign-in form stored in the cookie `inbox_session`
-//! (`HttpOnly`, `SameSite=Strict`, `Path={prefix}`, and `Secure` unless
-//! [`InboxConfig::secure_cookie`] is off for plain-HTTP development). With
-//! [`InboxConfig::approver_role`] only identities with that role may use the inbox.
+//! token in `Authorization` (for programs), or the token given to the sign-in form. Signing in
+//! opens a session: the cookie `inbox_session` holds an opaque random id (256 bits; `HttpOnly`,
+//! `SameSite=Strict`, `Path={prefix}/`, `Max-Age` the session's life, and `Secure` unless
+//! [`InboxConfig::secure_cookie`] is off for plain-HTTP development); the token stays in the
+//! process's memory (a bounded map), is never sent back, and is proven again on every request, so
+//! a revoked or expired token ends the session at once. A session ends on sign-out (the server
+//! forgets it: a copy of the cookie is worth nothing), after [`InboxConfig::session_ttl`]
+//! (8 hours by default), or when the process ends; sessions are per process (replicas behind one
+//! address need sticky routing, or bearer tokens). With [`InboxConfig::approver_role`] only
+//! identities with that role may use the inbox.
 //!
 //! **The engine's rules hold.** Decisions go through [`ConfirmationEngine::approve_with_note`] and
 //! [`deny_with_note`](ConfirmationEngine::deny_with_note): a requester cannot approve their own
@@ -29,8 +35,13 @@
 //! they decided already, and those whose quorum does not count them.
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
-//! bound to the credential and to the one action, valid 30 minutes, accepted once, so a forged or
-//! replayed post is refused (`403`). Every response carries `Cache-Control: no-store` (but the
+//! bound to the session (or bearer token) and to the one action, valid 30 minutes, accepted once,
+//! so a forged or replayed post is refused (`403`). The sign-in form's token is bound to a random
+//! value in a cookie set with the form ([`SIGN_IN_COOKIE`]; `__Host-` prefixed when `Secure`,
+//! `SameSite=Strict`, 30 minutes), so another site cannot post a sign-in form it fetched for
+//! itself to sign a victim's browser in as the attacker (login CSRF). Every post must be
+//! `application/x-www-form-urlencoded` (`415` otherwise), and one a browser marks as sent from
+//! another site (`Sec-Fetch-Site: cross-site` or `same-site`) is refused (`403`) whatever its token. Every response carries `Cache-Control: no-store` (but the
 //! stylesheet), a `Content-Security-Policy` that allows nothing but this origin's stylesheets and
 //! forms posting to this origin (`default-src 'none'; style-src 'self'; form-action 'self';
 //! frame-ancestors 'none'; base-uri 'none'`: no script, no inline style),
@@ -58,8 +69,11 @@
 
 mod csrf;
 mod html;
+mod session;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_surface_policy::{
     ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, ConfirmationState, Identity,
@@ -76,9 +90,23 @@ use axum::routing::get;
 use crate::wire::{PROBLEM_JSON, ProtocolFault};
 
 use csrf::{Csrf, form_fields};
+use session::Sessions;
 
-/// The cookie that holds a signed-in approver's token.
+/// The cookie that holds a signed-in approver's session id (an opaque random value; the token
+/// the person signed in with stays on the server).
 pub const SESSION_COOKIE: &str = "inbox_session";
+
+/// The cookie the sign-in form is bound to (a random value set with the form, so that another
+/// site cannot sign a browser in): named `__Host-inbox_signin` when the cookies are `Secure`
+/// (the prefix makes the browser refuse one set by another host, a sibling subdomain), else
+/// `inbox_signin`.
+pub const SIGN_IN_COOKIE: &str = "inbox_signin";
+
+/// The default [`InboxConfig::session_ttl`]: 8 hours.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(8 * 60 * 60);
+
+/// The only body type the inbox's forms are read as.
+const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
 
 /// The most pending confirmations a page lists.
 const MAX_LISTED: usize = 200;
@@ -107,9 +135,14 @@ pub struct InboxConfig {
     pub approver_role: Option<String>,
     /// The path prefix (default `/inbox`).
     pub prefix: String,
-    /// Whether the session cookie is marked `Secure` (default `true`; turn it off only to try the
-    /// inbox over plain HTTP on a loopback address).
+    /// Whether the cookies are marked `Secure` (default `true`; turn it off only to try the
+    /// inbox over plain HTTP on a loopback address). With it, the sign-in form's cookie carries
+    /// the `__Host-` prefix.
     pub secure_cookie: bool,
+    /// How long a sign-in lasts (default [`DEFAULT_SESSION_TTL`]), at most: the session also
+    /// ends on sign-out, and as soon as the token it was opened with no longer signs anyone in
+    /// (the token is checked again on every request, so a revoked or expired token ends it).
+    pub session_ttl: Duration,
     /// Accepted host names, compared as [`HttpConfig::allowed_hosts`](crate::HttpConfig::allowed_hosts)
     /// are (the port ignored; empty: any host); the default admits loopback only. Give it the
     /// names the binding's routes admit.
@@ -126,6 +159,7 @@ impl InboxConfig {
             approver_role: None,
             prefix: "/inbox".to_string(),
             secure_cookie: true,
+            session_ttl: DEFAULT_SESSION_TTL,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
         }
     }
@@ -137,6 +171,7 @@ impl std::fmt::Debug for InboxConfig {
             .field("approver_role", &self.approver_role)
             .field("prefix", &self.prefix)
             .field("secure_cookie", &self.secure_cookie)
+            .field("session_ttl", &self.session_ttl)
             .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }
@@ -145,14 +180,17 @@ impl std::fmt::Debug for InboxConfig {
 struct Inbox {
     config: InboxConfig,
     csrf: Csrf,
+    sessions: Sessions,
     /// The stylesheet's path (`{prefix}/static/inbox-{hash}.css`), linked from every page.
     stylesheet: String,
 }
 
-/// Who is asking: the identity and the credential it was proven with (tokens are bound to it).
+/// Who is asking: the identity, what its form tokens are bound to (`session:{id}` for a signed-in
+/// browser, `bearer:{token}` for a bearer token), and the session, if any.
 struct Approver {
     identity: Identity,
-    credential: String,
+    binding: String,
+    session: Option<String>,
 }
 
 /// The inbox's routes (see the [module](self)); merge them into the application's router.
@@ -164,7 +202,13 @@ pub fn router(mut config: InboxConfig) -> Router {
     let mut key = [0u8; 32];
     agent_surface_core::id::fill_random(&mut key);
     let stylesheet = format!("{prefix}/static/inbox-{}.css", stylesheet_hash());
-    let state = Arc::new(Inbox { config, csrf: Csrf::new(key), stylesheet: stylesheet.clone() });
+    let ttl_ms = u64::try_from(config.session_ttl.as_millis()).unwrap_or(u64::MAX);
+    let state = Arc::new(Inbox {
+        config,
+        csrf: Csrf::new(key),
+        sessions: Sessions::new(ttl_ms),
+        stylesheet: stylesheet.clone(),
+    });
     let mut router = Router::new();
     if !prefix.is_empty() {
         router = router.route(&prefix, get(list));
@@ -248,16 +292,78 @@ impl Inbox {
     }
 
     /// The approver, from a bearer token or the session cookie; `None` when neither proves one.
+    /// A session's token is proven again each time: one that no longer signs anyone in (revoked,
+    /// expired) ends the session.
     async fn approver(&self, headers: &HeaderMap) -> Option<Approver> {
         let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let credential = match authorization.and_then(agent_surface_policy::bearer_token) {
-            Some(token) => token.to_string(),
-            None => session_cookie(headers)?,
+        if let Some(token) = authorization.and_then(agent_surface_policy::bearer_token) {
+            let identity = self.authenticate(token).await?;
+            return Some(Approver { identity, binding: format!("bearer:{token}"), session: None });
+        }
+        let id = cookie(headers, SESSION_COOKIE)?;
+        let token = self.sessions.credential(&id, self.now())?;
+        let Some(identity) = self.authenticate(&token).await else {
+            tracing::info!(target: "agent_surface::inbox", "session ended: its token no longer signs anyone in");
+            self.sessions.close(&id);
+            return None;
         };
+        Some(Approver { identity, binding: format!("session:{id}"), session: Some(id) })
+    }
+
+    /// Who `token` proves, as the authenticator says for `Authorization: Bearer {token}`.
+    async fn authenticate(&self, token: &str) -> Option<Identity> {
         let mut proof = HeaderMap::new();
-        proof.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {credential}")).ok()?);
-        let identity = self.config.authenticator.authenticate(&proof).await?;
-        Some(Approver { identity, credential })
+        proof.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).ok()?);
+        self.config.authenticator.authenticate(&proof).await
+    }
+
+    /// The fields of a form post, or the refusal: `415` unless the body is
+    /// `application/x-www-form-urlencoded`, `403` when the browser says another site sent it
+    /// (`Sec-Fetch-Site: cross-site` or `same-site`; a request without the header, from a
+    /// program, is judged by its form token alone).
+    #[allow(clippy::result_large_err, reason = "the refusal is the response the handler returns at once")]
+    fn form(&self, headers: &HeaderMap, body: &[u8]) -> Result<HashMap<String, String>, Response> {
+        let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let essence = content_type.split(';').next().unwrap_or_default().trim();
+        if !essence.eq_ignore_ascii_case(FORM_CONTENT_TYPE) {
+            return Err(self.message(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Form refused",
+                "Send the form as application/x-www-form-urlencoded.",
+            ));
+        }
+        let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).unwrap_or("none");
+        if !matches!(site, "same-origin" | "none") {
+            tracing::warn!(target: "agent_surface::inbox", sec_fetch_site = site, "form from another site refused");
+            return Err(self.message(StatusCode::FORBIDDEN, "Form refused", "This form was sent from another site."));
+        }
+        Ok(form_fields(body))
+    }
+
+    /// The name of the cookie the sign-in form is bound to (see [`SIGN_IN_COOKIE`]).
+    fn sign_in_cookie(&self) -> &'static str {
+        if self.config.secure_cookie { "__Host-inbox_signin" } else { SIGN_IN_COOKIE }
+    }
+
+    /// A `Set-Cookie` value: `name=value` with the attributes every inbox cookie has, `path`,
+    /// and `Max-Age` (`0` forgets the cookie).
+    fn set_cookie(&self, name: &str, value: &str, path: &str, max_age: u64) -> String {
+        let secure = if self.config.secure_cookie { "; Secure" } else { "" };
+        format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+    }
+
+    /// The sign-in form's cookie, set with `value` (or forgotten with `None`); its path is `/`
+    /// when `Secure` (the `__Host-` prefix requires it), else the inbox's.
+    fn sign_in_cookie_header(&self, value: Option<&str>) -> String {
+        let path = if self.config.secure_cookie { "/".to_string() } else { format!("{}/", self.prefix()) };
+        let max_age = if value.is_some() { csrf::TOKEN_TTL_MS / 1000 } else { 0 };
+        self.set_cookie(self.sign_in_cookie(), value.unwrap_or_default(), &path, max_age)
+    }
+
+    /// The session cookie, set to `id` (until the session ends) or forgotten with `None`.
+    fn session_cookie_header(&self, id: Option<&str>) -> String {
+        let max_age = if id.is_some() { self.config.session_ttl.as_secs() } else { 0 };
+        self.set_cookie(SESSION_COOKIE, id.unwrap_or_default(), &format!("{}/", self.prefix()), max_age)
     }
 
     /// The approver, or the response that sends the caller away (sign in, or not allowed).
@@ -267,7 +373,7 @@ impl Inbox {
     async fn require(&self, headers: &HeaderMap, then: Option<&str>) -> Result<Approver, Response> {
         let Some(approver) = self.approver(headers).await else {
             let back = then.map(|id| format!("?c={}", percent_path(id))).unwrap_or_default();
-            return Err(redirect(&format!("{}/sign-in{back}", self.prefix()), None));
+            return Err(redirect(&format!("{}/sign-in{back}", self.prefix()), &[]));
         };
         if let Some(role) = &self.config.approver_role
             && !approver.identity.has_role(role)
@@ -279,7 +385,7 @@ impl Inbox {
 
     fn page(&self, status: StatusCode, title: &str, approver: Option<&Approver>, body: &str) -> Response {
         let signed_in = approver.map(|a| {
-            let token = self.csrf.issue(&a.credential, "sign-out", self.now());
+            let token = self.csrf.issue(&a.binding, "sign-out", self.now());
             (a.identity.subject.clone(), token)
         });
         let signed = signed_in.as_ref().map(|(s, t)| (s.as_str(), self.prefix(), t.as_str()));
@@ -337,7 +443,7 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
     let open = record.state == ConfirmationState::Pending
         && inbox.now() < record.expires_at
         && !record.decided_by(&approver.identity.subject);
-    let csrf = open.then(|| inbox.csrf.issue(&approver.credential, &format!("decide:{id}"), inbox.now()));
+    let csrf = open.then(|| inbox.csrf.issue(&approver.binding, &format!("decide:{id}"), inbox.now()));
     let body = html::detail(inbox.prefix(), &record, csrf.as_deref());
     inbox.page(StatusCode::OK, "Confirmation", Some(&approver), &body)
 }
@@ -347,9 +453,12 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
         Ok(a) => a,
         Err(r) => return r,
     };
-    let form = form_fields(&body);
+    let form = match inbox.form(&headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
     let token = form.get("csrf").map(String::as_str).unwrap_or_default();
-    if let Err(why) = inbox.csrf.redeem(token, &approver.credential, &format!("decide:{id}"), inbox.now()) {
+    if let Err(why) = inbox.csrf.redeem(token, &approver.binding, &format!("decide:{id}"), inbox.now()) {
         tracing::warn!(target: "agent_surface::inbox", confirmation_id = %id, refused = ?why, "form token refused");
         return inbox.message(
             StatusCode::FORBIDDEN,
@@ -365,7 +474,7 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
         _ => return inbox.message(StatusCode::BAD_REQUEST, "Form refused", "Choose approve or deny."),
     };
     match decided {
-        Ok(()) => redirect(&format!("{}/c/{}", inbox.prefix(), percent_path(&id)), None),
+        Ok(()) => redirect(&format!("{}/c/{}", inbox.prefix(), percent_path(&id)), &[]),
         Err(ApprovalError::SelfApproval) => inbox.message(
             StatusCode::FORBIDDEN,
             "Not allowed",
@@ -400,10 +509,25 @@ async fn sign_in_form(State(inbox): State<Arc<Inbox>>, uri: Uri, headers: Header
     let then = form_fields(uri.query().unwrap_or_default().as_bytes()).remove("c").filter(|c| !c.is_empty());
     // Already signed in (as someone who may use the inbox): the inbox, not the form.
     if inbox.require(&headers, None).await.is_ok() {
-        return redirect(&after_sign_in(&inbox, then.as_deref()), None);
+        return redirect(&after_sign_in(&inbox, then.as_deref()), &[]);
     }
-    let token = inbox.csrf.issue("", "sign-in", inbox.now());
-    inbox.page(StatusCode::OK, "Sign in", None, &html::sign_in(inbox.prefix(), &token, then.as_deref(), false))
+    // The form's token is bound to a random value in a cookie of this browser's (kept when it has
+    // one, so that two open forms both work), which another site can neither read nor set.
+    let binding = cookie(&headers, inbox.sign_in_cookie()).filter(|v| is_sign_in_value(v)).unwrap_or_else(|| {
+        let mut raw = [0u8; 16];
+        agent_surface_core::id::fill_random(&mut raw);
+        agent_surface_core::hex::Hex(&raw).to_string()
+    });
+    let token = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
+    let page = html::sign_in(inbox.prefix(), &token, then.as_deref(), false);
+    let mut response = inbox.page(StatusCode::OK, "Sign in", None, &page);
+    append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
+    response
+}
+
+/// Whether `value` is what the sign-in form's cookie holds: 32 hex digits.
+fn is_sign_in_value(value: &str) -> bool {
+    value.len() == 32 && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Where signing in leads: the confirmation `then` (an id, percent-encoded into a path under the
@@ -415,45 +539,53 @@ fn after_sign_in(inbox: &Inbox, then: Option<&str>) -> String {
     }
 }
 
-async fn sign_in(State(inbox): State<Arc<Inbox>>, body: Bytes) -> Response {
-    let form = form_fields(&body);
+async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {
+    let form = match inbox.form(&headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
     let then = form.get("c").map(String::as_str).filter(|c| !c.is_empty());
     let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
-    if inbox.csrf.redeem(csrf, "", "sign-in", inbox.now()).is_err() {
+    // The token must have been issued to this browser (its sign-in cookie): a form another site
+    // posts, with a token it fetched for itself, signs nobody in (login CSRF).
+    let binding = cookie(&headers, inbox.sign_in_cookie()).filter(|v| is_sign_in_value(v));
+    let redeemed = match &binding {
+        Some(b) => inbox.csrf.redeem(csrf, &format!("sign-in:{b}"), "sign-in", inbox.now()),
+        None => Err(csrf::Refused::Forged),
+    };
+    let Some(binding) = binding.filter(|_| redeemed.is_ok()) else {
+        tracing::warn!(target: "agent_surface::inbox", refused = ?redeemed.err(), "sign-in form refused");
         return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more. Sign in again.");
-    }
+    };
     let token = form.get("token").map(|t| t.trim().to_string()).unwrap_or_default();
     let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
-    let mut proof = HeaderMap::new();
-    let identity = match valid.then(|| HeaderValue::from_str(&format!("Bearer {token}"))) {
-        Some(Ok(value)) => {
-            proof.insert(header::AUTHORIZATION, value);
-            inbox.config.authenticator.authenticate(&proof).await
-        }
-        _ => None,
-    };
+    let identity = if valid { inbox.authenticate(&token).await } else { None };
     if identity.is_none() {
-        let again = inbox.csrf.issue("", "sign-in", inbox.now());
+        let again = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
         let page = html::sign_in(inbox.prefix(), &again, then, true);
         return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
     }
-    let secure = if inbox.config.secure_cookie { "; Secure" } else { "" };
-    let cookie = format!("{SESSION_COOKIE}={token}; Path={}/; HttpOnly; SameSite=Strict{secure}", inbox.prefix());
-    redirect(&after_sign_in(&inbox, then), Some(&cookie))
+    let session = inbox.sessions.open(&token, inbox.now());
+    let cookies = [inbox.session_cookie_header(Some(&session)), inbox.sign_in_cookie_header(None)];
+    redirect(&after_sign_in(&inbox, then), &cookies)
 }
 
 async fn sign_out(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(approver) = inbox.approver(&headers).await else {
-        return redirect(&format!("{}/sign-in", inbox.prefix()), None);
+        return redirect(&format!("{}/sign-in", inbox.prefix()), &[]);
     };
-    let form = form_fields(&body);
+    let form = match inbox.form(&headers, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
     let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
-    if inbox.csrf.redeem(csrf, &approver.credential, "sign-out", inbox.now()).is_err() {
+    if inbox.csrf.redeem(csrf, &approver.binding, "sign-out", inbox.now()).is_err() {
         return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more.");
     }
-    let secure = if inbox.config.secure_cookie { "; Secure" } else { "" };
-    let cookie = format!("{SESSION_COOKIE}=; Path={}/; HttpOnly; SameSite=Strict; Max-Age=0{secure}", inbox.prefix());
-    redirect(&format!("{}/sign-in", inbox.prefix()), Some(&cookie))
+    if let Some(session) = &approver.session {
+        inbox.sessions.close(session);
+    }
+    redirect(&format!("{}/sign-in", inbox.prefix()), &[inbox.session_cookie_header(None)])
 }
 
 fn unavailable(inbox: &Inbox, error: &str) -> Response {
@@ -465,23 +597,30 @@ fn unavailable(inbox: &Inbox, error: &str) -> Response {
     )
 }
 
-/// `303 See Other` to `location`, setting `cookie` if given.
-fn redirect(location: &str, cookie: Option<&str>) -> Response {
+/// `303 See Other` to `location`, setting `cookies`.
+fn redirect(location: &str, cookies: &[String]) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     if let Ok(value) = HeaderValue::from_str(location) {
         response.headers_mut().insert(header::LOCATION, value);
     }
-    if let Some(value) = cookie.and_then(|c| HeaderValue::from_str(c).ok()) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    for cookie in cookies {
+        append_cookie(&mut response, cookie);
     }
     response
 }
 
-/// The session cookie's value, if the request carries one.
-fn session_cookie(headers: &HeaderMap) -> Option<String> {
+/// Adds a `Set-Cookie` field to `response`.
+fn append_cookie(response: &mut Response, cookie: &str) {
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+}
+
+/// The value of the cookie `name`, if the request carries one that is not empty.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|c| {
-        let (name, value) = c.trim().split_once('=')?;
-        (name == SESSION_COOKIE && !value.is_empty()).then(|| value.to_string())
+        let (n, value) = c.trim().split_once('=')?;
+        (n == name && !value.is_empty()).then(|| value.to_string())
     })
 }
 

@@ -4,10 +4,16 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode};
-use agent_surface_http::inbox::{InboxConfig, SESSION_COOKIE, router};
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agent_surface_http::inbox::{DEFAULT_SESSION_TTL, InboxConfig, SESSION_COOKIE, SIGN_IN_COOKIE, router};
 use agent_surface_policy::{
-    AuditSink, BearerTokens, ConfirmationConfig, ConfirmationEngine, ConfirmationState, Consumer, Identity,
-    MemoryAuditSink, Quorum, Scope,
+    AuditSink, Authenticator, BearerTokens, Clock, ConfirmationConfig, ConfirmationEngine, ConfirmationState, Consumer,
+    Identity, ManualClock, MemoryAuditSink, Quorum, Scope,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use axum::body::Body;
@@ -38,14 +44,32 @@ fn env() -> Env {
 }
 
 fn env_with(quorums: Vec<(Scope, Quorum)>) -> Env {
+    env_at(quorums, None, None, DEFAULT_SESSION_TTL)
+}
+
+/// The inbox with `quorums`; with a `clock`, the engine (and so the inbox) reads it and
+/// confirmations last a minute; `authenticator` in place of the test's tokens.
+fn env_at(
+    quorums: Vec<(Scope, Quorum)>,
+    clock: Option<ManualClock>,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    session_ttl: Duration,
+) -> Env {
     let audit = Arc::new(MemoryAuditSink::default());
+    let defaults = ConfirmationConfig::default();
+    let (clock, ttl) = match clock {
+        Some(c) => (Arc::new(c) as Arc<dyn Clock>, Duration::from_secs(60)),
+        None => (defaults.clock.clone(), defaults.ttl),
+    };
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         audit: Some(audit.clone()),
         quorums,
         approval_base_url: Some("https://shop.example/inbox/c/".into()),
-        ..Default::default()
+        clock: clock.clone(),
+        ttl,
+        ..defaults
     }));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), clock, ..Default::default() });
     registry
         .define("orders", |t| {
             t.capability("refund", "Refund an order.")
@@ -63,11 +87,13 @@ fn env_with(quorums: Vec<(Scope, Quorum)>) -> Env {
         ("t-carol", Identity::new("carol").with_role("approver").with_role("finance")),
         ("t-dave", Identity::new("dave").with_role("approver").with_role("finance")),
     ]);
+    let authenticator = authenticator.unwrap_or_else(|| Arc::new(tokens));
     let config = InboxConfig {
         audit: Some(audit as Arc<dyn AuditSink>),
         approver_role: Some("approver".into()),
         secure_cookie: false,
-        ..InboxConfig::new(engine.clone(), Arc::new(tokens))
+        session_ttl,
+        ..InboxConfig::new(engine.clone(), authenticator)
     };
     Env { registry, engine, app: router(config), _mount: mount }
 }
@@ -99,9 +125,34 @@ impl Page {
         let start = rest.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
         rest[start..start + rest[start..].find('"').unwrap()].to_string()
     }
+
+    /// The `name=value` of the cookie `name` the response sets.
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.headers.get_all(header::SET_COOKIE).iter().find_map(|v| {
+            let pair = v.to_str().unwrap().split(';').next().unwrap();
+            pair.starts_with(&format!("{name}=")).then(|| pair.to_string())
+        })
+    }
+
+    /// The sign-in form's cookie (its token is bound to it), as a `Cookie` header's value.
+    fn sign_in_cookie(&self) -> String {
+        self.cookie(SIGN_IN_COOKIE).unwrap_or_else(|| panic!("no sign-in cookie: {:?}", self.headers))
+    }
 }
 
 impl Env {
+    /// `method uri` with `headers` (a `Host` is added) and `body`.
+    async fn request(&self, method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Page {
+        let mut request = Request::builder().method(method).uri(uri).header(header::HOST, "localhost:8080");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self.app.clone().oneshot(request.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap();
+        Page { status: parts.status, headers: parts.headers, body }
+    }
+
     async fn send(&self, method: &str, uri: &str, cookie: Option<&str>, form: Option<&str>) -> Page {
         let mut request = Request::builder().method(method).uri(uri).header(header::HOST, "localhost:8080");
         if let Some(c) = cookie {
@@ -124,13 +175,18 @@ impl Env {
     async fn sign_in(&self, token: &str) -> String {
         let form = self.send("GET", "/inbox/sign-in", None, None).await;
         let csrf = form.csrf("/inbox/sign-in");
-        let signed = self.send("POST", "/inbox/sign-in", None, Some(&format!("token={token}&csrf={csrf}"))).await;
+        let pre = form.sign_in_cookie();
+        let signed = self.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token={token}&csrf={csrf}"))).await;
         assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
         let set = signed.headers[header::SET_COOKIE].to_str().unwrap().to_string();
         for attribute in ["HttpOnly", "SameSite=Strict", "Path=/inbox/"] {
             assert!(set.contains(attribute), "{set}");
         }
-        set.split(';').next().unwrap().to_string()
+        let cookie = set.split(';').next().unwrap().to_string();
+        assert!(cookie.starts_with(&format!("{SESSION_COOKIE}=")), "{cookie}");
+        // An opaque session id: the token stays on the server.
+        assert!(!cookie.contains(token), "{cookie}");
+        cookie
     }
 
     async fn request_confirmation(&self) -> String {
@@ -156,7 +212,8 @@ async fn a_second_person_approves_in_the_inbox_and_the_agent_repeat_runs_once() 
     assert_eq!(away.headers[header::LOCATION], "/inbox/sign-in");
     let form = env.send("GET", "/inbox/sign-in", None, None).await;
     let csrf = form.csrf("/inbox/sign-in");
-    let bad = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-nobody&csrf={csrf}"))).await;
+    let pre = form.sign_in_cookie();
+    let bad = env.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token=t-nobody&csrf={csrf}"))).await;
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
 
     let manager = env.sign_in("t-manager").await;
@@ -253,6 +310,12 @@ async fn a_quorum_of_two_needs_two_distinct_approvers_with_the_role() {
     let dave = env.sign_in("t-dave").await;
     let list = env.send("GET", "/inbox/", Some(&dave), None).await;
     assert!(list.body.contains("<td class=\"approvals\">1 of 2 approvals (role: finance)</td>"), "{}", list.body);
+    // … and who decided so far.
+    assert!(
+        list.body.contains("<td class=\"decided\">carol <span class=\"badge approved\">approved</span></td>"),
+        "{}",
+        list.body
+    );
     let detail = env.send("GET", &path, Some(&dave), None).await;
     let decided = env.send("POST", &path, Some(&dave), Some(&approve(&detail.csrf(&path)))).await;
     assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
@@ -563,7 +626,9 @@ async fn an_approval_url_opened_before_signing_in_leads_back_to_its_confirmation
     assert_eq!(form.status, StatusCode::OK);
     assert!(form.body.contains(&format!("name=\"c\" value=\"{id}\"")), "{}", form.body);
     let csrf = form.csrf("/inbox/sign-in");
-    let signed = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-manager&csrf={csrf}&c={id}"))).await;
+    let pre = form.sign_in_cookie();
+    let signed =
+        env.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token=t-manager&csrf={csrf}&c={id}"))).await;
     assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
     assert_eq!(signed.headers[header::LOCATION], detail.as_str());
     let cookie = signed.headers[header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
@@ -576,7 +641,9 @@ async fn an_approval_url_opened_before_signing_in_leads_back_to_its_confirmation
     assert_eq!(again.headers[header::LOCATION], detail.as_str());
     let form = env.send("GET", &sign_in, None, None).await;
     let csrf = form.csrf("/inbox/sign-in");
-    let refused = env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-nobody&csrf={csrf}&c={id}"))).await;
+    let pre = form.sign_in_cookie();
+    let refused =
+        env.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token=t-nobody&csrf={csrf}&c={id}"))).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     assert!(refused.body.contains(&format!("name=\"c\" value=\"{id}\"")), "{}", refused.body);
 
@@ -590,8 +657,246 @@ async fn an_approval_url_opened_before_signing_in_leads_back_to_its_confirmation
         let form = env.send("GET", &format!("/inbox/sign-in?c={c}"), None, None).await;
         assert!(!form.body.contains("<script>"), "{}", form.body);
         let csrf = form.csrf("/inbox/sign-in");
+        let pre = form.sign_in_cookie();
         let signed =
-            env.send("POST", "/inbox/sign-in", None, Some(&format!("token=t-manager&csrf={csrf}&c={c}"))).await;
+            env.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token=t-manager&csrf={csrf}&c={c}"))).await;
         assert_eq!(signed.headers[header::LOCATION], location, "{c}");
     }
+}
+
+const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
+
+/// Login CSRF: another site that fetched a sign-in form for itself (its token, bound to its own
+/// sign-in cookie) cannot post it from a victim's browser to sign the victim in as the attacker —
+/// not without a sign-in cookie, not with the victim's own, and not from another site at all.
+#[tokio::test]
+async fn a_sign_in_form_fetched_elsewhere_signs_nobody_in() {
+    let env = env();
+    // The attacker (carol) fetches a form and its cookie for herself.
+    let attackers = env.send("GET", "/inbox/sign-in", None, None).await;
+    let (token, their_cookie) = (attackers.csrf("/inbox/sign-in"), attackers.sign_in_cookie());
+    let forged = format!("token=t-carol&csrf={token}");
+    // The victim's browser: no sign-in cookie, or its own.
+    let victims = env.send("GET", "/inbox/sign-in", None, None).await.sign_in_cookie();
+    assert_ne!(victims, their_cookie);
+    for cookie in [None, Some(victims.as_str())] {
+        let mut headers = vec![FORM];
+        headers.extend(cookie.map(|c| ("Cookie", c)));
+        let refused = env.request("POST", "/inbox/sign-in", &headers, &forged).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{cookie:?}: {}", refused.body);
+        assert!(refused.cookie(SESSION_COOKIE).is_none(), "nobody is signed in");
+    }
+    // A browser that says the form came from another site is refused before the token is read.
+    let cross = [FORM, ("Cookie", their_cookie.as_str()), ("Sec-Fetch-Site", "cross-site")];
+    let refused = env.request("POST", "/inbox/sign-in", &cross, &forged).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("sent from another site"), "{}", refused.body);
+    // A form that is not a form is refused (415).
+    let plain = [("Content-Type", "text/plain"), ("Cookie", their_cookie.as_str())];
+    assert_eq!(env.request("POST", "/inbox/sign-in", &plain, &forged).await.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // The same form in the browser it was issued to signs in: the refusals were the binding's.
+    let own = [FORM, ("Cookie", their_cookie.as_str()), ("Sec-Fetch-Site", "same-origin")];
+    let signed = env.request("POST", "/inbox/sign-in", &own, &forged).await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    assert!(signed.cookie(SESSION_COOKIE).is_some());
+    // Signing in forgets the sign-in cookie.
+    let forget = signed.headers.get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>();
+    assert!(
+        forget.iter().any(|c| c.starts_with(&format!("{SIGN_IN_COOKIE}=;")) && c.contains("Max-Age=0")),
+        "{forget:?}"
+    );
+}
+
+/// Tokens that can be revoked while the inbox runs.
+struct Revocable {
+    tokens: BearerTokens,
+    revoked: Mutex<HashSet<String>>,
+}
+
+impl Authenticator for Revocable {
+    fn authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+    ) -> Pin<Box<dyn Future<Output = Option<Identity>> + Send + 'a>> {
+        Box::pin(async move {
+            let token = headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")?;
+            if self.revoked.lock().unwrap().contains(token) {
+                return None;
+            }
+            self.tokens.authenticate(headers).await
+        })
+    }
+}
+
+/// The session cookie holds an opaque id, not the token; the session ends on sign-out (a copy of
+/// the cookie kept from before is worth nothing), when it expires, and when its token is revoked
+/// (the token is proven again on every request). Bearer tokens keep working for programs.
+#[tokio::test]
+async fn a_session_is_an_opaque_id_that_ends_on_sign_out_expiry_and_revocation() {
+    let clock = ManualClock::new(agent_surface_core::Timestamp::from_unix_millis(1_795_935_600_000));
+    let auth = Arc::new(Revocable {
+        tokens: BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]),
+        revoked: Mutex::new(HashSet::new()),
+    });
+    let env = env_at(Vec::new(), Some(clock.clone()), Some(auth.clone()), Duration::from_secs(3600));
+    let signed_in = |cookie: &str| {
+        let cookie = cookie.to_string();
+        let env = &env;
+        async move { env.send("GET", "/inbox/", Some(&cookie), None).await.status == StatusCode::OK }
+    };
+    // The raw token as a cookie (what the cookie once held) signs nobody in.
+    assert!(!signed_in(&format!("{SESSION_COOKIE}=t-manager")).await);
+
+    // Sign-out ends the session on the server.
+    let cookie = env.sign_in("t-manager").await;
+    assert!(signed_in(&cookie).await);
+    let csrf = env.send("GET", "/inbox/", Some(&cookie), None).await.csrf("/inbox/sign-out");
+    let out = env.send("POST", "/inbox/sign-out", Some(&cookie), Some(&format!("csrf={csrf}"))).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(!signed_in(&cookie).await, "the kept cookie is worth nothing after sign-out");
+
+    // A session lasts `session_ttl` (the cookie says so too).
+    let form = env.send("GET", "/inbox/sign-in", None, None).await;
+    let signed = env
+        .send(
+            "POST",
+            "/inbox/sign-in",
+            Some(&form.sign_in_cookie()),
+            Some(&format!("token=t-manager&csrf={}", form.csrf("/inbox/sign-in"))),
+        )
+        .await;
+    let set = signed.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(set.contains("Max-Age=3600") && set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_string();
+    clock.advance(Duration::from_secs(3599));
+    assert!(signed_in(&cookie).await);
+    clock.advance(Duration::from_secs(1));
+    assert!(!signed_in(&cookie).await, "expired");
+
+    // A revoked token ends its sessions, for good.
+    let cookie = env.sign_in("t-manager").await;
+    assert!(signed_in(&cookie).await);
+    auth.revoked.lock().unwrap().insert("t-manager".into());
+    assert!(!signed_in(&cookie).await, "revoked");
+    auth.revoked.lock().unwrap().clear();
+    assert!(!signed_in(&cookie).await, "the session ended; reinstating the token does not revive it");
+    let bearer = env.request("GET", "/inbox/", &[("Authorization", "Bearer t-manager")], "").await;
+    assert_eq!(bearer.status, StatusCode::OK, "bearer auth works without a session");
+}
+
+/// With `Secure` cookies (the default), the sign-in form's cookie is `__Host-` prefixed (which
+/// needs `Path=/` and `Secure`), so a sibling host cannot plant one.
+#[tokio::test]
+async fn secure_cookies_and_the_host_prefix() {
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let tokens = BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]);
+    let app = router(InboxConfig::new(engine, Arc::new(tokens)));
+    let request = Request::get("/inbox/sign-in").header(header::HOST, "localhost").body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let set = response.headers()[header::SET_COOKIE].to_str().unwrap().to_string();
+    assert!(set.starts_with("__Host-inbox_signin="), "{set}");
+    for attribute in ["; Path=/;", "; HttpOnly", "; SameSite=Strict", "; Secure", "; Max-Age=1800"] {
+        assert!(set.contains(attribute), "{attribute} in {set}");
+    }
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let page = String::from_utf8(body.to_vec()).unwrap();
+    let csrf = Page { status: StatusCode::OK, headers: http::HeaderMap::new(), body: page }.csrf("/inbox/sign-in");
+    let pair = set.split(';').next().unwrap().to_string();
+    let post = Request::post("/inbox/sign-in")
+        .header(header::HOST, "localhost")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::COOKIE, pair)
+        .body(Body::from(format!("token=t-manager&csrf={csrf}")))
+        .unwrap();
+    let signed = app.oneshot(post).await.unwrap();
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER);
+    let session = signed.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(session.starts_with("inbox_session=") && session.ends_with("; Secure"), "{session}");
+}
+
+/// Form posts must be forms (`415` otherwise), and a post a browser marks as sent from another
+/// site is refused even with a valid token; nothing changes.
+#[tokio::test]
+async fn posts_must_be_forms_from_this_site() {
+    let env = env();
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let manager = env.sign_in("t-manager").await;
+    let csrf = env.send("GET", &path, Some(&manager), None).await.csrf(&path);
+    let form = format!("verdict=approve&csrf={csrf}");
+    for content_type in [None, Some("application/json"), Some("text/plain"), Some("multipart/form-data; boundary=x")] {
+        let mut headers = vec![("Cookie", manager.as_str())];
+        headers.extend(content_type.map(|t| ("Content-Type", t)));
+        let refused = env.request("POST", &path, &headers, &form).await;
+        assert_eq!(refused.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{content_type:?}");
+    }
+    for site in ["cross-site", "same-site"] {
+        let headers = [FORM, ("Cookie", manager.as_str()), ("Sec-Fetch-Site", site)];
+        assert_eq!(env.request("POST", &path, &headers, &form).await.status, StatusCode::FORBIDDEN, "{site}");
+    }
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
+    // The token was not spent by the refusals: the form, as a browser on this site sends it, decides.
+    let headers = [
+        ("Content-Type", "application/x-www-form-urlencoded; charset=UTF-8"),
+        ("Cookie", manager.as_str()),
+        ("Sec-Fetch-Site", "same-origin"),
+    ];
+    assert_eq!(env.request("POST", &path, &headers, &form).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Approved { by: "manager".into() });
+}
+
+/// An expired confirmation cannot be decided: `410 Gone`, even with a form fetched while it was
+/// pending; its page then offers no form, and the agent's repeat with the id is refused.
+#[tokio::test]
+async fn deciding_an_expired_confirmation_is_gone() {
+    let clock = ManualClock::new(agent_surface_core::Timestamp::from_unix_millis(1_795_935_600_000));
+    let env = env_at(Vec::new(), Some(clock.clone()), None, DEFAULT_SESSION_TTL);
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let manager = env.sign_in("t-manager").await;
+    let csrf = env.send("GET", &path, Some(&manager), None).await.csrf(&path);
+    clock.advance(Duration::from_secs(61));
+    let gone = env.send("POST", &path, Some(&manager), Some(&format!("verdict=approve&csrf={csrf}"))).await;
+    assert_eq!(gone.status, StatusCode::GONE, "{}", gone.body);
+    assert!(gone.body.contains("This confirmation expired"), "{}", gone.body);
+    let page = env.send("GET", &path, Some(&manager), None).await;
+    assert!(!page.body.contains("id=\"decide\""), "{}", page.body);
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(!list.body.contains(&path), "no longer listed: {}", list.body);
+    let late = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
+    assert_eq!(late.result.code(), Some(ErrorCode::ConfirmationInvalid));
+}
+
+/// The list shows each request's input, its sensitive fields redacted, escaped: whole when
+/// short, folded into a `<details>` when long.
+#[tokio::test]
+async fn the_list_shows_the_redacted_input() {
+    let env = env();
+    let short = env.request_confirmation().await;
+    let long_order = format!("A-<{}>", "9".repeat(80));
+    let long = env
+        .request_confirmation_of(InvokeRequest::new(
+            "orders.refund",
+            json!({"order": long_order, "cents": 7, "card": "4111 1111 1111 1111"}),
+        ))
+        .await;
+    let manager = env.sign_in("t-manager").await;
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    let row = |id: &str| {
+        let at = list.body.find(&format!("/inbox/c/{id}\"")).unwrap();
+        list.body[at..at + list.body[at..].find("</tr>").unwrap()].to_string()
+    };
+    let short_row = row(&short);
+    assert!(
+        short_row.contains(
+            "<td class=\"input\"><pre>{&quot;card&quot;:&quot;[redacted]&quot;,&quot;cents&quot;:4200,&quot;order&quot;:&quot;A-1&quot;}</pre></td>"
+        ),
+        "{short_row}"
+    );
+    assert!(short_row.contains("<td class=\"decided\">—</td>"), "{short_row}");
+    let long_row = row(&long);
+    assert!(long_row.contains("<td class=\"input\"><details><summary><code>"), "{long_row}");
+    assert!(long_row.contains(&format!("A-&lt;{}&gt;", "9".repeat(80))), "the whole input, escaped: {long_row}");
+    assert!(long_row.contains("[redacted]"), "{long_row}");
+    assert!(!list.body.contains("4111 1111") && !list.body.contains("1111 1111"), "the card is never shown");
 }
