@@ -75,6 +75,39 @@ pub trait CallDetails: std::fmt::Debug + Send + Sync {
     /// The input as an approver may see it, as [`CallInfo::input_preview`]; `None` when the
     /// caller does not say.
     fn input_preview(&self) -> Option<String>;
+
+    /// The gate consumed `evidence` for this call (the gate tells the caller, which keeps it
+    /// until the handler starts: should the call stop before — its strict audit could not record
+    /// the start —, it hands the evidence back to [`ConfirmationGate::reinstate`]). The default
+    /// forgets it.
+    fn consumed(&self, evidence: ConsumedEvidence) {
+        let _ = evidence;
+    }
+}
+
+/// Evidence a confirmation gate consumed for one call: the confirmation's id and the consumption
+/// token only that call holds (see [`crate::ConfirmationStore::reinstate`]). Its `Debug` never
+/// shows the token.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumedEvidence {
+    /// The confirmation id.
+    pub confirmation_id: String,
+    /// The consumption token.
+    pub token: String,
+}
+
+impl ConsumedEvidence {
+    /// The evidence `confirmation_id`, consumed under `token`.
+    pub fn new(confirmation_id: impl Into<String>, token: impl Into<String>) -> ConsumedEvidence {
+        ConsumedEvidence { confirmation_id: confirmation_id.into(), token: token.into() }
+    }
+}
+
+impl std::fmt::Debug for ConsumedEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumedEvidence").field("confirmation_id", &self.confirmation_id).finish_non_exhaustive()
+    }
 }
 
 impl<'a> CallInfo<'a> {
@@ -424,6 +457,21 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         let _ = confirmation_id;
         None
     }
+
+    /// Gives back `evidence`, which this gate consumed for `call` (and told the call about
+    /// through [`CallDetails::consumed`]), because the call's handler never started: the
+    /// registry asks when strict audit refused the call after the confirmation phase, so that its
+    /// retry — with the same id, or the same call repeated — can use the approval. `true` when
+    /// the approval is usable again. The default: `false` (nothing to give back).
+    fn reinstate<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        evidence: &'a ConsumedEvidence,
+        now: Timestamp,
+    ) -> BoxFuture<'a, bool> {
+        let _ = (call, evidence, now);
+        Box::pin(std::future::ready(false))
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
@@ -450,5 +498,14 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn scopes(&self) -> Vec<Scope> {
         (**self).scopes()
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        evidence: &'a ConsumedEvidence,
+        now: Timestamp,
+    ) -> BoxFuture<'a, bool> {
+        (**self).reinstate(call, evidence, now)
     }
 }

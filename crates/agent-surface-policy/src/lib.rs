@@ -109,8 +109,8 @@ pub use confirmation::{
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{
-    AuthorityDecision, AuthorityPolicy, CallDetails, CallInfo, ConfirmationDecision, ConfirmationGate, DeclaredGate,
-    PolicyError, RateDecision, RateLimiter, Scope,
+    AuthorityDecision, AuthorityPolicy, CallDetails, CallInfo, ConfirmationDecision, ConfirmationGate,
+    ConsumedEvidence, DeclaredGate, PolicyError, RateDecision, RateLimiter, Scope,
 };
 pub use idempotency::{
     Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,

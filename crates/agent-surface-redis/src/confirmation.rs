@@ -11,10 +11,17 @@
 //! | `n` | how many approvals the record needs (its [`Quorum`]'s roles are in `rec`; the engine checks them) |
 //! | `d` | the decisions so far, a JSON array of `{a, v, t, k}`: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds (as a string) and the approver as a person reads it (for one decision per approver) |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
+//! | `ct` | the consumption token of a consumed record, until it is reinstated ([`ConfirmationStore::reinstate`]) |
+//! | `xr` | set once the record's expiry is claimed ([`ConfirmationStore::claim_expiry`]) |
 //!
 //! Pending records are also indexed in one sorted set, `{prefix}conf-pending` (member the id,
 //! score its expiry), for [`ConfirmationStore::list_pending`]: a record leaves it when it is
 //! decided or withdrawn, and an expired one when the next listing runs.
+//!
+//! Every record is indexed by its expiry in a second sorted set, `{prefix}conf-expiry`, for
+//! [`ConfirmationStore::list_expired`]: an entry leaves it when a listing past its deadline finds
+//! the record consumed, denied, claimed or gone, and every insert drops the entries of records
+//! past their retention, so the index holds at most the records the store holds.
 
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
@@ -141,8 +148,10 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
 }
 
-/// Adds a pending record unless the key exists, and indexes it. KEYS: the record, the pending
-/// index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id, n.
+/// Adds a pending record unless the key exists, and indexes it (pending, and by expiry, whose
+/// entries of records past their retention it drops). KEYS: the record, the pending index, the
+/// expiry index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id, n, the expiry of the
+/// records now past their retention.
 const INSERT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
@@ -150,6 +159,8 @@ redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', A
   'cs', ARGV[12], 'n', ARGV[14], 'd', '[]')
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 redis.call('ZADD', KEYS[2], ARGV[8], ARGV[13])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[15])
+redis.call('ZADD', KEYS[3], ARGV[8], ARGV[13])
 return 1
 ";
 
@@ -213,7 +224,8 @@ end
 return {'done'}
 ";
 
-/// Consumes approved evidence for a binding. ARGV: c, cap, r, i, h, now.
+/// Consumes approved evidence for a binding, recording the consumption token. ARGV: c, cap, r,
+/// i, h, now, token.
 const CONSUME: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'c', 'cap', 'r', 'i', 'h', 's', 'by', 'ea', 'ga', 'rec', 'd')
 local now = tonumber(ARGV[6])
@@ -228,8 +240,47 @@ if f[6] == 'consumed' then return {'consumed'} end
 if f[6] == 'denied' then return {'denied'} end
 if f[6] == 'withdrawn' or now >= tonumber(f[8]) then return {'expired'} end
 if f[6] == 'pending' then return {'pending', f[10], f[11] or ''} end
-redis.call('HSET', KEYS[1], 's', 'consumed')
+redis.call('HSET', KEYS[1], 's', 'consumed', 'ct', ARGV[7])
 return {'ok', f[7]}
+";
+
+/// Gives back evidence its consumer did not use: consumed → approved, when the binding and the
+/// consumption token match and the deadline has not passed; the token is cleared. 1 when
+/// reinstated, else 0. ARGV: c, cap, r, i, h, now, token.
+const REINSTATE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'c', 'cap', 'r', 'i', 'h', 's', 'ea', 'ga', 'ct')
+local now = tonumber(ARGV[6])
+if not f[6] or now >= tonumber(f[8]) or now >= tonumber(f[7]) then return 0 end
+if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] or f[4] ~= ARGV[4] or f[5] ~= ARGV[5] then return 0 end
+if f[6] ~= 'consumed' or not f[9] or f[9] == '' or f[9] ~= ARGV[7] then return 0 end
+redis.call('HSET', KEYS[1], 's', 'approved')
+redis.call('HDEL', KEYS[1], 'ct')
+return 1
+";
+
+/// Up to a limit of records past their deadline, pending, approved or withdrawn, whose expiry
+/// nobody claimed, soonest expiry first, as `rec, s, by, d` quadruples; the entries it looks at
+/// whose records are none of these leave the index. KEYS: the expiry index. ARGV: now, limit,
+/// the record key prefix, how many entries to look at.
+const LIST_EXPIRED: &str = r"
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, id in ipairs(ids) do
+  if #out >= 4 * limit then break end
+  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'by', 'd', 'ea', 'ga', 'xr')
+  local open = f[2] == 'pending' or f[2] == 'approved' or f[2] == 'withdrawn'
+  if f[1] and open and not f[7] and now < tonumber(f[6]) and now >= tonumber(f[5]) then
+    table.insert(out, f[1])
+    table.insert(out, f[2])
+    table.insert(out, f[3] or '')
+    table.insert(out, f[4] or '')
+  elseif not f[1] or not open or f[7] or now >= tonumber(f[6]) then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
 ";
 
 /// Withdraws a pending record; returns the state after. KEYS: the record, the pending index.
@@ -274,6 +325,8 @@ struct Scripts {
     withdraw: Script,
     list: Script,
     claim_expiry: Script,
+    reinstate: Script,
+    list_expired: Script,
 }
 
 impl RedisConfirmationStore {
@@ -286,6 +339,8 @@ impl RedisConfirmationStore {
             withdraw: Script::new(WITHDRAW),
             list: Script::new(LIST),
             claim_expiry: Script::new(CLAIM_EXPIRY),
+            reinstate: Script::new(REINSTATE),
+            list_expired: Script::new(LIST_EXPIRED),
         };
         RedisConfirmationStore { stores, scripts: std::sync::Arc::new(scripts) }
     }
@@ -299,6 +354,11 @@ impl RedisConfirmationStore {
         format!("{}conf-pending", self.stores.config.prefix)
     }
 
+    /// The sorted set of every record's id by its expiry.
+    fn expiry_index(&self) -> String {
+        format!("{}conf-expiry", self.stores.config.prefix)
+    }
+
     fn scripts(&self) -> &Scripts {
         &self.scripts
     }
@@ -308,7 +368,7 @@ impl RedisConfirmationStore {
         let gone = record.expires_at.saturating_add(self.stores.config.retention);
         let b = &record.binding;
         let mut call = self.scripts().insert.key(self.key(&record.id));
-        call.key(self.pending_index());
+        call.key(self.pending_index()).key(self.expiry_index());
         call.arg(fixed)
             .arg(&b.consumer_key)
             .arg(&b.capability)
@@ -322,7 +382,8 @@ impl RedisConfirmationStore {
             .arg(record.requester.as_deref().map_or_else(|| "\0".to_string(), skeleton))
             .arg(skeleton(&b.consumer_key))
             .arg(&record.id)
-            .arg(record.quorum.required());
+            .arg(record.quorum.required())
+            .arg(now.unix_millis().saturating_sub(ttl_ms(self.stores.config.retention)));
         let inserted: i64 = self.stores.run(call).await?;
         if inserted == 1 {
             Ok(())
@@ -395,16 +456,19 @@ impl ConfirmationStore for RedisConfirmationStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
         Box::pin(async move {
+            // The consumption token, recorded with the consumption (see `reinstate`).
+            let token = agent_surface_core::id::random_id("k-");
             let mut call = self.scripts().consume.key(self.key(id));
             call.arg(&expected.consumer_key)
                 .arg(&expected.capability)
                 .arg(&expected.registration_id)
                 .arg(&expected.instance_id)
                 .arg(expected.input_hash.to_string())
-                .arg(ms(now));
+                .arg(ms(now))
+                .arg(&token);
             let answer: Vec<String> = self.stores.run(call).await?;
             Ok(match answer.first().map(String::as_str) {
-                Some("ok") => Ok(Consumed::new(answer.get(1).cloned().unwrap_or_default())),
+                Some("ok") => Ok(Consumed::new(answer.get(1).cloned().unwrap_or_default()).with_token(token)),
                 Some("unknown") => Err(Rejection::Unknown),
                 Some("consumed") => Err(Rejection::Consumed),
                 Some("denied") => Err(Rejection::Denied),
@@ -478,6 +542,54 @@ impl ConfirmationStore for RedisConfirmationStore {
             let call = self.scripts().claim_expiry.key(self.key(id));
             let first: i64 = self.stores.run(call).await?;
             Ok(first == 1)
+        })
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.scripts().reinstate.key(self.key(id));
+            call.arg(&expected.consumer_key)
+                .arg(&expected.capability)
+                .arg(&expected.registration_id)
+                .arg(&expected.instance_id)
+                .arg(expected.input_hash.to_string())
+                .arg(ms(now))
+                .arg(token);
+            let reinstated: i64 = self.stores.run(call).await?;
+            Ok(reinstated == 1)
+        })
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            // Entries of consumed, denied or claimed records are dropped as they are met; look at a
+            // few more than asked for, so that they do not starve one listing.
+            let look_at = limit.saturating_mul(4).saturating_add(16);
+            let mut call = self.scripts().list_expired.key(self.expiry_index());
+            call.arg(ms(now)).arg(limit).arg(self.stores.key("conf", "")).arg(look_at);
+            let fields: Vec<String> = self.stores.run(call).await?;
+            fields
+                .chunks(4)
+                .map(|quad| {
+                    let [rec, s, by, d] = quad else { return Err(corrupt("list_expired")) };
+                    let fixed: Fixed = serde_json::from_str(rec).map_err(|_| corrupt("rec"))?;
+                    let state = state_of(s, by.clone()).ok_or_else(|| corrupt("state"))?;
+                    fixed.into_record(state, d).ok_or_else(|| corrupt("input hash or decisions"))
+                })
+                .collect()
         })
     }
 }

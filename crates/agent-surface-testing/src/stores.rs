@@ -198,6 +198,151 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     check_pending_listing(store, prefix).await;
     check_confirmation_quorum(store, prefix).await;
     check_expiry_claims(store, prefix).await;
+    check_reinstatement(store, prefix).await;
+    check_expired_listing(store, prefix).await;
+}
+
+/// [`ConfirmationStore::reinstate`] (part of [`check_confirmation_store`]): consumed evidence is
+/// given back to the call that consumed it — its binding and its consumption token — before the
+/// deadline, once per consumption; never to another binding, with another token, after another
+/// call consumed it again, twice, or after the deadline; of concurrent reinstatements exactly one
+/// wins.
+async fn check_reinstatement(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}reinstate-{name}");
+    let mine = binding("c-1");
+    let approved = |name: &str| {
+        let record = pending(&id(name));
+        async move {
+            expect("insert", store.insert(record.clone(), at(0)).await);
+            assert_eq!(
+                expect("decide", store.decide(&record.id, ApprovalVerdict::Approve, "bob", at(1)).await),
+                Decided::Done
+            );
+            record.id
+        }
+    };
+    let consume = |r: &str, now| {
+        let r = r.to_string();
+        let mine = mine.clone();
+        async move {
+            match expect("consume", store.consume(&r, &mine, now).await) {
+                Ok(consumed) => consumed.token.expect("store kit: consume must hand out a consumption token"),
+                Err(rejection) => panic!("store kit: approved evidence must be consumed, got {rejection:?}"),
+            }
+        }
+    };
+    let state = |r: &str| {
+        let r = r.to_string();
+        async move { expect("get", store.get(&r, at(10)).await).expect("store kit: the record is still there").state }
+    };
+    let bob = || ConfirmationState::Approved { by: "bob".to_string() };
+    let used = || ConfirmationState::Consumed { approved_by: "bob".to_string() };
+
+    let r = approved("one").await;
+    let token = consume(&r, at(2)).await;
+    // Another binding, another input, another token: refused, nothing changes.
+    let mut other_input = mine.clone();
+    other_input.input_hash = Fingerprint::of(&json!({"orderId": "A-2"}));
+    for (who, b, t) in [
+        ("another consumer", binding("c-2"), token.as_str()),
+        ("another input", other_input, token.as_str()),
+        ("another token", mine.clone(), "k-not-the-token"),
+        ("an empty token", mine.clone(), ""),
+    ] {
+        assert!(!expect("reinstate", store.reinstate(&r, &b, t, at(3)).await), "store kit: {who} must not reinstate");
+    }
+    assert_eq!(state(&r).await, used(), "store kit: a refused reinstatement changes nothing");
+    // The consumer's own token: approved again, by the same approver; once.
+    assert!(expect("reinstate", store.reinstate(&r, &mine, &token, at(4)).await), "store kit: the consumer reinstates");
+    assert_eq!(state(&r).await, bob(), "store kit: reinstated evidence is approved by the same approvers");
+    assert!(
+        !expect("reinstate", store.reinstate(&r, &mine, &token, at(5)).await),
+        "store kit: evidence is reinstated once per consumption"
+    );
+    // The retry consumes it with a token of its own; the first token no longer reinstates.
+    let second = consume(&r, at(6)).await;
+    assert_ne!(second, token, "store kit: each consumption has a fresh token");
+    assert!(
+        !expect("reinstate", store.reinstate(&r, &mine, &token, at(7)).await),
+        "store kit: an old token must not undo another call's consumption"
+    );
+    assert_eq!(state(&r).await, used());
+    let racers = join_all((0..8).map(|_| store.reinstate(&r, &mine, &second, at(8)))).await;
+    let won = racers.into_iter().map(|x| expect("reinstate", x)).filter(|w| *w).count();
+    assert_eq!(won, 1, "store kit: of concurrent reinstatements exactly one must win");
+    assert_eq!(state(&r).await, bob());
+
+    // Nothing that was not consumed is reinstated: pending, denied, unknown.
+    let p = id("pending");
+    expect("insert", store.insert(pending(&p), at(0)).await);
+    assert!(!expect("reinstate", store.reinstate(&p, &mine, &token, at(1)).await), "store kit: a pending record");
+    expect("decide", store.decide(&p, ApprovalVerdict::Deny, "bob", at(2)).await);
+    assert!(!expect("reinstate", store.reinstate(&p, &mine, &token, at(3)).await), "store kit: a denied record");
+    assert!(!expect("reinstate", store.reinstate(&id("none"), &mine, &token, at(3)).await), "store kit: an unknown id");
+
+    // Not at or after the deadline.
+    let late = approved("late").await;
+    let token = consume(&late, at(59_999)).await;
+    assert!(
+        !expect("reinstate", store.reinstate(&late, &mine, &token, at(60_000)).await),
+        "store kit: expired evidence must not be reinstated"
+    );
+    let read = expect("get", store.get(&late, at(60_001)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, used(), "store kit: expired evidence stays consumed");
+}
+
+/// [`ConfirmationStore::list_expired`] (part of [`check_confirmation_store`]): records past
+/// their deadline that were pending, approved and unused, or withdrawn, and whose expiry nobody
+/// claimed, soonest expiry first, at most the limit; not consumed or denied ones, not claimed
+/// ones, not those before their deadline.
+async fn check_expired_listing(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}expired-{name}");
+    let mine = binding("c-1");
+    let mut later = pending(&id("later"));
+    later.expires_at = at(120_000);
+    for record in ["pending", "approved", "consumed", "denied", "withdrawn", "claimed"]
+        .map(|name| pending(&id(name)))
+        .into_iter()
+        .chain([later.clone()])
+    {
+        expect("insert", store.insert(record, at(0)).await);
+    }
+    expect("decide", store.decide(&id("approved"), ApprovalVerdict::Approve, "bob", at(1)).await);
+    expect("decide", store.decide(&id("consumed"), ApprovalVerdict::Approve, "bob", at(1)).await);
+    assert!(expect("consume", store.consume(&id("consumed"), &mine, at(2)).await).is_ok());
+    expect("decide", store.decide(&id("denied"), ApprovalVerdict::Deny, "bob", at(1)).await);
+    expect("withdraw", store.withdraw(&id("withdrawn"), at(1)).await);
+    let ours = |records: Vec<ConfirmationRecord>| -> Vec<(String, ConfirmationState)> {
+        records.into_iter().filter(|r| r.id.starts_with(&id(""))).map(|r| (r.id, r.state)).collect()
+    };
+    assert!(
+        ours(expect("list_expired", store.list_expired(at(59_999), 1000).await)).is_empty(),
+        "store kit: nothing is listed before its deadline"
+    );
+    assert!(expect("claim_expiry", store.claim_expiry(&id("claimed"), at(60_000)).await));
+    let listed = ours(expect("list_expired", store.list_expired(at(60_000), 1000).await));
+    assert_eq!(
+        listed,
+        vec![
+            (id("approved"), ConfirmationState::Approved { by: "bob".to_string() }),
+            (id("pending"), ConfirmationState::Pending),
+            (id("withdrawn"), ConfirmationState::Withdrawn),
+        ],
+        "store kit: expired pending, approved and withdrawn records whose expiry is unclaimed, by expiry then id"
+    );
+    let read = expect("list_expired", store.list_expired(at(60_000), 1000).await);
+    let full = read.into_iter().find(|r| r.id == id("pending")).expect("store kit: listed again until claimed");
+    assert_eq!(full, pending(&id("pending")), "store kit: a listed record is the record as stored");
+    assert_eq!(expect("list_expired", store.list_expired(at(60_000), 1).await).len(), 1, "store kit: the limit");
+    assert!(expect("list_expired", store.list_expired(at(60_000), 0).await).is_empty(), "store kit: limit 0");
+    assert!(expect("claim_expiry", store.claim_expiry(&id("pending"), at(60_001)).await));
+    let listed = ours(expect("list_expired", store.list_expired(at(120_000), 1000).await));
+    let ids: Vec<&str> = listed.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(
+        ids,
+        [id("approved"), id("withdrawn"), id("later")],
+        "store kit: a claimed expiry is no longer listed; a later deadline is, once passed"
+    );
 }
 
 /// [`ConfirmationStore::claim_expiry`] (part of [`check_confirmation_store`]): the first claim
@@ -326,6 +471,48 @@ pub async fn check_replicas_record_one_expiry(store: std::sync::Arc<dyn Confirma
     }
     let expired = replicas.trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).count();
     assert_eq!(expired, 1, "store kit: replicas sharing a store must record one expiry between them");
+}
+
+/// Two confirmation engines (two replicas) over one `store` and one audit trail, and a
+/// confirmation nobody touches after it was requested: once its deadline passed, both replicas'
+/// sweeps ([`agent_surface_policy::ConfirmationEngine::sweep_expired`]) record its
+/// `confirmation.expired` once between them, a sweep before the deadline records nothing, and
+/// its evidence presented later to either replica writes no second event.
+///
+/// # Panics
+///
+/// When the trail holds the expiry other than once.
+pub async fn check_replicas_sweep_one_expiry(store: std::sync::Arc<dyn ConfirmationStore>) {
+    use agent_surface_policy::{Clock, ConfirmationDecision, ConfirmationGate};
+    let replicas = Replicas::new(store);
+    let id = replicas.request().await;
+    let expired = || {
+        replicas
+            .trail
+            .events()
+            .iter()
+            .filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired) && e.confirmation_id.as_deref() == Some(&id))
+            .count()
+    };
+    replicas.clock.advance(Duration::from_secs(59));
+    assert_eq!(expect("sweep", replicas.a.sweep_expired(100).await), 0, "store kit: not expired yet");
+    replicas.clock.advance(Duration::from_secs(2));
+    let (a, b) = futures_util::future::join(replicas.a.sweep_expired(100), replicas.b.sweep_expired(100)).await;
+    assert_eq!(expect("sweep", a) + expect("sweep", b), 1, "store kit: two sweeps record one expiry between them");
+    assert_eq!(expired(), 1, "store kit: the trail holds the expiry of an untouched confirmation once");
+    let event = replicas.trail.events().into_iter().find(|e| matches!(e.kind, AuditKind::ConfirmationExpired));
+    let event = event.expect("store kit: the expired event");
+    assert_eq!(event.capability, "orders.cancel", "store kit: the event describes the confirmation");
+    assert_eq!(event.principal.as_deref(), Some("alice"), "store kit: the event names the requester");
+    for replica in [&replicas.a, &replicas.b] {
+        assert_eq!(expect("sweep", replica.sweep_expired(100).await), 0, "store kit: a second sweep records none");
+        let presented = replica.check(replicas.call(), Some(&id), replicas.clock.now()).await;
+        assert!(
+            matches!(presented, ConfirmationDecision::Invalid(_)),
+            "store kit: expired evidence, got {presented:?}"
+        );
+    }
+    assert_eq!(expired(), 1, "store kit: a later touch writes no second expired event");
 }
 
 /// The quorum rules of [`ConfirmationStore::decide`] (part of [`check_confirmation_store`]):

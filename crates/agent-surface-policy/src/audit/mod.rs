@@ -168,9 +168,14 @@ pub enum AuditKind {
         approved_by: String,
     },
     /// A confirmation reached its deadline without being used (noticed when it was presented,
-    /// decided or waited for after it; or a waiting call gave up).
+    /// decided or waited for after it, when a waiting call gave up, or by the engine's sweep).
     #[serde(rename = "confirmation.expired")]
     ConfirmationExpired,
+    /// Evidence consumed by a call whose handler never started (strict audit could not record
+    /// its start) was given back to that call: approved again, by the same approvers, for its
+    /// retry. Follows the call's `confirmation.consumed`; the retry writes another one.
+    #[serde(rename = "confirmation.reinstated")]
+    ConfirmationReinstated,
     /// The handler of a capability with an effect is about to run.
     #[serde(rename = "execution.started", rename_all = "camelCase")]
     ExecutionStarted {
@@ -196,6 +201,7 @@ impl AuditKind {
             AuditKind::ConfirmationDecided { .. } => "confirmation.decided",
             AuditKind::ConfirmationConsumed { .. } => "confirmation.consumed",
             AuditKind::ConfirmationExpired => "confirmation.expired",
+            AuditKind::ConfirmationReinstated => "confirmation.reinstated",
             AuditKind::ExecutionStarted { .. } => "execution.started",
             AuditKind::ExecutionFinished { .. } => "execution.finished",
         }

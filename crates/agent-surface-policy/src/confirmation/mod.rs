@@ -26,7 +26,7 @@ use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note,
 use crate::clock::{Clock, SystemClock};
 use crate::consumer::Identity;
 use crate::guard::{caught, guarded};
-use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, Scope};
+use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, PolicyError, Scope};
 use crate::idempotency::{Fingerprint, StoreError};
 
 /// How long a confirmation stays valid when none is configured: ten minutes, for the decision
@@ -602,13 +602,86 @@ impl ConfirmationEngine {
     /// the expiry warning's lead time (see [`ConfirmationConfig::expiry_warning`]); returns how
     /// many it warned about now. A host that wants the warnings without waiting for someone to
     /// look runs it on a timer (every minute, say).
+    ///
+    /// It also records the expiry of up to `limit` confirmations whose deadline passed while
+    /// nobody touched them ([`sweep_expired`](Self::sweep_expired)), so the host's one timer
+    /// serves both.
     pub async fn sweep_expiring(&self, limit: usize) -> Result<usize, StoreError> {
+        self.sweep_expired(limit).await?;
         if self.config.expiry_warning.is_none() {
             return Ok(0);
         }
         let now = self.config.clock.now();
         let pending = self.bounded(self.config.store.list_pending(now, limit)).await?;
         Ok(pending.iter().filter(|r| self.observe(r, now)).count())
+    }
+
+    /// Records the `confirmation.expired` audit event of up to `limit` confirmations whose
+    /// deadline passed while they were pending, approved and unused, or withdrawn, and whose
+    /// expiry nobody recorded yet ([`ConfirmationStore::list_expired`]) — those nobody presents,
+    /// decides or waits for again would otherwise never get one. Once per confirmation across
+    /// the engines sharing the store, as for an expiry met by a call
+    /// ([`ConfirmationStore::claim_expiry`]); returns how many this sweep recorded. Run by
+    /// [`sweep_expiring`](Self::sweep_expiring); a store keeps a record for its retention past
+    /// the deadline, so sweep more often than that.
+    pub async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let now = self.config.clock.now();
+        let expired = self.bounded(self.config.store.list_expired(now, limit)).await?;
+        let mut recorded = 0;
+        for record in &expired {
+            if self.first_expiry(&record.id, now).await {
+                recorded += 1;
+                self.audit(|| {
+                    let mut event = record_event(now, AuditKind::ConfirmationExpired, record);
+                    event.confirmation_id = Some(record.id.clone());
+                    event
+                })
+                .await;
+            }
+        }
+        Ok(recorded)
+    }
+
+    /// Gives back `evidence`, which this engine consumed for `call` (see
+    /// [`ConfirmationGate::reinstate`]): atomically in the store, only for the call's binding and
+    /// with the consumption token of that consumption, before the deadline
+    /// ([`ConfirmationStore::reinstate`]). Logged and written to the audit trail as
+    /// `confirmation.reinstated`; `true` when the approval is usable again. A store that fails
+    /// or refuses leaves the evidence consumed (the retry then needs a fresh approval).
+    pub async fn reinstate(&self, call: CallInfo<'_>, evidence: &ConsumedEvidence, now: Timestamp) -> bool {
+        let id = evidence.confirmation_id.as_str();
+        let binding = self.binding_of(&call);
+        match self.bounded(self.config.store.reinstate(id, &binding, &evidence.token, now)).await {
+            Ok(true) => {
+                tracing::info!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    "confirmation reinstated: the call that consumed it did not run"
+                );
+                self.audit(|| call_event(now, AuditKind::ConfirmationReinstated, &call, &binding, id)).await;
+                true
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    "confirmation not reinstated (expired, or not this call's consumption)"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::error!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    error = %e,
+                    "confirmation store failed; the confirmation stays consumed"
+                );
+                false
+            }
+        }
     }
 
     /// The configuration.
@@ -897,10 +970,10 @@ impl ConfirmationEngine {
         None
     }
 
-    async fn check_now(&self, call: CallInfo<'_>, evidence: Option<&str>, now: Timestamp) -> ConfirmationDecision {
-        let Some(summary) = self.gate(&call).await else { return ConfirmationDecision::Proceed };
+    /// What evidence for `call` is bound to.
+    fn binding_of(&self, call: &CallInfo<'_>) -> ConfirmationBinding {
         static NO_INPUT: Value = Value::Null;
-        let binding = ConfirmationBinding {
+        ConfirmationBinding {
             consumer_key: call.consumer.key().to_string(),
             capability: call.capability.to_string(),
             registration_id: match self.config.target_binding {
@@ -909,7 +982,12 @@ impl ConfirmationEngine {
             },
             instance_id: call.instance_id.unwrap_or_default().to_string(),
             input_hash: Fingerprint::of(call.input.unwrap_or(&NO_INPUT)),
-        };
+        }
+    }
+
+    async fn check_now(&self, call: CallInfo<'_>, evidence: Option<&str>, now: Timestamp) -> ConfirmationDecision {
+        let Some(summary) = self.gate(&call).await else { return ConfirmationDecision::Proceed };
+        let binding = self.binding_of(&call);
         // A call without evidence presents the confirmation relayed to its caller for this same
         // call, if the caller remembers one (asked only here: for a call this engine gates).
         let relayed = match evidence {
@@ -928,6 +1006,7 @@ impl ConfirmationEngine {
                             approved_by = %consumed.approved_by,
                             "confirmation consumed"
                         );
+                        tell_consumed(&call, id, consumed);
                         ConfirmationDecision::Proceed
                     }
                     // The relayed confirmation expired (or is gone): the caller never sent it, so
@@ -1035,7 +1114,10 @@ impl ConfirmationEngine {
                     let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
                     self.audit_consume(call, &record.binding, id, now, &consumed).await;
                     return match consumed {
-                        Ok(Ok(_)) => ConfirmationDecision::Proceed,
+                        Ok(Ok(consumed)) => {
+                            tell_consumed(call, id, consumed);
+                            ConfirmationDecision::Proceed
+                        }
                         Ok(Err(rejection)) => rejected(id, rejection),
                         Err(e) => unavailable(&e),
                     };
@@ -1045,9 +1127,10 @@ impl ConfirmationEngine {
             let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
             self.audit_consume(call, &record.binding, id, now, &consumed).await;
             match consumed {
-                Ok(Ok(_)) => {
+                Ok(Ok(consumed)) => {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation consumed");
+                    tell_consumed(call, id, consumed);
                     return ConfirmationDecision::Proceed;
                 }
                 Ok(Err(Rejection::Pending(_))) => continue,
@@ -1124,6 +1207,24 @@ impl ConfirmationGate for ConfirmationEngine {
 
     fn consults_call_details(&self) -> bool {
         true
+    }
+
+    /// See [`ConfirmationEngine::reinstate`].
+    fn reinstate<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        evidence: &'a ConsumedEvidence,
+        now: Timestamp,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(ConfirmationEngine::reinstate(self, call, evidence, now))
+    }
+}
+
+/// Tells the call (through [`CallInfo::details`]) which evidence was consumed for it, with the
+/// store's consumption token, so that it can be given back should its handler never start.
+fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: Consumed) {
+    if let (Some(details), Some(token)) = (call.details, consumed.token) {
+        details.consumed(ConsumedEvidence::new(id, token));
     }
 }
 

@@ -332,17 +332,38 @@ pub enum Decided {
 }
 
 /// What [`ConfirmationStore::consume`] hands the one call it admits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Consumed {
     /// The approver's subject (for the operator channel and audit).
     pub approved_by: String,
+    /// The consumption token: a fresh random value the store recorded with this consumption,
+    /// known only to the call that consumed. Presented to [`ConfirmationStore::reinstate`], it
+    /// gives the approval back when that call's handler never started. `None`: the store cannot
+    /// reinstate.
+    pub token: Option<String>,
 }
 
 impl Consumed {
-    /// Evidence approved by `approved_by`.
+    /// Evidence approved by `approved_by` (no consumption token).
     pub fn new(approved_by: impl Into<String>) -> Consumed {
-        Consumed { approved_by: approved_by.into() }
+        Consumed { approved_by: approved_by.into(), token: None }
+    }
+
+    /// The same, with the consumption token the store recorded.
+    pub fn with_token(mut self, token: impl Into<String>) -> Consumed {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+/// Shows whether there is a token, never the token.
+impl fmt::Debug for Consumed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumed")
+            .field("approved_by", &self.approved_by)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .finish()
     }
 }
 
@@ -375,6 +396,8 @@ pub enum Rejection {
 /// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record — refused when expired, when the approver decided it before, or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
+/// | [`reinstate`](ConfirmationStore::reinstate) | consumed → approved, for the call that consumed it (its binding and consumption token), before the deadline |
+/// | [`claim_expiry`](ConfirmationStore::claim_expiry) | marks the recording of an expiry, once |
 ///
 /// With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
 /// `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
@@ -454,6 +477,49 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         let _ = (id, now);
         Box::pin(std::future::ready(Ok(true)))
     }
+
+    /// Atomically gives back evidence a call consumed when that call's handler never started
+    /// (the registry's strict audit could not record its start): consumed → approved, by the
+    /// same approvers, so that the call's retry can use it. `true` when reinstated.
+    ///
+    /// Only the consumer can reinstate, and only its own consumption: the record must exist, its
+    /// binding match `expected` (as for [`consume`](ConfirmationStore::consume)), its state be
+    /// `consumed` with the consumption token `token` (the [`Consumed::token`] that consumption
+    /// handed out), and its deadline not have passed. Reinstating clears the token, so evidence is
+    /// reinstated at most once per consumption: a second reinstatement, or one after another call
+    /// consumed the evidence again (with a token of its own), answers `false` and changes nothing.
+    ///
+    /// The default answers `false` (the evidence stays consumed; the caller needs a fresh
+    /// approval), right for a store whose [`consume`](ConfirmationStore::consume) hands out no
+    /// token; the store kit of `agent-surface-testing` checks a store that does.
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = (id, expected, token, now);
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// Up to `limit` records whose deadline passed (`expires_at <= now`) while they were pending,
+    /// approved and unused, or withdrawn, and whose expiry nobody claimed yet
+    /// ([`claim_expiry`](ConfirmationStore::claim_expiry)), those that expired first first —
+    /// for the engine's sweep, which records their `confirmation.expired` event even when nobody
+    /// meets them again. Records the store no longer holds (past its retention) are not listed. A
+    /// snapshot: a listed record may be claimed right after.
+    ///
+    /// The default lists none (a store that cannot list leaves its expiries to be recorded when
+    /// something meets them); the store kit checks a store that lists.
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        let _ = (now, limit);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
@@ -507,6 +573,24 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
     fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
         (**self).claim_expiry(id, now)
     }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).reinstate(id, expected, token, now)
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        (**self).list_expired(now, limit)
+    }
 }
 
 /// The configuration of a [`MemoryConfirmationStore`].
@@ -551,6 +635,9 @@ struct Inner {
     by_consumer: HashMap<String, VecDeque<String>>,
     /// Ids of held records whose expiry was claimed ([`ConfirmationStore::claim_expiry`]).
     expiry_claimed: std::collections::HashSet<String>,
+    /// The consumption token of each consumed record that may still be reinstated
+    /// ([`ConfirmationStore::reinstate`]).
+    tokens: HashMap<String, String>,
 }
 
 /// How many of the oldest records a global eviction looks through for one that is not approved.
@@ -561,6 +648,7 @@ impl Inner {
     fn drop_record(&mut self, id: &str, why: &'static str) {
         let Some(record) = self.records.remove(id) else { return };
         self.expiry_claimed.remove(id);
+        self.tokens.remove(id);
         let consumer = &record.binding.consumer_key;
         if let Some(ids) = self.by_consumer.get_mut(consumer) {
             if let Some(at) = ids.iter().position(|i| i == id) {
@@ -735,7 +823,50 @@ impl MemoryConfirmationStore {
             ConfirmationState::Approved { by } => by.clone(),
         };
         record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
-        Ok(Consumed { approved_by })
+        let token = agent_surface_core::id::random_id("k-");
+        inner.tokens.insert(id.to_string(), token.clone());
+        Ok(Consumed { approved_by, token: Some(token) })
+    }
+
+    fn reinstate_now(&self, id: &str, expected: &ConfirmationBinding, token: &str, now: Timestamp) -> bool {
+        let mut inner = self.lock();
+        let Some(record) = self.live(&mut inner, id, now) else { return false };
+        if !record.binding.mismatch(expected).is_empty() || now >= record.expires_at {
+            return false;
+        }
+        let ConfirmationState::Consumed { approved_by } = &record.state else { return false };
+        let by = approved_by.clone();
+        if inner.tokens.get(id).map(String::as_bytes) != Some(token.as_bytes()) {
+            return false;
+        }
+        inner.tokens.remove(id);
+        if let Some(record) = inner.records.get_mut(id) {
+            record.state = ConfirmationState::Approved { by };
+        }
+        true
+    }
+
+    fn list_expired_now(&self, now: Timestamp, limit: usize) -> Vec<ConfirmationRecord> {
+        let mut inner = self.lock();
+        self.sweep(&mut inner, now);
+        let mut expired: Vec<ConfirmationRecord> = inner
+            .records
+            .values()
+            .filter(|r| {
+                r.expires_at <= now
+                    && !self.gone(r, now)
+                    && matches!(
+                        r.state,
+                        ConfirmationState::Pending | ConfirmationState::Approved { .. } | ConfirmationState::Withdrawn
+                    )
+                    && !inner.expiry_claimed.contains(&r.id)
+            })
+            .cloned()
+            .collect();
+        drop(inner);
+        expired.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
+        expired.truncate(limit);
+        expired
     }
 
     fn withdraw_now(&self, id: &str, now: Timestamp) -> Option<ConfirmationState> {
@@ -833,5 +964,23 @@ impl ConfirmationStore for MemoryConfirmationStore {
             !held || inner.expiry_claimed.insert(id.to_string())
         };
         Box::pin(std::future::ready(Ok(first)))
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.reinstate_now(id, expected, token, now))))
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.list_expired_now(now, limit))))
     }
 }

@@ -76,7 +76,7 @@ fn consume_checks_the_binding_before_the_state() {
     assert_eq!(m, Mismatch { consumer: true, input: true, ..Mismatch::default() });
     assert_eq!(m.to_string(), "consumer, input");
 
-    assert_eq!(sync(s.consume("c-1", &b, at(2))).unwrap(), Ok(Consumed::new("bob")));
+    assert_eq!(sync(s.consume("c-1", &b, at(2))).unwrap().map(|c| c.approved_by), Ok("bob".to_string()));
     let state = sync(s.get("c-1", at(2))).unwrap().unwrap().state;
     assert_eq!(state, ConfirmationState::Consumed { approved_by: "bob".into() });
     assert_eq!(sync(s.consume("c-1", &b, at(3))).unwrap(), Err(Rejection::Consumed));
@@ -262,6 +262,69 @@ async fn ids_are_fresh_and_unguessable_looking() {
     let record = a.get(&confirmation_id).await.unwrap().unwrap();
     assert_eq!(record.requester, None);
     assert_eq!(record.state, ConfirmationState::Approved { by: "someone".into() });
+}
+
+/// What a caller learns through `CallDetails`: the evidence the engine consumed for it.
+#[derive(Debug, Default)]
+struct Told(std::sync::Mutex<Vec<agent_surface_policy::ConsumedEvidence>>);
+
+impl agent_surface_policy::CallDetails for Told {
+    fn relayed_confirmation(&self, _input_hash: &Fingerprint) -> Option<String> {
+        None
+    }
+
+    fn input_preview(&self) -> Option<String> {
+        None
+    }
+
+    fn consumed(&self, evidence: agent_surface_policy::ConsumedEvidence) {
+        self.0.lock().unwrap().push(evidence);
+    }
+}
+
+/// The engine tells the call which evidence it consumed, with the store's consumption token, and
+/// gives it back through the gate for that call only, once per consumption, before the deadline.
+#[tokio::test]
+async fn consumed_evidence_is_given_back_to_its_call_only() {
+    let clock = Arc::new(ManualClock::new(at(0)));
+    let e = engine(&clock, 10_000);
+    let call = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 42);
+    let ConfirmationDecision::Required { confirmation_id: id, .. } = e.check(call.info(), None, clock.now()).await
+    else {
+        panic!()
+    };
+    e.approve(&id, &Identity::new("manager")).await.unwrap();
+    let told = Told::default();
+    assert_eq!(e.check(call.info().with_details(&told), Some(&id), clock.now()).await, ConfirmationDecision::Proceed);
+    let evidence = told.0.lock().unwrap().pop().expect("the engine tells the call what it consumed");
+    assert_eq!(evidence.confirmation_id, id);
+    assert!(!format!("{evidence:?}").contains(&evidence.token), "Debug never shows the token");
+
+    // Another consumer, another input, a forged token: nothing is given back.
+    let stranger = Call::new(Consumer::authenticated("session-2", Identity::new("mallory")), 42);
+    assert!(!e.reinstate(stranger.info(), &evidence, clock.now()).await);
+    let other_input = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 43);
+    assert!(!e.reinstate(other_input.info(), &evidence, clock.now()).await);
+    let forged = agent_surface_policy::ConsumedEvidence::new(id.clone(), "k-0");
+    assert!(!e.reinstate(call.info(), &forged, clock.now()).await);
+    assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Consumed { approved_by: "manager".into() });
+
+    // The call that consumed it: approved again, once; usable once more.
+    assert!(ConfirmationGate::reinstate(&e, call.info(), &evidence, clock.now()).await);
+    assert!(!e.reinstate(call.info(), &evidence, clock.now()).await, "once per consumption");
+    assert_eq!(e.check(call.info().with_details(&told), Some(&id), clock.now()).await, ConfirmationDecision::Proceed);
+    let again = told.0.lock().unwrap().pop().unwrap();
+    assert_ne!(again.token, evidence.token, "each consumption has its own token");
+    assert!(!e.reinstate(call.info(), &evidence, clock.now()).await, "an old token cannot undo a new consumption");
+    assert_eq!(
+        e.check(call.info(), Some(&id), clock.now()).await,
+        ConfirmationDecision::Invalid(ConfirmationInvalidReason::Consumed)
+    );
+    // Not after the deadline.
+    clock.advance(Duration::from_secs(10));
+    assert!(!e.reinstate(call.info(), &again, clock.now()).await);
+    // A store that hands out no token cannot reinstate: `Consumed::new` carries none.
+    assert_eq!(Consumed::new("manager").token, None);
 }
 
 /// The requester cannot approve through `approve`, but can in person (a prompt the host put in

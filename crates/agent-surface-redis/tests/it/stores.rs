@@ -40,6 +40,14 @@ async fn two_replicas_record_one_expiry() {
     stores::check_replicas_record_one_expiry(Arc::new(redis.confirmations())).await;
 }
 
+/// Two replicas over one Redis, one audit trail: a confirmation nobody touches is recorded as
+/// expired once by their sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_sweep_one_expiry() {
+    let Some(redis) = support::stores("sweep").await else { return };
+    stores::check_replicas_sweep_one_expiry(Arc::new(redis.confirmations())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_task_store_passes_the_kit() {
     let Some(redis) = support::stores("task-kit").await else { return };

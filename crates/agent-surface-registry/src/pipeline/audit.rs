@@ -53,9 +53,16 @@ pub(crate) struct Started {
     event: Option<AuditEvent>,
 }
 
-/// Records `execution.started` for the call in `audit` (see [`trail`]).
-pub(crate) async fn start(call: &Call<'_>, audit: &AuditConfig, input: &Value) -> Result<Started, Stop> {
-    let confirmation_id = call.request.confirmation_id.as_deref();
+/// Records `execution.started` for the call in `audit` (see [`trail`]); its confirmation id is
+/// that of the evidence phase 7 consumed (`consumed`: presented or relayed), else the one the
+/// call carried.
+pub(crate) async fn start(
+    call: &Call<'_>,
+    audit: &AuditConfig,
+    input: &Value,
+    consumed: Option<&str>,
+) -> Result<Started, Stop> {
+    let confirmation_id = consumed.or(call.request.confirmation_id.as_deref());
     let (inner, def) = (call.inner, &*call.def);
     let strict = def.strict_audit || audit.strict;
     let info = call.info();

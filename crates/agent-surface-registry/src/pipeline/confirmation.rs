@@ -12,7 +12,7 @@ use std::any::Any;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
-use agent_surface_policy::{CallDetails, ConfirmationDecision, ConfirmationGate, Fingerprint};
+use agent_surface_policy::{CallDetails, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, Fingerprint};
 use serde_json::Value;
 
 use super::{Call, Stop};
@@ -92,16 +92,47 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 ///
 /// `gate` is the registry's (which the caller unwrapped; see [`no_gate`] for a declared gate
 /// without one).
+///
+/// A call let through returns the evidence the gate consumed for it, when the gate said so
+/// ([`CallDetails::consumed`]), for [`give_back`] should the call stop before its handler starts.
 pub(crate) async fn confirm(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
-) -> Result<(), Stop> {
+) -> Result<Option<ConsumedEvidence>, Stop> {
     if gate.consults_call_details() {
         confirm_on_demand(call, gate, input, summary).await
     } else {
-        confirm_eagerly(call, gate, input, summary).await
+        confirm_eagerly(call, gate, input, summary).await.map(|()| None)
+    }
+}
+
+/// Gives back the evidence the gate consumed for this call, whose handler never started (strict
+/// audit refused it: phase 8a), so that its retry can use the approval
+/// ([`ConfirmationGate::reinstate`]). Once the gate reinstated it, the confirmation is remembered
+/// as relayed for this call ([`crate::relayed`]): the same call repeated without evidence — as a
+/// model repeats it, or a call in wait mode, whose caller never saw an id — presents it again.
+/// A gate that fails, panics, refuses or overruns its budget leaves the evidence consumed: the
+/// retry then asks for a fresh approval.
+pub(crate) async fn give_back(call: &Call<'_>, input: &Value, evidence: &ConsumedEvidence) {
+    let Some(gate) = &call.inner.config.confirmation else { return };
+    let inner = call.inner;
+    let info = call.info().with_input(input).with_ids(call.correlation.invocation_id(), call.correlation_text());
+    let now = inner.config.clock.now();
+    let budget = inner.config.confirmation_budget;
+    let asked = catch_future(|| gate.reinstate(info, evidence, now));
+    let reinstated =
+        matches!(agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await, Some(Ok(true)));
+    if reinstated {
+        let relayed = &inner.relayed;
+        let key = relayed.key(
+            call.options.consumer.key(),
+            &call.def.name,
+            &call.reg.registration_id,
+            &Fingerprint::of(input),
+        );
+        relayed.remember(key, &evidence.confirmation_id);
     }
 }
 
@@ -118,6 +149,8 @@ struct Details<'c> {
     asked: std::sync::OnceLock<RelayKey>,
     /// Whether a remembered id was handed to the gate.
     found: std::sync::atomic::AtomicBool,
+    /// The evidence the gate consumed for the call, once it has.
+    consumed: std::sync::OnceLock<ConsumedEvidence>,
 }
 
 /// Names the call only: the input may hold sensitive fields.
@@ -147,6 +180,11 @@ impl CallDetails for Details<'_> {
     fn input_preview(&self) -> Option<String> {
         Some(preview(self.input, self.sensitive))
     }
+
+    fn consumed(&self, evidence: ConsumedEvidence) {
+        // One consumption per call; a second report (a gate's mistake) keeps the first.
+        let _ = self.consumed.set(evidence);
+    }
 }
 
 /// [`confirm`] with a gate that asks for the relayed confirmation itself.
@@ -155,7 +193,7 @@ async fn confirm_on_demand(
     gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
-) -> Result<(), Stop> {
+) -> Result<Option<ConsumedEvidence>, Stop> {
     let relayed = &call.inner.relayed;
     let presented = call.request.confirmation_id.as_deref();
     let details = Details {
@@ -167,6 +205,7 @@ async fn confirm_on_demand(
         sensitive: &call.def.input.sensitive,
         asked: std::sync::OnceLock::new(),
         found: std::sync::atomic::AtomicBool::new(false),
+        consumed: std::sync::OnceLock::new(),
     };
     let outcome = check(call, gate, input, summary, presented, Some(&details)).await;
     // The key of this call: the one the gate asked about, else (evidence the caller presented,
@@ -189,7 +228,7 @@ async fn confirm_on_demand(
             }
         }
     }
-    outcome
+    outcome.map(|()| details.consumed.into_inner())
 }
 
 /// [`confirm`] with a gate that reads everything from the `CallInfo`: the remembered id is looked

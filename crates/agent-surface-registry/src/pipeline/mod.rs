@@ -538,28 +538,46 @@ fn confirmed<'a>(
         (Some(gate), _) => {
             let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
             later(async move {
-                confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await?;
-                finish(audited(call, prepared, hold, timing)).await
+                let consumed = confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await?;
+                finish(audited(call, prepared, hold, timing, consumed)).await
             })
         }
         (None, Some(_)) => Err(confirmation::no_gate(&call.def)),
-        (None, None) => audited(call, prepared, hold, timing),
+        (None, None) => audited(call, prepared, hold, timing, None),
     }
 }
 
 /// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
-/// trail's finish.
+/// trail's finish. A call refused here has not run: the evidence phase 7 `consumed` for it is
+/// given back ([`confirmation::give_back`]), so that its retry does not need a fresh approval.
 fn audited<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
     hold: Option<&'a idempotency::Hold>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
+    consumed: Option<agent_surface_policy::ConsumedEvidence>,
 ) -> Result<Step<'a>, Stop> {
     match audit::trail(&call) {
         audit::Trail::None => execute(call, hold, prepared, timing),
-        audit::Trail::Missing => Err(audit::missing(&call)),
+        audit::Trail::Missing => match consumed {
+            None => Err(audit::missing(&call)),
+            Some(evidence) => later(async move {
+                confirmation::give_back(&call, &prepared.value, &evidence).await;
+                Err(audit::missing(&call))
+            }),
+        },
         audit::Trail::To(trail) => later(async move {
-            let started = audit::start(&call, trail, &prepared.value).await?;
+            let confirmation_id = consumed.as_ref().map(|e| e.confirmation_id.as_str());
+            let started = match audit::start(&call, trail, &prepared.value, confirmation_id).await {
+                Ok(started) => started,
+                Err(stop) => {
+                    if let Some(evidence) = &consumed {
+                        confirmation::give_back(&call, &prepared.value, evidence).await;
+                    }
+                    return Err(stop);
+                }
+            };
+            drop(consumed);
             let outcome = finish(execute(call, hold, prepared, timing)).await;
             started.finish(&outcome).await;
             outcome

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry};
 use agent_surface_policy::{
-    AuditConfig, AuditEvent, AuditKind, AuditOutcome, ConfirmationConfig, ConfirmationEngine, Consumer, Fingerprint,
-    Identity, ManualClock, MemoryAuditSink,
+    AuditConfig, AuditEvent, AuditKind, AuditOutcome, ConfirmationConfig, ConfirmationEngine, ConfirmationState,
+    Consumer, Fingerprint, Identity, ManualClock, MemoryAuditSink,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, Registry, RegistryConfig};
 use agent_surface_testing::FlakyAuditSink;
@@ -242,4 +242,205 @@ async fn one_sink_holds_a_confirmation_and_the_execution_it_allowed() {
     assert!(events.iter().all(|e: &AuditEvent| e.confirmation_id.as_deref() == Some(id.as_str())));
     assert!(events.iter().all(|e| e.input_digest == events[0].input_digest));
     assert_eq!(events[3].invocation_id.as_deref(), Some("inv-2"));
+}
+
+/// A registry whose calls are strictly audited to `trail`, with a confirmation engine (writing
+/// its own events to `engine_trail`) in `mode`, and `orders.cancel` (destructive, gated).
+struct Gated {
+    registry: Registry,
+    engine: Arc<ConfirmationEngine>,
+    trail: Arc<FlakyAuditSink>,
+    engine_trail: Arc<MemoryAuditSink>,
+    runs: Arc<AtomicUsize>,
+    _mount: agent_surface_registry::Mount,
+}
+
+fn gated(mode: agent_surface_policy::ConfirmationMode) -> Gated {
+    let clock = clock();
+    let trail = Arc::new(FlakyAuditSink::default());
+    let engine_trail = Arc::new(MemoryAuditSink::default());
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        audit: Some(engine_trail.clone()),
+        mode,
+        ..Default::default()
+    }));
+    let registry =
+        Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..audited(&clock, trail.clone(), true) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    registry
+        .define("orders", move |t| {
+            t.capability("cancel", "Cancel an order.")
+                .effect(Effect::Destructive)
+                .confirm(|i: &Value| format!("Cancel order {}.", i["order_id"]))
+                .handler(move |_c: Ctx, i: Value| {
+                    let runs = counted.clone();
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, AgentSurfaceError>(i)
+                    }
+                });
+        })
+        .unwrap();
+    let mount = registry.mount("orders", "main").unwrap();
+    Gated { registry, engine, trail, engine_trail, runs, _mount: mount }
+}
+
+/// The strict audit refusal: the call did not run, and may be retried after a delay.
+fn refused_by_strict_audit(inv: &agent_surface_registry::Invocation) {
+    let p = assert_produced(inv, ErrorCode::ExecutionFailed, Phase::Execute);
+    assert_eq!(p.detail("reason"), Some(&json!("audit-unavailable")));
+    assert_eq!(p.retry(), Retry::AfterDelay);
+}
+
+fn confirmation_id(inv: &agent_surface_registry::Invocation) -> String {
+    let p = assert_produced(inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
+}
+
+/// Strict audit refuses a call after its confirmation was consumed: the approval is given back,
+/// so the retry with the same evidence runs — exactly once —, and the engine's trail shows the
+/// consumption, its reinstatement and the retry's consumption.
+#[tokio::test]
+async fn strict_audit_gives_back_the_approval_of_a_call_it_refused() {
+    let g = gated(agent_surface_policy::ConfirmationMode::TwoPhase);
+    let input = json!({"order_id": "A-9"});
+    let id = confirmation_id(&g.registry.invoke_detailed(call("orders.cancel", input.clone()), alice()).await);
+    g.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+
+    g.trail.set_failing(true);
+    let with_id = || call("orders.cancel", input.clone()).with_confirmation(&id);
+    let refused = g.registry.invoke_detailed(with_id().with_invocation_id("inv-1"), alice()).await;
+    refused_by_strict_audit(&refused);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 0, "the handler did not run");
+    let record = g.engine.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() }, "the approval is given back");
+
+    // Still failing: refused again, and given back again.
+    let again = g.registry.invoke_detailed(with_id(), alice()).await;
+    refused_by_strict_audit(&again);
+
+    g.trail.set_failing(false);
+    let ran = g.registry.invoke_detailed(with_id().with_invocation_id("inv-3"), alice()).await;
+    assert!(ran.result.output().is_some(), "{:?}", ran.result);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1, "the retry ran once");
+    let spent = g.registry.invoke_detailed(with_id(), alice()).await;
+    let p = assert_produced(&spent, ErrorCode::ConfirmationInvalid, Phase::Confirmation);
+    assert_eq!(p.detail("reason"), Some(&json!("consumed")), "one approval, one run");
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1);
+
+    assert_eq!(
+        g.engine_trail.names(),
+        [
+            "confirmation.requested",
+            "confirmation.decided",
+            "confirmation.consumed",
+            "confirmation.reinstated",
+            "confirmation.consumed",
+            "confirmation.reinstated",
+            "confirmation.consumed",
+        ]
+    );
+    let reinstated = &g.engine_trail.events()[3];
+    assert_eq!(reinstated.kind, AuditKind::ConfirmationReinstated);
+    assert_eq!(reinstated.confirmation_id.as_deref(), Some(id.as_str()));
+    assert_eq!(reinstated.invocation_id.as_deref(), Some("inv-1"), "the reinstatement names the refused call");
+    assert_eq!(reinstated.input_digest, Some(Fingerprint::of(&input).to_string()));
+    // The registry's trail: the run's start names the confirmation it used.
+    let started = g.trail.events().into_iter().find(|e| e.name() == "execution.started").unwrap();
+    assert_eq!(started.confirmation_id.as_deref(), Some(id.as_str()));
+    assert_eq!(started.invocation_id.as_deref(), Some("inv-3"));
+}
+
+/// Approval on repeat: the model repeats the call without the id; the repeat refused by strict
+/// audit gives the approval back, and the next repeat (still without an id) uses it, once.
+#[tokio::test]
+async fn strict_audit_gives_back_a_relayed_approval() {
+    let g = gated(agent_surface_policy::ConfirmationMode::TwoPhase);
+    let input = json!({"order_id": "A-10"});
+    let repeat = || g.registry.invoke_detailed(call("orders.cancel", input.clone()), alice());
+    let id = confirmation_id(&repeat().await);
+    g.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+
+    g.trail.set_failing(true);
+    refused_by_strict_audit(&repeat().await);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 0, "the handler did not run");
+    g.trail.set_failing(false);
+    let ran = repeat().await;
+    assert!(ran.result.output().is_some(), "{:?}", ran.result);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1);
+    let started = g.trail.events().into_iter().find(|e| e.name() == "execution.started").unwrap();
+    assert_eq!(started.confirmation_id.as_deref(), Some(id.as_str()), "the relayed confirmation it used");
+    // The approval is spent: the next repeat asks afresh.
+    let fresh = confirmation_id(&repeat().await);
+    assert_ne!(fresh, id);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Wait mode: the person approved while the call waited, strict audit refused it; the caller
+/// never saw an id, and its retry runs on the same approval without asking the person again.
+#[tokio::test]
+async fn strict_audit_gives_back_an_approval_given_while_the_call_waited() {
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let counted = reviews.clone();
+    let approver = agent_surface_policy::FnApprover::new(move |_record| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(agent_surface_policy::Review::Approve { approver: Identity::new("manager") }) }
+    });
+    let g = gated(agent_surface_policy::ConfirmationMode::Wait {
+        approver: Arc::new(approver),
+        timeout: std::time::Duration::from_secs(60),
+    });
+    let input = json!({"order_id": "A-11"});
+    let attempt = || g.registry.invoke_detailed(call("orders.cancel", input.clone()), alice());
+
+    g.trail.set_failing(true);
+    refused_by_strict_audit(&attempt().await);
+    assert_eq!((g.runs.load(Ordering::SeqCst), reviews.load(Ordering::SeqCst)), (0, 1));
+    g.trail.set_failing(false);
+    let ran = attempt().await;
+    assert!(ran.result.output().is_some(), "{:?}", ran.result);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1, "the retry ran once");
+    assert_eq!(reviews.load(Ordering::SeqCst), 1, "on the approval given before: nobody was asked again");
+    assert_eq!(
+        g.engine_trail.names(),
+        [
+            "confirmation.requested",
+            "confirmation.decided",
+            "confirmation.consumed",
+            "confirmation.reinstated",
+            "confirmation.consumed",
+        ]
+    );
+    // Another attempt needs another approval.
+    let third = attempt().await;
+    assert!(third.result.output().is_some(), "{:?}", third.result);
+    assert_eq!((g.runs.load(Ordering::SeqCst), reviews.load(Ordering::SeqCst)), (2, 2));
+}
+
+/// Strict audit asked for a capability in a registry without a trail refuses the call after its
+/// confirmation: the approval is given back too (the call never ran).
+#[tokio::test]
+async fn a_missing_trail_gives_back_the_approval() {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    registry
+        .define("orders", |t| {
+            t.capability("cancel", "Cancel an order.")
+                .effect(Effect::Destructive)
+                .strict_audit()
+                .confirm(|_: &Value| "Cancel it.")
+                .handler(|_c: Ctx, i: Value| async move { Ok::<_, AgentSurfaceError>(i) });
+        })
+        .unwrap();
+    let _mount = registry.mount("orders", "main").unwrap();
+    let input = json!({"order_id": "A-12"});
+    let id = confirmation_id(&registry.invoke_detailed(call("orders.cancel", input.clone()), alice()).await);
+    engine.approve(&id, &Identity::new("manager")).await.unwrap();
+    let refused = registry.invoke_detailed(call("orders.cancel", input).with_confirmation(&id), alice()).await;
+    refused_by_strict_audit(&refused);
+    let record = engine.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() });
 }

@@ -21,6 +21,11 @@ async fn replicas_sharing_a_memory_confirmation_store_record_one_expiry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_memory_confirmation_store_sweep_one_expiry() {
+    stores::check_replicas_sweep_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_task_store_passes_the_kit() {
     stores::check_task_store(&MemoryTaskStore::default(), "kit-").await;
 }
