@@ -321,7 +321,13 @@ async fn strict_audit_gives_back_the_approval_of_a_call_it_refused() {
     let again = g.registry.invoke_detailed(with_id(), alice()).await;
     refused_by_strict_audit(&again);
 
+    // The refused call's invocation id replays its refusal (the message asks for a fresh one);
+    // the retry after the delay under a fresh id runs.
     g.trail.set_failing(false);
+    let replayed = g.registry.invoke_detailed(with_id().with_invocation_id("inv-1"), alice()).await;
+    assert!(replayed.replayed, "{replayed:?}");
+    assert_eq!(replayed.result.code(), Some(ErrorCode::ExecutionFailed));
+    assert_eq!(g.runs.load(Ordering::SeqCst), 0);
     let ran = g.registry.invoke_detailed(with_id().with_invocation_id("inv-3"), alice()).await;
     assert!(ran.result.output().is_some(), "{:?}", ran.result);
     assert_eq!(g.runs.load(Ordering::SeqCst), 1, "the retry ran once");
