@@ -442,6 +442,13 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What is wrong with the gate's rules, each with the scope of the rule: e.g. a quorum that
+    /// can never be met. The registry refuses each as an `INVALID_DEFINITION` when it checks the
+    /// scopes (at the definition of the scope's type and on every mount). The default: nothing.
+    fn rule_problems(&self) -> Vec<(Scope, String)> {
+        Vec::new()
+    }
+
     /// Whether this gate asks [`CallInfo::details`] for what it needs of a call it gates (the
     /// confirmation relayed earlier, the input preview) instead of reading them from the
     /// `CallInfo`. The default, `false`: the registry computes both for every call it asks about
@@ -507,5 +514,9 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
         now: Timestamp,
     ) -> BoxFuture<'a, bool> {
         (**self).reinstate(call, evidence, now)
+    }
+
+    fn rule_problems(&self) -> Vec<(Scope, String)> {
+        (**self).rule_problems()
     }
 }

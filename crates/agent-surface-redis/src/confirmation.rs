@@ -8,8 +8,8 @@
 //! | `req` | the requester's subject (empty when anonymous) |
 //! | `rq`, `cs` | the requester's subject and the consumer key as a person reads them (`agent_surface_policy::principal::skeleton`; `rq` is `\0` when anonymous), for the self-approval rule |
 //! | `s`, `by` | the state (`pending`, `approved`, `denied`, `consumed`, `withdrawn`) and the approver (the approvers, separated by `, `, for a quorum) |
-//! | `n` | how many approvals the record needs (its [`Quorum`]'s roles are in `rec`; the engine checks them) |
-//! | `d` | the decisions so far, a JSON array of `{a, v, t, k}`: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds (as a string) and the approver as a person reads it (for one decision per approver) |
+//! | `n` | how many approvals the record needs: its [`Quorum`]'s slots (its roles and named approvers are in `rec`; the engine checks them and works out which slots an approver may fill) |
+//! | `d` | the decisions so far, a JSON array of `{a, v, t, k, m}`: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds (as a string), the approver as a person reads it (for one decision per approver) and the slots they could fill (bit `i`: slot `i`; absent in records written before slots: every slot) |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
 //! | `ct` | the consumption token of a consumed record, until it is reinstated ([`ConfirmationStore::reinstate`]) |
 //! | `xr` | set once the record's expiry is claimed ([`ConfirmationStore::claim_expiry`]) |
@@ -27,7 +27,7 @@ use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Mismatch, Quorum, Rejection, StoreError,
+    Consumed, Decided, Mismatch, Quorum, Rejection, SlotSet, StoreError,
 };
 use futures_util::future::BoxFuture;
 use redis::Script;
@@ -65,6 +65,9 @@ struct StoredDecision {
     a: String,
     v: String,
     t: String,
+    /// The slots the approver could fill (absent: every slot).
+    #[serde(default)]
+    m: Option<u32>,
 }
 
 /// The `d` field as decisions (`""`, `[]` and `{}`, Lua's empty table, are none).
@@ -82,7 +85,8 @@ fn decisions_of(d: &str) -> Option<Vec<ApproverDecision>> {
                 "deny" => ApprovalVerdict::Deny,
                 _ => return None,
             };
-            Some(ApproverDecision::new(x.a, verdict, Timestamp::from_unix_millis(x.t.parse().ok()?)))
+            let slots = x.m.map_or(SlotSet::ANY, SlotSet::from_bits);
+            Some(ApproverDecision::new(x.a, verdict, Timestamp::from_unix_millis(x.t.parse().ok()?)).with_slots(slots))
         })
         .collect()
 }
@@ -128,7 +132,14 @@ impl Fixed {
         .with_input_preview(self.input_preview.as_deref())
         .with_quorum(self.quorum);
         record.state = state;
-        record.decisions = decisions_of(decisions)?;
+        let all = record.quorum.all_slots();
+        record.decisions = decisions_of(decisions)?
+            .into_iter()
+            .map(|d| {
+                let slots = d.slots.intersect(all);
+                d.with_slots(slots)
+            })
+            .collect();
         Some(record)
     }
 }
@@ -191,8 +202,11 @@ return {f[1], f[2], f[3], f[5] or ''}
 ";
 
 /// Records one approver's decision on a pending record: a denial ends it, the approval that
-/// completes the quorum approves it. KEYS: the record, the pending index. ARGV: verdict (approve |
-/// in-person | deny), approver, now, the approver as a person reads it, id.
+/// fills the quorum's last slot approves it. An approval is recorded only when it and every
+/// approval before it can each be given a distinct slot it could fill (a bipartite matching by
+/// augmenting paths, at most 16 slots); an in-person approval counts once. KEYS: the record, the
+/// pending index. ARGV: verdict (approve | in-person | deny), approver, now, the approver as a
+/// person reads it, id, the slots the approver could fill (bits).
 const DECIDE: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs', 'n', 'd')
 local now = tonumber(ARGV[3])
@@ -202,11 +216,38 @@ local d = {}
 if f[10] and f[10] ~= '' and f[10] ~= '[]' then d = cjson.decode(f[10]) end
 for _, x in ipairs(d) do
   if x.a == ARGV[2] or x.k == ARGV[4] then return {'before'} end
+  if ARGV[1] == 'in-person' and x.v == 'in-person' then return {'before'} end
 end
 local requester = f[3] == ARGV[2] or f[4] == ARGV[2] or f[7] == ARGV[4] or f[8] == ARGV[4]
 if ARGV[1] == 'approve' and requester then return {'self'} end
 if now >= tonumber(f[5]) then return {'expired'} end
-table.insert(d, {a = ARGV[2], v = ARGV[1], t = ARGV[3], k = ARGV[4]})
+local n = math.max(1, math.min(16, tonumber(f[9]) or 1))
+local full = bit.lshift(1, n) - 1
+local m = bit.band(tonumber(ARGV[6]) or full, full)
+if ARGV[1] ~= 'deny' then
+  local sets = {}
+  for _, x in ipairs(d) do
+    if x.v ~= 'deny' then table.insert(sets, bit.band(tonumber(x.m) or full, full)) end
+  end
+  table.insert(sets, m)
+  local owner = {}
+  local function augment(i, seen)
+    for slot = 0, n - 1 do
+      if not seen[slot] and bit.band(sets[i], bit.lshift(1, slot)) ~= 0 then
+        seen[slot] = true
+        if owner[slot] == nil or augment(owner[slot], seen) then
+          owner[slot] = i
+          return true
+        end
+      end
+    end
+    return false
+  end
+  for i = 1, #sets do
+    if not augment(i, {}) then return {'slots-taken'} end
+  end
+end
+table.insert(d, {a = ARGV[2], v = ARGV[1], t = ARGV[3], k = ARGV[4], m = m})
 local encoded = cjson.encode(d)
 if ARGV[1] == 'deny' then
   redis.call('HSET', KEYS[1], 's', 'denied', 'by', ARGV[2], 'd', encoded)
@@ -405,6 +446,39 @@ impl RedisConfirmationStore {
         let state = state_of(&s, by).ok_or_else(|| corrupt("state"))?;
         fixed.into_record(state, &d).map(Some).ok_or_else(|| corrupt("input hash or decisions"))
     }
+
+    async fn decide_now(
+        &self,
+        id: &str,
+        verdict: ApprovalVerdict,
+        approver: &str,
+        slots: SlotSet,
+        now: Timestamp,
+    ) -> Result<Decided, StoreError> {
+        let verdict = match verdict {
+            ApprovalVerdict::Approve => "approve",
+            ApprovalVerdict::ApproveInPerson => "in-person",
+            ApprovalVerdict::Deny => "deny",
+        };
+        let mut call = self.scripts().decide.key(self.key(id));
+        call.key(self.pending_index());
+        call.arg(verdict).arg(approver).arg(ms(now)).arg(skeleton(approver)).arg(id).arg(slots.bits());
+        let answer: Vec<String> = self.stores.run(call).await?;
+        Ok(match answer.first().map(String::as_str) {
+            Some("done") => Decided::Done,
+            Some("before") => Decided::DecidedBefore,
+            Some("unknown") => Decided::Unknown,
+            Some("self") => Decided::SelfApproval,
+            Some("expired") => Decided::Expired,
+            Some("not-pending") => {
+                let s = answer.get(1).map(String::as_str).unwrap_or_default();
+                let by = answer.get(2).cloned().unwrap_or_default();
+                Decided::NotPending(state_of(s, by).ok_or_else(|| corrupt("state"))?)
+            }
+            Some("slots-taken") => Decided::SlotsTaken,
+            _ => return Err(corrupt("decide")),
+        })
+    }
 }
 
 impl ConfirmationStore for RedisConfirmationStore {
@@ -423,30 +497,18 @@ impl ConfirmationStore for RedisConfirmationStore {
         approver: &'a str,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Decided, StoreError>> {
-        Box::pin(async move {
-            let verdict = match verdict {
-                ApprovalVerdict::Approve => "approve",
-                ApprovalVerdict::ApproveInPerson => "in-person",
-                ApprovalVerdict::Deny => "deny",
-            };
-            let mut call = self.scripts().decide.key(self.key(id));
-            call.key(self.pending_index());
-            call.arg(verdict).arg(approver).arg(ms(now)).arg(skeleton(approver)).arg(id);
-            let answer: Vec<String> = self.stores.run(call).await?;
-            Ok(match answer.first().map(String::as_str) {
-                Some("done") => Decided::Done,
-                Some("before") => Decided::DecidedBefore,
-                Some("unknown") => Decided::Unknown,
-                Some("self") => Decided::SelfApproval,
-                Some("expired") => Decided::Expired,
-                Some("not-pending") => {
-                    let s = answer.get(1).map(String::as_str).unwrap_or_default();
-                    let by = answer.get(2).cloned().unwrap_or_default();
-                    Decided::NotPending(state_of(s, by).ok_or_else(|| corrupt("state"))?)
-                }
-                _ => return Err(corrupt("decide")),
-            })
-        })
+        Box::pin(self.decide_now(id, verdict, approver, SlotSet::ANY, now))
+    }
+
+    fn decide_in_slots<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        slots: SlotSet,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        Box::pin(self.decide_now(id, verdict, approver, slots, now))
     }
 
     fn consume<'a>(

@@ -5,7 +5,8 @@
 //! assembled, i.e. on every mount (a call needs a live instance, so nothing is served before the
 //! first). An unknown name is an `INVALID_DEFINITION` naming the closest existing name, instead of
 //! a rule that silently applies to nothing (a policy for `ticket.create` that lets everyone call
-//! `tickets.create`). The same checks hold the handlers' extractors to what they need: shared
+//! `tickets.create`). A confirmation rule that can never hold (a quorum of 3 among 2 named
+//! approvers) is refused the same way. The same checks hold the handlers' extractors to what they need: shared
 //! state the registry provides, state on each mounted instance.
 //!
 //! A type the application defines after its first mount is declared in
@@ -44,6 +45,9 @@ impl Hook {
 #[derive(Debug, Default)]
 pub(crate) struct Wiring {
     scopes: Vec<(Hook, Scope)>,
+    /// What is wrong with the confirmation gate's rules (e.g. a quorum that cannot be met), by
+    /// the scope of the rule.
+    problems: Vec<(Scope, String)>,
     /// The types declared to be defined late (`RegistryConfig::late_types`), sorted.
     late: Vec<String>,
 }
@@ -66,10 +70,11 @@ impl Wiring {
         add(Hook::Authority, authority.map(|p| p.scopes()).unwrap_or_default());
         add(Hook::Rate, rate.map(|l| l.scopes()).unwrap_or_default());
         add(Hook::Confirmation, confirmation.map(|g| g.scopes()).unwrap_or_default());
+        let problems = confirmation.map(|g| g.rule_problems()).unwrap_or_default();
         let mut late = late.to_vec();
         late.sort();
         late.dedup();
-        Wiring { scopes, late }
+        Wiring { scopes, problems, late }
     }
 
     /// Checks the scopes of `type_id` against the capabilities it defines (when it is defined).
@@ -153,6 +158,13 @@ impl Wiring {
             if !known {
                 return Err(unknown(*hook, scope, names.types, names.capabilities));
             }
+        }
+        if let Some((scope, problem)) = self.problems.iter().find(|(s, _)| applies(s)) {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                scope.name(),
+                format!("a confirmation rule for {scope} cannot hold: {problem}"),
+            ));
         }
         Ok(())
     }

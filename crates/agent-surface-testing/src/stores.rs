@@ -30,7 +30,7 @@ use agent_surface_policy::{
     Admission, ApprovalVerdict, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
     ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint,
     IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, Scope, Settlement,
-    StoreError, TaskRecord, TaskStatus, TaskStore,
+    SlotSet, StoreError, TaskRecord, TaskStatus, TaskStore,
 };
 use futures_util::future::join_all;
 use serde_json::json;
@@ -197,6 +197,7 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
 
     check_pending_listing(store, prefix).await;
     check_confirmation_quorum(store, prefix).await;
+    check_confirmation_slots(store, prefix).await;
     check_expiry_claims(store, prefix).await;
     check_reinstatement(store, prefix).await;
     check_expired_listing(store, prefix).await;
@@ -624,6 +625,104 @@ pub async fn check_confirmation_quorum(store: &dyn ConfirmationStore, prefix: &s
     let done = results.iter().filter(|r| matches!(r, Ok(Decided::Done))).count();
     assert_eq!(done, 1, "store kit: one approver racing with itself lands once: {results:?}");
     assert!(results.iter().all(|r| matches!(r, Ok(Decided::Done | Decided::DecidedBefore))), "{results:?}");
+}
+
+/// The role slots of [`ConfirmationStore::decide_in_slots`] and the in-person rule (part of
+/// [`check_confirmation_store`]): an approval is recorded only when it and every approval before
+/// it can each fill a distinct slot they could fill — an approver who could fill either slot moves
+/// to make room for one who can fill only one —, the record is approved when every slot is
+/// filled, two approvers racing for the last slot never both land, the slots each approver could
+/// fill are kept; and an in-person approval counts once per record, whatever the channel.
+///
+/// # Panics
+///
+/// On the first rule the store breaks.
+pub async fn check_confirmation_slots(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}slots-{name}");
+    // Slot 0: manager, slot 1: security.
+    let two_roles =
+        |name: &str| pending(&id(name)).with_quorum(Quorum::default().with_slot("manager").with_slot("security"));
+    let (manager, security, both) = (SlotSet::EMPTY.with(0), SlotSet::EMPTY.with(1), SlotSet::EMPTY.with(0).with(1));
+    let decide = |id: String, who: &'static str, slots: SlotSet, ms: u64| async move {
+        expect("decide_in_slots", store.decide_in_slots(&id, ApprovalVerdict::Approve, who, slots, at(ms)).await)
+    };
+
+    // dana (both roles) first, then max (manager only): dana moves to security.
+    let moved = two_roles("moved");
+    expect("insert", store.insert(moved.clone(), at(0)).await);
+    assert_eq!(decide(moved.id.clone(), "dana", both, 1).await, Decided::Done);
+    let read = expect("get", store.get(&moved.id, at(2)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, ConfirmationState::Pending, "store kit: one approver fills one slot, whatever its roles");
+    assert_eq!(read.decisions[0].slots, both, "store kit: the slots an approver could fill are kept");
+    assert_eq!(decide(moved.id.clone(), "max", manager, 3).await, Decided::Done, "store kit: dana makes room for max");
+    let read = expect("get", store.get(&moved.id, at(4)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, ConfirmationState::Approved { by: "dana, max".to_string() }, "store kit: both slots filled");
+    assert_eq!(read.slot_assignment(), vec![Some(1), Some(0)], "store kit: dana on security, max on manager");
+
+    // max, then another manager-only approver: refused, nothing recorded; then security.
+    let taken = two_roles("taken");
+    expect("insert", store.insert(taken.clone(), at(0)).await);
+    assert_eq!(decide(taken.id.clone(), "max", manager, 1).await, Decided::Done);
+    assert_eq!(
+        decide(taken.id.clone(), "moe", manager, 2).await,
+        Decided::SlotsTaken,
+        "store kit: an approval that fills no open slot is refused"
+    );
+    assert_eq!(
+        decide(taken.id.clone(), "nina", SlotSet::EMPTY, 2).await,
+        Decided::SlotsTaken,
+        "store kit: an approver who can fill no slot never counts"
+    );
+    let read = expect("get", store.get(&taken.id, at(3)).await).expect("store kit: the record is still there");
+    assert_eq!(read.decisions.len(), 1, "store kit: a refused approval is not recorded");
+    assert_eq!(decide(taken.id.clone(), "sam", security, 5).await, Decided::Done);
+    let read = expect("get", store.get(&taken.id, at(6)).await).expect("store kit: the record is still there");
+    assert_eq!(read.state, ConfirmationState::Approved { by: "max, sam".to_string() });
+
+    // Racing for the last slot: max holds manager; dana (either) and sam (security) race for
+    // security: exactly one lands. Sixteen manager-only approvers racing on a fresh record: one.
+    let raced = two_roles("raced");
+    expect("insert", store.insert(raced.clone(), at(0)).await);
+    assert_eq!(decide(raced.id.clone(), "max", manager, 1).await, Decided::Done);
+    let results = join_all(
+        [("dana", both), ("sam", security)]
+            .map(|(who, slots)| store.decide_in_slots(&raced.id, ApprovalVerdict::Approve, who, slots, at(2))),
+    )
+    .await;
+    let done = results.iter().filter(|r| matches!(r, Ok(Decided::Done))).count();
+    assert_eq!(done, 1, "store kit: two approvers racing for the last slot never both land: {results:?}");
+    let read = expect("get", store.get(&raced.id, at(3)).await).expect("store kit: the record is still there");
+    assert_eq!(read.decisions.len(), 2, "store kit: the quorum holds exactly its two approvals");
+    let managers = two_roles("managers");
+    expect("insert", store.insert(managers.clone(), at(0)).await);
+    let names: Vec<String> = (0..16).map(|i| format!("manager-{i}")).collect();
+    let results = join_all(
+        names.iter().map(|n| store.decide_in_slots(&managers.id, ApprovalVerdict::Approve, n, manager, at(1))),
+    )
+    .await;
+    let done = results.iter().filter(|r| matches!(r, Ok(Decided::Done))).count();
+    assert_eq!(done, 1, "store kit: sixteen racing managers fill the one manager slot once: {results:?}");
+    assert!(results.iter().all(|r| matches!(r, Ok(Decided::Done | Decided::SlotsTaken))), "{results:?}");
+
+    // `decide` is an approver who may fill any slot.
+    let any = two_roles("any");
+    expect("insert", store.insert(any.clone(), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&any.id, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_eq!(decide(any.id.clone(), "sam", security, 2).await, Decided::Done, "store kit: bob moves to manager");
+
+    // In person: the requester, once, whatever the channel.
+    let in_person = pending(&id("in-person")).with_quorum(Quorum::of(3));
+    expect("insert", store.insert(in_person.clone(), at(0)).await);
+    let by_channel =
+        |channel: &'static str, ms: u64| store.decide(&in_person.id, ApprovalVerdict::ApproveInPerson, channel, at(ms));
+    assert_eq!(expect("decide", by_channel("in-person:mcp-elicitation", 1).await), Decided::Done);
+    assert_eq!(
+        expect("decide", by_channel("in-person:host-ui", 2).await),
+        Decided::DecidedBefore,
+        "store kit: a second in-person approval (another channel) is the same requester"
+    );
+    let read = expect("get", store.get(&in_person.id, at(3)).await).expect("store kit: the record is still there");
+    assert_eq!(read.approvals(), 1, "store kit: an in-person approval counts once");
 }
 
 /// `list_pending`: pending, unexpired records only, soonest expiry first, at most the limit; the

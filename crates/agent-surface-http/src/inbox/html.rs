@@ -118,7 +118,7 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
         "<dl id=\"detail\" class=\"{}\"><dt>What</dt><dd id=\"summary\">{}</dd><dt>Capability</dt><dd>{}</dd>\
          <dt>Requested by</dt><dd>{}</dd><dt>Effect</dt><dd>{}</dd><dt>Requested at</dt><dd>{}</dd>\
          <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd>\
-         <dt>Approvals</dt><dd id=\"approvals\">{}</dd><dt>Id</dt><dd>{}</dd></dl>",
+         <dt>Approvals</dt><dd id=\"approvals\">{}</dd>{}<dt>Id</dt><dd>{}</dd></dl>",
         badge_kind(&state_text(&r.state)),
         Esc(&r.summary),
         Esc(&r.binding.capability),
@@ -128,6 +128,7 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
         r.expires_at,
         Esc(&state_text(&r.state)),
         Esc(&approvals_text(r)),
+        slots_list(r),
         Esc(&r.id),
     );
     out.push_str("<h2>Decisions so far</h2>\n");
@@ -269,14 +270,59 @@ fn badge_kind(text: &str) -> &'static str {
     }
 }
 
-/// "1 of 2 approvals", and the roles an approval needs when the quorum names some.
+/// "1 of 2 approvals", and what an approval needs when the quorum asks for more than anyone:
+/// the roles every approver needs, the named approvers, the role of each slot.
 fn approvals_text(r: &ConfirmationRecord) -> String {
-    let need = r.quorum.required();
+    let q = &r.quorum;
+    let need = q.required();
     let mut text = format!("{} of {need} approval{}", r.approvals().min(need), if need == 1 { "" } else { "s" });
-    if !r.quorum.roles.is_empty() {
-        let _ = write!(text, " (role: {})", r.quorum.roles.join(" or "));
+    let mut asks = Vec::new();
+    if !q.roles.is_empty() {
+        asks.push(format!("role: {}", q.roles.join(" or ")));
+    }
+    if !q.approvers.is_empty() {
+        asks.push(format!("{need} of {}", q.approvers.join(", ")));
+    }
+    if !q.slots.is_empty() {
+        let mut slots: Vec<String> = q.slots.iter().map(|role| format!("one {role}")).collect();
+        let any = (need as usize).saturating_sub(q.slots.len());
+        if any > 0 {
+            slots.push(format!("{any} of any role"));
+        }
+        asks.push(slots.join(", "));
+    }
+    if !asks.is_empty() {
+        let _ = write!(text, " ({})", asks.join("; "));
     }
     text
+}
+
+/// Who fills which slot of a quorum that has role slots: one item per slot, its role (or "any
+/// role") and its approver, or "open".
+fn slots_list(r: &ConfirmationRecord) -> String {
+    let q = &r.quorum;
+    if q.slots.is_empty() {
+        return String::new();
+    }
+    let mut filled: Vec<Option<&str>> = vec![None; q.required() as usize];
+    for (decision, slot) in r.decisions.iter().zip(r.slot_assignment()) {
+        if let Some(slot) = slot.and_then(|s| filled.get_mut(s)) {
+            *slot = Some(decision.approver.as_str());
+        }
+    }
+    let mut out = String::from("<dt>Slots</dt><dd><ul id=\"slots\">");
+    for (i, by) in filled.iter().enumerate() {
+        let role = q.slot_role(i).unwrap_or("any role");
+        let _ = write!(
+            out,
+            "<li class=\"{}\">{}: {}</li>",
+            if by.is_some() { "filled" } else { "open" },
+            Esc(role),
+            Esc(by.unwrap_or("open"))
+        );
+    }
+    out.push_str("</ul></dd>");
+    out
 }
 
 fn requester(r: &ConfirmationRecord) -> &str {

@@ -30,9 +30,12 @@
 //! [`deny_with_note`](ConfirmationEngine::deny_with_note): a requester cannot approve their own
 //! request (the page refuses it, `403`), an expired confirmation cannot be decided (`410`), a
 //! decision is final (`409`), an approver decides a confirmation once (`409`, also while it
-//! waits for the rest of its quorum), and an approval from someone with none of the roles its
-//! quorum asks for is refused (`403`). The list leaves out the approver's own requests, those
-//! they decided already, and those whose quorum does not count them.
+//! waits for the rest of its quorum), an approval from someone its quorum does not count (none
+//! of the roles it asks for, not one of its named approvers) is refused (`403`), and one whose
+//! role slots are all filled by others too (`409`). The list leaves out the approver's own
+//! requests, those they decided already, and those whose quorum does not count them or has no
+//! slot left for them. Pages show what the quorum asks for ("1 of 2 approvals (one manager, one
+//! security)") and, for role slots, who fills which slot.
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
 //! bound to the session (or bearer token) and to the one action, valid 30 minutes, accepted once,
@@ -491,9 +494,17 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
             "Already decided",
             "You decided this confirmation already; it waits for other approvers.",
         ),
-        Err(ApprovalError::NotEligible) => {
-            inbox.message(StatusCode::FORBIDDEN, "Not allowed", "This confirmation needs approvers with another role.")
-        }
+        Err(ApprovalError::NotEligible) => inbox.message(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            "This confirmation's quorum does not count you: it needs named approvers or approvers with another role.",
+        ),
+        Err(ApprovalError::SlotsTaken) => inbox.message(
+            StatusCode::CONFLICT,
+            "Not counted",
+            "The places you could fill in this confirmation's quorum are taken; it waits for approvers with another \
+             role.",
+        ),
         Err(ApprovalError::Unknown) => {
             inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation.")
         }

@@ -86,6 +86,11 @@ fn env_at(
         ("t-intern", Identity::new("intern")),
         ("t-carol", Identity::new("carol").with_role("approver").with_role("finance")),
         ("t-dave", Identity::new("dave").with_role("approver").with_role("finance")),
+        // For role slots: a manager, another one, a security officer, and one who is both.
+        ("t-max", Identity::new("max").with_role("approver").with_role("manager")),
+        ("t-moe", Identity::new("moe").with_role("approver").with_role("manager")),
+        ("t-sam", Identity::new("sam").with_role("approver").with_role("security")),
+        ("t-dana", Identity::new("dana").with_role("approver").with_role("manager").with_role("security")),
     ]);
     let authenticator = authenticator.unwrap_or_else(|| Arc::new(tokens));
     let config = InboxConfig {
@@ -899,4 +904,106 @@ async fn the_list_shows_the_redacted_input() {
     assert!(long_row.contains(&format!("A-&lt;{}&gt;", "9".repeat(80))), "the whole input, escaped: {long_row}");
     assert!(long_row.contains("[redacted]"), "{long_row}");
     assert!(!list.body.contains("4111 1111") && !list.body.contains("1111 1111"), "the card is never shown");
+}
+
+/// "One manager and one security officer": the pages show the slots and who fills which; dana
+/// (both roles) approves first and moves to the security slot when max (manager only) approves;
+/// on another request, a second manager-only approver is not listed and is refused (`409`)
+/// while the security slot waits.
+#[tokio::test]
+async fn role_slots_show_who_fills_which_and_refuse_a_taken_slot() {
+    let env = env_with(vec![(
+        Scope::capability("orders.refund"),
+        Quorum::default().with_slot("manager").with_slot("security"),
+    )]);
+    let approve = |page: &Page, path: &str| format!("verdict=approve&csrf={}", page.csrf(path));
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let dana = env.sign_in("t-dana").await;
+    let list = env.send("GET", "/inbox/", Some(&dana), None).await;
+    assert!(
+        list.body.contains("<td class=\"approvals\">0 of 2 approvals (one manager, one security)</td>"),
+        "{}",
+        list.body
+    );
+    let detail = env.send("GET", &path, Some(&dana), None).await;
+    assert!(
+        detail.body.contains(
+            "<dt>Slots</dt><dd><ul id=\"slots\"><li class=\"open\">manager: open</li><li class=\"open\">security: \
+             open</li></ul></dd>"
+        ),
+        "{}",
+        detail.body
+    );
+    let decided = env.send("POST", &path, Some(&dana), Some(&approve(&detail, &path))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    let max = env.sign_in("t-max").await;
+    let detail = env.send("GET", &path, Some(&max), None).await;
+    assert!(detail.body.contains("<li class=\"filled\">manager: dana</li>"), "{}", detail.body);
+    let decided = env.send("POST", &path, Some(&max), Some(&approve(&detail, &path))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    let detail = env.send("GET", &path, Some(&max), None).await;
+    assert!(
+        detail.body.contains("<li class=\"filled\">manager: max</li><li class=\"filled\">security: dana</li>"),
+        "dana moved to security: {}",
+        detail.body
+    );
+    assert_eq!(
+        env.engine.get(&id).await.unwrap().unwrap().state,
+        ConfirmationState::Approved { by: "dana, max".into() }
+    );
+
+    // Another request: max takes the manager slot; moe (manager only) cannot count.
+    let id = env.request_confirmation_of(refund_of(100)).await;
+    let path = format!("/inbox/c/{id}");
+    let detail = env.send("GET", &path, Some(&max), None).await;
+    let decided = env.send("POST", &path, Some(&max), Some(&approve(&detail, &path))).await;
+    assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    let moe = env.sign_in("t-moe").await;
+    let list = env.send("GET", "/inbox/", Some(&moe), None).await;
+    assert!(!list.body.contains(&id), "no slot left for moe: {}", list.body);
+    let detail = env.send("GET", &path, Some(&moe), None).await;
+    let refused = env.send("POST", &path, Some(&moe), Some(&approve(&detail, &path))).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(refused.body.contains("waits for approvers with another role"), "{}", refused.body);
+    let sam = env.sign_in("t-sam").await;
+    let detail = env.send("GET", &path, Some(&sam), None).await;
+    assert!(
+        detail.body.contains("<li class=\"filled\">manager: max</li><li class=\"open\">security: open</li>"),
+        "{}",
+        detail.body
+    );
+    assert!(env.send("GET", "/inbox/", Some(&sam), None).await.body.contains(&id), "sam can fill security");
+}
+
+/// "2 of carol, dave and sam": the pages name the approvers; someone else is not listed and is
+/// refused (`403`); two of the named complete it.
+#[tokio::test]
+async fn named_approvers_are_shown_and_only_they_count() {
+    let quorum = Quorum::of(2).with_approver("carol").with_approver("dave").with_approver("sam");
+    let env = env_with(vec![(Scope::capability("orders.refund"), quorum)]);
+    let id = env.request_confirmation().await;
+    let path = format!("/inbox/c/{id}");
+    let approve = |page: &Page| format!("verdict=approve&csrf={}", page.csrf(&path));
+    let manager = env.sign_in("t-manager").await;
+    assert!(env.send("GET", "/inbox/", Some(&manager), None).await.body.contains("id=\"empty\""));
+    let detail = env.send("GET", &path, Some(&manager), None).await;
+    assert!(
+        detail.body.contains("<dd id=\"approvals\">0 of 2 approvals (2 of carol, dave, sam)</dd>"),
+        "{}",
+        detail.body
+    );
+    let refused = env.send("POST", &path, Some(&manager), Some(&approve(&detail))).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    assert!(refused.body.contains("does not count you"), "{}", refused.body);
+    for token in ["t-carol", "t-sam"] {
+        let who = env.sign_in(token).await;
+        let detail = env.send("GET", &path, Some(&who), None).await;
+        let decided = env.send("POST", &path, Some(&who), Some(&approve(&detail))).await;
+        assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
+    }
+    assert_eq!(
+        env.engine.get(&id).await.unwrap().unwrap().state,
+        ConfirmationState::Approved { by: "carol, sam".into() }
+    );
 }

@@ -18,8 +18,8 @@ use tokio::sync::Notify;
 
 pub use store::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, MAX_INPUT_PREVIEW_BYTES, MAX_QUORUM, MemoryConfirmationStore, MemoryConfirmationStoreConfig,
-    Mismatch, Quorum, Rejection,
+    Consumed, Decided, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM, MemoryConfirmationStore,
+    MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, SlotSet,
 };
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
@@ -421,9 +421,15 @@ pub enum ApprovalError {
     /// decision per approver.
     #[error("this approver already decided the confirmation")]
     DecidedBefore,
-    /// The confirmation's [`Quorum`] counts approvals from other roles only.
-    #[error("the approver has none of the roles the quorum asks for")]
+    /// The confirmation's [`Quorum`] never counts this approver: they hold none of its roles,
+    /// are not one of its named approvers, or hold the role of none of its slots.
+    #[error("the quorum does not count this approver (not a named approver, or none of the roles it asks for)")]
     NotEligible,
+    /// Every slot of the confirmation's [`Quorum`] this approver could fill is taken by other
+    /// approvers (e.g. the `manager` slot of "one manager and one security officer" is filled, and
+    /// this approver is a manager only); the confirmation waits for an approver for the open slots.
+    #[error("the quorum's slots this approver could fill are taken; it waits for approvers of the other roles")]
+    SlotsTaken,
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -762,9 +768,11 @@ impl ConfirmationEngine {
     /// The host authenticates the approver and checks that they may approve; the engine refuses
     /// an approval by the requester ([`ApprovalError::SelfApproval`]), an expired or unknown
     /// confirmation, one that was already decided, a second decision by the same approver
-    /// ([`ApprovalError::DecidedBefore`]) and, when the confirmation's [`Quorum`] names roles, an
-    /// approver with none of them ([`ApprovalError::NotEligible`]). With a quorum of more than
-    /// one, the confirmation stays pending until enough distinct approvers approved.
+    /// ([`ApprovalError::DecidedBefore`]), an approver the confirmation's [`Quorum`] does not
+    /// count — none of its roles, not one of its named approvers (compared exactly), the role of
+    /// none of its slots — ([`ApprovalError::NotEligible`]), and one whose slots are all taken
+    /// ([`ApprovalError::SlotsTaken`]). With a quorum of more than one, the confirmation stays
+    /// pending until every slot is filled by a distinct approver.
     pub async fn approve(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
         self.decide(id, ApprovalVerdict::Approve, approver, None).await
     }
@@ -785,7 +793,11 @@ impl ConfirmationEngine {
     /// agent cannot drive. Unlike [`approve`](Self::approve), the approver may be the requester —
     /// that is the point — so only host code that really asked the person may call this; never
     /// expose it to the agent. Recorded as approved by `in-person:{channel}`: one approval
-    /// towards a [`Quorum`], and none when the quorum names roles (the channel has none).
+    /// towards a [`Quorum`] — at most one per confirmation, whatever the channels (it is the
+    /// requester each time; a second is [`ApprovalError::DecidedBefore`]) — and none when the
+    /// quorum asks every approver for a role or names its approvers (the channel has no role and
+    /// is no named approver, unless the quorum names `in-person:{channel}` itself); it may fill
+    /// a slot that asks for no role.
     pub async fn approve_in_person(&self, id: &str, channel: &str) -> Result<(), ApprovalError> {
         let approver = Identity::new(format!("in-person:{}", channel.trim()));
         if channel.trim().is_empty() {
@@ -873,24 +885,12 @@ impl ConfirmationEngine {
             return Err(ApprovalError::NoApprover);
         }
         let now = self.config.clock.now();
-        if verdict != ApprovalVerdict::Deny {
-            // A record's quorum never changes, so reading it first races with nothing.
-            let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
-            if let Some(r) = &record {
-                self.observe(r, now);
-            }
-            if record.is_some_and(|r| !r.quorum.admits(approver)) {
-                tracing::warn!(
-                    target: "agent_surface::confirmation",
-                    confirmation_id = id,
-                    approver = %approver.subject,
-                    "approval refused: the approver has none of the quorum's roles"
-                );
-                return Err(ApprovalError::NotEligible);
-            }
-        }
+        let slots = match verdict {
+            ApprovalVerdict::Deny => SlotSet::ANY,
+            _ => self.slots_of(id, approver, now).await?,
+        };
         let decided = self
-            .bounded(self.config.store.decide(id, verdict, &approver.subject, now))
+            .bounded(self.config.store.decide_in_slots(id, verdict, &approver.subject, slots, now))
             .await
             .map_err(ApprovalError::Store)?;
         match decided {
@@ -931,7 +931,39 @@ impl ConfirmationEngine {
             }
             Decided::NotPending(state) => Err(ApprovalError::AlreadyDecided(state)),
             Decided::DecidedBefore => Err(ApprovalError::DecidedBefore),
+            Decided::SlotsTaken => {
+                tracing::warn!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = id,
+                    approver = %approver.subject,
+                    "approval refused: the quorum slots this approver could fill are taken"
+                );
+                Err(ApprovalError::SlotsTaken)
+            }
         }
+    }
+
+    /// The slots of `id`'s quorum an approval by `approver` may fill: [`SlotSet::ANY`] for a
+    /// quorum without role slots (the store counts) or a record the store does not hold (it
+    /// answers that); refused as [`ApprovalError::NotEligible`] when the quorum never counts
+    /// them. A record's quorum never changes and an approver's roles are theirs, so reading the
+    /// record first races with nothing: which of these slots are still open is the store's to
+    /// decide, atomically ([`ConfirmationStore::decide_in_slots`]).
+    async fn slots_of(&self, id: &str, approver: &Identity, now: Timestamp) -> Result<SlotSet, ApprovalError> {
+        let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
+        let Some(record) = record else { return Ok(SlotSet::ANY) };
+        self.observe(&record, now);
+        let slots = record.quorum.slots_for(approver);
+        if slots.is_empty() {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                approver = %approver.subject,
+                "approval refused: the quorum does not count this approver"
+            );
+            return Err(ApprovalError::NotEligible);
+        }
+        Ok(if record.quorum.slots.is_empty() { SlotSet::ANY } else { slots })
     }
 
     fn waiters(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
@@ -1190,6 +1222,15 @@ impl ConfirmationGate for ConfirmationEngine {
         scopes
     }
 
+    /// Its quorums that can never be met or are malformed ([`Quorum::problem`]).
+    fn rule_problems(&self) -> Vec<(Scope, String)> {
+        self.config
+            .quorums
+            .iter()
+            .filter_map(|(scope, quorum)| quorum.problem().map(|p| (scope.clone(), format!("its quorum {p}"))))
+            .collect()
+    }
+
     fn check<'a>(
         &'a self,
         call: CallInfo<'a>,
@@ -1252,10 +1293,12 @@ fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) ->
     event
 }
 
-/// Whether `approver` may decide `record`: not its requester, not decided by them yet, and
-/// holding a role its quorum counts.
+/// Whether `approver` may decide `record`: not its requester, not decided by them yet, counted
+/// by its quorum, and with a slot left for them.
 fn may_decide(record: &ConfirmationRecord, approver: &Identity) -> bool {
-    !record.is_requester(&approver.subject) && !record.decided_by(&approver.subject) && record.quorum.admits(approver)
+    !record.is_requester(&approver.subject)
+        && !record.decided_by(&approver.subject)
+        && record.quorum.has_room(&record.decisions, record.quorum.slots_for(approver))
 }
 
 /// The summary of a gate that has none of its own (a failed policy, a declared gate whose summary

@@ -421,6 +421,117 @@ async fn a_quorum_counts_distinct_approvers_with_the_role() {
     assert_eq!(e.approve(&old, &carol).await, Err(ApprovalError::Expired), "the old one stays expired");
 }
 
+/// An engine whose `orders` calls need `quorum`, and a pending confirmation requested by alice.
+async fn quorum_request(quorum: Quorum) -> (ConfirmationEngine, Call, String) {
+    let e = ConfirmationEngine::new(ConfirmationConfig {
+        clock: Arc::new(ManualClock::default()),
+        quorums: vec![(Scope::capability_type("orders"), quorum)],
+        ..Default::default()
+    });
+    let call = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 5);
+    let ConfirmationDecision::Required { confirmation_id, .. } =
+        e.check(call.info(), None, e.config().clock.now()).await
+    else {
+        panic!("a gated call without evidence is a request")
+    };
+    (e, call, confirmation_id)
+}
+
+/// "2 of bob, carol and dave": an outsider is refused (and not listed), so is a look-alike of a
+/// member (a subject is an identity: compared exactly) and the requester; the quorum is met by
+/// the second member.
+#[tokio::test]
+async fn n_of_m_counts_only_the_named_approvers() {
+    let quorum = Quorum::of(2).with_approver("bob").with_approver("carol").with_approver("dave");
+    let (e, call, id) = quorum_request(quorum.clone()).await;
+    let now = || e.config().clock.now();
+    let outsider = Identity::new("mallory").with_role("manager");
+    assert_eq!(e.approve(&id, &outsider).await, Err(ApprovalError::NotEligible));
+    assert!(e.pending_for(&outsider, 10).await.unwrap().is_empty(), "not listed for an outsider");
+    for look_alike in ["b\u{043e}b", "Bob", "bob "] {
+        assert_eq!(e.approve(&id, &Identity::new(look_alike)).await, Err(ApprovalError::NotEligible), "{look_alike:?}");
+    }
+    assert_eq!(e.approve_in_person(&id, "host-ui").await, Err(ApprovalError::NotEligible), "no named approver");
+    assert_eq!(e.approve(&id, &Identity::new("alice")).await, Err(ApprovalError::NotEligible), "not named either");
+    assert_eq!(e.get(&id).await.unwrap().unwrap().approvals(), 0, "nothing counted");
+    assert_eq!(e.pending_for(&Identity::new("bob"), 10).await.unwrap().len(), 1);
+    e.approve(&id, &Identity::new("bob")).await.unwrap();
+    assert!(matches!(e.check(call.info(), Some(&id), now()).await, ConfirmationDecision::Required { .. }));
+    e.approve(&id, &Identity::new("dave")).await.unwrap();
+    assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Approved { by: "bob, dave".into() });
+    assert_eq!(e.check(call.info(), Some(&id), now()).await, ConfirmationDecision::Proceed);
+
+    // A named requester still cannot approve their own request, and a member decides once.
+    let (e, _call, id) =
+        quorum_request(Quorum::of(2).with_approver("alice").with_approver("bob").with_approver("carol")).await;
+    assert_eq!(e.approve(&id, &Identity::new("alice")).await, Err(ApprovalError::SelfApproval));
+    e.approve(&id, &Identity::new("bob")).await.unwrap();
+    assert_eq!(e.approve(&id, &Identity::new("bob")).await, Err(ApprovalError::DecidedBefore));
+}
+
+/// "One manager and one security officer": dana holds both roles and fills one slot only; a
+/// second manager-only approver is refused while the security slot is open (`SlotsTaken`, not
+/// listed), and a security officer completes the quorum — dana moves to the manager slot if
+/// needed, whoever came first.
+#[tokio::test]
+async fn role_slots_need_one_approver_per_slot() {
+    let quorum = Quorum::default().with_slot("manager").with_slot("security");
+    let dana = Identity::new("dana").with_role("manager").with_role("security");
+    let max = Identity::new("max").with_role("manager");
+    let sam = Identity::new("sam").with_role("security");
+    let nobody = Identity::new("nina").with_role("intern");
+
+    // dana first, then max (manager only): dana must move to security, max takes manager.
+    let (e, call, id) = quorum_request(quorum.clone()).await;
+    assert_eq!(e.approve(&id, &nobody).await, Err(ApprovalError::NotEligible));
+    assert_eq!(e.approve_in_person(&id, "host-ui").await, Err(ApprovalError::NotEligible), "no role");
+    e.approve(&id, &dana).await.unwrap();
+    assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending, "dana fills one slot");
+    assert_eq!(e.pending_for(&max, 10).await.unwrap().len(), 1, "max can still count");
+    e.approve(&id, &max).await.unwrap();
+    let record = e.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "dana, max".into() });
+    assert_eq!(record.slot_assignment(), vec![Some(1), Some(0)], "dana on security, max on manager");
+    assert_eq!(e.check(call.info(), Some(&id), e.config().clock.now()).await, ConfirmationDecision::Proceed);
+
+    // max first, then another manager-only approver: refused while security is open; then sam.
+    let (e, _call, id) = quorum_request(quorum.clone()).await;
+    e.approve(&id, &max).await.unwrap();
+    let moe = Identity::new("moe").with_role("manager");
+    assert!(e.pending_for(&moe, 10).await.unwrap().is_empty(), "no slot left for moe");
+    assert_eq!(e.approve(&id, &moe).await, Err(ApprovalError::SlotsTaken));
+    assert_eq!(e.get(&id).await.unwrap().unwrap().approvals(), 1, "moe's approval is not recorded");
+    assert_eq!(e.pending_for(&dana, 10).await.unwrap().len(), 1, "dana can fill security");
+    e.approve(&id, &sam).await.unwrap();
+    assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Approved { by: "max, sam".into() });
+
+    // Three approvers, one of them security: an in-person approval fills a free slot (once).
+    let (e, _call, id) = quorum_request(Quorum::of(3).with_slot("security")).await;
+    e.approve_in_person(&id, "host-ui").await.unwrap();
+    e.approve(&id, &max).await.unwrap();
+    assert_eq!(e.approve(&id, &moe).await, Err(ApprovalError::SlotsTaken), "the last slot is security's");
+    e.approve(&id, &sam).await.unwrap();
+    let record = e.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Approved { by: "in-person:host-ui, max, sam".into() });
+}
+
+/// In-person approvals are the requester's: on two channels they count once.
+#[tokio::test]
+async fn an_in_person_approval_counts_once_whatever_the_channel() {
+    let (e, call, id) = quorum_request(Quorum::of(2)).await;
+    e.approve_in_person(&id, "mcp-elicitation").await.unwrap();
+    assert_eq!(e.approve_in_person(&id, "host-ui").await, Err(ApprovalError::DecidedBefore));
+    assert_eq!(e.approve_in_person(&id, "mcp-elicitation").await, Err(ApprovalError::DecidedBefore));
+    let record = e.get(&id).await.unwrap().unwrap();
+    assert_eq!((record.state.clone(), record.approvals()), (ConfirmationState::Pending, 1));
+    assert!(matches!(
+        e.check(call.info(), Some(&id), e.config().clock.now()).await,
+        ConfirmationDecision::Required { .. }
+    ));
+    e.approve(&id, &Identity::new("bob")).await.unwrap();
+    assert_eq!(e.check(call.info(), Some(&id), e.config().clock.now()).await, ConfirmationDecision::Proceed);
+}
+
 #[tokio::test]
 async fn ungated_calls_proceed_whatever_they_carry() {
     let clock = Arc::new(ManualClock::default());

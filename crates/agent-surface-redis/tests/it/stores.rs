@@ -210,3 +210,62 @@ async fn the_redis_audit_stream_is_bounded() {
     let last = sink.recent(1).await.unwrap();
     assert_eq!(last[0].invocation_id.as_deref(), Some("inv-499"));
 }
+
+/// A record written before quorum slots existed — its quorum `{approvals, roles}`, its decisions
+/// without the slots each approver could fill — still reads (every slot for those approvers) and
+/// completes as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_record_from_before_slots_still_reads_and_completes() {
+    use agent_surface_core::details::Origin;
+    use agent_surface_policy::{
+        ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Decided,
+        Quorum, SlotSet,
+    };
+    let Some(redis) = support::stores("conf-old").await else { return };
+    let store = redis.confirmations();
+    let at = |ms: u64| Timestamp::from_unix_millis(1_795_957_200_000 + ms);
+    let binding = ConfirmationBinding {
+        consumer_key: "c-1".into(),
+        capability: "orders.cancel".into(),
+        registration_id: "r-1".into(),
+        instance_id: "main".into(),
+        input_hash: Fingerprint::of(&json!({"orderId": "A-1"})),
+    };
+    let record = ConfirmationRecord::pending(
+        "old".into(),
+        binding,
+        Some("alice".into()),
+        "Cancel A-1.".into(),
+        Effect::Destructive,
+        Origin::Client,
+        at(0),
+        at(60_000),
+    )
+    .with_quorum(Quorum::of(2).with_role("manager"));
+    store.insert(record, at(0)).await.unwrap();
+    // What the script of the previous release left: the same `rec` (its quorum as before), and a
+    // decision without `m`.
+    let key = format!("{}conf:old", redis.config().prefix);
+    let rec: String = agent_surface_redis::redis::cmd("HGET")
+        .arg(&key)
+        .arg("rec")
+        .query_async(&mut redis.connection())
+        .await
+        .unwrap();
+    assert!(rec.contains(r#""quorum":{"approvals":2,"roles":["manager"]}"#), "{rec}");
+    let old = format!(r#"[{{"a":"bob","v":"approve","t":"{}","k":"bob"}}]"#, at(1).unix_millis());
+    let () = agent_surface_redis::redis::cmd("HSET")
+        .arg(&key)
+        .arg("d")
+        .arg(old)
+        .query_async(&mut redis.connection())
+        .await
+        .unwrap();
+    let read = store.get("old", at(2)).await.unwrap().unwrap();
+    assert_eq!(read.quorum, Quorum::of(2).with_role("manager"));
+    assert_eq!(read.decisions.len(), 1);
+    assert_eq!(read.decisions[0].slots, SlotSet::first(2), "an old decision could fill any slot");
+    assert_eq!(store.decide("old", ApprovalVerdict::Approve, "carol", at(3)).await.unwrap(), Decided::Done);
+    let read = store.get("old", at(4)).await.unwrap().unwrap();
+    assert_eq!(read.state, ConfirmationState::Approved { by: "bob, carol".into() });
+}

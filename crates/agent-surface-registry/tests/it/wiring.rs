@@ -154,6 +154,56 @@ fn a_misspelled_quorum_target_is_a_definition_error() {
     assert!(engine(vec![(Scope::capability("orders.cancel"), two)]).is_ok(), "a quorum that names a capability");
 }
 
+/// A quorum that can never be met is refused like a misspelled name: when its type is defined
+/// and on every mount, naming the scope and what is wrong.
+#[test]
+fn an_unsatisfiable_quorum_is_a_definition_error() {
+    let config = |quorum: Quorum| {
+        let quorums = vec![(Scope::capability("orders.cancel"), quorum)];
+        RegistryConfig {
+            confirmation: Some(Arc::new(ConfirmationEngine::new(ConfirmationConfig { quorums, ..Default::default() }))),
+            ..Default::default()
+        }
+    };
+    let three_of_two = Quorum::of(3).with_approver("alice").with_approver("bob");
+    // At the definition of its type.
+    check(
+        define(config(three_of_two.clone())),
+        "orders.cancel",
+        &["capability `orders.cancel`", "3 approvals of 2 named approvers"],
+    );
+    // On a mount, when the type was defined before the rule could be checked (a late type).
+    let late = Registry::new(RegistryConfig { late_types: vec!["orders".into()], ..config(three_of_two) });
+    late.define("tickets", |t| {
+        t.capability("list", "List the tickets.")
+            .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!([])) });
+    })
+    .unwrap();
+    assert!(late.mount("tickets", "main").is_ok(), "the rule waits for its late type");
+    let defined = late.define("orders", |t| {
+        t.capability("cancel", "Cancel an order.")
+            .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+    });
+    check(defined, "orders.cancel", &["3 approvals of 2 named approvers"]);
+    for (quorum, says) in [
+        (Quorum::of(0), "0 approvals"),
+        (Quorum::of(17), "at most 16"),
+        (Quorum::of(1).with_role(""), "empty role"),
+        (Quorum::default().with_slot(" "), "empty role"),
+        (
+            Quorum { approvals: 1, slots: vec!["manager".into(), "security".into()], ..Quorum::default() },
+            "2 role slots for 1 approval",
+        ),
+        (Quorum::of(2).with_approver("bob").with_approver("b\u{043e}b"), "twice"),
+    ] {
+        check(assemble(config(quorum)), "orders.cancel", &["its quorum", says]);
+    }
+    let sound = Quorum::of(2).with_approver("alice").with_approver("bob").with_approver("carol");
+    assert!(assemble(config(sound)).is_ok(), "2 of 3 named approvers");
+    let slots = Quorum::default().with_slot("manager").with_slot("security");
+    assert!(assemble(config(slots)).is_ok(), "one manager and one security officer");
+}
+
 #[test]
 fn a_misspelled_binding_target_is_a_definition_error() {
     let registry = Registry::new(RegistryConfig::default());
