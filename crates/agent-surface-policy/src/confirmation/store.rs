@@ -651,7 +651,8 @@ pub enum Rejection {
 /// | operation | atomic effect |
 /// |---|---|
 /// | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
-/// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record — refused when expired, when the approver decided it before, or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
+/// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record — refused when expired, when the approver decided it before (or, for an `ApproveInPerson`, when the record holds one already), or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
+/// | [`decide_in_slots`](ConfirmationStore::decide_in_slots) | as `decide`, by an approver who can fill only some of the quorum's role slots: refused unless every approval so far and this one can each be given a distinct slot (a bipartite matching) |
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 /// | [`reinstate`](ConfirmationStore::reinstate) | consumed → approved, for the call that consumed it (its binding and consumption token), before the deadline |
