@@ -1029,6 +1029,7 @@ impl ConfirmationEngine {
         match evidence.or(relayed.as_deref()) {
             Some(id) => {
                 let consumed = self.bounded(self.config.store.consume(id, &binding, now)).await;
+                tell_consumed(&call, id, &consumed);
                 self.audit_consume(&call, &binding, id, now, &consumed).await;
                 match consumed {
                     Ok(Ok(consumed)) => {
@@ -1038,7 +1039,6 @@ impl ConfirmationEngine {
                             approved_by = %consumed.approved_by,
                             "confirmation consumed"
                         );
-                        tell_consumed(&call, id, consumed);
                         ConfirmationDecision::Proceed
                     }
                     // The relayed confirmation expired (or is gone): the caller never sent it, so
@@ -1144,12 +1144,10 @@ impl ConfirmationEngine {
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation wait timed out");
                     // A decision that landed just before the withdrawal still counts.
                     let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+                    tell_consumed(call, id, &consumed);
                     self.audit_consume(call, &record.binding, id, now, &consumed).await;
                     return match consumed {
-                        Ok(Ok(consumed)) => {
-                            tell_consumed(call, id, consumed);
-                            ConfirmationDecision::Proceed
-                        }
+                        Ok(Ok(_)) => ConfirmationDecision::Proceed,
                         Ok(Err(rejection)) => rejected(id, rejection),
                         Err(e) => unavailable(&e),
                     };
@@ -1157,12 +1155,12 @@ impl ConfirmationEngine {
             }
             let now = self.config.clock.now();
             let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+            tell_consumed(call, id, &consumed);
             self.audit_consume(call, &record.binding, id, now, &consumed).await;
             match consumed {
-                Ok(Ok(consumed)) => {
+                Ok(Ok(_)) => {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation consumed");
-                    tell_consumed(call, id, consumed);
                     return ConfirmationDecision::Proceed;
                 }
                 Ok(Err(Rejection::Pending(_))) => continue,
@@ -1262,10 +1260,11 @@ impl ConfirmationGate for ConfirmationEngine {
 }
 
 /// Tells the call (through [`CallInfo::details`]) which evidence was consumed for it, with the
-/// store's consumption token, so that it can be given back should its handler never start.
-fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: Consumed) {
-    if let (Some(details), Some(token)) = (call.details, consumed.token) {
-        details.consumed(ConsumedEvidence::new(id, token));
+/// store's consumption token, so that it can be given back should its handler never start — at
+/// once, before anything else is awaited, so that a call dropped meanwhile can give it back too.
+fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: &Result<Result<Consumed, Rejection>, StoreError>) {
+    if let (Some(details), Ok(Ok(Consumed { token: Some(token), .. }))) = (call.details, consumed) {
+        details.consumed(ConsumedEvidence::new(id, token.clone()));
     }
 }
 

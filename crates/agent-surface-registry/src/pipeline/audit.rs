@@ -6,7 +6,8 @@
 //! registry's `AuditConfig::strict`, or the capability's `strict_audit`) when the event cannot be
 //! written within the budget, or no audit trail is configured; the handler then does not run.
 //! Without strict audit a failed write is an `ERROR` operator event and the call goes on. A
-//! `read` capability is never audited.
+//! `read` capability is never audited. A call refused here gives back the confirmation evidence
+//! phase 7 consumed for it (`confirmation::give_back`): its retry runs on the same approval.
 
 use std::sync::Arc;
 

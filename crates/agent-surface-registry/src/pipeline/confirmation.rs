@@ -94,13 +94,15 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// without one).
 ///
 /// A call let through returns the evidence the gate consumed for it, when the gate said so
-/// ([`CallDetails::consumed`]), for [`give_back`] should the call stop before its handler starts.
+/// ([`CallDetails::consumed`]), as a [`GiveBack`] armed until the handler may start. A call that
+/// stops here after the gate consumed its evidence (the gate overran its budget or panicked
+/// after consuming) gives it back at once.
 pub(crate) async fn confirm(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
-) -> Result<Option<ConsumedEvidence>, Stop> {
+) -> Result<Option<GiveBack>, Stop> {
     if gate.consults_call_details() {
         confirm_on_demand(call, gate, input, summary).await
     } else {
@@ -108,37 +110,110 @@ pub(crate) async fn confirm(
     }
 }
 
-/// Gives back the evidence the gate consumed for this call, whose handler never started (strict
-/// audit refused it: phase 8a), so that its retry can use the approval
-/// ([`ConfirmationGate::reinstate`]). Once the gate reinstated it, the confirmation is remembered
-/// as relayed for this call ([`crate::relayed`]): the same call repeated without evidence — as a
-/// model repeats it, or a call in wait mode, whose caller never saw an id — presents it again.
-/// A gate that fails, panics, refuses or overruns its budget leaves the evidence consumed: the
-/// retry then asks for a fresh approval.
-pub(crate) async fn give_back(call: &Call<'_>, input: &Value, evidence: &ConsumedEvidence) {
-    let Some(gate) = &call.inner.config.confirmation else { return };
-    let inner = call.inner;
-    let info = call.info().with_input(input).with_ids(call.correlation.invocation_id(), call.correlation_text());
-    let now = inner.config.clock.now();
-    let budget = inner.config.confirmation_budget;
-    let asked = catch_future(|| gate.reinstate(info, evidence, now));
-    let reinstated =
-        matches!(agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await, Some(Ok(true)));
-    if reinstated {
-        let relayed = &inner.relayed;
-        let key = relayed.key(
-            call.options.consumer.key(),
-            &call.def.name,
-            &call.reg.registration_id,
-            &Fingerprint::of(input),
-        );
-        relayed.remember(key, &evidence.confirmation_id);
+/// Evidence the gate consumed for a call whose handler has not started yet. Disarmed once the
+/// handler may start ([`GiveBack::disarm`]); otherwise it gives the evidence back
+/// ([`ConfirmationGate::reinstate`]) — at once when the call stops before its handler
+/// ([`GiveBack::now`]: strict audit refused it), or from a task of its own when it is dropped
+/// (the caller went away first) — so that the call's retry runs on the same approval. Once the
+/// gate reinstated it, the confirmation is remembered as relayed for the call ([`crate::relayed`]):
+/// the same call repeated without evidence — as a model repeats it, or a call in wait mode, whose
+/// caller never saw an id — presents it again. A gate that fails, panics, refuses or overruns its
+/// budget leaves the evidence consumed: the retry then asks for a fresh approval.
+///
+/// It owns what the give-back needs (the call's input among it), so that it can outlive the call.
+pub(crate) struct GiveBack(Option<Box<Owed>>);
+
+/// What a [`GiveBack`] needs: the call, owned.
+struct Owed {
+    gate: std::sync::Arc<dyn ConfirmationGate>,
+    inner: std::sync::Arc<crate::registry::Inner>,
+    consumer: agent_surface_policy::Consumer,
+    def: std::sync::Arc<crate::define::CapabilityDef>,
+    reg: std::sync::Arc<crate::live::Registration>,
+    input: Value,
+    invocation_id: Option<String>,
+    correlation: String,
+    evidence: ConsumedEvidence,
+}
+
+impl GiveBack {
+    /// The evidence `evidence` consumed for `call` (whose validated input is `input`), armed; a
+    /// registry without a gate has nothing to give back to.
+    fn new(call: &Call<'_>, input: &Value, evidence: ConsumedEvidence) -> GiveBack {
+        let Some(gate) = &call.inner.config.confirmation else { return GiveBack(None) };
+        GiveBack(Some(Box::new(Owed {
+            gate: std::sync::Arc::clone(gate),
+            inner: std::sync::Arc::clone(call.inner),
+            consumer: call.options.consumer.clone(),
+            def: std::sync::Arc::clone(&call.def),
+            reg: std::sync::Arc::clone(&call.reg),
+            input: input.clone(),
+            invocation_id: call.correlation.invocation_id().map(str::to_string),
+            correlation: call.correlation_text().to_string(),
+            evidence,
+        })))
+    }
+
+    /// The id of the confirmation consumed.
+    pub(crate) fn confirmation_id(&self) -> Option<&str> {
+        self.0.as_ref().map(|owed| owed.evidence.confirmation_id.as_str())
+    }
+
+    /// The handler may start: the evidence stays consumed.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+
+    /// The call stopped before its handler: gives the evidence back now.
+    pub(crate) async fn now(mut self) {
+        if let Some(owed) = self.0.take() {
+            owed.give_back().await;
+        }
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        let Some(owed) = self.0.take() else { return };
+        let give_back = owed.give_back();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(give_back);
+            }
+            Err(_) => {
+                let _ = futures_util::FutureExt::now_or_never(give_back);
+            }
+        }
+    }
+}
+
+impl Owed {
+    async fn give_back(self) {
+        let Owed { gate, inner, consumer, def, reg, input, invocation_id, correlation, evidence } = self;
+        let info = def
+            .call_info(&consumer)
+            .with_instance(&reg.instance_id)
+            .with_registration(&reg.registration_id)
+            .with_input(&input)
+            .with_ids(invocation_id.as_deref(), &correlation);
+        let now = inner.config.clock.now();
+        let budget = inner.config.confirmation_budget;
+        let asked = catch_future(|| gate.reinstate(info, &evidence, now));
+        let reinstated =
+            matches!(agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await, Some(Ok(true)));
+        if reinstated {
+            let relayed = &inner.relayed;
+            let key = relayed.key(consumer.key(), &def.name, &reg.registration_id, &Fingerprint::of(&input));
+            relayed.remember(key, &evidence.confirmation_id);
+        }
     }
 }
 
 /// What the registry tells a gate about a call on demand: the confirmation relayed for it, and
-/// the input preview. It notes the key the gate asked about, and whether an id was found.
+/// the input preview. It notes the key the gate asked about, whether an id was found, and the
+/// evidence the gate consumed.
 struct Details<'c> {
+    call: &'c Call<'c>,
     relayed: &'c crate::relayed::Relayed,
     consumer: &'c str,
     capability: &'c str,
@@ -149,8 +224,9 @@ struct Details<'c> {
     asked: std::sync::OnceLock<RelayKey>,
     /// Whether a remembered id was handed to the gate.
     found: std::sync::atomic::AtomicBool,
-    /// The evidence the gate consumed for the call, once it has.
-    consumed: std::sync::OnceLock<ConsumedEvidence>,
+    /// The evidence the gate consumed for the call, once it has: armed from the moment the gate
+    /// says so, so that a call dropped while the gate still works gives it back too.
+    consumed: std::sync::OnceLock<GiveBack>,
 }
 
 /// Names the call only: the input may hold sensitive fields.
@@ -183,7 +259,9 @@ impl CallDetails for Details<'_> {
 
     fn consumed(&self, evidence: ConsumedEvidence) {
         // One consumption per call; a second report (a gate's mistake) keeps the first.
-        let _ = self.consumed.set(evidence);
+        if let Err(second) = self.consumed.set(GiveBack::new(self.call, self.input, evidence)) {
+            second.disarm();
+        }
     }
 }
 
@@ -193,10 +271,11 @@ async fn confirm_on_demand(
     gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
-) -> Result<Option<ConsumedEvidence>, Stop> {
+) -> Result<Option<GiveBack>, Stop> {
     let relayed = &call.inner.relayed;
     let presented = call.request.confirmation_id.as_deref();
     let details = Details {
+        call,
         relayed,
         consumer: call.options.consumer.key(),
         capability: &call.def.name,
@@ -228,7 +307,16 @@ async fn confirm_on_demand(
             }
         }
     }
-    outcome.map(|()| details.consumed.into_inner())
+    let consumed = details.consumed.into_inner();
+    match outcome {
+        Ok(()) => Ok(consumed),
+        Err(stop) => {
+            if let Some(consumed) = consumed {
+                consumed.now().await;
+            }
+            Err(stop)
+        }
+    }
 }
 
 /// [`confirm`] with a gate that reads everything from the `CallInfo`: the remembered id is looked

@@ -548,36 +548,44 @@ fn confirmed<'a>(
 }
 
 /// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
-/// trail's finish. A call refused here has not run: the evidence phase 7 `consumed` for it is
-/// given back ([`confirmation::give_back`]), so that its retry does not need a fresh approval.
+/// trail's finish. A call refused here (or dropped before its start is recorded) has not run: the
+/// evidence phase 7 `consumed` for it is given back ([`confirmation::GiveBack`]), so that its
+/// retry does not need a fresh approval; once the handler may start, it stays consumed.
 fn audited<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
     hold: Option<&'a idempotency::Hold>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
-    consumed: Option<agent_surface_policy::ConsumedEvidence>,
+    consumed: Option<confirmation::GiveBack>,
 ) -> Result<Step<'a>, Stop> {
     match audit::trail(&call) {
-        audit::Trail::None => execute(call, hold, prepared, timing),
+        audit::Trail::None => {
+            if let Some(consumed) = consumed {
+                consumed.disarm();
+            }
+            execute(call, hold, prepared, timing)
+        }
         audit::Trail::Missing => match consumed {
             None => Err(audit::missing(&call)),
-            Some(evidence) => later(async move {
-                confirmation::give_back(&call, &prepared.value, &evidence).await;
+            Some(consumed) => later(async move {
+                consumed.now().await;
                 Err(audit::missing(&call))
             }),
         },
         audit::Trail::To(trail) => later(async move {
-            let confirmation_id = consumed.as_ref().map(|e| e.confirmation_id.as_str());
+            let confirmation_id = consumed.as_ref().and_then(confirmation::GiveBack::confirmation_id);
             let started = match audit::start(&call, trail, &prepared.value, confirmation_id).await {
                 Ok(started) => started,
                 Err(stop) => {
-                    if let Some(evidence) = &consumed {
-                        confirmation::give_back(&call, &prepared.value, evidence).await;
+                    if let Some(consumed) = consumed {
+                        consumed.now().await;
                     }
                     return Err(stop);
                 }
             };
-            drop(consumed);
+            if let Some(consumed) = consumed {
+                consumed.disarm();
+            }
             let outcome = finish(execute(call, hold, prepared, timing)).await;
             started.finish(&outcome).await;
             outcome

@@ -246,18 +246,24 @@ async fn one_sink_holds_a_confirmation_and_the_execution_it_allowed() {
 
 /// A registry whose calls are strictly audited to `trail`, with a confirmation engine (writing
 /// its own events to `engine_trail`) in `mode`, and `orders.cancel` (destructive, gated).
-struct Gated {
+struct Gated<S = FlakyAuditSink> {
     registry: Registry,
     engine: Arc<ConfirmationEngine>,
-    trail: Arc<FlakyAuditSink>,
+    trail: Arc<S>,
     engine_trail: Arc<MemoryAuditSink>,
     runs: Arc<AtomicUsize>,
     _mount: agent_surface_registry::Mount,
 }
 
 fn gated(mode: agent_surface_policy::ConfirmationMode) -> Gated {
+    gated_to(mode, Arc::new(FlakyAuditSink::default()))
+}
+
+fn gated_to<S: agent_surface_policy::AuditSink>(
+    mode: agent_surface_policy::ConfirmationMode,
+    trail: Arc<S>,
+) -> Gated<S> {
     let clock = clock();
-    let trail = Arc::new(FlakyAuditSink::default());
     let engine_trail = Arc::new(MemoryAuditSink::default());
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
@@ -449,4 +455,61 @@ async fn a_missing_trail_gives_back_the_approval() {
     refused_by_strict_audit(&refused);
     let record = engine.get(&id).await.unwrap().unwrap();
     assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() });
+}
+
+/// An audit sink whose writes hang while told to (the registry's budget runs on a manual clock
+/// nobody advances, so a hanging write never ends), telling when one started.
+#[derive(Debug, Default)]
+struct HangingSink {
+    inner: MemoryAuditSink,
+    hang: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+}
+
+impl agent_surface_policy::AuditSink for HangingSink {
+    fn record<'a>(
+        &'a self,
+        event: &'a AuditEvent,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::AuditError>> {
+        if self.hang.load(Ordering::SeqCst) {
+            self.entered.notify_one();
+            return Box::pin(std::future::pending());
+        }
+        self.inner.record(event)
+    }
+}
+
+/// The caller goes away while strict audit writes the call's start: the handler never started,
+/// so the approval is given back (by a task of its own), and the retry runs on it once.
+#[tokio::test]
+async fn a_call_dropped_before_its_start_is_recorded_gives_back_the_approval() {
+    let g = gated_to(agent_surface_policy::ConfirmationMode::TwoPhase, Arc::new(HangingSink::default()));
+    let input = json!({"order_id": "A-13"});
+    let id = confirmation_id(&g.registry.invoke_detailed(call("orders.cancel", input.clone()), alice()).await);
+    g.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+
+    g.trail.hang.store(true, Ordering::SeqCst);
+    let with_id = || call("orders.cancel", input.clone()).with_confirmation(&id);
+    tokio::select! {
+        inv = g.registry.invoke_detailed(with_id(), alice()) => panic!("the start never gets recorded: {inv:?}"),
+        () = g.trail.entered.notified() => {}
+    }
+    // The call's future is gone; the give-back runs on a task of its own.
+    let approved = ConfirmationState::Approved { by: "manager".into() };
+    let mut state = g.engine.get(&id).await.unwrap().unwrap().state;
+    for _ in 0..10_000 {
+        if state == approved {
+            break;
+        }
+        tokio::task::yield_now().await;
+        state = g.engine.get(&id).await.unwrap().unwrap().state;
+    }
+    assert_eq!(state, approved, "the approval is given back");
+    assert_eq!(g.runs.load(Ordering::SeqCst), 0);
+    assert!(g.engine_trail.names().contains(&"confirmation.reinstated"));
+
+    g.trail.hang.store(false, Ordering::SeqCst);
+    let ran = g.registry.invoke_detailed(with_id(), alice()).await;
+    assert!(ran.result.output().is_some(), "{:?}", ran.result);
+    assert_eq!(g.runs.load(Ordering::SeqCst), 1);
 }
