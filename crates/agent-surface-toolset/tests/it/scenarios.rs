@@ -88,6 +88,9 @@ enum Condition {
     OutputInvalid,
     QueueDrains,
     AuditRecovers,
+    /// A person approved; strict audit could not record the start of the retry with the id, then
+    /// recovers: the approval was given back, and the driver's delayed retry runs on it.
+    ApprovedThenAuditRecovers,
     OutputTooLarge,
     PostConditionFails,
     UpstreamRefusesCredentials,
@@ -177,6 +180,7 @@ const SCENARIOS: &[Scenario] = &[
     row(ExecutionFailed, OutputInvalid, Returned, Some(ExecutionFailed), 1),
     row(RateLimited, QueueDrains, Succeeded, OK, 2),
     row(ExecutionFailed, AuditRecovers, Succeeded, OK, 2),
+    row(ConfirmationRequired, ApprovedThenAuditRecovers, Succeeded, OK, 3),
     row(ExecutionFailed, OutputTooLarge, Returned, Some(ExecutionFailed), 1),
     row(ExecutionFailed, PostConditionFails, Returned, Some(ExecutionFailed), 1),
     row(ExecutionFailed, UpstreamRefusesCredentials, Returned, Some(ExecutionFailed), 1),
@@ -324,7 +328,11 @@ fn world(condition: Condition) -> World {
         authority: Some(Arc::new(Policies::new().global(policy))),
         rate_limiter: Some(limiter.clone()),
         confirmation: Some(engine.clone()),
-        audit: matches!(condition, AuditRecovers).then(|| AuditConfig::new(audit.clone())),
+        audit: match condition {
+            AuditRecovers => Some(AuditConfig::new(audit.clone())),
+            ApprovedThenAuditRecovers => Some(AuditConfig { strict: true, ..AuditConfig::new(audit.clone()) }),
+            _ => None,
+        },
         max_output_bytes: if matches!(condition, OutputTooLarge) { 1024 } else { defaults.max_output_bytes },
         ..defaults
     });
@@ -587,13 +595,22 @@ struct Case {
     first: FirstAttempt,
     /// Runs after the first call's result (the surface changes meanwhile).
     after_first: Option<Change>,
+    /// Runs after the second call's result.
+    after_second: Option<Change>,
     /// What the model does with an error the driver returned to it: a second intent.
     model: Option<Model>,
 }
 
 impl Case {
     fn new(request: InvokeRequest) -> Case {
-        Case { request, host: HostKind::Relay, first: FirstAttempt::Plain, after_first: None, model: None }
+        Case {
+            request,
+            host: HostKind::Relay,
+            first: FirstAttempt::Plain,
+            after_first: None,
+            after_second: None,
+            model: None,
+        }
     }
 
     fn model(self, model: Model) -> Case {
@@ -610,6 +627,10 @@ impl Case {
 
     fn after_first(self, f: impl FnOnce(&World) + Send + 'static) -> Case {
         Case { after_first: Some(Box::new(f)), ..self }
+    }
+
+    fn after_second(self, f: impl FnOnce(&World) + Send + 'static) -> Case {
+        Case { after_second: Some(Box::new(f)), ..self }
     }
 }
 
@@ -760,6 +781,10 @@ async fn arrange(world: &World, condition: Condition) -> Case {
             world.audit.set_failing(true);
             Case::new(call("notes.log", json!({"text": "hello"}))).after_first(|w| w.audit.set_failing(false))
         }
+        ApprovedThenAuditRecovers => Case::new(call("notes.delete", json!({"text": "n-1"})))
+            .host(HostKind::Approve)
+            .after_first(|w| w.audit.set_failing(true))
+            .after_second(|w| w.audit.set_failing(false)),
         OutputTooLarge => Case::new(call("notes.read", json!({"mode": "big-output"}))),
         PostConditionFails => Case::new(call("notes.pay", json!({"mode": "claims-undone"}))),
         UpstreamRefusesCredentials => Case::new(write("upstream-401")),
@@ -818,6 +843,7 @@ struct Probe<'w> {
     world: &'w World,
     first: FirstAttempt,
     after_first: Mutex<Option<Change>>,
+    after_second: Mutex<Option<Change>>,
     log: Mutex<Vec<(InvokeRequest, InvokeResult)>>,
 }
 
@@ -840,8 +866,17 @@ impl Invoker for Probe<'_> {
                 }
             }
             let result = self.world.registry.invoke(request.clone(), options).await;
-            self.log.lock().unwrap().push((request, result.clone()));
+            let sent = {
+                let mut log = self.log.lock().unwrap();
+                log.push((request, result.clone()));
+                log.len()
+            };
             if first && let Some(change) = self.after_first.lock().unwrap().take() {
+                change(self.world);
+            }
+            if sent == 2
+                && let Some(change) = self.after_second.lock().unwrap().take()
+            {
                 change(self.world);
             }
             result
@@ -873,8 +908,13 @@ async fn observe(condition: Condition) -> Observed {
         prompts: AtomicUsize::new(0),
     });
     let driver = RecoveryDriver::new(RecoveryConfig::default(), world.clock.shared(), host);
-    let probe =
-        Probe { world: &world, first: case.first, after_first: Mutex::new(case.after_first), log: Mutex::default() };
+    let probe = Probe {
+        world: &world,
+        first: case.first,
+        after_first: Mutex::new(case.after_first),
+        after_second: Mutex::new(case.after_second),
+        log: Mutex::default(),
+    };
     let cancel = CancellationToken::new();
     let run = |request| {
         let (driver, probe, world, cancel) = (&driver, &probe, &world, &cancel);
