@@ -652,6 +652,7 @@ pub async fn check_confirmation_slots(store: &dyn ConfirmationStore, prefix: &st
     expect("insert", store.insert(moved.clone(), at(0)).await);
     assert_eq!(decide(moved.id.clone(), "dana", both, 1).await, Decided::Done);
     let read = expect("get", store.get(&moved.id, at(2)).await).expect("store kit: the record is still there");
+    assert_eq!(read.quorum, moved.quorum, "store kit: get must return the slots as inserted");
     assert_eq!(read.state, ConfirmationState::Pending, "store kit: one approver fills one slot, whatever its roles");
     assert_eq!(read.decisions[0].slots, both, "store kit: the slots an approver could fill are kept");
     assert_eq!(decide(moved.id.clone(), "max", manager, 3).await, Decided::Done, "store kit: dana makes room for max");
@@ -709,6 +710,12 @@ pub async fn check_confirmation_slots(store: &dyn ConfirmationStore, prefix: &st
     expect("insert", store.insert(any.clone(), at(0)).await);
     assert_eq!(expect("decide", store.decide(&any.id, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
     assert_eq!(decide(any.id.clone(), "sam", security, 2).await, Decided::Done, "store kit: bob moves to manager");
+
+    // Named approvers are kept as inserted (the engine admits them; the store counts).
+    let named = pending(&id("named")).with_quorum(Quorum::of(2).with_approver("bob").with_approver("carol"));
+    expect("insert", store.insert(named.clone(), at(0)).await);
+    let read = expect("get", store.get(&named.id, at(1)).await).expect("store kit: a named quorum must be readable");
+    assert_eq!(read, named, "store kit: get must return the named approvers as inserted");
 
     // In person: the requester, once, whatever the channel.
     let in_person = pending(&id("in-person")).with_quorum(Quorum::of(3));
