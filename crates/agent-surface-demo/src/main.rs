@@ -345,6 +345,8 @@ async fn serve(options: Serve) -> Result<(), String> {
         let read = shutdown::UntilStopped::new(read, stop.clone());
         let max = config.max_message_bytes;
         let registry = demo.registry.clone();
+        // The expiry sweep on its timer while serving (`ConfirmationConfig::sweep_interval`).
+        let periodic = agent_surface_registry::Periodic::start(&registry, &stop);
         let served = if options.conformance {
             let server = conformance::ConformanceServer::new(registry.clone(), Arc::new(config));
             let serving = agent_surface_mcp::serve_io(server, read, write, max);
@@ -358,6 +360,7 @@ async fn serve(options: Serve) -> Result<(), String> {
             );
             shutdown::serve_stdio(serving, &registry, stop, drain).await
         };
+        periodic.stop().await;
         registry.dispose();
         return served.map_err(|e| e.to_string());
     }
@@ -439,7 +442,11 @@ async fn serve(options: Serve) -> Result<(), String> {
     limits.drain_timeout = drain;
     let stop = tokio_util::sync::CancellationToken::new();
     let signals = tokio::spawn(shutdown::on_signals(stop.clone(), demo.registry.clone(), drain));
+    // The expiry sweep on its timer while serving (`ConfirmationConfig::sweep_interval`), so that
+    // expiry warnings are written without anyone looking; it stops with the server.
+    let periodic = agent_surface_registry::Periodic::start(&demo.registry, &stop);
     let served = agent_surface_server::serve_with(listener, app, limits, stop, drain_steps).await;
+    periodic.stop().await;
     // Whatever is left (calls answered as tasks, a call whose connection was dropped) is cancelled.
     signals.abort();
     demo.registry.dispose();

@@ -184,7 +184,9 @@ pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
 }
 
 /// Serves `registry` on `listener` until `shutdown` is cancelled, with `config.limits` (a
-/// connection cap, a header timeout that also closes idle connections, a bounded drain).
+/// connection cap, a header timeout that also closes idle connections, a bounded drain). While it
+/// serves, the registry's confirmation gate does its periodic work (the `ConfirmationEngine`'s
+/// expiry sweep, every `ConfirmationConfig::sweep_interval`; `agent_surface_registry::Periodic`).
 ///
 /// On shutdown it drains (`agent_surface_server`'s drain, with the `drain_timeout` and
 /// `cancel_grace` of [`HttpConfig::limits`]): new connections are refused; the calls in flight
@@ -219,7 +221,10 @@ pub async fn serve(
         let registry = registry.clone();
         move || registry.dispose()
     });
-    agent_surface_server::serve_with(listener, router(registry, config), limits, shutdown, drain).await
+    let periodic = agent_surface_registry::Periodic::start(&registry, &shutdown);
+    let served = agent_surface_server::serve_with(listener, router(registry, config), limits, shutdown, drain).await;
+    periodic.stop().await;
+    served
 }
 
 /// Refuses a request whose host is not allowed before any route sees it.

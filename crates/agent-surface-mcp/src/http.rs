@@ -389,6 +389,9 @@ pub async fn serve_http(
         let registry = registry.clone();
         move || registry.dispose()
     });
+    let periodic = agent_surface_registry::Periodic::start(&registry, &shutdown);
     let app = router(registry, config, &http, drain.streams.clone());
-    agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await
+    let served = agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await;
+    periodic.stop().await;
+    served
 }

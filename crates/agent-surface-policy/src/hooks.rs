@@ -479,6 +479,14 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         let _ = (call, evidence, now);
         Box::pin(std::future::ready(false))
     }
+
+    /// Runs the gate's periodic work until `stop` completes: for the
+    /// [`ConfirmationEngine`](crate::ConfirmationEngine), its expiry sweep
+    /// ([`run_sweeps`](crate::ConfirmationEngine::run_sweeps)). The library's `serve` helpers run
+    /// it for their registry's gate while they serve. The default: nothing (it waits for `stop`).
+    fn run_periodic<'a>(&'a self, stop: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        stop
+    }
 }
 
 impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
@@ -518,5 +526,9 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn rule_problems(&self) -> Vec<(Scope, String)> {
         (**self).rule_problems()
+    }
+
+    fn run_periodic<'a>(&'a self, stop: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        (**self).run_periodic(stop)
     }
 }

@@ -106,6 +106,7 @@ pub use confirmation::{
     FnConfirmationPolicy, Gate, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM, MemoryConfirmationStore,
     MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, Review, STORE_RETRY_AFTER, SlotSet, TargetBinding,
 };
+pub use confirmation::{DEFAULT_SWEEP_INTERVAL, SWEEP_LIMIT, SweepStats};
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{

@@ -89,3 +89,44 @@ async fn a_call_past_the_drain_timeout_ends_outcome_unknown() {
     assert_eq!(v["details"]["reason"], "outcome-unknown", "{v}");
     assert!(registry.is_disposed());
 }
+
+/// A boxed future, as the gate's methods take and give them.
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A gate whose periodic work says when it starts and when it is told to stop.
+struct Periodic {
+    started: tokio::sync::mpsc::UnboundedSender<&'static str>,
+}
+
+impl agent_surface_policy::ConfirmationGate for Periodic {
+    fn check<'a>(
+        &'a self,
+        _call: agent_surface_policy::CallInfo<'a>,
+        _confirmation_id: Option<&'a str>,
+        _now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, agent_surface_policy::ConfirmationDecision> {
+        Box::pin(async { agent_surface_policy::ConfirmationDecision::Proceed })
+    }
+
+    fn run_periodic<'a>(&'a self, stop: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let _ = self.started.send("started");
+            stop.await;
+            let _ = self.started.send("stopped");
+        })
+    }
+}
+
+/// `serve` runs the confirmation gate's periodic work (the engine's expiry sweep) while it
+/// serves, and stops it before it returns.
+#[tokio::test]
+async fn serve_runs_the_gate_periodic_work_until_shutdown() {
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let gate = std::sync::Arc::new(Periodic { started: tx });
+    let registry = Registry::new(RegistryConfig { confirmation: Some(gate), ..Default::default() });
+    let (_, shutdown, server) = start(registry, agent_surface_server::Limits::default()).await;
+    assert_eq!(events.recv().await, Some("started"));
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+    assert_eq!(events.try_recv(), Ok("stopped"), "stopped before serve returned");
+}

@@ -2,6 +2,7 @@
 //! runs, and the single-use evidence it issues.
 
 mod store;
+mod sweeper;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -21,6 +22,7 @@ pub use store::{
     Consumed, Decided, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM, MemoryConfirmationStore,
     MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, SlotSet,
 };
+pub use sweeper::{DEFAULT_SWEEP_INTERVAL, SWEEP_LIMIT, SweepStats};
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
 use crate::clock::{Clock, SystemClock};
@@ -356,6 +358,10 @@ pub struct ConfirmationConfig {
     /// agent that a person must approve it there) and the URL of URL-mode elicitation over MCP.
     /// `None` (the default): no approval page.
     pub approval_base_url: Option<String>,
+    /// How often a host's expiry sweep runs ([`ConfirmationEngine::run_sweeps`], which the
+    /// library's `serve` helpers run while they serve); default [`DEFAULT_SWEEP_INTERVAL`] (a
+    /// minute); `None` (or zero): no periodic sweep.
+    pub sweep_interval: Option<Duration>,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -376,6 +382,7 @@ impl Default for ConfirmationConfig {
             quorums: Vec::new(),
             expiry_warning: Some(DEFAULT_EXPIRY_WARNING),
             approval_base_url: None,
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
         }
     }
 }
@@ -1256,6 +1263,14 @@ impl ConfirmationGate for ConfirmationEngine {
         now: Timestamp,
     ) -> BoxFuture<'a, bool> {
         Box::pin(ConfirmationEngine::reinstate(self, call, evidence, now))
+    }
+
+    /// The expiry sweep, every [`ConfirmationConfig::sweep_interval`] ([`ConfirmationEngine::run_sweeps`]).
+    fn run_periodic<'a>(&'a self, stop: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let stats = self.run_sweeps(stop).await;
+            tracing::debug!(target: "agent_surface::confirmation", rounds = stats.rounds, warned = stats.warned, "expiry sweeps stopped");
+        })
     }
 }
 

@@ -9,3 +9,4 @@ mod confirmation;
 mod idempotency;
 mod model;
 mod rate;
+mod sweeps;
