@@ -21,9 +21,9 @@
 //! [`InboxConfig::secure_cookie`] is off for plain-HTTP development); the token stays in the
 //! process's memory (a bounded map), is never sent back, and is proven again on every request, so
 //! a revoked or expired token ends the session at once. A session ends on sign-out (the server
-//! forgets it: a copy of the cookie is worth nothing), after [`InboxConfig::session_ttl`]
-//! (8 hours by default), or when the process ends; sessions are per process (replicas behind one
-//! address need sticky routing, or bearer tokens). With [`InboxConfig::approver_role`] only
+//! forgets it: a copy of the cookie is worth nothing), when the browser signs in again, after
+//! [`InboxConfig::session_ttl`] (8 hours by default), or when the process ends; sessions are per
+//! process (replicas behind one address need sticky routing, or bearer tokens). With [`InboxConfig::approver_role`] only
 //! identities with that role may use the inbox.
 //!
 //! **The engine's rules hold.** Decisions go through [`ConfirmationEngine::approve_with_note`] and
@@ -575,6 +575,10 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
         let again = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
         let page = html::sign_in(inbox.prefix(), &again, then, true);
         return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
+    }
+    // A session this browser held before (signing in as someone else) ends with the new one.
+    if let Some(previous) = cookie(&headers, SESSION_COOKIE) {
+        inbox.sessions.close(&previous);
     }
     let session = inbox.sessions.open(&token, inbox.now());
     let cookies = [inbox.session_cookie_header(Some(&session)), inbox.sign_in_cookie_header(None)];

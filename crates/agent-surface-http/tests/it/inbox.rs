@@ -778,6 +778,22 @@ async fn a_session_is_an_opaque_id_that_ends_on_sign_out_expiry_and_revocation()
     clock.advance(Duration::from_secs(1));
     assert!(!signed_in(&cookie).await, "expired");
 
+    // Signing in again from the same browser ends the session it held.
+    let first = env.sign_in("t-manager").await;
+    let form = env.send("GET", "/inbox/sign-in", None, None).await;
+    let both = format!("{first}; {}", form.sign_in_cookie());
+    let again = env
+        .send(
+            "POST",
+            "/inbox/sign-in",
+            Some(&both),
+            Some(&format!("token=t-manager&csrf={}", form.csrf("/inbox/sign-in"))),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "{}", again.body);
+    assert!(!signed_in(&first).await, "the earlier session ended");
+    assert!(signed_in(&again.cookie(SESSION_COOKIE).unwrap()).await);
+
     // A revoked token ends its sessions, for good.
     let cookie = env.sign_in("t-manager").await;
     assert!(signed_in(&cookie).await);
