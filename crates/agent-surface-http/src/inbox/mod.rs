@@ -574,7 +574,10 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
     if identity.is_none() {
         let again = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
         let page = html::sign_in(inbox.prefix(), &again, then, true);
-        return inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
+        let mut response = inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
+        // The cookie lives as long as the new form's token.
+        append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
+        return response;
     }
     // A session this browser held before (signing in as someone else) ends with the new one.
     if let Some(previous) = cookie(&headers, SESSION_COOKIE) {

@@ -220,6 +220,7 @@ async fn a_second_person_approves_in_the_inbox_and_the_agent_repeat_runs_once() 
     let pre = form.sign_in_cookie();
     let bad = env.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token=t-nobody&csrf={csrf}"))).await;
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(bad.sign_in_cookie(), pre, "the same binding, renewed with the new form");
 
     let manager = env.sign_in("t-manager").await;
     let list = env.send("GET", "/inbox/", Some(&manager), None).await;
