@@ -64,14 +64,6 @@ pub struct CallInfo<'a> {
 /// gates and that carries no evidence: computed only when asked, so that the calls a gate lets
 /// through cost none of it.
 pub trait CallDetails: std::fmt::Debug + Send + Sync {
-    /// The id of the confirmation relayed earlier to this consumer for this same call (the
-    /// capability, the registration it resolved to, and an input whose [`Fingerprint::of`] is
-    /// `input_hash`), which the caller could not send back; the gate treats it as the call's
-    /// evidence. `None` when none is remembered.
-    ///
-    /// [`Fingerprint::of`]: crate::Fingerprint::of
-    fn relayed_confirmation(&self, input_hash: &crate::Fingerprint) -> Option<String>;
-
     /// The input as an approver may see it, as [`CallInfo::input_preview`]; `None` when the
     /// caller does not say.
     fn input_preview(&self) -> Option<String>;
@@ -450,9 +442,13 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     }
 
     /// Whether this gate asks [`CallInfo::details`] for what it needs of a call it gates (the
-    /// confirmation relayed earlier, the input preview) instead of reading them from the
-    /// `CallInfo`. The default, `false`: the registry computes both for every call it asks about
-    /// (and presents a relayed confirmation as the call's evidence itself).
+    /// input preview) instead of reading it from the `CallInfo`, **and** remembers the
+    /// confirmations it relays itself, presenting one when the same consumer repeats the same
+    /// call without evidence (the `ConfirmationEngine` does both, the memory in its store, which
+    /// replicas may share). The default, `false`: the registry computes the preview for every
+    /// call it asks about, keeps a memory of relayed confirmations of its own (per process,
+    /// `RegistryConfig::relayed_confirmations`) and presents a remembered id as the call's
+    /// evidence itself.
     fn consults_call_details(&self) -> bool {
         false
     }

@@ -3,7 +3,7 @@
 //!
 //! | field | holds |
 //! |---|---|
-//! | `rec` | the record's fixed part as JSON (id, binding, requester, summary, effect, origin, times) |
+//! | `rec` | the record's fixed part as JSON (id, binding, requester, summary, effect, origin, times, input preview, quorum, the requesting call's invocation and correlation ids) |
 //! | `c`, `cap`, `r`, `i`, `h` | the binding (consumer key, capability, registration, instance, input hash) |
 //! | `req` | the requester's subject (empty when anonymous) |
 //! | `rq`, `cs` | the requester's subject and the consumer key as a person reads them (`agent_surface_policy::principal::skeleton`; `rq` is `\0` when anonymous), for the self-approval rule |
@@ -22,12 +22,16 @@
 //! [`ConfirmationStore::list_expired`]: an entry leaves it when a listing past its deadline finds
 //! the record consumed, denied, claimed or gone, and every insert drops the entries of records
 //! past their retention, so the index holds at most the records the store holds.
+//!
+//! The confirmations relayed to callers ([`ConfirmationStore::remember_relayed`]) are one string
+//! each, `{prefix}conf-relay:{key}` (the [`RelayKey`]'s 64 hex digits: a digest, never a consumer
+//! key or an input) holding the confirmation id, expiring with the record (its `ga`).
 
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Mismatch, Quorum, Rejection, SlotSet, StoreError,
+    Consumed, Decided, Mismatch, Quorum, Rejection, RelayKey, SlotSet, StoreError,
 };
 use futures_util::future::BoxFuture;
 use redis::Script;
@@ -57,6 +61,10 @@ struct Fixed {
     input_preview: Option<String>,
     #[serde(default)]
     quorum: Quorum,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    invocation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<String>,
 }
 
 /// One entry of the `d` field.
@@ -108,6 +116,8 @@ impl Fixed {
             expires_at: record.expires_at.unix_millis(),
             input_preview: record.input_preview.clone(),
             quorum: record.quorum.clone(),
+            invocation_id: record.invocation_id.clone(),
+            correlation_id: record.correlation_id.clone(),
         }
     }
 
@@ -130,7 +140,8 @@ impl Fixed {
             Timestamp::from_unix_millis(self.expires_at),
         )
         .with_input_preview(self.input_preview.as_deref())
-        .with_quorum(self.quorum);
+        .with_quorum(self.quorum)
+        .with_call_ids(self.invocation_id.as_deref(), self.correlation_id.as_deref());
         record.state = state;
         let all = record.quorum.all_slots();
         record.decisions = decisions_of(decisions)?
@@ -344,6 +355,33 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
 return redis.call('HSETNX', KEYS[1], 'xr', '1')
 ";
 
+/// Remembers a confirmation relayed for a call, for as long as its record is held. KEYS: the
+/// record, the relay key. ARGV: id, now.
+const REMEMBER_RELAYED: &str = r"
+local ga = redis.call('HGET', KEYS[1], 'ga')
+if not ga then return 0 end
+local left = tonumber(ga) - tonumber(ARGV[2])
+if left <= 0 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', left)
+return 1
+";
+
+/// The id a relay key holds, while its record is held. KEYS: the relay key. ARGV: now, the
+/// record key prefix.
+const RELAYED: &str = r"
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+local ga = redis.call('HGET', ARGV[2] .. id, 'ga')
+if not ga or tonumber(ARGV[1]) >= tonumber(ga) then return false end
+return id
+";
+
+/// Forgets a relay key while it holds the id. KEYS: the relay key. ARGV: id.
+const FORGET_RELAYED: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
 /// A [`ConfirmationStore`] in Redis, shared by every replica that connects to it.
 ///
 /// The semantics are those the trait documents, each operation one script: a record is
@@ -368,6 +406,15 @@ struct Scripts {
     claim_expiry: Script,
     reinstate: Script,
     list_expired: Script,
+    relay: RelayScripts,
+}
+
+/// The scripts of the relayed confirmations.
+#[derive(Debug)]
+struct RelayScripts {
+    remember: Script,
+    get: Script,
+    forget: Script,
 }
 
 impl RedisConfirmationStore {
@@ -382,12 +429,22 @@ impl RedisConfirmationStore {
             claim_expiry: Script::new(CLAIM_EXPIRY),
             reinstate: Script::new(REINSTATE),
             list_expired: Script::new(LIST_EXPIRED),
+            relay: RelayScripts {
+                remember: Script::new(REMEMBER_RELAYED),
+                get: Script::new(RELAYED),
+                forget: Script::new(FORGET_RELAYED),
+            },
         };
         RedisConfirmationStore { stores, scripts: std::sync::Arc::new(scripts) }
     }
 
     fn key(&self, id: &str) -> String {
         self.stores.key("conf", id)
+    }
+
+    /// The string holding the id relayed for the call `key`.
+    fn relay_key(&self, key: &RelayKey) -> String {
+        self.stores.key("conf-relay", &key.to_string())
     }
 
     /// The sorted set of pending ids.
@@ -652,6 +709,44 @@ impl ConfirmationStore for RedisConfirmationStore {
                     fixed.into_record(state, d).ok_or_else(|| corrupt("input hash or decisions"))
                 })
                 .collect()
+        })
+    }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut call = self.scripts().relay.remember.key(self.key(id));
+            call.key(self.relay_key(key));
+            call.arg(id).arg(ms(now));
+            let _remembered: i64 = self.stores.run(call).await?;
+            Ok(())
+        })
+    }
+
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            let mut call = self.scripts().relay.get.key(self.relay_key(key));
+            call.arg(ms(now)).arg(self.stores.key("conf", ""));
+            self.stores.run(call).await
+        })
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = now;
+        Box::pin(async move {
+            let mut call = self.scripts().relay.forget.key(self.relay_key(key));
+            call.arg(id);
+            let _forgotten: i64 = self.stores.run(call).await?;
+            Ok(())
         })
     }
 }

@@ -100,8 +100,10 @@ pub struct RegistryConfig {
     pub audit: Option<AuditConfig>,
     /// The most confirmation ids the registry remembers for callers that cannot send them back
     /// (a model repeating a call it was told needs approval; see `spec/authority-and-confirmation.md`,
-    /// "Presented on repeat"). Each id is at most 256 bytes; the oldest is forgotten first; `0`
-    /// turns presenting off.
+    /// "Presented on repeat"), for a confirmation gate that does not remember them itself (a
+    /// custom `ConfirmationGate`; the `ConfirmationEngine` keeps them in its store, see
+    /// `ConfirmationConfig::present_on_repeat`). Each id is at most 256 bytes; the oldest is
+    /// forgotten first; `0` turns this memory off.
     pub relayed_confirmations: usize,
     /// The types the application defines after its first mount (on demand, by a plugin, behind
     /// a flag) whose names the hooks already target. The wiring check of every mount skips the
@@ -206,7 +208,8 @@ pub(crate) struct Inner {
     executors: RwLock<HashMap<String, Arc<dyn Executor>>>,
     /// The types and capabilities the hooks name, checked at definition and assembly.
     wiring: Wiring,
-    /// Confirmation ids relayed to callers, presented when they repeat the call (phase 7).
+    /// Confirmation ids relayed to callers, presented when they repeat the call (phase 7), for a
+    /// gate that does not remember them itself.
     pub(crate) relayed: crate::relayed::Relayed,
 }
 

@@ -1,16 +1,17 @@
-//! Confirmations relayed to callers that cannot send them back.
+//! Confirmations relayed to callers that cannot send them back, for a gate that does not
+//! remember them itself.
 //!
 //! A model changes only a tool call's arguments, so it cannot present the `confirmationId` of a
-//! `CONFIRMATION_REQUIRED` it was told about. The registry remembers the id of each confirmation
-//! it relayed, keyed on the consumer, the capability, the registration the call resolved to and
+//! `CONFIRMATION_REQUIRED` it was told about. The `ConfirmationEngine` remembers the ids it
+//! relays in its store (`ConfirmationStore::remember_relayed`, shared by replicas that share the
+//! store) and presents one when the same consumer repeats the same call; a gate that says so
+//! (`ConfirmationGate::consults_call_details`) gets nothing from this module. For any other gate
+//! (a custom `ConfirmationGate`) the registry keeps this memory: the id of each confirmation it
+//! relayed, keyed on the consumer, the capability, the registration the call resolved to and
 //! the input's fingerprint (`Fingerprint::of`, SHA-256 of its canonical JSON: the hash the
 //! confirmation's evidence is bound to); when the same consumer repeats the same call without
-//! evidence, phase 7 presents the remembered id. One mechanism for every transport (MCP in both
-//! eras, the HTTP binding, the embedded toolset, the Rust API).
-//!
-//! With the registry's `ConfirmationEngine` the memory is asked by the engine itself, through
-//! `CallInfo::details`, only for a call it gates and with the fingerprint it computes anyway:
-//! a call the engine lets through costs the memory nothing (not even its lock).
+//! evidence, phase 7 presents the remembered id — per process: a repeat that reaches another
+//! replica is asked anew.
 //!
 //! The memory is bounded: at most `RegistryConfig::relayed_confirmations` ids (the oldest is
 //! forgotten first), none longer than [`MAX_ID_BYTES`]. A lost entry only costs the caller a fresh

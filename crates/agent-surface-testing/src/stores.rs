@@ -29,8 +29,8 @@ use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
     Admission, ApprovalVerdict, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
     ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint,
-    IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, Scope, Settlement,
-    SlotSet, StoreError, TaskRecord, TaskStatus, TaskStore,
+    IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, RelayKey, Scope,
+    Settlement, SlotSet, StoreError, TaskRecord, TaskStatus, TaskStore,
 };
 use futures_util::future::join_all;
 use serde_json::json;
@@ -52,7 +52,8 @@ fn binding(consumer: &str) -> ConfirmationBinding {
     }
 }
 
-/// A pending record `id` of consumer `c-1` (requester subject `alice`), expiring at 60 s.
+/// A pending record `id` of consumer `c-1` (requester subject `alice`), expiring at 60 s,
+/// requested by the call with invocation id `inv-1` and correlation id `corr-1`.
 fn pending(id: &str) -> ConfirmationRecord {
     ConfirmationRecord::pending(
         id.to_string(),
@@ -64,6 +65,7 @@ fn pending(id: &str) -> ConfirmationRecord {
         at(0),
         at(60_000),
     )
+    .with_call_ids(Some("inv-1"), Some("corr-1"))
 }
 
 #[track_caller]
@@ -201,6 +203,7 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     check_expiry_claims(store, prefix).await;
     check_reinstatement(store, prefix).await;
     check_expired_listing(store, prefix).await;
+    check_relayed_confirmations(store, prefix).await;
 }
 
 /// [`ConfirmationStore::reinstate`] (part of [`check_confirmation_store`]): consumed evidence is
@@ -346,6 +349,70 @@ async fn check_expired_listing(store: &dyn ConfirmationStore, prefix: &str) {
     );
 }
 
+/// The memory of relayed confirmations (part of [`check_confirmation_store`]):
+/// [`ConfirmationStore::remember_relayed`] ties a [`RelayKey`] to a held record, replacing what
+/// the key held; [`ConfirmationStore::relayed`] reads it while the record is held (at the latest
+/// until its expiry plus the store's retention, taken here to be under ten years);
+/// [`ConfirmationStore::forget_relayed`] removes it only while it holds the given id.
+async fn check_relayed_confirmations(store: &dyn ConfirmationStore, prefix: &str) {
+    let (r1, r2) = (format!("{prefix}relay-1"), format!("{prefix}relay-2"));
+    let mut other = binding("c-1");
+    other.input_hash = Fingerprint::of(&json!({"orderId": "A-2", "relay": prefix}));
+    let mine = binding("c-1");
+    let mut mine_here = mine.clone();
+    mine_here.instance_id = format!("{prefix}main");
+    let (key, unrelated) = (RelayKey::of(&mine_here), RelayKey::of(&other));
+    let relayed = |key| async move { expect("relayed", store.relayed(key, at(10)).await) };
+    assert_eq!(relayed(&key).await, None, "store kit: nothing is relayed before it is remembered");
+    expect("insert", store.insert(pending(&r1), at(0)).await);
+    expect("remember_relayed", store.remember_relayed(&key, &r1, at(1)).await);
+    assert_eq!(relayed(&key).await.as_deref(), Some(r1.as_str()), "store kit: a remembered relay must be read back");
+    assert_eq!(relayed(&unrelated).await, None, "store kit: another call's key holds nothing");
+    expect("remember_relayed", store.remember_relayed(&unrelated, &format!("{prefix}relay-none"), at(1)).await);
+    assert_eq!(
+        relayed(&unrelated).await,
+        None,
+        "store kit: nothing is remembered for a record the store does not hold"
+    );
+
+    // Forgetting another id leaves the key; a newer confirmation replaces the older one.
+    expect("forget_relayed", store.forget_relayed(&key, &r2, at(2)).await);
+    assert_eq!(
+        relayed(&key).await.as_deref(),
+        Some(r1.as_str()),
+        "store kit: forgetting another id must change nothing"
+    );
+    expect("insert", store.insert(pending(&r2), at(0)).await);
+    expect("remember_relayed", store.remember_relayed(&key, &r2, at(3)).await);
+    assert_eq!(relayed(&key).await.as_deref(), Some(r2.as_str()), "store kit: a newer relay replaces the older");
+    expect("forget_relayed", store.forget_relayed(&key, &r1, at(4)).await);
+    assert_eq!(
+        relayed(&key).await.as_deref(),
+        Some(r2.as_str()),
+        "store kit: forgetting a replaced id keeps the newer"
+    );
+    // A relay lives no longer than its record.
+    let ten_years = Timestamp::from_unix_millis(T0 + 10 * 365 * 24 * 3_600_000);
+    assert_eq!(
+        expect("relayed", store.relayed(&key, ten_years).await),
+        None,
+        "store kit: a relay must be gone with its record"
+    );
+    expect("forget_relayed", store.forget_relayed(&key, &r2, at(5)).await);
+    assert_eq!(relayed(&key).await, None, "store kit: a forgotten relay reads as none");
+
+    // Concurrent repeats of one call (replicas) remember one id between them.
+    let ids: Vec<String> = (0..8).map(|n| format!("{prefix}relay-raced-{n}")).collect();
+    for id in &ids {
+        expect("insert", store.insert(pending(id), at(0)).await);
+    }
+    join_all(ids.iter().map(|id| store.remember_relayed(&key, id, at(6)))).await.into_iter().for_each(|r| {
+        expect("remember_relayed", r);
+    });
+    let held = relayed(&key).await.expect("store kit: one of the raced relays must be held");
+    assert!(ids.contains(&held), "store kit: the key must hold one of the raced ids, got {held}");
+}
+
 /// [`ConfirmationStore::claim_expiry`] (part of [`check_confirmation_store`]): the first claim
 /// of a held record's expiry wins, every later one loses, and of concurrent claims exactly one
 /// wins; an id the store does not hold answers `true`.
@@ -414,6 +481,16 @@ impl Replicas {
             .with_registration("r-1")
             .with_input(&self.input)
             .with_declared_gate(Some(&self.summary))
+            .with_ids(Some("inv-1"), "corr-1")
+    }
+
+    /// The call repeated through `engine` without evidence, by another call (its own ids).
+    async fn repeat(
+        &self,
+        engine: &agent_surface_policy::ConfirmationEngine,
+    ) -> agent_surface_policy::ConfirmationDecision {
+        use agent_surface_policy::{Clock, ConfirmationGate};
+        engine.check(self.call().with_ids(None, "corr-2"), None, self.clock.now()).await
     }
 
     /// A confirmation requested through the first replica.
@@ -446,6 +523,47 @@ pub async fn check_replicas_share_one_approval(store: std::sync::Arc<dyn Confirm
     let decisions = join_all(attempts).await;
     let proceeded = decisions.iter().filter(|d| **d == ConfirmationDecision::Proceed).count();
     assert_eq!(proceeded, 1, "store kit: one approval must let exactly one call through: {decisions:?}");
+}
+
+/// Two confirmation engines (two replicas) over one `store` and one audit trail: a call repeated
+/// without evidence (a model cannot send ids) is given the same confirmation on either replica
+/// while nobody decided; once a person approved it, the plain repeat runs exactly once, on the
+/// other replica, however many repeats race through both; the repeat after that asks anew. The
+/// decision is recorded with the requesting call's invocation and correlation ids.
+///
+/// # Panics
+///
+/// When a repeat is not presented the relayed confirmation, or one approval lets other than
+/// exactly one repeat through.
+pub async fn check_replicas_share_relayed_confirmations(store: std::sync::Arc<dyn ConfirmationStore>) {
+    use agent_surface_policy::{ConfirmationDecision, Identity};
+    let replicas = Replicas::new(store);
+    let id = replicas.request().await;
+    let again = |engine| replicas.repeat(engine);
+    match again(&replicas.b).await {
+        ConfirmationDecision::Required { confirmation_id, .. } => assert_eq!(
+            confirmation_id, id,
+            "store kit: a repeat on the other replica must be given the pending confirmation, not a new one"
+        ),
+        other => panic!("store kit: a repeat of a pending call must need its confirmation, got {other:?}"),
+    }
+    replicas.a.approve(&id, &Identity::new("manager")).await.expect("store kit: the approval must be recorded");
+    let decided = replicas.trail.events().into_iter().find(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. }));
+    let decided = decided.expect("store kit: the decision must be in the trail");
+    assert_eq!(
+        (decided.invocation_id.as_deref(), decided.correlation_id.as_deref()),
+        (Some("inv-1"), Some("corr-1")),
+        "store kit: a decision carries the requesting call's ids (the record keeps them)"
+    );
+    let repeats = join_all((0..10).map(|i| again(if i % 2 == 0 { &replicas.b } else { &replicas.a }))).await;
+    let ran = repeats.iter().filter(|d| **d == ConfirmationDecision::Proceed).count();
+    assert_eq!(ran, 1, "store kit: one approval must let exactly one plain repeat through: {repeats:?}");
+    match again(&replicas.b).await {
+        ConfirmationDecision::Required { confirmation_id, .. } => {
+            assert_ne!(confirmation_id, id, "store kit: the repeat after the run must ask anew");
+        }
+        other => panic!("store kit: the repeat after the run must need a new confirmation, got {other:?}"),
+    }
 }
 
 /// Two confirmation engines (two replicas) over one `store` and one audit trail: a confirmation

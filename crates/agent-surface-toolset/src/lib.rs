@@ -24,8 +24,8 @@
 //!   calls run concurrently and are answered in order), and the adapter duties — the tool list is
 //!   marked stale after `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY` or `COMPONENT_UNMOUNTED`, and
 //!   staleness tokens are refreshed, never stripped. A model cannot send a confirmation id, so
-//!   when it repeats a call that got `CONFIRMATION_REQUIRED`, the registry presents the id it
-//!   relayed, as on every transport (see [`Toolset::call`]); error messages are worded for a
+//!   when it repeats a call that got `CONFIRMATION_REQUIRED`, the confirmation engine presents
+//!   the id it relayed, as on every transport (see [`Toolset::call`]); error messages are worded for a
 //!   model, which sends only a tool's arguments ([`encode_result`]).
 //!
 //! `spec/adapters.md` describes the mapping for every provider.

@@ -233,9 +233,10 @@ impl Toolset {
     /// **Two-phase confirmation.** A model cannot send a confirmation id: its tool calls carry
     /// only a name and arguments. When a call ends with `CONFIRMATION_REQUIRED` (relayed to the
     /// model by the default [`RelayToModel`] host) and the model later repeats the *same* call
-    /// (same capability, same input up to key order), the registry presents the confirmation it
-    /// relayed to this consumer (`spec/authority-and-confirmation.md`, "Presented on repeat";
-    /// `RegistryConfig::relayed_confirmations`): until the user decides, the repeat answers the
+    /// (same capability, same input up to key order), the confirmation engine presents the
+    /// confirmation it relayed to this consumer (`spec/authority-and-confirmation.md`, "Presented
+    /// on repeat"; remembered in its store, so on any replica sharing the store; a custom gate gets
+    /// the registry's own memory, `RegistryConfig::relayed_confirmations`): until the user decides, the repeat answers the
     /// same `CONFIRMATION_REQUIRED`; once approved, the call runs; once denied, the model gets
     /// `CONFIRMATION_INVALID`; once expired, a fresh confirmation is asked for. The toolset adds
     /// nothing to this: it is the same mechanism on every transport.

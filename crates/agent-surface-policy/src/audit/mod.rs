@@ -89,8 +89,9 @@ pub struct AuditEvent {
     /// The caller's invocation id, when it sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation_id: Option<String>,
-    /// The call's correlation id (absent for a decision, which is not part of a call: the
-    /// confirmation id ties it to its request).
+    /// The call's correlation id. An event no call causes (a decision, an expiry found through a
+    /// decision or a sweep) carries the invocation and correlation ids of the call that requested
+    /// the confirmation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// The confirmation, for confirmation events (and for an execution that consumed one).

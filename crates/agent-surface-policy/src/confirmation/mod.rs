@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 
 pub use store::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM, MemoryConfirmationStore,
-    MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, SlotSet,
+    Consumed, Decided, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
+    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, SlotSet,
 };
 pub use sweeper::{DEFAULT_SWEEP_INTERVAL, SWEEP_LIMIT, SweepStats};
 
@@ -362,6 +362,14 @@ pub struct ConfirmationConfig {
     /// library's `serve` helpers run while they serve); default [`DEFAULT_SWEEP_INTERVAL`] (a
     /// minute); `None` (or zero): no periodic sweep.
     pub sweep_interval: Option<Duration>,
+    /// Whether a repeat of a call without evidence presents the confirmation relayed for it
+    /// (two-phase mode; the default `true`). The engine remembers, in its store, the id of every
+    /// `CONFIRMATION_REQUIRED` it answers under the call's [`RelayKey`] (a digest of consumer,
+    /// capability, target and input hash), so that the same consumer repeating the same call —
+    /// a model, which cannot send ids back — gets the same confirmation while nobody decided,
+    /// runs once a person approved, and is told of a denial; with a store that replicas share,
+    /// on whichever replica the repeat lands. `false`: every call without evidence asks anew.
+    pub present_on_repeat: bool,
 }
 
 /// The default [`ConfirmationConfig::store_budget`].
@@ -383,6 +391,7 @@ impl Default for ConfirmationConfig {
             expiry_warning: Some(DEFAULT_EXPIRY_WARNING),
             approval_base_url: None,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+            present_on_repeat: true,
         }
     }
 }
@@ -401,6 +410,7 @@ impl fmt::Debug for ConfirmationConfig {
             .field("quorums", &self.quorums)
             .field("expiry_warning", &self.expiry_warning)
             .field("approval_base_url", &self.approval_base_url)
+            .field("present_on_repeat", &self.present_on_repeat)
             .finish_non_exhaustive()
     }
 }
@@ -675,6 +685,11 @@ impl ConfirmationEngine {
                     "confirmation reinstated: the call that consumed it did not run"
                 );
                 self.audit(|| call_event(now, AuditKind::ConfirmationReinstated, &call, &binding, id)).await;
+                // The same call repeated without evidence (a model; a call in wait mode, whose
+                // caller never saw the id) presents it again, on any replica sharing the store.
+                if self.relays() {
+                    self.remember_relayed(&RelayKey::of(&binding), id, now).await;
+                }
                 true
             }
             Ok(false) => {
@@ -1028,10 +1043,14 @@ impl ConfirmationEngine {
         let Some(summary) = self.gate(&call).await else { return ConfirmationDecision::Proceed };
         let binding = self.binding_of(&call);
         // A call without evidence presents the confirmation relayed to its caller for this same
-        // call, if the caller remembers one (asked only here: for a call this engine gates).
-        let relayed = match evidence {
-            None => call.details.and_then(|d| d.relayed_confirmation(&binding.input_hash)),
-            Some(_) => None,
+        // call, if the store remembers one (asked only here: for a call this engine gates).
+        let relay = (evidence.is_none() && self.relays()).then(|| RelayKey::of(&binding));
+        let relayed = match &relay {
+            Some(key) => match self.bounded(self.config.store.relayed(key, now)).await {
+                Ok(id) => id,
+                Err(e) => return unavailable(&e),
+            },
+            None => None,
         };
         match evidence.or(relayed.as_deref()) {
             Some(id) => {
@@ -1046,22 +1065,72 @@ impl ConfirmationEngine {
                             approved_by = %consumed.approved_by,
                             "confirmation consumed"
                         );
+                        if let Some(key) = &relay {
+                            self.forget_relayed(key, id, now).await;
+                        }
                         ConfirmationDecision::Proceed
                     }
-                    // The relayed confirmation expired (or is gone): the caller never sent it, so
-                    // it is told of a fresh one rather than of an expired one.
-                    Ok(Err(Rejection::Unknown | Rejection::Expired)) if relayed.is_some() => {
+                    // The relayed confirmation expired, is gone or was used (by a repeat on
+                    // another replica, say): the caller never sent it, so it is asked afresh
+                    // rather than told about an id it does not know.
+                    Ok(Err(Rejection::Unknown | Rejection::Expired | Rejection::Consumed)) if relayed.is_some() => {
                         let summary = summary.unwrap_or_else(|| generic_summary(&call));
-                        self.request(call, binding, summary, now).await
+                        self.request(call, binding, summary, now, relay).await
                     }
-                    Ok(Err(rejection)) => rejected(id, rejection),
+                    Ok(Err(rejection)) => {
+                        // A final answer settles what was relayed for the call (a denial is told
+                        // once; the next repeat asks anew), also for an id the caller presented.
+                        let settles = match &rejection {
+                            Rejection::Pending(_) => false,
+                            Rejection::Denied => relayed.is_some() || self.relays(),
+                            _ => relayed.is_some(),
+                        };
+                        if settles {
+                            let key = relay.unwrap_or_else(|| RelayKey::of(&binding));
+                            self.forget_relayed(&key, id, now).await;
+                        }
+                        rejected(id, rejection)
+                    }
                     Err(e) => unavailable(&e),
                 }
             }
             None => {
                 let summary = summary.unwrap_or_else(|| generic_summary(&call));
-                self.request(call, binding, summary, now).await
+                self.request(call, binding, summary, now, relay).await
             }
+        }
+    }
+
+    /// Whether this engine presents relayed confirmations on repeat
+    /// ([`ConfirmationConfig::present_on_repeat`]). It relays the confirmations it answers with
+    /// `CONFIRMATION_REQUIRED` (two-phase mode) and those it reinstates (either mode).
+    fn relays(&self) -> bool {
+        self.config.present_on_repeat
+    }
+
+    /// Forgets the confirmation `id` relayed for the call `key`; a failure is logged (the next
+    /// repeat then meets the settled id and is asked anew, or told of the denial again).
+    async fn forget_relayed(&self, key: &RelayKey, id: &str, now: Timestamp) {
+        if let Err(e) = self.bounded(self.config.store.forget_relayed(key, id, now)).await {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                error = %e,
+                "cannot forget a relayed confirmation"
+            );
+        }
+    }
+
+    /// Remembers that the confirmation `id` was relayed for the call `key`; a failure is logged
+    /// (a repeat of the call then asks for a fresh confirmation).
+    async fn remember_relayed(&self, key: &RelayKey, id: &str, now: Timestamp) {
+        if let Err(e) = self.bounded(self.config.store.remember_relayed(key, id, now)).await {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                error = %e,
+                "cannot remember a relayed confirmation; a repeat of the call will ask anew"
+            );
         }
     }
 
@@ -1073,6 +1142,7 @@ impl ConfirmationEngine {
         binding: ConfirmationBinding,
         summary: SafeText,
         now: Timestamp,
+        relay: Option<RelayKey>,
     ) -> ConfirmationDecision {
         // The preview the caller computes on demand, when it did not give one.
         let preview = match call.input_preview {
@@ -1092,7 +1162,8 @@ impl ConfirmationEngine {
             now.saturating_add(self.config.ttl),
         )
         .with_input_preview(preview.as_deref().or(call.input_preview))
-        .with_quorum(self.quorum_for(call.capability, call.type_id));
+        .with_quorum(self.quorum_for(call.capability, call.type_id))
+        .with_call_ids(call.invocation_id, call.correlation_id);
         tracing::info!(
             target: "agent_surface::confirmation",
             confirmation_id = %record.id,
@@ -1107,6 +1178,9 @@ impl ConfirmationEngine {
         }
         let kind = AuditKind::ConfirmationRequested { effect: record.effect, expires_at: record.expires_at };
         self.audit(|| call_event(now, kind, &call, &record.binding, &record.id)).await;
+        if let (Some(key), ConfirmationMode::TwoPhase) = (&relay, &self.config.mode) {
+            self.remember_relayed(key, &record.id, now).await;
+        }
         match &self.config.mode {
             ConfirmationMode::TwoPhase => ConfirmationDecision::Required {
                 confirmation_id: record.id,
@@ -1298,12 +1372,15 @@ fn call_event(
     event
 }
 
-/// A confirmation event described from the stored record (a decision is no part of a call: no
-/// invocation or correlation id).
+/// A confirmation event no call causes (a decision, an expiry found through a decision or a
+/// sweep), described from the stored record: the requesting consumer and principal, and the
+/// invocation and correlation ids of the call that requested it.
 fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) -> AuditEvent {
     let mut event = AuditEvent::new(now, kind, &record.binding.capability, &record.binding.consumer_key);
     event.principal = record.requester.clone();
     event.input_digest = Some(record.binding.input_hash.to_string());
+    event.invocation_id = record.invocation_id.clone();
+    event.correlation_id = record.correlation_id.clone();
     event
 }
 

@@ -464,10 +464,80 @@ pub struct ConfirmationRecord {
     pub quorum: Quorum,
     /// The decisions so far, in the order they were given (one per approver).
     pub decisions: Vec<ApproverDecision>,
+    /// The invocation id of the call that requested it, when that call sent one (written on the
+    /// audit events of the confirmation that no call causes: its decisions, an expiry found
+    /// through a decision or a sweep).
+    pub invocation_id: Option<String>,
+    /// The correlation id of the call that requested it (as [`invocation_id`](Self::invocation_id)).
+    pub correlation_id: Option<String>,
 }
 
 /// The longest [`ConfirmationRecord::input_preview`], in bytes.
 pub const MAX_INPUT_PREVIEW_BYTES: usize = 4096;
+
+/// The longest [`ConfirmationRecord::invocation_id`] and [`ConfirmationRecord::correlation_id`]
+/// kept, in bytes (a longer one is cut).
+pub const MAX_CALL_ID_BYTES: usize = 256;
+
+/// Where a repeated call finds the confirmation relayed for it: a SHA-256 of the call's
+/// [`ConfirmationBinding`] (consumer key, capability, registration, instance, input hash), so
+/// that a store holds no consumer key or input under it, only a digest.
+///
+/// A model cannot send back the `confirmationId` of a `CONFIRMATION_REQUIRED` it was told about;
+/// the confirmation engine remembers, under this key, the id it relayed for the call, and
+/// presents it when the same consumer repeats the same call without evidence
+/// ([`ConfirmationStore::remember_relayed`]). Two calls with equal bindings have equal keys, on
+/// every replica.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RelayKey([u8; 32]);
+
+impl RelayKey {
+    /// The key of the call with `binding`.
+    ///
+    /// ```
+    /// use agent_surface_policy::{ConfirmationBinding, Fingerprint, RelayKey};
+    /// use serde_json::json;
+    ///
+    /// let binding = |consumer: &str| ConfirmationBinding {
+    ///     consumer_key: consumer.into(),
+    ///     capability: "orders.cancel".into(),
+    ///     registration_id: String::new(),
+    ///     instance_id: "main".into(),
+    ///     input_hash: Fingerprint::of(&json!({"orderId": "A-1"})),
+    /// };
+    /// assert_eq!(RelayKey::of(&binding("c-1")), RelayKey::of(&binding("c-1")));
+    /// assert_ne!(RelayKey::of(&binding("c-1")), RelayKey::of(&binding("c-2")));
+    /// assert!(!RelayKey::of(&binding("c-1")).to_string().contains("c-1"), "a digest, 64 hex digits");
+    /// ```
+    pub fn of(binding: &ConfirmationBinding) -> RelayKey {
+        let digest = agent_surface_core::digest::PartsDigest::new()
+            .labelled(b"agent-surface/relay-key/1", binding.consumer_key.as_bytes())
+            .part(binding.capability.as_bytes())
+            .part(binding.registration_id.as_bytes())
+            .part(binding.instance_id.as_bytes())
+            .part(binding.input_hash.as_bytes())
+            .finish();
+        RelayKey(digest)
+    }
+
+    /// The 32 bytes of the digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+/// The digest as 64 lowercase hex digits.
+impl fmt::Display for RelayKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", agent_surface_core::hex::Hex(&self.0))
+    }
+}
+
+impl fmt::Debug for RelayKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RelayKey({self})")
+    }
+}
 
 impl ConfirmationRecord {
     /// A pending record.
@@ -495,7 +565,25 @@ impl ConfirmationRecord {
             input_preview: None,
             quorum: Quorum::default(),
             decisions: Vec::new(),
+            invocation_id: None,
+            correlation_id: None,
         }
+    }
+
+    /// The same record, requested by the call with these ids (see
+    /// [`invocation_id`](Self::invocation_id)); each is cut to [`MAX_CALL_ID_BYTES`] on a
+    /// character boundary.
+    pub fn with_call_ids(mut self, invocation_id: Option<&str>, correlation_id: Option<&str>) -> ConfirmationRecord {
+        let cut = |id: &str| {
+            let mut end = id.len().min(MAX_CALL_ID_BYTES);
+            while !id.is_char_boundary(end) {
+                end -= 1;
+            }
+            id[..end].to_string()
+        };
+        self.invocation_id = invocation_id.map(cut);
+        self.correlation_id = correlation_id.map(cut);
+        self
     }
 
     /// The same record needing `quorum`.
@@ -657,6 +745,9 @@ pub enum Rejection {
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 /// | [`reinstate`](ConfirmationStore::reinstate) | consumed → approved, for the call that consumed it (its binding and consumption token), before the deadline |
 /// | [`claim_expiry`](ConfirmationStore::claim_expiry) | marks the recording of an expiry, once |
+/// | [`remember_relayed`](ConfirmationStore::remember_relayed) | a [`RelayKey`] → the id of a held record, for as long as the record is held (replacing what the key held) |
+/// | [`relayed`](ConfirmationStore::relayed) | reads what a key holds |
+/// | [`forget_relayed`](ConfirmationStore::forget_relayed) | removes a key, only while it still holds the given id |
 ///
 /// With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
 /// `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
@@ -811,6 +902,46 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         let _ = (now, limit);
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
+
+    /// Atomically remembers that the confirmation `id` was relayed for the call whose key is
+    /// `key` (replacing the id the key held), for as long as the store holds the record `id` —
+    /// at most its `expires_at` plus the store's retention, and never past the record's eviction.
+    /// Nothing is remembered for an id the store does not hold. The memory is what lets a repeat
+    /// of the call on any engine sharing the store (replicas) present the confirmation a person
+    /// approved; it never grants anything by itself, since the engine consumes the id as any
+    /// presented evidence (binding and single use checked).
+    ///
+    /// The default remembers nothing: each repeat then asks for a fresh confirmation, which is
+    /// safe but leaves an approval given in an inbox unused by a caller that cannot send ids
+    /// (a model). The store kit of `agent-surface-testing` checks a real implementation.
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (key, id, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The id remembered under `key` ([`remember_relayed`](Self::remember_relayed)), if its
+    /// record is still held. The default: none.
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let _ = (key, now);
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Atomically forgets `key`, only while it still holds `id` (a confirmation relayed for the
+    /// call meanwhile, e.g. by another replica, stays). The default does nothing.
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (key, id, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
@@ -893,6 +1024,28 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
         (**self).list_expired(now, limit)
     }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).remember_relayed(key, id, now)
+    }
+
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        (**self).relayed(key, now)
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).forget_relayed(key, id, now)
+    }
 }
 
 /// The configuration of a [`MemoryConfirmationStore`].
@@ -940,6 +1093,11 @@ struct Inner {
     /// The consumption token of each consumed record that may still be reinstated
     /// ([`ConfirmationStore::reinstate`]).
     tokens: HashMap<String, String>,
+    /// The relayed confirmations ([`ConfirmationStore::remember_relayed`]): key → id of a held
+    /// record, and back (one key per record), so that dropping a record drops its key: the
+    /// memory never outgrows the records.
+    relays: HashMap<RelayKey, String>,
+    relay_of: HashMap<String, RelayKey>,
 }
 
 /// How many of the oldest records a global eviction looks through for one that is not approved.
@@ -951,6 +1109,7 @@ impl Inner {
         let Some(record) = self.records.remove(id) else { return };
         self.expiry_claimed.remove(id);
         self.tokens.remove(id);
+        self.unrelay(id);
         let consumer = &record.binding.consumer_key;
         if let Some(ids) = self.by_consumer.get_mut(consumer) {
             if let Some(at) = ids.iter().position(|i| i == id) {
@@ -967,6 +1126,15 @@ impl Inner {
             why,
             "confirmation dropped"
         );
+    }
+
+    /// Forgets the relay key of the record `id`, if it has one.
+    fn unrelay(&mut self, id: &str) {
+        if let Some(key) = self.relay_of.remove(id)
+            && self.relays.get(&key).is_some_and(|held| held == id)
+        {
+            self.relays.remove(&key);
+        }
     }
 
     /// Drops the oldest record that is not approved among the oldest [`EVICTION_SCAN`], or the
@@ -1013,6 +1181,12 @@ impl MemoryConfirmationStore {
     /// How many records it holds (including expired ones within their retention).
     pub fn len(&self) -> usize {
         self.lock().records.len()
+    }
+
+    /// How many relayed confirmations it remembers ([`ConfirmationStore::remember_relayed`]): at
+    /// most one per held record, since dropping a record drops its relay.
+    pub fn relays(&self) -> usize {
+        self.lock().relays.len()
     }
 
     /// Whether it holds no record.
@@ -1190,6 +1364,35 @@ impl MemoryConfirmationStore {
         }
         Some(record.state.clone())
     }
+
+    fn remember_relayed_now(&self, key: &RelayKey, id: &str, now: Timestamp) {
+        let mut inner = self.lock();
+        if self.live(&mut inner, id, now).is_none() {
+            return;
+        }
+        inner.unrelay(id);
+        if let Some(previous) = inner.relays.insert(*key, id.to_string()) {
+            inner.relay_of.remove(&previous);
+        }
+        inner.relay_of.insert(id.to_string(), *key);
+    }
+
+    fn relayed_now(&self, key: &RelayKey, now: Timestamp) -> Option<String> {
+        let mut inner = self.lock();
+        if inner.relays.is_empty() {
+            return None;
+        }
+        let id = inner.relays.get(key)?.clone();
+        self.live(&mut inner, &id, now).map(|_| id)
+    }
+
+    fn forget_relayed_now(&self, key: &RelayKey, id: &str) {
+        let mut inner = self.lock();
+        if inner.relays.get(key).is_some_and(|held| held == id) {
+            inner.relays.remove(key);
+            inner.relay_of.remove(id);
+        }
+    }
 }
 
 impl Default for MemoryConfirmationStore {
@@ -1306,6 +1509,31 @@ impl ConfirmationStore for MemoryConfirmationStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
         Box::pin(std::future::ready(Ok(self.list_expired_now(now, limit))))
+    }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.remember_relayed_now(key, id, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.relayed_now(key, now))))
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = now;
+        self.forget_relayed_now(key, id);
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

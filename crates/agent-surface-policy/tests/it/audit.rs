@@ -201,13 +201,13 @@ async fn the_engine_records_requested_decided_consumed_and_expired() {
         .with_registration("r-1")
         .with_input(&input)
         .with_declared_gate(Some(&summary))
-        .with_ids(Some("inv-1"), "inv-1");
+        .with_ids(Some("inv-1"), "corr-1");
     let ConfirmationDecision::Required { confirmation_id: id, .. } = engine.check(call, None, clock.now()).await else {
         panic!()
     };
     engine.approve_with_note(&id, &Identity::new("manager"), Some("  fine by me  ")).await.unwrap();
     assert_eq!(
-        engine.check(call.with_ids(Some("inv-2"), "inv-2"), Some(&id), clock.now()).await,
+        engine.check(call.with_ids(Some("inv-2"), "corr-2"), Some(&id), clock.now()).await,
         ConfirmationDecision::Proceed
     );
 
@@ -242,7 +242,7 @@ async fn the_engine_records_requested_decided_consumed_and_expired() {
         assert!(!serde_json::to_string(e).unwrap().contains("4111"));
     }
     assert_eq!(events[0].confirmation_id.as_deref(), Some(id.as_str()));
-    assert_eq!(events[0].correlation_id.as_deref(), Some("inv-1"));
+    assert_eq!(events[0].correlation_id.as_deref(), Some("corr-1"));
     assert!(matches!(events[0].kind, AuditKind::ConfirmationRequested { effect: Effect::Destructive, .. }));
     assert_eq!(
         events[1].kind,
@@ -252,11 +252,65 @@ async fn the_engine_records_requested_decided_consumed_and_expired() {
             note: Some("fine by me".into())
         }
     );
-    assert_eq!(events[1].correlation_id, None, "a decision is not part of a call");
+    let ids = |e: &AuditEvent| (e.invocation_id.clone(), e.correlation_id.clone());
+    let requesting = (Some("inv-1".to_string()), Some("corr-1".to_string()));
+    assert_eq!(ids(&events[1]), requesting, "a decision carries the ids of the call that requested it");
     assert_eq!(events[2].kind, AuditKind::ConfirmationConsumed { approved_by: "manager".into() });
-    assert_eq!(events[2].invocation_id.as_deref(), Some("inv-2"), "the call that used the evidence");
+    assert_eq!(
+        ids(&events[2]),
+        (Some("inv-2".to_string()), Some("corr-2".to_string())),
+        "the call that used the evidence"
+    );
     assert_eq!(events[4].confirmation_id.as_deref(), Some(late.as_str()));
     let _ = AuditOutcome::Ok;
+}
+
+/// The events of a confirmation that no call causes — a decision, an expiry found through a
+/// late decision — carry the invocation and correlation ids of the call that requested it, as
+/// the request did; a caller without an invocation id leaves that field out.
+#[tokio::test]
+async fn decisions_and_expiries_carry_the_requesting_calls_ids() {
+    let Engine { clock, engine, sink } = engine();
+    let requester = Consumer::authenticated("session-1", Identity::new("alice"));
+    let summary = SafeText::from("Cancel the order.");
+    let inputs = [json!({"order_id": "A-1"}), json!({"order_id": "A-2"}), json!({"order_id": "A-3"})];
+    let call = |input| {
+        CallInfo::new(&requester, "orders.cancel", "orders", Effect::Destructive, false)
+            .with_instance("main")
+            .with_registration("r-1")
+            .with_input(input)
+            .with_declared_gate(Some(&summary))
+    };
+    let (engine, clock) = (&engine, &clock);
+    let request = |call| async move {
+        match engine.check(call, None, clock.now()).await {
+            ConfirmationDecision::Required { confirmation_id, .. } => confirmation_id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let denied = request(call(&inputs[0]).with_ids(Some("inv-d"), "corr-d")).await;
+    let approved = request(call(&inputs[1]).with_ids(None, "corr-a")).await;
+    let expired = request(call(&inputs[2]).with_ids(Some("inv-e"), "corr-e")).await;
+    engine.deny(&denied, &Identity::new("manager")).await.unwrap();
+    engine.approve_in_person(&approved, "host-ui").await.unwrap();
+    clock.advance(Duration::from_secs(61));
+    assert!(engine.approve(&expired, &Identity::new("manager")).await.is_err());
+
+    let later: Vec<(String, Option<String>, Option<String>)> = sink
+        .events()
+        .into_iter()
+        .filter(|e| !matches!(e.kind, AuditKind::ConfirmationRequested { .. }))
+        .map(|e| (e.name().to_string(), e.invocation_id, e.correlation_id))
+        .collect();
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(
+        later,
+        [
+            ("confirmation.decided".to_string(), some("inv-d"), some("corr-d")),
+            ("confirmation.decided".to_string(), None, some("corr-a")),
+            ("confirmation.expired".to_string(), some("inv-e"), some("corr-e")),
+        ]
+    );
 }
 
 #[tokio::test]

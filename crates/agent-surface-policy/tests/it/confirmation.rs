@@ -11,7 +11,7 @@ use agent_surface_policy::{
     ApprovalError, ApprovalVerdict, CallInfo, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationDecision,
     ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer,
     Decided, Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch,
-    Quorum, Rejection, Scope,
+    Quorum, Rejection, RelayKey, Scope,
 };
 use futures_util::FutureExt;
 use proptest::prelude::*;
@@ -163,6 +163,53 @@ fn one_consumer_cannot_push_out_anothers_requests() {
     assert!(sync(s.get("f-44", at(2))).unwrap().is_none(), "the flood's oldest went first");
 }
 
+/// The relays of a memory store live and die with their records: eviction (the store full, a
+/// consumer at its quota) and retention drop a record's relay too, so the memory never
+/// outgrows the records; an approved record outlives a flood, and so does its relay.
+#[test]
+fn relays_are_dropped_with_their_records() {
+    let config =
+        |capacity, per_consumer| MemoryConfirmationStoreConfig { capacity, per_consumer, retention: Duration::ZERO };
+    let relay = |s: &MemoryConfirmationStore, id: &str, b: &ConfirmationBinding| {
+        sync(s.insert(record(id, b.clone(), 0, 1_000), at(0))).unwrap();
+        sync(s.remember_relayed(&RelayKey::of(b), id, at(0))).unwrap();
+    };
+    let relayed =
+        |s: &MemoryConfirmationStore, b: &ConfirmationBinding, now| sync(s.relayed(&RelayKey::of(b), at(now))).unwrap();
+
+    let s = MemoryConfirmationStore::new(config(3, 1_000));
+    let approved = binding("session-a", json!("approved"));
+    relay(&s, "approved", &approved);
+    sync(s.decide("approved", ApprovalVerdict::Approve, "bob", at(0))).unwrap();
+    // A flood from other consumers fills the store, one relay per record.
+    let flood: Vec<ConfirmationBinding> = (0..6).map(|i| binding(&format!("session-{i}"), json!(i))).collect();
+    for (i, b) in flood.iter().enumerate() {
+        relay(&s, &format!("f-{i}"), b);
+    }
+    assert_eq!((s.len(), s.relays()), (3, 3), "one relay per held record, none for a dropped one");
+    assert_eq!(relayed(&s, &approved, 1).as_deref(), Some("approved"), "approved evidence and its relay stay");
+    assert_eq!(relayed(&s, &flood[5], 1).as_deref(), Some("f-5"));
+    for b in &flood[..4] {
+        assert_eq!(relayed(&s, b, 1), None, "an evicted record's relay is gone with it");
+    }
+    // Past expiry plus retention nothing is relayed, and the relays are dropped with the records.
+    assert_eq!(relayed(&s, &approved, 1_000), None);
+    assert_eq!(relayed(&s, &flood[5], 1_000), None);
+    assert_eq!((s.len(), s.relays()), (0, 0));
+
+    // A consumer at its quota drops its own oldest record, and that record's relay.
+    let s = MemoryConfirmationStore::new(config(100, 1));
+    let own = |i: u64| binding("session-1", json!({"own": i}));
+    relay(&s, "own-1", &own(1));
+    relay(&s, "own-2", &own(2));
+    assert_eq!(relayed(&s, &own(1), 1), None, "the consumer's oldest record went, with its relay");
+    assert_eq!(relayed(&s, &own(2), 1).as_deref(), Some("own-2"));
+    assert_eq!((s.len(), s.relays()), (1, 1));
+    // A newer confirmation for the same call replaces the older one's relay.
+    relay(&s, "own-2b", &own(2));
+    assert_eq!(s.relays(), 1);
+}
+
 #[test]
 fn single_use_under_contention() {
     let s = Arc::new(store(10, 0));
@@ -204,10 +251,13 @@ fn the_input_hash_is_over_the_meaning_of_the_json() {
 
 // ---- The engine ------------------------------------------------------------------------------
 
+/// An engine whose callers present every id themselves: a repeat without evidence asks anew
+/// (presenting on repeat has tests of its own).
 fn engine(clock: &Arc<ManualClock>, ttl_ms: u64) -> ConfirmationEngine {
     ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
         ttl: Duration::from_millis(ttl_ms),
+        present_on_repeat: false,
         ..Default::default()
     })
 }
@@ -269,10 +319,6 @@ async fn ids_are_fresh_and_unguessable_looking() {
 struct Told(std::sync::Mutex<Vec<agent_surface_policy::ConsumedEvidence>>);
 
 impl agent_surface_policy::CallDetails for Told {
-    fn relayed_confirmation(&self, _input_hash: &Fingerprint) -> Option<String> {
-        None
-    }
-
     fn input_preview(&self) -> Option<String> {
         None
     }

@@ -7,6 +7,7 @@
 
 mod idempotency;
 mod rate;
+mod relayed;
 mod restart;
 mod stores;
 mod support;

@@ -54,6 +54,14 @@ async fn the_redis_task_store_passes_the_kit() {
     stores::check_task_store(&redis.tasks(), "kit-").await;
 }
 
+/// Two engines (two replicas) over one Redis: a repeat without evidence finds the confirmation
+/// relayed through the other, and runs once after an approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_relayed_confirmations() {
+    let Some(redis) = support::stores("relayed").await else { return };
+    stores::check_replicas_share_relayed_confirmations(Arc::new(redis.confirmations())).await;
+}
+
 /// Two engines (two replicas) over one Redis: an approval given through one is used once,
 /// through either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

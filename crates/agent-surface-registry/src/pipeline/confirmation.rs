@@ -17,7 +17,6 @@ use serde_json::Value;
 
 use super::{Call, Stop};
 use crate::define::{CapabilityDef, ErasedConfirm};
-use crate::relayed::RelayKey;
 use agent_surface_policy::{catch, catch_future};
 
 /// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
@@ -73,22 +72,21 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
     }
 }
 
-/// Phase 7, presenting a confirmation relayed earlier ([`crate::relayed`]).
+/// Phase 7, presenting a confirmation relayed earlier.
 ///
 /// A call that carries no evidence, whose consumer was told that this same call (capability,
-/// registration, input fingerprint) needs a confirmation, presents that confirmation's id: until
+/// target, input fingerprint) needs a confirmation, presents that confirmation's id: until
 /// the person decides, the answer is the same `CONFIRMATION_REQUIRED` (no second record); once
 /// approved, the call runs; once denied, it is `CONFIRMATION_INVALID {reason: denied}`; once
-/// expired, the gate is asked again without evidence, so the caller is told of a fresh
-/// confirmation rather than of an expired one it never sent. Any answer of the gate but a
-/// `CONFIRMATION_REQUIRED` or a failure to decide settles the remembered id, also when the caller
-/// presented an id itself (so a consumed id is never presented again). A call that stops before
-/// this phase leaves the memory as it was.
+/// expired (or used), the gate is asked again without evidence, so the caller is told of a fresh
+/// confirmation rather than of one it never sent.
 ///
 /// A gate that [consults the call's details](agent_surface_policy::ConfirmationGate::consults_call_details)
-/// (the `ConfirmationEngine`) asks for the remembered id itself, only for a call it gates and with
-/// the fingerprint it computes anyway, and for the input preview only when it records a
-/// confirmation; for any other gate both are computed here, for every call it is asked about.
+/// (the `ConfirmationEngine`) remembers what it relayed itself, in its store — so replicas that
+/// share the store share the memory — and asks for the input preview only when it records a
+/// confirmation: the registry keeps nothing for it. For any other gate the registry keeps the
+/// memory ([`crate::relayed`], per process) and computes the preview for every call it asks
+/// about.
 ///
 /// `gate` is the registry's (which the caller unwrapped; see [`no_gate`] for a declared gate
 /// without one).
@@ -114,10 +112,10 @@ pub(crate) async fn confirm(
 /// handler may start ([`GiveBack::disarm`]); otherwise it gives the evidence back
 /// ([`ConfirmationGate::reinstate`]) — at once when the call stops before its handler
 /// ([`GiveBack::now`]: strict audit refused it), or from a task of its own when it is dropped
-/// (the caller went away first) — so that the call's retry runs on the same approval. Once the
-/// gate reinstated it, the confirmation is remembered as relayed for the call ([`crate::relayed`]):
-/// the same call repeated without evidence — as a model repeats it, or a call in wait mode, whose
-/// caller never saw an id — presents it again. A gate that fails, panics, refuses or overruns its
+/// (the caller went away first) — so that the call's retry runs on the same approval. A gate
+/// that reinstates it remembers it as relayed for the call (the `ConfirmationEngine` does, in its
+/// store): the same call repeated without evidence — as a model repeats it, or a call in wait
+/// mode, whose caller never saw an id — presents it again. A gate that fails, panics, refuses or overruns its
 /// budget leaves the evidence consumed: the retry then asks for a fresh approval.
 ///
 /// It owns what the give-back needs (the call's input among it), so that it can outlive the call.
@@ -199,31 +197,17 @@ impl Owed {
         let now = inner.config.clock.now();
         let budget = inner.config.confirmation_budget;
         let asked = catch_future(|| gate.reinstate(info, &evidence, now));
-        let reinstated =
-            matches!(agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await, Some(Ok(true)));
-        if reinstated {
-            let relayed = &inner.relayed;
-            let key = relayed.key(consumer.key(), &def.name, &reg.registration_id, &Fingerprint::of(&input));
-            relayed.remember(key, &evidence.confirmation_id);
-        }
+        let _reinstated = agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await;
     }
 }
 
-/// What the registry tells a gate about a call on demand: the confirmation relayed for it, and
-/// the input preview. It notes the key the gate asked about, whether an id was found, and the
+/// What the registry tells a gate about a call on demand: the input preview; it notes the
 /// evidence the gate consumed.
 struct Details<'c> {
     call: &'c Call<'c>,
-    relayed: &'c crate::relayed::Relayed,
-    consumer: &'c str,
     capability: &'c str,
-    registration: &'c str,
     input: &'c Value,
     sensitive: &'c [String],
-    /// The key the gate asked about, once it has.
-    asked: std::sync::OnceLock<RelayKey>,
-    /// Whether a remembered id was handed to the gate.
-    found: std::sync::atomic::AtomicBool,
     /// The evidence the gate consumed for the call, once it has: armed from the moment the gate
     /// says so, so that a call dropped while the gate still works gives it back too.
     consumed: std::sync::OnceLock<GiveBack>,
@@ -236,23 +220,7 @@ impl std::fmt::Debug for Details<'_> {
     }
 }
 
-impl Details<'_> {
-    fn key(&self, input_hash: &Fingerprint) -> RelayKey {
-        self.relayed.key(self.consumer, self.capability, self.registration, input_hash)
-    }
-}
-
 impl CallDetails for Details<'_> {
-    fn relayed_confirmation(&self, input_hash: &Fingerprint) -> Option<String> {
-        let key = *self.asked.get_or_init(|| self.key(input_hash));
-        if self.relayed.is_empty() {
-            return None;
-        }
-        let id = self.relayed.get(key);
-        self.found.store(id.is_some(), std::sync::atomic::Ordering::Relaxed);
-        id
-    }
-
     fn input_preview(&self) -> Option<String> {
         Some(preview(self.input, self.sensitive))
     }
@@ -265,48 +233,23 @@ impl CallDetails for Details<'_> {
     }
 }
 
-/// [`confirm`] with a gate that asks for the relayed confirmation itself.
+/// [`confirm`] with a gate that remembers relayed confirmations itself and asks for the input
+/// preview on demand.
 async fn confirm_on_demand(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
     summary: Option<SafeText>,
 ) -> Result<Option<GiveBack>, Stop> {
-    let relayed = &call.inner.relayed;
-    let presented = call.request.confirmation_id.as_deref();
     let details = Details {
         call,
-        relayed,
-        consumer: call.options.consumer.key(),
         capability: &call.def.name,
-        registration: &call.reg.registration_id,
         input,
         sensitive: &call.def.input.sensitive,
-        asked: std::sync::OnceLock::new(),
-        found: std::sync::atomic::AtomicBool::new(false),
         consumed: std::sync::OnceLock::new(),
     };
+    let presented = call.request.confirmation_id.as_deref();
     let outcome = check(call, gate, input, summary, presented, Some(&details)).await;
-    // The key of this call: the one the gate asked about, else (evidence the caller presented,
-    // which the gate does not ask about) computed here, only when the memory holds anything.
-    let key = || match details.asked.get() {
-        Some(key) => Some(*key),
-        None => (presented.is_some() && !relayed.is_empty()).then(|| details.key(&Fingerprint::of(input))),
-    };
-    match Relay::after(&outcome) {
-        Relay::Remember(id) => {
-            let key = details.asked.get().copied().unwrap_or_else(|| details.key(&Fingerprint::of(input)));
-            relayed.remember(key, id);
-        }
-        Relay::Keep => {}
-        Relay::Forget => {
-            if (details.found.load(std::sync::atomic::Ordering::Relaxed) || presented.is_some())
-                && let Some(key) = key()
-            {
-                relayed.forget(key);
-            }
-        }
-    }
     let consumed = details.consumed.into_inner();
     match outcome {
         Ok(()) => Ok(consumed),
@@ -319,8 +262,12 @@ async fn confirm_on_demand(
     }
 }
 
-/// [`confirm`] with a gate that reads everything from the `CallInfo`: the remembered id is looked
-/// up here and presented as the call's evidence.
+/// [`confirm`] with a gate that reads everything from the `CallInfo` and remembers nothing: the
+/// registry's memory of relayed confirmations ([`crate::relayed`]) is looked up here and a
+/// remembered id presented as the call's evidence. Any answer of the gate but a
+/// `CONFIRMATION_REQUIRED` or a failure to decide settles the remembered id, also when the caller
+/// presented an id itself (so a consumed id is never presented again); a call that stops before
+/// this phase leaves the memory as it was.
 async fn confirm_eagerly(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
@@ -359,8 +306,7 @@ async fn confirm_eagerly(
     outcome
 }
 
-/// What the gate's answer does to the memory of relayed confirmations (both paths of
-/// [`confirm`] settle it the same way; they differ only in how they find the call's key).
+/// What the gate's answer does to the registry's memory of relayed confirmations.
 enum Relay<'a> {
     /// A confirmation is required: remember its id for this call.
     Remember(&'a str),

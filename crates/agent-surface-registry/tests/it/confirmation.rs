@@ -82,18 +82,9 @@ fn define_orders(r: &Registry, runs: &Arc<AtomicUsize>) {
 }
 
 fn env_with(config: impl FnOnce(&Arc<ManualClock>) -> ConfirmationConfig) -> Env {
-    env_relaying(RegistryConfig::default().relayed_confirmations, config)
-}
-
-/// An environment whose registry remembers at most `relayed` relayed confirmations.
-fn env_relaying(relayed: usize, config: impl FnOnce(&Arc<ManualClock>) -> ConfirmationConfig) -> Env {
     let clock = clock();
     let engine = Arc::new(ConfirmationEngine::new(config(&clock)));
-    let registry = Registry::new(RegistryConfig {
-        confirmation: Some(engine.clone()),
-        relayed_confirmations: relayed,
-        ..config_with(&clock)
-    });
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
     let runs = Arc::new(AtomicUsize::new(0));
     define_orders(&registry, &runs);
     let mounts = vec![registry.mount("orders", "main").unwrap(), registry.mount("orders", "branch").unwrap()];
@@ -732,10 +723,15 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
     assert_eq!(env.runs(), 2);
 }
 
-/// With `relayed_confirmations: 0`, nothing is presented on repeat: each call asks anew.
+/// With `present_on_repeat: false`, nothing is presented on repeat: each call asks anew.
 #[tokio::test]
 async fn presenting_on_repeat_can_be_turned_off() {
-    let env = env_relaying(0, |clock| ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() });
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: TTL,
+        present_on_repeat: false,
+        ..Default::default()
+    });
     let first = env.request(refund(100), alice()).await;
     env.engine.approve(&first, &manager()).await.unwrap();
     assert_ne!(env.request(refund(100), alice()).await, first);
@@ -752,9 +748,10 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             // Every retry presents its id explicitly; nothing is presented on repeat.
-            let env = env_relaying(0, |clock| ConfirmationConfig {
+            let env = env_with(|clock| ConfirmationConfig {
                 clock: clock.clone(),
                 ttl: Duration::from_secs(1),
+                present_on_repeat: false,
                 ..Default::default()
             });
             let mut requested: Vec<Requested> = Vec::new();

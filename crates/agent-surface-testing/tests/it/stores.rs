@@ -16,6 +16,11 @@ async fn replicas_sharing_a_memory_confirmation_store_use_one_approval_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_memory_confirmation_store_share_relayed_confirmations() {
+    stores::check_replicas_share_relayed_confirmations(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_memory_confirmation_store_record_one_expiry() {
     stores::check_replicas_record_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
 }

@@ -1,0 +1,108 @@
+//! Two registries (two replicas) sharing one Redis confirmation store, driven as a model drives
+//! them: a model cannot send a `confirmationId` back, it can only repeat its call — and the
+//! repeat may land on the other replica.
+
+use std::sync::Arc;
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult};
+use agent_surface_policy::{
+    AuditKind, ConfirmationConfig, ConfirmationEngine, Consumer, Identity, MemoryAuditSink, TargetBinding,
+};
+use agent_surface_redis::{RedisConfig, RedisStores};
+use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_testing::{Counter, expect_error, expect_ok};
+use agent_surface_toolset::{Provider, Toolset, ToolsetConfig};
+use serde_json::{Value, json};
+
+/// One replica: its own connection to the shared store, engine, registry, mount and alice's
+/// toolset; `note.delete` is gated and counts its runs.
+struct Replica {
+    engine: Arc<ConfirmationEngine>,
+    runs: Counter,
+    toolset: Toolset,
+    _mount: Mount,
+}
+
+async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Replica {
+    let config = RedisConfig { prefix: prefix.to_string(), ..RedisConfig::default() };
+    let stores = RedisStores::connect(url, config).await.expect("Redis answers");
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        store: Arc::new(stores.confirmations()),
+        // Each replica mounts the instance under a registration id of its own.
+        target_binding: TargetBinding::Instance,
+        audit: Some(trail.clone()),
+        ..Default::default()
+    }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    let runs = Counter::default();
+    let seen = runs.clone();
+    registry
+        .define("note", |t| {
+            t.capability("delete", "Delete a note.")
+                .effect(Effect::Destructive)
+                .confirm(|_: &Value| "Delete a note.")
+                .raw_handler(
+                    json!({"type": "object", "properties": {"id": {"type": "string"}}}),
+                    None,
+                    move |_ctx: Ctx, input: Value| {
+                        seen.bump();
+                        async move { Ok::<_, AgentSurfaceError>(json!({"deleted": input["id"]})) }
+                    },
+                );
+        })
+        .unwrap();
+    let mount = registry.mount("note", "main").unwrap();
+    let alice = Consumer::authenticated("alice-session", Identity::new("alice"));
+    let toolset = Toolset::new(registry, alice, ToolsetConfig::default());
+    Replica { engine, runs, toolset, _mount: mount }
+}
+
+impl Replica {
+    /// One model turn calling `note-delete` with `args`.
+    async fn call(&self, turn: &str, args: &str) -> InvokeResult {
+        let response = json!({"role": "assistant", "tool_calls": [{
+            "id": turn, "type": "function", "function": {"name": "note-delete", "arguments": args}
+        }]});
+        self.toolset.handle(Provider::OpenAiChat, &response).await.unwrap().outcomes.remove(0).result
+    }
+}
+
+fn confirmation_id(r: &InvokeResult) -> String {
+    expect_error(r, ErrorCode::ConfirmationRequired).detail("confirmationId").unwrap().as_str().unwrap().to_string()
+}
+
+/// A model's call on replica A needs a confirmation; a person approves it (in the inbox of
+/// replica B); the model's plain repeat — no id — lands on replica B and runs, once; a third
+/// repeat is asked again. The decision is recorded with the requesting call's ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_on_the_other_replica_uses_the_inbox_approval_once() {
+    let Some(url) = agent_surface_testing::services::redis_url() else { return };
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = format!("it:{}:{nonce}:relayed:", std::process::id());
+    let trail = Arc::new(MemoryAuditSink::default());
+    let (a, b) = (replica(&url, &prefix, &trail).await, replica(&url, &prefix, &trail).await);
+    let args = r#"{"id": "n-1"}"#;
+
+    let asked = confirmation_id(&a.call("call_1", args).await);
+    // Asked again on the other replica before anyone decided: the same confirmation.
+    assert_eq!(confirmation_id(&b.call("call_2", r#"{ "id" : "n-1" }"#).await), asked);
+    b.engine.approve(&asked, &Identity::new("manager")).await.unwrap();
+
+    expect_ok(&b.call("call_3", args).await);
+    assert_eq!((a.runs.get(), b.runs.get()), (0, 1), "the repeat ran on replica B, once");
+    let again = confirmation_id(&a.call("call_4", args).await);
+    assert_ne!(again, asked, "the repeat after the run is asked again");
+    let again_on_b = confirmation_id(&b.call("call_5", args).await);
+    assert_eq!(again_on_b, again, "and the new confirmation is relayed to both replicas");
+    assert_eq!(a.runs.get() + b.runs.get(), 1);
+
+    let events = trail.events();
+    let requested = events.iter().find(|e| matches!(e.kind, AuditKind::ConfirmationRequested { .. })).unwrap();
+    let decided = events.iter().find(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. })).unwrap();
+    assert!(requested.correlation_id.is_some(), "{requested:?}");
+    assert_eq!(
+        (&decided.invocation_id, &decided.correlation_id),
+        (&requested.invocation_id, &requested.correlation_id),
+        "the decision carries the requesting call's ids"
+    );
+}
