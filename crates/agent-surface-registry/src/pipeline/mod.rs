@@ -538,54 +538,67 @@ fn confirmed<'a>(
         (Some(gate), _) => {
             let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
             later(async move {
-                let consumed = confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await?;
-                finish(audited(call, prepared, hold, timing, consumed)).await
+                match confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await? {
+                    None => finish(audited(call, prepared, hold, timing)).await,
+                    Some(consumed) => finish(audited_after_consuming(call, prepared, hold, timing, consumed)).await,
+                }
             })
         }
         (None, Some(_)) => Err(confirmation::no_gate(&call.def)),
-        (None, None) => audited(call, prepared, hold, timing, None),
+        (None, None) => audited(call, prepared, hold, timing),
     }
 }
 
 /// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
-/// trail's finish. A call refused here (or dropped before its start is recorded) has not run: the
-/// evidence phase 7 `consumed` for it is given back ([`confirmation::GiveBack`]), so that its
-/// retry does not need a fresh approval; once the handler may start, it stays consumed.
+/// trail's finish.
 fn audited<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
     hold: Option<&'a idempotency::Hold>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
-    consumed: Option<confirmation::GiveBack>,
+) -> Result<Step<'a>, Stop> {
+    match audit::trail(&call) {
+        audit::Trail::None => execute(call, hold, prepared, timing),
+        audit::Trail::Missing => Err(audit::missing(&call)),
+        audit::Trail::To(trail) => later(async move {
+            let started = audit::start(&call, trail, &prepared.value, None).await?;
+            let outcome = finish(execute(call, hold, prepared, timing)).await;
+            started.finish(&outcome).await;
+            outcome
+        }),
+    }
+}
+
+/// [`audited`] for a call whose confirmation evidence phase 7 `consumed`. A call refused here (or
+/// dropped before its start is recorded) has not run: the evidence is given back
+/// ([`confirmation::GiveBack`]), so that its retry does not need a fresh approval; once the handler
+/// may start, it stays consumed. (Apart from `audited`, so that a call without evidence — most —
+/// carries none of this.)
+fn audited_after_consuming<'a>(
+    call: Call<'a>,
+    prepared: input::Prepared,
+    hold: Option<&'a idempotency::Hold>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+    consumed: confirmation::GiveBack,
 ) -> Result<Step<'a>, Stop> {
     match audit::trail(&call) {
         audit::Trail::None => {
-            if let Some(consumed) = consumed {
-                consumed.disarm();
-            }
+            consumed.disarm();
             execute(call, hold, prepared, timing)
         }
-        audit::Trail::Missing => match consumed {
-            None => Err(audit::missing(&call)),
-            Some(consumed) => later(async move {
-                consumed.now().await;
-                Err(audit::missing(&call))
-            }),
-        },
+        audit::Trail::Missing => later(async move {
+            consumed.now().await;
+            Err(audit::missing(&call))
+        }),
         audit::Trail::To(trail) => later(async move {
-            let confirmation_id = consumed.as_ref().and_then(confirmation::GiveBack::confirmation_id);
-            let started = match audit::start(&call, trail, &prepared.value, confirmation_id).await {
+            let started = match audit::start(&call, trail, &prepared.value, consumed.confirmation_id()).await {
                 Ok(started) => started,
                 Err(stop) => {
-                    if let Some(consumed) = consumed {
-                        consumed.now().await;
-                    }
+                    consumed.now().await;
                     return Err(stop);
                 }
             };
-            if let Some(consumed) = consumed {
-                consumed.disarm();
-            }
+            consumed.disarm();
             let outcome = finish(execute(call, hold, prepared, timing)).await;
             started.finish(&outcome).await;
             outcome
