@@ -107,7 +107,9 @@ pub use confirmation::{
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, Review,
     STORE_RETRY_AFTER, SlotSet, TargetBinding,
 };
-pub use confirmation::{DEFAULT_SWEEP_INTERVAL, SWEEP_LIMIT, SweepStats};
+pub use confirmation::{
+    DEFAULT_SWEEP_INTERVAL, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
+};
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{

@@ -44,7 +44,7 @@ impl Periodic {
         Periodic { stop, task }
     }
 
-    /// Stops the work and waits for a round in progress to finish.
+    /// Stops the work and waits for it to end (the engine's sweep drops a round in progress).
     pub async fn stop(mut self) {
         self.stop.cancel();
         if let Some(task) = self.task.take() {

@@ -22,7 +22,7 @@ pub use store::{
     Consumed, Decided, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, SlotSet,
 };
-pub use sweeper::{DEFAULT_SWEEP_INTERVAL, SWEEP_LIMIT, SweepStats};
+pub use sweeper::{DEFAULT_SWEEP_INTERVAL, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats};
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
 use crate::clock::{Clock, SystemClock};
@@ -522,6 +522,8 @@ pub struct ConfirmationEngine {
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// The confirmations already warned about, and those already recorded as expired.
     marks: Mutex<ExpiryMarks>,
+    /// `confirmation.expired` events the sweep claimed but could not write yet.
+    unwritten: Mutex<sweeper::Backlog>,
 }
 
 /// Two bounded sets of confirmation ids: warned about, recorded as expired.
@@ -558,7 +560,12 @@ impl MarkSet {
 impl ConfirmationEngine {
     /// An engine with this configuration.
     pub fn new(config: ConfirmationConfig) -> ConfirmationEngine {
-        ConfirmationEngine { config, waiters: Mutex::new(HashMap::new()), marks: Mutex::new(ExpiryMarks::default()) }
+        ConfirmationEngine {
+            config,
+            waiters: Mutex::new(HashMap::new()),
+            marks: Mutex::new(ExpiryMarks::default()),
+            unwritten: Mutex::new(sweeper::Backlog::default()),
+        }
     }
 
     fn marks(&self) -> MutexGuard<'_, ExpiryMarks> {
@@ -626,11 +633,20 @@ impl ConfirmationEngine {
     /// many it warned about now. A host that wants the warnings without waiting for someone to
     /// look runs it on a timer (every minute, say).
     ///
-    /// It also records the expiry of up to `limit` confirmations whose deadline passed while
+    /// It then records the expiry of up to `limit` confirmations whose deadline passed while
     /// nobody touched them ([`sweep_expired`](Self::sweep_expired)), so the host's one timer
-    /// serves both.
+    /// serves both. A store that fails one part does not skip the other: the error (the
+    /// warnings' first) is returned after both ran.
     pub async fn sweep_expiring(&self, limit: usize) -> Result<usize, StoreError> {
-        self.sweep_expired(limit).await?;
+        let warned = self.warn_expiring(limit).await;
+        let expired = self.sweep_expired(limit).await;
+        let warned = warned?;
+        expired?;
+        Ok(warned)
+    }
+
+    /// The warnings part of [`sweep_expiring`](Self::sweep_expiring).
+    async fn warn_expiring(&self, limit: usize) -> Result<usize, StoreError> {
         if self.config.expiry_warning.is_none() {
             return Ok(0);
         }
@@ -644,25 +660,48 @@ impl ConfirmationEngine {
     /// expiry nobody recorded yet ([`ConfirmationStore::list_expired`]) — those nobody presents,
     /// decides or waits for again would otherwise never get one. Once per confirmation across
     /// the engines sharing the store, as for an expiry met by a call
-    /// ([`ConfirmationStore::claim_expiry`]); returns how many this sweep recorded. Run by
+    /// ([`ConfirmationStore::claim_expiry`]); returns how many events this sweep wrote. Run by
     /// [`sweep_expiring`](Self::sweep_expiring); a store keeps a record for its retention past
     /// the deadline, so sweep more often than that.
+    ///
+    /// An event the audit sink does not take after its expiry was claimed (or whose write was
+    /// cut short by dropping the sweep) is kept by this engine and written first by its next
+    /// sweeps, up to [`EXPIRY_WRITE_ATTEMPTS`] tries and [`MAX_UNWRITTEN_EXPIRIES`] events;
+    /// while the sink refuses, the sweep claims no further expiries (they stay for a later
+    /// sweep, or another replica). Each event kept, and each given up, is logged at `ERROR`
+    /// (target `agent_surface::audit`, field `confirmation_id`) so that an operator can
+    /// reconcile the trail: the engine holds the kept events in memory only.
     pub async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         if limit == 0 {
             return Ok(0);
         }
+        let (mut recorded, sink_ok) = self.write_backlog().await;
+        if !sink_ok {
+            return Ok(recorded);
+        }
         let now = self.config.clock.now();
         let expired = self.bounded(self.config.store.list_expired(now, limit)).await?;
-        let mut recorded = 0;
         for record in &expired {
-            if self.first_expiry(&record.id, now).await {
+            if self.config.audit.is_none() {
+                if self.first_expiry(&record.id, now).await {
+                    recorded += 1;
+                }
+                continue;
+            }
+            let mut event = record_event(now, AuditKind::ConfirmationExpired, record);
+            event.confirmation_id = Some(record.id.clone());
+            // Kept for a later sweep if this one is dropped from here on (the claim may land).
+            let pending = sweeper::PendingExpiry::new(self, event, 0);
+            if !self.first_expiry(&record.id, now).await {
+                pending.written();
+                continue;
+            }
+            if self.write_audit(pending.event()).await {
+                pending.written();
                 recorded += 1;
-                self.audit(|| {
-                    let mut event = record_event(now, AuditKind::ConfirmationExpired, record);
-                    event.confirmation_id = Some(record.id.clone());
-                    event
-                })
-                .await;
+            } else {
+                // `pending` is kept as it drops; the sink refused, so leave the rest unclaimed.
+                break;
             }
         }
         Ok(recorded)
@@ -842,17 +881,28 @@ impl ConfirmationEngine {
 
     /// Writes `event` to the audit sink, if there is one; a failure is logged, never returned.
     async fn audit(&self, event: impl FnOnce() -> AuditEvent) {
-        let Some(sink) = &self.config.audit else { return };
-        let event = event();
-        if let Err(e) = record_within(sink.as_ref(), self.config.clock.as_ref(), self.config.store_budget, &event).await
-        {
-            tracing::error!(
-                target: "agent_surface::audit",
-                event = event.name(),
-                confirmation_id = event.confirmation_id.as_deref().unwrap_or(""),
-                error = %e,
-                "audit event not recorded"
-            );
+        if self.config.audit.is_none() {
+            return;
+        }
+        self.write_audit(&event()).await;
+    }
+
+    /// Writes `event` to the audit sink within the store budget; true when it was written (or
+    /// there is no sink), a failure logged at `ERROR`.
+    async fn write_audit(&self, event: &AuditEvent) -> bool {
+        let Some(sink) = &self.config.audit else { return true };
+        match record_within(sink.as_ref(), self.config.clock.as_ref(), self.config.store_budget, event).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    target: "agent_surface::audit",
+                    event = event.name(),
+                    confirmation_id = event.confirmation_id.as_deref().unwrap_or(""),
+                    error = %e,
+                    "audit event not recorded"
+                );
+                false
+            }
         }
     }
 

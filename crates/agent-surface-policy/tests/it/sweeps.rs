@@ -6,10 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{Effect, SafeText};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use agent_surface_policy::{
-    AuditKind, AuditSink, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine,
-    ConfirmationGate, Consumer, Identity, ManualClock, MemoryAuditSink,
+    ApprovalVerdict, AuditError, AuditEvent, AuditKind, AuditSink, CallInfo, Clock, ConfirmationBinding,
+    ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, ConfirmationRecord,
+    ConfirmationState, ConfirmationStore, Consumed, Consumer, Decided, Identity, ManualClock, MemoryAuditSink,
+    MemoryConfirmationStore, Rejection, StoreError,
 };
+use agent_surface_testing::FlakyAuditSink;
+use futures_util::future::BoxFuture;
 use serde_json::json;
 
 /// Lets the sweep task run until it has armed its next sleep (it has finished a round, or
@@ -131,4 +137,208 @@ async fn the_gate_periodic_work_is_the_sweep() {
     stop.send(()).unwrap();
     work.await.unwrap();
     assert_eq!(clock.pending_sleeps(), 0);
+}
+
+/// A sink that never answers while `hanging` (counting the writes it holds), and keeps the
+/// events otherwise.
+#[derive(Debug, Default)]
+struct HangingSink {
+    inner: MemoryAuditSink,
+    hanging: AtomicBool,
+    held: AtomicUsize,
+}
+
+impl AuditSink for HangingSink {
+    fn record<'a>(&'a self, event: &'a AuditEvent) -> BoxFuture<'a, Result<(), AuditError>> {
+        if self.hanging.load(Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            return Box::pin(std::future::pending());
+        }
+        self.inner.record(event)
+    }
+
+    fn recent<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<AuditEvent>, AuditError>> {
+        self.inner.recent(limit)
+    }
+}
+
+fn expired_events(events: &[AuditEvent]) -> usize {
+    events.iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).count()
+}
+
+/// A round stuck on an audit write that never answers (the engine's clock stands still, so its
+/// budget never runs out) ends when the sweep is stopped; the expiry it claimed is not lost: the
+/// engine's next sweep writes it.
+#[tokio::test]
+async fn stopping_drops_a_round_stuck_on_the_audit_sink_and_keeps_its_claimed_expiry() {
+    let clock = Arc::new(ManualClock::default());
+    let sink = Arc::new(HangingSink::default());
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        audit: Some(sink.clone() as Arc<dyn AuditSink>),
+        ttl: Duration::from_secs(10 * 60),
+        sweep_interval: Some(Duration::from_secs(60 * 60)),
+        ..Default::default()
+    }));
+    request(&engine, &clock).await;
+    sink.hanging.store(true, Ordering::SeqCst);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sweeps = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .run_sweeps(async {
+                    let _ = stopped.await;
+                })
+                .await
+        }
+    });
+    settle(&clock).await;
+    clock.advance(Duration::from_secs(60 * 60)); // the first round, past the deadline
+    for _ in 0..10_000 {
+        if sink.held.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(sink.held.load(Ordering::SeqCst), 1, "the round is writing the expiry");
+    stop.send(()).unwrap();
+    for _ in 0..10_000 {
+        if sweeps.is_finished() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(sweeps.is_finished(), "the sweep stops while the sink still holds the write");
+    let stats = sweeps.await.unwrap();
+    assert_eq!((stats.rounds, stats.failed), (1, 0), "{stats:?}");
+    assert_eq!(expired_events(&sink.inner.events()), 0);
+
+    sink.hanging.store(false, Ordering::SeqCst);
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 1, "the kept event is written");
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 0, "and only once");
+    assert_eq!(expired_events(&sink.inner.events()), 1, "{:?}", sink.inner.names());
+}
+
+/// An expiry whose event the sink refuses stays with the engine that claimed it, and its next
+/// sweep writes it once the sink recovers — once, though the store's claim is spent.
+#[tokio::test]
+async fn a_refused_expiry_event_is_written_when_the_sink_recovers() {
+    let clock = Arc::new(ManualClock::default());
+    let sink = Arc::new(FlakyAuditSink::default());
+    let store = Arc::new(MemoryConfirmationStore::default());
+    let config = ConfirmationConfig {
+        clock: clock.clone(),
+        store: store.clone(),
+        audit: Some(sink.clone() as Arc<dyn AuditSink>),
+        ttl: Duration::from_secs(10 * 60),
+        ..Default::default()
+    };
+    let engine = ConfirmationEngine::new(config.clone());
+    request(&engine, &clock).await;
+    request(&engine, &clock).await; // the same call: one confirmation
+    let other = ConfirmationEngine::new(config);
+    clock.advance(Duration::from_secs(11 * 60));
+    sink.set_failing(true);
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 0);
+    assert_eq!(sink.refused(), 1);
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 0, "still refused");
+    assert_eq!(sink.refused(), 2, "the kept event is tried again");
+    sink.set_failing(false);
+    assert_eq!(other.sweep_expired(10).await.unwrap(), 0, "claimed: another engine does not write it");
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 1, "written on recovery");
+    assert_eq!(engine.sweep_expired(10).await.unwrap(), 0);
+    let events = sink.events();
+    assert_eq!(expired_events(&events), 1, "{:?}", sink.names());
+    let expired = events.iter().find(|e| matches!(e.kind, AuditKind::ConfirmationExpired)).unwrap();
+    assert!(expired.confirmation_id.is_some(), "{expired:?}");
+}
+
+/// A memory store whose expired listing fails while `failing`.
+#[derive(Debug, Default)]
+struct NoExpiredListing(MemoryConfirmationStore, AtomicBool);
+
+impl ConfirmationStore for NoExpiredListing {
+    fn insert<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.insert(record, now)
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        self.0.get(id, now)
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        self.0.decide(id, verdict, approver, now)
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
+        self.0.consume(id, expected, now)
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        self.0.withdraw(id, now)
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: agent_surface_core::Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        self.0.list_pending(now, limit)
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: agent_surface_core::Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        if self.1.load(Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(StoreError::Unavailable("listing refused".into()))));
+        }
+        self.0.list_expired(now, limit)
+    }
+}
+
+/// A failed expired listing does not skip the round's warnings; the round still reports it.
+#[tokio::test]
+async fn a_failed_expired_listing_does_not_skip_the_warnings() {
+    let clock = Arc::new(ManualClock::default());
+    let store = Arc::new(NoExpiredListing::default());
+    let engine = ConfirmationEngine::new(ConfirmationConfig {
+        clock: clock.clone(),
+        store: store.clone(),
+        ttl: Duration::from_secs(10 * 60),
+        expiry_warning: Some(Duration::from_secs(2 * 60)),
+        ..Default::default()
+    });
+    request(&engine, &clock).await;
+    clock.advance(Duration::from_secs(9 * 60));
+    store.1.store(true, Ordering::SeqCst);
+    assert!(engine.sweep_expiring(10).await.is_err(), "the listing's failure is reported");
+    store.1.store(false, Ordering::SeqCst);
+    // The failed round warned: the next one finds it warned already.
+    assert_eq!(engine.sweep_expiring(10).await.unwrap(), 0);
 }
