@@ -164,7 +164,10 @@ impl ConfirmationEngine {
             let tick = self.config.clock.sleep(every);
             tokio::select! {
                 biased;
-                () = &mut stop => return stats,
+                () = &mut stop => {
+                    self.report_unwritten();
+                    return stats;
+                }
                 () = tick => {}
             }
             stats.rounds += 1;

@@ -342,3 +342,48 @@ async fn a_failed_expired_listing_does_not_skip_the_warnings() {
     // The failed round warned: the next one finds it warned already.
     assert_eq!(engine.sweep_expiring(10).await.unwrap(), 0);
 }
+
+/// A sweep that stops while it holds an expiry event the sink refused logs it at `ERROR`, for an
+/// operator to reconcile (the engine holds it in memory only).
+#[test]
+fn stopping_logs_the_expiry_events_still_unwritten() {
+    let ((), log) = agent_surface_testing::capture_operator_log(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let clock = Arc::new(ManualClock::default());
+            let sink = Arc::new(FlakyAuditSink::default());
+            let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+                clock: clock.clone(),
+                audit: Some(sink.clone() as Arc<dyn AuditSink>),
+                ttl: Duration::from_secs(10 * 60),
+                sweep_interval: Some(Duration::from_secs(60 * 60)),
+                ..Default::default()
+            }));
+            request(&engine, &clock).await;
+            sink.set_failing(true);
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let sweeps = tokio::spawn({
+                let engine = engine.clone();
+                async move {
+                    engine
+                        .run_sweeps(async {
+                            let _ = stopped.await;
+                        })
+                        .await
+                }
+            });
+            settle(&clock).await;
+            clock.advance(Duration::from_secs(60 * 60));
+            settle(&clock).await; // the round ended: the sink refused its expiry
+            assert_eq!(sink.refused(), 1);
+            stop.send(()).unwrap();
+            assert_eq!(sweeps.await.unwrap().rounds, 1);
+        });
+    });
+    assert!(log.contains("confirmation.expired event not written; kept for the next sweep"), "{log}");
+    assert!(
+        log.contains("ERROR") && log.contains("expiry sweep stopped with confirmation.expired events unwritten"),
+        "{log}"
+    );
+    assert!(log.contains("count=1"), "{log}");
+}
