@@ -10,14 +10,17 @@ use sha2::{Digest, Sha256};
 /// How long a form stays usable.
 pub(crate) const TOKEN_TTL_MS: u64 = 30 * 60 * 1000;
 
-/// The most tokens remembered as used at once; past it, new forms are refused until older
-/// tokens expire (failing closed, never accepting a token twice).
-const MAX_USED: usize = 100_000;
+/// The most tokens one [`Csrf`] remembers as used at once; past it, its new forms are refused
+/// until older tokens expire (failing closed, never accepting a token twice). The inbox keeps
+/// the sign-in form's tokens in a [`Csrf`] of their own, so that filling this set from outside
+/// can only hold up sign-in, never a signed-in approver's decision or sign-out.
+pub(crate) const MAX_USED: usize = 100_000;
 
 /// Makes and checks form tokens: `{nonce}.{expiry}.{mac}`, where the MAC is HMAC-SHA256 under a
 /// per-process key over the credential's digest, the action, the nonce and the expiry.
 pub(crate) struct Csrf {
     key: [u8; 32],
+    max_used: usize,
     used: Mutex<Used>,
 }
 
@@ -39,7 +42,12 @@ pub(crate) enum Refused {
 
 impl Csrf {
     pub(crate) fn new(key: [u8; 32]) -> Csrf {
-        Csrf { key, used: Mutex::new(Used::default()) }
+        Csrf::with_capacity(key, MAX_USED)
+    }
+
+    /// Tokens that remember at most `max_used` used ones at once.
+    pub(crate) fn with_capacity(key: [u8; 32], max_used: usize) -> Csrf {
+        Csrf { key, max_used, used: Mutex::new(Used::default()) }
     }
 
     /// A token for `action` by the holder of `credential`, valid until `now` + [`TOKEN_TTL_MS`].
@@ -54,6 +62,16 @@ impl Csrf {
 
     /// Accepts `token` once, for `action` by the holder of `credential`.
     pub(crate) fn redeem(&self, token: &str, credential: &str, action: &str, now: Timestamp) -> Result<(), Refused> {
+        self.verify(token, credential, action, now, true)
+    }
+
+    /// Whether [`redeem`](Csrf::redeem) would accept `token` now, without using it up (a later
+    /// `redeem` still decides, atomically, which of two posts of one token wins).
+    pub(crate) fn check(&self, token: &str, credential: &str, action: &str, now: Timestamp) -> Result<(), Refused> {
+        self.verify(token, credential, action, now, false)
+    }
+
+    fn verify(&self, token: &str, credential: &str, action: &str, now: Timestamp, record: bool) -> Result<(), Refused> {
         let mut parts = token.split('.');
         let (Some(nonce), Some(expiry), Some(mac), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
@@ -80,7 +98,10 @@ impl Csrf {
         if used.by_nonce.contains_key(nonce) {
             return Err(Refused::Replayed);
         }
-        if used.by_nonce.len() >= MAX_USED {
+        if !record {
+            return Ok(());
+        }
+        if used.by_nonce.len() >= self.max_used {
             return Err(Refused::Busy);
         }
         used.by_nonce.insert(nonce.to_string(), expiry);
@@ -147,6 +168,29 @@ mod tests {
         // Another process's key (a forged token) is refused.
         let other = Csrf::new([8; 32]).issue("t-manager", "decide:c-1", at(0));
         assert_eq!(csrf.redeem(&other, "t-manager", "decide:c-1", at(1)), Err(Refused::Forged));
+    }
+
+    #[test]
+    fn a_checked_token_is_not_used_up_and_a_full_set_fails_closed() {
+        let csrf = Csrf::with_capacity([7; 32], 2);
+        let a = csrf.issue("b", "sign-in", at(0));
+        assert_eq!(csrf.check(&a, "b", "sign-in", at(1)), Ok(()));
+        assert_eq!(csrf.check(&a, "b", "sign-in", at(1)), Ok(()), "checking uses nothing up");
+        assert_eq!(csrf.redeem(&a, "b", "sign-in", at(1)), Ok(()));
+        assert_eq!(csrf.check(&a, "b", "sign-in", at(1)), Err(Refused::Replayed));
+        assert_eq!(csrf.check("x.y.z", "b", "sign-in", at(1)), Err(Refused::Malformed));
+        let b = csrf.issue("b", "sign-in", at(0));
+        assert_eq!(csrf.redeem(&b, "b", "sign-in", at(1)), Ok(()));
+        let c = csrf.issue("b", "sign-in", at(0));
+        assert_eq!(csrf.redeem(&c, "b", "sign-in", at(1)), Err(Refused::Busy), "full: refused, never accepted twice");
+        assert_eq!(csrf.redeem(&a, "b", "sign-in", at(1)), Err(Refused::Replayed));
+        // Another set (the decisions') is not affected by this one being full.
+        let decisions = Csrf::with_capacity([7; 32], 2);
+        let d = decisions.issue("session:s", "decide:c-1", at(0));
+        assert_eq!(decisions.redeem(&d, "session:s", "decide:c-1", at(1)), Ok(()));
+        // Once the used tokens expire, the set has room again.
+        let late = csrf.issue("b", "sign-in", at(TOKEN_TTL_MS));
+        assert_eq!(csrf.redeem(&late, "b", "sign-in", at(TOKEN_TTL_MS + 1)), Ok(()));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use agent_surface_core::Timestamp;
 use agent_surface_policy::{
     ApprovalVerdict, AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord, ConfirmationState,
 };
@@ -110,8 +111,13 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
     out
 }
 
-/// One confirmation, with the decision form when it is pending.
-pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -> String {
+/// One confirmation as it stands at `now`, with the decision form when it is pending.
+pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>, now: Timestamp) -> String {
+    let state = if r.state == ConfirmationState::Pending && now >= r.expires_at {
+        "expired".to_string()
+    } else {
+        state_text(&r.state)
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -119,14 +125,14 @@ pub(crate) fn detail(prefix: &str, r: &ConfirmationRecord, csrf: Option<&str>) -
          <dt>Requested by</dt><dd>{}</dd><dt>Effect</dt><dd>{}</dd><dt>Requested at</dt><dd>{}</dd>\
          <dt>Expires at</dt><dd>{}</dd><dt>State</dt><dd id=\"state\">{}</dd>\
          <dt>Approvals</dt><dd id=\"approvals\">{}</dd>{}<dt>Id</dt><dd>{}</dd></dl>",
-        badge_kind(&state_text(&r.state)),
+        badge_kind(&state),
         Esc(&r.summary),
         Esc(&r.binding.capability),
         Esc(requester(r)),
         Esc(r.effect.as_str()),
         r.created_at,
         r.expires_at,
-        Esc(&state_text(&r.state)),
+        Esc(&state),
         Esc(&approvals_text(r)),
         slots_list(r),
         Esc(&r.id),

@@ -8,7 +8,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, the input with sensitive fields redacted — folded into a `<details>` when long —, approvals so far — "1 of 2 approvals" — and who decided so far, requested and expires at), and the recent decisions from the audit trail |
-//! | `GET {prefix}/c/{id}` | one confirmation: the same, its state, the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
+//! | `GET {prefix}/c/{id}` | one confirmation (as on the list, not one whose quorum does not count the approver — `403`, as approving it is — unless they requested or decided it): the same, its state ("expired" once its deadline passed), the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
 //! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and opens a session (someone already signed in is sent to the inbox, `303`); someone who opened a confirmation's page (an approval URL) before signing in is sent there (`?c=ID`), and back to it after signing in |
 //! | `POST {prefix}/sign-out` | ends the session and forgets its cookie |
@@ -16,15 +16,19 @@
 //!
 //! **Who.** The approver is whoever the [`Authenticator`] says the credential proves: a bearer
 //! token in `Authorization` (for programs), or the token given to the sign-in form. Signing in
-//! opens a session: the cookie `inbox_session` holds an opaque random id (256 bits; `HttpOnly`,
-//! `SameSite=Strict`, `Path={prefix}/`, `Max-Age` the session's life, and `Secure` unless
-//! [`InboxConfig::secure_cookie`] is off for plain-HTTP development); the token stays in the
+//! opens a session: the cookie `__Host-inbox_session` holds an opaque random id (256 bits;
+//! `HttpOnly`, `SameSite=Strict`, `Path=/`, `Max-Age` the session's life, `Secure`; when
+//! [`InboxConfig::secure_cookie`] is off for plain-HTTP development, `inbox_session` with
+//! `Path={prefix}/`); a request with several live session cookies (one planted beside the
+//! person's own) is signed in as nobody; the token stays in the
 //! process's memory (a bounded map), is never sent back, and is proven again on every request, so
 //! a revoked or expired token ends the session at once. A session ends on sign-out (the server
 //! forgets it: a copy of the cookie is worth nothing), when the browser signs in again, after
 //! [`InboxConfig::session_ttl`] (8 hours by default), or when the process ends; sessions are per
-//! process (replicas behind one address need sticky routing, or bearer tokens). With [`InboxConfig::approver_role`] only
-//! identities with that role may use the inbox.
+//! process (replicas behind one address need sticky routing, or bearer tokens); one subject
+//! holds at most 8 at once (signing in again ends its oldest, never someone else's). With
+//! [`InboxConfig::approver_role`] only identities with that role may use the inbox (signing in
+//! with a token without it is refused as a bad token is, and opens no session).
 //!
 //! **The engine's rules hold.** Decisions go through [`ConfirmationEngine::approve_with_note`] and
 //! [`deny_with_note`](ConfirmationEngine::deny_with_note): a requester cannot approve their own
@@ -42,7 +46,9 @@
 //! so a forged or replayed post is refused (`403`). The sign-in form's token is bound to a random
 //! value in a cookie set with the form ([`SIGN_IN_COOKIE`]; `__Host-` prefixed when `Secure`,
 //! `SameSite=Strict`, 30 minutes), so another site cannot post a sign-in form it fetched for
-//! itself to sign a victim's browser in as the attacker (login CSRF). Every post must be
+//! itself to sign a victim's browser in as the attacker (login CSRF). Its tokens are kept apart
+//! and used up only by a sign-in that succeeds, so posting sign-in forms cannot fill the
+//! used-token set that guards decisions and sign-outs. Every post must be
 //! `application/x-www-form-urlencoded` (`415` otherwise), and one a browser marks as sent from
 //! another site (`Sec-Fetch-Site: cross-site` or `same-site`) is refused (`403`) whatever its token. Every response carries `Cache-Control: no-store` (but the
 //! stylesheet), a `Content-Security-Policy` that allows nothing but this origin's stylesheets and
@@ -96,7 +102,9 @@ use csrf::{Csrf, form_fields};
 use session::Sessions;
 
 /// The cookie that holds a signed-in approver's session id (an opaque random value; the token
-/// the person signed in with stays on the server).
+/// the person signed in with stays on the server): named `__Host-inbox_session` (with `Path=/`)
+/// when the cookies are `Secure`, so that another host (a sibling subdomain) cannot plant one,
+/// else `inbox_session`.
 pub const SESSION_COOKIE: &str = "inbox_session";
 
 /// The cookie the sign-in form is bound to (a random value set with the form, so that another
@@ -183,6 +191,9 @@ impl std::fmt::Debug for InboxConfig {
 struct Inbox {
     config: InboxConfig,
     csrf: Csrf,
+    /// The sign-in form's tokens, apart: whoever fills their used set (anyone may fetch the
+    /// form) holds up sign-in only, never a signed-in approver's decision or sign-out.
+    sign_in_csrf: Csrf,
     sessions: Sessions,
     /// The stylesheet's path (`{prefix}/static/inbox-{hash}.css`), linked from every page.
     stylesheet: String,
@@ -197,21 +208,34 @@ struct Approver {
 }
 
 /// The inbox's routes (see the [module](self)); merge them into the application's router.
-pub fn router(mut config: InboxConfig) -> Router {
+pub fn router(config: InboxConfig) -> Router {
+    routes(inbox_state(config, csrf::MAX_USED))
+}
+
+/// The inbox's state; the sign-in form's used tokens kept apart, at most `sign_in_used`.
+fn inbox_state(mut config: InboxConfig, sign_in_used: usize) -> Arc<Inbox> {
     let trimmed = config.prefix.trim_end_matches('/');
     config.prefix =
         if trimmed.is_empty() || trimmed.starts_with('/') { trimmed.to_string() } else { format!("/{trimmed}") };
-    let prefix = config.prefix.clone();
+    let prefix = &config.prefix;
     let mut key = [0u8; 32];
     agent_surface_core::id::fill_random(&mut key);
+    let mut sign_in_key = [0u8; 32];
+    agent_surface_core::id::fill_random(&mut sign_in_key);
     let stylesheet = format!("{prefix}/static/inbox-{}.css", stylesheet_hash());
     let ttl_ms = u64::try_from(config.session_ttl.as_millis()).unwrap_or(u64::MAX);
-    let state = Arc::new(Inbox {
+    Arc::new(Inbox {
         config,
         csrf: Csrf::new(key),
+        sign_in_csrf: Csrf::with_capacity(sign_in_key, sign_in_used),
         sessions: Sessions::new(ttl_ms),
-        stylesheet: stylesheet.clone(),
-    });
+        stylesheet,
+    })
+}
+
+fn routes(state: Arc<Inbox>) -> Router {
+    let prefix = state.config.prefix.clone();
+    let stylesheet = state.stylesheet.clone();
     let mut router = Router::new();
     if !prefix.is_empty() {
         router = router.route(&prefix, get(list));
@@ -303,8 +327,16 @@ impl Inbox {
             let identity = self.authenticate(token).await?;
             return Some(Approver { identity, binding: format!("bearer:{token}"), session: None });
         }
-        let id = cookie(headers, SESSION_COOKIE)?;
-        let token = self.sessions.credential(&id, self.now())?;
+        // Several session cookies (one planted beside this browser's own) prove nobody: which of
+        // them is the person's cannot be told, so none is used.
+        let mut live = cookies(headers, self.session_cookie())
+            .into_iter()
+            .filter_map(|id| self.sessions.credential(&id, self.now()).map(|token| (id, token)));
+        let (id, token) = live.next()?;
+        if live.any(|(other, _)| other != id) {
+            tracing::warn!(target: "agent_surface::inbox", "several live session cookies: none is used");
+            return None;
+        }
         let Some(identity) = self.authenticate(&token).await else {
             tracing::info!(target: "agent_surface::inbox", "session ended: its token no longer signs anyone in");
             self.sessions.close(&id);
@@ -343,6 +375,11 @@ impl Inbox {
         Ok(form_fields(body))
     }
 
+    /// The name of the session cookie (see [`SESSION_COOKIE`]).
+    fn session_cookie(&self) -> &'static str {
+        if self.config.secure_cookie { "__Host-inbox_session" } else { SESSION_COOKIE }
+    }
+
     /// The name of the cookie the sign-in form is bound to (see [`SIGN_IN_COOKIE`]).
     fn sign_in_cookie(&self) -> &'static str {
         if self.config.secure_cookie { "__Host-inbox_signin" } else { SIGN_IN_COOKIE }
@@ -363,10 +400,17 @@ impl Inbox {
         self.set_cookie(self.sign_in_cookie(), value.unwrap_or_default(), &path, max_age)
     }
 
-    /// The session cookie, set to `id` (until the session ends) or forgotten with `None`.
+    /// The session cookie, set to `id` (until the session ends) or forgotten with `None`; its
+    /// path is `/` when `Secure` (the `__Host-` prefix requires it), else the inbox's.
     fn session_cookie_header(&self, id: Option<&str>) -> String {
+        let path = if self.config.secure_cookie { "/".to_string() } else { format!("{}/", self.prefix()) };
         let max_age = if id.is_some() { self.config.session_ttl.as_secs() } else { 0 };
-        self.set_cookie(SESSION_COOKIE, id.unwrap_or_default(), &format!("{}/", self.prefix()), max_age)
+        self.set_cookie(self.session_cookie(), id.unwrap_or_default(), &path, max_age)
+    }
+
+    /// Whether `identity` may use the inbox (has [`InboxConfig::approver_role`], if one is set).
+    fn may_use(&self, identity: &Identity) -> bool {
+        self.config.approver_role.as_ref().is_none_or(|role| identity.has_role(role))
     }
 
     /// The approver, or the response that sends the caller away (sign in, or not allowed).
@@ -378,9 +422,7 @@ impl Inbox {
             let back = then.map(|id| format!("?c={}", percent_path(id))).unwrap_or_default();
             return Err(redirect(&format!("{}/sign-in{back}", self.prefix()), &[]));
         };
-        if let Some(role) = &self.config.approver_role
-            && !approver.identity.has_role(role)
-        {
+        if !self.may_use(&approver.identity) {
             return Err(self.message(StatusCode::FORBIDDEN, "Not allowed", "You may not decide confirmations."));
         }
         Ok(approver)
@@ -443,11 +485,17 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
         Ok(None) => return inbox.message(StatusCode::NOT_FOUND, "Not found", "There is no such confirmation."),
         Err(e) => return unavailable(&inbox, &e.to_string()),
     };
+    // As the list: a confirmation whose quorum does not count this approver is not theirs to
+    // see (refused as deciding it is), unless they requested it or decided it already.
+    let subject = &approver.identity.subject;
+    if !record.quorum.admits(&approver.identity) && !record.is_requester(subject) && !record.decided_by(subject) {
+        return not_counted(&inbox);
+    }
     let open = record.state == ConfirmationState::Pending
         && inbox.now() < record.expires_at
         && !record.decided_by(&approver.identity.subject);
     let csrf = open.then(|| inbox.csrf.issue(&approver.binding, &format!("decide:{id}"), inbox.now()));
-    let body = html::detail(inbox.prefix(), &record, csrf.as_deref());
+    let body = html::detail(inbox.prefix(), &record, csrf.as_deref(), inbox.now());
     inbox.page(StatusCode::OK, "Confirmation", Some(&approver), &body)
 }
 
@@ -494,11 +542,7 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
             "Already decided",
             "You decided this confirmation already; it waits for other approvers.",
         ),
-        Err(ApprovalError::NotEligible) => inbox.message(
-            StatusCode::FORBIDDEN,
-            "Not allowed",
-            "This confirmation's quorum does not count you: it needs named approvers or approvers with another role.",
-        ),
+        Err(ApprovalError::NotEligible) => not_counted(&inbox),
         Err(ApprovalError::SlotsTaken) => inbox.message(
             StatusCode::CONFLICT,
             "Not counted",
@@ -529,7 +573,7 @@ async fn sign_in_form(State(inbox): State<Arc<Inbox>>, uri: Uri, headers: Header
         agent_surface_core::id::fill_random(&mut raw);
         agent_surface_core::hex::Hex(&raw).to_string()
     });
-    let token = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
+    let token = inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
     let page = html::sign_in(inbox.prefix(), &token, then.as_deref(), false);
     let mut response = inbox.page(StatusCode::OK, "Sign in", None, &page);
     append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
@@ -558,34 +602,56 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
     let then = form.get("c").map(String::as_str).filter(|c| !c.is_empty());
     let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
     // The token must have been issued to this browser (its sign-in cookie): a form another site
-    // posts, with a token it fetched for itself, signs nobody in (login CSRF).
+    // posts, with a token it fetched for itself, signs nobody in (login CSRF). It is only
+    // checked here and used up once the access token signs someone in: a failed attempt records
+    // nothing (so unauthenticated posts cannot fill the used set), a replayed successful form is
+    // refused, and of two posts of one form at once only one signs in.
     let binding = cookie(&headers, inbox.sign_in_cookie()).filter(|v| is_sign_in_value(v));
-    let redeemed = match &binding {
-        Some(b) => inbox.csrf.redeem(csrf, &format!("sign-in:{b}"), "sign-in", inbox.now()),
+    let checked = match &binding {
+        Some(b) => inbox.sign_in_csrf.check(csrf, &format!("sign-in:{b}"), "sign-in", inbox.now()),
         None => Err(csrf::Refused::Forged),
     };
-    let Some(binding) = binding.filter(|_| redeemed.is_ok()) else {
-        tracing::warn!(target: "agent_surface::inbox", refused = ?redeemed.err(), "sign-in form refused");
-        return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more. Sign in again.");
+    let Some(binding) = binding.filter(|_| checked.is_ok()) else {
+        tracing::warn!(target: "agent_surface::inbox", refused = ?checked.err(), "sign-in form refused");
+        return refuse_sign_in_form(&inbox);
     };
     let token = form.get("token").map(|t| t.trim().to_string()).unwrap_or_default();
     let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
     let identity = if valid { inbox.authenticate(&token).await } else { None };
-    if identity.is_none() {
-        let again = inbox.csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
+    // An identity that may not use the inbox is refused as a bad token is, and opens no session.
+    let Some(identity) = identity.filter(|i| inbox.may_use(i)) else {
+        let again = inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
         let page = html::sign_in(inbox.prefix(), &again, then, true);
         let mut response = inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
         // The cookie lives as long as the new form's token.
         append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
         return response;
+    };
+    if let Err(why) = inbox.sign_in_csrf.redeem(csrf, &format!("sign-in:{binding}"), "sign-in", inbox.now()) {
+        tracing::warn!(target: "agent_surface::inbox", refused = ?why, "sign-in form refused");
+        return refuse_sign_in_form(&inbox);
     }
     // A session this browser held before (signing in as someone else) ends with the new one.
-    if let Some(previous) = cookie(&headers, SESSION_COOKIE) {
+    for previous in cookies(&headers, inbox.session_cookie()) {
         inbox.sessions.close(&previous);
     }
-    let session = inbox.sessions.open(&token, inbox.now());
+    let session = inbox.sessions.open(&token, &identity.subject, inbox.now());
     let cookies = [inbox.session_cookie_header(Some(&session)), inbox.sign_in_cookie_header(None)];
     redirect(&after_sign_in(&inbox, then), &cookies)
+}
+
+/// `403`: the confirmation's quorum does not count this approver.
+fn not_counted(inbox: &Inbox) -> Response {
+    inbox.message(
+        StatusCode::FORBIDDEN,
+        "Not allowed",
+        "This confirmation's quorum does not count you: it needs named approvers or approvers with another role.",
+    )
+}
+
+/// `403`: the sign-in form's token is refused.
+fn refuse_sign_in_form(inbox: &Inbox) -> Response {
+    inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more. Sign in again.")
 }
 
 async fn sign_out(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -634,12 +700,23 @@ fn append_cookie(response: &mut Response, cookie: &str) {
     }
 }
 
-/// The value of the cookie `name`, if the request carries one that is not empty.
+/// The value of the cookie `name`, if the request carries one that is not empty (the first).
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|c| {
-        let (n, value) = c.trim().split_once('=')?;
-        (n == name && !value.is_empty()).then(|| value.to_string())
-    })
+    cookies(headers, name).into_iter().next()
+}
+
+/// Every value that is not empty of the cookies named `name` the request carries, in order.
+fn cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| {
+            let (n, value) = c.trim().split_once('=')?;
+            (n == name && !value.is_empty()).then(|| value.to_string())
+        })
+        .collect()
 }
 
 /// What a path segment percent-encodes: every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~`.
@@ -654,6 +731,84 @@ fn percent_path(id: &str) -> percent_encoding::PercentEncode<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_surface_policy::{BearerTokens, ConfirmationConfig};
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    async fn send(app: &Router, method: &str, uri: &str, cookie: &str, form: &str) -> (StatusCode, HeaderMap, String) {
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "localhost")
+            .header(header::COOKIE, cookie)
+            .header(header::CONTENT_TYPE, FORM_CONTENT_TYPE)
+            .body(Body::from(form.to_string()))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        (parts.status, parts.headers, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// The `name=value` of the cookie `name` a response sets.
+    fn set_cookie(headers: &HeaderMap, name: &str) -> String {
+        let set = headers.get_all(header::SET_COOKIE).iter().map(|v| v.to_str().unwrap().to_string());
+        set.filter_map(|v| v.split(';').next().map(str::to_string))
+            .find(|p| p.starts_with(&format!("{name}=")))
+            .unwrap()
+    }
+
+    /// Signs in with `token` through the form (a new browser): the status and the session cookie.
+    async fn sign_in(app: &Router, token: &str) -> (StatusCode, Option<String>) {
+        let (_, headers, page) = send(app, "GET", "/inbox/sign-in", "", "").await;
+        let pre = set_cookie(&headers, SIGN_IN_COOKIE);
+        let csrf = page.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap();
+        let (status, headers, _) =
+            send(app, "POST", "/inbox/sign-in", &pre, &format!("token={token}&csrf={csrf}")).await;
+        let session = headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_string))
+            .find(|p| p.starts_with(&format!("{SESSION_COOKIE}=")));
+        (status, session)
+    }
+
+    /// Whoever fills the sign-in form's used tokens (anyone may fetch the form) holds up sign-in
+    /// only: a signed-in approver still decides and signs out. Failed sign-ins use up nothing.
+    #[tokio::test]
+    async fn a_full_sign_in_set_does_not_hold_up_decisions() {
+        let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+        let tokens = BearerTokens::new([
+            ("t-manager", Identity::new("manager").with_role("approver")),
+            ("t-mallory", Identity::new("mallory").with_role("approver")),
+        ]);
+        let config = InboxConfig {
+            approver_role: Some("approver".into()),
+            secure_cookie: false,
+            ..InboxConfig::new(engine, Arc::new(tokens))
+        };
+        let state = inbox_state(config, 1);
+        let app = routes(state.clone());
+        // Failed sign-ins record nothing: the one place is still free after many.
+        for _ in 0..5 {
+            assert_eq!(sign_in(&app, "t-junk").await, (StatusCode::UNAUTHORIZED, None));
+        }
+        let (status, session) = sign_in(&app, "t-manager").await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        let session = session.unwrap();
+        // The sign-in set is full now: another sign-in is refused (failing closed) …
+        assert_eq!(sign_in(&app, "t-mallory").await.0, StatusCode::FORBIDDEN);
+        // … and the manager's decision still gets past its form token to the engine (which
+        // knows no such confirmation), as does the sign-out.
+        let id = session.split_once('=').unwrap().1;
+        let csrf = state.csrf.issue(&format!("session:{id}"), "decide:c-x", state.now());
+        let (status, _, page) =
+            send(&app, "POST", "/inbox/c/c-x", &session, &format!("verdict=deny&csrf={csrf}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+        let csrf = state.csrf.issue(&format!("session:{id}"), "sign-out", state.now());
+        let (status, _, page) = send(&app, "POST", "/inbox/sign-out", &session, &format!("csrf={csrf}")).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    }
 
     #[test]
     fn ids_become_path_segments_that_decode_back() {

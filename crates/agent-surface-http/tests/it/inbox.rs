@@ -176,12 +176,17 @@ impl Env {
         Page { status: parts.status, headers: parts.headers, body }
     }
 
-    /// Signs in with `token` through the form; returns the cookie to send.
-    async fn sign_in(&self, token: &str) -> String {
+    /// Posts the sign-in form (fetched for a new browser) with `token`.
+    async fn try_sign_in(&self, token: &str) -> Page {
         let form = self.send("GET", "/inbox/sign-in", None, None).await;
         let csrf = form.csrf("/inbox/sign-in");
         let pre = form.sign_in_cookie();
-        let signed = self.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token={token}&csrf={csrf}"))).await;
+        self.send("POST", "/inbox/sign-in", Some(&pre), Some(&format!("token={token}&csrf={csrf}"))).await
+    }
+
+    /// Signs in with `token` through the form; returns the cookie to send.
+    async fn sign_in(&self, token: &str) -> String {
+        let signed = self.try_sign_in(token).await;
         assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
         let set = signed.headers[header::SET_COOKIE].to_str().unwrap().to_string();
         for attribute in ["HttpOnly", "SameSite=Strict", "Path=/inbox/"] {
@@ -277,13 +282,13 @@ async fn a_quorum_of_two_needs_two_distinct_approvers_with_the_role() {
     let path = format!("/inbox/c/{id}");
     let approve = |csrf: &str| format!("verdict=approve&csrf={csrf}");
 
-    // Without the role: not listed, and an approval is refused (a denial would count).
+    // Without the role: not listed, and not shown either (refused as an approval would be).
     let manager = env.sign_in("t-manager").await;
     let list = env.send("GET", "/inbox/", Some(&manager), None).await;
     assert!(list.body.contains("id=\"empty\""), "{}", list.body);
-    let detail = env.send("GET", &path, Some(&manager), None).await;
-    let refused = env.send("POST", &path, Some(&manager), Some(&approve(&detail.csrf(&path)))).await;
+    let refused = env.send("GET", &path, Some(&manager), None).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    assert!(refused.body.contains("does not count you") && !refused.body.contains("id=\"decide\""));
 
     // The first approver: 0 of 2, then 1 of 2; the confirmation stays pending.
     let carol = env.sign_in("t-carol").await;
@@ -455,8 +460,17 @@ async fn the_requester_cannot_approve_and_others_without_the_role_cannot_enter()
     assert!(refused.body.contains("another person must approve it"));
     assert_eq!(env.engine.get(&id).await.unwrap().unwrap().state, ConfirmationState::Pending);
 
-    let intern = env.sign_in("t-intern").await;
-    assert_eq!(env.send("GET", "/inbox/", Some(&intern), None).await.status, StatusCode::FORBIDDEN);
+    // Someone without the approver role cannot sign in: refused as a bad token is, no session.
+    let intern = env.try_sign_in("t-intern").await;
+    let bad = env.try_sign_in("t-nobody").await;
+    assert_eq!(intern.status, StatusCode::UNAUTHORIZED, "{}", intern.body);
+    assert!(intern.cookie(SESSION_COOKIE).is_none(), "no session: {:?}", intern.headers);
+    assert_eq!(
+        intern.body.replace(&intern.csrf("/inbox/sign-in"), ""),
+        bad.body.replace(&bad.csrf("/inbox/sign-in"), "")
+    );
+    let bearer = env.request("GET", "/inbox/", &[("Authorization", "Bearer t-intern")], "").await;
+    assert_eq!(bearer.status, StatusCode::FORBIDDEN);
 }
 
 #[tokio::test]
@@ -606,9 +620,9 @@ async fn the_sign_in_page_sends_someone_signed_in_to_the_inbox() {
         .body(Body::empty())
         .unwrap();
     assert_eq!(env.app.clone().oneshot(request).await.unwrap().status(), StatusCode::SEE_OTHER);
-    // Nobody signed in, a stale cookie, or someone the inbox does not admit (no approver role):
-    // the form, so that they can sign in as someone who may.
-    for cookie in [None, Some(format!("{SESSION_COOKIE}=t-gone")), Some(env.sign_in("t-intern").await)] {
+    // Nobody signed in or a stale cookie: the form (someone the inbox does not admit cannot sign
+    // in at all).
+    for cookie in [None, Some(format!("{SESSION_COOKIE}=t-gone"))] {
         let page = env.send("GET", "/inbox/sign-in", cookie.as_deref(), None).await;
         assert_eq!(page.status, StatusCode::OK, "{cookie:?}");
         assert!(page.body.contains("id=\"sign-in\""), "{}", page.body);
@@ -830,10 +844,22 @@ async fn secure_cookies_and_the_host_prefix() {
         .header(header::COOKIE, pair)
         .body(Body::from(format!("token=t-manager&csrf={csrf}")))
         .unwrap();
-    let signed = app.oneshot(post).await.unwrap();
+    let signed = app.clone().oneshot(post).await.unwrap();
     assert_eq!(signed.status(), StatusCode::SEE_OTHER);
     let session = signed.headers()[header::SET_COOKIE].to_str().unwrap();
-    assert!(session.starts_with("inbox_session=") && session.ends_with("; Secure"), "{session}");
+    assert!(session.starts_with("__Host-inbox_session=") && session.ends_with("; Secure"), "{session}");
+    for attribute in ["; Path=/;", "; HttpOnly", "; SameSite=Strict"] {
+        assert!(session.contains(attribute), "{attribute} in {session}");
+    }
+    // The prefixed cookie signs in; one without the prefix (which a sibling host could set) does not.
+    let id = session.split(';').next().unwrap().split_once('=').unwrap().1.to_string();
+    for (cookie, status) in
+        [(format!("__Host-inbox_session={id}"), StatusCode::OK), (format!("inbox_session={id}"), StatusCode::SEE_OTHER)]
+    {
+        let list = Request::get("/inbox/").header(header::HOST, "localhost").header(header::COOKIE, &cookie);
+        let listed = app.clone().oneshot(list.body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(listed.status(), status, "{cookie}");
+    }
 }
 
 /// Form posts must be forms (`415` otherwise), and a post a browser marks as sent from another
@@ -876,8 +902,13 @@ async fn deciding_an_expired_confirmation_is_gone() {
     let id = env.request_confirmation().await;
     let path = format!("/inbox/c/{id}");
     let manager = env.sign_in("t-manager").await;
-    let csrf = env.send("GET", &path, Some(&manager), None).await.csrf(&path);
+    let before = env.send("GET", &path, Some(&manager), None).await;
+    assert!(before.body.contains("<dd id=\"state\">pending</dd>"), "{}", before.body);
+    let csrf = before.csrf(&path);
     clock.advance(Duration::from_secs(61));
+    // Past its deadline the page says so (no sweep has marked it yet).
+    let page = env.send("GET", &path, Some(&manager), None).await;
+    assert!(page.body.contains("<dd id=\"state\">expired</dd>"), "{}", page.body);
     let gone = env.send("POST", &path, Some(&manager), Some(&format!("verdict=approve&csrf={csrf}"))).await;
     assert_eq!(gone.status, StatusCode::GONE, "{}", gone.body);
     assert!(gone.body.contains("This confirmation expired"), "{}", gone.body);
@@ -887,6 +918,32 @@ async fn deciding_an_expired_confirmation_is_gone() {
     assert!(!list.body.contains(&path), "no longer listed: {}", list.body);
     let late = env.registry.invoke_detailed(refund().with_confirmation(&id), alice()).await;
     assert_eq!(late.result.code(), Some(ErrorCode::ConfirmationInvalid));
+}
+
+/// One identity signing in over and over ends only its own oldest sessions, never another
+/// person's; and a request with several live session cookies (one planted beside the person's
+/// own) is signed in as nobody.
+#[tokio::test]
+async fn sessions_per_person_are_capped_and_several_session_cookies_prove_nobody() {
+    let env = env();
+    let carol = env.sign_in("t-carol").await;
+    let first = env.sign_in("t-manager").await;
+    let mut last = String::new();
+    for _ in 0..20 {
+        last = env.sign_in("t-manager").await;
+    }
+    let status = |cookie: String| {
+        let env = &env;
+        async move { env.send("GET", "/inbox/", Some(&cookie), None).await.status }
+    };
+    assert_eq!(status(first.clone()).await, StatusCode::SEE_OTHER, "the manager's oldest session ended");
+    assert_eq!(status(last.clone()).await, StatusCode::OK);
+    assert_eq!(status(carol.clone()).await, StatusCode::OK, "carol's session is not crowded out");
+    // Two live sessions in one request: which is the person's cannot be told, so neither is used.
+    assert_eq!(status(format!("{carol}; {last}")).await, StatusCode::SEE_OTHER);
+    // The same one twice, or beside an ended one, is still that session.
+    assert_eq!(status(format!("{carol}; {carol}")).await, StatusCode::OK);
+    assert_eq!(status(format!("{first}; {carol}")).await, StatusCode::OK);
 }
 
 /// The list shows each request's input, its sensitive fields redacted, escaped: whole when
@@ -1004,18 +1061,22 @@ async fn named_approvers_are_shown_and_only_they_count() {
     let approve = |page: &Page| format!("verdict=approve&csrf={}", page.csrf(&path));
     let manager = env.sign_in("t-manager").await;
     assert!(env.send("GET", "/inbox/", Some(&manager), None).await.body.contains("id=\"empty\""));
+    // As the list, the detail page is not for him: refused as his approval would be, showing nothing.
     let detail = env.send("GET", &path, Some(&manager), None).await;
-    assert!(
-        detail.body.contains("<dd id=\"approvals\">0 of 2 approvals (2 of carol, dave, sam)</dd>"),
-        "{}",
-        detail.body
-    );
-    let refused = env.send("POST", &path, Some(&manager), Some(&approve(&detail))).await;
-    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
-    assert!(refused.body.contains("does not count you"), "{}", refused.body);
+    assert_eq!(detail.status, StatusCode::FORBIDDEN, "{}", detail.body);
+    assert!(detail.body.contains("does not count you") && !detail.body.contains("Refund"), "{}", detail.body);
+    assert!(!detail.body.contains("id=\"decide\""), "{}", detail.body);
     for token in ["t-carol", "t-sam"] {
         let who = env.sign_in(token).await;
         let detail = env.send("GET", &path, Some(&who), None).await;
+        assert!(detail.body.contains("<dd id=\"approvals\">"), "{}", detail.body);
+        if token == "t-carol" {
+            assert!(
+                detail.body.contains("<dd id=\"approvals\">0 of 2 approvals (2 of carol, dave, sam)</dd>"),
+                "{}",
+                detail.body
+            );
+        }
         let decided = env.send("POST", &path, Some(&who), Some(&approve(&detail))).await;
         assert_eq!(decided.status, StatusCode::SEE_OTHER, "{}", decided.body);
     }
