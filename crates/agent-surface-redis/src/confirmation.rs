@@ -166,6 +166,18 @@ fn state_of(s: &str, by: String) -> Option<ConfirmationState> {
     })
 }
 
+/// Passes a binding to a script as its next five arguments: c, cap, r, i, h.
+fn binding_args<'c, 's>(
+    call: &'c mut redis::ScriptInvocation<'s>,
+    b: &ConfirmationBinding,
+) -> &'c mut redis::ScriptInvocation<'s> {
+    call.arg(&b.consumer_key)
+        .arg(&b.capability)
+        .arg(&b.registration_id)
+        .arg(&b.instance_id)
+        .arg(b.input_hash.to_string())
+}
+
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
 }
@@ -467,12 +479,7 @@ impl RedisConfirmationStore {
         let b = &record.binding;
         let mut call = self.scripts().insert.key(self.key(&record.id));
         call.key(self.pending_index()).key(self.expiry_index());
-        call.arg(fixed)
-            .arg(&b.consumer_key)
-            .arg(&b.capability)
-            .arg(&b.registration_id)
-            .arg(&b.instance_id)
-            .arg(b.input_hash.to_string())
+        binding_args(call.arg(fixed), b)
             .arg(record.requester.as_deref().unwrap_or(""))
             .arg(ms(record.expires_at))
             .arg(ms(gone))
@@ -578,13 +585,7 @@ impl ConfirmationStore for RedisConfirmationStore {
             // The consumption token, recorded with the consumption (see `reinstate`).
             let token = agent_surface_core::id::random_id("k-");
             let mut call = self.scripts().consume.key(self.key(id));
-            call.arg(&expected.consumer_key)
-                .arg(&expected.capability)
-                .arg(&expected.registration_id)
-                .arg(&expected.instance_id)
-                .arg(expected.input_hash.to_string())
-                .arg(ms(now))
-                .arg(&token);
+            binding_args(&mut call, expected).arg(ms(now)).arg(&token);
             let answer: Vec<String> = self.stores.run(call).await?;
             Ok(match answer.first().map(String::as_str) {
                 Some("ok") => Ok(Consumed::new(answer.get(1).cloned().unwrap_or_default()).with_token(token)),
@@ -673,13 +674,7 @@ impl ConfirmationStore for RedisConfirmationStore {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let mut call = self.scripts().reinstate.key(self.key(id));
-            call.arg(&expected.consumer_key)
-                .arg(&expected.capability)
-                .arg(&expected.registration_id)
-                .arg(&expected.instance_id)
-                .arg(expected.input_hash.to_string())
-                .arg(ms(now))
-                .arg(token);
+            binding_args(&mut call, expected).arg(ms(now)).arg(token);
             let reinstated: i64 = self.stores.run(call).await?;
             Ok(reinstated == 1)
         })

@@ -30,6 +30,22 @@ async fn settle(clock: &ManualClock) {
     panic!("the sweep task never armed its next round");
 }
 
+/// Runs `engine`'s sweeps on a task until the returned sender fires (or is dropped).
+fn spawn_sweeps(
+    engine: &Arc<ConfirmationEngine>,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<agent_surface_policy::SweepStats>) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let engine = engine.clone();
+    let sweeps = tokio::spawn(async move {
+        engine
+            .run_sweeps(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    (stop, sweeps)
+}
+
 fn engine(clock: &Arc<ManualClock>, interval: Option<Duration>) -> Arc<ConfirmationEngine> {
     engine_with_audit(clock, interval, None)
 }
@@ -68,17 +84,7 @@ async fn the_sweep_runs_every_interval_on_the_engine_clock_until_stopped() {
     let audit = Arc::new(MemoryAuditSink::default());
     let engine = engine_with_audit(&clock, Some(Duration::from_secs(60)), Some(audit.clone()));
     request(&engine, &clock).await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sweeps = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run_sweeps(async {
-                    let _ = stopped.await;
-                })
-                .await
-        }
-    });
+    let (stop, sweeps) = spawn_sweeps(&engine);
     settle(&clock).await;
     // Seven rounds with three or more minutes left (outside the two-minute lead), an eighth with
     // two minutes left (the warning), a ninth that finds it warned already, a tenth at the
@@ -101,17 +107,7 @@ async fn the_sweep_runs_every_interval_on_the_engine_clock_until_stopped() {
 async fn without_an_interval_it_only_waits_to_be_stopped() {
     let clock = Arc::new(ManualClock::default());
     let engine = engine(&clock, None);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sweeps = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run_sweeps(async {
-                    let _ = stopped.await;
-                })
-                .await
-        }
-    });
+    let (stop, sweeps) = spawn_sweeps(&engine);
     tokio::task::yield_now().await;
     assert_eq!(clock.pending_sleeps(), 0, "no timer");
     stop.send(()).unwrap();
@@ -182,17 +178,7 @@ async fn stopping_drops_a_round_stuck_on_the_audit_sink_and_keeps_its_claimed_ex
     }));
     request(&engine, &clock).await;
     sink.hanging.store(true, Ordering::SeqCst);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sweeps = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .run_sweeps(async {
-                    let _ = stopped.await;
-                })
-                .await
-        }
-    });
+    let (stop, sweeps) = spawn_sweeps(&engine);
     settle(&clock).await;
     clock.advance(Duration::from_secs(60 * 60)); // the first round, past the deadline
     for _ in 0..10_000 {
@@ -361,17 +347,7 @@ fn stopping_logs_the_expiry_events_still_unwritten() {
             }));
             request(&engine, &clock).await;
             sink.set_failing(true);
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let sweeps = tokio::spawn({
-                let engine = engine.clone();
-                async move {
-                    engine
-                        .run_sweeps(async {
-                            let _ = stopped.await;
-                        })
-                        .await
-                }
-            });
+            let (stop, sweeps) = spawn_sweeps(&engine);
             settle(&clock).await;
             clock.advance(Duration::from_secs(60 * 60));
             settle(&clock).await; // the round ended: the sink refused its expiry
