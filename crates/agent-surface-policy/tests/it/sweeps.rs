@@ -53,11 +53,11 @@ fn engine(clock: &Arc<ManualClock>, interval: Option<Duration>) -> Arc<Confirmat
 fn engine_with_audit(
     clock: &Arc<ManualClock>,
     interval: Option<Duration>,
-    audit: Option<Arc<MemoryAuditSink>>,
+    audit: Option<Arc<dyn AuditSink>>,
 ) -> Arc<ConfirmationEngine> {
     Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
-        audit: audit.map(|a| a as Arc<dyn AuditSink>),
+        audit,
         ttl: Duration::from_secs(10 * 60),
         expiry_warning: Some(Duration::from_secs(2 * 60)),
         sweep_interval: interval,
@@ -82,7 +82,7 @@ async fn request(engine: &ConfirmationEngine, clock: &ManualClock) {
 async fn the_sweep_runs_every_interval_on_the_engine_clock_until_stopped() {
     let clock = Arc::new(ManualClock::default());
     let audit = Arc::new(MemoryAuditSink::default());
-    let engine = engine_with_audit(&clock, Some(Duration::from_secs(60)), Some(audit.clone()));
+    let engine = engine_with_audit(&clock, Some(Duration::from_secs(60)), Some(audit.clone() as Arc<dyn AuditSink>));
     request(&engine, &clock).await;
     let (stop, sweeps) = spawn_sweeps(&engine);
     settle(&clock).await;
@@ -169,13 +169,8 @@ fn expired_events(events: &[AuditEvent]) -> usize {
 async fn stopping_drops_a_round_stuck_on_the_audit_sink_and_keeps_its_claimed_expiry() {
     let clock = Arc::new(ManualClock::default());
     let sink = Arc::new(HangingSink::default());
-    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
-        clock: clock.clone(),
-        audit: Some(sink.clone() as Arc<dyn AuditSink>),
-        ttl: Duration::from_secs(10 * 60),
-        sweep_interval: Some(Duration::from_secs(60 * 60)),
-        ..Default::default()
-    }));
+    let engine =
+        engine_with_audit(&clock, Some(Duration::from_secs(60 * 60)), Some(sink.clone() as Arc<dyn AuditSink>));
     request(&engine, &clock).await;
     sink.hanging.store(true, Ordering::SeqCst);
     let (stop, sweeps) = spawn_sweeps(&engine);
@@ -338,13 +333,8 @@ fn stopping_logs_the_expiry_events_still_unwritten() {
         runtime.block_on(async {
             let clock = Arc::new(ManualClock::default());
             let sink = Arc::new(FlakyAuditSink::default());
-            let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
-                clock: clock.clone(),
-                audit: Some(sink.clone() as Arc<dyn AuditSink>),
-                ttl: Duration::from_secs(10 * 60),
-                sweep_interval: Some(Duration::from_secs(60 * 60)),
-                ..Default::default()
-            }));
+            let engine =
+                engine_with_audit(&clock, Some(Duration::from_secs(60 * 60)), Some(sink.clone() as Arc<dyn AuditSink>));
             request(&engine, &clock).await;
             sink.set_failing(true);
             let (stop, sweeps) = spawn_sweeps(&engine);
