@@ -25,7 +25,7 @@ use agent_surface_core::details::{ExecutionFailedReason, PreconditionDetails};
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{
     ApprovalError, AuditConfig, AuditSink, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Quorum,
-    RateLimiter, Scope, TargetBinding,
+    RateLimiter, Scope,
 };
 use agent_surface_registry::{Ctx, Instance, Mount, Registry, RegistryConfig, Unmet};
 use schemars::JsonSchema;
@@ -335,10 +335,9 @@ pub(crate) fn build_with(options: ShopOptions, data: Data) -> Demo {
         ..Default::default()
     };
     if let Some(store) = options.confirmations.clone() {
-        // A shared store serves replicas, each with registration ids of its own: bind the
-        // evidence to the instance.
+        // A shared store serves replicas, each with registration ids of its own: the engine
+        // binds the evidence to the instance (`TargetBinding::Auto` follows the store's reach).
         engine.store = store;
-        engine.target_binding = TargetBinding::Instance;
     }
     let confirmations = Arc::new(ConfirmationEngine::new(engine));
     let rate_limiter =

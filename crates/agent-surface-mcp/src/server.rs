@@ -467,9 +467,9 @@ impl McpServer {
     }
 }
 
-/// The consumer key of an authenticated principal: `principal:` and the JSON array of its issuer
-/// (when the identity carries an `iss` claim) and subject — the same on every request,
-/// connection and replica, and unambiguous whatever the strings hold.
+/// The consumer key of an authenticated principal: [`Identity::principal_key`], `principal:` and
+/// the JSON array of its issuer (when the identity carries an `iss` claim) and subject — the same
+/// on every request, connection, transport and replica, and unambiguous whatever the strings hold.
 ///
 /// ```
 /// use agent_surface_mcp::principal_key;
@@ -479,11 +479,7 @@ impl McpServer {
 /// assert_eq!(principal_key(&issued), r#"principal:["https://id.example","alice"]"#);
 /// ```
 pub fn principal_key(identity: &Identity) -> String {
-    let parts: Vec<&str> = match identity.claims.get("iss").and_then(Value::as_str) {
-        Some(issuer) => vec![issuer, identity.subject.as_str()],
-        None => vec![identity.subject.as_str()],
-    };
-    format!("principal:{}", serde_json::to_string(&parts).unwrap_or_default())
+    identity.principal_key()
 }
 
 /// Whether the request is in the modern era (2026-07-28 or later: no `initialize`, no

@@ -1,6 +1,6 @@
 //! Who is calling: the consumer key and the authenticated identity.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -42,41 +42,102 @@ impl Identity {
     pub fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r == role)
     }
+
+    /// The key of the principal this identity names: `principal:` and the JSON array of its
+    /// issuer (when the identity carries an `iss` claim) and subject — the same on every request,
+    /// session, transport and replica, and unambiguous whatever the strings hold.
+    ///
+    /// Budgets, approvals and the memory of relayed confirmations of a signed-in caller are
+    /// keyed on it ([`Consumer::principal`]), so that "per user" means per user whichever
+    /// transport, session or header the call came through.
+    ///
+    /// ```
+    /// use agent_surface_policy::Identity;
+    /// assert_eq!(Identity::new("alice").principal_key(), r#"principal:["alice"]"#);
+    /// let issued = Identity::new("alice").with_claim("iss", "https://id.example");
+    /// assert_eq!(issued.principal_key(), r#"principal:["https://id.example","alice"]"#);
+    /// // A subject that looks like a pair cannot pass for one.
+    /// assert_ne!(Identity::new(r#"a","b"#).principal_key(), Identity::new("b").with_claim("iss", "a").principal_key());
+    /// ```
+    pub fn principal_key(&self) -> String {
+        let parts: Vec<&str> = match self.claims.get("iss").and_then(Value::as_str) {
+            Some(issuer) => vec![issuer, self.subject.as_str()],
+            None => vec![self.subject.as_str()],
+        };
+        // Serializing a list of strings cannot fail.
+        format!("principal:{}", serde_json::to_string(&parts).unwrap_or_default())
+    }
 }
 
 /// The caller of an invocation: a consumer key (one agent session, one MCP session, one API
 /// client) and, when signed in, an identity.
 ///
-/// The consumer key scopes idempotency records, confirmations and rate limits: two consumers
-/// never share them.
+/// Two keys follow from it:
+///
+/// - the **consumer key** ([`Consumer::key`]) scopes what belongs to one session of a caller:
+///   the namespace of its invocation ids and idempotency keys, and its MCP tasks;
+/// - the **principal** ([`Consumer::principal`]) scopes what belongs to the person: rate
+///   budgets, confirmations (the evidence is bound to it) and the memory of relayed
+///   confirmations. For a signed-in caller it is [`Identity::principal_key`], the same whatever
+///   session, header or transport the call came through, so one user cannot widen a "per user"
+///   budget or split an approval by opening another session. For an anonymous caller it is the
+///   consumer key: nothing proves two anonymous sessions are one person.
 ///
 /// ```
 /// use agent_surface_policy::{Consumer, Identity};
 /// let c = Consumer::authenticated("session-1", Identity::new("user-7").with_role("support"));
 /// assert_eq!(c.key(), "session-1");
+/// assert_eq!(c.principal(), r#"principal:["user-7"]"#);
 /// assert!(c.identity().unwrap().has_role("support"));
-/// assert!(Consumer::anonymous("session-2").identity().is_none());
+/// // Another session of the same person: another consumer key, the same principal.
+/// let other = Consumer::authenticated("session-9", Identity::new("user-7"));
+/// assert_eq!(other.principal(), c.principal());
+/// let anonymous = Consumer::anonymous("session-2");
+/// assert!(anonymous.identity().is_none());
+/// assert_eq!(anonymous.principal(), "session-2");
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Consumer {
     key: Arc<str>,
     identity: Option<Arc<Identity>>,
+    /// The principal key of a signed-in consumer, made when first asked for.
+    principal: OnceLock<Arc<str>>,
+}
+
+/// Two consumers are equal when their keys and identities are.
+impl PartialEq for Consumer {
+    fn eq(&self, other: &Consumer) -> bool {
+        self.key == other.key && self.identity == other.identity
+    }
 }
 
 impl Consumer {
     /// A consumer that is not signed in.
     pub fn anonymous(key: impl Into<Arc<str>>) -> Consumer {
-        Consumer { key: key.into(), identity: None }
+        Consumer { key: key.into(), identity: None, principal: OnceLock::new() }
     }
 
     /// A signed-in consumer.
     pub fn authenticated(key: impl Into<Arc<str>>, identity: Identity) -> Consumer {
-        Consumer { key: key.into(), identity: Some(Arc::new(identity)) }
+        Consumer { key: key.into(), identity: Some(Arc::new(identity)), principal: OnceLock::new() }
     }
 
-    /// The consumer key.
+    /// The consumer key: one session of the caller (see [`Consumer`]).
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The principal: [`Identity::principal_key`] when signed in, else the consumer key (see
+    /// [`Consumer`]). Rate budgets, confirmations and relayed confirmations are keyed on it.
+    pub fn principal(&self) -> &str {
+        match &self.identity {
+            None => &self.key,
+            Some(identity) => self.principal.get_or_init(|| {
+                let principal = identity.principal_key();
+                // The MCP adapter keys signed-in callers on the principal already.
+                if *principal == *self.key { self.key.clone() } else { principal.into() }
+            }),
+        }
     }
 
     /// The identity, when signed in.

@@ -361,6 +361,11 @@ impl std::fmt::Debug for RateDecision {
 /// refused call costs nothing, and `retry_after` is the time until every bucket involved would
 /// let the call pass. The store kit of `agent-surface-testing` holds a limiter to these rules.
 pub trait RateLimiter: Send + Sync + 'static {
+    /// Who shares the budgets: [`Reach::Shared`](crate::Reach::Shared) when replicas take from
+    /// the same buckets, [`Reach::Process`](crate::Reach::Process) when each process counts
+    /// alone (then a "per user" budget is per user and replica).
+    fn reach(&self) -> crate::Reach;
+
     /// Takes a unit of budget for the call, or says how long to wait.
     ///
     /// `now` is the pipeline's clock reading for this call.
@@ -374,6 +379,10 @@ pub trait RateLimiter: Send + Sync + 'static {
 }
 
 impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
+    fn reach(&self) -> crate::Reach {
+        (**self).reach()
+    }
+
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         (**self).acquire(call, now)
     }
@@ -432,6 +441,12 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     /// it is assembled (see [`Scope`]). The default: none.
     fn scopes(&self) -> Vec<Scope> {
         Vec::new()
+    }
+
+    /// Who shares the confirmations this gate keeps ([`Reach`](crate::Reach)), for the
+    /// registry's wiring report; `None` (the default) for a gate that keeps none of its own.
+    fn reach(&self) -> Option<crate::Reach> {
+        None
     }
 
     /// What is wrong with the gate's rules, each with the scope of the rule: e.g. a quorum that
@@ -505,6 +520,10 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn consults_call_details(&self) -> bool {
         (**self).consults_call_details()
+    }
+
+    fn reach(&self) -> Option<crate::Reach> {
+        (**self).reach()
     }
 
     fn scopes(&self) -> Vec<Scope> {

@@ -255,6 +255,11 @@ impl StoreUsage {
 /// `now` is passed in (from the registry's [`Clock`](crate::Clock)) rather than read, so a store
 /// never disagrees with the pipeline about time.
 pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
+    /// Who shares the records: [`Reach::Shared`](crate::Reach::Shared) when replicas share them
+    /// (a retry on another replica replays or joins), [`Reach::Process`](crate::Reach::Process)
+    /// for a store in this process.
+    fn reach(&self) -> crate::Reach;
+
     /// What the store holds, for the operator's gauges; `None` (the default): it does not say
     /// (a shared store would need a round trip).
     fn usage(&self) -> Option<StoreUsage> {
@@ -298,6 +303,10 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
+    fn reach(&self) -> crate::Reach {
+        (**self).reach()
+    }
+
     fn usage(&self) -> Option<StoreUsage> {
         (**self).usage()
     }
@@ -969,6 +978,10 @@ impl fmt::Debug for MemoryIdempotencyStore {
 }
 
 impl IdempotencyStore for MemoryIdempotencyStore {
+    fn reach(&self) -> crate::Reach {
+        crate::Reach::Process
+    }
+
     fn usage(&self) -> Option<StoreUsage> {
         let inner = self.lock();
         Some(StoreUsage::entries(inner.records.len()).with_bytes(inner.bytes))

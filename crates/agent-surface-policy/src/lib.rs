@@ -87,6 +87,7 @@ mod hooks;
 mod idempotency;
 pub mod principal;
 mod rate;
+mod reach;
 mod task;
 
 pub use audit::{
@@ -121,4 +122,5 @@ pub use idempotency::{
     Settlement, StoreError, StoreUsage,
 };
 pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
+pub use reach::Reach;
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

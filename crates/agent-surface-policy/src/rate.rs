@@ -109,7 +109,10 @@ impl Default for QueueConfig {
 /// from the same buckets.
 ///
 /// Four kinds of bucket, each optional; a call takes one unit from every one that applies to it,
-/// or from none:
+/// or from none. "Consumer" here means the caller's **principal** ([`Consumer::principal`](crate::Consumer::principal)): the
+/// signed-in user, whatever session, consumer header or transport the call came through (so a
+/// user cannot widen a budget by opening another session), and for an anonymous caller its
+/// consumer key.
 ///
 /// | field | one bucket per | e.g. |
 /// |---|---|---|
@@ -173,7 +176,7 @@ impl RateBudgets {
     /// The buckets `call` takes a unit from, in a fixed order (consumer, capability, consumer ×
     /// capability, consumer × type).
     pub fn buckets<'a>(&'a self, call: &CallInfo<'a>) -> impl Iterator<Item = Bucket<'a>> + use<'a> {
-        let consumer = call.consumer.key();
+        let consumer = call.consumer.principal();
         let scoped = |scope: Scope| {
             if self.consumer_quotas.is_empty() { None } else { self.consumer_quotas.get(&scope).copied() }
         };
@@ -262,7 +265,7 @@ impl BucketKind {
 pub struct Bucket<'a> {
     /// Its kind.
     pub kind: BucketKind,
-    /// The consumer key, for the kinds per consumer.
+    /// The caller's principal ([`Consumer::principal`](crate::Consumer::principal)), for the kinds per consumer.
     pub consumer: Option<&'a str>,
     /// The capability name or type id, for the kinds scoped to one.
     pub scope: Option<&'a str>,
@@ -593,6 +596,10 @@ impl fmt::Debug for MemoryRateLimiter {
 }
 
 impl RateLimiter for MemoryRateLimiter {
+    fn reach(&self) -> crate::Reach {
+        crate::Reach::Process
+    }
+
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call, now))
     }

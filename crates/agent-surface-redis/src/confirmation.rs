@@ -65,6 +65,9 @@ struct Fixed {
     invocation_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     correlation_id: Option<String>,
+    /// The requesting consumer key (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    consumer: Option<String>,
 }
 
 /// One entry of the `d` field.
@@ -118,6 +121,7 @@ impl Fixed {
             quorum: record.quorum.clone(),
             invocation_id: record.invocation_id.clone(),
             correlation_id: record.correlation_id.clone(),
+            consumer: record.consumer.clone(),
         }
     }
 
@@ -142,6 +146,7 @@ impl Fixed {
         .with_input_preview(self.input_preview.as_deref())
         .with_quorum(self.quorum)
         .with_call_ids(self.invocation_id.as_deref(), self.correlation_id.as_deref());
+        record.consumer = self.consumer;
         record.state = state;
         let all = record.quorum.all_slots();
         record.decisions = decisions_of(decisions)?
@@ -485,7 +490,7 @@ impl RedisConfirmationStore {
             .arg(ms(gone))
             .arg(ttl_ms(gone.saturating_duration_since(now)))
             .arg(record.requester.as_deref().map_or_else(|| "\0".to_string(), skeleton))
-            .arg(skeleton(&b.consumer_key))
+            .arg(skeleton(record.consumer.as_deref().unwrap_or(&b.consumer_key)))
             .arg(&record.id)
             .arg(record.quorum.required())
             .arg(now.unix_millis().saturating_sub(ttl_ms(self.stores.config.retention)));
@@ -546,6 +551,10 @@ impl RedisConfirmationStore {
 }
 
 impl ConfirmationStore for RedisConfirmationStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.insert_now(record, now))
     }

@@ -319,6 +319,10 @@ async fn follow(
 }
 
 impl IdempotencyStore for RedisIdempotencyStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,

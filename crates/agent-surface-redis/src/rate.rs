@@ -106,6 +106,10 @@ impl RedisRateLimiter {
 }
 
 impl RateLimiter for RedisRateLimiter {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn acquire<'a>(&'a self, call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call))
     }

@@ -112,6 +112,7 @@ pub use request::{
 };
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
 pub use trace::TraceParent;
+pub use wiring::WiringWarning;
 
 /// The examples of the user guide's chapter on policies, quotas and confirmation rules, compiled
 /// and run as doc tests.

@@ -325,6 +325,9 @@ impl Registry {
             &config.late_types,
         );
         let relayed = crate::relayed::Relayed::new(config.relayed_confirmations);
+        for warning in wiring_warnings(&config) {
+            tracing::warn!(target: "agent_surface::wiring", "{warning}");
+        }
         Registry {
             inner: Arc::new(Inner {
                 wiring,
@@ -344,6 +347,19 @@ impl Registry {
     /// The configuration.
     pub fn config(&self) -> &RegistryConfig {
         &self.inner.config
+    }
+
+    /// Wiring whose guarantees do not hold across replicas: state that some parts share between
+    /// replicas and others keep per process (see [`WiringWarning`]). [`Registry::new`] logs
+    /// each at WARN (`agent_surface::wiring`).
+    ///
+    /// ```
+    /// use agent_surface_registry::{Registry, RegistryConfig};
+    /// // Everything in memory: consistent for one process.
+    /// assert!(Registry::new(RegistryConfig::default()).wiring_warnings().is_empty());
+    /// ```
+    pub fn wiring_warnings(&self) -> Vec<crate::WiringWarning> {
+        wiring_warnings(&self.inner.config)
     }
 
     /// This registry's surface id (new for every registry, i.e. every process or page load).
@@ -777,4 +793,13 @@ impl std::fmt::Debug for Mount {
 /// overwhelming probability).
 fn new_surface_id() -> String {
     agent_surface_core::id::random_id("s-")
+}
+
+/// What [`Registry::wiring_warnings`] reports for `config`.
+fn wiring_warnings(config: &RegistryConfig) -> Vec<crate::WiringWarning> {
+    crate::wiring::warnings(
+        config.idempotency.reach(),
+        config.rate_limiter.as_ref().map(|l| l.reach()),
+        config.confirmation.as_ref().and_then(|g| g.reach()),
+    )
 }

@@ -237,3 +237,62 @@ pub(crate) fn check_requirements(
     }
     Ok(())
 }
+
+/// Wiring that works but whose guarantees do not hold across replicas: state shared by some
+/// parts of a registry and kept per process by others. `Registry::new` logs each at WARN on the
+/// operator channel (`agent_surface::wiring`); `Registry::wiring_warnings` lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WiringWarning {
+    /// The confirmation gate's store is shared, the idempotency store is per process: a retry
+    /// of an approved call that reaches another replica under the same invocation id runs again
+    /// instead of replaying the first run's result.
+    SharedConfirmationsLocalIdempotency,
+    /// The confirmation gate's store is shared, the rate limiter counts per process: every
+    /// replica grants the whole budget, so "5 per minute per user" becomes 5 per replica.
+    SharedConfirmationsLocalRates,
+    /// The idempotency store is shared, the rate limiter counts per process (as above).
+    SharedIdempotencyLocalRates,
+}
+
+impl std::fmt::Display for WiringWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WiringWarning::SharedConfirmationsLocalIdempotency => {
+                "confirmations are shared between replicas but idempotency records are kept per process: \
+                 a retry that reaches another replica runs again; give RegistryConfig::idempotency the \
+                 shared store too (e.g. RedisStores::idempotency)"
+            }
+            WiringWarning::SharedConfirmationsLocalRates => {
+                "confirmations are shared between replicas but the rate limiter counts per process: \
+                 each replica grants the whole budget; give RegistryConfig::rate_limiter a shared \
+                 limiter too (e.g. RedisStores::rate_limiter)"
+            }
+            WiringWarning::SharedIdempotencyLocalRates => {
+                "idempotency records are shared between replicas but the rate limiter counts per \
+                 process: each replica grants the whole budget; give RegistryConfig::rate_limiter a \
+                 shared limiter too (e.g. RedisStores::rate_limiter)"
+            }
+        })
+    }
+}
+
+/// What is mixed in this wiring (see [`WiringWarning`]).
+pub(crate) fn warnings(
+    idempotency: agent_surface_policy::Reach,
+    rates: Option<agent_surface_policy::Reach>,
+    confirmations: Option<agent_surface_policy::Reach>,
+) -> Vec<WiringWarning> {
+    let shared = |r: Option<agent_surface_policy::Reach>| r.is_some_and(|r| r.is_shared());
+    let local = |r: Option<agent_surface_policy::Reach>| r.is_some_and(|r| !r.is_shared());
+    let mut out = Vec::new();
+    if shared(confirmations) && !idempotency.is_shared() {
+        out.push(WiringWarning::SharedConfirmationsLocalIdempotency);
+    }
+    if shared(confirmations) && local(rates) {
+        out.push(WiringWarning::SharedConfirmationsLocalRates);
+    } else if idempotency.is_shared() && local(rates) {
+        out.push(WiringWarning::SharedIdempotencyLocalRates);
+    }
+    out
+}

@@ -121,6 +121,10 @@ impl AuthorityPolicy for Misbehaving {
 }
 
 impl RateLimiter for Misbehaving {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn acquire<'a>(&'a self, _call: CallInfo<'a>, _now: Timestamp) -> BoxFuture<'a, RateDecision> {
         self.misbehave(None)
     }
@@ -299,6 +303,10 @@ impl<F> RateLimiter for FnLimiter<F>
 where
     F: Fn(&CallInfo<'_>, Timestamp) -> RateDecision + Send + Sync + 'static,
 {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(std::future::ready((self.acquire)(&call, now)))
     }

@@ -164,3 +164,68 @@ async fn over_mcp_a_tool_per_capability_and_errors_in_band() {
     expect_error(&codec::decode(&refused).expect("decodes"), ErrorCode::InvalidInput);
     client.cancel().await.expect("closes");
 }
+
+/// "5 creates per minute per user" holds for the user, whatever session header or transport the
+/// calls come through: Alice's calls over MCP (streamable HTTP, stateless era) and over the plain
+/// HTTP binding under three consumer-header values share one budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
+    use std::sync::Arc;
+
+    use agent_surface_http::HttpConfig;
+    use agent_surface_mcp::{McpConfig, http::McpHttpConfig};
+    use agent_surface_policy::BearerTokens;
+    use agent_surface_testing::http;
+
+    let (_clock, service) = tickets();
+    let tokens = || Arc::new(BearerTokens::new(vec![("alice-token", Identity::new("alice"))]));
+    let mcp = McpConfig { authenticator: Some(tokens()), ..Default::default() };
+    let api = HttpConfig { authenticator: Some(tokens()), ..Default::default() };
+    let limits = McpHttpConfig::default();
+    let drain = agent_surface_server::Drain::cancelling(|| {});
+    let app = agent_surface_mcp::http::router(service.registry.clone(), mcp, &limits, drain.streams.clone())
+        .nest("/api", agent_surface_http::router(service.registry.clone(), api));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let addr = listener.local_addr().expect("bound");
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(agent_surface_server::serve_with(listener, app, limits.limits, stop.clone(), drain));
+
+    let over_api = |session: Option<&'static str>, n: u32| async move {
+        let mut headers = vec![("Authorization", "Bearer alice-token")];
+        headers.extend(session.map(|s| (agent_surface_http::CONSUMER_HEADER, s)));
+        let body = json!({"capability": "tickets.create", "input": {"title": format!("Over the API {n}")}});
+        let r = http::post_json(addr, "/api/invoke", &headers, &body.to_string()).await;
+        agent_surface_http::wire::decode(r.status, &r.body).expect("an invoke result")
+    };
+    let over_mcp = |n: u32| async move {
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "quota", "version": "0"}});
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+            "name": "tickets-create", "arguments": {"title": format!("Over MCP {n}")}, "_meta": meta}});
+        let headers = [
+            ("Authorization", "Bearer alice-token"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "tickets-create"),
+        ];
+        let r = http::post_json(addr, "/mcp", &headers, &body.to_string()).await;
+        let message = r.messages().into_iter().find(|m| m.get("result").is_some()).expect("a tools/call result");
+        let result = serde_json::from_value(message["result"].clone()).expect("a CallToolResult");
+        agent_surface_mcp::codec::decode(&result).expect("an invoke result")
+    };
+
+    // Five creates, spread over two transports and three consumer-header values…
+    expect_ok(&over_mcp(1).await);
+    expect_ok(&over_api(None, 2).await);
+    expect_ok(&over_api(Some("s2"), 3).await);
+    expect_ok(&over_api(Some("s3"), 4).await);
+    expect_ok(&over_mcp(5).await);
+    // … and the sixth is refused on every one of them, a new header value included.
+    for refused in [over_api(None, 6).await, over_api(Some("s4"), 7).await, over_mcp(8).await] {
+        let limited = expect_error(&refused, ErrorCode::RateLimited);
+        expect_details(limited, json!({"reason": "rate"}));
+    }
+    stop.cancel();
+}

@@ -298,9 +298,15 @@ impl fmt::Debug for ConfirmationMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TargetBinding {
-    /// The registration and the instance the call resolved to: a remount of the instance is
-    /// another target, and its evidence is a `mismatch`. The default, for one process.
+    /// The default: [`Instance`](Self::Instance) when the engine's store is shared by replicas
+    /// ([`ConfirmationStore::reach`] is [`Reach::Shared`](crate::Reach::Shared)), else
+    /// [`Registration`](Self::Registration). Each replica mounts an instance under a registration
+    /// id of its own, so evidence bound to a registration could never be used on another replica:
+    /// a person who approved on one would be asked again by the same call on the next.
     #[default]
+    Auto,
+    /// The registration and the instance the call resolved to: a remount of the instance is
+    /// another target, and its evidence is a `mismatch`. What `Auto` means for one process.
     Registration,
     /// The instance only. For replicas that share a confirmation store: each replica mounts the
     /// same instance under a registration id of its own, so an approval asked through one must
@@ -384,7 +390,7 @@ impl Default for ConfirmationConfig {
             mode: ConfirmationMode::TwoPhase,
             policies: Vec::new(),
             policy_budget: crate::authority::DEFAULT_POLICY_BUDGET,
-            target_binding: TargetBinding::Registration,
+            target_binding: TargetBinding::Auto,
             store_budget: DEFAULT_STORE_BUDGET,
             audit: None,
             quorums: Vec::new(),
@@ -558,8 +564,15 @@ impl MarkSet {
 }
 
 impl ConfirmationEngine {
-    /// An engine with this configuration.
-    pub fn new(config: ConfirmationConfig) -> ConfirmationEngine {
+    /// An engine with this configuration. [`TargetBinding::Auto`] is settled here, from the
+    /// store's [`reach`](ConfirmationStore::reach).
+    pub fn new(mut config: ConfirmationConfig) -> ConfirmationEngine {
+        if config.target_binding == TargetBinding::Auto {
+            config.target_binding = match config.store.reach() {
+                crate::Reach::Shared => TargetBinding::Instance,
+                _ => TargetBinding::Registration,
+            };
+        }
         ConfirmationEngine {
             config,
             waiters: Mutex::new(HashMap::new()),
@@ -1078,7 +1091,7 @@ impl ConfirmationEngine {
     fn binding_of(&self, call: &CallInfo<'_>) -> ConfirmationBinding {
         static NO_INPUT: Value = Value::Null;
         ConfirmationBinding {
-            consumer_key: call.consumer.key().to_string(),
+            consumer_key: call.consumer.principal().to_string(),
             capability: call.capability.to_string(),
             registration_id: match self.config.target_binding {
                 TargetBinding::Registration => call.registration_id.unwrap_or_default().to_string(),
@@ -1213,7 +1226,8 @@ impl ConfirmationEngine {
         )
         .with_input_preview(preview.as_deref().or(call.input_preview))
         .with_quorum(self.quorum_for(call.capability, call.type_id))
-        .with_call_ids(call.invocation_id, call.correlation_id);
+        .with_call_ids(call.invocation_id, call.correlation_id)
+        .with_consumer(call.consumer.key());
         tracing::info!(
             target: "agent_surface::confirmation",
             confirmation_id = %record.id,
@@ -1342,6 +1356,11 @@ impl ConfirmationGate for ConfirmationEngine {
         self.config.store.usage(now)
     }
 
+    /// Its store's reach.
+    fn reach(&self) -> Option<crate::Reach> {
+        Some(self.config.store.reach())
+    }
+
     /// What its confirmation policies are scoped to.
     fn scopes(&self) -> Vec<Scope> {
         let mut scopes: Vec<Scope> = self.config.policies.iter().flat_map(|p| p.scopes()).collect();
@@ -1426,7 +1445,8 @@ fn call_event(
 /// sweep), described from the stored record: the requesting consumer and principal, and the
 /// invocation and correlation ids of the call that requested it.
 fn record_event(now: Timestamp, kind: AuditKind, record: &ConfirmationRecord) -> AuditEvent {
-    let mut event = AuditEvent::new(now, kind, &record.binding.capability, &record.binding.consumer_key);
+    let consumer = record.consumer.as_deref().unwrap_or(&record.binding.consumer_key);
+    let mut event = AuditEvent::new(now, kind, &record.binding.capability, consumer);
     event.principal = record.requester.clone();
     event.input_digest = Some(record.binding.input_hash.to_string());
     event.invocation_id = record.invocation_id.clone();

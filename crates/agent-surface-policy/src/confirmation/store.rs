@@ -332,13 +332,16 @@ impl ApproverDecision {
     }
 }
 
-/// What a confirmation is for: the consumer, the capability, the target and the input.
+/// What a confirmation is for: the caller, the capability, the target and the input.
 ///
 /// Evidence is accepted only for a call whose binding equals the one recorded when the
 /// confirmation was requested, field by field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConfirmationBinding {
-    /// The consumer key of the requesting call.
+    /// The requesting caller's principal ([`Consumer::principal`](crate::Consumer::principal)):
+    /// for a signed-in caller the person, whatever session or transport asks (an approval asked
+    /// over HTTP holds for the same user's repeat over MCP); for an anonymous caller its consumer
+    /// key.
     pub consumer_key: String,
     /// The capability name.
     pub capability: String,
@@ -470,6 +473,9 @@ pub struct ConfirmationRecord {
     pub invocation_id: Option<String>,
     /// The correlation id of the call that requested it (as [`invocation_id`](Self::invocation_id)).
     pub correlation_id: Option<String>,
+    /// The consumer key of the call that requested it (as [`invocation_id`](Self::invocation_id));
+    /// the binding holds the caller's principal, which several sessions of one user share.
+    pub consumer: Option<String>,
 }
 
 /// The longest [`ConfirmationRecord::input_preview`], in bytes.
@@ -567,6 +573,7 @@ impl ConfirmationRecord {
             decisions: Vec::new(),
             invocation_id: None,
             correlation_id: None,
+            consumer: None,
         }
     }
 
@@ -583,6 +590,17 @@ impl ConfirmationRecord {
         };
         self.invocation_id = invocation_id.map(cut);
         self.correlation_id = correlation_id.map(cut);
+        self
+    }
+
+    /// The same record, requested by the consumer (session) `key` (see
+    /// [`consumer`](Self::consumer)), cut to [`MAX_CALL_ID_BYTES`] on a character boundary.
+    pub fn with_consumer(mut self, key: &str) -> ConfirmationRecord {
+        let mut end = key.len().min(MAX_CALL_ID_BYTES);
+        while !key.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.consumer = Some(key[..end].to_string());
         self
     }
 
@@ -632,12 +650,13 @@ impl ConfirmationRecord {
     }
 
     /// Whether `subject` is the requester: the requesting identity's subject or, as a
-    /// conservative extra, the requesting consumer key — compared as a person reads them
+    /// conservative extra, the requesting consumer key ([`consumer`](Self::consumer), else the
+    /// binding's) — compared as a person reads them
     /// ([`crate::principal::same_principal`]), so a look-alike of the requester's name is the
     /// requester.
     pub fn is_requester(&self, subject: &str) -> bool {
         self.requester.as_deref().is_some_and(|r| same_principal(r, subject))
-            || same_principal(&self.binding.consumer_key, subject)
+            || same_principal(self.consumer.as_deref().unwrap_or(&self.binding.consumer_key), subject)
     }
 }
 
@@ -756,6 +775,12 @@ pub enum Rejection {
 /// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
 /// that a late retry learns `consumed` or `denied` rather than `expired`.
 pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
+    /// Who shares the records: [`Reach::Shared`] for a store that replicas share (evidence
+    /// approved through one is presented on another), [`Reach::Process`] for one that lives in
+    /// this process. The engine's default [`TargetBinding`](crate::TargetBinding) follows from
+    /// it, and the registry reports wiring that shares confirmations but not idempotency.
+    fn reach(&self) -> crate::Reach;
+
     /// What the store holds, for the operator's gauges; `None` (the default): it does not say.
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         let _ = now;
@@ -945,6 +970,10 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
+    fn reach(&self) -> crate::Reach {
+        (**self).reach()
+    }
+
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         (**self).usage(now)
     }
@@ -1408,6 +1437,10 @@ impl fmt::Debug for MemoryConfirmationStore {
 }
 
 impl ConfirmationStore for MemoryConfirmationStore {
+    fn reach(&self) -> crate::Reach {
+        crate::Reach::Process
+    }
+
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {
         let inner = self.lock();
         let pending =

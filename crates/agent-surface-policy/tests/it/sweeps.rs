@@ -240,6 +240,10 @@ async fn a_refused_expiry_event_is_written_when_the_sink_recovers() {
 struct NoExpiredListing(MemoryConfirmationStore, AtomicBool);
 
 impl ConfirmationStore for NoExpiredListing {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn insert<'a>(
         &'a self,
         record: ConfirmationRecord,

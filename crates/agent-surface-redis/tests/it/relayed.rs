@@ -26,14 +26,20 @@ struct Replica {
 async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Replica {
     let config = RedisConfig { prefix: prefix.to_string(), ..RedisConfig::default() };
     let stores = RedisStores::connect(url, config).await.expect("Redis answers");
+    // The defaults: over a shared store, evidence is bound to the instance, not to this
+    // replica's registration of it (each replica mounts it under a registration id of its own).
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         store: Arc::new(stores.confirmations()),
-        // Each replica mounts the instance under a registration id of its own.
-        target_binding: TargetBinding::Instance,
         audit: Some(trail.clone()),
         ..Default::default()
     }));
-    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });
+    assert_eq!(engine.config().target_binding, TargetBinding::Instance);
+    let registry = Registry::new(RegistryConfig {
+        idempotency: Arc::new(stores.idempotency()),
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    assert_eq!(registry.wiring_warnings(), [], "shared confirmations and idempotency, no limiter");
     let runs = Counter::default();
     let seen = runs.clone();
     registry
@@ -52,7 +58,9 @@ async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Repli
         })
         .unwrap();
     let mount = registry.mount("note", "main").unwrap();
-    let alice = Consumer::authenticated("alice-session", Identity::new("alice"));
+    // Each replica serves another session of Alice's: approvals are bound to the person.
+    let alice =
+        Consumer::authenticated(format!("alice-session-{prefix}-{}", std::process::id()), Identity::new("alice"));
     let toolset = Toolset::new(registry, alice, ToolsetConfig::default());
     Replica { engine, runs, toolset, _mount: mount }
 }
@@ -105,4 +113,42 @@ async fn a_repeat_on_the_other_replica_uses_the_inbox_approval_once() {
         (&requested.invocation_id, &requested.correlation_id),
         "the decision carries the requesting call's ids"
     );
+}
+
+/// Half-wired replicas are reported at startup: confirmations in Redis with idempotency records
+/// or rate budgets kept per process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_confirmations_over_local_idempotency_and_rates_are_reported() {
+    use agent_surface_policy::{MemoryRateLimiter, RateLimitConfig};
+    use agent_surface_registry::WiringWarning;
+
+    let Some(url) = agent_surface_testing::services::redis_url() else { return };
+    let stores = RedisStores::connect(&url, RedisConfig::with_prefix("half-wired:")).await.expect("Redis answers");
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        store: Arc::new(stores.confirmations()),
+        ..Default::default()
+    }));
+    let config = || RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() };
+    let half = Registry::new(RegistryConfig {
+        rate_limiter: Some(Arc::new(MemoryRateLimiter::new(RateLimitConfig::default()))),
+        ..config()
+    });
+    let warnings = half.wiring_warnings();
+    assert_eq!(
+        warnings,
+        [WiringWarning::SharedConfirmationsLocalIdempotency, WiringWarning::SharedConfirmationsLocalRates]
+    );
+    let text = warnings[0].to_string();
+    assert!(
+        text.contains("idempotency records are kept per process") && text.contains("RedisStores::idempotency"),
+        "{text}"
+    );
+    // The operator hears of it when the registry is built.
+    let ((), log) = agent_surface_testing::capture_operator_log(|| {
+        drop(Registry::new(config()));
+    });
+    assert!(log.contains("WARN") && log.contains("a retry that reaches another replica runs again"), "{log}");
+    // Wired through: nothing to report.
+    let whole = Registry::new(RegistryConfig { idempotency: Arc::new(stores.idempotency()), ..config() });
+    assert_eq!(whole.wiring_warnings(), []);
 }

@@ -280,7 +280,7 @@ async fn confirm_eagerly(
     // comes back: most calls need neither.
     let key = || {
         let input_hash = Fingerprint::of(input);
-        relayed.key(call.options.consumer.key(), &call.def.name, &call.reg.registration_id, &input_hash)
+        relayed.key(call.options.consumer.principal(), &call.def.name, &call.reg.registration_id, &input_hash)
     };
     let remembered_key = (!relayed.is_empty()).then(key);
     let remembered = match (presented, remembered_key) {

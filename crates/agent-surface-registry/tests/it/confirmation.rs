@@ -540,6 +540,10 @@ async fn wait_mode_approver_failure_is_no_approval() {
 struct BrokenStore;
 
 impl ConfirmationStore for BrokenStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn insert<'a>(&'a self, _r: ConfirmationRecord, _now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("redis://10.1.2.3:6379 connection refused".into())) })
     }

@@ -33,6 +33,10 @@ struct LeasingStore {
 }
 
 impl IdempotencyStore for LeasingStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,

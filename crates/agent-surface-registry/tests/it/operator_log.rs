@@ -16,6 +16,10 @@ use crate::support::{call, capture_operator_log, consumer};
 pub(crate) struct DownStore;
 
 impl IdempotencyStore for DownStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn admit<'a>(
         &'a self,
         _: &'a IdempotencyKey,

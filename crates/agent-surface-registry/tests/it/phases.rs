@@ -59,6 +59,10 @@ async fn cancelled_in_admission_when_disposed_or_precancelled() {
 struct BrokenStore;
 
 impl IdempotencyStore for BrokenStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn admit<'a>(
         &'a self,
         _: &'a IdempotencyKey,

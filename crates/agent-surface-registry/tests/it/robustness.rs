@@ -132,6 +132,10 @@ struct Recording {
 }
 
 impl agent_surface_policy::IdempotencyStore for Recording {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a agent_surface_policy::IdempotencyKey,
@@ -185,6 +189,10 @@ struct StallingStore {
 }
 
 impl agent_surface_policy::IdempotencyStore for StallingStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn admit<'a>(
         &'a self,
         key: &'a agent_surface_policy::IdempotencyKey,
@@ -238,6 +246,10 @@ async fn a_call_dropped_while_its_result_is_written_keeps_that_result() {
 struct HangingStore;
 
 impl agent_surface_policy::IdempotencyStore for HangingStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn admit<'a>(
         &'a self,
         _: &'a agent_surface_policy::IdempotencyKey,
@@ -284,6 +296,10 @@ async fn a_hanging_idempotency_store_fails_closed_within_its_budget() {
 struct HangingConfirmations;
 
 impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Shared
+    }
+
     fn insert<'a>(
         &'a self,
         _: agent_surface_policy::ConfirmationRecord,
