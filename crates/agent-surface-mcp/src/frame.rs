@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use std::fmt;
 
 use agent_surface_core::json::{BYTES_PER_VALUE, too_many_values};
+use rmcp::ErrorData;
+use rmcp::model::ErrorCode;
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -14,7 +16,8 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 /// echoed in the answer.
 pub(crate) const MAX_METHOD_BYTES: usize = 128;
 
-/// Why a message is refused before it is parsed.
+/// Why a message is refused before `rmcp`'s service sees it: the transports' faults, each with its
+/// JSON-RPC error ([`Refusal::error`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
     /// More values than one per [`BYTES_PER_VALUE`] bytes of the size limit (the number is the
@@ -26,6 +29,38 @@ pub(crate) enum Refusal {
     MethodTooLong,
     /// Not JSON (syntax, encoding, nesting past the parser's limit).
     NotJson,
+    /// A request reuses the id of a request still in progress (in its scope: the connection, the
+    /// legacy session, the authenticated principal).
+    IdInProgress,
+    /// Its scope already has this many requests in progress (streamable HTTP,
+    /// `McpHttpConfig::max_requests_in_flight`).
+    TooManyInProgress(usize),
+}
+
+impl Refusal {
+    /// The JSON-RPC error that answers the refused message.
+    pub(crate) fn error(self) -> ErrorData {
+        match self {
+            Refusal::TooManyValues(max) => ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("Invalid Request: the message holds more than {max} JSON values"),
+                Some(serde_json::json!({"maxMessageValues": max})),
+            ),
+            Refusal::DuplicateMember => ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                "Invalid Request: an object in the message repeats a member name",
+                None,
+            ),
+            Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
+            Refusal::NotJson => ErrorData::parse_error("Parse error: the message is not valid JSON", None),
+            Refusal::IdInProgress => ErrorData::invalid_request("A request with this id is already in progress", None),
+            Refusal::TooManyInProgress(max) => ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("Invalid Request: {max} requests are already in progress; send it again once one is answered"),
+                Some(serde_json::json!({"maxRequestsInFlight": max})),
+            ),
+        }
+    }
 }
 
 /// What the screen learnt of a message.
@@ -33,6 +68,9 @@ pub(crate) enum Refusal {
 pub(crate) struct Screened {
     /// The message's top-level `id`, when it is a usable JSON-RPC id (a string or an integer).
     pub(crate) id: Option<rmcp::model::RequestId>,
+    /// Whether it has the shape of a request: a string `method`, a usable `id` and no top-level
+    /// `result` or `error`. (A notification has no `id`; a batch is an array, never a request.)
+    pub(crate) request: bool,
     /// Whether it is an `initialize` request.
     pub(crate) initialize: bool,
     /// Whether it has the shape of a `tools/call` request: the method `tools/call`, a usable `id`
@@ -60,14 +98,15 @@ pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<Screened, (Refusa
     if found.long_method {
         return Err((Refusal::MethodTooLong, id));
     }
-    let tools_call = found.tools_call && !found.result_or_error && id.is_some();
-    Ok(Screened { id, initialize: found.initialize, tools_call })
+    let request = found.method && !found.result_or_error && id.is_some();
+    Ok(Screened { id, request, initialize: found.initialize, tools_call: request && found.tools_call })
 }
 
 #[derive(Default)]
 struct Found {
     duplicate: bool,
     long_method: bool,
+    method: bool,
     initialize: bool,
     tools_call: bool,
     result_or_error: bool,
@@ -136,6 +175,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
             if self.top && name.0 == "method" {
                 // A method that is not a string is left to the parser, which answers it.
                 if let Top::Text(method) = map.next_value::<Top<'de>>()? {
+                    self.found.method = true;
                     self.found.long_method |= method.len() > MAX_METHOD_BYTES;
                     self.found.initialize |= method == "initialize";
                     self.found.tools_call |= method == "tools/call";
@@ -254,7 +294,9 @@ mod tests {
     #[test]
     fn screens() {
         let ok = |id: i64| Ok(Screened { id: Some(NumberOrString::Number(id)), ..Screened::default() });
-        assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), ok(1));
+        let request =
+            |id: i64| Ok(Screened { id: Some(NumberOrString::Number(id)), request: true, ..Screened::default() });
+        assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), request(1));
         assert_eq!(
             screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#, 4096),
             Err((Refusal::DuplicateMember, Some(NumberOrString::Number(1))))
@@ -286,6 +328,12 @@ mod tests {
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{}}"#));
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","error":{}}"#));
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
+        // A request, and what is not one: a notification, a response, a batch.
+        let request = |message: &str| screen(message.as_bytes(), 4096).unwrap().request;
+        assert!(request(r#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#));
+        assert!(!request(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#));
+        assert!(!request(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert!(!request(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#));
     }
 
     /// A large object is checked in linear time (a vector of names would take minutes).

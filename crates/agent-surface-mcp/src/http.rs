@@ -36,6 +36,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::inflight::{Held, Holding, InFlightIds, Scope};
 use crate::{McpConfig, McpServer};
 
 /// Defined in `agent-surface-policy` (shared with the HTTP binding).
@@ -66,6 +67,11 @@ pub struct McpHttpConfig {
     /// count a call in progress as traffic: keep it above the longest a call may wait (a wait-mode
     /// confirmation, an elicitation).
     pub session_idle: Duration,
+    /// The most requests one legacy session, or one authenticated principal's modern requests,
+    /// may have in progress at once (each holds its JSON-RPC id, as a 32-byte digest, until its
+    /// response is sent); one more is refused with `-32600` and `data.maxRequestsInFlight`. See
+    /// [the module docs](self) on duplicate ids.
+    pub max_requests_in_flight: usize,
 }
 
 impl Default for McpHttpConfig {
@@ -79,6 +85,7 @@ impl Default for McpHttpConfig {
             limits: agent_surface_server::Limits::default(),
             max_sessions: 1_000,
             session_idle: Duration::from_secs(600),
+            max_requests_in_flight: 1_024,
         }
     }
 }
@@ -110,14 +117,24 @@ where
     let max = http.max_sessions;
     let max_body = http.max_body_bytes;
     let opening = Arc::new(std::sync::Mutex::new(0usize));
+    let in_flight = InFlightIds::new(http.max_requests_in_flight);
     axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let (sessions, opening) = (sessions.clone(), opening.clone());
+            let (sessions, opening, in_flight) = (sessions.clone(), opening.clone(), in_flight.clone());
             let open_stream = is_open_stream(&request);
             async move {
                 let (request, screened) = match screen_body(request, max_body).await {
                     Ok(screened) => screened,
                     Err(refused) => return refused,
+                };
+                // The request's id is held, in its session or for its principal, until its
+                // response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
+                let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&in_flight, &request, s)) {
+                    Ok(held) => held,
+                    Err((refusal, id)) => {
+                        tracing::warn!(target: "agent_surface::mcp", ?id, ?refusal, "request refused: its id or its scope is taken");
+                        return jsonrpc_refusal(refusal, Some(id));
+                    }
                 };
                 // Every `initialize` opens a session (whatever era it names): it takes a slot,
                 // counted together with the sessions open, before it reaches `rmcp`.
@@ -138,10 +155,50 @@ where
                 if open_stream {
                     response.extensions_mut().insert(agent_surface_server::OpenStream);
                 }
-                response
+                match held {
+                    Some(held) => response
+                        .map(|body| axum::body::Body::from_stream(Holding::new(body.into_data_stream(), held))),
+                    None => response,
+                }
             }
         },
     ))
+}
+
+/// Holds the id of a request (`screened`) in its scope: its legacy session (`Mcp-Session-Id`),
+/// else its authenticated principal. An `initialize`, a notification, a response, and a request
+/// with neither session nor identity hold nothing. A request whose id is in progress in its scope,
+/// or whose scope is full, is refused (with its id), to be answered before `rmcp` routes it.
+fn hold_id(
+    in_flight: &Arc<InFlightIds>,
+    request: &axum::extract::Request,
+    screened: &crate::frame::Screened,
+) -> Result<Option<Held>, (crate::frame::Refusal, rmcp::model::RequestId)> {
+    let Some(id) = screened.id.as_ref().filter(|_| screened.request && !screened.initialize) else {
+        return Ok(None);
+    };
+    let principal;
+    let scope = match request.headers().get("mcp-session-id") {
+        Some(session) => Scope::Session(session.as_bytes()),
+        None => match request.extensions().get::<Authenticated>().and_then(|found| found.0.as_ref()) {
+            Some(identity) => {
+                principal = crate::principal_key(identity);
+                Scope::Principal(&principal)
+            }
+            None => return Ok(None),
+        },
+    };
+    in_flight.hold(scope, id).map(Some).map_err(|refusal| (refusal, id.clone()))
+}
+
+/// `400` with the JSON-RPC error of `refusal`, under the refused request's `id`.
+fn jsonrpc_refusal(refusal: crate::frame::Refusal, id: Option<rmcp::model::RequestId>) -> axum::response::Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": refusal.error()});
+    axum::response::Response::builder()
+        .status(axum::http::StatusCode::BAD_REQUEST)
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap_or_default()
 }
 
 /// Whether `request` opens a long-lived stream that carries no call's answer: a legacy session's
@@ -227,13 +284,7 @@ async fn screen_body(
         Err((refusal, id)) => {
             // A JSON-RPC error, as for any message the server cannot use.
             tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
-            let error = crate::stdio::refusal_error(refusal);
-            let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
-            return Err(axum::response::Response::builder()
-                .status(axum::http::StatusCode::BAD_REQUEST)
-                .header(axum::http::header::CONTENT_TYPE, "application/json")
-                .body(axum::body::Body::from(body.to_string()))
-                .unwrap_or_default());
+            return Err(jsonrpc_refusal(refusal, id));
         }
     };
     Ok((axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)), Some(screened)))

@@ -92,6 +92,8 @@ pub mod confirm;
 mod frame;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "http")]
+mod inflight;
 pub mod meta;
 pub mod mrtr;
 mod server;

@@ -666,7 +666,7 @@ impl McpServer {
         // protocol fault, not a second execution.
         let Some(_in_flight) = InFlight::hold(&self.session.calls_in_flight, &context.id) else {
             tracing::warn!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
-            return Err(ErrorData::invalid_request("A request with this id is already in progress", None));
+            return Err(crate::frame::Refusal::IdInProgress.error());
         };
         let mut consumer = self.consumer(&context).await;
         let modern = is_modern(&context);

@@ -274,7 +274,7 @@ where
                     tracing::warn!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
                     self.line = line;
                     self.line.clear();
-                    self.answer(refusal_error(refusal), id);
+                    self.answer(refusal.error(), id);
                     continue;
                 }
             };
@@ -286,9 +286,7 @@ where
                     match &message {
                         rmcp::model::JsonRpcMessage::Request(r) if !self.ids().insert(r.id.clone()) => {
                             tracing::warn!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
-                            let error =
-                                ErrorData::invalid_request("A request with this id is already in progress", None);
-                            self.answer(error, Some(r.id.clone()));
+                            self.answer(crate::frame::Refusal::IdInProgress.error(), Some(r.id.clone()));
                             continue;
                         }
                         // A cancelled request may go unanswered: its id is free again.
@@ -323,24 +321,5 @@ where
             let _ = w.shutdown().await;
         }
         Ok(())
-    }
-}
-
-/// The JSON-RPC error for a message refused before parsing.
-pub(crate) fn refusal_error(refusal: crate::frame::Refusal) -> ErrorData {
-    use crate::frame::Refusal;
-    match refusal {
-        Refusal::TooManyValues(max) => ErrorData::new(
-            ErrorCode::INVALID_REQUEST,
-            format!("Invalid Request: the message holds more than {max} JSON values"),
-            Some(serde_json::json!({"maxMessageValues": max})),
-        ),
-        Refusal::DuplicateMember => ErrorData::new(
-            ErrorCode::INVALID_REQUEST,
-            "Invalid Request: an object in the message repeats a member name",
-            None,
-        ),
-        Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
-        Refusal::NotJson => ErrorData::parse_error("Parse error: the message is not valid JSON", None),
     }
 }

@@ -1,6 +1,8 @@
 //! The streamable HTTP transport's own limits: legacy sessions are capped (and idle ones closed).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use agent_surface_mcp::McpConfig;
 use agent_surface_mcp::http::{McpHttpConfig, serve_http};
@@ -169,22 +171,32 @@ fn over_http_the_trace_parent_is_the_meta_one_not_the_header() {
 
 /// A registry with `work.write {ms}`: a write (not idempotent) that takes `ms` milliseconds.
 fn slow_registry() -> agent_surface_registry::Registry {
+    counted_slow_registry().0
+}
+
+/// [`slow_registry`], and how many times its handler has started.
+fn counted_slow_registry() -> (agent_surface_registry::Registry, Arc<AtomicUsize>) {
     use agent_surface_registry::{Ctx, Registry, RegistryConfig};
     let registry = Registry::new(RegistryConfig::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
     registry
-        .define("work", |t| {
+        .define("work", move |t| {
             t.capability("write", "Take a while, then write.").effect(agent_surface_core::Effect::Write).raw_handler(
                 json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
                 None,
-                |_ctx: Ctx, input: serde_json::Value| async move {
-                    tokio::time::sleep(Duration::from_millis(input["ms"].as_u64().unwrap_or(0))).await;
-                    Ok::<_, agent_surface_core::AgentSurfaceError>(json!({"written": true}))
+                move |_ctx: Ctx, input: serde_json::Value| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(input["ms"].as_u64().unwrap_or(0))).await;
+                        Ok::<_, agent_surface_core::AgentSurfaceError>(json!({"written": true}))
+                    }
                 },
             );
         })
         .unwrap();
     std::mem::forget(registry.mount("work", "main").unwrap());
-    registry
+    (registry, runs)
 }
 
 /// Serves `registry` over MCP's HTTP transport with `http`: the address, the shutdown token and the
@@ -302,4 +314,139 @@ async fn an_idle_session_stream_does_not_hold_the_drain() {
     let mut rest = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await;
     assert!(ended.is_ok(), "the stream ended with the drain");
+}
+
+/// Opens a legacy (2025-11-25) session: the headers of its later requests.
+async fn open_session(addr: std::net::SocketAddr) -> Vec<(String, String)> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "ids", "version": "0"}}})
+    .to_string();
+    let (status, raw) = post(addr, &[], &init).await;
+    assert_eq!(status, 200, "{raw}");
+    let session = raw
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l[15..].trim().to_string()))
+        .expect("a session id");
+    let headers =
+        vec![("Mcp-Session-Id".to_string(), session), ("MCP-Protocol-Version".to_string(), "2025-11-25".to_string())];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let (status, raw) = post_owned(addr, &headers, initialized).await;
+    assert_eq!(status, 202, "{raw}");
+    headers
+}
+
+/// [`post`] with owned headers, to be spawned.
+async fn post_owned(addr: std::net::SocketAddr, headers: &[(String, String)], body: String) -> (u16, String) {
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    post(addr, &headers, &body).await
+}
+
+/// A legacy `tools/call` of `work-write` taking `ms`, under JSON-RPC id `id`.
+fn legacy_write(id: i64, ms: u64) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "work-write", "arguments": {"ms": ms}}})
+    .to_string()
+}
+
+/// A modern `tools/call` of `work-write` taking `ms`, under JSON-RPC id `id`, with `headers`
+/// besides the modern ones.
+async fn modern_write(addr: std::net::SocketAddr, id: i64, ms: u64, headers: &[(String, String)]) -> (u16, String) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "work-write",
+        "arguments": {"ms": ms}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "ids", "version": "0"}}}})
+    .to_string();
+    let mut all: Vec<(String, String)> =
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "work-write")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    all.extend_from_slice(headers);
+    post_owned(addr, &all, body).await
+}
+
+/// Whether `raw` is the refusal of a request whose id is in progress: HTTP `400` and the JSON-RPC
+/// error `-32600` under that id.
+#[track_caller]
+fn check_in_progress(status: u16, raw: &str, id: i64) {
+    assert_eq!(status, 400, "{raw}");
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {raw}"));
+    assert_eq!(answer["id"], id, "{raw}");
+    assert_eq!(answer["error"]["code"], -32600, "{raw}");
+    assert_eq!(answer["error"]["message"], "A request with this id is already in progress", "{raw}");
+}
+
+/// Whether `raw` is `work-write`'s successful result.
+#[track_caller]
+fn check_written(status: u16, raw: &str) {
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains(r#""isError":false"#) && raw.contains("written"), "{raw}");
+}
+
+/// In a legacy session, a `tools/call` under the id of a call still in progress is refused
+/// (`-32600`) at once and never runs, and the first call still gets its own result at once (not
+/// at the session's idle timeout); once it is answered, the id may be used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_id_in_a_legacy_session_is_refused_and_the_first_call_answered() {
+    let (registry, runs) = counted_slow_registry();
+    let (addr, shutdown, _) = serve(registry, McpHttpConfig::default()).await;
+    let session = open_session(addr).await;
+    let first = tokio::spawn({
+        let session = session.clone();
+        async move { post_owned(addr, &session, legacy_write(7, 800)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let (status, raw) = post_owned(addr, &session, legacy_write(7, 0)).await;
+    check_in_progress(status, &raw, 7);
+    assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
+    let (status, raw) =
+        tokio::time::timeout(Duration::from_secs(5), first).await.expect("the first call answered").unwrap();
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the duplicate never ran");
+    // Answered, the id is free again.
+    let (status, raw) = tokio::time::timeout(Duration::from_secs(5), post_owned(addr, &session, legacy_write(7, 0)))
+        .await
+        .expect("answered");
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    shutdown.cancel();
+}
+
+/// Modern (stateless) requests hold their ids per authenticated principal: the same principal's
+/// second call under an id in progress is refused at once and the first answered at once; another
+/// principal, and an anonymous request (which shares nothing with any other), may use the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_id_of_one_principal_is_refused_in_the_modern_era() {
+    use agent_surface_policy::{BearerTokens, Identity};
+    let (registry, runs) = counted_slow_registry();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let tokens = BearerTokens::new([("t-alice", Identity::new("alice")), ("t-bob", Identity::new("bob"))]);
+    let config = McpConfig { authenticator: Some(Arc::new(tokens)), ..McpConfig::default() };
+    tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
+    let alice = vec![("Authorization".to_string(), "Bearer t-alice".to_string())];
+    let bob = vec![("Authorization".to_string(), "Bearer t-bob".to_string())];
+    let first = tokio::spawn({
+        let alice = alice.clone();
+        async move { modern_write(addr, 7, 800, &alice).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let (status, raw) = modern_write(addr, 7, 0, &alice).await;
+    check_in_progress(status, &raw, 7);
+    assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
+    let (status, raw) = modern_write(addr, 7, 0, &bob).await;
+    check_written(status, &raw);
+    let (status, raw) = modern_write(addr, 7, 0, &[]).await;
+    check_written(status, &raw);
+    let (status, raw) =
+        tokio::time::timeout(Duration::from_secs(5), first).await.expect("the first call answered").unwrap();
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "alice's duplicate never ran");
+    let (status, raw) = modern_write(addr, 7, 0, &alice).await;
+    check_written(status, &raw);
+    shutdown.cancel();
 }

@@ -1,0 +1,179 @@
+//! The JSON-RPC ids of the requests in progress on streamable HTTP, held where `rmcp` routes
+//! answers by id.
+//!
+//! `rmcp`'s legacy session keeps one answer route per request id: a second request under the id
+//! of one in progress takes the first one's route, and the first `POST` never gets its answer (it
+//! waits for the session's idle timeout). A guard inside the `ServerHandler` comes too late — the
+//! route is already taken when the handler runs. So [`crate::http::router_with`] holds each
+//! request's id from before `rmcp` sees the request until its response has been sent, or its
+//! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
+//! held with `-32600` itself ([`Refusal::IdInProgress`]).
+//!
+//! **Scope.** An id is in progress within a [`Scope`]: the legacy session named by
+//! `Mcp-Session-Id`, or — for a request without one, a modern (2026-07-28) request — the
+//! authenticated principal ([`crate::principal_key`]), the unit a modern caller's idempotency
+//! records, confirmations and quotas are shared in. A modern request without an identity shares
+//! nothing with any other request (it is answered on its own HTTP response, under its own consumer
+//! key), so nothing is held for it; nor for an `initialize`, which opens a session of its own. The
+//! table is per replica: a modern principal's requests on two replicas are not compared.
+//!
+//! **Bounds.** A held id is kept as a 32-byte digest of its scope and its value, so a long id costs
+//! what a short one does; a scope holds at most `max_requests_in_flight` ids (one more is refused
+//! with [`Refusal::TooManyInProgress`]), and every held id belongs to a request whose response is
+//! still open, so the whole table is bounded by the connection limits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_surface_core::digest::PartsDigest;
+use rmcp::model::{NumberOrString, RequestId};
+
+use crate::frame::Refusal;
+
+/// Where a JSON-RPC id must be unique while its request is in progress.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    /// A legacy session: the value of its `Mcp-Session-Id` header.
+    Session(&'a [u8]),
+    /// An authenticated principal ([`crate::principal_key`]).
+    Principal(&'a str),
+}
+
+impl Scope<'_> {
+    fn digest(self) -> [u8; 32] {
+        match self {
+            Scope::Session(id) => PartsDigest::new().labelled(b"session", id),
+            Scope::Principal(key) => PartsDigest::new().labelled(b"principal", key.as_bytes()),
+        }
+        .finish()
+    }
+}
+
+/// The ids in progress, per scope.
+#[derive(Debug)]
+pub(crate) struct InFlightIds {
+    /// The most ids one scope may hold.
+    max_per_scope: usize,
+    /// Scope digest → the digests of its ids in progress; a scope without any is removed.
+    scopes: Mutex<HashMap<[u8; 32], HashSet<[u8; 32]>>>,
+}
+
+impl InFlightIds {
+    /// An empty table whose scopes hold at most `max_per_scope` ids each.
+    pub(crate) fn new(max_per_scope: usize) -> Arc<InFlightIds> {
+        Arc::new(InFlightIds { max_per_scope, scopes: Mutex::default() })
+    }
+
+    /// Holds `id` in `scope` until the returned [`Held`] is dropped, unless a request under it is
+    /// still in progress there ([`Refusal::IdInProgress`]) or the scope is full
+    /// ([`Refusal::TooManyInProgress`]).
+    pub(crate) fn hold(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Result<Held, Refusal> {
+        let scope = scope.digest();
+        let id = match id {
+            NumberOrString::Number(n) => PartsDigest::new().labelled(b"number", &n.to_be_bytes()),
+            NumberOrString::String(s) => PartsDigest::new().labelled(b"string", s.as_bytes()),
+        }
+        .finish();
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        let ids = scopes.entry(scope).or_default();
+        if ids.contains(&id) {
+            return Err(Refusal::IdInProgress);
+        }
+        if ids.len() >= self.max_per_scope {
+            if ids.is_empty() {
+                scopes.remove(&scope);
+            }
+            return Err(Refusal::TooManyInProgress(self.max_per_scope));
+        }
+        ids.insert(id);
+        Ok(Held { table: self.clone(), scope, id })
+    }
+
+    /// How many ids are held, in all scopes (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.scopes.lock().unwrap_or_else(PoisonError::into_inner).values().map(HashSet::len).sum()
+    }
+}
+
+/// An id held in its scope; dropping it frees the id.
+#[derive(Debug)]
+pub(crate) struct Held {
+    table: Arc<InFlightIds>,
+    scope: [u8; 32],
+    id: [u8; 32],
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut scopes = self.table.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ids) = scopes.get_mut(&self.scope) {
+            ids.remove(&self.id);
+            if ids.is_empty() {
+                scopes.remove(&self.scope);
+            }
+        }
+    }
+}
+
+/// A response body's data that holds its request's id until the body has been sent to its end
+/// (the id is freed then) or dropped (the connection closed).
+pub(crate) struct Holding<S> {
+    inner: S,
+    held: Option<Held>,
+}
+
+impl<S> Holding<S> {
+    /// `inner`, holding `held` while it is read.
+    pub(crate) fn new(inner: S, held: Held) -> Holding<S> {
+        Holding { inner, held: Some(held) }
+    }
+}
+
+impl<S: futures_util::Stream + Unpin> futures_util::Stream for Holding<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        let next = std::pin::Pin::new(&mut self.inner).poll_next(cx);
+        if let std::task::Poll::Ready(None) = next {
+            self.held = None;
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_held_once_per_scope_until_dropped() {
+        let table = InFlightIds::new(2);
+        let (a, b) = (Scope::Session(b"a"), Scope::Session(b"b"));
+        let seven = NumberOrString::Number(7);
+        let held = table.hold(a, &seven).unwrap();
+        assert_eq!(table.hold(a, &seven).unwrap_err(), Refusal::IdInProgress);
+        // Another scope, another kind of id, another scope kind with the same bytes: not the same.
+        let _b = table.hold(b, &seven).unwrap();
+        let _s = table.hold(a, &NumberOrString::String("7".into())).unwrap();
+        assert_eq!(table.hold(Scope::Principal("a"), &seven).map(drop), Ok(()));
+        // The scope is full.
+        assert_eq!(table.hold(a, &NumberOrString::Number(8)).unwrap_err(), Refusal::TooManyInProgress(2));
+        drop(held);
+        let _again = table.hold(a, &seven).unwrap();
+        drop((_again, _s, _b));
+        assert_eq!(table.len(), 0);
+        assert!(table.scopes.lock().unwrap().is_empty(), "an empty scope is removed");
+    }
+
+    #[test]
+    fn a_long_id_costs_a_digest() {
+        let table = InFlightIds::new(1);
+        let long = NumberOrString::String("x".repeat(1 << 20).into());
+        let _held = table.hold(Scope::Session(b"s"), &long).unwrap();
+        assert_eq!(table.hold(Scope::Session(b"s"), &long).unwrap_err(), Refusal::IdInProgress);
+    }
+}
