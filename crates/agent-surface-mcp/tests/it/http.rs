@@ -450,3 +450,42 @@ async fn a_duplicate_id_of_one_principal_is_refused_in_the_modern_era() {
     check_written(status, &raw);
     shutdown.cancel();
 }
+
+/// A legacy session holds at most `max_requests_in_flight` requests in progress: one more is
+/// refused (`-32600`, `data.maxRequestsInFlight`). A request's id is freed when its response has
+/// been sent or its connection dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops() {
+    let (registry, runs) = counted_slow_registry();
+    let http = McpHttpConfig { max_requests_in_flight: 1, ..McpHttpConfig::default() };
+    let (addr, shutdown, _) = serve(registry, http).await;
+    let session = open_session(addr).await;
+    let first = tokio::spawn({
+        let session = session.clone();
+        async move { post_owned(addr, &session, legacy_write(1, 800)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, raw) = post_owned(addr, &session, legacy_write(2, 0)).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains(r#""code":-32600"#) && raw.contains(r#""maxRequestsInFlight":1"#), "{raw}");
+    let (status, raw) = tokio::time::timeout(Duration::from_secs(5), first).await.expect("answered").unwrap();
+    check_written(status, &raw);
+    // A call whose client hangs up frees its id and its place at once (its handler goes on).
+    let mut dropped = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let headers: Vec<(&str, &str)> =
+        [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]
+            .into_iter()
+            .chain(session.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect();
+    let bytes = agent_surface_testing::http::request_bytes("POST", "/mcp", &headers, legacy_write(3, 800).as_bytes());
+    dropped.write_all(&bytes).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(dropped);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, raw) = tokio::time::timeout(Duration::from_secs(5), post_owned(addr, &session, legacy_write(4, 0)))
+        .await
+        .expect("answered");
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "all but the refused call ran");
+    shutdown.cancel();
+}
