@@ -17,6 +17,15 @@
 //! and `DELETE` — answered before MCP sees it: `401`/`403`/`503` with its `WWW-Authenticate`
 //! challenge and a JSON body of `error` and `error_description` only ([`authenticated`]).
 //!
+//! **Duplicate ids.** `rmcp` routes a legacy session's answers by JSON-RPC id, so a request under
+//! the id of one still in progress would take that one's answer. The router holds each request's
+//! id from before `rmcp` sees it until its response has been sent or its connection dropped, in
+//! its legacy session or, without one (a modern request), for its authenticated principal; a
+//! duplicate is answered `400` with JSON-RPC `-32600` (`A request with this id is already in
+//! progress`), and a request past [`McpHttpConfig::max_requests_in_flight`] in its scope the same
+//! way with `data.maxRequestsInFlight`. An anonymous modern request is answered on its own
+//! response and holds nothing. The design is in `spec/adapters.md` ("Request ids").
+//!
 //! **Shutdown.** Cancelling the `streams` token given to [`router`] ends the transport's event
 //! streams and legacy sessions, and with them the calls they carry: cancel it when the drain is
 //! over, not when the shutdown starts. [`serve_http`] does so (the drain of

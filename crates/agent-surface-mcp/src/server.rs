@@ -47,7 +47,10 @@ struct Session {
     /// Cancelled when the session ends (the handler is dropped); stops the list watcher.
     closed: CancellationToken,
     /// The JSON-RPC ids of the `tools/call` requests in progress: a second request under an id
-    /// still in progress is refused rather than run (its answer could not be told apart).
+    /// still in progress is refused rather than run (its answer could not be told apart). The
+    /// adapter's transports refuse such a request before `rmcp` routes it (`stdio.rs`,
+    /// `inflight.rs`), which this guard, running after the routing, cannot do; it stays for
+    /// handlers served over other transports.
     calls_in_flight: Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
     /// Set by the session's `initialize`; a second one is refused.
     initialized: std::sync::atomic::AtomicBool,

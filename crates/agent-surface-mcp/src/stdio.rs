@@ -13,6 +13,7 @@
 //! | a method name over 128 bytes | `-32601` method not found, `id: null`, the name not echoed |
 //! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
 //! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
+//! | a request under the id of one not answered yet on this connection | `-32600` invalid request, with its `id`; not run, and the first keeps its answer |
 //! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
 //! | a request for an unknown method | `-32601` method not found (from `rmcp`) |
 //!
