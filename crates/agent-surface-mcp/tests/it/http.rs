@@ -384,8 +384,8 @@ fn check_written(status: u16, raw: &str) {
     assert!(raw.contains(r#""isError":false"#) && raw.contains("written"), "{raw}");
 }
 
-/// In a legacy session, a `tools/call` under the id of a call still in progress is refused
-/// (`-32600`) at once and never runs, and the first call still gets its own result at once (not
+/// In a legacy session, a `tools/call` (or any request) under the id of a call still in progress
+/// is refused (`-32600`) at once and never runs, and the first call still gets its own result at once (not
 /// at the session's idle timeout); once it is answered, the id may be used again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_id_in_a_legacy_session_is_refused_and_the_first_call_answered() {
@@ -401,6 +401,10 @@ async fn a_duplicate_id_in_a_legacy_session_is_refused_and_the_first_call_answer
     let (status, raw) = post_owned(addr, &session, legacy_write(7, 0)).await;
     check_in_progress(status, &raw, 7);
     assert!(started.elapsed() < Duration::from_millis(500), "refused at once: {:?}", started.elapsed());
+    // Whatever its method: `rmcp` routes every answer by id.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}).to_string();
+    let (status, raw) = post_owned(addr, &session, ping).await;
+    check_in_progress(status, &raw, 7);
     let (status, raw) =
         tokio::time::timeout(Duration::from_secs(5), first).await.expect("the first call answered").unwrap();
     check_written(status, &raw);
