@@ -141,7 +141,8 @@ where
                 let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&in_flight, &request, s)) {
                     Ok(held) => held,
                     Err((refusal, id)) => {
-                        tracing::warn!(target: "agent_surface::mcp", ?id, ?refusal, "request refused: its id or its scope is taken");
+                        // The id is not logged: it may be as long as the body.
+                        tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused: its id or its scope is taken");
                         return jsonrpc_refusal(refusal, Some(id));
                     }
                 };
