@@ -20,11 +20,11 @@
 //! **Duplicate ids.** `rmcp` routes a legacy session's answers by JSON-RPC id, so a request under
 //! the id of one still in progress would take that one's answer. The router holds each request's
 //! id from before `rmcp` sees it until its response has been sent or its connection dropped, in
-//! its legacy session or, without one (a modern request), for its authenticated principal; a
-//! duplicate is answered `400` with JSON-RPC `-32600` (`A request with this id is already in
-//! progress`), and a request past [`McpHttpConfig::max_requests_in_flight`] in its scope the same
-//! way with `data.maxRequestsInFlight`. An anonymous modern request is answered on its own
-//! response and holds nothing. The design is in `spec/adapters.md` ("Request ids").
+//! its legacy session; a duplicate is answered `400` with JSON-RPC `-32600` (`A request with this
+//! id is already in progress`), and a request past [`McpHttpConfig::max_requests_in_flight`] in
+//! its session the same way with `data.maxRequestsInFlight`. A modern (stateless) request is
+//! answered on its own response, routes nothing by id, and holds nothing. The design is in
+//! `spec/adapters.md` ("Request ids").
 //!
 //! **Shutdown.** Cancelling the `streams` token given to [`router`] ends the transport's event
 //! streams and legacy sessions, and with them the calls they carry: cancel it when the drain is
@@ -76,8 +76,7 @@ pub struct McpHttpConfig {
     /// count a call in progress as traffic: keep it above the longest a call may wait (a wait-mode
     /// confirmation, an elicitation).
     pub session_idle: Duration,
-    /// The most requests one legacy session, or one authenticated principal's modern requests,
-    /// may have in progress at once (each holds its JSON-RPC id, as a 32-byte digest, until its
+    /// The most requests one legacy session may have in progress at once (each holds its JSON-RPC id, as a 32-byte digest, until its
     /// response is sent); one more is refused with `-32600` and `data.maxRequestsInFlight`. See
     /// [the module docs](self) on duplicate ids.
     pub max_requests_in_flight: usize,
@@ -136,8 +135,7 @@ where
                     Ok(screened) => screened,
                     Err(refused) => return refused,
                 };
-                // The request's id is held, in its session or for its principal, until its
-                // response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
+                // A legacy request's id is held in its session until its response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
                 let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&in_flight, &request, s)) {
                     Ok(held) => held,
                     Err((refusal, id)) => {
@@ -175,10 +173,11 @@ where
     ))
 }
 
-/// Holds the id of a request (`screened`) in its scope: its legacy session (`Mcp-Session-Id`),
-/// else its authenticated principal. An `initialize`, a notification, a response, and a request
-/// with neither session nor identity hold nothing. A request whose id is in progress in its scope,
-/// or whose scope is full, is refused (with its id), to be answered before `rmcp` routes it.
+/// Holds the id of a legacy request (`screened`) in its session (`Mcp-Session-Id`). An
+/// `initialize`, a notification, a response, and a request without a session (a modern request,
+/// answered on its own response: `rmcp` routes nothing of it by id) hold nothing. A request whose
+/// id is in progress in its session, or whose session is full, is refused (with its id), to be
+/// answered before `rmcp` routes it.
 fn hold_id(
     in_flight: &Arc<InFlightIds>,
     request: &axum::extract::Request,
@@ -187,18 +186,8 @@ fn hold_id(
     let Some(id) = screened.id.as_ref().filter(|_| screened.request && !screened.initialize) else {
         return Ok(None);
     };
-    let principal;
-    let scope = match request.headers().get("mcp-session-id") {
-        Some(session) => Scope::Session(session.as_bytes()),
-        None => match request.extensions().get::<Authenticated>().and_then(|found| found.0.as_ref()) {
-            Some(identity) => {
-                principal = crate::principal_key(identity);
-                Scope::Principal(&principal)
-            }
-            None => return Ok(None),
-        },
-    };
-    in_flight.hold(scope, id).map(Some).map_err(|refusal| (refusal, id.clone()))
+    let Some(session) = request.headers().get("mcp-session-id") else { return Ok(None) };
+    in_flight.hold(Scope::Session(session.as_bytes()), id).map(Some).map_err(|refusal| (refusal, id.clone()))
 }
 
 /// `400` with the JSON-RPC error of `refusal`, under the refused request's `id`.

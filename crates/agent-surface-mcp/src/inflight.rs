@@ -9,13 +9,10 @@
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
 //! held with `-32600` itself ([`Refusal::IdInProgress`]).
 //!
-//! **Scope.** An id is in progress within a [`Scope`]: the legacy session named by
-//! `Mcp-Session-Id`, or — for a request without one, a modern (2026-07-28) request — the
-//! authenticated principal ([`crate::principal_key`]), the unit a modern caller's idempotency
-//! records, confirmations and quotas are shared in. A modern request without an identity shares
-//! nothing with any other request (it is answered on its own HTTP response, under its own consumer
-//! key), so nothing is held for it; nor for an `initialize`, which opens a session of its own. The
-//! table is per replica: a modern principal's requests on two replicas are not compared.
+//! **Scope.** An id is in progress within the legacy session named by `Mcp-Session-Id`. A
+//! modern (2026-07-28) request has no session: it is answered on its own HTTP response, `rmcp`
+//! routes nothing of it by id, and two clients of one user may well number their requests alike,
+//! so nothing is held for it; nor for an `initialize`, which opens a session of its own.
 //!
 //! **Bounds.** A held id is kept as a 32-byte digest of its scope and its value, so a long id costs
 //! what a short one does; a scope holds at most `max_requests_in_flight` ids (one more is refused
@@ -35,15 +32,12 @@ use crate::frame::Refusal;
 pub(crate) enum Scope<'a> {
     /// A legacy session: the value of its `Mcp-Session-Id` header.
     Session(&'a [u8]),
-    /// An authenticated principal ([`crate::principal_key`]).
-    Principal(&'a str),
 }
 
 impl Scope<'_> {
     fn digest(self) -> [u8; 32] {
         match self {
             Scope::Session(id) => PartsDigest::new().labelled(b"session", id),
-            Scope::Principal(key) => PartsDigest::new().labelled(b"principal", key.as_bytes()),
         }
         .finish()
     }
@@ -156,10 +150,9 @@ mod tests {
         let seven = NumberOrString::Number(7);
         let held = table.hold(a, &seven).unwrap();
         assert_eq!(table.hold(a, &seven).unwrap_err(), Refusal::IdInProgress);
-        // Another scope, another kind of id, another scope kind with the same bytes: not the same.
+        // Another scope, another kind of id: not the same.
         let _b = table.hold(b, &seven).unwrap();
         let _s = table.hold(a, &NumberOrString::String("7".into())).unwrap();
-        assert_eq!(table.hold(Scope::Principal("a"), &seven).map(drop), Ok(()));
         // The scope is full.
         assert_eq!(table.hold(a, &NumberOrString::Number(8)).unwrap_err(), Refusal::TooManyInProgress(2));
         drop(held);
