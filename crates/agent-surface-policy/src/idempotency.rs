@@ -25,6 +25,23 @@
 //! ([`Lease::token`]) is greater than the old one. A late settlement or renewal carrying the old
 //! token is refused with [`StoreError::LeaseLost`] and changes nothing: a leader that stalled past
 //! its lease can never overwrite what its successor recorded.
+//!
+//! # Attempts and cancellation
+//!
+//! Every admission carries an [`Attempt`], unique to it. An admission the caller gave up on (it
+//! did not answer within the caller's budget, or failed) may still be carried out by a shared
+//! store afterwards — a stalled Redis runs the script once it resumes — and leave a claim whose
+//! leader never learnt that it leads: its handler never started, and a retry would find the claim,
+//! wait out its lease and answer an unknown outcome for a call that never ran. So a caller that
+//! answered "nothing ran" [`cancel`](IdempotencyStore::cancel)s its attempt:
+//!
+//! - a record in flight under a claim that attempt made as [`Admission::Leader`] is removed (a
+//!   record it took over is made to lapse at once instead, since the earlier leader may have run);
+//! - otherwise the store remembers the attempt for a while, and refuses a later admission carrying
+//!   it ([`StoreError::AttemptCancelled`]): an admission that arrives after its own cancellation
+//!   (over another connection) claims nothing.
+//!
+//! Either way a retry with the same invocation id is admitted afresh.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -108,6 +125,61 @@ impl fmt::Display for Fingerprint {
 }
 
 impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// One admission attempt: a value unique to one [`IdempotencyStore::admit`] call, recorded with
+/// the claim it makes, so that a caller who gave up on that admission can
+/// [`cancel`](IdempotencyStore::cancel) exactly what it may have claimed (see the module docs).
+///
+/// [`Attempt::fresh`] makes one from a random per-process prefix and a counter: unique across
+/// processes without a system call per admission. Displayed as 32 lowercase hex digits.
+///
+/// ```
+/// use agent_surface_policy::Attempt;
+///
+/// let (a, b) = (Attempt::fresh(), Attempt::fresh());
+/// assert_ne!(a, b);
+/// assert_eq!(a.to_string().len(), 32);
+/// assert_eq!(Attempt::from_u128(a.as_u128()), a);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Attempt(u128);
+
+impl Attempt {
+    /// A new attempt, different from every other this process made and (with overwhelming
+    /// probability) from those of every other process.
+    pub fn fresh() -> Attempt {
+        static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let prefix = *PREFIX.get_or_init(|| {
+            let bytes = agent_surface_core::id::random_bytes();
+            u64::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]])
+        });
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Attempt((u128::from(prefix) << 64) | u128::from(n))
+    }
+
+    /// The attempt with this value (e.g. read back from a shared store).
+    pub fn from_u128(value: u128) -> Attempt {
+        Attempt(value)
+    }
+
+    /// Its value.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
@@ -218,6 +290,10 @@ pub enum StoreError {
     /// the record over, or it was settled already. Nothing was changed.
     #[error("the lease on this idempotency record was lost; nothing was recorded")]
     LeaseLost,
+    /// The admission's [`Attempt`] was cancelled before the store carried it out: nothing was
+    /// admitted (see [`IdempotencyStore::cancel`]).
+    #[error("this admission attempt was cancelled; nothing was admitted")]
+    AttemptCancelled,
 }
 
 /// What a store holds right now, for the operator's gauges (`Registry::record_store_usage`
@@ -268,13 +344,30 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
 
     /// Decides what the call with `key` and `fingerprint` does (see [`Admission`]). A
     /// [`Admission::Leader`] or [`Admission::TakeOver`] must be followed by exactly one
-    /// [`settle`](Self::settle) with its lease.
+    /// [`settle`](Self::settle) with its lease. A claim it makes records `attempt`; an
+    /// `attempt` already [cancelled](Self::cancel) is refused with
+    /// [`StoreError::AttemptCancelled`] and claims nothing.
     fn admit<'a>(
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>>;
+
+    /// Undoes whatever the admission of `key` under `attempt` claimed, for a caller that gave up on
+    /// that admission (no answer within its budget, or an error) and so never started a handler
+    /// under it. A record in flight claimed by `attempt` as a leader is removed, and its followers
+    /// are told that nothing ran; one it took over is made to lapse at once (the earlier leader
+    /// may have run). Records claimed by any other attempt are left alone. When the admission has
+    /// not been carried out (yet), the store remembers `attempt` at least as long as an admission
+    /// could still arrive, and refuses it then. Idempotent: cancelling twice is cancelling once.
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Ends the leader's record for `key` (see [`Settlement`]), if `lease` still holds it; a lease
     /// that no longer does (taken over, or already settled) is [`StoreError::LeaseLost`] and
@@ -315,9 +408,19 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-        (**self).admit(key, fingerprint, now)
+        (**self).admit(key, fingerprint, attempt, now)
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).cancel(key, attempt, now)
     }
 
     fn settle<'a>(
@@ -483,7 +586,12 @@ struct Inner {
     /// The bytes all records hold.
     bytes: usize,
     next_generation: u64,
+    /// Attempts cancelled before they were admitted, the latest [`CANCELLED_KEPT`].
+    cancelled: VecDeque<Attempt>,
 }
+
+/// How many cancelled attempts a [`MemoryIdempotencyStore`] remembers.
+const CANCELLED_KEPT: usize = 64;
 
 /// Where a record is: the hash of its key and its generation, which no other live record has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -535,6 +643,8 @@ impl Entry {
 enum Record {
     InFlight {
         fingerprint: Fingerprint,
+        /// The admission that claimed the record.
+        attempt: Attempt,
         /// Where followers wait for the result: made when the first follower joins, so that a
         /// call nobody joins (most) costs no channel and hands its result over without a copy.
         sender: Option<watch::Sender<Option<InvokeResult>>>,
@@ -571,6 +681,7 @@ impl MemoryIdempotencyStore {
                 in_flight: 0,
                 bytes: 0,
                 next_generation: 0,
+                cancelled: VecDeque::new(),
             }),
         }
     }
@@ -600,15 +711,19 @@ impl MemoryIdempotencyStore {
         &self,
         key: &IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         now: Timestamp,
     ) -> Result<Admission, StoreError> {
         let hash = self.hasher.hash_one(key);
         let mut inner = self.lock();
         let inner = &mut *inner;
+        if !inner.cancelled.is_empty() && inner.cancelled.contains(&attempt) {
+            return Err(StoreError::AttemptCancelled);
+        }
         inner.sweep(now);
         if let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) {
             return Ok(match &mut entry.record {
-                Record::InFlight { fingerprint: stored, sender } if *stored == fingerprint => {
+                Record::InFlight { fingerprint: stored, sender, .. } if *stored == fingerprint => {
                     let sender = sender.get_or_insert_with(|| watch::channel(None).0);
                     Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone()))
                 }
@@ -659,7 +774,7 @@ impl MemoryIdempotencyStore {
             split: consumer.len(),
             generation,
             bytes,
-            record: Record::InFlight { fingerprint, sender: None },
+            record: Record::InFlight { fingerprint, attempt, sender: None },
         };
         inner.records.insert_unique(hash, entry, |e| e.hash);
         match inner.held_mut(consumer_hash, consumer) {
@@ -676,6 +791,40 @@ impl MemoryIdempotencyStore {
         inner.bytes += bytes;
         inner.in_flight += 1;
         Ok(Admission::Leader(Lease::until_settled(generation)))
+    }
+
+    /// [`IdempotencyStore::cancel`]: removes the record in flight `attempt` claimed (its followers
+    /// are answered `CANCELLED`: nothing ran), or remembers `attempt` among the last
+    /// [`CANCELLED_KEPT`] cancelled ones. (In memory an admission is carried out when its future is
+    /// first polled, or never, so a claim nobody learnt of cannot arise; this keeps the contract.)
+    fn cancel_now(&self, key: &IdempotencyKey, attempt: Attempt) {
+        let hash = self.hasher.hash_one(key);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let claimed = inner.records.find(hash, |e| e.is(key)).and_then(|entry| match &entry.record {
+            Record::InFlight { attempt: claimed, .. } if *claimed == attempt => {
+                Some((entry.slot(), entry.consumer_hash, entry.bytes))
+            }
+            _ => None,
+        });
+        let gone = match claimed {
+            Some((this, consumer_hash, bytes)) => {
+                let gone = inner.take(this);
+                inner.in_flight -= 1;
+                inner.released(consumer_hash, &key.consumer_key, bytes);
+                gone
+            }
+            None => {
+                if inner.cancelled.len() == CANCELLED_KEPT {
+                    inner.cancelled.pop_front();
+                }
+                inner.cancelled.push_back(attempt);
+                None
+            }
+        };
+        drop(guard);
+        // Dropping the record's channel (outside the lock) answers its followers.
+        drop(gone);
     }
 
     fn settle_now(
@@ -701,7 +850,7 @@ impl MemoryIdempotencyStore {
         // untouched.
         let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) else { return Err(StoreError::LeaseLost) };
         let sender = match &mut entry.record {
-            Record::InFlight { fingerprint: stored, sender }
+            Record::InFlight { fingerprint: stored, sender, .. }
                 if *stored == fingerprint && entry.generation == lease.token =>
             {
                 sender.take()
@@ -991,9 +1140,22 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-        Box::pin(async move { self.admit_now(key, fingerprint, now) })
+        Box::pin(async move { self.admit_now(key, fingerprint, attempt, now) })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.cancel_now(key, attempt);
+            Ok(())
+        })
     }
 
     fn settle<'a>(
@@ -1034,7 +1196,7 @@ mod tests {
         let fp = Fingerprint::of(&serde_json::json!(1));
         let result = InvokeResult::ok(serde_json::json!(null), None);
         let settle = |key: &IdempotencyKey, expires_at, now| {
-            let admitted = store.admit(key, fp, now).now_or_never();
+            let admitted = store.admit(key, fp, Attempt::fresh(), now).now_or_never();
             assert!(matches!(admitted, Some(Ok(Admission::Leader(_)))));
             let settlement = Settlement::Store { result: result.clone(), expires_at };
             assert!(matches!(store.settle(key, fp, held(&store, key), settlement, now).now_or_never(), Some(Ok(()))));
@@ -1067,7 +1229,10 @@ mod tests {
         let result = InvokeResult::ok(serde_json::json!(null), None);
         for i in 0..10_000 {
             let key = IdempotencyKey::new("c", format!("k{i}"));
-            assert!(matches!(store.admit(&key, fp, at(i)).now_or_never(), Some(Ok(Admission::Leader(_)))));
+            assert!(matches!(
+                store.admit(&key, fp, Attempt::fresh(), at(i)).now_or_never(),
+                Some(Ok(Admission::Leader(_)))
+            ));
             let settlement = Settlement::Store { result: result.clone(), expires_at: at(i + 1_000_000) };
             assert!(matches!(
                 store.settle(&key, fp, held(&store, &key), settlement, at(i)).now_or_never(),
@@ -1078,7 +1243,10 @@ mod tests {
         assert_eq!(store.len(), 100);
         // One settled out of order (an earlier expiry) goes to the exact index.
         let key = IdempotencyKey::new("c", "early");
-        assert!(matches!(store.admit(&key, fp, at(10_000)).now_or_never(), Some(Ok(Admission::Leader(_)))));
+        assert!(matches!(
+            store.admit(&key, fp, Attempt::fresh(), at(10_000)).now_or_never(),
+            Some(Ok(Admission::Leader(_)))
+        ));
         let settlement = Settlement::Store { result: result.clone(), expires_at: at(10_001) };
         store.settle(&key, fp, held(&store, &key), settlement, at(10_000)).now_or_never().unwrap().unwrap();
         assert_eq!(store.lock().expiries.len(), 1);
@@ -1095,7 +1263,7 @@ mod tests {
     }
 
     fn leader(store: &MemoryIdempotencyStore, key: &IdempotencyKey, now: Timestamp) -> Result<Admission, StoreError> {
-        store.admit(key, Fingerprint::of(&serde_json::json!(1)), now).now_or_never().expect("ready")
+        store.admit(key, Fingerprint::of(&serde_json::json!(1)), Attempt::fresh(), now).now_or_never().expect("ready")
     }
 
     fn store_result(store: &MemoryIdempotencyStore, key: &IdempotencyKey, now: Timestamp) {

@@ -42,7 +42,7 @@
 //!
 //! use agent_surface_core::InvokeResult;
 //! use agent_surface_policy::{
-//!     Admission, Clock, Fingerprint, IdempotencyKey, IdempotencyStore, ManualClock, MemoryIdempotencyStore,
+//!     Admission, Attempt, Clock, Fingerprint, IdempotencyKey, IdempotencyStore, ManualClock, MemoryIdempotencyStore,
 //!     Settlement,
 //! };
 //! use serde_json::json;
@@ -54,7 +54,7 @@
 //! let fingerprint = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 7}}));
 //!
 //! // The first call leads: it runs the capability, then settles.
-//! let Ok(Admission::Leader(lease)) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
+//! let Ok(Admission::Leader(lease)) = store.admit(&key, fingerprint, Attempt::fresh(), clock.now()).await else { panic!() };
 //! let result = InvokeResult::ok(json!({"cancelled": true}), Some("inv-42".into()));
 //! let expires_at = clock.now().saturating_add(Duration::from_secs(3600));
 //! let settlement = Settlement::Store { result: result.clone(), expires_at };
@@ -62,17 +62,17 @@
 //!
 //! // A retry of the same call replays the stored result.
 //! clock.advance(Duration::from_secs(60));
-//! let Ok(Admission::Replay(replayed)) = store.admit(&key, fingerprint, clock.now()).await else { panic!() };
+//! let Ok(Admission::Replay(replayed)) = store.admit(&key, fingerprint, Attempt::fresh(), clock.now()).await else { panic!() };
 //! assert_eq!(replayed, result);
 //!
 //! // The same invocation id with another request is a conflict.
 //! let other = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 8}}));
-//! let Ok(Admission::Conflict { stored }) = store.admit(&key, other, clock.now()).await else { panic!() };
+//! let Ok(Admission::Conflict { stored }) = store.admit(&key, other, Attempt::fresh(), clock.now()).await else { panic!() };
 //! assert_eq!(stored, fingerprint);
 //!
 //! // Once the result expires, the key is free again.
 //! clock.advance(Duration::from_secs(3600));
-//! assert!(matches!(store.admit(&key, other, clock.now()).await, Ok(Admission::Leader(_))));
+//! assert!(matches!(store.admit(&key, other, Attempt::fresh(), clock.now()).await, Ok(Admission::Leader(_))));
 //! # });
 //! ```
 
@@ -118,8 +118,8 @@ pub use hooks::{
     ConsumedEvidence, DeclaredGate, PolicyError, RateDecision, RateLimiter, Scope,
 };
 pub use idempotency::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
-    Settlement, StoreError, StoreUsage,
+    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
+    MemoryStoreConfig, Settlement, StoreError, StoreUsage,
 };
 pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;

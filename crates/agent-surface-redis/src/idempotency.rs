@@ -3,10 +3,12 @@
 //!
 //! | field | holds |
 //! |---|---|
-//! | `s` | the state: `run` (a leader holds it), `done` (a stored result), `gone` (a released result, readable briefly by followers, otherwise absent) |
+//! | `s` | the state: `run` (a leader holds it), `done` (a stored result), `gone` (a released result, readable briefly by followers, otherwise absent), `void` (a claim cancelled before its handler started, readable briefly by followers, otherwise absent) |
 //! | `fp` | the request's fingerprint (64 hex digits) |
 //! | `t` | the fencing token of the lease that holds (or last held) the record |
 //! | `le` | while `run`: when the lease lapses (Unix milliseconds on Redis' clock) |
+//! | `a` | while `run`: the attempt (32 hex digits) whose admission made the claim |
+//! | `k` | while `run`: how the claim was made, `lead` or `takeover` |
 //! | `r` | once `done` or `gone`: the result (JSON) |
 //!
 //! Tokens come from one counter per prefix (`{prefix}idem-fence:`), so no two leases ever share
@@ -14,12 +16,36 @@
 //! Redis' clock in microseconds, so tokens keep growing even if it were lost. A record in flight lives
 //! `in_flight_retention` past its leader's last admission or renewal, so it always outlives the
 //! lease by far: a retry after a crash finds it and is never taken for a new call.
+//!
+//! # Cancelled admissions
+//!
+//! A caller whose admission did not answer within its budget (Redis stalled) tells its caller
+//! that nothing ran; but the script it sent stays queued on the connection and runs when Redis
+//! resumes, claiming the record for a leader that will never run. The registry therefore cancels
+//! the attempt (`IdempotencyStore::cancel`), and the `CANCEL` script, one atomic step:
+//!
+//! - finds the record `run` under that attempt, made by `lead`: the handler never started, so the
+//!   record becomes `void` for [`VOID_READABLE`] (followers that joined the claim, on any replica,
+//!   learn that nothing ran — `EXECUTION_FAILED {reason: transport}`, retry after a delay — never
+//!   an unknown outcome), and the next admission leads afresh;
+//! - finds it `run` under that attempt, made by `takeover`: the earlier leader may have run, so the
+//!   lease is made to lapse at once (the next admission takes it over and answers as a takeover
+//!   does) rather than freeing the key;
+//! - in every case sets `{prefix}idem-cancel:{attempt}` for [`CANCEL_MARKER`]: an admission of that
+//!   attempt that Redis runs later is refused (`StoreError::AttemptCancelled`) and claims nothing.
+//!
+//! Commands on one connection run in order, so a cancellation sent on the connection the admission
+//! went out on runs after it (the first two cases). A reconnect can lose the cancellation (the
+//! registry retries it a few times, a second apart and more, until Redis answers) or let it
+//! overtake the admission queued on the old connection (the third case: the marker refuses it).
 
 use std::time::Duration;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
-use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
+use agent_surface_policy::{
+    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError,
+};
 use futures_util::future::BoxFuture;
 use redis::Script;
 
@@ -31,10 +57,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
-/// Admission. KEYS: the record, the token counter. ARGV: fingerprint, lease (ms), time to live of
-/// a record in flight (ms). Returns `{verdict, value}`: `lead`/`takeover` and the token,
-/// `follow` and the token, `replay` and the result, `conflict` and the stored fingerprint.
+/// Admission. KEYS: the record, the token counter, the attempt's cancellation marker. ARGV:
+/// fingerprint, lease (ms), time to live of a record in flight (ms), attempt. Returns `{verdict,
+/// value}`: `lead`/`takeover` and the token, `follow` and the token, `replay` and the result,
+/// `conflict` and the stored fingerprint, `cancelled` (the attempt was cancelled: nothing claimed).
 const ADMIT: &str = r"
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'cancelled', ''} end
 -- Tokens grow with every lease and never fall below Redis' clock in microseconds, so that they
 -- keep growing even if the counter itself were lost (a restore from an older snapshot).
 local function next_token()
@@ -53,14 +81,15 @@ if s == 'run' or s == 'done' then
   if s == 'done' then return {'replay', f[5]} end
   if tonumber(f[4]) > now then return {'follow', f[3]} end
   local tok = next_token()
-  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', string.format('%d', now + tonumber(ARGV[2])))
+  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', string.format('%d', now + tonumber(ARGV[2])),
+    'a', ARGV[4], 'k', 'takeover')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'takeover', string.format('%d', tok)}
 end
 local tok = next_token()
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
-  'le', string.format('%d', now + tonumber(ARGV[2])))
+  'le', string.format('%d', now + tonumber(ARGV[2])), 'a', ARGV[4], 'k', 'lead')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'lead', string.format('%d', tok)}
 ";
@@ -87,11 +116,32 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 ";
 
+/// Cancellation of an admission attempt. KEYS: the record, the attempt's cancellation marker.
+/// ARGV: attempt, the marker's time to live (ms), how long a voided record stays readable (ms).
+/// Returns 1 when the attempt's claim was voided, 2 when its takeover was made to lapse, 0 when
+/// the record holds no claim of the attempt (the marker then refuses the admission if it comes).
+const CANCEL: &str = r"
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+local f = redis.call('HMGET', KEYS[1], 's', 'a', 'k')
+if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
+if f[3] == 'takeover' then
+  redis.call('HSET', KEYS[1], 'le', '0')
+  redis.call('HDEL', KEYS[1], 'a')
+  return 2
+end
+redis.call('HSET', KEYS[1], 's', 'void')
+redis.call('HDEL', KEYS[1], 'le', 'a', 'k')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
 /// A follower's look at the record. KEYS: the record. Returns `{}` when there is none, `{s, fp,
-/// r}` once settled, `{'run', fp, t, live}` in flight (`live` is `1` while the lease holds).
+/// r}` once settled, `{'run', fp, t, live}` in flight (`live` is `1` while the lease holds),
+/// `{'void', fp}` for a claim cancelled before its handler started.
 const POLL: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
 if not f[1] then return {} end
+if f[1] == 'void' then return {'void', f[2]} end
 if f[1] == 'run' then
   local live = '0'
   if tonumber(f[4]) > now then live = '1' end
@@ -103,6 +153,19 @@ return {f[1], f[2], f[5]}
 /// How long a released result stays readable, for followers on other replicas that poll for it.
 /// Many times the longest poll interval; an admission in the meantime treats the key as free.
 const RELEASED_READABLE: Duration = Duration::from_secs(10);
+
+/// How long a record voided by a cancellation stays readable, for followers that joined the
+/// cancelled claim: as long as a released result.
+const VOID_READABLE: Duration = RELEASED_READABLE;
+
+/// How long a cancelled attempt is remembered, so that its admission is refused should Redis run
+/// it after the cancellation (it was queued on a connection the client has given up on, which
+/// Redis reads when it resumes). Far longer than a command stays queued on a connection; each
+/// marker is a few dozen bytes, and only admissions that failed leave one.
+const CANCEL_MARKER: Duration = Duration::from_secs(600);
+
+/// What a follower of a cancelled claim is asked to wait before it retries.
+const VOID_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A follower's first poll comes after this; each next one waits twice as long, up to
 /// [`MAX_POLL`].
@@ -125,6 +188,9 @@ const MAX_POLL: Duration = Duration::from_millis(50);
 ///   for a capability whose repetition is not harmless — never a second execution.
 /// - **Settlement** is one script that writes only if the fencing token still holds the record: a
 ///   leader that ran past its lease and was taken over records nothing (`StoreError::LeaseLost`).
+/// - **Cancellation** of an admission the caller gave up on is one script: it voids the claim
+///   that admission made (or makes its takeover lapse), and marks the attempt so that its
+///   admission, should Redis run it later, claims nothing (see the module docs).
 /// - **Followers** on any replica poll the record: after 2 ms, then at doubling intervals up to
 ///   50 ms, so a follower learns the result at most about 50 ms (plus a round trip) after the
 ///   leader settled. Polling was chosen over pub/sub because it needs no second connection per
@@ -152,6 +218,7 @@ struct Scripts {
     admit: Script,
     renew: Script,
     settle: Script,
+    cancel: Script,
     poll: Script,
 }
 
@@ -170,6 +237,7 @@ impl RedisIdempotencyStore {
             admit: with_now(ADMIT),
             renew: with_now(RENEW),
             settle: Script::new(SETTLE),
+            cancel: Script::new(CANCEL),
             poll: with_now(POLL),
         };
         RedisIdempotencyStore { stores, scripts: std::sync::Arc::new(scripts) }
@@ -186,16 +254,29 @@ impl RedisIdempotencyStore {
         Lease { token, renew_every: Some(self.stores.config.lease / 3) }
     }
 
-    async fn admit_now(&self, key: &IdempotencyKey, fingerprint: Fingerprint) -> Result<Admission, StoreError> {
+    /// `{prefix}idem-cancel:{attempt}`: the marker of a cancelled attempt.
+    fn marker(&self, attempt: Attempt) -> String {
+        self.stores.key("idem-cancel", &attempt.to_string())
+    }
+
+    async fn admit_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+    ) -> Result<Admission, StoreError> {
         let config = &self.stores.config;
         let record = self.key(key);
         let mut call = self.scripts.admit.key(&record);
         call.key(self.stores.key("idem-fence", ""))
+            .key(self.marker(attempt))
             .arg(fingerprint.to_string())
             .arg(ttl_ms(config.lease))
-            .arg(ttl_ms(config.in_flight_retention));
+            .arg(ttl_ms(config.in_flight_retention))
+            .arg(attempt.to_string());
         let answer: (String, String) = self.stores.run(call).await?;
         Ok(match answer.0.as_str() {
+            "cancelled" => return Err(StoreError::AttemptCancelled),
             "lead" => Admission::Leader(self.lease(token_of(&answer.1)?)),
             "takeover" => Admission::TakeOver(self.lease(token_of(&answer.1)?)),
             "follow" => {
@@ -236,6 +317,26 @@ impl RedisIdempotencyStore {
         if settled == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
 
+    async fn cancel_now(&self, key: &IdempotencyKey, attempt: Attempt) -> Result<(), StoreError> {
+        let mut call = self.scripts.cancel.key(self.key(key));
+        call.key(self.marker(attempt)).arg(attempt.to_string()).arg(ttl_ms(CANCEL_MARKER)).arg(ttl_ms(VOID_READABLE));
+        let outcome: i64 = self.stores.run(call).await?;
+        match outcome {
+            1 => tracing::warn!(
+                target: "agent_surface::invoke",
+                %attempt,
+                "an admission nobody learnt of had claimed an idempotency record; the claim was voided"
+            ),
+            2 => tracing::warn!(
+                target: "agent_surface::invoke",
+                %attempt,
+                "an admission nobody learnt of had taken an idempotency record over; its lease was made to lapse"
+            ),
+            _ => {}
+        }
+        Ok(())
+    }
+
     async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
         let mut call = self.scripts.renew.key(self.key(key));
         call.arg(lease.token).arg(ttl_ms(self.stores.config.lease)).arg(ttl_ms(self.stores.config.in_flight_retention));
@@ -253,6 +354,8 @@ enum Polled {
     /// The leader's result cannot be learnt here: its lease lapsed, or the record went or now
     /// belongs to another request.
     Lost,
+    /// The claim was cancelled before its handler started: nothing ran.
+    Void,
 }
 
 async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) -> Result<Polled, StoreError> {
@@ -260,6 +363,7 @@ async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) ->
     let answer: Vec<String> = store.stores.run(call).await?;
     Ok(match answer.as_slice() {
         [] => Polled::Lost,
+        [s, _] if s == "void" => Polled::Void,
         [s, fp, _token, live] if s == "run" => {
             if fp == fingerprint && live == "1" {
                 Polled::Waiting
@@ -293,6 +397,14 @@ async fn follow(
         match poll(&store, &record, &fingerprint).await {
             Ok(Polled::Waiting) => failing_since = None,
             Ok(Polled::Settled(result)) => return result,
+            Ok(Polled::Void) => {
+                tracing::warn!(
+                    target: "agent_surface::invoke",
+                    "the call this request joined was cancelled before it ran; the follower is told to retry"
+                );
+                let nothing_ran = AgentSurfaceError::transient(VOID_RETRY_AFTER);
+                return InvokeResult::error(nothing_ran.into_payload(), Some(invocation_id));
+            }
             Ok(Polled::Lost) => {
                 tracing::warn!(
                     target: "agent_surface::invoke",
@@ -327,9 +439,19 @@ impl IdempotencyStore for RedisIdempotencyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-        Box::pin(self.admit_now(key, fingerprint))
+        Box::pin(self.admit_now(key, fingerprint, attempt))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.cancel_now(key, attempt))
     }
 
     fn settle<'a>(

@@ -156,7 +156,9 @@ fn bench(c: &mut Criterion) {
     let mut n = 0_u64;
     let record = |n: u64| {
         let key = IdempotencyKey::new("anonymous:bench", format!("inv-{n}"));
-        let Some(Ok(Admission::Leader(lease))) = store.admit(&key, fingerprint, now).now_or_never() else {
+        let Some(Ok(Admission::Leader(lease))) =
+            store.admit(&key, fingerprint, agent_surface_policy::Attempt::fresh(), now).now_or_never()
+        else {
             panic!("a fresh key is led")
         };
         let settlement = Settlement::Store { result: result.clone(), expires_at };

@@ -27,7 +27,7 @@ use agent_surface_core::details::Origin;
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
+    Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
     ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint,
     IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, RelayKey, Scope,
     Settlement, SlotSet, StoreError, TaskRecord, TaskStatus, TaskStore,
@@ -965,7 +965,9 @@ pub async fn check_idempotency_store(store: &dyn IdempotencyStore, prefix: &str)
     let fp = |n: u64| Fingerprint::of(&json!({"request": n}));
     let now = Timestamp::now;
     let long = |t: Timestamp| t.saturating_add(Duration::from_secs(600));
-    let admit = |k: IdempotencyKey, f: Fingerprint| async move { expect("admit", store.admit(&k, f, now()).await) };
+    let admit = |k: IdempotencyKey, f: Fingerprint| async move {
+        expect("admit", store.admit(&k, f, Attempt::fresh(), now()).await)
+    };
 
     // Leader, follower, replay.
     let k = key("basic");
@@ -1107,6 +1109,87 @@ pub async fn check_idempotency_store(store: &dyn IdempotencyStore, prefix: &str)
     }
     drop(admissions);
     expect("settle", store.settle(&k6, fp(winner), lease6, Settlement::Release { result: result_of(6) }, now()).await);
+
+    check_idempotency_cancel(store, prefix).await;
+}
+
+/// [`IdempotencyStore::cancel`] (part of [`check_idempotency_store`]): a cancelled attempt leaves
+/// no claim — the record its admission led is gone, its followers learn that nothing ran (never an
+/// unknown outcome), and the next admission leads afresh; an admission arriving after its own
+/// cancellation is refused and claims nothing; a cancellation never touches a record another
+/// attempt claimed, nor a settled one; cancelling twice is cancelling once.
+///
+/// # Panics
+///
+/// On the first rule the store breaks.
+pub async fn check_idempotency_cancel(store: &dyn IdempotencyStore, prefix: &str) {
+    let key = |name: &str| IdempotencyKey::new("kit", format!("{prefix}cancel-{name}"));
+    let fp = Fingerprint::of(&json!({"request": "cancel"}));
+    let now = Timestamp::now;
+    let admit = |k: IdempotencyKey, a: Attempt| async move { expect("admit", store.admit(&k, fp, a, now()).await) };
+    let cancel = |k: IdempotencyKey, a: Attempt| async move { expect("cancel", store.cancel(&k, a, now()).await) };
+
+    // The claim of a cancelled attempt goes; its follower learns that nothing ran.
+    let k = key("led");
+    let first = Attempt::fresh();
+    leader_of("a new key leads", admit(k.clone(), first).await);
+    let Admission::Follower(waiting) = admit(k.clone(), Attempt::fresh()).await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    cancel(k.clone(), first).await;
+    cancel(k.clone(), first).await;
+    let answered = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a cancelled claim must be answered, not left waiting"));
+    let payload = answered.error_payload().unwrap_or_else(|| {
+        panic!("store kit: a follower of a cancelled claim must learn that nothing ran, got {answered:?}")
+    });
+    assert_ne!(
+        payload.detail("reason").and_then(|r| r.as_str()),
+        Some("outcome-unknown"),
+        "store kit: a follower of a claim cancelled before its handler started must not learn an unknown outcome"
+    );
+    let lease = leader_of("the key of a cancelled claim leads afresh", admit(k.clone(), Attempt::fresh()).await);
+    // A cancellation of the first attempt, again, leaves the new leader's record alone.
+    cancel(k.clone(), first).await;
+    assert!(
+        matches!(admit(k.clone(), Attempt::fresh()).await, Admission::Follower(_)),
+        "store kit: cancelling an attempt must leave another attempt's claim in flight"
+    );
+    let t = now();
+    let stored = Settlement::Store { result: result_of(1), expires_at: t.saturating_add(Duration::from_secs(600)) };
+    expect("settle", store.settle(&k, fp, lease, stored, t).await);
+
+    // A follower's attempt claimed nothing: cancelling it changes nothing. Nor does cancelling a
+    // settled record's attempt.
+    let k = key("followed");
+    let leading = Attempt::fresh();
+    let lease = leader_of("a new key leads", admit(k.clone(), leading).await);
+    let following = Attempt::fresh();
+    let Admission::Follower(waiting) = admit(k.clone(), following).await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    cancel(k.clone(), following).await;
+    let t = now();
+    let stored = Settlement::Store { result: result_of(2), expires_at: t.saturating_add(Duration::from_secs(600)) };
+    expect("settle", store.settle(&k, fp, lease, stored, t).await);
+    assert_eq!(waiting.await, result_of(2), "store kit: cancelling a follower's attempt leaves its leader's record");
+    cancel(k.clone(), leading).await;
+    assert!(
+        matches!(admit(k.clone(), Attempt::fresh()).await, Admission::Replay(r) if r == result_of(2)),
+        "store kit: cancelling the attempt of a settled record must leave its result"
+    );
+
+    // Cancelled before the store carried the admission out: refused, claims nothing.
+    let k = key("early");
+    let late = Attempt::fresh();
+    cancel(k.clone(), late).await;
+    assert!(
+        matches!(store.admit(&k, fp, late, now()).await, Err(StoreError::AttemptCancelled)),
+        "store kit: an admission arriving after its own cancellation must be refused"
+    );
+    let lease = leader_of("a refused admission claims nothing", admit(k.clone(), Attempt::fresh()).await);
+    expect("settle", store.settle(&k, fp, lease, Settlement::Release { result: result_of(3) }, now()).await);
 }
 
 /// Runs the lease suite against a store whose leases lapse after `lease` without renewal (a
@@ -1121,7 +1204,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     let key = |name: &str| IdempotencyKey::new("kit", format!("{prefix}{name}"));
     let fp = Fingerprint::of(&json!({"request": "lease"}));
     let now = Timestamp::now;
-    let admit = |k: IdempotencyKey| async move { expect("admit", store.admit(&k, fp, now()).await) };
+    let admit = |k: IdempotencyKey| async move { expect("admit", store.admit(&k, fp, Attempt::fresh(), now()).await) };
 
     // Renewed, a lease holds past its duration.
     let k = key("renewed");
@@ -1156,6 +1239,22 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         other => panic!("store kit: a lapsed lease must be taken over, got {other:?}"),
     };
     assert!(new.token > old.token, "store kit: a takeover's token must be greater than the lease it replaces");
+    // A takeover whose attempt is cancelled does not free the key (the earlier leader may have
+    // run): its lease lapses at once, and the next admission takes the record over again.
+    let k_cancelled = key("lapsed-cancelled");
+    let first = leader_of("a new key leads", admit(k_cancelled.clone()).await);
+    tokio::time::sleep(lease + lease / 2).await;
+    let taking = Attempt::fresh();
+    let Ok(Admission::TakeOver(_)) = store.admit(&k_cancelled, fp, taking, now()).await else {
+        panic!("store kit: a lapsed lease must be taken over");
+    };
+    expect("cancel", store.cancel(&k_cancelled, taking, now()).await);
+    let again = match admit(k_cancelled.clone()).await {
+        Admission::TakeOver(again) => again,
+        other => panic!("store kit: a cancelled takeover must leave the record to be taken over again, got {other:?}"),
+    };
+    assert!(again.token > first.token, "store kit: the next takeover has a greater token");
+    expect("settle", store.settle(&k_cancelled, fp, again, Settlement::Release { result: result_of(3) }, now()).await);
     assert_eq!(
         store.renew(&k, old, now()).await,
         Err(StoreError::LeaseLost),

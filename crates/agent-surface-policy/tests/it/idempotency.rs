@@ -6,8 +6,8 @@ use std::time::Duration;
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
-    Settlement, StoreError,
+    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
+    MemoryStoreConfig, Settlement, StoreError,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -40,7 +40,7 @@ fn store_with(capacity: usize) -> MemoryIdempotencyStore {
 
 /// The admission, unwrapped; panics on a store error.
 async fn admit(s: &impl IdempotencyStore, k: &IdempotencyKey, f: Fingerprint, now: Timestamp) -> Admission {
-    s.admit(k, f, now).await.expect("admission")
+    s.admit(k, f, Attempt::fresh(), now).await.expect("admission")
 }
 
 async fn settle(
@@ -202,7 +202,7 @@ async fn followers_of_a_vanished_leader_are_cancelled() {
 async fn admission_is_lazy() {
     let s = MemoryIdempotencyStore::default();
     let k = key("inv-1");
-    drop(s.admit(&k, fp(1), at(0)));
+    drop(s.admit(&k, fp(1), Attempt::fresh(), at(0)));
     assert!(s.is_empty());
 }
 
@@ -329,7 +329,7 @@ async fn full_when_every_record_is_in_flight() {
     let s = store_with(2);
     let lease19 = assert_leader(admit(&s, &key("a"), fp(1), at(0)).await);
     assert_leader(admit(&s, &key("b"), fp(2), at(0)).await);
-    let err = s.admit(&key("c"), fp(3), at(1)).await.expect_err("full");
+    let err = s.admit(&key("c"), fp(3), Attempt::fresh(), at(1)).await.expect_err("full");
     assert_eq!(err, StoreError::Full { capacity: 2 });
     assert_eq!(err.to_string(), "idempotency store is full (2 records in flight)");
     // Existing keys are still answered at capacity.
@@ -341,7 +341,10 @@ async fn full_when_every_record_is_in_flight() {
     assert_eq!(s.len(), 2);
 
     let nothing = store_with(0);
-    assert_eq!(nothing.admit(&key("a"), fp(1), at(0)).await.expect_err("full"), StoreError::Full { capacity: 0 });
+    assert_eq!(
+        nothing.admit(&key("a"), fp(1), Attempt::fresh(), at(0)).await.expect_err("full"),
+        StoreError::Full { capacity: 0 }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

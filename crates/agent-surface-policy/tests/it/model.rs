@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agent_surface_core::{InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, MemoryStoreConfig,
-    Settlement, StoreError,
+    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
+    MemoryStoreConfig, Settlement, StoreError,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -133,7 +133,7 @@ fn run(capacity: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
         match op {
             Op::Admit { key, fp } => {
                 let expected = model.admit(key, fp);
-                let admission = store.admit(&the_key(key), the_fp(fp), model.now).now_or_never();
+                let admission = store.admit(&the_key(key), the_fp(fp), Attempt::fresh(), model.now).now_or_never();
                 let actual = match admission.expect("the memory store answers at once") {
                     Ok(Admission::Leader(lease)) => {
                         prop_assert!(lease.renew_every.is_none(), "memory leases hold until settled");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry, Timestamp};
 use agent_surface_policy::{
-    Admission, CallInfo, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint,
+    Admission, Attempt, CallInfo, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint,
     IdempotencyKey, IdempotencyStore, Identity, Quota, RateDecision, RateLimiter, TaskRecord, TaskStore,
 };
 use agent_surface_redis::{RedisConfig, RedisRateConfig, RedisStores};
@@ -178,8 +178,8 @@ async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
     let store = stores.idempotency();
     let key = IdempotencyKey::new("c", "frozen");
     let fp = Fingerprint::of(&json!(1));
-    assert!(matches!(store.admit(&key, fp, Timestamp::now()).await, Ok(Admission::Leader(_))));
-    let Ok(Admission::Follower(waiting)) = store.admit(&key, fp, Timestamp::now()).await else {
+    assert!(matches!(store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await, Ok(Admission::Leader(_))));
+    let Ok(Admission::Follower(waiting)) = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await else {
         panic!("the same request follows")
     };
     redis.freeze(true);

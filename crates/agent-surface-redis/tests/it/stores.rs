@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
-use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore};
+use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore};
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_testing::stores;
 use serde_json::json;
@@ -97,7 +97,12 @@ async fn credentials_come_with_the_url() {
     let config = RedisConfig::with_prefix("auth:");
     let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
     let refused = match without {
-        Ok(stores) => stores.idempotency().admit(&key("k"), fp(), Timestamp::now()).await.err().map(|e| e.to_string()),
+        Ok(stores) => stores
+            .idempotency()
+            .admit(&key("k"), fp(), Attempt::fresh(), Timestamp::now())
+            .await
+            .err()
+            .map(|e| e.to_string()),
         Err(e) => Some(e.to_string()),
     };
     let refused = refused.expect("no password, no service");
@@ -109,7 +114,7 @@ async fn credentials_come_with_the_url() {
     if let Err(e) = &wrong {
         assert!(!e.to_string().contains("wrong-pass"), "{e}");
     }
-    let admitted = with.idempotency().admit(&key("k"), fp(), Timestamp::now()).await;
+    let admitted = with.idempotency().admit(&key("k"), fp(), Attempt::fresh(), Timestamp::now()).await;
     assert!(matches!(admitted, Ok(Admission::Leader(_))), "{admitted:?}");
     drop(server);
 }
@@ -135,7 +140,7 @@ async fn renewal_keeps_a_long_calls_record() {
     };
     let Some(redis) = support::stores_with("idem-long", config).await else { return };
     let store = redis.idempotency();
-    let Ok(Admission::Leader(lease)) = store.admit(&key("long"), fp(), Timestamp::now()).await else {
+    let Ok(Admission::Leader(lease)) = store.admit(&key("long"), fp(), Attempt::fresh(), Timestamp::now()).await else {
         panic!("a new key leads")
     };
     let until = std::time::Instant::now() + Duration::from_millis(2_500);
@@ -144,12 +149,12 @@ async fn renewal_keeps_a_long_calls_record() {
         store.renew(&key("long"), lease, Timestamp::now()).await.expect("renewed");
     }
     assert!(
-        matches!(store.admit(&key("long"), fp(), Timestamp::now()).await, Ok(Admission::Follower(_))),
+        matches!(store.admit(&key("long"), fp(), Attempt::fresh(), Timestamp::now()).await, Ok(Admission::Follower(_))),
         "two and a half retention periods later, the renewed record is still in flight"
     );
     // Unrenewed, it lapses into a takeover (the record outlives its lease).
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let got = store.admit(&key("long"), fp(), Timestamp::now()).await;
+    let got = store.admit(&key("long"), fp(), Attempt::fresh(), Timestamp::now()).await;
     assert!(matches!(got, Ok(Admission::TakeOver(_))), "{got:?}");
 }
 
@@ -174,7 +179,7 @@ async fn an_oversized_result_is_recorded_as_withheld() {
     let config = RedisConfig { max_result_bytes: 10_000, ..RedisConfig::default() };
     let Some(redis) = support::stores_with("idem-big", config).await else { return };
     let store = redis.idempotency();
-    let Ok(Admission::Leader(lease)) = store.admit(&key("big"), fp(), Timestamp::now()).await else {
+    let Ok(Admission::Leader(lease)) = store.admit(&key("big"), fp(), Attempt::fresh(), Timestamp::now()).await else {
         panic!("a new key leads")
     };
     let now = Timestamp::now();
@@ -182,7 +187,8 @@ async fn an_oversized_result_is_recorded_as_withheld() {
     let settlement =
         agent_surface_policy::Settlement::Store { result, expires_at: now.saturating_add(Duration::from_secs(60)) };
     store.settle(&key("big"), fp(), lease, settlement, now).await.expect("settled");
-    let Ok(Admission::Replay(replayed)) = store.admit(&key("big"), fp(), Timestamp::now()).await else {
+    let Ok(Admission::Replay(replayed)) = store.admit(&key("big"), fp(), Attempt::fresh(), Timestamp::now()).await
+    else {
         panic!("a replay")
     };
     assert_eq!(replayed.error_payload().and_then(|p| p.detail("reason")), Some(&json!("output-too-large")));

@@ -4,7 +4,8 @@
 //! none. Codes: `TIMEOUT {timeoutMs, idempotent}`, `CANCELLED` (caller cancelled, registry
 //! disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}` — these three only for a capability that
 //! is idempotent or read-only; for any other, an interruption is `EXECUTION_FAILED {reason:
-//! outcome-unknown}` —, `EXECUTION_FAILED {reason: handler-error}` (handler error or panic), and
+//! outcome-unknown}` —, `EXECUTION_FAILED {reason: outcome-unknown}` (the leader's lease on the
+//! call's record was lost mid-flight), `EXECUTION_FAILED {reason: handler-error}` (handler error or panic), and
 //! the codes a handler may return itself
 //! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
 //! `EXECUTION_FAILED {reason: handler-error}` instead.
@@ -16,6 +17,7 @@ use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
 use agent_surface_policy::{catch, catch_started};
 use futures_util::FutureExt;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::{Call, Stop, Stopped};
 use crate::define::CapabilityDef;
@@ -38,10 +40,12 @@ pub(crate) enum Run<W> {
     Waiting(std::pin::Pin<Box<W>>),
 }
 
-/// Starts the handler and polls it once.
+/// Starts the handler and polls it once. `lost` fires when the leader of the call's record lost
+/// its lease: the handler is then stopped, as for the caller's cancellation.
 pub(crate) fn run<'a>(
     call: &Call<'a>,
     decoded: Decoded,
+    lost: Option<&CancellationToken>,
 ) -> Run<impl Future<Output = Result<Value, Stop>> + Send + use<'a>> {
     let Call { inner, options, ref def, tracked, .. } = *call;
     let ctx = call.ctx.clone();
@@ -60,14 +64,15 @@ pub(crate) fn run<'a>(
         return Run::Done(settle(r, def, tracked));
     }
     // The rest of the call holds the call, so this future holds what it reads itself.
-    let (def, reg) = (Arc::clone(def), Arc::clone(&call.reg));
+    let (def, reg, lost) = (Arc::clone(def), Arc::clone(&call.reg), lost.cloned());
     Run::Waiting(Box::pin(async move {
         let _end = end;
-        wait(inner, &def, &reg, options, budget, tracked, fut).await
+        wait(inner, &def, &reg, options, budget, tracked, lost, fut).await
     }))
 }
 
 /// The slow path of [`run`]: the handler's outcome, or the first interruption.
+#[expect(clippy::too_many_arguments, reason = "the parts of the call the boxed rest holds by itself")]
 async fn wait(
     inner: &Arc<Inner>,
     def: &CapabilityDef,
@@ -75,9 +80,16 @@ async fn wait(
     options: &InvokeOptions,
     budget: std::time::Duration,
     tracked: bool,
+    lost: Option<CancellationToken>,
     fut: impl Future<Output = Result<Result<Value, Failure>, String>> + Unpin,
 ) -> Result<Value, Stop> {
     let caller = options.cancelled();
+    let lost = async move {
+        match lost {
+            Some(lost) => lost.cancelled_owned().await,
+            None => std::future::pending().await,
+        }
+    };
     let sleep = inner.config.clock.sleep(budget);
     // An interruption of a capability whose repetition could double an effect is reported as
     // an unknown outcome: the handler may have committed before it was stopped.
@@ -97,6 +109,12 @@ async fn wait(
             format!("registration {} unmounted mid-flight", reg.registration_id),
         ),
         _ = sleep => interrupted(AgentSurfaceError::timeout(budget, def.idempotent), format!("timed out after {budget:?}")),
+        // Whatever the capability: the record is another caller's now, and says so.
+        _ = lost => Err(Stop::noted(
+            unknown_outcome(true),
+            Phase::Execute,
+            "the lease on this call's record was lost mid-flight; another caller holds the record".to_string(),
+        )),
     }
 }
 

@@ -10,6 +10,16 @@
 //! settles the record with it after phase 10 (stored for the window, or released), and dropping
 //! it unsettled records `CANCELLED` or an unknown outcome. Admission and settlement live here
 //! together, so that the record's whole life reads in one place.
+//!
+//! An admission the store did not answer (within the store budget, or at all) is answered
+//! `EXECUTION_FAILED {reason: transport}` — nothing ran — and its [`Attempt`] is cancelled in the
+//! background ([`Unanswered`]), so that a claim the store makes afterwards (a stalled Redis that
+//! resumes) cannot make the retry wait out a lease and learn an unknown outcome.
+//!
+//! A leader that learns it lost its lease (renewal finds the record taken over, or settlement is
+//! refused with `LeaseLost`) does not answer its caller with a result the record contradicts: its
+//! handler is stopped (its context's cancellation fires) and, once the handler had started, the
+//! caller gets `EXECUTION_FAILED {reason: outcome-unknown}`, what the record says.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +29,11 @@ use std::time::Duration;
 use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
-use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
+use agent_surface_policy::{
+    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError,
+};
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
 use futures_util::future::Either;
 use serde_json::Value;
@@ -34,6 +47,76 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The waits between further attempts to settle on a shared store that did not answer.
 const SETTLE_RETRIES: [Duration; 3] =
     [Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(900)];
+
+/// The waits before each try to cancel an admission the store did not answer: the first at once,
+/// the last some seconds later (a store that stalled may take that long to come back; once it has
+/// answered one cancellation, no claim of the attempt can arise any more).
+const CANCEL_RETRIES: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+    Duration::from_millis(1_200),
+    Duration::from_millis(3_600),
+];
+
+/// An admission the store has not answered yet. Dropped armed — the admission timed out, failed,
+/// or the caller dropped the call —, it cancels its attempt in the background
+/// ([`IdempotencyStore::cancel`]): the caller learnt nothing of a claim, so no handler runs under
+/// it, and a retry must find the key free rather than a claim nobody will settle.
+struct Unanswered<'a> {
+    store: &'a Arc<dyn IdempotencyStore>,
+    key: &'a IdempotencyKey,
+    attempt: Attempt,
+    budget: Duration,
+    clock: &'a Arc<dyn agent_surface_policy::Clock>,
+    armed: bool,
+}
+
+impl Unanswered<'_> {
+    /// The store answered: whatever it claimed, the caller knows of it.
+    fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, attempt, budget) = (self.store.clone(), self.key.clone(), self.attempt, self.budget);
+        let clock = self.clock.clone();
+        let cancel = async move {
+            for wait in CANCEL_RETRIES {
+                tokio::time::sleep(wait).await;
+                // Tokio's timer, as for renewal: the store's clock, not the registry's, decides.
+                match tokio::time::timeout(budget, store.cancel(&key, attempt, clock.now())).await {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => {
+                        tracing::warn!(target: "agent_surface::invoke", error = %e, "could not cancel an unanswered admission");
+                    }
+                    Err(_) => {
+                        tracing::warn!(target: "agent_surface::invoke", "cancelling an unanswered admission took longer than the store budget");
+                    }
+                }
+            }
+            crate::telemetry::store_error("idempotency");
+            tracing::error!(
+                target: "agent_surface::invoke",
+                %attempt,
+                "could not cancel an unanswered admission; a retry of this call may find a claim nobody settles"
+            );
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(cancel);
+            }
+            Err(_) => {
+                futures_util::FutureExt::now_or_never(cancel);
+            }
+        }
+    }
+}
 
 /// How admission lets a call go on (a call it stops is a [`Stop`]).
 pub(crate) enum Admitted {
@@ -126,8 +209,9 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
                 // A record taken over may hold an execution that took effect: dropped at any
                 // point, this call records an unknown outcome, never `CANCELLED`.
                 may_have_run: AtomicBool::new(taken_over),
+                started: AtomicBool::new(false),
                 taken_over,
-                lost: AtomicBool::new(false),
+                lost: CancellationToken::new(),
             }),
             pending: None,
             store: store.clone(),
@@ -140,10 +224,23 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
         }))
     };
     let budget = inner.config.store_budget;
-    let admitted = agent_surface_policy::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, now)).await;
+    let attempt = Attempt::fresh();
+    let unanswered = Unanswered { store: &store, key: &key, attempt, budget, clock: &inner.config.clock, armed: true };
+    let admitted =
+        agent_surface_policy::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, attempt, now)).await;
     let admitted = admitted.unwrap_or_else(|| {
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
+    // An answer, or a refusal that claimed nothing, needs no cancellation; any other failure may
+    // have left a claim (the store may carry the admission out after all).
+    if matches!(
+        admitted,
+        Ok(_) | Err(StoreError::Full { .. } | StoreError::ConsumerFull { .. } | StoreError::AttemptCancelled)
+    ) {
+        unanswered.answered();
+    } else {
+        drop(unanswered);
+    }
     match admitted {
         Ok(Admission::Leader(lease)) => Ok(leader(key, lease, false)),
         Ok(Admission::TakeOver(lease)) => {
@@ -214,12 +311,24 @@ pub(crate) struct Hold {
     /// the start for a record taken over): a dropped call then records `EXECUTION_FAILED {reason:
     /// outcome-unknown}`, not `CANCELLED`.
     pub(crate) may_have_run: AtomicBool,
+    /// Set once the handler has started, whatever its capability: a lease lost after that
+    /// turns the caller's answer into an unknown outcome (the record is another caller's).
+    pub(crate) started: AtomicBool,
     /// The record was taken over from a leader that lost its lease: an earlier execution may
     /// have taken effect.
     pub(crate) taken_over: bool,
-    /// The lease was lost while the call ran (another caller took the record over): the handler
-    /// must not start.
-    pub(crate) lost: AtomicBool,
+    /// Fires when the lease was lost while the call ran (another caller took the record over):
+    /// the handler must not start, and one that runs is stopped.
+    pub(crate) lost: CancellationToken,
+}
+
+/// How a leader's settlement ended, for the answer to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The record holds the call's result (or the store failed: the result stands).
+    Kept,
+    /// The lease was lost: the record is another caller's, and says something else.
+    LeaseLost,
 }
 
 /// The leader's duty to settle its record. Dropped without settling (the caller dropped the
@@ -264,7 +373,7 @@ impl LeaderGuard {
                 match tokio::time::timeout(every, store.renew(&key, lease, clock.now())).await {
                     Ok(Ok(())) => {}
                     Ok(Err(StoreError::LeaseLost)) => {
-                        hold.lost.store(true, Ordering::Release);
+                        hold.lost.cancel();
                         tracing::error!(
                             target: "agent_surface::invoke",
                             token = lease.token,
@@ -312,9 +421,10 @@ impl LeaderGuard {
     }
 
     /// Settles the record with `result`: stored for the window when `terminal` and cacheable,
-    /// released otherwise (the same id may come back).
-    pub(crate) async fn settle(mut self, result: &InvokeResult, terminal: bool) {
-        let Some(key) = self.key.as_ref() else { return };
+    /// released otherwise (the same id may come back). [`Settled::LeaseLost`] when the lease was
+    /// lost (renewal learnt it, or the store refused the settlement).
+    pub(crate) async fn settle(mut self, result: &InvokeResult, terminal: bool) -> Settled {
+        let Some(key) = self.key.as_ref() else { return Settled::Kept };
         let now = self.clock.now();
         // The key is given up only once the store has the result: if this future is dropped
         // while the store is still writing, `Drop` settles the record with the same result
@@ -352,20 +462,24 @@ impl LeaderGuard {
             Ok(()) => {
                 self.key = None;
                 self.pending = None;
+                Settled::Kept
             }
             Err(StoreError::LeaseLost) => {
                 self.key = None;
+                self.hold.lost.cancel();
                 tracing::error!(
                     target: "agent_surface::invoke",
                     token = self.lease.token,
                     "the lease on this call's idempotency record was lost (it ran past the lease and another \
                      caller took the record over); its result was not recorded"
                 );
+                Settled::LeaseLost
             }
             Err(e) => {
                 self.key = None;
                 crate::telemetry::store_error("idempotency");
                 tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
+                if self.hold.lost.is_cancelled() { Settled::LeaseLost } else { Settled::Kept }
             }
         }
     }

@@ -399,9 +399,29 @@ async fn run_phases(
     // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
     // for questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {
-        Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
+        let settled = Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
+        // The lease was lost after the handler started: the record is another caller's and says
+        // something else (an unknown outcome for a write it took over), so this caller is told
+        // that, never a result nobody can replay.
+        let started = hold.as_ref().is_some_and(|h| h.started.load(std::sync::atomic::Ordering::Acquire));
+        if settled == idempotency::Settled::LeaseLost && started && !is_outcome_unknown(&invocation.result) {
+            let stop = Stop::noted(
+                execute::unknown_outcome(true),
+                Phase::Execute,
+                "the lease on this call's record was lost while it ran; another caller holds the record",
+            );
+            return record::finish(Err(stop), request.invocation_id.clone(), correlation);
+        }
     }
     invocation
+}
+
+/// Whether `result` is `EXECUTION_FAILED {reason: outcome-unknown}`.
+fn is_outcome_unknown(result: &agent_surface_core::InvokeResult) -> bool {
+    result.error_payload().is_some_and(|p| {
+        p.code() == agent_surface_core::ErrorCode::ExecutionFailed
+            && p.detail("reason").and_then(serde_json::Value::as_str) == Some("outcome-unknown")
+    })
 }
 
 /// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have
@@ -619,9 +639,10 @@ fn execute<'a>(
     }
     if let Some(hold) = hold {
         // The lease was lost before the handler started: another caller holds the record now.
-        if hold.lost.load(Ordering::Acquire) {
+        if hold.lost.is_cancelled() {
             return Err(taken_over_stop("the lease was lost before the handler started"));
         }
+        hold.started.store(true, Ordering::Release);
         if !execute::outcome_is_harmless(&call.def) {
             hold.may_have_run.store(true, Ordering::Release);
         }
@@ -631,7 +652,7 @@ fn execute<'a>(
     }
     // A handler that completes on its first poll needs no timer and no watchers; one that does
     // not is awaited under them.
-    match execute::run(&call, prepared.decoded) {
+    match execute::run(&call, prepared.decoded, hold.map(|h| &h.lost)) {
         execute::Run::Done(output) => verified(call, prepared.value, output, timing),
         execute::Run::Waiting(waiting) => later(async move {
             let output = waiting.await;

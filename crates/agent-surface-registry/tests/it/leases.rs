@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Timestamp};
 use agent_surface_policy::{
-    Admission, AllowAll, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore, Settlement,
-    StoreError,
+    Admission, AllowAll, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
+    Settlement, StoreError,
 };
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use agent_surface_testing::Slow;
@@ -41,10 +41,11 @@ impl IdempotencyStore for LeasingStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: Fingerprint,
+        attempt: Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async move {
-            Ok(match self.inner.admit(key, fingerprint, now).await? {
+            Ok(match self.inner.admit(key, fingerprint, attempt, now).await? {
                 Admission::Leader(lease) => {
                     let lease = Lease { renew_every: self.renew_every, ..lease };
                     if self.take_over.swap(false, Ordering::SeqCst) {
@@ -56,6 +57,15 @@ impl IdempotencyStore for LeasingStore {
                 other => other,
             })
         })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.cancel(key, attempt, now)
     }
 
     fn settle<'a>(
@@ -239,26 +249,104 @@ async fn a_running_call_renews_its_lease() {
     assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
 }
 
-/// A leader that lost its lease (it ran past it and another replica took the record over) still
-/// answers its own caller; the store records nothing of it, and the operator is told.
+/// `shop.pay` (external) and `shop.quote` (read), each taking `delay`: a run counts in `runs`,
+/// one that finished in `finished`, and one whose context's cancellation fired in `cancelled`
+/// (seen by a task the handler spawned, as work it handed off would see it).
+fn watching_registry(store: Arc<LeasingStore>, delay: Duration) -> (Registry, agent_surface_registry::Mount, Watch) {
+    let watch = Watch::default();
+    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    let (pay, quote) = (watch.clone(), watch.clone());
+    let handler = move |w: Watch, output: Value| {
+        move |ctx: Ctx, _i: Value| {
+            let (w, output) = (w.clone(), output.clone());
+            async move {
+                w.runs.fetch_add(1, Ordering::SeqCst);
+                let token = ctx.cancellation().clone();
+                let cancelled = w.cancelled.clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    cancelled.fetch_add(1, Ordering::SeqCst);
+                });
+                tokio::time::sleep(delay).await;
+                w.finished.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, AgentSurfaceError>(output)
+            }
+        }
+    };
+    r.define("shop", move |t| {
+        t.capability("pay", "Charge the card.").effect(Effect::External).handler(handler(pay, json!({"paid": true})));
+        t.capability("quote", "Quote a price.").effect(Effect::Read).handler(handler(quote, json!({"price": 3})))
+    })
+    .expect("definition is valid");
+    let m = r.mount("shop", "main").expect("mount");
+    (r, m, watch)
+}
+
+/// What [`watching_registry`]'s handlers did.
+#[derive(Clone, Debug, Default)]
+struct Watch {
+    runs: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+    cancelled: Arc<AtomicUsize>,
+}
+
+/// Waits (up to a second) until `counter` reaches `n`.
+async fn reaches(counter: &AtomicUsize, n: usize) -> bool {
+    for _ in 0..200 {
+        if counter.load(Ordering::SeqCst) >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+/// A leader whose renewal learns that it lost its lease (it ran past it and another replica took
+/// the record over) stops: its handler's context is cancelled, and its caller gets what the record
+/// says — an unknown outcome —, never its own `ok`. The store records nothing of it, and the
+/// operator is told. (Until issue 28 the caller got its own `ok`, which the record contradicted.)
 #[test]
-fn a_lost_lease_records_nothing_and_tells_the_operator() {
-    let (runs, log) = capture_operator_log(|| {
+fn a_lost_lease_stops_the_handler_and_answers_as_the_record_does() {
+    let (watch, log) = capture_operator_log(|| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
             // The handler outlasts the first renewal (due after 5 ms) by far, so that a stalled
             // thread cannot see both timers fire at once and finish the call before it renews.
-            let (r, _m, runs) = registry(store.clone(), Duration::from_millis(400));
+            let (r, _m, watch) = watching_registry(store.clone(), Duration::from_millis(400));
             store.lost.store(true, Ordering::SeqCst);
-            let inv = r.invoke(call("shop.pay", json!({})).with_invocation_id("pay-4"), consumer("c")).await;
-            assert_eq!(inv.output(), Some(&json!({"paid": true})), "the caller still gets its result");
-            assert_eq!(store.settlements.load(Ordering::SeqCst), 1, "one settlement, refused, not retried");
-            assert_eq!(store.renewals.load(Ordering::SeqCst), 1, "renewal stops once the lease is lost");
-            runs.load(Ordering::SeqCst)
+            for (capability, id) in [("shop.pay", "pay-4"), ("shop.quote", "quote-4")] {
+                let inv = r.invoke_detailed(call(capability, json!({})).with_invocation_id(id), consumer("c")).await;
+                let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
+                assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")), "{capability}: {inv:?}");
+            }
+            assert_eq!(store.settlements.load(Ordering::SeqCst), 2, "one settlement each, refused, not retried");
+            assert_eq!(store.renewals.load(Ordering::SeqCst), 2, "renewal stops once the lease is lost");
+            assert!(reaches(&watch.cancelled, 2).await, "the handlers' contexts were cancelled: {watch:?}");
+            watch
         })
     });
-    assert_eq!(runs, 1);
+    assert_eq!(watch.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(watch.finished.load(Ordering::SeqCst), 0, "the handlers were stopped");
     assert!(log.contains("lost the lease"), "{log}");
     assert!(log.contains("was not recorded"), "{log}");
+}
+
+/// A leader that learns only at settlement that it lost its lease (it finished before a renewal
+/// could tell it) answers its caller as the record does too: an unknown outcome, not its `ok`.
+#[tokio::test]
+async fn a_lease_lost_at_settlement_is_an_unknown_outcome_for_the_caller() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, watch) = watching_registry(store.clone(), Duration::from_millis(1));
+    store.lost.store(true, Ordering::SeqCst);
+    for (capability, id) in [("shop.pay", "pay-7"), ("shop.quote", "quote-7")] {
+        let inv = r.invoke_detailed(call(capability, json!({})).with_invocation_id(id), consumer("c")).await;
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Execute);
+        assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")), "{capability}: {inv:?}");
+    }
+    assert_eq!(watch.finished.load(Ordering::SeqCst), 2, "both handlers finished before the loss was learnt");
+    assert_eq!(store.settlements.load(Ordering::SeqCst), 2);
+    // A call whose handler never started keeps its own answer: nothing ran under the lost lease.
+    let inv = r.invoke_detailed(call("shop.nothing", json!({})).with_invocation_id("n-7"), consumer("c")).await;
+    assert_eq!(inv.result.code(), Some(ErrorCode::CapabilityNotFound), "{inv:?}");
 }

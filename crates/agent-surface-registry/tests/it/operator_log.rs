@@ -24,6 +24,7 @@ impl IdempotencyStore for DownStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
+        _: agent_surface_policy::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
@@ -34,6 +35,14 @@ impl IdempotencyStore for DownStore {
         _: Fingerprint,
         _: Lease,
         _: Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn cancel<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: agent_surface_policy::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })

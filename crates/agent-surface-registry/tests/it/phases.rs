@@ -67,6 +67,7 @@ impl IdempotencyStore for BrokenStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
+        _: agent_surface_policy::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("redis://user:secret@10.0.0.5:6379 refused".into())) })
@@ -77,6 +78,14 @@ impl IdempotencyStore for BrokenStore {
         _: Fingerprint,
         _: agent_surface_policy::Lease,
         _: Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn cancel<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: agent_surface_policy::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })

@@ -140,9 +140,19 @@ impl agent_surface_policy::IdempotencyStore for Recording {
         &'a self,
         key: &'a agent_surface_policy::IdempotencyKey,
         fingerprint: agent_surface_policy::Fingerprint,
+        attempt: agent_surface_policy::Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
-        self.inner.admit(key, fingerprint, now)
+        self.inner.admit(key, fingerprint, attempt, now)
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        attempt: agent_surface_policy::Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        self.inner.cancel(key, attempt, now)
     }
 
     fn settle<'a>(
@@ -197,9 +207,19 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
         &'a self,
         key: &'a agent_surface_policy::IdempotencyKey,
         fingerprint: agent_surface_policy::Fingerprint,
+        attempt: agent_surface_policy::Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
-        self.inner.admit(key, fingerprint, now)
+        self.inner.admit(key, fingerprint, attempt, now)
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::IdempotencyKey,
+        attempt: agent_surface_policy::Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        self.inner.cancel(key, attempt, now)
     }
 
     fn settle<'a>(
@@ -254,8 +274,18 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
         &'a self,
         _: &'a agent_surface_policy::IdempotencyKey,
         _: agent_surface_policy::Fingerprint,
+        _: agent_surface_policy::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        _: agent_surface_policy::Attempt,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
 
@@ -269,6 +299,75 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
+}
+
+/// An idempotency store whose admissions never answer, and which records what it was asked.
+#[derive(Debug, Default)]
+struct UnansweringStore {
+    admitted: std::sync::Mutex<Vec<agent_surface_policy::Attempt>>,
+    cancelled: std::sync::Mutex<Vec<agent_surface_policy::Attempt>>,
+}
+
+impl agent_surface_policy::IdempotencyStore for UnansweringStore {
+    fn admit<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        _: agent_surface_policy::Fingerprint,
+        attempt: agent_surface_policy::Attempt,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+        self.admitted.lock().unwrap().push(attempt);
+        Box::pin(std::future::pending())
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        attempt: agent_surface_policy::Attempt,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        self.cancelled.lock().unwrap().push(attempt);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::IdempotencyKey,
+        _: agent_surface_policy::Fingerprint,
+        _: agent_surface_policy::Lease,
+        _: agent_surface_policy::Settlement,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// An admission the store did not answer within the budget is answered "nothing ran" and its
+/// attempt is cancelled (once, as soon as the store answers the cancellation), so that a claim
+/// the store makes afterwards cannot outlive it; so is one whose caller dropped the call.
+#[tokio::test]
+async fn an_unanswered_admission_is_cancelled() {
+    let store = Arc::new(UnansweringStore::default());
+    let config =
+        RegistryConfig { idempotency: store.clone(), store_budget: Duration::from_millis(50), ..Default::default() };
+    let (r, _m) = echo_registry(config);
+    let request = || call("demo.echo", json!({"text": "a"})).with_invocation_id("i");
+    let inv = r.invoke_detailed(request(), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    // Dropped while the store has not answered: cancelled too.
+    assert!(tokio::time::timeout(Duration::from_millis(10), r.invoke(request(), consumer("c"))).await.is_err());
+    for _ in 0..100 {
+        if store.cancelled.lock().unwrap().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let admitted = store.admitted.lock().unwrap().clone();
+    assert_eq!(admitted.len(), 2);
+    assert_ne!(admitted[0], admitted[1], "every admission has an attempt of its own");
+    assert_eq!(*store.cancelled.lock().unwrap(), admitted, "each attempt is cancelled once");
 }
 
 /// A hanging idempotency store fails the call closed within the store budget: nothing runs, the
