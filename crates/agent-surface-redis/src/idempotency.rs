@@ -36,7 +36,7 @@
 //!
 //! Commands on one connection run in order, so a cancellation sent on the connection the admission
 //! went out on runs after it (the first two cases). A reconnect can lose the cancellation (the
-//! registry retries it a few times, a second apart and more, until Redis answers) or let it
+//! registry retries it, at most a second apart, until Redis answers, for up to 30 s) or let it
 //! overtake the admission queued on the old connection (the third case: the marker refuses it).
 
 use std::time::Duration;

@@ -87,3 +87,130 @@ async fn a_reused_id_conflicts_on_the_other_replica() {
     assert!(replay.replayed);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// A replica whose `tickets.open` (a write) counts its runs per invocation id, over `stores`, with
+/// the store budget `budget`.
+fn counting_replica(
+    stores: &RedisStores,
+    runs: &Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    budget: Duration,
+) -> (Registry, agent_surface_registry::Mount) {
+    let registry = Registry::new(RegistryConfig {
+        idempotency: Arc::new(stores.idempotency()),
+        store_budget: budget,
+        ..Default::default()
+    });
+    let runs = runs.clone();
+    registry
+        .define("tickets", move |t| {
+            t.capability("open", "Open a ticket.").effect(Effect::Write).handler(move |ctx: Ctx, _i: Value| {
+                let runs = runs.clone();
+                async move {
+                    let id = ctx.invocation_id().unwrap_or_default().to_string();
+                    *runs.lock().unwrap().entry(id).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok::<_, AgentSurfaceError>(json!({"opened": true}))
+                }
+            })
+        })
+        .expect("definition is valid");
+    let mount = registry.mount("tickets", "main").expect("mounts");
+    (registry, mount)
+}
+
+/// Whether `result` is `EXECUTION_FAILED {reason: reason}`.
+fn failed_with(result: &agent_surface_core::InvokeResult, reason: &str) -> bool {
+    result.error_payload().is_some_and(|p| {
+        p.code() == ErrorCode::ExecutionFailed && p.detail("reason").and_then(Value::as_str) == Some(reason)
+    })
+}
+
+/// Issue 28: calls with invocation ids, on two replicas, while Redis freezes (SIGSTOP) and
+/// resumes. An admission that timed out is answered "nothing ran" (`transport`, retry after a
+/// delay), but its script still runs when Redis resumes; the registry cancels the attempt, so the
+/// retries (same ids, as the answer advises) are admitted afresh: no call whose handler never ran
+/// is told `outcome-unknown`, and no handler runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_refused_while_redis_stalls_are_retried_as_fresh_admissions() {
+    let Some(site) = support::Site::new("idem-stall") else { return };
+    let redis = site.start();
+    let config = agent_surface_redis::RedisConfig {
+        op_timeout: Duration::from_millis(300),
+        // Short, so that a claim the fix failed to cancel would lapse and be answered as an
+        // unknown outcome within the test; longer than the cancellation's longest wait.
+        lease: Duration::from_secs(3),
+        ..agent_surface_redis::RedisConfig::with_prefix("idem-stall:")
+    };
+    let stores = support::connect_patiently(&site.url(), config).await;
+    let runs = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let (a, _ma) = counting_replica(&stores, &runs, Duration::from_millis(200));
+    let (b, _mb) = counting_replica(&stores, &runs, Duration::from_millis(200));
+    let request = |i: usize| InvokeRequest::new("tickets.open", json!({"n": i})).with_invocation_id(format!("t-{i}"));
+    let alice = || InvokeOptions::new(Consumer::anonymous("c-1"));
+    const CALLS: usize = 300;
+
+    // Calls keep arriving (one every 2 ms, on alternate replicas) while Redis freezes for 1.5 s.
+    let calls = {
+        let (a, b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            let mut handles = Vec::new();
+            for i in 0..CALLS {
+                let registry = if i % 2 == 0 { a.clone() } else { b.clone() };
+                handles.push(tokio::spawn(async move { (i, registry.invoke(request(i), alice()).await) }));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            join_all(handles).await.into_iter().map(|h| h.expect("the call ends")).collect::<Vec<_>>()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.freeze(true);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    redis.freeze(false);
+    let mut answers = calls.await.expect("the calls end");
+    let refused = answers.iter().filter(|(_, r)| failed_with(r, "transport")).count();
+    assert!(refused > 0, "some admissions timed out while Redis was frozen");
+
+    // The agents retry what was refused, with the same ids, after the advised delay.
+    for _ in 0..10 {
+        let retry: Vec<usize> = answers.iter().filter(|(_, r)| failed_with(r, "transport")).map(|(i, _)| *i).collect();
+        if retry.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let again = join_all(retry.iter().map(|&i| {
+            let registry = if i % 3 == 0 { &a } else { &b };
+            async move { (i, registry.invoke(request(i), alice()).await) }
+        }))
+        .await;
+        for (i, result) in again {
+            answers[i].1 = result;
+        }
+    }
+    redis.freeze(false);
+    drop(redis);
+
+    let runs = runs.lock().unwrap().clone();
+    let ran = |i: usize| runs.get(&format!("t-{i}")).copied().unwrap_or(0);
+    let twice: Vec<usize> = (0..CALLS).filter(|&i| ran(i) > 1).collect();
+    assert!(twice.is_empty(), "no handler runs twice: {twice:?}");
+    let unknown_never_ran: Vec<usize> =
+        answers.iter().filter(|(i, r)| failed_with(r, "outcome-unknown") && ran(*i) == 0).map(|(i, _)| *i).collect();
+    assert!(
+        unknown_never_ran.is_empty(),
+        "{} calls never ran yet were told outcome-unknown: {unknown_never_ran:?}",
+        unknown_never_ran.len()
+    );
+    let still_refused = answers.iter().filter(|(_, r)| failed_with(r, "transport")).count();
+    let ok = answers.iter().filter(|(_, r)| r.is_ok()).count();
+    let unknown = answers.iter().filter(|(_, r)| failed_with(r, "outcome-unknown")).count();
+    assert_eq!(
+        still_refused, 0,
+        "every refused call was admitted afresh on a retry ({CALLS} calls: {refused} refused while frozen; finally \
+         {ok} ok, {unknown} outcome-unknown, each of which ran)"
+    );
+    for (i, result) in &answers {
+        if result.is_ok() {
+            assert_eq!(ran(*i), 1, "an ok call ran once");
+        }
+    }
+}

@@ -48,16 +48,17 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 const SETTLE_RETRIES: [Duration; 3] =
     [Duration::from_millis(100), Duration::from_millis(300), Duration::from_millis(900)];
 
-/// The waits before each try to cancel an admission the store did not answer: the first at once,
-/// the last some seconds later (a store that stalled may take that long to come back; once it has
-/// answered one cancellation, no claim of the attempt can arise any more).
-const CANCEL_RETRIES: [Duration; 5] = [
-    Duration::ZERO,
-    Duration::from_millis(100),
-    Duration::from_millis(400),
-    Duration::from_millis(1_200),
-    Duration::from_millis(3_600),
-];
+/// The wait before the second try to cancel an admission the store did not answer; each later
+/// wait doubles, up to [`CANCEL_MAX_WAIT`].
+const CANCEL_FIRST_WAIT: Duration = Duration::from_millis(50);
+
+/// The longest wait between two tries to cancel: once the store is back, the cancellation lands
+/// within about this (plus a round trip), well before a lease a late claim would hold lapses.
+const CANCEL_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a cancellation is tried: past this the store has been gone so long that the registry
+/// gives up (and says so), rather than let cancellations pile up.
+const CANCEL_FOR: Duration = Duration::from_secs(30);
 
 /// An admission the store has not answered yet. Dropped armed — the admission timed out, failed,
 /// or the caller dropped the call —, it cancels its attempt in the background
@@ -87,8 +88,11 @@ impl Drop for Unanswered<'_> {
         let (store, key, attempt, budget) = (self.store.clone(), self.key.clone(), self.attempt, self.budget);
         let clock = self.clock.clone();
         let cancel = async move {
-            for wait in CANCEL_RETRIES {
+            let started = tokio::time::Instant::now();
+            let mut wait = Duration::ZERO;
+            while started.elapsed() < CANCEL_FOR {
                 tokio::time::sleep(wait).await;
+                wait = (wait * 2).clamp(CANCEL_FIRST_WAIT, CANCEL_MAX_WAIT);
                 // Tokio's timer, as for renewal: the store's clock, not the registry's, decides.
                 match tokio::time::timeout(budget, store.cancel(&key, attempt, clock.now())).await {
                     Ok(Ok(())) => return,
@@ -443,6 +447,10 @@ impl LeaderGuard {
             }
         };
         let mut settled = answered.unwrap_or_else(|| Err(self.overrun()));
+        // Whether an attempt went unanswered: it may still have landed, and then a retry finds the
+        // record settled under this very lease and is refused as `LeaseLost`, which then says
+        // nothing about another caller.
+        let unanswered_before = matches!(settled, Err(StoreError::Unavailable(_)));
         // A shared store that did not answer: try again while the lease may still hold, so that a
         // known result is not lost to a blip (and later answered as an unknown outcome).
         if self.lease.renew_every.is_some() {
@@ -462,6 +470,16 @@ impl LeaderGuard {
             Ok(()) => {
                 self.key = None;
                 self.pending = None;
+                Settled::Kept
+            }
+            Err(StoreError::LeaseLost) if unanswered_before && !self.hold.lost.is_cancelled() => {
+                self.key = None;
+                tracing::warn!(
+                    target: "agent_surface::invoke",
+                    token = self.lease.token,
+                    "a retried settlement found the record no longer held by this lease; the unanswered \
+                     attempt before it may have recorded the result"
+                );
                 Settled::Kept
             }
             Err(StoreError::LeaseLost) => {
