@@ -309,6 +309,10 @@ struct UnansweringStore {
 }
 
 impl agent_surface_policy::IdempotencyStore for UnansweringStore {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
     fn admit<'a>(
         &'a self,
         _: &'a agent_surface_policy::IdempotencyKey,
