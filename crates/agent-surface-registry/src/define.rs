@@ -158,14 +158,18 @@ impl CapabilityDef {
     }
 }
 
-/// The summary function of a declared confirmation gate, over the decoded input.
-type SummaryFn = dyn Fn(&(dyn std::any::Any + Send)) -> Option<SafeText> + Send + Sync;
+/// The summary function of a declared confirmation gate, over the decoded input: `None` when the
+/// input is not of the declared type (never, once the definition is checked), `Some(None)` when
+/// this input needs no confirmation ([`CapabilityBuilder::confirm_if`]).
+type SummaryFn = dyn Fn(&(dyn std::any::Any + Send)) -> Option<Option<SafeText>> + Send + Sync;
 
 /// A declared confirmation gate: renders the summary the approver sees from the decoded input.
 #[derive(Clone)]
 pub(crate) struct ErasedConfirm {
-    /// `None` when the input is not of the declared type (never, once the definition is checked).
     pub(crate) summary: Arc<SummaryFn>,
+    /// Whether the gate holds for some inputs only ([`CapabilityBuilder::confirm_if`]): then it is
+    /// asked also for a call that carries evidence, to know whether the call is gated at all.
+    pub(crate) conditional: bool,
     pub(crate) input_type: std::any::TypeId,
 }
 
@@ -177,9 +181,21 @@ impl ErasedConfirm {
         F: Fn(&I) -> S + Send + Sync + 'static,
     {
         let summary = move |input: &(dyn std::any::Any + Send)| {
-            input.downcast_ref::<I>().map(|i| SafeText::trusted(f(i).to_string()))
+            input.downcast_ref::<I>().map(|i| Some(SafeText::trusted(f(i).to_string())))
         };
-        ErasedConfirm { summary: Arc::new(summary), input_type: std::any::TypeId::of::<I>() }
+        ErasedConfirm { summary: Arc::new(summary), conditional: false, input_type: std::any::TypeId::of::<I>() }
+    }
+
+    fn conditional<I, S, F>(f: F) -> ErasedConfirm
+    where
+        I: Send + 'static,
+        S: std::fmt::Display,
+        F: Fn(&I) -> Option<S> + Send + Sync + 'static,
+    {
+        let summary = move |input: &(dyn std::any::Any + Send)| {
+            input.downcast_ref::<I>().map(|i| f(i).map(|s| SafeText::trusted(s.to_string())))
+        };
+        ErasedConfirm { summary: Arc::new(summary), conditional: true, input_type: std::any::TypeId::of::<I>() }
     }
 }
 
@@ -587,6 +603,51 @@ impl CapabilityBuilder<'_, '_> {
         F: Fn(&I) -> S + Send + Sync + 'static,
     {
         self.confirm = Some(ErasedConfirm::typed(summary));
+        self
+    }
+
+    /// As [`confirm`](Self::confirm), for the inputs that need it: `when` returns the summary
+    /// the approver sees for an input that needs a person's approval, and `None` for one that
+    /// does not (which then runs as if the capability declared no gate; a global confirmation
+    /// policy may still gate it). Typed like `confirm`: a rule such as "a refund over 100 EUR
+    /// needs approval" reads the input's fields, so a misspelled field is a compile error, not a
+    /// gate that opens for every amount. `I` must be the handler's input type.
+    ///
+    /// The rule runs on the validated input of every call, also of one that presents evidence
+    /// (to know whether it is gated at all); keep it cheap and free of side effects. A rule that
+    /// panics fails the call in the confirmation phase; the handler does not run.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Effect};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct IssueRefund { order_id: String, amount_cents: u64 }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("refunds", |t| {
+    ///     t.capability("issue", "Refund an order, in part or in full.")
+    ///         .effect(Effect::External)
+    ///         // Over 100 EUR needs a person's approval; smaller refunds run at once.
+    ///         .confirm_if(|i: &IssueRefund| {
+    ///             (i.amount_cents > 10_000)
+    ///                 .then(|| format!("Refund {:.2} EUR on order {}.", i.amount_cents as f64 / 100.0, i.order_id))
+    ///         })
+    ///         .handler(|_ctx: Ctx, i: IssueRefund| async move {
+    ///             Ok::<_, AgentSurfaceError>(serde_json::json!({"refunded": i.amount_cents}))
+    ///         })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn confirm_if<I, S, F>(mut self, when: F) -> Self
+    where
+        I: Send + 'static,
+        S: std::fmt::Display,
+        F: Fn(&I) -> Option<S> + Send + Sync + 'static,
+    {
+        self.confirm = Some(ErasedConfirm::conditional(when));
         self
     }
 

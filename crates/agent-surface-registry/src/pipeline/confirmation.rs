@@ -4,7 +4,8 @@
 //! call carries. Decision: the confirmation gate's (never gated when none is configured, unless
 //! the capability declares a gate). Codes: `CONFIRMATION_REQUIRED`, `CONFIRMATION_INVALID
 //! {reason}`, and `EXECUTION_FAILED` when the gate cannot decide: its store failed (`transport`,
-//! transient), the declared summary panicked (it runs only for a call without evidence), the gate
+//! transient), the declared summary panicked (it runs only for a call without evidence, or for
+//! every call of a conditional gate), the gate
 //! panicked, or a gated capability has no gate to ask (`handler-error`). In every such case the
 //! handler does not run.
 
@@ -32,22 +33,53 @@ pub(crate) fn no_gate(def: &CapabilityDef) -> Stop {
     cannot_decide(format!("{} declares a confirmation gate, but the registry has no confirmation engine", def.name))
 }
 
-/// The declared gate's summary for a new request (`None` when the capability declares no gate,
-/// or the call carries evidence, which holds the summary it was issued with). The summary is
-/// application code, run on the input the input phase already decoded; it is computed before
-/// the gate is awaited because the decoded input is not `Sync`.
-pub(crate) fn summary(call: &Call<'_>, decoded: &(dyn Any + Send)) -> Result<Option<SafeText>, Stop> {
-    match (&call.def.confirm, &call.request.confirmation_id) {
-        (Some(confirm), None) => summarize(&call.def, confirm, decoded).map(Some),
-        _ => Ok(None),
+/// Whether this call is gated by the capability's own declaration, and with which summary.
+#[derive(Clone, Debug)]
+pub(crate) enum Declared {
+    /// The capability declares no gate, or its rule ([`confirm_if`](crate::CapabilityBuilder::confirm_if))
+    /// does not gate this input.
+    No,
+    /// The call is gated; the summary for a new request (`None` for a call that carries
+    /// evidence, which holds the summary it was issued with).
+    Gate(Option<SafeText>),
+}
+
+impl Declared {
+    /// The same, for the call presenting evidence (a gated call then needs no summary).
+    fn presenting(&self) -> Declared {
+        match self {
+            Declared::No => Declared::No,
+            Declared::Gate(_) => Declared::Gate(None),
+        }
     }
 }
 
-/// The declared gate's summary for this input.
-fn summarize(def: &CapabilityDef, confirm: &ErasedConfirm, decoded: &(dyn Any + Send)) -> Result<SafeText, Stop> {
+/// Whether the declared gate holds for this call, with its summary for a new request. The
+/// summary is application code, run on the input the input phase already decoded, only for a
+/// call without evidence — or, for a conditional gate, for every call, to know whether it holds;
+/// it is computed before the gate is awaited because the decoded input is not `Sync`.
+pub(crate) fn declared(call: &Call<'_>, decoded: &(dyn Any + Send)) -> Result<Declared, Stop> {
+    let Some(confirm) = &call.def.confirm else { return Ok(Declared::No) };
+    let presented = call.request.confirmation_id.is_some();
+    if presented && !confirm.conditional {
+        return Ok(Declared::Gate(None));
+    }
+    match summarize(&call.def, confirm, decoded)? {
+        None => Ok(Declared::No),
+        Some(_) if presented => Ok(Declared::Gate(None)),
+        Some(summary) => Ok(Declared::Gate(Some(summary))),
+    }
+}
+
+/// The declared gate's summary for this input (`None`: this input is not gated).
+fn summarize(
+    def: &CapabilityDef,
+    confirm: &ErasedConfirm,
+    decoded: &(dyn Any + Send),
+) -> Result<Option<SafeText>, Stop> {
     match catch(|| (confirm.summary)(decoded)) {
-        Ok(Some(summary)) if summary.is_empty() => {
-            Ok(SafeText::trusted(format!("Call {} with the given input.", def.name)))
+        Ok(Some(Some(summary))) if summary.is_empty() => {
+            Ok(Some(SafeText::trusted(format!("Call {} with the given input.", def.name))))
         }
         Ok(Some(summary)) => Ok(summary),
         Ok(None) => Err(cannot_decide("the summary function expects another input type")),
@@ -99,12 +131,12 @@ pub(crate) async fn confirm(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
-    summary: Option<SafeText>,
+    declared: Declared,
 ) -> Result<Option<GiveBack>, Stop> {
     if gate.consults_call_details() {
-        confirm_on_demand(call, gate, input, summary).await
+        confirm_on_demand(call, gate, input, declared).await
     } else {
-        confirm_eagerly(call, gate, input, summary).await.map(|()| None)
+        confirm_eagerly(call, gate, input, declared).await.map(|()| None)
     }
 }
 
@@ -239,7 +271,7 @@ async fn confirm_on_demand(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
-    summary: Option<SafeText>,
+    declared: Declared,
 ) -> Result<Option<GiveBack>, Stop> {
     let details = Details {
         call,
@@ -249,7 +281,7 @@ async fn confirm_on_demand(
         consumed: std::sync::OnceLock::new(),
     };
     let presented = call.request.confirmation_id.as_deref();
-    let outcome = check(call, gate, input, summary, presented, Some(&details)).await;
+    let outcome = check(call, gate, input, declared, presented, Some(&details)).await;
     let consumed = details.consumed.into_inner();
     match outcome {
         Ok(()) => Ok(consumed),
@@ -272,7 +304,7 @@ async fn confirm_eagerly(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
-    summary: Option<SafeText>,
+    declared: Declared,
 ) -> Result<(), Stop> {
     let relayed = &call.inner.relayed;
     let presented = call.request.confirmation_id.as_deref();
@@ -288,11 +320,11 @@ async fn confirm_eagerly(
         _ => None,
     };
     let mut outcome = match remembered.as_deref() {
-        Some(id) => check(call, gate, input, None, Some(id), None).await,
-        None => check(call, gate, input, summary.clone(), presented, None).await,
+        Some(id) => check(call, gate, input, declared.presenting(), Some(id), None).await,
+        None => check(call, gate, input, declared.clone(), presented, None).await,
     };
     if remembered.is_some() && is_expired(&outcome) {
-        outcome = check(call, gate, input, summary, None, None).await;
+        outcome = check(call, gate, input, declared, None, None).await;
     }
     match Relay::after(&outcome) {
         Relay::Remember(id) => relayed.remember(remembered_key.unwrap_or_else(key), id),
@@ -344,7 +376,7 @@ async fn check(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
-    summary: Option<SafeText>,
+    declared: Declared,
     confirmation_id: Option<&str>,
     details: Option<&Details<'_>>,
 ) -> Result<(), Stop> {
@@ -360,7 +392,7 @@ async fn check(
     if let Some(details) = details {
         call = call.with_details(details);
     }
-    if def.confirm.is_some() {
+    if let Declared::Gate(summary) = &declared {
         call = call.with_declared_gate(summary.as_ref());
     }
     let now = inner.config.clock.now();

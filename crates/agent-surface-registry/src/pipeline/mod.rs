@@ -554,18 +554,16 @@ fn confirmed<'a>(
     hold: Option<&'a idempotency::Hold>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {
-    match (&call.inner.config.confirmation, &call.def.confirm) {
-        (Some(gate), _) => {
-            let summary = confirmation::summary(&call, prepared.decoded.as_ref())?;
-            later(async move {
-                match confirmation::confirm(&call, gate.as_ref(), &prepared.value, summary).await? {
-                    None => finish(audited(call, prepared, hold, timing)).await,
-                    Some(consumed) => finish(audited_after_consuming(call, prepared, hold, timing, consumed)).await,
-                }
-            })
-        }
-        (None, Some(_)) => Err(confirmation::no_gate(&call.def)),
-        (None, None) => audited(call, prepared, hold, timing),
+    let declared = confirmation::declared(&call, prepared.decoded.as_ref())?;
+    match (&call.inner.config.confirmation, declared) {
+        (Some(gate), declared) => later(async move {
+            match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared).await? {
+                None => finish(audited(call, prepared, hold, timing)).await,
+                Some(consumed) => finish(audited_after_consuming(call, prepared, hold, timing, consumed)).await,
+            }
+        }),
+        (None, confirmation::Declared::Gate(_)) => Err(confirmation::no_gate(&call.def)),
+        (None, confirmation::Declared::No) => audited(call, prepared, hold, timing),
     }
 }
 

@@ -951,3 +951,63 @@ fn expiry_is_warned_once_before_and_recorded_once_after() {
         .collect();
     assert_eq!(expired, vec![Some(old)], "one confirmation.expired event for the one expired confirmation");
 }
+
+/// `confirm_if`: a typed rule gates only the inputs it names. A refund of 100 EUR or less runs at
+/// once; a larger one asks a person, whose approval is then used once, for that input only; a
+/// rule that panics fails closed.
+#[tokio::test]
+async fn confirm_if_gates_only_the_inputs_its_rule_names() {
+    let clock = clock();
+    let engine =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(&clock) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    registry
+        .define("refunds", move |t| {
+            t.capability("issue", "Refund an order.")
+                .effect(Effect::External)
+                .confirm_if(|i: &Refund| {
+                    (i.amount_cents > 10_000)
+                        .then(|| format!("Refund {} cents on order {}.", i.amount_cents, i.order_id))
+                })
+                .handler(move |_c: Ctx, i: Refund| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok::<_, AgentSurfaceError>(json!({"refunded": i.amount_cents})) }
+                });
+            t.capability("broken", "A rule that panics.")
+                .confirm_if(|i: &Refund| -> Option<String> {
+                    assert!(i.amount_cents == 0, "rule bug");
+                    None
+                })
+                .handler(|_c: Ctx, _i: Refund| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+        })
+        .unwrap();
+    let _mount = registry.mount("refunds", "main").unwrap();
+    let refund = |amount: u64| call("refunds.issue", json!({"order_id": "A-1", "amount_cents": amount}));
+
+    // At or under the threshold: no confirmation, and evidence presented anyway is not needed.
+    let small = registry.invoke_detailed(refund(10_000), alice()).await;
+    assert!(small.result.is_ok(), "{:?}", small.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Over it: a person approves, the retry with the evidence runs once.
+    let asked = registry.invoke_detailed(refund(25_000), alice()).await;
+    let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("Refund 25000 cents on order A-1.")));
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    engine.approve(&id, &manager()).await.unwrap();
+    let approved = registry.invoke_detailed(refund(25_000).with_confirmation(&id), alice()).await;
+    assert!(approved.result.is_ok(), "{:?}", approved.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // Used once: presented again, it is refused.
+    let again = registry.invoke_detailed(refund(25_000).with_confirmation(&id), alice()).await;
+    assert_invalid(&again, "consumed", Retry::No);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // A rule that panics fails the call closed, in the confirmation phase.
+    let broken =
+        registry.invoke_detailed(call("refunds.broken", json!({"order_id": "A-1", "amount_cents": 5})), alice()).await;
+    assert_produced(&broken, ErrorCode::ExecutionFailed, Phase::Confirmation);
+}
