@@ -136,6 +136,8 @@ pub(crate) struct CapabilityDef {
     pub(crate) precondition_repair: Option<Repair>,
     /// The declared confirmation gate, if any.
     pub(crate) confirm: Option<ErasedConfirm>,
+    /// The natural idempotency key, if any ([`CapabilityBuilder::idempotency_key`]).
+    pub(crate) natural_key: Option<ErasedKey>,
     /// The ask step: questions to the client before the call runs.
     pub(crate) ask: Option<crate::handler::ErasedAsk>,
     /// The post-condition check, if any.
@@ -199,6 +201,34 @@ impl ErasedConfirm {
     }
 }
 
+/// The function of a natural idempotency key, over the decoded input: `None` when the input is
+/// not of the declared type (never, once the definition is checked).
+type KeyFn = dyn Fn(&(dyn std::any::Any + Send)) -> Option<String> + Send + Sync;
+
+/// Whom the calls that share a natural idempotency key span ([`CapabilityBuilder::idempotency_key`]).
+///
+/// Closed on purpose for now: a key spans the capability or one principal's calls of it; a
+/// tenant's scope is a principal's claim, which the key function can read through a binding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyScope {
+    /// Every caller of the capability: the first call with a key runs, every other call with
+    /// the same key (from whoever the authority policy admits) is answered with its result.
+    #[default]
+    Capability,
+    /// One principal's calls of the capability (`Consumer::principal`): two users calling with
+    /// the same key are two operations.
+    Principal,
+}
+
+/// A declared natural idempotency key.
+#[derive(Clone)]
+pub(crate) struct ErasedKey {
+    pub(crate) key: Arc<KeyFn>,
+    pub(crate) scope: KeyScope,
+    pub(crate) input_type: std::any::TypeId,
+}
+
 /// What the builders need from the registry.
 pub(crate) struct BuildEnv<'a> {
     pub(crate) executors: &'a HashMap<String, Arc<dyn Executor>>,
@@ -239,6 +269,7 @@ impl<'a> TypeBuilder<'a> {
             precondition: None,
             precondition_repair: None,
             confirm: None,
+            natural_key: None,
             ask: None,
             verify: None,
             requirements: Vec::new(),
@@ -352,6 +383,7 @@ pub struct CapabilityBuilder<'t, 'a> {
     precondition: Option<ErasedPrecondition>,
     precondition_repair: Option<Repair>,
     confirm: Option<ErasedConfirm>,
+    natural_key: Option<ErasedKey>,
     ask: Option<crate::handler::ErasedAsk>,
     verify: Option<ErasedVerify>,
     requirements: Vec<crate::extract::Requirement>,
@@ -606,6 +638,79 @@ impl CapabilityBuilder<'_, '_> {
         self
     }
 
+    /// Declares a **natural idempotency key**: calls whose input gives the same key are one
+    /// operation, whatever the client sends — also a plain MCP client that sends no invocation
+    /// id, another session, another transport, or another replica sharing the idempotency
+    /// store. The first call with a key runs; a call with the same key and the same input joins
+    /// it while it runs and is answered with its stored result after (for the idempotency
+    /// window); a call with the same key and another input is `INVOCATION_CONFLICT` (e.g. a
+    /// second refund of one order for another amount). `I` must be the handler's input type.
+    ///
+    /// The key spans every caller of the capability ([`KeyScope::Capability`]; see
+    /// [`idempotency_key_per_principal`](Self::idempotency_key_per_principal) for one user's
+    /// calls). Because it spans callers, it is admitted after authority and input validation:
+    /// a caller the authority policy refuses gets its refusal, never the stored result. It comes
+    /// before the author's precondition, the questions, the rate limit and the confirmation, so
+    /// that a repeat of an operation that ran is answered with its result rather than refused by
+    /// a precondition its own first run made false, charged a unit of budget, or asked to be
+    /// approved again. What counts as "the same input" is the validated input with bound fields
+    /// filled, on the same instance.
+    ///
+    /// The function runs on every call; keep it cheap and deterministic. A key function that
+    /// panics fails the call closed (`EXECUTION_FAILED`); a key longer than 128 bytes is stored
+    /// by its SHA-256.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, Effect};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct IssueRefund { order_id: String, amount_cents: u64 }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("refunds", |t| {
+    ///     t.capability("issue", "Refund an order, once.")
+    ///         .effect(Effect::External)
+    ///         .idempotency_key(|i: &IssueRefund| i.order_id.clone()) // one refund per order
+    ///         .handler(|_ctx: Ctx, i: IssueRefund| async move {
+    ///             Ok::<_, AgentSurfaceError>(serde_json::json!({"refunded": i.amount_cents}))
+    ///         })
+    /// })?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn idempotency_key<I, K, F>(self, key: F) -> Self
+    where
+        I: Send + 'static,
+        K: std::fmt::Display,
+        F: Fn(&I) -> K + Send + Sync + 'static,
+    {
+        self.natural_key_in(KeyScope::Capability, key)
+    }
+
+    /// As [`idempotency_key`](Self::idempotency_key), with the key spanning one principal's
+    /// calls only ([`KeyScope::Principal`]): the same key from two users is two operations.
+    pub fn idempotency_key_per_principal<I, K, F>(self, key: F) -> Self
+    where
+        I: Send + 'static,
+        K: std::fmt::Display,
+        F: Fn(&I) -> K + Send + Sync + 'static,
+    {
+        self.natural_key_in(KeyScope::Principal, key)
+    }
+
+    fn natural_key_in<I, K, F>(mut self, scope: KeyScope, key: F) -> Self
+    where
+        I: Send + 'static,
+        K: std::fmt::Display,
+        F: Fn(&I) -> K + Send + Sync + 'static,
+    {
+        let erased = move |input: &(dyn std::any::Any + Send)| input.downcast_ref::<I>().map(|i| key(i).to_string());
+        self.natural_key = Some(ErasedKey { key: Arc::new(erased), scope, input_type: std::any::TypeId::of::<I>() });
+        self
+    }
+
     /// As [`confirm`](Self::confirm), for the inputs that need it: `when` returns the summary
     /// the approver sees for an input that needs a person's approval, and `None` for one that
     /// does not (which then runs as if the capability declared no gate; a global confirmation
@@ -838,6 +943,15 @@ impl CapabilityBuilder<'_, '_> {
                 "the confirmation summary's input type differs from the handler's",
             ));
         }
+        if let Some(k) = &self.natural_key
+            && k.input_type != handler.input_type
+        {
+            return Err(DefinitionError::new(
+                Code::InvalidDefinition,
+                location,
+                "the idempotency key function's input type differs from the handler's; take `&I`, where `I` is the handler's input",
+            ));
+        }
         if let Some(a) = &self.ask
             && a.input_type != handler.input_type
         {
@@ -911,6 +1025,7 @@ impl CapabilityBuilder<'_, '_> {
             precondition: self.precondition.clone(),
             precondition_repair: self.precondition_repair.clone(),
             confirm: self.confirm.clone(),
+            natural_key: self.natural_key.clone(),
             ask: self.ask.clone(),
             verify: self.verify.clone(),
             handler,

@@ -100,7 +100,7 @@ mod wiring;
 
 pub use correlation::CorrelationId;
 pub use ctx::Ctx;
-pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, Plane, TypeBuilder};
+pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, KeyScope, Plane, TypeBuilder};
 pub use extract::{Caller, FromCtx, Handler, InstanceState, Requirement, State};
 pub use handler::{Unmet, Verification};
 pub use periodic::Periodic;

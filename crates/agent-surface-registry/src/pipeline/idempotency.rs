@@ -147,7 +147,7 @@ pub(crate) const MAX_STORED_ID_BYTES: usize = 128;
 
 /// The id under which a record is stored: the id itself, or `sha256:` and its hex digest when it
 /// is longer than [`MAX_STORED_ID_BYTES`].
-fn store_id(invocation_id: &str) -> String {
+pub(crate) fn store_id(invocation_id: &str) -> String {
     if invocation_id.len() <= MAX_STORED_ID_BYTES {
         return invocation_id.to_string();
     }
@@ -205,11 +205,56 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
         IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };
     let fp = fingerprint(request, input);
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
+    let answered = |result: InvokeResult, joined: bool| {
+        Admitted::Answered(Box::new(Invocation {
+            result: result.with_invocation_id(Some(invocation_id.clone())),
+            phase: None,
+            replayed: !joined,
+            joined,
+            questions: None,
+            correlation_id: crate::CorrelationId::pending(),
+        }))
+    };
+    Ok(match admit_record(inner, options, key, fp, now, None).await? {
+        Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
+        Record::Replay(result) => answered(result, false),
+        Record::Joined(result) => answered(result, true),
+    })
+}
+
+/// What the idempotency store answered a call admitted under a record: its invocation id's
+/// (phase 1) or its natural key's ([`super::natural`]).
+pub(crate) enum Record {
+    /// The call runs and must settle the record.
+    Leader(Box<LeaderGuard>),
+    /// The call runs, on a record taken over from a leader that lost its lease (an earlier
+    /// execution may have taken effect).
+    TakenOver(Box<LeaderGuard>),
+    /// The stored result (no invocation id).
+    Replay(InvokeResult),
+    /// The result of the identical call in flight, joined (no invocation id).
+    Joined(InvokeResult),
+}
+
+/// Admits `key` with `fp` in the registry's idempotency store. The leader's [`Hold`] is
+/// `shared` when given (a call admitted under its natural key after its invocation id shares the
+/// invocation's: one handler, one set of facts for both records), else a fresh one. A store that
+/// does not answer within the budget fails the call closed (nothing ran), and its attempt is
+/// cancelled ([`Unanswered`]).
+pub(crate) async fn admit_record(
+    inner: &Arc<crate::registry::Inner>,
+    options: &crate::request::InvokeOptions,
+    key: IdempotencyKey,
+    fp: Fingerprint,
+    now: Timestamp,
+    shared: Option<&Arc<Hold>>,
+) -> Result<Record, Stop> {
     let store = inner.config.idempotency.clone();
     // The key is moved into the guard once the store has answered.
     let leader = |key: IdempotencyKey, lease: Lease, taken_over: bool| {
-        Admitted::Leader(Box::new(LeaderGuard {
-            hold: Arc::new(Hold {
+        let hold = match shared {
+            Some(hold) => hold.clone(),
+            None => Arc::new(Hold {
                 // A record taken over may hold an execution that took effect: dropped at any
                 // point, this call records an unknown outcome, never `CANCELLED`.
                 may_have_run: AtomicBool::new(taken_over),
@@ -217,6 +262,9 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
                 taken_over,
                 lost: CancellationToken::new(),
             }),
+        };
+        Box::new(LeaderGuard {
+            hold,
             pending: None,
             store: store.clone(),
             key: Some(key),
@@ -225,7 +273,7 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
             window: inner.config.idempotency_window,
             budget: inner.config.store_budget,
             clock: inner.config.clock.clone(),
-        }))
+        })
     };
     let budget = inner.config.store_budget;
     let attempt = Attempt::fresh();
@@ -246,36 +294,22 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
         drop(unanswered);
     }
     match admitted {
-        Ok(Admission::Leader(lease)) => Ok(leader(key, lease, false)),
+        Ok(Admission::Leader(lease)) => Ok(Record::Leader(leader(key, lease, false))),
         Ok(Admission::TakeOver(lease)) => {
             tracing::warn!(
                 target: "agent_surface::invoke",
                 token = lease.token,
                 "the previous leader of this call lost its lease without a result; this call took the record over"
             );
-            Ok(leader(key, lease, true))
+            Ok(Record::TakenOver(leader(key, lease, true)))
         }
-        Ok(Admission::Replay(result)) => Ok(Admitted::Answered(Box::new(Invocation {
-            result: result.with_invocation_id(Some(invocation_id.clone())),
-            phase: None,
-            replayed: true,
-            joined: false,
-            questions: None,
-            correlation_id: crate::CorrelationId::pending(),
-        }))),
+        Ok(Admission::Replay(result)) => Ok(Record::Replay(result)),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
             // waiting (not stored — the leader's record is the leader's).
             let caller = options.cancelled();
             tokio::select! {
-                result = wait => Ok(Admitted::Answered(Box::new(Invocation {
-                    result: result.with_invocation_id(Some(invocation_id.clone())),
-                    phase: None,
-                    replayed: false,
-                    joined: true,
-                    questions: None,
-                    correlation_id: crate::CorrelationId::pending(),
-                }))),
+                result = wait => Ok(Record::Joined(result)),
                 _ = caller => Err(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
                     Err(stopped_follower("registry disposed while joined to the call in flight"))
@@ -298,7 +332,7 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
 
 /// A copy of `result` without its invocation id (the form a record keeps; see
 /// [`LeaderGuard::settlement`]), made without copying the id.
-fn without_id(result: &InvokeResult) -> InvokeResult {
+pub(crate) fn without_id(result: &InvokeResult) -> InvokeResult {
     if let Some(output) = result.output() {
         return InvokeResult::ok(output.clone(), None);
     }

@@ -29,6 +29,8 @@ fn invalid(issues: Vec<InputIssue>, locked: Option<Vec<String>>, note: impl Into
     Stop::noted(AgentSurfaceError::invalid_input(issues, locked), Phase::Input, note)
 }
 
+/// Shape limits, bound fields, schema validation, bindings and decoding (the precondition is
+/// [`precondition`]).
 pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
     let Call { inner, def, reg, ctx, .. } = call;
     let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
@@ -127,8 +129,16 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
         }
     };
 
+    Ok(Prepared { value, decoded })
+}
+
+/// The author's precondition, on the decoded input (after the natural key's admission: a repeat
+/// of an operation that ran is answered with its result, not refused by a precondition its first
+/// run made false).
+pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared) -> Result<(), Stop> {
+    let Call { def, ctx, .. } = call;
     if let Some(p) = &def.precondition {
-        match catch(|| (p.check)(ctx, decoded.as_ref())) {
+        match catch(|| (p.check)(ctx, prepared.decoded.as_ref())) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let e = match &def.precondition_repair {
@@ -150,5 +160,5 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
             }
         }
     }
-    Ok(Prepared { value, decoded })
+    Ok(())
 }

@@ -17,6 +17,7 @@ pub(crate) mod confirmation;
 pub(crate) mod execute;
 pub(crate) mod idempotency;
 pub(crate) mod input;
+pub(crate) mod natural;
 pub(crate) mod output;
 pub(crate) mod questions;
 pub(crate) mod rate;
@@ -56,6 +57,16 @@ pub(crate) struct Stopped {
     /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
     /// the operator event is an `ERROR` whatever the code's level in the matrix.
     pub(crate) fault: Option<Fault>,
+}
+
+/// How a call was answered from a record instead of running (under its natural key: see
+/// [`Arrival::answered`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answered {
+    /// The stored result of the call that ran.
+    Replayed,
+    /// The result of the identical call in flight.
+    Joined,
 }
 
 /// How the service itself failed a call.
@@ -146,6 +157,9 @@ pub(crate) struct Arrival<'a> {
     now: std::sync::OnceLock<Timestamp>,
     /// Whether the call is recorded: only a call with an invocation id is.
     pub(crate) tracked: bool,
+    /// Set when the call is answered from its natural key's record instead of running (a
+    /// success or an error alike): the invocation is then marked replayed or joined.
+    pub(crate) answered: std::sync::OnceLock<Answered>,
 }
 
 impl Arrival<'_> {
@@ -175,6 +189,8 @@ pub(crate) struct Call<'a> {
     pub(crate) tracked: bool,
     /// The call's correlation id.
     pub(crate) correlation: &'a CorrelationId,
+    /// Where the call says it was answered from a record ([`Arrival::answered`]).
+    pub(crate) answered: &'a std::sync::OnceLock<Answered>,
     /// Its text, written when first asked for (the confirmation phase, the audit trail).
     pub(crate) correlation_text: std::sync::OnceLock<crate::correlation::GeneratedText>,
 }
@@ -350,6 +366,7 @@ async fn run_phases(
         correlation,
         now: std::sync::OnceLock::new(),
         tracked: request.invocation_id.is_some(),
+        answered: std::sync::OnceLock::new(),
     };
     // Phase 1: admission and idempotency.
     let leader = match idempotency::admit(&arrival, &input).await {
@@ -379,10 +396,10 @@ async fn run_phases(
     // enlarge every call's.
     let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
     let outcome = match renewal {
-        None => finish(phases(&arrival, input, hold.as_deref(), timing)).await,
+        None => finish(phases(&arrival, input, hold.as_ref(), timing)).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = async { finish(phases(&arrival, input, hold.as_deref(), timing)).await };
+            let phases = async { finish(phases(&arrival, input, hold.as_ref(), timing)).await };
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -395,7 +412,12 @@ async fn run_phases(
     if let Err(stop) = &outcome {
         count_store_error(inner, stop);
     }
-    let invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
+    let mut invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
+    if let Some(how) = arrival.answered.get() {
+        invocation.phase = None;
+        invocation.replayed = *how == Answered::Replayed;
+        invocation.joined = *how == Answered::Joined;
+    }
     // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
     // for questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {
@@ -417,7 +439,7 @@ async fn run_phases(
 }
 
 /// Whether `result` is `EXECUTION_FAILED {reason: outcome-unknown}`.
-fn is_outcome_unknown(result: &agent_surface_core::InvokeResult) -> bool {
+pub(crate) fn is_outcome_unknown(result: &agent_surface_core::InvokeResult) -> bool {
     result.error_payload().is_some_and(|p| {
         p.code() == agent_surface_core::ErrorCode::ExecutionFailed
             && p.detail("reason").and_then(serde_json::Value::as_str) == Some("outcome-unknown")
@@ -461,7 +483,7 @@ fn finish(step: Result<Step<'_>, Stop>) -> impl Future<Output = Outcome> + Send 
 fn phases<'a>(
     arrival: &'a Arrival<'a>,
     input: Value,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {
     let inner = arrival.inner;
@@ -488,10 +510,10 @@ fn admitted<'a>(
     arrival: &'a Arrival<'a>,
     resolved: Result<resolve::Resolved, Stop>,
     input: Value,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {
-    let Arrival { inner, request, options, correlation, tracked, .. } = *arrival;
+    let Arrival { inner, request, options, correlation, tracked, ref answered, .. } = *arrival;
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
     // again. Any other is an unknown outcome — also when the call stops before this point, since
@@ -521,6 +543,8 @@ fn admitted<'a>(
         progress: options.progress.clone().map(crate::ctx::ProgressState::new),
         answers: options.answers.clone(),
     });
+    // A call under a natural key is recorded too: an unknown outcome is reconciled by repeating it.
+    let tracked = tracked || def.natural_key.is_some();
     let call = Call {
         inner,
         options,
@@ -530,9 +554,31 @@ fn admitted<'a>(
         ctx,
         tracked,
         correlation,
+        answered,
         correlation_text: std::sync::OnceLock::new(),
     };
     let prepared = input::prepare(&call, input)?;
+    // Phase 5a: a capability with a natural idempotency key is admitted under it now, after
+    // authority (the key spans callers) and before anything a repeat must not meet again.
+    match &call.def.natural_key {
+        Some(key) => {
+            let key = key.clone();
+            later(natural::keyed(call, key, prepared, hold, timing))
+        }
+        None => keyed(call, prepared, hold, timing),
+    }
+}
+
+/// The rest of phase 5 and phase 6 of a call admitted (under its natural key, if it has one): the
+/// author's precondition, questions to the client (5b), and the rate limit.
+fn keyed<'a>(
+    call: Call<'a>,
+    prepared: input::Prepared,
+    hold: Option<&'a Arc<idempotency::Hold>>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Result<Step<'a>, Stop> {
+    let inner = call.inner;
+    input::precondition(&call, &prepared)?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &call.def.ask {
         questions::check(&call, ask, &prepared.decoded)?;
@@ -551,7 +597,7 @@ fn admitted<'a>(
 fn confirmed<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {
     let declared = confirmation::declared(&call, prepared.decoded.as_ref())?;
@@ -572,7 +618,7 @@ fn confirmed<'a>(
 fn audited<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {
     match audit::trail(&call) {
@@ -595,7 +641,7 @@ fn audited<'a>(
 fn audited_after_consuming<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     timing: &'a mut Option<Box<telemetry::Timing>>,
     consumed: confirmation::GiveBack,
 ) -> Result<Step<'a>, Stop> {
@@ -627,7 +673,7 @@ fn audited_after_consuming<'a>(
 /// Phase 8: the handler.
 fn execute<'a>(
     call: Call<'a>,
-    hold: Option<&'a idempotency::Hold>,
+    hold: Option<&'a Arc<idempotency::Hold>>,
     prepared: input::Prepared,
     timing: &'a mut Option<Box<telemetry::Timing>>,
 ) -> Result<Step<'a>, Stop> {

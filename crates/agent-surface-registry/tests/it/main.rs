@@ -13,6 +13,7 @@ mod host_errors;
 mod hostile;
 mod leases;
 mod names;
+mod natural;
 mod operator_log;
 mod phases;
 mod progress;

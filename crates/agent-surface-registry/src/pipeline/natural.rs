@@ -1,0 +1,154 @@
+//! Phase 5a — the natural idempotency key.
+//!
+//! Input: a call that authority admitted, with its validated, bound and decoded input, of a
+//! capability that declares a key (`CapabilityBuilder::idempotency_key`). Decision: run the call
+//! as the leader of its key's record, or answer it from the record — the stored result of the
+//! call that ran, or the result of the identical call in flight, joined. Codes:
+//! `INVOCATION_CONFLICT` (the key's record holds another input), `EXECUTION_FAILED {reason:
+//! transport}` (the store failed; nothing ran), `EXECUTION_FAILED {reason: outcome-unknown}` (the
+//! record was taken over from a leader that lost its lease, for a capability whose repetition is
+//! not harmless; a follower that stopped waiting), `EXECUTION_FAILED {reason: handler-error}`
+//! (the key function panicked), and whatever the record holds.
+//!
+//! The key spans callers: it is admitted here, after authority, so that a caller the authority
+//! policy refuses gets its refusal and never another caller's result; and before the
+//! precondition, the questions, the rate limit and the confirmation, so that a repeat of an
+//! operation that ran is answered with its result instead of meeting them again. The record lives
+//! in the registry's idempotency store, under `natural:{capability}` (or
+//! `natural:{capability}:{principal}`) and the key; its fingerprint is the capability, the
+//! instance and the validated input (RFC 8785), without the caller, the registration (which
+//! differs between replicas) or the evidence.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::digest::PartsDigest;
+use agent_surface_core::json::write_canonical;
+use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase};
+use agent_surface_policy::{Fingerprint, IdempotencyKey, catch};
+use serde_json::Value;
+
+use super::idempotency::{self, Hold, Record, Settled};
+use super::{Answered, Call, Outcome, Stop, execute, finish, input, telemetry};
+use crate::define::{ErasedKey, KeyScope};
+
+/// The call admitted under its natural key: run (as the key's leader), or answered from its
+/// record. `hold` is the invocation id's, when the call also carries one: both records then
+/// share what they learn of the handler.
+pub(crate) async fn keyed<'a>(
+    call: Call<'a>,
+    key: ErasedKey,
+    prepared: input::Prepared,
+    hold: Option<&'a Arc<Hold>>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Outcome {
+    let natural = match catch(|| (key.key)(prepared.decoded.as_ref())) {
+        Ok(Some(natural)) => natural,
+        Ok(None) => return Err(cannot_key("the idempotency key function expects another input type")),
+        Err(text) => return Err(cannot_key(format!("the idempotency key function panicked: {text}"))),
+    };
+    let scope = match key.scope {
+        KeyScope::Principal => format!("natural:{}:{}", call.def.name, call.options.consumer.principal()),
+        _ => format!("natural:{}", call.def.name),
+    };
+    let store_key = IdempotencyKey { consumer_key: scope, invocation_id: idempotency::store_id(&natural) };
+    let fp = fingerprint(&call, &prepared.value);
+    let now = call.inner.config.clock.now();
+    match idempotency::admit_record(call.inner, call.options, store_key, fp, now, hold).await? {
+        Record::Replay(result) => answered(&call, result, Answered::Replayed),
+        Record::Joined(result) => answered(&call, result, Answered::Joined),
+        Record::Leader(guard) => lead(call, *guard, prepared, timing).await,
+        Record::TakenOver(guard) if execute::outcome_is_harmless(&call.def) => {
+            lead(call, *guard, prepared, timing).await
+        }
+        Record::TakenOver(guard) => {
+            // An earlier leader of this key may have taken effect: never a second execution.
+            let unknown = AgentSurfaceError::outcome_unknown();
+            guard.settle(&InvokeResult::error(unknown.payload().clone(), None), true).await;
+            Err(Stop::noted(
+                unknown,
+                Phase::Admission,
+                "the previous leader of this natural key lost its lease without a result",
+            ))
+        }
+    }
+}
+
+/// Runs the rest of the call as the key's leader, renewing the lease while it runs, and settles
+/// the record with its outcome.
+async fn lead<'a>(
+    call: Call<'a>,
+    guard: idempotency::LeaderGuard,
+    prepared: input::Prepared,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+) -> Outcome {
+    let hold = guard.hold();
+    let renewal = guard.renewal().map(Box::pin);
+    let rest = finish(super::keyed(call, prepared, Some(&hold), timing));
+    let outcome = match renewal {
+        None => rest.await,
+        Some(renewal) => {
+            tokio::select! {
+                outcome = rest => outcome,
+                never = renewal => match never {},
+            }
+        }
+    };
+    let (result, terminal) = result_of(&outcome);
+    let settled = guard.settle(&result, terminal).await;
+    // The lease was lost after the handler started: the record is another caller's.
+    if settled == Settled::LeaseLost && hold.started.load(Ordering::Acquire) && !super::is_outcome_unknown(&result) {
+        return Err(Stop::noted(
+            execute::unknown_outcome(true),
+            Phase::Execute,
+            "the lease on this call's natural key was lost while it ran; another caller holds the record",
+        ));
+    }
+    outcome
+}
+
+/// The call's result as its record keeps it (no invocation id), and whether it is terminal (a
+/// stop for questions is not: the same call comes back with the answers).
+fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
+    match outcome {
+        Ok(output) => (InvokeResult::ok(output.clone(), None), true),
+        Err(stop) => (InvokeResult::error(stop.error.payload().clone(), None), stop.questions.is_none()),
+    }
+}
+
+/// The answer of a call from its key's record: its output, or its error (the invocation is
+/// marked replayed or joined, with no phase of its own).
+fn answered(call: &Call<'_>, result: InvokeResult, how: Answered) -> Outcome {
+    let _ = call.answered.set(how);
+    tracing::Span::current().record("replayed", true);
+    if let Some(error) = result.error_payload() {
+        let note = "answered from the natural key's record";
+        return Err(Stop::noted(AgentSurfaceError::from(error.clone()), Phase::Admission, note));
+    }
+    match result {
+        InvokeResult::Ok { output, .. } => Ok(output),
+        // An `InvokeResult` is a success or an error.
+        other => Ok(other.output().cloned().unwrap_or_default()),
+    }
+}
+
+/// The key function could not give a key: the call does not run.
+fn cannot_key(note: impl Into<String>) -> Stop {
+    Stop::noted(AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError), Phase::Admission, note)
+        .fault()
+}
+
+/// The fingerprint of a call under its natural key: SHA-256 over the capability, the instance and
+/// the validated, bound input (RFC 8785), each length-prefixed — the same for every caller, on
+/// every replica.
+fn fingerprint(call: &Call<'_>, input: &Value) -> Fingerprint {
+    let mut canonical = Vec::with_capacity(128);
+    write_canonical(input, &mut canonical);
+    let digest = PartsDigest::new()
+        .labelled(b"natural-key/capability", call.def.name.as_bytes())
+        .labelled(b"instance", call.reg.instance_id.as_bytes())
+        .labelled(b"input", &canonical)
+        .finish();
+    Fingerprint::from_bytes(digest)
+}

@@ -1,0 +1,260 @@
+//! Natural idempotency keys (`CapabilityBuilder::idempotency_key`): calls whose typed input gives
+//! the same key are one operation, whoever sends them and whether or not they carry an
+//! invocation id; the key is admitted after authority, so a refused caller never sees another's
+//! result.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry};
+use agent_surface_policy::{
+    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, Consumer, FnPolicy, Identity, Policies,
+};
+use agent_surface_registry::{Ctx, InvokeOptions, Registry, RegistryConfig, Unmet};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct IssueRefund {
+    order_id: String,
+    amount_cents: u64,
+}
+
+struct Shop {
+    registry: Registry,
+    engine: Arc<ConfirmationEngine>,
+    runs: Arc<AtomicUsize>,
+    _mount: agent_surface_registry::Mount,
+}
+
+/// `refunds.issue` (keyed on the order, for everyone), `refunds.note` (keyed per principal),
+/// `refunds.big` (keyed, gated); authority refuses `mallory`. Every execution gets a fresh
+/// refund id, so a second execution shows.
+fn shop() -> Shop {
+    let clock = clock();
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
+    let deny_mallory = FnPolicy::new("no-mallory", |call: &CallInfo<'_>| {
+        Ok(match call.consumer.identity() {
+            Some(id) if id.subject == "mallory" => {
+                AuthorityDecision::Deny { origin: agent_surface_core::details::Origin::Client }
+            }
+            _ => AuthorityDecision::Allow,
+        })
+    });
+    let registry = Registry::new(RegistryConfig {
+        authority: Some(Arc::new(Policies::new().with_clock(clock.clone()).global(deny_mallory))),
+        confirmation: Some(engine.clone()),
+        ..config_with(&clock)
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, b, c) = (runs.clone(), runs.clone(), runs.clone());
+    // The orders refunded so far: the handler adds to it, the precondition reads it.
+    let refunded = Arc::new(std::sync::Mutex::new(std::collections::HashSet::<String>::new()));
+    let (checks, records) = (refunded.clone(), refunded.clone());
+    registry
+        .define("refunds", move |t| {
+            t.capability("issue", "Refund an order, once.")
+                .effect(Effect::External)
+                .idempotency_key(|i: &IssueRefund| i.order_id.clone())
+                // Made false by the refund itself: a repeat must be answered before it.
+                .precondition(move |_ctx: &Ctx, i: &IssueRefund| {
+                    if checks.lock().unwrap().contains(&i.order_id) {
+                        return Err(Unmet::new("The order is refunded already."));
+                    }
+                    Ok(())
+                })
+                .handler(move |_c: Ctx, i: IssueRefund| {
+                    let n = a.fetch_add(1, Ordering::SeqCst) + 1;
+                    records.lock().unwrap().insert(i.order_id.clone());
+                    async move {
+                        // Yield so that concurrent callers overlap with this one.
+                        for _ in 0..5 {
+                            tokio::task::yield_now().await;
+                        }
+                        Ok::<_, AgentSurfaceError>(
+                            json!({"refundId": format!("R-{}-{n}", i.order_id), "cents": i.amount_cents}),
+                        )
+                    }
+                });
+            t.capability("note", "Note an order, once per user.")
+                .effect(Effect::Write)
+                .idempotency_key_per_principal(|i: &IssueRefund| i.order_id.clone())
+                .handler(move |_c: Ctx, i: IssueRefund| {
+                    let n = b.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move { Ok::<_, AgentSurfaceError>(json!({"noteId": format!("N-{}-{n}", i.order_id)})) }
+                });
+            t.capability("big", "Refund an order, once, with a person's approval.")
+                .effect(Effect::External)
+                .idempotency_key(|i: &IssueRefund| i.order_id.clone())
+                .confirm(|i: &IssueRefund| format!("Refund {} cents on order {}.", i.amount_cents, i.order_id))
+                .handler(move |_c: Ctx, i: IssueRefund| {
+                    let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move { Ok::<_, AgentSurfaceError>(json!({"refundId": format!("R-{}-{n}", i.order_id)})) }
+                });
+        })
+        .unwrap();
+    let mount = registry.mount("refunds", "main").unwrap();
+    Shop { registry, engine, runs, _mount: mount }
+}
+
+fn user(session: &str, subject: &str) -> InvokeOptions {
+    InvokeOptions::new(Consumer::authenticated(session, Identity::new(subject)))
+}
+
+fn refund(capability: &str, order: &str, cents: u64) -> agent_surface_registry::InvokeRequest {
+    call(capability, json!({"order_id": order, "amount_cents": cents}))
+}
+
+fn output(inv: &agent_surface_registry::Invocation) -> Value {
+    inv.result.output().unwrap_or_else(|| panic!("expected ok, got {:?}", inv.result)).clone()
+}
+
+#[tokio::test]
+async fn callers_without_ids_share_one_execution_per_key() {
+    let s = shop();
+    let first = s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-1", "alice")).await;
+    let refund_id = output(&first)["refundId"].clone();
+    assert_eq!(refund_id, "R-A-1-1");
+    // Another session, another user, no invocation id: the same refund, not a second one.
+    let again = s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-9", "bob")).await;
+    assert_eq!(output(&again)["refundId"], refund_id);
+    assert!(again.replayed, "answered from the record");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+    // Another order is another operation.
+    let other = s.registry.invoke_detailed(refund("refunds.issue", "A-2", 500), user("s-1", "alice")).await;
+    assert_eq!(output(&other)["refundId"], "R-A-2-2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_of_one_key_join_one_execution() {
+    let s = Arc::new(shop());
+    let calls = (0..50).map(|n| {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let who = if n % 2 == 0 { "alice" } else { "bob" };
+            let options = user(&format!("s-{n}"), who);
+            s.registry.invoke_detailed(refund("refunds.issue", "A-7", 900), options).await
+        })
+    });
+    let results = futures_util::future::join_all(calls).await;
+    let ids: std::collections::HashSet<String> = results
+        .into_iter()
+        .map(|r| output(&r.expect("the call's task"))["refundId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 1, "one refund id: {ids:?}");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_input_is_a_conflict() {
+    let s = shop();
+    output(&s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-1", "alice")).await);
+    let other = s.registry.invoke_detailed(refund("refunds.issue", "A-1", 700), user("s-1", "alice")).await;
+    let p = assert_produced(&other, ErrorCode::InvocationConflict, Phase::Admission);
+    assert!(!p.to_json().to_string().contains("500"), "the earlier request is not revealed");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_refused_caller_gets_its_refusal_never_the_stored_result() {
+    let s = shop();
+    output(&s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-1", "alice")).await);
+    let refused = s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-6", "mallory")).await;
+    let p = assert_produced(&refused, ErrorCode::NotAuthorized, Phase::Authority);
+    assert!(!serde_json::to_string(&refused.result).unwrap().contains("R-A-1"), "{p:?}");
+    // Also under an invocation id of its own, and joined to nobody: the refusal, every time.
+    let keyed = refund("refunds.issue", "A-1", 500).with_invocation_id("m-1");
+    let refused = s.registry.invoke_detailed(keyed, user("s-6", "mallory")).await;
+    assert_produced(&refused, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_precondition_the_first_run_made_false_does_not_refuse_the_repeat() {
+    let s = shop();
+    // The precondition holds for an order not refunded yet; the first run refunds it.
+    let first = s.registry.invoke_detailed(refund("refunds.issue", "B-1", 100), user("s-1", "alice")).await;
+    // Its repeat is answered from the record, before the precondition (now false) is asked.
+    let again = s.registry.invoke_detailed(refund("refunds.issue", "B-1", 100), user("s-2", "alice")).await;
+    assert_eq!(output(&again), output(&first));
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_key_per_principal_separates_users() {
+    let s = shop();
+    let alice = output(&s.registry.invoke_detailed(refund("refunds.note", "A-1", 1), user("s-1", "alice")).await);
+    let alice_again = output(&s.registry.invoke_detailed(refund("refunds.note", "A-1", 1), user("s-2", "alice")).await);
+    let bob = output(&s.registry.invoke_detailed(refund("refunds.note", "A-1", 1), user("s-3", "bob")).await);
+    assert_eq!(alice, alice_again, "one operation per user, across sessions");
+    assert_ne!(alice, bob, "another user's key is another operation");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_invocation_id_and_a_natural_key_together_run_once() {
+    let s = shop();
+    let keyed = refund("refunds.issue", "C-1", 300).with_invocation_id("inv-1");
+    let first = output(&s.registry.invoke_detailed(keyed.clone(), user("s-1", "alice")).await);
+    // The same id replays; another id for the same order is answered from the natural key.
+    assert_eq!(output(&s.registry.invoke_detailed(keyed, user("s-1", "alice")).await), first);
+    let other_id = refund("refunds.issue", "C-1", 300).with_invocation_id("inv-2");
+    assert_eq!(output(&s.registry.invoke_detailed(other_id, user("s-1", "alice")).await), first);
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A repeat of an approved refund that already ran is answered with the refund on record, not
+/// asked to be approved again.
+#[tokio::test]
+async fn a_repeat_after_an_approved_run_is_answered_not_asked_again() {
+    let s = shop();
+    let asked = s.registry.invoke_detailed(refund("refunds.big", "D-1", 90_000), user("s-1", "alice")).await;
+    let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.retry(), Retry::WithConfirmation);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    s.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+    // The model repeats the call (it cannot send the id back): the approval is presented, it runs.
+    let ran = output(&s.registry.invoke_detailed(refund("refunds.big", "D-1", 90_000), user("s-1", "alice")).await);
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+    // Any later repeat, from any session: the refund on record.
+    let later = s.registry.invoke_detailed(refund("refunds.big", "D-1", 90_000), user("s-2", "alice")).await;
+    assert_eq!(output(&later), ran);
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_key_function_must_take_the_handler_input() {
+    let registry = Registry::new(RegistryConfig::default());
+    let err = registry
+        .define("refunds", |t| {
+            t.capability("issue", "Refund an order.").idempotency_key(|i: &Value| i["order_id"].to_string()).handler(
+                |_c: Ctx, i: IssueRefund| async move { Ok::<_, AgentSurfaceError>(json!({"c": i.amount_cents})) },
+            );
+        })
+        .unwrap_err();
+    assert!(err.problem().contains("idempotency key"), "{err}");
+}
+
+#[tokio::test]
+async fn a_panicking_key_function_fails_closed() {
+    let registry = Registry::new(RegistryConfig::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    registry
+        .define("refunds", move |t| {
+            t.capability("issue", "Refund an order.")
+                .idempotency_key(|_: &IssueRefund| -> String { panic!("key bug") })
+                .handler(move |_c: Ctx, _i: IssueRefund| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok::<_, AgentSurfaceError>(json!({})) }
+                });
+        })
+        .unwrap();
+    let _mount = registry.mount("refunds", "main").unwrap();
+    let inv = registry.invoke_detailed(refund("refunds.issue", "A-1", 1), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
