@@ -6,7 +6,7 @@
 //! | `orders-list`, `orders-get` | reads; `orders-get` declares an output schema, and an unknown order is a `PRECONDITION_FAILED` for a tool with one |
 //! | `orders-update_address` | a write with schema checks (`INVALID_INPUT`) and a precondition (`PRECONDITION_FAILED`) |
 //! | `orders-cancel` | a destructive call behind confirmation (`CONFIRMATION_REQUIRED` / `CONFIRMATION_INVALID`); `STALE_CAPABILITY` with a surface id from another server process |
-//! | `refunds-issue` | an external effect gated by authorization (`NOT_AUTHENTICATED`, `NOT_AUTHORIZED`) |
+//! | `refunds-issue` | an external effect gated by authorization (`NOT_AUTHENTICATED`, `NOT_AUTHORIZED`), one refund per order (a natural idempotency key: a repeat is answered with the refund on record) |
 //! | `shipping-quote` | rate-limited (`RATE_LIMITED`, `after-delay`) |
 //! | `shipping-track` | slow on a cold lookup (`TIMEOUT`, idempotent so `yes`; `CANCELLED` when the client cancels) |
 //! | `cart-view`, `cart-add_item`, `cart-checkout` | view actions on live cart instances (`AMBIGUOUS_INSTANCE`; `COMPONENT_UNMOUNTED` after checkout closes the cart) |
@@ -445,8 +445,11 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
         });
     })?;
     registry.define("refunds", |t| {
-        t.capability("issue", "Refund part of an order to the customer's card. For support agents.")
+        t.capability("issue", "Refund part of an order to the customer's card, once per order. For support agents.")
             .effect(Effect::External)
+            // One refund per order, whoever asks and however: a repeat is answered with the
+            // refund on record, another amount for the same order is a conflict.
+            .idempotency_key(|i: &IssueRefund| i.order_id.0.clone())
             .precondition(|ctx: &Ctx, i: &IssueRefund| {
                 let order = order_or_unmet(ctx.state::<Arc<Shop>>(), &i.order_id)?;
                 if i.amount_cents > order.total_cents {
@@ -457,8 +460,10 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
                 Ok(())
             })
             .handler(|_ctx: Ctx, i: IssueRefund| async move {
+                // A fresh suffix per execution, so that a second execution would show.
+                let execution = &agent_surface_core::id::random_id("")[..8];
                 Ok::<_, AgentSurfaceError>(Refund {
-                    refund_id: format!("R-{}", &i.order_id.0[2..]),
+                    refund_id: format!("R-{}-{execution}", &i.order_id.0[2..]),
                     order_id: i.order_id.0,
                     amount_cents: i.amount_cents,
                 })

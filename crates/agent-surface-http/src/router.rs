@@ -333,43 +333,11 @@ fn valid_invocation_id(id: &str) -> bool {
     agent_surface_registry::is_valid_invocation_id(id)
 }
 
-/// The `Idempotency-Key` value, at most one field: a bare token (visible ASCII, no `"`) or an
-/// RFC 8941 sf-string (`"…"`, escapes `\"` and `\\` only, nothing after the closing quote),
-/// decoded to 1 to 255 printable ASCII characters.
+/// The `Idempotency-Key` value (the registry's one rule for HTTP transports,
+/// [`agent_surface_registry::idempotency_key_header`]).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ProtocolFault> {
-    let mut fields = headers.get_all(IDEMPOTENCY_KEY).iter();
-    let Some(value) = fields.next() else {
-        return Ok(None);
-    };
-    if fields.next().is_some() {
-        return Err(ProtocolFault::InvalidHeader);
-    }
-    let raw = value.to_str().map_err(|_| ProtocolFault::InvalidHeader)?.trim_matches([' ', '\t']);
-    let key = if raw.starts_with('"') {
-        sf_string(raw).ok_or(ProtocolFault::InvalidHeader)?
-    } else if raw.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
-        raw.to_string()
-    } else {
-        return Err(ProtocolFault::InvalidHeader);
-    };
-    if valid_invocation_id(&key) { Ok(Some(key)) } else { Err(ProtocolFault::InvalidHeader) }
-}
-
-/// Decodes an RFC 8941 §3.3.3 sf-string that must make up all of `raw`.
-fn sf_string(raw: &str) -> Option<String> {
-    let mut bytes = raw.strip_prefix('"')?.bytes();
-    let mut out = String::new();
-    loop {
-        match bytes.next()? {
-            b'\\' => match bytes.next()? {
-                c @ (b'"' | b'\\') => out.push(char::from(c)),
-                _ => return None,
-            },
-            b'"' => return bytes.next().is_none().then_some(out),
-            c @ 0x20..=0x7e => out.push(char::from(c)),
-            _ => return None,
-        }
-    }
+    agent_surface_registry::idempotency_key_header(headers.get_all(IDEMPOTENCY_KEY).iter().map(|v| v.as_bytes()))
+        .map_err(|_| ProtocolFault::InvalidHeader)
 }
 
 /// How much of a body over the cap is still read (and dropped) before the `413` goes out, as a
@@ -555,16 +523,6 @@ mod tests {
     fn prefixes_are_normalized() {
         for (given, want) in [("", ""), ("/", ""), ("api", "/api"), ("/api/", "/api"), ("a/b//", "/a/b"), ("//", "")] {
             assert_eq!(normalize_prefix(given), want, "{given:?}");
-        }
-    }
-
-    #[test]
-    fn sf_strings_decode_exactly() {
-        assert_eq!(sf_string(r#""a\"b""#).as_deref(), Some("a\"b"));
-        assert_eq!(sf_string(r#""a\\b""#).as_deref(), Some("a\\b"));
-        assert_eq!(sf_string(r#""a b""#).as_deref(), Some("a b"));
-        for bad in [r#"""#, r#""abc"#, r#""a\b""#, r#""a"b"#, r#""a" "#, r#""a\""#, "\"a\u{7f}\""] {
-            assert_eq!(sf_string(bad), None, "{bad:?}");
         }
     }
 

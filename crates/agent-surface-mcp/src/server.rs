@@ -485,6 +485,29 @@ pub fn principal_key(identity: &Identity) -> String {
     identity.principal_key()
 }
 
+/// Over streamable HTTP, the request's `Idempotency-Key` header is its invocation id, as on the
+/// HTTP binding (the registry's one rule, `idempotency_key_header`), so that a client that sets a
+/// header but no `_meta` gets exactly-once too. With `_meta` `agent-surface/invocationId` as well,
+/// the two must be equal. An invalid header, or two ids that differ, is `-32602`.
+#[cfg(feature = "http")]
+fn idempotency_header(context: &RequestContext<RoleServer>, invoke: &mut InvokeRequest) -> Result<(), ErrorData> {
+    let Some(parts) = context.extensions.get::<http::request::Parts>() else { return Ok(()) };
+    let fields = parts.headers.get_all("idempotency-key").iter().map(|v| v.as_bytes());
+    let key = agent_surface_registry::idempotency_key_header(fields)
+        .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+    match (key, &invoke.invocation_id) {
+        (None, _) => Ok(()),
+        (Some(key), Some(id)) if key != *id => Err(ErrorData::invalid_params(
+            "The Idempotency-Key header and _meta agent-surface/invocationId differ. Send one of them, or the same value in both.",
+            None,
+        )),
+        (Some(key), _) => {
+            invoke.invocation_id = Some(key);
+            Ok(())
+        }
+    }
+}
+
 /// Whether the request is in the modern era (2026-07-28 or later: no `initialize`, no
 /// server-to-client requests, answers may be input-required).
 fn is_modern(context: &RequestContext<RoleServer>) -> bool {
@@ -714,6 +737,8 @@ impl McpServer {
         }
         let mut invoke = InvokeRequest::new(capability, arguments);
         meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        #[cfg(feature = "http")]
+        idempotency_header(&context, &mut invoke)?;
         let abilities =
             if modern { mrtr::abilities(context.client_capabilities().as_ref()) } else { Abilities::default() };
         // This round's answers: in a round that answers an approval, none (the approved call runs

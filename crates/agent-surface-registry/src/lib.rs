@@ -108,7 +108,8 @@ pub use progress::{FnProgress, MAX_PROGRESS_MESSAGE_CHARS, Progress, ProgressSin
 pub use questions::{Abilities, Answers, Ask, Question};
 pub use registry::{DuplicateInstance, Instance, Mount, MountRejection, Registry, RegistryConfig};
 pub use request::{
-    Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, TARGET_ARGUMENT, Target, is_valid_invocation_id,
+    InvalidIdempotencyKey, Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, TARGET_ARGUMENT, Target,
+    idempotency_key_header, is_valid_invocation_id,
 };
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
 pub use trace::TraceParent;

@@ -91,6 +91,72 @@ pub fn is_valid_invocation_id(id: &str) -> bool {
     (1..=MAX_INVOCATION_ID_BYTES).contains(&id.len()) && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
 }
 
+/// An `Idempotency-Key` header that cannot be an invocation id (see [`idempotency_key_header`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidIdempotencyKey;
+
+impl std::fmt::Display for InvalidIdempotencyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the Idempotency-Key header must be one field: a token of 1 to 255 visible ASCII characters, \
+             or a structured-field string of 1 to 255 printable ASCII characters",
+        )
+    }
+}
+
+impl std::error::Error for InvalidIdempotencyKey {}
+
+/// The invocation id an HTTP request's `Idempotency-Key` header carries, given the header's field
+/// values (`None` without one): at most one field, a bare token (visible ASCII, no `"`) or an RFC
+/// 8941 sf-string (`"…"`, escapes `\"` and `\\` only, nothing after the closing quote), decoded to
+/// a valid invocation id ([`is_valid_invocation_id`]). The one rule for every HTTP transport (the
+/// HTTP binding, MCP over streamable HTTP).
+///
+/// ```
+/// use agent_surface_registry::idempotency_key_header;
+/// assert_eq!(idempotency_key_header([b"order-7".as_slice()]), Ok(Some("order-7".to_string())));
+/// assert_eq!(idempotency_key_header([br#""a \"b\"""#.as_slice()]), Ok(Some(r#"a "b""#.to_string())));
+/// assert_eq!(idempotency_key_header(std::iter::empty::<&[u8]>()), Ok(None));
+/// assert!(idempotency_key_header([b"a".as_slice(), b"b".as_slice()]).is_err(), "two fields");
+/// assert!(idempotency_key_header([b"caf\xc3\xa9".as_slice()]).is_err());
+/// ```
+pub fn idempotency_key_header<'a>(
+    fields: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Option<String>, InvalidIdempotencyKey> {
+    let mut fields = fields.into_iter();
+    let Some(value) = fields.next() else { return Ok(None) };
+    if fields.next().is_some() {
+        return Err(InvalidIdempotencyKey);
+    }
+    let raw = std::str::from_utf8(value).map_err(|_| InvalidIdempotencyKey)?.trim_matches([' ', '\t']);
+    let key = if raw.starts_with('"') {
+        sf_string(raw).ok_or(InvalidIdempotencyKey)?
+    } else if raw.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+        raw.to_string()
+    } else {
+        return Err(InvalidIdempotencyKey);
+    };
+    if is_valid_invocation_id(&key) { Ok(Some(key)) } else { Err(InvalidIdempotencyKey) }
+}
+
+/// Decodes an RFC 8941 §3.3.3 sf-string that must make up all of `raw`.
+fn sf_string(raw: &str) -> Option<String> {
+    let mut bytes = raw.strip_prefix('"')?.bytes();
+    let mut out = String::new();
+    loop {
+        match bytes.next()? {
+            b'\\' => match bytes.next()? {
+                c @ (b'"' | b'\\') => out.push(char::from(c)),
+                _ => return None,
+            },
+            b'"' => return bytes.next().is_none().then_some(out),
+            c @ 0x20..=0x7e => out.push(char::from(c)),
+            _ => return None,
+        }
+    }
+}
+
 impl InvokeRequest {
     /// A call of `capability` with `input` and nothing else.
     pub fn new(capability: impl Into<String>, input: Value) -> InvokeRequest {
@@ -292,5 +358,20 @@ impl Invocation {
     /// An invocation that is only its result, under a correlation id the adapter already holds.
     pub fn answered(result: InvokeResult, correlation_id: CorrelationId) -> Invocation {
         Invocation { result, phase: None, replayed: false, joined: false, questions: None, correlation_id }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sf_strings_decode_exactly() {
+        assert_eq!(sf_string(r#""a\"b""#).as_deref(), Some("a\"b"));
+        assert_eq!(sf_string(r#""a\\b""#).as_deref(), Some("a\\b"));
+        assert_eq!(sf_string(r#""a b""#).as_deref(), Some("a b"));
+        for bad in [r#"""#, r#""abc"#, r#""a\b""#, r#""a"b"#, r#""a" "#, r#""a\""#, "\"a\u{7f}\""] {
+            assert_eq!(sf_string(bad), None, "{bad:?}");
+        }
     }
 }

@@ -487,3 +487,55 @@ async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops
     assert_eq!(runs.load(Ordering::SeqCst), 3, "all but the refused call ran");
     shutdown.cancel();
 }
+
+/// Over streamable HTTP, an `Idempotency-Key` header is the call's invocation id, as on the HTTP
+/// binding: the same key runs once (the repeat is answered with the first call's result, under
+/// that id); another key runs again; a key that disagrees with `_meta`'s id, or is invalid, is
+/// `-32602` and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_header_is_the_invocation_id() {
+    use agent_surface_policy::{BearerTokens, Identity};
+    let (registry, runs) = counted_slow_registry();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let tokens = BearerTokens::new([("t-alice", Identity::new("alice"))]);
+    let config = McpConfig { authenticator: Some(Arc::new(tokens)), ..McpConfig::default() };
+    tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
+    let with_key = |key: &str| {
+        vec![
+            ("Authorization".to_string(), "Bearer t-alice".to_string()),
+            ("Idempotency-Key".to_string(), key.to_string()),
+        ]
+    };
+    let (status, first) = modern_write(addr, 1, 0, &with_key("order-7")).await;
+    check_written(status, &first);
+    assert!(first.contains(r#""agent-surface/invocationId":"order-7""#), "{first}");
+    let (status, again) = modern_write(addr, 2, 0, &with_key("order-7")).await;
+    check_written(status, &again);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the same key ran once");
+    let (status, other) = modern_write(addr, 3, 0, &with_key("order-8")).await;
+    check_written(status, &other);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "another key is another call");
+    // Invalid, or two fields: a protocol error, and nothing runs.
+    for bad in [with_key("caf\u{e9}"), [with_key("a"), with_key("b")].concat()] {
+        let (status, raw) = modern_write(addr, 4, 0, &bad).await;
+        assert!(raw.contains("-32602") && raw.contains("Idempotency-Key"), "{status}: {raw}");
+    }
+    // A key and a `_meta` id that differ: which one is meant is unknown, so nothing runs.
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "work-write",
+        "arguments": {"ms": 0}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "ids", "version": "0"},
+        "agent-surface/invocationId": "order-9"}}})
+    .to_string();
+    let mut headers = with_key("order-10");
+    headers.extend(
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "work-write")]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let (status, raw) = post_owned(addr, &headers, body).await;
+    assert!(raw.contains("-32602") && raw.contains("differ"), "{status}: {raw}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    shutdown.cancel();
+}
