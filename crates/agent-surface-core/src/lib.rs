@@ -42,6 +42,8 @@
 //! assert_eq!(json["error"]["retry"], "with-changes");
 //! ```
 
+#[cfg(feature = "anyhow")]
+mod anyhow_interop;
 mod code;
 pub mod decision;
 mod definition;

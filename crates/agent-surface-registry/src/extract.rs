@@ -76,6 +76,12 @@ impl Requirement {
 }
 
 /// A handler parameter taken from the call: implement it for an extractor of your own.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an extractor: a handler takes its extractors first and its input last",
+    label = "not an extractor (`FromCtx`)",
+    note = "extractors are `Ctx`, `State<T>`, `InstanceState<S>`, `Caller` or a type that implements `FromCtx`; \
+            the typed input (`Deserialize + JsonSchema`) is the last parameter, after them"
+)]
 pub trait FromCtx: Sized + Send + 'static {
     /// What the extractor needs, checked at mount; `None` (the default): nothing.
     fn requirement() -> Option<Requirement> {
@@ -133,7 +139,22 @@ impl FromCtx for Caller {
 
 /// A handler with extractors: a function of zero to four [`FromCtx`] parameters and the input
 /// `I`, returning a future of `Result<O, AgentSurfaceError>`. Implemented for closures and
-/// functions; `Args` is the tuple of extractor types (it only tells the implementations apart).
+/// functions, and for [`Anyhow`] around one returning `anyhow::Result<O>` (the `anyhow`
+/// feature); `Args` is the tuple of extractor types (it only tells the implementations apart).
+///
+/// A closure of another shape (a sync closure, the input before an extractor, another error
+/// type) is refused with notes that list the valid shapes; `tests/ui/` pins what the compiler
+/// prints.
+#[diagnostic::on_unimplemented(
+    message = "this is not a handler: a handler is an `async` closure or `async fn` taking extractors first and its input last",
+    label = "not a handler for `.handle`",
+    note = "valid shapes: `|i: In| async move {{ .. }}`, `|ctx: Ctx, i: In| async move {{ .. }}`, `|State(db): State<Db>, caller: Caller, i: In| async move {{ .. }}` \
+            (up to four extractors: `Ctx`, `State<T>`, `InstanceState<S>`, `Caller`, or your own `FromCtx`), or an `async fn` of that shape",
+    note = "the input, last, is `Deserialize + JsonSchema`; the future returns `Result<O, AgentSurfaceError>` with `O: Serialize + JsonSchema` \
+            (write `Ok::<_, AgentSurfaceError>(..)` when nothing else names the error type)",
+    note = "for `?` on an `anyhow::Error`: wrap the handler in `Anyhow(..)` (the registry's `anyhow` feature, on by default) \
+            or map it with `.map_err(AgentSurfaceError::internal)?`"
+)]
 pub trait Handler<Args, I, O>: Send + Sync + 'static {
     /// The handler's future.
     type Future: Future<Output = Result<O, AgentSurfaceError>> + Send + 'static;
@@ -175,3 +196,83 @@ handler_with!(E1);
 handler_with!(E1, E2);
 handler_with!(E1, E2, E3);
 handler_with!(E1, E2, E3, E4);
+
+/// A handler written over `anyhow::Result<O>`, so that `?` works on an `anyhow::Error` (and on
+/// any error, and on an [`AgentSurfaceError`], which comes back out unchanged). Its errors become
+/// what [`AgentSurfaceError::from_anyhow`] makes of them: a sanitized
+/// `EXECUTION_FAILED {reason: handler-error}` whose private cause keeps the whole chain, or the
+/// `AgentSurfaceError` it carries. The `anyhow` feature (on by default).
+///
+/// ```
+/// use agent_surface_core::AgentSurfaceError;
+/// use agent_surface_registry::{Anyhow, Registry, RegistryConfig};
+/// use anyhow::Context;
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Lookup { sku: String }
+///
+/// let registry = Registry::new(RegistryConfig::default());
+/// registry.define("stock", |t| {
+///     t.capability("count", "Count a product in stock.").handle(Anyhow(|i: Lookup| async move {
+///         if i.sku.is_empty() {
+///             return Err(AgentSurfaceError::precondition_failed("Name a product.").into());
+///         }
+///         let n: u32 = std::fs::read_to_string(format!("/stock/{}", i.sku))
+///             .context("reading the stock file")?
+///             .trim()
+///             .parse()?;
+///         Ok(n)
+///     }))
+/// })?;
+/// # Ok::<_, agent_surface_core::DefinitionError>(())
+/// ```
+#[cfg(feature = "anyhow")]
+#[derive(Clone, Copy, Debug)]
+pub struct Anyhow<F>(pub F);
+
+/// Tells the implementations of [`Handler`] for [`Anyhow`] apart from those for bare closures.
+#[cfg(feature = "anyhow")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct AnyhowArgs<Args>(std::marker::PhantomData<Args>);
+
+#[cfg(feature = "anyhow")]
+macro_rules! anyhow_handler_with {
+    ($($e:ident),*) => {
+        impl<F, Fut, I, O, $($e,)*> Handler<AnyhowArgs<($($e,)*)>, I, O> for Anyhow<F>
+        where
+            F: Fn($($e,)* I) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = anyhow::Result<O>> + Send + 'static,
+            $($e: FromCtx,)*
+        {
+            type Future = futures_util::future::MapErr<Fut, fn(anyhow::Error) -> AgentSurfaceError>;
+
+            fn requirements() -> Vec<Requirement> {
+                let requirements: Vec<Option<Requirement>> = vec![$(<$e as FromCtx>::requirement(),)*];
+                requirements.into_iter().flatten().collect()
+            }
+
+            #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
+            #[allow(unused_variables, reason = "the handler without extractors does not read the context")]
+            fn call(&self, ctx: &Ctx, input: I) -> Option<Self::Future> {
+                use futures_util::TryFutureExt as _;
+                $(let $e = <$e as FromCtx>::from_ctx(ctx)?;)*
+                let convert: fn(anyhow::Error) -> AgentSurfaceError = AgentSurfaceError::from_anyhow;
+                Some((self.0)($($e,)* input).map_err(convert))
+            }
+        }
+    };
+}
+
+#[cfg(feature = "anyhow")]
+anyhow_handler_with!();
+#[cfg(feature = "anyhow")]
+anyhow_handler_with!(E1);
+#[cfg(feature = "anyhow")]
+anyhow_handler_with!(E1, E2);
+#[cfg(feature = "anyhow")]
+anyhow_handler_with!(E1, E2, E3);
+#[cfg(feature = "anyhow")]
+anyhow_handler_with!(E1, E2, E3, E4);

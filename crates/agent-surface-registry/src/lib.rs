@@ -101,6 +101,8 @@ mod wiring;
 pub use correlation::CorrelationId;
 pub use ctx::Ctx;
 pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, KeyScope, Plane, TypeBuilder};
+#[cfg(feature = "anyhow")]
+pub use extract::{Anyhow, AnyhowArgs};
 pub use extract::{Caller, FromCtx, Handler, InstanceState, Requirement, State};
 pub use handler::{Unmet, Verification};
 pub use periodic::Periodic;

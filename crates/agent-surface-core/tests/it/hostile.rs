@@ -97,3 +97,40 @@ fn a_cause_attached_to_any_code_stays_private() {
 fn anyhow_like(text: &str) -> Box<dyn std::error::Error + Send + Sync> {
     text.into()
 }
+
+/// An `anyhow::Error` with a hostile root and a hostile context: sanitized like any unknown
+/// error, the whole chain kept for the operator channel (the `anyhow` feature).
+#[cfg(feature = "anyhow")]
+#[test]
+fn an_anyhow_chain_stays_private() {
+    use anyhow::Context;
+    let err = Err::<(), _>(hostile()).context(SECRETS[5]).context(SECRETS[6]).unwrap_err();
+    let err = AgentSurfaceError::from_anyhow(err);
+    assert_eq!(err.code(), ErrorCode::ExecutionFailed);
+    assert_eq!(err.payload().detail("reason").and_then(|r| r.as_str()), Some("handler-error"));
+    assert_eq!(
+        err.payload().message(),
+        AgentSurfaceError::execution_failed(agent_surface_core::details::ExecutionFailedReason::HandlerError)
+            .payload()
+            .message()
+    );
+    assert_clean(&err);
+    let chain = err.cause_chain();
+    assert_eq!(chain.len(), 4, "{chain:?}");
+    assert_eq!((chain[0].as_str(), chain[1].as_str()), (SECRETS[6], SECRETS[5]));
+    assert!(chain[2].contains(SECRETS[0]) && chain[3].contains(SECRETS[3]));
+}
+
+/// A typed error converted into `anyhow` with `?` comes back out as itself, cause included.
+#[cfg(feature = "anyhow")]
+#[test]
+fn an_agent_surface_error_survives_anyhow() {
+    fn inner() -> anyhow::Result<()> {
+        Err(AgentSurfaceError::precondition_failed("The order has shipped.").with_cause(hostile()))?;
+        Ok(())
+    }
+    let err = AgentSurfaceError::from_anyhow(inner().unwrap_err());
+    assert_eq!(err.code(), ErrorCode::PreconditionFailed);
+    assert_eq!(err.cause_chain().len(), 2);
+    assert_clean(&err);
+}

@@ -1,0 +1,6 @@
+//! The compiler's messages for handlers of a wrong shape (`trybuild`; `.stderr` snapshots).
+
+#[test]
+fn handler_shapes() {
+    trybuild::TestCases::new().compile_fail("tests/ui/*.rs");
+}
