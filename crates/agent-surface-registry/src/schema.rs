@@ -423,7 +423,11 @@ pub(crate) fn check_input_schema(
 ) -> Result<CheckedInputSchema, DefinitionError> {
     let full = PortableSchema::check(location, schema, limits)?;
     let Some(root) = schema.as_object().filter(|_| full.is_object_schema()) else {
-        return Err(unsupported(location, "tool input must be a JSON object (`\"type\": \"object\"` at the root)"));
+        return Err(unsupported(
+            location,
+            "tool input must be a JSON object (`\"type\": \"object\"` at the root): wrap it in a struct \
+             (a `String`, a `Vec`, an enum or a map becomes one named field of the struct)",
+        ));
     };
     let properties = root.get("properties").and_then(Value::as_object);
     if properties.is_some_and(|p| p.contains_key(TARGET_ARGUMENT)) {
@@ -675,7 +679,9 @@ impl Checker<'_> {
             "additionalProperties" | "items" => {
                 if keyword == "items" && value.is_array() {
                     return Err(self.error(format!(
-                        "`items` at `{pointer}` is an array (tuple form), which is not in the portable schema subset"
+                        "`items` at `{pointer}` is an array (tuple form), which is not in the portable schema \
+                         subset: {}",
+                        outside_hint("prefixItems")
                     )));
                 }
                 if !is_schema(value) {
@@ -704,7 +710,10 @@ impl Checker<'_> {
             "uniqueItems" | "nullable" | "readOnly" | "writeOnly" | "deprecated" => value.is_boolean(),
             extension if extension.starts_with("x-") => true,
             other => {
-                return Err(self.error(format!("`{other}` at `{pointer}` is not in the portable schema subset")));
+                return Err(self.error(format!(
+                    "`{other}` at `{pointer}` is not in the portable schema subset: {}",
+                    outside_hint(other)
+                )));
             }
         };
         if shape_ok { Ok(()) } else { Err(self.shape(keyword, pointer, expected_shape(keyword))) }
@@ -735,7 +744,7 @@ impl Checker<'_> {
         let form = || {
             self.error(format!(
                 "`$ref` at `{pointer}` must be `#` or point to `#/$defs/Name` or `#/definitions/Name` \
-                 (remote and other references are not in the portable schema subset)"
+                 (remote and other references are not in the portable schema subset; see {SUBSET_DOC})"
             ))
         };
         let unresolved =
@@ -781,6 +790,30 @@ impl Checker<'_> {
     fn error(&self, problem: String) -> DefinitionError {
         unsupported(self.location, problem)
     }
+}
+
+/// Where the portable subset is listed, named by every refusal of a construct outside it.
+const SUBSET_DOC: &str = "spec/invocation.md#32-the-portable-schema-subset";
+
+/// How to fix a schema that uses `keyword`, outside the portable subset: the Rust construct that
+/// usually produces it and what to write instead, then where the subset is listed.
+fn outside_hint(keyword: &str) -> String {
+    let fix = match keyword {
+        "patternProperties" | "propertyNames" => {
+            "a map with non-string keys (`HashMap<u32, _>`, an enum key); use string keys (`HashMap<String, _>`)"
+        }
+        "prefixItems" => "a tuple; use a struct with named fields, or a `Vec` of one type",
+        "allOf" => "often `#[serde(flatten)]`; write the fields out in one struct",
+        "not" | "if" | "then" | "else" | "dependentSchemas" | "dependentRequired" | "dependencies" => {
+            "a conditional schema; check the condition in the handler or a precondition instead"
+        }
+        "unevaluatedProperties" | "unevaluatedItems" => {
+            "use `additionalProperties: false` (the registry closes object schemas itself)"
+        }
+        "contains" | "minContains" | "maxContains" => "check the array's contents in a precondition instead",
+        _ => "remove it or express it with the keywords the subset allows",
+    };
+    format!("{fix} (the subset: {SUBSET_DOC})")
 }
 
 /// What a keyword's value must be, for error messages.
@@ -1227,7 +1260,11 @@ mod tests {
     #[test]
     fn tuples_are_not_portable() {
         let err = check_output_schema("t.c", &schema_for::<(u8, String)>(), SchemaLimits::default()).unwrap_err();
-        assert_eq!(err.problem(), "`prefixItems` at `/prefixItems` is not in the portable schema subset");
+        assert_eq!(
+            err.problem(),
+            "`prefixItems` at `/prefixItems` is not in the portable schema subset: a tuple; use a struct with \
+             named fields, or a `Vec` of one type (the subset: spec/invocation.md#32-the-portable-schema-subset)"
+        );
     }
 
     #[test]
@@ -1240,7 +1277,9 @@ mod tests {
         assert!(check_output_schema("t.c", &json!(true), limits).is_ok());
         let err = check_output_schema("t.c", &json!({"type": "array", "prefixItems": []}), limits).unwrap_err();
         assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
-        assert_eq!(err.problem(), "`prefixItems` at `/prefixItems` is not in the portable schema subset");
+        assert!(
+            err.problem().starts_with("`prefixItems` at `/prefixItems` is not in the portable schema subset: a tuple")
+        );
     }
 
     #[test]
@@ -1255,5 +1294,55 @@ mod tests {
         assert!(!is_trivial(&schema_for::<()>()));
         assert!(!is_trivial(&json!({"x-kind": "a"})));
         assert!(!is_trivial(&json!(null)));
+    }
+}
+
+#[cfg(test)]
+mod hints {
+    use std::collections::BTreeMap;
+
+    use schemars::JsonSchema;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The refusal of `schema` as a capability input names what to do about it.
+    #[track_caller]
+    fn check(schema: Value, expected: &str) {
+        let err = check_input_schema("t.c", &schema, &[], &[], SchemaLimits::default()).unwrap_err();
+        assert_eq!(err.code(), DefinitionErrorCode::UnsupportedSchema);
+        assert_eq!(err.problem(), expected, "{schema}");
+    }
+
+    #[derive(JsonSchema)]
+    #[expect(dead_code, reason = "only its schema is used")]
+    struct Counts {
+        by_id: BTreeMap<u32, String>,
+    }
+
+    #[test]
+    fn refusals_name_the_fix() {
+        check(
+            schema_for::<String>(),
+            "tool input must be a JSON object (`\"type\": \"object\"` at the root): wrap it in a struct \
+             (a `String`, a `Vec`, an enum or a map becomes one named field of the struct)",
+        );
+        check(
+            schema_for::<Counts>(),
+            "`patternProperties` at `/properties/by_id/patternProperties` is not in the portable schema subset: a map with \
+             non-string keys (`HashMap<u32, _>`, an enum key); use string keys (`HashMap<String, _>`) \
+             (the subset: spec/invocation.md#32-the-portable-schema-subset)",
+        );
+        check(
+            json!({"type": "object", "allOf": [{"type": "object"}]}),
+            "`allOf` at `/allOf` is not in the portable schema subset: often `#[serde(flatten)]`; write the fields \
+             out in one struct (the subset: spec/invocation.md#32-the-portable-schema-subset)",
+        );
+        check(
+            json!({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}),
+            "`$ref` at `/properties/a/$ref` must be `#` or point to `#/$defs/Name` or `#/definitions/Name` \
+             (remote and other references are not in the portable schema subset; \
+             see spec/invocation.md#32-the-portable-schema-subset)",
+        );
     }
 }
