@@ -468,8 +468,8 @@ pub static MATRIX: [CodeSpec; 16] = [
     CodeSpec {
         code: ErrorCode::ExecutionFailed,
         meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
-        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out or is unmounted mid-flight); the idempotency store fails at admission or the confirmation store fails at confirmation (transient); strict audit cannot record that a call starts (audit-unavailable, transient, before the handler runs); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
-        phases: &[Admission, Input, Confirmation, Execute, Output],
+        when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out or is unmounted mid-flight); the idempotency store fails at admission, the rate limiter's store at rate, or the confirmation store at confirmation (transient); strict audit cannot record that a call starts (audit-unavailable, transient, before the handler runs); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
+        phases: &[Admission, Input, Rate, Confirmation, Execute, Output],
         handler_may_return: true,
         layer: Rule {
             default: Layer::Execution,

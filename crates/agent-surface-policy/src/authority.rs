@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 
 use crate::clock::{Clock, SystemClock};
 use crate::guard::{Failure, guarded};
-use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, PolicyError, Scope};
+use crate::hooks::{AuthorityDecision, AuthorityPolicy, CallInfo, NotedDecision, PolicyError, Scope};
 
 /// The time budget of one policy when none is configured.
 pub const DEFAULT_POLICY_BUDGET: Duration = Duration::from_secs(1);
@@ -226,19 +226,27 @@ impl Policies {
     /// Evaluates the policies that apply to `call`, in order, failing closed; then, when all of
     /// them allowed, the [`Fallback`].
     pub async fn evaluate<'p>(&'p self, call: CallInfo<'_>) -> Verdict<'p> {
+        self.evaluate_noted(call).await.0
+    }
+
+    /// [`Policies::evaluate`], with the decision noted as the deepest policy that made it says
+    /// (a nested engine's own policy, say) for the operator channel.
+    async fn evaluate_noted<'p>(&'p self, call: CallInfo<'_>) -> (Verdict<'p>, NotedDecision) {
         for policy in self.chain(&call) {
-            match guarded(self.clock.as_ref(), self.budget, || policy.decide(call)).await {
-                Ok(AuthorityDecision::Allow) => continue,
-                Ok(decision) => {
+            match guarded(self.clock.as_ref(), self.budget, || policy.decide_noted(call)).await {
+                Ok(NotedDecision { decision: AuthorityDecision::Allow, .. }) => continue,
+                Ok(noted) => {
                     tracing::debug!(
                         target: "agent_surface::policy",
                         policy = policy.name(),
                         capability = call.capability,
                         consumer = call.consumer.key(),
-                        decision = ?decision,
+                        decision = ?noted.decision,
                         "authority decision"
                     );
-                    return Verdict { decision, decided_by: Some(policy.name()), failed: false };
+                    let verdict =
+                        Verdict { decision: noted.decision.clone(), decided_by: Some(policy.name()), failed: false };
+                    return (verdict, noted);
                 }
                 Err(failure) => {
                     // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
@@ -261,11 +269,9 @@ impl Policies {
                             "authority policy failed; denying"
                         );
                     }
-                    return Verdict {
-                        decision: AuthorityDecision::Deny { origin: Origin::Client },
-                        decided_by: Some(policy.name()),
-                        failed: true,
-                    };
+                    let decision = AuthorityDecision::Deny { origin: Origin::Client };
+                    let noted = NotedDecision::new(decision.clone(), policy.name(), None);
+                    return (Verdict { decision, decided_by: Some(policy.name()), failed: true }, noted);
                 }
             }
         }
@@ -277,13 +283,12 @@ impl Policies {
                 consumer = call.consumer.key(),
                 "no policy names the capability; denying"
             );
-            return Verdict {
-                decision: AuthorityDecision::Deny { origin: Origin::Client },
-                decided_by: Some("default-deny"),
-                failed: false,
-            };
+            let decision = AuthorityDecision::Deny { origin: Origin::Client };
+            let wants = Some("a policy that names the capability".to_string());
+            let noted = NotedDecision::new(decision.clone(), "default-deny", wants);
+            return (Verdict { decision, decided_by: Some("default-deny"), failed: false }, noted);
         }
-        Verdict::allow()
+        (Verdict::allow(), NotedDecision::allow())
     }
 }
 
@@ -315,6 +320,11 @@ impl AuthorityPolicy for Policies {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         Box::pin(async move { Ok(self.evaluate(call).await.decision) })
+    }
+
+    /// Names the policy among those it holds that decided (a nested engine's own, in turn).
+    fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
+        Box::pin(async move { Ok(self.evaluate_noted(call).await.1) })
     }
 
     /// The types and capabilities of its per-type and per-capability groups, and what the
@@ -357,6 +367,10 @@ pub struct RequireIdentity;
 impl AuthorityPolicy for RequireIdentity {
     fn name(&self) -> &str {
         "require-identity"
+    }
+
+    fn wants(&self) -> Option<String> {
+        Some("a signed-in identity".to_string())
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
@@ -417,6 +431,10 @@ impl RequireRole {
 impl AuthorityPolicy for RequireRole {
     fn name(&self) -> &str {
         "require-role"
+    }
+
+    fn wants(&self) -> Option<String> {
+        Some(format!("role {:?}", self.role))
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {

@@ -307,6 +307,28 @@ pub trait AuthorityPolicy: Send + Sync + 'static {
     /// Decides on one call or capability.
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>>;
 
+    /// What a caller must have for this policy to allow a call, for the operator channel only
+    /// (e.g. `role "agent"`): the pipeline's event of a denial names it. The default: nothing
+    /// said (the event still names the policy).
+    fn wants(&self) -> Option<String> {
+        None
+    }
+
+    /// [`decide`](AuthorityPolicy::decide), with the policy that decided and what it wanted when
+    /// the decision is not [`AuthorityDecision::Allow`] (the pipeline's operator event of a
+    /// denial says `policy require-role denied: wants role "agent"`). The default names this
+    /// policy and its [`wants`](AuthorityPolicy::wants); an engine that holds other policies
+    /// ([`Policies`](crate::Policies)) names the one among them that decided.
+    fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
+        Box::pin(async move {
+            let decision = self.decide(call).await?;
+            if decision == AuthorityDecision::Allow {
+                return Ok(NotedDecision::allow());
+            }
+            Ok(NotedDecision::new(decision, self.name(), self.wants()))
+        })
+    }
+
     /// The types and capabilities this policy is configured for, which the registry checks
     /// exist when it is assembled (see [`Scope`]). The default: none (a policy that decides by
     /// looking at the call names nothing in advance).
@@ -324,12 +346,46 @@ impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
         (**self).decide(call)
     }
 
+    fn wants(&self) -> Option<String> {
+        (**self).wants()
+    }
+
+    fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
+        (**self).decide_noted(call)
+    }
+
     fn scopes(&self) -> Vec<Scope> {
         (**self).scopes()
     }
 }
 
+/// An authority decision with, when it is not [`AuthorityDecision::Allow`], the policy that made
+/// it and what that policy wanted: for the operator channel only, never the agent's payload.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct NotedDecision {
+    /// The decision.
+    pub decision: AuthorityDecision,
+    /// The name of the policy that decided; empty for `Allow`.
+    pub by: String,
+    /// What it wanted ([`AuthorityPolicy::wants`]); `None` for `Allow`.
+    pub wants: Option<String>,
+}
+
+impl NotedDecision {
+    /// `decision`, made by the policy named `by`, which wanted `wants`.
+    pub fn new(decision: AuthorityDecision, by: &str, wants: Option<String>) -> NotedDecision {
+        NotedDecision { decision, by: by.to_string(), wants }
+    }
+
+    /// `Allow`, which names nobody (and allocates nothing).
+    pub fn allow() -> NotedDecision {
+        NotedDecision { decision: AuthorityDecision::Allow, by: String::new(), wants: None }
+    }
+}
+
 /// A rate decision.
+#[non_exhaustive]
 pub enum RateDecision {
     /// Go on; the permit (if any) is held until the call ends (a queue slot, say).
     Allow(Option<Box<dyn Send>>),
@@ -340,6 +396,13 @@ pub enum RateDecision {
         /// An honest estimate of when a retry can pass.
         retry_after: Duration,
     },
+    /// The limiter could not decide because its store failed (a shared store that does not
+    /// answer, say): the call does not run and is answered as any other store failure,
+    /// `EXECUTION_FAILED {reason: transport, transient: true}` after
+    /// [`STORE_RETRY_AFTER`](crate::STORE_RETRY_AFTER) — never `RATE_LIMITED`, which would
+    /// tell the caller it called too often. The text is the cause, for the operator channel
+    /// only.
+    Unavailable(String),
 }
 
 impl std::fmt::Debug for RateDecision {
@@ -349,6 +412,7 @@ impl std::fmt::Debug for RateDecision {
             RateDecision::Limited { reason, retry_after } => {
                 f.debug_struct("Limited").field("reason", reason).field("retry_after", retry_after).finish()
             }
+            RateDecision::Unavailable(cause) => f.debug_tuple("Unavailable").field(cause).finish(),
         }
     }
 }

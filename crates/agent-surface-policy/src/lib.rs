@@ -115,7 +115,7 @@ pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallDetails, CallInfo, ConfirmationDecision, ConfirmationGate,
-    ConsumedEvidence, DeclaredGate, PolicyError, RateDecision, RateLimiter, Scope,
+    ConsumedEvidence, DeclaredGate, NotedDecision, PolicyError, RateDecision, RateLimiter, Scope,
 };
 pub use idempotency::{
     Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,

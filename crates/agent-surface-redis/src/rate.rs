@@ -63,9 +63,6 @@ pub struct RedisRateLimiter {
     take: std::sync::Arc<Script>,
 }
 
-/// How long a caller is asked to wait when Redis did not answer.
-const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
-
 impl RedisRateLimiter {
     /// A limiter over `stores` with `config`.
     pub fn new(stores: RedisStores, config: RedisRateConfig) -> RedisRateLimiter {
@@ -97,10 +94,8 @@ impl RedisRateLimiter {
                 let retry_after = Duration::from_millis(wait_us.div_ceil(1_000).max(1));
                 RateDecision::Limited { reason: RateLimitReason::Rate, retry_after }
             }
-            Err(e) => {
-                tracing::error!(target: "agent_surface::rate", error = %e, "rate budget unreadable; limiting the call");
-                RateDecision::Limited { reason: RateLimitReason::Rate, retry_after: UNAVAILABLE_RETRY }
-            }
+            // The pipeline answers a transient store failure (and logs it as a store fault).
+            Err(e) => RateDecision::Unavailable(format!("redis rate budget unreadable: {e}")),
         }
     }
 }

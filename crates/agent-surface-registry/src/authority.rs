@@ -2,7 +2,7 @@
 //! phase 4 (`pipeline/authority.rs`): below both, so that neither reaches into the other.
 
 use agent_surface_core::details::Origin;
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, guarded};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, NotedDecision, guarded};
 
 /// Asks the policy within `budget` on `clock` (`RegistryConfig::authority_budget`, or what is
 /// left of a whole snapshot's), failing closed: an error, a panic or an overrun is a denial.
@@ -12,8 +12,20 @@ pub(crate) async fn decide(
     call: CallInfo<'_>,
     budget: std::time::Duration,
 ) -> AuthorityDecision {
-    match guarded(clock, budget, || policy.decide(call)).await {
-        Ok(decision) => decision,
+    decide_noted(clock, policy, call, budget).await.decision
+}
+
+/// [`decide`], with the policy that decided and what it wanted, for the pipeline's operator
+/// event (a failed policy is named, and wanted nothing).
+pub(crate) async fn decide_noted(
+    clock: &dyn Clock,
+    policy: &dyn AuthorityPolicy,
+    call: CallInfo<'_>,
+    budget: std::time::Duration,
+) -> NotedDecision {
+    let failed = |by| NotedDecision::new(AuthorityDecision::Deny { origin: Origin::Client }, by, None);
+    match guarded(clock, budget, || policy.decide_noted(call)).await {
+        Ok(decided) => decided,
         // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
         Err(failure @ agent_surface_policy::Failure::Panic(_)) => {
             tracing::error!(
@@ -23,7 +35,7 @@ pub(crate) async fn decide(
                 cause = %failure,
                 "authority policy panicked; denying"
             );
-            AuthorityDecision::Deny { origin: Origin::Client }
+            failed(policy.name())
         }
         Err(failure) => {
             tracing::warn!(
@@ -33,7 +45,7 @@ pub(crate) async fn decide(
                 cause = %failure,
                 "authority policy failed; denying"
             );
-            AuthorityDecision::Deny { origin: Origin::Client }
+            failed(policy.name())
         }
     }
 }

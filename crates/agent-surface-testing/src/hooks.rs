@@ -197,6 +197,10 @@ impl<P: AuthorityPolicy> AuthorityPolicy for Slow<P> {
         })
     }
 
+    fn wants(&self) -> Option<String> {
+        self.inner.wants()
+    }
+
     fn scopes(&self) -> Vec<agent_surface_policy::Scope> {
         self.inner.scopes()
     }

@@ -1311,6 +1311,7 @@ pub async fn check_rate_limiter(limiter: &dyn RateLimiter, quota: Quota, prefix:
             );
         }
         RateDecision::Allow(_) => panic!("store kit: a call past the burst of {limit} must be limited"),
+        other => panic!("store kit: a call past the burst of {limit} must be limited, got {other:?}"),
     }
     let b = consumer("b");
     assert!(matches!(acquire(&b).await, RateDecision::Allow(_)), "store kit: another consumer has its own budget");

@@ -32,6 +32,7 @@ fn acquire(
     match limiter.acquire(call, now).now_or_never().expect("answers at once") {
         RateDecision::Allow(_) => Ok(()),
         RateDecision::Limited { reason, retry_after } => Err((reason, retry_after)),
+        other => panic!("the memory limiter has no store to fail: {other:?}"),
     }
 }
 

@@ -42,6 +42,7 @@ async fn two_replicas_share_one_budget_and_a_refused_call_costs_nothing() {
             assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(20), "{retry_after:?}");
         }
         RateDecision::Allow(_) => panic!("the shared capability budget is spent"),
+        other => panic!("redis answered: {other:?}"),
     }
     // That refusal took nothing from alice's own budget (4): one more of another capability
     // (exempt from the capability budget) passes, the next does not.
@@ -94,6 +95,7 @@ async fn a_per_user_quota_limits_one_user_and_not_another_across_replicas() {
             assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(30), "{retry_after:?}");
         }
         RateDecision::Allow(_) => panic!("alice's two creates a minute are spent, on both replicas together"),
+        other => panic!("redis answered: {other:?}"),
     }
     assert!(allowed(&b.acquire(create(&bob), now).await), "bob is not limited by alice's calls");
     let list = CallInfo::new(&alice, "tickets.list", "tickets", Effect::Read, true);

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, NotedDecision};
 
 use super::resolve::{Ambiguous, Resolution, Resolved};
 use super::{Arrival, Stop};
@@ -58,9 +58,9 @@ pub(crate) async fn check(
             (CallInfo::new(consumer, name, type_id, Effect::Write, false), false)
         }
     };
-    let decision =
-        crate::authority::decide(inner.config.clock.as_ref(), policy, call, inner.config.authority_budget).await;
-    if decision == AuthorityDecision::Hide && known {
+    let noted =
+        crate::authority::decide_noted(inner.config.clock.as_ref(), policy, call, inner.config.authority_budget).await;
+    if noted.decision == AuthorityDecision::Hide && known {
         // A fixed note, built as the resolve phase builds its "no such capability": formatting
         // the policy's name here alone made a hidden name measurably slower to refuse than an
         // unknown one (`cargo bench -p agent-surface-http --bench not_found`). The policy engine
@@ -68,21 +68,26 @@ pub(crate) async fn check(
         return Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"));
     }
     let resolved = resolution.into_result()?;
-    admit(policy.name(), decision, resolved)
+    admit(noted, resolved)
 }
 
-/// The call as the decision on it says.
-fn admit(policy: &str, decision: AuthorityDecision, resolved: Resolved) -> Result<Resolved, Stop> {
-    let stop = |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {policy}: {note}")));
+/// The call as the decision on it says. The operator note names the policy that decided and what
+/// it wanted (`policy require-role denied: wants role "agent"`); the agent's payload never does.
+fn admit(noted: NotedDecision, resolved: Resolved) -> Result<Resolved, Stop> {
+    let NotedDecision { decision, by: policy, wants, .. } = noted;
+    let wanted = wants.map(|w| format!(": wants {w}")).unwrap_or_default();
+    let stop = |error, note: &str| Err(Stop::noted(error, Phase::Authority, format!("policy {policy} {note}{wanted}")));
     match decision {
         AuthorityDecision::Allow => Ok(resolved),
         AuthorityDecision::Deny { origin } => stop(AgentSurfaceError::not_authorized(origin), "denied"),
-        AuthorityDecision::Unauthenticated => stop(AgentSurfaceError::not_authenticated(), "unauthenticated"),
+        AuthorityDecision::Unauthenticated => {
+            stop(AgentSurfaceError::not_authenticated(), "refused an anonymous caller")
+        }
         AuthorityDecision::Hide => {
             Err(Stop::noted(AgentSurfaceError::capability_not_found(), Phase::Authority, "hidden (hiddenMatch)"))
         }
         AuthorityDecision::Disable { reason } => {
-            stop(AgentSurfaceError::capability_not_available(reason), "disabled for this consumer (disabledBy)")
+            stop(AgentSurfaceError::capability_not_available(reason), "disabled it for this consumer (disabledBy)")
         }
     }
 }
@@ -122,5 +127,9 @@ async fn check_ambiguous(
     if let Some(stop) = then {
         return Err(stop);
     }
-    admit(policy.name(), decision, Resolved { def, registration })
+    let noted = match decision {
+        AuthorityDecision::Allow => NotedDecision::allow(),
+        decision => NotedDecision::new(decision, policy.name(), None),
+    };
+    admit(noted, Resolved { def, registration })
 }

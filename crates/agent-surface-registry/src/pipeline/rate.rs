@@ -1,7 +1,10 @@
 //! Phase 6 — rate limits and the action queue.
 //!
 //! Input: the consumer, the capability and the validated input. Decision: the rate limiter's
-//! (never limited when none is configured). Code: `RATE_LIMITED {reason, retryAfterMs}`.
+//! (never limited when none is configured). Codes: `RATE_LIMITED {reason, retryAfterMs}`;
+//! `EXECUTION_FAILED {reason: transport, transient}` when the limiter's store failed
+//! ([`RateDecision::Unavailable`]), as the other phases answer a store failure: a store that
+//! cannot be reached is not the caller calling too often.
 //!
 //! The limiter fails closed: one that panics answers `RATE_LIMITED {reason: rate}`, and one that
 //! has not decided (queue wait included) within the registry's default time budget answers
@@ -44,6 +47,19 @@ pub(crate) async fn acquire(call: &Call<'_>, limiter: &dyn RateLimiter, input: &
         RateDecision::Limited { reason, retry_after } => {
             Err(Stop::new(AgentSurfaceError::rate_limited(reason, retry_after), Phase::Rate))
         }
+        RateDecision::Unavailable(cause) => Err(Stop::noted(
+            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            Phase::Rate,
+            format!("rate limiter store failed: {cause}"),
+        )
+        .store_fault(super::Fault::RateLimiter)),
+        // A decision this registry does not know yet: fail closed, as a store failure does.
+        _ => Err(Stop::noted(
+            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            Phase::Rate,
+            "rate limiter answered an unknown decision",
+        )
+        .store_fault(super::Fault::RateLimiter)),
     }
 }
 

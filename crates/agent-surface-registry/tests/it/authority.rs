@@ -494,3 +494,28 @@ async fn a_slow_policy_still_hides_in_a_snapshot() {
     let names: Vec<&str> = snapshot.capabilities.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["shop.browse", "shop.sale"], "four decisions of 50 ms fit one budget of 120 ms together");
 }
+
+/// The operator event of a denial names the policy that decided (inside the engine) and the role
+/// it wanted; the agent's payload names neither.
+#[test]
+fn the_operator_note_names_the_deciding_policy_and_what_it_wanted() {
+    let ((denied, anonymous), log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let policies = Policies::new().for_type("demo", RequireRole::new("agent"));
+            let (r, _m) = echo_registry(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
+            let denied =
+                r.invoke_detailed(call("demo.echo", json!({"text": "a"})), signed_in("bob", &["viewer"])).await;
+            let anonymous = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("anon")).await;
+            (denied, anonymous)
+        })
+    });
+    assert_produced(&denied, ErrorCode::NotAuthorized, Phase::Authority);
+    assert_produced(&anonymous, ErrorCode::NotAuthenticated, Phase::Authority);
+    assert!(log.contains(r#"policy require-role denied: wants role \"agent\""#), "{log}");
+    assert!(log.contains(r#"policy require-role refused an anonymous caller: wants role \"agent\""#), "{log}");
+    for result in [&denied.result, &anonymous.result] {
+        let wire = serde_json::to_string(result).unwrap();
+        assert!(!wire.contains("require-role") && !wire.contains("agent\\\""), "{wire}");
+    }
+}

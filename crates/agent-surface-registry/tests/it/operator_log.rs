@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use agent_surface_core::{AgentSurfaceError, ErrorCode, LogLevel, Timestamp, matrix};
+use agent_surface_core::{AgentSurfaceError, ErrorCode, LogLevel, Phase, Timestamp, matrix};
 use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
 use agent_surface_registry::{Ctx, Invocation, Registry, RegistryConfig};
 use futures_util::future::BoxFuture;
@@ -238,4 +238,25 @@ fn a_panicking_policy_is_an_error_event_of_the_call() {
     assert!(line.contains("ERROR "), "{line}");
     assert!(line.contains(&format!("correlation_id={id}")), "{line}");
     assert!(line.contains("the policy table is missing"), "{line}");
+}
+
+/// A rate limiter whose store cannot be reached answers the transient store failure, never
+/// `RATE_LIMITED`; its cause is on the operator channel only, in an `ERROR` event.
+#[test]
+fn a_rate_limiter_store_failure_is_transient_not_rate_limited() {
+    let limiter = agent_surface_testing::FnLimiter::new(|_, _| {
+        agent_surface_policy::RateDecision::Unavailable("redis://10.0.0.9: no answer within 2s".into())
+    });
+    let config = RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..RegistryConfig::default() };
+    let (invocations, log) = run(config, vec![("log.ok", json!({"n": 1}), None)]);
+    let payload = crate::support::assert_produced(&invocations[0], ErrorCode::ExecutionFailed, Phase::Rate);
+    assert_eq!(payload.retry(), agent_surface_core::Retry::AfterDelay);
+    assert_eq!(
+        payload.details().unwrap(),
+        json!({"reason": "transport", "transient": true, "retryAfterMs": 1000}).as_object().unwrap()
+    );
+    assert!(!serde_json::to_string(&invocations[0].result).unwrap().contains("10.0.0.9"));
+    let line = event_line(&log, &invocations[0]);
+    assert!(line.contains("ERROR "), "a store fault: {line}");
+    assert!(line.contains("rate limiter store failed: redis://10.0.0.9"), "{line}");
 }
