@@ -106,6 +106,20 @@ fn not_found(note: &str) -> Stop {
     stop(AgentSurfaceError::capability_not_found(), note)
 }
 
+/// `CAPABILITY_NOT_FOUND` for a name no capability has. A name in the tool-name form
+/// (`refunds-issue`, as MCP and the toolset spell it) gets a did-you-mean in the operator note
+/// only: the payload stays the same detail-free one, and the hint is read from the name alone —
+/// never from what is registered — so it shows nothing of a hidden capability, not even by time.
+fn unknown_name(name: &str) -> Stop {
+    match crate::id::capability_from_tool_name(name) {
+        Some(capability) => stop(
+            AgentSurfaceError::capability_not_found(),
+            format!("no such capability; `{name}` is a tool name: did you mean the capability name `{capability}`?"),
+        ),
+        None => not_found("no such capability"),
+    }
+}
+
 fn tombstone_stop(state: &State, t: &Tombstone) -> Stop {
     let note = format!("tombstone of {} (created {}, expires {})", t.registration_id, t.created_at, t.expires_at);
     if let Some(live) = &t.replaced_by
@@ -139,7 +153,7 @@ pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
     // The clock is read only when a tombstone is looked up (the arrival's reading, if taken).
     let now = || arrival.now();
     let Some(def) = state.capabilities.get(request.capability.as_str()) else {
-        return Resolution::Unresolved(None, not_found("no such capability"));
+        return Resolution::Unresolved(None, unknown_name(request.capability.as_str()));
     };
     match registration(state, surface_id, def, request, now) {
         Ok((Picked::One(registration), None)) => Resolution::Resolved(Resolved { def: def.clone(), registration }),

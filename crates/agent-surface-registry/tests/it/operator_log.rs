@@ -260,3 +260,18 @@ fn a_rate_limiter_store_failure_is_transient_not_rate_limited() {
     assert!(line.contains("ERROR "), "a store fault: {line}");
     assert!(line.contains("rate limiter store failed: redis://10.0.0.9"), "{line}");
 }
+
+/// A call naming a capability in its tool-name form gets a did-you-mean on the operator channel;
+/// its payload is the same detail-free `CAPABILITY_NOT_FOUND` as any unknown name's.
+#[test]
+fn a_tool_name_where_a_capability_name_belongs_is_hinted_to_the_operator_only() {
+    let (invocations, log) =
+        run(RegistryConfig::default(), vec![("log-ok", json!({"n": 1}), None), ("log.nope", json!({"n": 1}), None)]);
+    let hinted = crate::support::assert_produced(&invocations[0], ErrorCode::CapabilityNotFound, Phase::Resolve);
+    let plain = crate::support::assert_produced(&invocations[1], ErrorCode::CapabilityNotFound, Phase::Resolve);
+    assert_eq!(hinted, plain, "the agent cannot tell the two apart");
+    assert!(!serde_json::to_string(&invocations[0].result).unwrap().contains("log.ok"));
+    let line = event_line(&log, &invocations[0]);
+    assert!(line.contains("`log-ok` is a tool name: did you mean the capability name `log.ok`?"), "{line}");
+    assert!(!event_line(&log, &invocations[1]).contains("did you mean"));
+}
