@@ -173,8 +173,8 @@ mod tests {
     fn a_code_the_matrix_does_not_give_the_phase_is_reported() {
         check_edit(
             "rate.rs",
-            "Code: `RATE_LIMITED",
-            "Code: `TIMEOUT`, `RATE_LIMITED",
+            "Codes: `RATE_LIMITED",
+            "Codes: `TIMEOUT`, `RATE_LIMITED",
             "rate.rs: its `Codes:` line names `TIMEOUT`, but the matrix does not give `TIMEOUT` the phase `rate`",
         );
     }

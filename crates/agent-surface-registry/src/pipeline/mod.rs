@@ -558,7 +558,7 @@ fn admitted<'a>(
         correlation_text: std::sync::OnceLock::new(),
     };
     let prepared = input::prepare(&call, input)?;
-    // Phase 5a: a capability with a natural idempotency key is admitted under it now, after
+    // Phase 1b: a capability with a natural idempotency key is admitted under it now, after
     // authority (the key spans callers) and before anything a repeat must not meet again.
     match &call.def.natural_key {
         Some(key) => {

@@ -1,4 +1,5 @@
-//! Phase 5a — the natural idempotency key.
+//! Phase 1b — the natural idempotency key: admission under a key computed from the input, reported as
+//! `admission` (it runs once phase 5 has validated, bound and decoded the input).
 //!
 //! Input: a call that authority admitted, with its validated, bound and decoded input, of a
 //! capability that declares a key (`CapabilityBuilder::idempotency_key`). Decision: run the call
