@@ -256,7 +256,7 @@ impl Policies {
                             policy = policy.name(),
                             capability = call.capability,
                             consumer = call.consumer.key(),
-                            cause = %failure,
+                            cause = %crate::redacted(&failure),
                             "authority policy panicked; denying"
                         );
                     } else {
@@ -265,7 +265,7 @@ impl Policies {
                             policy = policy.name(),
                             capability = call.capability,
                             consumer = call.consumer.key(),
-                            cause = %failure,
+                            cause = %crate::redacted(&failure),
                             "authority policy failed; denying"
                         );
                     }

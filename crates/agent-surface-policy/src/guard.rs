@@ -34,15 +34,22 @@ impl fmt::Display for Failure {
     }
 }
 
-/// The text of a panic payload.
+/// The text of a panic payload, redacted ([`crate::redact`]): it is bound for the operator
+/// channel, and a panic's message is whatever the code had at hand.
+///
+/// ```
+/// let payload: Box<dyn std::any::Any + Send> = Box::new(String::from("token=sk_live_51H expired"));
+/// assert_eq!(agent_surface_policy::panic_text(payload.as_ref()), "token=*** expired");
+/// ```
 pub fn panic_text(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
+    let text = if let Some(s) = payload.downcast_ref::<&str>() {
+        s
     } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
+        s.as_str()
     } else {
-        "(non-string panic payload)".to_string()
-    }
+        "(non-string panic payload)"
+    };
+    crate::redact::redact(text).into_owned()
 }
 
 /// Runs user code `f`; a panic becomes `Err` with its text. The one panic guard for synchronous

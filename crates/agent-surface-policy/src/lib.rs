@@ -27,6 +27,9 @@
 //!   [`ConfirmationPolicy`]), single-use evidence bound to the call, the host's approve / deny
 //!   API, two-phase and wait modes; its records live in a [`ConfirmationStore`]
 //!   ([`MemoryConfirmationStore`] in process);
+//! - [`redact`] — the operator channel's redaction of application-caused text (causes, panic
+//!   messages, store errors): [`Credentials`] by default, replaced or extended process-wide with
+//!   [`install_redactor`];
 //! - [`AuditSink`] — the audit trail: confirmation events and executions of capabilities with an
 //!   effect ([`MemoryAuditSink`], [`JsonLinesAuditSink`]; strict audit with [`AuditConfig`]).
 //!
@@ -88,6 +91,7 @@ mod idempotency;
 pub mod principal;
 mod rate;
 mod reach;
+mod redact;
 mod task;
 
 pub use audit::{
@@ -123,4 +127,5 @@ pub use idempotency::{
 };
 pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;
+pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

@@ -629,7 +629,7 @@ impl ConfirmationEngine {
                 tracing::warn!(
                     target: "agent_surface::confirmation",
                     confirmation_id = id,
-                    error = %e,
+                    error = %crate::redacted(&e),
                     "cannot claim the record of an expiry; recording it"
                 );
                 true
@@ -756,7 +756,7 @@ impl ConfirmationEngine {
                 tracing::error!(
                     target: "agent_surface::confirmation",
                     confirmation_id = id,
-                    error = %e,
+                    error = %crate::redacted(&e),
                     "confirmation store failed; the confirmation stays consumed"
                 );
                 false
@@ -911,7 +911,7 @@ impl ConfirmationEngine {
                     target: "agent_surface::audit",
                     event = event.name(),
                     confirmation_id = event.confirmation_id.as_deref().unwrap_or(""),
-                    error = %e,
+                    error = %crate::redacted(&e),
                     "audit event not recorded"
                 );
                 false
@@ -1077,7 +1077,7 @@ impl ConfirmationEngine {
                         target: "agent_surface::confirmation",
                         policy = policy.name(),
                         capability = call.capability,
-                        cause = %failure,
+                        cause = %crate::redacted(&failure),
                         "confirmation policy failed; gating the call"
                     );
                     return Some(Some(generic_summary(call)));
@@ -1178,7 +1178,7 @@ impl ConfirmationEngine {
             tracing::warn!(
                 target: "agent_surface::confirmation",
                 confirmation_id = id,
-                error = %e,
+                error = %crate::redacted(&e),
                 "cannot forget a relayed confirmation"
             );
         }
@@ -1191,7 +1191,7 @@ impl ConfirmationEngine {
             tracing::warn!(
                 target: "agent_surface::confirmation",
                 confirmation_id = id,
-                error = %e,
+                error = %crate::redacted(&e),
                 "cannot remember a relayed confirmation; a repeat of the call will ask anew"
             );
         }
@@ -1328,7 +1328,7 @@ impl ConfirmationEngine {
                 tracing::warn!(
                     target: "agent_surface::confirmation",
                     confirmation_id = id,
-                    cause = %failure,
+                    cause = %crate::redacted(&failure),
                     "approver failed; waiting for a decision until the timeout"
                 );
                 Ok(())
@@ -1338,7 +1338,7 @@ impl ConfirmationEngine {
             tracing::warn!(
                 target: "agent_surface::confirmation",
                 confirmation_id = id,
-                error = %e,
+                error = %crate::redacted(&e),
                 "approver's decision not recorded; waiting until the timeout"
             );
         }
@@ -1497,7 +1497,7 @@ fn rejected(id: &str, rejection: Rejection) -> ConfirmationDecision {
 }
 
 fn unavailable(e: &StoreError) -> ConfirmationDecision {
-    tracing::error!(target: "agent_surface::confirmation", error = %e, "confirmation store failed; not running the call");
+    tracing::error!(target: "agent_surface::confirmation", error = %crate::redacted(&e), "confirmation store failed; not running the call");
     ConfirmationDecision::Unavailable { retry_after: STORE_RETRY_AFTER }
 }
 
@@ -1520,7 +1520,7 @@ impl Drop for Waiting<'_> {
         let now = self.engine.config.clock.now();
         let withdraw = async move {
             if let Err(e) = store.withdraw(&id, now).await {
-                tracing::warn!(target: "agent_surface::confirmation", confirmation_id = %id, error = %e, "could not withdraw");
+                tracing::warn!(target: "agent_surface::confirmation", confirmation_id = %id, error = %crate::redacted(&e), "could not withdraw");
             }
         };
         match tokio::runtime::Handle::try_current() {

@@ -183,7 +183,7 @@ impl ConfirmationEngine {
                 Ok(warned) => stats.warned += warned as u64,
                 Err(e) => {
                     stats.failed += 1;
-                    tracing::warn!(target: "agent_surface::confirmation", error = %e, "expiry sweep failed");
+                    tracing::warn!(target: "agent_surface::confirmation", error = %crate::redacted(&e), "expiry sweep failed");
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! Integration tests of the policy crate: clocks, idempotency admission and its model check, and
-//! the authority, rate and confirmation engines.
+//! the authority, rate and confirmation engines, and the operator channel's redactor.
 
 mod audit;
 mod authn;
@@ -9,4 +9,5 @@ mod confirmation;
 mod idempotency;
 mod model;
 mod rate;
+mod redact;
 mod sweeps;
