@@ -16,15 +16,15 @@
 //! the fixture tools the MCP conformance suite expects. See `docs/mcp.md`. `call` invokes one capability
 //! in process; its exit status maps from the code (see `cli.rs` and `docs/http.md`).
 //!
-//! The operator log (`log.rs`) honours `RUST_LOG` and `AGENT_SURFACE_LOG_FORMAT=json`; SIGTERM and
-//! Ctrl-C drain a server before it exits (`shutdown.rs`). See `docs/operations.md`.
+//! The operator log (`agent_surface_registry::operator_log`) honours `RUST_LOG` and
+//! `AGENT_SURFACE_LOG_FORMAT=json`; SIGTERM and Ctrl-C drain a server before it exits
+//! (`shutdown.rs`). See `docs/operations.md`.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line program reports on the terminal")]
 
 mod cli;
 mod conformance;
 mod data;
-mod log;
 mod orders;
 mod policy;
 mod session;
@@ -39,6 +39,7 @@ use agent_surface_mcp::McpConfig;
 use agent_surface_mcp::confirm::EngineResolver;
 use agent_surface_mcp::http::{BearerTokens, McpHttpConfig};
 use agent_surface_policy::Identity;
+use agent_surface_registry::operator_log;
 
 const USAGE: &str = "\
 usage:
@@ -237,14 +238,16 @@ fn init_cli_operator_log() {
     match std::env::var_os("AGENT_SURFACE_DEMO_OPERATOR_LOG")
         .and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok())
     {
-        Some(file) => log::init(std::sync::Mutex::new(file)),
+        // The demo installs no other subscriber: this one is the first.
+        Some(file) => drop(operator_log::init_with_writer(std::sync::Mutex::new(file))),
         // No log: a panic must not print its text on stderr either.
         None => std::panic::set_hook(Box::new(|_| {})),
     }
 }
 
 async fn serve(options: Serve) -> Result<(), String> {
-    log::init(std::io::stderr);
+    // stderr: stdout is the MCP stdio transport's. The demo installs no other subscriber.
+    drop(operator_log::init());
     let drain = options.drain.unwrap_or(shutdown::DEFAULT_DRAIN);
     let mut shop_options = shop::ShopOptions::default();
     // Over HTTP the registry records metrics into a Prometheus recorder, served at `/metrics`.

@@ -32,7 +32,7 @@ pub(crate) async fn decide_noted(
                 target: "agent_surface::policy",
                 policy = policy.name(),
                 capability = call.capability,
-                cause = %failure,
+                cause = %agent_surface_policy::redacted(&failure),
                 "authority policy panicked; denying"
             );
             failed(policy.name())
@@ -42,7 +42,7 @@ pub(crate) async fn decide_noted(
                 target: "agent_surface::policy",
                 policy = policy.name(),
                 capability = call.capability,
-                cause = %failure,
+                cause = %agent_surface_policy::redacted(&failure),
                 "authority policy failed; denying"
             );
             failed(policy.name())

@@ -28,6 +28,10 @@
 //!   [`TraceParent`] an adapter passed ([`InvokeOptions::with_trace_parent`]), and it carries
 //!   the semantic conventions' `execute_tool` attributes; see [`trace`] and `docs/operations.md`
 //!   ("Traces"). Without it the span still records the caller's `trace_id` and `parent_id`.
+//! - `operator-log` (off by default): `operator_log::init`, the operator log a `main` installs —
+//!   `RUST_LOG` (default `warn`, the `invoke` span kept), text or JSON lines
+//!   (`AGENT_SURFACE_LOG_FORMAT=json`), panics routed to it, redacted; see `docs/operations.md`
+//!   ("Logs").
 //! - `otel-tests`: not for applications; this crate's own test of `otel` (an in-memory span
 //!   exporter).
 //!
@@ -84,6 +88,8 @@ pub mod id;
 mod invoke;
 mod live;
 mod measure;
+#[cfg(feature = "operator-log")]
+pub mod operator_log;
 mod periodic;
 mod pipeline;
 mod progress;

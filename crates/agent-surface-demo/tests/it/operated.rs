@@ -119,7 +119,7 @@ fn json_lines_carry_the_code_and_the_correlation_id() {
     assert!(
         lines
             .iter()
-            .any(|l| l["target"] == "agent_surface::demo"
+            .any(|l| l["target"] == "agent_surface::panic"
                 && l["fields"]["message"].as_str().unwrap().starts_with("panic")),
         "{log:#?}"
     );

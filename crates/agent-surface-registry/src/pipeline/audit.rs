@@ -90,7 +90,7 @@ pub(crate) async fn start(
         tracing::error!(
             target: "agent_surface::audit",
             capability = %def.name,
-            error = %e,
+            error = %agent_surface_policy::redacted(&e),
             "audit event execution.started not recorded; the call runs (audit is not strict)"
         );
     }
@@ -115,7 +115,7 @@ impl Started {
             tracing::error!(
                 target: "agent_surface::audit",
                 capability = %event.capability,
-                error = %e,
+                error = %agent_surface_policy::redacted(&e),
                 "audit event execution.finished not recorded"
             );
         }
@@ -130,7 +130,7 @@ impl Drop for Started {
         let (sink, clock, budget) = (Arc::clone(&self.sink), Arc::clone(&self.clock), self.budget);
         let write = async move {
             if let Err(e) = record_within(sink.as_ref(), clock.as_ref(), budget, &event).await {
-                tracing::error!(target: "agent_surface::audit", error = %e, "audit event execution.finished not recorded");
+                tracing::error!(target: "agent_surface::audit", error = %agent_surface_policy::redacted(&e), "audit event execution.finished not recorded");
             }
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

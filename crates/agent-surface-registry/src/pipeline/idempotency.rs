@@ -420,7 +420,7 @@ impl LeaderGuard {
                         return std::future::pending::<std::convert::Infallible>().await;
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(target: "agent_surface::invoke", error = %e, "could not renew the lease");
+                        tracing::warn!(target: "agent_surface::invoke", error = %agent_surface_policy::redacted(&e), "could not renew the lease");
                     }
                     Err(_) => {
                         tracing::warn!(target: "agent_surface::invoke", "renewing the lease took longer than its period");
@@ -530,7 +530,7 @@ impl LeaderGuard {
             Err(e) => {
                 self.key = None;
                 crate::telemetry::store_error("idempotency");
-                tracing::error!(target: "agent_surface::invoke", error = %e, "could not record the terminal result");
+                tracing::error!(target: "agent_surface::invoke", error = %agent_surface_policy::redacted(&e), "could not record the terminal result");
                 if self.hold.lost.is_cancelled() { Settled::LeaseLost } else { Settled::Kept }
             }
         }

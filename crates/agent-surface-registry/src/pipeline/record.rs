@@ -2,12 +2,15 @@
 //!
 //! The event of a call that ends with an error is logged at the level the matrix gives its code
 //! (`logLevel` in `spec/error-matrix.json`), or at `ERROR` when the service itself is at fault
-//! ([`Stop::fault`]). It lies inside the invocation span, which carries the correlation id.
+//! ([`Stop::fault`]). It lies inside the invocation span, which carries the correlation id. Its
+//! `note` and `cause` are application-caused text (a handler's error chain, a panic's message, a
+//! store's error), logged through the process-wide redactor (`agent_surface_policy::redact`).
 //!
 //! (Storing the terminal result for the idempotency window is the leader guard's
 //! `settle`, called by the pipeline right after this.)
 
 use agent_surface_core::{InvokeResult, LogLevel};
+use agent_surface_policy::redacted;
 use serde_json::Value;
 
 use super::{Stop, Stopped};
@@ -51,8 +54,8 @@ pub(crate) fn finish(
                         correlation_id = %correlation_id,
                         code = code.as_str(),
                         phase = phase.as_str(),
-                        note = note.as_deref().unwrap_or(""),
-                        cause = %chain.join(": "),
+                        note = %redacted(note.as_deref().unwrap_or("")),
+                        cause = %redacted(chain.join(": ")),
                         "error"
                     )
                 };

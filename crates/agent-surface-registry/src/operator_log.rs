@@ -1,10 +1,15 @@
-//! The operator log: `tracing` events filtered by `RUST_LOG` (default `warn`), written as text or
-//! as JSON lines (`AGENT_SURFACE_LOG_FORMAT=json`).
+//! The operator log (feature `operator-log`): one call in `main` installs a `tracing`
+//! subscriber filtered by `RUST_LOG` (default `warn`), writing text or JSON lines
+//! (`AGENT_SURFACE_LOG_FORMAT=json`), with the `invoke` span kept whatever the filter, and panics
+//! routed to it, redacted.
 //!
-//! `serve` and the scripted session write it to stderr, never to stdout, which belongs to the MCP
-//! stdio transport; `call` writes it to the file named by `AGENT_SURFACE_DEMO_OPERATOR_LOG` (its
-//! stderr carries the agent-facing error). Each event is written whole when it happens, so nothing
-//! is left to flush when the process ends. See `docs/operations.md`, "Logs".
+//! Each event is written whole when it happens (no buffer, so no guard to hold and nothing to
+//! flush when the process ends). What the events say is in `docs/operations.md`, "Logs"; the
+//! causes they carry pass through the process-wide redactor ([`agent_surface_policy::redact`]),
+//! which the application may replace with [`agent_surface_policy::install_redactor`] before
+//! calling [`init`].
+
+use std::fmt;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::{FilterExt as _, filter_fn};
@@ -13,13 +18,19 @@ use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// The filter when `RUST_LOG` is unset, empty or invalid: warnings and errors only.
-pub(crate) const DEFAULT_FILTER: &str = "warn";
+pub const DEFAULT_FILTER: &str = "warn";
+
+/// The variable that chooses the format: `text` (the default) or `json`.
+pub const FORMAT_VAR: &str = "AGENT_SURFACE_LOG_FORMAT";
 
 /// The target of the registry's `invoke` span and of each call's operator event.
 const INVOKE_TARGET: &str = "agent_surface::invoke";
 
-/// The variable that chooses the format: `text` (the default) or `json`.
-pub(crate) const FORMAT_VAR: &str = "AGENT_SURFACE_LOG_FORMAT";
+/// The target of the panics the hook reports.
+pub const PANIC_TARGET: &str = "agent_surface::panic";
+
+/// The target of the log's own warnings about its settings.
+const LOG_TARGET: &str = "agent_surface::log";
 
 /// How each event is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,10 +72,52 @@ fn settings(rust_log: Option<&str>, format: Option<&str>) -> Settings {
     Settings { filter, format, problems }
 }
 
-/// Installs the operator log, writing to `writer`, as the environment asks; a setting it cannot
-/// use is replaced by its default and reported once, as a warning in the log itself (so that a
-/// JSON log stays all JSON). Also routes panics to the log. A second call does nothing.
-pub(crate) fn init<W>(writer: W)
+/// The process already had a global `tracing` subscriber: the operator log was not installed
+/// (and the panic hook left as it was).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AlreadyInstalled;
+
+impl fmt::Display for AlreadyInstalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a global tracing subscriber is already installed")
+    }
+}
+
+impl std::error::Error for AlreadyInstalled {}
+
+/// Installs the operator log on stderr; see [`init_with_writer`].
+///
+/// ```
+/// // In `main`, before serving:
+/// agent_surface_registry::operator_log::init().expect("the first subscriber of this process");
+/// // A second subscriber is refused.
+/// assert!(agent_surface_registry::operator_log::init().is_err());
+/// ```
+///
+/// # Errors
+///
+/// When the process already has a global `tracing` subscriber.
+pub fn init() -> Result<(), AlreadyInstalled> {
+    init_with_writer(std::io::stderr)
+}
+
+/// Installs the operator log, writing to `writer` (stderr: `std::io::stderr`; a file:
+/// `std::sync::Mutex::new(file)`), as the environment asks:
+///
+/// - `RUST_LOG`, an `EnvFilter` (default [`DEFAULT_FILTER`]); the registry's `invoke` span (an
+///   `INFO` span that carries the correlation id) is kept whatever the filter, so a `WARN` event
+///   still has its correlation id;
+/// - [`FORMAT_VAR`]: `text` (the default) or `json` (one object per line).
+///
+/// A setting it cannot use is replaced by its default and reported once, as a warning in the log
+/// itself (target `agent_surface::log`, so that a JSON log stays all JSON). It also routes panics to the log: an `ERROR` with
+/// target [`PANIC_TARGET`] whose text is redacted, instead of the default hook's stderr line.
+///
+/// # Errors
+///
+/// When the process already has a global `tracing` subscriber; then nothing is changed.
+pub fn init_with_writer<W>(writer: W) -> Result<(), AlreadyInstalled>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -80,15 +133,14 @@ where
         Format::Text => tracing_subscriber::registry().with(layer.with_filter(filter)).try_init(),
         Format::Json => tracing_subscriber::registry().with(layer.json().with_filter(filter)).try_init(),
     };
-    if installed.is_err() {
-        return;
-    }
+    installed.map_err(|_| AlreadyInstalled)?;
     for problem in problems {
-        tracing::warn!(target: "agent_surface::demo", "{problem}");
+        tracing::warn!(target: LOG_TARGET, "{problem}");
     }
     std::panic::set_hook(Box::new(|info| {
-        tracing::error!(target: "agent_surface::demo", "panic: {info}");
+        tracing::error!(target: PANIC_TARGET, "panic: {}", agent_surface_policy::redacted(info));
     }));
+    Ok(())
 }
 
 #[cfg(test)]
