@@ -137,7 +137,7 @@ fn fault(fault: ProtocolFault) -> Response {
 
 /// The `500` protocol fault `internal`; the cause goes to the operator log only.
 fn internal(what: &'static str, cause: &dyn std::fmt::Display) -> Response {
-    tracing::error!(target: "agent_surface::http", cause = %cause, "{what}");
+    tracing::error!(target: "agent_surface::http", cause = %agent_surface_policy::redacted(cause), "{what}");
     fault(ProtocolFault::Internal)
 }
 

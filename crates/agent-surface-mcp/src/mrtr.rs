@@ -281,7 +281,7 @@ impl ApprovalStates {
         match self.codec.seal_json_with(&state, &SealOptions::new().associated_data(&ad).ttl(ttl)) {
             Ok(sealed) => Some(sealed),
             Err(e) => {
-                tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot seal a request state");
+                tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "cannot seal a request state");
                 None
             }
         }
@@ -399,7 +399,7 @@ pub(crate) fn requests(questions: &[Question]) -> Option<InputRequests> {
                 requests.insert(q.key.clone(), request);
             }
             Err(e) => {
-                tracing::warn!(target: "agent_surface::mcp", key = %q.key, error = %e, "a question cannot be sent as an input request");
+                tracing::warn!(target: "agent_surface::mcp", key = %q.key, error = %agent_surface_policy::redacted(&e), "a question cannot be sent as an input request");
                 return None;
             }
         }

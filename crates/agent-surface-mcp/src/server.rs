@@ -287,7 +287,7 @@ impl McpServer {
                 if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Approved).await {
                     // Already decided (a replayed state), expired or a store failure: the store's
                     // single-use `consume` decides what the evidence is worth.
-                    tracing::info!(target: "agent_surface::mcp", error = %e, "approval not recorded");
+                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded");
                 }
                 invoke.confirmation_id = Some(approval.cid);
                 // The approved call is the one that runs: a task, when it may be one.
@@ -302,7 +302,7 @@ impl McpServer {
             Answer::Decline => {
                 let mut reason = ConfirmationInvalidReason::Denied;
                 if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Denied).await {
-                    tracing::info!(target: "agent_surface::mcp", error = %e, "denial not recorded");
+                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded");
                     // A decision came first: an approval that was already used is not `denied`.
                     if let Some(ConfirmationState::Consumed { .. }) = resolver.state(&approval.cid).await {
                         reason = ConfirmationInvalidReason::Consumed;
@@ -400,7 +400,7 @@ impl McpServer {
             Ok(Ok(ElicitationAction::Accept)) => self.session.registry.invoke_detailed(request, options).await,
             Ok(Ok(_decline_or_cancel)) => first,
             Ok(Err(e)) => {
-                tracing::info!(target: "agent_surface::mcp", error = %e, "URL elicitation failed; relaying CONFIRMATION_REQUIRED");
+                tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "URL elicitation failed; relaying CONFIRMATION_REQUIRED");
                 first
             }
             Err(_elapsed) => {
@@ -441,7 +441,7 @@ impl McpServer {
             Ok(Ok(ElicitationAction::Accept)) => ConfirmationAnswer::Approved,
             Ok(Ok(_decline_or_cancel)) => ConfirmationAnswer::Denied,
             Ok(Err(e)) => {
-                tracing::info!(target: "agent_surface::mcp", error = %e, "elicitation failed; relaying CONFIRMATION_REQUIRED");
+                tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "elicitation failed; relaying CONFIRMATION_REQUIRED");
                 return first;
             }
             Err(_elapsed) => {
@@ -456,12 +456,12 @@ impl McpServer {
                 self.session.registry.invoke_detailed(retry, options).await
             }
             (ConfirmationAnswer::Approved, Err(e)) => {
-                tracing::warn!(target: "agent_surface::mcp", error = %e, "approval not recorded; relaying CONFIRMATION_REQUIRED");
+                tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded; relaying CONFIRMATION_REQUIRED");
                 first
             }
             (ConfirmationAnswer::Denied, recorded) => {
                 if let Err(e) = recorded {
-                    tracing::warn!(target: "agent_surface::mcp", error = %e, "denial not recorded; the confirmation will expire");
+                    tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded; the confirmation will expire");
                 }
                 let denied = AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied);
                 answer_with(InvokeResult::error(denied.into_payload(), request.invocation_id))
@@ -727,7 +727,7 @@ impl McpServer {
                     tracing::info!(target: "agent_surface::mcp", tool = %request.name, "request state expired; planning afresh");
                 }
                 Err(e) => {
-                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %e, "request state refused");
+                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %agent_surface_policy::redacted(&e), "request state refused");
                     return Err(ErrorData::invalid_params(
                         "Invalid requestState: it does not belong to this call",
                         None,

@@ -180,7 +180,7 @@ impl Tasks {
         let config = &self.inner.config;
         let record = TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl);
         if let Err(e) = self.inner.config.store.create(record.clone(), now).await {
-            tracing::warn!(target: "agent_surface::mcp", error = %e, "cannot create a task; answering the call when it ends");
+            tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "cannot create a task; answering the call when it ends");
             return Started::Ended(self.wait(&mut done_rx, &request, &token).await);
         }
         self.running().insert(record.id.clone(), token.clone());
@@ -243,7 +243,7 @@ impl Tasks {
             other => other,
         };
         if let Err(e) = finished {
-            tracing::error!(target: "agent_surface::mcp", task_id = %id, error = %e, "cannot record the end of a task");
+            tracing::error!(target: "agent_surface::mcp", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record the end of a task");
         }
     }
 
@@ -254,7 +254,7 @@ impl Tasks {
             Ok(Some(record)) => record,
             Ok(None) => return Err(unknown()),
             Err(e) => {
-                tracing::error!(target: "agent_surface::mcp", error = %e, "task store failed");
+                tracing::error!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "task store failed");
                 return Err(ErrorData::internal_error("The task store is unavailable; try again later.", None));
             }
         };
@@ -291,7 +291,7 @@ impl Tasks {
             return Ok(());
         }
         if let Err(e) = self.inner.config.store.request_cancel(id, now).await {
-            tracing::warn!(target: "agent_surface::mcp", task_id = %id, error = %e, "cannot record a task cancellation");
+            tracing::warn!(target: "agent_surface::mcp", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record a task cancellation");
         }
         if let Some(token) = self.running().get(id) {
             token.cancel();

@@ -343,7 +343,7 @@ impl Remote {
                 state.fetched = Some(started);
             }
             Err(cause) => {
-                tracing::warn!(target: "agent_surface::auth", url = %url, cause = %cause, "jwks fetch failed; the keys held stay in use");
+                tracing::warn!(target: "agent_surface::auth", url = %agent_surface_policy::redacted(&url), cause = %agent_surface_policy::redacted(&cause), "jwks fetch failed; the keys held stay in use");
             }
         }
     }

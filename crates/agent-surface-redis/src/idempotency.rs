@@ -415,12 +415,12 @@ async fn follow(
             Err(e) => {
                 let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() < store.stores.config.lease {
-                    tracing::warn!(target: "agent_surface::invoke", error = %e, "a follower could not poll its leader");
+                    tracing::warn!(target: "agent_surface::invoke", error = %agent_surface_policy::redacted(&e), "a follower could not poll its leader");
                     continue;
                 }
                 tracing::error!(
                     target: "agent_surface::invoke",
-                    error = %e,
+                    error = %agent_surface_policy::redacted(&e),
                     "a follower could not poll its leader for a whole lease; it is told to reconcile"
                 );
                 break;

@@ -4,10 +4,18 @@
 //! a credentialed URL, a stack trace, an environment value) and then asserts that none of them
 //! reached the agent channel, in any form the agent may see: compact or pretty JSON, the
 //! payload's `Display`, the message, or an adapter's own wire form.
+//!
+//! The operator channel carries causes on purpose, but not the credentials in them: with
+//! [`credential_corpus`] (failure texts as application code writes them, each carrying
+//! credentials) and [`assert_operator_log_has_no_credentials`], a test checks that the redactor
+//! (`agent_surface_policy::redact`) masked every one.
 
 use std::fmt;
 
 use agent_surface_core::InvokeResult;
+
+/// The kind of a [`Secrets::credential`].
+const CREDENTIAL: &str = "credential";
 
 /// Secrets that must never reach an agent.
 ///
@@ -63,6 +71,12 @@ impl Secrets {
     /// Any other secret text.
     pub fn other(self, text: impl Into<String>) -> Secrets {
         self.with("secret", text)
+    }
+
+    /// A credential (a password, a token, a key): it must reach neither the agent channel nor
+    /// the operator channel ([`assert_operator_log_has_no_credentials`]).
+    pub fn credential(self, text: impl Into<String>) -> Secrets {
+        self.with(CREDENTIAL, text)
     }
 
     /// Every needle to look for, with its kind: each whole secret (whatever its length), each of
@@ -141,4 +155,82 @@ pub fn assert_text_has_no_leak(label: &str, text: &str, secrets: &Secrets) {
             panic!("a {kind} secret leaked into the {label}: {needle:?}\n{label}:\n{text}");
         }
     }
+}
+
+/// The credentials of `secrets` ([`Secrets::credential`]) found in `log`, an operator log, as
+/// needles (each whole credential and its JSON-escaped form): empty when none leaked.
+pub fn credential_leaks(log: &str, secrets: &Secrets) -> Vec<String> {
+    secrets
+        .needles()
+        .into_iter()
+        .filter(|(kind, needle)| *kind == CREDENTIAL && log.contains(needle.as_str()))
+        .map(|(_, needle)| needle)
+        .collect()
+}
+
+/// Asserts that `log` (an operator log, from [`crate::capture_operator_log`]) contains none of
+/// the credentials of `secrets`. Other secrets (a query, a stack trace) may be there: the
+/// operator channel is where causes go.
+///
+/// ```
+/// use agent_surface_testing::{Secrets, assert_operator_log_has_no_credentials, capture_operator_log};
+///
+/// let secrets = Secrets::new().credential("hunter2");
+/// let e = std::io::Error::other("postgres://app:hunter2@db/prod unreachable");
+/// let ((), log) = capture_operator_log(|| {
+///     tracing::warn!(cause = %agent_surface_policy::redacted(&e), "store failed");
+/// });
+/// assert!(log.contains("postgres://app:***@db/prod"));
+/// assert_operator_log_has_no_credentials(&log, &secrets);
+/// ```
+///
+/// # Panics
+///
+/// When a credential is there, or `secrets` holds no credential (the check could not fail).
+#[track_caller]
+pub fn assert_operator_log_has_no_credentials(log: &str, secrets: &Secrets) {
+    assert!(
+        secrets.items.iter().any(|(kind, text)| *kind == CREDENTIAL && !text.trim().is_empty()),
+        "an operator-log leak check needs at least one credential"
+    );
+    let leaks = credential_leaks(log, secrets);
+    assert!(leaks.is_empty(), "{} credential(s) reached the operator log: {leaks:?}\n{log}", leaks.len());
+}
+
+/// Failure texts as application code writes them (a driver's connection error, a client's
+/// request dump, a configuration printed with `{:?}`, a panic message), each carrying
+/// credentials in a shape the default redactor knows, and those credentials as [`Secrets`].
+/// Feed the texts to hostile handlers, policies and stores; then check the operator log with
+/// [`assert_operator_log_has_no_credentials`].
+pub fn credential_corpus() -> (Vec<String>, Secrets) {
+    const TEXTS: &[(&str, &[&str])] = &[
+        ("error connecting to postgres://admin:hunter2@db.internal.example:5432/prod", &["hunter2"]),
+        ("redis error: redis://:r3d1s-Pa55@cache.internal:6379/0: connection refused", &["r3d1s-Pa55"]),
+        ("git fetch https://ghp_A1b2C3d4E5f6G7h8@git.example/org/repo.git failed", &["ghp_A1b2C3d4E5f6G7h8"]),
+        (
+            "upstream 401: request headers {\"Authorization\": \"Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9\"}",
+            &["eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9"],
+        ),
+        ("GET /v1/charges?api_key=sk_live_51HxAbCdEfGh&limit=10 -> 500", &["sk_live_51HxAbCdEfGh"]),
+        (
+            "bad config: Config { user: \"svc\", password: \"Tr0ub4dor&3\", api_key: \"AKIAEXAMPLE42\" }",
+            &["Tr0ub4dor", "AKIAEXAMPLE42"],
+        ),
+        (
+            "environment: AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            &["wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"],
+        ),
+        ("token=sk_live_9f8e7d6c5b4a expired; secret: 's3cr3t value'", &["sk_live_9f8e7d6c5b4a", "s3cr3t value"]),
+        ("proxy said: Authorization: Basic YWRtaW46aHVudGVyMg==", &["YWRtaW46aHVudGVyMg=="]),
+        ("{\"client_secret\":\"cs_0123456789abcdef\",\"apikey\":\"k-777\"}", &["cs_0123456789abcdef", "k-777"]),
+    ];
+    let mut secrets = Secrets::new();
+    let mut texts = Vec::with_capacity(TEXTS.len());
+    for (text, credentials) in TEXTS {
+        texts.push((*text).to_string());
+        for c in *credentials {
+            secrets = secrets.credential(*c);
+        }
+    }
+    (texts, secrets)
 }

@@ -27,7 +27,9 @@
 //! - **Audit** — [`FlakyAuditSink`], a sink that fails while told to (strict audit);
 //!   [`stores::check_audit_sink`], the suite every audit sink passes.
 //! - **Leak assertion** — [`assert_no_leak`]: given [`Secrets`] (SQL, a credentialed URL, a stack
-//!   trace, an environment value), no agent-facing serialization of a result contains any of them.
+//!   trace, an environment value), no agent-facing serialization of a result contains any of them;
+//!   [`assert_operator_log_has_no_credentials`]: no credential ([`Secrets::credential`]) reached
+//!   the operator log, redacted; [`credential_corpus`], failure texts carrying credentials.
 //!
 //! `docs/testing.md` is the guide.
 //!
@@ -117,8 +119,11 @@ pub use fixtures::{
     SearchOutput, Shop,
 };
 pub use hooks::{AlreadyAnswered, FnGate, FnLimiter, Issued, Misbehaving, Misbehaviour, RecordingGate, Slow};
-pub use leak::{Secrets, agent_facing_serializations, assert_no_leak, assert_text_has_no_leak};
-pub use logs::capture_operator_log;
+pub use leak::{
+    Secrets, agent_facing_serializations, assert_no_leak, assert_operator_log_has_no_credentials,
+    assert_text_has_no_leak, credential_corpus, credential_leaks,
+};
+pub use logs::{capture_operator_log, capture_operator_log_at};
 
 /// The examples of the user guide's testing chapter, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -1,15 +1,35 @@
 //! Capturing the operator channel (`tracing`) of the code a test runs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::sync::Once;
 
+use tracing::Level;
+use tracing_subscriber::fmt::MakeWriter;
+
 thread_local! {
     static CAPTURE: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// The least severe level the running capture keeps.
+    static LEVEL: Cell<Level> = const { Cell::new(Level::TRACE) };
 }
 
 /// Writes into the current thread's capture buffer, if a capture is running on this thread.
 struct ThreadWriter;
+
+/// A [`ThreadWriter`] for what the running capture keeps, a sink for the rest.
+struct ThreadWriters;
+
+impl<'w> MakeWriter<'w> for ThreadWriters {
+    type Writer = Box<dyn Write>;
+
+    fn make_writer(&'w self) -> Self::Writer {
+        Box::new(ThreadWriter)
+    }
+
+    fn make_writer_for(&'w self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        if *meta.level() <= LEVEL.with(Cell::get) { Box::new(ThreadWriter) } else { Box::new(std::io::sink()) }
+    }
+}
 
 impl Write for ThreadWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -42,16 +62,31 @@ static INSTALL: Once = Once::new();
 /// assert!(log.contains("db down"));
 /// ```
 pub fn capture_operator_log<R>(f: impl FnOnce() -> R) -> (R, String) {
+    capture_operator_log_at(Level::TRACE, f)
+}
+
+/// [`capture_operator_log`], keeping only the events at `level` or more severe: what an
+/// operator whose filter is `level` reads (`Level::WARN`: the operator log's default).
+///
+/// ```
+/// use tracing::Level;
+///
+/// let ((), log) = agent_surface_testing::capture_operator_log_at(Level::WARN, || {
+///     tracing::info!("routine");
+///     tracing::warn!("worth a look");
+/// });
+/// assert!(log.contains("worth a look") && !log.contains("routine"));
+/// ```
+pub fn capture_operator_log_at<R>(level: Level, f: impl FnOnce() -> R) -> (R, String) {
     INSTALL.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(|| ThreadWriter)
-            .with_ansi(false)
-            .finish();
+        let subscriber =
+            tracing_subscriber::fmt().with_max_level(Level::TRACE).with_writer(ThreadWriters).with_ansi(false).finish();
         let _ = tracing::subscriber::set_global_default(subscriber);
     });
     CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let outer = LEVEL.with(|l| l.replace(level));
     let result = f();
+    LEVEL.with(|l| l.set(outer));
     let bytes = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
     (result, String::from_utf8_lossy(&bytes).into_owned())
 }

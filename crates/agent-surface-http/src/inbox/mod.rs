@@ -468,7 +468,7 @@ async fn recent_decisions(inbox: &Inbox) -> Vec<agent_surface_policy::AuditEvent
             .take(MAX_RECENT)
             .collect(),
         Err(e) => {
-            tracing::warn!(target: "agent_surface::inbox", error = %e, "recent decisions unavailable");
+            tracing::warn!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(&e), "recent decisions unavailable");
             Vec::new()
         }
     }

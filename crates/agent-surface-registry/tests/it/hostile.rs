@@ -244,3 +244,102 @@ async fn a_relayed_payload_keeps_its_code_and_loses_its_text() {
     let locked = r.invoke(call("relay.run", json!({"n": 3})), consumer("c")).await;
     assert_eq!(locked.error_payload().unwrap().detail("reason"), Some(&json!("row-locked")));
 }
+
+/// A registry whose handler, authority policy and rate limiter fail with `text` in every way
+/// they can: `evil.run` by `which` (an internal error, a transient one with a boxed cause, a
+/// panic, a `?`-converted error, an unmet precondition with a cause), `evil.deny` by a policy
+/// error, `evil.boom` by a policy panic, `evil.slow` by a rate limiter panic.
+fn credential_registry(text: &str) -> (Registry, agent_surface_registry::Mount) {
+    use agent_surface_policy::{AuthorityDecision, FnPolicy, Policies, PolicyError, RateDecision};
+    use agent_surface_testing::FnLimiter;
+
+    let text: std::sync::Arc<str> = text.into();
+    let (deny, boom, slow) = (text.clone(), text.clone(), text.clone());
+    let policies = Policies::new()
+        .for_capability("evil.deny", FnPolicy::new("vault", move |_| Err(PolicyError::new(deny.to_string()))))
+        .for_capability(
+            "evil.boom",
+            FnPolicy::new("vault", move |_| -> Result<AuthorityDecision, PolicyError> { panic!("{boom}") }),
+        );
+    let limiter = FnLimiter::new(move |call, _| {
+        assert!(call.capability != "evil.slow", "{slow}");
+        RateDecision::Allow(None)
+    });
+    let r = Registry::new(RegistryConfig {
+        authority: Some(std::sync::Arc::new(policies)),
+        rate_limiter: Some(std::sync::Arc::new(limiter)),
+        ..RegistryConfig::default()
+    });
+    r.define("evil", |t| {
+        let run = text.clone();
+        t.capability("run", "Fail in a hostile way.").handler(move |_c: Ctx, i: Which| {
+            let text = run.to_string();
+            async move {
+                match i.which {
+                    0 => Err(AgentSurfaceError::internal(std::io::Error::other(text))),
+                    1 => {
+                        let e: Box<dyn std::error::Error + Send + Sync> = text.into();
+                        Err(AgentSurfaceError::transient(std::time::Duration::from_millis(10)).with_cause(e))
+                    }
+                    2 => panic!("{text}"),
+                    3 => {
+                        let _: u32 = text.parse().map_err(|_| std::io::Error::other(text))?;
+                        Ok(json!({}))
+                    }
+                    _ => Err(AgentSurfaceError::precondition_failed("The order is locked.")
+                        .with_cause(std::io::Error::other(text))),
+                }
+            }
+        });
+        for (name, description) in [
+            ("deny", "Denied by a failing policy."),
+            ("boom", "Denied by a panicking policy."),
+            ("slow", "Limited by a panicking limiter."),
+        ] {
+            t.capability(name, description).handler(|_c: Ctx, _i: Value| async move { Ok(json!({})) });
+        }
+    })
+    .unwrap();
+    let m = r.mount("evil", "main").unwrap();
+    (r, m)
+}
+
+/// Every failure of the credential corpus, run with the operator log captured at `level`: the
+/// log and the number of credentials found in it.
+fn operator_log_of_the_corpus(level: tracing::Level) -> (String, usize) {
+    let (texts, secrets) = agent_surface_testing::credential_corpus();
+    let ((), log) = agent_surface_testing::capture_operator_log_at(level, || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            for text in &texts {
+                let (r, _m) = credential_registry(text);
+                let mut calls: Vec<(&str, Value)> = (0..5).map(|which| ("evil.run", json!({"which": which}))).collect();
+                calls.extend(["evil.deny", "evil.boom", "evil.slow"].map(|name| (name, json!({}))));
+                for (name, input) in calls {
+                    let result = r.invoke(call(name, input), consumer("c")).await;
+                    assert!(result.error_payload().is_some(), "{name}: {result:?}");
+                    agent_surface_testing::assert_no_leak(&result, &secrets);
+                }
+            }
+        });
+    });
+    let leaks = agent_surface_testing::credential_leaks(&log, &secrets).len();
+    (log, leaks)
+}
+
+/// Handler errors and panics, policy errors and panics and a limiter's panic whose text carries
+/// credentials reach the operator log with their credentials masked: none is left at `WARN`
+/// (the operator log's default), nor at `TRACE`.
+#[test]
+fn hostile_causes_reach_the_operator_channel_without_their_credentials() {
+    let (_, secrets) = agent_surface_testing::credential_corpus();
+    let (warn, leaks) = operator_log_of_the_corpus(tracing::Level::WARN);
+    assert!(warn.contains("EXECUTION_FAILED") && warn.contains(":***@db.internal.example"), "{warn}");
+    assert!(warn.contains("panicked"), "the panic texts are logged: {warn}");
+    assert_eq!(leaks, 0, "{warn}");
+    agent_surface_testing::assert_operator_log_has_no_credentials(&warn, &secrets);
+    let (all, leaks) = operator_log_of_the_corpus(tracing::Level::TRACE);
+    assert!(all.contains("The order is locked") || all.contains("PRECONDITION_FAILED"), "{all}");
+    assert_eq!(leaks, 0, "{all}");
+    agent_surface_testing::assert_operator_log_has_no_credentials(&all, &secrets);
+}
