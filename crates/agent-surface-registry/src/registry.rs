@@ -350,7 +350,7 @@ impl Registry {
     }
 
     /// Wiring whose guarantees do not hold across replicas: state that some parts share between
-    /// replicas and others keep per process (see [`WiringWarning`]). [`Registry::new`] logs
+    /// replicas and others keep per process (see [`WiringWarning`](crate::WiringWarning)). [`Registry::new`] logs
     /// each at WARN (`agent_surface::wiring`).
     ///
     /// ```

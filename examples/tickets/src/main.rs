@@ -27,8 +27,13 @@ fn identity(arg: &str) -> Identity {
     roles.split(',').filter(|r| !r.is_empty()).fold(Identity::new(user), Identity::with_role)
 }
 
+// guide:begin main
 #[tokio::main]
 async fn main() -> Result<(), String> {
+    // The operator log, on stderr: `RUST_LOG` (default `warn`), `AGENT_SURFACE_LOG_FORMAT=json`,
+    // panics included; credentials in causes are masked before they are written.
+    agent_surface_registry::operator_log::init().map_err(|e| e.to_string())?;
+    // guide:end main
     let args: Vec<String> = std::env::args().skip(1).collect();
     let service = service(Arc::new(SystemClock)).map_err(|e| e.to_string())?;
     // Approvals asked through MCP elicitation are recorded in the service's engine.
