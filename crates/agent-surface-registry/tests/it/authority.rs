@@ -512,8 +512,9 @@ fn the_operator_note_names_the_deciding_policy_and_what_it_wanted() {
     });
     assert_produced(&denied, ErrorCode::NotAuthorized, Phase::Authority);
     assert_produced(&anonymous, ErrorCode::NotAuthenticated, Phase::Authority);
-    assert!(log.contains(r#"policy require-role denied: wants role \"agent\""#), "{log}");
-    assert!(log.contains(r#"policy require-role refused an anonymous caller: wants role \"agent\""#), "{log}");
+    // The note is written as text (`note=…`), not as a quoted string.
+    assert!(log.contains(r#"policy require-role denied: wants role "agent""#), "{log}");
+    assert!(log.contains(r#"policy require-role refused an anonymous caller: wants role "agent""#), "{log}");
     for result in [&denied.result, &anonymous.result] {
         let wire = serde_json::to_string(result).unwrap();
         assert!(!wire.contains("require-role") && !wire.contains("agent\\\""), "{wire}");
