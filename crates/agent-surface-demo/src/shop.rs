@@ -626,6 +626,16 @@ mod tests {
     use agent_surface_policy::{Consumer, Identity};
     use agent_surface_registry::{InvokeOptions, InvokeRequest, Target};
 
+    /// The demo's wiring is consistent whatever it is given: one clock, one audit sink for the
+    /// registry and the engine (`Registry::wiring_warnings` is empty).
+    #[test]
+    fn the_demo_wiring_has_nothing_to_report() {
+        assert_eq!(build(ShopOptions::default()).registry.wiring_warnings(), []);
+        let sink: Arc<dyn AuditSink> = Arc::new(agent_surface_policy::MemoryAuditSink::default());
+        let audited = build(ShopOptions { audit: Some(sink), ..ShopOptions::default() });
+        assert_eq!(audited.registry.wiring_warnings(), []);
+    }
+
     /// The second channel: an approver approves alice's pending cancellation through
     /// `approvals.approve`, and alice's repeat with the confirmation id runs it; the tool is hidden
     /// from everyone but approvers, and an approver cannot approve their own request.

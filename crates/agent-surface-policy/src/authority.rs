@@ -318,6 +318,10 @@ impl AuthorityPolicy for Policies {
         "policies"
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.clock.clone())
+    }
+
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         Box::pin(async move { Ok(self.evaluate(call).await.decision) })
     }

@@ -24,6 +24,40 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// A future that completes once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> Sleep;
+
+    /// Which time this clock tells, for the registry's wiring report
+    /// (`Registry::wiring_warnings`): two clocks with the same source always read the same. `None`
+    /// (the default) for a clock that does not say; the report then takes two such clocks for
+    /// the same only when they are one object.
+    fn source(&self) -> Option<ClockSource> {
+        None
+    }
+}
+
+/// Which time a [`Clock`] tells ([`Clock::source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClockSource {
+    /// The system's wall clock ([`SystemClock`]).
+    System,
+    /// A [`ManualClock`] and its clones (by the address of the time they share).
+    Manual(usize),
+}
+
+/// Whether `a` and `b` tell the same time: one object, or the same [`Clock::source`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_surface_core::Timestamp;
+/// use agent_surface_policy::{Clock, ManualClock, SystemClock, same_time};
+/// let manual = ManualClock::new(Timestamp::from_unix_millis(0));
+/// let (a, b): (Arc<dyn Clock>, Arc<dyn Clock>) = (Arc::new(manual.clone()), Arc::new(manual));
+/// assert!(same_time(&a, &b), "clones share their time");
+/// assert!(same_time(&(Arc::new(SystemClock) as Arc<dyn Clock>), &(Arc::new(SystemClock) as Arc<dyn Clock>)));
+/// assert!(!same_time(&a, &(Arc::new(SystemClock) as Arc<dyn Clock>)));
+/// ```
+pub fn same_time(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b)) || a.source().is_some_and(|s| b.source() == Some(s))
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -33,6 +67,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 
     fn sleep(&self, duration: Duration) -> Sleep {
         (**self).sleep(duration)
+    }
+
+    fn source(&self) -> Option<ClockSource> {
+        (**self).source()
     }
 }
 
@@ -46,6 +84,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         Timestamp::now()
+    }
+
+    fn source(&self) -> Option<ClockSource> {
+        Some(ClockSource::System)
     }
 
     fn sleep(&self, duration: Duration) -> Sleep {
@@ -175,6 +217,10 @@ impl fmt::Debug for ManualClock {
 }
 
 impl Clock for ManualClock {
+    fn source(&self) -> Option<ClockSource> {
+        Some(ClockSource::Manual(Arc::as_ptr(&self.shared).addr()))
+    }
+
     fn now(&self) -> Timestamp {
         self.shared.lock().now
     }

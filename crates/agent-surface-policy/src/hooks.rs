@@ -335,9 +335,20 @@ pub trait AuthorityPolicy: Send + Sync + 'static {
     fn scopes(&self) -> Vec<Scope> {
         Vec::new()
     }
+
+    /// The clock it reads (for the registry's wiring report, `Registry::wiring_warnings`, which
+    /// says so when it differs from the registry's); `None` (the default) for one that reads
+    /// none or does not say.
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        None
+    }
 }
 
 impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        (**self).clock()
+    }
+
     fn name(&self) -> &str {
         (**self).name()
     }
@@ -430,6 +441,13 @@ pub trait RateLimiter: Send + Sync + 'static {
     /// alone (then a "per user" budget is per user and replica).
     fn reach(&self) -> crate::Reach;
 
+    /// The clock it reads (for the registry's wiring report, `Registry::wiring_warnings`, which
+    /// says so when it differs from the registry's); `None` (the default) for one that reads
+    /// none or does not say.
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        None
+    }
+
     /// Takes a unit of budget for the call, or says how long to wait.
     ///
     /// `now` is the pipeline's clock reading for this call.
@@ -443,6 +461,10 @@ pub trait RateLimiter: Send + Sync + 'static {
 }
 
 impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        (**self).clock()
+    }
+
     fn reach(&self) -> crate::Reach {
         (**self).reach()
     }
@@ -510,6 +532,20 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     /// Who shares the confirmations this gate keeps ([`Reach`](crate::Reach)), for the
     /// registry's wiring report; `None` (the default) for a gate that keeps none of its own.
     fn reach(&self) -> Option<crate::Reach> {
+        None
+    }
+
+    /// The clock it reads (for the registry's wiring report, `Registry::wiring_warnings`, which
+    /// says so when it differs from the registry's); `None` (the default) for one that reads
+    /// none or does not say.
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        None
+    }
+
+    /// The audit sink it writes the confirmation events to, for the wiring report (which says
+    /// so when the registry's `AuditConfig` and the gate do not share one); `None` (the default)
+    /// for none, or a gate that does not say.
+    fn audit_sink(&self) -> Option<Arc<dyn crate::AuditSink>> {
         None
     }
 
@@ -588,6 +624,14 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
 
     fn reach(&self) -> Option<crate::Reach> {
         (**self).reach()
+    }
+
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        (**self).clock()
+    }
+
+    fn audit_sink(&self) -> Option<Arc<dyn crate::AuditSink>> {
+        (**self).audit_sink()
     }
 
     fn scopes(&self) -> Vec<Scope> {

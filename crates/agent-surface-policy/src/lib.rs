@@ -103,7 +103,7 @@ pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens, b
 pub use authority::{
     AllowAll, DEFAULT_POLICY_BUDGET, Fallback, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict,
 };
-pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use clock::{Clock, ClockSource, ManualClock, Sleep, SystemClock, same_time};
 pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ApproverDecision, ConfirmationBinding, ConfirmationConfig,
     ConfirmationEngine, ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,

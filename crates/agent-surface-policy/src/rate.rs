@@ -600,6 +600,10 @@ impl RateLimiter for MemoryRateLimiter {
         crate::Reach::Process
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.config.clock.clone())
+    }
+
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call, now))
     }

@@ -797,9 +797,20 @@ fn new_surface_id() -> String {
 
 /// What [`Registry::wiring_warnings`] reports for `config`.
 fn wiring_warnings(config: &RegistryConfig) -> Vec<crate::WiringWarning> {
-    crate::wiring::warnings(
-        config.idempotency.reach(),
-        config.rate_limiter.as_ref().map(|l| l.reach()),
-        config.confirmation.as_ref().and_then(|g| g.reach()),
-    )
+    let gate = config.confirmation.as_ref();
+    let clocks = [
+        ("authority policy", config.authority.as_ref().and_then(|p| p.clock())),
+        ("rate limiter", config.rate_limiter.as_ref().and_then(|l| l.clock())),
+        ("confirmation engine", gate.and_then(|g| g.clock())),
+    ];
+    crate::wiring::report(&crate::wiring::Parts {
+        idempotency: config.idempotency.reach(),
+        rates: config.rate_limiter.as_ref().map(|l| l.reach()),
+        confirmations: gate.and_then(|g| g.reach()),
+        clock: config.clock.clone(),
+        clocks: clocks.into_iter().filter_map(|(part, clock)| clock.map(|c| (part, c))).collect(),
+        audit: config.audit.as_ref().map(|a| a.sink.clone()),
+        // Only a gate that keeps confirmations (and says where) writes their events.
+        gate_audit: gate.filter(|g| g.reach().is_some()).map(|g| g.audit_sink()),
+    })
 }

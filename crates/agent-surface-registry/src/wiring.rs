@@ -253,6 +253,19 @@ pub enum WiringWarning {
     SharedConfirmationsLocalRates,
     /// The idempotency store is shared, the rate limiter counts per process (as above).
     SharedIdempotencyLocalRates,
+    /// A part reads another clock than the registry's (`RegistryConfig::clock`): expiries,
+    /// windows and budgets disagree between them (a test that moves one clock moves only part
+    /// of the service). `part` names it: `authority policy`, `rate limiter` or `confirmation
+    /// engine`.
+    ClockDiffers {
+        /// The part whose clock differs.
+        part: &'static str,
+    },
+    /// The registry's audit trail (`RegistryConfig::audit`) and the confirmation engine's
+    /// (`ConfirmationConfig::audit`) are not one sink: the confirmation events and the
+    /// executions they allowed are recorded apart, or one of them not at all (the approval inbox's
+    /// recent decisions stay empty).
+    AuditNotShared,
 }
 
 impl std::fmt::Display for WiringWarning {
@@ -273,8 +286,53 @@ impl std::fmt::Display for WiringWarning {
                  process: each replica grants the whole budget; give RegistryConfig::rate_limiter a \
                  shared limiter too (e.g. RedisStores::rate_limiter)"
             }
+            WiringWarning::ClockDiffers { part } => {
+                return write!(
+                    f,
+                    "the {part} reads another clock than the registry: give it RegistryConfig::clock \
+                     (the same Arc, or a clone of the same ManualClock)"
+                );
+            }
+            WiringWarning::AuditNotShared => {
+                "the registry's audit trail and the confirmation engine's are not one sink: give \
+                 RegistryConfig::audit and ConfirmationConfig::audit the same Arc<dyn AuditSink>"
+            }
         })
     }
+}
+
+/// What the wiring report reads of a registry's parts.
+pub(crate) struct Parts {
+    pub(crate) idempotency: agent_surface_policy::Reach,
+    pub(crate) rates: Option<agent_surface_policy::Reach>,
+    pub(crate) confirmations: Option<agent_surface_policy::Reach>,
+    /// The registry's clock and the clocks its parts say they read, by part name.
+    pub(crate) clock: std::sync::Arc<dyn agent_surface_policy::Clock>,
+    pub(crate) clocks: Vec<(&'static str, std::sync::Arc<dyn agent_surface_policy::Clock>)>,
+    /// The registry's audit sink, and the confirmation gate's when the gate keeps confirmations.
+    pub(crate) audit: Option<std::sync::Arc<dyn agent_surface_policy::AuditSink>>,
+    pub(crate) gate_audit: Option<Option<std::sync::Arc<dyn agent_surface_policy::AuditSink>>>,
+}
+
+/// What the wiring report finds in `parts` (see [`WiringWarning`]).
+pub(crate) fn report(parts: &Parts) -> Vec<WiringWarning> {
+    let mut out = warnings(parts.idempotency, parts.rates, parts.confirmations);
+    for (part, clock) in &parts.clocks {
+        if !agent_surface_policy::same_time(&parts.clock, clock) {
+            out.push(WiringWarning::ClockDiffers { part });
+        }
+    }
+    if let Some(gate) = &parts.gate_audit {
+        let shared = match (&parts.audit, gate) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::ptr::addr_eq(std::sync::Arc::as_ptr(a), std::sync::Arc::as_ptr(b)),
+            _ => false,
+        };
+        if !shared {
+            out.push(WiringWarning::AuditNotShared);
+        }
+    }
+    out
 }
 
 /// What is mixed in this wiring (see [`WiringWarning`]).

@@ -126,6 +126,10 @@ impl Clock for TestClock {
         self.manual.now()
     }
 
+    fn source(&self) -> Option<agent_surface_policy::ClockSource> {
+        self.manual.source()
+    }
+
     fn sleep(&self, duration: Duration) -> Sleep {
         match self.mode {
             SleepMode::Manual => self.manual.sleep(duration),

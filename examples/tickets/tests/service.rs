@@ -229,3 +229,11 @@ async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
     }
     stop.cancel();
 }
+
+/// The guide's wiring is consistent: one clock everywhere, nothing shared between replicas that
+/// something else keeps per process (`Registry::wiring_warnings` is empty).
+#[test]
+fn the_guides_wiring_has_nothing_to_report() {
+    let (_clock, service) = tickets();
+    assert_eq!(service.registry.wiring_warnings(), []);
+}

@@ -1361,6 +1361,14 @@ impl ConfirmationGate for ConfirmationEngine {
         Some(self.config.store.reach())
     }
 
+    fn clock(&self) -> Option<Arc<dyn crate::Clock>> {
+        Some(self.config.clock.clone())
+    }
+
+    fn audit_sink(&self) -> Option<Arc<dyn crate::AuditSink>> {
+        self.config.audit.clone()
+    }
+
     /// What its confirmation policies are scoped to.
     fn scopes(&self) -> Vec<Scope> {
         let mut scopes: Vec<Scope> = self.config.policies.iter().flat_map(|p| p.scopes()).collect();

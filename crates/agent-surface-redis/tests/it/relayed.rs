@@ -37,9 +37,11 @@ async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Repli
     let registry = Registry::new(RegistryConfig {
         idempotency: Arc::new(stores.idempotency()),
         confirmation: Some(engine.clone()),
+        // The engine's trail is the registry's too.
+        audit: Some(agent_surface_policy::AuditConfig::new(trail.clone())),
         ..Default::default()
     });
-    assert_eq!(registry.wiring_warnings(), [], "shared confirmations and idempotency, no limiter");
+    assert_eq!(registry.wiring_warnings(), [], "shared confirmations and idempotency, one trail, no limiter");
     let runs = Counter::default();
     let seen = runs.clone();
     registry

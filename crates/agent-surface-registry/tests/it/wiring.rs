@@ -389,3 +389,51 @@ fn a_misspelled_type_that_is_not_declared_late_stays_a_definition_error_at_mount
     check(registry.mount("tickets", "main"), "ticket.create", &["did you mean `tickets.create`?"]);
     check(registry.check_wiring(), "ticket.create", &["did you mean `tickets.create`?"]);
 }
+
+/// The wiring report names a part that reads another clock than the registry, and an audit trail
+/// the registry and the confirmation engine do not share; clones of one manual clock are one
+/// clock, and the system clock is one wherever it is made.
+#[test]
+fn clocks_and_audit_sinks_that_differ_are_reported() {
+    use agent_surface_policy::{AuditConfig, AuditSink, ManualClock, MemoryAuditSink};
+    use agent_surface_registry::WiringWarning;
+
+    let registry_clock = clock();
+    let other: Arc<ManualClock> = clock();
+    let engine = |clock: Arc<ManualClock>, audit: Option<Arc<dyn AuditSink>>| -> Arc<ConfirmationEngine> {
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock, audit, ..Default::default() }))
+    };
+    // A limiter and an engine on another manual clock, an engine with a sink the registry lacks.
+    let sink: Arc<dyn AuditSink> = Arc::new(MemoryAuditSink::default());
+    let mixed = Registry::new(RegistryConfig {
+        rate_limiter: Some(Arc::new(MemoryRateLimiter::new(RateLimitConfig {
+            clock: other.clone(),
+            ..Default::default()
+        }))),
+        confirmation: Some(engine(other, Some(sink.clone()))),
+        ..config_with(&registry_clock)
+    });
+    let warnings = mixed.wiring_warnings();
+    assert_eq!(
+        warnings,
+        [
+            WiringWarning::ClockDiffers { part: "rate limiter" },
+            WiringWarning::ClockDiffers { part: "confirmation engine" },
+            WiringWarning::AuditNotShared,
+        ]
+    );
+    assert!(warnings[0].to_string().contains("RegistryConfig::clock"), "{}", warnings[0]);
+    // One clock (a clone of the registry's) and one sink everywhere: nothing to report.
+    let whole = Registry::new(RegistryConfig {
+        audit: Some(AuditConfig::new(sink.clone())),
+        confirmation: Some(engine(Arc::new((*registry_clock).clone()), Some(sink))),
+        ..config_with(&registry_clock)
+    });
+    assert_eq!(whole.wiring_warnings(), []);
+    // The defaults: system clocks made apart are one clock.
+    let defaults = Registry::new(RegistryConfig {
+        confirmation: Some(Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()))),
+        ..Default::default()
+    });
+    assert_eq!(defaults.wiring_warnings(), []);
+}
