@@ -47,9 +47,36 @@ pub fn panic_text(payload: &(dyn Any + Send)) -> String {
     } else if let Some(s) = payload.downcast_ref::<String>() {
         s.as_str()
     } else {
-        "(non-string panic payload)"
+        return non_string_payload(payload);
     };
     crate::redact::redact(text).into_owned()
+}
+
+/// What the operator is told of a panic whose payload is not text (`std::panic::panic_any`): its
+/// type and, for a number, a boolean or a character, its value; an error (`Box<dyn Error>`, an
+/// `anyhow`-like boxed error) by its redacted message. Anything else only by what it is not.
+///
+/// ```
+/// use agent_surface_policy::panic_text;
+/// assert_eq!(panic_text(&42_u16), "a panic with a u16 payload: 42");
+/// assert_eq!(panic_text(&()), "a panic with a payload of a type that is not text, a number, a boolean, a character or an error");
+/// ```
+fn non_string_payload(payload: &(dyn Any + Send)) -> String {
+    macro_rules! shown {
+        ($($t:ty),*) => {
+            $(if let Some(v) = payload.downcast_ref::<$t>() {
+                return format!("a panic with a {} payload: {v}", stringify!($t));
+            })*
+        };
+    }
+    shown!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64, bool, char);
+    if let Some(e) = payload.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        return format!("a panic with an error payload: {}", crate::redact::redact(&e.to_string()));
+    }
+    if let Some(e) = payload.downcast_ref::<Box<dyn std::error::Error + Send>>() {
+        return format!("a panic with an error payload: {}", crate::redact::redact(&e.to_string()));
+    }
+    "a panic with a payload of a type that is not text, a number, a boolean, a character or an error".to_string()
 }
 
 /// Runs user code `f`; a panic becomes `Err` with its text. The one panic guard for synchronous
