@@ -257,7 +257,7 @@ const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
 /// The table: per code, its conditional rows first, then its default row (the first match wins).
 #[rustfmt::skip]
-pub static DECISIONS: [Decision; 23] = [
+pub static DECISIONS: [Decision; 24] = [
     row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "The tool list is stale or the tool is hidden: a re-listing tells which."),
     row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
@@ -270,6 +270,8 @@ pub static DECISIONS: [Decision; 23] = [
         "The target is gone: retry only if the re-listing shows it (or its replacement) again."),
     row(C::StaleCapability, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
+    when("reason", DetailValue::Str("natural-key-used-by-different-request"), row(C::InvocationConflict, R::No, Stop, IdRule::None, RETURNED,
+        "The operation the input's key names was made with other input: nothing to retry, tell the user.")),
     row(C::InvocationConflict, R::WithChanges, NewId, Derived, NOT_CONVERGING,
         "The id belongs to another request; the model does not choose ids, the client does."),
     row(C::InvalidInput, R::WithChanges, ChangeInput, IdRule::None, RETURNED,

@@ -105,19 +105,26 @@ pub struct StaleDetails {
     pub live_registration_id: Option<String>,
 }
 
-/// The only reason `INVOCATION_CONFLICT` gives.
+/// Why `INVOCATION_CONFLICT`: whose key the earlier request holds.
+///
+/// Closed with the matrix: each reason has its retry rule and its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConflictReason {
-    /// The invocation id was used for a different request within the idempotency window.
+    /// The invocation id was used for a different request within the idempotency window: the
+    /// client's id collides, and a fresh id fixes it.
     IdReusedWithDifferentRequest,
+    /// The capability's natural idempotency key (e.g. the order of a refund) names an operation
+    /// that was made, or is being made, with different input: nothing the client sends can make
+    /// this request run, so it is not retried.
+    NaturalKeyUsedByDifferentRequest,
 }
 
 /// `INVOCATION_CONFLICT` details. Never anything about the earlier request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConflictDetails {
-    /// Always `id-reused-with-different-request`.
+    /// Whose key the earlier request holds: the invocation id's or the natural key's.
     pub reason: ConflictReason,
 }
 

@@ -123,6 +123,20 @@ impl AgentSurfaceError {
         Self::worded(ErrorCode::InvocationConflict, Some(to_map(&details)))
     }
 
+    /// `INVOCATION_CONFLICT {reason: natural-key-used-by-different-request}` (retry `no`): the
+    /// capability's natural idempotency key names an operation made with different input. Never
+    /// anything about the earlier request.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// let p = AgentSurfaceError::natural_key_conflict().into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::InvocationConflict, Retry::No));
+    /// ```
+    pub fn natural_key_conflict() -> Self {
+        let details = ConflictDetails { reason: ConflictReason::NaturalKeyUsedByDifferentRequest };
+        Self::worded(ErrorCode::InvocationConflict, Some(to_map(&details)))
+    }
+
     /// `INVALID_INPUT {issues, lockedFields?}`.
     ///
     /// The message names up to three offending paths when they are plain JSON Pointers, so a

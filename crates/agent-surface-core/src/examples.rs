@@ -59,7 +59,10 @@ pub fn of(code: ErrorCode) -> Vec<ErrorPayload> {
                 AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None).into_payload(),
             ]
         }
-        ErrorCode::InvocationConflict => vec![AgentSurfaceError::invocation_conflict().into_payload()],
+        ErrorCode::InvocationConflict => vec![
+            AgentSurfaceError::invocation_conflict().into_payload(),
+            AgentSurfaceError::natural_key_conflict().into_payload(),
+        ],
         ErrorCode::InvalidInput => {
             vec![
                 AgentSurfaceError::invalid_input(

@@ -30,8 +30,8 @@ use serde_json::{Map, Value};
 
 use crate::code::ErrorCode;
 use crate::details::{
-    ConfirmationInvalidDetails, ConfirmationInvalidReason, ExecutionFailedDetails, ExecutionFailedReason,
-    RateLimitReason, RateLimitedDetails, TimeoutDetails, UnmountPhase, UnmountedDetails,
+    ConfirmationInvalidDetails, ConfirmationInvalidReason, ConflictDetails, ConflictReason, ExecutionFailedDetails,
+    ExecutionFailedReason, RateLimitReason, RateLimitedDetails, TimeoutDetails, UnmountPhase, UnmountedDetails,
 };
 use crate::text::normalize;
 
@@ -138,6 +138,9 @@ templates! {
     CONFLICT = ("invocation-conflict",
         "This invocationId was already used for a different request. Send the new request with a fresh invocationId.",
         arguments: "This call reused the id of a different, earlier request, so it did not run. Make the call again; if the same error comes back, stop and report it.");
+    /// `INVOCATION_CONFLICT` on a natural key.
+    CONFLICT_NATURAL_KEY = ("invocation-conflict.natural-key",
+        "The operation this call names (by its key, such as an order) was already made with different input, so this call did not run. Do not repeat it; tell the user what was done already.");
     /// `INVALID_INPUT`; slot: `paths`.
     INVALID_INPUT = ("invalid-input",
         "The input does not match the schema{paths}. Fix the problems listed in details.issues, then retry.");
@@ -270,7 +273,10 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
             UnmountPhase::MidFlight => plain(UNMOUNTED_MID_FLIGHT),
         },
         ErrorCode::StaleCapability => plain(STALE),
-        ErrorCode::InvocationConflict => plain(CONFLICT),
+        ErrorCode::InvocationConflict => plain(match typed::<ConflictDetails>(details)?.reason {
+            ConflictReason::IdReusedWithDifferentRequest => CONFLICT,
+            ConflictReason::NaturalKeyUsedByDifferentRequest => CONFLICT_NATURAL_KEY,
+        }),
         ErrorCode::ConfirmationInvalid => plain(match typed::<ConfirmationInvalidDetails>(details)?.reason {
             ConfirmationInvalidReason::Expired => CONFIRMATION_EXPIRED,
             ConfirmationInvalidReason::Denied => CONFIRMATION_DENIED,

@@ -56,7 +56,15 @@ pub(crate) async fn keyed<'a>(
     let store_key = IdempotencyKey { consumer_key: scope, invocation_id: idempotency::store_id(&natural) };
     let fp = fingerprint(&call, &prepared.value);
     let now = call.inner.config.clock.now();
-    match idempotency::admit_record(call.inner, call.options, store_key, fp, now, hold).await? {
+    let admitted = idempotency::admit_record(call.inner, call.options, store_key, fp, now, hold).await;
+    // The key is the capability's, not the caller's id: a conflict says so (and is not retried).
+    let admitted = admitted.map_err(|mut stop| {
+        if stop.error.code() == agent_surface_core::ErrorCode::InvocationConflict {
+            stop.error = AgentSurfaceError::natural_key_conflict();
+        }
+        stop
+    });
+    match admitted? {
         Record::Replay(result) => answered(&call, result, Answered::Replayed),
         Record::Joined(result) => answered(&call, result, Answered::Joined),
         Record::Leader(guard) => lead(call, *guard, prepared, timing).await,

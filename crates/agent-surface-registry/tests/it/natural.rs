@@ -154,6 +154,10 @@ async fn the_same_key_with_another_input_is_a_conflict() {
     output(&s.registry.invoke_detailed(refund("refunds.issue", "A-1", 500), user("s-1", "alice")).await);
     let other = s.registry.invoke_detailed(refund("refunds.issue", "A-1", 700), user("s-1", "alice")).await;
     let p = assert_produced(&other, ErrorCode::InvocationConflict, Phase::Admission);
+    // Not a reused id (the caller sent none): nothing it can send makes this run.
+    assert_eq!(p.detail("reason"), Some(&json!("natural-key-used-by-different-request")));
+    assert_eq!(p.retry(), Retry::No);
+    assert!(!p.message().contains("invocationId") && p.message().contains("Do not repeat it"), "{}", p.message());
     assert!(!p.to_json().to_string().contains("500"), "the earlier request is not revealed");
     assert_eq!(s.runs.load(Ordering::SeqCst), 1);
 }
