@@ -1,6 +1,7 @@
 //! Two demo servers sharing one Redis (`serve --http --redis URL --state-key K`): one shop, one
-//! execution per idempotency key, approvals used once, one rate budget, and a replica killed
-//! mid-call never leads to a second execution.
+//! execution per idempotency key, one refund per order (its natural key) from plain calls that
+//! carry no key, approvals used once, one rate budget, and a replica killed mid-call never leads
+//! to a second execution.
 
 use std::time::{Duration, Instant};
 
@@ -59,17 +60,23 @@ fn payload(answer: &Value) -> Value {
 fn invoke(addr: &str, capability: &str, input: &Value, key: Option<&str>) -> (u16, String) {
     let body = json!({"capability": capability, "input": input}).to_string();
     let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
-    // A connection the kernel dropped under a burst (no answer at all) is retried, as a client
-    // would: with the same key, a retry joins or replays, never runs again.
-    let mut r = served::post(addr, "/api/invoke", "127.0.0.1", &headers, &body);
+    let r = post_answered(addr, "/api/invoke", &headers, &body);
+    (r.status, r.body)
+}
+
+/// `POST path` with `body` to `addr`. A connection the kernel dropped under a burst (no answer at
+/// all) is retried, as a client would: with the same key (an `Idempotency-Key`, or the
+/// capability's natural key), a retry joins or replays, never runs again.
+fn post_answered(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> served::Response {
+    let mut r = served::post(addr, path, "127.0.0.1", headers, body);
     for _ in 0..3 {
         if r.status != 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
-        r = served::post(addr, "/api/invoke", "127.0.0.1", &headers, &body);
+        r = served::post(addr, path, "127.0.0.1", headers, body);
     }
-    (r.status, r.body)
+    r
 }
 
 fn json_of(body: &str) -> Value {
@@ -348,4 +355,210 @@ fn a_redis_outage_fails_closed_and_a_pending_approval_survives_its_restart() {
     };
     assert_eq!(first.0, 200, "{}", first.1);
     assert_eq!(invoke(&b.addr, "tickets.open", &json!({"subject": "Outage"}), Some("outage-1")), first);
+}
+
+/// The tokens of the refund tests: a support agent, whom the authority policy admits to
+/// `refunds.issue`, and an approver, whom it refuses.
+const REFUND_TOKENS: [&str; 4] = ["--token", "t-sam=sam:support", "--token", "t-pat=pat:approver"];
+
+/// How a call of `refunds.issue` reaches a replica: as standard clients send it, with neither an
+/// invocation id in `_meta` nor an `Idempotency-Key` — only the natural key (the order) makes
+/// repeats one operation.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// MCP 2025-11-25 over streamable HTTP, in a session the caller opened on that replica.
+    McpSession,
+    /// MCP 2026-07-28 over streamable HTTP, sessionless (`_meta` names the protocol and the
+    /// client, nothing else).
+    McpStateless,
+    /// The HTTP binding's `POST /api/invoke`.
+    Binding,
+}
+
+/// A caller of both replicas: its bearer token (none: anonymous), and the MCP session it opened
+/// on each.
+struct Caller {
+    token: Option<&'static str>,
+    sessions: [String; 2],
+}
+
+impl Caller {
+    fn new(replicas: [&Server; 2], token: Option<&'static str>) -> Caller {
+        Caller { token, sessions: replicas.map(|r| session(&r.addr, token)) }
+    }
+
+    /// `refunds.issue` of `input` on replica `at` of `replicas` via `via`: the output as
+    /// `{"output": …}` or the error payload, and the answer's raw body.
+    fn refund(&self, replicas: [&Server; 2], at: usize, via: Via, input: &Value) -> (Value, String) {
+        let addr = replicas[at].addr.as_str();
+        let auth = self.token.map(|t| format!("Bearer {t}"));
+        let mut headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        // Distinct request ids, as a client's: a session refuses an id that is in progress.
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mcp = |params: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let body = match via {
+            Via::Binding => json!({"capability": "refunds.issue", "input": input}),
+            Via::McpSession => {
+                headers
+                    .extend([("Mcp-Session-Id", self.sessions[at].as_str()), ("MCP-Protocol-Version", "2025-11-25")]);
+                mcp(json!({"name": "refunds-issue", "arguments": input}))
+            }
+            Via::McpStateless => {
+                headers.extend([
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "refunds-issue"),
+                ]);
+                mcp(json!({"name": "refunds-issue", "arguments": input, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "replicas-test", "version": "1"}
+                }}))
+            }
+        };
+        let path = if matches!(via, Via::Binding) { "/api/invoke" } else { "/mcp" };
+        let r = post_answered(addr, path, &headers, &body.to_string());
+        if matches!(via, Via::Binding) {
+            let answer = json_of(&r.body);
+            let told = if r.status == 200 { json!({"output": answer["output"]}) } else { answer };
+            return (told, r.body);
+        }
+        assert_eq!(r.status, 200, "{via:?} on replica {at}: {}", r.body);
+        let answer = r.messages().into_iter().find(|m| m["id"] == id);
+        let result = &answer.unwrap_or_else(|| panic!("{via:?} on replica {at}: no answer in {}", r.body))["result"];
+        let told = if result["isError"] == false {
+            json!({"output": result["structuredContent"]})
+        } else {
+            payload(&json!({"result": result}))
+        };
+        (told, r.body)
+    }
+}
+
+/// An initialized MCP 2025-11-25 session on `addr`, opened with `token`: its `Mcp-Session-Id`.
+fn session(addr: &str, token: Option<&str>) -> String {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "replicas-test", "version": "1"}}});
+    let r = post_answered(addr, "/mcp", &headers, &init.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").expect("a session id").to_string();
+    headers.extend([("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")]);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let r = post_answered(addr, "/mcp", &headers, &initialized);
+    assert!(r.status == 202 || r.status == 200, "{}", r.status);
+    session
+}
+
+/// Every combination of replica and transport, for the checks that try each.
+fn everywhere() -> impl Iterator<Item = (usize, Via)> {
+    [0, 1].into_iter().flat_map(|at| [Via::McpSession, Via::McpStateless, Via::Binding].map(|via| (at, via)))
+}
+
+/// Call `i` of a burst: replica `i % 2`, the binding for half of each replica's calls, MCP with a
+/// session and without one for a quarter each.
+fn spread(i: usize) -> (usize, Via) {
+    let via = match (i / 2) % 4 {
+        0 | 2 => Via::Binding,
+        1 => Via::McpSession,
+        _ => Via::McpStateless,
+    };
+    (i % 2, via)
+}
+
+/// The refund id of an answer that must be a refund.
+fn refund_id(told: &Value, raw: &str) -> String {
+    told["output"]["refundId"].as_str().unwrap_or_else(|| panic!("a refund: {raw}")).to_string()
+}
+
+/// 200 concurrent `refunds.issue` calls for one order and amount, as standard clients send them
+/// (no invocation id, no `Idempotency-Key`), released at once and split across both replicas
+/// (100 each) and across transports (per replica: 50 over the HTTP binding, 25 over MCP in a
+/// session, 25 over sessionless MCP): the order's natural key makes them one operation. Every
+/// answer is the same refund (its id carries a per-execution suffix, so a second execution would
+/// show).
+#[test]
+fn two_hundred_plain_refunds_of_one_order_across_two_replicas_execute_once() {
+    let Some((a, b)) = replicas("refund-burst", &REFUND_TOKENS) else { return };
+    let replicas = [&a, &b];
+    let sam = Caller::new(replicas, Some("t-sam"));
+    let input = json!({"orderId": "A-1001", "amountCents": 500});
+    let calls = 200;
+    let start = std::sync::Barrier::new(calls);
+    let answers: Vec<((usize, Via), (Value, String))> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..calls)
+            .map(|i| {
+                let (sam, input, start) = (&sam, &input, &start);
+                s.spawn(move || {
+                    let (at, via) = spread(i);
+                    start.wait();
+                    ((at, via), sam.refund(replicas, at, via, input))
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("a call")).collect()
+    });
+    let first = refund_id(&answers[0].1.0, &answers[0].1.1);
+    assert!(first.starts_with("R-1001-"), "{first}");
+    let others: Vec<_> = answers.iter().filter(|(_, (told, _))| told["output"]["refundId"] != first.as_str()).collect();
+    assert!(others.is_empty(), "one execution: {} of {calls} answers differ, e.g. {:?}", others.len(), others[0]);
+    for ((at, via), (told, raw)) in &answers {
+        assert_eq!(
+            told["output"],
+            json!({"refundId": first, "orderId": "A-1001", "amountCents": 500}),
+            "{at} {via:?}: {raw}"
+        );
+    }
+    // Asked again later, on either replica and transport: the refund on record.
+    for (at, via) in everywhere() {
+        let (told, raw) = sam.refund(replicas, at, via, &input);
+        assert_eq!(refund_id(&told, &raw), first, "{at} {via:?}");
+    }
+}
+
+/// A refund of an order refunded already, for another amount, is `INVOCATION_CONFLICT` on either
+/// replica over any transport, and does not reveal the refund on record; the order's refund
+/// stays the one it was.
+#[test]
+fn another_amount_for_a_refunded_order_is_a_conflict_on_either_replica() {
+    let Some((a, b)) = replicas("refund-conflict", &REFUND_TOKENS) else { return };
+    let replicas = [&a, &b];
+    let sam = Caller::new(replicas, Some("t-sam"));
+    let input = json!({"orderId": "A-1001", "amountCents": 500});
+    let (told, raw) = sam.refund(replicas, 0, Via::McpSession, &input);
+    let refunded = refund_id(&told, &raw);
+    for (at, via) in everywhere() {
+        let (told, raw) = sam.refund(replicas, at, via, &json!({"orderId": "A-1001", "amountCents": 700}));
+        assert_eq!(told["code"], "INVOCATION_CONFLICT", "{at} {via:?}: {raw}");
+        // Neither the refund nor the earlier input.
+        assert!(!raw.contains(&refunded) && !raw.contains("amountCents"), "{at} {via:?}: {raw}");
+    }
+    let (told, raw) = sam.refund(replicas, 1, Via::Binding, &input);
+    assert_eq!(refund_id(&told, &raw), refunded);
+}
+
+/// The order's key spans callers, but only callers the authority policy admits: an anonymous
+/// caller (`NOT_AUTHENTICATED`) and a signed-in one without the support role (`NOT_AUTHORIZED`)
+/// asking for the refund on record, with its very input, get their refusal on either replica over
+/// any transport, never the refund; the record stands for the support agent.
+#[test]
+fn a_refused_caller_gets_its_refusal_never_the_refund_on_record() {
+    let Some((a, b)) = replicas("refund-refused", &REFUND_TOKENS) else { return };
+    let replicas = [&a, &b];
+    let sam = Caller::new(replicas, Some("t-sam"));
+    let input = json!({"orderId": "A-1001", "amountCents": 500});
+    let (told, raw) = sam.refund(replicas, 1, Via::Binding, &input);
+    let refunded = refund_id(&told, &raw);
+    for (who, code) in [(None, "NOT_AUTHENTICATED"), (Some("t-pat"), "NOT_AUTHORIZED")] {
+        let caller = Caller::new(replicas, who);
+        for (at, via) in everywhere() {
+            let (told, raw) = caller.refund(replicas, at, via, &input);
+            assert_eq!(told["code"], code, "{who:?} on {at} {via:?}: {raw}");
+            assert!(!raw.contains(&refunded) && !raw.contains("R-1001"), "{who:?} on {at} {via:?}: {raw}");
+        }
+    }
+    let (told, raw) = sam.refund(replicas, 0, Via::McpStateless, &input);
+    assert_eq!(refund_id(&told, &raw), refunded);
 }
