@@ -3,8 +3,9 @@
 use agent_surface_registry::{CapabilityDescriptor, Snapshot};
 use serde_json::{Value, json};
 
+use crate::loss::{losses, warn_once};
 use crate::provider::Provider;
-use crate::schema::{gemini_schema, openai_strict_eligible, without_dialect};
+use crate::schema::{gemini_conversion, openai_strict_eligible, without_dialect};
 
 /// The description shown to the model: the capability's description, plus the reason when it is
 /// disabled right now (the same string `CAPABILITY_NOT_AVAILABLE` carries: planning fuel).
@@ -20,6 +21,10 @@ fn description(c: &CapabilityDescriptor) -> String {
 ///
 /// For Gemini this is one entry of `functionDeclarations`; for the others, one entry of the
 /// request's `tools` array.
+///
+/// When the provider's dialect loses part of the input schema ([`crate::lossy_conversions`]),
+/// this warns on the operator channel (`tracing`, target `agent_surface::toolset`), once per
+/// process for each capability and provider, naming the capability and what is lost.
 pub fn tool_definition(provider: Provider, capability: &CapabilityDescriptor) -> Value {
     let name = &capability.tool_name;
     let description = description(capability);
@@ -40,7 +45,9 @@ pub fn tool_definition(provider: Provider, capability: &CapabilityDescriptor) ->
         Provider::Anthropic => json!({"name": name, "description": description, "input_schema": parameters}),
         Provider::Gemini => {
             let mut declaration = json!({"name": name, "description": description});
-            if let Some(parameters) = gemini_schema(&capability.input_schema) {
+            let (parameters, lost) = gemini_conversion(&capability.input_schema);
+            warn_once(provider, capability, &losses(provider, capability, lost));
+            if let Some(parameters) = parameters {
                 declaration["parameters"] = parameters;
             }
             declaration

@@ -8,7 +8,10 @@
 //!   [`openai_strict_eligible`]), OpenAI Responses, Anthropic Messages (`input_schema`) or Gemini
 //!   (`functionDeclarations`, schemas converted by [`gemini_schema`], which reads `$ref`s with
 //!   `agent_surface_registry::schema::resolve_ref`, as the registry does). Tool names are the
-//!   registry's `type-capability`, reversible.
+//!   registry's `type-capability`, reversible. What a provider's dialect loses of a schema (a
+//!   map's value type, a recursive type below its recursion, for Gemini) is reported, never
+//!   silently changed: [`lossy_conversions`] lists it for a test suite to assert there is none,
+//!   and the tool definitions warn about it once on the operator channel.
 //! - **Calls** — [`parse_tool_calls`] reads `tool_calls`, `function_call` items, `tool_use` blocks
 //!   or `functionCall` parts into [`ToolCall`]s. A malformed OpenAI `arguments` string becomes an
 //!   `INVALID_INPUT` result, never a panic. Invocation ids derive from the provider's call id,
@@ -76,6 +79,7 @@
 
 mod calls;
 mod definitions;
+mod loss;
 mod provider;
 pub mod recovery;
 mod results;
@@ -84,6 +88,7 @@ mod toolset;
 
 pub use calls::{Arguments, ParseError, ToolCall, invocation_id, parse_tool_calls};
 pub use definitions::{tool_definition, tool_definitions};
+pub use loss::{Loss, LossKind, lossy_conversions};
 pub use provider::Provider;
 pub use recovery::{
     Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, RegistryInvoker,

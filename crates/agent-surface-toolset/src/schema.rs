@@ -17,6 +17,8 @@ use schemars::Schema;
 use schemars::transform::{Transform, transform_subschemas};
 use serde_json::{Map, Value, json};
 
+use crate::loss::LossKind;
+
 /// The schema with the root `$schema` member removed: every provider knows the dialect, and
 /// Gemini rejects the member.
 pub fn without_dialect(schema: &Value) -> Value {
@@ -245,7 +247,9 @@ const GEMINI_KEEP: &[&str] = &[
 ///   an object with no properties left is sent untyped.
 ///
 /// Nothing is lost that matters for correctness: the registry validates the call against the
-/// original schema and answers `INVALID_INPUT` with the issues.
+/// original schema and answers `INVALID_INPUT` with the issues. What the model no longer sees
+/// (a map's value type, a recursive type below its recursion, …) is reported, not silently
+/// changed: [`crate::lossy_conversions`] lists it, and the tool definitions warn about it.
 ///
 /// ```
 /// use agent_surface_toolset::gemini_schema;
@@ -272,18 +276,100 @@ const GEMINI_KEEP: &[&str] = &[
 /// })));
 /// ```
 pub fn gemini_schema(schema: &Value) -> Option<Value> {
+    gemini_conversion(schema).0
+}
+
+/// [`gemini_schema`], with what the conversion loses: each loss with the JSON Pointer of its
+/// subschema in the input schema, `$ref`s followed (the path of the value it describes, so
+/// `/properties/tree/properties/children/items`, not `/$defs/Node/…`).
+///
+/// The losses are read from the schema with its `$ref`s inlined (cuts marked by [`InlineRefs`]),
+/// before [`to_gemini`] rewrites it, by the registry's walk ([`visit_subschemas`]).
+pub(crate) fn gemini_conversion(schema: &Value) -> (Option<Value>, Vec<(String, LossKind)>) {
     let mut work = schema.clone();
     if let Some(root) = work.as_object_mut() {
         // Inlined where they are used; resolved against the original document.
         root.remove("$defs");
         root.remove("definitions");
     }
-    let tree = <&mut Schema>::try_from(&mut work).ok()?;
+    let Ok(tree) = <&mut Schema>::try_from(&mut work) else { return (None, Vec::new()) };
     InlineRefs { root: schema, expanding: Vec::new() }.transform(tree);
+    let mut losses = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    let _ = visit_subschemas(&work, |node, at| {
+        // Below a dropped map value type, everything is already reported as lost.
+        if !dropped.iter().any(|d| at.pointer.starts_with(d.as_str())) {
+            gemini_losses(node, at.pointer, &mut losses, &mut dropped);
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let Ok(tree) = <&mut Schema>::try_from(&mut work) else { return (None, losses) };
     to_gemini(tree);
     let empty_root = work.get("type").and_then(Value::as_str) != Some("OBJECT")
         || work.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
-    if empty_root { None } else { Some(work) }
+    (if empty_root { None } else { Some(work) }, losses)
+}
+
+/// The member [`InlineRefs`] leaves where it cut a `$ref` off, read by [`gemini_losses`] and
+/// dropped by [`gemini_node`] (which copies only the keywords Gemini knows).
+const CUT_MARK: &str = "x-agent-surface-gemini-cut";
+
+/// Integer and number formats that only say the value's width: the bounds `schemars` writes
+/// with them (`minimum: 0` for unsigned types) are kept, and the registry checks the rest.
+const WIDTH_FORMATS: &[&str] = &[
+    "int", "int8", "int16", "int32", "int64", "int128", "uint", "uint8", "uint16", "uint32", "uint64", "uint128",
+    "float", "double",
+];
+
+/// Keywords Gemini has no equivalent for that constrain which values are valid.
+const GEMINI_DROPPED_CONSTRAINTS: &[&str] = &["exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems"];
+
+/// What [`gemini_node`] will lose of one subschema (its `$ref`s inlined) at `pointer`. A map
+/// whose value type is dropped adds its `additionalProperties` to `dropped`.
+fn gemini_losses(node: &Value, pointer: &str, losses: &mut Vec<(String, LossKind)>, dropped: &mut Vec<String>) {
+    let Some(obj) = node.as_object() else { return };
+    let mut lose = |kind: LossKind| losses.push((pointer.to_string(), kind));
+    if let Some(cut) = obj.get(CUT_MARK) {
+        let depth = cut.get("depth").and_then(Value::as_u64).map_or(0, |d| d as usize);
+        let reference = cut.get("ref").and_then(Value::as_str).unwrap_or_default().to_string();
+        lose(match cut.get("why").and_then(Value::as_str) {
+            Some("recursion") => LossKind::RecursionCut { reference, depth },
+            Some("depth") => LossKind::DepthCut { reference, depth },
+            _ => LossKind::UnresolvedRef { reference },
+        });
+    }
+    let types: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+        _ => Vec::new(),
+    };
+    let no_properties = obj.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
+    match obj.get("additionalProperties") {
+        Some(Value::Object(value)) if value.keys().any(|k| !matches!(k.as_str(), "title" | "description")) => {
+            lose(LossKind::MapValueType);
+            dropped.push(format!("{pointer}/additionalProperties"));
+        }
+        Some(Value::Bool(false)) => {}
+        // An open object with nothing declared (at the root: no parameters, which is what it
+        // tells the model anyway).
+        _ if types.contains(&"object") && no_properties && !pointer.is_empty() => lose(LossKind::UntypedObject),
+        _ => {}
+    }
+    for keyword in GEMINI_DROPPED_CONSTRAINTS {
+        if obj.get(*keyword).is_some_and(|v| v != &Value::Bool(false)) {
+            lose(LossKind::Keyword { keyword: (*keyword).to_string() });
+        }
+    }
+    if let Some(format) = obj.get("format").and_then(Value::as_str) {
+        let gemini = match types.as_slice() {
+            [one] => gemini_type(one),
+            _ => None,
+        };
+        let width = matches!(gemini, Some("INTEGER" | "NUMBER")) && WIDTH_FORMATS.contains(&format);
+        if !gemini_format_ok(gemini, format) && !width {
+            lose(LossKind::Format { format: format.to_string() });
+        }
+    }
 }
 
 /// Replaces each `$ref` by its target's keywords (the referring schema's own keywords win), then
@@ -316,6 +402,13 @@ impl Transform for InlineRefs<'_> {
                     }
                 }
                 target => {
+                    let why = match &target {
+                        None => "unresolved",
+                        Some((pointer, _)) if self.expanding.contains(pointer) => "recursion",
+                        Some(_) => "depth",
+                    };
+                    let cut = json!({"why": why, "ref": reference, "depth": self.expanding.len()});
+                    map.insert(CUT_MARK.into(), cut);
                     if !map.contains_key("description")
                         && let Some(description) = target.and_then(|(_, t)| t.get("description"))
                     {

@@ -4,6 +4,7 @@ mod support;
 
 mod conformance;
 mod golden;
+mod losses;
 mod recovery;
 mod scenarios;
 mod schemas;
