@@ -88,12 +88,12 @@ mod toolset;
 
 pub use calls::{Arguments, ParseError, ToolCall, invocation_id, parse_tool_calls};
 pub use definitions::{tool_definition, tool_definitions};
-pub use loss::{Loss, LossKind, lossy_conversions};
+pub use loss::{Loss, lossy_conversions};
 pub use provider::Provider;
 pub use recovery::{
     Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, RegistryInvoker,
     RelayToModel, Stop, Verification,
 };
 pub use results::{Rendering, ResultFormat, decode_result, encode_result, render_line, reply_messages};
-pub use schema::{gemini_schema, openai_strict_eligible, without_dialect};
+pub use schema::{LossKind, gemini_schema, openai_strict_eligible, without_dialect};
 pub use toolset::{ProgressCallback, ToolOutcome, Toolset, ToolsetConfig, Turn};

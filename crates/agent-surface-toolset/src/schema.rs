@@ -12,12 +12,12 @@
 //! the registry's one resolver ([`agent_surface_registry::schema::resolve_ref`]), so a reference
 //! the registry accepted resolves here too.
 
+use std::fmt;
+
 use agent_surface_registry::schema::{SubschemaAt, escape_pointer_segment, ref_pointer, resolve_ref, visit_subschemas};
 use schemars::Schema;
 use schemars::transform::{Transform, transform_subschemas};
 use serde_json::{Map, Value, json};
-
-use crate::loss::LossKind;
 
 /// The schema with the root `$schema` member removed: every provider knows the dialect, and
 /// Gemini rejects the member.
@@ -628,4 +628,71 @@ fn merge_alternatives(out: &mut Map<String, Value>, mut members: Vec<Map<String,
         return;
     }
     out.insert("anyOf".into(), Value::Array(members.into_iter().map(Value::Object).collect()));
+}
+
+// ---- Losses -----------------------------------------------------------------------------------
+
+/// What a conversion loses at one place of a schema.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossKind {
+    /// A map's value type: an object with `additionalProperties: <schema>` (a `HashMap<String,
+    /// T>`) is sent without it, so the model does not know what the values are.
+    MapValueType,
+    /// A recursive type, cut where it refers to itself: below, the value is sent untyped (with
+    /// the description only).
+    RecursionCut {
+        /// The `$ref` that was not followed again.
+        reference: String,
+        /// How many `$ref`s had been followed on the path to the cut.
+        depth: usize,
+    },
+    /// A chain of `$ref`s deeper than the conversion follows, cut: below, the value is sent
+    /// untyped.
+    DepthCut {
+        /// The `$ref` that was not followed.
+        reference: String,
+        /// How many `$ref`s had been followed on the path to the cut.
+        depth: usize,
+    },
+    /// A `$ref` that does not resolve, sent untyped (the registry refuses such schemas, so only
+    /// a schema from elsewhere has one).
+    UnresolvedRef {
+        /// The reference.
+        reference: String,
+    },
+    /// An object with no declared properties (not the root), sent untyped: the model does not
+    /// know it must be an object.
+    UntypedObject,
+    /// A constraint keyword the dialect lacks (`exclusiveMinimum`, `exclusiveMaximum`,
+    /// `multipleOf`, `uniqueItems`), dropped.
+    Keyword {
+        /// The keyword.
+        keyword: String,
+    },
+    /// A string format the dialect does not define (`uuid`, `email`, `date`, …), dropped.
+    /// Integer and number width formats (`uint64`, `double`, …) are not losses: their bounds
+    /// are kept.
+    Format {
+        /// The format.
+        format: String,
+    },
+}
+
+impl fmt::Display for LossKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossKind::MapValueType => f.write_str("the map's value type (`additionalProperties`) is dropped"),
+            LossKind::RecursionCut { reference, depth } => {
+                write!(f, "the recursive type {reference} is cut after {depth} `$ref`s and sent untyped")
+            }
+            LossKind::DepthCut { reference, depth } => {
+                write!(f, "{reference} is past the {depth} `$ref`s followed, cut and sent untyped")
+            }
+            LossKind::UnresolvedRef { reference } => write!(f, "{reference} does not resolve and is sent untyped"),
+            LossKind::UntypedObject => f.write_str("an object with no declared properties is sent untyped"),
+            LossKind::Keyword { keyword } => write!(f, "`{keyword}` is dropped"),
+            LossKind::Format { format } => write!(f, "format `{format}` is dropped"),
+        }
+    }
 }
