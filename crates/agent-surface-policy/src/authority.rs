@@ -193,6 +193,41 @@ impl Policies {
         self
     }
 
+    /// The rule that names `capability` (`type.capability`, its type the part before the first
+    /// `.`): [`Scope::Capability`] when policies were added for the capability itself, else
+    /// [`Scope::Type`] when policies were added for its type, else `None` — no rule names it, and
+    /// once the global policies allowed a call, the [`Fallback`] decides it (under
+    /// default-allow, the call goes through with no rule written for it).
+    ///
+    /// For tests and lints (the testing kit's service lint asks it); a nested engine's rules are
+    /// its own and not consulted.
+    ///
+    /// ```
+    /// use agent_surface_policy::{AllowAll, Policies, RequireIdentity, RequireRole, Scope};
+    ///
+    /// let policies = Policies::new()
+    ///     .global(RequireIdentity)
+    ///     .for_type("tickets", AllowAll)
+    ///     .for_capability("tickets.delete", RequireRole::new("admin"));
+    /// assert_eq!(policies.rule_for("tickets.delete"), Some(Scope::capability("tickets.delete")));
+    /// assert_eq!(policies.rule_for("tickets.list"), Some(Scope::capability_type("tickets")));
+    /// // Only the global policy and the default-allow fallback decide `reports.export`.
+    /// assert_eq!(policies.rule_for("reports.export"), None);
+    /// ```
+    pub fn rule_for(&self, capability: &str) -> Option<Scope> {
+        let named = |groups: &HashMap<String, Vec<Arc<dyn AuthorityPolicy>>>, key: &str| {
+            groups.get(key).is_some_and(|p| !p.is_empty())
+        };
+        let scope = Scope::capability(capability);
+        if named(&self.by_capability, capability) {
+            Some(scope)
+        } else if named(&self.by_type, scope.type_id()) {
+            Some(Scope::capability_type(scope.type_id()))
+        } else {
+            None
+        }
+    }
+
     /// How many policies the engine holds.
     pub fn len(&self) -> usize {
         self.global.len()

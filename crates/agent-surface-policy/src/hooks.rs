@@ -300,7 +300,12 @@ impl PolicyError {
 /// [`Policies`](crate::Policies), which evaluates them in order (global, per type, per
 /// capability), stops at the first decision that is not [`AuthorityDecision::Allow`], and turns a
 /// failure, a panic or an overrun of the time budget into a denial.
-pub trait AuthorityPolicy: Send + Sync + 'static {
+///
+/// Every policy is [`Any`](std::any::Any), so code that holds a `dyn AuthorityPolicy` (the
+/// registry's configuration, say) can ask whether it is a [`Policies`](crate::Policies) engine
+/// and query its rules (`(policy as &dyn Any).downcast_ref::<Policies>()`, as the testing kit's
+/// service lint does).
+pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// A name for the operator channel.
     fn name(&self) -> &str;
 

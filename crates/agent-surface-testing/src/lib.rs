@@ -30,6 +30,10 @@
 //!   trace, an environment value), no agent-facing serialization of a result contains any of them;
 //!   [`assert_operator_log_has_no_credentials`]: no credential ([`Secrets::credential`]) reached
 //!   the operator log, redacted; [`credential_corpus`], failure texts carrying credentials.
+//! - **Service lint** — [`assert_service`]: every capability the authority policy lets through
+//!   has a rule written for it, every input schema reaches every enabled provider whole
+//!   ([`ServiceLint::providers`]), every capability declares its output schema and describes its
+//!   input; a failure lists every problem.
 //!
 //! `docs/testing.md` is the guide.
 //!
@@ -102,6 +106,7 @@ mod fixtures;
 mod hooks;
 pub mod http;
 mod leak;
+mod lint;
 mod logs;
 pub mod services;
 pub mod stores;
@@ -123,6 +128,7 @@ pub use leak::{
     Secrets, agent_facing_serializations, assert_no_leak, assert_operator_log_has_no_credentials,
     assert_text_has_no_leak, credential_corpus, credential_leaks,
 };
+pub use lint::{ServiceLint, ServiceProblem, assert_service, check_service};
 pub use logs::{capture_operator_log, capture_operator_log_at};
 
 /// The examples of the user guide's testing chapter, compiled and run as doc tests.

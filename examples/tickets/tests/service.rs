@@ -236,4 +236,17 @@ async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
 fn the_guides_wiring_has_nothing_to_report() {
     let (_clock, service) = tickets();
     assert_eq!(service.registry.wiring_warnings(), []);
+
+/// The service lint (docs/testing.md, "Service lint"): every tickets capability has an authority
+/// rule, converts whole to every provider, declares its output and describes its input. An admin
+/// is linted too, though under these policies nothing is hidden from anyone.
+#[tokio::test]
+async fn the_service_passes_the_lint() {
+    use agent_surface_testing::{ServiceLint, assert_service};
+    use agent_surface_toolset::{Provider, lossy_conversions};
+
+    let (_clock, service) = tickets();
+    let admin = Consumer::authenticated("lint", Identity::new("root").with_role("admin"));
+    let lint = ServiceLint::new().providers(Provider::ALL, lossy_conversions).seen_by(admin);
+    assert_service(&service.registry, &lint).await;
 }

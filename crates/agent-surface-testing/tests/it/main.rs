@@ -4,4 +4,5 @@
 
 mod assertions;
 mod kit;
+mod lint;
 mod stores;
