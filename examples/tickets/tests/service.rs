@@ -236,6 +236,7 @@ async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
 fn the_guides_wiring_has_nothing_to_report() {
     let (_clock, service) = tickets();
     assert_eq!(service.registry.wiring_warnings(), []);
+}
 
 /// The service lint (docs/testing.md, "Service lint"): every tickets capability has an authority
 /// rule, converts whole to every provider, declares its output and describes its input. An admin
