@@ -12,11 +12,16 @@ listing the call was planned on (updated after a re-listing, never dropped);
 `agent-surface/confirmationId` once a person approved.
 
 After a re-listing (`refresh`) the call is sent again only if the tool is still listed and
-enabled (no `_meta` `agent-surface/unavailableReason`), the instance it names (in
-`agent-surface/target` or the `_instance` argument) is still listed, and the listing changed or
-the target was retargeted (a replaced registration to the error's `liveRegistrationId`, or the
-named instance's live registration). Idempotence is the tool's `_meta` `agent-surface/idempotent`
-(its `idempotentHint` for other servers; read-only is not idempotent).
+enabled (no `_meta` `agent-surface/unavailableReason`) and the instance it names (in
+`agent-surface/target` or the `_instance` argument) is still listed, whether or not the listing
+changed (a `binding-failed` precondition is retried once, as its row says), with the target
+retargeted where a registration was replaced (to the error's `liveRegistrationId`, or the named
+instance's live registration). Idempotence is the tool's `_meta` `agent-surface/idempotent` (its
+`idempotentHint` for other servers; read-only is not idempotent).
+
+The convergence guard compares the code, `details.reason` (or `phase`), the tool, the target and
+the surface tokens sent: a failure met again under newer tokens (the surface moved again after
+the re-listing) is progress, not the same failure.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
@@ -175,15 +181,61 @@ class Recovery:
     """Each request sent: (invocation id, code or `OK`)."""
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _number(value: float) -> str:
+    """ECMAScript's `Number.prototype.toString` of a finite float, as RFC 8785 writes numbers."""
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    # The shortest digits that round-trip (`repr`), and n: where the decimal point goes.
+    exact = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, exact.digits))
+    k = len(digits)
+    n = int(exact.exponent) + k
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    head = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{head}e{'+' if e > 0 else '-'}{abs(e)}"
 
 
-def conflict_id(invocation_id: str, tool: str, args: dict[str, Any], confirmation_id: str | None) -> str:
+def canonical_json(value: Any) -> str:
+    """RFC 8785 canonical JSON, as the Rust helpers write it (`agent_surface_core::json`): keys
+    sorted by UTF-16 code units, no whitespace, integers exact, other numbers as ECMAScript writes
+    them, strings escaped only where JSON requires."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("JSON has no NaN or infinity")
+        return _number(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        keys = sorted(value, key=lambda k: str(k).encode("utf-16-be"))
+        return "{" + ",".join(f"{canonical_json(str(k))}:{canonical_json(value[k])}" for k in keys) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(canonical_json(v) for v in value) + "]"
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+_canonical = canonical_json
+
+
+def conflict_id(
+    invocation_id: str, tool: str, args: dict[str, Any], confirmation_id: str | None, target: Any = None
+) -> str:
     """The id to retry under after `INVOCATION_CONFLICT`: derived from the conflicting id and the
-    request, so another request gets another id and a repeat of this one the same."""
+    request (the tool, the canonical arguments, the canonical `_meta` target — empty without one —
+    and the confirmation id), so another request gets another id and a repeat of this one the
+    same. The same derivation as the Rust `RecoveringClient`, byte for byte."""
     digest = hashlib.sha256()
-    for part in (tool, _canonical(args), confirmation_id or ""):
+    for part in (tool, canonical_json(args), "" if target is None else canonical_json(target), confirmation_id or ""):
         data = part.encode("utf-8")
         digest.update(len(data).to_bytes(8, "big"))
         digest.update(data)
@@ -193,7 +245,9 @@ def conflict_id(invocation_id: str, tool: str, args: dict[str, Any], confirmatio
 def _failure(payload: dict[str, Any], tool: str, meta: dict[str, Any]) -> tuple[Any, ...]:
     details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
     reason = details.get("reason", details.get("phase"))
-    return (payload.get("code"), reason, tool, _canonical(meta.get("agent-surface/target")))
+    # The surface tokens sent: the same failure under newer tokens is progress.
+    surface = (meta.get(SURFACE_ID), meta.get(SURFACE_VERSION))
+    return (payload.get("code"), reason, tool, _canonical(meta.get(TARGET)), surface)
 
 
 class Recoverer:
@@ -282,7 +336,9 @@ class Recoverer:
             fresh = row.invocation_id == "fresh"
             details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
             if row.action == "new-id":
-                base_id = conflict_id(request_meta[INVOCATION_ID], tool, args, request_meta.get(CONFIRMATION_ID))
+                base_id = conflict_id(
+                    request_meta[INVOCATION_ID], tool, args, request_meta.get(CONFIRMATION_ID), request_meta.get(TARGET)
+                )
                 request_meta[INVOCATION_ID] = base_id
                 fresh = False
             elif row.action == "wait":
@@ -299,24 +355,14 @@ class Recoverer:
                 if not listing.enabled(tool) or not listing.instance_listed(tool, args.get(TARGET_ARGUMENT)):
                     return end("returned-to-caller", outcome, row)
                 target = request_meta.get(TARGET)
-                retargeted = False
                 if target is not None:
                     new_target = retarget(target, payload, listing, tool)
                     if new_target is None:
                         return end("returned-to-caller", outcome, row)
-                    retargeted = new_target != target
                     request_meta[TARGET] = new_target
-                before = planned
-                changed = (
-                    retargeted
-                    or before is None
-                    or (listing.surface_id, listing.surface_version) != (before.surface_id, before.surface_version)
-                    or listing.tools.get(tool) != before.tools.get(tool)
-                )
-                if not changed:
-                    # Nothing to act on: a retry would meet the same failure.
-                    return end("returned-to-caller", outcome, row)
-                planned = listing
+                # Retried whether or not the listing changed, as the row says: a `binding-failed`
+                # precondition moves with state no listing shows, and the same failure again ends
+                # the loop (the convergence guard).
                 # Tokens are updated, never dropped.
                 if SURFACE_ID in request_meta and listing.surface_id is not None:
                     request_meta[SURFACE_ID] = listing.surface_id

@@ -15,7 +15,7 @@ It wraps an `MCPToolset` through Pydantic AI's public API only: it is a `Wrapper
 (`list_tools_mcp()`, for the list's `_meta`).
 
 - Each model tool call is one intent with its own invocation id; waits (`after-delay`),
-  re-listings (`after-refresh`, retried only if something changed), fresh ids, a conflict's
+  re-listings (`after-refresh`, retried while the tool and its instance are still listed), fresh ids, a conflict's
   derived id and the host's approval happen inside the call, so the model sees one result.
 - An error the model must act on (`change-input`), or one that ends the intent (`stop`,
   `not-converging`, `denied`, ...), comes back as the tool's *return value*

@@ -16,8 +16,9 @@
 //!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
-//!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]), the
-//!   instance it names is still listed, and the listing changed; a replaced registration is
+//!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]) and the
+//!   instance it names is still listed (whether or not the listing changed: a `binding-failed`
+//!   precondition is retried once, as its row says); a replaced registration is
 //!   retargeted to the error's `liveRegistrationId` (or the named instance's live registration);
 //!   whether a call that may have run is repeated without verification depends on the tool's
 //!   `_meta` [`IDEMPOTENT`] (its `idempotentHint` for a server that does not send it);
@@ -26,7 +27,8 @@
 //!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
 //!   that nothing took effect; `no` comes back as terminal ([`Stop::ReturnedToCaller`]); the
 //!   same failure twice in a row after its prescribed action ends the loop
-//!   ([`Stop::NotConverging`]).
+//!   ([`Stop::NotConverging`]), where a failure sent under newer surface tokens is not the same
+//!   (the surface moved again after the re-listing).
 //!
 //! A transport or protocol failure (`ServiceError`) is returned as is; a tool error is never an
 //! `Err`: it is the [`Recovery`]'s result, with the decoded payload.
@@ -266,12 +268,14 @@ impl fmt::Debug for RecoveringClient {
     }
 }
 
-/// The failure the convergence guard compares.
+/// The failure the convergence guard compares: a repeat sent under other surface tokens (the
+/// surface moved again after the re-listing) is progress, not the same failure.
 #[derive(Clone, Debug, PartialEq)]
 struct Failure {
     code: ErrorCode,
     reason: Option<Value>,
     target: Option<Value>,
+    surface: (Option<Value>, Option<Value>),
 }
 
 impl RecoveringClient {
@@ -333,7 +337,7 @@ impl RecoveringClient {
     /// Sends `intent` and recovers as the decision table says. Never panics; sends at most
     /// [`RecoveryConfig::max_attempts`] requests.
     pub async fn call(&self, intent: Intent) -> Result<Recovery, ServiceError> {
-        let mut planned = self.planned.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let planned = self.planned.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut meta = JsonObject::new();
         let first_id = intent.invocation_id.clone().unwrap_or_else(|| {
             let n = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -384,6 +388,7 @@ impl RecoveringClient {
                 code: p.code(),
                 reason: p.detail("reason").or_else(|| p.detail("phase")).cloned(),
                 target: meta.get(TARGET).cloned(),
+                surface: (meta.get(SURFACE_ID).cloned(), meta.get(SURFACE_VERSION).cloned()),
             };
             if last_failure.as_ref() == Some(&failure) {
                 return end(Stop::NotConverging, calls, refreshed);
@@ -441,19 +446,11 @@ impl RecoveringClient {
                         },
                         None => None,
                     };
-                    let retargeted = target.is_some() && target.as_ref() != meta.get(TARGET);
-                    let changed = retargeted
-                        || planned.as_ref().is_none_or(|before| {
-                            (&before.surface_id, before.surface_version)
-                                != (&listing.surface_id, listing.surface_version)
-                                || before.tool(&intent.tool) != Some(tool)
-                        });
+                    // Retried whether or not the listing changed, as the row says: a
+                    // `binding-failed` precondition moves with state no listing shows, and the
+                    // same failure again ends the loop (the convergence guard).
                     if let Some(target) = target {
                         meta.insert(TARGET.into(), target);
-                    }
-                    if !changed {
-                        // A retry would meet the same failure.
-                        return end(Stop::ReturnedToCaller, calls, refreshed);
                     }
                     // Tokens are updated, never dropped.
                     if let (true, Some(id)) = (meta.contains_key(SURFACE_ID), &listing.surface_id) {
@@ -462,8 +459,7 @@ impl RecoveringClient {
                     if let (true, Some(v)) = (meta.contains_key(SURFACE_VERSION), listing.surface_version) {
                         meta.insert(SURFACE_VERSION.into(), Value::from(v));
                     }
-                    *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
-                    planned = Some(listing);
+                    *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
                 }
                 Action::Reconfirm => {
                     meta.remove(CONFIRMATION_ID);
@@ -589,6 +585,23 @@ mod tests {
         let mut t = Tool::new("t", "A tool.", Arc::new(JsonObject::new())).annotate(annotations);
         t.meta = meta.and_then(|m| m.as_object().cloned()).map(MetaObject);
         t
+    }
+
+    /// The derivation's test vector, pinned: the Python helper (`clients/python`, `conflict_id`)
+    /// must derive the same ids from the same requests, byte for byte (its check is in
+    /// `crates/agent-surface-mcp/tests/clients/python/recovery_loop.py`).
+    #[test]
+    fn the_conflict_id_has_a_pinned_test_vector() {
+        let args = serde_json::json!({"zip": "10115", "n": 2.50, "b": [true, null], "\u{20ac}": "x"});
+        let intent = Intent::new("shipping-quote", args.as_object().cloned().unwrap_or_default());
+        let targeted = intent.clone().with_target(serde_json::json!({"instanceId": "cart-bob"}));
+        let confirmed = Value::from("c-1");
+        let ids = [
+            conflict_id("i-1", &intent, None),
+            conflict_id("i-1", &targeted, None),
+            conflict_id("i-1", &targeted, Some(&confirmed)),
+        ];
+        assert_eq!(ids, ["i-1#c8d329d79907829d8", "i-1#cc0a7be0dcedf7e98", "i-1#c9cacb8ec606c0d8f"]);
     }
 
     #[test]

@@ -327,8 +327,8 @@ pub enum Stop {
     /// The error is the caller's (the model's) to act on: `no`, `with-changes`, a confirmation no
     /// one in-process can approve, a re-listing that found nothing to call or nothing changed.
     ReturnedToCaller,
-    /// The same failure (code, reason, capability, target) came back after the action its row
-    /// prescribes: repeating it cannot help.
+    /// The same failure (code, reason, capability, target, surface tokens sent) came back after
+    /// the action its row prescribes: repeating it cannot help.
     NotConverging,
     /// The attempt budget is spent.
     BudgetExhausted,
@@ -415,7 +415,7 @@ pub const BOUNDS: Bounds = Bounds {
 };
 
 /// The convergence guard every client applies.
-pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool and target) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help.";
+pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool, target and the surface tokens sent) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help. A failure met again under newer surface tokens is progress (the surface moved again after the re-listing), not the same failure.";
 
 #[cfg(test)]
 mod tests {

@@ -193,7 +193,28 @@ impl InvokeRequest {
     /// Moves the reserved [`TARGET_ARGUMENT`] from the input into the target, when it is a string
     /// that agrees with the target (or the target names no instance); drops it when `null`. Any
     /// other value stays in the input, for phase 5 to report.
-    pub(crate) fn lift_target_argument(&mut self) {
+    ///
+    /// [`Registry::invoke`](crate::Registry::invoke) does this first, so both ways of naming a
+    /// target are one call (they fingerprint alike). A client that reasons about the call's
+    /// target (a recovery loop re-listing the surface, say) does it too, to see the instance the
+    /// model named through the argument.
+    ///
+    /// ```
+    /// use agent_surface_registry::{InvokeRequest, TARGET_ARGUMENT, Target};
+    /// use serde_json::json;
+    ///
+    /// let mut named = InvokeRequest::new("board.show", json!({TARGET_ARGUMENT: "side", "n": 1}));
+    /// named.lift_target_argument();
+    /// assert_eq!(named.target, Some(Target::instance("side")));
+    /// assert_eq!(named.input, json!({"n": 1}));
+    ///
+    /// // Named two ways that disagree: left for the input phase to refuse.
+    /// let mut both = InvokeRequest::new("board.show", json!({TARGET_ARGUMENT: "side"}))
+    ///     .with_target(Target::instance("main"));
+    /// both.lift_target_argument();
+    /// assert_eq!(both.input, json!({TARGET_ARGUMENT: "side"}));
+    /// ```
+    pub fn lift_target_argument(&mut self) {
         let Some(input) = self.input.as_object_mut() else { return };
         match input.get(TARGET_ARGUMENT) {
             Some(Value::Null) => {}

@@ -14,11 +14,20 @@
 //! | `yes` | retries under a fresh invocation id (`CANCELLED`, idempotent `TIMEOUT`) |
 //! | `no` | returns; a denial is never retried |
 //!
-//! **Convergence guard.** The same failure (code, `reason` or `phase`, capability and target) twice
-//! in a row, the second after the action its category prescribes, ends the loop with
+//! **Convergence guard.** The same failure (code, `reason` or `phase`, capability, target and the
+//! surface tokens sent) twice in a row, the second after the action its category prescribes, ends
+//! the loop with
 //! [`Stop::NotConverging`] and that error: doing the same thing a third time cannot help (a binding
 //! that cannot be satisfied, a disposed registry, a limit that does not lift). Every attempt also
-//! counts against [`RecoveryConfig::max_attempts`].
+//! counts against [`RecoveryConfig::max_attempts`]. A `STALE_CAPABILITY` met again under the newer
+//! tokens of the re-listing is not the same failure: the surface moved again meanwhile, and the
+//! next re-listing may be the last.
+//!
+//! **The target argument.** A target named through the reserved argument
+//! ([`TARGET_ARGUMENT`](agent_surface_registry::TARGET_ARGUMENT)) is the call's target, as the
+//! registry reads it ([`InvokeRequest::lift_target_argument`]): the driver lifts it before the
+//! first attempt, so a re-listing that no longer shows the named instance hands the error to the
+//! model ([`Stop::ReturnedToCaller`]) instead of repeating a call on an instance that is gone.
 //!
 //! **Uncertain outcomes.** Only a result that may have run the handler *with an effect a repeat
 //! could double* is treated as such ([`may_have_executed`]): `TIMEOUT`, `COMPONENT_UNMOUNTED
@@ -262,6 +271,9 @@ struct Failure {
     reason: Option<String>,
     capability: String,
     target: Option<Target>,
+    /// The surface tokens the request carried: the same failure under newer tokens (the surface
+    /// moved again after the re-listing) is progress, not a repeat.
+    surface: (Option<String>, Option<u64>),
 }
 
 impl Failure {
@@ -272,6 +284,7 @@ impl Failure {
             reason: reason.map(str::to_string),
             capability: request.capability.clone(),
             target: request.target.clone(),
+            surface: (request.surface_id.clone(), request.surface_version),
         }
     }
 }
@@ -321,7 +334,10 @@ impl RecoveryDriver {
     /// `cancel` is checked before each attempt and ends any wait or host callback at once; a
     /// request already in flight is the invoker's to cancel (the [`crate::Toolset`] passes the
     /// same token to the registry).
-    pub async fn run(&self, invoker: &dyn Invoker, request: InvokeRequest, cancel: &CancellationToken) -> Recovery {
+    pub async fn run(&self, invoker: &dyn Invoker, mut request: InvokeRequest, cancel: &CancellationToken) -> Recovery {
+        // A target named through the reserved argument is the call's target, as the registry
+        // reads it: the convergence guard, the re-listing and the conflict id see it.
+        request.lift_target_argument();
         let mut intent = Intent {
             base_id: request.invocation_id.clone(),
             request,
@@ -655,7 +671,9 @@ fn cancelled(request: &InvokeRequest) -> InvokeResult {
 }
 
 /// The request re-resolved against a fresh snapshot, or `None` when there is nothing to call:
-/// the capability is gone or disabled, or the named instance is gone.
+/// the capability is gone or disabled, or the named instance is gone (named in the target or
+/// through the reserved [`TARGET_ARGUMENT`](agent_surface_registry::TARGET_ARGUMENT), which the
+/// re-resolved request carries in its target, as the registry would).
 ///
 /// Staleness tokens the request carried are replaced by the snapshot's, never removed; a
 /// registration id that is no longer live is replaced by the error's `liveRegistrationId` or the
@@ -666,13 +684,15 @@ pub fn re_resolve(request: &InvokeRequest, payload: &ErrorPayload, snapshot: &Sn
         return None;
     }
     let mut next = request.clone();
+    // An instance named through the reserved argument is named as much as in the target.
+    next.lift_target_argument();
     if next.surface_id.is_some() {
         next.surface_id = Some(snapshot.surface_id.clone());
     }
     if next.surface_version.is_some() {
         next.surface_version = Some(snapshot.version);
     }
-    if let Some(target) = &request.target {
+    if let Some(target) = next.target.take() {
         let live = |rid: &str| capability.instances.iter().any(|i| i.registration_id == rid);
         let replacement =
             payload.details_as::<StaleDetails>().and_then(|d| d.live_registration_id).filter(|rid| live(rid));

@@ -3,7 +3,7 @@
 //! advance.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,12 +17,13 @@ use agent_surface_policy::{
     AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, FnPolicy, Identity, MemoryRateLimiter,
     Policies, Quota, RateLimitConfig,
 };
-use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_registry::{Binding, Ctx, Mount, Registry, RegistryConfig};
 use agent_surface_testing::TestClock;
 use futures_util::future::BoxFuture;
 use rmcp::ServiceExt;
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 struct World {
     registry: Registry,
@@ -32,6 +33,30 @@ struct World {
     _mounts: Vec<Mount>,
     _service: rmcp::service::RunningService<rmcp::RoleClient, ()>,
     peer: rmcp::Peer<rmcp::RoleClient>,
+    /// Run in turn as the server answers a `tools/list`, before the client reads the answer (the
+    /// surface moves while the listing travels).
+    on_listing: Hooks,
+    /// Whether `notes.sign`'s bound owner is known yet.
+    bound: Arc<AtomicBool>,
+}
+
+type Hooks = Arc<Mutex<Vec<Box<dyn FnOnce() + Send>>>>;
+
+/// Copies the server's lines to the client, running the next hook before a `tools/list` answer.
+async fn relay(from_server: tokio::io::DuplexStream, mut to_client: impl AsyncWrite + Unpin, hooks: Hooks) {
+    let mut lines = BufReader::new(from_server).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let listing = serde_json::from_str::<Value>(&line).is_ok_and(|m| m["result"]["tools"].is_array());
+        if listing {
+            let hook = { hooks.lock().unwrap().pop() };
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        if to_client.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Waits by advancing the test clock the registry's rate limiter reads.
@@ -99,6 +124,7 @@ async fn world() -> World {
         ..Default::default()
     });
     let runs = Arc::new(AtomicUsize::new(0));
+    let bound = Arc::new(AtomicBool::new(false));
     let ok = {
         let runs = runs.clone();
         move |_ctx: Ctx, _input: Value| {
@@ -133,6 +159,13 @@ async fn world() -> World {
                 .effect(Effect::Destructive)
                 .confirm(|_: &Value| "Delete a note.")
                 .raw_handler(schema(), None, ok.clone());
+            let bound = bound.clone();
+            let owned =
+                json!({"type": "object", "properties": {"owner": {"type": "string"}, "text": {"type": "string"}}});
+            t.capability("sign", "Sign a note as the owner.")
+                .effect(Effect::Write)
+                .bind("owner", Binding::from_consumer(move |_| bound.load(Ordering::SeqCst).then(|| json!("alice"))))
+                .raw_handler(owned, None, ok.clone());
         })
         .unwrap();
     registry
@@ -159,13 +192,16 @@ async fn world() -> World {
         .unwrap();
     let mounts = ["quote", "notes", "shop", "admin"].map(|ty| registry.mount(ty, "main").unwrap()).into();
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (read, write) = tokio::io::split(server_io);
+    let (read, to_client) = tokio::io::split(server_io);
+    let (write, from_server) = tokio::io::duplex(1 << 20);
+    let on_listing = Hooks::default();
+    tokio::spawn(relay(from_server, to_client, on_listing.clone()));
     let config = McpConfig::default();
     let max = config.max_message_bytes;
     tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(registry.clone(), config), read, write, max));
     let service = ().serve(client_io).await.unwrap();
     let peer = service.peer().clone();
-    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer }
+    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer, on_listing, bound }
 }
 
 fn args(text: &str) -> JsonObject {
@@ -353,4 +389,44 @@ async fn an_instance_no_longer_listed_is_not_called_again() {
     // The instances still listed are called as usual.
     let r = c.call(Intent::new("board-show", args("x")).with_target(json!({"instanceId": "spare"}))).await.unwrap();
     check(&r, Stop::Succeeded, &[None]);
+}
+
+/// Issue 28: a second `STALE_CAPABILITY` sent under the newer tokens of the re-listing is
+/// progress (the surface moved again meanwhile), not the same failure: the third call runs.
+#[tokio::test]
+async fn a_surface_that_moves_again_after_the_relisting_is_followed() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    let bump = |registry: &Registry| {
+        assert!(registry.disable("notes.erase", "Maintenance."));
+        assert!(registry.enable("notes.erase"));
+    };
+    bump(&w.registry);
+    // It moves again while the client's re-listing travels.
+    let registry = w.registry.clone();
+    w.on_listing.lock().unwrap().push(Box::new(move || bump(&registry)));
+    let r = c.call(Intent::new("notes-erase", args("all")).with_invocation_id("e-1")).await.unwrap();
+    let stale = Some(ErrorCode::StaleCapability);
+    check(&r, Stop::Succeeded, &[stale, stale, None]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 28: `binding-failed` is retried once after the re-listing, as its row says, although
+/// the listing did not change; the same failure again ends the loop.
+#[tokio::test]
+async fn a_failed_binding_is_retried_once_whether_or_not_the_listing_changed() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    let r = c.call(Intent::new("notes-sign", args("x"))).await.unwrap();
+    let failed = Some(ErrorCode::PreconditionFailed);
+    check(&r, Stop::NotConverging, &[failed, failed]);
+    assert_eq!(r.payload.as_ref().and_then(|p| p.detail("reason")), Some(&json!("binding-failed")));
+    // The owner becomes known while the client re-lists: the retry runs.
+    let bound = w.bound.clone();
+    w.on_listing.lock().unwrap().push(Box::new(move || bound.store(true, Ordering::SeqCst)));
+    let r = c.call(Intent::new("notes-sign", args("y"))).await.unwrap();
+    check(&r, Stop::Succeeded, &[failed, None]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
 }

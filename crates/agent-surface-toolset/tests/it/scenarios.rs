@@ -24,7 +24,8 @@ use agent_surface_registry::{
 };
 use agent_surface_testing::{FlakyAuditSink, TestClock};
 use agent_surface_toolset::{
-    Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, Stop, Verification,
+    Approval, ConfirmationPrompt, Invoker, Recovery, RecoveryConfig, RecoveryDriver, RecoveryHost, RegistryInvoker,
+    RelayToModel, Stop, Verification,
 };
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -100,6 +101,18 @@ enum Condition {
     NamedThroughTargetArgument,
     ApprovedThenRepeated,
     DeniedThenRepeated,
+    /// The named instance is gone, named through the target argument rather than the target: a
+    /// re-listing shows it gone, so the error goes back to the model (issue 28).
+    NamedThroughArgumentUnmounted,
+    /// The surface moves again between the driver's re-listing and its retry: the second
+    /// `STALE_CAPABILITY` came under newer tokens, which is progress (issue 28).
+    SurfaceMovesTwice,
+    /// The bound state is there by the time of the retry: `binding-failed` is retried once after
+    /// the re-listing, whether or not the listing changed (issue 28).
+    BindingFailsOnce,
+    /// The id was used by another request, and so was the id derived from it by an intent that
+    /// differs from this one only in its target: the derivation covers the target (issue 28).
+    IdReusedByAnotherTarget,
 }
 
 use Condition::*;
@@ -191,6 +204,11 @@ const SCENARIOS: &[Scenario] = &[
     row(AmbiguousInstance, NamedThroughTargetArgument, Succeeded, OK, 2),
     row(ConfirmationRequired, ApprovedThenRepeated, Succeeded, OK, 2),
     row(ConfirmationRequired, DeniedThenRepeated, Returned, Some(ConfirmationInvalid), 2),
+    // Issue 28: the defects a scenario matrix kept outside the project found.
+    row(ComponentUnmounted, NamedThroughArgumentUnmounted, Returned, Some(ComponentUnmounted), 1),
+    row(StaleCapability, SurfaceMovesTwice, Succeeded, OK, 3),
+    row(PreconditionFailed, BindingFailsOnce, Succeeded, OK, 2),
+    row(InvocationConflict, IdReusedByAnotherTarget, Succeeded, OK, 2),
 ];
 
 // ---- The world: a registry with every condition's capability ------------------------------
@@ -205,6 +223,8 @@ struct Shared {
     applied: Mutex<HashMap<&'static str, usize>>,
     mounts: Mutex<HashMap<String, Mount>>,
     first_token: CancellationToken,
+    /// Whether `notes.sign`'s bound state is there yet.
+    bound: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -371,6 +391,14 @@ fn world(condition: Condition) -> World {
                 .effect(Effect::Write)
                 .bind("owner", Binding::from_consumer(|_| None))
                 .raw_handler(owned.clone(), None, behave(s, "notes.fill"));
+            let shared = s.clone();
+            t.capability("sign", "Sign a note as the owner (once the owner is known).")
+                .effect(Effect::Write)
+                .bind(
+                    "owner",
+                    Binding::from_consumer(move |_| shared.bound.load(Ordering::SeqCst).then(|| json!("alice"))),
+                )
+                .raw_handler(owned.clone(), None, behave(s, "notes.sign"));
             t.capability("tag", "Tag a note as the owner.")
                 .effect(Effect::Write)
                 .bind("owner", Binding::from_consumer(|c| c.identity().map(|i| json!(i.subject))))
@@ -597,6 +625,8 @@ struct Case {
     after_first: Option<Change>,
     /// Runs after the second call's result.
     after_second: Option<Change>,
+    /// Runs just before the second call is sent (after the driver re-listed, say).
+    before_second: Option<Change>,
     /// What the model does with an error the driver returned to it: a second intent.
     model: Option<Model>,
 }
@@ -609,6 +639,7 @@ impl Case {
             first: FirstAttempt::Plain,
             after_first: None,
             after_second: None,
+            before_second: None,
             model: None,
         }
     }
@@ -631,6 +662,10 @@ impl Case {
 
     fn after_second(self, f: impl FnOnce(&World) + Send + 'static) -> Case {
         Case { after_second: Some(Box::new(f)), ..self }
+    }
+
+    fn before_second(self, f: impl FnOnce(&World) + Send + 'static) -> Case {
+        Case { before_second: Some(Box::new(f)), ..self }
     }
 }
 
@@ -835,6 +870,32 @@ async fn arrange(world: &World, condition: Condition) -> Case {
             };
             case.model(if matches!(condition, ApprovedThenRepeated) { approve } else { deny })
         }
+        NamedThroughArgumentUnmounted => {
+            world.unmount("board", "side");
+            Case::new(call("board.show", json!({TARGET_ARGUMENT: "side"})))
+        }
+        SurfaceMovesTwice => {
+            let planned = r.version();
+            let bump = |w: &World| {
+                assert!(w.registry.disable("notes.erase", "Maintenance."));
+                assert!(w.registry.enable("notes.erase"));
+            };
+            bump(world);
+            Case::new(call("notes.erase", json!({})).with_surface(r.surface_id(), planned)).before_second(bump)
+        }
+        BindingFailsOnce => Case::new(call("notes.sign", json!({"text": "x"})))
+            .after_first(|w| w.shared.bound.store(true, Ordering::SeqCst)),
+        IdReusedByAnotherTarget => {
+            // Another request took the id; an intent for instance `a` conflicted on it too and
+            // ran under the id it derived. This intent differs from that one only in its target.
+            world.before(call("notes.read", json!({}))).await;
+            let driver = RecoveryDriver::new(RecoveryConfig::default(), world.clock.shared(), Arc::new(RelayToModel));
+            let invoker = RegistryInvoker::new(r.clone(), world.options());
+            let other = call("fleet.ping", json!({})).with_target(Target::instance("a"));
+            let ran = driver.run(&invoker, other, &CancellationToken::new()).await;
+            assert_eq!((ran.stop, ran.attempts), (Succeeded, 2), "{:?}", ran.result);
+            Case::new(call("fleet.ping", json!({})).with_target(Target::instance("b")))
+        }
     }
 }
 
@@ -844,13 +905,20 @@ struct Probe<'w> {
     first: FirstAttempt,
     after_first: Mutex<Option<Change>>,
     after_second: Mutex<Option<Change>>,
+    before_second: Mutex<Option<Change>>,
     log: Mutex<Vec<(InvokeRequest, InvokeResult)>>,
 }
 
 impl Invoker for Probe<'_> {
     fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
         Box::pin(async move {
-            let first = self.log.lock().unwrap().is_empty();
+            let sent_before = self.log.lock().unwrap().len();
+            let first = sent_before == 0;
+            if sent_before == 1
+                && let Some(change) = self.before_second.lock().unwrap().take()
+            {
+                change(self.world);
+            }
             let mut options = self.world.options();
             if first {
                 match self.first {
@@ -913,6 +981,7 @@ async fn observe(condition: Condition) -> Observed {
         first: case.first,
         after_first: Mutex::new(case.after_first),
         after_second: Mutex::new(case.after_second),
+        before_second: Mutex::new(case.before_second),
         log: Mutex::default(),
     };
     let cancel = CancellationToken::new();
@@ -962,6 +1031,9 @@ fn first_reason(condition: Condition) -> Option<&'static str> {
         PostConditionFails => "verification-failed",
         UpstreamRefusesCredentials => "transport",
         TargetArgumentDisagrees => "target-mismatch",
+        SurfaceMovesTwice => "surface-version-mismatch",
+        BindingFailsOnce => "binding-failed",
+        NamedThroughArgumentUnmounted => "resolve",
         ScanUnmountedMidFlightUnverified | ScanUnmountedMidFlightVerified => "mid-flight",
         _ => return None,
     })

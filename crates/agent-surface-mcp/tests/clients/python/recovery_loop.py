@@ -7,13 +7,15 @@ Covers the table rows the twelve Pydantic AI tasks do not reach: an unknown outc
 not), an idempotent timeout, a conflicting id, an expired confirmation, a delay beyond the
 bounds, the convergence guard and the attempt budget; after a re-listing, a tool still disabled,
 an instance no longer listed, a replaced registration retargeted; a non-idempotent read unmounted
-mid-flight. Closes with "N passed, M failed".
+mid-flight. Issue 28's defects: a second stale surface under newer tokens is followed, a failed
+binding is retried once whatever the listing, the conflict id covers the `_meta` target (the Rust
+helper's pinned test vector). Closes with "N passed, M failed".
 """
 
 import asyncio
 
 from agent_surface import DECISIONS, Host, Listing, Outcome, Recoverer, decide
-from agent_surface.loop import CONFIRMATION_ID, INVOCATION_ID, TARGET
+from agent_surface.loop import CONFIRMATION_ID, INVOCATION_ID, TARGET, conflict_id
 
 from checks import check, finish
 
@@ -29,17 +31,19 @@ OK = Outcome(ok=True, value={"done": True})
 
 
 class Script:
-    def __init__(self, *results, listing=None):
+    def __init__(self, *results, listing=None, listings=None):
         self.results = list(results)
         self.sent = []
         self.listing = listing or Listing(tools={"t": {"name": "t"}}, surface_id="s", surface_version=1)
+        # Successive re-listings (the surface moving), then `listing` for good.
+        self.listings = list(listings or [])
 
     async def call(self, name, args, meta):
         self.sent.append(dict(meta))
         return self.results.pop(0)
 
     async def list(self):
-        return self.listing
+        return self.listings.pop(0) if self.listings else self.listing
 
 
 class Verifier(Host):
@@ -148,6 +152,49 @@ async def main():
     r = await run(s, v)
     check("a non-idempotent read unmounted mid-flight is verified first (read-only is not idempotent)",
           (r.stop, v.asked) == ("unverified", 1), repr(r))
+
+
+    # Issue 28. A second STALE_CAPABILITY under the newer tokens of the re-listing is progress.
+    t = {"t": {"name": "t"}}
+    stale = err("STALE_CAPABILITY", "after-refresh", reason="surface-version-mismatch")
+    s = Script(stale, stale, OK, listings=[Listing(tools=t, surface_id="s", surface_version=2),
+                                           Listing(tools=t, surface_id="s", surface_version=3)])
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i",
+                                              planned=Listing(tools=t, surface_id="s", surface_version=1))
+    check("a surface that moves again after the re-listing is followed (newer tokens are progress)",
+          (r.stop, [m["agent-surface/surfaceVersion"] for m in s.sent]) == ("succeeded", [1, 2, 3]), repr((r, s.sent)))
+    s = Script(stale, stale, stale)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i",
+                                              planned=Listing(tools=t, surface_id="s", surface_version=0))
+    check("  stale again under the same tokens ends the loop",
+          (r.stop, [m["agent-surface/surfaceVersion"] for m in s.sent]) == ("not-converging", [0, 1, 1]), repr((r, s.sent)))
+
+    # binding-failed is retried once after the re-listing, whether or not the listing changed.
+    unchanged = Listing(tools=t, surface_id="s", surface_version=1)
+    binding = err("PRECONDITION_FAILED", "after-refresh", reason="binding-failed")
+    check("binding-failed is after-refresh, refresh in the table",
+          (decide(binding.payload).action, decide(binding.payload).stop) == ("refresh", "not-converging"))
+    s = Script(binding, OK, listing=unchanged)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=unchanged)
+    check("a failed binding is retried once under a fresh id though the listing did not change",
+          (r.stop, [m[INVOCATION_ID] for m in s.sent]) == ("succeeded", ["i", "i#r2"]), repr((r, s.sent)))
+    s = Script(binding, binding, listing=unchanged)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=unchanged)
+    check("  the same failed binding again ends the loop", (r.stop, r.attempts) == ("not-converging", 2), repr(r))
+
+    # The conflict id: the Rust helper's pinned vector (agent-surface-client, lib.rs), byte for byte.
+    args = {"zip": "10115", "n": 2.50, "b": [True, None], "\u20ac": "x"}
+    target = {"instanceId": "cart-bob"}
+    ids = [conflict_id("i-1", "shipping-quote", args, None), conflict_id("i-1", "shipping-quote", args, None, target),
+           conflict_id("i-1", "shipping-quote", args, "c-1", target)]
+    check("the conflict id is the Rust helper's (its pinned test vector)",
+          ids == ["i-1#c8d329d79907829d8", "i-1#cc0a7be0dcedf7e98", "i-1#c9cacb8ec606c0d8f"], repr(ids))
+    derived = []
+    for instance in ("a", "b"):
+        s = Script(err("INVOCATION_CONFLICT", "with-changes", reason="input-mismatch"), OK)
+        await run(s, meta={TARGET: {"instanceId": instance}})
+        derived.append(s.sent[1][INVOCATION_ID])
+    check("two intents that differ only in their _meta target derive two ids", derived[0] != derived[1], repr(derived))
 
 
 asyncio.run(main())
