@@ -3,6 +3,10 @@
 //! temporary folder; and `chromedriver` (the demo's real-browser test of the approval inbox drives
 //! Debian's headless `chromium` through it), on a free loopback port. Each is installed with
 //! `apt-get` when it is missing.
+//!
+//! A service dies with the `xtask` that started it, however that ends: dropped when the step is
+//! over, and killed by the kernel (`setpriv --pdeathsig KILL`, util-linux) when the `xtask` is
+//! killed outright, so that no `redis-server` or `chromedriver` outlives a stopped run.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,6 +15,20 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+/// `program`, started so that the kernel kills it when the thread that starts it ends (the
+/// `xtask` killed, even by `SIGKILL`): through `setpriv --pdeathsig KILL` where util-linux's
+/// `setpriv` is installed (Debian's default), else directly.
+fn dies_with_us(program: &str) -> Command {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if setpriv.exists() {
+        let mut command = Command::new(setpriv);
+        command.args(["--pdeathsig", "KILL", "--", program]);
+        command
+    } else {
+        Command::new(program)
+    }
+}
 
 /// A running `redis-server`; dropping it stops the server and removes its folder.
 pub(crate) struct Redis {
@@ -95,7 +113,7 @@ impl Redis {
         let dir = std::env::temp_dir().join(format!("agent-surface-ci-redis-{}-{nonce}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
+        let child = dies_with_us("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--appendonly", "yes", "--save", ""])
             .arg("--dir")
             .arg(&dir)
@@ -159,7 +177,7 @@ impl Chromedriver {
             install(&["chromium", "chromium-driver"])?;
         }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(CHROMEDRIVER)
+        let child = dies_with_us(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -176,5 +194,38 @@ impl Drop for Chromedriver {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A service outlives neither the thread that started it: once that thread is gone (as when
+    /// the `xtask` is killed), the kernel kills the service.
+    #[test]
+    fn a_service_dies_with_the_thread_that_started_it() {
+        if !Path::new("/usr/bin/setpriv").exists() {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI machines have util-linux's setpriv");
+            return;
+        }
+        let mut child = std::thread::spawn(|| {
+            let child = dies_with_us("sleep").arg("30").spawn().expect("sleep starts");
+            // `setpriv` asks for the signal before it runs the service; a thread gone before then
+            // would leave nothing to watch (the xtask's thread lives for the whole step).
+            std::thread::sleep(Duration::from_millis(500));
+            child
+        })
+        .join()
+        .expect("the starting thread ends");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().expect("waitable") {
+                assert!(!status.success(), "killed, not finished: {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the service outlived the thread that started it");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
