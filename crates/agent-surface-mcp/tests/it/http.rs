@@ -422,14 +422,8 @@ async fn a_duplicate_id_in_a_legacy_session_is_refused_and_the_first_call_answer
 /// one user's clients numbering their requests alike are both served, and neither loses its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modern_requests_under_one_id_are_each_answered() {
-    use agent_surface_policy::{BearerTokens, Identity};
     let (registry, runs) = counted_slow_registry();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let tokens = BearerTokens::new([("t-alice", Identity::new("alice"))]);
-    let config = McpConfig { authenticator: Some(Arc::new(tokens)), ..McpConfig::default() };
-    tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
+    let (addr, shutdown) = serve_for_alice(registry).await;
     let alice = vec![("Authorization".to_string(), "Bearer t-alice".to_string())];
     let first = tokio::spawn({
         let alice = alice.clone();
@@ -494,14 +488,8 @@ async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops
 /// `-32602` and nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_header_is_the_invocation_id() {
-    use agent_surface_policy::{BearerTokens, Identity};
     let (registry, runs) = counted_slow_registry();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let tokens = BearerTokens::new([("t-alice", Identity::new("alice"))]);
-    let config = McpConfig { authenticator: Some(Arc::new(tokens)), ..McpConfig::default() };
-    tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
+    let (addr, shutdown) = serve_for_alice(registry).await;
     let with_key = |key: &str| {
         vec![
             ("Authorization".to_string(), "Bearer t-alice".to_string()),
@@ -538,4 +526,17 @@ async fn an_idempotency_key_header_is_the_invocation_id() {
     assert!(raw.contains("-32602") && raw.contains("differ"), "{status}: {raw}");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     shutdown.cancel();
+}
+
+/// Serves `registry` over MCP's HTTP transport, where the bearer token `t-alice` signs in `alice`:
+/// the address and the shutdown token.
+async fn serve_for_alice(registry: agent_surface_registry::Registry) -> (std::net::SocketAddr, CancellationToken) {
+    use agent_surface_policy::{BearerTokens, Identity};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let tokens = BearerTokens::new([("t-alice", Identity::new("alice"))]);
+    let config = McpConfig { authenticator: Some(Arc::new(tokens)), ..McpConfig::default() };
+    tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
+    (addr, shutdown)
 }
