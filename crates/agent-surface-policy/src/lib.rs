@@ -92,6 +92,7 @@ pub mod principal;
 mod rate;
 mod reach;
 mod redact;
+mod stores;
 mod task;
 
 pub use audit::{
@@ -128,4 +129,5 @@ pub use idempotency::{
 pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;
 pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
+pub use stores::Stores;
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};

@@ -325,6 +325,28 @@ impl Default for RateLimitConfig {
     }
 }
 
+impl RateLimitConfig {
+    /// The configuration of `budgets`, on `clock`, with the other settings' defaults.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_surface_policy::{RateBudgets, RateLimitConfig, SystemClock};
+    /// let config = RateLimitConfig::with_budgets(RateBudgets::default(), Arc::new(SystemClock));
+    /// assert!(config.consumer_quotas.is_empty());
+    /// ```
+    pub fn with_budgets(budgets: RateBudgets, clock: Arc<dyn Clock>) -> RateLimitConfig {
+        let RateBudgets { per_consumer, per_capability, capability_quotas, consumer_quotas } = budgets;
+        RateLimitConfig {
+            clock,
+            per_consumer,
+            per_capability,
+            capability_quotas,
+            consumer_quotas,
+            ..Default::default()
+        }
+    }
+}
+
 impl fmt::Debug for RateLimitConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitConfig")

@@ -245,6 +245,20 @@ impl RedisStores {
         RedisRateLimiter::new(self.clone(), config)
     }
 
+    /// Every store of a service on this Redis, as one bundle (idempotency records,
+    /// confirmations, tasks, and the rate limiter of the service's budgets, which measures them
+    /// on Redis' clock): what `agent_surface_registry::ServiceBuilder::stores` takes, so that a
+    /// replica is never half on Redis and half in memory.
+    pub fn bundle(&self) -> agent_surface_policy::Stores {
+        let stores = self.clone();
+        agent_surface_policy::Stores::new(
+            std::sync::Arc::new(self.idempotency()),
+            std::sync::Arc::new(self.confirmations()),
+            std::sync::Arc::new(self.tasks()),
+            move |budgets, _clock| std::sync::Arc::new(stores.rate_limiter(budgets)),
+        )
+    }
+
     /// The connection the stores share (it reconnects by itself; cheap to clone), for the
     /// application's own data. Keep that data under keys outside [`RedisConfig::prefix`]'s
     /// store keys (for example under `{prefix}app:`).

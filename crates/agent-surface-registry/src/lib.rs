@@ -98,6 +98,7 @@ mod registry;
 mod relayed;
 mod request;
 pub mod schema;
+mod service;
 mod snapshot;
 pub mod telemetry;
 pub mod trace;
@@ -119,6 +120,7 @@ pub use request::{
     InvalidIdempotencyKey, Invocation, InvokeOptions, InvokeRequest, MAX_INVOCATION_ID_BYTES, TARGET_ARGUMENT, Target,
     idempotency_key_header, is_valid_invocation_id,
 };
+pub use service::{Service, ServiceBuilder};
 pub use snapshot::{CapabilityDescriptor, InstanceDescriptor, Snapshot};
 pub use trace::TraceParent;
 pub use wiring::WiringWarning;

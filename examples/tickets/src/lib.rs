@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 use agent_surface_core::details::PreconditionDetails;
 use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
 use agent_surface_policy::{
-    AllowAll, Clock, ConfirmationConfig, ConfirmationEngine, MemoryRateLimiter, Policies, Quota, RateLimitConfig,
-    RequireIdentity, RequireRole, Scope,
+    AllowAll, Clock, ConfirmationEngine, Policies, Quota, RateBudgets, RequireIdentity, RequireRole, Scope,
 };
-use agent_surface_registry::{Caller, Mount, Registry, RegistryConfig, State};
+use agent_surface_registry::{Caller, Mount, Registry, ServiceBuilder, State};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -143,31 +142,24 @@ pub struct Service {
 /// Builds the service on `clock` (the system clock in `main`, a test clock in tests).
 pub fn service(clock: Arc<dyn Clock>) -> Result<Service, DefinitionError> {
     let policies = Policies::default_deny() // a capability no rule names is refused
-        .with_clock(clock.clone())
         .global(RequireIdentity) // every caller signs in
         .for_type("tickets", AllowAll) // every signed-in user may use tickets.* …
         .for_capability("tickets.close", RequireRole::new("agent")) // … support agents close
         .for_capability("tickets.delete", RequireRole::new("admin")); // … admins delete
-    let limiter = MemoryRateLimiter::new(RateLimitConfig {
-        clock: clock.clone(),
+    let budgets = RateBudgets {
         consumer_quotas: HashMap::from([
             // 5 creates per minute per user
             (Scope::capability("tickets.create"), Quota::per_minute(NonZeroU32::new(5).expect("5 > 0"))),
         ]),
         ..Default::default()
-    });
-    let confirmations =
-        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ..Default::default() }));
-    let registry = Registry::new(RegistryConfig {
-        clock,
-        authority: Some(Arc::new(policies)),
-        rate_limiter: Some(Arc::new(limiter)),
-        confirmation: Some(confirmations.clone()),
-        ..Default::default()
-    });
+    };
+    // Each part once: the builder gives every engine the same clock and stores (in memory here;
+    // `RedisStores::bundle()` for replicas), so the wiring cannot disagree with itself.
+    let wired = ServiceBuilder::new().clock(clock).authority(policies).rate_budgets(budgets).build();
+    let registry = wired.registry;
     registry.provide(Desk::default());
     define(&registry)?;
     let tickets = registry.mount("tickets", "main")?;
-    Ok(Service { registry, confirmations, _tickets: tickets })
+    Ok(Service { registry, confirmations: wired.confirmations, _tickets: tickets })
 }
 // guide:end service

@@ -9,7 +9,7 @@ use agent_surface_policy::{
     AuditKind, ConfirmationConfig, ConfirmationEngine, Consumer, Identity, MemoryAuditSink, TargetBinding,
 };
 use agent_surface_redis::{RedisConfig, RedisStores};
-use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig};
+use agent_surface_registry::{Ctx, Mount, Registry, RegistryConfig, ServiceBuilder};
 use agent_surface_testing::{Counter, expect_error, expect_ok};
 use agent_surface_toolset::{Provider, Toolset, ToolsetConfig};
 use serde_json::{Value, json};
@@ -26,22 +26,13 @@ struct Replica {
 async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Replica {
     let config = RedisConfig { prefix: prefix.to_string(), ..RedisConfig::default() };
     let stores = RedisStores::connect(url, config).await.expect("Redis answers");
-    // The defaults: over a shared store, evidence is bound to the instance, not to this
-    // replica's registration of it (each replica mounts it under a registration id of its own).
-    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
-        store: Arc::new(stores.confirmations()),
-        audit: Some(trail.clone()),
-        ..Default::default()
-    }));
+    // The path the guide shows: the builder, on the Redis bundle. Over a shared store, evidence is
+    // bound to the instance, not to this replica's registration of it (each replica mounts it
+    // under a registration id of its own).
+    let service = ServiceBuilder::new().stores(stores.bundle()).audit(trail.clone()).build();
+    let (registry, engine) = (service.registry, service.confirmations);
     assert_eq!(engine.config().target_binding, TargetBinding::Instance);
-    let registry = Registry::new(RegistryConfig {
-        idempotency: Arc::new(stores.idempotency()),
-        confirmation: Some(engine.clone()),
-        // The engine's trail is the registry's too.
-        audit: Some(agent_surface_policy::AuditConfig::new(trail.clone())),
-        ..Default::default()
-    });
-    assert_eq!(registry.wiring_warnings(), [], "shared confirmations and idempotency, one trail, no limiter");
+    assert_eq!(registry.wiring_warnings(), [], "one backend, one trail, one clock");
     let runs = Counter::default();
     let seen = runs.clone();
     registry

@@ -437,3 +437,51 @@ fn clocks_and_audit_sinks_that_differ_are_reported() {
     });
     assert_eq!(defaults.wiring_warnings(), []);
 }
+
+/// The builder wires every part once: the registry, the engine and the limiter read one clock,
+/// the registry and the engine write one audit trail, the stores come from one bundle, and the
+/// budgets hold.
+#[tokio::test]
+async fn the_service_builder_wires_every_part_once() {
+    use agent_surface_policy::{AuditSink, MemoryAuditSink, RateBudgets, Stores, same_time};
+    use agent_surface_registry::ServiceBuilder;
+
+    let clock = clock();
+    let sink: Arc<dyn AuditSink> = Arc::new(MemoryAuditSink::default());
+    let one = Quota::per_minute(NonZeroU32::new(1).unwrap());
+    let service = ServiceBuilder::new()
+        .clock(clock.clone())
+        .stores(Stores::memory())
+        .audit(sink.clone())
+        .approval_base_url("https://desk.example/inbox/c")
+        .authority(Policies::default_deny().for_type("demo", AllowAll))
+        .rate_budgets(RateBudgets {
+            consumer_quotas: HashMap::from([(Scope::capability("demo.echo"), one)]),
+            ..Default::default()
+        })
+        .build();
+    assert_eq!(service.registry.wiring_warnings(), []);
+    let engine = service.confirmations.config();
+    let clock_dyn: Arc<dyn agent_surface_policy::Clock> = clock.clone();
+    assert!(same_time(&engine.clock, &clock_dyn), "the engine reads the service's clock");
+    assert!(engine.audit.as_ref().is_some_and(|a| Arc::ptr_eq(a, &sink)), "one trail");
+    assert_eq!(engine.approval_base_url.as_deref(), Some("https://desk.example/inbox/c"));
+
+    service
+        .registry
+        .define("demo", |t| {
+            t.capability("echo", "Echo the text back.")
+                .effect(agent_surface_core::Effect::Read)
+                .handler(|_c: Ctx, i: Echo| async move { Ok::<_, AgentSurfaceError>(Echoed { text: i.text }) })
+        })
+        .unwrap();
+    let _mount = service.registry.mount("demo", "main").unwrap();
+    let alice = || InvokeOptions::new(Consumer::authenticated("s", Identity::new("alice")));
+    let echo = || call("demo.echo", json!({"text": "a"}));
+    assert!(service.registry.invoke(echo(), alice()).await.output().is_some());
+    // The budget is the builder's, on the builder's clock.
+    let limited = service.registry.invoke_detailed(echo(), alice()).await;
+    assert_produced(&limited, ErrorCode::RateLimited, Phase::Rate);
+    clock.advance(std::time::Duration::from_secs(60));
+    assert!(service.registry.invoke(echo(), alice()).await.output().is_some());
+}
