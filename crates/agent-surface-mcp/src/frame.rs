@@ -30,10 +30,11 @@ pub(crate) enum Refusal {
     /// Not JSON (syntax, encoding, nesting past the parser's limit).
     NotJson,
     /// A request reuses the id of a request still in progress (in its scope: the connection, the
-    /// legacy session, the authenticated principal).
+    /// legacy session).
     IdInProgress,
     /// Its scope already has this many requests in progress (streamable HTTP,
     /// `McpHttpConfig::max_requests_in_flight`).
+    #[cfg_attr(not(feature = "http"), expect(dead_code, reason = "only the HTTP transport caps the ids in flight"))]
     TooManyInProgress(usize),
 }
 
