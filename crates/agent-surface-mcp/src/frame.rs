@@ -25,8 +25,13 @@ pub(crate) enum Refusal {
     TooManyValues(usize),
     /// An object repeats a member name.
     DuplicateMember,
-    /// The method name is longer than [`MAX_METHOD_BYTES`].
+    /// The method name is longer than [`MAX_METHOD_BYTES`], or holds a character outside
+    /// printable ASCII (a control, bidi or invisible character): no MCP method is named so, and
+    /// such a name is never echoed.
     MethodTooLong,
+    /// The message is a JSON array: a JSON-RPC batch, which MCP no longer carries (removed in
+    /// 2025-06-18); refused as a whole, before anything parses it.
+    Batch,
     /// Not JSON (syntax, encoding, nesting past the parser's limit).
     NotJson,
     /// A request reuses the id of a request still in progress (in its scope: the connection, the
@@ -53,6 +58,10 @@ impl Refusal {
                 None,
             ),
             Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
+            Refusal::Batch => ErrorData::invalid_request(
+                "Invalid Request: JSON-RPC batches are not supported; send one message per request",
+                None,
+            ),
             Refusal::NotJson => ErrorData::parse_error("Parse error: the message is not valid JSON", None),
             Refusal::IdInProgress => ErrorData::invalid_request("A request with this id is already in progress", None),
             Refusal::TooManyInProgress(max) => ErrorData::new(
@@ -86,6 +95,10 @@ pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<Screened, (Refusa
     let max_values = max_bytes / BYTES_PER_VALUE;
     if too_many_values(bytes, max_values) {
         return Err((Refusal::TooManyValues(max_values), None));
+    }
+    // A batch (a top-level array) is refused whole; the first non-blank byte tells.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err((Refusal::Batch, None));
     }
     let mut found = Found::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -177,7 +190,8 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 // A method that is not a string is left to the parser, which answers it.
                 if let Top::Text(method) = map.next_value::<Top<'de>>()? {
                     self.found.method = true;
-                    self.found.long_method |= method.len() > MAX_METHOD_BYTES;
+                    self.found.long_method |=
+                        method.len() > MAX_METHOD_BYTES || !method.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
                     self.found.initialize |= method == "initialize";
                     self.found.tools_call |= method == "tools/call";
                 }
@@ -312,6 +326,17 @@ mod tests {
             Err((Refusal::MethodTooLong, Some(NumberOrString::String("x".into()))))
         );
         assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err((Refusal::TooManyValues(4), None)));
+        // A batch is refused whole, with no parser text; a method with a bidi or control
+        // character is not echoed.
+        assert_eq!(screen(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, 4096), Err((Refusal::Batch, None)));
+        for method in ["tools/\u{202e}call", "ping\u{0}", "tools/\u{200b}list"] {
+            let message = serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": method}).to_string();
+            assert_eq!(
+                screen(message.as_bytes(), 4096),
+                Err((Refusal::MethodTooLong, Some(NumberOrString::Number(9)))),
+                "{method:?}"
+            );
+        }
         assert_eq!(screen(b"not json", 4096), Err((Refusal::NotJson, None)));
         assert_eq!(screen(br#"{"a":1} x"#, 4096), Err((Refusal::NotJson, None)));
         // A repeated name inside a string or in sibling objects is not a repetition.
@@ -329,12 +354,11 @@ mod tests {
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{}}"#));
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","error":{}}"#));
         assert!(!call(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
-        // A request, and what is not one: a notification, a response, a batch.
+        // A request, and what is not one: a notification, a response (a batch is refused above).
         let request = |message: &str| screen(message.as_bytes(), 4096).unwrap().request;
         assert!(request(r#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#));
         assert!(!request(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#));
         assert!(!request(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
-        assert!(!request(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#));
     }
 
     /// A large object is checked in linear time (a vector of names would take minutes).

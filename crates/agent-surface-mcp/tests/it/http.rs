@@ -540,3 +540,22 @@ async fn serve_for_alice(registry: agent_surface_registry::Registry) -> (std::ne
     tokio::spawn(serve_http(registry, config, McpHttpConfig::default(), listener, shutdown.clone()));
     (addr, shutdown)
 }
+
+/// A JSON-RPC batch is refused whole (`400`, `-32600`) with no parser text, and a method name
+/// with a bidi or control character is `-32601` without the name echoed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_and_an_unprintable_method_are_refused_plainly() {
+    let (registry, runs) = counted_slow_registry();
+    let (addr, shutdown) = serve_for_alice(registry).await;
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#;
+    let (status, raw) = post(addr, &[("MCP-Protocol-Version", "2026-07-28")], batch).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains("-32600") && raw.contains("batches are not supported"), "{raw}");
+    assert!(!raw.contains("line ") && !raw.contains("column"), "no parser text: {raw}");
+    let bidi = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/\u{202e}llac"}).to_string();
+    let (status, raw) = post(addr, &[("MCP-Protocol-Version", "2026-07-28")], &bidi).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains("-32601") && !raw.contains('\u{202e}') && !raw.contains("llac"), "{raw}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    shutdown.cancel();
+}
