@@ -268,7 +268,21 @@ impl Policies {
     /// (a nested engine's own policy, say) for the operator channel.
     async fn evaluate_noted<'p>(&'p self, call: CallInfo<'_>) -> (Verdict<'p>, NotedDecision) {
         for policy in self.chain(&call) {
-            match guarded(self.clock.as_ref(), self.budget, || policy.decide_noted(call)).await {
+            // A nested engine says which of its policies decided; any other policy is asked its
+            // plain decision (one boxed future, not two) and noted by its own name.
+            let is_engine = (policy.as_ref() as &dyn std::any::Any).is::<Policies>();
+            let decided = if is_engine {
+                guarded(self.clock.as_ref(), self.budget, || policy.decide_noted(call)).await
+            } else {
+                guarded(self.clock.as_ref(), self.budget, || policy.decide(call)).await.map(|decision| {
+                    if decision == AuthorityDecision::Allow {
+                        NotedDecision::allow()
+                    } else {
+                        NotedDecision::new(decision, policy.name(), policy.wants())
+                    }
+                })
+            };
+            match decided {
                 Ok(NotedDecision { decision: AuthorityDecision::Allow, .. }) => continue,
                 Ok(noted) => {
                     tracing::debug!(
