@@ -1,16 +1,44 @@
 //! `agent-surface-demo serve --http` as a child process, and the testing kit's HTTP/1.1 client
 //! for it.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::json;
 
-/// A running `serve --http 127.0.0.1:0`; killed on drop.
+/// The most lines of the server's stderr kept, for a failing test to print.
+const KEPT_LINES: usize = 200;
+
+/// A running `serve --http 127.0.0.1:0`; killed on drop. Its stderr (the operator log) is kept,
+/// its last lines, and printed when the test that holds it fails.
 pub(crate) struct Server {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub(crate) addr: String,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Keeps the last [`KEPT_LINES`] lines `stderr` writes, read on a thread of its own.
+fn keep_lines(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<String>>> {
+    let kept = Arc::new(Mutex::new(VecDeque::new()));
+    let lines = kept.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut lines = lines.lock().unwrap_or_else(PoisonError::into_inner);
+            if lines.len() == KEPT_LINES {
+                lines.pop_front();
+            }
+            lines.push_back(line);
+        }
+    });
+    kept
+}
+
+/// The kept lines, as one text.
+fn kept_text(kept: &Mutex<VecDeque<String>>) -> String {
+    kept.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|l| format!("{l}\n")).collect()
 }
 
 impl Server {
@@ -28,9 +56,13 @@ impl Server {
 }
 
 impl Drop for Server {
+    #[expect(clippy::print_stderr, reason = "a failing test shows the server's log with its own output")]
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- the demo server's stderr, last lines ---\n{}---", kept_text(&self.stderr));
+        }
     }
 }
 
@@ -40,13 +72,20 @@ pub(crate) fn start(args: &[&str]) -> Server {
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let stderr = keep_lines(child.stderr.take().unwrap());
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on http://").unwrap().strip_suffix("/mcp").unwrap().to_string();
-    Server { child, addr }
+    let Some(addr) = line.trim().strip_prefix("listening on http://").and_then(|a| a.strip_suffix("/mcp")) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        // The reader thread has the whole of a dead process's stderr soon after it exits.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        panic!("the demo server did not start (it printed {line:?}); its stderr:\n{}", kept_text(&stderr));
+    };
+    Server { child, addr: addr.to_string(), stderr }
 }
 
 /// An HTTP response, read to the end (the testing kit's).
