@@ -581,13 +581,7 @@ impl ConfirmationRecord {
     /// [`invocation_id`](Self::invocation_id)); each is cut to [`MAX_CALL_ID_BYTES`] on a
     /// character boundary.
     pub fn with_call_ids(mut self, invocation_id: Option<&str>, correlation_id: Option<&str>) -> ConfirmationRecord {
-        let cut = |id: &str| {
-            let mut end = id.len().min(MAX_CALL_ID_BYTES);
-            while !id.is_char_boundary(end) {
-                end -= 1;
-            }
-            id[..end].to_string()
-        };
+        let cut = |id: &str| cut_at(id, MAX_CALL_ID_BYTES).to_string();
         self.invocation_id = invocation_id.map(cut);
         self.correlation_id = correlation_id.map(cut);
         self
@@ -596,11 +590,7 @@ impl ConfirmationRecord {
     /// The same record, requested by the consumer (session) `key` (see
     /// [`consumer`](Self::consumer)), cut to [`MAX_CALL_ID_BYTES`] on a character boundary.
     pub fn with_consumer(mut self, key: &str) -> ConfirmationRecord {
-        let mut end = key.len().min(MAX_CALL_ID_BYTES);
-        while !key.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.consumer = Some(key[..end].to_string());
+        self.consumer = Some(cut_at(key, MAX_CALL_ID_BYTES).to_string());
         self
     }
 
@@ -640,11 +630,7 @@ impl ConfirmationRecord {
             if p.len() <= MAX_INPUT_PREVIEW_BYTES {
                 return p.to_string();
             }
-            let mut end = MAX_INPUT_PREVIEW_BYTES - '…'.len_utf8();
-            while !p.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}…", &p[..end])
+            format!("{}…", cut_at(p, MAX_INPUT_PREVIEW_BYTES - '…'.len_utf8()))
         });
         self
     }
@@ -658,6 +644,15 @@ impl ConfirmationRecord {
         self.requester.as_deref().is_some_and(|r| same_principal(r, subject))
             || same_principal(self.consumer.as_deref().unwrap_or(&self.binding.consumer_key), subject)
     }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn cut_at(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// An approval or a denial.

@@ -6,7 +6,7 @@
 //! [`Arrival`], built when the call arrives; phases 5–10 share one [`Call`], built once when
 //! authority has admitted the call. A hook is checked once, here, and handed to its phase
 //! already unwrapped. Read [`run_phases`], then [`phases`] and the functions each hands on to
-//! ([`admitted`], [`confirmed`], [`audited`], [`execute`], [`verified`]) top to bottom to follow
+//! ([`admitted`], [`after_key`], [`confirmed`], [`audited`], [`execute`], [`verified`]) top to bottom to follow
 //! one call: phases 2–9 run at once as far as they can, and a hook that waits, or a handler that
 //! does not complete on its first poll, takes the rest of the call into a box ([`Step`]).
 
@@ -565,13 +565,13 @@ fn admitted<'a>(
             let key = key.clone();
             later(natural::keyed(call, key, prepared, hold, timing))
         }
-        None => keyed(call, prepared, hold, timing),
+        None => after_key(call, prepared, hold, timing),
     }
 }
 
 /// The rest of phase 5 and phase 6 of a call admitted (under its natural key, if it has one): the
 /// author's precondition, questions to the client (5b), and the rate limit.
-fn keyed<'a>(
+fn after_key<'a>(
     call: Call<'a>,
     prepared: input::Prepared,
     hold: Option<&'a Arc<idempotency::Hold>>,

@@ -94,7 +94,7 @@ async fn lead<'a>(
 ) -> Outcome {
     let hold = guard.hold();
     let renewal = guard.renewal().map(Box::pin);
-    let rest = finish(super::keyed(call, prepared, Some(&hold), timing));
+    let rest = finish(super::after_key(call, prepared, Some(&hold), timing));
     let outcome = match renewal {
         None => rest.await,
         Some(renewal) => {
