@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use agent_surface_policy::{
-    AuditConfig, AuditSink, Clock, ConfirmationConfig, ConfirmationEngine, Policies, RateBudgets, Stores, SystemClock,
-    TaskStore,
+    AuditConfig, AuditSink, AuthorityPolicy, Clock, ConfirmationConfig, ConfirmationEngine, Policies, RateBudgets,
+    Stores, SystemClock, TaskStore,
 };
 
 use crate::{Registry, RegistryConfig};
@@ -69,8 +69,9 @@ impl Default for ServiceBuilder {
 }
 
 impl ServiceBuilder {
-    /// The system clock, the memory stores, no audit trail, no approval page, no authority
-    /// policy, no rate budgets.
+    /// The system clock, the memory stores, no audit trail, no approval page, no rate budgets,
+    /// and an authority policy that refuses every call (`Policies::default_deny()` with no rule):
+    /// a service opens what [`authority`](Self::authority) names, never what it forgets to name.
     pub fn new() -> ServiceBuilder {
         ServiceBuilder {
             clock: Arc::new(SystemClock),
@@ -117,7 +118,9 @@ impl ServiceBuilder {
         self
     }
 
-    /// The authority policies (given the service's clock when built).
+    /// The authority policies (given the service's clock when built). Without them every call is
+    /// refused; start from `Policies::default_deny()` so that a capability no rule names stays
+    /// closed.
     pub fn authority(mut self, policies: Policies) -> ServiceBuilder {
         self.authority = Some(policies);
         self
@@ -158,12 +161,16 @@ impl ServiceBuilder {
             ..confirmations
         }));
         let rate_limiter = budgets.map(|b| stores.rate_limiter(b, clock.clone()));
-        let authority =
-            authority.map(|p| Arc::new(p.with_clock(clock.clone())) as Arc<dyn agent_surface_policy::AuthorityPolicy>);
+        // No policy given: nothing is open (a hand-wired `RegistryConfig::authority` still counts).
+        let authority: Arc<dyn AuthorityPolicy> = match (authority, registry.authority.clone()) {
+            (Some(policies), _) => Arc::new(policies.with_clock(clock.clone())),
+            (None, Some(given)) => given,
+            (None, None) => Arc::new(Policies::default_deny().with_clock(clock.clone())),
+        };
         let registry = Registry::new(RegistryConfig {
             clock,
             idempotency: stores.idempotency.clone(),
-            authority: authority.or(registry.authority.clone()),
+            authority: Some(authority),
             rate_limiter: rate_limiter.or(registry.rate_limiter.clone()),
             confirmation: Some(engine.clone()),
             audit,

@@ -29,7 +29,11 @@ async fn replica(url: &str, prefix: &str, trail: &Arc<MemoryAuditSink>) -> Repli
     // The path the guide shows: the builder, on the Redis bundle. Over a shared store, evidence is
     // bound to the instance, not to this replica's registration of it (each replica mounts it
     // under a registration id of its own).
-    let service = ServiceBuilder::new().stores(stores.bundle()).audit(trail.clone()).build();
+    let service = ServiceBuilder::new()
+        .stores(stores.bundle())
+        .audit(trail.clone())
+        .authority(agent_surface_policy::Policies::default_deny().for_type("note", agent_surface_policy::AllowAll))
+        .build();
     let (registry, engine) = (service.registry, service.confirmations);
     assert_eq!(engine.config().target_binding, TargetBinding::Instance);
     assert_eq!(registry.wiring_warnings(), [], "one backend, one trail, one clock");

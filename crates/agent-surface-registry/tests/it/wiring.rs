@@ -485,3 +485,22 @@ async fn the_service_builder_wires_every_part_once() {
     clock.advance(std::time::Duration::from_secs(60));
     assert!(service.registry.invoke(echo(), alice()).await.output().is_some());
 }
+
+/// A builder given no authority policy opens nothing: every call is refused, never allowed by
+/// omission.
+#[tokio::test]
+async fn a_service_built_without_authority_refuses_every_call() {
+    let service = agent_surface_registry::ServiceBuilder::new().build();
+    service
+        .registry
+        .define("demo", |t| {
+            t.capability("echo", "Echo the text back.")
+                .effect(agent_surface_core::Effect::Read)
+                .handler(|_c: Ctx, i: Echo| async move { Ok::<_, AgentSurfaceError>(Echoed { text: i.text }) })
+        })
+        .unwrap();
+    let _mount = service.registry.mount("demo", "main").unwrap();
+    let alice = InvokeOptions::new(Consumer::authenticated("s", Identity::new("alice")));
+    let refused = service.registry.invoke(call("demo.echo", json!({"text": "a"})), alice).await;
+    assert!(refused.error_payload().is_some(), "{refused:?}");
+}
