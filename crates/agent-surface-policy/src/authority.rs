@@ -122,33 +122,41 @@ impl Verdict<'_> {
 #[non_exhaustive]
 pub enum Fallback {
     /// Allow it (default-allow): the global policies alone decide for capabilities no rule
-    /// names. The default.
-    #[default]
+    /// names. Ask for it by name ([`Policies::default_allow`]): a capability added later without
+    /// a rule is open to every caller the global policies let through.
     Allow,
     /// Deny it (default-deny): `NOT_AUTHORIZED {origin: client}`; a capability is callable only
     /// when a policy of its type or of the capability itself names it (use [`AllowAll`] to open
-    /// one to everyone). Discovery lists a refused capability as it lists any denied one.
+    /// one to everyone). Discovery lists a refused capability as it lists any denied one. The
+    /// default: a service opens what its rules name, never what they forget to name.
+    #[default]
     Deny,
 }
 
 impl Policies {
-    /// A default-allow engine with no policy (everything allowed), the system clock, and a
-    /// budget of [`DEFAULT_POLICY_BUDGET`] per policy.
+    /// A default-deny engine with no policy (everything refused until a policy names it), the
+    /// system clock, and a budget of [`DEFAULT_POLICY_BUDGET`] per policy.
     pub fn new() -> Policies {
         Policies {
             clock: Arc::new(SystemClock),
             budget: DEFAULT_POLICY_BUDGET,
-            fallback: Fallback::Allow,
+            fallback: Fallback::Deny,
             global: Vec::new(),
             by_type: HashMap::new(),
             by_capability: HashMap::new(),
         }
     }
 
-    /// A default-deny engine with no policy (everything refused until a policy names it):
-    /// [`Policies::new`] with [`Fallback::Deny`].
+    /// A default-deny engine with no policy: [`Policies::new`], named for what it does.
     pub fn default_deny() -> Policies {
-        Policies::new().with_fallback(Fallback::Deny)
+        Policies::new()
+    }
+
+    /// A default-allow engine with no policy (everything allowed until a policy refuses it):
+    /// [`Policies::new`] with [`Fallback::Allow`]. For services whose every capability is
+    /// harmless to everyone the global policies admit; prefer [`Policies::default_deny`].
+    pub fn default_allow() -> Policies {
+        Policies::new().with_fallback(Fallback::Allow)
     }
 
     /// The same engine with another [`Fallback`].
@@ -211,7 +219,7 @@ impl Policies {
     ///     .for_capability("tickets.delete", RequireRole::new("admin"));
     /// assert_eq!(policies.rule_for("tickets.delete"), Some(Scope::capability("tickets.delete")));
     /// assert_eq!(policies.rule_for("tickets.list"), Some(Scope::capability_type("tickets")));
-    /// // Only the global policy and the default-allow fallback decide `reports.export`.
+    /// // Only the global policy and the fallback (default-deny) decide `reports.export`.
     /// assert_eq!(policies.rule_for("reports.export"), None);
     /// ```
     pub fn rule_for(&self, capability: &str) -> Option<Scope> {

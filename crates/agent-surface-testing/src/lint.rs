@@ -292,7 +292,7 @@ fn undescribed_properties(schema: &Value) -> Vec<String> {
 /// };
 ///
 /// // Default-allow with no rule: `billing.lookup` is callable though nobody wrote a rule for it.
-/// let open = Registry::new(RegistryConfig { authority: Some(Arc::new(Policies::new())), ..Default::default() });
+/// let open = Registry::new(RegistryConfig { authority: Some(Arc::new(Policies::default_allow())), ..Default::default() });
 /// define(&open)?;
 /// let _mounted = open.mount("billing", "main")?;
 /// let problems = check_service(&open, &ServiceLint::new()).await;

@@ -118,7 +118,7 @@ async fn world() -> World {
     }));
     let registry = Registry::new(RegistryConfig {
         clock: clock.shared(),
-        authority: Some(Arc::new(Policies::new().global(policy))),
+        authority: Some(Arc::new(Policies::default_allow().global(policy))),
         rate_limiter: Some(Arc::new(limiter)),
         confirmation: Some(engine.clone()),
         ..Default::default()

@@ -105,7 +105,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
-    let authority = Policies::new()
+    let authority = Policies::default_allow()
         .with_clock(clock.clone())
         .for_capability("admin.purge", FnPolicy::new("admins-only", |_: &CallInfo<'_>| Ok(AuthorityDecision::Hide)))
         .for_type("refund", RequireIdentity)

@@ -8,8 +8,8 @@ use std::time::Duration;
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, SafeText};
 use agent_surface_policy::{
-    AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, FnPolicy, Identity, ManualClock, Policies, PolicyError,
-    RequireIdentity, RequireRole,
+    AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, Fallback, FnPolicy, Identity, ManualClock, Policies,
+    PolicyError, RequireIdentity, RequireRole,
 };
 use agent_surface_testing::Misbehaving;
 use futures_util::future::BoxFuture;
@@ -42,7 +42,7 @@ fn call<'a>(consumer: &'a Consumer, capability: &'a str) -> CallInfo<'a> {
 async fn global_then_type_then_capability_first_refusal_wins() {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let rec = |name, decision| Recorder { name, log: log.clone(), decision };
-    let policies = Policies::new()
+    let policies = Policies::default_allow()
         .for_capability("orders.cancel", rec("cap", AuthorityDecision::Hide))
         .for_type("orders", rec("type-1", AuthorityDecision::Allow))
         .global(rec("global", AuthorityDecision::Allow))
@@ -70,11 +70,18 @@ async fn global_then_type_then_capability_first_refusal_wins() {
 }
 
 #[tokio::test]
-async fn an_empty_engine_allows_everything() {
-    let policies = Policies::default();
-    assert!(policies.is_empty());
+async fn an_empty_engine_refuses_everything_unless_asked_to_allow() {
     let consumer = Consumer::anonymous("c");
-    assert_eq!(policies.evaluate(call(&consumer, "a.b")).await.decision, AuthorityDecision::Allow);
+    for empty in [Policies::default(), Policies::new(), Policies::default_deny()] {
+        assert!(empty.is_empty());
+        assert_eq!(empty.fallback(), Fallback::Deny);
+        let verdict = empty.evaluate(call(&consumer, "a.b")).await;
+        assert_eq!(verdict.decision, AuthorityDecision::Deny { origin: Origin::Client });
+        assert_eq!(verdict.decided_by, Some("default-deny"));
+    }
+    let open = Policies::default_allow();
+    assert!(open.is_empty());
+    assert_eq!(open.evaluate(call(&consumer, "a.b")).await.decision, AuthorityDecision::Allow);
 }
 
 #[tokio::test]
@@ -82,7 +89,7 @@ async fn errors_panics_and_overruns_deny() {
     let clock = Arc::new(ManualClock::default());
     let after = Arc::new(AtomicUsize::new(0));
     let counter = after.clone();
-    let policies = Policies::new()
+    let policies = Policies::default_allow()
         .with_clock(clock.clone())
         .with_budget(Duration::from_millis(100))
         .for_capability("x.error", Misbehaving::fails("errors", "backend down"))
@@ -128,8 +135,8 @@ async fn errors_panics_and_overruns_deny() {
 
 #[tokio::test]
 async fn engines_nest() {
-    let inner = Policies::new().global(RequireIdentity);
-    let outer = Policies::new().for_type("orders", inner);
+    let inner = Policies::default_allow().global(RequireIdentity);
+    let outer = Policies::default_allow().for_type("orders", inner);
     let anonymous = Consumer::anonymous("c");
     let verdict = outer.evaluate(call(&anonymous, "orders.list")).await;
     assert_eq!(verdict.decision, AuthorityDecision::Unauthenticated);
@@ -158,5 +165,5 @@ async fn ready_made_policies() {
     let disable = FnPolicy::new("closed", |_c| Ok(AuthorityDecision::Disable { reason: SafeText::from("Closed.") }));
     assert_eq!(disable.name(), "closed");
     assert!(format!("{disable:?}").contains("closed"));
-    assert!(format!("{:?}", Policies::new().global(disable)).contains("closed"));
+    assert!(format!("{:?}", Policies::default_allow().global(disable)).contains("closed"));
 }

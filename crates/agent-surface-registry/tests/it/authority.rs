@@ -63,7 +63,7 @@ fn noop(t: &mut agent_surface_registry::TypeBuilder<'_>, id: &str) {
 /// `shop.browse` for everyone signed in; the `admin` type for admins; `admin.audit` hidden from
 /// non-admins; `shop.sale` disabled for everyone but the `vip` role.
 fn engine(clock: &Arc<ManualClock>) -> Policies {
-    Policies::new()
+    Policies::default_allow()
         .with_clock(clock.clone())
         .global(RequireIdentity)
         .for_type(
@@ -237,7 +237,7 @@ async fn hidden_and_never_existed_are_indistinguishable() {
 async fn hidden_and_never_existed_take_the_same_path() {
     let clock = clock();
     let turnstile = Arc::new(Turnstile { decisions: AtomicUsize::new(0), gate: Semaphore::new(0) });
-    let policies = Policies::new().with_clock(clock.clone()).global(turnstile.clone());
+    let policies = Policies::default_allow().with_clock(clock.clone()).global(turnstile.clone());
     let (r, _m) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..config_with(&clock) });
 
     let mut payloads = Vec::new();
@@ -279,7 +279,7 @@ async fn failing_panicking_and_hanging_policies_deny() {
         }
         Ok(AuthorityDecision::Allow)
     });
-    let policies = Policies::new()
+    let policies = Policies::default_allow()
         .with_clock(clock.clone())
         .with_budget(Duration::from_millis(250))
         .for_capability("shop.browse", panics_at_once)
@@ -350,7 +350,7 @@ async fn a_single_policy_is_bounded_by_the_registry_budget() {
 async fn unknown_names_are_asked_about_as_calls_of_their_type() {
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let record = seen.clone();
-    let policies = Policies::new().global(FnPolicy::new("recorder", move |call| {
+    let policies = Policies::default_allow().global(FnPolicy::new("recorder", move |call| {
         record.lock().unwrap().push((call.capability.to_string(), call.type_id.to_string()));
         Ok(AuthorityDecision::Unauthenticated)
     }));
@@ -370,7 +370,7 @@ async fn unknown_names_are_asked_about_as_calls_of_their_type() {
 async fn a_policy_sees_the_resolved_target() {
     let seen: Arc<Mutex<Vec<Target>>> = Arc::default();
     let record = seen.clone();
-    let policies = Policies::new().global(FnPolicy::new("recorder", move |call| {
+    let policies = Policies::default_allow().global(FnPolicy::new("recorder", move |call| {
         record.lock().unwrap().push(Target {
             instance_id: call.instance_id.map(String::from),
             registration_id: call.registration_id.map(String::from),
@@ -394,7 +394,7 @@ async fn a_policy_sees_the_resolved_target() {
 /// a capability left without a visible instance), and calling it is `CAPABILITY_NOT_FOUND`.
 #[tokio::test]
 async fn a_hidden_instance_is_not_listed() {
-    let policies = Policies::new().global(FnPolicy::new("hide-eu", |call| {
+    let policies = Policies::default_allow().global(FnPolicy::new("hide-eu", |call| {
         Ok(if call.instance_id == Some("eu") { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
     }));
     let (r, mounts) = shop(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
@@ -417,7 +417,7 @@ async fn a_hidden_instance_is_not_listed() {
 /// visible is `CAPABILITY_NOT_FOUND`, as for a capability absent from the snapshot.
 #[tokio::test]
 async fn an_ambiguous_call_lists_only_visible_instances() {
-    let policies = Policies::new().global(FnPolicy::new("hide-secret", |call| {
+    let policies = Policies::default_allow().global(FnPolicy::new("hide-secret", |call| {
         let hidden = match call.consumer.key() {
             "sees-none" => call.instance_id.is_some(),
             "sees-one" => call.instance_id.is_some_and(|i| i != "main"),
@@ -502,7 +502,7 @@ fn the_operator_note_names_the_deciding_policy_and_what_it_wanted() {
     let ((denied, anonymous), log) = capture_operator_log(|| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let policies = Policies::new().for_type("demo", RequireRole::new("agent"));
+            let policies = Policies::default_allow().for_type("demo", RequireRole::new("agent"));
             let (r, _m) = echo_registry(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });
             let denied =
                 r.invoke_detailed(call("demo.echo", json!({"text": "a"})), signed_in("bob", &["viewer"])).await;

@@ -255,7 +255,7 @@ fn credential_registry(text: &str) -> (Registry, agent_surface_registry::Mount) 
 
     let text: std::sync::Arc<str> = text.into();
     let (deny, boom, slow) = (text.clone(), text.clone(), text.clone());
-    let policies = Policies::new()
+    let policies = Policies::default_allow()
         .for_capability("evil.deny", FnPolicy::new("vault", move |_| Err(PolicyError::new(deny.to_string()))))
         .for_capability(
             "evil.boom",

@@ -45,7 +45,7 @@ fn shop() -> Shop {
         })
     });
     let registry = Registry::new(RegistryConfig {
-        authority: Some(Arc::new(Policies::new().with_clock(clock.clone()).global(deny_mallory))),
+        authority: Some(Arc::new(Policies::default_allow().with_clock(clock.clone()).global(deny_mallory))),
         confirmation: Some(engine.clone()),
         ..config_with(&clock)
     });

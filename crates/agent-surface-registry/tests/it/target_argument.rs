@@ -78,7 +78,7 @@ async fn both_ways_of_naming_the_target_fingerprint_alike() {
 
 #[tokio::test]
 async fn hostile_values_are_refused() {
-    let policies = Policies::new().global(FnPolicy::new("hide-secret", |call| {
+    let policies = Policies::default_allow().global(FnPolicy::new("hide-secret", |call| {
         Ok(if call.instance_id == Some("secret") { AuthorityDecision::Hide } else { AuthorityDecision::Allow })
     }));
     let r = registry(RegistryConfig { authority: Some(Arc::new(policies)), ..Default::default() });

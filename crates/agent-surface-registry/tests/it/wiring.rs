@@ -76,27 +76,32 @@ fn per_minute(n: u32) -> Quota {
 #[test]
 fn a_misspelled_policy_target_is_a_definition_error() {
     // The capability, misspelled in its type: checked when the registry is assembled (mount).
-    let registry = tickets(authority(Policies::new().for_capability("ticket.create", RequireRole::new("agent"))));
+    let registry =
+        tickets(authority(Policies::default_allow().for_capability("ticket.create", RequireRole::new("agent"))));
     check(registry.check_wiring(), "ticket.create", &["an authority policy", "did you mean `tickets.create`?"]);
     check(registry.mount("tickets", "main"), "ticket.create", &["did you mean `tickets.create`?"]);
     check(registry.mount("orders", "main"), "ticket.create", &[]);
 
     // A type.
-    let registry = tickets(authority(Policies::new().for_type("ticket", RequireRole::new("agent"))));
+    let registry = tickets(authority(Policies::default_allow().for_type("ticket", RequireRole::new("agent"))));
     check(registry.mount("tickets", "main"), "ticket", &["type `ticket`", "did you mean `tickets`?"]);
 
     // The tool name where the capability name belongs.
-    let config = authority(Policies::new().for_capability("tickets-create", RequireRole::new("agent")));
+    let config = authority(Policies::default_allow().for_capability("tickets-create", RequireRole::new("agent")));
     check(assemble(config), "tickets-create", &["tool name", "did you mean `tickets.create`?"]);
 
     // In an engine nested in another.
-    let inner = Policies::new().for_capability("orders.cancle", RequireRole::new("agent"));
-    check(assemble(authority(Policies::new().global(inner))), "orders.cancle", &["did you mean `orders.cancel`?"]);
+    let inner = Policies::default_allow().for_capability("orders.cancle", RequireRole::new("agent"));
+    check(
+        assemble(authority(Policies::default_allow().global(inner))),
+        "orders.cancle",
+        &["did you mean `orders.cancel`?"],
+    );
 }
 
 #[test]
 fn a_misspelled_capability_of_a_type_is_refused_when_the_type_is_defined() {
-    let policies = Policies::new().for_capability("tickets.craete", RequireRole::new("agent"));
+    let policies = Policies::default_allow().for_capability("tickets.craete", RequireRole::new("agent"));
     let registry = Registry::new(authority(policies));
     let defined = registry.define("tickets", |t| {
         t.capability("create", "Open a ticket.")
@@ -222,7 +227,9 @@ async fn correct_wiring_mounts_and_applies() {
     })
     .for_type("orders");
     let config = RegistryConfig {
-        authority: Some(Arc::new(Policies::new().for_capability("tickets.create", RequireRole::new("agent")))),
+        authority: Some(Arc::new(
+            Policies::default_allow().for_capability("tickets.create", RequireRole::new("agent")),
+        )),
         rate_limiter: Some(Arc::new(MemoryRateLimiter::new(RateLimitConfig {
             consumer_quotas: HashMap::from([(Scope::capability("tickets.list"), per_minute(5))]),
             ..Default::default()
@@ -277,7 +284,7 @@ async fn default_deny_refuses_a_capability_no_policy_names() {
 
 #[tokio::test]
 async fn default_allow_is_unchanged() {
-    let policies = Policies::new().for_capability("tickets.create", RequireRole::new("agent"));
+    let policies = Policies::default_allow().for_capability("tickets.create", RequireRole::new("agent"));
     let registry = tickets(authority(policies));
     let _tickets = registry.mount("tickets", "main").expect("mounts");
     // Not named: allowed, as before.
@@ -347,7 +354,7 @@ async fn a_type_declared_late_is_checked_when_it_is_defined() {
 
 #[test]
 fn a_misspelled_name_under_a_late_type_is_refused_when_the_type_is_defined() {
-    let policies = Policies::new().for_capability("tickets.crate", RequireRole::new("agent"));
+    let policies = Policies::default_allow().for_capability("tickets.crate", RequireRole::new("agent"));
     let registry = before_tickets(policies, &["tickets"]);
     let _orders = registry.mount("orders", "main").expect("`tickets` is declared late");
     check(define_tickets(&registry), "tickets.crate", &["an authority policy", "did you mean `tickets.create`?"]);
@@ -359,7 +366,7 @@ fn a_misspelled_name_under_a_late_type_is_refused_when_the_type_is_defined() {
 fn a_late_type_never_defined_is_reported_by_check_wiring() {
     // Declared under a name the application never defines (it defines `orders`): mounts pass,
     // `check_wiring` names the closest defined type.
-    let policies = Policies::new().for_type("order", RequireRole::new("agent"));
+    let policies = Policies::default_allow().for_type("order", RequireRole::new("agent"));
     let registry = before_tickets(policies, &["order"]);
     let _orders = registry.mount("orders", "main").expect("`order` is declared late");
     check(
@@ -368,12 +375,12 @@ fn a_late_type_never_defined_is_reported_by_check_wiring() {
         &["`RegistryConfig::late_types` declares type `order`, which is not defined", "did you mean `orders`?"],
     );
     // A declared type no hook names is still one the application promised to define.
-    let registry = before_tickets(Policies::new(), &["tickets"]);
+    let registry = before_tickets(Policies::default_allow(), &["tickets"]);
     check(registry.check_wiring(), "tickets", &["declares type `tickets`"]);
     define_tickets(&registry).expect("valid");
     registry.check_wiring().expect("every declared type is defined");
     // A declared type that could never be defined fails every mount.
-    let registry = before_tickets(Policies::new(), &["Tickets"]);
+    let registry = before_tickets(Policies::default_allow(), &["Tickets"]);
     let err = registry.mount("orders", "main").expect_err("`Tickets` is not a type id");
     assert_eq!(err.location(), "Tickets", "{err}");
 }
@@ -381,7 +388,7 @@ fn a_late_type_never_defined_is_reported_by_check_wiring() {
 #[test]
 fn a_misspelled_type_that_is_not_declared_late_stays_a_definition_error_at_mount() {
     // `tickets` is declared late, the policy names `ticket.create`: not under a declared type.
-    let policies = Policies::new().for_capability("ticket.create", RequireRole::new("agent"));
+    let policies = Policies::default_allow().for_capability("ticket.create", RequireRole::new("agent"));
     let registry = before_tickets(policies, &["tickets"]);
     check(registry.mount("orders", "main"), "ticket.create", &["an authority policy", "which is not defined"]);
     // Once `tickets` is defined the closest name is the capability.

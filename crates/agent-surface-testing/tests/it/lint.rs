@@ -74,7 +74,7 @@ fn lines(registry: &Registry, lint: &ServiceLint) -> Vec<String> {
 
 #[test]
 fn every_problem_is_listed_not_only_the_first() {
-    let policies = Policies::new().for_type("notes", AllowAll);
+    let policies = Policies::default_allow().for_type("notes", AllowAll);
     let (registry, _mounts) = registry(Some(Arc::new(policies)));
     let lint = ServiceLint::new().providers(Provider::ALL, lossy_conversions);
     let problems = check_service(&registry, &lint).now_or_never().expect("no policy waits");

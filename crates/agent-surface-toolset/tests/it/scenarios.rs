@@ -345,7 +345,7 @@ fn world(condition: Condition) -> World {
     let defaults = RegistryConfig::default();
     let registry = Registry::new(RegistryConfig {
         clock: clock.shared(),
-        authority: Some(Arc::new(Policies::new().global(policy))),
+        authority: Some(Arc::new(Policies::default_allow().global(policy))),
         rate_limiter: Some(limiter.clone()),
         confirmation: Some(engine.clone()),
         audit: match condition {
