@@ -77,9 +77,11 @@ async fn an_unreachable_redis_fails_closed() {
     if support::redis_url().is_none() {
         return;
     }
-    // A port nobody listens on: connecting fails at once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let url = format!("redis://127.0.0.1:{port}/");
+    // A port this test holds bound but does not listen on: connecting is refused at once, and no
+    // other process can take the port meanwhile (as it could one picked free and let go).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("redis://127.0.0.1:{}/", held.local_addr().unwrap().port());
     let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::default() };
     assert!(RedisStores::connect(&url, config.clone()).await.is_err(), "no Redis there");
 }
@@ -92,8 +94,9 @@ async fn credentials_come_with_the_url() {
         return;
     }
     let Some(site) = support::Site::new("auth") else { return };
-    let port = site.port();
     let server = site.start_with(&["--requirepass", "s3cret-pass"]);
+    // The TCP port, for `redis://` URLs with credentials in them.
+    let port = site.port();
     let config = RedisConfig::with_prefix("auth:");
     let without = RedisStores::connect(&format!("redis://127.0.0.1:{port}/"), config.clone()).await;
     let refused = match without {
