@@ -37,9 +37,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     (CLIENT, &[CORE]),
     (REDIS, &[CORE, POLICY]),
     (OAUTH, &[POLICY]),
+    // The one dependency of an application: it re-exports the parts and serves them together.
+    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS]),
     ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS]),
     ("agent-surface-fuzz", &[CORE, POLICY, REGISTRY, TOOLSET, MCP, HTTP]),
-    ("agent-surface-example-tickets", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP]),
+    ("agent-surface-example-tickets", &["agent-surface"]),
     ("xtask", &[CORE]),
 ];
 

@@ -32,9 +32,12 @@ use crate::{Registry, RegistryConfig};
 ///         consumer_quotas: HashMap::from([(Scope::capability("tickets.create"), five)]),
 ///         ..Default::default()
 ///     })
-///     .approval_base_url("https://tickets.example/inbox/c")
+///     .public_url("https://tickets.example")
 ///     .build();
 /// assert!(service.registry.wiring_warnings().is_empty());
+/// // Agents are sent to the approval inbox under the public URL.
+/// let page = service.confirmations.approval_url("c-1");
+/// assert_eq!(page.as_deref(), Some("https://tickets.example/inbox/c/c-1"));
 /// ```
 #[must_use = "a ServiceBuilder does nothing until `build` is called"]
 pub struct ServiceBuilder {
@@ -42,13 +45,16 @@ pub struct ServiceBuilder {
     stores: Stores,
     audit: Option<AuditConfig>,
     approval_base_url: Option<String>,
+    public_url: Option<String>,
     authority: Option<Policies>,
     budgets: Option<RateBudgets>,
     confirmations: ConfirmationConfig,
     registry: RegistryConfig,
 }
 
-/// A wired service: the registry to serve, and the parts a host keeps beside it.
+/// A wired service: the registry to serve, and the parts a host keeps beside it. Cloning it
+/// clones handles to the same parts.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Service {
     /// The registry every adapter serves.
@@ -60,6 +66,11 @@ pub struct Service {
     pub tasks: Arc<dyn TaskStore>,
     /// The audit sink, when one was given (give it to the approval inbox).
     pub audit: Option<Arc<dyn AuditSink>>,
+    /// The stores the service was built on (their [`Reach`](agent_surface_policy::Reach) tells
+    /// a server whether replicas share them).
+    pub stores: Stores,
+    /// Where people reach the service ([`ServiceBuilder::public_url`]), without a trailing `/`.
+    pub public_url: Option<String>,
 }
 
 impl Default for ServiceBuilder {
@@ -78,6 +89,7 @@ impl ServiceBuilder {
             stores: Stores::memory(),
             audit: None,
             approval_base_url: None,
+            public_url: None,
             authority: None,
             budgets: None,
             confirmations: ConfirmationConfig::default(),
@@ -112,9 +124,19 @@ impl ServiceBuilder {
     }
 
     /// Where people approve confirmations (`ConfirmationConfig::approval_base_url`): the agent is
-    /// told to send a person there.
+    /// told to send a person there. Defaults to the inbox under [`public_url`](Self::public_url).
     pub fn approval_base_url(mut self, url: impl Into<String>) -> ServiceBuilder {
         self.approval_base_url = Some(url.into());
+        self
+    }
+
+    /// Where people reach the service, e.g. `https://tickets.example` (the address a browser
+    /// uses, behind any proxy). The approval inbox is then at `{url}/inbox/`, so unless
+    /// [`approval_base_url`](Self::approval_base_url) says otherwise, agents are sent to
+    /// `{url}/inbox/c/{id}` to have a confirmation approved; a server admits the URL's host and
+    /// marks its session cookie `Secure` when the URL is `https`.
+    pub fn public_url(mut self, url: impl Into<String>) -> ServiceBuilder {
+        self.public_url = Some(url.into().trim_end_matches('/').to_string());
         self
     }
 
@@ -150,14 +172,26 @@ impl ServiceBuilder {
     /// The service: the engine and the limiter on the builder's clock and stores, the registry
     /// over them, one audit sink for both.
     pub fn build(self) -> Service {
-        let ServiceBuilder { clock, stores, audit, approval_base_url, authority, budgets, confirmations, registry } =
-            self;
+        let ServiceBuilder {
+            clock,
+            stores,
+            audit,
+            approval_base_url,
+            public_url,
+            authority,
+            budgets,
+            confirmations,
+            registry,
+        } = self;
         let sink = audit.as_ref().map(|a| a.sink.clone());
+        let approval_base_url = approval_base_url
+            .or(confirmations.approval_base_url.clone())
+            .or_else(|| public_url.as_ref().map(|url| format!("{url}/inbox/c/")));
         let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
             clock: clock.clone(),
             store: stores.confirmations.clone(),
             audit: sink.clone(),
-            approval_base_url: approval_base_url.or(confirmations.approval_base_url.clone()),
+            approval_base_url,
             ..confirmations
         }));
         let rate_limiter = budgets.map(|b| stores.rate_limiter(b, clock.clone()));
@@ -176,6 +210,6 @@ impl ServiceBuilder {
             audit,
             ..registry
         });
-        Service { registry, confirmations: engine, tasks: stores.tasks, audit: sink }
+        Service { registry, confirmations: engine, tasks: stores.tasks.clone(), audit: sink, stores, public_url }
     }
 }

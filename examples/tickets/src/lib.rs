@@ -9,12 +9,11 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 
-use agent_surface_core::details::PreconditionDetails;
-use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
-use agent_surface_policy::{
-    AllowAll, Clock, ConfirmationEngine, Policies, Quota, RateBudgets, RequireIdentity, RequireRole, Scope,
-};
-use agent_surface_registry::{Caller, Mount, Registry, ServiceBuilder, State};
+use agent_surface::core::details::PreconditionDetails;
+use agent_surface::core::{AgentSurfaceError, DefinitionError, Effect};
+use agent_surface::policy::{AllowAll, Clock, Policies, Quota, RateBudgets, RequireIdentity, RequireRole, Scope};
+use agent_surface::registry::{Caller, Mount, Registry, State};
+use agent_surface::{Serve, ServiceBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -129,14 +128,27 @@ pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
 // guide:end define
 
 // guide:begin service
-/// The assembled service: the registry to serve, the confirmation engine a person approves
-/// through, and the mount that keeps the tickets callable (dropping it unmounts them).
+/// The assembled service: the wired parts (`service.registry` to call, `service.confirmations`
+/// where deletions wait for a person's approval) and the mount that keeps the tickets callable
+/// (dropping it unmounts them).
 pub struct Service {
-    /// The registry every adapter serves.
-    pub registry: Registry,
-    /// Pending deletions wait here for a person's approval.
-    pub confirmations: Arc<ConfirmationEngine>,
+    wired: agent_surface::Service,
     _tickets: Mount,
+}
+
+impl std::ops::Deref for Service {
+    type Target = agent_surface::Service;
+
+    fn deref(&self) -> &agent_surface::Service {
+        &self.wired
+    }
+}
+
+impl Service {
+    /// Serves it (`main.rs`): over HTTP, or over MCP stdio.
+    pub fn serve(&self) -> Serve {
+        Serve::new(self.wired.clone())
+    }
 }
 
 /// Builds the service on `clock` (the system clock in `main`, a test clock in tests).
@@ -156,10 +168,9 @@ pub fn service(clock: Arc<dyn Clock>) -> Result<Service, DefinitionError> {
     // Each part once: the builder gives every engine the same clock and stores (in memory here;
     // `RedisStores::bundle()` for replicas), so the wiring cannot disagree with itself.
     let wired = ServiceBuilder::new().clock(clock).authority(policies).rate_budgets(budgets).build();
-    let registry = wired.registry;
-    registry.provide(Desk::default());
-    define(&registry)?;
-    let tickets = registry.mount("tickets", "main")?;
-    Ok(Service { registry, confirmations: wired.confirmations, _tickets: tickets })
+    wired.registry.provide(Desk::default());
+    define(&wired.registry)?;
+    let tickets = wired.registry.mount("tickets", "main")?;
+    Ok(Service { wired, _tickets: tickets })
 }
 // guide:end service

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use agent_surface_core::{ErrorCode, Retry};
+use agent_surface::core::{ErrorCode, Retry};
+use agent_surface::policy::{Consumer, Identity};
+use agent_surface::registry::InvokeRequest;
 use agent_surface_example_tickets::{Service, service};
-use agent_surface_policy::{Consumer, Identity};
-use agent_surface_registry::InvokeRequest;
 use agent_surface_testing::{ScriptedConsumer, TestClock, expect_details, expect_error, expect_ok, expect_retry};
 use serde_json::{Value, json};
 
@@ -40,7 +40,7 @@ async fn a_title_is_checked_before_the_handler_runs() {
 
 #[test]
 fn without_the_shared_state_the_type_does_not_mount() {
-    let registry = agent_surface_registry::Registry::new(agent_surface_registry::RegistryConfig::default());
+    let registry = agent_surface::registry::Registry::new(agent_surface::registry::RegistryConfig::default());
     agent_surface_example_tickets::define(&registry).expect("the type is well-formed");
     let err = registry.mount("tickets", "main").expect_err("no Desk is provided");
     assert!(err.problem().contains("Registry::provide") && err.problem().contains("Desk"), "{err}");
@@ -139,14 +139,14 @@ async fn an_openai_turn_through_the_embedded_toolset() {
 
 #[tokio::test]
 async fn over_mcp_a_tool_per_capability_and_errors_in_band() {
-    use agent_surface_mcp::{McpConfig, McpServer, codec};
+    use agent_surface::mcp::{McpConfig, McpServer, codec};
     use rmcp::{ServiceExt, model::CallToolRequestParams};
 
     let (_clock, service) = tickets();
     let config = McpConfig { identity: Some(Identity::new("alice")), ..Default::default() };
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (read, write) = tokio::io::split(server_io);
-    tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(service.registry.clone(), config), read, write, 1 << 20));
+    tokio::spawn(agent_surface::mcp::serve_io(McpServer::new(service.registry.clone(), config), read, write, 1 << 20));
 
     let client = ().serve(client_io).await.expect("the MCP handshake");
     let mut names: Vec<String> =
@@ -172,30 +172,21 @@ async fn over_mcp_a_tool_per_capability_and_errors_in_band() {
 async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
     use std::sync::Arc;
 
-    use agent_surface_http::HttpConfig;
-    use agent_surface_mcp::{McpConfig, http::McpHttpConfig};
-    use agent_surface_policy::BearerTokens;
+    use agent_surface::policy::BearerTokens;
     use agent_surface_testing::http;
 
     let (_clock, service) = tickets();
-    let tokens = || Arc::new(BearerTokens::new(vec![("alice-token", Identity::new("alice"))]));
-    let mcp = McpConfig { authenticator: Some(tokens()), ..Default::default() };
-    let api = HttpConfig { authenticator: Some(tokens()), ..Default::default() };
-    let limits = McpHttpConfig::default();
-    let drain = agent_surface_server::Drain::cancelling(|| {});
-    let app = agent_surface_mcp::http::router(service.registry.clone(), mcp, &limits, drain.streams.clone())
-        .nest("/api", agent_surface_http::router(service.registry.clone(), api));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-    let addr = listener.local_addr().expect("bound");
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(agent_surface_server::serve_with(listener, app, limits.limits, stop.clone(), drain));
+    // Served as `main` serves it: one authenticator for MCP and the HTTP binding.
+    let tokens = BearerTokens::new(vec![("alice-token", Identity::new("alice"))]);
+    let running = service.serve().authenticator(Arc::new(tokens)).bind("127.0.0.1:0").await.expect("serves");
+    let addr = running.local_addr();
 
     let over_api = |session: Option<&'static str>, n: u32| async move {
         let mut headers = vec![("Authorization", "Bearer alice-token")];
-        headers.extend(session.map(|s| (agent_surface_http::CONSUMER_HEADER, s)));
+        headers.extend(session.map(|s| (agent_surface::http::CONSUMER_HEADER, s)));
         let body = json!({"capability": "tickets.create", "input": {"title": format!("Over the API {n}")}});
         let r = http::post_json(addr, "/api/invoke", &headers, &body.to_string()).await;
-        agent_surface_http::wire::decode(r.status, &r.body).expect("an invoke result")
+        agent_surface::http::wire::decode(r.status, &r.body).expect("an invoke result")
     };
     let over_mcp = |n: u32| async move {
         let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -213,7 +204,7 @@ async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
         let r = http::post_json(addr, "/mcp", &headers, &body.to_string()).await;
         let message = r.messages().into_iter().find(|m| m.get("result").is_some()).expect("a tools/call result");
         let result = serde_json::from_value(message["result"].clone()).expect("a CallToolResult");
-        agent_surface_mcp::codec::decode(&result).expect("an invoke result")
+        agent_surface::mcp::codec::decode(&result).expect("an invoke result")
     };
 
     // Five creates, spread over two transports and three consumer-header values…
@@ -227,7 +218,8 @@ async fn one_user_gets_five_creates_a_minute_across_sessions_and_transports() {
         let limited = expect_error(&refused, ErrorCode::RateLimited);
         expect_details(limited, json!({"reason": "rate"}));
     }
-    stop.cancel();
+    running.stop();
+    running.stopped().await.expect("drains");
 }
 
 /// The guide's wiring is consistent: one clock everywhere, nothing shared between replicas that

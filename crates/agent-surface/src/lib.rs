@@ -1,0 +1,52 @@
+//! One dependency for a service that exposes capabilities to LLM agents, and one call that serves
+//! it.
+//!
+//! The parts live in their own crates, re-exported here by name: [`core`] (the error model and
+//! the capability model), [`policy`] (identities, authority, quotas, confirmations, stores),
+//! [`registry`] (capabilities, the invocation pipeline, [`ServiceBuilder`]), [`mcp`] (the MCP
+//! adapter), [`http`] (the HTTP binding and the approval inbox), [`server`] (connection limits
+//! and the drain), and with their features [`redis`](mod@redis) and [`oauth`](mod@oauth).
+//!
+//! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
+//! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
+//! all three, the confirmation sweep on its timer, a graceful drain on SIGTERM or Ctrl-C, and
+//! the operator log on standard error. What it cannot make safe it refuses before it listens (an
+//! inbox nobody is sent to, replicas that cannot read each other's approval states).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agent_surface::policy::{AllowAll, BearerTokens, Identity, Policies, RequireIdentity, Stores};
+//! use agent_surface::{Serve, ServiceBuilder};
+//!
+//! # async fn run() -> Result<(), agent_surface::ServeError> {
+//! let service = ServiceBuilder::new()
+//!     .stores(Stores::memory())
+//!     .authority(Policies::default_deny().global(RequireIdentity).for_type("tickets", AllowAll))
+//!     .public_url("http://127.0.0.1:8080")
+//!     .build();
+//! // … define and mount capabilities on `service.registry` …
+//! let people = BearerTokens::new([("alice-token", Identity::new("alice").with_role("approver"))]);
+//! Serve::new(service)
+//!     .authenticator(Arc::new(people))
+//!     .approvers("approver")
+//!     .http("127.0.0.1:8080")
+//!     .await
+//! # }
+//! ```
+
+mod serve;
+
+pub use agent_surface_core as core;
+pub use agent_surface_http as http;
+pub use agent_surface_mcp as mcp;
+#[cfg(feature = "oauth")]
+pub use agent_surface_oauth as oauth;
+pub use agent_surface_policy as policy;
+#[cfg(feature = "redis")]
+pub use agent_surface_redis as redis;
+pub use agent_surface_registry as registry;
+pub use agent_surface_registry::{Registry, Service, ServiceBuilder};
+pub use agent_surface_server as server;
+pub use serve::{Running, Serve, ServeError};

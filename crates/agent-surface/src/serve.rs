@@ -1,0 +1,451 @@
+//! [`Serve`]: a [`Service`] on the network (HTTP) or on standard input and output (MCP stdio),
+//! with everything a deployment needs started and every setting it cannot do without checked
+//! before the first request.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agent_surface_http::inbox::InboxConfig;
+use agent_surface_http::{HttpConfig, MetricsRenderer};
+use agent_surface_mcp::McpConfig;
+use agent_surface_mcp::confirm::EngineResolver;
+use agent_surface_mcp::http::McpHttpConfig;
+use agent_surface_mcp::mrtr::ApprovalStates;
+use agent_surface_mcp::tasks::{TaskConfig, Tasks};
+use agent_surface_policy::{Authenticator, Identity, Reach};
+use agent_surface_registry::{Periodic, Service};
+use agent_surface_server::Drain;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The operator log's target for what `Serve` does.
+const TARGET: &str = "agent_surface::serve";
+
+/// Where the MCP transport, the HTTP binding and the approval inbox are served.
+const MCP_PATH: &str = "/mcp";
+const API_PREFIX: &str = "/api";
+const INBOX_PREFIX: &str = "/inbox";
+
+/// Serves a [`Service`]: over HTTP ([`http`](Self::http), [`bind`](Self::bind)) MCP at `/mcp`,
+/// the HTTP binding at `/api` and, for the people named by [`approvers`](Self::approvers), the
+/// approval inbox at `/inbox`; over standard input and output ([`stdio`](Self::stdio)) MCP for
+/// the one person who started the process.
+///
+/// While it serves:
+/// - **one authenticator** ([`authenticator`](Self::authenticator)) signs callers in on every
+///   route, so a person's quotas and approvals are theirs whichever route they take;
+/// - **approvals are asked** through MCP elicitation where the client offers it and relayed to
+///   the agent (with the inbox page, under [`ServiceBuilder::public_url`]) where it does not;
+///   long calls are answered as MCP tasks kept in the service's task store;
+/// - **the confirmation sweep** runs on its timer (expired confirmations are swept and recorded);
+/// - **a signal drains**: on SIGTERM or Ctrl-C the server stops accepting, lets the calls in
+///   flight finish within the drain deadline (`server::Limits::drain_timeout`), then cancels
+///   what is left (`Registry::dispose`); a second signal cancels at once;
+/// - **the operator log** (`registry::operator_log`: `RUST_LOG`, text or JSON on standard
+///   error, credentials masked) is installed, unless the application installed a `tracing`
+///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)).
+///
+/// It refuses to start ([`ServeError::Refused`], before it listens) when:
+/// - the inbox is served but agents are not told where it is (no approval base URL: give the
+///   service [`ServiceBuilder::public_url`]), or there is no authenticator to sign people in;
+/// - the confirmations are in a store replicas share but no [`state_key`](Self::state_key) is
+///   given: each replica would seal its MCP approval rounds with a key of its own, and a round
+///   begun on one could not be finished on another;
+/// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
+///   names a capability type nobody defined).
+///
+/// [`ServiceBuilder::public_url`]: agent_surface_registry::ServiceBuilder::public_url
+#[must_use = "Serve does nothing until `http`, `bind` or `stdio` is awaited"]
+pub struct Serve {
+    service: Service,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    approver_role: Option<String>,
+    state_key: Option<Vec<u8>>,
+    mcp: McpConfig,
+    mcp_http: McpHttpConfig,
+    api: HttpConfig,
+    routes: Vec<axum::Router>,
+    operator_log: bool,
+}
+
+/// Why [`Serve`] did not serve.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// A setting the service cannot be served safely without is missing or inconsistent; the
+    /// message names the fix. Nothing was started.
+    Refused(String),
+    /// The address could not be bound, or the server failed.
+    Io(io::Error),
+    /// The MCP stdio session could not start or failed.
+    Mcp(String),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Refused(why) => write!(f, "not served: {why}"),
+            ServeError::Io(e) => write!(f, "serving failed: {e}"),
+            ServeError::Mcp(e) => write!(f, "serving MCP failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for ServeError {
+    fn from(e: io::Error) -> ServeError {
+        ServeError::Io(e)
+    }
+}
+
+impl Serve {
+    /// Serves `service` with the defaults: no authenticator (every caller anonymous), no inbox,
+    /// the adapters' default settings.
+    pub fn new(service: Service) -> Serve {
+        Serve {
+            service,
+            authenticator: None,
+            approver_role: None,
+            state_key: None,
+            mcp: McpConfig::default(),
+            mcp_http: McpHttpConfig::default(),
+            api: HttpConfig::default(),
+            routes: Vec::new(),
+            operator_log: true,
+        }
+    }
+
+    /// Who is calling, from each request's headers, on every route: bearer tokens
+    /// (`policy::BearerTokens`), an OAuth resource server (`oauth::ResourceServer`), or your own.
+    pub fn authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> Serve {
+        self.authenticator = Some(authenticator);
+        self
+    }
+
+    /// Serves the approval inbox at `/inbox` to the signed-in people whose identity has `role`:
+    /// they see the pending confirmations they may decide, approve or deny them, and the recent
+    /// decisions (from the service's audit sink).
+    pub fn approvers(mut self, role: impl Into<String>) -> Serve {
+        self.approver_role = Some(role.into());
+        self
+    }
+
+    /// The key that seals MCP approval rounds (`requestState`), at least 32 bytes of secret
+    /// randomness, the same on every replica (from your secret store, never from the source).
+    /// Required when the confirmations are in a shared store.
+    pub fn state_key(mut self, key: impl Into<Vec<u8>>) -> Serve {
+        self.state_key = Some(key.into());
+        self
+    }
+
+    /// The MCP adapter's other settings (server name, instructions, list TTL, …). Its
+    /// authenticator, confirmations, tasks and approval states are `Serve`'s.
+    pub fn mcp(mut self, config: McpConfig) -> Serve {
+        self.mcp = config;
+        self
+    }
+
+    /// The MCP HTTP transport's settings; its [`limits`](McpHttpConfig::limits) are the server's
+    /// (connection caps, header timeout, drain). The path is `/mcp`; the service's public host
+    /// is added to the allowed hosts.
+    pub fn mcp_http(mut self, config: McpHttpConfig) -> Serve {
+        self.mcp_http = config;
+        self
+    }
+
+    /// The HTTP binding's other settings (body limits, the consumer header, …), served under
+    /// `/api`. Its authenticator is `Serve`'s; the service's public host is added to the allowed
+    /// hosts.
+    pub fn api(mut self, config: HttpConfig) -> Serve {
+        self.api = config;
+        self
+    }
+
+    /// Serves `render` (for example a Prometheus recorder's `render`) at `GET /api/metrics`, with
+    /// the stores' usage recorded just before each scrape. The route is behind the host check,
+    /// not the authenticator: serve it where only your scrapers reach it.
+    pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Serve {
+        let registry = self.service.registry.clone();
+        let render: MetricsRenderer = Arc::new(move || {
+            registry.record_store_usage();
+            render()
+        });
+        self.api.metrics = Some(render);
+        self
+    }
+
+    /// More routes beside `Serve`'s own (an OAuth resource server's metadata, a health check):
+    /// merged into the same router, under the same connection limits and drain.
+    pub fn merge(mut self, routes: axum::Router) -> Serve {
+        self.routes.push(routes);
+        self
+    }
+
+    /// Whether to install the operator log when no `tracing` subscriber is installed (default
+    /// `true`).
+    pub fn operator_log(mut self, install: bool) -> Serve {
+        self.operator_log = install;
+        self
+    }
+
+    /// Serves over HTTP on `addr` until SIGTERM or Ctrl-C, then drains (see [`Running::until_signal`]).
+    pub async fn http(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), ServeError> {
+        self.bind(addr).await?.until_signal().await
+    }
+
+    /// Checks the settings, binds `addr` and serves over HTTP in the background; the [`Running`]
+    /// server says where it listens and stops when asked. For tests and for applications that
+    /// decide themselves when to stop.
+    pub async fn bind(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Running, ServeError> {
+        self.install_operator_log();
+        let mcp = self.mcp_config()?;
+        let serving_inbox = self.approver_role.is_some();
+        if serving_inbox && self.authenticator.is_none() {
+            return Err(ServeError::Refused(
+                "the approval inbox is served but nobody can sign in to it: give Serve::authenticator".into(),
+            ));
+        }
+        if serving_inbox && self.service.confirmations.config().approval_base_url.is_none() {
+            return Err(ServeError::Refused(
+                "the approval inbox is served but agents are not told where it is: give \
+                 ServiceBuilder::public_url (or ServiceBuilder::approval_base_url)"
+                    .into(),
+            ));
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let Serve { service, authenticator, approver_role, mut mcp_http, mut api, routes, .. } = self;
+        let public_host = service.public_url.as_deref().and_then(url_host);
+        mcp_http.path = MCP_PATH.to_string();
+        mcp_http.allowed_hosts.extend(public_host.clone());
+        api.allowed_hosts.extend(public_host);
+        api.authenticator = authenticator.clone();
+        let registry = service.registry.clone();
+        let drain = Drain::cancelling({
+            let registry = registry.clone();
+            move || registry.dispose()
+        });
+        let mut app = agent_surface_mcp::http::router(registry.clone(), mcp, &mcp_http, drain.streams.clone())
+            .nest(API_PREFIX, agent_surface_http::router(registry.clone(), api.clone()));
+        if let (Some(role), Some(authenticator)) = (approver_role, authenticator) {
+            // A browser keeps a `Secure` cookie only over HTTPS; plain HTTP is for trying the
+            // inbox on a loopback address.
+            let plain = service.public_url.as_deref().is_none_or(|url| url.starts_with("http://"));
+            let inbox = InboxConfig {
+                audit: service.audit.clone(),
+                approver_role: Some(role),
+                prefix: INBOX_PREFIX.to_string(),
+                secure_cookie: !(plain && local.ip().is_loopback()),
+                allowed_hosts: api.allowed_hosts.clone(),
+                ..InboxConfig::new(service.confirmations.clone(), authenticator)
+            };
+            app = app.merge(agent_surface_http::inbox::router(inbox));
+        }
+        for routes in routes {
+            app = app.merge(routes);
+        }
+        let stop = CancellationToken::new();
+        let periodic = Periodic::start(&registry, &stop);
+        let limits = mcp_http.limits.clone();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let served = agent_surface_server::serve_with(listener, app, limits, stop, drain).await;
+                periodic.stop().await;
+                served
+            }
+        });
+        tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}");
+        Ok(Running { local, stop, task: Some(task), service })
+    }
+
+    /// Serves MCP on this process's standard input and output until the client closes them, as
+    /// `identity` (the person who started the process; `None`: anonymous). The operator log goes
+    /// to standard error, never to standard output.
+    pub async fn stdio(mut self, identity: Option<Identity>) -> Result<(), ServeError> {
+        self.install_operator_log();
+        self.mcp.identity = identity;
+        let config = self.mcp_config()?;
+        let registry = self.service.registry.clone();
+        let stop = CancellationToken::new();
+        let periodic = Periodic::start(&registry, &stop);
+        let served = agent_surface_mcp::serve_stdio(registry.clone(), config).await;
+        periodic.stop().await;
+        // Calls answered as tasks may still run: they end with the process.
+        registry.dispose();
+        served.map_err(|e| ServeError::Mcp(e.to_string()))
+    }
+
+    /// The MCP adapter's configuration, or why it cannot be served.
+    fn mcp_config(&self) -> Result<McpConfig, ServeError> {
+        let service = &self.service;
+        service.registry.check_wiring().map_err(|e| ServeError::Refused(e.to_string()))?;
+        let shared = service.stores.confirmations.reach() == Reach::Shared;
+        let approval_states = match (&self.state_key, shared) {
+            (Some(key), _) => {
+                if key.len() < 32 {
+                    return Err(ServeError::Refused("Serve::state_key must be at least 32 bytes".into()));
+                }
+                let codec = rmcp::model::RequestStateCodec::new_with_keyring("k", [("k", key.clone())])
+                    .map_err(|e| ServeError::Refused(format!("Serve::state_key: {e}")))?;
+                ApprovalStates::new(codec)
+            }
+            (None, true) => {
+                return Err(ServeError::Refused(
+                    "the confirmations are shared between replicas, but each replica would seal its MCP approval \
+                     rounds with a key of its own: give every replica the same Serve::state_key"
+                        .into(),
+                ));
+            }
+            (None, false) => self.mcp.approval_states.clone(),
+        };
+        let tasks = TaskConfig { store: service.tasks.clone(), ..TaskConfig::default() };
+        Ok(McpConfig {
+            authenticator: self.authenticator.clone(),
+            confirmations: Some(Arc::new(EngineResolver::new(service.confirmations.clone()))),
+            tasks: Some(Tasks::new(tasks)),
+            approval_states,
+            ..self.mcp.clone()
+        })
+    }
+
+    fn install_operator_log(&self) {
+        if self.operator_log && !tracing::dispatcher::has_been_set() {
+            // Another thread may have installed one since: then theirs is kept.
+            let _ = agent_surface_registry::operator_log::init();
+        }
+    }
+}
+
+/// A server [`Serve::bind`] started: where it listens, and how to stop it.
+#[must_use = "the server stops when `Running` is dropped"]
+pub struct Running {
+    local: SocketAddr,
+    stop: CancellationToken,
+    task: Option<JoinHandle<io::Result<()>>>,
+    service: Service,
+}
+
+impl Running {
+    /// The address the server listens on (the port the system chose for `:0`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The service it serves.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// Starts the drain: the server stops accepting and the calls in flight finish within the
+    /// drain deadline. Await [`stopped`](Self::stopped) for the end.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits until the server has stopped (after [`stop`](Self::stop), or a failure), and
+    /// cancels what is left of the service's calls (calls answered as tasks).
+    pub async fn stopped(mut self) -> Result<(), ServeError> {
+        let served = match self.task.take() {
+            Some(task) => task.await.unwrap_or_else(|e| Err(io::Error::other(e))),
+            None => Ok(()),
+        };
+        self.service.registry.dispose();
+        served.map_err(ServeError::Io)
+    }
+
+    /// Serves until SIGTERM or Ctrl-C, then drains; a second signal during the drain cancels the
+    /// calls in flight at once.
+    pub async fn until_signal(self) -> Result<(), ServeError> {
+        let registry = self.service.registry.clone();
+        let stop = self.stop.clone();
+        let signals = tokio::spawn(async move {
+            tokio::select! {
+                () = signalled() => {}
+                () = stop.cancelled() => return,
+            }
+            tracing::info!(target: TARGET, "signal: draining");
+            stop.cancel();
+            signalled().await;
+            tracing::warn!(target: TARGET, "second signal: cancelling the calls in flight");
+            registry.dispose();
+        });
+        let stopped = self.stopped().await;
+        signals.abort();
+        stopped
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            self.stop.cancel();
+        }
+    }
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+/// SIGTERM or SIGINT (Ctrl-C); waits forever for a signal whose handler cannot be installed.
+async fn signalled() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    term.recv().await;
+                }
+                Err(e) => {
+                    tracing::warn!(target: TARGET, error = %e, "cannot handle SIGTERM; only Ctrl-C drains");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            () = term => {}
+            () = ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c().await;
+}
+
+async fn ctrl_c() {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::warn!(target: TARGET, error = %e, "cannot handle Ctrl-C");
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
+fn url_host(url: &str) -> Option<String> {
+    let uri: axum::http::Uri = url.parse().ok()?;
+    uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_host;
+
+    #[test]
+    fn the_public_host_is_admitted_without_its_port() {
+        assert_eq!(url_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
+        assert_eq!(url_host("http://[::1]:8080").as_deref(), Some("[::1]"));
+        assert_eq!(url_host("not a url"), None);
+    }
+}

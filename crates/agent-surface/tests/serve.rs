@@ -1,0 +1,149 @@
+//! `Serve`: what it refuses before it listens, and the three routes it serves together with one
+//! authenticator.
+
+use std::sync::Arc;
+
+use agent_surface::core::{AgentSurfaceError, Effect, ErrorCode};
+use agent_surface::policy::{AllowAll, BearerTokens, Identity, Policies, RequireIdentity};
+use agent_surface::{Serve, ServeError, ServiceBuilder};
+use agent_surface_testing::http;
+use serde_json::{Value, json};
+
+/// A service with one capability that needs a person's approval, its mount kept alive.
+fn refunds(public_url: Option<&str>) -> (agent_surface::Service, agent_surface::registry::Mount) {
+    let mut builder =
+        ServiceBuilder::new().authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll));
+    if let Some(url) = public_url {
+        builder = builder.public_url(url);
+    }
+    let service = builder.build();
+    service
+        .registry
+        .define("refunds", |t| {
+            t.capability("issue", "Refund an order.")
+                .effect(Effect::Write)
+                .confirm(|i: &Value| format!("Refund order {}.", i["order"]))
+                .handle(|i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"refunded": i["order"]})) });
+        })
+        .expect("defines");
+    let mount = service.registry.mount("refunds", "main").expect("mounts");
+    (service, mount)
+}
+
+fn people() -> Arc<BearerTokens> {
+    Arc::new(BearerTokens::new([
+        ("alice-token", Identity::new("alice")),
+        ("maria-token", Identity::new("maria").with_role("approver")),
+    ]))
+}
+
+fn refused(result: Result<agent_surface::Running, ServeError>) -> String {
+    match result {
+        Err(ServeError::Refused(why)) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_inbox_nobody_is_sent_to_or_can_sign_in_to_is_refused_before_listening() {
+    let (service, _mount) = refunds(None);
+    let why =
+        refused(Serve::new(service.clone()).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("ServiceBuilder::public_url"), "{why}");
+    let (service, _mount) = refunds(Some("http://127.0.0.1:9"));
+    let why = refused(Serve::new(service).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("Serve::authenticator"), "{why}");
+}
+
+#[tokio::test]
+async fn a_short_state_key_is_refused() {
+    let (service, _mount) = refunds(None);
+    let why = refused(Serve::new(service).state_key(vec![7u8; 16]).bind("127.0.0.1:0").await);
+    assert!(why.contains("at least 32 bytes"), "{why}");
+}
+
+#[tokio::test]
+async fn a_misspelled_policy_target_is_refused_before_listening() {
+    let service = ServiceBuilder::new().authority(Policies::new().for_capability("refund.issue", AllowAll)).build();
+    service
+        .registry
+        .define("refunds", |t| {
+            t.capability("issue", "Refund an order.")
+                .effect(Effect::Write)
+                .handle(|_: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) });
+        })
+        .expect("defines");
+    let why = refused(Serve::new(service).bind("127.0.0.1:0").await);
+    assert!(why.contains("refund.issue"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
+    let (service, _mount) = refunds(Some("https://refunds.example"));
+    let running = Serve::new(service)
+        .authenticator(people())
+        .approvers("approver")
+        .operator_log(false)
+        .bind("127.0.0.1:0")
+        .await
+        .expect("serves");
+    let addr = running.local_addr();
+
+    // The binding: Alice's refund waits for a person, who is sent to the inbox under the public URL.
+    let body = json!({"capability": "refunds.issue", "input": {"order": "o-1"}}).to_string();
+    let r = http::post_json(addr, "/api/invoke", &[("Authorization", "Bearer alice-token")], &body).await;
+    let asked = agent_surface::http::wire::decode(r.status, &r.body).expect("an invoke result");
+    let payload = asked.error_payload().expect("an error");
+    assert_eq!(payload.code(), ErrorCode::ConfirmationRequired);
+    let id = payload.detail("confirmationId").and_then(Value::as_str).expect("an id").to_string();
+    let url = payload.detail("approvalUrl").and_then(Value::as_str).expect("an approval URL");
+    assert_eq!(url, format!("https://refunds.example/inbox/c/{id}"));
+
+    // The inbox: Maria, an approver, sees it; Alice, who is not, does not get in. The public host
+    // is admitted (and only loopback otherwise).
+    let maria = [("Authorization", "Bearer maria-token"), ("Host", "refunds.example")];
+    let page = http::request(addr, "GET", "/inbox/", &maria, b"").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains(&id), "the inbox lists the confirmation");
+    let alice = [("Authorization", "Bearer alice-token")];
+    let page = http::request(addr, "GET", "/inbox/", &alice, b"").await;
+    assert_eq!(page.status, 403);
+    let elsewhere = [("Authorization", "Bearer maria-token"), ("Host", "evil.example")];
+    assert_eq!(http::request(addr, "GET", "/inbox/", &elsewhere, b"").await.status, 403);
+
+    // MCP: the same people sign in (the stateless era here): Alice is asked for the approval as
+    // over the binding, an anonymous caller is told to sign in.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "serve-test", "version": "0"}});
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "refunds-issue", "arguments": {"order": "o-2"}, "_meta": meta}})
+    .to_string();
+    let over_mcp = |authorization: &'static str| {
+        let call = call.clone();
+        async move {
+            let mut headers = vec![
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "refunds-issue"),
+            ];
+            headers.extend((!authorization.is_empty()).then_some(("Authorization", authorization)));
+            let r = http::post_json(addr, "/mcp", &headers, &call).await;
+            let message = r.messages().into_iter().find(|m| m.get("result").is_some()).expect("a tools/call result");
+            let result = serde_json::from_value(message["result"].clone()).expect("a CallToolResult");
+            agent_surface::mcp::codec::decode(&result).expect("an invoke result")
+        }
+    };
+    let asked = over_mcp("Bearer alice-token").await;
+    let payload = asked.error_payload().expect("an error");
+    assert_eq!(payload.code(), ErrorCode::ConfirmationRequired);
+    let url = payload.detail("approvalUrl").and_then(Value::as_str).expect("an approval URL");
+    assert!(url.starts_with("https://refunds.example/inbox/c/"), "{url}");
+    let anonymous = over_mcp("").await;
+    assert_eq!(anonymous.error_payload().expect("an error").code(), ErrorCode::NotAuthenticated);
+
+    running.stop();
+    running.stopped().await.expect("drains");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+}
