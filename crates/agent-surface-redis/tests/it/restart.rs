@@ -218,3 +218,50 @@ async fn a_follower_cut_off_from_redis_learns_an_unknown_outcome() {
     );
     drop(redis);
 }
+
+/// A rate limiter that cannot reach Redis says what happened — a transient store failure, retry
+/// after a delay, nothing ran — never `RATE_LIMITED` ("too many calls"), which would tell an agent
+/// that it, not the store, is the problem. Stopped (connections refused) and frozen (no answer
+/// within the budget) alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limiter_cut_off_from_redis_answers_a_store_failure_not_too_many_calls() {
+    let Some(site) = Site::new("limiter") else { return };
+    let mut redis = site.start();
+    let config = RedisConfig { op_timeout: Duration::from_millis(300), ..RedisConfig::with_prefix("limiter:") };
+    let stores = crate::support::connect_patiently(&site.url(), config).await;
+    let quota = Quota::per_minute(NonZeroU32::new(100).expect("positive"));
+    let limiter = stores.rate_limiter(RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
+    let registry = Registry::new(RegistryConfig { rate_limiter: Some(Arc::new(limiter)), ..Default::default() });
+    registry
+        .define("orders", |t| {
+            t.capability("list", "List the orders.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object"}),
+                None,
+                |_ctx: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!({"orders": []})) },
+            )
+        })
+        .expect("definition is valid");
+    let _mount = registry.mount("orders", "main").expect("mounts");
+    let list = || registry.invoke(InvokeRequest::new("orders.list", json!({})), alice_options());
+    assert!(list().await.is_ok(), "Redis answers: the call runs");
+
+    let check = |result: &agent_surface_core::InvokeResult, state: &str| {
+        assert_eq!(result.code(), Some(ErrorCode::ExecutionFailed), "{state}: {result:?}");
+        let payload = result.error_payload().unwrap();
+        assert_eq!(payload.retry(), Retry::AfterDelay, "{state}");
+        assert_ne!(payload.detail("reason"), Some(&json!("rate")), "{state}: {payload:?}");
+        assert!(!payload.message().to_lowercase().contains("too many"), "{state}: {}", payload.message());
+    };
+    redis.freeze(true);
+    // Frozen until it answered: that it answers at all shows the limiter gave up within its budget.
+    let frozen = tokio::time::timeout(CONNECT_WITHIN, list()).await.expect("the limiter gives up");
+    redis.freeze(false);
+    check(&frozen, "frozen");
+    redis.stop();
+    check(&list().await, "stopped");
+    drop(redis);
+}
+
+fn alice_options() -> InvokeOptions {
+    InvokeOptions::new(Consumer::authenticated("principal:[\"alice\"]", Identity::new("alice")))
+}
