@@ -271,12 +271,14 @@ fn ensure_node_packages(p: &Paths, node: &Path, npm: &Path, bin: &Path) -> Resul
     Ok(dir)
 }
 
-/// Starts `demo serve --http 127.0.0.1:0 --conformance` and returns it with its URL.
-fn start_http_server(demo: &Path) -> Result<(Child, String)> {
-    let mut child = Command::new(demo)
+/// Starts `demo serve --http 127.0.0.1:0 --conformance` and returns it with its URL; its operator
+/// log goes to `log`. It dies with the `xtask` (`services::dies_with_us`); stop it with
+/// `services::stop_group`.
+fn start_http_server(demo: &Path, log: &Path) -> Result<(Child, String)> {
+    let mut child = crate::services::dies_with_us(demo)
         .args(["serve", "--http", "127.0.0.1:0", "--conformance"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
         .spawn()
         .context("cannot start the demo's HTTP server")?;
     let Some(stdout) = child.stdout.take() else { bail!("no stdout from the demo") };
@@ -286,9 +288,8 @@ fn start_http_server(demo: &Path) -> Result<(Child, String)> {
     // Keep draining the server's stdout so that it never writes into a closed pipe.
     std::thread::spawn(move || for _ in reader.lines() {});
     let Some(url) = line.trim().strip_prefix("listening on ") else {
-        let _ = child.kill();
-        let _ = child.wait();
-        bail!("the demo did not report its URL (got {line:?})");
+        crate::services::stop_group(&mut child);
+        bail!("the demo did not report its URL (got {line:?}); its log: {}", log.display());
     };
     Ok((child, url.to_string()))
 }
@@ -368,7 +369,7 @@ fn conformance(p: &Paths, suite: &Suite, demo: &Path, node: &Path, bin: &Path, p
     let log = log.as_path();
     let results = p.tools.join(format!("{}-results", suite.name));
     let _ = std::fs::remove_dir_all(&results);
-    let (mut server, url) = start_http_server(demo)?;
+    let (mut server, url) = start_http_server(demo, &log.with_extension("server.log"))?;
     let mut cmd = Command::new(node);
     cmd.arg(packages.join("node_modules").join(suite.package).join("dist/index.js"))
         .args(["server", "--url", &url])
@@ -383,8 +384,7 @@ fn conformance(p: &Paths, suite: &Suite, demo: &Path, node: &Path, bin: &Path, p
     with_node_path(&mut cmd, bin);
     let outcome = run(suite.name, &mut cmd, Duration::from_secs(900))
         .with_context(|| format!("see the suite's report in {}", log.display()));
-    let _ = server.kill();
-    let _ = server.wait();
+    crate::services::stop_group(&mut server);
     outcome?;
     let passed = check_required(&results, suite.required)?;
     println!("    {}: every other scored scenario failed as expected (report: {})", suite.name, log.display());
