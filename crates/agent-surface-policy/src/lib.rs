@@ -109,7 +109,7 @@ pub use confirmation::{
     ApprovalError, ApprovalVerdict, Approver, ApproverDecision, ConfirmationBinding, ConfirmationConfig,
     ConfirmationEngine, ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,
     Consumed, DEFAULT_CONFIRMATION_TTL, DEFAULT_EXPIRY_WARNING, DEFAULT_STORE_BUDGET, Decided, FnApprover,
-    FnConfirmationPolicy, Gate, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
+    FnConfirmationPolicy, Gate, Inserted, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, Review,
     STORE_RETRY_AFTER, SlotSet, TargetBinding,
 };

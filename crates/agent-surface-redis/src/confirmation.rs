@@ -23,15 +23,18 @@
 //! the record consumed, denied, claimed or gone, and every insert drops the entries of records
 //! past their retention, so the index holds at most the records the store holds.
 //!
-//! The confirmations relayed to callers ([`ConfirmationStore::remember_relayed`]) are one string
-//! each, `{prefix}conf-relay:{key}` (the [`RelayKey`]'s 64 hex digits: a digest, never a consumer
-//! key or an input) holding the confirmation id, expiring with the record (its `ga`).
+//! The confirmations relayed to callers ([`ConfirmationStore::insert_relayed`],
+//! [`ConfirmationStore::remember_relayed`]) are one string each, `{prefix}conf-relay:{key}` (the
+//! [`RelayKey`]'s 64 hex digits: a digest, never a consumer key or an input) holding the
+//! confirmation id, expiring with the record (its `ga`). A request claims the string and adds its
+//! record in one script, unless the string holds an open record of the same call, which answers
+//! the request instead: racing identical calls open one confirmation.
 
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Mismatch, Quorum, Rejection, RelayKey, SlotSet, StoreError,
+    Consumed, Decided, Inserted, Mismatch, Quorum, Rejection, RelayKey, SlotSet, StoreError,
 };
 use futures_util::future::BoxFuture;
 use redis::Script;
@@ -183,16 +186,21 @@ fn binding_args<'c, 's>(
         .arg(b.input_hash.to_string())
 }
 
+/// The error for an insert under an id the store holds already.
+fn taken(id: &str) -> StoreError {
+    StoreError::Unavailable(format!("confirmation id {id} already exists"))
+}
+
 fn corrupt(what: &str) -> StoreError {
     StoreError::Unavailable(format!("redis: a confirmation record is corrupt ({what})"))
 }
 
-/// Adds a pending record unless the key exists, and indexes it (pending, and by expiry, whose
-/// entries of records past their retention it drops). KEYS: the record, the pending index, the
-/// expiry index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id, n, the expiry of the
-/// records now past their retention.
-const INSERT: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+/// The body of [`INSERT`] and [`INSERT_RELAYED`] after the check that the record's key is free:
+/// adds the pending record and indexes it (pending, and by expiry, whose entries of records past
+/// their retention it drops). KEYS and ARGV[1..15]: as [`INSERT`].
+macro_rules! insert_body {
+    () => {
+        r"
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'c', ARGV[2], 'cap', ARGV[3], 'r', ARGV[4], 'i', ARGV[5],
   'h', ARGV[6], 'req', ARGV[7], 's', 'pending', 'by', '', 'ea', ARGV[8], 'ga', ARGV[9], 'rq', ARGV[11],
   'cs', ARGV[12], 'n', ARGV[14], 'd', '[]')
@@ -200,8 +208,44 @@ redis.call('PEXPIRE', KEYS[1], ARGV[10])
 redis.call('ZADD', KEYS[2], ARGV[8], ARGV[13])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[15])
 redis.call('ZADD', KEYS[3], ARGV[8], ARGV[13])
-return 1
-";
+"
+    };
+}
+
+/// Adds a pending record unless the key exists, and indexes it (pending, and by expiry, whose
+/// entries of records past their retention it drops). KEYS: the record, the pending index, the
+/// expiry index. ARGV: rec, c, cap, r, i, h, req, ea, ga, ttl, rq, cs, id, n, the expiry of the
+/// records now past their retention.
+const INSERT: &str = concat!(
+    r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end",
+    insert_body!(),
+    "return 1\n"
+);
+
+/// Opens a confirmation for a call unless one is open for it: when the relay key holds the id of
+/// a held record that is pending or approved, before its deadline, with the same binding, answers
+/// `{'held', rec, s, by, d}` and changes nothing; else adds the record as [`INSERT`] does and
+/// makes the relay key hold its id for the record's time to live, answering `{'new'}` (or
+/// `{'exists'}`, changing nothing, when the id is taken). KEYS: the record, the pending index,
+/// the expiry index, the relay key. ARGV: as [`INSERT`], then now and the record key prefix.
+const INSERT_RELAYED: &str = concat!(
+    r"
+local held = redis.call('GET', KEYS[4])
+if held then
+  local f = redis.call('HMGET', ARGV[17] .. held, 'rec', 's', 'by', 'd', 'ea', 'ga', 'c', 'cap', 'r', 'i', 'h')
+  local now = tonumber(ARGV[16])
+  if f[1] and (f[2] == 'pending' or f[2] == 'approved') and now < tonumber(f[5]) and now < tonumber(f[6])
+    and f[7] == ARGV[2] and f[8] == ARGV[3] and f[9] == ARGV[4] and f[10] == ARGV[5] and f[11] == ARGV[6] then
+    return {'held', f[1], f[2], f[3] or '', f[4] or ''}
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end",
+    insert_body!(),
+    r"redis.call('SET', KEYS[4], ARGV[13], 'PX', ARGV[10])
+return {'new'}
+"
+);
 
 /// Up to a limit of pending, unexpired records, soonest expiry first (expired index entries are
 /// dropped), as `rec, d` pairs. KEYS: the pending index. ARGV: now, limit, the record key prefix.
@@ -415,6 +459,7 @@ pub struct RedisConfirmationStore {
 #[derive(Debug)]
 struct Scripts {
     insert: Script,
+    insert_relayed: Script,
     get: Script,
     decide: Script,
     consume: Script,
@@ -438,6 +483,7 @@ impl RedisConfirmationStore {
     pub(crate) fn new(stores: RedisStores) -> RedisConfirmationStore {
         let scripts = Scripts {
             insert: Script::new(INSERT),
+            insert_relayed: Script::new(INSERT_RELAYED),
             get: Script::new(GET),
             decide: Script::new(DECIDE),
             consume: Script::new(CONSUME),
@@ -479,11 +525,48 @@ impl RedisConfirmationStore {
     }
 
     async fn insert_now(&self, record: ConfirmationRecord, now: Timestamp) -> Result<(), StoreError> {
-        let fixed = serde_json::to_string(&Fixed::of(&record)).map_err(|e| corrupt(&e.to_string()))?;
-        let gone = record.expires_at.saturating_add(self.stores.config.retention);
-        let b = &record.binding;
         let mut call = self.scripts().insert.key(self.key(&record.id));
         call.key(self.pending_index()).key(self.expiry_index());
+        self.insert_args(&mut call, &record, now)?;
+        let inserted: i64 = self.stores.run(call).await?;
+        if inserted == 1 { Ok(()) } else { Err(taken(&record.id)) }
+    }
+
+    async fn insert_relayed_now(
+        &self,
+        record: ConfirmationRecord,
+        key: &RelayKey,
+        now: Timestamp,
+    ) -> Result<Inserted, StoreError> {
+        let mut call = self.scripts().insert_relayed.key(self.key(&record.id));
+        call.key(self.pending_index()).key(self.expiry_index()).key(self.relay_key(key));
+        self.insert_args(&mut call, &record, now)?;
+        call.arg(ms(now)).arg(self.stores.key("conf", ""));
+        let answer: Vec<String> = self.stores.run(call).await?;
+        match answer.first().map(String::as_str) {
+            Some("new") => Ok(Inserted::New),
+            Some("exists") => Err(taken(&record.id)),
+            Some("held") => {
+                let [_, rec, s, by, d] = <[String; 5]>::try_from(answer).map_err(|_| corrupt("insert_relayed"))?;
+                let fixed: Fixed = serde_json::from_str(&rec).map_err(|_| corrupt("rec"))?;
+                let state = state_of(&s, by).ok_or_else(|| corrupt("state"))?;
+                let held = fixed.into_record(state, &d).ok_or_else(|| corrupt("input hash or decisions"))?;
+                Ok(Inserted::Held(Box::new(held)))
+            }
+            _ => Err(corrupt("insert_relayed")),
+        }
+    }
+
+    /// The arguments of [`INSERT`] (the first fifteen of [`INSERT_RELAYED`]) for `record`.
+    fn insert_args(
+        &self,
+        call: &mut redis::ScriptInvocation<'_>,
+        record: &ConfirmationRecord,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let fixed = serde_json::to_string(&Fixed::of(record)).map_err(|e| corrupt(&e.to_string()))?;
+        let gone = record.expires_at.saturating_add(self.stores.config.retention);
+        let b = &record.binding;
         binding_args(call.arg(fixed), b)
             .arg(record.requester.as_deref().unwrap_or(""))
             .arg(ms(record.expires_at))
@@ -494,12 +577,7 @@ impl RedisConfirmationStore {
             .arg(&record.id)
             .arg(record.quorum.required())
             .arg(now.unix_millis().saturating_sub(ttl_ms(self.stores.config.retention)));
-        let inserted: i64 = self.stores.run(call).await?;
-        if inserted == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)))
-        }
+        Ok(())
     }
 
     async fn get_now(&self, id: &str, now: Timestamp) -> Result<Option<ConfirmationRecord>, StoreError> {
@@ -557,6 +635,15 @@ impl ConfirmationStore for RedisConfirmationStore {
 
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.insert_now(record, now))
+    }
+
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Inserted, StoreError>> {
+        Box::pin(self.insert_relayed_now(record, key, now))
     }
 
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 pub use store::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
+    Consumed, Decided, Inserted, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, SlotSet,
 };
 pub use sweeper::{DEFAULT_SWEEP_INTERVAL, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats};
@@ -1199,6 +1199,13 @@ impl ConfirmationEngine {
 
     /// Records a pending confirmation for a call without evidence, then asks for the approval as
     /// the mode says.
+    ///
+    /// In two-phase mode with `relay` (the call's key, when the engine presents on repeat) the
+    /// record is added only if no confirmation of the same call is open
+    /// ([`ConfirmationStore::insert_relayed`], one atomic step): identical calls racing —
+    /// retries sent before the first answer came back, on any replica — are all answered with
+    /// the one confirmation the first of them opened (its id, summary and deadline), and only
+    /// that one is logged and written to the trail as requested.
     async fn request(
         &self,
         call: CallInfo<'_>,
@@ -1228,6 +1235,31 @@ impl ConfirmationEngine {
         .with_quorum(self.quorum_for(call.capability, call.type_id))
         .with_call_ids(call.invocation_id, call.correlation_id)
         .with_consumer(call.consumer.key());
+        let inserted = match (&relay, &self.config.mode) {
+            (Some(key), ConfirmationMode::TwoPhase) => {
+                self.bounded(self.config.store.insert_relayed(record.clone(), key, now)).await
+            }
+            _ => self.bounded(self.config.store.insert(record.clone(), now)).await.map(|()| Inserted::New),
+        };
+        match inserted {
+            Ok(Inserted::New) => {}
+            Ok(Inserted::Held(open)) => {
+                tracing::debug!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = %open.id,
+                    capability = call.capability,
+                    "the same call is waiting for this confirmation already; presenting it"
+                );
+                self.observe(&open, now);
+                return ConfirmationDecision::Required {
+                    confirmation_id: open.id,
+                    summary: SafeText::trusted(open.summary),
+                    expires_at: open.expires_at,
+                    origin: open.origin,
+                };
+            }
+            Err(e) => return unavailable(&e),
+        }
         tracing::info!(
             target: "agent_surface::confirmation",
             confirmation_id = %record.id,
@@ -1237,14 +1269,8 @@ impl ConfirmationEngine {
             expires_at = %record.expires_at,
             "confirmation requested"
         );
-        if let Err(e) = self.bounded(self.config.store.insert(record.clone(), now)).await {
-            return unavailable(&e);
-        }
         let kind = AuditKind::ConfirmationRequested { effect: record.effect, expires_at: record.expires_at };
         self.audit(|| call_event(now, kind, &call, &record.binding, &record.id)).await;
-        if let (Some(key), ConfirmationMode::TwoPhase) = (&relay, &self.config.mode) {
-            self.remember_relayed(key, &record.id, now).await;
-        }
         match &self.config.mode {
             ConfirmationMode::TwoPhase => ConfirmationDecision::Required {
                 confirmation_id: record.id,

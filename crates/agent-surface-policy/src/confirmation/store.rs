@@ -744,6 +744,17 @@ pub enum Rejection {
     Expired,
 }
 
+/// What [`ConfirmationStore::insert_relayed`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    /// The record was added, and the relay key now holds its id.
+    New,
+    /// The relay key holds a confirmation of the same call that is still open — pending, or
+    /// approved and unused, before its deadline: nothing was added or changed; that record, to
+    /// answer the call with.
+    Held(Box<ConfirmationRecord>),
+}
+
 /// Where confirmations live.
 ///
 /// A record is created *pending*, decided once (*approved* or *denied*), and an approved record
@@ -759,7 +770,8 @@ pub enum Rejection {
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 /// | [`reinstate`](ConfirmationStore::reinstate) | consumed → approved, for the call that consumed it (its binding and consumption token), before the deadline |
 /// | [`claim_expiry`](ConfirmationStore::claim_expiry) | marks the recording of an expiry, once |
-/// | [`remember_relayed`](ConfirmationStore::remember_relayed) | a [`RelayKey`] → the id of a held record, for as long as the record is held (replacing what the key held) |
+/// | [`insert_relayed`](ConfirmationStore::insert_relayed) | claims a [`RelayKey`] for a new pending record and adds the record, in one step — unless the key holds a record of the same call that is still open (pending, or approved and unused, before its deadline): then nothing changes and that record is the answer. A key whose record was settled (denied, withdrawn, consumed, expired, gone) is free. Identical calls racing without evidence open one confirmation between them |
+/// | [`remember_relayed`](ConfirmationStore::remember_relayed) | a [`RelayKey`] → the id of a held record, for as long as the record is held, replacing what the key held (for evidence given back by [`reinstate`](ConfirmationStore::reinstate)) |
 /// | [`relayed`](ConfirmationStore::relayed) | reads what a key holds |
 /// | [`forget_relayed`](ConfirmationStore::forget_relayed) | removes a key, only while it still holds the given id |
 ///
@@ -784,6 +796,36 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
 
     /// Adds a pending record. Ids are fresh; an id that exists already is an error.
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Atomically opens the confirmation `record` for the call whose [`RelayKey`] is `key`,
+    /// unless one is open for that call already.
+    ///
+    /// When `key` holds the id of a record that the store holds, whose state is pending or
+    /// approved (unused), whose deadline has not passed (`now < expires_at`) and whose binding
+    /// equals `record`'s, nothing changes and the answer is that record ([`Inserted::Held`]).
+    /// Otherwise `record` is added as by [`insert`](Self::insert) (an id that exists already is
+    /// an error, and nothing changes) and, in the same step, `key` is made to hold its id — for
+    /// as long as the store holds the record, as [`remember_relayed`](Self::remember_relayed)
+    /// keeps a key — replacing the settled or vanished id it held ([`Inserted::New`]).
+    ///
+    /// This is what lets identical calls without evidence that race — a client's concurrent
+    /// retries of one call without an invocation id, on one replica or several — open one
+    /// confirmation between them: the first to claim the key adds the record, every other is
+    /// answered with it, so an approver's inbox holds one request. The claim and the record come
+    /// into being in one step, so no caller can leave a claim without a record (a caller that
+    /// stops before the step claimed nothing; after it, the record exists and lapses as any
+    /// other); and a key whose record was denied, withdrawn, consumed, expired or dropped is free
+    /// for the next request of the call.
+    ///
+    /// Required of every store: doing it as an [`insert`](Self::insert) followed by a
+    /// [`remember_relayed`](Self::remember_relayed) lets racing retries each open a confirmation.
+    /// The store kit of `agent-surface-testing` checks it, racing callers included.
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Inserted, StoreError>>;
 
     /// The record with `id`, if the store still holds it.
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>>;
@@ -924,7 +966,10 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Atomically remembers that the confirmation `id` was relayed for the call whose key is
-    /// `key` (replacing the id the key held), for as long as the store holds the record `id` —
+    /// `key` (replacing the id the key held, open or not: the engine calls it for evidence it
+    /// gave back with [`reinstate`](Self::reinstate), which is approved and beats a pending
+    /// request; a new request claims its key with [`insert_relayed`](Self::insert_relayed)), for
+    /// as long as the store holds the record `id` —
     /// at most its `expires_at` plus the store's retention, and never past the record's eviction.
     /// Nothing is remembered for an id the store does not hold. The memory is what lets a repeat
     /// of the call on any engine sharing the store (replicas) present the confirmation a person
@@ -975,6 +1020,15 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
 
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).insert(record, now)
+    }
+
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Inserted, StoreError>> {
+        (**self).insert_relayed(record, key, now)
     }
 
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
@@ -1117,7 +1171,8 @@ struct Inner {
     /// The consumption token of each consumed record that may still be reinstated
     /// ([`ConfirmationStore::reinstate`]).
     tokens: HashMap<String, String>,
-    /// The relayed confirmations ([`ConfirmationStore::remember_relayed`]): key → id of a held
+    /// The relayed confirmations ([`ConfirmationStore::insert_relayed`],
+    /// [`ConfirmationStore::remember_relayed`]): key → id of a held
     /// record, and back (one key per record), so that dropping a record drops its key: the
     /// memory never outgrows the records.
     relays: HashMap<RelayKey, String>,
@@ -1150,6 +1205,16 @@ impl Inner {
             why,
             "confirmation dropped"
         );
+    }
+
+    /// Makes `key` hold the held record `id` (dropping the key `id` had, and the tie of the
+    /// record `key` held).
+    fn relay(&mut self, key: &RelayKey, id: &str) {
+        self.unrelay(id);
+        if let Some(previous) = self.relays.insert(*key, id.to_string()) {
+            self.relay_of.remove(&previous);
+        }
+        self.relay_of.insert(id.to_string(), *key);
     }
 
     /// Forgets the relay key of the record `id`, if it has one.
@@ -1207,7 +1272,8 @@ impl MemoryConfirmationStore {
         self.lock().records.len()
     }
 
-    /// How many relayed confirmations it remembers ([`ConfirmationStore::remember_relayed`]): at
+    /// How many relayed confirmations it remembers ([`ConfirmationStore::insert_relayed`],
+    /// [`ConfirmationStore::remember_relayed`]): at
     /// most one per held record, since dropping a record drops its relay.
     pub fn relays(&self) -> usize {
         self.lock().relays.len()
@@ -1253,7 +1319,34 @@ impl MemoryConfirmationStore {
 
     fn insert_now(&self, record: ConfirmationRecord, now: Timestamp) -> Result<(), StoreError> {
         let mut inner = self.lock();
+        self.insert_locked(&mut inner, record, now)
+    }
+
+    /// [`ConfirmationStore::insert_relayed`], in one critical section.
+    fn insert_relayed_now(
+        &self,
+        record: ConfirmationRecord,
+        key: &RelayKey,
+        now: Timestamp,
+    ) -> Result<Inserted, StoreError> {
+        let mut inner = self.lock();
         self.sweep(&mut inner, now);
+        if let Some(held) = inner.relays.get(key).cloned()
+            && let Some(open) = self.live(&mut inner, &held, now)
+            && matches!(open.state, ConfirmationState::Pending | ConfirmationState::Approved { .. })
+            && now < open.expires_at
+            && open.binding == record.binding
+        {
+            return Ok(Inserted::Held(Box::new(open.clone())));
+        }
+        let id = record.id.clone();
+        self.insert_locked(&mut inner, record, now)?;
+        inner.relay(key, &id);
+        Ok(Inserted::New)
+    }
+
+    fn insert_locked(&self, inner: &mut Inner, record: ConfirmationRecord, now: Timestamp) -> Result<(), StoreError> {
+        self.sweep(inner, now);
         if inner.records.contains_key(&record.id) {
             return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)));
         }
@@ -1273,7 +1366,7 @@ impl MemoryConfirmationStore {
         }
         // Keep the insertion order free of entries whose records are gone.
         if inner.order.len() > 2 * inner.records.len() + 64 {
-            let Inner { records, order, .. } = &mut *inner;
+            let Inner { records, order, .. } = inner;
             order.retain(|(_, id)| records.contains_key(id));
         }
         inner.order.push_back((self.gone_at(&record), record.id.clone()));
@@ -1394,11 +1487,7 @@ impl MemoryConfirmationStore {
         if self.live(&mut inner, id, now).is_none() {
             return;
         }
-        inner.unrelay(id);
-        if let Some(previous) = inner.relays.insert(*key, id.to_string()) {
-            inner.relay_of.remove(&previous);
-        }
-        inner.relay_of.insert(id.to_string(), *key);
+        inner.relay(key, id);
     }
 
     fn relayed_now(&self, key: &RelayKey, now: Timestamp) -> Option<String> {
@@ -1445,6 +1534,15 @@ impl ConfirmationStore for MemoryConfirmationStore {
 
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.insert_now(record, now) })
+    }
+
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Inserted, StoreError>> {
+        Box::pin(std::future::ready(self.insert_relayed_now(record, key, now)))
     }
 
     fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {

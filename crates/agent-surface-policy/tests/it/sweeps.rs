@@ -252,6 +252,15 @@ impl ConfirmationStore for NoExpiredListing {
         self.0.insert(record, now)
     }
 
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a agent_surface_policy::RelayKey,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+        self.0.insert_relayed(record, key, now)
+    }
+
     fn get<'a>(
         &'a self,
         id: &'a str,

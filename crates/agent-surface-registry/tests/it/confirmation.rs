@@ -547,6 +547,14 @@ impl ConfirmationStore for BrokenStore {
     fn insert<'a>(&'a self, _r: ConfirmationRecord, _now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("redis://10.1.2.3:6379 connection refused".into())) })
     }
+    fn insert_relayed<'a>(
+        &'a self,
+        _r: ConfirmationRecord,
+        _key: &'a agent_surface_policy::RelayKey,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("redis://10.1.2.3:6379 connection refused".into())) })
+    }
     fn get<'a>(
         &'a self,
         _id: &'a str,

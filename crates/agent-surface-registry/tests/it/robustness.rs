@@ -410,6 +410,14 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
+    fn insert_relayed<'a>(
+        &'a self,
+        _: agent_surface_policy::ConfirmationRecord,
+        _: &'a agent_surface_policy::RelayKey,
+        _: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
     fn get<'a>(
         &'a self,
         _: &'a str,
