@@ -353,8 +353,12 @@ async fn check_expired_listing(store: &dyn ConfirmationStore, prefix: &str) {
 /// [`ConfirmationStore::remember_relayed`] ties a [`RelayKey`] to a held record, replacing what
 /// the key held; [`ConfirmationStore::relayed`] reads it while the record is held (at the latest
 /// until its expiry plus the store's retention, taken here to be under ten years);
-/// [`ConfirmationStore::forget_relayed`] removes it only while it holds the given id.
+/// [`ConfirmationStore::forget_relayed`] removes it only while it holds the given id; and
+/// [`ConfirmationStore::insert_relayed`] claims a key for a new record unless it holds an open
+/// one of the same call ([`check_relay_claims`]).
 async fn check_relayed_confirmations(store: &dyn ConfirmationStore, prefix: &str) {
+    check_relay_claims(store, prefix).await;
+
     let (r1, r2) = (format!("{prefix}relay-1"), format!("{prefix}relay-2"));
     let mut other = binding("c-1");
     other.input_hash = Fingerprint::of(&json!({"orderId": "A-2", "relay": prefix}));
@@ -411,6 +415,129 @@ async fn check_relayed_confirmations(store: &dyn ConfirmationStore, prefix: &str
     });
     let held = relayed(&key).await.expect("store kit: one of the raced relays must be held");
     assert!(ids.contains(&held), "store kit: the key must hold one of the raced ids, got {held}");
+}
+
+/// [`ConfirmationStore::insert_relayed`] (part of [`check_confirmation_store`]): a free key is
+/// claimed for the new record, in the same step as the record is added; a key that holds a
+/// record of the same call that is pending, or approved and unused, before its deadline, answers
+/// that record and adds nothing; a key whose record was consumed, denied or withdrawn, expired,
+/// or is bound to another call is claimed anew; an id the store holds is refused and claims
+/// nothing; and of concurrent requests of one call exactly one adds its record, every other
+/// being answered with it.
+async fn check_relay_claims(store: &dyn ConfirmationStore, prefix: &str) {
+    use agent_surface_policy::Inserted;
+    // Each case its own call (and so its own key), under this run's prefix.
+    let call = |case: &str| {
+        let mut b = binding("c-1");
+        b.instance_id = format!("{prefix}main");
+        b.input_hash = Fingerprint::of(&json!({"orderId": "A-1", "case": case}));
+        b
+    };
+    let record = |case: &str, n: u32| {
+        let mut r = pending(&format!("{prefix}claim-{case}-{n}"));
+        r.binding = call(case);
+        r
+    };
+    let request = |case: &'static str, n: u32, now: Timestamp| {
+        let r = record(case, n);
+        async move {
+            let key = RelayKey::of(&r.binding);
+            expect("insert_relayed", store.insert_relayed(r, &key, now).await)
+        }
+    };
+    let held = |got: Inserted, case: &str, n: u32, rule: &str| match got {
+        Inserted::Held(open) => assert_eq!(open.id, record(case, n).id, "store kit: {rule}"),
+        Inserted::New => panic!("store kit: {rule}: a second confirmation was opened"),
+    };
+    let relayed = |case: &str, now: Timestamp| {
+        let key = RelayKey::of(&call(case));
+        async move { expect("relayed", store.relayed(&key, now).await) }
+    };
+    let stored = |case: &str, n: u32| {
+        let id = record(case, n).id;
+        async move { expect("get", store.get(&id, at(10)).await) }
+    };
+
+    // A free key is claimed; the record is added as inserted, and the key holds it.
+    assert_eq!(request("open", 1, at(0)).await, Inserted::New, "store kit: a free key must be claimed");
+    assert_eq!(stored("open", 1).await, Some(record("open", 1)), "store kit: the claimed record is added");
+    assert_eq!(relayed("open", at(1)).await, Some(record("open", 1).id), "store kit: the key holds the new record");
+    // While pending: the open record answers, nothing is added.
+    held(request("open", 2, at(1)).await, "open", 1, "a pending record of the call must answer the request");
+    assert_eq!(stored("open", 2).await, None, "store kit: a request answered with the open record adds nothing");
+    match request("open", 3, at(2)).await {
+        Inserted::Held(open) => assert_eq!(*open, record("open", 1), "store kit: the answer is the record as stored"),
+        Inserted::New => panic!("store kit: a pending record of the call must answer the request"),
+    }
+    // Approved and unused: still open.
+    let open = record("open", 1).id;
+    assert_eq!(expect("decide", store.decide(&open, ApprovalVerdict::Approve, "bob", at(3)).await), Decided::Done);
+    match request("open", 4, at(4)).await {
+        Inserted::Held(approved) => assert_eq!(
+            (approved.id.as_str(), &approved.state),
+            (open.as_str(), &ConfirmationState::Approved { by: "bob".to_string() }),
+            "store kit: an approved, unused record of the call must answer the request"
+        ),
+        Inserted::New => panic!("store kit: an approved, unused record of the call must answer the request"),
+    }
+    // Consumed: the key is free again.
+    assert!(expect("consume", store.consume(&open, &call("open"), at(5)).await).is_ok());
+    assert_eq!(request("open", 5, at(6)).await, Inserted::New, "store kit: a consumed record frees its key");
+    assert_eq!(relayed("open", at(7)).await, Some(record("open", 5).id), "store kit: the key holds the new record");
+    // Denied, withdrawn: free again.
+    let fifth = record("open", 5).id;
+    assert_eq!(expect("decide", store.decide(&fifth, ApprovalVerdict::Deny, "bob", at(7)).await), Decided::Done);
+    assert_eq!(request("open", 6, at(8)).await, Inserted::New, "store kit: a denied record frees its key");
+    let sixth = record("open", 6).id;
+    assert_eq!(expect("withdraw", store.withdraw(&sixth, at(9)).await), Some(ConfirmationState::Withdrawn));
+    assert_eq!(request("open", 7, at(10)).await, Inserted::New, "store kit: a withdrawn record frees its key");
+    // Past its deadline (still held for its retention): free again.
+    held(request("open", 8, at(59_999)).await, "open", 7, "a record before its deadline must answer the request");
+    assert_eq!(request("open", 9, at(60_010)).await, Inserted::New, "store kit: an expired record frees its key");
+    // A key is never kept past its record.
+    let ten_years = Timestamp::from_unix_millis(T0 + 10 * 365 * 24 * 3_600_000);
+    assert_eq!(relayed("open", ten_years).await, None, "store kit: a claim must be gone with its record");
+
+    // A key that holds a record of another call (remembered under it) is claimed anew.
+    let stranger = record("stranger", 1);
+    expect("insert", store.insert(stranger.clone(), at(0)).await);
+    let foreign = RelayKey::of(&call("foreign"));
+    expect("remember_relayed", store.remember_relayed(&foreign, &stranger.id, at(1)).await);
+    let mine = record("foreign", 1);
+    assert_eq!(
+        expect("insert_relayed", store.insert_relayed(mine.clone(), &foreign, at(2)).await),
+        Inserted::New,
+        "store kit: a record bound to another call must not answer the request"
+    );
+    assert_eq!(expect("relayed", store.relayed(&foreign, at(3)).await), Some(mine.id));
+
+    // An id the store holds is refused, and the key it asked for stays free.
+    expect("insert", store.insert(record("taken", 1), at(0)).await);
+    let key = RelayKey::of(&call("taken"));
+    assert!(
+        store.insert_relayed(record("taken", 1), &key, at(1)).await.is_err(),
+        "store kit: a request under an id the store holds must fail"
+    );
+    assert_eq!(relayed("taken", at(2)).await, None, "store kit: a refused request claims nothing");
+
+    // Concurrent requests of one call (retries on one replica or several): one record.
+    let racers: Vec<ConfirmationRecord> = (0..16).map(|n| record("raced", n)).collect();
+    let key = RelayKey::of(&call("raced"));
+    let answers = join_all(racers.iter().map(|r| store.insert_relayed(r.clone(), &key, at(1)))).await;
+    let answers: Vec<Inserted> = answers.into_iter().map(|a| expect("insert_relayed", a)).collect();
+    let new: Vec<usize> = (0..answers.len()).filter(|&n| answers[n] == Inserted::New).collect();
+    assert_eq!(new.len(), 1, "store kit: of concurrent requests of one call exactly one must add its record");
+    let first = &racers[new[0]];
+    for answer in &answers {
+        if let Inserted::Held(open) = answer {
+            assert_eq!(**open, *first, "store kit: every other concurrent request is answered with that record");
+        }
+    }
+    for r in &racers {
+        let kept = expect("get", store.get(&r.id, at(2)).await).is_some();
+        assert_eq!(kept, r.id == first.id, "store kit: only the first request's record is added ({})", r.id);
+    }
+    assert_eq!(expect("relayed", store.relayed(&key, at(2)).await).as_ref(), Some(&first.id));
 }
 
 /// [`ConfirmationStore::claim_expiry`] (part of [`check_confirmation_store`]): the first claim
@@ -564,6 +691,59 @@ pub async fn check_replicas_share_relayed_confirmations(store: std::sync::Arc<dy
         }
         other => panic!("store kit: the repeat after the run must need a new confirmation, got {other:?}"),
     }
+}
+
+/// Two confirmation engines (two replicas) over one `store` and one audit trail, and a hundred
+/// repeats of one call without evidence sent at once through both (a client retrying before the
+/// first answer came back, with no invocation id): one confirmation is opened between them —
+/// every repeat is answered with it, alike (id, summary, deadline, origin), the store lists one
+/// pending record and the trail one `confirmation.requested`. Once it is denied, the next repeat
+/// is told so and the one after it opens a new confirmation. The store's look-ups are held in
+/// step ([`InStep`]), so that every repeat looks for a relayed confirmation before any of them
+/// asks for one, on every run.
+///
+/// # Panics
+///
+/// When the repeats open more than one confirmation, or are answered differently.
+pub async fn check_racing_repeats_open_one_confirmation(store: std::sync::Arc<dyn ConfirmationStore>) {
+    use agent_surface_policy::{Clock, ConfirmationDecision, ConfirmationGate, Identity};
+    const REPEATS: usize = 100;
+    let replicas = Replicas::new(std::sync::Arc::new(InStep::new(store.clone(), REPEATS)));
+    let requested =
+        || replicas.trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationRequested { .. })).count();
+    let now = replicas.clock.now();
+    let repeats = (0..REPEATS).map(|i| {
+        let engine = if i % 2 == 0 { &replicas.a } else { &replicas.b };
+        engine.check(replicas.call().with_ids(None, "corr-retry"), None, now)
+    });
+    let answers = join_all(repeats).await;
+    let first = match &answers[0] {
+        ConfirmationDecision::Required { confirmation_id, .. } => confirmation_id.clone(),
+        other => panic!("store kit: a gated call without evidence must need a confirmation, got {other:?}"),
+    };
+    let alike = answers.iter().filter(|a| **a == answers[0]).count();
+    assert_eq!(alike, REPEATS, "store kit: every racing repeat must be given the same confirmation, alike");
+    let pending = expect("list_pending", store.list_pending(replicas.clock.now(), 1000).await);
+    let ids: Vec<&str> = pending.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [first.as_str()], "store kit: racing repeats must open one confirmation between them");
+    assert_eq!(requested(), 1, "store kit: one confirmation.requested for racing repeats");
+
+    replicas.b.deny(&first, &Identity::new("manager")).await.expect("store kit: the denial must be recorded");
+    let denied = replicas.repeat(&replicas.a).await;
+    assert!(
+        matches!(denied, ConfirmationDecision::Invalid(agent_surface_core::details::ConfirmationInvalidReason::Denied)),
+        "store kit: the repeat after a denial is told of it, got {denied:?}"
+    );
+    match replicas.repeat(&replicas.b).await {
+        ConfirmationDecision::Required { confirmation_id, .. } => {
+            assert_ne!(
+                confirmation_id, first,
+                "store kit: the call asked again after a denial opens a new confirmation"
+            );
+        }
+        other => panic!("store kit: the call asked again after a denial must need a confirmation, got {other:?}"),
+    }
+    assert_eq!(requested(), 2, "store kit: the new confirmation is requested once");
 }
 
 /// Two confirmation engines (two replicas) over one `store` and one audit trail: a confirmation
@@ -1441,4 +1621,172 @@ pub async fn check_consumer_quotas(limiter: &dyn RateLimiter, quota: Quota, pref
         "store kit: {} concurrent calls of one consumer take exactly its quota of {limit}",
         4 * limit
     );
+}
+
+/// A [`ConfirmationStore`] that holds the answers of its first `n`
+/// [`relayed`](ConfirmationStore::relayed) look-ups until all `n` have been looked up, and
+/// forwards everything else to the store it wraps: `n` concurrent repeats of one call then all
+/// learn that nothing is relayed for it before any of them asks for a confirmation — the widest window identical calls racing on one replica or several can open,
+/// reproduced on every run rather than when the scheduler happens to interleave them.
+///
+/// A look-up that waits longer than a minute (fewer than `n` repeats ever arrive) goes on
+/// alone, so that a broken test fails on its assertions instead of hanging.
+#[derive(Debug)]
+pub struct InStep<S> {
+    inner: S,
+    held: usize,
+    arrived: std::sync::atomic::AtomicUsize,
+    barrier: tokio::sync::Barrier,
+}
+
+impl<S: ConfirmationStore> InStep<S> {
+    /// `inner`, its first `n` look-ups held until all `n` arrived.
+    pub fn new(inner: S, n: usize) -> InStep<S> {
+        InStep {
+            inner,
+            held: n,
+            arrived: std::sync::atomic::AtomicUsize::new(0),
+            barrier: tokio::sync::Barrier::new(n.max(1)),
+        }
+    }
+}
+
+impl<S: ConfirmationStore> ConfirmationStore for InStep<S> {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        self.inner.reach()
+    }
+
+    fn usage(&self, now: Timestamp) -> Option<agent_surface_policy::StoreUsage> {
+        self.inner.usage(now)
+    }
+
+    fn insert<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.insert(record, now)
+    }
+
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+        self.inner.insert_relayed(record, key, now)
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        self.inner.get(id, now)
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Decided, StoreError>> {
+        self.inner.decide(id, verdict, approver, now)
+    }
+
+    fn decide_in_slots<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        slots: SlotSet,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Decided, StoreError>> {
+        self.inner.decide_in_slots(id, verdict, approver, slots, now)
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Result<agent_surface_policy::Consumed, Rejection>, StoreError>>
+    {
+        self.inner.consume(id, expected, now)
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        self.inner.withdraw(id, now)
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> futures_util::future::BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        self.inner.list_pending(now, limit)
+    }
+
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.claim_expiry(id, now)
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.reinstate(id, expected, token, now)
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> futures_util::future::BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        self.inner.list_expired(now, limit)
+    }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.remember_relayed(key, id, now)
+    }
+
+    fn relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            let answer = self.inner.relayed(key, now).await;
+            if self.arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < self.held {
+                let _ = tokio::time::timeout(Duration::from_secs(60), self.barrier.wait()).await;
+            }
+            answer
+        })
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.forget_relayed(key, id, now)
+    }
 }

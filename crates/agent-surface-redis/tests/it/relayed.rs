@@ -112,6 +112,40 @@ async fn a_repeat_on_the_other_replica_uses_the_inbox_approval_once() {
     );
 }
 
+/// A hundred model turns repeating one call at once, half on each replica (retries sent before
+/// the first answer came back), open one confirmation between them: every turn is told its id,
+/// the inbox lists one request and the trail holds one `confirmation.requested`. Once denied, the
+/// next repeat is told so and the one after it asks again, with a new confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_racing_repeats_on_two_replicas_open_one_confirmation() {
+    let Some(url) = agent_surface_testing::services::redis_url() else { return };
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = format!("it:{}:{nonce}:racing:", std::process::id());
+    let trail = Arc::new(MemoryAuditSink::default());
+    let (a, b) = (replica(&url, &prefix, &trail).await, replica(&url, &prefix, &trail).await);
+    let args = r#"{"id": "n-race"}"#;
+    let turns = (0..100).map(|i| {
+        let replica = if i % 2 == 0 { &a } else { &b };
+        async move { confirmation_id(&replica.call(&format!("call_{i}"), args).await) }
+    });
+    let ids = futures_util::future::join_all(turns).await;
+    let first = ids[0].clone();
+    assert_eq!(ids.iter().filter(|id| **id == first).count(), 100, "every racing repeat is told the same confirmation");
+    let inbox = a.engine.pending_for(&Identity::new("manager"), 1000).await.unwrap();
+    assert_eq!(inbox.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [first.as_str()], "one request in the inbox");
+    let requested =
+        || trail.events().iter().filter(|e| matches!(e.kind, AuditKind::ConfirmationRequested { .. })).count();
+    assert_eq!(requested(), 1);
+
+    b.engine.deny(&first, &Identity::new("manager")).await.unwrap();
+    let denied = a.call("call_denied", args).await;
+    assert_eq!(expect_error(&denied, ErrorCode::ConfirmationInvalid).detail("reason"), Some(&json!("denied")));
+    let again = confirmation_id(&b.call("call_again", args).await);
+    assert_ne!(again, first, "the call asked again after a denial opens a new confirmation");
+    assert_eq!(requested(), 2);
+    assert_eq!(a.runs.get() + b.runs.get(), 0);
+}
+
 /// Half-wired replicas are reported at startup: confirmations in Redis with idempotency records
 /// or rate budgets kept per process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

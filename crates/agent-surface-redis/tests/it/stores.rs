@@ -62,6 +62,15 @@ async fn two_replicas_share_relayed_confirmations() {
     stores::check_replicas_share_relayed_confirmations(Arc::new(redis.confirmations())).await;
 }
 
+/// Two engines (two replicas) over one Redis: a hundred repeats of one call without evidence,
+/// sent at once through both, open one confirmation between them; once denied, the call asked
+/// again opens a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_repeats_on_two_replicas_open_one_confirmation() {
+    let Some(redis) = support::stores("racing-repeats").await else { return };
+    stores::check_racing_repeats_open_one_confirmation(Arc::new(redis.confirmations())).await;
+}
+
 /// Two engines (two replicas) over one Redis: an approval given through one is used once,
 /// through either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -735,6 +735,57 @@ async fn a_repeated_call_presents_the_relayed_confirmation() {
     assert_eq!(env.runs(), 2);
 }
 
+/// A hundred concurrent retries of one call without an invocation id (a client that repeats
+/// while the first answer is in flight) open one confirmation between them: every answer names
+/// it, with the same summary and deadline; the inbox holds one request and the trail one
+/// `confirmation.requested`. Once it is denied, the call asked again opens a new one. The memory
+/// store's look-ups are held in step, so that every retry looks for a relayed confirmation before
+/// any of them asks for one (the race a scheduler produces only now and then).
+#[tokio::test]
+async fn concurrent_repeats_without_a_key_open_one_confirmation() {
+    let audit = Arc::new(agent_surface_policy::MemoryAuditSink::default());
+    let sink = audit.clone();
+    let store =
+        agent_surface_testing::stores::InStep::new(agent_surface_policy::MemoryConfirmationStore::default(), 100);
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: TTL,
+        audit: Some(sink),
+        store: Arc::new(store),
+        ..Default::default()
+    });
+    let answers = futures_util::future::join_all((0..100).map(|_| env.invoke(refund(100), alice()))).await;
+    let payloads: Vec<_> =
+        answers.iter().map(|inv| assert_produced(inv, ErrorCode::ConfirmationRequired, Phase::Confirmation)).collect();
+    let ids: std::collections::BTreeSet<&str> =
+        payloads.iter().map(|p| p.detail("confirmationId").and_then(Value::as_str).unwrap()).collect();
+    assert_eq!(ids.len(), 1, "one confirmation for every repeat");
+    let first = ids.into_iter().next().unwrap().to_string();
+    for p in &payloads {
+        assert_eq!(p.to_json(), payloads[0].to_json(), "every repeat is given the same answer");
+    }
+    let inbox = env.engine.pending_for(&manager(), 1000).await.unwrap();
+    assert_eq!(inbox.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [first.as_str()], "one request in the inbox");
+    let requested = |audit: &agent_surface_policy::MemoryAuditSink| {
+        audit
+            .events()
+            .iter()
+            .filter(|e| matches!(e.kind, agent_surface_policy::AuditKind::ConfirmationRequested { .. }))
+            .count()
+    };
+    assert_eq!(requested(&audit), 1, "one confirmation.requested in the trail");
+
+    // Denied: the repeat is told so once, and the call asked again opens a new confirmation.
+    env.engine.deny(&first, &manager()).await.unwrap();
+    assert_invalid(&env.invoke(refund(100), alice()).await, "denied", Retry::No);
+    let second = env.request(refund(100), alice()).await;
+    assert_ne!(second, first, "a denied confirmation is not presented again");
+    let inbox = env.engine.pending_for(&manager(), 1000).await.unwrap();
+    assert_eq!(inbox.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [second.as_str()]);
+    assert_eq!(requested(&audit), 2);
+    assert_eq!(env.runs(), 0);
+}
+
 /// With `present_on_repeat: false`, nothing is presented on repeat: each call asks anew.
 #[tokio::test]
 async fn presenting_on_repeat_can_be_turned_off() {

@@ -21,6 +21,11 @@ async fn replicas_sharing_a_memory_confirmation_store_share_relayed_confirmation
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_repeats_on_a_memory_confirmation_store_open_one_confirmation() {
+    stores::check_racing_repeats_open_one_confirmation(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_memory_confirmation_store_record_one_expiry() {
     stores::check_replicas_record_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
 }
