@@ -16,8 +16,13 @@ enabled (no `_meta` `agent-surface/unavailableReason`) and the instance it names
 `agent-surface/target` or the `_instance` argument) is still listed, whether or not the listing
 changed (a `binding-failed` precondition is retried once, as its row says), with the target
 retargeted where a registration was replaced (to the error's `liveRegistrationId`, or the named
-instance's live registration). Idempotence is the tool's `_meta` `agent-surface/idempotent` (its
-`idempotentHint` for other servers; read-only is not idempotent).
+instance's live registration).
+
+Interrupted calls follow one rule (spec/error-model.md, "Interrupted calls"): the code says
+whether a repeat could double an effect, never the tool's declarations. `TIMEOUT`, `CANCELLED`
+and `COMPONENT_UNMOUNTED {phase: mid-flight}` come only from a read or an idempotent call and are
+repeated as their row says, without asking the host; only `EXECUTION_FAILED {reason:
+outcome-unknown}` (a call with an effect, interrupted) is verified first.
 
 The convergence guard compares the code, `details.reason` (or `phase`), the tool, the target and
 the surface tokens sent: a failure met again under newer tokens (the surface moved again after
@@ -59,18 +64,6 @@ class Listing:
         tool = self.tools.get(name)
         meta = tool.get("_meta") if isinstance(tool, Mapping) else None
         return meta if isinstance(meta, Mapping) else {}
-
-    def idempotent(self, name: str) -> bool | None:
-        """The tool's declared idempotence (`_meta`), else its `idempotentHint`; `None` when it
-        is not listed."""
-        tool = self.tools.get(name)
-        if not isinstance(tool, Mapping):
-            return None
-        declared = self._meta(name).get(IDEMPOTENT)
-        if isinstance(declared, bool):
-            return declared
-        hints = tool.get("annotations") or {}
-        return hints.get("idempotentHint") is True
 
     def enabled(self, name: str) -> bool:
         """Listed and not disabled (no `_meta` `agent-surface/unavailableReason`)."""
@@ -319,15 +312,8 @@ class Recoverer:
             last_failure = failure
             if attempts >= self.bounds.max_attempts:
                 return end("budget-exhausted", outcome, row)
-            verify = row.action == "verify"
-            if row.verify == "unless-idempotent":
-                listing = await self.transport.list()
-                refreshed = True
-                idempotent = listing.idempotent(tool)
-                if idempotent is None:
-                    return end("returned-to-caller", outcome, row)
-                verify = not idempotent
-            if verify:
+            # Only an unknown outcome (a call with an effect, interrupted) is verified first.
+            if row.action == "verify":
                 found = await self.host.verify(tool, args, payload)
                 if found == "applied":
                     return end("verified-applied", outcome, row)

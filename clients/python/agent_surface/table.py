@@ -19,7 +19,6 @@ class Decision:
     action: str
     wait_field: str | None
     invocation_id: str
-    verify: str
     stop: str
     note: str
 
@@ -59,7 +58,6 @@ DECISIONS: tuple[Decision, ...] = tuple(
         action=d["action"],
         wait_field=d["waitField"],
         invocation_id=d["invocationId"],
-        verify=d["verify"],
         stop=d["stop"],
         note=d["note"],
     )

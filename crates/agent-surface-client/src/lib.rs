@@ -20,8 +20,10 @@
 //!   instance it names is still listed (whether or not the listing changed: a `binding-failed`
 //!   precondition is retried once, as its row says); a replaced registration is
 //!   retargeted to the error's `liveRegistrationId` (or the named instance's live registration);
-//!   whether a call that may have run is repeated without verification depends on the tool's
-//!   `_meta` [`IDEMPOTENT`] (its `idempotentHint` for a server that does not send it);
+//!   `yes` (`TIMEOUT`, `CANCELLED`): retries under a fresh id, and so does a re-listing after
+//!   `COMPONENT_UNMOUNTED {phase: mid-flight}`, without asking the host: only a read or an
+//!   idempotent call gets these codes once its handler started (`spec/error-model.md`,
+//!   *Interrupted calls*), so the code decides, never the tool's declarations;
 //!   `with-confirmation`: asks the
 //!   [`ClientHost`] (a person, never the model) and retries with
 //!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
@@ -53,7 +55,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
+use agent_surface_core::decision::{Action, IdRule, decide};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::TARGET_ARGUMENT;
 use agent_surface_core::json::canonical_json;
@@ -397,16 +399,10 @@ impl RecoveringClient {
             if attempts >= self.config.max_attempts {
                 return end(Stop::BudgetExhausted, calls, refreshed);
             }
-            let mut verify = decision.action == Action::Verify;
-            if decision.verify == VerifyFirst::UnlessIdempotent {
-                let listing = self.fetch().await?;
-                refreshed = true;
-                let Some(tool) = listing.tool(&intent.tool) else {
-                    return end(Stop::ReturnedToCaller, calls, refreshed);
-                };
-                verify = !idempotent(tool);
-            }
-            if verify {
+            // Only an unknown outcome (a call with an effect, interrupted) is verified first; an
+            // interrupted read or idempotent call comes back as TIMEOUT, CANCELLED or a mid-flight
+            // unmount and repeats as its row says.
+            if decision.action == Action::Verify {
                 match self.host.verify(&intent.tool, &intent.args, p).await {
                     Verification::NotApplied => {}
                     Verification::Applied => return end(Stop::VerifiedApplied, calls, refreshed),
@@ -496,15 +492,6 @@ impl RecoveringClient {
                 meta.insert(INVOCATION_ID.into(), Value::from(format!("{base_id}#r{}", attempts + 1)));
             }
         }
-    }
-}
-
-/// Whether a listed tool is idempotent: its `_meta` [`IDEMPOTENT`], else (a server that does not
-/// send it) its `idempotentHint`. Read-only is not idempotent: a read may still count or consume.
-fn idempotent(tool: &Tool) -> bool {
-    match tool.meta.as_ref().and_then(|m| m.0.get(IDEMPOTENT)).and_then(Value::as_bool) {
-        Some(declared) => declared,
-        None => tool.annotations.as_ref().is_some_and(|a| a.idempotent_hint == Some(true)),
     }
 }
 
@@ -602,15 +589,6 @@ mod tests {
             conflict_id("i-1", &targeted, Some(&confirmed)),
         ];
         assert_eq!(ids, ["i-1#c8d329d79907829d8", "i-1#cc0a7be0dcedf7e98", "i-1#c9cacb8ec606c0d8f"]);
-    }
-
-    #[test]
-    fn idempotence_is_the_declared_one_not_read_only() {
-        let read_only = ToolAnnotations::new().read_only(true);
-        assert!(!idempotent(&tool(Some(serde_json::json!({IDEMPOTENT: false})), read_only.clone())));
-        assert!(!idempotent(&tool(None, read_only)));
-        assert!(idempotent(&tool(Some(serde_json::json!({IDEMPOTENT: true})), ToolAnnotations::new())));
-        assert!(idempotent(&tool(None, ToolAnnotations::new().idempotent(true))));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //!
 //! The matrix ([`crate::matrix`]) says, per code, which retry category a payload carries. A client
 //! needs one step more: *what to do* — wait how long, re-list, which invocation id to send,
-//! whom to ask. [`DECISIONS`] is that step, one row per code and retry branch (plus the two
-//! details that change the action without changing the category: an unmount `mid-flight` and an
-//! `outcome-unknown` failure). Every recovering client of this workspace acts on it:
+//! whom to ask. [`DECISIONS`] is that step, one row per code and retry branch (plus the one
+//! detail that changes the action without changing the category: an `outcome-unknown` failure).
+//! Every recovering client of this workspace acts on it:
 //!
 //! - the reference driver (`agent_surface_toolset::RecoveryDriver`) dispatches on [`decide`];
 //! - the MCP client wrapper (`agent-surface-client`) does too;
@@ -18,6 +18,14 @@
 //!
 //! Beyond the rows, every client applies the [`GUARD`] (the same failure twice in a row, after
 //! the action its row prescribes, ends the loop) and the [`BOUNDS`].
+//!
+//! **Interrupted calls.** No row depends on the capability's declarations: the code already says
+//! whether a repeat could double an effect (`spec/error-model.md`, *Interrupted calls*). A call
+//! interrupted after its handler started comes back as `TIMEOUT`, `CANCELLED` or
+//! `COMPONENT_UNMOUNTED {phase: mid-flight}` only for a capability that is idempotent or whose
+//! effect is `read`, and is repeated as that code's row says, unverified; for any other capability
+//! it is `EXECUTION_FAILED {reason: outcome-unknown}`, the one row whose action is
+//! [`Action::Verify`].
 //!
 //! ```
 //! use agent_surface_core::decision::{decide, Action, IdRule};
@@ -165,27 +173,6 @@ impl IdRule {
     }
 }
 
-/// When the client must ask the host to verify, before the row's retry, that the call did not
-/// take effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Verify {
-    /// Never: nothing ran, or a repeat cannot double anything.
-    Never,
-    /// When the capability is not idempotent (its `idempotent` flag on the surface).
-    UnlessIdempotent,
-}
-
-impl Verify {
-    /// The wire name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Verify::Never => "never",
-            Verify::UnlessIdempotent => "unless-idempotent",
-        }
-    }
-}
-
 /// One row: for a code (and a details condition), the action.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
@@ -202,8 +189,6 @@ pub struct Decision {
     pub wait_field: Option<&'static str>,
     /// Which invocation id the retry carries.
     pub invocation_id: IdRule,
-    /// Whether the host must verify first.
-    pub verify: Verify,
     /// Where the client stops when the action cannot help (the name of the driver's stop).
     pub stop: &'static str,
     /// Why, in one sentence.
@@ -228,7 +213,7 @@ const fn row(
     stop: &'static str,
     note: &'static str,
 ) -> Decision {
-    Decision { code, when: None, retry, action, wait_field: None, invocation_id: id, verify: Verify::Never, stop, note }
+    Decision { code, when: None, retry, action, wait_field: None, invocation_id: id, stop, note }
 }
 
 const fn when(field: &'static str, value: DetailValue, d: Decision) -> Decision {
@@ -237,10 +222,6 @@ const fn when(field: &'static str, value: DetailValue, d: Decision) -> Decision 
 
 const fn waiting(d: Decision) -> Decision {
     Decision { wait_field: Some("retryAfterMs"), ..d }
-}
-
-const fn verified(d: Decision) -> Decision {
-    Decision { verify: Verify::UnlessIdempotent, ..d }
 }
 
 use Action::*;
@@ -257,17 +238,15 @@ const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
 /// The table: per code, its conditional rows first, then its default row (the first match wins).
 #[rustfmt::skip]
-pub static DECISIONS: [Decision; 24] = [
+pub static DECISIONS: [Decision; 22] = [
     row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "The tool list is stale or the tool is hidden: a re-listing tells which."),
     row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "Disabled: retry only once the re-listed surface shows it enabled."),
     row(C::AmbiguousInstance, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
         "The model picks one of details.instances as the target."),
-    when("phase", DetailValue::Str("mid-flight"), verified(row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "The instance went away while the handler ran: verify a write first, then re-list."))),
     row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "The target is gone: retry only if the re-listing shows it (or its replacement) again."),
+        "The target is gone (mid-flight only for a read or an idempotent call): retry only if the re-listing shows it (or its replacement) again."),
     row(C::StaleCapability, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
     when("reason", DetailValue::Str("natural-key-used-by-different-request"), row(C::InvocationConflict, R::No, Stop, IdRule::None, RETURNED,
@@ -294,16 +273,14 @@ pub static DECISIONS: [Decision; 24] = [
         "Denied, spent or mismatched evidence: never retried."),
     waiting(row(C::RateLimited, R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
         "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
-    when("idempotent", DetailValue::Bool(true), row(C::Timeout, R::Yes, Retry, Fresh, NOT_CONVERGING,
-        "Idempotent: repeating cannot double the effect.")),
-    row(C::Timeout, R::No, Verify, Fresh, UNVERIFIED,
-        "A write may have happened: verify, never repeat blindly."),
+    row(C::Timeout, R::Yes, Retry, Fresh, NOT_CONVERGING,
+        "Only a read or an idempotent call times out: repeating cannot double an effect."),
     row(C::Cancelled, R::Yes, Retry, Fresh, NOT_CONVERGING,
-        "Nothing ran for a write (cancelled before its handler started); a read may repeat."),
+        "Nothing ran, or the call was a read or idempotent: repeating cannot double an effect."),
     waiting(when("transient", DetailValue::Bool(true), row(C::ExecutionFailed, R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
         "Nothing took effect; the dependency may recover after the delay."))),
     when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, UNVERIFIED,
-        "Interrupted after the handler started: verify, never repeat blindly.")),
+        "A call with an effect was interrupted after its handler started: verify, never repeat blindly.")),
     row(C::ExecutionFailed, R::No, Stop, IdRule::None, RETURNED,
         "The capability failed; repeating would fail the same way."),
 ];
@@ -380,8 +357,8 @@ pub enum Approval {
     Unavailable,
 }
 
-/// A host's finding after a call that may have taken effect (a row with [`Verify`] before the
-/// retry), the same for every client helper.
+/// A host's finding after a call that may have taken effect (the [`Action::Verify`] row), the
+/// same for every client helper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verification {
     /// The effect did not happen: the call may be repeated.
@@ -448,6 +425,32 @@ mod tests {
             let retries = !matches!(d.action, ChangeInput | Stop);
             assert_eq!(retries, d.invocation_id != IdRule::None, "{}", d.code);
         }
+    }
+
+    /// The one rule for interrupted calls: the codes a call of a read or idempotent capability
+    /// gets when interrupted after its handler started are repeated as their category says,
+    /// unverified, whatever the capability declares; only an unknown outcome (any other
+    /// capability) is verified first.
+    #[test]
+    fn only_an_unknown_outcome_is_verified_before_a_repeat() {
+        let interrupted = [
+            (ErrorCode::Timeout, Some(json!({"timeoutMs": 5000, "idempotent": false}))),
+            (ErrorCode::Timeout, Some(json!({"timeoutMs": 5000, "idempotent": true}))),
+            (ErrorCode::Cancelled, None),
+            (ErrorCode::ComponentUnmounted, Some(json!({"phase": "mid-flight"}))),
+        ];
+        for (code, details) in interrupted {
+            let details = details.as_ref().and_then(Value::as_object);
+            let row = decide(code, details);
+            assert!(matches!(row.action, Retry | Refresh), "{code} {details:?}: {}", row.action.as_str());
+            assert_eq!(row.retry, derive_retry(code, details), "{code} {details:?}");
+        }
+        let verifying: Vec<_> = DECISIONS.iter().filter(|d| d.action == Verify).collect();
+        assert_eq!(verifying.len(), 1);
+        assert_eq!(
+            (verifying[0].code, verifying[0].when),
+            (ErrorCode::ExecutionFailed, Some(("reason", DetailValue::Str("outcome-unknown"))))
+        );
     }
 
     #[test]

@@ -263,7 +263,9 @@ pub struct RateLimitedDetails {
 pub struct TimeoutDetails {
     /// The budget that was exceeded, in milliseconds.
     pub timeout_ms: u64,
-    /// Whether the capability is declared idempotent (decides the retry category).
+    /// Whether the capability is declared idempotent. Informational: it does not decide the retry
+    /// category, which is `yes` for every `TIMEOUT` (only a capability declared idempotent or
+    /// whose effect is `read` gets one).
     pub idempotent: bool,
 }
 

@@ -282,13 +282,17 @@ impl AgentSurfaceError {
         Self::worded(ErrorCode::RateLimited, Some(to_map(&details)))
     }
 
-    /// `TIMEOUT {timeoutMs, idempotent}`; retry `yes` only when the capability is idempotent.
+    /// `TIMEOUT {timeoutMs, idempotent}`; retry `yes` whatever `idempotent` says: the runtime
+    /// sends `TIMEOUT` only for a capability whose repeat cannot double an effect (declared
+    /// idempotent, or effect `read`), and `EXECUTION_FAILED {reason: outcome-unknown}` for any
+    /// other (`spec/error-model.md`, *Interrupted calls*).
     ///
     /// ```
     /// use agent_surface_core::{AgentSurfaceError, Retry};
     /// use std::time::Duration;
     /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), true).payload().retry(), Retry::Yes);
-    /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), false).payload().retry(), Retry::No);
+    /// // A read that is not declared idempotent: it has no effect to double.
+    /// assert_eq!(AgentSurfaceError::timeout(Duration::from_secs(1), false).payload().retry(), Retry::Yes);
     /// ```
     pub fn timeout(budget: Duration, idempotent: bool) -> Self {
         let details = TimeoutDetails { timeout_ms: millis(budget), idempotent };

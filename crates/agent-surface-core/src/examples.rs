@@ -18,8 +18,9 @@ use crate::time::Timestamp;
 /// ```
 /// use agent_surface_core::{examples, ErrorCode, Retry};
 /// let timeouts = examples::of(ErrorCode::Timeout);
-/// assert!(timeouts.iter().any(|p| p.retry() == Retry::Yes));
-/// assert!(timeouts.iter().any(|p| p.retry() == Retry::No));
+/// assert!(timeouts.iter().all(|p| p.retry() == Retry::Yes));
+/// let cancellations = examples::of(ErrorCode::Cancelled);
+/// assert!(cancellations.iter().all(|p| p.retry() == Retry::Yes));
 /// ```
 pub fn of(code: ErrorCode) -> Vec<ErrorPayload> {
     match code {

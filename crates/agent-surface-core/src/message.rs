@@ -126,10 +126,11 @@ templates! {
     UNMOUNTED_RESOLVE = ("component-unmounted.resolve",
         "The target of this call was removed. Refresh the tool list and retarget the call.",
         arguments: "The instance this call was for was removed. Refresh the tool list and repeat the call on a listed instance (in the _instance argument, where the tool has one).");
-    /// `COMPONENT_UNMOUNTED` while running.
+    /// `COMPONENT_UNMOUNTED` while running (sent only for a capability whose repeat cannot double
+    /// an effect).
     UNMOUNTED_MID_FLIGHT = ("component-unmounted.mid-flight",
-        "The target was removed while the call ran, so it may or may not have taken effect. Refresh the tool list and verify the current state before repeating it.",
-        arguments: "The instance this call ran on was removed while it ran, so it may or may not have taken effect. Refresh the tool list and verify the current state before repeating it.");
+        "The target was removed while the call ran; it is safe to repeat. Refresh the tool list and retarget the call if it is still needed.",
+        arguments: "The instance this call ran on was removed while it ran; it is safe to repeat. Refresh the tool list and repeat the call on a listed instance if it is still needed.");
     /// `STALE_CAPABILITY`.
     STALE = ("stale-capability",
         "This call was planned against an outdated view of the tools. Refresh the tool list, resolve the target again, then retry.",
@@ -189,13 +190,10 @@ templates! {
     QUEUE_FULL = ("rate-limited.queue-full",
         "The action queue is full. Wait {ms} ms before retrying; do not retry sooner.",
         arguments: "The action queue is full, so this call did not run; it frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
-    /// `TIMEOUT` for an idempotent capability; slot: `ms`.
-    TIMEOUT_IDEMPOTENT = ("timeout.idempotent",
+    /// `TIMEOUT` (sent only for a capability whose repeat cannot double an effect); slot: `ms`.
+    TIMEOUT = ("timeout",
         "The call ran out of time after {ms} ms. Retry it with a fresh invocationId if it is still needed.",
         arguments: "The call ran out of time after {ms} ms. Repeat the same call if it is still needed; it is safe to repeat.");
-    /// `TIMEOUT` for a capability that is not idempotent; slot: `ms`.
-    TIMEOUT_NOT_IDEMPOTENT = ("timeout.not-idempotent",
-        "The call ran out of time after {ms} ms and may or may not have taken effect. Verify the current state before repeating it.");
     /// `CANCELLED`.
     CANCELLED = ("cancelled",
         "The call was cancelled before it finished. Retry with a fresh invocationId if it is still needed.",
@@ -293,8 +291,7 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
         }
         ErrorCode::Timeout => {
             let d = typed::<TimeoutDetails>(details)?;
-            let template = if d.idempotent { TIMEOUT_IDEMPOTENT } else { TIMEOUT_NOT_IDEMPOTENT };
-            Some(Wording { template, ms: Some(d.timeout_ms) })
+            Some(Wording { template: TIMEOUT, ms: Some(d.timeout_ms) })
         }
         ErrorCode::Cancelled => plain(CANCELLED),
         ErrorCode::ExecutionFailed => {

@@ -26,14 +26,15 @@ use crate::text::is_normalized;
 ///
 /// let payload = AgentSurfaceError::timeout(Duration::from_secs(5), false).into_payload();
 /// assert_eq!(payload.code(), ErrorCode::Timeout);
-/// assert_eq!(payload.retry(), Retry::No);
+/// assert_eq!(payload.retry(), Retry::Yes);
 ///
 /// let json = serde_json::to_value(&payload).unwrap();
 /// assert_eq!(json["details"], serde_json::json!({"timeoutMs": 5000, "idempotent": false}));
 ///
-/// // Parsing enforces the matrix: TIMEOUT of a non-idempotent capability cannot say "yes".
+/// // Parsing enforces the matrix: a TIMEOUT cannot say "no" (only a capability whose repeat
+/// // cannot double an effect gets one).
 /// let mut forged = json.clone();
-/// forged["retry"] = "yes".into();
+/// forged["retry"] = "no".into();
 /// assert!(serde_json::from_value::<ErrorPayload>(forged).is_err());
 /// ```
 #[derive(Clone, PartialEq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ use crate::payload::ErrorPayload;
 use crate::repair::RepairAction;
 
 /// The version of the matrix format; bump on any change to the JSON layout.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 fn detail_value_json(v: DetailValue) -> Value {
     match v {
@@ -247,7 +247,6 @@ pub fn recovery_json() -> Value {
             "action": d.action.as_str(),
             "waitField": d.wait_field,
             "invocationId": d.invocation_id.as_str(),
-            "verify": d.verify.as_str(),
             "stop": d.stop,
             "note": d.note,
         })).collect::<Vec<_>>(),
@@ -264,7 +263,7 @@ pub fn recovery_json_string() -> String {
 /// The decision table of `docs/recovery.md` (the generated section between its markers).
 pub fn recovery_markdown_table() -> String {
     let mut out = String::from(
-        "| Code | When | Retry | Action | Wait | Invocation id | Verify first | Stops as | Why |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| Code | When | Retry | Action | Wait | Invocation id | Stops as | Why |\n|---|---|---|---|---|---|---|---|\n",
     );
     for d in &DECISIONS {
         let when = match d.when {
@@ -272,19 +271,14 @@ pub fn recovery_markdown_table() -> String {
             Some((field, DetailValue::Str(s))) => format!("`{field}: {s}`"),
             Some((field, DetailValue::Bool(b))) => format!("`{field}: {b}`"),
         };
-        let verify = match d.verify {
-            decision::Verify::Never => "—",
-            _ => "unless idempotent",
-        };
         out.push_str(&format!(
-            "| `{}` | {} | `{}` | `{}` | {} | {} | {} | `{}` | {} |\n",
+            "| `{}` | {} | `{}` | `{}` | {} | {} | `{}` | {} |\n",
             d.code.as_str(),
             when,
             d.retry.as_str(),
             d.action.as_str(),
             d.wait_field.map_or("—".to_string(), |f| format!("`details.{f}`")),
             d.invocation_id.as_str(),
-            verify,
             d.stop,
             d.note,
         ));

@@ -46,7 +46,7 @@ pub(crate) const EX_IOERR: u8 = 74;
 /// | `CONFIRMATION_REQUIRED` | 77 | `EX_NOPERM` | nothing done: the action needs an approval, which a one-shot run cannot take (serve the shop) |
 /// | `CONFIRMATION_INVALID` | 77 | `EX_NOPERM` | the approval is missing, denied or spent |
 /// | `RATE_LIMITED` | 75 | `EX_TEMPFAIL` | wait `retryAfterMs`, run again |
-/// | `TIMEOUT` | 75 | `EX_TEMPFAIL` | ran out of time (check the state first if not idempotent) |
+/// | `TIMEOUT` | 75 | `EX_TEMPFAIL` | ran out of time (a read or idempotent call: safe to repeat) |
 /// | `CANCELLED` | 130 | (SIGINT) | cancelled |
 /// | `EXECUTION_FAILED` | 70 | `EX_SOFTWARE` | the capability failed |
 pub(crate) const EXIT_STATUS: [(ErrorCode, u8); 16] = [

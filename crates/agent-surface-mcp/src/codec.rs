@@ -157,9 +157,9 @@ fn first_text(result: &CallToolResult) -> Option<&str> {
 /// ```
 /// use agent_surface_core::{AgentSurfaceError, InvokeResult};
 /// use agent_surface_mcp::codec;
-/// use std::time::Duration;
 ///
-/// let original = InvokeResult::error(AgentSurfaceError::timeout(Duration::from_secs(5), false).into_payload(), Some("inv-9".into()));
+/// // A template with one wording, so the payload the codec words for MCP is the original.
+/// let original = InvokeResult::error(AgentSurfaceError::not_authenticated().into_payload(), Some("inv-9".into()));
 /// assert_eq!(codec::decode(&codec::encode(original.clone())).unwrap(), original);
 /// ```
 pub fn decode(result: &CallToolResult) -> Result<InvokeResult, DecodeError> {

@@ -11,7 +11,7 @@
 //! | `after-delay` | waits `details.retryAfterMs` on the injected [`Clock`] (at most [`RecoveryConfig::max_delay`] at once and [`RecoveryConfig::max_total_delay`] in all; cancellable), retries (a fresh id for cacheable codes) |
 //! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId` (an approval that came after `expiresAt` starts a fresh cycle at once instead of presenting dead evidence); denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
 //! | `with-changes` | returns to the caller (the model changes the input); except `INVOCATION_CONFLICT`, whose change is the id: retried under an id derived from the conflicting one and the request itself (see below), as the matrix's adapter duty says |
-//! | `yes` | retries under a fresh invocation id (`CANCELLED`, idempotent `TIMEOUT`) |
+//! | `yes` | retries under a fresh invocation id (`CANCELLED`, `TIMEOUT`) |
 //! | `no` | returns; a denial is never retried |
 //!
 //! **Convergence guard.** The same failure (code, `reason` or `phase`, capability, target and the
@@ -29,17 +29,17 @@
 //! first attempt, so a re-listing that no longer shows the named instance hands the error to the
 //! model ([`Stop::ReturnedToCaller`]) instead of repeating a call on an instance that is gone.
 //!
-//! **Uncertain outcomes.** Only a result that may have run the handler *with an effect a repeat
-//! could double* is treated as such ([`may_have_executed`]): `TIMEOUT`, `COMPONENT_UNMOUNTED
-//! {phase: mid-flight}` and a non-transient `EXECUTION_FAILED`. `CANCELLED` is not (the pipeline
-//! produces it for a write only before the handler starts; `spec/invocation.md`), nor a transient
-//! `EXECUTION_FAILED` (the store or the handler says nothing took effect and to retry after the
-//! delay): both are retried as their category says. A non-idempotent `TIMEOUT`, an `EXECUTION_FAILED
-//! {reason: outcome-unknown}` (both retry `no`) and a mid-flight unmount of a non-idempotent
-//! capability are repeated only if [`RecoveryHost::verify`] reports that the effect did not happen;
-//! the default host answers "unknown", and the loop ends [`Stop::Unverified`]. The driver never
-//! *reconciles* (calls again under the same id and input, as the payload's repair plan says): it
-//! received the recorded outcome itself, and the record would only replay it.
+//! **Interrupted calls.** One rule (`spec/error-model.md`, *Interrupted calls*): whether a call
+//! interrupted after its handler started may be repeated depends only on whether a repeat could
+//! double an effect, and the code already says so. `TIMEOUT`, `CANCELLED` and `COMPONENT_UNMOUNTED
+//! {phase: mid-flight}` come only from a capability that is idempotent or whose effect is `read`
+//! (or, for `CANCELLED`, from a call whose handler had not started): they are repeated as their
+//! category says, without asking the host, whatever the capability declares. Only `EXECUTION_FAILED
+//! {reason: outcome-unknown}` (retry `no`; a capability with an effect, interrupted) is repeated
+//! only if [`RecoveryHost::verify`] reports that the effect did not happen; the default host
+//! answers "unknown", and the loop ends [`Stop::Unverified`]. The driver never *reconciles* (calls
+//! again under the same id and input, as the payload's repair plan says): it received the
+//! recorded outcome itself, and the record would only replay it.
 //!
 //! **Invocation ids.** Retries use ids derived from the first (`{id}#r{attempt}`), so each attempt
 //! is its own idempotency record and a repeat of the whole loop replays instead of re-running. After
@@ -67,7 +67,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_core::decision::{Action, IdRule, Verify as VerifyFirst, decide};
+use agent_surface_core::decision::{Action, IdRule, decide};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
@@ -163,8 +163,8 @@ pub trait RecoveryHost: Send + Sync + 'static {
         Box::pin(std::future::ready(Approval::Unavailable))
     }
 
-    /// Checks whether a call of a non-idempotent capability that may have run (`payload` says
-    /// how it ended) took effect. Default: [`Verification::Unknown`].
+    /// Checks whether a call that may have taken effect (`payload` says how it ended: `EXECUTION_FAILED
+    /// {reason: outcome-unknown}`) did. Default: [`Verification::Unknown`].
     fn verify<'a>(&'a self, request: &'a InvokeRequest, payload: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
         let _ = (request, payload);
         Box::pin(std::future::ready(Verification::Unknown))
@@ -247,20 +247,17 @@ impl fmt::Debug for RecoveryDriver {
 }
 
 /// Whether a result with this payload may have run the handler with an effect that a repeat
-/// could double.
+/// could double: a non-transient `EXECUTION_FAILED` (an `outcome-unknown` above all).
 ///
-/// `CANCELLED` is not such a result: the pipeline produces it for a capability that is neither
-/// idempotent nor read-only only before the handler starts (a write interrupted later is
-/// `EXECUTION_FAILED {reason: outcome-unknown}`). Nor is a transient `EXECUTION_FAILED`: it comes
+/// `TIMEOUT`, `CANCELLED` and `COMPONENT_UNMOUNTED {phase: mid-flight}` are not such results: the
+/// pipeline produces them only for a capability that is idempotent or whose effect is `read` (or,
+/// for `CANCELLED`, before the handler starts), and a capability with an effect interrupted after
+/// its handler started gets `EXECUTION_FAILED {reason: outcome-unknown}` instead
+/// (`spec/error-model.md`, *Interrupted calls*). Nor is a transient `EXECUTION_FAILED`: it comes
 /// from a store that failed before the call ran, or from a handler that reports a downstream
 /// failure worth retrying after the delay.
 pub fn may_have_executed(payload: &ErrorPayload) -> bool {
-    match payload.code() {
-        ErrorCode::Timeout => true,
-        ErrorCode::ExecutionFailed => payload.detail("transient").and_then(Value::as_bool) != Some(true),
-        ErrorCode::ComponentUnmounted => payload.detail("phase").and_then(Value::as_str) == Some("mid-flight"),
-        _ => false,
-    }
+    payload.code() == ErrorCode::ExecutionFailed && payload.detail("transient").and_then(Value::as_bool) != Some(true)
 }
 
 /// One failure as the convergence guard compares them.
@@ -421,19 +418,6 @@ impl RecoveryDriver {
         );
     }
 
-    /// Whether the capability is idempotent, from the payload or the surface; `None` when the
-    /// surface no longer lists it (there is nothing left to repeat).
-    async fn idempotent(&self, invoker: &dyn Invoker, intent: &mut Intent, payload: &ErrorPayload) -> Option<bool> {
-        if let Some(declared) = payload.detail("idempotent").and_then(Value::as_bool) {
-            return Some(declared);
-        }
-        if intent.snapshot.is_none() {
-            intent.snapshot = Some(invoker.snapshot().await);
-            intent.refreshed = true;
-        }
-        intent.snapshot.as_ref().and_then(|s| s.capability(&intent.request.capability)).map(|c| c.idempotent)
-    }
-
     async fn next(
         &self,
         invoker: &dyn Invoker,
@@ -468,17 +452,10 @@ impl RecoveryDriver {
         if intent.attempts >= self.config.max_attempts {
             return Next::Stop(Stop::BudgetExhausted);
         }
-        // A non-idempotent TIMEOUT and an unknown outcome say `no` because nobody verified the
-        // state (`verify`); a mid-flight unmount asks only for a capability that is not
-        // idempotent. With the host's verification they become an ordinary repeat.
-        let verify = action == Action::Verify
-            || (decision.verify == VerifyFirst::UnlessIdempotent
-                && match self.idempotent(invoker, intent, payload).await {
-                    // The capability is gone from the surface: nothing left to repeat.
-                    None => return Next::Stop(Stop::ReturnedToCaller),
-                    Some(idempotent) => !idempotent,
-                });
-        if verify {
+        // An unknown outcome says `no` because nobody verified the state (`verify`): with the
+        // host's verification it becomes an ordinary repeat. No other row asks the host: an
+        // interruption of a read or idempotent call repeats as its category says.
+        if action == Action::Verify {
             let verification = tokio::select! {
                 v = self.host.verify(&intent.request, payload) => v,
                 () = cancel.cancelled() => return Next::Stop(Stop::Cancelled),

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_surface_client::{
-    Approval, ClientHost, ConfirmationPrompt, INVOCATION_ID, Intent, RecoveringClient, RecoveryConfig, Stop, Wait,
+    Approval, ClientHost, ConfirmationPrompt, INVOCATION_ID, Intent, RecoveringClient, RecoveryConfig, Stop,
+    Verification, Wait,
 };
 use agent_surface_core::details::Origin;
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, SafeText};
@@ -38,6 +39,8 @@ struct World {
     on_listing: Hooks,
     /// Whether `notes.sign`'s bound owner is known yet.
     bound: Arc<AtomicBool>,
+    /// Runs of `notes.scan` (a read, not declared idempotent, that hangs on its first run).
+    scans: Arc<AtomicUsize>,
 }
 
 type Hooks = Arc<Mutex<Vec<Box<dyn FnOnce() + Send>>>>;
@@ -125,6 +128,7 @@ async fn world() -> World {
     });
     let runs = Arc::new(AtomicUsize::new(0));
     let bound = Arc::new(AtomicBool::new(false));
+    let scans = Arc::new(AtomicUsize::new(0));
     let ok = {
         let runs = runs.clone();
         move |_ctx: Ctx, _input: Value| {
@@ -166,6 +170,19 @@ async fn world() -> World {
                 .effect(Effect::Write)
                 .bind("owner", Binding::from_consumer(move |_| bound.load(Ordering::SeqCst).then(|| json!("alice"))))
                 .raw_handler(owned, None, ok.clone());
+            let scans = scans.clone();
+            t.capability("scan", "Scan the notes (a read, not declared idempotent).")
+                .effect(Effect::Read)
+                .time_budget(Duration::from_secs(2))
+                .raw_handler(schema(), None, move |_ctx: Ctx, _input: Value| {
+                    let first = scans.fetch_add(1, Ordering::SeqCst) == 0;
+                    Box::pin(async move {
+                        if first {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, AgentSurfaceError>(json!({"count": 3}))
+                    }) as BoxFuture<'static, Result<Value, AgentSurfaceError>>
+                });
         })
         .unwrap();
     registry
@@ -201,7 +218,7 @@ async fn world() -> World {
     tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(registry.clone(), config), read, write, max));
     let service = ().serve(client_io).await.unwrap();
     let peer = service.peer().clone();
-    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer, on_listing, bound }
+    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer, on_listing, bound, scans }
 }
 
 fn args(text: &str) -> JsonObject {
@@ -429,4 +446,42 @@ async fn a_failed_binding_is_retried_once_whether_or_not_the_listing_changed() {
     let r = c.call(Intent::new("notes-sign", args("y"))).await.unwrap();
     check(&r, Stop::Succeeded, &[failed, None]);
     assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A host that counts the verifications it is asked for and can never tell.
+#[derive(Default)]
+struct Counting(AtomicUsize);
+
+impl ClientHost for Counting {
+    fn verify<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a JsonObject,
+        _: &'a agent_surface_core::ErrorPayload,
+    ) -> BoxFuture<'a, Verification> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(Verification::Unknown))
+    }
+}
+
+/// Issue 28, the one rule for interrupted calls: a read that is not declared idempotent and runs
+/// out of time has no effect to double, so `TIMEOUT` is repeated at once under a fresh id, as its
+/// row says, and the host is never asked to verify.
+#[tokio::test]
+async fn an_interrupted_read_is_repeated_without_asking_the_host() {
+    let w = world().await;
+    let host = Arc::new(Counting::default());
+    let wait = Arc::new(AdvanceClock(w.clock.clone(), Mutex::default()));
+    let c = RecoveringClient::with(w.peer.clone(), RecoveryConfig::default(), host.clone(), wait);
+    c.list_tools().await.unwrap();
+    let (r, ()) = tokio::join!(
+        c.call(Intent::new("notes-scan", JsonObject::new()).with_invocation_id("s-1")),
+        w.clock.advance_when_waiting(1, Duration::from_secs(3)),
+    );
+    let r = r.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::Timeout), None]);
+    let timeout = r.calls.first().map(|(id, _)| id.as_str());
+    assert_eq!((timeout, r.calls[1].0.as_str()), (Some("s-1"), "s-1#r2"), "a fresh id");
+    assert_eq!(host.0.load(Ordering::SeqCst), 0, "the host is not asked");
+    assert_eq!(w.scans.load(Ordering::SeqCst), 2);
 }

@@ -19,13 +19,13 @@ fn rejects_payloads_that_contradict_the_matrix() {
     rejects(json!({"code": "CANCELLED", "message": "", "retry": "yes"}), "1..=300");
     rejects(json!({"code": "CANCELLED", "message": "x".repeat(301), "retry": "yes"}), "1..=300");
     rejects(json!({"code": "CANCELLED", "message": m, "retry": "yes", "details": {}}), "carries no details");
-    rejects(json!({"code": "TIMEOUT", "message": m, "retry": "no"}), "details are required");
+    rejects(json!({"code": "TIMEOUT", "message": m, "retry": "yes"}), "details are required");
     rejects(
-        json!({"code": "TIMEOUT", "message": m, "retry": "yes", "details": {"timeoutMs": 5, "idempotent": false}}),
-        "must be no",
+        json!({"code": "TIMEOUT", "message": m, "retry": "no", "details": {"timeoutMs": 5, "idempotent": false}}),
+        "retry of TIMEOUT must be yes",
     );
     rejects(
-        json!({"code": "TIMEOUT", "message": m, "retry": "no", "details": {"timeoutMs": "5", "idempotent": false}}),
+        json!({"code": "TIMEOUT", "message": m, "retry": "yes", "details": {"timeoutMs": "5", "idempotent": false}}),
         "details of TIMEOUT",
     );
     rejects(

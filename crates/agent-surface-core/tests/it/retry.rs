@@ -13,7 +13,9 @@ fn check(err: AgentSurfaceError, expected: Retry) {
 #[test]
 fn conditional_rules() {
     check(AgentSurfaceError::timeout(Duration::from_secs(1), true), Retry::Yes);
-    check(AgentSurfaceError::timeout(Duration::from_secs(1), false), Retry::No);
+    // Only a read or an idempotent capability gets TIMEOUT: `idempotent` does not change the
+    // category (a read that is not declared idempotent has no effect to double).
+    check(AgentSurfaceError::timeout(Duration::from_secs(1), false), Retry::Yes);
 
     check(AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Expired), Retry::WithConfirmation);
     check(AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied), Retry::No);

@@ -207,7 +207,7 @@ fn messages_are_pinned() {
         ),
         (
             AgentSurfaceError::timeout(Duration::from_secs(5), false),
-            "The call ran out of time after 5000 ms and may or may not have taken effect. Verify the current state before repeating it.",
+            "The call ran out of time after 5000 ms. Retry it with a fresh invocationId if it is still needed.",
         ),
         (
             AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled."),

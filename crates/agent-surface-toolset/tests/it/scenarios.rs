@@ -74,8 +74,6 @@ enum Condition {
     LimitPersists,
     IdempotentOnce,
     IdempotentAlways,
-    NonIdempotentReadUnverified,
-    NonIdempotentReadVerified,
     RegistryDisposed,
     WriteCancelledBeforeStart,
     ReadCancelledMidFlight,
@@ -96,8 +94,6 @@ enum Condition {
     PostConditionFails,
     UpstreamRefusesCredentials,
     TargetArgumentDisagrees,
-    ScanUnmountedMidFlightUnverified,
-    ScanUnmountedMidFlightVerified,
     NamedThroughTargetArgument,
     ApprovedThenRepeated,
     DeniedThenRepeated,
@@ -113,6 +109,17 @@ enum Condition {
     /// The id was used by another request, and so was the id derived from it by an intent that
     /// differs from this one only in its target: the derivation covers the target (issue 28).
     IdReusedByAnotherTarget,
+    /// A read that is not declared idempotent (`notes.scan`) runs out of time once: repeated at
+    /// once under a fresh id, the host not asked (issue 28, the one rule for interrupted calls).
+    ScanTimesOutOnce,
+    /// The same read runs out of time every time: the second `TIMEOUT` ends the loop, and the host
+    /// was never asked.
+    ScanTimesOutAlways,
+    /// The same read loses its instance while it runs, and the instance comes back: re-listed and
+    /// repeated, the host not asked.
+    ScanUnmountedMidFlight,
+    /// The same read is cancelled while it runs: repeated, the host not asked.
+    ScanCancelledMidFlight,
 }
 
 use Condition::*;
@@ -178,8 +185,6 @@ const SCENARIOS: &[Scenario] = &[
     row(RateLimited, LimitPersists, NotConverging, Some(RateLimited), 2),
     row(Timeout, IdempotentOnce, Succeeded, OK, 2),
     row(Timeout, IdempotentAlways, NotConverging, Some(Timeout), 2),
-    row(Timeout, NonIdempotentReadUnverified, Unverified, Some(Timeout), 1),
-    row(Timeout, NonIdempotentReadVerified, Succeeded, OK, 2),
     row(Cancelled, RegistryDisposed, NotConverging, Some(Cancelled), 2),
     row(Cancelled, WriteCancelledBeforeStart, Succeeded, OK, 2),
     row(Cancelled, ReadCancelledMidFlight, Succeeded, OK, 2),
@@ -198,8 +203,6 @@ const SCENARIOS: &[Scenario] = &[
     row(ExecutionFailed, PostConditionFails, Returned, Some(ExecutionFailed), 1),
     row(ExecutionFailed, UpstreamRefusesCredentials, Returned, Some(ExecutionFailed), 1),
     row(InvalidInput, TargetArgumentDisagrees, Returned, Some(InvalidInput), 1),
-    row(ComponentUnmounted, ScanUnmountedMidFlightUnverified, Unverified, Some(ComponentUnmounted), 1),
-    row(ComponentUnmounted, ScanUnmountedMidFlightVerified, Succeeded, OK, 2),
     // Two intents: the driver hands the error to the model, whose next tool call repairs it.
     row(AmbiguousInstance, NamedThroughTargetArgument, Succeeded, OK, 2),
     row(ConfirmationRequired, ApprovedThenRepeated, Succeeded, OK, 2),
@@ -209,6 +212,13 @@ const SCENARIOS: &[Scenario] = &[
     row(StaleCapability, SurfaceMovesTwice, Succeeded, OK, 3),
     row(PreconditionFailed, BindingFailsOnce, Succeeded, OK, 2),
     row(InvocationConflict, IdReusedByAnotherTarget, Succeeded, OK, 2),
+    // Issue 28: one rule for interrupted calls. A read that is not declared idempotent, interrupted
+    // after its handler started, repeats as its code's category says; the host is never asked
+    // (the default host would answer "unknown" and end the loop `Unverified`).
+    row(Timeout, ScanTimesOutOnce, Succeeded, OK, 2),
+    row(Timeout, ScanTimesOutAlways, NotConverging, Some(Timeout), 2),
+    row(ComponentUnmounted, ScanUnmountedMidFlight, Succeeded, OK, 2),
+    row(Cancelled, ScanCancelledMidFlight, Succeeded, OK, 2),
 ];
 
 // ---- The world: a registry with every condition's capability ------------------------------
@@ -562,6 +572,8 @@ struct Host {
     clock: TestClock,
     shared: Arc<Shared>,
     prompts: AtomicUsize,
+    /// The payloads the driver asked to verify.
+    verified: Mutex<Vec<ErrorPayload>>,
 }
 
 impl RecoveryHost for Host {
@@ -590,7 +602,8 @@ impl RecoveryHost for Host {
         })
     }
 
-    fn verify<'a>(&'a self, request: &'a InvokeRequest, _: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
+    fn verify<'a>(&'a self, request: &'a InvokeRequest, payload: &'a ErrorPayload) -> BoxFuture<'a, Verification> {
+        self.verified.lock().unwrap().push(payload.clone());
         let v = match self.kind {
             HostKind::Truthful if self.shared.applied(&request.capability) == 0 => Verification::NotApplied,
             HostKind::Truthful => Verification::Applied,
@@ -780,10 +793,6 @@ async fn arrange(world: &World, condition: Condition) -> Case {
         LimitPersists => Case::new(write("rate")),
         IdempotentOnce => Case::new(call("notes.read", json!({"mode": "hang-once"}))),
         IdempotentAlways => Case::new(call("notes.read", json!({"mode": "hang"}))),
-        NonIdempotentReadUnverified => Case::new(call("notes.scan", json!({"mode": "hang"}))),
-        NonIdempotentReadVerified => {
-            Case::new(call("notes.scan", json!({"mode": "hang-once"}))).host(HostKind::Truthful)
-        }
         RegistryDisposed => {
             r.dispose();
             Case::new(write("ok"))
@@ -825,13 +834,6 @@ async fn arrange(world: &World, condition: Condition) -> Case {
         UpstreamRefusesCredentials => Case::new(write("upstream-401")),
         TargetArgumentDisagrees => {
             Case::new(call("fleet.ping", json!({TARGET_ARGUMENT: "b"})).with_target(Target::instance("a")))
-        }
-        ScanUnmountedMidFlightUnverified | ScanUnmountedMidFlightVerified => {
-            let host =
-                if matches!(condition, ScanUnmountedMidFlightVerified) { HostKind::Truthful } else { HostKind::Relay };
-            Case::new(call("notes.scan", json!({"mode": "unmount-once"}))).host(host).after_first(|w| {
-                w.mount("notes", "main");
-            })
         }
         NamedThroughTargetArgument => Case::new(call("fleet.ping", json!({}))).model(|world, recovery| {
             Box::pin(async move {
@@ -885,6 +887,14 @@ async fn arrange(world: &World, condition: Condition) -> Case {
         }
         BindingFailsOnce => Case::new(call("notes.sign", json!({"text": "x"})))
             .after_first(|w| w.shared.bound.store(true, Ordering::SeqCst)),
+        ScanTimesOutOnce => Case::new(call("notes.scan", json!({"mode": "hang-once"}))),
+        ScanTimesOutAlways => Case::new(call("notes.scan", json!({"mode": "hang"}))),
+        ScanUnmountedMidFlight => Case::new(call("notes.scan", json!({"mode": "unmount-once"}))).after_first(|w| {
+            w.mount("notes", "main");
+        }),
+        ScanCancelledMidFlight => {
+            Case::new(call("notes.scan", json!({"mode": "cancel-me"}))).first(FirstAttempt::CancelledByHandler)
+        }
         IdReusedByAnotherTarget => {
             // Another request took the id; an intent for instance `a` conflicted on it too and
             // ran under the id it derived. This intent differs from that one only in its target.
@@ -962,6 +972,8 @@ struct Observed {
     log: Vec<(InvokeRequest, InvokeResult)>,
     /// Times a non-idempotent handler's effect was applied, per capability, during the scenario.
     applied: HashMap<&'static str, usize>,
+    /// The payloads the host was asked to verify.
+    verified: Vec<ErrorPayload>,
 }
 
 async fn observe(condition: Condition) -> Observed {
@@ -974,8 +986,9 @@ async fn observe(condition: Condition) -> Observed {
         clock: world.clock.clone(),
         shared: world.shared.clone(),
         prompts: AtomicUsize::new(0),
+        verified: Mutex::default(),
     });
-    let driver = RecoveryDriver::new(RecoveryConfig::default(), world.clock.shared(), host);
+    let driver = RecoveryDriver::new(RecoveryConfig::default(), world.clock.shared(), host.clone());
     let probe = Probe {
         world: &world,
         first: case.first,
@@ -1018,7 +1031,8 @@ async fn observe(condition: Condition) -> Observed {
     for (capability, before) in baseline {
         *applied.entry(capability).or_default() -= before;
     }
-    Observed { recovery, log: probe.log.into_inner().unwrap(), applied }
+    let verified = host.verified.lock().unwrap().clone();
+    Observed { recovery, log: probe.log.into_inner().unwrap(), applied, verified }
 }
 
 /// The `details.reason` (or `phase`) the first failure must carry, for conditions that share their
@@ -1034,9 +1048,14 @@ fn first_reason(condition: Condition) -> Option<&'static str> {
         SurfaceMovesTwice => "surface-version-mismatch",
         BindingFailsOnce => "binding-failed",
         NamedThroughArgumentUnmounted => "resolve",
-        ScanUnmountedMidFlightUnverified | ScanUnmountedMidFlightVerified => "mid-flight",
+        ScanUnmountedMidFlight => "mid-flight",
         _ => return None,
     })
+}
+
+/// `EXECUTION_FAILED {reason: outcome-unknown}`: the one result a client verifies before a repeat.
+fn unknown_outcome(p: &ErrorPayload) -> bool {
+    p.code() == ExecutionFailed && p.detail("reason") == Some(&json!("outcome-unknown"))
 }
 
 /// A refusal the user or a policy decided: never followed by another call.
@@ -1096,14 +1115,19 @@ async fn the_scenario_matrix() {
             retried_denials += 1;
             failures.push(format!("{name}: retried a denial"));
         }
-        // Nothing that says `no` is repeated, except an uncertain outcome the host verified.
+        // Nothing that says `no` is repeated, except an unknown outcome the host verified.
         for (_, res) in o.log.iter().rev().skip(1) {
             if let Some(p) = res.error_payload()
                 && p.retry() == Retry::No
-                && !matches!(p.code(), Timeout | ExecutionFailed)
+                && !unknown_outcome(p)
             {
                 failures.push(format!("{name}: repeated after {} (retry no)", p.code()));
             }
+        }
+        // The one rule for interrupted calls: the host is asked to verify an unknown outcome and
+        // nothing else (an interrupted read or idempotent call repeats as its code says).
+        for p in o.verified.iter().filter(|p| !unknown_outcome(p)) {
+            failures.push(format!("{name}: asked the host to verify {} {:?}", p.code(), p.details()));
         }
         // An unknown outcome is never reconciled by the driver (the same id would replay it): a
         // call after it is a verified repeat under a fresh id.

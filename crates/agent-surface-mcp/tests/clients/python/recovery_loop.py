@@ -4,12 +4,15 @@ on demand: a scripted transport answers each request with the next result of a s
 usage: python recovery_loop.py
 
 Covers the table rows the twelve Pydantic AI tasks do not reach: an unknown outcome (verified or
-not), an idempotent timeout, a conflicting id, an expired confirmation, a delay beyond the
-bounds, the convergence guard and the attempt budget; after a re-listing, a tool still disabled,
-an instance no longer listed, a replaced registration retargeted; a non-idempotent read unmounted
-mid-flight. Issue 28's defects: a second stale surface under newer tokens is followed, a failed
-binding is retried once whatever the listing, the conflict id covers the `_meta` target (the Rust
-helper's pinned test vector). Closes with "N passed, M failed".
+not), a conflicting id, an expired confirmation, a delay beyond the bounds, the convergence guard
+and the attempt budget; after a re-listing, a tool still disabled, an instance no longer listed, a
+replaced registration retargeted. Issue 28: the one rule for interrupted calls (a read that times
+out, is cancelled or is unmounted mid-flight is repeated as its row says, the host never asked,
+whatever the tool declares; only an unknown outcome is verified); the driver's defects: an
+instance named through `_instance` that is gone is not called again, a second stale surface under
+newer tokens is followed, a failed binding is retried once whatever the listing, the conflict id
+covers the `_meta` target (the Rust helper's pinned test vector). Closes with "N passed, M
+failed".
 """
 
 import asyncio
@@ -73,9 +76,9 @@ async def main():
     check("the table has a row for each of the 16 codes", len(codes) == 16, repr(sorted(codes)))
     check("an unknown code has no row", decide({"code": "NOPE", "retry": "no"}) is None)
 
-    s = Script(err("TIMEOUT", "no", timeoutMs=5, idempotent=False))
+    s = Script(err("EXECUTION_FAILED", "no", reason="outcome-unknown"))
     r = await run(s, Verifier("unknown"))
-    check("a non-idempotent TIMEOUT stops unverified when no one can tell", (r.stop, r.attempts) == ("unverified", 1), repr(r))
+    check("an unknown outcome stops unverified when no one can tell", (r.stop, r.attempts) == ("unverified", 1), repr(r))
     s = Script(err("EXECUTION_FAILED", "no", reason="outcome-unknown"), OK)
     r = await run(s, Verifier("not-applied"))
     check("an unknown outcome verified as not applied is repeated under a fresh id",
@@ -145,13 +148,23 @@ async def main():
         s = Script(err("COMPONENT_UNMOUNTED", "after-refresh", phase="resolve"), OK, listing=relisted)
         r = await Recoverer(s, sleep=no_wait).run("t", args, invocation_id="i", planned=planned, meta=meta)
         check(f"an instance no longer listed ({how}) is not called again", (r.stop, r.attempts) == ("returned-to-caller", 1), repr(r))
+
+    # Issue 28, the one rule for interrupted calls: only a read or an idempotent call gets TIMEOUT,
+    # CANCELLED or a mid-flight unmount once its handler started, so each is repeated as its row
+    # says, under a fresh id, and the host is never asked (it could only answer "unknown" here),
+    # whatever the tool declares; only an unknown outcome is verified (above).
     read_only = Listing(tools={"t": {"name": "t", "annotations": {"readOnlyHint": True},
                                      "_meta": {"agent-surface/idempotent": False}}})
-    s = Script(err("COMPONENT_UNMOUNTED", "after-refresh", phase="mid-flight"), OK, listing=read_only)
-    v = Verifier("unknown")
-    r = await run(s, v)
-    check("a non-idempotent read unmounted mid-flight is verified first (read-only is not idempotent)",
-          (r.stop, v.asked) == ("unverified", 1), repr(r))
+    for what, first in (("times out", err("TIMEOUT", "yes", timeoutMs=5, idempotent=False)),
+                        ("is cancelled", err("CANCELLED", "yes")),
+                        ("is unmounted mid-flight", err("COMPONENT_UNMOUNTED", "after-refresh", phase="mid-flight"))):
+        s = Script(first, OK, listing=read_only)
+        v = Verifier("unknown")
+        r = await run(s, v)
+        check(f"a read not declared idempotent that {what} is repeated under a fresh id, the host not asked",
+              (r.stop, v.asked, [m[INVOCATION_ID] for m in s.sent]) == ("succeeded", 0, ["i", "i#r2"]), repr((r, v.asked)))
+    check("only the unknown outcome's row verifies",
+          [(d.code, d.when) for d in DECISIONS if d.action == "verify"] == [("EXECUTION_FAILED", ("reason", "outcome-unknown"))])
 
 
     # Issue 28. A second STALE_CAPABILITY under the newer tokens of the re-listing is progress.
