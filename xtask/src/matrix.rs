@@ -342,7 +342,7 @@ mod tests {
         let text = std::fs::read_to_string(root.join(MATRIX_FILE)).unwrap();
         let mut json: Value = serde_json::from_str(&text).unwrap();
         let timeout = json["codes"].as_array_mut().unwrap().iter_mut().find(|c| c["code"] == "TIMEOUT").unwrap();
-        timeout["retry"]["default"] = "yes".into();
+        timeout["retry"]["default"] = "no".into();
         let dir = std::env::temp_dir().join(format!("xtask-verify-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("spec")).unwrap();
         std::fs::write(dir.join(MATRIX_FILE), serde_json::to_string_pretty(&json).unwrap() + "\n").unwrap();
