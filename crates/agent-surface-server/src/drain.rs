@@ -9,10 +9,7 @@ use http_body_util::BodyExt as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::Limits;
-
-/// The operator log's target for the server's events.
-const TARGET: &str = "agent_surface::server";
+use crate::{Limits, TARGET};
 
 /// A response extension marking a response as a long-lived event stream that carries no call's
 /// answer — an MCP legacy session's standalone `GET` stream, a `subscriptions/listen` stream: the

@@ -11,11 +11,33 @@
 //! - **a header timeout** ([`Limits::header_timeout`], 10 s): a connection must deliver a
 //!   request's complete head within it, measured from when the server starts waiting for one — so
 //!   the same timeout also closes a kept-alive connection that stays idle;
-//! - **a connection cap** ([`Limits::max_connections`], 1,024): at the cap the server stops
-//!   accepting (new clients wait in the listen backlog) until a connection ends;
+//! - **a minimum head rate** ([`Limits::min_head_rate`], 512 bytes a second after
+//!   [`Limits::head_rate_grace`], 2 s): a client that trickles its request head, or opens a
+//!   connection and sends nothing, is closed after about 2 s instead of 10;
+//! - **a connection cap** ([`Limits::max_connections`], 1,024): at the cap, a new connection is
+//!   admitted by closing the one that has waited longest for a request head — a slow or idle
+//!   client, never one with a request in progress — so that slow clients cannot lock everyone
+//!   out; only when every connection has a request in progress does accepting pause (new clients
+//!   wait in the listen backlog);
 //! - **a cap per peer address** ([`Limits::max_connections_per_ip`], 128): a connection over it
 //!   is closed as soon as it is accepted, so one address cannot take every slot;
+//! - **descriptors to match** ([`Limits::raise_descriptor_limit`],
+//!   [`Limits::descriptor_reserve`], 128): at start the process's soft descriptor limit is raised
+//!   to its hard limit, and the cap lowered if needed so that 128 descriptors stay free under it —
+//!   a process out of descriptors accepts nobody, so the cap must bind first;
 //! - **a bounded drain** ([`Limits::drain_timeout`], 10 s, and [`Limits::cancel_grace`], 1 s).
+//!
+//! The operator channel (`tracing`, target `agent_surface::server`) gets, at start, `INFO`
+//! `serving` with the cap in force and the descriptor limit (`descriptor_limit`,
+//! `descriptor_limit_at_start`, `descriptor_hard_limit`), and `WARN` if the cap had to be
+//! lowered; while connections are being closed to keep serving, `WARN` `connections closed to keep
+//! serving` at most every 10 s with the counts since the last one (`over_address_cap`,
+//! `shed_at_cap`, `slow_heads`).
+//!
+//! These limits keep one process serving; they cannot tell a slow client from a slow network.
+//! Behind a reverse proxy, let the proxy take the slow clients: it should read each request head
+//! whole before it opens or uses a connection to this server, with its own head timeout, and cap
+//! connections per client (the repository's `docs/operations.md` has the details).
 //!
 //! # Shutdown
 //!
@@ -75,7 +97,10 @@
 //! # }
 //! ```
 
+mod conns;
+mod descriptors;
 mod drain;
+mod head;
 mod host;
 
 pub use host::{HostCheck, check_host};
@@ -86,19 +111,27 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::conns::{Conns, Shed, Tracked};
 use crate::drain::InFlight;
 pub use crate::drain::{CancelStep, Drain, OpenStream};
+use crate::head::{HeadRate, Paced};
+
+/// The operator log's target for the server's events.
+pub(crate) const TARGET: &str = "agent_surface::server";
 
 /// What one server allows its clients. Build it with struct update syntax over `Default`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// The most connections open at once; at the cap the server stops accepting until one ends.
+    /// The most connections open at once (at least 1). At the cap, a new connection is admitted
+    /// by closing the connection that has waited longest for a request head (a slow or idle
+    /// client; never one with a request in progress); when every connection has a request in
+    /// progress, accepting pauses until one ends or finishes its request. The server lowers it to
+    /// fit the descriptor limit (see [`Limits::descriptor_reserve`]).
     pub max_connections: usize,
     /// The most connections open at once from one peer address (an IPv6 peer: from its /64,
     /// which one client usually holds whole); a connection over it is closed when accepted.
@@ -108,6 +141,27 @@ pub struct Limits {
     /// headers), counted from when the server starts waiting for it: it bounds slow clients and
     /// idle kept-alive connections alike.
     pub header_timeout: Duration,
+    /// The slowest a request head may arrive, in bytes per second; 0 turns the rule off. A head
+    /// gets [`Limits::head_rate_grace`] from its first byte — the first head of a connection,
+    /// from when the connection was accepted — plus one second for every `min_head_rate` bytes of
+    /// it received; a connection that falls behind is closed. A head sent in one go never comes
+    /// near it; a client trickling a head, or opening a connection and sending nothing, is closed
+    /// after about the grace, long before [`Limits::header_timeout`]. A kept-alive connection may
+    /// stay idle between requests for up to the header timeout.
+    pub min_head_rate: u32,
+    /// The time every request head gets whatever its rate (see [`Limits::min_head_rate`]).
+    pub head_rate_grace: Duration,
+    /// Whether the server raises the process's soft descriptor limit (`RLIMIT_NOFILE`) to its hard
+    /// limit when it starts, as Go's runtime does for every program: the soft limit is often 1,024
+    /// while the hard limit allows far more, and each connection holds a descriptor. It is a
+    /// process-wide change that child processes inherit. No effect where there is no such limit.
+    pub raise_descriptor_limit: bool,
+    /// The descriptors kept for everything but this server's connections (the listener, store
+    /// connections, files, the runtime's own): the connection cap is lowered to the soft
+    /// descriptor limit minus this, so that the cap binds before the process runs out of
+    /// descriptors — out of descriptors, it could accept nobody. Several servers in one process
+    /// each count the whole limit: give them caps that fit together.
+    pub descriptor_reserve: usize,
     /// How long a shutdown waits for the requests in flight before it cancels them
     /// ([`Drain::cancel`]).
     pub drain_timeout: Duration,
@@ -118,13 +172,18 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 1,024 connections, 128 per peer address, 10 s for a request head, 10 s of drain, 1 s of
-    /// grace.
+    /// 1,024 connections, 128 per peer address, 10 s for a request head and at least 512 bytes
+    /// a second of it after a grace of 2 s, the descriptor limit raised with 128 descriptors kept
+    /// in reserve, 10 s of drain, 1 s of grace.
     fn default() -> Limits {
         Limits {
             max_connections: 1024,
             max_connections_per_ip: 128,
             header_timeout: Duration::from_secs(10),
+            min_head_rate: 512,
+            head_rate_grace: Duration::from_secs(2),
+            raise_descriptor_limit: true,
+            descriptor_reserve: 128,
             drain_timeout: Duration::from_secs(10),
             cancel_grace: Duration::from_secs(1),
         }
@@ -205,63 +264,80 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     drain: Drain,
 ) -> std::io::Result<()> {
-    let _ = listener.local_addr()?;
+    let local = listener.local_addr()?;
+    let cap = start_log(local, &limits);
     let in_flight = InFlight::default();
     let router = in_flight.layer(router);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let slots = Arc::new(Semaphore::new(cap));
     let per_ip = limits.max_connections_per_ip.max(1);
     let per_peer = Arc::new(PerPeer::default());
+    let conns = Arc::new(Conns::default());
+    let rate = HeadRate { min: limits.min_head_rate, grace: limits.head_rate_grace };
     let tracker = TaskTracker::new();
     // Cancelled when the drain runs out: what is still open is dropped.
     let dropped = CancellationToken::new();
     loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            () = shutdown.cancelled() => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(target: "agent_surface::server", error = %e, "accept failed");
+                    // Out of descriptors, most likely: free one held by a slow or idle client.
+                    tracing::warn!(target: TARGET, error = %e, "accept failed");
+                    conns.evict_oldest();
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
             },
             () = shutdown.cancelled() => break,
         };
+        let accepted = tokio::time::Instant::now();
         let peer_ip = peer_key(peer.ip());
         if !per_peer.take(peer_ip, per_ip) {
-            tracing::warn!(target: "agent_surface::server", peer = %peer.ip(), "connection over the per-address cap closed");
+            conns.shed(Shed::OverAddressCap);
             drop(stream);
             continue;
         }
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => match slot_at_cap(&slots, &conns, &shutdown).await {
+                Some(slot) => slot,
+                None => {
+                    per_peer.give(peer_ip);
+                    break;
+                }
+            },
+        };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let conn = conns.open();
+        let evicted = conn.evicted().clone();
+        let service = Tracked::new(router.clone(), conn.clone());
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(Paced::new(stream, conn, rate, accepted)), service);
         let (shutdown, dropped, per_peer) = (shutdown.clone(), dropped.clone(), per_peer.clone());
         tracker.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            let ended = tokio::select! {
-                ended = connection.as_mut() => Some(ended),
-                () = shutdown.cancelled() => {
-                    // Finish the response in progress, then close — unless the drain drops it.
-                    connection.as_mut().graceful_shutdown();
-                    tokio::select! {
-                        ended = connection.as_mut() => Some(ended),
-                        () = dropped.cancelled() => None,
+            // The connection (and its socket) is dropped at the end of this block, before its
+            // slot is given back: the sockets open never exceed the cap (and the one being admitted).
+            let ended = {
+                let mut connection = std::pin::pin!(connection);
+                tokio::select! {
+                    ended = connection.as_mut() => Some(ended),
+                    // Shed at the cap: closed (dropped) at once.
+                    () = evicted.cancelled() => None,
+                    () = shutdown.cancelled() => {
+                        // Finish the response in progress, then close — unless the drain drops it.
+                        connection.as_mut().graceful_shutdown();
+                        tokio::select! {
+                            ended = connection.as_mut() => Some(ended),
+                            () = dropped.cancelled() => None,
+                        }
                     }
                 }
             };
             if let Some(Err(e)) = ended {
-                tracing::debug!(target: "agent_surface::server", error = %e, "connection ended with an error");
+                tracing::debug!(target: TARGET, error = %e, "connection ended with an error");
             }
             per_peer.give(peer_ip);
             drop(slot);
@@ -275,11 +351,58 @@ pub async fn serve_with(
     // What is left: connections closing, streams that did not end with `drain.streams`, requests
     // that ignored the cancellation.
     if tokio::time::timeout(limits.cancel_grace, tracker.wait()).await.is_err() {
-        tracing::warn!(target: "agent_surface::server", "connections still open after the drain; dropping them");
+        tracing::warn!(target: TARGET, "connections still open after the drain; dropping them");
         dropped.cancel();
         tracker.wait().await;
     }
     Ok(())
+}
+
+/// Raises the descriptor limit if asked to, derives the connection cap, and logs both (`INFO`;
+/// `WARN` when the cap had to be lowered). Returns the cap.
+fn start_log(local: std::net::SocketAddr, limits: &Limits) -> usize {
+    let descriptors = descriptors::at_start(limits.raise_descriptor_limit);
+    let soft = descriptors.map(|d| d.soft);
+    let cap = descriptors::connection_cap(limits.max_connections, soft, limits.descriptor_reserve);
+    let [descriptor_limit, descriptor_limit_at_start, descriptor_hard_limit] =
+        descriptors.map_or([None; 3], |d| [Some(d.soft), Some(d.soft_at_start), Some(d.hard)]);
+    tracing::info!(target: TARGET, addr = %local, max_connections = cap, max_connections_per_ip = limits.max_connections_per_ip,
+        descriptor_limit, descriptor_limit_at_start, descriptor_hard_limit, descriptor_reserve = limits.descriptor_reserve,
+        "serving");
+    if cap < limits.max_connections {
+        tracing::warn!(target: TARGET, configured = limits.max_connections, max_connections = cap, descriptor_limit,
+            descriptor_hard_limit, descriptor_reserve = limits.descriptor_reserve,
+            "the connection cap is lowered to fit the descriptor limit: raise the hard limit (LimitNOFILE= for a systemd service, ulimit -Hn, a container's nofile) or lower max_connections");
+    }
+    cap
+}
+
+/// A slot for a connection accepted at the cap: the connection that has waited longest for a
+/// request head is shed to make room, or, when every connection has a request in progress, the
+/// first slot freed — by a connection that ends, or, once one is waiting for a head again, by
+/// shedding it. `None`: the server is shutting down.
+async fn slot_at_cap(
+    slots: &Arc<Semaphore>,
+    conns: &Conns,
+    shutdown: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    loop {
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            return Some(slot);
+        }
+        if conns.evict_oldest() {
+            conns.shed(Shed::AtCap);
+            return tokio::select! {
+                slot = slots.clone().acquire_owned() => slot.ok(),
+                () = shutdown.cancelled() => None,
+            };
+        }
+        tokio::select! {
+            slot = slots.clone().acquire_owned() => return slot.ok(),
+            () = conns.became_waiting() => {}
+            () = shutdown.cancelled() => return None,
+        }
+    }
 }
 
 #[cfg(test)]

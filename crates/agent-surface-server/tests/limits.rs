@@ -1,9 +1,12 @@
-//! The limits against real sockets: slow and idle clients are closed after the header timeout,
-//! one address cannot take every slot, and a shutdown drains.
+//! The limits against real sockets: slow and idle clients are closed after the header timeout, or
+//! before it when they fall below the minimum head rate; one address cannot take every slot; at the
+//! connection cap the connection waiting longest for a head makes room; the cap fits the
+//! descriptor limit; and a shutdown drains.
 
 #![allow(missing_docs, reason = "integration tests")]
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_surface_server::{Drain, Limits, OpenStream, serve, serve_with};
@@ -40,6 +43,23 @@ async fn get(from: &str, addr: SocketAddr, path: &str) -> String {
     let mut out = String::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
     out
+}
+
+/// One response read from `s`: up to its body `ok` or `released` (the routes' answers), or
+/// whatever arrived within 5 s.
+async fn answer_of(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    let read = async {
+        while !(out.ends_with(b"\r\n\r\nok") || out.ends_with(b"released")) {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether the server closed `s` (a read returns end of file or an error) within `within`.
@@ -80,6 +100,123 @@ async fn slow_and_idle_clients_are_closed_after_the_header_timeout() {
     assert!(closed_within(&mut kept, Duration::from_secs(3)).await, "the kept-alive client was closed when idle");
     // Meanwhile others are served.
     assert!(get("127.0.0.1", addr, "/").await.contains("200 OK"));
+    shutdown.cancel();
+}
+
+/// Slowloris below the minimum head rate: a head trickled a byte every 100 ms, and a new connection
+/// that sends nothing, are closed after about the grace (500 ms), long before the header timeout
+/// (30 s); a head that arrives in quick pieces, and a kept-alive connection idle for longer than
+/// the grace, are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_below_the_minimum_rate_is_closed_long_before_the_header_timeout() {
+    let limits = Limits {
+        header_timeout: Duration::from_secs(30),
+        min_head_rate: 512,
+        head_rate_grace: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let (addr, shutdown, _server) = start(limits).await;
+    let mut slow = connect_from("127.0.0.1", addr).await;
+    let mut silent = connect_from("127.0.0.1", addr).await;
+    let started = Instant::now();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut closed = false;
+    for _ in 0..100 {
+        if slow.write_all(b"a").await.is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut slow, Duration::from_millis(100)).await {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the trickling client was closed");
+    assert!(closed_within(&mut silent, Duration::from_secs(5)).await, "the silent connection was closed");
+    assert!(started.elapsed() < Duration::from_secs(15), "long before the header timeout: {:?}", started.elapsed());
+    // A head in pieces, each soon after the last, is served.
+    let mut pieces = connect_from("127.0.0.1", addr).await;
+    for piece in [&b"GET / HT"[..], b"TP/1.1\r\nHo", b"st: x\r\n\r\n"] {
+        pieces.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(answer_of(&mut pieces).await.contains("200 OK"));
+    // Kept alive past the grace, its next head's clock starts with that head.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    pieces.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(answer_of(&mut pieces).await.contains("200 OK"), "the kept-alive connection was served");
+    shutdown.cancel();
+}
+
+/// At the cap, a new client is admitted by closing the connection that has waited longest for a
+/// request head; a connection with a request in progress is never shed, so when every connection
+/// has one, a new client waits for a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
+    let release = CancellationToken::new();
+    let waiting_requests = Arc::new(tokio::sync::watch::Sender::new(0usize));
+    let router = {
+        let (release, waiting_requests) = (release.clone(), waiting_requests.clone());
+        axum::Router::new().route("/", axum::routing::get(|| async { "ok" })).route(
+            "/wait",
+            axum::routing::get(move || {
+                let release = release.clone();
+                waiting_requests.send_modify(|n| *n += 1);
+                async move {
+                    release.cancelled().await;
+                    "released"
+                }
+            }),
+        )
+    };
+    let requests_in_progress = |n: usize| {
+        let mut seen = waiting_requests.subscribe();
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), seen.wait_for(|m| *m == n)).await.unwrap().unwrap();
+        }
+    };
+    let limits = Limits {
+        max_connections: 3,
+        max_connections_per_ip: 100,
+        header_timeout: Duration::from_secs(30),
+        min_head_rate: 0,
+        ..Limits::default()
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let _server = tokio::spawn(serve(listener, router, limits, shutdown.clone()));
+    // One connection busy with a request, two idle ones from other addresses, oldest first.
+    let mut busy = connect_from("127.0.0.1", addr).await;
+    busy.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    requests_in_progress(1).await;
+    let mut oldest = connect_from("127.0.0.2", addr).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut younger = connect_from("127.0.0.3", addr).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // At the cap: a new client is served at once (not after the 30 s header timeout)…
+    let answer = tokio::time::timeout(Duration::from_secs(10), get("127.0.0.4", addr, "/")).await;
+    assert!(answer.expect("served without waiting for a slot").contains("200 OK"));
+    // …in the slot of the connection that had waited longest for a head.
+    assert!(closed_within(&mut oldest, Duration::from_secs(2)).await, "the oldest idle connection was shed");
+    assert!(!closed_within(&mut younger, Duration::from_millis(300)).await, "the younger one was not");
+    // Two more requests that wait: the second, at the cap, sheds the younger idle connection; then
+    // every connection has a request in progress, and a new client waits.
+    let mut busy2 = connect_from("127.0.0.1", addr).await;
+    busy2.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    requests_in_progress(2).await;
+    let mut busy3 = connect_from("127.0.0.1", addr).await;
+    busy3.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    requests_in_progress(3).await;
+    assert!(closed_within(&mut younger, Duration::from_secs(2)).await, "the younger idle connection was shed");
+    let waiting = tokio::spawn(async move { get("127.0.0.6", addr, "/").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "no connection was shed while every one had a request in progress");
+    release.cancel();
+    for s in [&mut busy, &mut busy2, &mut busy3] {
+        assert!(answer_of(s).await.contains("released"), "a busy connection kept its request");
+    }
+    assert!(waiting.await.unwrap().contains("200 OK"), "the waiting client was served once a request ended");
     shutdown.cancel();
 }
 
@@ -218,4 +355,67 @@ async fn an_open_stream_does_not_hold_the_drain() {
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
     assert!(closed_within(&mut stream, Duration::from_secs(1)).await, "the stream ended");
+}
+
+/// The variable that makes this test binary the child of `the_cap_fits_the_descriptor_limit`.
+#[cfg(unix)]
+const DESCRIPTOR_CHILD: &str = "AGENT_SURFACE_SERVER_DESCRIPTOR_CHILD";
+
+/// In a child process (the limits are the process's): a soft descriptor limit below the hard one
+/// is raised at start; with both at 160, the default cap of 1,024 becomes 32 (160 less the 128
+/// reserved), so the 33rd connection sheds the first; the start log says all of it.
+#[cfg(unix)]
+#[test]
+fn the_cap_fits_the_descriptor_limit() {
+    if std::env::var_os(DESCRIPTOR_CHILD).is_some() {
+        return descriptor_child();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "the_cap_fits_the_descriptor_limit", "--nocapture", "--test-threads=1"])
+        .env(DESCRIPTOR_CHILD, "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed:\n{stdout}\n{stderr}");
+    let serving: Vec<&str> = stdout.lines().filter(|l| l.contains(" serving addr=")).collect();
+    assert_eq!(serving.len(), 2, "{stdout}");
+    assert!(serving[0].contains("descriptor_limit_at_start=256"), "{}", serving[0]);
+    assert!(serving[1].contains("max_connections=32") && serving[1].contains("descriptor_limit=160"), "{}", serving[1]);
+    assert!(stdout.contains("the connection cap is lowered to fit the descriptor limit"), "{stdout}");
+}
+
+#[cfg(unix)]
+fn descriptor_child() {
+    use rlimit::Resource;
+    tracing_subscriber::fmt().with_writer(std::io::stdout).with_max_level(tracing::Level::INFO).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // Raised: a soft limit of 256 under a higher hard limit becomes the hard limit.
+    let (_, hard) = Resource::NOFILE.get().unwrap();
+    Resource::NOFILE.set(256.min(hard), hard).unwrap();
+    let (_, shutdown, _server) = runtime.block_on(async {
+        let started = start(Limits::default()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        started
+    });
+    assert_eq!(Resource::NOFILE.get().unwrap(), (hard, hard), "the soft limit was raised to the hard one");
+    shutdown.cancel();
+    // Fitted: at 160 descriptors, 32 connections (idle ones, the rate rule off), oldest shed first.
+    Resource::NOFILE.set(160, 160).unwrap();
+    runtime.block_on(async {
+        let limits = Limits { min_head_rate: 0, header_timeout: Duration::from_secs(30), ..Limits::default() };
+        let (addr, shutdown, _server) = start(limits).await;
+        let mut held = Vec::new();
+        for i in 0..40 {
+            held.push(connect_from(&format!("127.0.1.{}", i + 1), addr).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut open = Vec::new();
+        for s in &mut held {
+            open.push(!closed_within(s, Duration::from_millis(50)).await);
+        }
+        let expected: Vec<bool> = (0..40).map(|i| i >= 8).collect();
+        assert_eq!(open, expected, "the first 8 were shed, 32 stay open");
+        shutdown.cancel();
+    });
 }
