@@ -40,8 +40,8 @@ impl HeadRate {
 }
 
 /// A connection's socket whose reads, while the connection waits for a request head, must keep
-/// up with a [`HeadRate`]: a read past the deadline fails (`TimedOut`), which closes the
-/// connection.
+/// up with a [`HeadRate`]: a read that finds no new byte past the deadline fails (`TimedOut`),
+/// which closes the connection.
 pub(crate) struct Paced {
     inner: TcpStream,
     conn: Arc<Conn>,
@@ -56,9 +56,10 @@ pub(crate) struct Paced {
 }
 
 impl Paced {
-    /// `stream`, accepted at `accepted`, for `conn` (whose first phase is waiting for a head).
-    pub(crate) fn new(stream: TcpStream, conn: Arc<Conn>, rate: HeadRate, accepted: Instant) -> Paced {
-        Paced { inner: stream, phase: 0, conn, rate, began: Some(accepted), bytes: 0, timer: None }
+    /// `stream` for `conn` (whose first phase is waiting for a head), its first head's clock
+    /// started at `admitted`.
+    pub(crate) fn new(stream: TcpStream, conn: Arc<Conn>, rate: HeadRate, admitted: Instant) -> Paced {
+        Paced { inner: stream, phase: 0, conn, rate, began: Some(admitted), bytes: 0, timer: None }
     }
 
     fn too_slow(&self) -> std::io::Error {
@@ -79,34 +80,30 @@ impl AsyncRead for Paced {
             (this.phase, this.began, this.bytes) = (phase, None, 0);
         }
         let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Err(_)) = polled {
-            return polled;
-        }
-        let received = buf.filled().len() - before;
-        if received > 0 {
-            this.began.get_or_insert_with(Instant::now);
-            this.bytes = this.bytes.saturating_add(received as u64);
+        if let Poll::Ready(read) = Pin::new(&mut this.inner).poll_read(cx, buf) {
+            // A read that brings bytes never fails: they may have arrived in time, and a head
+            // they complete is not held to the rule any longer. A read that finds none does.
+            let received = buf.filled().len() - before;
+            if received > 0 {
+                this.began.get_or_insert_with(Instant::now);
+                this.bytes = this.bytes.saturating_add(received as u64);
+            }
+            return Poll::Ready(read);
         }
         let Some(deadline) = this.began.and_then(|began| this.rate.deadline(began, this.bytes)) else {
-            return polled;
+            return Poll::Pending;
         };
-        if matches!(polled, Poll::Ready(Ok(()))) && received == 0 {
-            return polled; // the client closed its side
-        }
         if Instant::now() >= deadline {
             return Poll::Ready(Err(this.too_slow()));
         }
-        if polled.is_pending() {
-            let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if timer.deadline() != deadline {
-                timer.as_mut().reset(deadline);
-            }
-            if timer.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(this.too_slow()));
-            }
+        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
         }
-        polled
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(this.too_slow()));
+        }
+        Poll::Pending
     }
 }
 

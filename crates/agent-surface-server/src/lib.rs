@@ -290,7 +290,6 @@ pub async fn serve_with(
             },
             () = shutdown.cancelled() => break,
         };
-        let accepted = tokio::time::Instant::now();
         let peer_ip = peer_key(peer.ip());
         if !per_peer.take(peer_ip, per_ip) {
             conns.shed(Shed::OverAddressCap);
@@ -307,6 +306,9 @@ pub async fn serve_with(
                 }
             },
         };
+        // The first head's clock starts now, when the server starts reading it (not at accept: a
+        // connection may have waited for its slot).
+        let admitted = tokio::time::Instant::now();
         let _ = stream.set_nodelay(true);
         let conn = conns.open();
         let evicted = conn.evicted().clone();
@@ -315,7 +317,7 @@ pub async fn serve_with(
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .keep_alive(true)
-            .serve_connection(TokioIo::new(Paced::new(stream, conn, rate, accepted)), service);
+            .serve_connection(TokioIo::new(Paced::new(stream, conn, rate, admitted)), service);
         let (shutdown, dropped, per_peer) = (shutdown.clone(), dropped.clone(), per_peer.clone());
         tracker.spawn(async move {
             // The connection (and its socket) is dropped at the end of this block, before its

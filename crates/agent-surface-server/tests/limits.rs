@@ -220,6 +220,41 @@ async fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
     shutdown.cancel();
 }
 
+/// A client that waited for a slot longer than the head-rate grace, its head sent at once, is
+/// served when a slot frees: the rule counts from when the server starts reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waited_for_a_slot_is_served() {
+    let release = CancellationToken::new();
+    let router = {
+        let release = release.clone();
+        axum::Router::new().route("/", axum::routing::get(|| async { "ok" })).route(
+            "/wait",
+            axum::routing::get(move || {
+                let release = release.clone();
+                async move {
+                    release.cancelled().await;
+                    "released"
+                }
+            }),
+        )
+    };
+    let limits = Limits { max_connections: 1, head_rate_grace: Duration::from_millis(200), ..Limits::default() };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let _server = tokio::spawn(serve(listener, router, limits, shutdown.clone()));
+    let waiting = get("127.0.0.1", addr, "/wait");
+    let waiting = tokio::spawn(waiting);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let next = tokio::spawn(get("127.0.0.2", addr, "/"));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(!next.is_finished(), "it waits for the slot");
+    release.cancel();
+    assert!(waiting.await.unwrap().contains("released"));
+    assert!(next.await.unwrap().contains("200 OK"), "served after waiting past the grace");
+    shutdown.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_take_every_slot() {
     let limits = Limits {
