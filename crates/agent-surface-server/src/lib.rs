@@ -15,10 +15,9 @@
 //!   [`Limits::head_rate_grace`], 2 s): a client that trickles its request head, or opens a
 //!   connection and sends nothing, is closed after about 2 s instead of 10;
 //! - **a connection cap** ([`Limits::max_connections`], 1,024): at the cap, a new connection is
-//!   admitted by closing the one that has waited longest for a request head — a slow or idle
-//!   client, never one with a request in progress — so that slow clients cannot lock everyone
-//!   out; only when every connection has a request in progress does accepting pause (new clients
-//!   wait in the listen backlog);
+//!   admitted by closing the one idle longest between two requests (kept alive, waiting for its
+//!   next); when none is idle, accepting pauses (new clients wait in the listen backlog) until a
+//!   connection ends — slow clients within about 2 s, by the head rate — or becomes idle;
 //! - **a cap per peer address** ([`Limits::max_connections_per_ip`], 128): a connection over it
 //!   is closed as soon as it is accepted, so one address cannot take every slot;
 //! - **descriptors to match** ([`Limits::raise_descriptor_limit`],
@@ -128,10 +127,11 @@ pub(crate) const TARGET: &str = "agent_surface::server";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// The most connections open at once (at least 1). At the cap, a new connection is admitted
-    /// by closing the connection that has waited longest for a request head (a slow or idle
-    /// client; never one with a request in progress); when every connection has a request in
-    /// progress, accepting pauses until one ends or finishes its request. The server lowers it to
-    /// fit the descriptor limit (see [`Limits::descriptor_reserve`]).
+    /// by closing the connection that has been idle longest between two requests (kept alive,
+    /// waiting for its next one); a connection with a request in progress, or yet to send its
+    /// first, is never closed for it. When none is idle, accepting pauses until a connection ends
+    /// or becomes idle. The server lowers the cap to fit the descriptor limit (see
+    /// [`Limits::descriptor_reserve`]).
     pub max_connections: usize,
     /// The most connections open at once from one peer address (an IPv6 peer: from its /64,
     /// which one client usually holds whole); a connection over it is closed when accepted.
@@ -281,7 +281,7 @@ pub async fn serve_with(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // Out of descriptors, most likely: free one held by a slow or idle client.
+                    // Out of descriptors, most likely: free one held by an idle client.
                     tracing::warn!(target: TARGET, error = %e, "accept failed");
                     conns.evict_oldest();
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
@@ -379,10 +379,9 @@ fn start_log(local: std::net::SocketAddr, limits: &Limits) -> usize {
     cap
 }
 
-/// A slot for a connection accepted at the cap: the connection that has waited longest for a
-/// request head is shed to make room, or, when every connection has a request in progress, the
-/// first slot freed — by a connection that ends, or, once one is waiting for a head again, by
-/// shedding it. `None`: the server is shutting down.
+/// A slot for a connection accepted at the cap: the connection idle longest between two requests
+/// is shed to make room, or, when none is idle, the first slot freed — by a connection that ends,
+/// or, once one becomes idle, by shedding it. `None`: the server is shutting down.
 async fn slot_at_cap(
     slots: &Arc<Semaphore>,
     conns: &Conns,
@@ -401,7 +400,7 @@ async fn slot_at_cap(
         }
         tokio::select! {
             slot = slots.clone().acquire_owned() => return slot.ok(),
-            () = conns.became_waiting() => {}
+            () = conns.became_idle() => {}
             () = shutdown.cancelled() => return None,
         }
     }

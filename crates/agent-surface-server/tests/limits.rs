@@ -1,7 +1,7 @@
 //! The limits against real sockets: slow and idle clients are closed after the header timeout, or
 //! before it when they fall below the minimum head rate; one address cannot take every slot; at the
-//! connection cap the connection waiting longest for a head makes room; the cap fits the
-//! descriptor limit; and a shutdown drains.
+//! connection cap the connection idle longest makes room; the cap fits the descriptor limit; and a
+//! shutdown drains.
 
 #![allow(missing_docs, reason = "integration tests")]
 
@@ -148,11 +148,11 @@ async fn a_head_below_the_minimum_rate_is_closed_long_before_the_header_timeout(
     shutdown.cancel();
 }
 
-/// At the cap, a new client is admitted by closing the connection that has waited longest for a
-/// request head; a connection with a request in progress is never shed, so when every connection
-/// has one, a new client waits for a slot.
+/// At the cap, a new client is admitted by closing the connection idle longest between two
+/// requests; a connection with a request in progress, or yet to send its first, is never closed
+/// for it, so when no connection is idle a new client waits for a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
+async fn at_the_cap_the_connection_idle_longest_makes_room() {
     let release = CancellationToken::new();
     let waiting_requests = Arc::new(tokio::sync::watch::Sender::new(0usize));
     let router = {
@@ -176,7 +176,7 @@ async fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
         }
     };
     let limits = Limits {
-        max_connections: 3,
+        max_connections: 4,
         max_connections_per_ip: 100,
         header_timeout: Duration::from_secs(30),
         min_head_rate: 0,
@@ -186,38 +186,50 @@ async fn at_the_cap_the_connection_waiting_longest_for_a_head_makes_room() {
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let _server = tokio::spawn(serve(listener, router, limits, shutdown.clone()));
-    // One connection busy with a request, two idle ones from other addresses, oldest first.
+    // A connection busy with a request, one yet to send anything, and two kept alive after a
+    // request each, the first idle longer.
     let mut busy = connect_from("127.0.0.1", addr).await;
     busy.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     requests_in_progress(1).await;
-    let mut oldest = connect_from("127.0.0.2", addr).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut younger = connect_from("127.0.0.3", addr).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fresh = connect_from("127.0.0.2", addr).await;
+    let mut idle_longer = kept_alive("127.0.0.3", addr).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut idle = kept_alive("127.0.0.4", addr).await;
     // At the cap: a new client is served at once (not after the 30 s header timeout)…
-    let answer = tokio::time::timeout(Duration::from_secs(10), get("127.0.0.4", addr, "/")).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), get("127.0.0.5", addr, "/")).await;
     assert!(answer.expect("served without waiting for a slot").contains("200 OK"));
-    // …in the slot of the connection that had waited longest for a head.
-    assert!(closed_within(&mut oldest, Duration::from_secs(2)).await, "the oldest idle connection was shed");
-    assert!(!closed_within(&mut younger, Duration::from_millis(300)).await, "the younger one was not");
-    // Two more requests that wait: the second, at the cap, sheds the younger idle connection; then
-    // every connection has a request in progress, and a new client waits.
+    // …in the slot of the connection idle longest.
+    assert!(closed_within(&mut idle_longer, Duration::from_secs(2)).await, "the connection idle longest was shed");
+    assert!(!closed_within(&mut idle, Duration::from_millis(300)).await, "the other idle one was not");
+    assert!(!closed_within(&mut fresh, Duration::from_millis(100)).await, "nor the one yet to send a request");
+    // Two more requests that wait: the second, at the cap, sheds the last idle connection; then
+    // none is idle, and a new client waits.
     let mut busy2 = connect_from("127.0.0.1", addr).await;
     busy2.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     requests_in_progress(2).await;
     let mut busy3 = connect_from("127.0.0.1", addr).await;
     busy3.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     requests_in_progress(3).await;
-    assert!(closed_within(&mut younger, Duration::from_secs(2)).await, "the younger idle connection was shed");
+    assert!(closed_within(&mut idle, Duration::from_secs(2)).await, "the last idle connection was shed");
     let waiting = tokio::spawn(async move { get("127.0.0.6", addr, "/").await });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiting.is_finished(), "no connection was shed while every one had a request in progress");
+    assert!(!waiting.is_finished(), "no connection was shed while none was idle");
+    assert!(!closed_within(&mut fresh, Duration::from_millis(100)).await, "the one yet to send a request stays");
+    // The requests answered, their connections are idle: one makes room for the waiting client.
     release.cancel();
     for s in [&mut busy, &mut busy2, &mut busy3] {
         assert!(answer_of(s).await.contains("released"), "a busy connection kept its request");
     }
-    assert!(waiting.await.unwrap().contains("200 OK"), "the waiting client was served once a request ended");
+    assert!(waiting.await.unwrap().contains("200 OK"), "the waiting client was served once a connection was idle");
     shutdown.cancel();
+}
+
+/// A connection from `from` kept alive after one request answered.
+async fn kept_alive(from: &str, addr: SocketAddr) -> TcpStream {
+    let mut s = connect_from(from, addr).await;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(answer_of(&mut s).await.contains("200 OK"));
+    s
 }
 
 /// A client that waited for a slot longer than the head-rate grace, its head sent at once, is
@@ -398,7 +410,7 @@ const DESCRIPTOR_CHILD: &str = "AGENT_SURFACE_SERVER_DESCRIPTOR_CHILD";
 
 /// In a child process (the limits are the process's): a soft descriptor limit below the hard one
 /// is raised at start; with both at 160, the default cap of 1,024 becomes 32 (160 less the 128
-/// reserved), so the 33rd connection sheds the first; the start log says all of it.
+/// reserved), so the 33rd kept-alive connection sheds the first; the start log says all of it.
 #[cfg(unix)]
 #[test]
 fn the_cap_fits_the_descriptor_limit() {
@@ -434,15 +446,15 @@ fn descriptor_child() {
     });
     assert_eq!(Resource::NOFILE.get().unwrap(), (hard, hard), "the soft limit was raised to the hard one");
     shutdown.cancel();
-    // Fitted: at 160 descriptors, 32 connections (idle ones, the rate rule off), oldest shed first.
+    // Fitted: at 160 descriptors, 32 connections (kept alive after a request each), the one idle
+    // longest shed first.
     Resource::NOFILE.set(160, 160).unwrap();
     runtime.block_on(async {
         let limits = Limits { min_head_rate: 0, header_timeout: Duration::from_secs(30), ..Limits::default() };
         let (addr, shutdown, _server) = start(limits).await;
         let mut held = Vec::new();
         for i in 0..40 {
-            held.push(connect_from(&format!("127.0.1.{}", i + 1), addr).await);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            held.push(kept_alive(&format!("127.0.1.{}", i + 1), addr).await);
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut open = Vec::new();
