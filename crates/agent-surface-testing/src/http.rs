@@ -201,11 +201,29 @@ pub fn request_blocking(
     send_raw_blocking(addr, &request_bytes(method, path, headers, body))
 }
 
+/// As [`request_blocking`], waiting up to `within` for the answer instead of a minute: for a
+/// request known to take long (a WebDriver server starting a browser on a busy machine). An
+/// answer that does not come in time reads as what arrived (status 0 when nothing did).
+pub fn request_blocking_within(
+    addr: impl ToSocketAddrs,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    within: Duration,
+) -> Response {
+    send_blocking(addr, &request_bytes(method, path, headers, body), within)
+}
+
 /// [`send_raw`] on a blocking socket, for synchronous tests (the whole request is written before
 /// the response is read).
 pub fn send_raw_blocking(addr: impl ToSocketAddrs, bytes: &[u8]) -> Response {
+    send_blocking(addr, bytes, ANSWER_WITHIN)
+}
+
+fn send_blocking(addr: impl ToSocketAddrs, bytes: &[u8], within: Duration) -> Response {
     let mut stream = std::net::TcpStream::connect(addr).expect("the server accepts a connection");
-    stream.set_read_timeout(Some(ANSWER_WITHIN)).expect("a read timeout can be set");
+    stream.set_read_timeout(Some(within)).expect("a read timeout can be set");
     let _ = stream.write_all(bytes);
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];

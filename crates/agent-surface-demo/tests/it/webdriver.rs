@@ -3,13 +3,21 @@
 //! `served.rs`.
 //!
 //! [`Chrome::start`] finds the driver: `AGENT_SURFACE_WEBDRIVER_URL` when set (`cargo xtask ci`
-//! starts `chromedriver` on a free loopback port and sets it), otherwise a `chromedriver` this
-//! test starts itself on a free loopback port and stops when done. When there is neither, the
-//! test is skipped — except under `CI=true`, where it fails: CI must install `chromium` and
-//! `chromium-driver`.
+//! starts `chromedriver` and sets it), otherwise a `chromedriver` this test starts itself on a
+//! loopback port the driver picks and reports (`--port=0`: no port another process could take
+//! first) and stops when done; what that driver says is printed when the test fails. When there
+//! is neither, the test is skipped — except under `CI=true`, where it fails: CI must install
+//! `chromium` and `chromium-driver`.
+//!
+//! Starting a browser is the slow step on a loaded machine: the driver is given
+//! [`BROWSER_START`] for it (its default is a minute), the test waits for the answer as long, and a
+//! browser that still did not start is tried again, [`BROWSER_TRIES`] times in all.
 
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -17,6 +25,15 @@ use serde_json::{Value, json};
 
 /// The longest a click waits for the page it starts to replace the current one.
 const NAVIGATION_WAIT: Duration = Duration::from_secs(60);
+
+/// How long the driver may take to start a browser (`goog:chromeOptions.browserStartupTimeout`).
+const BROWSER_START: Duration = Duration::from_secs(180);
+
+/// How many times a browser session is asked for before the test fails.
+const BROWSER_TRIES: usize = 3;
+
+/// The most lines a driver this test started keeps of what it says.
+const KEPT_LINES: usize = 200;
 
 /// The element reference key of the W3C protocol.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -26,14 +43,62 @@ fn chromium() -> PathBuf {
     std::env::var_os("AGENT_SURFACE_CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
 }
 
-/// A `chromedriver` this process started; stopped when dropped.
-struct OwnDriver(Child);
+/// A `chromedriver` this process started, the last lines it wrote (its standard output and
+/// error) and its log file (`--log-path`: every command, and why a browser did not start);
+/// stopped when dropped, and what it said printed if the test is failing.
+struct OwnDriver {
+    child: Child,
+    said: Arc<Mutex<VecDeque<String>>>,
+    log: PathBuf,
+}
+
+impl OwnDriver {
+    /// What it said, and the last lines of its log, as one text.
+    fn said(&self) -> String {
+        let said: String =
+            self.said.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|l| format!("{l}\n")).collect();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail: String = lines[lines.len().saturating_sub(KEPT_LINES)..].iter().map(|l| format!("{l}\n")).collect();
+        format!("{said}--- its log ({}), last lines ---\n{tail}", self.log.display())
+    }
+}
 
 impl Drop for OwnDriver {
+    #[expect(clippy::print_stderr, reason = "a failing test shows what the driver said with its own output")]
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- chromedriver's output, last lines ---\n{}---", self.said());
+        }
+        let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// Keeps the last [`KEPT_LINES`] lines of `pipe` in `said`, on a thread of its own; each line is
+/// also offered to `seen`.
+fn keep_lines(
+    pipe: impl Read + Send + 'static,
+    said: &Arc<Mutex<VecDeque<String>>>,
+    seen: impl Fn(&str) + Send + 'static,
+) {
+    let said = said.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            seen(&line);
+            let mut said = said.lock().unwrap_or_else(PoisonError::into_inner);
+            if said.len() == KEPT_LINES {
+                said.pop_front();
+            }
+            said.push_back(line);
+        }
+    });
+}
+
+/// The port in `chromedriver`'s start-up line (`ChromeDriver was started successfully on port N.`).
+fn reported_port(line: &str) -> Option<u16> {
+    line.split("started successfully on port ").nth(1)?.trim().trim_end_matches('.').parse().ok()
 }
 
 /// A browser session; dropping it ends the session (the browser quits) and removes its profile.
@@ -72,19 +137,32 @@ fn driver() -> Option<(String, Option<OwnDriver>)> {
         }
         return None;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(&chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let log = std::env::temp_dir().join(format!("agent-surface-chromedriver-{}-{nonce}.log", std::process::id()));
+    let mut child = Command::new(&chromedriver)
+        .arg("--port=0")
+        .arg(format!("--log-path={}", log.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display()));
-    let mut own = OwnDriver(child);
+    let said = Arc::new(Mutex::new(VecDeque::new()));
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    keep_lines(child.stdout.take().unwrap(), &said, move |line| {
+        if let Some(port) = reported_port(line) {
+            let _ = port_tx.send(port);
+        }
+    });
+    keep_lines(child.stderr.take().unwrap(), &said, |_| {});
+    let mut own = OwnDriver { child, said, log };
+    // Generous: a loaded machine can take many seconds to start a process.
+    let port =
+        port_rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("chromedriver reported no port"));
     let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !ready(&addr) {
-        assert!(own.0.try_wait().unwrap().is_none(), "chromedriver exited at start (port {port} taken?)");
-        assert!(Instant::now() < deadline, "chromedriver did not start on port {port}");
+        assert!(own.child.try_wait().unwrap().is_none(), "chromedriver exited at start");
+        assert!(Instant::now() < deadline, "chromedriver did not answer on port {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
     Some((addr, Some(own)))
@@ -112,13 +190,23 @@ impl Chrome {
             "--window-size=960,1100",
             &format!("--user-data-dir={}", profile.display()),
         ];
+        let startup = u64::try_from(BROWSER_START.as_millis()).unwrap_or(u64::MAX);
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium(), "args": args}
+            "goog:chromeOptions": {"binary": chromium(), "args": args, "browserStartupTimeout": startup}
         }}});
-        let answer = call(&driver, "POST", "/session", Some(&capabilities));
-        let session =
-            answer["sessionId"].as_str().unwrap_or_else(|| panic!("no browser session: {answer}")).to_string();
+        let mut tries = Vec::new();
+        let session = loop {
+            let answer = new_session(&driver, &capabilities);
+            if let Some(session) = answer["value"]["sessionId"].as_str() {
+                break session.to_string();
+            }
+            tries.push(answer);
+            // A browser that did not start (`session not created`) is tried again; anything else
+            // (a capability refused, say) would only fail again.
+            let retry = tries.last().is_some_and(|a| a["value"]["error"] == "session not created");
+            assert!(retry && tries.len() < BROWSER_TRIES, "no browser session after {} tries: {tries:#?}", tries.len());
+        };
         Some(Chrome { driver, session, profile, _own: own })
     }
 
@@ -236,6 +324,26 @@ impl Element<'_> {
         let answer = self.chrome.command("GET", &format!("/element/{}/property/{name}", self.id), None);
         answer.as_str().map(str::to_string)
     }
+}
+
+/// `POST /session` with `capabilities`: the full answer, errors included, waited for as long as
+/// the driver may take to start a browser and a minute more (the testing kit's client otherwise
+/// gives up after a minute). No answer at all reads as `{"value": {"error": "no answer", …}}`.
+fn new_session(driver: &str, capabilities: &Value) -> Value {
+    let body = capabilities.to_string();
+    let headers = [("Host", driver), ("Content-Type", "application/json; charset=utf-8")];
+    let within = BROWSER_START + Duration::from_secs(60);
+    let response = agent_surface_testing::http::request_blocking_within(
+        driver,
+        "POST",
+        "/session",
+        &headers,
+        body.as_bytes(),
+        within,
+    );
+    serde_json::from_str(&response.body).unwrap_or_else(|_| {
+        json!({"value": {"error": "no answer", "message": format!("HTTP {} {:?}", response.status, response.body)}})
+    })
 }
 
 /// A command's full answer (`{"value": …}`, with `sessionId` for a new session), errors included.
