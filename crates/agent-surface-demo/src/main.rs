@@ -274,6 +274,8 @@ async fn serve(options: Serve) -> Result<(), String> {
     }
     shop_options.quorums = options.quorums.clone();
     shop_options.conformance = options.conformance;
+    // Before anything says it serves: a signal from then on drains (`shutdown::Signals`).
+    let signals = shutdown::Signals::install();
     // Over HTTP the listener is bound first: the approval URLs may name its address.
     let listener = match &options.http {
         Some(addr) => {
@@ -353,7 +355,7 @@ async fn serve(options: Serve) -> Result<(), String> {
         let served = if options.conformance {
             let server = conformance::ConformanceServer::new(registry.clone(), Arc::new(config));
             let serving = agent_surface_mcp::serve_io(server, read, write, max);
-            shutdown::serve_stdio(serving, &registry, stop, drain).await
+            shutdown::serve_stdio(serving, signals, &registry, stop, drain).await
         } else {
             let serving = agent_surface_mcp::serve_io(
                 agent_surface_mcp::McpServer::new(registry.clone(), config),
@@ -361,7 +363,7 @@ async fn serve(options: Serve) -> Result<(), String> {
                 write,
                 max,
             );
-            shutdown::serve_stdio(serving, &registry, stop, drain).await
+            shutdown::serve_stdio(serving, signals, &registry, stop, drain).await
         };
         periodic.stop().await;
         registry.dispose();
@@ -444,7 +446,7 @@ async fn serve(options: Serve) -> Result<(), String> {
     let mut limits = http.limits.clone();
     limits.drain_timeout = drain;
     let stop = tokio_util::sync::CancellationToken::new();
-    let signals = tokio::spawn(shutdown::on_signals(stop.clone(), demo.registry.clone(), drain));
+    let signals = tokio::spawn(shutdown::on_signals(signals, stop.clone(), demo.registry.clone(), drain));
     // The expiry sweep on its timer while serving (`ConfirmationConfig::sweep_interval`), so that
     // expiry warnings are written without anyone looking; it stops with the server.
     let periodic = agent_surface_registry::Periodic::start(&demo.registry, &stop);

@@ -36,53 +36,84 @@ pub(crate) const CANCEL_GRACE: Duration = Duration::from_secs(1);
 /// The operator log's target for shutdown events.
 const TARGET: &str = "agent_surface::demo";
 
-/// Waits for SIGTERM or SIGINT (Ctrl-C) and names it. If the handlers cannot be installed, it
-/// logs why and waits for what it could install (possibly forever).
-pub(crate) async fn signalled() -> &'static str {
+/// SIGTERM and SIGINT (Ctrl-C), listened for from the moment [`Signals::install`] returns: one
+/// that arrives later is never missed, nor does it end the process by its default action. `serve`
+/// installs them before it says it is listening, so that a supervisor (or a test) that signals it
+/// as soon as it has read the listening line gets a drain, not a killed process.
+pub(crate) struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(term) => Some(term),
-            Err(e) => {
-                tracing::warn!(target: TARGET, error = %e, "cannot handle SIGTERM; only Ctrl-C drains");
-                None
-            }
-        };
-        let term = async {
-            match &mut term {
-                Some(term) => term.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = term => "SIGTERM",
-            interrupted = tokio::signal::ctrl_c() => interrupted_or_pending(interrupted).await,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        interrupted_or_pending(tokio::signal::ctrl_c().await).await
-    }
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
 }
 
-/// `SIGINT`, or pending forever when its handler could not be installed.
-async fn interrupted_or_pending(interrupted: std::io::Result<()>) -> &'static str {
-    if let Err(e) = interrupted {
-        tracing::warn!(target: TARGET, error = %e, "cannot handle Ctrl-C");
-        std::future::pending::<()>().await;
+impl Signals {
+    /// Installs the handlers (in a Tokio runtime). One that cannot be installed is logged, and
+    /// that signal is not waited for.
+    pub(crate) fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(e) => {
+                    tracing::warn!(target: TARGET, error = %e, signal = name, "cannot handle this signal; it will not drain");
+                    None
+                }
+            };
+            Signals {
+                term: install(SignalKind::terminate(), "SIGTERM"),
+                int: install(SignalKind::interrupt(), "SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
     }
-    "SIGINT"
+
+    /// Waits for the next signal and names it (possibly forever, when none could be installed).
+    pub(crate) async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                if let Some(signal) = signal
+                    && signal.recv().await.is_some()
+                {
+                    return;
+                }
+                std::future::pending().await
+            }
+            let Signals { term, int } = self;
+            tokio::select! {
+                () = recv(term) => "SIGTERM",
+                () = recv(int) => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if let Err(e) = tokio::signal::ctrl_c().await {
+                tracing::warn!(target: TARGET, error = %e, "cannot handle Ctrl-C");
+                std::future::pending::<()>().await;
+            }
+            "SIGINT"
+        }
+    }
 }
 
 /// Cancels `shutdown` on the first signal (the server's drain starts: `agent_surface_server`
 /// waits for the calls in flight, then disposes the registry); on a second one, disposes the
 /// registry at once, which ends the calls left and so the drain.
-pub(crate) async fn on_signals(shutdown: CancellationToken, registry: Registry, deadline: Duration) {
-    let signal = signalled().await;
+pub(crate) async fn on_signals(
+    mut signals: Signals,
+    shutdown: CancellationToken,
+    registry: Registry,
+    deadline: Duration,
+) {
+    let signal = signals.next().await;
     tracing::info!(target: TARGET, signal, drain_ms = millis(deadline), "shutting down: no new requests; waiting for the calls in flight");
     shutdown.cancel();
-    let again = signalled().await;
+    let again = signals.next().await;
     tracing::warn!(target: TARGET, signal = again, "second signal: ending the drain now");
     registry.dispose();
 }
@@ -93,6 +124,7 @@ pub(crate) async fn on_signals(shutdown: CancellationToken, registry: Registry, 
 /// After a signal, an error of `serving` is logged, not returned.
 pub(crate) async fn serve_stdio<E: std::fmt::Display>(
     serving: impl Future<Output = Result<(), E>>,
+    mut signals: Signals,
     registry: &Registry,
     stop: CancellationToken,
     deadline: Duration,
@@ -100,14 +132,14 @@ pub(crate) async fn serve_stdio<E: std::fmt::Display>(
     let mut serving = std::pin::pin!(serving);
     let signal = tokio::select! {
         served = &mut serving => return served,
-        signal = signalled() => signal,
+        signal = signals.next() => signal,
     };
     tracing::info!(target: TARGET, signal, drain_ms = millis(deadline), "shutting down: no new requests; waiting for the calls in flight");
     stop.cancel();
     let served = tokio::select! {
         served = &mut serving => Some(served),
         () = tokio::time::sleep(deadline) => None,
-        again = signalled() => {
+        again = signals.next() => {
             tracing::warn!(target: TARGET, signal = again, "second signal: ending the drain now");
             None
         }
