@@ -5,7 +5,8 @@
 //! agent-surface-demo                                   run the scripted agent session
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]   serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-//!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX] [--ticket-delay-ms MS]
+//!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+//!                          [--state-key HEX] [--ticket-delay-ms MS]
 //!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
 //!                          [--public-url URL]
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
@@ -46,8 +47,8 @@ usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
   agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS]] [--state-key HEX]
-                          [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
+                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+                          [--state-key HEX] [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
                           [--quorum CAPABILITY=N]... [--public-url URL]
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
                            [--oauth-scope SCOPE]...]
@@ -59,7 +60,8 @@ WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token mak
 fixture tools (over stdio too). --redis keeps the shop (its orders), idempotency records,
 confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
-mid-call holds that call (default 10000). --state-key HEX (64 hex digits) seals input-required
+mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis
+operation, past which the call fails closed (default 2000). --state-key HEX (64 hex digits) seals input-required
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
 take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
 one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
@@ -102,6 +104,8 @@ struct Serve {
     redis: Option<String>,
     redis_prefix: Option<String>,
     lease: Option<std::time::Duration>,
+    /// The time budget of one Redis operation (`--redis-timeout-ms`).
+    redis_timeout: Option<std::time::Duration>,
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
     max_connections_per_ip: Option<usize>,
@@ -175,6 +179,13 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             "--redis" => serve.redis = Some(value("--redis")?),
             "--redis-prefix" => serve.redis_prefix = Some(value("--redis-prefix")?),
             "--lease-ms" => serve.lease = Some(parse_ms("--lease-ms", &value("--lease-ms")?)?),
+            "--redis-timeout-ms" => {
+                let timeout = parse_ms("--redis-timeout-ms", &value("--redis-timeout-ms")?)?;
+                if timeout.is_zero() {
+                    return Err("--redis-timeout-ms must be positive".to_string());
+                }
+                serve.redis_timeout = Some(timeout);
+            }
             "--ticket-delay-ms" => {
                 serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
             }
@@ -212,8 +223,9 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     if serve.stdio == serve.http.is_some() {
         return Err("choose one of --stdio and --http ADDR".to_string());
     }
-    if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some()) {
-        return Err("--redis-prefix and --lease-ms need --redis URL".to_string());
+    if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some() || serve.redis_timeout.is_some())
+    {
+        return Err("--redis-prefix, --lease-ms and --redis-timeout-ms need --redis URL".to_string());
     }
     if serve.public_url.is_some() && serve.http.is_none() {
         return Err("--public-url is for --http".to_string());
@@ -309,6 +321,9 @@ async fn serve(options: Serve) -> Result<(), String> {
             );
             if let Some(lease) = options.lease {
                 config.lease = lease;
+            }
+            if let Some(timeout) = options.redis_timeout {
+                config.op_timeout = timeout;
             }
             let redis = agent_surface_redis::RedisStores::connect(url, config).await.map_err(|e| e.to_string())?;
             shop_options.confirmations = Some(Arc::new(redis.confirmations()));
