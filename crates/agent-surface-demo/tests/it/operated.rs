@@ -321,9 +321,10 @@ fn stdio_answers_the_call_in_flight_then_exits() {
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let _stderr = crate::served::keep_stderr(&mut child);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut recv = || {

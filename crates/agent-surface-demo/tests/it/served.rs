@@ -36,6 +36,26 @@ fn keep_lines(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<String>>>
     kept
 }
 
+/// The stderr of a server this test runs on stdio, its last lines kept (read on a thread of its
+/// own) and printed if the test that holds it fails.
+#[allow(dead_code, reason = "the soak test binary, which shares this module, runs no stdio server")]
+pub(crate) struct KeptStderr(Arc<Mutex<VecDeque<String>>>);
+
+/// Keeps `child`'s stderr (spawned with `Stdio::piped()`), see [`KeptStderr`].
+#[allow(dead_code, reason = "the soak test binary, which shares this module, runs no stdio server")]
+pub(crate) fn keep_stderr(child: &mut Child) -> KeptStderr {
+    KeptStderr(keep_lines(child.stderr.take().expect("the server's stderr is piped")))
+}
+
+impl Drop for KeptStderr {
+    #[expect(clippy::print_stderr, reason = "a failing test shows the server's log with its own output")]
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- the demo server's stderr, last lines ---\n{}---", kept_text(&self.0));
+        }
+    }
+}
+
 /// The kept lines, as one text.
 fn kept_text(kept: &Mutex<VecDeque<String>>) -> String {
     kept.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|l| format!("{l}\n")).collect()

@@ -12,9 +12,10 @@ fn malformed_unknown_and_oversized_frames_get_json_rpc_errors() {
         .args(["serve", "--stdio"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let _stderr = crate::served::keep_stderr(&mut child);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut recv = || {
