@@ -1,9 +1,12 @@
-//! The tickets service that `docs/guide.md` builds step by step: four typed capabilities on shared
-//! state, the shipped policies under default-deny, a per-user quota, a confirmation, and the
-//! servers (MCP over stdio and streamable HTTP, the plain HTTP binding) in `main.rs`.
+//! The tickets service that `docs/guide.md` builds step by step: typed capabilities on shared
+//! state, the shipped policies under default-deny, a per-user quota, a confirmation, a natural
+//! idempotency key, and the servers (MCP over stdio and streamable HTTP, the plain HTTP binding)
+//! in `main.rs`; in [`production`], the same service for replicas on Redis (the guide's part 2).
 //!
 //! The guide quotes this file between its `// guide:` markers; `tests/guide.rs` fails when a quote
 //! and the code differ.
+
+pub mod production;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -72,6 +75,19 @@ pub struct TicketId {
     pub id: u64,
 }
 
+// guide:begin report-input
+/// An outside report (a monitoring alert, a customer's e-mail) that needs a ticket.
+#[derive(Deserialize, JsonSchema)]
+pub struct Report {
+    /// The report's id in the system it comes from; one ticket per id.
+    #[schemars(length(min = 1, max = 64))]
+    pub report_id: String,
+    /// What it says, in one line.
+    #[schemars(length(min = 1, max = 100))]
+    pub title: String,
+}
+// guide:end report-input
+
 /// What `tickets.list` returns.
 #[derive(Serialize, JsonSchema)]
 pub struct TicketList {
@@ -102,6 +118,15 @@ pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
             },
         );
         // guide:end create
+        // guide:begin report
+        t.capability("report", "Open a ticket for an outside report; sending a report again opens no second one.")
+            .effect(Effect::Write)
+            .idempotency_key(|i: &Report| i.report_id.clone()) // one ticket per report, whoever sends it
+            .handle(|State(desk): State<Desk>, Caller(who): Caller, i: Report| async move {
+                let user = who.identity().map_or(who.key(), |id| &id.subject);
+                Ok::<_, AgentSurfaceError>(desk.open(format!("{} (report {})", i.title, i.report_id), user))
+            });
+        // guide:end report
         t.capability("list", "List every ticket, oldest first.").effect(Effect::Read).idempotent().handle(
             |State(desk): State<Desk>, _: serde_json::Value| async move {
                 Ok::<_, AgentSurfaceError>(TicketList { tickets: desk.tickets().clone() })
@@ -151,8 +176,15 @@ impl Service {
     }
 }
 
-/// Builds the service on `clock` (the system clock in `main`, a test clock in tests).
+/// Builds the service on `clock` (the system clock in `main`, a test clock in tests), its state in
+/// memory.
 pub fn service(clock: Arc<dyn Clock>) -> Result<Service, DefinitionError> {
+    assemble(ServiceBuilder::new().clock(clock))
+}
+
+/// The tickets with their policies and quota, on the parts `builder` was given: the clock and
+/// the stores (memory by default; Redis in [`production`]), the audit sink, the public URL.
+pub fn assemble(builder: ServiceBuilder) -> Result<Service, DefinitionError> {
     let policies = Policies::default_deny() // a capability no rule names is refused
         .global(RequireIdentity) // every caller signs in
         .for_type("tickets", AllowAll) // every signed-in user may use tickets.* …
@@ -165,9 +197,9 @@ pub fn service(clock: Arc<dyn Clock>) -> Result<Service, DefinitionError> {
         ]),
         ..Default::default()
     };
-    // Each part once: the builder gives every engine the same clock and stores (in memory here;
-    // `RedisStores::bundle()` for replicas), so the wiring cannot disagree with itself.
-    let wired = ServiceBuilder::new().clock(clock).authority(policies).rate_budgets(budgets).build();
+    // Each part once: the builder gives every engine the same clock and stores (memory for
+    // `service`, Redis for `production::service`), so the wiring cannot disagree with itself.
+    let wired = builder.authority(policies).rate_budgets(budgets).build();
     wired.registry.provide(Desk::default());
     define(&wired.registry)?;
     let tickets = wired.registry.mount("tickets", "main")?;

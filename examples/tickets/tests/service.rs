@@ -74,6 +74,28 @@ async fn five_creates_per_minute_per_user() {
 }
 // guide:end test-quota
 
+// guide:begin test-report
+/// `tickets.report` is keyed on the report's id: whoever sends a report again gets the ticket it
+/// opened; the same id with another title is a conflict, not a second ticket.
+#[tokio::test]
+async fn a_report_opens_one_ticket_however_often_it_is_sent() {
+    let (_clock, service) = tickets();
+    let report = |title: &str| json!({"report_id": "R-1", "title": title});
+    let first = alice().call("tickets.report", report("Disk full")).run(&service.registry).await;
+    let bob = ScriptedConsumer::signed_in("bob-session", Identity::new("bob"));
+    let again = bob
+        .call("tickets.report", report("Disk full"))
+        .call("tickets.report", report("Disk fine"))
+        .run(&service.registry)
+        .await;
+    assert_eq!(expect_ok(&again[0]), expect_ok(&first[0]), "bob gets the ticket alice's call opened");
+    let conflict = expect_error(&again[1], ErrorCode::InvocationConflict);
+    expect_details(conflict, json!({"reason": "natural-key-used-by-different-request"}));
+    let list = alice().call("tickets.list", json!({})).run(&service.registry).await;
+    assert_eq!(expect_ok(&list[0])["tickets"].as_array().map(Vec::len), Some(1));
+}
+// guide:end test-report
+
 #[tokio::test]
 async fn support_agents_close_tickets_and_an_unknown_ticket_is_a_precondition() {
     let (_clock, service) = tickets();
@@ -152,7 +174,7 @@ async fn over_mcp_a_tool_per_capability_and_errors_in_band() {
     let mut names: Vec<String> =
         client.list_all_tools().await.expect("tools/list").into_iter().map(|t| t.name.to_string()).collect();
     names.sort();
-    assert_eq!(names, ["tickets-close", "tickets-create", "tickets-delete", "tickets-list"]);
+    assert_eq!(names, ["tickets-close", "tickets-create", "tickets-delete", "tickets-list", "tickets-report"]);
     let call = |title: &str| {
         let args = json!({"title": title}).as_object().cloned().expect("an object");
         CallToolRequestParams::new("tickets-create").with_arguments(args)
