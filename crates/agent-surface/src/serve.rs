@@ -52,7 +52,8 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   service [`ServiceBuilder::public_url`]), or there is no authenticator to sign people in;
 /// - the confirmations are in a store replicas share but no [`state_key`](Self::state_key) is
 ///   given: each replica would seal its MCP approval rounds with a key of its own, and a round
-///   begun on one could not be finished on another;
+///   begun on one could not be finished on another (or a state key is shorter than 32 bytes, or
+///   keys are only [accepted](Self::accept_state_key) and none seals);
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
 ///   names a capability type nobody defined).
 ///
@@ -63,6 +64,7 @@ pub struct Serve {
     authenticator: Option<Arc<dyn Authenticator>>,
     approver_role: Option<String>,
     state_key: Option<Vec<u8>>,
+    accepted_state_keys: Vec<Vec<u8>>,
     mcp: McpConfig,
     mcp_http: McpHttpConfig,
     api: HttpConfig,
@@ -117,6 +119,7 @@ impl Serve {
             authenticator: None,
             approver_role: None,
             state_key: None,
+            accepted_state_keys: Vec::new(),
             mcp: McpConfig::default(),
             mcp_http: McpHttpConfig::default(),
             api: HttpConfig::default(),
@@ -142,9 +145,23 @@ impl Serve {
 
     /// The key that seals MCP approval rounds (`requestState`), at least 32 bytes of secret
     /// randomness, the same on every replica (from your secret store, never from the source).
-    /// Required when the confirmations are in a shared store.
+    /// Required when the confirmations are in a shared store. To change it without failing the
+    /// rounds in flight, see [`accept_state_key`](Self::accept_state_key).
     pub fn state_key(mut self, key: impl Into<Vec<u8>>) -> Serve {
         self.state_key = Some(key.into());
+        self
+    }
+
+    /// Another key that MCP approval rounds in flight may be sealed with: their states are opened
+    /// with it too, while new ones are sealed with the [`state_key`](Self::state_key) only (at
+    /// least 32 bytes; repeat the call for several). This is how the state key is rotated
+    /// without failing the rounds in flight, across replicas, in three steps: give every
+    /// replica the new key here (beside its old `state_key`); then make the new key the
+    /// `state_key` and the old one accepted here; then, once the rounds sealed with the old one
+    /// are over (a round lives as long as its confirmation, plus `mcp::mrtr::STATE_TTL`), drop
+    /// it. A key is known by a digest of itself, so the replicas need agree on nothing else.
+    pub fn accept_state_key(mut self, key: impl Into<Vec<u8>>) -> Serve {
+        self.accepted_state_keys.push(key.into());
         self
     }
 
@@ -292,13 +309,13 @@ impl Serve {
         service.registry.check_wiring().map_err(|e| ServeError::Refused(e.to_string()))?;
         let shared = service.stores.confirmations.reach() == Reach::Shared;
         let approval_states = match (&self.state_key, shared) {
-            (Some(key), _) => {
-                if key.len() < 32 {
-                    return Err(ServeError::Refused("Serve::state_key must be at least 32 bytes".into()));
-                }
-                let codec = rmcp::model::RequestStateCodec::new_with_keyring("k", [("k", key.clone())])
-                    .map_err(|e| ServeError::Refused(format!("Serve::state_key: {e}")))?;
-                ApprovalStates::new(codec)
+            (Some(key), _) => ApprovalStates::new(state_codec(key, &self.accepted_state_keys)?),
+            (None, _) if !self.accepted_state_keys.is_empty() => {
+                return Err(ServeError::Refused(
+                    "Serve::accept_state_key opens rounds sealed with another key, but none seals new ones: \
+                     give Serve::state_key"
+                        .into(),
+                ));
             }
             (None, true) => {
                 return Err(ServeError::Refused(
@@ -325,6 +342,34 @@ impl Serve {
             let _ = agent_surface_registry::operator_log::init();
         }
     }
+}
+
+/// The codec that seals approval rounds with `active` and opens those sealed with `active` or
+/// any of `accepted`, each key named by [`key_id`].
+fn state_codec(active: &[u8], accepted: &[Vec<u8>]) -> Result<rmcp::model::RequestStateCodec, ServeError> {
+    const MIN: usize = rmcp::model::RequestStateCodec::MIN_KEY_LENGTH;
+    if active.len() < MIN {
+        return Err(ServeError::Refused(format!("Serve::state_key must be at least {MIN} bytes")));
+    }
+    if accepted.iter().any(|key| key.len() < MIN) {
+        return Err(ServeError::Refused(format!("every Serve::accept_state_key must be at least {MIN} bytes")));
+    }
+    let mut ring: Vec<(String, Vec<u8>)> = vec![(key_id(active), active.to_vec())];
+    for key in accepted {
+        let id = key_id(key);
+        if !ring.iter().any(|(known, _)| *known == id) {
+            ring.push((id, key.clone()));
+        }
+    }
+    rmcp::model::RequestStateCodec::new_with_keyring(key_id(active), ring)
+        .map_err(|e| ServeError::Refused(format!("Serve::state_key: {e}")))
+}
+
+/// The id a sealed state names its key by: the same for one key on every replica, and telling
+/// nothing of the key (the first 8 bytes of a SHA-256 of it, which a client can read).
+fn key_id(key: &[u8]) -> String {
+    let digest = agent_surface_core::digest::sha256_parts([&b"agent-surface/request-state-key"[..], key]);
+    format!("sk-{}", agent_surface_core::hex::Hex(&digest[..8]))
 }
 
 /// A server [`Serve::bind`] started: where it listens, and how to stop it.
@@ -440,12 +485,20 @@ fn url_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::url_host;
+    use super::{key_id, url_host};
 
     #[test]
     fn the_public_host_is_admitted_without_its_port() {
         assert_eq!(url_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
         assert_eq!(url_host("http://[::1]:8080").as_deref(), Some("[::1]"));
         assert_eq!(url_host("not a url"), None);
+    }
+
+    #[test]
+    fn a_state_key_is_named_by_a_digest_of_itself() {
+        let (one, other) = (vec![1u8; 32], vec![2u8; 32]);
+        assert_eq!(key_id(&one), key_id(&one.clone()), "the same on every replica");
+        assert_ne!(key_id(&one), key_id(&other));
+        assert_eq!(key_id(&one).len(), "sk-".len() + 16);
     }
 }

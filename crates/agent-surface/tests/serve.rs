@@ -147,3 +147,60 @@ async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
     running.stopped().await.expect("drains");
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
 }
+
+/// A `tools/call` of `refunds-issue` by alice over MCP (stateless era) from a client that can
+/// ask its user, with `extra` merged into the params: the JSON-RPC answer.
+async fn ask_refund(addr: std::net::SocketAddr, extra: Value) -> Value {
+    let mut params = json!({"name": "refunds-issue", "arguments": {"order": "o-9"}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "serve-test", "version": "0"}}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        params[k] = v.clone();
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    let headers = [
+        ("Authorization", "Bearer alice-token"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "refunds-issue"),
+    ];
+    let r = http::post_json(addr, "/mcp", &headers, &body).await;
+    r.messages().into_iter().find(|m| m.get("id").is_some()).unwrap_or_else(|| panic!("an answer: {r:?}"))
+}
+
+/// The state key is rotated without failing the rounds in flight: a round sealed with the old key
+/// by one server is finished by a server that seals with the new key and accepts the old one; a
+/// server that knows only the new key cannot open it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_key_rotates_without_failing_the_rounds_in_flight() {
+    let (old, new) = (vec![0x01u8; 32], vec![0x02u8; 32]);
+    let (service, _mount) = refunds(None);
+    let serve = |key: &[u8]| Serve::new(service.clone()).authenticator(people()).operator_log(false).state_key(key);
+    let before = serve(&old).bind("127.0.0.1:0").await.expect("serves");
+    let rotated = serve(&new).accept_state_key(old.clone()).bind("127.0.0.1:0").await.expect("serves");
+    let forgotten = serve(&new).bind("127.0.0.1:0").await.expect("serves");
+
+    let answer = |asked: &Value| {
+        let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+        json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state})
+    };
+    let asked = ask_refund(before.local_addr(), json!({})).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let unopened = ask_refund(forgotten.local_addr(), answer(&asked)).await;
+    assert_eq!(unopened["error"]["code"], -32602, "{unopened}");
+    let done = ask_refund(rotated.local_addr(), answer(&asked)).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(done["result"]["structuredContent"]["refunded"], "o-9", "{done}");
+}
+
+#[tokio::test]
+async fn an_accepted_state_key_needs_a_state_key_and_32_bytes() {
+    let (service, _mount) = refunds(None);
+    let why = refused(Serve::new(service.clone()).accept_state_key(vec![1u8; 32]).bind("127.0.0.1:0").await);
+    assert!(why.contains("give Serve::state_key"), "{why}");
+    let short = Serve::new(service).state_key(vec![1u8; 32]).accept_state_key(vec![2u8; 16]);
+    let why = refused(short.bind("127.0.0.1:0").await);
+    assert!(why.contains("Serve::accept_state_key must be at least 32 bytes"), "{why}");
+}
