@@ -189,8 +189,10 @@ impl Serve {
     }
 
     /// Serves `render` (for example a Prometheus recorder's `render`) at `GET /api/metrics`, with
-    /// the stores' usage recorded just before each scrape. The route is behind the host check,
-    /// not the authenticator: serve it where only your scrapers reach it.
+    /// the stores' usage recorded just before each scrape. The calls themselves are recorded only
+    /// when the registry was built with `RegistryConfig::metrics` on (through
+    /// `ServiceBuilder::registry`); without it the page has the stores' gauges alone. The route is
+    /// behind the host check, not the authenticator: serve it where only your scrapers reach it.
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Serve {
         let registry = self.service.registry.clone();
         let render: MetricsRenderer = Arc::new(move || {
