@@ -70,6 +70,7 @@ pub struct Serve {
     api: HttpConfig,
     routes: Vec<axum::Router>,
     operator_log: bool,
+    on_listening: Option<Box<dyn FnOnce(SocketAddr) + Send>>,
 }
 
 /// Why [`Serve`] did not serve.
@@ -125,6 +126,7 @@ impl Serve {
             api: HttpConfig::default(),
             routes: Vec::new(),
             operator_log: true,
+            on_listening: None,
         }
     }
 
@@ -217,9 +219,20 @@ impl Serve {
         self
     }
 
-    /// Serves over HTTP on `addr` until SIGTERM or Ctrl-C, then drains (see [`Running::until_signal`]).
+    /// Called with the address once the server listens (the port the system chose for `:0`):
+    /// the place to say that the service is ready — print the address, tell a supervisor. Under
+    /// [`http`](Self::http) the signal handlers are installed by then, so a SIGTERM sent as soon
+    /// as the service says it is ready drains it rather than ending the process.
+    pub fn on_listening(mut self, announce: impl FnOnce(SocketAddr) + Send + 'static) -> Serve {
+        self.on_listening = Some(Box::new(announce));
+        self
+    }
+
+    /// Serves over HTTP on `addr` until SIGTERM or Ctrl-C, then drains (see
+    /// [`Running::until_signal`]). The signal handlers are installed before it listens.
     pub async fn http(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), ServeError> {
-        self.bind(addr).await?.until_signal().await
+        let signals = Signals::install();
+        self.bind(addr).await?.until(signals).await
     }
 
     /// Checks the settings, binds `addr` and serves over HTTP in the background; the [`Running`]
@@ -243,7 +256,7 @@ impl Serve {
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
-        let Serve { service, authenticator, approver_role, mut mcp_http, mut api, routes, .. } = self;
+        let Serve { service, authenticator, approver_role, mut mcp_http, mut api, routes, on_listening, .. } = self;
         let public_host = service.public_url.as_deref().and_then(url_host);
         mcp_http.path = MCP_PATH.to_string();
         mcp_http.allowed_hosts.extend(public_host.clone());
@@ -285,6 +298,9 @@ impl Serve {
             }
         });
         tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}");
+        if let Some(announce) = on_listening {
+            announce(local);
+        }
         Ok(Running { local, stop, task: Some(task), service })
     }
 
@@ -412,23 +428,31 @@ impl Running {
     }
 
     /// Serves until SIGTERM or Ctrl-C, then drains; a second signal during the drain cancels the
-    /// calls in flight at once.
+    /// calls in flight at once. The handlers are installed when this is first polled: a signal
+    /// that comes before ends the process by its default action. To say that the service is
+    /// ready, use [`Serve::on_listening`] with [`Serve::http`], which installs them before it
+    /// listens.
     pub async fn until_signal(self) -> Result<(), ServeError> {
+        self.until(Signals::install()).await
+    }
+
+    /// [`until_signal`](Self::until_signal) with handlers installed already.
+    async fn until(self, mut signals: Signals) -> Result<(), ServeError> {
         let registry = self.service.registry.clone();
         let stop = self.stop.clone();
-        let signals = tokio::spawn(async move {
+        let waiter = tokio::spawn(async move {
             tokio::select! {
-                () = signalled() => {}
+                () = signals.next() => {}
                 () = stop.cancelled() => return,
             }
             tracing::info!(target: TARGET, "signal: draining");
             stop.cancel();
-            signalled().await;
+            signals.next().await;
             tracing::warn!(target: TARGET, "second signal: cancelling the calls in flight");
             registry.dispose();
         });
         let stopped = self.stopped().await;
-        signals.abort();
+        waiter.abort();
         stopped
     }
 }
@@ -447,35 +471,60 @@ impl fmt::Debug for Running {
     }
 }
 
-/// SIGTERM or SIGINT (Ctrl-C); waits forever for a signal whose handler cannot be installed.
-async fn signalled() {
+/// SIGTERM and SIGINT (Ctrl-C), listened for from the moment [`Signals::install`] returns: one
+/// that comes later is never missed, nor does it end the process by its default action.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let term = async {
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    term.recv().await;
-                }
-                Err(e) => {
-                    tracing::warn!(target: TARGET, error = %e, "cannot handle SIGTERM; only Ctrl-C drains");
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::select! {
-            () = term => {}
-            () = ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
 }
 
-async fn ctrl_c() {
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!(target: TARGET, error = %e, "cannot handle Ctrl-C");
-        std::future::pending::<()>().await;
+impl Signals {
+    /// Installs the handlers (in a Tokio runtime); one that cannot be installed is logged, and
+    /// that signal is not waited for.
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(e) => {
+                    tracing::warn!(target: TARGET, error = %e, signal = name, "cannot handle this signal; it will not drain");
+                    None
+                }
+            };
+            Signals {
+                term: install(SignalKind::terminate(), "SIGTERM"),
+                int: install(SignalKind::interrupt(), "SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next signal; pending forever when none could be installed.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                if let Some(signal) = signal
+                    && signal.recv().await.is_some()
+                {
+                    return;
+                }
+                std::future::pending().await
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => {}
+                () = recv(&mut self.int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(target: TARGET, error = %e, "cannot handle Ctrl-C");
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -123,9 +123,9 @@ pub async fn replica(addr: &str, options: &Options) -> Result<(), String> {
         let key = agent_surface::core::hex::decode::<32>(&hex).ok_or(format!("{STATE_KEY_VAR}: 64 hex digits"))?;
         serve = serve.state_key(key);
     }
-    let running = serve.bind(addr).await.map_err(|e| e.to_string())?;
-    println!("listening on http://{}", running.local_addr()); // ADDR may use port 0
-    running.until_signal().await.map_err(|e| e.to_string())
+    // Said once SIGTERM drains (ADDR may use port 0: the address is the one the system chose).
+    let ready = |local| println!("listening on http://{local}");
+    serve.on_listening(ready).http(addr).await.map_err(|e| e.to_string())
 }
 // guide:end production-replica
 

@@ -343,6 +343,22 @@ fn the_operator_log_the_metrics_and_the_drain_of_a_replica() {
     assert!(status.success(), "{status}");
 }
 
+/// A SIGTERM sent the moment a replica says it listens drains it too (its handlers are installed
+/// before it says so): it exits cleanly, not killed by the signal. The signal comes from a shell
+/// that reads the replica's line and sends it at once; ten times, as the window is narrow.
+#[test]
+fn a_signal_as_soon_as_a_replica_listens_drains_it() {
+    let Some((url, prefix)) = redis("signal-at-once") else { return };
+    for _ in 0..10 {
+        let mut replica = replica_command(&url, &prefix).env("TICKETS_STATE_KEY", STATE_KEY).spawn().expect("spawns");
+        let said = replica.stdout.take().expect("stdout");
+        let signal = format!("read line && kill -TERM {}", replica.id());
+        let sent = Command::new("sh").args(["-c", &signal]).stdin(said).status().expect("sh runs");
+        let status = exited(&mut replica).expect("the replica exits once drained");
+        assert!(sent.success() && status.success(), "{status}");
+    }
+}
+
 /// How `child` exited, waiting up to a minute; `None` if it is still running then.
 fn exited(child: &mut Child) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(60);
