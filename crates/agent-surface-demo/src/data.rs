@@ -1,10 +1,16 @@
-//! Where the shop keeps its orders and its warm tracking lookups: in this process's memory, or in
-//! Redis so that several server processes (replicas) serve one shop.
+//! Where the shop keeps its orders, its warm tracking lookups and its ledgers (the tickets it
+//! opened, the refunds it issued): in this process's memory, or in Redis so that several server
+//! processes (replicas) serve one shop.
 //!
 //! On Redis, the orders are one hash (`{prefix}shop:orders`, a JSON document per order id), the
-//! warm lookups one set (`{prefix}shop:warm`). Every change is one script that checks and changes
-//! an order atomically, so two replicas can never both cancel one order. Seeding writes an order
-//! only where none exists, so a replica starting next to a running one keeps the shop as it is.
+//! warm lookups one set (`{prefix}shop:warm`), and each ledger one list of JSON entries, the
+//! newest last (`{prefix}shop:tickets`, `{prefix}shop:refunds`; at most [`LEDGER_MAX`] entries,
+//! the oldest dropped). Every change is one script that checks and changes an order atomically,
+//! so two replicas can never both cancel one order. Seeding writes an order only where none
+//! exists, so a replica starting next to a running one keeps the shop as it is.
+//!
+//! The ledgers are the shop's effects as an outsider sees them: a ticket opened or a refund issued
+//! twice for one request shows there as two entries (the replicas' chaos test counts them).
 //!
 //! Preconditions are synchronous and cannot ask Redis: they read the orders as this replica last
 //! saw them ([`Data::seen`]). That view is never stricter than the truth (an order only ever
@@ -29,10 +35,45 @@ pub(crate) enum Refused {
     NotPlaced(Status),
 }
 
+/// The most entries a ledger keeps; past it, the oldest go.
+pub(crate) const LEDGER_MAX: usize = 10_000;
+
+/// One of the shop's ledgers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ledger {
+    /// The tickets opened (`tickets.open`).
+    Tickets,
+    /// The refunds issued (`refunds.issue`).
+    Refunds,
+}
+
+impl Ledger {
+    /// The ledger's name in a key, `tickets` or `refunds`.
+    fn name(self) -> &'static str {
+        match self {
+            Ledger::Tickets => "tickets",
+            Ledger::Refunds => "refunds",
+        }
+    }
+
+    /// Where the ledger is in [`Data::Memory`]'s `ledgers`.
+    fn index(self) -> usize {
+        match self {
+            Ledger::Tickets => 0,
+            Ledger::Refunds => 1,
+        }
+    }
+}
+
 /// The shop's data.
 pub(crate) enum Data {
     /// In this process.
-    Memory { orders: Mutex<BTreeMap<String, Order>>, warm: Mutex<HashSet<String>> },
+    Memory {
+        orders: Mutex<BTreeMap<String, Order>>,
+        warm: Mutex<HashSet<String>>,
+        /// The tickets' and the refunds' ledgers, JSON entries, the newest last.
+        ledgers: Mutex<[std::collections::VecDeque<String>; 2]>,
+    },
     /// In Redis, shared by replicas.
     Shared(Shared),
 }
@@ -42,6 +83,8 @@ pub(crate) struct Shared {
     conn: ConnectionManager,
     orders_key: String,
     warm_key: String,
+    /// `{prefix}shop:`, the ledgers' keys without their names.
+    ledger_prefix: String,
     /// The orders as this replica last read or wrote them.
     seen: Mutex<BTreeMap<String, Order>>,
     change: Script,
@@ -75,7 +118,7 @@ impl Data {
     /// The shop in memory, with `orders`.
     pub(crate) fn memory(orders: Vec<Order>) -> Data {
         let orders = orders.into_iter().map(|o| (o.order_id.clone(), o)).collect();
-        Data::Memory { orders: Mutex::new(orders), warm: Mutex::default() }
+        Data::Memory { orders: Mutex::new(orders), warm: Mutex::default(), ledgers: Mutex::default() }
     }
 
     /// The shop in Redis under `prefix`, seeded with `orders` where it has none of them yet.
@@ -84,6 +127,7 @@ impl Data {
             conn,
             orders_key: format!("{prefix}shop:orders"),
             warm_key: format!("{prefix}shop:warm"),
+            ledger_prefix: format!("{prefix}shop:"),
             seen: Mutex::default(),
             change: Script::new(CHANGE),
         };
@@ -192,6 +236,42 @@ impl Data {
                     }
                     _ => Err(Refused::Unknown),
                 })
+            }
+        }
+    }
+
+    /// Appends `entry` (a JSON document) to `ledger`, dropping the oldest entry past
+    /// [`LEDGER_MAX`]. On Redis, one atomic step (`MULTI`: `RPUSH`, `LTRIM`).
+    pub(crate) async fn record(&self, ledger: Ledger, entry: &impl serde::Serialize) -> Result<(), AgentSurfaceError> {
+        let entry = serde_json::to_string(entry).map_err(corrupt)?;
+        match self {
+            Data::Memory { ledgers, .. } => {
+                let mut ledgers = ledgers.lock().unwrap_or_else(PoisonError::into_inner);
+                let list = &mut ledgers[ledger.index()];
+                if list.len() == LEDGER_MAX {
+                    list.pop_front();
+                }
+                list.push_back(entry);
+                Ok(())
+            }
+            Data::Shared(s) => {
+                let key = format!("{}{}", s.ledger_prefix, ledger.name());
+                let mut conn = s.conn.clone();
+                let max = isize::try_from(LEDGER_MAX).unwrap_or(isize::MAX);
+                redis::pipe()
+                    .atomic()
+                    .cmd("RPUSH")
+                    .arg(&key)
+                    .arg(entry)
+                    .ignore()
+                    .cmd("LTRIM")
+                    .arg(&key)
+                    .arg(-max)
+                    .arg(-1)
+                    .ignore()
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(unavailable)
             }
         }
     }

@@ -57,7 +57,7 @@ usage:
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools (over stdio too). --redis keeps the shop (its orders), idempotency records,
+fixture tools (over stdio too). --redis keeps the shop (its orders, tickets and refunds), idempotency records,
 confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
 mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis

@@ -6,7 +6,7 @@
 //! | `orders-list`, `orders-get` | reads; `orders-get` declares an output schema, and an unknown order is a `PRECONDITION_FAILED` for a tool with one |
 //! | `orders-update_address` | a write with schema checks (`INVALID_INPUT`) and a precondition (`PRECONDITION_FAILED`) |
 //! | `orders-cancel` | a destructive call behind confirmation (`CONFIRMATION_REQUIRED` / `CONFIRMATION_INVALID`); `STALE_CAPABILITY` with a surface id from another server process |
-//! | `refunds-issue` | an external effect gated by authorization (`NOT_AUTHENTICATED`, `NOT_AUTHORIZED`), one refund per order (a natural idempotency key: a repeat is answered with the refund on record) |
+//! | `refunds-issue` | an external effect gated by authorization (`NOT_AUTHENTICATED`, `NOT_AUTHORIZED`), one refund per order (a natural idempotency key: a repeat is answered with the refund on record); each refund issued is in the shop's refund ledger |
 //! | `shipping-quote` | rate-limited (`RATE_LIMITED`, `after-delay`) |
 //! | `shipping-track` | slow on a cold lookup (`TIMEOUT`, idempotent so `yes`; `CANCELLED` when the client cancels) |
 //! | `cart-view`, `cart-add_item`, `cart-checkout` | view actions on live cart instances (`AMBIGUOUS_INSTANCE`; `COMPONENT_UNMOUNTED` after checkout closes the cart) |
@@ -15,7 +15,7 @@
 //! | `loyalty-redeem` | disabled with a reason (`CAPABILITY_NOT_AVAILABLE`) |
 //! | `admin-purge_cache` | hidden from everyone but admins (`CAPABILITY_NOT_FOUND`, like a name that never existed) |
 //! | `approvals-approve` | the second channel for a two-phase confirmation: an approver (role `approver`, hidden from everyone else) approves a confirmation someone else requested |
-//! | `tickets-open` | a write anyone may call, whose output carries a fresh `ticketId` per execution: a second execution of one call is visible from outside |
+//! | `tickets-open` | a write anyone may call, whose output carries a fresh `ticketId` per execution: a second execution of one call is visible from outside (in its answers, and in the shop's ticket ledger) |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,7 +32,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::data::{Data, Refused};
+use crate::data::{Data, Ledger, Refused};
 use crate::orders::{Address, Order, Status, seed_orders};
 
 /// An order id such as `A-1001`.
@@ -459,14 +459,17 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
                 }
                 Ok(())
             })
-            .handler(|_ctx: Ctx, i: IssueRefund| async move {
+            .handler(|ctx: Ctx, i: IssueRefund| async move {
                 // A fresh suffix per execution, so that a second execution would show.
                 let execution = &agent_surface_core::id::random_id("")[..8];
-                Ok::<_, AgentSurfaceError>(Refund {
+                let refund = Refund {
                     refund_id: format!("R-{}-{execution}", &i.order_id.0[2..]),
                     order_id: i.order_id.0,
                     amount_cents: i.amount_cents,
-                })
+                };
+                // The effect: the refund is in the shop's ledger.
+                ctx.state::<Arc<Shop>>().data.record(Ledger::Refunds, &refund).await?;
+                Ok::<_, AgentSurfaceError>(refund)
             });
     })?;
     let cold = options.cold_lookup;
@@ -569,12 +572,15 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
     let ticket_delay = options.ticket_delay;
     registry.define("tickets", |t| {
         t.capability("open", "Open a support ticket with a subject.").effect(Effect::Write).handler(
-            move |_ctx: Ctx, i: OpenTicket| async move {
-                let ticket_id = next_ticket_id();
+            move |ctx: Ctx, i: OpenTicket| async move {
+                let ticket = Ticket { ticket_id: next_ticket_id(), subject: i.subject };
+                // The effect first: the ticket is in the shop's ledger; then the slow part (e.g. a
+                // notification), during which a test can catch the call in flight.
+                ctx.state::<Arc<Shop>>().data.record(Ledger::Tickets, &ticket).await?;
                 if !ticket_delay.is_zero() {
                     tokio::time::sleep(ticket_delay).await;
                 }
-                Ok::<_, AgentSurfaceError>(Ticket { ticket_id, subject: i.subject })
+                Ok::<_, AgentSurfaceError>(ticket)
             },
         );
     })?;
