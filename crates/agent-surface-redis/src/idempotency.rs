@@ -199,8 +199,9 @@ const MAX_POLL: Duration = Duration::from_millis(50);
 ///   result (one that is not stored, e.g. `RATE_LIMITED`) stays readable for 10 s so that polling
 ///   followers get it. A follower whose leader's lease lapsed, whose record went or now belongs
 ///   to another request, or whose polls fail for a whole lease, is answered `EXECUTION_FAILED
-///   {reason: outcome-unknown}` (not stored: the leader may still commit, and its reconcile call
-///   joins, replays or takes the record over) — never an answer that invites a fresh id.
+///   {reason: outcome-unknown}` (not stored here) — never an answer that invites a fresh id; the
+///   registry then admits the request once more, which takes over a record whose lease lapsed and
+///   settles it, so that a dead leader's record does not stay in flight.
 ///
 /// A record in flight is kept for [`RedisConfig::in_flight_retention`](crate::RedisConfig::in_flight_retention)
 /// after its leader's last admission or renewal, stored results until the `expires_at` of their

@@ -16,6 +16,10 @@
 //! background ([`Unanswered`]), so that a claim the store makes afterwards (a stalled Redis that
 //! resumes) cannot make the retry wait out a lease and learn an unknown outcome.
 //!
+//! A follower on a shared store whose leader lost its lease admits the request once more
+//! ([`reclaim`]): the record is taken over and settled as any takeover is, rather than left in
+//! flight, with nobody to settle it, until it expires.
+//!
 //! A leader that learns it lost its lease (renewal finds the record taken over, or settlement is
 //! refused with `LeaseLost`) does not answer its caller with a result the record contradicts: its
 //! handler is stopped (its context's cancellation fires) and, once the handler had started, the
@@ -308,13 +312,32 @@ pub(crate) async fn admit_record(
             // A follower honours its own cancellation and the registry's disposal: it stops
             // waiting (not stored — the leader's record is the leader's).
             let caller = options.cancelled();
-            tokio::select! {
-                result = wait => Ok(Record::Joined(result)),
-                _ = caller => Err(stopped_follower("cancelled while joined to the call in flight")),
+            let result = tokio::select! {
+                result = wait => result,
+                _ = caller => return Err(stopped_follower("cancelled while joined to the call in flight")),
                 _ = inner.disposed.cancelled() => {
-                    Err(stopped_follower("registry disposed while joined to the call in flight"))
+                    return Err(stopped_follower("registry disposed while joined to the call in flight"));
+                }
+            };
+            // On a shared store, a follower whose leader was lost (its lease lapsed with no
+            // result) learns an unknown outcome — and nobody would settle the record, which stays
+            // in flight until it expires. It admits once more: the record is then taken over and
+            // settled as a takeover is, or replayed if another caller settled it meanwhile.
+            if store.reach() == agent_surface_policy::Reach::Shared && super::is_outcome_unknown(&result) {
+                match reclaim(inner, &store, &key, fp).await {
+                    Some(Reclaimed::Lease(lease)) => {
+                        tracing::warn!(
+                            target: "agent_surface::invoke",
+                            token = lease.token,
+                            "the leader this call joined lost its lease without a result; this call took the record over"
+                        );
+                        return Ok(Record::TakenOver(leader(key, lease, true)));
+                    }
+                    Some(Reclaimed::Replay(result)) => return Ok(Record::Replay(result)),
+                    None => {}
                 }
             }
+            Ok(Record::Joined(result))
         }
         Ok(Admission::Conflict { stored }) => Err(Stop::noted(
             AgentSurfaceError::invocation_conflict(),
@@ -327,6 +350,44 @@ pub(crate) async fn admit_record(
             format!("idempotency store failed: {e}"),
         )
         .store_fault(super::Fault::IdempotencyStore)),
+    }
+}
+
+/// What a follower that lost its leader found when it admitted once more ([`reclaim`]).
+enum Reclaimed {
+    /// A lease on the record: taken over, or claimed afresh where the record had gone. Either
+    /// way an earlier leader may have run, so the call goes on as a takeover.
+    Lease(Lease),
+    /// The result another caller settled meanwhile.
+    Replay(InvokeResult),
+}
+
+/// Admits `key` once more for a follower whose leader was lost, under the store budget and a
+/// fresh attempt (cancelled when the store does not answer, as every admission's). `None` leaves
+/// the follower's unknown outcome as its answer: the store failed, another caller holds the
+/// record now (it will settle it), or the record holds another request.
+async fn reclaim(
+    inner: &Arc<crate::registry::Inner>,
+    store: &Arc<dyn IdempotencyStore>,
+    key: &IdempotencyKey,
+    fp: Fingerprint,
+) -> Option<Reclaimed> {
+    let clock = &inner.config.clock;
+    let budget = inner.config.store_budget;
+    let attempt = Attempt::fresh();
+    let unanswered = Unanswered { store, key, attempt, budget, clock, armed: true };
+    let admitted =
+        agent_surface_policy::within(clock.as_ref(), budget, store.admit(key, fp, attempt, clock.now())).await;
+    match &admitted {
+        Some(Ok(_) | Err(StoreError::Full { .. } | StoreError::ConsumerFull { .. } | StoreError::AttemptCancelled)) => {
+            unanswered.answered();
+        }
+        _ => drop(unanswered),
+    }
+    match admitted {
+        Some(Ok(Admission::TakeOver(lease) | Admission::Leader(lease))) => Some(Reclaimed::Lease(lease)),
+        Some(Ok(Admission::Replay(result))) => Some(Reclaimed::Replay(result)),
+        _ => None,
     }
 }
 

@@ -25,6 +25,11 @@ struct LeasingStore {
     renew_every: Option<Duration>,
     /// The next admission that would lead takes the record over instead.
     take_over: AtomicBool,
+    /// The next admission joins a leader that is lost: it follows, and learns an unknown outcome
+    /// (as a shared store's follower whose leader's lease lapsed), whatever the inner store holds.
+    lost_leader: AtomicBool,
+    /// Admissions asked for.
+    admissions: AtomicUsize,
     /// Every renewal and settlement from now on finds the lease lost.
     lost: AtomicBool,
     renewals: AtomicUsize,
@@ -45,6 +50,12 @@ impl IdempotencyStore for LeasingStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async move {
+            self.admissions.fetch_add(1, Ordering::SeqCst);
+            if self.lost_leader.swap(false, Ordering::SeqCst) {
+                let unknown = AgentSurfaceError::outcome_unknown().into_payload();
+                let result = agent_surface_core::InvokeResult::error(unknown, Some(key.invocation_id.clone()));
+                return Ok(Admission::Follower(Box::pin(async move { result })));
+            }
             Ok(match self.inner.admit(key, fingerprint, attempt, now).await? {
                 Admission::Leader(lease) => {
                     let lease = Lease { renew_every: self.renew_every, ..lease };
@@ -156,6 +167,40 @@ async fn a_taken_over_write_is_an_unknown_outcome_and_does_not_run_again() {
     assert!(again.replayed, "the unknown outcome is recorded for the reconcile call");
     assert_eq!(again.result, inv.result);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A follower whose leader was lost (its lease lapsed with no result) admits once more and takes
+/// the record over: a write records the unknown outcome it answers, so the record is settled (not
+/// left in flight for nobody to settle) and a retry replays it, never running the write.
+#[tokio::test]
+async fn a_follower_whose_leader_was_lost_takes_the_record_over_and_settles_it() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    store.lost_leader.store(true, Ordering::SeqCst);
+    store.take_over.store(true, Ordering::SeqCst);
+    let pay = || call("shop.pay", json!({"cents": 500})).with_invocation_id("pay-7");
+    let inv = r.invoke_detailed(pay(), consumer("c")).await;
+    let p = inv.result.error_payload().expect("an error");
+    assert_eq!((p.code(), p.detail("reason")), (ErrorCode::ExecutionFailed, Some(&json!("outcome-unknown"))));
+    assert_eq!(store.admissions.load(Ordering::SeqCst), 2, "the follower admits once more");
+    assert_eq!(store.settlements.load(Ordering::SeqCst), 1, "the record is settled");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the write does not run");
+    let again = r.invoke_detailed(pay(), consumer("c")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(again.result, inv.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A read whose leader was lost runs again once its follower took the record over: repeating it
+/// is harmless, so the follower answers a result instead of an unknown outcome.
+#[tokio::test]
+async fn a_read_whose_leader_was_lost_runs_again() {
+    let store = Arc::new(LeasingStore::default());
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    store.lost_leader.store(true, Ordering::SeqCst);
+    let inv = r.invoke_detailed(call("shop.quote", json!({})).with_invocation_id("q-2"), consumer("c")).await;
+    assert_eq!(inv.result.output(), Some(&json!({"price": 3})));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 /// A read (or an idempotent call) taken over simply runs again.
