@@ -372,6 +372,13 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Ends the leader's record for `key` (see [`Settlement`]), if `lease` still holds it; a lease
     /// that no longer does (taken over, or already settled) is [`StoreError::LeaseLost`] and
     /// changes nothing.
+    ///
+    /// A store whose operations can go unanswered (a shared one) should recognise the same
+    /// settlement repeated under the lease that already made it — the registry retries one whose
+    /// answer it did not get, and that attempt may have landed — and answer `Ok(())` without
+    /// changing anything (the Redis store does). The registry takes any `LeaseLost` for a lease
+    /// another caller took, and answers its caller the unknown outcome the record then gives;
+    /// a store that refuses its own lease's repeat makes that answer less precise, never wrong.
     fn settle<'a>(
         &'a self,
         key: &'a IdempotencyKey,

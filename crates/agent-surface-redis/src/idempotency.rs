@@ -106,9 +106,14 @@ return 1
 ";
 
 /// Settlement. KEYS: the record. ARGV: token, fingerprint, `done` or `gone`, result, time to live
-/// (ms). Returns 1, or 0 when the token no longer holds the record (nothing is written).
+/// (ms). Returns 1, or 0 when the token no longer holds the record (nothing is written). A record
+/// this very token already settled with this very result (a retry after an attempt whose answer
+/// was lost, which landed) is answered 1 and left as it is: no other lease ever carries the token.
 const SETTLE: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 't', 'fp')
+local f = redis.call('HMGET', KEYS[1], 's', 't', 'fp', 'r')
+if (f[1] == 'done' or f[1] == 'gone') and f[2] == ARGV[1] and f[3] == ARGV[2] and f[4] == ARGV[4] then
+  return 1
+end
 if f[1] ~= 'run' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[3], 'r', ARGV[4])
 redis.call('HDEL', KEYS[1], 'le')

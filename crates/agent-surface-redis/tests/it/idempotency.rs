@@ -214,3 +214,41 @@ async fn calls_refused_while_redis_stalls_are_retried_as_fresh_admissions() {
         }
     }
 }
+
+/// A settlement whose answer was lost may have landed: the same settlement repeated under the
+/// same lease is answered as settled and changes nothing, while another result under that lease,
+/// or the same result under an older lease, is still refused.
+#[tokio::test]
+async fn a_repeated_settlement_under_its_own_lease_is_answered_as_settled() {
+    use agent_surface_core::{InvokeResult, Timestamp};
+    use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+    let Some(redis) = support::stores("idem-resettle").await else { return };
+    let store = redis.idempotency();
+    let key = IdempotencyKey::new("c-1", "open-1");
+    let fp = Fingerprint::of(&json!({"subject": "printer"}));
+    let Ok(Admission::Leader(lease)) = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await else {
+        panic!("a new key leads");
+    };
+    let now = Timestamp::now();
+    let settlement = |n: u64| Settlement::Store {
+        result: InvokeResult::ok(json!({"ticketId": n}), None),
+        expires_at: now.saturating_add(Duration::from_secs(600)),
+    };
+    assert_eq!(store.settle(&key, fp, lease, settlement(1), now).await, Ok(()));
+    assert_eq!(store.settle(&key, fp, lease, settlement(1), now).await, Ok(()), "the same settlement again");
+    assert_eq!(
+        store.settle(&key, fp, lease, settlement(2), now).await,
+        Err(agent_surface_policy::StoreError::LeaseLost),
+        "another result under the same lease"
+    );
+    let older = agent_surface_policy::Lease { token: lease.token - 1, ..lease };
+    assert_eq!(
+        store.settle(&key, fp, older, settlement(1), now).await,
+        Err(agent_surface_policy::StoreError::LeaseLost),
+        "the same result under another lease"
+    );
+    match store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await {
+        Ok(Admission::Replay(result)) => assert_eq!(result.output(), Some(&json!({"ticketId": 1}))),
+        other => panic!("the first settlement stands: {other:?}"),
+    }
+}

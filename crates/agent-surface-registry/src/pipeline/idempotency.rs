@@ -542,12 +542,10 @@ impl LeaderGuard {
             }
         };
         let mut settled = answered.unwrap_or_else(|| Err(self.overrun()));
-        // Whether an attempt went unanswered: it may still have landed, and then a retry finds the
-        // record settled under this very lease and is refused as `LeaseLost`, which then says
-        // nothing about another caller.
-        let unanswered_before = matches!(settled, Err(StoreError::Unavailable(_)));
         // A shared store that did not answer: try again while the lease may still hold, so that a
-        // known result is not lost to a blip (and later answered as an unknown outcome).
+        // known result is not lost to a blip (and later answered as an unknown outcome). An
+        // unanswered attempt may have landed: the store then answers the retry as settled (see
+        // `IdempotencyStore::settle`); a refusal means another caller took the record over.
         if self.lease.renew_every.is_some() {
             for wait in SETTLE_RETRIES {
                 if !matches!(settled, Err(StoreError::Unavailable(_))) {
@@ -565,16 +563,6 @@ impl LeaderGuard {
             Ok(()) => {
                 self.key = None;
                 self.pending = None;
-                Settled::Kept
-            }
-            Err(StoreError::LeaseLost) if unanswered_before && !self.hold.lost.is_cancelled() => {
-                self.key = None;
-                tracing::warn!(
-                    target: "agent_surface::invoke",
-                    token = self.lease.token,
-                    "a retried settlement found the record no longer held by this lease; the unanswered \
-                     attempt before it may have recorded the result"
-                );
                 Settled::Kept
             }
             Err(StoreError::LeaseLost) => {

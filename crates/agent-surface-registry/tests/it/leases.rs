@@ -30,6 +30,9 @@ struct LeasingStore {
     lost_leader: AtomicBool,
     /// Admissions asked for.
     admissions: AtomicUsize,
+    /// The next settlement goes unanswered (the store did not answer in time, and it did not land),
+    /// and every one after it finds the lease lost: another caller took the record over meanwhile.
+    settle_unanswered: AtomicBool,
     /// Every renewal and settlement from now on finds the lease lost.
     lost: AtomicBool,
     renewals: AtomicUsize,
@@ -89,6 +92,10 @@ impl IdempotencyStore for LeasingStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.settlements.fetch_add(1, Ordering::SeqCst);
+            if self.settle_unanswered.swap(false, Ordering::SeqCst) {
+                self.lost.store(true, Ordering::SeqCst);
+                return Err(StoreError::Unavailable("no answer".into()));
+            }
             if self.lost.load(Ordering::SeqCst) {
                 return Err(StoreError::LeaseLost);
             }
@@ -201,6 +208,21 @@ async fn a_read_whose_leader_was_lost_runs_again() {
     let inv = r.invoke_detailed(call("shop.quote", json!({})).with_invocation_id("q-2"), consumer("c")).await;
     assert_eq!(inv.result.output(), Some(&json!({"price": 3})));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A leader whose settlement went unanswered retries it; a retry refused means another caller
+/// took the record over in the meantime (a store answers its own lease's repeat as settled), so
+/// the caller gets the unknown outcome the record gives, never its own `ok`.
+#[tokio::test]
+async fn a_retried_settlement_refused_after_an_unanswered_one_answers_as_the_record_does() {
+    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_secs(60)), ..Default::default() });
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    store.settle_unanswered.store(true, Ordering::SeqCst);
+    let inv = r.invoke_detailed(call("shop.pay", json!({})).with_invocation_id("pay-8"), consumer("c")).await;
+    let p = inv.result.error_payload().expect("an unknown outcome, not the handler's ok");
+    assert_eq!((p.code(), p.detail("reason")), (ErrorCode::ExecutionFailed, Some(&json!("outcome-unknown"))));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(store.settlements.load(Ordering::SeqCst) >= 2, "the settlement was retried");
 }
 
 /// A read (or an idempotent call) taken over simply runs again.
