@@ -12,6 +12,10 @@
 //! The ledgers are the shop's effects as an outsider sees them: a ticket opened or a refund issued
 //! twice for one request shows there as two entries (the replicas' chaos test counts them).
 //!
+//! A read that fails is transient ("nothing ran", retry after a delay). A write that fails is so
+//! only when Redis refused it; one whose answer was lost (timed out, connection dropped) may have
+//! been carried out, and is an unknown outcome instead.
+//!
 //! Preconditions are synchronous and cannot ask Redis: they read the orders as this replica last
 //! saw them ([`Data::seen`]). That view is never stricter than the truth (an order only ever
 //! leaves `placed`, and no order is ever removed), so a precondition never refuses a call it
@@ -108,6 +112,17 @@ const RETRY: Duration = Duration::from_secs(1);
 
 fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> AgentSurfaceError {
     AgentSurfaceError::transient(RETRY).with_cause(e)
+}
+
+/// A write that failed. Redis may have carried it out although its answer never arrived (the
+/// answer timed out, the connection dropped mid-way): its outcome is unknown, never "nothing ran",
+/// which would invite a retry that writes twice. Only a refusal — Redis answered with an error, or
+/// no connection could be made at all — means nothing was written (a transient failure).
+fn write_failed(e: redis::RedisError) -> AgentSurfaceError {
+    if e.code().is_some() || e.is_connection_refusal() {
+        return unavailable(e);
+    }
+    AgentSurfaceError::outcome_unknown().with_cause(e)
 }
 
 fn corrupt(e: serde_json::Error) -> AgentSurfaceError {
@@ -221,7 +236,7 @@ impl Data {
                 let mut call = s.change.key(&s.orders_key);
                 call.arg(id).arg(if address.is_some() { "address" } else { "cancel" }).arg(address.unwrap_or_default());
                 let mut conn = s.conn.clone();
-                let answer: Vec<String> = call.invoke_async(&mut conn).await.map_err(unavailable)?;
+                let answer: Vec<String> = call.invoke_async(&mut conn).await.map_err(write_failed)?;
                 let order = |json: &String| serde_json::from_str::<Order>(json).map_err(corrupt);
                 Ok(match answer.as_slice() {
                     [verdict, json] if verdict == "ok" => {
@@ -241,7 +256,8 @@ impl Data {
     }
 
     /// Appends `entry` (a JSON document) to `ledger`, dropping the oldest entry past
-    /// [`LEDGER_MAX`]. On Redis, one atomic step (`MULTI`: `RPUSH`, `LTRIM`).
+    /// [`LEDGER_MAX`]. On Redis, one atomic step (`MULTI`: `RPUSH`, `LTRIM`); a failure whose
+    /// answer was lost is an unknown outcome (the entry may be there).
     pub(crate) async fn record(&self, ledger: Ledger, entry: &impl serde::Serialize) -> Result<(), AgentSurfaceError> {
         let entry = serde_json::to_string(entry).map_err(corrupt)?;
         match self {
@@ -271,7 +287,7 @@ impl Data {
                     .ignore()
                     .query_async::<()>(&mut conn)
                     .await
-                    .map_err(unavailable)
+                    .map_err(write_failed)
             }
         }
     }
@@ -297,5 +313,29 @@ impl Shared {
         for order in orders {
             seen.insert(order.order_id.clone(), order.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_failed;
+    use agent_surface_core::{ErrorCode, Retry};
+
+    fn io(kind: std::io::ErrorKind) -> agent_surface_redis::redis::RedisError {
+        std::io::Error::new(kind, "test").into()
+    }
+
+    /// A write whose answer never came (timed out, connection dropped) may have been carried out:
+    /// an unknown outcome, retry `no`; one refused before anything was sent is transient.
+    #[test]
+    fn a_write_whose_answer_was_lost_is_an_unknown_outcome() {
+        for lost in [std::io::ErrorKind::TimedOut, std::io::ErrorKind::ConnectionReset, std::io::ErrorKind::BrokenPipe]
+        {
+            let p = write_failed(io(lost)).into_payload();
+            assert_eq!((p.code(), p.retry()), (ErrorCode::ExecutionFailed, Retry::No), "{lost:?}");
+            assert_eq!(p.detail("reason"), Some(&serde_json::json!("outcome-unknown")), "{lost:?}");
+        }
+        let p = write_failed(io(std::io::ErrorKind::ConnectionRefused)).into_payload();
+        assert_eq!((p.code(), p.retry()), (ErrorCode::ExecutionFailed, Retry::AfterDelay));
     }
 }

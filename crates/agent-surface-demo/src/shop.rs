@@ -574,12 +574,12 @@ fn define(registry: &Registry, options: ShopOptions) -> Result<(), agent_surface
         t.capability("open", "Open a support ticket with a subject.").effect(Effect::Write).handler(
             move |ctx: Ctx, i: OpenTicket| async move {
                 let ticket = Ticket { ticket_id: next_ticket_id(), subject: i.subject };
-                // The effect first: the ticket is in the shop's ledger; then the slow part (e.g. a
-                // notification), during which a test can catch the call in flight.
-                ctx.state::<Arc<Shop>>().data.record(Ledger::Tickets, &ticket).await?;
+                // The slow part (a test catches the call in flight there), then the effect: the
+                // ticket is in the shop's ledger.
                 if !ticket_delay.is_zero() {
                     tokio::time::sleep(ticket_delay).await;
                 }
+                ctx.state::<Arc<Shop>>().data.record(Ledger::Tickets, &ticket).await?;
                 Ok::<_, AgentSurfaceError>(ticket)
             },
         );
