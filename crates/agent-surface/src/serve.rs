@@ -297,7 +297,8 @@ impl Serve {
                 served
             }
         });
-        tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}");
+        let inbox = if serving_inbox { format!(", the approval inbox at {INBOX_PREFIX}") } else { String::new() };
+        tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}{inbox}");
         if let Some(announce) = on_listening {
             announce(local);
         }
