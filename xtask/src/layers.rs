@@ -19,6 +19,7 @@ const MCP: &str = "agent-surface-mcp";
 const HTTP: &str = "agent-surface-http";
 const OAUTH: &str = "agent-surface-oauth";
 const REDIS: &str = "agent-surface-redis";
+const SQLITE: &str = "agent-surface-sqlite";
 const CLIENT: &str = "agent-surface-client";
 
 /// For each workspace crate, the workspace crates it may depend on. Nothing depends upward and
@@ -36,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The client side: it speaks to a server over MCP, so it needs the error model only.
     (CLIENT, &[CORE]),
     (REDIS, &[CORE, POLICY]),
+    (SQLITE, &[CORE, POLICY]),
     (OAUTH, &[POLICY]),
     // The one dependency of an application: it re-exports the parts and serves them together.
     ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS]),

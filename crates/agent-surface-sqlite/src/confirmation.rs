@@ -1,0 +1,540 @@
+//! [`SqliteConfirmationStore`]: confirmations in the file, one row per record, each operation
+//! one step of the database thread.
+//!
+//! A row holds the record as JSON ([`Stored`], format [`FORMAT`](crate::schema::FORMAT)) and,
+//! beside it, what the indexes and the single-use rules need: its state, its deadline, when it is
+//! gone (deadline + [`SqliteConfig::retention`](crate::SqliteConfig::retention)), whether its
+//! expiry was claimed, and the consumption token while it may be reinstated. An operation reads
+//! the row, decides with the same rules as the memory store (the quorum's matching, the requester
+//! rule, the order of the checks), and writes the row back, in one transaction that nothing else
+//! interleaves with; its answer is sent once that transaction is on disk.
+//!
+//! The confirmations relayed to callers live in `conf_relay`: a relay key (a digest of the call's
+//! binding, never a consumer key or an input) → a confirmation id, one key per record, deleted
+//! with the record.
+
+use agent_surface_core::details::Origin;
+use agent_surface_core::{Effect, Timestamp};
+use agent_surface_policy::{
+    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
+    Consumed, Decided, Quorum, Reach, Rejection, RelayKey, SlotSet, StoreError,
+};
+use futures_util::future::BoxFuture;
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::db::{Cx, Fail, corrupt};
+use crate::schema::FORMAT;
+use crate::{SqliteStores, millis};
+
+/// A record as its row keeps it (JSON in the `record` column).
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    id: String,
+    consumer_key: String,
+    capability: String,
+    registration_id: String,
+    instance_id: String,
+    /// The input hash, 64 hex digits.
+    input_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requester: Option<String>,
+    summary: String,
+    effect: Effect,
+    origin: Origin,
+    created_at: u64,
+    expires_at: u64,
+    /// `pending`, `approved`, `denied`, `consumed` or `withdrawn`.
+    state: String,
+    /// Who approved (approved, consumed) or denied.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_preview: Option<String>,
+    #[serde(default)]
+    quorum: Quorum,
+    #[serde(default)]
+    decisions: Vec<StoredDecision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    invocation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    consumer: Option<String>,
+}
+
+/// One decision: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds, the
+/// slots the approver could fill (bits).
+#[derive(Serialize, Deserialize)]
+struct StoredDecision {
+    a: String,
+    v: String,
+    t: u64,
+    m: u32,
+}
+
+fn state_name(state: &ConfirmationState) -> (&'static str, String) {
+    match state {
+        ConfirmationState::Pending => ("pending", String::new()),
+        ConfirmationState::Approved { by } => ("approved", by.clone()),
+        ConfirmationState::Denied { by } => ("denied", by.clone()),
+        ConfirmationState::Consumed { approved_by } => ("consumed", approved_by.clone()),
+        ConfirmationState::Withdrawn => ("withdrawn", String::new()),
+    }
+}
+
+fn verdict_name(verdict: ApprovalVerdict) -> &'static str {
+    match verdict {
+        ApprovalVerdict::Approve => "approve",
+        ApprovalVerdict::ApproveInPerson => "in-person",
+        ApprovalVerdict::Deny => "deny",
+    }
+}
+
+impl Stored {
+    fn of(record: &ConfirmationRecord) -> Stored {
+        let (state, by) = state_name(&record.state);
+        Stored {
+            id: record.id.clone(),
+            consumer_key: record.binding.consumer_key.clone(),
+            capability: record.binding.capability.clone(),
+            registration_id: record.binding.registration_id.clone(),
+            instance_id: record.binding.instance_id.clone(),
+            input_hash: record.binding.input_hash.to_string(),
+            requester: record.requester.clone(),
+            summary: record.summary.clone(),
+            effect: record.effect,
+            origin: record.origin,
+            created_at: record.created_at.unix_millis(),
+            expires_at: record.expires_at.unix_millis(),
+            state: state.to_string(),
+            by,
+            input_preview: record.input_preview.clone(),
+            quorum: record.quorum.clone(),
+            decisions: record
+                .decisions
+                .iter()
+                .map(|d| StoredDecision {
+                    a: d.approver.clone(),
+                    v: verdict_name(d.verdict).to_string(),
+                    t: d.at.unix_millis(),
+                    m: d.slots.bits(),
+                })
+                .collect(),
+            invocation_id: record.invocation_id.clone(),
+            correlation_id: record.correlation_id.clone(),
+            consumer: record.consumer.clone(),
+        }
+    }
+
+    fn into_record(self) -> Option<ConfirmationRecord> {
+        let input_hash = agent_surface_core::hex::decode::<32>(&self.input_hash)?;
+        let binding = ConfirmationBinding {
+            consumer_key: self.consumer_key,
+            capability: self.capability,
+            registration_id: self.registration_id,
+            instance_id: self.instance_id,
+            input_hash: agent_surface_policy::Fingerprint::from_bytes(input_hash),
+        };
+        let mut record = ConfirmationRecord::pending(
+            self.id,
+            binding,
+            self.requester,
+            self.summary,
+            self.effect,
+            self.origin,
+            Timestamp::from_unix_millis(self.created_at),
+            Timestamp::from_unix_millis(self.expires_at),
+        )
+        .with_input_preview(self.input_preview.as_deref())
+        .with_quorum(self.quorum)
+        .with_call_ids(self.invocation_id.as_deref(), self.correlation_id.as_deref());
+        record.consumer = self.consumer;
+        let by = self.by;
+        record.state = match self.state.as_str() {
+            "pending" => ConfirmationState::Pending,
+            "approved" => ConfirmationState::Approved { by },
+            "denied" => ConfirmationState::Denied { by },
+            "consumed" => ConfirmationState::Consumed { approved_by: by },
+            "withdrawn" => ConfirmationState::Withdrawn,
+            _ => return None,
+        };
+        record.decisions = self
+            .decisions
+            .into_iter()
+            .map(|d| {
+                let verdict = match d.v.as_str() {
+                    "approve" => ApprovalVerdict::Approve,
+                    "in-person" => ApprovalVerdict::ApproveInPerson,
+                    "deny" => ApprovalVerdict::Deny,
+                    _ => return None,
+                };
+                Some(
+                    ApproverDecision::new(d.a, verdict, Timestamp::from_unix_millis(d.t))
+                        .with_slots(SlotSet::from_bits(d.m)),
+                )
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(record)
+    }
+}
+
+fn parse(v: i64, text: &str) -> Result<ConfirmationRecord, Fail> {
+    if v > FORMAT {
+        return Err(corrupt("a confirmation of a later format"));
+    }
+    let stored: Stored = serde_json::from_str(text).map_err(|_| corrupt("a confirmation"))?;
+    stored.into_record().ok_or_else(|| corrupt("a confirmation"))
+}
+
+/// A confirmation store in the file (see the module docs): the semantics the
+/// `ConfirmationStore` trait documents, each operation one transaction, every state change on
+/// disk before it is answered — an approval given before a crash is there after it, and
+/// evidence consumed before a crash stays consumed. Records are kept until `expires_at +`
+/// [`SqliteConfig::retention`](crate::SqliteConfig::retention).
+#[derive(Clone, Debug)]
+pub struct SqliteConfirmationStore {
+    stores: SqliteStores,
+}
+
+/// The live record `id` (not past its retention) and its consumption token.
+fn live(cx: &Cx<'_>, id: &str, now: Timestamp) -> Result<Option<(ConfirmationRecord, Option<String>)>, Fail> {
+    let row = cx
+        .conn
+        .prepare_cached("SELECT v, record, token FROM conf WHERE id = ?1 AND gone_at > ?2")?
+        .query_row(params![id, millis(now)], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<String>>(2)?))
+        })
+        .optional()?;
+    row.map(|(v, text, token)| Ok((parse(v, &text)?, token))).transpose()
+}
+
+/// Writes `record` back (its state, decisions and token).
+fn write(cx: &Cx<'_>, record: &ConfirmationRecord, token: Option<&str>) -> Result<(), Fail> {
+    let text = serde_json::to_string(&Stored::of(record)).map_err(|_| corrupt("a confirmation"))?;
+    cx.conn
+        .prepare_cached("UPDATE conf SET v = ?2, state = ?3, record = ?4, token = ?5 WHERE id = ?1")?
+        .execute(params![record.id, FORMAT, state_name(&record.state).0, text, token])?;
+    Ok(())
+}
+
+fn decide(
+    cx: &mut Cx<'_>,
+    id: &str,
+    verdict: ApprovalVerdict,
+    approver: &str,
+    slots: SlotSet,
+    now: Timestamp,
+) -> Result<Decided, Fail> {
+    cx.saw(now);
+    let Some((mut record, token)) = live(cx, id, now)? else { return Ok(Decided::Unknown) };
+    if record.state != ConfirmationState::Pending {
+        return Ok(Decided::NotPending(record.state));
+    }
+    if record.decided_by(approver) || verdict == ApprovalVerdict::ApproveInPerson && record.approved_in_person() {
+        return Ok(Decided::DecidedBefore);
+    }
+    if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
+        return Ok(Decided::SelfApproval);
+    }
+    if now >= record.expires_at {
+        return Ok(Decided::Expired);
+    }
+    let slots = slots.intersect(record.quorum.all_slots());
+    if verdict != ApprovalVerdict::Deny && !record.quorum.has_room(&record.decisions, slots) {
+        return Ok(Decided::SlotsTaken);
+    }
+    record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
+    if verdict == ApprovalVerdict::Deny {
+        record.state = ConfirmationState::Denied { by: approver.to_string() };
+    } else if record.approvals() >= record.quorum.required() {
+        let by: Vec<&str> = record.decisions.iter().map(|d| d.approver.as_str()).collect();
+        record.state = ConfirmationState::Approved { by: by.join(", ") };
+    }
+    write(cx, &record, token.as_deref())?;
+    Ok(Decided::Done)
+}
+
+fn consume(
+    cx: &mut Cx<'_>,
+    id: &str,
+    expected: &ConfirmationBinding,
+    now: Timestamp,
+) -> Result<Result<Consumed, Rejection>, Fail> {
+    cx.saw(now);
+    let Some((mut record, _)) = live(cx, id, now)? else { return Ok(Err(Rejection::Unknown)) };
+    let mismatch = record.binding.mismatch(expected);
+    if !mismatch.is_empty() {
+        return Ok(Err(Rejection::Mismatch(mismatch)));
+    }
+    let approved_by = match &record.state {
+        ConfirmationState::Consumed { .. } => return Ok(Err(Rejection::Consumed)),
+        ConfirmationState::Denied { .. } => return Ok(Err(Rejection::Denied)),
+        ConfirmationState::Withdrawn => return Ok(Err(Rejection::Expired)),
+        _ if now >= record.expires_at => return Ok(Err(Rejection::Expired)),
+        ConfirmationState::Pending => return Ok(Err(Rejection::Pending(Box::new(record)))),
+        ConfirmationState::Approved { by } => by.clone(),
+    };
+    record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
+    let token = agent_surface_core::id::random_id("k-");
+    write(cx, &record, Some(&token))?;
+    Ok(Ok(Consumed::new(approved_by).with_token(token)))
+}
+
+fn reinstate(
+    cx: &mut Cx<'_>,
+    id: &str,
+    expected: &ConfirmationBinding,
+    token: &str,
+    now: Timestamp,
+) -> Result<bool, Fail> {
+    cx.saw(now);
+    let Some((mut record, held)) = live(cx, id, now)? else { return Ok(false) };
+    if !record.binding.mismatch(expected).is_empty() || now >= record.expires_at {
+        return Ok(false);
+    }
+    let ConfirmationState::Consumed { approved_by } = &record.state else { return Ok(false) };
+    if held.as_deref().map(str::as_bytes) != Some(token.as_bytes()) {
+        return Ok(false);
+    }
+    record.state = ConfirmationState::Approved { by: approved_by.clone() };
+    write(cx, &record, None)?;
+    Ok(true)
+}
+
+/// Records as a listing reads them: `SELECT v, record …`.
+fn records(cx: &Cx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result<Vec<ConfirmationRecord>, Fail> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut statement = cx.conn.prepare_cached(sql)?;
+    let rows =
+        statement.query_map(params![millis(now), limit], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (v, text) = row?;
+        out.push(parse(v, &text)?);
+    }
+    Ok(out)
+}
+
+impl SqliteConfirmationStore {
+    pub(crate) fn new(stores: SqliteStores) -> SqliteConfirmationStore {
+        SqliteConfirmationStore { stores }
+    }
+}
+
+impl ConfirmationStore for SqliteConfirmationStore {
+    fn reach(&self) -> Reach {
+        Reach::Process
+    }
+
+    fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        let retention = self.stores.config.retention;
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a confirmation"))?;
+            let gone_at = millis(record.expires_at.saturating_add(retention));
+            // An id whose record is past its retention may be used again (its relay key goes
+            // with it).
+            let gone = cx
+                .conn
+                .prepare_cached("DELETE FROM conf WHERE id = ?1 AND gone_at <= ?2")?
+                .execute(params![record.id, millis(now)])?;
+            if gone > 0 {
+                cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![record.id])?;
+            }
+            let inserted = cx
+                .conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO conf (id, v, state, expires_at, gone_at, expiry_claimed, token, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6)",
+                )?
+                .execute(params![
+                    record.id,
+                    FORMAT,
+                    state_name(&record.state).0,
+                    millis(record.expires_at),
+                    gone_at,
+                    text
+                ])?;
+            if inserted == 0 {
+                return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)).into());
+            }
+            Ok(())
+        }))
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<ConfirmationRecord>, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            Ok(live(cx, &id, now)?.map(|(record, _)| record))
+        }))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        self.decide_in_slots(id, verdict, approver, SlotSet::ANY, now)
+    }
+
+    fn decide_in_slots<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        slots: SlotSet,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        let (id, approver) = (id.to_string(), approver.to_string());
+        Box::pin(self.stores.db.run(move |cx| decide(cx, &id, verdict, &approver, slots, now)))
+    }
+
+    fn consume<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Result<Consumed, Rejection>, StoreError>> {
+        let (id, expected) = (id.to_string(), expected.clone());
+        Box::pin(self.stores.db.run(move |cx| consume(cx, &id, &expected, now)))
+    }
+
+    fn withdraw<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<ConfirmationState>, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let Some((mut record, token)) = live(cx, &id, now)? else { return Ok(None) };
+            if record.state == ConfirmationState::Pending {
+                record.state = ConfirmationState::Withdrawn;
+                write(cx, &record, token.as_deref())?;
+            }
+            Ok(Some(record.state))
+        }))
+    }
+
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            records(
+                cx,
+                "SELECT v, record FROM conf WHERE state = 'pending' AND expires_at > ?1
+                 ORDER BY expires_at, id LIMIT ?2",
+                now,
+                limit,
+            )
+        }))
+    }
+
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let held = cx
+                .conn
+                .prepare_cached("SELECT expiry_claimed FROM conf WHERE id = ?1 AND gone_at > ?2")?
+                .query_row(params![id, millis(now)], |r| r.get::<_, bool>(0))
+                .optional()?;
+            match held {
+                None => Ok(true),
+                Some(true) => Ok(false),
+                Some(false) => {
+                    cx.conn.prepare_cached("UPDATE conf SET expiry_claimed = 1 WHERE id = ?1")?.execute(params![id])?;
+                    Ok(true)
+                }
+            }
+        }))
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (id, expected, token) = (id.to_string(), expected.clone(), token.to_string());
+        Box::pin(self.stores.db.run(move |cx| reinstate(cx, &id, &expected, &token, now)))
+    }
+
+    fn list_expired<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            records(
+                cx,
+                "SELECT v, record FROM conf WHERE expiry_claimed = 0 AND state IN ('pending', 'approved', 'withdrawn')
+                   AND expires_at <= ?1 AND gone_at > ?1
+                 ORDER BY expires_at, id LIMIT ?2",
+                now,
+                limit,
+            )
+        }))
+    }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (key, id) = (*key.as_bytes(), id.to_string());
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            if live(cx, &id, now)?.is_none() {
+                return Ok(());
+            }
+            // One key per record: the record's earlier key goes.
+            cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![id])?;
+            cx.conn
+                .prepare_cached("INSERT OR REPLACE INTO conf_relay (key, v, id) VALUES (?1, ?2, ?3)")?
+                .execute(params![key.as_slice(), FORMAT, id])?;
+            Ok(())
+        }))
+    }
+
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let key = *key.as_bytes();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let id = cx
+                .conn
+                .prepare_cached(
+                    "SELECT r.id FROM conf_relay r JOIN conf c ON c.id = r.id WHERE r.key = ?1 AND c.gone_at > ?2",
+                )?
+                .query_row(params![key.as_slice(), millis(now)], |r| r.get::<_, String>(0))
+                .optional()?;
+            Ok(id)
+        }))
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a RelayKey,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (key, id) = (*key.as_bytes(), id.to_string());
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            cx.conn
+                .prepare_cached("DELETE FROM conf_relay WHERE key = ?1 AND id = ?2")?
+                .execute(params![key.as_slice(), id])?;
+            Ok(())
+        }))
+    }
+}

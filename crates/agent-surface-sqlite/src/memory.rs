@@ -1,0 +1,49 @@
+//! The in-memory part of the stores, owned by the database thread next to the connection: what
+//! concerns the calls of this process only, and so need not be on disk (a restart ends them).
+
+use std::collections::{HashMap, VecDeque};
+
+use agent_surface_core::InvokeResult;
+use agent_surface_policy::{Attempt, IdempotencyKey};
+use tokio::sync::watch;
+
+/// How many cancelled attempts are remembered (only admissions that had not run when they were
+/// cancelled leave one; on the database thread, which runs operations in the order they were
+/// sent, a cancellation follows its admission, so this is the contract's corner case).
+pub(crate) const CANCELLED_KEPT: usize = 64;
+
+/// How many records whose settlement could not be written are remembered as lapsed.
+pub(crate) const ORPHANS_KEPT: usize = 10_000;
+
+/// The in-memory part of the stores, owned by the database thread.
+pub(crate) struct Memory {
+    /// Where the followers of each record in flight wait, made when the first one joins.
+    pub(crate) followers: HashMap<IdempotencyKey, watch::Sender<Option<InvokeResult>>>,
+    /// Attempts cancelled before they were admitted.
+    pub(crate) cancelled: VecDeque<Attempt>,
+    /// Records in flight whose settlement could not be written, with the token of their lease:
+    /// treated as lapsed.
+    pub(crate) orphaned: HashMap<IdempotencyKey, u64>,
+    /// The last fencing token handed out.
+    last_token: u64,
+}
+
+impl Memory {
+    /// The in-memory part of a file whose largest token is `last_token`.
+    pub(crate) fn new(last_token: u64) -> Memory {
+        Memory { followers: HashMap::new(), cancelled: VecDeque::new(), orphaned: HashMap::new(), last_token }
+    }
+
+    /// A fencing token greater than every one handed out before.
+    pub(crate) fn next_token(&mut self) -> u64 {
+        self.last_token += 1;
+        self.last_token
+    }
+
+    /// Answers the followers of `key`'s record, if any.
+    pub(crate) fn answer(&mut self, key: &IdempotencyKey, result: InvokeResult) {
+        if let Some(sender) = self.followers.remove(key) {
+            sender.send_replace(Some(result));
+        }
+    }
+}

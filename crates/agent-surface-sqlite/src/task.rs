@@ -1,0 +1,228 @@
+//! [`SqliteTaskStore`]: task records in the file, one row per task (the record as JSON and
+//! `keep_until`, when it may be deleted), each operation one step of the database thread.
+
+use agent_surface_core::Timestamp;
+use agent_surface_policy::{StoreError, TaskRecord, TaskStatus, TaskStore};
+use futures_util::future::BoxFuture;
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::db::{Cx, Fail, corrupt};
+use crate::schema::FORMAT;
+use crate::{SqliteStores, millis};
+
+/// A task as its row keeps it.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    /// As MCP spells it (`working`, `completed`, …).
+    status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status_message: Option<String>,
+    created_at: u64,
+    updated_at: u64,
+    expires_at: u64,
+    running_until: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payload: Option<Value>,
+    #[serde(default)]
+    cancel_requested: bool,
+}
+
+fn status_of(s: &str) -> Option<TaskStatus> {
+    Some(match s {
+        "working" => TaskStatus::Working,
+        "input_required" => TaskStatus::InputRequired,
+        "completed" => TaskStatus::Completed,
+        "failed" => TaskStatus::Failed,
+        "cancelled" => TaskStatus::Cancelled,
+        _ => return None,
+    })
+}
+
+impl Stored {
+    fn of(record: &TaskRecord) -> Stored {
+        Stored {
+            id: record.id.clone(),
+            owner: record.owner.clone(),
+            status: record.status.as_str().to_string(),
+            status_message: record.status_message.clone(),
+            created_at: record.created_at.unix_millis(),
+            updated_at: record.updated_at.unix_millis(),
+            expires_at: record.expires_at.unix_millis(),
+            running_until: record.running_until.unix_millis(),
+            payload: record.payload.clone(),
+            cancel_requested: record.cancel_requested,
+        }
+    }
+
+    fn into_record(self) -> Option<TaskRecord> {
+        let at = Timestamp::from_unix_millis;
+        let mut record = TaskRecord::working(
+            self.id,
+            self.owner,
+            at(self.created_at),
+            std::time::Duration::ZERO,
+            std::time::Duration::ZERO,
+        );
+        record.status = status_of(&self.status)?;
+        record.status_message = self.status_message;
+        record.updated_at = at(self.updated_at);
+        record.expires_at = at(self.expires_at);
+        record.running_until = at(self.running_until);
+        record.payload = self.payload;
+        record.cancel_requested = self.cancel_requested;
+        Some(record)
+    }
+}
+
+/// When the store may delete `record`: its time to live once final, its deadline while running.
+fn keep_until(record: &TaskRecord) -> Timestamp {
+    if record.status.is_terminal() { record.expires_at } else { record.running_until }
+}
+
+/// The record `id`, if kept at `now`.
+fn live(cx: &Cx<'_>, id: &str, now: Timestamp) -> Result<Option<TaskRecord>, Fail> {
+    let row = cx
+        .conn
+        .prepare_cached("SELECT v, record FROM task WHERE id = ?1 AND keep_until > ?2")?
+        .query_row(params![id, millis(now)], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .optional()?;
+    let Some((v, text)) = row else { return Ok(None) };
+    if v > FORMAT {
+        return Err(corrupt("a task of a later format"));
+    }
+    let stored: Stored = serde_json::from_str(&text).map_err(|_| corrupt("a task"))?;
+    stored.into_record().ok_or_else(|| corrupt("a task")).map(Some)
+}
+
+fn write(cx: &Cx<'_>, record: &TaskRecord) -> Result<(), Fail> {
+    let text = serde_json::to_string(&Stored::of(record)).map_err(|_| corrupt("a task"))?;
+    cx.conn.prepare_cached("UPDATE task SET v = ?2, keep_until = ?3, record = ?4 WHERE id = ?1")?.execute(params![
+        record.id,
+        FORMAT,
+        millis(keep_until(record)),
+        text
+    ])?;
+    Ok(())
+}
+
+/// A [`TaskStore`] in the file: a task created (and answered to its caller) before a crash is
+/// there after it, with its status as last recorded. Payloads over
+/// [`SqliteConfig::max_task_payload_bytes`](crate::SqliteConfig::max_task_payload_bytes) are
+/// refused with `StoreError::Full` (the adapter then stores a smaller one).
+#[derive(Clone, Debug)]
+pub struct SqliteTaskStore {
+    stores: SqliteStores,
+}
+
+impl SqliteTaskStore {
+    pub(crate) fn new(stores: SqliteStores) -> SqliteTaskStore {
+        SqliteTaskStore { stores }
+    }
+
+    fn too_large(&self, payload: Option<&Value>) -> Option<StoreError> {
+        let max = self.stores.config.max_task_payload_bytes;
+        payload.is_some_and(|p| p.to_string().len() > max).then_some(StoreError::Full { capacity: max })
+    }
+}
+
+impl TaskStore for SqliteTaskStore {
+    fn create<'a>(&'a self, record: TaskRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        if let Some(refused) = self.too_large(record.payload.as_ref()) {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a task"))?;
+            // An id no longer kept may be used again.
+            cx.conn
+                .prepare_cached("DELETE FROM task WHERE id = ?1 AND keep_until <= ?2")?
+                .execute(params![record.id, millis(now)])?;
+            let created = cx
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO task (id, v, keep_until, record) VALUES (?1, ?2, ?3, ?4)")?
+                .execute(params![record.id, FORMAT, millis(keep_until(&record)), text])?;
+            if created == 0 {
+                return Err(StoreError::Unavailable(format!("task id {} already exists", record.id)).into());
+            }
+            Ok(())
+        }))
+    }
+
+    fn get<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            live(cx, &id, now)
+        }))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        if let Some(refused) = self.too_large(payload.as_ref()) {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let Some(mut record) = live(cx, &id, now)? else { return Ok(false) };
+            if record.status.is_terminal() {
+                return Ok(false);
+            }
+            let ttl = record.expires_at.saturating_duration_since(record.created_at);
+            record.status = status;
+            record.payload = payload;
+            record.status_message = message;
+            record.updated_at = now;
+            record.expires_at = now.saturating_add(ttl);
+            write(cx, &record)?;
+            Ok(true)
+        }))
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let Some(mut record) = live(cx, &id, now)? else { return Ok(None) };
+            if !record.status.is_terminal() && !record.cancel_requested {
+                record.cancel_requested = true;
+                write(cx, &record)?;
+            }
+            Ok(Some(record))
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_round_trips_through_its_stored_name() {
+        for status in [
+            TaskStatus::Working,
+            TaskStatus::InputRequired,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+        ] {
+            assert_eq!(status_of(status.as_str()), Some(status));
+        }
+        assert_eq!(status_of("nope"), None);
+    }
+}
