@@ -121,6 +121,8 @@ trait Job: Send {
     fn run(&mut self, cx: &mut Cx<'_>) -> bool;
     /// Sends its answer: its own, or `failed` when the batch did not commit.
     fn deliver(self: Box<Self>, failed: Option<&StoreError>);
+    /// Its failure, once it ran and failed.
+    fn error(&self) -> Option<StoreError>;
 }
 
 struct Op<T, F> {
@@ -140,6 +142,10 @@ where
         let ok = outcome.is_ok();
         self.outcome = Some(outcome);
         ok
+    }
+
+    fn error(&self) -> Option<StoreError> {
+        self.outcome.as_ref().and_then(|o| o.as_ref().err().cloned())
     }
 
     fn deliver(self: Box<Self>, failed: Option<&StoreError>) {
@@ -244,51 +250,87 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 /// Runs `batch` in one transaction (see the module docs) and answers every operation.
+///
+/// Some failures (a full disk or budget, an I/O error) make SQLite roll the whole transaction
+/// back by itself: the operations run so far in it are then answered with that failure (their
+/// changes are gone), and the rest of the batch goes on in a transaction of its own — never in
+/// autocommit mode, where each statement would commit alone.
 fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch: &mut Vec<Box<dyn Job>>, sweep: bool) {
-    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        let failed = sql_error(&e);
-        for job in batch.drain(..) {
-            job.deliver(Some(&failed));
+    let mut pending: std::collections::VecDeque<Box<dyn Job>> = batch.drain(..).collect();
+    let mut sweep = sweep;
+    while !pending.is_empty() {
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+            let failed = sql_error(&e);
+            for job in pending.drain(..) {
+                job.deliver(Some(&failed));
+            }
+            return;
         }
-        return;
-    }
-    let mut hooks: Vec<Hook> = Vec::new();
-    for job in batch.iter_mut() {
-        let mut own: Vec<Hook> = Vec::new();
-        let ok = exec(conn, "SAVEPOINT op").is_ok()
-            && {
-                let mut cx = Cx { conn, mem: &mut *mem, hooks: &mut own, latest: &mut *latest };
-                catch_unwind(AssertUnwindSafe(|| job.run(&mut cx))).unwrap_or_else(|_| {
-                tracing::error!(target: "agent_surface::store", "a SQLite store operation panicked; it was rolled back");
-                false
-            })
-            };
-        if ok && exec(conn, "RELEASE op").is_ok() {
-            hooks.append(&mut own);
-        } else {
-            // Undo this operation alone; an error here leaves the transaction to the commit.
-            let _ = exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"));
-            for hook in own {
+        let mut hooks: Vec<Hook> = Vec::new();
+        let mut done: Vec<Box<dyn Job>> = Vec::with_capacity(pending.len());
+        let mut broken: Option<StoreError> = None;
+        while let Some(mut job) = pending.pop_front() {
+            let mut own: Vec<Hook> = Vec::new();
+            let ok = exec(conn, "SAVEPOINT op").is_ok()
+                && {
+                    let mut cx = Cx { conn, mem: &mut *mem, hooks: &mut own, latest: &mut *latest };
+                    catch_unwind(AssertUnwindSafe(|| job.run(&mut cx))).unwrap_or_else(|_| {
+                    tracing::error!(target: "agent_surface::store", "a SQLite store operation panicked; it was rolled back");
+                    false
+                })
+                };
+            if conn.is_autocommit() {
+                // SQLite rolled the whole transaction back.
+                broken =
+                    Some(job.error().unwrap_or_else(|| {
+                        StoreError::Unavailable("sqlite: the transaction was rolled back".to_string())
+                    }));
+                for hook in own {
+                    hook(mem, false);
+                }
+                done.push(job);
+                break;
+            }
+            if ok && exec(conn, "RELEASE op").is_ok() {
+                hooks.append(&mut own);
+            } else {
+                // Undo this operation alone; an error here leaves the transaction to the commit.
+                let _ = exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"));
+                for hook in own {
+                    hook(mem, false);
+                }
+            }
+            done.push(job);
+        }
+        if let Some(failed) = broken {
+            tracing::error!(target: "agent_surface::store", error = %failed, "a SQLite store transaction was rolled back");
+            for hook in hooks {
                 hook(mem, false);
             }
+            for job in done {
+                job.deliver(Some(&failed));
+            }
+            continue;
         }
-    }
-    if sweep {
-        crate::sweep::run(conn, *latest);
-    }
-    let committed = exec(conn, "COMMIT");
-    let failed = match committed {
-        Ok(()) => None,
-        Err(e) => {
-            tracing::error!(target: "agent_surface::store", error = %e, "a SQLite store transaction did not commit");
-            let _ = exec(conn, "ROLLBACK");
-            Some(sql_error(&e))
+        if std::mem::take(&mut sweep) {
+            crate::sweep::run(conn, *latest);
         }
-    };
-    for hook in hooks {
-        hook(mem, failed.is_none());
-    }
-    for job in batch.drain(..) {
-        job.deliver(failed.as_ref());
+        let committed = exec(conn, "COMMIT");
+        let failed = match committed {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!(target: "agent_surface::store", error = %e, "a SQLite store transaction did not commit");
+                if !conn.is_autocommit() {
+                    let _ = exec(conn, "ROLLBACK");
+                }
+                Some(sql_error(&e))
+            }
+        };
+        for hook in hooks {
+            hook(mem, failed.is_none());
+        }
+        for job in done {
+            job.deliver(failed.as_ref());
+        }
     }
 }

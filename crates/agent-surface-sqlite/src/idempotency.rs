@@ -132,7 +132,12 @@ fn admit(
                  WHERE consumer = ?1 AND invocation = ?2",
             )?
             .execute(params![key.consumer_key, key.invocation_id, token_sql(token)?, attempt_bytes, gone_at])?;
-        cx.mem.orphaned.remove(key);
+        let taken = key.clone();
+        cx.after(move |mem, committed| {
+            if committed {
+                mem.orphaned.remove(&taken);
+            }
+        });
         return Ok(Admission::TakeOver(Lease::until_settled(token)));
     }
     let token = cx.mem.next_token();

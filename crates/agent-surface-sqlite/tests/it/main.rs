@@ -1,4 +1,8 @@
 //! The SQLite stores: the store kit's suites, restarts, and crashes.
 
+mod bounds;
+mod crash;
+mod format;
 mod kit;
+mod restart;
 mod support;
