@@ -104,6 +104,10 @@ use agent_surface_core::Timestamp;
 use agent_surface_policy::{Clock, RateBudgets, RateLimiter, Stores};
 use rusqlite::Connection;
 
+/// The `rusqlite` crate the stores are built on, for an application that keeps its own data in
+/// the same file ([`SqliteStores::transaction`]).
+pub use rusqlite;
+
 pub use audit::SqliteAuditSink;
 pub use confirmation::SqliteConfirmationStore;
 pub use idempotency::SqliteIdempotencyStore;
@@ -306,6 +310,21 @@ impl SqliteStores {
             Arc::new(self.tasks()),
             move |budgets, clock| -> Arc<dyn RateLimiter> { Arc::new(stores.rate_limiter(budgets, clock)) },
         )
+    }
+
+    /// Runs `f` on the database thread inside one of its transactions, for the application's own
+    /// tables in the same file: what `f` changed is committed — and synced, as the stores'
+    /// changes are — before the answer, and undone when `f` fails (its error, and any other
+    /// failure, is `StoreError::Unavailable`, text for the operator channel). Nothing else runs
+    /// while `f` does, so keep it short, and never begin, commit or roll back in it. Keep the
+    /// application's tables apart from the stores' (`idem`, `conf`, `conf_relay`, `task`, `rate`,
+    /// `audit`): prefix them, for example `app_`, and create them with `IF NOT EXISTS`.
+    pub async fn transaction<T, F>(&self, f: F) -> Result<T, agent_surface_policy::StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.db.run(move |cx| f(cx.conn).map_err(db::Fail::from)).await
     }
 
     /// The store file's path.

@@ -64,11 +64,16 @@ async fn open(dir: &std::path::Path) -> SqliteStores {
     SqliteStores::open(dir.join("store.db"), SqliteConfig::default()).await.expect("the store file opens")
 }
 
+/// How long a child writes at most (its parent kills it far sooner), so that a child whose parent
+/// died never fills the disk.
+const CHILD_LIFETIME: Duration = Duration::from_secs(30);
+
 fn ack(line: &str) {
     let mut out = std::io::stdout().lock();
-    // A closed pipe (the parent stopped reading) is the parent's business.
-    let _ = writeln!(out, "ack {line}");
-    let _ = out.flush();
+    if writeln!(out, "ack {line}").and_then(|()| out.flush()).is_err() {
+        // Nobody reads any more: the parent is gone.
+        std::process::exit(0);
+    }
 }
 
 /// One writer of the child: every kind of operation in turn, acknowledging each answer.
@@ -140,9 +145,8 @@ async fn crash_child() {
     let stores = open(std::path::Path::new(&dir)).await;
     ack("open");
     let writers: Vec<_> = (0..WRITERS).map(|w| tokio::spawn(write(stores.clone(), round, w))).collect();
-    for writer in writers {
-        writer.await.expect("a writer runs until the process is killed");
-    }
+    let all = futures_util::future::join_all(writers);
+    assert!(tokio::time::timeout(CHILD_LIFETIME, all).await.is_err(), "the writers run until the process is killed");
 }
 
 /// What the child acknowledged, by kind.
@@ -151,7 +155,9 @@ struct Acked(BTreeMap<String, Vec<String>>);
 
 impl Acked {
     fn add(&mut self, line: &str) {
-        if let Some((kind, id)) = line.strip_prefix("ack ").and_then(|l| l.split_once(' ')) {
+        // The harness's own `test crash::crash_child ... ` may precede the first one.
+        let ack = line.find("ack ").map(|at| &line[at + 4..]);
+        if let Some((kind, id)) = ack.and_then(|l| l.split_once(' ')) {
             self.0.entry(kind.to_string()).or_default().push(id.to_string());
         }
     }
@@ -240,6 +246,44 @@ async fn check(stores: &SqliteStores, acked: &Acked, round: u64, seed: u64) {
     assert!(allowed + left <= BUDGET as usize, "seed {seed}: {allowed} allowed before the crash, {left} left after");
 }
 
+/// Whether the child's `line` says it opened the file (the test harness prints its own lines
+/// first, the first acknowledgement on the line of the harness's `test … ... `).
+fn opens(line: &str) -> bool {
+    line.ends_with("ack open")
+}
+
+/// Starts the child of `round` on `folder`, its output piped.
+fn child(folder: &Folder, round: u64) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["crash::crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR, folder.path())
+        .env(CHILD_ROUND, round.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the child starts")
+}
+
+/// One process per file, between processes too (the lock is the operating system's then): while
+/// the child holds the file, opening it here is refused; once the child is killed, it opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_another_process_holds_is_refused() {
+    let folder = Folder::new("held-elsewhere");
+    let mut holder = child(&folder, 0);
+    let mut lines = BufReader::new(holder.stdout.take().expect("its output")).lines();
+    // Read on, so that the child keeps writing (it ends when nobody reads).
+    let opened = lines.by_ref().map_while(Result::ok).find(|line| opens(line));
+    assert!(opened.is_some(), "the child opens the file");
+    let impatient = SqliteConfig { lock_timeout: Duration::from_millis(200), ..SqliteConfig::default() };
+    let refused = SqliteStores::open(folder.path().join("store.db"), impatient).await.expect_err("held by the child");
+    assert!(refused.is_in_use(), "{refused}");
+    holder.kill().expect("SIGKILL");
+    holder.wait().expect("the child ends");
+    drop(lines);
+    drop(open(folder.path()).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_9_loses_nothing_answered() {
     let folder = Folder::new("crash");
@@ -249,15 +293,7 @@ async fn a_kill_9_loses_nothing_answered() {
     let mut acked = Acked::default();
     let mut killed_while_opening = 0;
     for round in 0..ROUNDS {
-        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["crash::crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DIR, folder.path())
-            .env(CHILD_ROUND, round.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the child starts");
+        let mut child = child(&folder, round);
         let stdout = child.stdout.take().expect("its output");
         let (lines, received) = std::sync::mpsc::channel::<String>();
         let reader = std::thread::spawn(move || {
@@ -273,8 +309,14 @@ async fn a_kill_9_loses_nothing_answered() {
             std::thread::sleep(Duration::from_millis(random.below(40)));
             killed_while_opening += 1;
         } else {
-            let opened = received.recv_timeout(Duration::from_secs(60)).expect("the child opens the file");
-            round_acks.push(opened);
+            loop {
+                let line = received.recv_timeout(Duration::from_secs(60)).expect("the child opens the file");
+                let opened = opens(&line);
+                round_acks.push(line);
+                if opened {
+                    break;
+                }
+            }
             std::thread::sleep(Duration::from_millis(20 + random.below(400)));
         }
         child.kill().expect("SIGKILL");

@@ -241,3 +241,37 @@ async fn a_row_of_a_later_format_is_reported() {
     let read = stores.confirmations().get("c", at(1)).await;
     assert!(matches!(&read, Err(StoreError::Unavailable(why)) if why.contains("later format")), "{read:?}");
 }
+
+/// The application's own tables live in the same file, with the same transactions: committed
+/// before the answer, undone when the application's step fails, there after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_own_tables_share_the_file() {
+    let folder = Folder::new("app");
+    {
+        let stores = open(&folder).await;
+        stores
+            .transaction(|conn| {
+                conn.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS app_orders (id TEXT PRIMARY KEY, status TEXT NOT NULL)",
+                )?;
+                conn.execute("INSERT INTO app_orders (id, status) VALUES ('A-1', 'placed')", [])
+            })
+            .await
+            .unwrap();
+        let failed = stores
+            .transaction(|conn| {
+                conn.execute("UPDATE app_orders SET status = 'cancelled' WHERE id = 'A-1'", [])?;
+                conn.execute("INSERT INTO app_orders (id, status) VALUES ('A-1', 'twice')", [])
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Unavailable(_))), "{failed:?}");
+    }
+    let stores = open(&folder).await;
+    let status = stores
+        .transaction(|conn| {
+            conn.query_row("SELECT status FROM app_orders WHERE id = 'A-1'", [], |r| r.get::<_, String>(0))
+        })
+        .await
+        .unwrap();
+    assert_eq!(status, "placed", "the failed step was undone whole, the first one kept");
+}
