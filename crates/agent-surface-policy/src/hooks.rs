@@ -443,7 +443,8 @@ impl std::fmt::Debug for RateDecision {
 pub trait RateLimiter: Send + Sync + 'static {
     /// Who shares the budgets: [`Reach::Shared`](crate::Reach::Shared) when replicas take from
     /// the same buckets, [`Reach::Process`](crate::Reach::Process) when each process counts
-    /// alone (then a "per user" budget is per user and replica).
+    /// alone (then a "per user" budget is per user and replica), [`Reach::Durable`](crate::Reach::Durable)
+    /// when it counts alone but keeps its buckets across restarts.
     fn reach(&self) -> crate::Reach;
 
     /// The clock it reads (for the registry's wiring report, `Registry::wiring_warnings`, which

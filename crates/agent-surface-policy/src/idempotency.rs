@@ -332,7 +332,8 @@ impl StoreUsage {
 /// never disagrees with the pipeline about time.
 pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Who shares the records: [`Reach::Shared`](crate::Reach::Shared) when replicas share them
-    /// (a retry on another replica replays or joins), [`Reach::Process`](crate::Reach::Process)
+    /// (a retry on another replica replays or joins), [`Reach::Durable`](crate::Reach::Durable)
+    /// for a store this process keeps across its restarts, [`Reach::Process`](crate::Reach::Process)
     /// for a store in this process.
     fn reach(&self) -> crate::Reach;
 

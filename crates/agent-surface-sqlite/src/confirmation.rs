@@ -324,7 +324,7 @@ impl SqliteConfirmationStore {
 
 impl ConfirmationStore for SqliteConfirmationStore {
     fn reach(&self) -> Reach {
-        Reach::Process
+        Reach::Durable
     }
 
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {

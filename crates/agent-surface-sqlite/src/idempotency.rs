@@ -315,7 +315,7 @@ impl SqliteIdempotencyStore {
 
 impl IdempotencyStore for SqliteIdempotencyStore {
     fn reach(&self) -> Reach {
-        Reach::Process
+        Reach::Durable
     }
 
     fn admit<'a>(

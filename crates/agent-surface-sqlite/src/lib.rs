@@ -40,9 +40,12 @@
 //!
 //! # One process per file
 //!
-//! The stores report `Reach::Process`: they keep the guarantees of the memory stores for the
+//! The stores report `Reach::Durable`: they keep the guarantees of the memory stores for the
 //! calls of one process, and add durability — not sharing between replicas (use
-//! `agent-surface-redis` for that). Opening takes an exclusive lock on the file (SQLite's
+//! `agent-surface-redis` for that). Because their records outlive the process, the confirmation
+//! engine binds evidence to the instance, not to its registration (as for a shared store): the
+//! instances a restarted server mounts have new registration ids, and an approval asked before
+//! the restart still holds, once, after it. Opening takes an exclusive lock on the file (SQLite's
 //! `locking_mode=EXCLUSIVE`), held until every handle is dropped: a second process that opens the
 //! same file waits [`SqliteConfig::lock_timeout`] and is refused ([`OpenError::is_in_use`]). Two
 //! processes on one file could share it through SQLite's own locking, but then every leader would

@@ -118,7 +118,7 @@ impl SqliteRateLimiter {
 
 impl RateLimiter for SqliteRateLimiter {
     fn reach(&self) -> Reach {
-        Reach::Process
+        Reach::Durable
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {

@@ -298,11 +298,13 @@ impl fmt::Debug for ConfirmationMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TargetBinding {
-    /// The default: [`Instance`](Self::Instance) when the engine's store is shared by replicas
-    /// ([`ConfirmationStore::reach`] is [`Reach::Shared`](crate::Reach::Shared)), else
-    /// [`Registration`](Self::Registration). Each replica mounts an instance under a registration
-    /// id of its own, so evidence bound to a registration could never be used on another replica:
-    /// a person who approved on one would be asked again by the same call on the next.
+    /// The default: [`Instance`](Self::Instance) when the engine's store outlives this process —
+    /// shared by replicas ([`ConfirmationStore::reach`] is [`Reach::Shared`](crate::Reach::Shared))
+    /// or kept across restarts ([`Reach::Durable`](crate::Reach::Durable)) —, else
+    /// [`Registration`](Self::Registration). Each replica, and each run of one server, mounts an
+    /// instance under a registration id of its own, so evidence bound to a registration could
+    /// never be used on another replica or after a restart: a person who approved would be asked
+    /// again by the same call.
     #[default]
     Auto,
     /// The registration and the instance the call resolved to: a remount of the instance is
@@ -568,9 +570,12 @@ impl ConfirmationEngine {
     /// store's [`reach`](ConfirmationStore::reach).
     pub fn new(mut config: ConfirmationConfig) -> ConfirmationEngine {
         if config.target_binding == TargetBinding::Auto {
-            config.target_binding = match config.store.reach() {
-                crate::Reach::Shared => TargetBinding::Instance,
-                _ => TargetBinding::Registration,
+            // A store whose records outlive this process holds evidence for calls whose
+            // registration ids this process never saw (another replica's, or an earlier run's).
+            config.target_binding = if config.store.reach().outlives_the_process() {
+                TargetBinding::Instance
+            } else {
+                TargetBinding::Registration
             };
         }
         ConfirmationEngine {

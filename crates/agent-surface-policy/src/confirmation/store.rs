@@ -783,7 +783,8 @@ pub enum Inserted {
 /// that a late retry learns `consumed` or `denied` rather than `expired`.
 pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// Who shares the records: [`Reach::Shared`](crate::Reach::Shared) for a store that replicas share (evidence
-    /// approved through one is presented on another), [`Reach::Process`](crate::Reach::Process) for one that lives in
+    /// approved through one is presented on another), [`Reach::Durable`](crate::Reach::Durable)
+    /// for one that this process keeps across its restarts, [`Reach::Process`](crate::Reach::Process) for one that lives in
     /// this process. The engine's default [`TargetBinding`](crate::TargetBinding) follows from
     /// it, and the registry reports wiring that shares confirmations but not idempotency.
     fn reach(&self) -> crate::Reach;

@@ -5,4 +5,5 @@ mod crash;
 mod format;
 mod kit;
 mod restart;
+mod service;
 mod support;
