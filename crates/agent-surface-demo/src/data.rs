@@ -1,6 +1,12 @@
 //! Where the shop keeps its orders, its warm tracking lookups and its ledgers (the tickets it
-//! opened, the refunds it issued): in this process's memory, or in Redis so that several server
-//! processes (replicas) serve one shop.
+//! opened, the refunds it issued): in this process's memory, in the SQLite file of `serve --data`
+//! (next to the stores, so that a restart finds the shop as it was), or in Redis so that several
+//! server processes (replicas) serve one shop.
+//!
+//! In the SQLite file, the orders are the table `app_shop_orders` (a JSON document per order id),
+//! the warm lookups `app_shop_warm` and the ledgers `app_shop_ledger`; every change is one
+//! transaction of the stores' database thread (`SqliteStores::transaction`), synced before it is
+//! answered.
 //!
 //! On Redis, the orders are one hash (`{prefix}shop:orders`, a JSON document per order id), the
 //! warm lookups one set (`{prefix}shop:warm`), and each ledger one list of JSON entries, the
@@ -28,6 +34,7 @@ use std::time::Duration;
 
 use agent_surface_core::AgentSurfaceError;
 use agent_surface_redis::redis::{self, Script, aio::ConnectionManager};
+use agent_surface_sqlite::rusqlite;
 
 use crate::orders::{Address, Order, Status};
 
@@ -80,6 +87,20 @@ pub(crate) enum Data {
     },
     /// In Redis, shared by replicas.
     Shared(Shared),
+    /// In the SQLite file of `serve --data`.
+    Durable(Durable),
+}
+
+/// The SQLite half of [`Data`].
+pub(crate) struct Durable {
+    stores: agent_surface_sqlite::SqliteStores,
+    /// The orders as this process last read or wrote them.
+    seen: Mutex<BTreeMap<String, Order>>,
+}
+
+/// An order's JSON that does not read, as the SQLite step's error.
+fn unreadable(e: serde_json::Error) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
 }
 
 /// The Redis half of [`Data`].
@@ -125,6 +146,12 @@ fn write_failed(e: redis::RedisError) -> AgentSurfaceError {
     AgentSurfaceError::outcome_unknown().with_cause(e)
 }
 
+/// A write to the SQLite file that failed: it may still be committed (its answer was late), so
+/// its outcome is unknown, never "nothing ran".
+fn write_unknown(e: agent_surface_policy::StoreError) -> AgentSurfaceError {
+    AgentSurfaceError::outcome_unknown().with_cause(e)
+}
+
 fn corrupt(e: serde_json::Error) -> AgentSurfaceError {
     AgentSurfaceError::transient(RETRY).with_cause(e)
 }
@@ -158,6 +185,37 @@ impl Data {
         Ok(data)
     }
 
+    /// The shop in the SQLite file of `stores`, seeded with `orders` where it has none of them yet
+    /// (a restart keeps the shop as it was).
+    pub(crate) async fn durable(
+        stores: agent_surface_sqlite::SqliteStores,
+        orders: Vec<Order>,
+    ) -> Result<Data, String> {
+        let seed = orders
+            .iter()
+            .map(|o| Ok((o.order_id.clone(), serde_json::to_string(o)?)))
+            .collect::<Result<Vec<_>, serde_json::Error>>()
+            .map_err(|e| e.to_string())?;
+        stores
+            .transaction(move |conn| {
+                conn.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS app_shop_orders (id TEXT PRIMARY KEY, json TEXT NOT NULL);
+                      CREATE TABLE IF NOT EXISTS app_shop_warm (id TEXT PRIMARY KEY);
+                     CREATE TABLE IF NOT EXISTS app_shop_ledger (
+                       seq INTEGER PRIMARY KEY AUTOINCREMENT, ledger TEXT NOT NULL, entry TEXT NOT NULL);",
+                )?;
+                for (id, json) in &seed {
+                    conn.execute("INSERT OR IGNORE INTO app_shop_orders (id, json) VALUES (?1, ?2)", [id, json])?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| format!("cannot seed the shop in {}: {e}", stores.path().display()))?;
+        let data = Data::Durable(Durable { stores, seen: Mutex::default() });
+        data.orders().await.map_err(|e| format!("cannot read the shop from its file: {e}"))?;
+        Ok(data)
+    }
+
     /// Every order, by id.
     pub(crate) async fn orders(&self) -> Result<Vec<Order>, AgentSurfaceError> {
         match self {
@@ -175,6 +233,19 @@ impl Data {
                 s.saw(&orders);
                 Ok(orders)
             }
+            Data::Durable(d) => {
+                let all = d
+                    .stores
+                    .transaction(|conn| {
+                        let mut statement = conn.prepare_cached("SELECT json FROM app_shop_orders ORDER BY id")?;
+                        let rows = statement.query_map([], |r| r.get::<_, String>(0))?;
+                        rows.map(|json| serde_json::from_str::<Order>(&json?).map_err(unreadable)).collect()
+                    })
+                    .await
+                    .map_err(unavailable)?;
+                d.saw(&all);
+                Ok(all)
+            }
         }
     }
 
@@ -190,6 +261,25 @@ impl Data {
                 s.saw(order.iter());
                 Ok(order)
             }
+            Data::Durable(d) => {
+                let id = id.to_string();
+                let order = d
+                    .stores
+                    .transaction(move |conn| {
+                        let json = conn
+                            .prepare_cached("SELECT json FROM app_shop_orders WHERE id = ?1")?
+                            .query_row([id], |r| r.get::<_, String>(0));
+                        match json {
+                            Ok(json) => serde_json::from_str::<Order>(&json).map(Some).map_err(unreadable),
+                            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    })
+                    .await
+                    .map_err(unavailable)?;
+                d.saw(order.iter());
+                Ok(order)
+            }
         }
     }
 
@@ -198,6 +288,7 @@ impl Data {
         let orders = match self {
             Data::Memory { orders, .. } => orders,
             Data::Shared(s) => &s.seen,
+            Data::Durable(d) => &d.seen,
         };
         orders.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
     }
@@ -252,6 +343,38 @@ impl Data {
                     _ => Err(Refused::Unknown),
                 })
             }
+            Data::Durable(d) => {
+                let (id, address) = (id.to_string(), address.cloned());
+                let changed = d
+                    .stores
+                    .transaction(move |conn| {
+                        let json = conn
+                            .prepare_cached("SELECT json FROM app_shop_orders WHERE id = ?1")?
+                            .query_row([&id], |r| r.get::<_, String>(0));
+                        let mut order = match json {
+                            Ok(json) => serde_json::from_str::<Order>(&json).map_err(unreadable)?,
+                            Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(Err(Refused::Unknown)),
+                            Err(e) => return Err(e),
+                        };
+                        if order.status != Status::Placed {
+                            return Ok(Err(Refused::NotPlaced(order.status)));
+                        }
+                        match address {
+                            Some(address) => order.address = address,
+                            None => order.status = Status::Cancelled,
+                        }
+                        let json = serde_json::to_string(&order).map_err(unreadable)?;
+                        conn.prepare_cached("UPDATE app_shop_orders SET json = ?2 WHERE id = ?1")?
+                            .execute([&id, &json])?;
+                        Ok(Ok(order))
+                    })
+                    .await
+                    .map_err(write_unknown)?;
+                if let Ok(order) = &changed {
+                    d.saw([order]);
+                }
+                Ok(changed)
+            }
         }
     }
 
@@ -289,6 +412,20 @@ impl Data {
                     .await
                     .map_err(write_failed)
             }
+            Data::Durable(d) => {
+                let (name, max) = (ledger.name(), i64::try_from(LEDGER_MAX).unwrap_or(i64::MAX));
+                d.stores
+                    .transaction(move |conn| {
+                        conn.prepare_cached("INSERT INTO app_shop_ledger (ledger, entry) VALUES (?1, ?2)")?
+                            .execute(rusqlite::params![name, entry])?;
+                        let oldest_kept = conn.last_insert_rowid() - max;
+                        conn.prepare_cached("DELETE FROM app_shop_ledger WHERE ledger = ?1 AND seq <= ?2")?
+                            .execute(rusqlite::params![name, oldest_kept])
+                    })
+                    .await
+                    .map(drop)
+                    .map_err(write_unknown)
+            }
         }
     }
 
@@ -302,6 +439,27 @@ impl Data {
                     redis::cmd("SADD").arg(&s.warm_key).arg(id).query_async(&mut conn).await.map_err(unavailable)?;
                 Ok(added == 1)
             }
+            Data::Durable(d) => {
+                let id = id.to_string();
+                let added = d
+                    .stores
+                    .transaction(move |conn| {
+                        conn.prepare_cached("INSERT OR IGNORE INTO app_shop_warm (id) VALUES (?1)")?.execute([id])
+                    })
+                    .await
+                    .map_err(unavailable)?;
+                Ok(added == 1)
+            }
+        }
+    }
+}
+
+impl Durable {
+    /// Remembers `orders` as seen.
+    fn saw<'a>(&self, orders: impl IntoIterator<Item = &'a Order>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        for order in orders {
+            seen.insert(order.order_id.clone(), order.clone());
         }
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! agent-surface-demo                                   run the scripted agent session
-//! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]   serve the shop on stdin/stdout
+//! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS] [--data DIR | --memory]
+//!                                                          serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-//!                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+//!                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
 //!                          [--state-key HEX] [--ticket-delay-ms MS]
 //!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
 //!                          [--public-url URL]
@@ -45,9 +46,9 @@ use agent_surface_registry::operator_log;
 const USAGE: &str = "\
 usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
-  agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS]
+  agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS] [--data DIR | --memory]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-                          [--redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
                           [--state-key HEX] [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
                           [--quorum CAPABILITY=N]... [--public-url URL]
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
@@ -57,7 +58,10 @@ usage:
 
 WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token makes
 `Authorization: Bearer TOKEN` sign in as WHO; --conformance adds the MCP conformance suite's
-fixture tools (over stdio too). --redis keeps the shop (its orders, tickets and refunds), idempotency records,
+fixture tools (over stdio too). --data DIR keeps the shop (its orders, tickets and refunds), idempotency records,
+confirmations, rate budgets, MCP tasks and the audit trail in DIR/agent-surface.db, synced to disk
+before each answer, so that a restart (or a kill -9) loses nothing answered; one server per DIR.
+--memory (the default) keeps them in the process, lost when it ends. --redis keeps the shop (its orders, tickets and refunds), idempotency records,
 confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
 mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis
@@ -101,6 +105,10 @@ struct Serve {
     identity: Option<Identity>,
     tokens: Vec<(String, Identity)>,
     conformance: bool,
+    /// Where the state is kept on disk (`--data DIR`).
+    data: Option<std::path::PathBuf>,
+    /// The state in this process (`--memory`, the default).
+    memory: bool,
     redis: Option<String>,
     redis_prefix: Option<String>,
     lease: Option<std::time::Duration>,
@@ -176,6 +184,8 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                 serve.tokens.push((token.to_string(), parse_who(who)));
             }
             "--conformance" => serve.conformance = true,
+            "--data" => serve.data = Some(value("--data")?.into()),
+            "--memory" => serve.memory = true,
             "--redis" => serve.redis = Some(value("--redis")?),
             "--redis-prefix" => serve.redis_prefix = Some(value("--redis-prefix")?),
             "--lease-ms" => serve.lease = Some(parse_ms("--lease-ms", &value("--lease-ms")?)?),
@@ -222,6 +232,9 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     }
     if serve.stdio == serve.http.is_some() {
         return Err("choose one of --stdio and --http ADDR".to_string());
+    }
+    if [serve.data.is_some(), serve.memory, serve.redis.is_some()].iter().filter(|chosen| **chosen).count() > 1 {
+        return Err("choose one of --data DIR, --memory and --redis URL".to_string());
     }
     if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some() || serve.redis_timeout.is_some())
     {
@@ -305,6 +318,21 @@ async fn serve(options: Serve) -> Result<(), String> {
     }
     let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
     let demo = match &options.redis {
+        None if options.data.is_some() => {
+            let dir = options.data.as_deref().unwrap_or(std::path::Path::new("."));
+            let file = dir.join("agent-surface.db");
+            let config = agent_surface_sqlite::SqliteConfig::default();
+            let stores = agent_surface_sqlite::SqliteStores::open(&file, config).await.map_err(|e| e.to_string())?;
+            shop_options.confirmations = Some(Arc::new(stores.confirmations()));
+            shop_options.idempotency = Some(Arc::new(stores.idempotency()));
+            let budgets = policy::quote_budget(shop_options.quote_refill);
+            shop_options.rate_limiter =
+                Some(Arc::new(stores.rate_limiter(budgets, Arc::new(agent_surface_policy::SystemClock))));
+            task_config.store = Arc::new(stores.tasks());
+            shop_options.audit = Some(Arc::new(stores.audit()));
+            let data = data::Data::durable(stores, orders::seed_orders()).await?;
+            shop::build_with(shop_options, data)
+        }
         None => {
             // Over HTTP the approval inbox shows the recent decisions from the audit trail.
             if options.http.is_some() {
