@@ -40,7 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (SQLITE, &[CORE, POLICY]),
     (OAUTH, &[POLICY]),
     // The one dependency of an application: it re-exports the parts and serves them together.
-    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS]),
+    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS, SQLITE]),
     ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS, SQLITE]),
     ("agent-surface-fuzz", &[CORE, POLICY, REGISTRY, TOOLSET, MCP, HTTP]),
     ("agent-surface-example-tickets", &["agent-surface"]),

@@ -5,7 +5,8 @@
 //! the capability model), [`policy`] (identities, authority, quotas, confirmations, stores),
 //! [`registry`] (capabilities, the invocation pipeline, [`ServiceBuilder`]), [`mcp`] (the MCP
 //! adapter), [`http`] (the HTTP binding and the approval inbox), [`server`] (connection limits
-//! and the drain), and with their features [`redis`](mod@redis) and [`oauth`](mod@oauth).
+//! and the drain), and with their features [`sqlite`](mod@sqlite), [`redis`](mod@redis) and
+//! [`oauth`](mod@oauth).
 //!
 //! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
 //! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
@@ -46,6 +47,8 @@ pub use agent_surface_oauth as oauth;
 pub use agent_surface_policy as policy;
 #[cfg(feature = "redis")]
 pub use agent_surface_redis as redis;
+#[cfg(feature = "sqlite")]
+pub use agent_surface_sqlite as sqlite;
 pub use agent_surface_registry as registry;
 pub use agent_surface_registry::{Registry, Service, ServiceBuilder};
 pub use agent_surface_server as server;
