@@ -5,8 +5,8 @@
 //! the capability model), [`policy`] (identities, authority, quotas, confirmations, stores),
 //! [`registry`] (capabilities, the invocation pipeline, [`ServiceBuilder`]), [`mcp`] (the MCP
 //! adapter), [`http`] (the HTTP binding and the approval inbox), [`server`] (connection limits
-//! and the drain), and with their features [`sqlite`](mod@sqlite), [`redis`](mod@redis) and
-//! [`oauth`](mod@oauth).
+//! and the drain), and with their features `sqlite` (the durable stores of one server), `redis`
+//! (the stores replicas share) and `oauth` (the OAuth 2.1 resource server).
 //!
 //! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
 //! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
