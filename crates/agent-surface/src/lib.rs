@@ -47,9 +47,9 @@ pub use agent_surface_oauth as oauth;
 pub use agent_surface_policy as policy;
 #[cfg(feature = "redis")]
 pub use agent_surface_redis as redis;
-#[cfg(feature = "sqlite")]
-pub use agent_surface_sqlite as sqlite;
 pub use agent_surface_registry as registry;
 pub use agent_surface_registry::{Registry, Service, ServiceBuilder};
 pub use agent_surface_server as server;
+#[cfg(feature = "sqlite")]
+pub use agent_surface_sqlite as sqlite;
 pub use serve::{Running, Serve, ServeError};
