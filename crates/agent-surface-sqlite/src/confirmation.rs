@@ -11,13 +11,15 @@
 //!
 //! The confirmations relayed to callers live in `conf_relay`: a relay key (a digest of the call's
 //! binding, never a consumer key or an input) → a confirmation id, one key per record, deleted
-//! with the record.
+//! with the record. `insert_relayed` reads the key, and either answers the open record it holds
+//! or adds the new record and claims the key, in one transaction: identical calls racing
+//! without evidence open one confirmation between them.
 
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, Timestamp};
 use agent_surface_policy::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Quorum, Reach, Rejection, RelayKey, SlotSet, StoreError,
+    Consumed, Decided, Inserted, Quorum, Reach, Rejection, RelayKey, SlotSet, StoreError,
 };
 use futures_util::future::BoxFuture;
 use rusqlite::{OptionalExtension, params};
@@ -302,6 +304,48 @@ fn reinstate(
     Ok(true)
 }
 
+/// Adds a pending record (an id that exists already is an error).
+fn insert(
+    cx: &mut Cx<'_>,
+    record: ConfirmationRecord,
+    retention: std::time::Duration,
+    now: Timestamp,
+) -> Result<(), Fail> {
+    cx.saw(now);
+    let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a confirmation"))?;
+    let gone_at = millis(record.expires_at.saturating_add(retention));
+    // An id whose record is past its retention may be used again (its relay key goes with it).
+    let gone = cx
+        .conn
+        .prepare_cached("DELETE FROM conf WHERE id = ?1 AND gone_at <= ?2")?
+        .execute(params![record.id, millis(now)])?;
+    if gone > 0 {
+        cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![record.id])?;
+    }
+    let inserted = cx
+        .conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO conf (id, v, state, expires_at, gone_at, expiry_claimed, token, record)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6)",
+        )?
+        .execute(params![record.id, FORMAT, state_name(&record.state).0, millis(record.expires_at), gone_at, text])?;
+    if inserted == 0 {
+        return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)).into());
+    }
+    Ok(())
+}
+
+/// Makes `key` hold `id`, and only `key` (one key per record: the record's earlier key goes).
+fn relay(cx: &Cx<'_>, key: &[u8; 32], id: &str) -> Result<(), Fail> {
+    cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![id])?;
+    cx.conn.prepare_cached("INSERT OR REPLACE INTO conf_relay (key, v, id) VALUES (?1, ?2, ?3)")?.execute(params![
+        key.as_slice(),
+        FORMAT,
+        id
+    ])?;
+    Ok(())
+}
+
 /// Records as a listing reads them: `SELECT v, record …`.
 fn records(cx: &Cx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result<Vec<ConfirmationRecord>, Fail> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -329,37 +373,34 @@ impl ConfirmationStore for SqliteConfirmationStore {
 
     fn insert<'a>(&'a self, record: ConfirmationRecord, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         let retention = self.stores.config.retention;
+        Box::pin(self.stores.db.run(move |cx| insert(cx, record, retention, now)))
+    }
+
+    fn insert_relayed<'a>(
+        &'a self,
+        record: ConfirmationRecord,
+        key: &'a RelayKey,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Inserted, StoreError>> {
+        let (retention, key) = (self.stores.config.retention, *key.as_bytes());
         Box::pin(self.stores.db.run(move |cx| {
-            cx.saw(now);
-            let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a confirmation"))?;
-            let gone_at = millis(record.expires_at.saturating_add(retention));
-            // An id whose record is past its retention may be used again (its relay key goes
-            // with it).
-            let gone = cx
+            let held = cx
                 .conn
-                .prepare_cached("DELETE FROM conf WHERE id = ?1 AND gone_at <= ?2")?
-                .execute(params![record.id, millis(now)])?;
-            if gone > 0 {
-                cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![record.id])?;
+                .prepare_cached("SELECT id FROM conf_relay WHERE key = ?1")?
+                .query_row(params![key.as_slice()], |r| r.get::<_, String>(0))
+                .optional()?;
+            if let Some(held) = held
+                && let Some((open, _)) = live(cx, &held, now)?
+                && matches!(open.state, ConfirmationState::Pending | ConfirmationState::Approved { .. })
+                && now < open.expires_at
+                && open.binding == record.binding
+            {
+                return Ok(Inserted::Held(Box::new(open)));
             }
-            let inserted = cx
-                .conn
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO conf (id, v, state, expires_at, gone_at, expiry_claimed, token, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 0, NULL, ?6)",
-                )?
-                .execute(params![
-                    record.id,
-                    FORMAT,
-                    state_name(&record.state).0,
-                    millis(record.expires_at),
-                    gone_at,
-                    text
-                ])?;
-            if inserted == 0 {
-                return Err(StoreError::Unavailable(format!("confirmation id {} already exists", record.id)).into());
-            }
-            Ok(())
+            let id = record.id.clone();
+            insert(cx, record, retention, now)?;
+            relay(cx, &key, &id)?;
+            Ok(Inserted::New)
         }))
     }
 
@@ -498,12 +539,7 @@ impl ConfirmationStore for SqliteConfirmationStore {
             if live(cx, &id, now)?.is_none() {
                 return Ok(());
             }
-            // One key per record: the record's earlier key goes.
-            cx.conn.prepare_cached("DELETE FROM conf_relay WHERE id = ?1")?.execute(params![id])?;
-            cx.conn
-                .prepare_cached("INSERT OR REPLACE INTO conf_relay (key, v, id) VALUES (?1, ?2, ?3)")?
-                .execute(params![key.as_slice(), FORMAT, id])?;
-            Ok(())
+            relay(cx, &key, &id)
         }))
     }
 
