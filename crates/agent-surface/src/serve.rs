@@ -14,7 +14,7 @@ use agent_surface_mcp::confirm::EngineResolver;
 use agent_surface_mcp::http::McpHttpConfig;
 use agent_surface_mcp::mrtr::ApprovalStates;
 use agent_surface_mcp::tasks::{TaskConfig, Tasks};
-use agent_surface_policy::{Authenticator, Identity, Reach};
+use agent_surface_policy::{Authenticator, Identity};
 use agent_surface_registry::{Periodic, Service};
 use agent_surface_server::Drain;
 use tokio::task::JoinHandle;
@@ -50,9 +50,10 @@ const INBOX_PREFIX: &str = "/inbox";
 /// It refuses to start ([`ServeError::Refused`], before it listens) when:
 /// - the inbox is served but agents are not told where it is (no approval base URL: give the
 ///   service [`ServiceBuilder::public_url`]), or there is no authenticator to sign people in;
-/// - the confirmations are in a store replicas share but no [`state_key`](Self::state_key) is
-///   given: each replica would seal its MCP approval rounds with a key of its own, and a round
-///   begun on one could not be finished on another (or a state key is shorter than 32 bytes, or
+/// - the confirmations are in a store replicas share, or one that outlives the process (a
+///   durable store), but no [`state_key`](Self::state_key) is given: each replica (each start)
+///   would seal its MCP approval rounds with a key of its own, and a round begun on one could not
+///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
 ///   keys are only [accepted](Self::accept_state_key) and none seals);
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
 ///   names a capability type nobody defined).
@@ -147,7 +148,7 @@ impl Serve {
 
     /// The key that seals MCP approval rounds (`requestState`), at least 32 bytes of secret
     /// randomness, the same on every replica (from your secret store, never from the source).
-    /// Required when the confirmations are in a shared store. To change it without failing the
+    /// Required when the confirmations are in a shared or durable store. To change it without failing the
     /// rounds in flight, see [`accept_state_key`](Self::accept_state_key).
     pub fn state_key(mut self, key: impl Into<Vec<u8>>) -> Serve {
         self.state_key = Some(key.into());
@@ -326,8 +327,9 @@ impl Serve {
     fn mcp_config(&self) -> Result<McpConfig, ServeError> {
         let service = &self.service;
         service.registry.check_wiring().map_err(|e| ServeError::Refused(e.to_string()))?;
-        let shared = service.stores.confirmations.reach() == Reach::Shared;
-        let approval_states = match (&self.state_key, shared) {
+        // Shared by replicas, or kept across a restart: a round sealed by one process must open in another.
+        let reach = service.stores.confirmations.reach();
+        let approval_states = match (&self.state_key, reach.outlives_the_process()) {
             (Some(key), _) => ApprovalStates::new(state_codec(key, &self.accepted_state_keys)?),
             (None, _) if !self.accepted_state_keys.is_empty() => {
                 return Err(ServeError::Refused(
@@ -336,10 +338,17 @@ impl Serve {
                         .into(),
                 ));
             }
-            (None, true) => {
+            (None, true) if reach.is_shared() => {
                 return Err(ServeError::Refused(
                     "the confirmations are shared between replicas, but each replica would seal its MCP approval \
                      rounds with a key of its own: give every replica the same Serve::state_key"
+                        .into(),
+                ));
+            }
+            (None, true) => {
+                return Err(ServeError::Refused(
+                    "the confirmations outlive the process, but its MCP approval rounds would be sealed with a key \
+                     drawn at start, which a restart loses: give Serve::state_key (the same on every start)"
                         .into(),
                 ));
             }

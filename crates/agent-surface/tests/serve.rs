@@ -62,6 +62,26 @@ async fn a_short_state_key_is_refused() {
     assert!(why.contains("at least 32 bytes"), "{why}");
 }
 
+/// Over a durable store, approvals outlive the process; an MCP approval round sealed with a key
+/// drawn at start would not: the key must be given, as for replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_confirmations_need_a_state_key_that_outlives_the_process() {
+    let dir = std::env::temp_dir().join(format!("serve-durable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let stores =
+        agent_surface_sqlite::SqliteStores::open(dir.join("state.db"), Default::default()).await.expect("opens");
+    let service =
+        ServiceBuilder::new().stores(stores.bundle()).authority(Policies::new().global(RequireIdentity)).build();
+    let why = refused(Serve::new(service.clone()).operator_log(false).bind("127.0.0.1:0").await);
+    assert!(why.contains("outlive the process") && why.contains("Serve::state_key"), "{why}");
+    let running = Serve::new(service).operator_log(false).state_key(vec![7u8; 32]).bind("127.0.0.1:0").await;
+    let running = running.expect("serves with a state key");
+    running.stop();
+    running.stopped().await.expect("drains");
+    drop(stores);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_misspelled_policy_target_is_refused_before_listening() {
     let service = ServiceBuilder::new().authority(Policies::new().for_capability("refund.issue", AllowAll)).build();
