@@ -1107,8 +1107,11 @@ fn awaits_reconciliation(result: &InvokeResult) -> bool {
     })
 }
 
-/// The future a follower awaits: the leader's result, or `CANCELLED` if the record vanished.
-fn follow(
+/// The future a follower awaits: the leader's result, or `CANCELLED` if the record vanished
+/// (its sender dropped: the record was evicted, or the store is going away). For stores that keep
+/// their followers in this process (the memory store, an embedded store) and settle them through a
+/// `watch` channel; [`Admission::Follower`] carries it.
+pub fn follow(
     mut receiver: watch::Receiver<Option<InvokeResult>>,
     invocation_id: String,
 ) -> BoxFuture<'static, InvokeResult> {

@@ -124,7 +124,7 @@ pub use hooks::{
 };
 pub use idempotency::{
     Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
-    MemoryStoreConfig, Settlement, StoreError, StoreUsage,
+    MemoryStoreConfig, Settlement, StoreError, StoreUsage, follow,
 };
 pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;

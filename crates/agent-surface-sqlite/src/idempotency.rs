@@ -123,7 +123,10 @@ fn admit(
         let lapsed = row.lapsed || cx.mem.orphaned.get(key) == Some(&row.token);
         if !lapsed {
             let sender = cx.mem.followers.entry(key.clone()).or_insert_with(|| watch::channel(None).0);
-            return Ok(Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone())));
+            return Ok(Admission::Follower(agent_surface_policy::follow(
+                sender.subscribe(),
+                key.invocation_id.clone(),
+            )));
         }
         let token = cx.mem.next_token();
         cx.conn
@@ -285,22 +288,6 @@ pub(crate) fn lapse_all(conn: &rusqlite::Connection) -> rusqlite::Result<usize> 
 pub(crate) fn last_token(conn: &rusqlite::Connection) -> rusqlite::Result<u64> {
     let max: i64 = conn.query_row("SELECT coalesce(max(token), 0) FROM idem", [], |r| r.get(0))?;
     Ok(u64::try_from(max).unwrap_or(0))
-}
-
-/// The future a follower awaits: the leader's result, or `CANCELLED` when the store went away
-/// first (the process is ending), as the memory store answers.
-fn follow(
-    mut receiver: watch::Receiver<Option<InvokeResult>>,
-    invocation_id: String,
-) -> BoxFuture<'static, InvokeResult> {
-    Box::pin(async move {
-        let settled = match receiver.wait_for(Option::is_some).await {
-            Ok(result) => result.clone(),
-            Err(_) => None,
-        };
-        settled
-            .unwrap_or_else(|| InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), Some(invocation_id)))
-    })
 }
 
 impl SqliteIdempotencyStore {
