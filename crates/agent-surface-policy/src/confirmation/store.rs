@@ -778,6 +778,9 @@ pub enum Inserted {
 /// With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
 /// `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
 ///
+/// Every operation is required (only [`usage`](ConfirmationStore::usage), a gauge, has a
+/// default): a default that did nothing would weaken a guarantee without anyone noticing.
+///
 /// `now` is passed in rather than read, so a store never disagrees with the engine about time.
 /// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
 /// that a late retry learns `consumed` or `denied` rather than `expired`.
@@ -862,10 +865,10 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// approved when every slot is filled. In the same atomic step as the rest: two approvers
     /// racing for the last slot they both could fill get one `Done` and one `SlotsTaken`.
     ///
-    /// The default serves `SlotSet::ANY` through `decide` and refuses any other set with
-    /// `StoreError::Unavailable` — a store that cannot match slots never counts an approval
-    /// towards a role slot it may not fill. The memory and Redis stores implement it (the store
-    /// kit of `agent-surface-testing` checks it).
+    /// Required of every store (the store kit of `agent-surface-testing` checks it). A store
+    /// that cannot match slots answers `SlotSet::ANY` as `decide` does and refuses any other set
+    /// with `StoreError::Unavailable`, so that it never counts an approval towards a role slot
+    /// the approver may not fill.
     fn decide_in_slots<'a>(
         &'a self,
         id: &'a str,
@@ -873,14 +876,7 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         approver: &'a str,
         slots: SlotSet,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
-        if slots == SlotSet::ANY {
-            return self.decide(id, verdict, approver, now);
-        }
-        Box::pin(std::future::ready(Err(StoreError::Unavailable(
-            "this confirmation store cannot record an approval for role slots".to_string(),
-        ))))
-    }
+    ) -> BoxFuture<'a, Result<Decided, StoreError>>;
 
     /// Atomically consumes approved evidence for the call with binding `expected`: the first
     /// caller gets [`Consumed`], every later or concurrent one a [`Rejection`].
@@ -915,13 +911,10 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// every later one, so that engines sharing the store (replicas) write one
     /// `confirmation.expired` audit event between them however many of them see the deadline
     /// pass. A record the store no longer holds answers `true` (there is nothing to claim
-    /// against). The default always answers `true`, which is right only for a store that serves
-    /// a single engine (the engine remembers what it recorded); a store that replicas share must
-    /// answer it atomically (the store kit of `agent-surface-testing` checks it).
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let _ = (id, now);
-        Box::pin(std::future::ready(Ok(true)))
-    }
+    /// against). Required of every store, and atomic: answering `true` every time is right only
+    /// for a store that serves a single engine (the engine remembers what it recorded); the
+    /// store kit of `agent-surface-testing` checks it with racing engines.
+    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Atomically gives back evidence a call consumed when that call's handler never started
     /// (the registry's strict audit could not record its start): consumed → approved, by the
@@ -934,19 +927,16 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// reinstated at most once per consumption: a second reinstatement, or one after another call
     /// consumed the evidence again (with a token of its own), answers `false` and changes nothing.
     ///
-    /// The default answers `false` (the evidence stays consumed; the caller needs a fresh
-    /// approval), right for a store whose [`consume`](ConfirmationStore::consume) hands out no
-    /// token; the store kit of `agent-surface-testing` checks a store that does.
+    /// Required of every store. One whose [`consume`](ConfirmationStore::consume) hands out no
+    /// token answers `false` (the evidence stays consumed; the caller needs a fresh approval);
+    /// the store kit of `agent-surface-testing` checks a store that hands out tokens.
     fn reinstate<'a>(
         &'a self,
         id: &'a str,
         expected: &'a ConfirmationBinding,
         token: &'a str,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let _ = (id, expected, token, now);
-        Box::pin(std::future::ready(Ok(false)))
-    }
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Up to `limit` records whose deadline passed (`expires_at <= now`) while they were pending,
     /// approved and unused, or withdrawn, and whose expiry nobody claimed yet
@@ -955,16 +945,13 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// meets them again. Records the store no longer holds (past its retention) are not listed. A
     /// snapshot: a listed record may be claimed right after.
     ///
-    /// The default lists none (a store that cannot list leaves its expiries to be recorded when
-    /// something meets them); the store kit checks a store that lists.
+    /// Required of every store: a store that listed none would leave the expiry of a request
+    /// nobody meets again unrecorded in the audit trail. The store kit checks it.
     fn list_expired<'a>(
         &'a self,
         now: Timestamp,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
-        let _ = (now, limit);
-        Box::pin(std::future::ready(Ok(Vec::new())))
-    }
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>>;
 
     /// Atomically remembers that the confirmation `id` was relayed for the call whose key is
     /// `key` (replacing the id the key held, open or not: the engine calls it for evidence it
@@ -977,37 +964,29 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// approved; it never grants anything by itself, since the engine consumes the id as any
     /// presented evidence (binding and single use checked).
     ///
-    /// The default remembers nothing: each repeat then asks for a fresh confirmation, which is
-    /// safe but leaves an approval given in an inbox unused by a caller that cannot send ids
-    /// (a model). The store kit of `agent-surface-testing` checks a real implementation.
+    /// Required of every store: a store that remembered nothing would make each repeat ask for a
+    /// fresh confirmation, which is safe but leaves an approval given in an inbox unused by a
+    /// caller that cannot send ids (a model), silently. The store kit of `agent-surface-testing`
+    /// checks it.
     fn remember_relayed<'a>(
         &'a self,
         key: &'a RelayKey,
         id: &'a str,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let _ = (key, id, now);
-        Box::pin(std::future::ready(Ok(())))
-    }
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The id remembered under `key` ([`remember_relayed`](Self::remember_relayed)), if its
-    /// record is still held. The default: none.
-    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        let _ = (key, now);
-        Box::pin(std::future::ready(Ok(None)))
-    }
+    /// The id remembered under `key` ([`remember_relayed`](Self::remember_relayed),
+    /// [`insert_relayed`](Self::insert_relayed)), if its record is still held.
+    fn relayed<'a>(&'a self, key: &'a RelayKey, now: Timestamp) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
 
     /// Atomically forgets `key`, only while it still holds `id` (a confirmation relayed for the
-    /// call meanwhile, e.g. by another replica, stays). The default does nothing.
+    /// call meanwhile, e.g. by another replica, stays).
     fn forget_relayed<'a>(
         &'a self,
         key: &'a RelayKey,
         id: &'a str,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let _ = (key, id, now);
-        Box::pin(std::future::ready(Ok(())))
-    }
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {

@@ -314,6 +314,61 @@ impl ConfirmationStore for NoExpiredListing {
         }
         self.0.list_expired(now, limit)
     }
+
+    fn decide_in_slots<'a>(
+        &'a self,
+        id: &'a str,
+        verdict: ApprovalVerdict,
+        approver: &'a str,
+        slots: agent_surface_policy::SlotSet,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        self.0.decide_in_slots(id, verdict, approver, slots, now)
+    }
+
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.0.claim_expiry(id, now)
+    }
+
+    fn reinstate<'a>(
+        &'a self,
+        id: &'a str,
+        expected: &'a ConfirmationBinding,
+        token: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.0.reinstate(id, expected, token, now)
+    }
+
+    fn remember_relayed<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::RelayKey,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.remember_relayed(key, id, now)
+    }
+
+    fn relayed<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::RelayKey,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.0.relayed(key, now)
+    }
+
+    fn forget_relayed<'a>(
+        &'a self,
+        key: &'a agent_surface_policy::RelayKey,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.forget_relayed(key, id, now)
+    }
 }
 
 /// A failed expired listing does not skip the round's warnings; the round still reports it.

@@ -593,6 +593,58 @@ impl ConfirmationStore for BrokenStore {
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
+    fn decide_in_slots<'a>(
+        &'a self,
+        _id: &'a str,
+        _v: ApprovalVerdict,
+        _approver: &'a str,
+        _slots: agent_surface_policy::SlotSet,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Decided, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn claim_expiry<'a>(&'a self, _id: &'a str, _now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn reinstate<'a>(
+        &'a self,
+        _id: &'a str,
+        _expected: &'a ConfirmationBinding,
+        _token: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn list_expired<'a>(
+        &'a self,
+        _now: Timestamp,
+        _limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn remember_relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn forget_relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
 }
 
 #[tokio::test]

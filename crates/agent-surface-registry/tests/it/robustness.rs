@@ -462,6 +462,62 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     ) -> BoxFuture<'a, Result<Vec<agent_surface_policy::ConfirmationRecord>, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
+    fn decide_in_slots<'a>(
+        &'a self,
+        _id: &'a str,
+        _v: agent_surface_policy::ApprovalVerdict,
+        _approver: &'a str,
+        _slots: agent_surface_policy::SlotSet,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<agent_surface_policy::Decided, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn claim_expiry<'a>(
+        &'a self,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn reinstate<'a>(
+        &'a self,
+        _id: &'a str,
+        _expected: &'a agent_surface_policy::ConfirmationBinding,
+        _token: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn list_expired<'a>(
+        &'a self,
+        _now: Timestamp,
+        _limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<agent_surface_policy::ConfirmationRecord>, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn remember_relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<String>, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn forget_relayed<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::RelayKey,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// A registry whose `orders.cancel` (destructive) is gated by `gate`, counting its runs.
