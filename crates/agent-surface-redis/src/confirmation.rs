@@ -274,7 +274,8 @@ return {f[1], f[2], f[3], f[5] or ''}
 ";
 
 /// Records one approver's decision on a pending record: a denial ends it, the approval that
-/// fills the quorum's last slot approves it. An approval is recorded only when it and every
+/// fills the quorum's last slot approves it. A denial of an approved record before its deadline
+/// revokes it (denied, the denial added to its decisions). An approval is recorded only when it and every
 /// approval before it can each be given a distinct slot it could fill (a bipartite matching by
 /// augmenting paths, at most 16 slots); an in-person approval counts once. KEYS: the record, the
 /// pending index. ARGV: verdict (approve | in-person | deny), approver, now, the approver as a
@@ -283,9 +284,15 @@ const DECIDE: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 'by', 'req', 'c', 'ea', 'ga', 'rq', 'cs', 'n', 'd')
 local now = tonumber(ARGV[3])
 if not f[1] or now >= tonumber(f[6]) then return {'unknown'} end
-if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
 local d = {}
 if f[10] and f[10] ~= '' and f[10] ~= '[]' then d = cjson.decode(f[10]) end
+if f[1] == 'approved' and ARGV[1] == 'deny' and now < tonumber(f[5]) then
+  local full = bit.lshift(1, math.max(1, math.min(16, tonumber(f[9]) or 1))) - 1
+  table.insert(d, {a = ARGV[2], v = 'deny', t = ARGV[3], k = ARGV[4], m = bit.band(tonumber(ARGV[6]) or full, full)})
+  redis.call('HSET', KEYS[1], 's', 'denied', 'by', ARGV[2], 'd', cjson.encode(d))
+  return {'done'}
+end
+if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
 for _, x in ipairs(d) do
   if x.a == ARGV[2] or x.k == ARGV[4] then return {'before'} end
   if ARGV[1] == 'in-person' and x.v == 'in-person' then return {'before'} end

@@ -230,6 +230,18 @@ fn decide(
 ) -> Result<Decided, Fail> {
     cx.saw(now);
     let Some((mut record, token)) = live(cx, id, now)? else { return Ok(Decided::Unknown) };
+    if verdict == ApprovalVerdict::Deny
+        && matches!(record.state, ConfirmationState::Approved { .. })
+        && now < record.expires_at
+    {
+        // A decline after the approval, before its use: the approval is revoked.
+        record
+            .decisions
+            .push(ApproverDecision::new(approver, verdict, now).with_slots(slots.intersect(record.quorum.all_slots())));
+        record.state = ConfirmationState::Denied { by: approver.to_string() };
+        write(cx, &record, token.as_deref())?;
+        return Ok(Decided::Done);
+    }
     if record.state != ConfirmationState::Pending {
         return Ok(Decided::NotPending(record.state));
     }

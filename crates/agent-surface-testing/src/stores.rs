@@ -113,9 +113,9 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     }
     assert_eq!(expect("decide", store.decide(&a, ApprovalVerdict::Approve, "bob", at(4)).await), Decided::Done);
     assert_eq!(
-        expect("decide", store.decide(&a, ApprovalVerdict::Deny, "carol", at(5)).await),
+        expect("decide", store.decide(&a, ApprovalVerdict::Approve, "carol", at(5)).await),
         Decided::NotPending(ConfirmationState::Approved { by: "bob".to_string() }),
-        "store kit: a decision is final"
+        "store kit: an approval is final"
     );
 
     // Another call's evidence reveals nothing and consumes nothing.
@@ -204,6 +204,90 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     check_reinstatement(store, prefix).await;
     check_expired_listing(store, prefix).await;
     check_relayed_confirmations(store, prefix).await;
+    check_revocation(store, prefix).await;
+}
+
+/// A denial of an approved record that nobody used yet revokes the approval (part of
+/// [`check_confirmation_store`]): the record becomes denied by the one who declined, its
+/// decisions keep the approval and add the denial, and its evidence is refused as denied. Used,
+/// expired, withdrawn or denied records keep their state; a denial racing a consumption lands
+/// exactly when the consumption does not.
+///
+/// # Panics
+///
+/// On the first rule the store breaks.
+pub async fn check_revocation(store: &dyn ConfirmationStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}{name}");
+    let r = id("conf-revoked");
+    expect("insert", store.insert(pending(&r), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&r, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_eq!(
+        expect("decide", store.decide(&r, ApprovalVerdict::Deny, "alice", at(2)).await),
+        Decided::Done,
+        "store kit: a decline after an approval that was not used revokes it"
+    );
+    let read = expect("get", store.get(&r, at(3)).await).expect("store kit: a revoked record is kept");
+    assert_eq!(read.state, ConfirmationState::Denied { by: "alice".to_string() }, "store kit: revoked reads denied");
+    let verdicts: Vec<_> = read.decisions.iter().map(|d| (d.approver.as_str(), d.verdict)).collect();
+    assert_eq!(
+        verdicts,
+        [("bob", ApprovalVerdict::Approve), ("alice", ApprovalVerdict::Deny)],
+        "store kit: a revoked record keeps the approval and adds the denial"
+    );
+    assert_eq!(expect("consume", store.consume(&r, &binding("c-1"), at(4)).await), Err(Rejection::Denied));
+    assert_eq!(
+        expect("decide", store.decide(&r, ApprovalVerdict::Approve, "carol", at(5)).await),
+        Decided::NotPending(ConfirmationState::Denied { by: "alice".to_string() }),
+        "store kit: a revoked record takes no approval"
+    );
+
+    // An approver may take back their own approval.
+    let own = id("conf-revoked-own");
+    expect("insert", store.insert(pending(&own), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&own, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_eq!(expect("decide", store.decide(&own, ApprovalVerdict::Deny, "bob", at(2)).await), Decided::Done);
+    assert_eq!(expect("consume", store.consume(&own, &binding("c-1"), at(3)).await), Err(Rejection::Denied));
+
+    // Used evidence stays used; approved evidence past its deadline stays as it was.
+    let used = id("conf-revoke-used");
+    expect("insert", store.insert(pending(&used), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&used, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert!(expect("consume", store.consume(&used, &binding("c-1"), at(2)).await).is_ok());
+    assert_eq!(
+        expect("decide", store.decide(&used, ApprovalVerdict::Deny, "alice", at(3)).await),
+        Decided::NotPending(ConfirmationState::Consumed { approved_by: "bob".to_string() }),
+        "store kit: a decline after the use revokes nothing"
+    );
+    let late = id("conf-revoke-late");
+    expect("insert", store.insert(pending(&late), at(0)).await);
+    assert_eq!(expect("decide", store.decide(&late, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+    assert_ne!(
+        expect("decide", store.decide(&late, ApprovalVerdict::Deny, "alice", at(60_000)).await),
+        Decided::Done,
+        "store kit: a decline past the deadline changes nothing"
+    );
+    let read = expect("get", store.get(&late, at(60_001)).await).expect("store kit: kept for its retention");
+    assert_eq!(read.state, ConfirmationState::Approved { by: "bob".to_string() });
+
+    // A decline racing the use: exactly one of them lands.
+    for round in 0..8 {
+        let raced = id(&format!("conf-revoke-race-{round}"));
+        expect("insert", store.insert(pending(&raced), at(0)).await);
+        assert_eq!(expect("decide", store.decide(&raced, ApprovalVerdict::Approve, "bob", at(1)).await), Decided::Done);
+        let mine = binding("c-1");
+        let (declined, used) = futures_util::future::join(
+            store.decide(&raced, ApprovalVerdict::Deny, "alice", at(2)),
+            store.consume(&raced, &mine, at(2)),
+        )
+        .await;
+        let declined = expect("decide", declined);
+        let used = expect("consume", used);
+        match (&declined, &used) {
+            (Decided::Done, Err(Rejection::Denied)) => {}
+            (Decided::NotPending(ConfirmationState::Consumed { .. }), Ok(_)) => {}
+            other => panic!("store kit: a decline racing a use must leave exactly one of them landed, got {other:?}"),
+        }
+    }
 }
 
 /// [`ConfirmationStore::reinstate`] (part of [`check_confirmation_store`]): consumed evidence is
@@ -872,7 +956,7 @@ pub async fn check_confirmation_quorum(store: &dyn ConfirmationStore, prefix: &s
         "store kit: an approved quorum record is not listed"
     );
     assert_eq!(
-        expect("decide", store.decide(&two.id, ApprovalVerdict::Deny, "dave", at(8)).await),
+        expect("decide", store.decide(&two.id, ApprovalVerdict::Approve, "dave", at(8)).await),
         Decided::NotPending(ConfirmationState::Approved { by: "bob, carol".to_string() }),
         "store kit: a completed quorum is final"
     );

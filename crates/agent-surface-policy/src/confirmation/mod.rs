@@ -887,7 +887,9 @@ impl ConfirmationEngine {
 
     /// Denies the pending confirmation `id` on behalf of `approver` (the requester may deny its
     /// own request). Final: the evidence is then rejected with `CONFIRMATION_INVALID {reason:
-    /// denied}`.
+    /// denied}`. An approved confirmation that no call used yet is revoked the same way (see
+    /// [`ConfirmationStore::decide`]), so a person who declines is never overruled by an approval
+    /// given elsewhere a moment before.
     pub async fn deny(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
         self.decide(id, ApprovalVerdict::Deny, approver, None).await
     }

@@ -764,7 +764,7 @@ pub enum Inserted {
 /// | operation | atomic effect |
 /// |---|---|
 /// | [`insert`](ConfirmationStore::insert) | adds a pending record under a fresh id (set-if-absent) |
-/// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record — refused when expired, when the approver decided it before (or, for an `ApproveInPerson`, when the record holds one already), or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
+/// | [`decide`](ConfirmationStore::decide) | records one approver's decision on a pending record (a denial of an approved, unused record before its deadline revokes it: approved → denied) — refused when expired, when the approver decided it before (or, for an `ApproveInPerson`, when the record holds one already), or (for an `Approve`, not an `ApproveInPerson`) when the approver is the requester; a denial makes it denied, the approval that completes its [`Quorum`] makes it approved |
 /// | [`decide_in_slots`](ConfirmationStore::decide_in_slots) | as `decide`, by an approver who can fill only some of the quorum's role slots: refused unless every approval so far and this one can each be given a distinct slot (a bipartite matching) |
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
@@ -836,7 +836,16 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
 
     /// Atomically records `approver`'s decision on a pending, unexpired record. An approval by
     /// the requester (see [`ConfirmationRecord::is_requester`]) is refused; a denial by the
-    /// requester is accepted. A denial is final ([`ConfirmationState::Denied`]); an approval is
+    /// requester is accepted.
+    ///
+    /// A denial of an *approved* record that nobody used yet, before its deadline, revokes the
+    /// approval: whoever declines (the requester at the client, an approver taking their
+    /// approval back), the record becomes [`ConfirmationState::Denied`] by them, the denial is
+    /// appended to its decisions after the approvals, and the answer is [`Decided::Done`]; the
+    /// evidence is then refused as denied. It is the same atomic step as a consumption's, so a
+    /// decline racing a use lands exactly when the use does not. A used, denied or withdrawn
+    /// record, or an approved one past its deadline, answers [`Decided::NotPending`] and keeps
+    /// its state. A denial is final ([`ConfirmationState::Denied`]); an approval is
     /// appended to [`ConfirmationRecord::decisions`], and the one that brings them to
     /// [`Quorum::required`] makes the record [`ConfirmationState::Approved`] (by the approvers,
     /// in order, separated by `, `). The approver may fill any of the quorum's slots: the
@@ -1365,6 +1374,17 @@ impl MemoryConfirmationStore {
     ) -> Decided {
         let mut inner = self.lock();
         let Some(record) = self.live(&mut inner, id, now) else { return Decided::Unknown };
+        if verdict == ApprovalVerdict::Deny
+            && matches!(record.state, ConfirmationState::Approved { .. })
+            && now < record.expires_at
+        {
+            // A decline after the approval, before its use: the approval is revoked.
+            record.decisions.push(
+                ApproverDecision::new(approver, verdict, now).with_slots(slots.intersect(record.quorum.all_slots())),
+            );
+            record.state = ConfirmationState::Denied { by: approver.to_string() };
+            return Decided::Done;
+        }
         if record.state != ConfirmationState::Pending {
             return Decided::NotPending(record.state.clone());
         }

@@ -180,6 +180,24 @@ async fn a_pending_confirmation_is_requested_again() {
     assert_eq!(env.runs(), 0);
 }
 
+/// A decline after an approval was recorded, before any call used it, revokes the approval: the
+/// requester who declines (at the client) is not overruled by an inbox approval a moment before,
+/// and the repeat of the call (with the evidence, or relayed without it) never runs (#26).
+#[tokio::test]
+async fn a_decline_after_an_unused_approval_revokes_it() {
+    let env = two_phase();
+    let id = env.request(refund(100), alice()).await;
+    env.engine.approve(&id, &manager()).await.unwrap();
+    env.engine.deny(&id, &Identity::new("alice")).await.unwrap();
+    let record = env.engine.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state, ConfirmationState::Denied { by: "alice".into() });
+    let inv = env.invoke(refund(100).with_confirmation(&id), alice()).await;
+    assert_invalid(&inv, "denied", Retry::No);
+    let repeat = env.invoke(refund(100), alice()).await;
+    assert_produced(&repeat, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(env.runs(), 0);
+}
+
 #[tokio::test]
 async fn a_denial_is_final() {
     let env = two_phase();
@@ -898,7 +916,8 @@ proptest! {
                     Op::Deny { n } => {
                         let Some(r) = requested.get_mut(n) else { continue };
                         let got = env.engine.deny(&r.id, &manager()).await;
-                        if r.state == Model::Pending && now < r.expires_at {
+                        // A denial ends a pending record, and revokes an approved one nobody used.
+                        if matches!(r.state, Model::Pending | Model::Approved) && now < r.expires_at {
                             assert_eq!(got, Ok(()));
                             r.state = Model::Denied;
                         } else {
