@@ -389,6 +389,30 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Marks the record of `key`, held by `lease`, as *started*: its leader is about to run the
+    /// handler. The registry calls it for leases that lapse ([`Lease::renew_every`] is `Some`),
+    /// once, after every earlier phase let the call through and before the handler starts; a
+    /// store whose leases hold until settled answers `Ok(())` and records nothing.
+    ///
+    /// The mark is what makes a lapsed claim's fate decidable. A record whose lease lapsed before
+    /// it was marked never had a handler run under it (its leader stalled or died between
+    /// admission and execution, or the admission landed after its caller gave up): the next
+    /// admission of the same request claims it afresh ([`Admission::Leader`], under a new, greater
+    /// token), and its followers learn that nothing ran. Only a record that was marked (or taken
+    /// over, since an earlier leader may have run) is taken over ([`Admission::TakeOver`]) with
+    /// its unknown outcome.
+    ///
+    /// [`StoreError::LeaseLost`] when `lease` no longer holds the record or has lapsed: the leader
+    /// must not run its handler (nothing ran under it), and a later admission may claim the
+    /// record. A store that marks must refuse a lapsed lease here and in [`renew`](Self::renew)
+    /// for a record not yet marked, so that a lapse before the mark is final.
+    fn start<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Extends `lease` on the record for `key` by the store's lease duration; the leader calls it
     /// every [`Lease::renew_every`] while it runs. [`StoreError::LeaseLost`] when the record was
     /// taken over. The default, for stores whose leases hold until settled, does nothing.
@@ -440,6 +464,15 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).settle(key, fingerprint, lease, settlement, now)
+    }
+
+    fn start<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).start(key, lease, now)
     }
 
     fn renew<'a>(
@@ -1178,6 +1211,17 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.settle_now(key, fingerprint, lease, settlement, now) })
+    }
+
+    /// Nothing to mark: a lease here holds until it is settled (no admission can take the record
+    /// over), and an admission is carried out when its caller first polls it, or not at all.
+    fn start<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

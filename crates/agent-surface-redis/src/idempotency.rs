@@ -9,6 +9,8 @@
 //! | `le` | while `run`: when the lease lapses (Unix milliseconds on Redis' clock) |
 //! | `a` | while `run`: the attempt (32 hex digits) whose admission made the claim |
 //! | `k` | while `run`: how the claim was made, `lead` or `takeover` |
+//! | `go` | while `run`: `1` once a handler may have started under the record (its leader marked it started, or it was taken over) |
+//! | `v` | while `run`: the claim's format, `2` since claims are marked started; a claim without it (an older build's) counts as started |
 //! | `r` | once `done` or `gone`: the result (JSON) |
 //!
 //! Tokens come from one counter per prefix (`{prefix}idem-fence:`), so no two leases ever share
@@ -28,11 +30,25 @@
 //!   record becomes `void` for [`VOID_READABLE`] (followers that joined the claim, on any replica,
 //!   learn that nothing ran — `EXECUTION_FAILED {reason: transport}`, retry after a delay — never
 //!   an unknown outcome), and the next admission leads afresh;
-//! - finds it `run` under that attempt, made by `takeover`: the earlier leader may have run, so the
-//!   lease is made to lapse at once (the next admission takes it over and answers as a takeover
-//!   does) rather than freeing the key;
+//! - finds it `run` under that attempt, made by `takeover`: the earlier leader may have run (and,
+//!   displaced, its settlement is refused, so it answered its caller the unknown outcome), so the
+//!   record is settled as the takeover would have settled it for a write —
+//!   `EXECUTION_FAILED {reason: outcome-unknown}`, kept for `in_flight_retention` — rather than
+//!   freed, or left in flight for nobody to settle;
 //! - in every case sets `{prefix}idem-cancel:{attempt}` for [`CANCEL_MARKER`]: an admission of that
 //!   attempt that Redis runs later is refused (`StoreError::AttemptCancelled`) and claims nothing.
+//!
+//! # Claims that never started
+//!
+//! A leader marks its record started (`IdempotencyStore::start`, the `START` script) just before
+//! its handler runs, under its fencing token and only while its lease holds. A claim whose lease
+//! lapsed unmarked never had a handler run under it — its leader stalled or died between admission
+//! and execution, or the admission landed after its caller gave up and the cancellation had not
+//! arrived yet — so the next admission claims it afresh (`lead`, under a new token), followers
+//! polling it learn that nothing ran, and neither `START` nor `RENEW` revives the lapsed lease:
+//! the lapse is final. Only a marked record (`go`), or one taken over, is taken over with an
+//! unknown outcome. This is what keeps a stalled admission from turning a call that never ran into
+//! `outcome-unknown`.
 //!
 //! Commands on one connection run in order, so a cancellation sent on the connection the admission
 //! went out on runs after it (the first two cases). A reconnect can lose the cancellation (the
@@ -74,33 +90,52 @@ local function next_token()
   end
   return tok
 end
-local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
+local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r', 'go', 'k', 'v')
 local s = f[1]
 if s == 'run' or s == 'done' then
   if f[2] ~= ARGV[1] then return {'conflict', f[2]} end
   if s == 'done' then return {'replay', f[5]} end
   if tonumber(f[4]) > now then return {'follow', f[3]} end
   local tok = next_token()
-  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', string.format('%d', now + tonumber(ARGV[2])),
-    'a', ARGV[4], 'k', 'takeover')
+  local le = string.format('%d', now + tonumber(ARGV[2]))
+  -- A lapsed claim that was never marked started ran nothing: it is claimed afresh. A claim of an
+  -- older build (no `v`) or one taken over may have run.
+  if f[6] ~= '1' and f[7] ~= 'takeover' and f[8] == '2' then
+    redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', le, 'a', ARGV[4], 'k', 'lead')
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {'lead', string.format('%d', tok)}
+  end
+  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', le, 'a', ARGV[4], 'k', 'takeover', 'go', '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'takeover', string.format('%d', tok)}
 end
 local tok = next_token()
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
-  'le', string.format('%d', now + tonumber(ARGV[2])), 'a', ARGV[4], 'k', 'lead')
+  'le', string.format('%d', now + tonumber(ARGV[2])), 'a', ARGV[4], 'k', 'lead', 'v', '2')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'lead', string.format('%d', tok)}
 ";
 
 /// Renewal: the lease and the record's time to live start again. KEYS: the record. ARGV: token,
 /// lease (ms), time to live of a record in flight (ms). Returns 1, or 0 when the token no longer
-/// holds the record.
+/// holds the record, or its lease lapsed before it was marked started (that lapse is final).
 const RENEW: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 't')
+local f = redis.call('HMGET', KEYS[1], 's', 't', 'le', 'go', 'v')
 if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
+if f[4] ~= '1' and f[5] == '2' and tonumber(f[3]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'le', string.format('%d', now + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// The mark that a handler is about to start. KEYS: the record. ARGV: token, lease (ms), time to
+/// live of a record in flight (ms). Returns 1 (marked, and the lease renewed), or 0 when the token
+/// no longer holds the record or its lease lapsed: the handler must not start.
+const START: &str = r"
+local f = redis.call('HMGET', KEYS[1], 's', 't', 'le')
+if f[1] ~= 'run' or f[2] ~= ARGV[1] or tonumber(f[3]) <= now then return 0 end
+redis.call('HSET', KEYS[1], 'go', '1', 'le', string.format('%d', now + tonumber(ARGV[2])))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
@@ -122,34 +157,38 @@ return 1
 ";
 
 /// Cancellation of an admission attempt. KEYS: the record, the attempt's cancellation marker.
-/// ARGV: attempt, the marker's time to live (ms), how long a voided record stays readable (ms).
-/// Returns 1 when the attempt's claim was voided, 2 when its takeover was made to lapse, 0 when
-/// the record holds no claim of the attempt (the marker then refuses the admission if it comes).
+/// ARGV: attempt, the marker's time to live (ms), how long a voided record stays readable (ms),
+/// the unknown outcome (a result, JSON), how long it is kept (ms). Returns 1 when the attempt's
+/// claim was voided, 2 when its takeover was settled with the unknown outcome, 0 when the record
+/// holds no claim of the attempt (the marker then refuses the admission if it comes).
 const CANCEL: &str = r"
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
-local f = redis.call('HMGET', KEYS[1], 's', 'a', 'k')
+local f = redis.call('HMGET', KEYS[1], 's', 'a', 'k', 'go')
 if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
-if f[3] == 'takeover' then
-  redis.call('HSET', KEYS[1], 'le', '0')
-  redis.call('HDEL', KEYS[1], 'a')
+if f[3] == 'takeover' or f[4] == '1' then
+  redis.call('HSET', KEYS[1], 's', 'done', 'r', ARGV[4])
+  redis.call('HDEL', KEYS[1], 'le', 'a', 'k', 'go', 'v')
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
   return 2
 end
 redis.call('HSET', KEYS[1], 's', 'void')
-redis.call('HDEL', KEYS[1], 'le', 'a', 'k')
+redis.call('HDEL', KEYS[1], 'le', 'a', 'k', 'v')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
 /// A follower's look at the record. KEYS: the record. Returns `{}` when there is none, `{s, fp,
 /// r}` once settled, `{'run', fp, t, live}` in flight (`live` is `1` while the lease holds),
-/// `{'void', fp}` for a claim cancelled before its handler started.
+/// `{'void', fp}` for a claim cancelled before its handler started or whose lease lapsed before
+/// it was marked started (nothing ran under it).
 const POLL: &str = r"
-local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r')
+local f = redis.call('HMGET', KEYS[1], 's', 'fp', 't', 'le', 'r', 'go', 'k', 'v')
 if not f[1] then return {} end
 if f[1] == 'void' then return {'void', f[2]} end
 if f[1] == 'run' then
   local live = '0'
   if tonumber(f[4]) > now then live = '1' end
+  if live == '0' and f[6] ~= '1' and f[7] ~= 'takeover' and f[8] == '2' then return {'void', f[2]} end
   return {'run', f[2], f[3], live}
 end
 return {f[1], f[2], f[5]}
@@ -224,6 +263,7 @@ struct Scripts {
     admit: Script,
     renew: Script,
     settle: Script,
+    start: Script,
     cancel: Script,
     poll: Script,
 }
@@ -243,6 +283,7 @@ impl RedisIdempotencyStore {
             admit: with_now(ADMIT),
             renew: with_now(RENEW),
             settle: Script::new(SETTLE),
+            start: with_now(START),
             cancel: Script::new(CANCEL),
             poll: with_now(POLL),
         };
@@ -325,7 +366,14 @@ impl RedisIdempotencyStore {
 
     async fn cancel_now(&self, key: &IdempotencyKey, attempt: Attempt) -> Result<(), StoreError> {
         let mut call = self.scripts.cancel.key(self.key(key));
-        call.key(self.marker(attempt)).arg(attempt.to_string()).arg(ttl_ms(CANCEL_MARKER)).arg(ttl_ms(VOID_READABLE));
+        let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
+        let unknown = serde_json::to_string(&unknown).map_err(|e| corrupt(&e.to_string()))?;
+        call.key(self.marker(attempt))
+            .arg(attempt.to_string())
+            .arg(ttl_ms(CANCEL_MARKER))
+            .arg(ttl_ms(VOID_READABLE))
+            .arg(unknown)
+            .arg(ttl_ms(self.stores.config.in_flight_retention));
         let outcome: i64 = self.stores.run(call).await?;
         match outcome {
             1 => tracing::warn!(
@@ -336,11 +384,18 @@ impl RedisIdempotencyStore {
             2 => tracing::warn!(
                 target: "agent_surface::invoke",
                 %attempt,
-                "an admission nobody learnt of had taken an idempotency record over; its lease was made to lapse"
+                "an admission nobody learnt of had taken an idempotency record over; the record now holds the unknown outcome"
             ),
             _ => {}
         }
         Ok(())
+    }
+
+    async fn start_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
+        let mut call = self.scripts.start.key(self.key(key));
+        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease)).arg(ttl_ms(self.stores.config.in_flight_retention));
+        let started: i64 = self.stores.run(call).await?;
+        if started == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
 
     async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
@@ -360,7 +415,7 @@ enum Polled {
     /// The leader's result cannot be learnt here: its lease lapsed, or the record went or now
     /// belongs to another request.
     Lost,
-    /// The claim was cancelled before its handler started: nothing ran.
+    /// The claim was cancelled, or its lease lapsed, before its handler started: nothing ran.
     Void,
 }
 
@@ -406,7 +461,7 @@ async fn follow(
             Ok(Polled::Void) => {
                 tracing::warn!(
                     target: "agent_surface::invoke",
-                    "the call this request joined was cancelled before it ran; the follower is told to retry"
+                    "the call this request joined ended before its handler started; the follower is told to retry"
                 );
                 let nothing_ran = AgentSurfaceError::transient(VOID_RETRY_AFTER);
                 return InvokeResult::error(nothing_ran.into_payload(), Some(invocation_id));
@@ -469,6 +524,15 @@ impl IdempotencyStore for RedisIdempotencyStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.settle_now(key, fingerprint, lease, settlement, now))
+    }
+
+    fn start<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.start_now(key, lease))
     }
 
     fn renew<'a>(

@@ -338,6 +338,18 @@ impl IdempotencyStore for SqliteIdempotencyStore {
         Box::pin(self.stores.db.run(move |cx| settle(cx, &config, key, fingerprint, lease, settlement, now)))
     }
 
+    /// Nothing to mark: leases hold until settled in this one process (only a restart lapses
+    /// them, and then every record in flight is taken over as one whose handler may have run),
+    /// and an admission its caller gave up on is cancelled on the same owner thread, after it.
+    fn start<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn renew<'a>(
         &'a self,
         key: &'a IdempotencyKey,

@@ -1236,6 +1236,7 @@ pub async fn check_idempotency_store(store: &dyn IdempotencyStore, prefix: &str)
     // Leader, follower, replay.
     let k = key("basic");
     let lease = leader_of("a new key leads", admit(k.clone(), fp(1)).await);
+    expect("start", store.start(&k, lease, now()).await);
     let Admission::Follower(waiting) = admit(k.clone(), fp(1)).await else {
         panic!("store kit: the same request in flight must follow");
     };
@@ -1457,9 +1458,10 @@ pub async fn check_idempotency_cancel(store: &dyn IdempotencyStore, prefix: &str
 }
 
 /// Runs the lease suite against a store whose leases lapse after `lease` without renewal (a
-/// shared store configured with a short lease): renewal keeps a record, a lapsed one is taken over
-/// under a greater token, the old leader's late settlement is refused and records nothing, and
-/// followers of a lapsed leader are answered rather than left waiting.
+/// shared store configured with a short lease): renewal keeps a record, a lapsed one that was
+/// marked started is taken over under a greater token, one that was not is claimed afresh (nothing
+/// ran under it) and its lapse is final, the old leader's late settlement is refused and records
+/// nothing, and followers of a lapsed leader are answered rather than left waiting.
 ///
 /// # Panics
 ///
@@ -1483,9 +1485,57 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     assert!(matches!(admit(k.clone()).await, Admission::Follower(_)), "store kit: a renewed lease must hold");
     expect("settle", store.settle(&k, fp, held, Settlement::Release { result: result_of(1) }, now()).await);
 
-    // Not renewed, it lapses: its follower is answered, the next admission takes over.
+    // Not marked started, a lapsed claim ran nothing: its follower learns that, the next
+    // admission leads afresh, and the old leader can neither start, renew nor settle it.
+    let k_unstarted = key("unstarted");
+    let stalled = leader_of("a new key leads", admit(k_unstarted.clone()).await);
+    let Admission::Follower(waiting) = admit(k_unstarted.clone()).await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    tokio::time::sleep(lease + lease / 2).await;
+    let told = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
+    assert_eq!(
+        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        Some("transport"),
+        "store kit: a follower of a claim that lapsed before it was marked started learns that nothing ran, got {told:?}"
+    );
+    assert_eq!(
+        store.start(&k_unstarted, stalled, now()).await,
+        Err(StoreError::LeaseLost),
+        "store kit: a lease that lapsed must not be marked started"
+    );
+    assert_eq!(
+        store.renew(&k_unstarted, stalled, now()).await,
+        Err(StoreError::LeaseLost),
+        "store kit: a lease that lapsed before it was marked started must not be renewed"
+    );
+    let fresh = match admit(k_unstarted.clone()).await {
+        Admission::Leader(fresh) => fresh,
+        other => {
+            panic!("store kit: a claim that lapsed before it was marked started must be claimed afresh, got {other:?}")
+        }
+    };
+    assert!(fresh.token > stalled.token, "store kit: a fresh claim's token must be greater than the lapsed one's");
+    assert_eq!(
+        store.start(&k_unstarted, stalled, now()).await,
+        Err(StoreError::LeaseLost),
+        "store kit: the lapsed leader must not mark a record claimed afresh"
+    );
+    expect("start", store.start(&k_unstarted, fresh, now()).await);
+    assert_eq!(
+        store.settle(&k_unstarted, fp, stalled, Settlement::Release { result: result_of(666) }, now()).await,
+        Err(StoreError::LeaseLost),
+        "store kit: the lapsed leader's settlement must be refused"
+    );
+    expect("settle", store.settle(&k_unstarted, fp, fresh, Settlement::Release { result: result_of(4) }, now()).await);
+
+    // Marked started and not renewed, it lapses: its follower is answered, the next admission
+    // takes over.
     let k = key("lapsed");
     let old = leader_of("a new key leads", admit(k.clone()).await);
+    expect("start", store.start(&k, old, now()).await);
     let Admission::Follower(waiting) = admit(k.clone()).await else {
         panic!("store kit: the same request in flight must follow");
     };
@@ -1504,21 +1554,31 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     };
     assert!(new.token > old.token, "store kit: a takeover's token must be greater than the lease it replaces");
     // A takeover whose attempt is cancelled does not free the key (the earlier leader may have
-    // run): its lease lapses at once, and the next admission takes the record over again.
+    // run), nor leave it in flight for nobody to settle: the record holds the unknown outcome.
     let k_cancelled = key("lapsed-cancelled");
     let first = leader_of("a new key leads", admit(k_cancelled.clone()).await);
+    expect("start", store.start(&k_cancelled, first, now()).await);
     tokio::time::sleep(lease + lease / 2).await;
     let taking = Attempt::fresh();
     let Ok(Admission::TakeOver(_)) = store.admit(&k_cancelled, fp, taking, now()).await else {
         panic!("store kit: a lapsed lease must be taken over");
     };
     expect("cancel", store.cancel(&k_cancelled, taking, now()).await);
-    let again = match admit(k_cancelled.clone()).await {
-        Admission::TakeOver(again) => again,
-        other => panic!("store kit: a cancelled takeover must leave the record to be taken over again, got {other:?}"),
-    };
-    assert!(again.token > first.token, "store kit: the next takeover has a greater token");
-    expect("settle", store.settle(&k_cancelled, fp, again, Settlement::Release { result: result_of(3) }, now()).await);
+    match admit(k_cancelled.clone()).await {
+        Admission::Replay(told) => assert_eq!(
+            told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+            Some("outcome-unknown"),
+            "store kit: a cancelled takeover's record holds the unknown outcome, got {told:?}"
+        ),
+        other => {
+            panic!("store kit: a cancelled takeover must settle the record with the unknown outcome, got {other:?}")
+        }
+    }
+    assert_eq!(
+        store.settle(&k_cancelled, fp, first, Settlement::Release { result: result_of(3) }, now()).await,
+        Err(StoreError::LeaseLost),
+        "store kit: the displaced leader must not settle a record its takeover's cancellation settled"
+    );
     assert_eq!(
         store.renew(&k, old, now()).await,
         Err(StoreError::LeaseLost),

@@ -32,9 +32,9 @@
 //!    replica when it was killed or stopped, or while Redis was frozen;
 //! 5. no idempotency record is left in flight ([`IN_FLIGHT_MARGIN`] past its lease).
 //!
-//! Two defects the run still meets are recognised by their marks ([`Known`]): counted and
-//! reported with their iteration, and failures only under `AGENT_SURFACE_CHAOS_STRICT=1`, until
-//! they are fixed (see `docs/operations.md`).
+//! Every finding fails the run. (Two defects it met — a stalled claim answered as an unknown
+//! outcome, a cancelled takeover left in flight — were counted apart until they were fixed; see
+//! `docs/operations.md`.)
 //!
 //! The seed is printed first; `AGENT_SURFACE_CHAOS_SEED` repeats a run's schedule (the faults,
 //! their moments, the operations and the client's choices; the processes' own timing varies).
@@ -725,32 +725,15 @@ fn run_op(op: Op, view: &Arc<RwLock<[Endpoint; 2]>>) -> Done {
     }
 }
 
-/// Defects the run still meets, each described in `docs/operations.md` with a way to fix it:
-/// counted and reported, and failures only under `AGENT_SURFACE_CHAOS_STRICT=1` until fixed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Known {
-    /// A replica stopped just after its admission landed in Redis: on resume its admission had
-    /// timed out, and it answered "nothing ran" (true), but meanwhile a retry on the other replica
-    /// had taken the claim over and, unable to tell that no handler started, recorded an unknown
-    /// outcome for a call that never ran.
-    StalledClaim,
-    /// A takeover whose caller gave up on it (its admission timed out while Redis was frozen) was
-    /// made to lapse by its cancellation after the leader it displaced had been refused its
-    /// settlement: nobody settles the record until a retry of the same key takes it over (or it
-    /// expires, a day later by default).
-    CancelledTakeover,
-}
-
-/// Something the verdict found: a violation, or one of the [`Known`] defects.
+/// Something the verdict found: a violation.
 #[derive(Clone, Debug)]
 struct Finding {
-    known: Option<Known>,
     text: String,
 }
 
 impl Finding {
     fn wrong(text: String) -> Finding {
-        Finding { known: None, text }
+        Finding { text }
     }
 }
 
@@ -881,8 +864,6 @@ struct Figures {
     taken_over: usize,
     /// Requests answered by a replica after it had been stopped past its lease while they waited.
     stalled_answers: usize,
-    /// The [`Known`] defects met.
-    known: BTreeMap<Known, usize>,
 }
 
 fn told_name(told: &Told) -> &'static str {
@@ -943,17 +924,14 @@ fn left_in_flight(conn: &mut redis::Connection, root: &str) -> Vec<(String, Find
     let margin = u64::try_from(IN_FLIGHT_MARGIN.as_millis()).unwrap_or(u64::MAX);
     keys.into_iter()
         .filter_map(|key| {
-            type Fields = (Option<String>, Option<u64>, Option<String>, Option<String>);
-            let (state, lease, kind, attempt): Fields =
-                redis::cmd("HMGET").arg(&key).arg("s").arg("le").arg("k").arg("a").query(conn).expect("HMGET");
+            let (state, lease): (Option<String>, Option<u64>) =
+                redis::cmd("HMGET").arg(&key).arg("s").arg("le").query(conn).expect("HMGET");
             let lapsed = lease.is_some_and(|le| le + margin < now);
             if state.as_deref() != Some("run") || !lapsed {
                 return None;
             }
-            // The mark of a takeover its own cancellation made lapse: no attempt, a lease of 0.
-            let cancelled = kind.as_deref() == Some("takeover") && attempt.is_none() && lease == Some(0);
             let text = format!("record {key} in flight {} ms past its lease", now - lease.unwrap_or(now));
-            Some((key, Finding { known: cancelled.then_some(Known::CancelledTakeover), text }))
+            Some((key, Finding::wrong(text)))
         })
         .collect()
 }
@@ -1033,16 +1011,9 @@ fn verdict(
                 .iter()
                 .any(|s| !matches!(s.told, Told::NothingRan(_) | Told::Refused) && struck.iter().any(|f| f.hit(s)));
             if !may_have_started {
-                // Only a request told "nothing ran" by a replica stopped while it waited.
-                let stalled = done.requests.iter().any(|s| {
-                    matches!(s.told, Told::NothingRan(_)) && struck.iter().any(|f| f.what == "stop" && f.hit(s))
-                });
-                found.push(Finding {
-                    known: stalled.then_some(Known::StalledClaim),
-                    text: format!(
-                        "{name}: told outcome-unknown, no effect, and no request of it that was not told nothing ran was in flight where a fault struck"
-                    ),
-                });
+                found.push(Finding::wrong(format!(
+                    "{name}: told outcome-unknown, no effect, and no request of it that was not told nothing ran was in flight where a fault struck"
+                )));
             }
         }
         // Figures.
@@ -1100,19 +1071,8 @@ fn account(plan: &Plan, ends: &[Done], struck: &[Struck], t0: Instant) -> String
 
 /// Splits findings into the failing ones (violations; under `strict`, the known defects too) and
 /// the known defects, each as one text, and counts the known defects.
-fn sort_out(found: Vec<Finding>, strict: bool, figures: &mut Figures) -> (String, String) {
-    let (mut failing, mut known) = (Vec::new(), Vec::new());
-    for finding in found {
-        if let Some(defect) = finding.known {
-            *figures.known.entry(defect).or_default() += 1;
-            known.push(format!("{defect:?}: {}", finding.text));
-            if !strict {
-                continue;
-            }
-        }
-        failing.push(finding.text);
-    }
-    (failing.join("\n"), known.join("\n"))
+fn failures_of(found: Vec<Finding>) -> String {
+    found.into_iter().map(|f| f.text).collect::<Vec<_>>().join("\n")
 }
 
 /// The seed: `AGENT_SURFACE_CHAOS_SEED` (decimal, or hexadecimal after `0x`), else from the clock.
@@ -1137,7 +1097,6 @@ fn run(default_iterations: usize) {
         .map_or(default_iterations, |n| n.parse().expect("AGENT_SURFACE_CHAOS_ITERATIONS is a number"));
     let keep_going = std::env::var("AGENT_SURFACE_CHAOS_KEEP_GOING").as_deref() == Ok("1");
     let verbose = std::env::var("AGENT_SURFACE_CHAOS_VERBOSE").as_deref() == Ok("1");
-    let strict = std::env::var("AGENT_SURFACE_CHAOS_STRICT").as_deref() == Ok("1");
     // Iterations before this one are drawn (the schedule is the seed's) but not run.
     let from: usize = std::env::var("AGENT_SURFACE_CHAOS_FROM")
         .map_or(0, |n| n.parse().expect("AGENT_SURFACE_CHAOS_FROM is a number"));
@@ -1179,13 +1138,7 @@ fn run(default_iterations: usize) {
         found.extend(
             left_in_flight(&mut conn, &root).into_iter().filter(|left| reported.insert(left.0.clone())).map(|l| l.1),
         );
-        let (failing, known) = sort_out(found, strict, &mut figures);
-        if !known.is_empty() {
-            eprintln!(
-                "chaos: seed {seed}, iteration {iteration}, known defects:\n{known}\n{}",
-                account(&plan, &ends, &struck, t0)
-            );
-        }
+        let failing = failures_of(found);
         if !failing.is_empty() {
             let report = format!(
                 "chaos: seed {seed}, iteration {iteration}:\n{failing}\n{}",
@@ -1202,10 +1155,7 @@ fn run(default_iterations: usize) {
     if failures.is_empty() || keep_going {
         std::thread::sleep(LEASE + IN_FLIGHT_MARGIN);
         let left = left_in_flight(&mut conn, &root).into_iter().filter(|l| reported.insert(l.0.clone())).map(|l| l.1);
-        let (failing, known) = sort_out(left.collect(), strict, &mut figures);
-        if !known.is_empty() {
-            eprintln!("chaos: seed {seed}, at the end, known defects:\n{known}");
-        }
+        let failing = failures_of(left.collect());
         if !failing.is_empty() {
             failures.push(format!("chaos: seed {seed}, at the end:\n{failing}"));
         }

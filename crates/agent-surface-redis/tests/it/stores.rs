@@ -155,6 +155,7 @@ async fn renewal_keeps_a_long_calls_record() {
     let Ok(Admission::Leader(lease)) = store.admit(&key("long"), fp(), Attempt::fresh(), Timestamp::now()).await else {
         panic!("a new key leads")
     };
+    store.start(&key("long"), lease, Timestamp::now()).await.expect("marked started");
     let until = std::time::Instant::now() + Duration::from_millis(2_500);
     while std::time::Instant::now() < until {
         tokio::time::sleep(lease.renew_every.expect("Redis leases ask for renewal")).await;

@@ -265,8 +265,20 @@ pub(crate) async fn admit_record(
                 started: AtomicBool::new(false),
                 taken_over,
                 lost: CancellationToken::new(),
+                marks: std::sync::Mutex::new(Vec::new()),
+                release: AtomicBool::new(false),
             }),
         };
+        // A lease that lapses is marked started before the handler runs (see `Hold::marks`).
+        if lease.renew_every.is_some() {
+            hold.add_mark(StartMark {
+                store: store.clone(),
+                key: key.clone(),
+                lease,
+                budget: inner.config.store_budget,
+                clock: inner.config.clock.clone(),
+            });
+        }
         Box::new(LeaderGuard {
             hold,
             pending: None,
@@ -419,6 +431,93 @@ pub(crate) struct Hold {
     /// Fires when the lease was lost while the call ran (another caller took the record over):
     /// the handler must not start, and one that runs is stopped.
     pub(crate) lost: CancellationToken,
+    /// The records whose leases lapse (a shared store's), to be marked started
+    /// ([`IdempotencyStore::start`]) before the handler runs: one per record the call leads (its
+    /// invocation id's, its natural key's). Until marked, a lapsed claim is known never to have
+    /// run, and the next admission claims it afresh rather than answer an unknown outcome.
+    marks: std::sync::Mutex<Vec<StartMark>>,
+    /// Set when the records could not be marked started: the handler did not run, and the
+    /// records are released (never stored), so that a retry is admitted afresh.
+    release: AtomicBool,
+}
+
+impl Hold {
+    fn add_mark(&self, mark: StartMark) {
+        self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(mark);
+    }
+
+    /// Marks every record the call leads as started, in the order they were admitted; `Err` with
+    /// the call's answer when one could not be: the handler must not start. A lease lost first
+    /// means another caller claimed the record (nothing ran under this call; a record taken
+    /// over still answers its unknown outcome); a store that failed or did not answer within
+    /// its budget means nothing ran, and the records are released.
+    pub(crate) async fn mark_started(&self) -> Result<(), Stop> {
+        let marks = std::mem::take(&mut *self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for mark in marks {
+            let now = mark.clock.now();
+            let started = mark.store.start(&mark.key, mark.lease, now);
+            let started = agent_surface_policy::within(mark.clock.as_ref(), mark.budget, started).await;
+            let started = started.unwrap_or_else(|| {
+                Err(StoreError::Unavailable(format!(
+                    "the idempotency store did not answer within {} ms",
+                    mark.budget.as_millis()
+                )))
+            });
+            match started {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost) if self.taken_over => {
+                    return Err(Stop::noted(
+                        AgentSurfaceError::outcome_unknown(),
+                        Phase::Admission,
+                        "the lease on a record taken over was lost before the handler started",
+                    ));
+                }
+                Err(StoreError::LeaseLost) => {
+                    tracing::warn!(
+                        target: "agent_surface::invoke",
+                        token = mark.lease.token,
+                        "the lease on this call's idempotency record lapsed before its handler started; nothing ran"
+                    );
+                    self.release.store(true, Ordering::Release);
+                    return Err(Stop::noted(
+                        AgentSurfaceError::transient(STORE_RETRY_AFTER),
+                        Phase::Admission,
+                        "the lease lapsed before the handler started",
+                    ));
+                }
+                Err(e) => {
+                    self.release.store(true, Ordering::Release);
+                    return Err(Stop::noted(
+                        AgentSurfaceError::transient(STORE_RETRY_AFTER),
+                        Phase::Admission,
+                        format!("could not mark the idempotency record started: {e}"),
+                    )
+                    .store_fault(super::Fault::IdempotencyStore));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a record awaits its mark (a shared store's lease, not marked yet).
+    pub(crate) fn needs_marks(&self) -> bool {
+        !self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
+}
+
+/// What [`IdempotencyStore::start`] needs for one record the call leads.
+struct StartMark {
+    store: Arc<dyn IdempotencyStore>,
+    key: IdempotencyKey,
+    lease: Lease,
+    budget: Duration,
+    clock: Arc<dyn agent_surface_policy::Clock>,
+}
+
+impl std::fmt::Debug for StartMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartMark").field("key", &self.key).field("lease", &self.lease).finish_non_exhaustive()
+    }
 }
 
 /// How a leader's settlement ended, for the answer to its caller.
@@ -495,7 +594,8 @@ impl LeaderGuard {
     /// caller's id, since every answer from it (replay, join) carries the id of the call it
     /// answers, and the key holds at most a digest of a long id.
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
-        let cacheable = terminal && result.error_payload().is_none_or(|p| p.is_cacheable());
+        let unstarted = self.hold.release.load(Ordering::Acquire);
+        let cacheable = terminal && !unstarted && result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }
         } else {

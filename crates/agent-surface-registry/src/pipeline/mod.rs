@@ -604,12 +604,41 @@ fn confirmed<'a>(
     match (&call.inner.config.confirmation, declared) {
         (Some(gate), declared) => later(async move {
             match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared).await? {
-                None => finish(audited(call, prepared, hold, timing)).await,
-                Some(consumed) => finish(audited_after_consuming(call, prepared, hold, timing, consumed)).await,
+                None => finish(marked(call, prepared, hold, timing, None)).await,
+                Some(consumed) => finish(marked(call, prepared, hold, timing, Some(consumed))).await,
             }
         }),
         (None, confirmation::Declared::Gate(_)) => Err(confirmation::no_gate(&call.def)),
-        (None, confirmation::Declared::No) => audited(call, prepared, hold, timing),
+        (None, confirmation::Declared::No) => marked(call, prepared, hold, timing, None),
+    }
+}
+
+/// Before phase 8a: on a store whose leases lapse, the call's records are marked started
+/// ([`idempotency::Hold::mark_started`], one round trip each), so that a lapse before this point
+/// is known to have run nothing. A call that cannot be marked does not run: confirmation evidence
+/// it `consumed` is given back, and nothing reaches the audit trail.
+fn marked<'a>(
+    call: Call<'a>,
+    prepared: input::Prepared,
+    hold: Option<&'a Arc<idempotency::Hold>>,
+    timing: &'a mut Option<Box<telemetry::Timing>>,
+    consumed: Option<confirmation::GiveBack>,
+) -> Result<Step<'a>, Stop> {
+    let then = move |call, prepared, timing, consumed: Option<confirmation::GiveBack>| match consumed {
+        None => audited(call, prepared, hold, timing),
+        Some(consumed) => audited_after_consuming(call, prepared, hold, timing, consumed),
+    };
+    match hold {
+        Some(marking) if marking.needs_marks() => later(async move {
+            if let Err(stop) = marking.mark_started().await {
+                if let Some(consumed) = consumed {
+                    consumed.now().await;
+                }
+                return Err(stop);
+            }
+            finish(then(call, prepared, timing, consumed)).await
+        }),
+        _ => then(call, prepared, timing, consumed),
     }
 }
 

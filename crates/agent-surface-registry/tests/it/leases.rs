@@ -38,6 +38,15 @@ struct LeasingStore {
     renewals: AtomicUsize,
     /// Settlements asked for (lost or not).
     settlements: AtomicUsize,
+    /// The next mark finds the lease lapsed (another caller may claim the record afresh).
+    start_lost: AtomicBool,
+    /// The next mark goes unanswered (the store failed).
+    start_unanswered: AtomicBool,
+    /// Marks asked for, and the handler's runs counted when each was asked (a mark must come
+    /// before the handler).
+    starts: std::sync::Mutex<Vec<usize>>,
+    /// The runs counter of the registry under test, for `starts`.
+    runs: std::sync::OnceLock<Arc<AtomicUsize>>,
 }
 
 impl IdempotencyStore for LeasingStore {
@@ -103,6 +112,24 @@ impl IdempotencyStore for LeasingStore {
         })
     }
 
+    fn start<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let runs = self.runs.get().map_or(0, |r| r.load(Ordering::SeqCst));
+        self.starts.lock().expect("not poisoned").push(runs);
+        let answer = if self.start_lost.swap(false, Ordering::SeqCst) {
+            Err(StoreError::LeaseLost)
+        } else if self.start_unanswered.swap(false, Ordering::SeqCst) {
+            Err(StoreError::Unavailable("no answer".into()))
+        } else {
+            Ok(())
+        };
+        Box::pin(std::future::ready(answer))
+    }
+
     fn renew<'a>(
         &'a self,
         _key: &'a IdempotencyKey,
@@ -124,7 +151,9 @@ fn slow_authority(wait: Duration) -> Slow<AllowAll> {
 /// `shop.pay` (external, not idempotent) and `shop.quote` (read), each counting its executions
 /// and taking `delay` to run.
 fn registry(store: Arc<LeasingStore>, delay: Duration) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
-    registry_with(RegistryConfig { idempotency: store, ..Default::default() }, delay)
+    let made = registry_with(RegistryConfig { idempotency: store.clone(), ..Default::default() }, delay);
+    let _ = store.runs.set(made.2.clone());
+    made
 }
 
 fn registry_with(
@@ -416,4 +445,49 @@ async fn a_lease_lost_at_settlement_is_an_unknown_outcome_for_the_caller() {
     // A call whose handler never started keeps its own answer: nothing ran under the lost lease.
     let inv = r.invoke_detailed(call("shop.nothing", json!({})).with_invocation_id("n-7"), consumer("c")).await;
     assert_eq!(inv.result.code(), Some(ErrorCode::CapabilityNotFound), "{inv:?}");
+}
+
+/// A shared store's record is marked started once, before the handler runs: a lapse before the
+/// mark is then known to have run nothing.
+#[tokio::test]
+async fn a_leader_marks_its_record_started_before_its_handler_runs() {
+    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_secs(60)), ..Default::default() });
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    let inv =
+        r.invoke_detailed(call("shop.pay", json!({"cents": 500})).with_invocation_id("pay-m"), consumer("c")).await;
+    assert!(inv.result.error_payload().is_none(), "{inv:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(*store.starts.lock().expect("not poisoned"), vec![0], "one mark, before the handler ran");
+    // A leader on a store whose leases hold until settled marks nothing.
+    let plain = Arc::new(LeasingStore::default());
+    let (r, _m, _runs) = registry(plain.clone(), Duration::ZERO);
+    let _ = r.invoke_detailed(call("shop.pay", json!({"cents": 5})).with_invocation_id("pay-n"), consumer("c")).await;
+    assert!(plain.starts.lock().expect("not poisoned").is_empty());
+}
+
+/// A leader whose lease lapsed before its handler started (it stalled between admission and
+/// execution, and the store refuses the mark) runs nothing and says so — `EXECUTION_FAILED
+/// {reason: transport}`, retry after a delay, never an unknown outcome — and releases its record,
+/// so that the retry the error asks for runs the call once.
+#[tokio::test]
+async fn a_lease_that_lapsed_before_the_handler_started_runs_nothing_and_says_so() {
+    for (why, lose) in [("lapsed", true), ("unanswered", false)] {
+        let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_secs(60)), ..Default::default() });
+        let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+        if lose {
+            store.start_lost.store(true, Ordering::SeqCst);
+        } else {
+            store.start_unanswered.store(true, Ordering::SeqCst);
+        }
+        let pay = || call("shop.pay", json!({"cents": 500})).with_invocation_id("pay-s");
+        let inv = r.invoke_detailed(pay(), consumer("c")).await;
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+        assert_eq!(p.detail("reason"), Some(&json!("transport")), "{why}: {p:?}");
+        assert_eq!(p.retry(), agent_surface_core::Retry::AfterDelay, "{why}");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "{why}: the handler must not start");
+        let again = r.invoke_detailed(pay(), consumer("c")).await;
+        assert!(!again.replayed, "{why}: the record was released, not stored: {again:?}");
+        assert!(again.result.error_payload().is_none(), "{why}: {again:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{why}: the retry runs the call once");
+    }
 }

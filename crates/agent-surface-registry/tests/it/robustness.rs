@@ -166,6 +166,15 @@ impl agent_surface_policy::IdempotencyStore for Recording {
         self.kept.lock().unwrap().push((key.clone(), settlement.clone()));
         self.inner.settle(key, fingerprint, lease, settlement, now)
     }
+
+    fn start<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// A record's size does not grow with the caller's invocation id: the key holds a digest of a
@@ -236,6 +245,15 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
         }
         self.inner.settle(key, fingerprint, lease, settlement, now)
     }
+
+    fn start<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// A call dropped while the store writes its result records that result, not a guess: the
@@ -299,6 +317,15 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
+
+    fn start<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// An idempotency store whose admissions never answer, and which records what it was asked.
@@ -343,6 +370,15 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn start<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
