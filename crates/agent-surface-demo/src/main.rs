@@ -7,7 +7,7 @@
 //!                                                          serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
 //!                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
-//!                          [--state-key HEX] [--ticket-delay-ms MS]
+//!                          [--state-key HEX] [--ticket-delay-ms MS] [--task-lease-ms MS]
 //!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
 //!                          [--public-url URL]
 //!                          [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL] [--oauth-scope SCOPE]...]
@@ -49,7 +49,8 @@ usage:
   agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS] [--data DIR | --memory]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
                           [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
-                          [--state-key HEX] [--ticket-delay-ms MS] [--max-connections-per-ip N] [--allowed-host HOST]...
+                          [--state-key HEX] [--ticket-delay-ms MS] [--task-lease-ms MS]
+                          [--max-connections-per-ip N] [--allowed-host HOST]...
                           [--quorum CAPABILITY=N]... [--public-url URL]
                           [--oauth-jwks FILE --oauth-issuer URL... [--oauth-resource URL]
                            [--oauth-scope SCOPE]...]
@@ -67,7 +68,9 @@ so that several servers (replicas) serve one shop; --lease-ms sets how long a re
 mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis
 operation, past which the call fails closed (default 2000). --state-key HEX (64 hex digits) seals input-required
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
-take that long (to catch a call in flight). --max-connections-per-ip raises the cap of connections
+take that long (to catch a call in flight). --task-lease-ms sets how long an MCP task whose
+server died is held before any server sharing its store ends it with an unknown outcome
+(default 30000). --max-connections-per-ip raises the cap of connections
 one peer address may hold (default 128; a load test from one address needs more). ADDR may use port 0; the bound URL is printed on stdout. Over HTTP, the plain
 HTTP binding is also served under /api (GET /api/capabilities, POST /api/invoke, GET /api/metrics:
 Prometheus text), and, when tokens sign people in (--token or --oauth-jwks), the approval inbox
@@ -116,6 +119,8 @@ struct Serve {
     redis_timeout: Option<std::time::Duration>,
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
+    /// How long a running MCP task is held without a renewal (`--task-lease-ms`).
+    task_lease: Option<std::time::Duration>,
     max_connections_per_ip: Option<usize>,
     /// Host names admitted besides loopback (`--allowed-host`).
     allowed_hosts: Vec<String>,
@@ -198,6 +203,13 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
             }
             "--ticket-delay-ms" => {
                 serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
+            }
+            "--task-lease-ms" => {
+                let lease = parse_ms("--task-lease-ms", &value("--task-lease-ms")?)?;
+                if lease.is_zero() {
+                    return Err("--task-lease-ms must be positive".to_string());
+                }
+                serve.task_lease = Some(lease);
             }
             "--allowed-host" => serve.allowed_hosts.push(value("--allowed-host")?),
             "--max-connections-per-ip" => {
@@ -317,6 +329,9 @@ async fn serve(options: Serve) -> Result<(), String> {
         shop_options.approval_base_url = public.map(|url| format!("{url}/inbox/c/"));
     }
     let mut task_config = agent_surface_mcp::tasks::TaskConfig::default();
+    if let Some(lease) = options.task_lease {
+        task_config.lease = lease;
+    }
     let demo = match &options.redis {
         None if options.data.is_some() => {
             let dir = options.data.as_deref().unwrap_or(std::path::Path::new("."));

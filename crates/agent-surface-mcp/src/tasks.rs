@@ -24,6 +24,15 @@
 //! sharing the store answers `tasks/get`, and a `tasks/cancel` taken by another replica is seen by
 //! the running one within [`TaskConfig::poll_interval`]. If the store cannot create the record,
 //! no task is named: the call is answered when it ends.
+//!
+//! **A task whose process died ends.** The running process holds its task by a lease
+//! ([`TaskConfig::lease`]), renewed every third of it while the call runs. When the process dies
+//! (or restarts on a durable store, or loses the store for longer than the lease) the lease
+//! lapses, and the next `tasks/get` or `tasks/cancel` through any process sharing the store ends
+//! the task, in one atomic step of the store ([`TaskStore::end_lapsed`]), as `completed` with
+//! `EXECUTION_FAILED {reason: outcome-unknown}`: its handler started and nobody can say what it
+//! did (the idempotency record, when the call carried a key, says the same to a retry). It is
+//! never left `working` until it is forgotten.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -55,11 +64,16 @@ pub struct TaskConfig {
     /// How often clients are asked to poll (`pollIntervalMs`), and how often a running task
     /// checks the store for a cancellation taken by another replica.
     pub poll_interval: Duration,
+    /// How long a running task is held by its process without a renewal: the process renews it
+    /// every third of this while the call runs; once it lapses (the process died), reading or
+    /// cancelling the task ends it with an unknown outcome. Longer than the longest store outage
+    /// a process should survive with its tasks; shorter than a client waits for a dead task.
+    pub lease: Duration,
 }
 
 impl Default for TaskConfig {
     /// In memory; kept 5 minutes after the end (an hour at most while running); 256 running at
-    /// once; polled every 500 ms.
+    /// once; polled every 500 ms; held by a 30 s lease.
     fn default() -> TaskConfig {
         TaskConfig {
             store: Arc::new(MemoryTaskStore::default()),
@@ -67,6 +81,7 @@ impl Default for TaskConfig {
             running_ttl: Duration::from_secs(3600),
             max_running: 256,
             poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(30),
         }
     }
 }
@@ -178,7 +193,8 @@ impl Tasks {
         let clock = registry.config().clock.clone();
         let now = clock.now();
         let config = &self.inner.config;
-        let record = TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl);
+        let record =
+            TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl).with_lease(config.lease);
         if let Err(e) = self.inner.config.store.create(record.clone(), now).await {
             tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "cannot create a task; answering the call when it ends");
             return Started::Ended(self.wait(&mut done_rx, &request, &token).await);
@@ -214,14 +230,34 @@ impl Tasks {
         clock: Arc<dyn Clock>,
     ) {
         let store = &self.inner.config.store;
+        let lease = self.inner.config.lease;
+        let mut renewed = clock.now();
+        let mut ended_elsewhere = false;
         let invocation = loop {
             tokio::select! {
                 invocation = &mut done => break invocation.unwrap_or_else(|_| lost()),
-                () = tokio::time::sleep(self.inner.config.poll_interval) => {
-                    if let Ok(Some(record)) = store.get(&id, clock.now()).await
-                        && record.cancel_requested
-                    {
-                        token.cancel();
+                () = tokio::time::sleep(self.inner.config.poll_interval.min(lease / 3).max(Duration::from_millis(10))) => {
+                    // Each poll reads the record; every third of the lease it renews it too.
+                    let now = clock.now();
+                    let read = if now.saturating_duration_since(renewed) >= lease / 3 {
+                        let answer = store.renew(&id, now.saturating_add(lease), now).await;
+                        if answer.is_ok() {
+                            renewed = now;
+                        }
+                        answer
+                    } else {
+                        store.get(&id, now).await
+                    };
+                    match read {
+                        Ok(Some(record)) if record.cancel_requested => token.cancel(),
+                        Ok(Some(record)) if record.status.is_terminal() && !ended_elsewhere => {
+                            ended_elsewhere = true;
+                            tracing::warn!(target: "agent_surface::mcp", task_id = %id, "task ended elsewhere while it ran here (its lease lapsed)");
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "agent_surface::mcp", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot renew a task's lease");
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -264,9 +300,33 @@ impl Tasks {
         }
     }
 
+    /// The record of `id` as `consumer` may see it, ended first if it was abandoned (its lease
+    /// lapsed: the process running it died).
+    async fn find_live(&self, id: &str, consumer: &Consumer, now: Timestamp) -> Result<TaskRecord, ErrorData> {
+        let record = self.find(id, consumer, now).await?;
+        if !record.is_abandoned(now) {
+            return Ok(record);
+        }
+        let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
+        let payload = serde_json::to_value(codec::encode(unknown)).ok();
+        match self.inner.config.store.end_lapsed(id, payload, None, now).await {
+            Ok(Some(ended)) => {
+                if ended.status.is_terminal() && ended.updated_at == now {
+                    tracing::warn!(target: "agent_surface::mcp", task_id = %id, "task abandoned (its lease lapsed): ended with an unknown outcome");
+                }
+                Ok(ended)
+            }
+            Ok(None) => Err(ErrorData::invalid_params(format!("Unknown task: {}", truncate(id)), None)),
+            Err(e) => {
+                tracing::error!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "task store failed");
+                Err(ErrorData::internal_error("The task store is unavailable; try again later.", None))
+            }
+        }
+    }
+
     /// `tasks/get`.
     pub(crate) async fn get(&self, id: &str, consumer: &Consumer, now: Timestamp) -> Result<GetTaskResult, ErrorData> {
-        let record = self.find(id, consumer, now).await?;
+        let record = self.find_live(id, consumer, now).await?;
         let payload = match record.status {
             TaskStatus::Completed => {
                 let result = record.payload.as_ref().and_then(|p| p.as_object()).cloned().unwrap_or_default();
@@ -286,7 +346,7 @@ impl Tasks {
 
     /// `tasks/cancel`: acknowledged for any task the caller may see, final or not.
     pub(crate) async fn cancel(&self, id: &str, consumer: &Consumer, now: Timestamp) -> Result<(), ErrorData> {
-        let record = self.find(id, consumer, now).await?;
+        let record = self.find_live(id, consumer, now).await?;
         if record.status.is_terminal() {
             return Ok(());
         }

@@ -80,6 +80,13 @@ pub struct TaskRecord {
     pub payload: Option<Value>,
     /// A cancellation was requested (by any replica); the one running the task honours it.
     pub cancel_requested: bool,
+    /// Until when the process running the task holds it, while it is not final: that process
+    /// renews it ([`TaskStore::renew`]) while the call runs. A task whose lease lapsed is
+    /// *abandoned* — its process died or restarted, or lost the store for longer than the lease
+    /// — and whoever reads it next ends it ([`TaskStore::end_lapsed`]). `None`: no lease (a
+    /// record written before leases, or by an adapter that does not renew), held until
+    /// [`TaskRecord::running_until`].
+    pub lease_until: Option<Timestamp>,
 }
 
 impl TaskRecord {
@@ -102,7 +109,21 @@ impl TaskRecord {
             running_until: now.saturating_add(running.max(ttl)),
             payload: None,
             cancel_requested: false,
+            lease_until: None,
         }
+    }
+
+    /// The same, held by its process for `lease` from its creation (see
+    /// [`TaskRecord::lease_until`]).
+    pub fn with_lease(mut self, lease: Duration) -> TaskRecord {
+        self.lease_until = Some(self.created_at.saturating_add(lease));
+        self
+    }
+
+    /// Whether the task is abandoned at `now`: not final, and its lease lapsed (`lease_until <=
+    /// now`). A task without a lease is never abandoned.
+    pub fn is_abandoned(&self, now: Timestamp) -> bool {
+        !self.status.is_terminal() && self.lease_until.is_some_and(|until| until <= now)
     }
 
     /// Whether the store no longer keeps it at `now`.
@@ -128,6 +149,12 @@ impl TaskRecord {
 /// | [`get`](TaskStore::get) | the record, if kept |
 /// | [`finish`](TaskStore::finish) | a non-final record → the given status and payload, kept for its time to live from now; a final one is left as it is |
 /// | [`request_cancel`](TaskStore::request_cancel) | marks a non-final record as cancel-requested |
+/// | [`renew`](TaskStore::renew) | a non-final record's lease → the given instant |
+/// | [`end_lapsed`](TaskStore::end_lapsed) | a non-final record whose lease lapsed → completed with the given payload |
+///
+/// Every operation is required: a task whose process died must end (the adapter ends it through
+/// [`end_lapsed`](TaskStore::end_lapsed) once its lease lapses), and a store that could not renew
+/// or end would leave it `working` until [`TaskRecord::running_until`] and then forget it.
 ///
 /// `now` is passed in (from the registry's clock) rather than read.
 pub trait TaskStore: Send + Sync + fmt::Debug + 'static {
@@ -155,6 +182,33 @@ pub trait TaskStore: Send + Sync + fmt::Debug + 'static {
     fn request_cancel<'a>(
         &'a self,
         id: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Atomically sets the lease of the record `id`, unless it is final, to `until` (its process
+    /// is alive and the call runs); returns the record after the call (`None` for an unknown id),
+    /// so that the running process also learns of a cancellation requested meanwhile. A final
+    /// record is returned unchanged — also one that was ended as abandoned while its process was
+    /// cut off: that process then learns its task was ended.
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Atomically ends the record `id` if it is abandoned at `now` ([`TaskRecord::is_abandoned`]:
+    /// not final, and its lease lapsed): it becomes [`TaskStatus::Completed`] with `payload` and
+    /// `message`, kept for its time to live from `now`, as [`finish`](Self::finish) does. Returns
+    /// the record after the call (`None` for an unknown id): ended, or unchanged when it was not
+    /// abandoned (final already, renewed meanwhile, or without a lease). The check and the move
+    /// are one step, so a process that renews at the last moment keeps its task, and of a finish
+    /// and an end racing exactly one lands. [`StoreError::Full`] as for `finish`.
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
 }
@@ -185,6 +239,25 @@ impl<S: TaskStore + ?Sized> TaskStore for std::sync::Arc<S> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         (**self).request_cancel(id, now)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        (**self).renew(id, until, now)
+    }
+
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        (**self).end_lapsed(id, payload, message, now)
     }
 }
 
@@ -346,23 +419,7 @@ impl TaskStore for MemoryTaskStore {
             if record.status.is_terminal() {
                 return Ok(false);
             }
-            let before = record.size();
-            let mut finished = record.clone();
-            finished.status = status;
-            finished.payload = payload;
-            finished.status_message = message;
-            finished.updated_at = now;
-            finished.expires_at = now.saturating_add(record.expires_at.saturating_duration_since(record.created_at));
-            let growth = finished.size().saturating_sub(before);
-            if !self.make_room(&mut inner, growth, false, id, now) {
-                return Err(StoreError::Full { capacity: self.config.capacity });
-            }
-            let after = finished.size();
-            if let Some(record) = inner.records.get_mut(id) {
-                *record = finished;
-            }
-            inner.bytes = inner.bytes.saturating_sub(before).saturating_add(after);
-            Ok(true)
+            self.finish_now(&mut inner, id, status, payload, message, now).map(|_| true)
         })
     }
 
@@ -379,6 +436,73 @@ impl TaskStore for MemoryTaskStore {
             }
             Ok(Some(record.clone()))
         })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            let Some(record) = Self::live(&mut inner, id, now) else { return Ok(None) };
+            if !record.status.is_terminal() {
+                record.lease_until = Some(until);
+            }
+            Ok(Some(record.clone()))
+        })
+    }
+
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            let Some(record) = Self::live(&mut inner, id, now) else { return Ok(None) };
+            if !record.is_abandoned(now) {
+                return Ok(Some(record.clone()));
+            }
+            self.finish_now(&mut inner, id, TaskStatus::Completed, payload, message, now).map(Some)
+        })
+    }
+}
+
+impl MemoryTaskStore {
+    /// Moves the live, non-final record `id` to `status`; the record after.
+    fn finish_now(
+        &self,
+        inner: &mut Inner,
+        id: &str,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> Result<TaskRecord, StoreError> {
+        let Some(record) = inner.records.get(id) else {
+            return Err(StoreError::Unavailable(format!("task {id} vanished")));
+        };
+        let before = record.size();
+        let mut finished = record.clone();
+        finished.status = status;
+        finished.payload = payload;
+        finished.status_message = message;
+        finished.updated_at = now;
+        finished.expires_at = now.saturating_add(record.expires_at.saturating_duration_since(record.created_at));
+        let growth = finished.size().saturating_sub(before);
+        if !self.make_room(inner, growth, false, id, now) {
+            return Err(StoreError::Full { capacity: self.config.capacity });
+        }
+        let after = finished.size();
+        if let Some(record) = inner.records.get_mut(id) {
+            *record = finished.clone();
+        }
+        inner.bytes = inner.bytes.saturating_sub(before).saturating_add(after);
+        Ok(finished)
     }
 }
 

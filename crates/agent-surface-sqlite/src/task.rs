@@ -30,6 +30,9 @@ struct Stored {
     payload: Option<Value>,
     #[serde(default)]
     cancel_requested: bool,
+    /// The running process's lease (Unix ms); absent in records written before leases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease_until: Option<u64>,
 }
 
 fn status_of(s: &str) -> Option<TaskStatus> {
@@ -56,6 +59,7 @@ impl Stored {
             running_until: record.running_until.unix_millis(),
             payload: record.payload.clone(),
             cancel_requested: record.cancel_requested,
+            lease_until: record.lease_until.map(Timestamp::unix_millis),
         }
     }
 
@@ -75,6 +79,7 @@ impl Stored {
         record.running_until = at(self.running_until);
         record.payload = self.payload;
         record.cancel_requested = self.cancel_requested;
+        record.lease_until = self.lease_until.map(at);
         Some(record)
     }
 }
@@ -175,17 +180,11 @@ impl TaskStore for SqliteTaskStore {
         let id = id.to_string();
         Box::pin(self.stores.db.run(move |cx| {
             cx.saw(now);
-            let Some(mut record) = live(cx, &id, now)? else { return Ok(false) };
+            let Some(record) = live(cx, &id, now)? else { return Ok(false) };
             if record.status.is_terminal() {
                 return Ok(false);
             }
-            let ttl = record.expires_at.saturating_duration_since(record.created_at);
-            record.status = status;
-            record.payload = payload;
-            record.status_message = message;
-            record.updated_at = now;
-            record.expires_at = now.saturating_add(ttl);
-            write(cx, &record)?;
+            finish_now(cx, record, status, payload, message, now)?;
             Ok(true)
         }))
     }
@@ -206,6 +205,64 @@ impl TaskStore for SqliteTaskStore {
             Ok(Some(record))
         }))
     }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let Some(mut record) = live(cx, &id, now)? else { return Ok(None) };
+            if !record.status.is_terminal() {
+                record.lease_until = Some(until);
+                write(cx, &record)?;
+            }
+            Ok(Some(record))
+        }))
+    }
+
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        if let Some(refused) = self.too_large(payload.as_ref()) {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            let Some(record) = live(cx, &id, now)? else { return Ok(None) };
+            if !record.is_abandoned(now) {
+                return Ok(Some(record));
+            }
+            finish_now(cx, record, TaskStatus::Completed, payload, message, now).map(Some)
+        }))
+    }
+}
+
+/// Moves `record` (live, not final) to `status`, kept its time to live from `now`; the record after.
+fn finish_now(
+    cx: &Cx<'_>,
+    mut record: TaskRecord,
+    status: TaskStatus,
+    payload: Option<Value>,
+    message: Option<String>,
+    now: Timestamp,
+) -> Result<TaskRecord, Fail> {
+    let ttl = record.expires_at.saturating_duration_since(record.created_at);
+    record.status = status;
+    record.payload = payload;
+    record.status_message = message;
+    record.updated_at = now;
+    record.expires_at = now.saturating_add(ttl);
+    write(cx, &record)?;
+    Ok(record)
 }
 
 #[cfg(test)]

@@ -1198,6 +1198,86 @@ pub async fn check_task_store(store: &dyn TaskStore, prefix: &str) {
     let b = expect("get", store.get(&b, at(6)).await).expect("store kit: kept");
     assert_eq!((b.payload, b.status_message.as_deref()), (Some(payload), Some("Done.")));
     assert_eq!(b.owner, None);
+
+    check_task_leases(store, prefix).await;
+}
+
+/// Task leases (part of [`check_task_store`]): a lease is kept as given and renewed while the
+/// task runs; a task whose lease lapsed is ended once, completed with the given payload, by
+/// [`TaskStore::end_lapsed`], and never before its lease lapses, never when final, never without a
+/// lease; a renewal after the end changes nothing and tells the renewer; of a finish and an end
+/// racing exactly one lands.
+///
+/// # Panics
+///
+/// On the first rule the store breaks.
+pub async fn check_task_leases(store: &dyn TaskStore, prefix: &str) {
+    let id = |name: &str| format!("{prefix}{name}");
+    let ttl = Duration::from_secs(60);
+    let running = Duration::from_secs(3600);
+    let lease = Duration::from_secs(10);
+    let unknown = json!({"content": [{"type": "text", "text": "outcome unknown"}], "isError": true});
+
+    let a = id("task-lease-a");
+    let record = TaskRecord::working(a.clone(), None, at(0), ttl, running).with_lease(lease);
+    expect("create", store.create(record.clone(), at(0)).await);
+    let read = expect("get", store.get(&a, at(1)).await).expect("store kit: the task exists");
+    assert_eq!(read.lease_until, Some(at(10_000)), "store kit: the lease is kept as created");
+    assert!(!read.is_abandoned(at(9_999)) && read.is_abandoned(at(10_000)));
+    // Before the lease lapses nothing ends it.
+    let kept = expect("end_lapsed", store.end_lapsed(&a, Some(unknown.clone()), None, at(9_999)).await);
+    assert_eq!(kept.map(|r| r.status), Some(TaskStatus::Working), "store kit: a held task is not ended");
+    // Renewed, it is held longer, and the renewal answers the record (a cancellation included).
+    expect("cancel", store.request_cancel(&a, at(9_000)).await);
+    let renewed = expect("renew", store.renew(&a, at(20_000), at(9_500)).await).expect("store kit: the task exists");
+    assert_eq!(renewed.lease_until, Some(at(20_000)), "store kit: renew sets the lease");
+    assert!(renewed.cancel_requested, "store kit: renew answers the record, cancellation requested included");
+    let kept = expect("end_lapsed", store.end_lapsed(&a, Some(unknown.clone()), None, at(15_000)).await);
+    assert_eq!(kept.map(|r| r.status), Some(TaskStatus::Working), "store kit: a renewed task is not ended");
+    // Lapsed: ended once, completed with the payload, kept its time to live from then.
+    let ended =
+        expect("end_lapsed", store.end_lapsed(&a, Some(unknown.clone()), Some("Lost.".into()), at(20_000)).await)
+            .expect("store kit: the task exists");
+    assert_eq!(
+        (ended.status, ended.payload.as_ref(), ended.status_message.as_deref(), ended.updated_at),
+        (TaskStatus::Completed, Some(&unknown), Some("Lost."), at(20_000)),
+        "store kit: a task whose lease lapsed is ended, completed with the payload"
+    );
+    assert_eq!(expect("get", store.get(&a, at(20_001)).await), Some(ended.clone()), "store kit: the end is stored");
+    assert!(!expect("finish", store.finish(&a, TaskStatus::Completed, None, None, at(20_002)).await));
+    let again = expect("end_lapsed", store.end_lapsed(&a, None, None, at(20_003)).await);
+    assert_eq!(again.as_ref(), Some(&ended), "store kit: an ended task is ended once");
+    let late = expect("renew", store.renew(&a, at(40_000), at(20_004)).await).expect("store kit: kept");
+    assert_eq!(late, ended, "store kit: a renewal after the end changes nothing and answers the end");
+    assert!(expect("get", store.get(&a, at(79_999)).await).is_some(), "store kit: kept its time to live");
+    assert_eq!(expect("get", store.get(&a, at(80_000)).await), None, "store kit: gone after its time to live");
+
+    // A task without a lease is never abandoned; an unknown id is none.
+    let b = id("task-lease-b");
+    expect("create", store.create(TaskRecord::working(b.clone(), None, at(0), ttl, running), at(0)).await);
+    let kept = expect("end_lapsed", store.end_lapsed(&b, Some(unknown.clone()), None, at(3_000_000)).await);
+    assert_eq!(kept.map(|r| r.status), Some(TaskStatus::Working), "store kit: a task without a lease is not ended");
+    assert_eq!(expect("renew", store.renew(&id("task-none"), at(1), at(0)).await), None);
+    assert_eq!(expect("end_lapsed", store.end_lapsed(&id("task-none"), None, None, at(0)).await), None);
+
+    // A finish and an end racing on a lapsed task: exactly one lands.
+    for round in 0..8 {
+        let c = id(&format!("task-lease-race-{round}"));
+        let record = TaskRecord::working(c.clone(), None, at(0), ttl, running).with_lease(lease);
+        expect("create", store.create(record, at(0)).await);
+        let result = json!({"content": [], "isError": false});
+        let (finished, ended) = futures_util::future::join(
+            store.finish(&c, TaskStatus::Completed, Some(result.clone()), None, at(10_000)),
+            store.end_lapsed(&c, Some(unknown.clone()), None, at(10_000)),
+        )
+        .await;
+        let finished = expect("finish", finished);
+        let ended = expect("end_lapsed", ended).expect("store kit: the task exists");
+        let stored = expect("get", store.get(&c, at(10_001)).await).expect("store kit: kept");
+        let expected = if finished { result } else { unknown.clone() };
+        assert_eq!(stored.payload, Some(expected), "store kit: the one that landed is stored (finished: {finished})");
+        assert_eq!(ended, stored, "store kit: end_lapsed answers the record after the step");
+    }
 }
 
 /// The first admission's lease; panics (naming `rule`) on any other answer.

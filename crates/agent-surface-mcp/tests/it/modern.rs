@@ -806,3 +806,94 @@ async fn a_client_that_opens_urls_is_sent_to_the_approval_page() {
     assert_eq!(done.output(), Some(&json!({"wiped": 4})));
     assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
 }
+
+/// Two servers ("replicas") sharing one task store, the first running tasks under `lease`.
+fn replicas_sharing_tasks(
+    engine: &Arc<ConfirmationEngine>,
+    lease: Duration,
+) -> (Arc<McpConfig>, Arc<McpConfig>, Arc<agent_surface_policy::MemoryTaskStore>) {
+    use agent_surface_mcp::tasks::{TaskConfig, Tasks};
+    let store = Arc::new(agent_surface_policy::MemoryTaskStore::default());
+    let tasks = |lease| {
+        Tasks::new(TaskConfig {
+            lease,
+            poll_interval: Duration::from_millis(10),
+            ..TaskConfig::with_store(store.clone())
+        })
+    };
+    let a = Arc::new(McpConfig { tasks: Some(tasks(lease)), ..config(engine) });
+    let b = Arc::new(McpConfig { tasks: Some(tasks(lease)), ..config(engine) });
+    (a, b, store)
+}
+
+#[track_caller]
+fn assert_outcome_unknown(task: rmcp::model::DetailedTask) {
+    assert_eq!(task.status(), rmcp::model::TaskStatus::Completed, "{task:?}");
+    let rmcp::model::TaskPayload::Completed { result } = task.payload else { panic!("{task:?}") };
+    let result: rmcp::model::CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(result.is_error, Some(true));
+    let decoded = codec::decode(&result).unwrap();
+    assert_eq!(decoded.code(), Some(ErrorCode::ExecutionFailed));
+    assert_eq!(decoded.error_payload().unwrap().detail("reason"), Some(&json!("outcome-unknown")));
+}
+
+/// A task whose process died ends (#26): once its lease lapses, `tasks/get` and `tasks/cancel`
+/// through another replica end it as completed with the unknown outcome; a task whose process is
+/// alive is renewed and stays working however long it runs.
+#[tokio::test]
+async fn a_task_whose_process_died_ends_with_an_unknown_outcome_through_another_replica() {
+    use agent_surface_policy::{Clock as _, TaskStore};
+    let (shop, engine) = shop();
+    let lease = Duration::from_secs(3);
+    let (a, b, store) = replicas_sharing_tasks(&engine, lease);
+    let (on_a, _) = connect_full(&shop.registry, a, false, false, true).await;
+    let (on_b, _) = connect_full(&shop.registry, b, false, false, true).await;
+
+    // Alive: replica A renews its task; through B it stays working across four leases.
+    let alive = task_id(on_a.call_tool_once(params("shop-bake", json!({}))).await.unwrap());
+    for _ in 0..12 {
+        shop.clock.advance(Duration::from_secs(1));
+        let renewed = shop.clock.now().saturating_add(lease);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Wait for A's renewal of this second before the clock moves on.
+        while store.get(&alive, shop.clock.now()).await.unwrap().unwrap().lease_until < Some(renewed)
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let got = on_b.peer().get_task(rmcp::model::GetTaskParams::new(&alive)).await.unwrap();
+        assert_eq!(got.task.status(), rmcp::model::TaskStatus::Working, "an alive replica's task is renewed");
+    }
+    release(&shop);
+    let done = final_task(&on_b, &alive).await;
+    assert!(matches!(done.payload, rmcp::model::TaskPayload::Completed { .. }), "{done:?}");
+
+    // Dead: tasks left by a replica that stopped renewing (as a kill -9 leaves them).
+    let left = |id: &str| {
+        agent_surface_policy::TaskRecord::working(
+            id,
+            None,
+            shop.clock.now(),
+            Duration::from_secs(300),
+            Duration::from_secs(3600),
+        )
+        .with_lease(lease)
+    };
+    store.create(left("t-dead-get"), shop.clock.now()).await.unwrap();
+    store.create(left("t-dead-cancel"), shop.clock.now()).await.unwrap();
+    // Within its lease it is working, as far as anyone can tell.
+    let got = on_b.peer().get_task(rmcp::model::GetTaskParams::new("t-dead-get")).await.unwrap();
+    assert_eq!(got.task.status(), rmcp::model::TaskStatus::Working);
+    shop.clock.advance(lease);
+    let got = on_b.peer().get_task(rmcp::model::GetTaskParams::new("t-dead-get")).await.unwrap();
+    assert_outcome_unknown(got.task);
+    // Ended once: read again (through either replica), the same end.
+    let again = on_a.peer().get_task(rmcp::model::GetTaskParams::new("t-dead-get")).await.unwrap();
+    assert_outcome_unknown(again.task);
+    // A cancellation of a dead task is acknowledged, and the task ends as unknown, not cancelled:
+    // its handler started and nobody can say what it did.
+    on_b.peer().cancel_task(rmcp::model::CancelTaskParams::new("t-dead-cancel")).await.unwrap();
+    let got = on_b.peer().get_task(rmcp::model::GetTaskParams::new("t-dead-cancel")).await.unwrap();
+    assert_outcome_unknown(got.task);
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1, "the alive task ran once; nothing ran again");
+}
