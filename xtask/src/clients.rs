@@ -276,7 +276,7 @@ fn ensure_node_packages(p: &Paths, node: &Path, npm: &Path, bin: &Path) -> Resul
 /// `services::stop_group`.
 fn start_http_server(demo: &Path, log: &Path) -> Result<(Child, String)> {
     let mut child = crate::services::dies_with_us(demo)
-        .args(["serve", "--http", "127.0.0.1:0", "--conformance"])
+        .args(["serve", "--http", "127.0.0.1:0", "--memory", "--conformance"])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log)?)
         .spawn()

@@ -62,7 +62,8 @@ WHO is SUBJECT or SUBJECT:ROLE,ROLE (e.g. alice:support). Over HTTP, --token mak
 fixture tools (over stdio too). --data DIR keeps the shop (its orders, tickets and refunds), idempotency records,
 confirmations, rate budgets, MCP tasks and the audit trail in DIR/agent-surface.db, synced to disk
 before each answer, so that a restart (or a kill -9) loses nothing answered; one server per DIR.
---memory (the default) keeps them in the process, lost when it ends. --redis keeps the shop (its orders, tickets and refunds), idempotency records,
+Without --data, --memory or --redis, DIR is ./agent-surface-data (created when missing; the path is
+printed on stderr at start). --memory keeps them in the process, lost when it ends. --redis keeps the shop (its orders, tickets and refunds), idempotency records,
 confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
 mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis
@@ -108,9 +109,10 @@ struct Serve {
     identity: Option<Identity>,
     tokens: Vec<(String, Identity)>,
     conformance: bool,
-    /// Where the state is kept on disk (`--data DIR`).
+    /// Where the state is kept on disk (`--data DIR`; [`DEFAULT_DATA_DIR`] when no store is
+    /// chosen).
     data: Option<std::path::PathBuf>,
-    /// The state in this process (`--memory`, the default).
+    /// The state in this process (`--memory`).
     memory: bool,
     redis: Option<String>,
     redis_prefix: Option<String>,
@@ -132,6 +134,14 @@ struct Serve {
     /// Where people reach the server (`--public-url`), without a trailing `/`.
     public_url: Option<String>,
 }
+
+/// Where `serve` keeps its state when no store is chosen (`--data`, `--memory`, `--redis`): a
+/// folder of the working directory. Durable by default, since a restart of the one process that
+/// serves a small deployment must not lose a pending approval, a stored result or a task; a folder
+/// next to where the server was started rather than a per-user state directory, so that it is
+/// seen, found and removed without knowing the platform's conventions (the path is printed at
+/// start), and two checkouts never share one shop by accident.
+const DEFAULT_DATA_DIR: &str = "agent-surface-data";
 
 /// The `--oauth-*` options: the OAuth 2.1 resource server, on when `jwks` is given.
 #[derive(Debug, Default)]
@@ -245,8 +255,10 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     if serve.stdio == serve.http.is_some() {
         return Err("choose one of --stdio and --http ADDR".to_string());
     }
-    if [serve.data.is_some(), serve.memory, serve.redis.is_some()].iter().filter(|chosen| **chosen).count() > 1 {
-        return Err("choose one of --data DIR, --memory and --redis URL".to_string());
+    match [serve.data.is_some(), serve.memory, serve.redis.is_some()].iter().filter(|chosen| **chosen).count() {
+        0 => serve.data = Some(DEFAULT_DATA_DIR.into()),
+        1 => {}
+        _ => return Err("choose one of --data DIR, --memory and --redis URL".to_string()),
     }
     if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some() || serve.redis_timeout.is_some())
     {
@@ -334,10 +346,14 @@ async fn serve(options: Serve) -> Result<(), String> {
     }
     let demo = match &options.redis {
         None if options.data.is_some() => {
-            let dir = options.data.as_deref().unwrap_or(std::path::Path::new("."));
+            let dir = options.data.as_deref().unwrap_or(std::path::Path::new(DEFAULT_DATA_DIR));
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the data folder {}: {e}", dir.display()))?;
             let file = dir.join("agent-surface.db");
             let config = agent_surface_sqlite::SqliteConfig::default();
             let stores = agent_surface_sqlite::SqliteStores::open(&file, config).await.map_err(|e| e.to_string())?;
+            let shown = std::fs::canonicalize(dir).map_or_else(|_| file.clone(), |d| d.join("agent-surface.db"));
+            eprintln!("state in {} (synced before each answer; --memory keeps it in the process)", shown.display());
             shop_options.confirmations = Some(Arc::new(stores.confirmations()));
             shop_options.idempotency = Some(Arc::new(stores.idempotency()));
             let budgets = policy::quote_budget(shop_options.quote_refill);

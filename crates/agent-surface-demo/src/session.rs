@@ -92,7 +92,7 @@ async fn connect_in(
 ) -> Result<Agent, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.args(["serve", "--stdio"]);
+    cmd.args(["serve", "--stdio", "--memory"]);
     if let Some(who) = who {
         cmd.args(["--as", who]);
     }
@@ -501,7 +501,16 @@ async fn start_http_server() -> Result<HttpServer, String> {
     use tokio::io::AsyncBufReadExt;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.args(["serve", "--http", "127.0.0.1:0", "--token", "t-alice=alice", "--token", "t-maria=maria:approver"]);
+    cmd.args([
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--memory",
+        "--token",
+        "t-alice=alice",
+        "--token",
+        "t-maria=maria:approver",
+    ]);
     let verbose = std::env::var_os("DEMO_SERVER_LOG").is_some();
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(if verbose { Stdio::inherit() } else { Stdio::null() });
     cmd.kill_on_drop(true);

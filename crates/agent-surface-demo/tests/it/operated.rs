@@ -37,7 +37,7 @@ struct Operated {
 /// Starts the server with `args` and `env` (`RUST_LOG` and the format are unset unless given).
 fn start(args: &[&str], env: &[(&str, &str)]) -> Operated {
     let mut command = crate::demo();
-    command.args(["serve", "--http", "127.0.0.1:0"]).args(args);
+    command.args(["serve", "--http", "127.0.0.1:0"]).args(crate::served::in_memory_unless_chosen(args)).args(args);
     command.env_remove("RUST_LOG").env_remove("AGENT_SURFACE_LOG_FORMAT").envs(env.iter().copied());
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = Arc::new(Mutex::new(Vec::new()));
@@ -317,7 +317,7 @@ fn an_mcp_call_in_flight_gets_its_result_and_an_idle_session_stream_does_not_hol
 #[test]
 fn stdio_answers_the_call_in_flight_then_exits() {
     let mut child = crate::demo()
-        .args(["serve", "--stdio", "--ticket-delay-ms", "1000", "--drain-ms", LONG_DRAIN])
+        .args(["serve", "--stdio", "--memory", "--ticket-delay-ms", "1000", "--drain-ms", LONG_DRAIN])
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

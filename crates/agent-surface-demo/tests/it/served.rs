@@ -86,10 +86,33 @@ impl Drop for Server {
     }
 }
 
+/// `--memory` when `args` choose no store: the tests start many servers at once, each a shop of
+/// its own, where the default would have them all open `./agent-surface-data`.
+pub(crate) fn in_memory_unless_chosen(args: &[&str]) -> Option<&'static str> {
+    let chosen = args.iter().any(|a| matches!(*a, "--data" | "--memory" | "--redis"));
+    (!chosen).then_some("--memory")
+}
+
 /// Starts the demo's HTTP server with `args` added (e.g. `--token`), and waits for its address.
 pub(crate) fn start(args: &[&str]) -> Server {
-    let mut child = crate::demo()
+    start_with(crate::demo(), in_memory_unless_chosen(args), args)
+}
+
+/// Starts the demo's HTTP server in the working directory `dir` with exactly `args` (no store
+/// chosen for it: without `--data`, `--memory` or `--redis` it keeps its state in
+/// `dir/agent-surface-data`, the default), and waits for its address.
+#[allow(dead_code, reason = "the soak test binary, which shares this module, starts none")]
+pub(crate) fn start_in(dir: &std::path::Path, args: &[&str]) -> Server {
+    let mut command = crate::demo();
+    command.current_dir(dir);
+    start_with(command, None, args)
+}
+
+/// `command` (the demo) as `serve --http 127.0.0.1:0` with `store` (if any) and `args`.
+fn start_with(mut command: std::process::Command, store: Option<&str>, args: &[&str]) -> Server {
+    let mut child = command
         .args(["serve", "--http", "127.0.0.1:0"])
+        .args(store)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

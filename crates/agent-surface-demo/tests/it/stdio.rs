@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 #[test]
 fn malformed_unknown_and_oversized_frames_get_json_rpc_errors() {
     let mut child = crate::demo()
-        .args(["serve", "--stdio"])
+        .args(["serve", "--stdio", "--memory"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

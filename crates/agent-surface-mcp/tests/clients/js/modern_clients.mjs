@@ -30,7 +30,7 @@ import { check, finish, note } from './checks.mjs';
 
 const MODERN = '2026-07-28';
 const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
-const ARGS = ['serve', '--stdio', '--conformance'];
+const ARGS = ['serve', '--stdio', '--memory', '--conformance'];
 const CALL_TIMEOUT_MS = 30_000;
 const WATCHDOG_MS = 180_000;
 

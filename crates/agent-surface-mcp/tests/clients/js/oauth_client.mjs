@@ -30,7 +30,7 @@ if (!demo || !jwksPath || !pemPath) {
 const ISSUER = 'https://id.example';
 
 // The demo, with the resource server on; its URL from the first line it prints.
-const server = spawn(demo, ['serve', '--http', '127.0.0.1:0', '--oauth-jwks', jwksPath, '--oauth-issuer', ISSUER, '--oauth-scope', 'shop'], {
+const server = spawn(demo, ['serve', '--http', '127.0.0.1:0', '--memory', '--oauth-jwks', jwksPath, '--oauth-issuer', ISSUER, '--oauth-scope', 'shop'], {
   stdio: ['ignore', 'pipe', 'ignore'],
 });
 const url = await new Promise((resolve, reject) => {

@@ -121,7 +121,7 @@ def check_fault(label, response, status, kind):
 
 def start_server(demo):
     server = subprocess.Popen(
-        [demo, "serve", "--http", "127.0.0.1:0", "--token", "t-alice=alice"],
+        [demo, "serve", "--http", "127.0.0.1:0", "--memory", "--token", "t-alice=alice"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -59,7 +59,7 @@ from checks import check, finish
 
 MODERN = "2026-07-28"
 CONFIRM_KEY = "agent-surface/confirm"
-ARGS = ["serve", "--stdio", "--conformance"]
+ARGS = ["serve", "--stdio", "--memory", "--conformance"]
 # Each section gets its own demo process (a fresh shop), and at most this long.
 SECTION_TIMEOUT = 60
 # The whole script, child processes included, never runs longer than this.
@@ -598,7 +598,7 @@ async def tasks_mcp_sdk(demo):
 
 
 def start_http_demo(demo):
-    server = subprocess.Popen([demo, "serve", "--http", "127.0.0.1:0", "--conformance"], stdout=subprocess.PIPE, stderr=DEVNULL, text=True)
+    server = subprocess.Popen([demo, "serve", "--http", "127.0.0.1:0", "--memory", "--conformance"], stdout=subprocess.PIPE, stderr=DEVNULL, text=True)
     line = server.stdout.readline().strip()
     match = re.match(r"listening on (http://[^/]+/mcp)$", line)
     if not match:

@@ -87,7 +87,7 @@ def main():
         print("usage: python pydantic_ai_client.py DEMO_BINARY", file=sys.stderr)
         sys.exit(2)
     demo = sys.argv[1]
-    transport = StdioTransport(command=demo, args=["serve", "--stdio"], log_file=open(os.devnull, "w"))
+    transport = StdioTransport(command=demo, args=["serve", "--stdio", "--memory"], log_file=open(os.devnull, "w"))
     toolset = MCPToolset(Client(transport))
     agent = Agent(FunctionModel(scripted_model), toolsets=[toolset])
     result = agent.run_sync("Look up order A-9999, then refund 5 dollars on A-1001.")

@@ -44,7 +44,7 @@ class Demo:
     """`agent-surface-demo serve --http 127.0.0.1:0` with three principals."""
 
     def __init__(self, binary):
-        args = [binary, "serve", "--http", "127.0.0.1:0"]
+        args = [binary, "serve", "--http", "127.0.0.1:0", "--memory"]
         args += ["--token", "agent-token=alice", "--token", "bob-token=bob", "--token", "maria-token=maria:approver"]
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline().strip()
