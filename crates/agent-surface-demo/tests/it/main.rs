@@ -6,6 +6,7 @@
 
 mod browser;
 mod cli;
+mod durable;
 mod every_code;
 mod http;
 mod operated;

@@ -284,6 +284,35 @@ fn a_replica_killed_mid_call_leaves_an_unknown_outcome_not_a_second_execution() 
     assert_eq!(status, 200, "{body}");
 }
 
+/// A task whose replica was killed ends through the other replica (#26): once its lease lapses,
+/// `tasks/get` answers it completed with the unknown outcome, and `tasks/cancel` is acknowledged and
+/// ends it the same way (never `cancelled`: its handler started). Before, it stayed `working` until
+/// its time to live and then was an unknown id.
+#[test]
+fn a_task_whose_replica_was_killed_ends_with_an_unknown_outcome_on_the_other() {
+    use crate::durable::{assert_ended_unknown, mcp, task_end};
+    let Some((mut a, b)) = replicas("task", &["--conformance", "--task-lease-ms", "1000"]) else { return };
+    let started: Vec<String> = (0..2)
+        .map(|i| {
+            let call = json!({"name": "slow_compute", "arguments": {"seconds": 100, "label": format!("{i}")}});
+            let answer = mcp(&a.addr, "tools/call", "slow_compute", call);
+            assert_eq!(answer["result"]["resultType"], "task", "{answer}");
+            answer["result"]["taskId"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // Alive, the replica renews its tasks: through the other they stay working past their lease.
+    std::thread::sleep(Duration::from_millis(2500));
+    for task in &started {
+        let got = mcp(&b.addr, "tasks/get", task, json!({"taskId": task}));
+        assert_eq!(got["result"]["status"], "working", "{got}");
+    }
+    a.kill();
+    assert_ended_unknown(&task_end(&b.addr, &started[0]));
+    let cancelled = mcp(&b.addr, "tasks/cancel", &started[1], json!({"taskId": started[1]}));
+    assert!(cancelled.get("error").is_none(), "acknowledged: {cancelled}");
+    assert_ended_unknown(&mcp(&b.addr, "tasks/get", &started[1], json!({"taskId": started[1]})));
+}
+
 /// Two replicas on a Redis of this test's own, with its URL.
 fn replicas_on(site: &agent_surface_testing::services::RedisSite, test: &str) -> (Server, Server) {
     let url = site.url();
