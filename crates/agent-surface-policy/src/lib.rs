@@ -92,6 +92,7 @@ pub mod principal;
 mod rate;
 mod reach;
 mod redact;
+pub mod stored;
 mod stores;
 mod task;
 
