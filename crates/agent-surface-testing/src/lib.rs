@@ -108,6 +108,7 @@ pub mod http;
 mod leak;
 mod lint;
 mod logs;
+pub mod postgres;
 pub mod services;
 pub mod stores;
 
