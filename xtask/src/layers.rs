@@ -20,6 +20,7 @@ const HTTP: &str = "agent-surface-http";
 const OAUTH: &str = "agent-surface-oauth";
 const REDIS: &str = "agent-surface-redis";
 const SQLITE: &str = "agent-surface-sqlite";
+const POSTGRES: &str = "agent-surface-postgres";
 const CLIENT: &str = "agent-surface-client";
 
 /// For each workspace crate, the workspace crates it may depend on. Nothing depends upward and
@@ -38,10 +39,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     (CLIENT, &[CORE]),
     (REDIS, &[CORE, POLICY]),
     (SQLITE, &[CORE, POLICY]),
+    (POSTGRES, &[CORE, POLICY]),
     (OAUTH, &[POLICY]),
     // The one dependency of an application: it re-exports the parts and serves them together.
-    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS, SQLITE]),
-    ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS, SQLITE]),
+    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS, SQLITE, POSTGRES]),
+    ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS, SQLITE, POSTGRES]),
     ("agent-surface-fuzz", &[CORE, POLICY, REGISTRY, TOOLSET, MCP, HTTP]),
     ("agent-surface-example-tickets", &["agent-surface"]),
     ("xtask", &[CORE]),

@@ -1,0 +1,193 @@
+//! The cost of a shared, durable store: `Registry::invoke` with an invocation id on the
+//! PostgreSQL idempotency store, against the memory store and against the floor of one bare round
+//! trip, measured in the same run, with the statements per call counted by the server.
+//!
+//! Run with `cargo bench -p agent-surface-postgres --bench stores`. The database is a throwaway
+//! cluster the bench starts (`agent_surface_testing::postgres::PgCluster`: loopback TCP, fsync on,
+//! `synchronous_commit = on`), or the one `AGENT_SURFACE_POSTGRES_URL` names. Cases:
+//!
+//! - `pg_stores/memory`: a new invocation id per call on `MemoryIdempotencyStore` (admit, run,
+//!   settle: the baseline);
+//! - `pg_stores/postgres`: the same on `PostgresIdempotencyStore`: an admission and a
+//!   settlement, each one statement and one commit;
+//! - `pg_stores/postgres_replay`: a retry answered from the stored result;
+//! - `pg_stores/select_1`: one bare `SELECT 1` through a pooled connection (a prepared
+//!   statement): the floor of one round trip;
+//! - `pg_stores/commit_floor`: one single-row insert, committed (and so flushed to the write-ahead
+//!   log): the floor of one durable write;
+//! - `pg_stores_32/memory`, `pg_stores_32/postgres`: 32 calls in flight at once, time per call.
+//!
+//! After the criterion groups it prints the ratios of the median estimates, and the statements
+//! the server ran per tracked call (`pg_stat_statements`, over 200 calls).
+
+#![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_policy::{Consumer, IdempotencyStore, MemoryIdempotencyStore};
+use agent_surface_postgres::{PostgresConfig, PostgresStores};
+use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use agent_surface_testing::bench::median_ns;
+use criterion::{BatchSize, Criterion};
+use serde_json::{Value, json};
+
+/// A registry whose `calc.add` (a write, so that a replay is what a retry must get) records its
+/// calls in `store`.
+fn registry(store: Arc<dyn IdempotencyStore>) -> (Registry, agent_surface_registry::Mount) {
+    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.").effect(Effect::Write).handler(|_c: Ctx, i: Value| async move {
+            Ok::<_, AgentSurfaceError>(json!({"sum": i["a"].as_i64().unwrap_or(0) + i["b"].as_i64().unwrap_or(0)}))
+        })
+    })
+    .expect("valid");
+    let m = r.mount("calc", "main").expect("mount");
+    (r, m)
+}
+
+fn request(id: String) -> InvokeRequest {
+    InvokeRequest::new("calc.add", json!({"a": 2, "b": 3})).with_invocation_id(id)
+}
+
+fn main() {
+    let cluster = match std::env::var("AGENT_SURFACE_POSTGRES_URL") {
+        Ok(_) => None,
+        Err(_) => Some(agent_surface_testing::postgres::PgCluster::start("bench").expect("PostgreSQL is installed")),
+    };
+    let url = std::env::var("AGENT_SURFACE_POSTGRES_URL")
+        .unwrap_or_else(|_| cluster.as_ref().map(|c| c.url()).unwrap_or_default());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let config = PostgresConfig::with_schema(format!("bench_{nonce}"));
+    let stores = rt.block_on(PostgresStores::connect(&url, config)).expect("PostgreSQL answers");
+    let (memory, _mm) = registry(Arc::new(MemoryIdempotencyStore::default()));
+    let (pg, _mp) = registry(Arc::new(stores.idempotency()));
+    let consumer = InvokeOptions::new(Consumer::anonymous("bench"));
+    let n = AtomicU64::new(0);
+    let fresh = || format!("inv-{}", n.fetch_add(1, Ordering::Relaxed));
+    rt.block_on(async {
+        let client = stores.pool().get().await.expect("a connection");
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS bench_floor (k bigserial PRIMARY KEY, v text NOT NULL)")
+            .await
+            .expect("the floor table");
+    });
+
+    let mut c = Criterion::default().configure_from_args();
+    let mut g = c.benchmark_group("pg_stores");
+    for (name, r) in [("memory", &memory), ("postgres", &pg)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter_batched(
+                || (request(fresh()), consumer.clone()),
+                |(req, opts)| async {
+                    let res = r.invoke(req, opts).await;
+                    debug_assert!(res.is_ok());
+                    black_box(res)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    let replayed = rt.block_on(pg.invoke(request("replayed".to_string()), consumer.clone()));
+    assert!(replayed.is_ok());
+    g.bench_function("postgres_replay", |b| {
+        b.to_async(&rt).iter_batched(
+            || (request("replayed".to_string()), consumer.clone()),
+            |(req, opts)| async { black_box(pg.invoke_detailed(req, opts).await) },
+            BatchSize::SmallInput,
+        )
+    });
+    let pool = stores.pool().clone();
+    g.bench_function("select_1", |b| {
+        b.to_async(&rt).iter(|| async {
+            let client = pool.get().await.expect("a connection");
+            let one = client.prepare_cached("SELECT 1").await.expect("prepared");
+            black_box(client.query_one(&one, &[]).await.expect("one round trip"))
+        })
+    });
+    g.bench_function("commit_floor", |b| {
+        b.to_async(&rt).iter(|| async {
+            let client = pool.get().await.expect("a connection");
+            let insert = client.prepare_cached("INSERT INTO bench_floor (v) VALUES ('x')").await.expect("prepared");
+            black_box(client.execute(&insert, &[]).await.expect("one committed row"))
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("pg_stores_32");
+    for (name, r) in [("memory", &memory), ("postgres", &pg)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter_batched(
+                || (0..32).map(|_| request(fresh())).collect::<Vec<_>>(),
+                |requests| async {
+                    let calls = requests.into_iter().map(|req| r.invoke(req, consumer.clone()));
+                    let results = futures_util::future::join_all(calls).await;
+                    debug_assert!(results.iter().all(|res| res.is_ok()));
+                    black_box(results)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+    c.final_summary();
+
+    println!("\nratios against pg_stores/memory (median estimates of this run):");
+    let base = median_ns("pg_stores/memory");
+    for id in [
+        "pg_stores/memory",
+        "pg_stores/postgres",
+        "pg_stores/postgres_replay",
+        "pg_stores/select_1",
+        "pg_stores/commit_floor",
+    ] {
+        match (median_ns(id), base) {
+            (Some(t), Some(b)) => println!("  {id:<28} {t:>10.0} ns   {:>7.2}x", t / b),
+            _ => println!("  {id:<28} (no estimate)"),
+        }
+    }
+    if let (Some(call), Some(floor)) = (median_ns("pg_stores/postgres"), median_ns("pg_stores/select_1")) {
+        println!("  a tracked call costs {:.2} bare round trips", call / floor);
+    }
+    println!("32 calls in flight, per call:");
+    let base = median_ns("pg_stores_32/memory");
+    for id in ["pg_stores_32/memory", "pg_stores_32/postgres"] {
+        match (median_ns(id), base) {
+            (Some(t), Some(b)) => println!("  {id:<28} {:>10.0} ns   {:>7.2}x", t / 32.0, t / b),
+            _ => println!("  {id:<28} (no estimate)"),
+        }
+    }
+
+    // Statements per call, counted by the server.
+    const CALLS: i64 = 200;
+    let counted = rt.block_on(async {
+        let client = stores.pool().get().await.expect("a connection");
+        client.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.ok()?;
+        client.batch_execute("SELECT pg_stat_statements_reset()").await.ok()?;
+        for _ in 0..CALLS {
+            let res = pg.invoke(request(fresh()), consumer.clone()).await;
+            assert!(res.is_ok());
+        }
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+                 WHERE query NOT LIKE '%pg_stat_statements%'",
+                &[],
+            )
+            .await
+            .ok()?;
+        Some(row.get::<_, i64>(0))
+    });
+    match counted {
+        Some(statements) => println!(
+            "statements the server ran per tracked call (pg_stat_statements, {CALLS} calls): {:.2}",
+            statements as f64 / CALLS as f64
+        ),
+        None => println!("statements per call: pg_stat_statements is not loaded on this server"),
+    }
+    drop(stores);
+    drop(cluster);
+}

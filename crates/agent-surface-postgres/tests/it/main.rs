@@ -1,0 +1,11 @@
+//! The PostgreSQL stores against a live PostgreSQL: the store kit's suites, replicas sharing one
+//! store, and failing closed when the database does not answer.
+//!
+//! The database comes from `AGENT_SURFACE_POSTGRES_URL` when set; otherwise a private cluster is
+//! started once per test binary when PostgreSQL is installed
+//! (`agent_surface_testing::postgres`). Under `CI=true` a missing PostgreSQL fails the tests
+//! instead of skipping them.
+
+mod faults;
+mod kit;
+mod support;
