@@ -191,6 +191,9 @@ pub struct StoredTask {
     payload: Option<Value>,
     #[serde(default)]
     cancel_requested: bool,
+    /// The running process's lease (Unix ms); absent in records written before leases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease_until: Option<u64>,
 }
 
 /// The status stored under `name` (as MCP spells it), if any.
@@ -219,6 +222,7 @@ impl StoredTask {
             running_until: record.running_until.unix_millis(),
             payload: record.payload.clone(),
             cancel_requested: record.cancel_requested,
+            lease_until: record.lease_until.map(Timestamp::unix_millis),
         }
     }
 
@@ -239,6 +243,7 @@ impl StoredTask {
         record.running_until = at(self.running_until);
         record.payload = self.payload;
         record.cancel_requested = self.cancel_requested;
+        record.lease_until = self.lease_until.map(at);
         Some(record)
     }
 }

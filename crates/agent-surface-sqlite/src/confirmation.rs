@@ -1,7 +1,7 @@
 //! [`SqliteConfirmationStore`]: confirmations in the file, one row per record, each operation
 //! one step of the database thread.
 //!
-//! A row holds the record as JSON ([`Stored`], format [`FORMAT`](crate::schema::FORMAT)) and,
+//! A row holds the record as JSON (`agent_surface_policy::stored::StoredConfirmation`, format [`FORMAT`](crate::schema::FORMAT)) and,
 //! beside it, what the indexes and the single-use rules need: its state, its deadline, when it is
 //! gone (deadline + [`SqliteConfig::retention`](crate::SqliteConfig::retention)), whether its
 //! expiry was claimed, and the consumption token while it may be reinstated. An operation reads
@@ -15,177 +15,24 @@
 //! or adds the new record and claims the key, in one transaction: identical calls racing
 //! without evidence open one confirmation between them.
 
-use agent_surface_core::details::Origin;
-use agent_surface_core::{Effect, Timestamp};
+use agent_surface_core::Timestamp;
+use agent_surface_policy::stored::{StoredConfirmation, state_name};
 use agent_surface_policy::{
     ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Inserted, Quorum, Reach, Rejection, RelayKey, SlotSet, StoreError,
+    Consumed, Decided, Inserted, Reach, Rejection, RelayKey, SlotSet, StoreError,
 };
 use futures_util::future::BoxFuture;
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
 use crate::db::{Cx, Fail, corrupt};
 use crate::schema::FORMAT;
 use crate::{SqliteStores, millis};
 
-/// A record as its row keeps it (JSON in the `record` column).
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    id: String,
-    consumer_key: String,
-    capability: String,
-    registration_id: String,
-    instance_id: String,
-    /// The input hash, 64 hex digits.
-    input_hash: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    requester: Option<String>,
-    summary: String,
-    effect: Effect,
-    origin: Origin,
-    created_at: u64,
-    expires_at: u64,
-    /// `pending`, `approved`, `denied`, `consumed` or `withdrawn`.
-    state: String,
-    /// Who approved (approved, consumed) or denied.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    by: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    input_preview: Option<String>,
-    #[serde(default)]
-    quorum: Quorum,
-    #[serde(default)]
-    decisions: Vec<StoredDecision>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    invocation_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    correlation_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    consumer: Option<String>,
-}
-
-/// One decision: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds, the
-/// slots the approver could fill (bits).
-#[derive(Serialize, Deserialize)]
-struct StoredDecision {
-    a: String,
-    v: String,
-    t: u64,
-    m: u32,
-}
-
-fn state_name(state: &ConfirmationState) -> (&'static str, String) {
-    match state {
-        ConfirmationState::Pending => ("pending", String::new()),
-        ConfirmationState::Approved { by } => ("approved", by.clone()),
-        ConfirmationState::Denied { by } => ("denied", by.clone()),
-        ConfirmationState::Consumed { approved_by } => ("consumed", approved_by.clone()),
-        ConfirmationState::Withdrawn => ("withdrawn", String::new()),
-    }
-}
-
-fn verdict_name(verdict: ApprovalVerdict) -> &'static str {
-    match verdict {
-        ApprovalVerdict::Approve => "approve",
-        ApprovalVerdict::ApproveInPerson => "in-person",
-        ApprovalVerdict::Deny => "deny",
-    }
-}
-
-impl Stored {
-    fn of(record: &ConfirmationRecord) -> Stored {
-        let (state, by) = state_name(&record.state);
-        Stored {
-            id: record.id.clone(),
-            consumer_key: record.binding.consumer_key.clone(),
-            capability: record.binding.capability.clone(),
-            registration_id: record.binding.registration_id.clone(),
-            instance_id: record.binding.instance_id.clone(),
-            input_hash: record.binding.input_hash.to_string(),
-            requester: record.requester.clone(),
-            summary: record.summary.clone(),
-            effect: record.effect,
-            origin: record.origin,
-            created_at: record.created_at.unix_millis(),
-            expires_at: record.expires_at.unix_millis(),
-            state: state.to_string(),
-            by,
-            input_preview: record.input_preview.clone(),
-            quorum: record.quorum.clone(),
-            decisions: record
-                .decisions
-                .iter()
-                .map(|d| StoredDecision {
-                    a: d.approver.clone(),
-                    v: verdict_name(d.verdict).to_string(),
-                    t: d.at.unix_millis(),
-                    m: d.slots.bits(),
-                })
-                .collect(),
-            invocation_id: record.invocation_id.clone(),
-            correlation_id: record.correlation_id.clone(),
-            consumer: record.consumer.clone(),
-        }
-    }
-
-    fn into_record(self) -> Option<ConfirmationRecord> {
-        let input_hash = agent_surface_core::hex::decode::<32>(&self.input_hash)?;
-        let binding = ConfirmationBinding {
-            consumer_key: self.consumer_key,
-            capability: self.capability,
-            registration_id: self.registration_id,
-            instance_id: self.instance_id,
-            input_hash: agent_surface_policy::Fingerprint::from_bytes(input_hash),
-        };
-        let mut record = ConfirmationRecord::pending(
-            self.id,
-            binding,
-            self.requester,
-            self.summary,
-            self.effect,
-            self.origin,
-            Timestamp::from_unix_millis(self.created_at),
-            Timestamp::from_unix_millis(self.expires_at),
-        )
-        .with_input_preview(self.input_preview.as_deref())
-        .with_quorum(self.quorum)
-        .with_call_ids(self.invocation_id.as_deref(), self.correlation_id.as_deref());
-        record.consumer = self.consumer;
-        let by = self.by;
-        record.state = match self.state.as_str() {
-            "pending" => ConfirmationState::Pending,
-            "approved" => ConfirmationState::Approved { by },
-            "denied" => ConfirmationState::Denied { by },
-            "consumed" => ConfirmationState::Consumed { approved_by: by },
-            "withdrawn" => ConfirmationState::Withdrawn,
-            _ => return None,
-        };
-        record.decisions = self
-            .decisions
-            .into_iter()
-            .map(|d| {
-                let verdict = match d.v.as_str() {
-                    "approve" => ApprovalVerdict::Approve,
-                    "in-person" => ApprovalVerdict::ApproveInPerson,
-                    "deny" => ApprovalVerdict::Deny,
-                    _ => return None,
-                };
-                Some(
-                    ApproverDecision::new(d.a, verdict, Timestamp::from_unix_millis(d.t))
-                        .with_slots(SlotSet::from_bits(d.m)),
-                )
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(record)
-    }
-}
-
 fn parse(v: i64, text: &str) -> Result<ConfirmationRecord, Fail> {
     if v > FORMAT {
         return Err(corrupt("a confirmation of a later format"));
     }
-    let stored: Stored = serde_json::from_str(text).map_err(|_| corrupt("a confirmation"))?;
+    let stored: StoredConfirmation = serde_json::from_str(text).map_err(|_| corrupt("a confirmation"))?;
     stored.into_record().ok_or_else(|| corrupt("a confirmation"))
 }
 
@@ -213,7 +60,7 @@ fn live(cx: &Cx<'_>, id: &str, now: Timestamp) -> Result<Option<(ConfirmationRec
 
 /// Writes `record` back (its state, decisions and token).
 fn write(cx: &Cx<'_>, record: &ConfirmationRecord, token: Option<&str>) -> Result<(), Fail> {
-    let text = serde_json::to_string(&Stored::of(record)).map_err(|_| corrupt("a confirmation"))?;
+    let text = serde_json::to_string(&StoredConfirmation::of(record)).map_err(|_| corrupt("a confirmation"))?;
     cx.conn
         .prepare_cached("UPDATE conf SET v = ?2, state = ?3, record = ?4, token = ?5 WHERE id = ?1")?
         .execute(params![record.id, FORMAT, state_name(&record.state).0, text, token])?;
@@ -324,7 +171,7 @@ fn insert(
     now: Timestamp,
 ) -> Result<(), Fail> {
     cx.saw(now);
-    let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a confirmation"))?;
+    let text = serde_json::to_string(&StoredConfirmation::of(&record)).map_err(|_| corrupt("a confirmation"))?;
     let gone_at = millis(record.expires_at.saturating_add(retention));
     // An id whose record is past its retention may be used again (its relay key goes with it).
     let gone = cx

@@ -1,93 +1,17 @@
-//! [`SqliteTaskStore`]: task records in the file, one row per task (the record as JSON and
+//! [`SqliteTaskStore`]: task records in the file, one row per task (the record as JSON,
+//! `agent_surface_policy::stored::StoredTask`, and
 //! `keep_until`, when it may be deleted), each operation one step of the database thread.
 
 use agent_surface_core::Timestamp;
+use agent_surface_policy::stored::{StoredTask, task_keep_until};
 use agent_surface_policy::{StoreError, TaskRecord, TaskStatus, TaskStore};
 use futures_util::future::BoxFuture;
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::db::{Cx, Fail, corrupt};
 use crate::schema::FORMAT;
 use crate::{SqliteStores, millis};
-
-/// A task as its row keeps it.
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    owner: Option<String>,
-    /// As MCP spells it (`working`, `completed`, …).
-    status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    status_message: Option<String>,
-    created_at: u64,
-    updated_at: u64,
-    expires_at: u64,
-    running_until: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    payload: Option<Value>,
-    #[serde(default)]
-    cancel_requested: bool,
-    /// The running process's lease (Unix ms); absent in records written before leases.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    lease_until: Option<u64>,
-}
-
-fn status_of(s: &str) -> Option<TaskStatus> {
-    Some(match s {
-        "working" => TaskStatus::Working,
-        "input_required" => TaskStatus::InputRequired,
-        "completed" => TaskStatus::Completed,
-        "failed" => TaskStatus::Failed,
-        "cancelled" => TaskStatus::Cancelled,
-        _ => return None,
-    })
-}
-
-impl Stored {
-    fn of(record: &TaskRecord) -> Stored {
-        Stored {
-            id: record.id.clone(),
-            owner: record.owner.clone(),
-            status: record.status.as_str().to_string(),
-            status_message: record.status_message.clone(),
-            created_at: record.created_at.unix_millis(),
-            updated_at: record.updated_at.unix_millis(),
-            expires_at: record.expires_at.unix_millis(),
-            running_until: record.running_until.unix_millis(),
-            payload: record.payload.clone(),
-            cancel_requested: record.cancel_requested,
-            lease_until: record.lease_until.map(Timestamp::unix_millis),
-        }
-    }
-
-    fn into_record(self) -> Option<TaskRecord> {
-        let at = Timestamp::from_unix_millis;
-        let mut record = TaskRecord::working(
-            self.id,
-            self.owner,
-            at(self.created_at),
-            std::time::Duration::ZERO,
-            std::time::Duration::ZERO,
-        );
-        record.status = status_of(&self.status)?;
-        record.status_message = self.status_message;
-        record.updated_at = at(self.updated_at);
-        record.expires_at = at(self.expires_at);
-        record.running_until = at(self.running_until);
-        record.payload = self.payload;
-        record.cancel_requested = self.cancel_requested;
-        record.lease_until = self.lease_until.map(at);
-        Some(record)
-    }
-}
-
-/// When the store may delete `record`: its time to live once final, its deadline while running.
-fn keep_until(record: &TaskRecord) -> Timestamp {
-    if record.status.is_terminal() { record.expires_at } else { record.running_until }
-}
 
 /// The record `id`, if kept at `now`.
 fn live(cx: &Cx<'_>, id: &str, now: Timestamp) -> Result<Option<TaskRecord>, Fail> {
@@ -100,16 +24,16 @@ fn live(cx: &Cx<'_>, id: &str, now: Timestamp) -> Result<Option<TaskRecord>, Fai
     if v > FORMAT {
         return Err(corrupt("a task of a later format"));
     }
-    let stored: Stored = serde_json::from_str(&text).map_err(|_| corrupt("a task"))?;
+    let stored: StoredTask = serde_json::from_str(&text).map_err(|_| corrupt("a task"))?;
     stored.into_record().ok_or_else(|| corrupt("a task")).map(Some)
 }
 
 fn write(cx: &Cx<'_>, record: &TaskRecord) -> Result<(), Fail> {
-    let text = serde_json::to_string(&Stored::of(record)).map_err(|_| corrupt("a task"))?;
+    let text = serde_json::to_string(&StoredTask::of(record)).map_err(|_| corrupt("a task"))?;
     cx.conn.prepare_cached("UPDATE task SET v = ?2, keep_until = ?3, record = ?4 WHERE id = ?1")?.execute(params![
         record.id,
         FORMAT,
-        millis(keep_until(record)),
+        millis(task_keep_until(record)),
         text
     ])?;
     Ok(())
@@ -142,7 +66,7 @@ impl TaskStore for SqliteTaskStore {
         }
         Box::pin(self.stores.db.run(move |cx| {
             cx.saw(now);
-            let text = serde_json::to_string(&Stored::of(&record)).map_err(|_| corrupt("a task"))?;
+            let text = serde_json::to_string(&StoredTask::of(&record)).map_err(|_| corrupt("a task"))?;
             // An id no longer kept may be used again.
             cx.conn
                 .prepare_cached("DELETE FROM task WHERE id = ?1 AND keep_until <= ?2")?
@@ -150,7 +74,7 @@ impl TaskStore for SqliteTaskStore {
             let created = cx
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO task (id, v, keep_until, record) VALUES (?1, ?2, ?3, ?4)")?
-                .execute(params![record.id, FORMAT, millis(keep_until(&record)), text])?;
+                .execute(params![record.id, FORMAT, millis(task_keep_until(&record)), text])?;
             if created == 0 {
                 return Err(StoreError::Unavailable(format!("task id {} already exists", record.id)).into());
             }
@@ -263,23 +187,4 @@ fn finish_now(
     record.expires_at = now.saturating_add(ttl);
     write(cx, &record)?;
     Ok(record)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_status_round_trips_through_its_stored_name() {
-        for status in [
-            TaskStatus::Working,
-            TaskStatus::InputRequired,
-            TaskStatus::Completed,
-            TaskStatus::Failed,
-            TaskStatus::Cancelled,
-        ] {
-            assert_eq!(status_of(status.as_str()), Some(status));
-        }
-        assert_eq!(status_of("nope"), None);
-    }
 }
