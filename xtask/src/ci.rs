@@ -28,6 +28,7 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     let evidence = crate::produced::fresh_evidence_dir(root)?;
     // The services the tests need, for as long as the tests run.
     let redis = crate::services::Redis::start()?;
+    crate::services::ensure_postgres()?;
     let chromedriver = crate::services::Chromedriver::start()?;
     // The browser test's screenshots of the approval inbox.
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), std::path::PathBuf::from);

@@ -3,7 +3,8 @@
 //! persistence there; and `chromedriver` (the demo's real-browser test of the approval inbox drives
 //! Debian's headless `chromium` through it), on a loopback port it picks itself and reports. Each is
 //! installed with `apt-get` when it is missing. Neither address can be taken by another process
-//! between being chosen and being bound.
+//! between being chosen and being bound. PostgreSQL is only installed when missing
+//! ([`ensure_postgres`]): its tests start throwaway clusters of their own.
 //!
 //! A service dies with the `xtask` that started it, however that ends, and so does everything the
 //! service started (the browsers `chromedriver` runs): each runs in a process group of its own
@@ -169,6 +170,24 @@ impl Drop for Redis {
         stop_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Makes sure PostgreSQL's programs are installed (Debian's `postgresql` package, installed when
+/// missing): the tests of `agent-surface-postgres` and the demo's PostgreSQL replicas start
+/// throwaway clusters of their own with them (`agent_surface_testing::postgres`), as `nobody`
+/// when run as root. Nothing is started here.
+pub(crate) fn ensure_postgres() -> Result<()> {
+    let found = |root: &Path| {
+        std::fs::read_dir(root).into_iter().flatten().flatten().any(|e| e.path().join("bin").join("postgres").exists())
+    };
+    if std::env::var_os("AGENT_SURFACE_PG_BIN").is_some() || found(Path::new("/usr/lib/postgresql")) {
+        return Ok(());
+    }
+    install(&["postgresql"])?;
+    if !found(Path::new("/usr/lib/postgresql")) {
+        bail!("postgresql was installed but no /usr/lib/postgresql/*/bin/postgres is there");
+    }
+    Ok(())
 }
 
 /// Debian's browser and its WebDriver server.
