@@ -145,6 +145,17 @@ impl PostgresConfirmationStore {
             Box::pin(async move {
                 let approver = approver.as_str();
                 let Some((mut record, token)) = store.live(tx, &id, now).await? else { return Ok(Decided::Unknown) };
+                if verdict == ApprovalVerdict::Deny
+                    && matches!(record.state, ConfirmationState::Approved { .. })
+                    && now < record.expires_at
+                {
+                    // A decline after the approval, before its use: the approval is revoked.
+                    let slots = slots.intersect(record.quorum.all_slots());
+                    record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
+                    record.state = ConfirmationState::Denied { by: approver.to_string() };
+                    store.write(tx, &record, token.as_deref()).await?;
+                    return Ok(Decided::Done);
+                }
                 if record.state != ConfirmationState::Pending {
                     return Ok(Decided::NotPending(record.state));
                 }

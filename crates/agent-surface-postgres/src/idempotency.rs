@@ -8,6 +8,15 @@
 //! cancelled attempt voids its claim (or makes its takeover lapse) and is remembered for ten
 //! minutes so that its admission, should the database run it later, claims nothing.
 //!
+//! **Claims that never started.** A leader marks its record started (`IdempotencyStore::start`)
+//! just before its handler runs, under its token and only while its lease holds. A claim whose
+//! lease lapsed unmarked never had a handler run under it, so the next admission of the same
+//! request claims it afresh (`Admission::Leader`, a new token), its followers learn that nothing
+//! ran, and neither `start` nor `renew` revives the lapsed lease. Only a marked record, or one
+//! taken over, is taken over with its unknown outcome; a cancelled takeover (or a cancelled
+//! claim that was marked) settles the record with `EXECUTION_FAILED {reason: outcome-unknown}`,
+//! kept for `in_flight_retention`, rather than freeing it.
+//!
 //! Round trips: an admission is one statement (it claims the key unless a record holds it or
 //! the attempt was cancelled, and otherwise answers the record as it stands: a replay, a
 //! conflict, a follower of a live lease); a settlement and a renewal are one statement each (the
@@ -69,24 +78,28 @@ FROM (SELECT 1) AS one LEFT JOIN held ON true";
 
 /// The record, locked, as an admission reads it.
 const READ_FOR_UPDATE: &str = "SELECT state, fp, token, coalesce(lease_until > clock_timestamp(), false), result,
-  keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0)
+  keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0),
+  started OR takeover
 FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE";
 
 /// The record as a follower reads it (no lock).
 const LOOK: &str = "SELECT state, fp, coalesce(lease_until > clock_timestamp(), false), result,
-  keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0)
+  keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0),
+  started OR takeover
 FROM {s}.idem WHERE consumer = $1 AND invocation = $2";
 
-/// A fresh claim over a record that is free (released, voided, expired). $3 fingerprint, $4
+/// A fresh claim over a record that is free (released, voided, expired, or lapsed before its
+/// leader marked it started: nothing ran under it). $3 fingerprint, $4
 /// lease (ms), $5 attempt, $6 time to live (ms), $7 format.
 const RECLAIM: &str = "UPDATE {s}.idem SET v = $7, state = 'run', fp = $3, token = nextval('{s}.idem_token'),
-  lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond', attempt = $5, takeover = false, result = NULL,
+  lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond', attempt = $5, takeover = false, started = false,
+  result = NULL,
   keep_until = clock_timestamp() + $6::bigint * interval '1 millisecond'
 WHERE consumer = $1 AND invocation = $2 RETURNING token";
 
 /// A takeover of a record whose lease lapsed. $3 lease (ms), $4 attempt, $5 time to live (ms).
 const TAKE_OVER: &str = "UPDATE {s}.idem SET token = nextval('{s}.idem_token'),
-  lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond', attempt = $4, takeover = true,
+  lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond', attempt = $4, takeover = true, started = true,
   keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
 WHERE consumer = $1 AND invocation = $2 RETURNING token";
 
@@ -94,7 +107,7 @@ WHERE consumer = $1 AND invocation = $2 RETURNING token";
 /// fingerprint, $5 `done` or `gone`, $6 result, $7 time to live (ms), $8 channel, $9 digest.
 /// Answers how many rows it settled.
 const SETTLE: &str = "WITH u AS (
-  UPDATE {s}.idem SET state = $5, result = $6, lease_until = NULL, attempt = NULL, takeover = false,
+  UPDATE {s}.idem SET state = $5, result = $6, lease_until = NULL, attempt = NULL, takeover = false, started = false,
     keep_until = clock_timestamp() + $7::bigint * interval '1 millisecond'
   WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3 AND fp = $4
   RETURNING 1
@@ -107,10 +120,19 @@ SELECT (SELECT count(*) FROM u) + 0 * (SELECT count(*) FROM n)";
 const SETTLED_BEFORE: &str = "SELECT EXISTS (SELECT 1 FROM {s}.idem WHERE consumer = $1 AND invocation = $2
   AND state IN ('done', 'gone') AND token = $3 AND fp = $4 AND result = $5 AND keep_until > clock_timestamp())";
 
-/// Renewal under the token that holds the record. $3 token, $4 lease (ms), $5 time to live (ms).
+/// Renewal under the token that holds the record, unless its lease lapsed before it was marked
+/// started (that lapse is final). $3 token, $4 lease (ms), $5 time to live (ms).
 const RENEW: &str = "UPDATE {s}.idem SET lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond',
   keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
-WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3";
+WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3
+  AND (started OR takeover OR lease_until > clock_timestamp())";
+
+/// The mark that a handler is about to start, under the token that holds the record and only
+/// while its lease holds; renews the lease. $3 token, $4 lease (ms), $5 time to live (ms).
+const START: &str = "UPDATE {s}.idem SET started = true,
+  lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond',
+  keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
+WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3 AND lease_until > clock_timestamp()";
 
 /// The mark of a cancelled attempt. $1 attempt, $2 how long (ms).
 const MARK_CANCELLED: &str = "INSERT INTO {s}.idem_cancel (attempt, keep_until)
@@ -167,7 +189,7 @@ enum Looked {
     /// The leader's result cannot be learnt here: its lease lapsed, or the record went or now
     /// belongs to another request.
     Lost,
-    /// The claim was cancelled before its handler started: nothing ran.
+    /// The claim was cancelled, or its lease lapsed, before its handler started: nothing ran.
     Void,
 }
 
@@ -270,7 +292,11 @@ impl PostgresIdempotencyStore {
             };
             let (state, stored_fp, live, result, kept, lapses_ms): (String, Vec<u8>, bool, Option<String>, bool, i64) =
                 (row.get(0), row.get(1), row.get(3), row.get(4), row.get(5), row.get(6));
-            let free = !kept || state == "gone" || state == "void";
+            let may_have_run: bool = row.get(7);
+            // A claim whose lease lapsed before its leader marked it started ran nothing: the
+            // same request claims it afresh.
+            let never_started = state == "run" && !live && !may_have_run && stored_fp == fp;
+            let free = !kept || state == "gone" || state == "void" || never_started;
             let decided = if free {
                 let reclaim = tx.prepare_cached(&self.stores.sql(RECLAIM)).await?;
                 let row = tx
@@ -360,7 +386,7 @@ impl PostgresIdempotencyStore {
             let claim = tx
                 .query_opt(
                     &tx.prepare_cached(&self.stores.sql(
-                        "SELECT state, attempt, takeover FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE",
+                        "SELECT state, attempt, takeover OR started FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE",
                     ))
                     .await?,
                     &[&key.consumer_key, &key.invocation_id],
@@ -371,17 +397,25 @@ impl PostgresIdempotencyStore {
             });
             let outcome = match claim {
                 Some(row) if ours && row.get::<_, bool>(2) => {
-                    // The earlier leader may have run: the record must be taken over again,
-                    // never freed.
+                    // A handler may have run under the record (an earlier leader's, displaced and
+                    // answered the unknown outcome): it is settled as the takeover would have
+                    // settled it for a write, never freed nor left in flight.
+                    let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
+                    let unknown = serde_json::to_string(&unknown).map_err(|_| corrupt("a result"))?;
                     tx.execute(
                         &tx.prepare_cached(&self.stores.sql(
-                            "UPDATE {s}.idem SET lease_until = clock_timestamp() - interval '1 millisecond', attempt = NULL
+                            "UPDATE {s}.idem SET state = 'done', result = $3, lease_until = NULL, attempt = NULL,
+                               takeover = false, started = false,
+                               keep_until = clock_timestamp() + $4::bigint * interval '1 millisecond'
                              WHERE consumer = $1 AND invocation = $2",
                         ))
                         .await?,
-                        &[&key.consumer_key, &key.invocation_id],
+                        &[&key.consumer_key, &key.invocation_id, &unknown, &ms(self.stores.inner.config.in_flight_retention)],
                     )
                     .await?;
+                    let channel = self.stores.inner.listener.channel().to_string();
+                    let woken = digest(&key.consumer_key, &key.invocation_id);
+                    tx.execute("SELECT pg_notify($1, $2)", &[&channel, &woken]).await?;
                     2
                 }
                 Some(_) if ours => {
@@ -414,19 +448,28 @@ impl PostgresIdempotencyStore {
             2 => tracing::warn!(
                 target: "agent_surface::invoke",
                 %attempt,
-                "an admission nobody learnt of had taken an idempotency record over; its lease was made to lapse"
+                "an admission nobody learnt of had taken an idempotency record over; the record now holds the unknown outcome"
             ),
             _ => {}
         }
         Ok(())
     }
 
+    async fn start_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
+        self.guarded(START, key, lease).await
+    }
+
     async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
+        self.guarded(RENEW, key, lease).await
+    }
+
+    /// Runs [`START`] or [`RENEW`] (the same arguments): `LeaseLost` when it changed nothing.
+    async fn guarded(&self, sql: &'static str, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
         let config = &self.stores.inner.config;
         let renewed = self.stores.run(async {
             let token = token_sql(lease.token)?;
             let client = self.stores.client().await?;
-            let renew = client.prepare_cached(&self.stores.sql(RENEW)).await?;
+            let renew = client.prepare_cached(&self.stores.sql(sql)).await?;
             Ok(client
                 .execute(
                     &renew,
@@ -453,12 +496,15 @@ impl PostgresIdempotencyStore {
                 };
                 let (state, fp, live, result, kept, lapses_ms): (String, Vec<u8>, bool, Option<String>, bool, i64) =
                     (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+                let may_have_run: bool = row.get(6);
                 if !kept || fp != fingerprint.as_bytes() {
                     return Ok(Looked::Lost);
                 }
                 Ok(match state.as_str() {
                     "void" => Looked::Void,
                     "run" if live => Looked::Waiting(Duration::from_millis(u64::try_from(lapses_ms).unwrap_or(0))),
+                    // Lapsed before its leader marked it started: nothing ran under it.
+                    "run" if !may_have_run => Looked::Void,
                     "run" => Looked::Lost,
                     "done" | "gone" => {
                         let text = result.ok_or_else(|| corrupt("a stored result"))?;
@@ -515,7 +561,7 @@ async fn follow(
             Ok(Looked::Void) => {
                 tracing::warn!(
                     target: "agent_surface::invoke",
-                    "the call this request joined was cancelled before it ran; the follower is told to retry"
+                    "the call this request joined ended before its handler started; the follower is told to retry"
                 );
                 let nothing_ran = AgentSurfaceError::transient(VOID_RETRY_AFTER);
                 return InvokeResult::error(nothing_ran.into_payload(), Some(key.invocation_id));
@@ -579,6 +625,15 @@ impl IdempotencyStore for PostgresIdempotencyStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.settle_now(key, fingerprint, lease, settlement, now))
+    }
+
+    fn start<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.start_now(key, lease))
     }
 
     fn renew<'a>(
