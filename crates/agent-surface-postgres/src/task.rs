@@ -72,19 +72,72 @@ impl PostgresTaskStore {
             .run(async {
                 let mut client = self.stores.client().await?;
                 let tx = client.transaction().await?;
-                let Some(mut record) = self.live(&tx, id, now).await? else { return Ok(false) };
+                let Some(record) = self.live(&tx, id, now).await? else { return Ok(false) };
                 if record.status.is_terminal() {
                     return Ok(false);
                 }
-                let ttl = record.expires_at.saturating_duration_since(record.created_at);
-                record.status = status;
-                record.payload = payload;
-                record.status_message = message;
-                record.updated_at = now;
-                record.expires_at = now.saturating_add(ttl);
-                self.write(&tx, &record).await?;
+                self.move_to(&tx, record, status, payload, message, now).await?;
                 tx.commit().await?;
                 Ok(true)
+            })
+            .await
+    }
+
+    /// Moves `record` (live, not final) to `status`, kept its time to live from `now`; the
+    /// record after.
+    async fn move_to(
+        &self,
+        tx: &Transaction<'_>,
+        mut record: TaskRecord,
+        status: TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> Result<TaskRecord, Fail> {
+        let ttl = record.expires_at.saturating_duration_since(record.created_at);
+        record.status = status;
+        record.payload = payload;
+        record.status_message = message;
+        record.updated_at = now;
+        record.expires_at = now.saturating_add(ttl);
+        self.write(tx, &record).await?;
+        Ok(record)
+    }
+
+    async fn renew_now(&self, id: &str, until: Timestamp, now: Timestamp) -> Result<Option<TaskRecord>, StoreError> {
+        self.stores
+            .run(async {
+                let mut client = self.stores.client().await?;
+                let tx = client.transaction().await?;
+                let Some(mut record) = self.live(&tx, id, now).await? else { return Ok(None) };
+                if !record.status.is_terminal() {
+                    record.lease_until = Some(until);
+                    self.write(&tx, &record).await?;
+                }
+                tx.commit().await?;
+                Ok(Some(record))
+            })
+            .await
+    }
+
+    async fn end_lapsed_now(
+        &self,
+        id: &str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        self.stores
+            .run(async {
+                let mut client = self.stores.client().await?;
+                let tx = client.transaction().await?;
+                let Some(record) = self.live(&tx, id, now).await? else { return Ok(None) };
+                if !record.is_abandoned(now) {
+                    return Ok(Some(record));
+                }
+                let ended = self.move_to(&tx, record, TaskStatus::Completed, payload, message, now).await?;
+                tx.commit().await?;
+                Ok(Some(ended))
             })
             .await
     }
@@ -163,5 +216,27 @@ impl TaskStore for PostgresTaskStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(self.request_cancel_now(id, now))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(self.renew_now(id, until, now))
+    }
+
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        if let Some(refused) = self.too_large(payload.as_ref()) {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        Box::pin(self.end_lapsed_now(id, payload, message, now))
     }
 }
