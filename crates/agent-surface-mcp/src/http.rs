@@ -308,6 +308,54 @@ pub fn router(registry: Registry, config: McpConfig, http: &McpHttpConfig, strea
     let authenticator = config.authenticator.clone();
     let config = Arc::new(config);
     let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, streams);
+    guarded(app, authenticator, http)
+}
+
+/// [`router`] with the application's own handler beside the tools: `new_app` builds it for each
+/// [`McpServer`] (each legacy session and each modern request), and it answers every method that
+/// is not about tools or tasks — resources, prompts, completions, … (see
+/// [`crate::compose`]). Authentication, the host check and the limits are the same as
+/// [`router`]'s, for its methods too.
+///
+/// ```no_run
+/// use agent_surface_mcp::{McpConfig, http::{McpHttpConfig, router_with_fallback}};
+/// use agent_surface_registry::{Registry, RegistryConfig};
+/// use agent_surface_server::Drain;
+///
+/// #[derive(Clone)]
+/// struct MyResources; // implements rmcp::ServerHandler: list_resources, read_resource, …
+/// impl rmcp::ServerHandler for MyResources {}
+///
+/// # async fn run() -> std::io::Result<()> {
+/// let registry = Registry::new(RegistryConfig::default());
+/// let http = McpHttpConfig::default();
+/// let drain = Drain::cancelling({ let registry = registry.clone(); move || registry.dispose() });
+/// let app = router_with_fallback(registry, McpConfig::default(), || MyResources, &http, drain.streams.clone());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await
+/// # }
+/// ```
+pub fn router_with_fallback<H, F>(
+    registry: Registry,
+    config: McpConfig,
+    new_app: F,
+    http: &McpHttpConfig,
+    streams: CancellationToken,
+) -> axum::Router
+where
+    H: ServerHandler + Send + 'static,
+    F: Fn() -> H + Send + Sync + 'static,
+{
+    let authenticator = config.authenticator.clone();
+    let config = Arc::new(config);
+    let app =
+        router_with(move || McpServer::new(registry.clone(), config.clone()).with_fallback(new_app()), http, streams);
+    guarded(app, authenticator, http)
+}
+
+/// `app` behind the authenticator, if any, with the host checked first.
+fn guarded(app: axum::Router, authenticator: Option<Arc<dyn Authenticator>>, http: &McpHttpConfig) -> axum::Router {
     match authenticator {
         // The host is checked before the token, as `rmcp` checks it (after): a client must not be
         // sent to sign in by a server that will then refuse its host.

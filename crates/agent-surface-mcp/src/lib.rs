@@ -37,6 +37,11 @@
 //!   DNS-rebinding protection, a pluggable [`http::Authenticator`] and a graceful drain on
 //!   shutdown ([`http::serve_http`]; feature `http`).
 //!
+//! - **Composition**: an application's own resources, prompts, completions (anything an `rmcp`
+//!   `ServerHandler` answers) are served beside the tools from the same server:
+//!   [`McpServer::with_fallback`] ([`compose`]), [`serve_stdio_with`],
+//!   `http::router_with_fallback`.
+//!
 //! `spec/adapters.md` (section "MCP") is the normative description; `docs/mcp.md` the user guide.
 //!
 //! # Examples
@@ -87,6 +92,7 @@
 //! ```
 
 pub mod codec;
+pub mod compose;
 mod config;
 pub mod confirm;
 mod frame;
@@ -101,6 +107,7 @@ pub mod stdio;
 pub mod tasks;
 pub mod tools;
 
+pub use compose::Composed;
 pub use config::{McpConfig, UnknownTool};
 pub use server::{McpServer, principal_key};
 
@@ -147,4 +154,26 @@ pub async fn serve_stdio(registry: agent_surface_registry::Registry, config: Mcp
     let (read, write) = rmcp::transport::stdio_pipes();
     let max = config.max_message_bytes;
     serve_io(McpServer::new(registry, config), read, write, max).await
+}
+
+/// [`serve_stdio`] with `app`, the application's own handler, answering every method that is not
+/// about tools or tasks (resources, prompts, completions, …) beside the registry's tools
+/// ([`compose`]).
+///
+/// ```no_run
+/// # struct MyResources;
+/// # impl rmcp::ServerHandler for MyResources {}
+/// # async fn run(registry: agent_surface_registry::Registry) -> Result<(), agent_surface_mcp::ServeError> {
+/// agent_surface_mcp::serve_stdio_with(registry, agent_surface_mcp::McpConfig::default(), MyResources).await
+/// # }
+/// ```
+#[cfg(feature = "stdio")]
+pub async fn serve_stdio_with<H: rmcp::ServerHandler>(
+    registry: agent_surface_registry::Registry,
+    config: McpConfig,
+    app: H,
+) -> Result<(), ServeError> {
+    let (read, write) = rmcp::transport::stdio_pipes();
+    let max = config.max_message_bytes;
+    serve_io(McpServer::new(registry, config).with_fallback(app), read, write, max).await
 }

@@ -17,7 +17,7 @@ use rmcp::model::{
     GetTaskResult, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
     ServerCapabilities, ServerConfig, ServerRequest, SubscriptionFilter, Tool, UpdateTaskParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,10 @@ use crate::confirm::ConfirmationAnswer;
 use crate::mrtr::{self, Answer};
 use crate::tasks::{Started, Tasks};
 use crate::{codec, meta, tools};
+
+/// The methods the adapter answers itself (beside `tasks/*` and `subscriptions/listen`): a request
+/// of one of them whose params do not fit is `-32602`, not an unknown method.
+pub(crate) const SERVED_METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
 
 /// What the session last listed: the consumer it listed for and a hash of the tools, so that a
 /// surface change is announced only when this consumer's tool list really changed.
@@ -824,6 +828,40 @@ impl McpServer {
         Ok(codec::encode_invocation(invocation).into())
     }
 
+    /// Marks the session initialized; a second `initialize` is refused: answered, it would make
+    /// `rmcp` record the version it names — negotiated or not — as the session's, and the
+    /// session would change protocol era mid-way (found by fuzzing).
+    pub(crate) fn claim_initialize(&self) -> Result<(), ErrorData> {
+        if self.session.initialized.swap(true, Ordering::AcqRel) {
+            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
+            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
+        }
+        Ok(())
+    }
+
+    /// Sends `notifications/tools/list_changed` on `sink` whenever a surface change alters the
+    /// tool list of the caller of `context`, until the request is cancelled or the sink closed.
+    pub(crate) async fn watch_tool_list(&self, context: &RequestContext<RoleServer>, sink: &SubscriptionSink) {
+        let consumer = self.consumer(context).await;
+        let registry = &self.session.registry;
+        let mut versions = registry.subscribe();
+        versions.mark_unchanged();
+        let mut listed = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+        loop {
+            tokio::select! {
+                () = context.ct.cancelled() => return,
+                changed = versions.changed() => if changed.is_err() { return },
+            }
+            let hash = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
+            if hash != listed {
+                listed = hash;
+                if sink.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
     /// `tools/list`.
     async fn serve_list(
         &self,
@@ -863,10 +901,7 @@ impl ServerHandler for McpServer {
         request: rmcp::model::InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
-        if self.session.initialized.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
-            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
-        }
+        self.claim_initialize()?;
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -909,10 +944,9 @@ impl ServerHandler for McpServer {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        const SERVED: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
         let method = request.method;
         // `initialize` does not exist in the modern era: it is an unknown method there.
-        let served = SERVED.contains(&method.as_str()) && !(method == "initialize" && is_modern(&context));
+        let served = SERVED_METHODS.contains(&method.as_str()) && !(method == "initialize" && is_modern(&context));
         if served {
             Err(ErrorData::invalid_params(format!("Invalid params for method `{method}`"), None))
         } else {
@@ -970,24 +1004,8 @@ impl ServerHandler for McpServer {
                 subscription.cancelled().await;
                 return Ok(());
             }
-            let consumer = self.consumer(subscription.request_context()).await;
-            let registry = &self.session.registry;
-            let mut versions = registry.subscribe();
-            versions.mark_unchanged();
-            let mut listed = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
-            loop {
-                tokio::select! {
-                    () = subscription.cancelled() => return Ok(()),
-                    changed = versions.changed() => if changed.is_err() { return Ok(()) },
-                }
-                let hash = hash_tools(&tools::tools(&registry.snapshot(&consumer).await));
-                if hash != listed {
-                    listed = hash;
-                    if subscription.sink().notify_tool_list_changed().await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
+            self.watch_tool_list(subscription.request_context(), subscription.sink()).await;
+            Ok(())
         })
     }
 

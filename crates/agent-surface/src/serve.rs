@@ -5,6 +5,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use agent_surface_http::inbox::InboxConfig;
@@ -15,7 +16,7 @@ use agent_surface_mcp::http::McpHttpConfig;
 use agent_surface_mcp::mrtr::ApprovalStates;
 use agent_surface_mcp::tasks::{TaskConfig, Tasks};
 use agent_surface_policy::{Authenticator, Identity};
-use agent_surface_registry::{Periodic, Service};
+use agent_surface_registry::{Periodic, Registry, Service};
 use agent_surface_server::Drain;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -70,8 +71,54 @@ pub struct Serve {
     mcp_http: McpHttpConfig,
     api: HttpConfig,
     routes: Vec<axum::Router>,
+    mcp_fallback: Option<Arc<dyn Fallback>>,
     operator_log: bool,
     on_listening: Option<Box<dyn FnOnce(SocketAddr) + Send>>,
+}
+
+/// The application's own MCP handler, as [`Serve::mcp_fallback`] was given it: builds the MCP
+/// routes or serves stdio with it beside the tools.
+trait Fallback: Send + Sync {
+    fn router(
+        &self,
+        registry: Registry,
+        mcp: McpConfig,
+        http: &McpHttpConfig,
+        streams: CancellationToken,
+    ) -> axum::Router;
+    fn stdio(
+        &self,
+        registry: Registry,
+        mcp: McpConfig,
+    ) -> Pin<Box<dyn Future<Output = Result<(), agent_surface_mcp::ServeError>> + Send>>;
+}
+
+/// A [`Fallback`] from a function that builds the handler.
+struct NewHandler<F>(Arc<F>);
+
+impl<H, F> Fallback for NewHandler<F>
+where
+    H: rmcp::ServerHandler,
+    F: Fn() -> H + Send + Sync + 'static,
+{
+    fn router(
+        &self,
+        registry: Registry,
+        mcp: McpConfig,
+        http: &McpHttpConfig,
+        streams: CancellationToken,
+    ) -> axum::Router {
+        let new = self.0.clone();
+        agent_surface_mcp::http::router_with_fallback(registry, mcp, move || new(), http, streams)
+    }
+
+    fn stdio(
+        &self,
+        registry: Registry,
+        mcp: McpConfig,
+    ) -> Pin<Box<dyn Future<Output = Result<(), agent_surface_mcp::ServeError>> + Send>> {
+        Box::pin(agent_surface_mcp::serve_stdio_with(registry, mcp, (self.0)()))
+    }
 }
 
 /// Why [`Serve`] did not serve.
@@ -126,6 +173,7 @@ impl Serve {
             mcp_http: McpHttpConfig::default(),
             api: HttpConfig::default(),
             routes: Vec::new(),
+            mcp_fallback: None,
             operator_log: true,
             on_listening: None,
         }
@@ -172,6 +220,21 @@ impl Serve {
     /// authenticator, confirmations, tasks and approval states are `Serve`'s.
     pub fn mcp(mut self, config: McpConfig) -> Serve {
         self.mcp = config;
+        self
+    }
+
+    /// Serves the application's own MCP handler beside the tools, on both transports and both
+    /// protocol eras: `new_handler` builds one for each MCP session (over HTTP, for each legacy
+    /// session and each modern request; over stdio, once), and it answers every method that is
+    /// not about tools or tasks — its resources, prompts, completions, … The capabilities
+    /// announced are the tools' and the handler's (see `mcp::compose`). Authentication, host
+    /// checks and limits are the MCP route's, for its methods too.
+    pub fn mcp_fallback<H, F>(mut self, new_handler: F) -> Serve
+    where
+        H: rmcp::ServerHandler,
+        F: Fn() -> H + Send + Sync + 'static,
+    {
+        self.mcp_fallback = Some(Arc::new(NewHandler(Arc::new(new_handler))));
         self
     }
 
@@ -257,7 +320,17 @@ impl Serve {
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
-        let Serve { service, authenticator, approver_role, mut mcp_http, mut api, routes, on_listening, .. } = self;
+        let Serve {
+            service,
+            authenticator,
+            approver_role,
+            mut mcp_http,
+            mut api,
+            routes,
+            on_listening,
+            mcp_fallback,
+            ..
+        } = self;
         let public_host = service.public_url.as_deref().and_then(url_host);
         mcp_http.path = MCP_PATH.to_string();
         mcp_http.allowed_hosts.extend(public_host.clone());
@@ -268,8 +341,11 @@ impl Serve {
             let registry = registry.clone();
             move || registry.dispose()
         });
-        let mut app = agent_surface_mcp::http::router(registry.clone(), mcp, &mcp_http, drain.streams.clone())
-            .nest(API_PREFIX, agent_surface_http::router(registry.clone(), api.clone()));
+        let mcp_routes = match &mcp_fallback {
+            Some(fallback) => fallback.router(registry.clone(), mcp, &mcp_http, drain.streams.clone()),
+            None => agent_surface_mcp::http::router(registry.clone(), mcp, &mcp_http, drain.streams.clone()),
+        };
+        let mut app = mcp_routes.nest(API_PREFIX, agent_surface_http::router(registry.clone(), api.clone()));
         if let (Some(role), Some(authenticator)) = (approver_role, authenticator) {
             // A browser keeps a `Secure` cookie only over HTTPS; plain HTTP is for trying the
             // inbox on a loopback address.
@@ -316,7 +392,10 @@ impl Serve {
         let registry = self.service.registry.clone();
         let stop = CancellationToken::new();
         let periodic = Periodic::start(&registry, &stop);
-        let served = agent_surface_mcp::serve_stdio(registry.clone(), config).await;
+        let served = match &self.mcp_fallback {
+            Some(fallback) => fallback.stdio(registry.clone(), config).await,
+            None => agent_surface_mcp::serve_stdio(registry.clone(), config).await,
+        };
         periodic.stop().await;
         // Calls answered as tasks may still run: they end with the process.
         registry.dispose();

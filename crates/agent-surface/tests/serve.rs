@@ -224,3 +224,65 @@ async fn an_accepted_state_key_needs_a_state_key_and_32_bytes() {
     let why = refused(short.bind("127.0.0.1:0").await);
     assert!(why.contains("Serve::accept_state_key must be at least 32 bytes"), "{why}");
 }
+
+/// An application's own MCP handler: one resource.
+struct Notes;
+
+impl rmcp::ServerHandler for Notes {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_resources().build())
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
+        let contents = rmcp::model::ResourceContents::text("Refunds take a week.", request.uri);
+        Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
+    }
+}
+
+/// `Serve::mcp_fallback`: the application's resource is served at `/mcp` beside the tools, behind
+/// the same authenticator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_own_mcp_handler_is_served_beside_the_tools() {
+    let (service, _mount) = refunds(None);
+    let running = Serve::new(service)
+        .authenticator(people())
+        .mcp_fallback(|| Notes)
+        .operator_log(false)
+        .bind("127.0.0.1:0")
+        .await
+        .expect("serves");
+    let addr = running.local_addr();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "serve-test", "version": "0"}});
+    let ask = |method: &'static str, name: Option<&'static str>, params: Value| {
+        let mut params = params;
+        params["_meta"] = meta.clone();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        async move {
+            let headers = [
+                ("Authorization", "Bearer alice-token"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", method),
+            ];
+            let mut headers = headers.to_vec();
+            headers.extend(name.map(|name| ("Mcp-Name", name)));
+            let r = http::post_json(addr, "/mcp", &headers, &body).await;
+            r.messages().into_iter().find(|m| m.get("id").is_some()).unwrap_or_else(|| panic!("an answer: {r:?}"))
+        }
+    };
+    let read = ask("resources/read", Some("notes://refunds"), json!({"uri": "notes://refunds"})).await;
+    assert_eq!(read["result"]["contents"][0]["text"], "Refunds take a week.", "{read}");
+    let discovered = ask("server/discover", None, json!({})).await;
+    let caps = &discovered["result"]["capabilities"];
+    assert!(caps.get("tools").is_some() && caps.get("resources").is_some(), "{discovered}");
+    let tools = ask("tools/list", None, json!({})).await;
+    assert_eq!(tools["result"]["tools"][0]["name"], "refunds-issue", "{tools}");
+    running.stop();
+    running.stopped().await.expect("drains");
+}

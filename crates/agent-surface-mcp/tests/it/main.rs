@@ -3,6 +3,7 @@
 
 mod calls;
 mod codec;
+mod compose;
 mod confirm;
 mod frames;
 mod http;
