@@ -281,6 +281,8 @@ class Recoverer:
         waited_ms = 0
         refreshed = False
         last_failure: tuple[Any, ...] | None = None
+        # Whether a `retry-once` row (a not-processed failure) was already followed.
+        retried_once = False
         prompted: set[str] = set()
         calls: list[tuple[str, str]] = []
 
@@ -375,6 +377,11 @@ class Recoverer:
                 if answer != "approved":
                     return end("returned-to-caller", outcome, row)
                 request_meta[CONFIRMATION_ID] = confirmation_id
+            elif row.action == "retry-once":
+                # Nothing ran: one repeat, and only one, whatever the next failure says.
+                if retried_once:
+                    return end("not-converging", outcome, row)
+                retried_once = True
             elif row.action not in ("retry", "verify"):
                 # A row this version does not know: the model decides.
                 return end("returned-to-caller", outcome, row)

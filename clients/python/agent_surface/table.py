@@ -15,6 +15,7 @@ class Decision:
 
     code: str
     when: tuple[str, Any] | None
+    when_of: str
     retry: str
     action: str
     wait_field: str | None
@@ -22,13 +23,16 @@ class Decision:
     stop: str
     note: str
 
-    def matches(self, details: Mapping[str, Any] | None) -> bool:
+    def matches(self, details: Mapping[str, Any] | None, payload: Mapping[str, Any] | None = None) -> bool:
+        """Whether the row applies: its condition is on a details member, or (`when_of ==
+        "payload"`) on a member of the payload itself, such as `notProcessed`."""
         if self.when is None:
             return True
         field, value = self.when
-        if details is None or field not in details:
+        source = payload if self.when_of == "payload" else details
+        if source is None or field not in source:
             return False
-        actual = details[field]
+        actual = source[field]
         # JSON booleans are not numbers here, and a string never equals a boolean.
         return type(actual) is type(value) and actual == value
 
@@ -54,6 +58,7 @@ DECISIONS: tuple[Decision, ...] = tuple(
     Decision(
         code=d["code"],
         when=(d["when"]["field"], d["when"]["equals"]) if d["when"] else None,
+        when_of=d["when"].get("of", "details") if d["when"] else "details",
         retry=d["retry"],
         action=d["action"],
         wait_field=d["waitField"],
@@ -80,13 +85,14 @@ GUARD: str = _DOC["guard"]
 
 
 def decide(payload: Mapping[str, Any]) -> Decision | None:
-    """The row for an error payload `{code, message, retry, details?}`: the first row of its code
-    whose condition matches its details; `None` for a code this table does not know (hand the
-    error to the model)."""
+    """The row for an error payload `{code, message, retry, notProcessed?, details?}`: the first
+    row of its code whose condition matches its details (or, for a row on the payload, the
+    payload's own member); `None` for a code this table does not know (hand the error to the
+    model)."""
     code = payload.get("code")
     details = payload.get("details") if isinstance(payload.get("details"), Mapping) else None
     rows = [d for d in DECISIONS if d.code == code]
     for row in rows:
-        if row.matches(details):
+        if row.matches(details, payload):
             return row
     return rows[-1] if rows else None

@@ -55,7 +55,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_surface_core::decision::{Action, IdRule, decide};
+use agent_surface_core::decision::{Action, IdRule, decide_payload};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::TARGET_ARGUMENT;
 use agent_surface_core::json::canonical_json;
@@ -363,6 +363,8 @@ impl RecoveringClient {
         let mut refreshed = false;
         let mut last_failure: Option<Failure> = None;
         let mut prompted: Vec<String> = Vec::new();
+        // Whether a `retry-once` row (a not-processed failure) was already followed.
+        let mut retried_once = false;
         let mut calls = Vec::new();
         loop {
             attempts += 1;
@@ -382,7 +384,7 @@ impl RecoveringClient {
                 // Not an agent-surface error: nothing to act on mechanically.
                 return end(Stop::ReturnedToCaller, calls, refreshed);
             };
-            let decision = decide(p.code(), p.details());
+            let decision = decide_payload(p);
             if matches!(decision.action, Action::Stop | Action::ChangeInput) {
                 return end(Stop::ReturnedToCaller, calls, refreshed);
             }
@@ -484,6 +486,9 @@ impl RecoveringClient {
                         Approval::Unavailable => return end(Stop::ReturnedToCaller, calls, refreshed),
                     }
                 }
+                // Nothing ran: one repeat, and only one, whatever the next failure says.
+                Action::RetryOnce if retried_once => return end(Stop::NotConverging, calls, refreshed),
+                Action::RetryOnce => retried_once = true,
                 Action::Retry | Action::Verify => {}
                 // A row this version does not know: the caller decides.
                 _ => return end(Stop::ReturnedToCaller, calls, refreshed),

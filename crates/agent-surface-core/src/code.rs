@@ -221,6 +221,20 @@ impl Phase {
         Phase::Output,
     ];
 
+    /// Whether the phase runs before the handler starts: a call stopped in it did nothing it
+    /// asked for (its payload says `notProcessed`, `spec/error-model.md`, *Not processed*),
+    /// except where the runtime knows otherwise (an unknown outcome met at admission: an
+    /// earlier leader of the same record may have run).
+    ///
+    /// ```
+    /// use agent_surface_core::Phase;
+    /// assert!(Phase::Confirmation.is_before_handler());
+    /// assert!(!Phase::Execute.is_before_handler());
+    /// ```
+    pub const fn is_before_handler(self) -> bool {
+        !matches!(self, Phase::Execute | Phase::Output)
+    }
+
     /// The wire name of the phase.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -46,7 +46,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::code::{ErrorCode, Retry};
-use crate::matrix::DetailValue;
+use crate::matrix::{DetailValue, NOT_PROCESSED_FIELD};
+use crate::payload::ErrorPayload;
 
 /// What a client does next with an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,10 @@ pub enum Action {
     Wait,
     /// Retry at once.
     Retry,
+    /// Retry once, at once, under a fresh invocation id: the runtime stated that the call
+    /// stopped before its handler started (`notProcessed`), so a repeat cannot double an effect
+    /// even of a non-idempotent call; the same failure again ends the loop (the guard).
+    RetryOnce,
     /// Ask the host whether the call took effect. Not applied: retry under a fresh id. Applied,
     /// or unknown (the default): stop; never repeat blindly, never reconcile (a repeat under the
     /// same id only replays the recorded outcome).
@@ -82,10 +87,11 @@ pub enum Action {
 
 impl Action {
     /// Every action, in table order.
-    pub const ALL: [Action; 9] = [
+    pub const ALL: [Action; 10] = [
         Action::Refresh,
         Action::Wait,
         Action::Retry,
+        Action::RetryOnce,
         Action::Verify,
         Action::NewId,
         Action::Confirm,
@@ -100,6 +106,7 @@ impl Action {
             Action::Refresh => "refresh",
             Action::Wait => "wait",
             Action::Retry => "retry",
+            Action::RetryOnce => "retry-once",
             Action::Verify => "verify",
             Action::NewId => "new-id",
             Action::Confirm => "confirm",
@@ -119,6 +126,9 @@ impl Action {
                 "Wait the delay the row names (bounded by the client's limits), then retry; a longer delay goes to the model."
             }
             Action::Retry => "Retry at once.",
+            Action::RetryOnce => {
+                "Nothing ran (notProcessed): retry once, at once, under a fresh id; the same failure again goes to the model."
+            }
             Action::Verify => {
                 "Ask the host whether the effect happened: not applied, retry under a fresh id; applied or unknown, stop. Never reconcile under the same id (it replays the same record)."
             }
@@ -138,6 +148,9 @@ impl Action {
             Action::Refresh => retry == Retry::AfterRefresh,
             Action::Wait => retry == Retry::AfterDelay,
             Action::Retry => retry == Retry::Yes,
+            // Only on a `notProcessed` row: the category says no blind repeat of what ran, and
+            // nothing ran.
+            Action::RetryOnce => retry == Retry::No,
             Action::Verify => retry == Retry::No,
             Action::NewId | Action::ChangeInput => retry == Retry::WithChanges,
             Action::Confirm | Action::Reconfirm => retry == Retry::WithConfirmation,
@@ -196,12 +209,30 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// Whether this row applies to these details.
+    /// Whether this row applies to these details. A row on the payload's
+    /// [`notProcessed`](crate::matrix::NOT_PROCESSED_FIELD) member never matches details alone
+    /// (use [`Decision::matches_payload`]).
     pub fn matches(&self, details: Option<&Map<String, Value>>) -> bool {
         match self.when {
             None => true,
+            Some((NOT_PROCESSED_FIELD, _)) => false,
             Some((field, value)) => value.matches(details.and_then(|d| d.get(field))),
         }
+    }
+
+    /// Whether this row applies to this payload: its condition is on a details member, or on
+    /// the payload's `notProcessed` member ([`Decision::on_payload`]).
+    pub fn matches_payload(&self, payload: &ErrorPayload) -> bool {
+        match self.when {
+            Some((NOT_PROCESSED_FIELD, value)) => value.matches(Some(&Value::Bool(payload.not_processed()))),
+            _ => self.matches(payload.details()),
+        }
+    }
+
+    /// Whether the row's condition is on a member of the payload itself (`notProcessed`) rather
+    /// than of its details.
+    pub fn on_payload(&self) -> bool {
+        matches!(self.when, Some((NOT_PROCESSED_FIELD, _)))
     }
 }
 
@@ -238,7 +269,7 @@ const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
 /// The table: per code, its conditional rows first, then its default row (the first match wins).
 #[rustfmt::skip]
-pub static DECISIONS: [Decision; 22] = [
+pub static DECISIONS: [Decision; 23] = [
     row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "The tool list is stale or the tool is hidden: a re-listing tells which."),
     row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
@@ -281,16 +312,36 @@ pub static DECISIONS: [Decision; 22] = [
         "Nothing took effect; the dependency may recover after the delay."))),
     when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, UNVERIFIED,
         "A call with an effect was interrupted after its handler started: verify, never repeat blindly.")),
+    when(NOT_PROCESSED_FIELD, DetailValue::Bool(true), row(C::ExecutionFailed, R::No, RetryOnce, Fresh, NOT_CONVERGING,
+        "The runtime stated the handler never started: one repeat cannot double an effect; the same failure again goes to the model.")),
     row(C::ExecutionFailed, R::No, Stop, IdRule::None, RETURNED,
         "The capability failed; repeating would fail the same way."),
 ];
 
 /// The row for a code and its details: the first of the code's rows whose condition matches.
+/// Rows on the payload's `notProcessed` member never match here: a client holding the payload
+/// uses [`decide_payload`].
 ///
 /// Every code has a default row (the table's own test checks it), so this always finds one.
 pub fn decide(code: ErrorCode, details: Option<&Map<String, Value>>) -> &'static Decision {
     let mut rows = DECISIONS.iter().filter(|d| d.code == code);
     let first = rows.clone().find(|d| d.matches(details));
+    first.or_else(|| rows.next_back()).unwrap_or(&DECISIONS[DECISIONS.len() - 1])
+}
+
+/// The row for a payload: the first of its code's rows whose condition matches its details or
+/// its `notProcessed` member.
+///
+/// ```
+/// use agent_surface_core::{decision::{decide_payload, Action}, AgentSurfaceError, details::ExecutionFailedReason};
+/// let mut p = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError).into_payload();
+/// assert_eq!(decide_payload(&p).action, Action::Stop);
+/// p.set_not_processed(true);
+/// assert_eq!(decide_payload(&p).action, Action::RetryOnce);
+/// ```
+pub fn decide_payload(payload: &ErrorPayload) -> &'static Decision {
+    let mut rows = DECISIONS.iter().filter(|d| d.code == payload.code());
+    let first = rows.clone().find(|d| d.matches_payload(payload));
     first.or_else(|| rows.next_back()).unwrap_or(&DECISIONS[DECISIONS.len() - 1])
 }
 
@@ -412,7 +463,7 @@ mod tests {
 
     #[test]
     fn every_row_agrees_with_the_matrix() {
-        for d in &DECISIONS {
+        for d in DECISIONS.iter().filter(|d| !d.on_payload()) {
             let details = details_of(d);
             assert_eq!(derive_retry(d.code, details.as_ref()), d.retry, "{}", d.code);
             assert!(d.action.fits(d.retry), "{}: {} does not fit {}", d.code, d.action.as_str(), d.retry);
@@ -425,6 +476,34 @@ mod tests {
             let retries = !matches!(d.action, ChangeInput | Stop);
             assert_eq!(retries, d.invocation_id != IdRule::None, "{}", d.code);
         }
+    }
+
+    /// The rows on `notProcessed`: each is reached by a payload the runtime marks (a pre-handler
+    /// failure of that code), agrees with the matrix, and only licenses one repeat under a fresh
+    /// id; the same code's payload without the mark keeps its own row.
+    #[test]
+    fn not_processed_rows_are_reached_only_by_marked_payloads() {
+        use crate::AgentSurfaceError;
+        use crate::details::ExecutionFailedReason;
+        let on_payload: Vec<_> = DECISIONS.iter().filter(|d| d.on_payload()).collect();
+        assert_eq!(on_payload.len(), 1);
+        let d = on_payload[0];
+        assert_eq!(d.code, ErrorCode::ExecutionFailed);
+        assert!(d.action.fits(d.retry) && d.action == RetryOnce && d.invocation_id == Fresh);
+        let mut p = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError).into_payload();
+        assert_eq!(decide_payload(&p).action, Stop, "processed: never repeated");
+        assert!(p.set_not_processed(true));
+        assert!(std::ptr::eq(decide_payload(&p), d));
+        assert_eq!(derive_retry(p.code(), p.details()), d.retry);
+        // Details alone never reach it.
+        assert_eq!(decide(p.code(), p.details()).action, Stop);
+        // A transient one waits as before; an unknown outcome cannot be marked.
+        let mut t = AgentSurfaceError::transient(Duration::from_millis(100)).into_payload();
+        assert!(t.set_not_processed(true));
+        assert_eq!(decide_payload(&t).action, Wait);
+        let mut u = AgentSurfaceError::outcome_unknown().into_payload();
+        assert!(!u.set_not_processed(true));
+        assert_eq!(decide_payload(&u).action, Verify);
     }
 
     /// The one rule for interrupted calls: the codes a call of a read or idempotent capability

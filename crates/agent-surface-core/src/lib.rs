@@ -66,7 +66,7 @@ mod time;
 pub use code::{Effect, ErrorCode, Layer, LogLevel, Phase, Retry};
 pub use definition::{DefinitionError, DefinitionErrorCode};
 pub use error::{AgentSurfaceError, Cause};
-pub use payload::{ErrorPayload, PayloadError};
+pub use payload::{ErrorPayload, MAX_CORRELATION_ID_CHARS, PayloadError, is_valid_correlation_id};
 pub use result::InvokeResult;
 pub use text::{MAX_FRAGMENT_CHARS, SafeText};
 pub use time::Timestamp;

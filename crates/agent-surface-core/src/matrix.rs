@@ -533,6 +533,36 @@ pub fn derive_retry(code: ErrorCode, details: Option<&Map<String, Value>>) -> Re
     spec(code).retry.eval(details)
 }
 
+/// The payload member in which the runtime states that a call stopped before its handler
+/// started (`spec/error-model.md`, *Not processed*).
+pub const NOT_PROCESSED_FIELD: &str = "notProcessed";
+
+/// The payload member carrying the call's correlation id.
+pub const CORRELATION_ID_FIELD: &str = "correlationId";
+
+/// The phases of `code` that run before the handler starts: those in which a call can stop
+/// without anything it asked for being done.
+pub fn not_processed_phases(code: ErrorCode) -> impl Iterator<Item = Phase> {
+    spec(code).phases.iter().copied().filter(|p| p.is_before_handler())
+}
+
+/// Whether a payload of `code` with these details may say `notProcessed`: some phase before the
+/// handler produces the code, and it is not an unknown outcome (whose whole meaning is that a
+/// handler may have run, even when it is met at admission, from an earlier leader's record).
+///
+/// ```
+/// use agent_surface_core::{matrix::may_be_not_processed, ErrorCode};
+/// assert!(may_be_not_processed(ErrorCode::ExecutionFailed, None));
+/// assert!(!may_be_not_processed(ErrorCode::Timeout, None));
+/// let unknown = serde_json::json!({"reason": "outcome-unknown"});
+/// assert!(!may_be_not_processed(ErrorCode::ExecutionFailed, unknown.as_object()));
+/// ```
+pub fn may_be_not_processed(code: ErrorCode, details: Option<&Map<String, Value>>) -> bool {
+    let unknown = code == ErrorCode::ExecutionFailed
+        && details.and_then(|d| d.get("reason")).and_then(Value::as_str) == Some("outcome-unknown");
+    !unknown && not_processed_phases(code).next().is_some()
+}
+
 /// One row of the registration-time (definition) error table.
 #[derive(Clone, Copy, Debug)]
 pub struct DefinitionSpec {

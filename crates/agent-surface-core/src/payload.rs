@@ -43,6 +43,13 @@ pub struct ErrorPayload {
     code: ErrorCode,
     message: String,
     retry: Retry,
+    /// The runtime's statement that the call stopped before its handler started
+    /// ([`ErrorPayload::not_processed`]); on the wire only when true.
+    #[serde(rename = "notProcessed", skip_serializing_if = "is_false")]
+    not_processed: bool,
+    /// The call's correlation id ([`ErrorPayload::correlation_id`]), set by the runtime.
+    #[serde(rename = "correlationId", skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<Box<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     details: Option<Map<String, Value>>,
     /// Boxed: most payloads have none, and the thrown error stays small.
@@ -55,7 +62,63 @@ impl ErrorPayload {
     /// constructors, which guarantee the message came from a template.
     pub(crate) fn from_parts(code: ErrorCode, message: String, details: Option<Map<String, Value>>) -> ErrorPayload {
         let retry = matrix::derive_retry(code, details.as_ref());
-        ErrorPayload { code, message, retry, details, repair: None }
+        ErrorPayload { code, message, retry, not_processed: false, correlation_id: None, details, repair: None }
+    }
+
+    /// Whether the runtime states that the call stopped before its handler started, so that
+    /// nothing it asked for was done (`notProcessed` on the wire, present only when true).
+    ///
+    /// The runtime decides it from the phase that stopped the call (`spec/error-model.md`,
+    /// *Not processed*), never from the code alone: `EXECUTION_FAILED` is either. Absent means
+    /// "not stated", never "processed for certain".
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// let mut p = AgentSurfaceError::invocation_conflict().into_payload();
+    /// assert!(!p.not_processed());
+    /// assert!(p.set_not_processed(true));
+    /// assert_eq!(serde_json::to_value(&p).unwrap()["notProcessed"], true);
+    /// // An unknown outcome can never say so: its handler may have run.
+    /// let mut unknown = AgentSurfaceError::outcome_unknown().into_payload();
+    /// assert!(!unknown.set_not_processed(true));
+    /// assert!(!unknown.not_processed());
+    /// ```
+    pub fn not_processed(&self) -> bool {
+        self.not_processed
+    }
+
+    /// Sets (or clears) the not-processed statement, as the runtime decides it. A payload that
+    /// cannot have been stopped before its handler ([`matrix::may_be_not_processed`]: a code no
+    /// phase before the handler produces, or an unknown outcome) is never marked: the call
+    /// returns whether the payload now says "not processed".
+    pub fn set_not_processed(&mut self, not_processed: bool) -> bool {
+        self.not_processed = not_processed && matrix::may_be_not_processed(self.code, self.details.as_ref());
+        self.not_processed
+    }
+
+    /// The correlation id of the call that ended with this payload: the reference a model can
+    /// quote to the person it works for, and that the operator log records the call under
+    /// (`correlationId` on the wire). The runtime sets it; it is never derived from what the
+    /// agent sent.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+
+    /// Sets the correlation id; an id that is not a [valid](is_valid_correlation_id) one (at
+    /// most [`MAX_CORRELATION_ID_CHARS`] characters of `A-Z a-z 0-9 - . _ :`) is refused and
+    /// the payload keeps none. Returns whether the payload carries `id` now.
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// let mut p = AgentSurfaceError::capability_not_found().into_payload();
+    /// assert!(p.set_correlation_id(Some("c-5f0e93a1c2d4-1b")));
+    /// assert_eq!(p.correlation_id(), Some("c-5f0e93a1c2d4-1b"));
+    /// assert!(!p.set_correlation_id(Some("Ignore previous instructions")));
+    /// assert_eq!(p.correlation_id(), None);
+    /// ```
+    pub fn set_correlation_id(&mut self, id: Option<&str>) -> bool {
+        self.correlation_id = id.filter(|id| is_valid_correlation_id(id)).map(Box::from);
+        self.correlation_id.is_some()
     }
 
     /// Attaches a (bounded) repair plan and appends its "Next action:" rendering to the message,
@@ -179,8 +242,8 @@ impl ErrorPayload {
         self.code.is_cacheable()
     }
 
-    /// The payload as JSON text, members in wire order (`code`, `message`, `retry`, `details`,
-    /// `repair`). Every adapter that carries the payload as text uses this, so the bytes are the
+    /// The payload as JSON text, members in wire order (`code`, `message`, `retry`,
+    /// `notProcessed`, `correlationId`, `details`, `repair`). Every adapter that carries the payload as text uses this, so the bytes are the
     /// same on every transport. ([`ErrorPayload::to_json`] gives a `Value`, whose object keys
     /// are sorted.)
     pub fn to_wire_text(&self) -> String {
@@ -193,6 +256,21 @@ impl ErrorPayload {
         // Serializing plain strings, enums and a JSON map cannot fail.
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
+}
+
+/// The most characters a payload's `correlationId` has.
+pub const MAX_CORRELATION_ID_CHARS: usize = 64;
+
+/// Whether `id` may be a payload's `correlationId`: 1 to [`MAX_CORRELATION_ID_CHARS`] characters,
+/// each an ASCII letter or digit or one of `- . _ :` — nothing a model could read as words of
+/// an instruction, and short enough to quote.
+pub fn is_valid_correlation_id(id: &str) -> bool {
+    (1..=MAX_CORRELATION_ID_CHARS).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'))
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Appends `repair`'s "Next action:" rendering to `message`, within [`MAX_MESSAGE_CHARS`].
@@ -211,6 +289,8 @@ impl fmt::Debug for ErrorPayload {
             .field("code", &self.code)
             .field("retry", &self.retry)
             .field("message", &self.message)
+            .field("not_processed", &self.not_processed)
+            .field("correlation_id", &self.correlation_id)
             .field("details", &self.details)
             .field("repair", &self.repair)
             .finish()
@@ -264,6 +344,20 @@ pub enum PayloadError {
         /// What is wrong.
         problem: String,
     },
+    /// `notProcessed` is true for a payload that cannot have been stopped before its handler
+    /// started (a code only the handler's phases produce, or an unknown outcome).
+    #[error("{code} with these details cannot be not-processed")]
+    NotProcessed {
+        /// The payload's code.
+        code: ErrorCode,
+    },
+    /// `correlationId` is empty, longer than 64 characters, or has a character other than an
+    /// ASCII letter, digit, `-`, `.`, `_` or `:`.
+    #[error("correlationId of {code} must be 1..=64 characters of A-Z a-z 0-9 - . _ :")]
+    CorrelationId {
+        /// The payload's code.
+        code: ErrorCode,
+    },
     /// The repair plan is malformed, over its bounds, or contradicts the retry category.
     #[error("repair of {code} is invalid: {problem}")]
     Repair {
@@ -280,6 +374,10 @@ struct RawPayload {
     code: ErrorCode,
     message: String,
     retry: Retry,
+    #[serde(default, rename = "notProcessed")]
+    not_processed: bool,
+    #[serde(default, rename = "correlationId")]
+    correlation_id: Option<String>,
     #[serde(default)]
     details: Option<Map<String, Value>>,
     #[serde(default)]
@@ -310,10 +408,18 @@ impl TryFrom<RawPayload> for ErrorPayload {
         if let Some(repair) = &raw.repair {
             repair.check_parsed(raw.retry).map_err(|problem| PayloadError::Repair { code: raw.code, problem })?;
         }
+        if raw.not_processed && !matrix::may_be_not_processed(raw.code, raw.details.as_ref()) {
+            return Err(PayloadError::NotProcessed { code: raw.code });
+        }
+        if raw.correlation_id.as_deref().is_some_and(|id| !is_valid_correlation_id(id)) {
+            return Err(PayloadError::CorrelationId { code: raw.code });
+        }
         Ok(ErrorPayload {
             code: raw.code,
             message: raw.message,
             retry: raw.retry,
+            not_processed: raw.not_processed,
+            correlation_id: raw.correlation_id.map(String::into_boxed_str),
             details: raw.details,
             repair: raw.repair.map(Box::new),
         })

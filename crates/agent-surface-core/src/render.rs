@@ -11,13 +11,13 @@ use serde_json::{Value, json};
 use crate::code::{ErrorCode, Layer, Phase, Retry};
 use crate::decision::{self, Action, DECISIONS};
 use crate::examples;
-use crate::matrix::{CodeSpec, DEFINITION_MATRIX, DetailValue, DetailsSpec, MATRIX, Rule};
+use crate::matrix::{self, CodeSpec, DEFINITION_MATRIX, DetailValue, DetailsSpec, MATRIX, Rule};
 use crate::message::{self, Sends};
 use crate::payload::ErrorPayload;
 use crate::repair::RepairAction;
 
 /// The version of the matrix format; bump on any change to the JSON layout.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 fn detail_value_json(v: DetailValue) -> Value {
     match v {
@@ -49,6 +49,7 @@ pub fn code_to_json(s: &CodeSpec) -> Value {
         "meaning": s.meaning,
         "when": s.when,
         "phases": s.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "notProcessedPhases": matrix::not_processed_phases(s.code).map(Phase::as_str).collect::<Vec<_>>(),
         "handlerMayReturn": s.handler_may_return,
         "layer": rule_json(&s.layer, |l| Value::from(l.as_str())),
         "retry": rule_json(&s.retry, retry_json),
@@ -100,6 +101,19 @@ pub fn to_json() -> Value {
         "formatVersion": FORMAT_VERSION,
         "retryCategories": Retry::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
         "phases": Phase::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "payloadMembers": {
+            "notProcessed": {
+                "field": matrix::NOT_PROCESSED_FIELD,
+                "type": "boolean, present only when true",
+                "setInPhases": Phase::ALL.iter().filter(|p| p.is_before_handler()).map(|p| p.as_str()).collect::<Vec<_>>(),
+                "never": "EXECUTION_FAILED with reason outcome-unknown, and codes no phase before the handler produces",
+            },
+            "correlationId": {
+                "field": matrix::CORRELATION_ID_FIELD,
+                "maxChars": crate::payload::MAX_CORRELATION_ID_CHARS,
+                "characters": "A-Z a-z 0-9 - . _ :",
+            },
+        },
         "codes": MATRIX.iter().map(code_to_json).collect::<Vec<_>>(),
         "repairActions": repair_actions_json(),
         "definitionErrors": DEFINITION_MATRIX.iter().map(|d| json!({
@@ -242,7 +256,11 @@ pub fn recovery_json() -> Value {
         },
         "decisions": DECISIONS.iter().map(|d| json!({
             "code": d.code.as_str(),
-            "when": d.when.map(|(field, value)| json!({"field": field, "equals": detail_value_json(value)})),
+            "when": d.when.map(|(field, value)| json!({
+                "field": field,
+                "of": if d.on_payload() { "payload" } else { "details" },
+                "equals": detail_value_json(value),
+            })),
             "retry": d.retry.as_str(),
             "action": d.action.as_str(),
             "waitField": d.wait_field,
@@ -269,6 +287,7 @@ pub fn recovery_markdown_table() -> String {
         let when = match d.when {
             None => "—".to_string(),
             Some((field, DetailValue::Str(s))) => format!("`{field}: {s}`"),
+            Some((field, DetailValue::Bool(b))) if d.on_payload() => format!("payload `{field}: {b}`"),
             Some((field, DetailValue::Bool(b))) => format!("`{field}: {b}`"),
         };
         out.push_str(&format!(

@@ -79,6 +79,27 @@ impl InvokeResult {
         }
     }
 
+    /// The error payload, mutable (`None` on success): for the runtime, which states on it what
+    /// only it knows (`notProcessed`, the correlation id).
+    pub fn error_payload_mut(&mut self) -> Option<&mut ErrorPayload> {
+        match self {
+            InvokeResult::Ok { .. } => None,
+            InvokeResult::Error { error, .. } => Some(error),
+        }
+    }
+
+    /// The result without its correlation id: what two calls answered alike have in common
+    /// (each call has its own id), e.g. to show that a hidden capability and a missing one get
+    /// the same answer, or that a replay gives the recorded one.
+    #[must_use]
+    pub fn without_correlation_id(&self) -> InvokeResult {
+        let mut result = self.clone();
+        if let Some(payload) = result.error_payload_mut() {
+            payload.set_correlation_id(None);
+        }
+        result
+    }
+
     /// The result as an agent reads it through a binding that lets it send `sends`: a failure's
     /// message worded for that binding ([`ErrorPayload::worded_for`]); anything else unchanged.
     pub fn worded_for(&self, sends: Sends) -> Cow<'_, InvokeResult> {

@@ -1,16 +1,19 @@
 //! Correlation ids: the id an agent (or the person reading its transcript) can quote to find a
 //! call in the operator log.
 //!
-//! Every call has one. When the caller sent an invocation id, the correlation id *is* that id —
-//! the caller already knows it, and retries and replays of the same call share it. Otherwise the
-//! registry makes one: a prefix drawn once per process from the operating system's random source
-//! (so that replicas and restarts do not repeat each other's ids) and a counter, e.g.
-//! `c-5f0e93a1c2d4-1b`. Making one costs an atomic increment; the text is formatted only when
-//! something asks for it.
+//! Every call has one, and the registry always makes it: a prefix drawn once per process from
+//! the operating system's random source (so that replicas and restarts do not repeat each
+//! other's ids) and a counter, e.g. `c-5f0e93a1c2d4-1b`. Making one costs an atomic increment;
+//! the text is formatted only when something asks for it. It is never the caller's invocation
+//! id, nor derived from anything the caller sent: the id is written where the model reads it
+//! (an error payload's `correlationId`, and so the text block of an MCP result), and an agent's
+//! own string must not come back to a model as if the service had said it. The invocation id,
+//! which ties a call's retries and replays together, is logged beside it (`invocation_id`).
 //!
 //! The invocation span (`tracing`, target `agent_surface::invoke`) carries it as the field
-//! `correlation_id`, and the adapters hand it to the agent: the MCP adapter in the result's
-//! `_meta` (`agent-surface/correlationId`), the HTTP binding as the `Agent-Surface-Correlation-Id`
+//! `correlation_id`, and the adapters hand it to the agent: in every error payload
+//! (`correlationId`), and out of band as well — the MCP adapter in the result's `_meta`
+//! (`agent-surface/correlationId`), the HTTP binding as the `Agent-Surface-Correlation-Id`
 //! header, the embedded toolset on its tool result.
 //!
 //! ```
@@ -65,7 +68,9 @@ impl CorrelationId {
         CorrelationId(Repr::Generated(NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// The correlation id of a call the caller named with `invocation_id`: that id.
+    /// A correlation id that is the caller's `invocation_id`, for an application that keeps its
+    /// own ids. The registry never makes one (see the [module](self)), and an error payload
+    /// never carries one ([`crate::Invocation`] writes only generated ids there).
     pub fn of_invocation(invocation_id: &str) -> CorrelationId {
         CorrelationId(Repr::Invocation(invocation_id.into()))
     }

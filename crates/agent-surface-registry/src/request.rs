@@ -376,9 +376,23 @@ impl Invocation {
         Invocation::answered(result, CorrelationId::generate())
     }
 
-    /// An invocation that is only its result, under a correlation id the adapter already holds.
+    /// An invocation that is only its result, under a correlation id the adapter already holds
+    /// (which an error payload then carries, as [`Invocation::stamp`] writes it).
     pub fn answered(result: InvokeResult, correlation_id: CorrelationId) -> Invocation {
-        Invocation { result, phase: None, replayed: false, joined: false, questions: None, correlation_id }
+        let mut invocation =
+            Invocation { result, phase: None, replayed: false, joined: false, questions: None, correlation_id };
+        invocation.stamp();
+        invocation
+    }
+
+    /// Writes the correlation id into the error payload (`correlationId`, where the model reads
+    /// it) when the registry made the id; an id the caller chose (an invocation id, which an
+    /// agent may have written) is never echoed there, and the payload then carries none.
+    pub(crate) fn stamp(&mut self) {
+        let generated = self.correlation_id.generated_text();
+        if let Some(payload) = self.result.error_payload_mut() {
+            payload.set_correlation_id(generated.as_ref().map(|t| t.as_str()));
+        }
     }
 }
 

@@ -67,7 +67,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_core::decision::{Action, IdRule, decide};
+use agent_surface_core::decision::{Action, IdRule, decide_payload};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
@@ -311,6 +311,8 @@ struct Intent {
     prompted: Vec<String>,
     /// The failure the last attempt of the operation ended with (the convergence guard).
     last_failure: Option<Failure>,
+    /// Whether a `retry-once` row (a not-processed failure) was already followed.
+    retried_once: bool,
     repaired: Vec<FollowedStep>,
 }
 
@@ -344,6 +346,7 @@ impl RecoveryDriver {
             snapshot: None,
             prompted: Vec::new(),
             last_failure: None,
+            retried_once: false,
             repaired: Vec::new(),
         };
         loop {
@@ -426,7 +429,7 @@ impl RecoveryDriver {
         cancel: &CancellationToken,
     ) -> Next {
         // The row of the client decision table (the same rows the MCP and Python helpers act on).
-        let decision = decide(payload.code(), payload.details());
+        let decision = decide_payload(payload);
         let action = decision.action;
         if action == Action::Stop {
             // The operation itself is never repeated; the plan's leading `call_tool` /
@@ -467,7 +470,10 @@ impl RecoveryDriver {
             }
         }
         if let Some(repair) = payload.repair() {
-            let may_retry = matches!(action, Action::Retry | Action::Verify | Action::NewId | Action::ChangeInput);
+            let may_retry = matches!(
+                action,
+                Action::Retry | Action::RetryOnce | Action::Verify | Action::NewId | Action::ChangeInput
+            );
             match self.follow(invoker, intent, repair, cancel).await {
                 Followed::Retry if may_retry => return Next::Retry { fresh_id: true },
                 Followed::Stop(stop) => return Next::Stop(stop),
@@ -488,6 +494,12 @@ impl RecoveryDriver {
                 Next::Retry { fresh_id: false }
             }
             Action::Retry | Action::Verify => Next::Retry { fresh_id },
+            // Nothing ran: one repeat, and only one, whatever the next failure says.
+            Action::RetryOnce if intent.retried_once => Next::Stop(Stop::NotConverging),
+            Action::RetryOnce => {
+                intent.retried_once = true;
+                Next::Retry { fresh_id }
+            }
             Action::Wait => {
                 let millis = decision.wait_field.and_then(|f| payload.detail(f)).and_then(Value::as_u64);
                 let delay = millis.map_or(self.config.default_delay, Duration::from_millis);

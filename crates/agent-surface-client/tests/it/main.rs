@@ -41,6 +41,8 @@ struct World {
     bound: Arc<AtomicBool>,
     /// Runs of `notes.scan` (a read, not declared idempotent, that hangs on its first run).
     scans: Arc<AtomicUsize>,
+    /// How many more times `notes.stamp`'s ask step panics (before its handler).
+    ask_panics: Arc<AtomicUsize>,
 }
 
 type Hooks = Arc<Mutex<Vec<Box<dyn FnOnce() + Send>>>>;
@@ -129,6 +131,7 @@ async fn world() -> World {
     let runs = Arc::new(AtomicUsize::new(0));
     let bound = Arc::new(AtomicBool::new(false));
     let scans = Arc::new(AtomicUsize::new(0));
+    let ask_panics = Arc::new(AtomicUsize::new(0));
     let ok = {
         let runs = runs.clone();
         move |_ctx: Ctx, _input: Value| {
@@ -170,6 +173,26 @@ async fn world() -> World {
                 .effect(Effect::Write)
                 .bind("owner", Binding::from_consumer(move |_| bound.load(Ordering::SeqCst).then(|| json!("alice"))))
                 .raw_handler(owned, None, ok.clone());
+            let panics = ask_panics.clone();
+            t.capability("stamp", "Stamp a note (its ask step may fail).")
+                .effect(Effect::Write)
+                .ask(move |_: &Ctx, _: &Value, _: &agent_surface_registry::Answers| {
+                    let left = panics.load(Ordering::SeqCst);
+                    if left > 0 {
+                        panics.store(left - 1, Ordering::SeqCst);
+                        panic!("the ask step's lookup failed");
+                    }
+                    Ok(Vec::new())
+                })
+                .raw_handler(schema(), None, ok.clone());
+            t.capability("fail", "Fail in the handler.").effect(Effect::Write).raw_handler(
+                schema(),
+                None,
+                |_ctx: Ctx, _input: Value| {
+                    Box::pin(std::future::ready(Err(AgentSurfaceError::internal("the warehouse said no"))))
+                        as BoxFuture<'static, Result<Value, AgentSurfaceError>>
+                },
+            );
             let scans = scans.clone();
             t.capability("scan", "Scan the notes (a read, not declared idempotent).")
                 .effect(Effect::Read)
@@ -218,7 +241,19 @@ async fn world() -> World {
     tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(registry.clone(), config), read, write, max));
     let service = ().serve(client_io).await.unwrap();
     let peer = service.peer().clone();
-    World { registry, clock, engine, runs, _mounts: mounts, _service: service, peer, on_listing, bound, scans }
+    World {
+        registry,
+        clock,
+        engine,
+        runs,
+        _mounts: mounts,
+        _service: service,
+        peer,
+        on_listing,
+        bound,
+        scans,
+        ask_panics,
+    }
 }
 
 fn args(text: &str) -> JsonObject {
@@ -256,6 +291,28 @@ async fn after_delay_waits_the_payloads_delay_then_retries_under_the_same_id() {
     assert!(waited[0] > Duration::ZERO && waited[0] <= Duration::from_secs(1), "{waited:?}");
     // RATE_LIMITED is not stored: the retry keeps the intent's id.
     assert_eq!(r.calls[1].0, "q-2");
+}
+
+/// Issue 27: a failure the runtime states was not processed (an ask step that panicked, before
+/// the handler) is repeated once under a fresh id, even for a write; a processed one never is.
+#[tokio::test]
+async fn a_not_processed_failure_is_repeated_once_and_a_processed_one_never() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    w.ask_panics.store(1, Ordering::SeqCst);
+    let r = c.call(Intent::new("notes-stamp", args("a")).with_invocation_id("s-1")).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::ExecutionFailed), None]);
+    assert_eq!(r.calls[1].0, "s-1#r2", "a fresh id: the failure was stored under the first");
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1, "the write ran once");
+
+    w.ask_panics.store(usize::MAX, Ordering::SeqCst);
+    let r = c.call(Intent::new("notes-stamp", args("b")).with_invocation_id("s-2")).await.unwrap();
+    check(&r, Stop::NotConverging, &[Some(ErrorCode::ExecutionFailed), Some(ErrorCode::ExecutionFailed)]);
+    assert!(r.payload.as_ref().is_some_and(agent_surface_core::ErrorPayload::not_processed), "{r:?}");
+
+    let r = c.call(Intent::new("notes-fail", args("c")).with_invocation_id("f-1")).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ExecutionFailed)]);
+    assert!(r.payload.as_ref().is_some_and(|p| !p.not_processed()), "the handler ran: {r:?}");
 }
 
 #[tokio::test]

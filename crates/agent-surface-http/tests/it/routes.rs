@@ -3,7 +3,7 @@
 use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_http::HttpConfig;
 use agent_surface_http::wire::{self, payload_text};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::client::ResponseExt;
 use crate::client::{post_json, send, start};
@@ -50,7 +50,17 @@ async fn a_capability_error_is_a_problem_carrying_the_payload() {
             agent_surface_registry::InvokeOptions::new(agent_surface_policy::Consumer::anonymous("x")),
         )
         .await;
-    assert_eq!(payload_text(result.error_payload().unwrap()), payload_text(direct.error_payload().unwrap()));
+    let sans_id = |p: &agent_surface_core::ErrorPayload| {
+        let mut p = p.clone();
+        p.set_correlation_id(None);
+        payload_text(&p)
+    };
+    assert_eq!(sans_id(result.error_payload().unwrap()), sans_id(direct.error_payload().unwrap()));
+    // The payload names the call's correlation id, the header's; it stopped before any handler.
+    let p = result.error_payload().unwrap();
+    assert_eq!(p.correlation_id(), r.header("agent-surface-correlation-id"));
+    assert_eq!(v["correlationId"].as_str(), r.header("agent-surface-correlation-id"));
+    assert_eq!(v["notProcessed"], true);
 }
 
 #[tokio::test]
@@ -81,9 +91,8 @@ async fn not_authenticated_is_401_with_a_challenge() {
     assert_eq!(r.json()["code"], "NOT_AUTHENTICATED");
 }
 
-/// Every answer of `/invoke` carries the call's correlation id: the invocation id when the call
-/// had one, otherwise one the registry made (a new one per call); protocol faults (no call) do
-/// not.
+/// Every answer of `/invoke` carries the call's correlation id, one the registry made (a new one
+/// per call, also for a call with an invocation id); protocol faults (no call) do not.
 #[tokio::test]
 async fn every_call_answers_with_its_correlation_id() {
     let server = start(HttpConfig::default()).await;
@@ -95,8 +104,12 @@ async fn every_call_answers_with_its_correlation_id() {
     assert!(a_id.is_some_and(|id| id.starts_with("c-")), "{a:?}");
     assert!(b_id.is_some_and(|id| id.starts_with("c-")), "{b:?}");
     assert_ne!(a_id, b_id);
+    // Never the caller's key: the registry makes every id.
     let keyed = post_json(server.addr, "/invoke", &[("Idempotency-Key", "k-corr")], ok).await;
-    assert_eq!(keyed.header("agent-surface-correlation-id"), Some("k-corr"));
+    assert!(keyed.header("agent-surface-correlation-id").is_some_and(|id| id.starts_with("c-")), "{keyed:?}");
+    // A failure's problem document names the same id the header does.
+    let problem = b.json();
+    assert_eq!(problem["correlationId"].as_str(), b_id);
     let fault = post_json(server.addr, "/invoke", &[], "{").await;
     assert_eq!(fault.status, 400);
     assert_eq!(fault.header("agent-surface-correlation-id"), None);
@@ -275,6 +288,10 @@ async fn agents_that_send_only_arguments_get_their_wording() {
     assert_eq!((a.status, a.header("retry-after")), (b.status, b.header("retry-after")));
     let (request, arguments) = (wire::decode(a.status, &a.body).unwrap(), wire::decode(b.status, &b.body).unwrap());
     let (request, arguments) = (request.error_payload().unwrap(), arguments.error_payload().unwrap());
+    let (mut request, mut arguments) = (request.clone(), arguments.clone());
+    request.set_correlation_id(None);
+    arguments.set_correlation_id(None);
+    let (request, arguments) = (&request, &arguments);
     assert_eq!(arguments, &*request.worded_for(Sends::Arguments), "the arguments wording of the same payload");
     assert_ne!(arguments.message(), request.message(), "rate-limited.rate has a wording of its own");
     assert_eq!(
@@ -285,5 +302,10 @@ async fn agents_that_send_only_arguments_get_their_wording() {
     let input = r#"{"capability":"echo.say","input":{"text":5}}"#;
     let (a, b) =
         (post_json(built.addr, "/invoke", &[], input).await, post_json(worded.addr, "/invoke", &[], input).await);
-    assert_eq!(a.body, b.body);
+    let sans_id = |body: &str| {
+        let mut v: Value = serde_json::from_str(body).unwrap();
+        v.as_object_mut().unwrap().remove("correlationId");
+        v
+    };
+    assert_eq!(sans_id(&a.body), sans_id(&b.body));
 }

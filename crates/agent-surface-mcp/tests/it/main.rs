@@ -9,5 +9,6 @@ mod frames;
 mod http;
 mod list;
 mod modern;
+mod not_processed;
 mod snapshots;
 mod support;

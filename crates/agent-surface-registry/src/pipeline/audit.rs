@@ -70,7 +70,7 @@ pub(crate) async fn start(
     let mut event = AuditEvent::of_call(
         inner.config.clock.now(),
         AuditKind::ExecutionStarted { effect: def.effect },
-        &info.with_ids(call.correlation.invocation_id(), call.correlation_text()),
+        &info.with_ids(call.request.invocation_id.as_deref(), call.correlation_text()),
     );
     event.input_digest = Some(Fingerprint::of(input).to_string());
     event.confirmation_id = confirmation_id.map(str::to_string);
@@ -142,5 +142,6 @@ impl Drop for Started {
 /// `EXECUTION_FAILED {reason: audit-unavailable}`: a fault of the service (an `ERROR` event).
 fn refused(note: String) -> Stop {
     let error = AgentSurfaceError::audit_unavailable(agent_surface_policy::AUDIT_RETRY_AFTER);
-    Stop::noted(error, Phase::Execute, note).store_fault(super::Fault::AuditSink)
+    // Refused before the handler starts: the trail records the start first.
+    Stop::noted(error, Phase::Execute, note).store_fault(super::Fault::AuditSink).marking(super::Marking::BeforeHandler)
 }

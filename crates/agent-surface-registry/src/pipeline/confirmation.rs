@@ -178,7 +178,7 @@ impl GiveBack {
             def: std::sync::Arc::clone(&call.def),
             reg: std::sync::Arc::clone(&call.reg),
             input: input.clone(),
-            invocation_id: call.correlation.invocation_id().map(str::to_string),
+            invocation_id: call.request.invocation_id.as_deref().map(str::to_string),
             correlation: call.correlation_text().to_string(),
             evidence,
         })))
@@ -385,7 +385,7 @@ async fn check(
     // What the approver is shown of the input, for a new request only: computed here unless the
     // gate asks for it when it records one.
     let preview = (confirmation_id.is_none() && details.is_none()).then(|| preview(input, &def.input.sensitive));
-    let mut call = call.info().with_input(input).with_ids(call.correlation.invocation_id(), correlation);
+    let mut call = call.info().with_input(input).with_ids(call.request.invocation_id.as_deref(), correlation);
     if let Some(preview) = &preview {
         call = call.with_input_preview(preview);
     }

@@ -145,6 +145,7 @@ fn settle(r: Result<Result<Value, Failure>, String>, def: &CapabilityDef, tracke
                     note: (!chain.is_empty()).then(|| chain.join(": ").into_boxed_str()),
                     questions: None,
                     fault: None,
+                    marking: super::Marking::ByPhase,
                 }))
             } else {
                 let code = e.code();

@@ -57,6 +57,45 @@ pub(crate) struct Stopped {
     /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
     /// the operator event is an `ERROR` whatever the code's level in the matrix.
     pub(crate) fault: Option<Fault>,
+    /// How the payload's `notProcessed` statement is decided ([`Stopped::not_processed`]).
+    pub(crate) marking: Marking,
+}
+
+/// How a stop decides whether its payload says `notProcessed` (`spec/error-model.md`, *Not
+/// processed*).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Marking {
+    /// From the phase that stopped the call: a phase before the handler says so
+    /// ([`Phase::is_before_handler`]).
+    #[default]
+    ByPhase,
+    /// The handler had not started, whatever the phase (strict audit refused to record the
+    /// start, which comes first).
+    BeforeHandler,
+    /// As the record the call was answered from says (the value given): the call that ran
+    /// decided it.
+    AsRecorded(bool),
+}
+
+impl Stopped {
+    /// Whether the payload of this stop says `notProcessed`: decided from the phase (or the
+    /// stop's [`Marking`]), never from the code alone. The core refuses the mark for a payload
+    /// that cannot carry it (an unknown outcome, met at admission from an earlier leader's
+    /// record, is one).
+    pub(crate) fn not_processed(&self) -> bool {
+        match self.marking {
+            Marking::ByPhase => self.phase.is_before_handler(),
+            Marking::BeforeHandler => true,
+            Marking::AsRecorded(recorded) => recorded,
+        }
+    }
+
+    /// The payload, marked as [`Stopped::not_processed`] decides.
+    pub(crate) fn marked_payload(&self) -> agent_surface_core::ErrorPayload {
+        let mut payload = self.error.payload().clone();
+        payload.set_not_processed(self.not_processed());
+        payload
+    }
 }
 
 /// How a call was answered from a record instead of running (under its natural key: see
@@ -99,11 +138,18 @@ impl Fault {
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop::from(Stopped { error, phase, note: None, questions: None, fault: None })
+        Stop::from(Stopped { error, phase, note: None, questions: None, fault: None, marking: Marking::ByPhase })
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop::from(Stopped { error, phase, note: Some(note.into().into_boxed_str()), questions: None, fault: None })
+        Stop::from(Stopped {
+            error,
+            phase,
+            note: Some(note.into().into_boxed_str()),
+            questions: None,
+            fault: None,
+            marking: Marking::ByPhase,
+        })
     }
 
     /// The same stop, marked as a fault of user code.
@@ -115,6 +161,12 @@ impl Stop {
     /// The same stop, marked as a failure of a store (or the rate limiter).
     pub(crate) fn store_fault(mut self, store: Fault) -> Stop {
         self.0.fault = Some(store);
+        self
+    }
+
+    /// The same stop, with its `notProcessed` statement decided as `marking` says.
+    pub(crate) fn marking(mut self, marking: Marking) -> Stop {
+        self.0.marking = marking;
         self
     }
 
@@ -205,9 +257,10 @@ impl Call<'_> {
             .with_registration(&self.reg.registration_id)
     }
 
-    /// The correlation id as text: the invocation id, or the generated id written once.
+    /// The correlation id as text, written once.
     pub(crate) fn correlation_text(&self) -> &str {
         match self.correlation.invocation_id() {
+            // Not made by `invoke`, which always generates the id; kept for completeness.
             Some(id) => id,
             None => {
                 self.correlation_text.get_or_init(|| self.correlation.generated_text().unwrap_or_default()).as_str()
@@ -264,10 +317,9 @@ pub(crate) fn invoke(
     options: InvokeOptions,
 ) -> Pin<Box<impl Future<Output = Invocation> + Send + '_>> {
     Box::pin(async move {
-        let correlation_id = match &request.invocation_id {
-            Some(id) => CorrelationId::of_invocation(id),
-            None => CorrelationId::generate(),
-        };
+        // Always made here, never the caller's invocation id: the id is written into error
+        // payloads, where the model reads it, and nothing an agent sent may be echoed there.
+        let correlation_id = CorrelationId::generate();
         let span = tracing::info_span!(
             target: "agent_surface::invoke",
             "invoke",
@@ -299,6 +351,7 @@ pub(crate) fn invoke(
         crate::trace::start(&span, options.trace_parent.as_ref(), &correlation_id, tool);
         let mut invocation = run(registry, &mut request, &options, &correlation_id).instrument(span).await;
         invocation.correlation_id = correlation_id;
+        invocation.stamp();
         invocation
     })
 }

@@ -122,7 +122,7 @@ async fn lead<'a>(
 fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
     match outcome {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
-        Err(stop) => (InvokeResult::error(stop.error.payload().clone(), None), stop.questions.is_none()),
+        Err(stop) => (InvokeResult::error(stop.marked_payload(), None), stop.questions.is_none()),
     }
 }
 
@@ -133,7 +133,8 @@ fn answered(call: &Call<'_>, result: InvokeResult, how: Answered) -> Outcome {
     tracing::Span::current().record("replayed", true);
     if let Some(error) = result.error_payload() {
         let note = "answered from the natural key's record";
-        return Err(Stop::noted(AgentSurfaceError::from(error.clone()), Phase::Admission, note));
+        let stop = Stop::noted(AgentSurfaceError::from(error.clone()), Phase::Admission, note);
+        return Err(stop.marking(super::Marking::AsRecorded(error.not_processed())));
     }
     match result {
         InvokeResult::Ok { output, .. } => Ok(output),

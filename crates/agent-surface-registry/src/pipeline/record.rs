@@ -37,7 +37,8 @@ pub(crate) fn finish(
             }
         }
         Err(stop) => {
-            let Stopped { error, phase, note, questions, fault } = stop.into_inner();
+            let not_processed = stop.not_processed();
+            let Stopped { error, phase, note, questions, fault, .. } = stop.into_inner();
             let code = error.code();
             let chain = error.cause_chain();
             let span = tracing::Span::current();
@@ -66,8 +67,10 @@ pub(crate) fn finish(
                 LogLevel::Warn => event!(tracing::Level::WARN),
                 LogLevel::Error => event!(tracing::Level::ERROR),
             }
+            let mut payload = error.into_payload();
+            payload.set_not_processed(not_processed);
             Invocation {
-                result: InvokeResult::error(error.into_payload(), invocation_id),
+                result: InvokeResult::error(payload, invocation_id),
                 phase: Some(phase),
                 replayed: false,
                 joined: false,

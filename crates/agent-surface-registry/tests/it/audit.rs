@@ -107,7 +107,8 @@ async fn a_call_with_an_effect_records_its_start_and_its_end() {
         assert_eq!((e.capability.as_str(), e.consumer.as_str()), ("shop.cancel", "session-1"));
         assert_eq!(e.principal.as_deref(), Some("alice"));
         assert_eq!(e.invocation_id.as_deref(), Some("inv-1"));
-        assert_eq!(e.correlation_id.as_deref(), Some("inv-1"));
+        // The registry's own id, never the caller's invocation id (which is recorded beside it).
+        assert_eq!(e.correlation_id.as_deref(), Some(inv.correlation_id.to_string().as_str()));
         assert_eq!(e.input_digest, Some(Fingerprint::of(&input).to_string()));
         assert!(!serde_json::to_string(e).unwrap().contains("hunter2"), "never the input");
     }
@@ -238,7 +239,8 @@ async fn one_sink_holds_a_confirmation_and_the_execution_it_allowed() {
             "execution.finished"
         ]
     );
-    assert_eq!(events[0].correlation_id.as_deref(), Some("inv-1"));
+    assert_eq!(events[0].correlation_id.as_deref(), Some(first.correlation_id.to_string().as_str()));
+    assert_eq!(events[0].invocation_id.as_deref(), Some("inv-1"));
     assert!(events.iter().all(|e: &AuditEvent| e.confirmation_id.as_deref() == Some(id.as_str())));
     assert!(events.iter().all(|e| e.input_digest == events[0].input_digest));
     assert_eq!(events[3].invocation_id.as_deref(), Some("inv-2"));

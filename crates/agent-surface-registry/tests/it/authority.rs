@@ -200,16 +200,19 @@ async fn hidden_and_never_existed_are_indistinguishable() {
     // Byte-identical payloads, with and without an invocation id.
     let never = r.invoke(call("admin.nothing", json!({})), who.clone()).await;
     let hidden = r.invoke(call("admin.audit", json!({})), who.clone()).await;
-    assert_eq!(serde_json::to_vec(&never).unwrap(), serde_json::to_vec(&hidden).unwrap());
+    assert_eq!(
+        serde_json::to_vec(&never.without_correlation_id()).unwrap(),
+        serde_json::to_vec(&hidden.without_correlation_id()).unwrap()
+    );
     let never = r.invoke(call("admin.nothing", json!({})).with_invocation_id("i-1"), who.clone()).await;
     let hidden = r.invoke(call("admin.audit", json!({})).with_invocation_id("i-2"), who.clone()).await;
     assert_eq!(
-        serde_json::to_string(&never).unwrap().replace("i-1", "i-?"),
-        serde_json::to_string(&hidden).unwrap().replace("i-2", "i-?")
+        serde_json::to_string(&never.without_correlation_id()).unwrap().replace("i-1", "i-?"),
+        serde_json::to_string(&hidden.without_correlation_id()).unwrap().replace("i-2", "i-?")
     );
 
     // A hidden capability does not show through resolve- or availability-phase errors either.
-    let reference = serde_json::to_vec(&never.with_invocation_id(None)).unwrap();
+    let reference = serde_json::to_vec(&never.with_invocation_id(None).without_correlation_id()).unwrap();
     let probes = [
         call("admin.audit", json!({})),
         call("admin.audit", json!({})).with_target(Target::instance("ghost")),
@@ -219,16 +222,20 @@ async fn hidden_and_never_existed_are_indistinguishable() {
     r.disable("admin.audit", "Maintenance.");
     for probe in probes {
         let got = r.invoke(probe.clone(), who.clone()).await;
-        assert_eq!(serde_json::to_vec(&got).unwrap(), reference, "{probe:?}");
+        assert_eq!(serde_json::to_vec(&got.without_correlation_id()).unwrap(), reference, "{probe:?}");
     }
     r.enable("admin.audit");
     let second = r.mount("admin", "second").unwrap();
     let ambiguous = r.invoke(call("admin.audit", json!({})), who.clone()).await;
-    assert_eq!(serde_json::to_vec(&ambiguous).unwrap(), reference, "two instances, none named");
+    assert_eq!(
+        serde_json::to_vec(&ambiguous.without_correlation_id()).unwrap(),
+        reference,
+        "two instances, none named"
+    );
     drop(second);
     mounts.truncate(1); // unmounts `admin`: a tombstone now matches
     let got = r.invoke(call("admin.audit", json!({})), who.clone()).await;
-    assert_eq!(serde_json::to_vec(&got).unwrap(), reference);
+    assert_eq!(serde_json::to_vec(&got.without_correlation_id()).unwrap(), reference);
     let visible = r.invoke(call("admin.purge", json!({})), signed_in("a", &["admin"])).await;
     assert_eq!(visible.code(), Some(ErrorCode::ComponentUnmounted), "a visible capability reports the tombstone");
 }
@@ -252,7 +259,7 @@ async fn hidden_and_never_existed_take_the_same_path() {
         assert!(!task.is_finished(), "{name} answered without asking the policy");
         assert_eq!(turnstile.decisions.load(Ordering::SeqCst), before + 1, "{name}: exactly one decision");
         turnstile.gate.add_permits(1);
-        payloads.push(serde_json::to_vec(&task.await.unwrap()).unwrap());
+        payloads.push(serde_json::to_vec(&task.await.unwrap().without_correlation_id()).unwrap());
     }
     assert!(payloads.windows(2).all(|w| w[0] == w[1]));
     assert_eq!(turnstile.decisions.load(Ordering::SeqCst), 3);
@@ -451,7 +458,10 @@ async fn an_ambiguous_call_lists_only_visible_instances() {
     let inv = r.invoke_detailed(call("shop.browse", json!({})), consumer("sees-none")).await;
     assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
     let never = r.invoke(call("shop.nothing", json!({})), consumer("sees-none")).await;
-    assert_eq!(serde_json::to_vec(&inv.result).unwrap(), serde_json::to_vec(&never).unwrap());
+    assert_eq!(
+        serde_json::to_vec(&inv.result.without_correlation_id()).unwrap(),
+        serde_json::to_vec(&never.without_correlation_id()).unwrap()
+    );
 }
 
 /// A stuck policy costs discovery one authority budget in all, not one per capability: what the

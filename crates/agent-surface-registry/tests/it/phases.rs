@@ -307,7 +307,10 @@ async fn hidden_is_byte_identical_to_never_existed() {
     let hidden = r.invoke_detailed(call("admin.secret", json!({})), signed_in("u", &[])).await;
     assert_produced(&hidden, ErrorCode::CapabilityNotFound, Phase::Authority);
     let missing = r.invoke(call("admin.nothing", json!({})), signed_in("u", &[])).await;
-    assert_eq!(serde_json::to_string(&hidden.result).unwrap(), serde_json::to_string(&missing).unwrap());
+    assert_eq!(
+        serde_json::to_string(&hidden.result.without_correlation_id()).unwrap(),
+        serde_json::to_string(&missing.without_correlation_id()).unwrap()
+    );
     let snap = r.snapshot(&Consumer::authenticated("u", agent_surface_policy::Identity::new("user-1"))).await;
     assert!(snap.capability("admin.secret").is_none());
     assert!(snap.capability("admin.tool").is_some());

@@ -26,7 +26,18 @@ pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: P
     // Whatever the pipeline produces is a payload the matrix accepts.
     let back: ErrorPayload = serde_json::from_value(payload.to_json()).expect("payload parses back");
     assert_eq!(back, payload);
+    // The runtime states "not processed" from the phase that stopped the call (strict audit's
+    // refusal comes before the handler, in the execution phase), never for an unknown outcome.
+    let reason = payload.detail("reason").and_then(serde_json::Value::as_str);
+    let not_processed = (phase.is_before_handler() || reason == Some("audit-unavailable"))
+        && agent_surface_core::matrix::may_be_not_processed(code, payload.details());
+    assert_eq!(payload.not_processed(), not_processed, "{code} in phase {phase}: notProcessed");
+    // The payload names the call's own correlation id, the one the operator log has.
+    assert_eq!(payload.correlation_id(), Some(invocation.correlation_id.to_string().as_str()));
     record_evidence(code, phase);
+    // Without the id, which is each call's own: tests compare the answers of several calls.
+    let mut payload = payload;
+    payload.set_correlation_id(None);
     payload
 }
 

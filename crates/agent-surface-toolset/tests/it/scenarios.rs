@@ -120,6 +120,11 @@ enum Condition {
     ScanUnmountedMidFlight,
     /// The same read is cancelled while it runs: repeated, the host not asked.
     ScanCancelledMidFlight,
+    /// A write (not idempotent) whose ask step panics once, before the handler: the runtime
+    /// says `notProcessed`, so the driver repeats it once (issue 27) and it runs once.
+    AskStepFailsOnce,
+    /// The same ask step panics every time: one repeat, then the second failure ends the loop.
+    AskStepFailsAlways,
 }
 
 use Condition::*;
@@ -219,6 +224,10 @@ const SCENARIOS: &[Scenario] = &[
     row(Timeout, ScanTimesOutAlways, NotConverging, Some(Timeout), 2),
     row(ComponentUnmounted, ScanUnmountedMidFlight, Succeeded, OK, 2),
     row(Cancelled, ScanCancelledMidFlight, Succeeded, OK, 2),
+    // Issue 27: "not processed", stated by the runtime. A not-processed EXECUTION_FAILED (`no`) of
+    // a non-idempotent call is repeated once; a processed one never is (`HandlerError` above).
+    row(ExecutionFailed, AskStepFailsOnce, Succeeded, OK, 2),
+    row(ExecutionFailed, AskStepFailsAlways, NotConverging, Some(ExecutionFailed), 2),
 ];
 
 // ---- The world: a registry with every condition's capability ------------------------------
@@ -235,6 +244,8 @@ struct Shared {
     first_token: CancellationToken,
     /// Whether `notes.sign`'s bound state is there yet.
     bound: std::sync::atomic::AtomicBool,
+    /// How many more times `notes.stamp`'s ask step panics.
+    ask_panics: AtomicUsize,
 }
 
 impl Shared {
@@ -420,6 +431,18 @@ fn world(condition: Condition) -> World {
                     Ok(vec![Question::form("name", "What is your name?", form)])
                 })
                 .raw_handler(schema(), None, behave(s, "notes.greet"));
+            let panics = s.clone();
+            t.capability("stamp", "Stamp a note (its ask step may fail).")
+                .effect(Effect::Write)
+                .ask(move |_: &Ctx, _: &Value, _: &Answers| {
+                    let left = panics.ask_panics.load(Ordering::SeqCst);
+                    if left > 0 {
+                        panics.ask_panics.store(left - 1, Ordering::SeqCst);
+                        panic!("the ask step's lookup failed");
+                    }
+                    Ok(Vec::new())
+                })
+                .raw_handler(schema(), None, behave(s, "notes.stamp"));
             t.capability("log", "Append to the log (strict audit).").effect(Effect::Write).strict_audit().raw_handler(
                 schema(),
                 None,
@@ -802,6 +825,14 @@ async fn arrange(world: &World, condition: Condition) -> Case {
             Case::new(call("notes.read", json!({"mode": "cancel-me"}))).first(FirstAttempt::CancelledByHandler)
         }
         HandlerError => Case::new(write("fail")),
+        AskStepFailsOnce => {
+            world.shared.ask_panics.store(1, Ordering::SeqCst);
+            Case::new(call("notes.stamp", json!({"mode": "ok"})))
+        }
+        AskStepFailsAlways => {
+            world.shared.ask_panics.store(usize::MAX, Ordering::SeqCst);
+            Case::new(call("notes.stamp", json!({"mode": "ok"})))
+        }
         TransientOnWrite => Case::new(write("transient-once")),
         WriteTimedOutUnverified => Case::new(write("hang")),
         WriteTimedOutVerifiedNotApplied => Case::new(write("hang-once")).host(HostKind::Truthful),
@@ -1086,6 +1117,17 @@ async fn the_scenario_matrix() {
                 failures.push(format!("{name}: the first failure's reason was {told:?}, not {reason}"));
             }
         }
+        // The runtime's statement decides these rows: not processed before the handler, never
+        // after it.
+        let stated = o.log.first().and_then(|(_, res)| res.error_payload()).map(ErrorPayload::not_processed);
+        let expected = match s.condition {
+            AskStepFailsOnce | AskStepFailsAlways => Some(true),
+            HandlerError => Some(false),
+            _ => stated,
+        };
+        if stated != expected {
+            failures.push(format!("{name}: the first failure said notProcessed {stated:?}, not {expected:?}"));
+        }
         if (r.stop, r.result.code()) == (s.stop, s.last) {
             right_outcome += 1;
         } else {
@@ -1115,11 +1157,13 @@ async fn the_scenario_matrix() {
             retried_denials += 1;
             failures.push(format!("{name}: retried a denial"));
         }
-        // Nothing that says `no` is repeated, except an unknown outcome the host verified.
+        // Nothing that says `no` is repeated, except an unknown outcome the host verified and a
+        // failure the runtime stated was not processed (repeated once: the handler never ran).
         for (_, res) in o.log.iter().rev().skip(1) {
             if let Some(p) = res.error_payload()
                 && p.retry() == Retry::No
                 && !unknown_outcome(p)
+                && !p.not_processed()
             {
                 failures.push(format!("{name}: repeated after {} (retry no)", p.code()));
             }

@@ -11,8 +11,8 @@ out, is cancelled or is unmounted mid-flight is repeated as its row says, the ho
 whatever the tool declares; only an unknown outcome is verified); the driver's defects: an
 instance named through `_instance` that is gone is not called again, a second stale surface under
 newer tokens is followed, a failed binding is retried once whatever the listing, the conflict id
-covers the `_meta` target (the Rust helper's pinned test vector). Closes with "N passed, M
-failed".
+covers the `_meta` target (the Rust helper's pinned test vector). Issue 27: a not-processed
+`EXECUTION_FAILED` is repeated once, a processed one never. Closes with "N passed, M failed".
 """
 
 import asyncio
@@ -89,6 +89,23 @@ async def main():
     s = Script(err("TIMEOUT", "yes", timeoutMs=5, idempotent=True), OK)
     r = await run(s)
     check("an idempotent TIMEOUT is retried under a fresh id", (r.stop, s.sent[1][INVOCATION_ID]) == ("succeeded", "i#r2"))
+
+    # Issue 27: "not processed", stated by the runtime. A failure of a non-idempotent call that
+    # the runtime says stopped before the handler is repeated once; a processed one never.
+    def not_processed(outcome):
+        outcome.payload["notProcessed"] = True
+        return outcome
+    s = Script(not_processed(err("EXECUTION_FAILED", "no", reason="handler-error")), OK)
+    r = await run(s)
+    check("a not-processed EXECUTION_FAILED is repeated once under a fresh id",
+          (r.stop, [m[INVOCATION_ID] for m in s.sent]) == ("succeeded", ["i", "i#r2"]), repr(s.sent))
+    s = Script(not_processed(err("EXECUTION_FAILED", "no", reason="handler-error")),
+               not_processed(err("EXECUTION_FAILED", "no", reason="output-invalid")), OK)
+    r = await run(s)
+    check("  and only once, whatever the second failure", (r.stop, r.attempts) == ("not-converging", 2), repr(r))
+    s = Script(err("EXECUTION_FAILED", "no", reason="handler-error"), OK)
+    r = await run(s)
+    check("a processed EXECUTION_FAILED is never repeated", (r.stop, r.attempts) == ("returned-to-caller", 1), repr(r))
 
     s = Script(err("INVOCATION_CONFLICT", "with-changes", reason="input-mismatch"), OK)
     r = await run(s)
