@@ -508,6 +508,10 @@ fn same(code: ErrorCode, toolset: String, mcp: String, http: String) -> Answers 
             serde_json::from_str(text).unwrap_or_else(|e| panic!("{who}'s payload ({e}): {text}"));
         // The bytes are core's own serialization of the payload.
         assert_eq!(serde_json::to_string(&parsed).unwrap(), text, "{code}: {who}");
+        // Each call names its own correlation id; the rest is the same on every transport.
+        let mut parsed = parsed;
+        assert!(parsed.correlation_id().is_some_and(|id| id.starts_with("c-")), "{code}: {who}: {text}");
+        parsed.set_correlation_id(None);
         parsed
     };
     let (over_toolset, over_mcp, over_http) = (parse("toolset", &toolset), parse("MCP", &mcp), parse("HTTP", &http));
