@@ -115,7 +115,7 @@ pub use confirmation::{
     STORE_RETRY_AFTER, SlotSet, TargetBinding,
 };
 pub use confirmation::{
-    DEFAULT_SWEEP_INTERVAL, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
+    DEFAULT_SWEEP_INTERVAL, EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
 };
 pub use consumer::{Consumer, Identity};
 pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};

@@ -4,8 +4,8 @@
 //! A row holds the record as JSON (`agent_surface_policy::stored::StoredConfirmation`, format
 //! [`FORMAT`](crate::schema::FORMAT)) and, beside it, what the indexes and the single-use rules
 //! need: its state, its deadline, when it is gone (deadline +
-//! [`PostgresConfig::retention`](crate::PostgresConfig::retention)), whether its expiry was
-//! claimed, and the consumption token while it may be reinstated. An operation reads the row
+//! [`PostgresConfig::retention`](crate::PostgresConfig::retention)), whether its expiry event
+//! is recorded and until when a claim to record it holds, and the consumption token while it may be reinstated. An operation reads the row
 //! `FOR UPDATE`, decides with the same rules as the memory store (the quorum's matching, the
 //! requester rule, the order of the checks), and writes the row back in the same transaction: two
 //! replicas deciding, consuming or withdrawing one record queue on its row lock.
@@ -374,20 +374,40 @@ impl ConfirmationStore for PostgresConfirmationStore {
         ))
     }
 
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(self.stores.run(async move {
-            // One statement: the first claim of a live record, or no record (nothing to record
-            // twice); a claimed record is refused.
+            // One statement: a claim of a live record whose expiry is neither recorded nor under a
+            // claim that holds (a racing claimer waits for the row and then finds it claimed), or
+            // no record (nothing to record twice).
             let client = self.stores.client().await?;
             let claim = client
                 .prepare_cached(&self.stores.sql(
-                    "WITH u AS (UPDATE {s}.conf SET expiry_claimed = true
-                       WHERE id = $1 AND gone_at > $2 AND NOT expiry_claimed RETURNING 1)
+                    "WITH u AS (UPDATE {s}.conf SET expiry_claim_until = $3
+                       WHERE id = $1 AND gone_at > $2 AND NOT expiry_claimed
+                         AND (expiry_claim_until IS NULL OR expiry_claim_until <= $2) RETURNING 1)
                      SELECT (SELECT count(*) FROM u) = 1
                        OR NOT EXISTS (SELECT 1 FROM {s}.conf WHERE id = $1 AND gone_at > $2)",
                 ))
                 .await?;
-            Ok(client.query_one(&claim, &[&id, &millis(now)]).await?.get(0))
+            Ok(client.query_one(&claim, &[&id, &millis(now), &millis(until)]).await?.get(0))
+        }))
+    }
+
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.stores.run(async move {
+            let client = self.stores.client().await?;
+            let recorded = client
+                .prepare_cached(&self.stores.sql(
+                    "UPDATE {s}.conf SET expiry_claimed = true, expiry_claim_until = NULL WHERE id = $1 AND gone_at > $2",
+                ))
+                .await?;
+            client.execute(&recorded, &[&id, &millis(now)]).await?;
+            Ok(())
         }))
     }
 
@@ -423,7 +443,7 @@ impl ConfirmationStore for PostgresConfirmationStore {
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>> {
         Box::pin(self.records(
             "SELECT v, record FROM {s}.conf WHERE NOT expiry_claimed AND state IN ('pending', 'approved', 'withdrawn')
-               AND expires_at <= $1 AND gone_at > $1
+               AND expires_at <= $1 AND gone_at > $1 AND (expiry_claim_until IS NULL OR expiry_claim_until <= $1)
              ORDER BY expires_at, id LIMIT $2",
             now,
             limit,

@@ -33,7 +33,8 @@ const NAME: &str = "agent-surface";
 
 /// Each migration, in order: `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
 /// `{s}` is the quoted schema name.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE {s}.idem (
   consumer text NOT NULL,
   invocation text NOT NULL,
@@ -100,7 +101,13 @@ CREATE TABLE {s}.audit (
   v integer NOT NULL,
   event text NOT NULL
 );
-"];
+",
+    r"
+-- 2: an expiry's claim holds until a deadline (expiry_claim_until, Unix ms), and expiry_claimed
+-- means its event is recorded (ConfirmationStore::expiry_recorded).
+ALTER TABLE {s}.conf ADD COLUMN expiry_claim_until bigint;
+",
+];
 
 /// The schema version this build writes.
 pub(crate) fn current() -> i32 {

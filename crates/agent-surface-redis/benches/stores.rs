@@ -121,5 +121,7 @@ fn main() {
             _ => println!("  {id:<22} (no estimate)"),
         }
     }
-    println!("Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {replays:.2} for a replay");
+    println!(
+        "Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {replays:.2} for a replay"
+    );
 }

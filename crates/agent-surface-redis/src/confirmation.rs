@@ -12,7 +12,8 @@
 //! | `d` | the decisions so far, a JSON array of `{a, v, t, k, m}`: approver, verdict (`approve`, `in-person`, `deny`), Unix milliseconds (as a string), the approver as a person reads it (for one decision per approver) and the slots they could fill (bit `i`: slot `i`; absent in records written before slots: every slot) |
 //! | `ea`, `ga` | expires at and gone at (Unix milliseconds on the registry's clock) |
 //! | `ct` | the consumption token of a consumed record, until it is reinstated ([`ConfirmationStore::reinstate`]) |
-//! | `xr` | set once the record's expiry is claimed ([`ConfirmationStore::claim_expiry`]) |
+//! | `xr` | set once the record's expiry event is recorded ([`ConfirmationStore::expiry_recorded`]; a claim made before claims lapsed set it too, and reads as recorded) |
+//! | `xu` | until when a claim to record the expiry holds (Unix ms; [`ConfirmationStore::claim_expiry`]) |
 //!
 //! Pending records are also indexed in one sorted set, `{prefix}conf-pending` (member the id,
 //! score its expiry), for [`ConfirmationStore::list_pending`]: a record leaves it when it is
@@ -378,9 +379,10 @@ redis.call('HDEL', KEYS[1], 'ct')
 return 1
 ";
 
-/// Up to a limit of records past their deadline, pending, approved or withdrawn, whose expiry
-/// nobody claimed, soonest expiry first, as `rec, s, by, d` quadruples; the entries it looks at
-/// whose records are none of these leave the index. KEYS: the expiry index. ARGV: now, limit,
+/// Up to a limit of records past their deadline, pending, approved or withdrawn, whose expiry is
+/// not recorded nor under a claim that holds, soonest expiry first, as `rec, s, by, d` quadruples;
+/// the entries it looks at whose records are none of these (a claimed one stays: its claim may
+/// lapse) leave the index. KEYS: the expiry index. ARGV: now, limit,
 /// the record key prefix, how many entries to look at.
 const LIST_EXPIRED: &str = r"
 local now = tonumber(ARGV[1])
@@ -389,9 +391,12 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, to
 local out = {}
 for _, id in ipairs(ids) do
   if #out >= 4 * limit then break end
-  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'by', 'd', 'ea', 'ga', 'xr')
+  local f = redis.call('HMGET', ARGV[3] .. id, 'rec', 's', 'by', 'd', 'ea', 'ga', 'xr', 'xu')
   local open = f[2] == 'pending' or f[2] == 'approved' or f[2] == 'withdrawn'
-  if f[1] and open and not f[7] and now < tonumber(f[6]) and now >= tonumber(f[5]) then
+  local claimed = f[8] and tonumber(f[8]) > now
+  if f[1] and open and not f[7] and claimed then
+    -- Under a claim that holds: not listed, kept in the index.
+  elseif f[1] and open and not f[7] and now < tonumber(f[6]) and now >= tonumber(f[5]) then
     table.insert(out, f[1])
     table.insert(out, f[2])
     table.insert(out, f[3] or '')
@@ -416,11 +421,23 @@ end
 return {f[1], f[2]}
 ";
 
-/// Claims the recording of a record's expiry: 1 the first time (or when the record is gone), 0
-/// after. KEYS: the record.
+/// Claims the recording of a record's expiry until a deadline: 1 when nobody holds it (or the
+/// record is gone), 0 while a claim holds or once recorded. KEYS: the record. ARGV: until, now.
 const CLAIM_EXPIRY: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
-return redis.call('HSETNX', KEYS[1], 'xr', '1')
+local f = redis.call('HMGET', KEYS[1], 's', 'xr', 'xu')
+if not f[1] then return 1 end
+if f[2] then return 0 end
+if f[3] and tonumber(f[3]) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'xu', ARGV[1])
+return 1
+";
+
+/// Marks a record's expiry event as recorded, for good. KEYS: the record.
+const EXPIRY_RECORDED: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'xr', '1')
+redis.call('HDEL', KEYS[1], 'xu')
+return 1
 ";
 
 /// Remembers a confirmation relayed for a call, for as long as its record is held. KEYS: the
@@ -473,6 +490,7 @@ struct Scripts {
     withdraw: Script,
     list: Script,
     claim_expiry: Script,
+    expiry_recorded: Script,
     reinstate: Script,
     list_expired: Script,
     relay: RelayScripts,
@@ -497,6 +515,7 @@ impl RedisConfirmationStore {
             withdraw: Script::new(WITHDRAW),
             list: Script::new(LIST),
             claim_expiry: Script::new(CLAIM_EXPIRY),
+            expiry_recorded: Script::new(EXPIRY_RECORDED),
             reinstate: Script::new(REINSTATE),
             list_expired: Script::new(LIST_EXPIRED),
             relay: RelayScripts {
@@ -759,12 +778,26 @@ impl ConfirmationStore for RedisConfirmationStore {
         })
     }
 
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let _ = now;
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let call = self.scripts().claim_expiry.key(self.key(id));
+            let mut call = self.scripts().claim_expiry.key(self.key(id));
+            call.arg(ms(until)).arg(ms(now));
             let first: i64 = self.stores.run(call).await?;
             Ok(first == 1)
+        })
+    }
+
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = now;
+        Box::pin(async move {
+            let call = self.scripts().expiry_recorded.key(self.key(id));
+            let _: i64 = self.stores.run(call).await?;
+            Ok(())
         })
     }
 

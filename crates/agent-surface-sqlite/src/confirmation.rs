@@ -337,23 +337,44 @@ impl ConfirmationStore for SqliteConfirmationStore {
         }))
     }
 
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let id = id.to_string();
         Box::pin(self.stores.db.run(move |cx| {
             cx.saw(now);
             let held = cx
                 .conn
-                .prepare_cached("SELECT expiry_claimed FROM conf WHERE id = ?1 AND gone_at > ?2")?
-                .query_row(params![id, millis(now)], |r| r.get::<_, bool>(0))
+                .prepare_cached("SELECT expiry_claimed, expiry_claim_until FROM conf WHERE id = ?1 AND gone_at > ?2")?
+                .query_row(params![id, millis(now)], |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?)))
                 .optional()?;
             match held {
                 None => Ok(true),
-                Some(true) => Ok(false),
-                Some(false) => {
-                    cx.conn.prepare_cached("UPDATE conf SET expiry_claimed = 1 WHERE id = ?1")?.execute(params![id])?;
+                Some((true, _)) => Ok(false),
+                Some((false, Some(claimed))) if claimed > millis(now) => Ok(false),
+                Some((false, _)) => {
+                    cx.conn
+                        .prepare_cached("UPDATE conf SET expiry_claim_until = ?2 WHERE id = ?1")?
+                        .execute(params![id, millis(until)])?;
                     Ok(true)
                 }
             }
+        }))
+    }
+
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        let id = id.to_string();
+        Box::pin(self.stores.db.run(move |cx| {
+            cx.saw(now);
+            cx.conn
+                .prepare_cached(
+                    "UPDATE conf SET expiry_claimed = 1, expiry_claim_until = NULL WHERE id = ?1 AND gone_at > ?2",
+                )?
+                .execute(params![id, millis(now)])?;
+            Ok(())
         }))
     }
 
@@ -378,7 +399,7 @@ impl ConfirmationStore for SqliteConfirmationStore {
             records(
                 cx,
                 "SELECT v, record FROM conf WHERE expiry_claimed = 0 AND state IN ('pending', 'approved', 'withdrawn')
-                   AND expires_at <= ?1 AND gone_at > ?1
+                   AND expires_at <= ?1 AND gone_at > ?1 AND (expiry_claim_until IS NULL OR expiry_claim_until <= ?1)
                  ORDER BY expires_at, id LIMIT ?2",
                 now,
                 limit,

@@ -14,7 +14,7 @@
 //! | table | one row per | holds |
 //! |---|---|---|
 //! | `idem` | `(consumer key, invocation id)` | in flight (`state` 0: fingerprint, fencing token, the claiming attempt, whether it was a takeover, whether its leader's process ended) or a stored result (`state` 1: fingerprint, result JSON); `gone_at`: when it may be deleted |
-//! | `conf` | confirmation | the record as JSON, and beside it what the indexes need: state, deadline, `gone_at` (deadline + retention), whether its expiry was claimed, the consumption token while it may be reinstated |
+//! | `conf` | confirmation | the record as JSON, and beside it what the indexes need: state, deadline, `gone_at` (deadline + retention), whether its expiry event is recorded (`expiry_claimed`) and until when a claim to record it holds (`expiry_claim_until`), the consumption token while it may be reinstated |
 //! | `conf_relay` | relay key (a digest) | the id of the confirmation relayed for that call |
 //! | `task` | task | the record as JSON, and `keep_until` (its deadline while running, its time to live once final) |
 //! | `rate` | rate bucket | its theoretical arrival time (GCRA, nanoseconds on the registry's clock) |
@@ -29,7 +29,8 @@ pub(crate) const FORMAT: i64 = 1;
 const APPLICATION_ID: i64 = 0x4153_7371;
 
 /// Each migration, in order: `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE idem (
   consumer TEXT NOT NULL,
   invocation TEXT NOT NULL,
@@ -88,7 +89,13 @@ CREATE TABLE audit (
   v INTEGER NOT NULL,
   event TEXT NOT NULL
 );
-"];
+",
+    r"
+-- 2: an expiry's claim holds until a deadline (expiry_claim_until), and expiry_claimed = 1 means
+-- its event is recorded; a claim made by version 1 was for good, and reads as recorded.
+ALTER TABLE conf ADD COLUMN expiry_claim_until INTEGER;
+",
+];
 
 /// Why a file cannot be brought to this build's schema.
 #[derive(Debug)]

@@ -407,7 +407,7 @@ async fn check_expired_listing(store: &dyn ConfirmationStore, prefix: &str) {
         ours(expect("list_expired", store.list_expired(at(59_999), 1000).await)).is_empty(),
         "store kit: nothing is listed before its deadline"
     );
-    assert!(expect("claim_expiry", store.claim_expiry(&id("claimed"), at(60_000)).await));
+    assert!(expect("claim_expiry", store.claim_expiry(&id("claimed"), at(1_000_000), at(60_000)).await));
     let listed = ours(expect("list_expired", store.list_expired(at(60_000), 1000).await));
     assert_eq!(
         listed,
@@ -423,13 +423,22 @@ async fn check_expired_listing(store: &dyn ConfirmationStore, prefix: &str) {
     assert_eq!(full, pending(&id("pending")), "store kit: a listed record is the record as stored");
     assert_eq!(expect("list_expired", store.list_expired(at(60_000), 1).await).len(), 1, "store kit: the limit");
     assert!(expect("list_expired", store.list_expired(at(60_000), 0).await).is_empty(), "store kit: limit 0");
-    assert!(expect("claim_expiry", store.claim_expiry(&id("pending"), at(60_001)).await));
+    assert!(expect("claim_expiry", store.claim_expiry(&id("pending"), at(1_000_000), at(60_001)).await));
     let listed = ours(expect("list_expired", store.list_expired(at(120_000), 1000).await));
     let ids: Vec<&str> = listed.iter().map(|(i, _)| i.as_str()).collect();
     assert_eq!(
         ids,
         [id("approved"), id("withdrawn"), id("later")],
-        "store kit: a claimed expiry is no longer listed; a later deadline is, once passed"
+        "store kit: an expiry under a claim is not listed; a later deadline is, once passed"
+    );
+    // A claim that lapsed before its event was recorded: listed again (its claimer stopped).
+    expect("expiry_recorded", store.expiry_recorded(&id("claimed"), at(120_001)).await);
+    let listed = ours(expect("list_expired", store.list_expired(at(1_000_000), 1000).await));
+    let ids: Vec<&str> = listed.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(
+        ids,
+        [id("approved"), id("pending"), id("withdrawn"), id("later")],
+        "store kit: a lapsed claim is listed again, a recorded expiry never"
     );
 }
 
@@ -624,26 +633,47 @@ async fn check_relay_claims(store: &dyn ConfirmationStore, prefix: &str) {
     assert_eq!(expect("relayed", store.relayed(&key, at(2)).await).as_ref(), Some(&first.id));
 }
 
-/// [`ConfirmationStore::claim_expiry`] (part of [`check_confirmation_store`]): the first claim
-/// of a held record's expiry wins, every later one loses, and of concurrent claims exactly one
-/// wins; an id the store does not hold answers `true`.
+/// [`ConfirmationStore::claim_expiry`] and [`ConfirmationStore::expiry_recorded`] (part of
+/// [`check_confirmation_store`]): the first claim of a held record's expiry wins, every later one
+/// loses while it holds, and of concurrent claims exactly one wins; a claim that lapsed without
+/// being recorded is won again (exactly once among racers); a recorded expiry is never claimed
+/// again; an id the store does not hold answers `true`.
 async fn check_expiry_claims(store: &dyn ConfirmationStore, prefix: &str) {
     let x = format!("{prefix}conf-expiry");
+    let lease = |t: u64| at(t + 300_000);
     expect("insert", store.insert(pending(&x), at(0)).await);
-    assert!(expect("claim_expiry", store.claim_expiry(&x, at(60_000)).await), "store kit: the first claim must win");
     assert!(
-        !expect("claim_expiry", store.claim_expiry(&x, at(60_001)).await),
-        "store kit: a second claim of one expiry must lose"
+        expect("claim_expiry", store.claim_expiry(&x, lease(60_000), at(60_000)).await),
+        "store kit: the first claim must win"
+    );
+    assert!(
+        !expect("claim_expiry", store.claim_expiry(&x, lease(60_001), at(60_001)).await),
+        "store kit: a second claim of one expiry must lose while the first holds"
+    );
+    // The claimer stopped before it wrote the event: its claim lapses, and another wins it.
+    assert!(
+        !expect("claim_expiry", store.claim_expiry(&x, lease(359_999), at(359_999)).await),
+        "store kit: a claim holds until its deadline"
+    );
+    let claims = join_all((0..8).map(|_| store.claim_expiry(&x, lease(360_000), at(360_000)))).await;
+    let won = claims.into_iter().map(|c| expect("claim_expiry", c)).filter(|first| *first).count();
+    assert_eq!(won, 1, "store kit: a lapsed claim must be won again, by exactly one of concurrent claimers");
+    // Recorded: never claimed again, even once the last claim lapsed.
+    expect("expiry_recorded", store.expiry_recorded(&x, at(360_001)).await);
+    assert!(
+        !expect("claim_expiry", store.claim_expiry(&x, lease(700_000), at(700_000)).await),
+        "store kit: a recorded expiry must not be claimed again"
     );
     let raced = format!("{prefix}conf-expiry-raced");
     expect("insert", store.insert(pending(&raced), at(0)).await);
-    let claims = join_all((0..8).map(|_| store.claim_expiry(&raced, at(60_000)))).await;
+    let claims = join_all((0..8).map(|_| store.claim_expiry(&raced, lease(60_000), at(60_000)))).await;
     let won = claims.into_iter().map(|c| expect("claim_expiry", c)).filter(|first| *first).count();
     assert_eq!(won, 1, "store kit: of concurrent claims of one expiry exactly one must win");
     assert!(
-        expect("claim_expiry", store.claim_expiry(&format!("{prefix}conf-never"), at(60_000)).await),
+        expect("claim_expiry", store.claim_expiry(&format!("{prefix}conf-never"), lease(60_000), at(60_000)).await),
         "store kit: an id the store does not hold must answer true"
     );
+    expect("expiry_recorded", store.expiry_recorded(&format!("{prefix}conf-never"), at(60_000)).await);
 }
 
 /// Two confirmation engines over one store and one audit trail, as two replicas are, and a
@@ -1959,9 +1989,18 @@ impl<S: ConfirmationStore> ConfirmationStore for InStep<S> {
     fn claim_expiry<'a>(
         &'a self,
         id: &'a str,
+        until: Timestamp,
         now: Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.claim_expiry(id, now)
+        self.inner.claim_expiry(id, until, now)
+    }
+
+    fn expiry_recorded<'a>(
+        &'a self,
+        id: &'a str,
+        now: Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.expiry_recorded(id, now)
     }
 
     fn reinstate<'a>(

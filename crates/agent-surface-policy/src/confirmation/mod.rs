@@ -22,7 +22,9 @@ pub use store::{
     Consumed, Decided, Inserted, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
     MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, SlotSet,
 };
-pub use sweeper::{DEFAULT_SWEEP_INTERVAL, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats};
+pub use sweeper::{
+    DEFAULT_SWEEP_INTERVAL, EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
+};
 
 use crate::audit::{AuditEvent, AuditKind, AuditSink, AuditVerdict, bounded_note, record_within};
 use crate::clock::{Clock, SystemClock};
@@ -628,7 +630,8 @@ impl ConfirmationEngine {
         if !self.marks().expired.mark(id) {
             return false;
         }
-        let first = match self.bounded(self.config.store.claim_expiry(id, now)).await {
+        let until = now.saturating_add(sweeper::EXPIRY_CLAIM_LEASE);
+        let first = match self.bounded(self.config.store.claim_expiry(id, until, now)).await {
             Ok(first) => first,
             Err(e) => {
                 tracing::warn!(
@@ -642,8 +645,26 @@ impl ConfirmationEngine {
         };
         if first {
             tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation expired");
+            if self.config.audit.is_none() {
+                // No event to write: recorded as soon as it is logged.
+                self.expiry_recorded(id).await;
+            }
         }
         first
+    }
+
+    /// Tells the store that `id`'s expiry event is written ([`ConfirmationStore::expiry_recorded`]);
+    /// a failure is logged, and leaves the claim to lapse (the event may then be written twice).
+    async fn expiry_recorded(&self, id: &str) {
+        let now = self.config.clock.now();
+        if let Err(e) = self.bounded(self.config.store.expiry_recorded(id, now)).await {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                error = %crate::redacted(&e),
+                "cannot mark an expiry as recorded; another engine may record it again"
+            );
+        }
     }
 
     /// Looks through up to `limit` pending confirmations and warns, once each, about those within
@@ -912,7 +933,15 @@ impl ConfirmationEngine {
     async fn write_audit(&self, event: &AuditEvent) -> bool {
         let Some(sink) = &self.config.audit else { return true };
         match record_within(sink.as_ref(), self.config.clock.as_ref(), self.config.store_budget, event).await {
-            Ok(()) => true,
+            Ok(()) => {
+                // An expiry's event is written: its claim is settled for good.
+                if matches!(event.kind, AuditKind::ConfirmationExpired)
+                    && let Some(id) = &event.confirmation_id
+                {
+                    self.expiry_recorded(id).await;
+                }
+                true
+            }
             Err(e) => {
                 tracing::error!(
                     target: "agent_surface::audit",

@@ -769,7 +769,8 @@ pub enum Inserted {
 /// | [`consume`](ConfirmationStore::consume) | approved → consumed, if the presented binding matches and the record has not expired |
 /// | [`withdraw`](ConfirmationStore::withdraw) | pending → withdrawn (a wait-mode call gave up) |
 /// | [`reinstate`](ConfirmationStore::reinstate) | consumed → approved, for the call that consumed it (its binding and consumption token), before the deadline |
-/// | [`claim_expiry`](ConfirmationStore::claim_expiry) | marks the recording of an expiry, once |
+/// | [`claim_expiry`](ConfirmationStore::claim_expiry) | claims the recording of an expiry until a deadline, unless a claim holds or it is recorded |
+/// | [`expiry_recorded`](ConfirmationStore::expiry_recorded) | marks an expiry's event as written, for good |
 /// | [`insert_relayed`](ConfirmationStore::insert_relayed) | claims a [`RelayKey`] for a new pending record and adds the record, in one step — unless the key holds a record of the same call that is still open (pending, or approved and unused, before its deadline): then nothing changes and that record is the answer. A key whose record was settled (denied, withdrawn, consumed, expired, gone) is free. Identical calls racing without evidence open one confirmation between them |
 /// | [`remember_relayed`](ConfirmationStore::remember_relayed) | a [`RelayKey`] → the id of a held record, for as long as the record is held, replacing what the key held (for evidence given back by [`reinstate`](ConfirmationStore::reinstate)) |
 /// | [`relayed`](ConfirmationStore::relayed) | reads what a key holds |
@@ -916,14 +917,29 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<ConfirmationRecord>, StoreError>>;
 
-    /// Atomically claims the recording of `id`'s expiry: `true` for the first caller, `false` for
-    /// every later one, so that engines sharing the store (replicas) write one
-    /// `confirmation.expired` audit event between them however many of them see the deadline
-    /// pass. A record the store no longer holds answers `true` (there is nothing to claim
-    /// against). Required of every store, and atomic: answering `true` every time is right only
-    /// for a store that serves a single engine (the engine remembers what it recorded); the
-    /// store kit of `agent-surface-testing` checks it with racing engines.
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Atomically claims the recording of `id`'s expiry until `until`: `true` when nobody holds
+    /// it — never claimed, or claimed under a claim that lapsed (`until <= now` of that claim)
+    /// before the claimer marked the event written ([`expiry_recorded`](Self::expiry_recorded)) —,
+    /// `false` while another claim holds or once the event is recorded. So engines sharing the
+    /// store (replicas) write one `confirmation.expired` audit event between them however many of
+    /// them see the deadline pass, and at least one: an engine that stops between its claim and
+    /// its write (killed, its sweep dropped) leaves a claim that lapses, and the expiry is listed
+    /// ([`list_expired`](Self::list_expired)) and claimed again by another engine. A record the
+    /// store no longer holds answers `true` (there is nothing to claim against). Required of
+    /// every store, and atomic; the store kit of `agent-surface-testing` checks it with racing
+    /// engines, and a claim that lapses.
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Atomically marks `id`'s expiry event as written, for good: no claim is granted after it,
+    /// and the record is not listed by [`list_expired`](Self::list_expired) again. The engine
+    /// calls it once the audit sink took the event its claim was for. Nothing happens for a
+    /// record the store does not hold.
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Atomically gives back evidence a call consumed when that call's handler never started
     /// (the registry's strict audit could not record its start): consumed → approved, by the
@@ -948,8 +964,9 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Up to `limit` records whose deadline passed (`expires_at <= now`) while they were pending,
-    /// approved and unused, or withdrawn, and whose expiry nobody claimed yet
-    /// ([`claim_expiry`](ConfirmationStore::claim_expiry)), those that expired first first —
+    /// approved and unused, or withdrawn, whose expiry is not recorded
+    /// ([`expiry_recorded`](ConfirmationStore::expiry_recorded)) and not under a claim that holds
+    /// at `now` ([`claim_expiry`](ConfirmationStore::claim_expiry)), those that expired first first —
     /// for the engine's sweep, which records their `confirmation.expired` event even when nobody
     /// meets them again. Records the store no longer holds (past its retention) are not listed. A
     /// snapshot: a listed record may be claimed right after.
@@ -1070,8 +1087,17 @@ impl<S: ConfirmationStore + ?Sized> ConfirmationStore for std::sync::Arc<S> {
         (**self).list_pending(now, limit)
     }
 
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
-        (**self).claim_expiry(id, now)
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).claim_expiry(id, until, now)
+    }
+
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).expiry_recorded(id, now)
     }
 
     fn reinstate<'a>(
@@ -1156,7 +1182,9 @@ struct Inner {
     /// Per consumer key, the ids of its records in insertion order.
     by_consumer: HashMap<String, VecDeque<String>>,
     /// Ids of held records whose expiry was claimed ([`ConfirmationStore::claim_expiry`]).
-    expiry_claimed: std::collections::HashSet<String>,
+    /// `Some(until)`: claimed until then; `None`: the event is recorded
+    /// ([`ConfirmationStore::expiry_recorded`]).
+    expiry_claimed: HashMap<String, Option<Timestamp>>,
     /// The consumption token of each consumed record that may still be reinstated
     /// ([`ConfirmationStore::reinstate`]).
     tokens: HashMap<String, String>,
@@ -1463,7 +1491,11 @@ impl MemoryConfirmationStore {
                         r.state,
                         ConfirmationState::Pending | ConfirmationState::Approved { .. } | ConfirmationState::Withdrawn
                     )
-                    && !inner.expiry_claimed.contains(&r.id)
+                    && match inner.expiry_claimed.get(&r.id) {
+                        None => true,
+                        Some(None) => false,
+                        Some(Some(until)) => *until <= now,
+                    }
             })
             .cloned()
             .collect();
@@ -1610,13 +1642,34 @@ impl ConfirmationStore for MemoryConfirmationStore {
         Box::pin(std::future::ready(Ok(pending)))
     }
 
-    fn claim_expiry<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn claim_expiry<'a>(
+        &'a self,
+        id: &'a str,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let first = {
             let mut inner = self.lock();
             let held = self.live(&mut inner, id, now).is_some();
-            !held || inner.expiry_claimed.insert(id.to_string())
+            let free = match inner.expiry_claimed.get(id) {
+                None => true,
+                Some(None) => false,
+                Some(Some(claimed)) => *claimed <= now,
+            };
+            if held && free {
+                inner.expiry_claimed.insert(id.to_string(), Some(until));
+            }
+            !held || free
         };
         Box::pin(std::future::ready(Ok(first)))
+    }
+
+    fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut inner = self.lock();
+        if self.live(&mut inner, id, now).is_some() {
+            inner.expiry_claimed.insert(id.to_string(), None);
+        }
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn reinstate<'a>(

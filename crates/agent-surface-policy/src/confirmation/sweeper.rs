@@ -22,6 +22,14 @@ pub const SWEEP_LIMIT: usize = 1000;
 /// the default retention of an expired record.
 pub const EXPIRY_WRITE_ATTEMPTS: u32 = 60;
 
+/// How long an engine's claim on recording a confirmation's expiry holds
+/// ([`ConfirmationStore::claim_expiry`](crate::ConfirmationStore::claim_expiry)) before another
+/// engine may claim it again: an engine that stopped between its claim and its write (killed, its
+/// sweep dropped) leaves the expiry to the next sweep of another engine after this long. Five
+/// sweeps at the default interval; an engine whose sink refuses longer than this may see the
+/// event written by another engine too (at least once, possibly twice; never none).
+pub const EXPIRY_CLAIM_LEASE: Duration = Duration::from_secs(300);
+
 /// The most claimed but unwritten `confirmation.expired` events an engine keeps for its next
 /// sweeps; past it the oldest is given up (logged at `ERROR`).
 pub const MAX_UNWRITTEN_EXPIRIES: usize = 1000;

@@ -329,9 +329,18 @@ impl ConfirmationStore for NoExpiredListing {
     fn claim_expiry<'a>(
         &'a self,
         id: &'a str,
+        until: agent_surface_core::Timestamp,
         now: agent_surface_core::Timestamp,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.0.claim_expiry(id, now)
+        self.0.claim_expiry(id, until, now)
+    }
+
+    fn expiry_recorded<'a>(
+        &'a self,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.expiry_recorded(id, now)
     }
 
     fn reinstate<'a>(
@@ -420,4 +429,55 @@ fn stopping_logs_the_expiry_events_still_unwritten() {
         "{log}"
     );
     assert!(log.contains("count=1"), "{log}");
+}
+
+/// Expiry events at least once (#26): an engine stopped mid-round — its claim landed, its write
+/// never did (the engine is gone, and its backlog with it) — leaves a claim that lapses; another
+/// engine sharing the store lists the expiry again once it has, claims it and writes the event,
+/// and then nobody writes it again.
+#[tokio::test]
+async fn an_expiry_claimed_by_an_engine_that_stopped_is_written_by_another() {
+    let clock = Arc::new(ManualClock::default());
+    let store = Arc::new(MemoryConfirmationStore::default());
+    let config = |audit: Arc<dyn AuditSink>| ConfirmationConfig {
+        clock: clock.clone(),
+        store: store.clone(),
+        audit: Some(audit),
+        ttl: Duration::from_secs(10 * 60),
+        ..Default::default()
+    };
+    let stuck = Arc::new(HangingSink::default());
+    let first = ConfirmationEngine::new(config(stuck.clone()));
+    let trail = Arc::new(MemoryAuditSink::default());
+    let second = ConfirmationEngine::new(config(trail.clone()));
+    request(&first, &clock).await;
+    clock.advance(Duration::from_secs(11 * 60));
+
+    // The first engine claims the expiry and hangs writing it; then it stops, sweep and all.
+    stuck.hanging.store(true, Ordering::SeqCst);
+    {
+        let round = first.sweep_expired(10);
+        tokio::pin!(round);
+        for _ in 0..10_000 {
+            if stuck.held.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            tokio::select! {
+                done = &mut round => panic!("the round cannot end while its write hangs: {done:?}"),
+                () = tokio::task::yield_now() => {}
+            }
+        }
+        assert_eq!(stuck.held.load(Ordering::SeqCst), 1, "the claim landed and the write began");
+    }
+    drop(first);
+
+    // While the claim holds, the other engine leaves the expiry alone.
+    assert_eq!(second.sweep_expired(10).await.unwrap(), 0, "claimed: not written twice meanwhile");
+    clock.advance(agent_surface_policy::EXPIRY_CLAIM_LEASE);
+    assert_eq!(second.sweep_expired(10).await.unwrap(), 1, "the lapsed claim is taken and the event written");
+    assert_eq!(second.sweep_expired(10).await.unwrap(), 0, "recorded: once");
+    clock.advance(agent_surface_policy::EXPIRY_CLAIM_LEASE);
+    let third = ConfirmationEngine::new(config(trail.clone()));
+    assert_eq!(third.sweep_expired(10).await.unwrap(), 0, "recorded for good, for every engine");
+    assert_eq!(expired_events(&trail.events()), 1, "{:?}", trail.names());
 }

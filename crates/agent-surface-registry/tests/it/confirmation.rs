@@ -621,7 +621,15 @@ impl ConfirmationStore for BrokenStore {
     ) -> BoxFuture<'a, Result<Decided, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
-    fn claim_expiry<'a>(&'a self, _id: &'a str, _now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn claim_expiry<'a>(
+        &'a self,
+        _id: &'a str,
+        _until: Timestamp,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("down".into())) })
+    }
+    fn expiry_recorded<'a>(&'a self, _id: &'a str, _now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
     fn reinstate<'a>(

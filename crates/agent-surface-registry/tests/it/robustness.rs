@@ -511,8 +511,16 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     fn claim_expiry<'a>(
         &'a self,
         _id: &'a str,
+        _until: Timestamp,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<bool, agent_surface_policy::StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn expiry_recorded<'a>(
+        &'a self,
+        _id: &'a str,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
     fn reinstate<'a>(
