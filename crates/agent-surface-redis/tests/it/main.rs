@@ -5,6 +5,7 @@
 //! it, a private `redis-server` is started when one is installed. Under `CI=true` a missing Redis
 //! fails the tests instead of skipping them.
 
+mod format;
 mod idempotency;
 mod rate;
 mod relayed;

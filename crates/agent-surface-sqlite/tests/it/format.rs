@@ -171,3 +171,42 @@ async fn rows_of_format_1_read() {
     let events = stores.audit().recent(1).await.unwrap();
     assert_eq!(serde_json::to_string(&events[0]).unwrap(), EVENT);
 }
+
+/// A running task as this build writes it: format 1 with the lease of the process running it
+/// (`lease_until`, #26), a field that rows written before leases lack (read as no lease).
+const TASK_LEASED: &str = concat!(
+    r#"{"id":"t-2","status":"working","created_at":1795957200000,"updated_at":1795957200000,"#,
+    r#""expires_at":1795957260000,"running_until":1795960800000,"cancel_requested":false,"#,
+    r#""lease_until":1795957230000}"#
+);
+
+/// The additions of #26 to format 1, pinned both ways: a task's lease is written as pinned and
+/// read back; a row whose expiry a build before lapsing claims marked claimed reads as recorded
+/// (never claimed nor listed again, as it was then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_and_expiry_claim_additions_of_format_1() {
+    let folder = Folder::new("additions-1");
+    {
+        let stores = open(&folder).await;
+        let working = TaskRecord::working("t-2", None, at(0), Duration::from_secs(60), Duration::from_secs(3600))
+            .with_lease(Duration::from_secs(30));
+        stores.tasks().create(working.clone(), at(0)).await.unwrap();
+        assert_eq!(stores.tasks().get("t-2", at(1)).await.unwrap(), Some(working));
+    }
+    let raw = rusqlite::Connection::open(folder.file()).unwrap();
+    let row: (i64, String) = raw.query_row("SELECT v, record FROM task", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!(row, (1, TASK_LEASED.to_string()));
+    raw.execute(
+        "INSERT INTO conf (id, v, state, expires_at, gone_at, expiry_claimed, token, record)
+         VALUES ('c-1', 1, 'pending', 1795957260000, 1795960860000, 1, NULL, ?1)",
+        [CONFIRMATION],
+    )
+    .unwrap();
+    drop(raw);
+    let stores = open(&folder).await;
+    let conf = stores.confirmations();
+    assert!(conf.list_expired(at(1_000_000), 10).await.unwrap().is_empty(), "a claim of then reads as recorded");
+    assert!(!conf.claim_expiry("c-1", at(2_000_000), at(1_000_000)).await.unwrap());
+    // Reopened, the lease reads back (a row without one, `TASK`, reads as none: above).
+    assert_eq!(stores.tasks().get("t-2", at(2)).await.unwrap().unwrap().lease_until, Some(at(30_000)));
+}
