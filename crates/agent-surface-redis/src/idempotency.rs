@@ -65,6 +65,7 @@ use agent_surface_policy::{
 use futures_util::future::BoxFuture;
 use redis::Script;
 
+use crate::told::TOLD_MAX_POLL;
 use crate::{RedisStores, parse_hash, ttl_ms};
 
 /// Redis' clock in milliseconds, as the first lines of every script that reads it.
@@ -141,7 +142,7 @@ return 1
 ";
 
 /// Settlement. KEYS: the record. ARGV: token, fingerprint, `done` or `gone`, result, time to live
-/// (ms). Returns 1, or 0 when the token no longer holds the record (nothing is written). A record
+/// (ms), the settlement channel (the record's key is published on it). Returns 1, or 0 when the token no longer holds the record (nothing is written). A record
 /// this very token already settled with this very result (a retry after an attempt whose answer
 /// was lost, which landed) is answered 1 and left as it is: no other lease ever carries the token.
 const SETTLE: &str = r"
@@ -153,12 +154,13 @@ if f[1] ~= 'run' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 's', ARGV[3], 'r', ARGV[4])
 redis.call('HDEL', KEYS[1], 'le')
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PUBLISH', ARGV[6], KEYS[1])
 return 1
 ";
 
 /// Cancellation of an admission attempt. KEYS: the record, the attempt's cancellation marker.
 /// ARGV: attempt, the marker's time to live (ms), how long a voided record stays readable (ms),
-/// the unknown outcome (a result, JSON), how long it is kept (ms). Returns 1 when the attempt's
+/// the unknown outcome (a result, JSON), how long it is kept (ms), the settlement channel. Returns 1 when the attempt's
 /// claim was voided, 2 when its takeover was settled with the unknown outcome, 0 when the record
 /// holds no claim of the attempt (the marker then refuses the admission if it comes).
 const CANCEL: &str = r"
@@ -169,11 +171,13 @@ if f[3] == 'takeover' or f[4] == '1' then
   redis.call('HSET', KEYS[1], 's', 'done', 'r', ARGV[4])
   redis.call('HDEL', KEYS[1], 'le', 'a', 'k', 'go', 'v')
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  redis.call('PUBLISH', ARGV[6], KEYS[1])
   return 2
 end
 redis.call('HSET', KEYS[1], 's', 'void')
 redis.call('HDEL', KEYS[1], 'le', 'a', 'k', 'v')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[6], KEYS[1])
 return 1
 ";
 
@@ -211,12 +215,13 @@ const CANCEL_MARKER: Duration = Duration::from_secs(600);
 /// What a follower of a cancelled claim is asked to wait before it retries.
 const VOID_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// A follower's first poll comes after this; each next one waits twice as long, up to
-/// [`MAX_POLL`].
+/// A follower's first poll comes after this (or its announcement); each next one waits twice as
+/// long, up to [`TOLD_MAX_POLL`] while settlements are announced, [`MAX_POLL`] while not.
 const FIRST_POLL: Duration = Duration::from_millis(2);
 
-/// The longest wait between two polls of a follower: the most a follower learns its leader's
-/// result later than the leader settled (plus one round trip).
+/// The longest wait between two polls of a follower while the settlement subscription is down:
+/// then the most a follower learns its leader's result later than the leader settled (plus one
+/// round trip).
 const MAX_POLL: Duration = Duration::from_millis(50);
 
 /// An `IdempotencyStore` in Redis: at most one execution per `(consumerKey, invocationId)` across
@@ -235,17 +240,20 @@ const MAX_POLL: Duration = Duration::from_millis(50);
 /// - **Cancellation** of an admission the caller gave up on is one script: it voids the claim
 ///   that admission made (or makes its takeover lapse), and marks the attempt so that its
 ///   admission, should Redis run it later, claims nothing (see the module docs).
-/// - **Followers** on any replica poll the record: after 2 ms, then at doubling intervals up to
-///   50 ms, so a follower learns the result at most about 50 ms (plus a round trip) after the
-///   leader settled. Polling was chosen over pub/sub because it needs no second connection per
-///   replica, survives reconnects without resubscribing, and cannot miss a message published
-///   before the subscription; the cost is a few cheap reads per follower per call. A released
-///   result (one that is not stored, e.g. `RATE_LIMITED`) stays readable for 10 s so that polling
-///   followers get it. A follower whose leader's lease lapsed, whose record went or now belongs
-///   to another request, or whose polls fail for a whole lease, is answered `EXECUTION_FAILED
-///   {reason: outcome-unknown}` (not stored here) — never an answer that invites a fresh id; the
-///   registry then admits the request once more, which takes over a record whose lease lapsed and
-///   settles it, so that a dead leader's record does not stay in flight.
+/// - **Followers** on any replica are told: every script that ends a record in flight publishes
+///   its key on `{prefix}idem-settled` in the same step, and each `RedisStores` keeps one
+///   subscription (opened by its first follower, reopened after a failure) that wakes the
+///   followers of that record, which read the result with one poll — about one round trip after
+///   the leader settled. Followers also poll at widening intervals (2 ms doubling up to 500 ms, or
+///   a quarter of the lease if shorter, while the subscription is up; up to 50 ms while it is
+///   down), to notice a leader whose lease lapsed (nothing is announced then) and in case an
+///   announcement is lost. A released result (one that is not stored, e.g. `RATE_LIMITED`) stays
+///   readable for 10 s so that followers get it. A follower whose leader's lease lapsed after it
+///   marked the record started, whose record went or now belongs to another request, or whose
+///   polls fail for a whole lease, is answered `EXECUTION_FAILED {reason: outcome-unknown}` (not
+///   stored here) — never an answer that invites a fresh id; the registry then admits the request
+///   once more, which takes over a record whose lease lapsed and settles it, so that a dead
+///   leader's record does not stay in flight.
 ///
 /// A record in flight is kept for [`RedisConfig::in_flight_retention`](crate::RedisConfig::in_flight_retention)
 /// after its leader's last admission or renewal, stored results until the `expires_at` of their
@@ -359,7 +367,12 @@ impl RedisIdempotencyStore {
                 .map_err(|e| corrupt(&e.to_string()))?;
         }
         let mut call = self.scripts.settle.key(self.key(key));
-        call.arg(lease.token).arg(fingerprint.to_string()).arg(state).arg(result).arg(ttl_ms(keep));
+        call.arg(lease.token)
+            .arg(fingerprint.to_string())
+            .arg(state)
+            .arg(result)
+            .arg(ttl_ms(keep))
+            .arg(self.stores.settled_channel());
         let settled: i64 = self.stores.run(call).await?;
         if settled == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
@@ -373,7 +386,8 @@ impl RedisIdempotencyStore {
             .arg(ttl_ms(CANCEL_MARKER))
             .arg(ttl_ms(VOID_READABLE))
             .arg(unknown)
-            .arg(ttl_ms(self.stores.config.in_flight_retention));
+            .arg(ttl_ms(self.stores.config.in_flight_retention))
+            .arg(self.stores.settled_channel());
         let outcome: i64 = self.stores.run(call).await?;
         match outcome {
             1 => tracing::warn!(
@@ -440,7 +454,8 @@ async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) ->
     })
 }
 
-/// A follower on any replica: polls until the leader settles, with backoff. Polls that fail are
+/// A follower on any replica: woken by the leader's announced settlement, and polling with
+/// backoff meanwhile (see the store's docs), until it has the result. Polls that fail are
 /// retried for as long as a lease lasts (the leader may still be at it); after that, or when the
 /// leader is lost, the follower learns that the outcome is unknown.
 async fn follow(
@@ -450,11 +465,26 @@ async fn follow(
     invocation_id: String,
 ) -> InvokeResult {
     let fingerprint = fingerprint.to_string();
+    let told = store.stores.told();
+    let watch = told.watch(&record);
     let mut wait = FIRST_POLL;
     let mut failing_since: Option<tokio::time::Instant> = None;
+    // Armed before each poll (and before the first wait), so that a settlement announced after
+    // the poll that missed it still wakes the wait.
+    let mut announced = Box::pin(watch.notify().notified());
+    announced.as_mut().enable();
     loop {
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(MAX_POLL);
+        tokio::select! {
+            () = announced.as_mut() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        // Announced settlements wake the follower, so polls only watch for a lapsed lease (and
+        // a lost announcement): far apart while the subscription is up.
+        let longest =
+            if told.is_up() { TOLD_MAX_POLL.min(store.stores.config.lease / 4).max(MAX_POLL) } else { MAX_POLL };
+        wait = (wait * 2).min(longest);
+        announced = Box::pin(watch.notify().notified());
+        announced.as_mut().enable();
         match poll(&store, &record, &fingerprint).await {
             Ok(Polled::Waiting) => failing_since = None,
             Ok(Polled::Settled(result)) => return result,

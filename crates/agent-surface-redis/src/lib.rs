@@ -78,6 +78,7 @@ mod confirmation;
 mod idempotency;
 mod rate;
 mod task;
+mod told;
 
 use std::fmt;
 use std::time::Duration;
@@ -194,6 +195,10 @@ impl std::error::Error for ConnectError {}
 pub struct RedisStores {
     conn: ConnectionManager,
     config: RedisConfig,
+    /// For the settlement subscription, opened on its own connection.
+    client: redis::Client,
+    /// The settlement subscription, started by the first follower (see `told`).
+    told: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<told::Told>>>,
 }
 
 impl fmt::Debug for RedisStores {
@@ -212,12 +217,12 @@ impl RedisStores {
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(config.op_timeout))
             .set_number_of_retries(2);
-        let connect = ConnectionManager::new_with_config(client, manager);
+        let connect = ConnectionManager::new_with_config(client.clone(), manager);
         let conn = tokio::time::timeout(config.op_timeout, connect)
             .await
             .map_err(|_| ConnectError::unreachable("timed out"))?
             .map_err(ConnectError::unreachable)?;
-        Ok(RedisStores { conn, config })
+        Ok(RedisStores { conn, config, client, told: std::sync::Arc::default() })
     }
 
     /// The idempotency store.
@@ -273,6 +278,16 @@ impl RedisStores {
 
     fn key(&self, kind: &str, id: &str) -> String {
         format!("{}{kind}:{id}", self.config.prefix)
+    }
+
+    /// The channel settlements are announced on: `{prefix}idem-settled`.
+    fn settled_channel(&self) -> String {
+        format!("{}idem-settled", self.config.prefix)
+    }
+
+    /// The settlement subscription, started on first use (by a follower).
+    fn told(&self) -> &told::Told {
+        self.told.get_or_init(|| told::Told::start(self.client.clone(), self.settled_channel(), self.config.op_timeout))
     }
 
     /// Runs one script under the time budget; failures are `StoreError::Unavailable`.

@@ -252,3 +252,81 @@ async fn a_repeated_settlement_under_its_own_lease_is_answered_as_settled() {
         other => panic!("the first settlement stands: {other:?}"),
     }
 }
+
+/// Every script that ends a record in flight announces it on `{prefix}idem-settled` (its key as
+/// the message), so that followers on other replicas are told rather than left to poll: a
+/// settlement, and a cancellation that voids a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_and_voided_claims_are_announced() {
+    use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+    use futures_util::StreamExt;
+
+    let Some(url) = support::redis_url() else { return };
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = format!("it:{}:{nonce}:announced:", std::process::id());
+    let config = agent_surface_redis::RedisConfig { prefix: prefix.clone(), ..Default::default() };
+    let stores = RedisStores::connect(&url, config).await.expect("Redis answers");
+    let client = agent_surface_redis::redis::Client::open(url.as_str()).expect("a URL");
+    let mut pubsub = client.get_async_pubsub().await.expect("subscribes");
+    pubsub.subscribe(format!("{prefix}idem-settled")).await.expect("subscribed");
+    let mut messages = pubsub.into_on_message();
+    let store = stores.idempotency();
+    let now = agent_surface_core::Timestamp::now;
+    let fp = Fingerprint::of(&json!({"request": 1}));
+    async fn next(messages: &mut agent_surface_redis::redis::aio::PubSubStream) -> String {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("an announcement within 10 s")
+            .expect("the subscription stays open");
+        message.get_payload::<String>().expect("a key")
+    }
+
+    let settled = IdempotencyKey::new("c", "settled-1");
+    let Ok(Admission::Leader(lease)) = store.admit(&settled, fp, Attempt::fresh(), now()).await else {
+        panic!("a new key leads")
+    };
+    let result = agent_surface_core::InvokeResult::ok(json!({"n": 1}), None);
+    store.settle(&settled, fp, lease, Settlement::Release { result }, now()).await.expect("settled");
+    let key = next(&mut messages).await;
+    assert!(key.starts_with(&prefix) && key.ends_with(":settled-1"), "{key}");
+
+    let voided = IdempotencyKey::new("c", "voided-1");
+    let attempt = Attempt::fresh();
+    let Ok(Admission::Leader(_)) = store.admit(&voided, fp, attempt, now()).await else { panic!("a new key leads") };
+    store.cancel(&voided, attempt, now()).await.expect("cancelled");
+    let key = next(&mut messages).await;
+    assert!(key.starts_with(&prefix) && key.ends_with(":voided-1"), "{key}");
+}
+
+/// A follower on another replica, joined to a leader that runs for a while (long enough for its
+/// polls to have spread out), gets the leader's result once it settles, woken by the
+/// announcement; both replicas' callers get the one result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_on_another_replica_is_told_the_result() {
+    let Some(url) = support::redis_url() else { return };
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let config = agent_surface_redis::RedisConfig {
+        prefix: format!("it:{}:{nonce}:told:", std::process::id()),
+        ..Default::default()
+    };
+    // Two connections and two subscriptions: two replicas.
+    let a_stores = RedisStores::connect(&url, config.clone()).await.expect("Redis answers");
+    let b_stores = RedisStores::connect(&url, config).await.expect("Redis answers");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ma) = replica(&a_stores, &runs, Duration::from_millis(1_500));
+    let (b, _mb) = replica(&b_stores, &runs, Duration::from_millis(1_500));
+    async fn call(registry: &Registry) -> agent_surface_registry::Invocation {
+        let request = InvokeRequest::new("tickets.open", json!({"subject": "told"})).with_invocation_id("told-1");
+        registry.invoke_detailed(request, InvokeOptions::new(Consumer::anonymous("c-1"))).await
+    }
+    let leader = call(&a);
+    let follower = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        call(&b).await
+    };
+    let (led, followed) = tokio::join!(leader, follower);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(led.result.output(), Some(&json!({"ticketId": "t-0"})), "{led:?}");
+    assert!(followed.joined, "{followed:?}");
+    assert_eq!(followed.result.output(), led.result.output());
+}
