@@ -89,6 +89,34 @@ pub(crate) enum Data {
     Shared(Shared),
     /// In the SQLite file of `serve --data`.
     Durable(Durable),
+    /// In PostgreSQL (`serve --postgres`), shared by replicas.
+    Pg(Pg),
+}
+
+/// The PostgreSQL half of [`Data`]: the tables `orders`, `warm` and `ledger` in a schema of the
+/// shop's own (beside the stores' schema, never in it).
+pub(crate) struct Pg {
+    pool: agent_surface_postgres::deadpool_postgres::Pool,
+    /// The quoted schema name.
+    schema: String,
+    /// The orders as this replica last read or wrote them.
+    seen: Mutex<BTreeMap<String, Order>>,
+}
+
+/// A read of PostgreSQL that failed: nothing changed, try again later.
+fn pg_unavailable(e: impl std::fmt::Display) -> AgentSurfaceError {
+    AgentSurfaceError::transient(RETRY).with_cause(std::io::Error::other(e.to_string()))
+}
+
+/// A write to PostgreSQL that failed. Refused by the server (it answered with an error: the
+/// transaction rolled back) or before anything was sent (no connection): nothing was written.
+/// Otherwise (the connection dropped mid-way, the answer timed out) the commit may have landed:
+/// an unknown outcome, never "nothing ran".
+fn pg_write_failed(e: agent_surface_postgres::tokio_postgres::Error) -> AgentSurfaceError {
+    if e.as_db_error().is_some() {
+        return pg_unavailable(e);
+    }
+    AgentSurfaceError::outcome_unknown().with_cause(std::io::Error::other(e.to_string()))
 }
 
 /// The SQLite half of [`Data`].
@@ -216,6 +244,42 @@ impl Data {
         Ok(data)
     }
 
+    /// The shop in PostgreSQL, in the schema `schema` (created when missing), seeded with
+    /// `orders` where it has none of them yet.
+    pub(crate) async fn postgres(
+        pool: agent_surface_postgres::deadpool_postgres::Pool,
+        schema: &str,
+        orders: Vec<Order>,
+    ) -> Result<Data, String> {
+        let pg = Pg { pool, schema: format!("\"{schema}\""), seen: Mutex::default() };
+        let s = &pg.schema;
+        let mut client = pg.pool.get().await.map_err(|e| format!("cannot reach PostgreSQL: {e}"))?;
+        let tx = client.transaction().await.map_err(|e| e.to_string())?;
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&s]).await.map_err(|e| e.to_string())?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {s};
+             CREATE TABLE IF NOT EXISTS {s}.orders (id text PRIMARY KEY, json text NOT NULL);
+             CREATE TABLE IF NOT EXISTS {s}.warm (id text PRIMARY KEY);
+             CREATE TABLE IF NOT EXISTS {s}.ledger (seq bigserial PRIMARY KEY, ledger text NOT NULL, entry text NOT NULL);"
+        ))
+        .await
+        .map_err(|e| format!("cannot create the shop's tables: {e}"))?;
+        for order in &orders {
+            let json = serde_json::to_string(order).map_err(|e| e.to_string())?;
+            tx.execute(
+                &format!("INSERT INTO {s}.orders (id, json) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
+                &[&order.order_id, &json],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        tx.commit().await.map_err(|e| format!("cannot seed the shop in PostgreSQL: {e}"))?;
+        drop(client);
+        let data = Data::Pg(pg);
+        data.orders().await.map_err(|e| format!("cannot read the shop from PostgreSQL: {e}"))?;
+        Ok(data)
+    }
+
     /// Every order, by id.
     pub(crate) async fn orders(&self) -> Result<Vec<Order>, AgentSurfaceError> {
         match self {
@@ -244,6 +308,19 @@ impl Data {
                     .await
                     .map_err(unavailable)?;
                 d.saw(&all);
+                Ok(all)
+            }
+            Data::Pg(p) => {
+                let client = p.pool.get().await.map_err(pg_unavailable)?;
+                let rows = client
+                    .query(&format!("SELECT json FROM {}.orders ORDER BY id", p.schema), &[])
+                    .await
+                    .map_err(pg_unavailable)?;
+                let all = rows
+                    .iter()
+                    .map(|r| serde_json::from_str::<Order>(r.get::<_, &str>(0)).map_err(corrupt))
+                    .collect::<Result<Vec<_>, _>>()?;
+                p.saw(&all);
                 Ok(all)
             }
         }
@@ -280,6 +357,17 @@ impl Data {
                 d.saw(order.iter());
                 Ok(order)
             }
+            Data::Pg(p) => {
+                let client = p.pool.get().await.map_err(pg_unavailable)?;
+                let row = client
+                    .query_opt(&format!("SELECT json FROM {}.orders WHERE id = $1", p.schema), &[&id])
+                    .await
+                    .map_err(pg_unavailable)?;
+                let order =
+                    row.map(|r| serde_json::from_str::<Order>(r.get::<_, &str>(0))).transpose().map_err(corrupt)?;
+                p.saw(order.iter());
+                Ok(order)
+            }
         }
     }
 
@@ -289,6 +377,7 @@ impl Data {
             Data::Memory { orders, .. } => orders,
             Data::Shared(s) => &s.seen,
             Data::Durable(d) => &d.seen,
+            Data::Pg(p) => &p.seen,
         };
         orders.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
     }
@@ -375,6 +464,31 @@ impl Data {
                 }
                 Ok(changed)
             }
+            Data::Pg(p) => {
+                let mut client = p.pool.get().await.map_err(pg_unavailable)?;
+                let tx = client.transaction().await.map_err(pg_unavailable)?;
+                let row = tx
+                    .query_opt(&format!("SELECT json FROM {}.orders WHERE id = $1 FOR UPDATE", p.schema), &[&id])
+                    .await
+                    .map_err(pg_unavailable)?;
+                let Some(row) = row else { return Ok(Err(Refused::Unknown)) };
+                let mut order = serde_json::from_str::<Order>(row.get::<_, &str>(0)).map_err(corrupt)?;
+                if order.status != Status::Placed {
+                    p.saw([&order]);
+                    return Ok(Err(Refused::NotPlaced(order.status)));
+                }
+                match address {
+                    Some(address) => order.address = address.clone(),
+                    None => order.status = Status::Cancelled,
+                }
+                let json = serde_json::to_string(&order).map_err(corrupt)?;
+                tx.execute(&format!("UPDATE {}.orders SET json = $2 WHERE id = $1", p.schema), &[&id, &json])
+                    .await
+                    .map_err(pg_unavailable)?;
+                tx.commit().await.map_err(pg_write_failed)?;
+                p.saw([&order]);
+                Ok(Ok(order))
+            }
         }
     }
 
@@ -426,6 +540,17 @@ impl Data {
                     .map(drop)
                     .map_err(write_unknown)
             }
+            Data::Pg(p) => {
+                let max = i64::try_from(LEDGER_MAX).unwrap_or(i64::MAX);
+                let client = p.pool.get().await.map_err(pg_unavailable)?;
+                // One statement: the entry in, and at most the one entry past the bound out.
+                let sql = format!(
+                    "WITH i AS (INSERT INTO {s}.ledger (ledger, entry) VALUES ($1, $2) RETURNING seq)
+                     DELETE FROM {s}.ledger WHERE ledger = $1 AND seq <= (SELECT seq FROM i) - $3",
+                    s = p.schema
+                );
+                client.execute(&sql, &[&ledger.name(), &entry, &max]).await.map(drop).map_err(pg_write_failed)
+            }
         }
     }
 
@@ -450,6 +575,24 @@ impl Data {
                     .map_err(unavailable)?;
                 Ok(added == 1)
             }
+            Data::Pg(p) => {
+                let client = p.pool.get().await.map_err(pg_unavailable)?;
+                let added = client
+                    .execute(&format!("INSERT INTO {}.warm (id) VALUES ($1) ON CONFLICT DO NOTHING", p.schema), &[&id])
+                    .await
+                    .map_err(pg_unavailable)?;
+                Ok(added == 1)
+            }
+        }
+    }
+}
+
+impl Pg {
+    /// Remembers `orders` as seen.
+    fn saw<'a>(&self, orders: impl IntoIterator<Item = &'a Order>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        for order in orders {
+            seen.insert(order.order_id.clone(), order.clone());
         }
     }
 }

@@ -6,7 +6,8 @@
 //! agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS] [--data DIR | --memory]
 //!                                                          serve the shop on stdin/stdout
 //! agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-//!                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+//!                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]
+//!                           | --postgres URL [--postgres-schema SCHEMA] [--lease-ms MS] [--postgres-timeout-ms MS]]
 //!                          [--state-key HEX] [--ticket-delay-ms MS] [--task-lease-ms MS]
 //!                          [--max-connections-per-ip N] [--allowed-host HOST]... [--quorum CAPABILITY=N]...
 //!                          [--public-url URL]
@@ -48,7 +49,8 @@ usage:
   agent-surface-demo                          run a scripted agent session against the shop over MCP (stdio)
   agent-surface-demo serve --stdio [--as WHO] [--conformance] [--drain-ms MS] [--data DIR | --memory]
   agent-surface-demo serve --http ADDR [--as WHO] [--token TOKEN=WHO]... [--conformance] [--drain-ms MS]
-                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]]
+                          [--data DIR | --memory | --redis URL [--redis-prefix PREFIX] [--lease-ms MS] [--redis-timeout-ms MS]
+                           | --postgres URL [--postgres-schema SCHEMA] [--lease-ms MS] [--postgres-timeout-ms MS]]
                           [--state-key HEX] [--ticket-delay-ms MS] [--task-lease-ms MS]
                           [--max-connections-per-ip N] [--allowed-host HOST]...
                           [--quorum CAPABILITY=N]... [--public-url URL]
@@ -67,7 +69,10 @@ printed on stderr at start). --memory keeps them in the process, lost when it en
 confirmations, rate budgets and MCP tasks in that Redis under PREFIX (default agent-surface-demo:),
 so that several servers (replicas) serve one shop; --lease-ms sets how long a replica that died
 mid-call holds that call (default 10000); --redis-timeout-ms is the time budget of one Redis
-operation, past which the call fails closed (default 2000). --state-key HEX (64 hex digits) seals input-required
+operation, past which the call fails closed (default 2000). --postgres keeps the same in that PostgreSQL
+database, the stores in the schema SCHEMA (default agent_surface_demo) and the shop in SCHEMA_shop, so that
+replicas serve one shop; --lease-ms as for Redis; --postgres-timeout-ms is the time budget of one store
+operation (default 2000). --state-key HEX (64 hex digits) seals input-required
 states with that key, so that any replica takes a retry. --ticket-delay-ms makes tickets-open
 take that long (to catch a call in flight). --task-lease-ms sets how long an MCP task whose
 server died is held before any server sharing its store ends it with an unknown outcome
@@ -119,6 +124,12 @@ struct Serve {
     lease: Option<std::time::Duration>,
     /// The time budget of one Redis operation (`--redis-timeout-ms`).
     redis_timeout: Option<std::time::Duration>,
+    /// The PostgreSQL database of the state (`--postgres URL`).
+    postgres: Option<String>,
+    /// The schema of the stores (`--postgres-schema`).
+    postgres_schema: Option<String>,
+    /// The time budget of one PostgreSQL store operation (`--postgres-timeout-ms`).
+    postgres_timeout: Option<std::time::Duration>,
     state_key: Option<Vec<u8>>,
     ticket_delay: Option<std::time::Duration>,
     /// How long a running MCP task is held without a renewal (`--task-lease-ms`).
@@ -211,6 +222,15 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                 }
                 serve.redis_timeout = Some(timeout);
             }
+            "--postgres" => serve.postgres = Some(value("--postgres")?),
+            "--postgres-schema" => serve.postgres_schema = Some(value("--postgres-schema")?),
+            "--postgres-timeout-ms" => {
+                let timeout = parse_ms("--postgres-timeout-ms", &value("--postgres-timeout-ms")?)?;
+                if timeout.is_zero() {
+                    return Err("--postgres-timeout-ms must be positive".to_string());
+                }
+                serve.postgres_timeout = Some(timeout);
+            }
             "--ticket-delay-ms" => {
                 serve.ticket_delay = Some(parse_ms("--ticket-delay-ms", &value("--ticket-delay-ms")?)?)
             }
@@ -255,14 +275,20 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
     if serve.stdio == serve.http.is_some() {
         return Err("choose one of --stdio and --http ADDR".to_string());
     }
-    match [serve.data.is_some(), serve.memory, serve.redis.is_some()].iter().filter(|chosen| **chosen).count() {
+    let chosen = [serve.data.is_some(), serve.memory, serve.redis.is_some(), serve.postgres.is_some()];
+    match chosen.iter().filter(|chosen| **chosen).count() {
         0 => serve.data = Some(DEFAULT_DATA_DIR.into()),
         1 => {}
-        _ => return Err("choose one of --data DIR, --memory and --redis URL".to_string()),
+        _ => return Err("choose one of --data DIR, --memory, --redis URL and --postgres URL".to_string()),
     }
-    if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.lease.is_some() || serve.redis_timeout.is_some())
-    {
-        return Err("--redis-prefix, --lease-ms and --redis-timeout-ms need --redis URL".to_string());
+    if serve.redis.is_none() && (serve.redis_prefix.is_some() || serve.redis_timeout.is_some()) {
+        return Err("--redis-prefix and --redis-timeout-ms need --redis URL".to_string());
+    }
+    if serve.postgres.is_none() && (serve.postgres_schema.is_some() || serve.postgres_timeout.is_some()) {
+        return Err("--postgres-schema and --postgres-timeout-ms need --postgres URL".to_string());
+    }
+    if serve.lease.is_some() && serve.redis.is_none() && serve.postgres.is_none() {
+        return Err("--lease-ms needs --redis URL or --postgres URL".to_string());
     }
     if serve.public_url.is_some() && serve.http.is_none() {
         return Err("--public-url is for --http".to_string());
@@ -345,6 +371,30 @@ async fn serve(options: Serve) -> Result<(), String> {
         task_config.lease = lease;
     }
     let demo = match &options.redis {
+        None if options.postgres.is_some() => {
+            // Replicas share everything, durably: the shop's orders, idempotency records,
+            // confirmations, rate budgets, tasks and the audit trail.
+            let url = options.postgres.as_deref().unwrap_or_default();
+            let schema = options.postgres_schema.clone().unwrap_or_else(|| "agent_surface_demo".to_string());
+            let mut config = agent_surface_postgres::PostgresConfig::with_schema(schema.clone());
+            if let Some(lease) = options.lease {
+                config.lease = lease;
+                config.in_flight_retention = config.in_flight_retention.max(lease * 2);
+            }
+            if let Some(timeout) = options.postgres_timeout {
+                config.op_timeout = timeout;
+            }
+            let pg = agent_surface_postgres::PostgresStores::connect(url, config).await.map_err(|e| e.to_string())?;
+            shop_options.confirmations = Some(Arc::new(pg.confirmations()));
+            shop_options.idempotency = Some(Arc::new(pg.idempotency()));
+            shop_options.rate_limiter =
+                Some(Arc::new(pg.rate_limiter(policy::quote_budget(shop_options.quote_refill))));
+            task_config.store = Arc::new(pg.tasks());
+            shop_options.audit = Some(Arc::new(pg.audit()));
+            let data =
+                data::Data::postgres(pg.pool().clone(), &format!("{schema}_shop"), orders::seed_orders()).await?;
+            shop::build_with(shop_options, data)
+        }
         None if options.data.is_some() => {
             let dir = options.data.as_deref().unwrap_or(std::path::Path::new(DEFAULT_DATA_DIR));
             std::fs::create_dir_all(dir)

@@ -106,6 +106,8 @@ use agent_surface_core::Timestamp;
 use agent_surface_policy::StoreError;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+/// The `deadpool-postgres` crate whose pool the stores share ([`PostgresStores::pool`]).
+pub use deadpool_postgres;
 /// The `tokio-postgres` crate the stores are built on.
 pub use tokio_postgres;
 

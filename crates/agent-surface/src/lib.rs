@@ -6,7 +6,8 @@
 //! [`registry`] (capabilities, the invocation pipeline, [`ServiceBuilder`]), [`mcp`] (the MCP
 //! adapter), [`http`] (the HTTP binding and the approval inbox), [`server`] (connection limits
 //! and the drain), and with their features `sqlite` (the durable stores of one server), `redis`
-//! (the stores replicas share) and `oauth` (the OAuth 2.1 resource server).
+//! (the stores replicas share), `postgres` (the stores replicas share, durable, in PostgreSQL) and
+//! `oauth` (the OAuth 2.1 resource server).
 //!
 //! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
 //! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
@@ -45,6 +46,8 @@ pub use agent_surface_mcp as mcp;
 #[cfg(feature = "oauth")]
 pub use agent_surface_oauth as oauth;
 pub use agent_surface_policy as policy;
+#[cfg(feature = "postgres")]
+pub use agent_surface_postgres as postgres;
 #[cfg(feature = "redis")]
 pub use agent_surface_redis as redis;
 pub use agent_surface_registry as registry;

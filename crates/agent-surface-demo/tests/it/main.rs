@@ -10,6 +10,7 @@ mod durable;
 mod every_code;
 mod http;
 mod operated;
+mod pg_replicas;
 mod replicas;
 mod schemas;
 mod served;

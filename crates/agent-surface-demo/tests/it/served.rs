@@ -89,7 +89,7 @@ impl Drop for Server {
 /// `--memory` when `args` choose no store: the tests start many servers at once, each a shop of
 /// its own, where the default would have them all open `./agent-surface-data`.
 pub(crate) fn in_memory_unless_chosen(args: &[&str]) -> Option<&'static str> {
-    let chosen = args.iter().any(|a| matches!(*a, "--data" | "--memory" | "--redis"));
+    let chosen = args.iter().any(|a| matches!(*a, "--data" | "--memory" | "--redis" | "--postgres"));
     (!chosen).then_some("--memory")
 }
 
