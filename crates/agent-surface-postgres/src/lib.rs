@@ -23,10 +23,12 @@
 //!
 //! **Each store operation is one transaction**, and an operation answers only after its commit:
 //! with PostgreSQL's default `synchronous_commit = on`, on disk (and on the synchronous standbys,
-//! if any). The common paths are one statement each, so one round trip: a new call's admission
-//! (an insert that claims the key unless it is taken, or its attempt was cancelled), a
-//! settlement (an update guarded by the fencing token, which notifies the followers in the same
-//! statement), a renewal. The paths that must read before they decide (a follower's admission, a
+//! if any). The common paths are one statement each, so one round trip: an admission (an insert
+//! that claims the key unless it is taken or its attempt was cancelled, answering the record as
+//! it stands otherwise: a replay is this one read), the started mark, a renewal, a settlement (an
+//! update guarded by the fencing token, which notifies the followers in the same statement). A
+//! tracked call is three statements: admission, started mark, settlement (`pg_stat_statements`
+//! counts them in `cargo bench -p agent-surface-postgres --bench stores`). The paths that must read before they decide (a follower's admission, a
 //! takeover, every confirmation operation) read the row `FOR UPDATE` inside a transaction, so two
 //! replicas never interleave on one record.
 //!
