@@ -92,6 +92,8 @@ pub enum StaleReason {
     SurfaceReloaded,
     /// The surface version changed since the call was planned (destructive / external effects).
     SurfaceVersionMismatch,
+    /// The call named a tool version that is not the tool's live one (every effect).
+    ToolVersionMismatch,
 }
 
 /// `STALE_CAPABILITY` details.
@@ -103,6 +105,10 @@ pub struct StaleDetails {
     /// The registration that replaced the named one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_registration_id: Option<String>,
+    /// The tool's live version, with `reason: tool-version-mismatch`: the version a refreshed
+    /// listing shows (see [`crate::tool_version`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_tool_version: Option<String>,
 }
 
 /// Why `INVOCATION_CONFLICT`: whose key the earlier request holds.

@@ -113,7 +113,28 @@ impl AgentSurfaceError {
 
     /// `STALE_CAPABILITY {reason, liveRegistrationId?}`.
     pub fn stale_capability(reason: StaleReason, live_registration_id: Option<String>) -> Self {
-        Self::worded(ErrorCode::StaleCapability, Some(to_map(&StaleDetails { reason, live_registration_id })))
+        let details = StaleDetails { reason, live_registration_id, live_tool_version: None };
+        Self::worded(ErrorCode::StaleCapability, Some(to_map(&details)))
+    }
+
+    /// `STALE_CAPABILITY {reason: tool-version-mismatch, liveToolVersion}` (retry `after-refresh`):
+    /// the call named a version of its tool that is not the live one (see [`crate::tool_version`]).
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// let p = AgentSurfaceError::stale_tool_version("3f1c0a9b2d4e6f8071a2").into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::StaleCapability, Retry::AfterRefresh));
+    /// let details = p.details().unwrap();
+    /// assert_eq!(details["reason"], "tool-version-mismatch");
+    /// assert_eq!(details["liveToolVersion"], "3f1c0a9b2d4e6f8071a2");
+    /// ```
+    pub fn stale_tool_version(live_tool_version: impl Into<String>) -> Self {
+        let details = StaleDetails {
+            reason: StaleReason::ToolVersionMismatch,
+            live_registration_id: None,
+            live_tool_version: Some(live_tool_version.into()),
+        };
+        Self::worded(ErrorCode::StaleCapability, Some(to_map(&details)))
     }
 
     /// `INVOCATION_CONFLICT {reason: id-reused-with-different-request}`; never anything about the

@@ -62,6 +62,7 @@ pub mod repair;
 mod result;
 mod text;
 mod time;
+pub mod tool_version;
 
 pub use code::{Effect, ErrorCode, Layer, LogLevel, Phase, Retry};
 pub use definition::{DefinitionError, DefinitionErrorCode};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::repair::Repair;
+use agent_surface_core::tool_version::{ConfirmationGate, ToolDefinition};
 use agent_surface_core::{AgentSurfaceError, DefinitionError, DefinitionErrorCode as Code, Effect, Retry, SafeText};
 use agent_surface_policy::Consumer;
 use futures_util::future::BoxFuture;
@@ -115,6 +116,9 @@ pub(crate) struct CapabilityDef {
     pub(crate) tool_name: String,
     pub(crate) type_id: Arc<str>,
     pub(crate) description: String,
+    /// The tool's version, computed once from the definition
+    /// ([`agent_surface_core::tool_version::ToolDefinition`]).
+    pub(crate) tool_version: Arc<str>,
     pub(crate) effect: Effect,
     pub(crate) idempotent: bool,
     /// Strict audit for this capability (see `CapabilityBuilder::strict_audit`).
@@ -1005,11 +1009,33 @@ impl CapabilityBuilder<'_, '_> {
         };
         let name = id::capability_name(&self.ty.type_id, &self.id);
         let tool_name = id::tool_name(&name).unwrap_or_else(|| name.replace('.', "-"));
+        let description = self.description.trim().to_string();
+        let tool_version = ToolDefinition {
+            name: &name,
+            description: &description,
+            input_schema: input.advertised.as_value(),
+            output_schema: output_schema.as_ref().map(PortableSchema::as_value),
+            effect: self.effect,
+            idempotent: self.idempotent,
+            long_running: self.long_running,
+            plane: match self.plane {
+                Plane::View => "view",
+                Plane::Procedure => "procedure",
+            },
+            confirmation: match &self.confirm {
+                None => ConfirmationGate::None,
+                Some(c) if c.conditional => ConfirmationGate::Conditional,
+                Some(_) => ConfirmationGate::Always,
+            },
+            meta: self.meta.as_ref(),
+        }
+        .version();
         Ok(CapabilityDef {
             name: Arc::from(name),
             tool_name,
             type_id: Arc::from(self.ty.type_id.as_str()),
-            description: self.description.trim().to_string(),
+            description,
+            tool_version: Arc::from(tool_version),
             effect: self.effect,
             idempotent: self.idempotent,
             strict_audit: self.strict_audit,

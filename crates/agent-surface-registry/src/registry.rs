@@ -430,6 +430,91 @@ impl Registry {
         Ok(())
     }
 
+    /// Replaces the definition of a type already defined, keeping its live instances: what a
+    /// deployment that changes a tool without a restart does (a plugin reloaded, a schema
+    /// migrated). The new definition is checked as [`Registry::define`] checks one, and against
+    /// every live instance as a mount would check it (the state its extractors take); a defect is
+    /// a [`DefinitionError`] and the old definition stays.
+    ///
+    /// Capabilities the new definition leaves out are gone (their disabled marks too); the others
+    /// are replaced. A call already past resolution finishes under the definition it resolved
+    /// to; a later call meets the new one. Each capability's tool version follows its new
+    /// definition ([`agent_surface_core::tool_version`]): a call that names the version listed
+    /// before a change is `STALE_CAPABILITY {reason: tool-version-mismatch}` with the live
+    /// version, and a definition redefined identically keeps its version.
+    ///
+    /// ```
+    /// use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+    /// use agent_surface_policy::Consumer;
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// let define = |schema: serde_json::Value| {
+    ///     move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
+    ///         t.capability("open", "Open a ticket.").raw_handler(schema, None, |_: Ctx, v| async move { Ok(v) });
+    ///     }
+    /// };
+    /// registry.define("tickets", define(json!({"type": "object"})))?;
+    /// let _mounted = registry.mount("tickets", "main")?;
+    /// let consumer = Consumer::anonymous("c");
+    /// let before = registry.snapshot(&consumer).await.capabilities[0].tool_version.clone().unwrap();
+    ///
+    /// registry.redefine("tickets", define(json!({"type": "object", "properties": {"title": {"type": "string"}}})))?;
+    /// let after = registry.snapshot(&consumer).await.capabilities[0].tool_version.clone().unwrap();
+    /// assert_ne!(before, after);
+    ///
+    /// let old = InvokeRequest::new("tickets.open", json!({})).with_tool_version(before);
+    /// let result = registry.invoke(old, InvokeOptions::new(consumer.clone())).await;
+    /// let details = result.error_payload().unwrap().details().unwrap();
+    /// assert_eq!(details["reason"], "tool-version-mismatch");
+    /// assert_eq!(details["liveToolVersion"], after.as_str());
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn redefine(&self, type_id: &str, build: impl FnOnce(&mut TypeBuilder<'_>)) -> Result<(), DefinitionError> {
+        let executors = self.inner.executors.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let env = BuildEnv { executors: &executors, limits: self.inner.config.definition_limits };
+        let mut builder = TypeBuilder::new(type_id, env);
+        build(&mut builder);
+        let defs = builder.finish()?;
+        self.inner.wiring.check_type(type_id, defs.iter().map(|d| &*d.name))?;
+        let shared = self.inner.shared();
+        let version = {
+            let mut state = self.inner.write();
+            let Some(ty) = state.types.get(type_id) else {
+                return Err(DefinitionError::new(
+                    Code::InvalidDefinition,
+                    type_id,
+                    "cannot redefine a type that is not defined; define it first",
+                ));
+            };
+            for def in &defs {
+                for live in ty.instances.values() {
+                    let target = Some((&*live.instance_id, live.state.as_deref()));
+                    crate::wiring::check_requirements(&def.name, &def.requirements, &shared, target)?;
+                }
+            }
+            let old = std::mem::take(&mut state.types.get_mut(type_id).expect("checked above").capabilities);
+            let kept: std::collections::HashSet<&str> = defs.iter().map(|d| &*d.name).collect();
+            for name in old.iter().filter(|n| !kept.contains(&***n)) {
+                state.disabled.remove(name);
+            }
+            for name in &old {
+                state.capabilities.remove(name);
+            }
+            let mut names = Vec::with_capacity(defs.len());
+            for d in defs {
+                names.push(d.name.clone());
+                state.capabilities.insert(d.name.clone(), Arc::new(d));
+            }
+            state.types.get_mut(type_id).expect("checked above").capabilities = names;
+            state.touch(type_id)
+        };
+        self.inner.publish(version);
+        Ok(())
+    }
+
     /// Checks that every type and capability the registry's hooks name is defined, and that the
     /// registry provides the state every [`State<T>`](crate::State) extractor takes — what every
     /// mount checks first (a mount also checks its instance's state against the

@@ -64,6 +64,13 @@ pub struct InvokeRequest {
     /// The surface version the call was planned against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surface_version: Option<u64>,
+    /// The version of the tool the call was planned against, as listed
+    /// ([`CapabilityDescriptor::tool_version`](crate::CapabilityDescriptor::tool_version)): a
+    /// version that is not the live one is `STALE_CAPABILITY {reason: tool-version-mismatch}`,
+    /// whatever the effect. Serialized as `toolVersion`
+    /// ([`agent_surface_core::tool_version::wire::HTTP_MEMBER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
     /// Approved confirmation evidence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation_id: Option<String>,
@@ -167,6 +174,7 @@ impl InvokeRequest {
             invocation_id: None,
             surface_id: None,
             surface_version: None,
+            tool_version: None,
             confirmation_id: None,
         }
     }
@@ -187,6 +195,12 @@ impl InvokeRequest {
     pub fn with_surface(mut self, surface_id: impl Into<String>, version: u64) -> InvokeRequest {
         self.surface_id = Some(surface_id.into());
         self.surface_version = Some(version);
+        self
+    }
+
+    /// The same call, planned against version `tool_version` of its tool (as listed).
+    pub fn with_tool_version(mut self, tool_version: impl Into<String>) -> InvokeRequest {
+        self.tool_version = Some(tool_version.into());
         self
     }
 

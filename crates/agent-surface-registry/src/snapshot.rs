@@ -41,6 +41,14 @@ pub struct CapabilityDescriptor {
     pub tool_name: String,
     /// The description for the model.
     pub description: String,
+    /// The tool's version: a digest of its definition as a caller plans against it
+    /// ([`agent_surface_core::tool_version`]), the same on every replica and across restarts;
+    /// echoed as [`InvokeRequest::tool_version`](crate::InvokeRequest::tool_version), it makes a
+    /// call planned against another definition `STALE_CAPABILITY`. Serialized as `toolVersion`.
+    /// Always set by [`Registry::snapshot`]; `None` only in a descriptor read from a server that
+    /// lists no versions, whose calls then name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
     /// The input schema the agent must satisfy (bound fields excluded), with the optional reserved
     /// target argument ([`crate::TARGET_ARGUMENT`]) when several instances this consumer sees can
     /// handle the capability.
@@ -187,6 +195,7 @@ pub(crate) async fn build(registry: &Registry, consumer: &Consumer) -> Snapshot 
             name: def.name.to_string(),
             tool_name: def.tool_name.clone(),
             description: def.description.clone(),
+            tool_version: Some(def.tool_version.to_string()),
             input_schema,
             output_schema: def.output_schema.clone().map(Value::from),
             effect: def.effect,

@@ -3,7 +3,8 @@
 //! Input: the request and the live state. Decision: the capability definition and the one live
 //! registration the call runs against. Codes: `CAPABILITY_NOT_FOUND` (unknown, or no live instance
 //! and no tombstone), `COMPONENT_UNMOUNTED {phase: resolve}` (tombstone hit), `STALE_CAPABILITY`
-//! (replaced registration, other surface, outdated version on a destructive/external call),
+//! (replaced registration, other surface, outdated version on a destructive/external call, a tool
+//! version that is not the live one on any call),
 //! `AMBIGUOUS_INSTANCE` (several live instances and none named).
 //!
 //! Several live instances and none named are held back as [`Resolution::Ambiguous`]: phase 4
@@ -165,7 +166,8 @@ pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
 }
 
 /// The live registration of `def` the call runs against (or the several it could), and the
-/// surface-version stop it meets, if any.
+/// staleness stop it meets, if any (a tool version that is not the live one, an outdated surface
+/// version on a destructive or external call).
 fn registration(
     state: &State,
     surface_id: &str,
@@ -238,6 +240,15 @@ fn registration(
         }
     };
 
+    // A named tool version that is not the live one: stale whatever the effect (unlike the
+    // surface version, which binds destructive and external calls only), and first, since its
+    // answer names the version to plan against.
+    if let Some(presented) = &request.tool_version
+        && presented.as_str() != &*def.tool_version
+    {
+        let note = format!("presented tool version {presented}, live {}", def.tool_version);
+        return Ok((registration, Some(stop(AgentSurfaceError::stale_tool_version(&*def.tool_version), note))));
+    }
     let stale = match request.surface_version {
         Some(presented)
             if def.effect.requires_fresh_surface() && (presented < ty.changed_at || presented > state.version) =>

@@ -23,5 +23,6 @@ mod robustness;
 mod surface;
 mod target_argument;
 mod telemetry;
+mod tool_versions;
 mod verify;
 mod wiring;
