@@ -45,7 +45,7 @@ use anyhow::{Context, Result, bail};
 
 /// The conformance scenarios (0.1.16, legacy era) that must pass (checked in their
 /// `checks.json`, not only by the suite's exit code).
-const REQUIRED_SCENARIOS: [&str; 8] = [
+const REQUIRED_SCENARIOS: [&str; 13] = [
     "server-initialize",
     "ping",
     "tools-list",
@@ -54,12 +54,18 @@ const REQUIRED_SCENARIOS: [&str; 8] = [
     "tools-call-with-progress",
     "dns-rebinding-protection",
     "json-schema-2020-12",
+    // The demo's one resource, one prompt and its completion (beside the tools, `library.rs`).
+    "resources-list",
+    "resources-read-text",
+    "prompts-list",
+    "prompts-get-with-args",
+    "completion-complete",
 ];
 
 /// The scored scenarios of the 2025-11-25 requirement set (conformance 0.2.0-alpha.12) that must
 /// pass: the same as 0.1.16's but `json-schema-2020-12` (unscored there) for
 /// `server-sse-multiple-streams`; the others are listed in `conformance-2025-expected-failures.yml`.
-const REQUIRED_2025: [&str; 8] = {
+const REQUIRED_2025: [&str; 13] = {
     let mut required = REQUIRED_SCENARIOS;
     required[7] = "server-sse-multiple-streams";
     required
@@ -67,7 +73,7 @@ const REQUIRED_2025: [&str; 8] = {
 
 /// The scored scenarios of the 2026-07-28 requirement set (conformance 0.2.0-alpha.12) that must
 /// pass; the others are listed, with reasons, in `conformance-2026-expected-failures.yml`.
-const REQUIRED_2026: [&str; 20] = [
+const REQUIRED_2026: [&str; 27] = [
     "server-stateless",
     "tools-list",
     "tools-call-simple-text",
@@ -88,6 +94,14 @@ const REQUIRED_2026: [&str; 20] = [
     "input-required-result-capability-check",
     "input-required-result-ignore-extra-params",
     "input-required-result-validate-input",
+    // The demo's one resource, one prompt and its completion (beside the tools, `library.rs`).
+    "resources-list",
+    "resources-read-text",
+    "prompts-list",
+    "prompts-get-with-args",
+    "completion-complete",
+    "caching",
+    "sep-2164-resource-not-found",
 ];
 
 /// Waits for `child`, killing it after `limit`.
@@ -295,7 +309,7 @@ fn start_http_server(demo: &Path, log: &Path) -> Result<(Child, String)> {
 }
 
 /// Checks that every required scenario ran and all its checks succeeded (`SKIPPED` counts: a
-/// check that does not apply to a tools-only server); returns how many checks passed.
+/// check that does not apply to the demo); returns how many checks passed.
 fn check_required(results: &Path, required: &[&str]) -> Result<usize> {
     let mut total = 0;
     let entries: Vec<PathBuf> = std::fs::read_dir(results)?.filter_map(|e| e.ok().map(|e| e.path())).collect();

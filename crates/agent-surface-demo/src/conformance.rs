@@ -4,26 +4,33 @@
 //! The fixtures are ordinary capabilities of a `conformance` type, so they go through the whole
 //! pipeline; a thin wrapper around [`McpServer`] lists them under the names the suite expects
 //! (`test_simple_text`, which are not `type-capability` tool names) and maps those names back on
-//! `tools/call`. Everything else is the adapter, unchanged. The scenarios whose features the
-//! adapter does not offer (media content, logging, progress, sampling, resources, prompts,
-//! completion, arbitrary elicitation forms) are listed with reasons in
-//! `crates/agent-surface-mcp/tests/clients/conformance-expected-failures.yml`.
+//! `tools/call`. Everything else is the adapter, unchanged, composed with the suite's resource,
+//! prompt and completion fixtures (`library::Library::conformance`, served through
+//! `McpServer::with_fallback`). The scenarios whose features the demo does not offer (media
+//! content, logging, sampling, legacy elicitation forms, resource templates and subscriptions,
+//! more prompts) are listed with reasons in the expected-failure files of
+//! `crates/agent-surface-mcp/tests/clients/`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, DefinitionError, Effect};
 use agent_surface_mcp::http::McpHttpConfig;
-use agent_surface_mcp::{McpConfig, McpServer};
+use agent_surface_mcp::{Composed, McpConfig, McpServer};
 use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult, GetTaskParams,
-    GetTaskResult, ListToolsResult, PaginatedRequestParams, ServerConfig, SubscriptionFilter, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams, CompleteResult, CustomRequest,
+    CustomResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+    SubscriptionFilter, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+use crate::library::Library;
 
 /// (name the suite calls, tool name of the capability behind it).
 const ALIASES: [(&str, &str); 23] = [
@@ -307,14 +314,75 @@ pub(crate) fn define(registry: &Registry) -> Result<Mount, DefinitionError> {
     registry.mount(crate::policy::CONFORMANCE, "fixtures")
 }
 
-/// The adapter, with the fixture tools under the suite's names.
+/// The adapter, with the fixture tools under the suite's names, composed with the suite's
+/// resource, prompt and completion.
 pub(crate) struct ConformanceServer {
-    inner: McpServer,
+    inner: Composed<Library>,
 }
 
 impl ServerHandler for ConformanceServer {
     fn get_info(&self) -> ServerConfig {
         self.inner.get_info()
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.inner.initialize(request, context).await
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        self.inner.supported_protocol_versions()
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.inner.list_resources(request, context).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.inner.list_resource_templates(request, context).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.inner.read_resource(request, context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.inner.list_prompts(request, context).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.inner.get_prompt(request, context).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.inner.complete(request, context).await
     }
 
     async fn list_tools(
@@ -390,7 +458,7 @@ impl ServerHandler for ConformanceServer {
 impl ConformanceServer {
     /// The wrapped adapter for one connection.
     pub(crate) fn new(registry: Registry, config: Arc<McpConfig>) -> ConformanceServer {
-        ConformanceServer { inner: McpServer::new(registry, config) }
+        ConformanceServer { inner: McpServer::new(registry, config).with_fallback(Library::conformance()) }
     }
 }
 

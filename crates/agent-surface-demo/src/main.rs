@@ -28,6 +28,7 @@
 mod cli;
 mod conformance;
 mod data;
+mod library;
 mod orders;
 mod policy;
 mod session;
@@ -481,8 +482,9 @@ async fn serve(options: Serve) -> Result<(), String> {
             let serving = agent_surface_mcp::serve_io(server, read, write, max);
             shutdown::serve_stdio(serving, signals, &registry, stop, drain).await
         } else {
+            // The shop's own resource and prompt beside its tools (`library.rs`).
             let serving = agent_surface_mcp::serve_io(
-                agent_surface_mcp::McpServer::new(registry.clone(), config),
+                agent_surface_mcp::McpServer::new(registry.clone(), config).with_fallback(library::Library::shop()),
                 read,
                 write,
                 max,
@@ -552,7 +554,13 @@ async fn serve(options: Serve) -> Result<(), String> {
     let app = if options.conformance {
         conformance::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     } else {
-        agent_surface_mcp::http::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
+        agent_surface_mcp::http::router_with_fallback(
+            demo.registry.clone(),
+            config,
+            library::Library::shop,
+            &http,
+            drain_steps.streams.clone(),
+        )
     };
     // The approval inbox, for the identities with the `approver` role (see `inbox_config`).
     let inbox =

@@ -51,3 +51,53 @@ fn malformed_unknown_and_oversized_frames_get_json_rpc_errors() {
     drop(stdin);
     assert!(child.wait().unwrap().success(), "the server ends cleanly when its input closes");
 }
+
+/// The shop's own resource, prompt and completion, served beside its tools from the same process
+/// (`library.rs`, through `McpServer::with_fallback`).
+#[test]
+fn the_shops_resource_prompt_and_completion_are_served_beside_its_tools() {
+    let mut child = crate::demo()
+        .args(["serve", "--stdio", "--memory"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _stderr = crate::served::keep_stderr(&mut child);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |id: u64, method: &str, params: Value| {
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    };
+    let init =
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}});
+    let caps = ask(1, "initialize", init)["result"]["capabilities"].clone();
+    for capability in ["tools", "resources", "prompts", "completions"] {
+        assert!(caps.get(capability).is_some(), "{capability}: {caps}");
+    }
+    let resources = ask(2, "resources/list", json!({}));
+    let uri = resources["result"]["resources"][0]["uri"].as_str().expect("a resource").to_string();
+    assert_eq!(uri, "shop://policies/refunds");
+    let read = ask(3, "resources/read", json!({"uri": uri}));
+    assert!(read["result"]["contents"][0]["text"].as_str().unwrap().contains("within 30 days"), "{read}");
+    let prompt = ask(4, "prompts/get", json!({"name": "draft_refund_reply", "arguments": {"orderId": "A-1002"}}));
+    let text = prompt["result"]["messages"][0]["content"]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("Look up order A-1002,"), "{prompt}");
+    let completion = ask(
+        5,
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "draft_refund_reply"}, "argument": {"name": "orderId", "value": "a-100"}}),
+    );
+    assert_eq!(completion["result"]["completion"]["values"], json!(["A-1001", "A-1002", "A-1003"]), "{completion}");
+    let missing = ask(6, "prompts/get", json!({"name": "draft_refund_reply"}));
+    assert_eq!(missing["error"]["code"], -32602, "{missing}");
+    let tools = ask(7, "tools/list", json!({}));
+    assert!(tools["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "orders-get"), "{tools}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
