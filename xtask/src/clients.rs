@@ -4,8 +4,11 @@
 //! Installs pinned clients into the git-ignored `.tools/` folder (reused when already installed
 //! at the same pins), builds `agent-surface-demo`, and runs:
 //!
-//! 1. the official TypeScript SDK client v1 (`@modelcontextprotocol/sdk`, legacy era),
-//!    `js/clients.mjs`, and v2 (`@modelcontextprotocol/client`, MCP 2026-07-28),
+//! 1. the official TypeScript SDK client v1 (`@modelcontextprotocol/sdk` 1.32.2, and 1.30.1
+//!    installed as `sdk-1-30`, legacy era), `js/clients.mjs`; the conformance suites' own tool
+//!    calls with their exact answers (`conformance-calls.json`) through both v1 lines,
+//!    `js/conformance_calls.mjs`, and the Python SDK, `python/conformance_calls.py`; v2
+//!    (`@modelcontextprotocol/client`, MCP 2026-07-28),
 //!    `js/modern_clients.mjs`; and v1 against the demo as an OAuth 2.1 resource server
 //!    (`--oauth-jwks` with `agent-surface-oauth`'s test keys), `js/oauth_client.mjs`: the 401 and
 //!    its `WWW-Authenticate`, the metadata fetched, the sign-in redirect, minted tokens;
@@ -425,13 +428,39 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     };
 
     // The scripts must sit next to node_modules for their imports to resolve.
-    for script in ["checks.mjs", "clients.mjs", "modern_clients.mjs", "oauth_client.mjs"] {
+    for script in ["checks.mjs", "clients.mjs", "modern_clients.mjs", "oauth_client.mjs", "conformance_calls.mjs"] {
         std::fs::copy(p.clients.join("js").join(script), packages.join(script))?;
     }
     let mut js = Command::new(&node);
     js.arg(packages.join("clients.mjs")).arg(&demo).arg(&cases).current_dir(&packages);
     with_node_path(&mut js, &bin);
     add(run_checks("typescript sdk client", &mut js, &logs.join("typescript.log"), Duration::from_secs(300))?);
+
+    // The 1.30 line (installed as `sdk-1-30`): the same cases, so that every v1 version listed
+    // accepts our error results (v1 clients have refused structuredContent on them).
+    let mut js130 = Command::new(&node);
+    js130.arg(packages.join("clients.mjs")).arg(&demo).arg(&cases).current_dir(&packages);
+    js130.env("AGENT_SURFACE_SDK", "sdk-1-30");
+    with_node_path(&mut js130, &bin);
+    add(run_checks(
+        "typescript sdk 1.30 client",
+        &mut js130,
+        &logs.join("typescript-1.30.log"),
+        Duration::from_secs(300),
+    )?);
+
+    // The conformance suites' own tool calls, with their exact answers (the suite's checks pass
+    // against a server that answers anything): both v1 lines and the Python SDK.
+    let calls = p.clients.join("conformance-calls.json");
+    for (sdk, log) in
+        [("@modelcontextprotocol/sdk", "conformance-calls-ts.log"), ("sdk-1-30", "conformance-calls-ts-1.30.log")]
+    {
+        let mut cmd = Command::new(&node);
+        cmd.arg(packages.join("conformance_calls.mjs")).arg(&demo).arg(&calls).current_dir(&packages);
+        cmd.env("AGENT_SURFACE_SDK", sdk);
+        with_node_path(&mut cmd, &bin);
+        add(run_checks(&format!("conformance calls ({sdk})"), &mut cmd, &logs.join(log), Duration::from_secs(120))?);
+    }
 
     let mut js2 = Command::new(&node);
     js2.arg(packages.join("modern_clients.mjs")).arg(&demo).current_dir(&packages);
@@ -463,6 +492,14 @@ pub(crate) fn run_all(root: &Path) -> Result<()> {
     let mut py = Command::new(&python);
     py.arg(p.clients.join("python/clients.py")).arg(&demo).arg(&cases);
     add(run_checks("python sdk client", &mut py, &logs.join("python.log"), Duration::from_secs(300))?);
+    let mut pycalls = Command::new(&python);
+    pycalls.arg(p.clients.join("python/conformance_calls.py")).arg(&demo).arg(&calls);
+    add(run_checks(
+        "conformance calls (python sdk)",
+        &mut pycalls,
+        &logs.join("conformance-calls-python.log"),
+        Duration::from_secs(120),
+    )?);
     let mut pai = Command::new(&python);
     pai.arg(p.clients.join("python/pydantic_ai_client.py")).arg(&demo);
     add(run_checks("pydantic-ai client", &mut pai, &logs.join("pydantic-ai.log"), Duration::from_secs(300))?);

@@ -1,4 +1,4 @@
-// The official TypeScript SDK client (@modelcontextprotocol/sdk) against `agent-surface-demo serve --stdio`.
+// The official TypeScript SDK client v1 (@modelcontextprotocol/sdk, 1.32.2 and 1.30.1) against `agent-surface-demo serve --stdio`.
 //
 // usage: node clients.mjs DEMO_BINARY CASES_JSON
 //
@@ -9,10 +9,14 @@
 // and closes with "N passed, M failed"; exits non-zero on any failure.
 
 import { readFileSync } from 'node:fs';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { ElicitRequestSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { check, finish } from './checks.mjs';
+
+// AGENT_SURFACE_SDK names the SDK package (default `@modelcontextprotocol/sdk`, 1.32.2; the
+// matrix also runs `sdk-1-30`, the 1.30 line installed under that alias).
+const sdk = process.env.AGENT_SURFACE_SDK ?? '@modelcontextprotocol/sdk';
+const { Client } = await import(`${sdk}/client/index.js`);
+const { StdioClientTransport } = await import(`${sdk}/client/stdio.js`);
+const { ElicitRequestSchema, ToolListChangedNotificationSchema } = await import(`${sdk}/types.js`);
 
 const [demo, casesPath] = process.argv.slice(2);
 if (!demo || !casesPath) {
