@@ -1,5 +1,6 @@
 //! Two demo servers sharing one PostgreSQL database (`serve --http --postgres URL --state-key
-//! K`): one execution per idempotency key across both, a replica killed mid-write never leads to
+//! K`): one execution per idempotency key across both, one approval used once however many
+//! retries race it through both, a replica killed mid-write never leads to
 //! a second execution, calls fail closed while the database is down, and nothing acknowledged is
 //! lost when it comes back.
 //!
@@ -137,6 +138,69 @@ fn a_postgres_replica_killed_mid_write_leaves_an_unknown_outcome_not_a_second_ex
     assert!(tickets(&url, &schema) <= 1, "never a second execution");
     let (status, body) = invoke(&b.addr, "tickets.open", &input, Some("fresh"));
     assert_eq!(status, 200, "{body}");
+}
+
+/// A modern `tools/call` of `orders-cancel` for `order` to `addr`, with `extra` params merged.
+fn cancel(addr: &str, order: &str, extra: &Value) -> Value {
+    let mut params = json!({
+        "name": "orders-cancel",
+        "arguments": {"orderId": order},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "pg-replicas-test", "version": "1"}
+        }
+    });
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "orders-cancel")];
+    let response = served::post(addr, "/mcp", "127.0.0.1", &headers, &body);
+    assert_eq!(response.status, 200, "{}", response.body);
+    response.messages().into_iter().find(|m| m.get("id").is_some()).expect("an answer")
+}
+
+fn payload(answer: &Value) -> Value {
+    let text = answer["result"]["content"][0]["text"].as_str().expect("a text block");
+    serde_json::from_str(text).expect("JSON")
+}
+
+/// One approval, asked on one replica and accepted by 100 concurrent retries split across both:
+/// exactly one executes (one refund); the others learn it was used, or that the order can no
+/// longer be cancelled.
+#[test]
+fn one_approval_raced_across_two_postgres_replicas_executes_once() {
+    let Some(url) = postgres_url() else { return };
+    let schema = schema("approval_race");
+    let (a, b) = replicas_on(&url, &schema, TIMEOUT_MS, &[]);
+    let asked = cancel(&a.addr, "A-1003", &json!({}));
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+    let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..100)
+            .map(|i| {
+                let addr = if i % 2 == 0 { &a.addr } else { &b.addr };
+                let accept = &accept;
+                s.spawn(move || cancel(addr, "A-1003", accept))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("a call")).collect()
+    });
+    let executed: Vec<&Value> = answers.iter().filter(|a| a["result"]["isError"] == false).collect();
+    assert_eq!(executed.len(), 1, "exactly one retry executes: {answers:?}");
+    assert_eq!(payload(executed[0])["refundedCents"], 9900);
+    for answer in answers.iter().filter(|a| a["result"]["isError"] == true) {
+        let p = payload(answer);
+        let told = (p["code"].as_str(), p["details"]["reason"].as_str());
+        assert!(
+            told == (Some("CONFIRMATION_INVALID"), Some("consumed"))
+                || told == (Some("PRECONDITION_FAILED"), Some("order-not-cancellable")),
+            "{answer}"
+        );
+    }
+    let cancelled = psql(&url, &format!("SELECT json FROM \"{schema}_shop\".orders WHERE id = 'A-1003'"));
+    assert!(cancelled.contains("\"cancelled\""), "{cancelled}");
 }
 
 /// Waits until `replica` reads the shop again (`orders.get` answers 200).
