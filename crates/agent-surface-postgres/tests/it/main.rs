@@ -1,5 +1,6 @@
 //! The PostgreSQL stores against a live PostgreSQL: the store kit's suites, replicas sharing one
-//! store, and failing closed when the database does not answer.
+//! store, the stored shapes of format 1 pinned both ways, and failing closed when the database
+//! does not answer.
 //!
 //! The database comes from `AGENT_SURFACE_POSTGRES_URL` when set; otherwise a private cluster is
 //! started once per test binary when PostgreSQL is installed
@@ -7,5 +8,6 @@
 //! instead of skipping them.
 
 mod faults;
+mod format;
 mod kit;
 mod support;
