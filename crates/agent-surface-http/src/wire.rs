@@ -254,7 +254,7 @@ impl ProtocolFault {
                 StatusCode::BAD_REQUEST,
                 "invalid-request",
                 "Invalid invoke request",
-                "The request body is not an invoke request. Send {\"capability\", \"input\"?, \"invocationId\"?, \"target\"?, \"surfaceId\"?, \"surfaceVersion\"?, \"confirmationId\"?} with those types, no other members and no member twice; an invocationId has 1 to 255 printable ASCII characters.",
+                "The request body is not an invoke request. Send {\"capability\", \"input\"?, \"invocationId\"?, \"target\"?, \"surfaceId\"?, \"surfaceVersion\"?, \"toolVersion\"?, \"confirmationId\"?} with those types, no other members and no member twice; an invocationId has 1 to 255 printable ASCII characters.",
             ),
             ProtocolFault::InvocationIdMismatch => (
                 StatusCode::BAD_REQUEST,

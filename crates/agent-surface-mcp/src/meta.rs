@@ -9,6 +9,7 @@
 //! | [`INVOCATION_ID`] `agent-surface/invocationId` | string | `InvokeRequest::invocation_id` |
 //! | [`SURFACE_ID`] `agent-surface/surfaceId` | string | `InvokeRequest::surface_id` |
 //! | [`SURFACE_VERSION`] `agent-surface/surfaceVersion` | non-negative integer | `InvokeRequest::surface_version` |
+//! | [`TOOL_VERSION`] `agent-surface/toolVersion` | non-empty string | `InvokeRequest::tool_version` |
 //! | [`CONFIRMATION_ID`] `agent-surface/confirmationId` | string | `InvokeRequest::confirmation_id` |
 //! | [`TARGET`] `agent-surface/target` | `{instanceId?, registrationId?}` | `InvokeRequest::target` |
 //!
@@ -27,7 +28,8 @@
 //! On results, the adapter sets [`INVOCATION_ID`] in the result's `_meta` when the call carried
 //! one; `tools/list` sets [`SURFACE_ID`] and [`SURFACE_VERSION`] in the list result's `_meta`, and
 //! each tool's `_meta` carries [`CAPABILITY`], [`EFFECT`], [`IDEMPOTENT`], for a long-running
-//! capability [`LONG_RUNNING`], and for a disabled capability [`UNAVAILABLE_REASON`].
+//! capability [`LONG_RUNNING`], for a disabled capability [`UNAVAILABLE_REASON`], and always
+//! [`TOOL_VERSION`], the version a call echoes (both protocol eras).
 
 use agent_surface_registry::{InvokeRequest, Target, TraceParent, trace};
 use serde::Deserialize;
@@ -43,6 +45,11 @@ pub const CORRELATION_ID: &str = "agent-surface/correlationId";
 pub const SURFACE_ID: &str = "agent-surface/surfaceId";
 /// The surface version the call was planned against (from the `tools/list` result's `_meta`).
 pub const SURFACE_VERSION: &str = "agent-surface/surfaceVersion";
+/// On a tool of `tools/list`: the tool's version; on `tools/call`: the version the call was
+/// planned against (a version that is not the live one is `STALE_CAPABILITY {reason:
+/// tool-version-mismatch}`). Read from the one table of the version's wire names,
+/// [`agent_surface_core::tool_version::wire`]: no field is standardized yet.
+pub const TOOL_VERSION: &str = agent_surface_core::tool_version::wire::MCP_META;
 /// Approved confirmation evidence (`details.confirmationId` of a `CONFIRMATION_REQUIRED`).
 pub const CONFIRMATION_ID: &str = "agent-surface/confirmationId";
 /// The target instance or registration: `{"instanceId": …, "registrationId": …}`.
@@ -124,6 +131,7 @@ pub fn apply(meta: &Map<String, Value>, request: &mut InvokeRequest) -> Result<(
     };
     request.surface_id = string(meta, SURFACE_ID)?;
     request.confirmation_id = string(meta, CONFIRMATION_ID)?;
+    request.tool_version = string(meta, TOOL_VERSION)?;
     request.surface_version = match meta.get(SURFACE_VERSION) {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_u64().ok_or(MetaError { key: SURFACE_VERSION, expected: "a non-negative integer" })?),

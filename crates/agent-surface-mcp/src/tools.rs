@@ -76,6 +76,9 @@ pub fn tool(c: &CapabilityDescriptor) -> Tool {
     m.insert(meta::CAPABILITY.to_string(), Value::String(c.name.clone()));
     m.insert(meta::EFFECT.to_string(), Value::String(c.effect.as_str().to_string()));
     m.insert(meta::IDEMPOTENT.to_string(), Value::Bool(c.idempotent));
+    if let Some(version) = &c.tool_version {
+        m.insert(meta::TOOL_VERSION.to_string(), Value::String(version.clone()));
+    }
     if c.long_running {
         m.insert(meta::LONG_RUNNING.to_string(), Value::Bool(true));
     }

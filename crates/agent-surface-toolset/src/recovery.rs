@@ -685,6 +685,9 @@ pub fn re_resolve(request: &InvokeRequest, payload: &ErrorPayload, snapshot: &Sn
     if next.surface_version.is_some() {
         next.surface_version = Some(snapshot.version);
     }
+    if next.tool_version.is_some() {
+        next.tool_version.clone_from(&capability.tool_version);
+    }
     if let Some(target) = next.target.take() {
         let live = |rid: &str| capability.instances.iter().any(|i| i.registration_id == rid);
         let replacement =

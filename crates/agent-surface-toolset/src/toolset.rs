@@ -113,8 +113,9 @@ struct State {
 ///    concurrently through the [recovery loop](crate::recovery), and [`Turn::messages`] answer them
 ///    in order.
 ///
-/// Calls carry the staleness tokens (`surfaceId`, `version`) of the snapshot the model's tool list
-/// was made from, so a destructive call planned against an outdated list is `STALE_CAPABILITY`.
+/// Calls carry the staleness tokens (`surfaceId`, `version`, and the tool's `toolVersion`) of the
+/// snapshot the model's tool list was made from, so a destructive call planned against an outdated
+/// list, and any call of a tool whose definition changed since, is `STALE_CAPABILITY`.
 /// After `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY`, `COMPONENT_UNMOUNTED` (or any `after-refresh`
 /// error, or a refresh by the loop), the tool list is marked stale.
 pub struct Toolset {
@@ -218,12 +219,19 @@ impl Toolset {
         parse_tool_calls(provider, response, turn)
     }
 
-    /// The invoke request for a call, carrying the listed snapshot's staleness tokens, or the
+    /// The invoke request for a call, carrying the listed snapshot's staleness tokens (the surface
+    /// token and the tool's version as listed), or the
     /// result that answers it without a request (unknown tool name, malformed arguments).
     pub fn request_for(&self, call: &ToolCall) -> Result<InvokeRequest, InvokeResult> {
         let request = call.to_request(self.config.id_namespace.as_deref())?;
         Ok(match &self.state().listed {
-            Some(listed) => request.with_surface(listed.surface_id.clone(), listed.version),
+            Some(listed) => {
+                let mut request = request.with_surface(listed.surface_id.clone(), listed.version);
+                // The version of the tool as the model's list showed it: a call planned on a
+                // definition that changed since is `STALE_CAPABILITY`, whatever its effect.
+                request.tool_version = listed.capability(&request.capability).and_then(|c| c.tool_version.clone());
+                request
+            }
             None => request,
         })
     }

@@ -309,3 +309,48 @@ async fn agents_that_send_only_arguments_get_their_wording() {
     };
     assert_eq!(sans_id(&a.body), sans_id(&b.body));
 }
+
+/// The proof of per-tool versions on the HTTP binding: list, change the definition (remount with
+/// a new schema), the old version is `412` STALE_CAPABILITY with the live one, the new one runs.
+#[tokio::test]
+async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_names_the_live_version() {
+    use agent_surface_core::tool_version::wire::HTTP_MEMBER;
+    use agent_surface_core::{AgentSurfaceError, Effect};
+    use agent_surface_registry::Ctx;
+
+    let server = start(HttpConfig::default()).await;
+    let listed = |server: &crate::client::Server| {
+        let addr = server.addr;
+        async move {
+            let v = send(addr, "GET", "/capabilities", &[], b"").await.json();
+            let say = v["capabilities"].as_array().unwrap().iter().find(|c| c["name"] == "echo.say").unwrap().clone();
+            say[HTTP_MEMBER].as_str().expect("a version").to_string()
+        }
+    };
+    let v1 = listed(&server).await;
+    let body =
+        |v: &str, text: Value| json!({"capability": "echo.say", "input": {"text": text}, HTTP_MEMBER: v}).to_string();
+    assert_eq!(post_json(server.addr, "/invoke", &[], &body(&v1, json!("hi"))).await.status, 200);
+
+    // Remount with a new schema: the text becomes a list of words.
+    server
+        .registry
+        .redefine("echo", |t| {
+            t.capability("say", "Echoes the text.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object", "properties": {"text": {"type": "array", "items": {"type": "string"}}}, "required": ["text"]}),
+                None,
+                |_ctx: Ctx, input: Value| async move { Ok::<_, AgentSurfaceError>(json!({"said": input["text"]})) },
+            );
+        })
+        .unwrap();
+    let v2 = listed(&server).await;
+    assert_ne!(v1, v2);
+
+    let r = post_json(server.addr, "/invoke", &[], &body(&v1, json!(["hi"]))).await;
+    assert_eq!(r.status, 412, "{r:?}");
+    let p = r.json();
+    assert_eq!((&p["code"], &p["retry"]), (&json!("STALE_CAPABILITY"), &json!("after-refresh")));
+    assert_eq!(p["details"], json!({"reason": "tool-version-mismatch", "liveToolVersion": v2}));
+    let r = post_json(server.addr, "/invoke", &[], &body(&v2, json!(["hi"]))).await;
+    assert_eq!((r.status, r.json()["output"].clone()), (200, json!({"said": ["hi"]})));
+}

@@ -115,3 +115,46 @@ async fn a_tool_whose_output_is_not_an_object_has_no_output_schema() {
     assert_eq!(wire["content"][0]["text"], r#"["a","b"]"#);
     c.client.cancel().await.unwrap();
 }
+
+/// The proof of per-tool versions on the legacy era: list, change the definition (remount with a
+/// new schema), the old version is stale with the live one, the new one runs.
+#[tokio::test]
+async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_names_the_live_version() {
+    use agent_surface_core::{ErrorCode, Retry};
+    use agent_surface_registry::{Registry, RegistryConfig};
+
+    use crate::support::{call, call_raw, notes, tool_version};
+
+    let registry = Registry::new(RegistryConfig::default());
+    registry.define("notes", notes("string")).unwrap();
+    let mounted = registry.mount("notes", "main").unwrap();
+    let c = connect(&registry, McpConfig::default(), None).await;
+    let tools = c.client.list_all_tools().await.unwrap();
+    let (read_v1, erase_v1) = (tool_version(&tools, "notes-read"), tool_version(&tools, "notes-erase"));
+    let ok = call(&c.client, "notes-erase", json!({"id": "a"}), json!({meta::TOOL_VERSION: erase_v1})).await;
+    assert!(ok.is_ok(), "{ok:?}");
+
+    drop(mounted);
+    registry.redefine("notes", notes("integer")).unwrap();
+    let _mounted = registry.mount("notes", "main").unwrap();
+    let tools = c.client.list_all_tools().await.unwrap();
+    let erase_v2 = tool_version(&tools, "notes-erase");
+    assert_ne!(erase_v2, erase_v1);
+    assert_eq!(tool_version(&tools, "notes-read"), read_v1, "an unchanged definition keeps its version");
+
+    let stale = call(&c.client, "notes-erase", json!({"id": 7}), json!({meta::TOOL_VERSION: erase_v1})).await;
+    let p = stale.error_payload().expect("stale");
+    assert_eq!((p.code(), p.retry()), (ErrorCode::StaleCapability, Retry::AfterRefresh));
+    assert_eq!(p.details().unwrap()["reason"], "tool-version-mismatch");
+    assert_eq!(p.details().unwrap()["liveToolVersion"], json!(erase_v2));
+    let ok = call(&c.client, "notes-erase", json!({"id": 7}), json!({meta::TOOL_VERSION: erase_v2})).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    // A read named by an old version is stale too; a call naming none runs.
+    let stale = call(&c.client, "notes-read", json!({}), json!({meta::TOOL_VERSION: "0000000000"})).await;
+    assert_eq!(stale.error_payload().unwrap().code(), ErrorCode::StaleCapability);
+    assert!(call(&c.client, "notes-read", json!({}), json!({})).await.is_ok());
+    // A version that is not a string does not fit the documented shape: a protocol fault.
+    let fault = call_raw(&c.client, "notes-read", json!({}), json!({meta::TOOL_VERSION: 7})).await;
+    assert!(matches!(fault, Err(rmcp::service::ServiceError::McpError(ref e)) if e.code.0 == -32602), "{fault:?}");
+    c.client.cancel().await.unwrap();
+}

@@ -897,3 +897,40 @@ async fn a_task_whose_process_died_ends_with_an_unknown_outcome_through_another_
     assert_outcome_unknown(got.task);
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1, "the alive task ran once; nothing ran again");
 }
+
+/// The proof of per-tool versions on the modern era: list, change the definition (remount with a
+/// new schema), the old version is stale with the live one, the new one runs.
+#[tokio::test]
+async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_names_the_live_version() {
+    use agent_surface_mcp::meta;
+
+    use crate::support::{notes, tool_version};
+
+    let registry = Registry::new(RegistryConfig::default());
+    registry.define("notes", notes("string")).unwrap();
+    let mounted = registry.mount("notes", "main").unwrap();
+    let (client, _) = connect(&registry, Arc::new(McpConfig::default()), false).await;
+    let v1 = tool_version(&client.list_tools(None).await.unwrap().tools, "notes-erase");
+
+    drop(mounted);
+    registry.redefine("notes", notes("integer")).unwrap();
+    let _mounted = registry.mount("notes", "main").unwrap();
+    // `rmcp`'s client keeps the list for its time to live (no listen subscription here): the
+    // cached list still shows the old version, which is the call a version protects. A fresh
+    // connection lists the live one.
+    let cached = tool_version(&client.list_tools(None).await.unwrap().tools, "notes-erase");
+    assert_eq!(cached, v1);
+    let (fresh, _) = connect(&registry, Arc::new(McpConfig::default()), false).await;
+    let v2 = tool_version(&fresh.list_tools(None).await.unwrap().tools, "notes-erase");
+    assert_ne!(v1, v2);
+
+    let call = |v: &str| with_meta(params("notes-erase", json!({"id": 7})), json!({meta::TOOL_VERSION: v}));
+    let stale = completes(client.call_tool_once(call(&v1)).await.unwrap());
+    let p = stale.error_payload().expect("stale");
+    assert_eq!(p.code(), ErrorCode::StaleCapability);
+    assert_eq!(p.retry(), agent_surface_core::Retry::AfterRefresh);
+    assert_eq!(p.details().unwrap()["reason"], "tool-version-mismatch");
+    assert_eq!(p.details().unwrap()["liveToolVersion"], json!(v2));
+    let ok = completes(client.call_tool_once(call(&v2)).await.unwrap());
+    assert!(ok.is_ok(), "{ok:?}");
+}

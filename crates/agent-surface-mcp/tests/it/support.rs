@@ -222,3 +222,28 @@ pub(crate) async fn eventually(mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// `notes.read` (read) and `notes.erase` (destructive, input `{id: kind}`): defined, then
+/// redefined with another `kind` to change a definition under a listed version.
+pub(crate) fn notes(kind: &str) -> impl FnOnce(&mut agent_surface_registry::TypeBuilder<'_>) + use<> {
+    let schema = json!({"type": "object", "properties": {"id": {"type": kind}}});
+    move |t| {
+        t.capability("read", "Read the notes.").effect(Effect::Read).idempotent().raw_handler(
+            json!({"type": "object"}),
+            None,
+            |_: Ctx, _| async move { Ok::<_, AgentSurfaceError>(json!({"notes": []})) },
+        );
+        t.capability("erase", "Erase a note.").effect(Effect::Destructive).raw_handler(
+            schema,
+            None,
+            |_: Ctx, v| async move { Ok::<_, AgentSurfaceError>(v) },
+        );
+    }
+}
+
+/// The `agent-surface/toolVersion` of `tool` in a tool list.
+pub(crate) fn tool_version(tools: &[rmcp::model::Tool], tool: &str) -> String {
+    let t = tools.iter().find(|t| t.name == tool).unwrap_or_else(|| panic!("{tool} is listed"));
+    let m = t.meta.as_ref().expect("the tool has _meta");
+    m.get(agent_surface_mcp::meta::TOOL_VERSION).and_then(Value::as_str).expect("a version").to_string()
+}

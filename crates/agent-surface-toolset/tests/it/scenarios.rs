@@ -51,6 +51,8 @@ enum Condition {
     RemountedNamedByRegistration,
     SurfaceReloaded,
     SurfaceVersionOutdated,
+    /// A read planned on a definition that changed since (an old tool version).
+    ToolVersionChanged,
     IdReused,
     IdAndRetryIdReused,
     SchemaViolation,
@@ -167,6 +169,7 @@ const SCENARIOS: &[Scenario] = &[
     row(StaleCapability, RemountedNamedByRegistration, Succeeded, OK, 2),
     row(StaleCapability, SurfaceReloaded, Succeeded, OK, 2),
     row(StaleCapability, SurfaceVersionOutdated, Succeeded, OK, 2),
+    row(StaleCapability, ToolVersionChanged, Succeeded, OK, 2),
     row(InvocationConflict, IdReused, Succeeded, OK, 2),
     row(InvocationConflict, IdAndRetryIdReused, Succeeded, OK, 2),
     row(InvalidInput, SchemaViolation, Returned, Some(InvalidInput), 1),
@@ -759,6 +762,7 @@ async fn arrange(world: &World, condition: Condition) -> Case {
             assert!(r.enable("notes.erase"));
             Case::new(call("notes.erase", json!({})).with_surface(r.surface_id(), planned))
         }
+        ToolVersionChanged => Case::new(call("notes.read", json!({})).with_tool_version("00000000000000000000")),
         IdReused => {
             world.before(call("notes.read", json!({}))).await;
             Case::new(write("ok"))
@@ -1077,6 +1081,7 @@ fn first_reason(condition: Condition) -> Option<&'static str> {
         UpstreamRefusesCredentials => "transport",
         TargetArgumentDisagrees => "target-mismatch",
         SurfaceMovesTwice => "surface-version-mismatch",
+        ToolVersionChanged => "tool-version-mismatch",
         BindingFailsOnce => "binding-failed",
         NamedThroughArgumentUnmounted => "resolve",
         ScanUnmountedMidFlight => "mid-flight",

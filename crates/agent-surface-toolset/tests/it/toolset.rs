@@ -367,3 +367,50 @@ fn each_outcome_carries_the_correlation_id_of_its_last_request() {
     }
     assert_eq!(ids[2], None, "malformed arguments never became a request");
 }
+
+/// The proof of per-tool versions on the toolset: the model's list was made before the definition
+/// changed (remount with a new schema); the call carries the listed version, which is stale with
+/// the live one in the details; the loop refreshes and the call runs under the new version.
+#[tokio::test]
+async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_runs_under_the_live_version() {
+    let registry = Registry::new(RegistryConfig::default());
+    let define = |kind: &'static str| {
+        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
+            t.capability("show", "Show a note.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object", "properties": {"id": {"type": kind}}, "required": ["id"]}),
+                None,
+                |_: Ctx, input: Value| async move { Ok::<_, AgentSurfaceError>(json!({"shown": input["id"]})) },
+            );
+        }
+    };
+    registry.define("notes", define("string")).unwrap();
+    let mounted = registry.mount("notes", "main").unwrap();
+    let ts = toolset(&registry);
+    let v1 = ts.snapshot().await.capability("notes.show").unwrap().tool_version.clone().unwrap();
+
+    drop(mounted);
+    registry.redefine("notes", define("integer")).unwrap();
+    let _mounted = registry.mount("notes", "main").unwrap();
+    let v2 = registry.snapshot(ts.consumer()).await.capability("notes.show").unwrap().tool_version.clone().unwrap();
+    assert_ne!(v1, v2);
+
+    let response = openai_turn(&[("call_v", "notes-show", r#"{"id":7}"#)]);
+    let call = ts.parse_calls(Provider::OpenAiChat, &response).unwrap().remove(0);
+    let planned = ts.request_for(&call).unwrap();
+    assert_eq!(planned.tool_version.as_deref(), Some(v1.as_str()), "the call carries the version the model saw");
+    let stale = registry.invoke(planned, agent_surface_registry::InvokeOptions::new(ts.consumer().clone())).await;
+    let p = expect_error(&stale, ErrorCode::StaleCapability);
+    expect_retry(p, Retry::AfterRefresh);
+    assert_eq!(
+        p.details().map(|d| Value::Object(d.clone())),
+        Some(json!({"reason": "tool-version-mismatch", "liveToolVersion": v2}))
+    );
+
+    let outcome = ts.call(&call).await;
+    expect_ok(&outcome.result);
+    assert_eq!((outcome.attempts, outcome.stop), (2, Stop::Succeeded));
+    assert_eq!(outcome.request.unwrap().tool_version, Some(v2.clone()), "refreshed, never removed");
+    assert!(ts.is_stale(), "the model's list is stale");
+    let relisted = ts.snapshot().await;
+    assert_eq!(relisted.capability("notes.show").unwrap().tool_version, Some(v2));
+}
