@@ -14,6 +14,8 @@ const RECOVERY_DOC: &str = "docs/recovery.md";
 
 /// The client decision table as JSON: in `spec/`, and as the Python helper's package data.
 const RECOVERY_FILES: [&str; 2] = ["spec/recovery.json", "clients/python/agent_surface/recovery.json"];
+/// The wire mappings onto the proposed protocol shapes (`agent_surface_core::wire`).
+const WIRE_FILE: &str = "spec/wire-mappings.json";
 const MODEL_DOC: &str = "spec/error-model.md";
 const ARCHITECTURE_DOC: &str = "ARCHITECTURE.md";
 const REGEN: &str = "run `cargo xtask gen-matrix`";
@@ -76,6 +78,10 @@ pub(crate) fn generate(root: &Path) -> Result<()> {
         std::fs::write(&path, render::recovery_json_string()).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {file}");
     }
+    let wire_path = root.join(WIRE_FILE);
+    std::fs::write(&wire_path, agent_surface_core::wire::to_json_string())
+        .with_context(|| format!("writing {}", wire_path.display()))?;
+    println!("wrote {WIRE_FILE}");
     for doc in DOCS {
         let doc_path = root.join(doc.path);
         let text = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
@@ -103,6 +109,7 @@ pub(crate) fn verify_static(root: &Path) -> Result<()> {
     check_examples()?;
     check_file(root)?;
     check_recovery_files(root)?;
+    check_wire(root)?;
     check_docs(root)?;
     crate::phase_docs::check(root)?;
     Ok(())
@@ -230,6 +237,25 @@ fn check_recovery_files(root: &Path) -> Result<()> {
         if text != expected {
             bail!("{file} disagrees with the decision table (crates/agent-surface-core/src/decision.rs); {REGEN}");
         }
+    }
+    Ok(())
+}
+
+/// The wire mappings agree with the matrix (`agent_surface_core::wire::check`: one row per code
+/// and retry category it can produce, classes that follow the categories), and the generated
+/// file is the table's.
+fn check_wire(root: &Path) -> Result<()> {
+    let problems = agent_surface_core::wire::check();
+    if !problems.is_empty() {
+        bail!(
+            "the wire mappings (crates/agent-surface-core/src/wire.rs) disagree with the matrix:\n{}",
+            problems.join("\n")
+        );
+    }
+    let text =
+        std::fs::read_to_string(root.join(WIRE_FILE)).with_context(|| format!("{WIRE_FILE} is missing; {REGEN}"))?;
+    if text != agent_surface_core::wire::to_json_string() {
+        bail!("{WIRE_FILE} disagrees with the wire mappings (crates/agent-surface-core/src/wire.rs); {REGEN}");
     }
     Ok(())
 }
@@ -367,6 +393,21 @@ mod tests {
         let err = check_recovery_files(&dir).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).ok();
         assert!(err.contains(RECOVERY_FILES[1]) && err.contains("gen-matrix"), "{err}");
+    }
+
+    #[test]
+    fn a_stale_wire_file_is_reported() {
+        let root = crate::workspace_root();
+        let dir = std::env::temp_dir().join(format!("xtask-wire-{}", std::process::id()));
+        let path = dir.join(WIRE_FILE);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(root.join(WIRE_FILE), &path).unwrap();
+        assert!(check_wire(&dir).is_ok());
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\"after-refresh\"", "\"no\"", 1)).unwrap();
+        let err = check_wire(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(err.contains(WIRE_FILE) && err.contains("gen-matrix"), "{err}");
     }
 
     #[test]

@@ -63,6 +63,7 @@ mod result;
 mod text;
 mod time;
 pub mod tool_version;
+pub mod wire;
 
 pub use code::{Effect, ErrorCode, Layer, LogLevel, Phase, Retry};
 pub use definition::{DefinitionError, DefinitionErrorCode};

@@ -104,11 +104,41 @@ pub fn encode(result: InvokeResult) -> CallToolResult {
 /// assert_eq!(wire["_meta"]["agent-surface/correlationId"], id.to_string());
 /// ```
 pub fn encode_invocation(invocation: Invocation) -> CallToolResult {
+    encode_invocation_with(invocation, false)
+}
+
+/// [`encode_invocation`], and with `tool_failure` an error result's `_meta` also carries the
+/// proposed structured tool-failure object (SEP-3313, a draft) under our own key
+/// (`agent-surface/toolFailure`; [`McpConfig::tool_failure`](crate::McpConfig::tool_failure)).
+///
+/// ```
+/// use agent_surface_core::{AgentSurfaceError, InvokeResult};
+/// use agent_surface_mcp::codec;
+/// use agent_surface_registry::{CorrelationId, Invocation};
+///
+/// let error = AgentSurfaceError::not_authenticated().into_payload();
+/// let invocation = Invocation::answered(InvokeResult::error(error, None), CorrelationId::generate());
+/// let wire = serde_json::to_value(codec::encode_invocation_with(invocation, true)).unwrap();
+/// let failure = &wire["_meta"]["agent-surface/toolFailure"];
+/// assert_eq!((failure["class"].as_str(), failure["code"].as_str()), (Some("governance"), Some("auth_required")));
+/// assert_eq!(failure["correlationId"], wire["_meta"]["agent-surface/correlationId"]);
+/// assert!(wire["_meta"].get("io.modelcontextprotocol/toolFailure").is_none());
+/// ```
+pub fn encode_invocation_with(invocation: Invocation, tool_failure: bool) -> CallToolResult {
+    let failure = if tool_failure {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        invocation.result.error_payload().and_then(|p| agent_surface_core::wire::tool_failure(p, now_ms))
+    } else {
+        None
+    };
     let mut result = encode(invocation.result);
-    result
-        .meta
-        .get_or_insert_with(MetaObject::new)
-        .insert(meta::CORRELATION_ID.to_string(), Value::String(invocation.correlation_id.to_string()));
+    let meta = result.meta.get_or_insert_with(MetaObject::new);
+    meta.insert(meta::CORRELATION_ID.to_string(), Value::String(invocation.correlation_id.to_string()));
+    if let Some(failure) = failure {
+        meta.insert(agent_surface_core::wire::names::TOOL_FAILURE_KEY.to_string(), failure);
+    }
     result
 }
 

@@ -66,6 +66,12 @@ pub struct McpConfig {
     /// The largest JSON-RPC message the stdio transport accepts, in bytes; a longer line is
     /// discarded and answered with JSON-RPC error `-32600`.
     pub max_message_bytes: usize,
+    /// Adds the proposed structured tool-failure object (SEP-3313, a draft) to the `_meta` of
+    /// every error result, under our own key `agent-surface/toolFailure`, never under the
+    /// protocol's reserved prefix ([`agent_surface_core::wire`] maps each code and retry
+    /// category onto it). Off by default until the proposal is accepted; the payload in the
+    /// result's text block says the same either way.
+    pub tool_failure: bool,
     /// Over HTTP: turns each request's headers into the caller's identity, or refuses the
     /// request at the transport (`401`/`403` with a challenge; see [`crate::http::authenticated`]).
     #[cfg(feature = "http")]
@@ -86,6 +92,7 @@ impl Default for McpConfig {
             tasks: None,
             identity: None,
             max_message_bytes: 4 * 1024 * 1024,
+            tool_failure: false,
             #[cfg(feature = "http")]
             authenticator: None,
         }
@@ -103,7 +110,8 @@ impl std::fmt::Debug for McpConfig {
             .field("list_ttl", &self.list_ttl)
             .field("tasks", &self.tasks)
             .field("identity", &self.identity.as_ref().map(|i| &i.subject))
-            .field("max_message_bytes", &self.max_message_bytes);
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("tool_failure", &self.tool_failure);
         #[cfg(feature = "http")]
         d.field("authenticator", &self.authenticator.is_some());
         d.finish_non_exhaustive()

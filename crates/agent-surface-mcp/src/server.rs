@@ -825,7 +825,7 @@ impl McpServer {
                 "tool error"
             );
         }
-        Ok(codec::encode_invocation(invocation).into())
+        Ok(codec::encode_invocation_with(invocation, self.session.config.tool_failure).into())
     }
 
     /// Marks the session initialized; a second `initialize` is refused: answered, it would make

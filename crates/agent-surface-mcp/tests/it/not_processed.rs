@@ -297,3 +297,47 @@ async fn every_pre_handler_error_says_not_processed_on_every_transport_with_its_
     legacy.client.cancel().await.unwrap();
     modern.cancel().await.unwrap();
 }
+
+/// Issue 27, wire mappings as data: the proposed structured tool-failure object (SEP-3313) only
+/// when the adapter is told to, under our own `_meta` key and never the protocol's reserved
+/// prefix, its class and code from the wire table and its correlation id the call's.
+#[tokio::test]
+async fn the_tool_failure_object_is_emitted_only_behind_its_flag_under_our_key() {
+    let (registry, _mount) = registry();
+    let off = crate::support::connect(&registry, McpConfig::default(), None).await;
+    let on = crate::support::connect(&registry, McpConfig { tool_failure: true, ..Default::default() }, None).await;
+    let case = Case {
+        phase: "authority",
+        capability: "shop.secret",
+        input: json!({}),
+        first: None,
+        code: ErrorCode::NotAuthorized,
+        not_processed: true,
+    };
+    let wire = |r: rmcp::model::CallToolResult| serde_json::to_value(r).unwrap();
+    let plain = wire(off.client.call_tool(params(&case, &case.input, "t-1")).await.unwrap());
+    assert!(plain["_meta"].get("agent-surface/toolFailure").is_none(), "{plain}");
+    let flagged = wire(on.client.call_tool(params(&case, &case.input, "t-2")).await.unwrap());
+    let failure = &flagged["_meta"]["agent-surface/toolFailure"];
+    assert_eq!(failure["class"], "governance", "{flagged}");
+    assert_eq!(failure["code"], "permission_denied");
+    assert!(failure.get("retryable").is_none(), "only a reliability failure is retryable");
+    assert_eq!(failure["correlationId"], flagged["_meta"]["agent-surface/correlationId"]);
+    assert_eq!(
+        failure["agentGuidance"],
+        mcp_read(&serde_json::from_value(flagged.clone()).unwrap()).payload["message"]
+    );
+    assert!(flagged["_meta"].as_object().unwrap().keys().all(|k| !k.starts_with("io.modelcontextprotocol/")));
+    // A capability's quota stays in band: a reliability failure with its delay, never -32023.
+    let quota = Case { capability: "shop.quota", code: ErrorCode::RateLimited, ..case };
+    let _ = registry
+        .invoke(InvokeRequest::new("shop.quota", json!({})), InvokeOptions::new(Consumer::anonymous("setup")))
+        .await;
+    let limited = wire(on.client.call_tool(params(&quota, &quota.input, "t-3")).await.unwrap());
+    assert_eq!(limited["isError"], true, "{limited}");
+    let failure = &limited["_meta"]["agent-surface/toolFailure"];
+    assert_eq!((failure["class"].as_str(), failure["retryable"].as_bool()), (Some("reliability"), Some(true)));
+    assert!(failure["retryNotBefore"].as_u64().is_some(), "{failure}");
+    off.client.cancel().await.unwrap();
+    on.client.cancel().await.unwrap();
+}
