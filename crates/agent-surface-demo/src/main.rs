@@ -172,6 +172,36 @@ fn parse_ms(name: &str, value: &str) -> Result<std::time::Duration, String> {
         .map_err(|_| format!("{name} takes a whole number of milliseconds"))
 }
 
+/// The key that seals MCP approval rounds for a server whose confirmations outlive it on disk:
+/// `DIR/state.key` (64 hex digits), drawn at random and written (mode 0600) the first time.
+/// Confirmations kept across a restart would otherwise meet approval rounds sealed with a key the
+/// restart lost: an approval begun before it could not be answered after.
+fn state_key_in(dir: &std::path::Path) -> Result<Vec<u8>, String> {
+    let path = dir.join("state.key");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => agent_surface_core::hex::decode::<32>(text.trim()).map(|key| key.to_vec()).ok_or_else(|| {
+            format!(
+                "{} does not hold 64 hex digits; remove it to draw a new key (approval rounds in progress then start again)",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (a, b) = (agent_surface_core::id::random_bytes(), agent_surface_core::id::random_bytes());
+            let key: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
+            let mut file = std::fs::OpenOptions::new();
+            file.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut file, 0o600);
+            let mut file = file.open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut file, format!("{}\n", agent_surface_core::hex::Hex(&key)).as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(key)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
 /// A sealing key from 64 hex digits.
 fn parse_key(hex: &str) -> Result<Vec<u8>, String> {
     agent_surface_core::hex::decode::<32>(hex)
@@ -321,9 +351,16 @@ fn init_cli_operator_log() {
     }
 }
 
-async fn serve(options: Serve) -> Result<(), String> {
+async fn serve(mut options: Serve) -> Result<(), String> {
     // stderr: stdout is the MCP stdio transport's. The demo installs no other subscriber.
     drop(operator_log::init());
+    // Replicas on a shared store take each other's retries, an MCP approval round's too: they
+    // must seal those rounds with one key, which no replica can draw alone (`Serve` in the
+    // `agent-surface` crate refuses the same).
+    if (options.redis.is_some() || options.postgres.is_some()) && options.state_key.is_none() {
+        return Err("--redis and --postgres need --state-key HEX (64 hex digits, the same on every replica, e.g. from                     `openssl rand -hex 32`): replicas seal MCP approval rounds with one key"
+            .to_string());
+    }
     let drain = options.drain.unwrap_or(shutdown::DEFAULT_DRAIN);
     let mut shop_options = shop::ShopOptions::default();
     // Over HTTP the registry records metrics into a Prometheus recorder, served at `/metrics`.
@@ -400,6 +437,9 @@ async fn serve(options: Serve) -> Result<(), String> {
             let dir = options.data.as_deref().unwrap_or(std::path::Path::new(DEFAULT_DATA_DIR));
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the data folder {}: {e}", dir.display()))?;
+            if options.state_key.is_none() {
+                options.state_key = Some(state_key_in(dir)?);
+            }
             let file = dir.join("agent-surface.db");
             let config = agent_surface_sqlite::SqliteConfig::default();
             let stores = agent_surface_sqlite::SqliteStores::open(&file, config).await.map_err(|e| e.to_string())?;

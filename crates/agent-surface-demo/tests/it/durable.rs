@@ -147,3 +147,68 @@ pub(crate) fn assert_ended_unknown(ended: &Value) {
         "{payload}"
     );
 }
+
+/// `orders.cancel` of `order` over modern MCP (no sign-in, a client that can be asked), with
+/// `extra` params (an answer and the state it answers): the JSON-RPC answer.
+fn cancel_order(addr: &str, order: &str, extra: &Value) -> Value {
+    let mut params = json!({
+        "name": "orders-cancel",
+        "arguments": {"orderId": order},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "durable-test", "version": "1"}
+        }
+    });
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "orders-cancel")];
+    let response = served::post(addr, "/mcp", "127.0.0.1", &headers, &body);
+    assert_eq!(response.status, 200, "{}", response.body);
+    response.messages().into_iter().find(|m| m.get("id").is_some()).expect("an answer")
+}
+
+/// An MCP approval round begun before a restart is answered after it: the default store keeps the
+/// confirmation, and the key that sealed the round's state is kept beside it
+/// (`agent-surface-data/state.key`, 64 hex digits, readable by its owner only), not drawn afresh.
+#[test]
+fn an_mcp_approval_round_begun_before_a_restart_is_answered_after_it() {
+    let dir = Folder::new("state-key");
+    let mut first = served::start_in(&dir.0, &[]);
+    let key_file = dir.0.join("agent-surface-data").join("state.key");
+    let key = std::fs::read_to_string(&key_file).expect("the key is written at start");
+    assert_eq!(key.trim().len(), 64, "{key}");
+    assert!(key.trim().bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key_file).expect("metadata").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key file is its owner's alone");
+    }
+    let asked = cancel_order(&first.addr, "A-1001", &json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+    first.kill();
+
+    let second = served::start_in(&dir.0, &[]);
+    assert_eq!(std::fs::read_to_string(&key_file).expect("kept"), key, "the key is read back, not drawn again");
+    let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    let done = cancel_order(&second.addr, "A-1001", &accept);
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().expect("a text block");
+    assert_eq!(json_of(text)["orderId"], "A-1001", "{done}");
+}
+
+/// Replicas on a shared store must seal approval rounds with one key: without `--state-key` the
+/// demo refuses to start on `--redis` or `--postgres`, before it connects, and says why.
+#[test]
+fn a_shared_store_without_a_state_key_is_refused_at_start() {
+    for store in [["--redis", "redis://127.0.0.1:1/"], ["--postgres", "postgres://nobody@127.0.0.1:1/none"]] {
+        let out = crate::demo().args(["serve", "--http", "127.0.0.1:0"]).args(store).output().expect("the demo runs");
+        assert!(!out.status.success(), "{store:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--state-key"), "{store:?}: {stderr}");
+    }
+}
