@@ -9,6 +9,9 @@ What goes in `_meta`: `agent-surface/invocationId` on every attempt (the idempot
 fresh one per retry where the row says `fresh`, one derived from the request after
 `INVOCATION_CONFLICT`); `agent-surface/surfaceId` and `agent-surface/surfaceVersion` from the
 listing the call was planned on (updated after a re-listing, never dropped);
+`agent-surface/toolVersion`, the version of the tool as that listing showed it (a call of any
+effect planned on a definition that changed since is refused `STALE_CAPABILITY {reason:
+tool-version-mismatch}`; replaced by the re-listed version, never dropped);
 `agent-surface/confirmationId` once a person approved.
 
 After a re-listing (`refresh`) the call is sent again only if the tool is still listed and
@@ -25,7 +28,7 @@ repeated as their row says, without asking the host; only `EXECUTION_FAILED {rea
 outcome-unknown}` (a call with an effect, interrupted) is verified first.
 
 The convergence guard compares the code, `details.reason` (or `phase`), the tool, the target and
-the surface tokens sent: a failure met again under newer tokens (the surface moved again after
+the surface tokens and tool version sent: a failure met again under newer tokens (the surface moved again after
 the re-listing) is progress, not the same failure.
 """
 
@@ -43,6 +46,9 @@ from .table import BOUNDS, Bounds, Decision, decide
 INVOCATION_ID = "agent-surface/invocationId"
 SURFACE_ID = "agent-surface/surfaceId"
 SURFACE_VERSION = "agent-surface/surfaceVersion"
+# The tool version's `_meta` key: the Rust table `agent_surface_core::tool_version::wire::MCP_META`
+# (a Rust test checks that this line agrees with it); no field is standardized yet.
+TOOL_VERSION = "agent-surface/toolVersion"
 CONFIRMATION_ID = "agent-surface/confirmationId"
 TARGET = "agent-surface/target"
 IDEMPOTENT = "agent-surface/idempotent"
@@ -64,6 +70,11 @@ class Listing:
         tool = self.tools.get(name)
         meta = tool.get("_meta") if isinstance(tool, Mapping) else None
         return meta if isinstance(meta, Mapping) else {}
+
+    def tool_version(self, name: str) -> str | None:
+        """The version the tool is listed with (`_meta` `agent-surface/toolVersion`), if any."""
+        version = self._meta(name).get(TOOL_VERSION)
+        return version if isinstance(version, str) else None
 
     def enabled(self, name: str) -> bool:
         """Listed and not disabled (no `_meta` `agent-surface/unavailableReason`)."""
@@ -239,7 +250,7 @@ def _failure(payload: dict[str, Any], tool: str, meta: dict[str, Any]) -> tuple[
     details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
     reason = details.get("reason", details.get("phase"))
     # The surface tokens sent: the same failure under newer tokens is progress.
-    surface = (meta.get(SURFACE_ID), meta.get(SURFACE_VERSION))
+    surface = (meta.get(SURFACE_ID), meta.get(SURFACE_VERSION), meta.get(TOOL_VERSION))
     return (payload.get("code"), reason, tool, _canonical(meta.get(TARGET)), surface)
 
 
@@ -276,6 +287,8 @@ class Recoverer:
             request_meta[SURFACE_ID] = planned.surface_id
         if planned is not None and planned.surface_version is not None:
             request_meta[SURFACE_VERSION] = planned.surface_version
+        if planned is not None and planned.tool_version(tool) is not None:
+            request_meta[TOOL_VERSION] = planned.tool_version(tool)
         base_id = invocation_id
         attempts = 0
         waited_ms = 0
@@ -356,6 +369,8 @@ class Recoverer:
                     request_meta[SURFACE_ID] = listing.surface_id
                 if SURFACE_VERSION in request_meta and listing.surface_version is not None:
                     request_meta[SURFACE_VERSION] = listing.surface_version
+                if TOOL_VERSION in request_meta and listing.tool_version(tool) is not None:
+                    request_meta[TOOL_VERSION] = listing.tool_version(tool)
             elif row.action == "reconfirm":
                 request_meta.pop(CONFIRMATION_ID, None)
             elif row.action == "confirm":

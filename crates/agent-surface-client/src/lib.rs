@@ -14,6 +14,9 @@
 //! - `agent-surface/surfaceId` and `agent-surface/surfaceVersion` of the last
 //!   [`RecoveringClient::list_tools`], so a destructive call planned against an old surface is
 //!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
+//! - `agent-surface/toolVersion` of the tool as the last listing showed it, so a call of any
+//!   effect planned on a definition that changed since is refused (`STALE_CAPABILITY {reason:
+//!   tool-version-mismatch}`); replaced by the re-listed version, never dropped;
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
 //!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]) and the
@@ -71,6 +74,10 @@ pub const INVOCATION_ID: &str = "agent-surface/invocationId";
 pub const SURFACE_ID: &str = "agent-surface/surfaceId";
 /// `_meta` key of the surface version the call was planned on.
 pub const SURFACE_VERSION: &str = "agent-surface/surfaceVersion";
+/// `_meta` key, on a listed tool, of its version, and on a call, of the version it was planned
+/// on (from the one table of the version's wire names,
+/// [`agent_surface_core::tool_version::wire`]; no field is standardized yet).
+pub const TOOL_VERSION: &str = agent_surface_core::tool_version::wire::MCP_META;
 /// `_meta` key of approved confirmation evidence.
 pub const CONFIRMATION_ID: &str = "agent-surface/confirmationId";
 /// `_meta` key of the call's target (`{"instanceId": ...}` or `{"registrationId": ...}`).
@@ -278,6 +285,7 @@ struct Failure {
     reason: Option<Value>,
     target: Option<Value>,
     surface: (Option<Value>, Option<Value>),
+    tool_version: Option<Value>,
 }
 
 impl RecoveringClient {
@@ -353,6 +361,9 @@ impl RecoveringClient {
             if let Some(v) = p.surface_version {
                 meta.insert(SURFACE_VERSION.into(), Value::from(v));
             }
+            if let Some(v) = p.tool(&intent.tool).and_then(tool_version) {
+                meta.insert(TOOL_VERSION.into(), v);
+            }
         }
         if let Some(target) = &intent.target {
             meta.insert(TARGET.into(), target.clone());
@@ -393,6 +404,7 @@ impl RecoveringClient {
                 reason: p.detail("reason").or_else(|| p.detail("phase")).cloned(),
                 target: meta.get(TARGET).cloned(),
                 surface: (meta.get(SURFACE_ID).cloned(), meta.get(SURFACE_VERSION).cloned()),
+                tool_version: meta.get(TOOL_VERSION).cloned(),
             };
             if last_failure.as_ref() == Some(&failure) {
                 return end(Stop::NotConverging, calls, refreshed);
@@ -456,6 +468,9 @@ impl RecoveringClient {
                     }
                     if let (true, Some(v)) = (meta.contains_key(SURFACE_VERSION), listing.surface_version) {
                         meta.insert(SURFACE_VERSION.into(), Value::from(v));
+                    }
+                    if let (true, Some(v)) = (meta.contains_key(TOOL_VERSION), tool_version(tool)) {
+                        meta.insert(TOOL_VERSION.into(), v);
                     }
                     *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
                 }
@@ -551,6 +566,11 @@ fn retarget(target: &Value, payload: &ErrorPayload, tool: &Tool) -> Option<Value
         }
     }
     Some(Value::Object(t))
+}
+
+/// The version a listed tool carries in its `_meta`, if any.
+fn tool_version(tool: &Tool) -> Option<Value> {
+    tool.meta.as_ref().and_then(|m| m.get(TOOL_VERSION)).filter(|v| v.is_string()).cloned()
 }
 
 /// `{id}#c{hash}`: the hash (SHA-256, 64 bits) over the tool, the canonical arguments, the

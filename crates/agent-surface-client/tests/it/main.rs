@@ -542,3 +542,48 @@ async fn an_interrupted_read_is_repeated_without_asking_the_host() {
     assert_eq!(host.0.load(Ordering::SeqCst), 0, "the host is not asked");
     assert_eq!(w.scans.load(Ordering::SeqCst), 2);
 }
+
+/// Issue 27: the client echoes the version of the tool it listed; after the definition changed
+/// (a new schema), the call is refused with the live version, re-listed, and sent again with it.
+#[tokio::test]
+async fn a_call_planned_on_a_changed_tool_definition_is_sent_again_with_the_live_version() {
+    let w = world().await;
+    let memo = |kind: &'static str| {
+        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
+            t.capability("show", "Show a memo.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object", "properties": {"id": {"type": kind}}}),
+                None,
+                |_: Ctx, v: Value| async move { Ok::<_, AgentSurfaceError>(v) },
+            );
+        }
+    };
+    w.registry.define("memo", memo("string")).unwrap();
+    let _mounted = w.registry.mount("memo", "main").unwrap();
+    let (c, _) = client(&w, nobody());
+    let listed = |l: &agent_surface_client::Listing| {
+        let meta = l.tool("memo-show").and_then(|t| t.meta.clone()).expect("listed with _meta");
+        meta.get(agent_surface_client::TOOL_VERSION).cloned().expect("a version")
+    };
+    let v1 = listed(&c.list_tools().await.unwrap());
+    w.registry.redefine("memo", memo("integer")).unwrap();
+    let id = json!({"id": 7}).as_object().cloned().unwrap();
+    // A read: the surface token alone would let it through; the tool version does not.
+    let r = c.call(Intent::new("memo-show", id.clone()).with_invocation_id("m-1")).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::StaleCapability), None]);
+    assert!(r.refreshed);
+    // The re-listing is kept: the next call is planned on it and runs at once.
+    let r = c.call(Intent::new("memo-show", id).with_invocation_id("m-2")).await.unwrap();
+    check(&r, Stop::Succeeded, &[None]);
+    assert_ne!(listed(&c.list_tools().await.unwrap()), v1);
+}
+
+/// The Python helper spells the tool version's `_meta` key as the one table does (it cannot read
+/// the Rust constant): renaming the field stays a change of the table, caught here if Python lags.
+#[test]
+fn the_python_helper_uses_the_tables_tool_version_key() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python/agent_surface/loop.py");
+    let source = std::fs::read_to_string(&path).expect("the Python helper is in the repository");
+    let line = format!("TOOL_VERSION = \"{}\"", agent_surface_core::tool_version::wire::MCP_META);
+    assert!(source.lines().any(|l| l == line), "{} must define `{line}`", path.display());
+    assert_eq!(agent_surface_client::TOOL_VERSION, agent_surface_core::tool_version::wire::MCP_META);
+}

@@ -199,6 +199,20 @@ async def main():
     check("  stale again under the same tokens ends the loop",
           (r.stop, [m["agent-surface/surfaceVersion"] for m in s.sent]) == ("not-converging", [0, 1, 1]), repr((r, s.sent)))
 
+    # Issue 27. The tool's listed version goes with the call; a changed definition is refused with
+    # the live version, re-listed, and sent again with the re-listed version, never without one.
+    def tool(version):
+        return {"t": {"name": "t", "_meta": {"agent-surface/toolVersion": version}}}
+    changed = err("STALE_CAPABILITY", "after-refresh", reason="tool-version-mismatch", liveToolVersion="v2")
+    s = Script(changed, OK, listing=Listing(tools=tool("v2")))
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=Listing(tools=tool("v1")))
+    check("a call planned on a changed tool definition is sent again with the re-listed version",
+          (r.stop, [m.get("agent-surface/toolVersion") for m in s.sent]) == ("succeeded", ["v1", "v2"]), repr((r, s.sent)))
+    s = Script(changed, changed, changed, listing=Listing(tools=tool("v1")))
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=Listing(tools=tool("v1")))
+    check("  stale again under the same version ends the loop",
+          (r.stop, [m.get("agent-surface/toolVersion") for m in s.sent]) == ("not-converging", ["v1", "v1"]), repr((r, s.sent)))
+
     # binding-failed is retried once after the re-listing, whether or not the listing changed.
     unchanged = Listing(tools=t, surface_id="s", surface_version=1)
     binding = err("PRECONDITION_FAILED", "after-refresh", reason="binding-failed")
