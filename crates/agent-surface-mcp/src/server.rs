@@ -296,7 +296,7 @@ impl McpServer {
                 invoke.confirmation_id = Some(approval.cid);
                 // The approved call is the one that runs: a task, when it may be one.
                 if let Some((tasks, request)) = task {
-                    return match tasks.start(registry, invoke, options, request).await {
+                    return match crate::tasks::start(tasks, registry, invoke, options, request).await {
                         Started::Task(task) => Answered::Task(task),
                         Started::Ended(done) => Answered::Result(done),
                     };
@@ -775,7 +775,15 @@ impl McpServer {
         });
         let mut outcome = None;
         if let Some(tasks) = tasks.filter(|_| approval.is_none()) {
-            match tasks.start(&self.session.registry, invoke.clone(), options.clone(), context.ct.clone()).await {
+            match crate::tasks::start(
+                tasks,
+                &self.session.registry,
+                invoke.clone(),
+                options.clone(),
+                context.ct.clone(),
+            )
+            .await
+            {
                 Started::Task(task) => return Ok(CallToolResponse::Task(task)),
                 Started::Ended(invocation) => outcome = Some(Answered::Result(invocation)),
             }
@@ -962,7 +970,7 @@ impl ServerHandler for McpServer {
         // Boxed for the reason `call_tool` is.
         Box::pin(async move {
             let (tasks, consumer, now) = self.task_caller(&context).await?;
-            tasks.get(&request.task_id, &consumer, now).await
+            crate::tasks::get(tasks, &request.task_id, &consumer, now).await
         })
     }
 
@@ -974,7 +982,7 @@ impl ServerHandler for McpServer {
         // Boxed for the reason `call_tool` is.
         Box::pin(async move {
             let (tasks, consumer, now) = self.task_caller(&context).await?;
-            tasks.update(&request.task_id, &consumer, now).await
+            crate::tasks::update(tasks, &request.task_id, &consumer, now).await
         })
     }
 
@@ -986,7 +994,7 @@ impl ServerHandler for McpServer {
         // Boxed for the reason `call_tool` is.
         Box::pin(async move {
             let (tasks, consumer, now) = self.task_caller(&context).await?;
-            tasks.cancel(&request.task_id, &consumer, now).await
+            crate::tasks::cancel(tasks, &request.task_id, &consumer, now).await
         })
     }
 

@@ -100,6 +100,7 @@ mod request;
 pub mod schema;
 mod service;
 mod snapshot;
+pub mod tasks;
 pub mod telemetry;
 pub mod trace;
 mod validate;

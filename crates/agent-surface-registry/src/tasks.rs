@@ -1,0 +1,403 @@
+//! Long-running calls answered before they end, as tasks in a [`TaskStore`]: the runtime every
+//! adapter shares (the MCP adapter's tasks extension, the HTTP binding's `202 Accepted`).
+//!
+//! A call of a capability declared long-running (`CapabilityBuilder::long_running`) that the
+//! adapter may answer as a task runs the pipeline as usual; **once the handler starts**,
+//! [`Tasks::start`] records a working task in the store and only then returns it, for the adapter
+//! to name. Everything before the handler — unknown capability, invalid input, a denial, a rate
+//! limit, questions, a confirmation — ends the call before a task exists, and the adapter answers
+//! it as any other call ([`Started::Ended`]). So a task is always a call that is really running.
+//!
+//! **One record, every adapter.** The record's payload is the call's outcome in a form no
+//! transport owns ([`TaskOutcome`]: the `InvokeResult` JSON and the correlation id); each adapter
+//! renders it its own way when the task is read. A task started over MCP is read over HTTP, and
+//! the other way round, when both use the same store.
+//!
+//! **Who may read a task.** A task created by an authenticated caller belongs to its principal
+//! ([`Consumer::principal`], the same on every transport): only that principal reads and cancels
+//! it, and to anyone else it does not exist ([`Tasks::find`] answers `None`, as for an unknown
+//! id). One created by an anonymous caller is read by whoever holds its id (128 random bits),
+//! since an anonymous caller has no key that lasts.
+//!
+//! **Where it runs.** The call runs in this process; its record is in the store, so any replica
+//! (or adapter) sharing the store reads it, and a cancellation recorded by another is seen by the
+//! running one within [`TaskConfig::poll_interval`]. If the store cannot create the record, no
+//! task is named: the call is answered when it ends.
+//!
+//! **A task whose process died ends.** The running process holds its task by a lease
+//! ([`TaskConfig::lease`]), renewed every third of it while the call runs. When the process dies
+//! (or restarts on a durable store, or loses the store for longer than the lease) the lease
+//! lapses, and the next [`Tasks::find`] or [`Tasks::cancel`] through any process sharing the store
+//! ends the task, in one atomic step of the store ([`TaskStore::end_lapsed`]), as completed with
+//! `EXECUTION_FAILED {reason: outcome-unknown}`: its handler started and nobody can say what it
+//! did. It is never left working until it is forgotten.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Timestamp};
+use agent_surface_policy::{Clock, Consumer, MemoryTaskStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Invocation, InvokeOptions, InvokeRequest, Registry};
+
+/// How tasks are kept. Build it with struct update syntax over `Default`.
+#[derive(Clone, Debug)]
+pub struct TaskConfig {
+    /// Where task records live (shared by replicas and adapters, or [`MemoryTaskStore`]).
+    pub store: Arc<dyn TaskStore>,
+    /// How long a task is kept after it ends.
+    pub ttl: Duration,
+    /// How long a task that has not ended is kept at most (a bound for a record whose end was
+    /// never recorded, e.g. after a crash); a running task never expires before it.
+    pub running_ttl: Duration,
+    /// The most tasks running in this process at once; past it, a call is answered when it ends
+    /// (a bound on detached work, which no connection limits once a task is named).
+    pub max_running: usize,
+    /// How often clients are asked to poll, and how often a running task checks the store for a
+    /// cancellation recorded by another replica or adapter.
+    pub poll_interval: Duration,
+    /// How long a running task is held by its process without a renewal: the process renews it
+    /// every third of this while the call runs; once it lapses (the process died), reading or
+    /// cancelling the task ends it with an unknown outcome. Longer than the longest store outage
+    /// a process should survive with its tasks; shorter than a client waits for a dead task.
+    pub lease: Duration,
+}
+
+impl Default for TaskConfig {
+    /// In memory; kept 5 minutes after the end (an hour at most while running); 256 running at
+    /// once; polled every 500 ms; held by a 30 s lease.
+    fn default() -> TaskConfig {
+        TaskConfig {
+            store: Arc::new(MemoryTaskStore::default()),
+            ttl: Duration::from_secs(300),
+            running_ttl: Duration::from_secs(3600),
+            max_running: 256,
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+impl TaskConfig {
+    /// Tasks in `store`, with the default time to live and poll interval.
+    pub fn with_store(store: Arc<dyn TaskStore>) -> TaskConfig {
+        TaskConfig { store, ..TaskConfig::default() }
+    }
+}
+
+/// The task runtime: the configuration and the calls running in this process. Cheap to clone;
+/// give every adapter of one process the same one (so a cancellation reaches a task started by
+/// another adapter at once, not at its next poll).
+///
+/// ```
+/// use agent_surface_registry::tasks::{TaskConfig, Tasks};
+///
+/// let tasks = Tasks::new(TaskConfig::default());
+/// assert_eq!(tasks.config().max_running, 256);
+/// ```
+#[derive(Clone)]
+pub struct Tasks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: TaskConfig,
+    /// The cancellation of each task running here.
+    running: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+/// What [`Tasks::start`] came to.
+#[derive(Debug)]
+pub enum Started {
+    /// The handler started and this task was recorded: name it to the caller.
+    Task(TaskRecord),
+    /// The call ended before its handler started (or no task could be created): answer it.
+    Ended(Invocation),
+}
+
+/// A finished call's outcome as a task record holds it, whichever adapter started the task:
+/// `{"result": <the InvokeResult JSON>, "correlationId": "…"}`.
+///
+/// ```
+/// use agent_surface_core::InvokeResult;
+/// use agent_surface_registry::tasks::TaskOutcome;
+///
+/// let outcome = TaskOutcome { result: InvokeResult::ok(serde_json::json!({"n": 1}), None), correlation_id: "c-1".into() };
+/// let stored = outcome.to_payload();
+/// assert_eq!(stored["result"]["status"], "ok");
+/// assert_eq!(TaskOutcome::from_payload(&stored), Some(outcome));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskOutcome {
+    /// What the caller receives.
+    pub result: InvokeResult,
+    /// The call's correlation id (see [`crate::correlation`]).
+    pub correlation_id: String,
+}
+
+impl TaskOutcome {
+    /// The outcome of `invocation`.
+    pub fn of(invocation: &Invocation) -> TaskOutcome {
+        TaskOutcome { result: invocation.result.clone(), correlation_id: invocation.correlation_id.to_string() }
+    }
+
+    /// The payload a record holds.
+    pub fn to_payload(&self) -> Value {
+        let result = serde_json::to_value(&self.result).unwrap_or_else(|_| self.result.to_json());
+        serde_json::json!({ "result": result, "correlationId": self.correlation_id })
+    }
+
+    /// The outcome a record's payload holds; `None` for a payload of another shape (one written
+    /// by an older version of an adapter).
+    pub fn from_payload(payload: &Value) -> Option<TaskOutcome> {
+        let result = serde_json::from_value(payload.get("result")?.clone()).ok()?;
+        let correlation_id = payload.get("correlationId")?.as_str()?.to_string();
+        Some(TaskOutcome { result, correlation_id })
+    }
+
+    /// The outcome of a finished `record`, when it holds one this version reads.
+    pub fn of_record(record: &TaskRecord) -> Option<TaskOutcome> {
+        record.payload.as_ref().and_then(TaskOutcome::from_payload)
+    }
+}
+
+impl Tasks {
+    /// A runtime with `config`.
+    pub fn new(config: TaskConfig) -> Tasks {
+        Tasks { inner: Arc::new(Inner { config, running: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TaskConfig {
+        &self.inner.config
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The owner recorded for `consumer`'s tasks: its principal when authenticated (the same on
+    /// every transport), `None` for an anonymous caller.
+    pub fn owner(consumer: &Consumer) -> Option<String> {
+        consumer.identity().map(|_| consumer.principal().to_string())
+    }
+
+    /// Runs `invoke`; returns a task once the handler starts, or the invocation if it ends
+    /// first. `request` is the request's own cancellation, which counts until a task is named;
+    /// after that, only [`Tasks::cancel`] (or a cancellation recorded in the store) ends the call.
+    pub async fn start(
+        &self,
+        registry: &Registry,
+        invoke: InvokeRequest,
+        mut options: InvokeOptions,
+        request: CancellationToken,
+    ) -> Started {
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let started_tx = Mutex::new(Some(started_tx));
+        options = options.with_execute_hook(Arc::new(move || {
+            if let Some(tx) = started_tx.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                let _ = tx.send(());
+            }
+        }));
+        // The task outlives the request: its own cancellation, fed by the request's until the
+        // task is named, and by a cancellation of the task after.
+        let token = CancellationToken::new();
+        options = options.with_cancellation(token.clone());
+        let owner = Self::owner(&options.consumer);
+        let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Invocation>();
+        let running = registry.clone();
+        tokio::spawn(async move {
+            let invocation = running.invoke_detailed(invoke, options).await;
+            let _ = done_tx.send(invocation);
+        });
+        let started = tokio::select! {
+            started = started_rx => started.is_ok(),
+            () = request.cancelled() => {
+                token.cancel();
+                false
+            }
+        };
+        // A caller that hung up meanwhile, or a process at its limit of running tasks: no task.
+        let at_limit = self.running().len() >= self.inner.config.max_running;
+        if !started || request.is_cancelled() || at_limit {
+            if at_limit {
+                tracing::warn!(target: "agent_surface::tasks", max = self.inner.config.max_running, "too many tasks running; answering the call when it ends");
+            }
+            return Started::Ended(wait(&mut done_rx, &request, &token).await);
+        }
+        let clock = registry.config().clock.clone();
+        let now = clock.now();
+        let config = &self.inner.config;
+        let record =
+            TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl).with_lease(config.lease);
+        if let Err(e) = config.store.create(record.clone(), now).await {
+            tracing::warn!(target: "agent_surface::tasks", error = %agent_surface_policy::redacted(&e), "cannot create a task; answering the call when it ends");
+            return Started::Ended(wait(&mut done_rx, &request, &token).await);
+        }
+        self.running().insert(record.id.clone(), token.clone());
+        let this = self.clone();
+        let id = record.id.clone();
+        tokio::spawn(async move { this.settle(id, done_rx, token, clock).await });
+        Started::Task(record)
+    }
+
+    /// Waits for the task's call to end and records its outcome; meanwhile, watches the store for
+    /// a cancellation recorded by another replica.
+    async fn settle(
+        self,
+        id: String,
+        mut done: tokio::sync::oneshot::Receiver<Invocation>,
+        token: CancellationToken,
+        clock: Arc<dyn Clock>,
+    ) {
+        let store = &self.inner.config.store;
+        let lease = self.inner.config.lease;
+        let mut renewed = clock.now();
+        let mut ended_elsewhere = false;
+        let invocation = loop {
+            tokio::select! {
+                invocation = &mut done => break invocation.unwrap_or_else(|_| lost()),
+                () = tokio::time::sleep(self.inner.config.poll_interval.min(lease / 3).max(Duration::from_millis(10))) => {
+                    // Each poll reads the record; every third of the lease it renews it too.
+                    let now = clock.now();
+                    let read = if now.saturating_duration_since(renewed) >= lease / 3 {
+                        let answer = store.renew(&id, now.saturating_add(lease), now).await;
+                        if answer.is_ok() {
+                            renewed = now;
+                        }
+                        answer
+                    } else {
+                        store.get(&id, now).await
+                    };
+                    match read {
+                        Ok(Some(record)) if record.cancel_requested => token.cancel(),
+                        Ok(Some(record)) if record.status.is_terminal() && !ended_elsewhere => {
+                            ended_elsewhere = true;
+                            tracing::warn!(target: "agent_surface::tasks", task_id = %id, "task ended elsewhere while it ran here (its lease lapsed)");
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot renew a task's lease");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        };
+        self.running().remove(&id);
+        let outcome = TaskOutcome::of(&invocation);
+        let (status, payload) = if invocation.result.code() == Some(ErrorCode::Cancelled) {
+            (TaskStatus::Cancelled, None)
+        } else {
+            (TaskStatus::Completed, Some(outcome.to_payload()))
+        };
+        let finished = match store.finish(&id, status, payload, None, clock.now()).await {
+            // The result does not fit the store: it is withheld, as an output over the cap is.
+            Err(StoreError::Full { .. }) => {
+                tracing::warn!(target: "agent_surface::tasks", task_id = %id, "task result over the store's budget; withheld");
+                let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
+                let withheld = TaskOutcome {
+                    result: InvokeResult::error(
+                        withheld.into_payload(),
+                        outcome.result.invocation_id().map(str::to_string),
+                    ),
+                    correlation_id: outcome.correlation_id,
+                };
+                store.finish(&id, TaskStatus::Completed, Some(withheld.to_payload()), None, clock.now()).await
+            }
+            other => other,
+        };
+        if let Err(e) = finished {
+            tracing::error!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record the end of a task");
+        }
+    }
+
+    /// The record of `id` as `consumer` may see it: `None` for an unknown or expired id and for
+    /// another principal's task (the two are answered alike). An abandoned task (its lease
+    /// lapsed: the process running it died) is ended first, completed with `EXECUTION_FAILED
+    /// {reason: outcome-unknown}`.
+    pub async fn find(&self, id: &str, consumer: &Consumer, now: Timestamp) -> Result<Option<TaskRecord>, StoreError> {
+        let store = &self.inner.config.store;
+        let Some(record) = store.get(id, now).await? else {
+            return Ok(None);
+        };
+        if let Some(owner) = &record.owner
+            && Self::owner(consumer).as_deref() != Some(owner.as_str())
+        {
+            return Ok(None);
+        }
+        if !record.is_abandoned(now) {
+            return Ok(Some(record));
+        }
+        let unknown = Invocation::new(InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None));
+        let ended = store.end_lapsed(id, Some(TaskOutcome::of(&unknown).to_payload()), None, now).await?;
+        if let Some(ended) = &ended
+            && ended.status.is_terminal()
+            && ended.updated_at == now
+        {
+            tracing::warn!(target: "agent_surface::tasks", task_id = %id, "task abandoned (its lease lapsed): ended with an unknown outcome");
+        }
+        Ok(ended)
+    }
+
+    /// Asks for the end of the task `id`, when `consumer` may see it and it has not ended: the
+    /// cancellation is recorded in the store (for the replica running it) and, when it runs in
+    /// this process, fired at once. Returns the record as it was found (`None` as for
+    /// [`Tasks::find`]). A call that had not started its effect ends cancelled; a write
+    /// interrupted after its handler started ends with `EXECUTION_FAILED {reason:
+    /// outcome-unknown}` (the usual rule).
+    pub async fn cancel(
+        &self,
+        id: &str,
+        consumer: &Consumer,
+        now: Timestamp,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let Some(record) = self.find(id, consumer, now).await? else {
+            return Ok(None);
+        };
+        if record.status.is_terminal() {
+            return Ok(Some(record));
+        }
+        if let Err(e) = self.inner.config.store.request_cancel(id, now).await {
+            tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record a task cancellation");
+        }
+        if let Some(token) = self.running().get(id) {
+            token.cancel();
+        }
+        Ok(Some(record))
+    }
+}
+
+/// Waits for the end of a call answered directly; the request's cancellation still counts.
+async fn wait(
+    done: &mut tokio::sync::oneshot::Receiver<Invocation>,
+    request: &CancellationToken,
+    token: &CancellationToken,
+) -> Invocation {
+    tokio::select! {
+        invocation = &mut *done => return invocation.unwrap_or_else(|_| lost()),
+        () = request.cancelled() => token.cancel(),
+    }
+    done.await.unwrap_or_else(|_| lost())
+}
+
+/// The answer when a call's task was lost (it panicked outside the pipeline's guard, which the
+/// pipeline prevents): the outcome is unknown.
+fn lost() -> Invocation {
+    let result = InvokeResult::error(AgentSurfaceError::outcome_unknown_untracked().into_payload(), None);
+    Invocation::new(result)
+}
+
+/// `t-` and 32 hex digits: 128 bits from the operating system's random source.
+fn new_task_id() -> String {
+    agent_surface_core::id::random_id("t-")
+}
