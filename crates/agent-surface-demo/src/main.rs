@@ -591,6 +591,8 @@ async fn serve(mut options: Serve) -> Result<(), String> {
     // them cancels the calls they carry).
     let registry = demo.registry.clone();
     let drain_steps = agent_surface_server::Drain::cancelling(move || registry.dispose());
+    // One task runtime for MCP and the HTTP binding: a task started over either is read over both.
+    api.tasks = config.tasks.clone();
     let app = if options.conformance {
         conformance::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     } else {

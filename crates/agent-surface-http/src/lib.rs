@@ -85,6 +85,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod asynchronous;
 mod auth;
 pub mod inbox;
 mod json;

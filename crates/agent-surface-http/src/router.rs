@@ -5,16 +5,18 @@ use std::time::Duration;
 
 use agent_surface_core::message::Sends;
 use agent_surface_policy::{AuthRejectionKind, Identity};
-use agent_surface_registry::{InvokeOptions, InvokeRequest, Registry};
+use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Registry};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use tokio_util::sync::CancellationToken;
 
+use crate::asynchronous;
 use crate::auth::{self, Authenticator};
 use crate::json::{self, Strict};
 use crate::wire::{self, JSON, PROBLEM_JSON, ProtocolFault};
@@ -78,6 +80,13 @@ pub struct HttpConfig {
     /// which get the wording that never asks for what they cannot send. Code, retry, details and
     /// repair, the status and `Retry-After` are the same either way.
     pub sends: Sends,
+    /// The task runtime for long-running calls (`agent_surface_registry::tasks`); `None` (the
+    /// default): no call is answered `202`, and there are no task routes. With it, a call of a
+    /// long-running capability whose request carries `Prefer: respond-async` is answered `202
+    /// Accepted` with a task once its handler starts, and `GET`/`DELETE {prefix}/tasks/{id}` read
+    /// and cancel tasks (see [`crate::asynchronous`]). Give the MCP adapter the same runtime (or
+    /// the same store) and a task started over either is read over the other.
+    pub tasks: Option<agent_surface_registry::tasks::Tasks>,
 }
 
 /// What [`HttpConfig::metrics`] holds: renders the current metrics as Prometheus text.
@@ -98,6 +107,7 @@ impl Default for HttpConfig {
             limits: agent_surface_server::Limits::default(),
             metrics: None,
             sends: Sends::Request,
+            tasks: None,
         }
     }
 }
@@ -120,6 +130,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("metrics", &self.metrics.is_some())
             .field("sends", &self.sends)
+            .field("tasks", &self.tasks.is_some())
             .finish()
     }
 }
@@ -166,10 +177,15 @@ pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
     config.prefix = normalize_prefix(&config.prefix);
     let prefix = config.prefix.clone();
     let metrics = config.metrics.clone();
+    let has_tasks = config.tasks.is_some();
     let state = Arc::new(AppState { registry, config });
     let mut router = Router::new()
         .route(&format!("{prefix}/capabilities"), get(capabilities).merge(method_not_allowed("GET, HEAD")))
         .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")));
+    if has_tasks {
+        let task = get(get_task).delete(cancel_task).merge(method_not_allowed("GET, HEAD, DELETE"));
+        router = router.route(&format!("{prefix}/tasks/{{id}}"), task);
+    }
     if let Some(render) = metrics {
         let serve = get(move || async move {
             ([(header::CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_TEXT))], render()).into_response()
@@ -423,7 +439,7 @@ async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> 
 }
 
 /// The answer when the invoke task ended abnormally: the `internal` fault.
-fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
+pub(crate) fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
     internal("the invoke task ended abnormally", &error)
 }
 
@@ -455,8 +471,18 @@ fn trace_parent(headers: &HeaderMap) -> Option<agent_surface_registry::TracePare
     agent_surface_registry::TraceParent::extract(Some(parent), state.as_deref())
 }
 
+/// The path under which this router's routes are reached from outside: the request's original
+/// path (before a nesting router stripped its prefix) without `route`, the part after the
+/// binding's prefix (`/invoke`). `/api` for `/api/invoke` nested at `/api`, or served with the
+/// prefix `/api`.
+pub(crate) fn public_base(parts: &http::request::Parts, route: &str) -> String {
+    let path = parts.extensions.get::<axum::extract::OriginalUri>().map_or(parts.uri.path(), |o| o.0.path());
+    path.strip_suffix(route).unwrap_or_default().to_string()
+}
+
 async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    let base = public_base(&parts, "/invoke");
     let headers = parts.headers;
     // A refused caller gets its answer before the body is read.
     let identity = match authenticate(&state, &headers).await {
@@ -483,16 +509,38 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     // dropped (the client went away): the pipeline then ends it with `CANCELLED` and records it,
     // instead of being dropped mid-phase.
     let cancel = CancellationToken::new();
-    let _guard = cancel.clone().drop_guard();
+    let guard = cancel.clone().drop_guard();
     let registry = state.registry.clone();
-    let mut options = InvokeOptions::new(consumer).with_cancellation(cancel).with_transport("http");
+    let mut options = InvokeOptions::new(consumer).with_cancellation(cancel.clone()).with_transport("http");
     if let Some(parent) = trace_parent(&headers) {
         options = options.with_trace_parent(parent);
     }
+    let plain = {
+        let state = state.clone();
+        move |invocation: Invocation| answer(&state, invocation)
+    };
+    if let Some(tasks) = state
+        .config
+        .tasks
+        .as_ref()
+        .filter(|_| asynchronous::prefers_respond_async(&headers) && registry.is_long_running(&request.capability))
+    {
+        let _guard = guard;
+        return asynchronous::start_task(tasks, &registry, &base, request, options, cancel, plain).await;
+    }
+    if asynchronous::accepts_event_stream(&headers) {
+        return asynchronous::stream(registry, request, options, guard, state.config.sends, plain).await;
+    }
+    let _guard = guard;
     let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
         Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),
     };
+    answer(&state, invocation)
+}
+
+/// The plain answer to a call: its status, headers and body.
+fn answer(state: &AppState, invocation: Invocation) -> Response {
     let encoded = wire::encode(&invocation.result.worded_for(state.config.sends));
     let mut response = (encoded.status, [(header::CONTENT_TYPE, encoded.content_type)], encoded.body).into_response();
     // Printable ASCII by construction (an invocation id is, and so is a generated id).
@@ -513,6 +561,55 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
+}
+
+/// The caller of a task request and the clock reading, or the answer to a refused one.
+async fn task_caller<'s>(
+    state: &'s AppState,
+    headers: &HeaderMap,
+) -> Result<(&'s agent_surface_registry::tasks::Tasks, agent_surface_policy::Consumer), Response> {
+    let identity = authenticate(state, headers).await?;
+    let consumer = consumer(state, headers, identity).map_err(fault)?;
+    // The routes exist only with a runtime.
+    let tasks = state.config.tasks.as_ref().ok_or_else(|| fault(ProtocolFault::NotFound))?;
+    Ok((tasks, consumer))
+}
+
+fn task_answer(answer: asynchronous::TaskAnswer) -> Response {
+    match answer {
+        asynchronous::TaskAnswer::View(response) => response,
+        asynchronous::TaskAnswer::NotFound => fault(ProtocolFault::TaskNotFound),
+        asynchronous::TaskAnswer::Internal(what) => internal(what, &"see the previous event"),
+    }
+}
+
+async fn get_task(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let (tasks, consumer) = match task_caller(&state, &headers).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    // A segment that does not decode names no task.
+    let Ok(Path(id)) = id else { return fault(ProtocolFault::TaskNotFound) };
+    let now = state.registry.config().clock.now();
+    task_answer(asynchronous::get_task(tasks, &id, &consumer, now, state.config.sends).await)
+}
+
+async fn cancel_task(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let (tasks, consumer) = match task_caller(&state, &headers).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let Ok(Path(id)) = id else { return fault(ProtocolFault::TaskNotFound) };
+    let now = state.registry.config().clock.now();
+    task_answer(asynchronous::cancel_task(tasks, &id, &consumer, now).await)
 }
 
 #[cfg(test)]

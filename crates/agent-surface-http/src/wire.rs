@@ -220,11 +220,14 @@ pub enum ProtocolFault {
     /// The authenticator cannot check credentials now (its signing keys are unreachable):
     /// `503`.
     AuthUnavailable,
+    /// No task with this id is visible to the caller: unknown, expired, or another principal's
+    /// (the three are answered alike; see [`crate::asynchronous`]).
+    TaskNotFound,
 }
 
 impl ProtocolFault {
     /// Every kind, in declaration order.
-    pub const ALL: [ProtocolFault; 14] = [
+    pub const ALL: [ProtocolFault; 15] = [
         ProtocolFault::MalformedJson,
         ProtocolFault::InvalidRequest,
         ProtocolFault::InvocationIdMismatch,
@@ -239,6 +242,7 @@ impl ProtocolFault {
         ProtocolFault::Unauthorized,
         ProtocolFault::InsufficientScope,
         ProtocolFault::AuthUnavailable,
+        ProtocolFault::TaskNotFound,
     ];
 
     /// (status, kind, title, detail).
@@ -327,6 +331,12 @@ impl ProtocolFault {
                 "auth-unavailable",
                 "Authentication unavailable",
                 "Credentials cannot be checked right now. Retry later.",
+            ),
+            ProtocolFault::TaskNotFound => (
+                StatusCode::NOT_FOUND,
+                "task-not-found",
+                "Task not found",
+                "No task with this id is visible to you: it is unknown, it has expired, or it is not yours. Call again to start a new one.",
             ),
         }
     }

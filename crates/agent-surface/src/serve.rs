@@ -39,7 +39,8 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   route, so a person's quotas and approvals are theirs whichever route they take;
 /// - **approvals are asked** through MCP elicitation where the client offers it and relayed to
 ///   the agent (with the inbox page, under [`ServiceBuilder::public_url`]) where it does not;
-///   long calls are answered as MCP tasks kept in the service's task store;
+///   long calls are answered as MCP tasks kept in the service's task store, and over the HTTP
+///   binding as `202 Accepted` tasks in the same store (`Prefer: respond-async`);
 /// - **the confirmation sweep** runs on its timer (expired confirmations are swept and recorded);
 /// - **a signal drains**: on SIGTERM or Ctrl-C the server stops accepting, lets the calls in
 ///   flight finish within the drain deadline (`server::Limits::drain_timeout`), then cancels
@@ -247,8 +248,9 @@ impl Serve {
     }
 
     /// The HTTP binding's other settings (body limits, the consumer header, …), served under
-    /// `/api`. Its authenticator is `Serve`'s; the service's public host is added to the allowed
-    /// hosts.
+    /// `/api`. Its authenticator and tasks are `Serve`'s (the MCP adapter's task runtime, so a
+    /// task started over either is read over the other); the service's public host is added to
+    /// the allowed hosts.
     pub fn api(mut self, config: HttpConfig) -> Serve {
         self.api = config;
         self
@@ -336,6 +338,8 @@ impl Serve {
         mcp_http.allowed_hosts.extend(public_host.clone());
         api.allowed_hosts.extend(public_host);
         api.authenticator = authenticator.clone();
+        // One task runtime for both: a task started over either is read and cancelled over the other.
+        api.tasks = mcp.tasks.clone();
         let registry = service.registry.clone();
         let drain = Drain::cancelling({
             let registry = registry.clone();

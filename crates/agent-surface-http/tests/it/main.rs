@@ -1,5 +1,6 @@
 //! The HTTP binding end to end: a real server on a loopback port, a hand-written HTTP/1.1 client.
 
+mod asynchronous;
 mod client;
 mod conformance;
 mod drain;

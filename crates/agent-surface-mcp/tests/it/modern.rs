@@ -934,3 +934,90 @@ async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_names_the_live
     let ok = completes(client.call_tool_once(call(&v2)).await.unwrap());
     assert!(ok.is_ok(), "{ok:?}");
 }
+
+/// One request to the HTTP binding's router; the status and the JSON body.
+async fn over_http(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let mut request = http::Request::builder().method(method).uri(path).header("host", "localhost");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = match body {
+        Some(body) => request.header("content-type", "application/json").body(axum::body::Body::from(body.to_string())),
+        None => request.body(axum::body::Body::empty()),
+    };
+    let response = app.clone().oneshot(request.unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_task_started_over_one_transport_is_read_over_the_other_by_its_owner_only() {
+    let (shop, engine) = shop();
+    let tasks = agent_surface_mcp::tasks::Tasks::new(agent_surface_mcp::tasks::TaskConfig::default());
+    let as_principal = |name: &str| {
+        Arc::new(McpConfig { identity: Some(Identity::new(name)), tasks: Some(tasks.clone()), ..config(&engine) })
+    };
+    let alice = as_principal("alice");
+    let (mcp, _) = connect_full(&shop.registry, alice, false, false, true).await;
+    let tokens =
+        agent_surface_http::BearerTokens::new([("t-alice", Identity::new("alice")), ("t-bob", Identity::new("bob"))]);
+    let api = agent_surface_http::router(
+        shop.registry.clone(),
+        agent_surface_http::HttpConfig {
+            authenticator: Some(Arc::new(tokens)),
+            tasks: Some(tasks.clone()),
+            ..Default::default()
+        },
+    );
+    let as_alice = [("authorization", "Bearer t-alice")];
+
+    // Started over MCP, read over HTTP: working, then completed with the result.
+    let id = task_id(mcp.call_tool_once(params("shop-crunch", json!({}))).await.unwrap());
+    let (status, view) = over_http(&api, "GET", &format!("/tasks/{id}"), &as_alice, None).await;
+    assert_eq!((status, &view["status"]), (200, &json!("working")), "{view}");
+    // Another principal gets the not-found answer, never the task.
+    let (status, refused) =
+        over_http(&api, "GET", &format!("/tasks/{id}"), &[("authorization", "Bearer t-bob")], None).await;
+    assert_eq!((status, &refused["type"]), (404, &json!("urn:agent-surface:protocol:task-not-found")));
+    assert!(refused.get("taskId").is_none());
+    release(&shop);
+    let mut done = Value::Null;
+    for _ in 0..200 {
+        done = over_http(&api, "GET", &format!("/tasks/{id}"), &as_alice, None).await.1;
+        if done["status"] != "working" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["body"], json!({"status": "ok", "output": {"crunched": true}}));
+
+    // Started over HTTP (202), read over MCP.
+    let headers = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    let (status, view) =
+        over_http(&api, "POST", "/invoke", &headers, Some(json!({"capability": "shop.crunch", "input": {}}))).await;
+    assert_eq!(status, 202, "{view}");
+    let id = view["taskId"].as_str().unwrap().to_string();
+    let working = mcp.peer().get_task(rmcp::model::GetTaskParams::new(&id)).await.unwrap();
+    assert_eq!(working.task.status(), rmcp::model::TaskStatus::Working);
+    release(&shop);
+    let done = final_task(&mcp, &id).await;
+    let rmcp::model::TaskPayload::Completed { result } = done.payload else { panic!("{done:?}") };
+    let result: rmcp::model::CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(codec::decode(&result).unwrap().output(), Some(&json!({"crunched": true})));
+    // Bob cannot read it over MCP either.
+    let (b, _) = connect_full(&shop.registry, as_principal("bob"), false, false, true).await;
+    match b.peer().get_task(rmcp::model::GetTaskParams::new(&id)).await {
+        Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602),
+        other => panic!("expected -32602, got {other:?}"),
+    }
+}

@@ -1,0 +1,271 @@
+//! Progress as Server-Sent Events, and long-running calls answered `202 Accepted` with a task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_surface_core::{AgentSurfaceError, Effect};
+use agent_surface_http::{BearerTokens, HttpConfig, router};
+use agent_surface_policy::Identity;
+use agent_surface_registry::tasks::{TaskConfig, Tasks};
+use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+use axum::body::Body;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tower::ServiceExt;
+
+/// `work.steps` reports `1 of 2`, waits for the gate, reports `2 of 2` and answers `{"steps": 2}`;
+/// `work.bake` (long-running write) and `work.crunch` (long-running read) wait for the gate;
+/// `work.quick` answers at once.
+fn registry(gate: Arc<Notify>) -> Registry {
+    let registry = Registry::new(RegistryConfig::default());
+    registry.provide(gate);
+    let empty = || json!({"type": "object", "properties": {}, "additionalProperties": false});
+    registry
+        .define("work", |t| {
+            t.capability("steps", "Work in two steps.").effect(Effect::Read).raw_handler(
+                empty(),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    ctx.progress(1.0, Some(2.0), Some("half way"));
+                    ctx.state::<Arc<Notify>>().notified().await;
+                    ctx.progress(2.0, Some(2.0), None);
+                    Ok::<_, AgentSurfaceError>(json!({"steps": 2}))
+                },
+            );
+            t.capability("bake", "Bake (long-running write).").effect(Effect::Write).long_running().raw_handler(
+                empty(),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<Notify>>().notified().await;
+                    Ok::<_, AgentSurfaceError>(json!({"baked": true}))
+                },
+            );
+            t.capability("crunch", "Crunch (long-running read).")
+                .effect(Effect::Read)
+                .idempotent()
+                .long_running()
+                .raw_handler(empty(), None, |ctx: Ctx, _i: Value| async move {
+                    ctx.state::<Arc<Notify>>().notified().await;
+                    Ok::<_, AgentSurfaceError>(json!({"crunched": true}))
+                });
+            t.capability("quick", "Answer at once.").effect(Effect::Read).raw_handler(
+                empty(),
+                None,
+                |_ctx: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"quick": true})) },
+            );
+        })
+        .unwrap();
+    std::mem::forget(registry.mount("work", "main").unwrap());
+    registry
+}
+
+fn config(tasks: Option<Tasks>) -> HttpConfig {
+    let tokens = BearerTokens::new([("t-alice", Identity::new("alice")), ("t-bob", Identity::new("bob"))]);
+    HttpConfig { authenticator: Some(Arc::new(tokens)), tasks, ..HttpConfig::with_prefix("/api") }
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)], body: Option<Value>) -> Request<Body> {
+    let mut r = Request::builder().method(method).uri(path).header("host", "localhost");
+    for (name, value) in headers {
+        r = r.header(*name, *value);
+    }
+    match body {
+        Some(body) => r.header("content-type", "application/json").body(Body::from(body.to_string())).unwrap(),
+        None => r.body(Body::empty()).unwrap(),
+    }
+}
+
+fn invoke(capability: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    request("POST", "/api/invoke", headers, Some(json!({"capability": capability, "input": {}})))
+}
+
+async fn json_body(response: Response<Body>) -> Value {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Reads the stream until one whole event (`event:` and `data:` lines, then a blank line) is in,
+/// skipping comments; `None` at the end of the stream.
+async fn next_event(body: &mut Body, buffer: &mut String) -> Option<(String, Value)> {
+    loop {
+        if let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            if block.starts_with(':') {
+                continue;
+            }
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    name = v.to_string();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data.push_str(v);
+                }
+            }
+            return Some((name, serde_json::from_str(&data).unwrap()));
+        }
+        let frame = body.frame().await?.unwrap();
+        if let Ok(data) = frame.into_data() {
+            buffer.push_str(std::str::from_utf8(&data).unwrap());
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_event_stream_carries_each_progress_report_then_the_result() {
+    let gate = Arc::new(Notify::new());
+    let app = router(registry(gate.clone()), config(None));
+    let response = app
+        .oneshot(invoke("work.steps", &[("accept", "text/event-stream"), ("idempotency-key", "inv-s1")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let mut buffer = String::new();
+    // The first report arrives while the handler still waits: it is streamed, not buffered.
+    let first = next_event(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(first, ("progress".to_string(), json!({"progress": 1.0, "total": 2.0, "message": "half way"})));
+    gate.notify_one();
+    let second = next_event(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(second, ("progress".to_string(), json!({"progress": 2.0, "total": 2.0})));
+    let (name, result) = next_event(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(name, "result");
+    assert_eq!(
+        result,
+        json!({"status": 200, "correlationId": "inv-s1", "body": {"status": "ok", "output": {"steps": 2}, "invocationId": "inv-s1"}})
+    );
+    assert_eq!(next_event(&mut body, &mut buffer).await, None, "the stream ends after the result");
+}
+
+#[tokio::test]
+async fn a_call_refused_before_its_handler_is_answered_plainly_even_to_an_event_stream_client() {
+    let app = router(registry(Arc::new(Notify::new())), config(None));
+    let bad = request(
+        "POST",
+        "/api/invoke",
+        &[("accept", "text/event-stream")],
+        Some(json!({"capability": "work.steps", "input": {"extra": 1}})),
+    );
+    let response = app.clone().oneshot(bad).await.unwrap();
+    assert_eq!(response.status(), 422);
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    assert_eq!(json_body(response).await["code"], "INVALID_INPUT");
+    // A success is streamed, however quick: here the result event alone.
+    let response = app.oneshot(invoke("work.quick", &[("accept", "text/event-stream")])).await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let (name, result) = next_event(&mut body, &mut String::new()).await.unwrap();
+    assert_eq!((name.as_str(), &result["body"]["output"]), ("result", &json!({"quick": true})));
+}
+
+/// Polls the task until it is final.
+async fn final_task(app: &axum::Router, location: &str, token: &str) -> Value {
+    for _ in 0..500 {
+        let auth = format!("Bearer {token}");
+        let response = app.clone().oneshot(request("GET", location, &[("authorization", &auth)], None)).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let view = json_body(response).await;
+        if view["status"] != "working" {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("task {location} did not end");
+}
+
+#[tokio::test]
+async fn a_long_running_call_preferring_async_is_a_task_its_owner_polls() {
+    let gate = Arc::new(Notify::new());
+    let app = router(registry(gate.clone()), config(Some(Tasks::new(TaskConfig::default()))));
+    let alice = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    let response = app.clone().oneshot(invoke("work.bake", &alice)).await.unwrap();
+    assert_eq!(response.status(), 202);
+    assert_eq!(response.headers()["preference-applied"], "respond-async");
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let view = json_body(response).await;
+    assert_eq!(view["status"], "working");
+    assert_eq!(location, format!("/api/tasks/{}", view["taskId"].as_str().unwrap()));
+
+    // Another principal, an anonymous caller and an unknown id get the same answer.
+    for (path, auth) in [(&*location, "Bearer t-bob"), (&*location, ""), ("/api/tasks/t-unknown", "Bearer t-alice")] {
+        let headers: &[(&str, &str)] = if auth.is_empty() { &[] } else { &[("authorization", auth)] };
+        for method in ["GET", "DELETE"] {
+            let response = app.clone().oneshot(request(method, path, headers, None)).await.unwrap();
+            assert_eq!(response.status(), 404, "{method} {path} as {auth:?}");
+            assert_eq!(json_body(response).await["type"], "urn:agent-surface:protocol:task-not-found");
+        }
+    }
+
+    gate.notify_one();
+    let done = final_task(&app, &location, "t-alice").await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["status"], 200);
+    assert_eq!(done["result"]["body"], json!({"status": "ok", "output": {"baked": true}}));
+    // Deleting a finished task is acknowledged and changes nothing.
+    let auth = [("authorization", "Bearer t-alice")];
+    let response = app.clone().oneshot(request("DELETE", &location, &auth, None)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(json_body(response).await["status"], "completed");
+}
+
+#[tokio::test]
+async fn deleting_a_task_cancels_its_call() {
+    let app = router(registry(Arc::new(Notify::new())), config(Some(Tasks::new(TaskConfig::default()))));
+    let alice = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    // A read: it ends cancelled.
+    let response = app.clone().oneshot(invoke("work.crunch", &alice)).await.unwrap();
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let response = app.clone().oneshot(request("DELETE", &location, &alice[..1], None)).await.unwrap();
+    assert_eq!(response.status(), 202);
+    assert_eq!(json_body(response).await["cancelRequested"], true);
+    assert_eq!(final_task(&app, &location, "t-alice").await["status"], "cancelled");
+    // A write interrupted after its handler started: completed, outcome unknown.
+    let response = app.clone().oneshot(invoke("work.bake", &alice)).await.unwrap();
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    app.clone().oneshot(request("DELETE", &location, &alice[..1], None)).await.unwrap();
+    let done = final_task(&app, &location, "t-alice").await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["status"], 500);
+    assert_eq!(done["result"]["body"]["details"]["reason"], "outcome-unknown");
+}
+
+#[tokio::test]
+async fn respond_async_is_ignored_where_no_task_can_be() {
+    let gate = Arc::new(Notify::new());
+    let tasks = Some(Tasks::new(TaskConfig::default()));
+    let prefer = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    // Not long-running: answered when it ends.
+    let app = router(registry(gate.clone()), config(tasks));
+    let response = app.clone().oneshot(invoke("work.quick", &prefer)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("preference-applied").is_none());
+    // Refused before its handler: answered in the call.
+    let bad = request("POST", "/api/invoke", &prefer, Some(json!({"capability": "work.bake", "input": {"x": 1}})));
+    assert_eq!(app.oneshot(bad).await.unwrap().status(), 422);
+    // No task runtime: no task, and no task routes.
+    let app = router(registry(gate.clone()), config(None));
+    let call = tokio::spawn(app.clone().oneshot(invoke("work.crunch", &prefer)));
+    gate.notify_one();
+    let response = call.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let response = app.oneshot(request("GET", "/api/tasks/t-1", &prefer[..1], None)).await.unwrap();
+    assert_eq!(json_body(response).await["type"], "urn:agent-surface:protocol:not-found");
+}
+
+#[tokio::test]
+async fn the_location_names_the_path_the_binding_is_reached_by_when_nested() {
+    let gate = Arc::new(Notify::new());
+    let nested = HttpConfig { prefix: String::new(), ..config(Some(Tasks::new(TaskConfig::default()))) };
+    let app = axum::Router::new().nest("/outer", router(registry(gate.clone()), nested));
+    let headers = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    let call = request("POST", "/outer/invoke", &headers, Some(json!({"capability": "work.crunch", "input": {}})));
+    let response = app.clone().oneshot(call).await.unwrap();
+    assert_eq!(response.status(), 202);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    assert!(location.starts_with("/outer/tasks/t-"), "{location}");
+    gate.notify_one();
+    assert_eq!(final_task(&app, &location, "t-alice").await["status"], "completed");
+}
