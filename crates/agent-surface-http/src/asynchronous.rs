@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use agent_surface_core::InvokeResult;
 use agent_surface_policy::{TaskRecord, TaskStatus};
-use agent_surface_registry::tasks::{Started, TaskOutcome, Tasks};
+use agent_surface_registry::tasks::{Started, TaskOutcome, Tasks, ttl};
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Progress, ProgressSink, Registry};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
@@ -273,7 +273,7 @@ fn view(tasks: &Tasks, record: &TaskRecord, result: Option<Value>) -> Value {
         "status": record.status.as_str(),
         "createdAt": record.created_at.to_rfc3339(),
         "updatedAt": record.updated_at.to_rfc3339(),
-        "ttlMs": millis(record.expires_at.saturating_duration_since(record.created_at)),
+        "ttlMs": millis(ttl(record)),
         "pollIntervalMs": millis(tasks.config().poll_interval),
         "cancelRequested": record.cancel_requested,
     });

@@ -162,7 +162,7 @@ fn view(tasks: &Tasks, record: &TaskRecord) -> Task {
         TaskStatus::Failed => rmcp::model::TaskStatus::Failed,
         _ => rmcp::model::TaskStatus::Cancelled,
     };
-    let ttl = record.expires_at.saturating_duration_since(record.created_at);
+    let ttl = agent_surface_registry::tasks::ttl(record);
     let mut task = Task::new(record.id.clone(), status, record.created_at.to_rfc3339(), record.updated_at.to_rfc3339())
         .with_ttl_ms(millis(ttl).max(1))
         .with_poll_interval_ms(millis(config.poll_interval).max(1));

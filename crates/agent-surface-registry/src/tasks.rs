@@ -377,6 +377,13 @@ impl Tasks {
     }
 }
 
+/// How long `record` is kept after it ends (what a task's view reports as its time to live): a
+/// final record is kept that long from its end, a running one was created with it.
+pub fn ttl(record: &TaskRecord) -> Duration {
+    let from = if record.status.is_terminal() { record.updated_at } else { record.created_at };
+    record.expires_at.saturating_duration_since(from)
+}
+
 /// Waits for the end of a call answered directly; the request's cancellation still counts.
 async fn wait(
     done: &mut tokio::sync::oneshot::Receiver<Invocation>,
