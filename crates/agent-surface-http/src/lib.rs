@@ -3,12 +3,14 @@
 //!
 //! # Overview
 //!
-//! [`router`] builds an axum router with two routes under [`HttpConfig::prefix`]:
+//! [`router`] builds an axum router with these routes under [`HttpConfig::prefix`]:
 //!
 //! | route | answer |
 //! |---|---|
 //! | `GET {prefix}/capabilities` | `200`, `application/json`: the caller's `Snapshot` |
-//! | `POST {prefix}/invoke` | the `InvokeRequest` JSON in, the result out (below) |
+//! | `POST {prefix}/invoke` | the `InvokeRequest` JSON in, the result out (below); progress as Server-Sent Events, or a `202` task ([`asynchronous`]) |
+//! | `GET {prefix}/openapi.json` | `200`, `application/json`: an OpenAPI 3.1 document of what the caller can do, from the live surface ([`openapi`]) |
+//! | `GET`/`DELETE {prefix}/tasks/{id}` | with [`HttpConfig::tasks`]: a task's view, or its cancellation ([`asynchronous`]) |
 //!
 //! **Two result shapes, never confused.** A call that reached the pipeline answers with its
 //! `InvokeResult`: a success is `200` with `{"status":"ok","output":…,"invocationId"?}`; a
@@ -37,7 +39,7 @@
 //! `auth-unavailable`, each with its `WWW-Authenticate`);
 //! the consumer key is `http:{subject}:{session}` (signed in) or `http-anonymous:{session}`,
 //! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
-//! scopes idempotency keys and tasks; rate budgets, confirmations and relayed confirmations are
+//! scopes idempotency keys; tasks, rate budgets, confirmations and relayed confirmations are
 //! keyed on the caller's principal (`Consumer::principal`: the signed-in user, the same as over
 //! MCP; an anonymous caller's consumer key), so another header value opens no new budget and
 //! splits no approval.
@@ -89,6 +91,7 @@ pub mod asynchronous;
 mod auth;
 pub mod inbox;
 mod json;
+pub mod openapi;
 mod router;
 pub mod wire;
 

@@ -170,8 +170,11 @@ fn normalize_prefix(prefix: &str) -> String {
 }
 
 /// The binding's router for `registry`: `GET {prefix}/capabilities` answers the caller's
-/// snapshot, `POST {prefix}/invoke` runs one call, and, when [`HttpConfig::metrics`] is set,
-/// `GET {prefix}/metrics` serves the metrics text. Every other path is a `404` protocol fault,
+/// snapshot, `POST {prefix}/invoke` runs one call (or streams it, or answers a task: see
+/// [`crate::asynchronous`]), `GET {prefix}/openapi.json` describes what the caller can do
+/// ([`crate::openapi`]), `GET`/`DELETE {prefix}/tasks/{id}` read and cancel tasks when
+/// [`HttpConfig::tasks`] is set, and, when [`HttpConfig::metrics`] is set, `GET {prefix}/metrics`
+/// serves the metrics text. Every other path is a `404` protocol fault,
 /// every other method a `405` one.
 pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
     config.prefix = normalize_prefix(&config.prefix);
@@ -181,7 +184,8 @@ pub fn router(registry: Registry, mut config: HttpConfig) -> Router {
     let state = Arc::new(AppState { registry, config });
     let mut router = Router::new()
         .route(&format!("{prefix}/capabilities"), get(capabilities).merge(method_not_allowed("GET, HEAD")))
-        .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")));
+        .route(&format!("{prefix}/invoke"), post(invoke).merge(method_not_allowed("POST")))
+        .route(&format!("{prefix}/openapi.json"), get(openapi).merge(method_not_allowed("GET, HEAD")));
     if has_tasks {
         let task = get(get_task).delete(cancel_task).merge(method_not_allowed("GET, HEAD, DELETE"));
         router = router.route(&format!("{prefix}/tasks/{{id}}"), task);
@@ -317,6 +321,29 @@ async fn capabilities(State(state): State<Shared>, headers: HeaderMap) -> Respon
         }
         Err(e) => internal("the snapshot could not be serialized", &e),
     }
+}
+
+/// `GET {prefix}/openapi.json`: the OpenAPI document of what this caller can do (see
+/// [`crate::openapi`]).
+async fn openapi(State(state): State<Shared>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let identity = match authenticate(&state, &parts.headers).await {
+        Ok(identity) => identity,
+        Err(refused) => return refused,
+    };
+    let consumer = match consumer(&state, &parts.headers, identity) {
+        Ok(c) => c,
+        Err(f) => return fault(f),
+    };
+    let snapshot = state.registry.snapshot(&consumer).await;
+    let base = public_base(&parts, "/openapi.json");
+    let bearer = state.config.authenticator.as_ref().is_some_and(|a| {
+        a.challenge().split_whitespace().next().is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer"))
+    });
+    let shape = crate::openapi::Shape { base: &base, tasks: state.config.tasks.is_some(), bearer };
+    let document = crate::openapi::document(&snapshot, &shape);
+    (StatusCode::OK, [(header::CONTENT_TYPE, JSON), (header::CACHE_CONTROL, "no-store")], document.to_string())
+        .into_response()
 }
 
 /// Whether the body is declared as JSON: exactly one `Content-Type` field, a media type (as the

@@ -207,8 +207,9 @@ pub enum ProtocolFault {
     NotFound,
     /// The route exists but not for this method.
     MethodNotAllowed,
-    /// The server failed while answering (the invoke task ended abnormally, or a snapshot could
-    /// not be serialized). Logged at error level; nothing of the cause is sent.
+    /// The server failed while answering (the invoke task ended abnormally, a snapshot could not
+    /// be serialized, the task store failed, or a task record holds a payload this version cannot
+    /// read). Logged at error level; nothing of the cause is sent.
     Internal,
     /// The authenticator refused the request at the transport: no access token, or one that is
     /// not valid for this resource (`401`, with the authenticator's `WWW-Authenticate`

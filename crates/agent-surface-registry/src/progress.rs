@@ -5,8 +5,9 @@
 //! drops the ones that break the rules every transport needs: a report whose `done` does not grow,
 //! a value that is not a finite non-negative number, a report after the call ended. Where the
 //! reports go is the adapter's business: MCP sends `notifications/progress` when the request
-//! carried a progress token, the embedded toolset calls a callback, the HTTP binding (one JSON
-//! answer per request) has nowhere to put them and drops them.
+//! carried a progress token, the embedded toolset calls a callback, the HTTP binding streams them as
+//! Server-Sent Events to a client that accepts `text/event-stream` (and drops them for one that
+//! wants one JSON answer).
 
 use std::fmt;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ mod conformance;
 mod drain;
 mod hostile;
 mod inbox;
+mod openapi;
 mod routes;
 mod snapshots;
 mod strict;

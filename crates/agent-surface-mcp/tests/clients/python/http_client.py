@@ -12,8 +12,17 @@ in with tokens, so it serves the approval inbox and a confirmation carries its `
 `Retry-After` exactly for `after-delay`,
 `WWW-Authenticate` on 401, success bodies, an `Idempotency-Key` replay, a client that hangs up
 (the call is cancelled and the key then answers `CANCELLED`), and the protocol faults that never
-reach the pipeline (no `code` member). Prints one line per check and closes with
-"N passed, M failed"; exits non-zero on any failure.
+reach the pipeline (no `code` member).
+
+Then, against a second server with `--conformance` (its fixtures report progress and run long):
+progress as Server-Sent Events (`Accept: text/event-stream`: the progress events in order, then
+one `result` event with the answer's envelope); a long-running call answered `202 Accepted` with
+`Prefer: respond-async`, polled at its `Location` until completed, unreadable by another person,
+and one cancelled with `DELETE`; and `GET /api/openapi.json`, validated by openapi-spec-validator
+(OpenAPI 3.1), with every local `$ref` resolved and every capability of `GET /api/capabilities`
+in it.
+
+Prints one line per check and closes with "N passed, M failed"; exits non-zero on any failure.
 """
 
 import json
@@ -24,6 +33,7 @@ import sys
 import time
 
 import httpx2 as httpx
+from openapi_spec_validator import validate as validate_openapi
 
 from checks import check, finish, matches
 
@@ -119,9 +129,9 @@ def check_fault(label, response, status, kind):
     return problem
 
 
-def start_server(demo):
+def start_server(demo, *extra):
     server = subprocess.Popen(
-        [demo, "serve", "--http", "127.0.0.1:0", "--memory", "--token", "t-alice=alice"],
+        [demo, "serve", "--http", "127.0.0.1:0", "--memory", "--token", "t-alice=alice", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -208,6 +218,173 @@ def protocol_faults(client):
                 client.post("/api/invoke", json=call, headers={"Host": "attacker.example"}), 403, "host-not-allowed")
 
 
+def sse_events(response):
+    """The (event, data) pairs of an event stream, comments skipped, in order."""
+    events, name, data = [], None, []
+    for line in response.iter_lines():
+        if line == "":
+            if name is not None or data:
+                events.append((name, json.loads("\n".join(data))))
+            name, data = None, []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            name = line[len("event:"):].strip()
+        elif line.startswith("data:"):
+            data.append(line[len("data:"):].strip())
+    return events
+
+
+def event_stream(client):
+    call = {"capability": "conformance.tool_with_progress", "input": {}}
+    headers = {"Accept": "text/event-stream", "Idempotency-Key": "sse-1"}
+    with client.stream("POST", "/api/invoke", json=call, headers=headers) as response:
+        content_type = response.headers.get("content-type", "")
+        check("SSE: 200 text/event-stream", response.status_code == 200 and content_type.startswith("text/event-stream"),
+              f"{response.status_code} {content_type}")
+        events = sse_events(response)
+    names = [name for name, _ in events]
+    progress = [data for name, data in events if name == "progress"]
+    check("SSE: progress events, then exactly one result event last",
+          len(progress) >= 1 and names.count("result") == 1 and names[-1] == "result", json.dumps(names))
+    done = [p.get("progress") for p in progress]
+    check("SSE: progress grows to its total, with the handler's messages",
+          done == sorted(done) and done[-1] == 100 and all(p.get("total") == 100 for p in progress)
+          and progress[-1].get("message") == "Completed step 100 of 100", json.dumps(progress))
+    result = events[-1][1] if events else {}
+    check("SSE: the result event is the answer's envelope",
+          result.get("status") == 200 and result.get("correlationId") == "sse-1"
+          and result.get("body") == {"status": "ok", "output": "Progress complete.", "invocationId": "sse-1"},
+          json.dumps(result))
+    # Refused before any handler runs: the plain answer, whatever the client accepts.
+    refused = client.post("/api/invoke", json={"capability": "conformance.nothing_here"},
+                          headers={"Accept": "text/event-stream"})
+    check("SSE: a call refused before its handler keeps its plain status and problem",
+          refused.status_code == 404 and refused.headers.get("content-type", "").startswith("application/problem+json")
+          and refused.json().get("code") == "CAPABILITY_NOT_FOUND", f"{refused.status_code} {refused.text[:200]}")
+
+
+def poll(client, location, headers, seconds=20):
+    deadline = time.monotonic() + seconds
+    while True:
+        view = client.get(location, headers=headers).json()
+        if view.get("status") != "working" or time.monotonic() > deadline:
+            return view
+        time.sleep(max(view.get("pollIntervalMs", 100), 50) / 1000)
+
+
+def tasks(client):
+    alice = {"Authorization": "Bearer t-alice"}
+    call = {"capability": "conformance.slow_compute", "input": {"seconds": 1, "label": "pi"}}
+    response = client.post("/api/invoke", json=call, headers={**alice, "Prefer": "respond-async"})
+    location = response.headers.get("location", "")
+    view = response.json() if response.status_code == 202 else {}
+    check("202: a long-running call preferring respond-async is a working task",
+          response.status_code == 202 and response.headers.get("preference-applied") == "respond-async"
+          and view.get("status") == "working" and location == f"/api/tasks/{view.get('taskId')}",
+          f"{response.status_code} {response.headers} {response.text[:300]}")
+    if not location:
+        return
+    for who, headers in (("another person", {"Authorization": "Bearer t-bob"}), ("an anonymous caller", {})):
+        other = client.get(location, headers=headers)
+        check(f"202: {who} gets task-not-found, never the task",
+              other.status_code == 404 and other.json().get("type") == "urn:agent-surface:protocol:task-not-found"
+              and "taskId" not in other.json(), f"{other.status_code} {other.text[:200]}")
+    done = poll(client, location, alice)
+    check("202: polled to completed, with the result's envelope",
+          done.get("status") == "completed" and done.get("result", {}).get("status") == 200
+          and done.get("result", {}).get("body") == {"status": "ok", "output": "Computed pi"}, json.dumps(done))
+    long = {"capability": "conformance.slow_compute", "input": {"seconds": 60}}
+    response = client.post("/api/invoke", json=long, headers={**alice, "Prefer": "respond-async"})
+    location = response.headers.get("location", "")
+    cancelled = client.delete(location, headers=alice) if location else None
+    check("202: DELETE asks for the end of a running task",
+          cancelled is not None and cancelled.status_code == 202 and cancelled.json().get("cancelRequested") is True,
+          "" if cancelled is None else f"{cancelled.status_code} {cancelled.text[:200]}")
+    if location:
+        ended = poll(client, location, alice)
+        check("202: the cancelled read ends cancelled", ended.get("status") == "cancelled", json.dumps(ended))
+    # Not long-running: the preference is ignored.
+    quick = client.post("/api/invoke", json={"capability": "conformance.greet", "input": {"name": "Ada"}},
+                        headers={**alice, "Prefer": "respond-async"})
+    check("202: another capability answers when it ends", quick.status_code == 200
+          and quick.json().get("output") == "Hello, Ada!", f"{quick.status_code} {quick.text[:200]}")
+
+
+def resolve(document, ref):
+    node = document
+    for part in ref[2:].split("/") if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def local_refs(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+                yield value
+            else:
+                yield from local_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from local_refs(value)
+
+
+def openapi(client):
+    alice = {"Authorization": "Bearer t-alice"}
+    response = client.get("/api/openapi.json", headers=alice)
+    check("OpenAPI: GET /api/openapi.json → 200 application/json",
+          response.status_code == 200 and response.headers.get("content-type", "").startswith("application/json"),
+          f"{response.status_code} {response.text[:200]}")
+    document = response.json()
+    try:
+        validate_openapi(document)
+        check("OpenAPI: the document is valid OpenAPI 3.1 (openapi-spec-validator)",
+              document.get("openapi", "").startswith("3.1"), str(document.get("openapi")))
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check("OpenAPI: the document is valid OpenAPI 3.1 (openapi-spec-validator)", False, str(e)[:500])
+    broken = sorted({ref for ref in local_refs(document) if not resolve(document, ref)})
+    check("OpenAPI: every local $ref resolves", not broken, json.dumps(broken[:10]))
+    listed = client.get("/api/capabilities", headers=alice).json()
+    names = sorted(c["name"] for c in listed.get("capabilities", []))
+    mapping = document.get("components", {}).get("schemas", {}).get("InvokeRequest", {}) \
+        .get("discriminator", {}).get("mapping", {})
+    check("OpenAPI: every capability of GET /api/capabilities is in the document",
+          len(names) > 0 and sorted(mapping) == names, json.dumps(sorted(set(names) ^ set(mapping))))
+    paths = document.get("paths", {})
+    check("OpenAPI: the invoke, discovery and task routes", {"/invoke", "/capabilities", "/tasks/{id}"} <= set(paths),
+          json.dumps(sorted(paths)))
+    with open(sys.argv[3]) as f:
+        matrix = json.load(f)["codes"]
+    responses = paths.get("/invoke", {}).get("post", {}).get("responses", {})
+    missing = [
+        f"{c['code']}@{status}"
+        for c in matrix
+        for status in {c["httpStatus"]["default"], *(w["then"] for w in c["httpStatus"]["when"])}
+        if {"$ref": f"#/components/schemas/Problem.{c['code']}"}
+        not in responses.get(str(status), {}).get("content", {}).get("application/problem+json", {})
+        .get("schema", {}).get("oneOf", [])
+    ]
+    check("OpenAPI: every code under every HTTP status the matrix gives it", not missing, json.dumps(missing))
+
+
+def async_session(demo):
+    server, base = start_server(demo, "--token", "t-bob=bob", "--conformance")
+    try:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            event_stream(client)
+            tasks(client)
+            openapi(client)
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check("the HTTP session (SSE, tasks, OpenAPI)", False, f"{type(e).__name__}: {e}")
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main():
     if len(sys.argv) != 4:
         print("usage: python http_client.py DEMO_BINARY CASES_JSON ERROR_MATRIX_JSON", file=sys.stderr)
@@ -235,6 +412,7 @@ def main():
     finally:
         server.kill()
         server.wait()
+    async_session(demo)
     finish()
 
 
