@@ -145,8 +145,8 @@ impl Latest {
     }
 }
 
-/// Runs the call for a client that accepts an event stream; `plain` renders an invocation
-/// answered without a stream. `guard` cancels the call when dropped: it moves into the stream,
+/// Runs the call for a client that accepts an event stream; `plain` renders a call answered
+/// without a stream (or the end of a call task that failed). `guard` cancels the call when dropped: it moves into the stream,
 /// so a client that closes the stream cancels the call.
 pub(crate) async fn stream(
     registry: Registry,
@@ -154,7 +154,7 @@ pub(crate) async fn stream(
     options: InvokeOptions,
     guard: DropGuard,
     sends: agent_surface_core::message::Sends,
-    plain: impl FnOnce(Invocation) -> Response,
+    plain: impl FnOnce(Result<Invocation, tokio::task::JoinError>) -> Response,
 ) -> Response {
     let latest = Arc::new(Latest { report: Mutex::new(None), ready: tokio::sync::Notify::new() });
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
@@ -176,14 +176,12 @@ pub(crate) async fn stream(
         },
     };
     if let Some(done) = early {
-        match done {
-            Ok(invocation) if !invocation.result.is_ok() => return plain(invocation),
-            Ok(invocation) => {
-                let body = event("result", &result_data(&invocation, sends));
-                return sse_response(Body::from(body));
+        return match done {
+            Ok(invocation) if invocation.result.is_ok() => {
+                sse_response(Body::from(event("result", &result_data(&invocation, sends))))
             }
-            Err(e) => return crate::router::invoke_task_failed(e),
-        }
+            other => plain(other),
+        };
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
@@ -246,10 +244,10 @@ pub(crate) async fn start_task(
     request: InvokeRequest,
     options: InvokeOptions,
     cancel: CancellationToken,
-    plain: impl FnOnce(Invocation) -> Response,
+    plain: impl FnOnce(Result<Invocation, tokio::task::JoinError>) -> Response,
 ) -> Response {
     match tasks.start(registry, request, options, cancel).await {
-        Started::Ended(invocation) => plain(invocation),
+        Started::Ended(invocation) => plain(Ok(invocation)),
         Started::Task(record) => {
             let mut response = view_response(StatusCode::ACCEPTED, tasks, &record, None);
             let headers = response.headers_mut();

@@ -466,7 +466,7 @@ async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> 
 }
 
 /// The answer when the invoke task ended abnormally: the `internal` fault.
-pub(crate) fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
+fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
     internal("the invoke task ended abnormally", &error)
 }
 
@@ -544,7 +544,10 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     }
     let plain = {
         let state = state.clone();
-        move |invocation: Invocation| answer(&state, invocation)
+        move |ended: Result<Invocation, tokio::task::JoinError>| match ended {
+            Ok(invocation) => answer(&state, invocation),
+            Err(e) => invoke_task_failed(e),
+        }
     };
     if let Some(tasks) = state
         .config
