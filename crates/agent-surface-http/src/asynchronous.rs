@@ -1,8 +1,9 @@
 //! Calls that outlast one plain answer: progress as Server-Sent Events, and long-running calls
 //! answered `202 Accepted` with a task resource.
 //!
-//! **Progress (SSE).** `POST {prefix}/invoke` with `Accept: text/event-stream` runs the call as
-//! usual. A call that ends before its handler starts with an error (invalid input, a denial, a
+//! **Progress (SSE).** `POST {prefix}/invoke` with `Accept: text/event-stream` (preferred to
+//! `application/json`: a client that accepts both alike, as MCP clients do, gets JSON) runs the
+//! call as usual. A call that ends before its handler starts with an error (invalid input, a denial, a
 //! rate limit, …) is answered exactly as without the header: its status, `Retry-After` and
 //! problem body. Otherwise the answer is `200 text/event-stream`: one `progress` event per
 //! report the handler makes (`{"progress", "total"?, "message"?}`; reports that come faster than
@@ -49,18 +50,30 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The longest task id looked up (longer ones are not ids this runtime makes).
 const MAX_TASK_ID: usize = 128;
 
-/// Whether the request accepts an event stream: an `Accept` media range `text/event-stream`
-/// (any case) whose `q` is not zero.
-pub(crate) fn accepts_event_stream(headers: &HeaderMap) -> bool {
-    members(headers, header::ACCEPT).any(|member| {
-        let mut parts = member.split(';').map(str::trim);
-        parts.next().is_some_and(|media| media.eq_ignore_ascii_case(EVENT_STREAM))
-            && !parts.any(|p| {
-                p.split_once('=').is_some_and(|(k, v)| {
-                    k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
-                })
-            })
-    })
+/// Whether the request prefers an event stream to JSON: `Accept` gives `text/event-stream` a
+/// quality above zero and above that of `application/json` (its own range, else `application/*`,
+/// else `*/*`; absent: zero). A client that accepts both alike (`application/json,
+/// text/event-stream`, as MCP clients send) gets the plain JSON answer.
+pub(crate) fn prefers_event_stream(headers: &HeaderMap) -> bool {
+    let stream = quality(headers, &[EVENT_STREAM]);
+    stream > 0.0 && stream > quality(headers, &["application/json", "application/*", "*/*"])
+}
+
+/// The quality `Accept` gives the first of `ranges` (most specific first) that it lists: its `q`
+/// (default 1), or 0 when it lists none.
+fn quality(headers: &HeaderMap, ranges: &[&str]) -> f32 {
+    let listed: Vec<(String, f32)> = members(headers, header::ACCEPT)
+        .map(|member| {
+            let mut parts = member.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, v)| v.trim().parse::<f32>().unwrap_or(0.0));
+            (media, q)
+        })
+        .collect();
+    ranges.iter().find_map(|range| listed.iter().find(|(media, _)| media == range).map(|(_, q)| *q)).unwrap_or(0.0)
 }
 
 /// Whether the request prefers an asynchronous answer: a `Prefer` preference `respond-async`
@@ -370,14 +383,28 @@ mod tests {
     }
 
     #[test]
-    fn an_event_stream_is_accepted_unless_its_quality_is_zero() {
-        for yes in
-            [&["text/event-stream"][..], &["application/json, TEXT/Event-Stream;q=0.5"], &["a/b", "text/event-stream"]]
-        {
-            assert!(accepts_event_stream(&headers("accept", yes)), "{yes:?}");
+    fn an_event_stream_is_chosen_only_when_preferred_to_json() {
+        for yes in [
+            &["text/event-stream"][..],
+            &["application/json;q=0.5, TEXT/Event-Stream"],
+            &["a/b", "text/event-stream"],
+            &["text/event-stream, */*;q=0.1"],
+            &["text/event-stream;q=0.9, application/*;q=0.2, application/json;q=0.1"],
+        ] {
+            assert!(prefers_event_stream(&headers("accept", yes)), "{yes:?}");
         }
-        for no in [&[][..], &["application/json"], &["text/event-stream;q=0"], &["text/*"], &["text/event-streams"]] {
-            assert!(!accepts_event_stream(&headers("accept", no)), "{no:?}");
+        for no in [
+            &[][..],
+            &["application/json"],
+            &["application/json, text/event-stream"],
+            &["text/event-stream", "application/json"],
+            &["text/event-stream, */*"],
+            &["application/json, text/event-stream;q=0.5"],
+            &["text/event-stream;q=0"],
+            &["text/*"],
+            &["text/event-streams"],
+        ] {
+            assert!(!prefers_event_stream(&headers("accept", no)), "{no:?}");
         }
     }
 

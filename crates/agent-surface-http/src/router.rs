@@ -558,7 +558,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
         let _guard = guard;
         return asynchronous::start_task(tasks, &registry, &base, request, options, cancel, plain).await;
     }
-    if asynchronous::accepts_event_stream(&headers) {
+    if asynchronous::prefers_event_stream(&headers) {
         return asynchronous::stream(registry, request, options, guard, state.config.sends, plain).await;
     }
     let _guard = guard;

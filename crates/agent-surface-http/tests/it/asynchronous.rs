@@ -153,6 +153,11 @@ async fn a_call_refused_before_its_handler_is_answered_plainly_even_to_an_event_
     assert_eq!(response.status(), 422);
     assert_eq!(response.headers()["content-type"], "application/problem+json");
     assert_eq!(json_body(response).await["code"], "INVALID_INPUT");
+    // A client that accepts JSON as well as a stream (as MCP clients send) gets JSON.
+    let both = invoke("work.quick", &[("accept", "application/json, text/event-stream")]);
+    let response = app.clone().oneshot(both).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
     // A success is streamed, however quick: here the result event alone.
     let response = app.oneshot(invoke("work.quick", &[("accept", "text/event-stream")])).await.unwrap();
     assert_eq!(response.headers()["content-type"], "text/event-stream");
