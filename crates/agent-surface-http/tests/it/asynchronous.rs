@@ -133,9 +133,12 @@ async fn an_event_stream_carries_each_progress_report_then_the_result() {
     assert_eq!(second, ("progress".to_string(), json!({"progress": 2.0, "total": 2.0})));
     let (name, result) = next_event(&mut body, &mut buffer).await.unwrap();
     assert_eq!(name, "result");
+    // The correlation id is the registry's own (never the caller's invocation id).
+    let correlation = result["correlationId"].as_str().unwrap().to_string();
+    assert!(correlation.starts_with("c-"), "{result}");
     assert_eq!(
         result,
-        json!({"status": 200, "correlationId": "inv-s1", "body": {"status": "ok", "output": {"steps": 2}, "invocationId": "inv-s1"}})
+        json!({"status": 200, "correlationId": correlation, "body": {"status": "ok", "output": {"steps": 2}, "invocationId": "inv-s1"}})
     );
     assert_eq!(next_event(&mut body, &mut buffer).await, None, "the stream ends after the result");
 }
