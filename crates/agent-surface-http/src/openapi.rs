@@ -240,6 +240,10 @@ fn request_members() -> Map<String, Value> {
     m.insert("surfaceId".into(), json!({"type": "string"}));
     m.insert("surfaceVersion".into(), json!({"type": "integer", "minimum": 0}));
     m.insert("confirmationId".into(), json!({"type": "string"}));
+    m.insert(
+        agent_surface_core::tool_version::wire::HTTP_MEMBER.into(),
+        json!({"type": "string", "description": "The version of the capability the call was planned against (as listed); another than the live one is STALE_CAPABILITY."}),
+    );
     m
 }
 
@@ -257,6 +261,13 @@ fn capabilities(snapshot: &Snapshot, schemas: &mut Map<String, Value>) -> (BTree
         properties.insert("capability".into(), json!({"const": capability.name}));
         properties.insert("input".into(), schema_ref(&input));
         properties.extend(request_members());
+        if let Some(version) = &capability.tool_version {
+            // The live version, as the capability lists it.
+            properties.insert(
+                agent_surface_core::tool_version::wire::HTTP_MEMBER.into(),
+                json!({"type": "string", "examples": [version], "description": "The version of this capability the call was planned against; another than the live one is STALE_CAPABILITY."}),
+            );
+        }
         let mut request = json!({
             "type": "object",
             "title": capability.name,

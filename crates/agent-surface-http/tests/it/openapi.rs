@@ -59,6 +59,10 @@ async fn the_document_lists_every_mounted_capability_and_follows_mounts_and_unmo
     );
     assert_eq!(schemas["capability.books.find.output"]["properties"]["title"], json!({"type": "string"}));
     assert_eq!(schemas["capability.books.find.request"]["properties"]["capability"], json!({"const": "books.find"}));
+    // The live tool version, as the capability lists it, is the example of its toolVersion.
+    let snapshot = registry.snapshot(&agent_surface_policy::Consumer::anonymous("http-anonymous:default")).await;
+    let live = snapshot.capability("books.find").and_then(|c| c.tool_version.clone()).unwrap();
+    assert_eq!(schemas["capability.books.find.request"]["properties"]["toolVersion"]["examples"], json!([live]));
 
     // A mount adds a capability, an unmount removes it.
     let lamps = registry.mount("lamps", "hall").unwrap();
