@@ -119,13 +119,13 @@ async function runSession(name, session, cases) {
       continue;
     }
     const text = result.content?.find((b) => b.type === 'text')?.text;
-    // Every result names the id its operator event was logged under: the invocation id, or one
-    // the server made.
+    // Every result names the id its operator event was logged under: one the server made, never
+    // the caller's invocation id (agent input); an error's payload names the same one.
     const correlation = result._meta?.['agent-surface/correlationId'];
     const invocationId = meta?.['agent-surface/invocationId'];
     check(
       `${label} → a correlation id in _meta`,
-      typeof correlation === 'string' && (invocationId ? correlation === invocationId : correlation.startsWith('c-')),
+      typeof correlation === 'string' && correlation.startsWith('c-') && correlation !== invocationId,
       JSON.stringify(result._meta),
     );
     if (c.error) {
@@ -139,6 +139,7 @@ async function runSession(name, session, cases) {
       check(`${label} → no structuredContent on an error`, result.structuredContent === undefined);
       check(`${label} → exactly one text block`, result.content?.length === 1);
       check(`${label} → payload ${c.error.code}`, matches(c.error, payload), JSON.stringify(payload));
+      check(`${label} → the payload names the correlation id`, payload?.correlationId === correlation, JSON.stringify(payload));
     } else {
       let fromText;
       try {

@@ -110,7 +110,16 @@ def main():
             == "No order with that id exists. List the orders to find it. Change the input or the state it depends on, then retry.",
             json.dumps(p),
         )
-        check("  nothing else was added to the payload", set(p) == {"code", "message", "retry", "details"}, json.dumps(p))
+        check(
+            "  the correlation id is intact",
+            isinstance(p.get("correlationId"), str) and p["correlationId"].startswith("c-"),
+            json.dumps(p),
+        )
+        check(
+            "  nothing else was added to the payload",
+            set(p) - {"notProcessed"} == {"code", "message", "retry", "details", "correlationId"},
+            json.dumps(p),
+        )
     order = seen.get("order")
     content = order.content if isinstance(order, ToolReturnPart) else None
     check(
