@@ -415,16 +415,15 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
 
     /// Extends `lease` on the record for `key` by the store's lease duration; the leader calls it
     /// every [`Lease::renew_every`] while it runs. [`StoreError::LeaseLost`] when the record was
-    /// taken over. The default, for stores whose leases hold until settled, does nothing.
+    /// taken over. Required of every store, so that a store whose leases lapse cannot forget it
+    /// and let them lapse under a running leader without a word: a store whose leases hold until
+    /// settled answers `Ok(())` and changes nothing.
     fn renew<'a>(
         &'a self,
         key: &'a IdempotencyKey,
         lease: Lease,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let _ = (key, lease, now);
-        Box::pin(std::future::ready(Ok(())))
-    }
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
@@ -1211,6 +1210,16 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.settle_now(key, fingerprint, lease, settlement, now) })
+    }
+
+    /// Nothing to renew: a lease here holds until it is settled.
+    fn renew<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _lease: Lease,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Nothing to mark: a lease here holds until it is settled (no admission can take the record

@@ -99,6 +99,15 @@ impl IdempotencyStore for BrokenStore {
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    fn renew<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 #[tokio::test]

@@ -175,6 +175,15 @@ impl agent_surface_policy::IdempotencyStore for Recording {
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    fn renew<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// A record's size does not grow with the caller's invocation id: the key holds a digest of a
@@ -254,6 +263,15 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    fn renew<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// A call dropped while the store writes its result records that result, not a guess: the
@@ -326,6 +344,15 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    fn renew<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// An idempotency store whose admissions never answer, and which records what it was asked.
@@ -373,6 +400,15 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
     }
 
     fn start<'a>(
+        &'a self,
+        _key: &'a agent_surface_policy::IdempotencyKey,
+        _lease: agent_surface_policy::Lease,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn renew<'a>(
         &'a self,
         _key: &'a agent_surface_policy::IdempotencyKey,
         _lease: agent_surface_policy::Lease,
