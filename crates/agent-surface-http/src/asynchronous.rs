@@ -8,7 +8,7 @@
 //! problem body. Otherwise the answer is `200 text/event-stream`: one `progress` event per
 //! report the handler makes (`{"progress", "total"?, "message"?}`; reports that come faster than
 //! the client reads are merged into the latest), then one `result` event, then the end of the
-//! stream. The `result` event's data is the [envelope](envelope) of the answer the call would have
+//! stream. The `result` event's data is the [envelope] of the answer the call would have
 //! had: `{"status", "correlationId", "retryAfter"?, "body"}`. A comment line keeps an idle stream
 //! alive every 15 s. A client that closes the stream cancels the call, as one that drops a plain
 //! request does.

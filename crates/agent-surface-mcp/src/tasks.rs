@@ -4,7 +4,7 @@
 //! With [`crate::McpConfig::tasks`] set, the server advertises the extension. A call of a
 //! capability declared long-running (`CapabilityBuilder::long_running`), from a modern client
 //! whose request declares the extension, runs the pipeline as usual; **once the handler starts**,
-//! the adapter records a working task in the [`TaskStore`] and only then answers
+//! the adapter records a working task in the [`TaskStore`](agent_surface_policy::TaskStore) and only then answers
 //! `resultType: "task"` with its id. Everything before the handler — unknown tool, invalid input,
 //! a denial, a rate limit, questions, an approval round trip — is answered in the call itself,
 //! as for any other capability, so a task is always a call that is really running.

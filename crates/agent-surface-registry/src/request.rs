@@ -391,7 +391,7 @@ impl Invocation {
     }
 
     /// An invocation that is only its result, under a correlation id the adapter already holds
-    /// (which an error payload then carries, as [`Invocation::stamp`] writes it).
+    /// (which an error payload then carries, as the registry writes it when the call is recorded).
     pub fn answered(result: InvokeResult, correlation_id: CorrelationId) -> Invocation {
         let mut invocation =
             Invocation { result, phase: None, replayed: false, joined: false, questions: None, correlation_id };
