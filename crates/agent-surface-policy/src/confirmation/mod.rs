@@ -1,6 +1,9 @@
 //! Confirmation (phase 7): [`ConfirmationEngine`], the gate that asks a person before a call
 //! runs, and the single-use evidence it issues.
 
+mod memory;
+mod quorum;
+mod record;
 mod store;
 mod sweeper;
 
@@ -17,11 +20,13 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-pub use store::{
-    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Inserted, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
-    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, SlotSet,
+pub use memory::{MemoryConfirmationStore, MemoryConfirmationStoreConfig};
+pub use quorum::{MAX_NAMED_APPROVERS, MAX_QUORUM, Quorum, SlotSet};
+pub use record::{
+    ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, MAX_CALL_ID_BYTES,
+    MAX_INPUT_PREVIEW_BYTES, Mismatch, RelayKey,
 };
+pub use store::{ApprovalVerdict, ConfirmationStore, Consumed, Decided, Inserted, Rejection};
 pub use sweeper::{
     DEFAULT_SWEEP_INTERVAL, EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
 };
