@@ -114,7 +114,7 @@ pub enum Inserted {
 ///
 /// A record is created *pending*, decided once (*approved* or *denied*), and an approved record
 /// is *consumed* by exactly one call. Every state change is one atomic operation of the store,
-/// so a shared store (the planned Redis backend) can keep the guarantees across replicas:
+/// so a shared store (Redis, PostgreSQL) keeps the guarantees across replicas:
 ///
 /// | operation | atomic effect |
 /// |---|---|
@@ -134,8 +134,24 @@ pub enum Inserted {
 /// With Redis each row is one Lua script over one hash (`HGET` the state and binding, compare,
 /// `HSET` the new state), which runs atomically; the record's TTL is `expires_at + retention`.
 ///
-/// Every operation is required (only [`usage`](ConfirmationStore::usage), a gauge, has a
-/// default): a default that did nothing would weaken a guarantee without anyone noticing.
+/// The reads promise less, but what they promise a store must keep:
+///
+/// | operation | what it must guarantee |
+/// |---|---|
+/// | [`reach`](ConfirmationStore::reach) | says truly who shares the records: the engine binds evidence to the instance rather than the registration when records outlive the process, and the registry reports wiring that shares confirmations but not idempotency |
+/// | [`get`](ConfirmationStore::get) | the record as the last state change left it, while the store holds it (at least until `expires_at`) |
+/// | [`list_pending`](ConfirmationStore::list_pending) | every record pending and unexpired at `now`, up to the limit, soonest deadline first (the approval inbox); a snapshot |
+/// | [`list_expired`](ConfirmationStore::list_expired) | every held record whose deadline passed while it was open and whose expiry is neither recorded nor under a live claim, up to the limit, earliest first (the expiry sweep); a snapshot |
+/// | [`usage`](ConfirmationStore::usage) | how much the store holds, for the operator's gauges, or `None` |
+///
+/// # Required and optional operations
+///
+/// Every operation is required except [`usage`](ConfirmationStore::usage), a gauge whose default
+/// (`None`: the store does not say) costs no guarantee. No operation has a default that does
+/// nothing: such a default would weaken a guarantee of a third-party store without anyone
+/// noticing (a relay that remembers nothing turns approval-on-repeat off; an expiry list that is
+/// always empty leaves expiries unrecorded). The store kit of `agent-surface-testing` checks these
+/// guarantees, racing callers and replicas included; a new backend passes it.
 ///
 /// `now` is passed in rather than read, so a store never disagrees with the engine about time.
 /// A record is kept at least until `expires_at`; a store may keep it longer (its retention) so
