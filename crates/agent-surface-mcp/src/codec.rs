@@ -29,9 +29,10 @@ use agent_surface_core::message::Sends;
 use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, matrix};
 use agent_surface_registry::Invocation;
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, ContentBlock, ErrorCode as RpcErrorCode, MetaObject};
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::Value;
 
+use crate::fault::ProtocolFault;
 use crate::meta;
 
 fn result_meta(invocation_id: Option<String>) -> Option<MetaObject> {
@@ -153,7 +154,7 @@ pub(crate) fn strict_protocol_error(result: &InvokeResult, tool: &str) -> Option
         ErrorCode::CapabilityNotFound => format!("Unknown tool: {tool}"),
         _ => error.message().to_string(),
     };
-    Some(ErrorData::new(RpcErrorCode(rpc), message, None))
+    Some(ProtocolFault::StrictToolError { code: rpc, message }.error())
 }
 
 /// Why a `CallToolResult` is not an encoded [`InvokeResult`].
@@ -228,7 +229,7 @@ mod tests {
         let e = strict_protocol_error(&not_found, "store-nothing").unwrap();
         assert_eq!(
             (e.code, e.message.as_ref(), e.data),
-            (RpcErrorCode::INVALID_PARAMS, "Unknown tool: store-nothing", None)
+            (rmcp::model::ErrorCode::INVALID_PARAMS, "Unknown tool: store-nothing", None)
         );
         assert!(strict_protocol_error(&InvokeResult::ok(serde_json::json!({}), None), "store-nothing").is_none());
     }

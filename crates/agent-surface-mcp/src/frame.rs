@@ -1,77 +1,20 @@
 //! What every incoming JSON-RPC message is checked for before `rmcp` parses it, on both
 //! transports: more JSON values than its size allows, a member name repeated in one object
 //! (`serde_json` would silently keep the last one, where the HTTP binding refuses the message),
-//! and a method name too long to echo.
+//! and a method name too long to echo. A refusal is a [`ProtocolFault`], answered from its table.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use agent_surface_core::json::{BYTES_PER_VALUE, too_many_values};
-use rmcp::ErrorData;
-use rmcp::model::ErrorCode;
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::fault::ProtocolFault;
 
 /// The longest method name a message may have; a longer one cannot name a method, and is not
 /// echoed in the answer.
 pub(crate) const MAX_METHOD_BYTES: usize = 128;
-
-/// Why a message is refused before `rmcp`'s service sees it: the transports' faults, each with its
-/// JSON-RPC error ([`Refusal::error`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// More values than one per [`BYTES_PER_VALUE`] bytes of the size limit (the number is the
-    /// most allowed).
-    TooManyValues(usize),
-    /// An object repeats a member name.
-    DuplicateMember,
-    /// The method name is longer than [`MAX_METHOD_BYTES`], or holds a character outside
-    /// printable ASCII (a control, bidi or invisible character): no MCP method is named so, and
-    /// such a name is never echoed.
-    MethodTooLong,
-    /// The message is a JSON array: a JSON-RPC batch, which MCP no longer carries (removed in
-    /// 2025-06-18); refused as a whole, before anything parses it.
-    Batch,
-    /// Not JSON (syntax, encoding, nesting past the parser's limit).
-    NotJson,
-    /// A request reuses the id of a request still in progress (in its scope: the connection, the
-    /// legacy session).
-    IdInProgress,
-    /// Its scope already has this many requests in progress (streamable HTTP,
-    /// `McpHttpConfig::max_requests_in_flight`).
-    #[cfg_attr(not(feature = "http"), expect(dead_code, reason = "only the HTTP transport caps the ids in flight"))]
-    TooManyInProgress(usize),
-}
-
-impl Refusal {
-    /// The JSON-RPC error that answers the refused message.
-    pub(crate) fn error(self) -> ErrorData {
-        match self {
-            Refusal::TooManyValues(max) => ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                format!("Invalid Request: the message holds more than {max} JSON values"),
-                Some(serde_json::json!({"maxMessageValues": max})),
-            ),
-            Refusal::DuplicateMember => ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                "Invalid Request: an object in the message repeats a member name",
-                None,
-            ),
-            Refusal::MethodTooLong => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "Method not found", None),
-            Refusal::Batch => ErrorData::invalid_request(
-                "Invalid Request: JSON-RPC batches are not supported; send one message per request",
-                None,
-            ),
-            Refusal::NotJson => ErrorData::parse_error("Parse error: the message is not valid JSON", None),
-            Refusal::IdInProgress => ErrorData::invalid_request("A request with this id is already in progress", None),
-            Refusal::TooManyInProgress(max) => ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                format!("Invalid Request: {max} requests are already in progress; send it again once one is answered"),
-                Some(serde_json::json!({"maxRequestsInFlight": max})),
-            ),
-        }
-    }
-}
 
 /// What the screen learnt of a message.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -91,26 +34,29 @@ pub(crate) struct Screened {
 
 /// Checks one message of at most `max_bytes` bytes. A refusal comes with the message's id when
 /// the screen could read one, so that the answer reaches the request it refuses.
-pub(crate) fn screen(bytes: &[u8], max_bytes: usize) -> Result<Screened, (Refusal, Option<rmcp::model::RequestId>)> {
+pub(crate) fn screen(
+    bytes: &[u8],
+    max_bytes: usize,
+) -> Result<Screened, (ProtocolFault, Option<rmcp::model::RequestId>)> {
     let max_values = max_bytes / BYTES_PER_VALUE;
     if too_many_values(bytes, max_values) {
-        return Err((Refusal::TooManyValues(max_values), None));
+        return Err((ProtocolFault::TooManyValues(max_values), None));
     }
     // A batch (a top-level array) is refused whole; the first non-blank byte tells.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return Err((Refusal::Batch, None));
+        return Err((ProtocolFault::Batch, None));
     }
     let mut found = Found::default();
     let mut de = serde_json::Deserializer::from_slice(bytes);
     if (Walk { found: &mut found, top: true }).deserialize(&mut de).is_err() || de.end().is_err() {
-        return Err((Refusal::NotJson, None));
+        return Err((ProtocolFault::NotJson, None));
     }
     let id = found.id.take();
     if found.duplicate {
-        return Err((Refusal::DuplicateMember, id));
+        return Err((ProtocolFault::DuplicateMember, id));
     }
     if found.long_method {
-        return Err((Refusal::MethodTooLong, id));
+        return Err((ProtocolFault::MethodTooLong, id));
     }
     let request = found.method && !found.result_or_error && id.is_some();
     Ok(Screened { id, request, initialize: found.initialize, tools_call: request && found.tools_call })
@@ -314,31 +260,31 @@ mod tests {
         assert_eq!(screen(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 4096), request(1));
         assert_eq!(
             screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#, 4096),
-            Err((Refusal::DuplicateMember, Some(NumberOrString::Number(1))))
+            Err((ProtocolFault::DuplicateMember, Some(NumberOrString::Number(1))))
         );
         assert!(matches!(
             screen(br#"{"id":1,"id":2,"method":"ping","jsonrpc":"2.0"}"#, 4096),
-            Err((Refusal::DuplicateMember, _))
+            Err((ProtocolFault::DuplicateMember, _))
         ));
         let long = format!(r#"{{"jsonrpc":"2.0","id":"x","method":"{}"}}"#, "m".repeat(200));
         assert_eq!(
             screen(long.as_bytes(), 4096),
-            Err((Refusal::MethodTooLong, Some(NumberOrString::String("x".into()))))
+            Err((ProtocolFault::MethodTooLong, Some(NumberOrString::String("x".into()))))
         );
-        assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err((Refusal::TooManyValues(4), None)));
+        assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err((ProtocolFault::TooManyValues(4), None)));
         // A batch is refused whole, with no parser text; a method with a bidi or control
         // character is not echoed.
-        assert_eq!(screen(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, 4096), Err((Refusal::Batch, None)));
+        assert_eq!(screen(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, 4096), Err((ProtocolFault::Batch, None)));
         for method in ["tools/\u{202e}call", "ping\u{0}", "tools/\u{200b}list"] {
             let message = serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": method}).to_string();
             assert_eq!(
                 screen(message.as_bytes(), 4096),
-                Err((Refusal::MethodTooLong, Some(NumberOrString::Number(9)))),
+                Err((ProtocolFault::MethodTooLong, Some(NumberOrString::Number(9)))),
                 "{method:?}"
             );
         }
-        assert_eq!(screen(b"not json", 4096), Err((Refusal::NotJson, None)));
-        assert_eq!(screen(br#"{"a":1} x"#, 4096), Err((Refusal::NotJson, None)));
+        assert_eq!(screen(b"not json", 4096), Err((ProtocolFault::NotJson, None)));
+        assert_eq!(screen(br#"{"a":1} x"#, 4096), Err((ProtocolFault::NotJson, None)));
         // A repeated name inside a string or in sibling objects is not a repetition.
         assert_eq!(screen(br#"{"a":{"x":1},"b":{"x":2},"c":"\"a\":1"}"#, 4096), Ok(Screened::default()));
         // A method that is not a string is left to the parser.
@@ -371,6 +317,6 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
         let repeated =
             format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{{},"k7":1}}}}"#, members.join(","));
-        assert!(matches!(screen(repeated.as_bytes(), 64 << 20), Err((Refusal::DuplicateMember, _))));
+        assert!(matches!(screen(repeated.as_bytes(), 64 << 20), Err((ProtocolFault::DuplicateMember, _))));
     }
 }

@@ -182,7 +182,7 @@ fn hold_id(
     in_flight: &Arc<InFlightIds>,
     request: &axum::extract::Request,
     screened: &crate::frame::Screened,
-) -> Result<Option<Held>, (crate::frame::Refusal, rmcp::model::RequestId)> {
+) -> Result<Option<Held>, (crate::fault::ProtocolFault, rmcp::model::RequestId)> {
     let Some(id) = screened.id.as_ref().filter(|_| screened.request && !screened.initialize) else {
         return Ok(None);
     };
@@ -191,7 +191,10 @@ fn hold_id(
 }
 
 /// `400` with the JSON-RPC error of `refusal`, under the refused request's `id`.
-fn jsonrpc_refusal(refusal: crate::frame::Refusal, id: Option<rmcp::model::RequestId>) -> axum::response::Response {
+fn jsonrpc_refusal(
+    refusal: crate::fault::ProtocolFault,
+    id: Option<rmcp::model::RequestId>,
+) -> axum::response::Response {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": refusal.error()});
     axum::response::Response::builder()
         .status(axum::http::StatusCode::BAD_REQUEST)
@@ -273,7 +276,7 @@ async fn screen_body(
     };
     let screened = match crate::frame::screen(&bytes, max_body) {
         Ok(screened) => screened,
-        Err((crate::frame::Refusal::TooManyValues(_), _)) => {
+        Err((crate::fault::ProtocolFault::TooManyValues(_), _)) => {
             tracing::warn!(target: "agent_surface::mcp", "request with too many JSON values refused");
             return Err(refuse(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,

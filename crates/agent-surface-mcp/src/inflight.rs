@@ -7,7 +7,7 @@
 //! route is already taken when the handler runs. So [`crate::http::router_with`] holds each
 //! request's id from before `rmcp` sees the request until its response has been sent, or its
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
-//! held with `-32600` itself ([`Refusal::IdInProgress`]).
+//! held with `-32600` itself ([`ProtocolFault::IdInProgress`]).
 //!
 //! **Scope.** An id is in progress within the legacy session named by `Mcp-Session-Id`. A
 //! modern (2026-07-28) request has no session: it is answered on its own HTTP response, `rmcp`
@@ -16,7 +16,7 @@
 //!
 //! **Bounds.** A held id is kept as a 32-byte digest of its scope and its value, so a long id costs
 //! what a short one does; a scope holds at most `max_requests_in_flight` ids (one more is refused
-//! with [`Refusal::TooManyInProgress`]), and every held id belongs to a request whose response is
+//! with [`ProtocolFault::TooManyInProgress`]), and every held id belongs to a request whose response is
 //! still open, so the whole table is bounded by the connection limits.
 
 use std::collections::{HashMap, HashSet};
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_surface_core::digest::PartsDigest;
 use rmcp::model::{NumberOrString, RequestId};
 
-use crate::frame::Refusal;
+use crate::fault::ProtocolFault;
 
 /// Where a JSON-RPC id must be unique while its request is in progress.
 #[derive(Debug, Clone, Copy)]
@@ -59,9 +59,9 @@ impl InFlightIds {
     }
 
     /// Holds `id` in `scope` until the returned [`Held`] is dropped, unless a request under it is
-    /// still in progress there ([`Refusal::IdInProgress`]) or the scope is full
-    /// ([`Refusal::TooManyInProgress`]).
-    pub(crate) fn hold(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Result<Held, Refusal> {
+    /// still in progress there ([`ProtocolFault::IdInProgress`]) or the scope is full
+    /// ([`ProtocolFault::TooManyInProgress`]).
+    pub(crate) fn hold(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Result<Held, ProtocolFault> {
         let scope = scope.digest();
         let id = match id {
             NumberOrString::Number(n) => PartsDigest::new().labelled(b"number", &n.to_be_bytes()),
@@ -71,13 +71,13 @@ impl InFlightIds {
         let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
         let ids = scopes.entry(scope).or_default();
         if ids.contains(&id) {
-            return Err(Refusal::IdInProgress);
+            return Err(ProtocolFault::IdInProgress);
         }
         if ids.len() >= self.max_per_scope {
             if ids.is_empty() {
                 scopes.remove(&scope);
             }
-            return Err(Refusal::TooManyInProgress(self.max_per_scope));
+            return Err(ProtocolFault::TooManyInProgress(self.max_per_scope));
         }
         ids.insert(id);
         Ok(Held { table: self.clone(), scope, id })
@@ -149,12 +149,12 @@ mod tests {
         let (a, b) = (Scope::Session(b"a"), Scope::Session(b"b"));
         let seven = NumberOrString::Number(7);
         let held = table.hold(a, &seven).unwrap();
-        assert_eq!(table.hold(a, &seven).unwrap_err(), Refusal::IdInProgress);
+        assert_eq!(table.hold(a, &seven).unwrap_err(), ProtocolFault::IdInProgress);
         // Another scope, another kind of id: not the same.
         let _b = table.hold(b, &seven).unwrap();
         let _s = table.hold(a, &NumberOrString::String("7".into())).unwrap();
         // The scope is full.
-        assert_eq!(table.hold(a, &NumberOrString::Number(8)).unwrap_err(), Refusal::TooManyInProgress(2));
+        assert_eq!(table.hold(a, &NumberOrString::Number(8)).unwrap_err(), ProtocolFault::TooManyInProgress(2));
         drop(held);
         let _again = table.hold(a, &seven).unwrap();
         drop((_again, _s, _b));
@@ -167,6 +167,6 @@ mod tests {
         let table = InFlightIds::new(1);
         let long = NumberOrString::String("x".repeat(1 << 20).into());
         let _held = table.hold(Scope::Session(b"s"), &long).unwrap();
-        assert_eq!(table.hold(Scope::Session(b"s"), &long).unwrap_err(), Refusal::IdInProgress);
+        assert_eq!(table.hold(Scope::Session(b"s"), &long).unwrap_err(), ProtocolFault::IdInProgress);
     }
 }

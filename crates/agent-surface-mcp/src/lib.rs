@@ -95,6 +95,7 @@ pub mod codec;
 pub mod compose;
 mod config;
 pub mod confirm;
+mod fault;
 mod frame;
 #[cfg(feature = "http")]
 pub mod http;

@@ -13,9 +13,9 @@ use agent_surface_registry::{
 };
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientResult, CustomRequest, CustomResult,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode as RpcErrorCode, GetTaskParams,
-    GetTaskResult, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, ServerRequest, SubscriptionFilter, Tool, UpdateTaskParams,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, GetTaskParams, GetTaskResult,
+    Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, ServerRequest, SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{McpConfig, UnknownTool};
 use crate::confirm::ConfirmationAnswer;
+use crate::fault::ProtocolFault;
 use crate::mrtr::{self, Answer};
 use crate::tasks::{Started, Tasks};
 use crate::{codec, meta, tools};
@@ -250,9 +251,7 @@ impl McpServer {
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<(&Tasks, Consumer, agent_surface_core::Timestamp), ErrorData> {
-        let tasks = self.session.config.tasks.as_ref().ok_or_else(|| {
-            ErrorData::new(RpcErrorCode::METHOD_NOT_FOUND, "Method not found: the tasks extension is not offered", None)
-        })?;
+        let tasks = self.session.config.tasks.as_ref().ok_or_else(|| ProtocolFault::TasksNotOffered.error())?;
         Ok((tasks, self.consumer(context).await, self.session.registry.config().clock.now()))
     }
 
@@ -337,7 +336,7 @@ impl McpServer {
         let states = &self.session.config.approval_states;
         if let Some(questions) = questions {
             if let Some(required) = mrtr::missing(questions, round.abilities) {
-                return Err(ErrorData::missing_required_client_capability(required));
+                return Err(ProtocolFault::MissingCapability(required.into()).error());
             }
             let Some(requests) = mrtr::requests(questions) else { return Ok(None) };
             let dialogue = round.dialogue.clone().asking(questions);
@@ -498,13 +497,10 @@ fn idempotency_header(context: &RequestContext<RoleServer>, invoke: &mut InvokeR
     let Some(parts) = context.extensions.get::<http::request::Parts>() else { return Ok(()) };
     let fields = parts.headers.get_all("idempotency-key").iter().map(|v| v.as_bytes());
     let key = agent_surface_registry::idempotency_key_header(fields)
-        .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        .map_err(|e| ProtocolFault::InvalidIdempotencyKey(e.to_string()).error())?;
     match (key, &invoke.invocation_id) {
         (None, _) => Ok(()),
-        (Some(key), Some(id)) if key != *id => Err(ErrorData::invalid_params(
-            "The Idempotency-Key header and _meta agent-surface/invocationId differ. Send one of them, or the same value in both.",
-            None,
-        )),
+        (Some(key), Some(id)) if key != *id => Err(ProtocolFault::InvocationIdMismatch.error()),
         (Some(key), _) => {
             invoke.invocation_id = Some(key);
             Ok(())
@@ -696,7 +692,7 @@ impl McpServer {
         // protocol fault, not a second execution.
         let Some(_in_flight) = InFlight::hold(&self.session.calls_in_flight, &context.id) else {
             tracing::warn!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
-            return Err(crate::frame::Refusal::IdInProgress.error());
+            return Err(ProtocolFault::IdInProgress.error());
         };
         let mut consumer = self.consumer(&context).await;
         let modern = is_modern(&context);
@@ -718,11 +714,8 @@ impl McpServer {
                     consumer = continues;
                     dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
                     if let Some(asked) = state.approval {
-                        let answer = mrtr::answer(request.input_responses.as_ref()).map_err(|_| {
-                            let message =
-                                format!("inputResponses[\"{}\"] must be an elicitation result", mrtr::CONFIRM_KEY);
-                            ErrorData::invalid_params(message, None)
-                        })?;
+                        let answer = mrtr::answer(request.input_responses.as_ref())
+                            .map_err(|_| ProtocolFault::ConfirmAnswerNotElicitation.error())?;
                         approval = Some((asked, sealed.to_string(), answer));
                     }
                 }
@@ -732,15 +725,12 @@ impl McpServer {
                 }
                 Err(e) => {
                     tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %agent_surface_policy::redacted(&e), "request state refused");
-                    return Err(ErrorData::invalid_params(
-                        "Invalid requestState: it does not belong to this call",
-                        None,
-                    ));
+                    return Err(ProtocolFault::StateRefused.error());
                 }
             }
         }
         let mut invoke = InvokeRequest::new(capability, arguments);
-        meta::apply(&context.meta, &mut invoke).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        meta::apply(&context.meta, &mut invoke).map_err(|e| ProtocolFault::InvalidMeta(e.to_string()).error())?;
         #[cfg(feature = "http")]
         idempotency_header(&context, &mut invoke)?;
         let abilities =
@@ -842,7 +832,7 @@ impl McpServer {
     pub(crate) fn claim_initialize(&self) -> Result<(), ErrorData> {
         if self.session.initialized.swap(true, Ordering::AcqRel) {
             tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
-            return Err(ErrorData::invalid_request("Invalid Request: the session is already initialized", None));
+            return Err(ProtocolFault::AlreadyInitialized.error());
         }
         Ok(())
     }
@@ -956,9 +946,9 @@ impl ServerHandler for McpServer {
         // `initialize` does not exist in the modern era: it is an unknown method there.
         let served = SERVED_METHODS.contains(&method.as_str()) && !(method == "initialize" && is_modern(&context));
         if served {
-            Err(ErrorData::invalid_params(format!("Invalid params for method `{method}`"), None))
+            Err(ProtocolFault::InvalidParams(method).error())
         } else {
-            Err(ErrorData::new(RpcErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None))
+            Err(ProtocolFault::UnknownMethod(method).error())
         }
     }
 

@@ -26,14 +26,16 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequest, ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, JsonRpcRequest,
-    NumberOrString, RequestId, ServerJsonRpcMessage,
+    CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest, NumberOrString, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+
+use crate::fault::ProtocolFault;
 
 /// A server transport over any byte stream pair: [`crate::serve_stdio`] runs it over the
 /// process's standard streams; tests run it over in-memory pipes.
@@ -127,8 +129,8 @@ where
         }
     }
 
-    fn answer(&mut self, error: ErrorData, id: Option<RequestId>) {
-        let message: ServerJsonRpcMessage = ServerJsonRpcMessage::error(error, id);
+    fn answer(&mut self, fault: &ProtocolFault, id: Option<RequestId>) {
+        let message: ServerJsonRpcMessage = ServerJsonRpcMessage::error(fault.error(), id);
         self.pending = Some(Box::pin(write_message(self.write.clone(), message)));
     }
 }
@@ -186,9 +188,9 @@ fn request_id(value: &Value) -> Option<RequestId> {
 }
 
 /// How to answer a line that is JSON but not a message the server can take.
-fn classify(value: &Value) -> Option<(ErrorData, Option<RequestId>)> {
+fn classify(value: &Value) -> Option<(ProtocolFault, Option<RequestId>)> {
     let Some(obj) = value.as_object() else {
-        return Some((ErrorData::invalid_request("Invalid Request: expected a JSON-RPC 2.0 object", None), None));
+        return Some((ProtocolFault::NotAnObject, None));
     };
     let envelope_ok = obj.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
     let method = obj.get("method").and_then(Value::as_str);
@@ -196,10 +198,8 @@ fn classify(value: &Value) -> Option<(ErrorData, Option<RequestId>)> {
     match (method, obj.contains_key("id")) {
         // A notification, however malformed, is never answered.
         (Some(_), false) if envelope_ok => None,
-        (Some(m), true) if envelope_ok && id.is_some() => {
-            Some((ErrorData::invalid_params(format!("Invalid params for method `{m}`"), None), id))
-        }
-        _ => Some((ErrorData::invalid_request("Invalid Request: not a valid JSON-RPC 2.0 message", None), id)),
+        (Some(m), true) if envelope_ok && id.is_some() => Some((ProtocolFault::InvalidParams(m.to_string()), id)),
+        _ => Some((ProtocolFault::NotJsonRpc, id)),
     }
 }
 
@@ -240,15 +240,7 @@ where
                 Ok(ReadLine::Line) => {}
                 Ok(ReadLine::Oversized) => {
                     tracing::warn!(target: "agent_surface::mcp", max = self.max_line, "message over the size limit refused");
-                    let data = serde_json::json!({"maxMessageBytes": self.max_line});
-                    self.answer(
-                        ErrorData::new(
-                            ErrorCode::INVALID_REQUEST,
-                            format!("Invalid Request: the message exceeds {} bytes", self.max_line),
-                            Some(data),
-                        ),
-                        None,
-                    );
+                    self.answer(&ProtocolFault::MessageTooLarge(self.max_line), None);
                     continue;
                 }
                 Ok(ReadLine::Eof) => return None,
@@ -275,7 +267,7 @@ where
                     tracing::warn!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
                     self.line = line;
                     self.line.clear();
-                    self.answer(refusal.error(), id);
+                    self.answer(&refusal, id);
                     continue;
                 }
             };
@@ -287,7 +279,7 @@ where
                     match &message {
                         rmcp::model::JsonRpcMessage::Request(r) if !self.ids().insert(r.id.clone()) => {
                             tracing::warn!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
-                            self.answer(crate::frame::Refusal::IdInProgress.error(), Some(r.id.clone()));
+                            self.answer(&ProtocolFault::IdInProgress, Some(r.id.clone()));
                             continue;
                         }
                         // A cancelled request may go unanswered: its id is free again.
@@ -303,15 +295,15 @@ where
                     return Some(message);
                 }
                 Err(_) => match serde_json::from_slice::<Value>(bytes) {
-                    Err(_) => Some((ErrorData::parse_error("Parse error: the message is not valid JSON", None), None)),
+                    Err(_) => Some((ProtocolFault::NotJson, None)),
                     Ok(value) => classify(&value),
                 },
             };
             self.line = line;
             self.line.clear();
-            if let Some((error, id)) = answer {
-                tracing::debug!(target: "agent_surface::mcp", code = error.code.0, "refused a frame");
-                self.answer(error, id);
+            if let Some((fault, id)) = answer {
+                tracing::debug!(target: "agent_surface::mcp", code = fault.error().code.0, "refused a frame");
+                self.answer(&fault, id);
             }
         }
     }

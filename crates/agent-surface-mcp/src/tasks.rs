@@ -51,6 +51,7 @@ use serde_json::Value;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use crate::fault::ProtocolFault;
 use crate::{codec, meta};
 
 pub use agent_surface_registry::tasks::{TaskConfig, Tasks};
@@ -90,12 +91,12 @@ async fn find(tasks: &Tasks, id: &str, consumer: &Consumer, now: Timestamp) -> R
 }
 
 fn unknown(id: &str) -> ErrorData {
-    ErrorData::invalid_params(format!("Unknown task: {}", truncate(id)), None)
+    ProtocolFault::UnknownTask(truncate(id)).error()
 }
 
 fn store_failed(e: &StoreError) -> ErrorData {
     tracing::error!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(e), "task store failed");
-    ErrorData::internal_error("The task store is unavailable; try again later.", None)
+    ProtocolFault::TaskStoreFailed.error()
 }
 
 /// A finished task's tool result: the recorded outcome as [`codec::encode`] renders it, with the
