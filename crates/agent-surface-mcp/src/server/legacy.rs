@@ -14,22 +14,21 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext};
 
-use super::{Answered, McpServer, is_modern};
+use super::{Answered, McpServer};
 use crate::confirm::ConfirmationAnswer;
 use crate::mrtr;
 
 impl McpServer {
-    /// A call that carries no approval answer: invoked once, and in a legacy session that can
-    /// elicit, its `CONFIRMATION_REQUIRED` settled by asking the person.
+    /// A legacy call: invoked once, and in a session that can elicit, its
+    /// `CONFIRMATION_REQUIRED` settled by asking the person.
     pub(super) async fn first_call(
         &self,
         invoke: InvokeRequest,
         options: InvokeOptions,
         context: &RequestContext<RoleServer>,
     ) -> Answered {
-        let legacy = !is_modern(context);
-        let form = legacy && self.session.config.confirmations.is_some() && can_elicit(&context.peer);
-        let url = legacy && can_elicit_url(&context.peer);
+        let form = self.session.config.confirmations.is_some() && can_elicit(&context.peer);
+        let url = can_elicit_url(&context.peer);
         if !form && !url {
             return Answered::Result(self.session.registry.invoke_detailed(invoke, options).await);
         }

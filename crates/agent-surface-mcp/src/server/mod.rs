@@ -4,10 +4,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
-use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
-use agent_surface_policy::{ConfirmationState, Consumer, Identity};
-use agent_surface_registry::{Abilities, Answers, Invocation, InvokeOptions, InvokeRequest, Question, Registry, id};
+use agent_surface_core::InvokeResult;
+use agent_surface_policy::{Consumer, Identity};
+use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Registry, id};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult, GetTaskParams,
     GetTaskResult, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
@@ -19,13 +18,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{McpConfig, UnknownTool};
-use crate::confirm::ConfirmationAnswer;
 use crate::fault::ProtocolFault;
-use crate::mrtr::{self, Answer};
-use crate::tasks::{Started, Tasks};
+use crate::tasks::Tasks;
 use crate::{codec, meta, tools};
 
 mod legacy;
+mod modern;
 mod progress;
 
 /// The methods the adapter answers itself (beside `tasks/*` and `subscriptions/listen`): a request
@@ -95,21 +93,6 @@ enum Answered {
     Result(Invocation),
     Ask(rmcp::model::InputRequiredResult),
     Task(rmcp::model::CreateTaskResult),
-}
-
-/// One modern round of a call: what its state is sealed for and with.
-struct Round<'a> {
-    tool: &'a str,
-    arguments: &'a Value,
-    consumer: &'a Consumer,
-    dialogue: mrtr::Dialogue,
-    abilities: Abilities,
-    /// Whether the client declared URL-mode elicitation.
-    urls: bool,
-    /// Whether this round answered a question that sent the person to an approval page: its
-    /// result is relayed, not asked about again.
-    paged: bool,
-    now: agent_surface_core::Timestamp,
 }
 
 /// An MCP server over a [`Registry`]: implements `rmcp`'s [`ServerHandler`] by hand (the tool
@@ -225,120 +208,6 @@ impl McpServer {
         let tasks = self.session.config.tasks.as_ref().ok_or_else(|| ProtocolFault::TasksNotOffered.error())?;
         Ok((tasks, self.consumer(context).await, self.session.registry.config().clock.now()))
     }
-
-    /// A modern retry carrying the state of an approval and the person's answer.
-    async fn answered(
-        &self,
-        approval: mrtr::Approval,
-        sealed: String,
-        answer: Answer,
-        mut invoke: InvokeRequest,
-        options: InvokeOptions,
-        task: Option<(&Tasks, CancellationToken)>,
-    ) -> Answered {
-        let registry = &self.session.registry;
-        let now = registry.config().clock.now();
-        if approval.url.is_some() {
-            // The person was sent to the approval page: an answer is no approval. Not answered
-            // yet: the same question; otherwise the call is made again (it runs if someone
-            // approved at the page meanwhile, through the relayed confirmation).
-            if answer == Answer::Missing && approval.exp > now.unix_millis() {
-                return Answered::Ask(mrtr::input_required(&approval, sealed));
-            }
-            return Answered::Result(registry.invoke_detailed(invoke, options).await);
-        }
-        let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| approval.exp > now.unix_millis())
-        else {
-            // Too late to approve this one: plan the call afresh, which asks again.
-            tracing::info!(target: "agent_surface::mcp", confirmation_id = %approval.cid, "approval state expired; asking afresh");
-            return Answered::Result(registry.invoke_detailed(invoke, options).await);
-        };
-        let consumer = &options.consumer;
-        match answer {
-            // Not answered yet: the same question, with the same state.
-            Answer::Missing => Answered::Ask(mrtr::input_required(&approval, sealed)),
-            Answer::Accept => {
-                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Approved).await {
-                    // Already decided (a replayed state), expired or a store failure: the store's
-                    // single-use `consume` decides what the evidence is worth.
-                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded");
-                }
-                invoke.confirmation_id = Some(approval.cid);
-                // The approved call is the one that runs: a task, when it may be one.
-                if let Some((tasks, request)) = task {
-                    return match crate::tasks::start(tasks, registry, invoke, options, request).await {
-                        Started::Task(task) => Answered::Task(task),
-                        Started::Ended(done) => Answered::Result(done),
-                    };
-                }
-                Answered::Result(registry.invoke_detailed(invoke, options).await)
-            }
-            Answer::Decline => {
-                let mut reason = ConfirmationInvalidReason::Denied;
-                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Denied).await {
-                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded");
-                    // A decision came first: an approval that was already used is not `denied`.
-                    if let Some(ConfirmationState::Consumed { .. }) = resolver.state(&approval.cid).await {
-                        reason = ConfirmationInvalidReason::Consumed;
-                    }
-                }
-                let refused = AgentSurfaceError::confirmation_invalid(reason);
-                let declined = Invocation::new(InvokeResult::error(refused.into_payload(), invoke.invocation_id));
-                tracing::info!(
-                    target: "agent_surface::mcp",
-                    correlation_id = %declined.correlation_id,
-                    confirmation_id = %approval.cid,
-                    "approval declined"
-                );
-                Answered::Result(declined)
-            }
-        }
-    }
-
-    /// For a modern request, turns a stop for questions or a `CONFIRMATION_REQUIRED` into an
-    /// input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
-    /// relay the result as it is.
-    fn ask_modern(
-        &self,
-        result: &InvokeResult,
-        questions: Option<&[Question]>,
-        round: &Round<'_>,
-    ) -> Result<Option<rmcp::model::InputRequiredResult>, ErrorData> {
-        let states = &self.session.config.approval_states;
-        if let Some(questions) = questions {
-            if let Some(required) = mrtr::missing(questions, round.abilities) {
-                return Err(ProtocolFault::MissingCapability(required.into()).error());
-            }
-            let Some(requests) = mrtr::requests(questions) else { return Ok(None) };
-            let dialogue = round.dialogue.clone().asking(questions);
-            let sealed = states.seal(round.tool, round.arguments, round.consumer, &dialogue, None, round.now);
-            return Ok(sealed.map(|state| rmcp::model::InputRequiredResult::new(Some(requests), Some(state))));
-        }
-        if result.code() != Some(ErrorCode::ConfirmationRequired) || round.paged {
-            return Ok(None);
-        }
-        let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
-            return Ok(None);
-        };
-        // A page to send the person to (URL mode), preferred; otherwise a form answered in person.
-        let url = details.approval_url.clone().filter(|_| round.urls);
-        if url.is_none() && (self.session.config.confirmations.is_none() || !round.abilities.form) {
-            return Ok(None);
-        }
-        let Some(expires_at) = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at) else {
-            return Ok(None);
-        };
-        let approval = mrtr::Approval {
-            cid: details.confirmation_id,
-            msg: details.summary.clone(),
-            exp: expires_at.unix_millis(),
-            url,
-        };
-        let question = approval.clone();
-        let sealed =
-            states.seal(round.tool, round.arguments, round.consumer, &round.dialogue, Some(approval), round.now);
-        Ok(sealed.map(|state| mrtr::input_required(&question, state)))
-    }
 }
 
 /// The consumer key of an authenticated principal: [`Identity::principal_key`], `principal:` and
@@ -417,7 +286,9 @@ async fn watch_surface(
 
 /// The request handlers behind the boxed `ServerHandler` methods.
 impl McpServer {
-    /// `tools/call`.
+    /// `tools/call`: the call prepared from the request (in the modern era, its round opened
+    /// first), then made by the era's flow ([`McpServer::modern_call`] or
+    /// [`McpServer::first_call`]) with progress relayed, and its outcome relayed.
     async fn serve_call(
         &self,
         mut request: CallToolRequestParams,
@@ -430,126 +301,53 @@ impl McpServer {
             return Err(ProtocolFault::IdInProgress.error());
         };
         let mut consumer = self.consumer(&context).await;
-        let modern = is_modern(&context);
         // A name that is not a tool name can never resolve; it gets the same answer as any
         // unknown tool.
         let capability = id::capability_from_tool_name(&request.name).unwrap_or_default();
         let arguments = Value::Object(request.arguments.take().unwrap_or_default());
-        // A modern round may have to seal a state bound to the arguments after the call: keep a
-        // copy then (only then: the legacy hot path moves them).
-        let kept = modern.then(|| arguments.clone());
-        let arguments_now = &arguments;
-        // A modern request: the answers it carries (earlier rounds' from its state, this
-        // round's from `inputResponses`) and the approval its state asks for.
-        let mut dialogue = mrtr::Dialogue::default();
-        let mut approval = None;
-        if modern && let Some(sealed) = request.request_state.as_deref() {
-            match self.session.config.approval_states.open(sealed, &request.name, arguments_now, &consumer) {
-                Ok((state, continues)) => {
-                    consumer = continues;
-                    dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
-                    if let Some(asked) = state.approval {
-                        let answer = mrtr::answer(request.input_responses.as_ref())
-                            .map_err(|_| ProtocolFault::ConfirmAnswerNotElicitation.error())?;
-                        approval = Some((asked, sealed.to_string(), answer));
-                    }
-                }
-                // Too old to continue: the call is planned afresh, as if it came without one.
-                Err(mrtr::StateRefused::Expired) => {
-                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, "request state expired; planning afresh");
-                }
-                Err(e) => {
-                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %agent_surface_policy::redacted(&e), "request state refused");
-                    return Err(ProtocolFault::StateRefused.error());
-                }
-            }
-        }
+        let mut round = if is_modern(&context) {
+            Some(self.open_round(&request, &arguments, &mut consumer, &context)?)
+        } else {
+            None
+        };
         let mut invoke = InvokeRequest::new(capability, arguments);
         meta::apply(&context.meta, &mut invoke).map_err(|e| ProtocolFault::InvalidMeta(e.to_string()).error())?;
         #[cfg(feature = "http")]
         idempotency_header(&context, &mut invoke)?;
-        let abilities =
-            if modern { mrtr::abilities(context.client_capabilities().as_ref()) } else { Abilities::default() };
-        // This round's answers: in a round that answers an approval, none (the approved call runs
-        // with the answers the approval was asked with); after a state, only to keys it asked; in
-        // a first round, any (the ask step reads only its own).
-        if modern && approval.is_none() {
-            let first_round = dialogue.asked.is_empty();
-            for (key, value) in request.input_responses.iter().flatten() {
-                if key != mrtr::CONFIRM_KEY && (first_round || dialogue.asked.contains(key)) {
-                    dialogue.answers.insert(key.clone(), value.clone());
-                }
-            }
-        }
         let mut options =
             InvokeOptions::new(consumer.clone()).with_cancellation(context.ct.clone()).with_transport("mcp");
         if let Some(parent) = meta::trace_parent(&context.meta) {
             options = options.with_trace_parent(parent);
         }
-        if modern {
-            let carried =
-                dialogue.answers.iter().fold(Answers::new(abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
-            options = options.with_answers(carried);
-        }
-        // A long-running capability called by a client that negotiated tasks: a task once its
-        // handler starts.
-        let tasks = self.session.config.tasks.as_ref().filter(|_| {
-            modern
-                && context.client_capabilities().is_some_and(|c| c.supports_tasks())
-                && self.session.registry.is_long_running(&invoke.capability)
-        });
-        let mut outcome = None;
-        if let Some(tasks) = tasks.filter(|_| approval.is_none()) {
-            match crate::tasks::start(
-                tasks,
-                &self.session.registry,
-                invoke.clone(),
-                options.clone(),
-                context.ct.clone(),
-            )
-            .await
-            {
-                Started::Task(task) => return Ok(CallToolResponse::Task(task)),
-                Started::Ended(invocation) => outcome = Some(Answered::Result(invocation)),
-            }
-        }
-        let paged = matches!(&approval, Some((asked, _, answer)) if asked.url.is_some() && *answer != Answer::Missing);
-        let outcome = match (outcome, approval) {
-            (Some(ended), _) => ended,
-            (None, Some((asked, sealed, answer))) => {
-                let task = tasks.map(|t| (t, context.ct.clone()));
-                progress::relayed(&context, options, |options| {
-                    self.answered(asked, sealed, answer, invoke, options, task)
-                })
-                .await
-            }
-            (None, None) => {
-                progress::relayed(&context, options, |options| self.first_call(invoke, options, &context)).await
-            }
+        let outcome = match &mut round {
+            Some(round) => self.modern_call(round, invoke, options, &context).await,
+            None => progress::relayed(&context, options, |options| self.first_call(invoke, options, &context)).await,
         };
         let invocation = match outcome {
             Answered::Result(invocation) => invocation,
             Answered::Ask(question) => return Ok(question.into()),
             Answered::Task(task) => return Ok(CallToolResponse::Task(task)),
         };
-        if let Some(arguments) = &kept {
-            let now = self.session.registry.config().clock.now();
-            let urls = mrtr::can_open_urls(context.client_capabilities().as_ref());
-            let round =
-                Round { tool: &request.name, arguments, consumer: &consumer, dialogue, abilities, urls, paged, now };
-            if let Some(ask) = self.ask_modern(&invocation.result, invocation.questions.as_deref(), &round)? {
-                return Ok(ask.into());
-            }
+        if let Some(round) = &round
+            && let Some(ask) = self.ask_modern(&invocation, round, &request.name, &consumer, &context)?
+        {
+            return Ok(ask.into());
         }
+        self.relay(invocation, &request.name)
+    }
+
+    /// The result of a call as the client gets it: a tool result, or in the spec-strict mode the
+    /// JSON-RPC error the matrix gives its code.
+    fn relay(&self, invocation: Invocation, tool: &str) -> Result<CallToolResponse, ErrorData> {
         if self.session.config.unknown_tool == UnknownTool::ProtocolError
-            && let Some(error) = codec::strict_protocol_error(&invocation.result, &request.name)
+            && let Some(error) = codec::strict_protocol_error(&invocation.result, tool)
         {
             return Err(error);
         }
         if let InvokeResult::Error { .. } = &invocation.result {
             tracing::debug!(
                 target: "agent_surface::mcp",
-                tool = %request.name,
+                tool = %tool,
                 code = ?invocation.result.code(),
                 correlation_id = %invocation.correlation_id,
                 "tool error"

@@ -1,0 +1,281 @@
+//! The modern era's round (2026-07-28: stateless requests, no server-to-client requests): a
+//! call that needs the person's approval, or answers to the handler's questions, is answered with
+//! an input-required result and a sealed `requestState` ([`crate::mrtr`]); the client repeats the
+//! call with the state and the answers, and [`McpServer::open_round`] takes them up. The legacy
+//! era asks during the call instead ([`super::legacy`]).
+
+use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
+use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
+use agent_surface_policy::{ConfirmationState, Consumer};
+use agent_surface_registry::{Abilities, Answers, Invocation, InvokeOptions, InvokeRequest, Question};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{Answered, McpServer, progress};
+use crate::confirm::ConfirmationAnswer;
+use crate::fault::ProtocolFault;
+use crate::mrtr::{self, Answer};
+use crate::tasks::{Started, Tasks};
+
+/// One modern round of a call, as its request opened it.
+pub(super) struct Round {
+    /// The call's arguments, which a state this round seals is bound to.
+    arguments: Value,
+    /// The answers the call carries: earlier rounds' (from its state) and this round's (from
+    /// `inputResponses`).
+    dialogue: mrtr::Dialogue,
+    /// The approval the request's state asked for, with the state and the person's answer; taken
+    /// when the call is made.
+    approval: Option<(mrtr::Approval, String, Answer)>,
+    /// What the client declared it can answer.
+    abilities: Abilities,
+    /// Whether this round answered a question that sent the person to an approval page: its
+    /// result is relayed, not asked about again.
+    paged: bool,
+}
+
+/// What a state this round seals is sealed for and with.
+struct Sealing<'a> {
+    tool: &'a str,
+    arguments: &'a Value,
+    consumer: &'a Consumer,
+    dialogue: &'a mrtr::Dialogue,
+    abilities: Abilities,
+    /// Whether the client declared URL-mode elicitation.
+    urls: bool,
+    /// Whether this round answered a question that sent the person to an approval page: its
+    /// result is relayed, not asked about again.
+    paged: bool,
+    now: agent_surface_core::Timestamp,
+}
+
+impl McpServer {
+    /// Opens the round of a modern request: the answers it carries (earlier rounds' from its
+    /// state, this round's from `inputResponses`) and the approval its state asks for. A state
+    /// continues under the consumer it was sealed for (`consumer` becomes it). A state that does
+    /// not belong to the call, or an approval answer that is no elicitation result, is `-32602`;
+    /// a state too old to continue is dropped (the call is planned afresh).
+    pub(super) fn open_round(
+        &self,
+        request: &CallToolRequestParams,
+        arguments: &Value,
+        consumer: &mut Consumer,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Round, ErrorData> {
+        let mut dialogue = mrtr::Dialogue::default();
+        let mut approval = None;
+        if let Some(sealed) = request.request_state.as_deref() {
+            match self.session.config.approval_states.open(sealed, &request.name, arguments, consumer) {
+                Ok((state, continues)) => {
+                    *consumer = continues;
+                    dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
+                    if let Some(asked) = state.approval {
+                        let answer = mrtr::answer(request.input_responses.as_ref())
+                            .map_err(|_| ProtocolFault::ConfirmAnswerNotElicitation.error())?;
+                        approval = Some((asked, sealed.to_string(), answer));
+                    }
+                }
+                // Too old to continue: the call is planned afresh, as if it came without one.
+                Err(mrtr::StateRefused::Expired) => {
+                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, "request state expired; planning afresh");
+                }
+                Err(e) => {
+                    tracing::info!(target: "agent_surface::mcp", tool = %request.name, cause = %agent_surface_policy::redacted(&e), "request state refused");
+                    return Err(ProtocolFault::StateRefused.error());
+                }
+            }
+        }
+        let abilities = mrtr::abilities(context.client_capabilities().as_ref());
+        // This round's answers: in a round that answers an approval, none (the approved call runs
+        // with the answers the approval was asked with); after a state, only to keys it asked; in
+        // a first round, any (the ask step reads only its own).
+        if approval.is_none() {
+            let first_round = dialogue.asked.is_empty();
+            for (key, value) in request.input_responses.iter().flatten() {
+                if key != mrtr::CONFIRM_KEY && (first_round || dialogue.asked.contains(key)) {
+                    dialogue.answers.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let paged = matches!(&approval, Some((asked, _, answer)) if asked.url.is_some() && *answer != Answer::Missing);
+        Ok(Round { arguments: arguments.clone(), dialogue, approval, abilities, paged })
+    }
+
+    /// Makes the call of a modern round: with the answers it carries; the approved call when the
+    /// round answers an approval; a task, for a long-running capability called by a client that
+    /// negotiated tasks, once its handler starts.
+    pub(super) async fn modern_call(
+        &self,
+        round: &mut Round,
+        invoke: InvokeRequest,
+        options: InvokeOptions,
+        context: &RequestContext<RoleServer>,
+    ) -> Answered {
+        let carried =
+            round.dialogue.answers.iter().fold(Answers::new(round.abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
+        let options = options.with_answers(carried);
+        let registry = &self.session.registry;
+        let tasks = self.session.config.tasks.as_ref().filter(|_| {
+            context.client_capabilities().is_some_and(|c| c.supports_tasks())
+                && registry.is_long_running(&invoke.capability)
+        });
+        if let Some((asked, sealed, answer)) = round.approval.take() {
+            let task = tasks.map(|t| (t, context.ct.clone()));
+            return progress::relayed(context, options, |options| {
+                self.answered(asked, sealed, answer, invoke, options, task)
+            })
+            .await;
+        }
+        if let Some(tasks) = tasks {
+            return match crate::tasks::start(tasks, registry, invoke, options, context.ct.clone()).await {
+                Started::Task(task) => Answered::Task(task),
+                Started::Ended(invocation) => Answered::Result(invocation),
+            };
+        }
+        progress::relayed(context, options, |options| async move {
+            Answered::Result(registry.invoke_detailed(invoke, options).await)
+        })
+        .await
+    }
+
+    /// For a modern round, turns the call's stop for questions or its `CONFIRMATION_REQUIRED` into
+    /// an input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
+    /// relay the result as it is. `consumer` is the one the call ran for.
+    pub(super) fn ask_modern(
+        &self,
+        invocation: &Invocation,
+        round: &Round,
+        tool: &str,
+        consumer: &Consumer,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<rmcp::model::InputRequiredResult>, ErrorData> {
+        let sealing = Sealing {
+            tool,
+            arguments: &round.arguments,
+            consumer,
+            dialogue: &round.dialogue,
+            abilities: round.abilities,
+            urls: mrtr::can_open_urls(context.client_capabilities().as_ref()),
+            paged: round.paged,
+            now: self.session.registry.config().clock.now(),
+        };
+        self.seal_question(&invocation.result, invocation.questions.as_deref(), &sealing)
+    }
+
+    /// A modern retry carrying the state of an approval and the person's answer.
+    async fn answered(
+        &self,
+        approval: mrtr::Approval,
+        sealed: String,
+        answer: Answer,
+        mut invoke: InvokeRequest,
+        options: InvokeOptions,
+        task: Option<(&Tasks, CancellationToken)>,
+    ) -> Answered {
+        let registry = &self.session.registry;
+        let now = registry.config().clock.now();
+        if approval.url.is_some() {
+            // The person was sent to the approval page: an answer is no approval. Not answered
+            // yet: the same question; otherwise the call is made again (it runs if someone
+            // approved at the page meanwhile, through the relayed confirmation).
+            if answer == Answer::Missing && approval.exp > now.unix_millis() {
+                return Answered::Ask(mrtr::input_required(&approval, sealed));
+            }
+            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+        }
+        let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| approval.exp > now.unix_millis())
+        else {
+            // Too late to approve this one: plan the call afresh, which asks again.
+            tracing::info!(target: "agent_surface::mcp", confirmation_id = %approval.cid, "approval state expired; asking afresh");
+            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+        };
+        let consumer = &options.consumer;
+        match answer {
+            // Not answered yet: the same question, with the same state.
+            Answer::Missing => Answered::Ask(mrtr::input_required(&approval, sealed)),
+            Answer::Accept => {
+                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Approved).await {
+                    // Already decided (a replayed state), expired or a store failure: the store's
+                    // single-use `consume` decides what the evidence is worth.
+                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded");
+                }
+                invoke.confirmation_id = Some(approval.cid);
+                // The approved call is the one that runs: a task, when it may be one.
+                if let Some((tasks, request)) = task {
+                    return match crate::tasks::start(tasks, registry, invoke, options, request).await {
+                        Started::Task(task) => Answered::Task(task),
+                        Started::Ended(done) => Answered::Result(done),
+                    };
+                }
+                Answered::Result(registry.invoke_detailed(invoke, options).await)
+            }
+            Answer::Decline => {
+                let mut reason = ConfirmationInvalidReason::Denied;
+                if let Err(e) = resolver.resolve(&approval.cid, consumer, ConfirmationAnswer::Denied).await {
+                    tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded");
+                    // A decision came first: an approval that was already used is not `denied`.
+                    if let Some(ConfirmationState::Consumed { .. }) = resolver.state(&approval.cid).await {
+                        reason = ConfirmationInvalidReason::Consumed;
+                    }
+                }
+                let refused = AgentSurfaceError::confirmation_invalid(reason);
+                let declined = Invocation::new(InvokeResult::error(refused.into_payload(), invoke.invocation_id));
+                tracing::info!(
+                    target: "agent_surface::mcp",
+                    correlation_id = %declined.correlation_id,
+                    confirmation_id = %approval.cid,
+                    "approval declined"
+                );
+                Answered::Result(declined)
+            }
+        }
+    }
+
+    /// Turns a stop for questions or a `CONFIRMATION_REQUIRED` into an
+    /// input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
+    /// relay the result as it is.
+    fn seal_question(
+        &self,
+        result: &InvokeResult,
+        questions: Option<&[Question]>,
+        round: &Sealing<'_>,
+    ) -> Result<Option<rmcp::model::InputRequiredResult>, ErrorData> {
+        let states = &self.session.config.approval_states;
+        if let Some(questions) = questions {
+            if let Some(required) = mrtr::missing(questions, round.abilities) {
+                return Err(ProtocolFault::MissingCapability(required.into()).error());
+            }
+            let Some(requests) = mrtr::requests(questions) else { return Ok(None) };
+            let dialogue = round.dialogue.clone().asking(questions);
+            let sealed = states.seal(round.tool, round.arguments, round.consumer, &dialogue, None, round.now);
+            return Ok(sealed.map(|state| rmcp::model::InputRequiredResult::new(Some(requests), Some(state))));
+        }
+        if result.code() != Some(ErrorCode::ConfirmationRequired) || round.paged {
+            return Ok(None);
+        }
+        let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
+            return Ok(None);
+        };
+        // A page to send the person to (URL mode), preferred; otherwise a form answered in person.
+        let url = details.approval_url.clone().filter(|_| round.urls);
+        if url.is_none() && (self.session.config.confirmations.is_none() || !round.abilities.form) {
+            return Ok(None);
+        }
+        let Some(expires_at) = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at) else {
+            return Ok(None);
+        };
+        let approval = mrtr::Approval {
+            cid: details.confirmation_id,
+            msg: details.summary.clone(),
+            exp: expires_at.unix_millis(),
+            url,
+        };
+        let question = approval.clone();
+        let sealed =
+            states.seal(round.tool, round.arguments, round.consumer, round.dialogue, Some(approval), round.now);
+        Ok(sealed.map(|state| mrtr::input_required(&question, state)))
+    }
+}
