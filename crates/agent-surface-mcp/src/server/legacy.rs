@@ -14,7 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext};
 
-use super::{Answered, McpServer};
+use super::{Answered, McpServer, declined};
 use crate::confirm::ConfirmationAnswer;
 use crate::mrtr;
 
@@ -143,8 +143,7 @@ impl McpServer {
                 if let Err(e) = recorded {
                     tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded; the confirmation will expire");
                 }
-                let denied = AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied);
-                answer_with(InvokeResult::error(denied.into_payload(), request.invocation_id))
+                answer_with(InvokeResult::error(declined(ConfirmationInvalidReason::Denied), request.invocation_id))
             }
         }
     }

@@ -210,6 +210,15 @@ impl McpServer {
     }
 }
 
+/// The adapter's own answer to a declined approval: `CONFIRMATION_INVALID` for `reason`, saying
+/// `notProcessed` as the registry's refusals at the confirmation phase do (the call stopped before
+/// its handler, so nothing it asked for was done).
+fn declined(reason: agent_surface_core::details::ConfirmationInvalidReason) -> agent_surface_core::ErrorPayload {
+    let mut payload = agent_surface_core::AgentSurfaceError::confirmation_invalid(reason).into_payload();
+    payload.set_not_processed(true);
+    payload
+}
+
 /// The consumer key of an authenticated principal: [`Identity::principal_key`], `principal:` and
 /// the JSON array of its issuer (when the identity carries an `iss` claim) and subject — the same
 /// on every request, connection, transport and replica, and unambiguous whatever the strings hold.

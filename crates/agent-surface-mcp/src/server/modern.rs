@@ -5,7 +5,7 @@
 //! era asks during the call instead ([`super::legacy`]).
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
-use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
+use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_policy::{ConfirmationState, Consumer};
 use agent_surface_registry::{Abilities, Answers, Invocation, InvokeOptions, InvokeRequest, Question};
 use rmcp::model::CallToolRequestParams;
@@ -14,7 +14,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{Answered, McpServer, progress};
+use super::{Answered, McpServer, declined, progress};
 use crate::confirm::ConfirmationAnswer;
 use crate::fault::ProtocolFault;
 use crate::mrtr::{self, Answer};
@@ -221,15 +221,14 @@ impl McpServer {
                         reason = ConfirmationInvalidReason::Consumed;
                     }
                 }
-                let refused = AgentSurfaceError::confirmation_invalid(reason);
-                let declined = Invocation::new(InvokeResult::error(refused.into_payload(), invoke.invocation_id));
+                let refusal = Invocation::new(InvokeResult::error(declined(reason), invoke.invocation_id));
                 tracing::info!(
                     target: "agent_surface::mcp",
-                    correlation_id = %declined.correlation_id,
+                    correlation_id = %refusal.correlation_id,
                     confirmation_id = %approval.cid,
                     "approval declined"
                 );
-                Answered::Result(declined)
+                Answered::Result(refusal)
             }
         }
     }

@@ -38,6 +38,8 @@ async fn a_declined_or_cancelled_elicitation_is_a_denial_the_model_must_respect(
         let p = r.error_payload().unwrap();
         assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationInvalid, Retry::No), "{answer:?}");
         assert_eq!(p.detail("reason"), Some(&json!("denied")));
+        // Nothing ran, and the payload says so, as the registry's refusals at the gate do.
+        assert!(p.not_processed(), "{answer:?}");
         assert_eq!(f.runs.0.load(Ordering::SeqCst), 0);
         c.client.cancel().await.unwrap();
     }

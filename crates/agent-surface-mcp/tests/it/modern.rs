@@ -342,6 +342,7 @@ async fn an_approval_through_input_required_runs_the_call_once_and_a_replayed_st
         client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("decline")))).await.unwrap(),
     );
     assert_eq!(late.error_payload().unwrap().detail("reason"), Some(&json!(ConfirmationInvalidReason::Consumed)));
+    assert!(late.error_payload().unwrap().not_processed());
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
 
@@ -356,6 +357,8 @@ async fn a_declined_approval_is_final_and_runs_nothing() {
     );
     assert_eq!(denied.code(), Some(ErrorCode::ConfirmationInvalid));
     assert_eq!(denied.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
+    // Nothing ran, and the payload says so, as the registry's refusals at the gate do.
+    assert!(denied.error_payload().unwrap().not_processed());
     // Accepting the same state afterwards changes nothing.
     let late = completes(
         client.call_tool_once(retry("shop-wipe", json!({"shelf": 1}), &state, Some(answer("accept")))).await.unwrap(),

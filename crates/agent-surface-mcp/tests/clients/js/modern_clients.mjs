@@ -105,8 +105,11 @@ try {
   const p = payloadOf(result);
   check(`${label} orders-cancel A-1003, declined → isError`, result.isError === true, JSON.stringify(result));
   check(
-    `${label} orders-cancel A-1003, declined → CONFIRMATION_INVALID {reason: denied}, retry no`,
-    p?.code === 'CONFIRMATION_INVALID' && p?.retry === 'no' && JSON.stringify(p?.details) === JSON.stringify({ reason: 'denied' }),
+    `${label} orders-cancel A-1003, declined → CONFIRMATION_INVALID {reason: denied}, retry no, notProcessed`,
+    p?.code === 'CONFIRMATION_INVALID' &&
+      p?.retry === 'no' &&
+      p?.notProcessed === true &&
+      JSON.stringify(p?.details) === JSON.stringify({ reason: 'denied' }),
     JSON.stringify(result),
   );
   check(`${label}   the person was asked once`, asked.length === 1 && asked[0].message === approvalMessage('A-1003'), JSON.stringify(asked));

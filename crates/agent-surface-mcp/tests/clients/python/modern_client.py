@@ -122,11 +122,12 @@ def check_denied(label, result):
     p = payload_of(result)
     check(f"{label} → isError", getattr(result, "is_error", None) is True, describe(result))
     check(
-        f"{label} → CONFIRMATION_INVALID {{reason: denied}}, retry no",
+        f"{label} → CONFIRMATION_INVALID {{reason: denied}}, retry no, notProcessed",
         isinstance(p, dict)
         and p.get("code") == "CONFIRMATION_INVALID"
         and p.get("retry") == "no"
-        and p.get("details") == {"reason": "denied"},
+        and p.get("details") == {"reason": "denied"}
+        and p.get("notProcessed") is True,
         describe(result),
     )
 
