@@ -13,6 +13,7 @@
 pub(crate) mod audit;
 pub(crate) mod authority;
 pub(crate) mod availability;
+mod call;
 pub(crate) mod confirmation;
 pub(crate) mod execute;
 pub(crate) mod idempotency;
@@ -23,288 +24,27 @@ pub(crate) mod questions;
 pub(crate) mod rate;
 pub(crate) mod record;
 pub(crate) mod resolve;
+mod stop;
 pub(crate) mod verify;
 
 use std::pin::Pin;
 use std::sync::Arc;
 
-use agent_surface_core::{AgentSurfaceError, Phase, Timestamp};
+use agent_surface_core::{AgentSurfaceError, Phase};
 use futures_util::future::{BoxFuture, Either};
 use serde_json::Value;
 use tracing::Instrument;
 
+pub(crate) use self::call::{Answered, Arrival, Call, time_budget};
+pub(crate) use self::stop::{Fault, Marking, Stop, Stopped};
 use crate::correlation::CorrelationId;
 use crate::ctx::{Ctx, CtxParts};
-use crate::define::CapabilityDef;
-use crate::live::Registration;
 use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 use crate::telemetry;
 
-/// Why a call stopped: the error and the phase that produced it ([`Stopped`]), boxed, so that
-/// every phase's `Result` is as small as its success (a stop is the rare path; a call's
-/// results are moved between its phases, and held in its future).
-pub(crate) struct Stop(Box<Stopped>);
-
-/// What a [`Stop`] holds.
-pub(crate) struct Stopped {
-    pub(crate) error: AgentSurfaceError,
-    pub(crate) phase: Phase,
-    /// A note for the operator channel (never agent-facing).
-    pub(crate) note: Option<Box<str>>,
-    /// The open questions, when the call stopped for them.
-    pub(crate) questions: Option<Vec<crate::questions::Question>>,
-    /// The service itself is at fault (user code panicked, a store or the rate limiter failed):
-    /// the operator event is an `ERROR` whatever the code's level in the matrix.
-    pub(crate) fault: Option<Fault>,
-    /// How the payload's `notProcessed` statement is decided ([`Stopped::not_processed`]).
-    pub(crate) marking: Marking,
-}
-
-/// How a stop decides whether its payload says `notProcessed` (`spec/error-model.md`, *Not
-/// processed*).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Marking {
-    /// From the phase that stopped the call: a phase before the handler says so
-    /// ([`Phase::is_before_handler`]).
-    #[default]
-    ByPhase,
-    /// The handler had not started, whatever the phase (strict audit refused to record the
-    /// start, which comes first).
-    BeforeHandler,
-    /// As the record the call was answered from says (the value given): the call that ran
-    /// decided it.
-    AsRecorded(bool),
-}
-
-impl Stopped {
-    /// Whether the payload of this stop says `notProcessed`: decided from the phase (or the
-    /// stop's [`Marking`]), never from the code alone. The core refuses the mark for a payload
-    /// that cannot carry it (an unknown outcome, met at admission from an earlier leader's
-    /// record, is one).
-    pub(crate) fn not_processed(&self) -> bool {
-        match self.marking {
-            Marking::ByPhase => self.phase.is_before_handler(),
-            Marking::BeforeHandler => true,
-            Marking::AsRecorded(recorded) => recorded,
-        }
-    }
-
-    /// The payload, marked as [`Stopped::not_processed`] decides.
-    pub(crate) fn marked_payload(&self) -> agent_surface_core::ErrorPayload {
-        let mut payload = self.error.payload().clone();
-        payload.set_not_processed(self.not_processed());
-        payload
-    }
-}
-
-/// How a call was answered from a record instead of running (under its natural key: see
-/// [`Arrival::answered`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Answered {
-    /// The stored result of the call that ran.
-    Replayed,
-    /// The result of the identical call in flight.
-    Joined,
-}
-
-/// How the service itself failed a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// User code (a handler, a precondition, a gate…) panicked or could not decide.
-    UserCode,
-    /// The idempotency store failed.
-    IdempotencyStore,
-    /// The confirmation store failed.
-    ConfirmationStore,
-    /// The rate limiter failed.
-    RateLimiter,
-    /// The audit sink failed under strict audit.
-    AuditSink,
-}
-
-impl Fault {
-    /// The metrics' `store` label of a store failure.
-    fn store(self) -> Option<&'static str> {
-        match self {
-            Fault::UserCode => None,
-            Fault::IdempotencyStore => Some("idempotency"),
-            Fault::ConfirmationStore => Some("confirmation"),
-            Fault::RateLimiter => Some("rate-limiter"),
-            Fault::AuditSink => Some("audit"),
-        }
-    }
-}
-
-impl Stop {
-    pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop::from(Stopped { error, phase, note: None, questions: None, fault: None, marking: Marking::ByPhase })
-    }
-
-    pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
-        Stop::from(Stopped {
-            error,
-            phase,
-            note: Some(note.into().into_boxed_str()),
-            questions: None,
-            fault: None,
-            marking: Marking::ByPhase,
-        })
-    }
-
-    /// The same stop, marked as a fault of user code.
-    pub(crate) fn fault(mut self) -> Stop {
-        self.0.fault = Some(Fault::UserCode);
-        self
-    }
-
-    /// The same stop, marked as a failure of a store (or the rate limiter).
-    pub(crate) fn store_fault(mut self, store: Fault) -> Stop {
-        self.0.fault = Some(store);
-        self
-    }
-
-    /// The same stop, with its `notProcessed` statement decided as `marking` says.
-    pub(crate) fn marking(mut self, marking: Marking) -> Stop {
-        self.0.marking = marking;
-        self
-    }
-
-    /// What the stop holds.
-    pub(crate) fn into_inner(self) -> Stopped {
-        *self.0
-    }
-}
-
-impl From<Stopped> for Stop {
-    fn from(stopped: Stopped) -> Stop {
-        Stop(Box::new(stopped))
-    }
-}
-
-impl std::ops::Deref for Stop {
-    type Target = Stopped;
-
-    fn deref(&self) -> &Stopped {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Stop {
-    fn deref_mut(&mut self) -> &mut Stopped {
-        &mut self.0
-    }
-}
-
-/// What phases 1–4 of one call share, built once when it arrives: the registry, the request (its
-/// input taken: admission borrows it, phase 5 owns it), the caller's options, the correlation id,
-/// one clock reading (taken when first needed), and whether the call is recorded. Each of these
-/// phases is a function of `&Arrival` and its own input.
-pub(crate) struct Arrival<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
-    pub(crate) request: &'a InvokeRequest,
-    pub(crate) options: &'a InvokeOptions,
-    pub(crate) correlation: &'a CorrelationId,
-    /// The registry's clock when a phase first asked ([`Arrival::now`]).
-    now: std::sync::OnceLock<Timestamp>,
-    /// Whether the call is recorded: only a call with an invocation id is.
-    pub(crate) tracked: bool,
-    /// Set when the call is answered from its natural key's record instead of running (a
-    /// success or an error alike): the invocation is then marked replayed or joined.
-    pub(crate) answered: std::sync::OnceLock<Answered>,
-}
-
-impl Arrival<'_> {
-    /// The registry's clock at the call's arrival, read once, when a phase first asks (the
-    /// admission of a recorded call, the tombstone lookups of resolution): most calls never do,
-    /// and a clock reading is a noticeable part of a call's cost.
-    pub(crate) fn now(&self) -> Timestamp {
-        *self.now.get_or_init(|| self.inner.config.clock.now())
-    }
-}
-
-/// What phases 5–10 of one call share, built once when phase 4 has admitted it: the
-/// [`Arrival`]'s parts, the resolved definition and registration (owned, so that the call can
-/// move into the box of a wait), and the handler's context. Every later phase is a function of
-/// `&Call`, the hook it runs (unwrapped by this module, which alone decides whether a hook phase
-/// runs) and its own input. The phases whose decision is about the moment (rate, confirmation,
-/// the audit trail) read the clock when they decide, not at arrival.
-pub(crate) struct Call<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
-    pub(crate) options: &'a InvokeOptions,
-    /// The request as the caller sent it (its input taken: phase 5 owns it).
-    pub(crate) request: &'a InvokeRequest,
-    pub(crate) def: Arc<CapabilityDef>,
-    pub(crate) reg: Arc<Registration>,
-    pub(crate) ctx: Ctx,
-    /// Whether an unknown outcome can be reconciled: only a recorded call (one with an id) can.
-    pub(crate) tracked: bool,
-    /// The call's correlation id.
-    pub(crate) correlation: &'a CorrelationId,
-    /// Where the call says it was answered from a record ([`Arrival::answered`]).
-    pub(crate) answered: &'a std::sync::OnceLock<Answered>,
-    /// Its text, written when first asked for (the confirmation phase, the audit trail).
-    pub(crate) correlation_text: std::sync::OnceLock<crate::correlation::GeneratedText>,
-}
-
-impl Call<'_> {
-    /// The hooks' view of the call: the consumer, the capability, and the instance and
-    /// registration it runs against.
-    pub(crate) fn info(&self) -> agent_surface_policy::CallInfo<'_> {
-        let def = &self.def;
-        def.call_info(&self.options.consumer)
-            .with_instance(&self.reg.instance_id)
-            .with_registration(&self.reg.registration_id)
-    }
-
-    /// The correlation id as text, written once.
-    pub(crate) fn correlation_text(&self) -> &str {
-        match self.correlation.invocation_id() {
-            // Not made by `invoke`, which always generates the id; kept for completeness.
-            Some(id) => id,
-            None => {
-                self.correlation_text.get_or_init(|| self.correlation.generated_text().unwrap_or_default()).as_str()
-            }
-        }
-    }
-
-    /// The time budget of the handler and of its post-condition.
-    pub(crate) fn time_budget(&self) -> std::time::Duration {
-        time_budget(self.inner, &self.def, self.options)
-    }
-}
-
-/// The time budget of the handler (and of its post-condition): the call's override, else the
-/// capability's, else the registry's default.
-pub(crate) fn time_budget(inner: &Inner, def: &CapabilityDef, options: &InvokeOptions) -> std::time::Duration {
-    options.time_budget.or(def.time_budget).unwrap_or(inner.config.default_time_budget)
-}
-
 /// The end of phases 2–9: the output, or where and why the call stopped.
 pub(crate) type Outcome = Result<Value, Stop>;
-
-/// A name an agent chose, as an operator-log field: at most [`Shown::MAX_CHARS`] characters, and
-/// no control or whitespace character (each becomes `\u{FFFD}`), so that a name cannot forge a
-/// log line or a field, nor make one line megabytes long.
-pub(crate) struct Shown<'a>(pub(crate) &'a str);
-
-impl Shown<'_> {
-    /// The most characters shown; a longer name ends with `…`.
-    pub(crate) const MAX_CHARS: usize = 128;
-}
-
-impl std::fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use std::fmt::Write;
-        for (i, c) in self.0.chars().enumerate() {
-            if i == Self::MAX_CHARS {
-                return f.write_char('…');
-            }
-            f.write_char(if c.is_control() || c.is_whitespace() { '\u{FFFD}' } else { c })?;
-        }
-        Ok(())
-    }
-}
 
 /// One call, boxed once when it is made: the request and options are moved into the box and
 /// never again, and the caller's future is a pointer. The box is 928 bytes (2026-12-01), within
@@ -812,4 +552,27 @@ fn checked(call: &Call<'_>, output: Outcome, timing: &mut Option<Box<telemetry::
         timing.execute_end = Some(std::time::Instant::now());
     }
     output::check(call, output?)
+}
+
+/// A name an agent chose, as an operator-log field: at most [`Shown::MAX_CHARS`] characters, and
+/// no control or whitespace character (each becomes `\u{FFFD}`), so that a name cannot forge a
+/// log line or a field, nor make one line megabytes long.
+pub(crate) struct Shown<'a>(pub(crate) &'a str);
+
+impl Shown<'_> {
+    /// The most characters shown; a longer name ends with `…`.
+    pub(crate) const MAX_CHARS: usize = 128;
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for (i, c) in self.0.chars().enumerate() {
+            if i == Self::MAX_CHARS {
+                return f.write_char('…');
+            }
+            f.write_char(if c.is_control() || c.is_whitespace() { '\u{FFFD}' } else { c })?;
+        }
+        Ok(())
+    }
 }
