@@ -11,6 +11,9 @@ use crate::define::CapabilityDef;
 use crate::live::Registration;
 use crate::registry::Inner;
 use crate::request::{InvokeOptions, InvokeRequest};
+use crate::telemetry::Timing;
+
+use super::idempotency::Hold;
 
 /// How a call was answered from a record instead of running (under its natural key: see
 /// [`Arrival::answered`]).
@@ -37,7 +40,12 @@ pub(crate) struct Arrival<'a> {
     pub(crate) tracked: bool,
     /// Set when the call is answered from its natural key's record instead of running (a
     /// success or an error alike): the invocation is then marked replayed or joined.
-    pub(crate) answered: std::sync::OnceLock<Answered>,
+    pub(crate) answered: &'a std::sync::OnceLock<Answered>,
+    /// What the leader of the call's record and its phases share ([`Hold`]), once admission
+    /// made the call a leader; `None` for an untracked call.
+    pub(crate) hold: Option<Arc<Hold>>,
+    /// The call's clock readings for the metrics, when they are on.
+    pub(crate) timing: &'a mut Option<Box<Timing>>,
 }
 
 impl Arrival<'_> {
@@ -71,6 +79,12 @@ pub(crate) struct Call<'a> {
     pub(crate) answered: &'a std::sync::OnceLock<Answered>,
     /// Its text, written when first asked for (the confirmation phase, the audit trail).
     pub(crate) correlation_text: std::sync::OnceLock<crate::correlation::GeneratedText>,
+    /// What the leader of the call's records and its phases share ([`Hold`]): the invocation
+    /// id's, or the natural key's once the call leads that record; `None` for a call that leads
+    /// no record.
+    pub(crate) hold: Option<Arc<Hold>>,
+    /// The call's clock readings for the metrics, when they are on.
+    pub(crate) timing: &'a mut Option<Box<Timing>>,
 }
 
 impl Call<'_> {

@@ -553,6 +553,11 @@ impl LeaderGuard {
         self.hold.clone()
     }
 
+    /// Whether the handler has started under this guard's record ([`Hold::started`]).
+    pub(crate) fn handler_started(&self) -> bool {
+        self.hold.started.load(Ordering::Acquire)
+    }
+
     /// Keeps the lease alive while the call runs, for a store whose leases lapse; `None` when the
     /// lease holds until settled. The future never ends: the caller drops it with the call.
     ///

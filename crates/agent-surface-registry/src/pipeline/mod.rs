@@ -4,11 +4,15 @@
 //! of what the earlier phases established, returning what the later ones need, or a [`Stop`]
 //! carrying the agent-safe error and the phase that produced it. Phases 1–4 share one
 //! [`Arrival`], built when the call arrives; phases 5–10 share one [`Call`], built once when
-//! authority has admitted the call. A hook is checked once, here, and handed to its phase
-//! already unwrapped. Read [`run_phases`], then [`phases`] and the functions each hands on to
-//! ([`admitted`], [`after_key`], [`confirmed`], [`audited`], [`execute`], [`verified`]) top to bottom to follow
-//! one call: phases 2–9 run at once as far as they can, and a hook that waits, or a handler that
-//! does not complete on its first poll, takes the rest of the call into a box ([`Step`]).
+//! authority has admitted the call ([`call`]); a stop is a [`Stop`] ([`stop`]). The leader's
+//! [`idempotency::Hold`] and the metrics' clock readings are part of that context, so each
+//! function of the chain takes the call and what the phases before it established. A hook is
+//! checked once, here, and handed to its phase already unwrapped. Read [`run_phases`], then
+//! [`phases`] and the functions each hands on to ([`admitted`], then `(call, prepared)`:
+//! [`after_key`], [`confirmed`], [`marked`], [`audited`], [`execute`], [`verified`]) top to bottom
+//! to follow one call: phases 2–9 run at once as far as they can, and a hook that waits, or a
+//! handler that does not complete on its first poll, takes the rest of the call into a box
+//! ([`Step`]).
 
 pub(crate) mod audit;
 pub(crate) mod authority;
@@ -28,7 +32,6 @@ mod stop;
 pub(crate) mod verify;
 
 use std::pin::Pin;
-use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Phase};
 use futures_util::future::{BoxFuture, Either};
@@ -152,14 +155,17 @@ async fn run_phases(
     // caller's future holds no second copy.
     let input = std::mem::take(&mut request.input);
     let request = &*request;
-    let arrival = Arrival {
+    let answered = std::sync::OnceLock::new();
+    let mut arrival = Arrival {
         inner,
         request,
         options,
         correlation,
         now: std::sync::OnceLock::new(),
         tracked: request.invocation_id.is_some(),
-        answered: std::sync::OnceLock::new(),
+        answered: &answered,
+        hold: None,
+        timing,
     };
     // Phase 1: admission and idempotency.
     let leader = match idempotency::admit(&arrival, &input).await {
@@ -178,21 +184,21 @@ async fn run_phases(
             return record::finish(Err(stop), request.invocation_id.clone(), correlation);
         }
     };
-    if let (Some(timing), Some(_)) = (timing.as_mut(), &leader) {
+    if let (Some(timing), Some(_)) = (arrival.timing.as_mut(), &leader) {
         timing.admitted = Some(std::time::Instant::now());
     }
     // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
     // not harmless has started, so that dropping the call records an unknown outcome rather than
     // `CANCELLED`, and the phases learn whether the record was taken over or its lease lost.
-    let hold = leader.as_ref().map(|guard| guard.hold());
+    arrival.hold = leader.as_ref().map(|guard| guard.hold());
     // Boxed: only a shared store's leases need renewing, and the renewal's state would otherwise
     // enlarge every call's.
     let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
     let outcome = match renewal {
-        None => finish(phases(&arrival, input, hold.as_ref(), timing)).await,
+        None => finish(phases(arrival, input)).await,
         // A store whose leases lapse: the lease is renewed while the call runs.
         Some(renewal) => {
-            let phases = async { finish(phases(&arrival, input, hold.as_ref(), timing)).await };
+            let phases = async { finish(phases(arrival, input)).await };
             Box::pin(async {
                 tokio::select! {
                     outcome = phases => outcome,
@@ -206,7 +212,7 @@ async fn run_phases(
         count_store_error(inner, stop);
     }
     let mut invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
-    if let Some(how) = arrival.answered.get() {
+    if let Some(how) = answered.get() {
         invocation.phase = None;
         invocation.replayed = *how == Answered::Replayed;
         invocation.joined = *how == Answered::Joined;
@@ -214,11 +220,12 @@ async fn run_phases(
     // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
     // for questions is not terminal: the same id comes back with the answers.
     if let Some(guard) = leader {
+        // Read before settling, which takes the guard: nothing sets it once the phases ended.
+        let started = guard.handler_started();
         let settled = Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
         // The lease was lost after the handler started: the record is another caller's and says
         // something else (an unknown outcome for a write it took over), so this caller is told
         // that, never a result nobody can replay.
-        let started = hold.as_ref().is_some_and(|h| h.started.load(std::sync::atomic::Ordering::Acquire));
         if settled == idempotency::Settled::LeaseLost && started && !is_outcome_unknown(&invocation.result) {
             let stop = Stop::noted(
                 execute::unknown_outcome(true),
@@ -273,46 +280,35 @@ fn finish(step: Result<Step<'_>, Stop>) -> impl Future<Output = Outcome> + Send 
 }
 
 /// Phases 2–4, on the input the caller sent: resolution, availability and authority.
-fn phases<'a>(
-    arrival: &'a Arrival<'a>,
-    input: Value,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
     let inner = arrival.inner;
     // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
-        resolve::resolve(arrival, &state).and_available(|def| availability::check(&state, def))
+        resolve::resolve(&arrival, &state).and_available(|def| availability::check(&state, def))
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. Each
     // hook phase (4, 6, 7, 8a, 8b) runs only when there is a hook, which it gets unwrapped.
     match &inner.config.authority {
         Some(policy) => later(async move {
-            let resolved = authority::check(arrival, policy.as_ref(), resolution).await;
-            finish(admitted(arrival, resolved, input, hold, timing)).await
+            let resolved = authority::check(&arrival, policy.as_ref(), resolution).await;
+            finish(admitted(arrival, resolved, input)).await
         }),
-        None => admitted(arrival, resolution.into_result(), input, hold, timing),
+        None => admitted(arrival, resolution.into_result(), input),
     }
 }
 
 /// Phases 5 and 6 of a call phase 4 let through: the call's context, its input, the questions
 /// to the client, and the rate limit.
-fn admitted<'a>(
-    arrival: &'a Arrival<'a>,
-    resolved: Result<resolve::Resolved, Stop>,
-    input: Value,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
-    let Arrival { inner, request, options, correlation, tracked, ref answered, .. } = *arrival;
+fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, input: Value) -> Result<Step<'_>, Stop> {
+    let Arrival { inner, request, options, correlation, tracked, answered, hold, timing, .. } = arrival;
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
     // again. Any other is an unknown outcome — also when the call stops before this point, since
     // that answer would be stored and could invite a repetition; the same answer whatever the
     // capability, so that it reveals nothing before authority has run.
-    let taken_over = hold.is_some_and(|h| h.taken_over);
+    let taken_over = hold.as_ref().is_some_and(|h| h.taken_over);
     let resolve::Resolved { def, registration: reg } = match resolved {
         Ok(resolved) if !taken_over || execute::outcome_is_harmless(&resolved.def) => resolved,
         Ok(_) => return Err(taken_over_stop("the previous leader of this call lost its lease without a result")),
@@ -349,6 +345,8 @@ fn admitted<'a>(
         correlation,
         answered,
         correlation_text: std::sync::OnceLock::new(),
+        hold,
+        timing,
     };
     let prepared = input::prepare(&call, input)?;
     // Phase 1b: a capability with a natural idempotency key is admitted under it now, after
@@ -356,20 +354,15 @@ fn admitted<'a>(
     match &call.def.natural_key {
         Some(key) => {
             let key = key.clone();
-            later(natural::keyed(call, key, prepared, hold, timing))
+            later(natural::keyed(call, key, prepared))
         }
-        None => after_key(call, prepared, hold, timing),
+        None => after_key(call, prepared),
     }
 }
 
 /// The rest of phase 5 and phase 6 of a call admitted (under its natural key, if it has one): the
 /// author's precondition, questions to the client (5b), and the rate limit.
-fn after_key<'a>(
-    call: Call<'a>,
-    prepared: input::Prepared,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let inner = call.inner;
     input::precondition(&call, &prepared)?;
     // Phase 5b: questions to the client, if the capability asks any.
@@ -380,29 +373,24 @@ fn after_key<'a>(
     match &inner.config.rate_limiter {
         Some(limiter) => later(async move {
             let _permit = rate::acquire(&call, limiter.as_ref(), &prepared.value).await?;
-            finish(confirmed(call, prepared, hold, timing)).await
+            finish(confirmed(call, prepared)).await
         }),
-        None => confirmed(call, prepared, hold, timing),
+        None => confirmed(call, prepared),
     }
 }
 
 /// Phase 7: the registry's gate; a capability that declares a gate needs one.
-fn confirmed<'a>(
-    call: Call<'a>,
-    prepared: input::Prepared,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let declared = confirmation::declared(&call, prepared.decoded.as_ref())?;
     match (&call.inner.config.confirmation, declared) {
         (Some(gate), declared) => later(async move {
             match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared).await? {
-                None => finish(marked(call, prepared, hold, timing, None)).await,
-                Some(consumed) => finish(marked(call, prepared, hold, timing, Some(consumed))).await,
+                None => finish(marked(call, prepared, None)).await,
+                Some(consumed) => finish(marked(call, prepared, Some(consumed))).await,
             }
         }),
         (None, confirmation::Declared::Gate(_)) => Err(confirmation::no_gate(&call.def)),
-        (None, confirmation::Declared::No) => marked(call, prepared, hold, timing, None),
+        (None, confirmation::Declared::No) => marked(call, prepared, None),
     }
 }
 
@@ -410,45 +398,42 @@ fn confirmed<'a>(
 /// ([`idempotency::Hold::mark_started`], one round trip each), so that a lapse before this point
 /// is known to have run nothing. A call that cannot be marked does not run: confirmation evidence
 /// it `consumed` is given back, and nothing reaches the audit trail.
-fn marked<'a>(
-    call: Call<'a>,
+fn marked(
+    call: Call<'_>,
     prepared: input::Prepared,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
     consumed: Option<confirmation::GiveBack>,
-) -> Result<Step<'a>, Stop> {
-    let then = move |call, prepared, timing, consumed: Option<confirmation::GiveBack>| match consumed {
-        None => audited(call, prepared, hold, timing),
-        Some(consumed) => audited_after_consuming(call, prepared, hold, timing, consumed),
+) -> Result<Step<'_>, Stop> {
+    let then = |call, prepared, consumed: Option<confirmation::GiveBack>| match consumed {
+        None => audited(call, prepared),
+        Some(consumed) => audited_after_consuming(call, prepared, consumed),
     };
-    match hold {
-        Some(marking) if marking.needs_marks() => later(async move {
-            if let Err(stop) = marking.mark_started().await {
+    match &call.hold {
+        Some(hold) if hold.needs_marks() => later(async move {
+            let marked = match &call.hold {
+                Some(hold) => hold.mark_started().await,
+                None => Ok(()),
+            };
+            if let Err(stop) = marked {
                 if let Some(consumed) = consumed {
                     consumed.now().await;
                 }
                 return Err(stop);
             }
-            finish(then(call, prepared, timing, consumed)).await
+            finish(then(call, prepared, consumed)).await
         }),
-        _ => then(call, prepared, timing, consumed),
+        _ => then(call, prepared, consumed),
     }
 }
 
 /// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
 /// trail's finish.
-fn audited<'a>(
-    call: Call<'a>,
-    prepared: input::Prepared,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn audited(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
-        audit::Trail::None => execute(call, hold, prepared, timing),
+        audit::Trail::None => execute(call, prepared),
         audit::Trail::Missing => Err(audit::missing(&call)),
         audit::Trail::To(trail) => later(async move {
             let started = audit::start(&call, trail, &prepared.value, None).await?;
-            let outcome = finish(execute(call, hold, prepared, timing)).await;
+            let outcome = finish(execute(call, prepared)).await;
             started.finish(&outcome).await;
             outcome
         }),
@@ -460,17 +445,15 @@ fn audited<'a>(
 /// ([`confirmation::GiveBack`]), so that its retry does not need a fresh approval; once the handler
 /// may start, it stays consumed. (Apart from `audited`, so that a call without evidence — most —
 /// carries none of this.)
-fn audited_after_consuming<'a>(
-    call: Call<'a>,
+fn audited_after_consuming(
+    call: Call<'_>,
     prepared: input::Prepared,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
     consumed: confirmation::GiveBack,
-) -> Result<Step<'a>, Stop> {
+) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
         audit::Trail::None => {
             consumed.disarm();
-            execute(call, hold, prepared, timing)
+            execute(call, prepared)
         }
         audit::Trail::Missing => later(async move {
             consumed.now().await;
@@ -485,7 +468,7 @@ fn audited_after_consuming<'a>(
                 }
             };
             consumed.disarm();
-            let outcome = finish(execute(call, hold, prepared, timing)).await;
+            let outcome = finish(execute(call, prepared)).await;
             started.finish(&outcome).await;
             outcome
         }),
@@ -493,17 +476,12 @@ fn audited_after_consuming<'a>(
 }
 
 /// Phase 8: the handler.
-fn execute<'a>(
-    call: Call<'a>,
-    hold: Option<&'a Arc<idempotency::Hold>>,
-    prepared: input::Prepared,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
     if let Some(hook) = &call.options.on_execute {
         hook();
     }
-    if let Some(hold) = hold {
+    if let Some(hold) = &call.hold {
         // The lease was lost before the handler started: another caller holds the record now.
         if hold.lost.is_cancelled() {
             return Err(taken_over_stop("the lease was lost before the handler started"));
@@ -513,42 +491,37 @@ fn execute<'a>(
             hold.may_have_run.store(true, Ordering::Release);
         }
     }
-    if let Some(timing) = timing.as_mut() {
+    if let Some(timing) = call.timing.as_mut() {
         timing.execute_start = Some(std::time::Instant::now());
     }
     // A handler that completes on its first poll needs no timer and no watchers; one that does
     // not is awaited under them.
-    match execute::run(&call, prepared.decoded, hold.map(|h| &h.lost)) {
-        execute::Run::Done(output) => verified(call, prepared.value, output, timing),
+    match execute::run(&call, prepared.decoded, call.hold.as_ref().map(|h| &h.lost)) {
+        execute::Run::Done(output) => verified(call, prepared.value, output),
         execute::Run::Waiting(waiting) => later(async move {
             let output = waiting.await;
-            finish(verified(call, prepared.value, output, timing)).await
+            finish(verified(call, prepared.value, output)).await
         }),
     }
 }
 
 /// Phases 8b and 9: the post-condition, if the capability declares one, and the output.
-fn verified<'a>(
-    call: Call<'a>,
-    input: Value,
-    output: Outcome,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Result<Step<'a>, Stop> {
+fn verified(mut call: Call<'_>, input: Value, output: Outcome) -> Result<Step<'_>, Stop> {
     match (output, &call.def.verify) {
         (Ok(output), Some(check)) => {
             let check = check.clone();
             later(async move {
                 let output = verify::check(&call, &check, &input, output).await;
-                checked(&call, output, timing)
+                checked(&mut call, output)
             })
         }
-        (output, _) => checked(&call, output, timing).map(Step::Done),
+        (output, _) => checked(&mut call, output).map(Step::Done),
     }
 }
 
 /// Phase 9: the output, once execution has ended.
-fn checked(call: &Call<'_>, output: Outcome, timing: &mut Option<Box<telemetry::Timing>>) -> Outcome {
-    if let Some(timing) = timing.as_mut() {
+fn checked(call: &mut Call<'_>, output: Outcome) -> Outcome {
+    if let Some(timing) = call.timing.as_mut() {
         timing.execute_end = Some(std::time::Instant::now());
     }
     output::check(call, output?)

@@ -20,9 +20,6 @@
 //! instance and the validated input (RFC 8785), without the caller, the registration (which
 //! differs between replicas) or the evidence.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
@@ -30,20 +27,14 @@ use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase};
 use agent_surface_policy::{Fingerprint, IdempotencyKey, catch};
 use serde_json::Value;
 
-use super::idempotency::{self, Hold, Record, Settled};
-use super::{Answered, Call, Outcome, Stop, execute, finish, input, telemetry};
+use super::idempotency::{self, Record, Settled};
+use super::{Answered, Call, Outcome, Stop, execute, finish, input};
 use crate::define::{ErasedKey, KeyScope};
 
 /// The call admitted under its natural key: run (as the key's leader), or answered from its
-/// record. `hold` is the invocation id's, when the call also carries one: both records then
-/// share what they learn of the handler.
-pub(crate) async fn keyed<'a>(
-    call: Call<'a>,
-    key: ErasedKey,
-    prepared: input::Prepared,
-    hold: Option<&'a Arc<Hold>>,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Outcome {
+/// record. The call's hold is the invocation id's, when the call also carries one: both records
+/// then share what they learn of the handler.
+pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepared) -> Outcome {
     let natural = match catch(|| (key.key)(prepared.decoded.as_ref())) {
         Ok(Some(natural)) => natural,
         Ok(None) => return Err(cannot_key("the idempotency key function expects another input type")),
@@ -56,7 +47,7 @@ pub(crate) async fn keyed<'a>(
     let store_key = IdempotencyKey { consumer_key: scope, invocation_id: idempotency::store_id(&natural) };
     let fp = fingerprint(&call, &prepared.value);
     let now = call.inner.config.clock.now();
-    let admitted = idempotency::admit_record(call.inner, call.options, store_key, fp, now, hold).await;
+    let admitted = idempotency::admit_record(call.inner, call.options, store_key, fp, now, call.hold.as_ref()).await;
     // The key is the capability's, not the caller's id: a conflict says so (and is not retried).
     let admitted = admitted.map_err(|mut stop| {
         if stop.error.code() == agent_surface_core::ErrorCode::InvocationConflict {
@@ -67,10 +58,8 @@ pub(crate) async fn keyed<'a>(
     match admitted? {
         Record::Replay(result) => answered(&call, result, Answered::Replayed),
         Record::Joined(result) => answered(&call, result, Answered::Joined),
-        Record::Leader(guard) => lead(call, *guard, prepared, timing).await,
-        Record::TakenOver(guard) if execute::outcome_is_harmless(&call.def) => {
-            lead(call, *guard, prepared, timing).await
-        }
+        Record::Leader(guard) => lead(call, *guard, prepared).await,
+        Record::TakenOver(guard) if execute::outcome_is_harmless(&call.def) => lead(call, *guard, prepared).await,
         Record::TakenOver(guard) => {
             // An earlier leader of this key may have taken effect: never a second execution.
             let unknown = AgentSurfaceError::outcome_unknown();
@@ -86,15 +75,10 @@ pub(crate) async fn keyed<'a>(
 
 /// Runs the rest of the call as the key's leader, renewing the lease while it runs, and settles
 /// the record with its outcome.
-async fn lead<'a>(
-    call: Call<'a>,
-    guard: idempotency::LeaderGuard,
-    prepared: input::Prepared,
-    timing: &'a mut Option<Box<telemetry::Timing>>,
-) -> Outcome {
-    let hold = guard.hold();
+async fn lead(mut call: Call<'_>, guard: idempotency::LeaderGuard, prepared: input::Prepared) -> Outcome {
+    call.hold = Some(guard.hold());
     let renewal = guard.renewal().map(Box::pin);
-    let rest = finish(super::after_key(call, prepared, Some(&hold), timing));
+    let rest = finish(super::after_key(call, prepared));
     let outcome = match renewal {
         None => rest.await,
         Some(renewal) => {
@@ -105,9 +89,11 @@ async fn lead<'a>(
         }
     };
     let (result, terminal) = result_of(&outcome);
+    // Read before settling, which takes the guard: nothing sets it once the rest ended.
+    let started = guard.handler_started();
     let settled = guard.settle(&result, terminal).await;
     // The lease was lost after the handler started: the record is another caller's.
-    if settled == Settled::LeaseLost && hold.started.load(Ordering::Acquire) && !super::is_outcome_unknown(&result) {
+    if settled == Settled::LeaseLost && started && !super::is_outcome_unknown(&result) {
         return Err(Stop::noted(
             execute::unknown_outcome(true),
             Phase::Execute,
