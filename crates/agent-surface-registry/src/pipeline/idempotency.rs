@@ -266,6 +266,7 @@ pub(crate) async fn admit_record(
                 taken_over,
                 lost: CancellationToken::new(),
                 marks: std::sync::Mutex::new(Vec::new()),
+                awaits_marks: AtomicBool::new(false),
                 release: AtomicBool::new(false),
             }),
         };
@@ -436,6 +437,10 @@ pub(crate) struct Hold {
     /// invocation id's, its natural key's). Until marked, a lapsed claim is known never to have
     /// run, and the next admission claims it afresh rather than answer an unknown outcome.
     marks: std::sync::Mutex<Vec<StartMark>>,
+    /// Whether `marks` holds a record not marked yet: set when one is added, cleared when they are
+    /// taken, so that asking ([`Hold::needs_marks`], on every call that leads a record) takes no
+    /// lock.
+    awaits_marks: AtomicBool,
     /// Set when the records could not be marked started: the handler did not run, and the
     /// records are released (never stored), so that a retry is admitted afresh.
     release: AtomicBool,
@@ -444,6 +449,7 @@ pub(crate) struct Hold {
 impl Hold {
     fn add_mark(&self, mark: StartMark) {
         self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(mark);
+        self.awaits_marks.store(true, Ordering::Release);
     }
 
     /// Marks every record the call leads as started, in the order they were admitted; `Err` with
@@ -452,7 +458,11 @@ impl Hold {
     /// over still answers its unknown outcome); a store that failed or did not answer within
     /// its budget means nothing ran, and the records are released.
     pub(crate) async fn mark_started(&self) -> Result<(), Stop> {
-        let marks = std::mem::take(&mut *self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let marks = {
+            let mut marks = self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.awaits_marks.store(false, Ordering::Release);
+            std::mem::take(&mut *marks)
+        };
         for mark in marks {
             let now = mark.clock.now();
             let started = mark.store.start(&mark.key, mark.lease, now);
@@ -501,7 +511,7 @@ impl Hold {
 
     /// Whether a record awaits its mark (a shared store's lease, not marked yet).
     pub(crate) fn needs_marks(&self) -> bool {
-        !self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+        self.awaits_marks.load(Ordering::Acquire)
     }
 }
 
