@@ -257,7 +257,7 @@ impl<H: ServerHandler> ServerHandler for Composed<H> {
         self.app.complete(request, context)
     }
 
-    #[allow(deprecated)] // logging (SEP-2577) is the application's to offer, or not
+    #[allow(deprecated, reason = "logging (SEP-2577) is the application's to offer, or not")]
     fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
@@ -306,7 +306,7 @@ impl<H: ServerHandler> ServerHandler for Composed<H> {
         self.app.read_resource(request, context)
     }
 
-    #[allow(deprecated)] // legacy resource subscriptions are the application's to serve
+    #[allow(deprecated, reason = "legacy resource subscriptions are the application's to serve")]
     fn subscribe(
         &self,
         request: SubscribeRequestParams,
@@ -315,7 +315,7 @@ impl<H: ServerHandler> ServerHandler for Composed<H> {
         self.app.subscribe(request, context)
     }
 
-    #[allow(deprecated)] // legacy resource subscriptions are the application's to serve
+    #[allow(deprecated, reason = "legacy resource subscriptions are the application's to serve")]
     fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
