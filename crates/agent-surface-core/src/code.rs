@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(json, r#""STALE_CAPABILITY""#);
 /// assert_eq!(ErrorCode::StaleCapability.as_str(), "STALE_CAPABILITY");
 /// ```
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the sixteen codes are closed: a new one changes the error model, and exhaustive matches are how the compiler finds every place that must handle it"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
@@ -127,6 +131,7 @@ impl fmt::Display for ErrorCode {
 /// assert!(Retry::AfterDelay.permits_retry());
 /// assert!(!Retry::No.permits_retry());
 /// ```
+#[expect(clippy::exhaustive_enums, reason = "the six retry categories are closed: an agent loop must handle every one")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Retry {
@@ -184,6 +189,10 @@ impl fmt::Display for Retry {
 /// The phases of the invocation pipeline, in the order they run.
 ///
 /// Every code's producing phase(s) are recorded in the matrix.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the pipeline's phases are fixed by the spec; the matrix records each code's phases, and matches over them must see a new one"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
@@ -258,6 +267,7 @@ impl fmt::Display for Phase {
 }
 
 /// The failure layer: who has to act to get past the failure.
+#[expect(clippy::exhaustive_enums, reason = "closed with the matrix: every code's layer is one of these")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layer {
@@ -289,6 +299,7 @@ impl Layer {
 /// The matrix gives each code its level ([`crate::matrix::CodeSpec::log_level`]); the runtime
 /// raises it to [`LogLevel::Error`] when the service itself is at fault — user code panicked, a
 /// store failed — whatever the code.
+#[expect(clippy::exhaustive_enums, reason = "closed with the matrix's logLevel column")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogLevel {
@@ -316,6 +327,10 @@ impl LogLevel {
 }
 
 /// The declared side effect of a capability.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the declared effects are closed: retries, confirmation and staleness rules are decided per effect"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Effect {

@@ -398,6 +398,10 @@ impl std::fmt::Display for Stop {
 
 /// A host's answer when a person is asked to approve a call (a confirmation's
 /// [`Action::Confirm`]): the same three answers for every client helper.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the three answers every client helper offers: a fourth would change every helper"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Approval {
     /// Approved: retry with the confirmation id.
@@ -410,6 +414,7 @@ pub enum Approval {
 
 /// A host's finding after a call that may have taken effect (the [`Action::Verify`] row), the
 /// same for every client helper.
+#[expect(clippy::exhaustive_enums, reason = "the findings every client helper offers, closed with the decision table")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verification {
     /// The effect did not happen: the call may be repeated.

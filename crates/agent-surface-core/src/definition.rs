@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The six registration-time codes.
+#[expect(clippy::exhaustive_enums, reason = "the six registration-time codes are closed, like the invocation codes")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DefinitionErrorCode {

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::code::Effect;
 
 /// Where a rejected request was judged: by the client-side runtime or by a server it called.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a wire value of the matrix's details schemas: a new one changes the contract"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
@@ -65,6 +69,10 @@ pub struct AmbiguousDetails {
 }
 
 /// When a `COMPONENT_UNMOUNTED` was detected.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a wire value of COMPONENT_UNMOUNTED's details: a new one changes the contract"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnmountPhase {
@@ -83,6 +91,10 @@ pub struct UnmountedDetails {
 }
 
 /// Why a call is `STALE_CAPABILITY`.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix: a new one changes the wire contract (matrix, spec, clients)"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StaleReason {
@@ -114,6 +126,10 @@ pub struct StaleDetails {
 /// Why `INVOCATION_CONFLICT`: whose key the earlier request holds.
 ///
 /// Closed with the matrix: each reason has its retry rule and its message.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix, each with its retry rule: a new one changes the wire contract"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConflictReason {
@@ -160,6 +176,10 @@ pub struct InvalidInputDetails {
 }
 
 /// Why an `INVALID_INPUT` is not a plain schema violation.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix: a new one changes the wire contract (matrix, spec, clients)"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum InvalidInputReason {
@@ -222,6 +242,10 @@ pub struct ConfirmationRequiredDetails {
 }
 
 /// Why confirmation evidence was rejected.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix: a new one changes the wire contract (matrix, spec, clients)"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConfirmationInvalidReason {
@@ -244,6 +268,10 @@ pub struct ConfirmationInvalidDetails {
 }
 
 /// Why a call was `RATE_LIMITED`.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix: a new one changes the wire contract (matrix, spec, clients)"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RateLimitReason {
@@ -276,6 +304,10 @@ pub struct TimeoutDetails {
 }
 
 /// What kind of `EXECUTION_FAILED` this is.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "a details reason of the matrix, some with their own retry rule: a new one changes the wire contract"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExecutionFailedReason {

@@ -24,6 +24,10 @@ use crate::definition::DefinitionErrorCode;
 use crate::details::*;
 
 /// A value a details member is compared with in a [`Condition`].
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the value kinds a matrix condition compares, closed with the matrix this crate generates"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DetailValue {
     /// A string member.
@@ -84,6 +88,10 @@ const fn fixed<T>(value: T) -> Rule<T> {
 }
 
 /// The shape of a code's `details`.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "the shapes of a code's details, closed with the matrix this crate generates"
+)]
 #[derive(Clone, Copy, Debug)]
 pub enum DetailsSpec {
     /// The code never carries `details`.

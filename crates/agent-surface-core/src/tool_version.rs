@@ -73,6 +73,10 @@ pub mod wire {
 pub const VERSION_CHARS: usize = 20;
 
 /// Whether a tool's definition declares a confirmation gate.
+#[expect(
+    clippy::exhaustive_enums,
+    reason = "declared or not: part of a tool version's hashed input, so a new variant changes every version"
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConfirmationGate {
     /// No gate is declared.

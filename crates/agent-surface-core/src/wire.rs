@@ -72,6 +72,7 @@ pub mod names {
 }
 
 /// A retry class of the proposed error registry.
+#[expect(clippy::exhaustive_enums, reason = "the classes of the proposed registry, fixed by its table")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryClass {
     /// Do not retry as is.
@@ -97,6 +98,7 @@ impl RetryClass {
 }
 
 /// Where an after-delay class takes its delay from.
+#[expect(clippy::exhaustive_enums, reason = "where a delay comes from in the proposed registry, fixed by its table")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delay {
     /// No delay (the class is not after-delay).
@@ -108,6 +110,7 @@ pub enum Delay {
 }
 
 /// A class of the proposed tool-failure object.
+#[expect(clippy::exhaustive_enums, reason = "the classes of the proposed tool-failure object, fixed by its table")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailureClass {
     /// The operation cannot succeed as requested: a different approach, not a retry.
