@@ -12,6 +12,7 @@ mod produced;
 mod publish;
 mod services;
 mod step;
+mod weight;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +28,9 @@ commands:
   structure       check the crate layers (cargo metadata) and that no files of a crate import each other in a circle
   publish-check   the published crates' metadata, `cargo package` of them all, each adapter's feature builds, `cargo doc` without warnings
   ci              run the whole test suite (structure, fmt, clippy, tests, verify-matrix, publish-check, clients)
-  clients         install the pinned real MCP clients into .tools/ and run them against the demo";
+  clients         install the pinned real MCP clients into .tools/ and run them against the demo
+  build-weight    crates and cold debug build of a downstream MCP-stdio service: default features against
+                  the minimal set (`--count`: the crate counts alone, no build; `--dir DIR`: where to build)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Some("publish-check") => publish::run(&root),
         Some("ci") => ci::run(&root),
         Some("clients") => clients::run_all(&root),
+        Some("build-weight") => weight::run(&root, &args[1..]),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

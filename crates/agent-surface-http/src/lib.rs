@@ -89,6 +89,7 @@
 
 pub mod asynchronous;
 mod auth;
+#[cfg(feature = "inbox")]
 pub mod inbox;
 mod json;
 pub mod openapi;
@@ -96,7 +97,7 @@ mod router;
 pub mod wire;
 
 /// The examples of the user guide's approvals chapter, compiled and run as doc tests.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "inbox"))]
 #[doc = include_str!("../../../docs/approvals.md")]
 struct UserGuideApprovals;
 

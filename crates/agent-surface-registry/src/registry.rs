@@ -90,7 +90,8 @@ pub struct RegistryConfig {
     pub confirmation_budget: Duration,
     /// Whether the pipeline records its metrics through the `metrics` facade (off by default:
     /// recording costs a few hundred nanoseconds per call, recorder or not). See
-    /// [`crate::telemetry`].
+    /// [`crate::telemetry`]. Needs this crate's `metrics` feature (on by default): without it
+    /// [`Registry::new`] turns this off and says so in the operator log.
     pub metrics: bool,
     /// The audit trail of executions: every call of a capability with an effect (not `read`)
     /// records `execution.started` before its handler runs and `execution.finished` with its
@@ -317,6 +318,8 @@ impl Registry {
     /// declared in [`RegistryConfig::late_types`] that is not defined yet (see
     /// [`Registry::check_wiring`]).
     pub fn new(config: RegistryConfig) -> Registry {
+        #[cfg(not(feature = "metrics"))]
+        let config = without_metrics(config);
         let (version_tx, _) = watch::channel(0);
         let wiring = Wiring::of(
             config.authority.as_deref(),
@@ -876,6 +879,21 @@ impl std::fmt::Debug for Mount {
 
 /// A surface id: `s-` and 32 hex digits, 128 bits nobody can guess (unique per registry with
 /// overwhelming probability).
+/// `config` with its metrics off, warned about when they were asked for: this build has no
+/// `metrics` feature, so nothing would record them.
+#[cfg(not(feature = "metrics"))]
+fn without_metrics(mut config: RegistryConfig) -> RegistryConfig {
+    if config.metrics {
+        tracing::warn!(
+            target: "agent_surface::wiring",
+            "RegistryConfig::metrics is on, but agent-surface-registry was built without its `metrics` feature: \
+             no metrics are recorded"
+        );
+        config.metrics = false;
+    }
+    config
+}
+
 fn new_surface_id() -> String {
     agent_surface_core::id::random_id("s-")
 }

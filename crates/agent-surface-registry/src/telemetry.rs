@@ -1,4 +1,8 @@
-//! Metrics of the invocation pipeline, through the [`metrics`] facade.
+//! Metrics of the invocation pipeline, through the `metrics` facade.
+//!
+//! Recording needs this crate's `metrics` feature (on by default); a build without it compiles
+//! the recording out (and [`crate::Registry::new`] turns [`crate::RegistryConfig::metrics`] off,
+//! with a warning in the operator log).
 //!
 //! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (it is off by
 //! default); the application installs the recorder of its choice (e.g.
@@ -32,6 +36,7 @@
 use std::time::Instant;
 
 use agent_surface_core::InvokeResult;
+#[cfg(feature = "metrics")]
 use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
 
 /// The label of a call whose capability name the registry does not know.
@@ -39,6 +44,7 @@ pub(crate) const UNKNOWN_CAPABILITY: &str = "-";
 
 /// The clock readings of one call, taken only when metrics are on.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code, reason = "read only by the recording the feature compiles in"))]
 pub(crate) struct Timing {
     pub(crate) start: Instant,
     /// Set for a call with an invocation id, once admission answered.
@@ -54,10 +60,12 @@ impl Timing {
 }
 
 /// Counts a call in flight while it lives.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code, reason = "read only by the recording the feature compiles in"))]
 pub(crate) struct InFlight(&'static str);
 
 impl InFlight {
     pub(crate) fn enter(transport: &'static str) -> InFlight {
+        #[cfg(feature = "metrics")]
         metrics::gauge!("agent_surface_calls_in_flight", "transport" => transport).increment(1.0);
         InFlight(transport)
     }
@@ -65,16 +73,26 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
         metrics::gauge!("agent_surface_calls_in_flight", "transport" => self.0).decrement(1.0);
     }
 }
 
 /// A store the pipeline met failing.
 pub(crate) fn store_error(store: &'static str) {
+    #[cfg(not(feature = "metrics"))]
+    let _ = store;
+    #[cfg(feature = "metrics")]
     metrics::counter!("agent_surface_store_errors_total", "store" => store).increment(1);
 }
 
+/// Records the end of a call: its outcome and the durations of its phase groups (nothing without
+/// the `metrics` feature, where [`crate::Registry::new`] keeps metrics off and this is not called).
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn record(_capability: &str, _transport: &'static str, _result: &InvokeResult, _timing: &Timing) {}
+
 /// Records the end of a call: its outcome and the durations of its phase groups.
+#[cfg(feature = "metrics")]
 pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeResult, timing: &Timing) {
     let (code, retry) = match result.error_payload() {
         Some(p) => (p.code().as_str(), p.retry().as_str()),
@@ -120,7 +138,16 @@ pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeR
     histogram("total", seconds(timing.start, end));
 }
 
+/// Sets the store gauges from the stores' reports (nothing without the `metrics` feature).
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn store_usage(
+    _idempotency: Option<agent_surface_policy::StoreUsage>,
+    _confirmation: Option<agent_surface_policy::StoreUsage>,
+) {
+}
+
 /// Sets the store gauges from the stores' reports.
+#[cfg(feature = "metrics")]
 pub(crate) fn store_usage(
     idempotency: Option<agent_surface_policy::StoreUsage>,
     confirmation: Option<agent_surface_policy::StoreUsage>,

@@ -9,6 +9,15 @@
 //! (the stores replicas share), `postgres` (the stores replicas share, durable, in PostgreSQL) and
 //! `oauth` (the OAuth 2.1 resource server).
 //!
+//! # Features
+//!
+//! On by default: `stdio` (MCP over standard input and output), `http` (MCP's streamable HTTP
+//! transport, the HTTP binding, the connection limits and the drain: [`http`], [`server`],
+//! `Serve::http`), `inbox` (the approval inbox), `operator-log`, `metrics` and `anyhow`. Off:
+//! `otel`, `redis`, `sqlite`, `postgres`, `oauth`. A service that serves MCP over stdio alone
+//! builds with `default-features = false, features = ["stdio"]`, about a third fewer crates
+//! (the guide's table, `docs/guide.md`, lists what each feature costs).
+//!
 //! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
 //! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
 //! all three, the confirmation sweep on its timer, a graceful drain on SIGTERM or Ctrl-C, and
@@ -38,9 +47,11 @@
 //! # }
 //! ```
 
+#[cfg(any(feature = "stdio", feature = "http"))]
 mod serve;
 
 pub use agent_surface_core as core;
+#[cfg(feature = "http")]
 pub use agent_surface_http as http;
 pub use agent_surface_mcp as mcp;
 #[cfg(feature = "oauth")]
@@ -52,7 +63,11 @@ pub use agent_surface_postgres as postgres;
 pub use agent_surface_redis as redis;
 pub use agent_surface_registry as registry;
 pub use agent_surface_registry::{Registry, Service, ServiceBuilder};
+#[cfg(feature = "http")]
 pub use agent_surface_server as server;
 #[cfg(feature = "sqlite")]
 pub use agent_surface_sqlite as sqlite;
-pub use serve::{Running, Serve, ServeError};
+#[cfg(feature = "http")]
+pub use serve::Running;
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub use serve::{Serve, ServeError};

@@ -4,29 +4,43 @@
 
 use std::fmt;
 use std::io;
+#[cfg(feature = "http")]
 use std::net::SocketAddr;
+#[cfg(feature = "stdio")]
 use std::pin::Pin;
 use std::sync::Arc;
 
+#[cfg(feature = "inbox")]
 use agent_surface_http::inbox::InboxConfig;
+#[cfg(feature = "http")]
 use agent_surface_http::{HttpConfig, MetricsRenderer};
 use agent_surface_mcp::McpConfig;
 use agent_surface_mcp::confirm::EngineResolver;
+#[cfg(feature = "http")]
 use agent_surface_mcp::http::McpHttpConfig;
 use agent_surface_mcp::mrtr::ApprovalStates;
 use agent_surface_mcp::tasks::{TaskConfig, Tasks};
-use agent_surface_policy::{Authenticator, Identity};
+#[cfg(feature = "http")]
+use agent_surface_policy::Authenticator;
+#[cfg(feature = "stdio")]
+use agent_surface_policy::Identity;
 use agent_surface_registry::{Periodic, Registry, Service};
+#[cfg(feature = "http")]
 use agent_surface_server::Drain;
+#[cfg(feature = "http")]
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The operator log's target for what `Serve` does.
+#[cfg(feature = "http")]
 const TARGET: &str = "agent_surface::serve";
 
 /// Where the MCP transport, the HTTP binding and the approval inbox are served.
+#[cfg(feature = "http")]
 const MCP_PATH: &str = "/mcp";
+#[cfg(feature = "http")]
 const API_PREFIX: &str = "/api";
+#[cfg(feature = "http")]
 const INBOX_PREFIX: &str = "/inbox";
 
 /// Serves a [`Service`]: over HTTP ([`http`](Self::http), [`bind`](Self::bind)) MCP at `/mcp`,
@@ -64,22 +78,30 @@ const INBOX_PREFIX: &str = "/inbox";
 #[must_use = "Serve does nothing until `http`, `bind` or `stdio` is awaited"]
 pub struct Serve {
     service: Service,
+    #[cfg(feature = "http")]
     authenticator: Option<Arc<dyn Authenticator>>,
+    #[cfg(feature = "inbox")]
     approver_role: Option<String>,
     state_key: Option<Vec<u8>>,
     accepted_state_keys: Vec<Vec<u8>>,
     mcp: McpConfig,
+    #[cfg(feature = "http")]
     mcp_http: McpHttpConfig,
+    #[cfg(feature = "http")]
     api: HttpConfig,
+    #[cfg(feature = "http")]
     routes: Vec<axum::Router>,
     mcp_fallback: Option<Arc<dyn Fallback>>,
+    #[cfg(feature = "operator-log")]
     operator_log: bool,
+    #[cfg(feature = "http")]
     on_listening: Option<Box<dyn FnOnce(SocketAddr) + Send>>,
 }
 
 /// The application's own MCP handler, as [`Serve::mcp_fallback`] was given it: builds the MCP
 /// routes or serves stdio with it beside the tools.
 trait Fallback: Send + Sync {
+    #[cfg(feature = "http")]
     fn router(
         &self,
         registry: Registry,
@@ -87,6 +109,7 @@ trait Fallback: Send + Sync {
         http: &McpHttpConfig,
         streams: CancellationToken,
     ) -> axum::Router;
+    #[cfg(feature = "stdio")]
     fn stdio(
         &self,
         registry: Registry,
@@ -102,6 +125,7 @@ where
     H: rmcp::ServerHandler,
     F: Fn() -> H + Send + Sync + 'static,
 {
+    #[cfg(feature = "http")]
     fn router(
         &self,
         registry: Registry,
@@ -113,6 +137,7 @@ where
         agent_surface_mcp::http::router_with_fallback(registry, mcp, move || new(), http, streams)
     }
 
+    #[cfg(feature = "stdio")]
     fn stdio(
         &self,
         registry: Registry,
@@ -166,22 +191,30 @@ impl Serve {
     pub fn new(service: Service) -> Serve {
         Serve {
             service,
+            #[cfg(feature = "http")]
             authenticator: None,
+            #[cfg(feature = "inbox")]
             approver_role: None,
             state_key: None,
             accepted_state_keys: Vec::new(),
             mcp: McpConfig::default(),
+            #[cfg(feature = "http")]
             mcp_http: McpHttpConfig::default(),
+            #[cfg(feature = "http")]
             api: HttpConfig::default(),
+            #[cfg(feature = "http")]
             routes: Vec::new(),
             mcp_fallback: None,
+            #[cfg(feature = "operator-log")]
             operator_log: true,
+            #[cfg(feature = "http")]
             on_listening: None,
         }
     }
 
     /// Who is calling, from each request's headers, on every route: bearer tokens
     /// (`policy::BearerTokens`), an OAuth resource server (`oauth::ResourceServer`), or your own.
+    #[cfg(feature = "http")]
     pub fn authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> Serve {
         self.authenticator = Some(authenticator);
         self
@@ -190,6 +223,7 @@ impl Serve {
     /// Serves the approval inbox at `/inbox` to the signed-in people whose identity has `role`:
     /// they see the pending confirmations they may decide, approve or deny them, and the recent
     /// decisions (from the service's audit sink).
+    #[cfg(feature = "inbox")]
     pub fn approvers(mut self, role: impl Into<String>) -> Serve {
         self.approver_role = Some(role.into());
         self
@@ -242,6 +276,7 @@ impl Serve {
     /// The MCP HTTP transport's settings; its [`limits`](McpHttpConfig::limits) are the server's
     /// (connection caps, header timeout, drain). The path is `/mcp`; the service's public host
     /// is added to the allowed hosts.
+    #[cfg(feature = "http")]
     pub fn mcp_http(mut self, config: McpHttpConfig) -> Serve {
         self.mcp_http = config;
         self
@@ -251,6 +286,7 @@ impl Serve {
     /// `/api`. Its authenticator and tasks are `Serve`'s (the MCP adapter's task runtime, so a
     /// task started over either is read over the other); the service's public host is added to
     /// the allowed hosts.
+    #[cfg(feature = "http")]
     pub fn api(mut self, config: HttpConfig) -> Serve {
         self.api = config;
         self
@@ -261,6 +297,7 @@ impl Serve {
     /// when the registry was built with `RegistryConfig::metrics` on (through
     /// `ServiceBuilder::registry`); without it the page has the stores' gauges alone. The route is
     /// behind the host check, not the authenticator: serve it where only your scrapers reach it.
+    #[cfg(feature = "http")]
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Serve {
         let registry = self.service.registry.clone();
         let render: MetricsRenderer = Arc::new(move || {
@@ -273,6 +310,7 @@ impl Serve {
 
     /// More routes beside `Serve`'s own (an OAuth resource server's metadata, a health check):
     /// merged into the same router, under the same connection limits and drain.
+    #[cfg(feature = "http")]
     pub fn merge(mut self, routes: axum::Router) -> Serve {
         self.routes.push(routes);
         self
@@ -280,6 +318,7 @@ impl Serve {
 
     /// Whether to install the operator log when no `tracing` subscriber is installed (default
     /// `true`).
+    #[cfg(feature = "operator-log")]
     pub fn operator_log(mut self, install: bool) -> Serve {
         self.operator_log = install;
         self
@@ -289,6 +328,7 @@ impl Serve {
     /// the place to say that the service is ready — print the address, tell a supervisor. Under
     /// [`http`](Self::http) the signal handlers are installed by then, so a SIGTERM sent as soon
     /// as the service says it is ready drains it rather than ending the process.
+    #[cfg(feature = "http")]
     pub fn on_listening(mut self, announce: impl FnOnce(SocketAddr) + Send + 'static) -> Serve {
         self.on_listening = Some(Box::new(announce));
         self
@@ -296,6 +336,7 @@ impl Serve {
 
     /// Serves over HTTP on `addr` until SIGTERM or Ctrl-C, then drains (see
     /// [`Running::until_signal`]). The signal handlers are installed before it listens.
+    #[cfg(feature = "http")]
     pub async fn http(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), ServeError> {
         let signals = Signals::install();
         self.bind(addr).await?.until(signals).await
@@ -304,10 +345,14 @@ impl Serve {
     /// Checks the settings, binds `addr` and serves over HTTP in the background; the [`Running`]
     /// server says where it listens and stops when asked. For tests and for applications that
     /// decide themselves when to stop.
+    #[cfg(feature = "http")]
     pub async fn bind(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Running, ServeError> {
         self.install_operator_log();
         let mcp = self.mcp_config()?;
+        #[cfg(feature = "inbox")]
         let serving_inbox = self.approver_role.is_some();
+        #[cfg(not(feature = "inbox"))]
+        let serving_inbox = false;
         if serving_inbox && self.authenticator.is_none() {
             return Err(ServeError::Refused(
                 "the approval inbox is served but nobody can sign in to it: give Serve::authenticator".into(),
@@ -325,6 +370,7 @@ impl Serve {
         let Serve {
             service,
             authenticator,
+            #[cfg(feature = "inbox")]
             approver_role,
             mut mcp_http,
             mut api,
@@ -350,6 +396,7 @@ impl Serve {
             None => agent_surface_mcp::http::router(registry.clone(), mcp, &mcp_http, drain.streams.clone()),
         };
         let mut app = mcp_routes.nest(API_PREFIX, agent_surface_http::router(registry.clone(), api.clone()));
+        #[cfg(feature = "inbox")]
         if let (Some(role), Some(authenticator)) = (approver_role, authenticator) {
             // A browser keeps a `Secure` cookie only over HTTPS; plain HTTP is for trying the
             // inbox on a loopback address.
@@ -389,6 +436,7 @@ impl Serve {
     /// Serves MCP on this process's standard input and output until the client closes them, as
     /// `identity` (the person who started the process; `None`: anonymous). The operator log goes
     /// to standard error, never to standard output.
+    #[cfg(feature = "stdio")]
     pub async fn stdio(mut self, identity: Option<Identity>) -> Result<(), ServeError> {
         self.install_operator_log();
         self.mcp.identity = identity;
@@ -439,6 +487,7 @@ impl Serve {
         };
         let tasks = TaskConfig { store: service.tasks.clone(), ..TaskConfig::default() };
         Ok(McpConfig {
+            #[cfg(feature = "http")]
             authenticator: self.authenticator.clone(),
             confirmations: Some(Arc::new(EngineResolver::new(service.confirmations.clone()))),
             tasks: Some(Tasks::new(tasks)),
@@ -447,7 +496,10 @@ impl Serve {
         })
     }
 
+    /// Installs the operator log, unless turned off or another subscriber is installed; without
+    /// the `operator-log` feature there is none to install, and the application brings its own.
     fn install_operator_log(&self) {
+        #[cfg(feature = "operator-log")]
         if self.operator_log && !tracing::dispatcher::has_been_set() {
             // Another thread may have installed one since: then theirs is kept.
             let _ = agent_surface_registry::operator_log::init();
@@ -485,6 +537,7 @@ fn key_id(key: &[u8]) -> String {
 
 /// A server [`Serve::bind`] started: where it listens, and how to stop it.
 #[must_use = "the server stops when `Running` is dropped"]
+#[cfg(feature = "http")]
 pub struct Running {
     local: SocketAddr,
     stop: CancellationToken,
@@ -492,6 +545,7 @@ pub struct Running {
     service: Service,
 }
 
+#[cfg(feature = "http")]
 impl Running {
     /// The address the server listens on (the port the system chose for `:0`).
     pub fn local_addr(&self) -> SocketAddr {
@@ -550,6 +604,7 @@ impl Running {
     }
 }
 
+#[cfg(feature = "http")]
 impl Drop for Running {
     fn drop(&mut self) {
         if self.task.is_some() {
@@ -558,6 +613,7 @@ impl Drop for Running {
     }
 }
 
+#[cfg(feature = "http")]
 impl fmt::Debug for Running {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Running").field("local", &self.local).finish_non_exhaustive()
@@ -566,6 +622,7 @@ impl fmt::Debug for Running {
 
 /// SIGTERM and SIGINT (Ctrl-C), listened for from the moment [`Signals::install`] returns: one
 /// that comes later is never missed, nor does it end the process by its default action.
+#[cfg(feature = "http")]
 struct Signals {
     #[cfg(unix)]
     term: Option<tokio::signal::unix::Signal>,
@@ -573,6 +630,7 @@ struct Signals {
     int: Option<tokio::signal::unix::Signal>,
 }
 
+#[cfg(feature = "http")]
 impl Signals {
     /// Installs the handlers (in a Tokio runtime); one that cannot be installed is logged, and
     /// that signal is not waited for.
@@ -622,6 +680,7 @@ impl Signals {
 }
 
 /// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
+#[cfg(feature = "http")]
 fn url_host(url: &str) -> Option<String> {
     let uri: axum::http::Uri = url.parse().ok()?;
     uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
@@ -632,6 +691,7 @@ mod tests {
     use super::{key_id, url_host};
 
     #[test]
+    #[cfg(feature = "http")]
     fn the_public_host_is_admitted_without_its_port() {
         assert_eq!(url_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
         assert_eq!(url_host("http://[::1]:8080").as_deref(), Some("[::1]"));

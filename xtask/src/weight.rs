@@ -1,0 +1,244 @@
+//! `cargo xtask build-weight`: what a downstream service pays to build on `agent-surface`, with
+//! the default features against the fewest an MCP-stdio service needs, side by side in one run.
+//!
+//! It writes two throwaway crates outside the workspace (in a temporary folder, or `--dir DIR`)
+//! with the same source — a three-capability service on the memory stores served by
+//! `Serve::stdio` — that differ only in their dependency on `agent-surface` (by path, on this
+//! checkout):
+//!
+//! - `full`: `agent-surface` with its default features (the set every service paid before the
+//!   features existed: stdio, HTTP, the inbox, the operator log, metrics, `anyhow`);
+//! - `minimal`: `default-features = false, features = ["stdio"]`.
+//!
+//! Both take this workspace's `Cargo.lock`, so they resolve to the versions the workspace tests.
+//! For each it prints the number of distinct packages in `cargo tree -e normal` (the crate itself
+//! included, build-only and dev-only dependencies left out) and, unless `--count` is given, the wall
+//! time of a cold `cargo build` (a target folder of its own, `CARGO_INCREMENTAL=0`), the number of
+//! units Cargo compiled, and the size of the debug binary. The two builds run back to back, `full`
+//! first; other work on the machine slows both, so compare their ratio, not the seconds.
+//!
+//! `--count` (which `cargo xtask ci` runs) needs no build and fails when the minimal service
+//! pulls more than [`MINIMAL_BUDGET`] crates, so a dependency that slips past its feature gate
+//! is seen.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+/// The most crates (`cargo tree -e normal`, distinct) the minimal service may pull (issue #29).
+pub(crate) const MINIMAL_BUDGET: usize = 120;
+
+/// The service both crates build: three capabilities on the memory stores, MCP over stdio.
+const MAIN_RS: &str = r#"//! A three-capability service over MCP stdio, for `cargo xtask build-weight`.
+
+use agent_surface::core::{AgentSurfaceError, Effect};
+use agent_surface::policy::{AllowAll, Policies, Stores};
+use agent_surface::registry::Ctx;
+use agent_surface::{Serve, ServiceBuilder};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize, JsonSchema)]
+struct Text {
+    /// The text.
+    text: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Answer {
+    /// The answer.
+    text: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let service = ServiceBuilder::new()
+        .stores(Stores::memory())
+        .authority(Policies::default_deny().for_type("text", AllowAll))
+        .build();
+    service.registry.define("text", |t| {
+        t.capability("echo", "Echo the text.").effect(Effect::Read).handler(|_ctx: Ctx, i: Text| async move {
+            Ok::<_, AgentSurfaceError>(Answer { text: i.text })
+        });
+        t.capability("upper", "Upper-case the text.").effect(Effect::Read).handler(|_ctx: Ctx, i: Text| async move {
+            Ok::<_, AgentSurfaceError>(Answer { text: i.text.to_uppercase() })
+        });
+        t.capability("count", "Count its characters.").effect(Effect::Read).handler(|_ctx: Ctx, i: Text| async move {
+            Ok::<_, AgentSurfaceError>(Answer { text: i.text.chars().count().to_string() })
+        });
+    })?;
+    let _mounted = service.registry.mount("text", "main")?;
+    Serve::new(service).stdio(None).await?;
+    Ok(())
+}
+"#;
+
+/// One of the two crates: its name and how it depends on `agent-surface`.
+struct Variant {
+    name: &'static str,
+    features: &'static str,
+}
+
+const VARIANTS: [Variant; 2] = [
+    Variant { name: "full", features: "" },
+    Variant { name: "minimal", features: ", default-features = false, features = [\"stdio\"]" },
+];
+
+/// What was measured of one variant.
+struct Weight {
+    crates: usize,
+    build: Option<Build>,
+}
+
+/// A cold build's figures.
+struct Build {
+    seconds: f64,
+    units: usize,
+    binary_bytes: u64,
+}
+
+/// Parses the arguments and runs (see the module docs).
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let mut count_only = false;
+    let mut dir = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--count" => count_only = true,
+            "--dir" => dir = Some(PathBuf::from(args.next().context("--dir needs a folder")?)),
+            other => bail!("build-weight: unknown argument `{other}` (use --count, --dir DIR)"),
+        }
+    }
+    let dir =
+        dir.unwrap_or_else(|| std::env::temp_dir().join(format!("agent-surface-build-weight-{}", std::process::id())));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut weights = Vec::new();
+    for variant in &VARIANTS {
+        let crate_dir = write_crate(root, &dir, variant)?;
+        let crates = count_crates(&cargo, &crate_dir)?;
+        println!("{}: {crates} crates (cargo tree -e normal, distinct packages)", variant.name);
+        weights.push(Weight { crates, build: None });
+    }
+    if !count_only {
+        for (variant, weight) in VARIANTS.iter().zip(&mut weights) {
+            println!("{}: cold debug build (CARGO_INCREMENTAL=0, own target folder)…", variant.name);
+            let build = cold_build(&cargo, &dir.join(variant.name), variant.name)?;
+            println!(
+                "{}: {:.1} s, {} units compiled, debug binary {:.1} MiB",
+                variant.name,
+                build.seconds,
+                build.units,
+                build.binary_bytes as f64 / (1024.0 * 1024.0)
+            );
+            weight.build = Some(build);
+        }
+    }
+    report(&weights);
+    println!("(throwaway crates and their builds in {})", dir.display());
+    let minimal = weights[1].crates;
+    if minimal > MINIMAL_BUDGET {
+        bail!("the minimal MCP-stdio service pulls {minimal} crates, over its budget of {MINIMAL_BUDGET}");
+    }
+    Ok(())
+}
+
+/// Prints the comparison: minimal against full.
+fn report(weights: &[Weight]) {
+    let (full, minimal) = (&weights[0], &weights[1]);
+    println!(
+        "crates: full {} / minimal {} = {:.2}x (budget for minimal: {MINIMAL_BUDGET})",
+        full.crates,
+        minimal.crates,
+        minimal.crates as f64 / full.crates as f64
+    );
+    if let (Some(f), Some(m)) = (&full.build, &minimal.build) {
+        println!("cold build: full {:.1} s / minimal {:.1} s = {:.2}x", f.seconds, m.seconds, m.seconds / f.seconds);
+        println!("units compiled: full {} / minimal {}", f.units, m.units);
+        println!(
+            "debug binary: full {:.1} MiB / minimal {:.1} MiB",
+            f.binary_bytes as f64 / (1024.0 * 1024.0),
+            m.binary_bytes as f64 / (1024.0 * 1024.0)
+        );
+    }
+}
+
+/// Writes `variant`'s crate under `dir` and returns its folder.
+fn write_crate(root: &Path, dir: &Path, variant: &Variant) -> Result<PathBuf> {
+    let crate_dir = dir.join(variant.name);
+    std::fs::create_dir_all(crate_dir.join("src")).with_context(|| format!("cannot create {}", crate_dir.display()))?;
+    let facade = root.join("crates/agent-surface");
+    let manifest = format!(
+        "[package]\nname = \"weight-{name}\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+         [dependencies]\nagent-surface = {{ path = {path:?}{features} }}\n\
+         schemars = \"1\"\nserde = {{ version = \"1\", features = [\"derive\"] }}\n\
+         tokio = {{ version = \"1\", features = [\"rt-multi-thread\", \"macros\"] }}\n\n\
+         # Outside every workspace.\n[workspace]\n",
+        name = variant.name,
+        path = facade.to_string_lossy(),
+        features = variant.features,
+    );
+    std::fs::write(crate_dir.join("Cargo.toml"), manifest)?;
+    std::fs::write(crate_dir.join("src/main.rs"), MAIN_RS)?;
+    std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock")).context("cannot copy Cargo.lock")?;
+    Ok(crate_dir)
+}
+
+/// The distinct packages of `cargo tree -e normal` in `crate_dir`.
+fn count_crates(cargo: &str, crate_dir: &Path) -> Result<usize> {
+    let output = Command::new(cargo)
+        .args(["tree", "-e", "normal", "--prefix", "none"])
+        .current_dir(crate_dir)
+        .output()
+        .with_context(|| format!("cannot start `{cargo} tree`"))?;
+    if !output.status.success() {
+        bail!("`cargo tree` failed in {}:\n{}", crate_dir.display(), String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(distinct_packages(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The distinct packages in `cargo tree --prefix none` output (a repeated one is marked `(*)`).
+fn distinct_packages(tree: &str) -> usize {
+    let mut lines: Vec<&str> =
+        tree.lines().map(|l| l.trim_end().trim_end_matches(" (*)")).filter(|l| !l.is_empty()).collect();
+    lines.sort_unstable();
+    lines.dedup();
+    lines.len()
+}
+
+/// A cold `cargo build` of the crate in `crate_dir`, in a target folder of its own.
+fn cold_build(cargo: &str, crate_dir: &Path, name: &str) -> Result<Build> {
+    let target = crate_dir.join("target");
+    if target.exists() {
+        std::fs::remove_dir_all(&target).with_context(|| format!("cannot remove {}", target.display()))?;
+    }
+    let start = Instant::now();
+    let output = Command::new(cargo)
+        .args(["build", "--color", "never"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env("CARGO_INCREMENTAL", "0")
+        .current_dir(crate_dir)
+        .output()
+        .with_context(|| format!("cannot start `{cargo} build`"))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("`cargo build` failed in {}:\n{stderr}", crate_dir.display());
+    }
+    let units = stderr.lines().filter(|l| l.trim_start().starts_with("Compiling ")).count();
+    let binary = target.join("debug").join(format!("weight-{name}{}", std::env::consts::EXE_SUFFIX));
+    let binary_bytes = std::fs::metadata(&binary).with_context(|| format!("no binary at {}", binary.display()))?.len();
+    Ok(Build { seconds, units, binary_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_packages;
+
+    #[test]
+    fn a_package_seen_twice_is_counted_once() {
+        let tree = "app v0.1.0 (/x)\nserde v1.0.0\ntokio v1.0.0\nserde v1.0.0 (*)\nsyn v2.0.0 (proc-macro)\n\n";
+        assert_eq!(distinct_packages(tree), 4);
+    }
+}
