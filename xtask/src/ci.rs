@@ -18,6 +18,10 @@ pub(crate) fn run(root: &Path) -> Result<()> {
     println!("==> structure");
     structure(root)?;
     println!("<== structure: ok");
+    // The crate budget of a minimal downstream service (#29): `cargo tree` only, no build.
+    println!("==> build weight: cargo xtask build-weight --count");
+    crate::weight::run(root, &["--count".to_string()])?;
+    println!("<== build weight: ok");
     step(root, "fmt", &cargo, &["fmt", "--all", "--check"])?;
     step(root, "clippy", &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     // The registry's `otel` and `http` features are off in the workspace build: their lints and

@@ -27,7 +27,8 @@ commands:
   matrix          print the error matrix as a readable table
   structure       check the crate layers (cargo metadata) and that no files of a crate import each other in a circle
   publish-check   the published crates' metadata, `cargo package` of them all, each adapter's feature builds, `cargo doc` without warnings
-  ci              run the whole test suite (structure, fmt, clippy, tests, verify-matrix, publish-check, clients)
+  ci              run the whole test suite (structure, build-weight --count, fmt, clippy, tests, verify-matrix,
+                  publish-check, clients)
   clients         install the pinned real MCP clients into .tools/ and run them against the demo
   build-weight    crates and cold debug build of a downstream MCP-stdio service: default features against
                   the minimal set (`--count`: the crate counts alone, no build; `--dir DIR`: where to build)";

@@ -111,12 +111,31 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             other => bail!("build-weight: unknown argument `{other}` (use --count, --dir DIR)"),
         }
     }
+    let throwaway = dir.is_none();
     let dir =
         dir.unwrap_or_else(|| std::env::temp_dir().join(format!("agent-surface-build-weight-{}", std::process::id())));
+    let measured = measure(root, &dir, count_only);
+    if throwaway {
+        // Best effort: a folder left behind in the temporary folder harms nothing.
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("(the crates and their builds are in {})", dir.display());
+    }
+    let weights = measured?;
+    report(&weights);
+    let minimal = weights[1].crates;
+    if minimal > MINIMAL_BUDGET {
+        bail!("the minimal MCP-stdio service pulls {minimal} crates, over its budget of {MINIMAL_BUDGET}");
+    }
+    Ok(())
+}
+
+/// Writes both crates under `dir`, counts their crates and, unless `count_only`, builds them.
+fn measure(root: &Path, dir: &Path, count_only: bool) -> Result<Vec<Weight>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut weights = Vec::new();
     for variant in &VARIANTS {
-        let crate_dir = write_crate(root, &dir, variant)?;
+        let crate_dir = write_crate(root, dir, variant)?;
         let crates = count_crates(&cargo, &crate_dir)?;
         println!("{}: {crates} crates (cargo tree -e normal, distinct packages)", variant.name);
         weights.push(Weight { crates, build: None });
@@ -135,13 +154,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             weight.build = Some(build);
         }
     }
-    report(&weights);
-    println!("(throwaway crates and their builds in {})", dir.display());
-    let minimal = weights[1].crates;
-    if minimal > MINIMAL_BUDGET {
-        bail!("the minimal MCP-stdio service pulls {minimal} crates, over its budget of {MINIMAL_BUDGET}");
-    }
-    Ok(())
+    Ok(weights)
 }
 
 /// Prints the comparison: minimal against full.

@@ -15,7 +15,7 @@
 //! transport, the HTTP binding, the connection limits and the drain: [`http`], [`server`],
 //! `Serve::http`), `inbox` (the approval inbox), `operator-log`, `metrics` and `anyhow`. Off:
 //! `otel`, `redis`, `sqlite`, `postgres`, `oauth`. A service that serves MCP over stdio alone
-//! builds with `default-features = false, features = ["stdio"]`, about a third fewer crates
+//! builds with `default-features = false, features = ["stdio"]`, a quarter fewer crates
 //! (the guide's table, `docs/guide.md`, lists what each feature costs).
 //!
 //! [`Serve`] puts them on the network the safe way: MCP at `/mcp`, the HTTP binding at `/api`,
