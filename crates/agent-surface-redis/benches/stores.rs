@@ -21,31 +21,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{Consumer, IdempotencyStore, MemoryIdempotencyStore};
 use agent_surface_redis::{RedisConfig, RedisStores, redis};
-use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
-use agent_surface_testing::bench::median_ns;
+use agent_surface_registry::{InvokeOptions, InvokeRequest};
+use agent_surface_testing::bench::{median_ns, recorded_request as request, recording_registry as registry};
 use criterion::{BatchSize, Criterion};
-use serde_json::{Value, json};
-
-/// A registry whose `calc.add` (a write, so that a replay is what a retry must get) records its
-/// calls in `store`.
-fn registry(store: Arc<dyn IdempotencyStore>) -> (Registry, agent_surface_registry::Mount) {
-    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
-    r.define("calc", |t| {
-        t.capability("add", "Add two integers.").effect(Effect::Write).handler(|_c: Ctx, i: Value| async move {
-            Ok::<_, AgentSurfaceError>(json!({"sum": i["a"].as_i64().unwrap_or(0) + i["b"].as_i64().unwrap_or(0)}))
-        })
-    })
-    .expect("valid");
-    let m = r.mount("calc", "main").expect("mount");
-    (r, m)
-}
-
-fn request(id: String) -> InvokeRequest {
-    InvokeRequest::new("calc.add", json!({"a": 2, "b": 3})).with_invocation_id(id)
-}
+use serde_json::json;
 
 /// The client commands the server has answered so far (script calls, not the commands run
 /// inside them), from `INFO commandstats`.

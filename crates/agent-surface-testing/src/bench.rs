@@ -16,3 +16,29 @@ pub fn median_ns(id: &str) -> Option<f64> {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     json["median"]["point_estimate"].as_f64()
 }
+
+/// A registry whose `calc.add` (a write, so that a replay is what a retry must get) records its
+/// calls in `store`, mounted once as `main`: the setup the store benchmarks share, so that every
+/// backend is measured on the same call. Keep the mount for as long as the registry is called.
+pub fn recording_registry(
+    store: std::sync::Arc<dyn agent_surface_policy::IdempotencyStore>,
+) -> (agent_surface_registry::Registry, agent_surface_registry::Mount) {
+    use agent_surface_core::{AgentSurfaceError, Effect};
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    use serde_json::{Value, json};
+
+    let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.").effect(Effect::Write).handler(|_c: Ctx, i: Value| async move {
+            Ok::<_, AgentSurfaceError>(json!({"sum": i["a"].as_i64().unwrap_or(0) + i["b"].as_i64().unwrap_or(0)}))
+        })
+    })
+    .expect("valid");
+    let m = r.mount("calc", "main").expect("mount");
+    (r, m)
+}
+
+/// A call of [`recording_registry`]'s `calc.add` under the invocation id `id`.
+pub fn recorded_request(id: String) -> agent_surface_registry::InvokeRequest {
+    agent_surface_registry::InvokeRequest::new("calc.add", serde_json::json!({"a": 2, "b": 3})).with_invocation_id(id)
+}
