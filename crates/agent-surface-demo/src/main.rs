@@ -288,13 +288,13 @@ fn parse_serve(args: &[String]) -> Result<Serve, String> {
                 let v = value("--quorum")?;
                 let quorum = v.split_once('=').and_then(|(c, n)| Some((c.to_string(), n.parse::<u32>().ok()?)));
                 match quorum {
-                    Some((capability, n)) if (1..=agent_surface_policy::MAX_QUORUM).contains(&n) => {
+                    Some((capability, n)) if (1..=agent_surface_policy::confirmation::MAX_QUORUM).contains(&n) => {
                         serve.quorums.push((capability, n))
                     }
                     _ => {
                         return Err(format!(
                             "--quorum takes CAPABILITY=N, N from 1 to {}",
-                            agent_surface_policy::MAX_QUORUM
+                            agent_surface_policy::confirmation::MAX_QUORUM
                         ));
                     }
                 }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::InvokeResult;
-use agent_surface_policy::{TaskRecord, TaskStatus};
+use agent_surface_policy::task::{TaskRecord, TaskStatus};
 use agent_surface_registry::tasks::{Started, TaskOutcome, Tasks, ttl};
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Progress, ProgressSink, Registry};
 use axum::body::{Body, Bytes};

@@ -42,7 +42,7 @@
 
 use std::sync::Arc;
 
-use agent_surface_policy::{ConfirmationEngine, ConfirmationState, Consumer, Identity};
+use agent_surface_policy::{ConfirmationEngine, Consumer, Identity, confirmation::ConfirmationState};
 use futures_util::future::BoxFuture;
 
 /// The person's answer to a confirmation, as the MCP client reported it.

@@ -65,7 +65,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agent_surface_policy::{Consumer, Fingerprint};
+use agent_surface_policy::{Consumer, idempotency::Fingerprint};
 use agent_surface_registry::{Ask, Question};
 use rmcp::model::{
     ClientCapabilities, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,

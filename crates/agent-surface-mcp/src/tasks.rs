@@ -42,7 +42,10 @@
 //! ([`Tasks::find`]).
 
 use agent_surface_core::Timestamp;
-use agent_surface_policy::{Consumer, StoreError, TaskRecord, TaskStatus};
+use agent_surface_policy::{
+    Consumer, StoreError,
+    task::{TaskRecord, TaskStatus},
+};
 use agent_surface_registry::tasks::TaskOutcome;
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest, Registry};
 use rmcp::ErrorData;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use agent_surface_policy::{AuthRejection, AuthRejectionKind, Authenticator, Identity, bearer_token};
+use agent_surface_policy::{AuthRejection, AuthRejectionKind, Authenticator, Identity, authn::bearer_token};
 use futures_util::future::BoxFuture;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, Validation};

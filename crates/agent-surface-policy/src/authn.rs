@@ -236,7 +236,7 @@ impl Authenticator for BearerTokens {
 /// RFC 9110 §11.1), or `None` for another scheme or no token.
 ///
 /// ```
-/// use agent_surface_policy::bearer_token;
+/// use agent_surface_policy::authn::bearer_token;
 /// assert_eq!(bearer_token("bearer abc"), Some("abc"));
 /// assert_eq!(bearer_token("Basic abc"), None);
 /// assert_eq!(bearer_token("Bearer "), None);

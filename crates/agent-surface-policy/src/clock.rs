@@ -49,7 +49,7 @@ pub enum ClockSource {
 /// ```
 /// use std::sync::Arc;
 /// use agent_surface_core::Timestamp;
-/// use agent_surface_policy::{Clock, ManualClock, SystemClock, same_time};
+/// use agent_surface_policy::{Clock, ManualClock, SystemClock, clock::same_time};
 /// let manual = ManualClock::new(Timestamp::from_unix_millis(0));
 /// let (a, b): (Arc<dyn Clock>, Arc<dyn Clock>) = (Arc::new(manual.clone()), Arc::new(manual));
 /// assert!(same_time(&a, &b), "clones share their time");

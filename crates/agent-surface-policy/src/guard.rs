@@ -39,7 +39,7 @@ impl fmt::Display for Failure {
 ///
 /// ```
 /// let payload: Box<dyn std::any::Any + Send> = Box::new(String::from("token=sk_live_51H expired"));
-/// assert_eq!(agent_surface_policy::panic_text(payload.as_ref()), "token=*** expired");
+/// assert_eq!(agent_surface_policy::guard::panic_text(payload.as_ref()), "token=*** expired");
 /// ```
 pub fn panic_text(payload: &(dyn Any + Send)) -> String {
     let text = if let Some(s) = payload.downcast_ref::<&str>() {
@@ -57,7 +57,7 @@ pub fn panic_text(payload: &(dyn Any + Send)) -> String {
 /// `anyhow`-like boxed error) by its redacted message. Anything else only by what it is not.
 ///
 /// ```
-/// use agent_surface_policy::panic_text;
+/// use agent_surface_policy::guard::panic_text;
 /// assert_eq!(panic_text(&42_u16), "a panic with a u16 payload: 42");
 /// assert_eq!(panic_text(&()), "a panic with a payload of a type that is not text, a number, a boolean, a character or an error");
 /// ```
@@ -84,8 +84,8 @@ fn non_string_payload(payload: &(dyn Any + Send)) -> String {
 /// [`catch_future`] for user futures.
 ///
 /// ```
-/// assert_eq!(agent_surface_policy::catch(|| 2 + 2), Ok(4));
-/// let caught = agent_surface_policy::catch(|| -> u8 { panic!("boom") });
+/// assert_eq!(agent_surface_policy::guard::catch(|| 2 + 2), Ok(4));
+/// let caught = agent_surface_policy::guard::catch(|| -> u8 { panic!("boom") });
 /// assert_eq!(caught, Err("boom".to_string()));
 /// ```
 pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
@@ -97,9 +97,9 @@ pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 ///
 /// ```
 /// # futures_util::FutureExt::now_or_never(async {
-/// let ok = agent_surface_policy::catch_future(|| async { 7 }).await;
+/// let ok = agent_surface_policy::guard::catch_future(|| async { 7 }).await;
 /// assert_eq!(ok, Ok(7));
-/// let built = agent_surface_policy::catch_future(|| -> std::future::Ready<u8> { panic!("at once") }).await;
+/// let built = agent_surface_policy::guard::catch_future(|| -> std::future::Ready<u8> { panic!("at once") }).await;
 /// assert_eq!(built, Err("at once".to_string()));
 /// # }).unwrap();
 /// ```
@@ -114,8 +114,8 @@ pub fn catch_future<F: Future>(start: impl FnOnce() -> F) -> impl Future<Output 
 ///
 /// ```
 /// # futures_util::FutureExt::now_or_never(async {
-/// let started = agent_surface_policy::catch(|| async { 7 });
-/// assert_eq!(agent_surface_policy::catch_started(started).await, Ok(7));
+/// let started = agent_surface_policy::guard::catch(|| async { 7 });
+/// assert_eq!(agent_surface_policy::guard::catch_started(started).await, Ok(7));
 /// # }).unwrap();
 /// ```
 pub fn catch_started<F: Future>(started: Result<F, String>) -> impl Future<Output = Result<F::Output, String>> {

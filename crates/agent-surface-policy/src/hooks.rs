@@ -415,7 +415,7 @@ pub enum RateDecision {
     /// The limiter could not decide because its store failed (a shared store that does not
     /// answer, say): the call does not run and is answered as any other store failure,
     /// `EXECUTION_FAILED {reason: transport, transient: true}` after
-    /// [`STORE_RETRY_AFTER`](crate::STORE_RETRY_AFTER) — never `RATE_LIMITED`, which would
+    /// [`STORE_RETRY_AFTER`](crate::confirmation::STORE_RETRY_AFTER) — never `RATE_LIMITED`, which would
     /// tell the caller it called too often. The text is the cause, for the operator channel
     /// only.
     Unavailable(String),

@@ -83,7 +83,7 @@ impl IdempotencyKey {
 /// digits, for the operator channel.
 ///
 /// ```
-/// use agent_surface_policy::Fingerprint;
+/// use agent_surface_policy::idempotency::Fingerprint;
 /// use serde_json::json;
 ///
 /// let a = Fingerprint::of(&json!({"capability": "orders.cancel", "input": {"id": 7, "force": false}}));
@@ -138,7 +138,7 @@ impl fmt::Debug for Fingerprint {
 /// processes without a system call per admission. Displayed as 32 lowercase hex digits.
 ///
 /// ```
-/// use agent_surface_policy::Attempt;
+/// use agent_surface_policy::idempotency::Attempt;
 ///
 /// let (a, b) = (Attempt::fresh(), Attempt::fresh());
 /// assert_ne!(a, b);

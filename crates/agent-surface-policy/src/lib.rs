@@ -7,10 +7,10 @@
 //!
 //! - [`Clock`] — wall-clock time and timers: [`SystemClock`] in production, [`ManualClock`] in
 //!   tests, where time moves only when told to;
-//! - [`IdempotencyStore`] — admission (phase 1): one execution per [`IdempotencyKey`], duplicates
+//! - [`IdempotencyStore`] — admission (phase 1): one execution per [`IdempotencyKey`](idempotency::IdempotencyKey), duplicates
 //!   follow the running call or replay its stored result, a reused key with another request
 //!   conflicts. [`MemoryIdempotencyStore`] is the bounded in-process implementation;
-//! - [`Fingerprint`] — what a request was, as SHA-256 over its canonical JSON
+//! - [`Fingerprint`](idempotency::Fingerprint) — what a request was, as SHA-256 over its canonical JSON
 //!   ([`agent_surface_core::json`]);
 //! - [`Consumer`] and [`Identity`] — who is calling;
 //! - [`AuthorityPolicy`], [`RateLimiter`], [`ConfirmationGate`] — the hooks of phases 4, 6 and 7,
@@ -38,16 +38,21 @@
 //! serve the host outside a call (approvals) hold a [`Clock`]: give them the registry's.
 //! `spec/authority-and-confirmation.md` is the normative description of the three engines.
 //!
+//! The crate root holds what an application names: the engines, stores and policies it
+//! configures and the traits it implements. The rest is reached through its area's module:
+//! [`confirmation`] (records, quorum slots, store outcomes, limits), [`idempotency`] (the admission
+//! protocol a store implements), [`guard`] (running application code fail-closed), [`hooks`],
+//! [`audit`], [`authority`], [`rate`], [`clock`], [`authn`], [`task`], [`principal`] and
+//! [`stored`] (the record formats the shared stores write).
+//!
 //! # Examples
 //!
 //! ```
 //! use std::time::Duration;
 //!
 //! use agent_surface_core::InvokeResult;
-//! use agent_surface_policy::{
-//!     Admission, Attempt, Clock, Fingerprint, IdempotencyKey, IdempotencyStore, ManualClock, MemoryIdempotencyStore,
-//!     Settlement,
-//! };
+//! use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
+//! use agent_surface_policy::{Clock, IdempotencyStore, ManualClock, MemoryIdempotencyStore};
 //! use serde_json::json;
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -80,55 +85,44 @@
 //! ```
 
 pub mod audit;
-mod authn;
-mod authority;
-mod clock;
-mod confirmation;
+pub mod authn;
+pub mod authority;
+pub mod clock;
+pub mod confirmation;
 mod consumer;
-mod guard;
-mod hooks;
-mod idempotency;
+pub mod guard;
+pub mod hooks;
+pub mod idempotency;
 pub mod principal;
-mod rate;
+pub mod rate;
 mod reach;
 mod redact;
 pub mod stored;
 mod stores;
-mod task;
+pub mod task;
 
+// The root re-exports what an application names (see the crate docs); what only the sibling crates
+// and store backends use stays behind its module's path.
 pub use audit::{
-    AUDIT_RETRY_AFTER, AuditConfig, AuditError, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict,
-    DEFAULT_AUDIT_BUDGET, JsonLinesAuditSink, MAX_NOTE_CHARS, MemoryAuditSink, MemoryAuditSinkConfig, bounded_note,
-    record_within,
+    AuditConfig, AuditError, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, JsonLinesAuditSink,
+    MemoryAuditSink, MemoryAuditSinkConfig,
 };
-pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens, bearer_token};
-pub use authority::{
-    AllowAll, DEFAULT_POLICY_BUDGET, Fallback, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict,
-};
-pub use clock::{Clock, ClockSource, ManualClock, Sleep, SystemClock, same_time};
+pub use authn::{AuthRejection, AuthRejectionKind, Authenticator, BearerTokens};
+pub use authority::{AllowAll, Fallback, FnPolicy, Policies, RequireIdentity, RequireRole, Verdict};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use confirmation::{
-    ApprovalError, ApprovalVerdict, Approver, ApproverDecision, ConfirmationBinding, ConfirmationConfig,
-    ConfirmationEngine, ConfirmationMode, ConfirmationPolicy, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, DEFAULT_CONFIRMATION_TTL, DEFAULT_EXPIRY_WARNING, DEFAULT_STORE_BUDGET, Decided, FnApprover,
-    FnConfirmationPolicy, Gate, Inserted, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, MAX_NAMED_APPROVERS, MAX_QUORUM,
-    MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch, Quorum, Rejection, RelayKey, Review,
-    STORE_RETRY_AFTER, SlotSet, TargetBinding,
-};
-pub use confirmation::{
-    DEFAULT_SWEEP_INTERVAL, EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
+    ApprovalError, Approver, ConfirmationConfig, ConfirmationEngine, ConfirmationMode, ConfirmationPolicy,
+    ConfirmationRecord, ConfirmationStore, FnApprover, FnConfirmationPolicy, Gate, MemoryConfirmationStore,
+    MemoryConfirmationStoreConfig, Quorum, Review, TargetBinding,
 };
 pub use consumer::{Consumer, Identity};
-pub use guard::{Failure, catch, catch_future, catch_started, guarded, panic_text, within};
 pub use hooks::{
-    AuthorityDecision, AuthorityPolicy, CallDetails, CallInfo, ConfirmationDecision, ConfirmationGate,
-    ConsumedEvidence, DeclaredGate, NotedDecision, PolicyError, RateDecision, RateLimiter, Scope,
+    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
+    RateLimiter, Scope,
 };
-pub use idempotency::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
-    MemoryStoreConfig, Settlement, StoreError, StoreUsage, follow,
-};
-pub use rate::{Bucket, BucketKind, MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
+pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, StoreError, StoreUsage};
+pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;
 pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
 pub use stores::Stores;
-pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskRecord, TaskStatus, TaskStore};
+pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskStore};

@@ -125,7 +125,7 @@ impl Default for QueueConfig {
 /// use std::collections::HashMap;
 /// use std::num::NonZeroU32;
 /// use agent_surface_core::Effect;
-/// use agent_surface_policy::{BucketKind, CallInfo, Consumer, Quota, RateBudgets, Scope};
+/// use agent_surface_policy::{CallInfo, Consumer, Quota, RateBudgets, Scope, rate::BucketKind};
 ///
 /// let five = Quota::per_minute(NonZeroU32::new(5).unwrap());
 /// let budgets = RateBudgets {

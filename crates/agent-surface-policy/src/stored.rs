@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, Fingerprint, Quorum,
-    SlotSet, TaskRecord, TaskStatus,
+    ConfirmationRecord, Quorum,
+    confirmation::{ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationState, SlotSet},
+    idempotency::Fingerprint,
+    task::{TaskRecord, TaskStatus},
 };
 
 /// A confirmation as a durable store keeps it (see the module docs).

@@ -20,8 +20,11 @@
 use agent_surface_core::Timestamp;
 use agent_surface_policy::stored::{StoredConfirmation, state_name};
 use agent_surface_policy::{
-    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Inserted, Reach, Rejection, RelayKey, SlotSet, StoreError,
+    ConfirmationRecord, ConfirmationStore, Reach, StoreError,
+    confirmation::{
+        ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted,
+        Rejection, RelayKey, SlotSet,
+    },
 };
 use deadpool_postgres::Transaction;
 use futures_util::future::BoxFuture;

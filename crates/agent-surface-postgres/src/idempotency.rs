@@ -30,7 +30,8 @@ use std::time::Duration;
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Reach, Settlement, StoreError,
+    IdempotencyStore, Reach, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use futures_util::future::BoxFuture;
 use tokio::sync::broadcast;

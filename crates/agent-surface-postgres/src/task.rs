@@ -4,7 +4,10 @@
 
 use agent_surface_core::Timestamp;
 use agent_surface_policy::stored::{StoredTask, task_keep_until};
-use agent_surface_policy::{StoreError, TaskRecord, TaskStatus, TaskStore};
+use agent_surface_policy::{
+    StoreError, TaskStore,
+    task::{TaskRecord, TaskStatus},
+};
 use deadpool_postgres::Transaction;
 use futures_util::future::BoxFuture;
 use serde_json::Value;

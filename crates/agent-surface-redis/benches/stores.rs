@@ -128,7 +128,7 @@ async fn follower_latency(
     leading: &RedisStores,
     following: &RedisStores,
 ) -> (std::time::Duration, std::time::Duration) {
-    use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
     let (a, b) = (leading.idempotency(), following.idempotency());
     let fp = Fingerprint::of(&json!({"request": "told"}));
     let now = agent_surface_core::Timestamp::now;

@@ -34,8 +34,11 @@
 use agent_surface_core::Timestamp;
 use agent_surface_core::details::Origin;
 use agent_surface_policy::{
-    ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore,
-    Consumed, Decided, Inserted, Mismatch, Quorum, Rejection, RelayKey, SlotSet, StoreError,
+    ConfirmationRecord, ConfirmationStore, Quorum, StoreError,
+    confirmation::{
+        ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted,
+        Mismatch, Rejection, RelayKey, SlotSet,
+    },
 };
 use futures_util::future::BoxFuture;
 use redis::Script;

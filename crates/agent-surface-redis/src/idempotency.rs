@@ -60,7 +60,8 @@ use std::time::Duration;
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError,
+    IdempotencyStore, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use futures_util::future::BoxFuture;
 use redis::Script;

@@ -317,6 +317,6 @@ fn ttl_ms(d: Duration) -> u64 {
 }
 
 /// A fingerprint from its 64 hex digits.
-fn parse_hash(hex: &str) -> Option<agent_surface_policy::Fingerprint> {
-    agent_surface_core::hex::decode::<32>(hex).map(agent_surface_policy::Fingerprint::from_bytes)
+fn parse_hash(hex: &str) -> Option<agent_surface_policy::idempotency::Fingerprint> {
+    agent_surface_core::hex::decode::<32>(hex).map(agent_surface_policy::idempotency::Fingerprint::from_bytes)
 }

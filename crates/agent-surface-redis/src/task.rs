@@ -9,7 +9,10 @@
 //! | `lu` | the running process's lease (Unix ms; empty or absent: none) |
 
 use agent_surface_core::Timestamp;
-use agent_surface_policy::{StoreError, TaskRecord, TaskStatus, TaskStore};
+use agent_surface_policy::{
+    StoreError, TaskStore,
+    task::{TaskRecord, TaskStatus},
+};
 use futures_util::future::BoxFuture;
 use redis::Script;
 use serde_json::Value;

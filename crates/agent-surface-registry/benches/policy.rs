@@ -33,10 +33,10 @@ use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, InvokeResult};
 use agent_surface_policy::{
-    Admission, AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine,
-    ConfirmationGate, Consumer, Fingerprint, FnPolicy, IdempotencyKey, IdempotencyStore, Identity,
-    MemoryConfirmationStore, MemoryConfirmationStoreConfig, MemoryIdempotencyStore, MemoryRateLimiter, Policies,
-    QueueConfig, Quota, RateLimitConfig, Settlement,
+    AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
+    Consumer, FnPolicy, IdempotencyStore, Identity, MemoryConfirmationStore, MemoryConfirmationStoreConfig,
+    MemoryIdempotencyStore, MemoryRateLimiter, Policies, QueueConfig, Quota, RateLimitConfig,
+    idempotency::{Admission, Fingerprint, IdempotencyKey, Settlement},
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Mount, Registry, RegistryConfig};
 use criterion::{BatchSize, Criterion, criterion_group};
@@ -157,7 +157,7 @@ fn bench(c: &mut Criterion) {
     let record = |n: u64| {
         let key = IdempotencyKey::new("anonymous:bench", format!("inv-{n}"));
         let Some(Ok(Admission::Leader(lease))) =
-            store.admit(&key, fingerprint, agent_surface_policy::Attempt::fresh(), now).now_or_never()
+            store.admit(&key, fingerprint, agent_surface_policy::idempotency::Attempt::fresh(), now).now_or_never()
         else {
             panic!("a fresh key is led")
         };

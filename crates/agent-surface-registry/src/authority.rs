@@ -2,7 +2,7 @@
 //! phase 4 (`pipeline/authority.rs`): below both, so that neither reaches into the other.
 
 use agent_surface_core::details::Origin;
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, NotedDecision, guarded};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, guard::guarded, hooks::NotedDecision};
 
 /// Asks the policy within `budget` on `clock` (`RegistryConfig::authority_budget`, or what is
 /// left of a whole snapshot's), failing closed: an error, a panic or an overrun is a denial.
@@ -27,7 +27,7 @@ pub(crate) async fn decide_noted(
     match guarded(clock, budget, || policy.decide_noted(call)).await {
         Ok(decided) => decided,
         // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
-        Err(failure @ agent_surface_policy::Failure::Panic(_)) => {
+        Err(failure @ agent_surface_policy::guard::Failure::Panic(_)) => {
             tracing::error!(
                 target: "agent_surface::policy",
                 policy = policy.name(),

@@ -23,7 +23,7 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use agent_surface_policy::Fingerprint;
+use agent_surface_policy::idempotency::Fingerprint;
 
 /// The longest confirmation id remembered, in bytes; a longer one is relayed, not remembered.
 pub(crate) const MAX_ID_BYTES: usize = 256;

@@ -38,7 +38,10 @@ use std::time::Duration;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult, Timestamp};
-use agent_surface_policy::{Clock, Consumer, MemoryTaskStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use agent_surface_policy::{
+    Clock, Consumer, MemoryTaskStore, StoreError, TaskStore,
+    task::{TaskRecord, TaskStatus},
+};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

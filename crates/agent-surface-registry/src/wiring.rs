@@ -318,7 +318,7 @@ pub(crate) struct Parts {
 pub(crate) fn report(parts: &Parts) -> Vec<WiringWarning> {
     let mut out = warnings(parts.idempotency, parts.rates, parts.confirmations);
     for (part, clock) in &parts.clocks {
-        if !agent_surface_policy::same_time(&parts.clock, clock) {
+        if !agent_surface_policy::clock::same_time(&parts.clock, clock) {
             out.push(WiringWarning::ClockDiffers { part });
         }
     }

@@ -27,7 +27,8 @@ use std::time::Duration;
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Reach, Settlement, StoreError,
+    IdempotencyStore, Reach, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use futures_util::future::BoxFuture;
 use rusqlite::{OptionalExtension, params};
@@ -123,7 +124,7 @@ fn admit(
         let lapsed = row.lapsed || cx.mem.orphaned.get(key) == Some(&row.token);
         if !lapsed {
             let sender = cx.mem.followers.entry(key.clone()).or_insert_with(|| watch::channel(None).0);
-            return Ok(Admission::Follower(agent_surface_policy::follow(
+            return Ok(Admission::Follower(agent_surface_policy::idempotency::follow(
                 sender.subscribe(),
                 key.invocation_id.clone(),
             )));

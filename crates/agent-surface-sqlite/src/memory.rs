@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use agent_surface_core::InvokeResult;
-use agent_surface_policy::{Attempt, IdempotencyKey};
+use agent_surface_policy::idempotency::{Attempt, IdempotencyKey};
 use tokio::sync::watch;
 
 /// How many cancelled attempts are remembered (only admissions that had not run when they were

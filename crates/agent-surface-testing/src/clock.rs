@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_surface_core::Timestamp;
 pub use agent_surface_policy::ManualClock;
-use agent_surface_policy::{Clock, Sleep};
+use agent_surface_policy::{Clock, clock::Sleep};
 
 /// 2026-11-29T07:00:00Z, the instant every [`TestClock::new`] starts at.
 pub const TEST_EPOCH: Timestamp = Timestamp::from_unix_millis(1_795_935_600_000);
@@ -126,7 +126,7 @@ impl Clock for TestClock {
         self.manual.now()
     }
 
-    fn source(&self) -> Option<agent_surface_policy::ClockSource> {
+    fn source(&self) -> Option<agent_surface_policy::clock::ClockSource> {
         self.manual.source()
     }
 

@@ -27,10 +27,11 @@ use agent_surface_core::details::Origin;
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo,
-    ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint,
-    IdempotencyKey, IdempotencyStore, Lease, Quorum, Quota, RateDecision, RateLimiter, Rejection, RelayKey, Scope,
-    Settlement, SlotSet, StoreError, TaskRecord, TaskStatus, TaskStore,
+    AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo, ConfirmationRecord, ConfirmationStore,
+    Consumer, IdempotencyStore, Quorum, Quota, RateDecision, RateLimiter, Scope, StoreError, TaskStore,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Decided, Rejection, RelayKey, SlotSet},
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
+    task::{TaskRecord, TaskStatus},
 };
 use futures_util::future::join_all;
 use serde_json::json;
@@ -101,7 +102,7 @@ pub async fn check_confirmation_store(store: &dyn ConfirmationStore, prefix: &st
     // Another consumer's evidence is a mismatch whatever state the record is in (checked first,
     // so that it reveals nothing, and never the pending record).
     let stranger = binding("c-2");
-    let mismatch = |got: Result<agent_surface_policy::Consumed, Rejection>, state: &str| match got {
+    let mismatch = |got: Result<agent_surface_policy::confirmation::Consumed, Rejection>, state: &str| match got {
         Err(Rejection::Mismatch(m)) => assert!(m.consumer, "store kit: {state}: {m:?}"),
         other => panic!("store kit: another consumer's evidence on a {state} record must be a mismatch, got {other:?}"),
     };
@@ -518,7 +519,7 @@ async fn check_relayed_confirmations(store: &dyn ConfirmationStore, prefix: &str
 /// nothing; and of concurrent requests of one call exactly one adds its record, every other
 /// being answered with it.
 async fn check_relay_claims(store: &dyn ConfirmationStore, prefix: &str) {
-    use agent_surface_policy::Inserted;
+    use agent_surface_policy::confirmation::Inserted;
     // Each case its own call (and so its own key), under this run's prefix.
     let call = |case: &str| {
         let mut b = binding("c-1");
@@ -1927,7 +1928,7 @@ impl<S: ConfirmationStore> ConfirmationStore for InStep<S> {
         record: ConfirmationRecord,
         key: &'a RelayKey,
         now: Timestamp,
-    ) -> futures_util::future::BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<agent_surface_policy::confirmation::Inserted, StoreError>> {
         self.inner.insert_relayed(record, key, now)
     }
 
@@ -1965,8 +1966,10 @@ impl<S: ConfirmationStore> ConfirmationStore for InStep<S> {
         id: &'a str,
         expected: &'a ConfirmationBinding,
         now: Timestamp,
-    ) -> futures_util::future::BoxFuture<'a, Result<Result<agent_surface_policy::Consumed, Rejection>, StoreError>>
-    {
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Result<agent_surface_policy::confirmation::Consumed, Rejection>, StoreError>,
+    > {
         self.inner.consume(id, expected, now)
     }
 

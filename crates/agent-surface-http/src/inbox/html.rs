@@ -5,7 +5,8 @@ use std::fmt::Write;
 
 use agent_surface_core::Timestamp;
 use agent_surface_policy::{
-    ApprovalVerdict, AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord, ConfirmationState,
+    AuditEvent, AuditKind, AuditVerdict, ConfirmationRecord,
+    confirmation::{ApprovalVerdict, ConfirmationState},
 };
 
 /// `text` with the five characters HTML gives a meaning escaped (safe in element content and in

@@ -85,7 +85,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_policy::{
-    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, ConfirmationState, Identity,
+    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, Identity,
+    confirmation::ConfirmationState,
 };
 use agent_surface_server::HostCheck;
 use axum::Router;
@@ -323,7 +324,7 @@ impl Inbox {
     /// expired) ends the session.
     async fn approver(&self, headers: &HeaderMap) -> Option<Approver> {
         let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if let Some(token) = authorization.and_then(agent_surface_policy::bearer_token) {
+        if let Some(token) = authorization.and_then(agent_surface_policy::authn::bearer_token) {
             let identity = self.authenticate(token).await?;
             return Some(Approver { identity, binding: format!("bearer:{token}"), session: None });
         }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use agent_surface_http::inbox::{DEFAULT_SESSION_TTL, InboxConfig, SESSION_COOKIE, SIGN_IN_COOKIE, router};
 use agent_surface_policy::{
-    AuditSink, Authenticator, BearerTokens, Clock, ConfirmationConfig, ConfirmationEngine, ConfirmationState, Consumer,
-    Identity, ManualClock, MemoryAuditSink, Quorum, Scope,
+    AuditSink, Authenticator, BearerTokens, Clock, ConfirmationConfig, ConfirmationEngine, Consumer, Identity,
+    ManualClock, MemoryAuditSink, Quorum, Scope, confirmation::ConfirmationState,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
 use axum::body::Body;

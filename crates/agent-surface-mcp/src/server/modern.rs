@@ -6,7 +6,7 @@
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{ErrorCode, InvokeResult};
-use agent_surface_policy::{ConfirmationState, Consumer};
+use agent_surface_policy::{Consumer, confirmation::ConfirmationState};
 use agent_surface_registry::{Abilities, Answers, Invocation, InvokeOptions, InvokeRequest, Question};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RequestContext;

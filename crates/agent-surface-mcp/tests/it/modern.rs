@@ -873,7 +873,7 @@ async fn a_task_whose_process_died_ends_with_an_unknown_outcome_through_another_
 
     // Dead: tasks left by a replica that stopped renewing (as a kill -9 leaves them).
     let left = |id: &str| {
-        agent_surface_policy::TaskRecord::working(
+        agent_surface_policy::task::TaskRecord::working(
             id,
             None,
             shop.clock.now(),

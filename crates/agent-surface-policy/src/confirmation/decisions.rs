@@ -130,7 +130,7 @@ impl ConfirmationEngine {
     }
 
     /// As [`approve`](Self::approve), with the approver's note for the audit trail (trimmed, at
-    /// most [`MAX_NOTE_CHARS`](crate::MAX_NOTE_CHARS) characters).
+    /// most [`MAX_NOTE_CHARS`](crate::audit::MAX_NOTE_CHARS) characters).
     pub async fn approve_with_note(
         &self,
         id: &str,

@@ -209,7 +209,7 @@ impl RelayKey {
     /// The key of the call with `binding`.
     ///
     /// ```
-    /// use agent_surface_policy::{ConfirmationBinding, Fingerprint, RelayKey};
+    /// use agent_surface_policy::{confirmation::{ConfirmationBinding, RelayKey}, idempotency::Fingerprint};
     /// use serde_json::json;
     ///
     /// let binding = |consumer: &str| ConfirmationBinding {

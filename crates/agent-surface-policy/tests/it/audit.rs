@@ -8,8 +8,8 @@ use std::time::Duration;
 use agent_surface_core::{Effect, SafeText, Timestamp};
 use agent_surface_policy::{
     AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo, Clock, ConfirmationConfig,
-    ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer, Fingerprint, Identity, JsonLinesAuditSink,
-    ManualClock, MemoryAuditSink,
+    ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer, Identity, JsonLinesAuditSink, ManualClock,
+    MemoryAuditSink, idempotency::Fingerprint,
 };
 use serde_json::json;
 
@@ -159,11 +159,12 @@ async fn a_sink_that_panics_or_hangs_is_a_failed_write() {
         }
     }
     let clock = ManualClock::default();
-    let e =
-        agent_surface_policy::record_within(&Panicking, &clock, Duration::from_secs(1), &event(1)).await.unwrap_err();
+    let e = agent_surface_policy::audit::record_within(&Panicking, &clock, Duration::from_secs(1), &event(1))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("panicked"), "{e}");
     let one = event(1);
-    let hanging = agent_surface_policy::record_within(&Hanging, &clock, Duration::from_secs(1), &one);
+    let hanging = agent_surface_policy::audit::record_within(&Hanging, &clock, Duration::from_secs(1), &one);
     let advance = async {
         tokio::task::yield_now().await;
         clock.advance(Duration::from_secs(2));

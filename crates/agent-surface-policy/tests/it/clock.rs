@@ -6,7 +6,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use agent_surface_core::Timestamp;
-use agent_surface_policy::{Clock, ManualClock, Sleep, SystemClock};
+use agent_surface_policy::{Clock, ManualClock, SystemClock, clock::Sleep};
 use futures_util::FutureExt;
 
 /// A waker that counts its wake-ups.

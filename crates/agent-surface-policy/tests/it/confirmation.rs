@@ -8,10 +8,13 @@ use std::time::Duration;
 use agent_surface_core::details::{ConfirmationInvalidReason, Origin};
 use agent_surface_core::{Effect, SafeText, Timestamp};
 use agent_surface_policy::{
-    ApprovalError, ApprovalVerdict, CallInfo, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationDecision,
-    ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer,
-    Decided, Fingerprint, Identity, ManualClock, MemoryConfirmationStore, MemoryConfirmationStoreConfig, Mismatch,
-    Quorum, Rejection, RelayKey, Scope,
+    ApprovalError, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate,
+    ConfirmationRecord, ConfirmationStore, Consumer, Identity, ManualClock, MemoryConfirmationStore,
+    MemoryConfirmationStoreConfig, Quorum, Scope,
+    confirmation::{
+        ApprovalVerdict, ConfirmationBinding, ConfirmationState, Consumed, Decided, Mismatch, Rejection, RelayKey,
+    },
+    idempotency::Fingerprint,
 };
 use futures_util::FutureExt;
 use proptest::prelude::*;
@@ -316,14 +319,14 @@ async fn ids_are_fresh_and_unguessable_looking() {
 
 /// What a caller learns through `CallDetails`: the evidence the engine consumed for it.
 #[derive(Debug, Default)]
-struct Told(std::sync::Mutex<Vec<agent_surface_policy::ConsumedEvidence>>);
+struct Told(std::sync::Mutex<Vec<agent_surface_policy::hooks::ConsumedEvidence>>);
 
-impl agent_surface_policy::CallDetails for Told {
+impl agent_surface_policy::hooks::CallDetails for Told {
     fn input_preview(&self) -> Option<String> {
         None
     }
 
-    fn consumed(&self, evidence: agent_surface_policy::ConsumedEvidence) {
+    fn consumed(&self, evidence: agent_surface_policy::hooks::ConsumedEvidence) {
         self.0.lock().unwrap().push(evidence);
     }
 }
@@ -351,7 +354,7 @@ async fn consumed_evidence_is_given_back_to_its_call_only() {
     assert!(!e.reinstate(stranger.info(), &evidence, clock.now()).await);
     let other_input = Call::new(Consumer::authenticated("session-1", Identity::new("alice")), 43);
     assert!(!e.reinstate(other_input.info(), &evidence, clock.now()).await);
-    let forged = agent_surface_policy::ConsumedEvidence::new(id.clone(), "k-0");
+    let forged = agent_surface_policy::hooks::ConsumedEvidence::new(id.clone(), "k-0");
     assert!(!e.reinstate(call.info(), &forged, clock.now()).await);
     assert_eq!(e.get(&id).await.unwrap().unwrap().state, ConfirmationState::Consumed { approved_by: "manager".into() });
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agent_surface_core::{InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
-    MemoryStoreConfig, Settlement, StoreError,
+    IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;

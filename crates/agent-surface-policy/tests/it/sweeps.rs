@@ -9,10 +9,10 @@ use agent_surface_core::{Effect, SafeText};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agent_surface_policy::{
-    ApprovalVerdict, AuditError, AuditEvent, AuditKind, AuditSink, CallInfo, Clock, ConfirmationBinding,
-    ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, ConfirmationRecord,
-    ConfirmationState, ConfirmationStore, Consumed, Consumer, Decided, Identity, ManualClock, MemoryAuditSink,
-    MemoryConfirmationStore, Rejection, StoreError,
+    AuditError, AuditEvent, AuditKind, AuditSink, CallInfo, Clock, ConfirmationConfig, ConfirmationDecision,
+    ConfirmationEngine, ConfirmationGate, ConfirmationRecord, ConfirmationStore, Consumer, Identity, ManualClock,
+    MemoryAuditSink, MemoryConfirmationStore, StoreError,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Consumed, Decided, Rejection},
 };
 use agent_surface_testing::FlakyAuditSink;
 use futures_util::future::BoxFuture;
@@ -33,7 +33,7 @@ async fn settle(clock: &ManualClock) {
 /// Runs `engine`'s sweeps on a task until the returned sender fires (or is dropped).
 fn spawn_sweeps(
     engine: &Arc<ConfirmationEngine>,
-) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<agent_surface_policy::SweepStats>) {
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<agent_surface_policy::confirmation::SweepStats>) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let engine = engine.clone();
     let sweeps = tokio::spawn(async move {
@@ -255,9 +255,9 @@ impl ConfirmationStore for NoExpiredListing {
     fn insert_relayed<'a>(
         &'a self,
         record: ConfirmationRecord,
-        key: &'a agent_surface_policy::RelayKey,
+        key: &'a agent_surface_policy::confirmation::RelayKey,
         now: agent_surface_core::Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::confirmation::Inserted, StoreError>> {
         self.0.insert_relayed(record, key, now)
     }
 
@@ -320,7 +320,7 @@ impl ConfirmationStore for NoExpiredListing {
         id: &'a str,
         verdict: ApprovalVerdict,
         approver: &'a str,
-        slots: agent_surface_policy::SlotSet,
+        slots: agent_surface_policy::confirmation::SlotSet,
         now: agent_surface_core::Timestamp,
     ) -> BoxFuture<'a, Result<Decided, StoreError>> {
         self.0.decide_in_slots(id, verdict, approver, slots, now)
@@ -355,7 +355,7 @@ impl ConfirmationStore for NoExpiredListing {
 
     fn remember_relayed<'a>(
         &'a self,
-        key: &'a agent_surface_policy::RelayKey,
+        key: &'a agent_surface_policy::confirmation::RelayKey,
         id: &'a str,
         now: agent_surface_core::Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -364,7 +364,7 @@ impl ConfirmationStore for NoExpiredListing {
 
     fn relayed<'a>(
         &'a self,
-        key: &'a agent_surface_policy::RelayKey,
+        key: &'a agent_surface_policy::confirmation::RelayKey,
         now: agent_surface_core::Timestamp,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         self.0.relayed(key, now)
@@ -372,7 +372,7 @@ impl ConfirmationStore for NoExpiredListing {
 
     fn forget_relayed<'a>(
         &'a self,
-        key: &'a agent_surface_policy::RelayKey,
+        key: &'a agent_surface_policy::confirmation::RelayKey,
         id: &'a str,
         now: agent_surface_core::Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -473,10 +473,10 @@ async fn an_expiry_claimed_by_an_engine_that_stopped_is_written_by_another() {
 
     // While the claim holds, the other engine leaves the expiry alone.
     assert_eq!(second.sweep_expired(10).await.unwrap(), 0, "claimed: not written twice meanwhile");
-    clock.advance(agent_surface_policy::EXPIRY_CLAIM_LEASE);
+    clock.advance(agent_surface_policy::confirmation::EXPIRY_CLAIM_LEASE);
     assert_eq!(second.sweep_expired(10).await.unwrap(), 1, "the lapsed claim is taken and the event written");
     assert_eq!(second.sweep_expired(10).await.unwrap(), 0, "recorded: once");
-    clock.advance(agent_surface_policy::EXPIRY_CLAIM_LEASE);
+    clock.advance(agent_surface_policy::confirmation::EXPIRY_CLAIM_LEASE);
     let third = ConfirmationEngine::new(config(trail.clone()));
     assert_eq!(third.sweep_expired(10).await.unwrap(), 0, "recorded for good, for every engine");
     assert_eq!(expired_events(&trail.events()), 1, "{:?}", trail.names());

@@ -5,7 +5,10 @@
 use std::time::{Duration, Instant};
 
 use agent_surface_core::{InvokeResult, Timestamp};
-use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement, StoreError};
+use agent_surface_policy::{
+    IdempotencyStore, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+};
 use agent_surface_postgres::{PostgresConfig, PostgresStores};
 use agent_surface_testing::postgres::PgCluster;
 use serde_json::json;

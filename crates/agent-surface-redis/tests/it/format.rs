@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agent_surface_core::Timestamp;
-use agent_surface_policy::{ConfirmationStore, TaskRecord, TaskStore};
+use agent_surface_policy::{ConfirmationStore, TaskStore, task::TaskRecord};
 use agent_surface_redis::redis::AsyncCommands;
 
 use crate::support;
@@ -61,7 +61,7 @@ async fn task_hashes_with_and_without_a_lease() {
     let read = tasks.get("t-1", at(1)).await.unwrap().expect("read");
     assert_eq!(read.lease_until, None);
     let kept = tasks.end_lapsed("t-1", None, None, at(1_000_000)).await.unwrap().expect("read");
-    assert_eq!(kept.status, agent_surface_policy::TaskStatus::Working, "no lease: not abandoned");
+    assert_eq!(kept.status, agent_surface_policy::task::TaskStatus::Working, "no lease: not abandoned");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,12 +70,12 @@ async fn an_expiry_claimed_before_claims_lapsed_reads_as_recorded() {
     let conf = redis.confirmations();
     let record = agent_surface_policy::ConfirmationRecord::pending(
         "c-1".into(),
-        agent_surface_policy::ConfirmationBinding {
+        agent_surface_policy::confirmation::ConfirmationBinding {
             consumer_key: "c-1".into(),
             capability: "orders.cancel".into(),
             registration_id: "r-1".into(),
             instance_id: "main".into(),
-            input_hash: agent_surface_policy::Fingerprint::of(&serde_json::json!({"orderId": "A-1"})),
+            input_hash: agent_surface_policy::idempotency::Fingerprint::of(&serde_json::json!({"orderId": "A-1"})),
         },
         Some("alice".into()),
         "Cancel order A-1.".into(),

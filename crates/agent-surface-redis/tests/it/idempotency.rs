@@ -221,7 +221,10 @@ async fn calls_refused_while_redis_stalls_are_retried_as_fresh_admissions() {
 #[tokio::test]
 async fn a_repeated_settlement_under_its_own_lease_is_answered_as_settled() {
     use agent_surface_core::{InvokeResult, Timestamp};
-    use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+    use agent_surface_policy::{
+        IdempotencyStore,
+        idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    };
     let Some(redis) = support::stores("idem-resettle").await else { return };
     let store = redis.idempotency();
     let key = IdempotencyKey::new("c-1", "open-1");
@@ -241,7 +244,7 @@ async fn a_repeated_settlement_under_its_own_lease_is_answered_as_settled() {
         Err(agent_surface_policy::StoreError::LeaseLost),
         "another result under the same lease"
     );
-    let older = agent_surface_policy::Lease { token: lease.token - 1, ..lease };
+    let older = agent_surface_policy::idempotency::Lease { token: lease.token - 1, ..lease };
     assert_eq!(
         store.settle(&key, fp, older, settlement(1), now).await,
         Err(agent_surface_policy::StoreError::LeaseLost),
@@ -258,7 +261,10 @@ async fn a_repeated_settlement_under_its_own_lease_is_answered_as_settled() {
 /// settlement, and a cancellation that voids a claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settlements_and_voided_claims_are_announced() {
-    use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement};
+    use agent_surface_policy::{
+        IdempotencyStore,
+        idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    };
     use futures_util::StreamExt;
 
     let Some(url) = support::redis_url() else { return };

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, CallInfo, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, Fingerprint,
-    IdempotencyKey, IdempotencyStore, Identity, Quota, RateDecision, RateLimiter, TaskRecord, TaskStore,
+    CallInfo, ConfirmationConfig, ConfirmationEngine, ConfirmationStore, Consumer, IdempotencyStore, Identity, Quota,
+    RateDecision, RateLimiter, TaskStore,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey},
+    task::TaskRecord,
 };
 use agent_surface_redis::{RedisConfig, RedisRateConfig, RedisStores};
 use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};

@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
-use agent_surface_policy::{Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore};
+use agent_surface_policy::{
+    IdempotencyStore,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey},
+};
 use agent_surface_redis::{RedisConfig, RedisStores};
 use agent_surface_testing::stores;
 use serde_json::json;
@@ -197,8 +200,10 @@ async fn an_oversized_result_is_recorded_as_withheld() {
     };
     let now = Timestamp::now();
     let result = agent_surface_core::InvokeResult::ok(json!({"blob": "b".repeat(20_000)}), None);
-    let settlement =
-        agent_surface_policy::Settlement::Store { result, expires_at: now.saturating_add(Duration::from_secs(60)) };
+    let settlement = agent_surface_policy::idempotency::Settlement::Store {
+        result,
+        expires_at: now.saturating_add(Duration::from_secs(60)),
+    };
     store.settle(&key("big"), fp(), lease, settlement, now).await.expect("settled");
     let Ok(Admission::Replay(replayed)) = store.admit(&key("big"), fp(), Attempt::fresh(), Timestamp::now()).await
     else {
@@ -245,8 +250,8 @@ async fn the_redis_audit_stream_is_bounded() {
 async fn a_quorum_record_from_before_slots_still_reads_and_completes() {
     use agent_surface_core::details::Origin;
     use agent_surface_policy::{
-        ApprovalVerdict, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Decided,
-        Quorum, SlotSet,
+        ConfirmationRecord, ConfirmationStore, Quorum,
+        confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Decided, SlotSet},
     };
     let Some(redis) = support::stores("conf-old").await else { return };
     let store = redis.confirmations();

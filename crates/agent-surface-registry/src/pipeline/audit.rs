@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
 use agent_surface_policy::{
-    AuditConfig, AuditEvent, AuditKind, AuditOutcome, AuditSink, Clock, Fingerprint, record_within,
+    AuditConfig, AuditEvent, AuditKind, AuditOutcome, AuditSink, Clock, audit::record_within, idempotency::Fingerprint,
 };
 use serde_json::Value;
 
@@ -141,7 +141,7 @@ impl Drop for Started {
 
 /// `EXECUTION_FAILED {reason: audit-unavailable}`: a fault of the service (an `ERROR` event).
 fn refused(note: String) -> Stop {
-    let error = AgentSurfaceError::audit_unavailable(agent_surface_policy::AUDIT_RETRY_AFTER);
+    let error = AgentSurfaceError::audit_unavailable(agent_surface_policy::audit::AUDIT_RETRY_AFTER);
     // Refused before the handler starts: the trail records the start first.
     Stop::noted(error, Phase::Execute, note).store_fault(super::Fault::AuditSink).marking(super::Marking::BeforeHandler)
 }

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, Effect, Phase};
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, NotedDecision};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, hooks::NotedDecision};
 
 use super::resolve::{Ambiguous, Resolution, Resolved};
 use super::{Arrival, Stop};

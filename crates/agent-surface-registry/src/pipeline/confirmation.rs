@@ -13,12 +13,16 @@ use std::any::Any;
 
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
-use agent_surface_policy::{CallDetails, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, Fingerprint};
+use agent_surface_policy::{
+    ConfirmationDecision, ConfirmationGate,
+    hooks::{CallDetails, ConsumedEvidence},
+    idempotency::Fingerprint,
+};
 use serde_json::Value;
 
 use super::{Call, Stop};
 use crate::define::{CapabilityDef, ErasedConfirm};
-use agent_surface_policy::{catch, catch_future};
+use agent_surface_policy::guard::{catch, catch_future};
 
 /// The gate cannot decide (a panic, or no gate to ask): a fault, so the call's operator event is
 /// an `ERROR` carrying the note.
@@ -229,7 +233,7 @@ impl Owed {
         let now = inner.config.clock.now();
         let budget = inner.config.confirmation_budget;
         let asked = catch_future(|| gate.reinstate(info, &evidence, now));
-        let _reinstated = agent_surface_policy::within(inner.config.clock.as_ref(), budget, asked).await;
+        let _reinstated = agent_surface_policy::guard::within(inner.config.clock.as_ref(), budget, asked).await;
     }
 }
 
@@ -398,9 +402,9 @@ async fn check(
     let now = inner.config.clock.now();
     let budget = inner.config.confirmation_budget;
     let checked = catch_future(|| gate.check(call, confirmation_id, now));
-    let Some(decision) = agent_surface_policy::within(inner.config.clock.as_ref(), budget, checked).await else {
+    let Some(decision) = agent_surface_policy::guard::within(inner.config.clock.as_ref(), budget, checked).await else {
         return Err(Stop::noted(
-            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            AgentSurfaceError::transient(agent_surface_policy::confirmation::STORE_RETRY_AFTER),
             Phase::Confirmation,
             format!("the confirmation gate did not answer within {} ms", budget.as_millis()),
         ));

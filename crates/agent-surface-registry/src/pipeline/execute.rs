@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use agent_surface_core::details::{ExecutionFailedReason, UnmountPhase};
 use agent_surface_core::{AgentSurfaceError, Effect, Phase, matrix};
-use agent_surface_policy::{catch, catch_started};
+use agent_surface_policy::guard::{catch, catch_started};
 use futures_util::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

@@ -34,7 +34,8 @@ use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError,
+    IdempotencyStore, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -296,7 +297,8 @@ pub(crate) async fn admit_record(
     let attempt = Attempt::fresh();
     let unanswered = Unanswered { store: &store, key: &key, attempt, budget, clock: &inner.config.clock, armed: true };
     let admitted =
-        agent_surface_policy::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, attempt, now)).await;
+        agent_surface_policy::guard::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, attempt, now))
+            .await;
     let admitted = admitted.unwrap_or_else(|| {
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
@@ -390,7 +392,7 @@ async fn reclaim(
     let attempt = Attempt::fresh();
     let unanswered = Unanswered { store, key, attempt, budget, clock, armed: true };
     let admitted =
-        agent_surface_policy::within(clock.as_ref(), budget, store.admit(key, fp, attempt, clock.now())).await;
+        agent_surface_policy::guard::within(clock.as_ref(), budget, store.admit(key, fp, attempt, clock.now())).await;
     match &admitted {
         Some(Ok(_) | Err(StoreError::Full { .. } | StoreError::ConsumerFull { .. } | StoreError::AttemptCancelled)) => {
             unanswered.answered();
@@ -466,7 +468,7 @@ impl Hold {
         for mark in marks {
             let now = mark.clock.now();
             let started = mark.store.start(&mark.key, mark.lease, now);
-            let started = agent_surface_policy::within(mark.clock.as_ref(), mark.budget, started).await;
+            let started = agent_surface_policy::guard::within(mark.clock.as_ref(), mark.budget, started).await;
             let started = started.unwrap_or_else(|| {
                 Err(StoreError::Unavailable(format!(
                     "the idempotency store did not answer within {} ms",
@@ -626,7 +628,9 @@ impl LeaderGuard {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let fut = self.store.settle(key, self.fingerprint, self.lease, settlement, now);
-        agent_surface_policy::within(self.clock.as_ref(), self.budget, fut).await.unwrap_or_else(|| Err(self.overrun()))
+        agent_surface_policy::guard::within(self.clock.as_ref(), self.budget, fut)
+            .await
+            .unwrap_or_else(|| Err(self.overrun()))
     }
 
     /// The failure of a settlement that did not finish within the store budget.
@@ -647,7 +651,8 @@ impl LeaderGuard {
         let answered = {
             let first = self.settlement(without_id(result), now, terminal);
             let attempt = self.store.settle(key, self.fingerprint, self.lease, first, now);
-            let mut attempt = std::pin::pin!(agent_surface_policy::within(self.clock.as_ref(), self.budget, attempt));
+            let mut attempt =
+                std::pin::pin!(agent_surface_policy::guard::within(self.clock.as_ref(), self.budget, attempt));
             match std::future::poll_fn(|cx| Poll::Ready(attempt.as_mut().poll(cx))).await {
                 Poll::Ready(answered) => answered,
                 Poll::Pending => {

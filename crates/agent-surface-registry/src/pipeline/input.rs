@@ -9,7 +9,7 @@
 
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::catch;
+use agent_surface_policy::guard::catch;
 use serde_json::Value;
 
 use super::{Call, Stop};

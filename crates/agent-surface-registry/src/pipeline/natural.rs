@@ -24,7 +24,10 @@ use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
 use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase};
-use agent_surface_policy::{Fingerprint, IdempotencyKey, catch};
+use agent_surface_policy::{
+    guard::catch,
+    idempotency::{Fingerprint, IdempotencyKey},
+};
 use serde_json::Value;
 
 use super::idempotency::{self, Record, Settled};

@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::{Failure, RateDecision, RateLimiter, guarded};
+use agent_surface_policy::{
+    RateDecision, RateLimiter,
+    guard::{Failure, guarded},
+};
 use serde_json::Value;
 
 use super::{Call, Stop};
@@ -48,14 +51,14 @@ pub(crate) async fn acquire(call: &Call<'_>, limiter: &dyn RateLimiter, input: &
             Err(Stop::new(AgentSurfaceError::rate_limited(reason, retry_after), Phase::Rate))
         }
         RateDecision::Unavailable(cause) => Err(Stop::noted(
-            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            AgentSurfaceError::transient(agent_surface_policy::confirmation::STORE_RETRY_AFTER),
             Phase::Rate,
             format!("rate limiter store failed: {cause}"),
         )
         .store_fault(super::Fault::RateLimiter)),
         // A decision this registry does not know yet: fail closed, as a store failure does.
         _ => Err(Stop::noted(
-            AgentSurfaceError::transient(agent_surface_policy::STORE_RETRY_AFTER),
+            AgentSurfaceError::transient(agent_surface_policy::confirmation::STORE_RETRY_AFTER),
             Phase::Rate,
             "rate limiter answered an unknown decision",
         )

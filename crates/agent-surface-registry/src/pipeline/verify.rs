@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{Call, Stop};
 use crate::handler::{ErasedVerify, Verification};
-use agent_surface_policy::catch_future;
+use agent_surface_policy::guard::catch_future;
 
 /// Runs the capability's post-condition `verify` (its own, which the caller unwrapped) on the
 /// handler's `output`.

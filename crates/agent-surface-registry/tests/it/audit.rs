@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry};
 use agent_surface_policy::{
-    AuditConfig, AuditEvent, AuditKind, AuditOutcome, ConfirmationConfig, ConfirmationEngine, ConfirmationState,
-    Consumer, Fingerprint, Identity, ManualClock, MemoryAuditSink,
+    AuditConfig, AuditEvent, AuditKind, AuditOutcome, ConfirmationConfig, ConfirmationEngine, Consumer, Identity,
+    ManualClock, MemoryAuditSink, confirmation::ConfirmationState, idempotency::Fingerprint,
 };
 use agent_surface_registry::{Ctx, InvokeOptions, Registry, RegistryConfig};
 use agent_surface_testing::FlakyAuditSink;

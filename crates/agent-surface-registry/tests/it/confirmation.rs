@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
 use agent_surface_policy::{
-    ApprovalError, ApprovalVerdict, Clock, ConfirmationBinding, ConfirmationConfig, ConfirmationEngine,
-    ConfirmationMode, ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumed, Consumer, Decided,
-    FnApprover, FnConfirmationPolicy, Gate, Identity, ManualClock, PolicyError, Rejection, Review, StoreError,
+    ApprovalError, Clock, ConfirmationConfig, ConfirmationEngine, ConfirmationMode, ConfirmationRecord,
+    ConfirmationStore, Consumer, FnApprover, FnConfirmationPolicy, Gate, Identity, ManualClock, PolicyError, Review,
+    StoreError,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Consumed, Decided, Rejection},
 };
 use agent_surface_registry::{Ctx, Invocation, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
 use futures_util::future::BoxFuture;
@@ -568,9 +569,9 @@ impl ConfirmationStore for BrokenStore {
     fn insert_relayed<'a>(
         &'a self,
         _r: ConfirmationRecord,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _now: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::confirmation::Inserted, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("redis://10.1.2.3:6379 connection refused".into())) })
     }
     fn get<'a>(
@@ -616,7 +617,7 @@ impl ConfirmationStore for BrokenStore {
         _id: &'a str,
         _v: ApprovalVerdict,
         _approver: &'a str,
-        _slots: agent_surface_policy::SlotSet,
+        _slots: agent_surface_policy::confirmation::SlotSet,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Decided, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
@@ -650,7 +651,7 @@ impl ConfirmationStore for BrokenStore {
     }
     fn remember_relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _id: &'a str,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -658,14 +659,14 @@ impl ConfirmationStore for BrokenStore {
     }
     fn relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("down".into())) })
     }
     fn forget_relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _id: &'a str,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {

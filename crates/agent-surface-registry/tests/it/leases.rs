@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Timestamp};
 use agent_surface_policy::{
-    Admission, AllowAll, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, MemoryIdempotencyStore,
-    Settlement, StoreError,
+    AllowAll, IdempotencyStore, MemoryIdempotencyStore, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use agent_surface_testing::Slow;

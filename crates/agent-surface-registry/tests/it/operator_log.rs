@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use agent_surface_core::{AgentSurfaceError, ErrorCode, LogLevel, Phase, Timestamp, matrix};
-use agent_surface_policy::{Admission, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement, StoreError};
+use agent_surface_policy::{
+    IdempotencyStore, StoreError,
+    idempotency::{Admission, Fingerprint, IdempotencyKey, Lease, Settlement},
+};
 use agent_surface_registry::{Ctx, Invocation, Registry, RegistryConfig};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -24,7 +27,7 @@ impl IdempotencyStore for DownStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
-        _: agent_surface_policy::Attempt,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
@@ -42,7 +45,7 @@ impl IdempotencyStore for DownStore {
     fn cancel<'a>(
         &'a self,
         _: &'a IdempotencyKey,
-        _: agent_surface_policy::Attempt,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
@@ -50,8 +53,8 @@ impl IdempotencyStore for DownStore {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -59,8 +62,8 @@ impl IdempotencyStore for DownStore {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))

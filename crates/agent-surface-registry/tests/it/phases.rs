@@ -7,8 +7,9 @@ use std::time::Duration;
 use agent_surface_core::details::{ConfirmationInvalidReason, InputIssue, Origin, RateLimitReason, StaleReason};
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry, SafeText, Timestamp};
 use agent_surface_policy::{
-    Admission, AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, Consumer,
-    Fingerprint, IdempotencyKey, IdempotencyStore, PolicyError, RateDecision, Settlement, StoreError,
+    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, Consumer, IdempotencyStore,
+    PolicyError, RateDecision, StoreError,
+    idempotency::{Admission, Fingerprint, IdempotencyKey, Settlement},
 };
 use agent_surface_registry::{
     Binding, Ctx, DuplicateInstance, Instance, InvokeOptions, Registry, RegistryConfig, Target, Unmet,
@@ -67,7 +68,7 @@ impl IdempotencyStore for BrokenStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
-        _: agent_surface_policy::Attempt,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async { Err(StoreError::Unavailable("redis://user:secret@10.0.0.5:6379 refused".into())) })
@@ -76,7 +77,7 @@ impl IdempotencyStore for BrokenStore {
         &'a self,
         _: &'a IdempotencyKey,
         _: Fingerprint,
-        _: agent_surface_policy::Lease,
+        _: agent_surface_policy::idempotency::Lease,
         _: Settlement,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -85,7 +86,7 @@ impl IdempotencyStore for BrokenStore {
     fn cancel<'a>(
         &'a self,
         _: &'a IdempotencyKey,
-        _: agent_surface_policy::Attempt,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
@@ -93,8 +94,8 @@ impl IdempotencyStore for BrokenStore {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -102,8 +103,8 @@ impl IdempotencyStore for BrokenStore {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))

@@ -128,7 +128,9 @@ async fn long_invocation_ids_work_and_stay_distinct() {
 #[derive(Debug, Default)]
 struct Recording {
     inner: agent_surface_policy::MemoryIdempotencyStore,
-    kept: std::sync::Mutex<Vec<(agent_surface_policy::IdempotencyKey, agent_surface_policy::Settlement)>>,
+    kept: std::sync::Mutex<
+        Vec<(agent_surface_policy::idempotency::IdempotencyKey, agent_surface_policy::idempotency::Settlement)>,
+    >,
 }
 
 impl agent_surface_policy::IdempotencyStore for Recording {
@@ -138,18 +140,18 @@ impl agent_surface_policy::IdempotencyStore for Recording {
 
     fn admit<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        fingerprint: agent_surface_policy::Fingerprint,
-        attempt: agent_surface_policy::Attempt,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        fingerprint: agent_surface_policy::idempotency::Fingerprint,
+        attempt: agent_surface_policy::idempotency::Attempt,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::idempotency::Admission, agent_surface_policy::StoreError>> {
         self.inner.admit(key, fingerprint, attempt, now)
     }
 
     fn cancel<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        attempt: agent_surface_policy::Attempt,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        attempt: agent_surface_policy::idempotency::Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         self.inner.cancel(key, attempt, now)
@@ -157,10 +159,10 @@ impl agent_surface_policy::IdempotencyStore for Recording {
 
     fn settle<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        fingerprint: agent_surface_policy::Fingerprint,
-        lease: agent_surface_policy::Lease,
-        settlement: agent_surface_policy::Settlement,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        fingerprint: agent_surface_policy::idempotency::Fingerprint,
+        lease: agent_surface_policy::idempotency::Lease,
+        settlement: agent_surface_policy::idempotency::Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         self.kept.lock().unwrap().push((key.clone(), settlement.clone()));
@@ -169,8 +171,8 @@ impl agent_surface_policy::IdempotencyStore for Recording {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -178,8 +180,8 @@ impl agent_surface_policy::IdempotencyStore for Recording {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -199,7 +201,7 @@ async fn a_record_does_not_keep_a_long_invocation_id() {
     assert_eq!(kept.len(), 1);
     let (key, settlement) = &kept[0];
     assert!(key.invocation_id.len() <= 71, "the key holds a digest: {} bytes", key.invocation_id.len());
-    let agent_surface_policy::Settlement::Store { result, .. } = settlement else { panic!("stored") };
+    let agent_surface_policy::idempotency::Settlement::Store { result, .. } = settlement else { panic!("stored") };
     assert_eq!(result.invocation_id(), None, "the stored result keeps no id");
     let replay = r
         .invoke_detailed(call("demo.echo", json!({"text": "x"})).with_invocation_id(long.clone()), consumer("c"))
@@ -223,18 +225,18 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
 
     fn admit<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        fingerprint: agent_surface_policy::Fingerprint,
-        attempt: agent_surface_policy::Attempt,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        fingerprint: agent_surface_policy::idempotency::Fingerprint,
+        attempt: agent_surface_policy::idempotency::Attempt,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::idempotency::Admission, agent_surface_policy::StoreError>> {
         self.inner.admit(key, fingerprint, attempt, now)
     }
 
     fn cancel<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        attempt: agent_surface_policy::Attempt,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        attempt: agent_surface_policy::idempotency::Attempt,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         self.inner.cancel(key, attempt, now)
@@ -242,10 +244,10 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
 
     fn settle<'a>(
         &'a self,
-        key: &'a agent_surface_policy::IdempotencyKey,
-        fingerprint: agent_surface_policy::Fingerprint,
-        lease: agent_surface_policy::Lease,
-        settlement: agent_surface_policy::Settlement,
+        key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        fingerprint: agent_surface_policy::idempotency::Fingerprint,
+        lease: agent_surface_policy::idempotency::Lease,
+        settlement: agent_surface_policy::idempotency::Settlement,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         if !self.stalled.swap(true, Ordering::SeqCst) {
@@ -257,8 +259,8 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -266,8 +268,8 @@ impl agent_surface_policy::IdempotencyStore for StallingStore {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -308,18 +310,18 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
 
     fn admit<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        _: agent_surface_policy::Fingerprint,
-        _: agent_surface_policy::Attempt,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _: agent_surface_policy::idempotency::Fingerprint,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::idempotency::Admission, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
 
     fn cancel<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        _: agent_surface_policy::Attempt,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
@@ -327,10 +329,10 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
 
     fn settle<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        _: agent_surface_policy::Fingerprint,
-        _: agent_surface_policy::Lease,
-        _: agent_surface_policy::Settlement,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _: agent_surface_policy::idempotency::Fingerprint,
+        _: agent_surface_policy::idempotency::Lease,
+        _: agent_surface_policy::idempotency::Settlement,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
@@ -338,8 +340,8 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -347,8 +349,8 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -358,8 +360,8 @@ impl agent_surface_policy::IdempotencyStore for HangingStore {
 /// An idempotency store whose admissions never answer, and which records what it was asked.
 #[derive(Debug, Default)]
 struct UnansweringStore {
-    admitted: std::sync::Mutex<Vec<agent_surface_policy::Attempt>>,
-    cancelled: std::sync::Mutex<Vec<agent_surface_policy::Attempt>>,
+    admitted: std::sync::Mutex<Vec<agent_surface_policy::idempotency::Attempt>>,
+    cancelled: std::sync::Mutex<Vec<agent_surface_policy::idempotency::Attempt>>,
 }
 
 impl agent_surface_policy::IdempotencyStore for UnansweringStore {
@@ -369,19 +371,19 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
 
     fn admit<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        _: agent_surface_policy::Fingerprint,
-        attempt: agent_surface_policy::Attempt,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _: agent_surface_policy::idempotency::Fingerprint,
+        attempt: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Admission, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::idempotency::Admission, agent_surface_policy::StoreError>> {
         self.admitted.lock().unwrap().push(attempt);
         Box::pin(std::future::pending())
     }
 
     fn cancel<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        attempt: agent_surface_policy::Attempt,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        attempt: agent_surface_policy::idempotency::Attempt,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         self.cancelled.lock().unwrap().push(attempt);
@@ -390,10 +392,10 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
 
     fn settle<'a>(
         &'a self,
-        _: &'a agent_surface_policy::IdempotencyKey,
-        _: agent_surface_policy::Fingerprint,
-        _: agent_surface_policy::Lease,
-        _: agent_surface_policy::Settlement,
+        _: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _: agent_surface_policy::idempotency::Fingerprint,
+        _: agent_surface_policy::idempotency::Lease,
+        _: agent_surface_policy::idempotency::Settlement,
         _: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(async { Ok(()) })
@@ -401,8 +403,8 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
 
     fn start<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -410,8 +412,8 @@ impl agent_surface_policy::IdempotencyStore for UnansweringStore {
 
     fn renew<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::IdempotencyKey,
-        _lease: agent_surface_policy::Lease,
+        _key: &'a agent_surface_policy::idempotency::IdempotencyKey,
+        _lease: agent_surface_policy::idempotency::Lease,
         _now: agent_surface_core::Timestamp,
     ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -485,9 +487,9 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     fn insert_relayed<'a>(
         &'a self,
         _: agent_surface_policy::ConfirmationRecord,
-        _: &'a agent_surface_policy::RelayKey,
+        _: &'a agent_surface_policy::confirmation::RelayKey,
         _: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Inserted, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::confirmation::Inserted, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
     fn get<'a>(
@@ -500,21 +502,21 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     fn decide<'a>(
         &'a self,
         _: &'a str,
-        _: agent_surface_policy::ApprovalVerdict,
+        _: agent_surface_policy::confirmation::ApprovalVerdict,
         _: &'a str,
         _: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Decided, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::confirmation::Decided, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
     fn consume<'a>(
         &'a self,
         _: &'a str,
-        _: &'a agent_surface_policy::ConfirmationBinding,
+        _: &'a agent_surface_policy::confirmation::ConfirmationBinding,
         _: Timestamp,
     ) -> BoxFuture<
         'a,
         Result<
-            Result<agent_surface_policy::Consumed, agent_surface_policy::Rejection>,
+            Result<agent_surface_policy::confirmation::Consumed, agent_surface_policy::confirmation::Rejection>,
             agent_surface_policy::StoreError,
         >,
     > {
@@ -524,7 +526,10 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
         &'a self,
         _: &'a str,
         _: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<agent_surface_policy::ConfirmationState>, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<
+        'a,
+        Result<Option<agent_surface_policy::confirmation::ConfirmationState>, agent_surface_policy::StoreError>,
+    > {
         Box::pin(std::future::pending())
     }
     fn list_pending<'a>(
@@ -537,11 +542,11 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     fn decide_in_slots<'a>(
         &'a self,
         _id: &'a str,
-        _v: agent_surface_policy::ApprovalVerdict,
+        _v: agent_surface_policy::confirmation::ApprovalVerdict,
         _approver: &'a str,
-        _slots: agent_surface_policy::SlotSet,
+        _slots: agent_surface_policy::confirmation::SlotSet,
         _now: Timestamp,
-    ) -> BoxFuture<'a, Result<agent_surface_policy::Decided, agent_surface_policy::StoreError>> {
+    ) -> BoxFuture<'a, Result<agent_surface_policy::confirmation::Decided, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
     fn claim_expiry<'a>(
@@ -562,7 +567,7 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     fn reinstate<'a>(
         &'a self,
         _id: &'a str,
-        _expected: &'a agent_surface_policy::ConfirmationBinding,
+        _expected: &'a agent_surface_policy::confirmation::ConfirmationBinding,
         _token: &'a str,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<bool, agent_surface_policy::StoreError>> {
@@ -577,7 +582,7 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     }
     fn remember_relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _id: &'a str,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {
@@ -585,14 +590,14 @@ impl agent_surface_policy::ConfirmationStore for HangingConfirmations {
     }
     fn relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<String>, agent_surface_policy::StoreError>> {
         Box::pin(std::future::pending())
     }
     fn forget_relayed<'a>(
         &'a self,
-        _key: &'a agent_surface_policy::RelayKey,
+        _key: &'a agent_surface_policy::confirmation::RelayKey,
         _id: &'a str,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<(), agent_surface_policy::StoreError>> {

@@ -450,7 +450,7 @@ fn clocks_and_audit_sinks_that_differ_are_reported() {
 /// budgets hold.
 #[tokio::test]
 async fn the_service_builder_wires_every_part_once() {
-    use agent_surface_policy::{AuditSink, MemoryAuditSink, RateBudgets, Stores, same_time};
+    use agent_surface_policy::{AuditSink, MemoryAuditSink, RateBudgets, Stores, clock::same_time};
     use agent_surface_registry::ServiceBuilder;
 
     let clock = clock();

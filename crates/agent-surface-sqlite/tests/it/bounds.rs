@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, Attempt, AuditEvent, AuditKind, AuditSink, Fingerprint, IdempotencyKey, IdempotencyStore, Settlement,
-    StoreError,
+    AuditEvent, AuditKind, AuditSink, IdempotencyStore, StoreError,
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
 };
 use agent_surface_sqlite::{SqliteConfig, SqliteStores};
 use serde_json::json;

@@ -21,10 +21,11 @@ use std::time::Duration;
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationBinding,
-    ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Fingerprint, IdempotencyKey, IdempotencyStore,
-    Quota, RateBudgets, RateDecision, RateLimiter, Rejection, Settlement, SystemClock, TaskRecord, TaskStatus,
-    TaskStore,
+    AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationRecord, ConfirmationStore, Consumer, IdempotencyStore,
+    Quota, RateBudgets, RateDecision, RateLimiter, SystemClock, TaskStore,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Rejection},
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    task::{TaskRecord, TaskStatus},
 };
 use agent_surface_sqlite::{SqliteConfig, SqliteStores};
 use serde_json::json;

@@ -7,9 +7,10 @@ use std::time::Duration;
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditSink, ConfirmationBinding, ConfirmationRecord,
-    ConfirmationState, ConfirmationStore, Fingerprint, IdempotencyKey, IdempotencyStore, Quorum, Settlement, SlotSet,
-    TaskRecord, TaskStatus, TaskStore,
+    AuditEvent, AuditKind, AuditSink, ConfirmationRecord, ConfirmationStore, IdempotencyStore, Quorum, TaskStore,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, SlotSet},
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    task::{TaskRecord, TaskStatus},
 };
 use serde_json::json;
 
@@ -153,13 +154,13 @@ async fn rows_of_format_1_read() {
     let conf = stores.confirmations();
     let mut expected = the_confirmation();
     expected.decisions = vec![
-        agent_surface_policy::ApproverDecision::new("bob", ApprovalVerdict::Approve, at(1_000))
+        agent_surface_policy::confirmation::ApproverDecision::new("bob", ApprovalVerdict::Approve, at(1_000))
             .with_slots(SlotSet::first(2)),
     ];
     assert_eq!(conf.get("c-1", at(5_000)).await.unwrap(), Some(expected));
     // It goes on: the second approval, by a manager, completes the quorum.
     let done = conf.decide_in_slots("c-1", ApprovalVerdict::Approve, "carol", SlotSet::first(1), at(6_000)).await;
-    assert_eq!(done.unwrap(), agent_surface_policy::Decided::Done);
+    assert_eq!(done.unwrap(), agent_surface_policy::confirmation::Decided::Done);
     assert_eq!(
         conf.get("c-1", at(7_000)).await.unwrap().unwrap().state,
         ConfirmationState::Approved { by: "bob, carol".into() }

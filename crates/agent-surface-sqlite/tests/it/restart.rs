@@ -6,10 +6,11 @@ use std::time::Duration;
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
 use agent_surface_policy::{
-    Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationBinding,
-    ConfirmationRecord, ConfirmationState, ConfirmationStore, Consumer, Decided, Fingerprint, IdempotencyKey,
-    IdempotencyStore, Quota, RateBudgets, RateDecision, RateLimiter, Rejection, Settlement, StoreError, SystemClock,
-    TaskRecord, TaskStatus, TaskStore,
+    AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationRecord, ConfirmationStore, Consumer, IdempotencyStore,
+    Quota, RateBudgets, RateDecision, RateLimiter, StoreError, SystemClock, TaskStore,
+    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, Decided, Rejection},
+    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    task::{TaskRecord, TaskStatus},
 };
 use agent_surface_sqlite::{SqliteConfig, SqliteStores};
 use serde_json::json;
@@ -60,7 +61,7 @@ async fn leader(
     key: &IdempotencyKey,
     n: u64,
     now: Timestamp,
-) -> agent_surface_policy::Lease {
+) -> agent_surface_policy::idempotency::Lease {
     match store.admit(key, fp(n), Attempt::fresh(), now).await {
         Ok(Admission::Leader(lease)) => lease,
         other => panic!("expected a leader, got {other:?}"),
