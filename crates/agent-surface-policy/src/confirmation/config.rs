@@ -10,7 +10,6 @@ use super::memory::MemoryConfirmationStore;
 use super::policy::ConfirmationPolicy;
 use super::quorum::Quorum;
 use super::store::ConfirmationStore;
-use super::sweeper::DEFAULT_SWEEP_INTERVAL;
 use crate::audit::AuditSink;
 use crate::clock::{Clock, SystemClock};
 use crate::hooks::Scope;
@@ -142,6 +141,9 @@ pub struct ConfirmationConfig {
     /// on whichever replica the repeat lands. `false`: every call without evidence asks anew.
     pub present_on_repeat: bool,
 }
+
+/// The default [`ConfirmationConfig::sweep_interval`]: a minute.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The default [`ConfirmationConfig::store_budget`].
 pub const DEFAULT_STORE_BUDGET: Duration = Duration::from_secs(5);

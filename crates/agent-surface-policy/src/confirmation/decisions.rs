@@ -9,9 +9,9 @@ use tokio::sync::Notify;
 
 use super::approver::Review;
 use super::engine::ConfirmationEngine;
-use super::quorum::{Quorum, SlotSet};
+use super::quorum::{ApprovalVerdict, Quorum, SlotSet};
 use super::record::{ConfirmationRecord, ConfirmationState};
-use super::store::{ApprovalVerdict, Decided};
+use super::store::Decided;
 use crate::audit::{AuditKind, AuditVerdict, bounded_note};
 use crate::clock::Clock;
 use crate::consumer::Identity;

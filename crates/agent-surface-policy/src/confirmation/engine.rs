@@ -1,7 +1,7 @@
 //! The engine: [`ConfirmationEngine`], its state, its gate (phase 7: what is gated, the request,
 //! the wait, the evidence consumed and given back) and the audit events it writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -96,9 +96,47 @@ pub struct ConfirmationEngine {
     /// Wait-mode calls in progress, woken when the host decides their confirmation.
     pub(super) waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// The confirmations already warned about, and those already recorded as expired.
-    pub(super) marks: Mutex<super::expiry::ExpiryMarks>,
+    pub(super) marks: Mutex<ExpiryMarks>,
     /// `confirmation.expired` events the sweep claimed but could not write yet.
-    pub(super) unwritten: Mutex<super::sweeper::Backlog>,
+    pub(super) unwritten: Mutex<Backlog>,
+}
+
+/// The claimed but unwritten expiry events, oldest first, with the writes each failed.
+pub(super) type Backlog = VecDeque<(AuditEvent, u32)>;
+
+/// How many confirmation ids an engine remembers having warned about or recorded as expired
+/// (the oldest are forgotten first).
+const MAX_EXPIRY_MARKS: usize = 4096;
+
+/// Two bounded sets of confirmation ids: warned about, recorded as expired.
+#[derive(Default)]
+pub(super) struct ExpiryMarks {
+    pub(super) warned: MarkSet,
+    pub(super) expired: MarkSet,
+}
+
+/// A set of ids that forgets its oldest beyond [`MAX_EXPIRY_MARKS`].
+#[derive(Default)]
+pub(super) struct MarkSet {
+    ids: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl MarkSet {
+    /// Marks `id`; false when it was marked already.
+    pub(super) fn mark(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() >= MAX_EXPIRY_MARKS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
 }
 
 impl ConfirmationEngine {
@@ -117,8 +155,8 @@ impl ConfirmationEngine {
         ConfirmationEngine {
             config,
             waiters: Mutex::new(HashMap::new()),
-            marks: Mutex::new(super::expiry::ExpiryMarks::default()),
-            unwritten: Mutex::new(super::sweeper::Backlog::default()),
+            marks: Mutex::new(ExpiryMarks::default()),
+            unwritten: Mutex::new(Backlog::default()),
         }
     }
 

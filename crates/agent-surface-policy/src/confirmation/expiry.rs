@@ -5,47 +5,12 @@ use std::sync::{MutexGuard, PoisonError};
 
 use agent_surface_core::Timestamp;
 
-use super::engine::{ConfirmationEngine, record_event};
+use super::engine::{ConfirmationEngine, ExpiryMarks, record_event};
 use super::record::{ConfirmationRecord, ConfirmationState};
 use super::sweeper;
 use crate::audit::AuditKind;
 use crate::clock::Clock;
 use crate::idempotency::StoreError;
-
-/// How many confirmation ids an engine remembers having warned about or recorded as expired
-/// (the oldest are forgotten first).
-const MAX_EXPIRY_MARKS: usize = 4096;
-
-/// Two bounded sets of confirmation ids: warned about, recorded as expired.
-#[derive(Default)]
-pub(super) struct ExpiryMarks {
-    warned: MarkSet,
-    expired: MarkSet,
-}
-
-/// A set of ids that forgets its oldest beyond [`MAX_EXPIRY_MARKS`].
-#[derive(Default)]
-struct MarkSet {
-    ids: std::collections::HashSet<String>,
-    order: std::collections::VecDeque<String>,
-}
-
-impl MarkSet {
-    /// Marks `id`; false when it was marked already.
-    fn mark(&mut self, id: &str) -> bool {
-        if self.ids.contains(id) {
-            return false;
-        }
-        if self.order.len() >= MAX_EXPIRY_MARKS
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.ids.remove(&oldest);
-        }
-        self.ids.insert(id.to_string());
-        self.order.push_back(id.to_string());
-        true
-    }
-}
 
 impl ConfirmationEngine {
     fn marks(&self) -> MutexGuard<'_, ExpiryMarks> {

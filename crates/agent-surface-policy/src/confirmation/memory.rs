@@ -8,9 +8,9 @@ use std::time::Duration;
 use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 
-use super::quorum::SlotSet;
-use super::record::{ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, RelayKey};
-use super::store::{ApprovalVerdict, ConfirmationStore, Consumed, Decided, Inserted, Rejection};
+use super::quorum::{ApprovalVerdict, ApproverDecision, SlotSet};
+use super::record::{ConfirmationBinding, ConfirmationRecord, ConfirmationState, RelayKey};
+use super::store::{ConfirmationStore, Consumed, Decided, Inserted, Rejection};
 use crate::idempotency::StoreError;
 
 /// The configuration of a [`MemoryConfirmationStore`].

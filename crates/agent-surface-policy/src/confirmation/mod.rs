@@ -16,18 +16,16 @@ mod sweeper;
 pub use approver::{Approver, FnApprover, Review};
 pub use config::{
     ConfirmationConfig, ConfirmationMode, DEFAULT_CONFIRMATION_TTL, DEFAULT_EXPIRY_WARNING, DEFAULT_STORE_BUDGET,
-    TargetBinding,
+    DEFAULT_SWEEP_INTERVAL, TargetBinding,
 };
 pub use decisions::ApprovalError;
 pub use engine::{ConfirmationEngine, STORE_RETRY_AFTER};
 pub use memory::{MemoryConfirmationStore, MemoryConfirmationStoreConfig};
 pub use policy::{ConfirmationPolicy, FnConfirmationPolicy, Gate};
-pub use quorum::{MAX_NAMED_APPROVERS, MAX_QUORUM, Quorum, SlotSet};
+pub use quorum::{ApprovalVerdict, ApproverDecision, MAX_NAMED_APPROVERS, MAX_QUORUM, Quorum, SlotSet};
 pub use record::{
-    ApproverDecision, ConfirmationBinding, ConfirmationRecord, ConfirmationState, MAX_CALL_ID_BYTES,
-    MAX_INPUT_PREVIEW_BYTES, Mismatch, RelayKey,
+    ConfirmationBinding, ConfirmationRecord, ConfirmationState, MAX_CALL_ID_BYTES, MAX_INPUT_PREVIEW_BYTES, Mismatch,
+    RelayKey,
 };
-pub use store::{ApprovalVerdict, ConfirmationStore, Consumed, Decided, Inserted, Rejection};
-pub use sweeper::{
-    DEFAULT_SWEEP_INTERVAL, EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats,
-};
+pub use store::{ConfirmationStore, Consumed, Decided, Inserted, Rejection};
+pub use sweeper::{EXPIRY_CLAIM_LEASE, EXPIRY_WRITE_ATTEMPTS, MAX_UNWRITTEN_EXPIRIES, SWEEP_LIMIT, SweepStats};

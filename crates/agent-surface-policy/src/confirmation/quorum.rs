@@ -1,8 +1,9 @@
-//! Who must approve a confirmation: the [`Quorum`], its role slots ([`SlotSet`]) and the matching
-//! that gives each approval a distinct slot.
+//! Who must approve a confirmation and who did: the [`Quorum`], its role slots ([`SlotSet`]), the
+//! matching that gives each approval a distinct slot, and the approvers' decisions
+//! ([`ApproverDecision`], [`ApprovalVerdict`]) it counts.
 
-use super::record::ApproverDecision;
-use super::store::ApprovalVerdict;
+use agent_surface_core::Timestamp;
+
 use crate::consumer::Identity;
 
 /// The most approvals a [`Quorum`] may ask for (a larger number is read as this one, and refused
@@ -294,10 +295,51 @@ fn augment(approval: usize, approvals: &[SlotSet], owner: &mut [Option<usize>], 
     false
 }
 
+/// An approval or a denial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalVerdict {
+    /// Approve: the evidence becomes usable once. Refused when the approver is the requester.
+    Approve,
+    /// Approve in person: the requesting user approved through a channel the agent cannot
+    /// drive — an MCP elicitation answered at the client, a prompt in the host's own interface.
+    /// The requester rule does not apply: the person asked *is* the requester, and the trust
+    /// comes from the channel, which only host code reaches.
+    ApproveInPerson,
+    /// Deny: final; the evidence is rejected with `CONFIRMATION_INVALID {reason: denied}`.
+    Deny,
+}
+
+/// One approver's decision on a confirmation, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApproverDecision {
+    /// The approver's subject (`in-person:{channel}` for an in-person approval).
+    pub approver: String,
+    /// What they decided.
+    pub verdict: ApprovalVerdict,
+    /// When.
+    pub at: Timestamp,
+    /// The quorum's slots this approver could fill when they decided (from their roles; every
+    /// slot for a quorum without role slots); the slot their approval fills is
+    /// [`Quorum::assignment`]'s.
+    pub slots: SlotSet,
+}
+
+impl ApproverDecision {
+    /// `approver` decided `verdict` at `at`, able to fill any slot.
+    pub fn new(approver: impl Into<String>, verdict: ApprovalVerdict, at: Timestamp) -> ApproverDecision {
+        ApproverDecision { approver: approver.into(), verdict, at, slots: SlotSet::ANY }
+    }
+
+    /// The same decision, by an approver who could fill `slots`.
+    pub fn with_slots(mut self, slots: SlotSet) -> ApproverDecision {
+        self.slots = slots;
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use agent_surface_core::Timestamp;
-
     use super::*;
 
     fn set(slots: &[usize]) -> SlotSet {

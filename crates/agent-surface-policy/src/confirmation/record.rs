@@ -1,44 +1,14 @@
 //! What a confirmation store holds: the [`ConfirmationRecord`], the [`ConfirmationBinding`] it is
-//! bound to, its [`ConfirmationState`], the approvers' decisions and the [`RelayKey`] of a call.
+//! bound to, its [`ConfirmationState`] and the [`RelayKey`] of a call.
 
 use std::fmt;
 
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, Timestamp};
 
-use super::quorum::{Quorum, SlotSet};
-use super::store::ApprovalVerdict;
+use super::quorum::{ApprovalVerdict, ApproverDecision, Quorum};
 use crate::idempotency::Fingerprint;
 use crate::principal::same_principal;
-
-/// One approver's decision on a confirmation, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApproverDecision {
-    /// The approver's subject (`in-person:{channel}` for an in-person approval).
-    pub approver: String,
-    /// What they decided.
-    pub verdict: ApprovalVerdict,
-    /// When.
-    pub at: Timestamp,
-    /// The quorum's slots this approver could fill when they decided (from their roles; every
-    /// slot for a quorum without role slots); the slot their approval fills is
-    /// [`Quorum::assignment`]'s.
-    pub slots: SlotSet,
-}
-
-impl ApproverDecision {
-    /// `approver` decided `verdict` at `at`, able to fill any slot.
-    pub fn new(approver: impl Into<String>, verdict: ApprovalVerdict, at: Timestamp) -> ApproverDecision {
-        ApproverDecision { approver: approver.into(), verdict, at, slots: SlotSet::ANY }
-    }
-
-    /// The same decision, by an approver who could fill `slots`.
-    pub fn with_slots(mut self, slots: SlotSet) -> ApproverDecision {
-        self.slots = slots;
-        self
-    }
-}
 
 /// What a confirmation is for: the caller, the capability, the target and the input.
 ///

@@ -6,23 +6,9 @@ use std::fmt;
 use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 
-use super::quorum::SlotSet;
+use super::quorum::{ApprovalVerdict, SlotSet};
 use super::record::{ConfirmationBinding, ConfirmationRecord, ConfirmationState, Mismatch, RelayKey};
 use crate::idempotency::StoreError;
-
-/// An approval or a denial.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApprovalVerdict {
-    /// Approve: the evidence becomes usable once. Refused when the approver is the requester.
-    Approve,
-    /// Approve in person: the requesting user approved through a channel the agent cannot
-    /// drive — an MCP elicitation answered at the client, a prompt in the host's own interface.
-    /// The requester rule does not apply: the person asked *is* the requester, and the trust
-    /// comes from the channel, which only host code reaches.
-    ApproveInPerson,
-    /// Deny: final; the evidence is rejected with `CONFIRMATION_INVALID {reason: denied}`.
-    Deny,
-}
 
 /// What [`ConfirmationStore::decide`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]

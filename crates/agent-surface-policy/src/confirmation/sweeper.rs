@@ -3,16 +3,12 @@
 //! engine's clock until told to stop, so that expiry warnings (and whatever else the sweep records)
 //! are written without anyone looking at a confirmation.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::ConfirmationEngine;
+use super::engine::{Backlog, ConfirmationEngine};
 use crate::audit::AuditEvent;
-
-/// The default [`ConfirmationConfig::sweep_interval`](crate::ConfirmationConfig::sweep_interval): a minute.
-pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The most pending confirmations one round of [`ConfirmationEngine::run_sweeps`] looks through.
 pub const SWEEP_LIMIT: usize = 1000;
@@ -33,9 +29,6 @@ pub const EXPIRY_CLAIM_LEASE: Duration = Duration::from_secs(300);
 /// The most claimed but unwritten `confirmation.expired` events an engine keeps for its next
 /// sweeps; past it the oldest is given up (logged at `ERROR`).
 pub const MAX_UNWRITTEN_EXPIRIES: usize = 1000;
-
-/// The claimed but unwritten expiry events, oldest first, with the writes each failed.
-pub(super) type Backlog = VecDeque<(AuditEvent, u32)>;
 
 /// A claimed (or being claimed) expiry's event not known to be written: dropped without
 /// [`written`](Self::written) — its write failed, or the sweep was dropped mid-way —, it goes to
