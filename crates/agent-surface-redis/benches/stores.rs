@@ -7,7 +7,9 @@
 //! - `stores/memory`: a new invocation id per call on `MemoryIdempotencyStore` (admit, run,
 //!   settle: the baseline);
 //! - `stores/redis`: the same on `RedisIdempotencyStore`;
-//! - `stores/redis_replay`: a retry answered from the stored result on Redis.
+//! - `stores/redis_replay`: a retry answered from the stored result on Redis;
+//! - `stores/evalsha_x2`: the floor of two round trips, two bare `EVALSHA`s of a one-write
+//!   script one after the other (issue #29 compares a tracked call with it).
 //!
 //! After the criterion groups it prints the ratios of the median estimates, the Redis round
 //! trips per call, counted from the server's command statistics over 1,000 calls of each kind,
@@ -78,6 +80,25 @@ fn main() {
             BatchSize::SmallInput,
         )
     });
+    // The floor of a call that needs two round trips to the store: two bare `EVALSHA`s of a
+    // one-write script, one after the other (what an admission and a settlement cost without the
+    // records' work: the record's hash fields, the fingerprint, the lease, the announcement).
+    let floor = redis::Script::new("redis.call('HSET', KEYS[1], 'v', ARGV[1]) return 1");
+    let floor_conn = stores.connection();
+    g.bench_function("evalsha_x2", |b| {
+        b.to_async(&rt).iter_batched(
+            || format!("bench:{nonce}:floor:{}", n.fetch_add(1, Ordering::Relaxed)),
+            |key| {
+                let (floor, mut conn) = (&floor, floor_conn.clone());
+                async move {
+                    let one: i64 = floor.key(&key).arg(1).invoke_async(&mut conn).await.expect("EVALSHA answers");
+                    let two: i64 = floor.key(&key).arg(2).invoke_async(&mut conn).await.expect("EVALSHA answers");
+                    black_box(one + two)
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
     c.final_summary();
 
@@ -99,11 +120,17 @@ fn main() {
 
     println!("\nratios against stores/memory (median estimates of this run):");
     let base = median_ns("stores/memory");
-    for id in ["stores/memory", "stores/redis", "stores/redis_replay"] {
+    for id in ["stores/memory", "stores/redis", "stores/redis_replay", "stores/evalsha_x2"] {
         match (median_ns(id), base) {
             (Some(t), Some(b)) => println!("  {id:<22} {t:>10.0} ns   {:>6.2}x", t / b),
             _ => println!("  {id:<22} (no estimate)"),
         }
+    }
+    if let (Some(tracked), Some(floor)) = (median_ns("stores/redis"), median_ns("stores/evalsha_x2")) {
+        println!(
+            "a tracked call on Redis against two bare EVALSHA round trips: {tracked:.0} / {floor:.0} ns = {:.2}x (target ≤ 1.2x)",
+            tracked / floor
+        );
     }
     println!(
         "Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {replays:.2} for a replay"
