@@ -93,6 +93,7 @@ mod consumer;
 pub mod guard;
 pub mod hooks;
 pub mod idempotency;
+pub mod inbox;
 pub mod principal;
 pub mod rate;
 mod reach;

@@ -9,14 +9,15 @@ use crate::clock::Clock;
 use crate::confirmation::{ConfirmationStore, MemoryConfirmationStore};
 use crate::hooks::RateLimiter;
 use crate::idempotency::{IdempotencyStore, MemoryIdempotencyStore};
+use crate::inbox::{InboxStore, MemoryInboxStore};
 use crate::rate::{MemoryRateLimiter, RateBudgets, RateLimitConfig};
 use crate::task::{MemoryTaskStore, TaskStore};
 
 /// Makes the rate limiter of a bundle for some budgets, on the service's clock.
 type LimiterFactory = dyn Fn(RateBudgets, Arc<dyn Clock>) -> Arc<dyn RateLimiter> + Send + Sync;
 
-/// The stores of one service, from one backend: idempotency records, confirmations, tasks, and
-/// the rate limiter for the service's budgets.
+/// The stores of one service, from one backend: idempotency records, confirmations, tasks, the
+/// approval inbox's sessions, and the rate limiter for the service's budgets.
 ///
 /// ```
 /// use agent_surface_policy::{IdempotencyStore, RateBudgets, Reach, Stores, SystemClock};
@@ -36,6 +37,9 @@ pub struct Stores {
     pub confirmations: Arc<dyn ConfirmationStore>,
     /// Calls answered as tasks (the MCP adapter's).
     pub tasks: Arc<dyn TaskStore>,
+    /// The approval inbox's sessions, used form nonces and form-signing key (in memory unless
+    /// the backend gives its own: see [`with_inbox`](Stores::with_inbox)).
+    pub inbox: Arc<dyn InboxStore>,
     limiter: Arc<LimiterFactory>,
 }
 
@@ -47,6 +51,7 @@ impl Stores {
             idempotency: Arc::new(MemoryIdempotencyStore::default()),
             confirmations: Arc::new(MemoryConfirmationStore::default()),
             tasks: Arc::new(MemoryTaskStore::default()),
+            inbox: Arc::new(MemoryInboxStore::default()),
             limiter: Arc::new(|budgets: RateBudgets, clock: Arc<dyn Clock>| -> Arc<dyn RateLimiter> {
                 Arc::new(MemoryRateLimiter::new(RateLimitConfig::with_budgets(budgets, clock)))
             }),
@@ -54,14 +59,28 @@ impl Stores {
     }
 
     /// A bundle of these stores; `limiter` makes the rate limiter for the service's budgets on
-    /// its clock (a backend's own limiter, sharing its connection).
+    /// its clock (a backend's own limiter, sharing its connection). The inbox's store is in
+    /// memory until [`with_inbox`](Stores::with_inbox) gives the backend's.
     pub fn new(
         idempotency: Arc<dyn IdempotencyStore>,
         confirmations: Arc<dyn ConfirmationStore>,
         tasks: Arc<dyn TaskStore>,
         limiter: impl Fn(RateBudgets, Arc<dyn Clock>) -> Arc<dyn RateLimiter> + Send + Sync + 'static,
     ) -> Stores {
-        Stores { idempotency, confirmations, tasks, limiter: Arc::new(limiter) }
+        Stores {
+            idempotency,
+            confirmations,
+            tasks,
+            inbox: Arc::new(MemoryInboxStore::default()),
+            limiter: Arc::new(limiter),
+        }
+    }
+
+    /// These stores, with `inbox` keeping the approval inbox's sessions (the backend's own, so
+    /// that replicas share them).
+    pub fn with_inbox(mut self, inbox: Arc<dyn InboxStore>) -> Stores {
+        self.inbox = inbox;
+        self
     }
 
     /// The rate limiter of this backend for `budgets`, on `clock`.
@@ -75,6 +94,7 @@ impl fmt::Debug for Stores {
         f.debug_struct("Stores")
             .field("idempotency", &self.idempotency)
             .field("confirmations", &self.confirmations)
+            .field("inbox", &self.inbox)
             .finish_non_exhaustive()
     }
 }

@@ -20,12 +20,14 @@
 //! `HttpOnly`, `SameSite=Strict`, `Path=/`, `Max-Age` the session's life, `Secure`; when
 //! [`InboxConfig::secure_cookie`] is off for plain-HTTP development, `inbox_session` with
 //! `Path={prefix}/`); a request with several live session cookies (one planted beside the
-//! person's own) is signed in as nobody; the token stays in the
-//! process's memory (a bounded map), is never sent back, and is proven again on every request, so
-//! a revoked or expired token ends the session at once. A session ends on sign-out (the server
-//! forgets it: a copy of the cookie is worth nothing), when the browser signs in again, after
-//! [`InboxConfig::session_ttl`] (8 hours by default), or when the process ends; sessions are per
-//! process (replicas behind one address need sticky routing, or bearer tokens); one subject
+//! person's own) is signed in as nobody. The session is kept in [`InboxConfig::store`] (in the
+//! process's memory by default; a shared store lets replicas behind one address serve each
+//! other's sessions without sticky routing): under a digest of the id, with the token sealed
+//! under a key only the id opens, so the store holds no usable token. The token is never sent
+//! back, and is proven again on every request, so a revoked or expired token ends the session at
+//! once. A session ends on sign-out (the store forgets it: a copy of the cookie is worth
+//! nothing), when the browser signs in again, after [`InboxConfig::session_ttl`] (8 hours by
+//! default), or when the store forgets it (a memory store when the process ends); one subject
 //! holds at most 8 at once (signing in again ends its oldest, never someone else's). With
 //! [`InboxConfig::approver_role`] only identities with that role may use the inbox (signing in
 //! with a token without it is refused as a bad token is, and opens no session).
@@ -43,7 +45,8 @@
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
 //! bound to the session (or bearer token) and to the one action, valid 30 minutes, accepted once,
-//! so a forged or replayed post is refused (`403`). The sign-in form's token is bound to a random
+//! so a forged or replayed post is refused (`403`) — by every replica on one store, since the
+//! key that signs the forms and the tokens already used are kept there. The sign-in form's token is bound to a random
 //! value in a cookie set with the form ([`SIGN_IN_COOKIE`]; `__Host-` prefixed when `Secure`,
 //! `SameSite=Strict`, 30 minutes), so another site cannot post a sign-in form it fetched for
 //! itself to sign a victim's browser in as the attacker (login CSRF). Its tokens are kept apart
@@ -84,8 +87,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_surface_policy::inbox::{InboxStore, MemoryInboxStore, SessionLimits};
 use agent_surface_policy::{
-    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, Identity,
+    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, Identity, StoreError,
     confirmation::ConfirmationState,
 };
 use agent_surface_server::HostCheck;
@@ -159,6 +163,10 @@ pub struct InboxConfig {
     /// are (the port ignored; empty: any host); the default admits loopback only. Give it the
     /// names the binding's routes admit.
     pub allowed_hosts: Vec<String>,
+    /// Where the sessions, the form-signing keys and the used form tokens are kept (default: a
+    /// [`MemoryInboxStore`] of this configuration's, one process). Give the backend's shared
+    /// store (`Stores::inbox`) so replicas behind one address need no sticky routing.
+    pub store: Arc<dyn InboxStore>,
 }
 
 impl InboxConfig {
@@ -173,6 +181,7 @@ impl InboxConfig {
             secure_cookie: true,
             session_ttl: DEFAULT_SESSION_TTL,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            store: Arc::new(MemoryInboxStore::default()),
         }
     }
 }
@@ -185,6 +194,7 @@ impl std::fmt::Debug for InboxConfig {
             .field("secure_cookie", &self.secure_cookie)
             .field("session_ttl", &self.session_ttl)
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
@@ -192,8 +202,9 @@ impl std::fmt::Debug for InboxConfig {
 struct Inbox {
     config: InboxConfig,
     csrf: Csrf,
-    /// The sign-in form's tokens, apart: whoever fills their used set (anyone may fetch the
-    /// form) holds up sign-in only, never a signed-in approver's decision or sign-out.
+    /// The sign-in form's tokens, apart (a key and used set of their own): whoever fills their
+    /// used set (anyone may fetch the form) holds up sign-in only, never a signed-in approver's
+    /// decision or sign-out.
     sign_in_csrf: Csrf,
     sessions: Sessions,
     /// The stylesheet's path (`{prefix}/static/inbox-{hash}.css`), linked from every page.
@@ -206,31 +217,29 @@ struct Approver {
     identity: Identity,
     binding: String,
     session: Option<String>,
+    /// The sign-out form's token, for the pages' header.
+    sign_out: String,
 }
 
 /// The inbox's routes (see the [module](self)); merge them into the application's router.
 pub fn router(config: InboxConfig) -> Router {
-    routes(inbox_state(config, csrf::MAX_USED))
+    routes(inbox_state(config))
 }
 
-/// The inbox's state; the sign-in form's used tokens kept apart, at most `sign_in_used`.
-fn inbox_state(mut config: InboxConfig, sign_in_used: usize) -> Arc<Inbox> {
+/// The inbox's state.
+fn inbox_state(mut config: InboxConfig) -> Arc<Inbox> {
     let trimmed = config.prefix.trim_end_matches('/');
     config.prefix =
         if trimmed.is_empty() || trimmed.starts_with('/') { trimmed.to_string() } else { format!("/{trimmed}") };
     let prefix = &config.prefix;
-    let mut key = [0u8; 32];
-    agent_surface_core::id::fill_random(&mut key);
-    let mut sign_in_key = [0u8; 32];
-    agent_surface_core::id::fill_random(&mut sign_in_key);
     let stylesheet = format!("{prefix}/static/inbox-{}.css", stylesheet_hash());
     let ttl_ms = u64::try_from(config.session_ttl.as_millis()).unwrap_or(u64::MAX);
     Arc::new(Inbox {
-        config,
-        csrf: Csrf::new(key),
-        sign_in_csrf: Csrf::with_capacity(sign_in_key, sign_in_used),
-        sessions: Sessions::new(ttl_ms),
+        csrf: Csrf::new("forms", config.store.clone()),
+        sign_in_csrf: Csrf::new("sign-in", config.store.clone()),
+        sessions: Sessions::new(ttl_ms, SessionLimits::default(), config.store.clone()),
         stylesheet,
+        config,
     })
 }
 
@@ -321,29 +330,44 @@ impl Inbox {
 
     /// The approver, from a bearer token or the session cookie; `None` when neither proves one.
     /// A session's token is proven again each time: one that no longer signs anyone in (revoked,
-    /// expired) ends the session.
-    async fn approver(&self, headers: &HeaderMap) -> Option<Approver> {
+    /// expired) ends the session. An error: the store did not answer.
+    async fn approver(&self, headers: &HeaderMap) -> Result<Option<Approver>, StoreError> {
         let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if let Some(token) = authorization.and_then(agent_surface_policy::authn::bearer_token) {
-            let identity = self.authenticate(token).await?;
-            return Some(Approver { identity, binding: format!("bearer:{token}"), session: None });
+            let Some(identity) = self.authenticate(token).await else { return Ok(None) };
+            return self.signed_in(identity, format!("bearer:{token}"), None).await.map(Some);
         }
         // Several session cookies (one planted beside this browser's own) prove nobody: which of
         // them is the person's cannot be told, so none is used.
-        let mut live = cookies(headers, self.session_cookie())
-            .into_iter()
-            .filter_map(|id| self.sessions.credential(&id, self.now()).map(|token| (id, token)));
-        let (id, token) = live.next()?;
+        let mut live = Vec::new();
+        for id in cookies(headers, self.session_cookie()) {
+            if let Some(token) = self.sessions.credential(&id, self.now()).await? {
+                live.push((id, token));
+            }
+        }
+        let mut live = live.into_iter();
+        let Some((id, token)) = live.next() else { return Ok(None) };
         if live.any(|(other, _)| other != id) {
             tracing::warn!(target: "agent_surface::inbox", "several live session cookies: none is used");
-            return None;
+            return Ok(None);
         }
         let Some(identity) = self.authenticate(&token).await else {
             tracing::info!(target: "agent_surface::inbox", "session ended: its token no longer signs anyone in");
-            self.sessions.close(&id);
-            return None;
+            self.sessions.close(&id).await?;
+            return Ok(None);
         };
-        Some(Approver { identity, binding: format!("session:{id}"), session: Some(id) })
+        self.signed_in(identity, format!("session:{id}"), Some(id)).await.map(Some)
+    }
+
+    /// The approver `identity`, its forms bound to `binding`.
+    async fn signed_in(
+        &self,
+        identity: Identity,
+        binding: String,
+        session: Option<String>,
+    ) -> Result<Approver, StoreError> {
+        let sign_out = self.csrf.issue(&binding, "sign-out", self.now()).await?;
+        Ok(Approver { identity, binding, session, sign_out })
     }
 
     /// Who `token` proves, as the authenticator says for `Authorization: Bearer {token}`.
@@ -419,7 +443,8 @@ impl Inbox {
     /// form when nobody is signed in (which brings them back to the confirmation `then` once
     /// they are), a `403` page when the identity may not use the inbox.
     async fn require(&self, headers: &HeaderMap, then: Option<&str>) -> Result<Approver, Response> {
-        let Some(approver) = self.approver(headers).await else {
+        let approver = self.approver(headers).await.map_err(|e| store_down(self, &e))?;
+        let Some(approver) = approver else {
             let back = then.map(|id| format!("?c={}", percent_path(id))).unwrap_or_default();
             return Err(redirect(&format!("{}/sign-in{back}", self.prefix()), &[]));
         };
@@ -430,11 +455,7 @@ impl Inbox {
     }
 
     fn page(&self, status: StatusCode, title: &str, approver: Option<&Approver>, body: &str) -> Response {
-        let signed_in = approver.map(|a| {
-            let token = self.csrf.issue(&a.binding, "sign-out", self.now());
-            (a.identity.subject.clone(), token)
-        });
-        let signed = signed_in.as_ref().map(|(s, t)| (s.as_str(), self.prefix(), t.as_str()));
+        let signed = approver.map(|a| (a.identity.subject.as_str(), self.prefix(), a.sign_out.as_str()));
         let html = html::page(title, &self.stylesheet, signed, body);
         (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], html).into_response()
     }
@@ -495,7 +516,13 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
     let open = record.state == ConfirmationState::Pending
         && inbox.now() < record.expires_at
         && !record.decided_by(&approver.identity.subject);
-    let csrf = open.then(|| inbox.csrf.issue(&approver.binding, &format!("decide:{id}"), inbox.now()));
+    let csrf = match open {
+        true => match inbox.csrf.issue(&approver.binding, &format!("decide:{id}"), inbox.now()).await {
+            Ok(token) => Some(token),
+            Err(e) => return store_down(&inbox, &e),
+        },
+        false => None,
+    };
     let body = html::detail(inbox.prefix(), &record, csrf.as_deref(), inbox.now());
     inbox.page(StatusCode::OK, "Confirmation", Some(&approver), &body)
 }
@@ -510,7 +537,10 @@ async fn decide(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers
         Err(r) => return r,
     };
     let token = form.get("csrf").map(String::as_str).unwrap_or_default();
-    if let Err(why) = inbox.csrf.redeem(token, &approver.binding, &format!("decide:{id}"), inbox.now()) {
+    if let Err(why) = inbox.csrf.redeem(token, &approver.binding, &format!("decide:{id}"), inbox.now()).await {
+        if why == csrf::Refused::Unavailable {
+            return store_unanswered(&inbox);
+        }
         tracing::warn!(target: "agent_surface::inbox", confirmation_id = %id, refused = ?why, "form token refused");
         return inbox.message(
             StatusCode::FORBIDDEN,
@@ -574,7 +604,10 @@ async fn sign_in_form(State(inbox): State<Arc<Inbox>>, uri: Uri, headers: Header
         agent_surface_core::id::fill_random(&mut raw);
         agent_surface_core::hex::Hex(&raw).to_string()
     });
-    let token = inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
+    let token = match inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now()).await {
+        Ok(token) => token,
+        Err(e) => return store_down(&inbox, &e),
+    };
     let page = html::sign_in(inbox.prefix(), &token, then.as_deref(), false);
     let mut response = inbox.page(StatusCode::OK, "Sign in", None, &page);
     append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
@@ -609,9 +642,12 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
     // refused, and of two posts of one form at once only one signs in.
     let binding = cookie(&headers, inbox.sign_in_cookie()).filter(|v| is_sign_in_value(v));
     let checked = match &binding {
-        Some(b) => inbox.sign_in_csrf.check(csrf, &format!("sign-in:{b}"), "sign-in", inbox.now()),
+        Some(b) => inbox.sign_in_csrf.check(csrf, &format!("sign-in:{b}"), "sign-in", inbox.now()).await,
         None => Err(csrf::Refused::Forged),
     };
+    if checked == Err(csrf::Refused::Unavailable) {
+        return store_unanswered(&inbox);
+    }
     let Some(binding) = binding.filter(|_| checked.is_ok()) else {
         tracing::warn!(target: "agent_surface::inbox", refused = ?checked.err(), "sign-in form refused");
         return refuse_sign_in_form(&inbox);
@@ -621,22 +657,33 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
     let identity = if valid { inbox.authenticate(&token).await } else { None };
     // An identity that may not use the inbox is refused as a bad token is, and opens no session.
     let Some(identity) = identity.filter(|i| inbox.may_use(i)) else {
-        let again = inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now());
+        let again = match inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now()).await {
+            Ok(token) => token,
+            Err(e) => return store_down(&inbox, &e),
+        };
         let page = html::sign_in(inbox.prefix(), &again, then, true);
         let mut response = inbox.page(StatusCode::UNAUTHORIZED, "Sign in", None, &page);
         // The cookie lives as long as the new form's token.
         append_cookie(&mut response, &inbox.sign_in_cookie_header(Some(&binding)));
         return response;
     };
-    if let Err(why) = inbox.sign_in_csrf.redeem(csrf, &format!("sign-in:{binding}"), "sign-in", inbox.now()) {
+    if let Err(why) = inbox.sign_in_csrf.redeem(csrf, &format!("sign-in:{binding}"), "sign-in", inbox.now()).await {
+        if why == csrf::Refused::Unavailable {
+            return store_unanswered(&inbox);
+        }
         tracing::warn!(target: "agent_surface::inbox", refused = ?why, "sign-in form refused");
         return refuse_sign_in_form(&inbox);
     }
     // A session this browser held before (signing in as someone else) ends with the new one.
     for previous in cookies(&headers, inbox.session_cookie()) {
-        inbox.sessions.close(&previous);
+        if let Err(e) = inbox.sessions.close(&previous).await {
+            return store_down(&inbox, &e);
+        }
     }
-    let session = inbox.sessions.open(&token, &identity.subject, inbox.now());
+    let session = match inbox.sessions.open(&token, &identity.subject, inbox.now()).await {
+        Ok(session) => session,
+        Err(e) => return store_down(&inbox, &e),
+    };
     let cookies = [inbox.session_cookie_header(Some(&session)), inbox.sign_in_cookie_header(None)];
     redirect(&after_sign_in(&inbox, then), &cookies)
 }
@@ -656,21 +703,40 @@ fn refuse_sign_in_form(inbox: &Inbox) -> Response {
 }
 
 async fn sign_out(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(approver) = inbox.approver(&headers).await else {
-        return redirect(&format!("{}/sign-in", inbox.prefix()), &[]);
+    let approver = match inbox.approver(&headers).await {
+        Ok(Some(approver)) => approver,
+        Ok(None) => return redirect(&format!("{}/sign-in", inbox.prefix()), &[]),
+        Err(e) => return store_down(&inbox, &e),
     };
     let form = match inbox.form(&headers, &body) {
         Ok(f) => f,
         Err(r) => return r,
     };
     let csrf = form.get("csrf").map(String::as_str).unwrap_or_default();
-    if inbox.csrf.redeem(csrf, &approver.binding, "sign-out", inbox.now()).is_err() {
+    let redeemed = inbox.csrf.redeem(csrf, &approver.binding, "sign-out", inbox.now()).await;
+    if redeemed == Err(csrf::Refused::Unavailable) {
+        return store_unanswered(&inbox);
+    }
+    if redeemed.is_err() {
         return inbox.message(StatusCode::FORBIDDEN, "Form refused", "This form is not valid any more.");
     }
-    if let Some(session) = &approver.session {
-        inbox.sessions.close(session);
+    if let Some(session) = &approver.session
+        && let Err(e) = inbox.sessions.close(session).await
+    {
+        return store_down(&inbox, &e);
     }
     redirect(&format!("{}/sign-in", inbox.prefix()), &[inbox.session_cookie_header(None)])
+}
+
+/// `503`: the inbox's store did not answer (the cause goes to the operator log only).
+fn store_down(inbox: &Inbox, error: &StoreError) -> Response {
+    tracing::error!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(error), "inbox store failed");
+    store_unanswered(inbox)
+}
+
+/// `503`: the inbox's store did not answer (the cause was logged where it failed).
+fn store_unanswered(inbox: &Inbox) -> Response {
+    inbox.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", "The inbox cannot be used now. Try again shortly.")
 }
 
 fn unavailable(inbox: &Inbox, error: &str) -> Response {
@@ -732,6 +798,7 @@ fn percent_path(id: &str) -> percent_encoding::PercentEncode<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_surface_policy::inbox::MemoryInboxStoreConfig;
     use agent_surface_policy::{BearerTokens, ConfirmationConfig};
     use axum::body::Body;
     use tower::ServiceExt;
@@ -776,6 +843,7 @@ mod tests {
 
     /// Whoever fills the sign-in form's used tokens (anyone may fetch the form) holds up sign-in
     /// only: a signed-in approver still decides and signs out. Failed sign-ins use up nothing.
+    /// (A bounded store keeps at most 2 used tokens per set here.)
     #[tokio::test]
     async fn a_full_sign_in_set_does_not_hold_up_decisions() {
         let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
@@ -786,14 +854,16 @@ mod tests {
         let config = InboxConfig {
             approver_role: Some("approver".into()),
             secure_cookie: false,
+            store: Arc::new(MemoryInboxStore::new(MemoryInboxStoreConfig::with_max_used_per_scope(2))),
             ..InboxConfig::new(engine, Arc::new(tokens))
         };
-        let state = inbox_state(config, 1);
+        let state = inbox_state(config);
         let app = routes(state.clone());
-        // Failed sign-ins record nothing: the one place is still free after many.
+        // Failed sign-ins record nothing: the two places are still free after many.
         for _ in 0..5 {
             assert_eq!(sign_in(&app, "t-junk").await, (StatusCode::UNAUTHORIZED, None));
         }
+        assert_eq!(sign_in(&app, "t-manager").await.0, StatusCode::SEE_OTHER);
         let (status, session) = sign_in(&app, "t-manager").await;
         assert_eq!(status, StatusCode::SEE_OTHER);
         let session = session.unwrap();
@@ -802,11 +872,11 @@ mod tests {
         // … and the manager's decision still gets past its form token to the engine (which
         // knows no such confirmation), as does the sign-out.
         let id = session.split_once('=').unwrap().1;
-        let csrf = state.csrf.issue(&format!("session:{id}"), "decide:c-x", state.now());
+        let csrf = state.csrf.issue(&format!("session:{id}"), "decide:c-x", state.now()).await.unwrap();
         let (status, _, page) =
             send(&app, "POST", "/inbox/c/c-x", &session, &format!("verdict=deny&csrf={csrf}")).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
-        let csrf = state.csrf.issue(&format!("session:{id}"), "sign-out", state.now());
+        let csrf = state.csrf.issue(&format!("session:{id}"), "sign-out", state.now()).await.unwrap();
         let (status, _, page) = send(&app, "POST", "/inbox/sign-out", &session, &format!("csrf={csrf}")).await;
         assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
     }
