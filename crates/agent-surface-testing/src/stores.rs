@@ -16,8 +16,13 @@
 //! stores::check_confirmation_store(&MemoryConfirmationStore::default(), "doc-").await;
 //! stores::check_task_store(&MemoryTaskStore::default(), "doc-").await;
 //! stores::check_audit_sink(&agent_surface_policy::MemoryAuditSink::default(), "doc-").await;
+//! stores::check_inbox_store(&agent_surface_policy::inbox::MemoryInboxStore::default(), "doc-").await;
 //! # });
 //! ```
+
+mod inbox;
+
+pub use inbox::{check_inbox_replicas, check_inbox_store};
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;

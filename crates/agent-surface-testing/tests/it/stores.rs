@@ -91,3 +91,14 @@ async fn the_per_consumer_quota_kit_refuses_a_budget_over_all_capabilities() {
     let limiter = MemoryRateLimiter::new(RateLimitConfig { per_consumer: Some(quota), ..Default::default() });
     stores::check_consumer_quotas(&limiter, quota, "kit-").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_inbox_store_passes_the_kit() {
+    stores::check_inbox_store(&agent_surface_policy::inbox::MemoryInboxStore::default(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_on_one_memory_inbox_store_share_it() {
+    let store = std::sync::Arc::new(agent_surface_policy::inbox::MemoryInboxStore::default());
+    stores::check_inbox_replicas(store.clone(), store, "kit-").await;
+}
