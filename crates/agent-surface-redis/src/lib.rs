@@ -42,8 +42,8 @@
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
 //! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
 //! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
-//! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}` and the audit stream
-//! `{prefix}audit`. Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
+//! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}`, the audit stream
+//! `{prefix}audit`, and the approval inbox's `{prefix}inbox-…` keys ([`RedisInboxStore`]). Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
 //! (`redis://user:pass@host:6379/`). TLS (`rediss://`) needs one of the `redis` crate's TLS
 //! features, which this crate does not turn on (they bring a TLS stack every user would compile):
 //! add `redis = { version = "1.8", features = ["tokio-rustls-comp"] }` (or
@@ -76,6 +76,7 @@
 pub mod audit;
 mod confirmation;
 mod idempotency;
+mod inbox;
 mod rate;
 mod task;
 mod told;
@@ -93,6 +94,7 @@ pub use redis;
 pub use audit::RedisAuditSink;
 pub use confirmation::RedisConfirmationStore;
 pub use idempotency::RedisIdempotencyStore;
+pub use inbox::RedisInboxStore;
 pub use rate::{RedisRateConfig, RedisRateLimiter};
 pub use task::RedisTaskStore;
 
@@ -240,6 +242,12 @@ impl RedisStores {
         RedisTaskStore::new(self.clone())
     }
 
+    /// The approval inbox's store: its sessions, used form tokens and form-signing keys, shared
+    /// by the replicas (see [`RedisInboxStore`]).
+    pub fn inbox(&self) -> RedisInboxStore {
+        RedisInboxStore::new(self.clone())
+    }
+
     /// The audit sink: a stream under `{prefix}audit`.
     pub fn audit(&self) -> RedisAuditSink {
         RedisAuditSink::new(self.clone())
@@ -251,7 +259,7 @@ impl RedisStores {
     }
 
     /// Every store of a service on this Redis, as one bundle (idempotency records,
-    /// confirmations, tasks, and the rate limiter of the service's budgets, which measures them
+    /// confirmations, tasks, the approval inbox's sessions, and the rate limiter of the service's budgets, which measures them
     /// on Redis' clock): what `agent_surface_registry::ServiceBuilder::stores` takes, so that a
     /// replica is never half on Redis and half in memory.
     pub fn bundle(&self) -> agent_surface_policy::Stores {
@@ -262,6 +270,7 @@ impl RedisStores {
             std::sync::Arc::new(self.tasks()),
             move |budgets, _clock| std::sync::Arc::new(stores.rate_limiter(budgets)),
         )
+        .with_inbox(std::sync::Arc::new(self.inbox()))
     }
 
     /// The connection the stores share (it reconnects by itself; cheap to clone), for the
@@ -288,6 +297,16 @@ impl RedisStores {
     /// The settlement subscription, started on first use (by a follower).
     fn told(&self) -> &told::Told {
         self.told.get_or_init(|| told::Told::start(self.client.clone(), self.settled_channel(), self.config.op_timeout))
+    }
+
+    /// Runs one command under the time budget; failures are `StoreError::Unavailable`.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.config.op_timeout, cmd.query_async(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("redis: {e}"))),
+            Err(_) => Err(StoreError::Unavailable(format!("redis: no answer within {:?}", self.config.op_timeout))),
+        }
     }
 
     /// Runs one script under the time budget; failures are `StoreError::Unavailable`.

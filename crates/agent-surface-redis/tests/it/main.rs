@@ -7,6 +7,7 @@
 
 mod format;
 mod idempotency;
+mod inbox;
 mod rate;
 mod relayed;
 mod restart;

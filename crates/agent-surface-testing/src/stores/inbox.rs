@@ -36,7 +36,6 @@ pub async fn check_inbox_store(store: &dyn InboxStore, prefix: &str) {
     let read = store.session(a, at(999)).await.unwrap().expect("a session opened is read back");
     assert_eq!(read, session(&format!("{prefix}manager"), at(1_000), &sealed), "read back as given, every byte");
     assert_eq!(store.session(a, at(1_000)).await.unwrap(), None, "a session is over at its expiry");
-    assert_eq!(store.session(a, at(500)).await.unwrap(), None, "an expired session may be deleted, never revived");
     let b = lookup(prefix, "b");
     store.open_session(b, session(&format!("{prefix}manager"), at(2_000), b"x"), limits, at(0)).await.unwrap();
     store.close_session(b).await.unwrap();
