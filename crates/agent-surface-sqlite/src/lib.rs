@@ -92,6 +92,7 @@ mod audit;
 mod confirmation;
 mod db;
 mod idempotency;
+mod inbox;
 mod memory;
 mod rate;
 mod schema;
@@ -114,6 +115,7 @@ pub use rusqlite;
 pub use audit::SqliteAuditSink;
 pub use confirmation::SqliteConfirmationStore;
 pub use idempotency::SqliteIdempotencyStore;
+pub use inbox::SqliteInboxStore;
 pub use rate::SqliteRateLimiter;
 pub use task::SqliteTaskStore;
 
@@ -291,6 +293,12 @@ impl SqliteStores {
         SqliteTaskStore::new(self.clone())
     }
 
+    /// The approval inbox's store: its sessions (which survive a restart), used form tokens and
+    /// form-signing keys.
+    pub fn inbox(&self) -> SqliteInboxStore {
+        SqliteInboxStore::new(self.clone())
+    }
+
     /// The audit sink.
     pub fn audit(&self) -> SqliteAuditSink {
         SqliteAuditSink::new(self.clone())
@@ -302,7 +310,7 @@ impl SqliteStores {
     }
 
     /// Every store of a service in this file, as one bundle (idempotency records,
-    /// confirmations, tasks, and the rate limiter of the service's budgets): what
+    /// confirmations, tasks, the approval inbox's sessions, and the rate limiter of the service's budgets): what
     /// `agent_surface_registry::ServiceBuilder::stores` takes. The audit trail is apart
     /// ([`audit`](Self::audit)), as the builder takes it apart.
     pub fn bundle(&self) -> Stores {
@@ -313,6 +321,7 @@ impl SqliteStores {
             Arc::new(self.tasks()),
             move |budgets, clock| -> Arc<dyn RateLimiter> { Arc::new(stores.rate_limiter(budgets, clock)) },
         )
+        .with_inbox(Arc::new(self.inbox()))
     }
 
     /// Runs `f` on the database thread inside one of its transactions, for the application's own
@@ -321,7 +330,7 @@ impl SqliteStores {
     /// failure, is `StoreError::Unavailable`, text for the operator channel). Nothing else runs
     /// while `f` does, so keep it short, and never begin, commit or roll back in it. Keep the
     /// application's tables apart from the stores' (`idem`, `conf`, `conf_relay`, `task`, `rate`,
-    /// `audit`): prefix them, for example `app_`, and create them with `IF NOT EXISTS`.
+    /// `audit`, `inbox_session`, `inbox_nonce`, `inbox_key`): prefix them, for example `app_`, and create them with `IF NOT EXISTS`.
     pub async fn transaction<T, F>(&self, f: F) -> Result<T, agent_surface_policy::StoreError>
     where
         T: Send + 'static,

@@ -19,6 +19,9 @@
 //! | `task` | task | the record as JSON, and `keep_until` (its deadline while running, its time to live once final) |
 //! | `rate` | rate bucket | its theoretical arrival time (GCRA, nanoseconds on the registry's clock) |
 //! | `audit` | audit event | the event's JSON, in the order recorded |
+//! | `inbox_session` | approval inbox session | under a digest of its id (`lookup`): the subject, `expires_at`, and the credential sealed under a key only the id opens (never a usable token) |
+//! | `inbox_nonce` | used form token | its scope and nonce, and `until` when the token could still be presented |
+//! | `inbox_key` | form-signing key | the 32-byte key of a name, set once |
 
 use rusqlite::Connection;
 
@@ -94,6 +97,34 @@ CREATE TABLE audit (
 -- 2: an expiry's claim holds until a deadline (expiry_claim_until), and expiry_claimed = 1 means
 -- its event is recorded; a claim made by version 1 was for good, and reads as recorded.
 ALTER TABLE conf ADD COLUMN expiry_claim_until INTEGER;
+",
+    r"
+-- 3: the approval inbox's sessions (a digest of the session id, the subject, the expiry and the
+-- sealed credential: never a usable token), its used form nonces and its form-signing keys.
+CREATE TABLE inbox_session (
+  lookup BLOB PRIMARY KEY,
+  v INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  sealed BLOB NOT NULL
+);
+CREATE INDEX inbox_session_subject ON inbox_session (subject, expires_at);
+CREATE INDEX inbox_session_expiry ON inbox_session (expires_at);
+
+CREATE TABLE inbox_nonce (
+  scope TEXT NOT NULL,
+  nonce TEXT NOT NULL,
+  v INTEGER NOT NULL,
+  until INTEGER NOT NULL,
+  PRIMARY KEY (scope, nonce)
+);
+CREATE INDEX inbox_nonce_until ON inbox_nonce (until);
+
+CREATE TABLE inbox_key (
+  name TEXT PRIMARY KEY,
+  v INTEGER NOT NULL,
+  key BLOB NOT NULL
+);
 ",
 ];
 

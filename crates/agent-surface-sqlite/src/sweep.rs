@@ -1,6 +1,6 @@
 //! Deleting what no operation can see any more: stored results past their window, confirmations
 //! past their retention (with their relay keys), tasks past their time to live, rate buckets back
-//! to full, records in flight whose leader's process ended long ago.
+//! to full, inbox sessions past their expiry and used form nonces past their token's, records in flight whose leader's process ended long ago.
 //!
 //! Every read already treats such rows as absent (it compares them with the `now` it is given),
 //! so sweeping only gives their space back. It runs about once a second inside a batch's
@@ -51,6 +51,17 @@ pub(crate) fn run(conn: &Connection, now: Timestamp) {
                 "DELETE FROM rate WHERE bucket IN (SELECT bucket FROM rate WHERE tat <= ?1 ORDER BY tat LIMIT ?2)",
             )?
             .execute(params![now_ns, PER_TABLE])?;
+        deleted += conn
+            .prepare_cached(
+                "DELETE FROM inbox_session WHERE lookup IN (SELECT lookup FROM inbox_session WHERE expires_at <= ?1
+                 ORDER BY expires_at LIMIT ?2)",
+            )?
+            .execute(params![now_ms, PER_TABLE])?;
+        deleted += conn
+            .prepare_cached(
+                "DELETE FROM inbox_nonce WHERE rowid IN (SELECT rowid FROM inbox_nonce WHERE until <= ?1 LIMIT ?2)",
+            )?
+            .execute(params![now_ms, PER_TABLE])?;
         conn.execute_batch("RELEASE sweep")?;
         Ok(deleted)
     });

@@ -78,3 +78,16 @@ async fn the_sqlite_rate_limiter_keeps_consumer_quotas() {
     let limiter = open(&folder).await.rate_limiter(budgets, Arc::new(SystemClock));
     stores::check_consumer_quotas(&limiter, quota, "kit-").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_inbox_store_passes_the_kit() {
+    let folder = Folder::new("inbox-kit");
+    stores::check_inbox_store(&open(&folder).await.inbox(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_inbox_handles_on_one_file_share_it() {
+    let folder = Folder::new("inbox-replicas");
+    let stores = open(&folder).await;
+    stores::check_inbox_replicas(Arc::new(stores.inbox()), Arc::new(stores.inbox()), "kit-").await;
+}

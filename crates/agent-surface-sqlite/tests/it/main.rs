@@ -4,6 +4,7 @@ mod bounds;
 mod crash;
 mod format;
 mod kit;
+mod migrate;
 mod restart;
 mod service;
 mod support;
