@@ -14,9 +14,11 @@
 //! - [`PostgresTaskStore`] — `TaskStore`;
 //! - [`PostgresRateLimiter`] — `RateLimiter`: GCRA budgets taken all-or-nothing, on the
 //!   database's clock;
-//! - [`PostgresAuditSink`] — `AuditSink`, with `recent` for an approval inbox.
+//! - [`PostgresAuditSink`] — `AuditSink`, with `recent` for an approval inbox;
+//! - [`PostgresInboxStore`] — `inbox::InboxStore`: the approval inbox's sessions, used form
+//!   tokens and form-signing keys, so that replicas need no sticky routing.
 //!
-//! [`PostgresStores::bundle`] gives the first four as the `Stores` that
+//! [`PostgresStores::bundle`] gives all but the audit sink as the `Stores` that
 //! `agent_surface_registry::ServiceBuilder::stores` takes.
 //!
 //! # Transactions and round trips
@@ -94,6 +96,7 @@
 mod audit;
 mod confirmation;
 mod idempotency;
+mod inbox;
 mod listen;
 mod rate;
 mod schema;
@@ -116,6 +119,7 @@ pub use tokio_postgres;
 pub use audit::PostgresAuditSink;
 pub use confirmation::PostgresConfirmationStore;
 pub use idempotency::PostgresIdempotencyStore;
+pub use inbox::PostgresInboxStore;
 pub use rate::PostgresRateLimiter;
 pub use task::PostgresTaskStore;
 
@@ -336,6 +340,12 @@ impl PostgresStores {
         PostgresTaskStore::new(self.clone())
     }
 
+    /// The approval inbox's store: its sessions, used form tokens and form-signing keys, shared
+    /// by the replicas.
+    pub fn inbox(&self) -> PostgresInboxStore {
+        PostgresInboxStore::new(self.clone())
+    }
+
     /// The audit sink.
     pub fn audit(&self) -> PostgresAuditSink {
         PostgresAuditSink::new(self.clone())
@@ -347,8 +357,8 @@ impl PostgresStores {
     }
 
     /// Every store of a service in this database, as one bundle (idempotency records,
-    /// confirmations, tasks, and the rate limiter of the service's budgets): what
-    /// `agent_surface_registry::ServiceBuilder::stores` takes, so that a replica is never half
+    /// confirmations, tasks, the approval inbox's sessions, and the rate limiter of the service's
+    /// budgets): what `agent_surface_registry::ServiceBuilder::stores` takes, so that a replica is never half
     /// in the database and half in memory. The audit trail is apart ([`audit`](Self::audit)).
     pub fn bundle(&self) -> agent_surface_policy::Stores {
         let stores = self.clone();
@@ -358,6 +368,7 @@ impl PostgresStores {
             Arc::new(self.tasks()),
             move |budgets, _clock| Arc::new(stores.rate_limiter(budgets)),
         )
+        .with_inbox(Arc::new(self.inbox()))
     }
 
     /// The pool the stores share, for the application's own tables (keep them out of the

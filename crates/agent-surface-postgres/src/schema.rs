@@ -18,6 +18,9 @@
 //! | `task` | task | the record as JSON, and `keep_until` (its deadline while running, its time to live once final) |
 //! | `rate` | rate bucket | its theoretical arrival time (GCRA, microseconds on the database's clock) |
 //! | `audit` | audit event | the event's JSON, in the order recorded |
+//! | `inbox_session` | approval inbox session | under a digest of its id (`lookup`): the subject, `expires_at`, and the credential sealed under a key only the id opens (never a usable token) |
+//! | `inbox_nonce` | used form token | its scope and nonce, and `until` when the token could still be presented |
+//! | `inbox_key` | form-signing key | the 32-byte key of a name, set once |
 //!
 //! Fencing tokens come from the sequence `idem_token`: no two leases ever share one.
 
@@ -106,6 +109,35 @@ CREATE TABLE {s}.audit (
 -- 2: an expiry's claim holds until a deadline (expiry_claim_until, Unix ms), and expiry_claimed
 -- means its event is recorded (ConfirmationStore::expiry_recorded).
 ALTER TABLE {s}.conf ADD COLUMN expiry_claim_until bigint;
+",
+    r"
+-- 3: the approval inbox's sessions (a digest of the session id, the subject, the expiry in Unix ms
+-- on the inbox's clock, and the sealed credential: never a usable token), its used form nonces
+-- and its form-signing keys.
+CREATE TABLE {s}.inbox_session (
+  lookup bytea PRIMARY KEY,
+  v integer NOT NULL,
+  subject text NOT NULL,
+  expires_at bigint NOT NULL,
+  sealed bytea NOT NULL
+);
+CREATE INDEX inbox_session_subject ON {s}.inbox_session (subject, expires_at);
+CREATE INDEX inbox_session_expiry ON {s}.inbox_session (expires_at);
+
+CREATE TABLE {s}.inbox_nonce (
+  scope text NOT NULL,
+  nonce text NOT NULL,
+  v integer NOT NULL,
+  until bigint NOT NULL,
+  PRIMARY KEY (scope, nonce)
+);
+CREATE INDEX inbox_nonce_until ON {s}.inbox_nonce (until);
+
+CREATE TABLE {s}.inbox_key (
+  name text PRIMARY KEY,
+  v integer NOT NULL,
+  key bytea NOT NULL
+);
 ",
 ];
 

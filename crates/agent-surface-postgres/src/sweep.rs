@@ -1,6 +1,7 @@
 //! Deleting what no operation can see any more: idempotency records past their time to live,
 //! cancellation marks past theirs, confirmations past their retention (with their relay keys),
-//! tasks past their time to live, rate buckets back to full.
+//! tasks past their time to live, rate buckets back to full, inbox sessions past their expiry and
+//! used form nonces past their token's.
 //!
 //! Every read already treats such rows as absent, so sweeping only gives their space back. Each
 //! replica sweeps every [`EVERY`] (the sweeps of several replicas do not conflict: a row is
@@ -33,9 +34,15 @@ conf AS (DELETE FROM {s}.conf WHERE id IN (SELECT id FROM gone) RETURNING 1),
 task AS (DELETE FROM {s}.task WHERE id IN
   (SELECT id FROM {s}.task WHERE keep_until <= (SELECT ms FROM now) ORDER BY keep_until LIMIT $1) RETURNING 1),
 rate AS (DELETE FROM {s}.rate WHERE bucket IN
-  (SELECT bucket FROM {s}.rate WHERE tat <= (SELECT ms FROM now) * 1000 ORDER BY tat LIMIT $1) RETURNING 1)
+  (SELECT bucket FROM {s}.rate WHERE tat <= (SELECT ms FROM now) * 1000 ORDER BY tat LIMIT $1) RETURNING 1),
+session AS (DELETE FROM {s}.inbox_session WHERE lookup IN
+  (SELECT lookup FROM {s}.inbox_session WHERE expires_at <= (SELECT ms FROM now) ORDER BY expires_at LIMIT $1)
+  RETURNING 1),
+nonce AS (DELETE FROM {s}.inbox_nonce WHERE ctid IN
+  (SELECT ctid FROM {s}.inbox_nonce WHERE until <= (SELECT ms FROM now) LIMIT $1) RETURNING 1)
 SELECT (SELECT count(*) FROM idem) + (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM relay)
-  + (SELECT count(*) FROM conf) + (SELECT count(*) FROM task) + (SELECT count(*) FROM rate)";
+  + (SELECT count(*) FROM conf) + (SELECT count(*) FROM task) + (SELECT count(*) FROM rate)
+  + (SELECT count(*) FROM session) + (SELECT count(*) FROM nonce)";
 
 /// Starts the sweeper of `inner`'s stores; it ends when they are dropped.
 pub(crate) fn start(inner: Weak<Inner>, mut stopped: watch::Receiver<()>) {

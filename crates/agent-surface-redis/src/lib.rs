@@ -15,7 +15,9 @@
 //! - [`RedisRateLimiter`] — `RateLimiter`: GCRA budgets per consumer and per capability, taken
 //!   all-or-nothing, on Redis' clock;
 //! - [`RedisAuditSink`] — `AuditSink`: the audit trail as one stream (`XADD`), trimmed to
-//!   [`RedisConfig::audit_max_len`] entries.
+//!   [`RedisConfig::audit_max_len`] entries;
+//! - [`RedisInboxStore`] — `inbox::InboxStore`: the approval inbox's sessions, used form tokens
+//!   and form-signing keys, shared by the replicas (no sticky routing).
 //!
 //! **Each store operation is one atomic server-side script** (over one hash; the rate limiter's
 //! over the buckets of one call): the check and the change it guards can never interleave with
@@ -43,7 +45,8 @@
 //! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
 //! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
 //! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}`, the audit stream
-//! `{prefix}audit`, and the approval inbox's `{prefix}inbox-…` keys ([`RedisInboxStore`]). Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
+//! `{prefix}audit`, and the approval inbox's `{prefix}inbox-…` keys ([`RedisInboxStore`]).
+//! Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
 //! (`redis://user:pass@host:6379/`). TLS (`rediss://`) needs one of the `redis` crate's TLS
 //! features, which this crate does not turn on (they bring a TLS stack every user would compile):
 //! add `redis = { version = "1.8", features = ["tokio-rustls-comp"] }` (or

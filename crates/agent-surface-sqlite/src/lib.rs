@@ -14,9 +14,11 @@
 //!   reinstatement, relayed confirmations, expiry claims and listings;
 //! - [`SqliteTaskStore`] — `TaskStore`;
 //! - [`SqliteRateLimiter`] — `RateLimiter`: GCRA budgets, all-or-nothing, kept across restarts;
-//! - [`SqliteAuditSink`] — `AuditSink`, with `recent` for an approval inbox.
+//! - [`SqliteAuditSink`] — `AuditSink`, with `recent` for an approval inbox;
+//! - [`SqliteInboxStore`] — `inbox::InboxStore`: the approval inbox's sessions (kept across
+//!   restarts), used form tokens and form-signing keys.
 //!
-//! [`SqliteStores::bundle`] gives the first four as the `Stores` that
+//! [`SqliteStores::bundle`] gives all but the audit sink as the `Stores` that
 //! `agent_surface_registry::ServiceBuilder::stores` takes.
 //!
 //! # Durability

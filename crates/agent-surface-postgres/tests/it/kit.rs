@@ -90,3 +90,16 @@ async fn the_postgres_rate_limiter_keeps_consumer_quotas() {
     let budgets = RateBudgets { consumer_quotas: stores::consumer_quotas(quota), ..RateBudgets::default() };
     stores::check_consumer_quotas(&pg.rate_limiter(budgets), quota, "kit-").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_inbox_store_passes_the_kit() {
+    let Some(pg) = support::stores("inbox_kit").await else { return };
+    stores::check_inbox_store(&pg.inbox(), "kit-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_the_postgres_inbox_store() {
+    let Some(a) = support::stores("inbox_replicas").await else { return };
+    let b = support::replica(&a).await;
+    stores::check_inbox_replicas(Arc::new(a.inbox()), Arc::new(b.inbox()), "kit-").await;
+}

@@ -33,3 +33,9 @@ pub(crate) fn schema(test: &str) -> String {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() % 1_000_000_000);
     format!("it_{}_{nonce}_{n}_{}", std::process::id(), test.replace('-', "_"))
 }
+
+/// Another connection pool to the schema of `a`: another replica.
+pub(crate) async fn replica(a: &PostgresStores) -> PostgresStores {
+    let url = url().expect("the first connected");
+    PostgresStores::connect(&url, a.config().clone()).await.expect("PostgreSQL answers")
+}
