@@ -408,6 +408,11 @@ async fn serve(mut options: Serve) -> Result<(), String> {
     if let Some(lease) = options.task_lease {
         task_config.lease = lease;
     }
+    // Where the approval inbox keeps its sessions: the backend the other stores use (so that
+    // replicas on Redis or PostgreSQL serve each other's sessions, and a restart on the data
+    // folder keeps them); in memory with --memory.
+    let mut inbox_store: Arc<dyn agent_surface_policy::inbox::InboxStore> =
+        Arc::new(agent_surface_policy::inbox::MemoryInboxStore::default());
     let demo = match &options.redis {
         None if options.postgres.is_some() => {
             // Replicas share everything, durably: the shop's orders, idempotency records,
@@ -429,6 +434,7 @@ async fn serve(mut options: Serve) -> Result<(), String> {
                 Some(Arc::new(pg.rate_limiter(policy::quote_budget(shop_options.quote_refill))));
             task_config.store = Arc::new(pg.tasks());
             shop_options.audit = Some(Arc::new(pg.audit()));
+            inbox_store = Arc::new(pg.inbox());
             let data =
                 data::Data::postgres(pg.pool().clone(), &format!("{schema}_shop"), orders::seed_orders()).await?;
             shop::build_with(shop_options, data)
@@ -452,6 +458,7 @@ async fn serve(mut options: Serve) -> Result<(), String> {
                 Some(Arc::new(stores.rate_limiter(budgets, Arc::new(agent_surface_policy::SystemClock))));
             task_config.store = Arc::new(stores.tasks());
             shop_options.audit = Some(Arc::new(stores.audit()));
+            inbox_store = Arc::new(stores.inbox());
             let data = data::Data::durable(stores, orders::seed_orders()).await?;
             shop::build_with(shop_options, data)
         }
@@ -482,6 +489,7 @@ async fn serve(mut options: Serve) -> Result<(), String> {
             task_config.store = Arc::new(redis.tasks());
             // One trail for the replicas: either one's inbox shows the decisions given through the other.
             shop_options.audit = Some(Arc::new(redis.audit()));
+            inbox_store = Arc::new(redis.inbox());
             let data = data::Data::shared(redis.connection(), &redis.config().prefix, orders::seed_orders()).await?;
             shop::build_with(shop_options, data)
         }
@@ -606,7 +614,9 @@ async fn serve(mut options: Serve) -> Result<(), String> {
     };
     // The approval inbox, for the identities with the `approver` role (see `inbox_config`).
     let inbox =
-        api.authenticator.clone().map(|authenticator| inbox_config(&demo, authenticator, local, &api.allowed_hosts));
+        api.authenticator.clone().map(|authenticator| {
+            inbox_config(&demo, authenticator, local, &api.allowed_hosts, inbox_store.clone())
+        });
     // The metrics are the binding's `/api/metrics`, behind its host check.
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     let app = match inbox {
@@ -637,18 +647,21 @@ async fn serve(mut options: Serve) -> Result<(), String> {
 /// token) whose identity has the `approver` role decide the shop's pending confirmations there.
 /// The session cookie is `Secure` unless the server listens on a loopback address (the demo
 /// serves plain HTTP: a browser keeps a `Secure` cookie only over HTTPS, i.e. behind a proxy that
-/// terminates TLS). It admits the hosts the binding's routes admit (`allowed_hosts`).
+/// terminates TLS). It admits the hosts the binding's routes admit (`allowed_hosts`), and keeps
+/// its sessions in `store` (the backend's, so that replicas need no sticky routing).
 fn inbox_config(
     demo: &shop::Demo,
     authenticator: Arc<dyn agent_surface_policy::Authenticator>,
     local: std::net::SocketAddr,
     allowed_hosts: &[String],
+    store: Arc<dyn agent_surface_policy::inbox::InboxStore>,
 ) -> agent_surface_http::inbox::InboxConfig {
     agent_surface_http::inbox::InboxConfig {
         audit: demo.audit.clone(),
         approver_role: Some("approver".to_string()),
         secure_cookie: !local.ip().is_loopback(),
         allowed_hosts: allowed_hosts.to_vec(),
+        store,
         ..agent_surface_http::inbox::InboxConfig::new(demo.confirmations.clone(), authenticator)
     }
 }

@@ -407,6 +407,8 @@ impl Serve {
                 prefix: INBOX_PREFIX.to_string(),
                 secure_cookie: !(plain && local.ip().is_loopback()),
                 allowed_hosts: api.allowed_hosts.clone(),
+                // The backend's: replicas on a shared backend serve each other's sessions.
+                store: service.stores.inbox.clone(),
                 ..InboxConfig::new(service.confirmations.clone(), authenticator)
             };
             app = app.merge(agent_surface_http::inbox::router(inbox));
