@@ -156,6 +156,50 @@ fn the_inbox_of_either_replica_decides_the_shared_confirmations() {
     }
 }
 
+/// The `name=value` of the cookie `name` the response sets.
+fn set_cookie(response: &served::Response, name: &str) -> Option<String> {
+    response
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
+        .filter_map(|(_, v)| v.split(';').next())
+        .find(|pair| pair.starts_with(&format!("{name}=")))
+        .map(str::to_string)
+}
+
+/// The first form's token on `page`.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().to_string()
+}
+
+/// A browser needs no sticky routing: signed in through one replica (a cookie session), it is
+/// signed in on the other, whose forms the first accepts; a sign-in form used on one is refused
+/// when replayed to the other; signing out on one ends the session on both.
+#[test]
+fn a_browser_signed_in_on_one_replica_is_signed_in_on_the_other() {
+    let tokens = ["--token", "t-maria=maria:approver"];
+    let Some((a, b)) = replicas("inbox-session", &tokens) else { return };
+    let form_type = ("Content-Type", "application/x-www-form-urlencoded");
+    let shown = served::get(&a.addr, "/inbox/sign-in", &[]);
+    let pre = set_cookie(&shown, "inbox_signin").expect("the sign-in form's cookie");
+    let sign_in = format!("token=t-maria&csrf={}", csrf_of(&shown.body));
+    let signed = served::request(&b.addr, "POST", "/inbox/sign-in", &[("Cookie", &pre), form_type], sign_in.as_bytes());
+    assert_eq!(signed.status, 303, "A's form signs in on B: {}", signed.body);
+    let session = set_cookie(&signed, "inbox_session").expect("a session cookie");
+    let replayed = served::request(&a.addr, "POST", "/inbox/sign-in", &[("Cookie", &pre), form_type], sign_in.as_bytes());
+    assert_eq!(replayed.status, 403, "the form used on B is refused on A: {}", replayed.body);
+
+    let list = served::get(&a.addr, "/inbox/", &[("Cookie", &session)]);
+    assert_eq!(list.status, 200, "B's session is served by A: {}", list.body);
+    assert!(list.body.contains("maria"), "{}", list.body);
+    let out = format!("csrf={}", csrf_of(&list.body));
+    let left = served::request(&b.addr, "POST", "/inbox/sign-out", &[("Cookie", &session), form_type], out.as_bytes());
+    assert_eq!(left.status, 303, "A's sign-out form is accepted by B: {}", left.body);
+    let after = served::get(&a.addr, "/inbox/", &[("Cookie", &session)]);
+    assert_eq!(after.status, 303, "signed out on B, so on A too: {}", after.body);
+    assert!(after.header("location").is_some_and(|l| l.contains("/inbox/sign-in")), "{:?}", after.headers);
+}
+
 #[test]
 fn one_approval_raced_across_both_replicas_executes_once() {
     let Some((a, b)) = replicas("approval-race", &[]) else { return };
