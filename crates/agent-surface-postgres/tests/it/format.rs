@@ -205,3 +205,49 @@ async fn a_row_of_a_later_format_is_refused() {
     let read = stores.tasks().get("t-1", at(5_000)).await;
     assert!(matches!(read, Err(agent_surface_policy::StoreError::Unavailable(_))), "{read:?}");
 }
+
+/// The approval inbox's rows (schema 3, format 1), pinned both ways: a session (a digest, the
+/// subject, the expiry, the sealed credential), a used form nonce, and a form-signing key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_rows_of_format_1() {
+    use agent_surface_policy::inbox::{InboxSession, InboxStore, NonceUse, SessionLimits};
+    let Some(stores) = support::stores("inbox_1").await else { return };
+    let inbox = stores.inbox();
+    let session = InboxSession::new("manager", at(1_000), vec![1, 2, 3]);
+    inbox.open_session([7; 32], session, SessionLimits::default(), at(0)).await.unwrap();
+    assert_eq!(inbox.use_nonce("forms", "n-1", at(2_000), at(0)).await.unwrap(), NonceUse::Fresh);
+    assert_eq!(inbox.mac_key("forms", [9; 32]).await.unwrap(), [9; 32]);
+
+    let s = format!("\"{}\"", stores.config().schema);
+    let client = stores.pool().get().await.unwrap();
+    let row = client
+        .query_one(&format!("SELECT lookup, v, subject, expires_at, sealed FROM {s}.inbox_session"), &[])
+        .await
+        .unwrap();
+    let session: (Vec<u8>, i32, String, i64, Vec<u8>) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    assert_eq!(session, (vec![7; 32], 1, "manager".into(), 1_795_957_201_000, vec![1, 2, 3]));
+    let row = client.query_one(&format!("SELECT scope, nonce, v, until FROM {s}.inbox_nonce"), &[]).await.unwrap();
+    let nonce: (String, String, i32, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(nonce, ("forms".into(), "n-1".into(), 1, 1_795_957_202_000));
+    let row = client.query_one(&format!("SELECT name, v, key FROM {s}.inbox_key"), &[]).await.unwrap();
+    let key: (String, i32, Vec<u8>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(key, ("forms".into(), 1, vec![9; 32]));
+
+    // As an earlier build wrote them, they read back.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {s}.inbox_session (lookup, v, subject, expires_at, sealed)
+               VALUES ('\\x0808080808080808080808080808080808080808080808080808080808080808', 1, 'maria', 1795957205000,
+                       '\\x0a0b');
+             INSERT INTO {s}.inbox_nonce (scope, nonce, v, until) VALUES ('sign-in', 'n-2', 1, 1795957205000);
+             INSERT INTO {s}.inbox_key (name, v, key)
+               VALUES ('sign-in', 1, '\\x0505050505050505050505050505050505050505050505050505050505050505');"
+        ))
+        .await
+        .unwrap();
+    let read = inbox.session([8; 32], at(1)).await.unwrap();
+    assert_eq!(read, Some(InboxSession::new("maria", at(5_000), vec![10, 11])));
+    assert!(inbox.nonce_used("sign-in", "n-2", at(1)).await.unwrap());
+    assert_eq!(inbox.use_nonce("sign-in", "n-2", at(5_000), at(1)).await.unwrap(), NonceUse::Used);
+    assert_eq!(inbox.mac_key("sign-in", [1; 32]).await.unwrap(), [5; 32]);
+}

@@ -211,3 +211,49 @@ async fn the_lease_and_expiry_claim_additions_of_format_1() {
     // Reopened, the lease reads back (a row without one, `TASK`, reads as none: above).
     assert_eq!(stores.tasks().get("t-2", at(2)).await.unwrap().unwrap().lease_until, Some(at(30_000)));
 }
+
+/// The approval inbox's rows (schema 3, format 1), pinned both ways: a session (a digest, the
+/// subject, the expiry, the sealed credential), a used form nonce, and a form-signing key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_rows_of_format_1() {
+    use agent_surface_policy::inbox::{InboxSession, InboxStore, NonceUse, SessionLimits};
+    let folder = Folder::new("inbox-1");
+    {
+        let inbox = open(&folder).await.inbox();
+        let session = InboxSession::new("manager", at(1_000), vec![1, 2, 3]);
+        inbox.open_session([7; 32], session, SessionLimits::default(), at(0)).await.unwrap();
+        assert_eq!(inbox.use_nonce("forms", "n-1", at(2_000), at(0)).await.unwrap(), NonceUse::Fresh);
+        assert_eq!(inbox.mac_key("forms", [9; 32]).await.unwrap(), [9; 32]);
+    }
+    let raw = rusqlite::Connection::open(folder.file()).unwrap();
+    let session: (Vec<u8>, i64, String, i64, Vec<u8>) = raw
+        .query_row("SELECT lookup, v, subject, expires_at, sealed FROM inbox_session", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap();
+    assert_eq!(session, (vec![7; 32], 1, "manager".into(), 1_795_957_201_000, vec![1, 2, 3]));
+    let nonce: (String, String, i64, i64) = raw
+        .query_row("SELECT scope, nonce, v, until FROM inbox_nonce", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap();
+    assert_eq!(nonce, ("forms".into(), "n-1".into(), 1, 1_795_957_202_000));
+    let key: (String, i64, Vec<u8>) =
+        raw.query_row("SELECT name, v, key FROM inbox_key", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+    assert_eq!(key, ("forms".into(), 1, vec![9; 32]));
+
+    // As an earlier build wrote them, they read back.
+    raw.execute_batch(
+        "INSERT INTO inbox_session (lookup, v, subject, expires_at, sealed)
+           VALUES (x'0808080808080808080808080808080808080808080808080808080808080808', 1, 'maria', 1795957205000, x'0a0b');
+         INSERT INTO inbox_nonce (scope, nonce, v, until) VALUES ('sign-in', 'n-2', 1, 1795957205000);
+         INSERT INTO inbox_key (name, v, key)
+           VALUES ('sign-in', 1, x'0505050505050505050505050505050505050505050505050505050505050505');",
+    )
+    .unwrap();
+    drop(raw);
+    let inbox = open(&folder).await.inbox();
+    let read = inbox.session([8; 32], at(1)).await.unwrap();
+    assert_eq!(read, Some(InboxSession::new("maria", at(5_000), vec![10, 11])));
+    assert!(inbox.nonce_used("sign-in", "n-2", at(1)).await.unwrap());
+    assert_eq!(inbox.use_nonce("sign-in", "n-2", at(5_000), at(1)).await.unwrap(), NonceUse::Used);
+    assert_eq!(inbox.mac_key("sign-in", [1; 32]).await.unwrap(), [5; 32]);
+}
