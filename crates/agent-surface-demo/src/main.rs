@@ -613,10 +613,10 @@ async fn serve(mut options: Serve) -> Result<(), String> {
         )
     };
     // The approval inbox, for the identities with the `approver` role (see `inbox_config`).
-    let inbox =
-        api.authenticator.clone().map(|authenticator| {
-            inbox_config(&demo, authenticator, local, &api.allowed_hosts, inbox_store.clone())
-        });
+    let inbox = api
+        .authenticator
+        .clone()
+        .map(|authenticator| inbox_config(&demo, authenticator, local, &api.allowed_hosts, inbox_store.clone()));
     // The metrics are the binding's `/api/metrics`, behind its host check.
     let app = app.nest("/api", agent_surface_http::router(demo.registry.clone(), api));
     let app = match inbox {

@@ -121,7 +121,11 @@ pub trait InboxStore: Send + Sync + fmt::Debug + 'static {
 
     /// The session kept under `lookup`, if it is live at `now` (an expired one is never returned,
     /// and may be deleted).
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>>;
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>>;
 
     /// Ends the session under `lookup` (nothing happens for an unknown one).
     fn close_session<'a>(&'a self, lookup: [u8; 32]) -> BoxFuture<'a, Result<(), StoreError>>;
@@ -137,7 +141,12 @@ pub trait InboxStore: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<NonceUse, StoreError>>;
 
     /// Whether `nonce` of `scope` is marked used at `now` (without marking it).
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// The form-signing key named `name`: the one stored, or else `candidate`, stored now
     /// (set-if-absent, so every replica ends up with the same key).
@@ -263,7 +272,11 @@ impl InboxStore for MemoryInboxStore {
         ready(Ok(()))
     }
 
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let found = match state.sessions.get(&lookup) {
             Some(s) if s.expires_at > now => Some(s.clone()),
@@ -303,7 +316,12 @@ impl InboxStore for MemoryInboxStore {
         ready(Ok(answer))
     }
 
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let used = state.used.get_mut(scope).is_some_and(|used| {
             used.forget_expired(now.unix_millis());
@@ -333,7 +351,11 @@ impl<S: InboxStore + ?Sized> InboxStore for std::sync::Arc<S> {
         (**self).open_session(lookup, session, limits, now)
     }
 
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
         (**self).session(lookup, now)
     }
 
@@ -351,7 +373,12 @@ impl<S: InboxStore + ?Sized> InboxStore for std::sync::Arc<S> {
         (**self).use_nonce(scope, nonce, until, now)
     }
 
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         (**self).nonce_used(scope, nonce, now)
     }
 

@@ -99,7 +99,11 @@ impl InboxStore for PostgresInboxStore {
         Box::pin(self.open_now(lookup, session, limits, now))
     }
 
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
         let s = &self.stores;
         Box::pin(s.run(async move {
             let client = s.client().await?;
@@ -149,7 +153,12 @@ impl InboxStore for PostgresInboxStore {
         }))
     }
 
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let s = &self.stores;
         Box::pin(s.run(async move {
             let client = s.client().await?;
@@ -169,11 +178,12 @@ impl InboxStore for PostgresInboxStore {
         Box::pin(s.run(async move {
             let client = s.client().await?;
             // Two statements: the read sees the row of whichever replica inserted first.
-            let insert = client
-                .prepare_cached(&s.sql(
-                    "INSERT INTO {s}.inbox_key (name, v, key) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
-                ))
-                .await?;
+            let insert =
+                client
+                    .prepare_cached(&s.sql(
+                        "INSERT INTO {s}.inbox_key (name, v, key) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+                    ))
+                    .await?;
             client.execute(&insert, &[&name, &FORMAT, &&candidate[..]]).await?;
             let read = client.prepare_cached(&s.sql("SELECT v, key FROM {s}.inbox_key WHERE name = $1")).await?;
             let row = client.query_one(&read, &[&name]).await?;

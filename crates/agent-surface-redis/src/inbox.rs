@@ -14,9 +14,9 @@
 //! caps and the single use of a nonce hold among replicas.
 
 use agent_surface_core::Timestamp;
+use agent_surface_policy::Reach;
 use agent_surface_policy::StoreError;
 use agent_surface_policy::inbox::{InboxSession, InboxStore, NonceUse, SessionLimits};
-use agent_surface_policy::Reach;
 use futures_util::future::BoxFuture;
 use redis::Script;
 
@@ -93,7 +93,10 @@ end
 return redis.call('HMGET', KEYS[1], 'v', 'key')
 ";
 
-/// An [`InboxStore`] in Redis, shared by every replica on it (see the [module](self)).
+/// An [`InboxStore`] in Redis, shared by every replica on it: a session is a hash
+/// `{prefix}inbox-s:{lookup}` (its format, subject, expiry and sealed credential, never a usable
+/// token), indexed by subject and in all for the caps; a used form nonce is a string that lives
+/// until its token expires; a form key is set once. Each operation is one script.
 #[derive(Clone, Debug)]
 pub struct RedisInboxStore {
     stores: RedisStores,
@@ -172,14 +175,18 @@ impl InboxStore for RedisInboxStore {
         })
     }
 
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
         Box::pin(async move {
             let key = format!("{}{}", self.session_prefix(), hex(&lookup));
             let mut cmd = redis::cmd("HMGET");
             cmd.arg(&key).arg("v").arg("sub").arg("exp").arg("sealed");
             let fields: Vec<Option<Vec<u8>>> = self.stores.query(cmd).await?;
-            let [Some(v), Some(sub), Some(exp), Some(sealed)] = <[Option<Vec<u8>>; 4]>::try_from(fields)
-                .map_err(|_| corrupt("session"))?
+            let [Some(v), Some(sub), Some(exp), Some(sealed)] =
+                <[Option<Vec<u8>>; 4]>::try_from(fields).map_err(|_| corrupt("session"))?
             else {
                 return Ok(None);
             };
@@ -224,7 +231,12 @@ impl InboxStore for RedisInboxStore {
         })
     }
 
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let mut cmd = redis::cmd("GET");
             cmd.arg(self.stores.key("inbox-n", &format!("{scope}:{nonce}")));

@@ -35,7 +35,13 @@ fn count(cx: &Cx<'_>, sql: &str, subject: Option<&str>) -> Result<i64, Fail> {
     })
 }
 
-fn open(cx: &mut Cx<'_>, lookup: [u8; 32], session: &InboxSession, limits: SessionLimits, now: Timestamp) -> Result<(), Fail> {
+fn open(
+    cx: &mut Cx<'_>,
+    lookup: [u8; 32],
+    session: &InboxSession,
+    limits: SessionLimits,
+    now: Timestamp,
+) -> Result<(), Fail> {
     cx.saw(now);
     let conn = cx.conn;
     conn.prepare_cached("DELETE FROM inbox_session WHERE lookup = ?1 OR expires_at <= ?2")?
@@ -71,7 +77,9 @@ fn read(cx: &mut Cx<'_>, lookup: [u8; 32], now: Timestamp) -> Result<Option<Inbo
     cx.saw(now);
     let row = cx
         .conn
-        .prepare_cached("SELECT v, subject, expires_at, sealed FROM inbox_session WHERE lookup = ?1 AND expires_at > ?2")?
+        .prepare_cached(
+            "SELECT v, subject, expires_at, sealed FROM inbox_session WHERE lookup = ?1 AND expires_at > ?2",
+        )?
         .query_row(params![&lookup[..], millis(now)], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Vec<u8>>(3)?))
         })
@@ -112,7 +120,11 @@ impl InboxStore for SqliteInboxStore {
         Box::pin(self.stores.db.run(move |cx| open(cx, lookup, &session, limits, now)))
     }
 
-    fn session<'a>(&'a self, lookup: [u8; 32], now: Timestamp) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
+    fn session<'a>(
+        &'a self,
+        lookup: [u8; 32],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<InboxSession>, StoreError>> {
         Box::pin(self.stores.db.run(move |cx| read(cx, lookup, now)))
     }
 
@@ -143,7 +155,12 @@ impl InboxStore for SqliteInboxStore {
         }))
     }
 
-    fn nonce_used<'a>(&'a self, scope: &'a str, nonce: &'a str, now: Timestamp) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn nonce_used<'a>(
+        &'a self,
+        scope: &'a str,
+        nonce: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let (scope, nonce) = (scope.to_string(), nonce.to_string());
         Box::pin(self.stores.db.run(move |cx| used_until(cx, &scope, &nonce, now)))
     }

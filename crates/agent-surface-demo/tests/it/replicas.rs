@@ -186,7 +186,8 @@ fn a_browser_signed_in_on_one_replica_is_signed_in_on_the_other() {
     let signed = served::request(&b.addr, "POST", "/inbox/sign-in", &[("Cookie", &pre), form_type], sign_in.as_bytes());
     assert_eq!(signed.status, 303, "A's form signs in on B: {}", signed.body);
     let session = set_cookie(&signed, "inbox_session").expect("a session cookie");
-    let replayed = served::request(&a.addr, "POST", "/inbox/sign-in", &[("Cookie", &pre), form_type], sign_in.as_bytes());
+    let replayed =
+        served::request(&a.addr, "POST", "/inbox/sign-in", &[("Cookie", &pre), form_type], sign_in.as_bytes());
     assert_eq!(replayed.status, 403, "the form used on B is refused on A: {}", replayed.body);
 
     let list = served::get(&a.addr, "/inbox/", &[("Cookie", &session)]);

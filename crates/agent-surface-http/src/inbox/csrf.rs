@@ -73,19 +73,39 @@ impl Csrf {
     }
 
     /// Accepts `token` once, for `action` by the holder of `credential`.
-    pub(crate) async fn redeem(&self, token: &str, credential: &str, action: &str, now: Timestamp) -> Result<(), Refused> {
+    pub(crate) async fn redeem(
+        &self,
+        token: &str,
+        credential: &str,
+        action: &str,
+        now: Timestamp,
+    ) -> Result<(), Refused> {
         self.verify(token, credential, action, now, true).await
     }
 
     /// Whether [`redeem`](Csrf::redeem) would accept `token` now, without using it up (a later
     /// `redeem` still decides, atomically, which of two posts of one token wins).
-    pub(crate) async fn check(&self, token: &str, credential: &str, action: &str, now: Timestamp) -> Result<(), Refused> {
+    pub(crate) async fn check(
+        &self,
+        token: &str,
+        credential: &str,
+        action: &str,
+        now: Timestamp,
+    ) -> Result<(), Refused> {
         self.verify(token, credential, action, now, false).await
     }
 
-    async fn verify(&self, token: &str, credential: &str, action: &str, now: Timestamp, record: bool) -> Result<(), Refused> {
+    async fn verify(
+        &self,
+        token: &str,
+        credential: &str,
+        action: &str,
+        now: Timestamp,
+        record: bool,
+    ) -> Result<(), Refused> {
         let mut parts = token.split('.');
-        let (Some(nonce), Some(expiry), Some(mac_text), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(nonce), Some(expiry), Some(mac_text), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(Refused::Malformed);
         };
@@ -220,7 +240,11 @@ mod tests {
         let b = csrf.issue("b", "sign-in", at(0)).await.unwrap();
         assert_eq!(csrf.redeem(&b, "b", "sign-in", at(1)).await, Ok(()));
         let c = csrf.issue("b", "sign-in", at(0)).await.unwrap();
-        assert_eq!(csrf.redeem(&c, "b", "sign-in", at(1)).await, Err(Refused::Busy), "full: refused, never accepted twice");
+        assert_eq!(
+            csrf.redeem(&c, "b", "sign-in", at(1)).await,
+            Err(Refused::Busy),
+            "full: refused, never accepted twice"
+        );
         assert_eq!(csrf.redeem(&a, "b", "sign-in", at(1)).await, Err(Refused::Replayed));
         // Another set (the decisions') is not affected by this one being full.
         let decisions = set("forms", &store);

@@ -125,7 +125,8 @@ async fn dump(redis: &agent_surface_redis::RedisStores) -> String {
             }
             "string" => {
                 let value: String = conn.get(&key).await.unwrap();
-                let shown = if name.starts_with("idem-fence") || name.starts_with("rate:") { "<clock>".into() } else { value };
+                let shown =
+                    if name.starts_with("idem-fence") || name.starts_with("rate:") { "<clock>".into() } else { value };
                 out.push_str(&format!("  {shown}\n"));
             }
             "zset" => {
@@ -197,10 +198,12 @@ async fn every_record_shape_this_build_writes() {
     let working = TaskRecord::working("t-1", None, at(0), Duration::from_secs(60), Duration::from_secs(3600));
     redis.tasks().create(working, at(0)).await.unwrap();
     let quota = Quota::per_minute(std::num::NonZeroU32::new(5).unwrap());
-    let limiter = redis.rate_limiter(agent_surface_redis::RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
+    let limiter =
+        redis.rate_limiter(agent_surface_redis::RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
     let alice = Consumer::anonymous("alice");
     let _ = limiter.acquire(CallInfo::new(&alice, "orders.cancel", "orders", Effect::Write, false), at(0)).await;
-    let event = AuditEvent::new(at(4_000), AuditKind::ExecutionStarted { effect: Effect::Write }, "orders.cancel", "c-1");
+    let event =
+        AuditEvent::new(at(4_000), AuditKind::ExecutionStarted { effect: Effect::Write }, "orders.cancel", "c-1");
     redis.audit().record(&event).await.unwrap();
 
     let inbox = redis.inbox();
@@ -336,8 +339,12 @@ async fn the_pinned_shapes_read_back() {
     let relay = RelayKey::of(&binding);
     let _: () = conn.set(format!("{p}conf-relay:{relay}"), "c-1").await.unwrap();
     let session = format!("{p}inbox-s:{}", "08".repeat(32));
-    let fields: Vec<(&str, Vec<u8>)> =
-        vec![("v", b"1".to_vec()), ("sub", b"maria".to_vec()), ("exp", b"1795957205000".to_vec()), ("sealed", vec![10, 11])];
+    let fields: Vec<(&str, Vec<u8>)> = vec![
+        ("v", b"1".to_vec()),
+        ("sub", b"maria".to_vec()),
+        ("exp", b"1795957205000".to_vec()),
+        ("sealed", vec![10, 11]),
+    ];
     let _: () = conn.hset_multiple(&session, &fields).await.unwrap();
     let _: () = conn.set(format!("{p}inbox-n:sign-in:n-2"), "1:1795957205000").await.unwrap();
     let key: Vec<(&str, Vec<u8>)> = vec![("v", b"1".to_vec()), ("key", vec![5; 32])];

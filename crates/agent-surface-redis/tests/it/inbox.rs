@@ -104,11 +104,8 @@ async fn two_inboxes_on_one_redis_serve_each_others_sessions_and_refuse_replays(
     // Nothing Redis holds for the inbox contains the token (in the clear), nor the session id.
     let id = session.split_once('=').unwrap().1.to_string();
     let mut conn = redis_a.connection();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", redis_a.config().prefix))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", redis_a.config().prefix)).query_async(&mut conn).await.unwrap();
     assert!(keys.iter().any(|k| k.contains("inbox-s:")), "the session is in Redis: {keys:?}");
     for key in &keys {
         assert!(!key.contains(&id) && !key.contains(TOKEN), "{key}");

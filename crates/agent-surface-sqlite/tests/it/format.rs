@@ -233,7 +233,9 @@ async fn the_inbox_rows_of_format_1() {
         .unwrap();
     assert_eq!(session, (vec![7; 32], 1, "manager".into(), 1_795_957_201_000, vec![1, 2, 3]));
     let nonce: (String, String, i64, i64) = raw
-        .query_row("SELECT scope, nonce, v, until FROM inbox_nonce", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_row("SELECT scope, nonce, v, until FROM inbox_nonce", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .unwrap();
     assert_eq!(nonce, ("forms".into(), "n-1".into(), 1, 1_795_957_202_000));
     let key: (String, i64, Vec<u8>) =

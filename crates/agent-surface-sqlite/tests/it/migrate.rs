@@ -139,9 +139,11 @@ async fn a_schema_1_file_is_migrated_and_its_rows_read() {
     let version: i64 = file.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, 1);
     let counts: (i64, i64, i64) = file
-        .query_row("SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM conf), (SELECT count(*) FROM task)", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
+        .query_row(
+            "SELECT (SELECT count(*) FROM idem), (SELECT count(*) FROM conf), (SELECT count(*) FROM task)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
         .unwrap();
     assert_eq!(counts, (1, 1, 1), "the schema-1 file holds one row of each");
     drop(file);
@@ -157,10 +159,8 @@ async fn a_schema_1_file_is_migrated_and_its_rows_read() {
     let session = InboxSession::new("manager", at(1_000), vec![1, 2, 3]);
     inbox.open_session([7; 32], session.clone(), SessionLimits::default(), at(1)).await.unwrap();
     assert_eq!(inbox.session([7; 32], at(2)).await.unwrap(), Some(session));
-    let version = stores
-        .transaction(|conn| Ok(conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?))
-        .await
-        .unwrap();
+    let version =
+        stores.transaction(|conn| conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))).await.unwrap();
     assert_eq!(version, 3, "migrated to the current schema");
     drop(stores);
 }

@@ -61,7 +61,10 @@ pub async fn check_inbox_store(store: &dyn InboxStore, prefix: &str) {
     let global = SessionLimits::new(100, 8);
     for i in 0..8u64 {
         let key = lookup(prefix, &format!("g-{i}"));
-        store.open_session(key, session(&format!("{prefix}g{i}"), at(20_000 + i), b"g"), global, at(200)).await.unwrap();
+        store
+            .open_session(key, session(&format!("{prefix}g{i}"), at(20_000 + i), b"g"), global, at(200))
+            .await
+            .unwrap();
     }
     let mut kept = 0;
     for key in ["alice-1", "mallory-2", "mallory-3", "mallory-4"].iter().map(|n| lookup(prefix, n)) {
@@ -110,7 +113,11 @@ pub async fn check_inbox_replicas(a: Arc<dyn InboxStore>, b: Arc<dyn InboxStore>
     let key = lookup(prefix, "shared");
     a.open_session(key, session(&format!("{prefix}manager"), at(1_000), b"sealed"), limits, at(0)).await.unwrap();
     let read = b.session(key, at(1)).await.unwrap();
-    assert_eq!(read.map(|s| s.sealed), Some(b"sealed".to_vec()), "a session opened on one replica is read on the other");
+    assert_eq!(
+        read.map(|s| s.sealed),
+        Some(b"sealed".to_vec()),
+        "a session opened on one replica is read on the other"
+    );
     b.close_session(key).await.unwrap();
     assert_eq!(a.session(key, at(2)).await.unwrap(), None, "a session closed on one replica is gone on the other");
 
