@@ -159,11 +159,12 @@ async fn dump(redis: &agent_surface_redis::RedisStores) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_record_shape_this_build_writes() {
     use agent_surface_core::{Effect, InvokeResult};
+    use agent_surface_policy::confirmation::{ApprovalVerdict, ConfirmationBinding, RelayKey, SlotSet};
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
     use agent_surface_policy::inbox::{InboxSession, InboxStore, SessionLimits};
     use agent_surface_policy::{
-        Admission, ApprovalVerdict, Attempt, AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationBinding,
-        ConfirmationRecord, Consumer, Fingerprint, IdempotencyKey, IdempotencyStore, Quorum, Quota, RateLimiter,
-        RelayKey, Settlement, SlotSet,
+        AuditEvent, AuditKind, AuditSink, CallInfo, ConfirmationRecord, Consumer, IdempotencyStore, Quorum, Quota,
+        RateLimiter,
     };
     let Some(redis) = support::stores("format-all").await else { return };
     let fp = Fingerprint::of(&serde_json::json!({"request": 1}));
@@ -284,11 +285,10 @@ task:t-1 hash
 /// nonce and key are read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pinned_shapes_read_back() {
+    use agent_surface_policy::IdempotencyStore;
+    use agent_surface_policy::confirmation::{ConfirmationBinding, ConfirmationState, RelayKey};
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey};
     use agent_surface_policy::inbox::{InboxSession, InboxStore, NonceUse};
-    use agent_surface_policy::{
-        Admission, Attempt, ConfirmationBinding, ConfirmationState, Fingerprint, IdempotencyKey, IdempotencyStore,
-        RelayKey,
-    };
     let Some(redis) = support::stores("format-read").await else { return };
     let mut conn = redis.connection();
     let p = redis.config().prefix.clone();

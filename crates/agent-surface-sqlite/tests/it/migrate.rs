@@ -3,11 +3,11 @@
 
 use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, InvokeResult, Timestamp};
+use agent_surface_policy::confirmation::{ConfirmationBinding, ConfirmationState};
+use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
 use agent_surface_policy::inbox::{InboxSession, InboxStore, SessionLimits};
-use agent_surface_policy::{
-    Admission, Attempt, ConfirmationBinding, ConfirmationRecord, ConfirmationState, ConfirmationStore, Fingerprint,
-    IdempotencyKey, IdempotencyStore, Settlement, TaskRecord, TaskStatus, TaskStore,
-};
+use agent_surface_policy::task::{TaskRecord, TaskStatus};
+use agent_surface_policy::{ConfirmationRecord, ConfirmationStore, IdempotencyStore, TaskStore};
 use agent_surface_sqlite::{SqliteConfig, SqliteStores};
 use serde_json::json;
 
