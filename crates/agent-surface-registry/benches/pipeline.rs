@@ -12,10 +12,13 @@
 //! - `pipeline/confirmation_policy`: `pipeline/no_invocation_id` in a registry with a confirmation
 //!   engine whose global policy gates another capability, with one relayed confirmation
 //!   remembered (the cost of the confirmation phase for a call it lets through);
-//! - `pipeline/metrics_on`: `pipeline/no_invocation_id` with `RegistryConfig::metrics` on and no
-//!   recorder installed (the cost of the metrics facade itself);
+//! - `pipeline/metrics_off`: `pipeline/no_invocation_id` with `RegistryConfig::metrics` off (the
+//!   other cases have it on, its default, with no recorder installed: their difference is what
+//!   metrics cost a service that installs no recorder);
 //! - `lookup/10` and `lookup/100000`: the full pipeline in registries of 10 and 100,000
-//!   capabilities (lookup cost must not grow with the registry).
+//!   capabilities (lookup cost must not grow with the registry);
+//! - `recorded/prometheus`: `pipeline/no_invocation_id` with a Prometheus recorder installed as
+//!   the global recorder (last: it stays installed for the rest of the process).
 //!
 //! After the criterion groups, the bench prints the ratios of the criterion median estimates.
 
@@ -141,14 +144,13 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    // The same call with `RegistryConfig::metrics` on and no recorder installed: the facade's
-    // own cost (keys built, clock readings), which is why metrics are opt-in.
-    let (metered, _metered_mounts) = registry_with(0, RegistryConfig { metrics: true, ..Default::default() });
-    g.bench_function("metrics_on", |b| {
+    // The same call with `RegistryConfig::metrics` off.
+    let (unmetered, _unmetered_mounts) = registry_with(0, RegistryConfig { metrics: false, ..Default::default() });
+    g.bench_function("metrics_off", |b| {
         b.to_async(&rt).iter_batched(
             || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
             |(req, opts)| async {
-                let res = metered.invoke(req, opts).await;
+                let res = unmetered.invoke(req, opts).await;
                 debug_assert!(res.is_ok());
                 black_box(res)
             },
@@ -171,7 +173,6 @@ fn bench(c: &mut Criterion) {
         )
     });
     g.finish();
-    drop(r);
 
     let mut g = c.benchmark_group("lookup");
     for size in [10usize, 100_000] {
@@ -185,6 +186,25 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // Last: a global recorder stays installed for the rest of the process.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("no other global recorder");
+    let mut g = c.benchmark_group("recorded");
+    g.bench_function("prometheus", |b| {
+        b.to_async(&rt).iter_batched(
+            || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
+            |(req, opts)| async {
+                let res = r.invoke(req, opts).await;
+                debug_assert!(res.is_ok());
+                black_box(res)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    assert!(handle.render().contains("agent_surface_calls_total"), "the calls were recorded");
 }
 
 fn report() {
@@ -196,7 +216,8 @@ fn report() {
         "tracked_limit",
         "pipeline/no_invocation_id",
         "pipeline/with_invocation_id",
-        "pipeline/metrics_on",
+        "pipeline/metrics_off",
+        "recorded/prometheus",
         "pipeline/confirmation_policy",
         "lookup/10",
         "lookup/100000",
@@ -208,6 +229,15 @@ fn report() {
     }
     if let (Some(tracked), Some(limit)) = (median_ns("pipeline/with_invocation_id"), median_ns("tracked_limit")) {
         println!("  with_invocation_id / tracked_limit: {:.2}x", tracked / limit);
+    }
+    if let (Some(on), Some(off), Some(recorded)) =
+        (median_ns("pipeline/no_invocation_id"), median_ns("pipeline/metrics_off"), median_ns("recorded/prometheus"))
+    {
+        println!("  metrics on, no recorder - metrics off: {:+.0} ns", on - off);
+        println!("  metrics on, Prometheus recorder - metrics off: {:+.0} ns", recorded - off);
+    }
+    if let (Some(gated), Some(plain)) = (median_ns("pipeline/confirmation_policy"), median_ns("pipeline/no_invocation_id")) {
+        println!("  confirmation_policy / no_invocation_id: {:.2}x", gated / plain);
     }
     if let (Some(small), Some(large)) = (median_ns("lookup/10"), median_ns("lookup/100000")) {
         println!("  lookup 100000 / 10: {:.2}x", large / small);

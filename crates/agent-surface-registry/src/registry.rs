@@ -88,10 +88,10 @@ pub struct RegistryConfig {
     /// for a person (`ConfirmationMode::Wait`) needs its wait within this. The engine also bounds
     /// each of its store operations (`ConfirmationConfig::store_budget`).
     pub confirmation_budget: Duration,
-    /// Whether the pipeline records its metrics through the `metrics` facade (off by default:
-    /// recording costs a few hundred nanoseconds per call, recorder or not). See
-    /// [`crate::telemetry`]. Needs this crate's `metrics` feature (on by default): without it
-    /// [`Registry::new`] turns this off and says so in the operator log.
+    /// Whether the pipeline records its metrics through the `metrics` facade (on by default: a call
+    /// made while no recorder is installed costs a few nanoseconds more, and records nothing; with
+    /// one, the handles are registered once and reused). See [`crate::telemetry`]. Needs this
+    /// crate's `metrics` feature (on by default): without it nothing is recorded, whatever this says.
     pub metrics: bool,
     /// The audit trail of executions: every call of a capability with an effect (not `read`)
     /// records `execution.started` before its handler runs and `execution.finished` with its
@@ -171,7 +171,7 @@ impl Default for RegistryConfig {
             confirmation: None,
             store_budget: Duration::from_secs(5),
             confirmation_budget: Duration::from_secs(5 * 60),
-            metrics: false,
+            metrics: true,
             audit: None,
             relayed_confirmations: 4096,
             late_types: Vec::new(),
@@ -212,6 +212,8 @@ pub(crate) struct Inner {
     /// Confirmation ids relayed to callers, presented when they repeat the call (phase 7), for a
     /// gate that does not remember them itself.
     pub(crate) relayed: crate::relayed::Relayed,
+    /// The metric handles, registered once per recorder, transport and capability.
+    pub(crate) metrics: crate::telemetry::Handles,
 }
 
 impl Inner {
@@ -318,8 +320,6 @@ impl Registry {
     /// declared in [`RegistryConfig::late_types`] that is not defined yet (see
     /// [`Registry::check_wiring`]).
     pub fn new(config: RegistryConfig) -> Registry {
-        #[cfg(not(feature = "metrics"))]
-        let config = without_metrics(config);
         let (version_tx, _) = watch::channel(0);
         let wiring = Wiring::of(
             config.authority.as_deref(),
@@ -343,6 +343,7 @@ impl Registry {
                 next_registration: AtomicU64::new(1),
                 shared: RwLock::new(Arc::new(HashMap::new())),
                 executors: RwLock::new(HashMap::new()),
+                metrics: crate::telemetry::Handles::default(),
             }),
         }
     }
@@ -879,21 +880,6 @@ impl std::fmt::Debug for Mount {
 
 /// A surface id: `s-` and 32 hex digits, 128 bits nobody can guess (unique per registry with
 /// overwhelming probability).
-/// `config` with its metrics off, warned about when they were asked for: this build has no
-/// `metrics` feature, so nothing would record them.
-#[cfg(not(feature = "metrics"))]
-fn without_metrics(mut config: RegistryConfig) -> RegistryConfig {
-    if config.metrics {
-        tracing::warn!(
-            target: "agent_surface::wiring",
-            "RegistryConfig::metrics is on, but agent-surface-registry was built without its `metrics` feature: \
-             no metrics are recorded"
-        );
-        config.metrics = false;
-    }
-    config
-}
-
 fn new_surface_id() -> String {
     agent_surface_core::id::random_id("s-")
 }

@@ -1,15 +1,18 @@
 //! Metrics of the invocation pipeline, through the `metrics` facade.
 //!
-//! Recording needs this crate's `metrics` feature (on by default); a build without it compiles
-//! the recording out (and [`crate::Registry::new`] turns [`crate::RegistryConfig::metrics`] off,
-//! with a warning in the operator log).
+//! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (the default),
+//! through whatever recorder the application installs (e.g. `metrics-exporter-prometheus`, as
+//! the demo does to serve `/metrics`). While none is installed, a call asks the facade which
+//! recorder is in scope (a thread-local read and an atomic load), finds its no-op one, and takes
+//! no clock readings. With one, the handles of each transport and capability are registered once
+//! and reused, so a successful call costs its clock readings and the recorder's own updates, not
+//! a key built and hashed per metric. Measured by `cargo bench -p agent-surface-registry --bench
+//! pipeline` (`pipeline/metrics_off`, `pipeline/no_invocation_id` — on, no recorder — and
+//! `recorded/prometheus`).
 //!
-//! The registry records what follows when [`crate::RegistryConfig::metrics`] is on (it is off by
-//! default); the application installs the recorder of its choice (e.g.
-//! `metrics-exporter-prometheus`, as the demo does to serve `/metrics`). Recording costs about
-//! 0.3–0.5 µs per call even with no recorder installed (the facade builds each metric's key, and
-//! the durations need clock readings) — about half the pipeline's own cost for a small call,
-//! which is why it is opt-in.
+//! Recording needs this crate's `metrics` feature (on by default); a build without it compiles
+//! the recording out, and [`crate::RegistryConfig::metrics`] then has no effect (the `metrics`
+//! facade is not linked, so no recorder could be reached).
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
@@ -36,13 +39,11 @@
 use std::time::Instant;
 
 use agent_surface_core::InvokeResult;
-#[cfg(feature = "metrics")]
-use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
 
 /// The label of a call whose capability name the registry does not know.
 pub(crate) const UNKNOWN_CAPABILITY: &str = "-";
 
-/// The clock readings of one call, taken only when metrics are on.
+/// The clock readings of one call, taken only while a recorder is in scope.
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code, reason = "read only by the recording the feature compiles in"))]
 pub(crate) struct Timing {
@@ -59,107 +60,288 @@ impl Timing {
     }
 }
 
-/// Counts a call in flight while it lives.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code, reason = "read only by the recording the feature compiles in"))]
-pub(crate) struct InFlight(&'static str);
-
-impl InFlight {
-    pub(crate) fn enter(transport: &'static str) -> InFlight {
-        #[cfg(feature = "metrics")]
-        metrics::gauge!("agent_surface_calls_in_flight", "transport" => transport).increment(1.0);
-        InFlight(transport)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        #[cfg(feature = "metrics")]
-        metrics::gauge!("agent_surface_calls_in_flight", "transport" => self.0).decrement(1.0);
-    }
-}
-
-/// A store the pipeline met failing.
-pub(crate) fn store_error(store: &'static str) {
-    #[cfg(not(feature = "metrics"))]
-    let _ = store;
-    #[cfg(feature = "metrics")]
-    metrics::counter!("agent_surface_store_errors_total", "store" => store).increment(1);
-}
-
-/// Records the end of a call: its outcome and the durations of its phase groups (nothing without
-/// the `metrics` feature, where [`crate::Registry::new`] keeps metrics off and this is not called).
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn record(_capability: &str, _transport: &'static str, _result: &InvokeResult, _timing: &Timing) {}
-
-/// Records the end of a call: its outcome and the durations of its phase groups.
 #[cfg(feature = "metrics")]
-pub(crate) fn record(capability: &str, transport: &'static str, result: &InvokeResult, timing: &Timing) {
-    let (code, retry) = match result.error_payload() {
-        Some(p) => (p.code().as_str(), p.retry().as_str()),
-        None => ("OK", "none"),
-    };
-    let capability = capability.to_string();
-    metrics::counter!(
-        "agent_surface_calls_total",
-        "capability" => capability.clone(),
-        "code" => code,
-        "retry" => retry,
-        "transport" => transport
-    )
-    .increment(1);
-    if let Some(details) = result
-        .error_payload()
-        .filter(|p| p.code() == agent_surface_core::ErrorCode::RateLimited)
-        .and_then(|p| p.details_as::<RateLimitedDetails>())
-    {
-        let reason = match details.reason {
-            RateLimitReason::Rate => "rate",
-            RateLimitReason::QueueFull => "queue-full",
-        };
-        metrics::counter!("agent_surface_rate_limited_total", "capability" => capability.clone(), "reason" => reason)
-            .increment(1);
+mod recording {
+    //! The recording itself (the `metrics` feature).
+
+    use super::{InvokeResult, Instant, Timing};
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+    use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
+    use metrics::{Counter, Gauge, Histogram, Recorder};
+
+    /// The recorder in scope for this thread (a local one, else the global one), by address; `None`
+    /// while it is the facade's no-op recorder, which is the only zero-sized one: a recorder that
+    /// records anything holds state, or a handle to it.
+    fn recorder() -> Option<usize> {
+        metrics::with_recorder(|r: &dyn Recorder| {
+            (std::mem::size_of_val(r) != 0).then(|| std::ptr::from_ref(r).cast::<()>() as usize)
+        })
     }
-    let end = Instant::now();
-    let seconds = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
-    let histogram = |group: &'static str, value: f64| {
-        metrics::histogram!(
-            "agent_surface_call_duration_seconds",
-            "capability" => capability.clone(),
-            "phase_group" => group
-        )
-        .record(value);
-    };
-    if let Some(admitted) = timing.admitted {
-        histogram("admission", seconds(timing.start, admitted));
+
+    /// The address of the global recorder, once one is seen (0 before). The facade leaks the global
+    /// recorder, so its address stays its own for the life of the process; a local recorder's
+    /// address may be another's after it is dropped, so handles are cached for the global one only.
+    static GLOBAL: AtomicUsize = AtomicUsize::new(0);
+
+    /// When [`global`] may next look for a global recorder, in milliseconds since [`EPOCH`].
+    static NEXT_LOOK: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+    /// The global recorder's address (0 while none is installed). Until one is seen, it is looked
+    /// for at most once a second, from a thread of its own (where no local recorder is in scope),
+    /// and only by calls made under a recorder that is not it.
+    fn global() -> usize {
+        let known = GLOBAL.load(Ordering::Relaxed);
+        if known != 0 {
+            return known;
+        }
+        let epoch = *EPOCH.get_or_init(Instant::now);
+        let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = NEXT_LOOK.load(Ordering::Relaxed);
+        if now < next || NEXT_LOOK.compare_exchange(next, now.saturating_add(1000), Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return 0;
+        }
+        let found = std::thread::Builder::new()
+            .name("agent-surface-metrics".into())
+            .spawn(recorder)
+            .ok()
+            .and_then(|t| t.join().ok())
+            .flatten()
+            .unwrap_or(0);
+        if found != 0 {
+            GLOBAL.store(found, Ordering::Relaxed);
+        }
+        found
     }
-    if let Some(start) = timing.execute_start {
-        histogram("execute", seconds(start, timing.execute_end.unwrap_or(end)));
+
+    /// Which recorder a call is recorded with.
+    enum Scope {
+        /// None is installed: nothing is recorded, no clock is read.
+        Nothing,
+        /// The global recorder: through the handles cached for it.
+        Global,
+        /// A local recorder (e.g. a test's): through the facade's macros on each use.
+        Local,
     }
-    histogram("total", seconds(timing.start, end));
+
+    fn scope() -> Scope {
+        match recorder() {
+            None => Scope::Nothing,
+            Some(address) if address == global() => Scope::Global,
+            Some(_) => Scope::Local,
+        }
+    }
+
+    /// The metric handles of one registry, registered with the global recorder once per transport
+    /// and capability and reused by every call after (the facade's macros build and hash each
+    /// metric's key on every use). Calls made under a local recorder register theirs on each call.
+    #[derive(Default)]
+    pub(crate) struct Handles {
+        by_transport: RwLock<Vec<Arc<TransportHandles>>>,
+    }
+
+    /// The handles of one transport under one recorder.
+    struct TransportHandles {
+        transport: &'static str,
+        in_flight: Gauge,
+        /// By capability label (a defined capability's name, or [`UNKNOWN_CAPABILITY`]): bounded by
+        /// the names the registry has defined.
+        capabilities: RwLock<HashMap<Box<str>, Arc<CapabilityHandles>>>,
+    }
+
+    /// The handles of a successful call of one capability through one transport.
+    struct CapabilityHandles {
+        ok: Counter,
+        admission: Histogram,
+        execute: Histogram,
+        total: Histogram,
+    }
+
+    impl Handles {
+        /// The handles of `transport`, under the global recorder.
+        fn transport(&self, transport: &'static str) -> Arc<TransportHandles> {
+            let find = |all: &[Arc<TransportHandles>]| all.iter().find(|h| h.transport == transport).cloned();
+            if let Some(found) = find(&self.by_transport.read().unwrap_or_else(PoisonError::into_inner)) {
+                return found;
+            }
+            let mut all = self.by_transport.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some(found) = find(&all) {
+                return found;
+            }
+            let handles = Arc::new(TransportHandles::register(transport));
+            all.push(Arc::clone(&handles));
+            handles
+        }
+    }
+
+    impl TransportHandles {
+        /// Registers the handles of `transport` with the recorder in scope.
+        fn register(transport: &'static str) -> TransportHandles {
+            TransportHandles {
+                transport,
+                in_flight: metrics::gauge!("agent_surface_calls_in_flight", "transport" => transport),
+                capabilities: RwLock::default(),
+            }
+        }
+
+        fn capability(&self, capability: &str) -> Arc<CapabilityHandles> {
+            if let Some(found) = self.capabilities.read().unwrap_or_else(PoisonError::into_inner).get(capability) {
+                return Arc::clone(found);
+            }
+            let mut all = self.capabilities.write().unwrap_or_else(PoisonError::into_inner);
+            let handles = all.entry(capability.into()).or_insert_with(|| {
+                let histogram = |group: &'static str| {
+                    metrics::histogram!(
+                        "agent_surface_call_duration_seconds",
+                        "capability" => capability.to_string(),
+                        "phase_group" => group
+                    )
+                };
+                Arc::new(CapabilityHandles {
+                    ok: metrics::counter!(
+                        "agent_surface_calls_total",
+                        "capability" => capability.to_string(),
+                        "code" => "OK",
+                        "retry" => "none",
+                        "transport" => self.transport
+                    ),
+                    admission: histogram("admission"),
+                    execute: histogram("execute"),
+                    total: histogram("total"),
+                })
+            });
+            Arc::clone(handles)
+        }
+    }
+
+    /// One call being metered: counted in flight while it lives.
+    pub(crate) struct Meter {
+        handles: Arc<TransportHandles>,
+    }
+
+    impl Meter {
+        /// Starts metering a call that came through `transport`; `None` while no recorder is
+        /// installed.
+        pub(crate) fn start(cache: &Handles, transport: &'static str) -> Option<Meter> {
+            let handles = match scope() {
+                Scope::Nothing => return None,
+                Scope::Global => cache.transport(transport),
+                Scope::Local => Arc::new(TransportHandles::register(transport)),
+            };
+            handles.in_flight.increment(1.0);
+            Some(Meter { handles })
+        }
+
+        /// Records the end of the call: its outcome and the durations of its phase groups.
+        pub(crate) fn record(&self, capability: &str, result: &InvokeResult, timing: &Timing) {
+            let handles = self.handles.capability(capability);
+            match result.error_payload() {
+                None => handles.ok.increment(1),
+                // Failures register their counter on each use: they carry two more labels, and are
+                // not the path a service spends its time on.
+                Some(p) => {
+                    metrics::counter!(
+                        "agent_surface_calls_total",
+                        "capability" => capability.to_string(),
+                        "code" => p.code().as_str(),
+                        "retry" => p.retry().as_str(),
+                        "transport" => self.handles.transport
+                    )
+                    .increment(1);
+                    if let Some(details) = Some(p)
+                        .filter(|p| p.code() == agent_surface_core::ErrorCode::RateLimited)
+                        .and_then(|p| p.details_as::<RateLimitedDetails>())
+                    {
+                        let reason = match details.reason {
+                            RateLimitReason::Rate => "rate",
+                            RateLimitReason::QueueFull => "queue-full",
+                        };
+                        metrics::counter!(
+                            "agent_surface_rate_limited_total",
+                            "capability" => capability.to_string(),
+                            "reason" => reason
+                        )
+                        .increment(1);
+                    }
+                }
+            }
+            let end = Instant::now();
+            let seconds = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+            if let Some(admitted) = timing.admitted {
+                handles.admission.record(seconds(timing.start, admitted));
+            }
+            if let Some(start) = timing.execute_start {
+                handles.execute.record(seconds(start, timing.execute_end.unwrap_or(end)));
+            }
+            handles.total.record(seconds(timing.start, end));
+        }
+    }
+
+    impl Drop for Meter {
+        fn drop(&mut self) {
+            self.handles.in_flight.decrement(1.0);
+        }
+    }
+
+    /// A store the pipeline met failing.
+    pub(crate) fn store_error(store: &'static str) {
+        metrics::counter!("agent_surface_store_errors_total", "store" => store).increment(1);
+    }
+
+    /// Sets the store gauges from the stores' reports.
+    pub(crate) fn store_usage(
+        idempotency: Option<agent_surface_policy::StoreUsage>,
+        confirmation: Option<agent_surface_policy::StoreUsage>,
+    ) {
+        for (store, usage) in [("idempotency", idempotency), ("confirmation", confirmation)] {
+            let Some(usage) = usage else { continue };
+            metrics::gauge!("agent_surface_store_entries", "store" => store).set(usage.entries as f64);
+            if let Some(bytes) = usage.bytes {
+                metrics::gauge!("agent_surface_store_bytes", "store" => store).set(bytes as f64);
+            }
+            if let Some(pending) = usage.pending {
+                metrics::gauge!("agent_surface_confirmations_pending").set(pending as f64);
+            }
+        }
+    }
+
 }
 
-/// Sets the store gauges from the stores' reports (nothing without the `metrics` feature).
+#[cfg(feature = "metrics")]
+pub(crate) use recording::{Handles, Meter, store_error, store_usage};
+
+/// Without the `metrics` feature: nothing to cache.
+#[cfg(not(feature = "metrics"))]
+#[derive(Default)]
+pub(crate) struct Handles;
+
+/// Without the `metrics` feature: no call is metered.
+#[cfg(not(feature = "metrics"))]
+pub(crate) struct Meter;
+
+#[cfg(not(feature = "metrics"))]
+impl Meter {
+    /// Never metered: the recording is compiled out.
+    pub(crate) fn start(_cache: &Handles, _transport: &'static str) -> Option<Meter> {
+        None
+    }
+
+    /// Never called: no call is metered.
+    pub(crate) fn record(&self, _capability: &str, _result: &InvokeResult, _timing: &Timing) {}
+}
+
+/// A store the pipeline met failing (nothing without the `metrics` feature).
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn store_error(_store: &'static str) {}
+
+/// Sets the store gauges (nothing without the `metrics` feature).
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn store_usage(
     _idempotency: Option<agent_surface_policy::StoreUsage>,
     _confirmation: Option<agent_surface_policy::StoreUsage>,
 ) {
-}
-
-/// Sets the store gauges from the stores' reports.
-#[cfg(feature = "metrics")]
-pub(crate) fn store_usage(
-    idempotency: Option<agent_surface_policy::StoreUsage>,
-    confirmation: Option<agent_surface_policy::StoreUsage>,
-) {
-    for (store, usage) in [("idempotency", idempotency), ("confirmation", confirmation)] {
-        let Some(usage) = usage else { continue };
-        metrics::gauge!("agent_surface_store_entries", "store" => store).set(usage.entries as f64);
-        if let Some(bytes) = usage.bytes {
-            metrics::gauge!("agent_surface_store_bytes", "store" => store).set(bytes as f64);
-        }
-        if let Some(pending) = usage.pending {
-            metrics::gauge!("agent_surface_confirmations_pending").set(pending as f64);
-        }
-    }
 }

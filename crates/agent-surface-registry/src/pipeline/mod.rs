@@ -106,13 +106,14 @@ async fn run(
     correlation_id: &CorrelationId,
 ) -> Invocation {
     let inner = &registry.inner;
-    // Boxed (only when metrics are on), so that the clock readings do not enlarge every call.
-    let mut timing = inner.config.metrics.then(|| Box::new(telemetry::Timing::start()));
-    let _in_flight = inner.config.metrics.then(|| telemetry::InFlight::enter(options.transport));
+    // Metered only while a recorder is installed; the clock readings boxed, so that they do not
+    // enlarge every call.
+    let meter = if inner.config.metrics { telemetry::Meter::start(&inner.metrics, options.transport) } else { None };
+    let mut timing = meter.as_ref().map(|_| Box::new(telemetry::Timing::start()));
     let invocation = run_phases(registry, request, options, correlation_id, &mut timing).await;
-    if let Some(timing) = &timing {
+    if let (Some(meter), Some(timing)) = (&meter, &timing) {
         let capability = metric_label(inner, &request.capability, &invocation);
-        telemetry::record(capability, options.transport, &invocation.result, timing);
+        meter.record(capability, &invocation.result, timing);
     }
     crate::trace::finish(&invocation.result);
     invocation

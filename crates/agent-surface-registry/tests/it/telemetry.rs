@@ -99,15 +99,46 @@ fn rate_limit_refusals_are_counted() {
 }
 
 #[test]
-fn metrics_are_off_by_default() {
-    let text = rendered(RegistryConfig::default(), async |r| {
-        assert!(
-            r.invoke(call("m.ok", json!({"n": 1})), InvokeOptions::new(agent_surface_policy::Consumer::anonymous("c")))
-                .await
-                .is_ok()
-        );
-    });
+fn metrics_are_on_by_default_and_can_be_turned_off() {
+    let ok = async |r: &Registry| {
+        let anonymous = InvokeOptions::new(agent_surface_policy::Consumer::anonymous("c"));
+        assert!(r.invoke(call("m.ok", json!({"n": 1})), anonymous).await.is_ok());
+    };
+    let text = rendered(RegistryConfig::default(), ok);
+    let series = r#"agent_surface_calls_total{capability="m.ok",code="OK",retry="none",transport="direct"}"#;
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
+    let text = rendered(RegistryConfig { metrics: false, ..Default::default() }, ok);
     assert!(!text.contains("agent_surface_calls_total"), "{text}");
+}
+
+/// The handles a registry caches belong to the recorder that registered them: calls made with
+/// no recorder record nothing, and each recorder in scope later gets the calls made under it
+/// (never the handles of the one before).
+#[test]
+fn each_recorder_gets_the_calls_made_under_it() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (r, _m) = registry(RegistryConfig::default());
+    let calls = |n: usize| {
+        rt.block_on(async {
+            for _ in 0..n {
+                assert!(r.invoke(call("m.ok", json!({"n": 1})), consumer("c").with_transport("mcp")).await.is_ok());
+            }
+        })
+    };
+    calls(1);
+    let series = r#"agent_surface_calls_total{capability="m.ok",code="OK",retry="none",transport="mcp"}"#;
+    let under = |n: usize| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || calls(n));
+        let text = handle.render();
+        assert_eq!(sample(&text, series), Some(n as f64), "{text}");
+        assert_eq!(sample(&text, r#"agent_surface_calls_in_flight{transport="mcp"}"#), Some(0.0), "{text}");
+        let total = r#"agent_surface_call_duration_seconds_count{capability="m.ok",phase_group="total"}"#;
+        assert_eq!(sample(&text, total), Some(n as f64), "{text}");
+    };
+    under(2);
+    under(3);
 }
 
 #[test]
