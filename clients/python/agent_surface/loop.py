@@ -11,7 +11,9 @@ fresh one per retry where the row says `fresh`, one derived from the request aft
 listing the call was planned on (updated after a re-listing, never dropped);
 `agent-surface/toolVersion`, the version of the tool as that listing showed it (a call of any
 effect planned on a definition that changed since is refused `STALE_CAPABILITY {reason:
-tool-version-mismatch}`; replaced by the re-listed version, never dropped);
+tool-version-mismatch}`, and that refusal is re-listed and returned, never retried on its own
+(`refresh-then-ask`: the model reads the new definition first; the same arguments may mean
+something else now); replaced by the re-listed version, never dropped);
 `agent-surface/confirmationId` once a person approved.
 
 After a re-listing (`refresh`) the call is sent again only if the tool is still listed and
@@ -319,6 +321,12 @@ class Recoverer:
             payload = outcome.payload or {}
             row = decide(payload)
             if row is None or row.action in ("stop", "change-input"):
+                return end("returned-to-caller", outcome, row)
+            if row.action == "refresh-then-ask":
+                # The tool's definition changed: re-listed (`refreshed`: the caller shows the model
+                # the new definition), never sent again with the same arguments on its own.
+                await self.transport.list()
+                refreshed = True
                 return end("returned-to-caller", outcome, row)
             # The convergence guard: the last attempt already followed this failure's row.
             failure = _failure(payload, tool, request_meta)

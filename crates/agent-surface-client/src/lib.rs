@@ -16,7 +16,10 @@
 //!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
 //! - `agent-surface/toolVersion` of the tool as the last listing showed it, so a call of any
 //!   effect planned on a definition that changed since is refused (`STALE_CAPABILITY {reason:
-//!   tool-version-mismatch}`); replaced by the re-listed version, never dropped;
+//!   tool-version-mismatch}`); replaced by the re-listed version, never dropped. That refusal is
+//!   not retried: the tools are re-listed and the error returned ([`Stop::ReturnedToCaller`],
+//!   [`Recovery::refreshed`]), so that the model reads the new definition before it calls again
+//!   (the same arguments may mean something else now);
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
 //!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]) and the
@@ -396,6 +399,14 @@ impl RecoveringClient {
                 return end(Stop::ReturnedToCaller, calls, refreshed);
             };
             let decision = decide_payload(p);
+            if decision.action == Action::RefreshThenAsk {
+                // The tool's definition changed: the next calls are planned on the new listing,
+                // and the model reads the new definition (`refreshed`: the caller lists the tools
+                // again) before anything calls the tool again.
+                let listing = self.fetch().await?;
+                *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
+                return end(Stop::ReturnedToCaller, calls, true);
+            }
             if matches!(decision.action, Action::Stop | Action::ChangeInput) {
                 return end(Stop::ReturnedToCaller, calls, refreshed);
             }

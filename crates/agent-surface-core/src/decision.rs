@@ -57,6 +57,11 @@ pub enum Action {
     /// and a replaced registration retargeted) only if the capability is still listed and
     /// enabled and its target still exists; otherwise hand the error to the model.
     Refresh,
+    /// Re-list the surface, so that the model is shown the tool's new definition, then hand the
+    /// error to the model; never repeat the call on its own. For a tool whose definition changed
+    /// (`STALE_CAPABILITY {reason: tool-version-mismatch}`): a compatible schema may carry a new
+    /// meaning (units, say), so the same arguments are not sent again until the model has read it.
+    RefreshThenAsk,
     /// Wait `details[wait_field]` (or the client's default delay), within the client's bounds,
     /// then retry; a wait beyond the bounds hands the error to the model.
     Wait,
@@ -87,8 +92,9 @@ pub enum Action {
 
 impl Action {
     /// Every action, in table order.
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 11] = [
         Action::Refresh,
+        Action::RefreshThenAsk,
         Action::Wait,
         Action::Retry,
         Action::RetryOnce,
@@ -104,6 +110,7 @@ impl Action {
     pub const fn as_str(self) -> &'static str {
         match self {
             Action::Refresh => "refresh",
+            Action::RefreshThenAsk => "refresh-then-ask",
             Action::Wait => "wait",
             Action::Retry => "retry",
             Action::RetryOnce => "retry-once",
@@ -121,6 +128,9 @@ impl Action {
         match self {
             Action::Refresh => {
                 "Re-list the surface; retry under a fresh id, with updated surface tokens and a replaced registration retargeted, only if the tool is still listed and enabled and its target still exists; else hand the error to the model."
+            }
+            Action::RefreshThenAsk => {
+                "Re-list the surface so the model sees the tool's new definition, then hand the error to the model; never repeat the call on its own (the same arguments may now mean something else)."
             }
             Action::Wait => {
                 "Wait the delay the row names (bounded by the client's limits), then retry; a longer delay goes to the model."
@@ -145,7 +155,7 @@ impl Action {
     /// Whether this action may answer a payload of this retry category.
     pub fn fits(self, retry: Retry) -> bool {
         match self {
-            Action::Refresh => retry == Retry::AfterRefresh,
+            Action::Refresh | Action::RefreshThenAsk => retry == Retry::AfterRefresh,
             Action::Wait => retry == Retry::AfterDelay,
             Action::Retry => retry == Retry::Yes,
             // Only on a `notProcessed` row: the category says no blind repeat of what ran, and
@@ -269,7 +279,7 @@ const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
 /// The table: per code, its conditional rows first, then its default row (the first match wins).
 #[rustfmt::skip]
-pub static DECISIONS: [Decision; 23] = [
+pub static DECISIONS: [Decision; 24] = [
     row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "The tool list is stale or the tool is hidden: a re-listing tells which."),
     row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
@@ -278,6 +288,8 @@ pub static DECISIONS: [Decision; 23] = [
         "The model picks one of details.instances as the target."),
     row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "The target is gone (mid-flight only for a read or an idempotent call): retry only if the re-listing shows it (or its replacement) again."),
+    when("reason", DetailValue::Str("tool-version-mismatch"), row(C::StaleCapability, R::AfterRefresh, RefreshThenAsk, IdRule::None, RETURNED,
+        "The tool's definition changed: the model reads the new one before it calls again.")),
     row(C::StaleCapability, R::AfterRefresh, Refresh, Fresh, RETURNED,
         "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
     when("reason", DetailValue::Str("natural-key-used-by-different-request"), row(C::InvocationConflict, R::No, Stop, IdRule::None, RETURNED,
@@ -478,7 +490,7 @@ mod tests {
                 assert!(!spec(d.code).cacheable, "{}", d.code);
             }
             assert_eq!(d.wait_field.is_some(), d.action == Wait, "{}", d.code);
-            let retries = !matches!(d.action, ChangeInput | Stop);
+            let retries = !matches!(d.action, RefreshThenAsk | ChangeInput | Stop);
             assert_eq!(retries, d.invocation_id != IdRule::None, "{}", d.code);
         }
     }
@@ -535,6 +547,19 @@ mod tests {
             (verifying[0].code, verifying[0].when),
             (ErrorCode::ExecutionFailed, Some(("reason", DetailValue::Str("outcome-unknown"))))
         );
+    }
+
+    /// A tool whose definition changed is re-listed and handed to the model, never called again
+    /// with the same arguments; a stale surface token alone (the tool itself unchanged) is.
+    #[test]
+    fn a_changed_tool_is_not_called_again_before_the_model_reads_it() {
+        let changed = json!({"reason": "tool-version-mismatch", "liveToolVersion": "0123456789abcdef0123"});
+        let row = decide(ErrorCode::StaleCapability, changed.as_object());
+        assert_eq!((row.action, row.invocation_id), (RefreshThenAsk, IdRule::None));
+        let moved = json!({"reason": "surface-version-mismatch"});
+        assert_eq!(decide(ErrorCode::StaleCapability, moved.as_object()).action, Refresh);
+        let asking: Vec<_> = DECISIONS.iter().filter(|d| d.action == RefreshThenAsk).collect();
+        assert_eq!(asking.len(), 1, "only a changed tool's definition is handed to the model after a re-listing");
     }
 
     #[test]

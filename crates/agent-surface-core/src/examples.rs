@@ -58,6 +58,7 @@ pub fn of(code: ErrorCode) -> Vec<ErrorPayload> {
                 AgentSurfaceError::stale_capability(StaleReason::RegistrationReplaced, Some("r-9".into()))
                     .into_payload(),
                 AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None).into_payload(),
+                AgentSurfaceError::stale_tool_version("3f1c0a9b2d4e6f8071a2").into_payload(),
             ]
         }
         ErrorCode::InvocationConflict => vec![

@@ -31,7 +31,8 @@ use serde_json::{Map, Value};
 use crate::code::ErrorCode;
 use crate::details::{
     ConfirmationInvalidDetails, ConfirmationInvalidReason, ConflictDetails, ConflictReason, ExecutionFailedDetails,
-    ExecutionFailedReason, RateLimitReason, RateLimitedDetails, TimeoutDetails, UnmountPhase, UnmountedDetails,
+    ExecutionFailedReason, RateLimitReason, RateLimitedDetails, StaleDetails, StaleReason, TimeoutDetails, UnmountPhase,
+    UnmountedDetails,
 };
 use crate::text::normalize;
 
@@ -135,6 +136,10 @@ templates! {
     STALE = ("stale-capability",
         "This call was planned against an outdated view of the tools. Refresh the tool list, resolve the target again, then retry.",
         arguments: "This call was planned against an outdated tool list. Refresh the tool list, check that the tool and the instance you chose are still listed, then repeat the call.");
+    /// `STALE_CAPABILITY {reason: tool-version-mismatch}`: not retried as it stands (the decision
+    /// table's `refresh-then-ask`).
+    STALE_TOOL_VERSION = ("stale-capability.tool-version",
+        "This tool changed since the call was planned, so it did not run. Refresh the tool list and read its new description and input schema before calling it again: inputs may mean something else now.");
     /// `INVOCATION_CONFLICT`.
     CONFLICT = ("invocation-conflict",
         "This invocationId was already used for a different request. Send the new request with a fresh invocationId.",
@@ -270,7 +275,10 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
             UnmountPhase::Resolve => plain(UNMOUNTED_RESOLVE),
             UnmountPhase::MidFlight => plain(UNMOUNTED_MID_FLIGHT),
         },
-        ErrorCode::StaleCapability => plain(STALE),
+        ErrorCode::StaleCapability => plain(match typed::<StaleDetails>(details).map(|d| d.reason) {
+            Some(StaleReason::ToolVersionMismatch) => STALE_TOOL_VERSION,
+            _ => STALE,
+        }),
         ErrorCode::InvocationConflict => plain(match typed::<ConflictDetails>(details)?.reason {
             ConflictReason::IdReusedWithDifferentRequest => CONFLICT,
             ConflictReason::NaturalKeyUsedByDifferentRequest => CONFLICT_NATURAL_KEY,

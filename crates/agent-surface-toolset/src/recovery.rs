@@ -7,6 +7,7 @@
 //!
 //! | `retry` | what the driver does |
 //! |---|---|
+//! | `after-refresh`, the tool's definition changed (`STALE_CAPABILITY {reason: tool-version-mismatch}`) | returns, marked [refreshed](Recovery::refreshed), without repeating the call: the model reads the new definition first (the same arguments may mean something else now) |
 //! | `after-refresh` | re-snapshots, re-resolves the request against the new snapshot (capability still there and enabled; a replaced registration retargeted to `liveRegistrationId` or the instance's live registration; staleness tokens *updated*, never removed), retries under a fresh invocation id; returns when re-resolution finds nothing to call |
 //! | `after-delay` | waits `details.retryAfterMs` on the injected [`Clock`] (at most [`RecoveryConfig::max_delay`] at once and [`RecoveryConfig::max_total_delay`] in all; cancellable), retries (a fresh id for cacheable codes) |
 //! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId` (an approval that came after `expiresAt` starts a fresh cycle at once instead of presenting dead evidence); denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
@@ -444,6 +445,13 @@ impl RecoveryDriver {
             {
                 return Next::Stop(stop);
             }
+            return Next::Stop(Stop::ReturnedToCaller);
+        }
+        if action == Action::RefreshThenAsk {
+            // The tool's definition changed: the caller re-lists (`refreshed`; a toolset marks
+            // its list stale) so that the model is shown the new one, and the model decides
+            // whether, and how, to call again.
+            intent.refreshed = true;
             return Next::Stop(Stop::ReturnedToCaller);
         }
         if action == Action::ChangeInput && !self.may_follow(payload) {

@@ -544,9 +544,10 @@ async fn an_interrupted_read_is_repeated_without_asking_the_host() {
 }
 
 /// Issue 27: the client echoes the version of the tool it listed; after the definition changed
-/// (a new schema), the call is refused with the live version, re-listed, and sent again with it.
+/// (a new schema), the call is refused with the live version and re-listed, and handed back
+/// rather than sent again: the model reads the new definition first (`refresh-then-ask`).
 #[tokio::test]
-async fn a_call_planned_on_a_changed_tool_definition_is_sent_again_with_the_live_version() {
+async fn a_call_planned_on_a_changed_tool_definition_is_relisted_and_handed_back() {
     let w = world().await;
     let memo = |kind: &'static str| {
         move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
@@ -569,9 +570,9 @@ async fn a_call_planned_on_a_changed_tool_definition_is_sent_again_with_the_live
     let id = json!({"id": 7}).as_object().cloned().unwrap();
     // A read: the surface token alone would let it through; the tool version does not.
     let r = c.call(Intent::new("memo-show", id.clone()).with_invocation_id("m-1")).await.unwrap();
-    check(&r, Stop::Succeeded, &[Some(ErrorCode::StaleCapability), None]);
-    assert!(r.refreshed);
-    // The re-listing is kept: the next call is planned on it and runs at once.
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
+    assert!(r.refreshed, "the caller shows the model the new definition");
+    // The re-listing is kept: the model's next call is planned on it and runs at once.
     let r = c.call(Intent::new("memo-show", id).with_invocation_id("m-2")).await.unwrap();
     check(&r, Stop::Succeeded, &[None]);
     assert_ne!(listed(&c.list_tools().await.unwrap()), v1);

@@ -169,7 +169,7 @@ const SCENARIOS: &[Scenario] = &[
     row(StaleCapability, RemountedNamedByRegistration, Succeeded, OK, 2),
     row(StaleCapability, SurfaceReloaded, Succeeded, OK, 2),
     row(StaleCapability, SurfaceVersionOutdated, Succeeded, OK, 2),
-    row(StaleCapability, ToolVersionChanged, Succeeded, OK, 2),
+    row(StaleCapability, ToolVersionChanged, Returned, Some(StaleCapability), 1),
     row(InvocationConflict, IdReused, Succeeded, OK, 2),
     row(InvocationConflict, IdAndRetryIdReused, Succeeded, OK, 2),
     row(InvalidInput, SchemaViolation, Returned, Some(InvalidInput), 1),

@@ -406,11 +406,19 @@ async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_runs_under_the
         Some(json!({"reason": "tool-version-mismatch", "liveToolVersion": v2}))
     );
 
+    // The changed definition goes back to the model with the list marked stale: the same
+    // arguments are not sent again before the model has read the new definition.
     let outcome = ts.call(&call).await;
-    expect_ok(&outcome.result);
-    assert_eq!((outcome.attempts, outcome.stop), (2, Stop::Succeeded));
-    assert_eq!(outcome.request.unwrap().tool_version, Some(v2.clone()), "refreshed, never removed");
+    expect_error(&outcome.result, ErrorCode::StaleCapability);
+    assert_eq!((outcome.attempts, outcome.stop), (1, Stop::ReturnedToCaller));
     assert!(ts.is_stale(), "the model's list is stale");
     let relisted = ts.snapshot().await;
-    assert_eq!(relisted.capability("notes.show").unwrap().tool_version, Some(v2));
+    assert_eq!(relisted.capability("notes.show").unwrap().tool_version, Some(v2.clone()));
+    // The model's next call, made on the new list, carries the new version and runs.
+    let _tools = ts.tools(Provider::OpenAiChat).await;
+    let response = openai_turn(&[("call_w", "notes-show", r#"{"id":7}"#)]);
+    let call = ts.parse_calls(Provider::OpenAiChat, &response).unwrap().remove(0);
+    let outcome = ts.call(&call).await;
+    expect_ok(&outcome.result);
+    assert_eq!((outcome.attempts, outcome.request.unwrap().tool_version), (1, Some(v2)));
 }

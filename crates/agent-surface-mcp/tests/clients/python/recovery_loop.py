@@ -40,12 +40,14 @@ class Script:
         self.listing = listing or Listing(tools={"t": {"name": "t"}}, surface_id="s", surface_version=1)
         # Successive re-listings (the surface moving), then `listing` for good.
         self.listings = list(listings or [])
+        self.listed = 0
 
     async def call(self, name, args, meta):
         self.sent.append(dict(meta))
         return self.results.pop(0)
 
     async def list(self):
+        self.listed += 1
         return self.listings.pop(0) if self.listings else self.listing
 
 
@@ -200,18 +202,17 @@ async def main():
           (r.stop, [m["agent-surface/surfaceVersion"] for m in s.sent]) == ("not-converging", [0, 1, 1]), repr((r, s.sent)))
 
     # Issue 27. The tool's listed version goes with the call; a changed definition is refused with
-    # the live version, re-listed, and sent again with the re-listed version, never without one.
+    # the live version, re-listed and handed back (refresh-then-ask): the model reads the new
+    # definition before the tool is called again, never the same arguments sent on their own.
     def tool(version):
         return {"t": {"name": "t", "_meta": {"agent-surface/toolVersion": version}}}
     changed = err("STALE_CAPABILITY", "after-refresh", reason="tool-version-mismatch", liveToolVersion="v2")
+    check("a changed tool definition is refresh-then-ask in the table", decide(changed.payload).action == "refresh-then-ask")
     s = Script(changed, OK, listing=Listing(tools=tool("v2")))
     r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=Listing(tools=tool("v1")))
-    check("a call planned on a changed tool definition is sent again with the re-listed version",
-          (r.stop, [m.get("agent-surface/toolVersion") for m in s.sent]) == ("succeeded", ["v1", "v2"]), repr((r, s.sent)))
-    s = Script(changed, changed, changed, listing=Listing(tools=tool("v1")))
-    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=Listing(tools=tool("v1")))
-    check("  stale again under the same version ends the loop",
-          (r.stop, [m.get("agent-surface/toolVersion") for m in s.sent]) == ("not-converging", ["v1", "v1"]), repr((r, s.sent)))
+    check("a call planned on a changed tool definition is re-listed and returned, not sent again",
+          (r.stop, r.refreshed, r.action, [m.get("agent-surface/toolVersion") for m in s.sent], s.listed)
+          == ("returned-to-caller", True, "refresh-then-ask", ["v1"], 1), repr((r, s.sent)))
 
     # binding-failed is retried once after the re-listing, whether or not the listing changed.
     unchanged = Listing(tools=t, surface_id="s", surface_version=1)
