@@ -12,7 +12,6 @@ use agent_surface::ServiceBuilder;
 use agent_surface::core::DefinitionError;
 use agent_surface::oauth::{Jwks, ResourceServer, ResourceServerConfig};
 use agent_surface::redis::{RedisConfig, RedisStores};
-use agent_surface::registry::RegistryConfig;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::{Service, assemble};
@@ -79,13 +78,13 @@ impl Options {
 /// The tickets for replicas: their idempotency records and natural keys, confirmations, quotas
 /// and MCP tasks in `redis` (one bundle: never half there, half in memory), the audit trail
 /// there too (each replica's inbox shows every decision), agents sent to the inbox under
-/// `public_url`, and the pipeline's metrics recorded.
+/// `public_url`. (The pipeline records its metrics by default, through the recorder `serve`
+/// installs.)
 pub fn service(redis: &RedisStores, public_url: &str) -> Result<Service, DefinitionError> {
     let builder = ServiceBuilder::new()
         .stores(redis.bundle())
         .audit(Arc::new(redis.audit()))
-        .public_url(public_url) // approvals at {public_url}/inbox/c/{id}
-        .registry(RegistryConfig { metrics: true, ..Default::default() });
+        .public_url(public_url); // approvals at {public_url}/inbox/c/{id}
     assemble(builder) // the policies, the quota and the capabilities of part 1
 }
 // guide:end production-service
