@@ -31,8 +31,8 @@ use serde_json::{Map, Value};
 use crate::code::ErrorCode;
 use crate::details::{
     ConfirmationInvalidDetails, ConfirmationInvalidReason, ConflictDetails, ConflictReason, ExecutionFailedDetails,
-    ExecutionFailedReason, RateLimitReason, RateLimitedDetails, StaleDetails, StaleReason, TimeoutDetails, UnmountPhase,
-    UnmountedDetails,
+    ExecutionFailedReason, RateLimitReason, RateLimitedDetails, StaleDetails, StaleReason, TimeoutDetails,
+    UnmountPhase, UnmountedDetails,
 };
 use crate::text::normalize;
 

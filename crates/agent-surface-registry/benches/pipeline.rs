@@ -188,12 +188,25 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     // Last: a global recorder stays installed for the rest of the process.
+    #[cfg(feature = "metrics")]
+    recorded(c, &rt, &r, &value, &consumer);
+}
+
+/// `recorded/prometheus`: the plain call with a Prometheus recorder installed as the global one.
+#[cfg(feature = "metrics")]
+fn recorded(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    r: &Registry,
+    value: &serde_json::Value,
+    consumer: &InvokeOptions,
+) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).expect("no other global recorder");
     let mut g = c.benchmark_group("recorded");
     g.bench_function("prometheus", |b| {
-        b.to_async(&rt).iter_batched(
+        b.to_async(rt).iter_batched(
             || (InvokeRequest::new("calc.add", value.clone()), consumer.clone()),
             |(req, opts)| async {
                 let res = r.invoke(req, opts).await;
@@ -236,7 +249,9 @@ fn report() {
         println!("  metrics on, no recorder - metrics off: {:+.0} ns", on - off);
         println!("  metrics on, Prometheus recorder - metrics off: {:+.0} ns", recorded - off);
     }
-    if let (Some(gated), Some(plain)) = (median_ns("pipeline/confirmation_policy"), median_ns("pipeline/no_invocation_id")) {
+    if let (Some(gated), Some(plain)) =
+        (median_ns("pipeline/confirmation_policy"), median_ns("pipeline/no_invocation_id"))
+    {
         println!("  confirmation_policy / no_invocation_id: {:.2}x", gated / plain);
     }
     if let (Some(small), Some(large)) = (median_ns("lookup/10"), median_ns("lookup/100000")) {

@@ -64,7 +64,7 @@ impl Timing {
 mod recording {
     //! The recording itself (the `metrics` feature).
 
-    use super::{InvokeResult, Instant, Timing};
+    use super::{Instant, InvokeResult, Timing};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::sync::{Arc, OnceLock, PoisonError, RwLock};
@@ -101,7 +101,8 @@ mod recording {
         let epoch = *EPOCH.get_or_init(Instant::now);
         let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         let next = NEXT_LOOK.load(Ordering::Relaxed);
-        if now < next || NEXT_LOOK.compare_exchange(next, now.saturating_add(1000), Ordering::Relaxed, Ordering::Relaxed).is_err()
+        if now < next
+            || NEXT_LOOK.compare_exchange(next, now.saturating_add(1000), Ordering::Relaxed, Ordering::Relaxed).is_err()
         {
             return 0;
         }
@@ -308,7 +309,6 @@ mod recording {
             }
         }
     }
-
 }
 
 #[cfg(feature = "metrics")]
@@ -317,7 +317,7 @@ pub(crate) use recording::{Handles, Meter, store_error, store_usage};
 /// Without the `metrics` feature: nothing to cache.
 #[cfg(not(feature = "metrics"))]
 #[derive(Default)]
-pub(crate) struct Handles;
+pub(crate) struct Handles {}
 
 /// Without the `metrics` feature: no call is metered.
 #[cfg(not(feature = "metrics"))]

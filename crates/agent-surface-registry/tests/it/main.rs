@@ -22,6 +22,7 @@ mod rate;
 mod robustness;
 mod surface;
 mod target_argument;
+#[cfg(feature = "metrics")]
 mod telemetry;
 mod tool_versions;
 mod verify;
