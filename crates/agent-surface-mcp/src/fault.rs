@@ -56,8 +56,10 @@ pub(crate) enum ProtocolFault {
     /// An `_meta` member of `tools/call` that is not valid (the message says which, and why).
     InvalidMeta(String),
     /// An `Idempotency-Key` header that is not valid (the message says why).
+    #[cfg_attr(not(feature = "http"), allow(dead_code, reason = "a header only the streamable HTTP transport reads"))]
     InvalidIdempotencyKey(String),
     /// The `Idempotency-Key` header and `_meta` `agent-surface/invocationId` differ.
+    #[cfg_attr(not(feature = "http"), allow(dead_code, reason = "a header only the streamable HTTP transport reads"))]
     InvocationIdMismatch,
     /// The answer under `agent-surface/confirm` in `inputResponses` is not an elicitation result.
     ConfirmAnswerNotElicitation,
