@@ -81,7 +81,11 @@ impl Options {
 /// `public_url`. (The pipeline records its metrics by default, through the recorder `serve`
 /// installs.)
 pub fn service(redis: &RedisStores, public_url: &str) -> Result<Service, DefinitionError> {
-    let builder = ServiceBuilder::new().stores(redis.bundle()).audit(Arc::new(redis.audit())).public_url(public_url); // approvals at {public_url}/inbox/c/{id}
+    let builder = ServiceBuilder::new()
+        .stores(redis.bundle())
+        .audit(Arc::new(redis.audit()))
+        // Approvals at {public_url}/inbox/c/{id}.
+        .public_url(public_url);
     assemble(builder) // the policies, the quota and the capabilities of part 1
 }
 // guide:end production-service
