@@ -325,8 +325,12 @@ class Recoverer:
             if row.action == "refresh-then-ask":
                 # The tool's definition changed: re-listed (`refreshed`: the caller shows the model
                 # the new definition), never sent again with the same arguments on its own.
-                await self.transport.list()
-                refreshed = True
+                # A failed re-listing does not replace the answer: `refreshed` says which it was.
+                try:
+                    await self.transport.list()
+                    refreshed = True
+                except Exception:  # noqa: BLE001 - any failure of the courtesy re-listing
+                    refreshed = False
                 return end("returned-to-caller", outcome, row)
             # The convergence guard: the last attempt already followed this failure's row.
             failure = _failure(payload, tool, request_meta)

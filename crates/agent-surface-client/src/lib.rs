@@ -403,9 +403,16 @@ impl RecoveringClient {
                 // The tool's definition changed: the next calls are planned on the new listing,
                 // and the model reads the new definition (`refreshed`: the caller lists the tools
                 // again) before anything calls the tool again.
-                let listing = self.fetch().await?;
-                *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
-                return end(Stop::ReturnedToCaller, calls, true);
+                // A failed re-listing does not replace the answer: the error goes back either way,
+                // `refreshed` saying whether the listing was renewed.
+                let relisted = match self.fetch().await {
+                    Ok(listing) => {
+                        *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                return end(Stop::ReturnedToCaller, calls, relisted);
             }
             if matches!(decision.action, Action::Stop | Action::ChangeInput) {
                 return end(Stop::ReturnedToCaller, calls, refreshed);
