@@ -78,7 +78,7 @@ pub use definition::{DefinitionError, DefinitionErrorCode};
 pub use error::{AgentSurfaceError, Cause};
 pub use payload::{ErrorPayload, MAX_CORRELATION_ID_CHARS, PayloadError, is_valid_correlation_id};
 pub use result::InvokeResult;
-pub use text::{MAX_FRAGMENT_CHARS, SafeText};
+pub use text::{MAX_FRAGMENT_CHARS, SafeText, is_invisible};
 pub use time::Timestamp;
 
 /// The examples of the user guide's error chapter, compiled and run as doc tests.

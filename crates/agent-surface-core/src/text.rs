@@ -167,9 +167,23 @@ pub(crate) const INVISIBLE_RANGES: &[(char, char)] = &[
     ('\u{E0000}', '\u{E0FFF}'),
 ];
 
-/// Whether `ch` is invisible: a format character or another default-ignorable code point (see
-/// [`INVISIBLE_RANGES`]).
-fn is_invisible(ch: char) -> bool {
+/// Whether `ch` renders as nothing: a format character (general category `Cf`: bidi overrides
+/// and isolates, zero-width characters, the soft hyphen, the tag characters of "ASCII smuggling")
+/// or another default-ignorable code point (the combining grapheme joiner, variation selectors,
+/// Hangul fillers, the U+E0000 block), as enumerated for Unicode 15.1/16.0.
+///
+/// It is the project's one list of such characters: [`SafeText`] drops them from every message an
+/// agent reads, and the policy crate's principal comparison ignores them when it reads two names.
+/// Control characters are not in it (`char::is_control` tells those).
+///
+/// ```
+/// use agent_surface_core::is_invisible;
+/// assert!(is_invisible('\u{200B}')); // a zero-width space
+/// assert!(is_invisible('\u{E0041}')); // a tag character
+/// assert!(!is_invisible('a'));
+/// assert!(!is_invisible('\u{7}')); // a control character, not a format character
+/// ```
+pub fn is_invisible(ch: char) -> bool {
     // Every listed code point is at or above U+00AD: plain ASCII text takes the fast path.
     ch >= '\u{00AD}' && INVISIBLE_RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&ch))
 }

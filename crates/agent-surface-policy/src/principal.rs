@@ -42,15 +42,11 @@ pub fn same_principal(a: &str, b: &str) -> bool {
     a == b || skeleton(a) == skeleton(b)
 }
 
-/// Characters that render as nothing: format controls and the default-ignorable code points.
+/// Characters that render as nothing: the format and default-ignorable code points of the
+/// project's one list ([`agent_surface_core::is_invisible`], which `SafeText` also drops), and
+/// control characters.
 fn is_invisible(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
-        | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
-        | '\u{E0000}'..='\u{E0FFF}')
-        || c.is_control()
+    agent_surface_core::is_invisible(c) || c.is_control()
 }
 
 /// The Latin letter a lowercase Cyrillic or Greek letter is read as, or the letter itself.
@@ -82,5 +78,41 @@ fn latin_look_alike(c: char) -> char {
         'ʐ' => 'z',
         '0' => 'o',
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every character the project's one list calls invisible is ignored when two names are
+    /// compared: a name with one inside reads as the name without it.
+    #[test]
+    fn every_invisible_character_of_the_shared_list_is_ignored() {
+        let mut checked = 0;
+        for c in (0..=0x10FFFF_u32).filter_map(char::from_u32).filter(|&c| agent_surface_core::is_invisible(c)) {
+            let name = format!("ali{c}ce");
+            assert_eq!(skeleton(&name), "allce", "U+{:04X} changed the name", u32::from(c));
+            assert!(same_principal("alice", &name), "U+{:04X}", u32::from(c));
+            checked += 1;
+        }
+        assert!(checked > 4_000, "the list covers the U+E0000 block and more ({checked})");
+    }
+
+    /// Characters the principal comparison once missed (it kept its own, shorter list): Arabic
+    /// number signs, the interlinear annotation marks and Egyptian hieroglyph format controls. With
+    /// them a requester could approve their own request under a name that merely looks different.
+    #[test]
+    fn format_characters_once_missed_make_no_other_principal() {
+        for c in ['\u{0600}', '\u{06DD}', '\u{070F}', '\u{0890}', '\u{08E2}', '\u{FFF9}', '\u{110BD}', '\u{13430}'] {
+            assert!(same_principal("alice", &format!("al{c}ice")), "U+{:04X}", u32::from(c));
+        }
+    }
+
+    #[test]
+    fn control_characters_are_ignored_and_visible_ones_are_not() {
+        assert!(same_principal("alice", "ali\u{7}ce"));
+        assert!(!same_principal("alice", "alixce"));
+        assert!(!same_principal("alice", "bob"));
     }
 }

@@ -36,38 +36,9 @@ fn any_json() -> impl Strategy<Value = serde_json::Value> {
     })
 }
 
-/// General category Cf and the other default-ignorable code points (Unicode 15.1/16), listed here
-/// independently of the library.
-const CF: &[(char, char)] = &[
-    ('\u{00AD}', '\u{00AD}'),
-    ('\u{034F}', '\u{034F}'),
-    ('\u{0600}', '\u{0605}'),
-    ('\u{061C}', '\u{061C}'),
-    ('\u{06DD}', '\u{06DD}'),
-    ('\u{070F}', '\u{070F}'),
-    ('\u{0890}', '\u{0891}'),
-    ('\u{08E2}', '\u{08E2}'),
-    ('\u{115F}', '\u{1160}'),
-    ('\u{17B4}', '\u{17B5}'),
-    ('\u{180B}', '\u{180F}'),
-    ('\u{200B}', '\u{200F}'),
-    ('\u{202A}', '\u{202E}'),
-    ('\u{2060}', '\u{206F}'),
-    ('\u{3164}', '\u{3164}'),
-    ('\u{FE00}', '\u{FE0F}'),
-    ('\u{FEFF}', '\u{FEFF}'),
-    ('\u{FFA0}', '\u{FFA0}'),
-    ('\u{FFF0}', '\u{FFFB}'),
-    ('\u{110BD}', '\u{110BD}'),
-    ('\u{110CD}', '\u{110CD}'),
-    ('\u{13430}', '\u{1343F}'),
-    ('\u{1BCA0}', '\u{1BCA3}'),
-    ('\u{1D173}', '\u{1D17A}'),
-    ('\u{E0000}', '\u{E0FFF}'),
-];
-
-/// Normalized form, checked without the library: non-empty, within `cap`, no control or format
-/// character, and no whitespace but single spaces between words.
+/// Normalized form, checked apart from the normalizer: non-empty, within `cap`, no control or
+/// invisible character (the library's one list, `is_invisible`, which its unit tests pin code point
+/// by code point against an independent table), and no whitespace but single spaces between words.
 fn is_clean(text: &str, cap: usize) -> bool {
     let n = text.chars().count();
     n > 0
@@ -75,9 +46,9 @@ fn is_clean(text: &str, cap: usize) -> bool {
         && !text.starts_with(' ')
         && !text.ends_with(' ')
         && !text.contains("  ")
-        && text.chars().all(|c| {
-            !c.is_control() && (c == ' ' || !c.is_whitespace()) && !CF.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
-        })
+        && text
+            .chars()
+            .all(|c| !c.is_control() && (c == ' ' || !c.is_whitespace()) && !agent_surface_core::is_invisible(c))
 }
 
 /// Arbitrary Unicode, weighted towards what could mislead a model or hide text from a reviewer:
