@@ -2,7 +2,9 @@
 //!
 //! For each crate of the workspace (its library, binary and `src/bin` roots), the files of its
 //! module tree and the references between them: a `crate::…` or `super::…` path in a `use`, a type,
-//! an expression or a macro's tokens, resolved to the file that defines the module it names. A
+//! an expression or a macro's tokens, resolved to the file that defines the module it names, or,
+//! for an item a module only re-exports (`pub use child::Name`, a rename or a glob), to the file
+//! of the item it stands for (else a child would reach a sibling through `super::Name` unseen). A
 //! reference to a module below the file's own (its children, by plain name, `self::…` or
 //! `crate::…`) is not an edge: a parent that declares and drives its children is the module tree,
 //! not a circle (so a crate root has no edges out). Code under
@@ -23,7 +25,32 @@ use syn::visit::Visit;
 /// circle passes when all its files are in one entry, so it may shrink but not grow. Each entry
 /// names the issue that removes it; the check fails when an entry no longer matches any circle, so
 /// the entry is removed with the circle.
-const KNOWN_CIRCLES: &[(&str, &[&str])] = &[];
+const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
+    // Found when the check began to follow re-exports (`crate::McpConfig` is `config.rs`'s).
+    (
+        "#30: the MCP config holds the HTTP authenticator, whose router takes the config",
+        &[
+            "crates/agent-surface-mcp/src/config.rs",
+            "crates/agent-surface-mcp/src/http.rs",
+            "crates/agent-surface-mcp/src/server/mod.rs",
+        ],
+    ),
+    (
+        "#30: hooks name the audit sink, audit describes calls by the hooks' CallInfo and guards by PolicyError",
+        &[
+            "crates/agent-surface-policy/src/audit/mod.rs",
+            "crates/agent-surface-policy/src/guard.rs",
+            "crates/agent-surface-policy/src/hooks.rs",
+        ],
+    ),
+    (
+        "#30: the pipeline's arrival and the idempotency hold name each other",
+        &[
+            "crates/agent-surface-registry/src/pipeline/call.rs",
+            "crates/agent-surface-registry/src/pipeline/idempotency.rs",
+        ],
+    ),
+];
 
 /// The crates whose sources are checked: every crate directory under `crates/` and `examples/`,
 /// and `xtask`.
@@ -124,14 +151,33 @@ struct Graph {
     files: Vec<String>,
     /// `edges[from][to]` = the first reference that makes the edge, for the report.
     edges: BTreeMap<usize, BTreeMap<usize, String>>,
+    /// What each module brings in by `use`: its local name → the absolute path it stands for, so
+    /// that a reference through a re-export (`super::Name` where the parent has `pub use
+    /// child::Name`) leads to the file that defines the item, not to the re-exporting parent.
+    imports: BTreeMap<ModPath, BTreeMap<String, ModPath>>,
+    /// The modules each module glob-imports (`use child::*`).
+    globs: BTreeMap<ModPath, Vec<ModPath>>,
+    /// The items each module defines itself (types, functions, traits, constants, macros…).
+    defined: BTreeMap<ModPath, BTreeSet<String>>,
 }
 
 impl Graph {
     fn build(root: &Path, crate_root: &Path) -> Result<Graph> {
-        let mut graph = Graph { modules: BTreeMap::new(), files: Vec::new(), edges: BTreeMap::new() };
-        // The module tree first (a reference may point to a file read later), then the references.
+        let mut graph = Graph {
+            modules: BTreeMap::new(),
+            files: Vec::new(),
+            edges: BTreeMap::new(),
+            imports: BTreeMap::new(),
+            globs: BTreeMap::new(),
+            defined: BTreeMap::new(),
+        };
+        // The module tree first (a reference may point to a file read later), then what each
+        // module defines and imports, then the references.
         let mut parsed = Vec::new();
         graph.load(root, crate_root, Vec::new(), &mut parsed)?;
+        for (_, module, syntax) in &parsed {
+            graph.names(&syntax.items, module);
+        }
         for (file, module, syntax) in &parsed {
             let mut refs = References { module: module.clone(), found: Vec::new() };
             refs.visit_file(syntax);
@@ -214,8 +260,134 @@ impl Graph {
         }
     }
 
-    /// The file of the longest registered prefix of `target`.
+    /// Records what the (non-test) `items` of `module` define and import, and recurses into its
+    /// inline modules.
+    fn names(&mut self, items: &[syn::Item], module: &ModPath) {
+        for item in items {
+            let (attrs, ident) = match item {
+                syn::Item::Const(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Enum(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Fn(i) => (&i.attrs, Some(&i.sig.ident)),
+                syn::Item::Macro(i) => (&i.attrs, i.ident.as_ref()),
+                syn::Item::Static(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Struct(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Trait(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::TraitAlias(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Type(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Union(i) => (&i.attrs, Some(&i.ident)),
+                syn::Item::Mod(m) => {
+                    if let Some((_, inner)) = &m.content
+                        && !is_test_only(&m.attrs)
+                    {
+                        let mut child = module.clone();
+                        child.push(m.ident.to_string());
+                        self.names(inner, &child);
+                    }
+                    continue;
+                }
+                syn::Item::Use(u) => {
+                    if !is_test_only(&u.attrs) && u.leading_colon.is_none() {
+                        self.use_names(module, &mut Vec::new(), &u.tree);
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some(ident) = ident
+                && !is_test_only(attrs)
+            {
+                self.defined.entry(module.clone()).or_default().insert(ident.to_string());
+            }
+        }
+    }
+
+    /// Records the names one `use` tree of `module` brings in.
+    fn use_names(&mut self, module: &ModPath, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        let (leaf, name) = match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_names(module, prefix, &p.tree);
+                prefix.pop();
+                return;
+            }
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_names(module, prefix, t);
+                }
+                return;
+            }
+            syn::UseTree::Name(n) => (n.ident.to_string(), n.ident.to_string()),
+            syn::UseTree::Rename(r) => (r.ident.to_string(), r.rename.to_string()),
+            syn::UseTree::Glob(_) => {
+                if let Some(target) = self.absolute(module, prefix) {
+                    self.globs.entry(module.clone()).or_default().push(target);
+                }
+                return;
+            }
+        };
+        let mut segments = prefix.clone();
+        if leaf != "self" {
+            segments.push(leaf);
+        }
+        if let Some(target) = self.absolute(module, &segments)
+            && name != "_"
+        {
+            let name = if name == "self" { prefix.last().cloned().unwrap_or_default() } else { name };
+            self.imports.entry(module.clone()).or_default().insert(name, target);
+        }
+    }
+
+    /// The absolute path of a `use` path written in `module`, or `None` for another crate's.
+    fn absolute(&self, module: &ModPath, segments: &[String]) -> Option<ModPath> {
+        let (mut base, mut rest) = match segments.first().map(String::as_str) {
+            Some("crate") => (Vec::new(), &segments[1..]),
+            Some("self") => (module.clone(), &segments[1..]),
+            Some("super") => (module.clone(), segments),
+            Some(first) => {
+                let mut child = module.clone();
+                child.push(first.to_string());
+                if !self.modules.contains_key(&child) {
+                    return None;
+                }
+                (module.clone(), segments)
+            }
+            None => return None,
+        };
+        while rest.first().is_some_and(|s| s == "super") {
+            base.pop();
+            rest = &rest[1..];
+        }
+        base.extend(rest.iter().filter(|s| *s != "self").cloned());
+        Some(base)
+    }
+
+    /// The file that defines what `target` names: the longest registered module prefix, and when
+    /// the rest names an item that module only imports (a re-export, by name or by glob), the
+    /// file of the item it stands for.
     fn resolve(&self, target: &[String]) -> Option<usize> {
+        let mut target = target.to_vec();
+        // Re-exports may chain; a bounded number of steps also ends an import cycle.
+        for _ in 0..16 {
+            let n = (0..=target.len()).rev().find(|&n| self.modules.contains_key(&target[..n]))?;
+            let module = &target[..n];
+            let Some(name) = target.get(n) else { break };
+            if self.defined.get(module).is_some_and(|d| d.contains(name)) {
+                break;
+            }
+            let through = self.imports.get(module).and_then(|i| i.get(name)).cloned().or_else(|| {
+                self.globs.get(module)?.iter().find_map(|g| {
+                    let known = self.defined.get(g).is_some_and(|d| d.contains(name))
+                        || self.imports.get(g).is_some_and(|i| i.contains_key(name));
+                    known.then(|| g.iter().chain([name]).cloned().collect::<ModPath>())
+                })
+            });
+            let Some(mut next) = through else { break };
+            if next == target[..=n] {
+                break;
+            }
+            next.extend(target[n + 1..].iter().cloned());
+            target = next;
+        }
         (0..=target.len()).rev().find_map(|n| self.modules.get(&target[..n]).copied())
     }
 
@@ -548,6 +720,36 @@ mod tests {
                 ("pipeline/phase.rs", "use super::Stop;\npub fn go() { let _ = (crate::table::T, crate::Root); }\n"),
                 ("table.rs", "pub struct T;\n#[cfg(test)]\nmod tests { use crate::top::Top; }\n"),
                 ("top.rs", "use crate::table::T;\npub struct Top(T);\nmod inner { use super::Top; }\n"),
+            ],
+        );
+        assert!(circles.is_empty(), "{circles:?}");
+    }
+
+    /// A reference through a re-export leads to the file that defines the item: `super::B` where
+    /// the parent has `pub use b::B` (or `pub use b::*`) is a reference to `b.rs`.
+    #[test]
+    fn a_circle_through_a_re_export_is_found() {
+        for reexport in ["pub use b::B;", "pub use self::b::B as B;", "pub use b::*;", "pub use crate::b::{B};"] {
+            let circles = circles_of(
+                "reexport",
+                &[
+                    ("lib.rs", &format!("mod a;\nmod b;\n{reexport}\npub use a::A;\n")),
+                    ("a.rs", "use super::B;\npub struct A(B);\n"),
+                    ("b.rs", "pub struct B;\npub fn f() -> crate::A { todo!() }\n"),
+                ],
+            );
+            assert_eq!(circles.len(), 1, "{reexport}: {circles:?}");
+            let report = &circles[0].report;
+            assert!(report.contains("src/a.rs -> src/b.rs (super::B)"), "{reexport}: {report}");
+            assert!(report.contains("src/b.rs -> src/a.rs (crate::A)"), "{reexport}: {report}");
+        }
+        // An item the parent defines itself is the parent's, whatever its children re-export.
+        let circles = circles_of(
+            "own",
+            &[
+                ("lib.rs", "mod a;\nmod b;\npub struct B;\npub use a::*;\n"),
+                ("a.rs", "pub struct A(crate::B);\n"),
+                ("b.rs", "pub fn f() -> crate::A { todo!() }\n"),
             ],
         );
         assert!(circles.is_empty(), "{circles:?}");
