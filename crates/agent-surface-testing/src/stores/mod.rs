@@ -23,6 +23,7 @@
 mod confirmation;
 mod idempotency;
 mod inbox;
+mod rate;
 mod task;
 
 pub use confirmation::{
@@ -32,21 +33,14 @@ pub use confirmation::{
 };
 pub use idempotency::{check_idempotency_cancel, check_idempotency_leases, check_idempotency_store};
 pub use inbox::{check_inbox_replicas, check_inbox_store};
+pub use rate::{check_consumer_quotas, check_rate_limiter, consumer_quotas};
 pub use task::{check_task_leases, check_task_store};
 
-use std::collections::HashMap;
-use std::num::NonZeroU32;
-use std::time::Duration;
-
-use agent_surface_core::details::{Origin, RateLimitReason};
+use agent_surface_core::details::Origin;
 use agent_surface_core::{Effect, Timestamp};
 use agent_surface_policy::confirmation::ConfirmationBinding;
 use agent_surface_policy::idempotency::Fingerprint;
-use agent_surface_policy::{
-    AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, CallInfo, ConfirmationRecord, Consumer, Quota,
-    RateDecision, RateLimiter, Scope,
-};
-use futures_util::future::join_all;
+use agent_surface_policy::{AuditEvent, AuditKind, AuditOutcome, AuditSink, AuditVerdict, ConfirmationRecord};
 use serde_json::json;
 
 /// The instant the suites start at (any fixed instant works: stores take `now` as given).
@@ -88,55 +82,6 @@ fn expect<T: std::fmt::Debug, E: std::fmt::Debug>(rule: &str, got: Result<T, E>)
         Ok(v) => v,
         Err(e) => panic!("store kit: {rule}: the store failed: {e:?}"),
     }
-}
-
-/// One call of `orders.cancel` by `c`.
-async fn take(limiter: &dyn RateLimiter, c: &Consumer) -> RateDecision {
-    limiter.acquire(CallInfo::new(c, "orders.cancel", "orders", Effect::Destructive, false), Timestamp::now()).await
-}
-
-/// Runs the [`RateLimiter`] suite against `limiter`, which must be configured with the
-/// per-consumer budget `quota` and no other budget that binds `orders.cancel` (a budget of at
-/// least two calls, refilling no faster than one a second, so that the suite's bursts are not
-/// refilled while they run): a consumer gets its burst and then `RATE_LIMITED {reason: rate}` with
-/// an honest wait, another consumer has a budget of its own, and concurrent callers together never
-/// take more than the budget. Consumers are named `prefix` + a letter.
-///
-/// # Panics
-///
-/// On the first rule the limiter breaks.
-pub async fn check_rate_limiter(limiter: &dyn RateLimiter, quota: Quota, prefix: &str) {
-    let limit = quota.limit().get();
-    let consumer = |name: &str| Consumer::anonymous(format!("{prefix}{name}"));
-    let acquire = |c| take(limiter, c);
-    let a = consumer("a");
-    for i in 0..limit {
-        let decision = acquire(&a).await;
-        assert!(matches!(decision, RateDecision::Allow(_)), "store kit: call {i} of a burst of {limit} must pass");
-    }
-    match acquire(&a).await {
-        RateDecision::Limited { reason, retry_after } => {
-            assert_eq!(reason, RateLimitReason::Rate, "store kit: a spent budget is a `rate` limit");
-            assert!(
-                retry_after > Duration::ZERO && retry_after <= quota.period(),
-                "store kit: the wait must be honest (within one period), got {retry_after:?}"
-            );
-        }
-        RateDecision::Allow(_) => panic!("store kit: a call past the burst of {limit} must be limited"),
-        other => panic!("store kit: a call past the burst of {limit} must be limited, got {other:?}"),
-    }
-    let b = consumer("b");
-    assert!(matches!(acquire(&b).await, RateDecision::Allow(_)), "store kit: another consumer has its own budget");
-
-    let c = consumer("c");
-    let decisions = join_all((0..4 * limit).map(|_| acquire(&c))).await;
-    let passed = decisions.iter().filter(|d| matches!(d, RateDecision::Allow(_))).count();
-    assert_eq!(
-        passed,
-        usize::try_from(limit).unwrap_or(usize::MAX),
-        "store kit: {} concurrent callers take exactly the budget of {limit}",
-        4 * limit
-    );
 }
 
 /// An audit sink's contract: `record` keeps what it was given, and `recent` returns the latest
@@ -184,73 +129,4 @@ pub async fn check_audit_sink(sink: &dyn AuditSink, prefix: &str) {
     assert_eq!(last.len(), 3, "recent(3) returns three events");
     assert_eq!(ours(last), written[written.len() - 3..].to_vec(), "recent(n) returns the latest n, oldest first");
     assert!(sink.recent(0).await.expect("recent(0)").is_empty(), "recent(0) returns nothing");
-}
-
-/// The per-consumer quotas [`check_consumer_quotas`] needs, for a limiter's `consumer_quotas`
-/// (`RateBudgets::consumer_quotas`): `quota` for each consumer's calls of `orders.cancel`, `quota`
-/// for each consumer's calls of the type `carts`, and one call per `quota.period()` of
-/// `carts.clear`.
-pub fn consumer_quotas(quota: Quota) -> HashMap<Scope, Quota> {
-    HashMap::from([
-        (Scope::capability("orders.cancel"), quota),
-        (Scope::capability_type("carts"), quota),
-        (Scope::capability("carts.clear"), Quota::new(NonZeroU32::MIN, quota.period())),
-    ])
-}
-
-/// Runs the per-consumer quota suite against `limiter`, which must be configured with
-/// [`consumer_quotas`]`(quota)` and no other budget that binds `orders.*` or `carts.*` (`quota`
-/// of at least two calls, refilling no faster than one a second): a consumer gets its burst of
-/// `orders.cancel` and is then limited, while its calls of another capability and another
-/// consumer's calls of the same one are not; the calls of a type share one budget per consumer;
-/// a call refused by one of its buckets takes nothing from the others (all-or-nothing); and
-/// concurrent callers together never take more than the budget. Consumers are named `prefix` + a
-/// letter.
-///
-/// # Panics
-///
-/// On the first rule the limiter breaks.
-pub async fn check_consumer_quotas(limiter: &dyn RateLimiter, quota: Quota, prefix: &str) {
-    let limit = quota.limit().get();
-    let consumer = |name: &str| Consumer::anonymous(format!("{prefix}{name}"));
-    let call = |c: &Consumer, capability: &str| {
-        let type_id = capability.split_once('.').map_or(capability, |(t, _)| t);
-        let (c, capability, type_id) = (c.clone(), capability.to_string(), type_id.to_string());
-        async move {
-            let info = CallInfo::new(&c, &capability, &type_id, Effect::Write, false);
-            matches!(limiter.acquire(info, Timestamp::now()).await, RateDecision::Allow(_))
-        }
-    };
-    let a = consumer("a");
-    for i in 0..limit {
-        assert!(call(&a, "orders.cancel").await, "store kit: call {i} of a consumer's burst of {limit} must pass");
-    }
-    assert!(!call(&a, "orders.cancel").await, "store kit: a consumer past its quota of one capability is limited");
-    assert!(call(&a, "orders.list").await, "store kit: a quota of one capability does not limit another");
-    let b = consumer("b");
-    assert!(call(&b, "orders.cancel").await, "store kit: one consumer's quota does not limit another consumer");
-
-    // The capabilities of `carts` share one budget per consumer; a `carts.clear` refused by its own
-    // bucket takes nothing from the type's.
-    let d = consumer("d");
-    assert!(call(&d, "carts.clear").await, "store kit: the first `carts.clear` passes");
-    assert!(!call(&d, "carts.clear").await, "store kit: the second `carts.clear` is past its own quota of one");
-    for i in 1..limit {
-        let capability = if i % 2 == 0 { "carts.add" } else { "carts.remove" };
-        assert!(
-            call(&d, capability).await,
-            "store kit: call {i} of the type `carts` must pass (a refused call takes from no bucket)"
-        );
-    }
-    assert!(!call(&d, "carts.add").await, "store kit: a consumer past its quota of a type is limited");
-
-    let c = consumer("c");
-    let decisions = join_all((0..4 * limit).map(|_| call(&c, "orders.cancel"))).await;
-    let passed = decisions.iter().filter(|passed| **passed).count();
-    assert_eq!(
-        passed,
-        usize::try_from(limit).unwrap_or(usize::MAX),
-        "store kit: {} concurrent calls of one consumer take exactly its quota of {limit}",
-        4 * limit
-    );
 }
