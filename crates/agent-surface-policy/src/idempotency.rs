@@ -57,6 +57,10 @@ use hashbrown::HashTable;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+// Their home is `store`, beside the contract every store trait shares; this path stays for the
+// callers that named them here.
+pub use crate::store::{StoreError, StoreUsage};
+
 /// Who asked, and which invocation: the identity of one logical call.
 ///
 /// Two calls with the same key are the same call (a retry); the store decides whether the second
@@ -264,66 +268,6 @@ pub enum Settlement {
         /// The result the followers receive.
         result: InvokeResult,
     },
-}
-
-/// Why a store could not answer. The registry maps it to an agent-safe error; the text is for the
-/// operator channel.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The store is at capacity with only in-flight records and cannot admit another.
-    #[error("idempotency store is full ({capacity} records in flight)")]
-    Full {
-        /// The store's capacity.
-        capacity: usize,
-    },
-    /// The consumer holds its whole quota of records, all of them in flight.
-    #[error("this consumer's idempotency quota is full ({quota} records in flight)")]
-    ConsumerFull {
-        /// The per-consumer quota.
-        quota: usize,
-    },
-    /// The backing service failed (for shared stores).
-    #[error("idempotency store unavailable: {0}")]
-    Unavailable(String),
-    /// The record is no longer held by the lease presented: it lapsed and a later admission took
-    /// the record over, or it was settled already. Nothing was changed.
-    #[error("the lease on this idempotency record was lost; nothing was recorded")]
-    LeaseLost,
-    /// The admission's [`Attempt`] was cancelled before the store carried it out: nothing was
-    /// admitted (see [`IdempotencyStore::cancel`]).
-    #[error("this admission attempt was cancelled; nothing was admitted")]
-    AttemptCancelled,
-}
-
-/// What a store holds right now, for the operator's gauges (`Registry::record_store_usage`
-/// in `agent-surface-registry`); a store reports what it can count cheaply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StoreUsage {
-    /// Records held (in flight, stored, or kept past their use within their retention).
-    pub entries: usize,
-    /// Bytes counted against the store's byte budget, when it keeps one.
-    pub bytes: Option<usize>,
-    /// Confirmations waiting for a person's decision (confirmation stores), when counted.
-    pub pending: Option<usize>,
-}
-
-impl StoreUsage {
-    /// `entries` records, nothing else counted.
-    pub fn entries(entries: usize) -> StoreUsage {
-        StoreUsage { entries, bytes: None, pending: None }
-    }
-
-    /// The same usage with a byte count.
-    pub fn with_bytes(self, bytes: usize) -> StoreUsage {
-        StoreUsage { bytes: Some(bytes), ..self }
-    }
-
-    /// The same usage with a count of pending confirmations.
-    pub fn with_pending(self, pending: usize) -> StoreUsage {
-        StoreUsage { pending: Some(pending), ..self }
-    }
 }
 
 /// Where admission records live: in memory ([`MemoryIdempotencyStore`]) or in a shared service.

@@ -42,7 +42,8 @@
 //! configures and the traits it implements. The rest is reached through its area's module:
 //! [`confirmation`] (records, quorum slots, store outcomes, limits), [`idempotency`] (the admission
 //! protocol a store implements), [`guard`] (running application code fail-closed), [`hooks`],
-//! [`audit`], [`authority`], [`rate`], [`clock`], [`authn`], [`task`], [`principal`] and
+//! [`audit`], [`authority`], [`rate`], [`clock`], [`authn`], [`task`], [`principal`],
+//! [`store`] (what every store trait shares: its errors, its usage, the common contract) and
 //! [`stored`] (the record formats the shared stores write).
 //!
 //! # Examples
@@ -98,6 +99,7 @@ pub mod principal;
 pub mod rate;
 mod reach;
 mod redact;
+pub mod store;
 pub mod stored;
 mod stores;
 pub mod task;
@@ -121,9 +123,10 @@ pub use hooks::{
     AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
     RateLimiter, Scope,
 };
-pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig, StoreError, StoreUsage};
+pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig};
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use reach::Reach;
 pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
+pub use store::{StoreError, StoreUsage};
 pub use stores::Stores;
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskStore};
