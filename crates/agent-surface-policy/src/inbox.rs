@@ -30,8 +30,8 @@ use std::sync::{Mutex, PoisonError};
 use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 
-use crate::StoreError;
 use crate::reach::Reach;
+use crate::store::StoreError;
 
 /// The most sessions one subject holds at once; opening one past it ends that subject's oldest
 /// (so one identity signing in over and over crowds out only its own sessions).

@@ -16,7 +16,7 @@ use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::idempotency::StoreError;
+use crate::store::StoreError;
 
 /// Where a task is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use super::store::Decided;
 use crate::audit::{AuditKind, AuditVerdict, bounded_note};
 use crate::clock::Clock;
 use crate::consumer::Identity;
-use crate::idempotency::StoreError;
+use crate::store::StoreError;
 
 /// What a path segment percent-encodes: every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~`.
 const PATH_SEGMENT: &percent_encoding::AsciiSet =

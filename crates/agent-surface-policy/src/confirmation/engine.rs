@@ -22,7 +22,8 @@ use crate::audit::{AuditEvent, AuditKind, record_within};
 use crate::clock::Clock;
 use crate::guard::{caught, guarded};
 use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, Scope};
-use crate::idempotency::{Fingerprint, StoreError};
+use crate::idempotency::Fingerprint;
+use crate::store::StoreError;
 
 /// How long a caller is asked to wait after the confirmation store failed.
 pub const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -10,7 +10,7 @@ use super::record::{ConfirmationRecord, ConfirmationState};
 use super::sweeper;
 use crate::audit::AuditKind;
 use crate::clock::Clock;
-use crate::idempotency::StoreError;
+use crate::store::StoreError;
 
 impl ConfirmationEngine {
     fn marks(&self) -> MutexGuard<'_, ExpiryMarks> {

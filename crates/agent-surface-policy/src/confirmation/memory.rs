@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use super::quorum::{ApprovalVerdict, ApproverDecision, SlotSet};
 use super::record::{ConfirmationBinding, ConfirmationRecord, ConfirmationState, RelayKey};
 use super::store::{ConfirmationStore, Consumed, Decided, Inserted, Rejection};
-use crate::idempotency::StoreError;
+use crate::store::StoreError;
 
 /// The configuration of a [`MemoryConfirmationStore`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 
 use super::quorum::{ApprovalVerdict, SlotSet};
 use super::record::{ConfirmationBinding, ConfirmationRecord, ConfirmationState, Mismatch, RelayKey};
-use crate::idempotency::StoreError;
+use crate::store::StoreError;
 
 /// What [`ConfirmationStore::decide`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
