@@ -30,7 +30,7 @@ use std::sync::{Mutex, PoisonError};
 use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 
-use crate::reach::Reach;
+use crate::store::Reach;
 use crate::store::StoreError;
 
 /// The most sessions one subject holds at once; opening one past it ends that subject's oldest

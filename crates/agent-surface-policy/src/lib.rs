@@ -97,7 +97,6 @@ pub mod idempotency;
 pub mod inbox;
 pub mod principal;
 pub mod rate;
-mod reach;
 mod redact;
 pub mod store;
 pub mod stored;
@@ -125,8 +124,7 @@ pub use hooks::{
 };
 pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig};
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
-pub use reach::Reach;
 pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
-pub use store::{StoreError, StoreUsage};
+pub use store::{Reach, StoreError, StoreUsage};
 pub use stores::Stores;
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskStore};

@@ -1,5 +1,5 @@
-//! What every store trait shares: [`StoreError`], why a store could not answer, and
-//! [`StoreUsage`], what it holds for the operator's gauges.
+//! What every store trait shares: [`StoreError`], why a store could not answer; [`StoreUsage`],
+//! what it holds for the operator's gauges; and [`Reach`], who shares what it holds.
 //!
 //! The store traits — [`IdempotencyStore`](crate::IdempotencyStore),
 //! [`ConfirmationStore`](crate::ConfirmationStore), [`TaskStore`](crate::TaskStore),
@@ -10,7 +10,7 @@
 //!   reading a clock, so a store never disagrees with the engines about time. A shared backend
 //!   that must measure leases or budgets on a clock of its own (Redis', the database's) says so.
 //! - **Sharing is declared.** A store whose sharing changes a guarantee says who shares what it
-//!   holds ([`Reach`](crate::Reach)); the confirmation engine's defaults and the registry's wiring
+//!   holds ([`Reach`]); the confirmation engine's defaults and the registry's wiring
 //!   report follow from it.
 //! - **A check and the change it guards are one step** (one script, one transaction, one lock), so
 //!   that racing callers and replicas see single-use steps happen once.
@@ -21,10 +21,14 @@
 //! - **Usage is optional.** A store that can count cheaply reports [`StoreUsage`]; the default is
 //!   `None`.
 //!
-//! The store kit (`agent_surface_testing::stores`) holds one suite per trait, in a file named as
-//! the trait's module here and as each backend crate's module for it (`idempotency.rs`,
-//! `confirmation.rs`, `task.rs`, `inbox.rs`, `rate.rs`, `audit.rs`); a backend passes every suite
-//! of the traits it implements.
+//! The store kit (`agent_surface_testing::stores`) holds one suite per trait, each in a file
+//! named as the backend crates' module for that trait (`idempotency.rs`, `confirmation.rs`,
+//! `task.rs`, `inbox.rs`, `rate.rs`, `audit.rs`); a backend passes every suite of the traits it
+//! implements.
+
+mod reach;
+
+pub use reach::Reach;
 
 /// Why a store could not answer. The registry maps it to an agent-safe error; the text is for the
 /// operator channel.
