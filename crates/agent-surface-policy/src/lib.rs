@@ -100,7 +100,6 @@ pub mod rate;
 mod redact;
 pub mod store;
 pub mod stored;
-mod stores;
 pub mod task;
 
 // The root re-exports what an application names (see the crate docs); what only the sibling crates
@@ -125,6 +124,5 @@ pub use hooks::{
 pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig};
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};
 pub use redact::{Credentials, MASK, Redacted, Redactor, RedactorAlreadyInstalled, install_redactor, redact, redacted};
-pub use store::{Reach, StoreError, StoreUsage};
-pub use stores::Stores;
+pub use store::{Reach, StoreError, StoreUsage, Stores};
 pub use task::{MemoryTaskStore, MemoryTaskStoreConfig, TaskStore};

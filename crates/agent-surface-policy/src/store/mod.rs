@@ -1,5 +1,6 @@
 //! What every store trait shares: [`StoreError`], why a store could not answer; [`StoreUsage`],
-//! what it holds for the operator's gauges; and [`Reach`], who shares what it holds.
+//! what it holds for the operator's gauges; [`Reach`], who shares what it holds; and [`Stores`],
+//! one backend's stores in one bundle.
 //!
 //! The store traits — [`IdempotencyStore`](crate::IdempotencyStore),
 //! [`ConfirmationStore`](crate::ConfirmationStore), [`TaskStore`](crate::TaskStore),
@@ -26,8 +27,10 @@
 //! `task.rs`, `inbox.rs`, `rate.rs`, `audit.rs`); a backend passes every suite of the traits it
 //! implements.
 
+mod bundle;
 mod reach;
 
+pub use bundle::Stores;
 pub use reach::Reach;
 
 /// Why a store could not answer. The registry maps it to an agent-safe error; the text is for the
