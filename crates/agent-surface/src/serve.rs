@@ -65,7 +65,10 @@ const INBOX_PREFIX: &str = "/inbox";
 ///
 /// It refuses to start ([`ServeError::Refused`], before it listens) when:
 /// - the inbox is served but agents are not told where it is (no approval base URL: give the
-///   service [`ServiceBuilder::public_url`]), or there is no authenticator to sign people in;
+///   service [`ServiceBuilder::public_url`]), or there is no authenticator to sign people in, or
+///   the approvals are in a store replicas share while the inbox keeps its sign-ins in this
+///   process (give the backend's inbox store: `Stores::with_inbox`, which every backend's
+///   `bundle()` does);
 /// - the confirmations are in a store replicas share, or one that outlives the process (a
 ///   durable store), but no [`state_key`](Self::state_key) is given: each replica (each start)
 ///   would seal its MCP approval rounds with a key of its own, and a round begun on one could not
@@ -356,6 +359,18 @@ impl Serve {
         if serving_inbox && self.authenticator.is_none() {
             return Err(ServeError::Refused(
                 "the approval inbox is served but nobody can sign in to it: give Serve::authenticator".into(),
+            ));
+        }
+        #[cfg(feature = "inbox")]
+        if serving_inbox
+            && self.service.stores.confirmations.reach().is_shared()
+            && !self.service.stores.inbox.reach().is_shared()
+        {
+            return Err(ServeError::Refused(
+                "the approval inbox would keep its sign-ins in this process while the approvals are shared \
+                 between replicas: a person signed in on one replica is a stranger to the next. Give the \
+                 backend's inbox store (Stores::with_inbox; each backend's bundle() includes it)"
+                    .into(),
             ));
         }
         if serving_inbox && self.service.confirmations.config().approval_base_url.is_none() {

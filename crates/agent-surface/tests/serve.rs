@@ -286,3 +286,37 @@ async fn the_applications_own_mcp_handler_is_served_beside_the_tools() {
     running.stop();
     running.stopped().await.expect("drains");
 }
+
+/// Approvals shared between replicas with the inbox's sign-ins kept in one process: a person
+/// signed in on one replica would be a stranger to the next. Refused; the backend's own bundle
+/// (which includes its inbox store) serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_approvals_with_an_inbox_in_one_process_are_refused() {
+    let Some(url) = agent_surface_testing::services::redis_url() else { return };
+    let prefix = format!("serve-inbox-{}:", std::process::id());
+    let redis = agent_surface_redis::RedisStores::connect(&url, agent_surface_redis::RedisConfig::with_prefix(prefix))
+        .await
+        .expect("Redis answers");
+    let bundle = redis.bundle();
+    let half = agent_surface::policy::Stores::new(
+        bundle.idempotency.clone(),
+        bundle.confirmations.clone(),
+        bundle.tasks.clone(),
+        move |budgets, _clock| Arc::new(redis.rate_limiter(budgets)),
+    );
+    let service = |stores| {
+        ServiceBuilder::new()
+            .stores(stores)
+            .authority(Policies::new().global(RequireIdentity))
+            .public_url("http://127.0.0.1:9")
+            .build()
+    };
+    let serve = |service| {
+        Serve::new(service).operator_log(false).state_key(vec![7u8; 32]).authenticator(people()).approvers("approver")
+    };
+    let why = refused(serve(service(half)).bind("127.0.0.1:0").await);
+    assert!(why.contains("Stores::with_inbox"), "{why}");
+    let running = serve(service(bundle)).bind("127.0.0.1:0").await.expect("serves with the backend's inbox store");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
