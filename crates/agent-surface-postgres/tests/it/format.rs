@@ -1,96 +1,29 @@
 //! The stored shapes of format 1 in PostgreSQL, pinned both ways: what this build writes is exactly
 //! these rows, and these rows, as an earlier build wrote them, read back. The JSON of confirmations
-//! and tasks is the SQLite store's (`agent_surface_policy::stored`), pinned by the same strings. A change of a stored shape fails
-//! here, and must come with a new format version that still reads these.
+//! and tasks is the SQLite store's (`agent_surface_policy::stored`), pinned by the same strings,
+//! `agent_surface_testing::stores::format`'s. A change of a stored shape fails here, and must come
+//! with a new format version that still reads these.
 
 use std::time::Duration;
 
-use agent_surface_core::details::Origin;
-use agent_surface_core::{Effect, InvokeResult, Timestamp};
+use agent_surface_core::{Effect, InvokeResult};
 use agent_surface_policy::{
-    AuditEvent, AuditKind, AuditSink, ConfirmationRecord, ConfirmationStore, IdempotencyStore, Quorum, TaskStore,
-    confirmation::{ApprovalVerdict, ConfirmationBinding, ConfirmationState, SlotSet},
-    idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    AuditEvent, AuditKind, AuditSink, ConfirmationStore, IdempotencyStore, TaskStore,
+    confirmation::{ApprovalVerdict, ConfirmationState, SlotSet},
+    idempotency::{Admission, Attempt, IdempotencyKey, Settlement},
     task::{TaskRecord, TaskStatus},
 };
+use agent_surface_testing::stores::format::{self, CONFIRMATION, EVENT, RESULT, TASK, at, fingerprint};
 use serde_json::json;
 
 use crate::support;
-
-const T0: u64 = 1_795_957_200_000;
-
-fn at(ms: u64) -> Timestamp {
-    Timestamp::from_unix_millis(T0 + ms)
-}
-
-const CONFIRMATION: &str = concat!(
-    r#"{"id":"c-1","consumer_key":"c-1","capability":"orders.cancel","registration_id":"r-1","instance_id":"main","#,
-    r#""input_hash":"a9d3d2b2ef5aee5b2a7ae5b0d4e4a5f5f9b73d1a3d2f5b4c9a5e2f0b8f4c1e27","requester":"alice","#,
-    r#""summary":"Cancel order A-1.","effect":"destructive","origin":"client","created_at":1795957200000,"#,
-    r#""expires_at":1795957260000,"state":"pending","input_preview":"{\"orderId\":\"A-1\"}","#,
-    r#""quorum":{"approvals":2,"slots":["manager"]},"decisions":[{"a":"bob","v":"approve","t":1795957201000,"m":3}],"#,
-    r#""invocation_id":"inv-1","correlation_id":"corr-1","consumer":"session-1"}"#
-);
-
-const TASK: &str = concat!(
-    r#"{"id":"t-1","owner":"alice","status":"completed","status_message":"done","created_at":1795957200000,"#,
-    r#""updated_at":1795957202000,"expires_at":1795957262000,"running_until":1795960800000,"#,
-    r#""payload":{"content":[]},"cancel_requested":true}"#
-);
-
-const RESULT: &str = r#"{"status":"ok","output":{"refund":7}}"#;
-
-const EVENT: &str = r#"{"at":"2026-11-29T13:00:04.000Z","event":"execution.started","effect":"write","capability":"orders.cancel","consumer":"c-1"}"#;
-
-fn hash() -> Fingerprint {
-    Fingerprint::from_bytes(
-        agent_surface_core::hex::decode::<32>("a9d3d2b2ef5aee5b2a7ae5b0d4e4a5f5f9b73d1a3d2f5b4c9a5e2f0b8f4c1e27")
-            .unwrap(),
-    )
-}
-
-fn the_confirmation() -> ConfirmationRecord {
-    let binding = ConfirmationBinding {
-        consumer_key: "c-1".into(),
-        capability: "orders.cancel".into(),
-        registration_id: "r-1".into(),
-        instance_id: "main".into(),
-        input_hash: hash(),
-    };
-    ConfirmationRecord::pending(
-        "c-1".into(),
-        binding,
-        Some("alice".into()),
-        "Cancel order A-1.".into(),
-        Effect::Destructive,
-        Origin::Client,
-        at(0),
-        at(60_000),
-    )
-    .with_input_preview(Some(r#"{"orderId":"A-1"}"#))
-    .with_quorum(Quorum::of(2).with_slot("manager"))
-    .with_call_ids(Some("inv-1"), Some("corr-1"))
-    .with_consumer("session-1")
-}
-
-fn the_task() -> TaskRecord {
-    let mut task =
-        TaskRecord::working("t-1", Some("alice".into()), at(0), Duration::from_secs(60), Duration::from_secs(3600));
-    task.status = TaskStatus::Completed;
-    task.status_message = Some("done".into());
-    task.updated_at = at(2_000);
-    task.expires_at = at(62_000);
-    task.payload = Some(json!({"content": []}));
-    task.cancel_requested = true;
-    task
-}
 
 /// What this build writes, row by row, is format 1 as pinned above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn this_build_writes_format_1() {
     let Some(stores) = support::stores("writes_1").await else { return };
     let conf = stores.confirmations();
-    conf.insert(the_confirmation(), at(0)).await.unwrap();
+    conf.insert(format::confirmation(), at(0)).await.unwrap();
     conf.decide_in_slots("c-1", ApprovalVerdict::Approve, "bob", SlotSet::first(2), at(1_000)).await.unwrap();
     let tasks = stores.tasks();
     let working =
@@ -103,9 +36,9 @@ async fn this_build_writes_format_1() {
         .unwrap();
     let idem = stores.idempotency();
     let key = IdempotencyKey::new("c-1", "inv-1");
-    let Ok(Admission::Leader(lease)) = idem.admit(&key, hash(), Attempt::fresh(), at(0)).await else { panic!() };
+    let Ok(Admission::Leader(lease)) = idem.admit(&key, fingerprint(), Attempt::fresh(), at(0)).await else { panic!() };
     let stored = Settlement::Store { result: InvokeResult::ok(json!({"refund": 7}), None), expires_at: at(600_000) };
-    idem.settle(&key, hash(), lease, stored, at(3_000)).await.unwrap();
+    idem.settle(&key, fingerprint(), lease, stored, at(3_000)).await.unwrap();
     let event =
         AuditEvent::new(at(4_000), AuditKind::ExecutionStarted { effect: Effect::Write }, "orders.cancel", "c-1");
     stores.audit().record(&event).await.unwrap();
@@ -127,7 +60,7 @@ async fn this_build_writes_format_1() {
     assert_eq!(one(format!("SELECT v, result FROM {s}.idem")).await, (1, RESULT.to_string()));
     let row = client.query_one(&format!("SELECT state, fp FROM {s}.idem"), &[]).await.unwrap();
     let (state, fp): (String, Vec<u8>) = (row.get(0), row.get(1));
-    assert_eq!((state.as_str(), fp.as_slice()), ("done", hash().as_bytes().as_slice()));
+    assert_eq!((state.as_str(), fp.as_slice()), ("done", fingerprint().as_bytes().as_slice()));
     assert_eq!(one(format!("SELECT v, event FROM {s}.audit")).await, (1, EVENT.to_string()));
 }
 
@@ -161,14 +94,14 @@ async fn rows_of_format_1_read() {
                     "INSERT INTO {s}.idem (consumer, invocation, v, state, fp, token, lease_until, attempt, takeover, started, result, keep_until)
                      VALUES ('c-1', 'inv-1', 1, 'done', $1, 7, NULL, NULL, false, false, $2, clock_timestamp() + interval '1 hour')"
                 ),
-                &[&hash().as_bytes().as_slice(), &RESULT],
+                &[&fingerprint().as_bytes().as_slice(), &RESULT],
             )
             .await
             .unwrap();
         client.execute(&format!("INSERT INTO {s}.audit (v, event) VALUES (1, $1)"), &[&EVENT]).await.unwrap();
     }
     let conf = stores.confirmations();
-    let mut expected = the_confirmation();
+    let mut expected = format::confirmation();
     expected.decisions = vec![
         agent_surface_policy::confirmation::ApproverDecision::new("bob", ApprovalVerdict::Approve, at(1_000))
             .with_slots(SlotSet::first(2)),
@@ -181,9 +114,11 @@ async fn rows_of_format_1_read() {
         conf.get("c-1", at(7_000)).await.unwrap().unwrap().state,
         ConfirmationState::Approved { by: "bob, carol".into() }
     );
-    assert_eq!(stores.tasks().get("t-1", at(5_000)).await.unwrap(), Some(the_task()));
-    let replay =
-        stores.idempotency().admit(&IdempotencyKey::new("c-1", "inv-1"), hash(), Attempt::fresh(), at(5_000)).await;
+    assert_eq!(stores.tasks().get("t-1", at(5_000)).await.unwrap(), Some(format::task()));
+    let replay = stores
+        .idempotency()
+        .admit(&IdempotencyKey::new("c-1", "inv-1"), fingerprint(), Attempt::fresh(), at(5_000))
+        .await;
     assert!(matches!(replay, Ok(Admission::Replay(r)) if r == InvokeResult::ok(json!({"refund": 7}), None)));
     let events = stores.audit().recent(1).await.unwrap();
     assert_eq!(serde_json::to_string(&events[0]).unwrap(), EVENT);

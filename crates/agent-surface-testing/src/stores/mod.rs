@@ -22,6 +22,7 @@
 
 mod audit;
 mod confirmation;
+pub mod format;
 mod idempotency;
 mod inbox;
 mod rate;
