@@ -6,8 +6,9 @@
 //! need: its state, its deadline, when it is gone (deadline +
 //! [`PostgresConfig::retention`](crate::PostgresConfig::retention)), whether its expiry event
 //! is recorded and until when a claim to record it holds, and the consumption token while it may be reinstated. An operation reads the row
-//! `FOR UPDATE`, decides with the same rules as the memory store (the quorum's matching, the
-//! requester rule, the order of the checks), and writes the row back in the same transaction: two
+//! `FOR UPDATE`, decides with the rules every store shares (`ConfirmationRecord::decide` and
+//! `ConfirmationRecord::consume`, the memory store's: the quorum's matching, the requester rule,
+//! the order of the checks), and writes the row back in the same transaction: two
 //! replicas deciding, consuming or withdrawing one record queue on its row lock.
 //!
 //! The confirmations relayed to callers live in `conf_relay`: a relay key (a digest of the
@@ -22,8 +23,8 @@ use agent_surface_policy::stored::{StoredConfirmation, state_name};
 use agent_surface_policy::{
     ConfirmationRecord, ConfirmationStore, Reach, StoreError,
     confirmation::{
-        ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted,
-        Rejection, RelayKey, SlotSet,
+        ApprovalVerdict, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted, Rejection, RelayKey,
+        SlotSet,
     },
 };
 use deadpool_postgres::Transaction;
@@ -148,44 +149,11 @@ impl PostgresConfirmationStore {
             Box::pin(async move {
                 let approver = approver.as_str();
                 let Some((mut record, token)) = store.live(tx, &id, now).await? else { return Ok(Decided::Unknown) };
-                if verdict == ApprovalVerdict::Deny
-                    && matches!(record.state, ConfirmationState::Approved { .. })
-                    && now < record.expires_at
-                {
-                    // A decline after the approval, before its use: the approval is revoked.
-                    let slots = slots.intersect(record.quorum.all_slots());
-                    record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
-                    record.state = ConfirmationState::Denied { by: approver.to_string() };
+                let decided = record.decide(verdict, approver, slots, now);
+                if decided == Decided::Done {
                     store.write(tx, &record, token.as_deref()).await?;
-                    return Ok(Decided::Done);
                 }
-                if record.state != ConfirmationState::Pending {
-                    return Ok(Decided::NotPending(record.state));
-                }
-                if record.decided_by(approver)
-                    || verdict == ApprovalVerdict::ApproveInPerson && record.approved_in_person()
-                {
-                    return Ok(Decided::DecidedBefore);
-                }
-                if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
-                    return Ok(Decided::SelfApproval);
-                }
-                if now >= record.expires_at {
-                    return Ok(Decided::Expired);
-                }
-                let slots = slots.intersect(record.quorum.all_slots());
-                if verdict != ApprovalVerdict::Deny && !record.quorum.has_room(&record.decisions, slots) {
-                    return Ok(Decided::SlotsTaken);
-                }
-                record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
-                if verdict == ApprovalVerdict::Deny {
-                    record.state = ConfirmationState::Denied { by: approver.to_string() };
-                } else if record.approvals() >= record.quorum.required() {
-                    let by: Vec<&str> = record.decisions.iter().map(|d| d.approver.as_str()).collect();
-                    record.state = ConfirmationState::Approved { by: by.join(", ") };
-                }
-                store.write(tx, &record, token.as_deref()).await?;
-                Ok(Decided::Done)
+                Ok(decided)
             })
         })
         .await
@@ -327,19 +295,10 @@ impl ConfirmationStore for PostgresConfirmationStore {
         Box::pin(self.in_tx(move |store, tx| {
             Box::pin(async move {
                 let Some((mut record, _)) = store.live(tx, &id, now).await? else { return Ok(Err(Rejection::Unknown)) };
-                let mismatch = record.binding.mismatch(&expected);
-                if !mismatch.is_empty() {
-                    return Ok(Err(Rejection::Mismatch(mismatch)));
-                }
-                let approved_by = match &record.state {
-                    ConfirmationState::Consumed { .. } => return Ok(Err(Rejection::Consumed)),
-                    ConfirmationState::Denied { .. } => return Ok(Err(Rejection::Denied)),
-                    ConfirmationState::Withdrawn => return Ok(Err(Rejection::Expired)),
-                    _ if now >= record.expires_at => return Ok(Err(Rejection::Expired)),
-                    ConfirmationState::Pending => return Ok(Err(Rejection::Pending(Box::new(record)))),
-                    ConfirmationState::Approved { by } => by.clone(),
+                let approved_by = match record.consume(&expected, now) {
+                    Ok(approved_by) => approved_by,
+                    Err(rejection) => return Ok(Err(rejection)),
                 };
-                record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
                 let token = agent_surface_core::id::random_id("k-");
                 store.write(tx, &record, Some(&token)).await?;
                 Ok(Ok(Consumed::new(approved_by).with_token(token)))

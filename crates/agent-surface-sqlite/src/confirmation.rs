@@ -5,8 +5,9 @@
 //! beside it, what the indexes and the single-use rules need: its state, its deadline, when it is
 //! gone (deadline + [`SqliteConfig::retention`](crate::SqliteConfig::retention)), whether its
 //! expiry was claimed, and the consumption token while it may be reinstated. An operation reads
-//! the row, decides with the same rules as the memory store (the quorum's matching, the requester
-//! rule, the order of the checks), and writes the row back, in one transaction that nothing else
+//! the row, decides with the rules every store shares (`ConfirmationRecord::decide` and
+//! `ConfirmationRecord::consume`, the memory store's: the quorum's matching, the requester rule,
+//! the order of the checks), and writes the row back, in one transaction that nothing else
 //! interleaves with; its answer is sent once that transaction is on disk.
 //!
 //! The confirmations relayed to callers live in `conf_relay`: a relay key (a digest of the call's
@@ -20,8 +21,8 @@ use agent_surface_policy::stored::{StoredConfirmation, state_name};
 use agent_surface_policy::{
     ConfirmationRecord, ConfirmationStore, Reach, StoreError,
     confirmation::{
-        ApprovalVerdict, ApproverDecision, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted,
-        Rejection, RelayKey, SlotSet,
+        ApprovalVerdict, ConfirmationBinding, ConfirmationState, Consumed, Decided, Inserted, Rejection, RelayKey,
+        SlotSet,
     },
 };
 use futures_util::future::BoxFuture;
@@ -80,43 +81,11 @@ fn decide(
 ) -> Result<Decided, Fail> {
     cx.saw(now);
     let Some((mut record, token)) = live(cx, id, now)? else { return Ok(Decided::Unknown) };
-    if verdict == ApprovalVerdict::Deny
-        && matches!(record.state, ConfirmationState::Approved { .. })
-        && now < record.expires_at
-    {
-        // A decline after the approval, before its use: the approval is revoked.
-        record
-            .decisions
-            .push(ApproverDecision::new(approver, verdict, now).with_slots(slots.intersect(record.quorum.all_slots())));
-        record.state = ConfirmationState::Denied { by: approver.to_string() };
+    let decided = record.decide(verdict, approver, slots, now);
+    if decided == Decided::Done {
         write(cx, &record, token.as_deref())?;
-        return Ok(Decided::Done);
     }
-    if record.state != ConfirmationState::Pending {
-        return Ok(Decided::NotPending(record.state));
-    }
-    if record.decided_by(approver) || verdict == ApprovalVerdict::ApproveInPerson && record.approved_in_person() {
-        return Ok(Decided::DecidedBefore);
-    }
-    if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
-        return Ok(Decided::SelfApproval);
-    }
-    if now >= record.expires_at {
-        return Ok(Decided::Expired);
-    }
-    let slots = slots.intersect(record.quorum.all_slots());
-    if verdict != ApprovalVerdict::Deny && !record.quorum.has_room(&record.decisions, slots) {
-        return Ok(Decided::SlotsTaken);
-    }
-    record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
-    if verdict == ApprovalVerdict::Deny {
-        record.state = ConfirmationState::Denied { by: approver.to_string() };
-    } else if record.approvals() >= record.quorum.required() {
-        let by: Vec<&str> = record.decisions.iter().map(|d| d.approver.as_str()).collect();
-        record.state = ConfirmationState::Approved { by: by.join(", ") };
-    }
-    write(cx, &record, token.as_deref())?;
-    Ok(Decided::Done)
+    Ok(decided)
 }
 
 fn consume(
@@ -127,19 +96,10 @@ fn consume(
 ) -> Result<Result<Consumed, Rejection>, Fail> {
     cx.saw(now);
     let Some((mut record, _)) = live(cx, id, now)? else { return Ok(Err(Rejection::Unknown)) };
-    let mismatch = record.binding.mismatch(expected);
-    if !mismatch.is_empty() {
-        return Ok(Err(Rejection::Mismatch(mismatch)));
-    }
-    let approved_by = match &record.state {
-        ConfirmationState::Consumed { .. } => return Ok(Err(Rejection::Consumed)),
-        ConfirmationState::Denied { .. } => return Ok(Err(Rejection::Denied)),
-        ConfirmationState::Withdrawn => return Ok(Err(Rejection::Expired)),
-        _ if now >= record.expires_at => return Ok(Err(Rejection::Expired)),
-        ConfirmationState::Pending => return Ok(Err(Rejection::Pending(Box::new(record)))),
-        ConfirmationState::Approved { by } => by.clone(),
+    let approved_by = match record.consume(expected, now) {
+        Ok(approved_by) => approved_by,
+        Err(rejection) => return Ok(Err(rejection)),
     };
-    record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
     let token = agent_surface_core::id::random_id("k-");
     write(cx, &record, Some(&token))?;
     Ok(Ok(Consumed::new(approved_by).with_token(token)))

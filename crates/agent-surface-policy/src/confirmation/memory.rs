@@ -8,7 +8,7 @@ use std::time::Duration;
 use agent_surface_core::Timestamp;
 use futures_util::future::BoxFuture;
 
-use super::quorum::{ApprovalVerdict, ApproverDecision, SlotSet};
+use super::quorum::{ApprovalVerdict, SlotSet};
 use super::record::{ConfirmationBinding, ConfirmationRecord, ConfirmationState, RelayKey};
 use super::store::{ConfirmationStore, Consumed, Decided, Inserted, Rejection};
 use crate::store::StoreError;
@@ -274,59 +274,13 @@ impl MemoryConfirmationStore {
     ) -> Decided {
         let mut inner = self.lock();
         let Some(record) = self.live(&mut inner, id, now) else { return Decided::Unknown };
-        if verdict == ApprovalVerdict::Deny
-            && matches!(record.state, ConfirmationState::Approved { .. })
-            && now < record.expires_at
-        {
-            // A decline after the approval, before its use: the approval is revoked.
-            record.decisions.push(
-                ApproverDecision::new(approver, verdict, now).with_slots(slots.intersect(record.quorum.all_slots())),
-            );
-            record.state = ConfirmationState::Denied { by: approver.to_string() };
-            return Decided::Done;
-        }
-        if record.state != ConfirmationState::Pending {
-            return Decided::NotPending(record.state.clone());
-        }
-        if record.decided_by(approver) || verdict == ApprovalVerdict::ApproveInPerson && record.approved_in_person() {
-            return Decided::DecidedBefore;
-        }
-        if verdict == ApprovalVerdict::Approve && record.is_requester(approver) {
-            return Decided::SelfApproval;
-        }
-        if now >= record.expires_at {
-            return Decided::Expired;
-        }
-        let slots = slots.intersect(record.quorum.all_slots());
-        if verdict != ApprovalVerdict::Deny && !record.quorum.has_room(&record.decisions, slots) {
-            return Decided::SlotsTaken;
-        }
-        record.decisions.push(ApproverDecision::new(approver, verdict, now).with_slots(slots));
-        if verdict == ApprovalVerdict::Deny {
-            record.state = ConfirmationState::Denied { by: approver.to_string() };
-        } else if record.approvals() >= record.quorum.required() {
-            let by: Vec<&str> = record.decisions.iter().map(|d| d.approver.as_str()).collect();
-            record.state = ConfirmationState::Approved { by: by.join(", ") };
-        }
-        Decided::Done
+        record.decide(verdict, approver, slots, now)
     }
 
     fn consume_now(&self, id: &str, expected: &ConfirmationBinding, now: Timestamp) -> Result<Consumed, Rejection> {
         let mut inner = self.lock();
         let Some(record) = self.live(&mut inner, id, now) else { return Err(Rejection::Unknown) };
-        let mismatch = record.binding.mismatch(expected);
-        if !mismatch.is_empty() {
-            return Err(Rejection::Mismatch(mismatch));
-        }
-        let approved_by = match &record.state {
-            ConfirmationState::Consumed { .. } => return Err(Rejection::Consumed),
-            ConfirmationState::Denied { .. } => return Err(Rejection::Denied),
-            ConfirmationState::Withdrawn => return Err(Rejection::Expired),
-            _ if now >= record.expires_at => return Err(Rejection::Expired),
-            ConfirmationState::Pending => return Err(Rejection::Pending(Box::new(record.clone()))),
-            ConfirmationState::Approved { by } => by.clone(),
-        };
-        record.state = ConfirmationState::Consumed { approved_by: approved_by.clone() };
+        let approved_by = record.consume(expected, now)?;
         let token = agent_surface_core::id::random_id("k-");
         inner.tokens.insert(id.to_string(), token.clone());
         Ok(Consumed { approved_by, token: Some(token) })

@@ -10,6 +10,7 @@ mod memory;
 mod policy;
 mod quorum;
 mod record;
+mod rules;
 mod store;
 mod sweeper;
 
