@@ -13,7 +13,7 @@ use agent_surface_policy::{
     idempotency::{Admission, Attempt, IdempotencyKey, Settlement},
     task::{TaskRecord, TaskStatus},
 };
-use agent_surface_testing::stores::format::{self, CONFIRMATION, EVENT, RESULT, TASK, at, fingerprint};
+use agent_surface_testing::stores::format::{self, CONFIRMATION, EVENT, RESULT, TASK, TASK_LEASED, at, fingerprint};
 use serde_json::json;
 
 use crate::support;
@@ -122,6 +122,21 @@ async fn rows_of_format_1_read() {
     assert!(matches!(replay, Ok(Admission::Replay(r)) if r == InvokeResult::ok(json!({"refund": 7}), None)));
     let events = stores.audit().recent(1).await.unwrap();
     assert_eq!(serde_json::to_string(&events[0]).unwrap(), EVENT);
+}
+
+/// A running task's lease (#26, an addition to format 1) is written as pinned, the SQLite store's
+/// shape, and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_addition_of_format_1() {
+    let Some(stores) = support::stores("lease_1").await else { return };
+    let working = TaskRecord::working("t-2", None, at(0), Duration::from_secs(60), Duration::from_secs(3600))
+        .with_lease(Duration::from_secs(30));
+    stores.tasks().create(working.clone(), at(0)).await.unwrap();
+    assert_eq!(stores.tasks().get("t-2", at(1)).await.unwrap(), Some(working));
+    let s = format!("\"{}\"", stores.config().schema);
+    let client = stores.pool().get().await.unwrap();
+    let row = client.query_one(&format!("SELECT v, record FROM {s}.task"), &[]).await.unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, String>(1)), (1, TASK_LEASED.to_string()));
 }
 
 /// A row of a later format is reported, never misread.
