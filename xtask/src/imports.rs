@@ -26,23 +26,7 @@ use syn::visit::Visit;
 /// names the issue that removes it; the check fails when an entry no longer matches any circle, so
 /// the entry is removed with the circle.
 const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
-    // Found when the check began to follow re-exports (`crate::McpConfig` is `config.rs`'s).
-    (
-        "#30: the MCP config holds the HTTP authenticator, whose router takes the config",
-        &[
-            "crates/agent-surface-mcp/src/config.rs",
-            "crates/agent-surface-mcp/src/http.rs",
-            "crates/agent-surface-mcp/src/server/mod.rs",
-        ],
-    ),
-    (
-        "#30: hooks name the audit sink, audit describes calls by the hooks' CallInfo and guards by PolicyError",
-        &[
-            "crates/agent-surface-policy/src/audit/mod.rs",
-            "crates/agent-surface-policy/src/guard.rs",
-            "crates/agent-surface-policy/src/hooks.rs",
-        ],
-    ),
+    // Found when the check began to follow re-exports.
     (
         "#30: the pipeline's arrival and the idempotency hold name each other",
         &[

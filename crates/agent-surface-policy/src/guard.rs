@@ -10,7 +10,6 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Either};
 
 use crate::clock::Clock;
-use crate::hooks::PolicyError;
 
 /// Why a guarded evaluation produced no answer. For the operator channel only.
 #[derive(Debug)]
@@ -166,5 +165,19 @@ fn flatten<T>(answer: Result<Result<T, PolicyError>, String>) -> Result<T, Failu
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::Error(e)),
         Err(text) => Err(Failure::Panic(text)),
+    }
+}
+
+/// A policy failure; the pipeline denies (fails closed) and logs it on the operator channel.
+///
+/// The text never reaches the agent.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
+impl PolicyError {
+    /// A failure with this description (for the operator channel).
+    pub fn new(description: impl Into<String>) -> PolicyError {
+        PolicyError(description.into())
     }
 }

@@ -88,6 +88,7 @@
 pub mod audit;
 pub mod authn;
 pub mod authority;
+mod call;
 pub mod clock;
 pub mod confirmation;
 mod consumer;
