@@ -75,7 +75,7 @@ pub struct McpConfig {
     /// Over HTTP: turns each request's headers into the caller's identity, or refuses the
     /// request at the transport (`401`/`403` with a challenge; see [`crate::http::authenticated`]).
     #[cfg(feature = "http")]
-    pub authenticator: Option<Arc<dyn crate::http::Authenticator>>,
+    pub authenticator: Option<Arc<dyn agent_surface_policy::Authenticator>>,
 }
 
 impl Default for McpConfig {

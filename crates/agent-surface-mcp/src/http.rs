@@ -38,7 +38,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_surface_policy::Identity;
 use agent_surface_registry::Registry;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -46,6 +45,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use crate::inflight::{Held, Holding, InFlightIds, Scope};
+use crate::server::Authenticated;
 use crate::{McpConfig, McpServer};
 
 /// Defined in `agent-surface-policy` (shared with the HTTP binding).
@@ -391,11 +391,6 @@ fn host_checked(app: axum::Router, allowed: Vec<String>) -> axum::Router {
         }
     }))
 }
-
-/// What the transport's authentication found for one request, handed to the [`McpServer`] in
-/// the request's extensions so that the headers are checked once.
-#[derive(Clone, Debug)]
-pub(crate) struct Authenticated(pub(crate) Option<Identity>);
 
 /// `app` with every request first shown to `authenticator`'s
 /// [`try_authenticate`](Authenticator::try_authenticate): a rejected request is answered at once

@@ -183,7 +183,7 @@ impl McpServer {
             let parts = context.extensions.get::<http::request::Parts>();
             let identity = match parts {
                 // Checked already by the transport (`http::authenticated`).
-                Some(parts) => match parts.extensions.get::<crate::http::Authenticated>() {
+                Some(parts) => match parts.extensions.get::<Authenticated>() {
                     Some(found) => found.0.clone(),
                     None => auth.authenticate(&parts.headers).await,
                 },
@@ -209,6 +209,12 @@ impl McpServer {
         Ok((tasks, self.consumer(context).await, self.session.registry.config().clock.now()))
     }
 }
+
+/// What the HTTP transport's authentication found for one request (`http::authenticated`),
+/// handed to the server in the request's extensions so that the headers are checked once.
+#[cfg(feature = "http")]
+#[derive(Clone, Debug)]
+pub(crate) struct Authenticated(pub(crate) Option<agent_surface_policy::Identity>);
 
 /// The adapter's own answer to a declined approval: `CONFIRMATION_INVALID` for `reason`, saying
 /// `notProcessed` as the registry's refusals at the confirmation phase do (the call stopped before
