@@ -6,7 +6,10 @@
 
 use std::any::Any;
 use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use agent_surface_core::AgentSurfaceError;
 use agent_surface_core::repair::Repair;
@@ -18,8 +21,84 @@ use serde_json::Value;
 
 use crate::ctx::Ctx;
 
-/// A decoded input, in the handler's own type.
-pub(crate) type Decoded = Box<dyn Any + Send>;
+/// A decoded input, in the handler's own type, in the box that its handler's future is later
+/// built in ([`Slot`]): one allocation per call holds both, one after the other.
+pub(crate) type Decoded = Pin<Box<dyn Slot>>;
+
+/// A decoded input on its own, in the handler's type (what a post-condition check receives).
+pub(crate) type Input = Box<dyn Any + Send>;
+
+/// A handler's decoded input and then, once it started, its future. The pipeline decodes the
+/// input in phase 5, lends it to the phases before execution ([`Slot::input`]), and starts the
+/// handler on it in phase 8 ([`Slot::start`]); polled, the slot is the handler's future, its output
+/// serialized to JSON.
+pub(crate) trait Slot: Future<Output = Result<Value, Failure>> + Send {
+    /// The decoded input, until the handler has started (then `()`, which no input type is).
+    fn input(&self) -> &(dyn Any + Send);
+
+    /// Starts `handler` (the capability's stored handler, [`ErasedHandler::handler`]) on the
+    /// input, in place. Runs the handler's synchronous prelude, which may panic: the caller
+    /// guards it. A handler of another type leaves the slot unstarted, and polling it then answers
+    /// an internal error.
+    fn start(self: Pin<&mut Self>, ctx: Ctx, handler: &(dyn Any + Send + Sync));
+}
+
+pin_project_lite::pin_project! {
+    /// The [`Slot`] of a typed handler `F` over the input `I`, whose future is `Fut`.
+    #[project = TypedSlotProj]
+    #[project_replace = TypedSlotTaken]
+    enum TypedSlot<I, F, Fut> {
+        /// Decoded, not started.
+        Input { input: I, handler: PhantomData<fn() -> F> },
+        /// The handler's future.
+        Running { #[pin] fut: Fut },
+        /// Between the two, while the handler's future is being built (and for good, if that panicked).
+        Taken,
+    }
+}
+
+impl<I, O, F, Fut> Future for TypedSlot<I, F, Fut>
+where
+    O: Serialize,
+    Fut: Future<Output = Result<O, AgentSurfaceError>>,
+{
+    type Output = Result<Value, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            TypedSlotProj::Running { fut } => fut.poll(cx).map(|r| match r {
+                Ok(out) => serde_json::to_value(out).map_err(Failure::Unserializable),
+                Err(e) => Err(Failure::Error(e)),
+            }),
+            // `start` finds the handler's own type: both are built together in `typed`.
+            TypedSlotProj::Input { .. } | TypedSlotProj::Taken => Poll::Ready(Err(Failure::Error(
+                AgentSurfaceError::internal(std::io::Error::other("the handler did not start on its decoded input")),
+            ))),
+        }
+    }
+}
+
+impl<I, O, F, Fut> Slot for TypedSlot<I, F, Fut>
+where
+    I: Send + 'static,
+    O: Serialize,
+    F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, AgentSurfaceError>> + Send,
+{
+    fn input(&self) -> &(dyn Any + Send) {
+        match self {
+            TypedSlot::Input { input, .. } => input,
+            TypedSlot::Running { .. } | TypedSlot::Taken => &(),
+        }
+    }
+
+    fn start(mut self: Pin<&mut Self>, ctx: Ctx, handler: &(dyn Any + Send + Sync)) {
+        let Some(f) = handler.downcast_ref::<F>() else { return };
+        if let TypedSlotTaken::Input { input, .. } = self.as_mut().project_replace(TypedSlot::Taken) {
+            self.set(TypedSlot::Running { fut: f(ctx, input) });
+        }
+    }
+}
 
 /// Why a handler's call did not produce a JSON output.
 pub(crate) enum Failure {
@@ -30,10 +109,10 @@ pub(crate) enum Failure {
 }
 
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, serde_json::Error> + Send + Sync;
-type CallFn = dyn Fn(Ctx, Decoded) -> BoxFuture<'static, Result<Value, Failure>> + Send + Sync;
+type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
 type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
 type VerifyFn =
-    dyn Fn(Ctx, Decoded, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
+    dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
 
 /// What a capability's post-condition check (`verify`) concluded about the handler's effect.
 ///
@@ -74,7 +153,7 @@ impl ErasedVerify {
         F: Fn(Ctx, I, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Verification, AgentSurfaceError>> + Send + 'static,
     {
-        let call = move |ctx: Ctx, input: Decoded, output: Value| -> BoxFuture<'static, _> {
+        let call = move |ctx: Ctx, input: Input, output: Value| -> BoxFuture<'static, _> {
             match input.downcast::<I>() {
                 Ok(input) => f(ctx, *input, output).boxed(),
                 // Checked at registration: the input type is the handler's.
@@ -88,8 +167,12 @@ impl ErasedVerify {
 /// A stored handler.
 #[derive(Clone)]
 pub(crate) struct ErasedHandler {
+    /// Decodes a validated input into a [`Slot`] of this handler.
     pub(crate) decode: Arc<DecodeFn>,
-    pub(crate) call: Arc<CallFn>,
+    /// Decodes a validated input on its own (for a post-condition check).
+    pub(crate) decode_input: Arc<DecodeInputFn>,
+    /// The typed handler, which [`Slot::start`] finds by its type.
+    pub(crate) handler: Arc<dyn Any + Send + Sync>,
     pub(crate) input_type: std::any::TypeId,
 }
 
@@ -102,23 +185,17 @@ impl ErasedHandler {
         F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, AgentSurfaceError>> + Send + 'static,
     {
-        let decode = |v: &Value| -> Result<Decoded, serde_json::Error> { Ok(Box::new(I::deserialize(v)?)) };
-        let call = move |ctx: Ctx, input: Decoded| -> BoxFuture<'static, Result<Value, Failure>> {
-            match input.downcast::<I>() {
-                Ok(input) => f(ctx, *input)
-                    .map(|r| match r {
-                        Ok(out) => serde_json::to_value(out).map_err(Failure::Unserializable),
-                        Err(e) => Err(Failure::Error(e)),
-                    })
-                    .boxed(),
-                // `decode` and `call` are built together above, so the types always match.
-                Err(_) => futures_util::future::ready(Err(Failure::Error(AgentSurfaceError::internal(
-                    std::io::Error::other("decoded input has the wrong type"),
-                ))))
-                .boxed(),
-            }
+        let decode = |v: &Value| -> Result<Decoded, serde_json::Error> {
+            let input = I::deserialize(v)?;
+            Ok(Box::pin(TypedSlot::<I, F, Fut>::Input { input, handler: PhantomData }))
         };
-        ErasedHandler { decode: Arc::new(decode), call: Arc::new(call), input_type: std::any::TypeId::of::<I>() }
+        let decode_input = |v: &Value| -> Result<Input, serde_json::Error> { Ok(Box::new(I::deserialize(v)?)) };
+        ErasedHandler {
+            decode: Arc::new(decode),
+            decode_input: Arc::new(decode_input),
+            handler: Arc::new(f),
+            input_type: std::any::TypeId::of::<I>(),
+        }
     }
 
     /// Wraps a handler over raw JSON values.
@@ -256,5 +333,62 @@ impl ErasedAsk {
 impl std::fmt::Debug for ErasedAsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ErasedAsk").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_surface_policy::Consumer;
+
+    fn ctx() -> Ctx {
+        Ctx::new(crate::ctx::CtxParts {
+            capability: "t.c".into(),
+            consumer: Consumer::anonymous("k"),
+            invocation_id: None,
+            instance_id: "i".into(),
+            registration_id: "r".into(),
+            instance_state: None,
+            shared: Arc::default(),
+            progress: None,
+            answers: None,
+        })
+    }
+
+    fn doubling() -> ErasedHandler {
+        ErasedHandler::typed(|_: Ctx, n: u32| async move { Ok::<_, AgentSurfaceError>(n * 2) })
+    }
+
+    #[test]
+    fn a_slot_lends_its_input_then_becomes_the_handlers_future() {
+        let h = doubling();
+        let mut slot = (h.decode)(&serde_json::json!(21)).expect("decodes");
+        assert_eq!(slot.input().downcast_ref::<u32>(), Some(&21));
+        slot.as_mut().start(ctx(), &*h.handler);
+        // Started, the input is the handler's: the phases before execution no longer see it.
+        assert!(slot.input().downcast_ref::<u32>().is_none());
+        let output = slot.now_or_never().expect("ready at once");
+        assert!(matches!(output, Ok(Value::Number(n)) if n.as_u64() == Some(42)));
+    }
+
+    #[test]
+    fn a_slot_started_with_another_handler_answers_an_internal_error() {
+        let other = ErasedHandler::typed(|_: Ctx, s: String| async move { Ok::<_, AgentSurfaceError>(s) });
+        let mut slot = (doubling().decode)(&serde_json::json!(1)).expect("decodes");
+        slot.as_mut().start(ctx(), &*other.handler);
+        let output = slot.now_or_never().expect("ready at once");
+        assert!(matches!(output, Err(Failure::Error(e)) if e.code() == agent_surface_core::ErrorCode::ExecutionFailed));
+    }
+
+    #[test]
+    fn a_handler_panicking_while_its_future_is_built_leaves_the_slot_taken() {
+        let h = ErasedHandler::typed(|_: Ctx, _: u32| -> std::future::Ready<Result<u32, AgentSurfaceError>> {
+            panic!("prelude")
+        });
+        let mut slot = (h.decode)(&serde_json::json!(1)).expect("decodes");
+        let caught = agent_surface_policy::guard::catch(|| slot.as_mut().start(ctx(), &*h.handler));
+        assert_eq!(caught, Err("prelude".to_string()));
+        assert!(slot.input().downcast_ref::<u32>().is_none());
+        assert!(matches!(slot.now_or_never(), Some(Err(Failure::Error(_)))));
     }
 }

@@ -402,9 +402,10 @@ impl Invocation {
     /// Writes the correlation id into the error payload (`correlationId`, where the model reads
     /// it) when the registry made the id; an id the caller chose (an invocation id, which an
     /// agent may have written) is never echoed there, and the payload then carries none.
+    /// A success carries no payload to write into, so its id's text is never written.
     pub(crate) fn stamp(&mut self) {
-        let generated = self.correlation_id.generated_text();
         if let Some(payload) = self.result.error_payload_mut() {
+            let generated = self.correlation_id.generated_text();
             payload.set_correlation_id(generated.as_ref().map(|t| t.as_str()));
         }
     }

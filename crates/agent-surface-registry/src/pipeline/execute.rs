@@ -53,10 +53,11 @@ pub(crate) fn run<'a>(
     // The handler's cancellation fires when the call ends, whichever way (a guard moved into the
     // slow path when there is one).
     let end = ctx.end_on_drop();
-    let handler = &def.handler.call;
-    // Building the future runs the handler's synchronous prelude, which may panic too: the guard
-    // covers both.
-    let mut fut = catch_started(catch(|| handler(ctx, decoded)));
+    // The handler's future is built in the box that holds its decoded input. Building it runs
+    // the handler's synchronous prelude, which may panic too: the guard covers both.
+    let mut slot = decoded;
+    let started = catch(|| slot.as_mut().start(ctx, &*def.handler.handler));
+    let mut fut = catch_started(started.map(|()| slot));
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)

@@ -138,7 +138,7 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
 pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared) -> Result<(), Stop> {
     let Call { def, ctx, .. } = call;
     if let Some(p) = &def.precondition {
-        match catch(|| (p.check)(ctx, prepared.decoded.as_ref())) {
+        match catch(|| (p.check)(ctx, prepared.decoded.input())) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let e = match &def.precondition_repair {

@@ -382,7 +382,7 @@ fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 
 /// Phase 7: the registry's gate; a capability that declares a gate needs one.
 fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
-    let declared = confirmation::declared(&call, prepared.decoded.as_ref())?;
+    let declared = confirmation::declared(&call, prepared.decoded.input())?;
     match (&call.inner.config.confirmation, declared) {
         (Some(gate), declared) => later(async move {
             match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared).await? {

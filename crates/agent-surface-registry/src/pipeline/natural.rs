@@ -38,7 +38,7 @@ use crate::define::{ErasedKey, KeyScope};
 /// record. The call's hold is the invocation id's, when the call also carries one: both records
 /// then share what they learn of the handler.
 pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepared) -> Outcome {
-    let natural = match catch(|| (key.key)(prepared.decoded.as_ref())) {
+    let natural = match catch(|| (key.key)(prepared.decoded.input())) {
         Ok(Some(natural)) => natural,
         Ok(None) => return Err(cannot_key("the idempotency key function expects another input type")),
         Err(text) => return Err(cannot_key(format!("the idempotency key function panicked: {text}"))),

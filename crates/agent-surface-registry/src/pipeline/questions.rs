@@ -18,7 +18,7 @@ use crate::handler::{Decoded, Unmet};
 pub(crate) fn check(call: &Call<'_>, ask: &ErasedAsk, decoded: &Decoded) -> Result<(), Stop> {
     let ctx = &call.ctx;
     let answers = ctx.answers();
-    match agent_surface_policy::guard::catch(|| (ask.ask)(ctx, decoded.as_ref(), answers)) {
+    match agent_surface_policy::guard::catch(|| (ask.ask)(ctx, decoded.input(), answers)) {
         Ok(Some(Ok(questions))) if questions.is_empty() => Ok(()),
         Ok(Some(Ok(questions))) => {
             let mut stop = Stop::noted(AgentSurfaceError::client_input_required(), Phase::Input, "questions open");

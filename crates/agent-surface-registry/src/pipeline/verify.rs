@@ -22,7 +22,7 @@ pub(crate) async fn check(call: &Call<'_>, verify: &ErasedVerify, input: &Value,
     let ctx = &call.ctx;
     let unknown = |note: String| Stop::noted(super::execute::unknown_outcome(tracked), Phase::Execute, note);
     // The handler consumed its decoded input; the check gets a fresh one from the bound JSON.
-    let decoded = match (def.handler.decode)(input) {
+    let decoded = match (def.handler.decode_input)(input) {
         Ok(d) => d,
         Err(e) => return Err(unknown(format!("input could not be decoded for verification: {e}"))),
     };
