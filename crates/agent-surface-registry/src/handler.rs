@@ -111,8 +111,7 @@ pub(crate) enum Failure {
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, serde_json::Error> + Send + Sync;
 type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
 type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
-type VerifyFn =
-    dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
+type VerifyFn = dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
 
 /// What a capability's post-condition check (`verify`) concluded about the handler's effect.
 ///

@@ -229,18 +229,26 @@ impl InvokeRequest {
     /// assert_eq!(both.input, json!({TARGET_ARGUMENT: "side"}));
     /// ```
     pub fn lift_target_argument(&mut self) {
-        let Some(input) = self.input.as_object_mut() else { return };
+        self.lift_target();
+    }
+
+    /// [`InvokeRequest::lift_target_argument`], telling whether the argument is left in the input
+    /// (for phase 5 to report), so that the pipeline looks it up once.
+    pub(crate) fn lift_target(&mut self) -> bool {
+        let Some(input) = self.input.as_object_mut() else { return false };
         match input.get(TARGET_ARGUMENT) {
+            None => return false,
             Some(Value::Null) => {}
             Some(Value::String(id)) => match self.target.as_mut() {
-                Some(Target { instance_id: Some(named), .. }) if named != id => return,
+                Some(Target { instance_id: Some(named), .. }) if named != id => return true,
                 Some(Target { instance_id: Some(_), .. }) => {}
                 Some(target) => target.instance_id = Some(id.clone()),
                 None => self.target = Some(Target::instance(id.clone())),
             },
-            _ => return,
+            Some(_) => return true,
         }
         input.remove(TARGET_ARGUMENT);
+        false
     }
 
     /// The same call with confirmation evidence.

@@ -38,6 +38,9 @@ pub(crate) struct Arrival<'a> {
     pub(super) now: std::sync::OnceLock<Timestamp>,
     /// Whether the call is recorded: only a call with an invocation id is.
     pub(crate) tracked: bool,
+    /// Whether the reserved target argument is left in the input after it was lifted
+    /// ([`InvokeRequest::lift_target_argument`]): phase 5 reports it.
+    pub(crate) target_argument_left: bool,
     /// Set when the call is answered from its natural key's record instead of running (a
     /// success or an error alike): the invocation is then marked replayed or joined.
     pub(crate) answered: &'a std::sync::OnceLock<Answered>,

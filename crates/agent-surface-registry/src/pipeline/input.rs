@@ -30,15 +30,16 @@ fn invalid(issues: Vec<InputIssue>, locked: Option<Vec<String>>, note: impl Into
 }
 
 /// Shape limits, bound fields, schema validation, bindings and decoding (the precondition is
-/// [`precondition`]).
-pub(crate) fn prepare(call: &Call<'_>, input: Value) -> Result<Prepared, Stop> {
+/// [`precondition`]). `target_argument_left` says whether the reserved target argument is still
+/// in `input` after it was lifted.
+pub(crate) fn prepare(call: &Call<'_>, input: Value, target_argument_left: bool) -> Result<Prepared, Stop> {
     let Call { inner, def, reg, ctx, .. } = call;
     let limits = InputLimits { max_depth: inner.config.max_input_depth, max_bytes: inner.config.max_input_bytes };
     check_shape(&input, limits).map_err(|issue| invalid(vec![issue], None, "input over the shape limits"))?;
 
     // The reserved target argument is lifted into the target before admission
     // (`InvokeRequest::lift_target_argument`); what is left of it could not be.
-    if let Some(value) = input.get(TARGET_ARGUMENT) {
+    if target_argument_left && let Some(value) = input.get(TARGET_ARGUMENT) {
         if value.is_string() {
             return Err(Stop::noted(
                 AgentSurfaceError::target_mismatch(TARGET_ARGUMENT),

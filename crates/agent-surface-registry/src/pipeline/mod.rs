@@ -151,7 +151,7 @@ async fn run_phases(
     let inner = &registry.inner;
     // A target named through the reserved argument is the call's target from here on, so that
     // both ways of naming it fingerprint alike.
-    request.lift_target_argument();
+    let target_argument_left = request.lift_target();
     // The input is taken out of the request: admission borrows it, phase 5 owns it, and the
     // caller's future holds no second copy.
     let input = std::mem::take(&mut request.input);
@@ -164,6 +164,7 @@ async fn run_phases(
         correlation,
         now: std::sync::OnceLock::new(),
         tracked: request.invocation_id.is_some(),
+        target_argument_left,
         answered: &answered,
         hold: None,
         timing,
@@ -303,7 +304,8 @@ fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
 /// Phases 5 and 6 of a call phase 4 let through: the call's context, its input, the questions
 /// to the client, and the rate limit.
 fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, input: Value) -> Result<Step<'_>, Stop> {
-    let Arrival { inner, request, options, correlation, tracked, answered, hold, timing, .. } = arrival;
+    let Arrival { inner, request, options, correlation, tracked, target_argument_left, answered, hold, timing, .. } =
+        arrival;
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
     // again. Any other is an unknown outcome — also when the call stops before this point, since
@@ -349,7 +351,7 @@ fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, inp
         hold,
         timing,
     };
-    let prepared = input::prepare(&call, input)?;
+    let prepared = input::prepare(&call, input, target_argument_left)?;
     // Phase 1b: a capability with a natural idempotency key is admitted under it now, after
     // authority (the key spans callers) and before anything a repeat must not meet again.
     match &call.def.natural_key {
