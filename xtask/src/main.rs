@@ -31,7 +31,8 @@ commands:
                   publish-check, clients)
   clients         install the pinned real MCP clients into .tools/ and run them against the demo
   build-weight    crates and cold debug build of a downstream MCP-stdio service: default features against
-                  the minimal set (`--count`: the crate counts alone, no build; `--dir DIR`: where to build)";
+                  the minimal set (`--count`: the crate counts alone, no build; `--dir DIR`: where to build;
+                  `--timings`: Cargo's per-crate report of both builds)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

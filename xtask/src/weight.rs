@@ -14,8 +14,12 @@
 //! For each it prints the number of distinct packages in `cargo tree -e normal` (the crate itself
 //! included, build-only and dev-only dependencies left out) and, unless `--count` is given, the wall
 //! time of a cold `cargo build` (a target folder of its own, `CARGO_INCREMENTAL=0`), the number of
-//! units Cargo compiled, and the size of the debug binary. The two builds run back to back, `full`
-//! first; other work on the machine slows both, so compare their ratio, not the seconds.
+//! units Cargo compiled, the size of the debug binary and, on Linux, the CPU time the build's
+//! processes used (user and system, summed over every `rustc`: what the build costs whatever the
+//! machine's load, where the wall time also counts the waiting). The two builds run back to back,
+//! `full` first; other work on the machine slows both, so compare their ratios, not the seconds.
+//! `--timings` passes the same flag to both builds (Cargo's per-crate report,
+//! `DIR/NAME/target/cargo-timings/`), to see what dominates.
 //!
 //! `--count` (which `cargo xtask ci` runs) needs no build and fails when the minimal service
 //! pulls more than [`MINIMAL_BUDGET`] crates, so a dependency that slips past its feature gate
@@ -95,6 +99,8 @@ struct Weight {
 /// A cold build's figures.
 struct Build {
     seconds: f64,
+    /// User and system CPU seconds of the build's processes (`None` off Linux).
+    cpu_seconds: Option<f64>,
     units: usize,
     binary_bytes: u64,
 }
@@ -102,19 +108,21 @@ struct Build {
 /// Parses the arguments and runs (see the module docs).
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut count_only = false;
+    let mut timings = false;
     let mut dir = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--count" => count_only = true,
+            "--timings" => timings = true,
             "--dir" => dir = Some(PathBuf::from(args.next().context("--dir needs a folder")?)),
-            other => bail!("build-weight: unknown argument `{other}` (use --count, --dir DIR)"),
+            other => bail!("build-weight: unknown argument `{other}` (use --count, --timings, --dir DIR)"),
         }
     }
     let throwaway = dir.is_none();
     let dir =
         dir.unwrap_or_else(|| std::env::temp_dir().join(format!("agent-surface-build-weight-{}", std::process::id())));
-    let measured = measure(root, &dir, count_only);
+    let measured = measure(root, &dir, count_only, timings);
     if throwaway {
         // Best effort: a folder left behind in the temporary folder harms nothing.
         let _ = std::fs::remove_dir_all(&dir);
@@ -130,8 +138,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Writes both crates under `dir`, counts their crates and, unless `count_only`, builds them.
-fn measure(root: &Path, dir: &Path, count_only: bool) -> Result<Vec<Weight>> {
+/// Writes both crates under `dir`, counts their crates and, unless `count_only`, builds them
+/// (with Cargo's `--timings` report when `timings`).
+fn measure(root: &Path, dir: &Path, count_only: bool, timings: bool) -> Result<Vec<Weight>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut weights = Vec::new();
     for variant in &VARIANTS {
@@ -143,11 +152,12 @@ fn measure(root: &Path, dir: &Path, count_only: bool) -> Result<Vec<Weight>> {
     if !count_only {
         for (variant, weight) in VARIANTS.iter().zip(&mut weights) {
             println!("{}: cold debug build (CARGO_INCREMENTAL=0, own target folder)…", variant.name);
-            let build = cold_build(&cargo, &dir.join(variant.name), variant.name)?;
+            let build = cold_build(&cargo, &dir.join(variant.name), variant.name, timings)?;
             println!(
-                "{}: {:.1} s, {} units compiled, debug binary {:.1} MiB",
+                "{}: {:.1} s, {} CPU, {} units compiled, debug binary {:.1} MiB",
                 variant.name,
                 build.seconds,
+                build.cpu_seconds.map_or_else(|| "unknown".to_string(), |s| format!("{s:.1} s")),
                 build.units,
                 build.binary_bytes as f64 / (1024.0 * 1024.0)
             );
@@ -168,6 +178,9 @@ fn report(weights: &[Weight]) {
     );
     if let (Some(f), Some(m)) = (&full.build, &minimal.build) {
         println!("cold build: full {:.1} s / minimal {:.1} s = {:.2}x", f.seconds, m.seconds, m.seconds / f.seconds);
+        if let (Some(fc), Some(mc)) = (f.cpu_seconds, m.cpu_seconds) {
+            println!("cold build CPU time: full {fc:.1} s / minimal {mc:.1} s = {:.2}x", mc / fc);
+        }
         println!("units compiled: full {} / minimal {}", f.units, m.units);
         println!(
             "debug binary: full {:.1} MiB / minimal {:.1} MiB",
@@ -221,20 +234,23 @@ fn distinct_packages(tree: &str) -> usize {
 }
 
 /// A cold `cargo build` of the crate in `crate_dir`, in a target folder of its own.
-fn cold_build(cargo: &str, crate_dir: &Path, name: &str) -> Result<Build> {
+fn cold_build(cargo: &str, crate_dir: &Path, name: &str, timings: bool) -> Result<Build> {
     let target = crate_dir.join("target");
     if target.exists() {
         std::fs::remove_dir_all(&target).with_context(|| format!("cannot remove {}", target.display()))?;
     }
+    let cpu_before = children_cpu_seconds();
     let start = Instant::now();
     let output = Command::new(cargo)
         .args(["build", "--color", "never"])
+        .args(timings.then_some("--timings"))
         .env("CARGO_TARGET_DIR", &target)
         .env("CARGO_INCREMENTAL", "0")
         .current_dir(crate_dir)
         .output()
         .with_context(|| format!("cannot start `{cargo} build`"))?;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = children_cpu_seconds().zip(cpu_before).map(|(after, before)| after - before);
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         bail!("`cargo build` failed in {}:\n{stderr}", crate_dir.display());
@@ -242,12 +258,48 @@ fn cold_build(cargo: &str, crate_dir: &Path, name: &str) -> Result<Build> {
     let units = stderr.lines().filter(|l| l.trim_start().starts_with("Compiling ")).count();
     let binary = target.join("debug").join(format!("weight-{name}{}", std::env::consts::EXE_SUFFIX));
     let binary_bytes = std::fs::metadata(&binary).with_context(|| format!("no binary at {}", binary.display()))?.len();
-    Ok(Build { seconds, units, binary_bytes })
+    Ok(Build { seconds, cpu_seconds, units, binary_bytes })
+}
+
+/// The user and system CPU seconds of this process's waited-for children and their own
+/// waited-for children (`cutime` and `cstime` of `/proc/self/stat`); `None` where there is no
+/// such file.
+fn children_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let ticks = children_ticks(&stat)?;
+    // The kernel's clock tick for these fields (USER_HZ) is 100 on every Linux architecture
+    // Rust targets; `getconf CLK_TCK` says so where it can be asked.
+    let per_second = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+        .filter(|hz| *hz > 0.0)
+        .unwrap_or(100.0);
+    Some(ticks as f64 / per_second)
+}
+
+/// `cutime + cstime` (fields 16 and 17) of a `/proc/PID/stat` line. The command name (field 2)
+/// is in parentheses and may hold spaces, so the fields are counted after its closing one.
+fn children_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Fields from 3 (state) on; cutime is field 16, the 14th of these.
+    let mut fields = after_name.split_whitespace().skip(13);
+    let cutime: u64 = fields.next()?.parse().ok()?;
+    let cstime: u64 = fields.next()?.parse().ok()?;
+    Some(cutime + cstime)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::distinct_packages;
+    use super::{children_ticks, distinct_packages};
+
+    #[test]
+    fn the_children_cpu_ticks_are_fields_16_and_17_even_with_a_space_in_the_name() {
+        let stat = "4242 (cargo xtask) S 1 2 3 4 5 6 7 8 9 10 11 12 1500 25 20 0 1 0 99 0 0";
+        assert_eq!(children_ticks(stat), Some(1525));
+        assert_eq!(children_ticks("4242 (truncated) S 1 2"), None);
+    }
 
     #[test]
     fn a_package_seen_twice_is_counted_once() {
