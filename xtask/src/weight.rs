@@ -19,12 +19,16 @@
 //! machine's load, where the wall time also counts the waiting). The two builds run back to back,
 //! `full` first; other work on the machine slows both, so compare their ratios, not the seconds.
 //! `--timings` passes the same flag to both builds (Cargo's per-crate report,
-//! `DIR/NAME/target/cargo-timings/`), to see what dominates.
+//! `DIR/NAME/target/cargo-timings/`) and prints, for each, the units that took the largest shares
+//! of the summed unit time, the share of this workspace's own crates, and the share of what is
+//! reached only through `jsonschema` (the JSON Schema validation) and only through `rmcp` (the MCP
+//! protocol): what dominates.
 //!
 //! `--count` (which `cargo xtask ci` runs) needs no build and fails when the minimal service
 //! pulls more than [`MINIMAL_BUDGET`] crates, so a dependency that slips past its feature gate
 //! is seen.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -258,7 +262,111 @@ fn cold_build(cargo: &str, crate_dir: &Path, name: &str, timings: bool) -> Resul
     let units = stderr.lines().filter(|l| l.trim_start().starts_with("Compiling ")).count();
     let binary = target.join("debug").join(format!("weight-{name}{}", std::env::consts::EXE_SUFFIX));
     let binary_bytes = std::fs::metadata(&binary).with_context(|| format!("no binary at {}", binary.display()))?.len();
+    if timings {
+        let report = target.join("cargo-timings/cargo-timing.html");
+        let html = std::fs::read_to_string(&report).with_context(|| format!("no report at {}", report.display()))?;
+        print_shares(cargo, crate_dir, name, &html)?;
+    }
     Ok(Build { seconds, cpu_seconds, units, binary_bytes })
+}
+
+/// How many of the largest units `--timings` prints.
+const TOP_UNITS: usize = 12;
+
+/// The dependencies whose exclusive share `--timings` prints.
+const HEAVY: [&str; 2] = ["jsonschema", "rmcp"];
+
+/// Prints the largest units of a `--timings` report, the share of this workspace's crates and
+/// the share of what only each of [`HEAVY`] brings.
+fn print_shares(cargo: &str, crate_dir: &Path, name: &str, html: &str) -> Result<()> {
+    let units = unit_durations(html).context("the timings report has no unit data Cargo's format was known to have")?;
+    let total: f64 = units.iter().map(|(_, d)| d).sum();
+    let share = |d: f64| 100.0 * d / total;
+    let ours: f64 =
+        units.iter().filter(|(n, _)| n.starts_with("agent-surface") || n.starts_with("weight-")).map(|(_, d)| d).sum();
+    println!("{name}: summed unit time {total:.1} s; this workspace's crates and the service {:.1}%", share(ours));
+    for (unit, duration) in units.iter().take(TOP_UNITS) {
+        println!("  {:5.1}%  {unit}", share(*duration));
+    }
+    let graph = dependency_graph(cargo, crate_dir)?;
+    let root = format!("weight-{name}");
+    let everything = reached(&graph, &root, None);
+    for heavy in HEAVY {
+        let without = reached(&graph, &root, Some(heavy));
+        let only: Vec<&str> = everything.difference(&without).map(String::as_str).collect();
+        let time: f64 = units.iter().filter(|(n, _)| only.contains(&n.as_str())).map(|(_, d)| d).sum();
+        println!("  reached only through {heavy}: {} crates, {:.1}% of the unit time", only.len(), share(time));
+    }
+    Ok(())
+}
+
+/// Each package's normal and build dependencies (by name) in `crate_dir`'s resolved graph.
+fn dependency_graph(cargo: &str, crate_dir: &Path) -> Result<BTreeMap<String, Vec<String>>> {
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(crate_dir)
+        .output()
+        .with_context(|| format!("cannot start `{cargo} metadata`"))?;
+    if !output.status.success() {
+        bail!("`cargo metadata` failed in {}:\n{}", crate_dir.display(), String::from_utf8_lossy(&output.stderr));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&output.stdout).context("`cargo metadata` printed no JSON")?;
+    graph_of(&meta).context("`cargo metadata` printed no resolved graph")
+}
+
+/// The graph of [`dependency_graph`] from `cargo metadata`'s JSON (dev-dependencies left out).
+fn graph_of(meta: &serde_json::Value) -> Option<BTreeMap<String, Vec<String>>> {
+    let mut names = BTreeMap::new();
+    for package in meta.get("packages")?.as_array()? {
+        names.insert(package.get("id")?.as_str()?, package.get("name")?.as_str()?);
+    }
+    let mut graph = BTreeMap::new();
+    for node in meta.get("resolve")?.get("nodes")?.as_array()? {
+        let mut deps = Vec::new();
+        for dep in node.get("deps")?.as_array()? {
+            let not_dev =
+                dep.get("dep_kinds")?.as_array()?.iter().any(|k| k.get("kind").and_then(|k| k.as_str()) != Some("dev"));
+            if not_dev {
+                deps.push(names.get(dep.get("pkg")?.as_str()?)?.to_string());
+            }
+        }
+        graph.insert(names.get(node.get("id")?.as_str()?)?.to_string(), deps);
+    }
+    Some(graph)
+}
+
+/// The packages reached from `root` in `graph`, not going through `skip`.
+fn reached(graph: &BTreeMap<String, Vec<String>>, root: &str, skip: Option<&str>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![root.to_string()];
+    while let Some(name) = stack.pop() {
+        if Some(name.as_str()) == skip || !seen.insert(name.clone()) {
+            continue;
+        }
+        stack.extend(graph.get(&name).into_iter().flatten().cloned());
+    }
+    seen
+}
+
+/// The units of a `cargo build --timings` report (its `UNIT_DATA` array), each with its
+/// duration in seconds, the longest first; a package built more than once (a build script and
+/// its library, or two versions) is summed.
+fn unit_durations(html: &str) -> Option<Vec<(String, f64)>> {
+    const MARK: &str = "const UNIT_DATA = ";
+    let start = html.find(MARK)? + MARK.len();
+    let mut stream = serde_json::Deserializer::from_str(&html[start..]).into_iter::<serde_json::Value>();
+    let data = stream.next()?.ok()?;
+    let mut sums: Vec<(String, f64)> = Vec::new();
+    for unit in data.as_array()? {
+        let name = unit.get("name")?.as_str()?;
+        let duration = unit.get("duration")?.as_f64()?;
+        match sums.iter_mut().find(|(n, _)| n == name) {
+            Some((_, d)) => *d += duration,
+            None => sums.push((name.to_string(), duration)),
+        }
+    }
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Some(sums)
 }
 
 /// The user and system CPU seconds of this process's waited-for children and their own
@@ -292,7 +400,39 @@ fn children_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{children_ticks, distinct_packages};
+    use super::{children_ticks, distinct_packages, graph_of, reached, unit_durations};
+
+    #[test]
+    fn what_only_one_dependency_brings_is_what_the_graph_loses_without_it() {
+        let meta = serde_json::json!({
+            "packages": [
+                {"id": "a", "name": "app"}, {"id": "j", "name": "jsonschema"}, {"id": "r", "name": "regex"},
+                {"id": "s", "name": "serde"}, {"id": "t", "name": "test-kit"}
+            ],
+            "resolve": {"nodes": [
+                {"id": "a", "deps": [{"pkg": "j", "dep_kinds": [{"kind": null}]}, {"pkg": "s", "dep_kinds": [{"kind": null}]},
+                                     {"pkg": "t", "dep_kinds": [{"kind": "dev"}]}]},
+                {"id": "j", "deps": [{"pkg": "r", "dep_kinds": [{"kind": null}]}, {"pkg": "s", "dep_kinds": [{"kind": "build"}]}]},
+                {"id": "r", "deps": []}, {"id": "s", "deps": []}, {"id": "t", "deps": []}
+            ]}
+        });
+        let graph = graph_of(&meta).unwrap();
+        let all = reached(&graph, "app", None);
+        assert_eq!(all.len(), 4, "the dev-dependency is left out: {all:?}");
+        let only: Vec<String> = all.difference(&reached(&graph, "app", Some("jsonschema"))).cloned().collect();
+        assert_eq!(only, ["jsonschema", "regex"]);
+    }
+
+    #[test]
+    fn the_timings_units_are_read_summed_per_package_and_sorted() {
+        let html = r#"<script>
+const UNIT_DATA = [{"i":0,"name":"serde","duration":1.5},{"i":1,"name":"jsonschema","duration":9.0},
+{"i":2,"name":"serde","duration":2.0}];
+const CONCURRENCY_DATA = [];
+</script>"#;
+        assert_eq!(unit_durations(html), Some(vec![("jsonschema".to_string(), 9.0), ("serde".to_string(), 3.5)]));
+        assert_eq!(unit_durations("<html>no data</html>"), None);
+    }
 
     #[test]
     fn the_children_cpu_ticks_are_fields_16_and_17_even_with_a_space_in_the_name() {
