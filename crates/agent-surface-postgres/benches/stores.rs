@@ -17,8 +17,11 @@
 //!   log): the floor of one durable write;
 //! - `pg_stores_32/memory`, `pg_stores_32/postgres`: 32 calls in flight at once, time per call.
 //!
-//! After the criterion groups it prints the ratios of the median estimates, and the statements
-//! the server ran per tracked call (`pg_stat_statements`, over 200 calls).
+//! After the criterion groups it prints the ratios of the median estimates, the statements the
+//! server ran per tracked call (`pg_stat_statements`, over 200 calls), and how long after its
+//! leader's settlement a follower on another replica (stores of its own, listening on their own
+//! connection) has the result, beside one bare round trip (medians of 200). `cargo bench -p
+//! agent-surface-postgres --bench stores -- nothing` skips the criterion cases and prints the rest.
 
 #![allow(missing_docs, clippy::print_stdout, reason = "a benchmark binary")]
 
@@ -168,6 +171,65 @@ fn main() {
         ),
         None => println!("statements per call: pg_stat_statements is not loaded on this server"),
     }
+    // A follower on another replica: its own stores (pool and listening connection) on the same
+    // schema, as a second process would have.
+    let other = rt
+        .block_on(PostgresStores::connect(&url, PostgresConfig::with_schema(format!("bench_{nonce}"))))
+        .expect("PostgreSQL answers");
+    let (told, round_trip) = rt.block_on(follower_latency(&stores, &other));
+    println!(
+        "a follower on another replica learns the result {:.0} µs after its leader settled (median of 200); one bare SELECT 1 round trip: {:.0} µs; difference {:.0} µs (target: within one round trip + 1 ms)",
+        told.as_secs_f64() * 1e6,
+        round_trip.as_secs_f64() * 1e6,
+        (told.as_secs_f64() - round_trip.as_secs_f64()) * 1e6
+    );
+    drop(other);
     drop(stores);
     drop(cluster);
+}
+
+/// Medians over 200 trials: from the moment a leader's settlement (on `leading`) returned to the
+/// moment its follower on `following` had the result, the follower having waited 20 ms (long
+/// enough for any poll to have spread out); and one bare `SELECT 1` round trip.
+async fn follower_latency(
+    leading: &PostgresStores,
+    following: &PostgresStores,
+) -> (std::time::Duration, std::time::Duration) {
+    use agent_surface_policy::IdempotencyStore;
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
+    use serde_json::json;
+    let (a, b) = (leading.idempotency(), following.idempotency());
+    let fp = Fingerprint::of(&json!({"request": "told"}));
+    let now = agent_surface_core::Timestamp::now;
+    let mut told = Vec::new();
+    let mut trips = Vec::new();
+    for trial in 0..200 {
+        let key = IdempotencyKey::new("bench", format!("told-{trial}"));
+        let Ok(Admission::Leader(lease)) = a.admit(&key, fp, Attempt::fresh(), now()).await else {
+            panic!("a new key leads")
+        };
+        let Ok(Admission::Follower(waiting)) = b.admit(&key, fp, Attempt::fresh(), now()).await else {
+            panic!("the same request follows")
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let result = waiting.await;
+            let _ = tx.send((std::time::Instant::now(), result));
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let result = agent_surface_core::InvokeResult::ok(json!({"n": trial}), None);
+        a.settle(&key, fp, lease, Settlement::Release { result }, now()).await.expect("settled");
+        let settled = std::time::Instant::now();
+        let (learnt, result) = rx.await.expect("the follower answers");
+        assert_eq!(result.output(), Some(&json!({"n": trial})));
+        told.push(learnt.saturating_duration_since(settled));
+        let client = following.pool().get().await.expect("a connection");
+        let one = client.prepare_cached("SELECT 1").await.expect("prepared");
+        let sent = std::time::Instant::now();
+        black_box(client.query_one(&one, &[]).await.expect("one round trip"));
+        trips.push(sent.elapsed());
+    }
+    told.sort();
+    trips.sort();
+    (told[told.len() / 2], trips[trips.len() / 2])
 }
