@@ -136,6 +136,9 @@ fn main() {
         "Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {replays:.2} for a replay"
     );
 
+    let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    rt.block_on(breakdown(&stores, &shared, &memory, &consumer, nonce, rounds));
+
     let other = rt
         .block_on(RedisStores::connect(&url, RedisConfig::with_prefix(format!("bench:{nonce}:"))))
         .expect("Redis answers");
@@ -189,4 +192,195 @@ async fn follower_latency(
     told.sort();
     pings.sort();
     (told[told.len() / 2], pings[pings.len() / 2])
+}
+
+/// The CPU time this thread has used, in nanoseconds (the scheduler's own account,
+/// `/proc/thread-self/schedstat`; 0 where there is none). The bench's runtime runs on this one
+/// thread, the Redis connection's task included, so this is the client's whole CPU time.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the server reports: its CPU time (user and system, µs, from `INFO cpu`), and the calls
+/// and the microseconds spent running the script commands (`EVALSHA`, `EVAL`, `SCRIPT LOAD`)
+/// from `INFO commandstats` — the scripts' own work, without reading and answering the request.
+async fn server_figures(conn: &mut redis::aio::ConnectionManager) -> (f64, u64, f64) {
+    let info: String = redis::cmd("INFO").arg("cpu").arg("commandstats").query_async(conn).await.expect("INFO");
+    let field =
+        |line: &str, name: &str| -> Option<f64> { line.split(name).nth(1)?.split(',').next()?.trim().parse().ok() };
+    let (mut cpu, mut calls, mut usec) = (0.0, 0, 0.0);
+    for line in info.lines() {
+        if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
+            cpu += v.trim().parse::<f64>().unwrap_or(0.0) * 1e6;
+        }
+        if ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_script|load:"].iter().any(|p| line.starts_with(p)) {
+            calls += field(line, "calls=").unwrap_or(0.0) as u64;
+            usec += field(line, "usec=").unwrap_or(0.0);
+        }
+    }
+    (cpu, calls, usec)
+}
+
+/// One row of the breakdown: per call, wall time, the client's CPU time, the server's CPU time,
+/// the time the server spent running scripts, and the round trips (script commands) it answered.
+#[derive(Clone, Copy, Default)]
+struct Row {
+    wall: f64,
+    client: f64,
+    server: f64,
+    script: f64,
+    trips: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Medians over `rounds` of per-call figures, the cases interleaved in each round (so that the
+/// load of a shared machine falls on all of them alike): a tracked call through the registry on
+/// Redis and on the memory store, the store's three scripts called directly (admission, the
+/// started mark and settlement, each over a batch of records, so that each is measured alone), and
+/// one and two bare `EVALSHA`s of a one-write script.
+async fn breakdown(
+    stores: &RedisStores,
+    shared: &agent_surface_registry::Registry,
+    memory: &agent_surface_registry::Registry,
+    consumer: &InvokeOptions,
+    nonce: u128,
+    rounds: usize,
+) {
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
+    const N: usize = 500;
+    let names = [
+        "tracked call, registry on Redis",
+        "tracked call, registry on memory",
+        "  admission script (store alone)",
+        "  started mark script (store alone)",
+        "  settlement script (store alone)",
+        "  the three scripts (sum)",
+        "one bare EVALSHA",
+        "two bare EVALSHA (stores/evalsha_x2)",
+    ];
+    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); names.len()];
+    let mut conn = stores.connection();
+    let store = stores.idempotency();
+    let floor = redis::Script::new("redis.call('HSET', KEYS[1], 'v', ARGV[1]) return 1");
+    let fp = Fingerprint::of(&json!({"request": "breakdown"}));
+    let now = agent_surface_core::Timestamp::now;
+    let mut seq = 0u64;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+    for round in 0..rounds {
+        // Runs `n` calls of one case and returns its per-call row.
+        macro_rules! measure {
+            ($n:expr, $body:expr) => {{
+                let (cpu0, calls0, usec0) = server_figures(&mut conn).await;
+                let (t0, c0) = (std::time::Instant::now(), thread_cpu_ns());
+                $body;
+                let (wall, client) = (t0.elapsed().as_nanos() as f64, (thread_cpu_ns() - c0) as f64);
+                let (cpu1, calls1, usec1) = server_figures(&mut conn).await;
+                let n = $n as f64;
+                Row {
+                    wall: wall / n / 1e3,
+                    client: client / n / 1e3,
+                    server: (cpu1 - cpu0) / n,
+                    script: (usec1 - usec0) / n,
+                    // The INFO command itself is not a script command, so it is not counted.
+                    trips: (calls1 - calls0) as f64 / n,
+                }
+            }};
+        }
+        let ids: Vec<String> = (0..N).map(|_| format!("bd-{round}-{}", next())).collect();
+        rows[0].push(measure!(
+            N,
+            for id in &ids {
+                assert!(shared.invoke(request(id.clone()), consumer.clone()).await.is_ok());
+            }
+        ));
+        rows[1].push(measure!(
+            N,
+            for id in &ids {
+                assert!(memory.invoke(request(id.clone()), consumer.clone()).await.is_ok());
+            }
+        ));
+        let keys: Vec<IdempotencyKey> =
+            (0..N).map(|_| IdempotencyKey::new("bench", format!("bd-store-{round}-{}", next()))).collect();
+        let mut leases = Vec::with_capacity(N);
+        rows[2].push(measure!(
+            N,
+            for key in &keys {
+                let Ok(Admission::Leader(lease)) = store.admit(key, fp, Attempt::fresh(), now()).await else {
+                    panic!("a new key leads")
+                };
+                leases.push(lease);
+            }
+        ));
+        rows[3].push(measure!(
+            N,
+            for (key, lease) in keys.iter().zip(&leases) {
+                store.start(key, *lease, now()).await.expect("marked");
+            }
+        ));
+        let result = agent_surface_core::InvokeResult::ok(json!({"sum": 5}), None);
+        rows[4].push(measure!(
+            N,
+            for (key, lease) in keys.iter().zip(&leases) {
+                let settlement = Settlement::Store {
+                    result: result.clone(),
+                    expires_at: now().saturating_add(std::time::Duration::from_secs(3600)),
+                };
+                store.settle(key, fp, *lease, settlement, now()).await.expect("settled");
+            }
+        ));
+        let last = rows[2].len() - 1;
+        let sum = [2, 3, 4].iter().fold(Row::default(), |a, &i| {
+            let r = rows[i][last];
+            Row {
+                wall: a.wall + r.wall,
+                client: a.client + r.client,
+                server: a.server + r.server,
+                script: a.script + r.script,
+                trips: a.trips + r.trips,
+            }
+        });
+        rows[5].push(sum);
+        let floor_keys: Vec<String> = (0..N).map(|_| format!("bench:{nonce}:floor:bd-{}", next())).collect();
+        rows[6].push(measure!(
+            N,
+            for key in &floor_keys {
+                let one: i64 = floor.key(key).arg(1).invoke_async(&mut conn).await.expect("EVALSHA answers");
+                black_box(one);
+            }
+        ));
+        rows[7].push(measure!(
+            N,
+            for key in &floor_keys {
+                let one: i64 = floor.key(key).arg(1).invoke_async(&mut conn).await.expect("EVALSHA answers");
+                let two: i64 = floor.key(key).arg(2).invoke_async(&mut conn).await.expect("EVALSHA answers");
+                black_box(one + two);
+            }
+        ));
+    }
+    println!("\nthe tracked call broken down (µs per call; medians of {rounds} interleaved rounds of {N} calls):");
+    println!(
+        "  {:<40} {:>8} {:>11} {:>11} {:>11} {:>7}",
+        "", "wall", "client CPU", "server CPU", "script run", "trips"
+    );
+    for (name, rows) in names.iter().zip(rows) {
+        let m = |f: fn(&Row) -> f64| median(rows.iter().map(f).collect());
+        println!(
+            "  {name:<40} {:>8.1} {:>11.1} {:>11.1} {:>11.1} {:>7.2}",
+            m(|r| r.wall),
+            m(|r| r.client),
+            m(|r| r.server),
+            m(|r| r.script),
+            m(|r| r.trips)
+        );
+    }
 }

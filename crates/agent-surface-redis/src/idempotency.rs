@@ -112,7 +112,9 @@ if s == 'run' or s == 'done' then
   return {'takeover', string.format('%d', tok)}
 end
 local tok = next_token()
-redis.call('DEL', KEYS[1])
+-- A released or voided record (`gone`, `void`) is cleared before it is claimed afresh; a new key
+-- has nothing to clear (every record this store writes has `s`), so it costs no `DEL`.
+if s then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
   'le', string.format('%d', now + tonumber(ARGV[2])), 'a', ARGV[4], 'k', 'lead', 'v', '2')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

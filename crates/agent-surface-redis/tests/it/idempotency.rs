@@ -336,3 +336,36 @@ async fn a_follower_on_another_replica_is_told_the_result() {
     assert!(followed.joined, "{followed:?}");
     assert_eq!(followed.result.output(), led.result.output());
 }
+
+/// A released record claimed again keeps nothing of the earlier claim: the admission clears a
+/// `gone` record (its result, its started mark) before it claims it afresh, so the new claim is
+/// not taken for one whose handler started. (A new key needs no clearing, and is claimed without
+/// it: the admission script skips the `DEL` when no record exists.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_record_claimed_again_keeps_nothing_of_the_earlier_claim() {
+    use agent_surface_policy::{
+        IdempotencyStore,
+        idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    };
+    use agent_surface_redis::redis::AsyncCommands;
+
+    let Some(stores) = support::stores("reclaimed").await else { return };
+    let store = stores.idempotency();
+    let now = agent_surface_core::Timestamp::now;
+    let fp = Fingerprint::of(&json!({"request": 1}));
+    let key = IdempotencyKey::new("c", "released-1");
+    let Ok(Admission::Leader(lease)) = store.admit(&key, fp, Attempt::fresh(), now()).await else {
+        panic!("a new key leads")
+    };
+    store.start(&key, lease, now()).await.expect("marked started");
+    let result = agent_surface_core::InvokeResult::ok(json!({"n": 1}), None);
+    store.settle(&key, fp, lease, Settlement::Release { result }, now()).await.expect("released");
+    let Ok(Admission::Leader(again)) = store.admit(&key, fp, Attempt::fresh(), now()).await else {
+        panic!("a released record is claimed afresh")
+    };
+    assert!(again.token > lease.token, "a new lease, under a new token");
+    let record = format!("{}idem:1:c:released-1", stores.config().prefix);
+    let mut fields: Vec<String> = stores.connection().hkeys(&record).await.expect("HKEYS answers");
+    fields.sort();
+    assert_eq!(fields, ["a", "fp", "k", "le", "s", "t", "v"], "the fields of a fresh claim, and only those");
+}
