@@ -67,7 +67,7 @@ use futures_util::future::BoxFuture;
 use redis::Script;
 
 use crate::told::TOLD_MAX_POLL;
-use crate::{RedisStores, parse_hash, ttl_ms};
+use crate::{RedisStores, evalsha, parse_hash, ttl_ms};
 
 /// Redis' clock in milliseconds, as the first lines of every script that reads it.
 const NOW: &str = r"
@@ -277,6 +277,10 @@ struct Scripts {
     start: Script,
     cancel: Script,
     poll: Script,
+    /// The token counter's key, `{prefix}idem-fence:`, named once.
+    fence: String,
+    /// The settlement channel, `{prefix}idem-settled`, named once.
+    channel: String,
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -297,6 +301,8 @@ impl RedisIdempotencyStore {
             start: with_now(START),
             cancel: Script::new(CANCEL),
             poll: with_now(POLL),
+            fence: stores.key("idem-fence", ""),
+            channel: stores.settled_channel(),
         };
         RedisIdempotencyStore { stores, scripts: std::sync::Arc::new(scripts) }
     }
@@ -304,17 +310,18 @@ impl RedisIdempotencyStore {
     /// `{prefix}idem:{length of the consumer key}:{consumer key}:{invocation id}`: the length keeps
     /// two different pairs from ever naming the same key.
     fn key(&self, key: &IdempotencyKey) -> String {
-        let id = format!("{}:{}:{}", key.consumer_key.len(), key.consumer_key, key.invocation_id);
-        self.stores.key("idem", &id)
+        let (prefix, consumer) = (&self.stores.config.prefix, &key.consumer_key);
+        format!("{prefix}idem:{}:{consumer}:{}", consumer.len(), key.invocation_id)
     }
 
     fn lease(&self, token: u64) -> Lease {
         Lease { token, renew_every: Some(self.stores.config.lease / 3) }
     }
 
-    /// `{prefix}idem-cancel:{attempt}`: the marker of a cancelled attempt.
-    fn marker(&self, attempt: Attempt) -> String {
-        self.stores.key("idem-cancel", &attempt.to_string())
+    /// `{prefix}idem-cancel:{attempt}`: the marker of a cancelled attempt (`attempt` as
+    /// [`attempt_hex`] writes it).
+    fn marker(&self, attempt: &str) -> String {
+        format!("{}idem-cancel:{attempt}", self.stores.config.prefix)
     }
 
     async fn admit_now(
@@ -325,14 +332,18 @@ impl RedisIdempotencyStore {
     ) -> Result<Admission, StoreError> {
         let config = &self.stores.config;
         let record = self.key(key);
-        let mut call = self.scripts.admit.key(&record);
-        call.key(self.stores.key("idem-fence", ""))
-            .key(self.marker(attempt))
-            .arg(fingerprint.to_string())
+        let (mut attempt_buf, mut fp_buf) = ([0; 32], [0; 64]);
+        let attempt = attempt_hex(attempt, &mut attempt_buf);
+        let marker = self.marker(attempt);
+        let mut call = evalsha(&self.scripts.admit, 3, record.len() + self.scripts.fence.len() + marker.len() + 160);
+        call.arg(&record)
+            .arg(&self.scripts.fence)
+            .arg(marker)
+            .arg(fingerprint_hex(fingerprint, &mut fp_buf))
             .arg(ttl_ms(config.lease))
             .arg(ttl_ms(config.in_flight_retention))
-            .arg(attempt.to_string());
-        let answer: (String, String) = self.stores.run(call).await?;
+            .arg(attempt);
+        let answer: (String, String) = self.stores.eval(&self.scripts.admit, &call).await?;
         Ok(match answer.0.as_str() {
             "cancelled" => return Err(StoreError::AttemptCancelled),
             "lead" => Admission::Leader(self.lease(token_of(&answer.1)?)),
@@ -369,29 +380,35 @@ impl RedisIdempotencyStore {
             result = serde_json::to_string(&InvokeResult::error(withheld.into_payload(), None))
                 .map_err(|e| corrupt(&e.to_string()))?;
         }
-        let mut call = self.scripts.settle.key(self.key(key));
-        call.arg(lease.token)
-            .arg(fingerprint.to_string())
+        let record = self.key(key);
+        let mut fp_buf = [0; 64];
+        let mut call = evalsha(&self.scripts.settle, 1, record.len() + result.len() + self.scripts.channel.len() + 120);
+        call.arg(record)
+            .arg(lease.token)
+            .arg(fingerprint_hex(fingerprint, &mut fp_buf))
             .arg(state)
             .arg(result)
             .arg(ttl_ms(keep))
-            .arg(self.stores.settled_channel());
-        let settled: i64 = self.stores.run(call).await?;
+            .arg(&self.scripts.channel);
+        let settled: i64 = self.stores.eval(&self.scripts.settle, &call).await?;
         if settled == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
 
     async fn cancel_now(&self, key: &IdempotencyKey, attempt: Attempt) -> Result<(), StoreError> {
-        let mut call = self.scripts.cancel.key(self.key(key));
         let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
         let unknown = serde_json::to_string(&unknown).map_err(|e| corrupt(&e.to_string()))?;
-        call.key(self.marker(attempt))
-            .arg(attempt.to_string())
+        let mut attempt_buf = [0; 32];
+        let hex = attempt_hex(attempt, &mut attempt_buf);
+        let mut call = evalsha(&self.scripts.cancel, 2, 512);
+        call.arg(self.key(key))
+            .arg(self.marker(hex))
+            .arg(hex)
             .arg(ttl_ms(CANCEL_MARKER))
             .arg(ttl_ms(VOID_READABLE))
             .arg(unknown)
             .arg(ttl_ms(self.stores.config.in_flight_retention))
-            .arg(self.stores.settled_channel());
-        let outcome: i64 = self.stores.run(call).await?;
+            .arg(&self.scripts.channel);
+        let outcome: i64 = self.stores.eval(&self.scripts.cancel, &call).await?;
         match outcome {
             1 => tracing::warn!(
                 target: "agent_surface::invoke",
@@ -409,18 +426,38 @@ impl RedisIdempotencyStore {
     }
 
     async fn start_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
-        let mut call = self.scripts.start.key(self.key(key));
-        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease)).arg(ttl_ms(self.stores.config.in_flight_retention));
-        let started: i64 = self.stores.run(call).await?;
+        let record = self.key(key);
+        let mut call = evalsha(&self.scripts.start, 1, record.len() + 64);
+        call.arg(record)
+            .arg(lease.token)
+            .arg(ttl_ms(self.stores.config.lease))
+            .arg(ttl_ms(self.stores.config.in_flight_retention));
+        let started: i64 = self.stores.eval(&self.scripts.start, &call).await?;
         if started == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
 
     async fn renew_now(&self, key: &IdempotencyKey, lease: Lease) -> Result<(), StoreError> {
-        let mut call = self.scripts.renew.key(self.key(key));
-        call.arg(lease.token).arg(ttl_ms(self.stores.config.lease)).arg(ttl_ms(self.stores.config.in_flight_retention));
-        let renewed: i64 = self.stores.run(call).await?;
+        let record = self.key(key);
+        let mut call = evalsha(&self.scripts.renew, 1, record.len() + 64);
+        call.arg(record)
+            .arg(lease.token)
+            .arg(ttl_ms(self.stores.config.lease))
+            .arg(ttl_ms(self.stores.config.in_flight_retention));
+        let renewed: i64 = self.stores.eval(&self.scripts.renew, &call).await?;
         if renewed == 1 { Ok(()) } else { Err(StoreError::LeaseLost) }
     }
+}
+
+/// `attempt` as the 32 lower-case hex digits its `Display` writes (the `a` field and the
+/// cancellation marker's key), written into `buf` without the formatting machinery.
+fn attempt_hex(attempt: Attempt, buf: &mut [u8; 32]) -> &str {
+    agent_surface_core::hex::encode_into(&attempt.as_u128().to_be_bytes(), buf)
+}
+
+/// `fingerprint` as the 64 lower-case hex digits its `Display` writes (the `fp` field), written
+/// into `buf`.
+fn fingerprint_hex(fingerprint: Fingerprint, buf: &mut [u8; 64]) -> &str {
+    agent_surface_core::hex::encode_into(fingerprint.as_bytes(), buf)
 }
 
 /// What a follower's poll found.
@@ -437,8 +474,9 @@ enum Polled {
 }
 
 async fn poll(store: &RedisIdempotencyStore, record: &str, fingerprint: &str) -> Result<Polled, StoreError> {
-    let call = store.scripts.poll.key(record);
-    let answer: Vec<String> = store.stores.run(call).await?;
+    let mut call = evalsha(&store.scripts.poll, 1, record.len());
+    call.arg(record);
+    let answer: Vec<String> = store.stores.eval(&store.scripts.poll, &call).await?;
     Ok(match answer.as_slice() {
         [] => Polled::Lost,
         [s, _] if s == "void" => Polled::Void,
@@ -575,5 +613,28 @@ impl IdempotencyStore for RedisIdempotencyStore {
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.renew_now(key, lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hex written without the formatting machinery is the text `Display` writes, which
+    /// records (`a`, `fp`) and cancellation markers of earlier builds hold: replicas of two builds
+    /// must name the same marker and compare the same fingerprint.
+    #[test]
+    fn hex_is_the_display_text() {
+        for value in [0, 1, 0xabc, u128::from(u64::MAX), u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+            let attempt = Attempt::from_u128(value);
+            assert_eq!(attempt_hex(attempt, &mut [0; 32]), attempt.to_string());
+        }
+        let fingerprint = Fingerprint::of(&serde_json::json!({"orderId": "A-1"}));
+        assert_eq!(fingerprint_hex(fingerprint, &mut [0; 64]), fingerprint.to_string());
+        let mut bytes = [0u8; 32];
+        bytes[0] = 0x0f;
+        bytes[31] = 0xf0;
+        let fingerprint = Fingerprint::from_bytes(bytes);
+        assert_eq!(fingerprint_hex(fingerprint, &mut [0; 64]), fingerprint.to_string());
     }
 }

@@ -312,6 +312,28 @@ impl RedisStores {
         }
     }
 
+    /// Runs `cmd`, an `EVALSHA` of `script` built with [`evalsha`], under the time budget,
+    /// loading the script when Redis does not know it (`NOSCRIPT`: a restarted or flushed server)
+    /// and sending it once more, as `Script::invoke_async` does; failures are
+    /// `StoreError::Unavailable`.
+    async fn eval<T: redis::FromRedisValue>(&self, script: &redis::Script, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        let call = async {
+            match cmd.query_async(&mut conn).await {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    script.load_async(&mut conn).await?;
+                    cmd.query_async(&mut conn).await
+                }
+                answer => answer,
+            }
+        };
+        match tokio::time::timeout(self.config.op_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("redis: {e}"))),
+            Err(_) => Err(StoreError::Unavailable(format!("redis: no answer within {:?}", self.config.op_timeout))),
+        }
+    }
+
     /// Runs one script under the time budget; failures are `StoreError::Unavailable`.
     async fn run<T: redis::FromRedisValue>(&self, invocation: redis::ScriptInvocation<'_>) -> Result<T, StoreError> {
         let mut conn = self.conn.clone();
@@ -321,6 +343,15 @@ impl RedisStores {
             Err(_) => Err(StoreError::Unavailable(format!("redis: no answer within {:?}", self.config.op_timeout))),
         }
     }
+}
+
+/// The `EVALSHA` of `script` over `keys` keys, for [`RedisStores::eval`]: the caller adds the keys,
+/// then the arguments. Every argument is written once, into the command's one buffer
+/// (`Script::key` and `Script::arg` allocate each and copy it again into the command).
+fn evalsha(script: &redis::Script, keys: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(keys + 12, bytes + 64);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
 }
 
 /// The largest integer the scripts' numbers (Lua doubles) hold exactly; every number passed to

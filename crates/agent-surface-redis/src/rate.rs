@@ -70,10 +70,11 @@ impl RedisRateLimiter {
     }
 
     async fn acquire_now(&self, call: CallInfo<'_>) -> RateDecision {
+        let prefix = &self.stores.config.prefix;
         let buckets: Vec<(String, _)> = self
             .config
             .buckets(&call)
-            .map(|b| (self.stores.key(&format!("rate:{}", b.kind.as_str()), &b.id()), b.quota))
+            .map(|b| (format!("{prefix}rate:{}:{}", b.kind.as_str(), b.id()), b.quota))
             .collect();
         if buckets.is_empty() {
             return RateDecision::Allow(None);
@@ -81,13 +82,17 @@ impl RedisRateLimiter {
         // Microseconds (Redis' `TIME` resolution; nanoseconds since the epoch would not be exact in
         // the script's doubles), clamped so that sums stay exact.
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 1 << 50);
-        let mut invocation = self.take.prepare_invoke();
-        for (key, quota) in &buckets {
+        let bytes = buckets.iter().map(|(key, _)| key.len() + 48).sum();
+        let mut cmd = crate::evalsha(&self.take, buckets.len(), bytes);
+        for (key, _) in &buckets {
+            cmd.arg(key);
+        }
+        for (_, quota) in &buckets {
             let emission = micros(quota.emission_interval());
             let tolerance = emission.saturating_mul(u64::from(quota.limit().get()) - 1).min(1 << 50);
-            invocation.key(key).arg(emission).arg(tolerance);
+            cmd.arg(emission).arg(tolerance);
         }
-        match self.stores.run::<(i64, String)>(invocation).await {
+        match self.stores.eval::<(i64, String)>(&self.take, &cmd).await {
             Ok((1, _)) => RateDecision::Allow(None),
             Ok((_, wait)) => {
                 let wait_us = wait.parse::<u64>().unwrap_or(1_000);

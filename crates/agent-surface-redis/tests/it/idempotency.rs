@@ -369,3 +369,54 @@ async fn a_released_record_claimed_again_keeps_nothing_of_the_earlier_claim() {
     fields.sort();
     assert_eq!(fields, ["a", "fp", "k", "le", "s", "t", "v"], "the fields of a fresh claim, and only those");
 }
+
+/// A Redis that forgot the scripts (restarted, or `SCRIPT FLUSH`) answers `NOSCRIPT`: the store
+/// loads the script and sends the call once more, so every operation still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_load_their_scripts_again_after_a_flush() {
+    use agent_surface_policy::{
+        IdempotencyStore,
+        idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement},
+    };
+
+    let Some(stores) = support::stores("flushed").await else { return };
+    let store = stores.idempotency();
+    let now = agent_surface_core::Timestamp::now;
+    let fp = Fingerprint::of(&json!({"request": 1}));
+    let flush = || async {
+        let _: () = agent_surface_redis::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut stores.connection())
+            .await
+            .expect("SCRIPT FLUSH answers");
+    };
+    let key = IdempotencyKey::new("c", "flushed-1");
+    flush().await;
+    let Ok(Admission::Leader(lease)) = store.admit(&key, fp, Attempt::fresh(), now()).await else {
+        panic!("a new key leads")
+    };
+    flush().await;
+    store.start(&key, lease, now()).await.expect("marked started");
+    flush().await;
+    store.renew(&key, lease, now()).await.expect("renewed");
+    flush().await;
+    let result = agent_surface_core::InvokeResult::ok(json!({"n": 1}), None);
+    let expires_at = now().saturating_add(Duration::from_secs(60));
+    store.settle(&key, fp, lease, Settlement::Store { result, expires_at }, now()).await.expect("settled");
+    flush().await;
+    let Ok(Admission::Replay(replayed)) = store.admit(&key, fp, Attempt::fresh(), now()).await else {
+        panic!("the stored result is replayed")
+    };
+    assert_eq!(replayed.output(), Some(&json!({"n": 1})));
+    let other = IdempotencyKey::new("c", "flushed-2");
+    let attempt = Attempt::fresh();
+    flush().await;
+    store.cancel(&other, attempt, now()).await.expect("cancelled");
+    assert!(
+        matches!(
+            store.admit(&other, fp, attempt, now()).await,
+            Err(agent_surface_policy::StoreError::AttemptCancelled)
+        ),
+        "the cancelled attempt's admission claims nothing"
+    );
+}
