@@ -29,9 +29,9 @@ struct CtxInner {
     capability: Arc<str>,
     consumer: Consumer,
     invocation_id: Option<String>,
-    instance_id: Arc<str>,
-    registration_id: Arc<str>,
-    instance_state: Option<Arc<dyn Any + Send + Sync>>,
+    /// The target registration: its instance id, registration id and instance state (one
+    /// reference count per call rather than one per field).
+    reg: Arc<dyn Instance>,
     shared: Arc<StateMap>,
     /// Created on first use: most handlers never ask for it.
     cancellation: OnceLock<CancellationToken>,
@@ -59,14 +59,24 @@ impl ProgressState {
     }
 }
 
+/// What a context reads of its target registration: the live registration implements it, so that
+/// a context holds one reference to it rather than one per field (and this module needs nothing
+/// of the live state's).
+pub(crate) trait Instance: Send + Sync {
+    /// The target instance's id.
+    fn instance_id(&self) -> &str;
+    /// The target registration's id.
+    fn registration_id(&self) -> &str;
+    /// The state the instance was mounted with, if any.
+    fn state(&self) -> Option<&Arc<dyn Any + Send + Sync>>;
+}
+
 /// The fields a [`Ctx`] is built from.
 pub(crate) struct CtxParts {
     pub(crate) capability: Arc<str>,
     pub(crate) consumer: Consumer,
     pub(crate) invocation_id: Option<String>,
-    pub(crate) instance_id: Arc<str>,
-    pub(crate) registration_id: Arc<str>,
-    pub(crate) instance_state: Option<Arc<dyn Any + Send + Sync>>,
+    pub(crate) reg: Arc<dyn Instance>,
     pub(crate) shared: Arc<StateMap>,
     pub(crate) progress: Option<Arc<ProgressState>>,
     pub(crate) answers: Option<Arc<Answers>>,
@@ -79,9 +89,7 @@ impl Ctx {
                 capability: p.capability,
                 consumer: p.consumer,
                 invocation_id: p.invocation_id,
-                instance_id: p.instance_id,
-                registration_id: p.registration_id,
-                instance_state: p.instance_state,
+                reg: p.reg,
                 shared: p.shared,
                 cancellation: OnceLock::new(),
                 progress: p.progress,
@@ -108,12 +116,12 @@ impl Ctx {
 
     /// The target instance's id.
     pub fn instance_id(&self) -> &str {
-        &self.inner.instance_id
+        self.inner.reg.instance_id()
     }
 
     /// The target registration's id.
     pub fn registration_id(&self) -> &str {
-        &self.inner.registration_id
+        self.inner.reg.registration_id()
     }
 
     /// Fires when the call is cancelled, runs out of time, or its instance is unmounted.
@@ -129,9 +137,7 @@ impl Ctx {
             capability: i.capability.clone(),
             consumer: i.consumer.clone(),
             invocation_id: i.invocation_id.clone(),
-            instance_id: i.instance_id.clone(),
-            registration_id: i.registration_id.clone(),
-            instance_state: i.instance_state.clone(),
+            reg: i.reg.clone(),
             shared: i.shared.clone(),
             progress: i.progress.clone(),
             answers: i.answers.clone(),
@@ -230,12 +236,12 @@ impl Ctx {
     /// The instance's state of type `T`, shared (for the [`InstanceState`](crate::InstanceState)
     /// extractor).
     pub(crate) fn instance_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.inner.instance_state.clone().and_then(|s| s.downcast::<T>().ok())
+        self.inner.reg.state().cloned().and_then(|s| s.downcast::<T>().ok())
     }
 
     /// The target instance's state of type `T`, if it was mounted with one.
     pub fn try_instance<T: Any + Send + Sync>(&self) -> Option<&T> {
-        self.inner.instance_state.as_deref().and_then(|s| s.downcast_ref::<T>())
+        self.inner.reg.state().map(|s| &**s).and_then(|s| s.downcast_ref::<T>())
     }
 
     /// The target instance's state of type `T`.
@@ -258,8 +264,8 @@ impl std::fmt::Debug for Ctx {
             .field("capability", &self.inner.capability)
             .field("consumer", &self.inner.consumer.key())
             .field("invocation_id", &self.inner.invocation_id)
-            .field("instance_id", &self.inner.instance_id)
-            .field("registration_id", &self.inner.registration_id)
+            .field("instance_id", &self.inner.reg.instance_id())
+            .field("registration_id", &self.inner.reg.registration_id())
             .finish_non_exhaustive()
     }
 }

@@ -25,6 +25,20 @@ pub(crate) struct Registration {
     pub(crate) unmounted: CancellationToken,
 }
 
+impl crate::ctx::Instance for Registration {
+    fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    fn registration_id(&self) -> &str {
+        &self.registration_id
+    }
+
+    fn state(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
+        self.state.as_ref()
+    }
+}
+
 /// What is left of a registration after it is unmounted, for a bounded time.
 #[derive(Clone, Debug)]
 pub(crate) struct Tombstone {

@@ -48,22 +48,22 @@ pub(crate) fn run<'a>(
     lost: Option<&CancellationToken>,
 ) -> Run<impl Future<Output = Result<Value, Stop>> + Send + use<'a>> {
     let Call { inner, options, ref def, tracked, .. } = *call;
-    let ctx = call.ctx.clone();
-    let budget = call.time_budget();
-    // The handler's cancellation fires when the call ends, whichever way (a guard moved into the
-    // slow path when there is one).
-    let end = ctx.end_on_drop();
     // The handler's future is built in the box that holds its decoded input. Building it runs
     // the handler's synchronous prelude, which may panic too: the guard covers both.
     let mut slot = decoded;
-    let started = catch(|| slot.as_mut().start(ctx, &*def.handler.handler));
+    let started = catch(|| slot.as_mut().start(call.ctx.clone(), &*def.handler.handler));
     let mut fut = catch_started(started.map(|()| slot));
     // Fast path: a handler that completes on its first poll needs no timer and no watchers.
     // (Polling with a no-op waker is sound: a pending future re-registers its waker when it is
     // polled again below.)
     if let Some(r) = (&mut fut).now_or_never() {
+        // The handler's cancellation fires when the call ends, whichever way: here, at once.
+        call.ctx.end();
         return Run::Done(settle(r, def, tracked));
     }
+    // On the slow path, a guard fires it when the rest of the call ends or is dropped.
+    let end = call.ctx.end_on_drop();
+    let budget = call.time_budget();
     // The rest of the call holds the call, so this future holds what it reads itself.
     let (def, reg, lost) = (Arc::clone(def), Arc::clone(&call.reg), lost.cloned());
     Run::Waiting(Box::pin(async move {
