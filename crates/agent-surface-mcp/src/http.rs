@@ -121,7 +121,19 @@ where
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(http.session_idle);
     let sessions = Arc::new(sessions);
-    let service = StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config);
+    // Shared: axum clones a route's service for every request, and each middleware layer clones
+    // the one it wraps again, so `StreamableHttpService` (whose clone copies its configuration,
+    // the allowed hosts and origins among it) was copied about ten times a request; behind an
+    // `Arc`, each clone is a reference count.
+    let service = Arc::new(StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config));
+    let service = {
+        use axum::handler::HandlerWithoutStateExt;
+        let handle = move |request: axum::extract::Request| {
+            let service = service.clone();
+            async move { service.handle(request).await }
+        };
+        handle.into_service()
+    };
     let max = http.max_sessions;
     let max_body = http.max_body_bytes;
     let opening = Arc::new(std::sync::Mutex::new(0usize));

@@ -18,6 +18,9 @@
 //! latencies of all rounds; the CPU time of each server process per call (50 clients) is printed
 //! beside them, the steadiest figure on a shared machine.
 //!
+//! To profile one server, start it by hand (`BENCH_SERVER=mcp-memory`, printing its address)
+//! and drive it with `BENCH_DRIVE=ADDR,WIRE,N` (see [`drive`]).
+//!
 //! Servers:
 //!
 //! - `mcp-bare`: `rmcp`'s `StreamableHttpService` with a hand-written echo tool (the way the
@@ -531,10 +534,33 @@ struct Target {
     cpu: f64,
 }
 
+/// `BENCH_DRIVE=ADDR,WIRE,N`: the client alone, for profiling a server started by hand
+/// (`BENCH_SERVER=mcp-memory`, e.g. under `perf` or `valgrind`): `N` calls over 50 clients on
+/// `WIRE` (`legacy`, `modern` or `binding`; with an invocation id each), after 200 sequential
+/// calls of warm-up, then the calls/s.
+fn drive(spec: &str) {
+    let mut parts = spec.split(',');
+    let addr: std::net::SocketAddr = parts.next().and_then(|a| a.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
+    let wire = match parts.next() {
+        Some("legacy") => Wire::Legacy,
+        Some("modern") => Wire::Modern,
+        Some("binding") => Wire::Binding,
+        other => panic!("BENCH_DRIVE: unknown wire {other:?}"),
+    };
+    let n: usize = parts.next().and_then(|n| n.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    rt.block_on(sequential(addr, wire, true, 200));
+    let figures = rt.block_on(loaded(addr, wire, true, n));
+    println!("{n} calls over {CLIENTS} clients: {:.0} calls/s", figures.calls_per_s);
+}
+
 fn main() {
     if let Ok(kind) = std::env::var("BENCH_SERVER") {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
         return rt.block_on(serve(&kind));
+    }
+    if let Ok(spec) = std::env::var("BENCH_DRIVE") {
+        return drive(&spec);
     }
     let quick = std::env::args().any(|a| a == "--test");
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
