@@ -212,12 +212,23 @@ impl fmt::Debug for RedisStores {
     }
 }
 
+/// What `url` names, with `TCP_NODELAY` on (the `redis` crate leaves it off): the stores keep
+/// many small commands in flight on one multiplexed connection, and with Nagle's algorithm a
+/// command written while an earlier one is unacknowledged would wait for that acknowledgement.
+fn connection_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info()?;
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    Ok(info.set_tcp_settings(tcp))
+}
+
 impl RedisStores {
     /// Connects to the Redis at `url` (`redis://`, or `rediss://` for TLS when the `redis`
     /// crate is built with a TLS feature: see the crate docs).
     pub async fn connect(url: &str, config: RedisConfig) -> Result<RedisStores, ConnectError> {
         config.check()?;
-        let client = redis::Client::open(url).map_err(ConnectError::unreachable)?;
+        let client = redis::Client::open(connection_info(url).map_err(ConnectError::unreachable)?)
+            .map_err(ConnectError::unreachable)?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.op_timeout))
             .set_response_timeout(Some(config.op_timeout))
@@ -372,4 +383,20 @@ fn ttl_ms(d: Duration) -> u64 {
 /// A fingerprint from its 64 hex digits.
 fn parse_hash(hex: &str) -> Option<agent_surface_policy::idempotency::Fingerprint> {
     agent_surface_core::hex::decode::<32>(hex).map(agent_surface_policy::idempotency::Fingerprint::from_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_info;
+
+    /// Small commands pipelined on one connection are not held back by Nagle's algorithm; the
+    /// rest of what the URL says is kept.
+    #[test]
+    fn connections_are_made_with_tcp_nodelay() {
+        let info = connection_info("redis://127.0.0.1:6390/3").expect("a valid URL");
+        assert!(info.tcp_settings().nodelay());
+        assert_eq!(info.redis_settings().db(), 3);
+        assert_eq!(info.addr().to_string(), "127.0.0.1:6390");
+        assert!(connection_info("not a url").is_err());
+    }
 }
