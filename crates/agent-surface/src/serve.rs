@@ -521,7 +521,23 @@ impl Serve {
             // Another thread may have installed one since: then theirs is kept.
             let _ = agent_surface_registry::operator_log::init();
         }
+        if let Some(notice) = no_operator_log(cfg!(feature = "operator-log"), tracing::dispatcher::has_been_set()) {
+            use std::io::Write as _;
+            // Standard error: over stdio, standard output is the protocol's.
+            let _ = writeln!(std::io::stderr(), "{notice}");
+        }
     }
+}
+
+/// What a service built without the `operator-log` feature says once at start when nothing else
+/// records the operator channel either (no `tracing` subscriber installed): handler errors,
+/// panics and refusals would go nowhere, silently. `None` when there is a log.
+fn no_operator_log(feature: bool, subscriber: bool) -> Option<&'static str> {
+    (!feature && !subscriber).then_some(
+        "agent-surface: no operator log: handler errors, panics and refusals are not recorded. Turn on \
+         the `operator-log` feature of agent-surface (RUST_LOG then filters it), or install a `tracing` \
+         subscriber before serving.",
+    )
 }
 
 /// The codec that seals approval rounds with `active` and opens those sealed with `active` or
@@ -705,7 +721,18 @@ fn url_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_id, url_host};
+    use super::{key_id, no_operator_log, url_host};
+
+    /// Built without the operator log and with no subscriber of the application's, the service
+    /// says so at start; with either, it says nothing.
+    #[test]
+    fn a_service_without_an_operator_log_says_so() {
+        let notice = no_operator_log(false, false).expect("nothing records the operator channel");
+        assert!(notice.contains("`operator-log` feature") && notice.contains("tracing"), "{notice}");
+        assert_eq!(no_operator_log(true, false), None);
+        assert_eq!(no_operator_log(false, true), None);
+        assert_eq!(no_operator_log(true, true), None);
+    }
 
     #[test]
     #[cfg(feature = "http")]
