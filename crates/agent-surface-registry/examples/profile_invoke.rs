@@ -13,8 +13,12 @@
 //! calls `handler_validation`), `tracked_limit` (`baseline` plus the canonical bytes and SHA-256 of
 //! the input, as the bench's case of that name), `pipeline` (`Registry::invoke` without an invocation id),
 //! `tracked` (with a fresh invocation id per call), `authority` (`pipeline` with a `Policies`
-//! engine of two allowing policies) and `confirmation` (`pipeline` with a confirmation engine
-//! whose global policy gates another capability, one relayed confirmation remembered).
+//! engine of two allowing policies), `confirmation` (`pipeline` with a confirmation engine
+//! whose global policy gates another capability, one relayed confirmation remembered),
+//! `metrics_off` (`pipeline` with `RegistryConfig::metrics` off) and `prometheus` (`pipeline` with
+//! a Prometheus recorder installed as the global one, durations in bucketed histograms as the
+//! bench's `recorded/prometheus` case). Under valgrind a clock reading costs what the vDSO's code
+//! does, so the `prometheus` mode's count shows the recording's work, not the clock's wall time.
 
 #![allow(missing_docs, clippy::print_stderr, clippy::unwrap_used, reason = "a profiling harness")]
 
@@ -31,7 +35,10 @@ use common::{Add, input, sum as add};
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
-        eprintln!("usage: profile_invoke CALLS setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation");
+        eprintln!(
+            "usage: profile_invoke CALLS \
+             setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus"
+        );
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -41,6 +48,12 @@ fn main() {
         let policies =
             Policies::new().global(FnPolicy::new("allow-1", allow)).for_type("calc", FnPolicy::new("allow-2", allow));
         config.authority = Some(std::sync::Arc::new(policies));
+    }
+    if mode == "metrics_off" {
+        config.metrics = false;
+    }
+    if mode == "prometheus" {
+        install_prometheus();
     }
     let (r, _m) = if mode == "confirmation" {
         let (r, m) = common::confirmation_registry();
@@ -90,4 +103,21 @@ fn main() {
             }
         }
     });
+}
+
+/// Installs a Prometheus recorder as the global one, with the bench's buckets.
+#[cfg(feature = "metrics")]
+fn install_prometheus() {
+    let buckets =
+        [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+    let recorder =
+        metrics_exporter_prometheus::PrometheusBuilder::new().set_buckets(&buckets).unwrap().build_recorder();
+    metrics::set_global_recorder(recorder).unwrap();
+}
+
+/// Without the `metrics` feature there is nothing to record with.
+#[cfg(not(feature = "metrics"))]
+fn install_prometheus() {
+    eprintln!("the prometheus mode needs the crate's `metrics` feature");
+    std::process::exit(2);
 }
