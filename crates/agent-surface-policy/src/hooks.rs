@@ -300,6 +300,31 @@ impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
     }
 }
 
+/// What a confirmation gate found about a call without awaiting
+/// ([`ConfirmationGate::check_at_once`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AtOnce {
+    /// The call proceeds: the answer [`ConfirmationGate::check`] would give, reached without
+    /// reading the clock or touching a store, with no evidence consumed and nothing recorded or
+    /// remembered.
+    Proceed,
+    /// The gate must be asked through [`ConfirmationGate::check_after`], which is handed back
+    /// what it found so far, so that nothing it asked is asked again.
+    Ask(Found),
+}
+
+/// What a confirmation gate found about a call before it had to await: for the
+/// [`ConfirmationEngine`](crate::ConfirmationEngine), which of its confirmation policies it asked
+/// and whether one of them gated the call. Opaque; [`Found::default`] is "nothing asked yet".
+#[derive(Debug, Default)]
+pub struct Found {
+    /// How many of the engine's policies answered without gating the call.
+    pub(crate) open: usize,
+    /// The summary of the policy that gated the call (a failed policy's generic one), once one did.
+    pub(crate) gated: Option<SafeText>,
+}
+
 /// A confirmation decision.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfirmationDecision {
@@ -337,6 +362,31 @@ pub trait ConfirmationGate: Send + Sync + 'static {
         confirmation_id: Option<&'a str>,
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision>;
+
+    /// Decides about `call` without awaiting, when the gate can: [`AtOnce::Proceed`] when it lets
+    /// the call through without reading the clock or touching a store, whatever evidence it
+    /// carries (`confirmation_id`); otherwise [`AtOnce::Ask`] with what it found so far. `call`
+    /// is what [`check`](Self::check) would be given. The registry asks this first, for a gate
+    /// that [consults the call's details](Self::consults_call_details), and calls
+    /// [`check_after`](Self::check_after) only on `Ask`, so a call the gate lets through costs
+    /// no boxed future, no timer and no clock reading. The default: `Ask`, having asked nothing.
+    fn check_at_once(&self, call: &CallInfo<'_>, confirmation_id: Option<&str>) -> AtOnce {
+        let _ = (call, confirmation_id);
+        AtOnce::Ask(Found::default())
+    }
+
+    /// [`check`](Self::check), continuing from what [`check_at_once`](Self::check_at_once)
+    /// `found`. The default: `check` (the default `check_at_once` finds nothing).
+    fn check_after<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        confirmation_id: Option<&'a str>,
+        now: Timestamp,
+        found: Found,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        let _ = found;
+        self.check(call, confirmation_id, now)
+    }
 
     /// What the gate's store holds, for the operator's gauges; `None` (the default): it does
     /// not say.
@@ -434,6 +484,20 @@ impl<G: ConfirmationGate + ?Sized> ConfirmationGate for Arc<G> {
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision> {
         (**self).check(call, confirmation_id, now)
+    }
+
+    fn check_at_once(&self, call: &CallInfo<'_>, confirmation_id: Option<&str>) -> AtOnce {
+        (**self).check_at_once(call, confirmation_id)
+    }
+
+    fn check_after<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        confirmation_id: Option<&'a str>,
+        now: Timestamp,
+        found: Found,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        (**self).check_after(call, confirmation_id, now, found)
     }
 
     fn usage(&self, now: Timestamp) -> Option<crate::StoreUsage> {

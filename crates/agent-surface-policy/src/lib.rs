@@ -119,8 +119,8 @@ pub use confirmation::{
 };
 pub use consumer::{Consumer, Identity};
 pub use hooks::{
-    AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, PolicyError, RateDecision,
-    RateLimiter, Scope,
+    AtOnce, AuthorityDecision, AuthorityPolicy, CallInfo, ConfirmationDecision, ConfirmationGate, Found, PolicyError,
+    RateDecision, RateLimiter, Scope,
 };
 pub use idempotency::{IdempotencyStore, MemoryIdempotencyStore, MemoryStoreConfig};
 pub use rate::{MemoryRateLimiter, QueueConfig, Quota, RateBudgets, RateLimitConfig};

@@ -21,7 +21,7 @@ use super::store::{Consumed, Inserted, Rejection};
 use crate::audit::{AuditEvent, AuditKind, record_within};
 use crate::clock::Clock;
 use crate::guard::{caught, guarded};
-use crate::hooks::{CallInfo, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, Scope};
+use crate::hooks::{AtOnce, CallInfo, ConfirmationDecision, ConfirmationGate, ConsumedEvidence, Found, Scope};
 use crate::idempotency::Fingerprint;
 use crate::store::StoreError;
 
@@ -298,28 +298,54 @@ impl ConfirmationEngine {
     }
 
     /// `None` when the call is not gated; otherwise its summary, when there is one (a declared
-    /// gate's summary is rendered only for a call without evidence).
-    async fn gate(&self, call: &CallInfo<'_>) -> Option<Option<SafeText>> {
+    /// gate's summary is rendered only for a call without evidence). The policies [`Self::at_once`]
+    /// `found` answered are not asked again: the first `found.open` let the call through, and
+    /// `found.gated` is the summary of the one that gated it.
+    async fn gate(&self, call: &CallInfo<'_>, found: Found) -> Option<Option<SafeText>> {
         if let Some(declared) = call.declared_gate {
             return Some(declared.summary.cloned());
         }
-        for policy in &self.config.policies {
+        if let Some(summary) = found.gated {
+            return Some(Some(summary));
+        }
+        for policy in self.config.policies.iter().skip(found.open) {
             match guarded(self.config.clock.as_ref(), self.config.policy_budget, || policy.decide(*call)).await {
                 Ok(Gate::Open) => continue,
                 Ok(Gate::Confirm { summary }) => return Some(Some(summary)),
-                Err(failure) => {
-                    tracing::warn!(
-                        target: "agent_surface::confirmation",
-                        policy = policy.name(),
-                        capability = call.capability,
-                        cause = %crate::redacted(&failure),
-                        "confirmation policy failed; gating the call"
-                    );
-                    return Some(Some(generic_summary(call)));
-                }
+                Err(failure) => return Some(Some(policy_failed(policy.as_ref(), call, &failure))),
             }
         }
         None
+    }
+
+    /// What the policies answer about `call` without awaiting ([`ConfirmationGate::check_at_once`]):
+    /// each is asked in turn through [`ConfirmationPolicy::decide_at_once`](super::ConfirmationPolicy::decide_at_once),
+    /// a panic caught. The call proceeds when none is declared and every policy lets it through at
+    /// once; the first that gates it (or fails: fail closed) or that can answer only by awaiting
+    /// leaves the rest to [`Self::gate`], which asks none of them twice.
+    fn at_once(&self, call: &CallInfo<'_>) -> AtOnce {
+        let mut found = Found::default();
+        if call.declared_gate.is_some() {
+            return AtOnce::Ask(found);
+        }
+        for policy in &self.config.policies {
+            let failure = match crate::guard::catch(|| policy.decide_at_once(call)) {
+                Ok(None) => return AtOnce::Ask(found),
+                Ok(Some(Ok(Gate::Open))) => {
+                    found.open += 1;
+                    continue;
+                }
+                Ok(Some(Ok(Gate::Confirm { summary }))) => {
+                    found.gated = Some(summary);
+                    return AtOnce::Ask(found);
+                }
+                Ok(Some(Err(e))) => crate::guard::Failure::Error(e),
+                Err(text) => crate::guard::Failure::Panic(text),
+            };
+            found.gated = Some(policy_failed(policy.as_ref(), call, &failure));
+            return AtOnce::Ask(found);
+        }
+        AtOnce::Proceed
     }
 
     /// What evidence for `call` is bound to.
@@ -337,8 +363,14 @@ impl ConfirmationEngine {
         }
     }
 
-    async fn check_now(&self, call: CallInfo<'_>, evidence: Option<&str>, now: Timestamp) -> ConfirmationDecision {
-        let Some(summary) = self.gate(&call).await else { return ConfirmationDecision::Proceed };
+    async fn check_now(
+        &self,
+        call: CallInfo<'_>,
+        evidence: Option<&str>,
+        now: Timestamp,
+        found: Found,
+    ) -> ConfirmationDecision {
+        let Some(summary) = self.gate(&call, found).await else { return ConfirmationDecision::Proceed };
         let binding = self.binding_of(&call);
         // A call without evidence presents the confirmation relayed to its caller for this same
         // call, if the store remembers one (asked only here: for a call this engine gates).
@@ -628,7 +660,26 @@ impl ConfirmationGate for ConfirmationEngine {
         confirmation_id: Option<&'a str>,
         now: Timestamp,
     ) -> BoxFuture<'a, ConfirmationDecision> {
-        Box::pin(self.check_now(call, confirmation_id, now))
+        Box::pin(self.check_now(call, confirmation_id, now, Found::default()))
+    }
+
+    /// [`AtOnce::Proceed`] when the capability declares no gate and every confirmation policy
+    /// lets the call through without awaiting (as [`FnConfirmationPolicy`](super::FnConfirmationPolicy)
+    /// does); its store is not touched, whatever evidence the call carries (an ungated call's
+    /// evidence is ignored).
+    fn check_at_once(&self, call: &CallInfo<'_>, confirmation_id: Option<&str>) -> AtOnce {
+        let _ = confirmation_id;
+        self.at_once(call)
+    }
+
+    fn check_after<'a>(
+        &'a self,
+        call: CallInfo<'a>,
+        confirmation_id: Option<&'a str>,
+        now: Timestamp,
+        found: Found,
+    ) -> BoxFuture<'a, ConfirmationDecision> {
+        Box::pin(self.check_now(call, confirmation_id, now, found))
     }
 
     /// It asks [`CallInfo::details`] for the confirmation relayed for a call it gates without
@@ -695,6 +746,23 @@ pub(super) fn record_event(now: Timestamp, kind: AuditKind, record: &Confirmatio
     event.invocation_id = record.invocation_id.clone();
     event.correlation_id = record.correlation_id.clone();
     event
+}
+
+/// Logs the failure of `policy` (an error, a panic, an overrun) and returns the summary of the
+/// gate it puts on `call` (fail closed).
+fn policy_failed(
+    policy: &dyn super::ConfirmationPolicy,
+    call: &CallInfo<'_>,
+    failure: &crate::guard::Failure,
+) -> SafeText {
+    tracing::warn!(
+        target: "agent_surface::confirmation",
+        policy = policy.name(),
+        capability = call.capability,
+        cause = %crate::redacted(failure),
+        "confirmation policy failed; gating the call"
+    );
+    generic_summary(call)
 }
 
 /// The summary of a gate that has none of its own (a failed policy, a declared gate whose summary

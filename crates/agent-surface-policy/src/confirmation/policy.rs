@@ -31,6 +31,15 @@ pub trait ConfirmationPolicy: Send + Sync + 'static {
     /// Decides on one call; [`CallInfo::input`] holds the validated input.
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>>;
 
+    /// The answer [`decide`](Self::decide) would give about `call`, when the policy can give it
+    /// without awaiting; `None` when it answers only by awaiting (the default), having done
+    /// nothing. The engine asks this first and, on `Some`, does not ask `decide` about the call:
+    /// a call every policy lets through at once costs no boxed future and no timer.
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<Gate, PolicyError>> {
+        let _ = call;
+        None
+    }
+
     /// The types and capabilities this rule is about, which the registry checks exist when it is
     /// assembled (see [`Scope`]). The default: none.
     fn scopes(&self) -> Vec<Scope> {
@@ -45,6 +54,10 @@ impl<P: ConfirmationPolicy + ?Sized> ConfirmationPolicy for Arc<P> {
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
         (**self).decide(call)
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<Gate, PolicyError>> {
+        (**self).decide_at_once(call)
     }
 
     fn scopes(&self) -> Vec<Scope> {
@@ -114,6 +127,17 @@ where
     }
 }
 
+impl<F> FnConfirmationPolicy<F>
+where
+    F: Fn(&CallInfo<'_>) -> Result<Gate, PolicyError> + Send + Sync + 'static,
+{
+    /// The closure's answer for a call in scope, [`Gate::Open`] for any other.
+    fn decide_now(&self, call: &CallInfo<'_>) -> Result<Gate, PolicyError> {
+        let applies = self.scopes.is_empty() || self.scopes.iter().any(|s| s.covers(call.capability, call.type_id));
+        if applies { (self.decide)(call) } else { Ok(Gate::Open) }
+    }
+}
+
 impl<F> fmt::Debug for FnConfirmationPolicy<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FnConfirmationPolicy")
@@ -132,11 +156,12 @@ where
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
-        let applies = self.scopes.is_empty() || self.scopes.iter().any(|s| s.covers(call.capability, call.type_id));
-        if !applies {
-            return Box::pin(std::future::ready(Ok(Gate::Open)));
-        }
-        Box::pin(std::future::ready((self.decide)(&call)))
+        Box::pin(std::future::ready(self.decide_now(&call)))
+    }
+
+    /// Always: the closure is synchronous.
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<Gate, PolicyError>> {
+        Some(self.decide_now(call))
     }
 
     fn scopes(&self) -> Vec<Scope> {

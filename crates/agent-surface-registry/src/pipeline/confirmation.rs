@@ -14,7 +14,7 @@ use std::any::Any;
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::{AgentSurfaceError, ErrorCode, Phase, SafeText};
 use agent_surface_policy::{
-    ConfirmationDecision, ConfirmationGate,
+    AtOnce, ConfirmationDecision, ConfirmationGate, Found,
     hooks::{CallDetails, ConsumedEvidence},
     idempotency::Fingerprint,
 };
@@ -131,17 +131,82 @@ fn preview(input: &Value, sensitive: &[String]) -> String {
 /// ([`CallDetails::consumed`]), as a [`GiveBack`] armed until the handler may start. A call that
 /// stops here after the gate consumed its evidence (the gate overran its budget or panicked
 /// after consuming) gives it back at once.
+///
+/// `found` is what [`at_once`] found (a gate asked there is not asked the same again).
 pub(crate) async fn confirm(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
     input: &Value,
     declared: Declared,
+    found: Found,
 ) -> Result<Option<GiveBack>, Stop> {
     if gate.consults_call_details() {
-        confirm_on_demand(call, gate, input, declared).await
+        confirm_on_demand(call, gate, input, declared, found).await
     } else {
         confirm_eagerly(call, gate, input, declared).await.map(|()| None)
     }
+}
+
+/// What phase 7 decided without awaiting ([`at_once`]).
+pub(crate) enum AtOnceOutcome {
+    /// The gate let the call through (with the evidence it consumed, should a gate consume any
+    /// there).
+    Proceed(Option<GiveBack>),
+    /// The gate must be asked through [`confirm`], with what it found so far.
+    Ask(Found),
+}
+
+/// Phase 7 without awaiting, for a gate that [consults the call's
+/// details](ConfirmationGate::consults_call_details): the gate's
+/// [`check_at_once`](ConfirmationGate::check_at_once), given the same [`CallInfo`] as its `check`
+/// would be (a panic caught, as there). A call it lets through goes on at once, with no boxed
+/// future, no timer and no clock reading; any other is asked through [`confirm`]. A gate that
+/// remembers nothing itself is always asked there: the registry's memory of relayed confirmations
+/// is looked up before it ([`confirm_eagerly`]).
+pub(crate) fn at_once(
+    call: &Call<'_>,
+    gate: &dyn ConfirmationGate,
+    input: &Value,
+    declared: &Declared,
+) -> Result<AtOnceOutcome, Stop> {
+    if !gate.consults_call_details() {
+        return Ok(AtOnceOutcome::Ask(Found::default()));
+    }
+    let details = Details::of(call, input);
+    let presented = call.request.confirmation_id.as_deref();
+    let info = gate_info(call, input, declared, None, Some(&details));
+    let answer = catch(|| gate.check_at_once(&info, presented));
+    let consumed = details.consumed.into_inner();
+    match answer {
+        Ok(AtOnce::Proceed) => Ok(AtOnceOutcome::Proceed(consumed)),
+        // A gate that consumed evidence and still asks to be awaited: given back (when dropped).
+        Ok(AtOnce::Ask(found)) => Ok(AtOnceOutcome::Ask(found)),
+        Ok(_) => Ok(AtOnceOutcome::Ask(Found::default())),
+        Err(text) => Err(cannot_decide(format!("the confirmation gate panicked: {text}"))),
+    }
+}
+
+/// The [`CallInfo`] a gate is given about `call` (whose validated input is `input`): its ids, the
+/// declared gate, the input preview when there is one (`preview`), and the details on demand.
+fn gate_info<'c>(
+    call: &'c Call<'_>,
+    input: &'c Value,
+    declared: &'c Declared,
+    preview: Option<&'c str>,
+    details: Option<&'c Details<'_>>,
+) -> agent_surface_policy::CallInfo<'c> {
+    let correlation = call.correlation_text();
+    let mut info = call.info().with_input(input).with_ids(call.request.invocation_id.as_deref(), correlation);
+    if let Some(preview) = preview {
+        info = info.with_input_preview(preview);
+    }
+    if let Some(details) = details {
+        info = info.with_details(details);
+    }
+    if let Declared::Gate(summary) = declared {
+        info = info.with_declared_gate(summary.as_ref());
+    }
+    info
 }
 
 /// Evidence the gate consumed for a call whose handler has not started yet. Disarmed once the
@@ -249,6 +314,19 @@ struct Details<'c> {
     consumed: std::sync::OnceLock<GiveBack>,
 }
 
+impl<'c> Details<'c> {
+    /// The details of `call`, whose validated input is `input`; nothing consumed yet.
+    fn of(call: &'c Call<'c>, input: &'c Value) -> Details<'c> {
+        Details {
+            call,
+            capability: &call.def.name,
+            input,
+            sensitive: &call.def.input.sensitive,
+            consumed: std::sync::OnceLock::new(),
+        }
+    }
+}
+
 /// Names the call only: the input may hold sensitive fields.
 impl std::fmt::Debug for Details<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,16 +354,11 @@ async fn confirm_on_demand(
     gate: &dyn ConfirmationGate,
     input: &Value,
     declared: Declared,
+    found: Found,
 ) -> Result<Option<GiveBack>, Stop> {
-    let details = Details {
-        call,
-        capability: &call.def.name,
-        input,
-        sensitive: &call.def.input.sensitive,
-        consumed: std::sync::OnceLock::new(),
-    };
+    let details = Details::of(call, input);
     let presented = call.request.confirmation_id.as_deref();
-    let outcome = check(call, gate, input, declared, presented, Some(&details)).await;
+    let outcome = check(call, gate, input, declared, presented, Some(&details), found).await;
     let consumed = details.consumed.into_inner();
     match outcome {
         Ok(()) => Ok(consumed),
@@ -324,11 +397,11 @@ async fn confirm_eagerly(
         _ => None,
     };
     let mut outcome = match remembered.as_deref() {
-        Some(id) => check(call, gate, input, declared.presenting(), Some(id), None).await,
-        None => check(call, gate, input, declared.clone(), presented, None).await,
+        Some(id) => check(call, gate, input, declared.presenting(), Some(id), None, Found::default()).await,
+        None => check(call, gate, input, declared.clone(), presented, None, Found::default()).await,
     };
     if remembered.is_some() && is_expired(&outcome) {
-        outcome = check(call, gate, input, declared, None, None).await;
+        outcome = check(call, gate, input, declared, None, None, Found::default()).await;
     }
     match Relay::after(&outcome) {
         Relay::Remember(id) => relayed.remember(remembered_key.unwrap_or_else(key), id),
@@ -375,7 +448,8 @@ fn is_expired(outcome: &Result<(), Stop>) -> bool {
         && stop.error.payload().detail("reason").and_then(Value::as_str) == Some("expired"))
 }
 
-/// Asks `gate` once. The clock is read here, not at arrival: the decision is about this moment.
+/// Asks `gate` once, continuing from what it `found` at once. The clock is read here, not at
+/// arrival: the decision is about this moment.
 async fn check(
     call: &Call<'_>,
     gate: &dyn ConfirmationGate,
@@ -383,25 +457,16 @@ async fn check(
     declared: Declared,
     confirmation_id: Option<&str>,
     details: Option<&Details<'_>>,
+    found: Found,
 ) -> Result<(), Stop> {
     let (inner, def) = (call.inner, &*call.def);
-    let correlation = call.correlation_text();
     // What the approver is shown of the input, for a new request only: computed here unless the
     // gate asks for it when it records one.
     let preview = (confirmation_id.is_none() && details.is_none()).then(|| preview(input, &def.input.sensitive));
-    let mut call = call.info().with_input(input).with_ids(call.request.invocation_id.as_deref(), correlation);
-    if let Some(preview) = &preview {
-        call = call.with_input_preview(preview);
-    }
-    if let Some(details) = details {
-        call = call.with_details(details);
-    }
-    if let Declared::Gate(summary) = &declared {
-        call = call.with_declared_gate(summary.as_ref());
-    }
+    let call = gate_info(call, input, &declared, preview.as_deref(), details);
     let now = inner.config.clock.now();
     let budget = inner.config.confirmation_budget;
-    let checked = catch_future(|| gate.check(call, confirmation_id, now));
+    let checked = catch_future(|| gate.check_after(call, confirmation_id, now, found));
     let Some(decision) = agent_surface_policy::guard::within(inner.config.clock.as_ref(), budget, checked).await else {
         return Err(Stop::noted(
             AgentSurfaceError::transient(agent_surface_policy::confirmation::STORE_RETRY_AFTER),

@@ -380,16 +380,20 @@ fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
     }
 }
 
-/// Phase 7: the registry's gate; a capability that declares a gate needs one.
+/// Phase 7: the registry's gate; a capability that declares a gate needs one. A gate that lets
+/// the call through without awaiting ([`confirmation::at_once`]) leaves the call unboxed.
 fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let declared = confirmation::declared(&call, prepared.decoded.input())?;
     match (&call.inner.config.confirmation, declared) {
-        (Some(gate), declared) => later(async move {
-            match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared).await? {
-                None => finish(marked(call, prepared, None)).await,
-                Some(consumed) => finish(marked(call, prepared, Some(consumed))).await,
-            }
-        }),
+        (Some(gate), declared) => match confirmation::at_once(&call, gate.as_ref(), &prepared.value, &declared)? {
+            confirmation::AtOnceOutcome::Proceed(consumed) => marked(call, prepared, consumed),
+            confirmation::AtOnceOutcome::Ask(found) => later(async move {
+                match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared, found).await? {
+                    None => finish(marked(call, prepared, None)).await,
+                    Some(consumed) => finish(marked(call, prepared, Some(consumed))).await,
+                }
+            }),
+        },
         (None, confirmation::Declared::Gate(_)) => Err(confirmation::no_gate(&call.def)),
         (None, confirmation::Declared::No) => marked(call, prepared, None),
     }

@@ -430,6 +430,140 @@ async fn a_failing_policy_gates_the_call() {
     assert_eq!(env.runs(), 0);
 }
 
+/// A manual clock that counts its readings.
+#[derive(Debug)]
+struct CountingClock {
+    clock: Arc<ManualClock>,
+    readings: AtomicUsize,
+}
+
+impl Clock for CountingClock {
+    fn now(&self) -> Timestamp {
+        self.readings.fetch_add(1, Ordering::SeqCst);
+        self.clock.now()
+    }
+
+    fn sleep(&self, duration: Duration) -> agent_surface_policy::clock::Sleep {
+        self.clock.sleep(duration)
+    }
+}
+
+#[tokio::test]
+async fn a_call_the_policies_let_through_at_once_reads_no_clock() {
+    // The engine decides about a call its policies let through without awaiting: no clock
+    // reading, no store, whatever evidence the call carries. A call they gate is asked as before.
+    let counting = Arc::new(CountingClock { clock: clock(), readings: AtomicUsize::new(0) });
+    let large = FnConfirmationPolicy::new("large-adjustments", |call| {
+        let cents = call.input.and_then(|i| i["amount_cents"].as_u64()).unwrap_or(0);
+        Ok(if cents > 50_000 { Gate::Confirm { summary: SafeText::from("Adjust a lot.") } } else { Gate::Open })
+    });
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
+        clock: counting.clone(),
+        policies: vec![Arc::new(large)],
+        ..Default::default()
+    }));
+    let registry =
+        Registry::new(RegistryConfig { clock: counting.clone(), confirmation: Some(engine), ..Default::default() });
+    let runs = Arc::new(AtomicUsize::new(0));
+    define_orders(&registry, &runs);
+    let _mount = registry.mount("orders", "main").unwrap();
+    let readings = || counting.readings.load(Ordering::SeqCst);
+
+    let before = readings();
+    assert!(registry.invoke_detailed(adjust(500), alice()).await.result.is_ok());
+    assert!(registry.invoke_detailed(adjust(600).with_confirmation("c-whatever"), alice()).await.result.is_ok());
+    assert_eq!(readings(), before, "a call let through at once reads no clock");
+    let inv = registry.invoke_detailed(adjust(60_000), alice()).await;
+    assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert!(readings() > before, "a gated call is decided at the moment of the check");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// A confirmation policy that answers only by awaiting: it gates large adjustments, after a
+/// yield, and counts the calls it is asked about.
+struct Later(Arc<AtomicUsize>);
+
+impl agent_surface_policy::ConfirmationPolicy for Later {
+    fn name(&self) -> &str {
+        "later"
+    }
+
+    fn decide<'a>(&'a self, call: agent_surface_policy::CallInfo<'a>) -> BoxFuture<'a, Result<Gate, PolicyError>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            let cents = call.input.and_then(|i| i["amount_cents"].as_u64()).unwrap_or(0);
+            Ok(if cents > 50_000 { Gate::Confirm { summary: SafeText::from("Later says no.") } } else { Gate::Open })
+        })
+    }
+}
+
+#[tokio::test]
+async fn each_policy_is_asked_once_per_call_at_once_or_not() {
+    // Policies that answer at once, before and after one that awaits: the first that gates
+    // decides, and none is asked twice, whichever way the engine reached it.
+    let counted = |name: &'static str, gates: bool| {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let policy = FnConfirmationPolicy::new(name, move |_call| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(if gates { Gate::Confirm { summary: SafeText::from("At once says no.") } } else { Gate::Open })
+        });
+        (Arc::new(policy) as Arc<dyn agent_surface_policy::ConfirmationPolicy>, asked)
+    };
+    let (open, open_asked) = counted("open", false);
+    let later_asked = Arc::new(AtomicUsize::new(0));
+    let (gates, gates_asked) = counted("gates", true);
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        policies: vec![open, Arc::new(Later(later_asked.clone())), gates],
+        ..Default::default()
+    });
+    let asked = || [&open_asked, &later_asked, &gates_asked].map(|n| n.load(Ordering::SeqCst));
+
+    // The awaiting policy gates: the one after it is not asked.
+    let inv = env.invoke(adjust(60_000), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("Later says no.")));
+    assert_eq!(asked(), [1, 1, 0]);
+    // It lets the call through: the last one, answering at once, gates it.
+    let inv = env.invoke(adjust(500), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("At once says no.")));
+    assert_eq!(asked(), [2, 2, 1]);
+
+    // Policies that all answer at once, the second gating: each asked once.
+    let (open, open_asked) = counted("open", false);
+    let (gates, gates_asked) = counted("gates", true);
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        policies: vec![open, gates],
+        ..Default::default()
+    });
+    let inv = env.invoke(adjust(1), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("At once says no.")));
+    assert_eq!([open_asked.load(Ordering::SeqCst), gates_asked.load(Ordering::SeqCst)], [1, 1]);
+    assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_policy_panicking_at_once_gates_the_call() {
+    let broken = FnConfirmationPolicy::new("broken", |_call| -> Result<Gate, PolicyError> {
+        panic!("policy bug token=sk_live_1")
+    });
+    let env = env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        policies: vec![Arc::new(broken)],
+        ..Default::default()
+    });
+    let inv = env.invoke(adjust(1), alice()).await;
+    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!(p.detail("summary"), Some(&json!("Call orders.adjust with the given input.")));
+    assert!(!p.to_json().to_string().contains("sk_live"));
+    assert_eq!(env.runs(), 0);
+}
+
 // ---- Wait mode ---------------------------------------------------------------------------
 
 const WAIT: Duration = Duration::from_secs(30);
