@@ -66,8 +66,9 @@ mod recording {
 
     use super::{Instant, InvokeResult, Timing};
     use std::collections::HashMap;
+    use std::hash::{BuildHasherDefault, Hasher};
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+    use std::sync::{OnceLock, PoisonError, RwLock};
 
     use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
     use metrics::{Counter, Gauge, Histogram, Recorder};
@@ -137,12 +138,19 @@ mod recording {
         }
     }
 
+    /// How many transports have handles cached for the global recorder (the library's adapters
+    /// name five: `direct`, `mcp`, `http`, `toolset`, `cli`); a call through another transport
+    /// registers its handles on each call, as under a local recorder.
+    const TRANSPORT_SLOTS: usize = 8;
+
     /// The metric handles of one registry, registered with the global recorder once per transport
     /// and capability and reused by every call after (the facade's macros build and hash each
-    /// metric's key on every use). Calls made under a local recorder register theirs on each call.
+    /// metric's key on every use). A call finds its transport's handles with an atomic load per
+    /// slot (no lock, no reference count), and its capability's under a read lock, hashed by
+    /// [`Fnv`]. Calls made under a local recorder register theirs on each call.
     #[derive(Default)]
     pub(crate) struct Handles {
-        by_transport: RwLock<Vec<Arc<TransportHandles>>>,
+        transports: [OnceLock<TransportHandles>; TRANSPORT_SLOTS],
     }
 
     /// The handles of one transport under one recorder.
@@ -151,7 +159,27 @@ mod recording {
         in_flight: Gauge,
         /// By capability label (a defined capability's name, or [`UNKNOWN_CAPABILITY`]): bounded by
         /// the names the registry has defined.
-        capabilities: RwLock<HashMap<Box<str>, Arc<CapabilityHandles>>>,
+        capabilities: RwLock<HashMap<Box<str>, CapabilityHandles, BuildHasherDefault<Fnv>>>,
+    }
+
+    /// FNV-1a, for the capability labels: short strings the registry defined (never a name an
+    /// agent chose, see [`super::UNKNOWN_CAPABILITY`]), so no hash flooding to resist, and several
+    /// times cheaper than the standard library's SipHash on them.
+    #[derive(Default)]
+    pub(crate) struct Fnv(u64);
+
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+
+        fn write(&mut self, bytes: &[u8]) {
+            let mut hash = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+            for &byte in bytes {
+                hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            self.0 = hash;
+        }
     }
 
     /// The handles of a successful call of one capability through one transport.
@@ -163,19 +191,13 @@ mod recording {
     }
 
     impl Handles {
-        /// The handles of `transport`, under the global recorder.
-        fn transport(&self, transport: &'static str) -> Arc<TransportHandles> {
-            let find = |all: &[Arc<TransportHandles>]| all.iter().find(|h| h.transport == transport).cloned();
-            if let Some(found) = find(&self.by_transport.read().unwrap_or_else(PoisonError::into_inner)) {
-                return found;
-            }
-            let mut all = self.by_transport.write().unwrap_or_else(PoisonError::into_inner);
-            if let Some(found) = find(&all) {
-                return found;
-            }
-            let handles = Arc::new(TransportHandles::register(transport));
-            all.push(Arc::clone(&handles));
-            handles
+        /// The handles of `transport` under the global recorder; `None` when every slot holds
+        /// another transport's.
+        fn transport(&self, transport: &'static str) -> Option<&TransportHandles> {
+            self.transports
+                .iter()
+                .map(|slot| slot.get_or_init(|| TransportHandles::register(transport)))
+                .find(|handles| handles.transport == transport)
         }
     }
 
@@ -189,9 +211,10 @@ mod recording {
             }
         }
 
-        fn capability(&self, capability: &str) -> Arc<CapabilityHandles> {
+        /// Runs `f` with the handles of `capability`, registered on first use.
+        fn with_capability(&self, capability: &str, f: impl FnOnce(&CapabilityHandles)) {
             if let Some(found) = self.capabilities.read().unwrap_or_else(PoisonError::into_inner).get(capability) {
-                return Arc::clone(found);
+                return f(found);
             }
             let mut all = self.capabilities.write().unwrap_or_else(PoisonError::into_inner);
             let handles = all.entry(capability.into()).or_insert_with(|| {
@@ -202,7 +225,7 @@ mod recording {
                         "phase_group" => group
                     )
                 };
-                Arc::new(CapabilityHandles {
+                CapabilityHandles {
                     ok: metrics::counter!(
                         "agent_surface_calls_total",
                         "capability" => capability.to_string(),
@@ -213,78 +236,98 @@ mod recording {
                     admission: histogram("admission"),
                     execute: histogram("execute"),
                     total: histogram("total"),
-                })
+                }
             });
-            Arc::clone(handles)
+            f(handles);
         }
     }
 
-    /// One call being metered: counted in flight while it lives.
-    pub(crate) struct Meter {
-        handles: Arc<TransportHandles>,
+    /// The handles a metered call uses: cached in the registry's slots, or its own.
+    enum Held<'r> {
+        Cached(&'r TransportHandles),
+        Own(Box<TransportHandles>),
     }
 
-    impl Meter {
+    /// One call being metered: counted in flight while it lives.
+    pub(crate) struct Meter<'r> {
+        handles: Held<'r>,
+    }
+
+    impl<'r> Meter<'r> {
         /// Starts metering a call that came through `transport`; `None` while no recorder is
         /// installed.
-        pub(crate) fn start(cache: &Handles, transport: &'static str) -> Option<Meter> {
+        pub(crate) fn start(cache: &'r Handles, transport: &'static str) -> Option<Meter<'r>> {
             let handles = match scope() {
                 Scope::Nothing => return None,
-                Scope::Global => cache.transport(transport),
-                Scope::Local => Arc::new(TransportHandles::register(transport)),
+                Scope::Global => match cache.transport(transport) {
+                    Some(cached) => Held::Cached(cached),
+                    None => Held::Own(Box::new(TransportHandles::register(transport))),
+                },
+                Scope::Local => Held::Own(Box::new(TransportHandles::register(transport))),
             };
-            handles.in_flight.increment(1.0);
-            Some(Meter { handles })
+            let meter = Meter { handles };
+            meter.handles().in_flight.increment(1.0);
+            Some(meter)
+        }
+
+        fn handles(&self) -> &TransportHandles {
+            match &self.handles {
+                Held::Cached(handles) => handles,
+                Held::Own(handles) => handles,
+            }
         }
 
         /// Records the end of the call: its outcome and the durations of its phase groups.
         pub(crate) fn record(&self, capability: &str, result: &InvokeResult, timing: &Timing) {
-            let handles = self.handles.capability(capability);
-            match result.error_payload() {
-                None => handles.ok.increment(1),
+            let transport = self.handles();
+            let failed = result.error_payload();
+            if let Some(p) = failed {
                 // Failures register their counter on each use: they carry two more labels, and are
                 // not the path a service spends its time on.
-                Some(p) => {
+                metrics::counter!(
+                    "agent_surface_calls_total",
+                    "capability" => capability.to_string(),
+                    "code" => p.code().as_str(),
+                    "retry" => p.retry().as_str(),
+                    "transport" => transport.transport
+                )
+                .increment(1);
+                if let Some(details) = Some(p)
+                    .filter(|p| p.code() == agent_surface_core::ErrorCode::RateLimited)
+                    .and_then(|p| p.details_as::<RateLimitedDetails>())
+                {
+                    let reason = match details.reason {
+                        RateLimitReason::Rate => "rate",
+                        RateLimitReason::QueueFull => "queue-full",
+                    };
                     metrics::counter!(
-                        "agent_surface_calls_total",
+                        "agent_surface_rate_limited_total",
                         "capability" => capability.to_string(),
-                        "code" => p.code().as_str(),
-                        "retry" => p.retry().as_str(),
-                        "transport" => self.handles.transport
+                        "reason" => reason
                     )
                     .increment(1);
-                    if let Some(details) = Some(p)
-                        .filter(|p| p.code() == agent_surface_core::ErrorCode::RateLimited)
-                        .and_then(|p| p.details_as::<RateLimitedDetails>())
-                    {
-                        let reason = match details.reason {
-                            RateLimitReason::Rate => "rate",
-                            RateLimitReason::QueueFull => "queue-full",
-                        };
-                        metrics::counter!(
-                            "agent_surface_rate_limited_total",
-                            "capability" => capability.to_string(),
-                            "reason" => reason
-                        )
-                        .increment(1);
-                    }
                 }
             }
             let end = Instant::now();
             let seconds = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
-            if let Some(admitted) = timing.admitted {
-                handles.admission.record(seconds(timing.start, admitted));
-            }
-            if let Some(start) = timing.execute_start {
-                handles.execute.record(seconds(start, timing.execute_end.unwrap_or(end)));
-            }
-            handles.total.record(seconds(timing.start, end));
+            transport.with_capability(capability, |handles| {
+                if failed.is_none() {
+                    handles.ok.increment(1);
+                }
+                if let Some(admitted) = timing.admitted {
+                    handles.admission.record(seconds(timing.start, admitted));
+                }
+                if let Some(start) = timing.execute_start {
+                    handles.execute.record(seconds(start, timing.execute_end.unwrap_or(end)));
+                }
+                handles.total.record(seconds(timing.start, end));
+            });
         }
     }
 
-    impl Drop for Meter {
+    impl Drop for Meter<'_> {
         fn drop(&mut self) {
-            self.handles.in_flight.decrement(1.0);
+            self.handles().in_flight.decrement(1.0);
         }
     }
 
@@ -321,12 +364,12 @@ pub(crate) struct Handles {}
 
 /// Without the `metrics` feature: no call is metered.
 #[cfg(not(feature = "metrics"))]
-pub(crate) struct Meter;
+pub(crate) struct Meter<'r>(std::marker::PhantomData<&'r Handles>);
 
 #[cfg(not(feature = "metrics"))]
-impl Meter {
+impl<'r> Meter<'r> {
     /// Never metered: the recording is compiled out.
-    pub(crate) fn start(_cache: &Handles, _transport: &'static str) -> Option<Meter> {
+    pub(crate) fn start(_cache: &'r Handles, _transport: &'static str) -> Option<Meter<'r>> {
         None
     }
 

@@ -77,4 +77,24 @@ fn a_global_recorder_gets_every_call_made_after_it_is_installed() {
     });
     assert_eq!(sample(&local_handle.render(), ok), Some(1.0));
     assert_eq!(sample(&handle.render(), ok), Some(8.0));
+
+    // More transports than the registry caches handles for: each call is still counted under
+    // its own transport, and none stays in flight.
+    const TRANSPORTS: [&str; 12] = ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9", "t10", "t11"];
+    rt.block_on(async {
+        for round in 0..2 {
+            for transport in TRANSPORTS {
+                let options = InvokeOptions::new(Consumer::anonymous("c")).with_transport(transport);
+                assert!(two.invoke(InvokeRequest::new("m.ok", json!({})), options).await.is_ok(), "{round}");
+            }
+        }
+    });
+    let text = handle.render();
+    for transport in TRANSPORTS {
+        let ok =
+            format!(r#"agent_surface_calls_total{{capability="m.ok",code="OK",retry="none",transport="{transport}"}}"#);
+        assert_eq!(sample(&text, &ok), Some(2.0), "{transport}: {text}");
+        let in_flight = format!(r#"agent_surface_calls_in_flight{{transport="{transport}"}}"#);
+        assert_eq!(sample(&text, &in_flight), Some(0.0), "{transport}: {text}");
+    }
 }
