@@ -25,16 +25,7 @@ use syn::visit::Visit;
 /// circle passes when all its files are in one entry, so it may shrink but not grow. Each entry
 /// names the issue that removes it; the check fails when an entry no longer matches any circle, so
 /// the entry is removed with the circle.
-const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
-    // Found when the check began to follow re-exports.
-    (
-        "#30: the pipeline's arrival and the idempotency hold name each other",
-        &[
-            "crates/agent-surface-registry/src/pipeline/call.rs",
-            "crates/agent-surface-registry/src/pipeline/idempotency.rs",
-        ],
-    ),
-];
+const KNOWN_CIRCLES: &[(&str, &[&str])] = &[];
 
 /// The crates whose sources are checked: every crate directory under `crates/` and `examples/`,
 /// and `xtask`.

@@ -13,7 +13,7 @@ use crate::registry::Inner;
 use crate::request::{InvokeOptions, InvokeRequest};
 use crate::telemetry::Timing;
 
-use super::idempotency::Hold;
+use super::hold::Hold;
 
 /// How a call was answered from a record instead of running (under its natural key: see
 /// [`Arrival::answered`]).

@@ -26,7 +26,7 @@
 //! caller gets `EXECUTION_FAILED {reason: outcome-unknown}`, what the record says.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -38,16 +38,13 @@ use agent_surface_policy::{
     idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement},
 };
 use sha2::{Digest, Sha256};
-use tokio_util::sync::CancellationToken;
 
 use futures_util::future::Either;
 use serde_json::Value;
 
+use super::hold::{Hold, STORE_RETRY_AFTER, StartMark};
 use super::{Arrival, Stop};
 use crate::request::{Invocation, InvokeRequest};
-
-/// How long a caller is asked to wait after the idempotency store failed.
-const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The waits between further attempts to settle on a shared store that did not answer.
 const SETTLE_RETRIES: [Duration; 3] =
@@ -259,17 +256,7 @@ pub(crate) async fn admit_record(
     let leader = |key: IdempotencyKey, lease: Lease, taken_over: bool| {
         let hold = match shared {
             Some(hold) => hold.clone(),
-            None => Arc::new(Hold {
-                // A record taken over may hold an execution that took effect: dropped at any
-                // point, this call records an unknown outcome, never `CANCELLED`.
-                may_have_run: AtomicBool::new(taken_over),
-                started: AtomicBool::new(false),
-                taken_over,
-                lost: CancellationToken::new(),
-                marks: std::sync::Mutex::new(Vec::new()),
-                awaits_marks: AtomicBool::new(false),
-                release: AtomicBool::new(false),
-            }),
+            None => Arc::new(Hold::new(taken_over)),
         };
         // A lease that lapses is marked started before the handler runs (see `Hold::marks`).
         if lease.renew_every.is_some() {
@@ -418,120 +405,6 @@ pub(crate) fn without_id(result: &InvokeResult) -> InvokeResult {
     result.clone().with_invocation_id(None)
 }
 
-/// What the leader's call, its lease renewal and its guard share while the call runs.
-#[derive(Debug)]
-pub(crate) struct Hold {
-    /// Set once the handler of a capability whose interruption is not harmless has started (from
-    /// the start for a record taken over): a dropped call then records `EXECUTION_FAILED {reason:
-    /// outcome-unknown}`, not `CANCELLED`.
-    pub(crate) may_have_run: AtomicBool,
-    /// Set once the handler has started, whatever its capability: a lease lost after that
-    /// turns the caller's answer into an unknown outcome (the record is another caller's).
-    pub(crate) started: AtomicBool,
-    /// The record was taken over from a leader that lost its lease: an earlier execution may
-    /// have taken effect.
-    pub(crate) taken_over: bool,
-    /// Fires when the lease was lost while the call ran (another caller took the record over):
-    /// the handler must not start, and one that runs is stopped.
-    pub(crate) lost: CancellationToken,
-    /// The records whose leases lapse (a shared store's), to be marked started
-    /// ([`IdempotencyStore::start`]) before the handler runs: one per record the call leads (its
-    /// invocation id's, its natural key's). Until marked, a lapsed claim is known never to have
-    /// run, and the next admission claims it afresh rather than answer an unknown outcome.
-    marks: std::sync::Mutex<Vec<StartMark>>,
-    /// Whether `marks` holds a record not marked yet: set when one is added, cleared when they are
-    /// taken, so that asking ([`Hold::needs_marks`], on every call that leads a record) takes no
-    /// lock.
-    awaits_marks: AtomicBool,
-    /// Set when the records could not be marked started: the handler did not run, and the
-    /// records are released (never stored), so that a retry is admitted afresh.
-    release: AtomicBool,
-}
-
-impl Hold {
-    fn add_mark(&self, mark: StartMark) {
-        self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(mark);
-        self.awaits_marks.store(true, Ordering::Release);
-    }
-
-    /// Marks every record the call leads as started, in the order they were admitted; `Err` with
-    /// the call's answer when one could not be: the handler must not start. A lease lost first
-    /// means another caller claimed the record (nothing ran under this call; a record taken
-    /// over still answers its unknown outcome); a store that failed or did not answer within
-    /// its budget means nothing ran, and the records are released.
-    pub(crate) async fn mark_started(&self) -> Result<(), Stop> {
-        let marks = {
-            let mut marks = self.marks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.awaits_marks.store(false, Ordering::Release);
-            std::mem::take(&mut *marks)
-        };
-        for mark in marks {
-            let now = mark.clock.now();
-            let started = mark.store.start(&mark.key, mark.lease, now);
-            let started = agent_surface_policy::guard::within(mark.clock.as_ref(), mark.budget, started).await;
-            let started = started.unwrap_or_else(|| {
-                Err(StoreError::Unavailable(format!(
-                    "the idempotency store did not answer within {} ms",
-                    mark.budget.as_millis()
-                )))
-            });
-            match started {
-                Ok(()) => {}
-                Err(StoreError::LeaseLost) if self.taken_over => {
-                    return Err(Stop::noted(
-                        AgentSurfaceError::outcome_unknown(),
-                        Phase::Admission,
-                        "the lease on a record taken over was lost before the handler started",
-                    ));
-                }
-                Err(StoreError::LeaseLost) => {
-                    tracing::warn!(
-                        target: "agent_surface::invoke",
-                        token = mark.lease.token,
-                        "the lease on this call's idempotency record lapsed before its handler started; nothing ran"
-                    );
-                    self.release.store(true, Ordering::Release);
-                    return Err(Stop::noted(
-                        AgentSurfaceError::transient(STORE_RETRY_AFTER),
-                        Phase::Admission,
-                        "the lease lapsed before the handler started",
-                    ));
-                }
-                Err(e) => {
-                    self.release.store(true, Ordering::Release);
-                    return Err(Stop::noted(
-                        AgentSurfaceError::transient(STORE_RETRY_AFTER),
-                        Phase::Admission,
-                        format!("could not mark the idempotency record started: {e}"),
-                    )
-                    .store_fault(super::Fault::IdempotencyStore));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether a record awaits its mark (a shared store's lease, not marked yet).
-    pub(crate) fn needs_marks(&self) -> bool {
-        self.awaits_marks.load(Ordering::Acquire)
-    }
-}
-
-/// What [`IdempotencyStore::start`] needs for one record the call leads.
-struct StartMark {
-    store: Arc<dyn IdempotencyStore>,
-    key: IdempotencyKey,
-    lease: Lease,
-    budget: Duration,
-    clock: Arc<dyn agent_surface_policy::Clock>,
-}
-
-impl std::fmt::Debug for StartMark {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StartMark").field("key", &self.key).field("lease", &self.lease).finish_non_exhaustive()
-    }
-}
-
 /// How a leader's settlement ended, for the answer to its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Settled {
@@ -611,7 +484,7 @@ impl LeaderGuard {
     /// caller's id, since every answer from it (replay, join) carries the id of the call it
     /// answers, and the key holds at most a digest of a long id.
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
-        let unstarted = self.hold.release.load(Ordering::Acquire);
+        let unstarted = self.hold.released();
         let cacheable = terminal && !unstarted && result.error_payload().is_none_or(|p| p.is_cacheable());
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }

@@ -5,7 +5,7 @@
 //! carrying the agent-safe error and the phase that produced it. Phases 1–4 share one
 //! [`Arrival`], built when the call arrives; phases 5–10 share one [`Call`], built once when
 //! authority has admitted the call ([`call`]); a stop is a [`Stop`] ([`stop`]). The leader's
-//! [`idempotency::Hold`] and the metrics' clock readings are part of that context, so each
+//! [`hold::Hold`] and the metrics' clock readings are part of that context, so each
 //! function of the chain takes the call and what the phases before it established. A hook is
 //! checked once, here, and handed to its phase already unwrapped. Read [`run_phases`], then
 //! [`phases`] and the functions each hands on to ([`admitted`], then `(call, prepared)`:
@@ -20,6 +20,7 @@ pub(crate) mod availability;
 mod call;
 pub(crate) mod confirmation;
 pub(crate) mod execute;
+mod hold;
 pub(crate) mod idempotency;
 pub(crate) mod input;
 pub(crate) mod natural;
@@ -249,7 +250,7 @@ pub(crate) fn is_outcome_unknown(result: &agent_surface_core::InvokeResult) -> b
 }
 
 /// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have
-/// executed (see [`idempotency::Hold`]).
+/// executed (see [`hold::Hold`]).
 fn taken_over_stop(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
 }
@@ -400,7 +401,7 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 }
 
 /// Before phase 8a: on a store whose leases lapse, the call's records are marked started
-/// ([`idempotency::Hold::mark_started`], one round trip each), so that a lapse before this point
+/// ([`hold::Hold::mark_started`], one round trip each), so that a lapse before this point
 /// is known to have run nothing. A call that cannot be marked does not run: confirmation evidence
 /// it `consumed` is given back, and nothing reaches the audit trail.
 fn marked(
