@@ -202,12 +202,16 @@ fn hold_id(
     in_flight.hold(Scope::Session(session.as_bytes()), id).map(Some).map_err(|refusal| (refusal, id.clone()))
 }
 
-/// `400` with the JSON-RPC error of `refusal`, under the refused request's `id`.
+/// `400` with the JSON-RPC error of `refusal`, under the refused request's `id`; with no `id`
+/// member when it could not be read (as over stdio: MCP's schema has no `null` id).
 fn jsonrpc_refusal(
     refusal: crate::fault::ProtocolFault,
     id: Option<rmcp::model::RequestId>,
 ) -> axum::response::Response {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": refusal.error()});
+    let mut body = serde_json::json!({"jsonrpc": "2.0", "error": refusal.error()});
+    if let (Some(id), Some(object)) = (id, body.as_object_mut()) {
+        object.insert("id".to_string(), serde_json::json!(id));
+    }
     axum::response::Response::builder()
         .status(axum::http::StatusCode::BAD_REQUEST)
         .header(axum::http::header::CONTENT_TYPE, "application/json")

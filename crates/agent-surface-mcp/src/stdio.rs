@@ -6,16 +6,21 @@
 //!
 //! | frame | answer |
 //! |---|---|
-//! | not JSON (or not UTF-8) | `-32700` parse error, `id: null` |
-//! | longer than `max_message_bytes` | `-32600` invalid request, `id: null`, `data: {"maxMessageBytes": N}`; the line is skipped without being buffered |
-//! | more JSON values than one per 16 bytes of `max_message_bytes` (`agent_surface_core::json::too_many_values`) | `-32600` invalid request, `id: null`, `data: {"maxMessageValues": N}`; not parsed |
-//! | a member name repeated in one object | `-32600` invalid request, `id: null`; not parsed (`serde_json` would keep the last one) |
-//! | a method name over 128 bytes | `-32601` method not found, `id: null`, the name not echoed |
+//! | not JSON (or not UTF-8) | `-32700` parse error, no `id` (below) |
+//! | longer than `max_message_bytes` | `-32600` invalid request, no `id`, `data: {"maxMessageBytes": N}`; the line is skipped without being buffered |
+//! | more JSON values than one per 16 bytes of `max_message_bytes` (`agent_surface_core::json::too_many_values`) | `-32600` invalid request, no `id`, `data: {"maxMessageValues": N}`; not parsed |
+//! | a member name repeated in one object | `-32600` invalid request, no `id`; not parsed (`serde_json` would keep the last one) |
+//! | a method name over 128 bytes | `-32601` method not found, no `id`, the name not echoed |
 //! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
 //! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
 //! | a request under the id of one not answered yet on this connection | `-32600` invalid request, with its `id`; not run, and the first keeps its answer |
 //! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
 //! | a request for an unknown method | `-32601` method not found (from `rmcp`) |
+//!
+//! An answer to a frame whose request id cannot be read carries no `id` member. JSON-RPC 2.0 writes
+//! `"id": null` there, but MCP's schema types a response's `id` as a string or an integer and lets
+//! an error whose request id could not be read leave it out; clients that check messages against
+//! that schema refuse a `null` id.
 //!
 //! Reads are bounded and cancel-safe (the service loop polls `receive` inside `select!`): a
 //! partial line stays buffered across cancelled polls, and an error answer that is being written

@@ -551,6 +551,8 @@ async fn a_batch_and_an_unprintable_method_are_refused_plainly() {
     let (status, raw) = post(addr, &[("MCP-Protocol-Version", "2026-07-28")], batch).await;
     assert_eq!(status, 400, "{raw}");
     assert!(raw.contains("-32600") && raw.contains("batches are not supported"), "{raw}");
+    // No request id can be read from a batch: the answer has no `id` member (never `null`).
+    assert!(!raw.contains("\"id\""), "{raw}");
     assert!(!raw.contains("line ") && !raw.contains("column"), "no parser text: {raw}");
     let bidi = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/\u{202e}llac"}).to_string();
     let (status, raw) = post(addr, &[("MCP-Protocol-Version", "2026-07-28")], &bidi).await;
