@@ -59,14 +59,21 @@ pub fn bin_dir() -> Option<PathBuf> {
 }
 
 fn is_root() -> bool {
-    // The owner of a file this process just made is its effective user.
-    let probe = std::env::temp_dir().join(format!("as-uid-{}", std::process::id()));
-    let uid = std::fs::write(&probe, b"").ok().and_then(|()| {
+    // Asked once per process: the tests of one binary start clusters from several threads at
+    // once, and a probe file shared between them (one name per process) could be removed by one
+    // thread before another read it, taking root for another user (then `postgres` refuses to
+    // start as root).
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&probe).ok().map(|m| m.uid())
-    });
-    let _ = std::fs::remove_file(&probe);
-    uid == Some(0)
+        // The owner of a file this process just made is its effective user.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let probe = std::env::temp_dir().join(format!("as-uid-{}-{n}", std::process::id()));
+        let uid = std::fs::write(&probe, b"").ok().and_then(|()| std::fs::metadata(&probe).ok().map(|m| m.uid()));
+        let _ = std::fs::remove_file(&probe);
+        uid == Some(0)
+    })
 }
 
 /// A command that runs `program` of the PostgreSQL folder as the user the clusters belong to.
