@@ -32,7 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use agent_surface_policy::{Consumer, MemoryIdempotencyStore};
 use agent_surface_postgres::{PostgresConfig, PostgresStores};
 use agent_surface_registry::InvokeOptions;
-use agent_surface_testing::bench::{median_ns, recorded_request as request, recording_registry as registry};
+use agent_surface_testing::bench::{
+    follower_latency, median_ns, recorded_request as request, recording_registry as registry,
+};
 use criterion::{BatchSize, Criterion};
 
 fn main() {
@@ -176,7 +178,19 @@ fn main() {
     let other = rt
         .block_on(PostgresStores::connect(&url, PostgresConfig::with_schema(format!("bench_{nonce}"))))
         .expect("PostgreSQL answers");
-    let (told, round_trip) = rt.block_on(follower_latency(&stores, &other));
+    let (told, round_trip) = rt.block_on(async {
+        let (leading, following) = (stores.idempotency(), other.idempotency());
+        let pool = other.pool().clone();
+        follower_latency(&leading, &following, || {
+            let pool = pool.clone();
+            async move {
+                let client = pool.get().await.expect("a connection");
+                let one = client.prepare_cached("SELECT 1").await.expect("prepared");
+                black_box(client.query_one(&one, &[]).await.expect("one round trip"));
+            }
+        })
+        .await
+    });
     println!(
         "a follower on another replica learns the result {:.0} µs after its leader settled (median of 200); one bare SELECT 1 round trip: {:.0} µs; difference {:.0} µs (target: within one round trip + 1 ms)",
         told.as_secs_f64() * 1e6,
@@ -186,50 +200,4 @@ fn main() {
     drop(other);
     drop(stores);
     drop(cluster);
-}
-
-/// Medians over 200 trials: from the moment a leader's settlement (on `leading`) returned to the
-/// moment its follower on `following` had the result, the follower having waited 20 ms (long
-/// enough for any poll to have spread out); and one bare `SELECT 1` round trip.
-async fn follower_latency(
-    leading: &PostgresStores,
-    following: &PostgresStores,
-) -> (std::time::Duration, std::time::Duration) {
-    use agent_surface_policy::IdempotencyStore;
-    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
-    use serde_json::json;
-    let (a, b) = (leading.idempotency(), following.idempotency());
-    let fp = Fingerprint::of(&json!({"request": "told"}));
-    let now = agent_surface_core::Timestamp::now;
-    let mut told = Vec::new();
-    let mut trips = Vec::new();
-    for trial in 0..200 {
-        let key = IdempotencyKey::new("bench", format!("told-{trial}"));
-        let Ok(Admission::Leader(lease)) = a.admit(&key, fp, Attempt::fresh(), now()).await else {
-            panic!("a new key leads")
-        };
-        let Ok(Admission::Follower(waiting)) = b.admit(&key, fp, Attempt::fresh(), now()).await else {
-            panic!("the same request follows")
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let result = waiting.await;
-            let _ = tx.send((std::time::Instant::now(), result));
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        let result = agent_surface_core::InvokeResult::ok(json!({"n": trial}), None);
-        a.settle(&key, fp, lease, Settlement::Release { result }, now()).await.expect("settled");
-        let settled = std::time::Instant::now();
-        let (learnt, result) = rx.await.expect("the follower answers");
-        assert_eq!(result.output(), Some(&json!({"n": trial})));
-        told.push(learnt.saturating_duration_since(settled));
-        let client = following.pool().get().await.expect("a connection");
-        let one = client.prepare_cached("SELECT 1").await.expect("prepared");
-        let sent = std::time::Instant::now();
-        black_box(client.query_one(&one, &[]).await.expect("one round trip"));
-        trips.push(sent.elapsed());
-    }
-    told.sort();
-    trips.sort();
-    (told[told.len() / 2], trips[trips.len() / 2])
 }

@@ -142,56 +142,23 @@ fn main() {
     let other = rt
         .block_on(RedisStores::connect(&url, RedisConfig::with_prefix(format!("bench:{nonce}:"))))
         .expect("Redis answers");
-    let (told, ping) = rt.block_on(follower_latency(&stores, &other));
+    let (told, ping) = rt.block_on(async {
+        let (leading, following) = (stores.idempotency(), other.idempotency());
+        let conn = other.connection();
+        agent_surface_testing::bench::follower_latency(&leading, &following, || {
+            let mut conn = conn.clone();
+            async move {
+                let _: String = redis::cmd("PING").query_async(&mut conn).await.expect("PONG");
+            }
+        })
+        .await
+    });
     println!(
         "a follower on another replica learns the result {:.0} µs after its leader settled (median of 200); one bare PING round trip: {:.0} µs; difference {:.0} µs",
         told.as_secs_f64() * 1e6,
         ping.as_secs_f64() * 1e6,
         (told.as_secs_f64() - ping.as_secs_f64()) * 1e6
     );
-}
-
-/// Medians over 200 trials: from the moment a leader's settlement (on `leading`) returned to the
-/// moment its follower on `following` had the result, the follower having waited 20 ms (long
-/// enough for its polls to have spread out); and one bare `PING` round trip.
-async fn follower_latency(
-    leading: &RedisStores,
-    following: &RedisStores,
-) -> (std::time::Duration, std::time::Duration) {
-    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
-    let (a, b) = (leading.idempotency(), following.idempotency());
-    let fp = Fingerprint::of(&json!({"request": "told"}));
-    let now = agent_surface_core::Timestamp::now;
-    let mut told = Vec::new();
-    let mut pings = Vec::new();
-    let mut conn = following.connection();
-    for trial in 0..200 {
-        let key = IdempotencyKey::new("bench", format!("told-{trial}"));
-        let Ok(Admission::Leader(lease)) = a.admit(&key, fp, Attempt::fresh(), now()).await else {
-            panic!("a new key leads")
-        };
-        let Ok(Admission::Follower(waiting)) = b.admit(&key, fp, Attempt::fresh(), now()).await else {
-            panic!("the same request follows")
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let result = waiting.await;
-            let _ = tx.send((std::time::Instant::now(), result));
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        let result = agent_surface_core::InvokeResult::ok(json!({"n": trial}), None);
-        a.settle(&key, fp, lease, Settlement::Release { result }, now()).await.expect("settled");
-        let settled = std::time::Instant::now();
-        let (learnt, result) = rx.await.expect("the follower answers");
-        assert_eq!(result.output(), Some(&json!({"n": trial})));
-        told.push(learnt.saturating_duration_since(settled));
-        let sent = std::time::Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await.expect("PONG");
-        pings.push(sent.elapsed());
-    }
-    told.sort();
-    pings.sort();
-    (told[told.len() / 2], pings[pings.len() / 2])
 }
 
 /// The CPU time this thread has used, in nanoseconds (the scheduler's own account,
