@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
-use agent_surface_core::{AgentSurfaceError, ErrorCode, InvokeResult};
+use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest};
 use rmcp::RoleServer;
 use rmcp::model::{
@@ -14,7 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext};
 
-use super::{Answered, McpServer, declined};
+use super::{Answered, McpServer, cancelled_while_asking, declined};
 use crate::confirm::ConfirmationAnswer;
 use crate::mrtr;
 
@@ -71,8 +71,7 @@ impl McpServer {
         let answer = tokio::select! {
             biased;
             _ = context.ct.cancelled() => {
-                let cancelled = AgentSurfaceError::cancelled().into_payload();
-                return Invocation::answered(InvokeResult::error(cancelled, request.invocation_id), first.correlation_id);
+                return Invocation::answered(cancelled_while_asking(request.invocation_id), first.correlation_id);
             }
             r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
         };
@@ -112,7 +111,7 @@ impl McpServer {
         let answer = tokio::select! {
             biased;
             _ = context.ct.cancelled() => {
-                return answer_with(InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), request.invocation_id));
+                return answer_with(cancelled_while_asking(request.invocation_id));
             }
             r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
         };

@@ -225,6 +225,16 @@ fn declined(reason: agent_surface_core::details::ConfirmationInvalidReason) -> a
     payload
 }
 
+/// The adapter's own answer to a call cancelled while it waited for the person's answer to an
+/// elicitation: `CANCELLED`, saying `notProcessed` — the call stopped at the confirmation phase,
+/// before its handler, so nothing it asked for was done. (`rmcp` drops an answer to a request its
+/// client cancelled; this one still reaches the operator channel, a task's record and the metrics.)
+fn cancelled_while_asking(invocation_id: Option<String>) -> agent_surface_core::InvokeResult {
+    let mut payload = agent_surface_core::AgentSurfaceError::cancelled().into_payload();
+    payload.set_not_processed(true);
+    agent_surface_core::InvokeResult::error(payload, invocation_id)
+}
+
 /// The consumer key of an authenticated principal: [`Identity::principal_key`], `principal:` and
 /// the JSON array of its issuer (when the identity carries an `iss` claim) and subject — the same
 /// on every request, connection, transport and replica, and unambiguous whatever the strings hold.
@@ -555,5 +565,21 @@ impl ServerHandler for McpServer {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let s = &self.session;
         tokio::spawn(watch_surface(s.registry.clone(), s.listed.clone(), context.peer, s.closed.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_surface_core::ErrorCode;
+
+    /// A call cancelled while the adapter asked the person stopped before its handler: the answer
+    /// says so, as the registry's own stops before the handler do.
+    #[test]
+    fn a_call_cancelled_while_asking_says_nothing_ran() {
+        let result = super::cancelled_while_asking(Some("inv-1".into()));
+        let payload = result.error_payload().expect("an error");
+        assert_eq!(payload.code(), ErrorCode::Cancelled);
+        assert!(payload.not_processed());
+        assert_eq!(result.invocation_id(), Some("inv-1"));
     }
 }

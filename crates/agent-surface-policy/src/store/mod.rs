@@ -38,8 +38,10 @@ pub use reach::Reach;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The store is at capacity with only in-flight records and cannot admit another.
-    #[error("idempotency store is full ({capacity} records in flight)")]
+    /// The store is at its capacity and cannot take this record: every record an idempotency
+    /// store holds is in flight, or a store's record or byte budget (`capacity`, in the unit of
+    /// that budget) has no room the store may make.
+    #[error("the store is full (capacity {capacity})")]
     Full {
         /// The store's capacity.
         capacity: usize,
@@ -50,12 +52,13 @@ pub enum StoreError {
         /// The per-consumer quota.
         quota: usize,
     },
-    /// The backing service failed (for shared stores).
-    #[error("idempotency store unavailable: {0}")]
+    /// The store could not carry the operation out: its backing service failed (for shared
+    /// stores), or the record it was given cannot be kept (an id already taken).
+    #[error("the store is unavailable: {0}")]
     Unavailable(String),
     /// The record is no longer held by the lease presented: it lapsed and a later admission took
     /// the record over, or it was settled already. Nothing was changed.
-    #[error("the lease on this idempotency record was lost; nothing was recorded")]
+    #[error("the lease on this record was lost; nothing was recorded")]
     LeaseLost,
     /// The admission's [`Attempt`](crate::idempotency::Attempt) was cancelled before the store carried it out: nothing was
     /// admitted (see [`IdempotencyStore::cancel`](crate::IdempotencyStore::cancel)).

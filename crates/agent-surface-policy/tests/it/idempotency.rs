@@ -331,7 +331,7 @@ async fn full_when_every_record_is_in_flight() {
     assert_leader(admit(&s, &key("b"), fp(2), at(0)).await);
     let err = s.admit(&key("c"), fp(3), Attempt::fresh(), at(1)).await.expect_err("full");
     assert_eq!(err, StoreError::Full { capacity: 2 });
-    assert_eq!(err.to_string(), "idempotency store is full (2 records in flight)");
+    assert_eq!(err.to_string(), "the store is full (capacity 2)");
     // Existing keys are still answered at capacity.
     drop(follower(admit(&s, &key("a"), fp(1), at(1)).await));
     assert_conflict(admit(&s, &key("b"), fp(1), at(1)).await, fp(2));
