@@ -228,7 +228,7 @@ fn declined(reason: agent_surface_core::details::ConfirmationInvalidReason) -> a
 /// The adapter's own answer to a call cancelled while it waited for the person's answer to an
 /// elicitation: `CANCELLED`, saying `notProcessed` — the call stopped at the confirmation phase,
 /// before its handler, so nothing it asked for was done. (`rmcp` drops an answer to a request its
-/// client cancelled; this one still reaches the operator channel, a task's record and the metrics.)
+/// client cancelled; this one still reaches the operator channel and the metrics.)
 fn cancelled_while_asking(invocation_id: Option<String>) -> agent_surface_core::InvokeResult {
     let mut payload = agent_surface_core::AgentSurfaceError::cancelled().into_payload();
     payload.set_not_processed(true);
