@@ -1,5 +1,14 @@
-//! The crate graph shows the layers of `ARCHITECTURE.md`: each workspace crate depends only on
-//! the workspace crates its row of [`LAYERS`] allows, read from `cargo metadata`.
+//! The crate graph shows the layers of `ARCHITECTURE.md`: each workspace crate names its layer in
+//! its own manifest,
+//!
+//! ```toml
+//! [package.metadata.agent-surface]
+//! layer = "store"
+//! ```
+//!
+//! and depends only on workspace crates of the layers its layer's row of [`LAYERS`] allows, read
+//! from `cargo metadata`. A crate that names no layer, or a layer not in the table, fails the
+//! check, so a new crate cannot slip past it.
 //!
 //! Normal and build dependencies count; dev-dependencies do not (a crate's tests may use the
 //! testing kit, which sits above it).
@@ -10,44 +19,51 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-const CORE: &str = "agent-surface-core";
-const POLICY: &str = "agent-surface-policy";
-const REGISTRY: &str = "agent-surface-registry";
-const SERVER: &str = "agent-surface-server";
-const TOOLSET: &str = "agent-surface-toolset";
-const MCP: &str = "agent-surface-mcp";
-const HTTP: &str = "agent-surface-http";
-const OAUTH: &str = "agent-surface-oauth";
-const REDIS: &str = "agent-surface-redis";
-const SQLITE: &str = "agent-surface-sqlite";
-const POSTGRES: &str = "agent-surface-postgres";
-const CLIENT: &str = "agent-surface-client";
-
-/// For each workspace crate, the workspace crates it may depend on. Nothing depends upward and
-/// the adapters (toolset, MCP, HTTP, the testing kit) never depend on each other; the
-/// applications (demo, fuzz, the example of `docs/guide.md`, xtask) sit on top.
+/// The layers, each with the layers its crates may depend on. Nothing depends upward and the
+/// adapters (the toolset, the transports, the testing kit) never depend on each other; the
+/// applications (the demo, the fuzz drivers), the example of `docs/guide.md` and xtask sit on top.
+/// A layer does not list itself: crates of one layer do not depend on one another.
 const LAYERS: &[(&str, &[&str])] = &[
-    (CORE, &[]),
-    (POLICY, &[CORE]),
-    (REGISTRY, &[CORE, POLICY]),
-    (TOOLSET, &[CORE, POLICY, REGISTRY]),
-    (MCP, &[CORE, POLICY, REGISTRY, SERVER]),
-    (HTTP, &[CORE, POLICY, REGISTRY, SERVER]),
-    ("agent-surface-testing", &[CORE, POLICY, REGISTRY]),
-    (SERVER, &[]),
+    // agent-surface-core: the error model.
+    ("core", &[]),
+    // agent-surface-server: serving an HTTP router with limits; knows nothing of the rest.
+    ("server", &[]),
+    // agent-surface-policy: policies, clocks and the store traits.
+    ("policy", &["core"]),
+    // agent-surface-registry: capabilities and the invocation pipeline.
+    ("registry", &["core", "policy"]),
     // The client side: it speaks to a server over MCP, so it needs the error model only.
-    (CLIENT, &[CORE]),
-    (REDIS, &[CORE, POLICY]),
-    (SQLITE, &[CORE, POLICY]),
-    (POSTGRES, &[CORE, POLICY]),
-    (OAUTH, &[POLICY]),
-    // The one dependency of an application: it re-exports the parts and serves them together.
-    ("agent-surface", &[CORE, POLICY, REGISTRY, SERVER, MCP, HTTP, OAUTH, REDIS, SQLITE, POSTGRES]),
-    ("agent-surface-demo", &[CORE, POLICY, REGISTRY, SERVER, TOOLSET, MCP, HTTP, OAUTH, REDIS, SQLITE, POSTGRES]),
-    ("agent-surface-fuzz", &[CORE, POLICY, REGISTRY, TOOLSET, MCP, HTTP]),
-    ("agent-surface-example-tickets", &["agent-surface"]),
-    ("xtask", &[CORE]),
+    ("client", &["core"]),
+    // The shared store backends (Redis, SQLite, PostgreSQL): the traits of the policy crate.
+    ("store", &["core", "policy"]),
+    // agent-surface-oauth: an authenticator for the policy crate's hook.
+    ("auth", &["policy"]),
+    // The in-process adapter (the toolset): the registry, no serving.
+    ("adapter", &["core", "policy", "registry"]),
+    // The transports (MCP, HTTP): the registry served over the wire.
+    ("transport", &["core", "policy", "registry", "server"]),
+    // The testing kit: drives the registry and the stores; no transport.
+    ("kit", &["core", "policy", "registry"]),
+    // `agent-surface`, the one dependency of an application: it re-exports the parts and serves
+    // them together.
+    ("facade", &["core", "policy", "registry", "server", "transport", "auth", "store"]),
+    // The demo and the fuzz drivers: any part, but neither the facade nor the testing kit.
+    ("application", &["core", "policy", "registry", "server", "adapter", "transport", "auth", "store"]),
+    // The example of `docs/guide.md`: the facade only, as an application outside the workspace.
+    ("example", &["facade"]),
+    // xtask: the error model's matrix, nothing that slows its build.
+    ("tool", &["core"]),
 ];
+
+/// One workspace crate as the check sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    name: String,
+    /// What `[package.metadata.agent-surface] layer` says, if anything.
+    layer: Option<String>,
+    /// The workspace crates it depends on (normal and build dependencies).
+    deps: Vec<String>,
+}
 
 /// Reads the workspace's crate graph with `cargo metadata` and checks it against [`LAYERS`].
 pub(crate) fn check(root: &Path) -> Result<()> {
@@ -68,14 +84,16 @@ pub(crate) fn metadata(root: &Path) -> Result<Value> {
     serde_json::from_slice(&out.stdout).context("`cargo metadata` printed no JSON")
 }
 
-/// Each workspace crate and the workspace crates it depends on (normal and build dependencies).
-fn workspace_graph(metadata: &Value) -> Vec<(String, Vec<String>)> {
+/// Each workspace crate, its declared layer and the workspace crates it depends on.
+fn workspace_graph(metadata: &Value) -> Vec<Member> {
     let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
     let names: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     packages
         .iter()
-        .map(|p| {
-            let deps = p["dependencies"]
+        .map(|p| Member {
+            name: p["name"].as_str().unwrap_or_default().to_string(),
+            layer: p["metadata"]["agent-surface"]["layer"].as_str().map(str::to_string),
+            deps: p["dependencies"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -83,22 +101,39 @@ fn workspace_graph(metadata: &Value) -> Vec<(String, Vec<String>)> {
                 .filter_map(|d| d["name"].as_str())
                 .filter(|d| names.contains(d))
                 .map(str::to_string)
-                .collect();
-            (p["name"].as_str().unwrap_or_default().to_string(), deps)
+                .collect(),
         })
         .collect()
 }
 
-fn check_graph(graph: &[(String, Vec<String>)]) -> Result<()> {
+fn check_graph(graph: &[Member]) -> Result<()> {
+    let known = || LAYERS.iter().map(|(l, _)| *l).collect::<Vec<_>>().join(", ");
+    let layer_of = |name: &str| graph.iter().find(|m| m.name == name).and_then(|m| m.layer.as_deref());
     let mut problems = Vec::new();
-    for (name, deps) in graph {
-        let Some((_, allowed)) = LAYERS.iter().find(|(n, _)| n == name) else {
-            problems.push(format!("`{name}` has no row in the layer table (xtask/src/layers.rs)"));
+    for member in graph {
+        let name = &member.name;
+        let Some(layer) = member.layer.as_deref() else {
+            problems.push(format!(
+                "`{name}` names no layer: add `[package.metadata.agent-surface] layer = \"…\"` to its Cargo.toml \
+                 (one of: {})",
+                known()
+            ));
             continue;
         };
-        for dep in deps {
-            if !allowed.contains(&dep.as_str()) {
-                problems.push(format!("`{name}` depends on `{dep}`, which its layer does not allow"));
+        let Some((_, allowed)) = LAYERS.iter().find(|(l, _)| *l == layer) else {
+            problems.push(format!(
+                "`{name}` names the layer `{layer}`, which is not in the layer table of xtask/src/layers.rs (one of: {})",
+                known()
+            ));
+            continue;
+        };
+        for dep in &member.deps {
+            // A dependency without a known layer is reported on its own line.
+            let Some(dep_layer) = layer_of(dep).filter(|l| LAYERS.iter().any(|(k, _)| k == l)) else { continue };
+            if !allowed.contains(&dep_layer) {
+                problems.push(format!(
+                    "`{name}` ({layer}) depends on `{dep}` ({dep_layer}), which the layer `{layer}` does not allow"
+                ));
             }
         }
     }
@@ -112,6 +147,31 @@ fn check_graph(graph: &[(String, Vec<String>)]) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn member(name: &str, layer: Option<&str>, deps: &[&str]) -> Member {
+        Member {
+            name: name.to_string(),
+            layer: layer.map(str::to_string),
+            deps: deps.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    /// The parts the cases below depend on, each in its layer.
+    fn parts() -> Vec<Member> {
+        vec![
+            member("agent-surface-core", Some("core"), &[]),
+            member("agent-surface-policy", Some("policy"), &["agent-surface-core"]),
+            member("agent-surface-registry", Some("registry"), &["agent-surface-core", "agent-surface-policy"]),
+            member("agent-surface-server", Some("server"), &[]),
+            member("agent-surface-http", Some("transport"), &["agent-surface-registry", "agent-surface-server"]),
+        ]
+    }
+
+    fn with(extra: Member) -> Vec<Member> {
+        let mut graph = parts();
+        graph.push(extra);
+        graph
+    }
+
     #[test]
     fn the_crate_graph_follows_the_layers() {
         if let Err(e) = check(&crate::workspace_root()) {
@@ -121,13 +181,70 @@ mod tests {
 
     #[test]
     fn an_adapter_on_an_adapter_and_an_upward_dependency_fail() {
-        let graph = |name: &str, deps: &[&str]| vec![(name.to_string(), deps.iter().map(|d| d.to_string()).collect())];
-        assert!(check_graph(&graph(MCP, &[CORE, REGISTRY])).is_ok());
-        let err = check_graph(&graph(MCP, &[HTTP])).unwrap_err().to_string();
-        assert!(err.contains("`agent-surface-mcp` depends on `agent-surface-http`"), "{err}");
-        let err = check_graph(&graph(CORE, &[POLICY])).unwrap_err().to_string();
-        assert!(err.contains("`agent-surface-core` depends on `agent-surface-policy`"), "{err}");
-        let err = check_graph(&graph("agent-surface-new", &[])).unwrap_err().to_string();
-        assert!(err.contains("no row"), "{err}");
+        let mcp = |deps: &[&str]| member("agent-surface-mcp", Some("transport"), deps);
+        assert!(check_graph(&with(mcp(&["agent-surface-core", "agent-surface-registry"]))).is_ok());
+        let err = check_graph(&with(mcp(&["agent-surface-http"]))).unwrap_err().to_string();
+        assert!(err.contains("`agent-surface-mcp` (transport) depends on `agent-surface-http` (transport)"), "{err}");
+        let mut graph = parts();
+        graph[0].deps.push("agent-surface-policy".into());
+        let err = check_graph(&graph).unwrap_err().to_string();
+        assert!(err.contains("`agent-surface-core` (core) depends on `agent-surface-policy` (policy)"), "{err}");
+        let store = member("agent-surface-new", Some("store"), &["agent-surface-registry"]);
+        let err = check_graph(&with(store)).unwrap_err().to_string();
+        assert!(err.contains("`agent-surface-new` (store) depends on `agent-surface-registry`"), "{err}");
+    }
+
+    #[test]
+    fn a_crate_without_a_layer_or_with_an_unknown_one_fails() {
+        let err = check_graph(&with(member("agent-surface-new", None, &[]))).unwrap_err().to_string();
+        assert!(
+            err.contains("`agent-surface-new` names no layer") && err.contains("[package.metadata.agent-surface]"),
+            "{err}"
+        );
+        let err = check_graph(&with(member("agent-surface-new", Some("stores"), &[]))).unwrap_err().to_string();
+        assert!(err.contains("`agent-surface-new` names the layer `stores`, which is not in the layer table"), "{err}");
+    }
+
+    /// A new store backend needs no edit here: its manifest's layer is enough, and the facade and
+    /// the demo may depend on it.
+    #[test]
+    fn a_new_store_crate_is_placed_by_its_manifest_alone() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "agent-surface-core", "metadata": {"agent-surface": {"layer": "core"}}, "dependencies": []},
+            {"name": "agent-surface-policy", "metadata": {"agent-surface": {"layer": "policy"}},
+             "dependencies": [{"name": "agent-surface-core", "kind": null}]},
+            {"name": "agent-surface-new", "metadata": {"agent-surface": {"layer": "store"}},
+             "dependencies": [{"name": "agent-surface-policy", "kind": null}, {"name": "serde", "kind": null},
+                              {"name": "agent-surface-testing", "kind": "dev"}]},
+            {"name": "agent-surface-testing", "metadata": {"agent-surface": {"layer": "kit"}},
+             "dependencies": [{"name": "agent-surface-policy", "kind": null}]},
+            {"name": "agent-surface", "metadata": {"agent-surface": {"layer": "facade"}},
+             "dependencies": [{"name": "agent-surface-new", "kind": null}]},
+            {"name": "agent-surface-demo", "metadata": {"agent-surface": {"layer": "application"}},
+             "dependencies": [{"name": "agent-surface-new", "kind": null}]},
+            {"name": "agent-surface-unplaced", "metadata": null, "dependencies": []}
+        ]});
+        let graph = workspace_graph(&metadata);
+        assert_eq!(
+            graph[2],
+            member("agent-surface-new", Some("store"), &["agent-surface-policy"]),
+            "dev-dependencies do not count"
+        );
+        assert_eq!(graph[6], member("agent-surface-unplaced", None, &[]));
+        let err = check_graph(&graph).unwrap_err().to_string();
+        assert_eq!(err.matches("\n  ").count(), 1, "{err}");
+        assert!(err.contains("`agent-surface-unplaced` names no layer"), "{err}");
+        assert!(check_graph(&graph[..6]).is_ok());
+    }
+
+    #[test]
+    fn the_layer_table_names_its_own_layers_and_no_layer_allows_itself() {
+        for (layer, allowed) in LAYERS {
+            assert!(!allowed.contains(layer), "`{layer}` allows itself");
+            for a in *allowed {
+                assert!(LAYERS.iter().any(|(l, _)| l == a), "`{layer}` allows `{a}`, which is no layer");
+            }
+            assert_eq!(LAYERS.iter().filter(|(l, _)| l == layer).count(), 1, "`{layer}` has two rows");
+        }
     }
 }
