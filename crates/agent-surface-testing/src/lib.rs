@@ -26,6 +26,8 @@
 //!   the text an `expect-test` snapshot pins.
 //! - **Audit** — [`FlakyAuditSink`], a sink that fails while told to (strict audit);
 //!   [`stores::check_audit_sink`], the suite every audit sink passes.
+//! - **Store kit** — [`stores`]: a suite per store trait, and [`store_suites!`], which runs every
+//!   suite on a backend described once by [`stores::Backend`] (one test per suite).
 //! - **Leak assertion** — [`assert_no_leak`]: given [`Secrets`] (SQL, a credentialed URL, a stack
 //!   trace, an environment value), no agent-facing serialization of a result contains any of them;
 //!   [`assert_operator_log_has_no_credentials`]: no credential ([`Secrets::credential`]) reached

@@ -413,3 +413,29 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         other => panic!("store kit: a settled request must replay, got {other:?}"),
     }
 }
+
+/// Runs the check of a store whose leases hold until settled (one process owns it; a restart
+/// lapses them): a leader's lease asks for no renewal, its record stays in flight (a second
+/// admission follows) until it is settled, and the settled result is replayed.
+///
+/// # Panics
+///
+/// On the first rule the store breaks, or when its leases ask for renewal (such a store's leases
+/// lapse: run [`check_idempotency_leases`] on it instead).
+pub async fn check_idempotency_holds_until_settled(store: &dyn IdempotencyStore, prefix: &str) {
+    let k = IdempotencyKey::new("kit", format!("{prefix}held"));
+    let fp = Fingerprint::of(&json!({"request": "held"}));
+    let now = Timestamp::now;
+    let held = leader_of("a new key leads", expect("admit", store.admit(&k, fp, Attempt::fresh(), now()).await));
+    assert_eq!(held.renew_every, None, "store kit: a lease that holds until settled asks for no renewal");
+    expect("start", store.start(&k, held, now()).await);
+    let again = expect("admit", store.admit(&k, fp, Attempt::fresh(), now()).await);
+    assert!(matches!(again, Admission::Follower(_)), "store kit: an unsettled lease holds: {again:?}");
+    let settlement =
+        Settlement::Store { result: result_of(7), expires_at: now().saturating_add(Duration::from_secs(60)) };
+    expect("settle", store.settle(&k, fp, held, settlement, now()).await);
+    match expect("admit", store.admit(&k, fp, Attempt::fresh(), now()).await) {
+        Admission::Replay(r) => assert_eq!(r, result_of(7), "store kit: the settled result is replayed"),
+        other => panic!("store kit: a settled record replays, got {other:?}"),
+    }
+}

@@ -21,6 +21,7 @@
 //! ```
 
 mod audit;
+mod backend;
 mod confirmation;
 pub mod format;
 mod idempotency;
@@ -29,12 +30,15 @@ mod rate;
 mod task;
 
 pub use audit::check_audit_sink;
+pub use backend::{Backend, Leases, suites};
 pub use confirmation::{
     InStep, check_confirmation_quorum, check_confirmation_slots, check_confirmation_store,
     check_racing_repeats_open_one_confirmation, check_replicas_record_one_expiry, check_replicas_share_one_approval,
     check_replicas_share_relayed_confirmations, check_replicas_sweep_one_expiry, check_revocation,
 };
-pub use idempotency::{check_idempotency_cancel, check_idempotency_leases, check_idempotency_store};
+pub use idempotency::{
+    check_idempotency_cancel, check_idempotency_holds_until_settled, check_idempotency_leases, check_idempotency_store,
+};
 pub use inbox::{check_inbox_replicas, check_inbox_store};
 pub use rate::{check_consumer_quotas, check_rate_limiter, consumer_quotas};
 pub use task::{check_task_leases, check_task_store};

@@ -1,60 +1,76 @@
-//! The store kit against the memory stores of `agent-surface-policy`.
+//! The store kit against the memory stores of `agent-surface-policy` (every suite, through
+//! `store_suites!`), the JSON-lines audit sink, and a suite that fails.
 
-use agent_surface_policy::{
-    MemoryConfirmationStore, MemoryIdempotencyStore, MemoryRateLimiter, MemoryTaskStore, Quota, RateLimitConfig,
-};
+use agent_surface_core::Timestamp;
+use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Lease, Settlement};
+use agent_surface_policy::{MemoryRateLimiter, Quota, RateLimitConfig, StoreError};
 use agent_surface_testing::stores;
+use futures_util::future::BoxFuture;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_confirmation_store_passes_the_kit() {
-    stores::check_confirmation_store(&MemoryConfirmationStore::default(), "kit-").await;
-}
+/// Every suite of the kit on the memory stores, written by the macro the backends use.
+mod memory {
+    use std::sync::Arc;
+    use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_sharing_a_memory_confirmation_store_use_one_approval_once() {
-    stores::check_replicas_share_one_approval(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
-}
+    use agent_surface_policy::inbox::{InboxStore, MemoryInboxStore};
+    use agent_surface_policy::{
+        AuditSink, ConfirmationStore, IdempotencyStore, MemoryAuditSink, MemoryConfirmationStore,
+        MemoryIdempotencyStore, MemoryRateLimiter, MemoryTaskStore, RateBudgets, RateLimitConfig, RateLimiter,
+        SystemClock, TaskStore,
+    };
+    use agent_surface_testing::stores::{Backend, Leases};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_sharing_a_memory_confirmation_store_share_relayed_confirmations() {
-    stores::check_replicas_share_relayed_confirmations(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
-}
+    /// One set of memory stores; a replica shares them (one process).
+    #[derive(Clone, Default)]
+    struct Memory {
+        idempotency: Arc<MemoryIdempotencyStore>,
+        confirmations: Arc<MemoryConfirmationStore>,
+        tasks: Arc<MemoryTaskStore>,
+        audit: Arc<MemoryAuditSink>,
+        inbox: Arc<MemoryInboxStore>,
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_repeats_on_a_memory_confirmation_store_open_one_confirmation() {
-    stores::check_racing_repeats_open_one_confirmation(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
-}
+    impl Backend for Memory {
+        const LEASES: Leases = Leases::HoldUntilSettled;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_sharing_a_memory_confirmation_store_record_one_expiry() {
-    stores::check_replicas_record_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
-}
+        async fn open(_name: &str) -> Option<Memory> {
+            Some(Memory::default())
+        }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_sharing_a_memory_confirmation_store_sweep_one_expiry() {
-    stores::check_replicas_sweep_one_expiry(std::sync::Arc::new(MemoryConfirmationStore::default())).await;
-}
+        async fn open_with_lease(_name: &str, _lease: Duration) -> Option<Memory> {
+            Some(Memory::default())
+        }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_task_store_passes_the_kit() {
-    stores::check_task_store(&MemoryTaskStore::default(), "kit-").await;
-}
+        async fn replica(&self) -> Memory {
+            self.clone()
+        }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_idempotency_store_passes_the_kit() {
-    stores::check_idempotency_store(&MemoryIdempotencyStore::default(), "kit-").await;
-}
+        fn idempotency(&self) -> Arc<dyn IdempotencyStore> {
+            self.idempotency.clone()
+        }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_rate_limiter_passes_the_kit() {
-    let quota = Quota::per_minute(std::num::NonZeroU32::new(5).unwrap());
-    let limiter = MemoryRateLimiter::new(RateLimitConfig { per_consumer: Some(quota), ..Default::default() });
-    stores::check_rate_limiter(&limiter, quota, "kit-").await;
-}
+        fn confirmations(&self) -> Arc<dyn ConfirmationStore> {
+            self.confirmations.clone()
+        }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_audit_sink_passes_the_kit() {
-    stores::check_audit_sink(&agent_surface_policy::MemoryAuditSink::default(), "kit-").await;
+        fn tasks(&self) -> Arc<dyn TaskStore> {
+            self.tasks.clone()
+        }
+
+        fn audit(&self) -> Arc<dyn AuditSink> {
+            self.audit.clone()
+        }
+
+        fn rate_limiter(&self, budgets: RateBudgets) -> Arc<dyn RateLimiter> {
+            Arc::new(MemoryRateLimiter::new(RateLimitConfig::with_budgets(budgets, Arc::new(SystemClock))))
+        }
+
+        fn inbox(&self) -> Arc<dyn InboxStore> {
+            self.inbox.clone()
+        }
+    }
+
+    agent_surface_testing::store_suites!(Memory);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,16 +88,6 @@ async fn the_json_lines_audit_sink_passes_the_kit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_rate_limiter_passes_the_per_consumer_quota_kit() {
-    let quota = Quota::per_minute(std::num::NonZeroU32::new(5).unwrap());
-    let limiter = MemoryRateLimiter::new(RateLimitConfig {
-        consumer_quotas: stores::consumer_quotas(quota),
-        ..Default::default()
-    });
-    stores::check_consumer_quotas(&limiter, quota, "kit-").await;
-}
-
 /// The suite can fail: a limiter whose budget covers all of a consumer's calls (not one
 /// capability) limits `orders.list` too, and the kit says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,13 +98,75 @@ async fn the_per_consumer_quota_kit_refuses_a_budget_over_all_capabilities() {
     stores::check_consumer_quotas(&limiter, quota, "kit-").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_memory_inbox_store_passes_the_kit() {
-    stores::check_inbox_store(&agent_surface_policy::inbox::MemoryInboxStore::default(), "kit-").await;
+/// A memory idempotency store whose leases claim to lapse (they ask for renewal).
+#[derive(Debug, Default)]
+struct Lapsing(agent_surface_policy::MemoryIdempotencyStore);
+
+impl agent_surface_policy::IdempotencyStore for Lapsing {
+    fn reach(&self) -> agent_surface_policy::Reach {
+        self.0.reach()
+    }
+
+    fn admit<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Admission, StoreError>> {
+        Box::pin(async move {
+            match self.0.admit(key, fingerprint, attempt, now).await? {
+                Admission::Leader(lease) => {
+                    Ok(Admission::Leader(Lease { renew_every: Some(std::time::Duration::from_secs(1)), ..lease }))
+                }
+                other => Ok(other),
+            }
+        })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.cancel(key, attempt, now)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.settle(key, fingerprint, lease, settlement, now)
+    }
+
+    fn start<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.start(key, lease, now)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        lease: Lease,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.renew(key, lease, now)
+    }
 }
 
+/// The suite of leases that hold until settled can fail: a store whose leases ask for renewal
+/// (so they lapse) is told to run the lease suite instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_handles_on_one_memory_inbox_store_share_it() {
-    let store = std::sync::Arc::new(agent_surface_policy::inbox::MemoryInboxStore::default());
-    stores::check_inbox_replicas(store.clone(), store, "kit-").await;
+#[should_panic(expected = "a lease that holds until settled asks for no renewal")]
+async fn the_held_lease_check_refuses_leases_that_ask_for_renewal() {
+    stores::check_idempotency_holds_until_settled(&Lapsing::default(), "kit-").await;
 }
