@@ -1,4 +1,4 @@
-//! The approval inbox's store on Redis: the store kit, and two inboxes (two replicas behind one
+//! The approval inbox's store on Redis (its store kit suites: `kit.rs`): two inboxes (two replicas behind one
 //! address, no sticky routing) that serve each other's sessions and forms.
 
 use std::sync::Arc;
@@ -6,32 +6,12 @@ use std::sync::Arc;
 use agent_surface_http::inbox::{InboxConfig, SESSION_COOKIE, SIGN_IN_COOKIE, router};
 use agent_surface_policy::{BearerTokens, ConfirmationConfig, ConfirmationEngine, Identity};
 use agent_surface_redis::RedisStores;
-use agent_surface_testing::stores;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use tower::ServiceExt;
 
 use crate::support;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_inbox_store_passes_the_kit() {
-    let Some(redis) = support::stores("inbox-kit").await else { return };
-    stores::check_inbox_store(&redis.inbox(), "kit-").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_share_the_redis_inbox_store() {
-    let Some(a) = support::stores("inbox-replicas").await else { return };
-    let b = second(&a).await;
-    stores::check_inbox_replicas(Arc::new(a.inbox()), Arc::new(b.inbox()), "kit-").await;
-}
-
-/// Another connection to the Redis of `a`, under its prefix: another replica.
-async fn second(a: &RedisStores) -> RedisStores {
-    let url = support::redis_url().expect("the first connected");
-    RedisStores::connect(&url, a.config().clone()).await.expect("Redis answers")
-}
 
 const TOKEN: &str = "t-manager-3f9a7c1e5b2d8f4a6c0e9b7d5a3f1c8e";
 
@@ -79,7 +59,7 @@ fn csrf(page: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_inboxes_on_one_redis_serve_each_others_sessions_and_refuse_replays() {
     let Some(redis_a) = support::stores("inbox-routers").await else { return };
-    let redis_b = second(&redis_a).await;
+    let redis_b = support::replica(&redis_a).await;
     let (a, b) = (inbox(&redis_a), inbox(&redis_b));
 
     // The form from A, posted to B, signs in.

@@ -8,6 +8,7 @@
 mod format;
 mod idempotency;
 mod inbox;
+mod kit;
 mod rate;
 mod relayed;
 mod restart;

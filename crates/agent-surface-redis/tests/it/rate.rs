@@ -55,25 +55,6 @@ async fn two_replicas_share_one_budget_and_a_refused_call_costs_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_rate_limiter_passes_the_kit() {
-    let Some(redis) = support::stores("rate-kit").await else { return };
-    let quota = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
-    let limiter = redis.rate_limiter(RedisRateConfig { per_consumer: Some(quota), ..Default::default() });
-    agent_surface_testing::stores::check_rate_limiter(&limiter, quota, "kit-").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_rate_limiter_passes_the_per_consumer_quota_kit() {
-    let Some(redis) = support::stores("rate-quota-kit").await else { return };
-    let quota = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
-    let limiter = redis.rate_limiter(RedisRateConfig {
-        consumer_quotas: agent_surface_testing::stores::consumer_quotas(quota),
-        ..Default::default()
-    });
-    agent_surface_testing::stores::check_consumer_quotas(&limiter, quota, "kit-").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_user_quota_limits_one_user_and_not_another_across_replicas() {
     let Some(redis) = support::stores("rate-per-user").await else { return };
     let config = RedisRateConfig {

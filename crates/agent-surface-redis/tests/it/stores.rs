@@ -1,6 +1,6 @@
-//! The store kit's suites on Redis, two replicas on one store, and failing closed.
+//! The Redis stores beyond the store kit (whose suites run in `kit.rs`): failing closed,
+//! credentials, renewal, configuration, bounds and records of an earlier release.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_core::{Effect, Timestamp};
@@ -9,78 +9,9 @@ use agent_surface_policy::{
     idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey},
 };
 use agent_surface_redis::{RedisConfig, RedisStores};
-use agent_surface_testing::stores;
 use serde_json::json;
 
 use crate::support;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_idempotency_store_passes_the_kit() {
-    let Some(redis) = support::stores("idem-kit").await else { return };
-    stores::check_idempotency_store(&redis.idempotency(), "kit-").await;
-}
-
-/// With a tiny lease: renewal holds it, a lapsed one is taken over, and the old leader's late
-/// completion is refused by the fencing token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_leases_lapse_and_fence_late_completions() {
-    let lease = Duration::from_millis(300);
-    let config = RedisConfig { lease, ..RedisConfig::default() };
-    let Some(redis) = support::stores_with("idem-lease", config).await else { return };
-    stores::check_idempotency_leases(&redis.idempotency(), lease, "kit-").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_confirmation_store_passes_the_kit() {
-    let Some(redis) = support::stores("conf-kit").await else { return };
-    stores::check_confirmation_store(&redis.confirmations(), "kit-").await;
-}
-
-/// Two replicas over one Redis, one audit trail: an expiry both meet is recorded once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_record_one_expiry() {
-    let Some(redis) = support::stores("expiry").await else { return };
-    stores::check_replicas_record_one_expiry(Arc::new(redis.confirmations())).await;
-}
-
-/// Two replicas over one Redis, one audit trail: a confirmation nobody touches is recorded as
-/// expired once by their sweeps.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_sweep_one_expiry() {
-    let Some(redis) = support::stores("sweep").await else { return };
-    stores::check_replicas_sweep_one_expiry(Arc::new(redis.confirmations())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_task_store_passes_the_kit() {
-    let Some(redis) = support::stores("task-kit").await else { return };
-    stores::check_task_store(&redis.tasks(), "kit-").await;
-}
-
-/// Two engines (two replicas) over one Redis: a repeat without evidence finds the confirmation
-/// relayed through the other, and runs once after an approval.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_share_relayed_confirmations() {
-    let Some(redis) = support::stores("relayed").await else { return };
-    stores::check_replicas_share_relayed_confirmations(Arc::new(redis.confirmations())).await;
-}
-
-/// Two engines (two replicas) over one Redis: a hundred repeats of one call without evidence,
-/// sent at once through both, open one confirmation between them; once denied, the call asked
-/// again opens a new one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_repeats_on_two_replicas_open_one_confirmation() {
-    let Some(redis) = support::stores("racing-repeats").await else { return };
-    stores::check_racing_repeats_open_one_confirmation(Arc::new(redis.confirmations())).await;
-}
-
-/// Two engines (two replicas) over one Redis: an approval given through one is used once,
-/// through either.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_share_one_approval_and_use_it_once() {
-    let Some(redis) = support::stores("replicas").await else { return };
-    stores::check_replicas_share_one_approval(Arc::new(redis.confirmations())).await;
-}
 
 /// No Redis where the URL points: connecting fails within the budget (a Redis that goes silent
 /// after connecting: `restart.rs`).
@@ -210,12 +141,6 @@ async fn an_oversized_result_is_recorded_as_withheld() {
         panic!("a replay")
     };
     assert_eq!(replayed.error_payload().and_then(|p| p.detail("reason")), Some(&json!("output-too-large")));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_audit_sink_passes_the_kit() {
-    let Some(redis) = support::stores("audit-kit").await else { return };
-    stores::check_audit_sink(&redis.audit(), "kit-").await;
 }
 
 /// The stream is trimmed to about `audit_max_len` entries, the oldest first.

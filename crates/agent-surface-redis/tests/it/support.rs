@@ -24,6 +24,12 @@ pub(crate) async fn stores_with(test: &str, config: RedisConfig) -> Option<Redis
     Some(RedisStores::connect(&url, RedisConfig { prefix, ..config }).await.expect("Redis answers"))
 }
 
+/// Another connection to the Redis of `a`, under its prefix: another replica.
+pub(crate) async fn replica(a: &RedisStores) -> RedisStores {
+    let url = redis_url().expect("the first connected");
+    RedisStores::connect(&url, a.config().clone()).await.expect("Redis answers")
+}
+
 fn unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
