@@ -21,7 +21,7 @@ use serde_json::Value;
 
 /// The layers, each with the layers its crates may depend on. Nothing depends upward and the
 /// adapters (the toolset, the transports, the testing kit) never depend on each other; the
-/// applications (the demo, the fuzz drivers), the example of `docs/guide.md` and xtask sit on top.
+/// application (the demo), the fuzz drivers, the example of `docs/guide.md` and xtask sit on top.
 /// A layer does not list itself: crates of one layer do not depend on one another.
 const LAYERS: &[(&str, &[&str])] = &[
     // agent-surface-core: the error model.
@@ -47,8 +47,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     // `agent-surface`, the one dependency of an application: it re-exports the parts and serves
     // them together.
     ("facade", &["core", "policy", "registry", "server", "transport", "auth", "store"]),
-    // The demo and the fuzz drivers: any part, but neither the facade nor the testing kit.
+    // The demo: any part, but neither the facade nor the testing kit.
     ("application", &["core", "policy", "registry", "server", "adapter", "transport", "auth", "store"]),
+    // The fuzz drivers: the entry points an agent's input reaches (the pipeline, the toolset, the
+    // transports); as before layers were declared in manifests, no stores, no auth, no server.
+    ("fuzz", &["core", "policy", "registry", "adapter", "transport"]),
     // The example of `docs/guide.md`: the facade only, as an application outside the workspace.
     ("example", &["facade"]),
     // xtask: the error model's matrix, nothing that slows its build.
