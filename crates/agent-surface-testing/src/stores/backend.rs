@@ -13,7 +13,11 @@ use agent_surface_policy::inbox::InboxStore;
 use agent_surface_policy::{AuditSink, ConfirmationStore, IdempotencyStore, RateBudgets, RateLimiter, TaskStore};
 
 /// How a backend's idempotency leases end when nobody renews them.
+///
+/// Open to new variants (`#[non_exhaustive]`), as the kit's other enums: backends name a variant,
+/// only the kit matches on it, so another kind of lease would not break them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Leases {
     /// They lapse after their duration unless renewed (a store shared by replicas, any of which
     /// may die holding one): [`Backend::open_with_lease`] sets the duration, and
