@@ -5,106 +5,52 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The sixteen agent-facing error codes.
-///
-/// This enum is **closed on purpose** and is therefore not `#[non_exhaustive]`: agent loops and
-/// adapters match on it exhaustively, and adding a code is a change to the specification
-/// (`spec/error-model.md`) and to the matrix, never a local decision. New situations are expressed
-/// as a `details.reason` of an existing code.
-///
-/// Serialized as the SCREAMING_SNAKE_CASE names of the specification:
-///
-/// ```
-/// use agent_surface_core::ErrorCode;
-///
-/// let json = serde_json::to_string(&ErrorCode::StaleCapability).unwrap();
-/// assert_eq!(json, r#""STALE_CAPABILITY""#);
-/// assert_eq!(ErrorCode::StaleCapability.as_str(), "STALE_CAPABILITY");
-/// ```
-#[expect(
-    clippy::exhaustive_enums,
-    reason = "the sixteen codes are closed: a new one changes the error model, and exhaustive matches are how the compiler finds every place that must handle it"
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ErrorCode {
-    /// The capability does not exist in this consumer's surface (or is hidden from it).
-    CapabilityNotFound,
-    /// The capability exists and is visible but is currently disabled.
-    CapabilityNotAvailable,
-    /// More than one live instance matches and none was named.
-    AmbiguousInstance,
-    /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
-    ComponentUnmounted,
-    /// The call references a superseded registration, surface or surface version.
-    StaleCapability,
-    /// The invocation id was already used by this consumer for a different request.
-    InvocationConflict,
-    /// The input does not satisfy the schema, or a bound field was supplied.
-    InvalidInput,
-    /// No authenticated identity where one is required.
-    NotAuthenticated,
-    /// Authenticated but not permitted.
-    NotAuthorized,
-    /// Schema-valid input that the current state rejects, or a binding that failed to evaluate.
-    PreconditionFailed,
-    /// A user approval gate is active; not a failure.
-    ConfirmationRequired,
-    /// The confirmation evidence was rejected.
-    ConfirmationInvalid,
-    /// An advisory rate limit was hit or the action queue is full.
-    RateLimited,
-    /// The handler exceeded its time budget; side effects may or may not have happened.
-    Timeout,
-    /// The host cancelled the call or the registry was disposed.
-    Cancelled,
-    /// The handler failed, its output was rejected, or a downstream failure could not be mapped.
-    ExecutionFailed,
+/// The enum, [`ErrorCode::ALL`] and [`ErrorCode::as_str`], from the table's `variants` column
+/// (`codes.rs`): each variant's doc comment and wire name are written there once.
+macro_rules! error_codes {
+    ($( $(#[doc = $doc:literal])* $code:ident = $wire:literal; )*) => {
+        /// The sixteen agent-facing error codes.
+        ///
+        /// This enum is **closed on purpose** and is therefore not `#[non_exhaustive]`: agent loops and
+        /// adapters match on it exhaustively, and adding a code is a change to the specification
+        /// (`spec/error-model.md`) and to the matrix, never a local decision. New situations are expressed
+        /// as a `details.reason` of an existing code.
+        ///
+        /// Serialized as the SCREAMING_SNAKE_CASE names of the specification:
+        ///
+        /// ```
+        /// use agent_surface_core::ErrorCode;
+        ///
+        /// let json = serde_json::to_string(&ErrorCode::StaleCapability).unwrap();
+        /// assert_eq!(json, r#""STALE_CAPABILITY""#);
+        /// assert_eq!(ErrorCode::StaleCapability.as_str(), "STALE_CAPABILITY");
+        /// ```
+        #[expect(
+            clippy::exhaustive_enums,
+            reason = "the sixteen codes are closed: a new one changes the error model, and exhaustive matches are how the compiler finds every place that must handle it"
+        )]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+        pub enum ErrorCode {
+            $( $(#[doc = $doc])* #[serde(rename = $wire)] $code, )*
+        }
+
+        impl ErrorCode {
+            /// Every code, in specification order.
+            pub const ALL: [ErrorCode; [$($wire),*].len()] = [$(ErrorCode::$code),*];
+
+            /// The wire name of the code.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$code => $wire, )*
+                }
+            }
+        }
+    };
 }
 
+crate::codes::code_table!(variants => error_codes);
+
 impl ErrorCode {
-    /// Every code, in specification order.
-    pub const ALL: [ErrorCode; 16] = [
-        ErrorCode::CapabilityNotFound,
-        ErrorCode::CapabilityNotAvailable,
-        ErrorCode::AmbiguousInstance,
-        ErrorCode::ComponentUnmounted,
-        ErrorCode::StaleCapability,
-        ErrorCode::InvocationConflict,
-        ErrorCode::InvalidInput,
-        ErrorCode::NotAuthenticated,
-        ErrorCode::NotAuthorized,
-        ErrorCode::PreconditionFailed,
-        ErrorCode::ConfirmationRequired,
-        ErrorCode::ConfirmationInvalid,
-        ErrorCode::RateLimited,
-        ErrorCode::Timeout,
-        ErrorCode::Cancelled,
-        ErrorCode::ExecutionFailed,
-    ];
-
-    /// The wire name of the code.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::CapabilityNotFound => "CAPABILITY_NOT_FOUND",
-            ErrorCode::CapabilityNotAvailable => "CAPABILITY_NOT_AVAILABLE",
-            ErrorCode::AmbiguousInstance => "AMBIGUOUS_INSTANCE",
-            ErrorCode::ComponentUnmounted => "COMPONENT_UNMOUNTED",
-            ErrorCode::StaleCapability => "STALE_CAPABILITY",
-            ErrorCode::InvocationConflict => "INVOCATION_CONFLICT",
-            ErrorCode::InvalidInput => "INVALID_INPUT",
-            ErrorCode::NotAuthenticated => "NOT_AUTHENTICATED",
-            ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
-            ErrorCode::PreconditionFailed => "PRECONDITION_FAILED",
-            ErrorCode::ConfirmationRequired => "CONFIRMATION_REQUIRED",
-            ErrorCode::ConfirmationInvalid => "CONFIRMATION_INVALID",
-            ErrorCode::RateLimited => "RATE_LIMITED",
-            ErrorCode::Timeout => "TIMEOUT",
-            ErrorCode::Cancelled => "CANCELLED",
-            ErrorCode::ExecutionFailed => "EXECUTION_FAILED",
-        }
-    }
-
     /// Parses a wire name; `None` for anything outside the closed set.
     ///
     /// ```

@@ -53,6 +53,7 @@
 #[cfg(feature = "anyhow")]
 mod anyhow_interop;
 mod code;
+mod codes;
 pub mod decision;
 mod definition;
 pub mod details;
