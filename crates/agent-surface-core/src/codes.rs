@@ -8,6 +8,7 @@
 //! are, in this order:
 //!
 //! - `variants` (code.rs): the variant, its doc comment and its wire name (every block gives them);
+//! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`, `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the details types);
 //!
 //! A value is tokens, not items: each column is expanded in the module that reads it and resolves
 //! its names there, so this file imports nothing and names no module (the import check stays
@@ -25,41 +26,366 @@ macro_rules! code_table {
     ($column:ident => $then:ident) => {
         $crate::codes::code_table! { @select $column $then;
             /// The capability does not exist in this consumer's surface (or is hidden from it).
-            CapabilityNotFound = "CAPABILITY_NOT_FOUND" {}
+            CapabilityNotFound = "CAPABILITY_NOT_FOUND" {
+                matrix: {
+                    meaning: "The capability does not exist in this consumer's surface: never registered, long gone, or hidden by authority; the cases are indistinguishable on purpose.",
+                    when: "Resolution finds no capability of that name and no tombstone matches, or the authority policy hides it from this consumer.",
+                    phases: &[Resolve, Authority],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Protocol),
+                    retry: fixed(Retry::AfterRefresh),
+                    cacheable: true,
+                    details: DetailsSpec::None,
+                    log_only: &["hiddenMatch"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Refresh the tool list before the model's next step.",
+                    http_status: fixed(404),
+                    mcp: McpMapping { channel: "tool-result-is-error", strict_protocol_error: Some(-32602) },
+                },
+            }
+
             /// The capability exists and is visible but is currently disabled.
-            CapabilityNotAvailable = "CAPABILITY_NOT_AVAILABLE" {}
+            CapabilityNotAvailable = "CAPABILITY_NOT_AVAILABLE" {
+                matrix: {
+                    meaning: "The capability exists and is visible but is disabled right now.",
+                    when: "The availability phase finds it disabled at run time, or the authority policy disables it for this consumer, with a reason.",
+                    phases: &[Availability, Authority],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::AfterRefresh),
+                    cacheable: true,
+                    details: typed::<NotAvailableDetails>(&["reason"]),
+                    log_only: &["disabledBy"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Pass the reason through unchanged; it tells the model the enabling step.",
+                    http_status: fixed(409),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// More than one live instance matches and none was named.
-            AmbiguousInstance = "AMBIGUOUS_INSTANCE" {}
+            AmbiguousInstance = "AMBIGUOUS_INSTANCE" {
+                matrix: {
+                    meaning: "More than one live instance matches and the call named none.",
+                    when: "Resolution finds several live registrations for the capability and no target.",
+                    phases: &[Resolve],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Protocol),
+                    retry: fixed(Retry::WithChanges),
+                    cacheable: true,
+                    details: typed::<AmbiguousDetails>(&["instances"]),
+                    log_only: &[],
+                    log_level: fixed(LogLevel::Debug),
+                    adapter_duty: "Re-issue the call with an explicit target chosen from the instances.",
+                    http_status: fixed(409),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
-            ComponentUnmounted = "COMPONENT_UNMOUNTED" {}
+            ComponentUnmounted = "COMPONENT_UNMOUNTED" {
+                matrix: {
+                    meaning: "The target registration existed recently and is gone, or was unmounted while the call ran.",
+                    when: "Resolution hits a tombstone, or the registration is unmounted during execution of an idempotent or read-only capability (for any other capability that is EXECUTION_FAILED {reason: outcome-unknown}).",
+                    phases: &[Resolve, Execute],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Protocol),
+                    retry: fixed(Retry::AfterRefresh),
+                    cacheable: true,
+                    details: typed::<UnmountedDetails>(&["phase"]),
+                    log_only: &["tombstoneCreatedAt", "tombstoneExpiresAt", "lateSettlement"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Refresh, then retry on a live target; a mid-flight unmount is sent only for a read-only or idempotent capability, so a repeat cannot double an effect.",
+                    http_status: fixed(410),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The call references a superseded registration, surface or surface version.
-            StaleCapability = "STALE_CAPABILITY" {}
+            StaleCapability = "STALE_CAPABILITY" {
+                matrix: {
+                    meaning: "The call references a superseded snapshot: a replaced registration, another surface, an older version, or a changed tool definition.",
+                    when: "Resolution: the registrationId was replaced, the surfaceId belongs to another load, a destructive/external call carries an outdated surface version, or a call of any effect names a tool version that is not the live one (reason tool-version-mismatch, with liveToolVersion).",
+                    phases: &[Resolve],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Protocol),
+                    retry: fixed(Retry::AfterRefresh),
+                    cacheable: true,
+                    details: typed::<StaleDetails>(&["reason", "liveRegistrationId", "liveToolVersion"]),
+                    log_only: &["presentedSurfaceId", "presentedVersion", "currentVersion"],
+                    log_level: fixed(LogLevel::Debug),
+                    adapter_duty: "Refresh and re-resolve; never strip the staleness tokens to force the call through.",
+                    http_status: fixed(412),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The invocation id was already used by this consumer for a different request.
-            InvocationConflict = "INVOCATION_CONFLICT" {}
+            InvocationConflict = "INVOCATION_CONFLICT" {
+                matrix: {
+                    meaning: "This consumer already used the invocation id for a different request within the idempotency window, or the capability's natural idempotency key names an operation made with different input.",
+                    when: "Admission: the request fingerprint differs from the in-flight or stored record for (consumerKey, invocationId), or for the capability's natural key (reason natural-key-used-by-different-request).",
+                    phases: &[Admission],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Protocol),
+                    retry: Rule {
+                        default: Retry::WithChanges,
+                        conditions: &[Condition {
+                            field: "reason",
+                            equals: DetailValue::Str("natural-key-used-by-different-request"),
+                            then: Retry::No,
+                        }],
+                    },
+                    cacheable: false,
+                    details: typed::<ConflictDetails>(&["reason"]),
+                    log_only: &["storedFingerprint", "presentedFingerprint"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "For a reused id, treat as an id-collision bug: mint a namespaced id and send the new request with it. For a natural key, relay to the model: the operation its input names was made with other input.",
+                    http_status: fixed(422),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The input does not satisfy the schema, or a bound field was supplied.
-            InvalidInput = "INVALID_INPUT" {}
+            InvalidInput = "INVALID_INPUT" {
+                matrix: {
+                    meaning: "The input does not satisfy the capability's schema, or it supplies a field the runtime binds.",
+                    when: "Input validation fails, or a bound (locked) field is present; or a handler reports a server-side validation failure.",
+                    phases: &[Input, Execute],
+                    handler_may_return: true,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::WithChanges),
+                    cacheable: true,
+                    details: typed::<InvalidInputDetails>(&["issues", "lockedFields", "reason"]),
+                    log_only: &["rawInput"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Give the issues to the model verbatim.",
+                    http_status: fixed(422),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// No authenticated identity where one is required.
-            NotAuthenticated = "NOT_AUTHENTICATED" {}
+            NotAuthenticated = "NOT_AUTHENTICATED" {
+                matrix: {
+                    meaning: "No authenticated identity is attached where one is required.",
+                    when: "An authority policy requires a signed-in identity and there is none; or a server reports it.",
+                    phases: &[Authority, Execute],
+                    handler_may_return: true,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::No),
+                    cacheable: true,
+                    details: DetailsSpec::None,
+                    log_only: &["policy"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Tell the model to inform the user; signing in is never the agent's job.",
+                    http_status: fixed(401),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// Authenticated but not permitted.
-            NotAuthorized = "NOT_AUTHORIZED" {}
+            NotAuthorized = "NOT_AUTHORIZED" {
+                matrix: {
+                    meaning: "The identity is authenticated but not permitted.",
+                    when: "An authority policy denies, fails, panics or times out (fail closed); or a server's authorization error is mapped.",
+                    phases: &[Authority, Execute],
+                    handler_may_return: true,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::No),
+                    cacheable: true,
+                    details: typed::<NotAuthorizedDetails>(&["origin"]),
+                    log_only: &["policy", "requiredPermission", "policyFailure"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Do not loop; report the refusal.",
+                    http_status: fixed(403),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// Schema-valid input that the current state rejects, or a binding that failed to evaluate.
-            PreconditionFailed = "PRECONDITION_FAILED" {}
+            PreconditionFailed = "PRECONDITION_FAILED" {
+                matrix: {
+                    meaning: "The input is schema-valid but the current state rejects it, or a binding failed to evaluate.",
+                    when: "A binding fails to evaluate (input phase), or the author's precondition rejects the call.",
+                    phases: &[Input, Execute],
+                    handler_may_return: true,
+                    layer: fixed(Layer::Execution),
+                    retry: Rule {
+                        default: Retry::WithChanges,
+                        conditions: &[
+                            Condition { field: "reason", equals: DetailValue::Str(BINDING_FAILED), then: Retry::AfterRefresh },
+                            Condition { field: "reason", equals: DetailValue::Str(CLIENT_INPUT_REQUIRED), then: Retry::No },
+                        ],
+                    },
+                    cacheable: true,
+                    details: DetailsSpec::Typed {
+                        schema: schema_of::<PreconditionDetails>,
+                        parse: parse_as::<PreconditionDetails>,
+                        keys: &["reason"],
+                        open: true,
+                    },
+                    log_only: &["bindingError", "cause"],
+                    log_level: Rule {
+                        default: LogLevel::Info,
+                        conditions: &[Condition {
+                            field: "reason",
+                            equals: DetailValue::Str("client-input-required"),
+                            then: LogLevel::Debug,
+                        }],
+                    },
+                    adapter_duty: "Pass through.",
+                    http_status: fixed(409),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// A user approval gate is active; not a failure.
-            ConfirmationRequired = "CONFIRMATION_REQUIRED" {}
+            ConfirmationRequired = "CONFIRMATION_REQUIRED" {
+                matrix: {
+                    meaning: "A user approval gate is active. Not a failure: a normal protocol turn.",
+                    when: "A gated capability is called without valid confirmation evidence (two-phase mode).",
+                    phases: &[Confirmation],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::WithConfirmation),
+                    cacheable: false,
+                    details: typed::<ConfirmationRequiredDetails>(&[
+                        "confirmationId",
+                        "summary",
+                        "expiresAt",
+                        "effect",
+                        "origin",
+                        "approvalUrl",
+                    ]),
+                    log_only: &["inputHash"],
+                    log_level: fixed(LogLevel::Debug),
+                    adapter_duty: "In wait mode handle it internally; in two-phase mode relay it to the model, which repeats the same call once the user approves (the registry presents the confirmation).",
+                    http_status: fixed(428),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The confirmation evidence was rejected.
-            ConfirmationInvalid = "CONFIRMATION_INVALID" {}
+            ConfirmationInvalid = "CONFIRMATION_INVALID" {
+                matrix: {
+                    meaning: "The confirmation evidence was rejected.",
+                    when: "The confirmationId is expired, denied, already consumed, or bound to another consumer, capability, target or input.",
+                    phases: &[Confirmation],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Execution),
+                    retry: Rule {
+                        default: Retry::No,
+                        conditions: &[Condition {
+                            field: "reason",
+                            equals: DetailValue::Str("expired"),
+                            then: Retry::WithConfirmation,
+                        }],
+                    },
+                    cacheable: true,
+                    details: typed::<ConfirmationInvalidDetails>(&["reason"]),
+                    log_only: &["mismatchDiff"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Never auto-retry a denial: it is the user's decision.",
+                    http_status: fixed(403),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// An advisory rate limit was hit or the action queue is full.
-            RateLimited = "RATE_LIMITED" {}
+            RateLimited = "RATE_LIMITED" {
+                matrix: {
+                    meaning: "An advisory rate limit was hit or the action queue is full.",
+                    when: "The rate phase finds the consumer's or capability's budget exhausted or the queue full; or a server's throttling is mapped.",
+                    phases: &[Rate, Execute],
+                    handler_may_return: true,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::AfterDelay),
+                    cacheable: false,
+                    details: typed::<RateLimitedDetails>(&["reason", "retryAfterMs"]),
+                    log_only: &["bucket"],
+                    log_level: fixed(LogLevel::Info),
+                    adapter_duty: "Honor retryAfterMs; do not tight-loop.",
+                    http_status: fixed(429),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The handler exceeded its time budget; side effects may or may not have happened.
-            Timeout = "TIMEOUT" {}
+            Timeout = "TIMEOUT" {
+                matrix: {
+                    meaning: "The handler exceeded its time budget and was aborted; side effects may or may not have happened.",
+                    when: "Execution of an idempotent or read-only capability runs past its (or the call's) time budget; for any other capability that is EXECUTION_FAILED {reason: outcome-unknown} (error-model.md, Interrupted calls).",
+                    phases: &[Execute],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::Yes),
+                    cacheable: true,
+                    details: typed::<TimeoutDetails>(&["timeoutMs", "idempotent"]),
+                    log_only: &["lateSettlement"],
+                    log_level: fixed(LogLevel::Warn),
+                    adapter_duty: "Retry under a fresh invocation id if the call still matters: only a read-only or idempotent capability gets TIMEOUT, so a repeat cannot double an effect.",
+                    http_status: fixed(504),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The host cancelled the call or the registry was disposed.
-            Cancelled = "CANCELLED" {}
+            Cancelled = "CANCELLED" {
+                matrix: {
+                    meaning: "The host or adapter cancelled the call, or the registry was disposed.",
+                    when: "The caller's cancellation fires, or the registry is disposed before or during the call.",
+                    phases: &[Admission, Execute],
+                    handler_may_return: false,
+                    layer: fixed(Layer::Execution),
+                    retry: fixed(Retry::Yes),
+                    cacheable: true,
+                    details: DetailsSpec::None,
+                    log_only: &["cancelSource"],
+                    log_level: fixed(LogLevel::Debug),
+                    adapter_duty: "Retry with a fresh invocation id only if the call is still relevant.",
+                    http_status: fixed(499),
+                    mcp: TOOL_RESULT,
+                },
+            }
+
             /// The handler failed, its output was rejected, or a downstream failure could not be mapped.
-            ExecutionFailed = "EXECUTION_FAILED" {}
+            ExecutionFailed = "EXECUTION_FAILED" {
+                matrix: {
+                    meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
+                    when: "The handler or the precondition fails or panics; the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out or is unmounted mid-flight); the idempotency store fails at admission, the rate limiter's store at rate, or the confirmation store at confirmation (transient); strict audit cannot record that a call starts (audit-unavailable, transient, before the handler runs); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
+                    phases: &[Admission, Input, Rate, Confirmation, Execute, Output],
+                    handler_may_return: true,
+                    layer: Rule {
+                        default: Layer::Execution,
+                        conditions: &[Condition { field: "reason", equals: DetailValue::Str("transport"), then: Layer::Transport }],
+                    },
+                    retry: Rule {
+                        default: Retry::No,
+                        conditions: &[Condition { field: "transient", equals: DetailValue::Bool(true), then: Retry::AfterDelay }],
+                    },
+                    cacheable: true,
+                    details: typed::<ExecutionFailedDetails>(&["reason", "transient", "retryAfterMs"]),
+                    log_only: &["causeChain", "panicMessage", "outputSchemaErrors"],
+                    log_level: fixed(LogLevel::Warn),
+                    adapter_duty: "Carry the sanitized message; never the cause.",
+                    http_status: Rule {
+                        default: 500,
+                        conditions: &[
+                            Condition { field: "reason", equals: DetailValue::Str("transport"), then: 502 },
+                            Condition { field: "reason", equals: DetailValue::Str("audit-unavailable"), then: 503 },
+                        ],
+                    },
+                    mcp: TOOL_RESULT,
+                },
+            }
         }
     };
-    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal {} )*) => {
+    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, } )*) => {
         $then! { $( $(#[doc = $doc])* $code = $wire; )* }
+    };
+    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, } )*) => {
+        $then! { $( $code $matrix )* }
     };
 }
 
