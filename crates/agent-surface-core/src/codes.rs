@@ -9,6 +9,7 @@
 //!
 //! - `variants` (code.rs): the variant, its doc comment and its wire name (every block gives them);
 //! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`, `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the details types);
+//! - `messages` (message.rs): the message templates of the code, `NAME = (id, text[, arguments: text]);` with their docs;
 //!
 //! A value is tokens, not items: each column is expanded in the module that reads it and resolves
 //! its names there, so this file imports nothing and names no module (the import check stays
@@ -42,6 +43,11 @@ macro_rules! code_table {
                     http_status: fixed(404),
                     mcp: McpMapping { channel: "tool-result-is-error", strict_protocol_error: Some(-32602) },
                 },
+                messages: {
+                    /// `CAPABILITY_NOT_FOUND`.
+                    NOT_FOUND = ("capability-not-found",
+                        "This capability is not in your current tool list. Refresh the tool list and choose a capability that is listed.");
+                },
             }
 
             /// The capability exists and is visible but is currently disabled.
@@ -60,6 +66,11 @@ macro_rules! code_table {
                     adapter_duty: "Pass the reason through unchanged; it tells the model the enabling step.",
                     http_status: fixed(409),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `CAPABILITY_NOT_AVAILABLE`; slot: `reason`.
+                    NOT_AVAILABLE = ("capability-not-available",
+                        "This capability is disabled right now: {reason} Complete the enabling step first, refresh the tool list, then retry.");
                 },
             }
 
@@ -80,6 +91,12 @@ macro_rules! code_table {
                     http_status: fixed(409),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `AMBIGUOUS_INSTANCE` (names [`crate::details::TARGET_ARGUMENT`], which every transport
+                    /// carries in a tool's arguments).
+                    AMBIGUOUS = ("ambiguous-instance",
+                        "Several instances can handle this call. Choose one from details.instances and retry with its instanceId as the _instance argument.");
+                },
             }
 
             /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
@@ -99,6 +116,17 @@ macro_rules! code_table {
                     http_status: fixed(410),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `COMPONENT_UNMOUNTED` at resolution.
+                    UNMOUNTED_RESOLVE = ("component-unmounted.resolve",
+                        "The target of this call was removed. Refresh the tool list and retarget the call.",
+                        arguments: "The instance this call was for was removed. Refresh the tool list and repeat the call on a listed instance (in the _instance argument, where the tool has one).");
+                    /// `COMPONENT_UNMOUNTED` while running (sent only for a capability whose repeat cannot double
+                    /// an effect).
+                    UNMOUNTED_MID_FLIGHT = ("component-unmounted.mid-flight",
+                        "The target was removed while the call ran; it is safe to repeat. Refresh the tool list and retarget the call if it is still needed.",
+                        arguments: "The instance this call ran on was removed while it ran; it is safe to repeat. Refresh the tool list and repeat the call on a listed instance if it is still needed.");
+                },
             }
 
             /// The call references a superseded registration, surface or surface version.
@@ -117,6 +145,16 @@ macro_rules! code_table {
                     adapter_duty: "Refresh and re-resolve; never strip the staleness tokens to force the call through.",
                     http_status: fixed(412),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `STALE_CAPABILITY`.
+                    STALE = ("stale-capability",
+                        "This call was planned against an outdated view of the tools. Refresh the tool list, resolve the target again, then retry.",
+                        arguments: "This call was planned against an outdated tool list. Refresh the tool list, check that the tool and the instance you chose are still listed, then repeat the call.");
+                    /// `STALE_CAPABILITY {reason: tool-version-mismatch}`: not retried as it stands (the decision
+                    /// table's `refresh-then-ask`).
+                    STALE_TOOL_VERSION = ("stale-capability.tool-version",
+                        "This tool changed since the call was planned, so it did not run. Refresh the tool list and read its new description and input schema before calling it again: inputs may mean something else now.");
                 },
             }
 
@@ -144,6 +182,15 @@ macro_rules! code_table {
                     http_status: fixed(422),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `INVOCATION_CONFLICT`.
+                    CONFLICT = ("invocation-conflict",
+                        "This invocationId was already used for a different request. Send the new request with a fresh invocationId.",
+                        arguments: "This call reused the id of a different, earlier request, so it did not run. Make the call again; if the same error comes back, stop and report it.");
+                    /// `INVOCATION_CONFLICT` on a natural key.
+                    CONFLICT_NATURAL_KEY = ("invocation-conflict.natural-key",
+                        "The operation this call names (by its key, such as an order) was already made with different input, so this call did not run. Do not repeat it; tell the user what was done already.");
+                },
             }
 
             /// The input does not satisfy the schema, or a bound field was supplied.
@@ -162,6 +209,14 @@ macro_rules! code_table {
                     adapter_duty: "Give the issues to the model verbatim.",
                     http_status: fixed(422),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `INVALID_INPUT`; slot: `paths`.
+                    INVALID_INPUT = ("invalid-input",
+                        "The input does not match the schema{paths}. Fix the problems listed in details.issues, then retry.");
+                    /// `INVALID_INPUT` for bound fields; slots: `paths`, `fields`.
+                    INVALID_INPUT_LOCKED = ("invalid-input.locked",
+                        "The input does not match the schema{paths}. Remove the fields filled by the runtime ({fields}), fix the problems listed in details.issues, then retry.");
                 },
             }
 
@@ -182,6 +237,11 @@ macro_rules! code_table {
                     http_status: fixed(401),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `NOT_AUTHENTICATED`.
+                    NOT_AUTHENTICATED = ("not-authenticated",
+                        "No signed-in user is attached to this call. Tell the user to sign in; do not retry and do not ask for credentials.");
+                },
             }
 
             /// Authenticated but not permitted.
@@ -200,6 +260,11 @@ macro_rules! code_table {
                     adapter_duty: "Do not loop; report the refusal.",
                     http_status: fixed(403),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `NOT_AUTHORIZED`.
+                    NOT_AUTHORIZED = ("not-authorized",
+                        "This action is not permitted for the current user. Do not retry; tell the user it was refused.");
                 },
             }
 
@@ -238,6 +303,17 @@ macro_rules! code_table {
                     http_status: fixed(409),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `PRECONDITION_FAILED` with an author explanation; slot: `explanation`.
+                    PRECONDITION = ("precondition-failed",
+                        "{explanation} Change the input or the state it depends on, then retry.");
+                    /// `PRECONDITION_FAILED` for a binding that failed to evaluate.
+                    BINDING_FAILED = ("precondition-failed.binding-failed",
+                        "A value this call depends on could not be determined. Refresh the tool list and the state it shows, then retry.");
+                    /// `PRECONDITION_FAILED` for questions to the client that this transport cannot carry.
+                    CLIENT_INPUT_REQUIRED = ("precondition-failed.client-input-required",
+                        "This action needs answers from the user's application that this connection cannot carry. Do not retry it here; tell the user it needs an application that can answer it.");
+                },
             }
 
             /// A user approval gate is active; not a failure.
@@ -263,6 +339,14 @@ macro_rules! code_table {
                     adapter_duty: "In wait mode handle it internally; in two-phase mode relay it to the model, which repeats the same call once the user approves (the registry presents the confirmation).",
                     http_status: fixed(428),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `CONFIRMATION_REQUIRED`; slot: `summary`.
+                    CONFIRMATION_REQUIRED = ("confirmation-required",
+                        "This action needs the user's approval: {summary} Ask the user to approve it, then repeat the same call.");
+                    /// `CONFIRMATION_REQUIRED` with an approval page (`details.approvalUrl`); slot: `summary`.
+                    CONFIRMATION_REQUIRED_URL = ("confirmation-required.approval-url",
+                        "This action needs a person's approval: {summary} Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
                 },
             }
 
@@ -290,6 +374,21 @@ macro_rules! code_table {
                     http_status: fixed(403),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `CONFIRMATION_INVALID` / expired.
+                    CONFIRMATION_EXPIRED = ("confirmation-invalid.expired",
+                        "The confirmation expired. Call again without confirmationId to request a fresh approval.",
+                        arguments: "The approval expired before the call ran. Repeat the same call to ask for a fresh approval.");
+                    /// `CONFIRMATION_INVALID` / denied.
+                    CONFIRMATION_DENIED = ("confirmation-invalid.denied",
+                        "The user denied this action. Do not retry it; respect the decision.");
+                    /// `CONFIRMATION_INVALID` / consumed.
+                    CONFIRMATION_CONSUMED = ("confirmation-invalid.consumed",
+                        "This confirmation was already used. Do not repeat the action; start a new request only if the user asks for it again.");
+                    /// `CONFIRMATION_INVALID` / mismatch.
+                    CONFIRMATION_MISMATCH = ("confirmation-invalid.mismatch",
+                        "This confirmation was given for a different request. Do not reuse it for this one.");
+                },
             }
 
             /// An advisory rate limit was hit or the action queue is full.
@@ -308,6 +407,16 @@ macro_rules! code_table {
                     adapter_duty: "Honor retryAfterMs; do not tight-loop.",
                     http_status: fixed(429),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `RATE_LIMITED` / rate; slot: `ms`.
+                    RATE_LIMITED = ("rate-limited.rate",
+                        "Too many calls right now. Wait {ms} ms before retrying; do not retry sooner.",
+                        arguments: "Too many calls right now, so this call did not run; the limit frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
+                    /// `RATE_LIMITED` / queue-full; slot: `ms`.
+                    QUEUE_FULL = ("rate-limited.queue-full",
+                        "The action queue is full. Wait {ms} ms before retrying; do not retry sooner.",
+                        arguments: "The action queue is full, so this call did not run; it frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
                 },
             }
 
@@ -328,6 +437,12 @@ macro_rules! code_table {
                     http_status: fixed(504),
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `TIMEOUT` (sent only for a capability whose repeat cannot double an effect); slot: `ms`.
+                    TIMEOUT = ("timeout",
+                        "The call ran out of time after {ms} ms. Retry it with a fresh invocationId if it is still needed.",
+                        arguments: "The call ran out of time after {ms} ms. Repeat the same call if it is still needed; it is safe to repeat.");
+                },
             }
 
             /// The host cancelled the call or the registry was disposed.
@@ -346,6 +461,12 @@ macro_rules! code_table {
                     adapter_duty: "Retry with a fresh invocation id only if the call is still relevant.",
                     http_status: fixed(499),
                     mcp: TOOL_RESULT,
+                },
+                messages: {
+                    /// `CANCELLED`.
+                    CANCELLED = ("cancelled",
+                        "The call was cancelled before it finished. Retry with a fresh invocationId if it is still needed.",
+                        arguments: "The call was cancelled before it finished. Repeat the same call if it is still needed.");
                 },
             }
 
@@ -378,14 +499,53 @@ macro_rules! code_table {
                     },
                     mcp: TOOL_RESULT,
                 },
+                messages: {
+                    /// `EXECUTION_FAILED` / handler-error.
+                    HANDLER_ERROR = ("execution-failed.handler-error",
+                        "The action failed. Do not retry it as it is; report the failure or take a different approach.");
+                    /// `EXECUTION_FAILED` with an author explanation (an error the application made agent-visible);
+                    /// slot: `explanation`.
+                    HANDLER_ERROR_EXPLAINED = ("execution-failed.explained",
+                        "{explanation} Do not retry it as it is; report the failure or take a different approach.");
+                    /// `EXECUTION_FAILED` / output-invalid.
+                    OUTPUT_INVALID = ("execution-failed.output-invalid",
+                        "The action produced a result that failed validation, so it was withheld. Do not retry it as it is; report the failure.");
+                    /// `EXECUTION_FAILED` / output-too-large.
+                    OUTPUT_TOO_LARGE = ("execution-failed.output-too-large",
+                        "The action's result was too large, so it was withheld. Do not retry it as it is; ask for less data if the capability allows it.");
+                    /// `EXECUTION_FAILED` / transport, transient; slot: `ms`.
+                    TRANSPORT_TRANSIENT = ("execution-failed.transport-transient",
+                        "A service behind this action failed temporarily. Wait {ms} ms, then retry with a fresh invocationId.",
+                        arguments: "A service behind this action failed temporarily; it may work again in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
+                    /// `EXECUTION_FAILED` / audit-unavailable (always transient); slot: `ms`.
+                    AUDIT_UNAVAILABLE = ("execution-failed.audit-unavailable",
+                        "The action did not run because its audit record could not be written. Wait {ms} ms, then retry with a fresh invocationId.",
+                        arguments: "The action did not run because its audit record could not be written; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
+                    /// `EXECUTION_FAILED` / transport, not transient.
+                    TRANSPORT = ("execution-failed.transport",
+                        "A service behind this action failed. Do not retry it as it is; report the failure.");
+                    /// `EXECUTION_FAILED` / verification-failed.
+                    VERIFICATION_FAILED = ("execution-failed.verification-failed",
+                        "The action ran, but its expected result is not there. Observe the current state before doing anything else; do not repeat the action blindly.");
+                    /// `EXECUTION_FAILED` / outcome-unknown.
+                    OUTCOME_UNKNOWN = ("execution-failed.outcome-unknown",
+                        "The action may or may not have taken effect. Do not repeat it; check the current state or ask the user whether it happened.");
+                    /// `EXECUTION_FAILED` / outcome-unknown, for a call without an invocation id (nothing was
+                    /// recorded: a repeat would run the action again).
+                    OUTCOME_UNKNOWN_UNTRACKED = ("execution-failed.outcome-unknown-untracked",
+                        "The action may or may not have taken effect. Do not repeat it until the user or the current state shows it did not happen.");
+                },
             }
         }
     };
-    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, } )*) => {
+    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
         $then! { $( $(#[doc = $doc])* $code = $wire; )* }
     };
-    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, } )*) => {
+    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
         $then! { $( $code $matrix )* }
+    };
+    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
+        $then! { $( $code $messages )* }
     };
 }
 

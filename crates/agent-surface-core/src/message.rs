@@ -112,132 +112,15 @@ macro_rules! templates {
     (@args $args:literal) => { Some($args) };
 }
 
-templates! {
-    /// `CAPABILITY_NOT_FOUND`.
-    NOT_FOUND = ("capability-not-found",
-        "This capability is not in your current tool list. Refresh the tool list and choose a capability that is listed.");
-    /// `CAPABILITY_NOT_AVAILABLE`; slot: `reason`.
-    NOT_AVAILABLE = ("capability-not-available",
-        "This capability is disabled right now: {reason} Complete the enabling step first, refresh the tool list, then retry.");
-    /// `AMBIGUOUS_INSTANCE` (names [`crate::details::TARGET_ARGUMENT`], which every transport
-    /// carries in a tool's arguments).
-    AMBIGUOUS = ("ambiguous-instance",
-        "Several instances can handle this call. Choose one from details.instances and retry with its instanceId as the _instance argument.");
-    /// `COMPONENT_UNMOUNTED` at resolution.
-    UNMOUNTED_RESOLVE = ("component-unmounted.resolve",
-        "The target of this call was removed. Refresh the tool list and retarget the call.",
-        arguments: "The instance this call was for was removed. Refresh the tool list and repeat the call on a listed instance (in the _instance argument, where the tool has one).");
-    /// `COMPONENT_UNMOUNTED` while running (sent only for a capability whose repeat cannot double
-    /// an effect).
-    UNMOUNTED_MID_FLIGHT = ("component-unmounted.mid-flight",
-        "The target was removed while the call ran; it is safe to repeat. Refresh the tool list and retarget the call if it is still needed.",
-        arguments: "The instance this call ran on was removed while it ran; it is safe to repeat. Refresh the tool list and repeat the call on a listed instance if it is still needed.");
-    /// `STALE_CAPABILITY`.
-    STALE = ("stale-capability",
-        "This call was planned against an outdated view of the tools. Refresh the tool list, resolve the target again, then retry.",
-        arguments: "This call was planned against an outdated tool list. Refresh the tool list, check that the tool and the instance you chose are still listed, then repeat the call.");
-    /// `STALE_CAPABILITY {reason: tool-version-mismatch}`: not retried as it stands (the decision
-    /// table's `refresh-then-ask`).
-    STALE_TOOL_VERSION = ("stale-capability.tool-version",
-        "This tool changed since the call was planned, so it did not run. Refresh the tool list and read its new description and input schema before calling it again: inputs may mean something else now.");
-    /// `INVOCATION_CONFLICT`.
-    CONFLICT = ("invocation-conflict",
-        "This invocationId was already used for a different request. Send the new request with a fresh invocationId.",
-        arguments: "This call reused the id of a different, earlier request, so it did not run. Make the call again; if the same error comes back, stop and report it.");
-    /// `INVOCATION_CONFLICT` on a natural key.
-    CONFLICT_NATURAL_KEY = ("invocation-conflict.natural-key",
-        "The operation this call names (by its key, such as an order) was already made with different input, so this call did not run. Do not repeat it; tell the user what was done already.");
-    /// `INVALID_INPUT`; slot: `paths`.
-    INVALID_INPUT = ("invalid-input",
-        "The input does not match the schema{paths}. Fix the problems listed in details.issues, then retry.");
-    /// `INVALID_INPUT` for bound fields; slots: `paths`, `fields`.
-    INVALID_INPUT_LOCKED = ("invalid-input.locked",
-        "The input does not match the schema{paths}. Remove the fields filled by the runtime ({fields}), fix the problems listed in details.issues, then retry.");
-    /// `NOT_AUTHENTICATED`.
-    NOT_AUTHENTICATED = ("not-authenticated",
-        "No signed-in user is attached to this call. Tell the user to sign in; do not retry and do not ask for credentials.");
-    /// `NOT_AUTHORIZED`.
-    NOT_AUTHORIZED = ("not-authorized",
-        "This action is not permitted for the current user. Do not retry; tell the user it was refused.");
-    /// `PRECONDITION_FAILED` with an author explanation; slot: `explanation`.
-    PRECONDITION = ("precondition-failed",
-        "{explanation} Change the input or the state it depends on, then retry.");
-    /// `PRECONDITION_FAILED` for a binding that failed to evaluate.
-    BINDING_FAILED = ("precondition-failed.binding-failed",
-        "A value this call depends on could not be determined. Refresh the tool list and the state it shows, then retry.");
-    /// `PRECONDITION_FAILED` for questions to the client that this transport cannot carry.
-    CLIENT_INPUT_REQUIRED = ("precondition-failed.client-input-required",
-        "This action needs answers from the user's application that this connection cannot carry. Do not retry it here; tell the user it needs an application that can answer it.");
-    /// `CONFIRMATION_REQUIRED`; slot: `summary`.
-    CONFIRMATION_REQUIRED = ("confirmation-required",
-        "This action needs the user's approval: {summary} Ask the user to approve it, then repeat the same call.");
-    /// `CONFIRMATION_REQUIRED` with an approval page (`details.approvalUrl`); slot: `summary`.
-    CONFIRMATION_REQUIRED_URL = ("confirmation-required.approval-url",
-        "This action needs a person's approval: {summary} Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
-    /// `CONFIRMATION_INVALID` / expired.
-    CONFIRMATION_EXPIRED = ("confirmation-invalid.expired",
-        "The confirmation expired. Call again without confirmationId to request a fresh approval.",
-        arguments: "The approval expired before the call ran. Repeat the same call to ask for a fresh approval.");
-    /// `CONFIRMATION_INVALID` / denied.
-    CONFIRMATION_DENIED = ("confirmation-invalid.denied",
-        "The user denied this action. Do not retry it; respect the decision.");
-    /// `CONFIRMATION_INVALID` / consumed.
-    CONFIRMATION_CONSUMED = ("confirmation-invalid.consumed",
-        "This confirmation was already used. Do not repeat the action; start a new request only if the user asks for it again.");
-    /// `CONFIRMATION_INVALID` / mismatch.
-    CONFIRMATION_MISMATCH = ("confirmation-invalid.mismatch",
-        "This confirmation was given for a different request. Do not reuse it for this one.");
-    /// `RATE_LIMITED` / rate; slot: `ms`.
-    RATE_LIMITED = ("rate-limited.rate",
-        "Too many calls right now. Wait {ms} ms before retrying; do not retry sooner.",
-        arguments: "Too many calls right now, so this call did not run; the limit frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
-    /// `RATE_LIMITED` / queue-full; slot: `ms`.
-    QUEUE_FULL = ("rate-limited.queue-full",
-        "The action queue is full. Wait {ms} ms before retrying; do not retry sooner.",
-        arguments: "The action queue is full, so this call did not run; it frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
-    /// `TIMEOUT` (sent only for a capability whose repeat cannot double an effect); slot: `ms`.
-    TIMEOUT = ("timeout",
-        "The call ran out of time after {ms} ms. Retry it with a fresh invocationId if it is still needed.",
-        arguments: "The call ran out of time after {ms} ms. Repeat the same call if it is still needed; it is safe to repeat.");
-    /// `CANCELLED`.
-    CANCELLED = ("cancelled",
-        "The call was cancelled before it finished. Retry with a fresh invocationId if it is still needed.",
-        arguments: "The call was cancelled before it finished. Repeat the same call if it is still needed.");
-    /// `EXECUTION_FAILED` / handler-error.
-    HANDLER_ERROR = ("execution-failed.handler-error",
-        "The action failed. Do not retry it as it is; report the failure or take a different approach.");
-    /// `EXECUTION_FAILED` with an author explanation (an error the application made agent-visible);
-    /// slot: `explanation`.
-    HANDLER_ERROR_EXPLAINED = ("execution-failed.explained",
-        "{explanation} Do not retry it as it is; report the failure or take a different approach.");
-    /// `EXECUTION_FAILED` / output-invalid.
-    OUTPUT_INVALID = ("execution-failed.output-invalid",
-        "The action produced a result that failed validation, so it was withheld. Do not retry it as it is; report the failure.");
-    /// `EXECUTION_FAILED` / output-too-large.
-    OUTPUT_TOO_LARGE = ("execution-failed.output-too-large",
-        "The action's result was too large, so it was withheld. Do not retry it as it is; ask for less data if the capability allows it.");
-    /// `EXECUTION_FAILED` / transport, transient; slot: `ms`.
-    TRANSPORT_TRANSIENT = ("execution-failed.transport-transient",
-        "A service behind this action failed temporarily. Wait {ms} ms, then retry with a fresh invocationId.",
-        arguments: "A service behind this action failed temporarily; it may work again in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
-    /// `EXECUTION_FAILED` / audit-unavailable (always transient); slot: `ms`.
-    AUDIT_UNAVAILABLE = ("execution-failed.audit-unavailable",
-        "The action did not run because its audit record could not be written. Wait {ms} ms, then retry with a fresh invocationId.",
-        arguments: "The action did not run because its audit record could not be written; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
-    /// `EXECUTION_FAILED` / transport, not transient.
-    TRANSPORT = ("execution-failed.transport",
-        "A service behind this action failed. Do not retry it as it is; report the failure.");
-    /// `EXECUTION_FAILED` / verification-failed.
-    VERIFICATION_FAILED = ("execution-failed.verification-failed",
-        "The action ran, but its expected result is not there. Observe the current state before doing anything else; do not repeat the action blindly.");
-    /// `EXECUTION_FAILED` / outcome-unknown.
-    OUTCOME_UNKNOWN = ("execution-failed.outcome-unknown",
-        "The action may or may not have taken effect. Do not repeat it; check the current state or ask the user whether it happened.");
-    /// `EXECUTION_FAILED` / outcome-unknown, for a call without an invocation id (nothing was
-    /// recorded: a repeat would run the action again).
-    OUTCOME_UNKNOWN_UNTRACKED = ("execution-failed.outcome-unknown-untracked",
-        "The action may or may not have taken effect. Do not repeat it until the user or the current state shows it did not happen.");
+/// Every code's templates, from the table's `messages` column (`codes.rs`): each code's
+/// templates are written in its block there, in the table's order.
+macro_rules! code_templates {
+    ($( $code:ident { $($template:tt)* } )*) => {
+        templates! { $( $($template)* )* }
+    };
 }
+
+crate::codes::code_table!(messages => code_templates);
 
 /// A message that the code and the details alone decide: its template and its one number slot
 /// (`ms`). Every template with an [`Template::arguments`] wording is one of these, so an adapter
