@@ -10,6 +10,7 @@
 //! - `variants` (code.rs): the variant, its doc comment and its wire name (every block gives them);
 //! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`, `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the details types);
 //! - `messages` (message.rs): the message templates of the code, `NAME = (id, text[, arguments: text]);` with their docs;
+//! - `examples` (examples.rs): the example errors, each an `AgentSurfaceError` (made a payload there); one per value of the retry rule at least;
 //!
 //! A value is tokens, not items: each column is expanded in the module that reads it and resolves
 //! its names there, so this file imports nothing and names no module (the import check stays
@@ -48,6 +49,9 @@ macro_rules! code_table {
                     NOT_FOUND = ("capability-not-found",
                         "This capability is not in your current tool list. Refresh the tool list and choose a capability that is listed.");
                 },
+                examples: [
+                    AgentSurfaceError::capability_not_found(),
+                ],
             }
 
             /// The capability exists and is visible but is currently disabled.
@@ -72,6 +76,9 @@ macro_rules! code_table {
                     NOT_AVAILABLE = ("capability-not-available",
                         "This capability is disabled right now: {reason} Complete the enabling step first, refresh the tool list, then retry.");
                 },
+                examples: [
+                    AgentSurfaceError::capability_not_available("Sign in to a store first."),
+                ],
             }
 
             /// More than one live instance matches and none was named.
@@ -97,6 +104,17 @@ macro_rules! code_table {
                     AMBIGUOUS = ("ambiguous-instance",
                         "Several instances can handle this call. Choose one from details.instances and retry with its instanceId as the _instance argument.");
                 },
+                examples: [
+                    AgentSurfaceError::ambiguous_instance(vec![
+                        InstanceRef {
+                            instance_id: "left".into(),
+                            registration_id: "r-1".into(),
+                            description: Some("Left cart".into()),
+                            context: None,
+                        },
+                        InstanceRef { instance_id: "right".into(), registration_id: "r-2".into(), description: None, context: None },
+                    ]),
+                ],
             }
 
             /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
@@ -127,6 +145,10 @@ macro_rules! code_table {
                         "The target was removed while the call ran; it is safe to repeat. Refresh the tool list and retarget the call if it is still needed.",
                         arguments: "The instance this call ran on was removed while it ran; it is safe to repeat. Refresh the tool list and repeat the call on a listed instance if it is still needed.");
                 },
+                examples: [
+                    AgentSurfaceError::component_unmounted(UnmountPhase::Resolve),
+                    AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight),
+                ],
             }
 
             /// The call references a superseded registration, surface or surface version.
@@ -156,6 +178,11 @@ macro_rules! code_table {
                     STALE_TOOL_VERSION = ("stale-capability.tool-version",
                         "This tool changed since the call was planned, so it did not run. Refresh the tool list and read its new description and input schema before calling it again: inputs may mean something else now.");
                 },
+                examples: [
+                    AgentSurfaceError::stale_capability(StaleReason::RegistrationReplaced, Some("r-9".into())),
+                    AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None),
+                    AgentSurfaceError::stale_tool_version("3f1c0a9b2d4e6f8071a2"),
+                ],
             }
 
             /// The invocation id was already used by this consumer for a different request.
@@ -191,6 +218,10 @@ macro_rules! code_table {
                     CONFLICT_NATURAL_KEY = ("invocation-conflict.natural-key",
                         "The operation this call names (by its key, such as an order) was already made with different input, so this call did not run. Do not repeat it; tell the user what was done already.");
                 },
+                examples: [
+                    AgentSurfaceError::invocation_conflict(),
+                    AgentSurfaceError::natural_key_conflict(),
+                ],
             }
 
             /// The input does not satisfy the schema, or a bound field was supplied.
@@ -218,6 +249,16 @@ macro_rules! code_table {
                     INVALID_INPUT_LOCKED = ("invalid-input.locked",
                         "The input does not match the schema{paths}. Remove the fields filled by the runtime ({fields}), fix the problems listed in details.issues, then retry.");
                 },
+                examples: [
+                    AgentSurfaceError::invalid_input(
+                        vec![InputIssue { path: "/quantity".into(), message: "must be at least 1".into() }],
+                        None,
+                    ),
+                    AgentSurfaceError::invalid_input(
+                        vec![InputIssue { path: "/cartId".into(), message: "is filled by the runtime".into() }],
+                        Some(vec!["cartId".into()]),
+                    ),
+                ],
             }
 
             /// No authenticated identity where one is required.
@@ -242,6 +283,9 @@ macro_rules! code_table {
                     NOT_AUTHENTICATED = ("not-authenticated",
                         "No signed-in user is attached to this call. Tell the user to sign in; do not retry and do not ask for credentials.");
                 },
+                examples: [
+                    AgentSurfaceError::not_authenticated(),
+                ],
             }
 
             /// Authenticated but not permitted.
@@ -266,6 +310,10 @@ macro_rules! code_table {
                     NOT_AUTHORIZED = ("not-authorized",
                         "This action is not permitted for the current user. Do not retry; tell the user it was refused.");
                 },
+                examples: [
+                    AgentSurfaceError::not_authorized(Origin::Client),
+                    AgentSurfaceError::not_authorized(Origin::Server),
+                ],
             }
 
             /// Schema-valid input that the current state rejects, or a binding that failed to evaluate.
@@ -314,6 +362,11 @@ macro_rules! code_table {
                     CLIENT_INPUT_REQUIRED = ("precondition-failed.client-input-required",
                         "This action needs answers from the user's application that this connection cannot carry. Do not retry it here; tell the user it needs an application that can answer it.");
                 },
+                examples: [
+                    AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled."),
+                    AgentSurfaceError::binding_failed(),
+                    AgentSurfaceError::client_input_required(),
+                ],
             }
 
             /// A user approval gate is active; not a failure.
@@ -348,6 +401,15 @@ macro_rules! code_table {
                     CONFIRMATION_REQUIRED_URL = ("confirmation-required.approval-url",
                         "This action needs a person's approval: {summary} Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
                 },
+                examples: [
+                    AgentSurfaceError::confirmation_required(
+                        "c-7f3a",
+                        SafeText::from("Cancel order A-1001 and refund 42.00 EUR."),
+                        Timestamp::from_unix_millis(1_795_957_500_000),
+                        Effect::Destructive,
+                        Origin::Client,
+                    ),
+                ],
             }
 
             /// The confirmation evidence was rejected.
@@ -389,6 +451,12 @@ macro_rules! code_table {
                     CONFIRMATION_MISMATCH = ("confirmation-invalid.mismatch",
                         "This confirmation was given for a different request. Do not reuse it for this one.");
                 },
+                examples: [
+                    AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Expired),
+                    AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied),
+                    AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Consumed),
+                    AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Mismatch),
+                ],
             }
 
             /// An advisory rate limit was hit or the action queue is full.
@@ -418,6 +486,10 @@ macro_rules! code_table {
                         "The action queue is full. Wait {ms} ms before retrying; do not retry sooner.",
                         arguments: "The action queue is full, so this call did not run; it frees up in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
                 },
+                examples: [
+                    AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(1200)),
+                    AgentSurfaceError::rate_limited(RateLimitReason::QueueFull, Duration::from_millis(300)),
+                ],
             }
 
             /// The handler exceeded its time budget; side effects may or may not have happened.
@@ -443,6 +515,10 @@ macro_rules! code_table {
                         "The call ran out of time after {ms} ms. Retry it with a fresh invocationId if it is still needed.",
                         arguments: "The call ran out of time after {ms} ms. Repeat the same call if it is still needed; it is safe to repeat.");
                 },
+                examples: [
+                    AgentSurfaceError::timeout(Duration::from_secs(5), true),
+                    AgentSurfaceError::timeout(Duration::from_secs(5), false),
+                ],
             }
 
             /// The host cancelled the call or the registry was disposed.
@@ -468,6 +544,9 @@ macro_rules! code_table {
                         "The call was cancelled before it finished. Retry with a fresh invocationId if it is still needed.",
                         arguments: "The call was cancelled before it finished. Repeat the same call if it is still needed.");
                 },
+                examples: [
+                    AgentSurfaceError::cancelled(),
+                ],
             }
 
             /// The handler failed, its output was rejected, or a downstream failure could not be mapped.
@@ -535,17 +614,30 @@ macro_rules! code_table {
                     OUTCOME_UNKNOWN_UNTRACKED = ("execution-failed.outcome-unknown-untracked",
                         "The action may or may not have taken effect. Do not repeat it until the user or the current state shows it did not happen.");
                 },
+                examples: [
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputInvalid),
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge),
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::Transport),
+                    AgentSurfaceError::transient(Duration::from_millis(2000)),
+                    AgentSurfaceError::execution_failed(ExecutionFailedReason::VerificationFailed),
+                    AgentSurfaceError::outcome_unknown(),
+                    AgentSurfaceError::audit_unavailable(Duration::from_millis(1000)),
+                ],
             }
         }
     };
-    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
+    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
         $then! { $( $(#[doc = $doc])* $code = $wire; )* }
     };
-    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
+    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
         $then! { $( $code $matrix )* }
     };
-    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, } )*) => {
+    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
         $then! { $( $code $messages )* }
+    };
+    (@select examples $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
+        $then! { $( $code $examples )* }
     };
 }
 
