@@ -11,6 +11,7 @@
 //! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`, `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the details types);
 //! - `messages` (message.rs): the message templates of the code, `NAME = (id, text[, arguments: text]);` with their docs;
 //! - `examples` (examples.rs): the example errors, each an `AgentSurfaceError` (made a payload there); one per value of the retry rule at least;
+//! - `decisions` (decision.rs): the client decision rows, conditional rows first and the default row last (`row`, `when`, `waiting`; `R` is `Retry`);
 //!
 //! A value is tokens, not items: each column is expanded in the module that reads it and resolves
 //! its names there, so this file imports nothing and names no module (the import check stays
@@ -52,6 +53,10 @@ macro_rules! code_table {
                 examples: [
                     AgentSurfaceError::capability_not_found(),
                 ],
+                decisions: [
+                    row(R::AfterRefresh, Refresh, Fresh, RETURNED,
+                        "The tool list is stale or the tool is hidden: a re-listing tells which."),
+                ],
             }
 
             /// The capability exists and is visible but is currently disabled.
@@ -78,6 +83,10 @@ macro_rules! code_table {
                 },
                 examples: [
                     AgentSurfaceError::capability_not_available("Sign in to a store first."),
+                ],
+                decisions: [
+                    row(R::AfterRefresh, Refresh, Fresh, RETURNED,
+                        "Disabled: retry only once the re-listed surface shows it enabled."),
                 ],
             }
 
@@ -115,6 +124,10 @@ macro_rules! code_table {
                         InstanceRef { instance_id: "right".into(), registration_id: "r-2".into(), description: None, context: None },
                     ]),
                 ],
+                decisions: [
+                    row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+                        "The model picks one of details.instances as the target."),
+                ],
             }
 
             /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
@@ -149,6 +162,10 @@ macro_rules! code_table {
                     AgentSurfaceError::component_unmounted(UnmountPhase::Resolve),
                     AgentSurfaceError::component_unmounted(UnmountPhase::MidFlight),
                 ],
+                decisions: [
+                    row(R::AfterRefresh, Refresh, Fresh, RETURNED,
+                        "The target is gone (mid-flight only for a read or an idempotent call): retry only if the re-listing shows it (or its replacement) again."),
+                ],
             }
 
             /// The call references a superseded registration, surface or surface version.
@@ -182,6 +199,12 @@ macro_rules! code_table {
                     AgentSurfaceError::stale_capability(StaleReason::RegistrationReplaced, Some("r-9".into())),
                     AgentSurfaceError::stale_capability(StaleReason::SurfaceVersionMismatch, None),
                     AgentSurfaceError::stale_tool_version("3f1c0a9b2d4e6f8071a2"),
+                ],
+                decisions: [
+                    when("reason", DetailValue::Str("tool-version-mismatch"), row(R::AfterRefresh, RefreshThenAsk, IdRule::None, RETURNED,
+                        "The tool's definition changed: the model reads the new one before it calls again.")),
+                    row(R::AfterRefresh, Refresh, Fresh, RETURNED,
+                        "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
                 ],
             }
 
@@ -222,6 +245,12 @@ macro_rules! code_table {
                     AgentSurfaceError::invocation_conflict(),
                     AgentSurfaceError::natural_key_conflict(),
                 ],
+                decisions: [
+                    when("reason", DetailValue::Str("natural-key-used-by-different-request"), row(R::No, Stop, IdRule::None, RETURNED,
+                        "The operation the input's key names was made with other input: nothing to retry, tell the user.")),
+                    row(R::WithChanges, NewId, Derived, NOT_CONVERGING,
+                        "The id belongs to another request; the model does not choose ids, the client does."),
+                ],
             }
 
             /// The input does not satisfy the schema, or a bound field was supplied.
@@ -259,6 +288,10 @@ macro_rules! code_table {
                         Some(vec!["cartId".into()]),
                     ),
                 ],
+                decisions: [
+                    row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+                        "The model fixes the input from details.issues."),
+                ],
             }
 
             /// No authenticated identity where one is required.
@@ -285,6 +318,10 @@ macro_rules! code_table {
                 },
                 examples: [
                     AgentSurfaceError::not_authenticated(),
+                ],
+                decisions: [
+                    row(R::No, Stop, IdRule::None, RETURNED,
+                        "The user signs in; nothing the agent sends can fix it."),
                 ],
             }
 
@@ -313,6 +350,10 @@ macro_rules! code_table {
                 examples: [
                     AgentSurfaceError::not_authorized(Origin::Client),
                     AgentSurfaceError::not_authorized(Origin::Server),
+                ],
+                decisions: [
+                    row(R::No, Stop, IdRule::None, RETURNED,
+                        "A denial is never retried."),
                 ],
             }
 
@@ -367,6 +408,14 @@ macro_rules! code_table {
                     AgentSurfaceError::binding_failed(),
                     AgentSurfaceError::client_input_required(),
                 ],
+                decisions: [
+                    when("reason", DetailValue::Str("binding-failed"), row(R::AfterRefresh, Refresh, Fresh, NOT_CONVERGING,
+                        "The bound state moved: re-list, retry once; the same failure again ends the loop.")),
+                    when("reason", DetailValue::Str("client-input-required"), row(R::No, Stop, IdRule::None, RETURNED,
+                        "The call needs answers only the client can give.")),
+                    row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
+                        "The state rejects this input: the model changes it (or the state first)."),
+                ],
             }
 
             /// A user approval gate is active; not a failure.
@@ -409,6 +458,10 @@ macro_rules! code_table {
                         Effect::Destructive,
                         Origin::Client,
                     ),
+                ],
+                decisions: [
+                    row(R::WithConfirmation, Confirm, Same, DENIED,
+                        "Nothing ran; a person approves or denies, never the model."),
                 ],
             }
 
@@ -457,6 +510,12 @@ macro_rules! code_table {
                     AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Consumed),
                     AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Mismatch),
                 ],
+                decisions: [
+                    when("reason", DetailValue::Str("expired"), row(R::WithConfirmation, Reconfirm, Fresh, NOT_CONVERGING,
+                        "The approval came too late: a fresh cycle, without the stale id.")),
+                    row(R::No, Stop, IdRule::None, RETURNED,
+                        "Denied, spent or mismatched evidence: never retried."),
+                ],
             }
 
             /// An advisory rate limit was hit or the action queue is full.
@@ -490,6 +549,10 @@ macro_rules! code_table {
                     AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(1200)),
                     AgentSurfaceError::rate_limited(RateLimitReason::QueueFull, Duration::from_millis(300)),
                 ],
+                decisions: [
+                    waiting(row(R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
+                        "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
+                ],
             }
 
             /// The handler exceeded its time budget; side effects may or may not have happened.
@@ -519,6 +582,10 @@ macro_rules! code_table {
                     AgentSurfaceError::timeout(Duration::from_secs(5), true),
                     AgentSurfaceError::timeout(Duration::from_secs(5), false),
                 ],
+                decisions: [
+                    row(R::Yes, Retry, Fresh, NOT_CONVERGING,
+                        "Only a read or an idempotent call times out: repeating cannot double an effect."),
+                ],
             }
 
             /// The host cancelled the call or the registry was disposed.
@@ -546,6 +613,10 @@ macro_rules! code_table {
                 },
                 examples: [
                     AgentSurfaceError::cancelled(),
+                ],
+                decisions: [
+                    row(R::Yes, Retry, Fresh, NOT_CONVERGING,
+                        "Nothing ran, or the call was a read or idempotent: repeating cannot double an effect."),
                 ],
             }
 
@@ -624,20 +695,33 @@ macro_rules! code_table {
                     AgentSurfaceError::outcome_unknown(),
                     AgentSurfaceError::audit_unavailable(Duration::from_millis(1000)),
                 ],
+                decisions: [
+                    waiting(when("transient", DetailValue::Bool(true), row(R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
+                        "Nothing took effect; the dependency may recover after the delay."))),
+                    when("reason", DetailValue::Str("outcome-unknown"), row(R::No, Verify, Fresh, UNVERIFIED,
+                        "A call with an effect was interrupted after its handler started: verify, never repeat blindly.")),
+                    when(NOT_PROCESSED_FIELD, DetailValue::Bool(true), row(R::No, RetryOnce, Fresh, NOT_CONVERGING,
+                        "The runtime stated the handler never started: one repeat cannot double an effect; the same failure again goes to the model.")),
+                    row(R::No, Stop, IdRule::None, RETURNED,
+                        "The capability failed; repeating would fail the same way."),
+                ],
             }
         }
     };
-    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
+    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
         $then! { $( $(#[doc = $doc])* $code = $wire; )* }
     };
-    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
+    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
         $then! { $( $code $matrix )* }
     };
-    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
+    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
         $then! { $( $code $messages )* }
     };
-    (@select examples $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, } )*) => {
+    (@select examples $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
         $then! { $( $code $examples )* }
+    };
+    (@select decisions $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
+        $then! { $( $code $decisions )* }
     };
 }
 

@@ -246,27 +246,37 @@ impl Decision {
     }
 }
 
-const fn row(
-    code: ErrorCode,
+/// A row before it is given its code: what a block of the table of codes (`codes.rs`, the
+/// `decisions` column) writes.
+#[derive(Clone, Copy)]
+struct Branch {
+    when: Option<(&'static str, DetailValue)>,
     retry: Retry,
     action: Action,
-    id: IdRule,
+    wait_field: Option<&'static str>,
+    invocation_id: IdRule,
     stop: &'static str,
     note: &'static str,
-) -> Decision {
-    Decision { code, when: None, retry, action, wait_field: None, invocation_id: id, stop, note }
 }
 
-const fn when(field: &'static str, value: DetailValue, d: Decision) -> Decision {
-    Decision { when: Some((field, value)), ..d }
+const fn row(retry: Retry, action: Action, id: IdRule, stop: &'static str, note: &'static str) -> Branch {
+    Branch { when: None, retry, action, wait_field: None, invocation_id: id, stop, note }
 }
 
-const fn waiting(d: Decision) -> Decision {
-    Decision { wait_field: Some("retryAfterMs"), ..d }
+const fn when(field: &'static str, value: DetailValue, b: Branch) -> Branch {
+    Branch { when: Some((field, value)), ..b }
+}
+
+const fn waiting(b: Branch) -> Branch {
+    Branch { wait_field: Some("retryAfterMs"), ..b }
+}
+
+const fn of(code: ErrorCode, b: Branch) -> Decision {
+    let Branch { when, retry, action, wait_field, invocation_id, stop, note } = b;
+    Decision { code, when, retry, action, wait_field, invocation_id, stop, note }
 }
 
 use Action::*;
-use ErrorCode as C;
 use IdRule::{Derived, Fresh, Same};
 use Retry as R;
 
@@ -277,58 +287,18 @@ const DENIED: &str = self::Stop::Denied.as_str();
 const DELAY_TOO_LONG: &str = self::Stop::DelayTooLong.as_str();
 const UNVERIFIED: &str = self::Stop::Unverified.as_str();
 
-/// The table: per code, its conditional rows first, then its default row (the first match wins).
-#[rustfmt::skip]
-pub static DECISIONS: [Decision; 24] = [
-    row(C::CapabilityNotFound, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "The tool list is stale or the tool is hidden: a re-listing tells which."),
-    row(C::CapabilityNotAvailable, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "Disabled: retry only once the re-listed surface shows it enabled."),
-    row(C::AmbiguousInstance, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
-        "The model picks one of details.instances as the target."),
-    row(C::ComponentUnmounted, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "The target is gone (mid-flight only for a read or an idempotent call): retry only if the re-listing shows it (or its replacement) again."),
-    when("reason", DetailValue::Str("tool-version-mismatch"), row(C::StaleCapability, R::AfterRefresh, RefreshThenAsk, IdRule::None, RETURNED,
-        "The tool's definition changed: the model reads the new one before it calls again.")),
-    row(C::StaleCapability, R::AfterRefresh, Refresh, Fresh, RETURNED,
-        "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
-    when("reason", DetailValue::Str("natural-key-used-by-different-request"), row(C::InvocationConflict, R::No, Stop, IdRule::None, RETURNED,
-        "The operation the input's key names was made with other input: nothing to retry, tell the user.")),
-    row(C::InvocationConflict, R::WithChanges, NewId, Derived, NOT_CONVERGING,
-        "The id belongs to another request; the model does not choose ids, the client does."),
-    row(C::InvalidInput, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
-        "The model fixes the input from details.issues."),
-    row(C::NotAuthenticated, R::No, Stop, IdRule::None, RETURNED,
-        "The user signs in; nothing the agent sends can fix it."),
-    row(C::NotAuthorized, R::No, Stop, IdRule::None, RETURNED,
-        "A denial is never retried."),
-    when("reason", DetailValue::Str("binding-failed"), row(C::PreconditionFailed, R::AfterRefresh, Refresh, Fresh, NOT_CONVERGING,
-        "The bound state moved: re-list, retry once; the same failure again ends the loop.")),
-    when("reason", DetailValue::Str("client-input-required"), row(C::PreconditionFailed, R::No, Stop, IdRule::None, RETURNED,
-        "The call needs answers only the client can give.")),
-    row(C::PreconditionFailed, R::WithChanges, ChangeInput, IdRule::None, RETURNED,
-        "The state rejects this input: the model changes it (or the state first)."),
-    row(C::ConfirmationRequired, R::WithConfirmation, Confirm, Same, DENIED,
-        "Nothing ran; a person approves or denies, never the model."),
-    when("reason", DetailValue::Str("expired"), row(C::ConfirmationInvalid, R::WithConfirmation, Reconfirm, Fresh, NOT_CONVERGING,
-        "The approval came too late: a fresh cycle, without the stale id.")),
-    row(C::ConfirmationInvalid, R::No, Stop, IdRule::None, RETURNED,
-        "Denied, spent or mismatched evidence: never retried."),
-    waiting(row(C::RateLimited, R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
-        "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
-    row(C::Timeout, R::Yes, Retry, Fresh, NOT_CONVERGING,
-        "Only a read or an idempotent call times out: repeating cannot double an effect."),
-    row(C::Cancelled, R::Yes, Retry, Fresh, NOT_CONVERGING,
-        "Nothing ran, or the call was a read or idempotent: repeating cannot double an effect."),
-    waiting(when("transient", DetailValue::Bool(true), row(C::ExecutionFailed, R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
-        "Nothing took effect; the dependency may recover after the delay."))),
-    when("reason", DetailValue::Str("outcome-unknown"), row(C::ExecutionFailed, R::No, Verify, Fresh, UNVERIFIED,
-        "A call with an effect was interrupted after its handler started: verify, never repeat blindly.")),
-    when(NOT_PROCESSED_FIELD, DetailValue::Bool(true), row(C::ExecutionFailed, R::No, RetryOnce, Fresh, NOT_CONVERGING,
-        "The runtime stated the handler never started: one repeat cannot double an effect; the same failure again goes to the model.")),
-    row(C::ExecutionFailed, R::No, Stop, IdRule::None, RETURNED,
-        "The capability failed; repeating would fail the same way."),
-];
+/// [`DECISIONS`], from the table's `decisions` column (`codes.rs`): each code's rows are written
+/// in its block there, in the table's order.
+macro_rules! decisions {
+    ($( $code:ident [ $($branch:expr),* $(,)? ] )*) => {
+        /// The table: per code, its conditional rows first, then its default row (the first match wins).
+        pub static DECISIONS: [Decision; [$($(stringify!($branch)),*),*].len()] = [
+            $( $( of(ErrorCode::$code, $branch), )* )*
+        ];
+    };
+}
+
+crate::codes::code_table!(decisions => decisions);
 
 /// The row for a code and its details: the first of the code's rows whose condition matches.
 /// Rows on the payload's `notProcessed` member never match here: a client holding the payload
