@@ -7,19 +7,26 @@
 //! `Variant = "WIRE_NAME" { column: value, … }` after the variant's doc comment, and its columns
 //! are, in this order:
 //!
-//! - `variants` (code.rs): the variant, its doc comment and its wire name (every block gives them);
-//! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`, `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the details types);
-//! - `messages` (message.rs): the message templates of the code, `NAME = (id, text[, arguments: text]);` with their docs;
-//! - `examples` (examples.rs): the example errors, each an `AgentSurfaceError` (made a payload there); one per value of the retry rule at least;
-//! - `decisions` (decision.rs): the client decision rows, conditional rows first and the default row last (`row`, `when`, `waiting`; `R` is `Retry`);
+//! - `variants` (code.rs): the variant, its doc comment and its wire name (written before the
+//!   block's braces);
+//! - `matrix` (matrix.rs): the `CodeSpec` fields after `code` (in scope there: `fixed`, `typed`,
+//!   `Rule`, `Condition`, `DetailValue`, `DetailsSpec`, `TOOL_RESULT`, the phases by name, the
+//!   details types);
+//! - `messages` (message.rs): the code's message templates, `NAME = (id, text[, arguments:
+//!   text]);` with their docs;
+//! - `examples` (examples.rs): the example errors, each an `AgentSurfaceError` (made a payload
+//!   there), one per value of the retry rule at least;
+//! - `decisions` (decision.rs): the client decision rows, conditional rows first and the default
+//!   row last (`row`, `when`, `waiting`; `R` is `Retry`);
+//! - `wire` (wire.rs): the wire classes, one `(retry, class, delay, failure class, failure code)`
+//!   per retry category the matrix can give (`R` is `Retry`, `K` is `RetryClass`).
 //!
 //! A value is tokens, not items: each column is expanded in the module that reads it and resolves
 //! its names there, so this file imports nothing and names no module (the import check stays
 //! quiet: a consumer depends on this file, never the reverse), and each column keeps to the
 //! vocabulary of its module — the matrix row sees no payloads, the examples see the constructors.
-//! A block missing a column, or with one out of order, fails to compile (no arm of the macro
-//! matches), and so does a variant without its column's value wherever a consumer matches
-//! exhaustively.
+//! A block missing a column, or with one out of order, fails to compile (the `@select` arm
+//! below, the grammar's one statement, does not match it).
 //!
 //! A new code is one block here, plus its `details` struct (`details.rs`) and its constructor
 //! (`error.rs`) where it has typed details or a typed constructor.
@@ -57,6 +64,9 @@ macro_rules! code_table {
                     row(R::AfterRefresh, Refresh, Fresh, RETURNED,
                         "The tool list is stale or the tool is hidden: a re-listing tells which."),
                 ],
+                wire: [
+                    (R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "resource_not_found"),
+                ],
             }
 
             /// The capability exists and is visible but is currently disabled.
@@ -87,6 +97,9 @@ macro_rules! code_table {
                 decisions: [
                     row(R::AfterRefresh, Refresh, Fresh, RETURNED,
                         "Disabled: retry only once the re-listed surface shows it enabled."),
+                ],
+                wire: [
+                    (R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "capability_unsupported"),
                 ],
             }
 
@@ -128,6 +141,9 @@ macro_rules! code_table {
                     row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
                         "The model picks one of details.instances as the target."),
                 ],
+                wire: [
+                    (R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
+                ],
             }
 
             /// The target registration is gone (tombstone hit) or was unmounted mid-flight.
@@ -165,6 +181,9 @@ macro_rules! code_table {
                 decisions: [
                     row(R::AfterRefresh, Refresh, Fresh, RETURNED,
                         "The target is gone (mid-flight only for a read or an idempotent call): retry only if the re-listing shows it (or its replacement) again."),
+                ],
+                wire: [
+                    (R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "resource_not_found"),
                 ],
             }
 
@@ -205,6 +224,9 @@ macro_rules! code_table {
                         "The tool's definition changed: the model reads the new one before it calls again.")),
                     row(R::AfterRefresh, Refresh, Fresh, RETURNED,
                         "Planned against an old surface: update the tokens, retarget to details.liveRegistrationId."),
+                ],
+                wire: [
+                    (R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "stale_definition"),
                 ],
             }
 
@@ -251,6 +273,10 @@ macro_rules! code_table {
                     row(R::WithChanges, NewId, Derived, NOT_CONVERGING,
                         "The id belongs to another request; the model does not choose ids, the client does."),
                 ],
+                wire: [
+                    (R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
+                    (R::No, K::No, NoDelay, Capability, "invalid_input"),
+                ],
             }
 
             /// The input does not satisfy the schema, or a bound field was supplied.
@@ -292,6 +318,9 @@ macro_rules! code_table {
                     row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
                         "The model fixes the input from details.issues."),
                 ],
+                wire: [
+                    (R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
+                ],
             }
 
             /// No authenticated identity where one is required.
@@ -322,6 +351,9 @@ macro_rules! code_table {
                 decisions: [
                     row(R::No, Stop, IdRule::None, RETURNED,
                         "The user signs in; nothing the agent sends can fix it."),
+                ],
+                wire: [
+                    (R::No, K::No, NoDelay, Governance, "auth_required"),
                 ],
             }
 
@@ -354,6 +386,9 @@ macro_rules! code_table {
                 decisions: [
                     row(R::No, Stop, IdRule::None, RETURNED,
                         "A denial is never retried."),
+                ],
+                wire: [
+                    (R::No, K::No, NoDelay, Governance, "permission_denied"),
                 ],
             }
 
@@ -416,6 +451,11 @@ macro_rules! code_table {
                     row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,
                         "The state rejects this input: the model changes it (or the state first)."),
                 ],
+                wire: [
+                    (R::WithChanges, K::WithChanges, NoDelay, Capability, "precondition_failed"),
+                    (R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "precondition_failed"),
+                    (R::No, K::No, NoDelay, Governance, "user_action_required"),
+                ],
             }
 
             /// A user approval gate is active; not a failure.
@@ -462,6 +502,10 @@ macro_rules! code_table {
                 decisions: [
                     row(R::WithConfirmation, Confirm, Same, DENIED,
                         "Nothing ran; a person approves or denies, never the model."),
+                ],
+                wire: [
+                    // A person's approval is an action outside the call; the repeat carries the confirmation.
+                    (R::WithConfirmation, K::WithChanges, NoDelay, Governance, "user_action_required"),
                 ],
             }
 
@@ -516,6 +560,10 @@ macro_rules! code_table {
                     row(R::No, Stop, IdRule::None, RETURNED,
                         "Denied, spent or mismatched evidence: never retried."),
                 ],
+                wire: [
+                    (R::No, K::No, NoDelay, Governance, "policy_blocked"),
+                    (R::WithConfirmation, K::WithChanges, NoDelay, Governance, "user_action_required"),
+                ],
             }
 
             /// An advisory rate limit was hit or the action queue is full.
@@ -553,6 +601,10 @@ macro_rules! code_table {
                     waiting(row(R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
                         "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
                 ],
+                wire: [
+                    // A capability's quota: in band, never the protocol's -32023 (see `TRANSPORT_LIMITS`).
+                    (R::AfterDelay, K::AfterDelay, FromDetails, Reliability, "retryable_transient_error"),
+                ],
             }
 
             /// The handler exceeded its time budget; side effects may or may not have happened.
@@ -586,6 +638,9 @@ macro_rules! code_table {
                     row(R::Yes, Retry, Fresh, NOT_CONVERGING,
                         "Only a read or an idempotent call times out: repeating cannot double an effect."),
                 ],
+                wire: [
+                    (R::Yes, K::AfterDelay, Zero, Reliability, "retryable_transient_error"),
+                ],
             }
 
             /// The host cancelled the call or the registry was disposed.
@@ -617,6 +672,9 @@ macro_rules! code_table {
                 decisions: [
                     row(R::Yes, Retry, Fresh, NOT_CONVERGING,
                         "Nothing ran, or the call was a read or idempotent: repeating cannot double an effect."),
+                ],
+                wire: [
+                    (R::Yes, K::AfterDelay, Zero, Reliability, "retryable_transient_error"),
                 ],
             }
 
@@ -705,23 +763,45 @@ macro_rules! code_table {
                     row(R::No, Stop, IdRule::None, RETURNED,
                         "The capability failed; repeating would fail the same way."),
                 ],
+                wire: [
+                    (R::No, K::No, NoDelay, Capability, "execution_failed"),
+                    (R::AfterDelay, K::AfterDelay, FromDetails, Reliability, "retryable_transient_error"),
+                ],
             }
         }
     };
-    (@select variants $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
-        $then! { $( $(#[doc = $doc])* $code = $wire; )* }
+    // The grammar of a block, in one place: every column, in order.
+    (@select $column:ident $then:ident; $(
+        $(#[doc = $doc:literal])*
+        $code:ident = $name:literal {
+            matrix: $matrix:tt,
+            messages: $messages:tt,
+            examples: $examples:tt,
+            decisions: $decisions:tt,
+            wire: $wire:tt $(,)?
+        }
+    )*) => {
+        $crate::codes::code_table! { @pick $column $then;
+            $( [$(#[doc = $doc])* $code = $name] $code $matrix $messages $examples $decisions $wire )*
+        }
     };
-    (@select matrix $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
-        $then! { $( $code $matrix )* }
+    (@pick variants $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $($variant)*; )* }
     };
-    (@select messages $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
-        $then! { $( $code $messages )* }
+    (@pick matrix $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $code $m )* }
     };
-    (@select examples $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
-        $then! { $( $code $examples )* }
+    (@pick messages $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $code $t )* }
     };
-    (@select decisions $then:ident; $( $(#[doc = $doc:literal])* $code:ident = $wire:literal { matrix: $matrix:tt, messages: $messages:tt, examples: $examples:tt, decisions: $decisions:tt, } )*) => {
-        $then! { $( $code $decisions )* }
+    (@pick examples $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $code $e )* }
+    };
+    (@pick decisions $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $code $d )* }
+    };
+    (@pick wire $then:ident; $( [$($variant:tt)*] $code:ident $m:tt $t:tt $e:tt $d:tt $w:tt )*) => {
+        $then! { $( $code $w )* }
     };
 }
 

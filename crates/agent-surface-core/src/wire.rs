@@ -161,38 +161,22 @@ const fn row(
 }
 
 use Delay::{FromDetails, None as NoDelay, Zero};
-use ErrorCode as C;
 use FailureClass::{Capability, Governance, Reliability};
 use Retry as R;
 use RetryClass as K;
 
-/// The table: every code under every retry category the matrix can give it.
-#[rustfmt::skip]
-pub static WIRE: &[WireRow] = &[
-    row(C::CapabilityNotFound, R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "resource_not_found"),
-    row(C::CapabilityNotAvailable, R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "capability_unsupported"),
-    row(C::AmbiguousInstance, R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
-    row(C::ComponentUnmounted, R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "resource_not_found"),
-    row(C::StaleCapability, R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "stale_definition"),
-    row(C::InvocationConflict, R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
-    row(C::InvocationConflict, R::No, K::No, NoDelay, Capability, "invalid_input"),
-    row(C::InvalidInput, R::WithChanges, K::WithChanges, NoDelay, Capability, "invalid_input"),
-    row(C::NotAuthenticated, R::No, K::No, NoDelay, Governance, "auth_required"),
-    row(C::NotAuthorized, R::No, K::No, NoDelay, Governance, "permission_denied"),
-    row(C::PreconditionFailed, R::WithChanges, K::WithChanges, NoDelay, Capability, "precondition_failed"),
-    row(C::PreconditionFailed, R::AfterRefresh, K::AfterRefresh, NoDelay, Capability, "precondition_failed"),
-    row(C::PreconditionFailed, R::No, K::No, NoDelay, Governance, "user_action_required"),
-    // A person's approval is an action outside the call; the repeat carries the confirmation.
-    row(C::ConfirmationRequired, R::WithConfirmation, K::WithChanges, NoDelay, Governance, "user_action_required"),
-    row(C::ConfirmationInvalid, R::No, K::No, NoDelay, Governance, "policy_blocked"),
-    row(C::ConfirmationInvalid, R::WithConfirmation, K::WithChanges, NoDelay, Governance, "user_action_required"),
-    // A capability's quota: in band, never the protocol's -32023 (see `TRANSPORT_LIMITS`).
-    row(C::RateLimited, R::AfterDelay, K::AfterDelay, FromDetails, Reliability, "retryable_transient_error"),
-    row(C::Timeout, R::Yes, K::AfterDelay, Zero, Reliability, "retryable_transient_error"),
-    row(C::Cancelled, R::Yes, K::AfterDelay, Zero, Reliability, "retryable_transient_error"),
-    row(C::ExecutionFailed, R::No, K::No, NoDelay, Capability, "execution_failed"),
-    row(C::ExecutionFailed, R::AfterDelay, K::AfterDelay, FromDetails, Reliability, "retryable_transient_error"),
-];
+/// [`WIRE`], from the table's `wire` column (`codes.rs`): each code's rows are written in its
+/// block there, in the table's order.
+macro_rules! wire_rows {
+    ($( $code:ident [ $( ( $($row:tt)* ) ),* $(,)? ] )*) => {
+        /// The table: every code under every retry category the matrix can give it.
+        pub static WIRE: &[WireRow] = &[
+            $( $( row(ErrorCode::$code, $($row)*), )* )*
+        ];
+    };
+}
+
+crate::codes::code_table!(wire => wire_rows);
 
 /// A limit of the transport (the server layer), answered with the proposed protocol-level
 /// rate-limit error rather than an in-band payload: no call reached the registry.
