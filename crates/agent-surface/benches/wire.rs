@@ -21,6 +21,11 @@
 //! To profile one server, start it by hand (`BENCH_SERVER=mcp-memory`, printing its address)
 //! and drive it with `BENCH_DRIVE=ADDR,WIRE,N` (see [`drive`]).
 //!
+//! `BENCH_SERVER_PRELOAD=PATH` starts every server (the bare ones too) with `LD_PRELOAD=PATH`,
+//! e.g. a system's `libjemalloc.so.2`: the memory idempotency store keeps up to 100,000 records
+//! alive between each call's short-lived allocations, and glibc's allocator then costs the
+//! servers that record calls far more than it costs the others (`spec/invocation.md` §11.2).
+//!
 //! Servers:
 //!
 //! - `mcp-bare`: `rmcp`'s `StreamableHttpService` with a hand-written echo tool (the way the
@@ -516,6 +521,9 @@ fn start(kind: &'static str, redis: Option<&str>) -> Server {
     if let Some(url) = redis {
         cmd.env("BENCH_REDIS_URL", url);
     }
+    if let Some(library) = std::env::var_os("BENCH_SERVER_PRELOAD") {
+        cmd.env("LD_PRELOAD", library);
+    }
     let mut child = cmd.spawn().expect("the server starts");
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("its address");
@@ -534,10 +542,10 @@ struct Target {
     cpu: f64,
 }
 
-/// `BENCH_DRIVE=ADDR,WIRE,N`: the client alone, for profiling a server started by hand
-/// (`BENCH_SERVER=mcp-memory`, e.g. under `perf` or `valgrind`): `N` calls over 50 clients on
-/// `WIRE` (`legacy`, `modern` or `binding`; with an invocation id each), after 200 sequential
-/// calls of warm-up, then the calls/s.
+/// `BENCH_DRIVE=ADDR,WIRE,N[,untracked]`: the client alone, for profiling a server started by
+/// hand (`BENCH_SERVER=mcp-memory`, e.g. under `perf` or `valgrind`): `N` calls over 50 clients on
+/// `WIRE` (`legacy`, `modern` or `binding`; with an invocation id each, unless `untracked`, as the
+/// run calls `mcp-plain`), after 200 sequential calls of warm-up, then the calls/s.
 fn drive(spec: &str) {
     let mut parts = spec.split(',');
     let addr: std::net::SocketAddr = parts.next().and_then(|a| a.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
@@ -548,9 +556,14 @@ fn drive(spec: &str) {
         other => panic!("BENCH_DRIVE: unknown wire {other:?}"),
     };
     let n: usize = parts.next().and_then(|n| n.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
+    let tracked = match parts.next() {
+        None => true,
+        Some("untracked") => false,
+        other => panic!("BENCH_DRIVE: unknown option {other:?}"),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    rt.block_on(sequential(addr, wire, true, 200));
-    let figures = rt.block_on(loaded(addr, wire, true, n));
+    rt.block_on(sequential(addr, wire, tracked, 200));
+    let figures = rt.block_on(loaded(addr, wire, tracked, n));
     println!("{n} calls over {CLIENTS} clients: {:.0} calls/s", figures.calls_per_s);
 }
 
@@ -609,6 +622,9 @@ fn main() {
         rt.block_on(sequential(servers[t.server].addr, t.wire, t.tracked, 200)); // warm-up
     }
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    if let Some(library) = std::env::var_os("BENCH_SERVER_PRELOAD") {
+        println!("servers started with LD_PRELOAD={}", library.to_string_lossy());
+    }
     println!("load before: {}", load().trim());
     for round in 0..rounds {
         for k in 0..targets.len() {
