@@ -12,15 +12,15 @@ impl Registry {
     /// `mod.rs`). Never fails and never panics for anything the caller sends: every failure is an
     /// `InvokeResult` with an agent-safe payload.
     ///
-    /// The call is boxed once when it is made (the request and options are moved into the box,
-    /// and the returned future is small).
+    /// The returned future holds the call: the request and options are moved into it once, and
+    /// nothing is boxed for a call that no hook waits on and whose handler completes on its first
+    /// poll. A caller that keeps many calls pending may box it.
     pub fn invoke(
         &self,
         request: InvokeRequest,
         options: InvokeOptions,
     ) -> impl Future<Output = InvokeResult> + Send + '_ {
-        let invocation = crate::pipeline::invoke(self, request, options);
-        async move { invocation.await.result }
+        crate::pipeline::invoke(self, request, options, |invocation| invocation.result)
     }
 
     /// [`Registry::invoke`], plus what the operator side knows: the phase that produced an
@@ -30,6 +30,6 @@ impl Registry {
         request: InvokeRequest,
         options: InvokeOptions,
     ) -> impl Future<Output = Invocation> + Send + '_ {
-        crate::pipeline::invoke(self, request, options)
+        crate::pipeline::invoke(self, request, options, std::convert::identity)
     }
 }

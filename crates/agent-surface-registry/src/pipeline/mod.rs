@@ -7,7 +7,7 @@
 //! authority has admitted the call ([`call`]); a stop is a [`Stop`] ([`stop`]). The leader's
 //! [`hold::Hold`] and the metrics' clock readings are part of that context, so each
 //! function of the chain takes the call and what the phases before it established. A hook is
-//! checked once, here, and handed to its phase already unwrapped. Read [`run_phases`], then
+//! checked once, here, and handed to its phase already unwrapped. Read [`invoke`] and [`run`], then
 //! [`phases`] and the functions each hands on to ([`admitted`], then `(call, prepared)`:
 //! [`after_key`], [`confirmed`], [`marked`], [`audited`], [`execute`], [`verified`]) top to bottom
 //! to follow one call: phases 2–9 run at once as far as they can, and a hook that waits, or a
@@ -32,8 +32,6 @@ pub(crate) mod resolve;
 mod stop;
 pub(crate) mod verify;
 
-use std::pin::Pin;
-
 use agent_surface_core::{AgentSurfaceError, Phase};
 use futures_util::future::{BoxFuture, Either};
 use serde_json::Value;
@@ -50,17 +48,19 @@ use crate::telemetry;
 /// The end of phases 2–9: the output, or where and why the call stopped.
 pub(crate) type Outcome = Result<Value, Stop>;
 
-/// One call, boxed once when it is made: the request and options are moved into the box and
-/// never again, and the caller's future is a pointer. The box is 928 bytes (2026-12-01), within
-/// glibc's per-thread cache (1,032): the request and options (344), the span, admission's and
-/// settlement's state, and what phases 2–9 left to do ([`Step`]); the state of phases 2–9 stays on
-/// the stack unless one of them waits (`spec/invocation.md` §11 gives what it costs).
-pub(crate) fn invoke(
+/// One call, as one future the caller holds: the request and options are moved into it once and
+/// never again, and it is not boxed (a caller that awaits it, as the adapters do once per request,
+/// holds its state in its own future; `spec/invocation.md` §11 gives the sizes). The span is
+/// entered around each poll of the call ([`run`]); `answer` makes the caller's output from the
+/// [`Invocation`] (its result alone, or all of it), so that [`Registry::invoke`] adds no layer of
+/// its own. The state of phases 2–9 stays on the stack unless one of them waits.
+pub(crate) fn invoke<T: Send + 'static>(
     registry: &Registry,
     mut request: InvokeRequest,
     options: InvokeOptions,
-) -> Pin<Box<impl Future<Output = Invocation> + Send + '_>> {
-    Box::pin(async move {
+    answer: fn(Invocation) -> T,
+) -> impl Future<Output = T> + Send + '_ {
+    async move {
         // Always made here, never the caller's invocation id: the id is written into error
         // payloads, where the model reads it, and nothing an agent sent may be echoed there.
         let correlation_id = CorrelationId::generate();
@@ -96,22 +96,115 @@ pub(crate) fn invoke(
         let mut invocation = run(registry, &mut request, &options, &correlation_id).instrument(span).await;
         invocation.correlation_id = correlation_id;
         invocation.stamp();
-        invocation
-    })
+        answer(invocation)
+    }
 }
 
+/// Phases 1–10 of one call, metered when metrics are on, and its trace's end.
 async fn run(
     registry: &Registry,
     request: &mut InvokeRequest,
     options: &InvokeOptions,
-    correlation_id: &CorrelationId,
+    correlation: &CorrelationId,
 ) -> Invocation {
     let inner = &registry.inner;
     // Metered only while a recorder is installed; the clock readings boxed, so that they do not
     // enlarge every call.
     let meter = if inner.config.metrics { telemetry::Meter::start(&inner.metrics, options.transport) } else { None };
     let mut timing = meter.as_ref().map(|_| Box::new(telemetry::Timing::start()));
-    let invocation = run_phases(registry, request, options, correlation_id, &mut timing).await;
+    // A target named through the reserved argument is the call's target from here on, so that
+    // both ways of naming it fingerprint alike.
+    let target_argument_left = request.lift_target();
+    // The input is taken out of the request: admission borrows it, phase 5 owns it, and the
+    // caller's future holds no second copy.
+    let input = std::mem::take(&mut request.input);
+    let request = &*request;
+    let answered = std::sync::OnceLock::new();
+    // Phases 1–10, in one block rather than a future of their own (one layer fewer to build
+    // and move): each way out breaks with the call's invocation.
+    let invocation = 'call: {
+        let mut arrival = Arrival {
+            inner,
+            request,
+            options,
+            correlation,
+            now: std::sync::OnceLock::new(),
+            tracked: request.invocation_id.is_some(),
+            target_argument_left,
+            answered: &answered,
+            hold: None,
+            timing: &mut timing,
+        };
+        // Phase 1: admission and idempotency.
+        let leader = match idempotency::admit(&arrival, &input).await {
+            Ok(idempotency::Admitted::Untracked) => None,
+            Ok(idempotency::Admitted::Leader(guard)) => Some(guard),
+            Ok(idempotency::Admitted::Answered(invocation)) => {
+                let span = tracing::Span::current();
+                span.record("replayed", true);
+                if let Some(code) = invocation.result.code() {
+                    span.record("code", code.as_str());
+                }
+                break 'call *invocation;
+            }
+            Err(stop) => {
+                count_store_error(inner, &stop);
+                break 'call record::finish(Err(stop), request.invocation_id.clone(), correlation);
+            }
+        };
+        if let (Some(timing), Some(_)) = (arrival.timing.as_mut(), &leader) {
+            timing.admitted = Some(std::time::Instant::now());
+        }
+        // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
+        // not harmless has started, so that dropping the call records an unknown outcome rather than
+        // `CANCELLED`, and the phases learn whether the record was taken over or its lease lost.
+        arrival.hold = leader.as_ref().map(|guard| guard.hold());
+        // Boxed: only a shared store's leases need renewing, and the renewal's state would otherwise
+        // enlarge every call's.
+        let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
+        let outcome = match renewal {
+            None => finish(phases(arrival, input)).await,
+            // A store whose leases lapse: the lease is renewed while the call runs.
+            Some(renewal) => {
+                let phases = async { finish(phases(arrival, input)).await };
+                Box::pin(async {
+                    tokio::select! {
+                        outcome = phases => outcome,
+                        never = renewal => match never {},
+                    }
+                })
+                .await
+            }
+        };
+        if let Err(stop) = &outcome {
+            count_store_error(inner, stop);
+        }
+        let mut invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
+        if let Some(how) = answered.get() {
+            invocation.phase = None;
+            invocation.replayed = *how == Answered::Replayed;
+            invocation.joined = *how == Answered::Joined;
+        }
+        // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
+        // for questions is not terminal: the same id comes back with the answers.
+        if let Some(guard) = leader {
+            // Read before settling, which takes the guard: nothing sets it once the phases ended.
+            let started = guard.handler_started();
+            let settled = Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
+            // The lease was lost after the handler started: the record is another caller's and says
+            // something else (an unknown outcome for a write it took over), so this caller is told
+            // that, never a result nobody can replay.
+            if settled == idempotency::Settled::LeaseLost && started && !is_outcome_unknown(&invocation.result) {
+                let stop = Stop::noted(
+                    execute::unknown_outcome(true),
+                    Phase::Execute,
+                    "the lease on this call's record was lost while it ran; another caller holds the record",
+                );
+                break 'call record::finish(Err(stop), request.invocation_id.clone(), correlation);
+            }
+        }
+        invocation
+    };
     if let (Some(meter), Some(timing)) = (&meter, &timing) {
         let capability = metric_label(inner, &request.capability, &invocation);
         meter.record(capability, &invocation.result, timing);
@@ -139,106 +232,6 @@ fn metric_label<'a>(inner: &Inner, name: &'a str, invocation: &Invocation) -> &'
         _ => inner.read().capabilities.contains_key(name),
     };
     if resolved { name } else { telemetry::UNKNOWN_CAPABILITY }
-}
-
-/// Phases 1–10.
-async fn run_phases(
-    registry: &Registry,
-    request: &mut InvokeRequest,
-    options: &InvokeOptions,
-    correlation: &CorrelationId,
-    timing: &mut Option<Box<telemetry::Timing>>,
-) -> Invocation {
-    let inner = &registry.inner;
-    // A target named through the reserved argument is the call's target from here on, so that
-    // both ways of naming it fingerprint alike.
-    let target_argument_left = request.lift_target();
-    // The input is taken out of the request: admission borrows it, phase 5 owns it, and the
-    // caller's future holds no second copy.
-    let input = std::mem::take(&mut request.input);
-    let request = &*request;
-    let answered = std::sync::OnceLock::new();
-    let mut arrival = Arrival {
-        inner,
-        request,
-        options,
-        correlation,
-        now: std::sync::OnceLock::new(),
-        tracked: request.invocation_id.is_some(),
-        target_argument_left,
-        answered: &answered,
-        hold: None,
-        timing,
-    };
-    // Phase 1: admission and idempotency.
-    let leader = match idempotency::admit(&arrival, &input).await {
-        Ok(idempotency::Admitted::Untracked) => None,
-        Ok(idempotency::Admitted::Leader(guard)) => Some(guard),
-        Ok(idempotency::Admitted::Answered(invocation)) => {
-            let span = tracing::Span::current();
-            span.record("replayed", true);
-            if let Some(code) = invocation.result.code() {
-                span.record("code", code.as_str());
-            }
-            return *invocation;
-        }
-        Err(stop) => {
-            count_store_error(inner, &stop);
-            return record::finish(Err(stop), request.invocation_id.clone(), correlation);
-        }
-    };
-    if let (Some(timing), Some(_)) = (arrival.timing.as_mut(), &leader) {
-        timing.admitted = Some(std::time::Instant::now());
-    }
-    // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
-    // not harmless has started, so that dropping the call records an unknown outcome rather than
-    // `CANCELLED`, and the phases learn whether the record was taken over or its lease lost.
-    arrival.hold = leader.as_ref().map(|guard| guard.hold());
-    // Boxed: only a shared store's leases need renewing, and the renewal's state would otherwise
-    // enlarge every call's.
-    let renewal = leader.as_ref().and_then(|guard| guard.renewal()).map(Box::pin);
-    let outcome = match renewal {
-        None => finish(phases(arrival, input)).await,
-        // A store whose leases lapse: the lease is renewed while the call runs.
-        Some(renewal) => {
-            let phases = async { finish(phases(arrival, input)).await };
-            Box::pin(async {
-                tokio::select! {
-                    outcome = phases => outcome,
-                    never = renewal => match never {},
-                }
-            })
-            .await
-        }
-    };
-    if let Err(stop) = &outcome {
-        count_store_error(inner, stop);
-    }
-    let mut invocation = record::finish(outcome, request.invocation_id.clone(), correlation);
-    if let Some(how) = answered.get() {
-        invocation.phase = None;
-        invocation.replayed = *how == Answered::Replayed;
-        invocation.joined = *how == Answered::Joined;
-    }
-    // Phase 10: settle the record (boxed, like admission: only tracked calls get here). A stop
-    // for questions is not terminal: the same id comes back with the answers.
-    if let Some(guard) = leader {
-        // Read before settling, which takes the guard: nothing sets it once the phases ended.
-        let started = guard.handler_started();
-        let settled = Box::pin(guard.settle(&invocation.result, invocation.questions.is_none())).await;
-        // The lease was lost after the handler started: the record is another caller's and says
-        // something else (an unknown outcome for a write it took over), so this caller is told
-        // that, never a result nobody can replay.
-        if settled == idempotency::Settled::LeaseLost && started && !is_outcome_unknown(&invocation.result) {
-            let stop = Stop::noted(
-                execute::unknown_outcome(true),
-                Phase::Execute,
-                "the lease on this call's record was lost while it ran; another caller holds the record",
-            );
-            return record::finish(Err(stop), request.invocation_id.clone(), correlation);
-        }
-    }
-    invocation
 }
 
 /// Whether `result` is `EXECUTION_FAILED {reason: outcome-unknown}`.
