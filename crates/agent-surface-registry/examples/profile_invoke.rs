@@ -17,10 +17,11 @@
 //! whose global policy gates another capability, one relayed confirmation remembered),
 //! `metrics_off` (`pipeline` with `RegistryConfig::metrics` off) and `prometheus` (`pipeline` with
 //! a Prometheus recorder installed as the global one, durations in bucketed histograms as the
-//! bench's `recorded/prometheus` case). Under valgrind a clock reading costs what the vDSO's code
+//! bench's `recorded/prometheus` case). `sizes` prints the bytes of the futures `Registry::invoke`
+//! and `Registry::invoke_detailed` return, which a caller that awaits them holds in its own. Under valgrind a clock reading costs what the vDSO's code
 //! does, so the `prometheus` mode's count shows the recording's work, not the clock's wall time.
 
-#![allow(missing_docs, clippy::print_stderr, clippy::unwrap_used, reason = "a profiling harness")]
+#![allow(missing_docs, clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used, reason = "a profiling harness")]
 
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer, FnPolicy, Policies};
@@ -37,7 +38,7 @@ fn main() {
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
         eprintln!(
             "usage: profile_invoke CALLS \
-             setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus"
+             setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus|sizes"
         );
         std::process::exit(2);
     };
@@ -82,6 +83,13 @@ fn main() {
             (request, consumer.clone())
         })
         .collect();
+    if mode == "sizes" {
+        let (request, options) = requests.into_iter().next().unwrap();
+        let invoke = std::mem::size_of_val(&r.invoke(request.clone(), options.clone()));
+        let detailed = std::mem::size_of_val(&r.invoke_detailed(request, options));
+        println!("Registry::invoke: {invoke} bytes; Registry::invoke_detailed: {detailed} bytes");
+        return;
+    }
     rt.block_on(async {
         for (request, options) in requests {
             match mode.as_str() {

@@ -54,6 +54,10 @@ pub(crate) type Outcome = Result<Value, Stop>;
 /// entered around each poll of the call ([`run`]); `answer` makes the caller's output from the
 /// [`Invocation`] (its result alone, or all of it), so that [`Registry::invoke`] adds no layer of
 /// its own. The state of phases 2–9 stays on the stack unless one of them waits.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` moves its arguments into its state a second time on the first poll (~60 instructions per call)"
+)]
 pub(crate) fn invoke<T: Send + 'static>(
     registry: &Registry,
     mut request: InvokeRequest,
