@@ -252,6 +252,10 @@ fn taken_over_stop(note: impl Into<String>) -> Stop {
     Stop::noted(AgentSurfaceError::outcome_unknown(), Phase::Admission, note)
 }
 
+// The functions of phases 5–9 below are inlined into one another (`#[inline(always)]`): left to
+// the compiler, each was a call that moved the call's state and what it established into the
+// next, ~90 instructions per call in all (`spec/invocation.md` §11).
+
 /// How far phases 2–9 got without waiting: the output, or the rest of the call, boxed. A call
 /// that no hook waits on and whose handler completes on its first poll runs them all at once, and
 /// their state never enters the call's future (whose size is a large part of a call's cost); a
@@ -301,6 +305,7 @@ fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
 
 /// Phases 5 and 6 of a call phase 4 let through: the call's context, its input, the questions
 /// to the client, and the rate limit.
+#[inline(always)]
 fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, input: Value) -> Result<Step<'_>, Stop> {
     let Arrival { inner, request, options, correlation, tracked, target_argument_left, answered, hold, timing, .. } =
         arrival;
@@ -361,6 +366,7 @@ fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, inp
 
 /// The rest of phase 5 and phase 6 of a call admitted (under its natural key, if it has one): the
 /// author's precondition, questions to the client (5b), and the rate limit.
+#[inline(always)]
 fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let inner = call.inner;
     input::precondition(&call, &prepared)?;
@@ -380,6 +386,7 @@ fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 
 /// Phase 7: the registry's gate; a capability that declares a gate needs one. A gate that lets
 /// the call through without awaiting ([`confirmation::at_once`]) leaves the call unboxed.
+#[inline(always)]
 fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let declared = confirmation::declared(&call, prepared.decoded.input())?;
     match (&call.inner.config.confirmation, declared) {
@@ -401,6 +408,7 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 /// ([`hold::Hold::mark_started`], one round trip each), so that a lapse before this point
 /// is known to have run nothing. A call that cannot be marked does not run: confirmation evidence
 /// it `consumed` is given back, and nothing reaches the audit trail.
+#[inline(always)]
 fn marked(
     call: Call<'_>,
     prepared: input::Prepared,
@@ -430,6 +438,7 @@ fn marked(
 
 /// Phase 8a: the audit trail's start, for a capability with an effect, then phases 8–9 and the
 /// trail's finish.
+#[inline(always)]
 fn audited(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
         audit::Trail::None => execute(call, prepared),
@@ -479,6 +488,7 @@ fn audited_after_consuming(
 }
 
 /// Phase 8: the handler.
+#[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
     if let Some(hook) = &call.options.on_execute {
@@ -509,6 +519,7 @@ fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> 
 }
 
 /// Phases 8b and 9: the post-condition, if the capability declares one, and the output.
+#[inline(always)]
 fn verified(mut call: Call<'_>, input: Value, output: Outcome) -> Result<Step<'_>, Stop> {
     match (output, &call.def.verify) {
         (Ok(output), Some(check)) => {
@@ -523,6 +534,7 @@ fn verified(mut call: Call<'_>, input: Value, output: Outcome) -> Result<Step<'_
 }
 
 /// Phase 9: the output, once execution has ended.
+#[inline(always)]
 fn checked(call: &mut Call<'_>, output: Outcome) -> Outcome {
     if let Some(timing) = call.timing.as_mut() {
         timing.execute_end = Some(std::time::Instant::now());
