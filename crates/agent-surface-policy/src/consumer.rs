@@ -122,6 +122,23 @@ impl Consumer {
         Consumer { key: key.into(), identity: Some(Arc::new(identity)), principal: OnceLock::new() }
     }
 
+    /// A signed-in consumer keyed on its principal ([`Identity::principal_key`]), as the MCP
+    /// adapter keys callers its authenticator signed in: the key is the principal, built once and
+    /// shared (with [`Consumer::authenticated`] and that key, [`Consumer::principal`] would build
+    /// the principal key a second time to find it equal).
+    ///
+    /// ```
+    /// use agent_surface_policy::{Consumer, Identity};
+    /// let c = Consumer::signed_in(Identity::new("user-7"));
+    /// assert_eq!(c.key(), r#"principal:["user-7"]"#);
+    /// assert!(std::ptr::eq(c.key(), c.principal()), "one string, not two");
+    /// assert_eq!(c, Consumer::authenticated(r#"principal:["user-7"]"#, Identity::new("user-7")));
+    /// ```
+    pub fn signed_in(identity: Identity) -> Consumer {
+        let key: Arc<str> = identity.principal_key().into();
+        Consumer { key: key.clone(), identity: Some(Arc::new(identity)), principal: OnceLock::from(key) }
+    }
+
     /// The consumer key: one session of the caller (see [`Consumer`]).
     pub fn key(&self) -> &str {
         &self.key

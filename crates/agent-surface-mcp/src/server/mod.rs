@@ -143,7 +143,7 @@ impl McpServer {
         let config = config.into();
         let key: Arc<str> = Arc::from(new_session_key());
         let default_consumer = match &config.identity {
-            Some(identity) => Consumer::authenticated(principal_key(identity), identity.clone()),
+            Some(identity) => Consumer::signed_in(identity.clone()),
             None => Consumer::anonymous(key.clone()),
         };
         McpServer {
@@ -190,7 +190,7 @@ impl McpServer {
                 None => None,
             };
             return match identity {
-                Some(identity) => Consumer::authenticated(principal_key(&identity), identity),
+                Some(identity) => Consumer::signed_in(identity),
                 None => Consumer::anonymous(self.session.key.clone()),
             };
         }
