@@ -11,7 +11,9 @@
 //!   fingerprinted by version alone would otherwise be reused after the code changed (seen in CI,
 //!   where the checkout's path, and so the local registry's folder name, is the same every run);
 //! - `cargo clippy -D warnings` of each crate that has features, with no default features and with
-//!   each of its features alone;
+//!   each of its features alone; with no default features its tests, benches and examples too
+//!   (`--all-targets`), so that a target needing a feature says so (`required-features`, or a
+//!   `cfg` on the test module) rather than failing a contributor's build;
 //! - `cargo doc` of the workspace with every rustdoc warning an error.
 
 use std::path::Path;
@@ -161,7 +163,8 @@ pub(crate) fn run(root: &Path) -> Result<()> {
         }
         let base = ["clippy", "-p", c.name.as_str(), "--no-default-features"];
         let lints = ["--", "-D", "warnings"];
-        crate::step::step(root, &format!("features {} (none)", c.name), &cargo, &[&base[..], &lints].concat())?;
+        let none = [&base[..], &["--all-targets"], &lints].concat();
+        crate::step::step(root, &format!("features {} (none, all targets)", c.name), &cargo, &none)?;
         for feature in &c.features {
             let args = [&base[..], &["--features", feature.as_str()], &lints].concat();
             crate::step::step(root, &format!("features {} ({feature})", c.name), &cargo, &args)?;

@@ -37,7 +37,10 @@ pub(crate) enum ProtocolFault {
     IdInProgress,
     /// Its scope already has this many requests in progress (streamable HTTP,
     /// `McpHttpConfig::max_requests_in_flight`).
-    #[cfg_attr(not(feature = "http"), expect(dead_code, reason = "only the HTTP transport caps the ids in flight"))]
+    #[cfg_attr(
+        all(not(feature = "http"), not(test)),
+        expect(dead_code, reason = "only the HTTP transport caps the ids in flight")
+    )]
     TooManyInProgress(usize),
     /// A stdio line longer than the transport's limit (the number, in bytes).
     MessageTooLarge(usize),

@@ -5,6 +5,7 @@ mod client;
 mod conformance;
 mod drain;
 mod hostile;
+#[cfg(feature = "inbox")]
 mod inbox;
 mod openapi;
 mod routes;

@@ -3,9 +3,11 @@
 
 mod calls;
 mod codec;
+#[cfg(feature = "http")]
 mod compose;
 mod confirm;
 mod frames;
+#[cfg(feature = "http")]
 mod http;
 mod list;
 mod modern;

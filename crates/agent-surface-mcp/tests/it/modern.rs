@@ -939,6 +939,7 @@ async fn a_call_planned_on_a_changed_tool_definition_is_stale_and_names_the_live
 }
 
 /// One request to the HTTP binding's router; the status and the JSON body.
+#[cfg(feature = "http")]
 async fn over_http(
     app: &axum::Router,
     method: &str,
@@ -962,6 +963,7 @@ async fn over_http(
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+#[cfg(feature = "http")]
 #[tokio::test]
 async fn a_task_started_over_one_transport_is_read_over_the_other_by_its_owner_only() {
     let (shop, engine) = shop();
