@@ -415,9 +415,9 @@ async fn a_policy_gates_per_call() {
     assert_eq!(env.runs(), 2);
 }
 
-#[tokio::test]
-async fn a_failing_policy_gates_the_call() {
-    let broken = FnConfirmationPolicy::new("broken", |_call| Err(PolicyError::new("rules service down")));
+/// A policy that cannot decide gates the call under the capability's generic summary, and what it
+/// failed with (`secret`) never reaches the agent; nothing runs.
+async fn assert_a_broken_policy_gates(broken: impl agent_surface_policy::ConfirmationPolicy + 'static, secret: &str) {
     let env = env_with(|clock| ConfirmationConfig {
         clock: clock.clone(),
         policies: vec![Arc::new(broken)],
@@ -426,8 +426,14 @@ async fn a_failing_policy_gates_the_call() {
     let inv = env.invoke(adjust(1), alice()).await;
     let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
     assert_eq!(p.detail("summary"), Some(&json!("Call orders.adjust with the given input.")));
-    assert!(!p.to_json().to_string().contains("rules service"));
+    assert!(!p.to_json().to_string().contains(secret));
     assert_eq!(env.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_failing_policy_gates_the_call() {
+    let broken = FnConfirmationPolicy::new("broken", |_call| Err(PolicyError::new("rules service down")));
+    assert_a_broken_policy_gates(broken, "rules service").await;
 }
 
 /// A manual clock that counts its readings.
@@ -552,16 +558,7 @@ async fn a_policy_panicking_at_once_gates_the_call() {
     let broken = FnConfirmationPolicy::new("broken", |_call| -> Result<Gate, PolicyError> {
         panic!("policy bug token=sk_live_1")
     });
-    let env = env_with(|clock| ConfirmationConfig {
-        clock: clock.clone(),
-        policies: vec![Arc::new(broken)],
-        ..Default::default()
-    });
-    let inv = env.invoke(adjust(1), alice()).await;
-    let p = assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
-    assert_eq!(p.detail("summary"), Some(&json!("Call orders.adjust with the given input.")));
-    assert!(!p.to_json().to_string().contains("sk_live"));
-    assert_eq!(env.runs(), 0);
+    assert_a_broken_policy_gates(broken, "sk_live").await;
 }
 
 // ---- Wait mode ---------------------------------------------------------------------------
