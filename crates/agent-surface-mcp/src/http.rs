@@ -66,6 +66,13 @@ pub struct McpHttpConfig {
     pub max_body_bytes: usize,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Option<Duration>,
+    /// Answer a modern (2026-07-28, stateless) request whose reply is one message as plain JSON
+    /// (`Content-Type: application/json`) rather than as an event stream of one event. A call that
+    /// reports progress (or sends anything else) before its result is still answered as an event
+    /// stream, so nothing is lost. Both forms are ones every MCP client must read; the JSON one
+    /// costs client and server less per call. Legacy sessions answer on their event streams either
+    /// way. Default: on.
+    pub json_responses: bool,
     /// The connection limits [`serve_http`] applies (connection caps, header timeout, drain);
     /// see `agent_surface_server::Limits`.
     pub limits: agent_surface_server::Limits,
@@ -90,6 +97,7 @@ impl Default for McpHttpConfig {
             allowed_origins: vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
             max_body_bytes: 4 * 1024 * 1024,
             sse_keep_alive: Some(Duration::from_secs(15)),
+            json_responses: true,
             limits: agent_surface_server::Limits::default(),
             max_sessions: 1_000,
             session_idle: Duration::from_secs(600),
@@ -111,6 +119,7 @@ where
         .with_allowed_hosts(http.allowed_hosts.clone())
         .with_max_request_body_bytes(http.max_body_bytes)
         .with_sse_keep_alive(http.sse_keep_alive)
+        .with_json_response(http.json_responses)
         .with_cancellation_token(streams);
     config = if http.allowed_hosts.is_empty() { config.disable_allowed_hosts() } else { config };
     config = if http.allowed_origins.is_empty() {

@@ -29,7 +29,9 @@
 //! Servers:
 //!
 //! - `mcp-bare`: `rmcp`'s `StreamableHttpService` with a hand-written echo tool (the way the
-//!   `rmcp` docs show one), on axum, with `rmcp`'s default configuration;
+//!   `rmcp` docs show one), on axum, with `rmcp`'s default configuration but for the one choice
+//!   the adapter makes differently by default: a modern request's single reply is plain JSON
+//!   (`McpHttpConfig::json_responses`); `BENCH_SSE=1` makes both answer it as an event stream;
 //! - `mcp-plain`: the adapter (`agent_surface_mcp::http::serve_http`), no policy, and the client
 //!   sends no invocation id (the transport's own cost);
 //! - `mcp-memory`: the adapter with a bearer-token authenticator (one user per client), a global
@@ -222,6 +224,14 @@ fn nodelay(listener: tokio::net::TcpListener) -> axum::serve::TapIo<tokio::net::
     listener.tap_io(set as fn(&mut TcpStream))
 }
 
+/// Whether the MCP servers answer a modern request's single reply as plain JSON (the adapter's
+/// default, `McpHttpConfig::json_responses`, given to the bare `rmcp` server too); `BENCH_SSE=1`
+/// makes both answer it as an event stream of one event instead (`rmcp`'s default), to measure
+/// the difference. The servers inherit the variable from the bench.
+fn json_responses() -> bool {
+    std::env::var_os("BENCH_SSE").is_none()
+}
+
 async fn serve(kind: &str) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let addr = listener.local_addr().expect("bound");
@@ -245,7 +255,9 @@ async fn serve(kind: &str) {
             let service = StreamableHttpService::new(
                 move || Ok(Bare { tool: tool.clone() }),
                 Arc::new(LocalSessionManager::default()),
-                StreamableHttpServerConfig::default(),
+                // The adapter's transport choice (`McpHttpConfig::json_responses`), unless
+                // `BENCH_SSE` is set (see `json_responses`).
+                StreamableHttpServerConfig::default().with_json_response(json_responses()),
             );
             let app = axum::Router::new().route_service("/mcp", service);
             let _ = axum::serve(nodelay(listener), app).await;
@@ -259,7 +271,8 @@ async fn serve(kind: &str) {
             use agent_surface_mcp::http::{McpHttpConfig, serve_http};
             let registry = registry_of(mcp).await;
             let config = McpConfig { authenticator: Some(authenticator), ..McpConfig::default() };
-            let _ = serve_http(registry, config, McpHttpConfig::default(), listener, shutdown).await;
+            let http = McpHttpConfig { json_responses: json_responses(), ..McpHttpConfig::default() };
+            let _ = serve_http(registry, config, http, listener, shutdown).await;
         }
         binding => {
             use agent_surface_http::HttpConfig;

@@ -561,3 +561,83 @@ async fn a_batch_and_an_unprintable_method_are_refused_plainly() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     shutdown.cancel();
 }
+
+/// A registry with `work.steps`: reports two progress steps, then answers.
+fn stepping_registry() -> agent_surface_registry::Registry {
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    let registry = Registry::new(RegistryConfig::default());
+    registry
+        .define("work", |t| {
+            t.capability("steps", "Report two steps, then answer.")
+                .effect(agent_surface_core::Effect::Read)
+                .raw_handler(json!({"type": "object"}), None, |ctx: Ctx, _input: serde_json::Value| async move {
+                    for step in 1..=2 {
+                        ctx.progress(f64::from(step), Some(2.0), Some("step"));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Ok::<_, agent_surface_core::AgentSurfaceError>(json!({"done": true}))
+                });
+        })
+        .unwrap();
+    std::mem::forget(registry.mount("work", "main").unwrap());
+    registry
+}
+
+/// A modern `tools/call` of `work-steps`, with a progress token when `token` says so.
+async fn modern_steps(addr: std::net::SocketAddr, token: bool) -> (u16, String) {
+    let mut meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "steps", "version": "0"}});
+    if token {
+        meta["progressToken"] = json!("p-1");
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "work-steps", "arguments": {}, "_meta": meta}})
+    .to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "work-steps")];
+    post(addr, &headers, &body).await
+}
+
+/// The `Content-Type` of a response [`post`] returned.
+fn content_type(raw: &str) -> String {
+    raw.lines()
+        .take_while(|line| !line.is_empty())
+        .find_map(|line| line.split_once(':').filter(|(name, _)| name.eq_ignore_ascii_case("content-type")))
+        .map(|(_, value)| value.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// A modern request whose reply is one message is answered as plain JSON by default
+/// (`McpHttpConfig::json_responses`): the body is the JSON-RPC response itself. A call that
+/// reports progress is still answered as an event stream, the progress before the result; and
+/// with the option off, every reply is an event stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_single_reply_is_plain_json_and_progress_still_streams() {
+    let (addr, shutdown, _server) = serve(stepping_registry(), McpHttpConfig::default()).await;
+    let (status, raw) = modern_steps(addr, false).await;
+    assert_eq!((status, content_type(&raw).as_str()), (200, "application/json"), "{raw}");
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {raw}"));
+    assert_eq!((answer["id"].clone(), answer["result"]["isError"].clone()), (json!(9), json!(false)), "{raw}");
+    assert_eq!(answer["result"]["structuredContent"], json!({"done": true}), "{raw}");
+
+    let (status, raw) = modern_steps(addr, true).await;
+    assert_eq!((status, content_type(&raw).as_str()), (200, "text/event-stream"), "{raw}");
+    let events: Vec<serde_json::Value> = raw
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect();
+    let progress: Vec<_> = events.iter().filter(|e| e["method"] == "notifications/progress").collect();
+    let result = events.iter().position(|e| e["id"] == 9);
+    assert_eq!(progress.len(), 2, "{raw}");
+    assert!(result.is_some_and(|at| at == events.len() - 1), "the result comes last: {raw}");
+    shutdown.cancel();
+
+    let off = McpHttpConfig { json_responses: false, ..McpHttpConfig::default() };
+    let (addr, shutdown, _server) = serve(stepping_registry(), off).await;
+    let (status, raw) = modern_steps(addr, false).await;
+    assert_eq!((status, content_type(&raw).as_str()), (200, "text/event-stream"), "{raw}");
+    assert!(raw.contains(r#""done":true"#), "{raw}");
+    shutdown.cancel();
+}
