@@ -157,7 +157,7 @@ async fn run(
             }
         };
         if let (Some(timing), Some(_)) = (arrival.timing.as_mut(), &leader) {
-            timing.admitted = Some(std::time::Instant::now());
+            timing.admitted();
         }
         // Phases 2–9. The leader learns whether the handler of a capability whose interruption is
         // not harmless has started, so that dropping the call records an unknown outcome rather than
@@ -505,7 +505,7 @@ fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> 
         }
     }
     if let Some(timing) = call.timing.as_mut() {
-        timing.execute_start = Some(std::time::Instant::now());
+        timing.execute_started();
     }
     // A handler that completes on its first poll needs no timer and no watchers; one that does
     // not is awaited under them.
@@ -537,7 +537,7 @@ fn verified(mut call: Call<'_>, input: Value, output: Outcome) -> Result<Step<'_
 #[inline(always)]
 fn checked(call: &mut Call<'_>, output: Outcome) -> Outcome {
     if let Some(timing) = call.timing.as_mut() {
-        timing.execute_end = Some(std::time::Instant::now());
+        timing.execute_ended();
     }
     output::check(call, output?)
 }
