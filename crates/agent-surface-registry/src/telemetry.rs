@@ -47,14 +47,27 @@ pub(crate) const UNKNOWN_CAPABILITY: &str = "-";
 /// the durations recorded. A reading costs less than half of a [`std::time::Instant::now`] on x86;
 /// the counter's calibration is shared with the exporter's and runs once per process, on the first
 /// reading.
+///
+/// Held in the call's own state (32 bytes): a raw reading is never 0 in practice (the counter, or
+/// the nanoseconds, since boot), so a reading not taken is a `None` of [`NonZeroU64`] rather than
+/// a flag beside it; a reading of 0 would only leave its duration unrecorded.
 #[cfg(feature = "metrics")]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
     start: u64,
     /// Set for a call with an invocation id, once admission answered.
-    admitted: Option<u64>,
-    execute_start: Option<u64>,
-    execute_end: Option<u64>,
+    admitted: Option<NonZeroU64>,
+    execute_start: Option<NonZeroU64>,
+    execute_end: Option<NonZeroU64>,
+}
+
+#[cfg(feature = "metrics")]
+use std::num::NonZeroU64;
+
+/// A reading of [`clock`], `None` for the 0 no clock gives.
+#[cfg(feature = "metrics")]
+fn reading() -> Option<NonZeroU64> {
+    NonZeroU64::new(clock().raw())
 }
 
 /// The clock of metered calls (its calibration is `quanta`'s own, shared by every clock).
@@ -73,17 +86,17 @@ impl Timing {
 
     /// Admission answered a call with an invocation id (phase 1).
     pub(crate) fn admitted(&mut self) {
-        self.admitted = Some(clock().raw());
+        self.admitted = reading();
     }
 
     /// The handler starts (phase 8).
     pub(crate) fn execute_started(&mut self) {
-        self.execute_start = Some(clock().raw());
+        self.execute_start = reading();
     }
 
     /// The handler and its post-condition ended (phases 8, 8b).
     pub(crate) fn execute_ended(&mut self) {
-        self.execute_end = Some(clock().raw());
+        self.execute_end = reading();
     }
 }
 
@@ -114,7 +127,7 @@ impl Timing {
 mod recording {
     //! The recording itself (the `metrics` feature).
 
-    use super::{InvokeResult, Timing, clock};
+    use super::{InvokeResult, NonZeroU64, Timing, clock};
     use std::time::Instant;
     use std::collections::HashMap;
     use std::hash::{BuildHasherDefault, Hasher};
@@ -248,7 +261,8 @@ mod recording {
             self.transports
                 .iter()
                 .map(|slot| slot.get_or_init(|| TransportHandles::register(transport)))
-                .find(|handles| handles.transport == transport)
+                // The adapters pass their name as one constant, so the address usually decides.
+                .find(|handles| std::ptr::eq(handles.transport, transport) || handles.transport == transport)
         }
     }
 
@@ -369,10 +383,10 @@ mod recording {
                     handles.ok.increment(1);
                 }
                 if let Some(admitted) = timing.admitted {
-                    handles.admission.record(seconds(timing.start, admitted));
+                    handles.admission.record(seconds(timing.start, admitted.get()));
                 }
                 if let Some(start) = timing.execute_start {
-                    handles.execute.record(seconds(start, timing.execute_end.unwrap_or(end)));
+                    handles.execute.record(seconds(start.get(), timing.execute_end.map_or(end, NonZeroU64::get)));
                 }
                 handles.total.record(seconds(timing.start, end));
             });

@@ -48,7 +48,7 @@ pub(crate) struct Arrival<'a> {
     /// made the call a leader; `None` for an untracked call.
     pub(crate) hold: Option<Arc<Hold>>,
     /// The call's clock readings for the metrics, when they are on.
-    pub(crate) timing: &'a mut Option<Box<Timing>>,
+    pub(crate) timing: &'a mut Option<Timing>,
 }
 
 impl Arrival<'_> {
@@ -87,7 +87,7 @@ pub(crate) struct Call<'a> {
     /// no record.
     pub(crate) hold: Option<Arc<Hold>>,
     /// The call's clock readings for the metrics, when they are on.
-    pub(crate) timing: &'a mut Option<Box<Timing>>,
+    pub(crate) timing: &'a mut Option<Timing>,
 }
 
 impl Call<'_> {
