@@ -6,7 +6,8 @@
 //! recorder is in scope (a thread-local read and an atomic load), finds its no-op one, and takes
 //! no clock readings. With one, the handles of each transport and capability are registered once
 //! and reused, so a successful call costs its clock readings and the recorder's own updates, not
-//! a key built and hashed per metric. Measured by `cargo bench -p agent-surface-registry --bench
+//! a key built and hashed per metric. The readings are `quanta`'s (the clock the Prometheus
+//! exporter reads; its calibration runs once per process, on the first metered call). Measured by `cargo bench -p agent-surface-registry --bench
 //! pipeline` (`pipeline/metrics_off`, `pipeline/no_invocation_id` — on, no recorder — and
 //! `recorded/prometheus`).
 //!
@@ -128,11 +129,11 @@ mod recording {
     //! The recording itself (the `metrics` feature).
 
     use super::{InvokeResult, NonZeroU64, Timing, clock};
-    use std::time::Instant;
     use std::collections::HashMap;
     use std::hash::{BuildHasherDefault, Hasher};
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::sync::{OnceLock, PoisonError, RwLock};
+    use std::time::Instant;
 
     use agent_surface_core::details::{RateLimitReason, RateLimitedDetails};
     use metrics::{Counter, Gauge, Histogram, Recorder};

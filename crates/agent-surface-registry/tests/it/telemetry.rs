@@ -192,3 +192,36 @@ fn store_usage_is_reported_on_request() {
     assert!(sample(&text, r#"agent_surface_store_entries{store="idempotency"}"#).is_some(), "{text}");
     assert!(sample(&text, r#"agent_surface_store_bytes{store="idempotency"}"#).is_some(), "{text}");
 }
+
+#[test]
+fn durations_are_recorded_in_seconds_and_the_handler_s_lies_within_the_call_s() {
+    // A handler that waits 50 ms: its duration (and the call's) is at least that in seconds, with
+    // a margin for the clock's calibration, and far below what a unit slip (milliseconds or
+    // nanoseconds counted as seconds) would give.
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let r = Registry::new(RegistryConfig::default());
+            let schema = json!({"type": "object"});
+            r.define("m", |t| {
+                t.capability("slow", "Waits.").raw_handler(schema, None, |_c: Ctx, v: Value| async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    Ok(v)
+                });
+            })
+            .expect("valid");
+            let _m = r.mount("m", "main").expect("mount");
+            assert!(r.invoke(call("m.slow", json!({})), consumer("c")).await.is_ok());
+        });
+    });
+    let text = handle.render();
+    let seconds = |group: &str| {
+        let series = format!(r#"agent_surface_call_duration_seconds_sum{{capability="m.slow",phase_group="{group}"}}"#);
+        sample(&text, &series).unwrap_or_else(|| panic!("no {group} duration in {text}"))
+    };
+    let (execute, total) = (seconds("execute"), seconds("total"));
+    assert!((0.045..10.0).contains(&execute), "execute {execute} s\n{text}");
+    assert!(execute <= total && total < 10.0, "execute {execute} s, total {total} s\n{text}");
+}
