@@ -19,7 +19,7 @@
 //! beside them, the steadiest figure on a shared machine.
 //!
 //! To profile one server, start it by hand (`BENCH_SERVER=mcp-memory`, printing its address)
-//! and drive it with `BENCH_DRIVE=ADDR,WIRE,N` (see [`drive`]).
+//! and drive it with `BENCH_DRIVE=ADDR,WIRE,N[,untracked][,sequential]` (see [`drive`]).
 //!
 //! `BENCH_SERVER_PRELOAD=PATH` starts every server (the bare ones too) with `LD_PRELOAD=PATH`,
 //! e.g. a system's `libjemalloc.so.2`: the memory idempotency store keeps up to 100,000 records
@@ -555,10 +555,13 @@ struct Target {
     cpu: f64,
 }
 
-/// `BENCH_DRIVE=ADDR,WIRE,N[,untracked]`: the client alone, for profiling a server started by
-/// hand (`BENCH_SERVER=mcp-memory`, e.g. under `perf` or `valgrind`): `N` calls over 50 clients on
-/// `WIRE` (`legacy`, `modern` or `binding`; with an invocation id each, unless `untracked`, as the
-/// run calls `mcp-plain`), after 200 sequential calls of warm-up, then the calls/s.
+/// `BENCH_DRIVE=ADDR,WIRE,N[,OPTION…]`: the client alone, for profiling a server started by hand
+/// (`BENCH_SERVER=mcp-memory`, e.g. under `perf` or `valgrind`): `N` calls over 50 clients on
+/// `WIRE` (`legacy`, `modern` or `binding`), after 200 sequential calls of warm-up, then the
+/// calls/s. Options: `untracked` sends no invocation id (as the run calls `mcp-plain`; by default
+/// every call has a fresh one); `sequential` makes the `N` calls one at a time over one connection
+/// instead (the warm-up on a connection of its own), then prints their mean latency — the mode for
+/// counting a server's syscalls, wake-ups and context switches per sequential call (`perf stat -p`).
 fn drive(spec: &str) {
     let mut parts = spec.split(',');
     let addr: std::net::SocketAddr = parts.next().and_then(|a| a.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
@@ -569,13 +572,22 @@ fn drive(spec: &str) {
         other => panic!("BENCH_DRIVE: unknown wire {other:?}"),
     };
     let n: usize = parts.next().and_then(|n| n.parse().ok()).expect("BENCH_DRIVE=ADDR,WIRE,N");
-    let tracked = match parts.next() {
-        None => true,
-        Some("untracked") => false,
-        other => panic!("BENCH_DRIVE: unknown option {other:?}"),
-    };
+    let (mut tracked, mut one_at_a_time) = (true, false);
+    for option in parts {
+        match option {
+            "untracked" => tracked = false,
+            "sequential" => one_at_a_time = true,
+            other => panic!("BENCH_DRIVE: unknown option {other:?}"),
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     rt.block_on(sequential(addr, wire, tracked, 200));
+    if one_at_a_time {
+        let figures = rt.block_on(sequential(addr, wire, tracked, n));
+        let mean = figures.latencies.iter().sum::<Duration>() / n.max(1) as u32;
+        println!("{n} sequential calls: {:.0} calls/s, mean {:.1} µs", figures.calls_per_s, mean.as_secs_f64() * 1e6);
+        return;
+    }
     let figures = rt.block_on(loaded(addr, wire, tracked, n));
     println!("{n} calls over {CLIENTS} clients: {:.0} calls/s", figures.calls_per_s);
 }
