@@ -100,6 +100,12 @@ impl Conn {
         phase % 2 == 1
     }
 
+    /// Since when the connection has been idle between two requests (waiting for its next
+    /// head); `None` while it is busy, or before its first request.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        *lock(&self.since)
+    }
+
     pub(crate) fn table(&self) -> &Conns {
         &self.table
     }
@@ -110,7 +116,7 @@ impl Conn {
     }
 
     /// A request head arrived: busy until the returned guard is dropped (its response sent).
-    fn busy(self: &Arc<Self>) -> Busy {
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
         let since = lock(&self.since).take();
         if let Some(since) = since {
             lock(&self.table.idle).remove(&(since, self.id));
@@ -138,7 +144,7 @@ impl Drop for Conn {
 }
 
 /// A connection busy with a request until dropped.
-struct Busy(Arc<Conn>);
+pub(crate) struct Busy(Arc<Conn>);
 
 impl Drop for Busy {
     fn drop(&mut self) {

@@ -109,7 +109,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -314,10 +314,10 @@ pub async fn serve_with(
         let evicted = conn.evicted().clone();
         let service = Tracked::new(router.clone(), conn.clone());
         let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
+            // The header timeout is `Paced`'s, on one timer per connection (see `head`).
+            .header_read_timeout(None)
             .keep_alive(true)
-            .serve_connection(TokioIo::new(Paced::new(stream, conn, rate, admitted)), service);
+            .serve_connection(TokioIo::new(Paced::new(stream, conn, rate, limits.header_timeout, admitted)), service);
         let (shutdown, dropped, per_peer) = (shutdown.clone(), dropped.clone(), per_peer.clone());
         tracker.spawn(async move {
             // The connection (and its socket) is dropped at the end of this block, before its
