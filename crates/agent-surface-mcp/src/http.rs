@@ -115,6 +115,37 @@ where
     H: ServerHandler + Send + 'static,
     F: Fn() -> H + Send + Sync + 'static,
 {
+    endpoint(new_session, http, streams, None)
+}
+
+/// What the endpoint's one handler holds, shared by every request behind one `Arc`.
+struct Endpoint<H: ServerHandler + Send + 'static> {
+    service: StreamableHttpService<H, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    /// The host check and the authenticator of [`guarded`], when it applies.
+    guard: Option<(Vec<String>, Arc<dyn Authenticator>)>,
+    max_sessions: usize,
+    max_body: usize,
+    opening: Arc<std::sync::Mutex<usize>>,
+    in_flight: Arc<InFlightIds>,
+}
+
+/// The router of [`router_with`], and of [`router`] with `guard` (the hosts admitted and the
+/// authenticator). Every step a request goes through before `rmcp` — the host check and the
+/// authenticator when guarded, the screen, the legacy id's hold, the session slot — runs in one
+/// handler, in that order, rather than in a middleware layer each: axum boxes a layered route's
+/// service again for every layer, and clones (allocates) every box beneath a layer once per
+/// request at each layer, about 35 allocations a request for the four layers this replaced.
+fn endpoint<H, F>(
+    new_session: F,
+    http: &McpHttpConfig,
+    streams: CancellationToken,
+    guard: Option<(Vec<String>, Arc<dyn Authenticator>)>,
+) -> axum::Router
+where
+    H: ServerHandler + Send + 'static,
+    F: Fn() -> H + Send + Sync + 'static,
+{
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(http.allowed_hosts.clone())
         .with_max_request_body_bytes(http.max_body_bytes)
@@ -130,68 +161,87 @@ where
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(http.session_idle);
     let sessions = Arc::new(sessions);
-    // Shared: axum clones a route's service for every request, and each middleware layer clones
-    // the one it wraps again, so `StreamableHttpService` (whose clone copies its configuration,
-    // the allowed hosts and origins among it) was copied about ten times a request; behind an
-    // `Arc`, each clone is a reference count.
-    let service = Arc::new(StreamableHttpService::new(move || Ok(new_session()), sessions.clone(), config));
+    let new_session = move || Ok(new_session());
+    // Shared behind one `Arc`: axum clones a route's service for every request, and
+    // `StreamableHttpService`'s clone copies its configuration (the allowed hosts and origins
+    // among it).
+    let endpoint = Arc::new(Endpoint {
+        service: StreamableHttpService::new(new_session, sessions.clone(), config),
+        sessions,
+        guard,
+        max_sessions: http.max_sessions,
+        max_body: http.max_body_bytes,
+        opening: Arc::new(std::sync::Mutex::new(0)),
+        in_flight: InFlightIds::new(http.max_requests_in_flight),
+    });
     let service = {
         use axum::handler::HandlerWithoutStateExt;
         let handle = move |request: axum::extract::Request| {
-            let service = service.clone();
-            async move { service.handle(request).await }
+            let endpoint = endpoint.clone();
+            async move { endpoint.serve(request).await }
         };
         handle.into_service()
     };
-    let max = http.max_sessions;
-    let max_body = http.max_body_bytes;
-    let opening = Arc::new(std::sync::Mutex::new(0usize));
-    let in_flight = InFlightIds::new(http.max_requests_in_flight);
-    axum::Router::new().route_service(&http.path, service).layer(axum::middleware::from_fn(
-        move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let (sessions, opening, in_flight) = (sessions.clone(), opening.clone(), in_flight.clone());
-            let open_stream = is_open_stream(&request);
-            async move {
-                let (request, screened) = match screen_body(request, max_body).await {
-                    Ok(screened) => screened,
-                    Err(refused) => return refused,
-                };
-                // A legacy request's id is held in its session until its response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
-                let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&in_flight, &request, s)) {
-                    Ok(held) => held,
-                    Err((refusal, id)) => {
-                        // The id is not logged: it may be as long as the body.
-                        tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused: its id or its scope is taken");
-                        return jsonrpc_refusal(refusal, Some(id));
-                    }
-                };
-                // Every `initialize` opens a session (whatever era it names): it takes a slot,
-                // counted together with the sessions open, before it reaches `rmcp`.
-                let opens = screened.is_some_and(|s| s.initialize) && !request.headers().contains_key("mcp-session-id");
-                let _slot = if opens {
-                    let open = sessions.sessions.read().await.len();
-                    match Slot::take(&opening, open, max) {
-                        Some(slot) => Some(slot),
-                        None => {
-                            tracing::warn!(target: "agent_surface::mcp", max, "session cap reached; initialize refused");
-                            return session_cap_response();
-                        }
-                    }
-                } else {
-                    None
-                };
-                let mut response = next.run(request).await;
-                if open_stream {
-                    response.extensions_mut().insert(agent_surface_server::OpenStream);
+    axum::Router::new().route_service(&http.path, service)
+}
+
+impl<H: ServerHandler + Send + 'static> Endpoint<H> {
+    /// One request: the host and the authenticator (when guarded), the screen, the legacy id's
+    /// hold and the session slot, then `rmcp`.
+    async fn serve(&self, mut request: axum::extract::Request) -> axum::response::Response {
+        if let Some((allowed, authenticator)) = &self.guard {
+            // The host is checked before the token, as `rmcp` checks it (after): a client must not
+            // be sent to sign in by a server that will then refuse its host.
+            if let Some(refused) = host_refusal(allowed, &request) {
+                return refused;
+            }
+            match authenticator.try_authenticate(request.headers()).await {
+                Ok(identity) => {
+                    request.extensions_mut().insert(Authenticated(identity));
                 }
-                match held {
-                    Some(held) => response
-                        .map(|body| axum::body::Body::from_stream(Holding::new(body.into_data_stream(), held))),
-                    None => response,
+                Err(rejection) => return rejected(&rejection),
+            }
+        }
+        let open_stream = is_open_stream(&request);
+        let (request, screened) = match screen_body(request, self.max_body).await {
+            Ok(screened) => screened,
+            Err(refused) => return refused,
+        };
+        // A legacy request's id is held in its session until its response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
+        let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&self.in_flight, &request, s)) {
+            Ok(held) => held,
+            Err((refusal, id)) => {
+                // The id is not logged: it may be as long as the body.
+                tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused: its id or its scope is taken");
+                return jsonrpc_refusal(refusal, Some(id));
+            }
+        };
+        // Every `initialize` opens a session (whatever era it names): it takes a slot,
+        // counted together with the sessions open, before it reaches `rmcp`.
+        let opens = screened.is_some_and(|s| s.initialize) && !request.headers().contains_key("mcp-session-id");
+        let _slot = if opens {
+            let open = self.sessions.sessions.read().await.len();
+            match Slot::take(&self.opening, open, self.max_sessions) {
+                Some(slot) => Some(slot),
+                None => {
+                    tracing::warn!(target: "agent_surface::mcp", max = self.max_sessions, "session cap reached; initialize refused");
+                    return session_cap_response();
                 }
             }
-        },
-    ))
+        } else {
+            None
+        };
+        let mut response = self.service.handle(request).await.map(axum::body::Body::new);
+        if open_stream {
+            response.extensions_mut().insert(agent_surface_server::OpenStream);
+        }
+        match held {
+            Some(held) => {
+                response.map(|body| axum::body::Body::from_stream(Holding::new(body.into_data_stream(), held)))
+            }
+            None => response,
+        }
+    }
 }
 
 /// Holds the id of a legacy request (`screened`) in its session (`Mcp-Session-Id`). An
@@ -333,10 +383,9 @@ fn session_cap_response() -> axum::response::Response {
 /// calls they carry: give it `agent_surface_server::Drain::streams` (see
 /// [the module docs](self)).
 pub fn router(registry: Registry, config: McpConfig, http: &McpHttpConfig, streams: CancellationToken) -> axum::Router {
-    let authenticator = config.authenticator.clone();
+    let guard = guard(&config, http);
     let config = Arc::new(config);
-    let app = router_with(move || McpServer::new(registry.clone(), config.clone()), http, streams);
-    guarded(app, authenticator, http)
+    endpoint(move || McpServer::new(registry.clone(), config.clone()), http, streams, guard)
 }
 
 /// [`router`] with the application's own handler beside the tools: `new_app` builds it for each
@@ -375,46 +424,41 @@ where
     H: ServerHandler + Send + 'static,
     F: Fn() -> H + Send + Sync + 'static,
 {
-    let authenticator = config.authenticator.clone();
+    let guard = guard(&config, http);
     let config = Arc::new(config);
-    let app =
-        router_with(move || McpServer::new(registry.clone(), config.clone()).with_fallback(new_app()), http, streams);
-    guarded(app, authenticator, http)
+    let new_session = move || McpServer::new(registry.clone(), config.clone()).with_fallback(new_app());
+    endpoint(new_session, http, streams, guard)
 }
 
-/// `app` behind the authenticator, if any, with the host checked first.
-fn guarded(app: axum::Router, authenticator: Option<Arc<dyn Authenticator>>, http: &McpHttpConfig) -> axum::Router {
-    match authenticator {
-        // The host is checked before the token, as `rmcp` checks it (after): a client must not be
-        // sent to sign in by a server that will then refuse its host.
-        Some(authenticator) => host_checked(authenticated(app, authenticator), http.allowed_hosts.clone()),
-        None => app,
-    }
+/// What guards [`router`]'s endpoint: with an authenticator, every request's host is checked
+/// (`agent_surface_server::check_host`, against `http.allowed_hosts`) and then its headers shown
+/// to the authenticator, before anything else (see [`Endpoint::serve`]).
+fn guard(config: &McpConfig, http: &McpHttpConfig) -> Option<(Vec<String>, Arc<dyn Authenticator>)> {
+    config.authenticator.clone().map(|authenticator| (http.allowed_hosts.clone(), authenticator))
 }
 
-/// `app` with every request's host checked first (`agent_surface_server::check_host`): another
-/// host is the same `403` `rmcp`'s own check answers (which still runs, behind).
-fn host_checked(app: axum::Router, allowed: Vec<String>) -> axum::Router {
+/// The answer to a request whose host is not `allowed` (`agent_surface_server::check_host`): the
+/// same `403` `rmcp`'s own check answers (which still runs, behind), or `400` for a repeated
+/// `Host`; `None` for an allowed one.
+fn host_refusal(allowed: &[String], request: &axum::extract::Request) -> Option<axum::response::Response> {
     use agent_surface_server::HostCheck;
-    let allowed = Arc::new(allowed);
-    app.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-        let allowed = allowed.clone();
-        async move {
-            let answer = |status: axum::http::StatusCode, text: &'static str| {
-                tracing::debug!(target: "agent_surface::mcp", status = status.as_u16(), "host refused before authentication");
-                axum::response::Response::builder()
-                    .status(status)
-                    .header(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                    .body(axum::body::Body::from(text))
-                    .unwrap_or_default()
-            };
-            match agent_surface_server::check_host(&allowed, request.uri(), request.headers()) {
-                HostCheck::Allowed => next.run(request).await,
-                HostCheck::NotAllowed => answer(axum::http::StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed"),
-                HostCheck::Repeated => answer(axum::http::StatusCode::BAD_REQUEST, "Bad Request: more than one Host header"),
-            }
+    let answer = |status: axum::http::StatusCode, text: &'static str| {
+        tracing::debug!(target: "agent_surface::mcp", status = status.as_u16(), "host refused before authentication");
+        axum::response::Response::builder()
+            .status(status)
+            .header(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(axum::body::Body::from(text))
+            .unwrap_or_default()
+    };
+    match agent_surface_server::check_host(allowed, request.uri(), request.headers()) {
+        HostCheck::Allowed => None,
+        HostCheck::NotAllowed => {
+            Some(answer(axum::http::StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed"))
         }
-    }))
+        HostCheck::Repeated => {
+            Some(answer(axum::http::StatusCode::BAD_REQUEST, "Bad Request: more than one Host header"))
+        }
+    }
 }
 
 /// `app` with every request first shown to `authenticator`'s
