@@ -501,7 +501,7 @@ impl Default for MemoryStoreConfig {
 }
 
 /// What one record costs beyond its key and its result: the fingerprint, the map entry, the
-/// shared key's allocation and the queue entries, rounded up.
+/// allocator's header of the record's one allocation and the queue entries, rounded up.
 const RECORD_OVERHEAD: usize = 192;
 
 /// The bytes a record of `key` holds before it has a result.
@@ -509,11 +509,51 @@ fn key_bytes(key: &IdempotencyKey) -> usize {
     key.consumer_key.len() + key.invocation_id.len() + RECORD_OVERHEAD
 }
 
-/// `result` as JSON text, the form in which a record keeps it.
-fn json_text(result: &InvokeResult) -> Box<[u8]> {
-    // Serializing a result cannot fail (its maps have string keys); were it to, the record would
-    // keep `null`, which a replay reports as unreadable rather than answering wrongly.
-    serde_json::to_vec(result).unwrap_or_else(|_| b"null".to_vec()).into_boxed_slice()
+/// The largest scratch buffer a thread keeps between two settlements; one that grew past it (a
+/// large result) is let go, so that a rare large result does not pin its size on every thread.
+const SCRATCH_KEPT: usize = 64 << 10;
+
+/// `key`'s consumer key and invocation id, then `result` as JSON text (the form in which a
+/// record keeps it), in one allocation of exactly that length.
+///
+/// The text is written into a buffer the thread keeps, then copied once into the record's
+/// allocation: a settlement costs one allocation of the record's size, not a growing buffer
+/// reallocated as the text grows and shrunk at the end.
+fn record_bytes(key: &IdempotencyKey, result: &InvokeResult) -> Box<[u8]> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let write = |buf: &mut Vec<u8>| {
+        buf.extend_from_slice(key.consumer_key.as_bytes());
+        buf.extend_from_slice(key.invocation_id.as_bytes());
+        let start = buf.len();
+        // Serializing a result cannot fail (its maps have string keys); were it to, the record
+        // would keep `null`, which a replay reports as unreadable rather than answering wrongly.
+        if serde_json::to_writer(&mut *buf, result).is_err() {
+            buf.truncate(start);
+            buf.extend_from_slice(b"null");
+        }
+    };
+    SCRATCH
+        .try_with(|scratch| {
+            // Serializing never re-enters the store, so the buffer is free; were it not, a fresh
+            // one does the same work.
+            let Ok(mut buf) = scratch.try_borrow_mut() else { return None };
+            buf.clear();
+            write(&mut buf);
+            let bytes = Box::<[u8]>::from(&buf[..]);
+            if buf.capacity() > SCRATCH_KEPT {
+                *buf = Vec::new();
+            }
+            Some(bytes)
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            let mut buf = Vec::new();
+            write(&mut buf);
+            buf.into_boxed_slice()
+        })
 }
 
 /// An [`IdempotencyStore`] in this process's memory, bounded by a capacity.
@@ -599,10 +639,13 @@ struct Entry {
     hash: u64,
     /// The hash of the key's consumer key (where its [`Held`] is).
     consumer_hash: u64,
-    /// The consumer key, then the invocation id, in one allocation.
-    key: Box<str>,
-    /// Where the consumer key ends in `key`.
+    /// The consumer key, then the invocation id, then (once a result is stored) the result's JSON
+    /// text: a record holds one allocation, whatever it holds.
+    data: Box<[u8]>,
+    /// Where the consumer key ends in `data`.
     split: usize,
+    /// Where the invocation id ends in `data`, and a stored result's text begins.
+    key_end: usize,
     generation: u64,
     /// What this record holds, in bytes (see [`key_bytes`]; a stored result adds its JSON text).
     bytes: usize,
@@ -610,13 +653,18 @@ struct Entry {
 }
 
 impl Entry {
-    fn consumer(&self) -> &str {
-        self.key.split_at(self.split).0
+    fn consumer(&self) -> &[u8] {
+        &self.data[..self.split]
     }
 
     fn is(&self, key: &IdempotencyKey) -> bool {
-        let (consumer, invocation_id) = self.key.split_at(self.split);
-        consumer == key.consumer_key && invocation_id == key.invocation_id
+        self.data[..self.split] == *key.consumer_key.as_bytes()
+            && self.data[self.split..self.key_end] == *key.invocation_id.as_bytes()
+    }
+
+    /// The stored result's JSON text (empty while the record is in flight).
+    fn result_text(&self) -> &[u8] {
+        &self.data[self.key_end..]
     }
 
     fn slot(&self) -> Slot {
@@ -633,12 +681,11 @@ enum Record {
         /// call nobody joins (most) costs no channel and hands its result over without a copy.
         sender: Option<watch::Sender<Option<InvokeResult>>>,
     },
+    /// A stored result, kept as its JSON text after the key in the entry's allocation
+    /// ([`Entry::result_text`]), read back for a replay: the bytes counted against the budgets are
+    /// the bytes held, and a record is one allocation however many values its result holds.
     Done {
         fingerprint: Fingerprint,
-        /// The result as its JSON text, read back for a replay: the bytes counted against the
-        /// budgets are the bytes held, and a stored result is one allocation however many
-        /// values it holds.
-        result: Box<[u8]>,
         expires_at: Timestamp,
         /// An unknown outcome waiting to be reconciled: evicted after other results (see
         /// [`MAX_SPARED`]).
@@ -711,10 +758,10 @@ impl MemoryIdempotencyStore {
                     let sender = sender.get_or_insert_with(|| watch::channel(None).0);
                     Admission::Follower(follow(sender.subscribe(), key.invocation_id.clone()))
                 }
-                Record::Done { fingerprint: stored, result, .. } if *stored == fingerprint => {
+                Record::Done { fingerprint: stored, .. } if *stored == fingerprint => {
                     // The store wrote these bytes from a result; reading them back cannot fail
                     // short of memory corruption, which is then reported, not replayed.
-                    match serde_json::from_slice(result) {
+                    match serde_json::from_slice(entry.result_text()) {
                         Ok(result) => Admission::Replay(result),
                         Err(e) => return Err(StoreError::Unavailable(format!("a stored result is unreadable: {e}"))),
                     }
@@ -724,8 +771,8 @@ impl MemoryIdempotencyStore {
                 }
             });
         }
-        let consumer = key.consumer_key.as_str();
-        let consumer_hash = self.hasher.hash_one(consumer);
+        let consumer_hash = self.hasher.hash_one(key.consumer_key.as_str());
+        let consumer = key.consumer_key.as_bytes();
         // The consumer's quota first: it makes room from its own results only.
         while inner.held(consumer_hash, consumer).map_or(0, |h| h.count) >= self.per_consumer {
             if !inner.evict_oldest_done_of(consumer_hash, consumer) {
@@ -748,13 +795,14 @@ impl MemoryIdempotencyStore {
         let bytes = key_bytes(key);
         inner.make_room(consumer_hash, consumer, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
-        let mut joined = String::with_capacity(consumer.len() + key.invocation_id.len());
-        joined.push_str(consumer);
-        joined.push_str(&key.invocation_id);
+        let mut data = Vec::with_capacity(consumer.len() + key.invocation_id.len());
+        data.extend_from_slice(consumer);
+        data.extend_from_slice(key.invocation_id.as_bytes());
         let entry = Entry {
             hash,
             consumer_hash,
-            key: joined.into_boxed_str(),
+            key_end: data.len(),
+            data: data.into_boxed_slice(),
             split: consumer.len(),
             generation,
             bytes,
@@ -767,8 +815,13 @@ impl MemoryIdempotencyStore {
                 held.bytes += bytes;
             }
             None => {
-                let held =
-                    Held { hash: consumer_hash, consumer: consumer.into(), count: 1, bytes, order: VecDeque::new() };
+                let held = Held {
+                    hash: consumer_hash,
+                    consumer: key.consumer_key.as_str().into(),
+                    count: 1,
+                    bytes,
+                    order: VecDeque::new(),
+                };
                 inner.consumers.insert_unique(consumer_hash, held, |h| h.hash);
             }
         }
@@ -795,7 +848,7 @@ impl MemoryIdempotencyStore {
             Some((this, consumer_hash, bytes)) => {
                 let gone = inner.take(this);
                 inner.in_flight -= 1;
-                inner.released(consumer_hash, &key.consumer_key, bytes);
+                inner.released(consumer_hash, key.consumer_key.as_bytes(), bytes);
                 gone
             }
             None => {
@@ -819,15 +872,17 @@ impl MemoryIdempotencyStore {
         settlement: Settlement,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        // What a stored record keeps, written before the lock is taken: the result's JSON, or,
-        // when it is over the limit, that it was withheld; and whether it is an unknown outcome.
-        // (A settlement that turns out not to hold the record wastes this work; a valid one never
-        // waits on it under the lock.) The result itself goes to the followers, if any.
+        // What a stored record keeps, written before the lock is taken: its key and the result's
+        // JSON, or, when it is over the limit, that it was withheld; and whether it is an unknown
+        // outcome. (A settlement that turns out not to hold the record wastes this work; a valid
+        // one never waits on it under the lock.) The result itself goes to the followers, if any.
         let kept = match &settlement {
-            Settlement::Store { result, expires_at } if *expires_at > now => Some(self.stored_form(result)),
+            Settlement::Store { result, expires_at } if *expires_at > now => Some(self.stored_form(key, result)),
             _ => None,
         };
         let hash = self.hasher.hash_one(key);
+        // The in-flight record's allocation, replaced by the stored one: freed after the lock.
+        let retired: Box<[u8]>;
         let mut guard = self.lock();
         let inner = &mut *guard;
         // Only this leader's record, in flight under its lease, is settled; any other is left
@@ -841,12 +896,13 @@ impl MemoryIdempotencyStore {
             }
             _ => return Err(StoreError::LeaseLost),
         };
-        let (this, consumer_hash, held_bytes) = (entry.slot(), entry.consumer_hash, entry.bytes);
-        let consumer = key.consumer_key.as_str();
+        let (this, consumer_hash, held_bytes, key_end) =
+            (entry.slot(), entry.consumer_hash, entry.bytes, entry.key_end);
+        let consumer = key.consumer_key.as_bytes();
         inner.in_flight -= 1;
         let for_followers = match (settlement, kept) {
             (Settlement::Store { result, expires_at }, Some((kept, spare))) => {
-                let result_bytes = kept.len();
+                let result_bytes = kept.len() - key_end;
                 // Room for it comes from stored results only (never from this record, which is
                 // in flight until it is stored below).
                 inner.make_room(consumer_hash, consumer, result_bytes, self.per_consumer_bytes, self.max_bytes);
@@ -864,23 +920,28 @@ impl MemoryIdempotencyStore {
                     held.bytes += result_bytes;
                     held.order.push_back(stored);
                 }
-                if let Some(entry) = inner.records.find_mut(hash, |e| e.generation == this.generation) {
-                    entry.generation = generation;
-                    entry.bytes = held_bytes + result_bytes;
-                    entry.record = Record::Done { fingerprint, spare, result: kept, expires_at };
-                }
+                retired = match inner.records.find_mut(hash, |e| e.generation == this.generation) {
+                    Some(entry) => {
+                        entry.generation = generation;
+                        entry.bytes = held_bytes + result_bytes;
+                        entry.record = Record::Done { fingerprint, spare, expires_at };
+                        std::mem::replace(&mut entry.data, kept)
+                    }
+                    None => kept,
+                };
                 inner.compact_consumer_order(consumer_hash, consumer);
                 Some(result)
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
             (Settlement::Store { result, .. } | Settlement::Release { result }, _) => {
-                drop(inner.take(this));
+                retired = inner.take(this).map_or_else(Box::default, |gone| gone.data);
                 inner.released(consumer_hash, consumer, held_bytes);
                 Some(result)
             }
         };
         inner.compact_order();
         drop(guard);
+        drop(retired);
         // Hand the result over (or drop it) outside the lock: waking followers must not contend
         // with it.
         if let (Some(sender), Some(result)) = (sender, for_followers) {
@@ -889,16 +950,18 @@ impl MemoryIdempotencyStore {
         Ok(())
     }
 
-    /// What the record of `result` keeps: its JSON text, or, over
-    /// [`MemoryStoreConfig::max_result_bytes`], that of `EXECUTION_FAILED {reason:
-    /// output-too-large}`; and whether it is an unknown outcome ([`awaits_reconciliation`]).
-    fn stored_form(&self, result: &InvokeResult) -> (Box<[u8]>, bool) {
-        let text = json_text(result);
-        if text.len() <= self.max_result_bytes {
-            return (text, awaits_reconciliation(result));
+    /// What the record of `key` keeps once `result` is stored: the key, then the result's JSON
+    /// text or, over [`MemoryStoreConfig::max_result_bytes`], that of `EXECUTION_FAILED {reason:
+    /// output-too-large}` ([`record_bytes`]); and whether it is an unknown outcome
+    /// ([`awaits_reconciliation`]).
+    fn stored_form(&self, key: &IdempotencyKey, result: &InvokeResult) -> (Box<[u8]>, bool) {
+        let bytes = record_bytes(key, result);
+        let key_len = key.consumer_key.len() + key.invocation_id.len();
+        if bytes.len() - key_len <= self.max_result_bytes {
+            return (bytes, awaits_reconciliation(result));
         }
         let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
-        (json_text(&InvokeResult::error(withheld.into_payload(), None)), false)
+        (record_bytes(key, &InvokeResult::error(withheld.into_payload(), None)), false)
     }
 }
 
@@ -917,12 +980,12 @@ impl Inner {
         generation
     }
 
-    fn held(&self, hash: u64, consumer: &str) -> Option<&Held> {
-        self.consumers.find(hash, |h| *h.consumer == *consumer)
+    fn held(&self, hash: u64, consumer: &[u8]) -> Option<&Held> {
+        self.consumers.find(hash, |h| h.consumer.as_bytes() == consumer)
     }
 
-    fn held_mut(&mut self, hash: u64, consumer: &str) -> Option<&mut Held> {
-        self.consumers.find_mut(hash, |h| *h.consumer == *consumer)
+    fn held_mut(&mut self, hash: u64, consumer: &[u8]) -> Option<&mut Held> {
+        self.consumers.find_mut(hash, |h| h.consumer.as_bytes() == consumer)
     }
 
     /// Removes the record at `slot`, if it is there.
@@ -998,7 +1061,7 @@ impl Inner {
 
     /// Evicts the stored result `consumer` (whose key hashes to `hash`) settled longest ago;
     /// false when all of its records are in flight.
-    fn evict_oldest_done_of(&mut self, hash: u64, consumer: &str) -> bool {
+    fn evict_oldest_done_of(&mut self, hash: u64, consumer: &[u8]) -> bool {
         let mut spared = 0;
         loop {
             let Some(slot) = self.held_mut(hash, consumer).and_then(|h| h.order.pop_front()) else {
@@ -1019,9 +1082,9 @@ impl Inner {
 
     /// Counts one record of `consumer` (whose key hashes to `hash`), holding `bytes`, gone;
     /// forgets the consumer when it holds none.
-    fn released(&mut self, hash: u64, consumer: &str, bytes: usize) {
+    fn released(&mut self, hash: u64, consumer: &[u8], bytes: usize) {
         self.bytes = self.bytes.saturating_sub(bytes);
-        if let Ok(mut found) = self.consumers.find_entry(hash, |h| *h.consumer == *consumer) {
+        if let Ok(mut found) = self.consumers.find_entry(hash, |h| h.consumer.as_bytes() == consumer) {
             let held = found.get_mut();
             held.count = held.count.saturating_sub(1);
             held.bytes = held.bytes.saturating_sub(bytes);
@@ -1033,7 +1096,7 @@ impl Inner {
 
     /// Evicts stored results until `bytes` more fit: `consumer`'s own first (within
     /// `per_consumer`), then anyone's (within `max`). Stops when nothing is left to evict.
-    fn make_room(&mut self, hash: u64, consumer: &str, bytes: usize, per_consumer: usize, max: usize) {
+    fn make_room(&mut self, hash: u64, consumer: &[u8], bytes: usize, per_consumer: usize, max: usize) {
         while self.held(hash, consumer).map_or(0, |h| h.bytes) + bytes > per_consumer {
             if !self.evict_oldest_done_of(hash, consumer) {
                 break;
@@ -1047,8 +1110,8 @@ impl Inner {
     }
 
     /// Keeps a consumer's settle-order queue within a constant factor of its records.
-    fn compact_consumer_order(&mut self, hash: u64, consumer: &str) {
-        let Some(held) = self.consumers.find_mut(hash, |h| *h.consumer == *consumer) else { return };
+    fn compact_consumer_order(&mut self, hash: u64, consumer: &[u8]) {
+        let Some(held) = self.consumers.find_mut(hash, |h| h.consumer.as_bytes() == consumer) else { return };
         if held.order.len() > 2 * held.count + 64 {
             let records = &self.records;
             held.order.retain(|slot| is_live_done(records, *slot));
