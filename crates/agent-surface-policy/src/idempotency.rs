@@ -513,6 +513,17 @@ fn key_bytes(key: &IdempotencyKey) -> usize {
 /// large result) is let go, so that a rare large result does not pin its size on every thread.
 const SCRATCH_KEPT: usize = 64 << 10;
 
+thread_local! {
+    /// The buffer this thread writes a stored result's text into ([`record_bytes`]).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The capacity this thread's scratch buffer keeps, for tests.
+#[cfg(test)]
+fn scratch_capacity() -> usize {
+    SCRATCH.with(|scratch| scratch.borrow().capacity())
+}
+
 /// `key`'s consumer key and invocation id, then `result` as JSON text (the form in which a
 /// record keeps it), in one allocation of exactly that length.
 ///
@@ -520,9 +531,6 @@ const SCRATCH_KEPT: usize = 64 << 10;
 /// allocation: a settlement costs one allocation of the record's size, not a growing buffer
 /// reallocated as the text grows and shrunk at the end.
 fn record_bytes(key: &IdempotencyKey, result: &InvokeResult) -> Box<[u8]> {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
     let write = |buf: &mut Vec<u8>| {
         buf.extend_from_slice(key.consumer_key.as_bytes());
         buf.extend_from_slice(key.invocation_id.as_bytes());
@@ -1404,6 +1412,54 @@ mod tests {
                 "the unknown outcome is still there to reconcile"
             );
         }
+    }
+
+    /// A stored record is one allocation: its key, then its result's JSON text, of exactly the
+    /// length the byte budgets count (with the fixed overhead), and a replay reads it back.
+    #[test]
+    fn a_stored_record_is_its_key_and_result_in_one_allocation() {
+        let store = MemoryIdempotencyStore::default();
+        let key = IdempotencyKey::new("consumer-1", "inv-42");
+        assert!(matches!(leader(&store, &key, at(0)), Ok(Admission::Leader(_))));
+        {
+            let inner = store.lock();
+            let entry = inner.records.iter().next().expect("the record in flight");
+            assert_eq!(&*entry.data, b"consumer-1inv-42", "in flight, the record holds its key only");
+            assert_eq!(entry.bytes, entry.data.len() + RECORD_OVERHEAD);
+        }
+        store_result(&store, &key, at(0));
+        let text = serde_json::to_vec(&InvokeResult::ok(serde_json::json!("inv-42"), None)).unwrap();
+        {
+            let inner = store.lock();
+            let entry = inner.records.iter().next().expect("the stored record");
+            assert_eq!(entry.consumer(), b"consumer-1");
+            assert!(entry.is(&key));
+            assert_eq!(entry.result_text(), &text[..]);
+            assert_eq!(entry.data.len(), "consumer-1inv-42".len() + text.len(), "no slack beyond the bytes counted");
+            assert_eq!(entry.bytes, entry.data.len() + RECORD_OVERHEAD);
+            assert_eq!(inner.bytes, entry.bytes);
+        }
+        assert!(
+            matches!(leader(&store, &key, at(1)), Ok(Admission::Replay(r)) if r == InvokeResult::ok(serde_json::json!("inv-42"), None))
+        );
+        // Another key of the same consumer is not this record, though its bytes run on the same.
+        assert!(matches!(
+            leader(&store, &IdempotencyKey::new("consumer-1inv", "-42"), at(1)),
+            Ok(Admission::Leader(_))
+        ));
+    }
+
+    /// The buffer a thread writes results into does not keep the size of a large one.
+    #[test]
+    fn a_large_result_does_not_stay_in_the_threads_scratch_buffer() {
+        let key = IdempotencyKey::new("c", "k");
+        let large = InvokeResult::ok(serde_json::json!("x".repeat(4 * SCRATCH_KEPT)), None);
+        let bytes = record_bytes(&key, &large);
+        assert_eq!(&bytes[..2], b"ck");
+        assert_eq!(bytes.len(), 2 + serde_json::to_vec(&large).unwrap().len());
+        let small = record_bytes(&key, &InvokeResult::ok(serde_json::json!(1), None));
+        assert_eq!(&small[2..], &serde_json::to_vec(&InvokeResult::ok(serde_json::json!(1), None)).unwrap()[..]);
+        assert!(scratch_capacity() <= SCRATCH_KEPT, "{} bytes kept", scratch_capacity());
     }
 
     /// The per-consumer bookkeeping follows every way a record goes: expiry, release, eviction.
