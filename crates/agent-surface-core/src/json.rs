@@ -88,15 +88,30 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             Work::Value(Value::Object(members)) => {
                 out.push(b'{');
                 stack.push(Work::Byte(b'}'));
-                for (i, (key, item)) in sorted_members(members).into_iter().enumerate().rev() {
-                    stack.push(Work::Value(item));
-                    stack.push(Work::Key(key));
-                    if i > 0 {
-                        stack.push(Work::Byte(b','));
+                // A map of serde_json's iterates in UTF-8 byte order, which is JCS order but for
+                // rare keys (see `utf16_order`): only then are the members sorted into a list.
+                let in_order = members.keys().zip(members.keys().skip(1)).all(|(a, b)| utf16_order(a, b).is_lt());
+                if in_order {
+                    for (i, (key, item)) in members.iter().enumerate().rev() {
+                        push_member(&mut stack, i, key, item);
+                    }
+                } else {
+                    for (i, (key, item)) in sorted_members(members).into_iter().enumerate().rev() {
+                        push_member(&mut stack, i, key, item);
                     }
                 }
             }
         }
+    }
+}
+
+/// Queues the `i`th member of an object (`key`: `item`), the walk's stack being popped from the
+/// end.
+fn push_member<'a>(stack: &mut Vec<Work<'a>>, i: usize, key: &'a str, item: &'a Value) {
+    stack.push(Work::Value(item));
+    stack.push(Work::Key(key));
+    if i > 0 {
+        stack.push(Work::Byte(b','));
     }
 }
 
@@ -155,10 +170,12 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 
 /// A number: exact integers when it is one, ECMAScript `Number::toString` otherwise.
 fn write_number(n: &Number, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    // Written in place (writing to a `Vec` cannot fail), not through a `String` per number.
     if let Some(u) = n.as_u64() {
-        out.extend_from_slice(u.to_string().as_bytes());
+        let _ = write!(out, "{u}");
     } else if let Some(i) = n.as_i64() {
-        out.extend_from_slice(i.to_string().as_bytes());
+        let _ = write!(out, "{i}");
     } else if let Some(f) = n.as_f64() {
         write_f64(f, out);
     } else {
@@ -218,7 +235,7 @@ fn write_f64(x: f64, out: &mut Vec<u8>) {
         }
         let e = n - 1;
         out.extend_from_slice(if e < 0 { b"e-" } else { b"e+" });
-        out.extend_from_slice(e.unsigned_abs().to_string().as_bytes());
+        let _ = std::io::Write::write_fmt(out, format_args!("{}", e.unsigned_abs()));
     }
 }
 
@@ -467,6 +484,19 @@ mod tests {
             b in "[a\\u{7f}\\u{e9}\\u{d7ff}\\u{e000}\\u{ffff}\\u{10000}\\u{1f600}]{0,4}",
         ) {
             proptest::prop_assert_eq!(utf16_order(&a, &b), a.encode_utf16().cmp(b.encode_utf16()), "{:?} {:?}", a, b);
+        }
+
+        /// An object's members come out in UTF-16 order whether the map's own order already is
+        /// that order (written as it iterates) or not (sorted first).
+        #[test]
+        fn members_are_written_in_utf16_order(
+            keys in proptest::collection::btree_set("[a\\u{e9}\\u{e000}\\u{ffff}\\u{10000}\\u{1f600}]{0,3}", 0..6),
+        ) {
+            let mut sorted: Vec<&String> = keys.iter().collect();
+            sorted.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            let expected: Vec<String> = sorted.iter().map(|k| format!("{}:1", canonical_json(&Value::String((*k).clone())))).collect();
+            let object: Map<String, Value> = keys.iter().map(|k| (k.clone(), Value::from(1))).collect();
+            proptest::prop_assert_eq!(canonical_json(&Value::Object(object)), format!("{{{}}}", expected.join(",")));
         }
     }
 }
