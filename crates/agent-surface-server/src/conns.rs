@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::TARGET;
+use crate::drain::{Held, InFlight, kept};
 
 /// The open connections of one server.
 #[derive(Default)]
@@ -157,11 +158,15 @@ impl Drop for Busy {
 pub(crate) struct Tracked {
     inner: TowerToHyperService<axum::Router>,
     conn: Arc<Conn>,
+    /// The server's requests in progress, which the drain waits for: each request is counted
+    /// here, rather than by a middleware layer on the router (axum would box the router's every
+    /// route once more and clone those boxes per request).
+    in_flight: InFlight,
 }
 
 impl Tracked {
-    pub(crate) fn new(router: axum::Router, conn: Arc<Conn>) -> Tracked {
-        Tracked { inner: TowerToHyperService::new(router), conn }
+    pub(crate) fn new(router: axum::Router, conn: Arc<Conn>, in_flight: InFlight) -> Tracked {
+        Tracked { inner: TowerToHyperService::new(router), conn, in_flight }
     }
 }
 
@@ -172,19 +177,22 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let busy = self.conn.busy();
+        let held = self.in_flight.hold();
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
-            Ok(response.map(|body| TrackedBody { body, _busy: busy }))
+            let held = kept(held, &response);
+            Ok(response.map(|body| TrackedBody { body, _busy: busy, _held: held }))
         })
     }
 }
 
-/// A response body that keeps its connection busy until it is sent (dropped); its size, if
-/// known, is kept.
+/// A response body that keeps its connection busy, and a streamed answer's request counted in
+/// flight ([`kept`]), until it is sent (dropped); its size, if known, is kept.
 pub(crate) struct TrackedBody {
     body: axum::body::Body,
     _busy: Busy,
+    _held: Option<Held>,
 }
 
 impl Body for TrackedBody {

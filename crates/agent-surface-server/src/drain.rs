@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::HttpBody as _;
-use http_body_util::BodyExt as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -88,7 +86,7 @@ fn millis(d: Duration) -> u64 {
 pub(crate) struct InFlight(Arc<watch::Sender<usize>>);
 
 /// One request counted in [`InFlight`] until dropped.
-struct Held(Arc<watch::Sender<usize>>);
+pub(crate) struct Held(Arc<watch::Sender<usize>>);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -97,7 +95,8 @@ impl Drop for Held {
 }
 
 impl InFlight {
-    fn hold(&self) -> Held {
+    /// Counts a request from now until the [`Held`] is dropped; see [`kept`].
+    pub(crate) fn hold(&self) -> Held {
         self.0.send_modify(|n| *n += 1);
         Held(self.0.clone())
     }
@@ -112,70 +111,50 @@ impl InFlight {
         let mut rx = self.0.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
     }
+}
 
-    /// Counts the requests `router` serves.
-    pub(crate) fn layer(&self, router: axum::Router) -> axum::Router {
-        let in_flight = self.clone();
-        router.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let held = in_flight.hold();
-            async move {
-                let response = next.run(request).await;
-                // A body of known size is ready, and the server finishes sending it (the
-                // connection's graceful shutdown waits for it); an open stream is no call's
-                // answer; any other streamed body (an MCP answer as server-sent events) holds the
-                // count until its end. Only that one is wrapped, since the wrapper hides the
-                // body's size (and would make the response chunked).
-                if response.body().size_hint().exact().is_some() || response.extensions().get::<OpenStream>().is_some()
-                {
-                    return response;
-                }
-                response.map(|body| {
-                    axum::body::Body::new(body.map_frame(move |frame| {
-                        let _held = &held;
-                        frame
-                    }))
-                })
-            }
-        }))
+/// What of a request's count its answer keeps ([`crate::conns::Tracked`] puts it in the answer's
+/// body): a body of known size is ready, and the server finishes sending it (the connection's
+/// graceful shutdown waits for it); an open stream is no call's answer; any other streamed body
+/// (an MCP answer as server-sent events) holds the count until its end (the body is dropped).
+pub(crate) fn kept<B: axum::body::HttpBody>(held: Held, response: &axum::http::Response<B>) -> Option<Held> {
+    if response.body().size_hint().exact().is_some() || response.extensions().get::<OpenStream>().is_some() {
+        return None;
     }
+    Some(held)
 }
 
 #[cfg(test)]
 mod tests {
-    use tower::ServiceExt as _;
+    use axum::body::HttpBody as _;
+    use http_body_util::BodyExt as _;
 
     use super::*;
 
+    /// A streamed answer keeps its request counted until its body is dropped (sent); a body of
+    /// known size, and an open stream, do not.
     #[tokio::test]
     async fn a_request_is_in_flight_until_its_streamed_body_is_sent() {
         let in_flight = InFlight::default();
         let streamed = || axum::body::Body::from_stream(futures_util::stream::iter([Ok::<_, std::io::Error>("done")]));
-        let open = move || async move {
-            let mut response = axum::response::Response::new(streamed());
-            response.extensions_mut().insert(OpenStream);
-            response
-        };
-        let router = axum::Router::new()
-            .route("/call", axum::routing::post(move || async move { streamed() }))
-            .route("/sized", axum::routing::post(|| async { "done" }))
-            .route("/stream", axum::routing::get(open));
-        let router = in_flight.layer(router);
-        let request = |method: &str, path: &str| {
-            axum::http::Request::builder().method(method).uri(path).body(axum::body::Body::empty()).unwrap()
-        };
-        let response = router.clone().oneshot(request("POST", "/call")).await.unwrap();
+        let call = axum::response::Response::new(streamed());
+        let held = kept(in_flight.hold(), &call);
         assert_eq!(in_flight.count(), 1, "the body is not sent yet");
-        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let body = call.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"done");
+        assert_eq!(in_flight.count(), 1, "held until the body is dropped");
+        drop(held);
         assert_eq!(in_flight.count(), 0);
-        let sized = router.clone().oneshot(request("POST", "/sized")).await.unwrap();
+
+        let sized = axum::response::Response::new(axum::body::Body::from("done"));
+        let held = kept(in_flight.hold(), &sized);
+        assert!(held.is_none());
         assert_eq!(in_flight.count(), 0, "a body of known size is not held");
         assert_eq!(sized.into_body().size_hint().exact(), Some(4), "and keeps its size");
-        let stream = router.clone().oneshot(request("GET", "/stream")).await.unwrap();
+
+        let mut open = axum::response::Response::new(streamed());
+        open.extensions_mut().insert(OpenStream);
+        assert!(kept(in_flight.hold(), &open).is_none());
         assert_eq!(in_flight.count(), 0, "an open stream is not a call");
-        drop(stream);
-        let missing = router.oneshot(request("GET", "/nowhere")).await.unwrap();
-        assert_eq!(missing.status(), 404);
-        assert_eq!(in_flight.count(), 0);
     }
 }

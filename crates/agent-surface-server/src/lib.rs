@@ -267,7 +267,6 @@ pub async fn serve_with(
     let local = listener.local_addr()?;
     let cap = start_log(local, &limits);
     let in_flight = InFlight::default();
-    let router = in_flight.layer(router);
     let slots = Arc::new(Semaphore::new(cap));
     let per_ip = limits.max_connections_per_ip.max(1);
     let per_peer = Arc::new(PerPeer::default());
@@ -312,7 +311,7 @@ pub async fn serve_with(
         let _ = stream.set_nodelay(true);
         let conn = conns.open();
         let evicted = conn.evicted().clone();
-        let service = Tracked::new(router.clone(), conn.clone());
+        let service = Tracked::new(router.clone(), conn.clone(), in_flight.clone());
         let connection = hyper::server::conn::http1::Builder::new()
             // The header timeout is `Paced`'s, on one timer per connection (see `head`).
             .header_read_timeout(None)
