@@ -41,10 +41,14 @@ struct Listed {
 struct Session {
     registry: Registry,
     config: Arc<McpConfig>,
-    /// The session's consumer key: fresh per session, never shared.
-    key: Arc<str>,
+    /// The session's consumer key: fresh per session, never shared; made when first asked for
+    /// (a server whose callers are all signed in never needs it: over HTTP, `rmcp` builds one
+    /// server per modern request, and each key costs a call to the system's random source).
+    key: std::sync::OnceLock<Arc<str>>,
     /// The consumer of calls that have no authenticator (stdio).
-    default_consumer: Consumer,
+    /// The configured identity's consumer ([`McpConfig::identity`]); `None`: anonymous, under
+    /// [`Session::key`].
+    default_consumer: Option<Consumer>,
     listed: Arc<Mutex<Listed>>,
     /// Cancelled when the session ends (the handler is dropped); stops the list watcher.
     closed: CancellationToken,
@@ -122,7 +126,7 @@ pub struct McpServer {
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpServer").field("consumer_key", &self.session.key).finish_non_exhaustive()
+        f.debug_struct("McpServer").field("consumer_key", &self.consumer_key()).finish_non_exhaustive()
     }
 }
 
@@ -137,20 +141,23 @@ fn hash_tools(tools: &[Tool]) -> u64 {
     h.finish()
 }
 
+impl Session {
+    /// The session's consumer key, made on first use.
+    fn key(&self) -> &Arc<str> {
+        self.key.get_or_init(|| Arc::from(new_session_key()))
+    }
+}
+
 impl McpServer {
     /// A server for one MCP session over `registry`.
     pub fn new(registry: Registry, config: impl Into<Arc<McpConfig>>) -> McpServer {
         let config = config.into();
-        let key: Arc<str> = Arc::from(new_session_key());
-        let default_consumer = match &config.identity {
-            Some(identity) => Consumer::signed_in(identity.clone()),
-            None => Consumer::anonymous(key.clone()),
-        };
+        let default_consumer = config.identity.clone().map(Consumer::signed_in);
         McpServer {
             session: Arc::new(Session {
                 registry,
                 config,
-                key,
+                key: std::sync::OnceLock::new(),
                 default_consumer,
                 listed: Arc::default(),
                 closed: CancellationToken::new(),
@@ -165,7 +172,7 @@ impl McpServer {
     /// modern request's. Authenticated callers are keyed on their principal instead
     /// ([`principal_key`]).
     pub fn consumer_key(&self) -> &str {
-        &self.session.key
+        self.session.key()
     }
 
     /// The registry served.
@@ -191,11 +198,14 @@ impl McpServer {
             };
             return match identity {
                 Some(identity) => Consumer::signed_in(identity),
-                None => Consumer::anonymous(self.session.key.clone()),
+                None => Consumer::anonymous(self.session.key().clone()),
             };
         }
         let _ = context;
-        self.session.default_consumer.clone()
+        match &self.session.default_consumer {
+            Some(consumer) => consumer.clone(),
+            None => Consumer::anonymous(self.session.key().clone()),
+        }
     }
 
     /// The task runtime, the caller and the clock reading for a `tasks/*` request (`rmcp` answers
@@ -581,5 +591,27 @@ mod tests {
         assert_eq!(payload.code(), ErrorCode::Cancelled);
         assert!(payload.not_processed());
         assert_eq!(result.invocation_id(), Some("inv-1"));
+    }
+
+    /// A server's own consumer key, made when first asked for: `mcp-` and 32 hex digits, the same
+    /// every time it is asked, and another for every server; a server whose configured identity
+    /// serves every call never makes one.
+    #[test]
+    fn each_server_has_its_own_key_made_on_first_use() {
+        use agent_surface_registry::{Registry, RegistryConfig};
+        let registry = Registry::new(RegistryConfig::default());
+        let signed_in = super::McpServer::new(
+            registry.clone(),
+            super::McpConfig { identity: Some(agent_surface_policy::Identity::new("alice")), ..Default::default() },
+        );
+        assert!(signed_in.session.key.get().is_none(), "not made before it is needed");
+        let (a, b) = (
+            super::McpServer::new(registry.clone(), super::McpConfig::default()),
+            super::McpServer::new(registry, super::McpConfig::default()),
+        );
+        let key = a.consumer_key().to_owned();
+        assert!(key.len() == 36 && key.starts_with("mcp-") && key[4..].bytes().all(|c| c.is_ascii_hexdigit()), "{key}");
+        assert_eq!(a.consumer_key(), key, "stable");
+        assert_ne!(b.consumer_key(), key, "another server, another key");
     }
 }
