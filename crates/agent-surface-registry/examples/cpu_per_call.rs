@@ -17,14 +17,13 @@
 
 #![allow(missing_docs, clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used, reason = "a profiling harness")]
 
-use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::Consumer;
-use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use agent_surface_registry::{InvokeOptions, InvokeRequest, RegistryConfig};
 
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::{Add, input, sum as add};
+use common::input;
 
 /// The CPU time this thread has run, in nanoseconds.
 fn cpu_ns() -> u64 {
@@ -54,15 +53,7 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let r = Registry::new(config);
-    r.define("calc", |t| {
-        t.capability("add", "Add two integers.")
-            .effect(Effect::Read)
-            .idempotent()
-            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(add(i)) })
-    })
-    .unwrap();
-    let _mount = r.mount("calc", "main").unwrap();
+    let (r, _mount) = common::calc_registry(config);
     let consumer = InvokeOptions::new(Consumer::anonymous("profile"));
     let value = input();
     let call = || r.invoke(InvokeRequest::new("calc.add", value.clone()), consumer.clone());

@@ -23,9 +23,8 @@
 
 #![allow(missing_docs, clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used, reason = "a profiling harness")]
 
-use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{AuthorityDecision, CallInfo, Consumer, FnPolicy, Policies};
-use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig};
+use agent_surface_registry::{InvokeOptions, InvokeRequest, RegistryConfig};
 use serde::Deserialize;
 
 #[path = "../benches/common/mod.rs"]
@@ -61,15 +60,7 @@ fn main() {
         rt.block_on(common::remember_one_confirmation(&r));
         (r, m)
     } else {
-        let r = Registry::new(config);
-        r.define("calc", |t| {
-            t.capability("add", "Add two integers.")
-                .effect(Effect::Read)
-                .idempotent()
-                .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(add(i)) })
-        })
-        .unwrap();
-        let m = r.mount("calc", "main").unwrap();
+        let (r, m) = common::calc_registry(config);
         (r, vec![m])
     };
     let schema = serde_json::to_value(schemars::schema_for!(Add)).unwrap();

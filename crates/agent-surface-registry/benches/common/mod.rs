@@ -37,6 +37,25 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
 
+/// A registry with `config` and `calc.add` (read-only, idempotent), mounted as `main`, as the
+/// examples call it.
+pub(crate) fn calc_registry(
+    config: agent_surface_registry::RegistryConfig,
+) -> (agent_surface_registry::Registry, agent_surface_registry::Mount) {
+    use agent_surface_core::{AgentSurfaceError, Effect};
+    use agent_surface_registry::{Ctx, Registry};
+    let r = Registry::new(config);
+    r.define("calc", |t| {
+        t.capability("add", "Add two integers.")
+            .effect(Effect::Read)
+            .idempotent()
+            .handler(|_c: Ctx, i: Add| async move { Ok::<_, AgentSurfaceError>(sum(i)) })
+    })
+    .expect("valid");
+    let mount = r.mount("calc", "main").expect("mount");
+    (r, mount)
+}
+
 /// A registry with `calc.add` (read-only, idempotent) and `calc.drop` (destructive), and a
 /// confirmation engine whose one global policy gates every destructive call: `calc.add` is let
 /// through by the confirmation phase.
