@@ -195,11 +195,8 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
             if let Some(refused) = host_refusal(allowed, &request) {
                 return refused;
             }
-            match authenticator.try_authenticate(request.headers()).await {
-                Ok(identity) => {
-                    request.extensions_mut().insert(Authenticated(identity));
-                }
-                Err(rejection) => return rejected(&rejection),
+            if let Err(refused) = sign_in(authenticator.as_ref(), &mut request).await {
+                return refused;
             }
         }
         let open_stream = is_open_stream(&request);
@@ -475,15 +472,23 @@ pub fn authenticated(app: axum::Router, authenticator: Arc<dyn Authenticator>) -
     app.layer(axum::middleware::from_fn(move |mut request: axum::extract::Request, next: axum::middleware::Next| {
         let authenticator = authenticator.clone();
         async move {
-            match authenticator.try_authenticate(request.headers()).await {
-                Ok(identity) => {
-                    request.extensions_mut().insert(Authenticated(identity));
-                    next.run(request).await
-                }
-                Err(rejection) => rejected(&rejection),
+            match sign_in(authenticator.as_ref(), &mut request).await {
+                Ok(()) => next.run(request).await,
+                Err(refused) => refused,
             }
         }
     }))
+}
+
+/// Shows `request`'s headers to `authenticator`: an admitted request carries its identity to the
+/// [`McpServer`] (`Authenticated`); a rejected one gets its answer ([`rejected`]).
+async fn sign_in(
+    authenticator: &dyn Authenticator,
+    request: &mut axum::extract::Request,
+) -> Result<(), axum::response::Response> {
+    let identity = authenticator.try_authenticate(request.headers()).await.map_err(|rejection| rejected(&rejection))?;
+    request.extensions_mut().insert(Authenticated(identity));
+    Ok(())
 }
 
 /// The answer to a request the authenticator refused.
