@@ -276,6 +276,11 @@ pub const BYTES_PER_VALUE: usize = 16;
 /// assert!(!too_many_values(br#""[[[[[[[[[[[[[[[[""#, 10), "inside a string nothing counts");
 /// ```
 pub fn too_many_values(bytes: &[u8], max: usize) -> bool {
+    // The count starts at one and grows by at most one a byte: text shorter than `max` bytes
+    // cannot exceed it, and is not scanned (almost every message is far below its limit).
+    if bytes.len() < max {
+        return false;
+    }
     let mut count: usize = 1;
     let mut in_string = false;
     let mut escaped = false;
@@ -455,7 +460,48 @@ mod tests {
         }
     }
 
+    /// [`too_many_values`]' scan, run whatever the text's length.
+    fn scanned(bytes: &[u8], max: usize) -> bool {
+        let (mut count, mut in_string, mut escaped) = (1, false, false);
+        for &b in bytes {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                }
+            } else if b == b'"' {
+                in_string = true;
+            } else if matches!(b, b'[' | b'{' | b',') {
+                count += 1;
+                if count > max {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn text_shorter_than_the_limit_is_never_too_many() {
+        // Every byte a separator: the count reaches the length plus one.
+        assert!(!too_many_values(b",,,", 4), "3 bytes hold at most 4 values");
+        assert!(too_many_values(b",,,,", 4), "4 bytes may hold 5");
+        assert!(too_many_values(b"[]", 1));
+    }
+
     proptest::proptest! {
+        /// Skipping the scan of text shorter than the limit changes no answer.
+        #[test]
+        fn too_many_values_is_the_full_count(
+            bytes in proptest::collection::vec(proptest::sample::select(b"[{,\\\"a ".to_vec()), 0..40),
+            max in 0usize..48,
+        ) {
+            proptest::prop_assert_eq!(too_many_values(&bytes, max), scanned(&bytes, max));
+        }
+
         /// The canonical text of a finite double reads back as the same double, with as few
         /// significant digits as Rust's own shortest formatting.
         #[test]

@@ -47,8 +47,10 @@ pub(crate) fn screen(
         return Err((ProtocolFault::Batch, None));
     }
     let mut found = Found::default();
+    let mut names = Vec::with_capacity(SMALL_OBJECT);
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    if (Walk { found: &mut found, top: true }).deserialize(&mut de).is_err() || de.end().is_err() {
+    let walk = Walk { found: &mut found, names: &mut names, top: true };
+    if walk.deserialize(&mut de).is_err() || de.end().is_err() {
         return Err((ProtocolFault::NotJson, None));
     }
     let id = found.id.take();
@@ -79,12 +81,23 @@ const SMALL_OBJECT: usize = 16;
 
 /// Walks a JSON value without building it, noting repeated member names and, at the top, a long
 /// `method`.
-struct Walk<'f> {
+struct Walk<'f, 'de> {
     found: &'f mut Found,
+    /// The member names of the objects being walked, the innermost last: an object pushes its
+    /// names above its parents' and takes them off when it ends, so that one buffer serves the
+    /// whole message instead of one per object.
+    names: &'f mut Vec<Name<'de>>,
     top: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for Walk<'_> {
+impl<'de> Walk<'_, 'de> {
+    /// The walk of a value inside the one being walked.
+    fn inner(&mut self) -> Walk<'_, 'de> {
+        Walk { found: &mut *self.found, names: &mut *self.names, top: false }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -92,7 +105,7 @@ impl<'de> DeserializeSeed<'de> for Walk<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Walk<'_> {
+impl<'de> Visitor<'de> for Walk<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -123,13 +136,14 @@ impl<'de> Visitor<'de> for Walk<'_> {
         Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Walk { found: &mut *self.found, top: false })?.is_some() {}
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self.inner())?.is_some() {}
         Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut names: Vec<Name<'de>> = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        // This object's names are `self.names[base..]` until it has more than `SMALL_OBJECT`.
+        let base = self.names.len();
         let mut many: Option<std::collections::HashSet<Name<'de>>> = None;
         while let Some(name) = map.next_key::<Name<'de>>()? {
             if self.top && name.0 == "method" {
@@ -151,21 +165,22 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 self.found.result_or_error |= name.0 == "result" || name.0 == "error";
                 map.next_value::<IgnoredAny>()?;
             } else {
-                map.next_value_seed(Walk { found: &mut *self.found, top: false })?;
+                map.next_value_seed(self.inner())?;
             }
             let repeated = match &mut many {
                 Some(set) => !set.insert(name),
-                None if names.contains(&name) => true,
+                None if self.names[base..].contains(&name) => true,
                 None => {
-                    names.push(name);
-                    if names.len() > SMALL_OBJECT {
-                        many = Some(names.drain(..).collect());
+                    self.names.push(name);
+                    if self.names.len() - base > SMALL_OBJECT {
+                        many = Some(self.names.drain(base..).collect());
                     }
                     false
                 }
             };
             self.found.duplicate |= repeated;
         }
+        self.names.truncate(base);
         Ok(())
     }
 }
@@ -287,6 +302,31 @@ mod tests {
         assert_eq!(screen(br#"{"a":1} x"#, 4096), Err((ProtocolFault::NotJson, None)));
         // A repeated name inside a string or in sibling objects is not a repetition.
         assert_eq!(screen(br#"{"a":{"x":1},"b":{"x":2},"c":"\"a\":1"}"#, 4096), Ok(Screened::default()));
+        // Each object's names are its own: a nested object's names never count for its parent,
+        // nor its parent's for it, before or after it, and whether or not it has more than
+        // `SMALL_OBJECT` names. (Of the top-level members only `params` is walked.)
+        let repeats = |params: &str| {
+            let message = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            match screen(message.as_bytes(), 1 << 16) {
+                Ok(_) => false,
+                Err((ProtocolFault::DuplicateMember, None)) => true,
+                Err(other) => panic!("{other:?}"),
+            }
+        };
+        assert!(!repeats(r#"{"a":{"a":1,"b":{"a":2,"b":3}},"b":{"b":[{"a":1,"b":2}]}}"#));
+        assert!(!repeats(r#"{"p":{"x":1,"q":{"x":2,"y":3},"y":4},"q":0}"#));
+        assert!(repeats(r#"{"a":{"x":1},"a":2}"#));
+        assert!(repeats(r#"{"p":{"x":1,"q":{"z":2},"x":4}}"#));
+        assert!(repeats(r#"{"p":{"x":1,"q":{"x":2,"x":3},"y":4}}"#));
+        assert!(repeats(r#"{"p":[{"x":1},{"x":1,"x":2}]}"#));
+        let wide: Vec<String> = (0..2 * SMALL_OBJECT).map(|i| format!(r#""k{i}":{{"k{i}":0}}"#)).collect();
+        let wide = wide.join(",");
+        assert!(!repeats(&format!(r#"{{"a":{{{wide}}},"k1":0,"b":{{"k1":{{{wide}}}}}}}"#)));
+        assert!(repeats(&format!(r#"{{"a":{{{wide}}},"k1":0,"k1":1}}"#)));
+        for repeated in ["k0", "k3", &format!("k{SMALL_OBJECT}"), &format!("k{}", 2 * SMALL_OBJECT - 1)] {
+            assert!(repeats(&format!(r#"{{"a":{{{wide},"{repeated}":1}}}}"#)), "{repeated}");
+        }
+        assert!(repeats(&format!(r#"{{"a":{{{wide},"z":{{"y":1,"y":2}}}}}}"#)));
         // A method that is not a string is left to the parser.
         assert_eq!(screen(br#"{"jsonrpc":"2.0","id":3,"method":7}"#, 4096), ok(3));
         assert!(screen(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, 4096).unwrap().initialize);
