@@ -55,25 +55,24 @@ const MAX_TASK_ID: usize = 128;
 /// else `*/*`; absent: zero). A client that accepts both alike (`application/json,
 /// text/event-stream`, as MCP clients send) gets the plain JSON answer.
 pub(crate) fn prefers_event_stream(headers: &HeaderMap) -> bool {
-    let stream = quality(headers, &[EVENT_STREAM]);
-    stream > 0.0 && stream > quality(headers, &["application/json", "application/*", "*/*"])
-}
-
-/// The quality `Accept` gives the first of `ranges` (most specific first) that it lists: its `q`
-/// (default 1), or 0 when it lists none.
-fn quality(headers: &HeaderMap, ranges: &[&str]) -> f32 {
-    let listed: Vec<(String, f32)> = members(headers, header::ACCEPT)
-        .map(|member| {
-            let mut parts = member.split(';').map(str::trim);
-            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+    // The quality of the first member naming each range, read in one pass over `Accept`.
+    const RANGES: [&str; 4] = [EVENT_STREAM, "application/json", "application/*", "*/*"];
+    let mut quality: [Option<f32>; 4] = [None; 4];
+    for member in members(headers, header::ACCEPT) {
+        let mut parts = member.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default();
+        let Some(i) = RANGES.iter().position(|range| media.eq_ignore_ascii_case(range)) else { continue };
+        if quality[i].is_none() {
             let q = parts
                 .filter_map(|p| p.split_once('='))
                 .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
                 .map_or(1.0, |(_, v)| v.trim().parse::<f32>().unwrap_or(0.0));
-            (media, q)
-        })
-        .collect();
-    ranges.iter().find_map(|range| listed.iter().find(|(media, _)| media == range).map(|(_, q)| *q)).unwrap_or(0.0)
+            quality[i] = Some(q);
+        }
+    }
+    // JSON's quality is that of its most specific range listed.
+    let stream = quality[0].unwrap_or(0.0);
+    stream > 0.0 && stream > quality[1..].iter().find_map(|q| *q).unwrap_or(0.0)
 }
 
 /// Whether the request prefers an asynchronous answer: a `Prefer` preference `respond-async`
@@ -390,6 +389,7 @@ mod tests {
             &["a/b", "text/event-stream"],
             &["text/event-stream, */*;q=0.1"],
             &["text/event-stream;q=0.9, application/*;q=0.2, application/json;q=0.1"],
+            &["*/*, application/json;q=0.1, text/event-stream;q=0.5"],
         ] {
             assert!(prefers_event_stream(&headers("accept", yes)), "{yes:?}");
         }
@@ -403,6 +403,8 @@ mod tests {
             &["text/event-stream;q=0"],
             &["text/*"],
             &["text/event-streams"],
+            // The first member naming a range gives its quality.
+            &["text/event-stream;q=0.5, text/event-stream, application/json;q=0.8"],
         ] {
             assert!(!prefers_event_stream(&headers("accept", no)), "{no:?}");
         }
