@@ -44,6 +44,14 @@
 //! - `http-memory`, `http-redis`: the HTTP binding (`agent_surface_http::serve`) over the
 //!   registries of `mcp-memory` and `mcp-redis`, the invocation id in `Idempotency-Key`.
 //!
+//! `BENCH_LADDER=1` measures instead what each guarantee of that call costs, with memory stores,
+//! on the modern MCP era and on the HTTP binding: a ladder of servers from the bare one to
+//! `mcp-memory` (`http-memory`), each rung adding one guarantee to the one before — the adapter
+//! with no sign-in (`mcp-open`, no authenticator, no invocation id), the sign-in (`mcp-plain`), an
+//! invocation id (`mcp-plain` called with one), the authority policy (`mcp-authority`) and the
+//! quota (`mcp-memory`) — and prints, per rung, the calls/s at 50 clients against the bare
+//! server's and the server's CPU time per call with what the rung added (see [`ladder`]).
+//!
 //! Every MCP server is called on the legacy era (2025-11-25: `initialize`, then calls in the
 //! `Mcp-Session-Id` session) and on the modern era (2026-07-28: each call a stateless request with
 //! its protocol fields in `_meta` and the `Mcp-Method`/`Mcp-Name` headers). The bare servers get
@@ -137,15 +145,15 @@ fn tokens() -> BearerTokens {
 }
 
 /// The adapters' registry: `bench.echo`, a write (so that an invocation id records it); with
-/// `policy`, signed-in callers only and a per-user quota that never refuses, on `limiter`.
-fn registry(policy: bool, store: Arc<dyn IdempotencyStore>, limiter: Option<Arc<dyn RateLimiter>>) -> Registry {
-    let authority: Option<Arc<dyn AuthorityPolicy>> = policy.then(|| {
+/// `authority`, signed-in callers only; with `limiter`, a per-user quota that never refuses.
+fn registry(authority: bool, store: Arc<dyn IdempotencyStore>, limiter: Option<Arc<dyn RateLimiter>>) -> Registry {
+    let authority: Option<Arc<dyn AuthorityPolicy>> = authority.then(|| {
         Arc::new(Policies::new().global(RequireIdentity).for_type("bench", AllowAll)) as Arc<dyn AuthorityPolicy>
     });
     let r = Registry::new(RegistryConfig {
         idempotency: store,
         authority,
-        rate_limiter: if policy { limiter } else { None },
+        rate_limiter: limiter,
         ..RegistryConfig::default()
     });
     r.define("bench", |t| {
@@ -164,7 +172,8 @@ fn budgets() -> RateBudgets {
     RateBudgets { per_consumer: Some(quota), ..RateBudgets::default() }
 }
 
-/// The registry of a server kind (`…-plain`, `…-memory`, `…-redis`).
+/// The registry of a server kind: `…-open` and `…-plain` have no policy, `…-authority` the
+/// authority policy alone, `…-memory` and `…-redis` the authority policy and the quota.
 async fn registry_of(kind: &str) -> Registry {
     if kind.ends_with("-redis") {
         use agent_surface_redis::{RedisConfig, RedisStores};
@@ -176,7 +185,13 @@ async fn registry_of(kind: &str) -> Registry {
     }
     let limiter =
         MemoryRateLimiter::new(RateLimitConfig::with_budgets(budgets(), Arc::new(agent_surface_policy::SystemClock)));
-    registry(!kind.ends_with("-plain"), Arc::new(MemoryIdempotencyStore::default()), Some(Arc::new(limiter)))
+    let (authority, quota) = match kind.rsplit('-').next() {
+        Some("open" | "plain") => (false, false),
+        Some("authority") => (true, false),
+        _ => (true, true),
+    };
+    let limiter: Option<Arc<dyn RateLimiter>> = quota.then(|| Arc::new(limiter) as Arc<dyn RateLimiter>);
+    registry(authority, Arc::new(MemoryIdempotencyStore::default()), limiter)
 }
 
 /// The bare HTTP handler: the same `/invoke` body parsed, the input read, the answer built.
@@ -241,7 +256,9 @@ async fn serve(kind: &str) {
         let _ = out.flush();
     }
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let authenticator: Arc<dyn Authenticator> = Arc::new(tokens());
+    // Every adapter signs its callers in but `…-open`'s, which has no authenticator.
+    let authenticator: Option<Arc<dyn Authenticator>> =
+        (!kind.ends_with("-open")).then(|| Arc::new(tokens()) as Arc<dyn Authenticator>);
     match kind {
         "mcp-bare" => {
             use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -270,14 +287,14 @@ async fn serve(kind: &str) {
             use agent_surface_mcp::McpConfig;
             use agent_surface_mcp::http::{McpHttpConfig, serve_http};
             let registry = registry_of(mcp).await;
-            let config = McpConfig { authenticator: Some(authenticator), ..McpConfig::default() };
+            let config = McpConfig { authenticator, ..McpConfig::default() };
             let http = McpHttpConfig { json_responses: json_responses(), ..McpHttpConfig::default() };
             let _ = serve_http(registry, config, http, listener, shutdown).await;
         }
         binding => {
             use agent_surface_http::HttpConfig;
             let registry = registry_of(binding).await;
-            let config = HttpConfig { authenticator: Some(authenticator), ..HttpConfig::default() };
+            let config = HttpConfig { authenticator, ..HttpConfig::default() };
             let _ = agent_surface_http::serve(registry, config, listener, shutdown).await;
         }
     }
@@ -592,6 +609,88 @@ fn drive(spec: &str) {
     println!("{n} calls over {CLIENTS} clients: {:.0} calls/s", figures.calls_per_s);
 }
 
+/// The rungs of `BENCH_LADDER`: each adds one guarantee to the one before (server kind, whether
+/// the client sends an invocation id, what the rung adds).
+const LADDER: [(&str, bool, &str); 6] = [
+    ("bare", true, "the bare server (the same bytes)"),
+    ("open", false, "the adapter: no sign-in, no policy, no invocation id"),
+    ("plain", false, "+ the sign-in (a bearer token per client)"),
+    ("plain", true, "+ an invocation id (fingerprint, admission, settlement)"),
+    ("authority", true, "+ an authority policy (signed-in callers only)"),
+    ("memory", true, "+ a per-user quota (never refusing)"),
+];
+
+/// `BENCH_LADDER=1`: what each guarantee of the policy path costs, on the modern MCP era and on
+/// the HTTP binding, with memory stores. Each rung of [`LADDER`] adds one guarantee to the rung
+/// before; the servers are measured in interleaved rounds (`BENCH_ROUNDS`, default 5) of 10,000
+/// calls over 50 clients, and the table gives, per rung, the calls/s against the bare server's and
+/// the server's CPU time per call with what the rung added to it.
+fn ladder(rounds: usize) {
+    const N: usize = 10_000;
+    let mut servers = Vec::new();
+    let mut targets: Vec<(usize, Wire, bool, &str)> = Vec::new();
+    for (prefix, wire) in [("mcp", Wire::Modern), ("http", Wire::Binding)] {
+        for (rung, tracked, what) in LADDER {
+            let kind: &'static str = format!("{prefix}-{rung}").leak();
+            let server = match servers.iter().position(|s: &Server| s.kind == kind) {
+                Some(i) => i,
+                None => {
+                    servers.push(start(kind, None));
+                    servers.len() - 1
+                }
+            };
+            targets.push((server, wire, tracked, what));
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    for &(server, wire, tracked, _) in &targets {
+        rt.block_on(sequential(servers[server].addr, wire, tracked, 200));
+    }
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load before: {}", load().trim());
+    let mut cpu = vec![0.0; targets.len()];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for k in 0..targets.len() {
+            let i = (k + round) % targets.len();
+            let (server, wire, tracked, _) = targets[i];
+            let pid = servers[server].child.id();
+            let before = cpu_time(pid);
+            rates[i].push(rt.block_on(loaded(servers[server].addr, wire, tracked, N)).calls_per_s);
+            if let (Some(a), Some(b)) = (before, cpu_time(pid)) {
+                cpu[i] += b - a;
+            }
+        }
+    }
+    println!("load after: {}", load().trim());
+    for s in &mut servers {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+    println!();
+    println!("{rounds} interleaved rounds of {N} calls over {CLIENTS} clients, memory stores:");
+    for (p, title) in [(0, "MCP streamable HTTP, modern era"), (1, "HTTP binding")] {
+        println!();
+        println!("{title}:");
+        println!();
+        println!("| rung | calls/s | against bare | server CPU per call | the rung adds |");
+        println!("|---|---:|---:|---:|---:|");
+        let base = p * LADDER.len();
+        let per_call = |i: usize| cpu[i] * 1e6 / (N * rounds) as f64;
+        for r in 0..LADDER.len() {
+            let i = base + r;
+            let against = median(rates[i].iter().zip(&rates[base]).map(|(a, b)| a / b).collect());
+            let step = if r == 0 { String::new() } else { format!("{:+.1} µs", per_call(i) - per_call(i - 1)) };
+            println!(
+                "| {} | {:.0} | {against:.2}x | {:.1} µs | {step} |",
+                targets[i].3,
+                median(rates[i].clone()),
+                per_call(i)
+            );
+        }
+    }
+}
+
 fn main() {
     if let Ok(kind) = std::env::var("BENCH_SERVER") {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
@@ -602,6 +701,9 @@ fn main() {
     }
     let quick = std::env::args().any(|a| a == "--test");
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    if std::env::var_os("BENCH_LADDER").is_some() {
+        return ladder(rounds);
+    }
     let (rounds, n_seq, n_par) = if quick { (1, 100, 500) } else { (rounds, 1_000, 5_000) };
     // The CPU figure counts the server's clock ticks (10 ms each): over 25,000 calls, 0.4 µs.
     let redis = agent_surface_testing::services::redis_url();
