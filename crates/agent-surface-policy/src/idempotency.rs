@@ -300,6 +300,29 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>>;
 
+    /// [`admit`](Self::admit) for a call whose capability may run twice without harm (idempotent
+    /// or read-only), with the mark of [`start`](Self::start) written by the admission itself
+    /// where the store can: the second member is `true` when a claim the admission made
+    /// ([`Admission::Leader`] or [`Admission::TakeOver`]) is marked started already, and the
+    /// registry then does not call [`start`](Self::start) for it (one round trip fewer on a
+    /// shared store). The default admits with [`admit`](Self::admit) and answers `false`.
+    ///
+    /// A claim marked by its admission counts as started from the moment it is made: one whose
+    /// lease lapses is taken over ([`Admission::TakeOver`]), and the registry runs such a call
+    /// again, which its capability makes harmless, instead of claiming it afresh. A store must
+    /// still tell this mark from one written by [`start`](Self::start) where it matters:
+    /// [`cancel`](Self::cancel) of the attempt that made the claim removes it as an unmarked
+    /// claim's (that attempt's caller gave up on the admission, so no handler ran under it).
+    fn admit_started<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(Admission, bool), StoreError>> {
+        Box::pin(async move { self.admit(key, fingerprint, attempt, now).await.map(|admission| (admission, false)) })
+    }
+
     /// Undoes whatever the admission of `key` under `attempt` claimed, for a caller that gave up on
     /// that admission (no answer within its budget, or an error) and so never started a handler
     /// under it. A record in flight claimed by `attempt` as a leader is removed, and its followers
@@ -387,6 +410,16 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         (**self).admit(key, fingerprint, attempt, now)
+    }
+
+    fn admit_started<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(Admission, bool), StoreError>> {
+        (**self).admit_started(key, fingerprint, attempt, now)
     }
 
     fn cancel<'a>(

@@ -7,6 +7,8 @@
 //! - `stores/memory`: a new invocation id per call on `MemoryIdempotencyStore` (admit, run,
 //!   settle: the baseline);
 //! - `stores/redis`: the same on `RedisIdempotencyStore`;
+//! - `stores/redis_idempotent`: a new invocation id per call of an idempotent capability on
+//!   Redis (its admission marks it started: no separate mark);
 //! - `stores/redis_replay`: a retry answered from the stored result on Redis;
 //! - `stores/evalsha_x2`: the floor of two round trips, two bare `EVALSHA`s of a one-write
 //!   script one after the other (issue #29 compares a tracked call with it).
@@ -26,7 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use agent_surface_policy::{Consumer, IdempotencyStore, MemoryIdempotencyStore};
 use agent_surface_redis::{RedisConfig, RedisStores, redis};
 use agent_surface_registry::{InvokeOptions, InvokeRequest};
-use agent_surface_testing::bench::{median_ns, recorded_request as request, recording_registry as registry};
+use agent_surface_testing::bench::{
+    median_ns, recorded_idempotent_request, recorded_request as request, recording_registry as registry,
+};
 use criterion::{BatchSize, Criterion};
 use serde_json::json;
 
@@ -71,6 +75,17 @@ fn main() {
             )
         });
     }
+    g.bench_function("redis_idempotent", |b| {
+        b.to_async(&rt).iter_batched(
+            || (recorded_idempotent_request(fresh()), consumer.clone()),
+            |(req, opts)| async {
+                let res = shared.invoke(req, opts).await;
+                debug_assert!(res.is_ok());
+                black_box(res)
+            },
+            BatchSize::SmallInput,
+        )
+    });
     let replayed = rt.block_on(shared.invoke(request("replayed".to_string()), consumer.clone()));
     assert!(replayed.is_ok());
     g.bench_function("redis_replay", |b| {
@@ -117,10 +132,11 @@ fn main() {
     };
     let new_calls = per_call((0..1_000).map(|_| request(fresh())).collect());
     let replays = per_call((0..1_000).map(|_| request("replayed".to_string())).collect());
+    let idempotent_calls = per_call((0..1_000).map(|_| recorded_idempotent_request(fresh())).collect());
 
     println!("\nratios against stores/memory (median estimates of this run):");
     let base = median_ns("stores/memory");
-    for id in ["stores/memory", "stores/redis", "stores/redis_replay", "stores/evalsha_x2"] {
+    for id in ["stores/memory", "stores/redis", "stores/redis_idempotent", "stores/redis_replay", "stores/evalsha_x2"] {
         match (median_ns(id), base) {
             (Some(t), Some(b)) => println!("  {id:<22} {t:>10.0} ns   {:>6.2}x", t / b),
             _ => println!("  {id:<22} (no estimate)"),
@@ -132,8 +148,14 @@ fn main() {
             tracked / floor
         );
     }
+    if let (Some(tracked), Some(floor)) = (median_ns("stores/redis_idempotent"), median_ns("stores/evalsha_x2")) {
+        println!(
+            "a tracked call of an idempotent capability on Redis against two bare EVALSHA round trips: {tracked:.0} / {floor:.0} ns = {:.2}x (target ≤ 1.2x)",
+            tracked / floor
+        );
+    }
     println!(
-        "Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {replays:.2} for a replay"
+        "Redis round trips per call: {new_calls:.2} for a new call (admit, the started mark, settle), {idempotent_calls:.2} for a new call of an idempotent capability (admit and mark, settle), {replays:.2} for a replay"
     );
 
     let rounds = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);

@@ -9,7 +9,7 @@
 //! | `le` | while `run`: when the lease lapses (Unix milliseconds on Redis' clock) |
 //! | `a` | while `run`: the attempt (32 hex digits) whose admission made the claim |
 //! | `k` | while `run`: how the claim was made, `lead` or `takeover` |
-//! | `go` | while `run`: `1` once a handler may have started under the record (its leader marked it started, or it was taken over) |
+//! | `go` | while `run`: `1` once a handler may have started under the record (its leader marked it started, or it was taken over); `2` from the claim on when its admission marked it (`IdempotencyStore::admit_started`, a capability that may run twice) |
 //! | `v` | while `run`: the claim's format, `2` since claims are marked started; a claim without it (an older build's) counts as started |
 //! | `r` | once `done` or `gone`: the result (JSON) |
 //!
@@ -50,6 +50,12 @@
 //! unknown outcome. This is what keeps a stalled admission from turning a call that never ran into
 //! `outcome-unknown`.
 //!
+//! A call whose capability may run twice without harm (idempotent or read-only) is marked by its
+//! admission instead (`IdempotencyStore::admit_started`: `go` = `2` from the claim on, and no
+//! `START`), two round trips a call rather than three: lapsed, its record is taken over and the
+//! call run again, which is harmless for it. `CANCEL` still voids such a claim, as an unmarked
+//! one: the caller that cancels its attempt never started a handler under it.
+//!
 //! Commands on one connection run in order, so a cancellation sent on the connection the admission
 //! went out on runs after it (the first two cases). A reconnect can lose the cancellation (the
 //! registry retries it, at most a second apart, until Redis answers, for up to 30 s) or let it
@@ -76,7 +82,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 ";
 
 /// Admission. KEYS: the record, the token counter, the attempt's cancellation marker. ARGV:
-/// fingerprint, lease (ms), time to live of a record in flight (ms), attempt. Returns `{verdict,
+/// fingerprint, lease (ms), time to live of a record in flight (ms), attempt, `2` to mark a claim
+/// started as it is made (`go`; else `0`). Returns `{verdict,
 /// value}`: `lead`/`takeover` and the token, `follow` and the token, `replay` and the result,
 /// `conflict` and the stored fingerprint, `cancelled` (the attempt was cancelled: nothing claimed).
 const ADMIT: &str = r"
@@ -102,8 +109,9 @@ if s == 'run' or s == 'done' then
   local le = string.format('%d', now + tonumber(ARGV[2]))
   -- A lapsed claim that was never marked started ran nothing: it is claimed afresh. A claim of an
   -- older build (no `v`) or one taken over may have run.
-  if f[6] ~= '1' and f[7] ~= 'takeover' and f[8] == '2' then
+  if f[6] ~= '1' and f[6] ~= '2' and f[7] ~= 'takeover' and f[8] == '2' then
     redis.call('HSET', KEYS[1], 't', string.format('%d', tok), 'le', le, 'a', ARGV[4], 'k', 'lead')
+    if ARGV[5] == '2' then redis.call('HSET', KEYS[1], 'go', '2') end
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return {'lead', string.format('%d', tok)}
   end
@@ -117,6 +125,7 @@ local tok = next_token()
 if s then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 's', 'run', 'fp', ARGV[1], 't', string.format('%d', tok),
   'le', string.format('%d', now + tonumber(ARGV[2])), 'a', ARGV[4], 'k', 'lead', 'v', '2')
+if ARGV[5] == '2' then redis.call('HSET', KEYS[1], 'go', '2') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'lead', string.format('%d', tok)}
 ";
@@ -127,7 +136,7 @@ return {'lead', string.format('%d', tok)}
 const RENEW: &str = r"
 local f = redis.call('HMGET', KEYS[1], 's', 't', 'le', 'go', 'v')
 if f[1] ~= 'run' or f[2] ~= ARGV[1] then return 0 end
-if f[4] ~= '1' and f[5] == '2' and tonumber(f[3]) <= now then return 0 end
+if f[4] ~= '1' and f[4] ~= '2' and f[5] == '2' and tonumber(f[3]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'le', string.format('%d', now + tonumber(ARGV[2])))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
@@ -195,7 +204,7 @@ if f[1] == 'void' then return {'void', f[2]} end
 if f[1] == 'run' then
   local live = '0'
   if tonumber(f[4]) > now then live = '1' end
-  if live == '0' and f[6] ~= '1' and f[7] ~= 'takeover' and f[8] == '2' then return {'void', f[2]} end
+  if live == '0' and f[6] ~= '1' and f[6] ~= '2' and f[7] ~= 'takeover' and f[8] == '2' then return {'void', f[2]} end
   return {'run', f[2], f[3], live}
 end
 return {f[1], f[2], f[5]}
@@ -332,11 +341,13 @@ impl RedisIdempotencyStore {
         concat(&[&self.stores.config.prefix, "idem-cancel:", attempt])
     }
 
+    /// Admits `key`; with `mark`, a claim made is marked started by its admission (`go` = `2`).
     async fn admit_now(
         &self,
         key: &IdempotencyKey,
         fingerprint: Fingerprint,
         attempt: Attempt,
+        mark: bool,
     ) -> Result<Admission, StoreError> {
         let config = &self.stores.config;
         let record = self.key(key);
@@ -350,7 +361,8 @@ impl RedisIdempotencyStore {
             .arg(fingerprint_hex(fingerprint, &mut fp_buf))
             .arg(ttl_ms(config.lease))
             .arg(ttl_ms(config.in_flight_retention))
-            .arg(attempt);
+            .arg(attempt)
+            .arg(if mark { "2" } else { "0" });
         let answer: (String, String) = self.stores.eval(&self.scripts.admit, &call).await?;
         Ok(match answer.0.as_str() {
             "cancelled" => return Err(StoreError::AttemptCancelled),
@@ -608,7 +620,24 @@ impl IdempotencyStore for RedisIdempotencyStore {
         attempt: Attempt,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-        Box::pin(self.admit_now(key, fingerprint, attempt))
+        Box::pin(self.admit_now(key, fingerprint, attempt, false))
+    }
+
+    /// The mark is written by the admission script (`go` = `2`), so such a call costs two round
+    /// trips (admission, settlement) instead of three. `CANCEL` voids a claim so marked as it
+    /// voids an unmarked one: the attempt it cancels never started a handler.
+    fn admit_started<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(Admission, bool), StoreError>> {
+        Box::pin(async move {
+            let admission = self.admit_now(key, fingerprint, attempt, true).await?;
+            // A takeover is marked (`go` = `1`) by the same script.
+            Ok((admission, true))
+        })
     }
 
     fn cancel<'a>(

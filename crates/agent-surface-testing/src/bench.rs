@@ -19,7 +19,9 @@ pub fn median_ns(id: &str) -> Option<f64> {
 
 /// A registry whose `calc.add` (a write, so that a replay is what a retry must get) records its
 /// calls in `store`, mounted once as `main`: the setup the store benchmarks share, so that every
-/// backend is measured on the same call. Keep the mount for as long as the registry is called.
+/// backend is measured on the same call. Its `calc.sum` is the same call declared idempotent
+/// ([`recorded_idempotent_request`]): a shared store marks it started at admission. Keep the mount
+/// for as long as the registry is called.
 pub fn recording_registry(
     store: std::sync::Arc<dyn agent_surface_policy::IdempotencyStore>,
 ) -> (agent_surface_registry::Registry, agent_surface_registry::Mount) {
@@ -29,9 +31,11 @@ pub fn recording_registry(
 
     let r = Registry::new(RegistryConfig { idempotency: store, ..Default::default() });
     r.define("calc", |t| {
-        t.capability("add", "Add two integers.").effect(Effect::Write).handler(|_c: Ctx, i: Value| async move {
+        let add = |_c: Ctx, i: Value| async move {
             Ok::<_, AgentSurfaceError>(json!({"sum": i["a"].as_i64().unwrap_or(0) + i["b"].as_i64().unwrap_or(0)}))
-        })
+        };
+        t.capability("add", "Add two integers.").effect(Effect::Write).handler(add);
+        t.capability("sum", "Add two integers.").effect(Effect::Write).idempotent().handler(add)
     })
     .expect("valid");
     let m = r.mount("calc", "main").expect("mount");
@@ -41,6 +45,11 @@ pub fn recording_registry(
 /// A call of [`recording_registry`]'s `calc.add` under the invocation id `id`.
 pub fn recorded_request(id: String) -> agent_surface_registry::InvokeRequest {
     agent_surface_registry::InvokeRequest::new("calc.add", serde_json::json!({"a": 2, "b": 3})).with_invocation_id(id)
+}
+
+/// A call of [`recording_registry`]'s `calc.sum` (idempotent) under the invocation id `id`.
+pub fn recorded_idempotent_request(id: String) -> agent_surface_registry::InvokeRequest {
+    agent_surface_registry::InvokeRequest::new("calc.sum", serde_json::json!({"a": 2, "b": 3})).with_invocation_id(id)
 }
 
 /// How long a follower on another replica takes to learn its leader's result, the figure issue

@@ -217,7 +217,16 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
             correlation_id: crate::CorrelationId::pending(),
         }))
     };
-    Ok(match admit_record(inner, options, key, fp, now, None).await? {
+    // A call that may run twice without harm is marked started by its admission on a store whose
+    // leases lapse (one round trip fewer): no answer it can give depends on the mark there,
+    // because a lapsed claim of it is taken over and run again (`IdempotencyStore::admit_started`).
+    let mark = inner.config.idempotency.reach() == agent_surface_policy::Reach::Shared
+        && inner
+            .read()
+            .capabilities
+            .get(request.capability.as_str())
+            .is_some_and(|def| super::execute::outcome_is_harmless(def));
+    Ok(match admit_record(inner, options, key, fp, now, None, mark).await? {
         Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
         Record::Replay(result) => answered(result, false),
         Record::Joined(result) => answered(result, true),
@@ -240,9 +249,11 @@ pub(crate) enum Record {
 
 /// Admits `key` with `fp` in the registry's idempotency store. The leader's [`Hold`] is
 /// `shared` when given (a call admitted under its natural key after its invocation id shares the
-/// invocation's: one handler, one set of facts for both records), else a fresh one. A store that
-/// does not answer within the budget fails the call closed (nothing ran), and its attempt is
-/// cancelled ([`Unanswered`]).
+/// invocation's: one handler, one set of facts for both records), else a fresh one. With `mark`
+/// (a call whose repetition is harmless) the store is asked to mark a claim started as it makes
+/// it ([`IdempotencyStore::admit_started`]); a claim it did not mark so is marked before the
+/// handler runs, as every claim whose lease lapses is. A store that does not answer within the
+/// budget fails the call closed (nothing ran), and its attempt is cancelled ([`Unanswered`]).
 pub(crate) async fn admit_record(
     inner: &Arc<crate::registry::Inner>,
     options: &crate::request::InvokeOptions,
@@ -250,16 +261,20 @@ pub(crate) async fn admit_record(
     fp: Fingerprint,
     now: Timestamp,
     shared: Option<&Arc<Hold>>,
+    mark: bool,
 ) -> Result<Record, Stop> {
     let store = inner.config.idempotency.clone();
+    // Whether the admission marked the claim it made started (`admit_started`).
+    let mut marked = false;
     // The key is moved into the guard once the store has answered.
-    let leader = |key: IdempotencyKey, lease: Lease, taken_over: bool| {
+    let leader = |key: IdempotencyKey, lease: Lease, taken_over: bool, marked: bool| {
         let hold = match shared {
             Some(hold) => hold.clone(),
             None => Arc::new(Hold::new(taken_over)),
         };
-        // A lease that lapses is marked started before the handler runs (see `Hold::marks`).
-        if lease.renew_every.is_some() {
+        // A lease that lapses is marked started before the handler runs (see `Hold::marks`),
+        // unless its admission marked it.
+        if lease.renew_every.is_some() && !marked {
             hold.add_mark(StartMark {
                 store: store.clone(),
                 key: key.clone(),
@@ -283,9 +298,19 @@ pub(crate) async fn admit_record(
     let budget = inner.config.store_budget;
     let attempt = Attempt::fresh();
     let unanswered = Unanswered { store: &store, key: &key, attempt, budget, clock: &inner.config.clock, armed: true };
-    let admitted =
-        agent_surface_policy::guard::within(inner.config.clock.as_ref(), budget, store.admit(&key, fp, attempt, now))
-            .await;
+    let clock = inner.config.clock.as_ref();
+    let admitted = if mark {
+        agent_surface_policy::guard::within(clock, budget, store.admit_started(&key, fp, attempt, now)).await.map(
+            |answer| {
+                answer.map(|(admission, started)| {
+                    marked = started;
+                    admission
+                })
+            },
+        )
+    } else {
+        agent_surface_policy::guard::within(clock, budget, store.admit(&key, fp, attempt, now)).await
+    };
     let admitted = admitted.unwrap_or_else(|| {
         Err(StoreError::Unavailable(format!("the idempotency store did not answer within {} ms", budget.as_millis())))
     });
@@ -300,14 +325,14 @@ pub(crate) async fn admit_record(
         drop(unanswered);
     }
     match admitted {
-        Ok(Admission::Leader(lease)) => Ok(Record::Leader(leader(key, lease, false))),
+        Ok(Admission::Leader(lease)) => Ok(Record::Leader(leader(key, lease, false, marked))),
         Ok(Admission::TakeOver(lease)) => {
             tracing::warn!(
                 target: "agent_surface::invoke",
                 token = lease.token,
                 "the previous leader of this call lost its lease without a result; this call took the record over"
             );
-            Ok(Record::TakenOver(leader(key, lease, true)))
+            Ok(Record::TakenOver(leader(key, lease, true, marked)))
         }
         Ok(Admission::Replay(result)) => Ok(Record::Replay(result)),
         Ok(Admission::Follower(wait)) => {
@@ -333,7 +358,7 @@ pub(crate) async fn admit_record(
                             token = lease.token,
                             "the leader this call joined lost its lease without a result; this call took the record over"
                         );
-                        return Ok(Record::TakenOver(leader(key, lease, true)));
+                        return Ok(Record::TakenOver(leader(key, lease, true, false)));
                     }
                     Some(Reclaimed::Replay(result)) => return Ok(Record::Replay(result)),
                     None => {}

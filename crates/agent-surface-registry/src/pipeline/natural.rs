@@ -50,7 +50,8 @@ pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepa
     let store_key = IdempotencyKey { consumer_key: scope, invocation_id: idempotency::store_id(&natural) };
     let fp = fingerprint(&call, &prepared.value);
     let now = call.inner.config.clock.now();
-    let admitted = idempotency::admit_record(call.inner, call.options, store_key, fp, now, call.hold.as_ref()).await;
+    let admitted =
+        idempotency::admit_record(call.inner, call.options, store_key, fp, now, call.hold.as_ref(), false).await;
     // The key is the capability's, not the caller's id: a conflict says so (and is not retried).
     let admitted = admitted.map_err(|mut stop| {
         if stop.error.code() == agent_surface_core::ErrorCode::InvocationConflict {

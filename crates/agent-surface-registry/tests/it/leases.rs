@@ -47,6 +47,10 @@ struct LeasingStore {
     starts: std::sync::Mutex<Vec<usize>>,
     /// The runs counter of the registry under test, for `starts`.
     runs: std::sync::OnceLock<Arc<AtomicUsize>>,
+    /// Whether `admit_started` marks the claims it makes (as the Redis store does).
+    marks_at_admission: bool,
+    /// Admissions asked to mark their claim (`admit_started`).
+    admitted_started: AtomicUsize,
 }
 
 impl IdempotencyStore for LeasingStore {
@@ -80,6 +84,17 @@ impl IdempotencyStore for LeasingStore {
                 other => other,
             })
         })
+    }
+
+    fn admit_started<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(Admission, bool), StoreError>> {
+        self.admitted_started.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok((self.admit(key, fingerprint, attempt, now).await?, self.marks_at_admission)) })
     }
 
     fn cancel<'a>(
@@ -463,6 +478,37 @@ async fn a_leader_marks_its_record_started_before_its_handler_runs() {
     let (r, _m, _runs) = registry(plain.clone(), Duration::ZERO);
     let _ = r.invoke_detailed(call("shop.pay", json!({"cents": 5})).with_invocation_id("pay-n"), consumer("c")).await;
     assert!(plain.starts.lock().expect("not poisoned").is_empty());
+}
+
+/// A call whose repetition is harmless (read-only or idempotent) asks its admission to mark the
+/// claim started, and a store that does so spares the separate mark (one round trip fewer on a
+/// shared store); a write is still marked just before its handler, and a store that cannot mark
+/// at admission marks the harmless call then too.
+#[tokio::test]
+async fn a_harmless_call_is_marked_started_by_its_admission_where_the_store_can() {
+    let leasing = |marks_at_admission: bool| {
+        Arc::new(LeasingStore { renew_every: Some(Duration::from_secs(60)), marks_at_admission, ..Default::default() })
+    };
+    let store = leasing(true);
+    let (r, _m, runs) = registry(store.clone(), Duration::ZERO);
+    let quote = r.invoke_detailed(call("shop.quote", json!({})).with_invocation_id("q-1"), consumer("c")).await;
+    assert!(quote.result.is_ok(), "{quote:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.admitted_started.load(Ordering::SeqCst), 1, "the read asks its admission to mark it");
+    assert!(store.starts.lock().expect("not poisoned").is_empty(), "marked by its admission, not marked again");
+    let pay = r.invoke_detailed(call("shop.pay", json!({"cents": 5})).with_invocation_id("p-1"), consumer("c")).await;
+    assert!(pay.result.is_ok(), "{pay:?}");
+    assert_eq!(store.admitted_started.load(Ordering::SeqCst), 1, "a write's admission marks nothing");
+    assert_eq!(*store.starts.lock().expect("not poisoned"), vec![1], "the write is marked before its handler");
+    assert_eq!(store.admissions.load(Ordering::SeqCst), 2);
+
+    // A store that cannot mark at admission: the read is marked before its handler.
+    let store = leasing(false);
+    let (r, _m, _runs) = registry(store.clone(), Duration::ZERO);
+    let quote = r.invoke_detailed(call("shop.quote", json!({})).with_invocation_id("q-2"), consumer("c")).await;
+    assert!(quote.result.is_ok(), "{quote:?}");
+    assert_eq!(store.admitted_started.load(Ordering::SeqCst), 1);
+    assert_eq!(*store.starts.lock().expect("not poisoned"), vec![0], "marked before its handler ran");
 }
 
 /// A leader whose lease lapsed before its handler started (it stalled between admission and

@@ -271,8 +271,9 @@ pub async fn check_idempotency_cancel(store: &dyn IdempotencyStore, prefix: &str
 
 /// Runs the lease suite against a store whose leases lapse after `lease` without renewal (a
 /// shared store configured with a short lease): renewal keeps a record, a lapsed one that was
-/// marked started is taken over under a greater token, one that was not is claimed afresh (nothing
-/// ran under it) and its lapse is final, the old leader's late settlement is refused and records
+/// marked started (by `start`, or by its admission through `admit_started`) is taken over under a
+/// greater token, one that was not is claimed afresh (nothing ran under it) and its lapse is
+/// final, a cancelled admission's claim is voided even when its admission marked it, the old leader's late settlement is refused and records
 /// nothing, and followers of a lapsed leader are answered rather than left waiting.
 ///
 /// # Panics
@@ -342,6 +343,55 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         "store kit: the lapsed leader's settlement must be refused"
     );
     expect("settle", store.settle(&k_unstarted, fp, fresh, Settlement::Release { result: result_of(4) }, now()).await);
+
+    // Marked started by its admission (`admit_started`; where the store cannot, by `start` right
+    // after): a lapsed claim is taken over, never claimed afresh, since a handler may have run.
+    let k_marked = key("admitted-started");
+    let (admission, marked) =
+        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
+    let first = leader_of("a new key leads", admission);
+    if !marked {
+        expect("start", store.start(&k_marked, first, now()).await);
+    }
+    let Admission::Follower(waiting) = admit(k_marked.clone()).await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    tokio::time::sleep(lease + lease / 2).await;
+    let told = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
+    assert_eq!(
+        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        Some("outcome-unknown"),
+        "store kit: a follower of a lapsed claim its admission marked started must not learn that nothing ran, got {told:?}"
+    );
+    let taken = match admit(k_marked.clone()).await {
+        Admission::TakeOver(taken) => taken,
+        other => panic!("store kit: a lapsed claim its admission marked started must be taken over, got {other:?}"),
+    };
+    assert!(taken.token > first.token, "store kit: a takeover's token must be greater than the lease it replaces");
+    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(5) }, now()).await);
+    // Cancelling the attempt whose admission made such a claim voids it as it voids any claim of
+    // a caller that gave up on its admission: no handler ran under it, so its follower learns
+    // that nothing ran, and the next admission leads afresh.
+    let k_marked = key("admitted-started-cancelled");
+    let attempt = Attempt::fresh();
+    let (admission, _) = expect("admit_started", store.admit_started(&k_marked, fp, attempt, now()).await);
+    leader_of("a new key leads", admission);
+    let Admission::Follower(waiting) = admit(k_marked.clone()).await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    expect("cancel", store.cancel(&k_marked, attempt, now()).await);
+    let told = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a cancelled claim must be answered, not left waiting"));
+    assert_ne!(
+        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        Some("outcome-unknown"),
+        "store kit: a follower of a claim whose admission was cancelled must not learn an unknown outcome, got {told:?}"
+    );
+    let fresh = leader_of("the key of a cancelled claim leads afresh", admit(k_marked.clone()).await);
+    expect("settle", store.settle(&k_marked, fp, fresh, Settlement::Release { result: result_of(6) }, now()).await);
 
     // Marked started and not renewed, it lapses: its follower is answered, the next admission
     // takes over.
