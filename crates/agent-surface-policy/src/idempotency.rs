@@ -358,8 +358,9 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
 
     /// Marks the record of `key`, held by `lease`, as *started*: its leader is about to run the
     /// handler. The registry calls it for leases that lapse ([`Lease::renew_every`] is `Some`),
-    /// once, after every earlier phase let the call through and before the handler starts; a
-    /// store whose leases hold until settled answers `Ok(())` and records nothing.
+    /// once, after every earlier phase let the call through and before the handler starts, unless
+    /// the claim's admission marked it already ([`admit_started`](Self::admit_started)); a store
+    /// whose leases hold until settled answers `Ok(())` and records nothing.
     ///
     /// The mark is what makes a lapsed claim's fate decidable. A record whose lease lapsed before
     /// it was marked never had a handler run under it (its leader stalled or died between
