@@ -353,23 +353,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     if !marked {
         expect("start", store.start(&k_marked, first, now()).await);
     }
-    let Admission::Follower(waiting) = admit(k_marked.clone()).await else {
-        panic!("store kit: the same request in flight must follow");
-    };
-    tokio::time::sleep(lease + lease / 2).await;
-    let told = tokio::time::timeout(lease * 4, waiting)
-        .await
-        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
-    assert_eq!(
-        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
-        Some("outcome-unknown"),
-        "store kit: a follower of a lapsed claim its admission marked started must not learn that nothing ran, got {told:?}"
-    );
-    let taken = match admit(k_marked.clone()).await {
-        Admission::TakeOver(taken) => taken,
-        other => panic!("store kit: a lapsed claim its admission marked started must be taken over, got {other:?}"),
-    };
-    assert!(taken.token > first.token, "store kit: a takeover's token must be greater than the lease it replaces");
+    let taken = lapse_marked(store, &k_marked, fp, first, lease).await;
     expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(5) }, now()).await);
     // Cancelling the attempt whose admission made such a claim voids it as it voids any claim of
     // a caller that gave up on its admission: no handler ran under it, so its follower learns
@@ -398,23 +382,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     let k = key("lapsed");
     let old = leader_of("a new key leads", admit(k.clone()).await);
     expect("start", store.start(&k, old, now()).await);
-    let Admission::Follower(waiting) = admit(k.clone()).await else {
-        panic!("store kit: the same request in flight must follow");
-    };
-    tokio::time::sleep(lease + lease / 2).await;
-    let orphaned = tokio::time::timeout(lease * 4, waiting)
-        .await
-        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
-    assert_eq!(
-        orphaned.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
-        Some("outcome-unknown"),
-        "store kit: a follower of a lapsed leader learns that the outcome is unknown"
-    );
-    let new = match admit(k.clone()).await {
-        Admission::TakeOver(new) => new,
-        other => panic!("store kit: a lapsed lease must be taken over, got {other:?}"),
-    };
-    assert!(new.token > old.token, "store kit: a takeover's token must be greater than the lease it replaces");
+    let new = lapse_marked(store, &k, fp, old, lease).await;
     // A takeover whose attempt is cancelled does not free the key (the earlier leader may have
     // run), nor leave it in flight for nobody to settle: the record holds the unknown outcome.
     let k_cancelled = key("lapsed-cancelled");
@@ -462,6 +430,37 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         }
         other => panic!("store kit: a settled request must replay, got {other:?}"),
     }
+}
+
+/// Lets the claim `old` of `k`, marked started, lapse with a follower joined to it: the follower
+/// must learn the unknown outcome (a handler may have run), and the next admission must take the
+/// record over under a greater token; returns the takeover's lease.
+async fn lapse_marked(
+    store: &dyn IdempotencyStore,
+    k: &IdempotencyKey,
+    fp: Fingerprint,
+    old: Lease,
+    lease: Duration,
+) -> Lease {
+    let admit = || async { expect("admit", store.admit(k, fp, Attempt::fresh(), Timestamp::now()).await) };
+    let Admission::Follower(waiting) = admit().await else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    tokio::time::sleep(lease + lease / 2).await;
+    let told = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
+    assert_eq!(
+        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        Some("outcome-unknown"),
+        "store kit: a follower of a lapsed claim marked started learns that the outcome is unknown, never that nothing ran, got {told:?}"
+    );
+    let new = match admit().await {
+        Admission::TakeOver(new) => new,
+        other => panic!("store kit: a lapsed claim marked started must be taken over, got {other:?}"),
+    };
+    assert!(new.token > old.token, "store kit: a takeover's token must be greater than the lease it replaces");
+    new
 }
 
 /// Runs the check of a store whose leases hold until settled (one process owns it; a restart
