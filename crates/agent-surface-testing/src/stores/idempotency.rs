@@ -302,13 +302,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     // admission leads afresh, and the old leader can neither start, renew nor settle it.
     let k_unstarted = key("unstarted");
     let stalled = leader_of("a new key leads", admit(k_unstarted.clone()).await);
-    let Admission::Follower(waiting) = admit(k_unstarted.clone()).await else {
-        panic!("store kit: the same request in flight must follow");
-    };
-    tokio::time::sleep(lease + lease / 2).await;
-    let told = tokio::time::timeout(lease * 4, waiting)
-        .await
-        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
+    let told = told_after_lapse(store, &k_unstarted, fp, lease).await;
     assert_eq!(
         told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
         Some("transport"),
@@ -432,6 +426,24 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     }
 }
 
+/// What a follower joined to the claim in flight on `k` is told once its lease (`lease`, not
+/// renewed) has lapsed.
+async fn told_after_lapse(
+    store: &dyn IdempotencyStore,
+    k: &IdempotencyKey,
+    fp: Fingerprint,
+    lease: Duration,
+) -> InvokeResult {
+    let Admission::Follower(waiting) = expect("admit", store.admit(k, fp, Attempt::fresh(), Timestamp::now()).await)
+    else {
+        panic!("store kit: the same request in flight must follow");
+    };
+    tokio::time::sleep(lease + lease / 2).await;
+    tokio::time::timeout(lease * 4, waiting)
+        .await
+        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"))
+}
+
 /// Lets the claim `old` of `k`, marked started, lapse with a follower joined to it: the follower
 /// must learn the unknown outcome (a handler may have run), and the next admission must take the
 /// record over under a greater token; returns the takeover's lease.
@@ -442,20 +454,13 @@ async fn lapse_marked(
     old: Lease,
     lease: Duration,
 ) -> Lease {
-    let admit = || async { expect("admit", store.admit(k, fp, Attempt::fresh(), Timestamp::now()).await) };
-    let Admission::Follower(waiting) = admit().await else {
-        panic!("store kit: the same request in flight must follow");
-    };
-    tokio::time::sleep(lease + lease / 2).await;
-    let told = tokio::time::timeout(lease * 4, waiting)
-        .await
-        .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"));
+    let told = told_after_lapse(store, k, fp, lease).await;
     assert_eq!(
         told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
         Some("outcome-unknown"),
         "store kit: a follower of a lapsed claim marked started learns that the outcome is unknown, never that nothing ran, got {told:?}"
     );
-    let new = match admit().await {
+    let new = match expect("admit", store.admit(k, fp, Attempt::fresh(), Timestamp::now()).await) {
         Admission::TakeOver(new) => new,
         other => panic!("store kit: a lapsed claim marked started must be taken over, got {other:?}"),
     };
