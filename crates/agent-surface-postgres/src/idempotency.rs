@@ -13,14 +13,23 @@
 //! lease lapsed unmarked never had a handler run under it, so the next admission of the same
 //! request claims it afresh (`Admission::Leader`, a new token), its followers learn that nothing
 //! ran, and neither `start` nor `renew` revives the lapsed lease. Only a marked record, or one
-//! taken over, is taken over with its unknown outcome; a cancelled takeover (or a cancelled
-//! claim that was marked) settles the record with `EXECUTION_FAILED {reason: outcome-unknown}`,
-//! kept for `in_flight_retention`, rather than freeing it.
+//! taken over, is taken over with its unknown outcome; a cancelled takeover settles the record
+//! with `EXECUTION_FAILED {reason: outcome-unknown}`, kept for `in_flight_retention`, rather than
+//! freeing it.
+//!
+//! **Claims marked by their admission.** A call whose repetition is harmless (idempotent or
+//! read-only) is admitted with `IdempotencyStore::admit_started`: the claim is written marked
+//! started by the admission's own statement, and its leader sends no `start`. Such a claim whose
+//! lease lapses is taken over, and the registry runs the harmless call again. Cancelling the
+//! attempt that made it voids it as an unmarked claim is voided: that attempt's caller never
+//! learnt of the claim, so no handler ran under it.
 //!
 //! Round trips: an admission is one statement (it claims the key unless a record holds it or
 //! the attempt was cancelled, and otherwise answers the record as it stands: a replay, a
-//! conflict, a follower of a live lease); a settlement and a renewal are one statement each (the
-//! settlement notifies the record's followers in the same statement, delivered at its commit).
+//! conflict, a follower of a live lease); the start mark, a settlement and a renewal are one
+//! statement each (the settlement notifies the record's followers in the same statement,
+//! delivered at its commit). A new call is three statements, two when its repetition is harmless
+//! (its admission writes the mark); a replay is one.
 //! Only what must change a record it found — a takeover of a lapsed lease, a fresh claim of a
 //! released record — and a cancellation read the row `FOR UPDATE` in a transaction. A replay
 //! writes nothing, so it waits for no flush of the write-ahead log.
@@ -57,7 +66,7 @@ const VOID_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// A new call's admission, one statement: claims the key unless a record holds it or the
 /// attempt was cancelled, and otherwise answers the record as it stands (without a lock). $1
 /// consumer, $2 invocation, $3 fingerprint, $4 lease (ms), $5 attempt, $6 time to live (ms), $7
-/// format. Answers the new token (or null), then the record's state, fingerprint, whether its
+/// format, $8 whether the claim is marked started as it is made (`admit_started`). Answers the new token (or null), then the record's state, fingerprint, whether its
 /// lease holds, its result, whether it is kept, and in how many ms its lease lapses (nulls when
 /// there is none).
 const CLAIM: &str = "WITH held AS (
@@ -66,9 +75,9 @@ const CLAIM: &str = "WITH held AS (
     coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0) AS lapses_ms
   FROM {s}.idem WHERE consumer = $1 AND invocation = $2
 ), claimed AS (
-  INSERT INTO {s}.idem (consumer, invocation, v, state, fp, token, lease_until, attempt, takeover, result, keep_until)
+  INSERT INTO {s}.idem (consumer, invocation, v, state, fp, token, lease_until, attempt, takeover, started, result, keep_until)
   SELECT $1, $2, $7, 'run', $3, nextval('{s}.idem_token'), clock_timestamp() + $4::bigint * interval '1 millisecond', $5,
-    false, NULL, clock_timestamp() + $6::bigint * interval '1 millisecond'
+    false, $8::boolean, NULL, clock_timestamp() + $6::bigint * interval '1 millisecond'
   WHERE NOT EXISTS (SELECT 1 FROM held)
     AND NOT EXISTS (SELECT 1 FROM {s}.idem_cancel WHERE attempt = $5 AND keep_until > clock_timestamp())
   ON CONFLICT (consumer, invocation) DO NOTHING
@@ -91,9 +100,10 @@ FROM {s}.idem WHERE consumer = $1 AND invocation = $2";
 
 /// A fresh claim over a record that is free (released, voided, expired, or lapsed before its
 /// leader marked it started: nothing ran under it). $3 fingerprint, $4
-/// lease (ms), $5 attempt, $6 time to live (ms), $7 format.
+/// lease (ms), $5 attempt, $6 time to live (ms), $7 format, $8 whether it is marked started.
 const RECLAIM: &str = "UPDATE {s}.idem SET v = $7, state = 'run', fp = $3, token = nextval('{s}.idem_token'),
-  lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond', attempt = $5, takeover = false, started = false,
+  lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond', attempt = $5, takeover = false,
+  started = $8::boolean,
   result = NULL,
   keep_until = clock_timestamp() + $6::bigint * interval '1 millisecond'
 WHERE consumer = $1 AND invocation = $2 RETURNING token";
@@ -211,15 +221,18 @@ impl PostgresIdempotencyStore {
         Lease { token, renew_every: Some(self.stores.inner.config.lease / 3) }
     }
 
+    /// Admits `key`; with `started`, a claim it makes (fresh or taken over) is marked started as
+    /// it is made ([`IdempotencyStore::admit_started`]).
     async fn admit_now(
         &self,
         key: &IdempotencyKey,
         fingerprint: Fingerprint,
         attempt: Attempt,
+        started: bool,
     ) -> Result<Admission, StoreError> {
         // Subscribed before the admission, so that no settlement after it goes unheard.
         let woken = self.stores.inner.listener.subscribe();
-        let decided = self.stores.run(self.admit_tx(key, fingerprint, attempt)).await?;
+        let decided = self.stores.run(self.admit_tx(key, fingerprint, attempt, started)).await?;
         match decided {
             Admitted::Done(admission) => Ok(admission),
             Admitted::Follow(lapses_in) => {
@@ -234,6 +247,7 @@ impl PostgresIdempotencyStore {
         key: &IdempotencyKey,
         fingerprint: Fingerprint,
         attempt: Attempt,
+        started: bool,
     ) -> Result<Admitted, Fail> {
         let config = &self.stores.inner.config;
         let (lease, keep) = (ms(config.lease), ms(config.in_flight_retention));
@@ -245,7 +259,7 @@ impl PostgresIdempotencyStore {
             let row = client
                 .query_one(
                     &claim,
-                    &[&key.consumer_key, &key.invocation_id, &fp, &lease, &attempt_bytes, &keep, &FORMAT],
+                    &[&key.consumer_key, &key.invocation_id, &fp, &lease, &attempt_bytes, &keep, &FORMAT, &started],
                 )
                 .await?;
             if let Some(token) = row.get::<_, Option<i64>>(0) {
@@ -303,7 +317,7 @@ impl PostgresIdempotencyStore {
                 let row = tx
                     .query_one(
                         &reclaim,
-                        &[&key.consumer_key, &key.invocation_id, &fp, &lease, &attempt_bytes, &keep, &FORMAT],
+                        &[&key.consumer_key, &key.invocation_id, &fp, &lease, &attempt_bytes, &keep, &FORMAT, &started],
                     )
                     .await?;
                 Admitted::Done(Admission::Leader(self.lease(token_of(row.get(0))?)))
@@ -387,7 +401,7 @@ impl PostgresIdempotencyStore {
             let claim = tx
                 .query_opt(
                     &tx.prepare_cached(&self.stores.sql(
-                        "SELECT state, attempt, takeover OR started FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE",
+                        "SELECT state, attempt, takeover FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE",
                     ))
                     .await?,
                     &[&key.consumer_key, &key.invocation_id],
@@ -396,6 +410,10 @@ impl PostgresIdempotencyStore {
             let ours = claim.as_ref().is_some_and(|row| {
                 row.get::<_, String>(0) == "run" && row.get::<_, Option<Vec<u8>>>(1).as_deref() == Some(&attempt_bytes[..])
             });
+            // The attempt's caller never learnt of its claim, so it never marked it started: a claim
+            // of this attempt marked started was marked by its own admission (`admit_started`),
+            // and is voided as an unmarked one is. Only a takeover may have had a handler run under
+            // it (an earlier leader's).
             let outcome = match claim {
                 Some(row) if ours && row.get::<_, bool>(2) => {
                     // A handler may have run under the record (an earlier leader's, displaced and
@@ -605,7 +623,22 @@ impl IdempotencyStore for PostgresIdempotencyStore {
         attempt: Attempt,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-        Box::pin(self.admit_now(key, fingerprint, attempt))
+        Box::pin(self.admit_now(key, fingerprint, attempt, false))
+    }
+
+    /// One statement, as [`admit`](Self::admit): the claim is written marked started.
+    fn admit_started<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<(Admission, bool), StoreError>> {
+        Box::pin(async move {
+            let admission = self.admit_now(key, fingerprint, attempt, true).await?;
+            let marked = matches!(admission, Admission::Leader(_) | Admission::TakeOver(_));
+            Ok((admission, marked))
+        })
     }
 
     fn cancel<'a>(
