@@ -8,8 +8,11 @@
 //!
 //! - `pg_stores/memory`: a new invocation id per call on `MemoryIdempotencyStore` (admit, run,
 //!   settle: the baseline);
-//! - `pg_stores/postgres`: the same on `PostgresIdempotencyStore`: an admission and a
-//!   settlement, each one statement and one commit;
+//! - `pg_stores/postgres`: the same on `PostgresIdempotencyStore`: an admission, the started mark
+//!   and a settlement, each one statement and one commit;
+//! - `pg_stores/postgres_idempotent`: a new invocation id per call of an idempotent capability:
+//!   its admission writes the started mark (`IdempotencyStore::admit_started`), so the call is an
+//!   admission and a settlement;
 //! - `pg_stores/postgres_replay`: a retry answered from the stored result;
 //! - `pg_stores/select_1`: one bare `SELECT 1` through a pooled connection (a prepared
 //!   statement): the floor of one round trip;
@@ -31,9 +34,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_surface_policy::{Consumer, MemoryIdempotencyStore};
 use agent_surface_postgres::{PostgresConfig, PostgresStores};
-use agent_surface_registry::InvokeOptions;
+use agent_surface_registry::{InvokeOptions, InvokeRequest};
 use agent_surface_testing::bench::{
-    follower_latency, median_ns, recorded_request as request, recording_registry as registry,
+    follower_latency, median_ns, recorded_idempotent_request, recorded_request as request,
+    recording_registry as registry,
 };
 use criterion::{BatchSize, Criterion};
 
@@ -63,7 +67,13 @@ fn main() {
 
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("pg_stores");
-    for (name, r) in [("memory", &memory), ("postgres", &pg)] {
+    type NewCall = fn(String) -> InvokeRequest;
+    let new_calls: [(&str, &agent_surface_registry::Registry, NewCall); 3] = [
+        ("memory", &memory, request),
+        ("postgres", &pg, request),
+        ("postgres_idempotent", &pg, recorded_idempotent_request),
+    ];
+    for (name, r, request) in new_calls {
         g.bench_function(name, |b| {
             b.to_async(&rt).iter_batched(
                 || (request(fresh()), consumer.clone()),
@@ -125,6 +135,7 @@ fn main() {
     for id in [
         "pg_stores/memory",
         "pg_stores/postgres",
+        "pg_stores/postgres_idempotent",
         "pg_stores/postgres_replay",
         "pg_stores/select_1",
         "pg_stores/commit_floor",
@@ -146,32 +157,34 @@ fn main() {
         }
     }
 
-    // Statements per call, counted by the server.
+    // Statements per call, counted by the server: a write's new calls, then an idempotent
+    // capability's.
     const CALLS: i64 = 200;
-    let counted = rt.block_on(async {
-        let client = stores.pool().get().await.expect("a connection");
-        client.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.ok()?;
-        client.batch_execute("SELECT pg_stat_statements_reset()").await.ok()?;
-        for _ in 0..CALLS {
-            let res = pg.invoke(request(fresh()), consumer.clone()).await;
-            assert!(res.is_ok());
-        }
-        let row = client
-            .query_one(
-                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-                 WHERE query NOT LIKE '%pg_stat_statements%'",
-                &[],
-            )
-            .await
-            .ok()?;
-        Some(row.get::<_, i64>(0))
-    });
-    match counted {
-        Some(statements) => println!(
-            "statements the server ran per tracked call (pg_stat_statements, {CALLS} calls): {:.2}",
-            statements as f64 / CALLS as f64
+    let count = |request: NewCall| {
+        rt.block_on(async {
+            let client = stores.pool().get().await.expect("a connection");
+            client.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.ok()?;
+            client.batch_execute("SELECT pg_stat_statements_reset()").await.ok()?;
+            for _ in 0..CALLS {
+                let res = pg.invoke(request(fresh()), consumer.clone()).await;
+                assert!(res.is_ok());
+            }
+            let row = client
+                .query_one(
+                    "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+                     WHERE query NOT LIKE '%pg_stat_statements%'",
+                    &[],
+                )
+                .await
+                .ok()?;
+            Some(row.get::<_, i64>(0) as f64 / CALLS as f64)
+        })
+    };
+    match (count(request), count(recorded_idempotent_request)) {
+        (Some(write), Some(idempotent)) => println!(
+            "statements the server ran per tracked call (pg_stat_statements, {CALLS} calls each): {write:.2} for a new call (admit, the started mark, settle), {idempotent:.2} for a new call of an idempotent capability (admit and mark, settle)"
         ),
-        None => println!("statements per call: pg_stat_statements is not loaded on this server"),
+        _ => println!("statements per call: pg_stat_statements is not loaded on this server"),
     }
     // A follower on another replica: its own stores (pool and listening connection) on the same
     // schema, as a second process would have.

@@ -368,8 +368,16 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         Some("outcome-unknown"),
         "store kit: a follower of a claim whose admission was cancelled must not learn an unknown outcome, got {told:?}"
     );
-    let fresh = leader_of("the key of a cancelled claim leads afresh", admit(k_marked.clone()).await);
-    expect("settle", store.settle(&k_marked, fp, fresh, Settlement::Release { result: result_of(6) }, now()).await);
+    // Its key is claimed afresh, and an admission that asks marks that claim too (a claim over a
+    // freed record, not a new one): lapsed, it is taken over.
+    let (admission, marked) =
+        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
+    let fresh = leader_of("the key of a cancelled claim leads afresh", admission);
+    if !marked {
+        expect("start", store.start(&k_marked, fresh, now()).await);
+    }
+    let taken = lapse_marked(store, &k_marked, fp, fresh, lease).await;
+    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(6) }, now()).await);
 
     // Marked started and not renewed, it lapses: its follower is answered, the next admission
     // takes over.
