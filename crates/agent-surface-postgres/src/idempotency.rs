@@ -5,8 +5,9 @@
 //! see the schema module), and so are the rules: a lease lasts
 //! [`PostgresConfig::lease`](crate::PostgresConfig::lease) from its admission or last renewal on
 //! the database's clock, a settlement writes only under the token that holds the record, a
-//! cancelled attempt voids its claim (or makes its takeover lapse) and is remembered for ten
-//! minutes so that its admission, should the database run it later, claims nothing.
+//! cancelled attempt voids its claim (or settles its takeover with the unknown outcome) and is
+//! remembered for ten minutes so that its admission, should the database run it later, claims
+//! nothing.
 //!
 //! **Claims that never started.** A leader marks its record started (`IdempotencyStore::start`)
 //! just before its handler runs, under its token and only while its lease holds. A claim whose
@@ -21,8 +22,10 @@
 //! read-only) is admitted with `IdempotencyStore::admit_started`: the claim is written marked
 //! started by the admission's own statement, and its leader sends no `start`. Such a claim whose
 //! lease lapses is taken over, and the registry runs the harmless call again. Cancelling the
-//! attempt that made it voids it as an unmarked claim is voided: that attempt's caller never
-//! learnt of the claim, so no handler ran under it.
+//! attempt that made it voids it, as it voids an unmarked claim: that attempt's caller never
+//! learnt of the claim, so no handler ran under it. The two marks are told apart by the claiming
+//! attempt, which a claim keeps until its leader marks it (`start` clears it): a claim still
+//! holding the cancelled attempt was marked, if at all, by that attempt's own admission.
 //!
 //! Round trips: an admission is one statement (it claims the key unless a record holds it or
 //! the attempt was cancelled, and otherwise answers the record as it stands: a replay, a
@@ -139,8 +142,9 @@ WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3
   AND (started OR takeover OR lease_until > clock_timestamp())";
 
 /// The mark that a handler is about to start, under the token that holds the record and only
-/// while its lease holds; renews the lease. $3 token, $4 lease (ms), $5 time to live (ms).
-const START: &str = "UPDATE {s}.idem SET started = true,
+/// while its lease holds; renews the lease. It clears the claiming attempt: a claim its leader
+/// learnt of can no longer be cancelled as one nobody learnt of. $3 token, $4 lease (ms), $5 time to live (ms).
+const START: &str = "UPDATE {s}.idem SET started = true, attempt = NULL,
   lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond',
   keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
 WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3 AND lease_until > clock_timestamp()";
@@ -410,10 +414,11 @@ impl PostgresIdempotencyStore {
             let ours = claim.as_ref().is_some_and(|row| {
                 row.get::<_, String>(0) == "run" && row.get::<_, Option<Vec<u8>>>(1).as_deref() == Some(&attempt_bytes[..])
             });
-            // The attempt's caller never learnt of its claim, so it never marked it started: a claim
-            // of this attempt marked started was marked by its own admission (`admit_started`),
-            // and is voided as an unmarked one is. Only a takeover may have had a handler run under
-            // it (an earlier leader's).
+            // The attempt's caller never learnt of its claim, so it never marked it started (and a
+            // leader's mark clears the claiming attempt, `START`): a claim still holding this
+            // attempt and marked started was marked by its own admission (`admit_started`), and is
+            // voided as an unmarked one is. Only a takeover may have had a handler run under it (an
+            // earlier leader's).
             let outcome = match claim {
                 Some(row) if ours && row.get::<_, bool>(2) => {
                     // A handler may have run under the record (an earlier leader's, displaced and
@@ -443,7 +448,7 @@ impl PostgresIdempotencyStore {
                     tx.execute(
                         &tx.prepare_cached(&self.stores.sql(
                             "UPDATE {s}.idem SET state = 'void', lease_until = NULL, attempt = NULL, takeover = false,
-                               keep_until = clock_timestamp() + $3::bigint * interval '1 millisecond'
+                               started = false, keep_until = clock_timestamp() + $3::bigint * interval '1 millisecond'
                              WHERE consumer = $1 AND invocation = $2",
                         ))
                         .await?,
@@ -626,7 +631,8 @@ impl IdempotencyStore for PostgresIdempotencyStore {
         Box::pin(self.admit_now(key, fingerprint, attempt, false))
     }
 
-    /// One statement, as [`admit`](Self::admit): the claim is written marked started.
+    /// [`admit`](Self::admit), the claim (fresh, or a takeover) written marked started by the
+    /// same statement: one statement when the key is free.
     fn admit_started<'a>(
         &'a self,
         key: &'a IdempotencyKey,

@@ -29,8 +29,10 @@
 //! that claims the key unless it is taken or its attempt was cancelled, answering the record as
 //! it stands otherwise: a replay is this one read), the started mark, a renewal, a settlement (an
 //! update guarded by the fencing token, which notifies the followers in the same statement). A
-//! tracked call is three statements: admission, started mark, settlement (`pg_stat_statements`
-//! counts them in `cargo bench -p agent-surface-postgres --bench stores`). The paths that must read before they decide (a follower's admission, a
+//! tracked call of a write is three statements: admission, started mark, settlement; a call whose
+//! repetition is harmless (an idempotent or read-only capability) is two, its admission writing
+//! the mark (`IdempotencyStore::admit_started`). `pg_stat_statements` counts both in `cargo bench
+//! -p agent-surface-postgres --bench stores`. The paths that must read before they decide (a follower's admission, a
 //! takeover, every confirmation operation) read the row `FOR UPDATE` inside a transaction, so two
 //! replicas never interleave on one record.
 //!

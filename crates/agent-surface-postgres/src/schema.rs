@@ -11,7 +11,7 @@
 //!
 //! | table | one row per | holds |
 //! |---|---|---|
-//! | `idem` | `(consumer key, invocation id)` | `state` (`run`: a leader holds it; `done`: a stored result; `gone`: a released result, readable by followers for a few seconds; `void`: a claim cancelled before its handler started, likewise), fingerprint, fencing token, `lease_until` and the claiming attempt while `run`, whether the claim was a takeover, whether its leader marked it started (`IdempotencyStore::start`), the result, `keep_until` (all times on the database's clock) |
+//! | `idem` | `(consumer key, invocation id)` | `state` (`run`: a leader holds it; `done`: a stored result; `gone`: a released result, readable by followers for a few seconds; `void`: a claim cancelled before its handler started, likewise), fingerprint, fencing token, `lease_until` while `run`, the claiming attempt until its leader marks the claim started, whether the claim was a takeover, whether it is marked started (by its leader, `IdempotencyStore::start`, or by the admission that claimed it, `IdempotencyStore::admit_started`), the result, `keep_until` (all times on the database's clock) |
 //! | `idem_cancel` | cancelled attempt | until when its admission is refused |
 //! | `conf` | confirmation | the record as JSON (`agent_surface_policy::stored`), and beside it what the indexes need: state, deadline, `gone_at` (deadline + retention), whether its expiry was claimed, the consumption token while it may be reinstated (Unix milliseconds on the registry's clock) |
 //! | `conf_relay` | relay key (a digest) | the id of the confirmation relayed for that call |

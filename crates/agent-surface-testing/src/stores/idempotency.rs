@@ -349,6 +349,16 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     }
     let taken = lapse_marked(store, &k_marked, fp, first, lease).await;
     expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(5) }, now()).await);
+    // Released, its key is claimed afresh, and an admission that asks marks that claim too (a
+    // claim over a released record, not a new one): lapsed, it is taken over.
+    let (admission, marked) =
+        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
+    let again = leader_of("the key of a released record leads afresh", admission);
+    if !marked {
+        expect("start", store.start(&k_marked, again, now()).await);
+    }
+    let taken = lapse_marked(store, &k_marked, fp, again, lease).await;
+    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(7) }, now()).await);
     // Cancelling the attempt whose admission made such a claim voids it as it voids any claim of
     // a caller that gave up on its admission: no handler ran under it, so its follower learns
     // that nothing ran, and the next admission leads afresh.
@@ -368,16 +378,28 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         Some("outcome-unknown"),
         "store kit: a follower of a claim whose admission was cancelled must not learn an unknown outcome, got {told:?}"
     );
-    // Its key is claimed afresh, and an admission that asks marks that claim too (a claim over a
-    // freed record, not a new one): lapsed, it is taken over.
-    let (admission, marked) =
-        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
-    let fresh = leader_of("the key of a cancelled claim leads afresh", admission);
-    if !marked {
-        expect("start", store.start(&k_marked, fresh, now()).await);
-    }
-    let taken = lapse_marked(store, &k_marked, fp, fresh, lease).await;
-    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(6) }, now()).await);
+    // Its key is claimed afresh; an admission that does not ask leaves that claim unmarked,
+    // whatever the voided claim was: lapsed, nothing ran under it.
+    let fresh = leader_of("the key of a cancelled claim leads afresh", admit(k_marked.clone()).await);
+    let told = told_after_lapse(store, &k_marked, fp, lease).await;
+    assert_eq!(
+        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        Some("transport"),
+        "store kit: a claim admitted without the mark over a voided marked claim is unmarked, got {told:?}"
+    );
+    let fresh = match admit(k_marked.clone()).await {
+        Admission::Leader(again) => {
+            assert!(
+                again.token > fresh.token,
+                "store kit: a fresh claim's token must be greater than the lapsed one's"
+            );
+            again
+        }
+        other => {
+            panic!("store kit: a claim that lapsed before it was marked started must be claimed afresh, got {other:?}")
+        }
+    };
+    expect("settle", store.settle(&k_marked, fp, fresh, Settlement::Release { result: result_of(6) }, now()).await);
 
     // Marked started and not renewed, it lapses: its follower is answered, the next admission
     // takes over.
