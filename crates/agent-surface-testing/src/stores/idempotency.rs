@@ -341,24 +341,10 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     // Marked started by its admission (`admit_started`; where the store cannot, by `start` right
     // after): a lapsed claim is taken over, never claimed afresh, since a handler may have run.
     let k_marked = key("admitted-started");
-    let (admission, marked) =
-        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
-    let first = leader_of("a new key leads", admission);
-    if !marked {
-        expect("start", store.start(&k_marked, first, now()).await);
-    }
-    let taken = lapse_marked(store, &k_marked, fp, first, lease).await;
-    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(5) }, now()).await);
+    claim_marked_and_lapse(store, &k_marked, fp, lease, "a new key leads").await;
     // Released, its key is claimed afresh, and an admission that asks marks that claim too (a
     // claim over a released record, not a new one): lapsed, it is taken over.
-    let (admission, marked) =
-        expect("admit_started", store.admit_started(&k_marked, fp, Attempt::fresh(), now()).await);
-    let again = leader_of("the key of a released record leads afresh", admission);
-    if !marked {
-        expect("start", store.start(&k_marked, again, now()).await);
-    }
-    let taken = lapse_marked(store, &k_marked, fp, again, lease).await;
-    expect("settle", store.settle(&k_marked, fp, taken, Settlement::Release { result: result_of(7) }, now()).await);
+    claim_marked_and_lapse(store, &k_marked, fp, lease, "the key of a released record leads afresh").await;
     // Cancelling the attempt whose admission made such a claim voids it as it voids any claim of
     // a caller that gave up on its admission: no handler ran under it, so its follower learns
     // that nothing ran, and the next admission leads afresh.
@@ -472,6 +458,26 @@ async fn told_after_lapse(
     tokio::time::timeout(lease * 4, waiting)
         .await
         .unwrap_or_else(|_| panic!("store kit: a follower of a lapsed leader must be answered, not left waiting"))
+}
+
+/// Claims `k` with [`IdempotencyStore::admit_started`] (`claimed` says what the claim is, should
+/// it not lead), marked by `start` right after where the store cannot mark at admission; lets it
+/// lapse with a follower joined ([`lapse_marked`]), then releases the takeover's record.
+async fn claim_marked_and_lapse(
+    store: &dyn IdempotencyStore,
+    k: &IdempotencyKey,
+    fp: Fingerprint,
+    lease: Duration,
+    claimed: &str,
+) {
+    let now = Timestamp::now;
+    let (admission, marked) = expect("admit_started", store.admit_started(k, fp, Attempt::fresh(), now()).await);
+    let first = leader_of(claimed, admission);
+    if !marked {
+        expect("start", store.start(k, first, now()).await);
+    }
+    let taken = lapse_marked(store, k, fp, first, lease).await;
+    expect("settle", store.settle(k, fp, taken, Settlement::Release { result: result_of(5) }, now()).await);
 }
 
 /// Lets the claim `old` of `k`, marked started, lapse with a follower joined to it: the follower
