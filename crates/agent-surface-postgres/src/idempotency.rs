@@ -69,9 +69,9 @@ const VOID_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// A new call's admission, one statement: claims the key unless a record holds it or the
 /// attempt was cancelled, and otherwise answers the record as it stands (without a lock). $1
 /// consumer, $2 invocation, $3 fingerprint, $4 lease (ms), $5 attempt, $6 time to live (ms), $7
-/// format, $8 whether the claim is marked started as it is made (`admit_started`). Answers the new token (or null), then the record's state, fingerprint, whether its
-/// lease holds, its result, whether it is kept, and in how many ms its lease lapses (nulls when
-/// there is none).
+/// format, $8 whether the claim is marked started as it is made (`admit_started`). Answers the
+/// new token (or null), then the record's state, fingerprint, whether its lease holds, its
+/// result, whether it is kept, and in how many ms its lease lapses (nulls when there is none).
 const CLAIM: &str = "WITH held AS (
   SELECT state, fp, coalesce(lease_until > clock_timestamp(), false) AS live, result,
     keep_until > clock_timestamp() AS kept,
@@ -143,7 +143,8 @@ WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3
 
 /// The mark that a handler is about to start, under the token that holds the record and only
 /// while its lease holds; renews the lease. It clears the claiming attempt: a claim its leader
-/// learnt of can no longer be cancelled as one nobody learnt of. $3 token, $4 lease (ms), $5 time to live (ms).
+/// learnt of can no longer be cancelled as one nobody learnt of. $3 token, $4 lease (ms), $5 time
+/// to live (ms).
 const START: &str = "UPDATE {s}.idem SET started = true, attempt = NULL,
   lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond',
   keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
