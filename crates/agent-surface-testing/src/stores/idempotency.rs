@@ -273,8 +273,9 @@ pub async fn check_idempotency_cancel(store: &dyn IdempotencyStore, prefix: &str
 /// shared store configured with a short lease): renewal keeps a record, a lapsed one that was
 /// marked started (by `start`, or by its admission through `admit_started`) is taken over under a
 /// greater token, one that was not is claimed afresh (nothing ran under it) and its lapse is
-/// final, a cancelled admission's claim is voided even when its admission marked it, the old leader's late settlement is refused and records
-/// nothing, and followers of a lapsed leader are answered rather than left waiting.
+/// final, a cancelled admission's claim is voided even when its admission marked it (and a claim
+/// made without the mark over it is unmarked), the old leader's late settlement is refused and
+/// records nothing, and followers of a lapsed leader are answered rather than left waiting.
 ///
 /// # Panics
 ///
