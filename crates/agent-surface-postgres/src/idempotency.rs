@@ -150,6 +150,15 @@ const START: &str = "UPDATE {s}.idem SET started = true, attempt = NULL,
   keep_until = clock_timestamp() + $5::bigint * interval '1 millisecond'
 WHERE consumer = $1 AND invocation = $2 AND state = 'run' AND token = $3 AND lease_until > clock_timestamp()";
 
+/// The record of a key being cancelled, locked: inserted as a voided record when there is none (an
+/// insert waits for a claim of the key that has not committed yet, and then locks it). $1
+/// consumer, $2 invocation, $3 format, $4 how long a voided record stays (ms). Answers the
+/// record's state, its claiming attempt and whether it is a takeover.
+const LOCK_FOR_CANCEL: &str = "INSERT INTO {s}.idem (consumer, invocation, v, state, fp, token, keep_until)
+VALUES ($1, $2, $3, 'void', ''::bytea, 0, clock_timestamp() + $4::bigint * interval '1 millisecond')
+ON CONFLICT (consumer, invocation) DO UPDATE SET v = {s}.idem.v
+RETURNING state, attempt, takeover";
+
 /// The mark of a cancelled attempt. $1 attempt, $2 how long (ms).
 const MARK_CANCELLED: &str = "INSERT INTO {s}.idem_cancel (attempt, keep_until)
 VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond')
@@ -401,19 +410,26 @@ impl PostgresIdempotencyStore {
             let attempt_bytes = attempt.as_u128().to_be_bytes().to_vec();
             let mut client = self.stores.client().await?;
             let tx = client.transaction().await?;
-            tx.execute(&tx.prepare_cached(&self.stores.sql(MARK_CANCELLED)).await?, &[&attempt_bytes, &ms(CANCEL_MARKER)])
-                .await?;
-            let claim = tx
-                .query_opt(
-                    &tx.prepare_cached(&self.stores.sql(
-                        "SELECT state, attempt, takeover FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR UPDATE",
-                    ))
-                    .await?,
-                    &[&key.consumer_key, &key.invocation_id],
+            tx.execute(
+                &tx.prepare_cached(&self.stores.sql(MARK_CANCELLED)).await?,
+                &[&attempt_bytes, &ms(CANCEL_MARKER)],
+            )
+            .await?;
+            // The record, locked; or, where there is none, a voided one in its place. An insert
+            // waits for an admission of the key that has not committed yet (a `SELECT … FOR
+            // UPDATE` would not see its claim, which would then outlive this cancellation), and
+            // the voided record sends an admission that raced this one to the locked path, where
+            // it finds the attempt cancelled.
+            let claim = Some(
+                tx.query_one(
+                    &tx.prepare_cached(&self.stores.sql(LOCK_FOR_CANCEL)).await?,
+                    &[&key.consumer_key, &key.invocation_id, &FORMAT, &ms(VOID_READABLE)],
                 )
-                .await?;
+                .await?,
+            );
             let ours = claim.as_ref().is_some_and(|row| {
-                row.get::<_, String>(0) == "run" && row.get::<_, Option<Vec<u8>>>(1).as_deref() == Some(&attempt_bytes[..])
+                row.get::<_, String>(0) == "run"
+                    && row.get::<_, Option<Vec<u8>>>(1).as_deref() == Some(&attempt_bytes[..])
             });
             // The attempt's caller never learnt of its claim, so it never marked it started (and a
             // leader's mark clears the claiming attempt, `START`): a claim still holding this
@@ -435,7 +451,12 @@ impl PostgresIdempotencyStore {
                              WHERE consumer = $1 AND invocation = $2",
                         ))
                         .await?,
-                        &[&key.consumer_key, &key.invocation_id, &unknown, &ms(self.stores.inner.config.in_flight_retention)],
+                        &[
+                            &key.consumer_key,
+                            &key.invocation_id,
+                            &unknown,
+                            &ms(self.stores.inner.config.in_flight_retention),
+                        ],
                     )
                     .await?;
                     let channel = self.stores.inner.listener.channel().to_string();

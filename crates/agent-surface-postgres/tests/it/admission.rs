@@ -1,7 +1,8 @@
 //! What the PostgreSQL store's admission writes beyond the store kit's rules (which hold whether
 //! or not a store marks at admission): a claim asked for with `admit_started` is marked started by
 //! the admission's own statement, a fresh claim and a takeover alike, so the registry sends a
-//! harmless call no separate mark; a claim admitted with `admit` is not marked.
+//! harmless call no separate mark; a claim admitted with `admit` is not marked. And what its
+//! cancellation waits for: a claim of the key whose admission has not committed yet.
 
 use std::time::Duration;
 
@@ -41,4 +42,57 @@ async fn a_harmless_calls_claim_is_marked_by_its_admission_and_a_writes_is_not()
     tokio::time::sleep(lease + lease / 2).await;
     let admission = store.admit(&write, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted");
     assert!(matches!(admission, Admission::Leader(_)), "an unmarked lapsed claim is claimed afresh: {admission:?}");
+}
+
+/// A cancellation waits for an admission of its key that has not committed yet (a commit that
+/// stalled past the registry's budget, which is when an admission goes unanswered and is
+/// cancelled), and voids the claim once it lands: the claim does not outlive its cancellation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_waits_for_an_uncommitted_claim_and_voids_it() {
+    let Some(stores) = support::stores("cancel-uncommitted").await else { return };
+    let store = stores.idempotency();
+    let schema = stores.config().schema.clone();
+    let attempt = Attempt::fresh();
+    let fp = Fingerprint::of(&json!({"request": "stalled"}));
+    // The admission's claim, marked at admission, written and not committed yet.
+    let mut client = stores.pool().get().await.expect("a connection");
+    let tx = client.transaction().await.expect("a transaction");
+    tx.execute(
+        &format!(
+            "INSERT INTO {schema}.idem (consumer, invocation, v, state, fp, token, lease_until, attempt, started, keep_until)
+             VALUES ('c', 'stalled', 1, 'run', $1, nextval('{schema}.idem_token'), clock_timestamp() + interval '1 minute', $2,
+               true, clock_timestamp() + interval '1 hour')"
+        ),
+        &[&fp.as_bytes().to_vec(), &attempt.as_u128().to_be_bytes().to_vec()],
+    )
+    .await
+    .expect("the claim is written");
+    let cancelling = tokio::spawn(async move {
+        let key = IdempotencyKey::new("c", "stalled");
+        store.cancel(&key, attempt, Timestamp::now()).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!cancelling.is_finished(), "the cancellation waits for the claim's commit");
+    tx.commit().await.expect("the claim lands");
+    cancelling.await.expect("the cancellation ran").expect("cancelled");
+    let state: String = client
+        .query_one(&format!("SELECT state FROM {schema}.idem WHERE consumer = 'c' AND invocation = 'stalled'"), &[])
+        .await
+        .expect("the record")
+        .get(0);
+    assert_eq!(state, "void", "the claim that landed after its attempt was cancelled is voided");
+
+    // With no record at all, a cancellation leaves a voided one for a few seconds: an admission of
+    // the cancelled attempt that raced it is refused, and another attempt claims the key.
+    let store = stores.idempotency();
+    let key = IdempotencyKey::new("c", "never-claimed");
+    let cancelled = Attempt::fresh();
+    store.cancel(&key, cancelled, Timestamp::now()).await.expect("cancelled");
+    assert_eq!(
+        store.admit(&key, fp, cancelled, Timestamp::now()).await.err(),
+        Some(agent_surface_policy::StoreError::AttemptCancelled),
+        "the cancelled attempt claims nothing"
+    );
+    let admission = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted");
+    assert!(matches!(admission, Admission::Leader(_)), "another attempt claims the key: {admission:?}");
 }
