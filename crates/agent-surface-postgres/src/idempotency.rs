@@ -34,7 +34,11 @@
 //! delivered at its commit). A new call is three statements, two when its repetition is harmless
 //! (its admission writes the mark); a replay is one.
 //! Only what must change a record it found — a takeover of a lapsed lease, a fresh claim of a
-//! released record — and a cancellation read the row `FOR UPDATE` in a transaction. A replay
+//! released record — reads the row `FOR UPDATE` in a transaction. A cancellation locks it through
+//! an insert instead, which waits for a claim of the key whose admission has not committed yet (a
+//! `SELECT … FOR UPDATE` would not see it, and the claim would outlive its cancellation), and
+//! leaves a voided record where there is none, so that an admission racing it takes the locked
+//! path and finds its attempt cancelled. A replay
 //! writes nothing, so it waits for no flush of the write-ahead log.
 
 use std::time::Duration;
