@@ -96,3 +96,57 @@ async fn a_cancellation_waits_for_an_uncommitted_claim_and_voids_it() {
     let admission = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted");
     assert!(matches!(admission, Admission::Leader(_)), "another attempt claims the key: {admission:?}");
 }
+
+/// An admission that must decide under the record's lock (here, over a released record) asks
+/// whether its attempt was cancelled once it holds the lock: a cancellation that held the lock
+/// first, its mark not yet committed when the admission began, still refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_asks_for_its_cancellation_under_the_records_lock() {
+    let Some(stores) = support::stores("cancel-locked").await else { return };
+    let store = stores.idempotency();
+    let schema = stores.config().schema.clone();
+    let key = IdempotencyKey::new("c", "released");
+    let fp = Fingerprint::of(&json!({"request": "released"}));
+    let Admission::Leader(lease) = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted")
+    else {
+        panic!("a new key leads");
+    };
+    let released = agent_surface_core::InvokeResult::ok(json!({"n": 1}), None);
+    store
+        .settle(
+            &key,
+            fp,
+            lease,
+            agent_surface_policy::idempotency::Settlement::Release { result: released },
+            Timestamp::now(),
+        )
+        .await
+        .expect("released");
+    // A cancellation of `attempt` in progress: its mark written and the record locked, neither
+    // committed.
+    let attempt = Attempt::fresh();
+    let mut client = stores.pool().get().await.expect("a connection");
+    let tx = client.transaction().await.expect("a transaction");
+    tx.execute(
+        &format!("INSERT INTO {schema}.idem_cancel (attempt, keep_until) VALUES ($1, clock_timestamp() + interval '10 minutes')"),
+        &[&attempt.as_u128().to_be_bytes().to_vec()],
+    )
+    .await
+    .expect("the mark is written");
+    tx.execute(
+        &format!("SELECT 1 FROM {schema}.idem WHERE consumer = 'c' AND invocation = 'released' FOR UPDATE"),
+        &[],
+    )
+    .await
+    .expect("the record is locked");
+    let admitting = tokio::spawn(async move { store.admit(&key, fp, attempt, Timestamp::now()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!admitting.is_finished(), "the admission waits for the record's lock");
+    tx.commit().await.expect("the cancellation commits");
+    let admitted = admitting.await.expect("the admission ran");
+    assert_eq!(
+        admitted.err(),
+        Some(agent_surface_policy::StoreError::AttemptCancelled),
+        "an attempt cancelled while its admission waited for the lock claims nothing"
+    );
+}
