@@ -38,7 +38,8 @@
 //! an insert instead, which waits for a claim of the key whose admission has not committed yet (a
 //! `SELECT … FOR UPDATE` would not see it, and the claim would outlive its cancellation), and
 //! leaves a voided record where there is none, so that an admission racing it takes the locked
-//! path and finds its attempt cancelled. A replay
+//! path and finds its attempt cancelled: the locked path asks for the cancellation once it holds
+//! the row's lock, which a cancellation takes too. A replay
 //! writes nothing, so it waits for no flush of the write-ahead log.
 
 use std::time::Duration;
