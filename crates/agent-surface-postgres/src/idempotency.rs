@@ -307,13 +307,11 @@ impl PostgresIdempotencyStore {
             }
             let tx = client.transaction().await?;
             let read = tx.prepare_cached(&self.stores.sql(READ_FOR_UPDATE)).await?;
-            let Some(row) = tx.query_opt(&read, &[&key.consumer_key, &key.invocation_id]).await? else {
-                // Deleted between the claim and the read (a sweep): claim again.
-                continue;
-            };
+            let row = tx.query_opt(&read, &[&key.consumer_key, &key.invocation_id]).await?;
             // Asked once the row is locked: a cancellation of this attempt locks the same row, so
             // either it committed before this read (and its mark is seen here), or it waits for
-            // this transaction and then finds the claim this attempt makes, which it voids.
+            // this transaction and then finds the claim this attempt makes, which it voids. (With
+            // no row at all, the claim above was refused or raced a sweep: the mark tells which.)
             let cancelled: bool = tx
                 .query_one(
                     &tx.prepare_cached(&self.stores.sql(
@@ -327,6 +325,10 @@ impl PostgresIdempotencyStore {
             if cancelled {
                 return Err(StoreError::AttemptCancelled.into());
             }
+            let Some(row) = row else {
+                // Deleted between the claim and the read (a sweep): claim again.
+                continue;
+            };
             let (state, stored_fp, live, result, kept, lapses_ms): (String, Vec<u8>, bool, Option<String>, bool, i64) =
                 (row.get(0), row.get(1), row.get(3), row.get(4), row.get(5), row.get(6));
             let may_have_run: bool = row.get(7);

@@ -56,7 +56,9 @@ async fn a_cancellation_waits_for_an_uncommitted_claim_and_voids_it() {
     let fp = Fingerprint::of(&json!({"request": "stalled"}));
     // The admission's claim, marked at admission, written and not committed yet.
     let mut client = stores.pool().get().await.expect("a connection");
+    let watch = stores.pool().get().await.expect("a connection");
     let tx = client.transaction().await.expect("a transaction");
+    let holder: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await.expect("its session").get(0);
     tx.execute(
         &format!(
             "INSERT INTO {schema}.idem (consumer, invocation, v, state, fp, token, lease_until, attempt, started, keep_until)
@@ -71,7 +73,7 @@ async fn a_cancellation_waits_for_an_uncommitted_claim_and_voids_it() {
         let key = IdempotencyKey::new("c", "stalled");
         store.cancel(&key, attempt, Timestamp::now()).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(blocked_by(&watch, holder).await, "the cancellation waits for the claim's commit");
     assert!(!cancelling.is_finished(), "the cancellation waits for the claim's commit");
     tx.commit().await.expect("the claim lands");
     cancelling.await.expect("the cancellation ran").expect("cancelled");
@@ -93,8 +95,34 @@ async fn a_cancellation_waits_for_an_uncommitted_claim_and_voids_it() {
         Some(agent_surface_policy::StoreError::AttemptCancelled),
         "the cancelled attempt claims nothing"
     );
+    // Swept (10 s later), the voided record is gone; the cancelled attempt is still refused.
+    watch
+        .execute(&format!("DELETE FROM {schema}.idem WHERE consumer = 'c' AND invocation = 'never-claimed'"), &[])
+        .await
+        .expect("swept");
+    assert_eq!(
+        store.admit(&key, fp, cancelled, Timestamp::now()).await.err(),
+        Some(agent_surface_policy::StoreError::AttemptCancelled),
+        "the cancelled attempt claims nothing once the voided record is swept"
+    );
     let admission = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted");
     assert!(matches!(admission, Admission::Leader(_)), "another attempt claims the key: {admission:?}");
+}
+
+/// Whether a session comes to wait for a lock held by the session `holder` within 10 s.
+async fn blocked_by(watch: &tokio_postgres::Client, holder: i32) -> bool {
+    for _ in 0..1000 {
+        let waiting: i64 = watch
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", &[&holder])
+            .await
+            .expect("the sessions")
+            .get(0);
+        if waiting > 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
 }
 
 /// An admission that must decide under the record's lock (here, over a released record) asks
@@ -126,7 +154,9 @@ async fn an_admission_asks_for_its_cancellation_under_the_records_lock() {
     // committed.
     let attempt = Attempt::fresh();
     let mut client = stores.pool().get().await.expect("a connection");
+    let watch = stores.pool().get().await.expect("a connection");
     let tx = client.transaction().await.expect("a transaction");
+    let holder: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await.expect("its session").get(0);
     tx.execute(
         &format!("INSERT INTO {schema}.idem_cancel (attempt, keep_until) VALUES ($1, clock_timestamp() + interval '10 minutes')"),
         &[&attempt.as_u128().to_be_bytes().to_vec()],
@@ -140,7 +170,7 @@ async fn an_admission_asks_for_its_cancellation_under_the_records_lock() {
     .await
     .expect("the record is locked");
     let admitting = tokio::spawn(async move { store.admit(&key, fp, attempt, Timestamp::now()).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(blocked_by(&watch, holder).await, "the admission waits for the record's lock");
     assert!(!admitting.is_finished(), "the admission waits for the record's lock");
     tx.commit().await.expect("the cancellation commits");
     let admitted = admitting.await.expect("the admission ran");
