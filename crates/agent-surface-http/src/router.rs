@@ -379,7 +379,10 @@ fn valid_invocation_id(id: &str) -> bool {
 /// The `Idempotency-Key` value (the registry's one rule for HTTP transports,
 /// [`agent_surface_registry::idempotency_key_header`]).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ProtocolFault> {
-    agent_surface_registry::idempotency_key_header(headers.get_all(IDEMPOTENCY_KEY).iter().map(|v| v.as_bytes()))
+    // Header names made once, here and below: looked up by a `&str`, a name is parsed on every
+    // call.
+    const NAME: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY);
+    agent_surface_registry::idempotency_key_header(headers.get_all(NAME).iter().map(|v| v.as_bytes()))
         .map_err(|_| ProtocolFault::InvalidHeader)
 }
 
@@ -476,7 +479,9 @@ fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
 /// `tracestate` fields are one list (RFC 9110 §5.3).
 fn trace_parent(headers: &HeaderMap) -> Option<agent_surface_registry::TraceParent> {
     use agent_surface_registry::trace;
-    let mut parents = headers.get_all("traceparent").iter();
+    const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+    let mut parents = headers.get_all(TRACEPARENT).iter();
     let parent = parents.next()?;
     if parents.next().is_some() {
         trace::ignored("traceparent", "repeated");
@@ -486,7 +491,7 @@ fn trace_parent(headers: &HeaderMap) -> Option<agent_surface_registry::TracePare
         trace::ignored("traceparent", "not visible ASCII");
         return None;
     };
-    let states = headers.get_all("tracestate").iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>();
+    let states = headers.get_all(TRACESTATE).iter().map(|v| v.to_str()).collect::<Result<Vec<_>, _>>();
     let state = match states {
         Ok(states) if states.is_empty() => None,
         Ok(states) => Some(states.join(",")),

@@ -46,9 +46,14 @@ pub(crate) fn screen(
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err((ProtocolFault::Batch, None));
     }
+    // Checked as text once, whole: the parser then reads its strings without checking each (a
+    // check per string cost more than this one).
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Err((ProtocolFault::NotJson, None));
+    };
     let mut found = Found::default();
     let mut names = Vec::with_capacity(SMALL_OBJECT);
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = serde_json::Deserializer::from_str(text);
     let walk = Walk { found: &mut found, names: &mut names, top: true };
     if walk.deserialize(&mut de).is_err() || de.end().is_err() {
         return Err((ProtocolFault::NotJson, None));
@@ -327,6 +332,15 @@ mod tests {
             assert!(repeats(&format!(r#"{{"a":{{{wide},"{repeated}":1}}}}"#)), "{repeated}");
         }
         assert!(repeats(&format!(r#"{{"a":{{{wide},"z":{{"y":1,"y":2}}}}}}"#)));
+        // Names are compared as they decode: an escape spells the same name.
+        assert!(repeats(r#"{"a":1,"\u0061":2}"#));
+        assert!(repeats(r#"{"p":{"x\"y":1,"x\u0022y":2}}"#));
+        assert!(!repeats(r#"{"a":1,"\u0041":2}"#));
+        assert!(screen(br#"{"jsonrpc":"2.0","id":1,"\u006dethod":"tools/call"}"#, 4096).unwrap().tools_call);
+        // A message that is not UTF-8 text is not JSON, wherever the bytes are.
+        for bytes in [&b"{\"params\":{\"\xff\":1}}"[..], b"{\"id\":1,\"x\":\"\xc3\"}", b"\xef\xbb"] {
+            assert_eq!(screen(bytes, 4096), Err((ProtocolFault::NotJson, None)), "{bytes:?}");
+        }
         // A method that is not a string is left to the parser.
         assert_eq!(screen(br#"{"jsonrpc":"2.0","id":3,"method":7}"#, 4096), ok(3));
         assert!(screen(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, 4096).unwrap().initialize);

@@ -215,7 +215,7 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
         };
         // Every `initialize` opens a session (whatever era it names): it takes a slot,
         // counted together with the sessions open, before it reaches `rmcp`.
-        let opens = screened.is_some_and(|s| s.initialize) && !request.headers().contains_key("mcp-session-id");
+        let opens = screened.is_some_and(|s| s.initialize) && !request.headers().contains_key(MCP_SESSION_ID);
         let _slot = if opens {
             let open = self.sessions.sessions.read().await.len();
             match Slot::take(&self.opening, open, self.max_sessions) {
@@ -254,7 +254,7 @@ fn hold_id(
     let Some(id) = screened.id.as_ref().filter(|_| screened.request && !screened.initialize) else {
         return Ok(None);
     };
-    let Some(session) = request.headers().get("mcp-session-id") else { return Ok(None) };
+    let Some(session) = request.headers().get(MCP_SESSION_ID) else { return Ok(None) };
     in_flight.hold(Scope::Session(session.as_bytes()), id).map(Some).map_err(|refusal| (refusal, id.clone()))
 }
 
@@ -282,7 +282,7 @@ fn is_open_stream(request: &axum::extract::Request) -> bool {
     match *request.method() {
         axum::http::Method::GET => true,
         axum::http::Method::POST => {
-            request.headers().get("mcp-method").is_some_and(|m| m.as_bytes() == b"subscriptions/listen")
+            request.headers().get(MCP_METHOD).is_some_and(|m| m.as_bytes() == b"subscriptions/listen")
         }
         _ => false,
     }
@@ -313,6 +313,12 @@ impl Drop for Slot {
 
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The header names this module reads on every request, made once (looked up by a `&str`, a name
+/// is parsed on every call).
+const MCP_SESSION_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-session-id");
+/// See [`MCP_SESSION_ID`].
+const MCP_METHOD: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-method");
 
 /// Reads a `POST` body (at most `max_body` bytes, within [`BODY_TIMEOUT`]) and refuses one that
 /// holds more JSON values than one per 16 bytes of `max_body` before anything parses it: parsed,

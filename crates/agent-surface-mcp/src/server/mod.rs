@@ -267,7 +267,9 @@ pub fn principal_key(identity: &Identity) -> String {
 #[cfg(feature = "http")]
 fn idempotency_header(context: &RequestContext<RoleServer>, invoke: &mut InvokeRequest) -> Result<(), ErrorData> {
     let Some(parts) = context.extensions.get::<http::request::Parts>() else { return Ok(()) };
-    let fields = parts.headers.get_all("idempotency-key").iter().map(|v| v.as_bytes());
+    // A name made once: looked up by a `&str`, the name is parsed on every call.
+    const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
+    let fields = parts.headers.get_all(IDEMPOTENCY_KEY).iter().map(|v| v.as_bytes());
     let key = agent_surface_registry::idempotency_key_header(fields)
         .map_err(|e| ProtocolFault::InvalidIdempotencyKey(e.to_string()).error())?;
     match (key, &invoke.invocation_id) {
