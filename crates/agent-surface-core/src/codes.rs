@@ -303,6 +303,9 @@ macro_rules! code_table {
                     /// `INVALID_INPUT` for bound fields; slots: `paths`, `fields`.
                     INVALID_INPUT_LOCKED = ("invalid-input.locked",
                         "The input does not match the schema{paths}. Remove the fields filled by the runtime ({fields}), fix the problems listed in details.issues, then retry.");
+                    /// `INVALID_INPUT {reason: undecodable}`; slot: `paths`.
+                    INVALID_INPUT_UNDECODABLE = ("invalid-input.undecodable",
+                        "The input passes the schema, but the capability cannot take the value{paths}. Fix the problems listed in details.issues, then retry.");
                 },
                 examples: [
                     AgentSurfaceError::invalid_input(

@@ -170,7 +170,7 @@ pub struct InvalidInputDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_fields: Option<Vec<String>>,
     /// Set when the problem is not the schema's: the call named its target two ways that
-    /// disagree.
+    /// disagree, or a value the schema allows is not one the capability can take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<InvalidInputReason>,
 }
@@ -185,6 +185,10 @@ pub struct InvalidInputDetails {
 pub enum InvalidInputReason {
     /// The reserved target argument names another instance than the call's `target`.
     TargetMismatch,
+    /// The input passes the schema, but a value in it is not one the capability's input type can
+    /// hold (an integer written with a fraction, say, or a value the type's own decoding refuses);
+    /// each issue names the value.
+    Undecodable,
 }
 
 /// `NOT_AUTHORIZED` details: the origin only, never permission names or policy internals.

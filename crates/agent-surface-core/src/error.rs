@@ -163,8 +163,7 @@ impl AgentSurfaceError {
     /// The message names up to three offending paths when they are plain JSON Pointers, so a
     /// boundary that keeps only the message still tells the model what to fix.
     pub fn invalid_input(issues: Vec<InputIssue>, locked_fields: Option<Vec<String>>) -> Self {
-        let quoted: Vec<&str> = issues.iter().map(|i| i.path.as_str()).filter(|p| is_quotable(p)).take(3).collect();
-        let paths = if quoted.is_empty() { String::new() } else { format!(" at {}", quoted.join(", ")) };
+        let paths = quoted_paths(&issues);
         let locked = locked_fields.as_ref().filter(|l| !l.is_empty());
         let details = InvalidInputDetails { issues, locked_fields: locked.cloned(), reason: None };
         match locked {
@@ -196,13 +195,34 @@ impl AgentSurfaceError {
             path: format!("/{argument}"),
             message: "names another instance than the call's target; name one instance, once".into(),
         };
-        let paths = if is_quotable(&issue.path) { format!(" at {}", issue.path) } else { String::new() };
+        let paths = quoted_paths(std::slice::from_ref(&issue));
         let details = InvalidInputDetails {
             issues: vec![issue],
             locked_fields: None,
             reason: Some(InvalidInputReason::TargetMismatch),
         };
         Self::with_details(ErrorCode::InvalidInput, message::INVALID_INPUT, &[("paths", &paths)], &details)
+    }
+
+    /// `INVALID_INPUT {issues, reason: undecodable}`: the input passes the schema, but the values
+    /// at the issues' paths are not ones the capability's input type can hold. The message names
+    /// up to three paths, as [`AgentSurfaceError::invalid_input`]'s does; it never says the input
+    /// breaks the schema, which it does not.
+    ///
+    /// ```
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// use agent_surface_core::details::InputIssue;
+    /// let issue = InputIssue { path: "/quantity".into(), message: "must be an integer written without a fraction".into() };
+    /// let p = AgentSurfaceError::undecodable_input(vec![issue]).into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::InvalidInput, Retry::WithChanges));
+    /// assert_eq!(p.detail("reason").and_then(|r| r.as_str()), Some("undecodable"));
+    /// assert!(p.message().contains("/quantity"), "{}", p.message());
+    /// ```
+    pub fn undecodable_input(issues: Vec<InputIssue>) -> Self {
+        let paths = quoted_paths(&issues);
+        let details =
+            InvalidInputDetails { issues, locked_fields: None, reason: Some(InvalidInputReason::Undecodable) };
+        Self::with_details(ErrorCode::InvalidInput, message::INVALID_INPUT_UNDECODABLE, &[("paths", &paths)], &details)
     }
 
     /// `NOT_AUTHENTICATED` (no details).
@@ -665,4 +685,10 @@ const AUDIT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `" at /a, /b, /c"`: the first three issue paths that can be quoted in a message, or nothing.
+fn quoted_paths(issues: &[InputIssue]) -> String {
+    let quoted: Vec<&str> = issues.iter().map(|i| i.path.as_str()).filter(|p| is_quotable(p)).take(3).collect();
+    if quoted.is_empty() { String::new() } else { format!(" at {}", quoted.join(", ")) }
 }

@@ -108,7 +108,7 @@ pub(crate) enum Failure {
     Unserializable(serde_json::Error),
 }
 
-type DecodeFn = dyn Fn(&Value) -> Result<Decoded, serde_json::Error> + Send + Sync;
+type DecodeFn = dyn Fn(&Value) -> Result<Decoded, DecodeError> + Send + Sync;
 type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
 type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
 type VerifyFn = dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
@@ -163,6 +163,54 @@ impl ErasedVerify {
     }
 }
 
+/// Why a validated input did not decode into its handler's type, and where.
+#[derive(Debug)]
+pub(crate) struct DecodeError {
+    /// The JSON Pointer of the value that did not decode, as far as the decoder got into the
+    /// input (`""` when it did not name one).
+    pub(crate) pointer: String,
+    /// The input's member the pointer starts in, if it starts in one.
+    pub(crate) member: Option<String>,
+    /// The decoder's own error: for the operator channel only (it may quote the value).
+    pub(crate) error: serde_json::Error,
+}
+
+impl DecodeError {
+    /// Decodes `v` as an `I` again, tracking the path (the first attempt, on the call's path,
+    /// does not pay for tracking), and keeps where it failed.
+    #[cold]
+    fn of<I: DeserializeOwned>(v: &Value) -> DecodeError {
+        match serde_path_to_error::deserialize::<_, I>(v) {
+            Ok(_) => DecodeError {
+                pointer: String::new(),
+                member: None,
+                error: serde::de::Error::custom("decoded on the second attempt only"),
+            },
+            Err(e) => {
+                let mut pointer = String::new();
+                let member = match e.path().iter().next() {
+                    Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
+                    _ => None,
+                };
+                for segment in e.path().iter() {
+                    match segment {
+                        serde_path_to_error::Segment::Seq { index } => {
+                            pointer.push('/');
+                            pointer.push_str(&index.to_string());
+                        }
+                        serde_path_to_error::Segment::Map { key }
+                        | serde_path_to_error::Segment::Enum { variant: key } => {
+                            crate::schema::push_pointer_segment(&mut pointer, key);
+                        }
+                        serde_path_to_error::Segment::Unknown => break,
+                    }
+                }
+                DecodeError { pointer, member, error: e.into_inner() }
+            }
+        }
+    }
+}
+
 /// A stored handler.
 #[derive(Clone)]
 pub(crate) struct ErasedHandler {
@@ -184,8 +232,8 @@ impl ErasedHandler {
         F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, AgentSurfaceError>> + Send + 'static,
     {
-        let decode = |v: &Value| -> Result<Decoded, serde_json::Error> {
-            let input = I::deserialize(v)?;
+        let decode = |v: &Value| -> Result<Decoded, DecodeError> {
+            let input = I::deserialize(v).map_err(|_| DecodeError::of::<I>(v))?;
             Ok(Box::pin(TypedSlot::<I, F, Fut>::Input { input, handler: PhantomData }))
         };
         let decode_input = |v: &Value| -> Result<Input, serde_json::Error> { Ok(Box::new(I::deserialize(v)?)) };

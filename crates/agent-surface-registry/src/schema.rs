@@ -548,9 +548,42 @@ pub(crate) fn is_trivial(schema: &Value) -> bool {
     }
 }
 
-/// The draft 2020-12 schema `schemars` derives for `T`.
+/// The draft 2020-12 schema `schemars` derives for `T`, with the range of every integer type
+/// stated ([`state_integer_ranges`]).
 pub(crate) fn schema_for<T: schemars::JsonSchema>() -> Value {
-    schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>().to_value()
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>();
+    RecursiveTransform(state_integer_ranges).transform(&mut schema);
+    schema.to_value()
+}
+
+/// Adds the range an integer type can hold to its schema where `schemars` leaves it out (it
+/// states it for 8- and 16-bit integers, not for wider ones): `minimum` and `maximum` of a
+/// schema of `type: integer` with the `format` `schemars` gives a Rust integer type, each unless
+/// the schema has one. Without them an agent can send `5000000000` for a `u32` that the schema
+/// allows and the type cannot hold, and learn of it only as a value that failed to decode; with
+/// them the schema says so, and validation names the field and its bound. A 128-bit type holds
+/// what a JSON number decoded by `serde_json` can be: an `i64` or a `u64`.
+pub(crate) fn state_integer_ranges(schema: &mut Schema) {
+    let Some(map) = schema.as_object_mut() else { return };
+    if map.get("type").and_then(Value::as_str) != Some("integer") {
+        return;
+    }
+    let (min, max): (Value, Value) = match map.get("format").and_then(Value::as_str) {
+        Some("int32") => (i32::MIN.into(), i32::MAX.into()),
+        Some("uint32") => (0.into(), u32::MAX.into()),
+        Some("int64") => (i64::MIN.into(), i64::MAX.into()),
+        Some("int128") => (i64::MIN.into(), u64::MAX.into()),
+        Some("uint64" | "uint128") => (0.into(), u64::MAX.into()),
+        Some("int") => (isize::MIN.into(), isize::MAX.into()),
+        Some("uint") => (0.into(), usize::MAX.into()),
+        _ => return,
+    };
+    if !map.contains_key("minimum") && !map.contains_key("exclusiveMinimum") {
+        map.insert("minimum".into(), min);
+    }
+    if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
+        map.insert("maximum".into(), max);
+    }
 }
 
 /// Closes every object schema that lists `properties` but says nothing about other members

@@ -124,13 +124,41 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value, target_argument_left: bool)
     let decoded = match (def.handler.decode)(&value) {
         Ok(d) => d,
         Err(e) => {
-            // serde's message may quote the value, so it goes to the operator channel only.
-            let issue = InputIssue { path: String::new(), message: "does not match the expected input type".into() };
-            return Err(invalid(vec![issue], None, format!("decoding failed: {e}")));
+            // serde's message may quote the value, so it goes to the operator channel only; the
+            // agent learns where, and what kind of value is refused.
+            let note = format!("decoding failed at `{}`: {}", e.pointer, e.error);
+            // A bound field's value is the runtime's, not the agent's, to fix.
+            if e.member.as_ref().is_some_and(|m| def.bindings.iter().any(|(bound, _)| bound == m)) {
+                return Err(Stop::noted(AgentSurfaceError::binding_failed(), Phase::Input, note));
+            }
+            let issue = undecodable_issue(&value, &e.pointer);
+            return Err(Stop::noted(AgentSurfaceError::undecodable_input(vec![issue]), Phase::Input, note));
         }
     };
 
     Ok(Prepared { value, decoded })
+}
+
+/// The issue of a value at `pointer` in `input` that passes the schema but does not decode: the
+/// pointer of the innermost value of `input` on the decoder's path (the decoder may name a member
+/// the input does not have, inside a value it buffered), and what is wrong with it in words that
+/// quote nothing of it.
+fn undecodable_issue(input: &Value, pointer: &str) -> InputIssue {
+    let mut at = pointer;
+    let value = loop {
+        if let Some(v) = input.pointer(at) {
+            break v;
+        }
+        at = at.rfind('/').map_or("", |i| &at[..i]);
+    };
+    let message = match value {
+        Value::Number(n) if n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+            "must be an integer written without a fraction or an exponent (5, not 5.0 or 5e0)"
+        }
+        Value::Number(_) => "is a number outside what this field can hold",
+        _ => "is not a value this field can take, although the schema allows it",
+    };
+    InputIssue { path: at.to_owned(), message: message.into() }
 }
 
 /// The author's precondition, on the decoded input (after the natural key's admission: a repeat

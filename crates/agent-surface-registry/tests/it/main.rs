@@ -7,6 +7,7 @@ mod audit;
 mod authority;
 mod concurrency;
 mod confirmation;
+mod decoding;
 mod definitions;
 mod extract;
 mod host_errors;
