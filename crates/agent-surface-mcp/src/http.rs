@@ -209,7 +209,7 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
             Ok(held) => held,
             Err((refusal, id)) => {
                 // The id is not logged: it may be as long as the body.
-                tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused: its id or its scope is taken");
+                tracing::debug!(target: "agent_surface::mcp", ?refusal, "request refused: its id or its scope is taken");
                 return jsonrpc_refusal(refusal, Some(id));
             }
         };
@@ -355,7 +355,7 @@ async fn screen_body(
     let screened = match crate::frame::screen(&bytes, max_body) {
         Ok(screened) => screened,
         Err((crate::fault::ProtocolFault::TooManyValues(_), _)) => {
-            tracing::warn!(target: "agent_surface::mcp", "request with too many JSON values refused");
+            tracing::debug!(target: "agent_surface::mcp", "request with too many JSON values refused");
             return Err(refuse(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "The request body holds too many JSON values.",
@@ -363,7 +363,7 @@ async fn screen_body(
         }
         Err((refusal, id)) => {
             // A JSON-RPC error, as for any message the server cannot use.
-            tracing::warn!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
+            tracing::debug!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
             return Err(jsonrpc_refusal(refusal, id));
         }
     };

@@ -244,7 +244,7 @@ where
             match self.read_line().await {
                 Ok(ReadLine::Line) => {}
                 Ok(ReadLine::Oversized) => {
-                    tracing::warn!(target: "agent_surface::mcp", max = self.max_line, "message over the size limit refused");
+                    tracing::debug!(target: "agent_surface::mcp", max = self.max_line, "message over the size limit refused");
                     self.answer(&ProtocolFault::MessageTooLarge(self.max_line), None);
                     continue;
                 }
@@ -269,7 +269,7 @@ where
             let screened = match crate::frame::screen(bytes, self.max_line) {
                 Ok(screened) => screened,
                 Err((refusal, id)) => {
-                    tracing::warn!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
+                    tracing::debug!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
                     self.line = line;
                     self.line.clear();
                     self.answer(&refusal, id);
@@ -283,7 +283,7 @@ where
                     self.line.clear();
                     match &message {
                         rmcp::model::JsonRpcMessage::Request(r) if !self.ids().insert(r.id.clone()) => {
-                            tracing::warn!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
+                            tracing::debug!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
                             self.answer(&ProtocolFault::IdInProgress, Some(r.id.clone()));
                             continue;
                         }

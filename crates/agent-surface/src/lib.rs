@@ -50,6 +50,16 @@
 #[cfg(any(feature = "stdio", feature = "http"))]
 mod serve;
 
+/// The token a server is given to stop it (`http::serve`, `mcp::http::serve_http`,
+/// `server::serve_with`): it stops serving when the token is cancelled.
+/// Re-exported from `tokio-util`, so that a service that depends on this crate alone can make one.
+pub use tokio_util::sync::CancellationToken;
+
+/// The examples of the user guide's HTTP chapter, compiled as doc tests.
+#[cfg(all(doctest, feature = "http"))]
+#[doc = include_str!("../../../docs/http.md")]
+struct UserGuideHttp;
+
 pub use agent_surface_core as core;
 #[cfg(feature = "http")]
 pub use agent_surface_http as http;

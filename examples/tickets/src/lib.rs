@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use agent_surface::core::details::PreconditionDetails;
 use agent_surface::core::{AgentSurfaceError, DefinitionError, Effect};
 use agent_surface::policy::{AllowAll, Clock, Policies, Quota, RateBudgets, RequireIdentity, RequireRole, Scope};
-use agent_surface::registry::{Caller, Mount, Registry, State};
+use agent_surface::registry::{Caller, Ctx, Mount, Registry, State, Unmet};
 use agent_surface::{Serve, ServiceBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -96,13 +96,13 @@ pub struct TicketList {
 }
 
 // guide:begin unknown
+/// What the model is told of a ticket number that is not on the desk.
+const UNKNOWN_TICKET: &str = "There is no ticket with this id. List the tickets to find it.";
+
 /// The answer for a ticket number that is not on the desk.
 fn unknown_ticket() -> AgentSurfaceError {
     let details = PreconditionDetails { reason: Some("unknown-ticket".into()), ..Default::default() };
-    AgentSurfaceError::precondition_failed_with(
-        "There is no ticket with this id. List the tickets to find it.",
-        details,
-    )
+    AgentSurfaceError::precondition_failed_with(UNKNOWN_TICKET, details)
 }
 // guide:end unknown
 
@@ -142,7 +142,14 @@ pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
         );
         t.capability("delete", "Delete a ticket for good.")
             .effect(Effect::Destructive)
+            // Checked before anyone is asked to approve: nobody approves deleting a ticket that
+            // is not there.
+            .precondition(|ctx: &Ctx, i: &TicketId| {
+                let known = ctx.state::<Desk>().tickets().iter().any(|t| t.id == i.id);
+                if known { Ok(()) } else { Err(Unmet::new(UNKNOWN_TICKET).reason("unknown-ticket")) }
+            })
             .confirm(|i: &TicketId| format!("Delete ticket {} for good.", i.id))
+            // The handler checks again: the ticket may be gone by the time a person approved.
             .handle(|State(desk): State<Desk>, i: TicketId| async move {
                 let mut tickets = desk.tickets();
                 let at = tickets.iter().position(|t| t.id == i.id).ok_or_else(unknown_ticket)?;

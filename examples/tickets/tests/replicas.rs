@@ -228,8 +228,11 @@ fn approve_in_inbox(replica: &Replica, path: &str, token: &str) {
 fn an_approval_given_on_one_replica_is_used_once_by_the_repeat_on_the_other() {
     let Some((a, b)) = replicas("approval") else { return };
     let (root, maria) = (token("root", &["admin"]), token("maria", &["approver"]));
-    // Each replica's desk is its own memory: the ticket is on B's.
-    expect_ok(&call(&b, Via::Api, &root, "tickets.create", json!({"title": "Printer jam"})));
+    // Each replica's desk is its own memory (a real service's is its database): the ticket is
+    // opened on both, since the deletion is asked of A, which checks it exists, and runs on B.
+    for replica in [&a, &b] {
+        expect_ok(&call(replica, Via::Api, &root, "tickets.create", json!({"title": "Printer jam"})));
+    }
 
     let asked = call(&a, Via::Api, &root, "tickets.delete", json!({"id": 1}));
     let required = expect_error(&asked, ErrorCode::ConfirmationRequired);
@@ -257,7 +260,9 @@ fn an_approval_given_on_one_replica_is_used_once_by_the_repeat_on_the_other() {
 fn an_mcp_approval_round_begun_on_one_replica_is_finished_on_the_other() {
     let Some((a, b)) = replicas("round") else { return };
     let root = token("root", &["admin"]);
-    expect_ok(&call(&b, Via::Api, &root, "tickets.create", json!({"title": "Printer jam"})));
+    for replica in [&a, &b] {
+        expect_ok(&call(replica, Via::Api, &root, "tickets.create", json!({"title": "Printer jam"})));
+    }
     let asks_user = json!({"capabilities": {"elicitation": {}}});
     let asked = tools_call(&a, &root, "tickets.delete", json!({"id": 1}), asks_user.clone());
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");

@@ -134,6 +134,18 @@ async fn a_deletion_runs_once_a_person_approved_it() {
 }
 // guide:end test-confirmation
 
+/// A deletion of a ticket that is not there is refused before anyone is asked to approve it (the
+/// capability's precondition runs before its confirmation), and nothing ran.
+#[tokio::test]
+async fn nobody_is_asked_to_approve_deleting_a_ticket_that_is_not_there() {
+    let (_clock, service) = tickets();
+    let root = ScriptedConsumer::signed_in("root-session", Identity::new("root").with_role("admin"));
+    let asked = root.call("tickets.delete", json!({"id": 77})).run(&service.registry).await;
+    let unknown = expect_error(&asked[0], ErrorCode::PreconditionFailed);
+    expect_details(unknown, json!({"reason": "unknown-ticket"}));
+    assert!(unknown.not_processed(), "{unknown:?}");
+}
+
 // guide:begin test-toolset
 #[tokio::test]
 async fn an_openai_turn_through_the_embedded_toolset() {

@@ -334,7 +334,7 @@ impl McpServer {
         // One call per JSON-RPC id at a time: a duplicate of an id still in progress is a
         // protocol fault, not a second execution.
         let Some(_in_flight) = InFlight::hold(&self.session.calls_in_flight, &context.id) else {
-            tracing::warn!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
+            tracing::debug!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
             return Err(ProtocolFault::IdInProgress.error());
         };
         let mut consumer = self.consumer(&context).await;
@@ -398,7 +398,7 @@ impl McpServer {
     /// session would change protocol era mid-way (found by fuzzing).
     pub(crate) fn claim_initialize(&self) -> Result<(), ErrorData> {
         if self.session.initialized.swap(true, Ordering::AcqRel) {
-            tracing::warn!(target: "agent_surface::mcp", "a second initialize refused");
+            tracing::debug!(target: "agent_surface::mcp", "a second initialize refused");
             return Err(ProtocolFault::AlreadyInitialized.error());
         }
         Ok(())
