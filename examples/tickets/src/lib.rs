@@ -8,6 +8,7 @@
 
 pub mod production;
 
+// guide:begin imports
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use agent_surface::registry::{Caller, Ctx, Mount, Registry, State, Unmet};
 use agent_surface::{Serve, ServiceBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+// guide:end imports
 
 // guide:begin state
 /// The tickets, shared by every call (a database pool in a real service).
