@@ -558,14 +558,21 @@ pub(crate) fn schema_for<T: schemars::JsonSchema>() -> Value {
 
 /// Adds the range an integer type can hold to its schema where `schemars` leaves it out (it
 /// states it for 8- and 16-bit integers, not for wider ones): `minimum` and `maximum` of a
-/// schema of `type: integer` with the `format` `schemars` gives a Rust integer type, each unless
+/// schema of `type: integer` (or a list of types with it) and the `format` `schemars` gives a Rust integer type, each unless
 /// the schema has one. Without them an agent can send `5000000000` for a `u32` that the schema
 /// allows and the type cannot hold, and learn of it only as a value that failed to decode; with
 /// them the schema says so, and validation names the field and its bound. A 128-bit type holds
 /// what a JSON number decoded by `serde_json` can be: an `i64` or a `u64`.
 pub(crate) fn state_integer_ranges(schema: &mut Schema) {
     let Some(map) = schema.as_object_mut() else { return };
-    if map.get("type").and_then(Value::as_str) != Some("integer") {
+    // `integer`, or a list with it (`Option<u32>` is `["integer", "null"]`: the bounds say nothing
+    // of `null`).
+    let integer = match map.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    if !integer {
         return;
     }
     let (min, max): (Value, Value) = match map.get("format").and_then(Value::as_str) {

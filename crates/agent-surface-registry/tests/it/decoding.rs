@@ -20,6 +20,8 @@ struct Order {
     lines: Vec<Line>,
     #[serde(default)]
     note: Option<Note>,
+    #[serde(default)]
+    discount: Option<u32>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -79,11 +81,13 @@ async fn an_integer_too_wide_for_its_type_breaks_the_stated_schema() {
     assert_eq!(schema["properties"]["quantity"]["minimum"], json!(0));
     assert_eq!(schema["properties"]["total"]["maximum"], json!(u64::MAX));
     assert_eq!(schema["properties"]["offset"]["minimum"], json!(i32::MIN));
+    assert_eq!(schema["properties"]["discount"]["maximum"], json!(u32::MAX), "an optional integer too");
     for (input, path) in [
         (json!({"quantity": 5_000_000_000_u64}), "/quantity"),
         (json!({"total": 1.8446744073709552e19}), "/total"),
         (json!({"offset": -3_000_000_000_i64}), "/offset"),
         (json!({"lines": [{"sku": "a", "count": 70_000}]}), "/lines/0/count"),
+        (json!({"discount": 4_294_967_296_u64}), "/discount"),
     ] {
         let (p, issues) = refused(&r, order(input.clone())).await;
         assert_eq!(p.detail("reason"), None, "{input}: a plain schema violation");
