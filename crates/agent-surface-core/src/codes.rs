@@ -282,8 +282,8 @@ macro_rules! code_table {
             /// The input does not satisfy the schema, or a bound field was supplied.
             InvalidInput = "INVALID_INPUT" {
                 matrix: {
-                    meaning: "The input does not satisfy the capability's schema, or it supplies a field the runtime binds.",
-                    when: "Input validation fails, or a bound (locked) field is present; or a handler reports a server-side validation failure.",
+                    meaning: "The input does not satisfy the capability's schema or its input type, or it supplies a field the runtime binds.",
+                    when: "Input validation fails, or a bound (locked) field is present, or an input the schema allows does not decode into the handler's type (reason undecodable); or a handler reports a server-side validation failure.",
                     phases: &[Input, Execute],
                     handler_may_return: true,
                     layer: fixed(Layer::Execution),
@@ -316,6 +316,10 @@ macro_rules! code_table {
                         vec![InputIssue { path: "/cartId".into(), message: "is filled by the runtime".into() }],
                         Some(vec!["cartId".into()]),
                     ),
+                    AgentSurfaceError::undecodable_input(vec![InputIssue {
+                        path: "/quantity".into(),
+                        message: "must be an integer written without a fraction or an exponent (5, not 5.0 or 5e0)".into(),
+                    }]),
                 ],
                 decisions: [
                     row(R::WithChanges, ChangeInput, IdRule::None, RETURNED,

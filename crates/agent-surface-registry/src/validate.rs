@@ -143,17 +143,28 @@ impl InputValidator {
         }
     }
 
-    /// Adds one issue; below a sensitive top-level field the issue points at the field itself and
-    /// says nothing more, since keys inside it are part of the secret.
+    /// Adds one issue, as [`InputValidator::shown`] shows it.
     fn add(&self, found: &mut BTreeSet<(String, String)>, path: String, message: String) {
+        found.insert(self.shown(path, message));
+    }
+
+    /// An issue as the agent is shown it: below a sensitive top-level field it points at the field
+    /// itself and says nothing more, since keys inside it are part of the secret.
+    pub(crate) fn shown(&self, path: String, message: String) -> (String, String) {
         for field in &self.sensitive {
             if path.strip_prefix(field.as_str()).is_some_and(|rest| rest.starts_with('/')) {
                 let message = "is not valid (details are withheld for a sensitive field)".to_owned();
-                found.insert((field.clone(), message));
-                return;
+                return (field.clone(), message);
             }
         }
-        found.insert((path, message));
+        (path, message)
+    }
+
+    /// Whether `pointer` is a sensitive top-level field or lies below one.
+    pub(crate) fn is_sensitive(&self, pointer: &str) -> bool {
+        self.sensitive.iter().any(|field| {
+            pointer.strip_prefix(field.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
     }
 }
 

@@ -3,9 +3,10 @@
 //!
 //! Input: the agent's input, the consumer and the target. Decision: the validated, bound input in
 //! the handler's type. Codes: `INVALID_INPUT {issues, lockedFields?, reason?}` (`reason:
-//! target-mismatch` for a reserved target argument that disagrees with the target),
-//! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate), and the
-//! author's `PRECONDITION_FAILED`.
+//! target-mismatch` for a reserved target argument that disagrees with the target, `reason:
+//! undecodable` for an input the schema allows and the handler's type does not),
+//! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate, or a bound
+//! value that does not decode), and the author's `PRECONDITION_FAILED`.
 
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
@@ -126,12 +127,24 @@ pub(crate) fn prepare(call: &Call<'_>, input: Value, target_argument_left: bool)
         Err(e) => {
             // serde's message may quote the value, so it goes to the operator channel only; the
             // agent learns where, and what kind of value is refused.
-            let note = format!("decoding failed at `{}`: {}", e.pointer, e.error);
+            let issue = undecodable_issue(&value, &e.pointer);
+            // The decoder's message may quote the value: a sensitive field's is never logged.
+            let mut note = if def.validator.is_sensitive(&issue.path) {
+                format!("decoding failed at `{}` (a sensitive field: the decoder's message is withheld)", issue.path)
+            } else {
+                format!("decoding failed at `{}`: {}", e.pointer, e.error)
+            };
             // A bound field's value is the runtime's, not the agent's, to fix.
             if e.member.as_ref().is_some_and(|m| def.bindings.iter().any(|(bound, _)| bound == m)) {
                 return Err(Stop::noted(AgentSurfaceError::binding_failed(), Phase::Input, note));
             }
-            let issue = undecodable_issue(&value, &e.pointer);
+            if e.pointer.is_empty() && !def.bindings.is_empty() {
+                // A type that buffers its input (`#[serde(flatten)]`, an untagged enum) loses the
+                // decoder's path: the operator learns that a bound field is not ruled out.
+                note.push_str(" (no member named: a bound value may be the cause)");
+            }
+            let (path, message) = def.validator.shown(issue.path, issue.message);
+            let issue = InputIssue { path, message };
             return Err(Stop::noted(AgentSurfaceError::undecodable_input(vec![issue]), Phase::Input, note));
         }
     };
@@ -156,6 +169,7 @@ fn undecodable_issue(input: &Value, pointer: &str) -> InputIssue {
             "must be an integer written without a fraction or an exponent (5, not 5.0 or 5e0)"
         }
         Value::Number(_) => "is a number outside what this field can hold",
+        _ if at.is_empty() => "is not an input the capability can take as a whole, although the schema allows it",
         _ => "is not a value this field can take, although the schema allows it",
     };
     InputIssue { path: at.to_owned(), message: message.into() }

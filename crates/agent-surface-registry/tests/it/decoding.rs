@@ -146,3 +146,76 @@ async fn a_bound_value_that_does_not_decode_is_a_binding_failure() {
     let p = assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
     assert_eq!(p.detail("reason"), Some(&json!("binding-failed")));
 }
+
+#[derive(Deserialize, JsonSchema)]
+#[expect(dead_code, reason = "decoded, never read")]
+struct Login {
+    user: String,
+    creds: Creds,
+    #[serde(default)]
+    limits: std::collections::BTreeMap<String, u32>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[expect(dead_code, reason = "decoded, never read")]
+struct Creds {
+    pin: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[expect(dead_code, reason = "decoded, never read")]
+struct Flat {
+    label: String,
+    #[serde(flatten)]
+    rest: Rest,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[expect(dead_code, reason = "decoded, never read")]
+struct Rest {
+    count: u32,
+}
+
+/// What the issue shows: below a sensitive field, the field alone (as for a schema violation);
+/// a member name with `~` or `/` escaped in the pointer; an exponent is no integer either; a type
+/// that buffers its input (`#[serde(flatten)]`) loses the path, and the issue says so of the input
+/// as a whole rather than name a field that is not the cause.
+#[tokio::test]
+async fn the_issue_withholds_a_sensitive_value_and_escapes_its_pointer() {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("auth", |t| {
+        t.capability("login", "Sign in.")
+            .sensitive(&["creds"])
+            .handler(|_c: Ctx, _l: Login| async { Ok::<_, AgentSurfaceError>(json!({})) });
+        t.capability("flat", "Flattened input.")
+            .handler(|_c: Ctx, _f: Flat| async { Ok::<_, AgentSurfaceError>(json!({})) })
+    })
+    .unwrap();
+    let _m = r.mount("auth", "main").unwrap();
+    let login = |input: Value| {
+        let r = r.clone();
+        async move {
+            let inv = r.invoke_detailed(call("auth.login", input), consumer("c")).await;
+            let p = assert_produced(&inv, ErrorCode::InvalidInput, Phase::Input);
+            let issues: Vec<InputIssue> = serde_json::from_value(p.details().unwrap()["issues"].clone()).unwrap();
+            (p, issues)
+        }
+    };
+
+    let (p, issues) = login(json!({"user": "u", "creds": {"pin": 1234.0}})).await;
+    assert_eq!(p.detail("reason"), Some(&json!("undecodable")));
+    assert_eq!(issues[0].path, "/creds", "{issues:?}");
+    assert!(issues[0].message.contains("withheld"), "{issues:?}");
+    assert!(!p.to_json().to_string().contains("pin"), "{}", p.to_json());
+
+    let (_, issues) = login(json!({"user": "u", "creds": {"pin": 1}, "limits": {"a/b~c": 2e0}})).await;
+    assert_eq!(issues[0].path, "/limits/a~1b~0c", "{issues:?}");
+    assert!(issues[0].message.contains("without a fraction"), "{issues:?}");
+
+    let inv = r.invoke_detailed(call("auth.flat", json!({"label": "x", "count": 3.0})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::InvalidInput, Phase::Input);
+    assert_eq!(p.detail("reason"), Some(&json!("undecodable")));
+    let issues: Vec<InputIssue> = serde_json::from_value(p.details().unwrap()["issues"].clone()).unwrap();
+    assert_eq!(issues[0].path, "", "{issues:?}");
+    assert!(issues[0].message.contains("as a whole"), "{issues:?}");
+}
