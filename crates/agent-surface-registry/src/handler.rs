@@ -187,22 +187,19 @@ impl DecodeError {
                 error: serde::de::Error::custom("decoded on the second attempt only"),
             },
             Err(e) => {
-                let mut pointer = String::new();
+                use serde_path_to_error::Segment;
                 let member = match e.path().iter().next() {
-                    Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
+                    Some(Segment::Map { key }) => Some(key.clone()),
                     _ => None,
                 };
+                let mut pointer = String::new();
                 for segment in e.path().iter() {
                     match segment {
-                        serde_path_to_error::Segment::Seq { index } => {
-                            pointer.push('/');
-                            pointer.push_str(&index.to_string());
-                        }
-                        serde_path_to_error::Segment::Map { key }
-                        | serde_path_to_error::Segment::Enum { variant: key } => {
+                        Segment::Seq { index } => crate::schema::push_pointer_segment(&mut pointer, &index.to_string()),
+                        Segment::Map { key } | Segment::Enum { variant: key } => {
                             crate::schema::push_pointer_segment(&mut pointer, key);
                         }
-                        serde_path_to_error::Segment::Unknown => break,
+                        Segment::Unknown => break,
                     }
                 }
                 DecodeError { pointer, member, error: e.into_inner() }

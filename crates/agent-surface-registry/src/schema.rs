@@ -559,10 +559,11 @@ pub(crate) fn schema_for<T: schemars::JsonSchema>() -> Value {
 /// Adds the range an integer type can hold to its schema where `schemars` leaves it out (it
 /// states it for 8- and 16-bit integers, not for wider ones): `minimum` and `maximum` of a
 /// schema of `type: integer` (or a list of types with it) and the `format` `schemars` gives a
-/// Rust integer type, each unless the schema has one. Without them an agent can send `5000000000` for a `u32` that the schema
-/// allows and the type cannot hold, and learn of it only as a value that failed to decode; with
-/// them the schema says so, and validation names the field and its bound. A 128-bit type holds
-/// what a JSON number decoded by `serde_json` can be: an `i64` or a `u64`.
+/// Rust integer type, each unless the schema has one. Without them an agent can send
+/// `5000000000` for a `u32` that the schema allows and the type cannot hold, and learn of it only
+/// as a value that failed to decode; with them the schema says so, and validation names the
+/// field and its bound. A 128-bit type holds what a JSON number decoded by `serde_json` can be:
+/// an `i64` or a `u64`.
 pub(crate) fn state_integer_ranges(schema: &mut Schema) {
     let Some(map) = schema.as_object_mut() else { return };
     // `integer`, or a list with it (`Option<u32>` is `["integer", "null"]`: the bounds say nothing

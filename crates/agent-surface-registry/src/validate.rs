@@ -151,18 +151,22 @@ impl InputValidator {
     /// An issue as the agent is shown it: below a sensitive top-level field it points at the field
     /// itself and says nothing more, since keys inside it are part of the secret.
     pub(crate) fn shown(&self, path: String, message: String) -> (String, String) {
-        for field in &self.sensitive {
-            if path.strip_prefix(field.as_str()).is_some_and(|rest| rest.starts_with('/')) {
-                let message = "is not valid (details are withheld for a sensitive field)".to_owned();
-                return (field.clone(), message);
+        match self.sensitive_field(&path) {
+            Some(field) if *field != path => {
+                (field.clone(), "is not valid (details are withheld for a sensitive field)".to_owned())
             }
+            _ => (path, message),
         }
-        (path, message)
     }
 
     /// Whether `pointer` is a sensitive top-level field or lies below one.
     pub(crate) fn is_sensitive(&self, pointer: &str) -> bool {
-        self.sensitive.iter().any(|field| {
+        self.sensitive_field(pointer).is_some()
+    }
+
+    /// The sensitive top-level field `pointer` is, or lies below.
+    fn sensitive_field(&self, pointer: &str) -> Option<&String> {
+        self.sensitive.iter().find(|field| {
             pointer.strip_prefix(field.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         })
     }

@@ -305,7 +305,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     let stalled = leader_of("a new key leads", admit(k_unstarted.clone()).await);
     let told = told_after_lapse(store, &k_unstarted, fp, lease).await;
     assert_eq!(
-        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        reason_of(&told),
         Some("transport"),
         "store kit: a follower of a claim that lapsed before it was marked started learns that nothing ran, got {told:?}"
     );
@@ -361,7 +361,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
         .await
         .unwrap_or_else(|_| panic!("store kit: a follower of a cancelled claim must be answered, not left waiting"));
     assert_ne!(
-        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        reason_of(&told),
         Some("outcome-unknown"),
         "store kit: a follower of a claim whose admission was cancelled must not learn an unknown outcome, got {told:?}"
     );
@@ -370,7 +370,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     let fresh = leader_of("the key of a cancelled claim leads afresh", admit(k_marked.clone()).await);
     let told = told_after_lapse(store, &k_marked, fp, lease).await;
     assert_eq!(
-        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        reason_of(&told),
         Some("transport"),
         "store kit: a claim admitted without the mark over a voided marked claim is unmarked, got {told:?}"
     );
@@ -407,7 +407,7 @@ pub async fn check_idempotency_leases(store: &dyn IdempotencyStore, lease: Durat
     expect("cancel", store.cancel(&k_cancelled, taking, now()).await);
     match admit(k_cancelled.clone()).await {
         Admission::Replay(told) => assert_eq!(
-            told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+            reason_of(&told),
             Some("outcome-unknown"),
             "store kit: a cancelled takeover's record holds the unknown outcome, got {told:?}"
         ),
@@ -493,7 +493,7 @@ async fn lapse_marked(
 ) -> Lease {
     let told = told_after_lapse(store, k, fp, lease).await;
     assert_eq!(
-        told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str()),
+        reason_of(&told),
         Some("outcome-unknown"),
         "store kit: a follower of a lapsed claim marked started learns that the outcome is unknown, never that nothing ran, got {told:?}"
     );
@@ -529,4 +529,9 @@ pub async fn check_idempotency_holds_until_settled(store: &dyn IdempotencyStore,
         Admission::Replay(r) => assert_eq!(r, result_of(7), "store kit: the settled result is replayed"),
         other => panic!("store kit: a settled record replays, got {other:?}"),
     }
+}
+
+/// The `details.reason` of what a follower was told, if it was told an error with one.
+fn reason_of(told: &InvokeResult) -> Option<&str> {
+    told.error_payload().and_then(|p| p.detail("reason")).and_then(|r| r.as_str())
 }
