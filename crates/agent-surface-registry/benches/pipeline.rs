@@ -6,6 +6,10 @@
 //! - `handler_validation`: what a hand-written server does per call with the parsed input it owns —
 //!   `is_valid` with a compiled `jsonschema` validator, `T::deserialize(&Value)`, the handler,
 //!   `serde_json::to_value` of the output, dropping the input (the baseline);
+//! - `handler_contract`: `handler_validation` keeping the contract the tool advertises — its
+//!   input validated against the input schema discovery lists (objects closed, integer ranges
+//!   stated) and its output against the output schema, as the pipeline does (the floor of a
+//!   server that promises both schemas);
 //! - `tracked_limit`: `handler_validation` plus what a recorded call cannot avoid, the canonical
 //!   bytes (RFC 8785) and SHA-256 of its input (its fingerprint);
 //! - `pipeline/no_invocation_id` and `pipeline/with_invocation_id`: `Registry::invoke`;
@@ -96,6 +100,23 @@ fn bench(c: &mut Criterion) {
         )
     });
 
+    let (r, _m) = registry(0);
+    let (input_contract, output_contract) = rt.block_on(common::advertised(&r, "calc.add"));
+    c.bench_function("handler_contract", |b| {
+        b.to_async(&rt).iter_batched(
+            || value.clone(),
+            |input| async {
+                let input = input;
+                assert!(input_contract.is_valid(black_box(&input)));
+                let i = Add::deserialize(&input).expect("decodes");
+                let out = serde_json::to_value(add(i).await.expect("ok")).expect("serializes");
+                assert!(output_contract.is_valid(&out));
+                black_box(out)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
     // The least a recorded call does beyond the baseline: its fingerprint's canonical bytes and
     // SHA-256.
     c.bench_function("tracked_limit", |b| {
@@ -115,7 +136,6 @@ fn bench(c: &mut Criterion) {
         )
     });
 
-    let (r, _m) = registry(0);
     let consumer = InvokeOptions::new(Consumer::anonymous("bench"));
     let mut g = c.benchmark_group("pipeline");
     // Building the request (and cloning its input) is setup, as the baseline's input is.
@@ -232,6 +252,7 @@ fn report() {
     for id in [
         "bare_handler",
         "handler_validation",
+        "handler_contract",
         "tracked_limit",
         "pipeline/no_invocation_id",
         "pipeline/with_invocation_id",
@@ -245,6 +266,9 @@ fn report() {
             (Some(t), Some(b)) => println!("  {id:<30} {t:>10.0} ns   {:>5.2}x", t / b),
             _ => println!("  {id:<30} (no estimate)"),
         }
+    }
+    if let (Some(untracked), Some(contract)) = (median_ns("pipeline/no_invocation_id"), median_ns("handler_contract")) {
+        println!("  no_invocation_id / handler_contract: {:.2}x", untracked / contract);
     }
     if let (Some(tracked), Some(limit)) = (median_ns("pipeline/with_invocation_id"), median_ns("tracked_limit")) {
         println!("  with_invocation_id / tracked_limit: {:.2}x", tracked / limit);

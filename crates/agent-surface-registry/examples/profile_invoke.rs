@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Modes: `setup` (build and drop the requests only), `baseline` (what `benches/pipeline.rs`
-//! calls `handler_validation`), `tracked_limit` (`baseline` plus the canonical bytes and SHA-256 of
+//! calls `handler_validation`), `contract` (what `benches/pipeline.rs` calls
+//! `handler_contract`: `baseline` validating against the schemas the tool advertises, its input
+//! before the handler and its output after), `tracked_limit` (`baseline` plus the canonical bytes and SHA-256 of
 //! the input, as the bench's case of that name), `pipeline` (`Registry::invoke` without an invocation id),
 //! `tracked` (with a fresh invocation id per call), `authority` (`pipeline` with a `Policies`
 //! engine of two allowing policies), `confirmation` (`pipeline` with a confirmation engine
@@ -37,7 +39,7 @@ fn main() {
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
         eprintln!(
             "usage: profile_invoke CALLS \
-             setup|baseline|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus|sizes"
+             setup|baseline|contract|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus|sizes"
         );
         std::process::exit(2);
     };
@@ -63,8 +65,12 @@ fn main() {
         let (r, m) = common::calc_registry(config);
         (r, vec![m])
     };
-    let schema = serde_json::to_value(schemars::schema_for!(Add)).unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let (validator, output_validator) = if mode == "contract" {
+        let (input, output) = rt.block_on(common::advertised(&r, "calc.add"));
+        (input, Some(output))
+    } else {
+        (jsonschema::validator_for(&serde_json::to_value(schemars::schema_for!(Add)).unwrap()).unwrap(), None)
+    };
     let consumer = InvokeOptions::new(Consumer::anonymous("profile"));
     let value = input();
     let requests: Vec<_> = (0..n)
@@ -85,7 +91,7 @@ fn main() {
         for (request, options) in requests {
             match mode.as_str() {
                 "setup" => drop(std::hint::black_box((request, options))),
-                "baseline" | "tracked_limit" => {
+                "baseline" | "contract" | "tracked_limit" => {
                     let input = request.input;
                     if mode == "tracked_limit" {
                         let mut canonical = Vec::with_capacity(128);
@@ -94,7 +100,11 @@ fn main() {
                     }
                     assert!(validator.is_valid(&input));
                     let i = Add::deserialize(&input).unwrap();
-                    std::hint::black_box(serde_json::to_value(add(i)).unwrap());
+                    let output = serde_json::to_value(add(i)).unwrap();
+                    if let Some(v) = &output_validator {
+                        assert!(v.is_valid(&output));
+                    }
+                    std::hint::black_box(output);
                 }
                 _ => {
                     std::hint::black_box(r.invoke(request, options).await);

@@ -32,6 +32,22 @@ pub(crate) fn input() -> Value {
     json!({"a": 2, "b": 3, "note": "hi"})
 }
 
+/// Validators of the input and output schemas `capability` advertises in discovery (the registry
+/// closes their objects and states their integer ranges), compiled as a hand-written server
+/// keeping the same contract would compile them.
+pub(crate) async fn advertised(
+    r: &agent_surface_registry::Registry,
+    capability: &str,
+) -> (jsonschema::Validator, jsonschema::Validator) {
+    let snapshot = r.snapshot(&agent_surface_policy::Consumer::anonymous("bench")).await;
+    let descriptor = snapshot.capability(capability).expect("listed");
+    let output = descriptor.output_schema.as_ref().expect("an output schema");
+    (
+        jsonschema::validator_for(&descriptor.input_schema).expect("compiles"),
+        jsonschema::validator_for(output).expect("compiles"),
+    )
+}
+
 /// A current-thread runtime, as one adapter task would drive the pipeline.
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
