@@ -468,13 +468,99 @@ impl CapabilityBuilder<'_, '_> {
     }
 
     /// A precondition over the decoded input, checked in the input phase (before rate limits,
-    /// confirmation and the handler). `I` must be the handler's input type.
-    pub fn precondition<I, F>(mut self, check: F) -> Self
+    /// confirmation and the handler). `I` must be the handler's input type. A capability has one
+    /// precondition: a second ([`precondition`](Self::precondition) or
+    /// [`precondition_async`](Self::precondition_async)) is an `INVALID_DEFINITION`.
+    ///
+    /// The check answers at once, from what the process holds; one that must ask a database or
+    /// another service is [`precondition_async`](Self::precondition_async).
+    pub fn precondition<I, F>(self, check: F) -> Self
     where
         I: Send + 'static,
         F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
     {
-        self.precondition = Some(ErasedPrecondition::typed(check));
+        self.set_precondition(ErasedPrecondition::typed(check))
+    }
+
+    /// [`precondition`](Self::precondition) for a check that awaits: a database lookup, another
+    /// service. It runs at the same point of the input phase — before the rate limit, the
+    /// confirmation and the handler — so that a call that can only fail is answered
+    /// `PRECONDITION_FAILED` before anyone is asked to approve it or a unit of quota is spent.
+    ///
+    /// `check` gets the context and the decoded input and returns a future that owns what it
+    /// needs (`'static`: clone the fields and the state it reads). The future runs under the call's
+    /// time budget (the capability's, else the registry's default; the handler then has its own),
+    /// with its panics caught: a check that panics is `EXECUTION_FAILED {reason: handler-error}`,
+    /// one that does not answer within the budget `EXECUTION_FAILED {reason: transport,
+    /// transient: true}` (retry `after-delay`), both `notProcessed: true`, the cause on the
+    /// operator channel only.
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// use agent_surface_core::{AgentSurfaceError, Effect};
+    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// /// Stands for a database: its lookups are awaited.
+    /// #[derive(Clone, Default)]
+    /// struct Orders(Arc<Mutex<HashSet<String>>>);
+    ///
+    /// impl Orders {
+    ///     async fn exists(&self, id: &str) -> bool {
+    ///         self.0.lock().unwrap().contains(id)
+    ///     }
+    /// }
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Cancel { order: String }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.provide(Orders::default());
+    /// registry.define("orders", |t| {
+    ///     t.capability("cancel", "Cancel an order.")
+    ///         .effect(Effect::Destructive)
+    ///         .precondition_async(|ctx: &Ctx, i: &Cancel| {
+    ///             let (orders, id) = (ctx.state::<Orders>().clone(), i.order.clone());
+    ///             async move {
+    ///                 if orders.exists(&id).await { Ok(()) } else { Err(Unmet::new("There is no such order.").reason("unknown-order")) }
+    ///             }
+    ///         })
+    ///         .handler(|_: Ctx, i: Cancel| async move { Ok::<_, AgentSurfaceError>(i.order) })
+    /// })?;
+    /// let _mount = registry.mount("orders", "main")?;
+    ///
+    /// let request = agent_surface_registry::InvokeRequest::new("orders.cancel", serde_json::json!({"order": "o-1"}));
+    /// let options = agent_surface_registry::InvokeOptions::new(agent_surface_policy::Consumer::anonymous("doc"));
+    /// let answer = registry.invoke(request, options).await;
+    /// assert_eq!(answer.code(), Some(agent_surface_core::ErrorCode::PreconditionFailed));
+    /// assert!(answer.error_payload().unwrap().not_processed());
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn precondition_async<I, F, Fut>(self, check: F) -> Self
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+    {
+        self.set_precondition(ErasedPrecondition::typed_async(check))
+    }
+
+    /// Keeps `precondition` unless the capability already has one: a second would silently drop
+    /// a check its author wrote.
+    fn set_precondition(mut self, precondition: ErasedPrecondition) -> Self {
+        if self.precondition.is_some() {
+            if self.error.is_none() {
+                let message = "a capability has one precondition; check both conditions in one";
+                self.error = Some(DefinitionError::new(Code::InvalidDefinition, self.location(), message));
+            }
+        } else {
+            self.precondition = Some(precondition);
+        }
         self
     }
 

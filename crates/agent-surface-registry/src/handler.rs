@@ -110,7 +110,10 @@ pub(crate) enum Failure {
 
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, DecodeError> + Send + Sync;
 type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
-type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
+pub(crate) type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
+/// An erased asynchronous precondition: the check's future owns what it needs (`'static`).
+pub(crate) type AsyncPreconditionFn =
+    dyn Fn(&Ctx, &(dyn Any + Send)) -> BoxFuture<'static, Result<(), AgentSurfaceError>> + Send + Sync;
 type VerifyFn = dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
 
 /// What a capability's post-condition check (`verify`) concluded about the handler's effect.
@@ -255,8 +258,17 @@ impl ErasedHandler {
 /// A stored precondition over the decoded input.
 #[derive(Clone)]
 pub(crate) struct ErasedPrecondition {
-    pub(crate) check: Arc<PreconditionFn>,
+    pub(crate) check: PreconditionCheck,
     pub(crate) input_type: std::any::TypeId,
+}
+
+/// How a precondition answers.
+#[derive(Clone)]
+pub(crate) enum PreconditionCheck {
+    /// At once, from what the process holds (`CapabilityBuilder::precondition`).
+    Now(Arc<PreconditionFn>),
+    /// Through a future, under the call's time budget (`CapabilityBuilder::precondition_async`).
+    Later(Arc<AsyncPreconditionFn>),
 }
 
 impl ErasedPrecondition {
@@ -271,7 +283,22 @@ impl ErasedPrecondition {
                 None => Ok(()),
             }
         };
-        ErasedPrecondition { check: Arc::new(check), input_type: std::any::TypeId::of::<I>() }
+        ErasedPrecondition { check: PreconditionCheck::Now(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
+    }
+
+    pub(crate) fn typed_async<I, F, Fut>(f: F) -> ErasedPrecondition
+    where
+        I: Send + 'static,
+        F: Fn(&Ctx, &I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+    {
+        let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
+            match input.downcast_ref::<I>() {
+                Some(i) => f(ctx, i).map(|answer| answer.map_err(Unmet::into_error)).boxed(),
+                None => std::future::ready(Ok(())).boxed(),
+            }
+        };
+        ErasedPrecondition { check: PreconditionCheck::Later(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
     }
 }
 

@@ -6,15 +6,20 @@
 //! target-mismatch` for a reserved target argument that disagrees with the target, `reason:
 //! undecodable` for an input the schema allows and the handler's type does not),
 //! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate, or a bound
-//! value that does not decode), and the author's `PRECONDITION_FAILED`.
+//! value that does not decode), and the author's `PRECONDITION_FAILED`; `EXECUTION_FAILED
+//! {reason: handler-error}` for a precondition that panicked, `{reason: transport, transient}` for
+//! one that did not answer within the call's time budget.
 
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
-use agent_surface_policy::guard::catch;
+use std::future::Future;
+use std::time::Duration;
+
+use agent_surface_policy::guard::{catch, catch_started, within};
 use serde_json::Value;
 
 use super::{Call, Stop};
-use crate::handler::Decoded;
+use crate::handler::{AsyncPreconditionFn, Decoded, PreconditionFn};
 use crate::schema::escape_pointer_segment;
 use crate::validate::{InputLimits, check_shape};
 use agent_surface_core::details::TARGET_ARGUMENT;
@@ -175,33 +180,59 @@ fn undecodable_issue(input: &Value, pointer: &str) -> InputIssue {
     InputIssue { path: at.to_owned(), message: message.into() }
 }
 
-/// The author's precondition, on the decoded input (after the natural key's admission: a repeat
-/// of an operation that ran is answered with its result, not refused by a precondition its first
-/// run made false).
-pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared) -> Result<(), Stop> {
-    let Call { def, ctx, .. } = call;
-    if let Some(p) = &def.precondition {
-        match catch(|| (p.check)(ctx, prepared.decoded.input())) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                let e = match &def.precondition_repair {
-                    Some(plan) if e.payload().repair().is_none() => {
-                        // The static plan was checked against retry `with-changes` at registration.
-                        e.with_repair(plan.clone()).unwrap_or_else(|_| AgentSurfaceError::precondition_failed(""))
-                    }
-                    _ => e,
-                };
-                return Err(Stop::noted(e, Phase::Input, "precondition unmet"));
-            }
-            Err(text) => {
-                return Err(Stop::noted(
-                    AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
-                    Phase::Input,
-                    format!("precondition panicked: {text}"),
-                )
-                .fault());
-            }
+/// The author's precondition when it answers at once (`check`), on the decoded input (after the
+/// natural key's admission: a repeat of an operation that ran is answered with its result, not
+/// refused by a precondition its first run made false). One that awaits is [`precondition_later`].
+#[inline(always)]
+pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared, check: &PreconditionFn) -> Result<(), Stop> {
+    unmet(call, catch(|| check(&call.ctx, prepared.decoded.input())))
+}
+
+/// The author's asynchronous precondition: its future, under the call's time budget, with its
+/// panics caught (while it is built and while it runs). The future is built here, from the
+/// decoded input it borrows for that moment only: what is awaited holds no borrow of `prepared`.
+pub(crate) fn precondition_later<'c, 'a>(
+    call: &'c Call<'a>,
+    prepared: &Prepared,
+    check: &AsyncPreconditionFn,
+) -> impl Future<Output = Result<(), Stop>> + Send + use<'c, 'a> {
+    let budget = call.time_budget();
+    let started = catch(|| check(&call.ctx, prepared.decoded.input()));
+    async move {
+        match within(call.inner.config.clock.as_ref(), budget, catch_started(started)).await {
+            Some(answer) => unmet(call, answer),
+            None => Err(Stop::noted(
+                AgentSurfaceError::transient(PRECONDITION_RETRY_AFTER),
+                Phase::Input,
+                format!("precondition did not answer within {} ms", budget.as_millis()),
+            )
+            .fault()),
         }
     }
-    Ok(())
+}
+
+/// How long a caller is asked to wait after a precondition did not answer within its budget.
+const PRECONDITION_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The stop for a precondition's `answer`: `Err(text)` when it panicked.
+fn unmet(call: &Call<'_>, answer: Result<Result<(), AgentSurfaceError>, String>) -> Result<(), Stop> {
+    match answer {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            let e = match &call.def.precondition_repair {
+                Some(plan) if e.payload().repair().is_none() => {
+                    // The static plan was checked against retry `with-changes` at registration.
+                    e.with_repair(plan.clone()).unwrap_or_else(|_| AgentSurfaceError::precondition_failed(""))
+                }
+                _ => e,
+            };
+            Err(Stop::noted(e, Phase::Input, "precondition unmet"))
+        }
+        Err(text) => Err(Stop::noted(
+            AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError),
+            Phase::Input,
+            format!("precondition panicked: {text}"),
+        )
+        .fault()),
+    }
 }

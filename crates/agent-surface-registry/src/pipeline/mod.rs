@@ -41,6 +41,7 @@ pub(crate) use self::call::{Answered, Arrival, Call, time_budget};
 pub(crate) use self::stop::{Fault, Marking, Stop, Stopped};
 use crate::correlation::CorrelationId;
 use crate::ctx::{Ctx, CtxParts};
+use crate::handler::{ErasedPrecondition, PreconditionCheck};
 use crate::registry::{Inner, Registry};
 use crate::request::{Invocation, InvokeOptions, InvokeRequest};
 use crate::telemetry;
@@ -364,11 +365,29 @@ fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, inp
 }
 
 /// The rest of phase 5 and phase 6 of a call admitted (under its natural key, if it has one): the
-/// author's precondition, questions to the client (5b), and the rate limit.
+/// author's precondition, questions to the client (5b), and the rate limit. A precondition that
+/// awaits leaves the rest of the call to a future.
 #[inline(always)]
 fn after_key(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
+    if let Some(ErasedPrecondition { check, .. }) = &call.def.precondition {
+        match check {
+            PreconditionCheck::Now(check) => input::precondition(&call, &prepared, check.as_ref())?,
+            PreconditionCheck::Later(check) => {
+                let check = check.clone();
+                return later(async move {
+                    input::precondition_later(&call, &prepared, check.as_ref()).await?;
+                    finish(after_precondition(call, prepared)).await
+                });
+            }
+        }
+    }
+    after_precondition(call, prepared)
+}
+
+/// What follows the precondition in phase 5 (5b, the questions), and phase 6.
+#[inline(always)]
+fn after_precondition(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     let inner = call.inner;
-    input::precondition(&call, &prepared)?;
     // Phase 5b: questions to the client, if the capability asks any.
     if let Some(ask) = &call.def.ask {
         questions::check(&call, ask, &prepared.decoded)?;

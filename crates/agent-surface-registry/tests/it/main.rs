@@ -17,6 +17,7 @@ mod names;
 mod natural;
 mod operator_log;
 mod phases;
+mod preconditions;
 mod progress;
 mod questions;
 mod rate;

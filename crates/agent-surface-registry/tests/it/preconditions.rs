@@ -1,0 +1,188 @@
+//! The author's precondition that awaits (`precondition_async`): where it runs in phase 5, and what
+//! a caller is told when it is unmet, panics or does not answer within the call's time budget.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_surface_core::details::Origin;
+use agent_surface_core::{AgentSurfaceError, DefinitionErrorCode, Effect, ErrorCode, Phase, Retry, SafeText};
+use agent_surface_policy::{ConfirmationDecision, RateDecision};
+use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
+use agent_surface_testing::{FnGate, FnLimiter};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::support::*;
+
+#[derive(Deserialize, JsonSchema)]
+struct Remove {
+    /// The record to remove; `panic-now` and `panic-later` make the check panic, `hang` never answers.
+    id: String,
+}
+
+/// Stands for a database the check must await.
+#[derive(Clone, Default)]
+struct Records(Arc<Mutex<HashSet<String>>>);
+
+impl Records {
+    async fn exists(&self, id: &str) -> bool {
+        // Pending once, as a query over a socket would be.
+        tokio::task::yield_now().await;
+        self.0.lock().unwrap().contains(id)
+    }
+}
+
+/// What ran, counted.
+#[derive(Clone, Default)]
+struct Runs {
+    limiter: Arc<AtomicUsize>,
+    gate: Arc<AtomicUsize>,
+    handler: Arc<AtomicUsize>,
+}
+
+/// `records.remove` (destructive, a 50 ms time budget) behind an asynchronous precondition, in a
+/// registry with a rate limiter and a confirmation gate that count what they are asked.
+fn registry(records: &Records, runs: &Runs) -> (Registry, agent_surface_registry::Mount) {
+    let (limiter, gate) = (runs.limiter.clone(), runs.gate.clone());
+    let r = Registry::new(RegistryConfig {
+        rate_limiter: Some(Arc::new(FnLimiter::new(move |_, _| {
+            limiter.fetch_add(1, Ordering::SeqCst);
+            RateDecision::Allow(None)
+        }))),
+        confirmation: Some(Arc::new(FnGate::new(move |_call, evidence, now| {
+            gate.fetch_add(1, Ordering::SeqCst);
+            match evidence {
+                Some("conf-1") => ConfirmationDecision::Proceed,
+                _ => ConfirmationDecision::Required {
+                    confirmation_id: "conf-1".into(),
+                    summary: SafeText::from("Remove a record."),
+                    expires_at: now.saturating_add(Duration::from_secs(60)),
+                    origin: Origin::Client,
+                },
+            }
+        }))),
+        ..Default::default()
+    });
+    r.provide(records.clone());
+    let handler_runs = runs.handler.clone();
+    r.define("records", |t| {
+        t.capability("remove", "Remove a record.")
+            .effect(Effect::Destructive)
+            .time_budget(Duration::from_millis(50))
+            .precondition_async(|ctx: &Ctx, i: &Remove| {
+                let (records, id) = (ctx.state::<Records>().clone(), i.id.clone());
+                assert_ne!(id, "panic-now", "a bug in the check");
+                async move {
+                    match id.as_str() {
+                        "panic-later" => panic!("a bug in the check's future"),
+                        "hang" => std::future::pending::<()>().await,
+                        _ => {}
+                    }
+                    if records.exists(&id).await {
+                        Ok(())
+                    } else {
+                        Err(Unmet::new("There is no record with this id.").reason("unknown-record"))
+                    }
+                }
+            })
+            .handler(move |_: Ctx, i: Remove| {
+                handler_runs.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, AgentSurfaceError>(json!({"removed": i.id})) }
+            })
+    })
+    .unwrap();
+    let mount = r.mount("records", "main").unwrap();
+    (r, mount)
+}
+
+fn remove(id: &str) -> agent_surface_registry::InvokeRequest {
+    call("records.remove", json!({ "id": id }))
+}
+
+#[tokio::test]
+async fn unmet_is_answered_before_the_rate_limit_and_the_confirmation() {
+    let (records, runs) = (Records::default(), Runs::default());
+    let (r, _m) = registry(&records, &runs);
+
+    let inv = r.invoke_detailed(remove("r-1").with_invocation_id("i-1"), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(p.detail("reason"), Some(&json!("unknown-record")));
+    assert_eq!(p.retry(), Retry::WithChanges);
+    assert!(p.not_processed());
+    // Nobody was asked to approve removing a record that is not there, and no quota was spent.
+    assert_eq!(runs.gate.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.limiter.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.handler.load(Ordering::SeqCst), 0);
+
+    // Once the record exists, the rest of the call runs after the check: the quota, then the gate.
+    records.0.lock().unwrap().insert("r-1".into());
+    let inv = r.invoke_detailed(remove("r-1"), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    assert_eq!((runs.limiter.load(Ordering::SeqCst), runs.gate.load(Ordering::SeqCst)), (1, 1));
+    let done = r.invoke(remove("r-1").with_confirmation("conf-1"), consumer("c")).await;
+    assert_eq!(done.output(), Some(&json!({"removed": "r-1"})));
+    assert_eq!(runs.handler.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_check_that_panics_is_execution_failed_and_says_nothing_of_the_panic() {
+    let (records, runs) = (Records::default(), Runs::default());
+    let (r, _m) = registry(&records, &runs);
+    for id in ["panic-now", "panic-later"] {
+        let (inv, log) = capture_operator_log(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(r.invoke_detailed(remove(id), consumer("c")))
+        });
+        let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Input);
+        assert_eq!(p.detail("reason"), Some(&json!("handler-error")), "{id}");
+        assert!(p.not_processed(), "{id}");
+        assert!(!p.to_json().to_string().contains("a bug in the check"), "{id}");
+        assert!(log.contains("precondition panicked"), "{id}: {log}");
+    }
+    assert_eq!(runs.gate.load(Ordering::SeqCst) + runs.limiter.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.handler.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_check_over_the_time_budget_is_transient_and_not_processed() {
+    let (records, runs) = (Records::default(), Runs::default());
+    let (r, _m) = registry(&records, &runs);
+    let ((inv, again), log) = capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let request = remove("hang").with_invocation_id("i-hang");
+            (r.invoke_detailed(request.clone(), consumer("c")).await, r.invoke_detailed(request, consumer("c")).await)
+        })
+    });
+    // As every transient `EXECUTION_FAILED`, the answer is kept under its id, and it asks for a
+    // fresh one: the same id is answered the same, without asking the check again.
+    assert!(again.replayed);
+    assert_eq!(again.result.error_payload().map(|p| p.detail("transient")), Some(Some(&json!(true))));
+    assert!(inv.result.error_payload().unwrap().message().contains("fresh invocationId"));
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Input);
+    assert_eq!(p.detail("reason"), Some(&json!("transport")));
+    assert_eq!(p.detail("transient"), Some(&json!(true)));
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    assert_eq!(p.retry_after(), Some(Duration::from_secs(1)));
+    assert!(p.not_processed());
+    assert!(log.contains("precondition did not answer within 50 ms"), "{log}");
+    assert_eq!(runs.gate.load(Ordering::SeqCst) + runs.limiter.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_capability_has_one_precondition() {
+    let r = Registry::new(RegistryConfig::default());
+    let err = r
+        .define("records", |t| {
+            t.capability("remove", "Remove a record.")
+                .precondition(|_: &Ctx, _: &Remove| Ok(()))
+                .precondition_async(|_: &Ctx, _: &Remove| async { Ok(()) })
+                .handler(|_: Ctx, i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) })
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
+    assert!(err.to_string().contains("one precondition"), "{err}");
+}
