@@ -110,6 +110,10 @@ pub mod tools;
 
 pub use compose::Composed;
 pub use config::{McpConfig, UnknownTool};
+/// The official Rust MCP SDK this adapter is built on, re-exported so that an application's own
+/// `rmcp::ServerHandler` ([`compose`]) or `RequestStateCodec` ([`mrtr::ApprovalStates`]) is of the
+/// version the adapter uses.
+pub use rmcp;
 pub use server::{McpServer, principal_key};
 
 use rmcp::ServiceExt;

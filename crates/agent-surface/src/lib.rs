@@ -60,6 +60,11 @@ pub use tokio_util::sync::CancellationToken;
 #[doc = include_str!("../../../docs/http.md")]
 struct UserGuideHttp;
 
+/// The examples of the user guide's MCP chapter, compiled as doc tests.
+#[cfg(all(doctest, feature = "http", feature = "stdio"))]
+#[doc = include_str!("../../../docs/mcp.md")]
+struct UserGuideMcp;
+
 pub use agent_surface_core as core;
 #[cfg(feature = "http")]
 pub use agent_surface_http as http;
