@@ -431,7 +431,10 @@ impl CapabilityBuilder<'_, '_> {
         self
     }
 
-    /// The time budget of one call (default: the registry's).
+    /// The time budget of one call (default: the registry's): how long its handler may run (and
+    /// its [`verify`](Self::verify) check). A [`precondition_async`](Self::precondition_async)
+    /// check is bounded by the same length, counted apart: a call may take up to twice the
+    /// budget when both run long.
     pub fn time_budget(mut self, budget: Duration) -> Self {
         self.time_budget = Some(budget);
         self
@@ -487,30 +490,32 @@ impl CapabilityBuilder<'_, '_> {
     /// confirmation and the handler — so that a call that can only fail is answered
     /// `PRECONDITION_FAILED` before anyone is asked to approve it or a unit of quota is spent.
     ///
-    /// `check` gets the context and the decoded input and returns a future that owns what it
-    /// needs (`'static`: clone the fields and the state it reads). The future runs under the call's
-    /// time budget (the capability's, else the registry's default; the handler then has its own),
-    /// with its panics caught: a check that panics is `EXECUTION_FAILED {reason: handler-error}`,
-    /// one that does not answer within the budget `EXECUTION_FAILED {reason: transport,
-    /// transient: true}` (retry `after-delay`), both `notProcessed: true`, the cause on the
-    /// operator channel only.
+    /// `check` gets the call's context, as a handler does (by value: move it into the future and
+    /// read state through it there), and the decoded input by reference; it returns a future
+    /// that owns what it needs (`'static`: clone the fields it reads, as the example does). The
+    /// future runs under the call's time budget (the capability's
+    /// [`time_budget`](Self::time_budget), else the registry's default; the handler then has a
+    /// budget of its own), with its panics caught: a check that panics is `EXECUTION_FAILED
+    /// {reason: handler-error}`, one that does not answer within the budget `EXECUTION_FAILED
+    /// {reason: transport, transient: true}` (retry `after-delay`: a service behind the check did
+    /// not answer), both `notProcessed: true`, the cause on the operator channel only.
     ///
     /// ```
     /// use std::collections::HashSet;
-    /// use std::sync::{Arc, Mutex};
     ///
     /// use agent_surface_core::{AgentSurfaceError, Effect};
     /// use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
     /// use schemars::JsonSchema;
     /// use serde::Deserialize;
+    /// use tokio::sync::RwLock;
     ///
     /// /// Stands for a database: its lookups are awaited.
-    /// #[derive(Clone, Default)]
-    /// struct Orders(Arc<Mutex<HashSet<String>>>);
+    /// #[derive(Default)]
+    /// struct Orders(RwLock<HashSet<String>>);
     ///
     /// impl Orders {
     ///     async fn exists(&self, id: &str) -> bool {
-    ///         self.0.lock().unwrap().contains(id)
+    ///         self.0.read().await.contains(id)
     ///     }
     /// }
     ///
@@ -523,13 +528,17 @@ impl CapabilityBuilder<'_, '_> {
     /// registry.define("orders", |t| {
     ///     t.capability("cancel", "Cancel an order.")
     ///         .effect(Effect::Destructive)
-    ///         .precondition_async(|ctx: &Ctx, i: &Cancel| {
-    ///             let (orders, id) = (ctx.state::<Orders>().clone(), i.order.clone());
+    ///         .precondition_async(|ctx: Ctx, i: &Cancel| {
+    ///             let id = i.order.clone();
     ///             async move {
-    ///                 if orders.exists(&id).await { Ok(()) } else { Err(Unmet::new("There is no such order.").reason("unknown-order")) }
+    ///                 if ctx.state::<Orders>().exists(&id).await {
+    ///                     Ok(())
+    ///                 } else {
+    ///                     Err(Unmet::new("There is no such order.").reason("unknown-order"))
+    ///                 }
     ///             }
     ///         })
-    ///         .handler(|_: Ctx, i: Cancel| async move { Ok::<_, AgentSurfaceError>(i.order) })
+    ///         .handle(|i: Cancel| async move { Ok::<_, AgentSurfaceError>(i.order) })
     /// })?;
     /// let _mount = registry.mount("orders", "main")?;
     ///
@@ -544,7 +553,7 @@ impl CapabilityBuilder<'_, '_> {
     pub fn precondition_async<I, F, Fut>(self, check: F) -> Self
     where
         I: Send + 'static,
-        F: Fn(&Ctx, &I) -> Fut + Send + Sync + 'static,
+        F: Fn(Ctx, &I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
     {
         self.set_precondition(ErasedPrecondition::typed_async(check))

@@ -289,12 +289,12 @@ impl ErasedPrecondition {
     pub(crate) fn typed_async<I, F, Fut>(f: F) -> ErasedPrecondition
     where
         I: Send + 'static,
-        F: Fn(&Ctx, &I) -> Fut + Send + Sync + 'static,
+        F: Fn(Ctx, &I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
     {
         let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
             match input.downcast_ref::<I>() {
-                Some(i) => f(ctx, i).map(|answer| answer.map_err(Unmet::into_error)).boxed(),
+                Some(i) => f(ctx.clone(), i).map(|answer| answer.map_err(Unmet::into_error)).boxed(),
                 None => std::future::ready(Ok(())).boxed(),
             }
         };

@@ -72,7 +72,7 @@ fn registry(records: &Records, runs: &Runs) -> (Registry, agent_surface_registry
         t.capability("remove", "Remove a record.")
             .effect(Effect::Destructive)
             .time_budget(Duration::from_millis(50))
-            .precondition_async(|ctx: &Ctx, i: &Remove| {
+            .precondition_async(|ctx: Ctx, i: &Remove| {
                 let (records, id) = (ctx.state::<Records>().clone(), i.id.clone());
                 assert_ne!(id, "panic-now", "a bug in the check");
                 async move {
@@ -179,7 +179,7 @@ fn a_capability_has_one_precondition() {
         .define("records", |t| {
             t.capability("remove", "Remove a record.")
                 .precondition(|_: &Ctx, _: &Remove| Ok(()))
-                .precondition_async(|_: &Ctx, _: &Remove| async { Ok(()) })
+                .precondition_async(|_: Ctx, _: &Remove| async { Ok(()) })
                 .handler(|_: Ctx, i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) })
         })
         .unwrap_err();
