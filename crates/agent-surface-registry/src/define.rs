@@ -277,6 +277,7 @@ impl<'a> TypeBuilder<'a> {
             ask: None,
             verify: None,
             requirements: Vec::new(),
+            precondition_requirements: Vec::new(),
             error: None,
         }
     }
@@ -391,6 +392,9 @@ pub struct CapabilityBuilder<'t, 'a> {
     ask: Option<crate::handler::ErasedAsk>,
     verify: Option<ErasedVerify>,
     requirements: Vec<crate::extract::Requirement>,
+    /// What the extractors of a `precondition_async` check need, checked at mount with the
+    /// handler's.
+    precondition_requirements: Vec<crate::extract::Requirement>,
     error: Option<DefinitionError>,
 }
 
@@ -490,10 +494,11 @@ impl CapabilityBuilder<'_, '_> {
     /// confirmation and the handler — so that a call that can only fail is answered
     /// `PRECONDITION_FAILED` before anyone is asked to approve it or a unit of quota is spent.
     ///
-    /// `check` gets the call's context, as a handler does (by value: move it into the future and
-    /// read state through it there), and the decoded input by reference; it returns a future
-    /// that owns what it needs (`'static`: clone the fields it reads, as the example does). The
-    /// future runs under the call's time budget (the capability's
+    /// `check` takes extractors, as a [`handle`](Self::handle) handler does ([`State<T>`](crate::State),
+    /// [`InstanceState<S>`](crate::InstanceState), [`Caller`](crate::Caller), [`Ctx`] by value), whose
+    /// needs are checked at mount with the handler's, then the decoded input by reference; it
+    /// returns a future that owns what it needs (`'static`: move the extractors into it and clone
+    /// the input's fields it reads, as the example does). The future runs under the call's time budget (the capability's
     /// [`time_budget`](Self::time_budget), else the registry's default; the handler then has a
     /// budget of its own), with its panics caught: a check that panics is `EXECUTION_FAILED
     /// {reason: handler-error}`, one that does not answer within the budget `EXECUTION_FAILED
@@ -504,7 +509,7 @@ impl CapabilityBuilder<'_, '_> {
     /// use std::collections::HashSet;
     ///
     /// use agent_surface_core::{AgentSurfaceError, Effect};
-    /// use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
+    /// use agent_surface_registry::{Registry, RegistryConfig, State, Unmet};
     /// use schemars::JsonSchema;
     /// use serde::Deserialize;
     /// use tokio::sync::RwLock;
@@ -524,14 +529,13 @@ impl CapabilityBuilder<'_, '_> {
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let registry = Registry::new(RegistryConfig::default());
-    /// registry.provide(Orders::default());
     /// registry.define("orders", |t| {
     ///     t.capability("cancel", "Cancel an order.")
     ///         .effect(Effect::Destructive)
-    ///         .precondition_async(|ctx: Ctx, i: &Cancel| {
+    ///         .precondition_async(|State(orders): State<Orders>, i: &Cancel| {
     ///             let id = i.order.clone();
     ///             async move {
-    ///                 if ctx.state::<Orders>().exists(&id).await {
+    ///                 if orders.exists(&id).await {
     ///                     Ok(())
     ///                 } else {
     ///                     Err(Unmet::new("There is no such order.").reason("unknown-order"))
@@ -540,6 +544,9 @@ impl CapabilityBuilder<'_, '_> {
     ///         })
     ///         .handle(|i: Cancel| async move { Ok::<_, AgentSurfaceError>(i.order) })
     /// })?;
+    /// // The check reads `Orders`: until the registry is given them, mounting is refused.
+    /// assert!(registry.mount("orders", "main").is_err());
+    /// registry.provide(Orders::default());
     /// let _mount = registry.mount("orders", "main")?;
     ///
     /// let request = agent_surface_registry::InvokeRequest::new("orders.cancel", serde_json::json!({"order": "o-1"}));
@@ -550,12 +557,14 @@ impl CapabilityBuilder<'_, '_> {
     /// # Ok::<_, agent_surface_core::DefinitionError>(())
     /// # }).unwrap();
     /// ```
-    pub fn precondition_async<I, F, Fut>(self, check: F) -> Self
+    pub fn precondition_async<Args, I, P>(mut self, check: P) -> Self
     where
         I: Send + 'static,
-        F: Fn(Ctx, &I) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+        P: crate::extract::Precondition<Args, I>,
     {
+        if self.precondition.is_none() {
+            self.precondition_requirements = P::requirements();
+        }
         self.set_precondition(ErasedPrecondition::typed_async(check))
     }
 
@@ -1150,7 +1159,7 @@ impl CapabilityBuilder<'_, '_> {
             ask: self.ask.clone(),
             verify: self.verify.clone(),
             handler,
-            requirements: self.requirements.clone(),
+            requirements: self.requirements.iter().chain(&self.precondition_requirements).copied().collect(),
             meta: self.meta.clone(),
         })
     }

@@ -6,6 +6,9 @@
 //! anything is served: a missing [`Registry::provide`](crate::Registry::provide) or an instance
 //! mounted without the state a handler takes is a definition error at mount
 //! ([`Registry::check_wiring`](crate::Registry::check_wiring)), not a failure of every call.
+//! A check given to
+//! [`CapabilityBuilder::precondition_async`](crate::CapabilityBuilder::precondition_async) takes
+//! the same extractors before a reference to the input ([`Precondition`]), checked the same way.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -42,6 +45,7 @@ use agent_surface_core::AgentSurfaceError;
 use agent_surface_policy::Consumer;
 
 use crate::ctx::Ctx;
+use crate::handler::Unmet;
 
 /// What an extractor needs from the registry or the instance, checked at mount.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +200,60 @@ handler_with!(E1);
 handler_with!(E1, E2);
 handler_with!(E1, E2, E3);
 handler_with!(E1, E2, E3, E4);
+
+/// A check for [`CapabilityBuilder::precondition_async`](crate::CapabilityBuilder::precondition_async)
+/// with extractors: a function of zero to four [`FromCtx`] parameters and a reference to the
+/// decoded input `I`, returning a `'static` future of `Result<(), Unmet>`. The extractors' needs
+/// are checked at mount with the handler's, so a check that reads state the registry was not
+/// given is refused before anything is served. `Args` is the tuple of extractor types.
+#[diagnostic::on_unimplemented(
+    message = "this is not an asynchronous precondition: it takes extractors first and a reference to the input last, and returns a future",
+    label = "not a check for `.precondition_async`",
+    note = "valid shapes: `|i: &In| {{ let id = i.id.clone(); async move {{ .. }} }}`, `|ctx: Ctx, i: &In| ..`, `|State(db): State<Db>, i: &In| ..` \
+            (up to four extractors: `Ctx`, `State<T>`, `InstanceState<S>`, `Caller`, or your own `FromCtx`)",
+    note = "the future owns what it needs (`'static`): clone the input's fields into it; it returns `Result<(), Unmet>`"
+)]
+pub trait Precondition<Args, I>: Send + Sync + 'static {
+    /// The check's future.
+    type Future: Future<Output = Result<(), Unmet>> + Send + 'static;
+
+    /// What the extractors need, checked at mount.
+    fn requirements() -> Vec<Requirement>;
+
+    /// Extracts the parameters and starts the check; `None` when an extractor finds nothing.
+    fn check(&self, ctx: &Ctx, input: &I) -> Option<Self::Future>;
+}
+
+macro_rules! precondition_with {
+    ($($e:ident),*) => {
+        impl<F, Fut, I, $($e,)*> Precondition<($($e,)*), I> for F
+        where
+            F: Fn($($e,)* &I) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+            $($e: FromCtx,)*
+        {
+            type Future = Fut;
+
+            fn requirements() -> Vec<Requirement> {
+                let requirements: Vec<Option<Requirement>> = vec![$(<$e as FromCtx>::requirement(),)*];
+                requirements.into_iter().flatten().collect()
+            }
+
+            #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
+            #[allow(unused_variables, reason = "the check without extractors does not read the context")]
+            fn check(&self, ctx: &Ctx, input: &I) -> Option<Fut> {
+                $(let $e = <$e as FromCtx>::from_ctx(ctx)?;)*
+                Some(self($($e,)* input))
+            }
+        }
+    };
+}
+
+precondition_with!();
+precondition_with!(E1);
+precondition_with!(E1, E2);
+precondition_with!(E1, E2, E3);
+precondition_with!(E1, E2, E3, E4);
 
 /// A handler written over `anyhow::Result<O>`, so that `?` works on an `anyhow::Error` (and on
 /// any error, and on an [`AgentSurfaceError`], which comes back out unchanged). Its errors become

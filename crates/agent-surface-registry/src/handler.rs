@@ -286,15 +286,19 @@ impl ErasedPrecondition {
         ErasedPrecondition { check: PreconditionCheck::Now(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
     }
 
-    pub(crate) fn typed_async<I, F, Fut>(f: F) -> ErasedPrecondition
+    pub(crate) fn typed_async<Args, I, P>(check: P) -> ErasedPrecondition
     where
         I: Send + 'static,
-        F: Fn(Ctx, &I) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+        P: crate::extract::Precondition<Args, I>,
     {
         let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
-            match input.downcast_ref::<I>() {
-                Some(i) => f(ctx.clone(), i).map(|answer| answer.map_err(Unmet::into_error)).boxed(),
+            match input.downcast_ref::<I>().map(|i| check.check(ctx, i)) {
+                Some(Some(future)) => future.map(|answer| answer.map_err(Unmet::into_error)).boxed(),
+                // Ruled out by the mount check; fail the call rather than panic.
+                Some(None) => std::future::ready(Err(AgentSurfaceError::internal(std::io::Error::other(
+                    "a precondition's extractor found nothing to extract",
+                ))))
+                .boxed(),
                 None => std::future::ready(Ok(())).boxed(),
             }
         };

@@ -1,4 +1,5 @@
-//! The compiler's messages for handlers of a wrong shape (`trybuild`; `.stderr` snapshots).
+//! The compiler's messages for handlers and asynchronous preconditions of a wrong shape
+//! (`trybuild`; `.stderr` snapshots).
 
 #[test]
 fn handler_shapes() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_surface_core::details::Origin;
 use agent_surface_core::{AgentSurfaceError, DefinitionErrorCode, Effect, ErrorCode, Phase, Retry, SafeText};
 use agent_surface_policy::{ConfirmationDecision, RateDecision};
-use agent_surface_registry::{Ctx, Registry, RegistryConfig, Unmet};
+use agent_surface_registry::{Ctx, InstanceState, Registry, RegistryConfig, State, Unmet};
 use agent_surface_testing::{FnGate, FnLimiter};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -72,8 +72,8 @@ fn registry(records: &Records, runs: &Runs) -> (Registry, agent_surface_registry
         t.capability("remove", "Remove a record.")
             .effect(Effect::Destructive)
             .time_budget(Duration::from_millis(50))
-            .precondition_async(|ctx: Ctx, i: &Remove| {
-                let (records, id) = (ctx.state::<Records>().clone(), i.id.clone());
+            .precondition_async(|State(records): State<Records>, i: &Remove| {
+                let id = i.id.clone();
                 assert_ne!(id, "panic-now", "a bug in the check");
                 async move {
                     match id.as_str() {
@@ -185,4 +185,36 @@ fn a_capability_has_one_precondition() {
         .unwrap_err();
     assert_eq!(err.code(), DefinitionErrorCode::InvalidDefinition);
     assert!(err.to_string().contains("one precondition"), "{err}");
+}
+
+/// The state of one instance of `counters`.
+struct Counter;
+
+#[test]
+fn what_the_check_reads_is_checked_at_mount() {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("records", |t| {
+        t.capability("remove", "Remove a record.")
+            .precondition_async(|State(records): State<Records>, i: &Remove| {
+                let id = i.id.clone();
+                async move { if records.exists(&id).await { Ok(()) } else { Err(Unmet::new("No such record.")) } }
+            })
+            // The handler reads nothing: only the check needs `Records`.
+            .handle(|i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) })
+    })
+    .unwrap();
+    let err = r.mount("records", "main").unwrap_err();
+    assert!(err.to_string().contains("Records"), "{err}");
+    r.provide(Records::default());
+    assert!(r.mount("records", "main").is_ok());
+
+    // Instance state too, and the context alongside.
+    r.define("counters", |t| {
+        t.capability("reset", "Reset a counter.")
+            .precondition_async(|_: InstanceState<Counter>, _: Ctx, _: &Remove| async { Ok(()) })
+            .handle(|i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) })
+    })
+    .unwrap();
+    assert!(r.mount("counters", "main").is_err());
+    assert!(r.mount_with("counters", "main", agent_surface_registry::Instance::new().state(Counter)).is_ok());
 }
