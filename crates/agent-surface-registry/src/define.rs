@@ -565,7 +565,7 @@ impl CapabilityBuilder<'_, '_> {
         if self.precondition.is_none() {
             self.precondition_requirements = P::requirements();
         }
-        self.set_precondition(ErasedPrecondition::typed_async(check))
+        self.set_precondition(crate::extract::erase_precondition(check))
     }
 
     /// Keeps `precondition` unless the capability already has one: a second would silently drop

@@ -43,9 +43,11 @@ use std::sync::Arc;
 
 use agent_surface_core::AgentSurfaceError;
 use agent_surface_policy::Consumer;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 
 use crate::ctx::Ctx;
-use crate::handler::Unmet;
+use crate::handler::{ErasedPrecondition, PreconditionCheck, Unmet};
 
 /// What an extractor needs from the registry or the instance, checked at mount.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,6 +224,26 @@ pub trait Precondition<Args, I>: Send + Sync + 'static {
 
     /// Extracts the parameters and starts the check; `None` when an extractor finds nothing.
     fn check(&self, ctx: &Ctx, input: &I) -> Option<Self::Future>;
+}
+
+/// `check` erased, as the builder stores it.
+pub(crate) fn erase_precondition<Args, I, P>(check: P) -> ErasedPrecondition
+where
+    I: Send + 'static,
+    P: Precondition<Args, I>,
+{
+    let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
+        match input.downcast_ref::<I>().map(|i| check.check(ctx, i)) {
+            Some(Some(future)) => future.map(|answer| answer.map_err(Unmet::into_error)).boxed(),
+            // Ruled out by the mount check; fail the call rather than panic.
+            Some(None) => std::future::ready(Err(AgentSurfaceError::internal(std::io::Error::other(
+                "a precondition's extractor found nothing to extract",
+            ))))
+            .boxed(),
+            None => std::future::ready(Ok(())).boxed(),
+        }
+    };
+    ErasedPrecondition { check: PreconditionCheck::Later(Arc::new(check)), input_type: TypeId::of::<I>() }
 }
 
 macro_rules! precondition_with {

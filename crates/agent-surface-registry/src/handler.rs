@@ -285,25 +285,6 @@ impl ErasedPrecondition {
         };
         ErasedPrecondition { check: PreconditionCheck::Now(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
     }
-
-    pub(crate) fn typed_async<Args, I, P>(check: P) -> ErasedPrecondition
-    where
-        I: Send + 'static,
-        P: crate::extract::Precondition<Args, I>,
-    {
-        let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
-            match input.downcast_ref::<I>().map(|i| check.check(ctx, i)) {
-                Some(Some(future)) => future.map(|answer| answer.map_err(Unmet::into_error)).boxed(),
-                // Ruled out by the mount check; fail the call rather than panic.
-                Some(None) => std::future::ready(Err(AgentSurfaceError::internal(std::io::Error::other(
-                    "a precondition's extractor found nothing to extract",
-                ))))
-                .boxed(),
-                None => std::future::ready(Ok(())).boxed(),
-            }
-        };
-        ErasedPrecondition { check: PreconditionCheck::Later(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
-    }
 }
 
 /// An unmet precondition: the explanation and details of a `PRECONDITION_FAILED`.
