@@ -37,7 +37,8 @@
 //! or refuses the request before anything else of it is read (an OAuth 2.1 resource server such
 //! as `agent-surface-oauth`'s: the protocol faults `unauthorized`, `insufficient-scope`,
 //! `auth-unavailable`, each with its `WWW-Authenticate`);
-//! the consumer key is `http:{subject}:{session}` (signed in) or `http-anonymous:{session}`,
+//! the consumer key is `http:{principal}:{session}` (signed in: the identity's issuer and
+//! subject, `Identity::principal_key`) or `http-anonymous:{session}`,
 //! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
 //! scopes idempotency keys; tasks, rate budgets, confirmations and relayed confirmations are
 //! keyed on the caller's principal (`Consumer::principal`: the signed-in user, the same as over

@@ -104,7 +104,7 @@ fn env_at(
 }
 
 fn alice() -> InvokeOptions {
-    InvokeOptions::new(Consumer::authenticated("http:alice:default", Identity::new("alice")))
+    InvokeOptions::new(Consumer::authenticated(r#"http:principal:["alice"]:default"#, Identity::new("alice")))
 }
 
 fn refund() -> InvokeRequest {
