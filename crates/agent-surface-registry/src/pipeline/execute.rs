@@ -147,6 +147,7 @@ fn settle(r: Result<Result<Value, Failure>, String>, def: &CapabilityDef, tracke
                     questions: None,
                     fault: None,
                     marking: super::Marking::ByPhase,
+                    recorded: None,
                 }))
             } else {
                 let code = e.code();

@@ -107,12 +107,20 @@ async fn lead(mut call: Call<'_>, guard: idempotency::LeaderGuard, prepared: inp
     outcome
 }
 
-/// The call's result as its record keeps it (no invocation id), and whether it is terminal (a
-/// stop for questions is not: the same call comes back with the answers).
+/// The call's result as its record keeps it (no invocation id), and whether it is terminal. A stop
+/// for questions is not: the same call comes back with the answers. Nor is a stop before the
+/// handler started (`notProcessed`: an unmet precondition, a check that did not answer, a refused
+/// quota or approval): the operation the key names has not happened, so the key is released and
+/// the next call with it is decided afresh — a record of it would answer every call with this
+/// input for the whole window, after the state changed or the dependency recovered, which its
+/// `with-changes` or `after-delay` retry says it will not.
 fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
     match outcome {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
-        Err(stop) => (InvokeResult::error(stop.marked_payload(), None), stop.questions.is_none()),
+        Err(stop) => {
+            let terminal = stop.questions.is_none() && !stop.not_processed();
+            (InvokeResult::error(stop.marked_payload(), None), terminal)
+        }
     }
 }
 
@@ -123,8 +131,10 @@ fn answered(call: &Call<'_>, result: InvokeResult, how: Answered) -> Outcome {
     tracing::Span::current().record("replayed", true);
     if let Some(error) = result.error_payload() {
         let note = "answered from the natural key's record";
+        // The record is this service's own: its words (an author's explanation among them) are
+        // answered again as they were, not sanitized as a payload from elsewhere would be.
         let stop = Stop::noted(AgentSurfaceError::from(error.clone()), Phase::Admission, note);
-        return Err(stop.marking(super::Marking::AsRecorded(error.not_processed())));
+        return Err(stop.marking(super::Marking::AsRecorded(error.not_processed())).recorded(error.clone()));
     }
     match result {
         InvokeResult::Ok { output, .. } => Ok(output),

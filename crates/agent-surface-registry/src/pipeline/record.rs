@@ -38,7 +38,7 @@ pub(crate) fn finish(
         }
         Err(stop) => {
             let not_processed = stop.not_processed();
-            let Stopped { error, phase, note, questions, fault, .. } = stop.into_inner();
+            let Stopped { error, phase, note, questions, fault, recorded, .. } = stop.into_inner();
             let code = error.code();
             let chain = error.cause_chain();
             let span = tracing::Span::current();
@@ -67,7 +67,11 @@ pub(crate) fn finish(
                 LogLevel::Warn => event!(tracing::Level::WARN),
                 LogLevel::Error => event!(tracing::Level::ERROR),
             }
-            let mut payload = error.into_payload();
+            // A record's payload is answered as it was kept; anything else as the error says.
+            let mut payload = match recorded {
+                Some(recorded) => *recorded,
+                None => error.into_payload(),
+            };
             payload.set_not_processed(not_processed);
             Invocation {
                 result: InvokeResult::error(payload, invocation_id),

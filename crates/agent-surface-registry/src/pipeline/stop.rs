@@ -22,6 +22,9 @@ pub(crate) struct Stopped {
     pub(crate) fault: Option<Fault>,
     /// How the payload's `notProcessed` statement is decided ([`Stopped::not_processed`]).
     pub(crate) marking: Marking,
+    /// The payload as a record of this service keeps it, answered again word for word (the
+    /// natural key's replay): `error` is then only its code and details, for the operator event.
+    pub(crate) recorded: Option<Box<agent_surface_core::ErrorPayload>>,
 }
 
 /// How a stop decides whether its payload says `notProcessed` (`spec/error-model.md`, *Not
@@ -91,7 +94,15 @@ impl Fault {
 
 impl Stop {
     pub(crate) fn new(error: AgentSurfaceError, phase: Phase) -> Stop {
-        Stop::from(Stopped { error, phase, note: None, questions: None, fault: None, marking: Marking::ByPhase })
+        Stop::from(Stopped {
+            error,
+            phase,
+            note: None,
+            questions: None,
+            fault: None,
+            marking: Marking::ByPhase,
+            recorded: None,
+        })
     }
 
     pub(crate) fn noted(error: AgentSurfaceError, phase: Phase, note: impl Into<String>) -> Stop {
@@ -102,6 +113,7 @@ impl Stop {
             questions: None,
             fault: None,
             marking: Marking::ByPhase,
+            recorded: None,
         })
     }
 
@@ -120,6 +132,12 @@ impl Stop {
     /// The same stop, with its `notProcessed` statement decided as `marking` says.
     pub(crate) fn marking(mut self, marking: Marking) -> Stop {
         self.0.marking = marking;
+        self
+    }
+
+    /// The same stop, answered with `payload` as this service recorded it, message included.
+    pub(crate) fn recorded(mut self, payload: agent_surface_core::ErrorPayload) -> Stop {
+        self.0.recorded = Some(Box::new(payload));
         self
     }
 

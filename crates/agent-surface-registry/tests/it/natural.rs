@@ -262,3 +262,80 @@ async fn a_panicking_key_function_fails_closed() {
     assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Lend {
+    copy_id: String,
+}
+
+/// `loans.lend`, keyed on the copy: its precondition wants the copy on the shelf, and its handler
+/// refuses a copy set aside with the author's own words (after it ran: a result to keep).
+fn library() -> (Registry, Arc<std::sync::Mutex<std::collections::HashSet<String>>>, Arc<AtomicUsize>) {
+    let shelf = Arc::new(std::sync::Mutex::new(std::collections::HashSet::<String>::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig::default());
+    let (on_shelf, counted) = (shelf.clone(), runs.clone());
+    r.define("loans", move |t| {
+        t.capability("lend", "Lend a copy, once.")
+            .idempotency_key(|i: &Lend| i.copy_id.clone())
+            .precondition(move |_: &Ctx, i: &Lend| {
+                if on_shelf.lock().unwrap().contains(&i.copy_id) {
+                    Ok(())
+                } else {
+                    Err(Unmet::new("The copy is not on the shelf. List the copies to find one.").reason("not-on-shelf"))
+                }
+            })
+            .handler(move |_: Ctx, i: Lend| {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if i.copy_id.starts_with("reserved-") {
+                        return Err(AgentSurfaceError::precondition_failed(
+                            "This copy is set aside for a reading room.",
+                        ));
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"loan": format!("L-{}-{n}", i.copy_id)}))
+                }
+            })
+    })
+    .unwrap();
+    (r, shelf, runs)
+}
+
+#[tokio::test]
+async fn a_call_refused_before_its_handler_leaves_the_key_free() {
+    let (r, shelf, runs) = library();
+    let _m = r.mount("loans", "main").unwrap();
+    let lend = || call("loans.lend", json!({"copy_id": "C-1"}));
+    let refused = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+    let p = assert_produced(&refused, ErrorCode::PreconditionFailed, Phase::Input);
+    assert!(p.not_processed());
+    assert_eq!(p.retry(), Retry::WithChanges);
+    // The state changes, as the answer told the agent to bring about: the same input now runs,
+    // rather than being answered the refusal from the key's record for the whole window.
+    shelf.lock().unwrap().insert("C-1".into());
+    let lent = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+    assert!(!lent.replayed);
+    assert_eq!(output(&lent)["loan"], "L-C-1-1");
+    // From then on the key is the loan's.
+    let again = r.invoke_detailed(lend(), user("s-2", "alice")).await;
+    assert!(again.replayed);
+    assert_eq!(output(&again)["loan"], "L-C-1-1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_replay_from_the_key_s_record_keeps_the_author_s_words() {
+    let (r, shelf, runs) = library();
+    let _m = r.mount("loans", "main").unwrap();
+    shelf.lock().unwrap().insert("reserved-7".into());
+    let lend = || call("loans.lend", json!({"copy_id": "reserved-7"}));
+    let first = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+    let p = assert_produced(&first, ErrorCode::PreconditionFailed, Phase::Execute);
+    assert!(p.message().starts_with("This copy is set aside for a reading room."), "{}", p.message());
+    let again = r.invoke_detailed(lend(), user("s-2", "bob")).await;
+    assert!(again.replayed);
+    let replayed = again.result.error_payload().unwrap();
+    assert_eq!(replayed.message(), p.message());
+    assert_eq!(replayed.retry(), p.retry());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

@@ -218,3 +218,43 @@ fn what_the_check_reads_is_checked_at_mount() {
     assert!(r.mount("counters", "main").is_err());
     assert!(r.mount_with("counters", "main", agent_surface_registry::Instance::new().state(Counter)).is_ok());
 }
+
+#[test]
+fn under_a_natural_key_a_check_that_did_not_answer_leaves_the_key_free() {
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig::default());
+    let (flag, counted) = (slow.clone(), runs.clone());
+    r.define("records", |t| {
+        t.capability("archive", "Archive a record, once.")
+            .idempotency_key(|i: &Remove| i.id.clone())
+            .time_budget(Duration::from_millis(50))
+            .precondition_async(move |_: Ctx, _: &Remove| {
+                let slow = flag.load(Ordering::SeqCst);
+                async move {
+                    if slow {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                }
+            })
+            .handle(move |i: Remove| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, AgentSurfaceError>(json!({"archived": i.id})) }
+            })
+    })
+    .unwrap();
+    let _m = r.mount("records", "main").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let archive = || call("records.archive", json!({"id": "r-1"}));
+    let first = rt.block_on(r.invoke_detailed(archive(), consumer("c")));
+    let p = assert_produced(&first, ErrorCode::ExecutionFailed, Phase::Input);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    // The dependency recovers: the same input runs, as the retry the agent was told of says,
+    // instead of being answered the failure from the key's record for the whole window.
+    slow.store(false, Ordering::SeqCst);
+    let second = rt.block_on(r.invoke_detailed(archive(), consumer("c")));
+    assert!(!second.replayed);
+    assert_eq!(second.result.output(), Some(&json!({"archived": "r-1"})));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
