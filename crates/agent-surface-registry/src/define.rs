@@ -147,8 +147,9 @@ pub(crate) struct CapabilityDef {
     /// The post-condition check, if any.
     pub(crate) verify: Option<ErasedVerify>,
     pub(crate) handler: ErasedHandler,
-    /// What the handler's extractors need, checked at mount.
-    pub(crate) requirements: Vec<crate::extract::Requirement>,
+    /// What the extractors of the handler and of an asynchronous precondition need, each with
+    /// who takes it (for the definition error), checked at mount.
+    pub(crate) requirements: Vec<(crate::extract::Requirement, &'static str)>,
     pub(crate) meta: Option<Value>,
 }
 
@@ -1159,7 +1160,9 @@ impl CapabilityBuilder<'_, '_> {
             ask: self.ask.clone(),
             verify: self.verify.clone(),
             handler,
-            requirements: self.requirements.iter().chain(&self.precondition_requirements).copied().collect(),
+            requirements: (self.requirements.iter().map(|r| (*r, "the handler")))
+                .chain(self.precondition_requirements.iter().map(|r| (*r, "the precondition")))
+                .collect(),
             meta: self.meta.clone(),
         })
     }

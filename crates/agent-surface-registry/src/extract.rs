@@ -232,17 +232,14 @@ where
     I: Send + 'static,
     P: Precondition<Args, I>,
 {
-    let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> BoxFuture<'static, Result<(), AgentSurfaceError>> {
-        match input.downcast_ref::<I>().map(|i| check.check(ctx, i)) {
-            Some(Some(future)) => future.map(|answer| answer.map_err(Unmet::into_error)).boxed(),
-            // Ruled out by the mount check; fail the call rather than panic.
-            Some(None) => std::future::ready(Err(AgentSurfaceError::internal(std::io::Error::other(
-                "a precondition's extractor found nothing to extract",
-            ))))
-            .boxed(),
-            None => std::future::ready(Ok(())).boxed(),
-        }
-    };
+    let check =
+        move |ctx: &Ctx, input: &(dyn Any + Send)| -> Option<BoxFuture<'static, Result<(), AgentSurfaceError>>> {
+            match input.downcast_ref::<I>() {
+                Some(i) => Some(check.check(ctx, i)?.map(|answer| answer.map_err(Unmet::into_error)).boxed()),
+                // The input type was checked at registration.
+                None => Some(std::future::ready(Ok(())).boxed()),
+            }
+        };
     ErasedPrecondition { check: PreconditionCheck::Later(Arc::new(check)), input_type: TypeId::of::<I>() }
 }
 

@@ -111,9 +111,10 @@ pub(crate) enum Failure {
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, DecodeError> + Send + Sync;
 type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
 pub(crate) type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
-/// An erased asynchronous precondition: the check's future owns what it needs (`'static`).
+/// An erased asynchronous precondition: the check's future, which owns what it needs (`'static`),
+/// or `None` when one of its extractors found nothing (which the mount check rules out).
 pub(crate) type AsyncPreconditionFn =
-    dyn Fn(&Ctx, &(dyn Any + Send)) -> BoxFuture<'static, Result<(), AgentSurfaceError>> + Send + Sync;
+    dyn Fn(&Ctx, &(dyn Any + Send)) -> Option<BoxFuture<'static, Result<(), AgentSurfaceError>>> + Send + Sync;
 type VerifyFn = dyn Fn(Ctx, Input, Value) -> BoxFuture<'static, Result<Verification, AgentSurfaceError>> + Send + Sync;
 
 /// What a capability's post-condition check (`verify`) concluded about the handler's effect.

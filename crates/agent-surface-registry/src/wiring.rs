@@ -208,26 +208,26 @@ fn unknown<'n>(
     DefinitionError::new(Code::InvalidDefinition, name, problem)
 }
 
-/// Checks what the handler of `capability` needs from its extractors: shared state in `shared`
-/// and, when `instance` is given (at its mount: its id and its state), state of the right type on
-/// the instance.
+/// Checks what the handler of `capability` and its asynchronous precondition need from their
+/// extractors (each requirement with who takes it): shared state in `shared` and, when `instance`
+/// is given (at its mount: its id and its state), state of the right type on the instance.
 pub(crate) fn check_requirements(
     capability: &str,
-    requirements: &[Requirement],
+    requirements: &[(Requirement, &'static str)],
     shared: &StateMap,
     instance: Option<(&str, Option<&(dyn Any + Send + Sync)>)>,
 ) -> Result<(), DefinitionError> {
-    for requirement in requirements {
+    for (requirement, who) in requirements {
         let problem = match (*requirement, instance) {
             (Requirement::State { type_id, type_name }, _) if !shared.contains_key(&type_id) => format!(
-                "the handler takes `State<{type_name}>`, but the registry provides no `{type_name}`; call \
+                "{who} takes `State<{type_name}>`, but the registry provides no `{type_name}`; call \
                  `Registry::provide` before mounting"
             ),
             (Requirement::Instance { type_id, type_name }, Some((instance_id, state)))
                 if state.is_none_or(|s| s.type_id() != type_id) =>
             {
                 format!(
-                    "the handler takes `InstanceState<{type_name}>`, but instance `{instance_id}` is mounted without \
+                    "{who} takes `InstanceState<{type_name}>`, but instance `{instance_id}` is mounted without \
                      a `{type_name}`; mount it with `Instance::new().state(..)`"
                 )
             }

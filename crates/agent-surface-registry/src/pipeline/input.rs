@@ -8,7 +8,8 @@
 //! `PRECONDITION_FAILED {reason: binding-failed}` (a binding that failed to evaluate, or a bound
 //! value that does not decode), and the author's `PRECONDITION_FAILED`; `EXECUTION_FAILED
 //! {reason: handler-error}` for a precondition that panicked, `{reason: transport, transient}` for
-//! one that did not answer within the call's time budget.
+//! one that did not answer within the call's time budget; `CANCELLED` for a call cancelled (or a
+//! registry disposed) while a precondition was awaited.
 
 use agent_surface_core::details::{ExecutionFailedReason, InputIssue};
 use agent_surface_core::{AgentSurfaceError, Phase};
@@ -189,24 +190,50 @@ pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared, check: &Precond
 }
 
 /// The author's asynchronous precondition: its future, under the call's time budget, with its
-/// panics caught (while it is built and while it runs). The future is built here, from the
-/// decoded input it borrows for that moment only: what is awaited holds no borrow of `prepared`.
+/// panics caught (while it is built and while it runs), ended by the caller's cancellation and the
+/// registry's disposal as a running handler is (`CANCELLED`, nothing ran). The future is built
+/// here, from the decoded input it borrows for that moment only: what is awaited holds no borrow
+/// of `prepared`. The check gets a context of its own, as a post-condition check does: its
+/// cancellation fires when the check ends, whichever way, not when the handler's does.
 pub(crate) fn precondition_later<'c, 'a>(
     call: &'c Call<'a>,
     prepared: &Prepared,
     check: &AsyncPreconditionFn,
 ) -> impl Future<Output = Result<(), Stop>> + Send + use<'c, 'a> {
     let budget = call.time_budget();
-    let started = catch(|| check(&call.ctx, prepared.decoded.input()));
+    let ctx = call.ctx.renewed();
+    let end = ctx.end_on_drop();
+    let started = catch(|| check(&ctx, prepared.decoded.input()));
     async move {
-        match within(call.inner.config.clock.as_ref(), budget, catch_started(started)).await {
-            Some(answer) => unmet(call, answer),
-            None => Err(Stop::noted(
-                AgentSurfaceError::transient(PRECONDITION_RETRY_AFTER),
-                Phase::Input,
-                format!("precondition did not answer within {} ms", budget.as_millis()),
-            )
-            .fault()),
+        let _end = end;
+        let started = match started {
+            Ok(Some(future)) => Ok(future),
+            Err(text) => Err(text),
+            // Ruled out by the mount check, which knows what the check's extractors need.
+            Ok(None) => {
+                let error = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError);
+                return Err(
+                    Stop::noted(error, Phase::Input, "a precondition's extractor found nothing to extract").fault()
+                );
+            }
+        };
+        let checked = within(call.inner.config.clock.as_ref(), budget, catch_started(started));
+        let caller = call.options.cancelled();
+        tokio::select! {
+            biased;
+            answer = checked => match answer {
+                Some(answer) => unmet(call, answer),
+                None => Err(Stop::noted(
+                    AgentSurfaceError::transient(PRECONDITION_RETRY_AFTER),
+                    Phase::Input,
+                    format!("precondition did not answer within {} ms", budget.as_millis()),
+                )
+                .fault()),
+            },
+            () = call.inner.disposed.cancelled() => {
+                Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Input, "registry disposed during the precondition"))
+            }
+            () = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Input, "caller cancelled during the precondition")),
         }
     }
 }

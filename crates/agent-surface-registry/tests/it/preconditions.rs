@@ -204,7 +204,7 @@ fn what_the_check_reads_is_checked_at_mount() {
     })
     .unwrap();
     let err = r.mount("records", "main").unwrap_err();
-    assert!(err.to_string().contains("Records"), "{err}");
+    assert!(err.to_string().contains("the precondition takes `State<") && err.to_string().contains("Records"), "{err}");
     r.provide(Records::default());
     assert!(r.mount("records", "main").is_ok());
 
@@ -257,4 +257,69 @@ fn under_a_natural_key_a_check_that_did_not_answer_leaves_the_key_free() {
     assert!(!second.replayed);
     assert_eq!(second.result.output(), Some(&json!({"archived": "r-1"})));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// `records.wait`: a check that waits until told (or forever), handing its context's cancellation
+/// token out; a 10 s time budget, which the tests below never reach.
+fn waiting(tokens: Arc<Mutex<Vec<tokio_util::sync::CancellationToken>>>, runs: Arc<AtomicUsize>) -> Registry {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("records", |t| {
+        t.capability("wait", "Wait for a record.")
+            .time_budget(Duration::from_secs(10))
+            .precondition_async(move |ctx: Ctx, i: &Remove| {
+                tokens.lock().unwrap().push(ctx.cancellation().clone());
+                let answers = i.id == "answers";
+                async move {
+                    if !answers {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                }
+            })
+            .handle(move |i: Remove| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, AgentSurfaceError>(i.id) }
+            })
+    })
+    .unwrap();
+    r
+}
+
+#[tokio::test]
+async fn cancelling_the_call_or_disposing_the_registry_ends_the_check() {
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = waiting(tokens.clone(), runs.clone());
+    let _m = r.mount("records", "main").unwrap();
+
+    // The caller cancels while the check waits: the call ends at once, nothing ran.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let options = consumer("c").with_cancellation(cancel.clone());
+    let pending = r.invoke_detailed(call("records.wait", json!({"id": "never"})), options);
+    let canceller = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+    };
+    let started = std::time::Instant::now();
+    let (inv, ()) = tokio::join!(pending, canceller);
+    assert!(started.elapsed() < Duration::from_secs(5), "ended by the cancellation, not the budget");
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Input);
+    assert!(p.not_processed());
+    // The check's own context was ended with it.
+    assert!(tokens.lock().unwrap().iter().all(|t| t.is_cancelled()));
+
+    // A check that answered ends its context too (the handler's is another).
+    let ok = r.invoke(call("records.wait", json!({"id": "answers"})), consumer("c")).await;
+    assert_eq!(ok.output(), Some(&json!("answers")));
+    assert!(tokens.lock().unwrap().iter().all(|t| t.is_cancelled()));
+
+    // The registry is disposed while a check waits.
+    let pending = r.invoke_detailed(call("records.wait", json!({"id": "never"})), consumer("c"));
+    let disposer = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        r.dispose();
+    };
+    let (inv, ()) = tokio::join!(pending, disposer);
+    assert_produced(&inv, ErrorCode::Cancelled, Phase::Input);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "only the check that answered let its handler run");
 }
