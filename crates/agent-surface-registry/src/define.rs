@@ -436,10 +436,11 @@ impl CapabilityBuilder<'_, '_> {
         self
     }
 
-    /// The time budget of one call (default: the registry's): how long its handler may run (and
-    /// its [`verify`](Self::verify) check). A [`precondition_async`](Self::precondition_async)
-    /// check is bounded by the same length, counted apart: a call may take up to twice the
-    /// budget when both run long.
+    /// The time budget of one call (default: the registry's; a caller's
+    /// [`InvokeOptions::time_budget`](crate::InvokeOptions::time_budget) overrides both): how long
+    /// its handler may run. Its [`precondition_async`](Self::precondition_async) check and its
+    /// [`verify`](Self::verify) check are each bounded by the same length, counted apart, so a call
+    /// whose three parts all run long takes up to three times the budget.
     pub fn time_budget(mut self, budget: Duration) -> Self {
         self.time_budget = Some(budget);
         self

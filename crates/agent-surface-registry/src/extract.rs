@@ -172,7 +172,13 @@ pub trait Handler<Args, I, O>: Send + Sync + 'static {
     fn call(&self, ctx: &Ctx, input: I) -> Option<Self::Future>;
 }
 
-macro_rules! handler_with {
+/// What a function's extractors need (each extractor's [`FromCtx::requirement`]), checked at mount.
+fn requirements_of(requirements: &[Option<Requirement>]) -> Vec<Requirement> {
+    requirements.iter().flatten().copied().collect()
+}
+
+/// The [`Handler`] and [`Precondition`] implementations for functions of the extractors given.
+macro_rules! with_extractors {
     ($($e:ident),*) => {
         impl<F, Fut, I, O, $($e,)*> Handler<($($e,)*), I, O> for F
         where
@@ -183,8 +189,7 @@ macro_rules! handler_with {
             type Future = Fut;
 
             fn requirements() -> Vec<Requirement> {
-                let requirements: Vec<Option<Requirement>> = vec![$(<$e as FromCtx>::requirement(),)*];
-                requirements.into_iter().flatten().collect()
+                requirements_of(&[$(<$e as FromCtx>::requirement(),)*])
             }
 
             #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
@@ -194,14 +199,34 @@ macro_rules! handler_with {
                 Some(self($($e,)* input))
             }
         }
+
+        impl<F, Fut, I, $($e,)*> Precondition<($($e,)*), I> for F
+        where
+            F: Fn($($e,)* &I) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
+            $($e: FromCtx,)*
+        {
+            type Future = Fut;
+
+            fn requirements() -> Vec<Requirement> {
+                requirements_of(&[$(<$e as FromCtx>::requirement(),)*])
+            }
+
+            #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
+            #[allow(unused_variables, reason = "the check without extractors does not read the context")]
+            fn check(&self, ctx: &Ctx, input: &I) -> Option<Fut> {
+                $(let $e = <$e as FromCtx>::from_ctx(ctx)?;)*
+                Some(self($($e,)* input))
+            }
+        }
     };
 }
 
-handler_with!();
-handler_with!(E1);
-handler_with!(E1, E2);
-handler_with!(E1, E2, E3);
-handler_with!(E1, E2, E3, E4);
+with_extractors!();
+with_extractors!(E1);
+with_extractors!(E1, E2);
+with_extractors!(E1, E2, E3);
+with_extractors!(E1, E2, E3, E4);
 
 /// A check for [`CapabilityBuilder::precondition_async`](crate::CapabilityBuilder::precondition_async)
 /// with extractors: a function of zero to four [`FromCtx`] parameters and a reference to the
@@ -242,37 +267,6 @@ where
         };
     ErasedPrecondition { check: PreconditionCheck::Later(Arc::new(check)), input_type: TypeId::of::<I>() }
 }
-
-macro_rules! precondition_with {
-    ($($e:ident),*) => {
-        impl<F, Fut, I, $($e,)*> Precondition<($($e,)*), I> for F
-        where
-            F: Fn($($e,)* &I) -> Fut + Send + Sync + 'static,
-            Fut: Future<Output = Result<(), Unmet>> + Send + 'static,
-            $($e: FromCtx,)*
-        {
-            type Future = Fut;
-
-            fn requirements() -> Vec<Requirement> {
-                let requirements: Vec<Option<Requirement>> = vec![$(<$e as FromCtx>::requirement(),)*];
-                requirements.into_iter().flatten().collect()
-            }
-
-            #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
-            #[allow(unused_variables, reason = "the check without extractors does not read the context")]
-            fn check(&self, ctx: &Ctx, input: &I) -> Option<Fut> {
-                $(let $e = <$e as FromCtx>::from_ctx(ctx)?;)*
-                Some(self($($e,)* input))
-            }
-        }
-    };
-}
-
-precondition_with!();
-precondition_with!(E1);
-precondition_with!(E1, E2);
-precondition_with!(E1, E2, E3);
-precondition_with!(E1, E2, E3, E4);
 
 /// A handler written over `anyhow::Result<O>`, so that `?` works on an `anyhow::Error` (and on
 /// any error, and on an [`AgentSurfaceError`], which comes back out unchanged). Its errors become
@@ -327,8 +321,7 @@ macro_rules! anyhow_handler_with {
             type Future = futures_util::future::MapErr<Fut, fn(anyhow::Error) -> AgentSurfaceError>;
 
             fn requirements() -> Vec<Requirement> {
-                let requirements: Vec<Option<Requirement>> = vec![$(<$e as FromCtx>::requirement(),)*];
-                requirements.into_iter().flatten().collect()
+                requirements_of(&[$(<$e as FromCtx>::requirement(),)*])
             }
 
             #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
