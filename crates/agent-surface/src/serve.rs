@@ -75,7 +75,9 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
 ///   keys are only [accepted](Self::accept_state_key) and none seals);
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
-///   names a capability type nobody defined).
+///   names a capability type nobody defined);
+/// - the service's public URL or its approval base URL is not an absolute `http` or `https` URL
+///   (`lb.example` without a scheme would send people to a link no browser opens).
 ///
 /// [`ServiceBuilder::public_url`]: agent_surface_registry::ServiceBuilder::public_url
 #[must_use = "Serve does nothing until `http`, `bind` or `stdio` is awaited"]
@@ -475,6 +477,18 @@ impl Serve {
     fn mcp_config(&self) -> Result<McpConfig, ServeError> {
         let service = &self.service;
         service.registry.check_wiring().map_err(|e| ServeError::Refused(e.to_string()))?;
+        // An address agents are told to send a person to must be one a browser opens.
+        let approvals = service.confirmations.config().approval_base_url.as_deref();
+        for (what, url) in
+            [("ServiceBuilder::public_url", service.public_url.as_deref()), ("the approval base URL", approvals)]
+        {
+            if let Some(url) = url.filter(|url| !is_web_address(url)) {
+                return Err(ServeError::Refused(format!(
+                    "{what} `{url}` is not an absolute http or https URL, so agents would send people to a link no \
+                     browser opens: write it as `https://host` (with a path if the service is under one)"
+                )));
+            }
+        }
         // Shared by replicas, or kept across a restart: a round sealed by one process must open in another.
         let reach = service.stores.confirmations.reach();
         let approval_states = match (&self.state_key, reach.outlives_the_process()) {
@@ -714,6 +728,12 @@ impl Signals {
 
 /// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
 #[cfg(feature = "http")]
+/// Whether `url` is absolute, `http` or `https`, with a host: an address a browser opens.
+fn is_web_address(url: &str) -> bool {
+    let Ok(uri) = url.parse::<axum::http::Uri>() else { return false };
+    matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|host| !host.is_empty())
+}
+
 fn url_host(url: &str) -> Option<String> {
     let uri: axum::http::Uri = url.parse().ok()?;
     uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
@@ -721,7 +741,21 @@ fn url_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_id, no_operator_log, url_host};
+    use super::{is_web_address, key_id, no_operator_log, url_host};
+
+    #[test]
+    fn only_an_absolute_web_address_is_one_to_send_people_to() {
+        for good in
+            ["https://lb.example", "http://127.0.0.1:8787", "https://lb.example/desk", "https://lb.example/inbox/c/"]
+        {
+            assert!(is_web_address(good), "{good}");
+        }
+        for bad in
+            ["lb.example", "lb.example/inbox", "/inbox", "ftp://lb.example", "https://", "", "mailto:x@lb.example"]
+        {
+            assert!(!is_web_address(bad), "{bad}");
+        }
+    }
 
     /// Built without the operator log and with no subscriber of the application's, the service
     /// says so at start; with either, it says nothing.

@@ -56,6 +56,13 @@ async fn an_inbox_nobody_is_sent_to_or_can_sign_in_to_is_refused_before_listenin
 }
 
 #[tokio::test]
+async fn a_public_url_no_browser_opens_is_refused_before_listening() {
+    let (service, _mount) = refunds(Some("lb.example"));
+    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("ServiceBuilder::public_url `lb.example`") && why.contains("https://host"), "{why}");
+}
+
+#[tokio::test]
 async fn a_short_state_key_is_refused() {
     let (service, _mount) = refunds(None);
     let why = refused(Serve::new(service).state_key(vec![7u8; 16]).bind("127.0.0.1:0").await);
