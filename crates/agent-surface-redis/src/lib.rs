@@ -39,7 +39,10 @@
 //! the last writes loses them. Use a standalone server or a Sentinel-managed primary, Redis 5 or
 //! later (the scripts read `TIME` before they write, which needs effects replication; tested with
 //! 7.0). Redis Cluster is not supported (the connection manager does not follow redirects, and the
-//! admission and rate scripts touch two keys).
+//! admission and rate scripts touch two keys). [`RedisStores::connect`] reads the server's
+//! `appendonly` and `maxmemory-policy` and logs a `WARN` on `agent_surface::wiring` for each that
+//! puts these guarantees at risk ([`RedisStores::durability_warnings`]; a server that refuses
+//! `CONFIG GET` is not checked).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
 //! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
@@ -238,7 +241,48 @@ impl RedisStores {
             .await
             .map_err(|_| ConnectError::unreachable("timed out"))?
             .map_err(ConnectError::unreachable)?;
-        Ok(RedisStores { conn, config, client, told: std::sync::Arc::default() })
+        let stores = RedisStores { conn, config, client, told: std::sync::Arc::default() };
+        for warning in stores.durability_warnings().await {
+            tracing::warn!(target: "agent_surface::wiring", "{warning}");
+        }
+        Ok(stores)
+    }
+
+    /// What in the server's configuration puts the stores' guarantees at risk (see *Running Redis
+    /// for these guarantees* in the crate docs): no append-only file, or a `maxmemory-policy` that
+    /// evicts keys. [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring`. Empty
+    /// when the configuration is as advised, and when the server does not let this client read it
+    /// (`CONFIG GET` refused, as managed services may): then the operator checks it by hand.
+    pub async fn durability_warnings(&self) -> Vec<String> {
+        let mut conn = self.conn.clone();
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("appendonly").arg("maxmemory-policy");
+        let settings: Vec<String> = match tokio::time::timeout(self.config.op_timeout, get.query_async(&mut conn)).await
+        {
+            Ok(Ok(settings)) => settings,
+            Ok(Err(e)) => {
+                tracing::debug!(target: "agent_surface::wiring", error = %e, "cannot read the Redis configuration");
+                return Vec::new();
+            }
+            Err(_) => return Vec::new(),
+        };
+        let setting = |name: &str| settings.chunks(2).find(|pair| pair[0] == name).and_then(|pair| pair.get(1));
+        let mut warnings = Vec::new();
+        if setting("appendonly").is_some_and(|v| v != "yes") {
+            warnings.push(
+                "Redis runs without its append-only file (appendonly no): a restart forgets idempotency records \
+                 and used approvals, so a retry may run a call again and an approval may be used twice; set \
+                 appendonly yes and appendfsync always"
+                    .to_string(),
+            );
+        }
+        if let Some(policy) = setting("maxmemory-policy").filter(|v| *v != "noeviction") {
+            warnings.push(format!(
+                "Redis may evict keys under memory pressure (maxmemory-policy {policy}): an evicted record lets a \
+                 retry run a call again, an evicted rate bucket resets a quota; set maxmemory-policy noeviction"
+            ));
+        }
+        warnings
     }
 
     /// The idempotency store.

@@ -226,3 +226,25 @@ async fn a_quorum_record_from_before_slots_still_reads_and_completes() {
     let read = store.get("old", at(4)).await.unwrap().unwrap();
     assert_eq!(read.state, ConfirmationState::Approved { by: "bob, carol".into() });
 }
+
+/// A Redis that may forget or evict what the stores wrote is named at connect: its append-only
+/// file off, an evicting memory policy. One run as advised is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_forget_writes_is_named_at_connect() {
+    if support::redis_url().is_none() {
+        return;
+    }
+    let Some(site) = support::Site::new("durability") else { return };
+    let config = RedisConfig::with_prefix("durability:");
+    {
+        let _server = site.start();
+        let stores = RedisStores::connect(&site.url(), config.clone()).await.expect("connects");
+        assert_eq!(stores.durability_warnings().await, Vec::<String>::new());
+    }
+    let _server = site.start_with(&["--appendonly", "no", "--maxmemory-policy", "allkeys-lru"]);
+    let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
+    let warnings = stores.durability_warnings().await;
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("appendonly no") && warnings[0].contains("used twice"), "{warnings:?}");
+    assert!(warnings[1].contains("allkeys-lru") && warnings[1].contains("noeviction"), "{warnings:?}");
+}
