@@ -65,6 +65,12 @@ struct UserGuideHttp;
 #[doc = include_str!("../../../docs/mcp.md")]
 struct UserGuideMcp;
 
+/// The examples of the user guide's operations chapter, compiled as doc tests (the OAuth and
+/// SQLite ones when their features are on).
+#[cfg(all(doctest, feature = "http"))]
+#[doc = include_str!("../../../docs/operations.md")]
+struct UserGuideOperations;
+
 pub use agent_surface_core as core;
 #[cfg(feature = "http")]
 pub use agent_surface_http as http;
