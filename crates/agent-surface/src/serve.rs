@@ -726,14 +726,23 @@ impl Signals {
     }
 }
 
-/// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
-#[cfg(feature = "http")]
 /// Whether `url` is absolute, `http` or `https`, with a host: an address a browser opens.
 fn is_web_address(url: &str) -> bool {
-    let Ok(uri) = url.parse::<axum::http::Uri>() else { return false };
-    matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some_and(|host| !host.is_empty())
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://")) else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    !host.is_empty() && !url.contains(char::is_whitespace)
 }
 
+/// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
+#[cfg(feature = "http")]
 fn url_host(url: &str) -> Option<String> {
     let uri: axum::http::Uri = url.parse().ok()?;
     uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
@@ -741,7 +750,9 @@ fn url_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_web_address, key_id, no_operator_log, url_host};
+    #[cfg(feature = "http")]
+    use super::url_host;
+    use super::{is_web_address, key_id, no_operator_log};
 
     #[test]
     fn only_an_absolute_web_address_is_one_to_send_people_to() {
