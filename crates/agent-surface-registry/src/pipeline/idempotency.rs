@@ -293,6 +293,7 @@ pub(crate) async fn admit_record(
             window: inner.config.idempotency_window,
             budget: inner.config.store_budget,
             clock: inner.config.clock.clone(),
+            release_unstarted: false,
         })
     };
     let budget = inner.config.store_budget;
@@ -455,9 +456,19 @@ pub(crate) struct LeaderGuard {
     /// The time budget of one settlement.
     budget: Duration,
     clock: Arc<dyn agent_surface_policy::Clock>,
+    /// A natural key's record: dropped before its handler started, the call is released rather
+    /// than recorded `CANCELLED` (the operation has not happened; see `natural::result_of`).
+    release_unstarted: bool,
 }
 
 impl LeaderGuard {
+    /// This guard, releasing its record rather than recording `CANCELLED` when the call is dropped
+    /// before its handler may have run (a natural key's record).
+    pub(crate) fn releasing_unstarted(mut self: Box<Self>) -> LeaderGuard {
+        self.release_unstarted = true;
+        *self
+    }
+
     /// What the phases learn and tell (see [`Hold`]).
     pub(crate) fn hold(&self) -> Arc<Hold> {
         self.hold.clone()
@@ -611,12 +622,13 @@ impl Drop for LeaderGuard {
         let settlement = match self.pending.take() {
             Some(settlement) => settlement,
             None => {
-                let error = if self.hold.may_have_run.load(Ordering::Acquire) {
-                    AgentSurfaceError::outcome_unknown()
-                } else {
-                    AgentSurfaceError::cancelled()
-                };
-                self.settlement(InvokeResult::error(error.into_payload(), None), now, true)
+                let may_have_run = self.hold.may_have_run.load(Ordering::Acquire);
+                let error =
+                    if may_have_run { AgentSurfaceError::outcome_unknown() } else { AgentSurfaceError::cancelled() };
+                let mut payload = error.into_payload();
+                payload.set_not_processed(!may_have_run);
+                let terminal = may_have_run || !self.release_unstarted;
+                self.settlement(InvokeResult::error(payload, None), now, terminal)
             }
         };
         let (store, fp, lease) = (self.store.clone(), self.fingerprint, self.lease);

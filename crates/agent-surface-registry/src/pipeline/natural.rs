@@ -49,21 +49,43 @@ pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepa
     };
     let store_key = IdempotencyKey { consumer_key: scope, invocation_id: idempotency::store_id(&natural) };
     let fp = fingerprint(&call, &prepared.value);
-    let now = call.inner.config.clock.now();
-    let admitted =
-        idempotency::admit_record(call.inner, call.options, store_key, fp, now, call.hold.as_ref(), false).await;
-    // The key is the capability's, not the caller's id: a conflict says so (and is not retried).
-    let admitted = admitted.map_err(|mut stop| {
-        if stop.error.code() == agent_surface_core::ErrorCode::InvocationConflict {
-            stop.error = AgentSurfaceError::natural_key_conflict();
+    let mut rejoined = 0;
+    let admitted = loop {
+        let now = call.inner.config.clock.now();
+        let key = store_key.clone();
+        let admitted =
+            idempotency::admit_record(call.inner, call.options, key, fp, now, call.hold.as_ref(), false).await;
+        // The key is the capability's, not the caller's id: a conflict says so (and is not retried).
+        let admitted = admitted.map_err(|mut stop| {
+            if stop.error.code() == agent_surface_core::ErrorCode::InvocationConflict {
+                stop.error = AgentSurfaceError::natural_key_conflict();
+            }
+            stop
+        })?;
+        // The call this one joined stopped before its handler ran: that refusal was its caller's
+        // (their precondition, quota or approval), and the key is free again. This call meets its
+        // own phases, under the key anew.
+        match admitted {
+            Record::Joined(result) if unprocessed(&result) => {
+                rejoined += 1;
+                if rejoined >= MAX_REJOINS {
+                    return Err(Stop::noted(
+                        AgentSurfaceError::transient(REJOINED_RETRY_AFTER),
+                        Phase::Admission,
+                        "every call this one joined under its natural key stopped before its handler ran",
+                    ));
+                }
+            }
+            admitted => break admitted,
         }
-        stop
-    });
-    match admitted? {
+    };
+    match admitted {
         Record::Replay(result) => answered(&call, result, Answered::Replayed),
         Record::Joined(result) => answered(&call, result, Answered::Joined),
-        Record::Leader(guard) => lead(call, *guard, prepared).await,
-        Record::TakenOver(guard) if execute::outcome_is_harmless(&call.def) => lead(call, *guard, prepared).await,
+        Record::Leader(guard) => lead(call, guard.releasing_unstarted(), prepared).await,
+        Record::TakenOver(guard) if execute::outcome_is_harmless(&call.def) => {
+            lead(call, guard.releasing_unstarted(), prepared).await
+        }
         Record::TakenOver(guard) => {
             // An earlier leader of this key may have taken effect: never a second execution.
             let unknown = AgentSurfaceError::outcome_unknown();
@@ -105,6 +127,18 @@ async fn lead(mut call: Call<'_>, guard: idempotency::LeaderGuard, prepared: inp
         ));
     }
     outcome
+}
+
+/// How many times a call joins a call in flight under its key that then stops before its handler,
+/// before it gives up (the key is contended by calls that keep being refused).
+const MAX_REJOINS: usize = 3;
+
+/// How long a caller is asked to wait after [`MAX_REJOINS`].
+const REJOINED_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `result` is a refusal before the handler ran (`notProcessed`): its record was released.
+fn unprocessed(result: &InvokeResult) -> bool {
+    result.error_payload().is_some_and(agent_surface_core::ErrorPayload::not_processed)
 }
 
 /// The call's result as its record keeps it (no invocation id), and whether it is terminal. A stop

@@ -39,14 +39,17 @@ pub(crate) fn finish(
         Err(stop) => {
             let not_processed = stop.not_processed();
             let Stopped { error, phase, note, questions, fault, recorded, .. } = stop.into_inner();
-            let code = error.code();
-            let chain = error.cause_chain();
+            // What the agent is answered: a record's payload as it was kept, else the error's.
+            let answered = recorded.as_deref().unwrap_or(error.payload());
+            let code = answered.code();
+            // A record's payload has no cause of its own here (its call logged it when it ran).
+            let chain = if recorded.is_some() { Vec::new() } else { error.cause_chain() };
             let span = tracing::Span::current();
             span.record("code", code.as_str());
             span.record("phase", phase.as_str());
-            span.record("retry", error.payload().retry().as_str());
+            span.record("retry", answered.retry().as_str());
             // The matrix's level for the code, or `ERROR` for a fault of the service itself.
-            let level = if fault.is_some() { LogLevel::Error } else { error.payload().log_level() };
+            let level = if fault.is_some() { LogLevel::Error } else { answered.log_level() };
             macro_rules! event {
                 ($level:expr) => {
                     tracing::event!(

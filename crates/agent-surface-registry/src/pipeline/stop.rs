@@ -23,7 +23,8 @@ pub(crate) struct Stopped {
     /// How the payload's `notProcessed` statement is decided ([`Stopped::not_processed`]).
     pub(crate) marking: Marking,
     /// The payload as a record of this service keeps it, answered again word for word (the
-    /// natural key's replay): `error` is then only its code and details, for the operator event.
+    /// natural key's replay): the answer, and what the operator event says of it (its code, retry
+    /// and level), are this payload's, not `error`'s.
     pub(crate) recorded: Option<Box<agent_surface_core::ErrorPayload>>,
 }
 

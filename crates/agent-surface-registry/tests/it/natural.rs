@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Phase, Retry};
 use agent_surface_policy::{
@@ -337,5 +338,118 @@ async fn a_replay_from_the_key_s_record_keeps_the_author_s_words() {
     let replayed = again.result.error_payload().unwrap();
     assert_eq!(replayed.message(), p.message());
     assert_eq!(replayed.retry(), p.retry());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Waits (yielding) until `count` reaches `n`; panics after two seconds, so that a regression fails
+/// rather than hangs.
+async fn until(count: &AtomicUsize, n: usize) {
+    let waited = tokio::time::timeout(Duration::from_secs(2), async {
+        while count.load(Ordering::SeqCst) < n {
+            tokio::task::yield_now().await;
+        }
+    });
+    waited.await.unwrap_or_else(|_| panic!("{n} checks never started ({} did)", count.load(Ordering::SeqCst)));
+}
+
+/// `loans.hold`, keyed on the copy for everyone: its check waits until `go` is notified, then
+/// refuses `alice` and lets anyone else through. `started` counts the checks that began.
+fn held_copies(go: Arc<tokio::sync::Notify>, started: Arc<AtomicUsize>, runs: Arc<AtomicUsize>) -> Registry {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("loans", move |t| {
+        t.capability("hold", "Hold a copy, once.")
+            .idempotency_key(|i: &Lend| i.copy_id.clone())
+            .precondition_async(move |caller: agent_surface_registry::Caller, _: &Lend| {
+                started.fetch_add(1, Ordering::SeqCst);
+                let go = go.clone();
+                async move {
+                    go.notified().await;
+                    match caller.0.identity() {
+                        Some(id) if id.subject == "alice" => Err(Unmet::new("Alice has too many holds.")),
+                        _ => Ok(()),
+                    }
+                }
+            })
+            .handle(move |i: Lend| {
+                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { Ok::<_, AgentSurfaceError>(json!({"hold": format!("H-{}-{n}", i.copy_id)})) }
+            })
+    })
+    .unwrap();
+    r
+}
+
+/// Bob joins Alice's call of the same key while her check runs; her check refuses her. That
+/// refusal is hers: Bob is not answered it, he meets his own check (which lets him through).
+#[tokio::test]
+async fn a_follower_is_not_answered_the_refusal_of_the_call_it_joined() {
+    let (go, started, runs) =
+        (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let r = held_copies(go.clone(), started.clone(), runs.clone());
+    let _m = r.mount("loans", "main").unwrap();
+    let hold = || call("loans.hold", json!({"copy_id": "C-7"}));
+    let alice = r.invoke_detailed(hold(), user("s-1", "alice"));
+    let bob = async {
+        // Bob arrives while Alice's check waits: he joins her call.
+        until(&started, 1).await;
+        let bob = r.invoke_detailed(hold(), user("s-2", "bob"));
+        let release = async {
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            go.notify_waiters();
+            // Bob's own check, once he leads the key.
+            until(&started, 2).await;
+            go.notify_waiters();
+        };
+        tokio::join!(bob, release).0
+    };
+    let (alice, bob) = tokio::join!(alice, bob);
+    let p = assert_produced(&alice, ErrorCode::PreconditionFailed, Phase::Input);
+    assert!(p.message().starts_with("Alice has too many holds."));
+    assert!(!bob.joined && !bob.replayed, "{bob:?}");
+    assert_eq!(output(&bob)["hold"], "H-C-7-1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A call dropped before its handler started leaves its key free too (its record is released,
+/// not kept as `CANCELLED`).
+#[tokio::test]
+async fn a_call_dropped_before_its_handler_leaves_the_key_free() {
+    let (go, started, runs) =
+        (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let r = held_copies(go.clone(), started.clone(), runs.clone());
+    let _m = r.mount("loans", "main").unwrap();
+    let hold = || call("loans.hold", json!({"copy_id": "C-8"}));
+    // Bob's call waits in its check and is dropped there (the client went away).
+    let dropped = tokio::time::timeout(Duration::from_millis(30), r.invoke_detailed(hold(), user("s-2", "bob"))).await;
+    assert!(dropped.is_err());
+    settle().await;
+    // The same input again: it runs, rather than being answered `CANCELLED` from the key's record.
+    let again = r.invoke_detailed(hold(), user("s-2", "bob"));
+    let release = async {
+        until(&started, 2).await;
+        go.notify_waiters();
+    };
+    let (again, ()) = tokio::join!(again, release);
+    assert!(!again.replayed, "{again:?}");
+    assert_eq!(output(&again)["hold"], "H-C-8-1");
+}
+
+/// A call with an invocation id and a natural key, refused before its handler: its id's record
+/// keeps the refusal (the agent retries with a fresh id, as the answer says), its key is free.
+#[tokio::test]
+async fn with_an_invocation_id_the_refusal_is_kept_under_the_id_and_the_key_is_freed() {
+    let (r, shelf, runs) = library();
+    let _m = r.mount("loans", "main").unwrap();
+    let lend = || call("loans.lend", json!({"copy_id": "C-5"}));
+    let refused = r.invoke_detailed(lend().with_invocation_id("i-1"), user("s-1", "alice")).await;
+    assert_produced(&refused, ErrorCode::PreconditionFailed, Phase::Input);
+    shelf.lock().unwrap().insert("C-5".into());
+    let same_id = r.invoke_detailed(lend().with_invocation_id("i-1"), user("s-1", "alice")).await;
+    assert!(same_id.replayed);
+    assert_eq!(same_id.result.code(), Some(ErrorCode::PreconditionFailed));
+    let fresh = r.invoke_detailed(lend().with_invocation_id("i-2"), user("s-1", "alice")).await;
+    assert_eq!(output(&fresh)["loan"], "L-C-5-1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
