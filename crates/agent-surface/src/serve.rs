@@ -417,7 +417,10 @@ impl Serve {
         if let (Some(role), Some(authenticator)) = (approver_role, authenticator) {
             // A browser keeps a `Secure` cookie only over HTTPS; plain HTTP is for trying the
             // inbox on a loopback address.
-            let plain = service.public_url.as_deref().is_none_or(|url| url.starts_with("http://"));
+            let plain = service
+                .public_url
+                .as_deref()
+                .is_none_or(|url| url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http")));
             let inbox = InboxConfig {
                 audit: service.audit.clone(),
                 approver_role: Some(role),
@@ -726,26 +729,44 @@ impl Signals {
     }
 }
 
-/// Whether `url` is absolute, `http` or `https`, with a host: an address a browser opens.
+/// The host of `url` (lowercased, an IPv6 address in brackets) when it is an address to send a
+/// person to: `http` or `https`, a host, an optional port and path, and nothing else — no user
+/// information (a password would reach every agent told the link), query or fragment (what is
+/// appended to it would not reach the inbox), space or control character.
+fn web_address_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    if !url.is_ascii() || url.contains(|c: char| c.is_ascii_control() || matches!(c, ' ' | '?' | '#' | '@' | '\\')) {
+        return None;
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (address, port) = v6.split_once(']')?;
+            let valid = !address.is_empty() && address.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+            (valid.then(|| format!("[{address}]"))?, port)
+        }
+        None => {
+            let (host, port) = authority.find(':').map_or((authority, ""), |at| authority.split_at(at));
+            let valid = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+            (valid.then(|| host.to_string())?, port)
+        }
+    };
+    let port_ok = port.is_empty() || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    port_ok.then(|| host.to_ascii_lowercase())
+}
+
+/// Whether `url` is an address to send a person to ([`web_address_host`]).
 fn is_web_address(url: &str) -> bool {
-    let lower = url.to_ascii_lowercase();
-    let Some(rest) = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://")) else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit('@').next().unwrap_or_default();
-    let host = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host_port.split(':').next().unwrap_or_default(),
-    };
-    !host.is_empty() && !url.contains(char::is_whitespace)
+    web_address_host(url).is_some()
 }
 
 /// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
 #[cfg(feature = "http")]
 fn url_host(url: &str) -> Option<String> {
-    let uri: axum::http::Uri = url.parse().ok()?;
-    uri.host().filter(|h| !h.is_empty()).map(str::to_ascii_lowercase)
+    web_address_host(url)
 }
 
 #[cfg(test)]
