@@ -87,6 +87,7 @@ mod rate;
 mod task;
 mod told;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -249,40 +250,58 @@ impl RedisStores {
     }
 
     /// What in the server's configuration puts the stores' guarantees at risk (see *Running Redis
-    /// for these guarantees* in the crate docs): no append-only file, or a `maxmemory-policy` that
-    /// evicts keys. [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring`. Empty
-    /// when the configuration is as advised, and when the server does not let this client read it
-    /// (`CONFIG GET` refused, as managed services may): then the operator checks it by hand.
+    /// for these guarantees* in the crate docs): no append-only file, one the operating system
+    /// flushes when it likes (`appendfsync no`), or a `maxmemory-policy` that evicts keys.
+    /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring`. Empty when the
+    /// configuration is as advised, and when the server does not let this client read it (`CONFIG
+    /// GET` refused, as managed services may; logged at `DEBUG`): then the operator checks it by
+    /// hand. (`appendfsync everysec`, Redis' default, is not named: it loses at most the last
+    /// second of writes, on a crash of the machine.)
     pub async fn durability_warnings(&self) -> Vec<String> {
-        let mut conn = self.conn.clone();
-        let mut get = redis::cmd("CONFIG");
-        get.arg("GET").arg("appendonly").arg("maxmemory-policy");
-        let settings: Vec<String> = match tokio::time::timeout(self.config.op_timeout, get.query_async(&mut conn)).await
-        {
-            Ok(Ok(settings)) => settings,
-            Ok(Err(e)) => {
-                tracing::debug!(target: "agent_surface::wiring", error = %e, "cannot read the Redis configuration");
-                return Vec::new();
-            }
-            Err(_) => return Vec::new(),
-        };
-        let setting = |name: &str| settings.chunks(2).find(|pair| pair[0] == name).and_then(|pair| pair.get(1));
         let mut warnings = Vec::new();
-        if setting("appendonly").is_some_and(|v| v != "yes") {
+        if let Some(appendonly) = self.config_value("appendonly").await
+            && appendonly != "yes"
+        {
             warnings.push(
                 "Redis runs without its append-only file (appendonly no): a restart forgets idempotency records \
                  and used approvals, so a retry may run a call again and an approval may be used twice; set \
                  appendonly yes and appendfsync always"
                     .to_string(),
             );
+        } else if self.config_value("appendfsync").await.as_deref() == Some("no") {
+            warnings.push(
+                "Redis leaves its append-only file to the operating system to flush (appendfsync no): a crash of \
+                 the machine may lose the last seconds of records and used approvals; set appendfsync always"
+                    .to_string(),
+            );
         }
-        if let Some(policy) = setting("maxmemory-policy").filter(|v| *v != "noeviction") {
+        if let Some(policy) = self.config_value("maxmemory-policy").await.filter(|v| v != "noeviction") {
             warnings.push(format!(
                 "Redis may evict keys under memory pressure (maxmemory-policy {policy}): an evicted record lets a \
                  retry run a call again, an evicted rate bucket resets a quota; set maxmemory-policy noeviction"
             ));
         }
         warnings
+    }
+
+    /// One configuration parameter of the server (one per `CONFIG GET`, as Redis before 7 reads
+    /// them; the reply a map or a flat list, RESP3 or RESP2), or `None` when it cannot be read.
+    async fn config_value(&self, name: &str) -> Option<String> {
+        let mut conn = self.conn.clone();
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg(name);
+        let read = tokio::time::timeout(self.config.op_timeout, get.query_async::<HashMap<String, String>>(&mut conn));
+        match read.await {
+            Ok(Ok(mut settings)) => settings.remove(name),
+            Ok(Err(e)) => {
+                tracing::debug!(target: "agent_surface::wiring", error = %e, parameter = name, "cannot read the Redis configuration");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(target: "agent_surface::wiring", parameter = name, "reading the Redis configuration timed out");
+                None
+            }
+        }
     }
 
     /// The idempotency store.
