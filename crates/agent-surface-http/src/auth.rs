@@ -26,7 +26,7 @@ pub(crate) fn valid_session(value: &str) -> bool {
 pub(crate) fn consumer(identity: Option<Identity>, session: Option<&str>) -> Consumer {
     let session = session.unwrap_or("default");
     match identity {
-        Some(identity) => Consumer::authenticated(format!("http:{}:{session}", identity.principal_key()), identity),
+        Some(identity) => Consumer::signed_in_session("http:", identity, &format!(":{session}")),
         None => Consumer::anonymous(format!("http-anonymous:{session}")),
     }
 }

@@ -139,6 +139,23 @@ impl Consumer {
         Consumer { key: key.clone(), identity: Some(Arc::new(identity)), principal: OnceLock::from(key) }
     }
 
+    /// A signed-in consumer keyed on one session of its principal: the key is `prefix`, the
+    /// principal ([`Identity::principal_key`]) and `suffix`, and the principal is built once for
+    /// both (as the HTTP binding keys a caller: `http:{principal}:{session}`).
+    ///
+    /// ```
+    /// use agent_surface_policy::{Consumer, Identity};
+    /// let c = Consumer::signed_in_session("http:", Identity::new("user-7"), ":default");
+    /// assert_eq!(c.key(), r#"http:principal:["user-7"]:default"#);
+    /// assert_eq!(c.principal(), r#"principal:["user-7"]"#);
+    /// assert_eq!(c, Consumer::authenticated(r#"http:principal:["user-7"]:default"#, Identity::new("user-7")));
+    /// ```
+    pub fn signed_in_session(prefix: &str, identity: Identity, suffix: &str) -> Consumer {
+        let principal: Arc<str> = identity.principal_key().into();
+        let key: Arc<str> = format!("{prefix}{principal}{suffix}").into();
+        Consumer { key, identity: Some(Arc::new(identity)), principal: OnceLock::from(principal) }
+    }
+
     /// The consumer key: one session of the caller (see [`Consumer`]).
     pub fn key(&self) -> &str {
         &self.key

@@ -396,7 +396,7 @@ impl Serve {
             mcp_fallback,
             ..
         } = self;
-        let public_host = service.public_url.as_deref().and_then(url_host);
+        let public_host = service.public_url.as_deref().and_then(web_address_host);
         mcp_http.path = MCP_PATH.to_string();
         mcp_http.allowed_hosts.extend(public_host.clone());
         api.allowed_hosts.extend(public_host);
@@ -485,7 +485,7 @@ impl Serve {
         for (what, url) in
             [("ServiceBuilder::public_url", service.public_url.as_deref()), ("the approval base URL", approvals)]
         {
-            if let Some(url) = url.filter(|url| !is_web_address(url)) {
+            if let Some(url) = url.filter(|url| web_address_host(url).is_none()) {
                 return Err(ServeError::Refused(format!(
                     "{what} `{url}` is not an absolute http or https URL, so agents would send people to a link no \
                      browser opens: write it as `https://host` (with a path if the service is under one)"
@@ -758,34 +758,21 @@ fn web_address_host(url: &str) -> Option<String> {
     port_ok.then(|| host.to_ascii_lowercase())
 }
 
-/// Whether `url` is an address to send a person to ([`web_address_host`]).
-fn is_web_address(url: &str) -> bool {
-    web_address_host(url).is_some()
-}
-
-/// The host of an `http(s)://HOST[:PORT]/…` URL, as an allowed-host entry.
-#[cfg(feature = "http")]
-fn url_host(url: &str) -> Option<String> {
-    web_address_host(url)
-}
-
 #[cfg(test)]
 mod tests {
-    #[cfg(feature = "http")]
-    use super::url_host;
-    use super::{is_web_address, key_id, no_operator_log};
+    use super::{key_id, no_operator_log, web_address_host};
 
     #[test]
     fn only_an_absolute_web_address_is_one_to_send_people_to() {
         for good in
             ["https://lb.example", "http://127.0.0.1:8787", "https://lb.example/desk", "https://lb.example/inbox/c/"]
         {
-            assert!(is_web_address(good), "{good}");
+            assert!(web_address_host(good).is_some(), "{good}");
         }
         for bad in
             ["lb.example", "lb.example/inbox", "/inbox", "ftp://lb.example", "https://", "", "mailto:x@lb.example"]
         {
-            assert!(!is_web_address(bad), "{bad}");
+            assert!(web_address_host(bad).is_none(), "{bad}");
         }
     }
 
@@ -801,11 +788,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "http")]
     fn the_public_host_is_admitted_without_its_port() {
-        assert_eq!(url_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
-        assert_eq!(url_host("http://[::1]:8080").as_deref(), Some("[::1]"));
-        assert_eq!(url_host("not a url"), None);
+        assert_eq!(web_address_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
+        assert_eq!(web_address_host("http://[::1]:8080").as_deref(), Some("[::1]"));
+        assert_eq!(web_address_host("not a url"), None);
     }
 
     #[test]
