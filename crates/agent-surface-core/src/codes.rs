@@ -654,8 +654,8 @@ macro_rules! code_table {
             Cancelled = "CANCELLED" {
                 matrix: {
                     meaning: "The host or adapter cancelled the call, or the registry was disposed.",
-                    when: "The caller's cancellation fires, or the registry is disposed, before or during the call: at admission, while an asynchronous precondition is awaited (input, before the handler), or while the handler runs.",
-                    phases: &[Admission, Input, Execute],
+                    when: "The caller's cancellation fires, or the registry is disposed, before or during the call: at admission, while an asynchronous precondition is awaited (input), while the call waits in the rate queue (rate) or for a confirmation (confirmation), before its handler starts (execute; all of these before the handler, notProcessed), or while the handler runs.",
+                    phases: &[Admission, Input, Rate, Confirmation, Execute],
                     handler_may_return: false,
                     layer: fixed(Layer::Execution),
                     retry: fixed(Retry::Yes),

@@ -6,8 +6,9 @@
 //! {reason}`, and `EXECUTION_FAILED` when the gate cannot decide: its store failed (`transport`,
 //! transient), the declared summary panicked (it runs only for a call without evidence, or for
 //! every call of a conditional gate), the gate
-//! panicked, or a gated capability has no gate to ask (`handler-error`). In every such case the
-//! handler does not run.
+//! panicked, or a gated capability has no gate to ask (`handler-error`); `CANCELLED` when the
+//! caller cancels, or the registry is disposed, while the call waits for the gate (the pipeline's
+//! `unless_cancelled`). In every such case the handler does not run.
 
 use std::any::Any;
 

@@ -395,7 +395,8 @@ fn after_precondition(call: Call<'_>, prepared: input::Prepared) -> Result<Step<
     // Phase 6; the permit is held until the call ends.
     match &inner.config.rate_limiter {
         Some(limiter) => later(async move {
-            let _permit = rate::acquire(&call, limiter.as_ref(), &prepared.value).await?;
+            let acquired = rate::acquire(&call, limiter.as_ref(), &prepared.value);
+            let _permit = unless_cancelled(&call, Phase::Rate, acquired).await?;
             finish(confirmed(call, prepared)).await
         }),
         None => confirmed(call, prepared),
@@ -411,7 +412,8 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
         (Some(gate), declared) => match confirmation::at_once(&call, gate.as_ref(), &prepared.value, &declared)? {
             confirmation::AtOnceOutcome::Proceed(consumed) => marked(call, prepared, consumed),
             confirmation::AtOnceOutcome::Ask(found) => later(async move {
-                match confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared, found).await? {
+                let confirmed = confirmation::confirm(&call, gate.as_ref(), &prepared.value, declared, found);
+                match unless_cancelled(&call, Phase::Confirmation, confirmed).await? {
                     None => finish(marked(call, prepared, None)).await,
                     Some(consumed) => finish(marked(call, prepared, Some(consumed))).await,
                 }
@@ -420,6 +422,42 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
         (None, confirmation::Declared::Gate(_)) => Err(confirmation::no_gate(&call.def)),
         (None, confirmation::Declared::No) => marked(call, prepared, None),
     }
+}
+
+/// Awaits what phase 6 or 7 waits for (a queue slot, a person's approval) unless the caller
+/// cancels or the registry is disposed first: then the call stops there with `CANCELLED`, before
+/// its handler (`notProcessed`), and what it waited for is dropped — its place in the queue given
+/// up, evidence it consumed given back ([`confirmation::GiveBack`]).
+async fn unless_cancelled<T>(
+    call: &Call<'_>,
+    phase: Phase,
+    work: impl Future<Output = Result<T, Stop>>,
+) -> Result<T, Stop> {
+    tokio::select! {
+        biased;
+        done = work => done,
+        () = call.inner.disposed.cancelled() => {
+            Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "registry disposed while the call waited"))
+        }
+        () = call.options.cancelled() => {
+            Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "caller cancelled while the call waited"))
+        }
+    }
+}
+
+/// Whether the call may still start its handler: not once its caller has cancelled or the
+/// registry has been disposed (during a wait before phase 8 that [`unless_cancelled`] does not
+/// cover: the started mark, the audit trail's start). The handler has not started, so the answer
+/// is `CANCELLED` and `notProcessed`, whatever the capability's effect.
+fn still_wanted(call: &Call<'_>) -> Result<(), Stop> {
+    let note = if call.inner.disposed.is_cancelled() {
+        "registry disposed before the handler started"
+    } else if call.options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
+        "caller cancelled before the handler started"
+    } else {
+        return Ok(());
+    };
+    Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Execute, note).marking(Marking::BeforeHandler))
 }
 
 /// Before phase 8a: on a store whose leases lapse, the call's records are marked started
@@ -481,10 +519,16 @@ fn audited_after_consuming(
     consumed: confirmation::GiveBack,
 ) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
-        audit::Trail::None => {
-            consumed.disarm();
-            execute(call, prepared)
-        }
+        audit::Trail::None => match still_wanted(&call) {
+            Ok(()) => {
+                consumed.disarm();
+                execute(call, prepared)
+            }
+            Err(stop) => later(async move {
+                consumed.now().await;
+                Err(stop)
+            }),
+        },
         audit::Trail::Missing => later(async move {
             consumed.now().await;
             Err(audit::missing(&call))
@@ -497,6 +541,12 @@ fn audited_after_consuming(
                     return Err(stop);
                 }
             };
+            if let Err(stop) = still_wanted(&call) {
+                consumed.now().await;
+                let outcome = Err(stop);
+                started.finish(&outcome).await;
+                return outcome;
+            }
             consumed.disarm();
             let outcome = finish(execute(call, prepared)).await;
             started.finish(&outcome).await;
@@ -509,6 +559,7 @@ fn audited_after_consuming(
 #[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
+    still_wanted(&call)?;
     if let Some(hook) = &call.options.on_execute {
         hook();
     }

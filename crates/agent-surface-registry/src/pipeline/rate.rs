@@ -4,7 +4,9 @@
 //! (never limited when none is configured). Codes: `RATE_LIMITED {reason, retryAfterMs}`;
 //! `EXECUTION_FAILED {reason: transport, transient}` when the limiter's store failed
 //! ([`RateDecision::Unavailable`]), as the other phases answer a store failure: a store that
-//! cannot be reached is not the caller calling too often.
+//! cannot be reached is not the caller calling too often; `CANCELLED` when the caller cancels, or
+//! the registry is disposed, while the call waits for its permit (the pipeline's
+//! `unless_cancelled`: the wait is dropped, and its place in the queue with it).
 //!
 //! The limiter fails closed: one that panics answers `RATE_LIMITED {reason: rate}`, and one that
 //! has not decided (queue wait included) within the registry's default time budget answers

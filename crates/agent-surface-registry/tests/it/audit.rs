@@ -515,3 +515,42 @@ async fn a_call_dropped_before_its_start_is_recorded_gives_back_the_approval() {
     assert!(ran.result.output().is_some(), "{:?}", ran.result);
     assert_eq!(g.runs.load(Ordering::SeqCst), 1);
 }
+
+/// A sink that records into `inner`, and fires `cancel` when it records an execution's start: the
+/// caller gives up while the pipeline awaits the trail.
+#[derive(Debug)]
+struct CancellingSink {
+    inner: MemoryAuditSink,
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+impl agent_surface_policy::AuditSink for CancellingSink {
+    fn record<'a>(
+        &'a self,
+        event: &'a AuditEvent,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::AuditError>> {
+        if matches!(event.kind, AuditKind::ExecutionStarted { .. }) {
+            self.cancel.cancel();
+        }
+        self.inner.record(event)
+    }
+}
+
+/// A caller that cancels while phase 8a records the start: the handler of a destructive
+/// capability is not started, and the answer says `CANCELLED` and `notProcessed` — not an
+/// unknown outcome, which would send the agent to check for an effect that never happened.
+#[tokio::test]
+async fn a_call_cancelled_before_its_handler_starts_is_cancelled_not_unknown() {
+    let clock = clock();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let sink = Arc::new(CancellingSink { inner: MemoryAuditSink::default(), cancel: cancel.clone() });
+    let env = env(audited(&clock, sink.clone(), false));
+    let options = alice().with_cancellation(cancel);
+    let inv = env.registry.invoke_detailed(call("shop.cancel", json!({"order_id": "A-1"})), options).await;
+    assert_produced_before_handler(&inv, ErrorCode::Cancelled, Phase::Execute);
+    assert_eq!(env.runs.load(Ordering::SeqCst), 0, "the handler did not run");
+    assert_eq!(
+        sink.inner.events()[1].kind,
+        AuditKind::ExecutionFinished { outcome: AuditOutcome::Error, code: Some(ErrorCode::Cancelled) }
+    );
+}

@@ -1281,3 +1281,37 @@ async fn confirm_if_gates_only_the_inputs_its_rule_names() {
         registry.invoke_detailed(call("refunds.broken", json!({"order_id": "A-1", "amount_cents": 5})), alice()).await;
     assert_produced(&broken, ErrorCode::ExecutionFailed, Phase::Confirmation);
 }
+
+/// A caller that cancels while its call waits for a person's decision: the call ends at once with
+/// `CANCELLED` in phase 7, before its handler (`notProcessed`); the pending request is withdrawn,
+/// so a later approval approves nothing.
+#[tokio::test]
+async fn wait_mode_cancelled_by_the_caller_ends_the_wait_and_withdraws_the_request() {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let log = ids.clone();
+    let env = Arc::new(wait_env(move |record| {
+        log.lock().unwrap().push(record.id.clone());
+        async { Ok(Review::Defer) }
+    }));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = {
+        let (env, options) = (env.clone(), alice().with_cancellation(cancel.clone()));
+        tokio::spawn(async move { env.invoke(refund(9), options).await })
+    };
+    while ids.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    settle().await;
+    assert!(!task.is_finished(), "the call waits for a decision");
+    cancel.cancel();
+    let inv = tokio::time::timeout(Duration::from_secs(10), task).await.expect("ended by the cancellation").unwrap();
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Confirmation);
+    assert!(p.not_processed());
+    settle().await;
+    let id = ids.lock().unwrap()[0].clone();
+    assert_eq!(
+        env.engine.approve(&id, &manager()).await,
+        Err(ApprovalError::AlreadyDecided(ConfirmationState::Withdrawn))
+    );
+    assert_eq!(env.runs(), 0);
+}

@@ -214,3 +214,62 @@ async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
     assert_eq!(started.load(Ordering::SeqCst), 2, "the call that gave up never started");
     assert_eq!(limiter.in_flight(), 0);
 }
+
+/// A caller that cancels while its call waits in the queue: the call leaves the queue at once with
+/// `CANCELLED` in phase 6, before its handler (`notProcessed`), and its handler never runs — not
+/// even when a slot frees up later.
+#[tokio::test]
+async fn a_call_cancelled_in_the_queue_leaves_it_and_never_runs() {
+    let clock = clock();
+    let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.clone(),
+        queue: Some(QueueConfig {
+            max_concurrent: NonZeroUsize::new(1).unwrap(),
+            max_waiting: 4,
+            max_wait: Duration::from_secs(60),
+            initial_hold_estimate: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    }));
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..config_with(&clock) });
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    r.provide(gate.clone());
+    let count = started.clone();
+    r.define("gate", |t| {
+        t.capability("run", "Wait for the gate.").time_budget(Duration::from_secs(600)).handler(
+            move |ctx: Ctx, _i: Value| {
+                count.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    ctx.state::<Arc<Semaphore>>().acquire().await.map_err(AgentSurfaceError::internal)?.forget();
+                    Ok::<_, AgentSurfaceError>(json!({}))
+                }
+            },
+        )
+    })
+    .unwrap();
+    let _m = r.mount("gate", "main").unwrap();
+
+    let running = spawn_run(&r);
+    settle().await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let waiter = {
+        let (r, options) = (r.clone(), consumer("c").with_cancellation(cancel.clone()));
+        tokio::spawn(async move { r.invoke_detailed(call("gate.run", json!({})), options).await })
+    };
+    settle().await;
+    assert_eq!(limiter.waiting(), 1, "the second call waits for the slot");
+    cancel.cancel();
+    let inv = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("ended by the cancellation").unwrap();
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Rate);
+    assert!(p.not_processed());
+    assert_eq!(limiter.waiting(), 0, "it left the queue");
+
+    gate.add_permits(1);
+    assert!(running.await.unwrap().result.is_ok());
+    settle().await;
+    assert_eq!(started.load(Ordering::SeqCst), 1, "the cancelled call's handler never ran");
+    // The slot is free for the next caller.
+    gate.add_permits(1);
+    assert!(spawn_run(&r).await.unwrap().result.is_ok());
+}

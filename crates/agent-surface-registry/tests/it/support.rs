@@ -16,6 +16,21 @@ use serde_json::Value;
 /// pair the matrix declares must be asserted by at least one of them.
 #[track_caller]
 pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: Phase) -> ErrorPayload {
+    produced(invocation, code, phase, false)
+}
+
+/// [`assert_produced`] for a stop in the execution phase that came before the handler started
+/// (the caller cancelled while an earlier phase awaited a store): the payload says
+/// `notProcessed`, as the phase alone would not.
+#[track_caller]
+pub(crate) fn assert_produced_before_handler(invocation: &Invocation, code: ErrorCode, phase: Phase) -> ErrorPayload {
+    let payload = produced(invocation, code, phase, true);
+    assert!(payload.not_processed(), "{code} in phase {phase}: before the handler, notProcessed");
+    payload
+}
+
+#[track_caller]
+fn produced(invocation: &Invocation, code: ErrorCode, phase: Phase, before_handler: bool) -> ErrorPayload {
     let payload = invocation
         .result
         .error_payload()
@@ -29,7 +44,7 @@ pub(crate) fn assert_produced(invocation: &Invocation, code: ErrorCode, phase: P
     // The runtime states "not processed" from the phase that stopped the call (strict audit's
     // refusal comes before the handler, in the execution phase), never for an unknown outcome.
     let reason = payload.detail("reason").and_then(serde_json::Value::as_str);
-    let not_processed = (phase.is_before_handler() || reason == Some("audit-unavailable"))
+    let not_processed = (phase.is_before_handler() || before_handler || reason == Some("audit-unavailable"))
         && agent_surface_core::matrix::may_be_not_processed(code, payload.details());
     assert_eq!(payload.not_processed(), not_processed, "{code} in phase {phase}: notProcessed");
     // The payload names the call's own correlation id, the one the operator log has.
