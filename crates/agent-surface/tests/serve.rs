@@ -111,7 +111,10 @@ async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
         .authenticator(people())
         .approvers("approver")
         .operator_log(false)
-        .bind("127.0.0.1:0")
+        // An address of its own on loopback (the requests still say `Host: 127.0.0.1`): the other
+        // tests bind 127.0.0.1, so none of them can take this port once it is released, and the
+        // last assertion sees this server's listener gone rather than another test's.
+        .bind("127.0.0.2:0")
         .await
         .expect("serves");
     let addr = running.local_addr();
