@@ -449,6 +449,7 @@ impl Serve {
         });
         let inbox = if serving_inbox { format!(", the approval inbox at {INBOX_PREFIX}") } else { String::new() };
         tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}{inbox}");
+        report_stores(&service, local);
         if let Some(announce) = on_listening {
             announce(local);
         }
@@ -727,6 +728,48 @@ impl Signals {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Says where the service keeps its state, once it listens: at INFO, each store's reach
+/// (`process`, `durable`, `shared`); at WARN, the stores that keep their records in this process
+/// only, when the service is reachable from elsewhere (it listens beyond loopback, or its public
+/// URL names another host than this machine): a restart forgets what they hold, and replicas do
+/// not share it.
+#[cfg(feature = "http")]
+fn report_stores(service: &Service, local: SocketAddr) {
+    use agent_surface_policy::Reach;
+    let config = service.registry.config();
+    let stores: [(&str, Option<Reach>); 4] = [
+        ("idempotency", Some(config.idempotency.reach())),
+        ("confirmations", Some(service.stores.confirmations.reach())),
+        ("inbox", Some(service.stores.inbox.reach())),
+        ("rate limiter", config.rate_limiter.as_ref().map(|limiter| limiter.reach())),
+    ];
+    let all: Vec<String> =
+        stores.iter().filter_map(|(name, reach)| reach.map(|r| format!("{name} {}", r.as_str()))).collect();
+    tracing::info!(target: TARGET, "stores: {}", all.join(", "));
+    let in_process: Vec<&str> =
+        stores.iter().filter(|(_, reach)| *reach == Some(Reach::Process)).map(|(name, _)| *name).collect();
+    let public_elsewhere =
+        service.public_url.as_deref().and_then(web_address_host).is_some_and(|host| !is_loopback_host(&host));
+    if !in_process.is_empty() && (!local.ip().is_loopback() || public_elsewhere) {
+        tracing::warn!(
+            target: TARGET,
+            stores = %in_process.join(", "),
+            "these stores keep their records in this process only: a restart forgets pending approvals and \
+             idempotency records (a retried call may run again), and replicas do not share them. Give \
+             ServiceBuilder::stores a durable bundle (agent-surface-sqlite) or a shared one (agent-surface-redis, \
+             agent-surface-postgres)"
+        );
+    }
+}
+
+/// Whether `host` (as [`web_address_host`] gives it) names this machine: `localhost` or a
+/// loopback address.
+#[cfg(feature = "http")]
+fn is_loopback_host(host: &str) -> bool {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    host == "localhost" || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The host of `url` (lowercased, an IPv6 address in brackets) when it is an address to send a

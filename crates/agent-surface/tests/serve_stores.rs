@@ -1,0 +1,52 @@
+//! What `Serve` says at startup of where the service keeps its state. A binary of its own: it
+//! captures the operator log, which a test that lets `Serve` install its own log would take.
+
+use agent_surface::core::{AgentSurfaceError, Effect};
+use agent_surface::policy::{AllowAll, Policies, RequireIdentity};
+use agent_surface::{Serve, ServiceBuilder};
+use serde_json::{Value, json};
+
+/// What `bind` logs at WARN (the operator log's default) for a service on the default (memory)
+/// stores, with `public_url`, listening on `addr`.
+fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
+    let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::WARN, || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let mut builder =
+                ServiceBuilder::new().authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll));
+            if let Some(url) = public_url {
+                builder = builder.public_url(url);
+            }
+            let service = builder.build();
+            service
+                .registry
+                .define("refunds", |t| {
+                    t.capability("issue", "Refund an order.")
+                        .effect(Effect::Write)
+                        .handle(|i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"refunded": i["order"]})) });
+                })
+                .expect("defines");
+            let _mount = service.registry.mount("refunds", "main").expect("mounts");
+            let running = Serve::new(service).operator_log(false).bind(addr).await.expect("serves");
+            running.stop();
+            running.stopped().await.expect("drains");
+        });
+    });
+    log
+}
+
+/// A service agents reach from elsewhere (here: its public URL names another host) whose stores
+/// keep their records in this process only is told so at startup, naming them and what to use
+/// instead; one tried on this machine is not.
+#[test]
+fn process_only_stores_are_reported_at_startup_when_the_service_is_reachable() {
+    let log = warnings(Some("https://refunds.example"), "127.0.0.1:0");
+    assert!(log.contains("keep their records in this process only"), "{log}");
+    assert!(log.contains("idempotency, confirmations, inbox"), "{log}");
+    assert!(log.contains("agent-surface-sqlite"), "{log}");
+    // Tried on this machine: no public URL, or one that names this machine, as the guide's.
+    for local in [None, Some("http://127.0.0.1:8787"), Some("http://localhost:8787"), Some("http://[::1]:8787")] {
+        let log = warnings(local, "127.0.0.1:0");
+        assert!(!log.contains("this process only"), "{local:?}: {log}");
+    }
+}
