@@ -482,13 +482,55 @@ impl CapabilityBuilder<'_, '_> {
     /// [`precondition_async`](Self::precondition_async)) is an `INVALID_DEFINITION`.
     ///
     /// The check answers at once, from what the process holds; one that must ask a database or
-    /// another service is [`precondition_async`](Self::precondition_async).
-    pub fn precondition<I, F>(self, check: F) -> Self
+    /// another service is [`precondition_async`](Self::precondition_async). It takes extractors
+    /// as a [`handle`](Self::handle) handler does ([`State<T>`](crate::State),
+    /// [`InstanceState<S>`](crate::InstanceState), [`Caller`](crate::Caller), [`Ctx`] by value),
+    /// whose needs are checked at mount with the handler's, then the decoded input by reference
+    /// (the shapes: [`SyncPrecondition`](crate::SyncPrecondition)). The context by reference
+    /// (`|ctx: &Ctx, i: &In|`) is a shape too; what it reads through `ctx.state::<T>()` is not
+    /// checked at mount — a missing `T` panics at call time, `EXECUTION_FAILED {reason:
+    /// handler-error}` —, so read state through `State<T>`. A check that panics is that same
+    /// fault, `notProcessed: true`, the cause on the operator channel only.
+    ///
+    /// ```
+    /// use agent_surface_core::AgentSurfaceError;
+    /// use agent_surface_registry::{Registry, RegistryConfig, State, Unmet};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// /// What the service holds in memory: the orders that have shipped.
+    /// struct Shipped(Vec<String>);
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct Cancel { order: String }
+    ///
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.define("orders", |t| {
+    ///     t.capability("cancel", "Cancel an order that has not shipped.")
+    ///         .precondition(|State(shipped): State<Shipped>, i: &Cancel| {
+    ///             if shipped.0.contains(&i.order) {
+    ///                 Err(Unmet::new("Shipped orders cannot be cancelled.").reason("order-shipped"))
+    ///             } else {
+    ///                 Ok(())
+    ///             }
+    ///         })
+    ///         .handle(|i: Cancel| async move { Ok::<_, AgentSurfaceError>(i.order) })
+    /// })?;
+    /// // The check reads `Shipped`: until the registry is given it, mounting is refused.
+    /// assert!(registry.mount("orders", "main").is_err());
+    /// registry.provide(Shipped(vec!["o-1".into()]));
+    /// let _mount = registry.mount("orders", "main")?;
+    /// # Ok::<_, agent_surface_core::DefinitionError>(())
+    /// ```
+    pub fn precondition<Args, I, P>(mut self, check: P) -> Self
     where
         I: Send + 'static,
-        F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
+        P: crate::extract::SyncPrecondition<Args, I>,
     {
-        self.set_precondition(ErasedPrecondition::typed(check))
+        if self.precondition.is_none() {
+            self.precondition_requirements = P::requirements();
+        }
+        self.set_precondition(crate::extract::erase_sync_precondition(check))
     }
 
     /// [`precondition`](Self::precondition) for a check that awaits: a database lookup, another

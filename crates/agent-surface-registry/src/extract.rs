@@ -219,6 +219,23 @@ macro_rules! with_extractors {
                 Some(self($($e,)* input))
             }
         }
+
+        impl<F, I, $($e,)*> SyncPrecondition<($($e,)*), I> for F
+        where
+            F: Fn($($e,)* &I) -> Result<(), Unmet> + Send + Sync + 'static,
+            $($e: FromCtx,)*
+        {
+            fn requirements() -> Vec<Requirement> {
+                requirements_of(&[$(<$e as FromCtx>::requirement(),)*])
+            }
+
+            #[allow(non_snake_case, reason = "the extractors are named after their type parameters")]
+            #[allow(unused_variables, reason = "the check without extractors does not read the context")]
+            fn check(&self, ctx: &Ctx, input: &I) -> Option<Result<(), Unmet>> {
+                $(let $e = <$e as FromCtx>::from_ctx(ctx)?;)*
+                Some(self($($e,)* input))
+            }
+        }
     };
 }
 
@@ -227,6 +244,62 @@ with_extractors!(E1);
 with_extractors!(E1, E2);
 with_extractors!(E1, E2, E3);
 with_extractors!(E1, E2, E3, E4);
+
+/// A check for [`CapabilityBuilder::precondition`](crate::CapabilityBuilder::precondition): a
+/// function of zero to four [`FromCtx`] parameters and a reference to the decoded input `I`,
+/// answering at once with `Result<(), Unmet>` — or, as before extractors, of the call's context by
+/// reference and the input (`|ctx: &Ctx, i: &In|`). The extractors' needs are checked at mount
+/// with the handler's, so a check that reads state the registry was not given is refused before
+/// anything is served; `ctx.state::<T>()` read through `&Ctx` is not (it panics at call time, a
+/// fault). `Args` is the tuple of extractor types ([`CtxRef`] for the context by reference).
+#[diagnostic::on_unimplemented(
+    message = "this is not a precondition: it takes extractors first and a reference to the input last, and returns `Result<(), Unmet>`",
+    label = "not a check for `.precondition`",
+    note = "valid shapes: `|i: &In| ..`, `|ctx: &Ctx, i: &In| ..`, `|State(db): State<Db>, i: &In| ..` \
+            (up to four extractors: `Ctx`, `State<T>`, `InstanceState<S>`, `Caller`, or your own `FromCtx`)",
+    note = "a check that awaits (a database, another service) is `.precondition_async`"
+)]
+pub trait SyncPrecondition<Args, I>: Send + Sync + 'static {
+    /// What the extractors need, checked at mount.
+    fn requirements() -> Vec<Requirement>;
+
+    /// Extracts the parameters and runs the check; `None` when an extractor finds nothing.
+    fn check(&self, ctx: &Ctx, input: &I) -> Option<Result<(), Unmet>>;
+}
+
+/// The `Args` of a [`SyncPrecondition`] that takes the call's context by reference
+/// (`|ctx: &Ctx, i: &In|`); never built.
+#[derive(Debug)]
+pub enum CtxRef {}
+
+impl<F, I> SyncPrecondition<(CtxRef,), I> for F
+where
+    F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
+{
+    fn requirements() -> Vec<Requirement> {
+        Vec::new()
+    }
+
+    fn check(&self, ctx: &Ctx, input: &I) -> Option<Result<(), Unmet>> {
+        Some(self(ctx, input))
+    }
+}
+
+/// `check` erased, as the builder stores it.
+pub(crate) fn erase_sync_precondition<Args, I, P>(check: P) -> ErasedPrecondition
+where
+    I: Send + 'static,
+    P: SyncPrecondition<Args, I>,
+{
+    let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> Option<Result<(), AgentSurfaceError>> {
+        match input.downcast_ref::<I>() {
+            Some(i) => check.check(ctx, i).map(|answer| answer.map_err(Unmet::into_error)),
+            // The input type was checked at registration.
+            None => Some(Ok(())),
+        }
+    };
+    ErasedPrecondition { check: PreconditionCheck::Now(Arc::new(check)), input_type: TypeId::of::<I>() }
+}
 
 /// A check for [`CapabilityBuilder::precondition_async`](crate::CapabilityBuilder::precondition_async)
 /// with extractors: a function of zero to four [`FromCtx`] parameters and a reference to the

@@ -110,7 +110,7 @@ pub(crate) enum Failure {
 
 type DecodeFn = dyn Fn(&Value) -> Result<Decoded, DecodeError> + Send + Sync;
 type DecodeInputFn = dyn Fn(&Value) -> Result<Input, serde_json::Error> + Send + Sync;
-pub(crate) type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Result<(), AgentSurfaceError> + Send + Sync;
+pub(crate) type PreconditionFn = dyn Fn(&Ctx, &(dyn Any + Send)) -> Option<Result<(), AgentSurfaceError>> + Send + Sync;
 /// An erased asynchronous precondition: the check's future, which owns what it needs (`'static`),
 /// or `None` when one of its extractors found nothing (which the mount check rules out).
 pub(crate) type AsyncPreconditionFn =
@@ -270,22 +270,6 @@ pub(crate) enum PreconditionCheck {
     Now(Arc<PreconditionFn>),
     /// Through a future, under the call's time budget (`CapabilityBuilder::precondition_async`).
     Later(Arc<AsyncPreconditionFn>),
-}
-
-impl ErasedPrecondition {
-    pub(crate) fn typed<I, F>(f: F) -> ErasedPrecondition
-    where
-        I: Send + 'static,
-        F: Fn(&Ctx, &I) -> Result<(), Unmet> + Send + Sync + 'static,
-    {
-        let check = move |ctx: &Ctx, input: &(dyn Any + Send)| -> Result<(), AgentSurfaceError> {
-            match input.downcast_ref::<I>() {
-                Some(i) => f(ctx, i).map_err(Unmet::into_error),
-                None => Ok(()),
-            }
-        };
-        ErasedPrecondition { check: PreconditionCheck::Now(Arc::new(check)), input_type: std::any::TypeId::of::<I>() }
-    }
 }
 
 /// An unmet precondition: the explanation and details of a `PRECONDITION_FAILED`.

@@ -111,7 +111,9 @@ pub use ctx::Ctx;
 pub use define::{Binding, CapabilityBuilder, DefinitionLimits, Executor, KeyScope, Plane, TypeBuilder};
 #[cfg(feature = "anyhow")]
 pub use extract::{Anyhow, AnyhowArgs};
-pub use extract::{Caller, FromCtx, Handler, InstanceState, Precondition, Requirement, State};
+pub use extract::{
+    Caller, CtxRef, FromCtx, Handler, InstanceState, Precondition, Requirement, State, SyncPrecondition,
+};
 pub use handler::{Unmet, Verification};
 pub use periodic::Periodic;
 pub use progress::{FnProgress, MAX_PROGRESS_MESSAGE_CHARS, Progress, ProgressSink};

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use agent_surface::core::details::PreconditionDetails;
 use agent_surface::core::{AgentSurfaceError, DefinitionError, Effect};
 use agent_surface::policy::{AllowAll, Clock, Policies, Quota, RateBudgets, RequireIdentity, RequireRole, Scope};
-use agent_surface::registry::{Caller, Ctx, Mount, Registry, State, Unmet};
+use agent_surface::registry::{Caller, Mount, Registry, State, Unmet};
 use agent_surface::{Serve, ServiceBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -146,8 +146,8 @@ pub fn define(registry: &Registry) -> Result<(), DefinitionError> {
             .effect(Effect::Destructive)
             // Checked before anyone is asked to approve: nobody approves deleting a ticket that
             // is not there.
-            .precondition(|ctx: &Ctx, i: &TicketId| {
-                let known = ctx.state::<Desk>().tickets().iter().any(|t| t.id == i.id);
+            .precondition(|State(desk): State<Desk>, i: &TicketId| {
+                let known = desk.tickets().iter().any(|t| t.id == i.id);
                 if known { Ok(()) } else { Err(Unmet::new(UNKNOWN_TICKET).reason("unknown-ticket")) }
             })
             .confirm(|i: &TicketId| format!("Delete ticket {} for good.", i.id))

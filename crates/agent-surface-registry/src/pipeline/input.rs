@@ -186,7 +186,18 @@ fn undecodable_issue(input: &Value, pointer: &str) -> InputIssue {
 /// refused by a precondition its first run made false). One that awaits is [`precondition_later`].
 #[inline(always)]
 pub(crate) fn precondition(call: &Call<'_>, prepared: &Prepared, check: &PreconditionFn) -> Result<(), Stop> {
-    unmet(call, catch(|| check(&call.ctx, prepared.decoded.input())))
+    match catch(|| check(&call.ctx, prepared.decoded.input())) {
+        Ok(Some(answer)) => unmet(call, Ok(answer)),
+        Err(text) => unmet(call, Err(text)),
+        // Ruled out by the mount check, which knows what the check's extractors need.
+        Ok(None) => Err(nothing_extracted()),
+    }
+}
+
+/// A precondition's extractor found nothing: a fault (the mount check rules it out).
+fn nothing_extracted() -> Stop {
+    let error = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError);
+    Stop::noted(error, Phase::Input, "a precondition's extractor found nothing to extract").fault()
 }
 
 /// The author's asynchronous precondition: its future, under the call's time budget, with its
@@ -210,12 +221,7 @@ pub(crate) fn precondition_later<'c, 'a>(
             Ok(Some(future)) => Ok(future),
             Err(text) => Err(text),
             // Ruled out by the mount check, which knows what the check's extractors need.
-            Ok(None) => {
-                let error = AgentSurfaceError::execution_failed(ExecutionFailedReason::HandlerError);
-                return Err(
-                    Stop::noted(error, Phase::Input, "a precondition's extractor found nothing to extract").fault()
-                );
-            }
+            Ok(None) => return Err(nothing_extracted()),
         };
         let checked = within(call.inner.config.clock.as_ref(), budget, catch_started(started));
         let caller = call.options.cancelled();

@@ -219,6 +219,48 @@ fn what_the_check_reads_is_checked_at_mount() {
     assert!(r.mount_with("counters", "main", agent_surface_registry::Instance::new().state(Counter)).is_ok());
 }
 
+/// The check that answers at once (`.precondition`) takes extractors too, checked at mount as the
+/// handler's are; the context by reference and the input alone remain valid shapes.
+#[tokio::test]
+async fn what_a_check_that_answers_at_once_reads_is_checked_at_mount() {
+    #[derive(Default)]
+    struct Known(HashSet<String>);
+    let r = Registry::new(RegistryConfig::default());
+    r.define("records", |t| {
+        t.capability("remove", "Remove a record.")
+            .precondition(|State(known): State<Known>, i: &Remove| {
+                if known.0.contains(&i.id) { Ok(()) } else { Err(Unmet::new("No such record.").reason("unknown")) }
+            })
+            // The handler reads nothing: only the check needs `Known`.
+            .handle(|i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) });
+        t.capability("keep", "Keep a record.")
+            .precondition(|i: &Remove| if i.id.is_empty() { Err(Unmet::new("Name a record.")) } else { Ok(()) })
+            .handle(|i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) });
+        t.capability("show", "Show a record.")
+            .precondition(|ctx: &Ctx, i: &Remove| match ctx.try_state::<Known>() {
+                Some(known) if known.0.contains(&i.id) => Ok(()),
+                _ => Err(Unmet::new("No such record.")),
+            })
+            .handle(|i: Remove| async move { Ok::<_, AgentSurfaceError>(i.id) })
+    })
+    .unwrap();
+    let err = r.mount("records", "main").unwrap_err();
+    assert!(err.to_string().contains("the precondition takes `State<") && err.to_string().contains("Known"), "{err}");
+    r.provide(Known(HashSet::from(["r-1".to_string()])));
+    let _m = r.mount("records", "main").unwrap();
+
+    assert_eq!(
+        r.invoke(call("records.remove", json!({"id": "r-1"})), consumer("c")).await.output(),
+        Some(&json!("r-1"))
+    );
+    let inv = r.invoke_detailed(call("records.remove", json!({"id": "r-2"})), consumer("c")).await;
+    let p = assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(p.detail("reason"), Some(&json!("unknown")));
+    let inv = r.invoke_detailed(call("records.keep", json!({"id": ""})), consumer("c")).await;
+    assert_produced(&inv, ErrorCode::PreconditionFailed, Phase::Input);
+    assert_eq!(r.invoke(call("records.show", json!({"id": "r-1"})), consumer("c")).await.output(), Some(&json!("r-1")));
+}
+
 #[test]
 fn under_a_natural_key_a_check_that_did_not_answer_leaves_the_key_free() {
     let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
