@@ -430,7 +430,11 @@ mod tests {
     fn a_stale_phase_table_is_reported() {
         let root = crate::workspace_root();
         let arch = std::fs::read_to_string(root.join(ARCHITECTURE_DOC)).unwrap();
-        let edited = arch.replacen("`CONFIRMATION_INVALID`, `EXECUTION_FAILED` |", "`CONFIRMATION_INVALID` |", 1);
+        let edited = arch.replacen(
+            "`CONFIRMATION_INVALID`, `CANCELLED`, `EXECUTION_FAILED` |",
+            "`CONFIRMATION_INVALID`, `CANCELLED` |",
+            1,
+        );
         assert_ne!(arch, edited);
         let dir = std::env::temp_dir().join(format!("xtask-arch-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("spec")).unwrap();
