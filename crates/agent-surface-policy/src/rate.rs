@@ -580,6 +580,9 @@ impl MemoryRateLimiter {
         let permit = match slot {
             Some(permit) => permit,
             None => {
+                // The unit goes back unless a slot is granted: after the wait runs out, and when
+                // the wait is dropped (the caller cancelled: nothing ran, so nothing is spent).
+                let mut unspent = Unspent { limiter: self, call: &call, spent: false };
                 let acquire = queue.semaphore.clone().acquire_owned();
                 let waited =
                     futures_util::future::select(Box::pin(acquire), self.config.clock.sleep(queue.config.max_wait));
@@ -589,9 +592,12 @@ impl MemoryRateLimiter {
                 };
                 drop(place);
                 match permit {
-                    Some(permit) => permit,
+                    Some(permit) => {
+                        unspent.spent = true;
+                        permit
+                    }
                     None => {
-                        self.refund(&call);
+                        drop(unspent);
                         return queue.full(call.capability);
                     }
                 }
@@ -603,6 +609,22 @@ impl MemoryRateLimiter {
             clock: Arc::clone(&self.config.clock),
             since: self.config.clock.now(),
         })))
+    }
+}
+
+/// The unit a waiting call took, given back when this is dropped unless the call got its slot
+/// (`spent`).
+struct Unspent<'l, 'c> {
+    limiter: &'l MemoryRateLimiter,
+    call: &'l CallInfo<'c>,
+    spent: bool,
+}
+
+impl Drop for Unspent<'_, '_> {
+    fn drop(&mut self) {
+        if !self.spent {
+            self.limiter.refund(self.call);
+        }
     }
 }
 

@@ -427,7 +427,12 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 /// Awaits what phase 6 or 7 waits for (a queue slot, a person's approval) unless the caller
 /// cancels or the registry is disposed first: then the call stops there with `CANCELLED`, before
 /// its handler (`notProcessed`), and what it waited for is dropped — its place in the queue given
-/// up, evidence it consumed given back ([`confirmation::GiveBack`]).
+/// up, its unit of rate budget given back, evidence it consumed given back
+/// ([`confirmation::GiveBack`]).
+///
+/// The cancellations are looked at first: a call cancelled before it gets here starts no wait (no
+/// unit taken, no person asked), and one whose permit or approval arrives in the same poll as its
+/// cancellation is cancelled all the same.
 async fn unless_cancelled<T>(
     call: &Call<'_>,
     phase: Phase,
@@ -435,13 +440,13 @@ async fn unless_cancelled<T>(
 ) -> Result<T, Stop> {
     tokio::select! {
         biased;
-        done = work => done,
         () = call.inner.disposed.cancelled() => {
             Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "registry disposed while the call waited"))
         }
         () = call.options.cancelled() => {
             Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "caller cancelled while the call waited"))
         }
+        done = work => done,
     }
 }
 
@@ -559,15 +564,16 @@ fn audited_after_consuming(
 #[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
+    // The lease was lost before the handler started: another caller holds the record now, and
+    // that answer comes first (a retry must not run beside the new leader).
+    if call.hold.as_ref().is_some_and(|hold| hold.lost.is_cancelled()) {
+        return Err(taken_over_stop("the lease was lost before the handler started"));
+    }
     still_wanted(&call)?;
     if let Some(hook) = &call.options.on_execute {
         hook();
     }
     if let Some(hold) = &call.hold {
-        // The lease was lost before the handler started: another caller holds the record now.
-        if hold.lost.is_cancelled() {
-            return Err(taken_over_stop("the lease was lost before the handler started"));
-        }
         hold.started.store(true, Ordering::Release);
         if !execute::outcome_is_harmless(&call.def) {
             hold.may_have_run.store(true, Ordering::Release);

@@ -216,13 +216,16 @@ async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
 }
 
 /// A caller that cancels while its call waits in the queue: the call leaves the queue at once with
-/// `CANCELLED` in phase 6, before its handler (`notProcessed`), and its handler never runs — not
-/// even when a slot frees up later.
+/// `CANCELLED` in phase 6, before its handler (`notProcessed`), its unit of rate budget is given
+/// back, and its handler never runs — not even when a slot frees up later.
 #[tokio::test]
 async fn a_call_cancelled_in_the_queue_leaves_it_and_never_runs() {
     let clock = clock();
     let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
         clock: clock.clone(),
+        // Two calls a second, and the clock stands still: the cancelled call's unit must come
+        // back for the last call to pass.
+        per_consumer: Some(per_second(2)),
         queue: Some(QueueConfig {
             max_concurrent: NonZeroUsize::new(1).unwrap(),
             max_waiting: 4,
@@ -269,7 +272,72 @@ async fn a_call_cancelled_in_the_queue_leaves_it_and_never_runs() {
     assert!(running.await.unwrap().result.is_ok());
     settle().await;
     assert_eq!(started.load(Ordering::SeqCst), 1, "the cancelled call's handler never ran");
-    // The slot is free for the next caller.
+    // The slot is free for the next caller, and so is the unit the cancelled call took.
     gate.add_permits(1);
-    assert!(spawn_run(&r).await.unwrap().result.is_ok());
+    let next = spawn_run(&r).await.unwrap();
+    assert!(next.result.is_ok(), "{:?}", next.result);
+}
+
+/// The registry disposed while a call waits in the queue: the call ends at once, `CANCELLED`,
+/// nothing ran.
+#[tokio::test]
+async fn a_call_waiting_in_the_queue_ends_when_the_registry_is_disposed() {
+    let clock = clock();
+    let queue = QueueConfig {
+        max_concurrent: NonZeroUsize::new(1).unwrap(),
+        max_waiting: 4,
+        max_wait: Duration::from_secs(60),
+        initial_hold_estimate: Duration::from_millis(100),
+    };
+    let (r, _m, _gate) = gated(&clock, queue);
+    let _running = spawn_run(&r);
+    settle().await;
+    let waiter = spawn_run(&r);
+    settle().await;
+    assert!(!waiter.is_finished());
+    r.dispose();
+    let inv = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("ended by the disposal").unwrap();
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Rate);
+    assert!(p.not_processed());
+}
+
+/// A caller that cancels while phase 6 decides: phase 7 starts no wait — the gate is not asked, so
+/// no person is asked to approve a call nobody wants — and the answer is `CANCELLED`, not
+/// `CONFIRMATION_REQUIRED`.
+#[tokio::test]
+async fn a_call_cancelled_before_its_confirmation_asks_nobody() {
+    use agent_surface_core::SafeText;
+    use agent_surface_core::details::Origin;
+    use agent_surface_policy::{ConfirmationDecision, RateDecision};
+    use agent_surface_testing::{FnGate, FnLimiter};
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (token, count) = (cancel.clone(), asked.clone());
+    let r = Registry::new(RegistryConfig {
+        // The caller goes away while the limiter decides.
+        rate_limiter: Some(Arc::new(FnLimiter::new(move |_, _| {
+            token.cancel();
+            RateDecision::Allow(None)
+        }))),
+        confirmation: Some(Arc::new(FnGate::new(move |_call, _evidence, now| {
+            count.fetch_add(1, Ordering::SeqCst);
+            ConfirmationDecision::Required {
+                confirmation_id: "conf-1".into(),
+                summary: SafeText::from("Run it."),
+                expires_at: now.saturating_add(Duration::from_secs(60)),
+                origin: Origin::Client,
+            }
+        }))),
+        ..Default::default()
+    });
+    r.define("demo", |t| {
+        t.capability("run", "Run.").handler(|_: Ctx, i: Value| async move { Ok::<_, AgentSurfaceError>(i) })
+    })
+    .unwrap();
+    let _m = r.mount("demo", "main").unwrap();
+    let inv = r.invoke_detailed(call("demo.run", json!({})), consumer("c").with_cancellation(cancel)).await;
+    let p = assert_produced(&inv, ErrorCode::Cancelled, Phase::Confirmation);
+    assert!(p.not_processed());
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "the gate was not asked");
 }
