@@ -213,13 +213,48 @@ impl ConfirmationEngine {
     /// A store operation within [`ConfirmationConfig::store_budget`]; past it, the store counts
     /// as failed. An answer ready at once arms no timer.
     pub(super) async fn bounded<T>(&self, op: BoxFuture<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
-        let budget = self.config.store_budget;
-        crate::guard::within(self.config.clock.as_ref(), budget, op).await.unwrap_or_else(|| {
-            Err(StoreError::Unavailable(format!(
-                "the confirmation store did not answer within {} ms",
-                budget.as_millis()
-            )))
-        })
+        within_budget(self.config.clock.as_ref(), self.config.store_budget, op).await
+    }
+
+    /// [`ConfirmationStore::consume`](super::ConfirmationStore::consume) under the store budget,
+    /// finished even when the call that awaits it goes away meanwhile (cancelled or dropped): a
+    /// consumption that call never learnt of is given back at once
+    /// ([`reinstate`](super::ConfirmationStore::reinstate)), since its handler cannot start and
+    /// nobody holds the evidence to give it back later. A store that answers on the first poll
+    /// (the memory store) is awaited here; another finishes in a task of its own.
+    async fn consume(
+        &self,
+        id: &str,
+        binding: &ConfirmationBinding,
+        now: Timestamp,
+    ) -> Result<Result<Consumed, Rejection>, StoreError> {
+        let (store, clock, budget) =
+            (Arc::clone(&self.config.store), Arc::clone(&self.config.clock), self.config.store_budget);
+        let (id, binding) = (id.to_string(), binding.clone());
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let mut consuming = Box::pin(async move {
+            let consumed = within_budget(clock.as_ref(), budget, store.consume(&id, &binding, now)).await;
+            if let Err(Ok(Ok(Consumed { token: Some(token), .. }))) = answer.send(consumed) {
+                let given_back =
+                    within_budget(clock.as_ref(), budget, store.reinstate(&id, &binding, &token, now)).await;
+                tracing::info!(
+                    target: "agent_surface::confirmation",
+                    confirmation_id = %id,
+                    given_back = matches!(given_back, Ok(true)),
+                    "the call that consumed this confirmation went away before it learnt so; the approval is given back"
+                );
+            }
+        });
+        if (&mut consuming).now_or_never().is_none() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => drop(handle.spawn(consuming)),
+                // No runtime to finish it: awaited here, as any other store operation.
+                Err(_) => consuming.await,
+            }
+        }
+        answered
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("the confirmation store's answer was lost".into())))
     }
 
     /// Writes `event` to the audit sink, if there is one; a failure is logged, never returned.
@@ -384,7 +419,7 @@ impl ConfirmationEngine {
         };
         match evidence.or(relayed.as_deref()) {
             Some(id) => {
-                let consumed = self.bounded(self.config.store.consume(id, &binding, now)).await;
+                let consumed = self.consume(id, &binding, now).await;
                 tell_consumed(&call, id, &consumed);
                 self.audit_consume(&call, &binding, id, now, &consumed).await;
                 match consumed {
@@ -581,7 +616,7 @@ impl ConfirmationEngine {
                     waiting.settled = true;
                     tracing::info!(target: "agent_surface::confirmation", confirmation_id = id, "confirmation wait timed out");
                     // A decision that landed just before the withdrawal still counts.
-                    let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+                    let consumed = self.consume(id, &record.binding, now).await;
                     tell_consumed(call, id, &consumed);
                     self.audit_consume(call, &record.binding, id, now, &consumed).await;
                     return match consumed {
@@ -592,7 +627,7 @@ impl ConfirmationEngine {
                 }
             }
             let now = self.config.clock.now();
-            let consumed = self.bounded(self.config.store.consume(id, &record.binding, now)).await;
+            let consumed = self.consume(id, &record.binding, now).await;
             tell_consumed(call, id, &consumed);
             self.audit_consume(call, &record.binding, id, now, &consumed).await;
             match consumed {
@@ -718,6 +753,17 @@ fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: &Result<Result<Consume
     if let (Some(details), Ok(Ok(Consumed { token: Some(token), .. }))) = (call.details, consumed) {
         details.consumed(ConsumedEvidence::new(id, token.clone()));
     }
+}
+
+/// `op` under `budget` on `clock`; past it, [`StoreError::Unavailable`].
+async fn within_budget<T>(
+    clock: &dyn Clock,
+    budget: Duration,
+    op: BoxFuture<'_, Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    crate::guard::within(clock, budget, op).await.unwrap_or_else(|| {
+        Err(StoreError::Unavailable(format!("the confirmation store did not answer within {} ms", budget.as_millis())))
+    })
 }
 
 /// A confirmation event about a call (its consumer, principal, ids) and the confirmation `id`

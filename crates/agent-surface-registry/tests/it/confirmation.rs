@@ -1315,3 +1315,43 @@ async fn wait_mode_cancelled_by_the_caller_ends_the_wait_and_withdraws_the_reque
     );
     assert_eq!(env.runs(), 0);
 }
+
+/// The store consumed the evidence, and its answer is still on its way when the caller cancels:
+/// nobody is left to learn of the consumption, so the engine gives the approval back itself, and
+/// the same call presented again runs — the person is not asked twice for a call that never ran.
+#[tokio::test]
+async fn evidence_consumed_for_a_call_that_went_away_is_given_back() {
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = agent_surface_testing::stores::InStep::holding_consumes(
+        agent_surface_policy::MemoryConfirmationStore::default(),
+        release.clone(),
+    );
+    let env = Arc::new(env_with(|clock| ConfirmationConfig {
+        clock: clock.clone(),
+        ttl: TTL,
+        store: Arc::new(store),
+        ..Default::default()
+    }));
+    let id = env.request(refund(5), alice()).await;
+    env.engine.approve(&id, &manager()).await.unwrap();
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = {
+        let (env, options, request) =
+            (env.clone(), alice().with_cancellation(cancel.clone()), refund(5).with_confirmation(&id));
+        tokio::spawn(async move { env.invoke(request, options).await })
+    };
+    settle().await;
+    assert!(!task.is_finished(), "the store's answer is held");
+    cancel.cancel();
+    let inv = tokio::time::timeout(Duration::from_secs(10), task).await.expect("ended by the cancellation").unwrap();
+    assert_produced(&inv, ErrorCode::Cancelled, Phase::Confirmation);
+    // The answer arrives after the caller has gone.
+    release.add_permits(1);
+    settle().await;
+
+    release.add_permits(1);
+    let inv = env.invoke(refund(5).with_confirmation(&id), alice()).await;
+    assert_eq!(inv.result.output(), Some(&json!({"refunded": 5})), "{:?}", inv.result);
+    assert_eq!(env.runs(), 1);
+}

@@ -274,12 +274,18 @@ pub async fn check_replicas_sweep_one_expiry(store: std::sync::Arc<dyn Confirmat
 ///
 /// A look-up that waits longer than a minute (fewer than `n` repeats ever arrive) goes on
 /// alone, so that a broken test fails on its assertions instead of hanging.
+///
+/// Built with [`holding_consumes`](InStep::holding_consumes) instead, it holds the answers of
+/// [`consume`](ConfirmationStore::consume): the store has consumed, and its answer is on its way
+/// until the test releases it — the window in which a caller that goes away never learns that
+/// its evidence was used.
 #[derive(Debug)]
 pub struct InStep<S> {
     inner: S,
     held: usize,
     arrived: std::sync::atomic::AtomicUsize,
     barrier: tokio::sync::Barrier,
+    consumes: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl<S: ConfirmationStore> InStep<S> {
@@ -290,7 +296,14 @@ impl<S: ConfirmationStore> InStep<S> {
             held: n,
             arrived: std::sync::atomic::AtomicUsize::new(0),
             barrier: tokio::sync::Barrier::new(n.max(1)),
+            consumes: None,
         }
+    }
+
+    /// `inner`, each answer of its `consume` (given once the store consumed) held until
+    /// `release` has a permit for it, for at most a minute.
+    pub fn holding_consumes(inner: S, release: std::sync::Arc<tokio::sync::Semaphore>) -> InStep<S> {
+        InStep { consumes: Some(release), ..InStep::new(inner, 0) }
     }
 }
 
@@ -358,7 +371,15 @@ impl<S: ConfirmationStore> ConfirmationStore for InStep<S> {
         'a,
         Result<Result<agent_surface_policy::confirmation::Consumed, Rejection>, StoreError>,
     > {
-        self.inner.consume(id, expected, now)
+        Box::pin(async move {
+            let answer = self.inner.consume(id, expected, now).await;
+            if let Some(release) = &self.consumes
+                && let Ok(Ok(permit)) = tokio::time::timeout(Duration::from_secs(60), release.acquire()).await
+            {
+                permit.forget();
+            }
+            answer
+        })
     }
 
     fn withdraw<'a>(
