@@ -257,6 +257,7 @@ with_extractors!(E1, E2, E3, E4);
     label = "not a check for `.precondition`",
     note = "valid shapes: `|i: &In| ..`, `|ctx: &Ctx, i: &In| ..`, `|State(db): State<Db>, i: &In| ..` \
             (up to four extractors: `Ctx`, `State<T>`, `InstanceState<S>`, `Caller`, or your own `FromCtx`)",
+    note = "write each parameter's type (`|_: &Ctx, i: &In|`, not `|_, i|`): the shape is chosen from them",
     note = "a check that awaits (a database, another service) is `.precondition_async`"
 )]
 pub trait SyncPrecondition<Args, I>: Send + Sync + 'static {

@@ -449,7 +449,7 @@ impl Serve {
         });
         let inbox = if serving_inbox { format!(", the approval inbox at {INBOX_PREFIX}") } else { String::new() };
         tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}{inbox}");
-        report_stores(&service, local);
+        report_stores(&service, local, serving_inbox);
         if let Some(announce) = on_listening {
             announce(local);
         }
@@ -490,6 +490,13 @@ impl Serve {
                 return Err(ServeError::Refused(format!(
                     "{what} `{url}` is not an absolute http or https URL, so agents would send people to a link no \
                      browser opens: write it as `https://host` (with a path if the service is under one)"
+                )));
+            }
+            if let Some(url) = url.filter(|url| names_port_zero(url)) {
+                return Err(ServeError::Refused(format!(
+                    "{what} `{url}` names port 0, so agents would send people to a port nothing listens on (the \
+                     system picks a free port only when the server binds, after the service is built): give the \
+                     port the service is reached at, and bind that port (e.g. `127.0.0.1:8787` to try the inbox)"
                 )));
             }
         }
@@ -730,38 +737,71 @@ impl Signals {
     }
 }
 
-/// Says where the service keeps its state, once it listens: at INFO, each store's reach
-/// (`process`, `durable`, `shared`); at WARN, the stores that keep their records in this process
-/// only, when the service is reachable from elsewhere (it listens beyond loopback, or its public
-/// URL names another host than this machine): a restart forgets what they hold, and replicas do
-/// not share it.
+/// Says where the service keeps its state, once it listens: at INFO, where each store keeps it;
+/// at WARN, what is lost with the stores that keep it in this process's memory only, when the
+/// service is reachable from elsewhere (it listens beyond loopback, or its public URL names
+/// another host than this machine): a restart forgets it, and replicas do not share it.
 #[cfg(feature = "http")]
-fn report_stores(service: &Service, local: SocketAddr) {
+fn report_stores(service: &Service, local: SocketAddr, serving_inbox: bool) {
     use agent_surface_policy::Reach;
     let config = service.registry.config();
-    let stores: [(&str, Option<Reach>); 4] = [
-        ("idempotency", Some(config.idempotency.reach())),
-        ("confirmations", Some(service.stores.confirmations.reach())),
-        ("inbox", Some(service.stores.inbox.reach())),
-        ("rate limiter", config.rate_limiter.as_ref().map(|limiter| limiter.reach())),
+    // Each store, where it keeps its records, and what a restart or a second replica loses with
+    // a store of this process.
+    let mut stores: Vec<(&str, Option<Reach>, &str)> = vec![
+        (
+            "idempotency",
+            Some(config.idempotency.reach()),
+            "the answers of calls with an invocation id (a retried call may run again)",
+        ),
+        (
+            "confirmations",
+            Some(service.stores.confirmations.reach()),
+            "pending and approved confirmations (people are asked again)",
+        ),
+        (
+            "rate limiter",
+            config.rate_limiter.as_ref().map(|limiter| limiter.reach()),
+            "the rate budgets (each replica counts alone; a restart refills them)",
+        ),
     ];
+    if serving_inbox {
+        stores.push(("inbox", Some(service.stores.inbox.reach()), "the approvers' sign-ins (they sign in again)"));
+    }
+    let kept = |reach: Reach| match reach {
+        Reach::Process => "in this process's memory",
+        Reach::Durable => "on this machine's disk",
+        Reach::Shared => "shared",
+        other => other.as_str(),
+    };
     let all: Vec<String> =
-        stores.iter().filter_map(|(name, reach)| reach.map(|r| format!("{name} {}", r.as_str()))).collect();
+        stores.iter().filter_map(|(name, reach, _)| reach.map(|r| format!("{name} {}", kept(r)))).collect();
     tracing::info!(target: TARGET, "stores: {}", all.join(", "));
-    let in_process: Vec<&str> =
-        stores.iter().filter(|(_, reach)| *reach == Some(Reach::Process)).map(|(name, _)| *name).collect();
+    let in_memory: Vec<_> = stores.iter().filter(|(_, reach, _)| *reach == Some(Reach::Process)).collect();
     let public_elsewhere =
         service.public_url.as_deref().and_then(web_address_host).is_some_and(|host| !is_loopback_host(&host));
-    if !in_process.is_empty() && (!local.ip().is_loopback() || public_elsewhere) {
+    if !in_memory.is_empty() && (!local.ip().is_loopback() || public_elsewhere) {
+        let names: Vec<&str> = in_memory.iter().map(|(name, _, _)| *name).collect();
+        let lost: Vec<&str> = in_memory.iter().map(|(_, _, lost)| *lost).collect();
         tracing::warn!(
             target: TARGET,
-            stores = %in_process.join(", "),
-            "these stores keep their records in this process only: a restart forgets pending approvals and \
-             idempotency records (a retried call may run again), and replicas do not share them. Give \
-             ServiceBuilder::stores a durable bundle (agent-surface-sqlite) or a shared one (agent-surface-redis, \
-             agent-surface-postgres)"
+            stores = %names.join(", "),
+            "these stores keep their records in this process's memory only; a restart forgets, and another replica \
+             does not see, {}. Give ServiceBuilder::stores a durable bundle (agent-surface-sqlite) or a shared one \
+             (agent-surface-redis, agent-surface-postgres)",
+            lost.join("; ")
         );
     }
+}
+
+/// Whether `url` (one [`web_address_host`] accepts) names port 0: a port the system picks when a
+/// server binds, never one a browser can be sent to.
+fn names_port_zero(url: &str) -> bool {
+    let authority = url.split_once("://").map_or("", |(_, rest)| rest.split('/').next().unwrap_or_default());
+    let port = match authority.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => authority.split_once(':').map(|(_, port)| port),
+    };
+    port.and_then(|p| p.parse::<u16>().ok()) == Some(0)
 }
 
 /// Whether `host` (as [`web_address_host`] gives it) names this machine: `localhost` or a
@@ -835,6 +875,13 @@ mod tests {
         assert_eq!(web_address_host("https://Tickets.Example:8443/x").as_deref(), Some("tickets.example"));
         assert_eq!(web_address_host("http://[::1]:8080").as_deref(), Some("[::1]"));
         assert_eq!(web_address_host("not a url"), None);
+        for zero in ["http://127.0.0.1:0", "http://localhost:00/x", "http://[::1]:0"] {
+            assert!(super::names_port_zero(zero), "{zero}");
+        }
+        for other in ["http://127.0.0.1:8787", "https://tickets.example", "http://[::1]:8080/0", "http://a.example/:0"]
+        {
+            assert!(!super::names_port_zero(other), "{other}");
+        }
     }
 
     #[test]

@@ -60,6 +60,10 @@ async fn a_public_url_no_browser_opens_is_refused_before_listening() {
     let (service, _mount) = refunds(Some("lb.example"));
     let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
     assert!(why.contains("ServiceBuilder::public_url `lb.example`") && why.contains("https://host"), "{why}");
+    // Port 0 is picked when the server binds, after the service (and its approval links) is built.
+    let (service, _mount) = refunds(Some("http://127.0.0.1:0"));
+    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("`http://127.0.0.1:0` names port 0") && why.contains("127.0.0.1:8787"), "{why}");
 }
 
 #[tokio::test]
@@ -111,10 +115,11 @@ async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
         .authenticator(people())
         .approvers("approver")
         .operator_log(false)
-        // An address of its own on loopback (the requests still say `Host: 127.0.0.1`): the other
-        // tests bind 127.0.0.1, so none of them can take this port once it is released, and the
-        // last assertion sees this server's listener gone rather than another test's.
-        .bind("127.0.0.2:0")
+        // On Linux, an address of its own on loopback (the requests still say `Host: 127.0.0.1`):
+        // the other tests bind 127.0.0.1, so none of them can take this port once it is released,
+        // and the last assertion sees this server's listener gone rather than another test's.
+        // (Other systems configure 127.0.0.1 alone.)
+        .bind(if cfg!(target_os = "linux") { "127.0.0.2:0" } else { "127.0.0.1:0" })
         .await
         .expect("serves");
     let addr = running.local_addr();

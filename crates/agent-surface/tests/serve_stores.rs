@@ -41,12 +41,15 @@ fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
 #[test]
 fn process_only_stores_are_reported_at_startup_when_the_service_is_reachable() {
     let log = warnings(Some("https://refunds.example"), "127.0.0.1:0");
-    assert!(log.contains("keep their records in this process only"), "{log}");
-    assert!(log.contains("idempotency, confirmations, inbox"), "{log}");
+    assert!(log.contains("keep their records in this process's memory only"), "{log}");
+    // The stores this service uses (no rate budgets, no inbox served), and what each loses.
+    assert!(log.contains("stores=idempotency, confirmations\n"), "{log}");
+    assert!(log.contains("a retried call may run again") && log.contains("people are asked again"), "{log}");
+    assert!(!log.contains("rate budgets") && !log.contains("sign-ins"), "{log}");
     assert!(log.contains("agent-surface-sqlite"), "{log}");
     // Tried on this machine: no public URL, or one that names this machine, as the guide's.
     for local in [None, Some("http://127.0.0.1:8787"), Some("http://localhost:8787"), Some("http://[::1]:8787")] {
         let log = warnings(local, "127.0.0.1:0");
-        assert!(!log.contains("this process only"), "{local:?}: {log}");
+        assert!(!log.contains("this process's memory only"), "{local:?}: {log}");
     }
 }
