@@ -194,7 +194,10 @@ impl AuthRejection {
 /// development and tests.
 ///
 /// The scheme name is matched case-insensitively (RFC 9110 §11.1: `bearer TOKEN` and
-/// `BEARER TOKEN` are the same credentials); the token itself is compared exactly.
+/// `BEARER TOKEN` are the same credentials); the token itself is compared exactly. A token the
+/// table does not hold proves nothing: the caller is anonymous, as without a token (a policy that
+/// requires a signed-in caller answers `NOT_AUTHENTICATED`), and the operator log says at `INFO`
+/// (target `agent_surface::authn`) that an unknown token was presented — never the token.
 ///
 /// ```
 /// use agent_surface_policy::{Authenticator, BearerTokens};
@@ -222,12 +225,11 @@ impl BearerTokens {
 
 impl Authenticator for BearerTokens {
     fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>> {
-        let identity = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .and_then(|token| self.tokens.get(token))
-            .cloned();
+        let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
+        let identity = token.and_then(|token| self.tokens.get(token)).cloned();
+        if token.is_some() && identity.is_none() {
+            tracing::info!(target: "agent_surface::authn", "a bearer token this service does not know was presented; the caller is anonymous");
+        }
         Box::pin(std::future::ready(identity))
     }
 }

@@ -56,7 +56,17 @@ pub(crate) fn page(title: &str, stylesheet: &str, signed_in: Option<(&str, &str,
 }
 
 /// The list of pending confirmations and the recent decisions.
-pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[AuditEvent]) -> String {
+/// The recent decisions the inbox lists, read from the audit trail.
+pub(crate) enum Recent {
+    /// The latest decisions, newest first (none yet: empty).
+    Listed(Vec<AuditEvent>),
+    /// The service keeps no audit trail, so the inbox has no decisions to list.
+    NoTrail,
+    /// The trail could not be read just now.
+    Unavailable,
+}
+
+pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recent) -> String {
     let mut out = String::new();
     if pending.is_empty() {
         out.push_str("<p id=\"empty\">Nothing waits for your decision.</p>\n");
@@ -87,10 +97,24 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &[Audi
         out.push_str("</tbody></table></div>\n");
     }
     out.push_str("<h2>Recent decisions</h2>\n");
-    if recent.is_empty() {
-        out.push_str("<p>No decision yet.</p>\n");
-        return out;
-    }
+    let recent = match recent {
+        Recent::Listed(events) if !events.is_empty() => events,
+        Recent::Listed(_) => {
+            out.push_str("<p id=\"no-recent\">No decision yet.</p>\n");
+            return out;
+        }
+        Recent::NoTrail => {
+            out.push_str(
+                "<p id=\"no-trail\">Decisions are listed from the audit trail, and this service keeps none. Each \
+                 confirmation's page shows the decisions made on it.</p>\n",
+            );
+            return out;
+        }
+        Recent::Unavailable => {
+            out.push_str("<p id=\"no-trail\">The audit trail could not be read just now.</p>\n");
+            return out;
+        }
+    };
     out.push_str(
         "<div class=\"scroll\"><table id=\"recent\"><thead><tr><th>When</th><th>Who</th><th>Decision</th><th>Capability</th>\
          <th>Requested by</th><th>Note</th></tr></thead><tbody>\n",

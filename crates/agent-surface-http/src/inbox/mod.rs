@@ -480,18 +480,20 @@ async fn list(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
 }
 
 /// The latest decisions from the audit trail, newest first.
-async fn recent_decisions(inbox: &Inbox) -> Vec<agent_surface_policy::AuditEvent> {
-    let Some(audit) = &inbox.config.audit else { return Vec::new() };
+async fn recent_decisions(inbox: &Inbox) -> html::Recent {
+    let Some(audit) = &inbox.config.audit else { return html::Recent::NoTrail };
     match audit.recent(1000).await {
-        Ok(events) => events
-            .into_iter()
-            .rev()
-            .filter(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. }))
-            .take(MAX_RECENT)
-            .collect(),
+        Ok(events) => html::Recent::Listed(
+            events
+                .into_iter()
+                .rev()
+                .filter(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. }))
+                .take(MAX_RECENT)
+                .collect(),
+        ),
         Err(e) => {
             tracing::warn!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(&e), "recent decisions unavailable");
-            Vec::new()
+            html::Recent::Unavailable
         }
     }
 }

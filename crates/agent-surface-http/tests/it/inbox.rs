@@ -55,6 +55,17 @@ fn env_at(
     authenticator: Option<Arc<dyn Authenticator>>,
     session_ttl: Duration,
 ) -> Env {
+    env_trail(quorums, clock, authenticator, session_ttl, true)
+}
+
+/// [`env_at`], the inbox given the audit trail (`trail`) or not.
+fn env_trail(
+    quorums: Vec<(Scope, Quorum)>,
+    clock: Option<ManualClock>,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    session_ttl: Duration,
+    trail: bool,
+) -> Env {
     let audit = Arc::new(MemoryAuditSink::default());
     let defaults = ConfirmationConfig::default();
     let (clock, ttl) = match clock {
@@ -94,7 +105,7 @@ fn env_at(
     ]);
     let authenticator = authenticator.unwrap_or_else(|| Arc::new(tokens));
     let config = InboxConfig {
-        audit: Some(audit as Arc<dyn AuditSink>),
+        audit: trail.then_some(audit as Arc<dyn AuditSink>),
         approver_role: Some("approver".into()),
         secure_cookie: false,
         session_ttl,
@@ -1084,4 +1095,21 @@ async fn named_approvers_are_shown_and_only_they_count() {
         env.engine.get(&id).await.unwrap().unwrap().state,
         ConfirmationState::Approved { by: "carol, sam".into() }
     );
+}
+
+/// An inbox given no audit trail lists no recent decisions, and says why rather than "No decision
+/// yet" (which would be false once anyone decided); the confirmation's own page shows its
+/// decisions.
+#[tokio::test]
+async fn without_an_audit_trail_the_inbox_says_it_lists_no_decisions() {
+    let env = env_trail(Vec::new(), None, None, DEFAULT_SESSION_TTL, false);
+    let manager = env.sign_in("t-manager").await;
+    let inv = env.registry.invoke_detailed(refund(), alice()).await;
+    let id = inv.result.error_payload().unwrap().detail("confirmationId").unwrap().as_str().unwrap().to_string();
+    env.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(list.body.contains("id=\"no-trail\"") && list.body.contains("this service keeps none"), "{}", list.body);
+    assert!(!list.body.contains("No decision yet"), "{}", list.body);
+    let page = env.send("GET", &format!("/inbox/c/{id}"), Some(&manager), None).await;
+    assert!(page.body.contains("id=\"decisions\"") && page.body.contains("manager"), "{}", page.body);
 }

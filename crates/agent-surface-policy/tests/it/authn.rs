@@ -18,3 +18,18 @@ async fn the_bearer_scheme_matches_case_insensitively() {
         assert_eq!(subject(&auth, value).await, None, "{value}");
     }
 }
+
+/// An unknown token is anonymous, and the operator is told one was presented (at `INFO`), never
+/// which.
+#[test]
+fn an_unknown_token_is_anonymous_and_the_operator_is_told() {
+    let auth = BearerTokens::new([("t-x", Identity::new("x"))]);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let (who, log) = agent_surface_testing::capture_operator_log(|| runtime.block_on(subject(&auth, "Bearer t-typo")));
+    assert_eq!(who, None);
+    assert!(log.contains("a bearer token this service does not know was presented"), "{log}");
+    assert!(!log.contains("t-typo"), "{log}");
+    // No token at all, or a known one: nothing to say.
+    let (_, log) = agent_surface_testing::capture_operator_log(|| runtime.block_on(subject(&auth, "Bearer t-x")));
+    assert!(!log.contains("does not know"), "{log}");
+}

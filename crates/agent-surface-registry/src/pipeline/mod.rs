@@ -75,7 +75,8 @@ pub(crate) fn invoke<T: Send + 'static>(
             correlation_id = %correlation_id,
             capability = %Shown(&request.capability),
             consumer = %options.consumer.key(),
-            invocation_id = request.invocation_id.as_deref().unwrap_or(""),
+            // Recorded below when the caller sent one: absent, not empty, otherwise.
+            invocation_id = tracing::field::Empty,
             code = tracing::field::Empty,
             phase = tracing::field::Empty,
             retry = tracing::field::Empty,
@@ -92,6 +93,9 @@ pub(crate) fn invoke<T: Send + 'static>(
             "gen_ai.tool.call.id" = tracing::field::Empty,
             "error.type" = tracing::field::Empty,
         );
+        if let Some(id) = &request.invocation_id {
+            span.record("invocation_id", id.as_str());
+        }
         // With `otel`, the span's name carries the capability (an OpenTelemetry span's name is fixed
         // when it starts), only when the registry defines it: agents' names stay out of span names.
         let tool = (cfg!(feature = "otel")

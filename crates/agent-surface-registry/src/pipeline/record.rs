@@ -58,8 +58,9 @@ pub(crate) fn finish(
                         correlation_id = %correlation_id,
                         code = code.as_str(),
                         phase = phase.as_str(),
-                        note = %redacted(note.as_deref().unwrap_or("")),
-                        cause = %redacted(chain.join(": ")),
+                        // Absent rather than empty when there is none.
+                        note = note.as_deref().map(|note| tracing::field::display(redacted(note))),
+                        cause = (!chain.is_empty()).then(|| tracing::field::display(redacted(chain.join(": ")))),
                         "error"
                     )
                 };

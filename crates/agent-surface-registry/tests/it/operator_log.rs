@@ -155,6 +155,10 @@ fn each_call_is_logged_at_its_codes_level_with_its_correlation_id() {
             || log.contains("invocation_id=inv-7")
     );
     assert_ne!(invocations[0].correlation_id, invocations[1].correlation_id);
+    // What a call does not have is absent from its line, not written empty: an unknown name has
+    // no cause, and no invocation id was sent.
+    let unknown = event_line(&log, &invocations[0]);
+    assert!(!unknown.contains("cause=") && !unknown.contains("invocation_id="), "{unknown}");
     // The panic message is on the operator channel, at ERROR, and nowhere in the result.
     assert!(event_line(&log, &invocations[3]).contains("index out of bounds"), "{log}");
     assert!(!serde_json::to_string(&invocations[3].result).unwrap().contains("index out of bounds"));
