@@ -111,15 +111,12 @@ async fn a_misspelled_policy_target_is_refused_before_listening() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
     let (service, _mount) = refunds(Some("https://refunds.example"));
+    let registry = service.registry.clone();
     let running = Serve::new(service)
         .authenticator(people())
         .approvers("approver")
         .operator_log(false)
-        // On Linux, an address of its own on loopback (the requests still say `Host: 127.0.0.1`):
-        // the other tests bind 127.0.0.1, so none of them can take this port once it is released,
-        // and the last assertion sees this server's listener gone rather than another test's.
-        // (Other systems configure 127.0.0.1 alone.)
-        .bind(if cfg!(target_os = "linux") { "127.0.0.2:0" } else { "127.0.0.1:0" })
+        .bind("127.0.0.1:0")
         .await
         .expect("serves");
     let addr = running.local_addr();
@@ -180,7 +177,10 @@ async fn mcp_the_binding_and_the_inbox_are_served_with_one_authenticator() {
 
     running.stop();
     running.stopped().await.expect("drains");
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+    // Stopped, the service's calls are cancelled. (That the listener is closed is
+    // `agent-surface-server`'s to test: probing the freed port here raced the other tests and
+    // processes the system hands it to next.)
+    assert!(registry.is_disposed());
 }
 
 /// A `tools/call` of `refunds-issue` by alice over MCP (stateless era) from a client that can
