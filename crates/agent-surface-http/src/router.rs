@@ -567,19 +567,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
         return asynchronous::stream(registry, request, options, guard, state.config.sends, plain).await;
     }
     let _guard = guard;
-    let call = async move { registry.invoke_detailed(request, options).await };
-    // Most calls complete on their first poll (a handler that does not await, memory stores):
-    // polled here, such a call has no await point at which this handler could be dropped, so it
-    // needs no task of its own. One that does not complete goes on in its own task, as above.
-    // The first poll is guarded as the task is: a panic (which the pipeline already catches
-    // inside) is the same internal fault as a task that ended abnormally.
-    let mut call = Box::pin(call);
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| futures_util::FutureExt::now_or_never(&mut call))) {
-        Ok(Some(invocation)) => return answer(&state, invocation),
-        Ok(None) => {}
-        Err(_) => return internal("the invoke call panicked", &"a panic outside the pipeline's guards"),
-    }
-    let invocation = match tokio::spawn(call).await {
+    let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
         Ok(invocation) => invocation,
         Err(e) => return invoke_task_failed(e),
     };
