@@ -1,10 +1,9 @@
 //! What `Serve` says at startup of where the service keeps its state. A binary of its own: it
 //! captures the operator log, which a test that lets `Serve` install its own log would take.
 
-use agent_surface::core::{AgentSurfaceError, Effect};
-use agent_surface::policy::{AllowAll, Policies, RequireIdentity};
-use agent_surface::{Serve, ServiceBuilder};
-use serde_json::{Value, json};
+use agent_surface::Serve;
+
+mod support;
 
 /// What `bind` logs at WARN (the operator log's default) for a service on the default (memory)
 /// stores, with `public_url`, listening on `addr`.
@@ -12,21 +11,7 @@ fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
     let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::WARN, || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async {
-            let mut builder =
-                ServiceBuilder::new().authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll));
-            if let Some(url) = public_url {
-                builder = builder.public_url(url);
-            }
-            let service = builder.build();
-            service
-                .registry
-                .define("refunds", |t| {
-                    t.capability("issue", "Refund an order.")
-                        .effect(Effect::Write)
-                        .handle(|i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"refunded": i["order"]})) });
-                })
-                .expect("defines");
-            let _mount = service.registry.mount("refunds", "main").expect("mounts");
+            let (service, _mount) = support::refunds(public_url);
             let running = Serve::new(service).operator_log(false).bind(addr).await.expect("serves");
             running.stop();
             running.stopped().await.expect("drains");

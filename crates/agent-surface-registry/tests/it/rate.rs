@@ -162,21 +162,29 @@ async fn a_full_queue_is_rate_limited_with_an_estimate() {
     assert!(running.await.unwrap().result.is_ok());
 }
 
-#[tokio::test]
-async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
-    let clock = clock();
+/// `gate.run` (see [`gated`]) behind a limiter of two calls a second per consumer and a queue of
+/// one slot whose calls wait at most `max_wait`; `started` counts the handlers that ran.
+struct Counted {
+    registry: Registry,
+    limiter: Arc<MemoryRateLimiter>,
+    gate: Arc<Semaphore>,
+    started: Arc<AtomicUsize>,
+    _mount: agent_surface_registry::Mount,
+}
+
+fn counted(clock: &Arc<ManualClock>, max_wait: Duration) -> Counted {
     let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
         clock: clock.clone(),
         per_consumer: Some(per_second(2)),
         queue: Some(QueueConfig {
             max_concurrent: NonZeroUsize::new(1).unwrap(),
             max_waiting: 4,
-            max_wait: Duration::from_millis(50),
+            max_wait,
             initial_hold_estimate: Duration::from_millis(100),
         }),
         ..Default::default()
     }));
-    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..config_with(&clock) });
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..config_with(clock) });
     let gate = Arc::new(Semaphore::new(0));
     let started = Arc::new(AtomicUsize::new(0));
     r.provide(gate.clone());
@@ -193,7 +201,14 @@ async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
         )
     })
     .unwrap();
-    let _m = r.mount("gate", "main").unwrap();
+    let _mount = r.mount("gate", "main").unwrap();
+    Counted { registry: r, limiter, gate, started, _mount }
+}
+
+#[tokio::test]
+async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
+    let clock = clock();
+    let Counted { registry: r, limiter, gate, started, _mount } = counted(&clock, Duration::from_millis(50));
 
     let running = spawn_run(&r);
     settle().await;
@@ -221,37 +236,9 @@ async fn a_call_that_waits_too_long_gives_up_and_gets_its_budget_back() {
 #[tokio::test]
 async fn a_call_cancelled_in_the_queue_leaves_it_and_never_runs() {
     let clock = clock();
-    let limiter = Arc::new(MemoryRateLimiter::new(RateLimitConfig {
-        clock: clock.clone(),
-        // Two calls a second, and the clock stands still: the cancelled call's unit must come
-        // back for the last call to pass.
-        per_consumer: Some(per_second(2)),
-        queue: Some(QueueConfig {
-            max_concurrent: NonZeroUsize::new(1).unwrap(),
-            max_waiting: 4,
-            max_wait: Duration::from_secs(60),
-            initial_hold_estimate: Duration::from_millis(100),
-        }),
-        ..Default::default()
-    }));
-    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..config_with(&clock) });
-    let gate = Arc::new(Semaphore::new(0));
-    let started = Arc::new(AtomicUsize::new(0));
-    r.provide(gate.clone());
-    let count = started.clone();
-    r.define("gate", |t| {
-        t.capability("run", "Wait for the gate.").time_budget(Duration::from_secs(600)).handler(
-            move |ctx: Ctx, _i: Value| {
-                count.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    ctx.state::<Arc<Semaphore>>().acquire().await.map_err(AgentSurfaceError::internal)?.forget();
-                    Ok::<_, AgentSurfaceError>(json!({}))
-                }
-            },
-        )
-    })
-    .unwrap();
-    let _m = r.mount("gate", "main").unwrap();
+    // Two calls a second, and the clock stands still: the cancelled call's unit must come back
+    // for the last call to pass.
+    let Counted { registry: r, limiter, gate, started, _mount } = counted(&clock, Duration::from_secs(60));
 
     let running = spawn_run(&r);
     settle().await;
