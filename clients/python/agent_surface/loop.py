@@ -25,8 +25,9 @@ instance's live registration).
 
 Interrupted calls follow one rule (spec/error-model.md, "Interrupted calls"): the code says
 whether a repeat could double an effect, never the tool's declarations. `TIMEOUT`, `CANCELLED`
-and `COMPONENT_UNMOUNTED {phase: mid-flight}` come only from a read or an idempotent call (or, for
-`CANCELLED`, from any call stopped before its handler started) and are repeated as their row says, without asking the host; only `EXECUTION_FAILED {reason:
+and `COMPONENT_UNMOUNTED {phase: mid-flight}` come only from a read or an idempotent call (or,
+for `CANCELLED`, from any call stopped before its handler started) and are repeated as their
+row says, without asking the host; only `EXECUTION_FAILED {reason:
 outcome-unknown}` (a call with an effect, interrupted) is verified first.
 
 The convergence guard compares the code, `details.reason` (or `phase`), the tool, the target and

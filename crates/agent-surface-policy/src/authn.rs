@@ -197,7 +197,7 @@ impl AuthRejection {
 /// `BEARER TOKEN` are the same credentials); the token itself is compared exactly. A token the
 /// table does not hold proves nothing: the caller is anonymous, as without a token (a policy that
 /// requires a signed-in caller answers `NOT_AUTHENTICATED`), and the operator log says at `INFO`
-/// (target `agent_surface::authn`) that an unknown token was presented — never the token.
+/// (target `agent_surface::auth`) that an unknown token was presented — never the token.
 ///
 /// ```
 /// use agent_surface_policy::{Authenticator, BearerTokens};
@@ -228,7 +228,7 @@ impl Authenticator for BearerTokens {
         let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
         let identity = token.and_then(|token| self.tokens.get(token)).cloned();
         if token.is_some() && identity.is_none() {
-            tracing::info!(target: "agent_surface::authn", "a bearer token this service does not know was presented; the caller is anonymous");
+            tracing::info!(target: "agent_surface::auth", "a bearer token this service does not know was presented; the caller is anonymous");
         }
         Box::pin(std::future::ready(identity))
     }

@@ -111,7 +111,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recen
             return out;
         }
         Recent::Unavailable => {
-            out.push_str("<p id=\"no-trail\">The audit trail could not be read just now.</p>\n");
+            out.push_str("<p id=\"trail-unavailable\">The audit trail could not be read just now.</p>\n");
             return out;
         }
     };

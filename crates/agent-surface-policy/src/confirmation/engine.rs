@@ -218,41 +218,50 @@ impl ConfirmationEngine {
 
     /// [`ConfirmationStore::consume`](super::ConfirmationStore::consume) under the store budget,
     /// finished even when the call that awaits it goes away meanwhile (cancelled or dropped): a
-    /// consumption that call never learnt of is given back at once
+    /// consumption that call never learnt of is given back
     /// ([`reinstate`](super::ConfirmationStore::reinstate)), since its handler cannot start and
-    /// nobody holds the evidence to give it back later. A store that answers on the first poll
-    /// (the memory store) is awaited here; another finishes in a task of its own.
+    /// nobody holds the evidence to give it back later — whether the answer comes after the call
+    /// went away (the task gives it back) or arrives and is dropped unread ([`Unread`] does). A
+    /// store that answers on the first poll (the memory store) is awaited here; another finishes
+    /// in a task of its own, where a runtime is (without one it is awaited here, and a call
+    /// dropped meanwhile drops it, as any store operation). A store that panics in that task is a
+    /// store failure, as one that panics here is the gate's.
     async fn consume(
         &self,
         id: &str,
         binding: &ConfirmationBinding,
         now: Timestamp,
     ) -> Result<Result<Consumed, Rejection>, StoreError> {
-        let (store, clock, budget) =
-            (Arc::clone(&self.config.store), Arc::clone(&self.config.clock), self.config.store_budget);
-        let (id, binding) = (id.to_string(), binding.clone());
+        let back = GiveBack {
+            store: Arc::clone(&self.config.store),
+            clock: Arc::clone(&self.config.clock),
+            budget: self.config.store_budget,
+            id: id.to_string(),
+            binding: binding.clone(),
+        };
         let (answer, answered) = tokio::sync::oneshot::channel();
+        let task_back = back.clone();
+        let started = crate::guard::catch(|| {
+            let GiveBack { store, clock, budget, id, binding } = task_back.clone();
+            async move { within_budget(clock.as_ref(), budget, store.consume(&id, &binding, now)).await }
+        });
         let mut consuming = Box::pin(async move {
-            let consumed = within_budget(clock.as_ref(), budget, store.consume(&id, &binding, now)).await;
+            let consumed = crate::guard::catch_started(started).await.unwrap_or_else(|text| {
+                Err(StoreError::Unavailable(format!("the confirmation store panicked: {}", crate::redacted(&text))))
+            });
             if let Err(Ok(Ok(Consumed { token: Some(token), .. }))) = answer.send(consumed) {
-                let given_back =
-                    within_budget(clock.as_ref(), budget, store.reinstate(&id, &binding, &token, now)).await;
-                tracing::info!(
-                    target: "agent_surface::confirmation",
-                    confirmation_id = %id,
-                    given_back = matches!(given_back, Ok(true)),
-                    "the call that consumed this confirmation went away before it learnt so; the approval is given back"
-                );
+                task_back.reinstate(token).await;
             }
         });
+        let mut unread = Unread { answer: answered, back: Some(back) };
         if (&mut consuming).now_or_never().is_none() {
             match tokio::runtime::Handle::try_current() {
-                Ok(handle) => drop(handle.spawn(consuming)),
+                Ok(handle) => drop(handle.spawn(tracing::Instrument::in_current_span(consuming))),
                 // No runtime to finish it: awaited here, as any other store operation.
                 Err(_) => consuming.await,
             }
         }
-        answered
+        (&mut unread.answer)
             .await
             .unwrap_or_else(|_| Err(StoreError::Unavailable("the confirmation store's answer was lost".into())))
     }
@@ -752,6 +761,66 @@ impl ConfirmationGate for ConfirmationEngine {
 fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: &Result<Result<Consumed, Rejection>, StoreError>) {
     if let (Some(details), Ok(Ok(Consumed { token: Some(token), .. }))) = (call.details, consumed) {
         details.consumed(ConsumedEvidence::new(id, token.clone()));
+    }
+}
+
+/// What giving back a consumption nobody learnt of needs (see `ConfirmationEngine::consume`).
+#[derive(Clone)]
+struct GiveBack {
+    store: Arc<dyn super::ConfirmationStore>,
+    clock: Arc<dyn Clock>,
+    budget: Duration,
+    id: String,
+    binding: ConfirmationBinding,
+}
+
+impl GiveBack {
+    /// Gives the consumption `token` back, and says so on the operator channel.
+    async fn reinstate(self, token: String) {
+        let now = self.clock.now();
+        let reinstate = self.store.reinstate(&self.id, &self.binding, &token, now);
+        match within_budget(self.clock.as_ref(), self.budget, reinstate).await {
+            Ok(true) => tracing::info!(
+                target: "agent_surface::confirmation",
+                confirmation_id = %self.id,
+                "the call that consumed this confirmation went away before it learnt so; the approval is given back"
+            ),
+            Ok(false) => tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = %self.id,
+                "the call that consumed this confirmation went away before it learnt so, and the approval could not be given back (expired); it takes a fresh one"
+            ),
+            Err(e) => tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = %self.id,
+                error = %crate::redacted(&e),
+                "the call that consumed this confirmation went away before it learnt so, and the store did not take the approval back; it takes a fresh one"
+            ),
+        }
+    }
+}
+
+/// The answer of a consumption, awaited by the call. Dropped with the answer in it unread (the
+/// call went away after the store answered, before it looked), it gives the consumption back;
+/// closed first, so that an answer sent later fails to arrive and the task gives it back instead:
+/// either way once.
+struct Unread {
+    answer: tokio::sync::oneshot::Receiver<Result<Result<Consumed, Rejection>, StoreError>>,
+    back: Option<GiveBack>,
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        self.answer.close();
+        if let Ok(Ok(Ok(Consumed { token: Some(token), .. }))) = self.answer.try_recv()
+            && let Some(back) = self.back.take()
+        {
+            let give_back = tracing::Instrument::in_current_span(back.reinstate(token));
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => drop(handle.spawn(give_back)),
+                Err(_) => drop(give_back.now_or_never()),
+            }
+        }
     }
 }
 

@@ -29,7 +29,14 @@ fn an_unknown_token_is_anonymous_and_the_operator_is_told() {
     assert_eq!(who, None);
     assert!(log.contains("a bearer token this service does not know was presented"), "{log}");
     assert!(!log.contains("t-typo"), "{log}");
-    // No token at all, or a known one: nothing to say.
-    let (_, log) = agent_surface_testing::capture_operator_log(|| runtime.block_on(subject(&auth, "Bearer t-x")));
-    assert!(!log.contains("does not know"), "{log}");
+    // A known token, or another scheme: nothing to say.
+    for value in ["Bearer t-x", "Basic dDp4"] {
+        let (_, log) = agent_surface_testing::capture_operator_log(|| runtime.block_on(subject(&auth, value)));
+        assert!(!log.contains("does not know"), "{value}: {log}");
+    }
+    // No `Authorization` at all.
+    let (who, log) = agent_surface_testing::capture_operator_log(|| {
+        runtime.block_on(async { auth.authenticate(&http::HeaderMap::new()).await })
+    });
+    assert!(who.is_none() && !log.contains("does not know"), "{log}");
 }

@@ -454,6 +454,16 @@ async fn unless_cancelled<T>(
     }
 }
 
+/// Whether the call may still start its handler: not once the lease on its record was lost
+/// (another caller holds the record now, and that answer comes first: a retry must not run beside
+/// the new leader), nor once its caller has gone ([`still_wanted`]).
+fn may_start(call: &Call<'_>) -> Result<(), Stop> {
+    if call.hold.as_ref().is_some_and(|hold| hold.lost.is_cancelled()) {
+        return Err(taken_over_stop("the lease was lost before the handler started"));
+    }
+    still_wanted(call)
+}
+
 /// Whether the call may still start its handler: not once its caller has cancelled or the
 /// registry has been disposed (during a wait before phase 8 that [`unless_cancelled`] does not
 /// cover: the started mark, the audit trail's start). The handler has not started, so the answer
@@ -528,7 +538,7 @@ fn audited_after_consuming(
     consumed: confirmation::GiveBack,
 ) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
-        audit::Trail::None => match still_wanted(&call) {
+        audit::Trail::None => match may_start(&call) {
             Ok(()) => {
                 consumed.disarm();
                 execute(call, prepared)
@@ -550,7 +560,7 @@ fn audited_after_consuming(
                     return Err(stop);
                 }
             };
-            if let Err(stop) = still_wanted(&call) {
+            if let Err(stop) = may_start(&call) {
                 consumed.now().await;
                 let outcome = Err(stop);
                 started.finish(&outcome).await;
@@ -568,12 +578,7 @@ fn audited_after_consuming(
 #[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
-    // The lease was lost before the handler started: another caller holds the record now, and
-    // that answer comes first (a retry must not run beside the new leader).
-    if call.hold.as_ref().is_some_and(|hold| hold.lost.is_cancelled()) {
-        return Err(taken_over_stop("the lease was lost before the handler started"));
-    }
-    still_wanted(&call)?;
+    may_start(&call)?;
     if let Some(hook) = &call.options.on_execute {
         hook();
     }

@@ -1316,11 +1316,11 @@ async fn wait_mode_cancelled_by_the_caller_ends_the_wait_and_withdraws_the_reque
     assert_eq!(env.runs(), 0);
 }
 
-/// The store consumed the evidence, and its answer is still on its way when the caller cancels:
-/// nobody is left to learn of the consumption, so the engine gives the approval back itself, and
-/// the same call presented again runs — the person is not asked twice for a call that never ran.
-#[tokio::test]
-async fn evidence_consumed_for_a_call_that_went_away_is_given_back() {
+/// The store consumed the evidence, and its answer is still on its way when the caller cancels
+/// (`answer_first`: it has arrived, unread): nobody is left to learn of the consumption, so the
+/// engine gives the approval back itself, and the same call presented again, once that has
+/// landed, runs — the person is not asked twice for a call that never ran.
+async fn given_back_when_the_caller_goes_away(answer_first: bool) {
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let store = agent_surface_testing::stores::InStep::holding_consumes(
         agent_surface_policy::MemoryConfirmationStore::default(),
@@ -1343,15 +1343,34 @@ async fn evidence_consumed_for_a_call_that_went_away_is_given_back() {
     };
     settle().await;
     assert!(!task.is_finished(), "the store's answer is held");
-    cancel.cancel();
+    if answer_first {
+        // The answer is sent (the store's task runs first, woken first), and the call is
+        // cancelled before it reads it.
+        release.add_permits(1);
+        cancel.cancel();
+    } else {
+        cancel.cancel();
+    }
     let inv = tokio::time::timeout(Duration::from_secs(10), task).await.expect("ended by the cancellation").unwrap();
     assert_produced(&inv, ErrorCode::Cancelled, Phase::Confirmation);
-    // The answer arrives after the caller has gone.
-    release.add_permits(1);
+    if !answer_first {
+        // The answer arrives after the caller has gone.
+        release.add_permits(1);
+    }
     settle().await;
 
     release.add_permits(1);
     let inv = env.invoke(refund(5).with_confirmation(&id), alice()).await;
     assert_eq!(inv.result.output(), Some(&json!({"refunded": 5})), "{:?}", inv.result);
     assert_eq!(env.runs(), 1);
+}
+
+#[tokio::test]
+async fn evidence_consumed_for_a_call_that_went_away_is_given_back() {
+    given_back_when_the_caller_goes_away(false).await;
+}
+
+#[tokio::test]
+async fn evidence_consumed_for_a_call_that_went_away_before_reading_the_answer_is_given_back() {
+    given_back_when_the_caller_goes_away(true).await;
 }
