@@ -338,6 +338,11 @@ impl InvokeOptions {
         self
     }
 
+    /// Whether the caller's cancellation has fired (never, without one).
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancellation.as_ref().is_some_and(CancellationToken::is_cancelled)
+    }
+
     /// Completes when the caller's cancellation fires (never, without one).
     pub(crate) async fn cancelled(&self) {
         match &self.cancellation {

@@ -240,17 +240,17 @@ impl ConfirmationEngine {
             binding: binding.clone(),
         };
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let task_back = back.clone();
-        let started = crate::guard::catch(|| {
-            let GiveBack { store, clock, budget, id, binding } = task_back.clone();
-            async move { within_budget(clock.as_ref(), budget, store.consume(&id, &binding, now)).await }
-        });
+        let task = back.clone();
         let mut consuming = Box::pin(async move {
-            let consumed = crate::guard::catch_started(started).await.unwrap_or_else(|text| {
+            let consumed = crate::guard::catch_future(|| {
+                within_budget(task.clock.as_ref(), task.budget, task.store.consume(&task.id, &task.binding, now))
+            })
+            .await
+            .unwrap_or_else(|text| {
                 Err(StoreError::Unavailable(format!("the confirmation store panicked: {}", crate::redacted(&text))))
             });
             if let Err(Ok(Ok(Consumed { token: Some(token), .. }))) = answer.send(consumed) {
-                task_back.reinstate(token).await;
+                task.reinstate(token).await;
             }
         });
         let mut unread = Unread { answer: answered, back: Some(back) };

@@ -193,7 +193,7 @@ fn precheck(arrival: &Arrival<'_>) -> Result<Option<Admitted>, Stop> {
     if arrival.inner.disposed.is_cancelled() {
         return Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "registry disposed"));
     }
-    if arrival.options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
+    if arrival.options.is_cancelled() {
         return Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Admission, "cancelled before admission"));
     }
     Ok((!arrival.tracked).then_some(Admitted::Untracked))

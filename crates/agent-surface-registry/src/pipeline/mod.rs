@@ -471,7 +471,7 @@ fn may_start(call: &Call<'_>) -> Result<(), Stop> {
 fn still_wanted(call: &Call<'_>) -> Result<(), Stop> {
     let note = if call.inner.disposed.is_cancelled() {
         "registry disposed before the handler started"
-    } else if call.options.cancellation.as_ref().is_some_and(|t| t.is_cancelled()) {
+    } else if call.options.is_cancelled() {
         "caller cancelled before the handler started"
     } else {
         return Ok(());
