@@ -35,7 +35,7 @@ pub trait Authenticator: Send + Sync + 'static {
     ///
     /// let auth = BearerTokens::new([("t-alice", Identity::new("alice"))]);
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// // A table of tokens never rejects: no token is anonymous.
+    /// // No token is anonymous; the registry's authority policy decides.
     /// assert_eq!(auth.try_authenticate(&http::HeaderMap::new()).await, Ok(None));
     /// # });
     /// ```
@@ -194,21 +194,36 @@ impl AuthRejection {
 /// development and tests.
 ///
 /// The scheme name is matched case-insensitively (RFC 9110 §11.1: `bearer TOKEN` and
-/// `BEARER TOKEN` are the same credentials); the token itself is compared exactly. A token the
-/// table does not hold proves nothing: the caller is anonymous, as without a token (a policy that
-/// requires a signed-in caller answers `NOT_AUTHENTICATED`), and the operator log says at `INFO`
-/// (target `agent_surface::auth`) that an unknown token was presented — never the token.
+/// `BEARER TOKEN` are the same credentials); the token itself is compared exactly.
+///
+/// | the request carries | [`try_authenticate`](Authenticator::try_authenticate) (both transports) |
+/// |---|---|
+/// | a token the table holds | its identity |
+/// | no `Authorization` field, or another scheme (`Basic …`) | anonymous: the registry's authority policy decides (`NOT_AUTHENTICATED` where an identity is required) |
+/// | a `Bearer` token the table does not hold, an empty one, an unreadable field, or two fields | refused at the transport: `401`, `WWW-Authenticate: Bearer error="invalid_token", …` |
+///
+/// A token that proves nothing is refused rather than served as anonymous, so a caller with a
+/// mistyped or revoked token learns that its credentials are wrong (and an OAuth-aware client
+/// can act on `invalid_token`) instead of running as nobody. The operator log says at `INFO`
+/// (target `agent_surface::auth`) that such a token was presented — never the token.
+/// [`authenticate`](Authenticator::authenticate), which cannot refuse (the approval inbox signs
+/// people in with it), answers `None` for it.
 ///
 /// ```
-/// use agent_surface_policy::{Authenticator, BearerTokens};
-/// use agent_surface_policy::Identity;
+/// use agent_surface_policy::{AuthRejectionKind, Authenticator, BearerTokens, Identity};
 ///
 /// let auth = BearerTokens::new([("t-alice", Identity::new("alice").with_role("support"))]);
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("authorization", "Bearer t-alice".parse().unwrap());
+/// let with = |value: &str| {
+///     let mut headers = http::HeaderMap::new();
+///     headers.insert("authorization", value.parse().unwrap());
+///     headers
+/// };
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// assert_eq!(auth.authenticate(&headers).await.unwrap().subject, "alice");
-/// assert!(auth.authenticate(&http::HeaderMap::new()).await.is_none());
+/// assert_eq!(auth.try_authenticate(&with("Bearer t-alice")).await.unwrap().unwrap().subject, "alice");
+/// assert_eq!(auth.try_authenticate(&http::HeaderMap::new()).await, Ok(None));
+/// let refused = auth.try_authenticate(&with("Bearer t-alcie")).await.unwrap_err();
+/// assert_eq!((refused.kind(), refused.status().as_u16()), (AuthRejectionKind::InvalidToken, 401));
+/// assert!(auth.authenticate(&with("Bearer t-alcie")).await.is_none());
 /// # });
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -223,14 +238,53 @@ impl BearerTokens {
     }
 }
 
+impl BearerTokens {
+    /// The identity the headers prove, `Ok(None)` for no credentials in the `Bearer` scheme, or
+    /// `Err(())` for credentials that prove nothing (logged here, without the token).
+    fn identify(&self, headers: &http::HeaderMap) -> Result<Option<Identity>, ()> {
+        let mut fields = headers.get_all(http::header::AUTHORIZATION).iter();
+        let Some(field) = fields.next() else { return Ok(None) };
+        let unproven = |what: &str| {
+            tracing::info!(target: "agent_surface::auth", "{what}; the request is refused as invalid_token");
+            Err(())
+        };
+        if fields.next().is_some() {
+            return unproven("a request carried two Authorization fields");
+        }
+        let Ok(value) = field.to_str() else {
+            return unproven("an Authorization field that is not visible ASCII was presented");
+        };
+        let value = value.trim_matches([' ', '\t']);
+        let scheme = value.split([' ', '\t']).next().unwrap_or_default();
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Ok(None);
+        }
+        match bearer_token(value).and_then(|token| self.tokens.get(token)) {
+            Some(identity) => Ok(Some(identity.clone())),
+            None => unproven("a bearer token this service does not know was presented"),
+        }
+    }
+}
+
 impl Authenticator for BearerTokens {
     fn authenticate<'a>(&'a self, headers: &'a http::HeaderMap) -> BoxFuture<'a, Option<Identity>> {
-        let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
-        let identity = token.and_then(|token| self.tokens.get(token)).cloned();
-        if token.is_some() && identity.is_none() {
-            tracing::info!(target: "agent_surface::auth", "a bearer token this service does not know was presented; the caller is anonymous");
-        }
-        Box::pin(std::future::ready(identity))
+        Box::pin(std::future::ready(self.identify(headers).ok().flatten()))
+    }
+
+    fn try_authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+    ) -> BoxFuture<'a, Result<Option<Identity>, AuthRejection>> {
+        let answer = self.identify(headers).map_err(|()| {
+            AuthRejection::new(
+                AuthRejectionKind::InvalidToken,
+                format!(
+                    r#"Bearer error="invalid_token", error_description="{}""#,
+                    AuthRejectionKind::InvalidToken.description()
+                ),
+            )
+        });
+        Box::pin(std::future::ready(answer))
     }
 }
 

@@ -62,8 +62,20 @@ fn the_authenticator_turns_a_bearer_token_into_the_callers_identity() {
     let args = json!({"orderId": "A-1001", "amountCents": 500});
     let anonymous = call(&server, &session, None, "refunds-issue", args.clone());
     assert_eq!(payload(&anonymous)["code"], "NOT_AUTHENTICATED");
-    let wrong = call(&server, &session, Some("t-nobody"), "refunds-issue", args.clone());
-    assert_eq!(payload(&wrong)["code"], "NOT_AUTHENTICATED");
+    // A token the service does not know is refused at the transport, before MCP reads the body.
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "refunds-issue", "arguments": args}})
+    .to_string();
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Authorization", "Bearer t-nobody"),
+    ];
+    let wrong = post(&server, &server.addr, &headers, &body);
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    let challenge = wrong.header("WWW-Authenticate").unwrap_or_default();
+    assert!(challenge.starts_with(r#"Bearer error="invalid_token""#), "{challenge}");
+    assert!(!wrong.body.contains("t-nobody"), "{}", wrong.body);
     let sam = call(&server, &session, Some("t-sam"), "refunds-issue", args);
     assert_eq!(sam["isError"], false, "{sam}");
     assert_eq!(sam["structuredContent"]["amountCents"], 500);

@@ -256,6 +256,12 @@ async fn an_approved_confirmation_is_presented_on_repeat() {
     let sam = [("Authorization", "Bearer t-sam")];
     let body = r#"{"capability":"store.wipe","input":{}}"#;
 
+    // A token the table does not hold is refused before the body is read, not served as anonymous.
+    let typo = post_json(addr, "/invoke", &[("Authorization", "Bearer t-sma")], body).await;
+    assert_eq!(typo.status, 401, "{typo:?}");
+    let challenge = typo.header("www-authenticate").unwrap();
+    assert!(challenge.starts_with(r#"Bearer error="invalid_token""#), "{challenge}");
+    assert!(typo.body.contains("unauthorized") && !typo.body.contains("t-sma"), "{}", typo.body);
     let first = post_json(addr, "/invoke", &sam, body).await;
     assert_eq!(first.json()["code"], "CONFIRMATION_REQUIRED", "{first:?}");
     let id = first.json()["details"]["confirmationId"].as_str().unwrap().to_string();

@@ -506,7 +506,8 @@ async fn an_idempotency_key_header_is_the_invocation_id() {
     check_written(status, &other);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "another key is another call");
     // Invalid, or two fields: a protocol error, and nothing runs.
-    for bad in [with_key("caf\u{e9}"), [with_key("a"), with_key("b")].concat()] {
+    let twice = [with_key("a"), vec![("Idempotency-Key".to_string(), "b".to_string())]].concat();
+    for bad in [with_key("caf\u{e9}"), twice] {
         let (status, raw) = modern_write(addr, 4, 0, &bad).await;
         assert!(raw.contains("-32602") && raw.contains("Idempotency-Key"), "{status}: {raw}");
     }
