@@ -55,16 +55,51 @@ fn env_at(
     authenticator: Option<Arc<dyn Authenticator>>,
     session_ttl: Duration,
 ) -> Env {
-    env_trail(quorums, clock, authenticator, session_ttl, true)
+    env_trail(quorums, clock, authenticator, session_ttl, Trail::Kept)
 }
 
-/// [`env_at`], the inbox given the audit trail (`trail`) or not.
+/// What the inbox of [`env_trail`] is given to list recent decisions from.
+#[derive(Clone, Copy, PartialEq)]
+enum Trail {
+    /// The engine's audit trail.
+    Kept,
+    /// None.
+    Absent,
+    /// A trail that fails to read back, saying where it lives in its error.
+    Unreadable,
+}
+
+/// An audit trail whose reads fail with an error naming its address.
+#[derive(Debug)]
+struct UnreadableTrail;
+
+impl AuditSink for UnreadableTrail {
+    fn record<'a>(
+        &'a self,
+        _: &'a agent_surface_policy::AuditEvent,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::AuditError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn recent<'a>(
+        &'a self,
+        _: usize,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Vec<agent_surface_policy::AuditEvent>, agent_surface_policy::AuditError>,
+    > {
+        let e = agent_surface_policy::AuditError::new("connection refused: redis://:hunter2@10.1.2.3:6379/0");
+        Box::pin(std::future::ready(Err(e)))
+    }
+}
+
+/// [`env_at`], the inbox given the audit trail, none, or one it cannot read (`trail`).
 fn env_trail(
     quorums: Vec<(Scope, Quorum)>,
     clock: Option<ManualClock>,
     authenticator: Option<Arc<dyn Authenticator>>,
     session_ttl: Duration,
-    trail: bool,
+    trail: Trail,
 ) -> Env {
     let audit = Arc::new(MemoryAuditSink::default());
     let defaults = ConfirmationConfig::default();
@@ -105,7 +140,11 @@ fn env_trail(
     ]);
     let authenticator = authenticator.unwrap_or_else(|| Arc::new(tokens));
     let config = InboxConfig {
-        audit: trail.then_some(audit as Arc<dyn AuditSink>),
+        audit: match trail {
+            Trail::Kept => Some(audit as Arc<dyn AuditSink>),
+            Trail::Absent => None,
+            Trail::Unreadable => Some(Arc::new(UnreadableTrail) as Arc<dyn AuditSink>),
+        },
         approver_role: Some("approver".into()),
         secure_cookie: false,
         session_ttl,
@@ -1102,7 +1141,7 @@ async fn named_approvers_are_shown_and_only_they_count() {
 /// decisions.
 #[tokio::test]
 async fn without_an_audit_trail_the_inbox_says_it_lists_no_decisions() {
-    let env = env_trail(Vec::new(), None, None, DEFAULT_SESSION_TTL, false);
+    let env = env_trail(Vec::new(), None, None, DEFAULT_SESSION_TTL, Trail::Absent);
     let manager = env.sign_in("t-manager").await;
     let inv = env.registry.invoke_detailed(refund(), alice()).await;
     let id = inv.result.error_payload().unwrap().detail("confirmationId").unwrap().as_str().unwrap().to_string();
@@ -1112,4 +1151,30 @@ async fn without_an_audit_trail_the_inbox_says_it_lists_no_decisions() {
     assert!(!list.body.contains("No decision yet"), "{}", list.body);
     let page = env.send("GET", &format!("/inbox/c/{id}"), Some(&manager), None).await;
     assert!(page.body.contains("id=\"decisions\"") && page.body.contains("manager"), "{}", page.body);
+}
+
+/// An audit trail that cannot be read just now: the inbox still lists what is pending, says the
+/// trail could not be read (not "No decision yet", nor that there is no trail), and nothing of
+/// the store's error reaches the page; the operator log has it, redacted.
+#[test]
+fn an_unreadable_audit_trail_is_said_and_its_error_stays_in_the_operator_log() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (list, log) = agent_surface_testing::capture_operator_log(|| {
+        runtime.block_on(async {
+            let env = env_trail(Vec::new(), None, None, DEFAULT_SESSION_TTL, Trail::Unreadable);
+            let manager = env.sign_in("t-manager").await;
+            let inv = env.registry.invoke_detailed(refund(), alice()).await;
+            assert_eq!(inv.result.error_payload().unwrap().code(), ErrorCode::ConfirmationRequired);
+            env.send("GET", "/inbox/", Some(&manager), None).await
+        })
+    });
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(list.body.contains("id=\"trail-unavailable\""), "{}", list.body);
+    assert!(list.body.contains("Refund 4200 cents"), "the pending request is listed: {}", list.body);
+    assert!(!list.body.contains("No decision yet") && !list.body.contains("id=\"no-trail\""), "{}", list.body);
+    for secret in ["10.1.2.3", "hunter2", "redis://", "connection refused"] {
+        assert!(!list.body.contains(secret), "{secret} on the page: {}", list.body);
+    }
+    assert!(log.contains("recent decisions unavailable"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
 }

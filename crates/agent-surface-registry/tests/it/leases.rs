@@ -341,6 +341,35 @@ async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler must not start once the lease is lost");
 }
 
+/// A lease lost and a caller gone, both before the handler starts: the record may already say
+/// what another leader did, so the caller is answered as the record does (an unknown outcome), not
+/// `CANCELLED` — which would invite a fresh id, and so a second execution.
+#[tokio::test]
+async fn a_lease_lost_is_answered_before_a_cancellation() {
+    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
+    let config = RegistryConfig {
+        idempotency: store.clone(),
+        authority: Some(Arc::new(slow_authority(Duration::from_millis(60)))),
+        ..Default::default()
+    };
+    let (r, _m, runs) = registry_with(config, Duration::ZERO);
+    store.lost.store(true, Ordering::SeqCst);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let options = consumer("c").with_cancellation(cancel.clone());
+    let invoked = r.invoke_detailed(call("shop.pay", json!({})).with_invocation_id("pay-7"), options);
+    let cancelling = async {
+        // Both are known before the authority policy answers: the renewals have found the lease
+        // lost, and the caller has gone.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(store.renewals.load(Ordering::SeqCst) > 0, "a renewal has run");
+        cancel.cancel();
+    };
+    let (inv, ()) = tokio::join!(invoked, cancelling);
+    let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler must not start");
+}
+
 /// While a call runs, its lease is renewed every `renew_every`; renewal stops with the call.
 #[tokio::test]
 async fn a_running_call_renews_its_lease() {
