@@ -232,7 +232,7 @@ impl ConfirmationEngine {
         binding: &ConfirmationBinding,
         now: Timestamp,
     ) -> Result<Result<Consumed, Rejection>, StoreError> {
-        let back = GiveBack {
+        let back = Reinstatement {
             store: Arc::clone(&self.config.store),
             clock: Arc::clone(&self.config.clock),
             budget: self.config.store_budget,
@@ -766,7 +766,7 @@ fn tell_consumed(call: &CallInfo<'_>, id: &str, consumed: &Result<Result<Consume
 
 /// What giving back a consumption nobody learnt of needs (see `ConfirmationEngine::consume`).
 #[derive(Clone)]
-struct GiveBack {
+struct Reinstatement {
     store: Arc<dyn super::ConfirmationStore>,
     clock: Arc<dyn Clock>,
     budget: Duration,
@@ -774,7 +774,7 @@ struct GiveBack {
     binding: ConfirmationBinding,
 }
 
-impl GiveBack {
+impl Reinstatement {
     /// Gives the consumption `token` back, and says so on the operator channel.
     async fn reinstate(self, token: String) {
         let now = self.clock.now();
@@ -806,7 +806,7 @@ impl GiveBack {
 /// either way once.
 struct Unread {
     answer: tokio::sync::oneshot::Receiver<Result<Result<Consumed, Rejection>, StoreError>>,
-    back: Option<GiveBack>,
+    back: Option<Reinstatement>,
 }
 
 impl Drop for Unread {
