@@ -202,6 +202,9 @@ pub(crate) async fn stream(
             tokio::select! {
                 biased;
                 done = &mut call => break done,
+                // The client closed the stream: the guard cancels the call now, not at the next
+                // report or keep-alive that fails to send.
+                () = tx.closed() => return,
                 () = latest.ready.notified() => {
                     if let Some(p) = latest.take()
                         && tx.send(event("progress", &progress_data(&p))).await.is_err()

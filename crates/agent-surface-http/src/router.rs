@@ -28,8 +28,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const CONSUMER_HEADER: &str = "agent-surface-consumer";
 
 /// The response header of `POST {prefix}/invoke` that carries the call's correlation id: the id
-/// the agent can quote to find the call in the operator log (the invocation id when the call had
-/// one, otherwise one the registry made).
+/// the agent can quote to find the call in the operator log. The registry makes one for every
+/// call; it is never the caller's invocation id.
 pub const CORRELATION_ID: &str = "agent-surface-correlation-id";
 
 /// How the binding serves.

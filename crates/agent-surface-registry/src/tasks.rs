@@ -198,6 +198,9 @@ impl Tasks {
     /// Runs `invoke`; returns a task once the handler starts, or the invocation if it ends
     /// first. `request` is the request's own cancellation, which counts until a task is named;
     /// after that, only [`Tasks::cancel`] (or a cancellation recorded in the store) ends the call.
+    /// Until a task is named, dropping this future cancels the call as `request` does: a
+    /// transport that drops a request's handler when its client goes away (HTTP) ends the call
+    /// then too, rather than leaving it to run with nobody to answer.
     pub async fn start(
         &self,
         registry: &Registry,
@@ -216,6 +219,7 @@ impl Tasks {
         // task is named, and by a cancellation of the task after.
         let token = CancellationToken::new();
         options = options.with_cancellation(token.clone());
+        let unnamed = token.clone().drop_guard();
         let owner = Self::owner(&options.consumer);
         let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Invocation>();
         let running = registry.clone();
@@ -236,7 +240,9 @@ impl Tasks {
             if at_limit {
                 tracing::warn!(target: "agent_surface::tasks", max = self.inner.config.max_running, "too many tasks running; answering the call when it ends");
             }
-            return Started::Ended(wait(&mut done_rx, &request, &token).await);
+            let ended = wait(&mut done_rx, &request, &token).await;
+            unnamed.disarm();
+            return Started::Ended(ended);
         }
         let clock = registry.config().clock.clone();
         let now = clock.now();
@@ -245,9 +251,12 @@ impl Tasks {
             TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl).with_lease(config.lease);
         if let Err(e) = config.store.create(record.clone(), now).await {
             tracing::warn!(target: "agent_surface::tasks", error = %agent_surface_policy::redacted(&e), "cannot create a task; answering the call when it ends");
-            return Started::Ended(wait(&mut done_rx, &request, &token).await);
+            let ended = wait(&mut done_rx, &request, &token).await;
+            unnamed.disarm();
+            return Started::Ended(ended);
         }
         self.running().insert(record.id.clone(), token.clone());
+        unnamed.disarm();
         let this = self.clone();
         let id = record.id.clone();
         tokio::spawn(async move { this.settle(id, done_rx, token, clock).await });

@@ -279,3 +279,68 @@ async fn the_location_names_the_path_the_binding_is_reached_by_when_nested() {
     gate.notify_one();
     assert_eq!(final_task(&app, &location, "t-alice").await["status"], "completed");
 }
+
+/// A client that hangs up on a `Prefer: respond-async` call before its task is named (here: while
+/// the authority policy decides) cancels the call, as hanging up on a plain call does: the
+/// handler never runs, and its key answers `CANCELLED` — not a write run for nobody, its answer
+/// dropped.
+#[tokio::test]
+async fn hanging_up_before_the_task_is_named_cancels_the_call() {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slow = agent_surface_testing::Slow::new(Duration::from_millis(200), agent_surface_policy::AllowAll);
+    let registry = Registry::new(RegistryConfig { authority: Some(Arc::new(slow)), ..Default::default() });
+    let counted = runs.clone();
+    registry
+        .define("work", move |t| {
+            t.capability("bake", "Bake (long-running write).").effect(Effect::Write).long_running().raw_handler(
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                None,
+                move |_ctx: Ctx, _i: Value| {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async move { Ok::<_, AgentSurfaceError>(json!({"baked": true})) }
+                },
+            );
+        })
+        .unwrap();
+    let _mount = registry.mount("work", "main").unwrap();
+    let app = router(registry, config(Some(Tasks::new(TaskConfig::default()))));
+    let headers = [("authorization", "Bearer t-alice"), ("prefer", "respond-async"), ("idempotency-key", "bake-1")];
+    let hung_up = tokio::spawn(app.clone().oneshot(invoke("work.bake", &headers)));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    hung_up.abort();
+    assert!(hung_up.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0, "the handler never ran");
+    let again = app
+        .clone()
+        .oneshot(invoke("work.bake", &headers[..1].iter().chain(&headers[2..]).copied().collect::<Vec<_>>()))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 499);
+    assert_eq!(json_body(again).await["code"], "CANCELLED");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// A client that closes the event stream while the handler waits, reporting nothing more, cancels
+/// the call then, not at the next report or keep-alive (15 s later): the call ends `CANCELLED`,
+/// and its key answers so.
+#[tokio::test]
+async fn closing_the_event_stream_cancels_the_call_at_once() {
+    let gate = Arc::new(Notify::new());
+    let app = router(registry(gate.clone()), config(None));
+    let headers = [("accept", "text/event-stream"), ("idempotency-key", "steps-1")];
+    let response = app.clone().oneshot(invoke("work.steps", &headers)).await.unwrap();
+    let mut body = response.into_body();
+    let mut buffer = String::new();
+    let (name, _) = next_event(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(name, "progress");
+    drop(body);
+    // Let the stream's task see the stream closed, then open the gate: a call still running
+    // would complete now.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gate.notify_one();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let again = app.clone().oneshot(invoke("work.steps", &headers[1..])).await.unwrap();
+    assert_eq!(again.status(), 499);
+    assert_eq!(json_body(again).await["code"], "CANCELLED");
+}
