@@ -36,7 +36,9 @@
 //! answered "nothing ran" [`cancel`](IdempotencyStore::cancel)s its attempt:
 //!
 //! - a record in flight under a claim that attempt made as [`Admission::Leader`] is removed (a
-//!   record it took over is made to lapse at once instead, since the earlier leader may have run);
+//!   record it took over is made to lapse at once, or settled with an unknown outcome, instead,
+//!   since the earlier leader may have run; either way its followers learn that the outcome is
+//!   unknown);
 //! - otherwise the store remembers the attempt for a while, and refuses a later admission carrying
 //!   it ([`StoreError::AttemptCancelled`]): an admission that arrives after its own cancellation
 //!   (over another connection) claims nothing.
@@ -326,8 +328,9 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Undoes whatever the admission of `key` under `attempt` claimed, for a caller that gave up on
     /// that admission (no answer within its budget, or an error) and so never started a handler
     /// under it. A record in flight claimed by `attempt` as a leader is removed, and its followers
-    /// are told that nothing ran; one it took over is made to lapse at once (the earlier leader
-    /// may have run). Records claimed by any other attempt are left alone. When the admission has
+    /// are told that nothing ran; one it took over is made to lapse at once or settled with
+    /// `EXECUTION_FAILED {reason: outcome-unknown}` (the earlier leader may have run), and its
+    /// followers are told that the outcome is unknown. Records claimed by any other attempt are left alone. When the admission has
     /// not been carried out (yet), the store remembers `attempt` at least as long as an admission
     /// could still arrive, and refuses it then. Idempotent: cancelling twice is cancelling once.
     fn cancel<'a>(

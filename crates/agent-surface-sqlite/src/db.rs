@@ -315,6 +315,7 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
         if std::mem::take(&mut sweep) {
             crate::sweep::run(conn, *latest);
         }
+        let orphans = persist_orphans(conn, mem);
         let committed = exec(conn, "COMMIT");
         let failed = match committed {
             Ok(()) => None,
@@ -326,6 +327,9 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
                 Some(sql_error(&e))
             }
         };
+        if failed.is_none() {
+            crate::idempotency::forget_orphans(mem, orphans);
+        }
         for hook in hooks {
             hook(mem, failed.is_none());
         }
@@ -333,4 +337,23 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
             job.deliver(failed.as_ref());
         }
     }
+}
+
+/// The most orphaned records one transaction writes as lapsed.
+const ORPHANS_PER_BATCH: usize = 64;
+
+/// Writes orphaned records as lapsed in the open transaction, under a savepoint of its own (a
+/// failure, such as the full disk that orphaned them, undoes this alone and keeps them in memory).
+fn persist_orphans(conn: &Connection, mem: &Memory) -> Vec<(agent_surface_policy::idempotency::IdempotencyKey, u64)> {
+    if mem.orphaned.is_empty() {
+        return Vec::new();
+    }
+    let written = exec(conn, "SAVEPOINT orphans")
+        .and_then(|()| crate::idempotency::persist_orphans(conn, mem, ORPHANS_PER_BATCH))
+        .and_then(|written| exec(conn, "RELEASE orphans").map(|()| written));
+    written.unwrap_or_else(|e| {
+        let _ = exec(conn, "ROLLBACK TO orphans").and_then(|()| exec(conn, "RELEASE orphans"));
+        tracing::debug!(target: "agent_surface::store", error = %e, "orphaned records not written as lapsed yet");
+        Vec::new()
+    })
 }

@@ -19,7 +19,12 @@
 //!   record nobody asks about again is deleted `in_flight_retention` after its admission.
 //! - **A settlement that could not be written** (an I/O error, a full disk) leaves the record in
 //!   flight; the store then treats it as lapsed (its followers learn that the outcome is unknown,
-//!   and the next admission takes it over), so a retry is never left waiting on it.
+//!   and the next admission takes it over), so a retry is never left waiting on it. It is
+//!   remembered in memory until a transaction commits again, which writes it as lapsed.
+//! - **Followers belong to one claim.** A settlement or cancellation takes the followers of the
+//!   claim it ends as it runs, so an admission carried out after it in the same transaction (a new
+//!   claim of a released record, and that claim's followers) waits for its own leader. A
+//!   cancelled takeover tells its followers that the outcome is unknown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +40,7 @@ use rusqlite::{OptionalExtension, params};
 use tokio::sync::watch;
 
 use crate::db::{Cx, Fail, corrupt};
-use crate::memory::{CANCELLED_KEPT, ORPHANS_KEPT};
+use crate::memory::CANCELLED_KEPT;
 use crate::schema::FORMAT;
 use crate::{SqliteConfig, SqliteStores, millis};
 
@@ -181,24 +186,24 @@ fn settle(
         Settlement::Store { result, expires_at } if expires_at > now => (Some(expires_at), result),
         Settlement::Store { result, .. } | Settlement::Release { result } => (None, result),
     };
-    // Registered before the write, so that a write that fails leaves the record lapsed.
+    // Registered before the write, so that a write that fails leaves the record lapsed. The
+    // followers are this claim's: taken now, so that an admission later in the same batch (a
+    // new claim once this one is released, and its followers) waits for its own leader.
     let token = lease.token;
     let for_followers = result.clone();
     let hook_key = key.clone();
+    let followers = cx.mem.followers.remove(&key);
     cx.after(move |mem, committed| {
         if committed {
-            mem.answer(&hook_key, for_followers);
+            tell(followers, for_followers);
             return;
         }
         tracing::error!(
             target: "agent_surface::invoke",
             "a settlement could not be written; the record stays in flight and its retries learn that the outcome is unknown"
         );
-        if mem.orphaned.len() < ORPHANS_KEPT {
-            mem.orphaned.insert(hook_key.clone(), token);
-        }
-        let unknown = InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None);
-        mem.answer(&hook_key, unknown);
+        mem.orphaned.insert(hook_key, token);
+        tell(followers, InvokeResult::error(AgentSurfaceError::outcome_unknown().into_payload(), None));
     });
     match stored {
         Some(expires_at) => {
@@ -238,9 +243,12 @@ fn cancel(cx: &mut Cx<'_>, key: IdempotencyKey, attempt: Attempt, now: Timestamp
     let ours = attempt.as_u128().to_be_bytes();
     match claim {
         Some((0, Some(claimed), takeover)) if claimed == ours => {
+            // This claim's followers, taken now (see `settle`), answered once the change is
+            // committed and left waiting on the claim if it is not.
+            let followers = cx.mem.followers.remove(&key);
             if takeover {
                 // The earlier leader may have run: the record must be taken over again, never
-                // freed.
+                // freed, and its followers learn that the outcome is unknown.
                 cx.conn
                     .prepare_cached(
                         "UPDATE idem SET lapsed = 1, attempt = NULL WHERE consumer = ?1 AND invocation = ?2",
@@ -251,6 +259,14 @@ fn cancel(cx: &mut Cx<'_>, key: IdempotencyKey, attempt: Attempt, now: Timestamp
                     %attempt,
                     "an admission nobody learnt of had taken an idempotency record over; its lease was made to lapse"
                 );
+                cx.after(move |mem, committed| {
+                    if committed {
+                        let unknown = AgentSurfaceError::outcome_unknown().into_payload();
+                        tell(followers, InvokeResult::error(unknown, Some(key.invocation_id)));
+                    } else {
+                        wait_again(mem, key, followers);
+                    }
+                });
             } else {
                 cx.conn
                     .prepare_cached("DELETE FROM idem WHERE consumer = ?1 AND invocation = ?2")?
@@ -264,7 +280,9 @@ fn cancel(cx: &mut Cx<'_>, key: IdempotencyKey, attempt: Attempt, now: Timestamp
                 cx.after(move |mem, committed| {
                     if committed {
                         let nothing_ran = AgentSurfaceError::transient(VOID_RETRY_AFTER);
-                        mem.answer(&key, InvokeResult::error(nothing_ran.into_payload(), Some(invocation_id)));
+                        tell(followers, InvokeResult::error(nothing_ran.into_payload(), Some(invocation_id)));
+                    } else {
+                        wait_again(mem, key, followers);
                     }
                 });
             }
@@ -277,6 +295,57 @@ fn cancel(cx: &mut Cx<'_>, key: IdempotencyKey, attempt: Attempt, now: Timestamp
         }
     }
     Ok(())
+}
+
+/// Answers the followers of one claim, taken out of `Memory::followers` by the operation that
+/// ended it.
+fn tell(followers: Option<watch::Sender<Option<InvokeResult>>>, result: InvokeResult) {
+    if let Some(sender) = followers {
+        sender.send_replace(Some(result));
+    }
+}
+
+/// Puts back the followers of a claim whose end was not committed: they wait on it again. A
+/// sender made meanwhile belongs to an operation of the same failed transaction, which was
+/// answered with its failure.
+fn wait_again(
+    mem: &mut crate::memory::Memory,
+    key: IdempotencyKey,
+    followers: Option<watch::Sender<Option<InvokeResult>>>,
+) {
+    if let Some(sender) = followers {
+        mem.followers.insert(key, sender);
+    }
+}
+
+/// Writes the records whose settlement could not be written (`Memory::orphaned`) as lapsed, at
+/// most `limit` of them, inside the caller's transaction: once it commits, they are lapsed on disk
+/// (the sweep removes them in time, a restart keeps them lapsed) and
+/// [`forget_orphans`] drops them from memory. Returns the ones written.
+pub(crate) fn persist_orphans(
+    conn: &rusqlite::Connection,
+    mem: &crate::memory::Memory,
+    limit: usize,
+) -> rusqlite::Result<Vec<(IdempotencyKey, u64)>> {
+    let mut written = Vec::new();
+    for (key, token) in mem.orphaned.iter().take(limit) {
+        conn.prepare_cached(
+            "UPDATE idem SET lapsed = 1 WHERE consumer = ?1 AND invocation = ?2 AND token = ?3 AND state = 0",
+        )?
+        .execute(params![key.consumer_key, key.invocation_id, i64::try_from(*token).unwrap_or(i64::MAX)])?;
+        written.push((key.clone(), *token));
+    }
+    Ok(written)
+}
+
+/// Drops from memory the orphans [`persist_orphans`] wrote, once their transaction committed
+/// (unless the record was orphaned again since, under another lease).
+pub(crate) fn forget_orphans(mem: &mut crate::memory::Memory, written: Vec<(IdempotencyKey, u64)>) {
+    for (key, token) in written {
+        if mem.orphaned.get(&key) == Some(&token) {
+            mem.orphaned.remove(&key);
+        }
+    }
 }
 
 /// Marks every record in flight as lapsed (its leader's process has ended): run when the file is

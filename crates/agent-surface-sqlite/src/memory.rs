@@ -12,9 +12,6 @@ use tokio::sync::watch;
 /// sent, a cancellation follows its admission, so this is the contract's corner case).
 pub(crate) const CANCELLED_KEPT: usize = 64;
 
-/// How many records whose settlement could not be written are remembered as lapsed.
-pub(crate) const ORPHANS_KEPT: usize = 10_000;
-
 /// The in-memory part of the stores, owned by the database thread.
 pub(crate) struct Memory {
     /// Where the followers of each record in flight wait, made when the first one joins.
@@ -22,7 +19,8 @@ pub(crate) struct Memory {
     /// Attempts cancelled before they were admitted.
     pub(crate) cancelled: VecDeque<Attempt>,
     /// Records in flight whose settlement could not be written, with the token of their lease:
-    /// treated as lapsed.
+    /// treated as lapsed, and written as lapsed by the next transaction that commits (so this
+    /// holds only what a failing disk has not let through yet).
     pub(crate) orphaned: HashMap<IdempotencyKey, u64>,
     /// The last fencing token handed out.
     last_token: u64,
@@ -38,12 +36,5 @@ impl Memory {
     pub(crate) fn next_token(&mut self) -> u64 {
         self.last_token += 1;
         self.last_token
-    }
-
-    /// Answers the followers of `key`'s record, if any.
-    pub(crate) fn answer(&mut self, key: &IdempotencyKey, result: InvokeResult) {
-        if let Some(sender) = self.followers.remove(key) {
-            sender.send_replace(Some(result));
-        }
     }
 }

@@ -59,6 +59,16 @@ async fn a_full_file_fails_closed_and_leaves_no_call_waiting() {
     assert!(matches!(&refused, Err(StoreError::Unavailable(why)) if why.contains("full")), "{refused:?}");
     let told = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the follower is answered");
     assert_eq!(told.error_payload().and_then(|p| p.detail("reason")), Some(&json!("outcome-unknown")));
+    // The next transaction that commits writes the record as lapsed: memory need not hold it
+    // (however many settlements fail), and the sweep removes it in time.
+    stores.transaction(|_| Ok(())).await.unwrap();
+    let lapsed = stores
+        .transaction(|conn| {
+            conn.query_row("SELECT lapsed FROM idem WHERE invocation = 'big'", [], |r| r.get::<_, bool>(0))
+        })
+        .await
+        .unwrap();
+    assert!(lapsed, "the orphaned record is lapsed on disk");
     assert!(
         matches!(idem.admit(&key("big"), fp(), Attempt::fresh(), now).await, Ok(Admission::TakeOver(_))),
         "the retry takes the record over"
@@ -142,4 +152,65 @@ async fn expired_rows_are_deleted() {
         .collect();
     left.sort();
     assert_eq!(left, ["probe", "running"], "the expired results are deleted; the calls in flight stay");
+}
+
+/// The followers of a claim are that claim's: when a settlement that releases the record, a new
+/// claim of the same request and a follower of that new claim are carried out in one transaction
+/// (the database thread batches what is queued while it is busy), the follower waits for the new
+/// leader — it is never handed the released claim's result, which answered another request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_of_a_new_claim_waits_for_its_own_leader() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+
+    /// Polls `f` once, so that its operation is queued; it must not be answered yet.
+    async fn queue<F: Future + Unpin>(f: &mut F) {
+        std::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut *f).poll(cx).is_pending(), "answered while the database thread is busy");
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    let folder = Folder::new("batched-followers");
+    let stores = open_with(&folder, SqliteConfig::default()).await;
+    let idem = stores.idempotency();
+    let now = Timestamp::now();
+    let retry = Fingerprint::of(&json!({"request": 1, "confirmationId": "c-1"}));
+    let Ok(Admission::Leader(first)) = idem.admit(&key("k"), fp(), Attempt::fresh(), now).await else { panic!() };
+    // Keep the database thread busy while the three operations are queued behind it.
+    let blocking = stores.clone();
+    let busy = tokio::spawn(async move {
+        blocking
+            .transaction(|_| {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            })
+            .await
+    });
+    let k = key("k");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = InvokeResult::ok(json!("the first request's answer"), None);
+    let mut settle = Box::pin(idem.settle(&k, fp(), first, Settlement::Release { result: released }, now));
+    queue(&mut settle).await;
+    let mut claim = Box::pin(idem.admit(&k, retry, Attempt::fresh(), now));
+    queue(&mut claim).await;
+    let mut join = Box::pin(idem.admit(&k, retry, Attempt::fresh(), now));
+    queue(&mut join).await;
+    busy.await.unwrap().unwrap();
+    settle.await.unwrap();
+    let Ok(Admission::Leader(second)) = claim.await else { panic!("the released record is claimed afresh") };
+    let Ok(Admission::Follower(mut waiting)) = join.await else { panic!("the new claim is joined") };
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut waiting).await.is_err(),
+        "the follower waits for its own leader"
+    );
+    let stored = Settlement::Store {
+        result: InvokeResult::ok(json!("the second request's answer"), None),
+        expires_at: now.saturating_add(Duration::from_secs(600)),
+    };
+    idem.settle(&key("k"), retry, second, stored, now).await.unwrap();
+    let told = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the follower is answered");
+    assert_eq!(told, InvokeResult::ok(json!("the second request's answer"), None));
 }

@@ -162,11 +162,14 @@ async fn a_call_in_flight_at_a_restart_is_taken_over() {
         Err(StoreError::LeaseLost),
         "the dead leader's lease settles nothing"
     );
-    assert!(
-        matches!(idem.admit(&key("pay"), fp(1), Attempt::fresh(), at(2)).await, Ok(Admission::Follower(_))),
-        "the takeover holds the record until it settles"
-    );
+    let Ok(Admission::Follower(joined)) = idem.admit(&key("pay"), fp(1), Attempt::fresh(), at(2)).await else {
+        panic!("the takeover holds the record until it settles")
+    };
     idem.cancel(&key("pay"), taking, at(3)).await.unwrap();
+    // Its follower is told at once that the outcome is unknown (the dead leader may have run),
+    // rather than waiting for whoever takes the record over next.
+    let told = tokio::time::timeout(Duration::from_secs(5), joined).await.expect("the follower is answered");
+    assert_eq!(told.error_payload().and_then(|p| p.detail("reason")), Some(&json!("outcome-unknown")));
     let Ok(Admission::TakeOver(again)) = idem.admit(&key("pay"), fp(1), Attempt::fresh(), at(4)).await else {
         panic!("a cancelled takeover leaves the record to be taken over again, never freed")
     };
