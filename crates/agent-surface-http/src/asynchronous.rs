@@ -177,20 +177,31 @@ pub(crate) async fn stream(
         }
     }));
     let mut call = tokio::spawn(async move { registry.invoke_detailed(request, options).await });
+    let mut started_rx = started_rx;
     // Until the handler starts, the call may still be answered plainly.
     let early = tokio::select! {
         biased;
         done = &mut call => Some(done),
         // No start signal: the call ended without reaching its handler.
-        started = started_rx => match started {
+        started = &mut started_rx => match started {
             Ok(()) => None,
             Err(_) => Some((&mut call).await),
         },
     };
     if let Some(done) = early {
+        // A call whose handler ran is answered as a stream however soon it ended (its last
+        // report, then its result, an error included): which shape a client gets does not
+        // depend on how the threads raced. One that never reached its handler (a refusal, a
+        // replay) is answered plainly, a success as its `result` event.
+        let ran = started_rx.try_recv().is_ok();
         return match done {
-            Ok(invocation) if invocation.result.is_ok() => {
-                sse_response(Body::from(event("result", &result_data(&invocation, sends))))
+            Ok(invocation) if ran || invocation.result.is_ok() => {
+                let mut frames = Vec::new();
+                if let Some(p) = latest.take().filter(|_| ran) {
+                    frames.extend_from_slice(&event("progress", &progress_data(&p)));
+                }
+                frames.extend_from_slice(&event("result", &result_data(&invocation, sends)));
+                sse_response(Body::from(frames))
             }
             other => plain(other),
         };

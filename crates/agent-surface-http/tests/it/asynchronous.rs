@@ -17,7 +17,8 @@ use tower::ServiceExt;
 
 /// `work.steps` reports `1 of 2`, waits for the gate, reports `2 of 2` and answers `{"steps": 2}`;
 /// `work.bake` (long-running write) and `work.crunch` (long-running read) wait for the gate;
-/// `work.quick` answers at once.
+/// `work.quick` answers at once; `work.flash` and `work.fizzle` report once and answer or fail at
+/// once.
 fn registry(gate: Arc<Notify>) -> Registry {
     let registry = Registry::new(RegistryConfig::default());
     registry.provide(gate);
@@ -50,6 +51,22 @@ fn registry(gate: Arc<Notify>) -> Registry {
                     ctx.state::<Arc<Notify>>().notified().await;
                     Ok::<_, AgentSurfaceError>(json!({"crunched": true}))
                 });
+            t.capability("flash", "Report once and answer at once.").effect(Effect::Read).raw_handler(
+                empty(),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    ctx.progress(1.0, Some(1.0), Some("done"));
+                    Ok::<_, AgentSurfaceError>(json!({"flash": true}))
+                },
+            );
+            t.capability("fizzle", "Report once and fail at once.").effect(Effect::Read).raw_handler(
+                empty(),
+                None,
+                |ctx: Ctx, _i: Value| async move {
+                    ctx.progress(1.0, Some(1.0), Some("tried"));
+                    Err::<Value, _>(AgentSurfaceError::internal("the oven is cold"))
+                },
+            );
             t.capability("quick", "Answer at once.").effect(Effect::Read).raw_handler(
                 empty(),
                 None,
@@ -343,4 +360,26 @@ async fn closing_the_event_stream_cancels_the_call_at_once() {
     let again = app.clone().oneshot(invoke("work.steps", &headers[1..])).await.unwrap();
     assert_eq!(again.status(), 499);
     assert_eq!(json_body(again).await["code"], "CANCELLED");
+}
+
+/// A handler that reports and ends at once — before the stream's first look — is answered as a
+/// stream all the same, its last report before its result, an error included: the shape of the
+/// answer does not depend on how the threads raced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ends_at_once_is_still_answered_as_a_stream() {
+    let app = router(registry(Arc::new(Notify::new())), config(None));
+    for _ in 0..20 {
+        for (capability, status) in [("work.flash", 200), ("work.fizzle", 500)] {
+            let response = app.clone().oneshot(invoke(capability, &[("accept", "text/event-stream")])).await.unwrap();
+            assert_eq!(response.status(), 200, "{capability}");
+            assert_eq!(response.headers()["content-type"], "text/event-stream", "{capability}");
+            let mut body = response.into_body();
+            let mut buffer = String::new();
+            let (name, report) = next_event(&mut body, &mut buffer).await.unwrap();
+            assert_eq!((name.as_str(), &report["progress"]), ("progress", &json!(1.0)), "{capability}");
+            let (name, result) = next_event(&mut body, &mut buffer).await.unwrap();
+            assert_eq!((name.as_str(), &result["status"]), ("result", &json!(status)), "{capability}: {result}");
+            assert!(next_event(&mut body, &mut buffer).await.is_none());
+        }
+    }
 }
