@@ -363,8 +363,9 @@ impl Tasks {
 
     /// Asks for the end of the task `id`, when `consumer` may see it and it has not ended: the
     /// cancellation is recorded in the store (for the replica running it) and, when it runs in
-    /// this process, fired at once. Returns the record as it was found (`None` as for
-    /// [`Tasks::find`]). A call that had not started its effect ends cancelled; a write
+    /// this process, fired at once. Returns the record as the store left it (final if the call
+    /// ended meanwhile; `None` as for [`Tasks::find`]), or the store's failure when the
+    /// cancellation could be neither recorded nor fired here. A call that had not started its effect ends cancelled; a write
     /// interrupted after its handler started ends with `EXECUTION_FAILED {reason:
     /// outcome-unknown}` (the usual rule).
     pub async fn cancel(
@@ -379,13 +380,26 @@ impl Tasks {
         if record.status.is_terminal() {
             return Ok(Some(record));
         }
-        if let Err(e) = self.inner.config.store.request_cancel(id, now).await {
-            tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record a task cancellation");
+        let recorded = self.inner.config.store.request_cancel(id, now).await;
+        let here = match self.running().get(id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        };
+        match recorded {
+            // The record as the store left it: final if the call ended meanwhile.
+            Ok(after) => Ok(after),
+            // Not recorded, but fired here, where the call runs: it ends.
+            Err(e) if here => {
+                tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record a task cancellation; the task runs here and was cancelled");
+                Ok(Some(record))
+            }
+            // Neither recorded nor running here: nothing will end it, so the caller must not be
+            // told that its cancellation was taken.
+            Err(e) => Err(e),
         }
-        if let Some(token) = self.running().get(id) {
-            token.cancel();
-        }
-        Ok(Some(record))
     }
 }
 

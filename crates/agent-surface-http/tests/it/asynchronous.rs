@@ -383,3 +383,93 @@ async fn a_handler_that_ends_at_once_is_still_answered_as_a_stream() {
         }
     }
 }
+
+/// A task store whose `request_cancel` fails (the rest is a memory store's).
+#[derive(Debug, Default)]
+struct CancelRefused(agent_surface_policy::MemoryTaskStore);
+
+type Answer<'a, T> = futures_util::future::BoxFuture<'a, Result<T, agent_surface_policy::StoreError>>;
+
+impl agent_surface_policy::TaskStore for CancelRefused {
+    fn create<'a>(
+        &'a self,
+        record: agent_surface_policy::task::TaskRecord,
+        now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, ()> {
+        self.0.create(record, now)
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+        now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, Option<agent_surface_policy::task::TaskRecord>> {
+        self.0.get(id, now)
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        status: agent_surface_policy::task::TaskStatus,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, bool> {
+        self.0.finish(id, status, payload, message, now)
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        _id: &'a str,
+        _now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, Option<agent_surface_policy::task::TaskRecord>> {
+        Box::pin(std::future::ready(Err(agent_surface_policy::StoreError::Unavailable(
+            "redis://10.1.2.3 refused".into(),
+        ))))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        until: agent_surface_core::Timestamp,
+        now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, Option<agent_surface_policy::task::TaskRecord>> {
+        self.0.renew(id, until, now)
+    }
+
+    fn end_lapsed<'a>(
+        &'a self,
+        id: &'a str,
+        payload: Option<Value>,
+        message: Option<String>,
+        now: agent_surface_core::Timestamp,
+    ) -> Answer<'a, Option<agent_surface_policy::task::TaskRecord>> {
+        self.0.end_lapsed(id, payload, message, now)
+    }
+}
+
+/// A cancellation the store did not record is never acknowledged by a replica where the task does
+/// not run (nothing would end it): the caller gets the binding's `internal` fault, naming nothing
+/// of the store. Where the task runs, the cancellation is fired all the same, and acknowledged.
+#[tokio::test]
+async fn a_cancellation_nobody_can_act_on_is_not_acknowledged() {
+    let store = Arc::new(CancelRefused::default());
+    let tasks = || Tasks::new(TaskConfig { store: store.clone(), ..TaskConfig::default() });
+    let registry = registry(Arc::new(Notify::new()));
+    let (running, elsewhere) =
+        (router(registry.clone(), config(Some(tasks()))), router(registry, config(Some(tasks()))));
+    let alice = [("authorization", "Bearer t-alice"), ("prefer", "respond-async")];
+    let response = running.clone().oneshot(invoke("work.crunch", &alice)).await.unwrap();
+    assert_eq!(response.status(), 202);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let refused = elsewhere.clone().oneshot(request("DELETE", &location, &alice[..1], None)).await.unwrap();
+    assert_eq!(refused.status(), 500);
+    let body = json_body(refused).await;
+    assert_eq!(body["type"], "urn:agent-surface:protocol:internal", "{body}");
+    assert!(!body.to_string().contains("10.1.2.3"), "{body}");
+    let still = elsewhere.clone().oneshot(request("GET", &location, &alice[..1], None)).await.unwrap();
+    assert_eq!(json_body(still).await["status"], "working", "nothing ended it");
+    let fired = running.clone().oneshot(request("DELETE", &location, &alice[..1], None)).await.unwrap();
+    assert_eq!(fired.status(), 202);
+    assert_eq!(final_task(&running, &location, "t-alice").await["status"], "cancelled");
+}
