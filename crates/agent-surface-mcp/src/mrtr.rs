@@ -38,11 +38,13 @@
 //! all rounds (the state's and the new `inputResponses`) to the ask step, which may ask again
 //! (multi-round) or let the call run. A question the client cannot answer (it did not declare
 //! the capability) is JSON-RPC `-32021` naming the capabilities it needs. Answers without a state
-//! are taken too (a client may answer in its first request); the state only carries earlier
-//! rounds, and answering is the client's to do anyway. Callers that cannot ask at all get
-//! `PRECONDITION_FAILED {reason: client-input-required}` (retry `no`). Questions come before the
-//! approval (the ask step runs in the input phase); the approval's state carries the answers, so
-//! the approved call runs with them.
+//! are taken too, under any key (a client may answer in its first request): that call runs with
+//! all of them, and the state it seals carries them on. After a state, a retry adds answers only
+//! under the keys the server asked, so no later round brings in an answer to a question that was
+//! never put. Callers that cannot ask at all get `PRECONDITION_FAILED {reason:
+//! client-input-required}` (retry `no`). Questions come before the approval (the ask step runs in
+//! the input phase); the approval's state carries the answers the call ran with, those of the
+//! first request included, so the approved call runs with them.
 //!
 //! **Single use lives in the confirmation store, not in the state.** The state can be replayed
 //! byte for byte; what it refers to cannot: the approval is recorded once (a second decision of
@@ -121,7 +123,8 @@ pub(crate) struct CallState {
     pub(crate) key: String,
     /// Whether that consumer was authenticated (its key is then a principal).
     pub(crate) auth: bool,
-    /// The answers given in earlier rounds, by question key (only keys that were asked).
+    /// The answers the call ran with, by question key: those of its first request as given,
+    /// those of later rounds only under keys that were asked.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub(crate) answers: Map<String, Value>,
     /// The keys asked so far, in any round: the only answers a retry may add.
@@ -153,15 +156,41 @@ pub(crate) struct Approval {
 /// The questions and answers of one call so far: what a state carries between rounds.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Dialogue {
-    /// Every answer the call carries now (earlier rounds' and this round's).
+    /// Every answer the call carries now (earlier rounds' and this round's): the answers it runs
+    /// with, and those a state it seals carries on.
     pub(crate) answers: Map<String, Value>,
-    /// The keys asked so far.
+    /// The keys asked so far: the only ones a retry may add answers under.
     pub(crate) asked: Vec<String>,
     /// The rounds of questions taken so far.
     pub(crate) rounds: u32,
 }
 
 impl Dialogue {
+    /// The dialogue of a first request (no state, or one too old to continue): every answer in
+    /// `responses` but one under [`CONFIRM_KEY`]. The call runs with all of them (its ask step
+    /// reads the keys it asks for), so they are the answers a state it seals carries on.
+    pub(crate) fn first(responses: Option<&BTreeMap<String, Value>>) -> Dialogue {
+        let answers = responses
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| *key != CONFIRM_KEY)
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        Dialogue { answers, ..Dialogue::default() }
+    }
+
+    /// The same dialogue with a retry's answers in `responses` over it, for keys asked so far
+    /// only (never [`CONFIRM_KEY`], which no question uses): a retry cannot answer a question
+    /// that was never put.
+    pub(crate) fn answered(mut self, responses: Option<&BTreeMap<String, Value>>) -> Dialogue {
+        for (key, value) in responses.into_iter().flatten() {
+            if key != CONFIRM_KEY && self.asked.contains(key) {
+                self.answers.insert(key.clone(), value.clone());
+            }
+        }
+        self
+    }
+
     /// The dialogue of a call that asks `questions` next: their keys join the asked ones, one
     /// more round.
     pub(crate) fn asking(mut self, questions: &[Question]) -> Dialogue {
@@ -238,8 +267,9 @@ impl ApprovalStates {
         ad
     }
 
-    /// Seals a state for `consumer`'s call of `tool` with `arguments`, carrying `answers` and
-    /// the approval asked for; `None` when the answers are over [`MAX_STATE_ANSWERS_BYTES`] or
+    /// Seals a state for `consumer`'s call of `tool` with `arguments`, carrying the dialogue's
+    /// answers (those the call ran with: [`Dialogue::first`], [`Dialogue::answered`]) and the
+    /// approval asked for; `None` when the answers are over [`MAX_STATE_ANSWERS_BYTES`] or
     /// sealing fails (logged).
     pub(crate) fn seal(
         &self,
@@ -250,13 +280,9 @@ impl ApprovalStates {
         approval: Option<Approval>,
         now: agent_surface_core::Timestamp,
     ) -> Option<String> {
-        // Only answers to questions that were asked travel on.
-        let answers: Map<String, Value> = dialogue
-            .answers
-            .iter()
-            .filter(|(k, _)| dialogue.asked.contains(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // The answers the call ran with travel on; which ones a round may add is decided when
+        // the round is opened (`Dialogue::first`, `Dialogue::answered`).
+        let answers = dialogue.answers.clone();
         let size = serde_json::to_vec(&answers).map(|b| b.len()).unwrap_or(usize::MAX);
         if size > MAX_STATE_ANSWERS_BYTES || dialogue.rounds > MAX_ROUNDS {
             tracing::info!(target: "agent_surface::mcp", bytes = size, rounds = dialogue.rounds, "the call's answers cannot travel on in a request state");

@@ -65,18 +65,27 @@ impl McpServer {
         consumer: &mut Consumer,
         context: &RequestContext<RoleServer>,
     ) -> Result<Round, ErrorData> {
-        let mut dialogue = mrtr::Dialogue::default();
+        let responses = request.input_responses.as_ref();
+        // The dialogue the request's state continues, if it opens.
+        let mut continued = None;
         let mut approval = None;
         if let Some(sealed) = request.request_state.as_deref() {
             match self.session.config.approval_states.open(sealed, &request.name, arguments, consumer) {
                 Ok((state, continues)) => {
                     *consumer = continues;
-                    dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
-                    if let Some(asked) = state.approval {
-                        let answer = mrtr::answer(request.input_responses.as_ref())
-                            .map_err(|_| ProtocolFault::ConfirmAnswerNotElicitation.error())?;
-                        approval = Some((asked, sealed.to_string(), answer));
-                    }
+                    let dialogue = mrtr::Dialogue { answers: state.answers, asked: state.asked, rounds: state.rounds };
+                    // A round that answers an approval takes no new answers: the approved call
+                    // runs with those the approval was asked with. Otherwise this round's answers
+                    // count under the keys the state asked.
+                    continued = Some(match state.approval {
+                        Some(asked) => {
+                            let answer = mrtr::answer(responses)
+                                .map_err(|_| ProtocolFault::ConfirmAnswerNotElicitation.error())?;
+                            approval = Some((asked, sealed.to_string(), answer));
+                            dialogue
+                        }
+                        None => dialogue.answered(responses),
+                    });
                 }
                 // Too old to continue: the call is planned afresh, as if it came without one.
                 Err(mrtr::StateRefused::Expired) => {
@@ -88,25 +97,17 @@ impl McpServer {
                 }
             }
         }
+        // Without a state that continues, a first round: the call runs with every answer it
+        // carries, and a state it seals carries them on.
+        let dialogue = continued.unwrap_or_else(|| mrtr::Dialogue::first(responses));
         let abilities = mrtr::abilities(context.client_capabilities().as_ref());
-        // This round's answers: in a round that answers an approval, none (the approved call runs
-        // with the answers the approval was asked with); after a state, only to keys it asked; in
-        // a first round, any (the ask step reads only its own).
-        if approval.is_none() {
-            let first_round = dialogue.asked.is_empty();
-            for (key, value) in request.input_responses.iter().flatten() {
-                if key != mrtr::CONFIRM_KEY && (first_round || dialogue.asked.contains(key)) {
-                    dialogue.answers.insert(key.clone(), value.clone());
-                }
-            }
-        }
         let paged = matches!(&approval, Some((asked, _, answer)) if asked.url.is_some() && *answer != Answer::Missing);
         Ok(Round { arguments: arguments.clone(), dialogue, approval, abilities, paged })
     }
 
-    /// Makes the call of a modern round: with the answers it carries; the approved call when the
-    /// round answers an approval; a task, for a long-running capability called by a client that
-    /// negotiated tasks, once its handler starts.
+    /// Makes the call of a modern round, with progress relayed: with the answers it carries; the
+    /// approved call when the round answers an approval; a task, for a long-running capability
+    /// called by a client that negotiated tasks, once its handler starts ([`McpServer::run`]).
     pub(super) async fn modern_call(
         &self,
         round: &mut Round,
@@ -118,27 +119,40 @@ impl McpServer {
             round.dialogue.answers.iter().fold(Answers::new(round.abilities), |a, (k, v)| a.with(k.clone(), v.clone()));
         let options = options.with_answers(carried);
         let registry = &self.session.registry;
-        let tasks = self.session.config.tasks.as_ref().filter(|_| {
+        let task = self.session.config.tasks.as_ref().filter(|_| {
             context.client_capabilities().is_some_and(|c| c.supports_tasks())
                 && registry.is_long_running(&invoke.capability)
         });
+        let task = task.map(|tasks| (tasks, context.ct.clone()));
+        // Progress is relayed until the call is answered: to its end when it is answered in the
+        // request (also a task that could not be named), until the task is named otherwise.
         if let Some((asked, sealed, answer)) = round.approval.take() {
-            let task = tasks.map(|t| (t, context.ct.clone()));
             return progress::relayed(context, options, |options| {
                 self.answered(asked, sealed, answer, invoke, options, task)
             })
             .await;
         }
-        if let Some(tasks) = tasks {
-            return match crate::tasks::start(tasks, registry, invoke, options, context.ct.clone()).await {
-                Started::Task(task) => Answered::Task(task),
-                Started::Ended(invocation) => Answered::Result(invocation),
-            };
+        progress::relayed(context, options, |options| self.run(invoke, options, task)).await
+    }
+
+    /// Runs `invoke`: as a task when `task` (the runtime, and the request's cancellation, which
+    /// counts until a task is named) is given, named once the handler starts; otherwise, or when
+    /// no task can be named, answered when it ends. Every modern path that runs a call goes
+    /// through here, so a call that may be a task becomes one whichever way it was approved.
+    async fn run(
+        &self,
+        invoke: InvokeRequest,
+        options: InvokeOptions,
+        task: Option<(&Tasks, CancellationToken)>,
+    ) -> Answered {
+        let registry = &self.session.registry;
+        let Some((tasks, request)) = task else {
+            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+        };
+        match crate::tasks::start(tasks, registry, invoke, options, request).await {
+            Started::Task(task) => Answered::Task(task),
+            Started::Ended(invocation) => Answered::Result(invocation),
         }
-        progress::relayed(context, options, |options| async move {
-            Answered::Result(registry.invoke_detailed(invoke, options).await)
-        })
-        .await
     }
 
     /// For a modern round, turns the call's stop for questions or its `CONFIRMATION_REQUIRED` into
@@ -165,7 +179,9 @@ impl McpServer {
         self.seal_question(&invocation.result, invocation.questions.as_deref(), &sealing)
     }
 
-    /// A modern retry carrying the state of an approval and the person's answer.
+    /// A modern retry carrying the state of an approval and the person's answer. Each way that
+    /// makes the call (approved in person, after the approval page, planned afresh) runs it
+    /// through [`McpServer::run`] with `task`, so the retry may become the task.
     async fn answered(
         &self,
         approval: mrtr::Approval,
@@ -184,13 +200,13 @@ impl McpServer {
             if answer == Answer::Missing && approval.exp > now.unix_millis() {
                 return Answered::Ask(mrtr::input_required(&approval, sealed));
             }
-            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+            return self.run(invoke, options, task).await;
         }
         let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| approval.exp > now.unix_millis())
         else {
             // Too late to approve this one: plan the call afresh, which asks again.
             tracing::info!(target: "agent_surface::mcp", confirmation_id = %approval.cid, "approval state expired; asking afresh");
-            return Answered::Result(registry.invoke_detailed(invoke, options).await);
+            return self.run(invoke, options, task).await;
         };
         let consumer = &options.consumer;
         match answer {
@@ -204,13 +220,7 @@ impl McpServer {
                 }
                 invoke.confirmation_id = Some(approval.cid);
                 // The approved call is the one that runs: a task, when it may be one.
-                if let Some((tasks, request)) = task {
-                    return match crate::tasks::start(tasks, registry, invoke, options, request).await {
-                        Started::Task(task) => Answered::Task(task),
-                        Started::Ended(done) => Answered::Result(done),
-                    };
-                }
-                Answered::Result(registry.invoke_detailed(invoke, options).await)
+                self.run(invoke, options, task).await
             }
             Answer::Decline => {
                 let mut reason = ConfirmationInvalidReason::Denied;

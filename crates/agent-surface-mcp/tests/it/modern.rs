@@ -154,6 +154,17 @@ fn shop_with(base: Option<&str>) -> (Shop, Arc<ConfirmationEngine>) {
                 .raw_handler(json!({"type": "object", "properties": {}}), None, |_ctx: Ctx, _i: Value| async move {
                     Err::<Value, _>(AgentSurfaceError::precondition_failed("The oven is cold."))
                 });
+            // Long-running, reports three progress steps and ends on its own.
+            t.capability("survey", "Survey the shelves (long-running, reports progress).")
+                .effect(Effect::Read)
+                .long_running()
+                .raw_handler(json!({"type": "object", "properties": {}}), None, |ctx: Ctx, _i: Value| async move {
+                    for step in 1..=3 {
+                        ctx.progress(f64::from(step), Some(3.0), Some("shelf"));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"surveyed": 3}))
+                });
             // Asks one more question for every answer it gets: never settles.
             t.capability("endless", "Ask for ever.")
                 .effect(Effect::Read)
@@ -550,6 +561,48 @@ async fn questions_go_round_by_round_and_their_answers_reach_the_handler_after_t
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
 
+/// Answers a client gives in its first request, before any state, are the ones that call runs
+/// with: the state it seals carries them on, to the approved call as to a later round.
+#[tokio::test]
+async fn answers_given_before_any_state_travel_on_to_the_approved_call() {
+    let (shop, engine) = shop();
+    let (client, _) = connect_with(&shop.registry, Arc::new(config(&engine)), true, true).await;
+    let name = json!({"action": "accept", "content": {"name": "Ada"}});
+    let slogan = json!({"role": "assistant", "content": {"type": "text", "text": "Go far."}, "model": "m"});
+
+    // Every question answered up front: only the approval is asked, and the approved call runs
+    // with the answers.
+    let answered = responses(&[("name", name.clone()), ("slogan", slogan.clone())]);
+    let approval =
+        asks(client.call_tool_once(params("shop-label", json!({})).with_input_responses(answered)).await.unwrap());
+    let asked: Vec<&String> = approval.input_requests.as_ref().unwrap().keys().collect();
+    assert_eq!(asked, [CONFIRM_KEY]);
+    let state = approval.request_state.unwrap();
+    let done =
+        completes(client.call_tool_once(retry("shop-label", json!({}), &state, Some(answer("accept")))).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"label": "Ada: Go far.", "keys": ["name", "slogan"]})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+
+    // Part answered up front: the rest is asked, and the next round adds answers only under the
+    // keys it was asked (not `junk`).
+    let named = responses(&[("name", name)]);
+    let second =
+        asks(client.call_tool_once(params("shop-label", json!({})).with_input_responses(named)).await.unwrap());
+    let asked: Vec<&String> = second.input_requests.as_ref().unwrap().keys().collect();
+    assert_eq!(asked, ["slogan"]);
+    let state = second.request_state.unwrap();
+    let slogan_and_junk = responses(&[("slogan", slogan), ("junk", json!(1))]);
+    let approval =
+        asks(client.call_tool_once(retry("shop-label", json!({}), &state, Some(slogan_and_junk))).await.unwrap());
+    let asked: Vec<&String> = approval.input_requests.as_ref().unwrap().keys().collect();
+    assert_eq!(asked, [CONFIRM_KEY]);
+    let state = approval.request_state.unwrap();
+    let done =
+        completes(client.call_tool_once(retry("shop-label", json!({}), &state, Some(answer("accept")))).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"label": "Ada: Go far.", "keys": ["name", "slogan"]})));
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_question_the_client_cannot_answer_is_a_missing_capability() {
     let (shop, engine) = shop();
@@ -750,6 +803,48 @@ async fn an_approved_long_running_call_becomes_a_task() {
     release(&shop);
     let done = final_task(&client, &id).await;
     assert_eq!(done.status(), rmcp::model::TaskStatus::Completed);
+}
+
+/// A long-running call approved at the approval page becomes a task on the retry that approves it,
+/// as one approved in person does: answered once its handler runs, not when it ends.
+#[tokio::test]
+async fn a_long_running_call_approved_at_the_page_becomes_a_task() {
+    const BASE: &str = "https://shop.example/inbox/c";
+    let (shop, engine) = shop_with(Some(BASE));
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let modern = Modern { elicitation: true, urls: true, sampling: false, tasks: true, progress };
+    let client = connect_modern(&shop.registry, tasks_config(&engine), modern).await.unwrap();
+    let question = asks(client.call_tool_once(params("shop-rebuild", json!({}))).await.unwrap());
+    let requests = question.input_requests.clone().expect("a question");
+    let Some(InputRequest::Elicitation(elicit)) = requests.get(CONFIRM_KEY) else { panic!("{requests:?}") };
+    let asked = serde_json::to_value(&elicit.params).unwrap();
+    let cid = asked["url"].as_str().and_then(|u| u.strip_prefix(&format!("{BASE}/"))).expect("the page").to_string();
+    engine.approve(&cid, &Identity::new("manager")).await.unwrap();
+
+    let state = question.request_state.unwrap();
+    let retried = client.call_tool_once(retry("shop-rebuild", json!({}), &state, Some(answer("accept"))));
+    let retried = tokio::time::timeout(Duration::from_secs(5), retried).await.expect("answered while the call runs");
+    let id = task_id(retried.unwrap());
+    release(&shop);
+    let done = final_task(&client, &id).await;
+    assert_eq!(done.status(), rmcp::model::TaskStatus::Completed);
+}
+
+/// A long-running call that cannot become a task (here: no room for one more running task) is
+/// answered when it ends, and its progress reaches the client before the result.
+#[tokio::test]
+async fn a_long_running_call_answered_in_the_request_relays_its_progress() {
+    use agent_surface_mcp::tasks::{TaskConfig, Tasks};
+    let (shop, engine) = shop();
+    let tasks = Tasks::new(TaskConfig { max_running: 0, ..TaskConfig::default() });
+    let config = Arc::new(McpConfig { tasks: Some(tasks), ..config(&engine) });
+    let (client, progress) = connect_full(&shop.registry, config, false, false, true).await;
+    let p = with_meta(params("shop-survey", json!({})), json!({"progressToken": "s-1"}));
+    let done = completes(client.call_tool_once(p).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"surveyed": 3})));
+    let seen: Vec<f64> = progress.lock().unwrap().iter().map(|p| p.progress).collect();
+    assert!(!seen.is_empty(), "no progress before the result");
+    assert_eq!(seen.last(), Some(&3.0));
 }
 
 /// URL-mode elicitation in the modern era: a client that declares it (here beside forms) is sent
