@@ -91,7 +91,7 @@ async fn listen(
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(target: "agent_surface::store", error = %e, "the PostgreSQL listening connection failed");
+                    tracing::warn!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "the PostgreSQL listening connection failed");
                     break;
                 }
             }
@@ -135,7 +135,7 @@ async fn keep_listening(
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(target: "agent_surface::store", error = %e, "the PostgreSQL listening connection cannot be made again yet");
+                    tracing::warn!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "the PostgreSQL listening connection cannot be made again yet");
                     wait = (wait * 2).min(Duration::from_secs(2));
                 }
             }

@@ -52,14 +52,28 @@ impl PostgresRateLimiter {
                  ON CONFLICT (bucket) DO NOTHING",
             ))
             .await?;
-        tx.execute(&create, &[&names, &FORMAT]).await?;
         let read = tx
             .prepare_cached(&self.stores.sql(
                 "SELECT bucket, v, tat, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
                  FROM {s}.rate WHERE bucket = ANY($1::text[]) ORDER BY bucket FOR UPDATE",
             ))
             .await?;
-        let rows = tx.query(&read, &[&names]).await?;
+        // A full bucket's row may be swept between the insert, which leaves a row it finds
+        // unlocked, and the lock: it is made again (a swept row is a full bucket).
+        let distinct = names.iter().collect::<std::collections::BTreeSet<_>>().len();
+        let mut rows = Vec::new();
+        for _ in 0..3 {
+            tx.execute(&create, &[&names, &FORMAT]).await?;
+            rows = tx.query(&read, &[&names]).await?;
+            if rows.len() == distinct {
+                break;
+            }
+        }
+        if rows.len() != distinct {
+            return Err(Fail::Store(agent_surface_policy::StoreError::Unavailable(
+                "postgres: rate buckets kept being swept while they were read".into(),
+            )));
+        }
         let mut next = Vec::with_capacity(wanted.len());
         let mut wait = 0i64;
         for (bucket, emission, tolerance) in wanted {

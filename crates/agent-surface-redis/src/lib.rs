@@ -294,7 +294,7 @@ impl RedisStores {
         match read.await {
             Ok(Ok(mut settings)) => settings.remove(name),
             Ok(Err(e)) => {
-                tracing::debug!(target: "agent_surface::wiring", error = %e, parameter = name, "cannot read the Redis configuration");
+                tracing::debug!(target: "agent_surface::wiring", error = %agent_surface_policy::redacted(&e), parameter = name, "cannot read the Redis configuration");
                 None
             }
             Err(_) => {

@@ -241,7 +241,7 @@ fn worker(conn: Connection, mut mem: Memory, mut jobs: mpsc::Receiver<Box<dyn Jo
     }
     // Every handle is gone: closing the connection checkpoints the log and releases the lock.
     if let Err((_, e)) = conn.close() {
-        tracing::warn!(target: "agent_surface::store", error = %e, "the SQLite store did not close cleanly");
+        tracing::warn!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "the SQLite store did not close cleanly");
     }
 }
 
@@ -320,7 +320,7 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
         let failed = match committed {
             Ok(()) => None,
             Err(e) => {
-                tracing::error!(target: "agent_surface::store", error = %e, "a SQLite store transaction did not commit");
+                tracing::error!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "a SQLite store transaction did not commit");
                 if !conn.is_autocommit() {
                     let _ = exec(conn, "ROLLBACK");
                 }
@@ -353,7 +353,7 @@ fn persist_orphans(conn: &Connection, mem: &Memory) -> Vec<(agent_surface_policy
         .and_then(|written| exec(conn, "RELEASE orphans").map(|()| written));
     written.unwrap_or_else(|e| {
         let _ = exec(conn, "ROLLBACK TO orphans").and_then(|()| exec(conn, "RELEASE orphans"));
-        tracing::debug!(target: "agent_surface::store", error = %e, "orphaned records not written as lapsed yet");
+        tracing::debug!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "orphaned records not written as lapsed yet");
         Vec::new()
     })
 }

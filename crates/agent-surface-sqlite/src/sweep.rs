@@ -70,7 +70,7 @@ pub(crate) fn run(conn: &Connection, now: Timestamp) {
         Ok(deleted) => tracing::debug!(target: "agent_surface::store", deleted, "expired SQLite store rows deleted"),
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK TO sweep; RELEASE sweep");
-            tracing::warn!(target: "agent_surface::store", error = %e, "sweeping the SQLite store failed");
+            tracing::warn!(target: "agent_surface::store", error = %agent_surface_policy::redacted(&e), "sweeping the SQLite store failed");
         }
     }
 }

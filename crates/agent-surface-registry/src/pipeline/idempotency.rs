@@ -99,7 +99,7 @@ impl Drop for Unanswered<'_> {
                 match tokio::time::timeout(budget, store.cancel(&key, attempt, clock.now())).await {
                     Ok(Ok(())) => return,
                     Ok(Err(e)) => {
-                        tracing::warn!(target: "agent_surface::invoke", error = %e, "could not cancel an unanswered admission");
+                        tracing::warn!(target: "agent_surface::invoke", error = %agent_surface_policy::redacted(&e), "could not cancel an unanswered admission");
                     }
                     Err(_) => {
                         tracing::warn!(target: "agent_surface::invoke", "cancelling an unanswered admission took longer than the store budget");
