@@ -328,7 +328,7 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
             }
         };
         if failed.is_none() {
-            crate::idempotency::forget_orphans(mem, orphans);
+            mem.forget_orphans(orphans);
         }
         for hook in hooks {
             hook(mem, failed.is_none());
@@ -349,7 +349,7 @@ fn persist_orphans(conn: &Connection, mem: &Memory) -> Vec<(agent_surface_policy
         return Vec::new();
     }
     let written = exec(conn, "SAVEPOINT orphans")
-        .and_then(|()| crate::idempotency::persist_orphans(conn, mem, ORPHANS_PER_BATCH))
+        .and_then(|()| mem.persist_orphans(conn, ORPHANS_PER_BATCH))
         .and_then(|written| exec(conn, "RELEASE orphans").map(|()| written));
     written.unwrap_or_else(|e| {
         let _ = exec(conn, "ROLLBACK TO orphans").and_then(|()| exec(conn, "RELEASE orphans"));

@@ -318,36 +318,6 @@ fn wait_again(
     }
 }
 
-/// Writes the records whose settlement could not be written (`Memory::orphaned`) as lapsed, at
-/// most `limit` of them, inside the caller's transaction: once it commits, they are lapsed on disk
-/// (the sweep removes them in time, a restart keeps them lapsed) and
-/// [`forget_orphans`] drops them from memory. Returns the ones written.
-pub(crate) fn persist_orphans(
-    conn: &rusqlite::Connection,
-    mem: &crate::memory::Memory,
-    limit: usize,
-) -> rusqlite::Result<Vec<(IdempotencyKey, u64)>> {
-    let mut written = Vec::new();
-    for (key, token) in mem.orphaned.iter().take(limit) {
-        conn.prepare_cached(
-            "UPDATE idem SET lapsed = 1 WHERE consumer = ?1 AND invocation = ?2 AND token = ?3 AND state = 0",
-        )?
-        .execute(params![key.consumer_key, key.invocation_id, i64::try_from(*token).unwrap_or(i64::MAX)])?;
-        written.push((key.clone(), *token));
-    }
-    Ok(written)
-}
-
-/// Drops from memory the orphans [`persist_orphans`] wrote, once their transaction committed
-/// (unless the record was orphaned again since, under another lease).
-pub(crate) fn forget_orphans(mem: &mut crate::memory::Memory, written: Vec<(IdempotencyKey, u64)>) {
-    for (key, token) in written {
-        if mem.orphaned.get(&key) == Some(&token) {
-            mem.orphaned.remove(&key);
-        }
-    }
-}
-
 /// Marks every record in flight as lapsed (its leader's process has ended): run when the file is
 /// opened. Returns how many there were.
 pub(crate) fn lapse_all(conn: &rusqlite::Connection) -> rusqlite::Result<usize> {

@@ -37,4 +37,38 @@ impl Memory {
         self.last_token += 1;
         self.last_token
     }
+
+    /// Writes the records whose settlement could not be written ([`Memory::orphaned`]) as
+    /// lapsed, at most `limit` of them, inside the caller's transaction: once it commits, they
+    /// are lapsed on disk (the sweep removes them in time, a restart keeps them lapsed) and
+    /// [`Memory::forget_orphans`] drops them from memory. Returns the ones written.
+    pub(crate) fn persist_orphans(
+        &self,
+        conn: &rusqlite::Connection,
+        limit: usize,
+    ) -> rusqlite::Result<Vec<(IdempotencyKey, u64)>> {
+        let mut written = Vec::new();
+        for (key, token) in self.orphaned.iter().take(limit) {
+            conn.prepare_cached(
+                "UPDATE idem SET lapsed = 1 WHERE consumer = ?1 AND invocation = ?2 AND token = ?3 AND state = 0",
+            )?
+            .execute(rusqlite::params![
+                key.consumer_key,
+                key.invocation_id,
+                i64::try_from(*token).unwrap_or(i64::MAX)
+            ])?;
+            written.push((key.clone(), *token));
+        }
+        Ok(written)
+    }
+
+    /// Drops from memory the orphans [`Memory::persist_orphans`] wrote, once their transaction
+    /// committed (unless the record was orphaned again since, under another lease).
+    pub(crate) fn forget_orphans(&mut self, written: Vec<(IdempotencyKey, u64)>) {
+        for (key, token) in written {
+            if self.orphaned.get(&key) == Some(&token) {
+                self.orphaned.remove(&key);
+            }
+        }
+    }
 }
