@@ -623,11 +623,15 @@ impl Drop for LeaderGuard {
             Some(settlement) => settlement,
             None => {
                 let may_have_run = self.hold.may_have_run.load(Ordering::Acquire);
+                // A handler that started, even one whose repetition is harmless, processed the
+                // call: the record must not say otherwise, nor be released as a call that never
+                // ran.
+                let started = may_have_run || self.hold.started.load(Ordering::Acquire);
                 let error =
                     if may_have_run { AgentSurfaceError::outcome_unknown() } else { AgentSurfaceError::cancelled() };
                 let mut payload = error.into_payload();
-                payload.set_not_processed(!may_have_run);
-                let terminal = may_have_run || !self.release_unstarted;
+                payload.set_not_processed(!started);
+                let terminal = started || !self.release_unstarted;
                 self.settlement(InvokeResult::error(payload, None), now, terminal)
             }
         };

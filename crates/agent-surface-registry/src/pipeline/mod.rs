@@ -541,7 +541,7 @@ fn audited_after_consuming(
         audit::Trail::None => match may_start(&call) {
             Ok(()) => {
                 consumed.disarm();
-                execute(call, prepared)
+                execute_now(call, prepared)
             }
             Err(stop) => later(async move {
                 consumed.now().await;
@@ -567,18 +567,26 @@ fn audited_after_consuming(
                 return outcome;
             }
             consumed.disarm();
-            let outcome = finish(execute(call, prepared)).await;
+            let outcome = finish(execute_now(call, prepared)).await;
             started.finish(&outcome).await;
             outcome
         }),
     }
 }
 
-/// Phase 8: the handler.
+/// Phase 8: the handler, unless the call may no longer start ([`may_start`]).
 #[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
-    use std::sync::atomic::Ordering;
     may_start(&call)?;
+    execute_now(call, prepared)
+}
+
+/// Phase 8 for a call [`may_start`] has just let through: the handler starts. A call that
+/// consumed evidence is checked once, before the evidence is kept (disarmed), and comes here
+/// directly: a second check could stop it after the evidence can no longer be given back.
+#[inline(always)]
+fn execute_now(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
+    use std::sync::atomic::Ordering;
     if let Some(hook) = &call.options.on_execute {
         hook();
     }

@@ -105,6 +105,8 @@ async fn a_dropped_leader_records_how_it_ended() {
             r.invoke_detailed(call(capability, json!({"amount": 1})).with_invocation_id(&id), consumer("c")).await;
         assert!(again.replayed);
         let p = again.result.error_payload().expect("an error was recorded");
+        // The handler started: nothing may say the call was not processed.
+        assert!(!p.not_processed(), "{p:?}");
         if capability == "pay.balance" {
             assert_eq!(p.code(), ErrorCode::Cancelled);
         } else {
