@@ -253,10 +253,23 @@ pub const NOT_PROCESSED_FIELD: &str = "notProcessed";
 /// The payload member carrying the call's correlation id.
 pub const CORRELATION_ID_FIELD: &str = "correlationId";
 
-/// The phases of `code` that run before the handler starts: those in which a call can stop
-/// without anything it asked for being done.
+/// The codes phase 8 (`execute`) can give before it starts the handler, at its gate: the caller
+/// gone (`CANCELLED`), strict audit unable to record the start or a started mark that cannot be
+/// written (`EXECUTION_FAILED`).
+pub const REFUSED_AT_THE_EXECUTE_GATE: [ErrorCode; 2] = [ErrorCode::Cancelled, ErrorCode::ExecutionFailed];
+
+/// The phases of `code` in which a call can stop without anything it asked for being done: those
+/// before the handler, and `execute` for a code its gate gives before the handler starts
+/// ([`REFUSED_AT_THE_EXECUTE_GATE`]).
+///
+/// ```
+/// use agent_surface_core::{matrix::not_processed_phases, ErrorCode, Phase};
+/// assert!(not_processed_phases(ErrorCode::Cancelled).any(|p| p == Phase::Execute));
+/// assert!(not_processed_phases(ErrorCode::Timeout).next().is_none());
+/// ```
 pub fn not_processed_phases(code: ErrorCode) -> impl Iterator<Item = Phase> {
-    spec(code).phases.iter().copied().filter(|p| p.is_before_handler())
+    let gate = REFUSED_AT_THE_EXECUTE_GATE.contains(&code);
+    spec(code).phases.iter().copied().filter(move |p| p.is_before_handler() || (gate && *p == Phase::Execute))
 }
 
 /// Whether a payload of `code` with these details may say `notProcessed`: some phase before the

@@ -105,7 +105,8 @@ pub fn to_json() -> Value {
             "notProcessed": {
                 "field": matrix::NOT_PROCESSED_FIELD,
                 "type": "boolean, present only when true",
-                "setInPhases": Phase::ALL.iter().filter(|p| p.is_before_handler()).map(|p| p.as_str()).collect::<Vec<_>>(),
+                "setInPhases": Phase::ALL.iter().filter(|p| p.is_before_handler() || **p == Phase::Execute).map(|p| p.as_str()).collect::<Vec<_>>(),
+                "setInExecuteFor": matrix::REFUSED_AT_THE_EXECUTE_GATE.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
                 "never": "EXECUTION_FAILED with reason outcome-unknown, and codes no phase before the handler produces",
             },
             "correlationId": {

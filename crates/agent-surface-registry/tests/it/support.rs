@@ -47,6 +47,13 @@ fn produced(invocation: &Invocation, code: ErrorCode, phase: Phase, before_handl
     let not_processed = (phase.is_before_handler() || before_handler || reason == Some("audit-unavailable"))
         && agent_surface_core::matrix::may_be_not_processed(code, payload.details());
     assert_eq!(payload.not_processed(), not_processed, "{code} in phase {phase}: notProcessed");
+    // And the matrix lists the phase among those that may say it for this code.
+    if payload.not_processed() {
+        assert!(
+            agent_surface_core::matrix::not_processed_phases(code).any(|p| p == phase),
+            "{code} says notProcessed in phase {phase}, which the matrix's notProcessedPhases does not list"
+        );
+    }
     // The payload names the call's own correlation id, the one the operator log has.
     assert_eq!(payload.correlation_id(), Some(invocation.correlation_id.to_string().as_str()));
     record_evidence(code, phase);
