@@ -48,6 +48,10 @@ use agent_surface_policy::principal::skeleton;
 
 use crate::{RedisStores, ms, parse_hash, ttl_ms};
 
+/// The longest listing asked of a script: its numbers are doubles, and four times this plus 16
+/// (what an expiry listing looks at) is still exact in one.
+const MAX_LISTED_EXACTLY: usize = 1 << 48;
+
 /// The fixed part of a record, as stored under `rec`.
 #[derive(Serialize, Deserialize)]
 struct Fixed {
@@ -768,6 +772,9 @@ impl ConfirmationStore for RedisConfirmationStore {
             if limit == 0 {
                 return Ok(Vec::new());
             }
+            // The scripts read numbers as doubles: a limit past what one holds exactly (no
+            // listing is that long) is asked as the largest that is.
+            let limit = limit.min(MAX_LISTED_EXACTLY);
             let mut call = self.scripts().list.key(self.pending_index());
             call.arg(ms(now)).arg(limit).arg(self.stores.key("conf", ""));
             let recs: Vec<String> = self.stores.run(call).await?;
@@ -830,6 +837,7 @@ impl ConfirmationStore for RedisConfirmationStore {
             }
             // Entries of consumed, denied or claimed records are dropped as they are met; look at a
             // few more than asked for, so that they do not starve one listing.
+            let limit = limit.min(MAX_LISTED_EXACTLY);
             let look_at = limit.saturating_mul(4).saturating_add(16);
             let mut call = self.scripts().list_expired.key(self.expiry_index());
             call.arg(ms(now)).arg(limit).arg(self.stores.key("conf", "")).arg(look_at);

@@ -27,7 +27,8 @@
 //! the attempt (`IdempotencyStore::cancel`), and the `CANCEL` script, one atomic step:
 //!
 //! - finds the record `run` under that attempt, made by `lead`: the handler never started, so the
-//!   record becomes `void` for [`VOID_READABLE`] (followers that joined the claim, on any replica,
+//!   record becomes `void`, readable as long as a released result
+//!   ([`RedisIdempotencyStore::readable`]; followers that joined the claim, on any replica,
 //!   learn that nothing ran — `EXECUTION_FAILED {reason: transport}`, retry after a delay — never
 //!   an unknown outcome), and the next admission leads afresh;
 //! - finds it `run` under that attempt, made by `takeover`: the earlier leader may have run (and,
@@ -210,13 +211,10 @@ end
 return {f[1], f[2], f[5]}
 ";
 
-/// How long a released result stays readable, for followers on other replicas that poll for it.
-/// Many times the longest poll interval; an admission in the meantime treats the key as free.
+/// The least time a released result stays readable, for followers on other replicas that poll
+/// for it (see [`RedisIdempotencyStore::readable`]); an admission in the meantime treats the key
+/// as free.
 const RELEASED_READABLE: Duration = Duration::from_secs(10);
-
-/// How long a record voided by a cancellation stays readable, for followers that joined the
-/// cancelled claim: as long as a released result.
-const VOID_READABLE: Duration = RELEASED_READABLE;
 
 /// How long a cancelled attempt is remembered, so that its admission is refused should Redis run
 /// it after the cancellation (it was queued on a connection the client has given up on, which
@@ -250,17 +248,18 @@ const MAX_POLL: Duration = Duration::from_millis(50);
 /// - **Settlement** is one script that writes only if the fencing token still holds the record: a
 ///   leader that ran past its lease and was taken over records nothing (`StoreError::LeaseLost`).
 /// - **Cancellation** of an admission the caller gave up on is one script: it voids the claim
-///   that admission made (or makes its takeover lapse), and marks the attempt so that its
+///   that admission made (or settles its takeover with the unknown outcome), and marks the attempt so that its
 ///   admission, should Redis run it later, claims nothing (see the module docs).
 /// - **Followers** on any replica are told: every script that ends a record in flight publishes
 ///   its key on `{prefix}idem-settled` in the same step, and each `RedisStores` keeps one
 ///   subscription (opened by its first follower, reopened after a failure) that wakes the
 ///   followers of that record, which read the result with one poll — about one round trip after
 ///   the leader settled. Followers also poll at widening intervals (2 ms doubling up to 500 ms, or
-///   a quarter of the lease if shorter, while the subscription is up; up to 50 ms while it is
-///   down), to notice a leader whose lease lapsed (nothing is announced then) and in case an
-///   announcement is lost. A released result (one that is not stored, e.g. `RATE_LIMITED`) stays
-///   readable for 10 s so that followers get it. A follower whose leader's lease lapsed after it
+///   a quarter of the lease if that is shorter but not under 50 ms, while the subscription is up;
+///   up to 50 ms while it is down), to notice a leader whose lease lapsed (nothing is announced
+///   then) and in case an announcement is lost. A released result (one that is not stored, e.g.
+///   `RATE_LIMITED`) stays readable for the lease plus two operation budgets and a second (at
+///   least 10 s) so that followers get it. A follower whose leader's lease lapsed after it
 ///   marked the record started, whose record went or now belongs to another request, or whose
 ///   polls fail for a whole lease, is answered `EXECUTION_FAILED {reason: outcome-unknown}` (not
 ///   stored here) — never an answer that invites a fresh id; the registry then admits the request
@@ -301,6 +300,18 @@ fn token_of(s: &str) -> Result<u64, StoreError> {
 }
 
 impl RedisIdempotencyStore {
+    /// How long a released result, or a record voided by a cancellation, stays readable: at least
+    /// [`RELEASED_READABLE`], and longer than a follower may go without reading it — a follower
+    /// cut off from Redis keeps trying for as long as a lease lasts, each try taking up to
+    /// `op_timeout` — so that it reads what happened rather than finding nothing and answering
+    /// an unknown outcome for a call that never ran.
+    fn readable(&self) -> Duration {
+        let config = &self.stores.config;
+        let follower =
+            config.lease.saturating_add(config.op_timeout.saturating_mul(2)).saturating_add(Duration::from_secs(1));
+        RELEASED_READABLE.max(follower)
+    }
+
     pub(crate) fn new(stores: RedisStores) -> RedisIdempotencyStore {
         let with_now = |body: &str| Script::new(&format!("{NOW}{body}"));
         let scripts = Scripts {
@@ -390,7 +401,7 @@ impl RedisIdempotencyStore {
             Settlement::Store { result, expires_at } if expires_at > now => {
                 ("done", result, expires_at.saturating_duration_since(now))
             }
-            Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, RELEASED_READABLE),
+            Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, self.readable()),
         };
         let mut result = serde_json::to_string(&result).map_err(|e| corrupt(&e.to_string()))?;
         if result.len() > self.stores.config.max_result_bytes {
@@ -424,7 +435,7 @@ impl RedisIdempotencyStore {
             .arg(self.marker(hex))
             .arg(hex)
             .arg(ttl_ms(CANCEL_MARKER))
-            .arg(ttl_ms(VOID_READABLE))
+            .arg(ttl_ms(self.readable()))
             .arg(unknown)
             .arg(ttl_ms(self.stores.config.in_flight_retention))
             .arg(&self.scripts.channel);

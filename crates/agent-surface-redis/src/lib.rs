@@ -19,8 +19,9 @@
 //! - [`RedisInboxStore`] — `inbox::InboxStore`: the approval inbox's sessions, used form tokens
 //!   and form-signing keys, shared by the replicas (no sticky routing).
 //!
-//! **Each store operation is one atomic server-side script** (over one hash; the rate limiter's
-//! over the buckets of one call): the check and the change it guards can never interleave with
+//! **Each store operation is one atomic server-side script** (over one record, with its index
+//! keys where it has some; the rate limiter's over the buckets of one call; several scripts name
+//! keys they build from their arguments, one reason Redis Cluster is not supported): the check and the change it guards can never interleave with
 //! another replica's, and a pipeline phase that touches a store costs one round trip (admission,
 //! settlement; a follower polls). A confirmation's or a task's expiry is kept
 //! both as a field (compared with the `now` every operation is given, so the stores never
@@ -45,10 +46,15 @@
 //! `CONFIG GET` is not checked).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
-//! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length) and
-//! the token counter `{prefix}idem-fence:`, `{prefix}conf:{id}`, `{prefix}task:{id}`,
-//! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}`, the audit stream
-//! `{prefix}audit`, and the approval inbox's `{prefix}inbox-…` keys ([`RedisInboxStore`]).
+//! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length),
+//! the token counter `{prefix}idem-fence:`, cancelled attempts `{prefix}idem-cancel:{attempt}`,
+//! `{prefix}conf:{id}` with the indexes `{prefix}conf-pending` and `{prefix}conf-expiry` and the
+//! relayed ids `{prefix}conf-relay:…`, `{prefix}task:{id}`, the rate buckets
+//! `{prefix}rate:consumer:{key}`, `{prefix}rate:capability:{name}`,
+//! `{prefix}rate:consumer-capability:{name}:{key}` and `{prefix}rate:consumer-type:{type}:{key}`,
+//! the audit stream `{prefix}audit`, and the approval inbox's `{prefix}inbox-…` keys
+//! ([`RedisInboxStore`]); settlements are announced on the channel `{prefix}idem-settled` (an ACL
+//! needs `&{prefix}idem-settled` for it).
 //! Nothing of a key or a stored value reaches the agent channel. Credentials come with the URL
 //! (`redis://user:pass@host:6379/`). TLS (`rediss://`) needs one of the `redis` crate's TLS
 //! features, which this crate does not turn on (they bring a TLS stack every user would compile):

@@ -53,9 +53,12 @@ pub type RedisRateConfig = RateBudgets;
 
 /// A [`RateLimiter`] whose budgets live in Redis, shared by every replica.
 ///
-/// A store that does not answer limits the call (`RATE_LIMITED`, one second): a rate limit is a
-/// protection, and an unreadable budget is not an open one. The cause goes to the operator
-/// channel.
+/// A store that does not answer stops the call (`RateDecision::Unavailable`, which the pipeline
+/// answers `EXECUTION_FAILED {reason: transport}`, retry after a delay, never `RATE_LIMITED`): a
+/// rate limit is a protection, and an unreadable budget is not an open one. The cause goes to the
+/// operator channel. Budgets are kept in whole microseconds (Redis' clock): a quota whose emission
+/// interval is under a few microseconds (hundreds of thousands of calls a second) is granted
+/// approximately.
 #[derive(Clone, Debug)]
 pub struct RedisRateLimiter {
     stores: RedisStores,

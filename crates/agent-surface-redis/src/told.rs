@@ -62,7 +62,7 @@ impl Told {
                 notify
             }
         };
-        Watch { told: self, record: record.to_string(), notify }
+        Watch { told: self, record: record.to_string(), notify: Some(notify) }
     }
 
     /// Wakes the followers of `record`, if any wait here.
@@ -79,22 +79,25 @@ impl Told {
 pub(crate) struct Watch<'a> {
     told: &'a Told,
     record: String,
-    notify: Arc<Notify>,
+    /// Held until the watch is dropped (`None` only while it is).
+    notify: Option<Arc<Notify>>,
 }
 
 impl Watch<'_> {
     /// The wake-up to wait on; create (and enable) it before the poll it follows, so that an
     /// announcement between that poll and the wait is not missed.
     pub(crate) fn notify(&self) -> &Notify {
-        &self.notify
+        self.notify.as_deref().expect("held until the watch is dropped")
     }
 }
 
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
         let mut waiting = self.told.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        // Ours and another follower's: the entry stays while anyone holds the wake-up.
-        if Arc::strong_count(&self.notify) == 1 {
+        // Our hold ends under the lock, so that of two followers dropped together the second
+        // sees the first's gone: the entry stays while anyone holds the wake-up.
+        drop(self.notify.take());
+        if waiting.get(&self.record).is_some_and(|weak| weak.strong_count() == 0) {
             waiting.remove(&self.record);
         }
     }
@@ -139,5 +142,25 @@ async fn subscribe(told: Weak<Told>, client: redis::Client, channel: String, op_
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RESUBSCRIBE_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two followers of one record dropped at the same time leave nothing registered: whichever
+    /// drops last sees the other's hold gone.
+    #[test]
+    fn followers_dropped_together_unregister_their_record() {
+        let told = Told { waiting: Mutex::new(HashMap::new()), up: AtomicBool::new(false) };
+        for _ in 0..2_000 {
+            let (a, b) = (told.watch("k"), told.watch("k"));
+            std::thread::scope(|s| {
+                s.spawn(move || drop(a));
+                s.spawn(move || drop(b));
+            });
+            assert!(told.waiting.lock().unwrap().is_empty(), "a record stays registered with nobody waiting");
+        }
     }
 }

@@ -368,3 +368,30 @@ async fn the_pinned_shapes_read_back() {
     assert_eq!(inbox.use_nonce("sign-in", "n-2", at(5_000), at(1)).await.unwrap(), NonceUse::Used);
     assert_eq!(inbox.mac_key("sign-in", [1; 32]).await.unwrap(), [5; 32]);
 }
+
+/// A listing asked for more records than a script's numbers hold exactly (`usize::MAX`, as a
+/// host may ask for "all") lists what there is, as the memory store does, rather than failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_any_length_is_answered() {
+    let Some(redis) = support::stores("format-listing").await else { return };
+    let conf = redis.confirmations();
+    let record = agent_surface_policy::ConfirmationRecord::pending(
+        "c-1".into(),
+        agent_surface_policy::confirmation::ConfirmationBinding {
+            consumer_key: "c-1".into(),
+            capability: "orders.cancel".into(),
+            registration_id: "r-1".into(),
+            instance_id: "main".into(),
+            input_hash: agent_surface_policy::idempotency::Fingerprint::of(&serde_json::json!({"orderId": "A-1"})),
+        },
+        Some("alice".into()),
+        "Cancel order A-1.".into(),
+        agent_surface_core::Effect::Destructive,
+        agent_surface_core::details::Origin::Client,
+        at(0),
+        at(60_000),
+    );
+    conf.insert(record, at(0)).await.unwrap();
+    assert_eq!(conf.list_pending(at(1), usize::MAX).await.unwrap().len(), 1);
+    assert_eq!(conf.list_expired(at(120_000), usize::MAX).await.unwrap().len(), 1);
+}

@@ -420,3 +420,39 @@ async fn operations_load_their_scripts_again_after_a_flush() {
         "the cancelled attempt's admission claims nothing"
     );
 }
+
+/// A released result (and a voided claim) stays readable longer than a follower on another
+/// replica may go without reading it — as long as a lease, and two operation budgets, cut off
+/// from Redis — so that it reads what happened instead of finding nothing and answering an
+/// unknown outcome for a call that never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_result_outlasts_a_followers_patience() {
+    use agent_surface_policy::IdempotencyStore;
+    use agent_surface_policy::idempotency::{Admission, Attempt, Fingerprint, IdempotencyKey, Settlement};
+    use redis::AsyncCommands;
+
+    let config = agent_surface_redis::RedisConfig {
+        lease: Duration::from_secs(30),
+        in_flight_retention: Duration::from_secs(60),
+        ..agent_surface_redis::RedisConfig::default()
+    };
+    let Some(redis) = support::stores_with("idem-readable", config).await else { return };
+    let store = redis.idempotency();
+    let now = agent_surface_core::Timestamp::now();
+    let key = IdempotencyKey::new("c-1", "k-1");
+    let fp = Fingerprint::of(&json!({"request": 1}));
+    let Ok(Admission::Leader(lease)) = store.admit(&key, fp, Attempt::fresh(), now).await else { panic!("leads") };
+    let limited = agent_surface_core::InvokeResult::error(
+        AgentSurfaceError::rate_limited(agent_surface_core::details::RateLimitReason::Rate, Duration::from_secs(1))
+            .into_payload(),
+        None,
+    );
+    store.settle(&key, fp, lease, Settlement::Release { result: limited }, now).await.unwrap();
+    let mut conn = redis.connection();
+    let prefix = redis.config().prefix.clone();
+    let keys: Vec<String> = conn.keys(format!("{prefix}idem:*")).await.unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query_async(&mut conn).await.unwrap();
+    // 30 s of lease and 2 × 2 s of budget: well past the 10 s it was kept before.
+    assert!(ttl > 34_000, "a released result is readable for {ttl} ms");
+}
