@@ -26,7 +26,7 @@
 //! JSON serialized in a text block.
 
 use agent_surface_core::message::Sends;
-use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, matrix};
+use agent_surface_core::{ErrorCode, ErrorPayload, InvokeResult, Timestamp, matrix};
 use agent_surface_registry::Invocation;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
@@ -126,17 +126,25 @@ pub fn encode_invocation(invocation: Invocation) -> CallToolResult {
 /// assert!(wire["_meta"].get("io.modelcontextprotocol/toolFailure").is_none());
 /// ```
 pub fn encode_invocation_with(invocation: Invocation, tool_failure: bool) -> CallToolResult {
-    let failure = if tool_failure {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        invocation.result.error_payload().and_then(|p| agent_surface_core::wire::tool_failure(p, now_ms))
-    } else {
-        None
-    };
-    let mut result = encode(invocation.result);
+    let failure_at = tool_failure.then(Timestamp::now);
+    encode_outcome(invocation.result, invocation.correlation_id.to_string(), failure_at)
+}
+
+/// [`encode`] with `correlation_id` in `_meta` (`agent-surface/correlationId`), and with
+/// `failure_at` an error result's tool-failure object (`agent-surface/toolFailure`) as reported at
+/// that instant: its `retryNotBefore` counts from it. The one encoding of a call's outcome, for an
+/// answer given in the call and for a task's result read later ([`crate::tasks`]).
+pub(crate) fn encode_outcome(
+    result: InvokeResult,
+    correlation_id: String,
+    failure_at: Option<Timestamp>,
+) -> CallToolResult {
+    let failure = failure_at.and_then(|at| {
+        result.error_payload().and_then(|p| agent_surface_core::wire::tool_failure(p, at.unix_millis()))
+    });
+    let mut result = encode(result);
     let meta = result.meta.get_or_insert_with(MetaObject::new);
-    meta.insert(meta::CORRELATION_ID.to_string(), Value::String(invocation.correlation_id.to_string()));
+    meta.insert(meta::CORRELATION_ID.to_string(), Value::String(correlation_id));
     if let Some(failure) = failure {
         meta.insert(agent_surface_core::wire::names::TOOL_FAILURE_KEY.to_string(), failure);
     }

@@ -14,6 +14,8 @@
 //!    model must respect; nothing retries it;
 //! 4. no answer within [`crate::McpConfig::elicitation_timeout`], an elicitation error, or a
 //!    resolver that fails → the original `CONFIRMATION_REQUIRED` goes to the model (two-phase).
+//!    An elicitation left unanswered (timed out, or its call cancelled) is withdrawn: the client
+//!    gets `notifications/cancelled` naming the `elicitation/create` request.
 //!
 //! Without a resolver, or with a client that cannot elicit, every `CONFIRMATION_REQUIRED` is
 //! relayed to the model unchanged (two-phase mode): it asks the user, the host approves the

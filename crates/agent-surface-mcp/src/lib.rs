@@ -134,14 +134,19 @@ impl std::error::Error for ServeError {}
 /// Runs one MCP connection of `server` (an [`McpServer`], or a handler wrapping one) over a byte
 /// stream pair (newline-delimited JSON-RPC, the [`stdio::LineTransport`]) until the peer closes
 /// it; messages over `max_message_bytes` are refused. Legacy clients open a session with
-/// `initialize`; modern ones send self-contained requests.
+/// `initialize`; modern ones send self-contained requests. `notifications/cancelled` reaches a
+/// request's handler through its `RequestContext::ct`, and the request's id stays in use until
+/// that handler is over ([`stdio`]).
 pub async fn serve_io<S, R, W>(server: S, read: R, write: W, max_message_bytes: usize) -> Result<(), ServeError>
 where
     S: rmcp::ServerHandler,
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let transport = stdio::LineTransport::new(read, write, max_message_bytes);
+    let mut transport = stdio::LineTransport::new(read, write, max_message_bytes);
+    // Handlers are cancelled by the transport, which keeps a cancelled request's id until its
+    // handler is over (`stdio`, "Cancellation keeps the id").
+    let server = stdio::Cancellable::new(server, &mut transport);
     let running = server.serve(transport).await.map_err(|e| ServeError(format!("MCP handshake failed: {e}")))?;
     running.waiting().await.map(drop).map_err(|e| ServeError(format!("MCP session task failed: {e}")))
 }

@@ -13,7 +13,7 @@
 //! | a method name over 128 bytes | `-32601` method not found, no `id`, the name not echoed |
 //! | JSON, but not a JSON-RPC 2.0 message (batch array, missing `jsonrpc`, bad `id`, …) | `-32600` invalid request, with the request's `id` when it has a usable one |
 //! | a request whose `params` do not fit its method | `-32602` invalid params, with its `id` |
-//! | a request under the id of one not answered yet on this connection | `-32600` invalid request, with its `id`; not run, and the first keeps its answer |
+//! | a request under the id of one not answered yet on this connection (a cancelled one included, until its handler is over) | `-32600` invalid request, with its `id`; not run, and the first keeps its answer |
 //! | a notification that does not parse | nothing (JSON-RPC never answers a notification) |
 //! | a request for an unknown method | `-32601` method not found (from `rmcp`) |
 //!
@@ -22,6 +22,16 @@
 //! an error whose request id could not be read leave it out; clients that check messages against
 //! that schema refuse a `null` id.
 //!
+//! **Cancellation keeps the id.** `rmcp` routes a handler's answer by its request id, and forgets a
+//! request once `notifications/cancelled` names it, while its handler may still be running: a new
+//! request under the same id would then be given the cancelled one's answer, and lose its own. So
+//! [`crate::serve_io`] gives each handler a cancellation token that this transport fires, and a
+//! `notifications/cancelled` for a request in progress stops here instead of reaching `rmcp` (nor
+//! the service's `on_cancelled`): the handler sees its `RequestContext::ct` fire, the id stays in
+//! progress until the handler is over, and the cancelled request's answer is not sent (MCP asks
+//! for none). A [`LineTransport`] served some other way passes the notification on and frees the
+//! id at once, as before.
+//!
 //! Reads are bounded and cancel-safe (the service loop polls `receive` inside `select!`): a
 //! partial line stays buffered across cancelled polls, and an error answer that is being written
 //! is resumed, never duplicated or torn.
@@ -29,16 +39,20 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use rmcp::RoleServer;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use rmcp::model::{
-    CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest, NumberOrString, RequestId,
-    ServerJsonRpcMessage,
+    CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcRequest,
+    NumberOrString, ProtocolVersion, RequestId, ServerConfig, ServerJsonRpcMessage, ServerResult,
 };
-use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{NotificationContext, RequestContext, RxJsonRpcMessage, Service, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::fault::ProtocolFault;
 
@@ -53,10 +67,125 @@ pub struct LineTransport<R, W> {
     write: Arc<Mutex<Option<W>>>,
     /// An error answer being written; resumed by the next `receive` if a poll was cancelled.
     pending: Option<BoxFuture<'static, std::io::Result<()>>>,
-    /// The ids of the requests handed to the service and not answered yet: a request reusing
-    /// one is refused here, since `rmcp` would let it take the first one's place (its answer and
-    /// its cancellation would be lost).
-    in_flight: Arc<std::sync::Mutex<std::collections::HashSet<RequestId>>>,
+    /// The requests handed to the service and not answered yet: a request reusing one's id is
+    /// refused here, since `rmcp` would let it take the first one's place (its answer and its
+    /// cancellation would be lost).
+    requests: Arc<Requests>,
+    /// Whether the handlers take their cancellation from [`Requests`] ([`Cancellable`]): then a
+    /// cancellation is handled here and never reaches `rmcp`.
+    cancels_handlers: bool,
+}
+
+/// The requests of one connection in progress, by id, shared by the transport (which holds an id
+/// from the request's arrival until its answer goes out) and [`Cancellable`] (which gives each
+/// handler the token a cancellation fires).
+#[derive(Default)]
+pub(crate) struct Requests {
+    held: std::sync::Mutex<HashMap<RequestId, Held>>,
+}
+
+/// One request in progress.
+#[derive(Default)]
+struct Held {
+    /// The client cancelled it: its answer is not sent.
+    cancelled: bool,
+    /// Its handler's cancellation, once the handler started.
+    token: Option<CancellationToken>,
+}
+
+impl Requests {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Held>> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Holds `id` for a request that arrived; `false` when a request under it is in progress.
+    fn hold(&self, id: &RequestId) -> bool {
+        match self.lock().entry(id.clone()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                v.insert(Held::default());
+                true
+            }
+        }
+    }
+
+    /// The client cancelled `id`: its handler's token fires (now, or when it starts). `false`
+    /// when no request under `id` is in progress.
+    fn cancel(&self, id: &RequestId) -> bool {
+        let mut held = self.lock();
+        let Some(request) = held.get_mut(id) else { return false };
+        request.cancelled = true;
+        if let Some(token) = &request.token {
+            token.cancel();
+        }
+        true
+    }
+
+    /// The answer to `id` is going out: frees the id; `true` when the request was cancelled.
+    fn answered(&self, id: &RequestId) -> bool {
+        self.lock().remove(id).is_some_and(|request| request.cancelled)
+    }
+
+    /// Frees `id` without an answer.
+    fn forget(&self, id: &RequestId) {
+        self.lock().remove(id);
+    }
+
+    /// The handler of `id` starts, cancelled through `token`; fired at once if the client has
+    /// cancelled the request already.
+    fn started(&self, id: &RequestId, token: &CancellationToken) {
+        if let Some(request) = self.lock().get_mut(id) {
+            if request.cancelled {
+                token.cancel();
+            }
+            request.token = Some(token.clone());
+        }
+    }
+}
+
+/// A service whose handlers are cancelled by the [`LineTransport`] it is served over (see the
+/// module documentation): each request's handler gets, as its `RequestContext::ct`, a child of
+/// `rmcp`'s token that the transport fires on `notifications/cancelled`.
+pub(crate) struct Cancellable<S> {
+    inner: S,
+    requests: Arc<Requests>,
+}
+
+impl<S> Cancellable<S> {
+    /// `inner`, cancelled through `transport`, which from now on handles cancellations itself.
+    pub(crate) fn new<R, W>(inner: S, transport: &mut LineTransport<R, W>) -> Cancellable<S> {
+        transport.cancels_handlers = true;
+        Cancellable { inner, requests: transport.requests.clone() }
+    }
+}
+
+impl<S: Service<RoleServer>> Service<RoleServer> for Cancellable<S> {
+    fn handle_request(
+        &self,
+        request: ClientRequest,
+        mut context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ServerResult, ErrorData>> + Send + '_ {
+        let token = context.ct.child_token();
+        self.requests.started(&context.id, &token);
+        context.ct = token;
+        self.inner.handle_request(request, context)
+    }
+
+    fn handle_notification(
+        &self,
+        notification: ClientNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        self.inner.handle_notification(notification, context)
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        self.inner.get_info()
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        self.inner.supported_protocol_versions()
+    }
 }
 
 impl<R, W> std::fmt::Debug for LineTransport<R, W> {
@@ -93,12 +222,9 @@ where
             discarding: false,
             write: Arc::new(Mutex::new(Some(write))),
             pending: None,
-            in_flight: Arc::default(),
+            requests: Arc::default(),
+            cancels_handlers: false,
         }
-    }
-
-    fn ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
-        self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reads one `\n`-terminated line into `self.line`, never buffering more than `max_line`
@@ -219,16 +345,19 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        // An answer frees its request's id.
+        // An answer frees its request's id; a cancelled request's answer is not sent.
         let answered = match &item {
-            rmcp::model::JsonRpcMessage::Response(r) => Some(r.id.clone()),
-            rmcp::model::JsonRpcMessage::Error(e) => e.id.clone(),
+            rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
+            rmcp::model::JsonRpcMessage::Error(e) => e.id.as_ref(),
             _ => None,
         };
-        if let Some(id) = answered {
-            self.ids().remove(&id);
+        if let Some(id) = answered
+            && self.requests.answered(id)
+        {
+            tracing::debug!(target: "agent_surface::mcp", ?id, "the answer to a cancelled request dropped");
+            return futures_util::future::Either::Left(std::future::ready(Ok(())));
         }
-        write_message(self.write.clone(), item)
+        futures_util::future::Either::Right(write_message(self.write.clone(), item))
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
@@ -282,17 +411,23 @@ where
                     self.line = line;
                     self.line.clear();
                     match &message {
-                        rmcp::model::JsonRpcMessage::Request(r) if !self.ids().insert(r.id.clone()) => {
+                        rmcp::model::JsonRpcMessage::Request(r) if !self.requests.hold(&r.id) => {
                             tracing::debug!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
                             self.answer(&ProtocolFault::IdInProgress, Some(r.id.clone()));
                             continue;
                         }
-                        // A cancelled request may go unanswered: its id is free again.
                         rmcp::model::JsonRpcMessage::Notification(n) => {
-                            if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification
+                            if let ClientNotification::CancelledNotification(c) = &n.notification
                                 && let Some(id) = &c.params.request_id
                             {
-                                self.ids().remove(id);
+                                if !self.cancels_handlers {
+                                    // `rmcp` cancels the handler and drops its answer: the id
+                                    // is free again.
+                                    self.requests.forget(id);
+                                } else if self.requests.cancel(id) {
+                                    // Cancelled here; the id is held until the handler is over.
+                                    continue;
+                                }
                             }
                         }
                         _ => {}

@@ -11,7 +11,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `tasks/get` | the task: `working`; `completed` with the tool result — a capability error is a completed task whose result has `isError: true`, never `failed`; `cancelled` |
+//! | `tasks/get` | the task: `working`; `completed` with the tool result, encoded as the call's direct answer would be (with [`crate::McpConfig::tool_failure`], an error's tool-failure object as of the task's end) — a capability error is a completed task whose result has `isError: true`, never `failed`; `cancelled` |
 //! | `tasks/cancel` | acknowledged; the running call's cancellation fires: a call that had not started its effect ends `cancelled`, a write interrupted after its handler started ends `completed` with `EXECUTION_FAILED {reason: outcome-unknown}` (the usual rule) |
 //! | `tasks/update` | acknowledged; answers are ignored (a task never waits for input: questions are asked before it starts) |
 //! | another principal's task, an unknown or expired id | JSON-RPC `-32602` |
@@ -54,8 +54,8 @@ use serde_json::Value;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec;
 use crate::fault::ProtocolFault;
-use crate::{codec, meta};
 
 pub use agent_surface_registry::tasks::{TaskConfig, Tasks};
 
@@ -102,35 +102,36 @@ fn store_failed(e: &StoreError) -> ErrorData {
     ProtocolFault::TaskStoreFailed.error()
 }
 
-/// A finished task's tool result: the recorded outcome as [`codec::encode`] renders it, with the
-/// correlation id in `_meta`; a payload of another shape (written by an older version of this
-/// adapter, which stored the `CallToolResult` itself) as it is.
-fn completed(payload: Option<&Value>) -> serde_json::Map<String, Value> {
+/// A finished task's tool result: the recorded outcome as the call would have been answered
+/// directly ([`codec::encode_outcome`]: the correlation id in `_meta`, and with `tool_failure` an
+/// error's tool-failure object, reported as of `ended_at`, when the task ended); a payload of
+/// another shape (written by an older version of this adapter, which stored the
+/// `CallToolResult` itself) as it is.
+fn completed(payload: Option<&Value>, tool_failure: bool, ended_at: Timestamp) -> serde_json::Map<String, Value> {
     let Some(payload) = payload else { return serde_json::Map::new() };
     let Some(outcome) = TaskOutcome::from_payload(payload) else {
         return payload.as_object().cloned().unwrap_or_default();
     };
-    let mut result = codec::encode(outcome.result);
-    result
-        .meta
-        .get_or_insert_with(rmcp::model::MetaObject::new)
-        .insert(meta::CORRELATION_ID.to_string(), Value::String(outcome.correlation_id));
+    let result = codec::encode_outcome(outcome.result, outcome.correlation_id, tool_failure.then_some(ended_at));
     match serde_json::to_value(result) {
         Ok(Value::Object(map)) => map,
         _ => serde_json::Map::new(),
     }
 }
 
-/// `tasks/get`.
+/// `tasks/get`; `tool_failure` is [`crate::McpConfig::tool_failure`].
 pub(crate) async fn get(
     tasks: &Tasks,
     id: &str,
     consumer: &Consumer,
     now: Timestamp,
+    tool_failure: bool,
 ) -> Result<GetTaskResult, ErrorData> {
     let record = find(tasks, id, consumer, now).await?;
     let payload = match record.status {
-        TaskStatus::Completed => TaskPayload::Completed { result: completed(record.payload.as_ref()) },
+        TaskStatus::Completed => {
+            TaskPayload::Completed { result: completed(record.payload.as_ref(), tool_failure, record.updated_at) }
+        }
         TaskStatus::Failed => {
             let error = record.payload.as_ref().and_then(|p| p.as_object()).cloned().unwrap_or_default();
             TaskPayload::Failed { error }
@@ -183,4 +184,34 @@ fn millis(d: Duration) -> u64 {
 /// An id for a log line or an error message, cut to 64 characters.
 fn truncate(id: &str) -> String {
     id.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_surface_core::details::RateLimitReason;
+    use agent_surface_core::{AgentSurfaceError, InvokeResult, Timestamp};
+    use agent_surface_registry::tasks::TaskOutcome;
+    use serde_json::{Value, json};
+
+    /// A task's error result carries the tool failure when the adapter is configured for it, as
+    /// of the time the task ended: reading it later gives the same bytes.
+    #[test]
+    fn a_task_error_carries_its_tool_failure_as_of_its_end() {
+        let mut payload =
+            AgentSurfaceError::rate_limited(RateLimitReason::Rate, std::time::Duration::from_secs(5)).into_payload();
+        payload.set_correlation_id(Some("c-1"));
+        let outcome = TaskOutcome { result: InvokeResult::error(payload, None), correlation_id: "c-1".into() };
+        let stored = outcome.to_payload();
+        let ended = Timestamp::from_unix_millis(1_000_000);
+
+        let with = Value::Object(super::completed(Some(&stored), true, ended));
+        let failure = &with["_meta"]["agent-surface/toolFailure"];
+        assert_eq!(failure["retryNotBefore"], json!(1_005_000), "{with}");
+        assert_eq!(failure["correlationId"], "c-1");
+        assert_eq!(with["_meta"]["agent-surface/correlationId"], "c-1");
+        assert_eq!(Value::Object(super::completed(Some(&stored), true, ended)), with, "the same on every read");
+
+        let without = Value::Object(super::completed(Some(&stored), false, ended));
+        assert!(without["_meta"].get("agent-surface/toolFailure").is_none(), "{without}");
+    }
 }

@@ -4,15 +4,18 @@
 //! The modern era asks with an input-required round instead ([`super::modern`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{ErrorCode, InvokeResult};
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest};
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ServerRequest,
+    CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    RequestId, ServerRequest,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
+use tokio_util::sync::CancellationToken;
 
 use super::{Answered, McpServer, cancelled_while_asking, declined};
 use crate::confirm::ConfirmationAnswer;
@@ -67,23 +70,27 @@ impl McpServer {
             "This action needs a person's approval: {} Open its approval page to approve it, or to pass it to someone who may.",
             details.summary
         );
-        let elicit = elicit_url(&context.peer, message, url, details.confirmation_id.clone());
-        let answer = tokio::select! {
-            biased;
-            _ = context.ct.cancelled() => {
+        let params = ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message,
+            url,
+            elicitation_id: details.confirmation_id.clone(),
+        };
+        let answer = match ask(&context.peer, params, self.session.config.elicitation_timeout, &context.ct).await {
+            Waited::CallCancelled => {
                 return Invocation::answered(cancelled_while_asking(request.invocation_id), first.correlation_id);
             }
-            r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
+            Waited::TimedOut => {
+                tracing::info!(target: "agent_surface::mcp", "URL elicitation unanswered; relaying CONFIRMATION_REQUIRED");
+                return first;
+            }
+            Waited::Answered(answer) => answer,
         };
         match answer {
-            Ok(Ok(ElicitationAction::Accept)) => self.session.registry.invoke_detailed(request, options).await,
-            Ok(Ok(_decline_or_cancel)) => first,
-            Ok(Err(e)) => {
+            Ok(ElicitationAction::Accept) => self.session.registry.invoke_detailed(request, options).await,
+            Ok(_decline_or_cancel) => first,
+            Err(e) => {
                 tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "URL elicitation failed; relaying CONFIRMATION_REQUIRED");
-                first
-            }
-            Err(_elapsed) => {
-                tracing::info!(target: "agent_surface::mcp", "URL elicitation unanswered; relaying CONFIRMATION_REQUIRED");
                 first
             }
         }
@@ -107,24 +114,25 @@ impl McpServer {
         let correlation_id = first.correlation_id.clone();
         let answer_with = |result: InvokeResult| Invocation::answered(result, correlation_id.clone());
         let message = format!("The assistant asks for your approval: {} Approve this action?", details.summary);
-        let elicit = elicit(&context.peer, message);
-        let answer = tokio::select! {
-            biased;
-            _ = context.ct.cancelled() => {
-                return answer_with(cancelled_while_asking(request.invocation_id));
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: ElicitationSchema::new(BTreeMap::new()),
+        };
+        let answer = match ask(&context.peer, params, self.session.config.elicitation_timeout, &context.ct).await {
+            Waited::CallCancelled => return answer_with(cancelled_while_asking(request.invocation_id)),
+            Waited::TimedOut => {
+                tracing::info!(target: "agent_surface::mcp", "elicitation unanswered; relaying CONFIRMATION_REQUIRED");
+                return first;
             }
-            r = tokio::time::timeout(self.session.config.elicitation_timeout, elicit) => r,
+            Waited::Answered(answer) => answer,
         };
         let consumer = &options.consumer;
         let answer = match answer {
-            Ok(Ok(ElicitationAction::Accept)) => ConfirmationAnswer::Approved,
-            Ok(Ok(_decline_or_cancel)) => ConfirmationAnswer::Denied,
-            Ok(Err(e)) => {
+            Ok(ElicitationAction::Accept) => ConfirmationAnswer::Approved,
+            Ok(_decline_or_cancel) => ConfirmationAnswer::Denied,
+            Err(e) => {
                 tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "elicitation failed; relaying CONFIRMATION_REQUIRED");
-                return first;
-            }
-            Err(_elapsed) => {
-                tracing::info!(target: "agent_surface::mcp", "elicitation unanswered; relaying CONFIRMATION_REQUIRED");
                 return first;
             }
         };
@@ -158,33 +166,94 @@ fn can_elicit(peer: &Peer<RoleServer>) -> bool {
     mrtr::abilities(peer.peer_info().as_ref().map(|info| &info.capabilities)).form
 }
 
-/// Asks the person at the client to accept or decline, with no form fields.
-async fn elicit(peer: &Peer<RoleServer>, message: String) -> Result<ElicitationAction, String> {
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message,
-        requested_schema: ElicitationSchema::new(BTreeMap::new()),
-    };
+/// How waiting for the client's answer to an elicitation ended.
+enum Waited {
+    /// The client answered, or the request failed (the text says why).
+    Answered(Result<ElicitationAction, String>),
+    /// No answer within the elicitation timeout; the request was withdrawn.
+    TimedOut,
+    /// The call was cancelled (a request already sent was withdrawn).
+    CallCancelled,
+}
+
+/// Sends `elicitation/create` with `params` and waits for the client's answer, at most `timeout`
+/// and until `call` (the call's cancellation) fires.
+///
+/// Whenever the adapter stops waiting without an answer — the timeout, the call's cancellation,
+/// or this future dropped with its call — it withdraws the request: the client gets
+/// `notifications/cancelled` naming it, so that its prompt closes instead of taking an answer
+/// nobody reads. (`rmcp` sends that notification only for its own request timeout; dropping the
+/// wait for a response sends nothing.)
+async fn ask(
+    peer: &Peer<RoleServer>,
+    params: ElicitRequestParams,
+    timeout: Duration,
+    call: &CancellationToken,
+) -> Waited {
+    if call.is_cancelled() {
+        return Waited::CallCancelled;
+    }
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-    match peer.send_request(request).await {
-        Ok(ClientResult::ElicitResult(r)) => Ok(r.action),
-        Ok(_) => Err("unexpected response to elicitation/create".to_string()),
-        Err(e) => Err(e.to_string()),
+    let handle = match peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
+        Ok(handle) => handle,
+        Err(e) => return Waited::Answered(Err(e.to_string())),
+    };
+    let pending = Withdrawal { peer: peer.clone(), id: Some(handle.id.clone()) };
+    let waited = tokio::select! {
+        biased;
+        () = call.cancelled() => Waited::CallCancelled,
+        answer = tokio::time::timeout(timeout, handle.await_response()) => match answer {
+            Ok(Ok(ClientResult::ElicitResult(r))) => Waited::Answered(Ok(r.action)),
+            Ok(Ok(_)) => Waited::Answered(Err("unexpected response to elicitation/create".to_string())),
+            Ok(Err(e)) => Waited::Answered(Err(e.to_string())),
+            Err(_elapsed) => Waited::TimedOut,
+        },
+    };
+    match waited {
+        Waited::Answered(_) => pending.answered(),
+        Waited::TimedOut => pending.withdraw("the elicitation was not answered in time").await,
+        Waited::CallCancelled => pending.withdraw("the call that asked was cancelled").await,
+    }
+    waited
+}
+
+/// An `elicitation/create` request the adapter may still stop waiting for. Withdrawn
+/// ([`Withdrawal::withdraw`]) or dropped unanswered, it tells the client with
+/// `notifications/cancelled` naming the request.
+struct Withdrawal {
+    peer: Peer<RoleServer>,
+    /// The request's id; `None` once it was answered or withdrawn.
+    id: Option<RequestId>,
+}
+
+impl Withdrawal {
+    /// The client answered: nothing to withdraw.
+    fn answered(mut self) {
+        self.id = None;
+    }
+
+    /// Tells the client the request is withdrawn, for `reason`.
+    async fn withdraw(mut self, reason: &str) {
+        if let Some(id) = self.id.clone() {
+            let params = CancelledNotificationParam::new(Some(id), Some(reason.to_string()));
+            if let Err(e) = self.peer.notify_cancelled(params).await {
+                tracing::debug!(target: "agent_surface::mcp", error = %e, "cannot withdraw an elicitation");
+            }
+            self.id = None;
+        }
     }
 }
 
-/// Asks the client to send the person to `url` (URL-mode elicitation, `elicitation_id` naming the
-/// request); the action they took.
-async fn elicit_url(
-    peer: &Peer<RoleServer>,
-    message: String,
-    url: String,
-    elicitation_id: String,
-) -> Result<ElicitationAction, String> {
-    let params = ElicitRequestParams::UrlElicitationParams { meta: None, message, url, elicitation_id };
-    match peer.send_request(ServerRequest::ElicitRequest(ElicitRequest::new(params))).await {
-        Ok(ClientResult::ElicitResult(r)) => Ok(r.action),
-        Ok(_) => Err("unexpected response to elicitation/create".to_string()),
-        Err(e) => Err(e.to_string()),
+impl Drop for Withdrawal {
+    /// Dropped unanswered (the call's future was dropped): the notification is sent from a task
+    /// of its own, since a drop cannot wait.
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let params = CancelledNotificationParam::new(Some(id), Some("the call that asked ended".to_string()));
+            let _ = peer.notify_cancelled(params).await;
+        });
     }
 }

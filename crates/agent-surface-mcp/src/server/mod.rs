@@ -527,7 +527,7 @@ impl ServerHandler for McpServer {
         // Boxed for the reason `call_tool` is.
         Box::pin(async move {
             let (tasks, consumer, now) = self.task_caller(&context).await?;
-            crate::tasks::get(tasks, &request.task_id, &consumer, now).await
+            crate::tasks::get(tasks, &request.task_id, &consumer, now, self.session.config.tool_failure).await
         })
     }
 

@@ -311,3 +311,106 @@ mod url_mode {
         client.cancel().await.unwrap();
     }
 }
+
+/// An elicitation the adapter stops waiting for is withdrawn: the client gets
+/// `notifications/cancelled` naming the `elicitation/create` request, so its prompt closes rather
+/// than taking an answer that goes nowhere.
+mod withdrawn {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use agent_surface_core::ErrorCode;
+    use agent_surface_mcp::{McpConfig, McpServer, codec};
+    use rmcp::model::{
+        CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
+        ElicitationAction, ElicitationCapability, Implementation, RequestId,
+    };
+    use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
+    use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+    use serde_json::json;
+
+    use crate::support::{Resolver, eventually, fixture, params};
+
+    /// A client whose person takes a second to answer; it records the ids of the elicitations it
+    /// was asked and of those withdrawn.
+    #[derive(Default)]
+    struct SlowPerson {
+        asked: Arc<Mutex<Vec<RequestId>>>,
+        withdrawn: Arc<Mutex<Vec<RequestId>>>,
+    }
+
+    impl ClientHandler for SlowPerson {
+        fn get_info(&self) -> ClientConfig {
+            let mut caps = ClientCapabilities::default();
+            caps.elicitation = Some(ElicitationCapability::new());
+            ClientConfig::new(caps, Implementation::new("slow-person", "0"))
+        }
+
+        async fn create_elicitation(
+            &self,
+            _request: ElicitRequestParams,
+            context: RequestContext<RoleClient>,
+        ) -> Result<ElicitResult, ErrorData> {
+            self.asked.lock().unwrap().push(context.id);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(ElicitResult::new(ElicitationAction::Accept))
+        }
+
+        async fn on_cancelled(&self, params: CancelledNotificationParam, _context: NotificationContext<RoleClient>) {
+            if let Some(id) = params.request_id {
+                self.withdrawn.lock().unwrap().push(id);
+            }
+        }
+    }
+
+    type Asked = Arc<Mutex<Vec<RequestId>>>;
+
+    async fn connect(
+        timeout: Duration,
+    ) -> (RunningService<RoleClient, SlowPerson>, Asked, Asked, crate::support::Fixture) {
+        let f = fixture();
+        let config = McpConfig {
+            confirmations: Some(Arc::new(Resolver(f.gate.clone()))),
+            elicitation_timeout: timeout,
+            ..Default::default()
+        };
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        let (read, write) = tokio::io::split(server_io);
+        let max = config.max_message_bytes;
+        tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(f.registry.clone(), config), read, write, max));
+        let person = SlowPerson::default();
+        let (asked, withdrawn) = (person.asked.clone(), person.withdrawn.clone());
+        (person.serve(client_io).await.unwrap(), asked, withdrawn, f)
+    }
+
+    /// No answer within `elicitation_timeout`: the model gets `CONFIRMATION_REQUIRED`, and the
+    /// client is told the elicitation is withdrawn.
+    #[tokio::test]
+    async fn an_elicitation_unanswered_in_time_is_withdrawn() {
+        let (client, asked, withdrawn, f) = connect(Duration::from_millis(100)).await;
+        let raw = client.call_tool(params("store-delete", json!({}), json!({}))).await.unwrap();
+        assert_eq!(codec::decode(&raw).unwrap().code(), Some(ErrorCode::ConfirmationRequired));
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert!(eventually(|| withdrawn.lock().unwrap().contains(&asked[0])).await, "{:?}", withdrawn.lock().unwrap());
+        assert_eq!(f.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        client.cancel().await.unwrap();
+    }
+
+    /// The call cancelled while the person is asked: the elicitation is withdrawn too.
+    #[tokio::test]
+    async fn an_elicitation_of_a_cancelled_call_is_withdrawn() {
+        let (client, asked, withdrawn, _f) = connect(Duration::from_secs(60)).await;
+        let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params(
+            "store-delete",
+            json!({}),
+            json!({}),
+        )));
+        let call = client.peer().send_request_with_option(request, PeerRequestOptions::no_options()).await.unwrap();
+        assert!(eventually(|| !asked.lock().unwrap().is_empty()).await, "the person is asked");
+        call.cancel(Some("changed my mind".into())).await.unwrap();
+        let id = asked.lock().unwrap()[0].clone();
+        assert!(eventually(|| withdrawn.lock().unwrap().contains(&id)).await, "{:?}", withdrawn.lock().unwrap());
+        client.cancel().await.unwrap();
+    }
+}

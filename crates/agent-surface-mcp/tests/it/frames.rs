@@ -179,13 +179,75 @@ async fn a_duplicate_id_of_a_call_in_progress_is_refused() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(raw.runs.0.load(Ordering::SeqCst), 100, "the first call was cancelled");
-    // Its id is free again.
-    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n").await;
-    let mut answer = raw.recv().await;
-    // The cancelled call may still be answered (CANCELLED) before the new one.
-    if answer["result"]["structuredContent"]["runs"].is_null() {
+    // Its id is free again once its handler is over (refused until then); its own answer is
+    // never sent.
+    let mut answer = Value::Null;
+    for _ in 0..100 {
+        raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"name\":\"store-count\",\"arguments\":{}}}\n").await;
         answer = raw.recv().await;
+        if answer["error"]["code"] != -32600 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(answer["id"], 42, "{answer}");
     assert_eq!(answer["result"]["structuredContent"]["runs"], 101, "{answer}");
+}
+
+/// A handler that takes the time its call asks for (`{"ms": N}`), whether cancelled or not, and
+/// answers with the tool's name.
+struct Sluggish;
+
+impl rmcp::ServerHandler for Sluggish {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let ms = request.arguments.as_ref().and_then(|a| a.get("ms")).and_then(Value::as_u64).unwrap_or(0);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        let text = rmcp::model::ContentBlock::text(request.name.to_string());
+        Ok(rmcp::model::CallToolResult::success(vec![text]).into())
+    }
+}
+
+/// A cancelled request keeps its id until its handler has really finished: `rmcp` routes answers
+/// by id, so a request reusing it earlier would be given the cancelled one's answer (and lose its
+/// own). The reuse is refused (`-32600`) like any id in progress, the cancelled request's answer
+/// is not sent, and once its handler is over the id serves again.
+#[tokio::test]
+async fn a_cancelled_request_keeps_its_id_until_its_handler_is_over() {
+    let (client, server_io) = tokio::io::duplex(1 << 16);
+    let (read, write) = tokio::io::split(server_io);
+    tokio::spawn(agent_surface_mcp::serve_io(Sluggish, read, write, 1 << 16));
+    let (r, w) = tokio::io::split(client);
+    let mut raw =
+        Raw { runs: Default::default(), write: w, read: BufReader::new(r), server: tokio::spawn(async { Ok(()) }) };
+    raw.send(
+        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}
+"#,
+    )
+    .await;
+    raw.recv().await;
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n").await;
+    let call = |name: &str, ms: u64| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{{\"name\":\"{name}\",\"arguments\":{{\"ms\":{ms}}}}}}}\n"
+        )
+    };
+    raw.send(call("first", 300).as_bytes()).await;
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":5}}\n").await;
+    raw.send(call("second", 600).as_bytes()).await;
+    let answer = raw.recv().await;
+    check_error(&answer, -32600, json!(5));
+    // The first handler ends (its answer is not sent); then the id serves again.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    raw.send(call("third", 0).as_bytes()).await;
+    let answer = raw.recv().await;
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "third", "{answer}");
 }

@@ -1121,3 +1121,36 @@ async fn a_task_started_over_one_transport_is_read_over_the_other_by_its_owner_o
         other => panic!("expected -32602, got {other:?}"),
     }
 }
+
+/// With `tool_failure`, a task that ended in a capability error carries the structured tool
+/// failure in its result's `_meta`, as the same failure answered in the call does.
+#[tokio::test]
+async fn a_failed_task_carries_the_tool_failure_the_direct_answer_carries() {
+    const KEY: &str = "agent-surface/toolFailure";
+    let (shop, engine) = shop();
+    let config = Arc::new(McpConfig { tool_failure: true, ..(*tasks_config(&engine)).clone() });
+    let (client, _) = connect_full(&shop.registry, config.clone(), false, false, true).await;
+    let id = task_id(client.call_tool_once(params("shop-doomed", json!({}))).await.unwrap());
+    let done = final_task(&client, &id).await;
+    let rmcp::model::TaskPayload::Completed { result: from_task } = done.payload else { panic!("{done:?}") };
+
+    // The same call from a client without the tasks extension is answered directly.
+    let (direct, _) = connect_full(&shop.registry, config, false, false, false).await;
+    let CallToolResponse::Complete(answered) = direct.call_tool_once(params("shop-doomed", json!({}))).await.unwrap()
+    else {
+        panic!("answered in the call")
+    };
+    let answered = serde_json::to_value(answered).unwrap();
+
+    let meta = &from_task["_meta"];
+    let failure = meta.get(KEY).unwrap_or_else(|| panic!("no tool failure in {meta}"));
+    assert_eq!(failure["correlationId"], meta["agent-surface/correlationId"]);
+    // Equal but for the call's own correlation id.
+    let without_correlation = |v: &Value| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().remove("correlationId");
+        v
+    };
+    assert_eq!(without_correlation(failure), without_correlation(&answered["_meta"][KEY]));
+    assert_eq!(failure["code"], answered["_meta"][KEY]["code"]);
+}
