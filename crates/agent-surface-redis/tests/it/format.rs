@@ -69,22 +69,7 @@ async fn task_hashes_with_and_without_a_lease() {
 async fn an_expiry_claimed_before_claims_lapsed_reads_as_recorded() {
     let Some(redis) = support::stores("format-claim").await else { return };
     let conf = redis.confirmations();
-    let record = agent_surface_policy::ConfirmationRecord::pending(
-        "c-1".into(),
-        agent_surface_policy::confirmation::ConfirmationBinding {
-            consumer_key: "c-1".into(),
-            capability: "orders.cancel".into(),
-            registration_id: "r-1".into(),
-            instance_id: "main".into(),
-            input_hash: agent_surface_policy::idempotency::Fingerprint::of(&serde_json::json!({"orderId": "A-1"})),
-        },
-        Some("alice".into()),
-        "Cancel order A-1.".into(),
-        agent_surface_core::Effect::Destructive,
-        agent_surface_core::details::Origin::Client,
-        at(0),
-        at(60_000),
-    );
+    let record = pending("c-1");
     conf.insert(record, at(0)).await.unwrap();
     // What a build before lapsing claims wrote for a claim: `xr` set, for good.
     let mut conn = redis.connection();
@@ -375,8 +360,16 @@ async fn the_pinned_shapes_read_back() {
 async fn a_listing_of_any_length_is_answered() {
     let Some(redis) = support::stores("format-listing").await else { return };
     let conf = redis.confirmations();
-    let record = agent_surface_policy::ConfirmationRecord::pending(
-        "c-1".into(),
+    let record = pending("c-1");
+    conf.insert(record, at(0)).await.unwrap();
+    assert_eq!(conf.list_pending(at(1), usize::MAX).await.unwrap().len(), 1);
+    assert_eq!(conf.list_expired(at(120_000), usize::MAX).await.unwrap().len(), 1);
+}
+
+/// A pending confirmation `id` of alice's, expiring at `at(60_000)`.
+fn pending(id: &str) -> agent_surface_policy::ConfirmationRecord {
+    agent_surface_policy::ConfirmationRecord::pending(
+        id.into(),
         agent_surface_policy::confirmation::ConfirmationBinding {
             consumer_key: "c-1".into(),
             capability: "orders.cancel".into(),
@@ -390,8 +383,5 @@ async fn a_listing_of_any_length_is_answered() {
         agent_surface_core::details::Origin::Client,
         at(0),
         at(60_000),
-    );
-    conf.insert(record, at(0)).await.unwrap();
-    assert_eq!(conf.list_pending(at(1), usize::MAX).await.unwrap().len(), 1);
-    assert_eq!(conf.list_expired(at(120_000), usize::MAX).await.unwrap().len(), 1);
+    )
 }
