@@ -152,6 +152,8 @@ impl PostgresConfirmationStore {
                 let decided = record.decide(verdict, approver, slots, now);
                 if decided == Decided::Done {
                     store.write(tx, &record, token.as_deref()).await?;
+                } else if decided.drops_consumption_token(verdict) && token.is_some() {
+                    store.write(tx, &record, None).await?;
                 }
                 Ok(decided)
             })

@@ -300,6 +300,10 @@ if f[1] == 'approved' and ARGV[1] == 'deny' and now < tonumber(f[5]) then
   redis.call('HSET', KEYS[1], 's', 'denied', 'by', ARGV[2], 'd', cjson.encode(d))
   return {'done'}
 end
+if f[1] == 'consumed' and ARGV[1] == 'deny' then
+  -- A denial cannot undo the use, but the approval must never come back: no give-back.
+  redis.call('HDEL', KEYS[1], 'ct')
+end
 if f[1] ~= 'pending' then return {'not-pending', f[1], f[2]} end
 for _, x in ipairs(d) do
   if x.a == ARGV[2] or x.k == ARGV[4] then return {'before'} end

@@ -84,6 +84,8 @@ fn decide(
     let decided = record.decide(verdict, approver, slots, now);
     if decided == Decided::Done {
         write(cx, &record, token.as_deref())?;
+    } else if decided.drops_consumption_token(verdict) && token.is_some() {
+        write(cx, &record, None)?;
     }
     Ok(decided)
 }

@@ -274,7 +274,11 @@ impl MemoryConfirmationStore {
     ) -> Decided {
         let mut inner = self.lock();
         let Some(record) = self.live(&mut inner, id, now) else { return Decided::Unknown };
-        record.decide(verdict, approver, slots, now)
+        let decided = record.decide(verdict, approver, slots, now);
+        if decided.drops_consumption_token(verdict) {
+            inner.tokens.remove(id);
+        }
+        decided
     }
 
     fn consume_now(&self, id: &str, expected: &ConfirmationBinding, now: Timestamp) -> Result<Consumed, Rejection> {

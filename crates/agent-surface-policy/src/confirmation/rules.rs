@@ -79,3 +79,14 @@ impl ConfirmationRecord {
         Ok(approved_by)
     }
 }
+
+impl Decided {
+    /// Whether this answer to `verdict` ends the record's consumption's chance to be given back
+    /// ([`ConfirmationStore::reinstate`](super::ConfirmationStore::reinstate)): a denial that met
+    /// consumed evidence cannot undo the use, but the approval must not come back should the use
+    /// not happen after all, so the store drops the consumption token in the same step (a denial
+    /// racing a use lands exactly when the use does not).
+    pub fn drops_consumption_token(&self, verdict: ApprovalVerdict) -> bool {
+        verdict == ApprovalVerdict::Deny && matches!(self, Decided::NotPending(ConfirmationState::Consumed { .. }))
+    }
+}

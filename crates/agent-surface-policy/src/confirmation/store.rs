@@ -203,7 +203,9 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// evidence is then refused as denied. It is the same atomic step as a consumption's, so a
     /// decline racing a use lands exactly when the use does not. A used, denied or withdrawn
     /// record, or an approved one past its deadline, answers [`Decided::NotPending`] and keeps
-    /// its state. A denial is final ([`ConfirmationState::Denied`]); an approval is
+    /// its state; a denial that meets a used record also drops its consumption token in the same
+    /// step ([`Decided::drops_consumption_token`]), so that a use that does not happen after all
+    /// cannot give the approval back ([`reinstate`](Self::reinstate) then answers `false`). A denial is final ([`ConfirmationState::Denied`]); an approval is
     /// appended to [`ConfirmationRecord::decisions`], and the one that brings them to
     /// [`Quorum::required`](super::Quorum::required) makes the record [`ConfirmationState::Approved`] (by the approvers,
     /// in order, separated by `, `). The approver may fill any of the quorum's slots: the
@@ -305,7 +307,7 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     /// Only the consumer can reinstate, and only its own consumption: the record must exist, its
     /// binding match `expected` (as for [`consume`](ConfirmationStore::consume)), its state be
     /// `consumed` with the consumption token `token` (the [`Consumed::token`] that consumption
-    /// handed out), and its deadline not have passed. Reinstating clears the token, so evidence is
+    /// handed out, not dropped since by a denial), and its deadline not have passed. Reinstating clears the token, so evidence is
     /// reinstated at most once per consumption: a second reinstatement, or one after another call
     /// consumed the evidence again (with a token of its own), answers `false` and changes nothing.
     ///

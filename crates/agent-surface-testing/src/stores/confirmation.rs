@@ -236,8 +236,8 @@ pub async fn check_revocation(store: &dyn ConfirmationStore, prefix: &str) {
 /// [`ConfirmationStore::reinstate`] (part of [`check_confirmation_store`]): consumed evidence is
 /// given back to the call that consumed it — its binding and its consumption token — before the
 /// deadline, once per consumption; never to another binding, with another token, after another
-/// call consumed it again, twice, or after the deadline; of concurrent reinstatements exactly one
-/// wins.
+/// call consumed it again, twice, after the deadline, or once a denial met it in use; of
+/// concurrent reinstatements exactly one wins.
 async fn check_reinstatement(store: &dyn ConfirmationStore, prefix: &str) {
     let id = |name: &str| format!("{prefix}reinstate-{name}");
     let mine = binding("c-1");
@@ -310,6 +310,22 @@ async fn check_reinstatement(store: &dyn ConfirmationStore, prefix: &str) {
     expect("decide", store.decide(&p, ApprovalVerdict::Deny, "bob", at(2)).await);
     assert!(!expect("reinstate", store.reinstate(&p, &mine, &token, at(3)).await), "store kit: a denied record");
     assert!(!expect("reinstate", store.reinstate(&id("none"), &mine, &token, at(3)).await), "store kit: an unknown id");
+
+    // A denial that meets consumed evidence cannot undo the use, but the approval must never come
+    // back: the consumption can no longer be given back (a denial racing a use lands exactly when
+    // the use does not).
+    let d = approved("denied-in-use").await;
+    let token = consume(&d, at(2)).await;
+    assert_eq!(
+        expect("decide", store.decide(&d, ApprovalVerdict::Deny, "carol", at(3)).await),
+        Decided::NotPending(used()),
+        "store kit: a denial of consumed evidence is answered as already used"
+    );
+    assert!(
+        !expect("reinstate", store.reinstate(&d, &mine, &token, at(4)).await),
+        "store kit: evidence denied while in use must not be given back"
+    );
+    assert_eq!(state(&d).await, used(), "store kit: it stays consumed");
 
     // Not at or after the deadline.
     let late = approved("late").await;
