@@ -13,11 +13,14 @@ listing the call was planned on (updated after a re-listing, never dropped);
 effect planned on a definition that changed since is refused `STALE_CAPABILITY {reason:
 tool-version-mismatch}`, and that refusal is re-listed and returned, never retried on its own
 (`refresh-then-ask`: the model reads the new definition first; the same arguments may mean
-something else now); replaced by the re-listed version, never dropped);
+something else now); never dropped, and never swapped for another version under the same
+arguments: any other `after-refresh` error whose re-listing shows the tool under another
+version is returned the same way);
 `agent-surface/confirmationId` once a person approved.
 
 After a re-listing (`refresh`) the call is sent again only if the tool is still listed and
-enabled (no `_meta` `agent-surface/unavailableReason`) and the instance it names (in
+enabled (no `_meta` `agent-surface/unavailableReason`), under the version the call named, and
+the instance it names (in
 `agent-surface/target` or the `_instance` argument) is still listed, whether or not the listing
 changed (a `binding-failed` precondition is retried once, as its row says), with the target
 retargeted where a registration was replaced (to the error's `liveRegistrationId`, or the named
@@ -104,7 +107,13 @@ class Listing:
 def retarget(target: Any, payload: Mapping[str, Any], listing: Listing, tool: str) -> dict[str, Any] | None:
     """The target to retry with after a re-listing: a registration no longer listed is replaced
     by the error's `liveRegistrationId` or the named instance's live registration; `None` when
-    what the target names is gone."""
+    what the target names is gone.
+
+    A registration is live when the listing shows it. A tool with at most one instance lists
+    none, and then only the error can tell: one about the call's target (`COMPONENT_UNMOUNTED`,
+    `STALE_CAPABILITY {reason: registration-replaced}`) says the named registration is gone, and
+    its `liveRegistrationId` is the server's word for the live one; any other error was not about
+    the registration, which stays."""
     if not isinstance(target, Mapping):
         return None
     t = dict(target)
@@ -116,12 +125,18 @@ def retarget(target: Any, payload: Mapping[str, Any], listing: Listing, tool: st
     listed = listing.instances(tool)
 
     def live(r: str) -> bool:
-        return listed is None or any(lr == r for _, lr in listed)
+        return listed is not None and any(lr == r for _, lr in listed)
 
     details = payload.get("details") if isinstance(payload.get("details"), Mapping) else {}
+    about_target = payload.get("code") == "COMPONENT_UNMOUNTED" or (
+        payload.get("code") == "STALE_CAPABILITY" and details.get("reason") == "registration-replaced"
+    )
     replacement = details.get("liveRegistrationId")
-    if isinstance(replacement, str) and replacement != rid and live(replacement):
+    if isinstance(replacement, str) and replacement != rid and (listed is None or live(replacement)):
         t["registrationId"] = replacement
+    elif listed is None and not about_target:
+        # Not listed, and the error was not about it: nothing says it is gone.
+        pass
     elif not live(rid):
         found = [r for i, r in (listed or []) if i == iid]
         if not found:
@@ -368,6 +383,11 @@ class Recoverer:
                 # Still listed and enabled, and what the call names still there.
                 if not listing.enabled(tool) or not listing.instance_listed(tool, args.get(TARGET_ARGUMENT)):
                     return end("returned-to-caller", outcome, row)
+                # The tool's definition changed since the call was planned: the arguments were
+                # built for the old one and may mean something else now. As after
+                # `tool-version-mismatch`, the model reads the new definition first.
+                if TOOL_VERSION in request_meta and listing.tool_version(tool) != request_meta[TOOL_VERSION]:
+                    return end("returned-to-caller", outcome, row)
                 target = request_meta.get(TARGET)
                 if target is not None:
                     new_target = retarget(target, payload, listing, tool)
@@ -377,13 +397,12 @@ class Recoverer:
                 # Retried whether or not the listing changed, as the row says: a `binding-failed`
                 # precondition moves with state no listing shows, and the same failure again ends
                 # the loop (the convergence guard).
-                # Tokens are updated, never dropped.
+                # Tokens are updated, never dropped (the tool version is the re-listed one
+                # already: a different one returned above).
                 if SURFACE_ID in request_meta and listing.surface_id is not None:
                     request_meta[SURFACE_ID] = listing.surface_id
                 if SURFACE_VERSION in request_meta and listing.surface_version is not None:
                     request_meta[SURFACE_VERSION] = listing.surface_version
-                if TOOL_VERSION in request_meta and listing.tool_version(tool) is not None:
-                    request_meta[TOOL_VERSION] = listing.tool_version(tool)
             elif row.action == "reconfirm":
                 request_meta.pop(CONFIRMATION_ID, None)
             elif row.action == "confirm":

@@ -8,7 +8,8 @@
 //! while the error's row of the client decision table ([`agent_surface_core::decision`], the rows
 //! the reference driver and the Python helper act on too) says so, repaired and sent again:
 //!
-//! - `_meta["agent-surface/invocationId"]` on every attempt: the intent's id, a fresh one per
+//! - `_meta["agent-surface/invocationId"]` on every attempt: the intent's id (by default
+//!   `{id_prefix}-{nonce}-{n}`, unique per client: [`RecoveryConfig::id_prefix`]), a fresh one per
 //!   retry where the row says `fresh` (`{id}#r{n}`), one derived from the request after
 //!   `INVOCATION_CONFLICT` (`{id}#c{hash}`);
 //! - `agent-surface/surfaceId` and `agent-surface/surfaceVersion` of the last
@@ -16,16 +17,19 @@
 //!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
 //! - `agent-surface/toolVersion` of the tool as the last listing showed it, so a call of any
 //!   effect planned on a definition that changed since is refused (`STALE_CAPABILITY {reason:
-//!   tool-version-mismatch}`); replaced by the re-listed version, never dropped. That refusal is
-//!   not retried: the tools are re-listed and the error returned ([`Stop::ReturnedToCaller`],
-//!   [`Recovery::refreshed`]), so that the model reads the new definition before it calls again
-//!   (the same arguments may mean something else now);
+//!   tool-version-mismatch}`); never dropped, and never swapped for another version under the
+//!   same arguments. That refusal is not retried: the tools are re-listed and the error returned
+//!   ([`Stop::ReturnedToCaller`], [`Recovery::refreshed`]), so that the model reads the new
+//!   definition before it calls again (the same arguments may mean something else now); so is
+//!   any other `after-refresh` error whose re-listing shows the tool under another version;
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
 //!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]) and the
 //!   instance it names is still listed (whether or not the listing changed: a `binding-failed`
 //!   precondition is retried once, as its row says); a replaced registration is
-//!   retargeted to the error's `liveRegistrationId` (or the named instance's live registration);
+//!   retargeted to the error's `liveRegistrationId` (or the named instance's live registration),
+//!   and a registration that is gone is never named again (a tool with one instance lists no
+//!   registrations: then an unmount or a replacement error says the named one is gone);
 //!   `yes` (`TIMEOUT`, `CANCELLED`): retries under a fresh id, and so does a re-listing after
 //!   `COMPONENT_UNMOUNTED {phase: mid-flight}`, without asking the host: only a read or an
 //!   idempotent call gets these codes once its handler started (`spec/error-model.md`,
@@ -33,19 +37,22 @@
 //!   `with-confirmation`: asks the
 //!   [`ClientHost`] (a person, never the model) and retries with
 //!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
-//!   that nothing took effect; `no` comes back as terminal ([`Stop::ReturnedToCaller`]); the
+//!   that nothing took effect; `no` comes back to the caller, never repeated
+//!   ([`Stop::ReturnedToCaller`]); the
 //!   same failure twice in a row after its prescribed action ends the loop
 //!   ([`Stop::NotConverging`]), where a failure sent under newer surface tokens is not the same
 //!   (the surface moved again after the re-listing).
 //!
-//! A transport or protocol failure (`ServiceError`) is returned as is; a tool error is never an
-//! `Err`: it is the [`Recovery`]'s result, with the decoded payload.
+//! A transport or protocol failure is the `Err` ([`ClientError::Service`], `rmcp`'s
+//! `ServiceError` as it came), and so is a `tools/list` whose pages do not end (a cursor named
+//! twice, or more than [`RecoveryConfig::max_list_pages`] pages); a tool error is never an `Err`:
+//! it is the [`Recovery`]'s result, with the decoded payload.
 //!
 //! # Examples
 //!
 //! ```no_run
 //! use agent_surface_client::{Intent, RecoveringClient, RecoveryConfig, Stop};
-//! # async fn demo(peer: rmcp::Peer<rmcp::RoleClient>) -> Result<(), rmcp::ServiceError> {
+//! # async fn demo(peer: rmcp::Peer<rmcp::RoleClient>) -> Result<(), agent_surface_client::ClientError> {
 //! let client = RecoveringClient::new(peer, RecoveryConfig::default());
 //! client.list_tools().await?; // what the agent plans on (and the surface tokens)
 //! let args = serde_json::json!({"zip": "10115"}).as_object().cloned().unwrap_or_default();
@@ -57,6 +64,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -92,6 +100,55 @@ pub const UNAVAILABLE_REASON: &str = "agent-surface/unavailableReason";
 /// `_meta` key, on a listed tool with several instances, of the live instances
 /// (`[{instanceId, registrationId}]`).
 pub const INSTANCES: &str = "agent-surface/instances";
+
+/// Why a listing or a call ended without an answer to act on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The transport or the protocol failed: `rmcp`'s error, as it came.
+    Service(ServiceError),
+    /// The server's `tools/list` named, as the next page, a cursor it had named before in the
+    /// same listing: following it would go round for ever.
+    RepeatedCursor {
+        /// The cursor named twice.
+        cursor: String,
+    },
+    /// The server's `tools/list` still named a next page after
+    /// [`RecoveryConfig::max_list_pages`] pages.
+    TooManyPages {
+        /// The bound that was reached.
+        max_pages: u32,
+    },
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Service(e) => write!(f, "{e}"),
+            ClientError::RepeatedCursor { cursor } => {
+                write!(f, "tools/list named the cursor {cursor:?} twice: its pages do not end")
+            }
+            ClientError::TooManyPages { max_pages } => {
+                write!(f, "tools/list named a next page after {max_pages} pages")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Service(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ServiceError> for ClientError {
+    fn from(e: ServiceError) -> ClientError {
+        ClientError::Service(e)
+    }
+}
 
 /// A `tools/list` result: the tools and the surface tokens of the list's `_meta`.
 #[derive(Clone, Debug, PartialEq)]
@@ -183,8 +240,14 @@ pub struct RecoveryConfig {
     pub max_total_delay: Duration,
     /// The wait when a `wait` row's payload names no delay.
     pub default_delay: Duration,
-    /// The prefix of the invocation ids of intents that bring none (`{prefix}-{n}`).
+    /// The prefix of the invocation ids of intents that bring none: `{prefix}-{nonce}-{n}`, where
+    /// `nonce` is 16 random hexadecimal digits drawn once per [`RecoveringClient`] and `n` counts
+    /// its intents from 1. The nonce keeps two clients of the same person (one consumer key on
+    /// the server) from sending the same id, which would replay one's stored result to the other.
     pub id_prefix: String,
+    /// The most `tools/list` pages one listing reads (default 1000); a server that names a next
+    /// page after as many ends the listing with [`ClientError::TooManyPages`].
+    pub max_list_pages: u32,
 }
 
 impl Default for RecoveryConfig {
@@ -196,6 +259,7 @@ impl Default for RecoveryConfig {
             max_total_delay: b.max_total_delay,
             default_delay: b.default_delay,
             id_prefix: "rmcp".to_string(),
+            max_list_pages: 1000,
         }
     }
 }
@@ -208,7 +272,8 @@ pub struct Intent {
     pub tool: String,
     /// Its arguments.
     pub args: JsonObject,
-    /// The invocation id (default: `{id_prefix}-{n}`).
+    /// The invocation id (default: `{id_prefix}-{nonce}-{n}`, unique per client; see
+    /// [`RecoveryConfig::id_prefix`]).
     pub invocation_id: Option<String>,
     /// The target (`_meta["agent-surface/target"]`), e.g. `{"instanceId": "cart-bob"}`.
     pub target: Option<Value>,
@@ -271,6 +336,8 @@ pub struct RecoveringClient {
     host: Arc<dyn ClientHost>,
     wait: Arc<dyn Wait>,
     planned: Mutex<Option<Listing>>,
+    /// `{id_prefix}-{nonce}`: what this client's default invocation ids start with.
+    id_scope: String,
     next_id: std::sync::atomic::AtomicU64,
 }
 
@@ -304,40 +371,53 @@ impl RecoveringClient {
         host: Arc<dyn ClientHost>,
         wait: Arc<dyn Wait>,
     ) -> RecoveringClient {
+        // Random per client: a counter alone starts at 1 in every client, and the server keys
+        // idempotency by consumer and id, so two clients of one person would share records.
+        let nonce = agent_surface_core::id::random_bytes();
+        let id_scope = format!("{}-{}", config.id_prefix, agent_surface_core::hex::Hex(&nonce[..8]));
         RecoveringClient {
             peer,
             config,
             host,
             wait,
             planned: Mutex::new(None),
+            id_scope,
             next_id: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
     /// Lists the tools (all pages, never from rmcp's response cache) and keeps the listing the
-    /// next calls are planned on.
-    pub async fn list_tools(&self) -> Result<Listing, ServiceError> {
+    /// next calls are planned on. A server whose pages do not end (a cursor named twice, more
+    /// than [`RecoveryConfig::max_list_pages`] pages) is an error, never an endless loop.
+    pub async fn list_tools(&self) -> Result<Listing, ClientError> {
         let listing = self.fetch().await?;
         *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing.clone());
         Ok(listing)
     }
 
-    async fn fetch(&self) -> Result<Listing, ServiceError> {
+    async fn fetch(&self) -> Result<Listing, ClientError> {
         self.peer.clear_response_cache().await;
         let mut tools = Vec::new();
         let mut cursor = None;
         let mut first_meta = None;
+        let mut seen = HashSet::new();
+        let mut pages = 0u32;
         loop {
             let params = cursor.map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
             let page = self.peer.list_tools(params).await?;
+            pages += 1;
             if first_meta.is_none() {
                 first_meta = Some(page.meta.clone().unwrap_or_default());
             }
             tools.extend(page.tools);
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
+            let Some(next) = page.next_cursor else { break };
+            if pages >= self.config.max_list_pages {
+                return Err(ClientError::TooManyPages { max_pages: self.config.max_list_pages });
             }
+            if !seen.insert(next.clone()) {
+                return Err(ClientError::RepeatedCursor { cursor: next });
+            }
+            cursor = Some(next);
         }
         let meta = first_meta.unwrap_or_default();
         Ok(Listing {
@@ -349,12 +429,12 @@ impl RecoveringClient {
 
     /// Sends `intent` and recovers as the decision table says. Never panics; sends at most
     /// [`RecoveryConfig::max_attempts`] requests.
-    pub async fn call(&self, intent: Intent) -> Result<Recovery, ServiceError> {
+    pub async fn call(&self, intent: Intent) -> Result<Recovery, ClientError> {
         let planned = self.planned.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut meta = JsonObject::new();
         let first_id = intent.invocation_id.clone().unwrap_or_else(|| {
             let n = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            format!("{}-{n}", self.config.id_prefix)
+            format!("{}-{n}", self.id_scope)
         });
         meta.insert(INVOCATION_ID.into(), Value::from(first_id.clone()));
         if let Some(p) = &planned {
@@ -464,6 +544,16 @@ impl RecoveringClient {
                     let Some(tool) = listing.tool(&intent.tool).filter(|t| enabled(t)) else {
                         return end(Stop::ReturnedToCaller, calls, refreshed);
                     };
+                    // The tool's definition changed since the call was planned: the arguments
+                    // were built for the old one and may mean something else now. As after
+                    // `tool-version-mismatch`, the next calls are planned on the re-listing and
+                    // the model reads the new definition before anything calls the tool again.
+                    if let Some(sent) = meta.get(TOOL_VERSION)
+                        && tool_version(tool).as_ref() != Some(sent)
+                    {
+                        *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    }
                     if !instance_listed(tool, intent.args.get(TARGET_ARGUMENT)) {
                         return end(Stop::ReturnedToCaller, calls, refreshed);
                     }
@@ -480,15 +570,13 @@ impl RecoveringClient {
                     if let Some(target) = target {
                         meta.insert(TARGET.into(), target);
                     }
-                    // Tokens are updated, never dropped.
+                    // Tokens are updated, never dropped (the tool version is the re-listed one
+                    // already: a different one returned above).
                     if let (true, Some(id)) = (meta.contains_key(SURFACE_ID), &listing.surface_id) {
                         meta.insert(SURFACE_ID.into(), Value::from(id.clone()));
                     }
                     if let (true, Some(v)) = (meta.contains_key(SURFACE_VERSION), listing.surface_version) {
                         meta.insert(SURFACE_VERSION.into(), Value::from(v));
-                    }
-                    if let (true, Some(v)) = (meta.contains_key(TOOL_VERSION), tool_version(tool)) {
-                        meta.insert(TOOL_VERSION.into(), v);
                     }
                     *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
                 }
@@ -558,6 +646,12 @@ fn instance_listed(tool: &Tool, named: Option<&Value>) -> bool {
 /// The target to retry with after a re-listing: a registration that is no longer listed is
 /// replaced by the error's `liveRegistrationId` or by the named instance's live registration;
 /// `None` when what the target names is gone (nothing to call).
+///
+/// A registration is live when the listing shows it. A tool with at most one instance lists
+/// none, and then only the error can tell: one about the call's target (`COMPONENT_UNMOUNTED`,
+/// `STALE_CAPABILITY {reason: registration-replaced}`) says the named registration is gone, and
+/// its `liveRegistrationId` is the server's word for the live one; any other error (say, a
+/// binding that failed) was not about the registration, which stays.
 fn retarget(target: &Value, payload: &ErrorPayload, tool: &Tool) -> Option<Value> {
     let mut t = target.as_object()?.clone();
     let listed = instances(tool);
@@ -568,8 +662,12 @@ fn retarget(target: &Value, payload: &ErrorPayload, tool: &Tool) -> Option<Value
     let Some(rid) = t.get("registrationId").and_then(Value::as_str).map(str::to_string) else {
         return Some(Value::Object(t));
     };
-    let live = |r: &str| listed.as_ref().is_none_or(|l| l.iter().any(|(_, lr)| lr == r));
-    let replacement = payload.detail("liveRegistrationId").and_then(Value::as_str).filter(|r| live(r));
+    let live = |r: &str| listed.as_ref().is_some_and(|l| l.iter().any(|(_, lr)| lr == r));
+    let replacement =
+        payload.detail("liveRegistrationId").and_then(Value::as_str).filter(|r| listed.is_none() || live(r));
+    let about_target = payload.code() == ErrorCode::ComponentUnmounted
+        || (payload.code() == ErrorCode::StaleCapability
+            && payload.detail("reason").and_then(Value::as_str) == Some("registration-replaced"));
     let of_instance = || {
         let (listed, iid) = (listed.as_ref()?, iid.as_ref()?);
         listed.iter().find(|(i, _)| i == iid).map(|(_, r)| r.clone())
@@ -579,6 +677,8 @@ fn retarget(target: &Value, payload: &ErrorPayload, tool: &Tool) -> Option<Value
             t.insert("registrationId".into(), Value::from(r));
         }
         _ if live(&rid) => {}
+        // Not listed, and the error was not about it: nothing says it is gone.
+        _ if listed.is_none() && !about_target => {}
         _ => {
             t.insert("registrationId".into(), Value::from(of_instance()?));
         }
@@ -655,5 +755,24 @@ mod tests {
         assert_eq!(retarget(&serde_json::json!({"instanceId": "c"}), &plain, &t), None);
         assert!(!instance_listed(&t, Some(&Value::from("c"))));
         assert!(instance_listed(&t, Some(&Value::from("b"))));
+    }
+
+    /// A tool with one instance lists no instances: a registration the error says is gone is not
+    /// called again, the error's live registration is taken, and one the error was not about
+    /// stays.
+    #[test]
+    fn without_listed_instances_the_error_tells_whether_a_registration_is_gone() {
+        let t = tool(None, ToolAnnotations::new());
+        let payload = |v: Value| serde_json::from_value::<ErrorPayload>(v).unwrap();
+        let unmounted = payload(serde_json::json!({"code": "COMPONENT_UNMOUNTED", "message": "m",
+            "retry": "after-refresh", "details": {"phase": "resolve"}}));
+        let replaced = payload(serde_json::json!({"code": "STALE_CAPABILITY", "message": "m",
+            "retry": "after-refresh", "details": {"reason": "registration-replaced", "liveRegistrationId": "r-new"}}));
+        let binding = payload(serde_json::json!({"code": "PRECONDITION_FAILED", "message": "m",
+            "retry": "after-refresh", "details": {"reason": "binding-failed"}}));
+        let old = serde_json::json!({"registrationId": "r-old"});
+        assert_eq!(retarget(&old, &unmounted, &t), None);
+        assert_eq!(retarget(&old, &replaced, &t), Some(serde_json::json!({"registrationId": "r-new"})));
+        assert_eq!(retarget(&old, &binding, &t), Some(old.clone()));
     }
 }

@@ -127,7 +127,7 @@ impl Action {
     pub const fn meaning(self) -> &'static str {
         match self {
             Action::Refresh => {
-                "Re-list the surface; retry under a fresh id, with updated surface tokens and a replaced registration retargeted, only if the tool is still listed and enabled and its target still exists; else hand the error to the model."
+                "Re-list the surface; retry under a fresh id, with updated surface tokens and a replaced registration retargeted, only if the tool is still listed and enabled, under the tool version the arguments were built for, and its target still exists; else hand the error to the model."
             }
             Action::RefreshThenAsk => {
                 "Re-list the surface so the model sees the tool's new definition, then hand the error to the model; never repeat the call on its own (the same arguments may now mean something else)."

@@ -80,9 +80,15 @@ fn string_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Resul
 /// - Gemini: the response (`candidates[0].content`), the content (`parts`), or the `parts`
 ///   array; parts with `functionCall` (`name`, `args`, `id`?). A call without an `id` gets
 ///   `{responseId}.{n}` when the response has a `responseId`, else `turn{turn}.{n}`, `n` being
-///   the call's position among the turn's calls — deterministic for a given response.
+///   the call's position among the turn's calls.
 ///
-/// Text and other blocks are skipped. `turn` only matters for Gemini calls without ids.
+/// Text and other blocks are skipped. `turn` only matters for Gemini calls without ids: such an
+/// id is deterministic for a given response only when it has a `responseId`; without one it is
+/// as unique as `turn`. The id becomes the invocation id ([`invocation_id`]), which the registry
+/// keys by consumer, so a caller that passes the same `turn` twice for one consumer (a counter
+/// that starts again at each request of a conversation, say) gets the second call replayed from
+/// the first's record instead of run. [`crate::Toolset::parse_calls`] adds a random part per
+/// toolset to it for that reason.
 ///
 /// ```
 /// use agent_surface_toolset::{Arguments, Provider, parse_tool_calls};
@@ -97,11 +103,17 @@ fn string_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Resul
 /// assert!(matches!(calls[1].arguments, Arguments::Malformed { .. }));
 /// ```
 pub fn parse_tool_calls(provider: Provider, response: &Value, turn: u64) -> Result<Vec<ToolCall>, ParseError> {
+    parse_scoped(provider, response, &format!("turn{turn}"))
+}
+
+/// [`parse_tool_calls`], with `scope` leading the ids derived for Gemini calls that have neither
+/// an `id` nor a `responseId` (`{scope}.{n}`).
+pub(crate) fn parse_scoped(provider: Provider, response: &Value, scope: &str) -> Result<Vec<ToolCall>, ParseError> {
     match provider {
         Provider::OpenAiChat => openai_chat(response),
         Provider::OpenAiResponses => openai_responses(response),
         Provider::Anthropic => anthropic(response),
-        Provider::Gemini => gemini(response, turn),
+        Provider::Gemini => gemini(response, scope),
     }
 }
 
@@ -189,13 +201,10 @@ fn anthropic(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
     Ok(calls)
 }
 
-fn gemini(response: &Value, turn: u64) -> Result<Vec<ToolCall>, ParseError> {
+fn gemini(response: &Value, fallback: &str) -> Result<Vec<ToolCall>, ParseError> {
     let p = Provider::Gemini;
     let (parts, base) = array_in(p, response, &["/candidates/0/content/parts", "/parts"])?;
-    let scope = match response.get("responseId").and_then(Value::as_str) {
-        Some(id) => id.to_string(),
-        None => format!("turn{turn}"),
-    };
+    let scope = response.get("responseId").and_then(Value::as_str).unwrap_or(fallback);
     let mut calls = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         let Some(call) = part.get("functionCall") else { continue };

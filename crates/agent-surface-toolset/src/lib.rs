@@ -15,7 +15,8 @@
 //! - **Calls** — [`parse_tool_calls`] reads `tool_calls`, `function_call` items, `tool_use` blocks
 //!   or `functionCall` parts into [`ToolCall`]s. A malformed OpenAI `arguments` string becomes an
 //!   `INVALID_INPUT` result, never a panic. Invocation ids derive from the provider's call id,
-//!   namespaced by provider ([`invocation_id`]); Gemini calls without ids get deterministic ones.
+//!   namespaced by provider ([`invocation_id`]); Gemini calls without ids get derived ones (from
+//!   the `responseId`, else from the turn and, in a [`Toolset`], a random part per toolset).
 //! - **Results** — [`encode_result`]: a success carries the output JSON, an error the payload JSON
 //!   (`code`, `message`, `retry`, `details`) unchanged, with `is_error: true` for Anthropic and
 //!   an optional one-line rendering first ([`Rendering::OneLineFirst`], off by default).
@@ -26,7 +27,9 @@
 //! - **[`Toolset`]** ties them together for one consumer: tools to list, turns to answer (parallel
 //!   calls run concurrently and are answered in order), and the adapter duties — the tool list is
 //!   marked stale after `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY` or `COMPONENT_UNMOUNTED`, and
-//!   staleness tokens are refreshed, never stripped. A model cannot send a confirmation id, so
+//!   surface tokens are refreshed, never stripped (a call whose tool's version changed goes back to
+//!   the model rather than out again). A cancellation ends what is in progress, and later turns
+//!   run ([`Toolset::cancel`]). A model cannot send a confirmation id, so
 //!   when it repeats a call that got `CONFIRMATION_REQUIRED`, the confirmation engine presents
 //!   the id it relayed, as on every transport (see [`Toolset::call`]); error messages are worded for a
 //!   model, which sends only a tool's arguments ([`encode_result`]).

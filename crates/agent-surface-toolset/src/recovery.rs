@@ -8,7 +8,7 @@
 //! | `retry` | what the driver does |
 //! |---|---|
 //! | `after-refresh`, the tool's definition changed (`STALE_CAPABILITY {reason: tool-version-mismatch}`) | returns, marked [refreshed](Recovery::refreshed), without repeating the call: the model reads the new definition first (the same arguments may mean something else now) |
-//! | `after-refresh` | re-snapshots, re-resolves the request against the new snapshot (capability still there and enabled; a replaced registration retargeted to `liveRegistrationId` or the instance's live registration; staleness tokens *updated*, never removed), retries under a fresh invocation id; returns when re-resolution finds nothing to call |
+//! | `after-refresh` | re-snapshots, re-resolves the request against the new snapshot (capability still there and enabled, under the tool version the request names; a replaced registration retargeted to `liveRegistrationId` or the instance's live registration; surface tokens *updated*, never removed), retries under a fresh invocation id; returns, marked refreshed, when re-resolution finds nothing to call or the tool's version changed (its arguments were built for the old definition) |
 //! | `after-delay` | waits `details.retryAfterMs` on the injected [`Clock`] (at most [`RecoveryConfig::max_delay`] at once and [`RecoveryConfig::max_total_delay`] in all; cancellable), retries (a fresh id for cacheable codes) |
 //! | `with-confirmation` | hands the confirmation to [`RecoveryHost::confirm`]; approved: retries with the `confirmationId` (an approval that came after `expiresAt` starts a fresh cycle at once instead of presenting dead evidence); denied: never retries, answers `CONFIRMATION_INVALID {reason: denied}`; no host: returns (two-phase relay to the model). An `expired` confirmation restarts the cycle without the stale id |
 //! | `with-changes` | returns to the caller (the model changes the input); except `INVOCATION_CONFLICT`, whose change is the id: retried under an id derived from the conflicting one and the request itself (see below), as the matrix's adapter duty says |
@@ -671,14 +671,16 @@ fn cancelled(request: &InvokeRequest) -> InvokeResult {
     InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), request.invocation_id.clone())
 }
 
-/// The request re-resolved against a fresh snapshot, or `None` when there is nothing to call:
-/// the capability is gone or disabled, or the named instance is gone (named in the target or
+/// The request re-resolved against a fresh snapshot, or `None` when it must not be sent again:
+/// the capability is gone or disabled, the named instance is gone (named in the target or
 /// through the reserved [`TARGET_ARGUMENT`](agent_surface_registry::TARGET_ARGUMENT), which the
-/// re-resolved request carries in its target, as the registry would).
+/// re-resolved request carries in its target, as the registry would), or the request names a
+/// tool version the snapshot no longer lists (its input was built for another definition and
+/// may mean something else now: the model reads the new one first).
 ///
-/// Staleness tokens the request carried are replaced by the snapshot's, never removed; a
-/// registration id that is no longer live is replaced by the error's `liveRegistrationId` or the
-/// named instance's live registration.
+/// Surface tokens the request carried are replaced by the snapshot's, never removed; its tool
+/// version is kept (it is the listed one); a registration id that is no longer live is replaced
+/// by the error's `liveRegistrationId` or the named instance's live registration.
 pub fn re_resolve(request: &InvokeRequest, payload: &ErrorPayload, snapshot: &Snapshot) -> Option<InvokeRequest> {
     let capability = snapshot.capability(&request.capability)?;
     if !capability.enabled {
@@ -693,8 +695,8 @@ pub fn re_resolve(request: &InvokeRequest, payload: &ErrorPayload, snapshot: &Sn
     if next.surface_version.is_some() {
         next.surface_version = Some(snapshot.version);
     }
-    if next.tool_version.is_some() {
-        next.tool_version.clone_from(&capability.tool_version);
+    if next.tool_version.is_some() && next.tool_version != capability.tool_version {
+        return None;
     }
     if let Some(target) = next.target.take() {
         let live = |rid: &str| capability.instances.iter().any(|i| i.registration_id == rid);

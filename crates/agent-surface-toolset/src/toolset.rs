@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::calls::{ParseError, ToolCall, parse_tool_calls};
+use crate::calls::{ParseError, ToolCall, parse_scoped};
 use crate::definitions::tool_definitions;
 use crate::provider::Provider;
 use crate::recovery::{Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop};
@@ -118,12 +118,21 @@ struct State {
 /// list, and any call of a tool whose definition changed since, is `STALE_CAPABILITY`.
 /// After `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY`, `COMPONENT_UNMOUNTED` (or any `after-refresh`
 /// error, or a refresh by the loop), the tool list is marked stale.
+///
+/// **Cancellation** ends what is in progress, not the toolset: [`Toolset::cancel`] (or cancelling
+/// the token [`Toolset::cancellation`] returns) ends the calls and waits running at that moment,
+/// and the calls of later turns run under a fresh token.
 pub struct Toolset {
     registry: Registry,
     consumer: Consumer,
     config: ToolsetConfig,
     driver: RecoveryDriver,
-    cancellation: CancellationToken,
+    /// The token of the calls in progress; replaced by a fresh one once cancelled (see
+    /// [`Toolset::cancel`]).
+    cancellation: Mutex<CancellationToken>,
+    /// 16 random hexadecimal digits in the ids derived for Gemini calls (see
+    /// [`Toolset::parse_calls`]).
+    nonce: String,
     state: Mutex<State>,
 }
 
@@ -146,7 +155,8 @@ impl Toolset {
             consumer,
             config,
             driver,
-            cancellation: CancellationToken::new(),
+            cancellation: Mutex::new(CancellationToken::new()),
+            nonce: agent_surface_core::hex::Hex(&agent_surface_core::id::random_bytes()[..8]).to_string(),
             state: Mutex::new(State { listed: None, stale: true, turns: 0 }),
         }
     }
@@ -165,10 +175,34 @@ impl Toolset {
         &self.config
     }
 
-    /// Cancelling this token cancels every call and wait in progress (they end with
-    /// `CANCELLED`).
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancellation
+    /// The token of the calls in progress: cancelling it ends every call and wait running under
+    /// it (they end with `CANCELLED`).
+    ///
+    /// A cancellation is scoped to what is in progress: the next [`Toolset::handle`] or
+    /// [`Toolset::call`] that finds this token cancelled runs under a fresh one, so the toolset
+    /// serves later turns (and a model that repeats a cancelled call gets it run). A clone kept
+    /// from before a cancellation therefore no longer reaches later calls: take the token when
+    /// cancelling (`toolset.cancellation().cancel()`), or call [`Toolset::cancel`].
+    pub fn cancellation(&self) -> CancellationToken {
+        self.cancellation.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Cancels every call and wait in progress (they end with `CANCELLED`) and gives the calls
+    /// that start afterwards a fresh token: the toolset stays usable for later turns.
+    pub fn cancel(&self) {
+        let fresh = CancellationToken::new();
+        let old = std::mem::replace(&mut *self.cancellation.lock().unwrap_or_else(PoisonError::into_inner), fresh);
+        old.cancel();
+    }
+
+    /// The token for a turn that starts now: the current one, or a fresh one when it was
+    /// cancelled (a cancellation ends what was in progress, never later turns).
+    fn turn_cancellation(&self) -> CancellationToken {
+        let mut current = self.cancellation.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.is_cancelled() {
+            *current = CancellationToken::new();
+        }
+        current.clone()
     }
 
     /// Whether the tool list must be re-listed before the model's next step (also true before the
@@ -210,13 +244,19 @@ impl Toolset {
     }
 
     /// The tool calls of one model response (see [`crate::parse_tool_calls`]).
+    ///
+    /// A Gemini call that has no `id`, in a response without a `responseId`, gets
+    /// `turn{t}-{nonce}.{n}`: `t` counts the turns this toolset parsed, `nonce` is 16 random
+    /// hexadecimal digits drawn once per toolset. Without the nonce, two toolsets of one consumer
+    /// (one per request of a conversation, say) would derive the same ids, and the registry would
+    /// replay one's call to the other instead of running it.
     pub fn parse_calls(&self, provider: Provider, response: &Value) -> Result<Vec<ToolCall>, ParseError> {
         let turn = {
             let mut state = self.state();
             state.turns += 1;
             state.turns
         };
-        parse_tool_calls(provider, response, turn)
+        parse_scoped(provider, response, &format!("turn{turn}-{}", self.nonce))
     }
 
     /// The invoke request for a call, carrying the listed snapshot's staleness tokens (the surface
@@ -248,12 +288,19 @@ impl Toolset {
     /// same `CONFIRMATION_REQUIRED`; once approved, the call runs; once denied, the model gets
     /// `CONFIRMATION_INVALID`; once expired, a fresh confirmation is asked for. The toolset adds
     /// nothing to this: it is the same mechanism on every transport.
+    ///
+    /// The call runs under the toolset's token ([`Toolset::cancellation`]), a fresh one if the
+    /// last was cancelled.
     pub async fn call(&self, call: &ToolCall) -> ToolOutcome {
+        self.call_under(call, &self.turn_cancellation()).await
+    }
+
+    async fn call_under(&self, call: &ToolCall, cancel: &CancellationToken) -> ToolOutcome {
         let mut correlation_id = None;
         let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
             Ok(request) => {
-                let invoker = ToolsetInvoker { toolset: self, call, last: Mutex::new(None) };
-                let r = self.driver.run(&invoker, request, &self.cancellation).await;
+                let invoker = ToolsetInvoker { toolset: self, call, cancel, last: Mutex::new(None) };
+                let r = self.driver.run(&invoker, request, cancel).await;
                 correlation_id = invoker.last.into_inner().unwrap_or_else(PoisonError::into_inner);
                 (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
             }
@@ -269,9 +316,13 @@ impl Toolset {
 
     /// Answers one model response: parses its tool calls, runs them concurrently, and returns
     /// their outcomes and the reply messages in call order.
+    ///
+    /// The turn's calls share one token ([`Toolset::cancellation`], a fresh one if the last was
+    /// cancelled): a cancellation during the turn ends all of them.
     pub async fn handle(&self, provider: Provider, response: &Value) -> Result<Turn, ParseError> {
         let calls = self.parse_calls(provider, response)?;
-        let outcomes = futures_util::future::join_all(calls.iter().map(|c| self.call(c))).await;
+        let cancel = self.turn_cancellation();
+        let outcomes = futures_util::future::join_all(calls.iter().map(|c| self.call_under(c, &cancel))).await;
         let messages = reply_messages(provider, outcomes.iter().map(|o| o.item.clone()).collect());
         Ok(Turn { outcomes, messages, relist: self.is_stale() })
     }
@@ -282,13 +333,15 @@ impl Toolset {
 struct ToolsetInvoker<'a> {
     toolset: &'a Toolset,
     call: &'a ToolCall,
+    /// The token of the call's turn.
+    cancel: &'a CancellationToken,
     last: Mutex<Option<CorrelationId>>,
 }
 
 impl Invoker for ToolsetInvoker<'_> {
     fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
         let mut options = InvokeOptions::new(self.toolset.consumer.clone())
-            .with_cancellation(self.toolset.cancellation.clone())
+            .with_cancellation(self.cancel.clone())
             .with_transport("toolset");
         if let Some(callback) = &self.toolset.config.progress {
             let (callback, call) = (callback.clone(), self.call.clone());

@@ -588,3 +588,131 @@ fn the_python_helper_uses_the_tables_tool_version_key() {
     assert!(source.lines().any(|l| l == line), "{} must define `{line}`", path.display());
     assert_eq!(agent_surface_client::TOOL_VERSION, agent_surface_core::tool_version::wire::MCP_META);
 }
+
+/// Two clients of the same person (one consumer key on the server) each send the same call with
+/// no id of their own: each is its own intent and runs, never replayed from the other's record.
+#[tokio::test]
+async fn two_clients_default_ids_never_collide() {
+    let w = world().await;
+    let (first, _) = client(&w, nobody());
+    let (second, _) = client(&w, nobody());
+    let a = first.call(Intent::new("notes-write", args("same"))).await.unwrap();
+    let b = second.call(Intent::new("notes-write", args("same"))).await.unwrap();
+    check(&a, Stop::Succeeded, &[None]);
+    check(&b, Stop::Succeeded, &[None]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 2, "each client's call ran its handler");
+    assert_ne!(a.calls[0].0, b.calls[0].0);
+    // An explicitly configured prefix still leads the id.
+    let config = RecoveryConfig { id_prefix: "agent-7".into(), ..RecoveryConfig::default() };
+    let third = RecoveringClient::new(w.peer.clone(), config);
+    let c = third.call(Intent::new("notes-write", args("other"))).await.unwrap();
+    assert!(c.calls[0].0.starts_with("agent-7-"), "{:?}", c.calls);
+}
+
+/// A refresh row (here a replaced registration) whose re-listing shows a new version of the tool:
+/// the arguments were built for the definition the call named, so they are not sent again; the
+/// caller gets the error, marked refreshed, and the next call is planned on the new listing.
+#[tokio::test]
+async fn a_relisting_that_changes_the_tool_version_does_not_resend_the_arguments() {
+    let w = world().await;
+    let memo = |description: &'static str| {
+        let runs = w.runs.clone();
+        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
+            let runs = runs.clone();
+            t.capability("pay", description).effect(Effect::Write).raw_handler(
+                json!({"type": "object", "properties": {"amount": {"type": "integer"}}}),
+                None,
+                move |_: Ctx, v: Value| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok::<_, AgentSurfaceError>(v) }
+                },
+            );
+        }
+    };
+    w.registry.define("memo", memo("Pay an amount in euros.")).unwrap();
+    let mounted = w.registry.mount("memo", "main").unwrap();
+    let old = mounted.registration_id().unwrap().to_string();
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    drop(mounted);
+    w.registry.redefine("memo", memo("Pay an amount in cents.")).unwrap();
+    let _again = w.registry.mount("memo", "main").unwrap();
+    let amount = json!({"amount": 7}).as_object().cloned().unwrap();
+    let intent = Intent::new("memo-pay", amount.clone()).with_target(json!({"registrationId": old}));
+    let r = c.call(intent).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
+    assert!(r.refreshed);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 0, "7 euros were not paid as 7 cents");
+    // The next call is planned on the re-listing: it names the new version and runs.
+    let r = c.call(Intent::new("memo-pay", amount)).await.unwrap();
+    check(&r, Stop::Succeeded, &[None]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A server whose `tools/list` never ends: each page names the next cursor `next(cursor)`.
+struct Pages(fn(Option<&str>) -> String);
+
+impl rmcp::ServerHandler for Pages {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        _: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let tool = rmcp::model::Tool::new("t", "A tool.", Arc::new(JsonObject::new()));
+        let mut page = rmcp::model::ListToolsResult::with_all_items(vec![tool]);
+        page.next_cursor = Some((self.0)(request.as_ref().and_then(|r| r.cursor.as_deref())));
+        Ok(page)
+    }
+}
+
+/// A client of a stub server whose pages never end.
+async fn endless(
+    pages: Pages,
+    config: RecoveryConfig,
+) -> (RecoveringClient, rmcp::service::RunningService<rmcp::RoleClient, ()>) {
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(server) = pages.serve(server_io).await {
+            let _ = server.waiting().await;
+        }
+    });
+    let service = ().serve(client_io).await.unwrap();
+    (RecoveringClient::new(service.peer().clone(), config), service)
+}
+
+/// A server that repeats a cursor, or pages without end, makes the listing fail instead of loop.
+#[tokio::test]
+async fn a_listing_that_never_ends_is_an_error() {
+    let (c, _service) = endless(Pages(|_| "again".into()), RecoveryConfig::default()).await;
+    let listed = tokio::time::timeout(Duration::from_secs(10), c.list_tools()).await.expect("the listing ends");
+    let error = listed.expect_err("a repeated cursor is an error");
+    assert!(error.to_string().contains("again"), "{error}");
+
+    let next = |c: Option<&str>| format!("{}x", c.unwrap_or_default());
+    let (c, _service) = endless(Pages(next), RecoveryConfig { max_list_pages: 5, ..RecoveryConfig::default() }).await;
+    let listed = tokio::time::timeout(Duration::from_secs(10), c.list_tools()).await.expect("the listing ends");
+    let error = listed.expect_err("too many pages is an error");
+    assert!(error.to_string().contains('5'), "{error}");
+}
+
+/// A registration that is gone is not called again when the re-listing cannot show it (a tool
+/// with one instance lists no instances): the error goes back at once instead of repeating the
+/// call on the gone registration until the convergence guard stops it.
+#[tokio::test]
+async fn a_gone_registration_is_not_called_again_when_one_other_instance_is_listed() {
+    let w = world().await;
+    let (c, _) = client(&w, nobody());
+    let mount = w.registry.mount("kiosk", "main").unwrap();
+    let old = mount.registration_id().unwrap().to_string();
+    drop(mount);
+    let _other = w.registry.mount("kiosk", "hall").unwrap();
+    c.list_tools().await.unwrap();
+    let intent = Intent::new("kiosk-show", args("x")).with_target(json!({"registrationId": old}));
+    let r = c.call(intent).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ComponentUnmounted)]);
+    assert!(r.refreshed);
+}

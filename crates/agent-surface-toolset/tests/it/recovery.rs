@@ -167,6 +167,37 @@ fn after_refresh_re_resolves_and_retries_under_a_fresh_id() {
     assert_eq!(r.result.code(), Some(ErrorCode::ComponentUnmounted));
 }
 
+/// A refresh row whose re-listing shows another version of the tool: the arguments were built for
+/// the definition the call named, so they are not sent again; the caller gets the error with the
+/// list marked refreshed, as after `tool-version-mismatch`. An unchanged version is resent.
+#[test]
+fn a_relisting_that_changes_the_tool_version_does_not_resend_the_arguments() {
+    let clock = TestClock::auto_advancing();
+    let d = driver(&clock, Arc::new(RelayToModel));
+    let versioned = |script: Vec<Step>| {
+        let mut fake = Fake::new(script, false);
+        let mut cart = descriptor("cart.add", "Add.", json!({"type": "object"}));
+        cart["toolVersion"] = json!("v-2");
+        fake.snapshot = snapshot(json!([cart]));
+        fake
+    };
+    let reloaded = || AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None);
+    let unmounted = || AgentSurfaceError::component_unmounted(UnmountPhase::Resolve);
+    for error in [reloaded(), unmounted()] {
+        let code = error.payload().code();
+        let fake = versioned(vec![err(error)]);
+        let r = futures_executor(d.run(&fake, request().with_tool_version("v-1"), &CancellationToken::new()));
+        assert_eq!((r.stop, r.attempts, r.refreshed), (Stop::ReturnedToCaller, 1, true), "{code}");
+        assert_eq!((r.result.code(), fake.requests().len()), (Some(code), 1), "sent once");
+    }
+    for error in [reloaded(), unmounted()] {
+        let fake = versioned(vec![err(error)]);
+        let r = futures_executor(d.run(&fake, request().with_tool_version("v-2"), &CancellationToken::new()));
+        assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+        assert_eq!(fake.requests()[1].tool_version.as_deref(), Some("v-2"));
+    }
+}
+
 #[tokio::test]
 async fn after_delay_waits_on_the_clock_and_reuses_the_id_of_a_non_cacheable_code() {
     let clock = TestClock::new();

@@ -95,6 +95,35 @@ async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
     assert_eq!(turn.outcomes[0].result.invocation_id(), Some("openai-chat:call_1"));
 }
 
+/// Gemini calls without ids or a `responseId` get derived ids; two toolsets of one consumer (a
+/// server that builds one per request of a conversation) never derive the same one, so the same
+/// call in each runs each time instead of replaying the other's record.
+#[tokio::test]
+async fn two_toolsets_never_derive_the_same_gemini_id() {
+    let runs = Counter::default();
+    let registry = Registry::new(RegistryConfig::default());
+    let seen = runs.clone();
+    registry
+        .define("cart", |t| {
+            t.capability("add", "Add.").raw_handler(json!({"type": "object"}), None, move |_ctx: Ctx, _i: Value| {
+                seen.bump();
+                async move { Ok::<_, AgentSurfaceError>(json!({"ok": true})) }
+            })
+        })
+        .unwrap();
+    let _m = registry.mount("cart", "main").unwrap();
+    let response = json!({"parts": [{"functionCall": {"name": "cart-add", "args": {"sku": "tea"}}}]});
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let ts = toolset(&registry);
+        let turn = ts.handle(Provider::Gemini, &response).await.unwrap();
+        expect_ok(&turn.outcomes[0].result);
+        ids.push(turn.outcomes[0].result.invocation_id().map(str::to_string));
+    }
+    assert_eq!(runs.get(), 2, "each toolset's call ran its handler");
+    assert_ne!(ids[0], ids[1]);
+}
+
 #[tokio::test]
 async fn a_stale_destructive_call_is_refreshed_not_stripped() {
     let mut shop = Shop::new(RegistryConfig::default());
@@ -167,6 +196,76 @@ async fn cancelling_the_toolset_ends_a_wait() {
     let outcome = &turn.unwrap().outcomes[0];
     assert_eq!(outcome.stop, Stop::Cancelled);
     expect_error(&outcome.result, ErrorCode::Cancelled);
+}
+
+/// A cancellation ends what is in progress, not the toolset: the model's later turns run (a
+/// `CANCELLED` that says to repeat the call must be able to succeed), whether the host cancels
+/// through the token or through `Toolset::cancel`, and a turn in progress still sees it.
+#[tokio::test]
+async fn a_cancelled_toolset_runs_later_turns() {
+    let clock = TestClock::new();
+    let limited = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let shop = Shop::new(RegistryConfig {
+        clock: clock.shared(),
+        rate_limiter: Some(Arc::new(FnLimiter::new({
+            let limited = limited.clone();
+            move |_, _| match limited.load(std::sync::atomic::Ordering::SeqCst) {
+                true => {
+                    RateDecision::Limited { reason: RateLimitReason::QueueFull, retry_after: Duration::from_secs(10) }
+                }
+                false => RateDecision::Allow(None),
+            }
+        }))),
+        ..Default::default()
+    });
+    let ts = toolset(shop.registry());
+    let turn = |id: &str| openai_turn(&[(id, "cart-view", "{}")]);
+    let cancel_when_waiting = async {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        ts.cancellation().cancel();
+    };
+    let response = turn("call_1");
+    let (first, ()) = tokio::join!(ts.handle(Provider::OpenAiChat, &response), cancel_when_waiting);
+    assert_eq!(first.unwrap().outcomes[0].stop, Stop::Cancelled);
+
+    limited.store(false, std::sync::atomic::Ordering::SeqCst);
+    let again = ts.handle(Provider::OpenAiChat, &turn("call_2")).await.unwrap();
+    assert_eq!(again.outcomes[0].stop, Stop::Succeeded, "{:?}", again.outcomes[0].result);
+    expect_ok(&again.outcomes[0].result);
+
+    // Cancelled between turns: the next turn runs all the same.
+    ts.cancellation().cancel();
+    let after = ts.handle(Provider::OpenAiChat, &turn("call_3")).await.unwrap();
+    expect_ok(&after.outcomes[0].result);
+}
+
+/// `Toolset::cancel` ends the calls in progress and gives later calls a fresh token at once.
+#[tokio::test]
+async fn toolset_cancel_ends_the_calls_in_progress_only() {
+    let clock = TestClock::new();
+    let shop = Shop::new(RegistryConfig {
+        clock: clock.shared(),
+        rate_limiter: Some(Arc::new(FnLimiter::new(|_, _| RateDecision::Limited {
+            reason: RateLimitReason::QueueFull,
+            retry_after: Duration::from_secs(10),
+        }))),
+        ..Default::default()
+    });
+    let ts = toolset(shop.registry());
+    let before = ts.cancellation();
+    let cancel_when_waiting = async {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        ts.cancel();
+    };
+    let response = openai_turn(&[("call_1", "cart-view", "{}")]);
+    let (turn, ()) = tokio::join!(ts.handle(Provider::OpenAiChat, &response), cancel_when_waiting);
+    assert_eq!(turn.unwrap().outcomes[0].stop, Stop::Cancelled);
+    assert!(before.is_cancelled(), "the token of the calls that were in progress");
+    assert!(!ts.cancellation().is_cancelled(), "later calls get a fresh token");
 }
 
 #[tokio::test]
