@@ -325,7 +325,8 @@ impl Remote {
         self.lock().keys.clone().ok_or(Unavailable)
     }
 
-    /// One fetch; on success the keys are replaced, on failure the old ones kept.
+    /// One fetch; on success (a document with a usable key) the keys are replaced, on failure
+    /// the old ones kept.
     async fn fetch(&self) {
         let started = Instant::now();
         self.lock().attempted = Some(started);
@@ -333,7 +334,14 @@ impl Remote {
         let outcome = match tokio::time::timeout(self.config.timeout, self.config.fetch.fetch(url)).await {
             Err(_) => Err("timed out".to_string()),
             Ok(Err(e)) => Err(e.to_string()),
-            Ok(Ok(body)) => KeySet::parse(&body).map_err(|e| e.to_string()),
+            // A document with no usable key (an empty set, encryption keys only, an error page
+            // that parses) is a failed fetch, as for a fixed set: the keys held stay in use.
+            Ok(Ok(body)) => {
+                KeySet::parse(&body).map_err(|e| e.to_string()).and_then(|keys| match keys.keys.is_empty() {
+                    true => Err(JwksError::NoUsableKey.to_string()),
+                    false => Ok(keys),
+                })
+            }
         };
         match outcome {
             Ok(keys) => {

@@ -69,6 +69,15 @@ impl ResourceServer {
         if config.authorization_servers.is_empty() {
             return Err(ConfigError::NoAuthorizationServer);
         }
+        if config.authorization_servers.len() > 1 {
+            // One key set serves every issuer: a key of one signs for all of them, and approvals,
+            // quorums and the inbox compare subjects, which only one issuer makes unique.
+            tracing::warn!(
+                target: "agent_surface::wiring",
+                issuers = config.authorization_servers.len(),
+                "several authorization servers share one key set: any of their keys is accepted for every one of them, and a subject is taken to be the same person whichever issued it; trust them alike, or run one resource server per issuer"
+            );
+        }
         if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a.family() == AlgorithmFamily::Hmac) {
             return Err(ConfigError::Algorithms);
         }

@@ -330,11 +330,12 @@ impl Inbox {
 
     /// The approver, from a bearer token or the session cookie; `None` when neither proves one.
     /// A session's token is proven again each time: one that no longer signs anyone in (revoked,
-    /// expired) ends the session. An error: the store did not answer.
+    /// expired) ends the session. An error: the store did not answer, or the authenticator cannot
+    /// check credentials now (the session is kept: nothing says its token went bad).
     async fn approver(&self, headers: &HeaderMap) -> Result<Option<Approver>, StoreError> {
         let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         if let Some(token) = authorization.and_then(agent_surface_policy::authn::bearer_token) {
-            let Some(identity) = self.authenticate(token).await else { return Ok(None) };
+            let Some(identity) = self.authenticate(token).await? else { return Ok(None) };
             return self.signed_in(identity, format!("bearer:{token}"), None).await.map(Some);
         }
         // Several session cookies (one planted beside this browser's own) prove nobody: which of
@@ -351,7 +352,7 @@ impl Inbox {
             tracing::warn!(target: "agent_surface::inbox", "several live session cookies: none is used");
             return Ok(None);
         }
-        let Some(identity) = self.authenticate(&token).await else {
+        let Some(identity) = self.authenticate(&token).await? else {
             tracing::info!(target: "agent_surface::inbox", "session ended: its token no longer signs anyone in");
             self.sessions.close(&id).await?;
             return Ok(None);
@@ -370,11 +371,22 @@ impl Inbox {
         Ok(Approver { identity, binding, session, sign_out })
     }
 
-    /// Who `token` proves, as the authenticator says for `Authorization: Bearer {token}`.
-    async fn authenticate(&self, token: &str) -> Option<Identity> {
+    /// Who `token` proves, as the authenticator says for `Authorization: Bearer {token}`
+    /// ([`Authenticator::try_authenticate`]): `None` for a token that proves nobody; an error
+    /// when the authenticator cannot check credentials now (`AuthRejectionKind::Unavailable`, an
+    /// OAuth resource server whose signing keys were never fetched), which is no verdict on the
+    /// token.
+    async fn authenticate(&self, token: &str) -> Result<Option<Identity>, StoreError> {
         let mut proof = HeaderMap::new();
-        proof.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).ok()?);
-        self.config.authenticator.authenticate(&proof).await
+        let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) else { return Ok(None) };
+        proof.insert(header::AUTHORIZATION, value);
+        match self.config.authenticator.try_authenticate(&proof).await {
+            Ok(identity) => Ok(identity),
+            Err(rejection) if rejection.kind() == agent_surface_policy::AuthRejectionKind::Unavailable => {
+                Err(StoreError::Unavailable("the authenticator cannot check credentials now".into()))
+            }
+            Err(_) => Ok(None),
+        }
     }
 
     /// The fields of a form post, or the refusal: `415` unless the body is
@@ -510,9 +522,14 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
         Err(e) => return unavailable(&inbox, &e.to_string()),
     };
     // As the list: a confirmation whose quorum does not count this approver is not theirs to
-    // see (refused as deciding it is), unless they requested it or decided it already.
-    let subject = &approver.identity.subject;
-    if !record.quorum.admits(&approver.identity) && !record.is_requester(subject) && !record.decided_by(subject) {
+    // see (refused as deciding it is), unless they requested it or decided it already — by
+    // exactly that name: the look-alike matching that refuses a self-approval would otherwise
+    // show the call, and hand out its form, to someone whose name only resembles the
+    // requester's.
+    let subject = approver.identity.subject.as_str();
+    let requested = record.requester.as_deref() == Some(subject);
+    let decided = record.decisions.iter().any(|d| d.approver == subject);
+    if !record.quorum.admits(&approver.identity) && !requested && !decided {
         return not_counted(&inbox);
     }
     let open = record.state == ConfirmationState::Pending
@@ -656,7 +673,13 @@ async fn sign_in(State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Byte
     };
     let token = form.get("token").map(|t| t.trim().to_string()).unwrap_or_default();
     let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
-    let identity = if valid { inbox.authenticate(&token).await } else { None };
+    let identity = match valid {
+        true => match inbox.authenticate(&token).await {
+            Ok(identity) => identity,
+            Err(e) => return store_down(&inbox, &e),
+        },
+        false => None,
+    };
     // An identity that may not use the inbox is refused as a bad token is, and opens no session.
     let Some(identity) = identity.filter(|i| inbox.may_use(i)) else {
         let again = match inbox.sign_in_csrf.issue(&format!("sign-in:{binding}"), "sign-in", inbox.now()).await {
@@ -742,7 +765,7 @@ fn store_unanswered(inbox: &Inbox) -> Response {
 }
 
 fn unavailable(inbox: &Inbox, error: &str) -> Response {
-    tracing::error!(target: "agent_surface::inbox", error, "confirmation store failed");
+    tracing::error!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(error), "confirmation store failed");
     inbox.message(
         StatusCode::SERVICE_UNAVAILABLE,
         "Unavailable",

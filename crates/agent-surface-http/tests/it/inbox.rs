@@ -1178,3 +1178,74 @@ fn an_unreadable_audit_trail_is_said_and_its_error_stays_in_the_operator_log() {
     assert!(log.contains("recent decisions unavailable"), "{log}");
     assert!(!log.contains("hunter2"), "{log}");
 }
+
+/// The manager's token, through an authenticator that can be made unable to check credentials
+/// (an OAuth resource server whose signing keys cannot be fetched: `Unavailable`).
+#[derive(Clone)]
+struct Checkable {
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Authenticator for Checkable {
+    fn authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+    ) -> futures_util::future::BoxFuture<'a, Option<Identity>> {
+        Box::pin(async move { self.try_authenticate(headers).await.ok().flatten() })
+    }
+
+    fn try_authenticate<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<Identity>, agent_surface_policy::AuthRejection>> {
+        let manager = headers.get(header::AUTHORIZATION).is_some_and(|v| v == "Bearer t-manager");
+        let down = self.down.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(std::future::ready(match (down, manager) {
+            (true, _) => Err(agent_surface_policy::AuthRejection::without_challenge(
+                agent_surface_policy::AuthRejectionKind::Unavailable,
+            )),
+            (false, true) => Ok(Some(Identity::new("manager").with_role("approver"))),
+            (false, false) => Ok(None),
+        }))
+    }
+}
+
+/// An authenticator that cannot check credentials just now is no verdict on a session's token:
+/// the inbox answers `503` and keeps the session (shared by every replica), which works again once
+/// credentials can be checked; a sign-in meanwhile is `503` too, not "that token signs nobody in".
+#[tokio::test]
+async fn a_session_outlives_an_authenticator_that_cannot_check_credentials_for_a_while() {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let env = env_at(Vec::new(), None, Some(Arc::new(Checkable { down: down.clone() })), DEFAULT_SESSION_TTL);
+    let manager = env.sign_in("t-manager").await;
+    assert_eq!(env.send("GET", "/inbox/", Some(&manager), None).await.status, StatusCode::OK);
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let meanwhile = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert_eq!(meanwhile.status, StatusCode::SERVICE_UNAVAILABLE, "{}", meanwhile.body);
+    assert_eq!(env.try_sign_in("t-manager").await.status, StatusCode::SERVICE_UNAVAILABLE);
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let again = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert_eq!(again.status, StatusCode::OK, "the session was kept: {}", again.body);
+}
+
+/// The requester may see their own confirmation whatever its quorum, but only by their exact name:
+/// an approver whose name merely looks like the requester's (`AIice`, a capital I, for `alice`)
+/// is refused as anyone the quorum does not count, and gets no form to decide it with.
+#[tokio::test]
+async fn a_name_that_only_looks_like_the_requesters_is_not_the_requester() {
+    let tokens = BearerTokens::new([
+        ("t-alice", Identity::new("alice").with_role("approver")),
+        ("t-lookalike", Identity::new("AIice").with_role("approver")),
+    ]);
+    let quorum = Quorum::of(1).with_approver("carol");
+    let env =
+        env_at(vec![(Scope::capability("orders.refund"), quorum)], None, Some(Arc::new(tokens)), DEFAULT_SESSION_TTL);
+    let id = env.request_confirmation().await;
+    let lookalike = env.sign_in("t-lookalike").await;
+    let page = env.send("GET", &format!("/inbox/c/{id}"), Some(&lookalike), None).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert!(!page.body.contains("csrf"), "{}", page.body);
+    // The requester herself still sees it.
+    let alice = env.sign_in("t-alice").await;
+    assert_eq!(env.send("GET", &format!("/inbox/c/{id}"), Some(&alice), None).await.status, StatusCode::OK);
+}

@@ -64,3 +64,21 @@ fn the_operator_log_gets_the_reason_never_the_token() {
     }
     let _ = claims();
 }
+
+/// Several authorization servers share one key set, and a subject is one person whichever of them
+/// issued it: the construction says so on the operator channel, once; one issuer says nothing.
+#[test]
+fn several_issuers_are_reported_at_construction() {
+    let several = agent_surface_oauth::ResourceServerConfig {
+        authorization_servers: vec![crate::fixture::ISSUER.into(), "https://other-idp.example".into()],
+        ..crate::fixture::config()
+    };
+    let (built, log) =
+        agent_surface_testing::capture_operator_log(|| agent_surface_oauth::ResourceServer::new(several));
+    assert!(built.is_ok());
+    assert_eq!(log.matches("several authorization servers share one key set").count(), 1, "{log}");
+    let (_, log) = agent_surface_testing::capture_operator_log(|| {
+        agent_surface_oauth::ResourceServer::new(crate::fixture::config())
+    });
+    assert!(!log.contains("several authorization servers"), "{log}");
+}

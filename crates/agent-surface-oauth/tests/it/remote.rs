@@ -189,4 +189,12 @@ async fn no_keys_ever_fetched_is_503_and_a_failed_refresh_keeps_the_keys() {
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(oauth.try_authenticate(&headers(&token)).await.unwrap().is_some());
     assert_eq!(jwks.fetches(), 2);
+    // A document that parses but holds no usable key (none at all, or encryption keys only) is a
+    // failed fetch too: it never replaces the keys held.
+    for document in [r#"{"keys":[]}"#, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#] {
+        *jwks.document.lock().unwrap() = document.into();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(oauth.try_authenticate(&headers(&token)).await.unwrap().is_some(), "{document}");
+    }
+    assert_eq!(jwks.fetches(), 4);
 }
