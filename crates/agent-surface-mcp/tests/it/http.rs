@@ -642,3 +642,42 @@ async fn a_modern_single_reply_is_plain_json_and_progress_still_streams() {
     assert!(raw.contains(r#""done":true"#), "{raw}");
     shutdown.cancel();
 }
+
+/// In a legacy session, a call the client cancels (`notifications/cancelled`, on a `POST` of its
+/// own) gets no answer (MCP forbids one), and its `POST`'s event stream ends at once rather than at
+/// the session's idle timeout (`rmcp` closes the request's stream when it reads the cancellation):
+/// the connection is released, and so is the id's place in the session (with room for one request
+/// in progress, the next one is admitted and answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_legacy_call_ends_its_stream_and_frees_its_place() {
+    let (registry, runs) = counted_slow_registry();
+    let http = McpHttpConfig { max_requests_in_flight: 1, ..McpHttpConfig::default() };
+    let (addr, shutdown, _) = serve(registry, http).await;
+    let session = open_session(addr).await;
+    let first = tokio::spawn({
+        let session = session.clone();
+        async move { post_owned(addr, &session, legacy_write(7, 30_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler is waiting");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "the user gave up"}})
+    .to_string();
+    let started = Instant::now();
+    let (status, raw) = post_owned(addr, &session, cancel).await;
+    assert_eq!(status, 202, "{raw}");
+    let (status, raw) = tokio::time::timeout(Duration::from_secs(3), first)
+        .await
+        .expect("the cancelled call's stream ended, not at the session's idle timeout")
+        .unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert!(!raw.contains(r#""result""#) && !raw.contains(r#""error""#), "no answer to a cancelled request: {raw}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // Its place is free: the session's one request in progress may be another one.
+    let (status, raw) = tokio::time::timeout(Duration::from_secs(3), post_owned(addr, &session, legacy_write(8, 0)))
+        .await
+        .expect("the next request answered");
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    shutdown.cancel();
+}
