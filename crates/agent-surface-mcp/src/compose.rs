@@ -18,7 +18,7 @@
 //! | `subscriptions/listen` | both: the adapter its tool-list changes, the application the rest |
 //! | `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, skills, anything else | the application |
 //! | `notifications/initialized` | both |
-//! | every other notification | the application |
+//! | every other notification | the application (over [`crate::serve_io`], a `notifications/cancelled` for a request in progress is the transport's: it fires that request's `RequestContext::ct` and reaches no `on_cancelled`; see `stdio`) |
 //!
 //! The capabilities announced are the adapter's `tools` (and the tasks extension when it offers
 //! it) and everything else the application's handler declares in its `get_info` (`resources`,

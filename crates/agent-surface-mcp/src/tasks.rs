@@ -12,7 +12,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `tasks/get` | the task: `working`; `completed` with the tool result, encoded as the call's direct answer would be (with [`crate::McpConfig::tool_failure`], an error's tool-failure object as of the task's end) — a capability error is a completed task whose result has `isError: true`, never `failed`; `cancelled` |
-//! | `tasks/cancel` | acknowledged; the running call's cancellation fires: a call that had not started its effect ends `cancelled`, a write interrupted after its handler started ends `completed` with `EXECUTION_FAILED {reason: outcome-unknown}` (the usual rule) |
+//! | `tasks/cancel` | acknowledged (a store failure when the cancellation can be neither recorded nor fired in this process: `-32603`, nothing would end the call); the running call's cancellation fires: a call that had not started its effect ends `cancelled`, a write interrupted after its handler started ends `completed` with `EXECUTION_FAILED {reason: outcome-unknown}` (the usual rule) |
 //! | `tasks/update` | acknowledged; answers are ignored (a task never waits for input: questions are asked before it starts) |
 //! | another principal's task, an unknown or expired id | JSON-RPC `-32602` |
 //!

@@ -266,6 +266,7 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
             }
             return;
         }
+        let changes_before = conn.total_changes();
         let mut hooks: Vec<Hook> = Vec::new();
         let mut done: Vec<Box<dyn Job>> = Vec::with_capacity(pending.len());
         let mut broken: Option<StoreError> = None;
@@ -315,7 +316,9 @@ fn run_batch(conn: &Connection, mem: &mut Memory, latest: &mut Timestamp, batch:
         if std::mem::take(&mut sweep) {
             crate::sweep::run(conn, *latest);
         }
-        let orphans = persist_orphans(conn, mem);
+        // Only in a transaction that writes anyway: a read-only one (a replay, a page of the
+        // inbox) must not start failing when the disk that orphaned them is still full.
+        let orphans = if conn.total_changes() > changes_before { persist_orphans(conn, mem) } else { Vec::new() };
         let committed = exec(conn, "COMMIT");
         let failed = match committed {
             Ok(()) => None,

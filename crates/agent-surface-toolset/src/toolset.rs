@@ -180,11 +180,12 @@ impl Toolset {
     ///
     /// A cancellation is scoped to what is in progress: the next [`Toolset::handle`] or
     /// [`Toolset::call`] that finds this token cancelled runs under a fresh one, so the toolset
-    /// serves later turns (and a model that repeats a cancelled call gets it run). A clone kept
-    /// from before a cancellation therefore no longer reaches later calls: take the token when
-    /// cancelling (`toolset.cancellation().cancel()`), or call [`Toolset::cancel`].
+    /// serves later turns (and a model that repeats a cancelled call gets it run). Asked for
+    /// after a cancellation, it is that fresh token already (a stop button wired before the next
+    /// turn reaches that turn). A clone kept from before a cancellation no longer reaches later
+    /// calls: take the token when it is needed, or call [`Toolset::cancel`].
     pub fn cancellation(&self) -> CancellationToken {
-        self.cancellation.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.turn_cancellation()
     }
 
     /// Cancels every call and wait in progress (they end with `CANCELLED`) and gives the calls

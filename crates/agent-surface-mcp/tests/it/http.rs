@@ -658,7 +658,10 @@ async fn a_cancelled_legacy_call_ends_its_stream_and_frees_its_place() {
         let session = session.clone();
         async move { post_owned(addr, &session, legacy_write(7, 30_000)).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while runs.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler is waiting");
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 7, "reason": "the user gave up"}})

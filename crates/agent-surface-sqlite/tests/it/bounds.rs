@@ -59,16 +59,17 @@ async fn a_full_file_fails_closed_and_leaves_no_call_waiting() {
     assert!(matches!(&refused, Err(StoreError::Unavailable(why)) if why.contains("full")), "{refused:?}");
     let told = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the follower is answered");
     assert_eq!(told.error_payload().and_then(|p| p.detail("reason")), Some(&json!("outcome-unknown")));
-    // The next transaction that commits writes the record as lapsed: memory need not hold it
-    // (however many settlements fail), and the sweep removes it in time.
-    stores.transaction(|_| Ok(())).await.unwrap();
-    let lapsed = stores
-        .transaction(|conn| {
+    // A transaction that writes nothing leaves it in memory (a read must not fail on a full disk
+    // for it); the next one that writes and commits writes the record as lapsed: memory need not
+    // hold it (however many settlements fail), and the sweep removes it in time.
+    let lapsed_now = || {
+        stores.transaction(|conn| {
             conn.query_row("SELECT lapsed FROM idem WHERE invocation = 'big'", [], |r| r.get::<_, bool>(0))
         })
-        .await
-        .unwrap();
-    assert!(lapsed, "the orphaned record is lapsed on disk");
+    };
+    assert!(!lapsed_now().await.unwrap(), "a read-only transaction writes nothing");
+    let Ok(Admission::Leader(_)) = idem.admit(&key("next"), fp(), Attempt::fresh(), now).await else { panic!() };
+    assert!(lapsed_now().await.unwrap(), "the orphaned record is lapsed on disk");
     assert!(
         matches!(idem.admit(&key("big"), fp(), Attempt::fresh(), now).await, Ok(Admission::TakeOver(_))),
         "the retry takes the record over"
