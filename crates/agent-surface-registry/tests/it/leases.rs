@@ -323,18 +323,25 @@ async fn a_dropped_takeover_records_an_unknown_outcome() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
-/// A lease lost while the call was still deciding (another caller took the record over): the
-/// handler never starts.
-#[tokio::test]
-async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
+/// A registry whose store renews every 5 ms and has lost the lease (every renewal says so), and
+/// whose authority policy takes 60 ms: a call learns that its lease is lost before its handler.
+fn losing_before_the_handler() -> (Arc<LeasingStore>, Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
     let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
     let config = RegistryConfig {
         idempotency: store.clone(),
         authority: Some(Arc::new(slow_authority(Duration::from_millis(60)))),
         ..Default::default()
     };
-    let (r, _m, runs) = registry_with(config, Duration::ZERO);
+    let (r, m, runs) = registry_with(config, Duration::ZERO);
     store.lost.store(true, Ordering::SeqCst);
+    (store, r, m, runs)
+}
+
+/// A lease lost while the call was still deciding (another caller took the record over): the
+/// handler never starts.
+#[tokio::test]
+async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
+    let (_store, r, _m, runs) = losing_before_the_handler();
     let inv = r.invoke_detailed(call("shop.pay", json!({})).with_invocation_id("pay-6"), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
     assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
@@ -346,14 +353,7 @@ async fn a_lease_lost_before_the_handler_starts_stops_the_call() {
 /// `CANCELLED` — which would invite a fresh id, and so a second execution.
 #[tokio::test]
 async fn a_lease_lost_is_answered_before_a_cancellation() {
-    let store = Arc::new(LeasingStore { renew_every: Some(Duration::from_millis(5)), ..Default::default() });
-    let config = RegistryConfig {
-        idempotency: store.clone(),
-        authority: Some(Arc::new(slow_authority(Duration::from_millis(60)))),
-        ..Default::default()
-    };
-    let (r, _m, runs) = registry_with(config, Duration::ZERO);
-    store.lost.store(true, Ordering::SeqCst);
+    let (store, r, _m, runs) = losing_before_the_handler();
     let cancel = tokio_util::sync::CancellationToken::new();
     let options = consumer("c").with_cancellation(cancel.clone());
     let invoked = r.invoke_detailed(call("shop.pay", json!({})).with_invocation_id("pay-7"), options);

@@ -54,8 +54,8 @@ async fn parallel_calls_run_concurrently_and_are_answered_in_order() {
     assert_eq!(turn.messages[1]["content"], r#"{"met":"b"}"#);
 }
 
-#[tokio::test]
-async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
+/// A registry with `cart.add` (any object in, `{"ok": true}` out), counting its runs.
+fn counted_cart() -> (Registry, agent_surface_registry::Mount, Counter) {
     let runs = Counter::default();
     let registry = Registry::new(RegistryConfig::default());
     let seen = runs.clone();
@@ -67,7 +67,13 @@ async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
             })
         })
         .unwrap();
-    let _m = registry.mount("cart", "main").unwrap();
+    let mount = registry.mount("cart", "main").unwrap();
+    (registry, mount, runs)
+}
+
+#[tokio::test]
+async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
+    let (registry, _m, runs) = counted_cart();
     let ts = toolset(&registry);
     ts.tools(Provider::OpenAiChat).await;
     let response = openai_turn(&[
@@ -100,18 +106,7 @@ async fn malformed_arguments_and_unknown_tools_never_reach_a_handler() {
 /// call in each runs each time instead of replaying the other's record.
 #[tokio::test]
 async fn two_toolsets_never_derive_the_same_gemini_id() {
-    let runs = Counter::default();
-    let registry = Registry::new(RegistryConfig::default());
-    let seen = runs.clone();
-    registry
-        .define("cart", |t| {
-            t.capability("add", "Add.").raw_handler(json!({"type": "object"}), None, move |_ctx: Ctx, _i: Value| {
-                seen.bump();
-                async move { Ok::<_, AgentSurfaceError>(json!({"ok": true})) }
-            })
-        })
-        .unwrap();
-    let _m = registry.mount("cart", "main").unwrap();
+    let (registry, _m, runs) = counted_cart();
     let response = json!({"parts": [{"functionCall": {"name": "cart-add", "args": {"sku": "tea"}}}]});
     let mut ids = Vec::new();
     for _ in 0..2 {
