@@ -319,7 +319,7 @@ impl ProtocolFault {
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "Unauthorized",
-                "This resource needs a valid access token. Get one from an authorization server named in the resource metadata (see WWW-Authenticate) and send it as Authorization: Bearer.",
+                "This resource needs a valid access token, sent as Authorization: Bearer. The one sent, if any, is not valid here. Where WWW-Authenticate names resource metadata, an authorization server it lists issues them.",
             ),
             ProtocolFault::InsufficientScope => (
                 StatusCode::FORBIDDEN,
