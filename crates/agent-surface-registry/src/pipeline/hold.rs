@@ -42,8 +42,9 @@ pub(crate) struct Hold {
     /// taken, so that asking ([`Hold::needs_marks`], on every call that leads a record) takes no
     /// lock.
     awaits_marks: AtomicBool,
-    /// Set when the records could not be marked started: the handler did not run, and the
-    /// records are released (never stored), so that a retry is admitted afresh.
+    /// Set when the records could not be marked started, or the call stopped waiting for the
+    /// call it joined under its natural key: the handler did not run, and the records are
+    /// released (never stored), so that a retry is admitted afresh.
     release: AtomicBool,
 }
 
@@ -68,6 +69,13 @@ impl Hold {
     /// started, so the handler did not run.
     pub(super) fn released(&self) -> bool {
         self.release.load(Ordering::Acquire)
+    }
+
+    /// Releases the records rather than store them, for a call whose handler never started and
+    /// whose answer is not its own to keep: it followed another call under its natural key and
+    /// stopped waiting.
+    pub(super) fn forgo(&self) {
+        self.release.store(true, Ordering::Release);
     }
 
     /// Adds a record whose lease lapses, to be marked started before the handler runs.

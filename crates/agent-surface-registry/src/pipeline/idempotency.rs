@@ -338,14 +338,22 @@ pub(crate) async fn admit_record(
         Ok(Admission::Replay(result)) => Ok(Record::Replay(result)),
         Ok(Admission::Follower(wait)) => {
             // A follower honours its own cancellation and the registry's disposal: it stops
-            // waiting (not stored — the leader's record is the leader's).
+            // waiting (not stored — the leader's record is the leader's). A call that follows
+            // under its natural key while it leads its invocation id's record releases that
+            // record too: nothing ran for the id, and the operation may yet take effect under
+            // the key, so the same id repeated is answered from the key's record, not from an
+            // unknown outcome kept for the window.
             let caller = options.cancelled();
+            let stopped = |note| {
+                if let Some(hold) = shared.filter(|hold| !hold.taken_over) {
+                    hold.forgo();
+                }
+                Err(stopped_follower(note))
+            };
             let result = tokio::select! {
                 result = wait => result,
-                _ = caller => return Err(stopped_follower("cancelled while joined to the call in flight")),
-                _ = inner.disposed.cancelled() => {
-                    return Err(stopped_follower("registry disposed while joined to the call in flight"));
-                }
+                _ = caller => return stopped("cancelled while joined to the call in flight"),
+                _ = inner.disposed.cancelled() => return stopped("registry disposed while joined to the call in flight"),
             };
             // On a shared store, a follower whose leader was lost (its lease lapsed with no
             // result) learns an unknown outcome — and nobody would settle the record, which stays

@@ -453,3 +453,40 @@ async fn with_an_invocation_id_the_refusal_is_kept_under_the_id_and_the_key_is_f
     assert_eq!(output(&fresh)["loan"], "L-C-5-1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// Bob's call carries an invocation id and joins Carol's call of the same key; Bob's caller
+/// cancels while he waits. His answer is an unknown outcome, and it is not kept under his id:
+/// nothing ran for his id, and the operation his key names may yet succeed. The same id repeated
+/// is answered from the key's record, Carol's result, not the unknown outcome for the window.
+#[tokio::test]
+async fn a_follower_that_stops_waiting_leaves_its_invocation_id_free() {
+    let (go, started, runs) =
+        (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let r = held_copies(go.clone(), started.clone(), runs.clone());
+    let _m = r.mount("loans", "main").unwrap();
+    let hold = || call("loans.hold", json!({"copy_id": "C-9"}));
+    let carol = r.invoke_detailed(hold(), user("s-3", "carol"));
+    let bob = async {
+        until(&started, 1).await;
+        let token = tokio_util::sync::CancellationToken::new();
+        let options = user("s-2", "bob").with_cancellation(token.clone());
+        let bob = r.invoke_detailed(hold().with_invocation_id("b-1"), options);
+        let leave = async {
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            token.cancel();
+        };
+        let (bob, ()) = tokio::join!(bob, leave);
+        go.notify_waiters();
+        bob
+    };
+    let (carol, bob) = tokio::join!(carol, bob);
+    assert_eq!(output(&carol)["hold"], "H-C-9-1");
+    assert_eq!(bob.result.code(), Some(ErrorCode::ExecutionFailed), "{bob:?}");
+    assert_eq!(bob.result.error_payload().unwrap().detail("reason"), Some(&json!("outcome-unknown")));
+    let again = r.invoke_detailed(hold().with_invocation_id("b-1"), user("s-2", "bob")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(output(&again)["hold"], "H-C-9-1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
