@@ -55,17 +55,19 @@ pub(crate) fn page(title: &str, stylesheet: &str, signed_in: Option<(&str, &str,
     out
 }
 
-/// The list of pending confirmations and the recent decisions.
-/// The recent decisions the inbox lists, read from the audit trail.
+/// The recent decisions the inbox lists, read from the audit trail: those on confirmations the
+/// viewer may see.
 pub(crate) enum Recent {
-    /// The latest decisions, newest first (none yet: empty).
+    /// The latest decisions the viewer may see, newest first (none yet: empty).
     Listed(Vec<AuditEvent>),
     /// The service keeps no audit trail, so the inbox has no decisions to list.
     NoTrail,
-    /// The trail could not be read just now.
+    /// The trail, or the confirmations that tell which decisions the viewer may see, could not
+    /// be read just now.
     Unavailable,
 }
 
+/// The list of pending confirmations and the recent decisions.
 pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recent) -> String {
     let mut out = String::new();
     if pending.is_empty() {
@@ -100,7 +102,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recen
     let recent = match recent {
         Recent::Listed(events) if !events.is_empty() => events,
         Recent::Listed(_) => {
-            out.push_str("<p id=\"no-recent\">No decision yet.</p>\n");
+            out.push_str("<p id=\"no-recent\">No recent decision on a confirmation you may see.</p>\n");
             return out;
         }
         Recent::NoTrail => {
@@ -111,7 +113,7 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recen
             return out;
         }
         Recent::Unavailable => {
-            out.push_str("<p id=\"trail-unavailable\">The audit trail could not be read just now.</p>\n");
+            out.push_str("<p id=\"trail-unavailable\">The recent decisions could not be read just now.</p>\n");
             return out;
         }
     };

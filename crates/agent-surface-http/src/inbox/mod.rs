@@ -7,7 +7,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, the input with sensitive fields redacted — folded into a `<details>` when long —, approvals so far — "1 of 2 approvals" — and who decided so far, requested and expires at), and the recent decisions from the audit trail |
+//! | `GET {prefix}/` | the pending confirmations the signed-in approver may decide (summary, capability, requester, effect, the input with sensitive fields redacted — folded into a `<details>` when long —, approvals so far — "1 of 2 approvals" — and who decided so far, requested and expires at), and the last 20 decisions from the audit trail that the approver may see: those on confirmations whose page they may open (below), and their own |
 //! | `GET {prefix}/c/{id}` | one confirmation (as on the list, not one whose quorum does not count the approver — `403`, as approving it is — unless they requested or decided it): the same, its state ("expired" once its deadline passed), the decisions so far (who, what, when), the input with sensitive fields redacted, and the approve / deny form with an optional note (while the approver may still decide) |
 //! | `POST {prefix}/c/{id}` | the decision (`verdict=approve|deny`, `note`, `csrf`) |
 //! | `GET`, `POST {prefix}/sign-in` | a form that takes an access token and opens a session (someone already signed in is sent to the inbox, `303`); someone who opened a confirmation's page (an approval URL) before signing in is sent there (`?c=ID`), and back to it after signing in |
@@ -42,6 +42,16 @@
 //! requests, those they decided already, and those whose quorum does not count them or has no
 //! slot left for them. Pages show what the quorum asks for ("1 of 2 approvals (one manager, one
 //! security)") and, for role slots, who fills which slot.
+//!
+//! **Recent decisions.** The list's recent decisions are the last 20 `confirmation.decided`
+//! events of [`InboxConfig::audit`] (among its latest 1,000 events) that the approver may see:
+//! their own, and those on a confirmation whose page they may open — its quorum counts them, or
+//! they requested it or decided it (the detail page's rule, on the record as the engine holds it
+//! now). A decision on a confirmation the engine no longer holds (swept after its deadline) is
+//! shown only to whoever made it. Telling them apart reads each confirmation once, one record at
+//! a time (the store has no batch read; 8 under way at once), at most 100 of them per page (the
+//! approver's own decisions need none); when those do not yield 20, the list ends there, shorter.
+//! A trail or store that does not answer leaves the list out and says so.
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
 //! bound to the session (or bearer token) and to the one action, valid 30 minutes, accepted once,
@@ -83,14 +93,14 @@ mod csrf;
 mod html;
 mod session;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_surface_policy::inbox::{InboxStore, MemoryInboxStore, SessionLimits};
 use agent_surface_policy::{
-    ApprovalError, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, Identity, StoreError,
-    confirmation::ConfirmationState,
+    ApprovalError, AuditEvent, AuditKind, AuditSink, Authenticator, Clock, ConfirmationEngine, ConfirmationRecord,
+    Identity, StoreError, confirmation::ConfirmationState,
 };
 use agent_surface_server::HostCheck;
 use axum::Router;
@@ -127,8 +137,18 @@ const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
 /// The most pending confirmations a page lists.
 const MAX_LISTED: usize = 200;
 
-/// The most recent decisions a page shows.
+/// The most recent decisions a page shows (the latest its viewer may see).
 const MAX_RECENT: usize = 20;
+
+/// The most audit events a page reads back to find its recent decisions among.
+const RECENT_EVENTS: usize = 1000;
+
+/// The most confirmations a page reads to tell which recent decisions its viewer may see: the
+/// confirmation store has no batch read, so this bounds the list's store round trips.
+const MAX_RECENT_READS: usize = 100;
+
+/// How many of those reads a page has under way at once.
+const RECENT_READS_AT_ONCE: usize = 8;
 
 /// The largest request body the inbox reads.
 const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -486,28 +506,94 @@ async fn list(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
         Ok(p) => p,
         Err(e) => return unavailable(&inbox, &e.to_string()),
     };
-    let recent = recent_decisions(&inbox).await;
+    let recent = recent_decisions(&inbox, &approver.identity).await;
     let body = html::inbox(inbox.prefix(), &pending, &recent);
     inbox.page(StatusCode::OK, "Approvals", Some(&approver), &body)
 }
 
-/// The latest decisions from the audit trail, newest first.
-async fn recent_decisions(inbox: &Inbox) -> html::Recent {
+/// The latest [`MAX_RECENT`] decisions from the audit trail that `viewer` may see, newest first:
+/// those on a confirmation whose page they may open ([`may_see`]), read from the engine now, and
+/// their own. A decision on a confirmation the engine no longer holds (swept after its deadline)
+/// is shown only to whoever made it, as is one whose event names no confirmation. The store reads
+/// one record at a time, so the confirmations are read [`RECENT_READS_AT_ONCE`] at a time, each
+/// once, at most [`MAX_RECENT_READS`] of them (the viewer's own decisions need none); the list
+/// ends where that budget does. A trail or store that does not answer: [`html::Recent::Unavailable`].
+async fn recent_decisions(inbox: &Inbox, viewer: &Identity) -> html::Recent {
+    use futures_util::StreamExt;
     let Some(audit) = &inbox.config.audit else { return html::Recent::NoTrail };
-    match audit.recent(1000).await {
-        Ok(events) => html::Recent::Listed(
-            events
-                .into_iter()
-                .rev()
-                .filter(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. }))
-                .take(MAX_RECENT)
-                .collect(),
-        ),
+    let events = match audit.recent(RECENT_EVENTS).await {
+        Ok(events) => events,
         Err(e) => {
             tracing::warn!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(&e), "recent decisions unavailable");
-            html::Recent::Unavailable
+            return html::Recent::Unavailable;
+        }
+    };
+    let subject = viewer.subject.as_str();
+    let decisions: Vec<AuditEvent> =
+        events.into_iter().rev().filter(|e| matches!(e.kind, AuditKind::ConfirmationDecided { .. })).collect();
+    // The confirmations to read, each once, in the order the walk below comes to them.
+    let mut first_seen = HashSet::new();
+    let wanted: Vec<String> = decisions
+        .iter()
+        .filter(|e| !decided_by(e, subject))
+        .filter_map(|e| e.confirmation_id.clone())
+        .filter(|id| first_seen.insert(id.clone()))
+        .take(MAX_RECENT_READS)
+        .collect();
+    let engine = &inbox.config.engine;
+    let mut reads = futures_util::stream::iter(wanted)
+        .map(|id| async move {
+            let record = engine.get(&id).await;
+            (id, record)
+        })
+        .buffered(RECENT_READS_AT_ONCE);
+    let mut visible: HashMap<String, bool> = HashMap::new();
+    let mut listed = Vec::new();
+    'events: for event in decisions {
+        if listed.len() == MAX_RECENT {
+            break;
+        }
+        let shown = match &event.confirmation_id {
+            _ if decided_by(&event, subject) => true,
+            None => false,
+            Some(id) => loop {
+                if let Some(&shown) = visible.get(id) {
+                    break shown;
+                }
+                match reads.next().await {
+                    Some((read, Ok(record))) => {
+                        visible.insert(read, record.is_some_and(|r| may_see(&r, viewer)));
+                    }
+                    Some((_, Err(e))) => {
+                        tracing::warn!(target: "agent_surface::inbox", error = %agent_surface_policy::redacted(&e), "recent decisions unavailable");
+                        return html::Recent::Unavailable;
+                    }
+                    // Past the reads' budget: the list ends here.
+                    None => break 'events,
+                }
+            },
+        };
+        if shown {
+            listed.push(event);
         }
     }
+    html::Recent::Listed(listed)
+}
+
+/// Whether `event` is a decision made by `subject` (by exactly that name).
+fn decided_by(event: &AuditEvent, subject: &str) -> bool {
+    matches!(&event.kind, AuditKind::ConfirmationDecided { approver, .. } if approver == subject)
+}
+
+/// Whether `viewer` may see the confirmation `record` (its page, its decisions): its quorum counts
+/// them, or they requested it or decided it already — by exactly that name: the look-alike
+/// matching that refuses a self-approval would otherwise show the call, and hand out its form, to
+/// someone whose name only resembles the requester's.
+fn may_see(record: &ConfirmationRecord, viewer: &Identity) -> bool {
+    let subject = viewer.subject.as_str();
+    record.quorum.admits(viewer)
+        || record.requester.as_deref() == Some(subject)
+        || record.decisions.iter().any(|d| d.approver == subject)
 }
 
 async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
@@ -522,14 +608,8 @@ async fn show(State(inbox): State<Arc<Inbox>>, Path(id): Path<String>, headers: 
         Err(e) => return unavailable(&inbox, &e.to_string()),
     };
     // As the list: a confirmation whose quorum does not count this approver is not theirs to
-    // see (refused as deciding it is), unless they requested it or decided it already — by
-    // exactly that name: the look-alike matching that refuses a self-approval would otherwise
-    // show the call, and hand out its form, to someone whose name only resembles the
-    // requester's.
-    let subject = approver.identity.subject.as_str();
-    let requested = record.requester.as_deref() == Some(subject);
-    let decided = record.decisions.iter().any(|d| d.approver == subject);
-    if !record.quorum.admits(&approver.identity) && !requested && !decided {
+    // see (refused as deciding it is), unless they requested it or decided it already.
+    if !may_see(&record, &approver.identity) {
         return not_counted(&inbox);
     }
     let open = record.state == ConfirmationState::Pending

@@ -254,7 +254,12 @@ impl Env {
     }
 
     async fn request_confirmation_of(&self, request: InvokeRequest) -> String {
-        let inv = self.registry.invoke_detailed(request, alice()).await;
+        self.request_confirmation_as(request, alice()).await
+    }
+
+    /// Asks for a confirmation of `request`, called with `options` (the requester).
+    async fn request_confirmation_as(&self, request: InvokeRequest, options: InvokeOptions) -> String {
+        let inv = self.registry.invoke_detailed(request, options).await;
         let p = inv.result.error_payload().unwrap();
         assert_eq!(p.code(), ErrorCode::ConfirmationRequired);
         p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string()
@@ -1248,4 +1253,129 @@ async fn a_name_that_only_looks_like_the_requesters_is_not_the_requester() {
     // The requester herself still sees it.
     let alice = env.sign_in("t-alice").await;
     assert_eq!(env.send("GET", &format!("/inbox/c/{id}"), Some(&alice), None).await.status, StatusCode::OK);
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Note {
+    text: String,
+}
+
+/// Defines and mounts `notes.send` beside `orders.refund`: a second capability, whose
+/// confirmations any approver may decide (no quorum is configured for it). Keep the mount.
+fn define_notes(env: &Env) -> agent_surface_registry::Mount {
+    env.registry
+        .define("notes", |t| {
+            t.capability("send", "Send a note.")
+                .effect(Effect::External)
+                .confirm(|i: &Note| format!("Send the note {}.", i.text))
+                .handler(|_c: Ctx, i: Note| async move { Ok::<_, AgentSurfaceError>(json!({"sent": i.text})) });
+        })
+        .unwrap();
+    env.registry.mount("notes", "main").unwrap()
+}
+
+fn note(text: &str) -> InvokeRequest {
+    InvokeRequest::new("notes.send", json!({"text": text}))
+}
+
+fn the_manager() -> Identity {
+    Identity::new("manager").with_role("approver")
+}
+
+fn finance(name: &str) -> Identity {
+    Identity::new(name).with_role("approver").with_role("finance")
+}
+
+/// The rows of the list's recent decisions (empty when it shows none).
+fn recent_rows(list: &Page) -> Vec<String> {
+    let Some(table) = list.body.split("<table id=\"recent\">").nth(1) else { return Vec::new() };
+    let body = table.split("</tbody>").next().unwrap();
+    body.split("<tr>").skip(2).map(str::to_string).collect()
+}
+
+/// The recent decisions are those on confirmations the viewer may open (the detail page's rule:
+/// the quorum counts them, or they requested or decided it): a decision on a refund only finance
+/// counts for is carol's to see, not the manager's; the manager still sees decisions on a note
+/// anyone counts for, on a refund he asked for, and his own. Once the engine no longer holds a
+/// confirmation (swept after its deadline), each sees only their own decisions on it.
+#[tokio::test]
+async fn the_recent_decisions_are_those_on_confirmations_the_viewer_may_see() {
+    let clock = ManualClock::new(agent_surface_core::Timestamp::from_unix_millis(1_795_935_600_000));
+    let quorum = Quorum::of(1).with_role("finance");
+    let env =
+        env_at(vec![(Scope::capability("orders.refund"), quorum)], Some(clock.clone()), None, DEFAULT_SESSION_TTL);
+    let _notes = define_notes(&env);
+    let carol = env.sign_in("t-carol").await;
+    let manager = env.sign_in("t-manager").await;
+
+    // X: alice's refund, decided by carol in the inbox; not the manager's to open.
+    let x = env.request_confirmation().await;
+    let path = format!("/inbox/c/{x}");
+    let detail = env.send("GET", &path, Some(&carol), None).await;
+    let form = format!("verdict=approve&note=x-note&csrf={}", detail.csrf(&path));
+    assert_eq!(env.send("POST", &path, Some(&carol), Some(&form)).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(env.send("GET", &path, Some(&manager), None).await.status, StatusCode::FORBIDDEN);
+    // Y: alice's note, which counts anyone, approved by dave.
+    let y = env.request_confirmation_of(note("y")).await;
+    env.engine.approve_with_note(&y, &finance("dave"), Some("y-note")).await.unwrap();
+    // Z: a refund the manager asked for, approved by carol.
+    let as_manager =
+        InvokeOptions::new(Consumer::authenticated(r#"http:principal:["manager"]:default"#, the_manager()));
+    let z = env.request_confirmation_as(refund_of(7), as_manager).await;
+    env.engine.approve_with_note(&z, &finance("carol"), Some("z-note")).await.unwrap();
+    // W: alice's note, denied by the manager.
+    let w = env.request_confirmation_of(note("w")).await;
+    env.engine.deny_with_note(&w, &the_manager(), Some("w-note")).await.unwrap();
+
+    let notes_of = |rows: Vec<String>| -> Vec<String> {
+        rows.iter().map(|r| r.rsplit("<td>").next().unwrap().trim_end_matches("</td></tr>\n").to_string()).collect()
+    };
+    let carols = recent_rows(&env.send("GET", "/inbox/", Some(&carol), None).await);
+    assert_eq!(notes_of(carols), ["w-note", "z-note", "y-note", "x-note"]);
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(!list.body.contains("x-note"), "{}", list.body);
+    assert_eq!(notes_of(recent_rows(&list)), ["w-note", "z-note", "y-note"]);
+
+    // Past the deadline and the store's retention, the engine holds none of them: only one's own.
+    clock.advance(Duration::from_secs(2 * 60 * 60));
+    assert!(env.engine.get(&x).await.unwrap().is_none());
+    let carols = recent_rows(&env.send("GET", "/inbox/", Some(&carol), None).await);
+    assert_eq!(notes_of(carols), ["z-note", "x-note"]);
+    let managers = recent_rows(&env.send("GET", "/inbox/", Some(&manager), None).await);
+    assert_eq!(notes_of(managers), ["w-note"]);
+}
+
+/// A page shows the last 20 decisions its viewer may see, however many newer ones they may not;
+/// to tell, it reads at most 100 confirmations, and ends the list there.
+#[tokio::test]
+async fn the_recent_decisions_fill_the_page_with_those_the_viewer_may_see() {
+    let env = env_with(vec![(Scope::capability("orders.refund"), Quorum::of(1).with_role("finance"))]);
+    let _notes = define_notes(&env);
+    let manager = env.sign_in("t-manager").await;
+    let carol = env.sign_in("t-carol").await;
+    for n in 0..21 {
+        let id = env.request_confirmation_of(note(&format!("n{n}"))).await;
+        env.engine.approve(&id, &finance("dave")).await.unwrap();
+    }
+    let refunds = |from: u64, to: u64| {
+        let env = &env;
+        async move {
+            for cents in from..to {
+                let id = env.request_confirmation_of(refund_of(cents)).await;
+                env.engine.approve(&id, &finance("carol")).await.unwrap();
+            }
+        }
+    };
+    refunds(1, 21).await;
+    let rows = recent_rows(&env.send("GET", "/inbox/", Some(&manager), None).await);
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    assert!(rows.iter().all(|r| r.contains("<td>notes.send</td>")), "{rows:?}");
+    // 100 newer decisions he may not see: the reads' budget ends the list before his.
+    refunds(21, 101).await;
+    let list = env.send("GET", "/inbox/", Some(&manager), None).await;
+    assert!(recent_rows(&list).is_empty() && list.body.contains("id=\"no-recent\""), "{}", list.body);
+    // Carol's own decisions need no reads.
+    let rows = recent_rows(&env.send("GET", "/inbox/", Some(&carol), None).await);
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    assert!(rows.iter().all(|r| r.contains("<td>carol</td>")), "{rows:?}");
 }
