@@ -547,7 +547,7 @@ macro_rules! code_table {
                         arguments: "The approval expired before the call ran. Repeat the same call to ask for a fresh approval.");
                     /// `CONFIRMATION_INVALID` / denied.
                     CONFIRMATION_DENIED = ("confirmation-invalid.denied",
-                        "The user denied this action. Do not retry it; respect the decision.");
+                        "This action was denied. Do not retry it; respect the decision.");
                     /// `CONFIRMATION_INVALID` / consumed.
                     CONFIRMATION_CONSUMED = ("confirmation-invalid.consumed",
                         "This confirmation was already used. Do not repeat the action; start a new request only if the user asks for it again.");
