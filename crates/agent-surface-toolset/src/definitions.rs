@@ -19,8 +19,9 @@ fn description(c: &CapabilityDescriptor) -> String {
 
 /// One capability as a tool definition of `provider`.
 ///
-/// For Gemini this is one entry of `functionDeclarations`; for the others, one entry of the
-/// request's `tools` array.
+/// For Gemini this is one entry of `functionDeclarations`, with the parameters in the member
+/// [`crate::gemini_parameters`] chooses (`parameters` or `parametersJsonSchema`, never both); for
+/// the others, one entry of the request's `tools` array.
 ///
 /// When the provider's dialect loses part of the input schema ([`crate::lossy_conversions`]),
 /// this warns on the operator channel (`tracing`, target `agent_surface::toolset`), once per
@@ -48,7 +49,8 @@ pub fn tool_definition(provider: Provider, capability: &CapabilityDescriptor) ->
             let (parameters, lost) = gemini_conversion(&capability.input_schema);
             warn_once(provider, capability, &losses(provider, capability, lost));
             if let Some(parameters) = parameters {
-                declaration["parameters"] = parameters;
+                let member = parameters.member();
+                declaration[member] = parameters.into_schema();
             }
             declaration
         }
@@ -64,7 +66,8 @@ pub fn tool_definition(provider: Provider, capability: &CapabilityDescriptor) ->
 /// - OpenAI Responses: `[{"type": "function", "name", "description", "parameters", "strict"}]`.
 /// - Anthropic Messages: `[{"name", "description", "input_schema"}]`.
 /// - Gemini: `[{"functionDeclarations": [{"name", "description", "parameters"?}]}]`, the schema
-///   converted by [`crate::gemini_schema`].
+///   converted by [`crate::gemini_schema`]; a schema `parameters` cannot carry goes as
+///   `"parametersJsonSchema"` instead ([`crate::gemini_parameters`]).
 ///
 /// Tool names are the registry's (`type-capability`, reversible with
 /// `agent_surface_registry::id::capability_from_tool_name`).

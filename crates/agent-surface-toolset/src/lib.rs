@@ -6,12 +6,14 @@
 //! - **Definitions** — [`tool_definitions`] turns a consumer's snapshot into the request's `tools`
 //!   member of OpenAI Chat Completions (`strict: true` where the schema qualifies,
 //!   [`openai_strict_eligible`]), OpenAI Responses, Anthropic Messages (`input_schema`) or Gemini
-//!   (`functionDeclarations`, schemas converted by [`gemini_schema`], which reads `$ref`s with
+//!   (`functionDeclarations`: the schema as `parameters`, converted by [`gemini_schema`] with a
+//!   type on every node, or as `parametersJsonSchema` when `parameters` cannot carry it — any
+//!   value, a map, a recursive type — [`gemini_parameters`]; `$ref`s are read with
 //!   `agent_surface_registry::schema::resolve_ref`, as the registry does). Tool names are the
 //!   registry's `type-capability`, reversible. What a provider's dialect loses of a schema (a
-//!   map's value type, a recursive type below its recursion, for Gemini) is reported, never
-//!   silently changed: [`lossy_conversions`] lists it for a test suite to assert there is none,
-//!   and the tool definitions warn about it once on the operator channel.
+//!   recursive type below its recursion, `uniqueItems`, for Gemini) is reported, never silently
+//!   changed: [`lossy_conversions`] lists it for a test suite to assert there is none, and the
+//!   tool definitions warn about it once on the operator channel.
 //! - **Calls** — [`parse_tool_calls`] reads `tool_calls`, `function_call` items, `tool_use` blocks
 //!   or `functionCall` parts into [`ToolCall`]s. A malformed OpenAI `arguments` string becomes an
 //!   `INVALID_INPUT` result, never a panic. Invocation ids derive from the provider's call id,
@@ -98,5 +100,7 @@ pub use recovery::{
     RelayToModel, Stop, Verification,
 };
 pub use results::{Rendering, ResultFormat, decode_result, encode_result, render_line, reply_messages};
-pub use schema::{LossKind, gemini_schema, openai_strict_eligible, without_dialect};
+pub use schema::{
+    GeminiParameters, LossKind, gemini_parameters, gemini_schema, openai_strict_eligible, without_dialect,
+};
 pub use toolset::{ProgressCallback, ToolOutcome, Toolset, ToolsetConfig, Turn};

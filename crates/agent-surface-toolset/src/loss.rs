@@ -40,14 +40,16 @@ impl fmt::Display for Loss {
 /// in the snapshot's (name) order, then by place in the schema. Empty when they carry every
 /// schema whole: assert it in a test suite (the testing kit's service lint does).
 ///
-/// - **Gemini** takes an OpenAPI 3.0 subset ([`crate::gemini_schema`]): a map's value type, a
-///   recursive type below its first recursion, `$ref` chains deeper than 8, the type of an object
-///   with no declared properties, `exclusiveMinimum`/`exclusiveMaximum`/`multipleOf`/
-///   `uniqueItems`, and string formats other than `date-time` are lost ([`LossKind`]). Not losses:
-///   what it rewrites into an equivalent (type arrays, `oneOf` as `anyOf`, non-string `enum`
-///   values listed in the description), `additionalProperties: false` (the model fills declared
-///   properties; the registry refuses others) and annotations (`readOnly`, `deprecated`, `x-…`,
-///   examples after the first).
+/// - **Gemini** takes the schema as `parameters`, an OpenAPI 3.0 subset ([`crate::gemini_schema`]),
+///   or, when that cannot type every node or would drop a map's value type, as
+///   `parametersJsonSchema` ([`crate::gemini_parameters`]). Either way a recursive type below its
+///   first recursion, `$ref` chains deeper than 8, `exclusiveMinimum`/`exclusiveMaximum`/
+///   `multipleOf`/`uniqueItems`, and string formats other than `date-time` are lost
+///   ([`LossKind`]). Not losses: what it rewrites into an equivalent (type arrays, `oneOf` as
+///   `anyOf`, any value as the `anyOf` of every type, `enum` values Gemini cannot list as an enum
+///   listed in the description), a map's value type and an open object (`parametersJsonSchema`
+///   keeps them), `additionalProperties: false` (the model fills declared properties; the registry
+///   refuses others) and annotations (`readOnly`, `deprecated`, `x-…`, examples).
 /// - **OpenAI** (Chat Completions and Responses) and **Anthropic** take the schema as it is
 ///   (without `$schema`): nothing is lost. A schema outside OpenAI's strict subset is sent
 ///   without `strict: true` ([`crate::openai_strict_eligible`]), whole.
@@ -59,19 +61,21 @@ impl fmt::Display for Loss {
 /// use agent_surface_toolset::{LossKind, Provider, lossy_conversions};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use std::collections::HashMap;
+/// use std::collections::{HashMap, HashSet};
 ///
 /// #[derive(Deserialize, JsonSchema)]
 /// struct Tags {
-///     /// Tag name to weight.
+///     /// Tag name to weight: a map, which Gemini gets whole.
 ///     weights: HashMap<String, u32>,
+///     /// The tags, each once: Gemini has no `uniqueItems`.
+///     tags: HashSet<String>,
 /// }
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let registry = Registry::new(RegistryConfig::default());
 /// registry.define("notes", |t| {
 ///     t.capability("tag", "Tag a note.").effect(Effect::Write).handle(|i: Tags| async move {
-///         Ok::<_, AgentSurfaceError>(i.weights.len() as u64)
+///         Ok::<_, AgentSurfaceError>((i.weights.len() + i.tags.len()) as u64)
 ///     });
 /// })?;
 /// let _mounted = registry.mount("notes", "main")?;
@@ -80,11 +84,9 @@ impl fmt::Display for Loss {
 /// assert!(lossy_conversions(&snapshot, Provider::Anthropic).is_empty());
 /// let lost = lossy_conversions(&snapshot, Provider::Gemini);
 /// assert_eq!(lost.len(), 1);
-/// assert_eq!((lost[0].pointer.as_str(), &lost[0].kind), ("/properties/weights", &LossKind::MapValueType));
-/// assert_eq!(
-///     lost[0].to_string(),
-///     "notes.tag for gemini at #/properties/weights: the map's value type (`additionalProperties`) is dropped"
-/// );
+/// let unique = LossKind::Keyword { keyword: "uniqueItems".into() };
+/// assert_eq!((lost[0].pointer.as_str(), &lost[0].kind), ("/properties/tags", &unique));
+/// assert_eq!(lost[0].to_string(), "notes.tag for gemini at #/properties/tags: `uniqueItems` is dropped");
 /// # Ok::<_, agent_surface_core::DefinitionError>(())
 /// # }).unwrap();
 /// ```

@@ -3,14 +3,17 @@
 //! The registry advertises draft 2020-12 schemas in its portable subset
 //! ([`agent_surface_registry::schema`]): `$defs`/`$ref`, `anyOf`/`oneOf`, type arrays, the usual
 //! limits and annotations. OpenAI and Anthropic take them as they are (minus `$schema`); OpenAI's
-//! strict mode takes only a stricter subset ([`openai_strict_eligible`]); Gemini takes an OpenAPI
-//! 3.0 subset, so [`gemini_schema`] rewrites them.
+//! strict mode takes only a stricter subset ([`openai_strict_eligible`]); Gemini takes either an
+//! OpenAPI 3.0 subset in which every node has a type (`parameters`, [`gemini_schema`]) or a JSON
+//! Schema (`parametersJsonSchema`), and [`gemini_parameters`] picks the one that carries the
+//! schema best and rewrites it.
 //!
 //! Neither walks schemas by hand: the strict check is a visit of
-//! [`agent_surface_registry::schema::visit_subschemas`], the Gemini conversion two `schemars`
-//! transforms (inline `$ref`s, then rewrite each subschema bottom-up), and every `$ref` is read by
-//! the registry's one resolver ([`agent_surface_registry::schema::resolve_ref`]), so a reference
-//! the registry accepted resolves here too.
+//! [`agent_surface_registry::schema::visit_subschemas`], the Gemini conversion `schemars`
+//! transforms (inline `$ref`s, then rewrite each subschema bottom-up into one dialect or the
+//! other), and every `$ref` is read by the registry's one resolver
+//! ([`agent_surface_registry::schema::resolve_ref`]), so a reference the registry accepted
+//! resolves here too.
 
 use std::fmt;
 
@@ -221,17 +224,122 @@ const GEMINI_KEEP: &[&str] = &[
     "default",
 ];
 
-/// An input schema converted to the OpenAPI 3.0 subset Gemini's `FunctionDeclaration.parameters`
-/// accepts, or `None` when the function takes no parameters (Gemini rejects an `OBJECT` with no
-/// properties; an absent `parameters` means "no parameters").
+/// Where a Gemini function declaration carries its parameters, and the schema it carries.
 ///
-/// The conversion:
+/// Gemini's `FunctionDeclaration` takes the parameters in one of two mutually exclusive members:
+/// `parameters`, an OpenAPI 3.0 `Schema` in which every node must have a `type` (Gemini refuses
+/// the whole request otherwise, every tool with it), or `parametersJsonSchema`, a JSON Schema.
+/// [`gemini_parameters`] sends `parameters` whenever it carries the input schema as well as
+/// `parametersJsonSchema` would, and `parametersJsonSchema` for the rest: a schema with a node
+/// that has no type in `parameters` (any value, a map, an object with no declared properties, a
+/// recursive type cut at its recursion) or a map whose value type `parameters` would drop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GeminiParameters {
+    /// `parameters`: Gemini's OpenAPI 3.0 `Schema` (upper-case types, `nullable`), every node
+    /// with a `type` (or an `anyOf` of typed members).
+    Schema(Value),
+    /// `parametersJsonSchema`: a JSON Schema of the keywords Gemini documents, every node with a
+    /// `type` (or an `anyOf` of typed members); "any value" is spelled as the `anyOf` of every
+    /// JSON type, so it is the same set of values.
+    JsonSchema(Value),
+}
+
+impl GeminiParameters {
+    /// The member of the function declaration that carries the schema: `"parameters"` or
+    /// `"parametersJsonSchema"`.
+    pub const fn member(&self) -> &'static str {
+        match self {
+            GeminiParameters::Schema(_) => "parameters",
+            GeminiParameters::JsonSchema(_) => "parametersJsonSchema",
+        }
+    }
+
+    /// The schema.
+    pub const fn schema(&self) -> &Value {
+        match self {
+            GeminiParameters::Schema(schema) | GeminiParameters::JsonSchema(schema) => schema,
+        }
+    }
+
+    /// The schema, owned.
+    pub fn into_schema(self) -> Value {
+        match self {
+            GeminiParameters::Schema(schema) | GeminiParameters::JsonSchema(schema) => schema,
+        }
+    }
+}
+
+/// The parameters of Gemini's function declaration for an input schema, or `None` when the
+/// function takes no parameters (a root without properties; Gemini rejects an `OBJECT` with no
+/// properties, and an absent member means "no parameters").
 ///
-/// - `$ref` is inlined from `$defs` / `definitions`, read by the registry's resolver
-///   ([`agent_surface_registry::schema::resolve_ref`]: percent-encoded and `~0`/`~1`-escaped names
-///   resolve as the registry's validators resolve them); a recursive reference, one nested deeper
-///   than 8 expansions, or one that does not resolve becomes an untyped schema keeping its
-///   description; `$schema`, `$id`, `$defs` and `definitions` are dropped;
+/// Both forms start alike: `$ref` is inlined from `$defs` / `definitions`, read by the registry's
+/// resolver ([`agent_surface_registry::schema::resolve_ref`]: percent-encoded and
+/// `~0`/`~1`-escaped names resolve as the registry's validators resolve them; a keyword beside
+/// the `$ref` wins over its target's, except `properties` and `required`, which add up); a
+/// recursive reference, one nested deeper than 8 expansions, or one that does not resolve is cut,
+/// keeping its target's `type` and description only; `$schema`, `$id`, `$defs` and `definitions`
+/// are dropped. Then:
+///
+/// - **`parameters`** ([`GeminiParameters::Schema`], as [`gemini_schema`] describes) when every
+///   node of the conversion has a type and no map loses its value type;
+/// - **`parametersJsonSchema`** ([`GeminiParameters::JsonSchema`]) otherwise. It keeps the
+///   keywords Gemini documents for its JSON Schema members or defines in its `Schema` object:
+///   `type` (`"null"` included; a single type with `"null"` stays a type array, several become
+///   `anyOf`), `properties`, `required`, `additionalProperties` (a map keeps its value type),
+///   `items`, `anyOf` (`oneOf` becomes `anyOf`), `enum` of strings or of numbers (`const` becomes
+///   a one-value `enum`; other values are listed in the description), `title`, `description`,
+///   `default`, the length, size and range limits, and the formats [`gemini_schema`] keeps. A node
+///   with no type (`true`, `{}`, a cut reference without a typed target) becomes the `anyOf` of
+///   every JSON type: the same set of values, so the value the model sends reaches the handler as
+///   it is, and every node has a type. `false` members are left out (`items: false` becomes
+///   `maxItems: 0`).
+///
+/// What either form loses ([`LossKind`]: a cut reference, `exclusiveMinimum`/`exclusiveMaximum`/
+/// `multipleOf`/`uniqueItems`, a string format other than `date-time`) is reported by
+/// [`crate::lossy_conversions`] and warned about by the tool definitions; the registry still
+/// validates every call against the whole schema.
+///
+/// ```
+/// use agent_surface_toolset::{GeminiParameters, gemini_parameters};
+/// use serde_json::json;
+///
+/// // Typed throughout: `parameters`.
+/// let typed = json!({"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]});
+/// assert_eq!(gemini_parameters(&typed), Some(GeminiParameters::Schema(json!({
+///     "type": "OBJECT", "properties": {"sku": {"type": "STRING"}}, "required": ["sku"]
+/// }))));
+///
+/// // Any value (a `serde_json::Value` field) and a map: `parametersJsonSchema`.
+/// let open = json!({"type": "object", "properties": {
+///     "payload": true,
+///     "weights": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
+/// }});
+/// let any = json!([{"type": "string"}, {"type": "number"}, {"type": "boolean"},
+///                  {"type": "object"}, {"type": "array"}, {"type": "null"}]);
+/// let parameters = gemini_parameters(&open).unwrap();
+/// assert_eq!(parameters.member(), "parametersJsonSchema");
+/// assert_eq!(parameters.schema(), &json!({"type": "object", "properties": {
+///     "payload": {"anyOf": any},
+///     "weights": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
+/// }}));
+///
+/// // No parameters: no member.
+/// assert_eq!(gemini_parameters(&json!({"type": "object", "properties": {}})), None);
+/// ```
+pub fn gemini_parameters(schema: &Value) -> Option<GeminiParameters> {
+    gemini_conversion(schema).0
+}
+
+/// The `parameters` member of Gemini's function declaration for an input schema: the schema
+/// converted to the OpenAPI 3.0 subset of Gemini's `Schema` object, every node typed. `None` when
+/// the declaration has no `parameters` member: the function takes no parameters, or its schema
+/// goes as `parametersJsonSchema` because `parameters` cannot carry it ([`gemini_parameters`]
+/// answers which).
+///
+/// The conversion, after the `$ref`s are inlined ([`gemini_parameters`]):
+///
 /// - `type` becomes Gemini's upper-case enum; a type array with `"null"` becomes the type plus
 ///   `nullable: true`; several non-null types become `anyOf`;
 /// - `oneOf` becomes `anyOf`; a `{"type": "null"}` member becomes `nullable: true`; a single
@@ -243,13 +351,12 @@ const GEMINI_KEEP: &[&str] = &[
 ///   `double` for numbers; `int32`, `int64` for integers);
 /// - `examples` becomes `example` (the first one);
 /// - `additionalProperties`, `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`,
-///   `uniqueItems`, `readOnly`, `writeOnly`, `deprecated`, `x-…` and anything else are dropped;
-///   an object with no properties left is sent untyped.
+///   `uniqueItems`, `readOnly`, `writeOnly`, `deprecated`, `x-…` and anything else are dropped.
 ///
-/// Nothing is lost that matters for correctness: the registry validates the call against the
-/// original schema and answers `INVALID_INPUT` with the issues. What the model no longer sees
-/// (a map's value type, a recursive type below its recursion, …) is reported, not silently
-/// changed: [`crate::lossy_conversions`] lists it, and the tool definitions warn about it.
+/// A node left without a type (any value, an object with no properties left, a cut reference),
+/// or a map whose value type would be dropped, sends the whole schema as `parametersJsonSchema`
+/// instead: Gemini requires a type on every node of `parameters` and refuses the whole request
+/// otherwise.
 ///
 /// ```
 /// use agent_surface_toolset::gemini_schema;
@@ -274,18 +381,35 @@ const GEMINI_KEEP: &[&str] = &[
 ///     },
 ///     "required": ["line"]
 /// })));
+///
+/// // A `serde_json::Value` field has no type in `parameters`: the schema goes as
+/// // `parametersJsonSchema`, and there is no `parameters` member.
+/// assert_eq!(gemini_schema(&json!({"type": "object", "properties": {"payload": {}}})), None);
 /// ```
 pub fn gemini_schema(schema: &Value) -> Option<Value> {
-    gemini_conversion(schema).0
+    match gemini_parameters(schema)? {
+        GeminiParameters::Schema(schema) => Some(schema),
+        GeminiParameters::JsonSchema(_) => None,
+    }
 }
 
-/// [`gemini_schema`], with what the conversion loses: each loss with the JSON Pointer of its
+/// The two dialects of Gemini's function parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    /// `parameters`: the OpenAPI 3.0 subset ([`to_gemini`]).
+    OpenApi,
+    /// `parametersJsonSchema` ([`to_gemini_json`]).
+    JsonSchema,
+}
+
+/// [`gemini_parameters`], with what the chosen form loses: each loss with the JSON Pointer of its
 /// subschema in the input schema, `$ref`s followed (the path of the value it describes, so
 /// `/properties/tree/properties/children/items`, not `/$defs/Node/…`).
 ///
 /// The losses are read from the schema with its `$ref`s inlined (cuts marked by [`InlineRefs`]),
-/// before [`to_gemini`] rewrites it, by the registry's walk ([`visit_subschemas`]).
-pub(crate) fn gemini_conversion(schema: &Value) -> (Option<Value>, Vec<(String, LossKind)>) {
+/// before [`to_gemini`] or [`to_gemini_json`] rewrites it, by the registry's walk
+/// ([`visit_subschemas`]).
+pub(crate) fn gemini_conversion(schema: &Value) -> (Option<GeminiParameters>, Vec<(String, LossKind)>) {
     let mut work = schema.clone();
     if let Some(root) = work.as_object_mut() {
         // Inlined where they are used; resolved against the original document.
@@ -294,20 +418,73 @@ pub(crate) fn gemini_conversion(schema: &Value) -> (Option<Value>, Vec<(String, 
     }
     let Ok(tree) = <&mut Schema>::try_from(&mut work) else { return (None, Vec::new()) };
     InlineRefs { root: schema, expanding: Vec::new() }.transform(tree);
+    let openapi_losses = dialect_losses(&work, Dialect::OpenApi);
+    if !has_parameters(&work) {
+        return (None, openapi_losses);
+    }
+    let mut openapi = work.clone();
+    if let Ok(tree) = <&mut Schema>::try_from(&mut openapi) {
+        to_gemini(tree);
+    }
+    let drops_map_types =
+        openapi_losses.iter().any(|(_, kind)| matches!(kind, LossKind::MapValueType | LossKind::UntypedObject));
+    if openapi_typed(&openapi) && !drops_map_types {
+        return (Some(GeminiParameters::Schema(openapi)), openapi_losses);
+    }
+    let json_losses = dialect_losses(&work, Dialect::JsonSchema);
+    if let Ok(tree) = <&mut Schema>::try_from(&mut work) {
+        to_gemini_json(tree);
+    }
+    (Some(GeminiParameters::JsonSchema(work)), json_losses)
+}
+
+/// What `dialect` loses of a schema with its `$ref`s inlined, in the walk's order.
+fn dialect_losses(inlined: &Value, dialect: Dialect) -> Vec<(String, LossKind)> {
     let mut losses = Vec::new();
     let mut dropped: Vec<String> = Vec::new();
-    let _ = visit_subschemas(&work, |node, at| {
+    let _ = visit_subschemas(inlined, |node, at| {
         // Below a dropped map value type, everything is already reported as lost.
         if !dropped.iter().any(|d| at.pointer.starts_with(d.as_str())) {
-            gemini_losses(node, at.pointer, &mut losses, &mut dropped);
+            gemini_losses(node, at.pointer, dialect, &mut losses, &mut dropped);
         }
         Ok::<(), std::convert::Infallible>(())
     });
-    let Ok(tree) = <&mut Schema>::try_from(&mut work) else { return (None, losses) };
-    to_gemini(tree);
-    let empty_root = work.get("type").and_then(Value::as_str) != Some("OBJECT")
-        || work.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
-    (if empty_root { None } else { Some(work) }, losses)
+    losses
+}
+
+/// Whether a function with this input schema (its `$ref`s inlined) takes parameters: the root is
+/// an object schema with properties, or a map (`additionalProperties: <schema>`). An open object
+/// with nothing declared says "no parameters" as well as an absent member does.
+fn has_parameters(inlined: &Value) -> bool {
+    let Some(root) = inlined.as_object() else { return false };
+    let object = match root.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => false,
+    };
+    let properties = root.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
+    let map = root.get("additionalProperties").is_some_and(Value::is_object);
+    object && (properties || map)
+}
+
+/// Whether every node of a converted `parameters` schema has a `type`, or an `anyOf` whose members
+/// all have one, and every `ARRAY` its `items`: what Gemini requires of `parameters`.
+fn openapi_typed(node: &Value) -> bool {
+    let Some(obj) = node.as_object() else { return false };
+    let members = match obj.get("anyOf") {
+        None => None,
+        Some(Value::Array(members)) if !members.is_empty() => Some(members),
+        Some(_) => return false,
+    };
+    let typed = match obj.get("type") {
+        Some(Value::String(t)) => t != "ARRAY" || obj.contains_key("items"),
+        Some(_) => false,
+        None => members.is_some(),
+    };
+    typed
+        && members.is_none_or(|m| m.iter().all(openapi_typed))
+        && obj.get("properties").and_then(Value::as_object).is_none_or(|p| p.values().all(openapi_typed))
+        && obj.get("items").is_none_or(openapi_typed)
 }
 
 /// The member [`InlineRefs`] leaves where it cut a `$ref` off, read by [`gemini_losses`] and
@@ -324,9 +501,15 @@ const WIDTH_FORMATS: &[&str] = &[
 /// Keywords Gemini has no equivalent for that constrain which values are valid.
 const GEMINI_DROPPED_CONSTRAINTS: &[&str] = &["exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems"];
 
-/// What [`gemini_node`] will lose of one subschema (its `$ref`s inlined) at `pointer`. A map
-/// whose value type is dropped adds its `additionalProperties` to `dropped`.
-fn gemini_losses(node: &Value, pointer: &str, losses: &mut Vec<(String, LossKind)>, dropped: &mut Vec<String>) {
+/// What `dialect` will lose of one subschema (its `$ref`s inlined) at `pointer`. A map whose
+/// value type `parameters` drops adds its `additionalProperties` to `dropped`.
+fn gemini_losses(
+    node: &Value,
+    pointer: &str,
+    dialect: Dialect,
+    losses: &mut Vec<(String, LossKind)>,
+    dropped: &mut Vec<String>,
+) {
     let Some(obj) = node.as_object() else { return };
     let mut lose = |kind: LossKind| losses.push((pointer.to_string(), kind));
     if let Some(cut) = obj.get(CUT_MARK) {
@@ -344,7 +527,9 @@ fn gemini_losses(node: &Value, pointer: &str, losses: &mut Vec<(String, LossKind
         _ => Vec::new(),
     };
     let no_properties = obj.get("properties").and_then(Value::as_object).is_none_or(Map::is_empty);
+    // `parametersJsonSchema` keeps maps and open objects as they are.
     match obj.get("additionalProperties") {
+        _ if dialect == Dialect::JsonSchema => {}
         Some(Value::Object(value)) if value.keys().any(|k| !matches!(k.as_str(), "title" | "description")) => {
             lose(LossKind::MapValueType);
             dropped.push(format!("{pointer}/additionalProperties"));
@@ -372,10 +557,10 @@ fn gemini_losses(node: &Value, pointer: &str, losses: &mut Vec<(String, LossKind
     }
 }
 
-/// Replaces each `$ref` by its target's keywords (the referring schema's own keywords win), then
-/// goes on into the result. A reference already being expanded on this path (recursion), one
+/// Replaces each `$ref` by its target's keywords (the referring schema's own keywords win, but
+/// `properties` and `required` are joined), then goes on into the result. A reference already being expanded on this path (recursion), one
 /// [`GEMINI_MAX_REF_DEPTH`] expansions deep, or one that does not resolve is cut: the schema
-/// stays untyped and keeps its description, or its target's.
+/// keeps its own keywords, and takes its target's `type` and description where it has none.
 struct InlineRefs<'a> {
     /// The original document, which `$ref`s are resolved against.
     root: &'a Value,
@@ -396,8 +581,29 @@ impl Transform for InlineRefs<'_> {
                 {
                     self.expanding.push(pointer);
                     for (keyword, value) in target.as_object().into_iter().flatten() {
-                        if !matches!(keyword.as_str(), "$defs" | "definitions" | "$schema" | "$id") {
-                            map.entry(keyword.clone()).or_insert_with(|| value.clone());
+                        if matches!(keyword.as_str(), "$defs" | "definitions" | "$schema" | "$id") {
+                            continue;
+                        }
+                        match (map.get_mut(keyword), value) {
+                            // Both hold: their properties and requirements add up, so the
+                            // target's `additionalProperties` still sees the referring schema's
+                            // properties (keeping only one side would refuse a valid member).
+                            (Some(Value::Object(own)), Value::Object(theirs)) if keyword == "properties" => {
+                                for (name, property) in theirs {
+                                    own.entry(name.clone()).or_insert_with(|| property.clone());
+                                }
+                            }
+                            (Some(Value::Array(own)), Value::Array(theirs)) if keyword == "required" => {
+                                for name in theirs {
+                                    if !own.contains(name) {
+                                        own.push(name.clone());
+                                    }
+                                }
+                            }
+                            (Some(_), _) => {}
+                            (None, _) => {
+                                map.insert(keyword.clone(), value.clone());
+                            }
                         }
                     }
                 }
@@ -409,10 +615,12 @@ impl Transform for InlineRefs<'_> {
                     };
                     let cut = json!({"why": why, "ref": reference, "depth": self.expanding.len()});
                     map.insert(CUT_MARK.into(), cut);
-                    if !map.contains_key("description")
-                        && let Some(description) = target.and_then(|(_, t)| t.get("description"))
-                    {
-                        map.insert("description".into(), description.clone());
+                    for keyword in ["type", "description"] {
+                        if !map.contains_key(keyword)
+                            && let Some(value) = target.as_ref().and_then(|(_, t)| t.get(keyword))
+                        {
+                            map.insert(keyword.into(), value.clone());
+                        }
                     }
                 }
             }
@@ -422,7 +630,8 @@ impl Transform for InlineRefs<'_> {
     }
 }
 
-/// Rewrites a schema (with its `$ref`s inlined) into Gemini's dialect, subschemas first.
+/// Rewrites a schema (with its `$ref`s inlined) into Gemini's OpenAPI dialect (`parameters`),
+/// subschemas first.
 fn to_gemini(schema: &mut Schema) {
     transform_subschemas(&mut to_gemini, schema);
     *schema = Schema::from(gemini_node(schema.as_value()));
@@ -630,6 +839,215 @@ fn merge_alternatives(out: &mut Map<String, Value>, mut members: Vec<Map<String,
     out.insert("anyOf".into(), Value::Array(members.into_iter().map(Value::Object).collect()));
 }
 
+// ---- Gemini: parametersJsonSchema ----------------------------------------------------------------
+
+/// Every JSON type, each once (`integer` is a `number`): an `anyOf` of them is "any value".
+const ANY_TYPES: &[&str] = &["string", "number", "boolean", "object", "array", "null"];
+
+/// "Any value" as a typed schema: the `anyOf` of every JSON type.
+fn any_value() -> Map<String, Value> {
+    let members = ANY_TYPES.iter().map(|t| json!({"type": t})).collect();
+    Map::from_iter([("anyOf".to_string(), Value::Array(members))])
+}
+
+/// Whether a converted schema is [`any_value`], annotations aside.
+fn is_any_value(node: &Map<String, Value>) -> bool {
+    node.get("anyOf") == any_value().get("anyOf")
+        && node.keys().all(|k| matches!(k.as_str(), "anyOf" | "title" | "description" | "default"))
+}
+
+/// A converted subschema, or [`any_value`] where the member was `true`.
+fn converted_or_any(value: &Value) -> Value {
+    if value.is_object() { value.clone() } else { Value::Object(any_value()) }
+}
+
+/// Rewrites a schema (with its `$ref`s inlined) into the JSON Schema of `parametersJsonSchema`,
+/// subschemas first. Boolean subschemas are left to their parent ([`gemini_json_node`]).
+fn to_gemini_json(schema: &mut Schema) {
+    transform_subschemas(&mut to_gemini_json, schema);
+    if schema.as_object().is_some() {
+        *schema = Schema::from(gemini_json_node(schema.as_value()));
+    }
+}
+
+/// One schema for `parametersJsonSchema`; its subschemas are already converted (booleans left as
+/// they are), its `$ref`s already inlined. Every node it returns has a `type`, or an `anyOf` of
+/// members that have one: a node without a type becomes [`any_value`].
+fn gemini_json_node(node: &Value) -> Map<String, Value> {
+    let Some(obj) = node.as_object() else { return any_value() };
+    let mut out = Map::new();
+
+    // Types (`null` apart). `nullable` is an annotation the registry's validators do not read,
+    // so it allows no null here either.
+    let mut nullable = false;
+    let declared: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let mut types: Vec<&str> = Vec::new();
+    for t in &declared {
+        if *t == "null" {
+            nullable = true;
+        } else if gemini_type(t).is_some() && !types.contains(t) {
+            types.push(t);
+        }
+    }
+    let mut only_null = !declared.is_empty() && declared.iter().all(|t| *t == "null");
+
+    for key in GEMINI_KEEP {
+        if let Some(v) = obj.get(*key) {
+            out.insert((*key).into(), v.clone());
+        }
+    }
+
+    // Enumerations: strings or numbers; other values are listed in the description.
+    let mut values: Option<Vec<Value>> = obj.get("enum").and_then(Value::as_array).cloned();
+    if let Some(c) = obj.get("const") {
+        values = Some(vec![c.clone()]);
+    }
+    let mut enumeration: Option<Value> = None;
+    if let Some(mut values) = values {
+        if values.iter().any(Value::is_null) {
+            nullable = true;
+            values.retain(|v| !v.is_null());
+            only_null |= values.is_empty() && types.is_empty();
+        }
+        let strings = values.iter().all(Value::is_string);
+        let numbers = values.iter().all(Value::is_number);
+        if !values.is_empty() && (strings || numbers) {
+            if types.is_empty() {
+                let integers = values.iter().all(|v| v.is_i64() || v.is_u64());
+                types.push(if strings {
+                    "string"
+                } else if integers {
+                    "integer"
+                } else {
+                    "number"
+                });
+            }
+            enumeration = Some(Value::Array(values));
+        } else if !values.is_empty() {
+            if types.is_empty() && values.iter().all(Value::is_boolean) {
+                types.push("boolean");
+            }
+            append_description(&mut out, &format!("Allowed values: {}.", list_values(&values)));
+        }
+    }
+
+    // Object members; a `false` property is left out (the model has no reason to send it).
+    if let Some(properties) = obj.get("properties").and_then(Value::as_object) {
+        let kept: Map<String, Value> = properties
+            .iter()
+            .filter(|(_, v)| **v != Value::Bool(false))
+            .map(|(k, v)| (k.clone(), converted_or_any(v)))
+            .collect();
+        if let Some(required) = obj.get("required").and_then(Value::as_array) {
+            let required: Vec<Value> =
+                required.iter().filter(|r| r.as_str().is_some_and(|r| kept.contains_key(r))).cloned().collect();
+            if !required.is_empty() {
+                out.insert("required".into(), Value::Array(required));
+            }
+        }
+        out.insert("properties".into(), Value::Object(kept));
+    }
+    match obj.get("additionalProperties") {
+        Some(Value::Object(value)) => {
+            out.insert("additionalProperties".into(), Value::Object(value.clone()));
+        }
+        Some(Value::Bool(open)) => {
+            out.insert("additionalProperties".into(), Value::Bool(*open));
+        }
+        _ => {}
+    }
+    match obj.get("items") {
+        Some(Value::Bool(false)) => {
+            out.insert("maxItems".into(), json!(0));
+        }
+        Some(items) => {
+            out.insert("items".into(), converted_or_any(items));
+        }
+        None => {}
+    }
+
+    // Alternatives: `oneOf` is read as `anyOf`; a member that is any value makes the whole
+    // alternative any value.
+    let mut members: Vec<Value> = Vec::new();
+    let mut open = false;
+    for member in ["anyOf", "oneOf"].iter().filter_map(|k| obj.get(*k)).filter_map(Value::as_array).flatten() {
+        match member {
+            Value::Bool(false) => {}
+            Value::Object(m) if !is_any_value(m) => members.push(member.clone()),
+            _ => open = true,
+        }
+    }
+    if open {
+        members.clear();
+    }
+
+    if types.is_empty() && members.is_empty() {
+        if only_null {
+            out.insert("type".into(), json!("null"));
+        } else {
+            out.extend(any_value());
+        }
+        return out;
+    }
+
+    // Formats Gemini defines, for the one type the value has.
+    if let Some(format) = obj.get("format").and_then(Value::as_str)
+        && let [one] = types.as_slice()
+        && gemini_format_ok(gemini_type(one), format)
+    {
+        out.insert("format".into(), json!(format));
+    }
+
+    if members.is_empty() {
+        match (types.as_slice(), nullable, enumeration) {
+            ([one], false, enumeration) => {
+                out.insert("type".into(), json!(one));
+                if let Some(values) = enumeration {
+                    out.insert("enum".into(), values);
+                }
+            }
+            ([one], true, None) => {
+                out.insert("type".into(), json!([one, "null"]));
+            }
+            // Several types, or an enumeration that is also nullable: one member per type.
+            (many, _, enumeration) => {
+                members = many
+                    .iter()
+                    .map(|t| {
+                        let mut member = Map::from_iter([("type".to_string(), json!(t))]);
+                        if let Some(values) = &enumeration {
+                            member.insert("enum".into(), values.clone());
+                        }
+                        Value::Object(member)
+                    })
+                    .collect();
+            }
+        }
+    } else if !types.is_empty() {
+        // `type` and `anyOf` both hold.
+        let mut all = types.clone();
+        if nullable {
+            all.push("null");
+        }
+        out.insert("type".into(), if let [one] = all.as_slice() { json!(one) } else { json!(all) });
+        if let Some(values) = enumeration {
+            out.insert("enum".into(), values);
+        }
+    }
+    if !members.is_empty() {
+        let null = json!({"type": "null"});
+        if nullable && !members.contains(&null) {
+            members.push(null);
+        }
+        out.insert("anyOf".into(), Value::Array(members));
+    }
+    out
+}
+
 // ---- Losses -----------------------------------------------------------------------------------
 
 /// What a conversion loses at one place of a schema.
@@ -637,10 +1055,12 @@ fn merge_alternatives(out: &mut Map<String, Value>, mut members: Vec<Map<String,
 #[non_exhaustive]
 pub enum LossKind {
     /// A map's value type: an object with `additionalProperties: <schema>` (a `HashMap<String,
-    /// T>`) is sent without it, so the model does not know what the values are.
+    /// T>`) is sent without it, so the model does not know what the values are. Gemini's
+    /// `parameters` would lose it; such a schema goes as `parametersJsonSchema`, which keeps it,
+    /// so Gemini's definitions no longer report it ([`crate::gemini_parameters`]).
     MapValueType,
-    /// A recursive type, cut where it refers to itself: below, the value is sent untyped (with
-    /// the description only).
+    /// A recursive type, cut where it refers to itself: below, the value is sent with its type
+    /// and description only (any value when its definition has no `type`).
     RecursionCut {
         /// The `$ref` that was not followed again.
         reference: String,
@@ -648,21 +1068,22 @@ pub enum LossKind {
         depth: usize,
     },
     /// A chain of `$ref`s deeper than the conversion follows, cut: below, the value is sent
-    /// untyped.
+    /// with its type and description only.
     DepthCut {
         /// The `$ref` that was not followed.
         reference: String,
         /// How many `$ref`s had been followed on the path to the cut.
         depth: usize,
     },
-    /// A `$ref` that does not resolve, sent untyped (the registry refuses such schemas, so only
-    /// a schema from elsewhere has one).
+    /// A `$ref` that does not resolve, sent as any value (the registry refuses such schemas, so
+    /// only a schema from elsewhere has one).
     UnresolvedRef {
         /// The reference.
         reference: String,
     },
     /// An object with no declared properties (not the root), sent untyped: the model does not
-    /// know it must be an object.
+    /// know it must be an object. Gemini's `parameters` would lose it; such a schema goes as
+    /// `parametersJsonSchema`, which keeps it, so Gemini's definitions no longer report it.
     UntypedObject,
     /// A constraint keyword the dialect lacks (`exclusiveMinimum`, `exclusiveMaximum`,
     /// `multipleOf`, `uniqueItems`), dropped.
@@ -684,12 +1105,12 @@ impl fmt::Display for LossKind {
         match self {
             LossKind::MapValueType => f.write_str("the map's value type (`additionalProperties`) is dropped"),
             LossKind::RecursionCut { reference, depth } => {
-                write!(f, "the recursive type {reference} is cut after {depth} `$ref`s and sent untyped")
+                write!(f, "the recursive type {reference} is cut after {depth} `$ref`s (sent with its type only)")
             }
             LossKind::DepthCut { reference, depth } => {
-                write!(f, "{reference} is past the {depth} `$ref`s followed, cut and sent untyped")
+                write!(f, "{reference} is past the {depth} `$ref`s followed, cut (sent with its type only)")
             }
-            LossKind::UnresolvedRef { reference } => write!(f, "{reference} does not resolve and is sent untyped"),
+            LossKind::UnresolvedRef { reference } => write!(f, "{reference} does not resolve and is sent as any value"),
             LossKind::UntypedObject => f.write_str("an object with no declared properties is sent untyped"),
             LossKind::Keyword { keyword } => write!(f, "`{keyword}` is dropped"),
             LossKind::Format { format } => write!(f, "format `{format}` is dropped"),

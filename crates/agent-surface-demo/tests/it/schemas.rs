@@ -2,7 +2,8 @@
 //! validation, output validation, the toolset's OpenAI, Anthropic and Gemini tool definitions and
 //! MCP's `tools/list`, and every consumer must give the same answer about them — which instances
 //! are valid (`format` included), what a `$ref` (percent-encoded, `~0`/`~1`-escaped, nested,
-//! recursive) resolves to, and what each field's type is.
+//! recursive) resolves to, and what each field's type is. What Gemini is sent may lose a
+//! constraint (reported), never refuse a valid instance.
 //!
 //! Each fixture is an object schema with one field `v` (and root `$defs`); its instances are values
 //! of `v`. Closing (`additionalProperties: false` added to input schemas only) is the one
@@ -14,17 +15,25 @@ use agent_surface_registry::schema::{PortableSchema, SchemaLimits, resolve_ref, 
 use agent_surface_registry::{
     Binding, CapabilityDescriptor, Ctx, InvokeOptions, InvokeRequest, Mount, Registry, RegistryConfig,
 };
-use agent_surface_toolset::{Provider, gemini_schema, openai_strict_eligible, tool_definition, without_dialect};
+use agent_surface_toolset::{
+    GeminiParameters, Provider, gemini_parameters, openai_strict_eligible, tool_definition, without_dialect,
+};
 use serde_json::{Value, json};
 
-/// A schema for the field `v`, the type Gemini must give `v`, and instances of `v` with whether
-/// they are valid.
+/// A schema for the field `v`, the member of Gemini's function declaration that carries it and
+/// the type Gemini must give `v` (in `parameters`' upper-case spelling), and instances of `v` with
+/// whether they are valid.
 struct Fixture {
     name: &'static str,
     schema: Value,
-    gemini_type: Option<&'static str>,
+    gemini: (&'static str, Option<&'static str>),
     instances: Vec<(Value, bool)>,
 }
+
+/// Gemini's `parameters`, typed throughout.
+const PARAMETERS: &str = "parameters";
+/// Gemini's `parametersJsonSchema`: for what `parameters` cannot type (a recursive type, any value).
+const JSON_SCHEMA: &str = "parametersJsonSchema";
 
 fn fixtures() -> Vec<Fixture> {
     let object = |v: Value, defs: Value| json!({"type": "object", "properties": {"v": v}, "$defs": defs});
@@ -35,13 +44,13 @@ fn fixtures() -> Vec<Fixture> {
                 json!({"$ref": "#/$defs/Date%20time"}),
                 json!({"Date time": {"type": "string", "format": "date-time"}}),
             ),
-            gemini_type: Some("STRING"),
+            gemini: (PARAMETERS, Some("STRING")),
             instances: vec![(json!("2024-01-02T03:04:05Z"), true), (json!("yesterday"), false), (json!(5), false)],
         },
         Fixture {
             name: "escaped_ref",
             schema: object(json!({"$ref": "#/$defs/a~1b~0c"}), json!({"a/b~c": {"type": "integer", "minimum": 1}})),
-            gemini_type: Some("INTEGER"),
+            gemini: (PARAMETERS, Some("INTEGER")),
             instances: vec![(json!(3), true), (json!(0), false), (json!("3"), false)],
         },
         Fixture {
@@ -53,7 +62,7 @@ fn fixtures() -> Vec<Fixture> {
                     "Inner": {"type": "string", "format": "email"}
                 }),
             ),
-            gemini_type: Some("OBJECT"),
+            gemini: (PARAMETERS, Some("OBJECT")),
             instances: vec![
                 (json!({"inner": "a@example.com"}), true),
                 (json!({"inner": "not an address"}), false),
@@ -69,7 +78,7 @@ fn fixtures() -> Vec<Fixture> {
                     "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}
                 }, "required": ["value"]}}),
             ),
-            gemini_type: Some("OBJECT"),
+            gemini: (JSON_SCHEMA, Some("OBJECT")),
             instances: vec![
                 (json!({"value": 1, "next": {"value": 2, "next": null}}), true),
                 (json!({"value": 1, "next": {"next": null}}), false),
@@ -78,19 +87,19 @@ fn fixtures() -> Vec<Fixture> {
         Fixture {
             name: "recursive_root",
             schema: object(json!({"$ref": "#"}), json!({})),
-            gemini_type: Some("OBJECT"),
+            gemini: (JSON_SCHEMA, Some("OBJECT")),
             instances: vec![(json!({}), true), (json!({"v": {"v": {}}}), true), (json!({"v": 5}), false)],
         },
         Fixture {
             name: "format",
             schema: object(json!({"type": "string", "format": "email"}), json!({})),
-            gemini_type: Some("STRING"),
+            gemini: (PARAMETERS, Some("STRING")),
             instances: vec![(json!("a@example.com"), true), (json!("not an address"), false)],
         },
         Fixture {
             name: "boolean_subschemas",
             schema: object(json!({"type": "object", "properties": {"any": true, "never": false}}), json!({})),
-            gemini_type: Some("OBJECT"),
+            gemini: (JSON_SCHEMA, Some("OBJECT")),
             instances: vec![(json!({"any": [1, "x"]}), true), (json!({"never": 1}), false)],
         },
     ]
@@ -168,6 +177,23 @@ fn resolved_type(schema: &Value) -> Option<String> {
     v.get("type").and_then(Value::as_str).map(str::to_uppercase)
 }
 
+/// Asserts that every node of a schema Gemini is sent has a `type`, or an `anyOf` of members
+/// that do, and that an `ARRAY` of `parameters` has its `items`: Gemini refuses the whole request
+/// otherwise. A boolean `additionalProperties` is an object's setting, not a node.
+#[track_caller]
+fn assert_typed_throughout(schema: &Value, name: &str) {
+    visit_subschemas(schema, |node, at| {
+        let typed = node.get("type").is_some_and(|t| t != "ARRAY" || node.get("items").is_some())
+            || node.get("anyOf").and_then(Value::as_array).is_some_and(|members| !members.is_empty());
+        if typed || (node.is_boolean() && at.keyword == "additionalProperties") {
+            Ok(())
+        } else {
+            Err(format!("#{}: {node}", at.pointer))
+        }
+    })
+    .unwrap_or_else(|untyped| panic!("{name}: untyped for Gemini at {untyped}"));
+}
+
 #[tokio::test]
 async fn adapters_agree_on_every_schema() {
     let (registry, _mount) = registry();
@@ -198,12 +224,18 @@ async fn adapters_agree_on_every_schema() {
         }
         assert_eq!(chat["function"].get("strict").is_some(), openai_strict_eligible(advertised).is_ok());
 
-        // Gemini gives `v` the type the resolver finds: nothing is silently untyped.
+        // Gemini gets the schema in one member, typed throughout, and gives `v` the type the
+        // resolver finds: nothing is silently untyped.
         let gemini = tool_definition(Provider::Gemini, input);
-        assert_eq!(gemini["parameters"], gemini_schema(advertised).expect("has parameters"), "{}", f.name);
-        let gemini_type = gemini["parameters"]["properties"]["v"].get("type").and_then(Value::as_str);
-        assert_eq!(gemini_type, f.gemini_type, "{}", f.name);
-        assert_eq!(gemini_type.map(str::to_owned), resolved_type(advertised), "{}", f.name);
+        let sent = gemini_parameters(advertised).expect("has parameters");
+        let (member, gemini_type) = f.gemini;
+        assert_eq!(sent.member(), member, "{}", f.name);
+        let other = if member == PARAMETERS { JSON_SCHEMA } else { PARAMETERS };
+        assert_eq!((gemini.get(member), gemini.get(other)), (Some(sent.schema()), None), "{}", f.name);
+        assert_typed_throughout(sent.schema(), f.name);
+        let sent_type = sent.schema()["properties"]["v"].get("type").and_then(Value::as_str).map(str::to_uppercase);
+        assert_eq!(sent_type.as_deref(), gemini_type, "{}", f.name);
+        assert_eq!(sent_type, resolved_type(advertised), "{}", f.name);
 
         // MCP lists the same input schema, and the output schema as declared.
         let tool = agent_surface_mcp::tools::tool(input);
@@ -213,5 +245,34 @@ async fn adapters_agree_on_every_schema() {
         let tool = agent_surface_mcp::tools::tool(output);
         let listed = tool.output_schema.map(|s| Value::Object((*s).clone()));
         assert_eq!(listed.as_ref(), Some(&f.schema), "{}", f.name);
+    }
+}
+
+/// What Gemini is sent as `parametersJsonSchema` is a JSON Schema the registry can validate with:
+/// it accepts every instance the capability's own schema accepts (it may accept more, where a
+/// reported loss widened it), so the model is never told a valid value is invalid.
+#[tokio::test]
+async fn gemini_json_schema_accepts_every_valid_instance() {
+    let (registry, _mount) = registry();
+    let snapshot = registry.snapshot(&Consumer::anonymous("c")).await;
+    let sent = Registry::new(RegistryConfig::default());
+    sent.define("gemini", |t| {
+        for f in fixtures() {
+            let name = format!("schemas.{}_input", f.name);
+            let input = snapshot.capabilities.iter().find(|c| c.name == name).expect("listed");
+            if let Some(GeminiParameters::JsonSchema(schema)) = gemini_parameters(&input.input_schema) {
+                let echo = |_ctx: Ctx, input: Value| async move { Ok(input) };
+                t.capability(f.name, "Takes what Gemini is sent.").effect(Effect::Read).raw_handler(schema, None, echo);
+            }
+        }
+    })
+    .expect("what Gemini is sent registers");
+    let _mount = sent.mount("gemini", "main").expect("mounts");
+    for f in fixtures().into_iter().filter(|f| f.gemini.0 == JSON_SCHEMA) {
+        for (instance, _) in f.instances.iter().filter(|(_, valid)| *valid) {
+            let request = InvokeRequest::new(format!("gemini.{}", f.name), json!({"v": instance}));
+            let result = sent.invoke(request, InvokeOptions::new(Consumer::anonymous("c"))).await;
+            assert!(matches!(result, InvokeResult::Ok { .. }), "{} with v = {instance}: {result:?}", f.name);
+        }
     }
 }

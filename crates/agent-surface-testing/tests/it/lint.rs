@@ -1,6 +1,6 @@
 //! The service lint finds every problem at once, and nothing in a service that keeps the rules.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -14,12 +14,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Weights per tag: a map, whose value type Gemini drops.
+/// A note's tags, each once: a set, whose `uniqueItems` Gemini drops.
 #[derive(Deserialize, JsonSchema)]
 #[expect(dead_code, reason = "read through its schema only")]
 struct Tags {
-    /// Tag name to weight.
-    weights: HashMap<String, u32>,
+    /// The tags, each once.
+    tags: HashSet<String>,
     note: String,
 }
 
@@ -38,7 +38,7 @@ struct Query {
     text: String,
 }
 
-/// `notes.tag` (a map input, an undescribed property, no output schema), `notes.count` (clean)
+/// `notes.tag` (a set input, an undescribed property, no output schema), `notes.count` (clean)
 /// and `reports.export` (clean), mounted on a registry under `authority`.
 fn registry(authority: Option<Arc<dyn AuthorityPolicy>>) -> (Registry, Vec<Mount>) {
     let registry = Registry::new(RegistryConfig { authority, ..Default::default() });
@@ -99,7 +99,7 @@ fn every_problem_is_listed_not_only_the_first() {
     let message = AssertUnwindSafe(assert_service(&registry, &lint)).catch_unwind().now_or_never().expect("ready");
     let message = *message.expect_err("the lint fails").downcast::<String>().expect("a message");
     let expected = "the service lint found 4 problem(s):\n  \
-        - notes.tag for gemini at #/properties/weights: the map's value type (`additionalProperties`) is dropped\n  \
+        - notes.tag for gemini at #/properties/tags: `uniqueItems` is dropped\n  \
         - notes.tag: declares no output schema (return a type that derives `JsonSchema`, not `serde_json::Value` or `()`)\n  \
         - notes.tag: input property `note` has no description (a doc comment on the field)\n  \
         - reports.export: no authority rule names it; the default-allow fallback lets it through (name it with \

@@ -17,7 +17,8 @@
 //!   input}`; answers are a user message of `{"type": "tool_result", tool_use_id, content, is_error?}`).
 //! - Gemini — function calling, <https://ai.google.dev/gemini-api/docs/function-calling>, and the
 //!   `Schema` / `FunctionResponse` reference, <https://ai.google.dev/api/caching#Schema>
-//!   (`tools[].functionDeclarations[].{name, description, parameters}` with upper-case types;
+//!   (`tools[].functionDeclarations[].{name, description, parameters}` with upper-case types, a
+//!   `type` on every node, or `parametersJsonSchema` instead of `parameters` — `gemini.rs`;
 //!   `candidates[0].content.parts[].functionCall.{name, args, id?}`; answers are a user content of
 //!   `functionResponse.{name, id?, response}` parts, `response` using the `output` / `error` keys).
 
@@ -32,7 +33,7 @@ use agent_surface_toolset::{
 };
 use serde_json::{Value, json};
 
-use crate::support::{descriptor, snapshot};
+use crate::support::{assert_gemini_tools_typed, descriptor, snapshot};
 
 fn add_schema() -> Value {
     json!({
@@ -162,6 +163,7 @@ fn gemini_definitions() {
         ]}]),
     );
     check(tool_definitions(Provider::Gemini, &snapshot(json!([]))), json!([]));
+    assert_gemini_tools_typed(&tool_definitions(Provider::Gemini, &golden_snapshot()));
 }
 
 // ---- Calls ---------------------------------------------------------------------------------

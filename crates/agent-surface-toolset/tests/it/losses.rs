@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{Mount, Registry, RegistryConfig, Snapshot};
-use agent_surface_toolset::{LossKind, Provider, Toolset, ToolsetConfig, lossy_conversions};
+use agent_surface_toolset::{LossKind, Provider, Toolset, ToolsetConfig, lossy_conversions, tool_definition};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -103,9 +103,16 @@ fn check<I: JsonSchema + for<'de> Deserialize<'de> + Send + 'static>(expected: &
     }
 }
 
+/// Gemini's `parameters` has no `additionalProperties`: a map goes as `parametersJsonSchema`,
+/// which keeps its value type, so no provider loses it.
 #[test]
-fn a_map_loses_its_value_type_for_gemini_only() {
-    check::<Restock>(&[("/properties/lines", LossKind::MapValueType)]);
+fn a_map_keeps_its_value_type_for_every_provider() {
+    check::<Restock>(&[]);
+    let (_registry, _mounted, snapshot) = snapshot_of::<Restock>("act");
+    let gemini = tool_definition(Provider::Gemini, &snapshot.capabilities[0]);
+    assert!(gemini.get("parameters").is_none(), "{gemini:#}");
+    let value = &gemini["parametersJsonSchema"]["properties"]["lines"]["additionalProperties"];
+    assert_eq!(value["properties"]["units"]["type"], "integer", "{gemini:#}");
 }
 
 #[test]
@@ -119,33 +126,39 @@ fn a_clean_schema_loses_nothing() {
     check::<Order>(&[]);
 }
 
+/// Constraints and formats Gemini lacks are lost in either member: in `parameters` (typed
+/// throughout) and in `parametersJsonSchema` (here for an open object beside them, which it keeps).
 #[test]
 fn constraints_and_formats_gemini_lacks_are_losses() {
-    use agent_surface_toolset::gemini_schema;
+    use agent_surface_toolset::gemini_parameters;
     let (_registry, _mounted, mut snapshot) = snapshot_of::<Order>("act");
-    snapshot.capabilities[0].input_schema = json!({
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "format": "uuid"},
-            "at": {"type": "string", "format": "date-time"},
-            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
-            "step": {"type": "number", "multipleOf": 0.5, "exclusiveMinimum": 0},
-            "size": {"type": "integer", "format": "uint64", "minimum": 0},
-            "extra": {"type": "object"}
-        },
-        "additionalProperties": false
+    let properties = json!({
+        "id": {"type": "string", "format": "uuid"},
+        "at": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+        "step": {"type": "number", "multipleOf": 0.5, "exclusiveMinimum": 0},
+        "size": {"type": "integer", "format": "uint64", "minimum": 0}
     });
-    assert!(gemini_schema(&snapshot.capabilities[0].input_schema).is_some());
-    let found: BTreeSet<String> =
-        lossy_conversions(&snapshot, Provider::Gemini).iter().map(|l| format!("#{}: {}", l.pointer, l.kind)).collect();
     let expected = [
-        "#/properties/extra: an object with no declared properties is sent untyped",
         "#/properties/id: format `uuid` is dropped",
         "#/properties/step: `exclusiveMinimum` is dropped",
         "#/properties/step: `multipleOf` is dropped",
         "#/properties/tags: `uniqueItems` is dropped",
     ];
-    assert_eq!(found, expected.into_iter().map(String::from).collect());
+    for (extra, member) in [(None, "parameters"), (Some(json!({"type": "object"})), "parametersJsonSchema")] {
+        let mut properties = properties.clone();
+        if let Some(extra) = extra {
+            properties["extra"] = extra;
+        }
+        let schema = json!({"type": "object", "properties": properties, "additionalProperties": false});
+        assert_eq!(gemini_parameters(&schema).map(|p| p.member()), Some(member));
+        snapshot.capabilities[0].input_schema = schema;
+        let found: BTreeSet<String> = lossy_conversions(&snapshot, Provider::Gemini)
+            .iter()
+            .map(|l| format!("#{}: {}", l.pointer, l.kind))
+            .collect();
+        assert_eq!(found, expected.into_iter().map(String::from).collect(), "{member}");
+    }
 }
 
 /// The toolset warns once per capability and provider, naming both and the loss; a provider
@@ -155,7 +168,7 @@ fn the_toolset_warns_once_per_capability_and_provider() {
     let (_, log) = agent_surface_testing::capture_operator_log(|| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let (registry, _mounted, _) = snapshot_of::<Restock>("restock");
+            let (registry, _mounted, _) = snapshot_of::<Tree>("plant");
             let toolset = Toolset::new(registry, Consumer::anonymous("c-1"), ToolsetConfig::default());
             for provider in [Provider::Gemini, Provider::Gemini, Provider::Anthropic, Provider::OpenAiChat] {
                 toolset.tools(provider).await;
@@ -164,7 +177,8 @@ fn the_toolset_warns_once_per_capability_and_provider() {
     });
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("agent_surface::toolset")).collect();
     assert_eq!(warnings.len(), 1, "{log}");
-    for part in ["WARN", "capability=shop.restock", "provider=gemini", "at #/properties/lines", "value type"] {
+    let cut = "at #/properties/root/properties/children/items: the recursive type #/$defs/Category is cut";
+    for part in ["WARN", "capability=shop.plant", "provider=gemini", cut] {
         assert!(warnings[0].contains(part), "{part} in {}", warnings[0]);
     }
 }

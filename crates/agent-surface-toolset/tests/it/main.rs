@@ -3,6 +3,7 @@
 mod support;
 
 mod conformance;
+mod gemini;
 mod golden;
 mod losses;
 mod recovery;

@@ -1,8 +1,10 @@
 //! Schema dialects: which schemas qualify for OpenAI strict mode, and what Gemini receives.
 
-use agent_surface_toolset::{gemini_schema, openai_strict_eligible};
+use agent_surface_toolset::{GeminiParameters, gemini_parameters, gemini_schema, openai_strict_eligible};
 use schemars::JsonSchema;
 use serde_json::{Value, json};
+
+use crate::support::assert_typed_throughout;
 
 #[track_caller]
 fn strict(schema: Value, expected: Result<(), &str>) {
@@ -102,6 +104,24 @@ fn strict_mode_eligibility() {
 #[track_caller]
 fn gemini(schema: Value, expected: Option<Value>) {
     assert_eq!(gemini_schema(&schema), expected, "{schema:#}");
+    if let Some(parameters) = &expected {
+        assert_eq!(gemini_parameters(&schema), Some(GeminiParameters::Schema(parameters.clone())));
+        assert_typed_throughout(parameters, "#");
+    }
+}
+
+/// `schema` goes as `parametersJsonSchema`, `expected`, typed throughout.
+#[track_caller]
+fn gemini_json(schema: Value, expected: Value) {
+    assert_eq!(gemini_parameters(&schema), Some(GeminiParameters::JsonSchema(expected.clone())), "{schema:#}");
+    assert_eq!(gemini_schema(&schema), None, "no `parameters` member: {schema:#}");
+    assert_typed_throughout(&expected, "#");
+}
+
+/// Any value, in `parametersJsonSchema`: every JSON type.
+fn any() -> Value {
+    json!([{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "object"}, {"type": "array"},
+           {"type": "null"}])
 }
 
 #[test]
@@ -144,29 +164,20 @@ fn gemini_conversion() {
                            "description": "Sort order. \"asc\": Ascending.; \"desc\": Descending."}
         }})),
     );
-    // $ref inlining, anyOf with null, recursion cut, examples, dropped map values.
+    // $ref inlining, anyOf with null, examples.
     gemini(
         json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Order", "type": "object",
         "properties": {
             "line": {"anyOf": [{"$ref": "#/$defs/Line"}, {"type": "null"}], "description": "The line."},
-            "tree": {"$ref": "#/$defs/Tree"},
-            "tags": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Free tags."},
             "note": {"type": "string", "examples": ["gift", "asap"]},
             "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]}
         },
         "$defs": {
-            "Line": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]},
-            "Tree": {"type": "object", "description": "A node.", "properties": {
-                "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
-            }}
+            "Line": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}
         }}),
         Some(json!({"title": "Order", "type": "OBJECT", "properties": {
             "line": {"type": "OBJECT", "properties": {"sku": {"type": "STRING"}}, "required": ["sku"],
                      "nullable": true, "description": "The line."},
-            "tree": {"type": "OBJECT", "description": "A node.", "properties": {
-                "children": {"type": "ARRAY", "items": {"description": "A node."}}
-            }},
-            "tags": {"description": "Free tags."},
             "note": {"type": "STRING", "example": "gift"},
             "either": {"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]}
         }})),
@@ -176,34 +187,109 @@ fn gemini_conversion() {
     gemini(
         json!({"type": "object", "properties": {
             "when": {"$ref": "#/$defs/Date%20time"},
-            "path": {"$ref": "#/$defs/a~1b~0c", "description": "Own."},
-            "broken": {"$ref": "#/$defs/Missing", "description": "Kept."}
+            "path": {"$ref": "#/$defs/a~1b~0c", "description": "Own."}
         }, "$defs": {
             "Date time": {"type": "string", "format": "date-time"},
             "a/b~c": {"type": "integer", "description": "Theirs."}
         }}),
         Some(json!({"type": "OBJECT", "properties": {
             "when": {"type": "STRING", "format": "date-time"},
-            "path": {"type": "INTEGER", "description": "Own."},
-            "broken": {"description": "Kept."}
+            "path": {"type": "INTEGER", "description": "Own."}
         }})),
     );
-    // Recursion through an encoded reference is still recursion.
-    gemini(
-        json!({"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "$defs": {"N": {"type": "object",
-            "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/%4E"}}}}}),
-        Some(json!({"type": "OBJECT", "properties": {"n": {"type": "OBJECT", "properties": {
-            "v": {"type": "INTEGER"}, "next": {}}}}})),
-    );
-    // Boolean subschemas are untyped.
-    gemini(
-        json!({"type": "object", "properties": {"any": true, "list": {"type": "array", "items": true}}}),
-        Some(json!({"type": "OBJECT", "properties": {"any": {}, "list": {"type": "ARRAY", "items": {}}}})),
-    );
-    // No parameters: `parameters` is left out.
+    // No parameters: no member.
     gemini(json!({"type": "object", "properties": {}}), None);
     gemini(json!({"type": "object"}), None);
+    gemini(json!({"type": "object", "additionalProperties": true}), None);
     gemini(json!({"type": "object", "properties": {}, "additionalProperties": false}), None);
+    assert_eq!(gemini_parameters(&json!({"type": "object"})), None);
+}
+
+/// What `parameters` cannot type — any value, maps, open objects, arrays without `items`, cut
+/// references — goes as `parametersJsonSchema`, typed throughout.
+#[test]
+fn gemini_json_schema_conversion() {
+    gemini_json(
+        json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {
+            "tree": {"$ref": "#/$defs/Tree"},
+            "tags": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Free tags."},
+            "when": {"$ref": "#/$defs/Date%20time"},
+            "broken": {"$ref": "#/$defs/Missing", "description": "Kept."},
+            "any": true,
+            "never": false,
+            "empty": {},
+            "list": {"type": "array", "items": true},
+            "bare": {"type": "array"},
+            "none": {"type": "array", "items": false},
+            "maybe": {"type": ["integer", "null"], "format": "int64", "exclusiveMinimum": 0, "minimum": 1},
+            "level": {"enum": [1, 2, null]},
+            "unit": {"oneOf": [{"const": "c", "description": "Celsius."}, {"const": "f"}]},
+            "flag": {"const": true},
+            "either": {"type": ["string", "integer"]},
+            "open": {"type": "object"},
+            "nothing": {"type": "null"},
+            "id": {"type": "string", "format": "uuid", "minLength": 36, "examples": ["0"], "x-sensitive": true,
+                   "nullable": true}
+        }, "required": ["tree", "never", "any"], "additionalProperties": false, "$defs": {
+            "Tree": {"type": "object", "description": "A node.", "properties": {
+                "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
+            }},
+            "Date time": {"type": "string", "format": "date-time"}
+        }}),
+        json!({"type": "object", "properties": {
+            "tree": {"type": "object", "description": "A node.", "properties": {
+                "children": {"type": "array", "items": {"type": "object", "description": "A node."}}
+            }},
+            "tags": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Free tags."},
+            "when": {"type": "string", "format": "date-time"},
+            "broken": {"description": "Kept.", "anyOf": any()},
+            "any": {"anyOf": any()},
+            "empty": {"anyOf": any()},
+            "list": {"type": "array", "items": {"anyOf": any()}},
+            "bare": {"type": "array"},
+            "none": {"type": "array", "maxItems": 0},
+            "maybe": {"type": ["integer", "null"], "format": "int64", "minimum": 1},
+            "level": {"anyOf": [{"type": "integer", "enum": [1, 2]}, {"type": "null"}]},
+            "unit": {"anyOf": [{"type": "string", "enum": ["c"], "description": "Celsius."},
+                               {"type": "string", "enum": ["f"]}]},
+            "flag": {"type": "boolean", "description": "Allowed values: true."},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "open": {"type": "object"},
+            "nothing": {"type": "null"},
+            "id": {"type": "string", "minLength": 36}
+        }, "required": ["tree", "any"], "additionalProperties": false}),
+    );
+    // Recursion through an encoded reference is still recursion.
+    gemini_json(
+        json!({"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "$defs": {"N": {"type": "object",
+            "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/%4E"}}}}}),
+        json!({"type": "object", "properties": {"n": {"type": "object", "properties": {
+            "v": {"type": "integer"}, "next": {"type": "object"}}}}}),
+    );
+    // A map at the root is parameters.
+    gemini_json(
+        json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+        json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+    );
+    // A map beside declared properties would lose its value type in `parameters`.
+    gemini_json(
+        json!({"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": {"type": "integer"}}),
+        json!({"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": {"type": "integer"}}),
+    );
+    // A `$ref` beside properties of its own: both sets of properties and requirements hold, so the
+    // target's `additionalProperties: false` refuses neither side's members.
+    gemini_json(
+        json!({"type": "object", "properties": {
+            "v": {"$ref": "#/$defs/T", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+            "any": true
+        }, "$defs": {"T": {"type": "object", "properties": {"y": {"type": "integer"}}, "required": ["y"],
+                           "additionalProperties": false}}}),
+        json!({"type": "object", "properties": {
+            "v": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                  "required": ["x", "y"], "additionalProperties": false},
+            "any": {"anyOf": any()}
+        }}),
+    );
 }
 
 /// A realistic schemars schema, as the registry advertises it.
@@ -302,6 +388,7 @@ fn a_schemars_schema_becomes_pure_gemini() {
     assert!(openai_strict_eligible(&schema).is_err(), "optional fields are not required");
     let converted = gemini_schema(&schema).expect("has parameters");
     only_gemini_keywords(&converted, "#");
+    assert_typed_throughout(&converted, "#");
     assert_eq!(converted["properties"]["speed"]["enum"], json!(["Standard", "Express"]));
     assert_eq!(converted["properties"]["gift"]["nullable"], json!(true));
     assert_eq!(converted["properties"]["gift"]["properties"]["message"]["type"], "STRING");
