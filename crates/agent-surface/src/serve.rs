@@ -15,7 +15,7 @@ use agent_surface_http::inbox::InboxConfig;
 #[cfg(feature = "http")]
 use agent_surface_http::{HttpConfig, MetricsRenderer};
 use agent_surface_mcp::McpConfig;
-use agent_surface_mcp::confirm::EngineResolver;
+use agent_surface_mcp::confirm::{ConfirmationResolver, EngineResolver};
 #[cfg(feature = "http")]
 use agent_surface_mcp::http::McpHttpConfig;
 use agent_surface_mcp::mrtr::ApprovalStates;
@@ -40,7 +40,6 @@ const TARGET: &str = "agent_surface::serve";
 const MCP_PATH: &str = "/mcp";
 #[cfg(feature = "http")]
 const API_PREFIX: &str = "/api";
-#[cfg(feature = "http")]
 const INBOX_PREFIX: &str = "/inbox";
 
 /// Serves a [`Service`]: over HTTP ([`http`](Self::http), [`bind`](Self::bind)) MCP at `/mcp`,
@@ -51,9 +50,11 @@ const INBOX_PREFIX: &str = "/inbox";
 /// While it serves:
 /// - **one authenticator** ([`authenticator`](Self::authenticator)) signs callers in on every
 ///   route, so a person's quotas and approvals are theirs whichever route they take;
-/// - **approvals are asked** through MCP elicitation where the client offers it and relayed to
-///   the agent (with the inbox page, under [`ServiceBuilder::public_url`]) where it does not;
-///   long calls are answered as MCP tasks kept in the service's task store, and over the HTTP
+/// - **approvals are asked** through MCP elicitation where the client offers it — the person at
+///   the client approves their own call in person, which counts as an approval (see
+///   [`in_person_approval`](Self::in_person_approval), which turns it off) — and relayed to the
+///   agent (with the inbox page, under [`ServiceBuilder::public_url`]) where it does not; long
+///   calls are answered as MCP tasks kept in the service's task store, and over the HTTP
 ///   binding as `202 Accepted` tasks in the same store (`Prefer: respond-async`);
 /// - **the confirmation sweep** runs on its timer (expired confirmations are swept and recorded);
 /// - **a signal drains**: on SIGTERM or Ctrl-C the server stops accepting, lets the calls in
@@ -74,12 +75,20 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   would seal its MCP approval rounds with a key of its own, and a round begun on one could not
 ///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
 ///   keys are only [accepted](Self::accept_state_key) and none seals);
+/// - agents would be sent to approve in an inbox nobody serves: the approval links point at the
+///   inbox under [`ServiceBuilder::public_url`] (its default), but this server does not serve it
+///   (no [`approvers`](Self::approvers), or [`stdio`](Self::stdio)), so every link would answer
+///   "no such confirmation". Serve the inbox, or give [`ServiceBuilder::approval_base_url`] the
+///   address where people do approve (another server's inbox, a page of yours);
+/// - [`in_person_approval`](Self::in_person_approval) is off while `McpConfig::confirmations`
+///   gives a resolver to record approvals at the client;
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
 ///   names a capability type nobody defined);
 /// - the service's public URL or its approval base URL is not an absolute `http` or `https` URL
 ///   (`lb.example` without a scheme would send people to a link no browser opens).
 ///
 /// [`ServiceBuilder::public_url`]: agent_surface_registry::ServiceBuilder::public_url
+/// [`ServiceBuilder::approval_base_url`]: agent_surface_registry::ServiceBuilder::approval_base_url
 #[must_use = "Serve does nothing until `http`, `bind` or `stdio` is awaited"]
 pub struct Serve {
     service: Service,
@@ -89,6 +98,7 @@ pub struct Serve {
     approver_role: Option<String>,
     state_key: Option<Vec<u8>>,
     accepted_state_keys: Vec<Vec<u8>>,
+    in_person_approval: bool,
     mcp: McpConfig,
     #[cfg(feature = "http")]
     mcp_http: McpHttpConfig,
@@ -202,6 +212,7 @@ impl Serve {
             approver_role: None,
             state_key: None,
             accepted_state_keys: Vec::new(),
+            in_person_approval: true,
             mcp: McpConfig::default(),
             #[cfg(feature = "http")]
             mcp_http: McpHttpConfig::default(),
@@ -256,10 +267,42 @@ impl Serve {
         self
     }
 
-    /// The MCP adapter's other settings (server name, instructions, list TTL, …). Its
-    /// authenticator, confirmations, tasks and approval states are `Serve`'s.
+    /// The MCP adapter's other settings (server name, instructions, list TTL, elicitation
+    /// timeout, …). Its authenticator, identity, tasks and approval states are `Serve`'s. Its
+    /// `confirmations` (who records an approval given at the client) are the service engine's
+    /// in-person approvals unless you give a resolver of your own (over `Service::confirmations`);
+    /// `None` there is the field's default, so it means "not given", never "off": to turn
+    /// approval at the client off, use [`in_person_approval`](Self::in_person_approval).
     pub fn mcp(mut self, config: McpConfig) -> Serve {
         self.mcp = config;
+        self
+    }
+
+    /// Whether the person at an MCP client may approve their own call in person (default `true`).
+    ///
+    /// On, a client that declares form elicitation shows the person an approval prompt with the
+    /// confirmation's summary (over the legacy era during the call, over the modern era as an
+    /// input-required round), and their *accept* is recorded in the service's engine as an
+    /// in-person approval (`ConfirmationEngine::approve_in_person`, approver
+    /// `in-person:mcp-elicitation`); *decline* is their denial. That is the requester approving
+    /// their own call, which the engine refuses everywhere else, and it counts: it is the one
+    /// approval a confirmation needs when its quorum asks for no role and names no approvers, and
+    /// at most one approval of a larger quorum (filling a slot that asks for no role). It does not
+    /// count where the quorum asks every approver for a role (`Quorum::with_role`) or names its
+    /// approvers (`Quorum::with_approver`, unless it names `in-person:mcp-elicitation`). It is
+    /// exactly as trustworthy as the client's prompt: the model cannot answer it, but a client
+    /// that answers it without showing it to the person (an autonomous agent runner, a harness
+    /// that accepts everything) approves in their name.
+    ///
+    /// Off (`false`), nobody is asked at the client to approve: `CONFIRMATION_REQUIRED` goes to
+    /// the agent (two-phase), or, where the client offers URL-mode elicitation and the service has
+    /// an approval page, the person is sent to that page, where someone other than the requester
+    /// approves. Turn it off when every approval must be someone else's.
+    ///
+    /// (`McpConfig::confirmations: None` cannot say "off": `None` is that field's default, so
+    /// [`mcp`](Self::mcp) reads it as "not given".)
+    pub fn in_person_approval(mut self, allow: bool) -> Serve {
+        self.in_person_approval = allow;
         self
     }
 
@@ -382,6 +425,15 @@ impl Serve {
                     .into(),
             ));
         }
+        if !serving_inbox && let Some(base) = approvals_in_own_inbox(&self.service) {
+            return Err(ServeError::Refused(format!(
+                "agents would send people to approve at `{base}…`, the approval inbox under \
+                 ServiceBuilder::public_url, but this server does not serve it, so every link would answer \
+                 \"no such confirmation\": serve the inbox (Serve::approvers, with Serve::authenticator; the \
+                 `inbox` feature), or, where people approve elsewhere (another server's inbox on the same stores, \
+                 a page of yours), give that address with ServiceBuilder::approval_base_url"
+            )));
+        }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let Serve {
@@ -464,6 +516,15 @@ impl Serve {
         self.install_operator_log();
         self.mcp.identity = identity;
         let config = self.mcp_config()?;
+        if let Some(base) = approvals_in_own_inbox(&self.service) {
+            return Err(ServeError::Refused(format!(
+                "agents would send people to approve at `{base}…`, the approval inbox under \
+                 ServiceBuilder::public_url, but Serve::stdio serves no inbox, so every link would answer \
+                 \"no such confirmation\": where another server serves the inbox on the same stores, give its \
+                 address with ServiceBuilder::approval_base_url instead of public_url; otherwise leave \
+                 public_url out (approvals are then asked at the client, or relayed to the agent)"
+            )));
+        }
         let registry = self.service.registry.clone();
         let stop = CancellationToken::new();
         let periodic = Periodic::start(&registry, &stop);
@@ -527,11 +588,26 @@ impl Serve {
             }
             (None, false) => self.mcp.approval_states.clone(),
         };
+        // Approvals at the client: the service engine's in-person approvals, a resolver the
+        // application gave, or none.
+        let confirmations: Option<Arc<dyn ConfirmationResolver>> =
+            match (self.in_person_approval, &self.mcp.confirmations) {
+                (true, Some(yours)) => Some(yours.clone()),
+                (true, None) => Some(Arc::new(EngineResolver::new(service.confirmations.clone()))),
+                (false, None) => None,
+                (false, Some(_)) => {
+                    return Err(ServeError::Refused(
+                        "Serve::in_person_approval(false) turns approval at the MCP client off, but \
+                         McpConfig::confirmations gives a resolver to record it: leave one of the two out"
+                            .into(),
+                    ));
+                }
+            };
         let tasks = TaskConfig { store: service.tasks.clone(), ..TaskConfig::default() };
         Ok(McpConfig {
             #[cfg(feature = "http")]
             authenticator: self.authenticator.clone(),
-            confirmations: Some(Arc::new(EngineResolver::new(service.confirmations.clone()))),
+            confirmations,
             tasks: Some(Tasks::new(tasks)),
             approval_states,
             ..self.mcp.clone()
@@ -791,6 +867,17 @@ fn report_stores(service: &Service, local: SocketAddr, serving_inbox: bool) {
             lost.join("; ")
         );
     }
+}
+
+/// The approval base URL when it points at the inbox that `Serve` serves under the service's
+/// public URL (`{public_url}/inbox/…`: the default `ServiceBuilder` derives from the public URL,
+/// or an explicit base to the same place), for a server that does not serve it to refuse.
+fn approvals_in_own_inbox(service: &Service) -> Option<&str> {
+    let public = service.public_url.as_deref()?.trim_end_matches('/');
+    let base = service.confirmations.config().approval_base_url.as_deref()?;
+    let inbox = format!("{public}{INBOX_PREFIX}");
+    let under = base.get(..inbox.len()).is_some_and(|head| head.eq_ignore_ascii_case(&inbox));
+    (under && matches!(base.as_bytes().get(inbox.len()), None | Some(b'/'))).then_some(base)
 }
 
 /// Whether `url` (one [`web_address_host`] accepts) names port 0: a port the system picks when a

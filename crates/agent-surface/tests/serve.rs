@@ -2,15 +2,28 @@
 //! authenticator.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use agent_surface::core::{AgentSurfaceError, Effect, ErrorCode};
-use agent_surface::policy::{AllowAll, BearerTokens, Identity, Policies, RequireIdentity};
+use agent_surface::mcp::McpConfig;
+use agent_surface::mcp::confirm::{ConfirmationAnswer, ConfirmationResolver, EngineResolver, ResolveError};
+use agent_surface::policy::{AllowAll, BearerTokens, Consumer, Identity, Policies, RequireIdentity};
 use agent_surface::{Serve, ServeError, ServiceBuilder};
 use agent_surface_testing::http;
 use serde_json::{Value, json};
-use support::refunds;
 
 mod support;
+
+/// A service with one capability that needs a person's approval, reached at `public_url` when
+/// given (its approval links then point at the inbox under it).
+fn refunds(public_url: Option<&str>) -> (agent_surface::Service, agent_surface::registry::Mount) {
+    let builder = ServiceBuilder::new();
+    support::refunds_on(match public_url {
+        Some(url) => builder.public_url(url),
+        None => builder,
+    })
+}
 
 fn people() -> Arc<BearerTokens> {
     Arc::new(BearerTokens::new([
@@ -314,6 +327,147 @@ async fn shared_approvals_with_an_inbox_in_one_process_are_refused() {
     let why = refused(serve(service(half)).bind("127.0.0.1:0").await);
     assert!(why.contains("Stores::with_inbox"), "{why}");
     let running = serve(service(bundle)).bind("127.0.0.1:0").await.expect("serves with the backend's inbox store");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
+
+/// Approval links are derived from the public URL and point at this server's inbox: a server
+/// that does not serve it would send every person to "no such confirmation". Refused, naming
+/// the fixes; each fix serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_links_to_an_inbox_nobody_serves_are_refused_before_listening() {
+    let (service, _mount) = refunds(Some("https://refunds.example"));
+    let serve = || Serve::new(service.clone()).authenticator(people()).operator_log(false);
+    let why = refused(serve().bind("127.0.0.1:0").await);
+    assert!(why.contains("`https://refunds.example/inbox/c/…`"), "{why}");
+    assert!(why.contains("Serve::approvers") && why.contains("ServiceBuilder::approval_base_url"), "{why}");
+    // An explicit base to the same place is the same inbox.
+    let same = ServiceBuilder::new()
+        .public_url("https://refunds.example")
+        .approval_base_url("https://Refunds.example/inbox/c");
+    let (same, _same_mount) = support::refunds_on(same);
+    let why = refused(Serve::new(same).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await);
+    assert!(why.contains("Serve::approvers"), "{why}");
+
+    // Fixed by serving the inbox here…
+    let running = serve().approvers("approver").bind("127.0.0.1:0").await.expect("serves the inbox");
+    running.stop();
+    running.stopped().await.expect("drains");
+    // … or by sending people where they do approve.
+    let elsewhere =
+        ServiceBuilder::new().public_url("https://refunds.example").approval_base_url("https://desk.example/inbox/c/");
+    let (elsewhere, _elsewhere_mount) = support::refunds_on(elsewhere);
+    let running =
+        Serve::new(elsewhere).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await.expect("serves");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
+
+/// Over stdio there is no inbox: approval links under the public URL are refused before
+/// anything is read from standard input.
+#[cfg(feature = "stdio")]
+#[tokio::test]
+async fn approval_links_from_a_stdio_server_to_its_own_inbox_are_refused() {
+    let (service, _mount) = refunds(Some("https://refunds.example"));
+    let served = Serve::new(service).operator_log(false).stdio(Some(Identity::new("alice"))).await;
+    let Err(ServeError::Refused(why)) = served else { panic!("expected a refusal, got {served:?}") };
+    assert!(why.contains("Serve::stdio serves no inbox") && why.contains("ServiceBuilder::approval_base_url"), "{why}");
+}
+
+/// The JSON-RPC answer's invoke result, decoded.
+fn invoke_result(answer: &Value) -> agent_surface::core::InvokeResult {
+    let result = serde_json::from_value(answer["result"].clone()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    agent_surface::mcp::codec::decode(&result).expect("an invoke result")
+}
+
+/// A legacy (2025-11-25) session of alice's whose client declared form elicitation, and a
+/// `tools/call` of `refunds-issue` in it: every message of the call's answer.
+async fn legacy_refund(addr: std::net::SocketAddr) -> Vec<Value> {
+    let base = [("Authorization", "Bearer alice-token"), ("Accept", "application/json, text/event-stream")];
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "serve-test", "version": "0"}}});
+    let r = http::post_json(addr, "/mcp", &base, &init.to_string()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let session = r.header("mcp-session-id").expect("a session").to_string();
+    let mut headers = base.to_vec();
+    headers.extend([("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")]);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    assert_eq!(http::post_json(addr, "/mcp", &headers, &initialized).await.status, 202);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "refunds-issue", "arguments": {"order": "o-7"}}});
+    http::post_json(addr, "/mcp", &headers, &call.to_string()).await.messages()
+}
+
+/// With in-person approval off, a client that can ask its user is not asked to approve (the
+/// requester's own *accept* would count as the approval): the agent gets
+/// `CONFIRMATION_REQUIRED` (two-phase), in both eras. On (the default), it is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_in_person_approval_off_a_client_that_can_ask_its_user_is_not_asked_to_approve() {
+    let (service, _mount) = refunds(None);
+    // A legacy client that is asked holds the call until it answers, or this long.
+    let mcp = McpConfig { elicitation_timeout: Duration::from_secs(1), ..McpConfig::default() };
+    let serve = |in_person: bool| {
+        Serve::new(service.clone())
+            .authenticator(people())
+            .operator_log(false)
+            .mcp(mcp.clone())
+            .in_person_approval(in_person)
+            .bind("127.0.0.1:0")
+    };
+    let (on, off) = (serve(true).await.expect("serves"), serve(false).await.expect("serves"));
+    let elicits = |messages: &[Value]| messages.iter().any(|m| m["method"] == "elicitation/create");
+
+    // Modern: an input-required round asks the person, or there is none.
+    let asked = ask_refund(on.local_addr(), json!({})).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let relayed = ask_refund(off.local_addr(), json!({})).await;
+    assert_ne!(relayed["result"]["resultType"], "input_required", "{relayed}");
+    assert_eq!(invoke_result(&relayed).code(), Some(ErrorCode::ConfirmationRequired), "{relayed}");
+
+    // Legacy: `elicitation/create` during the call, or none.
+    let messages = legacy_refund(on.local_addr()).await;
+    assert!(elicits(&messages), "{messages:?}");
+    let messages = legacy_refund(off.local_addr()).await;
+    assert!(!elicits(&messages), "{messages:?}");
+    let answer = messages.iter().find(|m| m["id"] == 1).expect("the call's answer");
+    assert_eq!(invoke_result(answer).code(), Some(ErrorCode::ConfirmationRequired), "{answer}");
+}
+
+/// Records answers in the engine, counting them.
+struct Counting(EngineResolver, Arc<AtomicUsize>);
+
+impl ConfirmationResolver for Counting {
+    fn resolve<'a>(
+        &'a self,
+        confirmation_id: &'a str,
+        requester: &'a Consumer,
+        answer: ConfirmationAnswer,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), ResolveError>> + Send + 'a>> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.resolve(confirmation_id, requester, answer)
+    }
+}
+
+/// A resolver given in `McpConfig::confirmations` records the answers given at the client; given
+/// while in-person approval is off, the contradiction is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolver_of_the_applications_records_the_answers_at_the_client() {
+    let (service, _mount) = refunds(None);
+    let answers = Arc::new(AtomicUsize::new(0));
+    let resolver = Arc::new(Counting(EngineResolver::new(service.confirmations.clone()), answers.clone()));
+    let mcp = McpConfig { confirmations: Some(resolver), ..McpConfig::default() };
+    let serve = || Serve::new(service.clone()).authenticator(people()).operator_log(false).mcp(mcp.clone());
+    let why = refused(serve().in_person_approval(false).bind("127.0.0.1:0").await);
+    assert!(why.contains("Serve::in_person_approval(false)") && why.contains("McpConfig::confirmations"), "{why}");
+
+    let running = serve().bind("127.0.0.1:0").await.expect("serves");
+    let asked = ask_refund(running.local_addr(), json!({})).await;
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state");
+    let accept = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    let done = ask_refund(running.local_addr(), accept).await;
+    assert_eq!(done["result"]["structuredContent"]["refunded"], "o-9", "{done}");
+    assert_eq!(answers.load(Ordering::SeqCst), 1, "the application's resolver recorded the approval");
     running.stop();
     running.stopped().await.expect("drains");
 }

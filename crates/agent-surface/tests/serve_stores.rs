@@ -1,17 +1,21 @@
 //! What `Serve` says at startup of where the service keeps its state. A binary of its own: it
 //! captures the operator log, which a test that lets `Serve` install its own log would take.
 
-use agent_surface::Serve;
+use agent_surface::{Serve, ServiceBuilder};
 
 mod support;
 
 /// What `bind` logs at WARN (the operator log's default) for a service on the default (memory)
-/// stores, with `public_url`, listening on `addr`.
+/// stores, with `public_url`, listening on `addr`. People approve elsewhere (no inbox served).
 fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
     let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::WARN, || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async {
-            let (service, _mount) = support::refunds(public_url);
+            let mut builder = ServiceBuilder::new().approval_base_url("https://desk.example/approve/");
+            if let Some(url) = public_url {
+                builder = builder.public_url(url);
+            }
+            let (service, _mount) = support::refunds_on(builder);
             let running = Serve::new(service).operator_log(false).bind(addr).await.expect("serves");
             running.stop();
             running.stopped().await.expect("drains");

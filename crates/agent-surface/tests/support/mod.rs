@@ -5,14 +5,10 @@ use agent_surface::core::{AgentSurfaceError, Effect};
 use agent_surface::policy::{AllowAll, Policies, RequireIdentity};
 use serde_json::{Value, json};
 
-/// A service with one capability that needs a person's approval, its mount kept alive.
-pub(crate) fn refunds(public_url: Option<&str>) -> (agent_surface::Service, agent_surface::registry::Mount) {
-    let mut builder =
-        ServiceBuilder::new().authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll));
-    if let Some(url) = public_url {
-        builder = builder.public_url(url);
-    }
-    let service = builder.build();
+/// A service on `builder` (its public URL, its approval page, …) with one capability that needs a
+/// person's approval, its mount kept alive.
+pub(crate) fn refunds_on(builder: ServiceBuilder) -> (agent_surface::Service, agent_surface::registry::Mount) {
+    let service = builder.authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll)).build();
     service
         .registry
         .define("refunds", |t| {
