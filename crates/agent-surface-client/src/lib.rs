@@ -35,7 +35,8 @@
 //!   idempotent call gets these codes once its handler started (`spec/error-model.md`,
 //!   *Interrupted calls*), so the code decides, never the tool's declarations;
 //!   `with-confirmation`: asks the
-//!   [`ClientHost`] (a person, never the model) and retries with
+//!   [`ClientHost`] (a person, never the model) and, once the host answers that the approval is
+//!   recorded on the server ([`ClientHost::confirm`]), retries with
 //!   `agent-surface/confirmationId`; an unknown outcome is repeated only if the host verifies
 //!   that nothing took effect; `no` comes back to the caller, never repeated
 //!   ([`Stop::ReturnedToCaller`]); the
@@ -70,14 +71,29 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, decide_payload};
-pub use agent_surface_core::decision::{Approval, Stop, Verification};
 use agent_surface_core::details::TARGET_ARGUMENT;
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::{ErrorCode, ErrorPayload};
-use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, MetaObject, RequestMetaObject, Tool};
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
+
+/// What a [`ClientHost`] answers when a person is asked to approve a call. In this client,
+/// [`Approved`](Approval::Approved) means *the approval is recorded where the server will see
+/// it*, not "the person said yes": see [`ClientHost::confirm`] for what the host does first, and
+/// what happens otherwise.
+pub use agent_surface_core::decision::Approval;
+pub use agent_surface_core::decision::{Stop, Verification};
+/// The future [`ClientHost`] and [`Wait`] return, `Pin<Box<dyn Future<Output = T> + Send + 'a>>`
+/// (`futures-util`'s, re-exported so that an implementation names it without depending on
+/// `futures-util`): write the body as `Box::pin(async move { … })`.
+pub use futures_util::future::BoxFuture;
+
+/// The Rust example of the user guide's chapter on recovery (`docs/recovery.md`), compiled as a
+/// doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/recovery.md")]
+struct UserGuideRecovery;
 
 /// `_meta` key of the invocation id (the idempotency key).
 pub const INVOCATION_ID: &str = "agent-surface/invocationId";
@@ -187,8 +203,51 @@ pub struct ConfirmationPrompt {
 
 /// The person and the state behind the client. The defaults hand decisions back: no one to
 /// approve in-process, and an unknown outcome is never repeated.
+///
+/// Both methods return a [`BoxFuture`] (re-exported by this crate):
+///
+/// ```
+/// use agent_surface_client::{Approval, BoxFuture, ClientHost, ConfirmationPrompt};
+///
+/// /// Nobody can approve from here: confirmations go back to the caller.
+/// struct Relay;
+///
+/// impl ClientHost for Relay {
+///     fn confirm<'a>(&'a self, _prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+///         Box::pin(async move { Approval::Unavailable })
+///     }
+/// }
+/// ```
 pub trait ClientHost: Send + Sync {
-    /// Asks a person to approve. Default: [`Approval::Unavailable`].
+    /// Asks a person to approve the call, and answers only once the server can tell.
+    /// Default: [`Approval::Unavailable`].
+    ///
+    /// The client does not approve anything itself: on [`Approval::Approved`] it sends the same
+    /// call again (the same invocation id) with `_meta["agent-surface/confirmationId"]`, and the
+    /// server runs it only if its own confirmation store holds the confirmation as approved.
+    /// So answer `Approved` only once the approval is **recorded on the server**:
+    ///
+    /// - a person who may approve (never the requester: the server refuses an approval by the
+    ///   requester) approved it in the service's approval inbox, at the page the error names as
+    ///   `details.approvalUrl` (`{public_url}/inbox/c/{confirmation_id}`), or through another
+    ///   channel the service offers its approvers, and the host knows they did; or
+    /// - the host runs in the service's process and `ConfirmationEngine::approve(&prompt.confirmation_id,
+    ///   &approver)` returned `Ok(())` — with a quorum of several approvers, once the last one
+    ///   approved (until then the confirmation is still pending).
+    ///
+    /// A "yes" in the client's own interface records nothing. Answered `Approved` while the
+    /// confirmation is still pending, the call is sent once more, the server answers
+    /// `CONFIRMATION_REQUIRED` again (the same confirmation, still pending), and the convergence
+    /// guard ends the intent: [`Stop::NotConverging`] after two requests. Nothing ran, and the
+    /// confirmation stays pending until someone decides it or it expires.
+    ///
+    /// A host that cannot have the approval recorded answers [`Approval::Unavailable`]: the
+    /// error goes back to the caller ([`Stop::ReturnedToCaller`], [`Recovery::payload`] with its
+    /// `approvalUrl`), so that the user is told where a person approves it; once approved, the
+    /// same call repeated by the same caller runs (the server presents the approval it relayed).
+    /// [`Approval::Denied`] ends the intent ([`Stop::Denied`]) without another request; the
+    /// confirmation is denied on the server only if the host denies it there too (the inbox,
+    /// `ConfirmationEngine::deny`), else it stays pending until it expires.
     fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
         let _ = prompt;
         Box::pin(std::future::ready(Approval::Unavailable))

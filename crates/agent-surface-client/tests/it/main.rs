@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_surface_client::{
-    Approval, ClientHost, ConfirmationPrompt, INVOCATION_ID, Intent, RecoveringClient, RecoveryConfig, Stop,
+    Approval, BoxFuture, ClientHost, ConfirmationPrompt, INVOCATION_ID, Intent, RecoveringClient, RecoveryConfig, Stop,
     Verification, Wait,
 };
 use agent_surface_core::details::Origin;
@@ -20,7 +20,6 @@ use agent_surface_policy::{
 };
 use agent_surface_registry::{Binding, Ctx, Mount, Registry, RegistryConfig};
 use agent_surface_testing::TestClock;
-use futures_util::future::BoxFuture;
 use rmcp::ServiceExt;
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -376,6 +375,32 @@ async fn a_confirmation_goes_to_the_person_and_an_approval_is_presented() {
     let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
     check(&r, Stop::Succeeded, &[Some(ErrorCode::ConfirmationRequired), None]);
     assert_eq!(*person.asked.lock().unwrap(), ["Delete a note."]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A host that answers `Approved` when nothing was recorded on the server (a "yes" in the
+/// client's own interface): the call is sent once more with the confirmation id, the server
+/// answers `CONFIRMATION_REQUIRED` again (still pending), and the convergence guard ends the
+/// intent. Nothing ran; once an approver approves it on the server, the same call repeated runs.
+#[tokio::test]
+async fn an_approval_the_server_never_saw_does_not_converge() {
+    struct SaysYes;
+    impl ClientHost for SaysYes {
+        fn confirm<'a>(&'a self, _: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
+            Box::pin(std::future::ready(Approval::Approved))
+        }
+    }
+    let w = world().await;
+    let (c, _) = client(&w, Arc::new(SaysYes));
+    let r = c.call(Intent::new("notes-delete", args("n-1")).with_invocation_id("d-1")).await.unwrap();
+    check(&r, Stop::NotConverging, &[Some(ErrorCode::ConfirmationRequired), Some(ErrorCode::ConfirmationRequired)]);
+    assert_eq!(r.calls[1].0, "d-1", "the same id, now with the confirmation id");
+    assert_eq!(w.runs.load(Ordering::SeqCst), 0);
+    let id = r.payload.as_ref().and_then(|p| p.detail("confirmationId")).and_then(Value::as_str).unwrap();
+    w.engine.approve(id, &Identity::new("manager")).await.unwrap();
+    let (c, _) = client(&w, nobody());
+    let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
+    check(&r, Stop::Succeeded, &[None]);
     assert_eq!(w.runs.load(Ordering::SeqCst), 1);
 }
 
