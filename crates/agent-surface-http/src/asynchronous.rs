@@ -55,6 +55,10 @@ const MAX_TASK_ID: usize = 128;
 /// else `*/*`; absent: zero). A client that accepts both alike (`application/json,
 /// text/event-stream`, as MCP clients send) gets the plain JSON answer.
 pub(crate) fn prefers_event_stream(headers: &HeaderMap) -> bool {
+    // Most calls name no event stream at all: they are answered without parsing `Accept`.
+    if !headers.get_all(header::ACCEPT).iter().any(|v| names_event_stream(v.as_bytes())) {
+        return false;
+    }
     // The quality of the first member naming each range, read in one pass over `Accept`.
     const RANGES: [&str; 4] = [EVENT_STREAM, "application/json", "application/*", "*/*"];
     let mut quality: [Option<f32>; 4] = [None; 4];
@@ -73,6 +77,13 @@ pub(crate) fn prefers_event_stream(headers: &HeaderMap) -> bool {
     // JSON's quality is that of its most specific range listed.
     let stream = quality[0].unwrap_or(0.0);
     stream > 0.0 && stream > quality[1..].iter().find_map(|q| *q).unwrap_or(0.0)
+}
+
+/// Whether an `Accept` field's value holds `text/event-stream` anywhere (any case): a field
+/// without it cannot give an event stream a quality.
+fn names_event_stream(value: &[u8]) -> bool {
+    // Only a window that starts with a `t` is compared.
+    value.windows(EVENT_STREAM.len()).any(|w| w[0] | 0x20 == b't' && w.eq_ignore_ascii_case(EVENT_STREAM.as_bytes()))
 }
 
 /// Whether the request prefers an asynchronous answer: a `Prefer` preference `respond-async`

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Limits, TARGET};
@@ -82,34 +84,60 @@ fn millis(d: Duration) -> u64 {
 
 /// The HTTP requests in progress, each held until its answer is ready, or, for a streamed answer,
 /// until its body has been sent (or dropped); an [`OpenStream`] is not held.
+///
+/// Counting is an atomic add and subtract on every request; only a drain waiting for the count
+/// to reach zero is woken, so a request that ends while nobody drains notifies nobody.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct InFlight(Arc<watch::Sender<usize>>);
+pub(crate) struct InFlight(Arc<Counter>);
+
+/// The count of [`InFlight`], and how a drain waits for it to reach zero.
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    count: AtomicUsize,
+    /// Set once a drain waits ([`InFlight::idle`]): from then on a request that brings the count
+    /// to zero wakes it.
+    draining: AtomicBool,
+    idle: Notify,
+}
 
 /// One request counted in [`InFlight`] until dropped.
-pub(crate) struct Held(Arc<watch::Sender<usize>>);
+pub(crate) struct Held(Arc<Counter>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        // Sequentially consistent with `idle`'s store of `draining` and load of the count: of a
+        // last request ending and a drain starting, at least one sees the other.
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.draining.load(Ordering::SeqCst) {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
 impl InFlight {
     /// Counts a request from now until the [`Held`] is dropped; see [`kept`].
     pub(crate) fn hold(&self) -> Held {
-        self.0.send_modify(|n| *n += 1);
+        self.0.count.fetch_add(1, Ordering::SeqCst);
         Held(self.0.clone())
     }
 
     /// How many requests are in progress.
     pub(crate) fn count(&self) -> usize {
-        *self.0.borrow()
+        self.0.count.load(Ordering::SeqCst)
     }
 
     /// Waits until no request is in progress.
     pub(crate) async fn idle(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|n| *n == 0).await;
+        self.0.draining.store(true, Ordering::SeqCst);
+        loop {
+            // Registered before the count is read, so that a request ending in between wakes it.
+            let notified = self.0.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -156,5 +184,31 @@ mod tests {
         open.extensions_mut().insert(OpenStream);
         assert!(kept(in_flight.hold(), &open).is_none());
         assert_eq!(in_flight.count(), 0, "an open stream is not a call");
+    }
+
+    /// A drain waits for the last request in flight, however the ends and the drain interleave:
+    /// idle at once with none; woken by the last of several ending, not by the first.
+    #[tokio::test]
+    async fn a_drain_is_woken_by_the_last_request_ending() {
+        let in_flight = InFlight::default();
+        tokio::time::timeout(Duration::from_secs(1), in_flight.idle()).await.expect("nothing in flight");
+        let (a, b) = (in_flight.hold(), in_flight.hold());
+        let waiting = tokio::spawn({
+            let in_flight = in_flight.clone();
+            async move { in_flight.idle().await }
+        });
+        tokio::task::yield_now().await;
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "one request is still in flight");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(1), waiting).await.expect("woken when the last one ended").unwrap();
+        // Many requests ending on other threads while a drain starts: it always ends.
+        for _ in 0..200 {
+            let held: Vec<_> = (0..4).map(|_| in_flight.hold()).collect();
+            let ends = std::thread::spawn(move || drop(held));
+            tokio::time::timeout(Duration::from_secs(1), in_flight.idle()).await.expect("never missed");
+            ends.join().unwrap();
+        }
     }
 }

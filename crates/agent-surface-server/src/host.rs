@@ -1,7 +1,7 @@
 //! The host a request names, checked against the host names a server answers to (DNS-rebinding
 //! protection), the same way on every transport.
 
-use axum::http::{HeaderMap, Uri, header, uri::Authority};
+use axum::http::{HeaderMap, Uri, header};
 
 /// What [`check_host`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,14 +37,39 @@ pub fn check_host(allowed: &[String], uri: &Uri, headers: &HeaderMap) -> HostChe
     if allowed.is_empty() {
         return HostCheck::Allowed;
     }
-    let authority = match uri.authority() {
-        Some(authority) => Some(authority.clone()),
-        None => host.and_then(|v| v.to_str().ok()).and_then(|h| h.parse::<Authority>().ok()),
+    let named = match uri.authority() {
+        Some(authority) => Some(authority.host()),
+        None => host.and_then(|v| host_of(v.as_bytes())),
     };
-    match authority {
-        Some(a) if allowed.iter().any(|h| h.eq_ignore_ascii_case(a.host())) => HostCheck::Allowed,
+    match named {
+        Some(named) if allowed.iter().any(|h| h.eq_ignore_ascii_case(named)) => HostCheck::Allowed,
         _ => HostCheck::NotAllowed,
     }
+}
+
+/// The host of a `Host` field's value (RFC 9110 §7.2: `uri-host [ ":" port ]`), borrowed from it:
+/// an IPv6 literal with its brackets, or a name or IPv4 address, without the port. `None` for a
+/// value that is not of that form (user information, a port that is not a number below 65,536,
+/// characters a host never holds), which no allowed host matches. Parsed in place, where
+/// `Authority` would copy the value on every request.
+fn host_of(value: &[u8]) -> Option<&str> {
+    let value = std::str::from_utf8(value).ok()?;
+    let (host, port) = if value.starts_with('[') {
+        let end = value.find(']')?;
+        (&value[..=end], &value[end + 1..])
+    } else {
+        value.find(':').map_or((value, ""), |at| (&value[..at], &value[at..]))
+    };
+    let port_ok = match port.strip_prefix(':') {
+        Some(digits) => {
+            digits.is_empty() || (digits.bytes().all(|b| b.is_ascii_digit()) && digits.parse::<u16>().is_ok())
+        }
+        None => port.is_empty(),
+    };
+    let host_ok = !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=[]:".contains(&b))
+        && (host.starts_with('[') || !host.contains([':', '[', ']']));
+    (port_ok && host_ok).then_some(host)
 }
 
 #[cfg(test)]
@@ -71,5 +96,28 @@ mod tests {
         assert_eq!(check(&["localhost"], "http://evil.example/", &["localhost"]), HostCheck::NotAllowed);
         assert_eq!(check(&["localhost", "x"], "/", &["localhost", "x"]), HostCheck::Repeated);
         assert_eq!(check(&[], "/", &["a", "b"]), HostCheck::Repeated);
+    }
+
+    /// A `Host` value that is not `host[:port]` names no allowed host: user information, a port
+    /// that is not a number below 65,536, a second colon, an unclosed IPv6 literal, no host.
+    #[test]
+    fn a_host_field_of_another_form_is_not_allowed() {
+        for bad in [
+            "alice@localhost",
+            "localhost:abc",
+            "localhost:65536",
+            "localhost:80:80",
+            "[::1",
+            "[::1]x",
+            ":8080",
+            "local host",
+            "localhost/x",
+            "",
+        ] {
+            assert_eq!(check(&["localhost", "[::1]"], "/", &[bad]), HostCheck::NotAllowed, "{bad:?}");
+        }
+        for good in ["localhost", "localhost:", "localhost:65535", "LocalHost:1", "[::1]", "[::1]:8080"] {
+            assert_eq!(check(&["localhost", "[::1]"], "/", &[good]), HostCheck::Allowed, "{good:?}");
+        }
     }
 }

@@ -338,6 +338,40 @@ async fn hanging_up_before_the_task_is_named_cancels_the_call() {
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
+/// A client that hangs up on a plain call while a phase before the handler waits (here: the
+/// authority policy): the call is not dropped in the middle of that phase. It goes on under its
+/// cancellation until the pipeline ends it, and the operator log has the call's own end,
+/// `CANCELLED` with its correlation id — not a call that vanished mid-phase.
+#[test]
+fn hanging_up_on_a_plain_call_lets_the_pipeline_end_it() {
+    let ((), log) = agent_surface_testing::capture_operator_log(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let slow = agent_surface_testing::Slow::new(Duration::from_millis(100), agent_surface_policy::AllowAll);
+            let registry = Registry::new(RegistryConfig { authority: Some(Arc::new(slow)), ..Default::default() });
+            registry
+                .define("work", |t| {
+                    t.capability("mix", "Mix.").effect(Effect::Write).raw_handler(
+                        json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                        None,
+                        |_ctx: Ctx, _i: Value| async move { Ok::<_, AgentSurfaceError>(json!({"mixed": true})) },
+                    );
+                })
+                .unwrap();
+            let _mount = registry.mount("work", "main").unwrap();
+            let app = router(registry, config(None));
+            let headers = [("authorization", "Bearer t-alice"), ("idempotency-key", "mix-1")];
+            let hung_up = tokio::spawn(app.clone().oneshot(invoke("work.mix", &headers)));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            hung_up.abort();
+            assert!(hung_up.await.unwrap_err().is_cancelled());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        });
+    });
+    let end = log.lines().find(|l| l.contains("invocation_id=\"mix-1\"") && l.contains("note=caller cancelled"));
+    assert!(end.is_some(), "the call's end is in the log:\n{log}");
+}
+
 /// A client that closes the event stream while the handler waits, reporting nothing more, cancels
 /// the call then, not at the next report or keep-alive (15 s later): the call ends `CANCELLED`,
 /// and its key answers so.
