@@ -144,8 +144,8 @@ impl Requests {
 }
 
 /// A service whose handlers are cancelled by the [`LineTransport`] it is served over (see the
-/// module documentation): each request's handler gets, as its `RequestContext::ct`, a child of
-/// `rmcp`'s token that the transport fires on `notifications/cancelled`.
+/// module documentation): the transport fires each request's handler token (its
+/// `RequestContext::ct`, which `rmcp` makes per request) on `notifications/cancelled`.
 pub(crate) struct Cancellable<S> {
     inner: S,
     requests: Arc<Requests>,
@@ -163,11 +163,11 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Cancellable<S> {
     fn handle_request(
         &self,
         request: ClientRequest,
-        mut context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<ServerResult, ErrorData>> + Send + '_ {
-        let token = context.ct.child_token();
-        self.requests.started(&context.id, &token);
-        context.ct = token;
+        // The handler's own token: `rmcp` makes it for this request alone (a child of the
+        // request's token in its pool), so firing it stops this handler and nothing of `rmcp`'s.
+        self.requests.started(&context.id, &context.ct);
         self.inner.handle_request(request, context)
     }
 
