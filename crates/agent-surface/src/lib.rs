@@ -22,8 +22,8 @@
 //! the approval inbox at `/inbox` for the people who decide confirmations, one authenticator for
 //! all three, the confirmation sweep on its timer, a graceful drain on SIGTERM or Ctrl-C, and
 //! the operator log on standard error. What it cannot make safe it refuses before it listens (an
-//! inbox nobody is sent to, approval links to an inbox nobody serves, replicas that cannot read
-//! each other's approval states). An MCP client that can ask its user lets the requester approve
+//! inbox nobody is sent to, replicas that cannot read each other's approval states), and it warns
+//! of approval links to an inbox it does not serve. An MCP client that can ask its user lets the requester approve
 //! their own call in person; `Serve::in_person_approval(false)` turns that off.
 //!
 //! # Example

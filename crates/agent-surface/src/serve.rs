@@ -75,17 +75,20 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   would seal its MCP approval rounds with a key of its own, and a round begun on one could not
 ///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
 ///   keys are only [accepted](Self::accept_state_key) and none seals);
-/// - agents would be sent to approve in an inbox nobody serves: the approval links point at the
-///   inbox under [`ServiceBuilder::public_url`] (its default), but this server does not serve it
-///   (no [`approvers`](Self::approvers), or [`stdio`](Self::stdio)), so every link would answer
-///   "no such confirmation". Serve the inbox, or give [`ServiceBuilder::approval_base_url`] the
-///   address where people do approve (another server's inbox, a page of yours);
 /// - [`in_person_approval`](Self::in_person_approval) is off while `McpConfig::confirmations`
 ///   gives a resolver to record approvals at the client;
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
 ///   names a capability type nobody defined);
 /// - the service's public URL or its approval base URL is not an absolute `http` or `https` URL
 ///   (`lb.example` without a scheme would send people to a link no browser opens).
+///
+/// It warns at start (`WARN` on the operator log) when the approval links point at the inbox
+/// under [`ServiceBuilder::public_url`] (their default) but this server does not serve it (no
+/// [`approvers`](Self::approvers), or [`stdio`](Self::stdio)): a person sent there would find "no
+/// such confirmation" unless another server answers there. Serve the inbox, or give
+/// [`ServiceBuilder::approval_base_url`] the address where people do approve. (A warning, not a
+/// refusal: the public URL also names the host agents reach, and another `Serve` of the same
+/// service, or a proxy, may serve the inbox.)
 ///
 /// [`ServiceBuilder::public_url`]: agent_surface_registry::ServiceBuilder::public_url
 /// [`ServiceBuilder::approval_base_url`]: agent_surface_registry::ServiceBuilder::approval_base_url
@@ -425,14 +428,8 @@ impl Serve {
                     .into(),
             ));
         }
-        if !serving_inbox && let Some(base) = approvals_in_own_inbox(&self.service) {
-            return Err(ServeError::Refused(format!(
-                "agents would send people to approve at `{base}…`, the approval inbox under \
-                 ServiceBuilder::public_url, but this server does not serve it, so every link would answer \
-                 \"no such confirmation\": serve the inbox (Serve::approvers, with Serve::authenticator; the \
-                 `inbox` feature), or, where people approve elsewhere (another server's inbox on the same stores, \
-                 a page of yours), give that address with ServiceBuilder::approval_base_url"
-            )));
+        if !serving_inbox {
+            warn_of_unserved_approval_links(&self.service, "this server does not serve it");
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
@@ -516,15 +513,7 @@ impl Serve {
         self.install_operator_log();
         self.mcp.identity = identity;
         let config = self.mcp_config()?;
-        if let Some(base) = approvals_in_own_inbox(&self.service) {
-            return Err(ServeError::Refused(format!(
-                "agents would send people to approve at `{base}…`, the approval inbox under \
-                 ServiceBuilder::public_url, but Serve::stdio serves no inbox, so every link would answer \
-                 \"no such confirmation\": where another server serves the inbox on the same stores, give its \
-                 address with ServiceBuilder::approval_base_url instead of public_url; otherwise leave \
-                 public_url out (approvals are then asked at the client, or relayed to the agent)"
-            )));
-        }
+        warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
         let registry = self.service.registry.clone();
         let stop = CancellationToken::new();
         let periodic = Periodic::start(&registry, &stop);
@@ -869,9 +858,26 @@ fn report_stores(service: &Service, local: SocketAddr, serving_inbox: bool) {
     }
 }
 
+/// Reports, at start, approval links that point at the inbox under the service's public URL
+/// when this server does not serve it (`why`): a person sent there finds "no such confirmation".
+/// A warning, not a refusal: another `Serve` of the same service in this process, or a proxy in
+/// front of it, may serve that inbox, and a service that never asks for an approval sends no link.
+fn warn_of_unserved_approval_links(service: &Service, why: &str) {
+    if let Some(base) = approvals_in_own_inbox(service) {
+        tracing::warn!(
+            target: TARGET,
+            approval_base_url = %base,
+            "approval links point at the inbox under ServiceBuilder::public_url, but {why}: unless another server \
+             answers there, a person sent to approve finds \"no such confirmation\". Serve the inbox (Serve::approvers, \
+             with Serve::authenticator; the `inbox` feature), or give the address where people do approve with \
+             ServiceBuilder::approval_base_url"
+        );
+    }
+}
+
 /// The approval base URL when it points at the inbox that `Serve` serves under the service's
 /// public URL (`{public_url}/inbox/…`: the default `ServiceBuilder` derives from the public URL,
-/// or an explicit base to the same place), for a server that does not serve it to refuse.
+/// or an explicit base to the same place).
 fn approvals_in_own_inbox(service: &Service) -> Option<&str> {
     let public = service.public_url.as_deref()?.trim_end_matches('/');
     let base = service.confirmations.config().approval_base_url.as_deref()?;

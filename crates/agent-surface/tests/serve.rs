@@ -331,49 +331,6 @@ async fn shared_approvals_with_an_inbox_in_one_process_are_refused() {
     running.stopped().await.expect("drains");
 }
 
-/// Approval links are derived from the public URL and point at this server's inbox: a server
-/// that does not serve it would send every person to "no such confirmation". Refused, naming
-/// the fixes; each fix serves.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approval_links_to_an_inbox_nobody_serves_are_refused_before_listening() {
-    let (service, _mount) = refunds(Some("https://refunds.example"));
-    let serve = || Serve::new(service.clone()).authenticator(people()).operator_log(false);
-    let why = refused(serve().bind("127.0.0.1:0").await);
-    assert!(why.contains("`https://refunds.example/inbox/c/…`"), "{why}");
-    assert!(why.contains("Serve::approvers") && why.contains("ServiceBuilder::approval_base_url"), "{why}");
-    // An explicit base to the same place is the same inbox.
-    let same = ServiceBuilder::new()
-        .public_url("https://refunds.example")
-        .approval_base_url("https://Refunds.example/inbox/c");
-    let (same, _same_mount) = support::refunds_on(same);
-    let why = refused(Serve::new(same).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await);
-    assert!(why.contains("Serve::approvers"), "{why}");
-
-    // Fixed by serving the inbox here…
-    let running = serve().approvers("approver").bind("127.0.0.1:0").await.expect("serves the inbox");
-    running.stop();
-    running.stopped().await.expect("drains");
-    // … or by sending people where they do approve.
-    let elsewhere =
-        ServiceBuilder::new().public_url("https://refunds.example").approval_base_url("https://desk.example/inbox/c/");
-    let (elsewhere, _elsewhere_mount) = support::refunds_on(elsewhere);
-    let running =
-        Serve::new(elsewhere).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await.expect("serves");
-    running.stop();
-    running.stopped().await.expect("drains");
-}
-
-/// Over stdio there is no inbox: approval links under the public URL are refused before
-/// anything is read from standard input.
-#[cfg(feature = "stdio")]
-#[tokio::test]
-async fn approval_links_from_a_stdio_server_to_its_own_inbox_are_refused() {
-    let (service, _mount) = refunds(Some("https://refunds.example"));
-    let served = Serve::new(service).operator_log(false).stdio(Some(Identity::new("alice"))).await;
-    let Err(ServeError::Refused(why)) = served else { panic!("expected a refusal, got {served:?}") };
-    assert!(why.contains("Serve::stdio serves no inbox") && why.contains("ServiceBuilder::approval_base_url"), "{why}");
-}
-
 /// The JSON-RPC answer's invoke result, decoded.
 fn invoke_result(answer: &Value) -> agent_surface::core::InvokeResult {
     let result = serde_json::from_value(answer["result"].clone()).unwrap_or_else(|e| panic!("{e}: {answer}"));

@@ -8,13 +8,18 @@ mod support;
 /// What `bind` logs at WARN (the operator log's default) for a service on the default (memory)
 /// stores, with `public_url`, listening on `addr`. People approve elsewhere (no inbox served).
 fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
+    let mut builder = ServiceBuilder::new().approval_base_url("https://desk.example/approve/");
+    if let Some(url) = public_url {
+        builder = builder.public_url(url);
+    }
+    warnings_of(builder, addr)
+}
+
+/// What `bind` logs at WARN for the service `builder` makes, listening on `addr`, with no inbox.
+fn warnings_of(builder: ServiceBuilder, addr: &'static str) -> String {
     let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::WARN, || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async {
-            let mut builder = ServiceBuilder::new().approval_base_url("https://desk.example/approve/");
-            if let Some(url) = public_url {
-                builder = builder.public_url(url);
-            }
             let (service, _mount) = support::refunds_on(builder);
             let running = Serve::new(service).operator_log(false).bind(addr).await.expect("serves");
             running.stop();
@@ -22,6 +27,24 @@ fn warnings(public_url: Option<&str>, addr: &'static str) -> String {
         });
     });
     log
+}
+
+/// Approval links derived from the public URL point at this server's inbox: a server that does
+/// not serve it says so at startup, naming the fixes (a person sent there would find "no such
+/// confirmation"); links to where people do approve are not reported.
+#[test]
+fn approval_links_to_an_inbox_this_server_does_not_serve_are_reported_at_startup() {
+    const REPORT: &str = "approval links point at the inbox under ServiceBuilder::public_url";
+    let log = warnings_of(ServiceBuilder::new().public_url("https://refunds.example"), "127.0.0.1:0");
+    assert!(log.contains(REPORT) && log.contains("approval_base_url=https://refunds.example/inbox/c/"), "{log}");
+    assert!(log.contains("Serve::approvers") && log.contains("ServiceBuilder::approval_base_url"), "{log}");
+    // An explicit base to the same place is the same inbox.
+    let same = ServiceBuilder::new()
+        .public_url("https://refunds.example")
+        .approval_base_url("https://Refunds.example/inbox/c");
+    assert!(warnings_of(same, "127.0.0.1:0").contains(REPORT));
+    // People approve elsewhere: nothing to report.
+    assert!(!warnings(Some("https://refunds.example"), "127.0.0.1:0").contains(REPORT));
 }
 
 /// A service agents reach from elsewhere (here: its public URL names another host) whose stores
