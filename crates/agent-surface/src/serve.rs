@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The operator log's target for what `Serve` does.
-#[cfg(feature = "http")]
+#[cfg(any(feature = "http", feature = "stdio"))]
 const TARGET: &str = "agent_surface::serve";
 
 /// Where the MCP transport, the HTTP binding and the approval inbox are served.
@@ -40,6 +40,7 @@ const TARGET: &str = "agent_surface::serve";
 const MCP_PATH: &str = "/mcp";
 #[cfg(feature = "http")]
 const API_PREFIX: &str = "/api";
+#[cfg(any(feature = "http", feature = "stdio"))]
 const INBOX_PREFIX: &str = "/inbox";
 
 /// Serves a [`Service`]: over HTTP ([`http`](Self::http), [`bind`](Self::bind)) MCP at `/mcp`,
@@ -862,6 +863,7 @@ fn report_stores(service: &Service, local: SocketAddr, serving_inbox: bool) {
 /// when this server does not serve it (`why`): a person sent there finds "no such confirmation".
 /// A warning, not a refusal: another `Serve` of the same service in this process, or a proxy in
 /// front of it, may serve that inbox, and a service that never asks for an approval sends no link.
+#[cfg(any(feature = "http", feature = "stdio"))]
 fn warn_of_unserved_approval_links(service: &Service, why: &str) {
     if let Some(base) = approvals_in_own_inbox(service) {
         tracing::warn!(
@@ -878,6 +880,7 @@ fn warn_of_unserved_approval_links(service: &Service, why: &str) {
 /// The approval base URL when it points at the inbox that `Serve` serves under the service's
 /// public URL (`{public_url}/inbox/…`: the default `ServiceBuilder` derives from the public URL,
 /// or an explicit base to the same place).
+#[cfg(any(feature = "http", feature = "stdio"))]
 fn approvals_in_own_inbox(service: &Service) -> Option<&str> {
     let public = service.public_url.as_deref()?.trim_end_matches('/');
     let base = service.confirmations.config().approval_base_url.as_deref()?;
