@@ -58,8 +58,9 @@ pub(crate) fn page(title: &str, stylesheet: &str, signed_in: Option<(&str, &str,
 /// The recent decisions the inbox lists, read from the audit trail: those on confirmations the
 /// viewer may see.
 pub(crate) enum Recent {
-    /// The latest decisions the viewer may see, newest first (none yet: empty).
-    Listed(Vec<AuditEvent>),
+    /// The latest decisions the viewer may see, newest first (none yet: empty), and whether the
+    /// reads that tell which they may see ran out first (older ones may be missing).
+    Listed(Vec<AuditEvent>, bool),
     /// The service keeps no audit trail, so the inbox has no decisions to list.
     NoTrail,
     /// The trail, or the confirmations that tell which decisions the viewer may see, could not
@@ -99,9 +100,21 @@ pub(crate) fn inbox(prefix: &str, pending: &[ConfirmationRecord], recent: &Recen
         out.push_str("</tbody></table></div>\n");
     }
     out.push_str("<h2>Recent decisions</h2>\n");
+    // Where the reads ran out, the list says so rather than that there is nothing more.
+    const CUT: &str = "<p id=\"recent-cut\">Only the newest decisions were looked through; older ones you may see \
+                       are on each confirmation's page.</p>\n";
     let recent = match recent {
-        Recent::Listed(events) if !events.is_empty() => events,
-        Recent::Listed(_) => {
+        Recent::Listed(events, cut) if !events.is_empty() => {
+            if *cut {
+                out.push_str(CUT);
+            }
+            events
+        }
+        Recent::Listed(_, true) => {
+            out.push_str(CUT);
+            return out;
+        }
+        Recent::Listed(_, false) => {
             out.push_str("<p id=\"no-recent\">No recent decision on a confirmation you may see.</p>\n");
             return out;
         }

@@ -50,7 +50,8 @@
 //! now). A decision on a confirmation the engine no longer holds (swept after its deadline) is
 //! shown only to whoever made it. Telling them apart reads each confirmation once, one record at
 //! a time (the store has no batch read; 8 under way at once), at most 100 of them per page (the
-//! approver's own decisions need none); when those do not yield 20, the list ends there, shorter.
+//! approver's own decisions need none); when those do not yield 20, the list ends there, shorter,
+//! and says that older decisions are on each confirmation's page.
 //! A trail or store that does not answer leaves the list out and says so.
 //!
 //! **Safe as a web page.** Every state change (decide, sign in, sign out) needs the form's token:
@@ -517,7 +518,7 @@ async fn list(State(inbox): State<Arc<Inbox>>, headers: HeaderMap) -> Response {
 /// is shown only to whoever made it, as is one whose event names no confirmation. The store reads
 /// one record at a time, so the confirmations are read [`RECENT_READS_AT_ONCE`] at a time, each
 /// once, at most [`MAX_RECENT_READS`] of them (the viewer's own decisions need none); the list
-/// ends where that budget does. A trail or store that does not answer: [`html::Recent::Unavailable`].
+/// ends where that budget does, and says so. A trail or store that does not answer: [`html::Recent::Unavailable`].
 async fn recent_decisions(inbox: &Inbox, viewer: &Identity) -> html::Recent {
     use futures_util::StreamExt;
     let Some(audit) = &inbox.config.audit else { return html::Recent::NoTrail };
@@ -549,6 +550,7 @@ async fn recent_decisions(inbox: &Inbox, viewer: &Identity) -> html::Recent {
         .buffered(RECENT_READS_AT_ONCE);
     let mut visible: HashMap<String, bool> = HashMap::new();
     let mut listed = Vec::new();
+    let mut cut = false;
     'events: for event in decisions {
         if listed.len() == MAX_RECENT {
             break;
@@ -569,7 +571,10 @@ async fn recent_decisions(inbox: &Inbox, viewer: &Identity) -> html::Recent {
                         return html::Recent::Unavailable;
                     }
                     // Past the reads' budget: the list ends here.
-                    None => break 'events,
+                    None => {
+                        cut = true;
+                        break 'events;
+                    }
                 }
             },
         };
@@ -577,7 +582,7 @@ async fn recent_decisions(inbox: &Inbox, viewer: &Identity) -> html::Recent {
             listed.push(event);
         }
     }
-    html::Recent::Listed(listed)
+    html::Recent::Listed(listed, cut)
 }
 
 /// Whether `event` is a decision made by `subject` (by exactly that name).

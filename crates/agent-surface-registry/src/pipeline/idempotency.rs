@@ -342,7 +342,8 @@ pub(crate) async fn admit_record(
             // under its natural key while it leads its invocation id's record releases that
             // record too: nothing ran for the id, and the operation may yet take effect under
             // the key, so the same id repeated is answered from the key's record, not from an
-            // unknown outcome kept for the window.
+            // unknown outcome kept for the window. (Not an id's record taken over from a leader
+            // that lost its lease: an earlier execution under the id may have taken effect.)
             let caller = options.cancelled();
             let stopped = |note| {
                 if let Some(hold) = shared.filter(|hold| !hold.taken_over) {
