@@ -105,6 +105,7 @@ mod clock;
 mod conformance;
 mod consumer;
 mod fixtures;
+mod gemini;
 mod hooks;
 pub mod http;
 mod leak;
@@ -126,6 +127,7 @@ pub use fixtures::{
     AddToCart, CancelOrder, Cancelled, Cart, CartView, Counter, NoInput, PRODUCTS, Product, SHOP_TYPES, SearchInput,
     SearchOutput, Shop,
 };
+pub use gemini::gemini_untyped;
 pub use hooks::{AlreadyAnswered, FnGate, FnLimiter, Issued, Misbehaving, Misbehaviour, RecordingGate, Slow};
 pub use leak::{
     Secrets, agent_facing_serializations, assert_no_leak, assert_operator_log_has_no_credentials,

@@ -177,21 +177,13 @@ fn resolved_type(schema: &Value) -> Option<String> {
     v.get("type").and_then(Value::as_str).map(str::to_uppercase)
 }
 
-/// Asserts that every node of a schema Gemini is sent has a `type`, or an `anyOf` of members
-/// that do, and that an `ARRAY` of `parameters` has its `items`: Gemini refuses the whole request
-/// otherwise. A boolean `additionalProperties` is an object's setting, not a node.
+/// Asserts that every node of a schema Gemini is sent is typed ([`gemini_untyped`]): Gemini
+/// refuses the whole request otherwise.
 #[track_caller]
 fn assert_typed_throughout(schema: &Value, name: &str) {
-    visit_subschemas(schema, |node, at| {
-        let typed = node.get("type").is_some_and(|t| t != "ARRAY" || node.get("items").is_some())
-            || node.get("anyOf").and_then(Value::as_array).is_some_and(|members| !members.is_empty());
-        if typed || (node.is_boolean() && at.keyword == "additionalProperties") {
-            Ok(())
-        } else {
-            Err(format!("#{}: {node}", at.pointer))
-        }
-    })
-    .unwrap_or_else(|untyped| panic!("{name}: untyped for Gemini at {untyped}"));
+    if let Some(untyped) = agent_surface_testing::gemini_untyped(schema) {
+        panic!("{name}: untyped for Gemini at {untyped}");
+    }
 }
 
 #[tokio::test]

@@ -25,29 +25,14 @@ pub(crate) fn descriptor(name: &str, description: &str, input_schema: Value) -> 
     })
 }
 
-/// Asserts that every node of a Gemini parameters schema — the root, `properties`, `items`,
-/// `additionalProperties` and `anyOf` members — has a `type`, or an `anyOf` of members that have
-/// one: Gemini refuses the whole request when one node of one tool has neither. `at` names the
-/// node in the failure message.
+/// Asserts that every node of a Gemini parameters schema is typed (the testing kit's
+/// `gemini_untyped`: a `type`, an `ARRAY` of `parameters` with its `items`, or an `anyOf` of typed
+/// members): Gemini refuses the whole request when one node of one tool is not. `at` names the
+/// schema in the failure message.
 #[track_caller]
 pub(crate) fn assert_typed_throughout(schema: &Value, at: &str) {
-    let Some(node) = schema.as_object() else { panic!("{at}: {schema} is not a schema object") };
-    let members = node.get("anyOf").and_then(Value::as_array);
-    assert!(
-        node.contains_key("type") || members.is_some_and(|m| !m.is_empty()),
-        "{at}: no `type` (nor `anyOf`) in {schema}"
-    );
-    for (i, member) in members.into_iter().flatten().enumerate() {
-        assert_typed_throughout(member, &format!("{at}/anyOf/{i}"));
-    }
-    for (name, property) in node.get("properties").and_then(Value::as_object).into_iter().flatten() {
-        assert_typed_throughout(property, &format!("{at}/properties/{name}"));
-    }
-    if let Some(items) = node.get("items") {
-        assert_typed_throughout(items, &format!("{at}/items"));
-    }
-    if let Some(value @ Value::Object(_)) = node.get("additionalProperties") {
-        assert_typed_throughout(value, &format!("{at}/additionalProperties"));
+    if let Some(untyped) = agent_surface_testing::gemini_untyped(schema) {
+        panic!("{at}: untyped for Gemini at {untyped}");
     }
 }
 
