@@ -17,6 +17,11 @@
 //!    An elicitation left unanswered (timed out, or its call cancelled) is withdrawn: the client
 //!    gets `notifications/cancelled` naming the `elicitation/create` request.
 //!
+//! The person is asked in form mode only when their answer can count
+//! ([`ConfirmationResolver::counts_in_person`]): a confirmation whose quorum asks for a role or
+//! names its approvers is not theirs to approve, so it goes to its approval page (URL mode) when
+//! there is one and the client can open it, and is otherwise relayed to the model (two-phase).
+//!
 //! Without a resolver, or with a client that cannot elicit, every `CONFIRMATION_REQUIRED` is
 //! relayed to the model unchanged (two-phase mode): it asks the user, the host approves the
 //! confirmation out of band, and the model retries with `_meta["agent-surface/confirmationId"]`.
@@ -92,6 +97,18 @@ pub trait ConfirmationResolver: Send + Sync + 'static {
         let _ = confirmation_id;
         Box::pin(std::future::ready(None))
     }
+
+    /// Whether an approval given in person for `confirmation_id` (an accepted form prompt,
+    /// [`ConfirmationAnswer::Approved`]) would count towards it. The adapter asks before it puts
+    /// the approve-or-decline prompt in front of the person: when their answer cannot count (the
+    /// confirmation's quorum asks for a role, or names its approvers), it does not ask — it sends
+    /// them to the approval page when there is one and the client can open it, and otherwise
+    /// relays `CONFIRMATION_REQUIRED` to the model (two-phase). The default, for a resolver that
+    /// cannot tell, is `true`: the prompt is shown, as before this method existed.
+    fn counts_in_person<'a>(&'a self, confirmation_id: &'a str) -> BoxFuture<'a, bool> {
+        let _ = confirmation_id;
+        Box::pin(std::future::ready(true))
+    }
 }
 
 /// The [`ConfirmationResolver`] over the shipped [`ConfirmationEngine`] (the registry's gate).
@@ -145,5 +162,27 @@ impl ConfirmationResolver for EngineResolver {
 
     fn state<'a>(&'a self, confirmation_id: &'a str) -> BoxFuture<'a, Option<ConfirmationState>> {
         Box::pin(async move { self.engine.get(confirmation_id).await.ok().flatten().map(|r| r.state) })
+    }
+
+    /// [`ConfirmationEngine::counts_in_person`] on [`EngineResolver::CHANNEL`]: the engine's own
+    /// rules for [`ConfirmationEngine::approve_in_person`], read-only. A record that cannot be
+    /// read (the store fails) counts as `false`: not asking only falls back to two-phase, which
+    /// tells the person nothing untrue, while a prompt whose answer the engine then refuses
+    /// would.
+    fn counts_in_person<'a>(&'a self, confirmation_id: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            match self.engine.counts_in_person(confirmation_id, Self::CHANNEL).await {
+                Ok(counts) => counts,
+                Err(e) => {
+                    tracing::info!(
+                        target: "agent_surface::mcp",
+                        confirmation_id,
+                        error = %agent_surface_policy::redacted(&e),
+                        "cannot tell whether an approval in person would count; not asking"
+                    );
+                    false
+                }
+            }
+        })
     }
 }

@@ -96,7 +96,8 @@ impl McpServer {
         }
     }
 
-    /// Settles the `CONFIRMATION_REQUIRED` of `first` through elicitation when the session can;
+    /// Settles the `CONFIRMATION_REQUIRED` of `first` through elicitation when the session can
+    /// and the person's approval would count ([`crate::confirm::ConfirmationResolver::counts_in_person`]);
     /// otherwise returns `first` unchanged (two-phase). An answer the adapter gives itself keeps
     /// the first call's correlation id; an approved call is a call of its own, with its own.
     async fn confirm_by_elicitation(
@@ -111,6 +112,12 @@ impl McpServer {
         else {
             return first;
         };
+        if !resolver.counts_in_person(&details.confirmation_id).await {
+            // The quorum would not count the person's answer: asking them would tell them
+            // something untrue. Two-phase, for an approver the quorum counts.
+            tracing::info!(target: "agent_surface::mcp", confirmation_id = %details.confirmation_id, "an approval in person would not count; relaying CONFIRMATION_REQUIRED");
+            return first;
+        }
         let correlation_id = first.correlation_id.clone();
         let answer_with = |result: InvokeResult| Invocation::answered(result, correlation_id.clone());
         let message = format!("The assistant asks for your approval: {} Approve this action?", details.summary);

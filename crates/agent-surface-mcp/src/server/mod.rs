@@ -366,7 +366,7 @@ impl McpServer {
             Answered::Task(task) => return Ok(CallToolResponse::Task(task)),
         };
         if let Some(round) = &round
-            && let Some(ask) = self.ask_modern(&invocation, round, &request.name, &consumer, &context)?
+            && let Some(ask) = self.ask_modern(&invocation, round, &request.name, &consumer, &context).await?
         {
             return Ok(ask.into());
         }

@@ -158,7 +158,7 @@ impl McpServer {
     /// For a modern round, turns the call's stop for questions or its `CONFIRMATION_REQUIRED` into
     /// an input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
     /// relay the result as it is. `consumer` is the one the call ran for.
-    pub(super) fn ask_modern(
+    pub(super) async fn ask_modern(
         &self,
         invocation: &Invocation,
         round: &Round,
@@ -176,7 +176,7 @@ impl McpServer {
             paged: round.paged,
             now: self.session.registry.config().clock.now(),
         };
-        self.seal_question(&invocation.result, invocation.questions.as_deref(), &sealing)
+        self.seal_question(&invocation.result, invocation.questions.as_deref(), &sealing).await
     }
 
     /// A modern retry carrying the state of an approval and the person's answer. Each way that
@@ -245,8 +245,9 @@ impl McpServer {
 
     /// Turns a stop for questions or a `CONFIRMATION_REQUIRED` into an
     /// input-required result (or, for questions the client cannot answer, `-32021`); `Ok(None)`:
-    /// relay the result as it is.
-    fn seal_question(
+    /// relay the result as it is. A confirmation is asked about in a form only when the person's
+    /// approval would count ([`crate::confirm::ConfirmationResolver::counts_in_person`]).
+    async fn seal_question(
         &self,
         result: &InvokeResult,
         questions: Option<&[Question]>,
@@ -268,10 +269,17 @@ impl McpServer {
         let Some(details) = result.error_payload().and_then(|p| p.details_as::<ConfirmationRequiredDetails>()) else {
             return Ok(None);
         };
-        // A page to send the person to (URL mode), preferred; otherwise a form answered in person.
+        // A page to send the person to (URL mode), preferred; otherwise a form answered in person,
+        // when their approval would count (else asking them would tell them something untrue).
         let url = details.approval_url.clone().filter(|_| round.urls);
-        if url.is_none() && (self.session.config.confirmations.is_none() || !round.abilities.form) {
-            return Ok(None);
+        if url.is_none() {
+            let Some(resolver) = self.session.config.confirmations.as_ref().filter(|_| round.abilities.form) else {
+                return Ok(None);
+            };
+            if !resolver.counts_in_person(&details.confirmation_id).await {
+                tracing::info!(target: "agent_surface::mcp", confirmation_id = %details.confirmation_id, "an approval in person would not count; relaying CONFIRMATION_REQUIRED");
+                return Ok(None);
+            }
         }
         let Some(expires_at) = agent_surface_core::Timestamp::parse_rfc3339(&details.expires_at) else {
             return Ok(None);

@@ -100,6 +100,47 @@ async fn the_confirmation_engine_takes_in_person_answers_through_elicitation() {
     c.client.cancel().await.unwrap();
 }
 
+/// Legacy era: a quorum that asks for a role does not count the person's approval in person, so
+/// a client that can elicit in form mode gets no `elicitation/create` (the engine would refuse
+/// the answer); the model gets `CONFIRMATION_REQUIRED`, on the repeat too, and an approver of
+/// the role approves it out of band. The default quorum is still asked (control).
+#[tokio::test]
+async fn a_confirmation_whose_quorum_asks_for_a_role_is_not_asked_in_person() {
+    use agent_surface_mcp::confirm::EngineResolver;
+    use agent_surface_policy::{Identity, Quorum, Scope};
+
+    for (quorum, asked) in [(Quorum::of(1).with_role("finance"), false), (Quorum::of(1), true)] {
+        let url_mode::Env { engine, registry, runs, _mount } =
+            url_mode::env_where(None, vec![(Scope::capability("vault.wipe"), quorum)]);
+        let config = McpConfig {
+            confirmations: Some(Arc::new(EngineResolver::new(engine.clone()))),
+            identity: Some(Identity::new("alice")),
+            ..Default::default()
+        };
+        let c = connect(&registry, config, Some(vec![ElicitationAction::Accept])).await;
+        let r = call(&c.client, "vault-wipe", json!({}), json!({})).await;
+        if asked {
+            assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+            assert_eq!(c.elicited.lock().unwrap().len(), 1);
+            c.client.cancel().await.unwrap();
+            continue;
+        }
+        let p = r.error_payload().unwrap();
+        assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationRequired, Retry::WithConfirmation));
+        let r = call(&c.client, "vault-wipe", json!({}), json!({})).await;
+        assert_eq!(r.code(), Some(ErrorCode::ConfirmationRequired), "{r:?}");
+        assert!(c.elicited.lock().unwrap().is_empty(), "asked: {:?}", c.elicited.lock().unwrap());
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        let details: ConfirmationRequiredDetails = r.error_payload().unwrap().details_as().unwrap();
+        let officer = Identity::new("fiona").with_role("finance");
+        engine.approve(&details.confirmation_id, &officer).await.unwrap();
+        let meta = json!({"agent-surface/confirmationId": details.confirmation_id});
+        let r = call(&c.client, "vault-wipe", json!({}), meta).await;
+        assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+        c.client.cancel().await.unwrap();
+    }
+}
+
 /// Legacy era, a client that cannot elicit: once a person approves the relayed confirmation,
 /// the model's repetition of the same call (it cannot send the id) presents it and runs once.
 #[tokio::test]
@@ -128,7 +169,7 @@ mod url_mode {
     use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult};
     use agent_surface_mcp::confirm::EngineResolver;
     use agent_surface_mcp::{McpConfig, McpServer, codec};
-    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity};
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity, Quorum, Scope};
     use agent_surface_registry::{Ctx, Registry, RegistryConfig};
     use rmcp::model::{
         ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
@@ -205,8 +246,14 @@ mod url_mode {
     }
 
     pub(super) fn env(base: Option<&str>) -> Env {
+        env_where(base, Vec::new())
+    }
+
+    /// The same, with the engine's `quorums`.
+    pub(super) fn env_where(base: Option<&str>, quorums: Vec<(Scope, Quorum)>) -> Env {
         let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
             approval_base_url: base.map(str::to_string),
+            quorums,
             ..Default::default()
         }));
         let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..Default::default() });

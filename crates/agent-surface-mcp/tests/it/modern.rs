@@ -11,7 +11,7 @@ use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, InvokeResult, Tim
 use agent_surface_mcp::confirm::EngineResolver;
 use agent_surface_mcp::mrtr::CONFIRM_KEY;
 use agent_surface_mcp::{McpConfig, McpServer, codec};
-use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity, ManualClock};
+use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Identity, ManualClock, Quorum, Scope};
 use agent_surface_registry::{Answers, Ctx, Mount, Question, Registry, RegistryConfig};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitationCapability,
@@ -81,11 +81,17 @@ fn shop() -> (Shop, Arc<ConfirmationEngine>) {
 
 /// The same, the engine's approval pages under `base`.
 fn shop_with(base: Option<&str>) -> (Shop, Arc<ConfirmationEngine>) {
+    shop_where(base, Vec::new())
+}
+
+/// The same, with the engine's `quorums`.
+fn shop_where(base: Option<&str>, quorums: Vec<(Scope, Quorum)>) -> (Shop, Arc<ConfirmationEngine>) {
     let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_795_957_200_000)));
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.clone(),
         ttl: Duration::from_secs(300),
         approval_base_url: base.map(str::to_string),
+        quorums,
         ..Default::default()
     }));
     let registry = Registry::new(RegistryConfig {
@@ -317,6 +323,32 @@ fn rpc_code(result: Result<CallToolResponse, ServiceError>) -> i32 {
         Err(ServiceError::McpError(e)) => e.code.0,
         other => panic!("expected a JSON-RPC error, got {other:?}"),
     }
+}
+
+/// A quorum that asks for a role does not count the person's approval in person: a client that
+/// can answer a form is not asked one (no input-required round, whose answer the engine would
+/// refuse); the model gets `CONFIRMATION_REQUIRED`, on the repeat too. Without an approval page,
+/// and with one the client cannot open. The default quorum is still asked (control).
+#[tokio::test]
+async fn a_confirmation_whose_quorum_asks_for_a_role_is_not_asked_in_person() {
+    for base in [None, Some("https://shop.example/inbox/c")] {
+        let finance = vec![(Scope::capability("shop.wipe"), Quorum::of(1).with_role("finance"))];
+        let (shop, engine) = shop_where(base, finance);
+        let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+        for _ in 0..2 {
+            let response = client.call_tool_once(params("shop-wipe", json!({"shelf": 3}))).await.unwrap();
+            let r = completes(response);
+            assert_eq!(r.code(), Some(ErrorCode::ConfirmationRequired), "{base:?}: {r:?}");
+        }
+        assert_eq!(shop.runs.load(Ordering::SeqCst), 0);
+        client.cancel().await.unwrap();
+    }
+
+    let (shop, engine) = shop_where(None, vec![(Scope::capability("shop.wipe"), Quorum::of(1))]);
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let question = asks(client.call_tool_once(params("shop-wipe", json!({"shelf": 3}))).await.unwrap());
+    assert!(question.input_requests.is_some_and(|r| r.contains_key(CONFIRM_KEY)));
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]

@@ -151,11 +151,75 @@ impl ConfirmationEngine {
     /// is no named approver, unless the quorum names `in-person:{channel}` itself); it may fill
     /// a slot that asks for no role.
     pub async fn approve_in_person(&self, id: &str, channel: &str) -> Result<(), ApprovalError> {
-        let approver = Identity::new(format!("in-person:{}", channel.trim()));
+        let approver = in_person(channel);
         if channel.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
         self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None).await
+    }
+
+    /// Whether [`approve_in_person`](Self::approve_in_person) of `id` through `channel` would be
+    /// recorded now, so that a host asks the person only when their answer can count. Read-only:
+    /// it runs the same eligibility check against the record's [`Quorum`] and the same rules of
+    /// [`ConfirmationStore::decide_in_slots`](super::ConfirmationStore::decide_in_slots) as the
+    /// approval would, on a copy of the record, and changes nothing. `false` for an empty
+    /// channel, an unknown or expired confirmation, one that is no longer pending or holds an
+    /// in-person approval already, and a quorum that does not count `in-person:{channel}`
+    /// (it asks every approver for a role, or names its approvers but not this one); `Err` when
+    /// the store fails. A decision made by someone else in between can still refuse the approval.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_surface_core::{Effect, SafeText};
+    /// use agent_surface_policy::{
+    ///     CallInfo, Clock, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer,
+    ///     Identity, ManualClock, Quorum, Scope,
+    /// };
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let clock = Arc::new(ManualClock::default());
+    /// let engine = ConfirmationEngine::new(ConfirmationConfig {
+    ///     clock: clock.clone(),
+    ///     quorums: vec![(Scope::capability("payments.send"), Quorum::of(1).with_role("finance"))],
+    ///     ..Default::default()
+    /// });
+    /// let requester = Consumer::authenticated("session-1", Identity::new("agent-user"));
+    /// let summary = SafeText::from("Send 10 EUR.");
+    /// let pending = |capability: &'static str| {
+    ///     let call = CallInfo::new(&requester, capability, "payments", Effect::Destructive, false)
+    ///         .with_declared_gate(Some(&summary));
+    ///     let engine = &engine;
+    ///     let clock = &clock;
+    ///     async move {
+    ///         let ConfirmationDecision::Required { confirmation_id, .. } = engine.check(call, None, clock.now()).await
+    ///         else {
+    ///             panic!()
+    ///         };
+    ///         confirmation_id
+    ///     }
+    /// };
+    /// // A finance officer must approve: the requester's word in person cannot count.
+    /// let role = pending("payments.send").await;
+    /// assert_eq!(engine.counts_in_person(&role, "mcp-elicitation").await, Ok(false));
+    /// // Anyone but the requester may: in person, the requester's approval counts, once.
+    /// let anyone = pending("payments.refund").await;
+    /// assert_eq!(engine.counts_in_person(&anyone, "mcp-elicitation").await, Ok(true));
+    /// engine.approve_in_person(&anyone, "mcp-elicitation").await.unwrap();
+    /// assert_eq!(engine.counts_in_person(&anyone, "mcp-elicitation").await, Ok(false));
+    /// assert_eq!(engine.counts_in_person("no-such-id", "mcp-elicitation").await, Ok(false));
+    /// # });
+    /// ```
+    pub async fn counts_in_person(&self, id: &str, channel: &str) -> Result<bool, StoreError> {
+        if channel.trim().is_empty() {
+            return Ok(false);
+        }
+        let approver = in_person(channel);
+        let now = self.config.clock.now();
+        let Some(mut record) = self.get(id).await? else { return Ok(false) };
+        let Some(slots) = eligible_slots(&record.quorum, &approver) else { return Ok(false) };
+        // The approval's own rules, run on this copy of the record: nothing is written back.
+        let decided = record.decide(ApprovalVerdict::ApproveInPerson, &approver.subject, slots, now);
+        Ok(decided == Decided::Done)
     }
 
     /// Denies the pending confirmation `id` on behalf of `approver` (the requester may deny its
@@ -251,8 +315,7 @@ impl ConfirmationEngine {
         let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
         let Some(record) = record else { return Ok(SlotSet::ANY) };
         self.observe(&record, now);
-        let slots = record.quorum.slots_for(approver);
-        if slots.is_empty() {
+        let Some(slots) = eligible_slots(&record.quorum, approver) else {
             tracing::warn!(
                 target: "agent_surface::confirmation",
                 confirmation_id = id,
@@ -260,8 +323,8 @@ impl ConfirmationEngine {
                 "approval refused: the quorum does not count this approver"
             );
             return Err(ApprovalError::NotEligible);
-        }
-        Ok(if record.quorum.slots.is_empty() { SlotSet::ANY } else { slots })
+        };
+        Ok(slots)
     }
 
     pub(super) fn waiters(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
@@ -300,6 +363,23 @@ impl ConfirmationEngine {
             );
         }
     }
+}
+
+/// The identity an in-person approval through `channel` is recorded as.
+fn in_person(channel: &str) -> Identity {
+    Identity::new(format!("in-person:{}", channel.trim()))
+}
+
+/// The slots of `quorum` an approval by `approver` may fill, as the store is told them:
+/// [`SlotSet::ANY`] for a quorum without role slots (the store counts); `None` when the quorum
+/// never counts `approver`. Shared by the approval and its read-only check
+/// ([`ConfirmationEngine::counts_in_person`]), so that the two cannot disagree.
+fn eligible_slots(quorum: &Quorum, approver: &Identity) -> Option<SlotSet> {
+    let slots = quorum.slots_for(approver);
+    if slots.is_empty() {
+        return None;
+    }
+    Some(if quorum.slots.is_empty() { SlotSet::ANY } else { slots })
 }
 
 /// Whether `approver` may decide `record`: not its requester, not decided by them yet, counted
