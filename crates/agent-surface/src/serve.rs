@@ -284,7 +284,8 @@ impl Serve {
 
     /// Whether the person at an MCP client may approve their own call in person (default `true`).
     ///
-    /// On, a client that declares form elicitation shows the person an approval prompt with the
+    /// On, a client that declares form elicitation (and cannot open links, or has no approval
+    /// page to be sent to: URL mode is preferred) shows the person an approval prompt with the
     /// confirmation's summary (over the legacy era during the call, over the modern era as an
     /// input-required round), and their *accept* is recorded in the service's engine as an
     /// in-person approval (`ConfirmationEngine::approve_in_person`, approver
@@ -432,6 +433,7 @@ impl Serve {
         if !serving_inbox {
             warn_of_unserved_approval_links(&self.service, "this server does not serve it");
         }
+        self.warn_of_nowhere_to_approve();
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let Serve {
@@ -515,6 +517,7 @@ impl Serve {
         self.mcp.identity = identity;
         let config = self.mcp_config()?;
         warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
+        self.warn_of_nowhere_to_approve();
         let registry = self.service.registry.clone();
         let stop = CancellationToken::new();
         let periodic = Periodic::start(&registry, &stop);
@@ -602,6 +605,21 @@ impl Serve {
             approval_states,
             ..self.mcp.clone()
         })
+    }
+
+    /// Reports, at start, a service on which nobody can approve through what `Serve` serves: in-person
+    /// approval is off and agents are given no approval page (no approval base URL), so a
+    /// confirmation is approved only by the application's own call of `ConfirmationEngine::approve`.
+    #[cfg(any(feature = "http", feature = "stdio"))]
+    fn warn_of_nowhere_to_approve(&self) {
+        if !self.in_person_approval && self.service.confirmations.config().approval_base_url.is_none() {
+            tracing::warn!(
+                target: TARGET,
+                "in-person approval is off and agents are given no approval page: a confirmation can only be \
+                 approved by the application's own ConfirmationEngine::approve. Give ServiceBuilder::public_url \
+                 and serve the inbox (Serve::approvers), or ServiceBuilder::approval_base_url for a page of yours"
+            );
+        }
     }
 
     /// Installs the operator log, unless turned off or another subscriber is installed; without

@@ -65,3 +65,25 @@ fn process_only_stores_are_reported_at_startup_when_the_service_is_reachable() {
         assert!(!log.contains("this process's memory only"), "{local:?}: {log}");
     }
 }
+
+/// Turning in-person approval off on a service that gives agents no approval page leaves nobody
+/// to approve through what `Serve` serves: said at startup. With an approval page, nothing.
+#[test]
+fn nowhere_to_approve_is_reported_at_startup() {
+    const REPORT: &str = "in-person approval is off and agents are given no approval page";
+    let run = |builder: ServiceBuilder| {
+        let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::WARN, || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let (service, _mount) = support::refunds_on(builder);
+                let serve = Serve::new(service).operator_log(false).in_person_approval(false);
+                let running = serve.bind("127.0.0.1:0").await.expect("serves");
+                running.stop();
+                running.stopped().await.expect("drains");
+            });
+        });
+        log
+    };
+    assert!(run(ServiceBuilder::new()).contains(REPORT));
+    assert!(!run(ServiceBuilder::new().approval_base_url("https://desk.example/approve/")).contains(REPORT));
+}
