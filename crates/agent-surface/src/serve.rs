@@ -77,7 +77,8 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
 ///   keys are only [accepted](Self::accept_state_key) and none seals);
 /// - [`in_person_approval`](Self::in_person_approval) is off while `McpConfig::confirmations`
-///   gives a resolver to record approvals at the client;
+///   gives a resolver to record approvals at the client; or [`mcp`](Self::mcp) was given an
+///   authenticator, an identity or a task runtime, which are `Serve`'s own;
 /// - the registry's wiring check fails (`Registry::check_wiring`: a policy, quota or hook that
 ///   names a capability type nobody defined);
 /// - the service's public URL or its approval base URL is not an absolute `http` or `https` URL
@@ -272,7 +273,9 @@ impl Serve {
     }
 
     /// The MCP adapter's other settings (server name, instructions, list TTL, elicitation
-    /// timeout, …). Its authenticator, identity, tasks and approval states are `Serve`'s. Its
+    /// timeout, …). Its authenticator, identity, tasks and approval states are `Serve`'s: an
+    /// authenticator, identity or task runtime given here is refused at start
+    /// ([`ServeError::Refused`]), since it would be dropped. Its
     /// `confirmations` (who records an approval given at the client) are the service engine's
     /// in-person approvals unless you give a resolver of your own (over `Service::confirmations`);
     /// `None` there is the field's default, so it means "not given", never "off": to turn
@@ -401,6 +404,7 @@ impl Serve {
     #[cfg(feature = "http")]
     pub async fn bind(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Running, ServeError> {
         self.install_operator_log();
+        self.refuse_settings_of_serve()?;
         let mcp = self.mcp_config()?;
         #[cfg(feature = "inbox")]
         let serving_inbox = self.approver_role.is_some();
@@ -514,6 +518,7 @@ impl Serve {
     #[cfg(feature = "stdio")]
     pub async fn stdio(mut self, identity: Option<Identity>) -> Result<(), ServeError> {
         self.install_operator_log();
+        self.refuse_settings_of_serve()?;
         self.mcp.identity = identity;
         let config = self.mcp_config()?;
         warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
@@ -605,6 +610,37 @@ impl Serve {
             approval_states,
             ..self.mcp.clone()
         })
+    }
+
+    /// Refuses the `McpConfig` settings given to [`mcp`](Self::mcp) that `Serve` sets itself, rather
+    /// than drop them without a word: the authenticator ([`authenticator`](Self::authenticator)),
+    /// the task runtime (the service's task store) and the identity (the argument of
+    /// [`stdio`](Self::stdio); over HTTP it would sign every caller without credentials in as that
+    /// person).
+    #[cfg(any(feature = "http", feature = "stdio"))]
+    fn refuse_settings_of_serve(&self) -> Result<(), ServeError> {
+        #[cfg(feature = "http")]
+        let authenticator = self.mcp.authenticator.is_some();
+        #[cfg(not(feature = "http"))]
+        let authenticator = false;
+        let given = [
+            (authenticator, "McpConfig::authenticator is Serve's: give it with Serve::authenticator"),
+            (
+                self.mcp.tasks.is_some(),
+                "McpConfig::tasks is Serve's: it keeps tasks in the service's task store (ServiceBuilder's stores)",
+            ),
+            (
+                self.mcp.identity.is_some(),
+                "McpConfig::identity is Serve's: give the person who started a stdio server to Serve::stdio; over \
+                 HTTP callers sign in through Serve::authenticator",
+            ),
+        ];
+        match given.iter().find(|(set, _)| *set) {
+            Some((_, why)) => {
+                Err(ServeError::Refused(format!("a setting given to Serve::mcp would be dropped: {why}")))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Reports, at start, a service on which nobody can approve through what `Serve` serves: in-person

@@ -428,3 +428,29 @@ async fn a_resolver_of_the_applications_records_the_answers_at_the_client() {
     running.stop();
     running.stopped().await.expect("drains");
 }
+
+/// The MCP settings `Serve` sets itself, given to `Serve::mcp`, would be dropped: refused at
+/// start, naming where each belongs. An identity there would sign every HTTP caller without
+/// credentials in as that person.
+#[tokio::test]
+async fn mcp_settings_that_are_serves_own_are_refused_not_dropped() {
+    let (service, _mount) = refunds(None);
+    let serve = |mcp: McpConfig| Serve::new(service.clone()).operator_log(false).mcp(mcp);
+    let identity = McpConfig { identity: Some(Identity::new("alice")), ..McpConfig::default() };
+    let why = refused(serve(identity).bind("127.0.0.1:0").await);
+    assert!(why.contains("McpConfig::identity") && why.contains("Serve::authenticator"), "{why}");
+    let authenticator = McpConfig { authenticator: Some(people()), ..McpConfig::default() };
+    let why = refused(serve(authenticator).bind("127.0.0.1:0").await);
+    assert!(why.contains("give it with Serve::authenticator"), "{why}");
+    let tasks = McpConfig {
+        tasks: Some(agent_surface::registry::tasks::Tasks::new(Default::default())),
+        ..McpConfig::default()
+    };
+    let why = refused(serve(tasks).bind("127.0.0.1:0").await);
+    assert!(why.contains("McpConfig::tasks"), "{why}");
+    // The adapter's other settings are the application's.
+    let named = McpConfig { name: "refunds".into(), ..McpConfig::default() };
+    let running = serve(named).bind("127.0.0.1:0").await.expect("serves");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
