@@ -200,6 +200,7 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
             }
         }
         let open_stream = is_open_stream(&request);
+        let ends_session = request.method() == axum::http::Method::DELETE;
         let (request, screened) = match screen_body(request, self.max_body).await {
             Ok(screened) => screened,
             Err(refused) => return refused,
@@ -229,6 +230,11 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
             None
         };
         let mut response = self.service.handle(request).await.map(axum::body::Body::new);
+        if ends_session && response.status() == axum::http::StatusCode::ACCEPTED {
+            // `rmcp` answers a session's end `202`, which MCP does not name; the official clients
+            // take `200` or `204` (the Python SDK logs any other answer as a failed termination).
+            *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        }
         if open_stream {
             response.extensions_mut().insert(agent_surface_server::OpenStream);
         }

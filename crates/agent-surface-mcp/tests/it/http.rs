@@ -418,6 +418,22 @@ async fn a_duplicate_id_in_a_legacy_session_is_refused_and_the_first_call_answer
     shutdown.cancel();
 }
 
+/// A legacy session ended with `DELETE` is answered `204`, which both official clients take as
+/// ended (`rmcp` answers `202`; the Python SDK logs that as a failed termination), and is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_is_answered_no_content() {
+    let (addr, shutdown, _) = serve(slow_registry(), McpHttpConfig::default()).await;
+    let session = open_session(addr).await;
+    let headers: Vec<(&str, &str)> = session.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let ended = agent_surface_testing::http::request(addr, "DELETE", "/mcp", &headers, b"").await;
+    assert_eq!(ended.status, 204, "{}", ended.body);
+    assert!(ended.body.is_empty(), "{}", ended.body);
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+    let (status, raw) = post_owned(addr, &session, ping).await;
+    assert_eq!(status, 404, "the session is gone: {raw}");
+    shutdown.cancel();
+}
+
 /// In the modern era a request has no session and is answered on its own HTTP response: two of
 /// one user's clients numbering their requests alike are both served, and neither loses its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
