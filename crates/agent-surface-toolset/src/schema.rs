@@ -679,6 +679,50 @@ fn list_values(values: &[Value]) -> String {
     values.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// The types a schema declares apart from `null`, as written and in order (names Gemini lacks and
+/// repeats included, non-strings left out), and whether it declares `null`. Read alike for both
+/// dialects; what each makes of them is its own.
+fn declared_types(obj: &Map<String, Value>) -> (Vec<&str>, bool) {
+    let declared: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let nullable = declared.contains(&"null");
+    (declared.into_iter().filter(|t| *t != "null").collect(), nullable)
+}
+
+/// The values a schema enumerates, `null` taken out, and whether `null` was among them: its
+/// `const` as a one-value enumeration, else its `enum`; `None` when it has neither (or an `enum`
+/// that is not an array).
+fn enum_values(obj: &Map<String, Value>) -> Option<(Vec<Value>, bool)> {
+    let mut values = match obj.get("const") {
+        Some(c) => vec![c.clone()],
+        None => obj.get("enum").and_then(Value::as_array).cloned()?,
+    };
+    let null = values.iter().any(Value::is_null);
+    values.retain(|v| !v.is_null());
+    Some((values, null))
+}
+
+/// Copies the [`GEMINI_KEEP`] keywords a schema has into `out`, as they are.
+fn copy_kept(obj: &Map<String, Value>, out: &mut Map<String, Value>) {
+    for key in GEMINI_KEEP {
+        if let Some(v) = obj.get(*key) {
+            out.insert((*key).into(), v.clone());
+        }
+    }
+}
+
+/// The names in a schema's `required` that are among `properties` (the members its dialect
+/// sends), in their order, or `None` when there are none.
+fn required_among(obj: &Map<String, Value>, properties: &Map<String, Value>) -> Option<Value> {
+    let required = obj.get("required")?.as_array()?;
+    let kept: Vec<Value> =
+        required.iter().filter(|r| r.as_str().is_some_and(|r| properties.contains_key(r))).cloned().collect();
+    (!kept.is_empty()).then_some(Value::Array(kept))
+}
+
 /// One schema in Gemini's dialect; its subschemas (`properties`, `items`, `anyOf`/`oneOf`
 /// members) are already converted, its `$ref`s already inlined.
 fn gemini_node(node: &Value) -> Map<String, Value> {
@@ -686,22 +730,8 @@ fn gemini_node(node: &Value) -> Map<String, Value> {
     let mut out = Map::new();
 
     // Types.
-    let mut nullable = false;
-    let mut types: Vec<&'static str> = Vec::new();
-    match obj.get("type") {
-        Some(Value::String(t)) if t == "null" => nullable = true,
-        Some(Value::String(t)) => types.extend(gemini_type(t)),
-        Some(Value::Array(ts)) => {
-            for t in ts.iter().filter_map(Value::as_str) {
-                if t == "null" {
-                    nullable = true;
-                } else {
-                    types.extend(gemini_type(t));
-                }
-            }
-        }
-        _ => {}
-    }
+    let (declared, mut nullable) = declared_types(obj);
+    let types: Vec<&'static str> = declared.iter().filter_map(|t| gemini_type(t)).collect();
     match types.as_slice() {
         [] => {}
         [one] => {
@@ -712,25 +742,14 @@ fn gemini_node(node: &Value) -> Map<String, Value> {
         }
     }
 
-    for key in GEMINI_KEEP {
-        if let Some(v) = obj.get(*key) {
-            out.insert((*key).into(), v.clone());
-        }
-    }
+    copy_kept(obj, &mut out);
     if let Some(first) = obj.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
         out.insert("example".into(), first.clone());
     }
 
     // Enumerations.
-    let mut values: Option<Vec<Value>> = obj.get("enum").and_then(Value::as_array).cloned();
-    if let Some(c) = obj.get("const") {
-        values = Some(vec![c.clone()]);
-    }
-    if let Some(mut values) = values {
-        if values.iter().any(Value::is_null) {
-            nullable = true;
-            values.retain(|v| !v.is_null());
-        }
+    if let Some((values, null)) = enum_values(obj) {
+        nullable |= null;
         if !values.is_empty() && values.iter().all(Value::is_string) {
             out.insert("type".into(), json!("STRING"));
             out.insert("format".into(), json!("enum"));
@@ -745,12 +764,8 @@ fn gemini_node(node: &Value) -> Map<String, Value> {
         let converted: Map<String, Value> =
             properties.iter().map(|(k, v)| (k.clone(), converted_or_untyped(v))).collect();
         out.insert("properties".into(), Value::Object(converted));
-        if let Some(required) = obj.get("required").and_then(Value::as_array) {
-            let kept: Vec<Value> =
-                required.iter().filter(|r| r.as_str().is_some_and(|r| properties.contains_key(r))).cloned().collect();
-            if !kept.is_empty() {
-                out.insert("required".into(), Value::Array(kept));
-            }
+        if let Some(required) = required_among(obj, properties) {
+            out.insert("required".into(), required);
         }
     }
     if let Some(items) = obj.get("items") {
@@ -879,38 +894,22 @@ fn gemini_json_node(node: &Value) -> Map<String, Value> {
 
     // Types (`null` apart). `nullable` is an annotation the registry's validators do not read,
     // so it allows no null here either.
-    let mut nullable = false;
-    let declared: Vec<&str> = match obj.get("type") {
-        Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    };
+    let (declared, mut nullable) = declared_types(obj);
     let mut types: Vec<&str> = Vec::new();
     for t in &declared {
-        if *t == "null" {
-            nullable = true;
-        } else if gemini_type(t).is_some() && !types.contains(t) {
+        if gemini_type(t).is_some() && !types.contains(t) {
             types.push(t);
         }
     }
-    let mut only_null = !declared.is_empty() && declared.iter().all(|t| *t == "null");
+    let mut only_null = nullable && declared.is_empty();
 
-    for key in GEMINI_KEEP {
-        if let Some(v) = obj.get(*key) {
-            out.insert((*key).into(), v.clone());
-        }
-    }
+    copy_kept(obj, &mut out);
 
     // Enumerations: strings or numbers; other values are listed in the description.
-    let mut values: Option<Vec<Value>> = obj.get("enum").and_then(Value::as_array).cloned();
-    if let Some(c) = obj.get("const") {
-        values = Some(vec![c.clone()]);
-    }
     let mut enumeration: Option<Value> = None;
-    if let Some(mut values) = values {
-        if values.iter().any(Value::is_null) {
+    if let Some((values, null)) = enum_values(obj) {
+        if null {
             nullable = true;
-            values.retain(|v| !v.is_null());
             only_null |= values.is_empty() && types.is_empty();
         }
         let strings = values.iter().all(Value::is_string);
@@ -942,12 +941,8 @@ fn gemini_json_node(node: &Value) -> Map<String, Value> {
             .filter(|(_, v)| **v != Value::Bool(false))
             .map(|(k, v)| (k.clone(), converted_or_any(v)))
             .collect();
-        if let Some(required) = obj.get("required").and_then(Value::as_array) {
-            let required: Vec<Value> =
-                required.iter().filter(|r| r.as_str().is_some_and(|r| kept.contains_key(r))).cloned().collect();
-            if !required.is_empty() {
-                out.insert("required".into(), Value::Array(required));
-            }
+        if let Some(required) = required_among(obj, &kept) {
+            out.insert("required".into(), required);
         }
         out.insert("properties".into(), Value::Object(kept));
     }
