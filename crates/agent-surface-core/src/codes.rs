@@ -234,7 +234,7 @@ macro_rules! code_table {
             InvocationConflict = "INVOCATION_CONFLICT" {
                 matrix: {
                     meaning: "This consumer already used the invocation id for a different request within the idempotency window, or the capability's natural idempotency key names an operation made with different input.",
-                    when: "Admission: the request fingerprint differs from the in-flight or stored record for (consumerKey, invocationId), or for the capability's natural key (reason natural-key-used-by-different-request).",
+                    when: "Admission: the request fingerprint differs from the in-flight or stored record for (principal, invocationId), or for the capability's natural key (reason natural-key-used-by-different-request).",
                     phases: &[Admission],
                     handler_may_return: false,
                     layer: fixed(Layer::Protocol),

@@ -39,11 +39,11 @@
 //! `auth-unavailable`, each with its `WWW-Authenticate`);
 //! the consumer key is `http:{principal}:{session}` (signed in: the identity's issuer and
 //! subject, `Identity::principal_key`) or `http-anonymous:{session}`,
-//! `session` being the `Agent-Surface-Consumer` header (default `default`). The consumer key
-//! scopes idempotency keys; tasks, rate budgets, confirmations and relayed confirmations are
-//! keyed on the caller's principal (`Consumer::principal`: the signed-in user, the same as over
-//! MCP; an anonymous caller's consumer key), so another header value opens no new budget and
-//! splits no approval.
+//! `session` being the `Agent-Surface-Consumer` header (default `default`); audit events and
+//! the operator log show it. Idempotency keys, tasks, rate budgets, confirmations and relayed
+//! confirmations are keyed on the caller's principal (`Consumer::principal`: the signed-in user,
+//! the same as over MCP; an anonymous caller's consumer key), so another header value opens no
+//! new budget, splits no approval and makes no retry a new call.
 //!
 //! **Idempotency.** `Idempotency-Key` (one field: a bare token of visible ASCII without `"`, or
 //! an RFC 8941 sf-string such as `"a\"b"`, decoded) is the invocation id; the decoded key and a

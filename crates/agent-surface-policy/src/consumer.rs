@@ -74,14 +74,16 @@ impl Identity {
 ///
 /// Two keys follow from it:
 ///
-/// - the **consumer key** ([`Consumer::key`]) scopes what belongs to one session of a caller:
-///   the namespace of its invocation ids and idempotency keys, and its MCP tasks;
-/// - the **principal** ([`Consumer::principal`]) scopes what belongs to the person: rate
-///   budgets, confirmations (the evidence is bound to it) and the memory of relayed
-///   confirmations. For a signed-in caller it is [`Identity::principal_key`], the same whatever
-///   session, header or transport the call came through, so one user cannot widen a "per user"
-///   budget or split an approval by opening another session. For an anonymous caller it is the
-///   consumer key: nothing proves two anonymous sessions are one person.
+/// - the **consumer key** ([`Consumer::key`]) names one session of a caller: audit events and
+///   the operator log show it, and it scopes MCP tasks;
+/// - the **principal** ([`Consumer::principal`]) scopes what belongs to the person: the
+///   namespace of invocation ids and idempotency keys (a retry that comes back through another
+///   session or transport is the same call), rate budgets, confirmations (the evidence is bound
+///   to it) and the memory of relayed confirmations. For a signed-in caller it is
+///   [`Identity::principal_key`], the same whatever session, header or transport the call came
+///   through, so one user can neither widen a "per user" budget, split an approval, nor run a
+///   write twice by opening another session. For an anonymous caller it is the consumer key:
+///   nothing proves two anonymous sessions are one person.
 ///
 /// ```
 /// use agent_surface_policy::{Consumer, Identity};

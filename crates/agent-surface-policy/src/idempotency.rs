@@ -69,7 +69,8 @@ pub use crate::store::{StoreError, StoreUsage};
 /// one joins, replays or conflicts.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey {
-    /// The consumer's stable key (its identity as the authority policy sees it).
+    /// The id's scope: the caller's principal ([`crate::Consumer::principal`]) for an invocation
+    /// id, whatever session or transport sent it; a natural key's own scope for a natural key.
     pub consumer_key: String,
     /// The invocation id the consumer supplied.
     pub invocation_id: String,

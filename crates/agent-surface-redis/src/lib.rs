@@ -46,7 +46,8 @@
 //! `CONFIG GET` is not checked).
 //!
 //! **Keys.** Everything lives under [`RedisConfig::prefix`] (several deployments may share one
-//! Redis): `{prefix}idem:{n}:{consumer key}:{invocation id}` (`n` the consumer key's length),
+//! Redis): `{prefix}idem:{n}:{scope}:{invocation id}` (the scope being the caller's principal, or a
+//! natural key's; `n` its length),
 //! the token counter `{prefix}idem-fence:`, cancelled attempts `{prefix}idem-cancel:{attempt}`,
 //! `{prefix}conf:{id}` with the indexes `{prefix}conf-pending` and `{prefix}conf-expiry` and the
 //! relayed ids `{prefix}conf-relay:…`, `{prefix}task:{id}`, the rate buckets

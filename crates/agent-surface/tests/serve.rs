@@ -454,3 +454,81 @@ async fn mcp_settings_that_are_serves_own_are_refused_not_dropped() {
     running.stop();
     running.stopped().await.expect("drains");
 }
+
+/// An invocation id names one call of the signed-in person whatever way it comes back: the same
+/// id over the binding, with another consumer header, and over MCP (with `_meta` or the
+/// `Idempotency-Key` header) runs the write once and answers each retry with its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_through_another_transport_or_session_is_the_same_call() {
+    let service =
+        ServiceBuilder::new().authority(Policies::new().global(RequireIdentity).for_type("notes", AllowAll)).build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    service
+        .registry
+        .define("notes", move |t| {
+            let counted = counted.clone();
+            t.capability("add", "Add a note.").effect(Effect::Write).handle(move |i: Value| {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { Ok::<_, AgentSurfaceError>(json!({"note": n, "text": i["text"]})) }
+            });
+        })
+        .expect("defines");
+    let _mount = service.registry.mount("notes", "main").expect("mounts");
+    let running =
+        Serve::new(service).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await.expect("serves");
+    let addr = running.local_addr();
+
+    let body = json!({"capability": "notes.add", "input": {"text": "once"}}).to_string();
+    let over_api = |consumer: Option<&'static str>| {
+        let body = body.clone();
+        async move {
+            let mut headers = vec![("Authorization", "Bearer alice-token"), ("Idempotency-Key", "add-1")];
+            headers.extend(consumer.map(|c| ("Agent-Surface-Consumer", c)));
+            let r = http::post_json(addr, "/api/invoke", &headers, &body).await;
+            agent_surface::http::wire::decode(r.status, &r.body).expect("an invoke result")
+        }
+    };
+    let first = over_api(None).await;
+    assert_eq!(first.output(), Some(&json!({"note": 1, "text": "once"})), "{first:?}");
+    for consumer in [Some("phone"), Some("laptop"), None] {
+        let again = over_api(consumer).await;
+        assert_eq!(again.output(), first.output(), "{consumer:?}: {again:?}");
+    }
+    let over_mcp = |meta: Value, headers: Vec<(&'static str, &'static str)>| async move {
+        let mut meta_all = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "serve-test", "version": "0"}});
+        for (k, v) in meta.as_object().into_iter().flatten() {
+            meta_all[k] = v.clone();
+        }
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "notes-add", "arguments": {"text": "once"}, "_meta": meta_all}})
+        .to_string();
+        let mut all = vec![
+            ("Authorization", "Bearer alice-token"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "notes-add"),
+        ];
+        all.extend(headers);
+        let r = http::post_json(addr, "/mcp", &all, &call).await;
+        let message = r.messages().into_iter().find(|m| m.get("result").is_some()).expect("a tools/call result");
+        let result = serde_json::from_value(message["result"].clone()).expect("a CallToolResult");
+        agent_surface::mcp::codec::decode(&result).expect("an invoke result")
+    };
+    let by_meta = over_mcp(json!({"agent-surface/invocationId": "add-1"}), vec![]).await;
+    assert_eq!(by_meta.output(), first.output(), "{by_meta:?}");
+    let by_header = over_mcp(json!({}), vec![("Idempotency-Key", "add-1")]).await;
+    assert_eq!(by_header.output(), first.output(), "{by_header:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "one run for every retry");
+
+    // Another person's id of the same name is their own call.
+    let maria = [("Authorization", "Bearer maria-token"), ("Idempotency-Key", "add-1")];
+    let r = http::post_json(addr, "/api/invoke", &maria, &body).await;
+    let theirs = agent_surface::http::wire::decode(r.status, &r.body).expect("an invoke result");
+    assert_eq!(theirs.output(), Some(&json!({"note": 2, "text": "once"})), "{theirs:?}");
+    running.stop();
+    running.stopped().await.expect("drains");
+}

@@ -203,8 +203,13 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     let Arrival { inner, request, options, .. } = *arrival;
     let now = arrival.now();
     let Some(invocation_id) = &request.invocation_id else { return Ok(Admitted::Untracked) };
-    let key =
-        IdempotencyKey { consumer_key: options.consumer.key().to_string(), invocation_id: store_id(invocation_id) };
+    // An id names one call of its principal (the signed-in person, whatever session, header or
+    // transport sends it; an anonymous caller's session), so a retry that comes back another way
+    // is still the same call.
+    let key = IdempotencyKey {
+        consumer_key: options.consumer.principal().to_string(),
+        invocation_id: store_id(invocation_id),
+    };
     let fp = fingerprint(request, input);
     tracing::Span::current().record("fingerprint", tracing::field::display(&fp));
     let answered = |result: InvokeResult, joined: bool| {
