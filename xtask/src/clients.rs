@@ -32,7 +32,8 @@
 //! 7. `httpx2` (installed with the Python SDK) against the plain HTTP binding (`/api` of
 //!    `agent-surface-demo serve --http`), `python/http_client.py`:
 //!    the same cases as `POST /api/invoke`, checked against the error matrix's HTTP statuses, and
-//!    the protocol faults; then, with `--conformance`, progress as Server-Sent Events, a `202`
+//!    the protocol faults; the Python SDK's streamable HTTP client on the same server's `/mcp`
+//!    (a legacy session, ended without a failed termination); then, with `--conformance`, progress as Server-Sent Events, a `202`
 //!    task polled, refused to another person and cancelled, and `GET /api/openapi.json`
 //!    validated by `openapi-spec-validator` (pinned in `python/requirements.txt`).
 //!

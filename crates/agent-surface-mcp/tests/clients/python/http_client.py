@@ -12,7 +12,9 @@ in with tokens, so it serves the approval inbox and a confirmation carries its `
 `Retry-After` exactly for `after-delay`,
 `WWW-Authenticate` on 401, success bodies, an `Idempotency-Key` replay, a client that hangs up
 (the call is cancelled and the key then answers `CANCELLED`), and the protocol faults that never
-reach the pipeline (no `code` member).
+reach the pipeline (no `code` member). The Python SDK's own streamable HTTP client then opens a
+session on the same server's `/mcp`, lists the tools and leaves; the SDK must log no failed
+termination of the session.
 
 Then, against a second server with `--conformance` (its fixtures report progress and run long):
 progress as Server-Sent Events (`Accept: text/event-stream`: the progress events in order, then
@@ -385,6 +387,46 @@ def async_session(demo):
         server.wait()
 
 
+def mcp_session_ends(base):
+    """The Python SDK's own streamable HTTP client on the same server's `/mcp`: a session lists the
+    tools and, left, is ended with `DELETE`. The SDK logs any answer but `200`, `204` (or `405`)
+    as a failed termination."""
+    import logging
+
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    warned = []
+
+    class Kept(logging.Handler):
+        def emit(self, record):
+            warned.append(record.getMessage())
+
+    kept = Kept(level=logging.WARNING)
+    logger = logging.getLogger("mcp.client.streamable_http")
+    logger.addHandler(kept)
+
+    async def session():
+        headers = {"Authorization": "Bearer t-alice"}
+        async with httpx.AsyncClient(headers=headers, timeout=10) as client:
+            async with streamable_http_client(f"{base}/mcp", http_client=client) as (read, write):
+                async with ClientSession(read, write) as mcp:
+                    await mcp.initialize()
+                    return [t.name for t in (await mcp.list_tools()).tools]
+
+    try:
+        names = anyio.run(session)
+        check("MCP over HTTP, the Python SDK's client: a session lists the tools", "orders-list" in names,
+              json.dumps(names))
+        check("MCP over HTTP, the Python SDK's client: its session ends without a failed termination",
+              not any("termination" in w for w in warned), json.dumps(warned))
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check("MCP over HTTP, the Python SDK's client", False, f"{type(e).__name__}: {e}")
+    finally:
+        logger.removeHandler(kept)
+
+
 def main():
     if len(sys.argv) != 4:
         print("usage: python http_client.py DEMO_BINARY CASES_JSON ERROR_MATRIX_JSON", file=sys.stderr)
@@ -407,6 +449,7 @@ def main():
                   "admin.purge_cache" not in names and "orders.list" in names, json.dumps(names))
             run_cases(client, spec["cases"], matrix, snapshot)
             protocol_faults(client)
+        mcp_session_ends(base)
     except Exception as e:  # noqa: BLE001 - reported as a failed check
         check("the HTTP session", False, f"{type(e).__name__}: {e}")
     finally:
