@@ -220,6 +220,23 @@ impl fmt::Display for ConnectError {
 
 impl std::error::Error for ConnectError {}
 
+/// `error` and the causes beneath it, each said once: `tokio-postgres` words a server's refusal
+/// `db error` and keeps the server's own words (`password authentication failed for user …`,
+/// `database … does not exist`) in its source, and `deadpool` wraps that again.
+pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// What the stores of one connection share.
 struct Inner {
     pool: Pool,
@@ -299,6 +316,7 @@ impl PostgresStores {
             pg.application_name("agent-surface");
         }
         let unreachable = |e: &dyn fmt::Display| ConnectError(format!("cannot connect to PostgreSQL: {e}"));
+        let refused = |e: &(dyn std::error::Error + 'static)| unreachable(&with_causes(e));
         let manager = Manager::from_config(
             pg.clone(),
             tokio_postgres::NoTls,
@@ -308,10 +326,10 @@ impl PostgresStores {
             .max_size(config.pool_size)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|e| refused(&e))?;
         let schema = format!("\"{}\"", config.schema);
         let migrate = async {
-            let mut client = pool.get().await.map_err(|e| unreachable(&e))?;
+            let mut client = pool.get().await.map_err(|e| refused(&e))?;
             schema::migrate(&mut client, &config.schema, &schema).await
         };
         tokio::time::timeout(config.op_timeout.max(Duration::from_secs(10)), migrate)

@@ -148,7 +148,9 @@ pub(crate) fn current() -> i32 {
 
 /// Brings the schema `name` (quoted: `quoted`) to the current version (see the module docs).
 pub(crate) async fn migrate(client: &mut Object, name: &str, quoted: &str) -> Result<(), ConnectError> {
-    let fail = |e: tokio_postgres::Error| ConnectError(format!("cannot migrate the PostgreSQL schema {name}: {e}"));
+    let fail = |e: tokio_postgres::Error| {
+        ConnectError(format!("cannot migrate the PostgreSQL schema {name}: {}", crate::with_causes(&e)))
+    };
     let tx = client.transaction().await.map_err(fail)?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&format!("agent-surface:{name}")])
         .await

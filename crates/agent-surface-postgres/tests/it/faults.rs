@@ -62,3 +62,29 @@ async fn a_stopped_database_fails_closed_within_the_budget_and_loses_nothing_com
     let again = idem.admit(&key("during"), fp, Attempt::fresh(), Timestamp::now()).await;
     assert!(matches!(again, Ok(Admission::Leader(_))), "the refused admission claimed nothing: {again:?}");
 }
+
+/// `url` with its database (the path after the host) replaced by `database`, its query kept.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (host, _) = base.rsplit_once('/').expect("a database in the URL");
+    format!("{host}/{database}{}", query.map(|q| format!("?{q}")).unwrap_or_default())
+}
+
+/// A connection the server refuses is refused at `connect` with the server's own reason, not
+/// only `db error`: a database or a role that does not exist is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_says_why() {
+    let Some(url) = support::url() else { return };
+    let config = || PostgresConfig { schema: support::schema("refused"), ..PostgresConfig::default() };
+    let refusal = |result: Result<PostgresStores, agent_surface_postgres::ConnectError>| match result {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("connected"),
+    };
+    let why = refusal(PostgresStores::connect(&with_database(&url, "no_such_database_here"), config()).await);
+    assert!(why.contains(r#"database "no_such_database_here" does not exist"#), "{why}");
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let stranger = format!("{scheme}://no_such_role_here@{host}");
+    let why = refusal(PostgresStores::connect(&stranger, config()).await);
+    assert!(why.contains(r#"role "no_such_role_here" does not exist"#), "{why}");
+}
