@@ -355,8 +355,9 @@ async fn serve(mut options: Serve) -> Result<(), String> {
     // stderr: stdout is the MCP stdio transport's. The demo installs no other subscriber.
     drop(operator_log::init());
     // Replicas on a shared store take each other's retries, an MCP approval round's too: they
-    // must seal those rounds with one key, which no replica can draw alone (`Serve` in the
-    // `agent-surface` crate refuses the same).
+    // must seal those rounds with one key, which no replica can draw alone. (The demo wires the
+    // MCP adapter itself; `Serve` in the `agent-surface` crate, given no key, keeps one in the
+    // shared store instead.)
     if (options.redis.is_some() || options.postgres.is_some()) && options.state_key.is_none() {
         return Err("--redis and --postgres need --state-key HEX (64 hex digits, the same on every replica, e.g. from                     `openssl rand -hex 32`): replicas seal MCP approval rounds with one key"
             .to_string());

@@ -148,8 +148,10 @@ pub trait InboxStore: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
-    /// The form-signing key named `name`: the one stored, or else `candidate`, stored now
-    /// (set-if-absent, so every replica ends up with the same key).
+    /// The secret key named `name`: the one stored, or else `candidate`, stored now
+    /// (set-if-absent, so every replica ends up with the same key). The inbox signs its forms with
+    /// such keys; `agent_surface::Serve` keeps the key sealing MCP approval rounds under
+    /// `mcp-approval-state` when it is given none.
     fn mac_key<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> BoxFuture<'a, Result<[u8; 32], StoreError>>;
 }
 

@@ -252,8 +252,13 @@ impl Serve {
 
     /// The key that seals MCP approval rounds (`requestState`), at least 32 bytes of secret
     /// randomness, the same on every replica (from your secret store, never from the source).
-    /// Required when the confirmations are in a shared or durable store. To change it without failing the
-    /// rounds in flight, see [`accept_state_key`](Self::accept_state_key).
+    /// Without it, a service whose confirmations are in a shared or durable store seals with a key
+    /// its stores keep (the inbox store's, `Stores::with_inbox`; each backend's `bundle()`
+    /// includes it): drawn by the first process to start, read by every replica and restart, and
+    /// readable by whoever reads the store. Give one here to keep it in your secret store instead.
+    /// A service whose confirmations live in the process seals with a key drawn at start. To change
+    /// a given key without failing the rounds in flight, see
+    /// [`accept_state_key`](Self::accept_state_key).
     pub fn state_key(mut self, key: impl Into<Vec<u8>>) -> Serve {
         self.state_key = Some(key.into());
         self
@@ -405,7 +410,7 @@ impl Serve {
     pub async fn bind(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Running, ServeError> {
         self.install_operator_log();
         self.refuse_settings_of_serve()?;
-        let mcp = self.mcp_config()?;
+        let mcp = self.mcp_config().await?;
         #[cfg(feature = "inbox")]
         let serving_inbox = self.approver_role.is_some();
         #[cfg(not(feature = "inbox"))]
@@ -520,7 +525,7 @@ impl Serve {
         self.install_operator_log();
         self.refuse_settings_of_serve()?;
         self.mcp.identity = identity;
-        let config = self.mcp_config()?;
+        let config = self.mcp_config().await?;
         warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
         self.warn_of_nowhere_to_approve();
         let registry = self.service.registry.clone();
@@ -537,7 +542,7 @@ impl Serve {
     }
 
     /// The MCP adapter's configuration, or why it cannot be served.
-    fn mcp_config(&self) -> Result<McpConfig, ServeError> {
+    async fn mcp_config(&self) -> Result<McpConfig, ServeError> {
         let service = &self.service;
         service.registry.check_wiring().map_err(|e| ServeError::Refused(e.to_string()))?;
         // An address agents are told to send a person to must be one a browser opens.
@@ -570,20 +575,7 @@ impl Serve {
                         .into(),
                 ));
             }
-            (None, true) if reach.is_shared() => {
-                return Err(ServeError::Refused(
-                    "the confirmations are shared between replicas, but each replica would seal its MCP approval \
-                     rounds with a key of its own: give every replica the same Serve::state_key"
-                        .into(),
-                ));
-            }
-            (None, true) => {
-                return Err(ServeError::Refused(
-                    "the confirmations outlive the process, but its MCP approval rounds would be sealed with a key \
-                     drawn at start, which a restart loses: give Serve::state_key (the same on every start)"
-                        .into(),
-                ));
-            }
+            (None, true) => ApprovalStates::new(state_codec(&kept_state_key(&service.stores, reach).await?, &[])?),
             (None, false) => self.mcp.approval_states.clone(),
         };
         // Approvals at the client: the service engine's in-person approvals, a resolver the
@@ -683,6 +675,46 @@ fn no_operator_log(feature: bool, subscriber: bool) -> Option<&'static str> {
          the `operator-log` feature of agent-surface (RUST_LOG then filters it), or install a `tracing` \
          subscriber before serving.",
     )
+}
+
+/// The name of the key that seals MCP approval rounds when the stores keep it (see
+/// [`kept_state_key`]).
+const KEPT_STATE_KEY: &str = "mcp-approval-state";
+
+/// The key that seals MCP approval rounds when none is given and the confirmations reach as far as
+/// `reach` (across replicas, or across restarts): the one the stores' inbox store keeps under
+/// [`KEPT_STATE_KEY`], drawn and stored by whichever process asks first (set-if-absent, as the
+/// inbox's form-signing keys). Every replica and every restart then opens the rounds another
+/// sealed. Refused when the inbox store does not reach as far as the confirmations, or cannot be
+/// read.
+async fn kept_state_key(
+    stores: &agent_surface_policy::Stores,
+    reach: agent_surface_policy::Reach,
+) -> Result<[u8; 32], ServeError> {
+    let kept = stores.inbox.reach();
+    let keeps = if reach.is_shared() { kept.is_shared() } else { kept.outlives_the_process() };
+    if !keeps {
+        let (where_, what) = if reach.is_shared() {
+            ("are shared between replicas", "each replica would seal its MCP approval rounds with a key of its own")
+        } else {
+            ("outlive the process", "its MCP approval rounds would be sealed with a key a restart loses")
+        };
+        return Err(ServeError::Refused(format!(
+            "the confirmations {where_}, but the inbox store that would keep the key sealing MCP approval rounds \
+             does not, so {what}: give the backend's inbox store (Stores::with_inbox; each backend's bundle() \
+             includes it), or Serve::state_key (the same on every replica and every start)"
+        )));
+    }
+    let (a, b) = (agent_surface_core::id::random_bytes(), agent_surface_core::id::random_bytes());
+    let mut candidate = [0u8; 32];
+    candidate[..16].copy_from_slice(&a);
+    candidate[16..].copy_from_slice(&b);
+    stores.inbox.mac_key(KEPT_STATE_KEY, candidate).await.map_err(|e| {
+        ServeError::Refused(format!(
+            "cannot read the key sealing MCP approval rounds from the inbox store ({e}); give Serve::state_key, or \
+             start once the store answers"
+        ))
+    })
 }
 
 /// The codec that seals approval rounds with `active` and opens those sealed with `active` or

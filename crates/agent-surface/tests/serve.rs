@@ -68,23 +68,62 @@ async fn a_short_state_key_is_refused() {
     assert!(why.contains("at least 32 bytes"), "{why}");
 }
 
-/// Over a durable store, approvals outlive the process; an MCP approval round sealed with a key
-/// drawn at start would not: the key must be given, as for replicas.
+/// Over a durable store, approvals outlive the process, and so must the key that seals MCP
+/// approval rounds: with none given, the store keeps one. A round the server sealed before a
+/// restart is answered after it. Stores whose inbox store lives in the process cannot keep the
+/// key: refused, naming both ways out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn durable_confirmations_need_a_state_key_that_outlives_the_process() {
+async fn durable_confirmations_keep_the_key_that_seals_approval_rounds() {
     let dir = std::env::temp_dir().join(format!("serve-durable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temp dir");
-    let stores =
-        agent_surface_sqlite::SqliteStores::open(dir.join("state.db"), Default::default()).await.expect("opens");
-    let service =
-        ServiceBuilder::new().stores(stores.bundle()).authority(Policies::new().global(RequireIdentity)).build();
-    let why = refused(Serve::new(service.clone()).operator_log(false).bind("127.0.0.1:0").await);
-    assert!(why.contains("outlive the process") && why.contains("Serve::state_key"), "{why}");
-    let running = Serve::new(service).operator_log(false).state_key(vec![7u8; 32]).bind("127.0.0.1:0").await;
-    let running = running.expect("serves with a state key");
-    running.stop();
-    running.stopped().await.expect("drains");
-    drop(stores);
+    let path = dir.join("state.db");
+    let service_on = |stores: agent_surface::policy::Stores| {
+        support::refunds_on(
+            ServiceBuilder::new()
+                .stores(stores)
+                .authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll)),
+        )
+    };
+    let answer = |asked: &Value| {
+        let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+        json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state})
+    };
+
+    let stores = agent_surface_sqlite::SqliteStores::open(&path, Default::default()).await.expect("opens");
+    let (service, mount) = service_on(stores.bundle());
+    let before = Serve::new(service).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await;
+    let before = before.expect("serves without a state key");
+    let asked = ask_refund(before.local_addr(), json!({})).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    before.stop();
+    before.stopped().await.expect("drains");
+    drop((mount, stores));
+
+    // The restart: the same file, a new process's draw of random keys.
+    let stores = agent_surface_sqlite::SqliteStores::open(&path, Default::default()).await.expect("opens again");
+    let (service, mount) = service_on(stores.bundle());
+    let after = Serve::new(service).authenticator(people()).operator_log(false).bind("127.0.0.1:0").await;
+    let after = after.expect("serves again");
+    let done = ask_refund(after.local_addr(), answer(&asked)).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(done["result"]["structuredContent"]["refunded"], "o-9", "{done}");
+    after.stop();
+    after.stopped().await.expect("drains");
+
+    // The inbox store in the process, the confirmations on disk: nothing keeps the key.
+    let bundle = stores.bundle();
+    let half = agent_surface::policy::Stores::new(
+        bundle.idempotency.clone(),
+        bundle.confirmations.clone(),
+        bundle.tasks.clone(),
+        move |budgets, clock| Arc::new(stores.rate_limiter(budgets, clock)),
+    );
+    let (service, _half_mount) = service_on(half);
+    let why = refused(Serve::new(service).operator_log(false).bind("127.0.0.1:0").await);
+    assert!(why.contains("outlive the process") && why.contains("Stores::with_inbox"), "{why}");
+    assert!(why.contains("Serve::state_key"), "{why}");
+    drop((mount, bundle));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

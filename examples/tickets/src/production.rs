@@ -1,8 +1,7 @@
 //! The tickets for replicas, the guide's part 2: `tickets --http ADDR --redis URL --public-url URL
 //! --oauth-jwks FILE --oauth-issuer URL` runs one replica of several behind a load balancer, all
 //! on one Redis, signing people in with OAuth access tokens, with the approval inbox, Prometheus
-//! metrics and the operator log. The key that seals MCP approval rounds comes from the environment
-//! variable [`STATE_KEY_VAR`].
+//! metrics and the operator log.
 //!
 //! The guide quotes this file between its `// guide:` markers.
 
@@ -16,14 +15,9 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::{Service, assemble};
 
-/// The environment variable that holds the key sealing MCP approval rounds: 64 hex digits, the
-/// same on every replica.
-pub const STATE_KEY_VAR: &str = "TICKETS_STATE_KEY";
-
 /// How a replica is started, for the usage message.
 pub const USAGE: &str = "tickets --http ADDR --redis URL [--redis-prefix PREFIX] --public-url URL \
-                         --oauth-jwks FILE --oauth-issuer URL [--oauth-issuer URL]… \
-                         (and TICKETS_STATE_KEY=<64 hex digits> in the environment)";
+                         --oauth-jwks FILE --oauth-issuer URL [--oauth-issuer URL]…";
 
 /// The upper bounds of the call-duration histogram's buckets, in seconds.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
@@ -111,18 +105,14 @@ pub async fn replica(addr: &str, options: &Options) -> Result<(), String> {
         })
         .map_err(|e| format!("--oauth-*: {e}"))?,
     );
-    let mut serve = service
+    let serve = service
         .serve()
         .authenticator(oauth.clone()) // on /mcp, /api and /inbox alike
         .approvers("approver") // the inbox, for identities with this role
         .metrics(move || prometheus.render()) // GET /api/metrics
         .merge(oauth.metadata_router()); // where clients learn which server issues tokens
-    // The same secret on every replica, from the environment (your secret store), never from a
-    // flag or the source. Without it, `Serve` refuses to start: the confirmations are shared.
-    if let Ok(hex) = std::env::var(STATE_KEY_VAR) {
-        let key = agent_surface::core::hex::decode::<32>(&hex).ok_or(format!("{STATE_KEY_VAR}: 64 hex digits"))?;
-        serve = serve.state_key(key);
-    }
+    // The key that seals MCP approval rounds is kept in Redis beside the approvals, the same for
+    // every replica. To keep it in your secret store instead: `.state_key(key)`, on every replica.
     // Said once SIGTERM drains (ADDR may use port 0: the address is the one the system chose).
     let ready = |local| println!("listening on http://{local}");
     serve.on_listening(ready).http(addr).await.map_err(|e| e.to_string())

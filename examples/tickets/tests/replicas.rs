@@ -24,7 +24,6 @@ const PUBLIC_URL: &str = "http://tickets.test";
 /// The authorization server whose tokens the replicas accept.
 const ISSUER: &str = "https://id.tickets.test";
 /// The key sealing MCP approval rounds, the same for both replicas.
-const STATE_KEY: &str = "7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e";
 /// The most lines of a replica's operator log kept, for a failing test to print.
 const KEPT_LINES: usize = 500;
 
@@ -64,7 +63,6 @@ fn replica_command(redis: &str, prefix: &str) -> Command {
         .args(["--oauth-jwks", jwks, "--oauth-issuer", ISSUER])
         .env("AGENT_SURFACE_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
-        .env_remove("TICKETS_STATE_KEY")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
@@ -86,9 +84,9 @@ fn keep(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<String>>> {
     kept
 }
 
-/// Starts a replica with the state key and waits for the address it prints.
+/// Starts a replica and waits for the address it prints.
 fn start(redis: &str, prefix: &str) -> Replica {
-    let mut child = replica_command(redis, prefix).env("TICKETS_STATE_KEY", STATE_KEY).spawn().expect("spawns");
+    let mut child = replica_command(redis, prefix).spawn().expect("spawns");
     let log = keep(child.stderr.take().expect("stderr"));
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
@@ -255,7 +253,8 @@ fn an_approval_given_on_one_replica_is_used_once_by_the_repeat_on_the_other() {
 // guide:end test-approval
 
 /// An MCP client that can ask its user (elicitation) gets the approval round in place: begun on
-/// replica A, sealed with the replicas' common state key, and finished on replica B.
+/// replica A, sealed with the key the replicas share through Redis (no key given), and finished
+/// on replica B.
 #[test]
 fn an_mcp_approval_round_begun_on_one_replica_is_finished_on_the_other() {
     let Some((a, b)) = replicas("round") else { return };
@@ -355,7 +354,7 @@ fn the_operator_log_the_metrics_and_the_drain_of_a_replica() {
 fn a_signal_as_soon_as_a_replica_listens_drains_it() {
     let Some((url, prefix)) = redis("signal-at-once") else { return };
     for _ in 0..10 {
-        let mut replica = replica_command(&url, &prefix).env("TICKETS_STATE_KEY", STATE_KEY).spawn().expect("spawns");
+        let mut replica = replica_command(&url, &prefix).spawn().expect("spawns");
         let said = replica.stdout.take().expect("stdout");
         let signal = format!("read line && kill -TERM {}", replica.id());
         let sent = Command::new("sh").args(["-c", &signal]).stdin(said).status().expect("sh runs");
@@ -412,23 +411,6 @@ fn concurrent_reports_across_replicas_open_one_ticket() {
     }
 }
 // guide:end test-report-replicas
-
-/// A replica started without the state key is refused before it listens, saying what to set:
-/// its confirmations are shared, so a round of approval begun on it must be readable by the
-/// others.
-#[test]
-fn a_replica_without_the_state_key_is_refused() {
-    let Some((url, prefix)) = redis("no-key") else { return };
-    let mut child = replica_command(&url, &prefix).spawn().expect("spawns");
-    let Some(status) = exited(&mut child) else {
-        let _ = child.kill();
-        panic!("a replica without the state key went on running");
-    };
-    let output = child.wait_with_output().expect("its output");
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(!status.success() && !stdout.contains("listening"), "{status}: {stdout}");
-    assert!(stderr.contains("the same Serve::state_key"), "{stderr}");
-}
 
 /// The replicas' wiring is consistent: every store on Redis, one clock, one audit sink
 /// (`Registry::wiring_warnings` is empty), and agents are sent to the inbox under the public URL.
