@@ -747,9 +747,9 @@ fn gemini_node(node: &Value) -> Map<String, Value> {
         out.insert("example".into(), first.clone());
     }
 
-    // Enumerations.
+    // Enumerations. `type` and `enum` both hold: null is allowed where each allows it.
     if let Some((values, null)) = enum_values(obj) {
-        nullable |= null;
+        nullable = null && (nullable || declared.is_empty());
         if !values.is_empty() && values.iter().all(Value::is_string) {
             out.insert("type".into(), json!("STRING"));
             out.insert("format".into(), json!("enum"));
@@ -908,10 +908,9 @@ fn gemini_json_node(node: &Value) -> Map<String, Value> {
     // Enumerations: strings or numbers; other values are listed in the description.
     let mut enumeration: Option<Value> = None;
     if let Some((values, null)) = enum_values(obj) {
-        if null {
-            nullable = true;
-            only_null |= values.is_empty() && types.is_empty();
-        }
+        // `type` and `enum` both hold: null is allowed where each allows it.
+        nullable = null && (nullable || declared.is_empty());
+        only_null = nullable && values.is_empty() && types.is_empty();
         let strings = values.iter().all(Value::is_string);
         let numbers = values.iter().all(Value::is_number);
         if !values.is_empty() && (strings || numbers) {
@@ -1029,7 +1028,11 @@ fn gemini_json_node(node: &Value) -> Map<String, Value> {
             all.push("null");
         }
         out.insert("type".into(), if let [one] = all.as_slice() { json!(one) } else { json!(all) });
-        if let Some(values) = enumeration {
+        if let Some(mut values) = enumeration {
+            // The values held apart from null, which the type allows: listed again with them.
+            if let (true, Value::Array(values)) = (nullable, &mut values) {
+                values.push(Value::Null);
+            }
             out.insert("enum".into(), values);
         }
     }

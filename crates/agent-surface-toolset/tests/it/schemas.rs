@@ -205,6 +205,40 @@ fn gemini_conversion() {
     assert_eq!(gemini_parameters(&json!({"type": "object"})), None);
 }
 
+/// `type` and `enum` both hold, so null is allowed only where both allow it: a definition never
+/// offers the model a null the registry refuses, nor refuses a null it accepts.
+#[test]
+fn gemini_null_is_allowed_where_type_and_enum_both_allow_it() {
+    gemini(
+        json!({"type": "object", "properties": {
+            "typed_null": {"type": ["string", "null"], "enum": ["a", "b"]},
+            "listed_null": {"type": "string", "enum": ["a", null]},
+            "both": {"type": ["string", "null"], "enum": ["a", null]},
+            "untyped": {"enum": ["a", null]}
+        }}),
+        Some(json!({"type": "OBJECT", "properties": {
+            "typed_null": {"type": "STRING", "format": "enum", "enum": ["a", "b"]},
+            "listed_null": {"type": "STRING", "format": "enum", "enum": ["a"]},
+            "both": {"type": "STRING", "format": "enum", "enum": ["a"], "nullable": true},
+            "untyped": {"type": "STRING", "format": "enum", "enum": ["a"], "nullable": true}
+        }})),
+    );
+    gemini_json(
+        json!({"type": "object", "properties": {
+            "any": true,
+            "typed_null": {"type": ["string", "null"], "enum": ["a", "b"]},
+            "with_members": {"type": ["string", "null"], "enum": ["a", null],
+                             "anyOf": [{"type": "string"}, {"type": "null"}]}
+        }}),
+        json!({"type": "object", "properties": {
+            "any": {"anyOf": any()},
+            "typed_null": {"type": "string", "enum": ["a", "b"]},
+            "with_members": {"type": ["string", "null"], "enum": ["a", null],
+                             "anyOf": [{"type": "string"}, {"type": "null"}]}
+        }}),
+    );
+}
+
 /// What `parameters` cannot type — any value, maps, open objects, arrays without `items`, cut
 /// references — goes as `parametersJsonSchema`, typed throughout.
 #[test]
