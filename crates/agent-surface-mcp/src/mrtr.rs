@@ -105,6 +105,8 @@ pub const STATE_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 6
 #[derive(Clone)]
 pub struct ApprovalStates {
     codec: Arc<RequestStateCodec>,
+    /// Drawn by [`ApprovalStates::ephemeral`], not given.
+    ephemeral: bool,
 }
 
 impl std::fmt::Debug for ApprovalStates {
@@ -240,7 +242,7 @@ impl ApprovalStates {
     /// # let _ = states;
     /// ```
     pub fn new(codec: RequestStateCodec) -> ApprovalStates {
-        ApprovalStates { codec: Arc::new(codec) }
+        ApprovalStates { codec: Arc::new(codec), ephemeral: false }
     }
 
     /// Seals with a random 256-bit key drawn from the operating system for this process only.
@@ -254,7 +256,23 @@ impl ApprovalStates {
         agent_surface_core::id::fill_random(&mut key);
         let codec = RequestStateCodec::new_with_keyring("ephemeral", [("ephemeral", key.to_vec())])
             .unwrap_or_else(|_| RequestStateCodec::new_unchecked(key.to_vec()));
-        ApprovalStates::new(codec)
+        ApprovalStates { codec: Arc::new(codec), ephemeral: true }
+    }
+
+    /// Whether these states were drawn by [`ephemeral`](Self::ephemeral) (the default of
+    /// `McpConfig`) rather than given with [`new`](Self::new): a server built on the adapter can
+    /// tell the states an application gave from the default it may replace.
+    ///
+    /// ```
+    /// use agent_surface_mcp::mrtr::ApprovalStates;
+    /// use rmcp::model::RequestStateCodec;
+    ///
+    /// assert!(ApprovalStates::ephemeral().is_ephemeral());
+    /// let codec = RequestStateCodec::new_with_keyring("k", [("k", [7u8; 32].to_vec())]).unwrap();
+    /// assert!(!ApprovalStates::new(codec).is_ephemeral());
+    /// ```
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
     }
 
     /// The associated data a state is bound to: the tool and the digest of its arguments.

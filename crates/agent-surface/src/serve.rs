@@ -278,9 +278,11 @@ impl Serve {
     }
 
     /// The MCP adapter's other settings (server name, instructions, list TTL, elicitation
-    /// timeout, …). Its authenticator, identity, tasks and approval states are `Serve`'s: an
-    /// authenticator, identity or task runtime given here is refused at start
-    /// ([`ServeError::Refused`]), since it would be dropped. Its
+    /// timeout, …). Its authenticator, identity and tasks are `Serve`'s: an authenticator,
+    /// identity or task runtime given here is refused at start ([`ServeError::Refused`]), since it
+    /// would be dropped. Its `approval_states`, when given (not the default
+    /// `ApprovalStates::ephemeral()`), seal the MCP approval rounds as
+    /// [`state_key`](Self::state_key) would, with the codec's own key ids (give one of the two). Its
     /// `confirmations` (who records an approval given at the client) are the service engine's
     /// in-person approvals unless you give a resolver of your own (over `Service::confirmations`);
     /// `None` there is the field's default, so it means "not given", never "off": to turn
@@ -566,7 +568,17 @@ impl Serve {
         }
         // Shared by replicas, or kept across a restart: a round sealed by one process must open in another.
         let reach = service.stores.confirmations.reach();
+        let given_states = !self.mcp.approval_states.is_ephemeral();
+        if given_states && (self.state_key.is_some() || !self.accepted_state_keys.is_empty()) {
+            return Err(ServeError::Refused(
+                "McpConfig::approval_states and Serve::state_key both give the key that seals MCP approval rounds: \
+                 give one of the two"
+                    .into(),
+            ));
+        }
         let approval_states = match (&self.state_key, reach.outlives_the_process()) {
+            // The application's own states, given through `Serve::mcp`.
+            _ if given_states => self.mcp.approval_states.clone(),
             (Some(key), _) => ApprovalStates::new(state_codec(key, &self.accepted_state_keys)?),
             (None, _) if !self.accepted_state_keys.is_empty() => {
                 return Err(ServeError::Refused(

@@ -571,3 +571,48 @@ async fn a_retry_through_another_transport_or_session_is_the_same_call() {
     running.stop();
     running.stopped().await.expect("drains");
 }
+
+/// Approval states given through `Serve::mcp` seal the rounds, as `Serve::state_key` would, also
+/// over durable stores (where `Serve` would otherwise seal with the key the stores keep): a round
+/// one such server sealed is answered by another with the same states, and not by one that seals
+/// with the stores' key. Given beside `Serve::state_key`, refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_states_given_through_mcp_seal_the_rounds() {
+    use agent_surface::mcp::mrtr::ApprovalStates;
+    let states = || {
+        let codec =
+            rmcp::model::RequestStateCodec::new_with_keyring("k1", [("k1", vec![0x05u8; 32])]).expect("a codec");
+        McpConfig { approval_states: ApprovalStates::new(codec), ..McpConfig::default() }
+    };
+    let dir = std::env::temp_dir().join(format!("serve-states-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stores =
+        agent_surface_sqlite::SqliteStores::open(dir.join("state.db"), Default::default()).await.expect("opens");
+    let (service, _mount) = support::refunds_on(
+        ServiceBuilder::new()
+            .stores(stores.bundle())
+            .authority(Policies::new().global(RequireIdentity).for_type("refunds", AllowAll)),
+    );
+    let serve = || Serve::new(service.clone()).authenticator(people()).operator_log(false);
+    let first = serve().mcp(states()).bind("127.0.0.1:0").await.expect("serves");
+    let second = serve().mcp(states()).bind("127.0.0.1:0").await.expect("serves");
+    let defaulted = serve().bind("127.0.0.1:0").await.expect("serves");
+
+    let asked = ask_refund(first.local_addr(), json!({})).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().expect("a sealed state").to_string();
+    let answer = json!({"inputResponses": {"agent-surface/confirm": {"action": "accept"}}, "requestState": state});
+    let unopened = ask_refund(defaulted.local_addr(), answer.clone()).await;
+    assert_eq!(unopened["error"]["code"], -32602, "{unopened}");
+    let done = ask_refund(second.local_addr(), answer).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+
+    let why = refused(serve().mcp(states()).state_key(vec![7u8; 32]).bind("127.0.0.1:0").await);
+    assert!(why.contains("McpConfig::approval_states") && why.contains("Serve::state_key"), "{why}");
+    for running in [first, second, defaulted] {
+        running.stop();
+        running.stopped().await.expect("drains");
+    }
+    drop((service, stores));
+    let _ = std::fs::remove_dir_all(&dir);
+}
