@@ -49,7 +49,7 @@
 
 use std::sync::Arc;
 
-use agent_surface_policy::{ConfirmationEngine, Consumer, Identity, confirmation::ConfirmationState};
+use agent_surface_policy::{ConfirmationEngine, Consumer, confirmation::ConfirmationState};
 use futures_util::future::BoxFuture;
 
 /// The person's answer to a confirmation, as the MCP client reported it.
@@ -117,9 +117,10 @@ pub trait ConfirmationResolver: Send + Sync + 'static {
 /// refuses by design (an agent must not approve its own request through an API it can reach).
 /// The elicitation is a different thing: a prompt the client shows to the person, which the
 /// model cannot answer. So an accepted elicitation is recorded with
-/// [`ConfirmationEngine::approve_in_person`] on the channel `mcp-elicitation`, and a declined one
-/// with [`ConfirmationEngine::deny`] by the requester (its identity, or its consumer key when
-/// anonymous).
+/// [`ConfirmationEngine::approve_in_person_for`] on the channel `mcp-elicitation`, and a declined
+/// one with [`ConfirmationEngine::deny_as_requester`] (its identity, or its consumer key when
+/// anonymous), each only for a confirmation of the requester's own call: an approval round's
+/// state that names another caller's confirmation decides nothing.
 #[derive(Clone)]
 pub struct EngineResolver {
     engine: Arc<ConfirmationEngine>,
@@ -150,11 +151,10 @@ impl ConfirmationResolver for EngineResolver {
     ) -> BoxFuture<'a, Result<(), ResolveError>> {
         Box::pin(async move {
             let decided = match answer {
-                ConfirmationAnswer::Approved => self.engine.approve_in_person(confirmation_id, Self::CHANNEL).await,
-                ConfirmationAnswer::Denied => {
-                    let person = requester.identity().cloned().unwrap_or_else(|| Identity::new(requester.key()));
-                    self.engine.deny(confirmation_id, &person).await
+                ConfirmationAnswer::Approved => {
+                    self.engine.approve_in_person_for(confirmation_id, Self::CHANNEL, requester).await
                 }
+                ConfirmationAnswer::Denied => self.engine.deny_as_requester(confirmation_id, requester).await,
             };
             decided.map_err(|e| ResolveError(format!("confirmation {confirmation_id}: {e}")))
         })

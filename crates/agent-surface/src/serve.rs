@@ -255,7 +255,11 @@ impl Serve {
     /// Without it, a service whose confirmations are in a shared or durable store seals with a key
     /// its stores keep (the inbox store's, `Stores::with_inbox`; each backend's `bundle()`
     /// includes it): drawn by the first process to start, read by every replica and restart, and
-    /// readable by whoever reads the store. Give one here to keep it in your secret store instead.
+    /// readable by whoever reads the store, who could then forge a client's sealed state — but
+    /// a state names its caller, a signed-in caller must still sign in as themselves, and an
+    /// answer in person counts only for the caller's own confirmation. Give one here to keep it in
+    /// your secret store instead (do so where anonymous callers may run actions that need
+    /// approval: the store holds their keys too).
     /// A service whose confirmations live in the process seals with a key drawn at start. To change
     /// a given key without failing the rounds in flight, see
     /// [`accept_state_key`](Self::accept_state_key).

@@ -461,3 +461,38 @@ mod withdrawn {
         client.cancel().await.unwrap();
     }
 }
+
+/// `EngineResolver` records an answer in person only for a confirmation of the requester's own
+/// call: an answer naming another caller's confirmation (a forged approval round's state, say)
+/// neither approves nor denies it, and the owner's own answer still counts.
+#[tokio::test]
+async fn an_answer_in_person_counts_only_for_the_requesters_own_confirmation() {
+    use agent_surface_core::{Effect, SafeText};
+    use agent_surface_mcp::confirm::{ConfirmationAnswer, ConfirmationResolver, EngineResolver};
+    use agent_surface_policy::confirmation::ConfirmationState;
+    use agent_surface_policy::{
+        CallInfo, ConfirmationConfig, ConfirmationDecision, ConfirmationEngine, ConfirmationGate, Consumer, Identity,
+    };
+
+    let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
+    let alice = Consumer::signed_in(Identity::new("alice"));
+    let mallory = Consumer::signed_in(Identity::new("mallory"));
+    let summary = SafeText::from("Delete everything.");
+    let call =
+        CallInfo::new(&alice, "store.delete", "store", Effect::Destructive, false).with_declared_gate(Some(&summary));
+    let ConfirmationDecision::Required { confirmation_id, .. } =
+        engine.check(call, None, agent_surface_core::Timestamp::now()).await
+    else {
+        panic!("a confirmation is required")
+    };
+    let resolver = EngineResolver::new(engine.clone());
+    for answer in [ConfirmationAnswer::Approved, ConfirmationAnswer::Denied] {
+        let refused = resolver.resolve(&confirmation_id, &mallory, answer).await;
+        assert!(refused.is_err(), "{answer:?}: {refused:?}");
+        let state = engine.get(&confirmation_id).await.unwrap().map(|r| r.state);
+        assert_eq!(state, Some(ConfirmationState::Pending), "{answer:?}");
+    }
+    resolver.resolve(&confirmation_id, &alice, ConfirmationAnswer::Approved).await.expect("her own");
+    let state = engine.get(&confirmation_id).await.unwrap().map(|r| r.state);
+    assert!(matches!(state, Some(ConfirmationState::Approved { .. })), "{state:?}");
+}

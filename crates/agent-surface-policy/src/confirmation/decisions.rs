@@ -53,6 +53,11 @@ pub enum ApprovalError {
     /// this approver is a manager only); the confirmation waits for an approver for the open slots.
     #[error("the quorum's slots this approver could fill are taken; it waits for approvers of the other roles")]
     SlotsTaken,
+    /// An answer given in person by someone whose call the confirmation does not hold
+    /// ([`ConfirmationEngine::approve_in_person_for`], [`ConfirmationEngine::deny_as_requester`]):
+    /// it was issued to another caller.
+    #[error("the confirmation holds another caller's call")]
+    NotRequester,
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -126,7 +131,7 @@ impl ConfirmationEngine {
     /// ([`ApprovalError::SlotsTaken`]). With a quorum of more than one, the confirmation stays
     /// pending until every slot is filled by a distinct approver.
     pub async fn approve(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Approve, approver, None).await
+        self.decide(id, ApprovalVerdict::Approve, approver, None, None).await
     }
 
     /// As [`approve`](Self::approve), with the approver's note for the audit trail (trimmed, at
@@ -137,7 +142,7 @@ impl ConfirmationEngine {
         approver: &Identity,
         note: Option<&str>,
     ) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Approve, approver, note).await
+        self.decide(id, ApprovalVerdict::Approve, approver, note, None).await
     }
 
     /// Approves the pending confirmation `id` in person: the requesting user answered a prompt
@@ -155,7 +160,25 @@ impl ConfirmationEngine {
         if channel.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
-        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None).await
+        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None, None).await
+    }
+
+    /// As [`approve_in_person`](Self::approve_in_person), for a confirmation of `requester`'s own
+    /// call only: refused with [`ApprovalError::NotRequester`] when it was issued to another
+    /// caller (its binding names another principal). What a host calls with the answer of the
+    /// person behind a call it knows only from what the client sent (an MCP approval round's
+    /// sealed state, say): whoever could forge that state still approves nobody else's action.
+    pub async fn approve_in_person_for(
+        &self,
+        id: &str,
+        channel: &str,
+        requester: &crate::Consumer,
+    ) -> Result<(), ApprovalError> {
+        let approver = in_person(channel);
+        if channel.trim().is_empty() {
+            return Err(ApprovalError::NoApprover);
+        }
+        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None, Some(requester)).await
     }
 
     /// Whether [`approve_in_person`](Self::approve_in_person) of `id` through `channel` would be
@@ -228,12 +251,21 @@ impl ConfirmationEngine {
     /// [`ConfirmationStore::decide`](super::ConfirmationStore::decide)), so a person who declines is never overruled by an approval
     /// given elsewhere a moment before.
     pub async fn deny(&self, id: &str, approver: &Identity) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Deny, approver, None).await
+        self.decide(id, ApprovalVerdict::Deny, approver, None, None).await
+    }
+
+    /// Denies the pending confirmation `id` as its requester, `requester` (recorded as denied by
+    /// its identity's subject, or its consumer key when anonymous), for a confirmation of their
+    /// own call only: refused with [`ApprovalError::NotRequester`] otherwise, as
+    /// [`approve_in_person_for`](Self::approve_in_person_for).
+    pub async fn deny_as_requester(&self, id: &str, requester: &crate::Consumer) -> Result<(), ApprovalError> {
+        let person = requester.identity().cloned().unwrap_or_else(|| Identity::new(requester.key()));
+        self.decide(id, ApprovalVerdict::Deny, &person, None, Some(requester)).await
     }
 
     /// As [`deny`](Self::deny), with the approver's note for the audit trail.
     pub async fn deny_with_note(&self, id: &str, approver: &Identity, note: Option<&str>) -> Result<(), ApprovalError> {
-        self.decide(id, ApprovalVerdict::Deny, approver, note).await
+        self.decide(id, ApprovalVerdict::Deny, approver, note, None).await
     }
 
     async fn decide(
@@ -242,14 +274,15 @@ impl ConfirmationEngine {
         verdict: ApprovalVerdict,
         approver: &Identity,
         note: Option<&str>,
+        requester: Option<&crate::Consumer>,
     ) -> Result<(), ApprovalError> {
         if approver.subject.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
         let now = self.config.clock.now();
-        let slots = match verdict {
-            ApprovalVerdict::Deny => SlotSet::ANY,
-            _ => self.slots_of(id, approver, now).await?,
+        let slots = match (verdict, requester) {
+            (ApprovalVerdict::Deny, None) => SlotSet::ANY,
+            _ => self.slots_of(id, verdict, approver, requester, now).await?,
         };
         let decided = self
             .bounded(self.config.store.decide_in_slots(id, verdict, &approver.subject, slots, now))
@@ -311,10 +344,33 @@ impl ConfirmationEngine {
     /// them. A record's quorum never changes and an approver's roles are theirs, so reading the
     /// record first races with nothing: which of these slots are still open is the store's to
     /// decide, atomically ([`ConfirmationStore::decide_in_slots`]).
-    async fn slots_of(&self, id: &str, approver: &Identity, now: Timestamp) -> Result<SlotSet, ApprovalError> {
+    /// The slots of confirmation `id` an approval by `approver` may fill ([`SlotSet::ANY`] for a
+    /// denial); refused when the quorum never counts `approver`, or when `requester` is given and
+    /// the confirmation holds another caller's call. An unknown id is left to the store to answer.
+    async fn slots_of(
+        &self,
+        id: &str,
+        verdict: ApprovalVerdict,
+        approver: &Identity,
+        requester: Option<&crate::Consumer>,
+        now: Timestamp,
+    ) -> Result<SlotSet, ApprovalError> {
         let record = self.bounded(self.config.store.get(id, now)).await.map_err(ApprovalError::Store)?;
         let Some(record) = record else { return Ok(SlotSet::ANY) };
         self.observe(&record, now);
+        if let Some(requester) = requester
+            && record.binding.consumer_key != requester.principal()
+        {
+            tracing::warn!(
+                target: "agent_surface::confirmation",
+                confirmation_id = id,
+                "answer in person refused: the confirmation holds another caller's call"
+            );
+            return Err(ApprovalError::NotRequester);
+        }
+        if verdict == ApprovalVerdict::Deny {
+            return Ok(SlotSet::ANY);
+        }
         let Some(slots) = eligible_slots(&record.quorum, approver) else {
             tracing::warn!(
                 target: "agent_surface::confirmation",
