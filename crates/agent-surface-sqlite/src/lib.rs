@@ -68,8 +68,9 @@
 //!
 //! # Files and time
 //!
-//! The file is the path given to [`SqliteStores::open`] (its folder is created), with SQLite's
-//! `-wal` file beside it; back both up together, or copy with `sqlite3 FILE .backup`. Opening
+//! The file is the path given to [`SqliteStores::open`] (its folder is created; a new file is
+//! readable and writable by its owner only, mode `0600`, and so is the log SQLite writes beside
+//! it), with SQLite's `-wal` file beside it; back both up together, or copy with `sqlite3 FILE .backup`. Opening
 //! applies the schema's migrations (versioned, idempotent, refusing a file of a later version)
 //! and every row carries the format version of what it holds. Time is what the registry's clock
 //! says: every operation is given `now`, as with the memory stores, and the store never reads a
@@ -357,6 +358,18 @@ fn open_file(path: &Path, config: &SqliteConfig) -> Result<(Connection, memory::
     if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(folder)
             .map_err(|e| OpenError::io(format!("cannot create the folder {}: {e}", folder.display())))?;
+    }
+    // A new file is readable by its owner only (SQLite gives its log the file's mode): it holds
+    // pending approvals, stored results and the key that seals MCP approval rounds. An existing
+    // file keeps the mode it has.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(OpenError::io(format!("cannot create the store file {}: {e}", path.display()))),
+        }
     }
     let sql = |e: rusqlite::Error| OpenError::of_sql(path, &e);
     let conn = Connection::open(path).map_err(sql)?;

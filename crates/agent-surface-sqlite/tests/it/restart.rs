@@ -279,3 +279,31 @@ async fn the_applications_own_tables_share_the_file() {
         .unwrap();
     assert_eq!(status, "placed", "the failed step was undone whole, the first one kept");
 }
+
+/// A new store file, and the log SQLite writes beside it, are readable by their owner only: they
+/// hold pending approvals, stored results and the key that seals MCP approval rounds. A file that
+/// exists keeps its mode.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_store_file_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = Folder::new("mode");
+    let stores = SqliteStores::open(folder.file(), SqliteConfig::default()).await.expect("opens");
+    let key = IdempotencyKey::new("c-1", "i-1");
+    let fp = Fingerprint::of(&json!({}));
+    stores.idempotency().admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("writes the log");
+    let mode = |name: &str| {
+        let path = folder.path().join(name);
+        std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    assert_eq!(mode("store.db"), 0o600);
+    assert_eq!(mode("store.db-wal"), 0o600);
+    drop(stores);
+
+    let shared = folder.path().join("shared.db");
+    std::fs::write(&shared, b"").expect("an empty file");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).expect("its mode");
+    let stores = SqliteStores::open(&shared, SqliteConfig::default()).await.expect("opens an empty file");
+    assert_eq!(mode("shared.db"), 0o640, "an existing file keeps its mode");
+    drop(stores);
+}
