@@ -199,6 +199,9 @@ pub struct ConfirmationPrompt {
     pub summary: String,
     /// When the pending confirmation expires (RFC 3339).
     pub expires_at: String,
+    /// The page where a person approves it (`details.approvalUrl`), when the service serves one:
+    /// show it to the person, or send it to whoever may approve.
+    pub approval_url: Option<String>,
 }
 
 /// The person and the state behind the client. The defaults hand decisions back: no one to
@@ -229,7 +232,8 @@ pub trait ClientHost: Send + Sync {
     ///
     /// - a person who may approve (never the requester: the server refuses an approval by the
     ///   requester) approved it in the service's approval inbox, at the page the error names as
-    ///   `details.approvalUrl` (`{public_url}/inbox/c/{confirmation_id}`), or through another
+    ///   `details.approvalUrl` ([`ConfirmationPrompt::approval_url`]:
+    ///   `{public_url}/inbox/c/{confirmation_id}`), or through another
     ///   channel the service offers its approvers, and the host knows they did; or
     /// - the host runs in the service's process and `ConfirmationEngine::approve(&prompt.confirmation_id,
     ///   &approver)` returned `Ok(())` — with a quorum of several approvers, once the last one
@@ -657,6 +661,7 @@ impl RecoveringClient {
                         confirmation_id: confirmation_id.to_string(),
                         summary: text("summary"),
                         expires_at: text("expiresAt"),
+                        approval_url: p.detail("approvalUrl").and_then(Value::as_str).map(str::to_string),
                     };
                     match self.host.confirm(&prompt).await {
                         Approval::Approved => {

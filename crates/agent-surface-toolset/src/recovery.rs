@@ -129,6 +129,8 @@ pub struct ConfirmationPrompt {
     pub expires_at: String,
     /// The capability's declared effect.
     pub effect: Effect,
+    /// The page where a person approves it (`details.approvalUrl`), when the service serves one.
+    pub approval_url: Option<String>,
 }
 
 /// What the host decides for one `call_tool` or `refresh_state` step of a repair plan.
@@ -625,6 +627,7 @@ impl RecoveryDriver {
             summary: details.summary,
             expires_at: details.expires_at,
             effect: details.effect,
+            approval_url: details.approval_url,
         };
         let approval = tokio::select! {
             a = self.host.confirm(&prompt) => a,

@@ -78,13 +78,14 @@ impl Wait for AdvanceClock {
 struct Person {
     engine: Arc<ConfirmationEngine>,
     approve: bool,
-    asked: Mutex<Vec<String>>,
+    /// The summary and approval page of each prompt.
+    asked: Mutex<Vec<(String, Option<String>)>>,
 }
 
 impl ClientHost for Person {
     fn confirm<'a>(&'a self, prompt: &'a ConfirmationPrompt) -> BoxFuture<'a, Approval> {
         Box::pin(async move {
-            self.asked.lock().unwrap().push(prompt.summary.clone());
+            self.asked.lock().unwrap().push((prompt.summary.clone(), prompt.approval_url.clone()));
             if !self.approve {
                 return Approval::Denied;
             }
@@ -118,6 +119,7 @@ async fn world() -> World {
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig {
         clock: clock.shared(),
         ttl: Duration::from_secs(300),
+        approval_base_url: Some("https://notes.example/inbox/c".into()),
         ..Default::default()
     }));
     let registry = Registry::new(RegistryConfig {
@@ -374,7 +376,10 @@ async fn a_confirmation_goes_to_the_person_and_an_approval_is_presented() {
     let (c, _) = client(&w, person.clone());
     let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
     check(&r, Stop::Succeeded, &[Some(ErrorCode::ConfirmationRequired), None]);
-    assert_eq!(*person.asked.lock().unwrap(), ["Delete a note."]);
+    let asked = person.asked.lock().unwrap().clone();
+    let [(summary, Some(page))] = asked.as_slice() else { panic!("one prompt with its approval page: {asked:?}") };
+    assert_eq!(summary, "Delete a note.");
+    assert!(page.starts_with("https://notes.example/inbox/c/"), "the page the person approves at: {page}");
     assert_eq!(w.runs.load(Ordering::SeqCst), 1);
 }
 
