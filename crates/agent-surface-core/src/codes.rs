@@ -230,10 +230,10 @@ macro_rules! code_table {
                 ],
             }
 
-            /// The invocation id was already used by this consumer for a different request.
+            /// The invocation id was already used by this caller for a different request.
             InvocationConflict = "INVOCATION_CONFLICT" {
                 matrix: {
-                    meaning: "This consumer already used the invocation id for a different request within the idempotency window, or the capability's natural idempotency key names an operation made with different input.",
+                    meaning: "This caller (the signed-in person, or an anonymous session) already used the invocation id for a different request within the idempotency window, or the capability's natural idempotency key names an operation made with different input.",
                     when: "Admission: the request fingerprint differs from the in-flight or stored record for (principal, invocationId), or for the capability's natural key (reason natural-key-used-by-different-request).",
                     phases: &[Admission],
                     handler_may_return: false,

@@ -77,7 +77,8 @@ pub struct IdempotencyKey {
 }
 
 impl IdempotencyKey {
-    /// The key of `invocation_id` as sent by the consumer with key `consumer_key`.
+    /// The key of `invocation_id` in the scope `consumer_key` (the caller's principal, for an
+    /// invocation id the registry admits).
     pub fn new(consumer_key: impl Into<String>, invocation_id: impl Into<String>) -> IdempotencyKey {
         IdempotencyKey { consumer_key: consumer_key.into(), invocation_id: invocation_id.into() }
     }

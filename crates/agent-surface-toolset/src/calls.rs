@@ -85,10 +85,11 @@ fn string_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Resul
 /// Text and other blocks are skipped. `turn` only matters for Gemini calls without ids: such an
 /// id is deterministic for a given response only when it has a `responseId`; without one it is
 /// as unique as `turn`. The id becomes the invocation id ([`invocation_id`]), which the registry
-/// keys by consumer, so a caller that passes the same `turn` twice for one consumer (a counter
-/// that starts again at each request of a conversation, say) gets the second call replayed from
-/// the first's record instead of run. [`crate::Toolset::parse_calls`] adds a random part per
-/// toolset to it for that reason.
+/// keys by the caller's principal (a signed-in person across all their conversations), so a
+/// caller that passes the same `turn` twice for one person (a counter that starts again in each
+/// conversation, say) gets the second call replayed from the first's record instead of run.
+/// [`crate::Toolset::parse_calls`] adds a random part per toolset to it for that reason; with
+/// this function, give each conversation its own [`invocation_id`] namespace.
 ///
 /// ```
 /// use agent_surface_toolset::{Arguments, Provider, parse_tool_calls};
@@ -247,9 +248,9 @@ fn parse_arguments(text: &str) -> Arguments {
 /// The invocation id of a provider call: `{provider}:{callId}`, or `{namespace}/{provider}:{callId}`
 /// with a namespace (a conversation id, say).
 ///
-/// The registry keys idempotency by `(consumerKey, invocationId)`, so the full key is
-/// `(consumer, [namespace,] provider, callId)`: ids of two providers, or of two consumers, never
-/// collide, and a provider's retry of the same call id joins or replays the first call instead
+/// The registry keys idempotency by `(principal, invocationId)`, so the full key is
+/// `(caller, [namespace,] provider, callId)`: ids of two providers, or of two callers, never
+/// collide (give each of one person's conversations its namespace when its call ids may repeat), and a provider's retry of the same call id joins or replays the first call instead
 /// of running it twice. The recovery loop derives its retries' ids from it (`…#r2`, `…#r3`).
 ///
 /// ```
