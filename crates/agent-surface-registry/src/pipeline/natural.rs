@@ -23,7 +23,7 @@
 use agent_surface_core::details::ExecutionFailedReason;
 use agent_surface_core::digest::PartsDigest;
 use agent_surface_core::json::write_canonical;
-use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase};
+use agent_surface_core::{AgentSurfaceError, InvokeResult, Phase, Retry};
 use agent_surface_policy::{
     guard::catch,
     idempotency::{Fingerprint, IdempotencyKey},
@@ -147,13 +147,21 @@ fn unprocessed(result: &InvokeResult) -> bool {
 /// quota or approval): the operation the key names has not happened, so the key is released and
 /// the next call with it is decided afresh — a record of it would answer every call with this
 /// input for the whole window, after the state changed or the dependency recovered, which its
-/// `with-changes` or `after-delay` retry says it will not.
+/// `with-changes` or `after-delay` retry says it will not. Nor is an answer that tells the agent to
+/// make the same call again (retry `yes` or `after-delay`: a `TIMEOUT`, a `CANCELLED`, a handler's
+/// transient failure): no id the client sends reaches past a key derived from the input, so kept,
+/// it would answer that repeat with itself for the whole window. Repeating such a call doubles no
+/// effect: `TIMEOUT` and a `CANCELLED` after the handler started are answered only for a capability
+/// whose repetition is harmless (any other gets the unknown outcome, which is kept), and a
+/// transient failure is the handler's word that nothing took effect.
 fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
     match outcome {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
         Err(stop) => {
-            let terminal = stop.questions.is_none() && !stop.not_processed();
-            (InvokeResult::error(stop.marked_payload(), None), terminal)
+            let payload = stop.marked_payload();
+            let again = matches!(payload.retry(), Retry::Yes | Retry::AfterDelay);
+            let terminal = stop.questions.is_none() && !stop.not_processed() && !again;
+            (InvokeResult::error(payload, None), terminal)
         }
     }
 }

@@ -289,6 +289,9 @@ fn library() -> (Registry, Arc<std::sync::Mutex<std::collections::HashSet<String
             .handler(move |_: Ctx, i: Lend| {
                 let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
                 async move {
+                    if i.copy_id.starts_with("flaky-") && n == 1 {
+                        return Err(AgentSurfaceError::transient(std::time::Duration::from_millis(300)));
+                    }
                     if i.copy_id.starts_with("reserved-") {
                         return Err(AgentSurfaceError::precondition_failed(
                             "This copy is set aside for a reading room.",
@@ -322,6 +325,26 @@ async fn a_call_refused_before_its_handler_leaves_the_key_free() {
     assert!(again.replayed);
     assert_eq!(output(&again)["loan"], "L-C-1-1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A handler's transient failure tells the agent to make the same call again after the delay; the
+/// key is left free for it, rather than answering the failure again for the whole window.
+#[tokio::test]
+async fn a_transient_failure_leaves_the_key_free_for_the_repeat() {
+    let (r, shelf, runs) = library();
+    let _m = r.mount("loans", "main").unwrap();
+    shelf.lock().unwrap().insert("flaky-3".into());
+    let lend = || call("loans.lend", json!({"copy_id": "flaky-3"}));
+    let failed = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+    let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+    assert_eq!(p.retry(), Retry::AfterDelay);
+    let lent = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+    assert!(!lent.replayed, "run again, not answered the failure: {:?}", lent.result);
+    assert_eq!(output(&lent)["loan"], "L-flaky-3-2");
+    let again = r.invoke_detailed(lend(), user("s-2", "alice")).await;
+    assert!(again.replayed);
+    assert_eq!(output(&again)["loan"], "L-flaky-3-2");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
