@@ -47,7 +47,7 @@ from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
-from .table import BOUNDS, Bounds, Decision, decide
+from .table import BOUNDS, DENIED, Bounds, Decision, decide
 
 INVOCATION_ID = "agent-surface/invocationId"
 SURFACE_ID = "agent-surface/surfaceId"
@@ -420,7 +420,8 @@ class Recoverer:
                 )
                 answer = await self.host.confirm(prompt)
                 if answer == "denied":
-                    return end("denied", outcome, row)
+                    # The model is told the decision, not the request for approval it answered.
+                    return end("denied", Outcome(ok=False, payload=dict(DENIED)), row)
                 if answer != "approved":
                     return end("returned-to-caller", outcome, row)
                 request_meta[CONFIRMATION_ID] = confirmation_id

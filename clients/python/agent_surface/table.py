@@ -83,6 +83,10 @@ ACTIONS: dict[str, str] = {a["action"]: a["meaning"] for a in _DOC["actions"]}
 GUARD: str = _DOC["guard"]
 """The convergence guard, in words."""
 
+DENIED: dict[str, Any] = _DOC["denied"]
+"""The payload the model is told when the host's person denied a confirmation
+(`CONFIRMATION_INVALID {reason: denied}`, as the server words it)."""
+
 
 def decide(payload: Mapping[str, Any]) -> Decision | None:
     """The row for an error payload `{code, message, retry, notProcessed?, details?}`: the first

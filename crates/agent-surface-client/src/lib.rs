@@ -365,7 +365,9 @@ impl Intent {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Recovery {
-    /// The last result received.
+    /// The last result received; after the person denied a confirmation
+    /// ([`Stop::Denied`]), the denial instead (`CONFIRMATION_INVALID {reason: denied}`, as the
+    /// server words it), which is what the model is to be told.
     pub result: CallToolResult,
     /// Its agent-surface payload, when it is an error that carries one.
     pub payload: Option<ErrorPayload>,
@@ -377,6 +379,14 @@ pub struct Recovery {
     pub refreshed: bool,
     /// Each request: its invocation id and its error code (`None`: success).
     pub calls: Vec<(String, Option<ErrorCode>)>,
+}
+
+/// The answer after the person denied a confirmation: `CONFIRMATION_INVALID {reason: denied}`,
+/// as the server words it over MCP.
+fn denied() -> (CallToolResult, ErrorPayload) {
+    let payload = agent_surface_core::decision::denied_answer();
+    let text = payload.to_wire_text();
+    (CallToolResult::error(vec![rmcp::model::ContentBlock::text(text)]), payload)
 }
 
 /// The agent-surface payload of an error result: its text block (or structured content).
@@ -667,7 +677,19 @@ impl RecoveringClient {
                         Approval::Approved => {
                             meta.insert(CONFIRMATION_ID.into(), Value::from(confirmation_id));
                         }
-                        Approval::Denied => return end(Stop::Denied, calls, refreshed),
+                        Approval::Denied => {
+                            // What the model is told is the denial, as the server words it, not
+                            // the request for approval it answered.
+                            let (result, payload) = denied();
+                            return Ok(Recovery {
+                                result,
+                                payload: Some(payload),
+                                stop: Stop::Denied,
+                                attempts,
+                                refreshed,
+                                calls,
+                            });
+                        }
                         Approval::Unavailable => return end(Stop::ReturnedToCaller, calls, refreshed),
                     }
                 }

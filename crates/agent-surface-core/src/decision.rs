@@ -429,6 +429,24 @@ pub const BOUNDS: Bounds = Bounds {
     default_delay: Duration::from_secs(1),
 };
 
+/// The answer a client gives the model when its host's person denied a confirmation (the `confirm`
+/// action answered *denied*): `CONFIRMATION_INVALID {reason: denied}`, worded as the server words
+/// it when the model writes tool arguments. The model is told the decision, never the request for
+/// approval it answered.
+///
+/// ```
+/// use agent_surface_core::{ErrorCode, Retry, decision::denied_answer};
+/// let p = denied_answer();
+/// assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationInvalid, Retry::No));
+/// assert_eq!(p.detail("reason"), Some(&serde_json::json!("denied")));
+/// ```
+pub fn denied_answer() -> ErrorPayload {
+    crate::AgentSurfaceError::confirmation_invalid(crate::details::ConfirmationInvalidReason::Denied)
+        .into_payload()
+        .worded_for(crate::message::Sends::Arguments)
+        .into_owned()
+}
+
 /// The convergence guard every client applies.
 pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool, target and the surface tokens sent) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help. A failure met again under newer surface tokens is progress (the surface moved again after the re-listing), not the same failure.";
 

@@ -249,6 +249,7 @@ pub fn recovery_json() -> Value {
         "formatVersion": FORMAT_VERSION,
         "actions": Action::ALL.iter().map(|a| json!({"action": a.as_str(), "meaning": a.meaning()})).collect::<Vec<_>>(),
         "guard": decision::GUARD,
+        "denied": decision::denied_answer().to_json(),
         "bounds": {
             "maxAttempts": b.max_attempts,
             "maxDelayMs": ms(b.max_delay),

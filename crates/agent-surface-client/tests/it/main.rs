@@ -12,7 +12,7 @@ use agent_surface_client::{
     Verification, Wait,
 };
 use agent_surface_core::details::Origin;
-use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, SafeText};
+use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, Retry, SafeText};
 use agent_surface_mcp::{McpConfig, McpServer};
 use agent_surface_policy::{
     AuthorityDecision, CallInfo, ConfirmationConfig, ConfirmationEngine, FnPolicy, Identity, MemoryRateLimiter,
@@ -416,6 +416,11 @@ async fn a_denied_confirmation_is_never_retried_and_without_a_person_it_goes_bac
     let (c, _) = client(&w, person);
     let r = c.call(Intent::new("notes-delete", args("n-1"))).await.unwrap();
     check(&r, Stop::Denied, &[Some(ErrorCode::ConfirmationRequired)]);
+    // What goes back to the model is the denial, not the request for approval it answered.
+    let p = r.payload.as_ref().expect("a payload");
+    assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationInvalid, Retry::No));
+    assert_eq!(p.detail("reason"), Some(&json!("denied")));
+    assert_eq!(agent_surface_client::payload_of(&r.result).as_ref(), Some(p), "the result carries it");
     let (c, _) = client(&w, nobody());
     let r = c.call(Intent::new("notes-delete", args("n-2"))).await.unwrap();
     check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::ConfirmationRequired)]);

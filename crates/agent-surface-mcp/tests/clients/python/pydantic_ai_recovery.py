@@ -249,7 +249,7 @@ TASKS = [
      "approve": True, "helper": "done", "default": "ask-user-approval: CONFIRMATION_REQUIRED",
      "log": [("orders-cancel", "succeeded", 2)]},
     {"name": "two-phase confirmation denied", "plan": [("orders-cancel", {"orderId": "A-1003"})],
-     "approve": False, "helper": "stop: denied CONFIRMATION_REQUIRED",
+     "approve": False, "helper": "stop: denied CONFIRMATION_INVALID",
      "default": "ask-user-approval: CONFIRMATION_REQUIRED", "log": [("orders-cancel", "denied", 1)]},
     {"name": "a refund without the support role (NOT_AUTHORIZED)",
      "plan": [("refunds-issue", {"orderId": "A-1001", "amountCents": 500})],
