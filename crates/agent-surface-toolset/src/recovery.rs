@@ -310,7 +310,10 @@ enum Next {
 /// The loop's state for one intent.
 struct Intent {
     base_id: Option<String>,
+    /// The request the next attempt sends.
     request: InvokeRequest,
+    /// The last request sent, once one was: what the outcome reports.
+    sent: Option<InvokeRequest>,
     attempts: u32,
     waited: Duration,
     refreshed: bool,
@@ -347,6 +350,7 @@ impl RecoveryDriver {
         let mut intent = Intent {
             base_id: request.invocation_id.clone(),
             request,
+            sent: None,
             attempts: 0,
             waited: Duration::ZERO,
             refreshed: false,
@@ -358,10 +362,11 @@ impl RecoveryDriver {
         };
         loop {
             if cancel.is_cancelled() {
-                let result = cancelled(&intent.request);
+                let result = cancelled(intent.sent.as_ref().unwrap_or(&intent.request));
                 return self.finish(intent, result, Stop::Cancelled);
             }
             intent.attempts += 1;
+            intent.sent = Some(intent.request.clone());
             let result = invoker.invoke(intent.request.clone()).await;
             let Some(payload) = result.error_payload().cloned() else {
                 self.event(&intent, &result, "stop:succeeded");
@@ -385,7 +390,7 @@ impl RecoveryDriver {
                     let result = if may_have_executed(&payload) || payload.retry() == Retry::No {
                         result
                     } else {
-                        cancelled(&intent.request)
+                        cancelled(intent.sent.as_ref().unwrap_or(&intent.request))
                     };
                     return self.finish(intent, result, Stop::Cancelled);
                 }
@@ -409,7 +414,7 @@ impl RecoveryDriver {
             attempts: intent.attempts,
             stop,
             refreshed: intent.refreshed,
-            request: intent.request,
+            request: intent.sent.unwrap_or(intent.request),
             repaired: intent.repaired,
         }
     }

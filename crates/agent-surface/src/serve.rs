@@ -72,10 +72,12 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   process (give the backend's inbox store: `Stores::with_inbox`, which every backend's
 ///   `bundle()` does);
 /// - the confirmations are in a store replicas share, or one that outlives the process (a
-///   durable store), but no [`state_key`](Self::state_key) is given: each replica (each start)
-///   would seal its MCP approval rounds with a key of its own, and a round begun on one could not
-///   be finished on another, or after a restart (or a state key is shorter than 32 bytes, or
-///   keys are only [accepted](Self::accept_state_key) and none seals);
+///   durable store), no [`state_key`](Self::state_key) is given, and the stores' inbox store,
+///   which would keep the key, does not reach as far or does not answer: each replica (each
+///   start) would seal its MCP approval rounds with a key of its own, and a round begun on one
+///   could not be finished on another, or after a restart (or a state key is shorter than 32
+///   bytes, or keys are only [accepted](Self::accept_state_key) and none seals, or
+///   `McpConfig::approval_states` and a state key are both given);
 /// - [`in_person_approval`](Self::in_person_approval) is off while `McpConfig::confirmations`
 ///   gives a resolver to record approvals at the client; or [`mcp`](Self::mcp) was given an
 ///   authenticator, an identity or a task runtime, which are `Serve`'s own;
@@ -259,7 +261,10 @@ impl Serve {
     /// a state names its caller, a signed-in caller must still sign in as themselves, and an
     /// answer in person counts only for the caller's own confirmation. Give one here to keep it in
     /// your secret store instead (do so where anonymous callers may run actions that need
-    /// approval: the store holds their keys too).
+    /// approval: the store holds their keys too), to every replica or to none: replicas that
+    /// seal with different keys cannot open each other's rounds (`-32602` to the retry). A
+    /// store that loses its data (a Redis without persistence, restarted) loses the kept key with
+    /// the approvals: restart every replica then, so that all read the new one.
     /// A service whose confirmations live in the process seals with a key drawn at start. To change
     /// a given key without failing the rounds in flight, see
     /// [`accept_state_key`](Self::accept_state_key).

@@ -23,7 +23,6 @@ use serde_json::{Value, json};
 const PUBLIC_URL: &str = "http://tickets.test";
 /// The authorization server whose tokens the replicas accept.
 const ISSUER: &str = "https://id.tickets.test";
-/// The key sealing MCP approval rounds, the same for both replicas.
 /// The most lines of a replica's operator log kept, for a failing test to print.
 const KEPT_LINES: usize = 500;
 

@@ -244,6 +244,34 @@ async fn waits_are_bounded_and_cancellable() {
     assert_eq!(clock.pending_sleeps(), 0, "the wait was dropped");
 }
 
+/// A call cancelled while it ran (`Toolset::cancel`): the loop ends, and the outcome names the
+/// request it sent and answers under that request's id, not the retry it would have sent next.
+#[tokio::test]
+async fn a_call_cancelled_while_it_ran_reports_the_request_it_sent() {
+    struct CancelsWhileRunning(CancellationToken, Mutex<Vec<InvokeRequest>>, Snapshot);
+    impl Invoker for CancelsWhileRunning {
+        fn invoke<'a>(&'a self, request: InvokeRequest) -> BoxFuture<'a, InvokeResult> {
+            self.0.cancel();
+            let id = request.invocation_id.clone();
+            self.1.lock().unwrap().push(request);
+            Box::pin(std::future::ready(InvokeResult::error(AgentSurfaceError::cancelled().into_payload(), id)))
+        }
+
+        fn snapshot(&self) -> BoxFuture<'_, Snapshot> {
+            Box::pin(std::future::ready(self.2.clone()))
+        }
+    }
+    let clock = TestClock::new();
+    let d = driver(&clock, Arc::new(RelayToModel));
+    let cancel = CancellationToken::new();
+    let invoker = CancelsWhileRunning(cancel.clone(), Mutex::default(), Fake::new(vec![], true).snapshot);
+    let r = d.run(&invoker, request(), &cancel).await;
+    assert_eq!((r.stop, r.attempts), (Stop::Cancelled, 1));
+    assert_eq!(invoker.1.lock().unwrap().len(), 1, "one request sent");
+    assert_eq!(r.request.invocation_id.as_deref(), Some("p:call-1"), "the request sent");
+    assert_eq!(r.result.invocation_id(), Some("p:call-1"));
+}
+
 fn confirmation_required(id: &str) -> AgentSurfaceError {
     AgentSurfaceError::confirmation_required(
         id,

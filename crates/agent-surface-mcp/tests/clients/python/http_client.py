@@ -398,6 +398,7 @@ def mcp_session_ends(base):
     from mcp.client.streamable_http import streamable_http_client
 
     warned = []
+    ended = []
 
     class Kept(logging.Handler):
         def emit(self, record):
@@ -409,7 +410,12 @@ def mcp_session_ends(base):
 
     async def session():
         headers = {"Authorization": "Bearer t-alice"}
-        async with httpx.AsyncClient(headers=headers, timeout=10) as client:
+        async def seen(response):
+            if response.request.method == "DELETE":
+                ended.append(response.status_code)
+
+        hooks = {"response": [seen]}
+        async with httpx.AsyncClient(headers=headers, timeout=10, event_hooks=hooks) as client:
             async with streamable_http_client(f"{base}/mcp", http_client=client) as (read, write):
                 async with ClientSession(read, write) as mcp:
                     await mcp.initialize()
@@ -419,6 +425,8 @@ def mcp_session_ends(base):
         names = anyio.run(session)
         check("MCP over HTTP, the Python SDK's client: a session lists the tools", "orders-list" in names,
               json.dumps(names))
+        check("MCP over HTTP, the Python SDK's client: its session is ended with DELETE, answered 204",
+              ended == [204], json.dumps(ended))
         check("MCP over HTTP, the Python SDK's client: its session ends without a failed termination",
               not any("termination" in w for w in warned), json.dumps(warned))
     except Exception as e:  # noqa: BLE001 - reported as a failed check
