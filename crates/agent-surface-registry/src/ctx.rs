@@ -163,7 +163,8 @@ impl Ctx {
     ///
     /// Whether anyone sees it depends on the transport (MCP: `notifications/progress` when the
     /// client asked with a progress token; the embedded toolset: its progress callback; the HTTP
-    /// binding: nobody). A report is dropped when `done` does not grow past the last one, when a
+    /// binding: `progress` events to a request that accepts `text/event-stream`, nobody otherwise,
+    /// and nobody who polls a task). A report is dropped when `done` does not grow past the last one, when a
     /// number is negative, not finite, or `done` exceeds `total`, and after the call ended; the
     /// message loses control characters and is cut to
     /// [`MAX_PROGRESS_MESSAGE_CHARS`](crate::MAX_PROGRESS_MESSAGE_CHARS). Never blocks, never fails.
