@@ -41,6 +41,7 @@ the re-listing) is progress, not the same failure.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 from decimal import Decimal
@@ -170,6 +171,8 @@ class ConfirmationPrompt:
     summary: str
     expires_at: str
     effect: str
+    approval_url: str | None = None
+    """The page where a person approves it (`details.approvalUrl`), when the service serves one."""
 
 
 class Host:
@@ -417,11 +420,12 @@ class Recoverer:
                     summary=str(details.get("summary", "")),
                     expires_at=str(details.get("expiresAt", "")),
                     effect=str(details.get("effect", "")),
+                    approval_url=details.get("approvalUrl") if isinstance(details.get("approvalUrl"), str) else None,
                 )
                 answer = await self.host.confirm(prompt)
                 if answer == "denied":
                     # The model is told the decision, not the request for approval it answered.
-                    return end("denied", Outcome(ok=False, payload=dict(DENIED)), row)
+                    return end("denied", Outcome(ok=False, payload=copy.deepcopy(DENIED)), row)
                 if answer != "approved":
                     return end("returned-to-caller", outcome, row)
                 request_meta[CONFIRMATION_ID] = confirmation_id

@@ -430,21 +430,25 @@ pub const BOUNDS: Bounds = Bounds {
 };
 
 /// The answer a client gives the model when its host's person denied a confirmation (the `confirm`
-/// action answered *denied*): `CONFIRMATION_INVALID {reason: denied}`, worded as the server words
-/// it when the model writes tool arguments. The model is told the decision, never the request for
-/// approval it answered.
+/// action answered *denied*): `CONFIRMATION_INVALID {reason: denied}`, `notProcessed` (nothing it
+/// asked for was done), worded as the server words it when the model writes tool arguments (the
+/// MCP adapter's own answer to a declined approval). The model is told the decision, never the
+/// request for approval it answered.
 ///
 /// ```
 /// use agent_surface_core::{ErrorCode, Retry, decision::denied_answer};
 /// let p = denied_answer();
 /// assert_eq!((p.code(), p.retry()), (ErrorCode::ConfirmationInvalid, Retry::No));
 /// assert_eq!(p.detail("reason"), Some(&serde_json::json!("denied")));
+/// assert!(p.not_processed());
 /// ```
 pub fn denied_answer() -> ErrorPayload {
-    crate::AgentSurfaceError::confirmation_invalid(crate::details::ConfirmationInvalidReason::Denied)
+    let mut payload = crate::AgentSurfaceError::confirmation_invalid(crate::details::ConfirmationInvalidReason::Denied)
         .into_payload()
         .worded_for(crate::message::Sends::Arguments)
-        .into_owned()
+        .into_owned();
+    payload.set_not_processed(true);
+    payload
 }
 
 /// The convergence guard every client applies.

@@ -808,6 +808,13 @@ impl CapabilityBuilder<'_, '_> {
     /// approved again. What counts as "the same input" is the validated input with bound fields
     /// filled, on the same instance.
     ///
+    /// A call that stops before its handler started (an unmet precondition, a refused quota or
+    /// approval) leaves the key free, and so does an answer that tells the agent to make the same
+    /// call again (`TIMEOUT`, `CANCELLED`, a transient failure) where repeating it is harmless:
+    /// the handler did not start, or the capability is idempotent or read-only. A write that is
+    /// not idempotent keeps even a transient failure once its handler started, since the handler
+    /// may have had its effect first: declare `idempotent()` a write whose repetition is safe.
+    ///
     /// The function runs on every call; keep it cheap and deterministic. A key function that
     /// panics fails the call closed (`EXECUTION_FAILED`); a key longer than 128 bytes is stored
     /// by its SHA-256.

@@ -289,9 +289,6 @@ fn library() -> (Registry, Arc<std::sync::Mutex<std::collections::HashSet<String
             .handler(move |_: Ctx, i: Lend| {
                 let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
                 async move {
-                    if i.copy_id.starts_with("flaky-") && n == 1 {
-                        return Err(AgentSurfaceError::transient(std::time::Duration::from_millis(300)));
-                    }
                     if i.copy_id.starts_with("reserved-") {
                         return Err(AgentSurfaceError::precondition_failed(
                             "This copy is set aside for a reading room.",
@@ -327,24 +324,57 @@ async fn a_call_refused_before_its_handler_leaves_the_key_free() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// A handler's transient failure tells the agent to make the same call again after the delay; the
-/// key is left free for it, rather than answering the failure again for the whole window.
+/// `pay.charge`, keyed on the order, idempotent or not: its first run fails with a transient
+/// failure after its effect (an upstream's refusal in its cause chain becomes one whatever the
+/// handler did first); later runs succeed. Every run is counted.
+fn flaky_charge(idempotent: bool) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig::default());
+    let counted = runs.clone();
+    r.define("pay", move |t| {
+        let c = t.capability("charge", "Charge an order, once.").effect(Effect::External);
+        let c = if idempotent { c.idempotent() } else { c };
+        c.idempotency_key(|i: &Lend| i.copy_id.clone()).handler(move |_: Ctx, i: Lend| {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                if n == 1 {
+                    return Err(AgentSurfaceError::transient(Duration::from_millis(300)));
+                }
+                Ok::<_, AgentSurfaceError>(json!({"charge": format!("{}-{n}", i.copy_id)}))
+            }
+        })
+    })
+    .unwrap();
+    let mount = r.mount("pay", "main").unwrap();
+    (r, mount, runs)
+}
+
+/// A transient failure tells the agent to make the same call again after the delay. For a
+/// capability whose repetition is harmless the key is left free for that repeat, rather than
+/// answering the failure again for the whole window; for a write that is not idempotent, whose
+/// handler may have had its effect before it failed, the key keeps the failure and the repeat
+/// does not run the handler a second time.
 #[tokio::test]
-async fn a_transient_failure_leaves_the_key_free_for_the_repeat() {
-    let (r, shelf, runs) = library();
-    let _m = r.mount("loans", "main").unwrap();
-    shelf.lock().unwrap().insert("flaky-3".into());
-    let lend = || call("loans.lend", json!({"copy_id": "flaky-3"}));
-    let failed = r.invoke_detailed(lend(), user("s-1", "alice")).await;
+async fn a_transient_failure_frees_the_key_only_where_a_repeat_is_harmless() {
+    let charge = || call("pay.charge", json!({"copy_id": "o-3"}));
+    let (r, _m, runs) = flaky_charge(true);
+    let failed = r.invoke_detailed(charge(), user("s-1", "alice")).await;
     let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
     assert_eq!(p.retry(), Retry::AfterDelay);
-    let lent = r.invoke_detailed(lend(), user("s-1", "alice")).await;
-    assert!(!lent.replayed, "run again, not answered the failure: {:?}", lent.result);
-    assert_eq!(output(&lent)["loan"], "L-flaky-3-2");
-    let again = r.invoke_detailed(lend(), user("s-2", "alice")).await;
+    let charged = r.invoke_detailed(charge(), user("s-1", "alice")).await;
+    assert!(!charged.replayed, "run again, not answered the failure: {:?}", charged.result);
+    assert_eq!(output(&charged)["charge"], "o-3-2");
+    let again = r.invoke_detailed(charge(), user("s-2", "bob")).await;
     assert!(again.replayed);
-    assert_eq!(output(&again)["loan"], "L-flaky-3-2");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    let (r, _m, runs) = flaky_charge(false);
+    let failed = r.invoke_detailed(charge(), user("s-1", "alice")).await;
+    assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+    let again = r.invoke_detailed(charge(), user("s-2", "bob")).await;
+    assert!(again.replayed, "answered from the key's record: {:?}", again.result);
+    assert_eq!(again.result.error_payload().map(|p| p.code()), Some(ErrorCode::ExecutionFailed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the write ran once");
 }
 
 #[tokio::test]
