@@ -361,9 +361,10 @@ fn open_file(path: &Path, config: &SqliteConfig) -> Result<(Connection, memory::
     }
     // A new file is readable by its owner only (SQLite gives its log the file's mode): it holds
     // pending approvals, stored results and the key that seals MCP approval rounds. An existing
-    // file keeps the mode it has.
+    // file keeps the mode it has. (SQLite's names that are not files, `:memory:` and `file:`
+    // URIs, are left to it.)
     #[cfg(unix)]
-    {
+    if path.as_os_str() != ":memory:" && !path.to_string_lossy().starts_with("file:") {
         use std::os::unix::fs::OpenOptionsExt;
         match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
             Ok(_) => {}
