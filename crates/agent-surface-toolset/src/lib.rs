@@ -91,6 +91,12 @@ mod results;
 mod schema;
 mod toolset;
 
+/// The Rust examples of the user guide's chapter on provider tool APIs (`docs/toolset.md`),
+/// compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/toolset.md")]
+struct UserGuideToolset;
+
 pub use calls::{Arguments, ParseError, ToolCall, invocation_id, parse_tool_calls};
 pub use definitions::{tool_definition, tool_definitions};
 pub use loss::{Loss, lossy_conversions};
