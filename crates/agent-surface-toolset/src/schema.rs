@@ -61,7 +61,8 @@ const STRICT_KEYWORDS: &[&str] = &[
 /// String formats OpenAI strict mode accepts.
 const STRICT_FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
 
-/// The deepest object nesting strict mode accepts.
+/// The deepest nesting strict mode accepts, counted in subschema levels (a property, an `items`, an
+/// `anyOf` member each add one; a definition counts from itself).
 const STRICT_MAX_DEPTH: usize = 10;
 /// The most object properties strict mode accepts in one schema.
 const STRICT_MAX_PROPERTIES: usize = 5000;
