@@ -726,10 +726,8 @@ async fn kept_state_key(
              includes it), or Serve::state_key (the same on every replica and every start)"
         )));
     }
-    let (a, b) = (agent_surface_core::id::random_bytes(), agent_surface_core::id::random_bytes());
     let mut candidate = [0u8; 32];
-    candidate[..16].copy_from_slice(&a);
-    candidate[16..].copy_from_slice(&b);
+    agent_surface_core::id::fill_random(&mut candidate);
     stores.inbox.mac_key(KEPT_STATE_KEY, candidate).await.map_err(|e| {
         ServeError::Refused(format!(
             "cannot read the key sealing MCP approval rounds from the inbox store ({e}); give Serve::state_key, or \

@@ -156,11 +156,7 @@ impl ConfirmationEngine {
     /// is no named approver, unless the quorum names `in-person:{channel}` itself); it may fill
     /// a slot that asks for no role.
     pub async fn approve_in_person(&self, id: &str, channel: &str) -> Result<(), ApprovalError> {
-        let approver = in_person(channel);
-        if channel.trim().is_empty() {
-            return Err(ApprovalError::NoApprover);
-        }
-        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None, None).await
+        self.decide_in_person(id, channel, None).await
     }
 
     /// As [`approve_in_person`](Self::approve_in_person), for a confirmation of `requester`'s own
@@ -174,11 +170,21 @@ impl ConfirmationEngine {
         channel: &str,
         requester: &crate::Consumer,
     ) -> Result<(), ApprovalError> {
-        let approver = in_person(channel);
+        self.decide_in_person(id, channel, Some(requester)).await
+    }
+
+    /// An approval in person through `channel` (an empty one is [`ApprovalError::NoApprover`]),
+    /// for `requester`'s own confirmation only when given.
+    async fn decide_in_person(
+        &self,
+        id: &str,
+        channel: &str,
+        requester: Option<&crate::Consumer>,
+    ) -> Result<(), ApprovalError> {
         if channel.trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
-        self.decide(id, ApprovalVerdict::ApproveInPerson, &approver, None, Some(requester)).await
+        self.decide(id, ApprovalVerdict::ApproveInPerson, &in_person(channel), None, requester).await
     }
 
     /// Whether [`approve_in_person`](Self::approve_in_person) of `id` through `channel` would be
