@@ -389,6 +389,12 @@ impl AgentSurfaceError {
     }
 
     /// `EXECUTION_FAILED {reason: transport, transient: true, retryAfterMs}` (retry `after-delay`).
+    ///
+    /// The agent is told to wait, then make the call again, and the call runs again (under a fresh
+    /// invocation id, or the same idempotency key, which this answer leaves free). A handler
+    /// returns it only where that repeat cannot double an effect: nothing it did took effect, or
+    /// the capability is idempotent. The runtime never gives it to a write whose handler started,
+    /// but on the handler's word (error-model.md, *Host errors at the boundary*).
     pub fn transient(retry_after: Duration) -> Self {
         let details = ExecutionFailedDetails {
             reason: Some(ExecutionFailedReason::Transport),

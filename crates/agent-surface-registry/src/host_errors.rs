@@ -10,18 +10,25 @@
 //!
 //! | host error in the chain | capability | answer |
 //! |---|---|---|
-//! | [`UpstreamStatus`] 429 or 503 | any | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs}` (`after-delay`), the delay from `Retry-After` (1 s without one, at most 1 h) |
+//! | [`UpstreamStatus`] 429 or 503 | read-only or idempotent | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs}` (`after-delay`), the delay from `Retry-After` (1 s without one, at most 1 h) |
+//! | [`UpstreamStatus`] 429 or 503 | any other | `EXECUTION_FAILED {reason: outcome-unknown}` |
 //! | [`UpstreamStatus`] 502 or 504 | read-only or idempotent | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs: 1000}` |
 //! | [`UpstreamStatus`] 502 or 504 | any other | `EXECUTION_FAILED {reason: outcome-unknown}` |
 //! | [`UpstreamStatus`] 401 or 403 | any | `EXECUTION_FAILED {reason: transport}` (`no`): the service's own credentials, never the caller's `NOT_AUTHENTICATED`/`NOT_AUTHORIZED` |
 //! | `tokio::time::error::Elapsed` (a `timeout` inside the handler) | read-only or idempotent | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs: 1000}` |
 //! | `tokio::time::error::Elapsed` | any other | `EXECUTION_FAILED {reason: outcome-unknown}` |
-//! | `std::io::Error` of kind `ConnectionRefused` | any | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs: 1000}` (nothing was sent) |
+//! | `std::io::Error` of kind `ConnectionRefused` | read-only or idempotent | `EXECUTION_FAILED {reason: transport, transient, retryAfterMs: 1000}` |
+//! | `std::io::Error` of kind `ConnectionRefused` | any other | `EXECUTION_FAILED {reason: outcome-unknown}` |
 //! | `std::io::Error` of kind `TimedOut` | as `Elapsed` | as `Elapsed` |
 //!
-//! Why writes differ: a gateway error (502, 504) or a timeout after the request left may come
-//! after the upstream committed, so for a capability whose repetition could double an effect the
-//! only true answer is that the outcome is unknown; a 429 or 503 is a refusal before any work.
+//! Why writes differ: the error says what happened to one request the handler made, not what the
+//! handler did before it. A gateway error (502, 504) or a timeout may come after the upstream
+//! committed; a refusal (429, 503, a refused connection) refuses that request only, and may follow
+//! a write the handler already made elsewhere. Told to wait and repeat, the agent would run the
+//! call again, so for a capability whose repetition could double an effect the only answer the
+//! runtime can be sure of is that the outcome is unknown. A handler that knows nothing took effect
+//! says so itself: [`UpstreamStatus::before_any_effect`] gives the transient failure whatever the
+//! capability.
 //!
 //! ```
 //! use agent_surface_registry::host_errors::UpstreamStatus;
@@ -30,7 +37,11 @@
 //! // In a handler, after an upstream answered 503 with `Retry-After: 2`:
 //! let err = UpstreamStatus::new(503).with_retry_after(Duration::from_secs(2));
 //! assert_eq!(err.to_string(), "an upstream service answered HTTP 503");
-//! // `return Err(err.into())` (or `?`) — the agent sees a transient EXECUTION_FAILED, wait 2000 ms.
+//! // `return Err(err.into())` (or `?`) — for a read-only or idempotent capability the agent sees
+//! // a transient EXECUTION_FAILED, wait 2000 ms; for a write, an unknown outcome. A write whose
+//! // handler made no other change before this answer says so:
+//! let told = err.before_any_effect().into_payload();
+//! assert_eq!(told.details().unwrap()["retryAfterMs"], 2000);
 //! ```
 //!
 //! With the `http` feature, `UpstreamStatus::from_response` reads an `http::StatusCode` and
@@ -100,6 +111,35 @@ impl UpstreamStatus {
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
+
+    /// The answer for a call whose handler met this status before it changed anything: the
+    /// handler's word that a repeat of the call cannot double an effect. A 429 or 503 becomes
+    /// `EXECUTION_FAILED {reason: transport, transient, retryAfterMs}` (`after-delay`, the delay
+    /// as for `?`) whatever the capability; the agent is told to wait and make the call again, and
+    /// the call runs again. Any other status is the error `?` would give, mapped as the
+    /// [module docs](self) say. The status stays the private cause, for the operator.
+    ///
+    /// Use it only where it is true: a handler that wrote anywhere before this request was
+    /// refused returns the status with `?`, and a write is then answered with its unknown outcome.
+    ///
+    /// ```
+    /// use agent_surface_registry::host_errors::UpstreamStatus;
+    /// let told = UpstreamStatus::new(429).before_any_effect().into_payload();
+    /// assert_eq!(told.details().unwrap()["reason"], "transport");
+    /// assert_eq!(told.details().unwrap()["retryAfterMs"], 1000);
+    /// ```
+    #[must_use]
+    pub fn before_any_effect(self) -> AgentSurfaceError {
+        match self.status {
+            429 | 503 => AgentSurfaceError::transient(refusal_delay(self.retry_after)).with_cause(self),
+            _ => AgentSurfaceError::internal(self),
+        }
+    }
+}
+
+/// The delay a refusal asks for: the upstream's `Retry-After`, 1 s without one, at most 1 h.
+fn refusal_delay(retry_after: Option<Duration>) -> Duration {
+    retry_after.unwrap_or(DEFAULT_DELAY).min(MAX_DELAY)
 }
 
 impl fmt::Display for UpstreamStatus {
@@ -112,7 +152,8 @@ impl StdError for UpstreamStatus {}
 
 /// What a host error means, before the capability is taken into account.
 enum Meaning {
-    /// Refused before any work: wait this long.
+    /// This request was refused before the upstream did any work (not necessarily before the
+    /// handler did): wait this long.
     Refused(Duration),
     /// Cut off, maybe after the work was done.
     CutOff,
@@ -123,7 +164,7 @@ enum Meaning {
 fn meaning(cause: &(dyn StdError + 'static)) -> Option<Meaning> {
     if let Some(status) = cause.downcast_ref::<UpstreamStatus>() {
         return match status.status {
-            429 | 503 => Some(Meaning::Refused(status.retry_after.unwrap_or(DEFAULT_DELAY).min(MAX_DELAY))),
+            429 | 503 => Some(Meaning::Refused(refusal_delay(status.retry_after))),
             502 | 504 => Some(Meaning::CutOff),
             401 | 403 => Some(Meaning::Credentials),
             _ => None,
@@ -171,9 +212,9 @@ pub(crate) fn map(
     };
     let Some(meaning) = found else { return error };
     let mapped = match meaning {
-        Meaning::Refused(delay) => AgentSurfaceError::transient(delay),
+        Meaning::Refused(delay) if harmless => AgentSurfaceError::transient(delay),
         Meaning::CutOff if harmless => AgentSurfaceError::transient(DEFAULT_DELAY),
-        Meaning::CutOff => unknown(),
+        Meaning::Refused(_) | Meaning::CutOff => unknown(),
         Meaning::Credentials => AgentSurfaceError::execution_failed(ExecutionFailedReason::Transport),
     };
     match error.into_parts() {
@@ -230,14 +271,18 @@ mod tests {
     #[test]
     fn each_row_of_the_table() {
         let refused = UpstreamStatus::new(429).with_retry_after(Duration::from_secs(2));
+        let refused_io = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(told(&mapped(refused, true)), transient(2000));
+        assert_eq!(told(&mapped(UpstreamStatus::new(503), true)), transient(1000));
+        assert_eq!(told(&mapped(refused_io(), true)), transient(1000));
+        // A refusal of one request says nothing of what the handler wrote before it.
+        assert_eq!(told(&mapped(refused, false)), unknown());
+        assert_eq!(told(&mapped(UpstreamStatus::new(503), false)), unknown());
+        assert_eq!(told(&mapped(refused_io(), false)), unknown());
         for harmless in [true, false] {
-            assert_eq!(told(&mapped(refused, harmless)), transient(2000));
-            assert_eq!(told(&mapped(UpstreamStatus::new(503), harmless)), transient(1000));
             let credentials = told(&mapped(UpstreamStatus::new(401), harmless));
             assert_eq!(credentials, (ErrorCode::ExecutionFailed, Some("transport".into()), Retry::No, None));
             assert_eq!(told(&mapped(UpstreamStatus::new(403), harmless)), credentials);
-            let refused_io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-            assert_eq!(told(&mapped(refused_io, harmless)), transient(1000));
         }
         for cut_off in [502, 504] {
             assert_eq!(told(&mapped(UpstreamStatus::new(cut_off), true)), transient(1000));
@@ -265,10 +310,11 @@ mod tests {
     #[test]
     fn a_delay_is_bounded_and_a_header_that_is_no_number_gives_the_default() {
         let long = UpstreamStatus::new(429).with_retry_after(Duration::from_secs(86_400));
-        assert_eq!(told(&mapped(long, false)), transient(3_600_000));
+        assert_eq!(told(&mapped(long, true)), transient(3_600_000));
+        assert_eq!(told(&long.before_any_effect()), transient(3_600_000));
         let dated = UpstreamStatus::new(503).with_retry_after_header(Some("Wed, 21 Oct 2026 07:28:00 GMT"));
         assert_eq!(dated.retry_after(), None);
-        assert_eq!(told(&mapped(dated, false)), transient(1000));
+        assert_eq!(told(&mapped(dated, true)), transient(1000));
         assert_eq!(
             UpstreamStatus::new(503).with_retry_after_header(Some(" 7 ")).retry_after(),
             Some(Duration::from_secs(7))
@@ -288,6 +334,25 @@ mod tests {
         }
     }
 
+    /// The handler's word that nothing took effect: a refusal is transient whatever the capability
+    /// (the pipeline keeps an error the handler built), and the status stays the cause; another
+    /// status is what `?` gives.
+    #[test]
+    fn a_refusal_before_any_effect_is_transient_for_every_capability() {
+        let said = UpstreamStatus::new(503).with_retry_after(Duration::from_secs(4)).before_any_effect();
+        assert_eq!(told(&said), transient(4000));
+        assert_eq!(said.cause_chain(), ["an upstream service answered HTTP 503"]);
+        assert_eq!(told(&map(said, false, AgentSurfaceError::outcome_unknown)), transient(4000));
+        for (status, harmless, answer) in [
+            (504, false, unknown()),
+            (504, true, transient(1000)),
+            (401, false, { (ErrorCode::ExecutionFailed, Some("transport".into()), Retry::No, None) }),
+        ] {
+            let said = UpstreamStatus::new(status).before_any_effect();
+            assert_eq!(told(&map(said, harmless, AgentSurfaceError::outcome_unknown)), answer, "{status}");
+        }
+    }
+
     #[cfg(feature = "http")]
     #[test]
     fn from_an_http_response() {
@@ -295,7 +360,7 @@ mod tests {
         headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("3"));
         let status = UpstreamStatus::from_response(http::StatusCode::TOO_MANY_REQUESTS, &headers);
         assert_eq!((status.status(), status.retry_after()), (429, Some(Duration::from_secs(3))));
-        assert_eq!(told(&mapped(status, false)), transient(3000));
+        assert_eq!(told(&mapped(status, true)), transient(3000));
         let bare = UpstreamStatus::from_response(http::StatusCode::BAD_GATEWAY, &http::HeaderMap::new());
         assert_eq!((bare.status(), bare.retry_after()), (502, None));
     }

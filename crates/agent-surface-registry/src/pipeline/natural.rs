@@ -103,7 +103,6 @@ pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepa
 /// the record with its outcome.
 async fn lead(mut call: Call<'_>, guard: idempotency::LeaderGuard, prepared: input::Prepared) -> Outcome {
     call.hold = Some(guard.hold());
-    let harmless = execute::outcome_is_harmless(&call.def);
     let renewal = guard.renewal().map(Box::pin);
     let rest = finish(super::after_key(call, prepared));
     let outcome = match renewal {
@@ -117,7 +116,7 @@ async fn lead(mut call: Call<'_>, guard: idempotency::LeaderGuard, prepared: inp
     };
     // Read before settling, which takes the guard: nothing sets it once the rest ended.
     let started = guard.handler_started();
-    let (result, terminal) = result_of(&outcome, !started || harmless);
+    let (result, terminal) = result_of(&outcome);
     let settled = guard.settle(&result, terminal).await;
     // The lease was lost after the handler started: the record is another caller's.
     if settled == Settled::LeaseLost && started && !super::is_outcome_unknown(&result) {
@@ -148,20 +147,20 @@ fn unprocessed(result: &InvokeResult) -> bool {
 /// quota or approval): the operation the key names has not happened, so the key is released and
 /// the next call with it is decided afresh — a record of it would answer every call with this
 /// input for the whole window, after the state changed or the dependency recovered, which its
-/// `with-changes` or `after-delay` retry says it will not. Nor, when `repeatable` (the handler did
-/// not start, or the capability's repetition is harmless: idempotent or read-only), is an answer
-/// that tells the agent to make the same call again (retry `yes` or `after-delay`: a `TIMEOUT`, a
-/// `CANCELLED`, a transient failure): no id the client sends reaches past a key derived from the
-/// input, so kept, it would answer that repeat with itself for the whole window. A write that is
-/// not idempotent and whose handler started keeps such an answer: its handler may have had an
-/// effect before it failed (a transient failure is also what an upstream's refusal in its cause
-/// chain becomes, after whatever the handler did first), and the key is what stops a second run.
-fn result_of(outcome: &Outcome, repeatable: bool) -> (InvokeResult, bool) {
+/// `with-changes` or `after-delay` retry says it will not. Nor is an answer that tells the agent
+/// to make the same call again (retry `yes` or `after-delay`: a `TIMEOUT`, a `CANCELLED`, a
+/// transient failure): no id the client sends reaches past a key derived from the input, so kept,
+/// it would answer that repeat with itself for the whole window, and its message would be false.
+/// Such an answer never follows an effect that a repeat could double: an interrupted write, or one
+/// whose handler's error carries a host error, is answered with its unknown outcome (terminal,
+/// kept), so a retryable answer after a write's handler started is the handler's own word that a
+/// repeat is safe (`AgentSurfaceError::transient`, `UpstreamStatus::before_any_effect`).
+fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
     match outcome {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
         Err(stop) => {
             let payload = stop.marked_payload();
-            let again = repeatable && matches!(payload.retry(), Retry::Yes | Retry::AfterDelay);
+            let again = matches!(payload.retry(), Retry::Yes | Retry::AfterDelay);
             let terminal = stop.questions.is_none() && !stop.not_processed() && !again;
             (InvokeResult::error(payload, None), terminal)
         }

@@ -327,7 +327,10 @@ async fn a_call_refused_before_its_handler_leaves_the_key_free() {
 /// `pay.charge`, keyed on the order, idempotent or not: its first run fails with a transient
 /// failure after its effect (an upstream's refusal in its cause chain becomes one whatever the
 /// handler did first); later runs succeed. Every run is counted.
-fn flaky_charge(idempotent: bool) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
+fn flaky_charge(
+    idempotent: bool,
+    first: fn() -> AgentSurfaceError,
+) -> (Registry, agent_surface_registry::Mount, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = Registry::new(RegistryConfig::default());
     let counted = runs.clone();
@@ -338,7 +341,7 @@ fn flaky_charge(idempotent: bool) -> (Registry, agent_surface_registry::Mount, A
             let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
             async move {
                 if n == 1 {
-                    return Err(AgentSurfaceError::transient(Duration::from_millis(300)));
+                    return Err(first());
                 }
                 Ok::<_, AgentSurfaceError>(json!({"charge": format!("{}-{n}", i.copy_id)}))
             }
@@ -349,32 +352,51 @@ fn flaky_charge(idempotent: bool) -> (Registry, agent_surface_registry::Mount, A
     (r, mount, runs)
 }
 
-/// A transient failure tells the agent to make the same call again after the delay. For a
-/// capability whose repetition is harmless the key is left free for that repeat, rather than
-/// answering the failure again for the whole window; for a write that is not idempotent, whose
-/// handler may have had its effect before it failed, the key keeps the failure and the repeat
-/// does not run the handler a second time.
+/// The card was charged, then the receipt service answered 503, and the handler returned that
+/// with `?`.
+fn charged_then_refused() -> AgentSurfaceError {
+    AgentSurfaceError::internal(agent_surface_registry::host_errors::UpstreamStatus::new(503))
+}
+
+/// The handler's own word: nothing took effect, try again in 300 ms.
+fn refused_before_any_effect() -> AgentSurfaceError {
+    AgentSurfaceError::transient(Duration::from_millis(300))
+}
+
+/// A transient failure tells the agent to make the same call again after the delay, and the key
+/// is left free for that repeat rather than answering the failure again for the whole window (and
+/// telling the agent, falsely, to retry). A write that is not idempotent gets one only on its
+/// handler's word; a host error after its effect (here a 503 once the card was charged) is its
+/// unknown outcome, kept under the key, so the repeat does not charge the card again.
 #[tokio::test]
-async fn a_transient_failure_frees_the_key_only_where_a_repeat_is_harmless() {
+async fn a_transient_failure_frees_the_key_and_a_write_s_host_error_keeps_it() {
     let charge = || call("pay.charge", json!({"copy_id": "o-3"}));
-    let (r, _m, runs) = flaky_charge(true);
+    for (idempotent, first) in [
+        (true, refused_before_any_effect as fn() -> _),
+        (true, charged_then_refused),
+        (false, refused_before_any_effect),
+    ] {
+        let (r, _m, runs) = flaky_charge(idempotent, first);
+        let failed = r.invoke_detailed(charge(), user("s-1", "alice")).await;
+        let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+        assert_eq!(p.retry(), Retry::AfterDelay, "idempotent: {idempotent}");
+        let charged = r.invoke_detailed(charge(), user("s-1", "alice")).await;
+        assert!(!charged.replayed, "run again, not answered the failure: {:?}", charged.result);
+        assert_eq!(output(&charged)["charge"], "o-3-2");
+        let again = r.invoke_detailed(charge(), user("s-2", "bob")).await;
+        assert!(again.replayed);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    let (r, _m, runs) = flaky_charge(false, charged_then_refused);
     let failed = r.invoke_detailed(charge(), user("s-1", "alice")).await;
     let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
-    assert_eq!(p.retry(), Retry::AfterDelay);
-    let charged = r.invoke_detailed(charge(), user("s-1", "alice")).await;
-    assert!(!charged.replayed, "run again, not answered the failure: {:?}", charged.result);
-    assert_eq!(output(&charged)["charge"], "o-3-2");
-    let again = r.invoke_detailed(charge(), user("s-2", "bob")).await;
-    assert!(again.replayed);
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
-
-    let (r, _m, runs) = flaky_charge(false);
-    let failed = r.invoke_detailed(charge(), user("s-1", "alice")).await;
-    assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+    assert_eq!(p.detail("reason").and_then(|r| r.as_str()), Some("outcome-unknown"), "{}", p.message());
+    assert_eq!(p.retry(), Retry::No);
     let again = r.invoke_detailed(charge(), user("s-2", "bob")).await;
     assert!(again.replayed, "answered from the key's record: {:?}", again.result);
-    assert_eq!(again.result.error_payload().map(|p| p.code()), Some(ErrorCode::ExecutionFailed));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the write ran once");
+    assert_eq!(again.result.error_payload().and_then(|p| p.detail("reason").cloned()), Some(json!("outcome-unknown")));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the card was charged once");
 }
 
 #[tokio::test]
