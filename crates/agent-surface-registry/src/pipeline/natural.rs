@@ -148,8 +148,9 @@ fn unprocessed(result: &InvokeResult) -> bool {
 /// the next call with it is decided afresh — a record of it would answer every call with this
 /// input for the whole window, after the state changed or the dependency recovered, which its
 /// `with-changes` or `after-delay` retry says it will not. Nor is an answer that tells the agent
-/// to make the same call again (retry `yes` or `after-delay`: a `TIMEOUT`, a `CANCELLED`, a
-/// transient failure): no id the client sends reaches past a key derived from the input, so kept,
+/// to make the same call again (retry `yes`, `after-delay` or `after-refresh`: a `TIMEOUT`, a
+/// `CANCELLED`, a transient failure, a `COMPONENT_UNMOUNTED` mid-flight): no id the client sends
+/// reaches past a key derived from the input, so kept,
 /// it would answer that repeat with itself for the whole window, and its message would be false.
 /// Such an answer never follows an effect that a repeat could double: an interrupted write, or one
 /// whose handler's error carries a host error, is answered with its unknown outcome (terminal,
@@ -160,7 +161,7 @@ fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
         Err(stop) => {
             let payload = stop.marked_payload();
-            let again = matches!(payload.retry(), Retry::Yes | Retry::AfterDelay);
+            let again = matches!(payload.retry(), Retry::Yes | Retry::AfterDelay | Retry::AfterRefresh);
             let terminal = stop.questions.is_none() && !stop.not_processed() && !again;
             (InvokeResult::error(payload, None), terminal)
         }

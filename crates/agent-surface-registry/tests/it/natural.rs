@@ -399,6 +399,46 @@ async fn a_transient_failure_frees_the_key_and_a_write_s_host_error_keeps_it() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the card was charged once");
 }
 
+/// An idempotent capability unmounted while its handler ran is answered `COMPONENT_UNMOUNTED`
+/// (`after-refresh`): refresh, then make the call again. Once it is mounted again that repeat runs;
+/// the key does not answer it the unmount for the whole window.
+#[tokio::test]
+async fn a_call_unmounted_mid_flight_leaves_the_key_free_for_the_repeat() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig::default());
+    let counted = runs.clone();
+    r.define("pay", move |t| {
+        t.capability("settle", "Settle an order, once.")
+            .effect(Effect::Write)
+            .idempotent()
+            .idempotency_key(|i: &Lend| i.copy_id.clone())
+            .handler(move |_: Ctx, i: Lend| {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if n == 1 {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"settled": format!("{}-{n}", i.copy_id)}))
+                }
+            })
+    })
+    .unwrap();
+    let m = r.mount("pay", "main").unwrap();
+    let settle = || call("pay.settle", json!({"copy_id": "o-5"}));
+    let first = r.invoke_detailed(settle(), user("s-1", "alice"));
+    let unmount = async {
+        until(&runs, 1).await;
+        drop(m);
+    };
+    let (first, ()) = tokio::join!(first, unmount);
+    let p = assert_produced(&first, ErrorCode::ComponentUnmounted, Phase::Execute);
+    assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("mid-flight"))));
+    let _m = r.mount("pay", "main").unwrap();
+    let again = r.invoke_detailed(settle(), user("s-1", "alice")).await;
+    assert!(!again.replayed, "run again, not answered the unmount: {:?}", again.result);
+    assert_eq!(output(&again)["settled"], "o-5-2");
+}
+
 #[tokio::test]
 async fn a_replay_from_the_key_s_record_keeps_the_author_s_words() {
     let (r, shelf, runs) = library();
