@@ -210,8 +210,9 @@ fn gate_info<'c>(
     info
 }
 
-/// Evidence the gate consumed for a call whose handler has not started yet. Disarmed once the
-/// handler may start ([`GiveBack::disarm`]); otherwise it gives the evidence back
+/// Evidence the gate consumed for a call whose handler has not started yet. Spent once the
+/// handler may start ([`GiveBack::spend`], which gives it back only on an answer that asks for the
+/// same call again); otherwise it gives the evidence back
 /// ([`ConfirmationGate::reinstate`]) — at once when the call stops before its handler
 /// ([`GiveBack::now`]: strict audit refused it), or from a task of its own when it is dropped
 /// (the caller went away first) — so that the call's retry runs on the same approval. A gate
@@ -259,9 +260,10 @@ impl GiveBack {
         self.0.as_ref().map(|owed| owed.evidence.confirmation_id.as_str())
     }
 
-    /// The handler may start: the evidence stays consumed.
-    pub(crate) fn disarm(mut self) {
-        self.0 = None;
+    /// The handler may start: the evidence is spent, unless the handler's answer asks for the
+    /// same call again ([`Spent`]).
+    pub(crate) fn spend(mut self) -> Spent {
+        Spent(self.0.take())
     }
 
     /// The call stopped before its handler: gives the evidence back now.
@@ -283,6 +285,35 @@ impl Drop for GiveBack {
             Err(_) => {
                 let _ = futures_util::FutureExt::now_or_never(give_back);
             }
+        }
+    }
+}
+
+/// Evidence whose call's handler started. Its answer decides: one that asks the agent to make the
+/// same call again (retry `yes`, `after-delay` or `after-refresh`) gives it back, so that the repeat
+/// runs on the same approval instead of asking the person a second time. Such an answer never
+/// follows an effect a repeat could double (a write interrupted or meeting a host error is its
+/// unknown outcome, retry `no`): it is the handler's own word that nothing took effect, or a
+/// capability whose repetition is harmless. Any other answer, and a call dropped while its handler
+/// runs, leave it spent (dropping this gives nothing back).
+pub(crate) struct Spent(Option<Box<Owed>>);
+
+impl Spent {
+    /// Whether `outcome`, the handler's, gives the evidence back.
+    pub(crate) fn gives_back(&self, outcome: &Result<Value, Stop>) -> bool {
+        self.0.is_some()
+            && matches!(outcome, Err(stop) if matches!(
+                stop.error.payload().retry(),
+                agent_surface_core::Retry::Yes
+                    | agent_surface_core::Retry::AfterDelay
+                    | agent_surface_core::Retry::AfterRefresh
+            ))
+    }
+
+    /// Gives the evidence back (after [`Spent::gives_back`]).
+    pub(crate) async fn give_back(self) {
+        if let Some(owed) = self.0 {
+            owed.give_back().await;
         }
     }
 }
@@ -343,7 +374,7 @@ impl CallDetails for Details<'_> {
     fn consumed(&self, evidence: ConsumedEvidence) {
         // One consumption per call; a second report (a gate's mistake) keeps the first.
         if let Err(second) = self.consumed.set(GiveBack::new(self.call, self.input, evidence)) {
-            second.disarm();
+            drop(second.spend());
         }
     }
 }

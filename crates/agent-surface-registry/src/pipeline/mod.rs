@@ -539,10 +539,7 @@ fn audited_after_consuming(
 ) -> Result<Step<'_>, Stop> {
     match audit::trail(&call) {
         audit::Trail::None => match may_start(&call) {
-            Ok(()) => {
-                consumed.disarm();
-                execute_now(call, prepared)
-            }
+            Ok(()) => execute_now(call, prepared, Some(consumed.spend())),
             Err(stop) => later(async move {
                 consumed.now().await;
                 Err(stop)
@@ -566,8 +563,7 @@ fn audited_after_consuming(
                 started.finish(&outcome).await;
                 return outcome;
             }
-            consumed.disarm();
-            let outcome = finish(execute_now(call, prepared)).await;
+            let outcome = finish(execute_now(call, prepared, Some(consumed.spend()))).await;
             started.finish(&outcome).await;
             outcome
         }),
@@ -578,14 +574,18 @@ fn audited_after_consuming(
 #[inline(always)]
 fn execute(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
     may_start(&call)?;
-    execute_now(call, prepared)
+    execute_now(call, prepared, None)
 }
 
 /// Phase 8 for a call [`may_start`] has just let through: the handler starts. A call that
-/// consumed evidence is checked once, before the evidence is kept (disarmed), and comes here
+/// consumed evidence is checked once, before the evidence is spent ([`confirmation::Spent`]), and comes here
 /// directly: a second check could stop it after the evidence can no longer be given back.
 #[inline(always)]
-fn execute_now(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop> {
+fn execute_now(
+    call: Call<'_>,
+    prepared: input::Prepared,
+    spent: Option<confirmation::Spent>,
+) -> Result<Step<'_>, Stop> {
     use std::sync::atomic::Ordering;
     if let Some(hook) = &call.options.on_execute {
         hook();
@@ -602,9 +602,20 @@ fn execute_now(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, St
     // A handler that completes on its first poll needs no timer and no watchers; one that does
     // not is awaited under them.
     match execute::run(&call, prepared.decoded, call.hold.as_ref().map(|h| &h.lost)) {
-        execute::Run::Done(output) => verified(call, prepared.value, output),
+        execute::Run::Done(output) => match spent {
+            Some(spent) if spent.gives_back(&output) => later(async move {
+                spent.give_back().await;
+                finish(verified(call, prepared.value, output)).await
+            }),
+            _ => verified(call, prepared.value, output),
+        },
         execute::Run::Waiting(waiting) => later(async move {
             let output = waiting.await;
+            if let Some(spent) = spent
+                && spent.gives_back(&output)
+            {
+                spent.give_back().await;
+            }
             finish(verified(call, prepared.value, output)).await
         }),
     }

@@ -1374,3 +1374,86 @@ async fn evidence_consumed_for_a_call_that_went_away_is_given_back() {
 async fn evidence_consumed_for_a_call_that_went_away_before_reading_the_answer_is_given_back() {
     given_back_when_the_caller_goes_away(true).await;
 }
+
+/// `pay.send` (external, gated): its handler's first run fails as the order id says — `now`: a
+/// transient failure at once (the handler's word that nothing took effect), `later`: the same
+/// after a yield, `after-effect`: an upstream's 503 met once the payment went out, returned with
+/// `?` — and later runs succeed.
+fn flaky_payments(clock: &Arc<ManualClock>) -> (Arc<ConfirmationEngine>, Registry, Arc<AtomicUsize>) {
+    let engine =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() }));
+    let registry = Registry::new(RegistryConfig { confirmation: Some(engine.clone()), ..config_with(clock) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    registry
+        .define("pay", move |t| {
+            t.capability("send", "Send a payment.")
+                .effect(Effect::External)
+                .confirm(|i: &Refund| format!("Pay {} cents for {}.", i.amount_cents, i.order_id))
+                .handler(move |_c: Ctx, i: Refund| {
+                    let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move {
+                        if n == 1 {
+                            match i.order_id.as_str() {
+                                "now" => return Err(AgentSurfaceError::transient(Duration::from_millis(300))),
+                                "later" => {
+                                    tokio::task::yield_now().await;
+                                    return Err(AgentSurfaceError::transient(Duration::from_millis(300)));
+                                }
+                                _ => {
+                                    let refused = agent_surface_registry::host_errors::UpstreamStatus::new(503);
+                                    return Err(AgentSurfaceError::internal(refused));
+                                }
+                            }
+                        }
+                        Ok::<_, AgentSurfaceError>(json!({"paid": i.amount_cents}))
+                    }
+                });
+        })
+        .unwrap();
+    (engine, registry, runs)
+}
+
+/// An approved call whose handler answers that the same call should be made again (a transient
+/// failure: nothing took effect) gives its approval back, so the repeat runs without asking the
+/// person again — once. An answer after an effect (an unknown outcome) leaves it spent.
+#[tokio::test]
+async fn an_answer_that_asks_for_the_same_call_again_gives_the_approval_back() {
+    for order in ["now", "later"] {
+        let clock = clock();
+        let (engine, r, runs) = flaky_payments(&clock);
+        let _m = r.mount("pay", "main").unwrap();
+        let pay = || call("pay.send", json!({"order_id": order, "amount_cents": 700}));
+        let asked = r.invoke_detailed(pay(), alice()).await;
+        let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+        let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+        engine.approve(&id, &manager()).await.unwrap();
+        let failed = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+        let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+        assert_eq!(p.retry(), Retry::AfterDelay, "{order}");
+        let record = engine.get(&id).await.unwrap().unwrap();
+        assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() }, "{order}: given back");
+        // The model repeats the call as it was (MCP: without the id): the approval is presented.
+        let paid = r.invoke_detailed(pay(), alice()).await;
+        assert_eq!(paid.result.output(), Some(&json!({"paid": 700})), "{order}: {:?}", paid.result);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        let spent = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+        assert_invalid(&spent, "consumed", Retry::No);
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{order}: one approval, one payment");
+    }
+
+    let clock = clock();
+    let (engine, r, runs) = flaky_payments(&clock);
+    let _m = r.mount("pay", "main").unwrap();
+    let pay = || call("pay.send", json!({"order_id": "after-effect", "amount_cents": 700}));
+    let asked = r.invoke_detailed(pay(), alice()).await;
+    let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+    engine.approve(&id, &manager()).await.unwrap();
+    let unknown = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+    let p = assert_produced(&unknown, ErrorCode::ExecutionFailed, Phase::Execute);
+    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
+    let again = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+    assert_invalid(&again, "consumed", Retry::No);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the payment that may have gone out is not sent again");
+}
