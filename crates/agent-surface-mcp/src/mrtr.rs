@@ -367,7 +367,7 @@ pub(crate) fn question(approval: &Approval) -> InputRequests {
         Some(url) => ElicitRequestParams::UrlElicitationParams {
             meta: None,
             message: format!(
-                "This action needs a person's approval: {summary} Open its approval page to approve it, or to pass it to someone who may."
+                "This action needs a person's approval: {summary} Send the link to its approval page to someone who may approve it: the person who made a request cannot approve it there."
             ),
             url: url.clone(),
             // 2026-07-28 has no elicitation id.

@@ -67,7 +67,7 @@ impl McpServer {
     ) -> Invocation {
         let Some(url) = details.approval_url.clone() else { return first };
         let message = format!(
-            "This action needs a person's approval: {} Open its approval page to approve it, or to pass it to someone who may.",
+            "This action needs a person's approval: {} Send the link to its approval page to someone who may approve it: the person who made a request cannot approve it there.",
             details.summary
         );
         let params = ElicitRequestParams::UrlElicitationParams {

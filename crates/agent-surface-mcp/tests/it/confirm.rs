@@ -315,6 +315,8 @@ mod url_mode {
             assert_eq!(mode, "url");
             assert_eq!(url, &format!("{BASE}/{elicitation_id}"), "the elicitation id is the confirmation's");
             assert!(message.contains("Wipe the vault.") && message.contains("approval page"), "{message}");
+            // The person asked is the requester, who cannot decide at the page: they pass it on.
+            assert!(message.contains("someone who may approve it") && !message.contains("to approve it,"), "{message}");
             client.cancel().await.unwrap();
         }
     }

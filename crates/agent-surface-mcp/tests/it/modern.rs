@@ -900,6 +900,7 @@ async fn a_client_that_opens_urls_is_sent_to_the_approval_page() {
     let url = asked["url"].as_str().unwrap().to_string();
     let id = url.strip_prefix(&format!("{BASE}/")).expect("the approval page").to_string();
     assert!(asked["message"].as_str().unwrap().contains("Wipe shelf 3."), "{asked}");
+    assert!(asked["message"].as_str().unwrap().contains("cannot approve it there"), "{asked}");
     let state = question.request_state.clone().unwrap();
     // No answer yet: the same question.
     let again = asks(client.call_tool_once(retry("shop-wipe", json!({"shelf": 3}), &state, None)).await.unwrap());
