@@ -455,8 +455,9 @@ impl AgentSurfaceError {
 
     /// `EXECUTION_FAILED {reason: outcome-unknown}` (retry `no`) for a call made *without* an
     /// invocation id. Nothing was recorded, so calling again would run the action again. The
-    /// message and the repair say to establish what happened (ask the user); the payload has no
-    /// `reconcile` step (neither has [`AgentSurfaceError::outcome_unknown`]'s).
+    /// message and the repair say to establish what happened (read the current state, then ask the
+    /// user); the payload has no `reconcile` step (neither has
+    /// [`AgentSurfaceError::outcome_unknown`]'s).
     ///
     /// ```
     /// use agent_surface_core::repair::RepairAction;
@@ -466,13 +467,14 @@ impl AgentSurfaceError {
     /// assert!(p.message().chars().count() <= 300);
     /// assert!(!p.message().contains("same invocationId"));
     /// let steps = p.repair().unwrap().steps();
+    /// assert_eq!(steps[0].action(), RepairAction::RefreshState);
     /// assert!(steps.iter().all(|s| s.action() != RepairAction::Reconcile));
     /// ```
     pub fn outcome_unknown_untracked() -> Self {
-        let repair = Repair::single(RepairStep::new(
-            RepairAction::AskUser,
-            "Ask the user whether the action took effect before doing it again",
-        ));
+        let repair = Repair::plan([
+            RepairStep::new(RepairAction::RefreshState, "Read the current state to see whether it took effect"),
+            RepairStep::new(RepairAction::AskUser, "If still unclear, ask the user before doing it again"),
+        ]);
         let details = ExecutionFailedDetails {
             reason: Some(ExecutionFailedReason::OutcomeUnknown),
             transient: None,
