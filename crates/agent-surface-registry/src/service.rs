@@ -134,7 +134,9 @@ impl ServiceBuilder {
     /// uses, behind any proxy). The approval inbox is then at `{url}/inbox/`, so unless
     /// [`approval_base_url`](Self::approval_base_url) says otherwise, agents are sent to
     /// `{url}/inbox/c/{id}` to have a confirmation approved; a server admits the URL's host and
-    /// marks its session cookie `Secure` when the URL is `https`.
+    /// marks its session cookie `Secure` when the URL is `https`. A path in the URL
+    /// (`https://example.com/tickets`) stays in those links, while the server answers at its root
+    /// (`/mcp`, `/api`, `/inbox`): a proxy in front must strip it (`Serve` says so at start).
     pub fn public_url(mut self, url: impl Into<String>) -> ServiceBuilder {
         self.public_url = Some(url.into().trim_end_matches('/').to_string());
         self

@@ -522,6 +522,7 @@ impl Serve {
         let inbox = if serving_inbox { format!(", the approval inbox at {INBOX_PREFIX}") } else { String::new() };
         tracing::info!(target: TARGET, %local, "serving MCP at {MCP_PATH}, the HTTP binding at {API_PREFIX}{inbox}");
         report_stores(&service, local, serving_inbox);
+        report_public_path(&service);
         if let Some(announce) = on_listening {
             announce(local);
         }
@@ -964,6 +965,31 @@ fn report_stores(service: &Service, local: SocketAddr, serving_inbox: bool) {
     }
 }
 
+/// Says, once the server listens, that the service's public URL has a path (`/expenses` in
+/// `https://host/expenses`): the links built from it (approval pages) keep the path, while this
+/// server answers at its root (`/mcp`, `/api`, `/inbox`), so what is in front must strip the path.
+/// At INFO: behind such a proxy it is right.
+#[cfg(feature = "http")]
+fn report_public_path(service: &Service) {
+    if let Some(path) = service.public_url.as_deref().and_then(public_path) {
+        tracing::info!(
+            target: TARGET,
+            public_url = service.public_url.as_deref().unwrap_or_default(),
+            "ServiceBuilder::public_url has the path {path}: approval links keep it, but this server answers at its \
+             root (/mcp, /api, /inbox); a proxy in front must strip {path}, or links lead nowhere"
+        );
+    }
+}
+
+/// The path of a public URL, without trailing `/`s, when it has one (`/expenses` in
+/// `https://host/expenses/`).
+#[cfg(any(feature = "http", test))]
+fn public_path(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let path = rest.find('/').map(|at| &rest[at..])?.trim_end_matches('/');
+    (!path.is_empty()).then_some(path)
+}
+
 /// Reports, at start, approval links that point at the inbox under the service's public URL
 /// when this server does not serve it (`why`): a person sent there finds "no such confirmation".
 /// A warning, not a refusal: another `Serve` of the same service in this process, or a proxy in
@@ -1044,7 +1070,16 @@ fn web_address_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_id, no_operator_log, web_address_host};
+    use super::{key_id, no_operator_log, public_path, web_address_host};
+
+    #[test]
+    fn the_path_of_a_public_url() {
+        assert_eq!(public_path("https://lb.example/expenses/"), Some("/expenses"));
+        assert_eq!(public_path("http://127.0.0.1:8787/a/b"), Some("/a/b"));
+        for none in ["https://lb.example", "https://lb.example/", "https://lb.example//", "lb.example/x"] {
+            assert_eq!(public_path(none), None, "{none}");
+        }
+    }
 
     #[test]
     fn only_an_absolute_web_address_is_one_to_send_people_to() {

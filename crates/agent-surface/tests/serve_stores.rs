@@ -87,3 +87,24 @@ fn nowhere_to_approve_is_reported_at_startup() {
     assert!(run(ServiceBuilder::new()).contains(REPORT));
     assert!(!run(ServiceBuilder::new().approval_base_url("https://desk.example/approve/")).contains(REPORT));
 }
+
+/// A public URL with a path is said at startup (INFO): the links keep the path, the server answers
+/// at its root, so a proxy in front must strip it. One without a path says nothing of it.
+#[test]
+fn a_public_url_with_a_path_is_reported_at_startup() {
+    let run = |url: &'static str| {
+        let ((), log) = agent_surface_testing::capture_operator_log_at(tracing::Level::INFO, || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let (service, _mount) = support::refunds_on(ServiceBuilder::new().public_url(url));
+                let running = Serve::new(service).operator_log(false).bind("127.0.0.1:0").await.expect("serves");
+                running.stop();
+                running.stopped().await.expect("drains");
+            });
+        });
+        log
+    };
+    let log = run("https://refunds.example/expenses/");
+    assert!(log.contains("public_url has the path /expenses") && log.contains("must strip /expenses"), "{log}");
+    assert!(!run("https://refunds.example/").contains("has the path"));
+}
