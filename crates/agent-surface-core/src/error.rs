@@ -318,6 +318,11 @@ impl AgentSurfaceError {
     }
 
     /// `RATE_LIMITED {reason, retryAfterMs}`.
+    ///
+    /// From a handler (a server's throttling, mapped), as [`AgentSurfaceError::transient`]: the
+    /// agent is told to wait and make the call again, and the call runs again (a rate limit is
+    /// never recorded under an invocation id or idempotency key), on the approval it used if it
+    /// had one. Return it only where nothing the handler did took effect.
     pub fn rate_limited(reason: RateLimitReason, retry_after: Duration) -> Self {
         let details = RateLimitedDetails { reason, retry_after_ms: millis(retry_after) };
         Self::worded(ErrorCode::RateLimited, Some(to_map(&details)))
@@ -528,6 +533,22 @@ impl AgentSurfaceError {
     /// The private cause, for the operator channel.
     pub fn cause(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
         self.cause.as_deref()
+    }
+
+    /// Whether this error relays a payload another service built ([`AgentSurfaceError::relayed`],
+    /// or `?` on an [`ErrorPayload`]): what it says (a transient failure, a rate limit) is that
+    /// service's word about its own call, not this handler's about everything it did.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_surface_core::AgentSurfaceError;
+    /// let upstream = AgentSurfaceError::transient(Duration::from_secs(1)).into_payload();
+    /// assert!(AgentSurfaceError::relayed(upstream).is_relayed());
+    /// assert!(!AgentSurfaceError::transient(Duration::from_secs(1)).is_relayed());
+    /// ```
+    #[must_use]
+    pub fn is_relayed(&self) -> bool {
+        self.cause.as_deref().is_some_and(|cause| cause.is::<RelayedPayload>())
     }
 
     /// The cause chain as text, outermost first, for the operator channel.

@@ -449,9 +449,11 @@ pub trait ConfirmationGate: Send + Sync + 'static {
     }
 
     /// Gives back `evidence`, which this gate consumed for `call` (and told the call about
-    /// through [`CallDetails::consumed`]), because the call's handler never started: the
-    /// registry asks when strict audit refused the call after the confirmation phase, so that its
-    /// retry — with the same id, or the same call repeated — can use the approval. `true` when
+    /// through [`CallDetails::consumed`]), because the call's handler never started (strict
+    /// audit refused the call after the confirmation phase; its caller went away first) or
+    /// answered that the same call should be made again (retry `yes` or `after-delay`: nothing
+    /// took effect), so that its retry — with the same id, or the same call repeated — can use
+    /// the approval. `true` when
     /// the approval is usable again. The default: `false` (nothing to give back).
     fn reinstate<'a>(
         &'a self,

@@ -30,6 +30,10 @@
 //! says so itself: [`UpstreamStatus::before_any_effect`] gives the transient failure whatever the
 //! capability.
 //!
+//! The same holds for another agent-surface service's answer passed on with `?`
+//! ([`AgentSurfaceError::relayed`]): its transient failure or rate limit is answered as it is for a
+//! read-only or idempotent capability, and as the unknown outcome for any other.
+//!
 //! ```
 //! use agent_surface_registry::host_errors::UpstreamStatus;
 //! use std::time::Duration;
@@ -51,8 +55,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use agent_surface_core::AgentSurfaceError;
 use agent_surface_core::details::ExecutionFailedReason;
+use agent_surface_core::{AgentSurfaceError, Retry};
 
 /// The delay given when the host error names none (and to a transient gateway error or timeout).
 const DEFAULT_DELAY: Duration = Duration::from_secs(1);
@@ -191,6 +195,15 @@ pub(crate) fn map(
     harmless: bool,
     unknown: impl FnOnce() -> AgentSurfaceError,
 ) -> AgentSurfaceError {
+    // Another service's transient failure or rate limit passed on with `?`: its word about its
+    // own call, which may have followed a write of this handler's, as a host error may.
+    let again = matches!(error.payload().retry(), Retry::Yes | Retry::AfterDelay | Retry::AfterRefresh);
+    if again && !harmless && error.is_relayed() {
+        return match error.into_parts() {
+            (_, Some(cause)) => unknown().with_cause(cause),
+            (_, None) => unknown(),
+        };
+    }
     let plain = error.payload().detail("reason").and_then(|r| r.as_str()) == Some("handler-error");
     if !plain {
         return error;
@@ -225,7 +238,7 @@ pub(crate) fn map(
 
 #[cfg(test)]
 mod tests {
-    use agent_surface_core::{ErrorCode, Retry};
+    use agent_surface_core::ErrorCode;
 
     use super::*;
 
@@ -351,6 +364,29 @@ mod tests {
             let said = UpstreamStatus::new(status).before_any_effect();
             assert_eq!(told(&map(said, harmless, AgentSurfaceError::outcome_unknown)), answer, "{status}");
         }
+    }
+
+    /// Another service's retryable answer passed on: as it is for a harmless capability, the
+    /// unknown outcome for a write (this handler may have written first); its other answers as
+    /// they are.
+    #[test]
+    fn a_relayed_retryable_answer_of_a_write_is_its_unknown_outcome() {
+        let limited = AgentSurfaceError::rate_limited(
+            agent_surface_core::details::RateLimitReason::Rate,
+            Duration::from_millis(1500),
+        );
+        for upstream in [AgentSurfaceError::transient(Duration::from_millis(700)), limited] {
+            let before = told(&upstream);
+            let relayed = || AgentSurfaceError::relayed(upstream.payload().clone());
+            assert_eq!(told(&map(relayed(), true, AgentSurfaceError::outcome_unknown)), before);
+            let write = map(relayed(), false, AgentSurfaceError::outcome_unknown);
+            assert_eq!(told(&write), unknown());
+            assert!(write.cause_chain()[0].starts_with("relayed payload"), "{:?}", write.cause_chain());
+            // The handler's own word is kept.
+            assert_eq!(told(&map(upstream, false, AgentSurfaceError::outcome_unknown)), before);
+        }
+        let refused = AgentSurfaceError::relayed(AgentSurfaceError::not_authenticated().into_payload());
+        assert_eq!(told(&map(refused, false, AgentSurfaceError::outcome_unknown)).0, ErrorCode::NotAuthenticated);
     }
 
     #[cfg(feature = "http")]

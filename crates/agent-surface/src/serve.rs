@@ -986,6 +986,7 @@ fn report_public_path(service: &Service) {
 #[cfg(any(feature = "http", test))]
 fn public_path(url: &str) -> Option<&str> {
     let (_, rest) = url.split_once("://")?;
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
     let path = rest.find('/').map(|at| &rest[at..])?.trim_end_matches('/');
     (!path.is_empty()).then_some(path)
 }
@@ -1076,7 +1077,9 @@ mod tests {
     fn the_path_of_a_public_url() {
         assert_eq!(public_path("https://lb.example/expenses/"), Some("/expenses"));
         assert_eq!(public_path("http://127.0.0.1:8787/a/b"), Some("/a/b"));
-        for none in ["https://lb.example", "https://lb.example/", "https://lb.example//", "lb.example/x"] {
+        for none in
+            ["https://lb.example", "https://lb.example/", "https://lb.example//", "lb.example/x", "https://h/?q"]
+        {
             assert_eq!(public_path(none), None, "{none}");
         }
     }

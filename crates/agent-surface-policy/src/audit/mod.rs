@@ -172,9 +172,11 @@ pub enum AuditKind {
     /// decided or waited for after it, when a waiting call gave up, or by the engine's sweep).
     #[serde(rename = "confirmation.expired")]
     ConfirmationExpired,
-    /// Evidence consumed by a call whose handler never started (strict audit could not record
-    /// its start) was given back to that call: approved again, by the same approvers, for its
-    /// retry. Follows the call's `confirmation.consumed`; the retry writes another one.
+    /// Evidence a call consumed was given back to that call: approved again, by the same
+    /// approvers, for its retry. Its handler never started (strict audit could not record its
+    /// start; the caller went away first), or it answered that the same call should be made again
+    /// (a transient failure: nothing took effect). Follows the call's `confirmation.consumed`; the
+    /// retry writes another one.
     #[serde(rename = "confirmation.reinstated")]
     ConfirmationReinstated,
     /// The handler of a capability with an effect is about to run.

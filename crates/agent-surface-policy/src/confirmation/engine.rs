@@ -175,7 +175,7 @@ impl ConfirmationEngine {
                 tracing::info!(
                     target: "agent_surface::confirmation",
                     confirmation_id = id,
-                    "confirmation reinstated: the call that consumed it did not run"
+                    "confirmation reinstated: the call that consumed it did not run, or asked to be made again"
                 );
                 self.audit(|| call_event(now, AuditKind::ConfirmationReinstated, &call, &binding, id)).await;
                 // The same call repeated without evidence (a model; a call in wait mode, whose

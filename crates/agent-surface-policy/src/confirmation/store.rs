@@ -40,8 +40,8 @@ pub struct Consumed {
     pub approved_by: String,
     /// The consumption token: a fresh random value the store recorded with this consumption,
     /// known only to the call that consumed. Presented to [`ConfirmationStore::reinstate`], it
-    /// gives the approval back when that call's handler never started. `None`: the store cannot
-    /// reinstate.
+    /// gives the approval back when that call's handler never started, or answered that the same
+    /// call should be made again. `None`: the store cannot reinstate.
     pub token: Option<String>,
 }
 
@@ -301,8 +301,9 @@ pub trait ConfirmationStore: Send + Sync + fmt::Debug + 'static {
     fn expiry_recorded<'a>(&'a self, id: &'a str, now: Timestamp) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Atomically gives back evidence a call consumed when that call's handler never started
-    /// (the registry's strict audit could not record its start): consumed → approved, by the
-    /// same approvers, so that the call's retry can use it. `true` when reinstated.
+    /// (the registry's strict audit could not record its start), or answered that the same call
+    /// should be made again (a transient failure): consumed → approved, by the same approvers, so
+    /// that the call's retry can use it. `true` when reinstated.
     ///
     /// Only the consumer can reinstate, and only its own consumption: the record must exist, its
     /// binding match `expected` (as for [`consume`](ConfirmationStore::consume)), its state be

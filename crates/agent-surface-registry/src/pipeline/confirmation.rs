@@ -289,13 +289,16 @@ impl Drop for GiveBack {
     }
 }
 
-/// Evidence whose call's handler started. Its answer decides: one that asks the agent to make the
-/// same call again (retry `yes`, `after-delay` or `after-refresh`) gives it back, so that the repeat
+/// Evidence whose call's handler started. Its answer decides: one that asks the agent to wait, or
+/// not, and make the same call again (retry `yes` or `after-delay`) gives it back, so that the repeat
 /// runs on the same approval instead of asking the person a second time. Such an answer never
-/// follows an effect a repeat could double (a write interrupted or meeting a host error is its
-/// unknown outcome, retry `no`): it is the handler's own word that nothing took effect, or a
-/// capability whose repetition is harmless. Any other answer, and a call dropped while its handler
-/// runs, leave it spent (dropping this gives nothing back).
+/// follows an effect a repeat could double: a write interrupted, meeting a host error, or passing
+/// on another service's retryable answer is its unknown outcome (retry `no`), so it is the
+/// handler's own word that nothing took effect (`AgentSurfaceError::transient`, `rate_limited`),
+/// or the answer of a capability whose repetition is harmless. Any other answer, and a call dropped
+/// while its handler runs, leave it spent (dropping this gives nothing back). (`after-refresh`, a
+/// registration unmounted mid-flight, is not given back: evidence is bound to the registration,
+/// which the repeat does not reach.)
 pub(crate) struct Spent(Option<Box<Owed>>);
 
 impl Spent {
@@ -304,16 +307,20 @@ impl Spent {
         self.0.is_some()
             && matches!(outcome, Err(stop) if matches!(
                 stop.error.payload().retry(),
-                agent_surface_core::Retry::Yes
-                    | agent_surface_core::Retry::AfterDelay
-                    | agent_surface_core::Retry::AfterRefresh
+                agent_surface_core::Retry::Yes | agent_surface_core::Retry::AfterDelay
             ))
     }
 
-    /// Gives the evidence back (after [`Spent::gives_back`]).
+    /// Gives the evidence back (after [`Spent::gives_back`]), in a task of its own where there is
+    /// a runtime: a call dropped meanwhile does not cut the reinstatement off between the store's
+    /// step and the engine's (its trail event, its memory of the relayed confirmation).
     pub(crate) async fn give_back(self) {
-        if let Some(owed) = self.0 {
-            owed.give_back().await;
+        let Some(owed) = self.0 else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let _ = handle.spawn(owed.give_back()).await;
+            }
+            Err(_) => owed.give_back().await,
         }
     }
 }

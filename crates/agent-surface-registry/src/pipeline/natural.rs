@@ -153,9 +153,10 @@ fn unprocessed(result: &InvokeResult) -> bool {
 /// reaches past a key derived from the input, so kept,
 /// it would answer that repeat with itself for the whole window, and its message would be false.
 /// Such an answer never follows an effect that a repeat could double: an interrupted write, or one
-/// whose handler's error carries a host error, is answered with its unknown outcome (terminal,
-/// kept), so a retryable answer after a write's handler started is the handler's own word that a
-/// repeat is safe (`AgentSurfaceError::transient`, `UpstreamStatus::before_any_effect`).
+/// whose handler's error carries a host error or passes on another service's retryable answer, is
+/// answered with its unknown outcome (terminal, kept), so a retryable answer after a write's
+/// handler started is the handler's own word that a repeat is safe (`AgentSurfaceError::transient`
+/// or `rate_limited`, `UpstreamStatus::before_any_effect`).
 fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
     match outcome {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),

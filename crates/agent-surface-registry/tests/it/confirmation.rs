@@ -1377,8 +1377,9 @@ async fn evidence_consumed_for_a_call_that_went_away_before_reading_the_answer_i
 
 /// `pay.send` (external, gated): its handler's first run fails as the order id says — `now`: a
 /// transient failure at once (the handler's word that nothing took effect), `later`: the same
-/// after a yield, `after-effect`: an upstream's 503 met once the payment went out, returned with
-/// `?` — and later runs succeed.
+/// after a yield, `limited`: a rate limit of its own, `relayed`: another service's transient
+/// failure passed on with `?`, anything else: an upstream's 503 met once the payment went out,
+/// returned with `?` — and later runs succeed.
 fn flaky_payments(clock: &Arc<ManualClock>) -> (Arc<ConfirmationEngine>, Registry, Arc<AtomicUsize>) {
     let engine =
         Arc::new(ConfirmationEngine::new(ConfirmationConfig { clock: clock.clone(), ttl: TTL, ..Default::default() }));
@@ -1400,6 +1401,15 @@ fn flaky_payments(clock: &Arc<ManualClock>) -> (Arc<ConfirmationEngine>, Registr
                                     tokio::task::yield_now().await;
                                     return Err(AgentSurfaceError::transient(Duration::from_millis(300)));
                                 }
+                                "limited" => {
+                                    let reason = agent_surface_core::details::RateLimitReason::Rate;
+                                    return Err(AgentSurfaceError::rate_limited(reason, Duration::from_millis(300)));
+                                }
+                                "relayed" => {
+                                    // Another service's transient failure, passed on with `?`.
+                                    let upstream = AgentSurfaceError::transient(Duration::from_millis(300));
+                                    return Err(upstream.into_payload().into());
+                                }
                                 _ => {
                                     let refused = agent_surface_registry::host_errors::UpstreamStatus::new(503);
                                     return Err(AgentSurfaceError::internal(refused));
@@ -1419,7 +1429,7 @@ fn flaky_payments(clock: &Arc<ManualClock>) -> (Arc<ConfirmationEngine>, Registr
 /// person again — once. An answer after an effect (an unknown outcome) leaves it spent.
 #[tokio::test]
 async fn an_answer_that_asks_for_the_same_call_again_gives_the_approval_back() {
-    for order in ["now", "later"] {
+    for order in ["now", "later", "limited"] {
         let clock = clock();
         let (engine, r, runs) = flaky_payments(&clock);
         let _m = r.mount("pay", "main").unwrap();
@@ -1429,7 +1439,8 @@ async fn an_answer_that_asks_for_the_same_call_again_gives_the_approval_back() {
         let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
         engine.approve(&id, &manager()).await.unwrap();
         let failed = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
-        let p = assert_produced(&failed, ErrorCode::ExecutionFailed, Phase::Execute);
+        let code = if order == "limited" { ErrorCode::RateLimited } else { ErrorCode::ExecutionFailed };
+        let p = assert_produced(&failed, code, Phase::Execute);
         assert_eq!(p.retry(), Retry::AfterDelay, "{order}");
         let record = engine.get(&id).await.unwrap().unwrap();
         assert_eq!(record.state, ConfirmationState::Approved { by: "manager".into() }, "{order}: given back");
@@ -1442,18 +1453,22 @@ async fn an_answer_that_asks_for_the_same_call_again_gives_the_approval_back() {
         assert_eq!(runs.load(Ordering::SeqCst), 2, "{order}: one approval, one payment");
     }
 
-    let clock = clock();
-    let (engine, r, runs) = flaky_payments(&clock);
-    let _m = r.mount("pay", "main").unwrap();
-    let pay = || call("pay.send", json!({"order_id": "after-effect", "amount_cents": 700}));
-    let asked = r.invoke_detailed(pay(), alice()).await;
-    let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
-    let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
-    engine.approve(&id, &manager()).await.unwrap();
-    let unknown = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
-    let p = assert_produced(&unknown, ErrorCode::ExecutionFailed, Phase::Execute);
-    assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")));
-    let again = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
-    assert_invalid(&again, "consumed", Retry::No);
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the payment that may have gone out is not sent again");
+    // After an effect (a host error, or another service's retryable answer passed on): the
+    // unknown outcome, and the approval stays used.
+    for order in ["after-effect", "relayed"] {
+        let clock = clock();
+        let (engine, r, runs) = flaky_payments(&clock);
+        let _m = r.mount("pay", "main").unwrap();
+        let pay = || call("pay.send", json!({"order_id": order, "amount_cents": 700}));
+        let asked = r.invoke_detailed(pay(), alice()).await;
+        let p = assert_produced(&asked, ErrorCode::ConfirmationRequired, Phase::Confirmation);
+        let id = p.detail("confirmationId").and_then(Value::as_str).unwrap().to_string();
+        engine.approve(&id, &manager()).await.unwrap();
+        let unknown = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+        let p = assert_produced(&unknown, ErrorCode::ExecutionFailed, Phase::Execute);
+        assert_eq!(p.detail("reason"), Some(&json!("outcome-unknown")), "{order}");
+        let again = r.invoke_detailed(pay().with_confirmation(&id), alice()).await;
+        assert_invalid(&again, "consumed", Retry::No);
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{order}: the payment that may have gone out is not sent again");
+    }
 }

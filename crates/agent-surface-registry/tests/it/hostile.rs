@@ -220,11 +220,15 @@ fn upstream_payloads() -> Vec<ErrorPayload> {
 async fn a_relayed_payload_keeps_its_code_and_loses_its_text() {
     let r = Registry::new(RegistryConfig::default());
     r.define("relay", |t| {
-        t.capability("run", "Relay an upstream failure.").handler(|_c: Ctx, i: Value| async move {
-            let n = i["n"].as_u64().unwrap_or(0) as usize;
-            let upstream = upstream_payloads().swap_remove(n);
-            Err::<Value, _>(AgentSurfaceError::from(upstream))
-        })
+        // A read: a write that relays a retryable answer gets its unknown outcome instead (it may
+        // have written first; `host_errors`).
+        t.capability("run", "Relay an upstream failure.").effect(agent_surface_core::Effect::Read).handler(
+            |_c: Ctx, i: Value| async move {
+                let n = i["n"].as_u64().unwrap_or(0) as usize;
+                let upstream = upstream_payloads().swap_remove(n);
+                Err::<Value, _>(AgentSurfaceError::from(upstream))
+            },
+        )
     })
     .unwrap();
     let _m = r.mount("relay", "main").unwrap();

@@ -324,9 +324,9 @@ async fn a_call_refused_before_its_handler_leaves_the_key_free() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// `pay.charge`, keyed on the order, idempotent or not: its first run fails with a transient
-/// failure after its effect (an upstream's refusal in its cause chain becomes one whatever the
-/// handler did first); later runs succeed. Every run is counted.
+/// `pay.charge`, keyed on the order, idempotent or not: its first run fails with `first` (a
+/// transient failure of its own, or an upstream's refusal met after its effect); later runs
+/// succeed. Every run is counted.
 fn flaky_charge(
     idempotent: bool,
     first: fn() -> AgentSurfaceError,
