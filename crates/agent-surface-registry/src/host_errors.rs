@@ -55,8 +55,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
+use agent_surface_core::AgentSurfaceError;
 use agent_surface_core::details::ExecutionFailedReason;
-use agent_surface_core::{AgentSurfaceError, Retry};
 
 /// The delay given when the host error names none (and to a transient gateway error or timeout).
 const DEFAULT_DELAY: Duration = Duration::from_secs(1);
@@ -197,8 +197,7 @@ pub(crate) fn map(
 ) -> AgentSurfaceError {
     // Another service's transient failure or rate limit passed on with `?`: its word about its
     // own call, which may have followed a write of this handler's, as a host error may.
-    let again = matches!(error.payload().retry(), Retry::Yes | Retry::AfterDelay | Retry::AfterRefresh);
-    if again && !harmless && error.is_relayed() {
+    if !harmless && error.is_relayed() && error.payload().retry().permits_unchanged_retry() {
         return match error.into_parts() {
             (_, Some(cause)) => unknown().with_cause(cause),
             (_, None) => unknown(),
@@ -238,7 +237,7 @@ pub(crate) fn map(
 
 #[cfg(test)]
 mod tests {
-    use agent_surface_core::ErrorCode;
+    use agent_surface_core::{ErrorCode, Retry};
 
     use super::*;
 

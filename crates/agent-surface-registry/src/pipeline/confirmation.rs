@@ -304,11 +304,7 @@ pub(crate) struct Spent(Option<Box<Owed>>);
 impl Spent {
     /// Whether `outcome`, the handler's, gives the evidence back.
     pub(crate) fn gives_back(&self, outcome: &Result<Value, Stop>) -> bool {
-        self.0.is_some()
-            && matches!(outcome, Err(stop) if matches!(
-                stop.error.payload().retry(),
-                agent_surface_core::Retry::Yes | agent_surface_core::Retry::AfterDelay
-            ))
+        self.0.is_some() && matches!(outcome, Err(stop) if stop.error.payload().retry().permits_unchanged_retry())
     }
 
     /// Gives the evidence back (after [`Spent::gives_back`]), in a task of its own where there is

@@ -162,7 +162,7 @@ fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
         Ok(output) => (InvokeResult::ok(output.clone(), None), true),
         Err(stop) => {
             let payload = stop.marked_payload();
-            let again = matches!(payload.retry(), Retry::Yes | Retry::AfterDelay | Retry::AfterRefresh);
+            let again = payload.retry().permits_unchanged_retry() || payload.retry() == Retry::AfterRefresh;
             let terminal = stop.questions.is_none() && !stop.not_processed() && !again;
             (InvokeResult::error(payload, None), terminal)
         }
