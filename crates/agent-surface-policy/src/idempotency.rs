@@ -63,6 +63,10 @@ use tokio::sync::watch;
 // callers that named them here.
 pub use crate::store::{StoreError, StoreUsage};
 
+mod pages;
+
+use pages::{Bytes, Pages};
+
 /// Who asked, and which invocation: the identity of one logical call.
 ///
 /// Two calls with the same key are the same call (a retry); the store decides whether the second
@@ -539,8 +543,8 @@ impl Default for MemoryStoreConfig {
     }
 }
 
-/// What one record costs beyond its key and its result: the fingerprint, the map entry, the
-/// allocator's header of the record's one allocation and the queue entries, rounded up.
+/// What one record costs beyond its key and its result: the fingerprint, the map entry, its
+/// place in the store's pages and the queue entries, rounded up.
 const RECORD_OVERHEAD: usize = 192;
 
 /// The bytes a record of `key` holds before it has a result.
@@ -553,54 +557,47 @@ fn key_bytes(key: &IdempotencyKey) -> usize {
 const SCRATCH_KEPT: usize = 64 << 10;
 
 thread_local! {
-    /// The buffer this thread writes a stored result's text into ([`record_bytes`]).
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The buffer this thread writes a stored result's text into ([`write_record`]), taken while
+    /// it is used.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// This thread's scratch buffer, empty (a fresh one if it is in use or gone).
+fn scratch() -> Vec<u8> {
+    SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default()
+}
+
+/// Gives `buf` back to this thread, unless a large result made it grow past [`SCRATCH_KEPT`].
+fn keep_scratch(mut buf: Vec<u8>) {
+    if buf.capacity() <= SCRATCH_KEPT {
+        buf.clear();
+        let _ = SCRATCH.try_with(|scratch| scratch.set(buf));
+    }
 }
 
 /// The capacity this thread's scratch buffer keeps, for tests.
 #[cfg(test)]
 fn scratch_capacity() -> usize {
-    SCRATCH.with(|scratch| scratch.borrow().capacity())
+    let buf = scratch();
+    let capacity = buf.capacity();
+    keep_scratch(buf);
+    capacity
 }
 
-/// `key`'s consumer key and invocation id, then `result` as JSON text (the form in which a
-/// record keeps it), in one allocation of exactly that length.
-///
-/// The text is written into a buffer the thread keeps, then copied once into the record's
-/// allocation: a settlement costs one allocation of the record's size, not a growing buffer
-/// reallocated as the text grows and shrunk at the end.
-fn record_bytes(key: &IdempotencyKey, result: &InvokeResult) -> Box<[u8]> {
-    let write = |buf: &mut Vec<u8>| {
-        buf.extend_from_slice(key.consumer_key.as_bytes());
-        buf.extend_from_slice(key.invocation_id.as_bytes());
-        let start = buf.len();
-        // Serializing a result cannot fail (its maps have string keys); were it to, the record
-        // would keep `null`, which a replay reports as unreadable rather than answering wrongly.
-        if serde_json::to_writer(&mut *buf, result).is_err() {
-            buf.truncate(start);
-            buf.extend_from_slice(b"null");
-        }
-    };
-    SCRATCH
-        .try_with(|scratch| {
-            // Serializing never re-enters the store, so the buffer is free; were it not, a fresh
-            // one does the same work.
-            let Ok(mut buf) = scratch.try_borrow_mut() else { return None };
-            buf.clear();
-            write(&mut buf);
-            let bytes = Box::<[u8]>::from(&buf[..]);
-            if buf.capacity() > SCRATCH_KEPT {
-                *buf = Vec::new();
-            }
-            Some(bytes)
-        })
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| {
-            let mut buf = Vec::new();
-            write(&mut buf);
-            buf.into_boxed_slice()
-        })
+/// Writes into `buf` (cleared first) `key`'s consumer key and invocation id, then `result` as
+/// JSON text: the form in which a record keeps them. The store copies it into its pages under its
+/// lock, so that a settlement makes no allocation of its own.
+fn write_record(buf: &mut Vec<u8>, key: &IdempotencyKey, result: &InvokeResult) {
+    buf.clear();
+    buf.extend_from_slice(key.consumer_key.as_bytes());
+    buf.extend_from_slice(key.invocation_id.as_bytes());
+    let start = buf.len();
+    // Serializing a result cannot fail (its maps have string keys); were it to, the record
+    // would keep `null`, which a replay reports as unreadable rather than answering wrongly.
+    if serde_json::to_writer(&mut *buf, result).is_err() {
+        buf.truncate(start);
+        buf.extend_from_slice(b"null");
+    }
 }
 
 /// An [`IdempotencyStore`] in this process's memory, bounded by a capacity.
@@ -659,6 +656,8 @@ struct Inner {
     next_generation: u64,
     /// Attempts cancelled before they were admitted, the latest [`CANCELLED_KEPT`].
     cancelled: VecDeque<Attempt>,
+    /// The records' bytes.
+    pages: Pages,
 }
 
 /// How many cancelled attempts a [`MemoryIdempotencyStore`] remembers.
@@ -687,8 +686,8 @@ struct Entry {
     /// The hash of the key's consumer key (where its [`Held`] is).
     consumer_hash: u64,
     /// The consumer key, then the invocation id, then (once a result is stored) the result's JSON
-    /// text: a record holds one allocation, whatever it holds.
-    data: Box<[u8]>,
+    /// text, one after the other in the store's pages ([`pages`]), whatever the record holds.
+    data: Bytes,
     /// Where the consumer key ends in `data`.
     split: usize,
     /// Where the invocation id ends in `data`, and a stored result's text begins.
@@ -700,18 +699,15 @@ struct Entry {
 }
 
 impl Entry {
-    fn consumer(&self) -> &[u8] {
-        &self.data[..self.split]
-    }
-
-    fn is(&self, key: &IdempotencyKey) -> bool {
-        self.data[..self.split] == *key.consumer_key.as_bytes()
-            && self.data[self.split..self.key_end] == *key.invocation_id.as_bytes()
+    fn is(&self, pages: &Pages, key: &IdempotencyKey) -> bool {
+        let data = pages.get(&self.data);
+        data[..self.split] == *key.consumer_key.as_bytes()
+            && data[self.split..self.key_end] == *key.invocation_id.as_bytes()
     }
 
     /// The stored result's JSON text (empty while the record is in flight).
-    fn result_text(&self) -> &[u8] {
-        &self.data[self.key_end..]
+    fn result_text<'a>(&'a self, pages: &'a Pages) -> &'a [u8] {
+        &pages.get(&self.data)[self.key_end..]
     }
 
     fn slot(&self) -> Slot {
@@ -728,9 +724,10 @@ enum Record {
         /// call nobody joins (most) costs no channel and hands its result over without a copy.
         sender: Option<watch::Sender<Option<InvokeResult>>>,
     },
-    /// A stored result, kept as its JSON text after the key in the entry's allocation
+    /// A stored result, kept as its JSON text after the key in the entry's bytes
     /// ([`Entry::result_text`]), read back for a replay: the bytes counted against the budgets are
-    /// the bytes held, and a record is one allocation however many values its result holds.
+    /// the bytes held, written in one piece into the store's pages however many values the result
+    /// holds.
     Done {
         fingerprint: Fingerprint,
         expires_at: Timestamp,
@@ -760,6 +757,7 @@ impl MemoryIdempotencyStore {
                 bytes: 0,
                 next_generation: 0,
                 cancelled: VecDeque::new(),
+                pages: Pages::default(),
             }),
         }
     }
@@ -799,7 +797,7 @@ impl MemoryIdempotencyStore {
             return Err(StoreError::AttemptCancelled);
         }
         inner.sweep(now);
-        if let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) {
+        if let Some(entry) = inner.records.find_mut(hash, |e| e.is(&inner.pages, key)) {
             return Ok(match &mut entry.record {
                 Record::InFlight { fingerprint: stored, sender, .. } if *stored == fingerprint => {
                     let sender = sender.get_or_insert_with(|| watch::channel(None).0);
@@ -808,7 +806,7 @@ impl MemoryIdempotencyStore {
                 Record::Done { fingerprint: stored, .. } if *stored == fingerprint => {
                     // The store wrote these bytes from a result; reading them back cannot fail
                     // short of memory corruption, which is then reported, not replayed.
-                    match serde_json::from_slice(entry.result_text()) {
+                    match serde_json::from_slice(entry.result_text(&inner.pages)) {
                         Ok(result) => Admission::Replay(result),
                         Err(e) => return Err(StoreError::Unavailable(format!("a stored result is unreadable: {e}"))),
                     }
@@ -842,14 +840,12 @@ impl MemoryIdempotencyStore {
         let bytes = key_bytes(key);
         inner.make_room(consumer_hash, consumer, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
-        let mut data = Vec::with_capacity(consumer.len() + key.invocation_id.len());
-        data.extend_from_slice(consumer);
-        data.extend_from_slice(key.invocation_id.as_bytes());
+        let data = inner.pages.write(Slot { hash, generation }, &[consumer, key.invocation_id.as_bytes()]);
         let entry = Entry {
             hash,
             consumer_hash,
             key_end: data.len(),
-            data: data.into_boxed_slice(),
+            data,
             split: consumer.len(),
             generation,
             bytes,
@@ -874,6 +870,7 @@ impl MemoryIdempotencyStore {
         }
         inner.bytes += bytes;
         inner.in_flight += 1;
+        inner.compact();
         Ok(Admission::Leader(Lease::until_settled(generation)))
     }
 
@@ -885,17 +882,15 @@ impl MemoryIdempotencyStore {
         let hash = self.hasher.hash_one(key);
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let claimed = inner.records.find(hash, |e| e.is(key)).and_then(|entry| match &entry.record {
-            Record::InFlight { attempt: claimed, .. } if *claimed == attempt => {
-                Some((entry.slot(), entry.consumer_hash, entry.bytes))
-            }
+        let claimed = inner.records.find(hash, |e| e.is(&inner.pages, key)).and_then(|entry| match &entry.record {
+            Record::InFlight { attempt: claimed, .. } if *claimed == attempt => Some(entry.slot()),
             _ => None,
         });
         let gone = match claimed {
-            Some((this, consumer_hash, bytes)) => {
-                let gone = inner.take(this);
+            Some(this) => {
+                let gone = inner.remove(this);
                 inner.in_flight -= 1;
-                inner.released(consumer_hash, key.consumer_key.as_bytes(), bytes);
+                inner.compact();
                 gone
             }
             None => {
@@ -927,14 +922,31 @@ impl MemoryIdempotencyStore {
             Settlement::Store { result, expires_at } if *expires_at > now => Some(self.stored_form(key, result)),
             _ => None,
         };
+        let settled = self.settle_locked(key, fingerprint, lease, settlement, kept.as_ref().map(|(b, s)| (&b[..], *s)));
+        if let Some((buf, _)) = kept {
+            keep_scratch(buf);
+        }
+        settled
+    }
+
+    /// [`MemoryIdempotencyStore::settle_now`] once the stored form, if any, is written: `kept`
+    /// is the record's bytes (key and result) and whether it is an unknown outcome.
+    fn settle_locked(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Lease,
+        settlement: Settlement,
+        kept: Option<(&[u8], bool)>,
+    ) -> Result<(), StoreError> {
         let hash = self.hasher.hash_one(key);
-        // The in-flight record's allocation, replaced by the stored one: freed after the lock.
-        let retired: Box<[u8]>;
         let mut guard = self.lock();
         let inner = &mut *guard;
         // Only this leader's record, in flight under its lease, is settled; any other is left
         // untouched.
-        let Some(entry) = inner.records.find_mut(hash, |e| e.is(key)) else { return Err(StoreError::LeaseLost) };
+        let Some(entry) = inner.records.find_mut(hash, |e| e.is(&inner.pages, key)) else {
+            return Err(StoreError::LeaseLost);
+        };
         let sender = match &mut entry.record {
             Record::InFlight { fingerprint: stored, sender, .. }
                 if *stored == fingerprint && entry.generation == lease.token =>
@@ -967,28 +979,26 @@ impl MemoryIdempotencyStore {
                     held.bytes += result_bytes;
                     held.order.push_back(stored);
                 }
-                retired = match inner.records.find_mut(hash, |e| e.generation == this.generation) {
-                    Some(entry) => {
-                        entry.generation = generation;
-                        entry.bytes = held_bytes + result_bytes;
-                        entry.record = Record::Done { fingerprint, spare, expires_at };
-                        std::mem::replace(&mut entry.data, kept)
-                    }
-                    None => kept,
-                };
+                if let Some(entry) = inner.records.find_mut(hash, |e| e.generation == this.generation) {
+                    entry.generation = generation;
+                    entry.bytes = held_bytes + result_bytes;
+                    entry.record = Record::Done { fingerprint, spare, expires_at };
+                    let data = inner.pages.write(stored, &[kept]);
+                    inner.pages.free(std::mem::replace(&mut entry.data, data));
+                }
                 inner.compact_consumer_order(consumer_hash, consumer);
                 Some(result)
             }
             // Already expired, or not cacheable: the followers get it and the record goes.
             (Settlement::Store { result, .. } | Settlement::Release { result }, _) => {
-                retired = inner.take(this).map_or_else(Box::default, |gone| gone.data);
-                inner.released(consumer_hash, consumer, held_bytes);
+                // The record's channel was taken above.
+                drop(inner.remove(this));
                 Some(result)
             }
         };
         inner.compact_order();
+        inner.compact();
         drop(guard);
-        drop(retired);
         // Hand the result over (or drop it) outside the lock: waking followers must not contend
         // with it.
         if let (Some(sender), Some(result)) = (sender, for_followers) {
@@ -999,16 +1009,18 @@ impl MemoryIdempotencyStore {
 
     /// What the record of `key` keeps once `result` is stored: the key, then the result's JSON
     /// text or, over [`MemoryStoreConfig::max_result_bytes`], that of `EXECUTION_FAILED {reason:
-    /// output-too-large}` ([`record_bytes`]); and whether it is an unknown outcome
-    /// ([`awaits_reconciliation`]).
-    fn stored_form(&self, key: &IdempotencyKey, result: &InvokeResult) -> (Box<[u8]>, bool) {
-        let bytes = record_bytes(key, result);
+    /// output-too-large}` ([`write_record`]), in this thread's scratch buffer; and whether it is
+    /// an unknown outcome ([`awaits_reconciliation`]).
+    fn stored_form(&self, key: &IdempotencyKey, result: &InvokeResult) -> (Vec<u8>, bool) {
+        let mut buf = scratch();
+        write_record(&mut buf, key, result);
         let key_len = key.consumer_key.len() + key.invocation_id.len();
-        if bytes.len() - key_len <= self.max_result_bytes {
-            return (bytes, awaits_reconciliation(result));
+        if buf.len() - key_len <= self.max_result_bytes {
+            return (buf, awaits_reconciliation(result));
         }
         let withheld = AgentSurfaceError::execution_failed(ExecutionFailedReason::OutputTooLarge);
-        (record_bytes(key, &InvokeResult::error(withheld.into_payload(), None)), false)
+        write_record(&mut buf, key, &InvokeResult::error(withheld.into_payload(), None));
+        (buf, false)
     }
 }
 
@@ -1035,10 +1047,32 @@ impl Inner {
         self.consumers.find_mut(hash, |h| h.consumer.as_bytes() == consumer)
     }
 
-    /// Removes the record at `slot`, if it is there.
-    fn take(&mut self, slot: Slot) -> Option<Entry> {
+    /// Removes the record at `slot`, if it is there: its bytes freed and its consumer's counts
+    /// updated; what it was.
+    fn remove(&mut self, slot: Slot) -> Option<Record> {
         let found = self.records.find_entry(slot.hash, |e| e.generation == slot.generation).ok()?;
-        Some(found.remove().0)
+        let gone = found.remove().0;
+        let consumer = &self.pages.get(&gone.data)[..gone.split];
+        release(&mut self.consumers, &mut self.bytes, gone.consumer_hash, consumer, gone.bytes);
+        self.pages.free(gone.data);
+        Some(gone.record)
+    }
+
+    /// Moves the records of the sparsest pages into the page being written while the pages hold
+    /// far more than the records ([`pages`]).
+    fn compact(&mut self) {
+        while let Some(page) = self.pages.next_to_compact() {
+            for slot in self.pages.slots_of(page) {
+                let Some(entry) = self.records.find_mut(slot.hash, |e| e.generation == slot.generation) else {
+                    continue;
+                };
+                if matches!(entry.data, Bytes::Paged { page: p, .. } if p == page)
+                    && let Some(moved) = self.pages.moved(slot, &entry.data)
+                {
+                    entry.data = moved;
+                }
+            }
+        }
     }
 
     /// Whether the stored result at `slot` is spared by eviction; `None` when `slot` is not a
@@ -1057,9 +1091,7 @@ impl Inner {
                 break;
             }
             self.expiring.pop_front();
-            if let Some(gone) = self.take(slot) {
-                self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
-            }
+            self.remove(slot);
         }
         while let Some(entry) = self.expiries.first_entry() {
             if entry.key().0 > now {
@@ -1067,9 +1099,7 @@ impl Inner {
             }
             let generation = entry.key().1;
             let hash = entry.remove();
-            if let Some(gone) = self.take(Slot { hash, generation }) {
-                self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
-            }
+            self.remove(Slot { hash, generation });
         }
         while let Some(&slot) = self.order.front() {
             if is_live_done(&self.records, slot) {
@@ -1081,11 +1111,8 @@ impl Inner {
 
     /// Evicts the stored result at `slot` (known to be one).
     fn evict(&mut self, slot: Slot) {
-        if let Some(gone) = self.take(slot) {
-            if let Record::Done { expires_at, .. } = gone.record {
-                self.expiries.remove(&(expires_at, slot.generation));
-            }
-            self.released(gone.consumer_hash, gone.consumer(), gone.bytes);
+        if let Some(Record::Done { expires_at, .. }) = self.remove(slot) {
+            self.expiries.remove(&(expires_at, slot.generation));
         }
     }
 
@@ -1127,20 +1154,6 @@ impl Inner {
         }
     }
 
-    /// Counts one record of `consumer` (whose key hashes to `hash`), holding `bytes`, gone;
-    /// forgets the consumer when it holds none.
-    fn released(&mut self, hash: u64, consumer: &[u8], bytes: usize) {
-        self.bytes = self.bytes.saturating_sub(bytes);
-        if let Ok(mut found) = self.consumers.find_entry(hash, |h| h.consumer.as_bytes() == consumer) {
-            let held = found.get_mut();
-            held.count = held.count.saturating_sub(1);
-            held.bytes = held.bytes.saturating_sub(bytes);
-            if held.count == 0 {
-                found.remove();
-            }
-        }
-    }
-
     /// Evicts stored results until `bytes` more fit: `consumer`'s own first (within
     /// `per_consumer`), then anyone's (within `max`). Stops when nothing is left to evict.
     fn make_room(&mut self, hash: u64, consumer: &[u8], bytes: usize, per_consumer: usize, max: usize) {
@@ -1174,6 +1187,20 @@ impl Inner {
         }
         if self.expiring.len() > 2 * records.len() + 64 {
             self.expiring.retain(|(_, slot)| is_live_done(records, *slot));
+        }
+    }
+}
+
+/// Counts one record of `consumer` (whose key hashes to `hash`), holding `bytes`, gone from
+/// `consumers` and from the `total` the records hold; forgets the consumer when it holds none.
+fn release(consumers: &mut HashTable<Held>, total: &mut usize, hash: u64, consumer: &[u8], bytes: usize) {
+    *total = total.saturating_sub(bytes);
+    if let Ok(mut found) = consumers.find_entry(hash, |h| h.consumer.as_bytes() == consumer) {
+        let held = found.get_mut();
+        held.count = held.count.saturating_sub(1);
+        held.bytes = held.bytes.saturating_sub(bytes);
+        if held.count == 0 {
+            found.remove();
         }
     }
 }
@@ -1301,7 +1328,7 @@ mod tests {
     fn held(store: &MemoryIdempotencyStore, key: &IdempotencyKey) -> Lease {
         let hash = store.hasher.hash_one(key);
         let inner = store.lock();
-        let entry = inner.records.find(hash, |e| e.is(key)).expect("a record in flight");
+        let entry = inner.records.find(hash, |e| e.is(&inner.pages, key)).expect("a record in flight");
         assert!(matches!(entry.record, Record::InFlight { .. }));
         Lease::until_settled(entry.generation)
     }
@@ -1453,17 +1480,18 @@ mod tests {
         }
     }
 
-    /// A stored record is one allocation: its key, then its result's JSON text, of exactly the
-    /// length the byte budgets count (with the fixed overhead), and a replay reads it back.
+    /// A stored record is its key, then its result's JSON text, in the store's pages, of exactly
+    /// the length the byte budgets count (with the fixed overhead), and a replay reads it back.
     #[test]
-    fn a_stored_record_is_its_key_and_result_in_one_allocation() {
+    fn a_stored_record_is_its_key_and_result_in_the_pages() {
         let store = MemoryIdempotencyStore::default();
         let key = IdempotencyKey::new("consumer-1", "inv-42");
         assert!(matches!(leader(&store, &key, at(0)), Ok(Admission::Leader(_))));
         {
             let inner = store.lock();
             let entry = inner.records.iter().next().expect("the record in flight");
-            assert_eq!(&*entry.data, b"consumer-1inv-42", "in flight, the record holds its key only");
+            assert!(matches!(entry.data, Bytes::Paged { .. }));
+            assert_eq!(inner.pages.get(&entry.data), b"consumer-1inv-42", "in flight, the record holds its key only");
             assert_eq!(entry.bytes, entry.data.len() + RECORD_OVERHEAD);
         }
         store_result(&store, &key, at(0));
@@ -1471,9 +1499,8 @@ mod tests {
         {
             let inner = store.lock();
             let entry = inner.records.iter().next().expect("the stored record");
-            assert_eq!(entry.consumer(), b"consumer-1");
-            assert!(entry.is(&key));
-            assert_eq!(entry.result_text(), &text[..]);
+            assert!(entry.is(&inner.pages, &key));
+            assert_eq!(entry.result_text(&inner.pages), &text[..]);
             assert_eq!(entry.data.len(), "consumer-1inv-42".len() + text.len(), "no slack beyond the bytes counted");
             assert_eq!(entry.bytes, entry.data.len() + RECORD_OVERHEAD);
             assert_eq!(inner.bytes, entry.bytes);
@@ -1488,17 +1515,168 @@ mod tests {
         ));
     }
 
-    /// The buffer a thread writes results into does not keep the size of a large one.
+    /// A result longer than a page takes allocates on its own, is read back whole, and the buffer
+    /// a thread writes results into does not keep its size.
     #[test]
-    fn a_large_result_does_not_stay_in_the_threads_scratch_buffer() {
+    fn a_large_result_is_kept_whole_and_not_in_the_threads_scratch_buffer() {
+        let store = MemoryIdempotencyStore::new(MemoryStoreConfig::default().with_max_result_bytes(usize::MAX));
         let key = IdempotencyKey::new("c", "k");
         let large = InvokeResult::ok(serde_json::json!("x".repeat(4 * SCRATCH_KEPT)), None);
-        let bytes = record_bytes(&key, &large);
-        assert_eq!(&bytes[..2], b"ck");
-        assert_eq!(bytes.len(), 2 + serde_json::to_vec(&large).unwrap().len());
-        let small = record_bytes(&key, &InvokeResult::ok(serde_json::json!(1), None));
-        assert_eq!(&small[2..], &serde_json::to_vec(&InvokeResult::ok(serde_json::json!(1), None)).unwrap()[..]);
+        assert!(matches!(leader(&store, &key, at(0)), Ok(Admission::Leader(_))));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let settle = Settlement::Store { result: large.clone(), expires_at: at(1_000) };
+        store.settle(&key, fp, held(&store, &key), settle, at(0)).now_or_never().unwrap().unwrap();
+        {
+            let inner = store.lock();
+            let entry = inner.records.iter().next().expect("the stored record");
+            assert!(matches!(entry.data, Bytes::Own(_)), "a record over a quarter page is not paged");
+            assert_eq!(entry.data.len(), 2 + serde_json::to_vec(&large).unwrap().len());
+        }
         assert!(scratch_capacity() <= SCRATCH_KEPT, "{} bytes kept", scratch_capacity());
+        let replayed = store.admit(&key, fp, Attempt::fresh(), at(1)).now_or_never().unwrap();
+        assert!(matches!(replayed, Ok(Admission::Replay(r)) if r == large));
+        let mut buf = Vec::new();
+        write_record(&mut buf, &key, &InvokeResult::ok(serde_json::json!(1), None));
+        assert_eq!(&buf[2..], &serde_json::to_vec(&InvokeResult::ok(serde_json::json!(1), None)).unwrap()[..]);
+    }
+
+    /// Records removed out of the order they were written (here: most expire early, one in
+    /// sixteen late) leave a few in each page; the pages' survivors are moved together, so the
+    /// pages hold at most about twice the records' bytes, and every survivor reads back as its
+    /// own.
+    #[test]
+    fn scattered_survivors_do_not_pin_a_page_each() {
+        let store =
+            MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(1_000_000).with_per_consumer(1_000_000));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let result = |i: usize| InvokeResult::ok(serde_json::json!({"call": i, "pad": "p".repeat(200)}), None);
+        let n = 20_000;
+        for i in 0..n {
+            let key = IdempotencyKey::new("consumer", format!("call-{i}"));
+            assert!(matches!(leader(&store, &key, at(0)), Ok(Admission::Leader(_))));
+            let expires_at = if i % 16 == 0 { at(1_000_000) } else { at(100 + i as u64) };
+            let settle = Settlement::Store { result: result(i), expires_at };
+            store.settle(&key, fp, held(&store, &key), settle, at(0)).now_or_never().unwrap().unwrap();
+        }
+        let written = store.lock().pages.memory();
+        // Every short-lived record expires at the next admission.
+        assert!(matches!(
+            leader(&store, &IdempotencyKey::new("other", "sweep"), at(500_000)),
+            Ok(Admission::Leader(_))
+        ));
+        {
+            let inner = store.lock();
+            let live: usize = inner.records.iter().map(|e| e.data.len()).sum();
+            let memory = inner.pages.memory();
+            assert_eq!(inner.records.len(), n / 16 + 1);
+            assert!(
+                memory <= 2 * live + 8 * pages::PAGE_BYTES,
+                "{memory} bytes of pages for {live} bytes of records (written: {written})"
+            );
+        }
+        for i in (0..n).step_by(16) {
+            let key = IdempotencyKey::new("consumer", format!("call-{i}"));
+            let replayed = store.admit(&key, fp, Attempt::fresh(), at(500_001)).now_or_never().unwrap();
+            assert!(matches!(replayed, Ok(Admission::Replay(r)) if r == result(i)), "call-{i}");
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Admits the key (consumer, id).
+        Admit(usize, usize),
+        /// Settles the `n`th record in flight: stored for `ttl` (0: released), `pad` bytes long.
+        Settle(usize, u64, usize),
+        /// Cancels the `n`th record in flight.
+        Cancel(usize),
+        /// Lets time pass.
+        Wait(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0..3usize, 0..400usize).prop_map(|(c, i)| Op::Admit(c, i)),
+            4 => (0..64usize, prop_oneof![1 => Just(0u64), 6 => 1..200u64, 1 => Just(1_000_000u64)], prop_oneof![4 => 0..900usize, 1 => 2_000..3_000usize])
+                .prop_map(|(n, ttl, pad)| Op::Settle(n, ttl, pad)),
+            1 => (0..64usize).prop_map(Op::Cancel),
+            2 => (1..30u64).prop_map(Op::Wait),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Whatever the order of admissions, settlements, cancellations, expiries and evictions,
+        /// every record's bytes in the pages are its own key (and its result), a replay answers
+        /// the result stored under that key and no other, and the pages hold at most about twice
+        /// the records' bytes.
+        #[test]
+        fn the_pages_keep_every_record_whole_and_bounded(ops in proptest::collection::vec(op(), 1..1_500)) {
+            let store = MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(300).with_per_consumer(200));
+            let fp = Fingerprint::of(&serde_json::json!(1));
+            let result = |key: &IdempotencyKey, pad: usize| {
+                InvokeResult::ok(serde_json::json!({"id": key.invocation_id, "pad": "p".repeat(pad)}), None)
+            };
+            let mut now = 0u64;
+            let mut in_flight: Vec<(IdempotencyKey, Attempt, Lease)> = Vec::new();
+            let mut stored: std::collections::HashMap<IdempotencyKey, InvokeResult> = Default::default();
+            let last = ops.len() - 1;
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Admit(c, i) => {
+                        let key = IdempotencyKey::new(format!("consumer-{c}"), format!("call-{i}"));
+                        let attempt = Attempt::fresh();
+                        match store.admit(&key, fp, attempt, at(now)).now_or_never().expect("ready") {
+                            Ok(Admission::Leader(lease)) => in_flight.push((key, attempt, lease)),
+                            Ok(Admission::Replay(replayed)) => {
+                                proptest::prop_assert_eq!(Some(&replayed), stored.get(&key), "{:?}", key);
+                            }
+                            _ => {}
+                        }
+                    }
+                    Op::Settle(n, ttl, pad) if !in_flight.is_empty() => {
+                        let (key, _, lease) = in_flight.swap_remove(n % in_flight.len());
+                        let result = result(&key, pad);
+                        let settlement = if ttl == 0 {
+                            Settlement::Release { result }
+                        } else {
+                            stored.insert(key.clone(), result.clone());
+                            Settlement::Store { result, expires_at: at(now + ttl) }
+                        };
+                        store.settle(&key, fp, lease, settlement, at(now)).now_or_never().expect("ready").unwrap();
+                    }
+                    Op::Cancel(n) if !in_flight.is_empty() => {
+                        let (key, attempt, _) = in_flight.swap_remove(n % in_flight.len());
+                        store.cancel(&key, attempt, at(now)).now_or_never().expect("ready").unwrap();
+                    }
+                    Op::Wait(ms) => now += ms,
+                    _ => {}
+                }
+                if step % 8 != 0 && step != last {
+                    continue;
+                }
+                let inner = store.lock();
+                let mut live = 0;
+                for entry in inner.records.iter() {
+                    let data = inner.pages.get(&entry.data);
+                    proptest::prop_assert_eq!(data.len(), entry.data.len());
+                    let consumer = std::str::from_utf8(&data[..entry.split]).unwrap();
+                    let id = std::str::from_utf8(&data[entry.split..entry.key_end]).unwrap();
+                    let key = IdempotencyKey::new(consumer, id);
+                    proptest::prop_assert_eq!(store.hasher.hash_one(&key), entry.hash, "the bytes are the record's key");
+                    if let Record::Done { .. } = entry.record {
+                        let kept: InvokeResult = serde_json::from_slice(entry.result_text(&inner.pages)).unwrap();
+                        proptest::prop_assert_eq!(Some(&kept), stored.get(&key));
+                    }
+                    if matches!(entry.data, Bytes::Paged { .. }) {
+                        live += entry.data.len();
+                    }
+                }
+                let memory = inner.pages.memory();
+                proptest::prop_assert!(memory <= 2 * live + 8 * pages::PAGE_BYTES, "{} bytes of pages for {} live", memory, live);
+            }
+        }
     }
 
     /// The per-consumer bookkeeping follows every way a record goes: expiry, release, eviction.

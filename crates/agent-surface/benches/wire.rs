@@ -26,6 +26,10 @@
 //! alive between each call's short-lived allocations, and glibc's allocator then costs the
 //! servers that record calls far more than it costs the others (`spec/invocation.md` §11.2).
 //!
+//! `BENCH_STORE_CAPACITY=N` bounds a server's memory store at `N` records (default 100,000).
+//! `BENCH_FULL_STORE=1` measures instead what holding them costs: servers whose stores hold up to
+//! 100,000 and up to 1,000 records, each filled first, in alternating rounds (see [`full_store`]).
+//!
 //! Servers:
 //!
 //! - `mcp-bare`: `rmcp`'s `StreamableHttpService` with a hand-written echo tool (the way the
@@ -75,7 +79,7 @@ use std::time::{Duration, Instant};
 use agent_surface_core::{AgentSurfaceError, Effect};
 use agent_surface_policy::{
     AllowAll, Authenticator, AuthorityPolicy, BearerTokens, IdempotencyStore, Identity, MemoryIdempotencyStore,
-    MemoryRateLimiter, Policies, Quota, RateBudgets, RateLimitConfig, RateLimiter, RequireIdentity,
+    MemoryRateLimiter, MemoryStoreConfig, Policies, Quota, RateBudgets, RateLimitConfig, RateLimiter, RequireIdentity,
 };
 use agent_surface_registry::{Ctx, Registry, RegistryConfig};
 use rmcp::model::{
@@ -191,7 +195,14 @@ async fn registry_of(kind: &str) -> Registry {
         _ => (true, true),
     };
     let limiter: Option<Arc<dyn RateLimiter>> = quota.then(|| Arc::new(limiter) as Arc<dyn RateLimiter>);
-    registry(authority, Arc::new(MemoryIdempotencyStore::default()), limiter)
+    // `BENCH_STORE_CAPACITY=N` bounds the memory store at N records (default 100,000): two
+    // servers started by hand with different capacities, each filled first, show what holding
+    // the records costs (`spec/invocation.md` §11.2).
+    let store = match std::env::var("BENCH_STORE_CAPACITY").ok().and_then(|n| n.parse().ok()) {
+        Some(capacity) => MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(capacity)),
+        None => MemoryIdempotencyStore::default(),
+    };
+    registry(authority, Arc::new(store), limiter)
 }
 
 /// The bare HTTP handler: the same `/invoke` body parsed, the input read, the answer built.
@@ -545,9 +556,15 @@ struct Server {
 }
 
 fn start(kind: &'static str, redis: Option<&str>) -> Server {
+    start_with(kind, redis, &[])
+}
+
+/// [`start`], with more variables in the server's environment.
+fn start_with(kind: &'static str, redis: Option<&str>, env: &[(&str, &str)]) -> Server {
     let exe = std::env::current_exe().expect("this binary");
     let mut cmd = std::process::Command::new(exe);
     cmd.env("BENCH_SERVER", kind).stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+    cmd.envs(env.iter().copied());
     if let Some(url) = redis {
         cmd.env("BENCH_REDIS_URL", url);
     }
@@ -691,6 +708,57 @@ fn ladder(rounds: usize) {
     }
 }
 
+/// `BENCH_FULL_STORE=1`: what holding a full memory store costs a server. For the MCP modern
+/// era (`mcp-memory`) and the HTTP binding (`http-memory`), two servers, one whose store holds up to
+/// 100,000 records and one up to 1,000 (`BENCH_STORE_CAPACITY`), each filled with 110,000 recorded
+/// calls first, then driven in alternating rounds of 20,000 calls over 50 clients; prints the
+/// median calls/s and server CPU time per call of each.
+fn full_store(rounds: usize) {
+    const FILL: usize = 110_000;
+    const N: usize = 20_000;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load before: {}", load().trim());
+    for (kind, wire, title) in
+        [("mcp-memory", Wire::Modern, "MCP modern era"), ("http-memory", Wire::Binding, "HTTP binding")]
+    {
+        let mut servers: Vec<Server> = ["100000", "1000"]
+            .into_iter()
+            .map(|capacity| start_with(kind, None, &[("BENCH_STORE_CAPACITY", capacity)]))
+            .collect();
+        for server in &servers {
+            rt.block_on(loaded(server.addr, wire, true, FILL));
+        }
+        let mut rates = [Vec::new(), Vec::new()];
+        let mut cpu = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for k in 0..2 {
+                let i = (k + round) % 2;
+                let pid = servers[i].child.id();
+                let before = cpu_time(pid);
+                rates[i].push(rt.block_on(loaded(servers[i].addr, wire, true, N)).calls_per_s);
+                if let (Some(a), Some(b)) = (before, cpu_time(pid)) {
+                    cpu[i].push((b - a) * 1e6 / N as f64);
+                }
+            }
+        }
+        for s in &mut servers {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+        println!();
+        println!("{title}, {rounds} alternating rounds of {N} calls over {CLIENTS} clients after {FILL} calls:");
+        println!();
+        println!("| store capacity | calls/s | server CPU per call |");
+        println!("|---|---:|---:|");
+        for (i, capacity) in ["100,000", "1,000"].iter().enumerate() {
+            println!("| {capacity} | {:.0} | {:.1} µs |", median(rates[i].clone()), median(cpu[i].clone()));
+        }
+    }
+    println!();
+    println!("load after: {}", load().trim());
+}
+
 fn main() {
     if let Ok(kind) = std::env::var("BENCH_SERVER") {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
@@ -703,6 +771,9 @@ fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
     if std::env::var_os("BENCH_LADDER").is_some() {
         return ladder(rounds);
+    }
+    if std::env::var_os("BENCH_FULL_STORE").is_some() {
+        return full_store(rounds);
     }
     let (rounds, n_seq, n_par) = if quick { (1, 100, 500) } else { (rounds, 1_000, 5_000) };
     // The CPU figure counts the server's clock ticks (10 ms each): over 25,000 calls, 0.4 µs.
