@@ -65,7 +65,7 @@ pub use crate::store::{StoreError, StoreUsage};
 
 mod pages;
 
-use pages::{Bytes, Pages};
+use pages::{Bytes, COMPACTED_AT_ONCE, MAX_PAGED, Pages};
 
 /// Who asked, and which invocation: the identity of one logical call.
 ///
@@ -487,7 +487,9 @@ pub struct MemoryStoreConfig {
     /// JSON, plus a fixed overhead per record). Default 256 MiB. A stored result is held as its
     /// JSON text, so the bytes counted are the bytes held. Stored results make room the way
     /// the record capacity does (expired, then oldest); records in flight, which only hold their
-    /// key, are bounded by the capacity instead.
+    /// key, are bounded by the capacity instead. The store writes the records into pages of its
+    /// own, which, after removals out of the order the records were stored, may take up to about
+    /// twice the bytes counted (plus a few 64 KiB pages) until they are compacted.
     pub max_bytes: usize,
     /// The most bytes one consumer key holds at once. Default 32 MiB. A consumer over it drops its
     /// own oldest stored results, as with [`MemoryStoreConfig::per_consumer`].
@@ -791,8 +793,31 @@ impl MemoryIdempotencyStore {
         now: Timestamp,
     ) -> Result<Admission, StoreError> {
         let hash = self.hasher.hash_one(key);
+        // A key too long for a page (only the Rust API allows one) is allocated before the lock.
+        let key_len = key.consumer_key.len() + key.invocation_id.len();
+        let own_key = (key_len > MAX_PAGED)
+            .then(|| [key.consumer_key.as_bytes(), key.invocation_id.as_bytes()].concat().into_boxed_slice());
         let mut inner = self.lock();
         let inner = &mut *inner;
+        let admitted = self.admit_locked(inner, key, hash, own_key, fingerprint, attempt, now);
+        // The sweep and evictions above may have left pages sparse, whatever the answer.
+        inner.compact();
+        admitted
+    }
+
+    /// [`MemoryIdempotencyStore::admit_now`] under the lock; `own_key` is the key's bytes when
+    /// they are too long for a page.
+    #[expect(clippy::too_many_arguments, reason = "admit_now's arguments, with the lock and what it made before it")]
+    fn admit_locked(
+        &self,
+        inner: &mut Inner,
+        key: &IdempotencyKey,
+        hash: u64,
+        own_key: Option<Box<[u8]>>,
+        fingerprint: Fingerprint,
+        attempt: Attempt,
+        now: Timestamp,
+    ) -> Result<Admission, StoreError> {
         if !inner.cancelled.is_empty() && inner.cancelled.contains(&attempt) {
             return Err(StoreError::AttemptCancelled);
         }
@@ -840,7 +865,10 @@ impl MemoryIdempotencyStore {
         let bytes = key_bytes(key);
         inner.make_room(consumer_hash, consumer, bytes, self.per_consumer_bytes, self.max_bytes);
         let generation = inner.next_generation();
-        let data = inner.pages.write(Slot { hash, generation }, &[consumer, key.invocation_id.as_bytes()]);
+        let data = match own_key {
+            Some(own) => Bytes::Own(own),
+            None => inner.pages.write(Slot { hash, generation }, &[consumer, key.invocation_id.as_bytes()]),
+        };
         let entry = Entry {
             hash,
             consumer_hash,
@@ -870,7 +898,6 @@ impl MemoryIdempotencyStore {
         }
         inner.bytes += bytes;
         inner.in_flight += 1;
-        inner.compact();
         Ok(Admission::Leader(Lease::until_settled(generation)))
     }
 
@@ -922,11 +949,19 @@ impl MemoryIdempotencyStore {
             Settlement::Store { result, expires_at } if *expires_at > now => Some(self.stored_form(key, result)),
             _ => None,
         };
-        let settled = self.settle_locked(key, fingerprint, lease, settlement, kept.as_ref().map(|(b, s)| (&b[..], *s)));
-        if let Some((buf, _)) = kept {
-            keep_scratch(buf);
+        match kept {
+            // A result too long for a page gets its allocation here, not under the lock.
+            Some((buf, spare)) if buf.len() > MAX_PAGED => {
+                let own = Kept::Own(buf.into_boxed_slice());
+                self.settle_locked(key, fingerprint, lease, settlement, Some((own, spare)))
+            }
+            Some((buf, spare)) => {
+                let settled = self.settle_locked(key, fingerprint, lease, settlement, Some((Kept::Paged(&buf), spare)));
+                keep_scratch(buf);
+                settled
+            }
+            None => self.settle_locked(key, fingerprint, lease, settlement, None),
         }
-        settled
     }
 
     /// [`MemoryIdempotencyStore::settle_now`] once the stored form, if any, is written: `kept`
@@ -937,7 +972,7 @@ impl MemoryIdempotencyStore {
         fingerprint: Fingerprint,
         lease: Lease,
         settlement: Settlement,
-        kept: Option<(&[u8], bool)>,
+        kept: Option<(Kept<'_>, bool)>,
     ) -> Result<(), StoreError> {
         let hash = self.hasher.hash_one(key);
         let mut guard = self.lock();
@@ -983,7 +1018,10 @@ impl MemoryIdempotencyStore {
                     entry.generation = generation;
                     entry.bytes = held_bytes + result_bytes;
                     entry.record = Record::Done { fingerprint, spare, expires_at };
-                    let data = inner.pages.write(stored, &[kept]);
+                    let data = match kept {
+                        Kept::Paged(bytes) => inner.pages.write(stored, &[bytes]),
+                        Kept::Own(own) => Bytes::Own(own),
+                    };
                     inner.pages.free(std::mem::replace(&mut entry.data, data));
                 }
                 inner.compact_consumer_order(consumer_hash, consumer);
@@ -1024,6 +1062,22 @@ impl MemoryIdempotencyStore {
     }
 }
 
+/// A stored record's bytes on their way into the store: in the thread's scratch buffer, to be
+/// copied into a page, or, too long for one, in an allocation of their own made before the lock.
+enum Kept<'a> {
+    Paged(&'a [u8]),
+    Own(Box<[u8]>),
+}
+
+impl Kept<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Kept::Paged(bytes) => bytes.len(),
+            Kept::Own(own) => own.len(),
+        }
+    }
+}
+
 /// Whether the record at `slot` is a stored result.
 fn is_live_done(records: &HashTable<Entry>, slot: Slot) -> bool {
     matches!(
@@ -1058,16 +1112,17 @@ impl Inner {
         Some(gone.record)
     }
 
-    /// Moves the records of the sparsest pages into the page being written while the pages hold
-    /// far more than the records ([`pages`]).
+    /// Moves the records of sparse pages into the page being written while the pages hold far
+    /// more than the records, at most [`COMPACTED_AT_ONCE`] pages ([`pages`]).
     fn compact(&mut self) {
-        while let Some(page) = self.pages.next_to_compact() {
-            for slot in self.pages.slots_of(page) {
+        for _ in 0..COMPACTED_AT_ONCE {
+            let Some(page) = self.pages.next_to_compact() else { return };
+            for (slot, start) in self.pages.records_in(page) {
                 let Some(entry) = self.records.find_mut(slot.hash, |e| e.generation == slot.generation) else {
                     continue;
                 };
-                if matches!(entry.data, Bytes::Paged { page: p, .. } if p == page)
-                    && let Some(moved) = self.pages.moved(slot, &entry.data)
+                if matches!(entry.data, Bytes::Paged { page: p, start: s, .. } if p == page && s == start)
+                    && let Some(moved) = self.pages.moved(&entry.data)
                 {
                     entry.data = moved;
                 }
@@ -1559,25 +1614,59 @@ mod tests {
             store.settle(&key, fp, held(&store, &key), settle, at(0)).now_or_never().unwrap().unwrap();
         }
         let written = store.lock().pages.memory();
-        // Every short-lived record expires at the next admission.
+        // Every short-lived record expires at the next admission; each admission after it
+        // compacts a few pages.
         assert!(matches!(
             leader(&store, &IdempotencyKey::new("other", "sweep"), at(500_000)),
             Ok(Admission::Leader(_))
         ));
-        {
-            let inner = store.lock();
-            let live: usize = inner.records.iter().map(|e| e.data.len()).sum();
-            let memory = inner.pages.memory();
-            assert_eq!(inner.records.len(), n / 16 + 1);
-            assert!(
-                memory <= 2 * live + 8 * pages::PAGE_BYTES,
-                "{memory} bytes of pages for {live} bytes of records (written: {written})"
-            );
-        }
         for i in (0..n).step_by(16) {
             let key = IdempotencyKey::new("consumer", format!("call-{i}"));
             let replayed = store.admit(&key, fp, Attempt::fresh(), at(500_001)).now_or_never().unwrap();
             assert!(matches!(replayed, Ok(Admission::Replay(r)) if r == result(i)), "call-{i}");
+        }
+        let inner = store.lock();
+        assert_eq!(inner.records.len(), n / 16 + 1);
+        assert_eq!(inner.pages.check(), Ok(()));
+        let live: usize = inner.records.iter().map(|e| pages::HEADER + e.data.len()).sum();
+        let memory = inner.pages.memory();
+        assert!(
+            memory <= 2 * live + 8 * pages::PAGE_BYTES,
+            "{memory} bytes of pages for {live} bytes of records (written: {written})"
+        );
+    }
+
+    /// A record of no bytes (an empty consumer key and invocation id, which the Rust API
+    /// allows) still takes its place in a page: removing it after the rest of its page was
+    /// removed empties the page once, not twice.
+    #[test]
+    fn an_empty_key_empties_its_page_once() {
+        let store =
+            MemoryIdempotencyStore::new(MemoryStoreConfig::with_capacity(1_000_000).with_per_consumer(1_000_000));
+        let fp = Fingerprint::of(&serde_json::json!(1));
+        let admit = |key: &IdempotencyKey| {
+            let attempt = Attempt::fresh();
+            assert!(matches!(store.admit(key, fp, attempt, at(0)).now_or_never().unwrap(), Ok(Admission::Leader(_))));
+            (key.clone(), attempt)
+        };
+        let mut claims = vec![admit(&IdempotencyKey::new("c", "a")), admit(&IdempotencyKey::new("", ""))];
+        // Enough keys to fill the page and go on to the next.
+        claims.splice(1..1, (0..50).map(|i| admit(&IdempotencyKey::new("c", format!("{i:0>99}")))));
+        for (key, attempt) in claims {
+            store.cancel(&key, attempt, at(0)).now_or_never().unwrap().unwrap();
+            assert_eq!(store.lock().pages.check(), Ok(()));
+        }
+        for i in 0..500 {
+            let key = IdempotencyKey::new("d", format!("{i:0>60}"));
+            admit(&key);
+            store_result(&store, &key, at(0));
+        }
+        for i in 0..500 {
+            let key = IdempotencyKey::new("d", format!("{i:0>60}"));
+            let replayed = store.admit(&key, fp, Attempt::fresh(), at(1)).now_or_never().unwrap();
+            assert!(
+                matches!(replayed, Ok(Admission::Replay(ref r)) if *r == InvokeResult::ok(serde_json::json!(key.invocation_id), None))
+            );
         }
     }
 
@@ -1596,7 +1685,7 @@ mod tests {
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         prop_oneof![
-            4 => (0..3usize, 0..400usize).prop_map(|(c, i)| Op::Admit(c, i)),
+            4 => (0..4usize, 0..400usize).prop_map(|(c, i)| Op::Admit(c, i)),
             4 => (0..64usize, prop_oneof![1 => Just(0u64), 6 => 1..200u64, 1 => Just(1_000_000u64)], prop_oneof![4 => 0..900usize, 1 => 2_000..3_000usize])
                 .prop_map(|(n, ttl, pad)| Op::Settle(n, ttl, pad)),
             1 => (0..64usize).prop_map(Op::Cancel),
@@ -1625,7 +1714,10 @@ mod tests {
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Admit(c, i) => {
-                        let key = IdempotencyKey::new(format!("consumer-{c}"), format!("call-{i}"));
+                        // Consumer 3 is the empty key, and call 0 its empty id: records of no bytes.
+                        let consumer = if c == 3 { String::new() } else { format!("consumer-{c}") };
+                        let id = if i == 0 { String::new() } else { format!("call-{i}") };
+                        let key = IdempotencyKey::new(consumer, id);
                         let attempt = Attempt::fresh();
                         match store.admit(&key, fp, attempt, at(now)).now_or_never().expect("ready") {
                             Ok(Admission::Leader(lease)) => in_flight.push((key, attempt, lease)),
@@ -1653,10 +1745,11 @@ mod tests {
                     Op::Wait(ms) => now += ms,
                     _ => {}
                 }
+                let inner = store.lock();
+                proptest::prop_assert!(inner.pages.check().is_ok(), "{:?}", inner.pages.check());
                 if step % 8 != 0 && step != last {
                     continue;
                 }
-                let inner = store.lock();
                 let mut live = 0;
                 for entry in inner.records.iter() {
                     let data = inner.pages.get(&entry.data);
@@ -1670,7 +1763,7 @@ mod tests {
                         proptest::prop_assert_eq!(Some(&kept), stored.get(&key));
                     }
                     if matches!(entry.data, Bytes::Paged { .. }) {
-                        live += entry.data.len();
+                        live += pages::HEADER + entry.data.len();
                     }
                 }
                 let memory = inner.pages.memory();
