@@ -487,9 +487,10 @@ pub struct MemoryStoreConfig {
     /// JSON, plus a fixed overhead per record). Default 256 MiB. A stored result is held as its
     /// JSON text, so the bytes counted are the bytes held. Stored results make room the way
     /// the record capacity does (expired, then oldest); records in flight, which only hold their
-    /// key, are bounded by the capacity instead. The store writes the records into pages of its
-    /// own, which, after removals out of the order the records were stored, may take up to about
-    /// twice the bytes counted (plus a few 64 KiB pages) until they are compacted.
+    /// key, are bounded by the capacity instead. The store writes the records into 64 KiB pages
+    /// of its own. Removals never add memory, but after removals out of the order the records
+    /// were stored, the pages keep what they held until compaction (two pages an operation)
+    /// brings them back within about twice the bytes counted and a few pages.
     pub max_bytes: usize,
     /// The most bytes one consumer key holds at once. Default 32 MiB. A consumer over it drops its
     /// own oldest stored results, as with [`MemoryStoreConfig::per_consumer`].

@@ -15,9 +15,10 @@
 //! pin a page per record: when the pages hold more than twice the live bytes and four pages
 //! more, the records of pages less than half live are moved into the page being written (found
 //! by walking the page's headers) and those pages emptied, at most [`COMPACTED_AT_ONCE`] pages an
-//! operation. The pages' memory therefore comes back to within twice the records' bytes (headers
-//! included) and seven pages (the margin, the page being written, the spare ones) within a few
-//! operations of any removals.
+//! operation. Removals never add memory; after removals out of order, the pages keep what they
+//! held until compaction catches up, about one operation for every two sparse pages, and then
+//! hold within twice the records' bytes (headers included) and seven pages (the margin, the page
+//! being written, the spare ones).
 
 use super::Slot;
 
