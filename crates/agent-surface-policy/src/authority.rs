@@ -290,49 +290,34 @@ impl Policies {
                     }
                 })
             };
-            match decided {
-                Ok(NotedDecision { decision: AuthorityDecision::Allow, .. }) => continue,
-                Ok(noted) => {
-                    tracing::debug!(
-                        target: "agent_surface::policy",
-                        policy = policy.name(),
-                        capability = call.capability,
-                        consumer = call.consumer.key(),
-                        decision = ?noted.decision,
-                        "authority decision"
-                    );
-                    let verdict =
-                        Verdict { decision: noted.decision.clone(), decided_by: Some(policy.name()), failed: false };
-                    return (verdict, noted);
-                }
-                Err(failure) => {
-                    // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
-                    if matches!(failure, Failure::Panic(_)) {
-                        tracing::error!(
-                            target: "agent_surface::policy",
-                            policy = policy.name(),
-                            capability = call.capability,
-                            consumer = call.consumer.key(),
-                            cause = %crate::redacted(&failure),
-                            "authority policy panicked; denying"
-                        );
-                    } else {
-                        tracing::warn!(
-                            target: "agent_surface::policy",
-                            policy = policy.name(),
-                            capability = call.capability,
-                            consumer = call.consumer.key(),
-                            cause = %crate::redacted(&failure),
-                            "authority policy failed; denying"
-                        );
-                    }
-                    let decision = AuthorityDecision::Deny { origin: Origin::Client };
-                    let noted = NotedDecision::new(decision.clone(), policy.name(), None);
-                    return (Verdict { decision, decided_by: Some(policy.name()), failed: true }, noted);
-                }
+            if let Some(verdict) = concluded(policy, &call, decided) {
+                return verdict;
             }
         }
-        if self.fallback == Fallback::Deny && !self.names(&call) {
+        self.fallen_back(&call)
+    }
+
+    /// [`Policies::evaluate_noted`] when every policy that applies to `call` decides at once
+    /// ([`AuthorityPolicy::decide_noted_at_once`], a panic caught); `None` as soon as one of
+    /// them cannot.
+    fn evaluate_noted_at_once<'p>(&'p self, call: &CallInfo<'_>) -> Option<(Verdict<'p>, NotedDecision)> {
+        for policy in self.chain(call) {
+            let decided = match crate::guard::catch(|| policy.decide_noted_at_once(call)) {
+                Ok(Some(Ok(noted))) => Ok(noted),
+                Ok(Some(Err(error))) => Err(Failure::Error(error)),
+                Ok(None) => return None,
+                Err(text) => Err(Failure::Panic(text)),
+            };
+            if let Some(verdict) = concluded(policy, call, decided) {
+                return Some(verdict);
+            }
+        }
+        Some(self.fallen_back(call))
+    }
+
+    /// The verdict once every policy that applies to `call` allowed it: the [`Fallback`]'s.
+    fn fallen_back<'p>(&self, call: &CallInfo<'_>) -> (Verdict<'p>, NotedDecision) {
+        if self.fallback == Fallback::Deny && !self.names(call) {
             tracing::debug!(
                 target: "agent_surface::policy",
                 policy = "default-deny",
@@ -346,6 +331,56 @@ impl Policies {
             return (Verdict { decision, decided_by: Some("default-deny"), failed: false }, noted);
         }
         (Verdict::allow(), NotedDecision::allow())
+    }
+}
+
+/// What `policy`'s answer about `call` makes of an engine's evaluation: `None` to ask the next
+/// policy (it allowed), else the verdict — its decision, or a denial when it failed, with the
+/// operator event either says.
+fn concluded<'p>(
+    policy: &'p Arc<dyn AuthorityPolicy>,
+    call: &CallInfo<'_>,
+    decided: Result<NotedDecision, Failure>,
+) -> Option<(Verdict<'p>, NotedDecision)> {
+    match decided {
+        Ok(NotedDecision { decision: AuthorityDecision::Allow, .. }) => None,
+        Ok(noted) => {
+            tracing::debug!(
+                target: "agent_surface::policy",
+                policy = policy.name(),
+                capability = call.capability,
+                consumer = call.consumer.key(),
+                decision = ?noted.decision,
+                "authority decision"
+            );
+            let verdict = Verdict { decision: noted.decision.clone(), decided_by: Some(policy.name()), failed: false };
+            Some((verdict, noted))
+        }
+        Err(failure) => {
+            // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
+            if matches!(failure, Failure::Panic(_)) {
+                tracing::error!(
+                    target: "agent_surface::policy",
+                    policy = policy.name(),
+                    capability = call.capability,
+                    consumer = call.consumer.key(),
+                    cause = %crate::redacted(&failure),
+                    "authority policy panicked; denying"
+                );
+            } else {
+                tracing::warn!(
+                    target: "agent_surface::policy",
+                    policy = policy.name(),
+                    capability = call.capability,
+                    consumer = call.consumer.key(),
+                    cause = %crate::redacted(&failure),
+                    "authority policy failed; denying"
+                );
+            }
+            let decision = AuthorityDecision::Deny { origin: Origin::Client };
+            let noted = NotedDecision::new(decision.clone(), policy.name(), None);
+            Some((Verdict { decision, decided_by: Some(policy.name()), failed: true }, noted))
+        }
     }
 }
 
@@ -388,6 +423,15 @@ impl AuthorityPolicy for Policies {
         Box::pin(async move { Ok(self.evaluate_noted(call).await.1) })
     }
 
+    /// At once when every policy that applies to the call decides at once.
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        self.evaluate_noted_at_once(call).map(|(verdict, _)| Ok(verdict.decision))
+    }
+
+    fn decide_noted_at_once(&self, call: &CallInfo<'_>) -> Option<Result<NotedDecision, PolicyError>> {
+        self.evaluate_noted_at_once(call).map(|(_, noted)| Ok(noted))
+    }
+
     /// The types and capabilities of its per-type and per-capability groups, and what the
     /// policies it holds name (an engine nested in it, say), in a stable order.
     fn scopes(&self) -> Vec<Scope> {
@@ -419,6 +463,10 @@ impl AuthorityPolicy for AllowAll {
     fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         Box::pin(std::future::ready(Ok(AuthorityDecision::Allow)))
     }
+
+    fn decide_at_once(&self, _call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        Some(Ok(AuthorityDecision::Allow))
+    }
 }
 
 /// Requires a signed-in identity: `NOT_AUTHENTICATED` for anonymous consumers.
@@ -435,12 +483,17 @@ impl AuthorityPolicy for RequireIdentity {
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        let decision = if call.consumer.identity().is_some() {
-            AuthorityDecision::Allow
-        } else {
-            AuthorityDecision::Unauthenticated
-        };
-        Box::pin(std::future::ready(Ok(decision)))
+        Box::pin(std::future::ready(Ok(self.decision(&call))))
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        Some(Ok(self.decision(call)))
+    }
+}
+
+impl RequireIdentity {
+    fn decision(self, call: &CallInfo<'_>) -> AuthorityDecision {
+        if call.consumer.identity().is_some() { AuthorityDecision::Allow } else { AuthorityDecision::Unauthenticated }
     }
 }
 
@@ -499,13 +552,22 @@ impl AuthorityPolicy for RequireRole {
     }
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-        let decision = match call.consumer.identity() {
+        Box::pin(std::future::ready(Ok(self.decision(&call))))
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        Some(Ok(self.decision(call)))
+    }
+}
+
+impl RequireRole {
+    fn decision(&self, call: &CallInfo<'_>) -> AuthorityDecision {
+        match call.consumer.identity() {
             Some(identity) if identity.has_role(&self.role) => AuthorityDecision::Allow,
             _ if self.hide => AuthorityDecision::Hide,
             None => AuthorityDecision::Unauthenticated,
             Some(_) => AuthorityDecision::Deny { origin: Origin::Client },
-        };
-        Box::pin(std::future::ready(Ok(decision)))
+        }
     }
 }
 
@@ -551,5 +613,9 @@ where
 
     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
         Box::pin(std::future::ready((self.decide)(&call)))
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        Some((self.decide)(call))
     }
 }

@@ -150,6 +150,32 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
         })
     }
 
+    /// Decides without awaiting, when the policy can: `Some` with what [`decide`](Self::decide)
+    /// would answer, `None` when the decision needs an await (a directory, a database). The
+    /// registry asks this first, and [`decide`](Self::decide) only on `None`, so a call that
+    /// policies decide at once costs no boxed future and no timer. A decision here is a decision
+    /// only, with no effect of its own: when another policy of the same
+    /// [`Policies`](crate::Policies) engine needs an await, the engine's whole evaluation runs
+    /// again through `decide`, which asks this policy again. A panic is caught as in `decide`.
+    /// The default: `None`.
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        let _ = call;
+        None
+    }
+
+    /// [`decide_noted`](Self::decide_noted) without awaiting: `None` when
+    /// [`decide_at_once`](Self::decide_at_once) is. The default notes `decide_at_once`'s
+    /// decision as the default `decide_noted` notes `decide`'s.
+    fn decide_noted_at_once(&self, call: &CallInfo<'_>) -> Option<Result<NotedDecision, PolicyError>> {
+        Some(self.decide_at_once(call)?.map(|decision| {
+            if decision == AuthorityDecision::Allow {
+                NotedDecision::allow()
+            } else {
+                NotedDecision::new(decision, self.name(), self.wants())
+            }
+        }))
+    }
+
     /// The types and capabilities this policy is configured for, which the registry checks
     /// exist when it is assembled (see [`Scope`]). The default: none (a policy that decides by
     /// looking at the call names nothing in advance).
@@ -184,6 +210,14 @@ impl<P: AuthorityPolicy + ?Sized> AuthorityPolicy for Arc<P> {
 
     fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
         (**self).decide_noted(call)
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        (**self).decide_at_once(call)
+    }
+
+    fn decide_noted_at_once(&self, call: &CallInfo<'_>) -> Option<Result<NotedDecision, PolicyError>> {
+        (**self).decide_noted_at_once(call)
     }
 
     fn scopes(&self) -> Vec<Scope> {
@@ -275,6 +309,18 @@ pub trait RateLimiter: Send + Sync + 'static {
     /// `now` is the pipeline's clock reading for this call.
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision>;
 
+    /// Decides about the call without awaiting, when the limiter can: `Some` with the decision
+    /// [`acquire`](Self::acquire) would give (a unit taken, or how long to wait), or `None`,
+    /// having taken nothing (no unit of budget, no queue slot, no place in a waiting room), when
+    /// the decision needs an await — a shared store's round trip, a wait for a slot. The registry
+    /// asks this first and calls `acquire` only on `None`, so a call a limiter in memory decides
+    /// at once costs no boxed future and no timer. A panic here is caught as one in `acquire` is.
+    /// The default: `None`.
+    fn acquire_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
+        let _ = (call, now);
+        None
+    }
+
     /// The types and capabilities this limiter has budgets for, which the registry checks exist
     /// when it is assembled (see [`Scope`]). The default: none.
     fn scopes(&self) -> Vec<Scope> {
@@ -293,6 +339,10 @@ impl<L: RateLimiter + ?Sized> RateLimiter for Arc<L> {
 
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         (**self).acquire(call, now)
+    }
+
+    fn acquire_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
+        (**self).acquire_at_once(call, now)
     }
 
     fn scopes(&self) -> Vec<Scope> {

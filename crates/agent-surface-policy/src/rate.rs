@@ -550,59 +550,78 @@ impl MemoryRateLimiter {
     }
 
     async fn acquire_now(&self, call: CallInfo<'_>, now: Timestamp) -> RateDecision {
-        // 1. A free slot, or a place in the waiting room; neither costs rate budget yet.
-        let mut slot = None;
-        let mut place = None;
-        if let Some(queue) = &self.queue {
-            match queue.semaphore.clone().try_acquire_owned() {
-                Ok(permit) => slot = Some(permit),
-                Err(_) => match queue.enter() {
-                    Some(p) => place = Some(p),
-                    None => return queue.full(call.capability),
-                },
-            }
+        // 1. Without a queue, or with a free slot, the budget decides at once.
+        if let Some(decided) = self.decide_at_once(&call, now) {
+            return decided;
         }
-        // 2. The rate budget.
-        if let Err(refusal) = self.take(&call, now) {
-            let retry_after = ceil_millis(refusal.wait_ns);
-            tracing::debug!(
-                target: "agent_surface::rate",
-                bucket = refusal.bucket,
-                capability = call.capability,
-                consumer = call.consumer.key(),
-                retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
-                "rate limited"
-            );
-            return RateDecision::Limited { reason: RateLimitReason::Rate, retry_after };
-        }
+        // 2. Every slot is taken: a place in the waiting room, which costs no rate budget yet.
         let Some(queue) = &self.queue else { return RateDecision::Allow(None) };
-        // 3. Wait for a slot, bounded.
-        let permit = match slot {
-            Some(permit) => permit,
-            None => {
-                // The unit goes back unless a slot is granted: after the wait runs out, and when
-                // the wait is dropped (the caller cancelled: nothing ran, so nothing is spent).
-                let mut unspent = Unspent { limiter: self, call: &call, spent: false };
-                let acquire = queue.semaphore.clone().acquire_owned();
-                let waited =
-                    futures_util::future::select(Box::pin(acquire), self.config.clock.sleep(queue.config.max_wait));
-                let permit = match waited.await {
-                    Either::Left((Ok(permit), _)) => Some(permit),
-                    Either::Left((Err(_), _)) | Either::Right(_) => None,
-                };
-                drop(place);
-                match permit {
-                    Some(permit) => {
-                        unspent.spent = true;
-                        permit
-                    }
-                    None => {
-                        drop(unspent);
-                        return queue.full(call.capability);
-                    }
-                }
-            }
+        let Some(place) = queue.enter() else { return queue.full(call.capability) };
+        // 3. The rate budget.
+        if let Err(limited) = self.take_or_limited(&call, now) {
+            return limited;
+        }
+        // 4. Wait for a slot, bounded. The unit goes back unless a slot is granted: after the
+        // wait runs out, and when the wait is dropped (the caller cancelled: nothing ran, so
+        // nothing is spent).
+        let mut unspent = Unspent { limiter: self, call: &call, spent: false };
+        let acquire = queue.semaphore.clone().acquire_owned();
+        let waited = futures_util::future::select(Box::pin(acquire), self.config.clock.sleep(queue.config.max_wait));
+        let permit = match waited.await {
+            Either::Left((Ok(permit), _)) => Some(permit),
+            Either::Left((Err(_), _)) | Either::Right(_) => None,
         };
+        drop(place);
+        match permit {
+            Some(permit) => {
+                unspent.spent = true;
+                self.holding(queue, permit)
+            }
+            None => {
+                drop(unspent);
+                queue.full(call.capability)
+            }
+        }
+    }
+
+    /// [`acquire_now`](Self::acquire_now) when it would not await: without a queue, or with a
+    /// free slot. `None`, having taken nothing, when every slot is taken.
+    fn decide_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
+        let slot = match &self.queue {
+            None => None,
+            Some(queue) => Some((queue, queue.semaphore.clone().try_acquire_owned().ok()?)),
+        };
+        // A refused call gives its slot back (dropped here).
+        if let Err(limited) = self.take_or_limited(call, now) {
+            return Some(limited);
+        }
+        Some(match slot {
+            Some((queue, permit)) => self.holding(queue, permit),
+            None => RateDecision::Allow(None),
+        })
+    }
+
+    /// Takes one unit from every bucket that applies ([`take`](Self::take)), or answers how
+    /// long to wait, with a `DEBUG` event naming the bucket.
+    fn take_or_limited(&self, call: &CallInfo<'_>, now: Timestamp) -> Result<(), RateDecision> {
+        let refusal = match self.take(call, now) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        let retry_after = ceil_millis(refusal.wait_ns);
+        tracing::debug!(
+            target: "agent_surface::rate",
+            bucket = refusal.bucket,
+            capability = call.capability,
+            consumer = call.consumer.key(),
+            retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
+            "rate limited"
+        );
+        Err(RateDecision::Limited { reason: RateLimitReason::Rate, retry_after })
+    }
+
+    /// The permit of a call that holds a queue slot: the slot, and when it was taken.
+    fn holding(&self, queue: &Arc<Queue>, permit: tokio::sync::OwnedSemaphorePermit) -> RateDecision {
         RateDecision::Allow(Some(Box::new(Slot {
             _permit: permit,
             queue: Arc::clone(queue),
@@ -650,6 +669,12 @@ impl RateLimiter for MemoryRateLimiter {
 
     fn acquire<'a>(&'a self, call: CallInfo<'a>, now: Timestamp) -> BoxFuture<'a, RateDecision> {
         Box::pin(self.acquire_now(call, now))
+    }
+
+    /// Decides at once without a queue, or with a free slot; a call that must wait for a slot is
+    /// left to [`acquire`](RateLimiter::acquire).
+    fn acquire_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
+        self.decide_at_once(call, now)
     }
 
     fn scopes(&self) -> Vec<Scope> {

@@ -17,6 +17,7 @@
 //! `tracked` (with a fresh invocation id per call), `authority` (`pipeline` with a `Policies`
 //! engine of two allowing policies), `confirmation` (`pipeline` with a confirmation engine
 //! whose global policy gates another capability, one relayed confirmation remembered),
+//! `quota` (`pipeline` with a `MemoryRateLimiter` whose per-consumer quota never refuses),
 //! `metrics_off` (`pipeline` with `RegistryConfig::metrics` off) and `prometheus` (`pipeline` with
 //! a Prometheus recorder installed as the global one, durations in bucketed histograms as the
 //! bench's `recorded/prometheus` case). `sizes` prints the bytes of the futures `Registry::invoke`
@@ -39,7 +40,7 @@ fn main() {
     let (Some(n), Some(mode)) = (args.next().and_then(|n| n.parse::<usize>().ok()), args.next()) else {
         eprintln!(
             "usage: profile_invoke CALLS \
-             setup|baseline|contract|tracked_limit|pipeline|tracked|authority|confirmation|metrics_off|prometheus|sizes"
+             setup|baseline|contract|tracked_limit|pipeline|tracked|authority|confirmation|quota|metrics_off|prometheus|sizes"
         );
         std::process::exit(2);
     };
@@ -50,6 +51,11 @@ fn main() {
         let policies =
             Policies::new().global(FnPolicy::new("allow-1", allow)).for_type("calc", FnPolicy::new("allow-2", allow));
         config.authority = Some(std::sync::Arc::new(policies));
+    }
+    if mode == "quota" {
+        let quota = agent_surface_policy::Quota::per_second(std::num::NonZeroU32::MAX);
+        let limits = agent_surface_policy::RateLimitConfig { per_consumer: Some(quota), ..Default::default() };
+        config.rate_limiter = Some(std::sync::Arc::new(agent_surface_policy::MemoryRateLimiter::new(limits)));
     }
     if mode == "metrics_off" {
         config.metrics = false;

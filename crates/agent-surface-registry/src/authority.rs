@@ -2,17 +2,22 @@
 //! phase 4 (`pipeline/authority.rs`): below both, so that neither reaches into the other.
 
 use agent_surface_core::details::Origin;
-use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, guard::guarded, hooks::NotedDecision};
+use agent_surface_policy::guard::{self, Failure, guarded};
+use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, hooks::NotedDecision};
 
 /// Asks the policy within `budget` on `clock` (`RegistryConfig::authority_budget`, or what is
-/// left of a whole snapshot's), failing closed: an error, a panic or an overrun is a denial.
+/// left of a whole snapshot's), failing closed: an error, a panic or an overrun is a denial. A
+/// policy that decides at once is not awaited.
 pub(crate) async fn decide(
     clock: &dyn Clock,
     policy: &dyn AuthorityPolicy,
     call: CallInfo<'_>,
     budget: std::time::Duration,
 ) -> AuthorityDecision {
-    decide_noted(clock, policy, call, budget).await.decision
+    match decide_noted_at_once(policy, &call) {
+        Some(decided) => decided.decision,
+        None => decide_noted(clock, policy, call, budget).await.decision,
+    }
 }
 
 /// [`decide`], with the policy that decided and what it wanted, for the pipeline's operator
@@ -23,29 +28,43 @@ pub(crate) async fn decide_noted(
     call: CallInfo<'_>,
     budget: std::time::Duration,
 ) -> NotedDecision {
-    let failed = |by| NotedDecision::new(AuthorityDecision::Deny { origin: Origin::Client }, by, None);
     match guarded(clock, budget, || policy.decide_noted(call)).await {
         Ok(decided) => decided,
-        // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
-        Err(failure @ agent_surface_policy::guard::Failure::Panic(_)) => {
-            tracing::error!(
-                target: "agent_surface::policy",
-                policy = policy.name(),
-                capability = call.capability,
-                cause = %agent_surface_policy::redacted(&failure),
-                "authority policy panicked; denying"
-            );
-            failed(policy.name())
-        }
-        Err(failure) => {
-            tracing::warn!(
-                target: "agent_surface::policy",
-                policy = policy.name(),
-                capability = call.capability,
-                cause = %agent_surface_policy::redacted(&failure),
-                "authority policy failed; denying"
-            );
-            failed(policy.name())
-        }
+        Err(failure) => failed(policy, &call, &failure),
     }
+}
+
+/// [`decide_noted`] when the policy decides at once ([`AuthorityPolicy::decide_noted_at_once`],
+/// a panic caught); `None` when it cannot.
+pub(crate) fn decide_noted_at_once(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>) -> Option<NotedDecision> {
+    let failure = match guard::catch(|| policy.decide_noted_at_once(call)) {
+        Ok(Some(Ok(decided))) => return Some(decided),
+        Ok(None) => return None,
+        Ok(Some(Err(error))) => Failure::Error(error),
+        Err(text) => Failure::Panic(text),
+    };
+    Some(failed(policy, call, &failure))
+}
+
+/// The denial of a policy that failed, with its operator event: a panic is broken user code, an
+/// `ERROR`; an error or an overrun a `WARN`.
+fn failed(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>, failure: &Failure) -> NotedDecision {
+    if matches!(failure, Failure::Panic(_)) {
+        tracing::error!(
+            target: "agent_surface::policy",
+            policy = policy.name(),
+            capability = call.capability,
+            cause = %agent_surface_policy::redacted(failure),
+            "authority policy panicked; denying"
+        );
+    } else {
+        tracing::warn!(
+            target: "agent_surface::policy",
+            policy = policy.name(),
+            capability = call.capability,
+            cause = %agent_surface_policy::redacted(failure),
+            "authority policy failed; denying"
+        );
+    }
+    NotedDecision::new(AuthorityDecision::Deny { origin: Origin::Client }, policy.name(), None)
 }

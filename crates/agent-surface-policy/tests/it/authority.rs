@@ -160,10 +160,63 @@ async fn ready_made_policies() {
         assert_eq!(RequireIdentity.decide(call(who, "a.b")).await.unwrap(), identity);
         assert_eq!(role.decide(call(who, "a.b")).await.unwrap(), with_role);
         assert_eq!(hidden.decide(call(who, "a.b")).await.unwrap(), or_hide);
+        // Each decides at once, as it decides.
+        assert_eq!(RequireIdentity.decide_at_once(&call(who, "a.b")).unwrap().unwrap(), identity);
+        assert_eq!(role.decide_at_once(&call(who, "a.b")).unwrap().unwrap(), with_role);
+        assert_eq!(hidden.decide_at_once(&call(who, "a.b")).unwrap().unwrap(), or_hide);
     }
     assert_eq!(hidden.name(), "require-role");
     let disable = FnPolicy::new("closed", |_c| Ok(AuthorityDecision::Disable { reason: SafeText::from("Closed.") }));
     assert_eq!(disable.name(), "closed");
     assert!(format!("{disable:?}").contains("closed"));
     assert!(format!("{:?}", Policies::default_allow().global(disable)).contains("closed"));
+}
+
+/// An engine decides at once when every policy it asks does, with the decision, the deciding
+/// policy and the failures its evaluation through `decide` gives; a policy that needs an await
+/// (one without `decide_at_once`) leaves it undecided, unless a policy before it already refused.
+#[tokio::test]
+async fn an_engine_decides_at_once_when_every_policy_it_asks_does() {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let awaits = |decision| Recorder { name: "awaits", log: log.clone(), decision };
+    let user = Consumer::authenticated("u", Identity::new("u"));
+    let anonymous = Consumer::anonymous("c");
+    let engine = Policies::default_deny()
+        .global(RequireIdentity)
+        .for_type("orders", FnPolicy::new("orders-open", |_| Ok(AuthorityDecision::Allow)))
+        .for_capability("orders.cancel", RequireRole::new("admin").or_hide())
+        .for_type("shop", awaits(AuthorityDecision::Allow))
+        .for_type("broken", FnPolicy::new("broken", |_| panic!("bug: ldap://10.0.0.7")))
+        .for_type("failing", FnPolicy::new("failing", |_| Err(PolicyError::new("directory down"))))
+        .for_type("nested", Policies::default_allow().global(RequireRole::new("nested")));
+    let cases: [(&Consumer, &str); 9] = [
+        (&user, "orders.list"),
+        (&user, "orders.cancel"),
+        (&anonymous, "orders.list"),
+        (&anonymous, "shop.list"),
+        (&user, "broken.run"),
+        (&user, "failing.run"),
+        (&user, "nested.run"),
+        (&user, "unnamed.run"),
+        (&user, "shop.list"),
+    ];
+    for (who, capability) in cases {
+        let at_once = engine.decide_noted_at_once(&call(who, capability));
+        let awaited = engine.decide_noted(call(who, capability)).await.unwrap();
+        if capability == "shop.list" && who.identity().is_some() {
+            assert!(at_once.is_none(), "a policy that awaits leaves the engine undecided at once");
+        } else {
+            assert_eq!(at_once.unwrap().unwrap(), awaited, "{capability}");
+        }
+    }
+    // Refused by the global policy at once, the anonymous call never reached the policy that awaits.
+    assert_eq!(*log.lock().unwrap(), ["awaits"], "asked through decide only, once");
+    let failed = engine.decide_noted_at_once(&call(&user, "broken.run")).unwrap().unwrap();
+    assert_eq!((failed.decision, failed.by.as_str(), failed.wants), (DENY, "broken", None));
+    let hidden = engine.decide_at_once(&call(&user, "orders.cancel")).unwrap().unwrap();
+    assert_eq!(hidden, AuthorityDecision::Hide);
+    let nested = engine.decide_noted_at_once(&call(&user, "nested.run")).unwrap().unwrap();
+    assert_eq!((nested.decision, nested.by.as_str()), (DENY, "require-role"), "the nested engine's own policy");
+    let unnamed = engine.decide_noted_at_once(&call(&user, "unnamed.run")).unwrap().unwrap();
+    assert_eq!((unnamed.decision, unnamed.by.as_str()), (DENY, "default-deny"));
 }

@@ -26,10 +26,27 @@ fn acquire(
     capability: &str,
     now: Timestamp,
 ) -> Result<(), (RateLimitReason, Duration)> {
+    acquire_by(limiter, consumer, capability, now, false)
+}
+
+/// [`acquire`] through `RateLimiter::acquire` or, when `at_once`, `RateLimiter::acquire_at_once`,
+/// which a limiter without a queue always answers.
+fn acquire_by(
+    limiter: &MemoryRateLimiter,
+    consumer: &str,
+    capability: &str,
+    now: Timestamp,
+    at_once: bool,
+) -> Result<(), (RateLimitReason, Duration)> {
     let consumer = Consumer::anonymous(consumer);
     let type_id = capability.split_once('.').map_or("t", |(t, _)| t);
     let call = CallInfo::new(&consumer, capability, type_id, Effect::Write, false);
-    match limiter.acquire(call, now).now_or_never().expect("answers at once") {
+    let decision = if at_once {
+        limiter.acquire_at_once(&call, now).expect("decides at once without a queue")
+    } else {
+        limiter.acquire(call, now).now_or_never().expect("answers at once")
+    };
+    match decision {
         RateDecision::Allow(_) => Ok(()),
         RateDecision::Limited { reason, retry_after } => Err((reason, retry_after)),
         other => panic!("the memory limiter has no store to fail: {other:?}"),
@@ -126,11 +143,15 @@ fn buckets_stay_bounded() {
 #[derive(Clone, Debug)]
 enum Step {
     Wait(u64),
-    Call,
+    /// A call, through `acquire_at_once` when `true`: both ways take from the same buckets.
+    Call(bool),
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
-    proptest::collection::vec(prop_oneof![3 => Just(Step::Call), 1 => (0..400u64).prop_map(Step::Wait)], 1..80)
+    proptest::collection::vec(
+        prop_oneof![3 => any::<bool>().prop_map(Step::Call), 1 => (0..400u64).prop_map(Step::Wait)],
+        1..80,
+    )
 }
 
 proptest! {
@@ -148,7 +169,7 @@ proptest! {
         for step in steps {
             match step {
                 Step::Wait(ms) => now += ms,
-                Step::Call => match acquire(&limiter, "c", "x.y", at(now)) {
+                Step::Call(at_once) => match acquire_by(&limiter, "c", "x.y", at(now), at_once) {
                     Ok(()) => accepted.push(now),
                     Err((reason, retry)) => {
                         prop_assert_eq!(reason, RateLimitReason::Rate);
@@ -191,8 +212,12 @@ async fn the_queue_bounds_concurrency_and_waiting() {
     let consumer = Consumer::anonymous("c");
     let info = CallInfo::new(&consumer, "x.y", "x", Effect::Write, false);
     let RateDecision::Allow(Some(first)) = limiter.acquire(info, clock.now()).await else { panic!() };
-    let RateDecision::Allow(Some(second)) = limiter.acquire(info, clock.now()).await else { panic!() };
+    // A free slot is taken at once too.
+    let Some(RateDecision::Allow(Some(second))) = limiter.acquire_at_once(&info, clock.now()) else { panic!() };
     assert_eq!(limiter.in_flight(), 2);
+    // Every slot taken: no decision at once, and nothing taken for asking.
+    assert!(limiter.acquire_at_once(&info, clock.now()).is_none());
+    assert_eq!((limiter.in_flight(), limiter.waiting()), (2, 0));
     let waiting = {
         let limiter = limiter.clone();
         let clock = clock.clone();
@@ -214,4 +239,36 @@ async fn the_queue_bounds_concurrency_and_waiting() {
     assert_eq!(limiter.waiting(), 0);
     drop(second);
     assert!(format!("{limiter:?}").contains("in_flight"));
+}
+
+/// `acquire_at_once` asked while every slot is taken answers nothing and takes nothing: no unit
+/// of budget (the budget of two is there for the two calls that got a slot), no place in the
+/// waiting room.
+#[test]
+fn no_decision_at_once_takes_nothing() {
+    let clock = Arc::new(ManualClock::default());
+    let limiter = MemoryRateLimiter::new(RateLimitConfig {
+        clock: clock.clone(),
+        per_consumer: Some(quota(2, 3_600_000)),
+        queue: Some(QueueConfig {
+            max_concurrent: NonZeroUsize::new(1).unwrap(),
+            max_waiting: 4,
+            max_wait: Duration::from_secs(5),
+            initial_hold_estimate: Duration::from_millis(300),
+        }),
+        ..Default::default()
+    });
+    let consumer = Consumer::anonymous("c");
+    let info = CallInfo::new(&consumer, "x.y", "x", Effect::Write, false);
+    let Some(RateDecision::Allow(Some(first))) = limiter.acquire_at_once(&info, clock.now()) else { panic!() };
+    for _ in 0..5 {
+        assert!(limiter.acquire_at_once(&info, clock.now()).is_none());
+    }
+    assert_eq!((limiter.in_flight(), limiter.waiting()), (1, 0));
+    drop(first);
+    let Some(RateDecision::Allow(Some(second))) = limiter.acquire_at_once(&info, clock.now()) else { panic!() };
+    drop(second);
+    let Some(RateDecision::Limited { reason, .. }) = limiter.acquire_at_once(&info, clock.now()) else { panic!() };
+    assert_eq!(reason, RateLimitReason::Rate);
+    assert_eq!(limiter.in_flight(), 0, "a refused call gives its slot back");
 }

@@ -37,13 +37,44 @@ pub(crate) async fn check(
     policy: &dyn AuthorityPolicy,
     resolution: Resolution,
 ) -> Result<Resolved, Stop> {
-    let (inner, consumer, request) = (arrival.inner, &arrival.options.consumer, arrival.request);
+    let inner = arrival.inner;
     let resolution = match resolution {
         // Boxed: its state (a decision per instance) would otherwise enlarge every call's.
-        Resolution::Ambiguous(ambiguous) => return Box::pin(check_ambiguous(inner, policy, consumer, ambiguous)).await,
+        Resolution::Ambiguous(ambiguous) => {
+            return Box::pin(check_ambiguous(inner, policy, &arrival.options.consumer, ambiguous)).await;
+        }
         other => other,
     };
-    let (call, known) = match &resolution {
+    let (call, known) = asked(arrival, &resolution);
+    let noted =
+        crate::authority::decide_noted(inner.config.clock.as_ref(), policy, call, inner.config.authority_budget).await;
+    concluded(noted, resolution, known)
+}
+
+/// [`check`] when the policy decides at once ([`AuthorityPolicy::decide_noted_at_once`]): `Ok`
+/// with what `check` would answer, or the resolution given back when the policy needs an await
+/// — and when resolution was ambiguous, which `check` asks about per instance.
+pub(crate) fn at_once(
+    arrival: &Arrival<'_>,
+    policy: &dyn AuthorityPolicy,
+    resolution: Resolution,
+) -> Result<Result<Resolved, Stop>, Resolution> {
+    if matches!(resolution, Resolution::Ambiguous(_)) {
+        return Err(resolution);
+    }
+    let (call, known) = asked(arrival, &resolution);
+    match crate::authority::decide_noted_at_once(policy, &call) {
+        Some(noted) => Ok(concluded(noted, resolution, known)),
+        None => Err(resolution),
+    }
+}
+
+/// What the policy is asked about the call, and whether the capability is known: a
+/// `CallInfo` built from what resolution found (the definition, when the name denotes one; the
+/// name alone otherwise).
+fn asked<'c>(arrival: &'c Arrival<'_>, resolution: &'c Resolution) -> (CallInfo<'c>, bool) {
+    let consumer = &arrival.options.consumer;
+    match resolution {
         Resolution::Resolved(Resolved { def, registration: reg }) => {
             (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
         }
@@ -53,13 +84,16 @@ pub(crate) async fn check(
         // A name that does not exist is asked about too, as a call of unknown effect, and the
         // decision is ignored.
         Resolution::Unresolved(None, _) | Resolution::Ambiguous(_) => {
-            let name = request.capability.as_str();
+            let name = arrival.request.capability.as_str();
             let type_id = name.split_once('.').map_or("", |(t, _)| t);
             (CallInfo::new(consumer, name, type_id, Effect::Write, false), false)
         }
-    };
-    let noted =
-        crate::authority::decide_noted(inner.config.clock.as_ref(), policy, call, inner.config.authority_budget).await;
+    }
+}
+
+/// The held-back outcome of phases 2 and 3, or the policy's refusal: a known capability the
+/// policy hides is refused as one that does not exist.
+fn concluded(noted: NotedDecision, resolution: Resolution, known: bool) -> Result<Resolved, Stop> {
     if noted.decision == AuthorityDecision::Hide && known {
         // A fixed note, built as the resolve phase builds its "no such capability": formatting
         // the policy's name here alone made a hidden name measurably slower to refuse than an

@@ -297,13 +297,15 @@ fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
         resolve::resolve(&arrival, &state).and_available(|def| availability::check(&state, def))
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. Each
-    // hook phase (4, 6, 7, 8a, 8b) runs only when there is a hook, which it gets unwrapped.
-    match &inner.config.authority {
-        Some(policy) => later(async move {
+    // hook phase (4, 6, 7, 8a, 8b) runs only when there is a hook, which it gets unwrapped. A
+    // policy that decides at once leaves the call unboxed.
+    let Some(policy) = &inner.config.authority else { return admitted(arrival, resolution.into_result(), input) };
+    match authority::at_once(&arrival, policy.as_ref(), resolution) {
+        Ok(resolved) => admitted(arrival, resolved, input),
+        Err(resolution) => later(async move {
             let resolved = authority::check(&arrival, policy.as_ref(), resolution).await;
             finish(admitted(arrival, resolved, input)).await
         }),
-        None => admitted(arrival, resolution.into_result(), input),
     }
 }
 
@@ -396,14 +398,20 @@ fn after_precondition(call: Call<'_>, prepared: input::Prepared) -> Result<Step<
     if let Some(ask) = &call.def.ask {
         questions::check(&call, ask, &prepared.decoded)?;
     }
-    // Phase 6; the permit is held until the call ends.
-    match &inner.config.rate_limiter {
-        Some(limiter) => later(async move {
+    // Phase 6; the permit is held until the call ends. A limiter that decides at once leaves
+    // the call unboxed unless it grants a permit to hold (a queue slot).
+    let Some(limiter) = &inner.config.rate_limiter else { return confirmed(call, prepared) };
+    match rate::at_once(&call, limiter.as_ref(), &prepared.value)? {
+        Some(None) => confirmed(call, prepared),
+        Some(permit @ Some(_)) => later(async move {
+            let _permit = permit;
+            finish(confirmed(call, prepared)).await
+        }),
+        None => later(async move {
             let acquired = rate::acquire(&call, limiter.as_ref(), &prepared.value);
             let _permit = unless_cancelled(&call, Phase::Rate, acquired).await?;
             finish(confirmed(call, prepared)).await
         }),
-        None => confirmed(call, prepared),
     }
 }
 

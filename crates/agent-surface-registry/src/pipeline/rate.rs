@@ -19,7 +19,7 @@ use agent_surface_core::details::RateLimitReason;
 use agent_surface_core::{AgentSurfaceError, Phase};
 use agent_surface_policy::{
     RateDecision, RateLimiter,
-    guard::{Failure, guarded},
+    guard::{self, Failure, guarded},
 };
 use serde_json::Value;
 
@@ -27,6 +27,25 @@ use super::{Call, Stop};
 
 /// A held permit (a queue slot, say), released when the call ends.
 pub(crate) type Permit = Option<Box<dyn Send>>;
+
+/// Asks `limiter` for a permit without awaiting ([`RateLimiter::acquire_at_once`]): `Some`
+/// with the permit when it lets the call through at once, `Err` when it refuses it at once (as
+/// [`acquire`] would answer), `None` when the call must await [`acquire`] — also when the call
+/// was cancelled or the registry disposed before it got here, which [`acquire`]'s caller answers
+/// without asking the limiter. A panic is caught and answered as in [`acquire`].
+pub(crate) fn at_once(call: &Call<'_>, limiter: &dyn RateLimiter, input: &Value) -> Result<Option<Permit>, Stop> {
+    let inner = call.inner;
+    if inner.disposed.is_cancelled() || call.options.is_cancelled() {
+        return Ok(None);
+    }
+    let info = call.info().with_input(input);
+    let now = inner.config.clock.now();
+    match guard::catch(|| limiter.acquire_at_once(&info, now)) {
+        Ok(Some(decision)) => decided(decision).map(Some),
+        Ok(None) => Ok(None),
+        Err(text) => Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {text}"))),
+    }
+}
 
 /// Asks `limiter` (the registry's, which the caller unwrapped) for a permit. The clock is read
 /// here, not at arrival: the decision is about this moment.
@@ -47,6 +66,11 @@ pub(crate) async fn acquire(call: &Call<'_>, limiter: &dyn RateLimiter, input: &
         }
         Err(failure) => return Err(failed(RateLimitReason::Rate, format!("rate limiter {failure}"))),
     };
+    decided(decision)
+}
+
+/// The permit `decision` grants, or the stop it makes.
+fn decided(decision: RateDecision) -> Result<Permit, Stop> {
     match decision {
         RateDecision::Allow(permit) => Ok(permit),
         RateDecision::Limited { reason, retry_after } => {

@@ -530,3 +530,62 @@ fn the_operator_note_names_the_deciding_policy_and_what_it_wanted() {
         assert!(!wire.contains("require-role") && !wire.contains("agent\\\""), "{wire}");
     }
 }
+
+/// A policy whose decision at once is `at_once`'s, counting how often each way was asked; its
+/// `decide` hides `admin.*` and allows the rest.
+struct DecidesAtOnce {
+    at_once: fn(&CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>>,
+    asked_at_once: AtomicUsize,
+    awaited: AtomicUsize,
+}
+
+impl AuthorityPolicy for DecidesAtOnce {
+    fn name(&self) -> &str {
+        "decides-at-once"
+    }
+
+    fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+        self.awaited.fetch_add(1, Ordering::SeqCst);
+        let hidden = call.capability.starts_with("admin.");
+        Box::pin(std::future::ready(Ok(if hidden { AuthorityDecision::Hide } else { AuthorityDecision::Allow })))
+    }
+
+    fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+        self.asked_at_once.fetch_add(1, Ordering::SeqCst);
+        (self.at_once)(call)
+    }
+}
+
+/// Phase 4 and discovery ask a policy's decision at once first and await `decide` only when it
+/// has none; a decision at once is taken as `decide`'s would be (a hidden capability is not
+/// found, a panic denies with nothing of it in the answer).
+#[tokio::test]
+async fn a_policy_that_decides_at_once_is_not_awaited() {
+    let policy =
+        |at_once| Arc::new(DecidesAtOnce { at_once, asked_at_once: AtomicUsize::new(0), awaited: AtomicUsize::new(0) });
+    let counts = |p: &DecidesAtOnce| (p.asked_at_once.load(Ordering::SeqCst), p.awaited.load(Ordering::SeqCst));
+    let hides_admin: fn(&CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> = |call| {
+        Some(Ok(if call.capability.starts_with("admin.") { AuthorityDecision::Hide } else { AuthorityDecision::Allow }))
+    };
+    let decides = policy(hides_admin);
+    let (r, _m) = shop(RegistryConfig { authority: Some(decides.clone()), ..Default::default() });
+    assert!(r.invoke(call("shop.browse", json!({})), signed_in("u", &[])).await.is_ok());
+    let inv = r.invoke_detailed(call("admin.purge", json!({})), signed_in("u", &[])).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
+    assert_eq!(counts(&decides), (2, 0), "decided at once, never awaited");
+    let listed = r.snapshot(&signed_in("u", &[]).consumer).await;
+    assert!(listed.capability("shop.browse").is_some() && listed.capability("admin.purge").is_none());
+    assert_eq!(counts(&decides).1, 0, "discovery did not await either");
+
+    let awaits = policy(|_| None);
+    let (r, _m) = shop(RegistryConfig { authority: Some(awaits.clone()), ..Default::default() });
+    let inv = r.invoke_detailed(call("admin.purge", json!({})), signed_in("u", &[])).await;
+    assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
+    assert!(r.invoke(call("shop.browse", json!({})), signed_in("u", &[])).await.is_ok());
+    assert_eq!(counts(&awaits), (2, 2), "no decision at once: awaited");
+
+    let panics = policy(|_| panic!("policy bug reading /etc/policy.d/secret.rules"));
+    let (r, _m) = shop(RegistryConfig { authority: Some(panics.clone()), ..Default::default() });
+    denied_without_leaks(&r, "shop.browse").await;
+    assert_eq!(counts(&panics), (1, 0));
+}

@@ -328,3 +328,113 @@ async fn a_call_cancelled_before_its_confirmation_asks_nobody() {
     assert!(p.not_processed());
     assert_eq!(asked.load(Ordering::SeqCst), 0, "the gate was not asked");
 }
+
+/// A limiter whose decision at once is `decide`'s, counting how often each way was asked; its
+/// `acquire` lets the call through.
+struct DecidesAtOnce<F> {
+    decide: F,
+    at_once: AtomicUsize,
+    acquired: AtomicUsize,
+}
+
+impl<F> agent_surface_policy::RateLimiter for DecidesAtOnce<F>
+where
+    F: Fn() -> Option<agent_surface_policy::RateDecision> + Send + Sync + 'static,
+{
+    fn reach(&self) -> agent_surface_policy::Reach {
+        agent_surface_policy::Reach::Process
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        _call: agent_surface_policy::CallInfo<'a>,
+        _now: agent_surface_core::Timestamp,
+    ) -> futures_util::future::BoxFuture<'a, agent_surface_policy::RateDecision> {
+        self.acquired.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(agent_surface_policy::RateDecision::Allow(None)))
+    }
+
+    fn acquire_at_once(
+        &self,
+        _call: &agent_surface_policy::CallInfo<'_>,
+        _now: agent_surface_core::Timestamp,
+    ) -> Option<agent_surface_policy::RateDecision> {
+        self.at_once.fetch_add(1, Ordering::SeqCst);
+        (self.decide)()
+    }
+}
+
+/// Sets its flag when dropped: a permit whose release the handler can see.
+struct Released(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Phase 6 asks the limiter's decision at once first and awaits `acquire` only when it has none:
+/// a decision at once lets the call through or refuses it as `acquire`'s would, a permit it grants
+/// is held until the handler is done, and a panic there is `RATE_LIMITED {reason: rate}` with
+/// nothing of its text in the answer.
+#[tokio::test]
+async fn a_limiter_that_decides_at_once_is_not_awaited() {
+    use agent_surface_policy::RateDecision;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
+
+    type Script = Mutex<Vec<Box<dyn FnOnce() -> Option<RateDecision> + Send>>>;
+    let script: Arc<Script> = Arc::new(Mutex::new(Vec::new()));
+    let next = script.clone();
+    let limiter = Arc::new(DecidesAtOnce {
+        decide: move || (next.lock().unwrap().remove(0))(),
+        at_once: AtomicUsize::new(0),
+        acquired: AtomicUsize::new(0),
+    });
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..Default::default() });
+    let released = Arc::new(AtomicBool::new(false));
+    r.provide(released.clone());
+    r.define("demo", |t| {
+        t.capability("run", "Run.").handler(|ctx: Ctx, _: Value| async move {
+            tokio::task::yield_now().await;
+            let released = ctx.state::<Arc<AtomicBool>>().load(Ordering::SeqCst);
+            Ok::<_, AgentSurfaceError>(json!({"releasedBeforeTheEnd": released}))
+        })
+    })
+    .unwrap();
+    let _m = r.mount("demo", "main").unwrap();
+    let run = || r.invoke_detailed(call("demo.run", json!({})), consumer("c"));
+    let counts = || (limiter.at_once.load(Ordering::SeqCst), limiter.acquired.load(Ordering::SeqCst));
+    let push = |f: Box<dyn FnOnce() -> Option<RateDecision> + Send>| script.lock().unwrap().push(f);
+
+    push(Box::new(|| Some(RateDecision::Allow(None))));
+    assert!(run().await.result.is_ok());
+    assert_eq!(counts(), (1, 0), "let through at once, never awaited");
+
+    let held = released.clone();
+    push(Box::new(move || Some(RateDecision::Allow(Some(Box::new(Released(held)))))));
+    let inv = run().await;
+    assert_eq!(inv.result.output(), Some(&json!({"releasedBeforeTheEnd": false})), "held while the handler runs");
+    assert!(released.load(Ordering::SeqCst), "and released when the call ends");
+    assert_eq!(counts(), (2, 0));
+
+    push(Box::new(|| {
+        Some(RateDecision::Limited {
+            reason: agent_surface_core::details::RateLimitReason::Rate,
+            retry_after: Duration::from_millis(250),
+        })
+    }));
+    assert_limited(&run().await, "rate", 250);
+    assert_eq!(counts(), (3, 0));
+
+    push(Box::new(|| None));
+    assert!(run().await.result.is_ok());
+    assert_eq!(counts(), (4, 1), "no decision at once: awaited");
+
+    push(Box::new(|| panic!("limiter bug: redis://10.0.0.9 unreachable")));
+    let inv = run().await;
+    assert_limited(&inv, "rate", 1000);
+    let text = serde_json::to_string(&inv.result).unwrap();
+    assert!(!text.contains("10.0.0.9") && !text.contains("limiter bug"), "{text}");
+    assert_eq!(counts(), (5, 1));
+}

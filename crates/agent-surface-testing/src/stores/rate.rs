@@ -1,9 +1,11 @@
 //! The store kit's checks of a [`RateLimiter`]: a consumer's burst and then an honest wait,
 //! budgets per consumer, per capability and per type taken all-or-nothing, and concurrent callers
-//! who together never take more than the budget.
+//! who together never take more than the budget — asked through `acquire` and, every other call,
+//! first through `acquire_at_once`, as the registry asks.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_surface_core::details::RateLimitReason;
@@ -12,8 +14,23 @@ use agent_surface_policy::{CallInfo, Consumer, Quota, RateDecision, RateLimiter,
 use futures_util::future::join_all;
 
 /// One call of `orders.cancel` by `c`.
-async fn take(limiter: &dyn RateLimiter, c: &Consumer) -> RateDecision {
-    limiter.acquire(CallInfo::new(c, "orders.cancel", "orders", Effect::Destructive, false), Timestamp::now()).await
+async fn take(limiter: &dyn RateLimiter, c: &Consumer, turn: &AtomicBool) -> RateDecision {
+    asked(limiter, CallInfo::new(c, "orders.cancel", "orders", Effect::Destructive, false), turn).await
+}
+
+/// `limiter`'s decision on `call` as the registry asks for it: at once
+/// ([`RateLimiter::acquire_at_once`]) when it can decide so, else through
+/// [`RateLimiter::acquire`]. The kit's calls alternate between this and `acquire` alone, so that
+/// both ways are held to the same budget: `turn` (one per suite) flips on every call, and this
+/// asks at once first when it was set.
+async fn asked(limiter: &dyn RateLimiter, call: CallInfo<'_>, turn: &AtomicBool) -> RateDecision {
+    let now = Timestamp::now();
+    if turn.fetch_xor(true, Ordering::Relaxed)
+        && let Some(decision) = limiter.acquire_at_once(&call, now)
+    {
+        return decision;
+    }
+    limiter.acquire(call, now).await
 }
 
 /// Runs the [`RateLimiter`] suite against `limiter`, which must be configured with the
@@ -29,7 +46,8 @@ async fn take(limiter: &dyn RateLimiter, c: &Consumer) -> RateDecision {
 pub async fn check_rate_limiter(limiter: &dyn RateLimiter, quota: Quota, prefix: &str) {
     let limit = quota.limit().get();
     let consumer = |name: &str| Consumer::anonymous(format!("{prefix}{name}"));
-    let acquire = |c| take(limiter, c);
+    let turn = AtomicBool::new(false);
+    let acquire = |c| take(limiter, c, &turn);
     let a = consumer("a");
     for i in 0..limit {
         let decision = acquire(&a).await;
@@ -87,12 +105,14 @@ pub fn consumer_quotas(quota: Quota) -> HashMap<Scope, Quota> {
 pub async fn check_consumer_quotas(limiter: &dyn RateLimiter, quota: Quota, prefix: &str) {
     let limit = quota.limit().get();
     let consumer = |name: &str| Consumer::anonymous(format!("{prefix}{name}"));
+    let turn = AtomicBool::new(false);
+    let turn = &turn;
     let call = |c: &Consumer, capability: &str| {
         let type_id = capability.split_once('.').map_or(capability, |(t, _)| t);
         let (c, capability, type_id) = (c.clone(), capability.to_string(), type_id.to_string());
         async move {
             let info = CallInfo::new(&c, &capability, &type_id, Effect::Write, false);
-            matches!(limiter.acquire(info, Timestamp::now()).await, RateDecision::Allow(_))
+            matches!(asked(limiter, info, turn).await, RateDecision::Allow(_))
         }
     };
     let a = consumer("a");
