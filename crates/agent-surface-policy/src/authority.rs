@@ -282,13 +282,9 @@ impl Policies {
             let decided = if is_engine {
                 guarded(self.clock.as_ref(), self.budget, || policy.decide_noted(call)).await
             } else {
-                guarded(self.clock.as_ref(), self.budget, || policy.decide(call)).await.map(|decision| {
-                    if decision == AuthorityDecision::Allow {
-                        NotedDecision::allow()
-                    } else {
-                        NotedDecision::new(decision, policy.name(), policy.wants())
-                    }
-                })
+                guarded(self.clock.as_ref(), self.budget, || policy.decide(call))
+                    .await
+                    .map(|decision| noted(policy, decision))
             };
             if let Some(verdict) = concluded(policy, &call, decided) {
                 return verdict;
@@ -302,11 +298,13 @@ impl Policies {
     /// them cannot.
     fn evaluate_noted_at_once<'p>(&'p self, call: &CallInfo<'_>) -> Option<(Verdict<'p>, NotedDecision)> {
         for policy in self.chain(call) {
-            let decided = match crate::guard::catch(|| policy.decide_noted_at_once(call)) {
-                Ok(Some(Ok(noted))) => Ok(noted),
-                Ok(Some(Err(error))) => Err(Failure::Error(error)),
-                Ok(None) => return None,
-                Err(text) => Err(Failure::Panic(text)),
+            // As in `evaluate_noted`: a nested engine says which of its policies decided; any
+            // other policy is noted by its own name.
+            let is_engine = (policy.as_ref() as &dyn std::any::Any).is::<Policies>();
+            let decided = if is_engine {
+                crate::guard::at_once(|| policy.decide_noted_at_once(call))?
+            } else {
+                crate::guard::at_once(|| policy.decide_at_once(call))?.map(|decision| noted(policy, decision))
             };
             if let Some(verdict) = concluded(policy, call, decided) {
                 return Some(verdict);
@@ -331,6 +329,15 @@ impl Policies {
             return (Verdict { decision, decided_by: Some("default-deny"), failed: false }, noted);
         }
         (Verdict::allow(), NotedDecision::allow())
+    }
+}
+
+/// `decision`, noted as `policy`'s own (its name and what it wants) unless it allows.
+fn noted(policy: &Arc<dyn AuthorityPolicy>, decision: AuthorityDecision) -> NotedDecision {
+    if decision == AuthorityDecision::Allow {
+        NotedDecision::allow()
+    } else {
+        NotedDecision::new(decision, policy.name(), policy.wants())
     }
 }
 

@@ -91,6 +91,26 @@ pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|payload| panic_text(payload.as_ref()))
 }
 
+/// Runs user code `f` that decides without awaiting when it can (a hook's `…_at_once`): `None`
+/// when it has no decision, else its decision, or the error it returned or its panic as a
+/// [`Failure`].
+///
+/// ```
+/// use agent_surface_policy::{PolicyError, guard::{Failure, at_once}};
+///
+/// assert!(matches!(at_once(|| Some(Ok::<_, PolicyError>(3))), Some(Ok(3))));
+/// assert!(at_once(|| None::<Result<u8, PolicyError>>).is_none());
+/// let panicked = at_once(|| -> Option<Result<u8, PolicyError>> { panic!("boom") });
+/// assert!(matches!(panicked, Some(Err(Failure::Panic(text))) if text == "boom"));
+/// ```
+pub fn at_once<T>(f: impl FnOnce() -> Option<Result<T, PolicyError>>) -> Option<Result<T, Failure>> {
+    match catch(f) {
+        Ok(None) => None,
+        Ok(Some(answer)) => Some(answer.map_err(Failure::Error)),
+        Err(text) => Some(Err(Failure::Panic(text))),
+    }
+}
+
 /// Builds a user future with `start` and runs it; a panic while building it or while it runs
 /// becomes `Err` with its text. The future is `Unpin` when the user future is.
 ///

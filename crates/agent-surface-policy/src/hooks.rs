@@ -139,7 +139,10 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// the decision is not [`AuthorityDecision::Allow`] (the pipeline's operator event of a
     /// denial says `policy require-role denied: wants role "agent"`). The default names this
     /// policy and its [`wants`](AuthorityPolicy::wants); an engine that holds other policies
-    /// ([`Policies`](crate::Policies)) names the one among them that decided.
+    /// ([`Policies`](crate::Policies)) names the one among them that decided. A policy that
+    /// overrides this and decides at once overrides
+    /// [`decide_noted_at_once`](AuthorityPolicy::decide_noted_at_once) too, or its decisions at
+    /// once are noted as the default notes them.
     fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
         Box::pin(async move {
             let decision = self.decide(call).await?;

@@ -555,7 +555,10 @@ impl MemoryRateLimiter {
             return decided;
         }
         // 2. Every slot is taken: a place in the waiting room, which costs no rate budget yet.
-        let Some(queue) = &self.queue else { return RateDecision::Allow(None) };
+        // (Without a queue the budget has decided at once; were it not to, it decides here.)
+        let Some(queue) = &self.queue else {
+            return self.take_or_limited(&call, now).map_or_else(|limited| limited, |()| RateDecision::Allow(None));
+        };
         let Some(place) = queue.enter() else { return queue.full(call.capability) };
         // 3. The rate budget.
         if let Err(limited) = self.take_or_limited(&call, now) {

@@ -37,13 +37,10 @@ pub(crate) async fn decide_noted(
 /// [`decide_noted`] when the policy decides at once ([`AuthorityPolicy::decide_noted_at_once`],
 /// a panic caught); `None` when it cannot.
 pub(crate) fn decide_noted_at_once(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>) -> Option<NotedDecision> {
-    let failure = match guard::catch(|| policy.decide_noted_at_once(call)) {
-        Ok(Some(Ok(decided))) => return Some(decided),
-        Ok(None) => return None,
-        Ok(Some(Err(error))) => Failure::Error(error),
-        Err(text) => Failure::Panic(text),
-    };
-    Some(failed(policy, call, &failure))
+    Some(match guard::at_once(|| policy.decide_noted_at_once(call))? {
+        Ok(decided) => decided,
+        Err(failure) => failed(policy, call, &failure),
+    })
 }
 
 /// The denial of a policy that failed, with its operator event: a panic is broken user code, an

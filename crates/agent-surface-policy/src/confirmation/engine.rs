@@ -373,18 +373,17 @@ impl ConfirmationEngine {
             return AtOnce::Ask(found);
         }
         for policy in &self.config.policies {
-            let failure = match crate::guard::catch(|| policy.decide_at_once(call)) {
-                Ok(None) => return AtOnce::Ask(found),
-                Ok(Some(Ok(Gate::Open))) => {
+            let failure = match crate::guard::at_once(|| policy.decide_at_once(call)) {
+                None => return AtOnce::Ask(found),
+                Some(Ok(Gate::Open)) => {
                     found.open += 1;
                     continue;
                 }
-                Ok(Some(Ok(Gate::Confirm { summary }))) => {
+                Some(Ok(Gate::Confirm { summary })) => {
                     found.gated = Some(summary);
                     return AtOnce::Ask(found);
                 }
-                Ok(Some(Err(e))) => crate::guard::Failure::Error(e),
-                Err(text) => crate::guard::Failure::Panic(text),
+                Some(Err(failure)) => failure,
             };
             found.gated = Some(policy_failed(policy.as_ref(), call, &failure));
             return AtOnce::Ask(found);

@@ -188,8 +188,10 @@ async fn an_engine_decides_at_once_when_every_policy_it_asks_does() {
         .for_type("shop", awaits(AuthorityDecision::Allow))
         .for_type("broken", FnPolicy::new("broken", |_| panic!("bug: ldap://10.0.0.7")))
         .for_type("failing", FnPolicy::new("failing", |_| Err(PolicyError::new("directory down"))))
-        .for_type("nested", Policies::default_allow().global(RequireRole::new("nested")));
-    let cases: [(&Consumer, &str); 9] = [
+        .for_type("nested", Policies::default_allow().global(RequireRole::new("nested")))
+        .for_type("wrapped", Arc::new(Policies::default_allow().global(RequireRole::new("nested"))));
+    let cases: [(&Consumer, &str); 10] = [
+        (&user, "wrapped.run"),
         (&user, "orders.list"),
         (&user, "orders.cancel"),
         (&anonymous, "orders.list"),

@@ -43,7 +43,7 @@ pub(crate) fn at_once(call: &Call<'_>, limiter: &dyn RateLimiter, input: &Value)
     match guard::catch(|| limiter.acquire_at_once(&info, now)) {
         Ok(Some(decision)) => decided(decision).map(Some),
         Ok(None) => Ok(None),
-        Err(text) => Err(failed(RateLimitReason::Rate, format!("rate limiter panicked: {text}"))),
+        Err(text) => Err(failed(RateLimitReason::Rate, format!("rate limiter {}", Failure::Panic(text)))),
     }
 }
 

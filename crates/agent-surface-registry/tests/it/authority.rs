@@ -584,8 +584,16 @@ async fn a_policy_that_decides_at_once_is_not_awaited() {
     assert!(r.invoke(call("shop.browse", json!({})), signed_in("u", &[])).await.is_ok());
     assert_eq!(counts(&awaits), (2, 2), "no decision at once: awaited");
 
+    let (log, _guard) = Captured::install();
     let panics = policy(|_| panic!("policy bug reading /etc/policy.d/secret.rules"));
     let (r, _m) = shop(RegistryConfig { authority: Some(panics.clone()), ..Default::default() });
     denied_without_leaks(&r, "shop.browse").await;
     assert_eq!(counts(&panics), (1, 0));
+    // The operator channel has the one event a panic in `decide` gives: an ERROR naming the policy.
+    let log = log.text();
+    assert_eq!(log.matches("authority policy panicked; denying").count(), 1, "{log}");
+    assert!(
+        log.contains("ERROR") && log.contains("policy=\"decides-at-once\"") && log.contains("secret.rules"),
+        "{log}"
+    );
 }

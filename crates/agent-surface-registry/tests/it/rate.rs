@@ -438,3 +438,45 @@ async fn a_limiter_that_decides_at_once_is_not_awaited() {
     assert!(!text.contains("10.0.0.9") && !text.contains("limiter bug"), "{text}");
     assert_eq!(counts(), (5, 1));
 }
+
+/// A call whose caller cancels, or whose registry is disposed, before phase 6 takes nothing from
+/// a limiter that decides at once: it is `CANCELLED` in phase 6, before its handler, and the
+/// budget is untouched (a review found nothing held this).
+#[tokio::test]
+async fn a_call_cancelled_before_phase_6_takes_nothing_from_a_limiter_that_decides_at_once() {
+    use std::sync::OnceLock;
+    use tokio_util::sync::CancellationToken;
+
+    let limiter =
+        Arc::new(MemoryRateLimiter::new(RateLimitConfig { per_consumer: Some(per_second(1)), ..Default::default() }));
+    let r = Registry::new(RegistryConfig { rate_limiter: Some(limiter.clone()), ..Default::default() });
+    let cancel = CancellationToken::new();
+    let disposer: Arc<OnceLock<Registry>> = Arc::new(OnceLock::new());
+    let (token, to_dispose) = (cancel.clone(), disposer.clone());
+    r.define("demo", |t| {
+        t.capability("run", "Run.")
+            .precondition(move |_: &Ctx, i: &Value| {
+                match i["then"].as_str() {
+                    Some("cancel") => token.cancel(),
+                    Some("dispose") => to_dispose.get().expect("set before").dispose(),
+                    _ => {}
+                }
+                Ok(())
+            })
+            .handler(|_: Ctx, _: Value| async move { Ok::<_, AgentSurfaceError>(json!({})) })
+    })
+    .unwrap();
+    let _m = r.mount("demo", "main").unwrap();
+
+    let inv =
+        r.invoke_detailed(call("demo.run", json!({"then": "cancel"})), consumer("c").with_cancellation(cancel)).await;
+    assert!(assert_produced(&inv, ErrorCode::Cancelled, Phase::Rate).not_processed());
+    assert_eq!(limiter.bucket_count(), 0, "no unit taken");
+    assert!(r.invoke(call("demo.run", json!({})), consumer("c")).await.is_ok(), "the budget of one is whole");
+    assert_eq!(limiter.bucket_count(), 1);
+
+    let _ = disposer.set(r.clone());
+    let inv = r.invoke_detailed(call("demo.run", json!({"then": "dispose"})), consumer("d")).await;
+    assert!(assert_produced(&inv, ErrorCode::Cancelled, Phase::Rate).not_processed());
+    assert_eq!(limiter.bucket_count(), 1, "the call of `d` took no unit");
+}
