@@ -161,6 +161,46 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// [`Policies`](crate::Policies) engine needs an await, the engine's whole evaluation runs
     /// again through `decide`, which asks this policy again. A panic is caught as in `decide`.
     /// The default: `None`.
+    ///
+    /// A policy that decides from the call alone answers both ways from one function:
+    ///
+    /// ```
+    /// use agent_surface_core::details::Origin;
+    /// use agent_surface_core::Effect;
+    /// use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, Identity, PolicyError};
+    /// use futures_util::future::BoxFuture;
+    ///
+    /// /// Writes only by callers of the `acme` tenant (a claim their sign-in carries).
+    /// struct AcmeWrites;
+    ///
+    /// impl AcmeWrites {
+    ///     fn decision(call: &CallInfo<'_>) -> AuthorityDecision {
+    ///         let tenant = call.consumer.identity().and_then(|i| i.claims.get("tenant")).and_then(|t| t.as_str());
+    ///         match (call.effect, tenant) {
+    ///             (Effect::Read, _) | (_, Some("acme")) => AuthorityDecision::Allow,
+    ///             _ => AuthorityDecision::Deny { origin: Origin::Client },
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// impl AuthorityPolicy for AcmeWrites {
+    ///     fn name(&self) -> &str {
+    ///         "acme-writes"
+    ///     }
+    ///
+    ///     fn decide<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+    ///         Box::pin(std::future::ready(Ok(AcmeWrites::decision(&call))))
+    ///     }
+    ///
+    ///     fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
+    ///         Some(Ok(AcmeWrites::decision(call)))
+    ///     }
+    /// }
+    ///
+    /// let guest = Consumer::authenticated("s-1", Identity::new("u-1"));
+    /// let write = CallInfo::new(&guest, "orders.cancel", "orders", Effect::Write, false);
+    /// assert_eq!(AcmeWrites.decide_at_once(&write).unwrap().unwrap(), AuthorityDecision::Deny { origin: Origin::Client });
+    /// ```
     fn decide_at_once(&self, call: &CallInfo<'_>) -> Option<Result<AuthorityDecision, PolicyError>> {
         let _ = call;
         None
