@@ -364,31 +364,38 @@ fn concluded<'p>(
             Some((verdict, noted))
         }
         Err(failure) => {
-            // A panic is broken user code: an `ERROR`; an error or an overrun a `WARN`.
-            if matches!(failure, Failure::Panic(_)) {
-                tracing::error!(
-                    target: "agent_surface::policy",
-                    policy = policy.name(),
-                    capability = call.capability,
-                    consumer = call.consumer.key(),
-                    cause = %crate::redacted(&failure),
-                    "authority policy panicked; denying"
-                );
-            } else {
-                tracing::warn!(
-                    target: "agent_surface::policy",
-                    policy = policy.name(),
-                    capability = call.capability,
-                    consumer = call.consumer.key(),
-                    cause = %crate::redacted(&failure),
-                    "authority policy failed; denying"
-                );
-            }
-            let decision = AuthorityDecision::Deny { origin: Origin::Client };
-            let noted = NotedDecision::new(decision.clone(), policy.name(), None);
-            Some((Verdict { decision, decided_by: Some(policy.name()), failed: true }, noted))
+            let noted = denial_of_failure(policy.as_ref(), call, &failure);
+            Some((Verdict { decision: noted.decision.clone(), decided_by: Some(policy.name()), failed: true }, noted))
         }
     }
+}
+
+/// What an authority policy that failed — returned an error, panicked or overran its budget —
+/// decided: a denial (`NOT_AUTHORIZED {origin: client}`) noted by its name, wanting nothing. Its
+/// operator event goes out here, target `agent_surface::policy`, with the policy, the capability,
+/// the consumer key and the cause (redacted): an `ERROR` for a panic (broken user code), a `WARN`
+/// for an error or an overrun. The [`Policies`] engine and the registry answer a failed policy so.
+pub fn denial_of_failure(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>, failure: &Failure) -> NotedDecision {
+    if matches!(failure, Failure::Panic(_)) {
+        tracing::error!(
+            target: "agent_surface::policy",
+            policy = policy.name(),
+            capability = call.capability,
+            consumer = call.consumer.key(),
+            cause = %crate::redacted(failure),
+            "authority policy panicked; denying"
+        );
+    } else {
+        tracing::warn!(
+            target: "agent_surface::policy",
+            policy = policy.name(),
+            capability = call.capability,
+            consumer = call.consumer.key(),
+            cause = %crate::redacted(failure),
+            "authority policy failed; denying"
+        );
+    }
+    NotedDecision::new(AuthorityDecision::Deny { origin: Origin::Client }, policy.name(), None)
 }
 
 impl Default for Policies {

@@ -1,8 +1,8 @@
 //! The authority decision, asked the same way by discovery (`snapshot.rs`) and the pipeline's
 //! phase 4 (`pipeline/authority.rs`): below both, so that neither reaches into the other.
 
-use agent_surface_core::details::Origin;
-use agent_surface_policy::guard::{self, Failure, guarded};
+use agent_surface_policy::authority::denial_of_failure;
+use agent_surface_policy::guard::{self, guarded};
 use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Clock, hooks::NotedDecision};
 
 /// Asks the policy within `budget` on `clock` (`RegistryConfig::authority_budget`, or what is
@@ -30,7 +30,7 @@ pub(crate) async fn decide_noted(
 ) -> NotedDecision {
     match guarded(clock, budget, || policy.decide_noted(call)).await {
         Ok(decided) => decided,
-        Err(failure) => failed(policy, &call, &failure),
+        Err(failure) => denial_of_failure(policy, &call, &failure),
     }
 }
 
@@ -39,29 +39,6 @@ pub(crate) async fn decide_noted(
 pub(crate) fn decide_noted_at_once(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>) -> Option<NotedDecision> {
     Some(match guard::at_once(|| policy.decide_noted_at_once(call))? {
         Ok(decided) => decided,
-        Err(failure) => failed(policy, call, &failure),
+        Err(failure) => denial_of_failure(policy, call, &failure),
     })
-}
-
-/// The denial of a policy that failed, with its operator event: a panic is broken user code, an
-/// `ERROR`; an error or an overrun a `WARN`.
-fn failed(policy: &dyn AuthorityPolicy, call: &CallInfo<'_>, failure: &Failure) -> NotedDecision {
-    if matches!(failure, Failure::Panic(_)) {
-        tracing::error!(
-            target: "agent_surface::policy",
-            policy = policy.name(),
-            capability = call.capability,
-            cause = %agent_surface_policy::redacted(failure),
-            "authority policy panicked; denying"
-        );
-    } else {
-        tracing::warn!(
-            target: "agent_surface::policy",
-            policy = policy.name(),
-            capability = call.capability,
-            cause = %agent_surface_policy::redacted(failure),
-            "authority policy failed; denying"
-        );
-    }
-    NotedDecision::new(AuthorityDecision::Deny { origin: Origin::Client }, policy.name(), None)
 }
