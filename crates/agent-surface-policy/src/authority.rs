@@ -587,6 +587,12 @@ impl RequireRole {
 
 /// A named synchronous policy from a closure.
 ///
+/// The closure decides both ways ([`AuthorityPolicy::decide`] and
+/// [`AuthorityPolicy::decide_at_once`]), so the registry never awaits it. It may run more than
+/// once for one call — when another policy of the same engine has to await, the engine's
+/// evaluation runs again through `decide` — so it decides and does nothing else (no counting or
+/// recording of calls in it).
+///
 /// ```
 /// use agent_surface_core::SafeText;
 /// use agent_surface_policy::{AuthorityDecision, FnPolicy};

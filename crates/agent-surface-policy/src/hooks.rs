@@ -156,7 +156,8 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// Decides without awaiting, when the policy can: `Some` with what [`decide`](Self::decide)
     /// would answer, `None` when the decision needs an await (a directory, a database). The
     /// registry asks this first, and [`decide`](Self::decide) only on `None`, so a call that
-    /// policies decide at once costs no boxed future and no timer. A decision here is a decision
+    /// policies decide at once costs no boxed future and no timer (an ambiguous call, asked about
+    /// per instance, still awaits). A decision here is a decision
     /// only, with no effect of its own: when another policy of the same
     /// [`Policies`](crate::Policies) engine needs an await, the engine's whole evaluation runs
     /// again through `decide`, which asks this policy again. A panic is caught as in `decide`.
@@ -357,7 +358,8 @@ pub trait RateLimiter: Send + Sync + 'static {
     /// having taken nothing (no unit of budget, no queue slot, no place in a waiting room), when
     /// the decision needs an await — a shared store's round trip, a wait for a slot. The registry
     /// asks this first and calls `acquire` only on `None`, so a call a limiter in memory decides
-    /// at once costs no boxed future and no timer. A panic here is caught as one in `acquire` is.
+    /// at once costs no boxed future and no timer (unless it grants a permit the call must hold,
+    /// a queue slot). A panic here is caught as one in `acquire` is.
     /// The default: `None`.
     fn acquire_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
         let _ = (call, now);

@@ -596,4 +596,5 @@ async fn a_policy_that_decides_at_once_is_not_awaited() {
         log.contains("ERROR") && log.contains("policy=\"decides-at-once\"") && log.contains("secret.rules"),
         "{log}"
     );
+    assert!(log.contains("consumer=\"u\""), "the event names the consumer, as the engine's do: {log}");
 }
