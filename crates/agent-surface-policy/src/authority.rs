@@ -284,7 +284,7 @@ impl Policies {
             } else {
                 guarded(self.clock.as_ref(), self.budget, || policy.decide(call))
                     .await
-                    .map(|decision| noted(policy, decision))
+                    .map(|decision| NotedDecision::of(policy.as_ref(), decision))
             };
             if let Some(verdict) = concluded(policy, &call, decided) {
                 return verdict;
@@ -304,7 +304,8 @@ impl Policies {
             let decided = if is_engine {
                 crate::guard::at_once(|| policy.decide_noted_at_once(call))?
             } else {
-                crate::guard::at_once(|| policy.decide_at_once(call))?.map(|decision| noted(policy, decision))
+                crate::guard::at_once(|| policy.decide_at_once(call))?
+                    .map(|decision| NotedDecision::of(policy.as_ref(), decision))
             };
             if let Some(verdict) = concluded(policy, call, decided) {
                 return Some(verdict);
@@ -329,15 +330,6 @@ impl Policies {
             return (Verdict { decision, decided_by: Some("default-deny"), failed: false }, noted);
         }
         (Verdict::allow(), NotedDecision::allow())
-    }
-}
-
-/// `decision`, noted as `policy`'s own (its name and what it wants) unless it allows.
-fn noted(policy: &Arc<dyn AuthorityPolicy>, decision: AuthorityDecision) -> NotedDecision {
-    if decision == AuthorityDecision::Allow {
-        NotedDecision::allow()
-    } else {
-        NotedDecision::new(decision, policy.name(), policy.wants())
     }
 }
 

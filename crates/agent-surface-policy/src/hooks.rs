@@ -144,13 +144,7 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// [`decide_noted_at_once`](AuthorityPolicy::decide_noted_at_once) too, or its decisions at
     /// once are noted as the default notes them.
     fn decide_noted<'a>(&'a self, call: CallInfo<'a>) -> BoxFuture<'a, Result<NotedDecision, PolicyError>> {
-        Box::pin(async move {
-            let decision = self.decide(call).await?;
-            if decision == AuthorityDecision::Allow {
-                return Ok(NotedDecision::allow());
-            }
-            Ok(NotedDecision::new(decision, self.name(), self.wants()))
-        })
+        Box::pin(async move { Ok(NotedDecision::of(self, self.decide(call).await?)) })
     }
 
     /// Decides without awaiting, when the policy can: `Some` with what [`decide`](Self::decide)
@@ -211,13 +205,7 @@ pub trait AuthorityPolicy: std::any::Any + Send + Sync + 'static {
     /// [`decide_at_once`](Self::decide_at_once) is. The default notes `decide_at_once`'s
     /// decision as the default `decide_noted` notes `decide`'s.
     fn decide_noted_at_once(&self, call: &CallInfo<'_>) -> Option<Result<NotedDecision, PolicyError>> {
-        Some(self.decide_at_once(call)?.map(|decision| {
-            if decision == AuthorityDecision::Allow {
-                NotedDecision::allow()
-            } else {
-                NotedDecision::new(decision, self.name(), self.wants())
-            }
-        }))
+        Some(self.decide_at_once(call)?.map(|decision| NotedDecision::of(self, decision)))
     }
 
     /// The types and capabilities this policy is configured for, which the registry checks
@@ -291,6 +279,15 @@ impl NotedDecision {
     /// `Allow`, which names nobody (and allocates nothing).
     pub fn allow() -> NotedDecision {
         NotedDecision { decision: AuthorityDecision::Allow, by: String::new(), wants: None }
+    }
+
+    /// `decision`, made by `policy` itself: named by its name and what it wants, unless it allows.
+    pub(crate) fn of<P: AuthorityPolicy + ?Sized>(policy: &P, decision: AuthorityDecision) -> NotedDecision {
+        if decision == AuthorityDecision::Allow {
+            NotedDecision::allow()
+        } else {
+            NotedDecision::new(decision, policy.name(), policy.wants())
+        }
     }
 }
 

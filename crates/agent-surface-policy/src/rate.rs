@@ -551,7 +551,7 @@ impl MemoryRateLimiter {
 
     async fn acquire_now(&self, call: CallInfo<'_>, now: Timestamp) -> RateDecision {
         // 1. Without a queue, or with a free slot, the budget decides at once.
-        if let Some(decided) = self.decide_at_once(&call, now) {
+        if let Some(decided) = self.acquire_at_once(&call, now) {
             return decided;
         }
         // 2. Every slot is taken: a place in the waiting room, which costs no rate budget yet.
@@ -585,23 +585,6 @@ impl MemoryRateLimiter {
                 queue.full(call.capability)
             }
         }
-    }
-
-    /// [`acquire_now`](Self::acquire_now) when it would not await: without a queue, or with a
-    /// free slot. `None`, having taken nothing, when every slot is taken.
-    fn decide_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
-        let slot = match &self.queue {
-            None => None,
-            Some(queue) => Some((queue, queue.semaphore.clone().try_acquire_owned().ok()?)),
-        };
-        // A refused call gives its slot back (dropped here).
-        if let Err(limited) = self.take_or_limited(call, now) {
-            return Some(limited);
-        }
-        Some(match slot {
-            Some((queue, permit)) => self.holding(queue, permit),
-            None => RateDecision::Allow(None),
-        })
     }
 
     /// Takes one unit from every bucket that applies ([`take`](Self::take)), or answers how
@@ -674,10 +657,21 @@ impl RateLimiter for MemoryRateLimiter {
         Box::pin(self.acquire_now(call, now))
     }
 
-    /// Decides at once without a queue, or with a free slot; a call that must wait for a slot is
-    /// left to [`acquire`](RateLimiter::acquire).
+    /// Decides at once without a queue, or with a free slot; `None`, having taken nothing, when
+    /// every slot is taken (the call is left to [`acquire`](RateLimiter::acquire)).
     fn acquire_at_once(&self, call: &CallInfo<'_>, now: Timestamp) -> Option<RateDecision> {
-        self.decide_at_once(call, now)
+        let slot = match &self.queue {
+            None => None,
+            Some(queue) => Some((queue, queue.semaphore.clone().try_acquire_owned().ok()?)),
+        };
+        // A refused call gives its slot back (dropped here).
+        if let Err(limited) = self.take_or_limited(call, now) {
+            return Some(limited);
+        }
+        Some(match slot {
+            Some((queue, permit)) => self.holding(queue, permit),
+            None => RateDecision::Allow(None),
+        })
     }
 
     fn scopes(&self) -> Vec<Scope> {
