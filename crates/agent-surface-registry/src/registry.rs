@@ -214,6 +214,8 @@ pub(crate) struct Inner {
     pub(crate) relayed: crate::relayed::Relayed,
     /// The metric handles, registered once per recorder, transport and capability.
     pub(crate) metrics: crate::telemetry::Handles,
+    /// Whether the subscriber current at construction recorded the wiring warnings' events.
+    wiring_reported: bool,
 }
 
 impl Inner {
@@ -331,6 +333,7 @@ impl Registry {
         for warning in wiring_warnings(&config) {
             tracing::warn!(target: "agent_surface::wiring", "{warning}");
         }
+        let wiring_reported = tracing::enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         Registry {
             inner: Arc::new(Inner {
                 wiring,
@@ -344,6 +347,7 @@ impl Registry {
                 shared: RwLock::new(Arc::new(HashMap::new())),
                 executors: RwLock::new(HashMap::new()),
                 metrics: crate::telemetry::Handles::default(),
+                wiring_reported,
             }),
         }
     }
@@ -353,9 +357,10 @@ impl Registry {
         &self.inner.config
     }
 
-    /// Wiring whose guarantees do not hold across replicas: state that some parts share between
-    /// replicas and others keep per process (see [`WiringWarning`](crate::WiringWarning)). [`Registry::new`] logs
-    /// each at WARN (`agent_surface::wiring`).
+    /// Wiring whose guarantees do not hold: state that some parts share between replicas and
+    /// others keep per process, parts on other clocks or audit trails, a binary that aborts on a
+    /// panic (see [`WiringWarning`](crate::WiringWarning)). [`Registry::new`] logs each at WARN
+    /// (`agent_surface::wiring`).
     ///
     /// ```
     /// use agent_surface_registry::{Registry, RegistryConfig};
@@ -364,6 +369,22 @@ impl Registry {
     /// ```
     pub fn wiring_warnings(&self) -> Vec<crate::WiringWarning> {
         wiring_warnings(&self.inner.config)
+    }
+
+    /// Whether [`Registry::new`]'s `WARN` events for the [wiring warnings](Self::wiring_warnings)
+    /// reached a `tracing` subscriber that records them: `false` when the registry was built
+    /// before any was installed (or under one that filters `agent_surface::wiring` out). `Serve`
+    /// (in `agent-surface`) then says the warnings again when it starts, to the operator log it
+    /// installs or to standard error; an application that installs its subscriber later can do
+    /// the same.
+    ///
+    /// ```
+    /// use agent_surface_registry::{Registry, RegistryConfig};
+    /// // No subscriber here: whatever `Registry::new` logged went nowhere.
+    /// assert!(!Registry::new(RegistryConfig::default()).wiring_reported());
+    /// ```
+    pub fn wiring_reported(&self) -> bool {
+        self.inner.wiring_reported
     }
 
     /// This registry's surface id (new for every registry, i.e. every process or page load).
@@ -901,5 +922,7 @@ fn wiring_warnings(config: &RegistryConfig) -> Vec<crate::WiringWarning> {
         audit: config.audit.as_ref().map(|a| a.sink.clone()),
         // Only a gate that keeps confirmations (and says where) writes their events.
         gate_audit: gate.filter(|g| g.reach().is_some()).map(|g| g.audit_sink()),
+        // Every crate of a binary is built with the profile's one panic strategy.
+        aborts: cfg!(panic = "abort"),
     })
 }

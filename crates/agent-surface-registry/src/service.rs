@@ -1,7 +1,8 @@
 //! [`ServiceBuilder`]: one place to wire a service — the clock, the stores, the audit sink, the
 //! approval base URL, the authority policies and the rate budgets are given once, and the
 //! registry, the confirmation engine and the rate limiter are built from them, consistent by
-//! construction (one clock, one backend, one audit trail; `Registry::wiring_warnings` is empty).
+//! construction (one clock, one backend, one audit trail; `Registry::wiring_warnings` is empty
+//! in a binary that unwinds on a panic, as Cargo builds by default).
 //!
 //! Hand-wiring [`RegistryConfig`] and `ConfirmationConfig` stays possible; this is the short
 //! path the guide shows, and the safe one.

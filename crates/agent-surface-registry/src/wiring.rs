@@ -238,9 +238,10 @@ pub(crate) fn check_requirements(
     Ok(())
 }
 
-/// Wiring that works but whose guarantees do not hold across replicas: state shared by some
-/// parts of a registry and kept per process by others. `Registry::new` logs each at WARN on the
-/// operator channel (`agent_surface::wiring`); `Registry::wiring_warnings` lists them.
+/// Wiring that works but whose guarantees do not hold: state shared by some parts of a registry
+/// and kept per process by others, parts that read different clocks or audit trails, a binary
+/// that cannot catch a panic. `Registry::new` logs each at WARN on the operator channel
+/// (`agent_surface::wiring`); `Registry::wiring_warnings` lists them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WiringWarning {
@@ -266,6 +267,16 @@ pub enum WiringWarning {
     /// executions they allowed are recorded apart, or one of them not at all (the approval inbox's
     /// recent decisions stay empty).
     AuditNotShared,
+    /// The binary is built with `panic = "abort"` (a Cargo profile's `panic` setting, or
+    /// `-C panic=abort`): any panic (a handler's, a hook's, a store's) ends the process, with
+    /// every call in flight and whatever the memory stores hold, instead of failing one call (a
+    /// handler's panic is that call's `EXECUTION_FAILED`, `handler-error`; a hook's takes its
+    /// documented fallback). Build with `panic = "unwind"`, the default.
+    ///
+    /// Read from how the registry crate itself was compiled, which under Cargo is how the whole
+    /// binary is. A panic hook that aborts the process defeats the catch the same way and is not
+    /// seen here.
+    PanicAborts,
 }
 
 impl std::fmt::Display for WiringWarning {
@@ -297,6 +308,11 @@ impl std::fmt::Display for WiringWarning {
                 "the registry's audit trail and the confirmation engine's are not one sink: give \
                  RegistryConfig::audit and ConfirmationConfig::audit the same Arc<dyn AuditSink>"
             }
+            WiringWarning::PanicAborts => {
+                "this binary is built with panic = \"abort\": a panic in a handler, hook or store ends \
+                 the process and every call in flight instead of failing one call (EXECUTION_FAILED); \
+                 build with panic = \"unwind\" (the default) in the profile that builds the service"
+            }
         })
     }
 }
@@ -312,6 +328,8 @@ pub(crate) struct Parts {
     /// The registry's audit sink, and the confirmation gate's when the gate keeps confirmations.
     pub(crate) audit: Option<std::sync::Arc<dyn agent_surface_policy::AuditSink>>,
     pub(crate) gate_audit: Option<Option<std::sync::Arc<dyn agent_surface_policy::AuditSink>>>,
+    /// Whether a panic aborts the process (`cfg!(panic = "abort")` where the registry is built).
+    pub(crate) aborts: bool,
 }
 
 /// What the wiring report finds in `parts` (see [`WiringWarning`]).
@@ -331,6 +349,9 @@ pub(crate) fn report(parts: &Parts) -> Vec<WiringWarning> {
         if !shared {
             out.push(WiringWarning::AuditNotShared);
         }
+    }
+    if parts.aborts {
+        out.push(WiringWarning::PanicAborts);
     }
     out
 }
@@ -353,4 +374,34 @@ pub(crate) fn warnings(
         out.push(WiringWarning::SharedIdempotencyLocalRates);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn parts(aborts: bool) -> Parts {
+        Parts {
+            idempotency: agent_surface_policy::Reach::Process,
+            rates: None,
+            confirmations: None,
+            clock: Arc::new(agent_surface_policy::SystemClock),
+            clocks: Vec::new(),
+            audit: None,
+            gate_audit: None,
+            aborts,
+        }
+    }
+
+    /// A build that cannot catch a panic is reported, and only that build (a test binary
+    /// unwinds, so `Registry::new` cannot be made to see one: the report is checked directly).
+    #[test]
+    fn a_binary_that_aborts_on_a_panic_is_reported() {
+        assert_eq!(report(&parts(true)), [WiringWarning::PanicAborts]);
+        assert_eq!(report(&parts(false)), []);
+        let text = WiringWarning::PanicAborts.to_string();
+        assert!(text.contains("panic = \"abort\"") && text.contains("panic = \"unwind\""), "{text}");
+    }
 }

@@ -674,17 +674,52 @@ impl Serve {
 
     /// Installs the operator log, unless turned off or another subscriber is installed; without
     /// the `operator-log` feature there is none to install, and the application brings its own.
+    /// Then says the registry's wiring warnings again if nothing recorded them when it was built
+    /// (the guide's order: the service is built before `Serve` installs the log).
     fn install_operator_log(&self) {
+        use std::io::Write as _;
         #[cfg(feature = "operator-log")]
         if self.operator_log && !tracing::dispatcher::has_been_set() {
             // Another thread may have installed one since: then theirs is kept.
             let _ = agent_surface_registry::operator_log::init();
         }
-        if let Some(notice) = no_operator_log(cfg!(feature = "operator-log"), tracing::dispatcher::has_been_set()) {
-            use std::io::Write as _;
+        let logged = tracing::dispatcher::has_been_set();
+        if let Some(notice) = no_operator_log(cfg!(feature = "operator-log"), logged) {
             // Standard error: over stdio, standard output is the protocol's.
             let _ = writeln!(std::io::stderr(), "{notice}");
         }
+        let repeat = repeat_wiring(self.service.registry.wiring_reported(), logged);
+        if repeat == Repeat::Nowhere {
+            return;
+        }
+        for warning in self.service.registry.wiring_warnings() {
+            match repeat {
+                Repeat::Log => tracing::warn!(target: "agent_surface::wiring", "{warning}"),
+                _ => drop(writeln!(std::io::stderr(), "agent-surface: {warning}")),
+            }
+        }
+    }
+}
+
+/// Where `Serve` says the registry's wiring warnings again when it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Repeat {
+    /// Nowhere: a subscriber recorded them when `Registry::new` logged them.
+    Nowhere,
+    /// To the operator channel, which a subscriber now records.
+    Log,
+    /// To standard error: nothing records the operator channel.
+    StandardError,
+}
+
+/// Where the wiring warnings go at start, given whether they were `reported` when the registry
+/// was built (`Registry::wiring_reported`) and whether a global `tracing` subscriber is `logged`
+/// now (the operator log `Serve` installs, or the application's).
+fn repeat_wiring(reported: bool, logged: bool) -> Repeat {
+    match (reported, logged) {
+        (true, _) => Repeat::Nowhere,
+        (false, true) => Repeat::Log,
+        (false, false) => Repeat::StandardError,
     }
 }
 
@@ -1071,7 +1106,7 @@ fn web_address_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_id, no_operator_log, public_path, web_address_host};
+    use super::{Repeat, key_id, no_operator_log, public_path, repeat_wiring, web_address_host};
 
     #[test]
     fn the_path_of_a_public_url() {
@@ -1107,6 +1142,16 @@ mod tests {
         assert_eq!(no_operator_log(true, false), None);
         assert_eq!(no_operator_log(false, true), None);
         assert_eq!(no_operator_log(true, true), None);
+    }
+
+    /// The wiring warnings `Registry::new` logged to nothing that records them are said again
+    /// when the service starts: to the operator channel when something records it now, else to
+    /// standard error; not twice when a subscriber saw them at construction.
+    #[test]
+    fn wiring_warnings_nobody_recorded_are_said_at_start() {
+        assert_eq!(repeat_wiring(false, true), Repeat::Log);
+        assert_eq!(repeat_wiring(false, false), Repeat::StandardError);
+        assert_eq!(repeat_wiring(true, true), Repeat::Nowhere);
     }
 
     #[test]

@@ -616,3 +616,54 @@ async fn approval_states_given_through_mcp_seal_the_rounds() {
     drop((service, stores));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A service built before anything records the operator channel (the guide's order: build, then
+/// `Serve`) still reports its wiring warnings: `Registry::new` logs them to no subscriber, so
+/// `Serve` says them again when it starts, to the operator log it installs or, without one, to
+/// standard error; once only when the log was there first. Each case runs in a process of its
+/// own (this binary run again for this test alone), since a global subscriber, once set, stays.
+#[tokio::test]
+async fn wiring_warnings_nobody_recorded_are_said_when_the_service_starts() {
+    // Makes this binary, run again, the service under test: `log` to serve with the operator log
+    // `Serve` installs, `none` without one, `early` with the log installed before the build.
+    const WIRING_CHILD: &str = "AGENT_SURFACE_TEST_WIRING_CHILD";
+    if let Ok(mode) = std::env::var(WIRING_CHILD) {
+        if mode == "early" {
+            agent_surface::registry::operator_log::init().expect("the first subscriber");
+        }
+        // A policy on a clock of its own, given by hand: the registry reads another.
+        let start = agent_surface::core::Timestamp::from_unix_millis(1_795_957_200_000);
+        let policies = Policies::default_deny().with_clock(Arc::new(agent_surface::policy::ManualClock::new(start)));
+        let service = ServiceBuilder::new()
+            .registry(agent_surface::registry::RegistryConfig {
+                authority: Some(Arc::new(policies)),
+                ..Default::default()
+            })
+            .build();
+        assert_eq!(
+            service.registry.wiring_warnings(),
+            [agent_surface::registry::WiringWarning::ClockDiffers { part: "authority policy" }]
+        );
+        let running = Serve::new(service).operator_log(mode != "none").bind("127.0.0.1:0").await.expect("serves");
+        running.stop();
+        running.stopped().await.expect("stops");
+        return;
+    }
+    for (mode, said) in [
+        ("log", "WARN agent_surface::wiring: the authority policy reads another clock than the registry"),
+        ("none", "agent-surface: the authority policy reads another clock than the registry"),
+        // Recorded when the registry was built, so not said twice.
+        ("early", "WARN agent_surface::wiring: the authority policy reads another clock than the registry"),
+    ] {
+        let child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "wiring_warnings_nobody_recorded_are_said_when_the_service_starts", "--nocapture"])
+            .env(WIRING_CHILD, mode)
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&child.stderr);
+        assert!(child.status.success(), "{mode}: {stderr}");
+        assert_eq!(stderr.matches(said).count(), 1, "{mode}: {stderr}");
+    }
+}
