@@ -330,10 +330,11 @@ impl Registry {
             &config.late_types,
         );
         let relayed = crate::relayed::Relayed::new(config.relayed_confirmations);
+        // Asked before the events, of the subscriber they go to (global or this thread's).
+        let wiring_reported = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         for warning in wiring_warnings(&config) {
             tracing::warn!(target: "agent_surface::wiring", "{warning}");
         }
-        let wiring_reported = tracing::enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         Registry {
             inner: Arc::new(Inner {
                 wiring,

@@ -679,15 +679,18 @@ impl Serve {
     fn install_operator_log(&self) {
         use std::io::Write as _;
         #[cfg(feature = "operator-log")]
-        if self.operator_log && !tracing::dispatcher::has_been_set() {
-            // Another thread may have installed one since: then theirs is kept.
+        if self.operator_log {
+            // Refused, changing nothing, when the process has a global subscriber: theirs is kept.
             let _ = agent_surface_registry::operator_log::init();
         }
-        let logged = tracing::dispatcher::has_been_set();
-        if let Some(notice) = no_operator_log(cfg!(feature = "operator-log"), logged) {
+        // Something records the operator channel here: a subscriber is current (a global one, or
+        // this thread's), not merely one that was set once and whose scope has ended.
+        let subscriber = tracing::dispatcher::get_default(|d| !d.is::<tracing::subscriber::NoSubscriber>());
+        if let Some(notice) = no_operator_log(cfg!(feature = "operator-log"), subscriber) {
             // Standard error: over stdio, standard output is the protocol's.
             let _ = writeln!(std::io::stderr(), "{notice}");
         }
+        let logged = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         let repeat = repeat_wiring(self.service.registry.wiring_reported(), logged);
         if repeat == Repeat::Nowhere {
             return;
@@ -713,8 +716,9 @@ enum Repeat {
 }
 
 /// Where the wiring warnings go at start, given whether they were `reported` when the registry
-/// was built (`Registry::wiring_reported`) and whether a global `tracing` subscriber is `logged`
-/// now (the operator log `Serve` installs, or the application's).
+/// was built (`Registry::wiring_reported`) and whether they would be `logged` now (a current
+/// subscriber records `WARN` on `agent_surface::wiring`: the operator log `Serve` installs, or
+/// the application's).
 fn repeat_wiring(reported: bool, logged: bool) -> Repeat {
     match (reported, logged) {
         (true, _) => Repeat::Nowhere,

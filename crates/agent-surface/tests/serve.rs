@@ -625,11 +625,15 @@ async fn approval_states_given_through_mcp_seal_the_rounds() {
 #[tokio::test]
 async fn wiring_warnings_nobody_recorded_are_said_when_the_service_starts() {
     // Makes this binary, run again, the service under test: `log` to serve with the operator log
-    // `Serve` installs, `none` without one, `early` with the log installed before the build.
+    // `Serve` installs, `none` without one, `early` with the log installed before the build,
+    // `scoped` after a thread-local subscriber came and went (a global one was never set).
     const WIRING_CHILD: &str = "AGENT_SURFACE_TEST_WIRING_CHILD";
     if let Ok(mode) = std::env::var(WIRING_CHILD) {
         if mode == "early" {
             agent_surface::registry::operator_log::init().expect("the first subscriber");
+        }
+        if mode == "scoped" {
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || ());
         }
         // A policy on a clock of its own, given by hand: the registry reads another.
         let start = agent_surface::core::Timestamp::from_unix_millis(1_795_957_200_000);
@@ -654,16 +658,21 @@ async fn wiring_warnings_nobody_recorded_are_said_when_the_service_starts() {
         ("none", "agent-surface: the authority policy reads another clock than the registry"),
         // Recorded when the registry was built, so not said twice.
         ("early", "WARN agent_surface::wiring: the authority policy reads another clock than the registry"),
+        // A scope that ended records nothing: `Serve` still installs its log and says them there.
+        ("scoped", "WARN agent_surface::wiring: the authority policy reads another clock than the registry"),
     ] {
         let child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
             .args(["--exact", "wiring_warnings_nobody_recorded_are_said_when_the_service_starts", "--nocapture"])
             .env(WIRING_CHILD, mode)
+            // The operator log's defaults: `WARN` and up, as text.
             .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
+            .env_remove(agent_surface::registry::operator_log::FORMAT_VAR)
             .output()
             .expect("runs");
         let stderr = String::from_utf8_lossy(&child.stderr);
         assert!(child.status.success(), "{mode}: {stderr}");
         assert_eq!(stderr.matches(said).count(), 1, "{mode}: {stderr}");
+        // Said once in all, not also the other way.
+        assert_eq!(stderr.matches("the authority policy reads another clock").count(), 1, "{mode}: {stderr}");
     }
 }
