@@ -72,11 +72,13 @@ impl ResourceServer {
         if config.authorization_servers.len() > 1 {
             // One key set serves every issuer: a key of one signs for all of them, and approvals,
             // quorums and the inbox compare subjects, which only one issuer makes unique.
-            tracing::warn!(
-                target: "agent_surface::wiring",
-                issuers = config.authorization_servers.len(),
-                "several authorization servers share one key set: any of their keys is accepted for every one of them, and a subject is taken to be the same person whichever issued it; trust them alike, or run one resource server per issuer"
-            );
+            // Kept for a log installed later when nothing records it now (`Serve` says it then).
+            agent_surface_policy::wiring::warn(&format!(
+                "several authorization servers ({}) share one key set: any of their keys is accepted for every \
+                 one of them, and a subject is taken to be the same person whichever issued it; trust them alike, \
+                 or run one resource server per issuer",
+                config.authorization_servers.len()
+            ));
         }
         if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a.family() == AlgorithmFamily::Hmac) {
             return Err(ConfigError::Algorithms);

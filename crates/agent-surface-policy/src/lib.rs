@@ -43,8 +43,9 @@
 //! [`confirmation`] (records, quorum slots, store outcomes, limits), [`idempotency`] (the admission
 //! protocol a store implements), [`guard`] (running application code fail-closed), [`hooks`],
 //! [`audit`], [`authority`], [`rate`], [`clock`], [`authn`], [`task`], [`principal`],
-//! [`store`] (what every store trait shares: its errors, its usage, the common contract) and
-//! [`stored`] (the record formats the shared stores write).
+//! [`store`] (what every store trait shares: its errors, its usage, the common contract),
+//! [`stored`] (the record formats the shared stores write) and [`wiring`] (warnings about a
+//! service's wiring, kept for a log installed later).
 //!
 //! # Examples
 //!
@@ -102,6 +103,7 @@ mod redact;
 pub mod store;
 pub mod stored;
 pub mod task;
+pub mod wiring;
 
 // The root re-exports what an application names (see the crate docs); what only the sibling crates
 // and store backends use stays behind its module's path.

@@ -251,7 +251,8 @@ impl RedisStores {
             .map_err(ConnectError::unreachable)?;
         let stores = RedisStores { conn, config, client, told: std::sync::Arc::default() };
         for warning in stores.durability_warnings().await {
-            tracing::warn!(target: "agent_surface::wiring", "{warning}");
+            // Kept for a log installed later when nothing records it now (`Serve` says it then).
+            agent_surface_policy::wiring::warn(&warning);
         }
         Ok(stores)
     }
@@ -259,7 +260,8 @@ impl RedisStores {
     /// What in the server's configuration puts the stores' guarantees at risk (see *Running Redis
     /// for these guarantees* in the crate docs): no append-only file, one the operating system
     /// flushes when it likes (`appendfsync no`), or a `maxmemory-policy` that evicts keys.
-    /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring`. Empty when the
+    /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring` (kept, when no
+    /// subscriber records them yet, for the log `Serve` installs: [`agent_surface_policy::wiring`]). Empty when the
     /// configuration is as advised, and when the server does not let this client read it (`CONFIG
     /// GET` refused, as managed services may; logged at `DEBUG`): then the operator checks it by
     /// hand. (`appendfsync everysec`, Redis' default, is not named: it loses at most the last

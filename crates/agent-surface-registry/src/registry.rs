@@ -333,7 +333,8 @@ impl Registry {
         // Asked before the events, of the subscriber they go to (global or this thread's).
         let wiring_reported = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         for warning in wiring_warnings(&config) {
-            tracing::warn!(target: "agent_surface::wiring", "{warning}");
+            // Kept for a log installed later when nothing records it now (`Serve` says it then).
+            agent_surface_policy::wiring::warn(&warning.to_string());
         }
         Registry {
             inner: Arc::new(Inner {
@@ -374,10 +375,11 @@ impl Registry {
 
     /// Whether [`Registry::new`]'s `WARN` events for the [wiring warnings](Self::wiring_warnings)
     /// reached a `tracing` subscriber that records them: `false` when the registry was built
-    /// before any was installed (or under one that filters `agent_surface::wiring` out). `Serve`
-    /// (in `agent-surface`) then says the warnings again when it starts, to the operator log it
-    /// installs or to standard error; an application that installs its subscriber later can do
-    /// the same.
+    /// before any was installed (or under one that filters `agent_surface::wiring` out). Such
+    /// warnings are kept ([`agent_surface_policy::wiring`]) and `Serve` (in `agent-surface`) says
+    /// them again when it starts, to the operator log it installs or to standard error; an
+    /// application that installs its subscriber later can do the same
+    /// ([`agent_surface_policy::wiring::take_unrecorded`]).
     ///
     /// ```
     /// use agent_surface_registry::{Registry, RegistryConfig};

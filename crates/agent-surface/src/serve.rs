@@ -63,7 +63,10 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   what is left (`Registry::dispose`); a second signal cancels at once;
 /// - **the operator log** (`registry::operator_log`: `RUST_LOG`, text or JSON on standard
 ///   error, credentials masked) is installed, unless the application installed a `tracing`
-///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)).
+///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)); the
+///   wiring warnings said before anything recorded them (the registry's, the Redis stores' at
+///   connect, an OAuth resource server's: `policy::wiring`) are said there once, or on standard
+///   error when there is no log.
 ///
 /// It refuses to start ([`ServeError::Refused`], before it listens) when:
 /// - the inbox is served but agents are not told where it is (no approval base URL: give the
@@ -674,8 +677,9 @@ impl Serve {
 
     /// Installs the operator log, unless turned off or another subscriber is installed; without
     /// the `operator-log` feature there is none to install, and the application brings its own.
-    /// Then says the registry's wiring warnings again if nothing recorded them when it was built
-    /// (the guide's order: the service is built before `Serve` installs the log).
+    /// Then says again the wiring warnings nothing recorded when they were said (the guide's
+    /// order: the service, its stores and its authenticator are built before `Serve` installs the
+    /// log), kept by `agent_surface_policy::wiring`: each once, whichever part said it.
     fn install_operator_log(&self) {
         use std::io::Write as _;
         #[cfg(feature = "operator-log")]
@@ -690,40 +694,18 @@ impl Serve {
             // Standard error: over stdio, standard output is the protocol's.
             let _ = writeln!(std::io::stderr(), "{notice}");
         }
-        let logged = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
-        let repeat = repeat_wiring(self.service.registry.wiring_reported(), logged);
-        if repeat == Repeat::Nowhere {
+        let held = agent_surface_policy::wiring::take_unrecorded();
+        if held.is_empty() {
             return;
         }
-        for warning in self.service.registry.wiring_warnings() {
-            match repeat {
-                Repeat::Log => tracing::warn!(target: "agent_surface::wiring", "{warning}"),
-                _ => drop(writeln!(std::io::stderr(), "agent-surface: {warning}")),
+        let logged = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
+        for warning in held {
+            if logged {
+                tracing::warn!(target: "agent_surface::wiring", "{warning}");
+            } else {
+                let _ = writeln!(std::io::stderr(), "agent-surface: {warning}");
             }
         }
-    }
-}
-
-/// Where `Serve` says the registry's wiring warnings again when it starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Repeat {
-    /// Nowhere: a subscriber recorded them when `Registry::new` logged them.
-    Nowhere,
-    /// To the operator channel, which a subscriber now records.
-    Log,
-    /// To standard error: nothing records the operator channel.
-    StandardError,
-}
-
-/// Where the wiring warnings go at start, given whether they were `reported` when the registry
-/// was built (`Registry::wiring_reported`) and whether they would be `logged` now (a current
-/// subscriber records `WARN` on `agent_surface::wiring`: the operator log `Serve` installs, or
-/// the application's).
-fn repeat_wiring(reported: bool, logged: bool) -> Repeat {
-    match (reported, logged) {
-        (true, _) => Repeat::Nowhere,
-        (false, true) => Repeat::Log,
-        (false, false) => Repeat::StandardError,
     }
 }
 
@@ -1110,7 +1092,7 @@ fn web_address_host(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Repeat, key_id, no_operator_log, public_path, repeat_wiring, web_address_host};
+    use super::{key_id, no_operator_log, public_path, web_address_host};
 
     #[test]
     fn the_path_of_a_public_url() {
@@ -1146,16 +1128,6 @@ mod tests {
         assert_eq!(no_operator_log(true, false), None);
         assert_eq!(no_operator_log(false, true), None);
         assert_eq!(no_operator_log(true, true), None);
-    }
-
-    /// The wiring warnings `Registry::new` logged to nothing that records them are said again
-    /// when the service starts: to the operator channel when something records it now, else to
-    /// standard error; not twice when a subscriber saw them at construction.
-    #[test]
-    fn wiring_warnings_nobody_recorded_are_said_at_start() {
-        assert_eq!(repeat_wiring(false, true), Repeat::Log);
-        assert_eq!(repeat_wiring(false, false), Repeat::StandardError);
-        assert_eq!(repeat_wiring(true, true), Repeat::Nowhere);
     }
 
     #[test]

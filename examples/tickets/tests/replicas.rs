@@ -85,7 +85,12 @@ fn keep(stderr: std::process::ChildStderr) -> Arc<Mutex<VecDeque<String>>> {
 
 /// Starts a replica and waits for the address it prints.
 fn start(redis: &str, prefix: &str) -> Replica {
-    let mut child = replica_command(redis, prefix).spawn().expect("spawns");
+    start_with(redis, prefix, &[])
+}
+
+/// [`start`], with `extra` arguments.
+fn start_with(redis: &str, prefix: &str, extra: &[&str]) -> Replica {
+    let mut child = replica_command(redis, prefix).args(extra).spawn().expect("spawns");
     let log = keep(child.stderr.take().expect("stderr"));
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
@@ -344,6 +349,28 @@ fn the_operator_log_the_metrics_and_the_drain_of_a_replica() {
     assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs").success());
     let status = exited(&mut replica.child).expect("the replica exits once drained");
     assert!(status.success(), "{status}");
+}
+
+/// A replica made with a wiring that puts a guarantee at risk says so in the operator log its
+/// `Serve` installs, though it made the part before `Serve` started (the guide's order): here two
+/// issuers, whose one key set signs for both.
+#[test]
+fn a_wiring_warning_said_before_serve_starts_reaches_the_operator_log() {
+    let Some((url, prefix)) = redis("wiring") else { return };
+    let replica = start_with(&url, &prefix, &["--oauth-issuer", "https://other-id.tickets.test"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let said = loop {
+        let lines: Vec<Value> = replica.log().iter().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+        let wiring = lines.iter().filter(|l| l["target"] == "agent_surface::wiring");
+        let said: Vec<Value> = wiring.filter(|l| l.to_string().contains("share one key set")).cloned().collect();
+        if !said.is_empty() {
+            break said;
+        }
+        assert!(Instant::now() < deadline, "no wiring warning logged: {lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(said.len(), 1, "said once: {said:?}");
+    assert_eq!(said[0]["level"], "WARN", "{said:?}");
 }
 
 /// A SIGTERM sent the moment a replica says it listens drains it too (its handlers are installed

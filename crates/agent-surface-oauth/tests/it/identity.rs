@@ -66,7 +66,9 @@ fn the_operator_log_gets_the_reason_never_the_token() {
 }
 
 /// Several authorization servers share one key set, and a subject is one person whichever of them
-/// issued it: the construction says so on the operator channel, once; one issuer says nothing.
+/// issued it: the construction says so on the operator channel, once, and keeps it for a log
+/// installed later when nothing records it yet (the guide builds this before `Serve` installs
+/// the log); one issuer says nothing.
 #[test]
 fn several_issuers_are_reported_at_construction() {
     let several = agent_surface_oauth::ResourceServerConfig {
@@ -74,9 +76,16 @@ fn several_issuers_are_reported_at_construction() {
         ..crate::fixture::config()
     };
     let (built, log) =
-        agent_surface_testing::capture_operator_log(|| agent_surface_oauth::ResourceServer::new(several));
+        agent_surface_testing::capture_operator_log(|| agent_surface_oauth::ResourceServer::new(several.clone()));
     assert!(built.is_ok());
-    assert_eq!(log.matches("several authorization servers share one key set").count(), 1, "{log}");
+    assert_eq!(log.matches("several authorization servers (2) share one key set").count(), 1, "{log}");
+    // The only test of this binary that takes the kept warnings.
+    let unrecorded = |warnings: Vec<String>| warnings.iter().filter(|w| w.contains("share one key set")).count();
+    assert_eq!(unrecorded(agent_surface_policy::wiring::take_unrecorded()), 0, "recorded, so not kept");
+    let nobody = tracing::subscriber::NoSubscriber::default();
+    let built = tracing::subscriber::with_default(nobody, || agent_surface_oauth::ResourceServer::new(several));
+    assert!(built.is_ok());
+    assert_eq!(unrecorded(agent_surface_policy::wiring::take_unrecorded()), 1);
     let (_, log) = agent_surface_testing::capture_operator_log(|| {
         agent_surface_oauth::ResourceServer::new(crate::fixture::config())
     });

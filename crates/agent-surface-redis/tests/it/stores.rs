@@ -251,6 +251,15 @@ async fn a_redis_that_may_forget_writes_is_named_at_connect() {
             assert!(warnings[0].contains("appendonly no") && warnings[0].contains("used twice"), "{warnings:?}");
             assert!(warnings[1].contains("allkeys-lru") && warnings[1].contains("noeviction"), "{warnings:?}");
         }
+        // Said at connect to no subscriber (the guide connects before `Serve` installs the log):
+        // kept for the log installed later. The only test of this binary that takes them.
+        use tracing::instrument::WithSubscriber as _;
+        let nobody = tracing::subscriber::NoSubscriber::default();
+        let _ = agent_surface_policy::wiring::take_unrecorded();
+        RedisStores::connect(&site.url(), config.clone()).with_subscriber(nobody).await.expect("connects");
+        let kept = agent_surface_policy::wiring::take_unrecorded();
+        let named = |what: &str| kept.iter().filter(|w| w.contains(what)).count();
+        assert_eq!((named("appendonly no"), named("allkeys-lru")), (1, 1), "{kept:?}");
     }
     let _server = site.start_with(&["--appendfsync", "no"]);
     let stores = RedisStores::connect(&site.url(), config).await.expect("connects");
