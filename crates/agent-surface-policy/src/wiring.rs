@@ -4,9 +4,9 @@
 //!
 //! A part that finds its wiring or its environment puts a guarantee at risk (a Redis that may
 //! forget what the stores wrote, several OAuth issuers sharing one key set, a registry whose parts
-//! read different clocks) says so with [`warn`]: a `WARN` event on `agent_surface::wiring`, and,
-//! when no subscriber records that event where it is said, a copy kept in a small process-wide
-//! list. Whoever installs the operator log afterwards [takes](take_unrecorded) the list and says
+//! read different clocks) says so with [`warn`]: a `WARN` event on `agent_surface::wiring` when
+//! a subscriber records that event where it is said, and otherwise a copy kept in a small
+//! process-wide list. Whoever installs the operator log afterwards [takes](take_unrecorded) the list and says
 //! them again: `Serve` (in `agent-surface`) does when it starts, to the log it installs or, with
 //! none, to standard error. An application that installs its own subscriber after building the
 //! service does the same.
@@ -36,24 +36,45 @@ pub const HELD_MAX: usize = 64;
 /// The warnings no subscriber recorded, in the order first said.
 static HELD: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// Logs `warning` at `WARN` on `agent_surface::wiring`, and keeps it for
-/// [`take_unrecorded`] when nothing records that event here (no subscriber, or one whose filter
-/// leaves the target out). Returns whether a subscriber recorded it.
+/// Logs `warning` at `WARN` on `agent_surface::wiring` when a subscriber records that event
+/// here; otherwise (no subscriber, or one whose filter leaves the target out) keeps it for
+/// [`take_unrecorded`]. Returns whether a subscriber recorded it.
+///
+/// The text says what is wrong and what to do; it passes through the process's
+/// [redactor](crate::redact) and has its control characters escaped (a value read from a server
+/// may hold a line break), since it may be written to standard error as it is.
 pub fn warn(warning: &str) -> bool {
-    // Asked of the subscriber the event goes to: the global one, or this thread's.
-    let recorded = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
-    tracing::warn!(target: "agent_surface::wiring", "{warning}");
-    if !recorded {
+    let warning = fit(warning);
+    // Asked, and kept, under the lock `take_unrecorded` takes, so that a log installed meanwhile
+    // finds the warning kept or is asked after it was; and the event is sent only when something
+    // records it: one sent to nothing and recorded by a log installed just after would also be
+    // said by whoever takes the kept copy.
+    let recorded = {
         let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.len() < HELD_MAX && !held.iter().any(|w| w == warning) {
-            held.push(warning.to_string());
+        // Asked of the subscriber the event goes to: the global one, or this thread's.
+        let recorded = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
+        if !recorded && held.len() < HELD_MAX && !held.contains(&warning) {
+            held.push(warning.clone());
         }
+        recorded
+    };
+    if recorded {
+        tracing::warn!(target: "agent_surface::wiring", "{warning}");
     }
     recorded
 }
 
-/// The wiring warnings [`warn`] said when nothing recorded them, in the order first said; the
-/// list is empty afterwards, so each is said again once, by whoever took it.
+/// `warning` redacted, with its control characters escaped (`\n`, `\u{1b}`).
+fn fit(warning: &str) -> String {
+    let redacted = crate::redact(warning);
+    if !redacted.chars().any(char::is_control) {
+        return redacted.into_owned();
+    }
+    redacted.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// The wiring warnings [`warn`] kept because nothing recorded them, in the order first said; the
+/// list is empty afterwards, so each is said once, by whoever took it.
 pub fn take_unrecorded() -> Vec<String> {
     std::mem::take(&mut *HELD.lock().unwrap_or_else(PoisonError::into_inner))
 }
@@ -75,6 +96,9 @@ mod tests {
         assert!(!warn("first"));
         assert_eq!(take_unrecorded(), ["first", "second"]);
         assert!(take_unrecorded().is_empty());
+        // Fit to be written as it is: redacted, one line.
+        assert!(!warn("Redis says:\nmaxmemory-policy x\u{1b}[2J at redis://app:s3cret@db.internal"));
+        assert_eq!(take_unrecorded(), ["Redis says:\\nmaxmemory-policy x\\u{1b}[2J at redis://app:***@db.internal"]);
         // Bounded.
         for i in 0..HELD_MAX + 5 {
             warn(&format!("warning {i}"));

@@ -65,8 +65,8 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   error, credentials masked) is installed, unless the application installed a `tracing`
 ///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)); the
 ///   wiring warnings said before anything recorded them (the registry's, the Redis stores' at
-///   connect, an OAuth resource server's: `policy::wiring`) are said there once, or on standard
-///   error when there is no log.
+///   connect, an OAuth resource server's: `policy::wiring`) are said there once (or to the
+///   application's subscriber), and on standard error when no subscriber is installed.
 ///
 /// It refuses to start ([`ServeError::Refused`], before it listens) when:
 /// - the inbox is served but agents are not told where it is (no approval base URL: give the
@@ -677,9 +677,10 @@ impl Serve {
 
     /// Installs the operator log, unless turned off or another subscriber is installed; without
     /// the `operator-log` feature there is none to install, and the application brings its own.
-    /// Then says again the wiring warnings nothing recorded when they were said (the guide's
-    /// order: the service, its stores and its authenticator are built before `Serve` installs the
-    /// log), kept by `agent_surface_policy::wiring`: each once, whichever part said it.
+    /// Then says the wiring warnings nothing recorded when they were said (the guide's order: the
+    /// service, its stores and its authenticator are built before `Serve` installs the log), kept
+    /// by `agent_surface_policy::wiring`: each once, whichever part said it, to the subscriber
+    /// now current or, with none, to standard error.
     fn install_operator_log(&self) {
         use std::io::Write as _;
         #[cfg(feature = "operator-log")]
@@ -694,13 +695,10 @@ impl Serve {
             // Standard error: over stdio, standard output is the protocol's.
             let _ = writeln!(std::io::stderr(), "{notice}");
         }
-        let held = agent_surface_policy::wiring::take_unrecorded();
-        if held.is_empty() {
-            return;
-        }
-        let logged = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
-        for warning in held {
-            if logged {
+        // To the subscriber, whose filter decides (an operator who keeps only errors has said
+        // so); to standard error only when there is none.
+        for warning in agent_surface_policy::wiring::take_unrecorded() {
+            if subscriber {
                 tracing::warn!(target: "agent_surface::wiring", "{warning}");
             } else {
                 let _ = writeln!(std::io::stderr(), "agent-surface: {warning}");
