@@ -25,7 +25,8 @@
 //!
 //! **Each store operation is one transaction**, and an operation answers only after its commit:
 //! with PostgreSQL's default `synchronous_commit = on`, on disk (and on the synchronous standbys,
-//! if any). The common paths are one statement each, so one round trip: an admission (an insert
+//! if any). A database that would lose commits (`fsync` off, or `synchronous_commit` off for the
+//! service's connections) is named at connect ([`PostgresStores::durability_warnings`]). The common paths are one statement each, so one round trip: an admission (an insert
 //! that claims the key unless it is taken or its attempt was cancelled, answering the record as
 //! it stands otherwise: a replay is this one read), the started mark, a renewal, a settlement (an
 //! update guarded by the fencing token, which notifies the followers in the same statement). A
@@ -342,7 +343,55 @@ impl PostgresStores {
             .map_err(|e| unreachable(&e))?;
         let stores = PostgresStores { inner: Arc::new(Inner { pool, config, schema, listener, _stop: stop }) };
         sweep::start(Arc::downgrade(&stores.inner), stopped);
+        for warning in stores.durability_warnings().await {
+            // Kept for a log installed later when nothing records it now (`Serve` says it then).
+            agent_surface_policy::wiring::warn(&warning);
+        }
         Ok(stores)
+    }
+
+    /// What in the database's configuration puts the stores' guarantees at risk: `fsync` off (a
+    /// crash of the machine may lose or corrupt what was committed), or `synchronous_commit` off
+    /// for this service's connections (a crash of the server may lose the last commits; the
+    /// setting may come from the server, the role, the database or the URL's `options`).
+    /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring` (kept, when no
+    /// subscriber records them yet, for the log `Serve` installs:
+    /// [`agent_surface_policy::wiring`]). Empty when the configuration is as advised, and when it
+    /// cannot be read (logged at `DEBUG`). (`synchronous_commit = local`, or `remote_write` with
+    /// standbys, still waits for the local disk and is not named.)
+    pub async fn durability_warnings(&self) -> Vec<String> {
+        let read = async {
+            let client = self.client().await?;
+            let sql = "SELECT current_setting('fsync'), current_setting('synchronous_commit')";
+            let row = client.query_one(sql, &[]).await?;
+            Ok::<_, Fail>((row.try_get::<_, String>(0)?, row.try_get::<_, String>(1)?))
+        };
+        let (fsync, synchronous_commit) = match self.run(read).await {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::debug!(target: "agent_surface::wiring", error = %agent_surface_policy::redacted(&e), "cannot read the PostgreSQL configuration");
+                return Vec::new();
+            }
+        };
+        let mut warnings = Vec::new();
+        if fsync == "off" {
+            warnings.push(
+                "PostgreSQL runs with fsync off: a crash of the machine may lose or corrupt committed idempotency \
+                 records and used approvals, so a retry may run a call again and an approval may be used twice; \
+                 set fsync on"
+                    .to_string(),
+            );
+        }
+        if synchronous_commit == "off" {
+            warnings.push(
+                "PostgreSQL answers this service's commits before they are on disk (synchronous_commit off): a \
+                 crash of the server may lose the last idempotency records and used approvals, so a retry may run \
+                 a call again and an approval may be used twice; set synchronous_commit on for this service's \
+                 role or database"
+                    .to_string(),
+            );
+        }
+        warnings
     }
 
     /// The idempotency store.

@@ -88,3 +88,49 @@ async fn a_refused_connection_says_why() {
     let why = refusal(PostgresStores::connect(&stranger, config()).await);
     assert!(why.contains(r#"role "no_such_role_here" does not exist"#), "{why}");
 }
+
+/// A database that may lose what the stores committed is named at connect: `synchronous_commit`
+/// off for the service's connections (here through the URL's `options`), `fsync` off for the
+/// server. One as advised is not. Said at connect to no subscriber (the guide connects before
+/// `Serve` installs the log), the warnings are kept for the log installed later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_may_lose_commits_is_named_at_connect() {
+    use tracing::instrument::WithSubscriber as _;
+    let Some(cluster) = PgCluster::start("durability") else { return };
+    let config = || PostgresConfig {
+        op_timeout: Duration::from_secs(10),
+        schema: support::schema("durability"),
+        ..PostgresConfig::default()
+    };
+    let stores = PostgresStores::connect(&cluster.url(), config()).await.expect("PostgreSQL answers");
+    assert_eq!(stores.durability_warnings().await, Vec::<String>::new());
+
+    let lax = format!("{}?options=-c%20synchronous_commit%3Doff", cluster.url());
+    let lax = PostgresStores::connect(&lax, config()).await.expect("PostgreSQL answers");
+    let warnings = lax.durability_warnings().await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("synchronous_commit off") && warnings[0].contains("used twice"), "{warnings:?}");
+
+    let client = stores.pool().get().await.expect("a connection");
+    for sql in ["ALTER SYSTEM SET fsync = off", "SELECT pg_reload_conf()"] {
+        client.batch_execute(sql).await.expect("reconfigured");
+    }
+    drop(client);
+    // The server reloads its configuration on its own time.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stores.durability_warnings().await.is_empty() {
+        assert!(Instant::now() < deadline, "fsync still on");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let warnings = stores.durability_warnings().await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("fsync off") && warnings[0].contains("set fsync on"), "{warnings:?}");
+
+    // The only test of this binary that takes the kept warnings.
+    let _ = agent_surface_policy::wiring::take_unrecorded();
+    let nobody = tracing::subscriber::NoSubscriber::default();
+    let connected = PostgresStores::connect(&cluster.url(), config()).with_subscriber(nobody).await;
+    connected.expect("PostgreSQL answers");
+    let kept = agent_surface_policy::wiring::take_unrecorded();
+    assert_eq!(kept.iter().filter(|w| w.contains("fsync off")).count(), 1, "{kept:?}");
+}
