@@ -25,17 +25,19 @@
 //!
 //! **Each store operation is one transaction**, and an operation answers only after its commit:
 //! with PostgreSQL's default `synchronous_commit = on`, on disk (and on the synchronous standbys,
-//! if any). A database that would lose commits (`fsync` off, or `synchronous_commit` off for the
-//! service's connections) is named at connect ([`PostgresStores::durability_warnings`]). The common paths are one statement each, so one round trip: an admission (an insert
-//! that claims the key unless it is taken or its attempt was cancelled, answering the record as
-//! it stands otherwise: a replay is this one read), the started mark, a renewal, a settlement (an
-//! update guarded by the fencing token, which notifies the followers in the same statement). A
-//! tracked call of a write is three statements: admission, started mark, settlement; a call whose
-//! repetition is harmless (an idempotent or read-only capability) is two, its admission writing
-//! the mark (`IdempotencyStore::admit_started`). `pg_stat_statements` counts both in `cargo bench
-//! -p agent-surface-postgres --bench stores`. The paths that must read before they decide (a follower's admission, a
-//! takeover, every confirmation operation) read the row `FOR UPDATE` inside a transaction, so two
-//! replicas never interleave on one record.
+//! if any). A database that may lose commits (`fsync` or `full_page_writes` off, or
+//! `synchronous_commit` off for the service's connections) is named at connect
+//! ([`PostgresStores::durability_warnings`]). The common paths are one statement each, so one round
+//! trip: an admission (an insert that claims the key unless it is taken or its attempt was
+//! cancelled, answering the record as it stands otherwise: a replay is this one read), the started
+//! mark, a renewal, a settlement (an update guarded by the fencing token, which notifies the
+//! followers in the same statement). A tracked call of a write is three statements: admission,
+//! started mark, settlement; a call whose repetition is harmless (an idempotent or read-only
+//! capability) is two, its admission writing the mark (`IdempotencyStore::admit_started`).
+//! `pg_stat_statements` counts both in `cargo bench -p agent-surface-postgres --bench stores`. The
+//! paths that must read before they decide (a follower's admission, a takeover, every confirmation
+//! operation) read the row `FOR UPDATE` inside a transaction, so two replicas never interleave on
+//! one record.
 //!
 //! # Clocks
 //!
@@ -350,45 +352,68 @@ impl PostgresStores {
         Ok(stores)
     }
 
-    /// What in the database's configuration puts the stores' guarantees at risk: `fsync` off (a
-    /// crash of the machine may lose or corrupt what was committed), or `synchronous_commit` off
-    /// for this service's connections (a crash of the server may lose the last commits; the
-    /// setting may come from the server, the role, the database or the URL's `options`).
+    /// What in the database's configuration puts the stores' guarantees at risk, as the stores'
+    /// own connections see it (the server's setting, the role's or the database's, the URL's
+    /// `options`): `fsync` off or `full_page_writes` off (a crash of the machine may corrupt the
+    /// database), or `synchronous_commit` off (a crash of the server may lose the last commits).
     /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring` (kept, when no
     /// subscriber records them yet, for the log `Serve` installs:
-    /// [`agent_surface_policy::wiring`]). Empty when the configuration is as advised, and when it
-    /// cannot be read (logged at `DEBUG`). (`synchronous_commit = local`, or `remote_write` with
-    /// standbys, still waits for the local disk and is not named.)
+    /// [`agent_surface_policy::wiring`]). Empty when the configuration is as advised; a setting
+    /// the server does not have, or a read that fails, is logged at `INFO` and not checked.
+    ///
+    /// Every value of `synchronous_commit` but `off` waits for the local disk. With synchronous
+    /// standbys that may be promoted, keep `on` or `remote_apply`: under `local` (or
+    /// `remote_write`, should a standby's machine crash) a failover may lose acknowledged
+    /// commits, which no setting read here can tell.
     pub async fn durability_warnings(&self) -> Vec<String> {
         let read = async {
             let client = self.client().await?;
-            let sql = "SELECT current_setting('fsync'), current_setting('synchronous_commit')";
+            let sql = "SELECT current_setting('fsync', true), current_setting('full_page_writes', true), \
+                       current_setting('synchronous_commit', true)";
             let row = client.query_one(sql, &[]).await?;
-            Ok::<_, Fail>((row.try_get::<_, String>(0)?, row.try_get::<_, String>(1)?))
+            let setting = |i: usize| row.try_get::<_, Option<String>>(i);
+            Ok::<_, Fail>([
+                ("fsync", setting(0)?),
+                ("full_page_writes", setting(1)?),
+                ("synchronous_commit", setting(2)?),
+            ])
         };
-        let (fsync, synchronous_commit) = match self.run(read).await {
+        let settings = match self.run(read).await {
             Ok(settings) => settings,
             Err(e) => {
-                tracing::debug!(target: "agent_surface::wiring", error = %agent_surface_policy::redacted(&e), "cannot read the PostgreSQL configuration");
+                tracing::info!(target: "agent_surface::wiring", error = %agent_surface_policy::redacted(&e), "cannot read the PostgreSQL configuration; its durability is not checked");
                 return Vec::new();
             }
         };
         let mut warnings = Vec::new();
-        if fsync == "off" {
+        for (name, value) in settings {
+            let Some(value) = value else {
+                tracing::info!(target: "agent_surface::wiring", parameter = name, "the database has no such setting; not checked");
+                continue;
+            };
+            if value != "off" {
+                continue;
+            }
             warnings.push(
-                "PostgreSQL runs with fsync off: a crash of the machine may lose or corrupt committed idempotency \
-                 records and used approvals, so a retry may run a call again and an approval may be used twice; \
-                 set fsync on"
-                    .to_string(),
-            );
-        }
-        if synchronous_commit == "off" {
-            warnings.push(
-                "PostgreSQL answers this service's commits before they are on disk (synchronous_commit off): a \
-                 crash of the server may lose the last idempotency records and used approvals, so a retry may run \
-                 a call again and an approval may be used twice; set synchronous_commit on for this service's \
-                 role or database"
-                    .to_string(),
+                match name {
+                    "fsync" => {
+                        "PostgreSQL runs with fsync off: a crash of the machine may corrupt the database and lose \
+                            what it committed (idempotency records, used approvals), so a retry may run a call again \
+                            and an approval may be used twice; set fsync on"
+                    }
+                    "full_page_writes" => {
+                        "PostgreSQL runs with full_page_writes off: a crash of the machine may leave \
+                            torn pages that corrupt the database (its idempotency records, used approvals), unless \
+                            the file system never tears a page write (as ZFS); set full_page_writes on"
+                    }
+                    _ => {
+                        "PostgreSQL answers this service's commits before they are on disk (synchronous_commit off): a \
+                      crash of the server may lose the last idempotency records and used approvals, so a retry may \
+                      run a call again and an approval may be used twice; set synchronous_commit on where it is \
+                      turned off (the server, ALTER ROLE or ALTER DATABASE, or the connection's options)"
+                    }
+                }
+                .to_string(),
             );
         }
         warnings
@@ -441,7 +466,9 @@ impl PostgresStores {
     }
 
     /// The pool the stores share, for the application's own tables (keep them out of the
-    /// stores' schema).
+    /// stores' schema). Leave its connections' session settings alone: the pool does not reset
+    /// them, so a `SET synchronous_commit = off` would hold for the stores' later operations on
+    /// that connection (use `SET LOCAL` inside a transaction).
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }

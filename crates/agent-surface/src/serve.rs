@@ -64,9 +64,9 @@ const INBOX_PREFIX: &str = "/inbox";
 /// - **the operator log** (`registry::operator_log`: `RUST_LOG`, text or JSON on standard
 ///   error, credentials masked) is installed, unless the application installed a `tracing`
 ///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)); the
-///   wiring warnings said before anything recorded them (the registry's, the Redis stores' at
-///   connect, an OAuth resource server's: `policy::wiring`) are said there once (or to the
-///   application's subscriber), and on standard error when no subscriber is installed.
+///   wiring warnings said before anything recorded them (the registry's, the Redis or PostgreSQL
+///   stores' at connect, an OAuth resource server's: `policy::wiring`) are said there once (or to
+///   the application's subscriber), and on standard error when no subscriber is installed.
 ///
 /// It refuses to start ([`ServeError::Refused`], before it listens) when:
 /// - the inbox is served but agents are not told where it is (no approval base URL: give the

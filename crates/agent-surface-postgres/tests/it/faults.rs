@@ -90,8 +90,8 @@ async fn a_refused_connection_says_why() {
 }
 
 /// A database that may lose what the stores committed is named at connect: `synchronous_commit`
-/// off for the service's connections (here through the URL's `options`), `fsync` off for the
-/// server. One as advised is not. Said at connect to no subscriber (the guide connects before
+/// off for the service's connections (here through the URL's `options`), `fsync` or
+/// `full_page_writes` off for the server. One as advised is not. Said at connect to no subscriber (the guide connects before
 /// `Serve` installs the log), the warnings are kept for the log installed later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_may_lose_commits_is_named_at_connect() {
@@ -118,13 +118,30 @@ async fn a_database_that_may_lose_commits_is_named_at_connect() {
     drop(client);
     // The server reloads its configuration on its own time.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while stores.durability_warnings().await.is_empty() {
-        assert!(Instant::now() < deadline, "fsync still on");
+    let warnings = loop {
+        let warnings = stores.durability_warnings().await;
+        if !warnings.is_empty() {
+            break warnings;
+        }
+        assert!(Instant::now() < deadline, "fsync off not seen");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let warnings = stores.durability_warnings().await;
+    };
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("fsync off") && warnings[0].contains("set fsync on"), "{warnings:?}");
+    let client = stores.pool().get().await.expect("a connection");
+    for sql in ["ALTER SYSTEM SET fsync = on", "ALTER SYSTEM SET full_page_writes = off", "SELECT pg_reload_conf()"] {
+        client.batch_execute(sql).await.expect("reconfigured");
+    }
+    drop(client);
+    let warnings = loop {
+        let warnings = stores.durability_warnings().await;
+        if warnings.iter().any(|w| w.contains("full_page_writes off")) {
+            break warnings;
+        }
+        assert!(Instant::now() < deadline, "full_page_writes off not seen: {warnings:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
 
     // The only test of this binary that takes the kept warnings.
     let _ = agent_surface_policy::wiring::take_unrecorded();
@@ -132,5 +149,5 @@ async fn a_database_that_may_lose_commits_is_named_at_connect() {
     let connected = PostgresStores::connect(&cluster.url(), config()).with_subscriber(nobody).await;
     connected.expect("PostgreSQL answers");
     let kept = agent_surface_policy::wiring::take_unrecorded();
-    assert_eq!(kept.iter().filter(|w| w.contains("fsync off")).count(), 1, "{kept:?}");
+    assert_eq!(kept.iter().filter(|w| w.contains("full_page_writes off")).count(), 1, "{kept:?}");
 }
