@@ -143,9 +143,10 @@ impl ServiceBuilder {
         self
     }
 
-    /// The authority policies (given the service's clock when built). Without them every call is
-    /// refused; start from `Policies::default_deny()` so that a capability no rule names stays
-    /// closed.
+    /// The authority policies (given the service's clock when built, replacing one given with
+    /// `Policies::with_clock`: every engine of a service reads one clock). Without them every
+    /// call is refused; start from `Policies::default_deny()` so that a capability no rule names
+    /// stays closed.
     pub fn authority(mut self, policies: Policies) -> ServiceBuilder {
         self.authority = Some(policies);
         self
