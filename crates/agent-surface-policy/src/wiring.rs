@@ -6,10 +6,10 @@
 //! forget what the stores wrote, several OAuth issuers sharing one key set, a registry whose parts
 //! read different clocks) says so with [`warn`]: a `WARN` event on `agent_surface::wiring` when
 //! a subscriber records that event where it is said, and otherwise a copy kept in a small
-//! process-wide list. Whoever installs the operator log afterwards [takes](take_unrecorded) the list and says
-//! them again: `Serve` (in `agent-surface`) does when it starts, to the log it installs or, with
-//! none, to standard error. An application that installs its own subscriber after building the
-//! service does the same.
+//! process-wide list. Whoever installs the operator log afterwards [takes](take_unrecorded) the
+//! list and says them: `Serve` (in `agent-surface`) does when it starts, to the log it installs
+//! or, with none, to standard error. An application that installs its own subscriber after
+//! building the service does the same.
 //!
 //! The list is process-wide because the operator channel is (`tracing` has one global
 //! subscriber). It holds each distinct warning once and at most [`HELD_MAX`] of them; a warning

@@ -261,10 +261,10 @@ impl RedisStores {
     /// for these guarantees* in the crate docs): no append-only file, one the operating system
     /// flushes when it likes (`appendfsync no`), or a `maxmemory-policy` that evicts keys.
     /// [`connect`](Self::connect) logs each at `WARN` on `agent_surface::wiring` (kept, when no
-    /// subscriber records them yet, for the log `Serve` installs: [`agent_surface_policy::wiring`]). Empty when the
-    /// configuration is as advised, and when the server does not let this client read it (`CONFIG
-    /// GET` refused, as managed services may; logged at `DEBUG`): then the operator checks it by
-    /// hand. (`appendfsync everysec`, Redis' default, is not named: it loses at most the last
+    /// subscriber records them yet, for the log `Serve` installs: [`agent_surface_policy::wiring`]).
+    /// Empty when the configuration is as advised, and when the server does not let this client
+    /// read it (`CONFIG GET` refused, as managed services may; logged at `DEBUG`): then the
+    /// operator checks it by hand. (`appendfsync everysec`, Redis' default, is not named: it loses at most the last
     /// second of writes, on a crash of the machine.)
     pub async fn durability_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();

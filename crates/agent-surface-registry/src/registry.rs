@@ -214,8 +214,6 @@ pub(crate) struct Inner {
     pub(crate) relayed: crate::relayed::Relayed,
     /// The metric handles, registered once per recorder, transport and capability.
     pub(crate) metrics: crate::telemetry::Handles,
-    /// Whether the subscriber current at construction recorded the wiring warnings' events.
-    wiring_reported: bool,
 }
 
 impl Inner {
@@ -330,8 +328,6 @@ impl Registry {
             &config.late_types,
         );
         let relayed = crate::relayed::Relayed::new(config.relayed_confirmations);
-        // Asked before the events, of the subscriber they go to (global or this thread's).
-        let wiring_reported = tracing::event_enabled!(target: "agent_surface::wiring", tracing::Level::WARN);
         for warning in wiring_warnings(&config) {
             // Kept for a log installed later when nothing records it now (`Serve` says it then).
             agent_surface_policy::wiring::warn(&warning.to_string());
@@ -349,7 +345,6 @@ impl Registry {
                 shared: RwLock::new(Arc::new(HashMap::new())),
                 executors: RwLock::new(HashMap::new()),
                 metrics: crate::telemetry::Handles::default(),
-                wiring_reported,
             }),
         }
     }
@@ -362,7 +357,9 @@ impl Registry {
     /// Wiring whose guarantees do not hold: state that some parts share between replicas and
     /// others keep per process, parts on other clocks or audit trails, a binary that aborts on a
     /// panic (see [`WiringWarning`](crate::WiringWarning)). [`Registry::new`] logs each at WARN
-    /// (`agent_surface::wiring`).
+    /// (`agent_surface::wiring`), or keeps it for a log installed later when no subscriber
+    /// records it yet ([`agent_surface_policy::wiring`]: `Serve`, in `agent-surface`, says it
+    /// when it starts).
     ///
     /// ```
     /// use agent_surface_registry::{Registry, RegistryConfig};
@@ -371,23 +368,6 @@ impl Registry {
     /// ```
     pub fn wiring_warnings(&self) -> Vec<crate::WiringWarning> {
         wiring_warnings(&self.inner.config)
-    }
-
-    /// Whether [`Registry::new`]'s `WARN` events for the [wiring warnings](Self::wiring_warnings)
-    /// reached a `tracing` subscriber that records them: `false` when the registry was built
-    /// before any was installed (or under one that filters `agent_surface::wiring` out). Such
-    /// warnings are kept ([`agent_surface_policy::wiring`]) and `Serve` (in `agent-surface`) says
-    /// them again when it starts, to the operator log it installs or to standard error; an
-    /// application that installs its subscriber later can do the same
-    /// ([`agent_surface_policy::wiring::take_unrecorded`]).
-    ///
-    /// ```
-    /// use agent_surface_registry::{Registry, RegistryConfig};
-    /// // No subscriber here: whatever `Registry::new` logged went nowhere.
-    /// assert!(!Registry::new(RegistryConfig::default()).wiring_reported());
-    /// ```
-    pub fn wiring_reported(&self) -> bool {
-        self.inner.wiring_reported
     }
 
     /// This registry's surface id (new for every registry, i.e. every process or page load).
