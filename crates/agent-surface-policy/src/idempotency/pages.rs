@@ -209,6 +209,17 @@ impl Pages {
         self.pages.iter().map(|p| p.memory.len()).sum()
     }
 
+    /// Whether a compaction is due and a page is listed for it, for tests: only then may the
+    /// pages hold more than twice the records' bytes and seven pages (the module's docs).
+    #[cfg(test)]
+    pub(super) fn compaction_due(&self) -> bool {
+        self.used > 2 * self.live + 4 * PAGE_BYTES
+            && self.sparse.iter().any(|&page| {
+                let p = &self.pages[page as usize];
+                Some(page) != self.current && p.live > 0 && 2 * p.live < p.used
+            })
+    }
+
     /// Checks the pages' counts against the pages, for tests: what they count as used and live,
     /// each empty page listed once, and every sparse page but the current one listed.
     #[cfg(test)]
