@@ -272,7 +272,9 @@ impl fmt::Debug for SqliteStores {
 impl SqliteStores {
     /// Opens (or creates) the store file at `path`, creating its folder: takes the file's lock,
     /// applies the schema's migrations, and marks the calls that were in flight when the file was
-    /// last used as lapsed (their process has ended).
+    /// last used as lapsed (their process has ended). How many there were is a warning on the
+    /// operator channel, kept until a log exists when none records it yet
+    /// ([`agent_surface_policy::wiring`]; `Serve` says it when it starts).
     pub async fn open(path: impl AsRef<Path>, config: SqliteConfig) -> Result<SqliteStores, OpenError> {
         config.check()?;
         let path = path.as_ref().to_path_buf();
@@ -417,12 +419,14 @@ fn open_file(path: &Path, config: &SqliteConfig) -> Result<(Connection, memory::
     };
     conn.execute_batch("COMMIT").map_err(sql)?;
     if lapsed > 0 {
-        tracing::warn!(
-            target: "agent_surface::store",
-            lapsed,
-            path = %path.display(),
-            "calls were in flight when the store file was last used; their retries learn that the outcome is unknown"
-        );
+        // Said at open, which is usually before any log exists: kept for the log installed
+        // later (`Serve` says it), as the other stores' warnings at connect are.
+        let calls = if lapsed == 1 { "1 call was" } else { &format!("{lapsed} calls were") };
+        agent_surface_policy::wiring::warn(&format!(
+            "the SQLite store file {}: {calls} in flight when it was last used (the process ended first); \
+             their retries learn that the outcome is unknown rather than run again",
+            path.display()
+        ));
     }
     Ok((conn, memory::Memory::new(last_token)))
 }

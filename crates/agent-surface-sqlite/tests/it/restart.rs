@@ -147,6 +147,16 @@ async fn a_call_in_flight_at_a_restart_is_taken_over() {
         leader(&stores.idempotency(), &key("pay"), 1, at(0)).await
     };
     let stores = open(&folder).await;
+    // Said at open with no log yet: kept for the one installed later (no other test of this
+    // binary takes the process's list).
+    let warned = agent_surface_policy::wiring::take_unrecorded();
+    let file = folder.file().display().to_string();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains(&file) && w.contains("1 call was in flight") && w.contains("outcome is unknown")),
+        "{warned:?}"
+    );
     let idem = stores.idempotency();
     assert!(
         matches!(idem.admit(&key("pay"), fp(2), Attempt::fresh(), at(1)).await, Ok(Admission::Conflict { stored }) if stored == fp(1))
