@@ -4,8 +4,8 @@
 //!
 //! A part that finds, as it is made, that its wiring or its environment puts a guarantee at risk
 //! (a Redis that may forget what the stores wrote, several OAuth issuers sharing one key set, a
-//! registry whose parts read different clocks), or what the operator must look at (a store file
-//! holding calls a crash left open), says so with [`warn`]: a `WARN` event on
+//! registry whose parts read different clocks), or what the operator must look at (what a crash
+//! left in a store or audit file), says so with [`warn`]: a `WARN` event on
 //! `agent_surface::wiring` when a subscriber records that event where it is said, and otherwise a
 //! copy kept in a small process-wide list. Whoever installs the operator log afterwards [takes](take_unrecorded) the
 //! list and says them: `Serve` (in `agent-surface`) does when it starts, to the log it installs

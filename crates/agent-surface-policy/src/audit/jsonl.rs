@@ -59,18 +59,20 @@ struct Appender {
 
 impl JsonLinesAuditSink {
     /// Opens (or creates) the file at `path` for appending, cutting a partial last line a crash
-    /// may have left (reported on the operator channel).
+    /// may have left (a warning on the operator channel, kept until a log exists when none
+    /// records it yet: [`wiring`](crate::wiring)).
     pub fn open(path: impl Into<PathBuf>) -> io::Result<JsonLinesAuditSink> {
         let path: PathBuf = path.into();
         let mut file = OpenOptions::new().create(true).read(true).append(true).open(&path)?;
         let cut = cut_torn_tail(&mut file)?;
         if cut > 0 {
-            tracing::warn!(
-                target: "agent_surface::audit",
-                path = %path.display(),
-                bytes = cut,
-                "cut a partial last line from the audit file (a write was interrupted)"
-            );
+            // Said at open, which is usually before any log exists: kept for the log installed
+            // later (`Serve` says it), as the stores' warnings at connect are.
+            crate::wiring::warn(&format!(
+                "the audit file {}: cut a partial last line of {cut} bytes (the event whose write \
+                 was interrupted, never acknowledged)",
+                path.display()
+            ));
         }
         Ok(JsonLinesAuditSink { path: path.into(), file: Arc::new(Mutex::new(Appender { file, broken: None })) })
     }

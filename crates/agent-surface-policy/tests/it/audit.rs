@@ -61,6 +61,11 @@ async fn a_torn_last_line_is_cut_when_the_file_is_opened_again() {
 
     let sink = JsonLinesAuditSink::open(&path).unwrap();
     assert_eq!(whole_lines(&path).len(), 3, "the partial line is gone");
+    // Said at open with no log yet: kept for the one installed later (no other test of this
+    // binary takes the process's list).
+    let warned = agent_surface_policy::wiring::take_unrecorded();
+    let cut = format!("the audit file {}: cut a partial last line of {} bytes", path.display(), line.len() / 2);
+    assert!(warned.iter().any(|w| w.starts_with(&cut)), "{warned:?}");
     sink.record(&event(4)).await.unwrap();
     let events = whole_lines(&path);
     assert_eq!(
