@@ -554,3 +554,76 @@ async fn a_call_cancelled_before_its_handler_starts_is_cancelled_not_unknown() {
         AuditKind::ExecutionFinished { outcome: AuditOutcome::Error, code: Some(ErrorCode::Cancelled) }
     );
 }
+
+/// A sink that yields a few times (its own count, cycling) before it records: the call awaits
+/// the trail across several polls, so that a cancellation from another thread can land between
+/// any two of them.
+#[derive(Debug, Default)]
+struct YieldingSink {
+    inner: MemoryAuditSink,
+    turn: AtomicUsize,
+}
+
+impl agent_surface_policy::AuditSink for YieldingSink {
+    fn record<'a>(
+        &'a self,
+        event: &'a AuditEvent,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), agent_surface_policy::AuditError>> {
+        let yields = self.turn.fetch_add(1, Ordering::Relaxed) % 4;
+        Box::pin(async move {
+            for _ in 0..yields {
+                tokio::task::yield_now().await;
+            }
+            self.inner.record(event).await
+        })
+    }
+}
+
+/// Whenever its caller cancels, on another thread and at any point of an approved call, an
+/// approval is spent by a call whose handler ran and by no other: a call that ran answers its
+/// output and leaves the approval consumed; one that did not answers `CANCELLED` with
+/// `notProcessed` and leaves it approved, for its retry. (Phase 8 checks a call that consumed
+/// evidence once, before the evidence is kept: a second check after it could stop the call with
+/// the approval spent and nothing run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_spent_only_by_a_call_that_ran_whenever_its_caller_cancels() {
+    let g = gated_to(agent_surface_policy::ConfirmationMode::TwoPhase, Arc::new(YieldingSink::default()));
+    let (mut ran, mut stopped) = (0, 0);
+    for i in 0..400usize {
+        let input = json!({"order_id": format!("A-{i}")});
+        let id = confirmation_id(&g.registry.invoke_detailed(call("orders.cancel", input.clone()), alice()).await);
+        g.engine.approve(&id, &Identity::new("manager")).await.unwrap();
+        let before = g.runs.load(Ordering::SeqCst);
+
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let registry = g.registry.clone();
+        let request = call("orders.cancel", input).with_confirmation(&id);
+        let options = alice().with_cancellation(cancel.clone());
+        let invoked = tokio::spawn(async move { registry.invoke_detailed(request, options).await });
+        let delay = i % 24;
+        tokio::spawn(async move {
+            for _ in 0..delay {
+                tokio::task::yield_now().await;
+            }
+            cancel.cancel();
+        });
+        let inv = invoked.await.unwrap();
+
+        let handler_ran = g.runs.load(Ordering::SeqCst) - before;
+        let state = g.engine.get(&id).await.unwrap().unwrap().state;
+        if handler_ran == 1 {
+            ran += 1;
+            assert!(inv.result.output().is_some(), "call {i}: the handler ran, so its output: {:?}", inv.result);
+            assert_eq!(state, ConfirmationState::Consumed { approved_by: "manager".into() }, "call {i}");
+        } else {
+            stopped += 1;
+            assert_eq!(handler_ran, 0, "call {i}");
+            let p = inv.result.error_payload().unwrap_or_else(|| panic!("call {i}: {:?}", inv.result));
+            assert_eq!(p.code(), ErrorCode::Cancelled, "call {i}: {p:?}");
+            assert!(p.not_processed(), "call {i}: nothing ran, and the answer says so");
+            assert_eq!(state, ConfirmationState::Approved { by: "manager".into() }, "call {i}: given back");
+        }
+    }
+    // Both outcomes met, or the cancellations landed nowhere that matters.
+    assert!(ran > 0 && stopped > 0, "ran {ran}, stopped {stopped}");
+}
