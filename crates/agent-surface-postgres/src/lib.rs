@@ -160,6 +160,11 @@ pub struct PostgresConfig {
     pub max_task_payload_bytes: usize,
     /// The most audit events kept; the oldest go first. Default 100 000.
     pub audit_max_len: usize,
+    /// How often each replica deletes the rows no operation can see any more (expired records,
+    /// confirmations past their retention, full rate buckets), at most 1,000 per table a run.
+    /// Reads already treat such rows as absent, so this bounds only the space they take; a
+    /// service that expires many rows a second sweeps more often. Positive. Default 10 s.
+    pub sweep_every: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -174,6 +179,7 @@ impl Default for PostgresConfig {
             max_result_bytes: 1024 * 1024,
             max_task_payload_bytes: 1024 * 1024,
             audit_max_len: 100_000,
+            sweep_every: Duration::from_secs(10),
         }
     }
 }
@@ -205,6 +211,9 @@ impl PostgresConfig {
         }
         if self.in_flight_retention < self.lease * 2 {
             return bad("in_flight_retention must be at least twice the lease");
+        }
+        if self.sweep_every.is_zero() {
+            return bad("sweep_every must be positive");
         }
         Ok(())
     }
@@ -509,4 +518,34 @@ pub(crate) fn millis(t: Timestamp) -> i64 {
 /// A duration in milliseconds as PostgreSQL's `bigint` (at least 1).
 pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::PostgresConfig;
+
+    /// A configuration that cannot keep its promises is refused before anything connects, with
+    /// the setting named; the default is accepted.
+    #[test]
+    fn a_configuration_that_cannot_hold_is_refused_with_the_setting_named() {
+        assert!(PostgresConfig::default().check().is_ok());
+        let refused = |config: PostgresConfig, named: &str| {
+            let why = config.check().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                why.starts_with("invalid PostgreSQL store configuration") && why.contains(named),
+                "{named}: {why:?}"
+            );
+        };
+        let default = PostgresConfig::default;
+        refused(PostgresConfig::with_schema("9lives"), "schema");
+        refused(PostgresConfig::with_schema("Shop"), "schema");
+        refused(PostgresConfig::with_schema("s".repeat(49)), "schema");
+        refused(PostgresConfig { op_timeout: Duration::ZERO, ..default() }, "op_timeout");
+        refused(PostgresConfig { pool_size: 0, ..default() }, "pool_size");
+        refused(PostgresConfig { lease: Duration::from_millis(2), ..default() }, "lease");
+        refused(PostgresConfig { in_flight_retention: Duration::from_secs(19), ..default() }, "in_flight_retention");
+        refused(PostgresConfig { sweep_every: Duration::ZERO, ..default() }, "sweep_every");
+    }
 }

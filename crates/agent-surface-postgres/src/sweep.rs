@@ -4,8 +4,8 @@
 //! used form nonces past their token's.
 //!
 //! Every read already treats such rows as absent, so sweeping only gives their space back. Each
-//! replica sweeps every [`EVERY`] (the sweeps of several replicas do not conflict: a row is
-//! deleted once), at most [`PER_TABLE`] rows of each table per run, measured on the database's
+//! replica sweeps every `PostgresConfig::sweep_every` (the sweeps of several replicas do not
+//! conflict: a row is deleted once), at most [`PER_TABLE`] rows of each table per run, measured on the database's
 //! clock. Confirmations, tasks, inbox sessions and used form nonces carry the registry's times,
 //! which are the replicas' clocks: they are swept only [`SKEW`] after their time on the
 //! database's clock, so that a database clock ahead of the replicas' by up to that much delays a
@@ -18,9 +18,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::Inner;
-
-/// How often a replica sweeps.
-const EVERY: Duration = Duration::from_secs(10);
 
 /// How far the database's clock may run ahead of the replicas' before a sweep could delete a
 /// record they still read as live.
@@ -56,8 +53,12 @@ SELECT (SELECT count(*) FROM idem) + (SELECT count(*) FROM cancelled) + (SELECT 
 pub(crate) fn start(inner: Weak<Inner>, mut stopped: watch::Receiver<()>) {
     tokio::spawn(async move {
         loop {
+            let every = match inner.upgrade() {
+                Some(inner) => inner.config.sweep_every,
+                None => return,
+            };
             tokio::select! {
-                () = tokio::time::sleep(EVERY) => {}
+                () = tokio::time::sleep(every) => {}
                 _ = stopped.changed() => return,
             }
             let Some(inner) = inner.upgrade() else { return };
