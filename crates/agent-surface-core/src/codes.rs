@@ -150,7 +150,7 @@ macro_rules! code_table {
             ComponentUnmounted = "COMPONENT_UNMOUNTED" {
                 matrix: {
                     meaning: "The target registration existed recently and is gone, or was unmounted while the call ran.",
-                    when: "Resolution hits a tombstone, or the registration is unmounted during execution of an idempotent or read-only capability (for any other capability that is EXECUTION_FAILED {reason: outcome-unknown}).",
+                    when: "Resolution hits a tombstone, or the registration is unmounted or replaced while the call waits before its handler (phase resolve, in execute, notProcessed: nothing ran), or during execution of an idempotent or read-only capability (phase mid-flight; for any other capability that is EXECUTION_FAILED {reason: outcome-unknown}).",
                     phases: &[Resolve, Execute],
                     handler_may_return: false,
                     layer: fixed(Layer::Protocol),

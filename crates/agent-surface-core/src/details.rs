@@ -76,7 +76,8 @@ pub struct AmbiguousDetails {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnmountPhase {
-    /// At resolution: the target matched a tombstone.
+    /// Before the handler started (nothing ran): at resolution, the target matched a tombstone; or
+    /// the registration was unmounted or replaced while the call waited before its handler.
     Resolve,
     /// While the handler ran: side effects may have happened.
     MidFlight,

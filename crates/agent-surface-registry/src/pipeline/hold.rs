@@ -73,7 +73,8 @@ impl Hold {
 
     /// Releases the records rather than store them, for a call whose handler never started and
     /// whose answer is not its own to keep: it followed another call under its natural key and
-    /// stopped waiting.
+    /// stopped waiting, or its registration went while it waited (the retry resolves the live
+    /// one).
     pub(super) fn forgo(&self) {
         self.release.store(true, Ordering::Release);
     }

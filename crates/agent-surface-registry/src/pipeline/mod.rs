@@ -464,12 +464,25 @@ async fn unless_cancelled<T>(
 
 /// Whether the call may still start its handler: not once the lease on its record was lost
 /// (another caller holds the record now, and that answer comes first: a retry must not run beside
-/// the new leader), nor once its caller has gone ([`still_wanted`]).
+/// the new leader), nor once its caller has gone ([`still_wanted`]), nor once its registration
+/// was unmounted or replaced while it waited (an approval, a rate-limit permit, a precondition):
+/// `COMPONENT_UNMOUNTED {phase: resolve}`, `notProcessed`, as at resolution — the handler would
+/// run on a registration that is gone, and the retry resolves the live one.
 fn may_start(call: &Call<'_>) -> Result<(), Stop> {
     if call.hold.as_ref().is_some_and(|hold| hold.lost.is_cancelled()) {
         return Err(taken_over_stop("the lease was lost before the handler started"));
     }
-    still_wanted(call)
+    still_wanted(call)?;
+    if call.reg.unmounted.is_cancelled() {
+        // Not an answer to keep: the retry under the same id resolves the live registration.
+        if let Some(hold) = &call.hold {
+            hold.forgo();
+        }
+        let gone = AgentSurfaceError::component_unmounted(agent_surface_core::details::UnmountPhase::Resolve);
+        let note = "registration unmounted or replaced before the handler started";
+        return Err(Stop::noted(gone, Phase::Execute, note).marking(Marking::BeforeHandler));
+    }
+    Ok(())
 }
 
 /// Whether the call may still start its handler: not once its caller has cancelled or the

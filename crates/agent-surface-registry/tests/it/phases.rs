@@ -221,6 +221,59 @@ async fn stale_for_replaced_registration_other_surface_and_old_version() {
     drop((old, new));
 }
 
+/// A call whose registration is replaced while it waits before its handler (here, on a
+/// precondition that awaits) does not start the handler on the registration that is gone: it is
+/// answered `COMPONENT_UNMOUNTED {phase: resolve}` with `notProcessed`, in phase 8, and its retry
+/// under the same invocation id runs on the live registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it() {
+    let config = RegistryConfig { duplicate_instance: DuplicateInstance::Replace, ..Default::default() };
+    let r = Registry::new(config);
+    let (entered, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (e, g, n) = (entered.clone(), release.clone(), runs.clone());
+    r.define("cart", move |t| {
+        t.capability("clear", "Empty the cart.")
+            .effect(Effect::Destructive)
+            .precondition_async(move |_: Ctx, _: &Value| {
+                let (entered, release) = (e.clone(), g.clone());
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    Ok(())
+                }
+            })
+            .handler(move |c: Ctx, _i: Value| {
+                n.fetch_add(1, Ordering::SeqCst);
+                let on = c.registration_id().to_string();
+                async move { Ok::<_, AgentSurfaceError>(json!({"clearedOn": on})) }
+            });
+    })
+    .unwrap();
+    let old = r.mount("cart", "main").unwrap();
+    let clear = || call("cart.clear", json!({})).with_invocation_id("clear-1");
+    let waiting = tokio::spawn({
+        let r = r.clone();
+        async move { r.invoke_detailed(clear(), consumer("c")).await }
+    });
+    entered.notified().await;
+    let new = r.mount("cart", "main").unwrap();
+    assert!(!old.is_live());
+    release.notify_one();
+    let inv = waiting.await.unwrap();
+    let p = assert_produced_before_handler(&inv, ErrorCode::ComponentUnmounted, Phase::Execute);
+    assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("resolve"))));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run on the replaced registration");
+
+    // Nothing ran, so nothing was recorded: the retry runs, on the live registration.
+    release.notify_one();
+    let again = r.invoke_detailed(clear(), consumer("c")).await;
+    let live = new.registration_id().unwrap();
+    assert_eq!(again.result.output(), Some(&json!({"clearedOn": live})), "{:?}", again.result);
+    assert!(!again.replayed);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn ambiguous_when_several_instances_and_no_target() {
     let (r, _m) = echo_registry(RegistryConfig::default());
