@@ -62,17 +62,18 @@ pub(crate) async fn keyed(call: Call<'_>, key: ErasedKey, prepared: input::Prepa
             }
             stop
         })?;
-        // The call this one joined stopped before its handler ran: that refusal was its caller's
-        // (their precondition, quota or approval), and the key is free again. This call meets its
-        // own phases, under the key anew.
+        // The call this one joined stopped before its handler ran, or its handler refused its
+        // caller: that refusal was its caller's (their precondition, quota, approval or
+        // permission), and the key is free again. This call meets its own phases, under the key
+        // anew.
         match admitted {
-            Record::Joined(result) if unprocessed(&result) => {
+            Record::Joined(result) if callers_own(&result) => {
                 rejoined += 1;
                 if rejoined >= MAX_REJOINS {
                     return Err(Stop::noted(
                         AgentSurfaceError::transient(REJOINED_RETRY_AFTER),
                         Phase::Admission,
-                        "every call this one joined under its natural key stopped before its handler ran",
+                        "every call this one joined under its natural key was refused its own caller",
                     ));
                 }
             }
@@ -136,9 +137,18 @@ const MAX_REJOINS: usize = 3;
 /// How long a caller is asked to wait after [`MAX_REJOINS`].
 const REJOINED_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Whether `result` is a refusal before the handler ran (`notProcessed`): its record was released.
-fn unprocessed(result: &InvokeResult) -> bool {
-    result.error_payload().is_some_and(agent_surface_core::ErrorPayload::not_processed)
+/// Whether `result` answers its own caller alone, and its record was released: a refusal before
+/// the handler ran (`notProcessed`), or the handler's refusal of its caller ([`refuses_caller`]).
+fn callers_own(result: &InvokeResult) -> bool {
+    result.error_payload().is_some_and(|p| p.not_processed() || refuses_caller(p.code()))
+}
+
+/// Whether a handler's answer of `code` refuses its caller rather than the operation
+/// (`NOT_AUTHORIZED`, `NOT_AUTHENTICATED`: a handler that checks who may do it, an owner among
+/// them): another caller whose input gives the same key may be let through, so the answer is
+/// never another caller's, and the key is released.
+fn refuses_caller(code: agent_surface_core::ErrorCode) -> bool {
+    matches!(code, agent_surface_core::ErrorCode::NotAuthorized | agent_surface_core::ErrorCode::NotAuthenticated)
 }
 
 /// The call's result as its record keeps it (no invocation id), and whether it is terminal. A stop
@@ -152,6 +162,8 @@ fn unprocessed(result: &InvokeResult) -> bool {
 /// `CANCELLED`, a transient failure, a `COMPONENT_UNMOUNTED` mid-flight): no id the client sends
 /// reaches past a key derived from the input, so kept,
 /// it would answer that repeat with itself for the whole window, and its message would be false.
+/// Nor is the handler's refusal of its caller ([`refuses_caller`]): kept under a key that spans
+/// callers, it would refuse another caller the handler lets through.
 /// Such an answer never follows an effect that a repeat could double: an interrupted write, or one
 /// whose handler's error carries a host error or passes on another service's retryable answer, is
 /// answered with its unknown outcome (terminal, kept), so a retryable answer after a write's
@@ -163,7 +175,8 @@ fn result_of(outcome: &Outcome) -> (InvokeResult, bool) {
         Err(stop) => {
             let payload = stop.marked_payload();
             let again = payload.retry().permits_unchanged_retry() || payload.retry() == Retry::AfterRefresh;
-            let terminal = stop.questions.is_none() && !stop.not_processed() && !again;
+            let terminal =
+                stop.questions.is_none() && !stop.not_processed() && !again && !refuses_caller(payload.code());
             (InvokeResult::error(payload, None), terminal)
         }
     }

@@ -605,3 +605,78 @@ async fn a_follower_that_stops_waiting_leaves_its_invocation_id_free() {
     assert_eq!(output(&again)["hold"], "H-C-9-1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// `loans.return`, keyed on the copy for everyone: its handler waits until `go` is notified (when
+/// given one), then refuses anyone but the borrower, `bob`, as a handler that checks ownership does.
+fn returns(go: Option<Arc<tokio::sync::Notify>>, runs: Arc<AtomicUsize>) -> Registry {
+    let r = Registry::new(RegistryConfig::default());
+    r.define("loans", move |t| {
+        t.capability("return", "Return a borrowed copy, once.").idempotency_key(|i: &Lend| i.copy_id.clone()).handler(
+            move |c: Ctx, i: Lend| {
+                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                let borrower = c.consumer().identity().is_some_and(|id| id.subject == "bob");
+                let go = go.clone();
+                async move {
+                    if let Some(go) = go {
+                        go.notified().await;
+                    }
+                    if !borrower {
+                        return Err(AgentSurfaceError::not_authorized(agent_surface_core::details::Origin::Server));
+                    }
+                    Ok::<_, AgentSurfaceError>(json!({"returned": i.copy_id, "run": n}))
+                }
+            },
+        )
+    })
+    .unwrap();
+    r
+}
+
+/// A handler's refusal of its caller (`NOT_AUTHORIZED`, `NOT_AUTHENTICATED`) is that caller's: it
+/// is not kept under a key that spans callers, so the borrower, calling with the same input after
+/// someone else was refused, is let through rather than answered the other caller's refusal.
+#[tokio::test]
+async fn a_handler_s_refusal_of_its_caller_is_not_another_caller_s_answer() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = returns(None, runs.clone());
+    let _m = r.mount("loans", "main").unwrap();
+    let give_back = || call("loans.return", json!({"copy_id": "c-7"}));
+    let refused = r.invoke_detailed(give_back(), user("s-1", "alice")).await;
+    assert_produced(&refused, ErrorCode::NotAuthorized, Phase::Execute);
+    let returned = r.invoke_detailed(give_back(), user("s-2", "bob")).await;
+    assert!(!returned.replayed, "{:?}", returned.result);
+    assert_eq!(output(&returned), json!({"returned": "c-7", "run": 2}));
+    // What ran is kept: the repeat, whoever sends it, is answered the borrower's result.
+    let repeat = r.invoke_detailed(give_back(), user("s-1", "alice")).await;
+    assert!(repeat.replayed);
+    assert_eq!(output(&repeat), json!({"returned": "c-7", "run": 2}));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// A caller that joined a call in flight under the key is not answered the refusal its handler gave
+/// that call's caller: it is admitted under the key anew, and its own call runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_is_not_answered_the_handler_s_refusal_of_the_caller_it_joined() {
+    let (go, runs) = (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicUsize::new(0)));
+    let r = returns(Some(go.clone()), runs.clone());
+    let _m = r.mount("loans", "main").unwrap();
+    let give_back = || call("loans.return", json!({"copy_id": "c-8"}));
+    let alice = tokio::spawn({
+        let r = r.clone();
+        async move { r.invoke_detailed(give_back(), user("s-1", "alice")).await }
+    });
+    until(&runs, 1).await;
+    let bob = tokio::spawn({
+        let r = r.clone();
+        async move { r.invoke_detailed(give_back(), user("s-2", "bob")).await }
+    });
+    // Bob's call has joined Alice's (it cannot lead while she holds the key); let hers end.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    go.notify_one();
+    assert_produced(&alice.await.unwrap(), ErrorCode::NotAuthorized, Phase::Execute);
+    until(&runs, 2).await;
+    go.notify_one();
+    let bob = bob.await.unwrap();
+    assert_eq!(output(&bob), json!({"returned": "c-8", "run": 2}), "{:?}", bob.result);
+    assert!(!bob.joined && !bob.replayed);
+}
