@@ -55,7 +55,9 @@ pub struct TaskConfig {
     /// How long a task is kept after it ends.
     pub ttl: Duration,
     /// How long a task that has not ended is kept at most (a bound for a record whose end was
-    /// never recorded, e.g. after a crash); a running task never expires before it.
+    /// never recorded, e.g. after a crash); a running task never expires before it, nor before
+    /// its call could have ended: twice the call's time budget (the handler's and its
+    /// post-condition's) and a [`lease`](TaskConfig::lease) after it was created.
     pub running_ttl: Duration,
     /// The most tasks running in this process at once; past it, a call is answered when it ends
     /// (a bound on detached work, which no connection limits once a task is named).
@@ -221,6 +223,12 @@ impl Tasks {
         options = options.with_cancellation(token.clone());
         let unnamed = token.clone().drop_guard();
         let owner = Self::owner(&options.consumer);
+        // Kept while it runs for `running_ttl`, and at least as long as the call may still run
+        // once its handler started (its budget, as long again for a post-condition) and a lease:
+        // a record that expired under a running call would lose its result.
+        let budget = registry.handler_budget(&invoke.capability, &options);
+        let kept_running =
+            self.inner.config.running_ttl.max(budget.saturating_mul(2).saturating_add(self.inner.config.lease));
         let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Invocation>();
         let running = registry.clone();
         tokio::spawn(async move {
@@ -247,8 +255,7 @@ impl Tasks {
         let clock = registry.config().clock.clone();
         let now = clock.now();
         let config = &self.inner.config;
-        let record =
-            TaskRecord::working(new_task_id(), owner, now, config.ttl, config.running_ttl).with_lease(config.lease);
+        let record = TaskRecord::working(new_task_id(), owner, now, config.ttl, kept_running).with_lease(config.lease);
         if let Err(e) = config.store.create(record.clone(), now).await {
             tracing::warn!(target: "agent_surface::tasks", error = %agent_surface_policy::redacted(&e), "cannot create a task; answering the call when it ends");
             let ended = wait(&mut done_rx, &request, &token).await;
@@ -312,7 +319,7 @@ impl Tasks {
         } else {
             (TaskStatus::Completed, Some(outcome.to_payload()))
         };
-        let finished = match store.finish(&id, status, payload, None, clock.now()).await {
+        let finished = match finish(store.as_ref(), clock.as_ref(), &id, status, payload, lease).await {
             // The result does not fit the store: it is withheld, as an output over the cap is.
             Err(StoreError::Full { .. }) => {
                 tracing::warn!(target: "agent_surface::tasks", task_id = %id, "task result over the store's budget; withheld");
@@ -324,7 +331,8 @@ impl Tasks {
                     ),
                     correlation_id: outcome.correlation_id,
                 };
-                store.finish(&id, TaskStatus::Completed, Some(withheld.to_payload()), None, clock.now()).await
+                let payload = Some(withheld.to_payload());
+                finish(store.as_ref(), clock.as_ref(), &id, TaskStatus::Completed, payload, lease).await
             }
             other => other,
         };
@@ -425,6 +433,33 @@ async fn wait(
 
 /// The answer when a call's task was lost (it panicked outside the pipeline's guard, which the
 /// pipeline prevents): the outcome is unknown.
+/// Records the end of task `id`. A store that does not answer is asked again, the waits doubling
+/// from 100 ms to 5 s, for about `lease` in all (until then no other process ends the task as
+/// abandoned): given up at once, a known result would be read later as an unknown outcome, once
+/// the lease lapsed. `finish` leaves a final record as it is, so an attempt that landed unanswered
+/// makes the next one a no-op.
+async fn finish(
+    store: &dyn TaskStore,
+    clock: &dyn Clock,
+    id: &str,
+    status: TaskStatus,
+    payload: Option<Value>,
+    lease: Duration,
+) -> Result<bool, StoreError> {
+    let (mut wait, mut waited) = (Duration::from_millis(100), Duration::ZERO);
+    loop {
+        match store.finish(id, status, payload.clone(), None, clock.now()).await {
+            Err(StoreError::Unavailable(e)) if waited < lease => {
+                tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record the end of a task yet; trying again");
+                tokio::time::sleep(wait).await;
+                waited += wait;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn lost() -> Invocation {
     let result = InvokeResult::error(AgentSurfaceError::outcome_unknown_untracked().into_payload(), None);
     Invocation::new(result)

@@ -24,6 +24,7 @@ mod rate;
 mod robustness;
 mod surface;
 mod target_argument;
+mod tasks;
 #[cfg(feature = "metrics")]
 mod telemetry;
 mod tool_versions;
