@@ -750,6 +750,21 @@ impl Registry {
         self.inner.disposed.is_cancelled()
     }
 
+    /// Completes once [`Registry::dispose`] was called: an adapter that waits on its own behalf
+    /// for a call (for a person's answer, say) stops then, as the calls in flight do.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use agent_surface_registry::{Registry, RegistryConfig};
+    /// let registry = Registry::new(RegistryConfig::default());
+    /// registry.dispose();
+    /// registry.disposed().await;
+    /// # });
+    /// ```
+    pub async fn disposed(&self) {
+        self.inner.disposed.cancelled().await;
+    }
+
     /// The number of tombstones currently remembered.
     pub fn tombstone_count(&self) -> usize {
         let now = self.inner.config.clock.now();

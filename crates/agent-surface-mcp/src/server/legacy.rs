@@ -76,7 +76,15 @@ impl McpServer {
             url,
             elicitation_id: details.confirmation_id.clone(),
         };
-        let answer = match ask(&context.peer, params, self.session.config.elicitation_timeout, &context.ct).await {
+        let answer = match ask(
+            &context.peer,
+            params,
+            self.session.config.elicitation_timeout,
+            &context.ct,
+            &self.session.registry,
+        )
+        .await
+        {
             Waited::CallCancelled => {
                 return Invocation::answered(cancelled_while_asking(request.invocation_id), first.correlation_id);
             }
@@ -126,7 +134,15 @@ impl McpServer {
             message,
             requested_schema: ElicitationSchema::new(BTreeMap::new()),
         };
-        let answer = match ask(&context.peer, params, self.session.config.elicitation_timeout, &context.ct).await {
+        let answer = match ask(
+            &context.peer,
+            params,
+            self.session.config.elicitation_timeout,
+            &context.ct,
+            &self.session.registry,
+        )
+        .await
+        {
             Waited::CallCancelled => return answer_with(cancelled_while_asking(request.invocation_id)),
             Waited::TimedOut => {
                 tracing::info!(target: "agent_surface::mcp", "elicitation unanswered; relaying CONFIRMATION_REQUIRED");
@@ -184,10 +200,12 @@ enum Waited {
 }
 
 /// Sends `elicitation/create` with `params` and waits for the client's answer, at most `timeout`
-/// and until `call` (the call's cancellation) fires.
+/// and until `call` (the call's cancellation) fires or `registry` is disposed (a server shutting
+/// down answers the call, as `CANCELLED` with nothing run, within its grace rather than leaving it
+/// to wait out the timeout, by when the connection is gone).
 ///
 /// Whenever the adapter stops waiting without an answer — the timeout, the call's cancellation,
-/// or this future dropped with its call — it withdraws the request: the client gets
+/// the registry's disposal, or this future dropped with its call — it withdraws the request: the client gets
 /// `notifications/cancelled` naming it, so that its prompt closes instead of taking an answer
 /// nobody reads. (`rmcp` sends that notification only for its own request timeout; dropping the
 /// wait for a response sends nothing.)
@@ -196,8 +214,9 @@ async fn ask(
     params: ElicitRequestParams,
     timeout: Duration,
     call: &CancellationToken,
+    registry: &agent_surface_registry::Registry,
 ) -> Waited {
-    if call.is_cancelled() {
+    if call.is_cancelled() || registry.is_disposed() {
         return Waited::CallCancelled;
     }
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
@@ -209,6 +228,7 @@ async fn ask(
     let waited = tokio::select! {
         biased;
         () = call.cancelled() => Waited::CallCancelled,
+        () = registry.disposed() => Waited::CallCancelled,
         answer = tokio::time::timeout(timeout, handle.await_response()) => match answer {
             Ok(Ok(ClientResult::ElicitResult(r))) => Waited::Answered(Ok(r.action)),
             Ok(Ok(_)) => Waited::Answered(Err("unexpected response to elicitation/create".to_string())),

@@ -380,12 +380,13 @@ mod withdrawn {
 
     use crate::support::{Resolver, eventually, fixture, params};
 
-    /// A client whose person takes a second to answer; it records the ids of the elicitations it
-    /// was asked and of those withdrawn.
+    /// A client whose person takes a second to answer (or, `silent`, never does); it records the
+    /// ids of the elicitations it was asked and of those withdrawn.
     #[derive(Default)]
     struct SlowPerson {
         asked: Arc<Mutex<Vec<RequestId>>>,
         withdrawn: Arc<Mutex<Vec<RequestId>>>,
+        silent: bool,
     }
 
     impl ClientHandler for SlowPerson {
@@ -401,6 +402,9 @@ mod withdrawn {
             context: RequestContext<RoleClient>,
         ) -> Result<ElicitResult, ErrorData> {
             self.asked.lock().unwrap().push(context.id);
+            if self.silent {
+                std::future::pending::<()>().await;
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(ElicitResult::new(ElicitationAction::Accept))
         }
@@ -417,6 +421,13 @@ mod withdrawn {
     async fn connect(
         timeout: Duration,
     ) -> (RunningService<RoleClient, SlowPerson>, Asked, Asked, crate::support::Fixture) {
+        connect_to(timeout, SlowPerson::default()).await
+    }
+
+    async fn connect_to(
+        timeout: Duration,
+        person: SlowPerson,
+    ) -> (RunningService<RoleClient, SlowPerson>, Asked, Asked, crate::support::Fixture) {
         let f = fixture();
         let config = McpConfig {
             confirmations: Some(Arc::new(Resolver(f.gate.clone()))),
@@ -427,7 +438,6 @@ mod withdrawn {
         let (read, write) = tokio::io::split(server_io);
         let max = config.max_message_bytes;
         tokio::spawn(agent_surface_mcp::serve_io(McpServer::new(f.registry.clone(), config), read, write, max));
-        let person = SlowPerson::default();
         let (asked, withdrawn) = (person.asked.clone(), person.withdrawn.clone());
         (person.serve(client_io).await.unwrap(), asked, withdrawn, f)
     }
@@ -458,6 +468,30 @@ mod withdrawn {
         let call = client.peer().send_request_with_option(request, PeerRequestOptions::no_options()).await.unwrap();
         assert!(eventually(|| !asked.lock().unwrap().is_empty()).await, "the person is asked");
         call.cancel(Some("changed my mind".into())).await.unwrap();
+        let id = asked.lock().unwrap()[0].clone();
+        assert!(eventually(|| withdrawn.lock().unwrap().contains(&id)).await, "{:?}", withdrawn.lock().unwrap());
+        client.cancel().await.unwrap();
+    }
+
+    /// The registry disposed (the server shutting down) while a person who does not answer is
+    /// asked: the call is answered at once, `CANCELLED` with nothing run, rather than left to wait
+    /// out the elicitation's timeout (by when the server is gone and the answer with it); the
+    /// elicitation is withdrawn.
+    #[tokio::test]
+    async fn a_disposed_registry_answers_a_call_waiting_for_the_person() {
+        let silent = SlowPerson { silent: true, ..SlowPerson::default() };
+        let (client, asked, withdrawn, f) = connect_to(Duration::from_secs(60), silent).await;
+        let call = tokio::spawn({
+            let peer = client.peer().clone();
+            async move { peer.call_tool(params("store-delete", json!({}), json!({}))).await }
+        });
+        assert!(eventually(|| !asked.lock().unwrap().is_empty()).await, "the person is asked");
+        f.registry.dispose();
+        let raw = tokio::time::timeout(Duration::from_secs(5), call).await.expect("answered at once").unwrap().unwrap();
+        let payload = codec::decode(&raw).unwrap().error_payload().cloned().expect("an error");
+        assert_eq!(payload.code(), ErrorCode::Cancelled);
+        assert!(payload.not_processed(), "nothing ran");
+        assert_eq!(f.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
         let id = asked.lock().unwrap()[0].clone();
         assert!(eventually(|| withdrawn.lock().unwrap().contains(&id)).await, "{:?}", withdrawn.lock().unwrap());
         client.cancel().await.unwrap();
