@@ -33,7 +33,10 @@ pub(crate) struct Screened {
 }
 
 /// Checks one message of at most `max_bytes` bytes. A refusal comes with the message's id when
-/// the screen could read one, so that the answer reaches the request it refuses.
+/// the screen could read one, so that the answer reaches the request it refuses; never with the
+/// id of a response (a message with `result` or `error` and no `method`), whose id is one of the
+/// server's own requests: an error under it would read, to a client with a request of that id
+/// pending, as that request's answer.
 pub(crate) fn screen(
     bytes: &[u8],
     max_bytes: usize,
@@ -58,7 +61,8 @@ pub(crate) fn screen(
     if walk.deserialize(&mut de).is_err() || de.end().is_err() {
         return Err((ProtocolFault::NotJson, None));
     }
-    let id = found.id.take();
+    let response = !found.method && found.result_or_error;
+    let id = found.id.take().filter(|_| !response);
     if found.duplicate {
         return Err((ProtocolFault::DuplicateMember, id));
     }

@@ -329,6 +329,9 @@ fn classify(value: &Value) -> Option<(ProtocolFault, Option<RequestId>)> {
     match (method, obj.contains_key("id")) {
         // A notification, however malformed, is never answered.
         (Some(_), false) if envelope_ok => None,
+        // Nor is a response (to one of the server's requests): its id is the server's, and an
+        // error under it would read as the answer to a client's request of that id.
+        (None, _) if obj.contains_key("result") || obj.contains_key("error") => None,
         (Some(m), true) if envelope_ok && id.is_some() => Some((ProtocolFault::InvalidParams(m.to_string()), id)),
         _ => Some((ProtocolFault::NotJsonRpc, id)),
     }

@@ -1,5 +1,5 @@
-//! Raw frames against the stdio framing: every unusable frame gets a JSON-RPC error, and the
-//! server keeps serving.
+//! Raw frames against the stdio framing: every unusable frame but a notification or a response
+//! gets a JSON-RPC error, and the server keeps serving.
 
 use agent_surface_mcp::{McpConfig, McpServer};
 use serde_json::{Value, json};
@@ -97,8 +97,12 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"prompts/list\"}\n").await;
     check_error(&raw.recv().await, -32601, json!(10));
 
-    // A malformed notification is never answered; the next request is.
+    // A malformed notification is never answered; the next request is. Nor is a malformed
+    // response (to one of the server's requests: its id is the server's, and an error under it
+    // would read as the answer to a client request of that id).
     raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":5}\n").await;
+    raw.send(b"{\"id\":6,\"result\":{\"action\":\"accept\"}}\n").await;
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":6,\"error\":{\"code\":\"x\"}}\n").await;
 
     let big = format!("{{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\",\"pad\":\"{}\"}}\n", "x".repeat(10_000));
     raw.send(big.as_bytes()).await;
@@ -128,6 +132,9 @@ async fn every_unusable_frame_is_answered_and_the_server_keeps_running() {
     // HTTP binding refuses it too), and a method name too long to be one is not echoed.
     raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"store-echo\",\"name\":\"store-delete\",\"arguments\":{}}}\n").await;
     check_error(&raw.recv().await, -32600, json!(12));
+    // A response with a repeated member is refused without its id.
+    raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{},\"result\":{}}\n").await;
+    check_error(&raw.recv().await, -32600, Value::Null);
     let long = format!("{{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"{}\"}}\n", "m".repeat(3000));
     raw.send(long.as_bytes()).await;
     let answer = raw.recv().await;
