@@ -7,7 +7,11 @@
 //! route is already taken when the handler runs. So [`crate::http::router_with`] holds each
 //! request's id from before `rmcp` sees the request until its response has been sent, or its
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
-//! held with `-32600` itself ([`ProtocolFault::IdInProgress`]).
+//! held with `-32600` itself ([`ProtocolFault::IdInProgress`]). A `tools/call` whose client hung up
+//! goes on running its handler, and `rmcp` keeps its route until the handler answers: its id stays
+//! in progress until then ([`InFlightIds::running`], taken by the handler), so a request that
+//! reuses it (a client retrying after a network error) is refused rather than taking that route
+//! and being answered the first call's result.
 //!
 //! **Scope.** An id is in progress within the legacy session named by `Mcp-Session-Id`. A
 //! modern (2026-07-28) request has no session: it is answered on its own HTTP response, `rmcp`
@@ -50,25 +54,37 @@ pub(crate) struct InFlightIds {
     max_per_scope: usize,
     /// Scope digest → the digests of its ids in progress; a scope without any is removed.
     scopes: Mutex<HashMap<[u8; 32], HashSet<[u8; 32]>>>,
+    /// (Scope digest, id digest) → how many handlers run under it. Not counted against
+    /// `max_per_scope`: a running handler holds no connection, and its request held a place
+    /// while it had one.
+    running: Mutex<HashMap<([u8; 32], [u8; 32]), usize>>,
+}
+
+/// The digest of a JSON-RPC id (its kind and its value).
+fn id_digest(id: &RequestId) -> [u8; 32] {
+    match id {
+        NumberOrString::Number(n) => PartsDigest::new().labelled(b"number", &n.to_be_bytes()),
+        NumberOrString::String(s) => PartsDigest::new().labelled(b"string", s.as_bytes()),
+    }
+    .finish()
 }
 
 impl InFlightIds {
     /// An empty table whose scopes hold at most `max_per_scope` ids each.
     pub(crate) fn new(max_per_scope: usize) -> Arc<InFlightIds> {
-        Arc::new(InFlightIds { max_per_scope, scopes: Mutex::default() })
+        Arc::new(InFlightIds { max_per_scope, scopes: Mutex::default(), running: Mutex::default() })
     }
 
     /// Holds `id` in `scope` until the returned [`Held`] is dropped, unless a request under it is
-    /// still in progress there ([`ProtocolFault::IdInProgress`]) or the scope is full
-    /// ([`ProtocolFault::TooManyInProgress`]).
+    /// still in progress there (its response open, or its handler running:
+    /// [`ProtocolFault::IdInProgress`]) or the scope is full ([`ProtocolFault::TooManyInProgress`]).
     pub(crate) fn hold(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Result<Held, ProtocolFault> {
         let scope = scope.digest();
-        let id = match id {
-            NumberOrString::Number(n) => PartsDigest::new().labelled(b"number", &n.to_be_bytes()),
-            NumberOrString::String(s) => PartsDigest::new().labelled(b"string", s.as_bytes()),
-        }
-        .finish();
+        let id = id_digest(id);
         let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&(scope, id)) {
+            return Err(ProtocolFault::IdInProgress);
+        }
         let ids = scopes.entry(scope).or_default();
         if ids.contains(&id) {
             return Err(ProtocolFault::IdInProgress);
@@ -81,6 +97,15 @@ impl InFlightIds {
         }
         ids.insert(id);
         Ok(Held { table: self.clone(), scope, id })
+    }
+
+    /// Keeps `id` in progress in `scope` while a handler answering it runs, until the returned
+    /// [`Running`] is dropped: taken by the handler while its request still holds the id, it
+    /// keeps the id from [`InFlightIds::hold`] after the client hung up too.
+    pub(crate) fn running(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Running {
+        let key = (scope.digest(), id_digest(id));
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default() += 1;
+        Running { table: self.clone(), key }
     }
 
     /// How many ids are held, in all scopes (for tests).
@@ -105,6 +130,26 @@ impl Drop for Held {
             ids.remove(&self.id);
             if ids.is_empty() {
                 scopes.remove(&self.scope);
+            }
+        }
+    }
+}
+
+/// An id kept in progress while its handler runs; dropping it (the handler answered or was
+/// dropped) frees it.
+#[derive(Debug)]
+pub(crate) struct Running {
+    table: Arc<InFlightIds>,
+    key: ([u8; 32], [u8; 32]),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self.table.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = running.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(&self.key);
             }
         }
     }
@@ -160,6 +205,21 @@ mod tests {
         drop((_again, _s, _b));
         assert_eq!(table.len(), 0);
         assert!(table.scopes.lock().unwrap().is_empty(), "an empty scope is removed");
+    }
+
+    #[test]
+    fn a_running_handler_keeps_its_id_after_its_response_is_gone() {
+        let table = InFlightIds::new(1);
+        let (scope, seven) = (Scope::Session(b"a"), NumberOrString::Number(7));
+        let held = table.hold(scope, &seven).unwrap();
+        let running = table.running(scope, &seven);
+        drop(held);
+        assert_eq!(table.hold(scope, &seven).unwrap_err(), ProtocolFault::IdInProgress);
+        // Its place is free: another id is taken.
+        let other = table.hold(scope, &NumberOrString::Number(8)).unwrap();
+        drop((running, other));
+        let _again = table.hold(scope, &seven).unwrap();
+        assert!(table.running.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -460,8 +460,10 @@ async fn modern_requests_under_one_id_are_each_answered() {
 }
 
 /// A legacy session holds at most `max_requests_in_flight` requests in progress: one more is
-/// refused (`-32600`, `data.maxRequestsInFlight`). A request's id is freed when its response has
-/// been sent or its connection dropped.
+/// refused (`-32600`, `data.maxRequestsInFlight`). A request's place is freed when its response
+/// has been sent or its connection dropped; a `tools/call`'s id stays in progress while its call
+/// runs (`rmcp` keeps the request's route until the call answers, and a request that reused the
+/// id would take it), and is free once the call is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops() {
     let (registry, runs) = counted_slow_registry();
@@ -478,7 +480,7 @@ async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops
     assert!(raw.contains(r#""code":-32600"#) && raw.contains(r#""maxRequestsInFlight":1"#), "{raw}");
     let (status, raw) = tokio::time::timeout(Duration::from_secs(5), first).await.expect("answered").unwrap();
     check_written(status, &raw);
-    // A call whose client hangs up frees its id and its place at once (its handler goes on).
+    // A call whose client hangs up frees its place at once (its handler goes on), not its id.
     let mut dropped = tokio::net::TcpStream::connect(addr).await.unwrap();
     let headers: Vec<(&str, &str)> =
         [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]
@@ -490,11 +492,24 @@ async fn a_session_holds_a_bounded_number_of_ids_freed_when_the_connection_drops
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(dropped);
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, raw) = post_owned(addr, &session, legacy_write(3, 0)).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains(r#""code":-32600"#) && raw.contains("already in progress"), "{raw}");
     let (status, raw) = tokio::time::timeout(Duration::from_secs(5), post_owned(addr, &session, legacy_write(4, 0)))
         .await
         .expect("answered");
     check_written(status, &raw);
-    assert_eq!(runs.load(Ordering::SeqCst), 3, "all but the refused call ran");
+    // Once the call whose client hung up is over, its id is free.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (status, raw) = loop {
+        let (status, raw) = post_owned(addr, &session, legacy_write(3, 0)).await;
+        if status != 400 || tokio::time::Instant::now() > deadline {
+            break (status, raw);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    check_written(status, &raw);
+    assert_eq!(runs.load(Ordering::SeqCst), 4, "all but the refused calls ran");
     shutdown.cancel();
 }
 
