@@ -57,8 +57,11 @@ pub(crate) struct InFlightIds {
     /// (Scope digest, id digest) → how many handlers run under it. Not counted against
     /// `max_per_scope`: a running handler holds no connection, and its request held a place
     /// while it had one.
-    running: Mutex<HashMap<([u8; 32], [u8; 32]), usize>>,
+    running: Mutex<HashMap<RunningKey, usize>>,
 }
+
+/// A running handler's (scope digest, id digest).
+type RunningKey = ([u8; 32], [u8; 32]);
 
 /// The digest of a JSON-RPC id (its kind and its value).
 fn id_digest(id: &RequestId) -> [u8; 32] {
@@ -140,7 +143,7 @@ impl Drop for Held {
 #[derive(Debug)]
 pub(crate) struct Running {
     table: Arc<InFlightIds>,
-    key: ([u8; 32], [u8; 32]),
+    key: RunningKey,
 }
 
 impl Drop for Running {
