@@ -44,7 +44,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::inflight::{Held, Holding, InFlightIds, Running, Scope};
+use crate::inflight::{Held, Holding, InFlightIds, Scope, SessionIds};
 use crate::server::Authenticated;
 use crate::{McpConfig, McpServer};
 
@@ -214,9 +214,12 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
                 return jsonrpc_refusal(refusal, Some(id));
             }
         };
-        if held.is_some() {
-            // For the handler, which keeps the id in progress while it runs ([`running_handler`]).
-            request.extensions_mut().insert(IdTable(self.in_flight.clone()));
+        if held.is_some()
+            && let Some(session) = request.headers().get(MCP_SESSION_ID).cloned()
+        {
+            // For the handler, which keeps the id in progress while it runs
+            // (`inflight::running_handler`).
+            request.extensions_mut().insert(SessionIds::new(self.in_flight.clone(), session.as_bytes()));
         }
         // Every `initialize` opens a session (whatever era it names): it takes a slot,
         // counted together with the sessions open, before it reaches `rmcp`.
@@ -249,21 +252,6 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
             None => response,
         }
     }
-}
-
-/// The table of the ids in progress, given to the handler of a legacy session's request through
-/// the request's extensions (`rmcp` hands the handler the request's `http::request::Parts`).
-#[derive(Clone)]
-struct IdTable(Arc<InFlightIds>);
-
-/// Keeps the id of a legacy session's request in progress while its handler runs, after its
-/// client hung up too (see `crate::inflight`): `None` for a request that holds no id (stdio, the
-/// modern era).
-pub(crate) fn running_handler(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Running> {
-    let parts = context.extensions.get::<axum::http::request::Parts>()?;
-    let table = parts.extensions.get::<IdTable>()?;
-    let session = parts.headers.get(MCP_SESSION_ID)?;
-    Some(table.0.running(Scope::Session(session.as_bytes()), &context.id))
 }
 
 /// Holds the id of a legacy request (`screened`) in its session (`Mcp-Session-Id`). An

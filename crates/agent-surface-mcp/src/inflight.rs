@@ -138,6 +138,30 @@ impl Drop for Held {
     }
 }
 
+/// The ids in progress of one legacy session, handed to the handler of its request through the
+/// request's extensions (`rmcp` gives the handler the request's `http::request::Parts`).
+#[derive(Clone)]
+pub(crate) struct SessionIds {
+    table: Arc<InFlightIds>,
+    /// The session's `Mcp-Session-Id`.
+    session: Arc<[u8]>,
+}
+
+impl SessionIds {
+    /// The ids of `table` in the session `session` names.
+    pub(crate) fn new(table: Arc<InFlightIds>, session: &[u8]) -> SessionIds {
+        SessionIds { table, session: session.into() }
+    }
+}
+
+/// Keeps the id of a legacy session's request in progress while its handler runs, after its
+/// client hung up too: `None` for a request that holds no id (stdio, the modern era).
+pub(crate) fn running_handler(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Running> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    let ids = parts.extensions.get::<SessionIds>()?;
+    Some(ids.table.running(Scope::Session(&ids.session), &context.id))
+}
+
 /// An id kept in progress while its handler runs; dropping it (the handler answered or was
 /// dropped) frees it.
 #[derive(Debug)]

@@ -777,15 +777,6 @@ impl Registry {
     pub fn capability_count(&self) -> usize {
         self.inner.read().capabilities.len()
     }
-
-    /// The time budget a call of `capability` with `options` runs its handler under (and, as
-    /// long again, its post-condition); the registry's default for a name it does not know.
-    pub(crate) fn handler_budget(&self, capability: &str, options: &crate::InvokeOptions) -> Duration {
-        match self.inner.read().capabilities.get(capability) {
-            Some(def) => crate::pipeline::time_budget(&self.inner, def, options),
-            None => options.time_budget.unwrap_or(self.inner.config.default_time_budget),
-        }
-    }
 }
 
 /// Options of a mounted instance.

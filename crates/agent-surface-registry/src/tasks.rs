@@ -226,7 +226,7 @@ impl Tasks {
         // Kept while it runs for `running_ttl`, and at least as long as the call may still run
         // once its handler started (its budget, as long again for a post-condition) and a lease:
         // a record that expired under a running call would lose its result.
-        let budget = registry.handler_budget(&invoke.capability, &options);
+        let budget = handler_budget(registry, &invoke.capability, &options);
         let kept_running =
             self.inner.config.running_ttl.max(budget.saturating_mul(2).saturating_add(self.inner.config.lease));
         let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Invocation>();
@@ -433,6 +433,16 @@ async fn wait(
 
 /// The answer when a call's task was lost (it panicked outside the pipeline's guard, which the
 /// pipeline prevents): the outcome is unknown.
+/// The time budget a call of `capability` with `options` runs its handler under (and, as long
+/// again, its post-condition); the registry's default for a name it does not know.
+fn handler_budget(registry: &Registry, capability: &str, options: &InvokeOptions) -> Duration {
+    let inner = &registry.inner;
+    match inner.read().capabilities.get(capability) {
+        Some(def) => crate::pipeline::time_budget(inner, def, options),
+        None => options.time_budget.unwrap_or(inner.config.default_time_budget),
+    }
+}
+
 /// Records the end of task `id`. A store that does not answer is asked again, the waits doubling
 /// from 100 ms to 5 s, for about `lease` in all (until then no other process ends the task as
 /// abandoned): given up at once, a known result would be read later as an unknown outcome, once

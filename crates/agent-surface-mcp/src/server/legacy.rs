@@ -49,6 +49,14 @@ impl McpServer {
         Answered::Result(first)
     }
 
+    /// Asks the person through `elicitation/create` ([`ask`]), for the call of `context`: at
+    /// most the session's `elicitation_timeout`, until the call is cancelled or the registry
+    /// disposed.
+    async fn ask(&self, params: ElicitRequestParams, context: &RequestContext<RoleServer>) -> Waited {
+        let timeout = self.session.config.elicitation_timeout;
+        ask(&context.peer, params, timeout, &context.ct, &self.session.registry).await
+    }
+
     /// Sends the person to the confirmation's approval page (URL-mode elicitation, legacy era):
     /// the client asks them to open `details.approvalUrl`, where an approver decides (the
     /// requester may deny there, never approve). When the client answers `accept` — the person
@@ -76,15 +84,7 @@ impl McpServer {
             url,
             elicitation_id: details.confirmation_id.clone(),
         };
-        let answer = match ask(
-            &context.peer,
-            params,
-            self.session.config.elicitation_timeout,
-            &context.ct,
-            &self.session.registry,
-        )
-        .await
-        {
+        let answer = match self.ask(params, context).await {
             Waited::CallCancelled => {
                 return Invocation::answered(cancelled_while_asking(request.invocation_id), first.correlation_id);
             }
@@ -134,15 +134,7 @@ impl McpServer {
             message,
             requested_schema: ElicitationSchema::new(BTreeMap::new()),
         };
-        let answer = match ask(
-            &context.peer,
-            params,
-            self.session.config.elicitation_timeout,
-            &context.ct,
-            &self.session.registry,
-        )
-        .await
-        {
+        let answer = match self.ask(params, context).await {
             Waited::CallCancelled => return answer_with(cancelled_while_asking(request.invocation_id)),
             Waited::TimedOut => {
                 tracing::info!(target: "agent_surface::mcp", "elicitation unanswered; relaying CONFIRMATION_REQUIRED");

@@ -340,7 +340,7 @@ impl McpServer {
         // Over HTTP, the id stays in progress in its session while the call runs, after its
         // client hung up too: `rmcp` keeps the request's route until the call answers.
         #[cfg(feature = "http")]
-        let _running = crate::http::running_handler(&context);
+        let _running = crate::inflight::running_handler(&context);
         let mut consumer = self.consumer(&context).await;
         // A name that is not a tool name can never resolve; it gets the same answer as any
         // unknown tool.
