@@ -44,7 +44,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::inflight::{Held, Holding, InFlightIds, Scope, SessionIds};
+use crate::inflight::{Held, Holding, InFlightIds, Scope};
 use crate::server::Authenticated;
 use crate::{McpConfig, McpServer};
 
@@ -214,12 +214,16 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
                 return jsonrpc_refusal(refusal, Some(id));
             }
         };
+        // A `tools/call` keeps its id in progress until its handler is over, after its client hung
+        // up too: the hold travels with the request (`rmcp` hands the request's parts to the
+        // handler's context) and is dropped with the handler's context (see `crate::inflight`).
         if held.is_some()
-            && let Some(session) = request.headers().get(MCP_SESSION_ID).cloned()
+            && let Some(screened) = screened.as_ref().filter(|s| s.tools_call)
+            && let Some(id) = &screened.id
+            && let Some(session) = request.headers().get(MCP_SESSION_ID)
         {
-            // For the handler, which keeps the id in progress while it runs
-            // (`inflight::running_handler`).
-            request.extensions_mut().insert(SessionIds::new(self.in_flight.clone(), session.as_bytes()));
+            let running = self.in_flight.running(Scope::Session(session.as_bytes()), id);
+            request.extensions_mut().insert(Arc::new(running));
         }
         // Every `initialize` opens a session (whatever era it names): it takes a slot,
         // counted together with the sessions open, before it reaches `rmcp`.

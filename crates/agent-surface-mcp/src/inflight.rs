@@ -9,9 +9,11 @@
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
 //! held with `-32600` itself ([`ProtocolFault::IdInProgress`]). A `tools/call` whose client hung up
 //! goes on running its handler, and `rmcp` keeps its route until the handler answers: its id stays
-//! in progress until then ([`InFlightIds::running`], taken by the handler), so a request that
-//! reuses it (a client retrying after a network error) is refused rather than taking that route
-//! and being answered the first call's result.
+//! in progress until then ([`InFlightIds::running`], taken with the id's hold and carried in the
+//! request's extensions, which `rmcp` hands to the handler's context and drops with it), so a
+//! request that reuses it (a client retrying after a network error) is refused rather than taking
+//! that route and being answered the first call's result. (A short window remains between the
+//! handler's end and `rmcp`'s routing of its answer.)
 //!
 //! **Scope.** An id is in progress within the legacy session named by `Mcp-Session-Id`. A
 //! modern (2026-07-28) request has no session: it is answered on its own HTTP response, `rmcp`
@@ -102,9 +104,9 @@ impl InFlightIds {
         Ok(Held { table: self.clone(), scope, id })
     }
 
-    /// Keeps `id` in progress in `scope` while a handler answering it runs, until the returned
-    /// [`Running`] is dropped: taken by the handler while its request still holds the id, it
-    /// keeps the id from [`InFlightIds::hold`] after the client hung up too.
+    /// Keeps `id` in progress in `scope` until the returned [`Running`] is dropped: taken with the
+    /// request's hold and dropped with its handler's context, it keeps the id from
+    /// [`InFlightIds::hold`] after the client hung up too.
     pub(crate) fn running(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Running {
         let key = (scope.digest(), id_digest(id));
         *self.running.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default() += 1;
@@ -136,30 +138,6 @@ impl Drop for Held {
             }
         }
     }
-}
-
-/// The ids in progress of one legacy session, handed to the handler of its request through the
-/// request's extensions (`rmcp` gives the handler the request's `http::request::Parts`).
-#[derive(Clone)]
-pub(crate) struct SessionIds {
-    table: Arc<InFlightIds>,
-    /// The session's `Mcp-Session-Id`.
-    session: Arc<[u8]>,
-}
-
-impl SessionIds {
-    /// The ids of `table` in the session `session` names.
-    pub(crate) fn new(table: Arc<InFlightIds>, session: &[u8]) -> SessionIds {
-        SessionIds { table, session: session.into() }
-    }
-}
-
-/// Keeps the id of a legacy session's request in progress while its handler runs, after its
-/// client hung up too: `None` for a request that holds no id (stdio, the modern era).
-pub(crate) fn running_handler(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Running> {
-    let parts = context.extensions.get::<axum::http::request::Parts>()?;
-    let ids = parts.extensions.get::<SessionIds>()?;
-    Some(ids.table.running(Scope::Session(&ids.session), &context.id))
 }
 
 /// An id kept in progress while its handler runs; dropping it (the handler answered or was

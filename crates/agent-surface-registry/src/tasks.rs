@@ -319,7 +319,7 @@ impl Tasks {
         } else {
             (TaskStatus::Completed, Some(outcome.to_payload()))
         };
-        let finished = match finish(store.as_ref(), clock.as_ref(), &id, status, payload, lease).await {
+        let finished = match finish(store.as_ref(), clock.as_ref(), &id, status, payload, (renewed, lease)).await {
             // The result does not fit the store: it is withheld, as an output over the cap is.
             Err(StoreError::Full { .. }) => {
                 tracing::warn!(target: "agent_surface::tasks", task_id = %id, "task result over the store's budget; withheld");
@@ -332,7 +332,7 @@ impl Tasks {
                     correlation_id: outcome.correlation_id,
                 };
                 let payload = Some(withheld.to_payload());
-                finish(store.as_ref(), clock.as_ref(), &id, TaskStatus::Completed, payload, lease).await
+                finish(store.as_ref(), clock.as_ref(), &id, TaskStatus::Completed, payload, (renewed, lease)).await
             }
             other => other,
         };
@@ -431,8 +431,6 @@ async fn wait(
     done.await.unwrap_or_else(|_| lost())
 }
 
-/// The answer when a call's task was lost (it panicked outside the pipeline's guard, which the
-/// pipeline prevents): the outcome is unknown.
 /// The time budget a call of `capability` with `options` runs its handler under (and, as long
 /// again, its post-condition); the registry's default for a name it does not know.
 fn handler_budget(registry: &Registry, capability: &str, options: &InvokeOptions) -> Duration {
@@ -444,22 +442,25 @@ fn handler_budget(registry: &Registry, capability: &str, options: &InvokeOptions
 }
 
 /// Records the end of task `id`. A store that does not answer is asked again, the waits doubling
-/// from 100 ms to 5 s, for about `lease` in all (until then no other process ends the task as
-/// abandoned): given up at once, a known result would be read later as an unknown outcome, once
-/// the lease lapsed. `finish` leaves a final record as it is, so an attempt that landed unanswered
-/// makes the next one a no-op.
+/// from 100 ms to 5 s, while the lease last renewed at `renewed` holds (until it lapses no other
+/// process ends the task as abandoned): given up at once, a known result would be read later as
+/// an unknown outcome, once the lease lapsed. `finish` leaves a final record as it is, so an
+/// attempt that landed unanswered makes the next one a no-op, and one made after another process
+/// ended the task changes nothing.
 async fn finish(
     store: &dyn TaskStore,
     clock: &dyn Clock,
     id: &str,
     status: TaskStatus,
     payload: Option<Value>,
-    lease: Duration,
+    lease: (Timestamp, Duration),
 ) -> Result<bool, StoreError> {
+    let (renewed, lease) = lease;
+    let holds = lease.saturating_sub(clock.now().saturating_duration_since(renewed));
     let (mut wait, mut waited) = (Duration::from_millis(100), Duration::ZERO);
     loop {
         match store.finish(id, status, payload.clone(), None, clock.now()).await {
-            Err(StoreError::Unavailable(e)) if waited < lease => {
+            Err(StoreError::Unavailable(e)) if waited + wait < holds => {
                 tracing::warn!(target: "agent_surface::tasks", task_id = %id, error = %agent_surface_policy::redacted(&e), "cannot record the end of a task yet; trying again");
                 tokio::time::sleep(wait).await;
                 waited += wait;
@@ -470,6 +471,8 @@ async fn finish(
     }
 }
 
+/// The answer when a call's task was lost (it panicked outside the pipeline's guard, which the
+/// pipeline prevents): the outcome is unknown.
 fn lost() -> Invocation {
     let result = InvokeResult::error(AgentSurfaceError::outcome_unknown_untracked().into_payload(), None);
     Invocation::new(result)

@@ -337,10 +337,6 @@ impl McpServer {
             tracing::debug!(target: "agent_surface::mcp", id = ?context.id, "tools/call with the id of a call in progress refused");
             return Err(ProtocolFault::IdInProgress.error());
         };
-        // Over HTTP, the id stays in progress in its session while the call runs, after its
-        // client hung up too: `rmcp` keeps the request's route until the call answers.
-        #[cfg(feature = "http")]
-        let _running = crate::inflight::running_handler(&context);
         let mut consumer = self.consumer(&context).await;
         // A name that is not a tool name can never resolve; it gets the same answer as any
         // unknown tool.

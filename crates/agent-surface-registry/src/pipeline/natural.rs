@@ -163,7 +163,8 @@ fn refuses_caller(code: agent_surface_core::ErrorCode) -> bool {
 /// reaches past a key derived from the input, so kept,
 /// it would answer that repeat with itself for the whole window, and its message would be false.
 /// Nor is the handler's refusal of its caller ([`refuses_caller`]): kept under a key that spans
-/// callers, it would refuse another caller the handler lets through.
+/// callers, it would refuse another caller the handler lets through. That relies on a handler
+/// refusing its caller before it acts, as the error model has it (a refusal is not an outcome).
 /// Such an answer never follows an effect that a repeat could double: an interrupted write, or one
 /// whose handler's error carries a host error or passes on another service's retryable answer, is
 /// answered with its unknown outcome (terminal, kept), so a retryable answer after a write's

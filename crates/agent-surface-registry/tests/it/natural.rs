@@ -654,29 +654,33 @@ async fn a_handler_s_refusal_of_its_caller_is_not_another_caller_s_answer() {
 }
 
 /// A caller that joined a call in flight under the key is not answered the refusal its handler gave
-/// that call's caller: it is admitted under the key anew, and its own call runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// that call's caller: it is admitted under the key anew, and its own call runs. (One thread, as
+/// the test of a refusal before the handler: Bob's admission, which the memory store answers at
+/// once, is made while Alice's handler waits, so he joins her call before it ends.)
+#[tokio::test]
 async fn a_follower_is_not_answered_the_handler_s_refusal_of_the_caller_it_joined() {
     let (go, runs) = (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicUsize::new(0)));
     let r = returns(Some(go.clone()), runs.clone());
     let _m = r.mount("loans", "main").unwrap();
     let give_back = || call("loans.return", json!({"copy_id": "c-8"}));
-    let alice = tokio::spawn({
-        let r = r.clone();
-        async move { r.invoke_detailed(give_back(), user("s-1", "alice")).await }
-    });
-    until(&runs, 1).await;
-    let bob = tokio::spawn({
-        let r = r.clone();
-        async move { r.invoke_detailed(give_back(), user("s-2", "bob")).await }
-    });
-    // Bob's call has joined Alice's (it cannot lead while she holds the key); let hers end.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    go.notify_one();
-    assert_produced(&alice.await.unwrap(), ErrorCode::NotAuthorized, Phase::Execute);
-    until(&runs, 2).await;
-    go.notify_one();
-    let bob = bob.await.unwrap();
+    let alice = r.invoke_detailed(give_back(), user("s-1", "alice"));
+    let bob = async {
+        // Bob arrives while Alice's handler waits: he joins her call.
+        until(&runs, 1).await;
+        let bob = r.invoke_detailed(give_back(), user("s-2", "bob"));
+        let release = async {
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            go.notify_one();
+            // Bob's own run, once he leads the key.
+            until(&runs, 2).await;
+            go.notify_one();
+        };
+        tokio::join!(bob, release).0
+    };
+    let (alice, bob) = tokio::join!(alice, bob);
+    assert_produced(&alice, ErrorCode::NotAuthorized, Phase::Execute);
     assert_eq!(output(&bob), json!({"returned": "c-8", "run": 2}), "{:?}", bob.result);
     assert!(!bob.joined && !bob.replayed);
 }
