@@ -293,11 +293,16 @@ fn jsonrpc_refusal(
 }
 
 /// Whether `request` opens a long-lived stream that carries no call's answer: a legacy session's
-/// `GET` (its standalone stream, or a resumed one), or a modern `subscriptions/listen` (whose
-/// `Mcp-Method` header `rmcp` requires to match the body).
+/// `GET` of its standalone stream (or the resumption of it), or a modern `subscriptions/listen`
+/// (whose `Mcp-Method` header `rmcp` requires to match the body). A `GET` that resumes a request's
+/// stream (`Last-Event-ID` of the form `index/request`, as `rmcp` numbers the events of a
+/// request's stream) carries that request's answer: the drain waits for it, as for the `POST`
+/// whose connection it replaces.
 fn is_open_stream(request: &axum::extract::Request) -> bool {
     match *request.method() {
-        axum::http::Method::GET => true,
+        axum::http::Method::GET => {
+            !request.headers().get(LAST_EVENT_ID).is_some_and(|id| id.as_bytes().contains(&b'/'))
+        }
         axum::http::Method::POST => {
             request.headers().get(MCP_METHOD).is_some_and(|m| m.as_bytes() == b"subscriptions/listen")
         }
@@ -334,6 +339,8 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The header names this module reads on every request, made once (looked up by a `&str`, a name
 /// is parsed on every call).
 const MCP_SESSION_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-session-id");
+/// The header that resumes an event stream after the last event the client received.
+const LAST_EVENT_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("last-event-id");
 /// See [`MCP_SESSION_ID`].
 const MCP_METHOD: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-method");
 

@@ -316,6 +316,63 @@ async fn an_idle_session_stream_does_not_hold_the_drain() {
     assert!(ended.is_ok(), "the stream ended with the drain");
 }
 
+/// Reads `stream` into `seen` until `found` says what it needs is there (or the stream ends, or
+/// five seconds pass).
+async fn read_until(stream: &mut tokio::net::TcpStream, seen: &mut String, found: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buffer = [0u8; 4096];
+    while !found(seen) && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => seen.push_str(&String::from_utf8_lossy(&buffer[..n])),
+            Err(_) => {}
+        }
+    }
+}
+
+/// A call whose `POST` connection dropped and whose client resumed its event stream with `GET`
+/// and the `Last-Event-ID` of that stream holds the drain as the `POST` did: a shutdown lets the
+/// call finish, and its answer reaches the resumed stream (a resumed request's stream is not an
+/// idle stream the drain may end at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_request_stream_holds_the_drain_until_its_answer() {
+    let (addr, shutdown, server) = serve_draining(slow_registry(), agent_surface_server::Limits::default()).await;
+    let session = open_session(addr).await;
+    let headers: String = session.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let body = legacy_write(2, 1_500);
+    let mut posted = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let post = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    posted.write_all(post.as_bytes()).await.unwrap();
+    // The stream's first event (its priming event) names the stream: `index/request`.
+    let mut seen = String::new();
+    let event_id = |seen: &str| {
+        seen.lines()
+            .find_map(|l| l.strip_prefix("id:").map(str::trim).filter(|id| id.contains('/')).map(str::to_string))
+    };
+    read_until(&mut posted, &mut seen, |s| event_id(s).is_some()).await;
+    let last = event_id(&seen).unwrap_or_else(|| panic!("a request stream's event id: {seen:?}"));
+    drop(posted);
+
+    let mut resumed = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n{headers}Last-Event-ID: {last}\r\n\r\n"
+    );
+    resumed.write_all(get.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    read_until(&mut resumed, &mut answer, |s| s.contains("\r\n\r\n")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    shutdown.cancel();
+    read_until(&mut resumed, &mut answer, |s| s.contains("written")).await;
+    assert!(
+        answer.contains(r#""isError":false"#) && answer.contains("written"),
+        "the answer on the resumed stream: {answer}"
+    );
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve_http returned").unwrap().unwrap();
+}
+
 /// Opens a legacy (2025-11-25) session: the headers of its later requests.
 async fn open_session(addr: std::net::SocketAddr) -> Vec<(String, String)> {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
