@@ -73,8 +73,8 @@ macro_rules! code_table {
             CapabilityNotAvailable = "CAPABILITY_NOT_AVAILABLE" {
                 matrix: {
                     meaning: "The capability exists and is visible but is disabled right now.",
-                    when: "The availability phase finds it disabled at run time, or the authority policy disables it for this consumer, with a reason.",
-                    phases: &[Availability, Authority],
+                    when: "The availability phase finds it disabled at run time, or the authority policy disables it for this consumer, with a reason; or it was disabled while the call waited before its handler (execute, notProcessed: nothing ran).",
+                    phases: &[Availability, Authority, Execute],
                     handler_may_return: false,
                     layer: fixed(Layer::Execution),
                     retry: fixed(Retry::AfterRefresh),

@@ -256,9 +256,13 @@ pub const CORRELATION_ID_FIELD: &str = "correlationId";
 /// The codes phase 8 (`execute`) can give before it starts the handler, at its gate: the caller
 /// gone (`CANCELLED`), strict audit unable to record the start or a started mark that cannot be
 /// written (`EXECUTION_FAILED`), the registration unmounted or replaced while the call waited
-/// (`COMPONENT_UNMOUNTED`).
-pub const REFUSED_AT_THE_EXECUTE_GATE: [ErrorCode; 3] =
-    [ErrorCode::Cancelled, ErrorCode::ExecutionFailed, ErrorCode::ComponentUnmounted];
+/// (`COMPONENT_UNMOUNTED`), the capability disabled meanwhile (`CAPABILITY_NOT_AVAILABLE`).
+pub const REFUSED_AT_THE_EXECUTE_GATE: [ErrorCode; 4] = [
+    ErrorCode::Cancelled,
+    ErrorCode::ExecutionFailed,
+    ErrorCode::ComponentUnmounted,
+    ErrorCode::CapabilityNotAvailable,
+];
 
 /// The phases of `code` in which a call can stop without anything it asked for being done: those
 /// before the handler, and `execute` for a code its gate gives before the handler starts

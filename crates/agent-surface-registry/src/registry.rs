@@ -214,6 +214,10 @@ pub(crate) struct Inner {
     pub(crate) relayed: crate::relayed::Relayed,
     /// The metric handles, registered once per recorder, transport and capability.
     pub(crate) metrics: crate::telemetry::Handles,
+    /// How many times a capability was disabled, counted under the state's write lock: a call
+    /// that read it at phase 3 learns, with one load at phase 8's gate, whether it must look
+    /// again (`pipeline::may_start`).
+    pub(crate) disables: AtomicU64,
 }
 
 impl Inner {
@@ -345,6 +349,7 @@ impl Registry {
                 shared: RwLock::new(Arc::new(HashMap::new())),
                 executors: RwLock::new(HashMap::new()),
                 metrics: crate::telemetry::Handles::default(),
+                disables: AtomicU64::new(0),
             }),
         }
     }
@@ -721,7 +726,10 @@ impl Registry {
             let Some((name, def)) = state.capabilities.get_key_value(capability) else { return false };
             let (name, type_id) = (name.clone(), def.type_id.clone());
             match reason {
-                Some(r) => state.disabled.insert(name, r),
+                Some(r) => {
+                    self.inner.disables.fetch_add(1, std::sync::atomic::Ordering::Release);
+                    state.disabled.insert(name, r)
+                }
                 None => state.disabled.remove(&name),
             };
             state.touch(&type_id)

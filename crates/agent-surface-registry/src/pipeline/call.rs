@@ -49,6 +49,9 @@ pub(crate) struct Arrival<'a> {
     pub(crate) hold: Option<Arc<Hold>>,
     /// The call's clock readings for the metrics, when they are on.
     pub(crate) timing: &'a mut Option<Timing>,
+    /// The registry's count of disables when phase 3 found the capability enabled
+    /// (`Inner::disables`).
+    pub(crate) disables: u64,
 }
 
 impl Arrival<'_> {
@@ -88,6 +91,8 @@ pub(crate) struct Call<'a> {
     pub(crate) hold: Option<Arc<Hold>>,
     /// The call's clock readings for the metrics, when they are on.
     pub(crate) timing: &'a mut Option<Timing>,
+    /// The registry's count of disables when phase 3 found the capability enabled.
+    pub(crate) disables: u64,
 }
 
 impl Call<'_> {

@@ -2,7 +2,10 @@
 //!
 //! Input: the decoded input and the context. Decision: the handler's output, or why there is
 //! none. Codes: `CANCELLED` before the handler starts (caller cancelled, registry disposed while
-//! an earlier phase awaited a store: `notProcessed`, whatever the capability), `TIMEOUT {timeoutMs,
+//! an earlier phase awaited a store: `notProcessed`, whatever the capability),
+//! `COMPONENT_UNMOUNTED {phase: resolve}` and `CAPABILITY_NOT_AVAILABLE {reason}` before the
+//! handler starts (the registration went, or the capability was disabled, while the call waited:
+//! `notProcessed`), `TIMEOUT {timeoutMs,
 //! idempotent}`, `CANCELLED` (caller cancelled, registry disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}` — these three only for a capability that
 //! is idempotent or read-only; for any other, an interruption is `EXECUTION_FAILED {reason:
 //! outcome-unknown}` —, `EXECUTION_FAILED {reason: outcome-unknown}` (the leader's lease on the

@@ -142,6 +142,7 @@ async fn run(
             answered: &answered,
             hold: None,
             timing: &mut timing,
+            disables: 0,
         };
         // Phase 1: admission and idempotency.
         let leader = match idempotency::admit(&arrival, &input).await {
@@ -288,12 +289,14 @@ fn finish(step: Result<Step<'_>, Stop>) -> impl Future<Output = Outcome> + Send 
 }
 
 /// Phases 2–4, on the input the caller sent: resolution, availability and authority.
-fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
+fn phases(mut arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
     let inner = arrival.inner;
     // Phases 2 and 3 read the live state under one lock. Their outcome is held back until
     // phase 4 has decided whether this consumer may learn that the capability exists.
     let resolution = {
         let state = inner.read();
+        // Counted under the write lock: read under this one, it matches what phase 3 reads.
+        arrival.disables = inner.disables.load(std::sync::atomic::Ordering::Acquire);
         resolve::resolve(&arrival, &state).and_available(|def| availability::check(&state, def))
     };
     // Phase 4; it reports the outcome of phases 2 and 3 unless the capability is hidden. Each
@@ -313,8 +316,19 @@ fn phases(arrival: Arrival<'_>, input: Value) -> Result<Step<'_>, Stop> {
 /// to the client, and the rate limit.
 #[inline(always)]
 fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, input: Value) -> Result<Step<'_>, Stop> {
-    let Arrival { inner, request, options, correlation, tracked, target_argument_left, answered, hold, timing, .. } =
-        arrival;
+    let Arrival {
+        inner,
+        request,
+        options,
+        correlation,
+        tracked,
+        target_argument_left,
+        answered,
+        hold,
+        timing,
+        disables,
+        ..
+    } = arrival;
     // The record was taken over from a leader that lost its lease mid-call (its process died):
     // that execution may have taken effect, so only a call whose repetition is harmless runs
     // again. Any other is an unknown outcome — also when the call stops before this point, since
@@ -357,6 +371,7 @@ fn admitted(arrival: Arrival<'_>, resolved: Result<resolve::Resolved, Stop>, inp
         correlation_text: std::sync::OnceLock::new(),
         hold,
         timing,
+        disables,
     };
     let prepared = input::prepare(&call, input, target_argument_left)?;
     // Phase 1b: a capability with a natural idempotency key is admitted under it now, after
@@ -481,6 +496,19 @@ fn may_start(call: &Call<'_>) -> Result<(), Stop> {
         let gone = AgentSurfaceError::component_unmounted(agent_surface_core::details::UnmountPhase::Resolve);
         let note = "registration unmounted or replaced before the handler started";
         return Err(Stop::noted(gone, Phase::Execute, note).marking(Marking::BeforeHandler));
+    }
+    // A capability disabled since phase 3 (one load when none was): the operator's switch holds
+    // for a call that was waiting too.
+    if call.inner.disables.load(std::sync::atomic::Ordering::Acquire) != call.disables
+        && let Some(reason) = call.inner.read().disabled.get(&call.def.name).cloned()
+    {
+        // Not an answer to keep either: once enabled again, the same id runs.
+        if let Some(hold) = &call.hold {
+            hold.forgo();
+        }
+        let off = AgentSurfaceError::capability_not_available(reason);
+        let note = "capability disabled before the handler started";
+        return Err(Stop::noted(off, Phase::Execute, note).marking(Marking::BeforeHandler));
     }
     Ok(())
 }

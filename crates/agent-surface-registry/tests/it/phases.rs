@@ -274,6 +274,56 @@ async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// A call whose capability is disabled while it waits before its handler (here, on a precondition
+/// that awaits) does not start the handler: it is answered `CAPABILITY_NOT_AVAILABLE {reason}` with
+/// `notProcessed`, in phase 8, and once the capability is enabled again its retry under the same
+/// invocation id runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_capability_is_disabled_while_it_waits_does_not_run() {
+    let r = Registry::new(RegistryConfig::default());
+    let (entered, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (e, g, n) = (entered.clone(), release.clone(), runs.clone());
+    r.define("cart", move |t| {
+        t.capability("clear", "Empty the cart.")
+            .effect(Effect::Destructive)
+            .precondition_async(move |_: Ctx, _: &Value| {
+                let (entered, release) = (e.clone(), g.clone());
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    Ok(())
+                }
+            })
+            .handler(move |_c: Ctx, _i: Value| {
+                n.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, AgentSurfaceError>(json!({"cleared": true})) }
+            });
+    })
+    .unwrap();
+    let _m = r.mount("cart", "main").unwrap();
+    let clear = || call("cart.clear", json!({})).with_invocation_id("clear-1");
+    let waiting = tokio::spawn({
+        let r = r.clone();
+        async move { r.invoke_detailed(clear(), consumer("c")).await }
+    });
+    entered.notified().await;
+    assert!(r.disable("cart.clear", "Clearing carts is paused during the migration."));
+    release.notify_one();
+    let inv = waiting.await.unwrap();
+    let p = assert_produced_before_handler(&inv, ErrorCode::CapabilityNotAvailable, Phase::Execute);
+    assert_eq!(p.detail("reason"), Some(&json!("Clearing carts is paused during the migration.")));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run once the capability was disabled");
+
+    // Nothing ran, so nothing was recorded: enabled again, the same id runs.
+    assert!(r.enable("cart.clear"));
+    release.notify_one();
+    let again = r.invoke_detailed(clear(), consumer("c")).await;
+    assert_eq!(again.result.output(), Some(&json!({"cleared": true})), "{:?}", again.result);
+    assert!(!again.replayed);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn ambiguous_when_several_instances_and_no_target() {
     let (r, _m) = echo_registry(RegistryConfig::default());
