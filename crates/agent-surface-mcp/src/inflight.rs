@@ -55,15 +55,24 @@ pub(crate) struct InFlightIds {
     /// The most ids one scope may hold.
     max_per_scope: usize,
     /// Scope digest → the digests of its ids in progress; a scope without any is removed.
-    scopes: Mutex<HashMap<[u8; 32], HashSet<[u8; 32]>>>,
-    /// (Scope digest, id digest) → how many handlers run under it. Not counted against
-    /// `max_per_scope`: a running handler holds no connection, and its request held a place
-    /// while it had one.
-    running: Mutex<HashMap<RunningKey, usize>>,
+    scopes: Mutex<HashMap<[u8; 32], ScopeIds>>,
 }
 
-/// A running handler's (scope digest, id digest).
-type RunningKey = ([u8; 32], [u8; 32]);
+/// The ids in progress in one scope, by their digests.
+#[derive(Debug, Default)]
+struct ScopeIds {
+    /// Held by their requests' responses ([`Held`]); at most `max_per_scope`.
+    held: HashSet<[u8; 32]>,
+    /// How many handlers run under each ([`Running`]). Not counted against `max_per_scope`: a
+    /// running handler holds no connection, and its request held a place while it had one.
+    running: HashMap<[u8; 32], usize>,
+}
+
+impl ScopeIds {
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.running.is_empty()
+    }
+}
 
 /// The digest of a JSON-RPC id (its kind and its value).
 fn id_digest(id: &RequestId) -> [u8; 32] {
@@ -77,7 +86,7 @@ fn id_digest(id: &RequestId) -> [u8; 32] {
 impl InFlightIds {
     /// An empty table whose scopes hold at most `max_per_scope` ids each.
     pub(crate) fn new(max_per_scope: usize) -> Arc<InFlightIds> {
-        Arc::new(InFlightIds { max_per_scope, scopes: Mutex::default(), running: Mutex::default() })
+        Arc::new(InFlightIds { max_per_scope, scopes: Mutex::default() })
     }
 
     /// Holds `id` in `scope` until the returned [`Held`] is dropped, unless a request under it is
@@ -87,20 +96,17 @@ impl InFlightIds {
         let scope = scope.digest();
         let id = id_digest(id);
         let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.running.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&(scope, id)) {
-            return Err(ProtocolFault::IdInProgress);
-        }
         let ids = scopes.entry(scope).or_default();
-        if ids.contains(&id) {
+        if ids.held.contains(&id) || ids.running.contains_key(&id) {
             return Err(ProtocolFault::IdInProgress);
         }
-        if ids.len() >= self.max_per_scope {
+        if ids.held.len() >= self.max_per_scope {
             if ids.is_empty() {
                 scopes.remove(&scope);
             }
             return Err(ProtocolFault::TooManyInProgress(self.max_per_scope));
         }
-        ids.insert(id);
+        ids.held.insert(id);
         Ok(Held { table: self.clone(), scope, id })
     }
 
@@ -108,15 +114,27 @@ impl InFlightIds {
     /// request's hold and dropped with its handler's context, it keeps the id from
     /// [`InFlightIds::hold`] after the client hung up too.
     pub(crate) fn running(self: &Arc<Self>, scope: Scope<'_>, id: &RequestId) -> Running {
-        let key = (scope.digest(), id_digest(id));
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default() += 1;
-        Running { table: self.clone(), key }
+        let (scope, id) = (scope.digest(), id_digest(id));
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        *scopes.entry(scope).or_default().running.entry(id).or_default() += 1;
+        Running { table: self.clone(), scope, id }
+    }
+
+    /// Removes what `change` takes out of `scope`, and the scope once it holds nothing.
+    fn release(&self, scope: &[u8; 32], change: impl FnOnce(&mut ScopeIds)) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ids) = scopes.get_mut(scope) {
+            change(ids);
+            if ids.is_empty() {
+                scopes.remove(scope);
+            }
+        }
     }
 
     /// How many ids are held, in all scopes (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.scopes.lock().unwrap_or_else(PoisonError::into_inner).values().map(HashSet::len).sum()
+        self.scopes.lock().unwrap_or_else(PoisonError::into_inner).values().map(|ids| ids.held.len()).sum()
     }
 }
 
@@ -130,13 +148,9 @@ pub(crate) struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut scopes = self.table.scopes.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ids) = scopes.get_mut(&self.scope) {
-            ids.remove(&self.id);
-            if ids.is_empty() {
-                scopes.remove(&self.scope);
-            }
-        }
+        self.table.release(&self.scope, |ids| {
+            ids.held.remove(&self.id);
+        });
     }
 }
 
@@ -145,18 +159,20 @@ impl Drop for Held {
 #[derive(Debug)]
 pub(crate) struct Running {
     table: Arc<InFlightIds>,
-    key: RunningKey,
+    scope: [u8; 32],
+    id: [u8; 32],
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut running = self.table.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = running.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                running.remove(&self.key);
+        self.table.release(&self.scope, |ids| {
+            if let Some(count) = ids.running.get_mut(&self.id) {
+                *count -= 1;
+                if *count == 0 {
+                    ids.running.remove(&self.id);
+                }
             }
-        }
+        });
     }
 }
 
@@ -224,7 +240,7 @@ mod tests {
         let other = table.hold(scope, &NumberOrString::Number(8)).unwrap();
         drop((running, other));
         let _again = table.hold(scope, &seven).unwrap();
-        assert!(table.running.lock().unwrap().is_empty());
+        assert!(table.scopes.lock().unwrap().values().all(|ids| ids.running.is_empty()));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //!
 //! Every read already treats such rows as absent, so sweeping only gives their space back. Each
 //! replica sweeps every `PostgresConfig::sweep_every` (the sweeps of several replicas do not
-//! conflict: a row is deleted once), at most [`PER_TABLE`] rows of each table per run, measured on the database's
-//! clock. Confirmations, tasks, inbox sessions and used form nonces carry the registry's times,
+//! conflict: a row is deleted once), at most [`PER_TABLE`] rows of each table per run, measured
+//! on the database's clock. Confirmations, tasks, inbox sessions and used form nonces carry the registry's times,
 //! which are the replicas' clocks: they are swept only [`SKEW`] after their time on the
 //! database's clock, so that a database clock ahead of the replicas' by up to that much delays a
 //! deletion rather than removing a record its replicas still read as live (a pending

@@ -196,9 +196,9 @@ enum Waited {
 /// down answers the call, as `CANCELLED` with nothing run, within its grace rather than leaving it
 /// to wait out the timeout, by when the connection is gone).
 ///
-/// Whenever the adapter stops waiting without an answer — the timeout, the call's cancellation,
-/// the registry's disposal, or this future dropped with its call — it withdraws the request: the client gets
-/// `notifications/cancelled` naming it, so that its prompt closes instead of taking an answer
+/// Whenever the adapter stops waiting without an answer — the timeout, the call's cancellation, the
+/// registry's disposal, or this future dropped with its call — it withdraws the request: the client
+/// gets `notifications/cancelled` naming it, so that its prompt closes instead of taking an answer
 /// nobody reads. (`rmcp` sends that notification only for its own request timeout; dropping the
 /// wait for a response sends nothing.)
 async fn ask(

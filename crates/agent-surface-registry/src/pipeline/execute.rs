@@ -1,18 +1,17 @@
 //! Phase 8 — execution under the time budget and the caller's cancellation.
 //!
-//! Input: the decoded input and the context. Decision: the handler's output, or why there is
-//! none. Codes: `CANCELLED` before the handler starts (caller cancelled, registry disposed while
-//! an earlier phase awaited a store: `notProcessed`, whatever the capability),
-//! `COMPONENT_UNMOUNTED {phase: resolve}` and `CAPABILITY_NOT_AVAILABLE {reason}` before the
-//! handler starts (the registration went, or the capability was disabled, while the call waited:
-//! `notProcessed`), `TIMEOUT {timeoutMs,
-//! idempotent}`, `CANCELLED` (caller cancelled, registry disposed), `COMPONENT_UNMOUNTED {phase: mid-flight}` — these three only for a capability that
-//! is idempotent or read-only; for any other, an interruption is `EXECUTION_FAILED {reason:
-//! outcome-unknown}` —, `EXECUTION_FAILED {reason: outcome-unknown}` (the leader's lease on the
-//! call's record was lost mid-flight), `EXECUTION_FAILED {reason: handler-error}` (handler error or panic), and
-//! the codes a handler may return itself
-//! (`handlerMayReturn` in the matrix). A handler that returns any other code gets
-//! `EXECUTION_FAILED {reason: handler-error}` instead.
+//! Input: the decoded input and the context. Decision: the handler's output, or why there is none.
+//! Codes: `CANCELLED` before the handler starts (caller cancelled, registry disposed while an
+//! earlier phase awaited a store: `notProcessed`, whatever the capability), `COMPONENT_UNMOUNTED
+//! {phase: resolve}` and `CAPABILITY_NOT_AVAILABLE {reason}` before the handler starts (the
+//! registration went, or the capability was disabled, while the call waited: `notProcessed`),
+//! `TIMEOUT {timeoutMs, idempotent}`, `CANCELLED` (caller cancelled, registry disposed),
+//! `COMPONENT_UNMOUNTED {phase: mid-flight}` — these three only for a capability that is idempotent
+//! or read-only; for any other, an interruption is `EXECUTION_FAILED {reason: outcome-unknown}` —,
+//! `EXECUTION_FAILED {reason: outcome-unknown}` (the leader's lease on the call's record was lost
+//! mid-flight), `EXECUTION_FAILED {reason: handler-error}` (handler error or panic), and the codes
+//! a handler may return itself (`handlerMayReturn` in the matrix). A handler that returns any other
+//! code gets `EXECUTION_FAILED {reason: handler-error}` instead.
 
 use std::sync::Arc;
 

@@ -73,8 +73,8 @@ impl Hold {
 
     /// Releases the records rather than store them, for a call whose handler never started and
     /// whose answer is not its own to keep: it followed another call under its natural key and
-    /// stopped waiting, or its registration went while it waited (the retry resolves the live
-    /// one).
+    /// stopped waiting, or its target changed while it waited (its registration gone, its
+    /// capability disabled: the retry runs once the target is there again).
     pub(super) fn forgo(&self) {
         self.release.store(true, Ordering::Release);
     }

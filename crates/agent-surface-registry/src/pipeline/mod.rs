@@ -479,38 +479,38 @@ async fn unless_cancelled<T>(
 
 /// Whether the call may still start its handler: not once the lease on its record was lost
 /// (another caller holds the record now, and that answer comes first: a retry must not run beside
-/// the new leader), nor once its caller has gone ([`still_wanted`]), nor once its registration
-/// was unmounted or replaced while it waited (an approval, a rate-limit permit, a precondition):
-/// `COMPONENT_UNMOUNTED {phase: resolve}`, `notProcessed`, as at resolution — the handler would
-/// run on a registration that is gone, and the retry resolves the live one.
+/// the new leader), nor once its caller has gone ([`still_wanted`]), nor once, while it waited (an
+/// approval, a rate-limit permit, a precondition), its registration was unmounted or replaced
+/// (`COMPONENT_UNMOUNTED {phase: resolve}`, as at resolution: the retry resolves the live one) or
+/// its capability disabled (`CAPABILITY_NOT_AVAILABLE`, as at phase 3) — [`not_startable`].
 fn may_start(call: &Call<'_>) -> Result<(), Stop> {
     if call.hold.as_ref().is_some_and(|hold| hold.lost.is_cancelled()) {
         return Err(taken_over_stop("the lease was lost before the handler started"));
     }
     still_wanted(call)?;
     if call.reg.unmounted.is_cancelled() {
-        // Not an answer to keep: the retry under the same id resolves the live registration.
-        if let Some(hold) = &call.hold {
-            hold.forgo();
-        }
         let gone = AgentSurfaceError::component_unmounted(agent_surface_core::details::UnmountPhase::Resolve);
-        let note = "registration unmounted or replaced before the handler started";
-        return Err(Stop::noted(gone, Phase::Execute, note).marking(Marking::BeforeHandler));
+        return Err(not_startable(call, gone, "registration unmounted or replaced before the handler started"));
     }
     // A capability disabled since phase 3 (one load when none was): the operator's switch holds
     // for a call that was waiting too.
     if call.inner.disables.load(std::sync::atomic::Ordering::Acquire) != call.disables
         && let Some(reason) = call.inner.read().disabled.get(&call.def.name).cloned()
     {
-        // Not an answer to keep either: once enabled again, the same id runs.
-        if let Some(hold) = &call.hold {
-            hold.forgo();
-        }
         let off = AgentSurfaceError::capability_not_available(reason);
-        let note = "capability disabled before the handler started";
-        return Err(Stop::noted(off, Phase::Execute, note).marking(Marking::BeforeHandler));
+        return Err(not_startable(call, off, "capability disabled before the handler started"));
     }
     Ok(())
+}
+
+/// The stop of a call whose target changed under it while it waited (its registration gone, its
+/// capability disabled): nothing ran, and the answer is not one to keep — its records are
+/// released, so the same id runs once the target is there again.
+fn not_startable(call: &Call<'_>, error: AgentSurfaceError, note: &'static str) -> Stop {
+    if let Some(hold) = &call.hold {
+        hold.forgo();
+    }
+    Stop::noted(error, Phase::Execute, note).marking(Marking::BeforeHandler)
 }
 
 /// Whether the call may still start its handler: not once its caller has cancelled or the

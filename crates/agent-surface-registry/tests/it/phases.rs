@@ -221,6 +221,60 @@ async fn stale_for_replaced_registration_other_surface_and_old_version() {
     drop((old, new));
 }
 
+/// `cart.clear` (destructive) in `r`, behind a precondition that awaits: it notifies `entered`,
+/// then waits for `release`. The handler counts its runs in `runs` and answers the registration
+/// it ran on.
+struct WaitingCart {
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl WaitingCart {
+    fn define(r: &Registry) -> WaitingCart {
+        let cart = WaitingCart {
+            entered: Arc::new(tokio::sync::Notify::new()),
+            release: Arc::new(tokio::sync::Notify::new()),
+            runs: Arc::new(AtomicUsize::new(0)),
+        };
+        let (e, g, n) = (cart.entered.clone(), cart.release.clone(), cart.runs.clone());
+        r.define("cart", move |t| {
+            t.capability("clear", "Empty the cart.")
+                .effect(Effect::Destructive)
+                .precondition_async(move |_: Ctx, _: &Value| {
+                    let (entered, release) = (e.clone(), g.clone());
+                    async move {
+                        entered.notify_one();
+                        release.notified().await;
+                        Ok(())
+                    }
+                })
+                .handler(move |c: Ctx, _i: Value| {
+                    n.fetch_add(1, Ordering::SeqCst);
+                    let on = c.registration_id().to_string();
+                    async move { Ok::<_, AgentSurfaceError>(json!({"clearedOn": on})) }
+                });
+        })
+        .unwrap();
+        cart
+    }
+
+    /// `cart.clear` under the invocation id `clear-1`, started on a task of its own once its
+    /// precondition is waiting.
+    async fn waiting(&self, r: &Registry) -> tokio::task::JoinHandle<agent_surface_registry::Invocation> {
+        let waiting = tokio::spawn({
+            let r = r.clone();
+            async move { r.invoke_detailed(clear(), consumer("c")).await }
+        });
+        self.entered.notified().await;
+        waiting
+    }
+}
+
+fn clear() -> agent_surface_registry::InvokeRequest {
+    call("cart.clear", json!({})).with_invocation_id("clear-1")
+}
+
 /// A call whose registration is replaced while it waits before its handler (here, on a
 /// precondition that awaits) does not start the handler on the registration that is gone: it is
 /// answered `COMPONENT_UNMOUNTED {phase: resolve}` with `notProcessed`, in phase 8, and its retry
@@ -229,49 +283,24 @@ async fn stale_for_replaced_registration_other_surface_and_old_version() {
 async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it() {
     let config = RegistryConfig { duplicate_instance: DuplicateInstance::Replace, ..Default::default() };
     let r = Registry::new(config);
-    let (entered, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let (e, g, n) = (entered.clone(), release.clone(), runs.clone());
-    r.define("cart", move |t| {
-        t.capability("clear", "Empty the cart.")
-            .effect(Effect::Destructive)
-            .precondition_async(move |_: Ctx, _: &Value| {
-                let (entered, release) = (e.clone(), g.clone());
-                async move {
-                    entered.notify_one();
-                    release.notified().await;
-                    Ok(())
-                }
-            })
-            .handler(move |c: Ctx, _i: Value| {
-                n.fetch_add(1, Ordering::SeqCst);
-                let on = c.registration_id().to_string();
-                async move { Ok::<_, AgentSurfaceError>(json!({"clearedOn": on})) }
-            });
-    })
-    .unwrap();
+    let cart = WaitingCart::define(&r);
     let old = r.mount("cart", "main").unwrap();
-    let clear = || call("cart.clear", json!({})).with_invocation_id("clear-1");
-    let waiting = tokio::spawn({
-        let r = r.clone();
-        async move { r.invoke_detailed(clear(), consumer("c")).await }
-    });
-    entered.notified().await;
+    let waiting = cart.waiting(&r).await;
     let new = r.mount("cart", "main").unwrap();
     assert!(!old.is_live());
-    release.notify_one();
+    cart.release.notify_one();
     let inv = waiting.await.unwrap();
     let p = assert_produced_before_handler(&inv, ErrorCode::ComponentUnmounted, Phase::Execute);
     assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("resolve"))));
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run on the replaced registration");
+    assert_eq!(cart.runs.load(Ordering::SeqCst), 0, "the handler did not run on the replaced registration");
 
     // Nothing ran, so nothing was recorded: the retry runs, on the live registration.
-    release.notify_one();
+    cart.release.notify_one();
     let again = r.invoke_detailed(clear(), consumer("c")).await;
     let live = new.registration_id().unwrap();
     assert_eq!(again.result.output(), Some(&json!({"clearedOn": live})), "{:?}", again.result);
     assert!(!again.replayed);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(cart.runs.load(Ordering::SeqCst), 1);
 }
 
 /// A call whose capability is disabled while it waits before its handler (here, on a precondition
@@ -281,47 +310,24 @@ async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_capability_is_disabled_while_it_waits_does_not_run() {
     let r = Registry::new(RegistryConfig::default());
-    let (entered, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let (e, g, n) = (entered.clone(), release.clone(), runs.clone());
-    r.define("cart", move |t| {
-        t.capability("clear", "Empty the cart.")
-            .effect(Effect::Destructive)
-            .precondition_async(move |_: Ctx, _: &Value| {
-                let (entered, release) = (e.clone(), g.clone());
-                async move {
-                    entered.notify_one();
-                    release.notified().await;
-                    Ok(())
-                }
-            })
-            .handler(move |_c: Ctx, _i: Value| {
-                n.fetch_add(1, Ordering::SeqCst);
-                async move { Ok::<_, AgentSurfaceError>(json!({"cleared": true})) }
-            });
-    })
-    .unwrap();
-    let _m = r.mount("cart", "main").unwrap();
-    let clear = || call("cart.clear", json!({})).with_invocation_id("clear-1");
-    let waiting = tokio::spawn({
-        let r = r.clone();
-        async move { r.invoke_detailed(clear(), consumer("c")).await }
-    });
-    entered.notified().await;
+    let cart = WaitingCart::define(&r);
+    let mount = r.mount("cart", "main").unwrap();
+    let waiting = cart.waiting(&r).await;
     assert!(r.disable("cart.clear", "Clearing carts is paused during the migration."));
-    release.notify_one();
+    cart.release.notify_one();
     let inv = waiting.await.unwrap();
     let p = assert_produced_before_handler(&inv, ErrorCode::CapabilityNotAvailable, Phase::Execute);
     assert_eq!(p.detail("reason"), Some(&json!("Clearing carts is paused during the migration.")));
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run once the capability was disabled");
+    assert_eq!(cart.runs.load(Ordering::SeqCst), 0, "the handler did not run once the capability was disabled");
 
     // Nothing ran, so nothing was recorded: enabled again, the same id runs.
     assert!(r.enable("cart.clear"));
-    release.notify_one();
+    cart.release.notify_one();
     let again = r.invoke_detailed(clear(), consumer("c")).await;
-    assert_eq!(again.result.output(), Some(&json!({"cleared": true})), "{:?}", again.result);
+    let on = mount.registration_id().unwrap();
+    assert_eq!(again.result.output(), Some(&json!({"clearedOn": on})), "{:?}", again.result);
     assert!(!again.replayed);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(cart.runs.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
