@@ -35,7 +35,9 @@ outcome-unknown}` (a call with an effect, interrupted) is verified first.
 
 The convergence guard compares the code, `details.reason` (or `phase`), the tool, the target and
 the surface tokens and tool version sent: a failure met again under newer tokens (the surface moved again after
-the re-listing) is progress, not the same failure.
+the re-listing) is progress, not the same failure. A wait is not held to it: a limit or a
+dependency met again after its delay is waited for again, until a delay passes the bounds
+(`delay-too-long`) or the attempts run out (`budget-exhausted`).
 """
 
 from __future__ import annotations
@@ -351,9 +353,11 @@ class Recoverer:
                 except Exception:  # noqa: BLE001 - any failure of the courtesy re-listing
                     refreshed = False
                 return end("returned-to-caller", outcome, row)
-            # The convergence guard: the last attempt already followed this failure's row.
+            # The convergence guard: the last attempt already followed this failure's row. A wait
+            # is not held to it: the limit may lift after the next delay, and the bounds on the
+            # delays and the attempts end the waiting.
             failure = _failure(payload, tool, request_meta)
-            if failure == last_failure:
+            if row.action != "wait" and failure == last_failure:
                 return end("not-converging", outcome, row)
             last_failure = failure
             if attempts >= self.bounds.max_attempts:

@@ -42,7 +42,9 @@
 //!   ([`Stop::ReturnedToCaller`]); the
 //!   same failure twice in a row after its prescribed action ends the loop
 //!   ([`Stop::NotConverging`]), where a failure sent under newer surface tokens is not the same
-//!   (the surface moved again after the re-listing).
+//!   (the surface moved again after the re-listing), and a wait's failure met again after its
+//!   delay is waited for again, within the bounds on the delays ([`Stop::DelayTooLong`]) and the
+//!   attempts ([`Stop::BudgetExhausted`]).
 //!
 //! A transport or protocol failure is the `Err` ([`ClientError::Service`], `rmcp`'s
 //! `ServiceError` as it came), and so is a `tools/list` whose pages do not end (a cursor named
@@ -577,7 +579,9 @@ impl RecoveringClient {
                 surface: (meta.get(SURFACE_ID).cloned(), meta.get(SURFACE_VERSION).cloned()),
                 tool_version: meta.get(TOOL_VERSION).cloned(),
             };
-            if last_failure.as_ref() == Some(&failure) {
+            // A wait is not held to the guard: the limit may lift after the next delay, and the
+            // bounds on the delays and the attempts end the waiting.
+            if decision.action != Action::Wait && last_failure.as_ref() == Some(&failure) {
                 return end(Stop::NotConverging, calls, refreshed);
             }
             last_failure = Some(failure);

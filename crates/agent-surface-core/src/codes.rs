@@ -606,7 +606,7 @@ macro_rules! code_table {
                 ],
                 decisions: [
                     waiting(row(R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
-                        "Wait details.retryAfterMs; the same limit again after the wait ends the loop.")),
+                        "Wait details.retryAfterMs, then retry; a limit met again is waited for again, within the loop's bounds.")),
                 ],
                 wire: [
                     // A capability's quota: in band, never the protocol's -32023 (see `TRANSPORT_LIMITS`).

@@ -17,7 +17,8 @@
 //! category ([`Action::fits`]).
 //!
 //! Beyond the rows, every client applies the [`GUARD`] (the same failure twice in a row, after
-//! the action its row prescribes, ends the loop) and the [`BOUNDS`].
+//! the action its row prescribes, ends the loop; a wait row is bounded by the delays instead) and
+//! the [`BOUNDS`].
 //!
 //! **Interrupted calls.** No row depends on the capability's declarations: the code already says
 //! whether a repeat could double an effect (`spec/error-model.md`, *Interrupted calls*). A call
@@ -452,7 +453,7 @@ pub fn denied_answer() -> ErrorPayload {
 }
 
 /// The convergence guard every client applies.
-pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool, target and the surface tokens sent) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help. A failure met again under newer surface tokens is progress (the surface moved again after the re-listing), not the same failure.";
+pub const GUARD: &str = "The same failure (code, details.reason or details.phase, tool, target and the surface tokens sent) twice in a row, the second after the action its row prescribes, ends the loop (not-converging): doing the same a third time cannot help. A failure met again under newer surface tokens is progress (the surface moved again after the re-listing), not the same failure. A wait row is not held to the guard: a limit or a dependency met again after its delay is waited for again, within the bounds on each delay, on the delays in all (delay-too-long) and on the attempts (budget-exhausted).";
 
 #[cfg(test)]
 mod tests {

@@ -19,10 +19,13 @@
 //! surface tokens sent) twice in a row, the second after the action its category prescribes, ends
 //! the loop with
 //! [`Stop::NotConverging`] and that error: doing the same thing a third time cannot help (a binding
-//! that cannot be satisfied, a disposed registry, a limit that does not lift). Every attempt also
+//! that cannot be satisfied, a disposed registry). Every attempt also
 //! counts against [`RecoveryConfig::max_attempts`]. A `STALE_CAPABILITY` met again under the newer
 //! tokens of the re-listing is not the same failure: the surface moved again meanwhile, and the
-//! next re-listing may be the last.
+//! next re-listing may be the last. An `after-delay` failure met again after its wait is waited
+//! for again (a quota another caller drained first, a dependency still recovering): the waits end
+//! at [`RecoveryConfig::max_delay`] or [`RecoveryConfig::max_total_delay`]
+//! ([`Stop::DelayTooLong`]) or at the attempt budget ([`Stop::BudgetExhausted`]).
 //!
 //! **The target argument.** A target named through the reserved argument
 //! ([`TARGET_ARGUMENT`](agent_surface_registry::TARGET_ARGUMENT)) is the call's target, as the
@@ -465,9 +468,10 @@ impl RecoveryDriver {
             return Next::Stop(Stop::ReturnedToCaller);
         }
         // The convergence guard: the last attempt already followed this failure's row and met
-        // the same failure again.
+        // the same failure again. A wait is not held to it: a limit or a dependency met again
+        // after its delay may lift after the next, and the loop's bounds end the waiting.
         let failure = Failure::of(&intent.request, payload);
-        if intent.last_failure.as_ref() == Some(&failure) {
+        if action != Action::Wait && intent.last_failure.as_ref() == Some(&failure) {
             return Next::Stop(Stop::NotConverging);
         }
         intent.last_failure = Some(failure);

@@ -316,8 +316,43 @@ async fn a_not_processed_failure_is_repeated_once_and_a_processed_one_never() {
     assert!(r.payload.as_ref().is_some_and(|p| !p.not_processed()), "the handler ran: {r:?}");
 }
 
+/// Waits on the test clock, and during the first wait another caller takes the quota's token
+/// that the wait was for.
+struct Drained(TestClock, rmcp::Peer<rmcp::RoleClient>, Mutex<Vec<Duration>>);
+
+impl Wait for Drained {
+    fn wait(&self, delay: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let first = {
+                let mut waits = self.2.lock().unwrap();
+                waits.push(delay);
+                waits.len() == 1
+            };
+            self.0.advance(delay);
+            if first {
+                let params = rmcp::model::CallToolRequestParams::new("quote-ping").with_arguments(args("other"));
+                let taken = self.1.call_tool(params).await.unwrap();
+                assert_ne!(taken.is_error, Some(true), "the other caller got the token: {taken:?}");
+            }
+        })
+    }
+}
+
+/// A quota another caller drained during the wait is met again: it is waited for again, not
+/// taken for a limit that does not lift (the bounds on the delays and the attempts end waits).
 #[tokio::test]
-async fn a_limit_that_does_not_lift_ends_the_loop_and_a_long_delay_is_not_waited() {
+async fn a_limit_met_again_after_its_wait_is_waited_for_again() {
+    let w = world().await;
+    let wait = Arc::new(Drained(w.clock.clone(), w.peer.clone(), Mutex::default()));
+    let c = RecoveringClient::with(w.peer.clone(), RecoveryConfig::default(), nobody(), wait.clone());
+    c.call(Intent::new("quote-ping", args("a"))).await.unwrap();
+    let r = c.call(Intent::new("quote-ping", args("b"))).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::RateLimited), Some(ErrorCode::RateLimited), None]);
+    assert_eq!(wait.2.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_delay_beyond_the_bounds_is_not_waited() {
     let w = world().await;
     let (c, _) = client(&w, nobody());
     c.call(Intent::new("quote-bulk", args("a"))).await.unwrap();

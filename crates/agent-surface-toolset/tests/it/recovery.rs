@@ -419,10 +419,24 @@ fn conflicts_get_an_id_of_their_own_and_budgets_hold() {
     assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
 
     // The same failure after the prescribed action ends the loop; different ones spend the budget.
+    let timed_out = || err(AgentSurfaceError::timeout(Duration::from_secs(2), true));
+    let fake = Fake::new(vec![timed_out(), timed_out(), timed_out()], true);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
+    // A limit met again after its wait is waited for again (another caller may have drained the
+    // quota first): the waits end at the attempt budget, or at the bound on the delays in all.
     let limited = || err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_millis(10)));
     let fake = Fake::new(vec![limited(), limited(), limited()], false);
     let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
-    assert_eq!((r.stop, r.attempts), (Stop::NotConverging, 2));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 4));
+    let fake = Fake::new(vec![limited(), limited(), limited(), limited(), limited()], false);
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts, r.result.code()), (Stop::BudgetExhausted, 4, Some(ErrorCode::RateLimited)));
+    let slow = || err(AgentSurfaceError::rate_limited(RateLimitReason::Rate, Duration::from_secs(25)));
+    let (fake, before) = (Fake::new(vec![slow(), slow(), slow()], false), clock.elapsed());
+    let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));
+    assert_eq!((r.stop, r.attempts), (Stop::DelayTooLong, 3));
+    assert_eq!(clock.elapsed() - before, Duration::from_secs(50));
     let not_found = || err(AgentSurfaceError::capability_not_found());
     let fake = Fake::new(vec![limited(), not_found(), limited(), not_found(), limited()], false);
     let r = run(&fake, &driver(&clock, Arc::new(RelayToModel)));

@@ -147,11 +147,15 @@ const fn row(code: ErrorCode, condition: Condition, stop: Stop, last: Option<Err
 }
 
 const OK: Option<ErrorCode> = None;
-use Stop::{DelayTooLong, Denied, NotConverging, ReturnedToCaller as Returned, Succeeded, Unverified, VerifiedApplied};
+use Stop::{
+    BudgetExhausted, DelayTooLong, Denied, NotConverging, ReturnedToCaller as Returned, Succeeded, Unverified,
+    VerifiedApplied,
+};
 
 /// The table. A refresh that finds nothing to call, a `with-changes` or a `no` costs one call; a
 /// category whose action can help (refresh and retarget, wait, approve, a fresh id, a verified
-/// repeat) costs one more; the same failure after that action ends the loop (`NotConverging`).
+/// repeat) costs one more; the same failure after that action ends the loop (`NotConverging`),
+/// except after a wait, which is repeated until the attempt budget or the delays' bound.
 #[rustfmt::skip]
 const SCENARIOS: &[Scenario] = &[
     row(CapabilityNotFound, UnknownName, Returned, Some(CapabilityNotFound), 1),
@@ -190,7 +194,7 @@ const SCENARIOS: &[Scenario] = &[
     row(ConfirmationInvalid, MismatchedEvidence, Returned, Some(ConfirmationInvalid), 1),
     row(RateLimited, LimitLifts, Succeeded, OK, 2),
     row(RateLimited, DelayBeyondBound, DelayTooLong, Some(RateLimited), 1),
-    row(RateLimited, LimitPersists, NotConverging, Some(RateLimited), 2),
+    row(RateLimited, LimitPersists, BudgetExhausted, Some(RateLimited), 4),
     row(Timeout, IdempotentOnce, Succeeded, OK, 2),
     row(Timeout, IdempotentAlways, NotConverging, Some(Timeout), 2),
     row(Cancelled, RegistryDisposed, NotConverging, Some(Cancelled), 2),

@@ -129,6 +129,18 @@ async def main():
     s = Script(err("EXECUTION_FAILED", "after-delay", reason="transport", transient=True), OK)
     r = await run(s)
     check("a transient failure without a delay waits the default second", (r.stop, waits) == ("succeeded", [1.0]), repr(waits))
+    def limited(ms):
+        return err("RATE_LIMITED", "after-delay", reason="rate", retryAfterMs=ms)
+    waits.clear()
+    r = await run(Script(limited(2000), limited(2000), OK))
+    check("a limit met again after its wait is waited for again (not the convergence guard)",
+          (r.stop, r.attempts, waits) == ("succeeded", 3, [2.0, 2.0]), repr((r, waits)))
+    r = await run(Script(*[limited(10) for _ in range(4)]))
+    check("  until the attempt budget", (r.stop, r.attempts) == ("budget-exhausted", 4), repr(r))
+    waits.clear()
+    r = await run(Script(*[limited(25_000) for _ in range(3)]))
+    check("  or the bound on the delays in all", (r.stop, r.attempts, waits) == ("delay-too-long", 3, [25.0, 25.0]),
+          repr((r, waits)))
 
     s = Script(err("CANCELLED", "yes"), err("CANCELLED", "yes"))
     r = await run(s)
