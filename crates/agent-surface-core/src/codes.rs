@@ -634,7 +634,7 @@ macro_rules! code_table {
                 messages: {
                     /// `TIMEOUT` (sent only for a capability whose repeat cannot double an effect); slot: `ms`.
                     TIMEOUT = ("timeout",
-                        "The call ran out of time after {ms} ms. Retry it with a fresh invocationId if it is still needed.",
+                        "The call ran out of time after {ms} ms. Retry it if it is still needed, under a new invocationId if it had one.",
                         arguments: "The call ran out of time after {ms} ms. Repeat the same call if it is still needed; it is safe to repeat.");
                 },
                 examples: [
@@ -670,7 +670,7 @@ macro_rules! code_table {
                 messages: {
                     /// `CANCELLED`.
                     CANCELLED = ("cancelled",
-                        "The call was cancelled before it finished. Retry with a fresh invocationId if it is still needed.",
+                        "The call was cancelled before it finished. Retry it if it is still needed, under a new invocationId if it had one.",
                         arguments: "The call was cancelled before it finished. Repeat the same call if it is still needed.");
                 },
                 examples: [
@@ -730,11 +730,11 @@ macro_rules! code_table {
                         "The action's result was too large, so it was withheld. Do not retry it as it is; ask for less data if the capability allows it.");
                     /// `EXECUTION_FAILED` / transport, transient; slot: `ms`.
                     TRANSPORT_TRANSIENT = ("execution-failed.transport-transient",
-                        "A service behind this action failed temporarily. Wait {ms} ms, then retry with a fresh invocationId.",
+                        "A service behind this action failed temporarily. Wait {ms} ms, then retry, under a new invocationId if the call had one.",
                         arguments: "A service behind this action failed temporarily; it may work again in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
                     /// `EXECUTION_FAILED` / audit-unavailable (always transient); slot: `ms`.
                     AUDIT_UNAVAILABLE = ("execution-failed.audit-unavailable",
-                        "The action did not run because its audit record could not be written. Wait {ms} ms, then retry with a fresh invocationId.",
+                        "The action did not run because its audit record could not be written. Wait {ms} ms, then retry, under a new invocationId if the call had one.",
                         arguments: "The action did not run because its audit record could not be written; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
                     /// `EXECUTION_FAILED` / transport, not transient.
                     TRANSPORT = ("execution-failed.transport",

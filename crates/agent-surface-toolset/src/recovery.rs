@@ -389,7 +389,7 @@ impl RecoveryDriver {
                     self.event(&intent, &result, "stop:cancelled");
                     // Cancelled while deciding what to do next. A result that may have run the
                     // handler, or says not to retry, is the truth and is kept: a synthesized
-                    // CANCELLED ("retry with a fresh invocationId") would invite a second run.
+                    // CANCELLED ("retry it, under a new invocationId") would invite a second run.
                     let result = if may_have_executed(&payload) || payload.retry() == Retry::No {
                         result
                     } else {

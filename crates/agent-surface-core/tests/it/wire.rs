@@ -207,7 +207,7 @@ fn messages_are_pinned() {
         ),
         (
             AgentSurfaceError::timeout(Duration::from_secs(5), false),
-            "The call ran out of time after 5000 ms. Retry it with a fresh invocationId if it is still needed.",
+            "The call ran out of time after 5000 ms. Retry it if it is still needed, under a new invocationId if it had one.",
         ),
         (
             AgentSurfaceError::precondition_failed("Shipped orders cannot be cancelled."),

@@ -136,7 +136,7 @@ pub(crate) enum Admitted {
 }
 
 /// How a follower that stopped waiting ends: an unknown outcome. The leader it joined may have
-/// committed, and "retry with a fresh invocationId" (`CANCELLED`) would run the action again; its
+/// committed, and "retry it under a new invocationId" (`CANCELLED`) would run the action again; its
 /// reconcile step (same id, same input) joins or replays the leader's result instead. The same
 /// answer whatever the capability, so that it reveals nothing about it before authority ran.
 fn stopped_follower(note: &'static str) -> Stop {

@@ -158,10 +158,10 @@ fn a_check_over_the_time_budget_is_transient_and_not_processed() {
         })
     });
     // As every transient `EXECUTION_FAILED`, the answer is kept under its id, and it asks for a
-    // fresh one: the same id is answered the same, without asking the check again.
+    // new one: the same id is answered the same, without asking the check again.
     assert!(again.replayed);
     assert_eq!(again.result.error_payload().map(|p| p.detail("transient")), Some(Some(&json!(true))));
-    assert!(inv.result.error_payload().unwrap().message().contains("fresh invocationId"));
+    assert!(inv.result.error_payload().unwrap().message().contains("under a new invocationId"));
     let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Input);
     assert_eq!(p.detail("reason"), Some(&json!("transport")));
     assert_eq!(p.detail("transient"), Some(&json!(true)));

@@ -685,7 +685,7 @@ impl RecoveryHost for CancelledWhileDeciding {
 }
 
 /// Cancelled while following the plan of a `no` error: the loop stops and hands back that error,
-/// not a synthesized `CANCELLED` whose "retry with a fresh invocationId" could run a committed
+/// not a synthesized `CANCELLED` whose "retry it, under a new invocationId" could run a committed
 /// action again.
 #[test]
 fn a_cancellation_while_following_a_plan_keeps_the_real_result() {
