@@ -214,12 +214,11 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
                 return jsonrpc_refusal(refusal, Some(id));
             }
         };
-        // A `tools/call` keeps its id in progress until its handler is over, after its client hung
-        // up too: the hold travels with the request (`rmcp` hands the request's parts to the
+        // A request keeps its id in progress until its handler is over, after its client hung up
+        // too: the hold travels with the request (`rmcp` hands the request's parts to the
         // handler's context) and is dropped with the handler's context (see `crate::inflight`).
         if held.is_some()
-            && let Some(screened) = screened.as_ref().filter(|s| s.tools_call)
-            && let Some(id) = &screened.id
+            && let Some(id) = screened.as_ref().and_then(|s| s.id.as_ref())
             && let Some(session) = request.headers().get(MCP_SESSION_ID)
         {
             let running = self.in_flight.running(Scope::Session(session.as_bytes()), id);

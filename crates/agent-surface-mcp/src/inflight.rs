@@ -7,8 +7,9 @@
 //! route is already taken when the handler runs. So [`crate::http::router_with`] holds each
 //! request's id from before `rmcp` sees the request until its response has been sent, or its
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
-//! held with `-32600` itself ([`ProtocolFault::IdInProgress`]). A `tools/call` whose client hung up
-//! goes on running its handler, and `rmcp` keeps its route until the handler answers: its id stays
+//! held with `-32600` itself ([`ProtocolFault::IdInProgress`]). A request whose client hung up (a
+//! `tools/call`, a `tasks/result`, an application's `resources/read`: any method) goes on running
+//! its handler, and `rmcp` keeps its route until the handler answers: its id stays
 //! in progress until then ([`InFlightIds::running`], taken with the id's hold and carried in the
 //! request's extensions, which `rmcp` hands to the handler's context and drops with it), so a
 //! request that reuses it (a client retrying after a network error) is refused rather than taking

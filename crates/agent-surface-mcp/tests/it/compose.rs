@@ -27,6 +27,9 @@ use crate::support::{fixture, params};
 struct Library;
 
 const README: &str = "docs://readme";
+/// A resource that takes [`SLOW_READ`] to read.
+const SLOW: &str = "docs://slow";
+const SLOW_READ: Duration = Duration::from_millis(1_500);
 const TOPICS: [&str; 3] = ["orders", "refunds", "returns"];
 
 impl ServerHandler for Library {
@@ -53,6 +56,10 @@ impl ServerHandler for Library {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri == SLOW {
+            tokio::time::sleep(SLOW_READ).await;
+            return Ok(ReadResourceResult::new(vec![ResourceContents::text("Slow.", SLOW)]).into());
+        }
         if request.uri != README {
             return Err(ErrorData::resource_not_found("no such resource", Some(json!({"uri": request.uri}))));
         }
@@ -291,6 +298,60 @@ async fn over_http_both_eras_reach_the_application_and_the_tools() {
     let (_, raw) = post(addr, &modern_headers("resources/read", "docs://nothing"), &unknown).await;
     assert_eq!(message(&raw)["error"]["code"], -32602, "the application's not-found, in the modern code: {raw}");
 
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// A legacy request of the application's own (a `resources/read`) whose client hung up keeps its
+/// id in progress while its handler runs, as a `tools/call` does: `rmcp` keeps the request's
+/// answer route until the handler answers, and a request that reused the id would take it (and be
+/// answered the first request's result, or never). Once the handler is over, the id is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_request_keeps_its_id_while_its_handler_runs_after_its_client_hung_up() {
+    let f = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let http = McpHttpConfig::default();
+    let streams = CancellationToken::new();
+    let app = router_with_fallback(f.registry.clone(), McpConfig::default(), || Library, &http, streams.clone());
+    let shutdown = CancellationToken::new();
+    let drain = agent_surface_server::Drain::default();
+    let server = tokio::spawn(agent_surface_server::serve_with(listener, app, http.limits, shutdown.clone(), drain));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "compose", "version": "0"}}});
+    let (_, raw) = post(addr, &[], &init).await;
+    let session = raw.lines().next().and_then(|l| l.strip_prefix("session:")).expect("a session").to_string();
+    let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
+    let (status, _) = post(addr, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    assert_eq!(status, 202);
+
+    // The slow read, whose client hangs up while it runs.
+    let slow = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": SLOW}});
+    let all: Vec<(&str, &str)> =
+        [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")]
+            .into_iter()
+            .chain(headers)
+            .collect();
+    let bytes = agent_surface_testing::http::request_bytes("POST", "/mcp", &all, slow.to_string().as_bytes());
+    let started = tokio::time::Instant::now();
+    let mut dropped = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut dropped, &bytes).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(dropped);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Its id, reused while the read runs: refused, not routed to the read's answer.
+    let read = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": README}});
+    let (status, raw) =
+        tokio::time::timeout(Duration::from_secs(5), post(addr, &headers, &read)).await.expect("answered");
+    assert!(started.elapsed() < SLOW_READ, "the check ran while the read did");
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains(r#""code":-32600"#) && raw.contains("already in progress"), "{raw}");
+
+    // Once the read is over, the id is free, and answered its own result.
+    tokio::time::sleep_until(started + SLOW_READ + Duration::from_millis(300)).await;
+    let (_, raw) = tokio::time::timeout(Duration::from_secs(5), post(addr, &headers, &read)).await.expect("answered");
+    assert_eq!(message(&raw)["result"]["contents"][0]["text"], "Read me first.", "{raw}");
     shutdown.cancel();
     server.await.unwrap().unwrap();
 }
