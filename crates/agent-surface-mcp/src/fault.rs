@@ -48,6 +48,9 @@ pub(crate) enum ProtocolFault {
     NotAnObject,
     /// A stdio line that is a JSON object but no JSON-RPC 2.0 message.
     NotJsonRpc,
+    /// A client's response to one of the server's requests that cannot be read: handed to `rmcp`
+    /// under that request's id (never sent to the client), so that the request fails at once.
+    UnreadableResponse,
     /// A request of a method the adapter serves whose params do not fit (the method's name).
     InvalidParams(String),
     /// A method the adapter does not answer (its name).
@@ -128,6 +131,11 @@ impl ProtocolFault {
             ProtocolFault::NotJsonRpc => {
                 ErrorData::new(ErrorCode::INVALID_REQUEST, "Invalid Request: not a valid JSON-RPC 2.0 message", None)
             }
+            ProtocolFault::UnreadableResponse => ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                "Invalid Request: the client's response could not be read",
+                None,
+            ),
             ProtocolFault::InvalidParams(method) => {
                 ErrorData::new(ErrorCode::INVALID_PARAMS, format!("Invalid params for method `{method}`"), None)
             }
@@ -221,6 +229,12 @@ mod tests {
             ),
             (ProtocolFault::NotAnObject, -32600, "Invalid Request: expected a JSON-RPC 2.0 object", None),
             (ProtocolFault::NotJsonRpc, -32600, "Invalid Request: not a valid JSON-RPC 2.0 message", None),
+            (
+                ProtocolFault::UnreadableResponse,
+                -32600,
+                "Invalid Request: the client's response could not be read",
+                None,
+            ),
             (ProtocolFault::InvalidParams("tools/call".into()), -32602, "Invalid params for method `tools/call`", None),
             (ProtocolFault::UnknownMethod("x/y".into()), -32601, "Method not found: x/y", None),
             (ProtocolFault::TasksNotOffered, -32601, "Method not found: the tasks extension is not offered", None),

@@ -30,6 +30,9 @@ pub(crate) struct Screened {
     /// and no top-level `result` or `error` (which would make it no request). The stdio
     /// transport parses such a message as a `tools/call` directly (`stdio::parse`).
     pub(crate) tools_call: bool,
+    /// For a response (`result` or `error`, no `method`), the usable id it names: one of the
+    /// server's own requests (never answered under, see [`screen`]).
+    pub(crate) answers: Option<rmcp::model::RequestId>,
 }
 
 /// Checks one message of at most `max_bytes` bytes. A refusal comes with the message's id when
@@ -62,7 +65,7 @@ pub(crate) fn screen(
         return Err((ProtocolFault::NotJson, None));
     }
     let response = !found.method && found.result_or_error;
-    let id = found.id.take().filter(|_| !response);
+    let (id, answers) = if response { (None, found.id.take()) } else { (found.id.take(), None) };
     if found.duplicate {
         return Err((ProtocolFault::DuplicateMember, id));
     }
@@ -70,7 +73,20 @@ pub(crate) fn screen(
         return Err((ProtocolFault::MethodTooLong, id));
     }
     let request = found.method && !found.result_or_error && id.is_some();
-    Ok(Screened { id, request, initialize: found.initialize, tools_call: request && found.tools_call })
+    Ok(Screened { id, request, initialize: found.initialize, tools_call: request && found.tools_call, answers })
+}
+
+/// The id a message refused by [`screen`] names when it is a response (`result` or `error`, no
+/// `method`): one of the server's own requests, which the transport fails at once rather than
+/// leave it waiting for an answer that came malformed. Walked again, without building the value,
+/// only for a refused message.
+pub(crate) fn response_id(bytes: &[u8]) -> Option<rmcp::model::RequestId> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut found = Found::default();
+    let mut names = Vec::with_capacity(SMALL_OBJECT);
+    let mut de = serde_json::Deserializer::from_str(text);
+    Walk { found: &mut found, names: &mut names, top: true }.deserialize(&mut de).ok()?;
+    found.id.filter(|_| !found.method && found.result_or_error)
 }
 
 #[derive(Default)]
@@ -296,6 +312,15 @@ mod tests {
             Err((ProtocolFault::MethodTooLong, Some(NumberOrString::String("x".into()))))
         );
         assert_eq!(screen(b"[0,0,0,0,0,0,0,0,0,0]", 64), Err((ProtocolFault::TooManyValues(4), None)));
+        // A response is refused without its id, which names the server's request it answers.
+        let response = br#"{"jsonrpc":"2.0","id":4,"result":{},"result":{}}"#;
+        assert_eq!(screen(response, 4096), Err((ProtocolFault::DuplicateMember, None)));
+        assert_eq!(response_id(response), Some(NumberOrString::Number(4)));
+        assert_eq!(response_id(br#"{"jsonrpc":"2.0","id":4,"method":"ping","result":{}}"#), None);
+        assert_eq!(response_id(br#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#), None);
+        assert_eq!(response_id(br#"{"id":"e-1","error":{"code":"x"}}"#), Some(NumberOrString::String("e-1".into())));
+        let answers = screen(br#"{"jsonrpc":"2.0","id":4,"result":{}}"#, 4096).unwrap();
+        assert_eq!((answers.id, answers.answers), (None, Some(NumberOrString::Number(4))));
         // A batch is refused whole, with no parser text; a method with a bidi or control
         // character is not echoed.
         assert_eq!(screen(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, 4096), Err((ProtocolFault::Batch, None)));

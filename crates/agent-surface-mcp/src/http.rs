@@ -203,7 +203,13 @@ impl<H: ServerHandler + Send + 'static> Endpoint<H> {
         let ends_session = request.method() == axum::http::Method::DELETE;
         let (mut request, screened) = match screen_body(request, self.max_body).await {
             Ok(screened) => screened,
-            Err(refused) => return refused,
+            Err(Refused::Answer(refused)) => return refused,
+            Err(Refused::FailsRequest(failed, refused)) => {
+                // `rmcp` fails the session's request it answered (see `malformed_answer`); the
+                // client is answered the refusal, as for any message the server cannot use.
+                let _ = self.service.handle(*failed).await;
+                return refused;
+            }
         };
         // A legacy request's id is held in its session until its response has been sent: `rmcp` routes answers by id (see `crate::inflight`).
         let held = match screened.as_ref().map_or(Ok(None), |s| hold_id(&self.in_flight, &request, s)) {
@@ -343,13 +349,24 @@ const LAST_EVENT_ID: axum::http::HeaderName = axum::http::HeaderName::from_stati
 /// See [`MCP_SESSION_ID`].
 const MCP_METHOD: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-method");
 
+/// Why [`screen_body`] did not hand a request on.
+enum Refused {
+    /// Answer this, and nothing else.
+    Answer(axum::response::Response),
+    /// A legacy session's response to one of the server's requests that cannot be read: hand
+    /// `rmcp` the first (an error under that request's id, in the same session, so that the
+    /// request fails at once instead of waiting out its timeout — an `elicitation/create` a call
+    /// waits on, say), and answer the client the second.
+    FailsRequest(Box<axum::extract::Request>, axum::response::Response),
+}
+
 /// Reads a `POST` body (at most `max_body` bytes, within [`BODY_TIMEOUT`]) and refuses one that
 /// holds more JSON values than one per 16 bytes of `max_body` before anything parses it: parsed,
 /// a message of many tiny values takes many times its size.
 async fn screen_body(
     request: axum::extract::Request,
     max_body: usize,
-) -> Result<(axum::extract::Request, Option<crate::frame::Screened>), axum::response::Response> {
+) -> Result<(axum::extract::Request, Option<crate::frame::Screened>), Refused> {
     if request.method() != axum::http::Method::POST {
         return Ok((request, None));
     }
@@ -367,30 +384,77 @@ async fn screen_body(
         .and_then(|v| v.parse::<mime::Mime>().ok())
         .is_some_and(|media| media.essence_str() == mime::APPLICATION_JSON.essence_str());
     if !json {
-        return Err(refuse(axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "Send the message as application/json."));
+        return Err(Refused::Answer(refuse(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Send the message as application/json.",
+        )));
     }
     let (parts, body) = request.into_parts();
     let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => return Err(refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large.")),
-        Err(_) => return Err(refuse(axum::http::StatusCode::REQUEST_TIMEOUT, "The request body took too long.")),
+        Ok(Err(_)) => {
+            return Err(Refused::Answer(refuse(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "The request body is too large.",
+            )));
+        }
+        Err(_) => {
+            return Err(Refused::Answer(refuse(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                "The request body took too long.",
+            )));
+        }
     };
     let screened = match crate::frame::screen(&bytes, max_body) {
         Ok(screened) => screened,
         Err((crate::fault::ProtocolFault::TooManyValues(_), _)) => {
             tracing::debug!(target: "agent_surface::mcp", "request with too many JSON values refused");
-            return Err(refuse(
+            return Err(Refused::Answer(refuse(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "The request body holds too many JSON values.",
-            ));
+            )));
         }
         Err((refusal, id)) => {
             // A JSON-RPC error, as for any message the server cannot use.
             tracing::debug!(target: "agent_surface::mcp", ?refusal, "request refused before parsing");
-            return Err(jsonrpc_refusal(refusal, id));
+            let answers = id.is_none().then(|| crate::frame::response_id(&bytes)).flatten();
+            return Err(fails_request(parts, answers, jsonrpc_refusal(refusal, id)));
         }
     };
+    // A response to one of the server's requests that `rmcp` cannot read: it would refuse it and
+    // leave the request waiting.
+    if let Some(answers) = &screened.answers
+        && serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes).is_err()
+    {
+        tracing::debug!(target: "agent_surface::mcp", "a response that does not parse refused");
+        let refused = jsonrpc_refusal(crate::fault::ProtocolFault::NotJsonRpc, None);
+        return Err(fails_request(parts, Some(answers.clone()), refused));
+    }
     Ok((axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)), Some(screened)))
+}
+
+/// `refused`, after an error under `answers` (a legacy session's request of the server's, which a
+/// response that cannot be read named) is handed to `rmcp` in the same session: see
+/// [`Refused::FailsRequest`]. Without a session or such an id, `refused` alone.
+fn fails_request(
+    mut parts: axum::http::request::Parts,
+    answers: Option<rmcp::model::RequestId>,
+    refused: axum::response::Response,
+) -> Refused {
+    let Some(id) = answers.filter(|_| parts.headers.contains_key(MCP_SESSION_ID)) else {
+        return Refused::Answer(refused);
+    };
+    let error = crate::fault::ProtocolFault::UnreadableResponse.error();
+    let message = rmcp::model::ClientJsonRpcMessage::error(error, Some(id));
+    // The body is another one now.
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    match serde_json::to_vec(&message) {
+        Ok(body) => Refused::FailsRequest(
+            Box::new(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))),
+            refused,
+        ),
+        Err(_) => Refused::Answer(refused),
+    }
 }
 
 /// `503` with `Retry-After` for an `initialize` past the session cap.

@@ -318,6 +318,24 @@ fn request_id(value: &Value) -> Option<RequestId> {
     }
 }
 
+/// The id of the server's request that `value`, a message that did not parse, answers: a
+/// response (`result` or `error`, no `method`) with a usable id.
+fn response_to(value: &Value) -> Option<RequestId> {
+    let obj = value.as_object()?;
+    let response = !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error"));
+    response.then(|| request_id(value)).flatten()
+}
+
+/// What `rmcp` is handed for a malformed response to the server's request `id`: an error under
+/// that id, so that the request (an `elicitation/create` a call waits on, say) fails at once
+/// instead of waiting out its timeout for an answer that came and could not be read. Nothing is
+/// sent to the client (the id is the server's: an error under it would read, to a client with a
+/// request of that id pending, as that request's answer).
+fn malformed_answer(id: RequestId) -> RxJsonRpcMessage<RoleServer> {
+    tracing::debug!(target: "agent_surface::mcp", ?id, "a malformed response fails the request it answers");
+    rmcp::model::JsonRpcMessage::error(ProtocolFault::UnreadableResponse.error(), Some(id))
+}
+
 /// How to answer a line that is JSON but not a message the server can take.
 fn classify(value: &Value) -> Option<(ProtocolFault, Option<RequestId>)> {
     let Some(obj) = value.as_object() else {
@@ -330,7 +348,8 @@ fn classify(value: &Value) -> Option<(ProtocolFault, Option<RequestId>)> {
         // A notification, however malformed, is never answered.
         (Some(_), false) if envelope_ok => None,
         // Nor is a response (to one of the server's requests): its id is the server's, and an
-        // error under it would read as the answer to a client's request of that id.
+        // error under it would read as the answer to a client's request of that id. (One with a
+        // usable id fails that request instead: [`response_to`].)
         (None, _) if obj.contains_key("result") || obj.contains_key("error") => None,
         (Some(m), true) if envelope_ok && id.is_some() => Some((ProtocolFault::InvalidParams(m.to_string()), id)),
         _ => Some((ProtocolFault::NotJsonRpc, id)),
@@ -402,9 +421,13 @@ where
                 Ok(screened) => screened,
                 Err((refusal, id)) => {
                     tracing::debug!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
+                    let failed = id.is_none().then(|| crate::frame::response_id(bytes)).flatten();
                     self.line = line;
                     self.line.clear();
                     self.answer(&refusal, id);
+                    if let Some(failed) = failed {
+                        return Some(malformed_answer(failed));
+                    }
                     continue;
                 }
             };
@@ -439,7 +462,14 @@ where
                 }
                 Err(_) => match serde_json::from_slice::<Value>(bytes) {
                     Err(_) => Some((ProtocolFault::NotJson, None)),
-                    Ok(value) => classify(&value),
+                    Ok(value) => match response_to(&value) {
+                        Some(failed) => {
+                            self.line = line;
+                            self.line.clear();
+                            return Some(malformed_answer(failed));
+                        }
+                        None => classify(&value),
+                    },
                 },
             };
             self.line = line;

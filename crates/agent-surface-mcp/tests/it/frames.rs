@@ -265,3 +265,65 @@ async fn a_cancelled_request_keeps_its_id_until_its_handler_is_over() {
     assert_eq!(answer["id"], 5, "{answer}");
     assert_eq!(answer["result"]["content"][0]["text"], "third", "{answer}");
 }
+
+/// A malformed answer to the server's `elicitation/create` fails that request at once: the call
+/// that asked is answered now (its `CONFIRMATION_REQUIRED`, relayed), not after waiting out the
+/// elicitation timeout for an answer that came and could not be read; and the client is sent
+/// nothing under the server's id. Both kinds: one the screen refuses (a repeated member) and one
+/// that does not parse (another JSON-RPC version).
+#[tokio::test]
+async fn a_malformed_answer_to_an_elicitation_fails_it_at_once() {
+    use agent_surface_mcp::codec;
+    use std::sync::Arc;
+
+    for (n, answer) in [
+        r#"{"jsonrpc":"2.0","id":ID,"result":{"action":"accept"},"result":{"action":"accept"}}"#,
+        r#"{"jsonrpc":"1.0","id":ID,"result":{"action":"accept"}}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = fixture();
+        let config = McpConfig {
+            confirmations: Some(Arc::new(crate::support::Resolver(f.gate.clone()))),
+            elicitation_timeout: std::time::Duration::from_secs(60),
+            ..Default::default()
+        };
+        let (client, server_io) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server_io);
+        let server = McpServer::new(f.registry.clone(), config);
+        let runs = f.runs.clone();
+        let server = tokio::spawn(async move {
+            let _f = f;
+            agent_surface_mcp::serve_io(server, read, write, 1 << 16).await
+        });
+        let (r, w) = tokio::io::split(client);
+        let mut raw = Raw { runs, write: w, read: BufReader::new(r), server };
+        raw.send(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}
+"#).await;
+        raw.recv().await;
+        raw.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n").await;
+        raw.send(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"store-delete","arguments":{}}}
+"#,
+        )
+        .await;
+        let asked = raw.recv().await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let answer = answer.replace("ID", &asked["id"].to_string());
+        let started = std::time::Instant::now();
+        raw.send(format!("{answer}\n").as_bytes()).await;
+        let mut next = raw.recv().await;
+        if n == 0 {
+            // The screen's refusal, under no id.
+            check_error(&next, -32600, Value::Null);
+            next = raw.recv().await;
+        }
+        assert_eq!(next["id"], 1, "the call's answer, nothing under the server's id: {next}");
+        let result: rmcp::model::CallToolResult = serde_json::from_value(next["result"].clone()).unwrap();
+        let payload = codec::decode(&result).unwrap();
+        assert_eq!(payload.code(), Some(agent_surface_core::ErrorCode::ConfirmationRequired), "{next}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert_eq!(raw.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}

@@ -774,3 +774,73 @@ async fn a_cancelled_legacy_call_ends_its_stream_and_frees_its_place() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     shutdown.cancel();
 }
+
+/// A legacy session's malformed answer to the server's `elicitation/create` fails that request at
+/// once, as over stdio: the call that asked is answered now (its `CONFIRMATION_REQUIRED`,
+/// relayed), not after the elicitation timeout; the `POST` of the answer is refused (`400`, no
+/// id). Both kinds: one the screen refuses (a repeated member), one `rmcp` cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_answer_to_an_elicitation_fails_it_at_once_over_http() {
+    let f = fixture();
+    let config = McpConfig {
+        confirmations: Some(Arc::new(crate::support::Resolver(f.gate.clone()))),
+        elicitation_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server =
+        tokio::spawn(serve_http(f.registry.clone(), config, McpHttpConfig::default(), listener, shutdown.clone()));
+    for (call, answer) in [
+        (2, r#"{"jsonrpc":"2.0","id":ID,"result":{"action":"accept"},"result":{"action":"accept"}}"#),
+        (3, r#"{"jsonrpc":"1.0","id":ID,"result":{"action":"accept"}}"#),
+    ] {
+        // A session of its own each (one that can elicit): the first's pending confirmation
+        // stays with it.
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "e", "version": "0"}}});
+        let (status, raw) = post(addr, &[], &init.to_string()).await;
+        assert_eq!(status, 200, "{raw}");
+        let session = raw
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l[15..].trim().to_string()))
+            .expect("a session id");
+        let headers = vec![
+            ("Mcp-Session-Id".to_string(), session),
+            ("MCP-Protocol-Version".to_string(), "2025-11-25".to_string()),
+        ];
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+        assert_eq!(post_owned(addr, &headers, initialized).await.0, 202);
+        let head: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+        let body = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
+            "params": {"name": "store-delete", "arguments": {}}})
+        .to_string();
+        let mut posted = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{head}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        posted.write_all(request.as_bytes()).await.unwrap();
+        let mut seen = String::new();
+        let asked = |seen: &str| {
+            seen.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| {
+                let v: serde_json::Value = serde_json::from_str(d.trim()).ok()?;
+                (v["method"] == "elicitation/create").then(|| v["id"].clone())
+            })
+        };
+        read_until(&mut posted, &mut seen, |s| asked(s).is_some()).await;
+        let id = asked(&seen).unwrap_or_else(|| panic!("an elicitation on the call's stream: {seen}"));
+        let started = Instant::now();
+        let (status, raw) = post_owned(addr, &headers, answer.replace("ID", &id.to_string())).await;
+        assert_eq!(status, 400, "{raw}");
+        assert!(raw.contains(r#""code":-32600"#) && !raw.contains(r#""id":"#), "refused under no id: {raw}");
+        let answered = format!(r#""id":{call}"#);
+        read_until(&mut posted, &mut seen, |s| s.contains(&answered)).await;
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(seen.contains(&answered) && seen.contains("CONFIRMATION_REQUIRED"), "the call's answer: {seen}");
+    }
+    assert_eq!(f.runs.0.load(Ordering::SeqCst), 0);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("served").unwrap().unwrap();
+}
