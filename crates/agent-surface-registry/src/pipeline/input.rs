@@ -240,6 +240,8 @@ pub(crate) fn precondition_later<'c, 'a>(
                 Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Input, "registry disposed during the precondition"))
             }
             () = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Input, "caller cancelled during the precondition")),
+            // What phase 8's gate would answer once the check was over.
+            () = call.reg.unmounted.cancelled() => Err(super::registration_gone(call)),
         }
     }
 }

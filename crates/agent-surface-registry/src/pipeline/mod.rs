@@ -455,7 +455,8 @@ fn confirmed(call: Call<'_>, prepared: input::Prepared) -> Result<Step<'_>, Stop
 /// cancels or the registry is disposed first: then the call stops there with `CANCELLED`, before
 /// its handler (`notProcessed`), and what it waited for is dropped — its place in the queue given
 /// up, its unit of rate budget given back, evidence it consumed given back
-/// ([`confirmation::GiveBack`]).
+/// ([`confirmation::GiveBack`]). A registration unmounted or replaced meanwhile ends the wait too,
+/// with the answer phase 8's gate would give once the wait was over ([`registration_gone`]).
 ///
 /// The cancellations are looked at first: a call cancelled before it gets here starts no wait (no
 /// unit taken, no person asked), and one whose permit or approval arrives in the same poll as its
@@ -473,8 +474,19 @@ async fn unless_cancelled<T>(
         () = call.options.cancelled() => {
             Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "caller cancelled while the call waited"))
         }
+        () = call.reg.unmounted.cancelled() => Err(registration_gone(call)),
         done = work => done,
     }
+}
+
+/// Phase 8's gate for a registration unmounted or replaced while the call waited before its
+/// handler: `COMPONENT_UNMOUNTED {phase: resolve}`, nothing run, the records released (the retry
+/// resolves the live registration). Said by the gate, or as soon as the registration goes by a
+/// wait of phases 5–7 ([`unless_cancelled`], the precondition that awaits): the gate would say the
+/// same once the wait was over, and the call has nothing left to wait for.
+fn registration_gone(call: &Call<'_>) -> Stop {
+    let gone = AgentSurfaceError::component_unmounted(agent_surface_core::details::UnmountPhase::Resolve);
+    not_startable(call, gone, "registration unmounted or replaced before the handler started")
 }
 
 /// Whether the call may still start its handler: not once the lease on its record was lost
@@ -489,8 +501,7 @@ fn may_start(call: &Call<'_>) -> Result<(), Stop> {
     }
     still_wanted(call)?;
     if call.reg.unmounted.is_cancelled() {
-        let gone = AgentSurfaceError::component_unmounted(agent_surface_core::details::UnmountPhase::Resolve);
-        return Err(not_startable(call, gone, "registration unmounted or replaced before the handler started"));
+        return Err(registration_gone(call));
     }
     // A capability disabled since phase 3 (one load when none was): the operator's switch holds
     // for a call that was waiting too.

@@ -277,8 +277,9 @@ fn clear() -> agent_surface_registry::InvokeRequest {
 
 /// A call whose registration is replaced while it waits before its handler (here, on a
 /// precondition that awaits) does not start the handler on the registration that is gone: it is
-/// answered `COMPONENT_UNMOUNTED {phase: resolve}` with `notProcessed`, in phase 8, and its retry
-/// under the same invocation id runs on the live registration.
+/// answered `COMPONENT_UNMOUNTED {phase: resolve}` with `notProcessed`, by phase 8's gate, as
+/// soon as the registration goes (the precondition still waiting), and its retry under the same
+/// invocation id runs on the live registration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it() {
     let config = RegistryConfig { duplicate_instance: DuplicateInstance::Replace, ..Default::default() };
@@ -288,8 +289,10 @@ async fn a_call_whose_registration_is_replaced_while_it_waits_does_not_run_on_it
     let waiting = cart.waiting(&r).await;
     let new = r.mount("cart", "main").unwrap();
     assert!(!old.is_live());
-    cart.release.notify_one();
-    let inv = waiting.await.unwrap();
+    let inv = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("answered while the precondition still waits")
+        .unwrap();
     let p = assert_produced_before_handler(&inv, ErrorCode::ComponentUnmounted, Phase::Execute);
     assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("resolve"))));
     assert_eq!(cart.runs.load(Ordering::SeqCst), 0, "the handler did not run on the replaced registration");

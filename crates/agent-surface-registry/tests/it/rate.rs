@@ -162,6 +162,43 @@ async fn a_full_queue_is_rate_limited_with_an_estimate() {
     assert!(running.await.unwrap().result.is_ok());
 }
 
+/// A call waiting in the queue when its registration is unmounted stops waiting at once: it is
+/// answered `COMPONENT_UNMOUNTED {phase: resolve}`, `notProcessed` (what phase 8's gate would say
+/// once it had its slot), and its place in the queue is given up.
+#[tokio::test]
+async fn a_call_waiting_in_the_queue_ends_when_its_registration_goes() {
+    let clock = clock();
+    let queue = QueueConfig {
+        max_concurrent: NonZeroUsize::new(1).unwrap(),
+        max_waiting: 1,
+        max_wait: Duration::from_secs(60),
+        initial_hold_estimate: Duration::from_millis(800),
+    };
+    let (r, m, gate) = gated(&clock, queue);
+    // The slot is held by a call on another instance, which the unmount leaves running.
+    let _other = r.mount("gate", "other").unwrap();
+    let on = |instance: &'static str| {
+        let r = r.clone();
+        let request = call("gate.run", json!({})).with_target(agent_surface_registry::Target::instance(instance));
+        tokio::spawn(async move { r.invoke_detailed(request, consumer("c")).await })
+    };
+    let running = on("other");
+    settle().await;
+    let waiting = on("main");
+    settle().await;
+    assert!(!waiting.is_finished());
+    m.unmount();
+    let inv = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("answered without waiting for the slot")
+        .unwrap();
+    let p = assert_produced_before_handler(&inv, ErrorCode::ComponentUnmounted, Phase::Execute);
+    assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("resolve"))));
+    assert!(!running.is_finished(), "the slot is still held");
+    gate.add_permits(1);
+    assert!(running.await.unwrap().result.is_ok());
+}
+
 /// `gate.run` (see [`gated`]) behind a limiter of two calls a second per consumer and a queue of
 /// one slot whose calls wait at most `max_wait`; `started` counts the handlers that ran.
 struct Counted {
