@@ -379,7 +379,10 @@ class Recoverer:
                 fresh = False
             elif row.action == "wait":
                 delay = details.get(row.wait_field) if row.wait_field else None
-                delay_ms = delay if isinstance(delay, int) and not isinstance(delay, bool) else self.bounds.default_delay_ms
+                # A delay that is no count of milliseconds (negative, fractional, not a number)
+                # is absent, as for the Rust helpers: the default wait.
+                usable = isinstance(delay, int) and not isinstance(delay, bool) and delay >= 0
+                delay_ms = delay if usable else self.bounds.default_delay_ms
                 if delay_ms > self.bounds.max_delay_ms or waited_ms + delay_ms > self.bounds.max_total_delay_ms:
                     return end("delay-too-long", outcome, row)
                 await self.sleep(delay_ms / 1000)

@@ -339,7 +339,8 @@ pub enum Stop {
     /// one in-process can approve, a re-listing that found nothing to call or nothing changed.
     ReturnedToCaller,
     /// The same failure (code, reason, capability, target, surface tokens sent) came back after
-    /// the action its row prescribes: repeating it cannot help.
+    /// the action its row prescribes: repeating it cannot help. (Not after a wait: a limit met
+    /// again is waited for again, within [`Bounds`].)
     NotConverging,
     /// The attempt budget is spent.
     BudgetExhausted,

@@ -409,10 +409,9 @@ async fn screen_body(
         Ok(screened) => screened,
         Err((crate::fault::ProtocolFault::TooManyValues(_), _)) => {
             tracing::debug!(target: "agent_surface::mcp", "request with too many JSON values refused");
-            return Err(Refused::Answer(refuse(
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                "The request body holds too many JSON values.",
-            )));
+            let refused =
+                refuse(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "The request body holds too many JSON values.");
+            return Err(fails_request(parts, crate::frame::response_id(&bytes), refused));
         }
         Err((refusal, id)) => {
             // A JSON-RPC error, as for any message the server cannot use.

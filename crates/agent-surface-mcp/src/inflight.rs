@@ -8,7 +8,7 @@
 //! request's id from before `rmcp` sees the request until its response has been sent, or its
 //! connection dropped ([`Held`], carried by the response body), and answers a request whose id is
 //! held with `-32600` itself ([`ProtocolFault::IdInProgress`]). A request whose client hung up (a
-//! `tools/call`, a `tasks/result`, an application's `resources/read`: any method) goes on running
+//! `tools/call`, an application's `resources/read` or `prompts/get`: any method) goes on running
 //! its handler, and `rmcp` keeps its route until the handler answers: its id stays
 //! in progress until then ([`InFlightIds::running`], taken with the id's hold and carried in the
 //! request's extensions, which `rmcp` hands to the handler's context and drops with it), so a
@@ -24,7 +24,11 @@
 //! **Bounds.** A held id is kept as a 32-byte digest of its scope and its value, so a long id costs
 //! what a short one does; a scope holds at most `max_requests_in_flight` ids (one more is refused
 //! with [`ProtocolFault::TooManyInProgress`]), and every held id belongs to a request whose response is
-//! still open, so the whole table is bounded by the connection limits.
+//! still open, so that part of the table is bounded by the connection limits. An id kept while its
+//! handler runs after its client hung up is not counted against the scope (it holds no
+//! connection): it goes with the handler's `RequestContext`, so an application handler that keeps
+//! its context past its answer (clones it into a task of its own) keeps that id refused until the
+//! clone is dropped; the adapter's own handlers keep only its peer and its cancellation token.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};

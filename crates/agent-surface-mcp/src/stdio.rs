@@ -74,6 +74,32 @@ pub struct LineTransport<R, W> {
     /// Whether the handlers take their cancellation from [`Requests`] ([`Cancellable`]): then a
     /// cancellation is handled here and never reaches `rmcp`.
     cancels_handlers: bool,
+    /// The ids of the server's own requests sent and not answered yet (`elicitation/create`, say):
+    /// a malformed response fails the one it names ([`malformed_answer`]), and no other.
+    asked: Arc<std::sync::Mutex<Asked>>,
+}
+
+/// The ids of the server's requests awaiting their answers, oldest first; at most
+/// [`Asked::MAX`] (a request never answered, whose waiter gave up, leaves its id until then).
+#[derive(Default)]
+struct Asked(std::collections::VecDeque<RequestId>);
+
+impl Asked {
+    const MAX: usize = 1_024;
+
+    fn sent(&mut self, id: RequestId) {
+        if self.0.len() == Self::MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back(id);
+    }
+
+    /// Whether `id` names a request awaiting its answer; it no longer does after this.
+    fn answered(&mut self, id: &RequestId) -> bool {
+        let Some(at) = self.0.iter().position(|a| a == id) else { return false };
+        self.0.remove(at);
+        true
+    }
 }
 
 /// The requests of one connection in progress, by id, shared by the transport (which holds an id
@@ -224,6 +250,7 @@ where
             pending: None,
             requests: Arc::default(),
             cancels_handlers: false,
+            asked: Arc::default(),
         }
     }
 
@@ -258,6 +285,14 @@ where
                 Step::Oversized => return Ok(ReadLine::Oversized),
             }
         }
+    }
+
+    /// Whether `id` names one of the server's requests awaiting its answer (which it no longer
+    /// does after this): only such a request may be failed by a malformed answer, and never
+    /// before the handshake, when the server has asked nothing (`rmcp` would end the connection
+    /// on anything but `initialize`).
+    fn asks(&self, id: &RequestId) -> bool {
+        self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answered(id)
     }
 
     fn answer(&mut self, fault: &ProtocolFault, id: Option<RequestId>) {
@@ -367,6 +402,9 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item {
+            self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sent(r.id.clone());
+        }
         // An answer frees its request's id; a cancelled request's answer is not sent.
         let answered = match &item {
             rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
@@ -421,7 +459,8 @@ where
                 Ok(screened) => screened,
                 Err((refusal, id)) => {
                     tracing::debug!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
-                    let failed = id.is_none().then(|| crate::frame::response_id(bytes)).flatten();
+                    let failed =
+                        id.is_none().then(|| crate::frame::response_id(bytes)).flatten().filter(|id| self.asks(id));
                     self.line = line;
                     self.line.clear();
                     self.answer(&refusal, id);
@@ -441,6 +480,14 @@ where
                             tracing::debug!(target: "agent_surface::mcp", id = ?r.id, "request with the id of one in progress refused");
                             self.answer(&ProtocolFault::IdInProgress, Some(r.id.clone()));
                             continue;
+                        }
+                        rmcp::model::JsonRpcMessage::Response(r) => {
+                            self.asks(&r.id);
+                        }
+                        rmcp::model::JsonRpcMessage::Error(e) => {
+                            if let Some(id) = &e.id {
+                                self.asks(id);
+                            }
                         }
                         rmcp::model::JsonRpcMessage::Notification(n) => {
                             if let ClientNotification::CancelledNotification(c) = &n.notification
@@ -462,7 +509,7 @@ where
                 }
                 Err(_) => match serde_json::from_slice::<Value>(bytes) {
                     Err(_) => Some((ProtocolFault::NotJson, None)),
-                    Ok(value) => match response_to(&value) {
+                    Ok(value) => match response_to(&value).filter(|id| self.asks(id)) {
                         Some(failed) => {
                             self.line = line;
                             self.line.clear();

@@ -25,7 +25,7 @@
 //! - **Recovery** — [`RecoveryDriver`] acts on `retry` mechanically: refresh and re-resolve, wait
 //!   (on the injected clock, bounded, cancellable), ask the host to confirm, or hand the error back
 //!   to the model; bounded attempts; stops when the same failure comes back after the action its
-//!   category prescribes; never repeats a denial or an unverified non-idempotent call.
+//!   category prescribes (a wait excepted: bounded by the delays); never repeats a denial or an unverified non-idempotent call.
 //! - **[`Toolset`]** ties them together for one consumer: tools to list, turns to answer (parallel
 //!   calls run concurrently and are answered in order), and the adapter duties — the tool list is
 //!   marked stale after `CAPABILITY_NOT_FOUND`, `STALE_CAPABILITY` or `COMPONENT_UNMOUNTED`, and

@@ -327,3 +327,37 @@ async fn a_malformed_answer_to_an_elicitation_fails_it_at_once() {
         assert_eq!(raw.runs.0.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }
+
+/// A malformed response before the handshake names no request of the server's (it has asked
+/// nothing yet): it is refused as any unusable frame, and the server goes on to its handshake
+/// (`rmcp` would end the connection on anything but `initialize`).
+#[tokio::test]
+async fn a_malformed_response_before_the_handshake_does_not_end_the_connection() {
+    for early in [
+        &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"result\":{}}\n"[..],
+        &b"{\"jsonrpc\":\"1.0\",\"id\":1,\"result\":{}}\n"[..],
+    ] {
+        let f = fixture();
+        let (client, server_io) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server_io);
+        let server = McpServer::new(f.registry.clone(), McpConfig::default());
+        let runs = f.runs.clone();
+        let server = tokio::spawn(async move {
+            let _f = f;
+            agent_surface_mcp::serve_io(server, read, write, 1 << 16).await
+        });
+        let (r, w) = tokio::io::split(client);
+        let mut raw = Raw { runs, write: w, read: BufReader::new(r), server };
+        raw.send(early).await;
+        raw.send(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}
+"#).await;
+        let mut answer = raw.recv().await;
+        if answer.get("error").is_some() {
+            // The refusal of the early frame, under no id.
+            check_error(&answer, -32600, Value::Null);
+            answer = raw.recv().await;
+        }
+        assert_eq!(answer["result"]["protocolVersion"], "2025-11-25", "{answer}");
+        assert!(!raw.server.is_finished());
+    }
+}

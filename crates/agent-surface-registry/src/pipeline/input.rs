@@ -241,7 +241,7 @@ pub(crate) fn precondition_later<'c, 'a>(
             }
             () = caller => Err(Stop::noted(AgentSurfaceError::cancelled(), Phase::Input, "caller cancelled during the precondition")),
             // What phase 8's gate would answer once the check was over.
-            () = call.reg.unmounted.cancelled() => Err(super::registration_gone(call)),
+            () = call.reg.unmounted.cancelled() => Err(super::gone_while_waiting(call)),
         }
     }
 }

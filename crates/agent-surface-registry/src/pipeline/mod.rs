@@ -474,8 +474,17 @@ async fn unless_cancelled<T>(
         () = call.options.cancelled() => {
             Err(Stop::noted(AgentSurfaceError::cancelled(), phase, "caller cancelled while the call waited"))
         }
-        () = call.reg.unmounted.cancelled() => Err(registration_gone(call)),
+        () = call.reg.unmounted.cancelled() => Err(gone_while_waiting(call)),
         done = work => done,
+    }
+}
+
+/// The stop of a call whose registration went while it waited in phases 5–7: phase 8's gate's
+/// answer ([`may_start`]: a lease lost meanwhile is answered first, then the registration gone).
+fn gone_while_waiting(call: &Call<'_>) -> Stop {
+    match may_start(call) {
+        Err(stop) => stop,
+        Ok(()) => registration_gone(call),
     }
 }
 

@@ -195,8 +195,13 @@ async fn a_call_waiting_in_the_queue_ends_when_its_registration_goes() {
     let p = assert_produced_before_handler(&inv, ErrorCode::ComponentUnmounted, Phase::Execute);
     assert_eq!((p.retry(), p.detail("phase")), (Retry::AfterRefresh, Some(&json!("resolve"))));
     assert!(!running.is_finished(), "the slot is still held");
-    gate.add_permits(1);
+    // Its place in the queue was given up: the next call waits there (one place), not refused.
+    let next = on("other");
+    settle().await;
+    assert!(!next.is_finished(), "queued, not refused queue-full");
+    gate.add_permits(2);
     assert!(running.await.unwrap().result.is_ok());
+    assert!(next.await.unwrap().result.is_ok());
 }
 
 /// `gate.run` (see [`gated`]) behind a limiter of two calls a second per consumer and a queue of

@@ -135,6 +135,9 @@ async def main():
     r = await run(Script(limited(2000), limited(2000), OK))
     check("a limit met again after its wait is waited for again (not the convergence guard)",
           (r.stop, r.attempts, waits) == ("succeeded", 3, [2.0, 2.0]), repr((r, waits)))
+    waits.clear()
+    r = await run(Script(limited(-5000), OK))
+    check("  a negative delay is no delay: the default wait", (r.stop, waits) == ("succeeded", [1.0]), repr((r, waits)))
     r = await run(Script(*[limited(10) for _ in range(4)]))
     check("  until the attempt budget", (r.stop, r.attempts) == ("budget-exhausted", 4), repr(r))
     waits.clear()
