@@ -66,6 +66,34 @@ fn string_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Resul
     v.get(key).and_then(Value::as_str).ok_or_else(|| fault(provider, format!("{at}/{key} is not a string")))
 }
 
+/// A provider's call id: a string that is not empty. The id becomes the call's invocation id
+/// ([`invocation_id`]), so an empty one would be every such call's (a later call replayed from
+/// an earlier one's record instead of run), and its result could not say which call it answers.
+fn call_id_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Result<&'a str, ParseError> {
+    let id = string_at(provider, v, key, at)?;
+    if id.is_empty() {
+        return Err(fault(provider, format!("{at}/{key} is empty: a tool call needs an id for its result to answer")));
+    }
+    Ok(id)
+}
+
+/// Refuses a turn in which two calls carry one id: they would be one invocation (the second
+/// joined to or replayed from the first instead of run), and their results could not be told
+/// apart.
+fn distinct(provider: Provider, calls: Vec<ToolCall>) -> Result<Vec<ToolCall>, ParseError> {
+    for (i, call) in calls.iter().enumerate() {
+        if let Some(first) = calls[..i].iter().position(|c| c.call_id == call.call_id) {
+            return Err(fault(
+                provider,
+                format!(
+                    "tool calls {first} and {i} carry the same id: each call needs its own, for its result to answer"
+                ),
+            ));
+        }
+    }
+    Ok(calls)
+}
+
 /// The tool calls of one model response, in order.
 ///
 /// Each provider's response may be passed whole or as its relevant part:
@@ -81,6 +109,11 @@ fn string_at<'a>(provider: Provider, v: &'a Value, key: &str, at: &str) -> Resul
 ///   array; parts with `functionCall` (`name`, `args`, `id`?). A call without an `id` gets
 ///   `{responseId}.{n}` when the response has a `responseId`, else `turn{turn}.{n}`, `n` being
 ///   the call's position among the turn's calls.
+///
+/// A call id that is empty, or one that two calls of the turn share, makes the turn a
+/// [`ParseError`], as a missing one does: the id is the call's invocation id, so such calls would
+/// be one invocation (a later one replayed from the first's record instead of run), and their
+/// results could not say which call they answer.
 ///
 /// Text and other blocks are skipped. `turn` only matters for Gemini calls without ids: such an
 /// id is deterministic for a given response only when it has a `responseId`; without one it is
@@ -110,12 +143,13 @@ pub fn parse_tool_calls(provider: Provider, response: &Value, turn: u64) -> Resu
 /// [`parse_tool_calls`], with `scope` leading the ids derived for Gemini calls that have neither
 /// an `id` nor a `responseId` (`{scope}.{n}`).
 pub(crate) fn parse_scoped(provider: Provider, response: &Value, scope: &str) -> Result<Vec<ToolCall>, ParseError> {
-    match provider {
+    let calls = match provider {
         Provider::OpenAiChat => openai_chat(response),
         Provider::OpenAiResponses => openai_responses(response),
         Provider::Anthropic => anthropic(response),
         Provider::Gemini => gemini(response, scope),
-    }
+    }?;
+    distinct(provider, calls)
 }
 
 fn array_in<'a>(provider: Provider, v: &'a Value, paths: &[&str]) -> Result<(&'a [Value], String), ParseError> {
@@ -161,7 +195,7 @@ fn openai_chat(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
         if kind != "function" {
             continue;
         }
-        let id = string_at(p, item, "id", &at)?;
+        let id = call_id_at(p, item, "id", &at)?;
         let function = item.get("function").ok_or_else(|| fault(p, format!("{at}/function is missing")))?;
         let name = string_at(p, function, "name", &format!("{at}/function"))?;
         calls.push(provider_call(p, id, name, openai_arguments(function.get("arguments"))));
@@ -178,7 +212,7 @@ fn openai_responses(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
             continue;
         }
         let at = format!("{base}/{i}");
-        let id = string_at(p, item, "call_id", &at)?;
+        let id = call_id_at(p, item, "call_id", &at)?;
         let name = string_at(p, item, "name", &at)?;
         calls.push(provider_call(p, id, name, openai_arguments(item.get("arguments"))));
     }
@@ -194,7 +228,7 @@ fn anthropic(response: &Value) -> Result<Vec<ToolCall>, ParseError> {
             continue;
         }
         let at = format!("{base}/{i}");
-        let id = string_at(p, block, "id", &at)?;
+        let id = call_id_at(p, block, "id", &at)?;
         let name = string_at(p, block, "name", &at)?;
         let input = block.get("input").cloned().filter(|v| !v.is_null()).unwrap_or_else(|| json!({}));
         calls.push(provider_call(p, id, name, Arguments::Json(input)));

@@ -62,8 +62,9 @@
 //! against the budget) and stops following the plan when it fails. A `retry_same_operation` step
 //! whose plan names no field to `update` retries under a fresh id; any other step (`change_input`,
 //! `ask_user`, `reconcile`, `stop`), or a step the host declines, ends the following, and the
-//! category decides as usual. The steps followed and the calls made are in [`Recovery`], so the
-//! model does not repeat them.
+//! category decides as usual. The steps followed and the calls made are in [`Recovery`]; the
+//! [`Toolset`](crate::Toolset) takes the answer's followed steps out of the plan the model reads
+//! ([`ErrorPayload::with_steps_done`]), so that the model does not repeat them.
 //!
 //! Every attempt is a `tracing` event on target `agent_surface::recovery` (the operator channel).
 
@@ -73,7 +74,7 @@ use std::time::Duration;
 
 use agent_surface_core::decision::{Action, IdRule, decide_payload};
 pub use agent_surface_core::decision::{Approval, Stop, Verification};
-use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails, StaleDetails};
+use agent_surface_core::details::{ConfirmationRequiredDetails, StaleDetails};
 use agent_surface_core::json::canonical_json;
 use agent_surface_core::repair::{Repair, RepairAction, RepairStep};
 use agent_surface_core::{AgentSurfaceError, Effect, ErrorCode, ErrorPayload, InvokeResult, Retry, Timestamp};
@@ -379,8 +380,10 @@ impl RecoveryDriver {
             match next {
                 Next::Stop(Stop::Denied) => {
                     self.event(&intent, &result, "stop:denied");
+                    // The table's answer (`notProcessed`: nothing it asked for was done), as
+                    // every client helper gives it.
                     let denied = InvokeResult::error(
-                        AgentSurfaceError::confirmation_invalid(ConfirmationInvalidReason::Denied).into_payload(),
+                        agent_surface_core::decision::denied_answer(),
                         intent.request.invocation_id.clone(),
                     );
                     return self.finish(intent, denied, Stop::Denied);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use agent_surface_core::{InvokeResult, Retry};
+use agent_surface_core::{ErrorPayload, InvokeResult, Retry};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{CorrelationId, FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
 use futures_util::future::BoxFuture;
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::calls::{ParseError, ToolCall, parse_scoped};
 use crate::definitions::tool_definitions;
 use crate::provider::Provider;
-use crate::recovery::{Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop};
+use crate::recovery::{FollowedStep, Invoker, RecoveryConfig, RecoveryDriver, RecoveryHost, RelayToModel, Stop};
 use crate::results::{ResultFormat, encode_result, reply_messages};
 
 /// How a [`Toolset`] behaves. Build it with struct update syntax over `Default`.
@@ -76,10 +76,17 @@ pub struct ToolOutcome {
     pub request: Option<InvokeRequest>,
     /// The result in the provider's format (see [`crate::encode_result`]).
     pub item: Value,
-    /// The correlation id of the last request sent — the id the operator log records that call
-    /// under (the invocation id when it had one); `None` when the call could not become a
-    /// request. The host shows it where a person may need to quote it.
+    /// The correlation id of the last request sent for the call — the id the operator log
+    /// records that call under (the invocation id when it had one); `None` when the call could
+    /// not become a request. A repair step's call is not the call's: its id is in
+    /// [`ToolOutcome::repaired`]'s results. The host shows it where a person may need to quote it.
     pub correlation_id: Option<CorrelationId>,
+    /// The repair-plan steps the recovery loop followed itself (a host that opted in through
+    /// `RecoveryHost::repair_step`), with the calls it made. The steps of the answer's own plan
+    /// that were followed and succeeded are gone from the plan the model reads
+    /// ([`ErrorPayload::with_steps_done`](agent_surface_core::ErrorPayload::with_steps_done)), so
+    /// that it does not repeat them.
+    pub repaired: Vec<FollowedStep>,
 }
 
 /// One answered model turn.
@@ -298,21 +305,29 @@ impl Toolset {
 
     async fn call_under(&self, call: &ToolCall, cancel: &CancellationToken) -> ToolOutcome {
         let mut correlation_id = None;
-        let (result, attempts, stop, refreshed, request) = match self.request_for(call) {
+        let (mut result, attempts, stop, refreshed, request, repaired) = match self.request_for(call) {
             Ok(request) => {
-                let invoker = ToolsetInvoker { toolset: self, call, cancel, last: Mutex::new(None) };
+                let invoker = ToolsetInvoker { toolset: self, call, cancel, sent: Mutex::new(Vec::new()) };
                 let r = self.driver.run(&invoker, request, cancel).await;
-                correlation_id = invoker.last.into_inner().unwrap_or_else(PoisonError::into_inner);
-                (r.result, r.attempts, r.stop, r.refreshed, Some(r.request))
+                // The last of the call's own requests, not a repair step's call.
+                let sent = invoker.sent.into_inner().unwrap_or_else(PoisonError::into_inner);
+                correlation_id = sent.into_iter().rev().find(|(id, _)| *id == r.request.invocation_id).map(|(_, c)| c);
+                (r.result, r.attempts, r.stop, r.refreshed, Some(r.request), r.repaired)
             }
-            Err(result) => (result, 0, Stop::ReturnedToCaller, false, None),
+            Err(result) => (result, 0, Stop::ReturnedToCaller, false, None, Vec::new()),
         };
+        if let Some(payload) = result.error_payload_mut() {
+            let done = steps_done(payload, &repaired);
+            if done > 0 {
+                *payload = payload.with_steps_done(done);
+            }
+        }
         let relist = result.error_payload().is_some_and(|p| p.retry() == Retry::AfterRefresh);
         if refreshed || relist {
             self.mark_stale();
         }
         let item = encode_result(call, &result, &self.config.results);
-        ToolOutcome { call: call.clone(), result, attempts, stop, request, item, correlation_id }
+        ToolOutcome { call: call.clone(), result, attempts, stop, request, item, correlation_id, repaired }
     }
 
     /// Answers one model response: parses its tool calls, runs them concurrently, and returns
@@ -336,7 +351,22 @@ struct ToolsetInvoker<'a> {
     call: &'a ToolCall,
     /// The token of the call's turn.
     cancel: &'a CancellationToken,
-    last: Mutex<Option<CorrelationId>>,
+    /// Each request sent, by invocation id, with its correlation id, in order.
+    sent: Mutex<Vec<(Option<String>, CorrelationId)>>,
+}
+
+/// How many leading steps of `payload`'s plan the loop followed itself, and successfully, as the
+/// last steps it followed: those the model must not be told to take again.
+fn steps_done(payload: &ErrorPayload, repaired: &[FollowedStep]) -> usize {
+    let Some(plan) = payload.repair() else { return 0 };
+    let done = |f: &FollowedStep| f.call.as_ref().is_none_or(|(_, result)| result.is_ok());
+    (1..=plan.steps().len().min(repaired.len()))
+        .rev()
+        .find(|&n| {
+            let tail = &repaired[repaired.len() - n..];
+            tail.iter().zip(&plan.steps()[..n]).all(|(f, step)| f.step == *step && done(f))
+        })
+        .unwrap_or(0)
 }
 
 impl Invoker for ToolsetInvoker<'_> {
@@ -349,8 +379,9 @@ impl Invoker for ToolsetInvoker<'_> {
             options = options.with_progress(Arc::new(FnProgress::new(move |p: Progress| callback(&call, p))));
         }
         Box::pin(async move {
+            let id = request.invocation_id.clone();
             let invocation = self.toolset.registry.invoke_detailed(request, options).await;
-            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(invocation.correlation_id);
+            self.sent.lock().unwrap_or_else(PoisonError::into_inner).push((id, invocation.correlation_id));
             invocation.result
         })
     }

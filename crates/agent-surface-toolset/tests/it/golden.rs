@@ -308,6 +308,29 @@ fn malformed_responses_are_parse_errors() {
     assert_eq!(err.problem, "/content/0/name is not a string");
 }
 
+/// A call id that is empty, or shared by two calls of a turn, would make them one invocation (the
+/// later one replayed from the first's record, the model told it succeeded though nothing ran):
+/// the turn is refused, as for a missing id. A Gemini call without an id gets one of its own.
+#[test]
+fn empty_or_repeated_call_ids_are_parse_errors() {
+    let chat = |id: &str| json!({"id": id, "type": "function", "function": {"name": "cart-add", "arguments": "{}"}});
+    let err = parse_tool_calls(Provider::OpenAiChat, &json!({"tool_calls": [chat("")]}), 0).unwrap_err();
+    assert_eq!(err.problem, "/tool_calls/0/id is empty: a tool call needs an id for its result to answer");
+    let err = parse_tool_calls(Provider::OpenAiChat, &json!({"tool_calls": [chat("c1"), chat("c2"), chat("c1")]}), 0)
+        .unwrap_err();
+    assert_eq!(err.problem, "tool calls 0 and 2 carry the same id: each call needs its own, for its result to answer");
+    let responses =
+        json!({"output": [{"type": "function_call", "call_id": "", "name": "cart-add", "arguments": "{}"}]});
+    assert!(parse_tool_calls(Provider::OpenAiResponses, &responses, 0).is_err());
+    let use_ = |id: &str| json!({"type": "tool_use", "id": id, "name": "cart-add", "input": {}});
+    assert!(parse_tool_calls(Provider::Anthropic, &json!({"content": [use_("")]}), 0).is_err());
+    assert!(parse_tool_calls(Provider::Anthropic, &json!({"content": [use_("t"), use_("t")]}), 0).is_err());
+    let part = |id: &str| json!({"functionCall": {"id": id, "name": "cart-add", "args": {}}});
+    assert!(parse_tool_calls(Provider::Gemini, &json!({"parts": [part("g"), part("g")]}), 0).is_err());
+    let calls = parse_tool_calls(Provider::Gemini, &json!({"parts": [part(""), part("")]}), 0).unwrap();
+    assert_eq!(calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), ["turn0.0", "turn0.1"]);
+}
+
 #[test]
 fn calls_become_requests() {
     let call = |provider, id: &str, tool: &str, arguments| ToolCall {

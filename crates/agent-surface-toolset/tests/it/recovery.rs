@@ -302,6 +302,10 @@ fn confirmation_is_asked_once_and_a_denial_is_never_retried() {
     assert_eq!((r.stop, r.attempts), (Stop::Denied, 1));
     assert_eq!(r.result.error_payload().unwrap().detail("reason"), Some(&json!("denied")));
     assert_eq!(r.result.error_payload().unwrap().retry(), Retry::No);
+    assert!(
+        r.result.error_payload().unwrap().not_processed(),
+        "nothing it asked for was done, as every client helper says"
+    );
 
     // No one to ask: two-phase, the model gets CONFIRMATION_REQUIRED.
     let fake = Fake::new(vec![err(confirmation_required("c-1"))], false);
@@ -697,4 +701,81 @@ fn a_cancellation_while_following_a_plan_keeps_the_real_result() {
     assert_eq!(out.stop, Stop::Cancelled);
     assert_eq!(out.result.code(), Some(ErrorCode::NotAuthorized), "{out:?}");
     assert_eq!(out.attempts, 1);
+}
+
+/// A host that requests access for a repair plan's `call_tool` step.
+struct RequestsAccess;
+
+impl RecoveryHost for RequestsAccess {
+    fn repair_step<'a>(&'a self, _: &'a InvokeRequest, step: &'a RepairStep) -> BoxFuture<'a, StepDecision> {
+        let d = match step.action() {
+            RepairAction::CallTool => StepDecision::Call(InvokeRequest::new("access.request", json!({}))),
+            _ => StepDecision::HandToModel,
+        };
+        Box::pin(std::future::ready(d))
+    }
+}
+
+/// Through the toolset: the steps of the answer's plan that the loop followed itself are gone
+/// from the plan the model reads (it would otherwise request access a second time), the outcome
+/// lists them, and its correlation id is the call's, not the repair call's.
+#[tokio::test]
+async fn a_followed_step_is_not_handed_to_the_model_again() {
+    use agent_surface_policy::Consumer;
+    use agent_surface_registry::{Ctx, Registry, RegistryConfig};
+    use agent_surface_toolset::{Provider, ToolCall, Toolset, ToolsetConfig};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let registry = Registry::new(RegistryConfig::default());
+    let requested = Arc::new(AtomicUsize::new(0));
+    let counter = requested.clone();
+    registry
+        .define("shop", |t| {
+            t.capability("buy", "Buy.").effect(Effect::Write).raw_handler(
+                json!({"type": "object"}),
+                None,
+                |_: Ctx, _| async {
+                    let plan = Repair::single(
+                        RepairStep::new(RepairAction::CallTool, "Request access.").tool("access-request"),
+                    );
+                    Err::<serde_json::Value, _>(
+                        AgentSurfaceError::not_authorized(Origin::Server).with_repair(plan).unwrap(),
+                    )
+                },
+            );
+        })
+        .unwrap();
+    registry
+        .define("access", move |t| {
+            let counter = counter.clone();
+            t.capability("request", "Request access.").effect(Effect::Write).raw_handler(
+                json!({"type": "object"}),
+                None,
+                move |_: Ctx, _| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async { Ok::<_, AgentSurfaceError>(json!({"requested": true})) }
+                },
+            );
+        })
+        .unwrap();
+    let _shop = registry.mount("shop", "main").unwrap();
+    let _access = registry.mount("access", "main").unwrap();
+    let config = ToolsetConfig { host: Arc::new(RequestsAccess), ..Default::default() };
+    let toolset = Toolset::new(registry, Consumer::anonymous("c"), config);
+    let call = ToolCall {
+        provider: Provider::OpenAiChat,
+        call_id: "call_1".into(),
+        provider_id: true,
+        tool_name: "shop-buy".into(),
+        arguments: agent_surface_toolset::Arguments::Json(json!({})),
+    };
+    let outcome = toolset.call(&call).await;
+    let payload = outcome.result.error_payload().expect("the refusal");
+    assert_eq!(payload.code(), ErrorCode::NotAuthorized);
+    assert_eq!(requested.load(Ordering::SeqCst), 1, "access was requested once, by the loop");
+    assert_eq!(outcome.repaired.len(), 1);
+    assert!(payload.repair().is_none(), "the followed step is gone from the plan: {payload:?}");
+    assert!(!payload.message().contains("Next action"), "{}", payload.message());
+    assert!(!outcome.item.to_string().contains("access-request"), "{}", outcome.item);
+    assert_eq!(outcome.correlation_id.as_ref().map(ToString::to_string).as_deref(), payload.correlation_id());
 }
