@@ -23,7 +23,8 @@ It wraps an `MCPToolset` through Pydantic AI's public API only: it is a `Wrapper
   not spend the tool's retry budget (1 by default, so a second consecutive error would end the
   run), and the model reads the payload, not a prose retry prompt.
 - `get_tools` offers only the tools the server lists now: a stale cached list cannot offer a tool
-  that is gone. Build the `MCPToolset` with `cache_tools=False` so that new tools appear too (no
+  that is gone. Calls are planned on the listing `get_tools` last showed the model; a re-listing
+  inside a call's recovery serves that call's retry only. Build the `MCPToolset` with `cache_tools=False` so that new tools appear too (no
   public hook invalidates its cache).
 
 Where Pydantic AI has no public hook, the helper makes do: a failed call's `CallToolResult`
@@ -94,13 +95,11 @@ class _McpTransport:
         meta = result.meta or {}
         tools = {t.name: t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools}
         version = meta.get("agent-surface/surfaceVersion")
-        listing = Listing(
+        return Listing(
             tools=tools,
             surface_id=meta.get("agent-surface/surfaceId"),
             surface_version=version if isinstance(version, int) else None,
         )
-        self.state.listing = listing
-        return listing
 
 
 @dataclass
@@ -121,7 +120,12 @@ class RecoveringToolset(WrapperToolset[Any]):
         return Recoverer(_McpTransport(self.wrapped, self.state), self.host, self.bounds)
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        # The listing the model is shown is the one its calls are planned on. A recovery's own
+        # re-listing serves that intent's retry only: adopted for every call, it would send a
+        # call the model planned alongside, on a tool that changed too, with the new tool
+        # version and arguments built for the old definition, and it would run.
         listing = await _McpTransport(self.wrapped, self.state).list()
+        self.state.listing = listing
         tools = await self.wrapped.get_tools(ctx)
         return {name: tool for name, tool in tools.items() if name in listing.tools}
 

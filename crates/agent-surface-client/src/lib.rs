@@ -14,7 +14,9 @@
 //!   `INVOCATION_CONFLICT` (`{id}#c{hash}`);
 //! - `agent-surface/surfaceId` and `agent-surface/surfaceVersion` of the last
 //!   [`RecoveringClient::list_tools`], so a destructive call planned against an old surface is
-//!   refused (`STALE_CAPABILITY`) instead of run; updated after a re-listing, never dropped;
+//!   refused (`STALE_CAPABILITY`) instead of run; updated, for that intent's retry only, after a
+//!   re-listing (the next intents carry those of the last `list_tools`, the listing the model was
+//!   shown), never dropped;
 //! - `agent-surface/toolVersion` of the tool as the last listing showed it, so a call of any
 //!   effect planned on a definition that changed since is refused (`STALE_CAPABILITY {reason:
 //!   tool-version-mismatch}`); never dropped, and never swapped for another version under the
@@ -377,7 +379,11 @@ pub struct Recovery {
     pub stop: Stop,
     /// How many requests were sent.
     pub attempts: u32,
-    /// Whether the tools were re-listed (the caller's list may be stale).
+    /// Whether the surface moved under the call (a re-listing, a refused tool version): the
+    /// caller lists the tools again ([`RecoveringClient::list_tools`]) and shows the model the
+    /// new list. The client never adopts a re-listing on its own: until the caller lists again,
+    /// calls keep the tokens of the listing the model was shown, so one planned on a definition
+    /// that changed is refused, not run.
     pub refreshed: bool,
     /// Each request: its invocation id and its error code (`None`: success).
     pub calls: Vec<(String, Option<ErrorCode>)>,
@@ -555,19 +561,12 @@ impl RecoveringClient {
             };
             let decision = decide_payload(p);
             if decision.action == Action::RefreshThenAsk {
-                // The tool's definition changed: the next calls are planned on the new listing,
-                // and the model reads the new definition (`refreshed`: the caller lists the tools
-                // again) before anything calls the tool again.
-                // A failed re-listing does not replace the answer: the error goes back either way,
-                // `refreshed` saying whether the listing was renewed.
-                let relisted = match self.fetch().await {
-                    Ok(listing) => {
-                        *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
-                        true
-                    }
-                    Err(_) => false,
-                };
-                return end(Stop::ReturnedToCaller, calls, relisted);
+                // The tool's definition changed: the model reads the new definition
+                // (`refreshed`: the caller lists the tools again and shows it) before anything
+                // calls the tool again. Until then calls keep the tokens of the listing the
+                // model was shown, so a blind repeat is refused again rather than sent under the
+                // new version with arguments built for the old one.
+                return end(Stop::ReturnedToCaller, calls, true);
             }
             if matches!(decision.action, Action::Stop | Action::ChangeInput) {
                 return end(Stop::ReturnedToCaller, calls, refreshed);
@@ -623,12 +622,11 @@ impl RecoveringClient {
                     };
                     // The tool's definition changed since the call was planned: the arguments
                     // were built for the old one and may mean something else now. As after
-                    // `tool-version-mismatch`, the next calls are planned on the re-listing and
-                    // the model reads the new definition before anything calls the tool again.
+                    // `tool-version-mismatch`, the caller lists the tools again and the model
+                    // reads the new definition before anything calls the tool again.
                     if let Some(sent) = meta.get(TOOL_VERSION)
                         && tool_version(tool).as_ref() != Some(sent)
                     {
-                        *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
                         return end(Stop::ReturnedToCaller, calls, refreshed);
                     }
                     if !instance_listed(tool, intent.args.get(TARGET_ARGUMENT)) {
@@ -655,7 +653,10 @@ impl RecoveringClient {
                     if let (true, Some(v)) = (meta.contains_key(SURFACE_VERSION), listing.surface_version) {
                         meta.insert(SURFACE_VERSION.into(), Value::from(v));
                     }
-                    *self.planned.lock().unwrap_or_else(PoisonError::into_inner) = Some(listing);
+                    // The re-listing serves this intent's retry only: other calls keep the
+                    // listing the model was shown (a call planned alongside this one, on a tool
+                    // whose definition changed too, is refused rather than sent under the new
+                    // version with arguments built for the old one).
                 }
                 Action::Reconfirm => {
                     meta.remove(CONFIRMATION_ID);

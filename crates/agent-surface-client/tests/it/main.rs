@@ -642,10 +642,14 @@ async fn a_call_planned_on_a_changed_tool_definition_is_relisted_and_handed_back
     let r = c.call(Intent::new("memo-show", id.clone()).with_invocation_id("m-1")).await.unwrap();
     check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
     assert!(r.refreshed, "the caller shows the model the new definition");
-    // The re-listing is kept: the model's next call is planned on it and runs at once.
-    let r = c.call(Intent::new("memo-show", id).with_invocation_id("m-2")).await.unwrap();
-    check(&r, Stop::Succeeded, &[None]);
+    // A blind repeat, before the caller showed the model the new definition, is refused again:
+    // the client does not adopt a re-listing the model has not seen.
+    let r = c.call(Intent::new("memo-show", id.clone()).with_invocation_id("m-2")).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
+    // Listed again (what the model is shown now), the next call is planned on it and runs.
     assert_ne!(listed(&c.list_tools().await.unwrap()), v1);
+    let r = c.call(Intent::new("memo-show", id).with_invocation_id("m-3")).await.unwrap();
+    check(&r, Stop::Succeeded, &[None]);
 }
 
 /// The Python helper spells the tool version's `_meta` key as the one table does (it cannot read
@@ -713,10 +717,49 @@ async fn a_relisting_that_changes_the_tool_version_does_not_resend_the_arguments
     check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
     assert!(r.refreshed);
     assert_eq!(w.runs.load(Ordering::SeqCst), 0, "7 euros were not paid as 7 cents");
-    // The next call is planned on the re-listing: it names the new version and runs.
+    // Repeated blindly, it is refused again; once the caller lists the tools (and the model
+    // reads the new definition), the next call names the new version and runs.
+    let r = c.call(Intent::new("memo-pay", amount.clone())).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 0);
+    c.list_tools().await.unwrap();
     let r = c.call(Intent::new("memo-pay", amount)).await.unwrap();
     check(&r, Stop::Succeeded, &[None]);
     assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Two calls the model planned together on one listing: the first's recovery re-lists (the
+/// surface moved), and the second's tool changed too. The second is refused, not sent with the
+/// re-listing's tokens and arguments built for the definition the model was shown.
+#[tokio::test]
+async fn a_relisting_during_one_call_does_not_move_the_tokens_of_another() {
+    let w = world().await;
+    let memo = |kind: &'static str| {
+        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
+            t.capability("show", "Show a memo.").effect(Effect::Read).idempotent().raw_handler(
+                json!({"type": "object", "properties": {"id": {"type": kind}}}),
+                None,
+                |_: Ctx, v: Value| async move { Ok::<_, AgentSurfaceError>(v) },
+            );
+        }
+    };
+    w.registry.define("memo", memo("string")).unwrap();
+    let _memo = w.registry.mount("memo", "main").unwrap();
+    let (c, _) = client(&w, nobody());
+    c.list_tools().await.unwrap();
+    // notes.erase is taken down and back (its surface moved), and memo's definition changes.
+    assert!(w.registry.disable("notes.erase", "Maintenance."));
+    assert!(w.registry.enable("notes.erase"));
+    w.registry.redefine("memo", memo("integer")).unwrap();
+    // The first call, a destructive one on a tool that did not change, is refused for the
+    // surface it was planned on, re-listed and retried: it runs.
+    let r = c.call(Intent::new("notes-erase", args("a"))).await.unwrap();
+    check(&r, Stop::Succeeded, &[Some(ErrorCode::StaleCapability), None]);
+    // The second, planned on the first listing, is refused: its tool changed.
+    let id = json!({"id": "7"}).as_object().cloned().unwrap();
+    let r = c.call(Intent::new("memo-show", id)).await.unwrap();
+    check(&r, Stop::ReturnedToCaller, &[Some(ErrorCode::StaleCapability)]);
+    assert_eq!(r.payload.as_ref().and_then(|p| p.detail("reason")), Some(&json!("tool-version-mismatch")));
 }
 
 /// A server whose `tools/list` never ends: each page names the next cursor `next(cursor)`.
