@@ -689,7 +689,7 @@ macro_rules! code_table {
             ExecutionFailed = "EXECUTION_FAILED" {
                 matrix: {
                     meaning: "The handler failed, its output was rejected, or a downstream failure could not be mapped to a more precise code.",
-                    when: "The handler or the precondition fails or panics; a precondition that awaits does not answer within the call's time budget (transport, transient, before the handler runs); the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out, is unmounted mid-flight, or meets a host error in its handler's cause chain that could follow an effect: an upstream refusal, a gateway error or a timeout); the idempotency store fails at admission, the rate limiter's store at rate, or the confirmation store at confirmation (transient); strict audit cannot record that a call starts (audit-unavailable, transient, before the handler runs); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
+                    when: "The handler or the precondition fails or panics; a precondition that awaits does not answer within the call's time budget (transport, transient, before the handler runs); the output fails validation, serialization or the size cap; a post-condition fails (verification-failed); the outcome cannot be proven (outcome-unknown: the post-condition check errs, panics or cannot decide, or a non-idempotent, non-read capability times out, is unmounted mid-flight, or meets a host error in its handler's cause chain that could follow an effect: an upstream refusal, a gateway error or a timeout); the idempotency store fails at admission (store-unavailable, transient: sent again under the same invocation id), the rate limiter's store at rate, or the confirmation store at confirmation (transient); strict audit cannot record that a call starts (audit-unavailable, transient, before the handler runs); or the confirmation gate cannot decide (a panicking summary or gate, a gated capability without a confirmation engine).",
                     phases: &[Admission, Input, Rate, Confirmation, Execute, Output],
                     handler_may_return: true,
                     layer: Rule {
@@ -698,7 +698,11 @@ macro_rules! code_table {
                     },
                     retry: Rule {
                         default: Retry::No,
-                        conditions: &[Condition { field: "transient", equals: DetailValue::Bool(true), then: Retry::AfterDelay }],
+                        conditions: &[
+                            Condition { field: "transient", equals: DetailValue::Bool(true), then: Retry::AfterDelay },
+                            // Always transient: nothing was admitted.
+                            Condition { field: "reason", equals: DetailValue::Str("store-unavailable"), then: Retry::AfterDelay },
+                        ],
                     },
                     cacheable: true,
                     details: typed::<ExecutionFailedDetails>(&["reason", "transient", "retryAfterMs"]),
@@ -710,6 +714,7 @@ macro_rules! code_table {
                         conditions: &[
                             Condition { field: "reason", equals: DetailValue::Str("transport"), then: 502 },
                             Condition { field: "reason", equals: DetailValue::Str("audit-unavailable"), then: 503 },
+                            Condition { field: "reason", equals: DetailValue::Str("store-unavailable"), then: 503 },
                         ],
                     },
                     mcp: TOOL_RESULT,
@@ -736,6 +741,10 @@ macro_rules! code_table {
                     AUDIT_UNAVAILABLE = ("execution-failed.audit-unavailable",
                         "The action did not run because its audit record could not be written. Wait {ms} ms, then retry, under a new invocationId if the call had one.",
                         arguments: "The action did not run because its audit record could not be written; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
+                    /// `EXECUTION_FAILED` / store-unavailable (always transient); slot: `ms`.
+                    STORE_UNAVAILABLE = ("execution-failed.store-unavailable",
+                        "The action did not run: its record could not be checked. Wait {ms} ms, then send it again under the same invocationId if it had one, never a new one.",
+                        arguments: "The action did not run because its record could not be checked; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
                     /// `EXECUTION_FAILED` / transport, not transient.
                     TRANSPORT = ("execution-failed.transport",
                         "A service behind this action failed. Do not retry it as it is; report the failure.");
@@ -759,8 +768,11 @@ macro_rules! code_table {
                     AgentSurfaceError::execution_failed(ExecutionFailedReason::VerificationFailed),
                     AgentSurfaceError::outcome_unknown(),
                     AgentSurfaceError::audit_unavailable(Duration::from_millis(1000)),
+                    AgentSurfaceError::store_unavailable(Duration::from_millis(1000)),
                 ],
                 decisions: [
+                    waiting(when("reason", DetailValue::Str("store-unavailable"), row(R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
+                        "The call was not admitted: the same id after the delay, which returns an earlier attempt's result if there was one."))),
                     waiting(when("transient", DetailValue::Bool(true), row(R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
                         "Nothing took effect; the dependency may recover after the delay."))),
                     when("reason", DetailValue::Str("outcome-unknown"), row(R::No, Verify, Fresh, UNVERIFIED,

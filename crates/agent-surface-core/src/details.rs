@@ -331,6 +331,12 @@ pub enum ExecutionFailedReason {
     /// Strict audit: the audit trail could not record that the call starts, so it did not run.
     /// Always transient (`after-delay`).
     AuditUnavailable,
+    /// The idempotency store could not admit the call (it failed, or did not answer within the
+    /// store budget): nothing ran, and nothing is recorded under the invocation id for this
+    /// attempt. Always transient (`after-delay`), and sent again under the *same* id: that id may
+    /// hold the result of an earlier attempt whose answer was lost, which a new id would run
+    /// again.
+    StoreUnavailable,
 }
 
 /// `EXECUTION_FAILED` details.

@@ -361,7 +361,8 @@ impl AgentSurfaceError {
             R::VerificationFailed => message::VERIFICATION_FAILED,
             R::OutcomeUnknown => message::OUTCOME_UNKNOWN,
             // Never without its delay: the call did not run, and it may once the trail is back.
-            R::AuditUnavailable => return Self::audit_unavailable(AUDIT_RETRY_AFTER),
+            R::AuditUnavailable => return Self::audit_unavailable(UNAVAILABLE_RETRY_AFTER),
+            R::StoreUnavailable => return Self::store_unavailable(UNAVAILABLE_RETRY_AFTER),
         };
         let details = ExecutionFailedDetails { reason: Some(reason), transient: None, retry_after_ms: None };
         Self::with_details(ErrorCode::ExecutionFailed, template, &[], &details)
@@ -423,6 +424,30 @@ impl AgentSurfaceError {
     pub fn audit_unavailable(retry_after: Duration) -> Self {
         let details = ExecutionFailedDetails {
             reason: Some(ExecutionFailedReason::AuditUnavailable),
+            transient: Some(true),
+            retry_after_ms: Some(millis(retry_after)),
+        };
+        Self::worded(ErrorCode::ExecutionFailed, Some(to_map(&details)))
+    }
+
+    /// `EXECUTION_FAILED {reason: store-unavailable, transient: true, retryAfterMs}` (retry
+    /// `after-delay`): the idempotency store could not admit the call, so it did not run and
+    /// nothing is recorded under its invocation id for this attempt. Unlike a transient transport
+    /// failure (whose answer is kept under the id, so that a retry needs a new one), it is sent
+    /// again under the *same* id: that id may hold the result of an earlier attempt whose answer
+    /// was lost, which a new id would run a second time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_surface_core::{AgentSurfaceError, ErrorCode, Retry};
+    /// let p = AgentSurfaceError::store_unavailable(Duration::from_millis(1000)).into_payload();
+    /// assert_eq!((p.code(), p.retry()), (ErrorCode::ExecutionFailed, Retry::AfterDelay));
+    /// assert_eq!(p.details().unwrap()["reason"], "store-unavailable");
+    /// assert!(p.message().contains("same invocationId"));
+    /// ```
+    pub fn store_unavailable(retry_after: Duration) -> Self {
+        let details = ExecutionFailedDetails {
+            reason: Some(ExecutionFailedReason::StoreUnavailable),
             transient: Some(true),
             retry_after_ms: Some(millis(retry_after)),
         };
@@ -708,9 +733,11 @@ impl fmt::Debug for AgentSurfaceError {
     }
 }
 
-/// The delay [`AgentSurfaceError::execution_failed`] gives `audit-unavailable`, which is always
-/// transient (the runtime uses [`AgentSurfaceError::audit_unavailable`] with its own delay).
-const AUDIT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The delay [`AgentSurfaceError::execution_failed`] gives `audit-unavailable` and
+/// `store-unavailable`, which are always transient (the runtime uses
+/// [`AgentSurfaceError::audit_unavailable`] and [`AgentSurfaceError::store_unavailable`] with
+/// its own delays).
+const UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -190,6 +190,7 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
             let template = match (d.reason?, d.transient) {
                 (ExecutionFailedReason::Transport, Some(true)) => TRANSPORT_TRANSIENT,
                 (ExecutionFailedReason::AuditUnavailable, _) => AUDIT_UNAVAILABLE,
+                (ExecutionFailedReason::StoreUnavailable, _) => STORE_UNAVAILABLE,
                 _ => return None,
             };
             Some(Wording { template, ms: Some(d.retry_after_ms?) })

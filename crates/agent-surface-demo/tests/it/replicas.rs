@@ -412,9 +412,11 @@ fn a_redis_outage_fails_closed_and_a_pending_approval_survives_its_restart() {
     for addr in [&a.addr, &b.addr] {
         let (status, body) = invoke(addr, "tickets.open", &json!({"subject": "Outage"}), Some("outage-1"));
         let p = json_of(&body);
-        // The idempotency store is a downstream service: `reason: transport`, HTTP 502.
+        // The idempotency store could not admit the call: `reason: store-unavailable`, HTTP 503,
+        // sent again under the same key.
         let told = (status, p["code"].as_str(), p["details"]["reason"].as_str(), p["retry"].as_str());
-        assert_eq!(told, (502, Some("EXECUTION_FAILED"), Some("transport"), Some("after-delay")), "{body}");
+        assert_eq!(told, (503, Some("EXECUTION_FAILED"), Some("store-unavailable"), Some("after-delay")), "{body}");
+        assert!(p["message"].as_str().is_some_and(|m| m.contains("same invocationId")), "{body}");
         assert!(p.get("output").is_none(), "{body}");
     }
 

@@ -167,12 +167,13 @@ async fn calls_refused_while_redis_stalls_are_retried_as_fresh_admissions() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     redis.freeze(false);
     let mut answers = calls.await.expect("the calls end");
-    let refused = answers.iter().filter(|(_, r)| failed_with(r, "transport")).count();
+    let refused = answers.iter().filter(|(_, r)| failed_with(r, "store-unavailable")).count();
     assert!(refused > 0, "some admissions timed out while Redis was frozen");
 
     // The agents retry what was refused, with the same ids, after the advised delay.
     for _ in 0..10 {
-        let retry: Vec<usize> = answers.iter().filter(|(_, r)| failed_with(r, "transport")).map(|(i, _)| *i).collect();
+        let retry: Vec<usize> =
+            answers.iter().filter(|(_, r)| failed_with(r, "store-unavailable")).map(|(i, _)| *i).collect();
         if retry.is_empty() {
             break;
         }
@@ -200,7 +201,7 @@ async fn calls_refused_while_redis_stalls_are_retried_as_fresh_admissions() {
         "{} calls never ran yet were told outcome-unknown: {unknown_never_ran:?}",
         unknown_never_ran.len()
     );
-    let still_refused = answers.iter().filter(|(_, r)| failed_with(r, "transport")).count();
+    let still_refused = answers.iter().filter(|(_, r)| failed_with(r, "store-unavailable")).count();
     let ok = answers.iter().filter(|(_, r)| r.is_ok()).count();
     let unknown = answers.iter().filter(|(_, r)| failed_with(r, "outcome-unknown")).count();
     assert_eq!(

@@ -386,12 +386,23 @@ pub(crate) async fn admit_record(
             Phase::Admission,
             format!("stored fingerprint {stored}, presented {fp}"),
         )),
-        Err(e) => Err(Stop::noted(
-            AgentSurfaceError::transient(STORE_RETRY_AFTER),
-            Phase::Admission,
-            format!("idempotency store failed: {e}"),
-        )
-        .store_fault(super::Fault::IdempotencyStore)),
+        Err(e) => {
+            // Nothing is recorded under the id for this attempt, so the answer sends the same id
+            // again (an earlier attempt's result, if any, is then returned): the id's own
+            // admission, or a natural key's while the call leads the id's record, which is
+            // released. A record taken over from a leader that lost its lease keeps the answer:
+            // an earlier execution under the id may have taken effect.
+            let error = match shared {
+                Some(hold) if hold.taken_over => AgentSurfaceError::transient(STORE_RETRY_AFTER),
+                Some(hold) => {
+                    hold.forgo();
+                    AgentSurfaceError::store_unavailable(STORE_RETRY_AFTER)
+                }
+                None => AgentSurfaceError::store_unavailable(STORE_RETRY_AFTER),
+            };
+            Err(Stop::noted(error, Phase::Admission, format!("idempotency store failed: {e}"))
+                .store_fault(super::Fault::IdempotencyStore))
+        }
     }
 }
 

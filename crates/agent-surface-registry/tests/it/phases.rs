@@ -117,6 +117,10 @@ async fn store_failure_is_a_transient_execution_failure_in_admission() {
     let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})).with_invocation_id("i"), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
     assert_eq!(p.retry(), Retry::AfterDelay);
+    // Sent again under the same id, never a new one: the id may hold the result of an earlier
+    // attempt whose answer was lost, which a new id would run a second time.
+    assert_eq!(p.detail("reason"), Some(&json!("store-unavailable")));
+    assert!(p.message().contains("under the same invocationId"), "{}", p.message());
     assert!(!p.to_json().to_string().contains("secret"));
     // Without an invocation id the store is not consulted.
     assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());

@@ -211,6 +211,14 @@ async fn after_delay_waits_on_the_clock_and_reuses_the_id_of_a_non_cacheable_cod
     assert_eq!(ids(&fake), ["p:call-1", "p:call-1"]);
     assert_eq!(clock.elapsed(), Duration::from_millis(1500));
 
+    // A store that could not admit the call: the same id after the wait (an earlier attempt's
+    // result, if any, is returned rather than run again).
+    let fake = Fake::new(vec![err(AgentSurfaceError::store_unavailable(Duration::from_millis(300)))], false);
+    let (r, ()) =
+        tokio::join!(d.run(&fake, request(), &cancel), clock.advance_when_waiting(1, Duration::from_millis(300)));
+    assert_eq!((r.stop, r.attempts), (Stop::Succeeded, 2));
+    assert_eq!(ids(&fake), ["p:call-1", "p:call-1"]);
+
     // A transient EXECUTION_FAILED is cacheable: a fresh id after the wait (idempotent capability).
     let fake = Fake::new(vec![err(AgentSurfaceError::transient(Duration::from_millis(200)))], true);
     let (r, ()) =
