@@ -57,12 +57,10 @@ use crate::listen::{ANY, digest};
 use crate::schema::FORMAT;
 use crate::{Fail, PostgresStores, corrupt, ms};
 
-/// How long a released result stays readable, for followers that have not looked yet; an
-/// admission in the meantime treats the key as free.
+/// How long a released result, or a record voided by a cancellation, stays readable at least,
+/// for followers that have not looked yet ([`PostgresIdempotencyStore::readable`]); an admission
+/// in the meantime treats the key as free.
 const RELEASED_READABLE: Duration = Duration::from_secs(10);
-
-/// How long a record voided by a cancellation stays readable, for the followers of the claim.
-const VOID_READABLE: Duration = RELEASED_READABLE;
 
 /// How long a cancelled attempt is remembered (its admission, should the database run it later,
 /// is refused).
@@ -105,6 +103,15 @@ const LOOK: &str = "SELECT state, fp, coalesce(lease_until > clock_timestamp(), 
   keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0),
   started OR takeover
 FROM {s}.idem WHERE consumer = $1 AND invocation = $2";
+
+/// [`LOOK`], waiting for a change of the row that has not committed yet (and reading its
+/// outcome): the look that is about to answer "nothing ran" for a claim that lapsed unmarked
+/// confirms it so, since a leader's mark (`START`) may have been judged within its lease and not
+/// committed yet when the plain look read the row.
+const LOOK_LOCKED: &str = "SELECT state, fp, coalesce(lease_until > clock_timestamp(), false), result,
+  keep_until > clock_timestamp(), coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, 0),
+  started OR takeover
+FROM {s}.idem WHERE consumer = $1 AND invocation = $2 FOR SHARE";
 
 /// A fresh claim over a record that is free (released, voided, expired, or lapsed before its
 /// leader marked it started: nothing ran under it). $3 fingerprint, $4
@@ -221,6 +228,9 @@ enum Looked {
     Lost,
     /// The claim was cancelled, or its lease lapsed, before its handler started: nothing ran.
     Void,
+    /// The claim's lease lapsed with no mark that its handler started, as a look without a lock
+    /// read it: [`Void`](Looked::Void) once a locked look confirms it.
+    Unmarked,
 }
 
 /// What an admission decided, before a follower's wait is built.
@@ -232,6 +242,18 @@ enum Admitted {
 }
 
 impl PostgresIdempotencyStore {
+    /// How long a released result, or a record voided by a cancellation, stays readable: at least
+    /// [`RELEASED_READABLE`], and longer than a follower may go without reading it — a follower
+    /// cut off from the database keeps trying for as long as a lease lasts, each try taking up to
+    /// `op_timeout` — so that it reads what happened rather than finding nothing and answering an
+    /// unknown outcome for a call that never ran (as the Redis store's window).
+    fn readable(&self) -> Duration {
+        let config = &self.stores.inner.config;
+        let follower =
+            config.lease.saturating_add(config.op_timeout.saturating_mul(2)).saturating_add(Duration::from_secs(1));
+        RELEASED_READABLE.max(follower)
+    }
+
     pub(crate) fn new(stores: PostgresStores) -> PostgresIdempotencyStore {
         PostgresIdempotencyStore { stores }
     }
@@ -381,7 +403,7 @@ impl PostgresIdempotencyStore {
             Settlement::Store { result, expires_at } if expires_at > now => {
                 ("done", result, expires_at.saturating_duration_since(now))
             }
-            Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, RELEASED_READABLE),
+            Settlement::Store { result, .. } | Settlement::Release { result } => ("gone", result, self.readable()),
         };
         let max = self.stores.inner.config.max_result_bytes;
         let settled = self.stores.run(async {
@@ -433,7 +455,7 @@ impl PostgresIdempotencyStore {
             let claim = Some(
                 tx.query_one(
                     &tx.prepare_cached(&self.stores.sql(LOCK_FOR_CANCEL)).await?,
-                    &[&key.consumer_key, &key.invocation_id, &FORMAT, &ms(VOID_READABLE)],
+                    &[&key.consumer_key, &key.invocation_id, &FORMAT, &ms(self.readable())],
                 )
                 .await?,
             );
@@ -484,7 +506,7 @@ impl PostgresIdempotencyStore {
                              WHERE consumer = $1 AND invocation = $2",
                         ))
                         .await?,
-                        &[&key.consumer_key, &key.invocation_id, &ms(VOID_READABLE)],
+                        &[&key.consumer_key, &key.invocation_id, &ms(self.readable())],
                     )
                     .await?;
                     tx.execute("SELECT pg_notify($1, $2)", &[&channel, &woken]).await?;
@@ -547,30 +569,46 @@ impl PostgresIdempotencyStore {
             .run(async {
                 let client = self.stores.client().await?;
                 let look = client.prepare_cached(&self.stores.sql(LOOK)).await?;
-                let Some(row) = client.query_opt(&look, &[&key.consumer_key, &key.invocation_id]).await? else {
-                    return Ok(Looked::Lost);
-                };
-                let (state, fp, live, result, kept, lapses_ms): (String, Vec<u8>, bool, Option<String>, bool, i64) =
-                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
-                let may_have_run: bool = row.get(6);
-                if !kept || fp != fingerprint.as_bytes() {
-                    return Ok(Looked::Lost);
+                let row = client.query_opt(&look, &[&key.consumer_key, &key.invocation_id]).await?;
+                let first = looked(row, fingerprint)?;
+                if !matches!(first, Looked::Unmarked) {
+                    return Ok(first);
                 }
-                Ok(match state.as_str() {
-                    "void" => Looked::Void,
-                    "run" if live => Looked::Waiting(Duration::from_millis(u64::try_from(lapses_ms).unwrap_or(0))),
-                    // Lapsed before its leader marked it started: nothing ran under it.
-                    "run" if !may_have_run => Looked::Void,
-                    "run" => Looked::Lost,
-                    "done" | "gone" => {
-                        let text = result.ok_or_else(|| corrupt("a stored result"))?;
-                        Looked::Settled(serde_json::from_str(&text).map_err(|_| corrupt("a stored result"))?)
-                    }
-                    _ => return Err(corrupt("an idempotency record's state")),
+                // About to say that nothing ran: read the row again, waiting for a mark that may
+                // be committing (the plain look saw the version before it).
+                let locked = client.prepare_cached(&self.stores.sql(LOOK_LOCKED)).await?;
+                let row = client.query_opt(&locked, &[&key.consumer_key, &key.invocation_id]).await?;
+                Ok(match looked(row, fingerprint)? {
+                    Looked::Unmarked => Looked::Void,
+                    other => other,
                 })
             })
             .await
     }
+}
+
+/// What a follower's look at `row` found ([`Looked::Unmarked`] for a claim that lapsed before its
+/// leader marked it started, which the look confirms before it answers [`Looked::Void`]).
+fn looked(row: Option<tokio_postgres::Row>, fingerprint: &Fingerprint) -> Result<Looked, Fail> {
+    let Some(row) = row else { return Ok(Looked::Lost) };
+    let (state, fp, live, result, kept, lapses_ms): (String, Vec<u8>, bool, Option<String>, bool, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+    let may_have_run: bool = row.get(6);
+    if !kept || fp != fingerprint.as_bytes() {
+        return Ok(Looked::Lost);
+    }
+    Ok(match state.as_str() {
+        "void" => Looked::Void,
+        "run" if live => Looked::Waiting(Duration::from_millis(u64::try_from(lapses_ms).unwrap_or(0))),
+        // Lapsed before its leader marked it started: nothing ran under it.
+        "run" if !may_have_run => Looked::Unmarked,
+        "run" => Looked::Lost,
+        "done" | "gone" => {
+            let text = result.ok_or_else(|| corrupt("a stored result"))?;
+            Looked::Settled(serde_json::from_str(&text).map_err(|_| corrupt("a stored result"))?)
+        }
+        _ => return Err(corrupt("an idempotency record's state")),
+    })
 }
 
 /// Waits until a notification for `mine` (or for everyone) arrives, or `within` passes.
@@ -614,7 +652,7 @@ async fn follow(
                 wait = (lapses_in + margin).min(lease + margin);
             }
             Ok(Looked::Settled(result)) => return result,
-            Ok(Looked::Void) => {
+            Ok(Looked::Void | Looked::Unmarked) => {
                 tracing::warn!(
                     target: "agent_surface::invoke",
                     "the call this request joined ended before its handler started; the follower is told to retry"

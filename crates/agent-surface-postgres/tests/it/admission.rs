@@ -180,3 +180,93 @@ async fn an_admission_asks_for_its_cancellation_under_the_records_lock() {
         "an attempt cancelled while its admission waited for the lock claims nothing"
     );
 }
+
+/// A released result stays readable for longer than a follower may go without reading it (a
+/// lease and two op timeouts): with a 30 s lease, a follower cut off from the database for 15 s
+/// still reads what happened, where a fixed 10 s window had it find nothing and answer an unknown
+/// outcome for a call that never ran (the Redis store's window, on PostgreSQL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_result_stays_readable_past_a_lease() {
+    use agent_surface_core::InvokeResult;
+    use agent_surface_policy::idempotency::Settlement;
+
+    let config = PostgresConfig {
+        lease: Duration::from_secs(30),
+        op_timeout: Duration::from_secs(2),
+        ..PostgresConfig::default()
+    };
+    let Some(stores) = support::stores_with("released-readable", config).await else { return };
+    let store = stores.idempotency();
+    let schema = stores.config().schema.clone();
+    let fp = Fingerprint::of(&json!({"request": "released"}));
+    let key = IdempotencyKey::new("c", "released");
+    let Admission::Leader(lease) = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted")
+    else {
+        panic!("a new key leads")
+    };
+    let result = InvokeResult::ok(json!({"not": "kept"}), None);
+    store.settle(&key, fp, lease, Settlement::Release { result }, Timestamp::now()).await.expect("released");
+    let client = stores.pool().get().await.expect("a connection");
+    let readable_ms: f64 = client
+        .query_one(
+            &format!(
+                "SELECT EXTRACT(EPOCH FROM keep_until - clock_timestamp())::float8 * 1000 FROM {schema}.idem
+                 WHERE consumer = 'c' AND invocation = 'released' AND state = 'gone'"
+            ),
+            &[],
+        )
+        .await
+        .expect("the released record")
+        .get(0);
+    assert!(readable_ms > 34_000.0, "readable for a lease, two op timeouts and a second: {readable_ms} ms");
+}
+
+/// A follower's look that finds its leader's claim lapsed and unmarked confirms it under a lock
+/// before it answers that nothing ran: the leader's mark may have been judged within its lease and
+/// not committed yet (a commit that stalls at the edge of the lease), and a look without a lock
+/// reads the row as it was before it. Here the mark is held uncommitted across the lapse: the
+/// follower waits for it, then for the leader's result, rather than telling its caller that nothing
+/// ran (a retry that would run the call beside its leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_waits_for_a_mark_still_committing_before_it_says_nothing_ran() {
+    use agent_surface_core::InvokeResult;
+    use agent_surface_policy::idempotency::Settlement;
+
+    let lease = Duration::from_millis(300);
+    let config = PostgresConfig { lease, op_timeout: Duration::from_secs(10), ..PostgresConfig::default() };
+    let Some(stores) = support::stores_with("look-locked", config).await else { return };
+    let store = stores.idempotency();
+    let schema = stores.config().schema.clone();
+    let key = IdempotencyKey::new("c", "marking");
+    let fp = Fingerprint::of(&json!({"request": "marking"}));
+    let Admission::Leader(leader) = store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted")
+    else {
+        panic!("a new key leads");
+    };
+    let Admission::Follower(follower) =
+        store.admit(&key, fp, Attempt::fresh(), Timestamp::now()).await.expect("admitted")
+    else {
+        panic!("the same request follows");
+    };
+    let follower = tokio::spawn(follower);
+    // The leader's mark, written within its lease and not committed before the lease lapses.
+    let mut client = stores.pool().get().await.expect("a connection");
+    let tx = client.transaction().await.expect("a transaction");
+    tx.execute(
+        &format!(
+            "UPDATE {schema}.idem SET started = true, lease_until = clock_timestamp() + interval '1 minute'
+             WHERE consumer = 'c' AND invocation = 'marking'"
+        ),
+        &[],
+    )
+    .await
+    .expect("the mark is written");
+    tokio::time::sleep(lease * 3).await;
+    assert!(!follower.is_finished(), "the follower waits for the mark's commit");
+    tx.commit().await.expect("the mark lands");
+    let result = InvokeResult::ok(json!({"ran": "once"}), None);
+    let expires_at = Timestamp::now().saturating_add(Duration::from_secs(600));
+    store.settle(&key, fp, leader, Settlement::Store { result, expires_at }, Timestamp::now()).await.expect("settled");
+    let answered = tokio::time::timeout(Duration::from_secs(10), follower).await.expect("answered").expect("joined");
+    assert_eq!(answered.output(), Some(&json!({"ran": "once"})), "{answered:?}");
+}
