@@ -209,11 +209,26 @@ impl PostgresConfig {
         if self.lease < Duration::from_millis(3) {
             return bad("lease must be at least 3 ms (it is renewed every third of it)");
         }
-        if self.in_flight_retention < self.lease * 2 {
+        if self.in_flight_retention < self.lease.saturating_mul(2) {
             return bad("in_flight_retention must be at least twice the lease");
         }
         if self.sweep_every.is_zero() {
             return bad("sweep_every must be positive");
+        }
+        // Beyond this PostgreSQL's arithmetic on the clock, and the stores' own, would overflow.
+        let longest = Duration::from_millis(1 << 43);
+        for (name, d) in [
+            ("op_timeout", self.op_timeout),
+            ("lease", self.lease),
+            ("in_flight_retention", self.in_flight_retention),
+            ("retention", self.retention),
+            ("sweep_every", self.sweep_every),
+        ] {
+            if d > longest {
+                return Err(ConnectError(format!(
+                    "invalid PostgreSQL store configuration: {name} must be at most 2^43 ms (about 278 years)"
+                )));
+            }
         }
         Ok(())
     }
@@ -516,8 +531,12 @@ pub(crate) fn millis(t: Timestamp) -> i64 {
 }
 
 /// A duration in milliseconds as PostgreSQL's `bigint` (at least 1).
+/// `d` in whole milliseconds, at least 1 and at most 2^43 (about 278 years, as the Redis store
+/// clamps its TTLs): a longer duration (`Duration::MAX`, say) would overflow PostgreSQL's
+/// `interval` and fail every statement that adds it to the clock, every call then failing closed.
 pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+    const MAX_MS: i64 = 1 << 43;
+    i64::try_from(d.as_millis()).unwrap_or(MAX_MS).clamp(1, MAX_MS)
 }
 
 #[cfg(test)]
@@ -547,5 +566,20 @@ mod tests {
         refused(PostgresConfig { lease: Duration::from_millis(2), ..default() }, "lease");
         refused(PostgresConfig { in_flight_retention: Duration::from_secs(19), ..default() }, "in_flight_retention");
         refused(PostgresConfig { sweep_every: Duration::ZERO, ..default() }, "sweep_every");
+        // A lease too long to double is checked without overflowing (it was a panic), and a
+        // duration PostgreSQL's clock arithmetic cannot hold is refused by name.
+        refused(PostgresConfig { lease: Duration::MAX, ..default() }, "in_flight_retention");
+        let forever = PostgresConfig { lease: Duration::MAX, in_flight_retention: Duration::MAX, ..default() };
+        refused(forever, "lease must be at most");
+        refused(PostgresConfig { retention: Duration::MAX, ..default() }, "retention must be at most");
+    }
+
+    /// Durations become milliseconds PostgreSQL's `interval` holds: at least one, at most 2^43.
+    #[test]
+    fn durations_fit_an_interval() {
+        assert_eq!(super::ms(Duration::ZERO), 1);
+        assert_eq!(super::ms(Duration::from_secs(2)), 2_000);
+        assert_eq!(super::ms(Duration::MAX), 1 << 43);
+        assert_eq!(super::ms(Duration::from_secs(u64::MAX / 1_000)), 1 << 43);
     }
 }

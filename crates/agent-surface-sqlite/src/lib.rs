@@ -152,7 +152,8 @@ pub struct SqliteConfig {
     pub retention: Duration,
     /// How long a call that was in flight when its process died is remembered after its
     /// admission: within it, its retry learns that the outcome is unknown rather than running as
-    /// a new call. Default one day.
+    /// a new call. At least one minute (a shorter one would forget a crashed call before its
+    /// process is back, and its retry would run it again). Default one day.
     pub in_flight_retention: Duration,
     /// The largest idempotency result stored, in bytes of JSON; a larger one reaches its caller,
     /// but the record keeps `EXECUTION_FAILED {reason: output-too-large}`. Default 1 MiB.
@@ -192,6 +193,9 @@ impl SqliteConfig {
         }
         if self.max_bytes < 1 << 20 {
             return bad("max_bytes must be at least 1 MiB");
+        }
+        if self.in_flight_retention < Duration::from_secs(60) {
+            return bad("in_flight_retention must be at least one minute");
         }
         Ok(())
     }

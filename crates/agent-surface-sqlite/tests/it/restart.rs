@@ -317,3 +317,24 @@ async fn a_new_store_file_is_its_owners_alone() {
     assert_eq!(mode("shared.db"), 0o640, "an existing file keeps its mode");
     drop(stores);
 }
+
+/// A configuration that cannot keep its promises is refused at open, with the setting named: a
+/// call in flight when its process died must be remembered until the process is back (a
+/// retention of zero forgot it at once, and its retry ran it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_that_cannot_hold_is_refused_at_open() {
+    let folder = Folder::new("configured");
+    for (config, named) in [
+        (SqliteConfig { in_flight_retention: Duration::ZERO, ..SqliteConfig::default() }, "in_flight_retention"),
+        (
+            SqliteConfig { in_flight_retention: Duration::from_secs(59), ..SqliteConfig::default() },
+            "in_flight_retention",
+        ),
+        (SqliteConfig { op_timeout: Duration::ZERO, ..SqliteConfig::default() }, "op_timeout"),
+        (SqliteConfig { max_bytes: 1 << 19, ..SqliteConfig::default() }, "max_bytes"),
+    ] {
+        let refused = SqliteStores::open(folder.file(), config).await.expect_err("refused");
+        assert!(refused.to_string().contains(named), "{named}: {refused}");
+    }
+    assert!(SqliteStores::open(folder.file(), SqliteConfig::default()).await.is_ok());
+}
