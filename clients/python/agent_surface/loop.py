@@ -388,7 +388,10 @@ class Recoverer:
                 await self.sleep(delay_ms / 1000)
                 waited_ms += delay_ms
             elif row.action == "refresh":
-                listing = await self.transport.list()
+                try:
+                    listing = await self.transport.list()
+                except Exception:  # noqa: BLE001 - a failed re-listing does not replace the answer
+                    return end("returned-to-caller", outcome, row)
                 refreshed = True
                 # Still listed and enabled, and what the call names still there.
                 if not listing.enabled(tool) or not listing.instance_listed(tool, args.get(TARGET_ARGUMENT)):

@@ -600,7 +600,8 @@ impl RecoveringClient {
             let mut fresh = decision.invocation_id == IdRule::Fresh;
             match decision.action {
                 Action::NewId => {
-                    base_id = conflict_id(&id, &intent, meta.get(CONFIRMATION_ID));
+                    // The request as sent: its target is the one a re-listing retargeted it to.
+                    base_id = conflict_id(&id, &intent, meta.get(TARGET), meta.get(CONFIRMATION_ID));
                     meta.insert(INVOCATION_ID.into(), Value::from(base_id.clone()));
                     fresh = false;
                 }
@@ -614,7 +615,11 @@ impl RecoveringClient {
                     waited += delay;
                 }
                 Action::Refresh => {
-                    let listing = self.fetch().await?;
+                    // A re-listing that fails does not replace the answer: the error goes back, as
+                    // it came (`refreshed` false: nothing was re-listed).
+                    let Ok(listing) = self.fetch().await else {
+                        return end(Stop::ReturnedToCaller, calls, refreshed);
+                    };
                     refreshed = true;
                     // Still listed and enabled, and what the call names still there.
                     let Some(tool) = listing.tool(&intent.tool).filter(|t| enabled(t)) else {
@@ -784,9 +789,9 @@ fn tool_version(tool: &Tool) -> Option<Value> {
 
 /// `{id}#c{hash}`: the hash (SHA-256, 64 bits) over the tool, the canonical arguments, the
 /// target and the confirmation, so another request that conflicted on `id` gets another id.
-fn conflict_id(id: &str, intent: &Intent, confirmation: Option<&Value>) -> String {
+fn conflict_id(id: &str, intent: &Intent, target: Option<&Value>, confirmation: Option<&Value>) -> String {
     let args = canonical_json(&Value::Object(intent.args.clone()));
-    let target = intent.target.as_ref().map(canonical_json).unwrap_or_default();
+    let target = target.map(canonical_json).unwrap_or_default();
     let confirmation = confirmation.and_then(Value::as_str).unwrap_or_default();
     let digest = agent_surface_core::digest::sha256_parts([
         intent.tool.as_bytes(),
@@ -818,10 +823,13 @@ mod tests {
         let targeted = intent.clone().with_target(serde_json::json!({"instanceId": "cart-bob"}));
         let confirmed = Value::from("c-1");
         let ids = [
-            conflict_id("i-1", &intent, None),
-            conflict_id("i-1", &targeted, None),
-            conflict_id("i-1", &targeted, Some(&confirmed)),
+            conflict_id("i-1", &intent, None, None),
+            conflict_id("i-1", &targeted, targeted.target.as_ref(), None),
+            conflict_id("i-1", &targeted, targeted.target.as_ref(), Some(&confirmed)),
         ];
+        // The target hashed is the one sent (a retargeted call's), not the intent's first.
+        let retargeted = serde_json::json!({"registrationId": "r-2"});
+        assert_ne!(conflict_id("i-1", &targeted, Some(&retargeted), None), ids[1]);
         assert_eq!(ids, ["i-1#c8d329d79907829d8", "i-1#cc0a7be0dcedf7e98", "i-1#c9cacb8ec606c0d8f"]);
     }
 

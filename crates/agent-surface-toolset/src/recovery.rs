@@ -501,7 +501,11 @@ impl RecoveryDriver {
                 Action::Retry | Action::RetryOnce | Action::Verify | Action::NewId | Action::ChangeInput
             );
             match self.follow(invoker, intent, repair, cancel).await {
-                Followed::Retry if may_retry => return Next::Retry { fresh_id: true },
+                Followed::Retry if may_retry => {
+                    // A not-processed failure's one repeat is this one.
+                    intent.retried_once |= action == Action::RetryOnce;
+                    return Next::Retry { fresh_id: true };
+                }
                 Followed::Stop(stop) => return Next::Stop(stop),
                 Followed::Retry | Followed::Continue => {}
             }

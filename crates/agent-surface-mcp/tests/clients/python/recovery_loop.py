@@ -242,6 +242,16 @@ async def main():
     r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=unchanged)
     check("  the same failed binding again ends the loop", (r.stop, r.attempts) == ("not-converging", 2), repr(r))
 
+    class Unlisted(Script):
+        async def list(self):
+            raise ConnectionError("the server went away")
+
+    s = Unlisted(binding, OK, listing=unchanged)
+    r = await Recoverer(s, sleep=no_wait).run("t", {}, invocation_id="i", planned=unchanged)
+    check("a re-listing that fails hands back the error, not an exception",
+          (r.stop, r.attempts, r.refreshed, (r.payload or {}).get("code")) == ("returned-to-caller", 1, False, "PRECONDITION_FAILED"),
+          repr(r))
+
     # The conflict id: the Rust helper's pinned vector (agent-surface-client, lib.rs), byte for byte.
     args = {"zip": "10115", "n": 2.50, "b": [True, None], "\u20ac": "x"}
     target = {"instanceId": "cart-bob"}
