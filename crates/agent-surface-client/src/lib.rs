@@ -20,10 +20,11 @@
 //! - `agent-surface/toolVersion` of the tool as the last listing showed it, so a call of any
 //!   effect planned on a definition that changed since is refused (`STALE_CAPABILITY {reason:
 //!   tool-version-mismatch}`); never dropped, and never swapped for another version under the
-//!   same arguments. That refusal is not retried: the tools are re-listed and the error returned
-//!   ([`Stop::ReturnedToCaller`], [`Recovery::refreshed`]), so that the model reads the new
-//!   definition before it calls again (the same arguments may mean something else now); so is
-//!   any other `after-refresh` error whose re-listing shows the tool under another version;
+//!   same arguments. That refusal is not retried: the error is returned
+//!   ([`Stop::ReturnedToCaller`], [`Recovery::refreshed`] set), and the caller lists the tools
+//!   again ([`RecoveringClient::list_tools`]) so that the model reads the new definition before it
+//!   calls again (the same arguments may mean something else now); so is any other
+//!   `after-refresh` error whose re-listing shows the tool under another version;
 //! - `after-delay`: waits `details.retryAfterMs` through [`Wait`] (bounded by the
 //!   [`RecoveryConfig`]); `after-refresh`: re-lists (bypassing rmcp's list cache) and retries
 //!   only if the tool is still listed and enabled (no `_meta` [`UNAVAILABLE_REASON`]) and the
@@ -48,10 +49,11 @@
 //!   delay is waited for again, within the bounds on the delays ([`Stop::DelayTooLong`]) and the
 //!   attempts ([`Stop::BudgetExhausted`]).
 //!
-//! A transport or protocol failure is the `Err` ([`ClientError::Service`], `rmcp`'s
-//! `ServiceError` as it came), and so is a `tools/list` whose pages do not end (a cursor named
-//! twice, or more than [`RecoveryConfig::max_list_pages`] pages); a tool error is never an `Err`:
-//! it is the [`Recovery`]'s result, with the decoded payload.
+//! A transport or protocol failure of the call is the `Err` ([`ClientError::Service`], `rmcp`'s
+//! `ServiceError` as it came), and so is, from [`RecoveringClient::list_tools`], a `tools/list`
+//! whose pages do not end (a cursor named twice, or more than [`RecoveryConfig::max_list_pages`]
+//! pages); a tool error is never an `Err`: it is the [`Recovery`]'s result, with the decoded
+//! payload (a re-listing inside [`RecoveringClient::call`] that fails hands that error back).
 //!
 //! # Examples
 //!

@@ -708,7 +708,7 @@ macro_rules! code_table {
                     details: typed::<ExecutionFailedDetails>(&["reason", "transient", "retryAfterMs"]),
                     log_only: &["causeChain", "panicMessage", "outputSchemaErrors"],
                     log_level: fixed(LogLevel::Warn),
-                    adapter_duty: "Carry the sanitized message; never the cause.",
+                    adapter_duty: "Carry the sanitized message; never the cause. A store-unavailable answer is never kept: it is retried under the same invocation id (an earlier attempt's result, if any, is then returned), unlike every other answer of this code.",
                     http_status: Rule {
                         default: 500,
                         conditions: &[
@@ -743,8 +743,8 @@ macro_rules! code_table {
                         arguments: "The action did not run because its audit record could not be written; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
                     /// `EXECUTION_FAILED` / store-unavailable (always transient); slot: `ms`.
                     STORE_UNAVAILABLE = ("execution-failed.store-unavailable",
-                        "The action did not run: its record could not be checked. Wait {ms} ms, then send it again under the same invocationId if it had one, never a new one.",
-                        arguments: "The action did not run because its record could not be checked; it may work in {ms} ms. Do not repeat the call at once: do other steps first, or tell the user to try again later.");
+                        "This request was not run: its record could not be checked. Wait {ms} ms, then send it again under the same invocationId if it had one, never a new one.",
+                        arguments: "This call was not run because its record could not be checked; it may work in {ms} ms. Do not repeat it at once: do other steps first, or tell the user to try again later.");
                     /// `EXECUTION_FAILED` / transport, not transient.
                     TRANSPORT = ("execution-failed.transport",
                         "A service behind this action failed. Do not retry it as it is; report the failure.");

@@ -131,7 +131,7 @@ impl Action {
                 "Re-list the surface; retry under a fresh id, with updated surface tokens and a replaced registration retargeted, only if the tool is still listed and enabled, under the tool version the arguments were built for, and its target still exists; else hand the error to the model."
             }
             Action::RefreshThenAsk => {
-                "Re-list the surface so the model sees the tool's new definition, then hand the error to the model; never repeat the call on its own (the same arguments may now mean something else)."
+                "Hand the error to the model with the surface marked for re-listing (the caller lists the tools again and shows the model the tool's new definition); never repeat the call on its own (the same arguments may now mean something else)."
             }
             Action::Wait => {
                 "Wait the delay the row names (bounded by the client's limits), then retry; a longer delay goes to the model."

@@ -162,37 +162,6 @@ impl ErrorPayload {
         Cow::Owned(ErrorPayload { message, ..self.clone() })
     }
 
-    /// The payload as it stands once a client followed the first `done` steps of its repair plan
-    /// itself (a recovery loop whose host opted in): those steps are gone from the plan and from
-    /// its "Next action" sentence in the message, so that a model reading the payload does not
-    /// repeat them; the plan is gone once every step was followed. Code, retry, details and the
-    /// rest of the message are unchanged.
-    ///
-    /// ```
-    /// use agent_surface_core::{AgentSurfaceError, repair::RepairAction};
-    /// let p = AgentSurfaceError::outcome_unknown().into_payload();
-    /// let steps = p.repair().unwrap().steps().len();
-    /// let rest = p.with_steps_done(1);
-    /// assert_eq!(rest.repair().map_or(0, |r| r.steps().len()), steps - 1);
-    /// assert_ne!(rest.repair().map(|r| r.steps()[0].action()), Some(RepairAction::RefreshState));
-    /// assert_eq!((rest.code(), rest.retry(), rest.details()), (p.code(), p.retry(), p.details()));
-    /// ```
-    #[must_use]
-    pub fn with_steps_done(&self, done: usize) -> ErrorPayload {
-        let Some(repair) = self.repair.as_deref().filter(|_| done > 0) else { return self.clone() };
-        let mut message = self.message.clone();
-        // The plan's sentence ("Next action: …", "Next actions, in order, …", or its short
-        // form) ends the message, after the template's text.
-        if let Some(at) = message.rfind(" Next action") {
-            message.truncate(at);
-        }
-        let rest = repair.without_leading(done);
-        if let Some(rest) = &rest {
-            append_repair(&mut message, rest);
-        }
-        ErrorPayload { message, repair: rest.map(Box::new), ..self.clone() }
-    }
-
     /// The structured repair plan, if the error carries one.
     ///
     /// ```

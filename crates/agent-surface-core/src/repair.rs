@@ -368,13 +368,6 @@ impl Repair {
             .collect()
     }
 
-    /// The plan without its first `done` steps (`None` when none is left); what it preserves
-    /// and updates is kept.
-    pub(crate) fn without_leading(&self, done: usize) -> Option<Repair> {
-        let steps = self.steps.get(done..).filter(|rest| !rest.is_empty())?;
-        Some(Repair { steps: steps.to_vec(), ..self.clone() })
-    }
-
     /// The steps, in order.
     pub fn steps(&self) -> &[RepairStep] {
         &self.steps

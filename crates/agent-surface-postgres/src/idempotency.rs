@@ -194,7 +194,9 @@ ON CONFLICT (attempt) DO UPDATE SET keep_until = EXCLUDED.keep_until";
 ///   and look at the record when the leader's lease would lapse; a follower whose leader's lease
 ///   lapsed, whose record went or now belongs to another request, or whose looks fail for a
 ///   whole lease, is answered `EXECUTION_FAILED {reason: outcome-unknown}`. A released result
-///   stays readable for 10 s.
+///   stays readable for a lease, two op timeouts and a second (10 s at least); a look that finds
+///   a claim lapsed before its leader marked it started confirms it under a lock before it
+///   answers that nothing ran.
 ///
 /// A record in flight is kept for
 /// [`PostgresConfig::in_flight_retention`](crate::PostgresConfig::in_flight_retention) after its

@@ -530,7 +530,6 @@ pub(crate) fn millis(t: Timestamp) -> i64 {
     i64::try_from(t.unix_millis()).unwrap_or(i64::MAX)
 }
 
-/// A duration in milliseconds as PostgreSQL's `bigint` (at least 1).
 /// `d` in whole milliseconds, at least 1 and at most 2^43 (about 278 years, as the Redis store
 /// clamps its TTLs): a longer duration (`Duration::MAX`, say) would overflow PostgreSQL's
 /// `interval` and fail every statement that adds it to the clock, every call then failing closed.

@@ -180,8 +180,23 @@ impl RedisConfig {
         if self.lease < Duration::from_millis(3) {
             return bad("lease must be at least 3 ms (it is renewed every third of it)");
         }
-        if self.in_flight_retention < self.lease * 2 {
+        if self.in_flight_retention < self.lease.saturating_mul(2) {
             return bad("in_flight_retention must be at least twice the lease");
+        }
+        // Beyond this the stores' TTLs are clamped (`ttl_ms`), and their own arithmetic on a
+        // lease would overflow.
+        let longest = Duration::from_millis(1 << 43);
+        for (name, d) in [
+            ("op_timeout", self.op_timeout),
+            ("retention", self.retention),
+            ("lease", self.lease),
+            ("in_flight_retention", self.in_flight_retention),
+        ] {
+            if d > longest {
+                return Err(ConnectError(format!(
+                    "invalid Redis store configuration: {name} must be at most 2^43 ms (about 278 years)"
+                )));
+            }
         }
         Ok(())
     }
@@ -459,7 +474,24 @@ fn parse_hash(hex: &str) -> Option<agent_surface_policy::idempotency::Fingerprin
 
 #[cfg(test)]
 mod tests {
-    use super::connection_info;
+    use std::time::Duration;
+
+    use super::{RedisConfig, connection_info};
+
+    /// A configuration that cannot keep its promises is refused by name, without overflowing on
+    /// a lease too long to double (it was a panic).
+    #[test]
+    fn a_configuration_that_cannot_hold_is_refused_with_the_setting_named() {
+        assert!(RedisConfig::default().check().is_ok());
+        let why = |config: RedisConfig| config.check().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(why(RedisConfig { lease: Duration::MAX, ..RedisConfig::default() }).contains("in_flight_retention"));
+        let forever =
+            RedisConfig { lease: Duration::MAX, in_flight_retention: Duration::MAX, ..RedisConfig::default() };
+        assert!(why(forever).contains("lease must be at most"));
+        let kept = RedisConfig { retention: Duration::MAX, ..RedisConfig::default() };
+        assert!(why(kept).contains("retention must be at most"));
+        assert!(why(RedisConfig { op_timeout: Duration::ZERO, ..RedisConfig::default() }).contains("op_timeout"));
+    }
 
     /// Small commands pipelined on one connection are not held back by Nagle's algorithm; the
     /// rest of what the URL says is kept.

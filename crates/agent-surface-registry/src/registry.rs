@@ -80,7 +80,8 @@ pub struct RegistryConfig {
     pub confirmation: Option<Arc<dyn ConfirmationGate>>,
     /// The longest one idempotency store operation (admission, settlement) may take, on
     /// `clock`. An admission past it fails closed: the call does not run and is answered
-    /// `EXECUTION_FAILED {reason: transport, transient}` (`after-delay`); a settlement past it
+    /// `EXECUTION_FAILED {reason: store-unavailable, transient}` (`after-delay`, sent again under
+    /// the same invocation id); a settlement past it
     /// counts as a store failure.
     pub store_budget: Duration,
     /// The longest the confirmation gate may take for one call, on `clock`; past it the call does

@@ -62,9 +62,9 @@
 //! against the budget) and stops following the plan when it fails. A `retry_same_operation` step
 //! whose plan names no field to `update` retries under a fresh id; any other step (`change_input`,
 //! `ask_user`, `reconcile`, `stop`), or a step the host declines, ends the following, and the
-//! category decides as usual. The steps followed and the calls made are in [`Recovery`]; the
-//! [`Toolset`](crate::Toolset) takes the answer's followed steps out of the plan the model reads
-//! ([`ErrorPayload::with_steps_done`]), so that the model does not repeat them.
+//! category decides as usual. The steps followed and the calls made are in [`Recovery`] (and in
+//! the toolset's `ToolOutcome::repaired`): the answer keeps its plan as the server sent it, so
+//! the host that followed steps tells the model which it took, lest the model take them again.
 //!
 //! Every attempt is a `tracing` event on target `agent_surface::recovery` (the operator channel).
 
@@ -501,11 +501,7 @@ impl RecoveryDriver {
                 Action::Retry | Action::RetryOnce | Action::Verify | Action::NewId | Action::ChangeInput
             );
             match self.follow(invoker, intent, repair, cancel).await {
-                Followed::Retry if may_retry => {
-                    // A not-processed failure's one repeat is this one.
-                    intent.retried_once |= action == Action::RetryOnce;
-                    return Next::Retry { fresh_id: true };
-                }
+                Followed::Retry if may_retry => return Next::Retry { fresh_id: true },
                 Followed::Stop(stop) => return Next::Stop(stop),
                 Followed::Retry | Followed::Continue => {}
             }

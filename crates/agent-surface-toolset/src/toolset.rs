@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use agent_surface_core::{ErrorPayload, InvokeResult, Retry};
+use agent_surface_core::{InvokeResult, Retry};
 use agent_surface_policy::Consumer;
 use agent_surface_registry::{CorrelationId, FnProgress, InvokeOptions, InvokeRequest, Progress, Registry, Snapshot};
 use futures_util::future::BoxFuture;
@@ -82,10 +82,10 @@ pub struct ToolOutcome {
     /// [`ToolOutcome::repaired`]'s results. The host shows it where a person may need to quote it.
     pub correlation_id: Option<CorrelationId>,
     /// The repair-plan steps the recovery loop followed itself (a host that opted in through
-    /// `RecoveryHost::repair_step`), with the calls it made. The steps of the answer's own plan
-    /// that were followed and succeeded are gone from the plan the model reads
-    /// ([`ErrorPayload::with_steps_done`](agent_surface_core::ErrorPayload::with_steps_done)), so
-    /// that it does not repeat them.
+    /// `RecoveryHost::repair_step`), with the calls it made and their results. The answer the
+    /// model reads ([`ToolOutcome::item`]) still carries its plan as the server sent it: a host
+    /// that follows steps tells the model which it took (and what they returned), so that the
+    /// model does not take them again.
     pub repaired: Vec<FollowedStep>,
 }
 
@@ -305,7 +305,7 @@ impl Toolset {
 
     async fn call_under(&self, call: &ToolCall, cancel: &CancellationToken) -> ToolOutcome {
         let mut correlation_id = None;
-        let (mut result, attempts, stop, refreshed, request, repaired) = match self.request_for(call) {
+        let (result, attempts, stop, refreshed, request, repaired) = match self.request_for(call) {
             Ok(request) => {
                 let invoker = ToolsetInvoker { toolset: self, call, cancel, sent: Mutex::new(Vec::new()) };
                 let r = self.driver.run(&invoker, request, cancel).await;
@@ -316,12 +316,6 @@ impl Toolset {
             }
             Err(result) => (result, 0, Stop::ReturnedToCaller, false, None, Vec::new()),
         };
-        if let Some(payload) = result.error_payload_mut() {
-            let done = steps_done(payload, &repaired);
-            if done > 0 {
-                *payload = payload.with_steps_done(done);
-            }
-        }
         let relist = result.error_payload().is_some_and(|p| p.retry() == Retry::AfterRefresh);
         if refreshed || relist {
             self.mark_stale();
@@ -353,20 +347,6 @@ struct ToolsetInvoker<'a> {
     cancel: &'a CancellationToken,
     /// Each request sent, by invocation id, with its correlation id, in order.
     sent: Mutex<Vec<(Option<String>, CorrelationId)>>,
-}
-
-/// How many leading steps of `payload`'s plan the loop followed itself, and successfully, as the
-/// last steps it followed: those the model must not be told to take again.
-fn steps_done(payload: &ErrorPayload, repaired: &[FollowedStep]) -> usize {
-    let Some(plan) = payload.repair() else { return 0 };
-    let done = |f: &FollowedStep| f.call.as_ref().is_none_or(|(_, result)| result.is_ok());
-    (1..=plan.steps().len().min(repaired.len()))
-        .rev()
-        .find(|&n| {
-            let tail = &repaired[repaired.len() - n..];
-            tail.iter().zip(&plan.steps()[..n]).all(|(f, step)| f.step == *step && done(f))
-        })
-        .unwrap_or(0)
 }
 
 impl Invoker for ToolsetInvoker<'_> {

@@ -617,7 +617,7 @@ async fn an_interrupted_read_is_repeated_without_asking_the_host() {
 /// (a new schema), the call is refused with the live version and re-listed, and handed back
 /// rather than sent again: the model reads the new definition first (`refresh-then-ask`).
 #[tokio::test]
-async fn a_call_planned_on_a_changed_tool_definition_is_relisted_and_handed_back() {
+async fn a_call_planned_on_a_changed_tool_definition_is_handed_back_until_the_caller_lists() {
     let w = world().await;
     let memo = |kind: &'static str| {
         move |t: &mut agent_surface_registry::TypeBuilder<'_>| {

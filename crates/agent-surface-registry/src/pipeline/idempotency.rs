@@ -3,8 +3,8 @@
 //! Input: the request and the consumer. Decision: run the call (untracked, or as the leader of
 //! its `(consumerKey, invocationId)`), answer it from the store (replay, or join the identical
 //! call in flight), or stop it. Codes: `CANCELLED` (disposed registry, cancelled caller),
-//! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason: transport,
-//! transient}` (the store failed).
+//! `INVOCATION_CONFLICT` (same key, different request), `EXECUTION_FAILED {reason:
+//! store-unavailable, transient}` (the store failed: sent again under the same id).
 //!
 //! The leader of a recorded call holds a [`LeaderGuard`] until the call ends; the pipeline
 //! settles the record with it after phase 10 (stored for the window, or released), and dropping
@@ -12,7 +12,7 @@
 //! together, so that the record's whole life reads in one place.
 //!
 //! An admission the store did not answer (within the store budget, or at all) is answered
-//! `EXECUTION_FAILED {reason: transport}` — nothing ran — and its [`Attempt`] is cancelled in the
+//! `EXECUTION_FAILED {reason: store-unavailable}` — nothing ran — and its [`Attempt`] is cancelled in the
 //! background ([`Unanswered`]), so that a claim the store makes afterwards (a stalled Redis that
 //! resumes) cannot make the retry wait out a lease and learn an unknown outcome.
 //!
@@ -444,6 +444,12 @@ async fn reclaim(
     }
 }
 
+/// Whether `payload` is `EXECUTION_FAILED {reason: store-unavailable}`, which is never kept.
+fn is_store_unavailable(payload: &agent_surface_core::ErrorPayload) -> bool {
+    payload.code() == agent_surface_core::ErrorCode::ExecutionFailed
+        && payload.detail("reason").and_then(serde_json::Value::as_str) == Some("store-unavailable")
+}
+
 /// A copy of `result` without its invocation id (the form a record keeps; see
 /// [`LeaderGuard::settlement`]), made without copying the id.
 pub(crate) fn without_id(result: &InvokeResult) -> InvokeResult {
@@ -546,7 +552,11 @@ impl LeaderGuard {
     /// answers, and the key holds at most a digest of a long id.
     fn settlement(&self, result: InvokeResult, now: Timestamp, terminal: bool) -> Settlement {
         let unstarted = self.hold.released();
-        let cacheable = terminal && !unstarted && result.error_payload().is_none_or(|p| p.is_cacheable());
+        // `store-unavailable` asks for the same id again (nothing was recorded): it is never kept,
+        // whoever produced it (a handler relaying one), or the same id would replay it.
+        let cacheable = terminal
+            && !unstarted
+            && result.error_payload().is_none_or(|p| p.is_cacheable() && !is_store_unavailable(p));
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }
         } else {

@@ -6,7 +6,7 @@
 //! as the leader of its key's record, or answer it from the record — the stored result of the
 //! call that ran, or the result of the identical call in flight, joined. Codes:
 //! `INVOCATION_CONFLICT` (the key's record holds another input), `EXECUTION_FAILED {reason:
-//! transport}` (the store failed; nothing ran), `EXECUTION_FAILED {reason: outcome-unknown}` (the
+//! store-unavailable}` (the store failed; nothing ran, and the id's record is released), `EXECUTION_FAILED {reason: outcome-unknown}` (the
 //! record was taken over from a leader that lost its lease, for a capability whose repetition is
 //! not harmless; a follower that stopped waiting), `EXECUTION_FAILED {reason: handler-error}`
 //! (the key function panicked), and whatever the record holds.

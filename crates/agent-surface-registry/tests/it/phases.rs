@@ -126,6 +126,40 @@ async fn store_failure_is_a_transient_execution_failure_in_admission() {
     assert!(r.invoke(call("demo.echo", json!({"text": "a"})), consumer("c")).await.is_ok());
 }
 
+/// A handler that relays `store-unavailable` (a downstream service of its own that could not
+/// admit the request): the answer asks for the same id again, so it is never kept under it, or
+/// every retry would replay it for the whole window.
+#[tokio::test]
+async fn a_store_unavailable_answer_is_never_kept_under_its_id() {
+    let r = Registry::new(RegistryConfig::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    r.define("relay", move |t| {
+        t.capability("send", "Send it on.").effect(Effect::Write).raw_handler(
+            json!({"type": "object"}),
+            None,
+            move |_: Ctx, _| {
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        return Err(AgentSurfaceError::store_unavailable(Duration::from_millis(10)));
+                    }
+                    Ok(json!({"sent": true}))
+                }
+            },
+        );
+    })
+    .unwrap();
+    let _m = r.mount("relay", "main").unwrap();
+    let send = || call("relay.send", json!({})).with_invocation_id("send-1");
+    let first = r.invoke_detailed(send(), consumer("c")).await;
+    assert_eq!(first.result.error_payload().and_then(|p| p.detail("reason")), Some(&json!("store-unavailable")));
+    let again = r.invoke_detailed(send(), consumer("c")).await;
+    assert!(!again.replayed, "not kept: {again:?}");
+    assert_eq!(again.result.output(), Some(&json!({"sent": true})));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 // ---- Phase 2: resolve ------------------------------------------------------------------------
 
 #[tokio::test]

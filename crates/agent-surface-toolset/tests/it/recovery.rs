@@ -724,11 +724,11 @@ impl RecoveryHost for RequestsAccess {
     }
 }
 
-/// Through the toolset: the steps of the answer's plan that the loop followed itself are gone
-/// from the plan the model reads (it would otherwise request access a second time), the outcome
-/// lists them, and its correlation id is the call's, not the repair call's.
+/// Through the toolset: the steps the loop followed itself are in the outcome, with their calls'
+/// results, for the host to tell the model; the answer keeps its plan as the server sent it; the
+/// outcome's correlation id is the call's, not the repair call's.
 #[tokio::test]
-async fn a_followed_step_is_not_handed_to_the_model_again() {
+async fn a_followed_step_is_in_the_outcome_and_the_correlation_id_is_the_calls() {
     use agent_surface_policy::Consumer;
     use agent_surface_registry::{Ctx, Registry, RegistryConfig};
     use agent_surface_toolset::{Provider, ToolCall, Toolset, ToolsetConfig};
@@ -782,8 +782,8 @@ async fn a_followed_step_is_not_handed_to_the_model_again() {
     assert_eq!(payload.code(), ErrorCode::NotAuthorized);
     assert_eq!(requested.load(Ordering::SeqCst), 1, "access was requested once, by the loop");
     assert_eq!(outcome.repaired.len(), 1);
-    assert!(payload.repair().is_none(), "the followed step is gone from the plan: {payload:?}");
-    assert!(!payload.message().contains("Next action"), "{}", payload.message());
-    assert!(!outcome.item.to_string().contains("access-request"), "{}", outcome.item);
+    let (sent, answered) = outcome.repaired[0].call.as_ref().expect("the step's call");
+    assert_eq!((sent.capability.as_str(), answered.output()), ("access.request", Some(&json!({"requested": true}))));
+    assert!(payload.repair().is_some(), "the plan as the server sent it");
     assert_eq!(outcome.correlation_id.as_ref().map(ToString::to_string).as_deref(), payload.correlation_id());
 }
