@@ -613,21 +613,25 @@ async fn an_interrupted_read_is_repeated_without_asking_the_host() {
     assert_eq!(w.scans.load(Ordering::SeqCst), 2);
 }
 
+/// `memo.show`, a read whose input's `id` is of JSON type `kind` (a change of it changes the
+/// tool's version).
+fn memo(kind: &'static str) -> impl FnOnce(&mut agent_surface_registry::TypeBuilder<'_>) {
+    move |t| {
+        t.capability("show", "Show a memo.").effect(Effect::Read).idempotent().raw_handler(
+            json!({"type": "object", "properties": {"id": {"type": kind}}}),
+            None,
+            |_: Ctx, v: Value| async move { Ok::<_, AgentSurfaceError>(v) },
+        );
+    }
+}
+
 /// Issue 27: the client echoes the version of the tool it listed; after the definition changed
-/// (a new schema), the call is refused with the live version and re-listed, and handed back
-/// rather than sent again: the model reads the new definition first (`refresh-then-ask`).
+/// (a new schema), the call is refused with the live version and handed back rather than sent
+/// again: the caller lists the tools and the model reads the new definition first
+/// (`refresh-then-ask`).
 #[tokio::test]
 async fn a_call_planned_on_a_changed_tool_definition_is_handed_back_until_the_caller_lists() {
     let w = world().await;
-    let memo = |kind: &'static str| {
-        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
-            t.capability("show", "Show a memo.").effect(Effect::Read).idempotent().raw_handler(
-                json!({"type": "object", "properties": {"id": {"type": kind}}}),
-                None,
-                |_: Ctx, v: Value| async move { Ok::<_, AgentSurfaceError>(v) },
-            );
-        }
-    };
     w.registry.define("memo", memo("string")).unwrap();
     let _mounted = w.registry.mount("memo", "main").unwrap();
     let (c, _) = client(&w, nobody());
@@ -734,15 +738,6 @@ async fn a_relisting_that_changes_the_tool_version_does_not_resend_the_arguments
 #[tokio::test]
 async fn a_relisting_during_one_call_does_not_move_the_tokens_of_another() {
     let w = world().await;
-    let memo = |kind: &'static str| {
-        move |t: &mut agent_surface_registry::TypeBuilder<'_>| {
-            t.capability("show", "Show a memo.").effect(Effect::Read).idempotent().raw_handler(
-                json!({"type": "object", "properties": {"id": {"type": kind}}}),
-                None,
-                |_: Ctx, v: Value| async move { Ok::<_, AgentSurfaceError>(v) },
-            );
-        }
-    };
     w.registry.define("memo", memo("string")).unwrap();
     let _memo = w.registry.mount("memo", "main").unwrap();
     let (c, _) = client(&w, nobody());

@@ -243,17 +243,26 @@ fn modern(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_http_both_eras_reach_the_application_and_the_tools() {
-    let f = fixture();
+/// The fixture's tools with [`Library`] beside them over streamable HTTP: the address, the token
+/// that shuts the server down, and its task.
+async fn serve_composed(
+    f: &crate::support::Fixture,
+) -> (std::net::SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let http = McpHttpConfig::default();
     let streams = CancellationToken::new();
-    let app = router_with_fallback(f.registry.clone(), McpConfig::default(), || Library, &http, streams.clone());
+    let app = router_with_fallback(f.registry.clone(), McpConfig::default(), || Library, &http, streams);
     let shutdown = CancellationToken::new();
     let drain = agent_surface_server::Drain::default();
     let server = tokio::spawn(agent_surface_server::serve_with(listener, app, http.limits, shutdown.clone(), drain));
+    (addr, shutdown, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_both_eras_reach_the_application_and_the_tools() {
+    let f = fixture();
+    let (addr, shutdown, server) = serve_composed(&f).await;
 
     // Legacy: a session, then the resource and a tool call in it.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -309,14 +318,7 @@ async fn over_http_both_eras_reach_the_application_and_the_tools() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_request_keeps_its_id_while_its_handler_runs_after_its_client_hung_up() {
     let f = fixture();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let http = McpHttpConfig::default();
-    let streams = CancellationToken::new();
-    let app = router_with_fallback(f.registry.clone(), McpConfig::default(), || Library, &http, streams.clone());
-    let shutdown = CancellationToken::new();
-    let drain = agent_surface_server::Drain::default();
-    let server = tokio::spawn(agent_surface_server::serve_with(listener, app, http.limits, shutdown.clone(), drain));
+    let (addr, shutdown, server) = serve_composed(&f).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "compose", "version": "0"}}});
     let (_, raw) = post(addr, &[], &init).await;
