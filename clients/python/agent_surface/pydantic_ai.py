@@ -23,8 +23,9 @@ It wraps an `MCPToolset` through Pydantic AI's public API only: it is a `Wrapper
   not spend the tool's retry budget (1 by default, so a second consecutive error would end the
   run), and the model reads the payload, not a prose retry prompt.
 - `get_tools` offers only the tools the server lists now: a stale cached list cannot offer a tool
-  that is gone. Calls are planned on the listing `get_tools` last showed the model; a re-listing
-  inside a call's recovery serves that call's retry only. Build the `MCPToolset` with `cache_tools=False` so that new tools appear too (no
+  that is gone. Calls are planned on the listing `get_tools` last showed the model of their run
+  (`RunContext.run_id`: concurrent runs of one toolset keep their own); a re-listing inside a call's
+  recovery serves that call's retry only. Build the `MCPToolset` with `cache_tools=False` so that new tools appear too (no
   public hook invalidates its cache).
 
 Where Pydantic AI has no public hook, the helper makes do: a failed call's `CallToolResult`
@@ -71,8 +72,19 @@ def _error_text(error: BaseException) -> str:
 class _State:
     """Shared by the copies Pydantic AI makes of the toolset for each run."""
 
-    listing: Listing | None = None
+    # The listing each run's model was last shown, by `RunContext.run_id`: concurrent runs of one
+    # toolset plan on their own (one run's `get_tools` must not move another's tokens). The most
+    # recent `MAX_RUNS` runs are kept.
+    listings: dict[str | None, Listing] = field(default_factory=dict)
     log: list[tuple[str, Recovery]] = field(default_factory=list)
+
+    MAX_RUNS = 256
+
+    def shown(self, run: str | None, listing: Listing) -> None:
+        self.listings.pop(run, None)
+        self.listings[run] = listing
+        while len(self.listings) > self.MAX_RUNS:
+            self.listings.pop(next(iter(self.listings)))
 
 
 class _McpTransport:
@@ -125,14 +137,17 @@ class RecoveringToolset(WrapperToolset[Any]):
         # call the model planned alongside, on a tool that changed too, with the new tool
         # version and arguments built for the old definition, and it would run.
         listing = await _McpTransport(self.wrapped, self.state).list()
-        self.state.listing = listing
+        self.state.shown(getattr(ctx, "run_id", None), listing)
         tools = await self.wrapped.get_tools(ctx)
         return {name: tool for name, tool in tools.items() if name in listing.tools}
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]) -> Any:
         call_id = ctx.tool_call_id or uuid.uuid4().hex[:12]
         recovery = await self._recoverer().run(
-            name, tool_args, invocation_id=f"{self.id_prefix}-{call_id}", planned=self.state.listing
+            name,
+            tool_args,
+            invocation_id=f"{self.id_prefix}-{call_id}",
+            planned=self.state.listings.get(getattr(ctx, "run_id", None)),
         )
         self.state.log.append((name, recovery))
         if recovery.stop == "succeeded":

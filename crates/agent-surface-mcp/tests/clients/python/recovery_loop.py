@@ -266,6 +266,20 @@ async def main():
         derived.append(s.sent[1][INVOCATION_ID])
     check("two intents that differ only in their _meta target derive two ids", derived[0] != derived[1], repr(derived))
 
+    # The Pydantic AI helper plans each run's calls on the listing that run's model was shown:
+    # concurrent runs of one toolset do not move each other's tokens, and old runs are let go.
+    from agent_surface.pydantic_ai import _State
+
+    state, v1, v2 = _State(), Listing(tools=t, surface_id="s", surface_version=1), Listing(tools=t, surface_id="s", surface_version=2)
+    state.shown("run-1", v1)
+    state.shown("run-2", v2)
+    check("pydantic-ai: each run plans on the listing its model was shown",
+          (state.listings.get("run-1"), state.listings.get("run-2")) == (v1, v2), repr(state.listings))
+    for n in range(_State.MAX_RUNS + 10):
+        state.shown(f"r-{n}", v1)
+    check("  the listings of the latest runs only are kept",
+          len(state.listings) == _State.MAX_RUNS and "run-1" not in state.listings, len(state.listings))
+
 
 asyncio.run(main())
 finish()
