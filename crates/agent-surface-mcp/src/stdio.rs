@@ -287,11 +287,11 @@ where
         }
     }
 
-    /// Whether `id` names one of the server's requests awaiting its answer (which it no longer
-    /// does after this): only such a request may be failed by a malformed answer, and never
-    /// before the handshake, when the server has asked nothing (`rmcp` would end the connection
-    /// on anything but `initialize`).
-    fn asks(&self, id: &RequestId) -> bool {
+    /// Whether `id` named one of the server's requests awaiting its answer, which it no longer
+    /// does: only such a request may be failed by a malformed answer, and never before the
+    /// handshake, when the server has asked nothing (`rmcp` would end the connection on anything
+    /// but `initialize`).
+    fn take_asked(&self, id: &RequestId) -> bool {
         self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answered(id)
     }
 
@@ -353,14 +353,6 @@ fn request_id(value: &Value) -> Option<RequestId> {
     }
 }
 
-/// The id of the server's request that `value`, a message that did not parse, answers: a
-/// response (`result` or `error`, no `method`) with a usable id.
-fn response_to(value: &Value) -> Option<RequestId> {
-    let obj = value.as_object()?;
-    let response = !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error"));
-    response.then(|| request_id(value)).flatten()
-}
-
 /// What `rmcp` is handed for a malformed response to the server's request `id`: an error under
 /// that id, so that the request (an `elicitation/create` a call waits on, say) fails at once
 /// instead of waiting out its timeout for an answer that came and could not be read. Nothing is
@@ -384,7 +376,7 @@ fn classify(value: &Value) -> Option<(ProtocolFault, Option<RequestId>)> {
         (Some(_), false) if envelope_ok => None,
         // Nor is a response (to one of the server's requests): its id is the server's, and an
         // error under it would read as the answer to a client's request of that id. (One with a
-        // usable id fails that request instead: [`response_to`].)
+        // usable id fails that request instead: [`malformed_answer`].)
         (None, _) if obj.contains_key("result") || obj.contains_key("error") => None,
         (Some(m), true) if envelope_ok && id.is_some() => Some((ProtocolFault::InvalidParams(m.to_string()), id)),
         _ => Some((ProtocolFault::NotJsonRpc, id)),
@@ -459,8 +451,11 @@ where
                 Ok(screened) => screened,
                 Err((refusal, id)) => {
                     tracing::debug!(target: "agent_surface::mcp", ?refusal, "message refused before parsing");
-                    let failed =
-                        id.is_none().then(|| crate::frame::response_id(bytes)).flatten().filter(|id| self.asks(id));
+                    let failed = id
+                        .is_none()
+                        .then(|| crate::frame::response_id(bytes))
+                        .flatten()
+                        .filter(|id| self.take_asked(id));
                     self.line = line;
                     self.line.clear();
                     self.answer(&refusal, id);
@@ -482,11 +477,11 @@ where
                             continue;
                         }
                         rmcp::model::JsonRpcMessage::Response(r) => {
-                            self.asks(&r.id);
+                            self.take_asked(&r.id);
                         }
                         rmcp::model::JsonRpcMessage::Error(e) => {
                             if let Some(id) = &e.id {
-                                self.asks(id);
+                                self.take_asked(id);
                             }
                         }
                         rmcp::model::JsonRpcMessage::Notification(n) => {
@@ -509,7 +504,7 @@ where
                 }
                 Err(_) => match serde_json::from_slice::<Value>(bytes) {
                     Err(_) => Some((ProtocolFault::NotJson, None)),
-                    Ok(value) => match response_to(&value).filter(|id| self.asks(id)) {
+                    Ok(value) => match crate::frame::response_id(bytes).filter(|id| self.take_asked(id)) {
                         Some(failed) => {
                             self.line = line;
                             self.line.clear();

@@ -389,16 +389,14 @@ pub(crate) async fn admit_record(
         Err(e) => {
             // Nothing is recorded under the id for this attempt, so the answer sends the same id
             // again (an earlier attempt's result, if any, is then returned): the id's own
-            // admission, or a natural key's while the call leads the id's record, which is
-            // released. A record taken over from a leader that lost its lease keeps the answer:
-            // an earlier execution under the id may have taken effect.
-            let error = match shared {
-                Some(hold) if hold.taken_over => AgentSurfaceError::transient(STORE_RETRY_AFTER),
-                Some(hold) => {
-                    hold.forgo();
-                    AgentSurfaceError::store_unavailable(STORE_RETRY_AFTER)
-                }
-                None => AgentSurfaceError::store_unavailable(STORE_RETRY_AFTER),
+            // admission, or a natural key's while the call leads the id's record (which releases
+            // such an answer rather than keep it: `settlement`). A record taken over from a
+            // leader that lost its lease keeps a transient answer: an earlier execution under the
+            // id may have taken effect.
+            let error = if shared.is_some_and(|hold| hold.taken_over) {
+                AgentSurfaceError::transient(STORE_RETRY_AFTER)
+            } else {
+                AgentSurfaceError::store_unavailable(STORE_RETRY_AFTER)
             };
             Err(Stop::noted(error, Phase::Admission, format!("idempotency store failed: {e}"))
                 .store_fault(super::Fault::IdempotencyStore))
@@ -442,12 +440,6 @@ async fn reclaim(
         Some(Ok(Admission::Replay(result))) => Some(Reclaimed::Replay(result)),
         _ => None,
     }
-}
-
-/// Whether `payload` is `EXECUTION_FAILED {reason: store-unavailable}`, which is never kept.
-fn is_store_unavailable(payload: &agent_surface_core::ErrorPayload) -> bool {
-    payload.code() == agent_surface_core::ErrorCode::ExecutionFailed
-        && payload.detail("reason").and_then(serde_json::Value::as_str) == Some("store-unavailable")
 }
 
 /// A copy of `result` without its invocation id (the form a record keeps; see
@@ -556,7 +548,9 @@ impl LeaderGuard {
         // whoever produced it (a handler relaying one), or the same id would replay it.
         let cacheable = terminal
             && !unstarted
-            && result.error_payload().is_none_or(|p| p.is_cacheable() && !is_store_unavailable(p));
+            && result
+                .error_payload()
+                .is_none_or(|p| p.is_cacheable() && !super::is_execution_failed(p, "store-unavailable"));
         if cacheable {
             Settlement::Store { result, expires_at: now.saturating_add(self.window) }
         } else {

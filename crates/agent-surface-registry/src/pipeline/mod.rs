@@ -245,10 +245,13 @@ fn metric_label<'a>(inner: &Inner, name: &'a str, invocation: &Invocation) -> &'
 
 /// Whether `result` is `EXECUTION_FAILED {reason: outcome-unknown}`.
 pub(crate) fn is_outcome_unknown(result: &agent_surface_core::InvokeResult) -> bool {
-    result.error_payload().is_some_and(|p| {
-        p.code() == agent_surface_core::ErrorCode::ExecutionFailed
-            && p.detail("reason").and_then(serde_json::Value::as_str) == Some("outcome-unknown")
-    })
+    result.error_payload().is_some_and(|p| is_execution_failed(p, "outcome-unknown"))
+}
+
+/// Whether `payload` is `EXECUTION_FAILED` with `reason`.
+pub(crate) fn is_execution_failed(payload: &agent_surface_core::ErrorPayload, reason: &str) -> bool {
+    payload.code() == agent_surface_core::ErrorCode::ExecutionFailed
+        && payload.detail("reason").and_then(serde_json::Value::as_str) == Some(reason)
 }
 
 /// `EXECUTION_FAILED {reason: outcome-unknown}` for a call whose record another leader may have

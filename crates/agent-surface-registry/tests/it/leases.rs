@@ -20,7 +20,7 @@ use crate::support::{assert_produced, call, capture_operator_log, consumer};
 /// A memory store dressed as a shared one: its leases ask to be renewed every `renew_every`, the
 /// next admission can be made a takeover, and its leases can be lost.
 #[derive(Debug, Default)]
-struct LeasingStore {
+pub(crate) struct LeasingStore {
     inner: MemoryIdempotencyStore,
     renew_every: Option<Duration>,
     /// The next admission that would lead takes the record over instead.
@@ -30,6 +30,8 @@ struct LeasingStore {
     lost_leader: AtomicBool,
     /// Admissions asked for.
     admissions: AtomicUsize,
+    /// The admission of this number (counted from 1; 0: none) fails, as a store that is down.
+    pub(crate) fail_admission: AtomicUsize,
     /// The next settlement goes unanswered (the store did not answer in time, and it did not land),
     /// and every one after it finds the lease lost: another caller took the record over meanwhile.
     settle_unanswered: AtomicBool,
@@ -66,7 +68,10 @@ impl IdempotencyStore for LeasingStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Admission, StoreError>> {
         Box::pin(async move {
-            self.admissions.fetch_add(1, Ordering::SeqCst);
+            let n = self.admissions.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == self.fail_admission.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("the store is down".into()));
+            }
             if self.lost_leader.swap(false, Ordering::SeqCst) {
                 let unknown = AgentSurfaceError::outcome_unknown().into_payload();
                 let result = agent_surface_core::InvokeResult::error(unknown, Some(key.invocation_id.clone()));

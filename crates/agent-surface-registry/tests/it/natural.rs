@@ -685,88 +685,12 @@ async fn a_follower_is_not_answered_the_handler_s_refusal_of_the_caller_it_joine
     assert!(!bob.joined && !bob.replayed);
 }
 
-/// A memory store whose admission number `fail_at` (counted from 1) fails.
-#[derive(Debug, Default)]
-struct FailsOneAdmission {
-    inner: agent_surface_policy::idempotency::MemoryIdempotencyStore,
-    admits: AtomicUsize,
-    fail_at: AtomicUsize,
-}
-
-mod fails_one_admission {
-    use agent_surface_core::Timestamp;
-    use agent_surface_policy::StoreError;
-    use agent_surface_policy::idempotency::{
-        Admission, Attempt, Fingerprint, IdempotencyKey, IdempotencyStore, Lease, Settlement,
-    };
-    use futures_util::future::BoxFuture;
-
-    use super::{FailsOneAdmission, Ordering};
-
-    impl IdempotencyStore for FailsOneAdmission {
-        fn reach(&self) -> agent_surface_policy::Reach {
-            self.inner.reach()
-        }
-
-        fn admit<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            fingerprint: Fingerprint,
-            attempt: Attempt,
-            now: Timestamp,
-        ) -> BoxFuture<'a, Result<Admission, StoreError>> {
-            if self.admits.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_at.load(Ordering::SeqCst) {
-                return Box::pin(async { Err(StoreError::Unavailable("the store is down".into())) });
-            }
-            self.inner.admit(key, fingerprint, attempt, now)
-        }
-
-        fn cancel<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            attempt: Attempt,
-            now: Timestamp,
-        ) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.inner.cancel(key, attempt, now)
-        }
-
-        fn settle<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            fingerprint: Fingerprint,
-            lease: Lease,
-            settlement: Settlement,
-            now: Timestamp,
-        ) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.inner.settle(key, fingerprint, lease, settlement, now)
-        }
-
-        fn start<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            lease: Lease,
-            now: Timestamp,
-        ) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.inner.start(key, lease, now)
-        }
-
-        fn renew<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            lease: Lease,
-            now: Timestamp,
-        ) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.inner.renew(key, lease, now)
-        }
-    }
-}
-
 /// A natural key the store cannot admit, after the call's invocation id was admitted: the answer
 /// is `store-unavailable` (the same id again, never a new one), so the id's record is released,
 /// not kept with that answer: the same id then runs, rather than replaying "try again".
 #[tokio::test]
 async fn a_natural_key_the_store_cannot_admit_leaves_the_id_free() {
-    let store = Arc::new(FailsOneAdmission::default());
+    let store = Arc::new(crate::leases::LeasingStore::default());
     let clock = clock();
     let registry = Registry::new(RegistryConfig { idempotency: store.clone(), ..config_with(&clock) });
     let runs = Arc::new(AtomicUsize::new(0));
@@ -784,7 +708,7 @@ async fn a_natural_key_the_store_cannot_admit_leaves_the_id_free() {
         .unwrap();
     let _mount = registry.mount("refunds", "main").unwrap();
     // The id's admission is the first, the key's the second.
-    store.fail_at.store(2, Ordering::SeqCst);
+    store.fail_admission.store(2, Ordering::SeqCst);
     let request = refund("refunds.issue", "A-1", 100).with_invocation_id("refund-1");
     let inv = registry.invoke_detailed(request.clone(), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::ExecutionFailed, Phase::Admission);
