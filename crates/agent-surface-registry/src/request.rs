@@ -285,6 +285,14 @@ pub struct InvokeOptions {
     /// The caller's W3C trace context, which the invocation span continues ([`crate::trace`]);
     /// `None`: the span's parent is the current `tracing` span, if any.
     pub trace_parent: Option<TraceParent>,
+    /// Confirmation evidence the adapter obtained while answering this call: a person's
+    /// approval given through the client (an accepted elicitation), presented to the
+    /// confirmation phase in place of [`InvokeRequest::confirmation_id`]. It is not part of the
+    /// request: the call's fingerprint is that of the request as its client sent it, so that the
+    /// client's repeat of that request under the same invocation id is answered from the call's
+    /// record (replayed, or joined while it runs), never refused as another request
+    /// (`spec/invocation.md` §7.7). `None` by default ([`InvokeOptions::with_approval`]).
+    pub approval: Option<String>,
 }
 
 impl std::fmt::Debug for InvokeOptions {
@@ -298,6 +306,7 @@ impl std::fmt::Debug for InvokeOptions {
             .field("on_execute", &self.on_execute.is_some())
             .field("transport", &self.transport)
             .field("trace_parent", &self.trace_parent)
+            .field("approval", &self.approval)
             .finish()
     }
 }
@@ -314,6 +323,7 @@ impl InvokeOptions {
             on_execute: None,
             transport: "direct",
             trace_parent: None,
+            approval: None,
         }
     }
 
@@ -366,6 +376,23 @@ impl InvokeOptions {
     /// The same options with a hook called once when the handler is about to run.
     pub fn with_execute_hook(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> InvokeOptions {
         self.on_execute = Some(hook);
+        self
+    }
+
+    /// The same options presenting `confirmation_id`, an approval the adapter obtained for this
+    /// call from a person (see [`InvokeOptions::approval`]): the call runs as if its request
+    /// carried the evidence, and is recorded under the request as its client sent it.
+    ///
+    /// ```
+    /// use agent_surface_registry::{InvokeOptions, InvokeRequest};
+    /// use agent_surface_policy::Consumer;
+    /// let request = InvokeRequest::new("orders.cancel", serde_json::json!({"orderId": "A-1"}));
+    /// let options = InvokeOptions::new(Consumer::anonymous("k")).with_approval("c-1");
+    /// assert_eq!(options.approval.as_deref(), Some("c-1"));
+    /// assert_eq!(request.confirmation_id, None); // the request stays as its client sent it
+    /// ```
+    pub fn with_approval(mut self, confirmation_id: impl Into<String>) -> InvokeOptions {
+        self.approval = Some(confirmation_id.into());
         self
     }
 

@@ -154,8 +154,10 @@ impl McpServer {
         let recorded = resolver.resolve(&details.confirmation_id, consumer, answer).await;
         match (answer, recorded) {
             (ConfirmationAnswer::Approved, Ok(())) => {
-                let retry = InvokeRequest { confirmation_id: Some(details.confirmation_id), ..request };
-                self.session.registry.invoke_detailed(retry, options).await
+                // The request stays as the client sent it (the approval is the adapter's, in the
+                // options): the client's repeat of it under the same id is answered from the record.
+                let options = options.with_approval(details.confirmation_id);
+                self.session.registry.invoke_detailed(request, options).await
             }
             (ConfirmationAnswer::Approved, Err(e)) => {
                 tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded; relaying CONFIRMATION_REQUIRED");

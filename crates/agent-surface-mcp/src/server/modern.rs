@@ -187,7 +187,7 @@ impl McpServer {
         approval: mrtr::Approval,
         sealed: String,
         answer: Answer,
-        mut invoke: InvokeRequest,
+        invoke: InvokeRequest,
         options: InvokeOptions,
         task: Option<(&Tasks, CancellationToken)>,
     ) -> Answered {
@@ -218,9 +218,10 @@ impl McpServer {
                     // single-use `consume` decides what the evidence is worth.
                     tracing::info!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "approval not recorded");
                 }
-                invoke.confirmation_id = Some(approval.cid);
-                // The approved call is the one that runs: a task, when it may be one.
-                self.run(invoke, options, task).await
+                // The approved call is the one that runs: a task, when it may be one. The request
+                // stays as the client sent it (the approval is the adapter's, in the options): the
+                // client's repeat of it under the same id is answered from the record.
+                self.run(invoke, options.with_approval(approval.cid), task).await
             }
             Answer::Decline => {
                 let mut reason = ConfirmationInvalidReason::Denied;

@@ -26,6 +26,12 @@ async fn an_accepted_elicitation_approves_and_the_call_proceeds() {
     let asked = c.elicited.lock().unwrap().clone();
     assert_eq!(asked.len(), 1);
     assert!(asked[0].contains("Delete everything in the store."), "{asked:?}");
+    // The client repeats its request as it sent it (it never learnt the confirmation's id):
+    // answered from the record, neither refused as another request nor asked or run again.
+    let again = call(&c.client, "store-delete", json!({}), json!({"agent-surface/invocationId": "inv-d"})).await;
+    assert_eq!(again.output(), Some(&json!({"deleted": true})), "{again:?}");
+    assert_eq!(f.runs.0.load(Ordering::SeqCst), 1);
+    assert_eq!(c.elicited.lock().unwrap().len(), 1);
     c.client.cancel().await.unwrap();
 }
 
@@ -88,6 +94,11 @@ async fn the_confirmation_engine_takes_in_person_answers_through_elicitation() {
     let answers = vec![ElicitationAction::Accept, ElicitationAction::Decline];
     let c = connect(&registry, config, Some(answers)).await;
 
+    let r = call(&c.client, "vault-wipe", json!({}), json!({"agent-surface/invocationId": "w-1"})).await;
+    assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Its repeat as the client sent it is replayed (not INVOCATION_CONFLICT, whose advice to
+    // call again would have asked and run the write a second time).
     let r = call(&c.client, "vault-wipe", json!({}), json!({"agent-surface/invocationId": "w-1"})).await;
     assert_eq!(r.output(), Some(&json!({"wiped": true})), "{r:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -389,6 +389,25 @@ async fn an_approval_through_input_required_runs_the_call_once_and_a_replayed_st
     assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
 }
 
+/// The approved round runs under the request as the client sent it: its later repeat under the
+/// same invocation id, without the state (the client never learns the confirmation's id), is
+/// answered from the record, neither refused as another request nor asked or run again.
+#[tokio::test]
+async fn a_call_approved_in_person_is_replayed_to_its_plain_repeat() {
+    let (shop, engine) = shop();
+    let (client, _) = connect(&shop.registry, Arc::new(config(&engine)), true).await;
+    let meta = json!({"agent-surface/invocationId": "wipe-1"});
+    let call = || with_meta(params("shop-wipe", json!({"shelf": 3})), meta.clone());
+    let question = asks(client.call_tool_once(call()).await.unwrap());
+    let state = question.request_state.expect("a sealed state");
+    let approved = with_meta(retry("shop-wipe", json!({"shelf": 3}), &state, Some(answer("accept"))), meta.clone());
+    let done = completes(client.call_tool_once(approved).await.unwrap());
+    assert_eq!(done.output(), Some(&json!({"wiped": 3})));
+    let again = completes(client.call_tool_once(call()).await.unwrap());
+    assert_eq!(again.output(), Some(&json!({"wiped": 3})), "{again:?}");
+    assert_eq!(shop.runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_declined_approval_is_final_and_runs_nothing() {
     let (shop, engine) = shop();

@@ -63,7 +63,7 @@ pub(crate) async fn start(
     input: &Value,
     consumed: Option<&str>,
 ) -> Result<Started, Stop> {
-    let confirmation_id = consumed.or(call.request.confirmation_id.as_deref());
+    let confirmation_id = consumed.or(call.evidence());
     let (inner, def) = (call.inner, &*call.def);
     let strict = def.strict_audit || audit.strict;
     let info = call.info();

@@ -96,6 +96,13 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The confirmation evidence the call presents: the adapter's approval obtained for it
+    /// ([`InvokeOptions::approval`]), else the request's `confirmationId`. Only the request's is
+    /// part of the call's fingerprint.
+    pub(crate) fn evidence(&self) -> Option<&str> {
+        self.options.approval.as_deref().or(self.request.confirmation_id.as_deref())
+    }
+
     /// The hooks' view of the call: the consumer, the capability, and the instance and
     /// registration it runs against.
     pub(crate) fn info(&self) -> agent_surface_policy::CallInfo<'_> {

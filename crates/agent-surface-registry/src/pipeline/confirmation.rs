@@ -65,7 +65,7 @@ impl Declared {
 /// it is computed before the gate is awaited because the decoded input is not `Sync`.
 pub(crate) fn declared(call: &Call<'_>, decoded: &(dyn Any + Send)) -> Result<Declared, Stop> {
     let Some(confirm) = &call.def.confirm else { return Ok(Declared::No) };
-    let presented = call.request.confirmation_id.is_some();
+    let presented = call.evidence().is_some();
     if presented && !confirm.conditional {
         return Ok(Declared::Gate(None));
     }
@@ -174,7 +174,7 @@ pub(crate) fn at_once(
         return Ok(AtOnceOutcome::Ask(Found::default()));
     }
     let details = Details::of(call, input);
-    let presented = call.request.confirmation_id.as_deref();
+    let presented = call.evidence();
     let info = gate_info(call, input, declared, None, Some(&details));
     let answer = catch(|| gate.check_at_once(&info, presented));
     let consumed = details.consumed.into_inner();
@@ -392,7 +392,7 @@ async fn confirm_on_demand(
     found: Found,
 ) -> Result<Option<GiveBack>, Stop> {
     let details = Details::of(call, input);
-    let presented = call.request.confirmation_id.as_deref();
+    let presented = call.evidence();
     let outcome = check(call, gate, input, declared, presented, Some(&details), found).await;
     let consumed = details.consumed.into_inner();
     match outcome {
@@ -419,7 +419,7 @@ async fn confirm_eagerly(
     declared: Declared,
 ) -> Result<(), Stop> {
     let relayed = &call.inner.relayed;
-    let presented = call.request.confirmation_id.as_deref();
+    let presented = call.evidence();
     // The key (the input's fingerprint) is computed only when a confirmation is remembered or
     // comes back: most calls need neither.
     let key = || {
