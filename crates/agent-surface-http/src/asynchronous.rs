@@ -171,6 +171,20 @@ impl Latest {
 /// Runs the call for a client that accepts an event stream; `plain` renders a call answered
 /// without a stream (or the end of a call task that failed). `guard` cancels the call when dropped: it moves into the stream,
 /// so a client that closes the stream cancels the call.
+/// The answer of a call whose invoke task ended abnormally (a panic outside the pipeline's
+/// guard), its cause on the operator channel: `EXECUTION_FAILED {reason: outcome-unknown}` — the
+/// handler may have run. With `invocation_id` the record's answer (a repeat under the id only
+/// replays what the record says); without, the untracked form, which says that a repeat would run
+/// the action again.
+pub(crate) fn lost(invocation_id: Option<String>, cause: &tokio::task::JoinError) -> InvokeResult {
+    tracing::error!(target: "agent_surface::http", cause = %agent_surface_policy::redacted(cause), "the invoke task ended abnormally");
+    let error = match invocation_id {
+        Some(_) => agent_surface_core::AgentSurfaceError::outcome_unknown(),
+        None => agent_surface_core::AgentSurfaceError::outcome_unknown_untracked(),
+    };
+    InvokeResult::error(error.into_payload(), invocation_id)
+}
+
 pub(crate) async fn stream(
     registry: Registry,
     request: InvokeRequest,
@@ -187,6 +201,7 @@ pub(crate) async fn stream(
             let _ = tx.send(());
         }
     }));
+    let invocation_id = request.invocation_id.clone();
     let mut call = tokio::spawn(async move { registry.invoke_detailed(request, options).await });
     let mut started_rx = started_rx;
     // Until the handler starts, the call may still be answered plainly.
@@ -248,12 +263,7 @@ pub(crate) async fn stream(
         let data = match ended {
             Ok(invocation) => result_data(&invocation, sends),
             Err(e) => {
-                tracing::error!(target: "agent_surface::http", cause = %agent_surface_policy::redacted(&e), "the invoke task ended abnormally");
-                let lost = agent_surface_core::AgentSurfaceError::outcome_unknown_untracked().into_payload();
-                envelope(
-                    &InvokeResult::error(lost, None),
-                    &agent_surface_registry::CorrelationId::generate().to_string(),
-                )
+                envelope(&lost(invocation_id, &e), &agent_surface_registry::CorrelationId::generate().to_string())
             }
         };
         let _ = tx.send(event("result", &data)).await;

@@ -468,9 +468,16 @@ async fn parse_request(headers: &HeaderMap, body: Body, config: &HttpConfig) -> 
     Ok(request)
 }
 
-/// The answer when the invoke task ended abnormally: the `internal` fault.
-fn invoke_task_failed(error: tokio::task::JoinError) -> Response {
-    internal("the invoke task ended abnormally", &error)
+/// The answer when the invoke task ended abnormally (a panic outside the pipeline's guard): for
+/// a recorded call the `internal` fault, whose advice (send it again with the same
+/// `Idempotency-Key`) returns what its record says; for a call without an invocation id, which
+/// nothing recorded, `EXECUTION_FAILED {reason: outcome-unknown}` in-band, as the event stream
+/// answers it ([`asynchronous::lost`]): the handler may have run, and a repeat would run it again.
+fn invoke_task_failed(state: &AppState, tracked: bool, error: tokio::task::JoinError) -> Response {
+    if tracked {
+        return internal("the invoke task ended abnormally", &error);
+    }
+    answer(state, Invocation::new(asynchronous::lost(None, &error)))
 }
 
 /// The caller's W3C trace context from the `traceparent` and `tracestate` headers
@@ -549,9 +556,10 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
     }
     let plain = {
         let state = state.clone();
+        let tracked = request.invocation_id.is_some();
         move |ended: Result<Invocation, tokio::task::JoinError>| match ended {
             Ok(invocation) => answer(&state, invocation),
-            Err(e) => invoke_task_failed(e),
+            Err(e) => invoke_task_failed(&state, tracked, e),
         }
     };
     if let Some(tasks) = state
@@ -567,11 +575,7 @@ async fn invoke(State(state): State<Shared>, request: Request) -> Response {
         return asynchronous::stream(registry, request, options, guard, state.config.sends, plain).await;
     }
     let _guard = guard;
-    let invocation = match tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await {
-        Ok(invocation) => invocation,
-        Err(e) => return invoke_task_failed(e),
-    };
-    answer(&state, invocation)
+    plain(tokio::spawn(async move { registry.invoke_detailed(request, options).await }).await)
 }
 
 /// The plain answer to a call: its status, headers and body.
@@ -695,13 +699,31 @@ mod tests {
         assert!(!is_json(&headers(&["application/json", "application/json"])));
     }
 
+    /// A recorded call's failed invoke task is the internal fault (its advice: send it again
+    /// with the same key); a call without an id, which nothing recorded, is told that its outcome
+    /// is unknown and that a repeat would run it again — never to send it again.
     #[tokio::test]
-    async fn a_failed_invoke_task_is_the_internal_fault() {
-        let error = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
-        let response = invoke_task_failed(error);
+    async fn a_failed_invoke_task_is_the_internal_fault_or_an_unknown_outcome() {
+        let failed = || async { tokio::spawn(async { panic!("boom") }).await.unwrap_err() };
+        let state = AppState {
+            registry: Registry::new(agent_surface_registry::RegistryConfig::default()),
+            config: HttpConfig::default(),
+        };
+        let response = invoke_task_failed(&state, true, failed().await);
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         assert_eq!(body, ProtocolFault::Internal.body());
+
+        let response = invoke_task_failed(&state, false, failed().await);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (&payload["code"], &payload["retry"]),
+            (&serde_json::json!("EXECUTION_FAILED"), &serde_json::json!("no"))
+        );
+        assert_eq!(payload["details"]["reason"], "outcome-unknown");
+        let message = payload["message"].as_str().unwrap();
+        assert!(!message.contains("Idempotency-Key") && !message.contains("same invocationId"), "{message}");
     }
 }

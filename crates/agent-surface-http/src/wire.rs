@@ -337,7 +337,7 @@ impl ProtocolFault {
                 StatusCode::NOT_FOUND,
                 "task-not-found",
                 "Task not found",
-                "No task with this id is visible to you: it is unknown, it has expired, or it is not yours. Call again to start a new one.",
+                "No task with this id is visible to you: it is unknown, it has expired, or it is not yours. Its call may have run: to learn its outcome, send the request again with the same Idempotency-Key; without one, check the current state before calling again.",
             ),
         }
     }
