@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_surface_core::details::{ConfirmationInvalidReason, ConfirmationRequiredDetails};
 use agent_surface_core::{ErrorCode, InvokeResult};
+use agent_surface_policy::confirmation::ConfirmationState;
 use agent_surface_registry::{Invocation, InvokeOptions, InvokeRequest};
 use rmcp::RoleServer;
 use rmcp::model::{
@@ -164,10 +165,16 @@ impl McpServer {
                 first
             }
             (ConfirmationAnswer::Denied, recorded) => {
+                let mut reason = ConfirmationInvalidReason::Denied;
                 if let Err(e) = recorded {
                     tracing::warn!(target: "agent_surface::mcp", error = %agent_surface_policy::redacted(&e), "denial not recorded; the confirmation will expire");
+                    // A decision came first: an approval already used (an approver at the page,
+                    // then the same call presenting it) ran the action, which is not `denied`.
+                    if let Some(ConfirmationState::Consumed { .. }) = resolver.state(&details.confirmation_id).await {
+                        reason = ConfirmationInvalidReason::Consumed;
+                    }
                 }
-                answer_with(InvokeResult::error(declined(ConfirmationInvalidReason::Denied), request.invocation_id))
+                answer_with(InvokeResult::error(declined(reason), request.invocation_id))
             }
         }
     }

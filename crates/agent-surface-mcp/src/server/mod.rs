@@ -60,6 +60,10 @@ struct Session {
     calls_in_flight: Arc<Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
     /// Set by the session's `initialize`; a second one is refused.
     initialized: std::sync::atomic::AtomicBool,
+    /// Set when the list watcher starts (the first `notifications/initialized`): `rmcp` hands
+    /// every repeat of the notification to the handler, and each would start another watcher,
+    /// held until the session ends — a client repeating it could grow the server without bound.
+    watching: std::sync::atomic::AtomicBool,
 }
 
 /// A `tools/call` id held in [`Session::calls_in_flight`] until the call is answered.
@@ -163,6 +167,7 @@ impl McpServer {
                 closed: CancellationToken::new(),
                 calls_in_flight: Arc::default(),
                 initialized: std::sync::atomic::AtomicBool::new(false),
+                watching: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -576,6 +581,10 @@ impl ServerHandler for McpServer {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let s = &self.session;
+        // One watcher a session, however often the client says it is initialized.
+        if s.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
         tokio::spawn(watch_surface(s.registry.clone(), s.listed.clone(), context.peer, s.closed.clone()));
     }
 }

@@ -51,6 +51,41 @@ async fn a_declined_or_cancelled_elicitation_is_a_denial_the_model_must_respect(
     }
 }
 
+/// Legacy era, as the modern one: a person who declines a prompt whose confirmation was used
+/// meanwhile (an approver at the page, then the same call presenting it) is told `consumed` —
+/// the action ran — not `denied`.
+#[tokio::test]
+async fn a_decline_after_the_approval_was_used_is_told_consumed() {
+    use agent_surface_mcp::confirm::{ConfirmationAnswer, ConfirmationResolver, ResolveError};
+    use agent_surface_policy::Consumer;
+    use agent_surface_policy::confirmation::ConfirmationState;
+    use futures_util::future::BoxFuture;
+
+    /// A resolver whose confirmations were all used before the person answered.
+    struct Used;
+    impl ConfirmationResolver for Used {
+        fn resolve<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a Consumer,
+            _: ConfirmationAnswer,
+        ) -> BoxFuture<'a, Result<(), ResolveError>> {
+            Box::pin(std::future::ready(Err(ResolveError("already consumed".into()))))
+        }
+        fn state<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Option<ConfirmationState>> {
+            let consumed = ConfirmationState::Consumed { approved_by: "bob".into() };
+            Box::pin(std::future::ready(Some(consumed)))
+        }
+    }
+    let f = fixture();
+    let config = McpConfig { confirmations: Some(Arc::new(Used)), ..Default::default() };
+    let c = connect(&f.registry, config, Some(vec![ElicitationAction::Decline])).await;
+    let r = call(&c.client, "store-delete", json!({}), json!({})).await;
+    let p = r.error_payload().unwrap();
+    assert_eq!((p.code(), p.detail("reason")), (ErrorCode::ConfirmationInvalid, Some(&json!("consumed"))), "{p:?}");
+    c.client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn without_elicitation_the_confirmation_goes_to_the_model() {
     let f = fixture();

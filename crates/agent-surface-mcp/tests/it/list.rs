@@ -92,6 +92,33 @@ async fn a_surface_change_that_alters_the_list_is_announced() {
     c.client.cancel().await.unwrap();
 }
 
+/// `notifications/initialized` said again and again starts one list watcher a session, not one
+/// a notification (`rmcp` hands every repeat to the handler; each watcher lived until the
+/// session ended): the runtime's live tasks do not grow with the repeats, and a change is still
+/// announced once.
+#[tokio::test]
+async fn repeating_initialized_starts_no_more_watchers() {
+    let f = fixture();
+    let c = connect(&f.registry, McpConfig::default(), None).await;
+    c.client.list_tools(None).await.unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    for _ in 0..200 {
+        c.client.notify_initialized().await.unwrap();
+    }
+    // A request after them: its answer comes once the notifications before it were handled.
+    c.client.list_tools(None).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let after = metrics.num_alive_tasks();
+    assert!(after < before + 20, "live tasks grew from {before} to {after} with 200 notifications");
+
+    let _mount = f.registry.mount("store", "second").unwrap();
+    assert!(eventually(|| c.list_changed.load(Ordering::SeqCst) == 1).await, "the change announced");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(c.list_changed.load(Ordering::SeqCst), 1, "announced once");
+    c.client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_tool_whose_output_is_not_an_object_has_no_output_schema() {
     let f = fixture();
