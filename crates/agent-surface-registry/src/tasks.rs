@@ -411,11 +411,30 @@ impl Tasks {
     }
 }
 
-/// How long `record` is kept after it ends (what a task's view reports as its time to live): a
-/// final record is kept that long from its end, a running one was created with it.
+/// A task's time to live as its view reports it (`ttlMs`): how long from its **creation** the
+/// store keeps it, as MCP defines the field — a final record until it expires (its time to live
+/// from its end), a running one at least until it may no longer be running
+/// ([`TaskRecord::running_until`]). A client that honours the field never gives up on a task the
+/// store still holds: a slow call's task is not reported discardable while it runs, nor a
+/// finished one from its creation plus `TaskConfig::ttl`.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_surface_core::Timestamp;
+/// use agent_surface_policy::task::{TaskRecord, TaskStatus};
+/// use agent_surface_registry::tasks::ttl;
+/// let created = Timestamp::from_unix_millis(1_000_000);
+/// let mut record = TaskRecord::working("t-1", None, created, Duration::from_secs(300), Duration::from_secs(3600));
+/// assert_eq!(ttl(&record), Duration::from_secs(3600)); // running: kept at least an hour
+/// // Ended 20 minutes in, kept five minutes from then: 25 minutes from its creation.
+/// record.status = TaskStatus::Completed;
+/// record.updated_at = Timestamp::from_unix_millis(1_000_000 + 1_200_000);
+/// record.expires_at = Timestamp::from_unix_millis(1_000_000 + 1_500_000);
+/// assert_eq!(ttl(&record), Duration::from_secs(1500));
+/// ```
 pub fn ttl(record: &TaskRecord) -> Duration {
-    let from = if record.status.is_terminal() { record.updated_at } else { record.created_at };
-    record.expires_at.saturating_duration_since(from)
+    let until = if record.status.is_terminal() { record.expires_at } else { record.running_until };
+    until.saturating_duration_since(record.created_at)
 }
 
 /// Waits for the end of a call answered directly; the request's cancellation still counts.
