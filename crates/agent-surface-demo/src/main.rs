@@ -659,11 +659,10 @@ fn inbox_config(
 ) -> agent_surface_http::inbox::InboxConfig {
     agent_surface_http::inbox::InboxConfig {
         audit: demo.audit.clone(),
-        approver_role: Some("approver".to_string()),
         secure_cookie: !local.ip().is_loopback(),
         allowed_hosts: allowed_hosts.to_vec(),
         store,
-        ..agent_surface_http::inbox::InboxConfig::new(demo.confirmations.clone(), authenticator)
+        ..agent_surface_http::inbox::InboxConfig::new(demo.confirmations.clone(), authenticator, "approver")
     }
 }
 

@@ -498,13 +498,12 @@ impl Serve {
                 .is_none_or(|url| url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http")));
             let inbox = InboxConfig {
                 audit: service.audit.clone(),
-                approver_role: Some(role),
                 prefix: INBOX_PREFIX.to_string(),
                 secure_cookie: !(plain && local.ip().is_loopback()),
                 allowed_hosts: api.allowed_hosts.clone(),
                 // The backend's: replicas on a shared backend serve each other's sessions.
                 store: service.stores.inbox.clone(),
-                ..InboxConfig::new(service.confirmations.clone(), authenticator)
+                ..InboxConfig::new(service.confirmations.clone(), authenticator, role)
             };
             app = app.merge(agent_surface_http::inbox::router(inbox));
         }

@@ -86,7 +86,7 @@
 //!
 //! let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
 //! let approvers = Arc::new(BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]));
-//! let inbox = router(InboxConfig { approver_role: Some("approver".into()), ..InboxConfig::new(engine, approvers) });
+//! let inbox = router(InboxConfig::new(engine, approvers, "approver"));
 //! # let _: axum::Router = inbox;
 //! ```
 
@@ -168,7 +168,9 @@ pub struct InboxConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// Where the recent decisions come from (the sink the engine writes to); `None`: none shown.
     pub audit: Option<Arc<dyn AuditSink>>,
-    /// The role an identity needs to use the inbox; `None`: any signed-in identity.
+    /// The role an identity needs to use the inbox ([`InboxConfig::new`] takes it). `None` lets
+    /// every identity the authenticator knows approve, an agent's token included: set it only
+    /// for an authenticator that knows approvers alone.
     pub approver_role: Option<String>,
     /// The path prefix (default `/inbox`).
     pub prefix: String,
@@ -191,13 +193,20 @@ pub struct InboxConfig {
 }
 
 impl InboxConfig {
-    /// An inbox for `engine`'s confirmations, approvers known to `authenticator`.
-    pub fn new(engine: Arc<ConfirmationEngine>, authenticator: Arc<dyn Authenticator>) -> InboxConfig {
+    /// An inbox for `engine`'s confirmations, open to the identities `authenticator` knows that
+    /// have `approver_role`. The role is required here: an inbox open to every identity the
+    /// authenticator knows would let an agent's own token (or another agent's) approve what an
+    /// agent asked for, which the approval exists to prevent.
+    pub fn new(
+        engine: Arc<ConfirmationEngine>,
+        authenticator: Arc<dyn Authenticator>,
+        approver_role: impl Into<String>,
+    ) -> InboxConfig {
         InboxConfig {
             engine,
             authenticator,
             audit: None,
-            approver_role: None,
+            approver_role: Some(approver_role.into()),
             prefix: "/inbox".to_string(),
             secure_cookie: true,
             session_ttl: DEFAULT_SESSION_TTL,
@@ -962,10 +971,9 @@ mod tests {
             ("t-mallory", Identity::new("mallory").with_role("approver")),
         ]);
         let config = InboxConfig {
-            approver_role: Some("approver".into()),
             secure_cookie: false,
             store: Arc::new(MemoryInboxStore::new(MemoryInboxStoreConfig::with_max_used_per_scope(2))),
-            ..InboxConfig::new(engine, Arc::new(tokens))
+            ..InboxConfig::new(engine, Arc::new(tokens), "approver")
         };
         let state = inbox_state(config);
         let app = routes(state.clone());

@@ -145,10 +145,9 @@ fn env_trail(
             Trail::Absent => None,
             Trail::Unreadable => Some(Arc::new(UnreadableTrail) as Arc<dyn AuditSink>),
         },
-        approver_role: Some("approver".into()),
         secure_cookie: false,
         session_ttl,
-        ..InboxConfig::new(engine.clone(), authenticator)
+        ..InboxConfig::new(engine.clone(), authenticator, "approver")
     };
     Env { registry, engine, app: router(config), _mount: mount }
 }
@@ -654,8 +653,10 @@ async fn the_inbox_checks_the_host_as_the_binding_does() {
 
     // Hosts are configurable as the binding's are; empty admits any.
     let tokens = BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]);
-    let open =
-        router(InboxConfig { allowed_hosts: Vec::new(), ..InboxConfig::new(env.engine.clone(), Arc::new(tokens)) });
+    let open = router(InboxConfig {
+        allowed_hosts: Vec::new(),
+        ..InboxConfig::new(env.engine.clone(), Arc::new(tokens), "approver")
+    });
     let request = Request::get("/inbox/sign-in").header(header::HOST, "inbox.example").body(Body::empty()).unwrap();
     assert_eq!(open.oneshot(request).await.unwrap().status(), StatusCode::OK);
 }
@@ -881,7 +882,7 @@ async fn a_session_is_an_opaque_id_that_ends_on_sign_out_expiry_and_revocation()
 async fn secure_cookies_and_the_host_prefix() {
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
     let tokens = BearerTokens::new([("t-manager", Identity::new("manager").with_role("approver"))]);
-    let app = router(InboxConfig::new(engine, Arc::new(tokens)));
+    let app = router(InboxConfig::new(engine, Arc::new(tokens), "approver"));
     let request = Request::get("/inbox/sign-in").header(header::HOST, "localhost").body(Body::empty()).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     let set = response.headers()[header::SET_COOKIE].to_str().unwrap().to_string();

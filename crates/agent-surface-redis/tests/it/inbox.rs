@@ -19,10 +19,9 @@ fn inbox(redis: &RedisStores) -> Router {
     let engine = Arc::new(ConfirmationEngine::new(ConfirmationConfig::default()));
     let tokens = BearerTokens::new([(TOKEN, Identity::new("manager").with_role("approver"))]);
     router(InboxConfig {
-        approver_role: Some("approver".into()),
         secure_cookie: false,
         store: Arc::new(redis.inbox()),
-        ..InboxConfig::new(engine, Arc::new(tokens))
+        ..InboxConfig::new(engine, Arc::new(tokens), "approver")
     })
 }
 
