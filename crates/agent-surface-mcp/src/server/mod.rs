@@ -293,6 +293,33 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
     context.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
+/// A modern request over HTTP from an anonymous caller has a consumer key of its own (no session
+/// keeps one across requests: `McpServer::consumer_key`), so a two-phase `CONFIRMATION_REQUIRED`
+/// relayed to it could never be honoured: its repeat, under another key, meets neither the
+/// approval nor the evidence (`mismatch`), and each repeat asks anew. Such an answer becomes
+/// `NOT_AUTHENTICATED` (`notProcessed`: nothing ran), which is what the call needs: a caller the
+/// server knows again (or an approval asked in person, whose round continues under the key
+/// sealed in its state). Any other answer is relayed as it is.
+fn unrepeatable(invocation: Invocation, consumer: &Consumer, context: &RequestContext<RoleServer>) -> Invocation {
+    #[cfg(feature = "http")]
+    if consumer.identity().is_none()
+        && context.extensions.get::<http::request::Parts>().is_some()
+        && invocation.result.code() == Some(agent_surface_core::ErrorCode::ConfirmationRequired)
+    {
+        tracing::info!(
+            target: "agent_surface::mcp",
+            correlation_id = %invocation.correlation_id,
+            "an anonymous modern HTTP caller cannot repeat a call for its approval; answered NOT_AUTHENTICATED"
+        );
+        let mut payload = agent_surface_core::AgentSurfaceError::not_authenticated().into_payload();
+        payload.set_not_processed(true);
+        let id = invocation.result.invocation_id().map(str::to_string);
+        return Invocation::answered(InvokeResult::error(payload, id), invocation.correlation_id);
+    }
+    let _ = (consumer, context);
+    invocation
+}
+
 /// Sends `notifications/tools/list_changed` whenever a surface change alters the tool list this
 /// session last listed, until the session ends.
 async fn watch_surface(
@@ -375,6 +402,7 @@ impl McpServer {
         {
             return Ok(ask.into());
         }
+        let invocation = if round.is_some() { unrepeatable(invocation, &consumer, &context) } else { invocation };
         self.relay(invocation, &request.name)
     }
 

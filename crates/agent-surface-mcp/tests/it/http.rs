@@ -844,3 +844,51 @@ async fn a_malformed_answer_to_an_elicitation_fails_it_at_once_over_http() {
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(10), server).await.expect("served").unwrap().unwrap();
 }
+
+/// An anonymous caller of the modern era over HTTP has a consumer key of its own request, so a
+/// two-phase confirmation could never be honoured (its repeat would be another caller's, and each
+/// repeat would ask anew): the call is answered `NOT_AUTHENTICATED`, `notProcessed`, where it was
+/// told to repeat the call once approved. A legacy session keeps its key, and is still told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_modern_caller_is_not_told_to_repeat_for_an_approval() {
+    let f = fixture();
+    let (addr, shutdown, _server) = serve(f.registry.clone(), McpHttpConfig::default()).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "store-delete",
+        "arguments": {}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "anon", "version": "0"}}}})
+    .to_string();
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "store-delete")];
+    let (status, raw) = post(addr, &headers, &body).await;
+    assert_eq!(status, 200, "{raw}");
+    let payload = tool_error(&raw);
+    assert_eq!(payload["code"], "NOT_AUTHENTICATED", "{raw}");
+    assert_eq!(payload["notProcessed"], true, "{raw}");
+
+    // The legacy session's key is the session's: its repeat can present the approval.
+    let session = open_session(addr).await;
+    let legacy = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "store-delete", "arguments": {}}})
+    .to_string();
+    let (status, raw) = post_owned(addr, &session, legacy).await;
+    assert_eq!(status, 200, "{raw}");
+    assert_eq!(tool_error(&raw)["code"], "CONFIRMATION_REQUIRED", "{raw}");
+    assert_eq!(f.runs.0.load(Ordering::SeqCst), 0);
+    shutdown.cancel();
+}
+
+/// The error payload of the tool result in an answer `raw` (plain JSON, or one SSE event).
+#[track_caller]
+fn tool_error(raw: &str) -> serde_json::Value {
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+        .find(|data| !data.is_empty())
+        .unwrap_or(body)
+        .trim();
+    let message: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {raw}"));
+    assert_eq!(message["result"]["isError"], true, "{raw}");
+    let text = message["result"]["content"][0]["text"].as_str().expect("a text content");
+    serde_json::from_str(text).unwrap()
+}
