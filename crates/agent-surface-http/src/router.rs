@@ -237,10 +237,14 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let limits = config.limits.clone();
-    let drain = agent_surface_server::Drain::cancelling({
+    let mut drain = agent_surface_server::Drain::cancelling({
         let registry = registry.clone();
         move || registry.dispose()
     });
+    // The calls answered as tasks run on after their requests: the drain waits for them too.
+    if let Some(tasks) = config.tasks.clone() {
+        drain = drain.waiting_for(move || tasks.idle());
+    }
     let periodic = agent_surface_registry::Periodic::start(&registry, &shutdown);
     let served = agent_surface_server::serve_with(listener, router(registry, config), limits, shutdown, drain).await;
     periodic.stop().await;

@@ -647,10 +647,14 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let drain = agent_surface_server::Drain::cancelling({
+    let mut drain = agent_surface_server::Drain::cancelling({
         let registry = registry.clone();
         move || registry.dispose()
     });
+    // The calls answered as tasks run on after their requests: the drain waits for them too.
+    if let Some(tasks) = config.tasks.clone() {
+        drain = drain.waiting_for(move || tasks.idle());
+    }
     let periodic = agent_surface_registry::Periodic::start(&registry, &shutdown);
     let app = router(registry, config, &http, drain.streams.clone());
     let served = agent_surface_server::serve_with(listener, app, http.limits, shutdown, drain).await;

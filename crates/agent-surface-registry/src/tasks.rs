@@ -113,6 +113,29 @@ struct Inner {
     config: TaskConfig,
     /// The cancellation of each task running here.
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// The tasks of this process not over yet: running, or recording their end ([`Tasks::idle`]).
+    live: std::sync::atomic::AtomicUsize,
+    /// Woken when `live` falls to zero.
+    idle: tokio::sync::Notify,
+}
+
+/// One task of this process counted in [`Inner::live`] until it is dropped (its end recorded, or
+/// its settlement dropped with the runtime).
+struct Live(Arc<Inner>);
+
+impl Live {
+    fn new(inner: &Arc<Inner>) -> Live {
+        inner.live.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Live(inner.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl std::fmt::Debug for Tasks {
@@ -179,7 +202,37 @@ impl TaskOutcome {
 impl Tasks {
     /// A runtime with `config`.
     pub fn new(config: TaskConfig) -> Tasks {
-        Tasks { inner: Arc::new(Inner { config, running: Mutex::new(HashMap::new()) }) }
+        Tasks {
+            inner: Arc::new(Inner {
+                config,
+                running: Mutex::new(HashMap::new()),
+                live: std::sync::atomic::AtomicUsize::new(0),
+                idle: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// Completes when no task of this process is left: none running, and each one that ended has
+    /// its end recorded in the store (or gave up asking a store that does not answer). A server's
+    /// drain waits for it as for the requests in flight (`agent_surface_server::Drain::waiting_for`),
+    /// so that a call answered as a task is not dropped with the process mid-run: it finishes
+    /// within the drain deadline, or ends once the registry is disposed, and its end is recorded
+    /// for the client that polls.
+    pub fn idle(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
+        let inner = self.inner.clone();
+        async move {
+            loop {
+                // Registered before the count is read, so that the last task ending in between
+                // wakes it.
+                let notified = inner.idle.notified();
+                let mut notified = std::pin::pin!(notified);
+                notified.as_mut().enable();
+                if inner.live.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        }
     }
 
     /// The configuration.
@@ -266,7 +319,11 @@ impl Tasks {
         unnamed.disarm();
         let this = self.clone();
         let id = record.id.clone();
-        tokio::spawn(async move { this.settle(id, done_rx, token, clock).await });
+        let live = Live::new(&self.inner);
+        tokio::spawn(async move {
+            this.settle(id, done_rx, token, clock).await;
+            drop(live);
+        });
         Started::Task(record)
     }
 

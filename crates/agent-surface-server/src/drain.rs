@@ -22,6 +22,11 @@ pub struct OpenStream;
 /// The step [`Drain::cancel`] runs.
 pub type CancelStep = Arc<dyn Fn() + Send + Sync>;
 
+/// Work that outlives the request that started it and that a drain waits for as it waits for the
+/// requests in flight ([`Drain::waiting_for`]): called once the requests are done, it gives a
+/// future that completes when none of that work is left.
+pub type Detached = Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
+
 /// What a drain does besides waiting ([`crate::serve_with`]): how it cancels the requests that
 /// outlive [`Limits::drain_timeout`], and the token that ends the long-lived streams.
 #[derive(Clone, Default)]
@@ -40,12 +45,42 @@ pub struct Drain {
     /// MCP transport's `router(…, streams)`, whose streams end the calls they carry when they
     /// end, so they must not end when the shutdown starts.
     pub streams: CancellationToken,
+    /// Work the requests left behind, waited for with them ([`Drain::waiting_for`]): the calls
+    /// answered as tasks, which run on after their request was answered. `None`: none.
+    pub detached: Option<Detached>,
 }
 
 impl Drain {
     /// A drain whose cancel step is `cancel`, with a fresh [`Drain::streams`] token.
     pub fn cancelling(cancel: impl Fn() + Send + Sync + 'static) -> Drain {
-        Drain { cancel: Some(Arc::new(cancel)), streams: CancellationToken::new() }
+        Drain { cancel: Some(Arc::new(cancel)), streams: CancellationToken::new(), detached: None }
+    }
+
+    /// The same drain, waiting also for the work `idle` tells of (see [`Detached`]): within
+    /// [`Limits::drain_timeout`] as the requests are, then, after the cancel step, within
+    /// [`Limits::cancel_grace`] — for the calls answered as tasks, `Tasks::idle` of the
+    /// registry's task runtime, so that a task ends and its end is recorded before the server
+    /// returns rather than being dropped with the process.
+    ///
+    /// ```
+    /// use agent_surface_server::Drain;
+    /// let drain = Drain::cancelling(|| {}).waiting_for(|| async {});
+    /// assert!(drain.detached.is_some());
+    /// ```
+    pub fn waiting_for<F>(mut self, idle: impl Fn() -> F + Send + Sync + 'static) -> Drain
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.detached = Some(Arc::new(move || Box::pin(idle())));
+        self
+    }
+
+    /// Completes when no request is in flight and none of the detached work is left.
+    async fn idle(&self, in_flight: &InFlight) {
+        in_flight.idle().await;
+        if let Some(detached) = &self.detached {
+            detached().await;
+        }
     }
 
     /// Waits for the requests in flight up to `limits.drain_timeout`, then cancels the rest and
@@ -53,12 +88,12 @@ impl Drain {
     pub(crate) async fn run(&self, limits: &Limits, in_flight: &InFlight) {
         tracing::info!(target: TARGET, in_flight = in_flight.count(), drain_ms = millis(limits.drain_timeout),
             "draining: no new connections; waiting for the requests in flight");
-        if tokio::time::timeout(limits.drain_timeout, in_flight.idle()).await.is_err() {
+        if tokio::time::timeout(limits.drain_timeout, self.idle(in_flight)).await.is_err() {
             match &self.cancel {
                 Some(cancel) => {
                     tracing::warn!(target: TARGET, in_flight = in_flight.count(), "drain over: cancelling the calls left");
                     cancel();
-                    if tokio::time::timeout(limits.cancel_grace, in_flight.idle()).await.is_err() {
+                    if tokio::time::timeout(limits.cancel_grace, self.idle(in_flight)).await.is_err() {
                         tracing::warn!(target: TARGET, in_flight = in_flight.count(),
                             "requests still in flight after the cancellation; dropping them");
                     }
@@ -74,7 +109,11 @@ impl Drain {
 
 impl std::fmt::Debug for Drain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Drain").field("cancel", &self.cancel.is_some()).field("streams", &self.streams).finish()
+        f.debug_struct("Drain")
+            .field("cancel", &self.cancel.is_some())
+            .field("streams", &self.streams)
+            .field("detached", &self.detached.is_some())
+            .finish()
     }
 }
 

@@ -117,7 +117,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::conns::{Conns, Shed, Tracked};
 use crate::drain::InFlight;
-pub use crate::drain::{CancelStep, Drain, OpenStream};
+pub use crate::drain::{CancelStep, Detached, Drain, OpenStream};
 use crate::head::{HeadRate, Paced};
 
 /// The operator log's target for the server's events.

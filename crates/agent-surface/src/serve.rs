@@ -479,10 +479,14 @@ impl Serve {
         // One task runtime for both: a task started over either is read and cancelled over the other.
         api.tasks = mcp.tasks.clone();
         let registry = service.registry.clone();
-        let drain = Drain::cancelling({
+        let mut drain = Drain::cancelling({
             let registry = registry.clone();
             move || registry.dispose()
         });
+        // The calls answered as tasks run on after their requests: the drain waits for them too.
+        if let Some(tasks) = api.tasks.clone() {
+            drain = drain.waiting_for(move || tasks.idle());
+        }
         let mcp_routes = match &mcp_fallback {
             Some(fallback) => fallback.router(registry.clone(), mcp, &mcp_http, drain.streams.clone()),
             None => agent_surface_mcp::http::router(registry.clone(), mcp, &mcp_http, drain.streams.clone()),

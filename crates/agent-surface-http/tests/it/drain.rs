@@ -130,3 +130,57 @@ async fn serve_runs_the_gate_periodic_work_until_shutdown() {
     server.await.unwrap().unwrap();
     assert_eq!(events.try_recv(), Ok("stopped"), "stopped before serve returned");
 }
+
+/// Calls answered as tasks run on after their `202`: the drain waits for them as for the requests
+/// in flight (`serve` returned at once, and the process's end dropped them mid-run, their records
+/// left `working`). A task that ends within the drain timeout records its result; one past it ends
+/// when the registry is disposed, and its end is recorded too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_waits_for_the_tasks_and_records_their_ends() {
+    use agent_surface_policy::Consumer;
+    use agent_surface_registry::tasks::{TaskConfig, Tasks};
+
+    let registry = Registry::new(RegistryConfig::default());
+    registry
+        .define("work", |t| {
+            t.capability("bake", "Bake for a while.").effect(Effect::Write).long_running().raw_handler(
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+                None,
+                |_ctx: Ctx, input: Value| async move {
+                    tokio::time::sleep(Duration::from_millis(input["ms"].as_u64().unwrap_or(0))).await;
+                    Ok::<_, AgentSurfaceError>(json!({"baked": true}))
+                },
+            );
+        })
+        .unwrap();
+    std::mem::forget(registry.mount("work", "main").unwrap());
+    let tasks = Tasks::new(TaskConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let limits = agent_surface_server::Limits { drain_timeout: Duration::from_millis(1500), ..Default::default() };
+    let config = HttpConfig { limits, tasks: Some(tasks.clone()), ..HttpConfig::default() };
+    let server = tokio::spawn(agent_surface_http::serve(registry.clone(), config, listener, shutdown.clone()));
+
+    let bake = |ms: u64| async move {
+        let body = json!({"capability": "work.bake", "input": {"ms": ms}}).to_string();
+        let answer = post_json(addr, "/invoke", &[("Prefer", "respond-async")], &body).await;
+        assert_eq!(answer.status, 202, "{answer:?}");
+        answer.json()["taskId"].as_str().unwrap().to_string()
+    };
+    let (short, long) = (bake(600).await, bake(60_000).await);
+    let started = Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve returned").unwrap().unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1500), "serve waited for the tasks: {took:?}");
+
+    let anyone = Consumer::anonymous("nobody");
+    let now = agent_surface_core::Timestamp::now();
+    let done = tasks.find(&short, &anyone, now).await.unwrap().expect("kept");
+    assert_eq!(done.status, agent_surface_policy::task::TaskStatus::Completed, "{done:?}");
+    assert!(done.payload.unwrap().to_string().contains("baked"));
+    let cut = tasks.find(&long, &anyone, now).await.unwrap().expect("kept");
+    assert!(cut.status.is_terminal(), "the task cut off at the drain's end is recorded as ended: {cut:?}");
+    assert!(cut.payload.unwrap().to_string().contains("outcome-unknown"));
+}
