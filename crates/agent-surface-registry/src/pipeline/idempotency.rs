@@ -231,10 +231,32 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
             .capabilities
             .get(request.capability.as_str())
             .is_some_and(|def| super::execute::outcome_is_harmless(def));
-    Ok(match admit_record(inner, options, key, fp, now, None, mark).await? {
-        Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
-        Record::Replay(result) => answered(result, false),
-        Record::Joined(result) => answered(result, true),
+    // A leader that stopped for questions released the record (the same id comes back with the
+    // answers), and its stop carries no questions to a follower: each caller asks its own. So a
+    // follower handed that stop admits once more, and leads (or joins the next leader), rather
+    // than tell its client `client-input-required`, which a client that can answer would read as
+    // final. A few rounds at most: then the stop is its answer, as before.
+    let mut rounds = 0;
+    loop {
+        return Ok(match admit_record(inner, options, key.clone(), fp, now, None, mark).await? {
+            Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
+            Record::Replay(result) => answered(result, false),
+            Record::Joined(result) if rounds < 3 && stopped_for_questions(&result) => {
+                rounds += 1;
+                continue;
+            }
+            Record::Joined(result) => answered(result, true),
+        });
+    }
+}
+
+/// Whether `result` is a leader's stop for questions: `PRECONDITION_FAILED {reason:
+/// client-input-required}`, which the pipeline never keeps under an id.
+fn stopped_for_questions(result: &InvokeResult) -> bool {
+    result.error_payload().is_some_and(|p| {
+        p.code() == agent_surface_core::ErrorCode::PreconditionFailed
+            && p.detail("reason").and_then(serde_json::Value::as_str)
+                == Some(agent_surface_core::details::CLIENT_INPUT_REQUIRED)
     })
 }
 

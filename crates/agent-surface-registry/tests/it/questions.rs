@@ -152,3 +152,67 @@ fn abilities_say_which_questions_a_client_can_answer() {
     assert!(!abilities.can(&Question::sample("b", "B", 5).ask));
     assert!(abilities.can(&Question::roots("c").ask));
 }
+
+/// A call that joins an identical one in flight whose leader then stops for questions asks its
+/// own: the leader's stop is released (the same id comes back with the answers) and carries no
+/// questions to a follower, whose client — which may well answer them — would otherwise read
+/// `client-input-required` (retry `no`) as final. The follower admits once more and runs.
+#[tokio::test]
+async fn a_follower_of_a_leader_that_stopped_for_questions_asks_its_own() {
+    use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Policies, PolicyError};
+    use futures_util::future::BoxFuture;
+
+    /// Allows each call once a permit is given: the leader waits here, in flight, while the
+    /// follower joins it.
+    struct Held(tokio::sync::Semaphore);
+    impl AuthorityPolicy for Held {
+        fn name(&self) -> &str {
+            "held"
+        }
+        fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
+            Box::pin(async move {
+                self.0.acquire().await.map_err(|e| PolicyError::new(e.to_string()))?.forget();
+                Ok(AuthorityDecision::Allow)
+            })
+        }
+    }
+    let held = Arc::new(Held(tokio::sync::Semaphore::new(0)));
+    let r = Registry::new(RegistryConfig {
+        authority: Some(Arc::new(Policies::default_allow().global(held.clone()))),
+        ..Default::default()
+    });
+    r.define("greet", |t| {
+        t.capability("hi", "Greet the user by name.")
+            .effect(Effect::Write)
+            .ask(|_ctx: &Ctx, _input: &Value, answers: &Answers| {
+                Ok(match answers.form("name") {
+                    Some(_) => vec![],
+                    None => vec![Question::form("name", "Your name?", json!({"type": "object"}))],
+                })
+            })
+            .raw_handler(json!({"type": "object"}), None, |_ctx: Ctx, _input: Value| async move {
+                Ok::<_, AgentSurfaceError>(json!({"greeted": true}))
+            });
+    })
+    .unwrap();
+    let _mount = r.mount("greet", "main").unwrap();
+
+    let request = || call("greet.hi", json!({})).with_invocation_id("g-1");
+    let leader = tokio::spawn({
+        let (r, request) = (r.clone(), request());
+        async move { r.invoke_detailed(request, consumer("q")).await }
+    });
+    crate::support::settle().await;
+    let answers = Answers::new(Abilities::new(true, false, false)).with("name", accepted(json!({"name": "Ada"})));
+    let follower = tokio::spawn({
+        let (r, request) = (r.clone(), request());
+        async move { r.invoke_detailed(request, consumer("q").with_answers(answers)).await }
+    });
+    crate::support::settle().await;
+    held.0.add_permits(2);
+
+    let leader = leader.await.unwrap();
+    assert!(leader.questions.is_some(), "the leader's own client is asked: {leader:?}");
+    let follower = follower.await.unwrap();
+    assert_eq!(follower.result.output(), Some(&json!({"greeted": true})), "{follower:?}");
+}
