@@ -359,11 +359,15 @@ impl Serve {
 
     /// The HTTP binding's other settings (body limits, the consumer header, …), served under
     /// `/api`. Its authenticator and tasks are `Serve`'s (the MCP adapter's task runtime, so a
-    /// task started over either is read over the other); the service's public host is added to
-    /// the allowed hosts.
+    /// task started over either is read over the other), its prefix is `/api` and its connection
+    /// limits are the listener's ([`mcp_http`](Self::mcp_http)): an `HttpConfig` that sets any of
+    /// them is refused at start rather than dropped. The service's public host is added to the
+    /// allowed hosts.
     #[cfg(feature = "http")]
     pub fn api(mut self, config: HttpConfig) -> Serve {
-        self.api = config;
+        // A metrics page given before (Serve::metrics) stays, unless this one names its own.
+        let metrics = config.metrics.clone().or_else(|| self.api.metrics.take());
+        self.api = HttpConfig { metrics, ..config };
         self
     }
 
@@ -542,6 +546,7 @@ impl Serve {
     pub async fn stdio(mut self, identity: Option<Identity>) -> Result<(), ServeError> {
         self.install_operator_log();
         self.refuse_settings_of_serve()?;
+        self.refuse_http_settings_over_stdio()?;
         self.mcp.identity = identity;
         let config = self.mcp_config().await?;
         warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
@@ -643,6 +648,25 @@ impl Serve {
         let authenticator = self.mcp.authenticator.is_some();
         #[cfg(not(feature = "http"))]
         let authenticator = false;
+        #[cfg(feature = "http")]
+        let api = &self.api;
+        #[cfg(feature = "http")]
+        let api_given = [
+            (api.authenticator.is_some(), "HttpConfig::authenticator is Serve's: give it with Serve::authenticator"),
+            (
+                api.tasks.is_some(),
+                "HttpConfig::tasks is Serve's: it keeps tasks in the service's task store (ServiceBuilder's stores)",
+            ),
+            (!api.prefix.is_empty(), "HttpConfig::prefix is Serve's: the HTTP binding is served under /api"),
+            (
+                api.limits != agent_surface_server::Limits::default(),
+                "HttpConfig::limits is not Serve's: one listener serves both, under McpHttpConfig::limits                  (Serve::mcp_http)",
+            ),
+        ];
+        #[cfg(feature = "http")]
+        if let Some((_, why)) = api_given.iter().find(|(set, _)| *set) {
+            return Err(ServeError::Refused(format!("a setting given to Serve::api would be dropped: {why}")));
+        }
         let given = [
             (authenticator, "McpConfig::authenticator is Serve's: give it with Serve::authenticator"),
             (
@@ -661,6 +685,28 @@ impl Serve {
             }
             None => Ok(()),
         }
+    }
+
+    /// Refuses, over stdio, the settings only HTTP serves, rather than drop them without a word:
+    /// an authenticator (nobody sends a token over stdio: it would make every call anonymous, the
+    /// person who started the process dropped) and the approval inbox.
+    #[cfg(feature = "stdio")]
+    fn refuse_http_settings_over_stdio(&self) -> Result<(), ServeError> {
+        #[cfg(feature = "http")]
+        if self.authenticator.is_some() {
+            return Err(ServeError::Refused(
+                "Serve::authenticator signs in HTTP callers by their tokens; over stdio nobody sends one, so every                  call would be anonymous: give the person who started the process to Serve::stdio instead"
+                    .into(),
+            ));
+        }
+        #[cfg(feature = "inbox")]
+        if self.approver_role.is_some() {
+            return Err(ServeError::Refused(
+                "Serve::approvers serves the approval inbox over HTTP; Serve::stdio serves none: serve the inbox                  from an HTTP server of the same service (Serve::http), or leave approvers out"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Reports, at start, a service on which nobody can approve through what `Serve` serves: in-person

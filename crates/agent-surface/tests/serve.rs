@@ -32,7 +32,7 @@ fn people() -> Arc<BearerTokens> {
     ]))
 }
 
-fn refused(result: Result<agent_surface::Running, ServeError>) -> String {
+fn refused<T: std::fmt::Debug>(result: Result<T, ServeError>) -> String {
     match result {
         Err(ServeError::Refused(why)) => why,
         other => panic!("expected a refusal, got {other:?}"),
@@ -492,6 +492,61 @@ async fn mcp_settings_that_are_serves_own_are_refused_not_dropped() {
     let running = serve(named).bind("127.0.0.1:0").await.expect("serves");
     running.stop();
     running.stopped().await.expect("drains");
+}
+
+/// The HTTP binding's settings `Serve` sets itself, given to `Serve::api`, are refused at start
+/// rather than dropped (an authenticator there left every caller anonymous); a metrics page given
+/// before `Serve::api` stays.
+#[tokio::test]
+async fn api_settings_that_are_serves_own_are_refused_not_dropped() {
+    use agent_surface::http::HttpConfig;
+    let (service, _mount) = refunds(None);
+    let serve = |api: HttpConfig| Serve::new(service.clone()).operator_log(false).api(api);
+    let cases = [
+        (HttpConfig { authenticator: Some(people()), ..HttpConfig::default() }, "HttpConfig::authenticator"),
+        (
+            HttpConfig {
+                tasks: Some(agent_surface::registry::tasks::Tasks::new(Default::default())),
+                ..HttpConfig::default()
+            },
+            "HttpConfig::tasks",
+        ),
+        (HttpConfig::with_prefix("/api"), "HttpConfig::prefix"),
+        (
+            HttpConfig {
+                limits: agent_surface::server::Limits { max_connections: 7, ..Default::default() },
+                ..HttpConfig::default()
+            },
+            "Serve::mcp_http",
+        ),
+    ];
+    for (api, named) in cases {
+        let why = refused(serve(api).bind("127.0.0.1:0").await);
+        assert!(why.contains(named), "{named}: {why}");
+    }
+    // The binding's other settings are the application's; metrics given first survive `api`.
+    let running = Serve::new(service.clone())
+        .operator_log(false)
+        .metrics(|| "# metrics\n".to_string())
+        .api(HttpConfig { max_body_bytes: 4096, ..HttpConfig::default() })
+        .bind("127.0.0.1:0")
+        .await
+        .expect("serves");
+    let page = agent_surface_testing::http::request(running.local_addr(), "GET", "/api/metrics", &[], b"").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
+
+/// Over stdio an authenticator would sign nobody in (no token is sent) and drop the person who
+/// started the process; the inbox is served over HTTP only: both refused at start, not dropped.
+#[tokio::test]
+async fn http_settings_are_refused_over_stdio() {
+    let (service, _mount) = refunds(None);
+    let why = refused(Serve::new(service.clone()).operator_log(false).authenticator(people()).stdio(None).await);
+    assert!(why.contains("Serve::authenticator") && why.contains("Serve::stdio"), "{why}");
+    let why = refused(Serve::new(service).operator_log(false).approvers("admin").stdio(None).await);
+    assert!(why.contains("Serve::approvers"), "{why}");
 }
 
 /// An invocation id names one call of the signed-in person whatever way it comes back: the same
