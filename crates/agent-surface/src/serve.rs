@@ -573,13 +573,15 @@ impl Serve {
         for (what, url) in
             [("ServiceBuilder::public_url", service.public_url.as_deref()), ("the approval base URL", approvals)]
         {
-            if let Some(url) = url.filter(|url| web_address_host(url).is_none()) {
+            // The URL is named with its credentials masked: a refusal is printed where the
+            // operator log's masking does not reach (an application's `main` returning it).
+            if let Some(url) = url.filter(|url| web_address_host(url).is_none()).map(agent_surface_policy::redacted) {
                 return Err(ServeError::Refused(format!(
                     "{what} `{url}` is not an absolute http or https URL, so agents would send people to a link no \
                      browser opens: write it as `https://host` (with a path if the service is under one)"
                 )));
             }
-            if let Some(url) = url.filter(|url| names_port_zero(url)) {
+            if let Some(url) = url.filter(|url| names_port_zero(url)).map(agent_surface_policy::redacted) {
                 return Err(ServeError::Refused(format!(
                     "{what} `{url}` names port 0, so agents would send people to a port nothing listens on (the \
                      system picks a free port only when the server binds, after the service is built): give the \

@@ -59,6 +59,11 @@ async fn a_public_url_no_browser_opens_is_refused_before_listening() {
     let (service, _mount) = refunds(Some("http://127.0.0.1:0"));
     let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
     assert!(why.contains("`http://127.0.0.1:0` names port 0") && why.contains("127.0.0.1:8787"), "{why}");
+    // A URL with credentials is refused (they would reach every agent told the link), and the
+    // refusal, printed where the operator log's masking does not reach, does not repeat them.
+    let (service, _mount) = refunds(Some("https://ops:s3cret@tickets.example"));
+    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("is not an absolute http or https URL") && !why.contains("s3cret"), "{why}");
 }
 
 #[tokio::test]

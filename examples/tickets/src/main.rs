@@ -16,6 +16,7 @@ fn tokens() -> Vec<(&'static str, Identity)> {
         ("alice-token", Identity::new("alice")),
         ("bob-token", Identity::new("bob").with_role("agent")),
         ("root-token", Identity::new("root").with_role("admin")),
+        ("maria-token", Identity::new("maria").with_role("approver")),
     ]
 }
 // guide:end tokens
