@@ -51,7 +51,11 @@ pub struct ResourceServerConfig {
     pub scopes_supported: Vec<String>,
     /// The claims whose values become the identity's roles, in order, duplicates dropped: a
     /// string claim is split on spaces (`scope`), an array claim gives its strings (`roles`,
-    /// `scp` as some identity providers write scopes). Default `["scope", "scp", "roles"]`.
+    /// `scp` as some identity providers write scopes). Default `["roles"]`: roles decide who may
+    /// call what (`RequireRole`) and who approves (the inbox's approver role, quorum roles), and
+    /// a scope is what a client asked for, which many authorization servers grant to any client
+    /// that asks. Add `"scope"` and `"scp"` only where the authorization server grants those
+    /// scopes per person.
     pub role_claims: Vec<String>,
     /// The longest token read, in bytes (default 8 KiB); a longer one is `invalid_token`.
     pub max_token_bytes: usize,
@@ -77,7 +81,7 @@ impl Default for ResourceServerConfig {
             leeway: Duration::from_secs(60),
             required_scopes: Vec::new(),
             scopes_supported: Vec::new(),
-            role_claims: vec!["scope".into(), "scp".into(), "roles".into()],
+            role_claims: vec!["roles".into()],
             max_token_bytes: 8 * 1024,
         }
     }
@@ -100,4 +104,18 @@ pub enum ConfigError {
     /// (`"`, `\`, a control character; a space inside a scope).
     #[error("a scope or an authorization server holds a character a challenge cannot carry")]
     Unquotable,
+    /// `jwks` is a fixed set without a key (`Jwks::default()`, left by struct update syntax): every
+    /// token, a valid one included, would be refused as not valid.
+    #[error("the jwks holds no key: give the authorization servers' keys (Jwks::from_file, Jwks::remote)")]
+    NoKeys,
+    /// `jwks` is fetched over plain `http` from a host that is not the loopback: whoever can
+    /// change the document on the way can sign tokens.
+    #[error("the jwks url must be https (http only on a loopback address): whoever changes it in transit signs tokens")]
+    InsecureJwksUrl,
+    /// `jsonwebtoken` cannot tell which cryptography provider to use (its `rust_crypto` and
+    /// `aws_lc_rs` features both on through another crate, and none installed): it would panic
+    /// at the first token. Install one with `jsonwebtoken::crypto::CryptoProvider::install_default`
+    /// before building the resource server.
+    #[error("jsonwebtoken has no cryptography provider: install one (CryptoProvider::install_default) first")]
+    NoCryptoProvider,
 }

@@ -160,6 +160,21 @@ impl Jwks {
         Ok(Jwks(Source::Fixed(Arc::new(keys))))
     }
 
+    /// Why these keys cannot serve a resource server ([`crate::ResourceServer::new`] asks): a
+    /// fixed set without a key, or a URL fetched over plain `http` from a host other than the
+    /// loopback.
+    pub(crate) fn check(&self) -> Result<(), crate::ConfigError> {
+        match &self.0 {
+            Source::Fixed(keys) if keys.keys.is_empty() => Err(crate::ConfigError::NoKeys),
+            Source::Fixed(_) => Ok(()),
+            Source::Remote(remote) => match remote.config.url.parse::<http::Uri>() {
+                Ok(uri) if uri.scheme_str() == Some("https") => Ok(()),
+                Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some_and(is_loopback) => Ok(()),
+                _ => Err(crate::ConfigError::InsecureJwksUrl),
+            },
+        }
+    }
+
     /// Keys fetched from a URL, first when a token needs them.
     pub fn remote(remote: RemoteJwks) -> Jwks {
         Jwks(Source::Remote(Arc::new(Remote {
@@ -355,4 +370,10 @@ impl Remote {
             }
         }
     }
+}
+
+/// Whether `host` (a URI's host, an IPv6 address in brackets) names the loopback.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

@@ -83,6 +83,11 @@ impl ResourceServer {
         if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a.family() == AlgorithmFamily::Hmac) {
             return Err(ConfigError::Algorithms);
         }
+        config.jwks.check()?;
+        // Checked once here, so that no token reaches a `decode` that would panic for want of it.
+        if jsonwebtoken::crypto::CryptoProvider::try_get_default().is_none() {
+            return Err(ConfigError::NoCryptoProvider);
+        }
         let scopes_ok =
             config.required_scopes.iter().chain(&config.scopes_supported).all(|s| quotable(s) && !s.contains(' '));
         if !scopes_ok || !config.authorization_servers.iter().all(|s| quotable(s)) {

@@ -19,8 +19,8 @@ async fn claims_map_to_the_identity() {
         mint(Signer::Ec, &with(json!({"scope": "shop orders shop", "roles": ["admin", "orders"], "tenant": "t1"})));
     let identity = oauth.try_authenticate(&headers(&token)).await.unwrap().unwrap();
     assert_eq!(identity.subject, "alice");
-    // `scope` split on spaces, then `roles`, duplicates dropped.
-    assert_eq!(identity.roles, ["shop", "orders", "admin"]);
+    // `roles` only, by default: a scope is what the client asked for.
+    assert_eq!(identity.roles, ["admin", "orders"]);
     assert_eq!(identity.claims["iss"], ISSUER);
     assert_eq!(identity.claims["tenant"], "t1");
     // Keyed on (iss, sub) by the MCP adapter.
@@ -30,13 +30,19 @@ async fn claims_map_to_the_identity() {
     assert_eq!(oauth.authenticate(&headers("x.y.z")).await, None);
 }
 
-/// Scopes written as an `scp` array (as some identity providers do) become roles by default.
+/// Scopes are not roles by default (a client that asks for the `approver` scope must not become
+/// an approver); a service whose authorization server grants scopes per person names them, and
+/// an `scp` array (as some identity providers write scopes) counts as `scope` does.
 #[tokio::test]
-async fn an_scp_array_gives_roles_by_default() {
-    let oauth = resource_server();
-    let token = mint(Signer::Rsa, &with(json!({"scope": "shop", "scp": ["orders.read", "shop"]})));
+async fn scopes_become_roles_only_when_named() {
+    let token = mint(Signer::Rsa, &with(json!({"scope": "shop approver", "scp": ["orders.read", "shop"]})));
+    let identity = resource_server().try_authenticate(&headers(&token)).await.unwrap().unwrap();
+    assert_eq!(identity.roles, ["admin"], "the fixture's roles alone");
+    let named = ["scope", "scp", "roles"].map(String::from).to_vec();
+    let config = agent_surface_oauth::ResourceServerConfig { role_claims: named, ..crate::fixture::config() };
+    let oauth = agent_surface_oauth::ResourceServer::new(config).unwrap();
     let identity = oauth.try_authenticate(&headers(&token)).await.unwrap().unwrap();
-    assert_eq!(identity.roles, ["shop", "orders.read", "admin"], "scope, then scp, then the fixture's roles");
+    assert_eq!(identity.roles, ["shop", "approver", "orders.read", "admin"], "scope, then scp, then roles");
 }
 
 #[tokio::test]
@@ -90,4 +96,27 @@ fn several_issuers_are_reported_at_construction() {
         agent_surface_oauth::ResourceServer::new(crate::fixture::config())
     });
     assert!(!log.contains("several authorization servers"), "{log}");
+}
+
+/// Configurations that would refuse every valid token, accept keys an attacker on the way could
+/// swap, or panic at the first token are refused when the resource server is built.
+#[test]
+fn keys_that_cannot_serve_are_refused_at_construction() {
+    use agent_surface_oauth::{ConfigError, FetchError, Jwks, RemoteJwks, ResourceServer, ResourceServerConfig};
+    use futures_util::future::BoxFuture;
+    use std::sync::Arc;
+
+    let none = ResourceServerConfig { jwks: Jwks::default(), ..crate::fixture::config() };
+    assert_eq!(ResourceServer::new(none).unwrap_err(), ConfigError::NoKeys);
+    let fetch = |_: &str| -> BoxFuture<'static, Result<Vec<u8>, FetchError>> { Box::pin(async { Ok(Vec::new()) }) };
+    let remote = |url: &str| ResourceServerConfig {
+        jwks: Jwks::remote(RemoteJwks::new(url, Arc::new(fetch))),
+        ..crate::fixture::config()
+    };
+    for insecure in ["http://id.example/jwks", "ftp://id.example/jwks", "id.example/jwks"] {
+        assert_eq!(ResourceServer::new(remote(insecure)).unwrap_err(), ConfigError::InsecureJwksUrl, "{insecure}");
+    }
+    for fine in ["https://id.example/jwks", "http://127.0.0.1:9/jwks", "http://localhost/jwks", "http://[::1]/jwks"] {
+        assert!(ResourceServer::new(remote(fine)).is_ok(), "{fine}");
+    }
 }
