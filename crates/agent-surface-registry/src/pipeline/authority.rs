@@ -78,12 +78,29 @@ fn asked<'c>(arrival: &'c Arrival<'_>, resolution: &'c Resolution) -> (CallInfo<
         Resolution::Resolved(Resolved { def, registration: reg }) => {
             (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
         }
-        // The capability exists without resolving (no live instance, a tombstone, a stale
-        // token): asked about as discovery does.
-        Resolution::Unresolved(Some(def), _) => (def.call_info(consumer), true),
+        // The capability exists without resolving (a stale token, a disabled capability) on a
+        // live registration: asked about that instance, as discovery does, so that the answer
+        // shows nothing of an instance the policy hides.
+        Resolution::Unresolved(Some(def), Some(reg), _) => {
+            (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
+        }
+        // No live registration (none mounted, a tombstone): asked about the target the call
+        // names, if any (an unmounted instance the policy hides is not told apart from one that
+        // never existed), else about the capability as a whole.
+        Resolution::Unresolved(Some(def), None, _) => {
+            let target = arrival.request.target.as_ref();
+            let mut call = def.call_info(consumer);
+            if let Some(instance) = target.and_then(|t| t.instance_id.as_deref()) {
+                call = call.with_instance(instance);
+            }
+            if let Some(registration) = target.and_then(|t| t.registration_id.as_deref()) {
+                call = call.with_registration(registration);
+            }
+            (call, true)
+        }
         // A name that does not exist is asked about too, as a call of unknown effect, and the
         // decision is ignored.
-        Resolution::Unresolved(None, _) | Resolution::Ambiguous(_) => {
+        Resolution::Unresolved(None, _, _) | Resolution::Ambiguous(_) => {
             let name = arrival.request.capability.as_str();
             let type_id = name.split_once('.').map_or("", |(t, _)| t);
             (CallInfo::new(consumer, name, type_id, Effect::Write, false), false)

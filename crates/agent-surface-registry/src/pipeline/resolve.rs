@@ -31,8 +31,10 @@ pub(crate) enum Resolution {
     /// The capability and the registration the call runs against.
     Resolved(Resolved),
     /// The call did not resolve: the definition its name denotes, if any (phase 4 asks the
-    /// policy about it without looking the name up again), and why.
-    Unresolved(Option<Arc<CapabilityDef>>, Stop),
+    /// policy about it without looking the name up again), the live registration it found or
+    /// named before it stopped, if any (phase 4 asks about that instance, as discovery does: a
+    /// stop must not show an instance the policy hides), and why.
+    Unresolved(Option<Arc<CapabilityDef>>, Option<Arc<Registration>>, Stop),
     /// Several live instances and none named: `AMBIGUOUS_INSTANCE`, unless the authority policy
     /// hides all of them but one from this consumer.
     Ambiguous(Ambiguous),
@@ -71,7 +73,7 @@ impl Resolution {
         match self {
             Resolution::Resolved(resolved) => match check(&resolved.def) {
                 Ok(()) => Resolution::Resolved(resolved),
-                Err(stop) => Resolution::Unresolved(Some(resolved.def), stop),
+                Err(stop) => Resolution::Unresolved(Some(resolved.def), Some(resolved.registration), stop),
             },
             Resolution::Ambiguous(mut ambiguous) => {
                 if ambiguous.then.is_none() {
@@ -87,7 +89,7 @@ impl Resolution {
     pub(crate) fn into_result(self) -> Result<Resolved, Stop> {
         match self {
             Resolution::Resolved(resolved) => Ok(resolved),
-            Resolution::Unresolved(_, stop) => Err(stop),
+            Resolution::Unresolved(_, _, stop) => Err(stop),
             Resolution::Ambiguous(ambiguous) => Err(Ambiguous::stop(&ambiguous.candidates)),
         }
     }
@@ -154,11 +156,14 @@ pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
     // The clock is read only when a tombstone is looked up (the arrival's reading, if taken).
     let now = || arrival.now();
     let Some(def) = state.capabilities.get(request.capability.as_str()) else {
-        return Resolution::Unresolved(None, unknown_name(request.capability.as_str()));
+        return Resolution::Unresolved(None, None, unknown_name(request.capability.as_str()));
     };
     match registration(state, surface_id, def, request, now) {
         Ok((Picked::One(registration), None)) => Resolution::Resolved(Resolved { def: def.clone(), registration }),
-        Ok((Picked::One(_), Some(stop))) | Err(stop) => Resolution::Unresolved(Some(def.clone()), stop),
+        Ok((Picked::One(registration), Some(stop))) => {
+            Resolution::Unresolved(Some(def.clone()), Some(registration), stop)
+        }
+        Err(stop) => Resolution::Unresolved(Some(def.clone()), None, stop),
         Ok((Picked::Several(candidates), then)) => {
             Resolution::Ambiguous(Ambiguous { def: def.clone(), candidates, then })
         }
@@ -195,13 +200,16 @@ fn registration(
                 if let Some(rid) = rid
                     && rid != &*live.registration_id
                 {
-                    return Err(stop(
+                    // The live instance goes with the stop: phase 4 asks about it before the
+                    // answer names its registration.
+                    let replaced = stop(
                         AgentSurfaceError::stale_capability(
                             StaleReason::RegistrationReplaced,
                             Some(live.registration_id.to_string()),
                         ),
                         format!("presented registration {rid}"),
-                    ));
+                    );
+                    return Ok((Picked::One(live.clone()), Some(replaced)));
                 }
                 Picked::One(live.clone())
             }

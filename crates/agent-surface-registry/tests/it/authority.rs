@@ -11,7 +11,7 @@ use agent_surface_policy::{
     AuthorityDecision, AuthorityPolicy, CallInfo, Consumer, FnPolicy, Identity, ManualClock, Policies, PolicyError,
     RequireIdentity, RequireRole,
 };
-use agent_surface_registry::{Ctx, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
+use agent_surface_registry::{Ctx, Invocation, InvokeOptions, InvokeRequest, Registry, RegistryConfig, Target};
 use agent_surface_testing::{Misbehaving, Slow};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -417,6 +417,28 @@ async fn a_hidden_instance_is_not_listed() {
     let hidden = call("shop.browse", json!({})).with_target(Target::instance("eu"));
     let inv = r.invoke_detailed(hidden, consumer("c")).await;
     assert_produced(&inv, ErrorCode::CapabilityNotFound, Phase::Authority);
+
+    // Probes that stop after resolution found (or was named) the hidden instance are answered as
+    // a name that never existed: no stale registration naming its live id, no stale tool version,
+    // no disabled reason, no tombstone.
+    let never = r.invoke(call("admin.never", json!({})), consumer("c")).await;
+    let reference = serde_json::to_vec(&never.without_correlation_id()).unwrap();
+    let same_as_never = |inv: Invocation, probe: &str| {
+        assert_eq!(inv.result.code(), Some(ErrorCode::CapabilityNotFound), "{probe}: {:?}", inv.result);
+        assert_eq!(serde_json::to_vec(&inv.result.without_correlation_id()).unwrap(), reference, "{probe}");
+    };
+    let replaced = Target { instance_id: Some("eu".into()), registration_id: Some("r-old".into()) };
+    same_as_never(
+        r.invoke_detailed(call("admin.purge", json!({})).with_target(replaced), consumer("c")).await,
+        "registration",
+    );
+    let versioned = call("admin.purge", json!({})).with_tool_version("v-old");
+    same_as_never(r.invoke_detailed(versioned, consumer("c")).await, "tool version");
+    r.disable("admin.purge", "Purging is paused.");
+    same_as_never(r.invoke_detailed(call("admin.purge", json!({})), consumer("c")).await, "disabled");
+    drop(_admin_eu);
+    let gone = call("admin.purge", json!({})).with_target(Target::instance("eu"));
+    same_as_never(r.invoke_detailed(gone, consumer("c")).await, "unmounted");
 }
 
 /// `AMBIGUOUS_INSTANCE` lists only the instances the policy lets this consumer see, as discovery
