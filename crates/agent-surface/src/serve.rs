@@ -58,9 +58,13 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   calls are answered as MCP tasks kept in the service's task store, and over the HTTP
 ///   binding as `202 Accepted` tasks in the same store (`Prefer: respond-async`);
 /// - **the confirmation sweep** runs on its timer (expired confirmations are swept and recorded);
-/// - **a signal drains**: on SIGTERM or Ctrl-C the server stops accepting, lets the calls in
-///   flight finish within the drain deadline (`server::Limits::drain_timeout`), then cancels
-///   what is left (`Registry::dispose`); a second signal cancels at once;
+/// - **a signal drains** (over HTTP): on SIGTERM or Ctrl-C the server stops accepting, lets the
+///   calls in flight and the calls answered as tasks finish within the drain deadline
+///   (`server::Limits::drain_timeout`), then cancels what is left (`Registry::dispose`); a
+///   second signal cancels at once. Over stdio the client ends the session by closing standard
+///   input (as MCP asks of it before it signals the process): the calls in flight are answered
+///   first (`rmcp` waits up to 5 s for them), and the calls answered as tasks get the same deadline to end and have their ends
+///   recorded;
 /// - **the operator log** (`registry::operator_log`: `RUST_LOG`, text or JSON on standard
 ///   error, credentials masked) is installed, unless the application installed a `tracing`
 ///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)); the
@@ -171,6 +175,16 @@ where
         Box::pin(agent_surface_mcp::serve_stdio_with(registry, mcp, (self.0)()))
     }
 }
+
+/// Over stdio, how long the calls answered as tasks may run on once the session ended (the
+/// HTTP drain's `Limits::drain_timeout`, of the same default).
+#[cfg(feature = "stdio")]
+const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Over stdio, how long the tasks the disposal ended get to record their ends (the HTTP drain's
+/// `Limits::cancel_grace`).
+#[cfg(feature = "stdio")]
+const STDIO_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why [`Serve`] did not serve.
 #[derive(Debug)]
@@ -549,6 +563,7 @@ impl Serve {
         self.refuse_http_settings_over_stdio()?;
         self.mcp.identity = identity;
         let config = self.mcp_config().await?;
+        let config_tasks = config.tasks.clone();
         warn_of_unserved_approval_links(&self.service, "Serve::stdio serves no inbox");
         self.warn_of_nowhere_to_approve();
         let registry = self.service.registry.clone();
@@ -558,8 +573,19 @@ impl Serve {
             Some(fallback) => fallback.stdio(registry.clone(), config).await,
             None => agent_surface_mcp::serve_stdio(registry.clone(), config).await,
         };
+        // The calls answered as tasks run on after the session: they get the drain's deadline to
+        // end and record their ends (a durable task store keeps them for the principal's next
+        // session), then the rest are cancelled, and their ends recorded within the grace.
+        if let Some(tasks) = &config_tasks
+            && tokio::time::timeout(STDIO_DRAIN, tasks.idle()).await.is_err()
+        {
+            tracing::warn!(target: TARGET, "drain over: cancelling the tasks left");
+            registry.dispose();
+            if tokio::time::timeout(STDIO_CANCEL_GRACE, tasks.idle()).await.is_err() {
+                tracing::warn!(target: TARGET, "tasks whose ends were not recorded within the grace");
+            }
+        }
         periodic.stop().await;
-        // Calls answered as tasks may still run: they end with the process.
         registry.dispose();
         served.map_err(|e| ServeError::Mcp(e.to_string()))
     }
