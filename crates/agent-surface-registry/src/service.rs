@@ -135,9 +135,11 @@ impl ServiceBuilder {
     /// uses, behind any proxy). The approval inbox is then at `{url}/inbox/`, so unless
     /// [`approval_base_url`](Self::approval_base_url) says otherwise, agents are sent to
     /// `{url}/inbox/c/{id}` to have a confirmation approved; a server admits the URL's host and
-    /// marks its session cookie `Secure` when the URL is `https`. A path in the URL
-    /// (`https://example.com/tickets`) stays in those links, while the server answers at its root
-    /// (`/mcp`, `/api`, `/inbox`): a proxy in front must strip it (`Serve` says so at start).
+    /// marks its session cookie `Secure` when the URL is `https` (`Serve` refuses to serve the
+    /// inbox over plain `http` beyond the loopback, where no browser keeps that cookie). A path in
+    /// the URL (`https://example.com/tickets`) stays in those links, while the server answers at
+    /// its root (`/mcp`, `/api`): a proxy in front must strip it (`Serve` says so at start), and
+    /// `Serve` refuses to serve the inbox under one, whose pages link at the root.
     pub fn public_url(mut self, url: impl Into<String>) -> ServiceBuilder {
         self.public_url = Some(url.into().trim_end_matches('/').to_string());
         self

@@ -471,12 +471,36 @@ impl Serve {
                     .into(),
             ));
         }
+        // The inbox's pages link at this server's root (`/inbox/…`): under a public path, behind
+        // a proxy that strips it or not, its sign-in, forms and stylesheet lead nowhere.
+        if let Some(path) = self.service.public_url.as_deref().and_then(public_path).filter(|_| serving_inbox) {
+            return Err(ServeError::Refused(format!(
+                "ServiceBuilder::public_url has the path {path}, but the approval inbox's pages link at this \
+                 server's root (/inbox/…), which a browser under {path} does not reach: serve the service at the \
+                 root of its host, or leave the inbox (Serve::approvers) to a server that is"
+            )));
+        }
         if !serving_inbox {
             warn_of_unserved_approval_links(&self.service, "this server does not serve it");
         }
         self.warn_of_nowhere_to_approve();
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
+        // The address people reach the inbox at: the public URL, else the approval links'.
+        let approvals = self.service.confirmations.config().approval_base_url.clone();
+        let people_url = self.service.public_url.clone().or(approvals);
+        // A browser keeps a `Secure` cookie only over HTTPS: plain HTTP is for trying the inbox on
+        // a loopback address. Beyond it, every sign-in would be forgotten at once.
+        let plain = people_url
+            .as_deref()
+            .is_none_or(|url| url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http")));
+        if serving_inbox && plain && !local.ip().is_loopback() {
+            return Err(ServeError::Refused(format!(
+                "the approval inbox would be reached over plain http on {local}, beyond the loopback: browsers keep \
+                 its sign-in cookies (Secure) only over https, so nobody could stay signed in. Give an https \
+                 ServiceBuilder::public_url (TLS ended by a proxy in front), or bind a loopback address to try it"
+            )));
+        }
         let Serve {
             service,
             authenticator,
@@ -489,7 +513,11 @@ impl Serve {
             mcp_fallback,
             ..
         } = self;
-        let public_host = service.public_url.as_deref().and_then(web_address_host);
+        // The hosts people and agents reach the service by: the public URL's, and the approval
+        // links' (an approval base URL alone names the inbox's host).
+        let approvals = service.confirmations.config().approval_base_url.as_deref();
+        let public_host: Vec<String> =
+            [service.public_url.as_deref(), approvals].into_iter().flatten().filter_map(web_address_host).collect();
         mcp_http.path = MCP_PATH.to_string();
         mcp_http.allowed_hosts.extend(public_host.clone());
         api.allowed_hosts.extend(public_host);
@@ -512,12 +540,6 @@ impl Serve {
         let mut app = mcp_routes.nest(API_PREFIX, agent_surface_http::router(registry.clone(), api.clone()));
         #[cfg(feature = "inbox")]
         if let (Some(role), Some(authenticator)) = (approver_role, authenticator) {
-            // A browser keeps a `Secure` cookie only over HTTPS; plain HTTP is for trying the
-            // inbox on a loopback address.
-            let plain = service
-                .public_url
-                .as_deref()
-                .is_none_or(|url| url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http")));
             let inbox = InboxConfig {
                 audit: service.audit.clone(),
                 prefix: INBOX_PREFIX.to_string(),

@@ -66,6 +66,35 @@ async fn a_public_url_no_browser_opens_is_refused_before_listening() {
     assert!(why.contains("is not an absolute http or https URL") && !why.contains("s3cret"), "{why}");
 }
 
+/// An inbox nobody could use from where people reach it is refused at start: under a public path
+/// (its pages link at the root), or over plain http beyond the loopback (browsers drop its Secure
+/// sign-in cookies). An inbox reached by the approval base URL alone admits that URL's host.
+#[tokio::test]
+async fn an_inbox_people_cannot_use_from_where_they_reach_it_is_refused() {
+    let (service, _mount) = refunds(Some("https://tickets.example/desk"));
+    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    assert!(why.contains("the path /desk") && why.contains("/inbox"), "{why}");
+
+    let (service, _mount) = refunds(Some("http://tickets.example"));
+    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("0.0.0.0:0").await);
+    assert!(why.contains("plain http") && why.contains("https"), "{why}");
+
+    let (service, _mount) =
+        support::refunds_on(ServiceBuilder::new().approval_base_url("https://approvals.example/inbox/c/"));
+    let running = Serve::new(service)
+        .authenticator(people())
+        .approvers("approver")
+        .operator_log(false)
+        .bind("127.0.0.1:0")
+        .await
+        .expect("serves");
+    let headers = [("Host", "approvals.example")];
+    let page = agent_surface_testing::http::request(running.local_addr(), "GET", "/inbox/sign-in", &headers, b"").await;
+    assert_eq!(page.status, 200, "the approval links' host is admitted: {page:?}");
+    running.stop();
+    running.stopped().await.expect("drains");
+}
+
 #[tokio::test]
 async fn a_short_state_key_is_refused() {
     let (service, _mount) = refunds(None);
