@@ -599,9 +599,13 @@ async fn serve(mut options: Serve) -> Result<(), String> {
     // if the deadline passes; the MCP transport's streams end only when the drain is over (ending
     // them cancels the calls they carry).
     let registry = demo.registry.clone();
-    let drain_steps = agent_surface_server::Drain::cancelling(move || registry.dispose());
+    let mut drain_steps = agent_surface_server::Drain::cancelling(move || registry.dispose());
     // One task runtime for MCP and the HTTP binding: a task started over either is read over both.
     api.tasks = config.tasks.clone();
+    // The calls answered as tasks run on after their requests: the drain waits for them too.
+    if let Some(tasks) = api.tasks.clone() {
+        drain_steps = drain_steps.waiting_for(move || tasks.idle());
+    }
     let app = if options.conformance {
         conformance::router(demo.registry.clone(), config, &http, drain_steps.streams.clone())
     } else {

@@ -14,8 +14,9 @@
 //! | wait | until no request is in progress (an MCP session's idle `GET` stream does not count), or the deadline | until every call is answered, or the deadline (`rmcp` itself waits at most 5 s) |
 //! | cancel the rest | `Registry::dispose`; the answers it produces are sent for up to `Limits::cancel_grace` (1 s), then the streams end and the connections left are dropped | `Registry::dispose`; the answers are written for up to [`CANCEL_GRACE`] |
 //!
-//! Calls answered as MCP tasks run on after their request was answered: they are not waited for,
-//! and the disposal cancels them.
+//! Calls answered as MCP tasks run on after their request was answered: over HTTP the drain
+//! waits for them as for the requests (`Drain::waiting_for`); over stdio they are not waited
+//! for, and the disposal cancels them.
 
 use std::future::Future;
 use std::pin::Pin;
