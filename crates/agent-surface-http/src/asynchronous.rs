@@ -168,9 +168,6 @@ impl Latest {
     }
 }
 
-/// Runs the call for a client that accepts an event stream; `plain` renders a call answered
-/// without a stream (or the end of a call task that failed). `guard` cancels the call when dropped: it moves into the stream,
-/// so a client that closes the stream cancels the call.
 /// The answer of a call whose invoke task ended abnormally (a panic outside the pipeline's
 /// guard), its cause on the operator channel: `EXECUTION_FAILED {reason: outcome-unknown}` — the
 /// handler may have run. With `invocation_id` the record's answer (a repeat under the id only
@@ -185,6 +182,9 @@ pub(crate) fn lost(invocation_id: Option<String>, cause: &tokio::task::JoinError
     InvokeResult::error(error.into_payload(), invocation_id)
 }
 
+/// Runs the call for a client that accepts an event stream; `plain` renders a call answered
+/// without a stream (or the end of a call task that failed). `guard` cancels the call when dropped: it moves into the stream,
+/// so a client that closes the stream cancels the call.
 pub(crate) async fn stream(
     registry: Registry,
     request: InvokeRequest,
@@ -296,7 +296,7 @@ pub(crate) async fn start_task(
     match tasks.start(registry, request, options, cancel).await {
         Started::Ended(invocation) => plain(Ok(invocation)),
         Started::Task(record) => {
-            let mut response = view_response(StatusCode::ACCEPTED, tasks, &record, None);
+            let mut response = view_response(StatusCode::ACCEPTED, tasks, &record, record.created_at, None);
             let headers = response.headers_mut();
             if let Ok(location) = HeaderValue::from_str(&format!("{base}/tasks/{}", record.id)) {
                 headers.insert(header::LOCATION, location);
@@ -311,14 +311,14 @@ pub(crate) async fn start_task(
 /// `failed`/`input_required` for a record another implementation wrote), `createdAt`,
 /// `updatedAt`, `ttlMs`, `pollIntervalMs`, `cancelRequested`, and `result` (the envelope) once
 /// completed.
-fn view(tasks: &Tasks, record: &TaskRecord, result: Option<Value>) -> Value {
+fn view(tasks: &Tasks, record: &TaskRecord, now: agent_surface_core::Timestamp, result: Option<Value>) -> Value {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
     let mut v = json!({
         "taskId": record.id,
         "status": record.status.as_str(),
         "createdAt": record.created_at.to_rfc3339(),
         "updatedAt": record.updated_at.to_rfc3339(),
-        "ttlMs": millis(ttl(record)),
+        "ttlMs": millis(ttl(record, now)),
         "pollIntervalMs": millis(tasks.config().poll_interval),
         "cancelRequested": record.cancel_requested,
     });
@@ -331,8 +331,14 @@ fn view(tasks: &Tasks, record: &TaskRecord, result: Option<Value>) -> Value {
     v
 }
 
-fn view_response(status: StatusCode, tasks: &Tasks, record: &TaskRecord, result: Option<Value>) -> Response {
-    let body = view(tasks, record, result).to_string();
+fn view_response(
+    status: StatusCode,
+    tasks: &Tasks,
+    record: &TaskRecord,
+    now: agent_surface_core::Timestamp,
+    result: Option<Value>,
+) -> Response {
+    let body = view(tasks, record, now, result).to_string();
     (status, [(header::CONTENT_TYPE, JSON), (header::CACHE_CONTROL, "no-store")], body).into_response()
 }
 
@@ -373,7 +379,7 @@ pub(crate) async fn get_task(
         },
         _ => None,
     };
-    TaskAnswer::View(view_response(StatusCode::OK, tasks, &record, result))
+    TaskAnswer::View(view_response(StatusCode::OK, tasks, &record, now, result))
 }
 
 /// `DELETE {prefix}/tasks/{id}`.
@@ -394,7 +400,7 @@ pub(crate) async fn cancel_task(
                 record.cancel_requested = true;
                 StatusCode::ACCEPTED
             };
-            TaskAnswer::View(view_response(status, tasks, &record, None))
+            TaskAnswer::View(view_response(status, tasks, &record, now, None))
         }
         Ok(None) => TaskAnswer::NotFound,
         Err(e) => {

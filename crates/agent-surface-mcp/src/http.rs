@@ -605,8 +605,8 @@ fn rejected(rejection: &agent_surface_policy::AuthRejection) -> axum::response::
 /// running when the drain timeout passes are cancelled by **disposing `registry`** — each ends
 /// `CANCELLED`, or `EXECUTION_FAILED {reason: outcome-unknown}` for a write whose handler had
 /// started — and their answers get the grace to go out; then the streams end and `serve_http`
-/// returns. Calls answered as MCP tasks are not waited for (dispose the registry after
-/// `serve_http` returns to end them).
+/// returns. Calls answered as MCP tasks (with [`McpConfig::tasks`]) count as calls in flight until
+/// they end and their ends are recorded (`Drain::waiting_for`, `Tasks::idle`).
 ///
 /// Disposing is right when the registry ends with this server, or with servers that all shut
 /// down on the same token. A registry that goes on serving elsewhere must not be disposed: serve

@@ -78,7 +78,7 @@ pub(crate) async fn start(
 ) -> Started {
     match tasks.start(registry, invoke, options, request).await {
         agent_surface_registry::tasks::Started::Task(record) => {
-            Started::Task(CreateTaskResult::new(view(tasks, &record)))
+            Started::Task(CreateTaskResult::new(view(tasks, &record, record.created_at)))
         }
         agent_surface_registry::tasks::Started::Ended(invocation) => Started::Ended(invocation),
     }
@@ -141,7 +141,7 @@ pub(crate) async fn get(
         // store reads as still working.
         _ => TaskPayload::Working,
     };
-    Ok(GetTaskResult::new(DetailedTask::new(view(tasks, &record), payload)))
+    Ok(GetTaskResult::new(DetailedTask::new(view(tasks, &record, now), payload)))
 }
 
 /// `tasks/cancel`: acknowledged for any task the caller may see, final or not.
@@ -158,7 +158,7 @@ pub(crate) async fn update(tasks: &Tasks, id: &str, consumer: &Consumer, now: Ti
     find(tasks, id, consumer, now).await.map(drop)
 }
 
-fn view(tasks: &Tasks, record: &TaskRecord) -> Task {
+fn view(tasks: &Tasks, record: &TaskRecord, now: Timestamp) -> Task {
     let config = tasks.config();
     let status = match record.status {
         TaskStatus::Working => rmcp::model::TaskStatus::Working,
@@ -167,7 +167,7 @@ fn view(tasks: &Tasks, record: &TaskRecord) -> Task {
         TaskStatus::Failed => rmcp::model::TaskStatus::Failed,
         _ => rmcp::model::TaskStatus::Cancelled,
     };
-    let ttl = agent_surface_registry::tasks::ttl(record);
+    let ttl = agent_surface_registry::tasks::ttl(record, now);
     let mut task = Task::new(record.id.clone(), status, record.created_at.to_rfc3339(), record.updated_at.to_rfc3339())
         .with_ttl_ms(millis(ttl).max(1))
         .with_poll_interval_ms(millis(config.poll_interval).max(1));

@@ -20,8 +20,8 @@
 //! algorithm), whose `iss` is one of [`ResourceServerConfig::authorization_servers`], whose `aud`
 //! names [`ResourceServerConfig::resource`] (RFC 8707), whose `exp` has not passed and `nbf` has
 //! (with [`ResourceServerConfig::leeway`]), and that has a string `sub`. The identity's subject
-//! is `sub`, its roles the values of [`ResourceServerConfig::role_claims`] (default the
-//! space-separated `scope`, an `scp` array and a `roles` array), its claims every claim of the token — so
+//! is `sub`, its roles the values of [`ResourceServerConfig::role_claims`] (default the `roles`
+//! array: scopes, which a client asks for, are roles only where named), its claims every claim of the token — so
 //! `agent_surface_mcp::principal_key` keys it on (`iss`, `sub`).
 //!
 //! [`ResourceServer::metadata_router`] serves the protected resource metadata (RFC 9728) at

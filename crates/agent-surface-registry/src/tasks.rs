@@ -468,30 +468,38 @@ impl Tasks {
     }
 }
 
-/// A task's time to live as its view reports it (`ttlMs`): how long from its **creation** the
-/// store keeps it, as MCP defines the field — a final record until it expires (its time to live
-/// from its end), a running one at least until it may no longer be running
-/// ([`TaskRecord::running_until`]). A client that honours the field never gives up on a task the
-/// store still holds: a slow call's task is not reported discardable while it runs, nor a
-/// finished one from its creation plus `TaskConfig::ttl`.
+/// A task's time to live as its view reports it at `now` (`ttlMs`): how long from its
+/// **creation** the store keeps it at least, as MCP defines the field. A final record is kept
+/// until it expires (its time to live from its end). A running one is kept at least until its
+/// time to live after `now`, were it to end now (and at most until it may no longer be running,
+/// [`TaskRecord::running_until`]): the figure grows while it runs, and never promises more than
+/// the store keeps — a client that honours it neither gives up on a result the store still holds
+/// nor comes back after it is gone.
 ///
 /// ```
 /// use std::time::Duration;
 /// use agent_surface_core::Timestamp;
 /// use agent_surface_policy::task::{TaskRecord, TaskStatus};
 /// use agent_surface_registry::tasks::ttl;
-/// let created = Timestamp::from_unix_millis(1_000_000);
-/// let mut record = TaskRecord::working("t-1", None, created, Duration::from_secs(300), Duration::from_secs(3600));
-/// assert_eq!(ttl(&record), Duration::from_secs(3600)); // running: kept at least an hour
+/// let at = |ms: u64| Timestamp::from_unix_millis(1_000_000 + ms);
+/// let mut record = TaskRecord::working("t-1", None, at(0), Duration::from_secs(300), Duration::from_secs(3600));
+/// assert_eq!(ttl(&record, at(0)), Duration::from_secs(300)); // just created: five minutes
+/// assert_eq!(ttl(&record, at(1_200_000)), Duration::from_secs(1500)); // 20 minutes in: 25
 /// // Ended 20 minutes in, kept five minutes from then: 25 minutes from its creation.
 /// record.status = TaskStatus::Completed;
-/// record.updated_at = Timestamp::from_unix_millis(1_000_000 + 1_200_000);
-/// record.expires_at = Timestamp::from_unix_millis(1_000_000 + 1_500_000);
-/// assert_eq!(ttl(&record), Duration::from_secs(1500));
+/// record.updated_at = at(1_200_000);
+/// record.expires_at = at(1_500_000);
+/// assert_eq!(ttl(&record, at(1_300_000)), Duration::from_secs(1500));
 /// ```
-pub fn ttl(record: &TaskRecord) -> Duration {
-    let until = if record.status.is_terminal() { record.expires_at } else { record.running_until };
-    until.saturating_duration_since(record.created_at)
+pub fn ttl(record: &TaskRecord, now: Timestamp) -> Duration {
+    let created = record.created_at;
+    if record.status.is_terminal() {
+        return record.expires_at.saturating_duration_since(created);
+    }
+    // A running record's `expires_at` is its creation plus the time to live kept after its end.
+    let after_end = record.expires_at.saturating_duration_since(created);
+    let at_least = now.saturating_duration_since(created).saturating_add(after_end);
+    at_least.min(record.running_until.saturating_duration_since(created).max(after_end))
 }
 
 /// Waits for the end of a call answered directly; the request's cancellation still counts.

@@ -29,7 +29,10 @@ pub type Detached = Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Ou
 
 /// What a drain does besides waiting ([`crate::serve_with`]): how it cancels the requests that
 /// outlive [`Limits::drain_timeout`], and the token that ends the long-lived streams.
+/// Build it with [`Drain::cancelling`] or `Default`, then [`Drain::waiting_for`]: its fields may
+/// grow.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct Drain {
     /// Run once when [`Limits::drain_timeout`] passes with requests still in flight; it should
     /// make them answer soon. For a router over an agent-surface registry, `Registry::dispose`:

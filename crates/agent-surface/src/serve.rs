@@ -63,8 +63,8 @@ const INBOX_PREFIX: &str = "/inbox";
 ///   (`server::Limits::drain_timeout`), then cancels what is left (`Registry::dispose`); a
 ///   second signal cancels at once. Over stdio the client ends the session by closing standard
 ///   input (as MCP asks of it before it signals the process): the calls in flight are answered
-///   first (`rmcp` waits up to 5 s for them), and the calls answered as tasks get the same deadline to end and have their ends
-///   recorded;
+///   first (`rmcp` waits up to 5 s for them), and the calls answered as tasks get 10 s (the HTTP
+///   drain's default) to end and have their ends recorded, then 1 s after the disposal;
 /// - **the operator log** (`registry::operator_log`: `RUST_LOG`, text or JSON on standard
 ///   error, credentials masked) is installed, unless the application installed a `tracing`
 ///   subscriber of its own first or turned it off ([`operator_log`](Self::operator_log)); the
@@ -494,7 +494,10 @@ impl Serve {
         let plain = people_url
             .as_deref()
             .is_none_or(|url| url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http")));
-        if serving_inbox && plain && !local.ip().is_loopback() {
+        // People who reach it at a loopback name (`http://localhost:8080` mapped into a container
+        // bound on 0.0.0.0) are served: browsers keep Secure cookies from a loopback origin.
+        let people_at_loopback = people_url.as_deref().is_some_and(names_loopback);
+        if serving_inbox && plain && !local.ip().is_loopback() && !people_at_loopback {
             return Err(ServeError::Refused(format!(
                 "the approval inbox would be reached over plain http on {local}, beyond the loopback: browsers keep \
                  its sign-in cookies (Secure) only over https, so nobody could stay signed in. Give an https \
@@ -710,7 +713,8 @@ impl Serve {
             (!api.prefix.is_empty(), "HttpConfig::prefix is Serve's: the HTTP binding is served under /api"),
             (
                 api.limits != agent_surface_server::Limits::default(),
-                "HttpConfig::limits is not Serve's: one listener serves both, under McpHttpConfig::limits                  (Serve::mcp_http)",
+                "HttpConfig::limits is not Serve's: one listener serves both, under McpHttpConfig::limits \
+                 (Serve::mcp_http)",
             ),
         ];
         #[cfg(feature = "http")]
@@ -745,14 +749,16 @@ impl Serve {
         #[cfg(feature = "http")]
         if self.authenticator.is_some() {
             return Err(ServeError::Refused(
-                "Serve::authenticator signs in HTTP callers by their tokens; over stdio nobody sends one, so every                  call would be anonymous: give the person who started the process to Serve::stdio instead"
+                "Serve::authenticator signs in HTTP callers by their tokens; over stdio nobody sends one, so every \
+                 call would be anonymous: give the person who started the process to Serve::stdio instead"
                     .into(),
             ));
         }
         #[cfg(feature = "inbox")]
         if self.approver_role.is_some() {
             return Err(ServeError::Refused(
-                "Serve::approvers serves the approval inbox over HTTP; Serve::stdio serves none: serve the inbox                  from an HTTP server of the same service (Serve::http), or leave approvers out"
+                "Serve::approvers serves the approval inbox over HTTP; Serve::stdio serves none: serve the inbox \
+                 from an HTTP server of the same service (Serve::http), or leave approvers out"
                     .into(),
             ));
         }
@@ -1097,6 +1103,18 @@ fn report_public_path(service: &Service) {
              root (/mcp, /api, /inbox); a proxy in front must strip {path}, or links lead nowhere"
         );
     }
+}
+
+/// Whether `url`'s host is the loopback: `localhost`, or a loopback address.
+#[cfg(feature = "http")]
+fn names_loopback(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else { return false };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The path of a public URL, without trailing `/`s, when it has one (`/expenses` in

@@ -78,6 +78,12 @@ async fn an_inbox_people_cannot_use_from_where_they_reach_it_is_refused() {
     let (service, _mount) = refunds(Some("http://tickets.example"));
     let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("0.0.0.0:0").await);
     assert!(why.contains("plain http") && why.contains("https"), "{why}");
+    // People at a loopback name (a container's port mapped to the host's localhost) are served.
+    let (service, _mount) = refunds(Some("http://localhost:8787"));
+    let serve = Serve::new(service).authenticator(people()).approvers("approver").operator_log(false);
+    let running = serve.bind("0.0.0.0:0").await.expect("serves people at localhost");
+    running.stop();
+    running.stopped().await.expect("drains");
 
     let (service, _mount) =
         support::refunds_on(ServiceBuilder::new().approval_base_url("https://approvals.example/inbox/c/"));

@@ -81,12 +81,13 @@ fn asked<'c>(arrival: &'c Arrival<'_>, resolution: &'c Resolution) -> (CallInfo<
         // The capability exists without resolving (a stale token, a disabled capability) on a
         // live registration: asked about that instance, as discovery does, so that the answer
         // shows nothing of an instance the policy hides.
-        Resolution::Unresolved(Some(def), Some(reg), _) => {
-            (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
+        // A tombstone's instance too: an unmounted or replaced instance the policy hides is not
+        // told apart from one that never existed.
+        Resolution::Unresolved(Some(def), Some(seen), _) => {
+            (def.call_info(consumer).with_instance(&seen.instance_id).with_registration(&seen.registration_id), true)
         }
-        // No live registration (none mounted, a tombstone): asked about the target the call
-        // names, if any (an unmounted instance the policy hides is not told apart from one that
-        // never existed), else about the capability as a whole.
+        // No instance met: asked about the target the call names, if any, else about the
+        // capability as a whole.
         Resolution::Unresolved(Some(def), None, _) => {
             let target = arrival.request.target.as_ref();
             let mut call = def.call_info(consumer);

@@ -235,13 +235,19 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     // answers), and its stop carries no questions to a follower: each caller asks its own. So a
     // follower handed that stop admits once more, and leads (or joins the next leader), rather
     // than tell its client `client-input-required`, which a client that can answer would read as
-    // final. A few rounds at most: then the stop is its answer, as before.
+    // final. So does a call that carries an approval given in person (`InvokeOptions::approval`,
+    // recorded under the request as its client sent it) handed a leader's `CONFIRMATION_REQUIRED`
+    // (released too): that leader lacked the approval this call presents. A few rounds at most:
+    // then the stop is its answer, as before.
+    let unapproved = |result: &InvokeResult| {
+        options.approval.is_some() && result.code() == Some(agent_surface_core::ErrorCode::ConfirmationRequired)
+    };
     let mut rounds = 0;
     loop {
         return Ok(match admit_record(inner, options, key.clone(), fp, now, None, mark).await? {
             Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
             Record::Replay(result) => answered(result, false),
-            Record::Joined(result) if rounds < 3 && stopped_for_questions(&result) => {
+            Record::Joined(result) if rounds < 3 && (stopped_for_questions(&result) || unapproved(&result)) => {
                 rounds += 1;
                 continue;
             }

@@ -31,13 +31,32 @@ pub(crate) enum Resolution {
     /// The capability and the registration the call runs against.
     Resolved(Resolved),
     /// The call did not resolve: the definition its name denotes, if any (phase 4 asks the
-    /// policy about it without looking the name up again), the live registration it found or
-    /// named before it stopped, if any (phase 4 asks about that instance, as discovery does: a
-    /// stop must not show an instance the policy hides), and why.
-    Unresolved(Option<Arc<CapabilityDef>>, Option<Arc<Registration>>, Stop),
+    /// policy about it without looking the name up again), the instance resolution found before
+    /// it stopped, if any — live, or a tombstone's (phase 4 asks about that instance, as
+    /// discovery does: a stop must not show an instance the policy hides) —, and why.
+    Unresolved(Option<Arc<CapabilityDef>>, Option<Seen>, Stop),
     /// Several live instances and none named: `AMBIGUOUS_INSTANCE`, unless the authority policy
     /// hides all of them but one from this consumer.
     Ambiguous(Ambiguous),
+}
+
+/// The instance a call that did not resolve met: its live registration, or the tombstone of one.
+pub(crate) struct Seen {
+    pub(crate) instance_id: Arc<str>,
+    pub(crate) registration_id: Arc<str>,
+}
+
+impl Seen {
+    fn live(registration: &Registration) -> Option<Seen> {
+        Some(Seen {
+            instance_id: registration.instance_id.clone(),
+            registration_id: registration.registration_id.clone(),
+        })
+    }
+
+    fn tomb(t: &Tombstone) -> Option<Seen> {
+        Some(Seen { instance_id: t.instance_id.clone(), registration_id: t.registration_id.clone() })
+    }
 }
 
 /// Several live instances can handle a call that names none.
@@ -73,7 +92,7 @@ impl Resolution {
         match self {
             Resolution::Resolved(resolved) => match check(&resolved.def) {
                 Ok(()) => Resolution::Resolved(resolved),
-                Err(stop) => Resolution::Unresolved(Some(resolved.def), Some(resolved.registration), stop),
+                Err(stop) => Resolution::Unresolved(Some(resolved.def), Seen::live(&resolved.registration), stop),
             },
             Resolution::Ambiguous(mut ambiguous) => {
                 if ambiguous.then.is_none() {
@@ -161,9 +180,9 @@ pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
     match registration(state, surface_id, def, request, now) {
         Ok((Picked::One(registration), None)) => Resolution::Resolved(Resolved { def: def.clone(), registration }),
         Ok((Picked::One(registration), Some(stop))) => {
-            Resolution::Unresolved(Some(def.clone()), Some(registration), stop)
+            Resolution::Unresolved(Some(def.clone()), Seen::live(&registration), stop)
         }
-        Err(stop) => Resolution::Unresolved(Some(def.clone()), None, stop),
+        Err((stop, seen)) => Resolution::Unresolved(Some(def.clone()), seen, stop),
         Ok((Picked::Several(candidates), then)) => {
             Resolution::Ambiguous(Ambiguous { def: def.clone(), candidates, then })
         }
@@ -172,22 +191,25 @@ pub(crate) fn resolve(arrival: &Arrival<'_>, state: &State) -> Resolution {
 
 /// The live registration of `def` the call runs against (or the several it could), and the
 /// staleness stop it meets, if any (a tool version that is not the live one, an outdated surface
-/// version on a destructive or external call).
+/// version on a destructive or external call); or the stop and the tombstone's instance it met.
 fn registration(
     state: &State,
     surface_id: &str,
     def: &CapabilityDef,
     request: &InvokeRequest,
     now: impl Fn() -> Timestamp,
-) -> Result<(Picked, Option<Stop>), Stop> {
-    let Some(ty) = state.types.get(&def.type_id) else { return Err(not_found("type missing")) };
+) -> Result<(Picked, Option<Stop>), (Stop, Option<Seen>)> {
+    let Some(ty) = state.types.get(&def.type_id) else { return Err((not_found("type missing"), None)) };
 
     if let Some(presented) = &request.surface_id
         && presented.as_str() != surface_id
     {
-        return Err(stop(
-            AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None),
-            format!("presented surface {presented}, current {surface_id}"),
+        return Err((
+            stop(
+                AgentSurfaceError::stale_capability(StaleReason::SurfaceReloaded, None),
+                format!("presented surface {presented}, current {surface_id}"),
+            ),
+            None,
         ));
     }
 
@@ -218,18 +240,18 @@ fn registration(
                     .and_then(|rid| state.tombstones.by_registration(rid, now()))
                     .or_else(|| state.tombstones.by_instance(&def.type_id, iid, now()));
                 return Err(match tomb {
-                    Some(t) => tombstone_stop(state, t),
-                    None => not_found("no live instance with this id"),
+                    Some(t) => (tombstone_stop(state, t), Seen::tomb(t)),
+                    None => (not_found("no live instance with this id"), None),
                 });
             }
         },
         (None, Some(rid)) => match state.registrations.get(rid) {
             Some(live) if live.type_id == def.type_id => Picked::One(live.clone()),
-            Some(_) => return Err(not_found("registration of another type")),
+            Some(_) => return Err((not_found("registration of another type"), None)),
             None => {
                 return Err(match state.tombstones.by_registration(rid, now()) {
-                    Some(t) if t.type_id == def.type_id => tombstone_stop(state, t),
-                    _ => not_found("no such registration"),
+                    Some(t) if t.type_id == def.type_id => (tombstone_stop(state, t), Seen::tomb(t)),
+                    _ => (not_found("no such registration"), None),
                 });
             }
         },
@@ -239,8 +261,8 @@ fn registration(
                 (Some(only), None) => Picked::One(only.clone()),
                 (None, _) => {
                     return Err(match state.tombstones.by_type(&def.type_id, now()) {
-                        Some(t) => tombstone_stop(state, t),
-                        None => not_found("no live instance"),
+                        Some(t) => (tombstone_stop(state, t), Seen::tomb(t)),
+                        None => (not_found("no live instance"), None),
                     });
                 }
                 (Some(_), Some(_)) => Picked::Several(ty.instances.values().cloned().collect()),

@@ -436,9 +436,16 @@ async fn a_hidden_instance_is_not_listed() {
     same_as_never(r.invoke_detailed(versioned, consumer("c")).await, "tool version");
     r.disable("admin.purge", "Purging is paused.");
     same_as_never(r.invoke_detailed(call("admin.purge", json!({})), consumer("c")).await, "disabled");
+    let old = _admin_eu.registration_id().expect("mounted").to_string();
     drop(_admin_eu);
     let gone = call("admin.purge", json!({})).with_target(Target::instance("eu"));
     same_as_never(r.invoke_detailed(gone, consumer("c")).await, "unmounted");
+    // The tombstone named by its registration alone, then once the instance is mounted again
+    // (whose answer would name the new registration).
+    let by_registration = || call("admin.purge", json!({})).with_target(Target::registration(old.clone()));
+    same_as_never(r.invoke_detailed(by_registration(), consumer("c")).await, "tombstone by registration");
+    let _again = r.mount("admin", "eu").unwrap();
+    same_as_never(r.invoke_detailed(by_registration(), consumer("c")).await, "replaced, by registration");
 }
 
 /// `AMBIGUOUS_INSTANCE` lists only the instances the policy lets this consumer see, as discovery

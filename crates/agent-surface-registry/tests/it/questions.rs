@@ -159,24 +159,9 @@ fn abilities_say_which_questions_a_client_can_answer() {
 /// `client-input-required` (retry `no`) as final. The follower admits once more and runs.
 #[tokio::test]
 async fn a_follower_of_a_leader_that_stopped_for_questions_asks_its_own() {
-    use agent_surface_policy::{AuthorityDecision, AuthorityPolicy, CallInfo, Policies, PolicyError};
-    use futures_util::future::BoxFuture;
+    use agent_surface_policy::Policies;
 
-    /// Allows each call once a permit is given: the leader waits here, in flight, while the
-    /// follower joins it.
-    struct Held(tokio::sync::Semaphore);
-    impl AuthorityPolicy for Held {
-        fn name(&self) -> &str {
-            "held"
-        }
-        fn decide<'a>(&'a self, _call: CallInfo<'a>) -> BoxFuture<'a, Result<AuthorityDecision, PolicyError>> {
-            Box::pin(async move {
-                self.0.acquire().await.map_err(|e| PolicyError::new(e.to_string()))?.forget();
-                Ok(AuthorityDecision::Allow)
-            })
-        }
-    }
-    let held = Arc::new(Held(tokio::sync::Semaphore::new(0)));
+    let held = Arc::new(crate::support::Held::default());
     let r = Registry::new(RegistryConfig {
         authority: Some(Arc::new(Policies::default_allow().global(held.clone()))),
         ..Default::default()
@@ -209,10 +194,68 @@ async fn a_follower_of_a_leader_that_stopped_for_questions_asks_its_own() {
         async move { r.invoke_detailed(request, consumer("q").with_answers(answers)).await }
     });
     crate::support::settle().await;
-    held.0.add_permits(2);
+    held.release(2);
 
     let leader = leader.await.unwrap();
     assert!(leader.questions.is_some(), "the leader's own client is asked: {leader:?}");
     let follower = follower.await.unwrap();
     assert_eq!(follower.result.output(), Some(&json!({"greeted": true})), "{follower:?}");
+}
+
+/// A call presenting an approval given in person (`InvokeOptions::approval`, recorded under the
+/// request as its client sent it) that joins the identical plain call in flight — the client's
+/// own retry — is not handed that call's `CONFIRMATION_REQUIRED`, which lacked the approval: it
+/// is admitted once more and runs, once.
+#[tokio::test]
+async fn an_approved_call_joined_to_an_unapproved_one_runs_with_its_approval() {
+    use agent_surface_policy::{ConfirmationConfig, ConfirmationEngine, Policies};
+
+    let held = Arc::new(crate::support::Held::default());
+    // An engine that does not present a relayed approval on repeat: the plain retry lacks it.
+    let engine =
+        Arc::new(ConfirmationEngine::new(ConfirmationConfig { present_on_repeat: false, ..Default::default() }));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Registry::new(RegistryConfig {
+        authority: Some(Arc::new(Policies::default_allow().global(held.clone()))),
+        confirmation: Some(engine.clone()),
+        ..Default::default()
+    });
+    r.provide(runs.clone());
+    r.define("vault", |t| {
+        t.capability("wipe", "Wipe the vault.")
+            .effect(Effect::Destructive)
+            .confirm(|_: &Value| "Wipe the vault.")
+            .raw_handler(json!({"type": "object"}), None, |ctx: Ctx, _input: Value| async move {
+                ctx.state::<Arc<AtomicUsize>>().fetch_add(1, Ordering::SeqCst);
+                Ok::<_, AgentSurfaceError>(json!({"wiped": true}))
+            });
+    })
+    .unwrap();
+    let _mount = r.mount("vault", "main").unwrap();
+    let request = || call("vault.wipe", json!({})).with_invocation_id("w-1");
+
+    // The first round asks; the person approves it in person.
+    held.release(1);
+    let asked = r.invoke_detailed(request(), consumer("q")).await;
+    let id = asked.result.error_payload().unwrap().detail("confirmationId").unwrap().as_str().unwrap().to_string();
+    engine.approve_in_person_for(&id, "mcp-elicitation", &consumer("q").consumer).await.unwrap();
+
+    // The client's plain retry leads; the approved call joins it.
+    let leader = tokio::spawn({
+        let (r, request) = (r.clone(), request());
+        async move { r.invoke_detailed(request, consumer("q")).await }
+    });
+    crate::support::settle().await;
+    let approved = tokio::spawn({
+        let (r, request) = (r.clone(), request());
+        async move { r.invoke_detailed(request, consumer("q").with_approval(id)).await }
+    });
+    crate::support::settle().await;
+    held.release(2);
+
+    let leader = leader.await.unwrap();
+    assert_eq!(leader.result.code(), Some(ErrorCode::ConfirmationRequired), "{leader:?}");
+    let approved = approved.await.unwrap();
+    assert_eq!(approved.result.output(), Some(&json!({"wiped": true})), "{approved:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

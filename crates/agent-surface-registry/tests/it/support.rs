@@ -126,3 +126,38 @@ pub(crate) async fn settle() {
 /// The testing kit's capture of the operator channel (a dev-dependency: the kit depends on this
 /// crate's library, which integration tests share).
 pub(crate) use agent_surface_testing::capture_operator_log;
+
+/// An authority policy that allows each call once a permit is given ([`Held::release`]): a call
+/// waits there, in flight under its invocation id, while another identical call joins it.
+pub(crate) struct Held(tokio::sync::Semaphore);
+
+impl Default for Held {
+    fn default() -> Held {
+        Held(tokio::sync::Semaphore::new(0))
+    }
+}
+
+impl Held {
+    /// Lets `calls` more calls through.
+    pub(crate) fn release(&self, calls: usize) {
+        self.0.add_permits(calls);
+    }
+}
+
+impl agent_surface_policy::AuthorityPolicy for Held {
+    fn name(&self) -> &str {
+        "held"
+    }
+    fn decide<'a>(
+        &'a self,
+        _call: agent_surface_policy::CallInfo<'a>,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<agent_surface_policy::AuthorityDecision, agent_surface_policy::PolicyError>,
+    > {
+        Box::pin(async move {
+            self.0.acquire().await.map_err(|e| agent_surface_policy::PolicyError::new(e.to_string()))?.forget();
+            Ok(agent_surface_policy::AuthorityDecision::Allow)
+        })
+    }
+}
