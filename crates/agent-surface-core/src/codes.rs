@@ -773,10 +773,12 @@ macro_rules! code_table {
                 decisions: [
                     waiting(when("reason", DetailValue::Str("store-unavailable"), row(R::AfterDelay, Wait, Same, DELAY_TOO_LONG,
                         "The call was not admitted: the same id after the delay, which returns an earlier attempt's result if there was one."))),
-                    waiting(when("transient", DetailValue::Bool(true), row(R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
-                        "Nothing took effect; the dependency may recover after the delay."))),
+                    // Before the transient row: an unknown outcome also marked transient (which no
+                    // conforming server sends) may have taken effect, and is verified, never retried.
                     when("reason", DetailValue::Str("outcome-unknown"), row(R::No, Verify, Fresh, UNVERIFIED,
                         "A call with an effect was interrupted after its handler started: verify, never repeat blindly.")),
+                    waiting(when("transient", DetailValue::Bool(true), row(R::AfterDelay, Wait, Fresh, DELAY_TOO_LONG,
+                        "Nothing took effect; the dependency may recover after the delay."))),
                     when(NOT_PROCESSED_FIELD, DetailValue::Bool(true), row(R::No, RetryOnce, Fresh, NOT_CONVERGING,
                         "The runtime stated the handler never started: one repeat cannot double an effect; the same failure again goes to the model.")),
                     row(R::No, Stop, IdRule::None, RETURNED,

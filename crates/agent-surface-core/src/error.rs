@@ -247,9 +247,28 @@ impl AgentSurfaceError {
         Self::precondition_failed_with(explanation, PreconditionDetails::default())
     }
 
-    /// `PRECONDITION_FAILED` with author details. A `reason` of `binding-failed` is reserved for the
-    /// runtime and switches retry to `after-refresh` (see [`AgentSurfaceError::binding_failed`]).
-    pub fn precondition_failed_with(explanation: impl Into<SafeText>, details: PreconditionDetails) -> Self {
+    /// `PRECONDITION_FAILED` with author details (retry `with-changes`). The reasons reserved for
+    /// the runtime, `binding-failed` and `client-input-required` ([`AgentSurfaceError::binding_failed`],
+    /// [`AgentSurfaceError::client_input_required`]), are dropped, in `reason` or among the other
+    /// values: each would change the retry (`after-refresh`, `no`) to one this answer's message
+    /// does not say, and `after-refresh` would have a client repeat on its own a call whose
+    /// handler ran.
+    ///
+    /// ```
+    /// use agent_surface_core::details::PreconditionDetails;
+    /// use agent_surface_core::{AgentSurfaceError, Retry};
+    /// let details = PreconditionDetails { reason: Some("binding-failed".into()), ..Default::default() };
+    /// let p = AgentSurfaceError::precondition_failed_with("The row is locked.", details).into_payload();
+    /// assert_eq!((p.retry(), p.detail("reason")), (Retry::WithChanges, None));
+    /// ```
+    pub fn precondition_failed_with(explanation: impl Into<SafeText>, mut details: PreconditionDetails) -> Self {
+        let reserved = |r: &str| r == BINDING_FAILED || r == CLIENT_INPUT_REQUIRED;
+        if details.reason.as_deref().is_some_and(reserved) {
+            details.reason = None;
+        }
+        if details.extra.get("reason").and_then(Value::as_str).is_some_and(reserved) {
+            details.extra.remove("reason");
+        }
         let explanation = explanation.into();
         let mut shown = explanation.as_str().to_string();
         if shown.is_empty() {
@@ -659,11 +678,13 @@ impl AgentSurfaceError {
             // The upstream call may or may not have taken effect.
             ErrorCode::Timeout => AgentSurfaceError::outcome_unknown(),
             ErrorCode::ExecutionFailed => match payload.details_as::<ExecutionFailedDetails>() {
-                Some(ExecutionFailedDetails { transient: Some(true), retry_after_ms, .. }) => {
-                    AgentSurfaceError::transient(relayed_delay(retry_after_ms.unwrap_or(1000)))
-                }
+                // An unknown outcome first: one also marked transient (a non-conforming upstream)
+                // may still have taken effect, and must not be relayed as a failure to retry.
                 Some(ExecutionFailedDetails { reason: Some(ExecutionFailedReason::OutcomeUnknown), .. }) => {
                     AgentSurfaceError::outcome_unknown()
+                }
+                Some(ExecutionFailedDetails { transient: Some(true), retry_after_ms, .. }) => {
+                    AgentSurfaceError::transient(relayed_delay(retry_after_ms.unwrap_or(1000)))
                 }
                 Some(ExecutionFailedDetails { reason: Some(reason), .. }) => {
                     AgentSurfaceError::execution_failed(reason)

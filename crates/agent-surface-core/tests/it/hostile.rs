@@ -134,3 +134,31 @@ fn an_agent_surface_error_survives_anyhow() {
     assert_eq!(err.cause_chain().len(), 2);
     assert_clean(&err);
 }
+
+/// A relayed upstream payload cannot make this service's answer tell a client to repeat a call
+/// whose handler ran: a reason reserved for the runtime (`binding-failed`, whose retry is
+/// `after-refresh`; `client-input-required`) is dropped, and an unknown outcome that also says
+/// `transient` stays an unknown outcome (verify), never a transient failure to retry.
+#[test]
+fn a_relayed_payload_cannot_turn_a_ran_call_into_one_to_repeat() {
+    use agent_surface_core::decision::{Action, decide_payload};
+    use agent_surface_core::{AgentSurfaceError, ErrorCode, ErrorPayload, Retry};
+    let parse = |text: &str| -> ErrorPayload { serde_json::from_str(text).unwrap() };
+    for (reason, retry) in [("binding-failed", "after-refresh"), ("client-input-required", "no")] {
+        let upstream = parse(&format!(
+            r#"{{"code":"PRECONDITION_FAILED","message":"x","retry":"{retry}","details":{{"reason":"{reason}"}}}}"#
+        ));
+        let p = AgentSurfaceError::relayed(upstream).into_payload();
+        assert_eq!(
+            (p.code(), p.retry(), p.detail("reason")),
+            (ErrorCode::PreconditionFailed, Retry::WithChanges, None)
+        );
+    }
+    let unknown = parse(
+        r#"{"code":"EXECUTION_FAILED","message":"x","retry":"after-delay","details":{"reason":"outcome-unknown","transient":true,"retryAfterMs":1000}}"#,
+    );
+    // As received, the client helpers verify rather than wait and retry.
+    assert_eq!(decide_payload(&unknown).action, Action::Verify);
+    let p = AgentSurfaceError::relayed(unknown).into_payload();
+    assert_eq!((p.retry(), p.detail("reason").and_then(|r| r.as_str())), (Retry::No, Some("outcome-unknown")));
+}
