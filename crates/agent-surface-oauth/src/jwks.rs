@@ -163,14 +163,14 @@ impl Jwks {
     /// Why these keys cannot serve a resource server ([`crate::ResourceServer::new`] asks): a
     /// fixed set without a key, or a URL fetched over plain `http` from a host other than the
     /// loopback.
-    pub(crate) fn check(&self) -> Result<(), crate::ConfigError> {
+    pub(crate) fn unusable(&self) -> Option<Unusable> {
         match &self.0 {
-            Source::Fixed(keys) if keys.keys.is_empty() => Err(crate::ConfigError::NoKeys),
-            Source::Fixed(_) => Ok(()),
+            Source::Fixed(keys) if keys.keys.is_empty() => Some(Unusable::NoKeys),
+            Source::Fixed(_) => None,
             Source::Remote(remote) => match remote.config.url.parse::<http::Uri>() {
-                Ok(uri) if uri.scheme_str() == Some("https") => Ok(()),
-                Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some_and(is_loopback) => Ok(()),
-                _ => Err(crate::ConfigError::InsecureJwksUrl),
+                Ok(uri) if uri.scheme_str() == Some("https") => None,
+                Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some_and(is_loopback) => None,
+                _ => Some(Unusable::InsecureUrl),
             },
         }
     }
@@ -370,6 +370,14 @@ impl Remote {
             }
         }
     }
+}
+
+/// Why keys cannot serve a resource server ([`Jwks::unusable`]).
+pub(crate) enum Unusable {
+    /// A fixed set without a key.
+    NoKeys,
+    /// A URL fetched over plain `http` from a host other than the loopback.
+    InsecureUrl,
 }
 
 /// Whether `host` (a URI's host, an IPv6 address in brackets) names the loopback.

@@ -83,7 +83,11 @@ impl ResourceServer {
         if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a.family() == AlgorithmFamily::Hmac) {
             return Err(ConfigError::Algorithms);
         }
-        config.jwks.check()?;
+        match config.jwks.unusable() {
+            Some(crate::jwks::Unusable::NoKeys) => return Err(ConfigError::NoKeys),
+            Some(crate::jwks::Unusable::InsecureUrl) => return Err(ConfigError::InsecureJwksUrl),
+            None => {}
+        }
         // Checked once here, so that no token reaches a `decode` that would panic for want of it.
         if jsonwebtoken::crypto::CryptoProvider::try_get_default().is_none() {
             return Err(ConfigError::NoCryptoProvider);
