@@ -492,10 +492,10 @@ macro_rules! code_table {
                 messages: {
                     /// `CONFIRMATION_REQUIRED`; slot: `summary`.
                     CONFIRMATION_REQUIRED = ("confirmation-required",
-                        "This action needs approval before it runs: {summary} Tell the user it is waiting for approval, then repeat the same call once it is approved.");
+                        "This action needs approval before it runs: “{summary}” Tell the user it is waiting for approval, then repeat the same call once it is approved.");
                     /// `CONFIRMATION_REQUIRED` with an approval page (`details.approvalUrl`); slot: `summary`.
                     CONFIRMATION_REQUIRED_URL = ("confirmation-required.approval-url",
-                        "This action needs a person's approval: {summary} Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
+                        "This action needs a person's approval: “{summary}” Tell the user a person must approve it at the approval page in details.approvalUrl, then repeat the same call.");
                 },
                 examples: [
                     AgentSurfaceError::confirmation_required(

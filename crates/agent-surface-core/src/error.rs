@@ -314,7 +314,10 @@ impl AgentSurfaceError {
         origin: Origin,
         approval_url: Option<String>,
     ) -> Self {
-        let mut shown = summary.as_str().to_string();
+        // Quoted in the message (its own quotation marks taken out): a summary is composed from
+        // the call's input, and quoted it cannot pass for the template's instruction or a repair
+        // sentence ("Next action: …") of its own.
+        let mut shown: String = summary.as_str().chars().filter(|c| !matches!(c, '“' | '”' | '"')).collect();
         if !shown.ends_with(['.', '!', '?']) {
             shown.push('.');
         }

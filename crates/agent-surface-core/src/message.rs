@@ -200,8 +200,30 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
 }
 
 /// Renders a template's text, filling each `{slot}` from `slots` (missing slots render as
-/// nothing), and caps the result at [`MAX_MESSAGE_CHARS`].
+/// nothing), within [`MAX_MESSAGE_CHARS`]: when the whole is longer, the longest slot is cut
+/// (ending in `…`), never the template's own words, whose closing instruction is what the model
+/// acts on.
 pub(crate) fn render(text: &str, slots: &[(&str, &str)]) -> String {
+    let mut values: Vec<(&str, String)> = slots.iter().map(|(k, v)| (*k, (*v).to_string())).collect();
+    // Each round cuts the longest slot by the excess; a few rounds at most (a cut may move the
+    // whitespace the whole collapses).
+    for _ in 0..4 {
+        let whole = fill(text, &values);
+        let length = whole.chars().count();
+        if length <= MAX_MESSAGE_CHARS {
+            return whole;
+        }
+        let Some(longest) = values.iter_mut().max_by_key(|(_, v)| v.chars().count()) else { break };
+        // A slot's leading space (` at /quantity`) separates it from the template's words.
+        let lead = if longest.1.starts_with(char::is_whitespace) { " " } else { "" };
+        let keep = normalize(&longest.1, usize::MAX).chars().count().saturating_sub(length - MAX_MESSAGE_CHARS);
+        longest.1 = format!("{lead}{}", normalize(&longest.1, keep));
+    }
+    normalize(&fill(text, &values), MAX_MESSAGE_CHARS)
+}
+
+/// `text` with each `{slot}` filled from `slots`, whitespace collapsed.
+fn fill(text: &str, slots: &[(&str, String)]) -> String {
     let mut out = String::with_capacity(text.len() + 64);
     let mut rest = text;
     while let Some(start) = rest.find('{') {
@@ -222,7 +244,7 @@ pub(crate) fn render(text: &str, slots: &[(&str, &str)]) -> String {
         }
     }
     out.push_str(rest);
-    normalize(&out, MAX_MESSAGE_CHARS)
+    normalize(&out, usize::MAX)
 }
 
 /// Whether `fragment` may be quoted inside a message: short, and made only of the characters a
@@ -266,7 +288,7 @@ mod tests {
                 "Wait", "Retry", "Verify", "Observe", "Repeat", "Make",
             ];
             assert!(
-                t.text.split([':', '.', ';', '}']).any(|s| {
+                t.text.split([':', '.', ';', '}', '”']).any(|s| {
                     let s = s.trim_start();
                     imperative.iter().any(|v| s.starts_with(v))
                 }),
@@ -283,10 +305,12 @@ mod tests {
             render(RATE_LIMITED.text, &[("ms", "1500")]),
             "Too many calls right now. Wait 1500 ms before retrying; do not retry sooner."
         );
+        // The slot is cut, the template's own words kept whole.
         let long = "x".repeat(1000);
         let out = render(PRECONDITION.text, &[("explanation", &long)]);
-        assert_eq!(out.chars().count(), MAX_MESSAGE_CHARS);
-        assert!(out.ends_with('…'));
+        assert!(out.chars().count() <= MAX_MESSAGE_CHARS, "{out}");
+        let tail = PRECONDITION.text.rsplit('}').next().unwrap().trim();
+        assert!(out.ends_with(tail) && out.contains("x…"), "{out}");
     }
 
     /// Every template a binding words differently is one whose message its code and details
