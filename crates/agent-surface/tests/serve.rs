@@ -50,19 +50,22 @@ async fn an_inbox_nobody_is_sent_to_or_can_sign_in_to_is_refused_before_listenin
     assert!(why.contains("Serve::authenticator"), "{why}");
 }
 
+/// Why a service at `public_url` serving the inbox, bound on `addr`, is refused.
+async fn inbox_refused_at(public_url: &str, addr: &str) -> String {
+    let (service, _mount) = refunds(Some(public_url));
+    refused(Serve::new(service).authenticator(people()).approvers("approver").bind(addr).await)
+}
+
 #[tokio::test]
 async fn a_public_url_no_browser_opens_is_refused_before_listening() {
-    let (service, _mount) = refunds(Some("lb.example"));
-    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    let why = inbox_refused_at("lb.example", "127.0.0.1:0").await;
     assert!(why.contains("ServiceBuilder::public_url `lb.example`") && why.contains("https://host"), "{why}");
     // Port 0 is picked when the server binds, after the service (and its approval links) is built.
-    let (service, _mount) = refunds(Some("http://127.0.0.1:0"));
-    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    let why = inbox_refused_at("http://127.0.0.1:0", "127.0.0.1:0").await;
     assert!(why.contains("`http://127.0.0.1:0` names port 0") && why.contains("127.0.0.1:8787"), "{why}");
     // A URL with credentials is refused (they would reach every agent told the link), and the
     // refusal, printed where the operator log's masking does not reach, does not repeat them.
-    let (service, _mount) = refunds(Some("https://ops:s3cret@tickets.example"));
-    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    let why = inbox_refused_at("https://ops:s3cret@tickets.example", "127.0.0.1:0").await;
     assert!(why.contains("is not an absolute http or https URL") && !why.contains("s3cret"), "{why}");
 }
 
@@ -71,12 +74,10 @@ async fn a_public_url_no_browser_opens_is_refused_before_listening() {
 /// sign-in cookies). An inbox reached by the approval base URL alone admits that URL's host.
 #[tokio::test]
 async fn an_inbox_people_cannot_use_from_where_they_reach_it_is_refused() {
-    let (service, _mount) = refunds(Some("https://tickets.example/desk"));
-    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("127.0.0.1:0").await);
+    let why = inbox_refused_at("https://tickets.example/desk", "127.0.0.1:0").await;
     assert!(why.contains("the path /desk") && why.contains("/inbox"), "{why}");
 
-    let (service, _mount) = refunds(Some("http://tickets.example"));
-    let why = refused(Serve::new(service).authenticator(people()).approvers("approver").bind("0.0.0.0:0").await);
+    let why = inbox_refused_at("http://tickets.example", "0.0.0.0:0").await;
     assert!(why.contains("plain http") && why.contains("https"), "{why}");
     // People at a loopback name (a container's port mapped to the host's localhost) are served.
     let (service, _mount) = refunds(Some("http://localhost:8787"));
