@@ -95,11 +95,20 @@ async fn an_inbox_people_cannot_use_from_where_they_reach_it_is_refused() {
         .bind("127.0.0.1:0")
         .await
         .expect("serves");
-    let headers = [("Host", "approvals.example")];
-    let page = agent_surface_testing::http::request(running.local_addr(), "GET", "/inbox/sign-in", &headers, b"").await;
+    let page = get_then_stop(running, "/inbox/sign-in", &[("Host", "approvals.example")]).await;
     assert_eq!(page.status, 200, "the approval links' host is admitted: {page:?}");
+}
+
+/// `GET path` with `headers` from `running`, which is then stopped and drained.
+async fn get_then_stop(
+    running: agent_surface::Running,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> agent_surface_testing::http::Response {
+    let page = agent_surface_testing::http::request(running.local_addr(), "GET", path, headers, b"").await;
     running.stop();
     running.stopped().await.expect("drains");
+    page
 }
 
 #[tokio::test]
@@ -573,10 +582,8 @@ async fn api_settings_that_are_serves_own_are_refused_not_dropped() {
         .bind("127.0.0.1:0")
         .await
         .expect("serves");
-    let page = agent_surface_testing::http::request(running.local_addr(), "GET", "/api/metrics", &[], b"").await;
+    let page = get_then_stop(running, "/api/metrics", &[]).await;
     assert_eq!(page.status, 200, "{page:?}");
-    running.stop();
-    running.stopped().await.expect("drains");
 }
 
 /// Over stdio an authenticator would sign nobody in (no token is sent) and drop the person who
