@@ -90,7 +90,9 @@ impl AgentSurfaceError {
     pub fn capability_not_available(reason: impl Into<SafeText>) -> Self {
         let reason = reason.into();
         let mut shown = reason.as_str().to_string();
-        if !shown.ends_with(['.', '!', '?']) {
+        if shown.is_empty() {
+            shown.push_str("The capability is switched off.");
+        } else if !shown.ends_with(['.', '!', '?']) {
             shown.push('.');
         }
         Self::with_details(
@@ -318,7 +320,9 @@ impl AgentSurfaceError {
         // the call's input, and quoted it cannot pass for the template's instruction or a repair
         // sentence ("Next action: …") of its own.
         let mut shown: String = summary.as_str().chars().filter(|c| !matches!(c, '“' | '”' | '"')).collect();
-        if !shown.ends_with(['.', '!', '?']) {
+        if shown.trim().is_empty() {
+            shown = "Confirm the action.".to_string();
+        } else if !shown.ends_with(['.', '!', '?']) {
             shown.push('.');
         }
         let template =
@@ -400,7 +404,9 @@ impl AgentSurfaceError {
     pub fn handler_failed(explanation: impl Into<SafeText>) -> Self {
         let explanation = explanation.into();
         let mut shown = explanation.as_str().to_string();
-        if !shown.ends_with(['.', '!', '?']) {
+        if shown.is_empty() {
+            shown.push_str("The capability failed.");
+        } else if !shown.ends_with(['.', '!', '?']) {
             shown.push('.');
         }
         let details = ExecutionFailedDetails {

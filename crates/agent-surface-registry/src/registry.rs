@@ -808,15 +808,18 @@ impl Instance {
         self
     }
 
-    /// A short description, listed in discovery and in `AMBIGUOUS_INSTANCE`.
+    /// A short description, listed in discovery and in `AMBIGUOUS_INSTANCE`: agent-facing text,
+    /// so normalized as every author text is (`SafeText`: control and invisible characters
+    /// dropped, whitespace collapsed, at most 200 characters).
     pub fn description(mut self, description: impl Into<String>) -> Instance {
-        self.description = Some(description.into());
+        self.description = Some(SafeText::trusted(description).as_str().to_string());
         self
     }
 
-    /// A short context line for procedure references, listed in `AMBIGUOUS_INSTANCE`.
+    /// A short context line for procedure references, listed in `AMBIGUOUS_INSTANCE`; normalized
+    /// as [`Instance::description`] is.
     pub fn context(mut self, context: impl Into<String>) -> Instance {
-        self.context = Some(context.into());
+        self.context = Some(SafeText::trusted(context).as_str().to_string());
         self
     }
 }

@@ -155,3 +155,21 @@ fn a_long_or_forged_slot_keeps_the_templates_instruction() {
     let p = AgentSurfaceError::confirmation_required("c-1", quoting, at, Effect::Write, Origin::Client).into_payload();
     assert_eq!(p.message().matches(['“', '”', '"']).count(), 2, "its own quotes are taken out: {}", p.message());
 }
+
+/// An author text that normalizes to nothing (an invisible character alone) leaves no hole in
+/// the message: the sentence the slot stood for is a neutral one.
+#[test]
+fn an_empty_author_text_leaves_no_hole_in_the_message() {
+    use agent_surface_core::details::Origin;
+    use agent_surface_core::{AgentSurfaceError, Effect, SafeText, Timestamp};
+    let empty = || SafeText::trusted("\u{200B}");
+    let at = Timestamp::from_unix_millis(1_795_957_200_000);
+    for p in [
+        AgentSurfaceError::capability_not_available(empty()).into_payload(),
+        AgentSurfaceError::handler_failed(empty()).into_payload(),
+        AgentSurfaceError::confirmation_required("c-1", empty(), at, Effect::Write, Origin::Client).into_payload(),
+    ] {
+        let m = p.message();
+        assert!(!m.contains(": .") && !m.contains("“.”") && !m.starts_with('.'), "{m}");
+    }
+}

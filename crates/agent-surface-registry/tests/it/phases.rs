@@ -374,12 +374,17 @@ async fn a_call_whose_capability_is_disabled_while_it_waits_does_not_run() {
 #[tokio::test]
 async fn ambiguous_when_several_instances_and_no_target() {
     let (r, _m) = echo_registry(RegistryConfig::default());
-    let _m2 = r.mount_with("demo", "second", Instance::new().description("The second one")).unwrap();
+    // Agent-facing text, normalized as every author text is: no control or bidi characters, one
+    // line, at most 200 characters.
+    let described = Instance::new().description("The second\n\n one\u{202E}").context(format!("{}", "c".repeat(300)));
+    let _m2 = r.mount_with("demo", "second", described).unwrap();
     let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::AmbiguousInstance, Phase::Resolve);
     let instances = p.details().unwrap()["instances"].as_array().unwrap().clone();
     assert_eq!(instances.len(), 2);
-    assert!(instances.iter().any(|i| i["instanceId"] == "second" && i["description"] == "The second one"));
+    let second = instances.iter().find(|i| i["instanceId"] == "second").expect("listed");
+    assert_eq!(second["description"], "The second one");
+    assert!(second["context"].as_str().unwrap().chars().count() <= 200, "{second}");
     let ok =
         r.invoke(call("demo.echo", json!({"text": "a"})).with_target(Target::instance("second")), consumer("c")).await;
     assert!(ok.is_ok());
