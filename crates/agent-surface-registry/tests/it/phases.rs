@@ -376,7 +376,7 @@ async fn ambiguous_when_several_instances_and_no_target() {
     let (r, _m) = echo_registry(RegistryConfig::default());
     // Agent-facing text, normalized as every author text is: no control or bidi characters, one
     // line, at most 200 characters.
-    let described = Instance::new().description("The second\n\n one\u{202E}").context(format!("{}", "c".repeat(300)));
+    let described = Instance::new().description("The second\n\n one\u{202E}").context("c".repeat(300));
     let _m2 = r.mount_with("demo", "second", described).unwrap();
     let inv = r.invoke_detailed(call("demo.echo", json!({"text": "a"})), consumer("c")).await;
     let p = assert_produced(&inv, ErrorCode::AmbiguousInstance, Phase::Resolve);
