@@ -208,7 +208,8 @@ pub struct NotAuthorizedDetails {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreconditionDetails {
-    /// A machine-readable reason chosen by the author (kebab-case), or `binding-failed`.
+    /// A machine-readable reason chosen by the author (kebab-case). The runtime's own,
+    /// `binding-failed` and `client-input-required`, are dropped from an author's details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Further author-provided, agent-safe values.

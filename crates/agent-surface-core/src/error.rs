@@ -319,7 +319,8 @@ impl AgentSurfaceError {
         // Quoted in the message (its own quotation marks taken out): a summary is composed from
         // the call's input, and quoted it cannot pass for the template's instruction or a repair
         // sentence ("Next action: …") of its own.
-        let mut shown: String = summary.as_str().chars().filter(|c| !matches!(c, '“' | '”' | '"')).collect();
+        let quote = |c: &char| matches!(c, '"' | '“' | '”' | '„' | '‟' | '″' | '＂' | '«' | '»');
+        let mut shown: String = summary.as_str().chars().filter(|c| !quote(c)).collect();
         if shown.trim().is_empty() {
             shown = "Confirm the action.".to_string();
         } else if !shown.ends_with(['.', '!', '?']) {

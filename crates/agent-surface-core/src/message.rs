@@ -217,7 +217,9 @@ pub(crate) fn render(text: &str, slots: &[(&str, &str)]) -> String {
         // A slot's leading space (` at /quantity`) separates it from the template's words.
         let lead = if longest.1.starts_with(char::is_whitespace) { " " } else { "" };
         let keep = normalize(&longest.1, usize::MAX).chars().count().saturating_sub(length - MAX_MESSAGE_CHARS);
-        longest.1 = format!("{lead}{}", normalize(&longest.1, keep));
+        // Cut to nothing, a slot still shows that something was there (no `()` in the sentence).
+        let cut = if keep == 0 { "…".to_string() } else { normalize(&longest.1, keep) };
+        longest.1 = format!("{lead}{cut}");
     }
     normalize(&fill(text, &values), MAX_MESSAGE_CHARS)
 }

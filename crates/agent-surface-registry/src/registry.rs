@@ -812,14 +812,16 @@ impl Instance {
     /// so normalized as every author text is (`SafeText`: control and invisible characters
     /// dropped, whitespace collapsed, at most 200 characters).
     pub fn description(mut self, description: impl Into<String>) -> Instance {
-        self.description = Some(SafeText::trusted(description).as_str().to_string());
+        let description = SafeText::trusted(description);
+        self.description = (!description.is_empty()).then(|| description.as_str().to_string());
         self
     }
 
     /// A short context line for procedure references, listed in `AMBIGUOUS_INSTANCE`; normalized
     /// as [`Instance::description`] is.
     pub fn context(mut self, context: impl Into<String>) -> Instance {
-        self.context = Some(SafeText::trusted(context).as_str().to_string());
+        let context = SafeText::trusted(context);
+        self.context = (!context.is_empty()).then(|| context.as_str().to_string());
         self
     }
 }

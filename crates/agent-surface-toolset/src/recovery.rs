@@ -266,9 +266,12 @@ impl fmt::Debug for RecoveryDriver {
 /// its handler started gets `EXECUTION_FAILED {reason: outcome-unknown}` instead
 /// (`spec/error-model.md`, *Interrupted calls*). Nor is a transient `EXECUTION_FAILED`: it comes
 /// from a store that failed before the call ran, or from a handler that reports a downstream
-/// failure worth retrying after the delay.
+/// failure worth retrying after the delay — unless it is an unknown outcome as well (which no
+/// conforming server sends), which may have taken effect.
 pub fn may_have_executed(payload: &ErrorPayload) -> bool {
-    payload.code() == ErrorCode::ExecutionFailed && payload.detail("transient").and_then(Value::as_bool) != Some(true)
+    payload.code() == ErrorCode::ExecutionFailed
+        && (payload.detail("transient").and_then(Value::as_bool) != Some(true)
+            || payload.detail("reason").and_then(Value::as_str) == Some("outcome-unknown"))
 }
 
 /// One failure as the convergence guard compares them.

@@ -787,3 +787,18 @@ async fn a_followed_step_is_in_the_outcome_and_the_correlation_id_is_the_calls()
     assert!(payload.repair().is_some(), "the plan as the server sent it");
     assert_eq!(outcome.correlation_id.as_ref().map(ToString::to_string).as_deref(), payload.correlation_id());
 }
+
+/// A transient failure ran nothing, but an unknown outcome also marked transient (which no
+/// conforming server sends) may have taken effect: the driver treats it as one that may have run.
+#[test]
+fn an_unknown_outcome_marked_transient_may_have_run() {
+    let parse = |text: &str| -> agent_surface_core::ErrorPayload { serde_json::from_str(text).unwrap() };
+    let transient = parse(
+        r#"{"code":"EXECUTION_FAILED","message":"x","retry":"after-delay","details":{"reason":"transport","transient":true,"retryAfterMs":1000}}"#,
+    );
+    assert!(!may_have_executed(&transient));
+    let unknown = parse(
+        r#"{"code":"EXECUTION_FAILED","message":"x","retry":"after-delay","details":{"reason":"outcome-unknown","transient":true,"retryAfterMs":1000}}"#,
+    );
+    assert!(may_have_executed(&unknown));
+}
