@@ -687,7 +687,12 @@ mod tests {
                 for s in keys.iter().chain(&values).filter(|s| foreign(s)) {
                     prop_assert!(!issue.message.contains(s.as_str()), "{:?} echoed in {:?}", s, issue);
                 }
-                for s in values.iter().filter(|s| foreign(s) && !keys.iter().any(|k| k.contains(s.as_str()))) {
+                // A path holds the input's keys as JSON Pointer segments (`~` written `~0`, `/` `~1`):
+                // a value equal to part of an escaped key is that key, not the value, in the path.
+                let in_a_key = |s: &str| {
+                    keys.iter().any(|k| k.contains(s) || k.replace('~', "~0").replace('/', "~1").contains(s))
+                };
+                for s in values.iter().filter(|s| foreign(s) && !in_a_key(s.as_str())) {
                     prop_assert!(!issue.path.contains(s.as_str()), "value {:?} in path of {:?}", s, issue);
                 }
                 if issue.path.starts_with("/secret/") {
