@@ -204,11 +204,16 @@ pub(crate) fn wording(code: ErrorCode, details: Option<&Map<String, Value>>) -> 
 /// (ending in `…`), never the template's own words, whose closing instruction is what the model
 /// acts on.
 pub(crate) fn render(text: &str, slots: &[(&str, &str)]) -> String {
+    let whole = fill(text, slots);
+    if whole.chars().count() <= MAX_MESSAGE_CHARS {
+        return whole;
+    }
     let mut values: Vec<(&str, String)> = slots.iter().map(|(k, v)| (*k, (*v).to_string())).collect();
     // Each round cuts the longest slot by the excess; a few rounds at most (a cut may move the
     // whitespace the whole collapses).
     for _ in 0..4 {
-        let whole = fill(text, &values);
+        let borrowed: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let whole = fill(text, &borrowed);
         let length = whole.chars().count();
         if length <= MAX_MESSAGE_CHARS {
             return whole;
@@ -221,11 +226,12 @@ pub(crate) fn render(text: &str, slots: &[(&str, &str)]) -> String {
         let cut = if keep == 0 { "…".to_string() } else { normalize(&longest.1, keep) };
         longest.1 = format!("{lead}{cut}");
     }
-    normalize(&fill(text, &values), MAX_MESSAGE_CHARS)
+    let borrowed: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    normalize(&fill(text, &borrowed), MAX_MESSAGE_CHARS)
 }
 
 /// `text` with each `{slot}` filled from `slots`, whitespace collapsed.
-fn fill(text: &str, slots: &[(&str, String)]) -> String {
+fn fill(text: &str, slots: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(text.len() + 64);
     let mut rest = text;
     while let Some(start) = rest.find('{') {

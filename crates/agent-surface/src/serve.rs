@@ -488,7 +488,7 @@ impl Serve {
         let local = listener.local_addr()?;
         // The address people reach the inbox at: the public URL, else the approval links'.
         let approvals = self.service.confirmations.config().approval_base_url.clone();
-        let people_url = self.service.public_url.clone().or(approvals);
+        let people_url = self.service.public_url.clone().or_else(|| approvals.clone());
         // A browser keeps a `Secure` cookie only over HTTPS: plain HTTP is for trying the inbox on
         // a loopback address. Beyond it, every sign-in would be forgotten at once.
         let plain = people_url
@@ -518,9 +518,11 @@ impl Serve {
         } = self;
         // The hosts people and agents reach the service by: the public URL's, and the approval
         // links' (an approval base URL alone names the inbox's host).
-        let approvals = service.confirmations.config().approval_base_url.as_deref();
-        let public_host: Vec<String> =
-            [service.public_url.as_deref(), approvals].into_iter().flatten().filter_map(web_address_host).collect();
+        let public_host: Vec<String> = [service.public_url.as_deref(), approvals.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(web_address_host)
+            .collect();
         mcp_http.path = MCP_PATH.to_string();
         mcp_http.allowed_hosts.extend(public_host.clone());
         api.allowed_hosts.extend(public_host);

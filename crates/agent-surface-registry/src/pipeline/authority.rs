@@ -78,27 +78,14 @@ fn asked<'c>(arrival: &'c Arrival<'_>, resolution: &'c Resolution) -> (CallInfo<
         Resolution::Resolved(Resolved { def, registration: reg }) => {
             (def.call_info(consumer).with_instance(&reg.instance_id).with_registration(&reg.registration_id), true)
         }
-        // The capability exists without resolving (a stale token, a disabled capability) on a
-        // live registration: asked about that instance, as discovery does, so that the answer
-        // shows nothing of an instance the policy hides.
-        // A tombstone's instance too: an unmounted or replaced instance the policy hides is not
-        // told apart from one that never existed.
+        // The capability exists without resolving (a stale token, a disabled capability, a
+        // tombstone): asked about the instance resolution met, live or unmounted, as discovery
+        // asks, so that the answer shows nothing of an instance the policy hides; about the
+        // capability as a whole when it met none.
         Resolution::Unresolved(Some(def), Some(seen), _) => {
             (def.call_info(consumer).with_instance(&seen.instance_id).with_registration(&seen.registration_id), true)
         }
-        // No instance met: asked about the target the call names, if any, else about the
-        // capability as a whole.
-        Resolution::Unresolved(Some(def), None, _) => {
-            let target = arrival.request.target.as_ref();
-            let mut call = def.call_info(consumer);
-            if let Some(instance) = target.and_then(|t| t.instance_id.as_deref()) {
-                call = call.with_instance(instance);
-            }
-            if let Some(registration) = target.and_then(|t| t.registration_id.as_deref()) {
-                call = call.with_registration(registration);
-            }
-            (call, true)
-        }
+        Resolution::Unresolved(Some(def), None, _) => (def.call_info(consumer), true),
         // A name that does not exist is asked about too, as a call of unknown effect, and the
         // decision is ignored.
         Resolution::Unresolved(None, _, _) | Resolution::Ambiguous(_) => {

@@ -206,7 +206,8 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     // An id names one call of its principal (the signed-in person, whatever session, header or
     // transport sends it; an anonymous caller's session), so a retry that comes back another way
     // is still the same call.
-    let key = IdempotencyKey {
+    // Made again only for a follower admitted once more (below), never copied for every call.
+    let key = || IdempotencyKey {
         consumer_key: options.consumer.principal().to_string(),
         invocation_id: store_id(invocation_id),
     };
@@ -244,7 +245,7 @@ async fn admit_tracked(arrival: &Arrival<'_>, input: &Value) -> Result<Admitted,
     };
     let mut rounds = 0;
     loop {
-        return Ok(match admit_record(inner, options, key.clone(), fp, now, None, mark).await? {
+        return Ok(match admit_record(inner, options, key(), fp, now, None, mark).await? {
             Record::Leader(guard) | Record::TakenOver(guard) => Admitted::Leader(guard),
             Record::Replay(result) => answered(result, false),
             Record::Joined(result) if rounds < 3 && (stopped_for_questions(&result) || unapproved(&result)) => {
